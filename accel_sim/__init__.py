@@ -1,0 +1,1 @@
+"""The accelerator's ISA (encode/decode) and its functional and timing simulator."""

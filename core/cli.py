@@ -1,0 +1,224 @@
+"""The ``heterocc`` command line.
+
+    heterocc compile MODEL.onnx --target T -o OUT
+    heterocc run OUT_OR_MODEL --input NAME=FILE.npy ... [--profile]
+    heterocc inspect MODEL.onnx [--dot FILE] [--dump-ir DIR]
+    heterocc targets
+    heterocc demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from .errors import HeteroccError, InputError
+
+
+def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for item in items or []:
+        name, _, dims = item.partition("=")
+        if not dims:
+            raise InputError(f"--shape {item!r}: expected NAME=D0,D1,...")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.replace("x", ",").split(",") if d)
+        except ValueError:
+            raise InputError(f"--shape {item!r}: dimensions must be integers") from None
+    return shapes
+
+
+def _load_inputs(items: list[str] | None) -> dict[str, np.ndarray]:
+    arrays = {}
+    for item in items or []:
+        name, _, path = item.partition("=")
+        if not path:
+            raise InputError(f"--input {item!r}: expected NAME=FILE.npy")
+        try:
+            arrays[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--input {name}: cannot load {path!r}: {exc}") from None
+    return arrays
+
+
+def _random_inputs(compiled) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    out = {}
+    for spec in compiled.inputs:
+        if not all(isinstance(d, int) for d in spec.shape):
+            raise InputError(f"input {spec.name!r} has shape {spec.shape}; give --shape or "
+                             "--input for it")
+        if spec.dtype.startswith("float"):
+            out[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
+        elif spec.dtype == "bool":
+            out[spec.name] = rng.integers(0, 2, spec.shape).astype(bool)
+        else:
+            out[spec.name] = rng.integers(0, 10, spec.shape).astype(spec.dtype)
+    return out
+
+
+def cmd_compile(args) -> int:
+    from . import compile as hcompile
+
+    t0 = time.perf_counter()
+    compiled = hcompile(args.model, target=args.target, shapes=_parse_shapes(args.shape),
+                        dump_ir=args.dump_ir)
+    elapsed = time.perf_counter() - t0
+    export = getattr(compiled, "export", None)
+    if args.output:
+        if export is None:
+            raise HeteroccError(f"target {args.target!r} cannot export an artifact yet")
+        export(args.output)
+        print(f"wrote {args.output}")
+    print(f"compiled {args.model} for {args.target} in {elapsed:.2f} s")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from . import compile as hcompile
+
+    path = args.model
+    if os.path.isdir(path):
+        from . import load  # artifacts come with the CPU code generator
+
+        compiled = load(path)
+    else:
+        compiled = hcompile(path, target=args.target, shapes=_parse_shapes(args.shape))
+    inputs = _load_inputs(args.input)
+    if not inputs:
+        inputs = _random_inputs(compiled)
+        print("no --input given: running on random inputs (seed 0)")
+    if args.profile:
+        compiled.enable_profiling()
+    t0 = time.perf_counter()
+    outputs = compiled.run(inputs)
+    elapsed = time.perf_counter() - t0
+    for name, out in zip(compiled.output_names, outputs):
+        print(f"{name}: {out.dtype}{list(out.shape)}  "
+              f"min {out.min() if out.size else 'n/a'}  max {out.max() if out.size else 'n/a'}")
+        if args.output_dir:
+            os.makedirs(args.output_dir, exist_ok=True)
+            np.save(os.path.join(args.output_dir, f"{_safe(name)}.npy"), out)
+    print(f"ran in {elapsed * 1e3:.2f} ms")
+    if args.profile:
+        print(compiled.profile_report())
+    return 0
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+
+
+def cmd_inspect(args) -> int:
+    from . import compile as hcompile
+    from .frontend.onnx import load_model
+    from .passes import fused_functions
+
+    proto = load_model(args.model)
+    compiled = hcompile(proto, target="reference", shapes=_parse_shapes(args.shape),
+                        dump_ir=args.dump_ir)
+    graph = compiled.graph
+    functions = fused_functions(graph)
+    if args.json:
+        print(json.dumps({"onnx_nodes": len(proto.graph.node), "nodes": graph.num_nodes(),
+                          "functions": len(functions), "op_counts": graph.op_counts()}))
+        return 0
+    print(graph)
+    print()
+    print(f"ONNX nodes: {len(proto.graph.node)}   after passes: {graph.num_nodes()} ops in "
+          f"{len(functions)} fused functions")
+    print("op counts: " + ", ".join(f"{op}={n}" for op, n in graph.op_counts().items()))
+    print()
+    print(_pass_table(compiled.pass_records))
+    if args.dot:
+        from .ir.dot import to_dot
+
+        with open(args.dot, "w") as f:
+            f.write(to_dot(graph))
+        print(f"wrote {args.dot}")
+    return 0
+
+
+def _pass_table(records) -> str:
+    lines = [f"{'pass':20s} {'ms':>8s}  nodes"]
+    lines += [f"{r.name:20s} {r.seconds * 1e3:8.2f}  {r.nodes_before} -> {r.nodes_after}"
+              for r in records]
+    return "\n".join(lines)
+
+
+def cmd_targets(args) -> int:
+    from .targets import available_targets
+
+    for name, info in available_targets().items():
+        summary = info.description.splitlines()[0] if info.description else ""
+        print(f"{name:12s} {info.source:24s} {summary}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(target=args.target)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="heterocc", description="heterocc deep-learning compiler")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("compile", help="compile an ONNX model")
+    p.add_argument("model")
+    p.add_argument("--target", default="reference")
+    p.add_argument("-o", "--output", help="artifact directory to write")
+    p.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic dims")
+    p.add_argument("--dump-ir", help="directory receiving the IR after every pass")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("run", help="run a model or an exported artifact")
+    p.add_argument("model")
+    p.add_argument("--target", default="reference")
+    p.add_argument("--input", action="append", help="NAME=FILE.npy")
+    p.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic dims")
+    p.add_argument("--output-dir", help="save each output as NAME.npy here")
+    p.add_argument("--profile", action="store_true", help="print per-function times")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("inspect", help="show the graph after the passes")
+    p.add_argument("model")
+    p.add_argument("--shape", action="append")
+    p.add_argument("--dot", help="write the fused graph as Graphviz to this file")
+    p.add_argument("--dump-ir", help="directory receiving the IR after every pass")
+    p.add_argument("--json", action="store_true", help="counts only, as JSON")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("targets", help="list installed targets")
+    p.set_defaults(func=cmd_targets)
+
+    p = sub.add_parser("demo", help="compile and run the bundled example model")
+    p.add_argument("--target", default="reference")
+    p.set_defaults(func=cmd_demo)
+
+    try:
+        from .accel_sim.cli import add_accel_parser
+    except ImportError:
+        pass
+    else:
+        add_accel_parser(sub)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except HeteroccError as exc:
+        print(f"heterocc: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""``heterocc.compile``: ONNX model -> passes -> per-function kernels -> a runnable model."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from .errors import InputError, TargetError
+from .frontend.onnx import (
+    DynamicShapeError,
+    SpecializationNeeded,
+    _check,
+    _unsupported,
+    _upgrade,
+    from_onnx,
+    load_model,
+)
+from .ir.graph import Graph
+from .ir.types import dtype_from_onnx
+from .passes import DEFAULT_PIPELINE, PassManager, PassRecord
+from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
+
+#: compiled specializations kept per model (by input shapes and shape-operand values)
+MAX_SPECIALIZATIONS = 16
+
+
+@dataclass
+class InputSpec:
+    """A model input as the user sees it: name, dtype and (possibly symbolic) shape."""
+
+    name: str
+    dtype: str
+    shape: tuple
+
+
+@dataclass
+class Executable:
+    """One compiled specialization of a model."""
+
+    graph: Graph
+    executor: GraphExecutor
+    pass_records: list[PassRecord]
+    bound: dict[str, np.ndarray]  # graph inputs turned into constants
+
+    def run(self, named: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        for name, value in self.bound.items():
+            if not np.array_equal(np.asarray(named[name]), value):
+                raise InputError(f"input {name!r} differs from the value this program was "
+                                 "specialized on")  # the cache key prevents this
+        args = [check_input(v, named[v.name]) for v in self.graph.inputs]
+        return self.executor.execute(args)
+
+
+@dataclass
+class CompiledModel:
+    """A model compiled for one or more targets. ``run`` takes a dict by input
+    name or positional arrays and returns the outputs as a list of arrays."""
+
+    model: onnx.ModelProto
+    targets: list[str]
+    inputs: list[InputSpec]
+    output_names: list[str]
+    shapes: dict[str, tuple] = field(default_factory=dict)
+    dump_ir: str | None = None
+    specialize_on: list[str] = field(default_factory=list)
+    _cache: OrderedDict = field(default_factory=OrderedDict)
+    _profile: dict[str, ProfileEntry] | None = None
+
+    # --- running ----------------------------------------------------------
+    def run(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None,
+            **named) -> list[np.ndarray]:
+        """Outputs for ``inputs`` (dict by name, or a list in input order)."""
+        given = self._name_inputs(inputs, named)
+        exe = self._executable_for(given)
+        return exe.run(given)
+
+    __call__ = run
+
+    def _name_inputs(self, inputs, named) -> dict[str, np.ndarray]:
+        names = [s.name for s in self.inputs]
+        if inputs is None:
+            given = dict(named)
+        elif isinstance(inputs, Mapping):
+            given = {**inputs, **named}
+        else:
+            seq = list(inputs) if not isinstance(inputs, np.ndarray) else [inputs]
+            if len(seq) > len(names):
+                raise InputError(f"{len(seq)} inputs given, the model takes {len(names)} "
+                                 f"({', '.join(names)})")
+            given = dict(zip(names, seq))
+            given.update(named)
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise InputError(f"unknown input(s) {', '.join(map(repr, unknown))}; the model's "
+                             f"inputs are {', '.join(names)}")
+        missing = [n for n in names if n not in given or given[n] is None]
+        if missing:
+            raise InputError(f"missing input(s): {', '.join(missing)}")
+        out = {}
+        for spec in self.inputs:
+            arr = np.asarray(given[spec.name])
+            if arr.dtype.name != spec.dtype:
+                raise InputError(f"input {spec.name!r}: dtype {arr.dtype.name}, the model "
+                                 f"expects {spec.dtype}")
+            if len(spec.shape) != arr.ndim or any(
+                    isinstance(d, int) and d != a for d, a in zip(spec.shape, arr.shape)):
+                raise InputError(f"input {spec.name!r}: shape {tuple(arr.shape)}, the model "
+                                 f"expects {spec.shape}")
+            out[spec.name] = arr
+        return out
+
+    def _executable_for(self, given: Mapping[str, np.ndarray]) -> Executable:
+        exe = self._cache.get(self._key(given))
+        if exe is not None:
+            self._cache.move_to_end(self._key(given))
+            return exe
+        exe = self._build({n: a.shape for n, a in given.items()}, given)
+        self._cache[self._key(given)] = exe
+        if len(self._cache) > MAX_SPECIALIZATIONS:
+            self._cache.popitem(last=False)
+        return exe
+
+    def _key(self, given: Mapping[str, np.ndarray]) -> tuple:
+        return tuple((n, tuple(np.shape(given[n]))) for n in sorted(given)) + tuple(
+            (n, np.asarray(given[n]).tobytes()) for n in self.specialize_on)
+
+    # --- building ---------------------------------------------------------
+    def _build(self, shapes: Mapping[str, tuple],
+               given: Mapping[str, np.ndarray] | None) -> Executable:
+        """Compile for ``shapes``; ``given`` holds run-time inputs to specialize on
+        (None while compiling ahead of any run)."""
+        from .targets import get_target
+
+        while True:
+            if given is None and self.specialize_on:
+                raise _Respecialize()
+            values = {n: np.asarray(given[n]) for n in self.specialize_on} if given else {}
+            try:
+                graph = from_onnx(self.model, shapes=shapes, values=values, check=False)
+                break
+            except SpecializationNeeded as exc:
+                new = [n for n in exc.inputs if n not in self.specialize_on]
+                if not new:
+                    raise
+                self.specialize_on = sorted(set(self.specialize_on) | set(new))
+        manager = PassManager(DEFAULT_PIPELINE, dump_ir=self.dump_ir)
+        graph = manager.run(graph)
+        target = get_target(self.targets[-1])
+        kernels = {n.name: target.build(n) for n in graph.nodes if n.body is not None}
+        placement = {n.name: target.name for n in graph.nodes if n.body is not None}
+        executor = GraphExecutor(graph, kernels, placement, self._profile)
+        return Executable(graph, executor, manager.records, values)
+
+    def build_static(self) -> Executable | None:
+        """Compile now if every input shape is known and no input must be specialized on."""
+        if any(not isinstance(d, int) for s in self.inputs for d in s.shape):
+            return None
+        shapes = {s.name: s.shape for s in self.inputs}
+        try:
+            exe = self._build(shapes, None)
+        except (DynamicShapeError, _Respecialize):
+            return None
+        self._cache[tuple((n, tuple(shapes[n])) for n in sorted(shapes))] = exe
+        return exe
+
+    # --- inspection -------------------------------------------------------
+    @property
+    def graph(self) -> Graph:
+        """The optimized graph of the most recent specialization."""
+        if not self._cache:
+            raise InputError("the model has dynamic shapes and has not been run yet; "
+                             "compile it with shapes={...} or run it once")
+        return next(reversed(self._cache.values())).graph
+
+    @property
+    def pass_records(self) -> list[PassRecord]:
+        return next(reversed(self._cache.values())).pass_records if self._cache else []
+
+    def enable_profiling(self) -> None:
+        """Record per-function times from now on (see ``profile_report``)."""
+        self._profile = {}
+        for exe in self._cache.values():
+            exe.executor.profile = self._profile
+
+    def profile_report(self) -> str:
+        return format_profile(list((self._profile or {}).values()))
+
+
+class _Respecialize(Exception):
+    """Internal: the set of inputs to specialize on grew; build again with it."""
+
+
+def _input_specs(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> list[InputSpec]:
+    inits = {i.name for i in model.graph.initializer}
+    specs = []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                     for d in tt.shape.dim)
+        if vi.name in shapes:
+            dims = tuple(int(d) for d in shapes[vi.name])
+        specs.append(InputSpec(vi.name, dtype_from_onnx(tt.elem_type), dims))
+    return specs
+
+
+def compile(model, target: str | Sequence[str] = "reference",  # noqa: A001
+            shapes: Mapping[str, Sequence[int]] | None = None,
+            dump_ir: str | None = None, check: bool = True) -> CompiledModel:
+    """Compile an ONNX model (path, bytes or ModelProto) for ``target``.
+
+    ``target``: a target name, a comma-separated list or a list of names.
+    ``shapes`` fixes symbolic input dimensions; without it, a model with
+    dynamic shapes (or whose shape operands are graph inputs) is compiled on
+    first run for the shapes and values it meets, and cached.
+    ``dump_ir`` names a directory that receives the IR after every pass.
+    """
+    from .targets import available_targets, parse_targets
+
+    names = parse_targets(target)
+    known = available_targets()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise TargetError(f"unknown target(s) {', '.join(unknown)}; available: "
+                          f"{', '.join(known)}")
+    proto = load_model(model)
+    if check:
+        _check(proto)
+    _unsupported(proto)
+    proto = _upgrade(proto)
+    shapes = {k: tuple(v) for k, v in (shapes or {}).items()}
+    try:
+        specs = _input_specs(proto, shapes)
+    except Exception as exc:
+        raise InputError(f"cannot read the model's inputs: {exc}") from None
+    unknown_inputs = sorted(set(shapes) - {s.name for s in specs})
+    if unknown_inputs:
+        raise InputError(f"shapes given for unknown input(s) {', '.join(unknown_inputs)}; "
+                         f"inputs are {', '.join(s.name for s in specs)}")
+    compiled = CompiledModel(proto, names, specs, [o.name for o in proto.graph.output],
+                             shapes, dump_ir)
+    compiled.build_static()
+    return compiled

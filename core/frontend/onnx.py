@@ -1,0 +1,312 @@
+"""ONNX models to the Graph IR.
+
+The model is checked with ``onnx.checker``, brought to a recent opset with
+``onnx.version_converter`` and validated with ``onnx.shape_inference``; the
+Graph IR's own types then come from the op registry's type inference, so
+every shape is static.
+
+Shape-like operands (Reshape's shape, Pad's pads, Slice's starts, ...) are
+usually constants, or computed from shapes (Shape -> Gather -> Concat): the
+importer evaluates every node whose inputs are all constants, so those become
+constants too. When such an operand comes from a graph input instead, import
+raises :class:`SpecializationNeeded` naming the inputs; the compiler then
+imports again with their run-time values bound (``values=``).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..errors import InputError, ModelLoadError, TypeInferenceError, UnsupportedOpError
+from ..ir.graph import Graph, NameScope, Node, Value, constant
+from ..ir.types import TensorType, dtype_from_onnx
+from ..ops import ShapeOperandError, get_op, has_op, infer_node_types
+from .attributes import node_attributes
+
+#: opset that older models are converted to; the op registry implements its semantics
+#: (and later additions).
+BASE_OPSET = 18
+
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+#: import-time evaluation is for shape plumbing; bigger constant work is the fold pass
+_FOLD_LIMIT_BYTES = 1 << 20
+
+
+class SpecializationNeeded(TypeInferenceError):
+    """A shape-like operand depends on the values of graph inputs ``inputs``."""
+
+    def __init__(self, inputs: Sequence[str], node: str, op: str):
+        self.inputs = list(inputs)
+        super().__init__(f"{op} (node {node!r}): its output shape depends on the values of "
+                         f"graph input(s) {', '.join(self.inputs)}")
+
+
+class DynamicShapeError(InputError):
+    """A graph input has symbolic or unknown dimensions and no shape was given."""
+
+    def __init__(self, dims: dict[str, tuple]):
+        self.dims = dims
+        listed = "; ".join(f"{name}: {shape}" for name, shape in dims.items())
+        super().__init__(f"input shape(s) not static: {listed}; pass shapes={{name: shape}}")
+
+
+def load_model(model) -> onnx.ModelProto:
+    """A ModelProto from a path, bytes or a ModelProto; ModelLoadError if unreadable."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise ModelLoadError(f"cannot read model file {path!r}: {exc.strerror}") from None
+        source = repr(path)
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        data, source = bytes(model), "the given bytes"
+    else:
+        raise ModelLoadError("expected a path, bytes or onnx.ModelProto, got "
+                             f"{type(model).__name__}")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except Exception as exc:  # protobuf raises its own DecodeError
+        raise ModelLoadError(f"{source} is not a valid ONNX model (truncated or not protobuf): "
+                             f"{exc}") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelLoadError(f"{source} holds no ONNX graph (empty or not an ONNX model)")
+    return proto
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in _DEFAULT_DOMAINS:
+            return int(imp.version)
+    return 1
+
+
+def _check(model: onnx.ModelProto) -> None:
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"the model fails onnx.checker: {first}") from None
+
+
+def _upgrade(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Convert to BASE_OPSET when older; keep the original if the converter cannot."""
+    if default_opset(model) >= BASE_OPSET:
+        return model
+    try:
+        from onnx import version_converter
+
+        return version_converter.convert_version(model, BASE_OPSET)
+    except Exception:  # the converter lacks adapters for some ops; the registry also
+        return model  # accepts the older attribute forms
+
+
+def _validate_shapes(model: onnx.ModelProto) -> None:
+    try:
+        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=False)
+    except onnx.shape_inference.InferenceError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ModelLoadError(f"ONNX shape inference rejects the model: {first}") from None
+
+
+def _unsupported(model: onnx.ModelProto) -> None:
+    missing: dict[str, list[str]] = {}
+    for i, node in enumerate(model.graph.node):
+        name = node.name or f"{node.op_type}_{i}"
+        if node.domain not in _DEFAULT_DOMAINS:
+            missing.setdefault(f"{node.domain}.{node.op_type}", []).append(name)
+        elif node.op_type != "Constant" and not has_op(node.op_type):
+            missing.setdefault(node.op_type, []).append(name)
+        elif any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                 for a in node.attribute):
+            missing.setdefault(f"{node.op_type} (sub-graph)", []).append(name)
+    if missing:
+        raise UnsupportedOpError(missing)
+
+
+def _value_info_type(vi: onnx.ValueInfoProto, given: Sequence[int] | None) -> TensorType:
+    t = vi.type
+    if not t.HasField("tensor_type"):
+        raise ModelLoadError(f"input {vi.name!r}: only tensor inputs are supported "
+                             f"(got {t.WhichOneof('value')})")
+    tt = t.tensor_type
+    try:
+        dtype = dtype_from_onnx(tt.elem_type)
+    except TypeInferenceError as exc:
+        raise ModelLoadError(f"input {vi.name!r}: {exc}") from None
+    if given is not None:
+        return TensorType(tuple(given), dtype)
+    dims = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(d.dim_value)
+        else:
+            dims.append(d.dim_param or "?")
+    if not tt.HasField("shape") or any(isinstance(d, str) for d in dims):
+        raise DynamicShapeError({vi.name: tuple(dims) if tt.HasField("shape") else "unknown"})
+    return TensorType(tuple(dims), dtype)
+
+
+def _constant_node_value(node: onnx.NodeProto) -> np.ndarray:
+    attrs = node_attributes(node)
+    if "value" in attrs:
+        return np.asarray(attrs["value"])
+    if "sparse_value" in [a.name for a in node.attribute]:
+        raise UnsupportedOpError({"Constant (sparse_value)": [node.name]})
+    for key, dtype in (("value_float", np.float32), ("value_floats", np.float32),
+                       ("value_int", np.int64), ("value_ints", np.int64)):
+        if key in attrs:
+            return np.asarray(attrs[key], dtype=dtype)
+    raise UnsupportedOpError({"Constant (string value)": [node.name]})
+
+
+@dataclass
+class _Importer:
+    values: dict[str, Value]
+    names: NameScope
+    nodes: list[Node]
+    origin: dict[Value, set[str]]  # graph inputs each non-constant value depends on
+
+    def input_value(self, name: str) -> Value | None:
+        if not name:
+            return None
+        try:
+            return self.values[name]
+        except KeyError:
+            raise ModelLoadError(f"tensor {name!r} is used before it is defined "
+                                 "(the graph is not topologically sorted, or has a cycle)") \
+                from None
+
+
+def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None,
+              values: Mapping[str, np.ndarray] | None = None, check: bool = True) -> Graph:
+    """Import an ONNX model (path, bytes or ModelProto) as a Graph.
+
+    ``shapes`` fixes the shapes of graph inputs (needed for symbolic dims);
+    ``values`` binds graph inputs to constants (they leave the graph's inputs).
+    Raises ModelLoadError, UnsupportedOpError (naming every unsupported op
+    type and its nodes), DynamicShapeError or SpecializationNeeded.
+    """
+    proto = load_model(model)
+    if check:
+        _check(proto)
+    _unsupported(proto)
+    proto = _upgrade(proto)
+    if check:
+        _validate_shapes(proto)
+    shapes = dict(shapes or {})
+    values = {k: np.asarray(v) for k, v in (values or {}).items()}
+    g = proto.graph
+    scope = NameScope()
+    imp = _Importer({}, scope, [], {})
+
+    for init in g.initializer:
+        array = numpy_helper.to_array(init)
+        imp.values[init.name] = constant(array, scope.fresh(init.name))
+    inputs: list[Value] = []
+    dynamic: dict[str, tuple] = {}
+    for vi in g.input:
+        if vi.name in imp.values:  # an initializer listed as input: a constant
+            continue
+        if vi.name in values:
+            imp.values[vi.name] = constant(values[vi.name], scope.fresh(vi.name))
+            continue
+        try:
+            ttype = _value_info_type(vi, shapes.get(vi.name))
+        except DynamicShapeError as exc:
+            dynamic.update(exc.dims)
+            continue
+        v = Value(scope.fresh(vi.name), ttype)
+        imp.values[vi.name] = v
+        imp.origin[v] = {vi.name}
+        inputs.append(v)
+    if dynamic:
+        raise DynamicShapeError(dynamic)
+    unknown = sorted(set(shapes) - {vi.name for vi in g.input})
+    if unknown:
+        raise InputError(f"shapes given for unknown input(s) {', '.join(unknown)}; "
+                         f"the model's inputs are {', '.join(vi.name for vi in g.input)}")
+
+    for i, node in enumerate(g.node):
+        _import_node(imp, node, node.name or f"{node.op_type}_{i}")
+
+    outputs = []
+    for vo in g.output:
+        if vo.name not in imp.values:
+            raise ModelLoadError(f"graph output {vo.name!r} is not produced by any node")
+        outputs.append(imp.values[vo.name])
+    return Graph(inputs, outputs, imp.nodes, g.name or "main")
+
+
+def _import_node(imp: _Importer, node: onnx.NodeProto, name: str) -> None:
+    if node.op_type == "Constant":
+        imp.values[node.output[0]] = constant(_constant_node_value(node),
+                                              imp.names.fresh(node.output[0]))
+        return
+    op = get_op(node.op_type)
+    raw = node_attributes(node)
+    if node.op_type == "Split" and "num_outputs" not in raw and len(node.input) < 2:
+        raw["num_outputs"] = len(node.output)
+    attrs = op.normalize_attrs(raw, name)
+    inputs = [imp.input_value(n) for n in node.input]
+    types = [v.type if v is not None else None for v in inputs]
+    consts = [v.data if v is not None else None for v in inputs]
+    try:
+        out_types = infer_node_types(op, types, consts, attrs, len(node.output), name)
+    except ShapeOperandError as exc:
+        culprit = inputs[exc.value_index]
+        raise SpecializationNeeded(sorted(imp.origin.get(culprit, set())), name, op.name) \
+            from None
+    if len(out_types) < len([o for o in node.output if o]):
+        raise TypeInferenceError(f"{op.name} (node {name!r}) has {len(node.output)} outputs, "
+                                 f"the op defines {len(out_types)}")
+
+    folded = _fold(op, inputs, attrs, out_types)
+    outs = []
+    for k, out_name in enumerate(node.output):
+        if folded is not None:
+            v = constant(folded[k].astype(out_types[k].dtype, copy=False),
+                         imp.names.fresh(out_name or f"{name}_out{k}"))
+        else:
+            v = Value(imp.names.fresh(out_name or f"{name}_out{k}"), out_types[k])
+        if out_name:
+            imp.values[out_name] = v
+        outs.append(v)
+    if folded is not None:
+        return
+    deps: set[str] = set()
+    for v in inputs:
+        if v is not None:
+            deps |= imp.origin.get(v, set())
+    for v in outs:
+        imp.origin[v] = deps
+    imp.nodes.append(Node(op.name, inputs, outs, attrs, imp.names.fresh(name)))
+
+
+def _fold(op, inputs: list[Value | None], attrs, out_types) -> list[np.ndarray] | None:
+    """Outputs of a node evaluable now: Shape/Size of a static tensor, or small all-constant."""
+    if op.name in ("Shape", "Size") and inputs and inputs[0] is not None:
+        probe = np.broadcast_to(np.zeros((), inputs[0].type.np_dtype), inputs[0].type.shape)
+        return op.run([probe], attrs)
+    given = [v for v in inputs if v is not None]
+    if not all(v.is_const for v in given):
+        return None
+    if sum(v.type.nbytes for v in given) > _FOLD_LIMIT_BYTES:
+        return None
+    if sum(t.nbytes for t in out_types) > _FOLD_LIMIT_BYTES:
+        return None
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return op.run([v.data if v is not None else None for v in inputs], attrs)

@@ -1,0 +1,29 @@
+"""Op definitions. Importing this package registers every op."""
+
+from . import (  # noqa: F401  (registration side effects)
+    activation,
+    elementwise,
+    indexing,
+    nn,
+    normalization,
+    quantize,
+    reduction,
+    resize,
+    sequence_models,
+    tensor,
+)
+from .registry import (
+    REQUIRED,
+    FusionKind,
+    InferContext,
+    OpDef,
+    ShapeOperandError,
+    all_ops,
+    get_op,
+    has_op,
+    infer_node_types,
+    register_op,
+)
+
+__all__ = ["REQUIRED", "FusionKind", "InferContext", "OpDef", "ShapeOperandError", "all_ops",
+           "get_op", "has_op", "infer_node_types", "register_op"]

@@ -1,0 +1,52 @@
+"""Shared building blocks for op definitions: type-inference helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..ir.types import TensorType
+from .registry import InferContext
+
+
+def broadcast_shapes(ctx: InferContext, shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    """NumPy broadcasting of ``shapes``, or a TypeInferenceError naming them."""
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ctx.error(f"shapes {', '.join(map(str, shapes))} do not broadcast") from None
+
+
+def same_as(i: int = 0):
+    """Infer: one output with the type of input ``i``."""
+
+    def infer(ctx: InferContext):
+        return [ctx.type(i)]
+
+    return infer
+
+
+def broadcast(dtype: str | None = None):
+    """Infer: one output, the broadcast of every given input; dtype of input 0 unless fixed."""
+
+    def infer(ctx: InferContext):
+        given = [t for t in ctx.types if t is not None]
+        shape = broadcast_shapes(ctx, [t.shape for t in given])
+        return [TensorType(shape, dtype or given[0].dtype)]
+
+    return infer
+
+
+def normalize_axis(ctx: InferContext, axis: int, ndim: int) -> int:
+    """``axis`` in [0, ndim), accepting negatives; an error if out of range."""
+    if not -ndim <= axis < max(ndim, 1):
+        raise ctx.error(f"axis {axis} is out of range for rank {ndim}")
+    return axis % max(ndim, 1)
+
+
+def normalize_axes(ctx: InferContext, axes: Sequence[int], ndim: int) -> list[int]:
+    out = [normalize_axis(ctx, int(a), ndim) for a in axes]
+    if len(set(out)) != len(out):
+        raise ctx.error(f"repeated axis in {list(axes)}")
+    return out

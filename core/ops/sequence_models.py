@@ -1,0 +1,301 @@
+"""Sequence-model ops: scaled dot-product Attention (opset 23+) and RotaryEmbedding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.types import FLOAT_DTYPES, TensorType, dtype_from_onnx
+from .common import broadcast_shapes
+from .registry import FusionKind, InferContext, register_op
+
+# --------------------------------------------------------------------------- Attention
+
+_QK_RAW, _QK_SOFTCAPPED, _QK_BIASED, _QK_PROBABILITIES = range(4)
+
+
+@dataclass(frozen=True)
+class AttentionShapes:
+    """Sizes of one Attention node, after 3-D inputs are split into heads."""
+
+    batch: int
+    q_heads: int
+    kv_heads: int
+    q_length: int
+    kv_length: int
+    past_length: int
+    head_size: int
+    v_head_size: int
+
+    @property
+    def total_length(self) -> int:
+        return self.past_length + self.kv_length
+
+
+def _head_count(ctx: InferContext, name: str, hidden: int) -> int:
+    heads = ctx.attrs[name]
+    if not heads or heads <= 0:
+        raise ctx.error(f"3-D inputs need a positive {name} attribute (got {heads})")
+    if hidden % heads:
+        raise ctx.error(f"hidden size {hidden} does not split into {name}={heads} heads")
+    return heads
+
+
+def _attention_shapes(ctx: InferContext) -> AttentionShapes:
+    q, k, v = ctx.type(0), ctx.type(1), ctx.type(2)
+    if q.ndim not in (3, 4) or k.ndim != q.ndim or v.ndim != q.ndim:
+        raise ctx.error(f"Q {q}, K {k} and V {v} must all be 3-D or all be 4-D")
+    if q.ndim == 3:
+        q_heads = _head_count(ctx, "q_num_heads", q.shape[2])
+        kv_heads = _head_count(ctx, "kv_num_heads", k.shape[2])
+        if v.shape[2] % kv_heads:
+            raise ctx.error(f"V hidden size {v.shape[2]} does not split into "
+                            f"kv_num_heads={kv_heads} heads")
+        sizes = (q.shape[2] // q_heads, k.shape[2] // kv_heads, v.shape[2] // kv_heads)
+        lengths = (q.shape[1], k.shape[1], v.shape[1])
+    else:
+        q_heads, kv_heads = q.shape[1], k.shape[1]
+        if v.shape[1] != kv_heads:
+            raise ctx.error(f"K {k} and V {v} must have the same number of heads")
+        sizes = (q.shape[3], k.shape[3], v.shape[3])
+        lengths = (q.shape[2], k.shape[2], v.shape[2])
+    if not q.shape[0] == k.shape[0] == v.shape[0]:
+        raise ctx.error(f"Q {q}, K {k} and V {v} must have the same batch size")
+    if sizes[0] != sizes[1]:
+        raise ctx.error(f"Q head size {sizes[0]} differs from K head size {sizes[1]}")
+    if lengths[1] != lengths[2]:
+        raise ctx.error(f"K {k} and V {v} must have the same sequence length")
+    if q_heads % kv_heads:
+        raise ctx.error(f"{q_heads} query heads are not a multiple of {kv_heads} key/value "
+                        "heads (grouped-query attention needs a whole group per kv head)")
+    past = 0
+    if ctx.has(4) != ctx.has(5):
+        raise ctx.error("past_key and past_value must be given together")
+    if ctx.has(4):
+        if ctx.has(6):
+            raise ctx.error("nonpad_kv_seqlen cannot be combined with past_key/past_value")
+        past_key, past_value = ctx.type(4), ctx.type(5)
+        past = past_key.shape[2] if past_key.ndim == 4 else -1
+        expected_key = (q.shape[0], kv_heads, past, sizes[1])
+        expected_value = (q.shape[0], kv_heads, past, sizes[2])
+        if past_key.shape != expected_key or past_value.shape != expected_value:
+            raise ctx.error(f"past_key {past_key} and past_value {past_value} must have "
+                            f"shapes {expected_key} and {expected_value}")
+    return AttentionShapes(q.shape[0], q_heads, kv_heads, lengths[0], lengths[1], past,
+                           sizes[0], sizes[2])
+
+
+def _infer_attention(ctx: InferContext):
+    q = ctx.type(0)
+    _check_float(ctx, "Q", q.dtype)
+    for index, name in ((1, "K"), (2, "V"), (4, "past_key"), (5, "past_value")):
+        if ctx.has(index) and ctx.type(index).dtype != q.dtype:
+            raise ctx.error(f"{name} {ctx.type(index)} must have Q's dtype {q.dtype}")
+    shapes = _attention_shapes(ctx)
+    scores = (shapes.batch, shapes.q_heads, shapes.q_length, shapes.total_length)
+    if ctx.has(3):
+        mask = ctx.type(3)
+        if mask.dtype not in ("bool", q.dtype):
+            raise ctx.error(f"attn_mask {mask} must be bool or {q.dtype}")
+        if mask.ndim and mask.shape[-1] > shapes.total_length:
+            raise ctx.error(f"attn_mask {mask} is longer than the {shapes.total_length} keys")
+        padded = mask.shape[:-1] + (shapes.total_length,) if mask.ndim else mask.shape
+        if broadcast_shapes(ctx, [padded, scores]) != scores:
+            raise ctx.error(f"attn_mask {mask} does not broadcast to the scores {scores}")
+    if ctx.has(6) and ctx.type(6).shape != (shapes.batch,):
+        raise ctx.error(f"nonpad_kv_seqlen {ctx.type(6)} must have shape ({shapes.batch},)")
+    if ctx.attrs["softmax_precision"]:
+        _check_float(ctx, "softmax_precision", dtype_from_onnx(ctx.attrs["softmax_precision"]))
+    if ctx.attrs["qk_matmul_output_mode"] not in range(4):
+        raise ctx.error(f"qk_matmul_output_mode {ctx.attrs['qk_matmul_output_mode']} must be "
+                        "0, 1, 2 or 3")
+    for side in ("left_window_size", "right_window_size"):
+        if ctx.attrs[side] < -1:
+            raise ctx.error(f"{side} {ctx.attrs[side]} must be -1 (unbounded) or >= 0")
+    if q.ndim == 3:
+        y = (shapes.batch, shapes.q_length, shapes.q_heads * shapes.v_head_size)
+    else:
+        y = (shapes.batch, shapes.q_heads, shapes.q_length, shapes.v_head_size)
+    cache = (shapes.batch, shapes.kv_heads, shapes.total_length)
+    return [TensorType(y, q.dtype), TensorType(cache + (shapes.head_size,), q.dtype),
+            TensorType(cache + (shapes.v_head_size,), q.dtype), TensorType(scores, q.dtype)]
+
+
+def _check_float(ctx: InferContext, name: str, dtype: str) -> None:
+    if dtype not in FLOAT_DTYPES:
+        raise ctx.error(f"{name} has dtype {dtype}; supported: {', '.join(FLOAT_DTYPES)}")
+
+
+def _split_heads(x: np.ndarray, heads: int) -> np.ndarray:
+    """(batch, length, heads * size) -> (batch, heads, length, size)."""
+    batch, length, hidden = x.shape
+    return x.reshape(batch, length, heads, hidden // heads).transpose(0, 2, 1, 3)
+
+
+def _blocked(allowed: np.ndarray, dtype) -> np.ndarray:
+    """Additive bias: 0 where ``allowed``, -inf elsewhere."""
+    return np.where(allowed, dtype.type(0), dtype.type(-np.inf))
+
+
+def _query_offsets(past_length: int, nonpad_kv_seqlen, q_length: int):
+    """Keys that precede each query block: (batch, 1, 1, 1) per sample, or a scalar."""
+    if nonpad_kv_seqlen is not None and past_length == 0:
+        return (nonpad_kv_seqlen.astype(np.int64) - q_length).reshape(-1, 1, 1, 1)
+    return past_length
+
+
+def attention_bias(dtype, q_length: int, total_length: int, attn_mask=None,
+                   nonpad_kv_seqlen=None, *, past_length: int = 0, is_causal: int = 0,
+                   left_window_size: int = -1, right_window_size: int = -1) -> np.ndarray:
+    """The additive score bias of Attention, broadcastable to (batch, heads, q, keys).
+
+    It composes the mask (bool: -inf where False; float: added; a short last
+    axis counts as masked beyond its end), the bottom-right-aligned causal
+    frontier, the sliding window and the padding given by nonpad_kv_seqlen.
+    """
+    dtype = np.dtype(dtype)
+    bias = np.zeros((q_length, total_length), dtype)
+    if attn_mask is not None:
+        missing = total_length - attn_mask.shape[-1]
+        fill = False if attn_mask.dtype == np.bool_ else -np.inf
+        mask = np.pad(attn_mask, [(0, 0)] * (attn_mask.ndim - 1) + [(0, missing)],
+                      constant_values=fill)
+        bias = bias + (_blocked(mask, dtype) if mask.dtype == np.bool_ else mask)
+    offsets = _query_offsets(past_length, nonpad_kv_seqlen, q_length)
+    # how far each key lies behind its query's absolute position
+    lag = np.arange(q_length)[:, None] + offsets - np.arange(total_length)[None, :]
+    if is_causal:
+        bias = bias + _blocked(lag >= 0, dtype)
+    if left_window_size >= 0:
+        bias = bias + _blocked(lag <= left_window_size, dtype)
+    if right_window_size >= 0:
+        bias = bias + _blocked(-lag <= right_window_size, dtype)
+    if nonpad_kv_seqlen is not None:
+        valid = np.arange(total_length) < nonpad_kv_seqlen.reshape(-1, 1, 1, 1)
+        bias = bias + _blocked(valid, dtype)
+    return bias
+
+
+def masked_softmax(scores: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis; a row of only -inf gives zeros instead of NaN."""
+    peak = scores.max(axis=-1, keepdims=True)
+    peak = np.where(np.isneginf(peak), scores.dtype.type(0), peak)
+    weights = np.exp(scores - peak)
+    total = weights.sum(axis=-1, keepdims=True)
+    return weights / np.where(total == 0, scores.dtype.type(1), total)
+
+
+_ATTENTION_ATTRS = {"is_causal": 0, "kv_num_heads": None, "left_window_size": -1,
+                    "q_num_heads": None, "qk_matmul_output_mode": 0,
+                    "right_window_size": -1, "scale": None, "softcap": 0.0,
+                    "softmax_precision": None}
+
+
+@register_op("Attention", infer=_infer_attention, fusion=FusionKind.OPAQUE,
+             attrs=_ATTENTION_ATTRS)
+def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None,
+              *, is_causal, kv_num_heads, left_window_size, q_num_heads,
+              qk_matmul_output_mode, right_window_size, scale, softcap, softmax_precision):
+    """ONNX Attention (opset 23+): MHA / GQA / MQA with masks, causal and sliding windows,
+    a KV cache (past/present), softcap and the optional QK debug output.
+
+    Returns (Y, present_key, present_value, qk_matmul_output).
+    """
+    dtype = q.dtype
+    three_d = q.ndim == 3
+    if three_d:
+        q, k, v = _split_heads(q, q_num_heads), _split_heads(k, kv_num_heads), \
+            _split_heads(v, kv_num_heads)
+    present_key = k if past_key is None else np.concatenate([past_key, k], axis=2)
+    present_value = v if past_value is None else np.concatenate([past_value, v], axis=2)
+    q_length, total_length = q.shape[2], present_key.shape[2]
+    bias = attention_bias(dtype, q_length, total_length, attn_mask, nonpad_kv_seqlen,
+                          past_length=0 if past_key is None else past_key.shape[2],
+                          is_causal=is_causal, left_window_size=left_window_size,
+                          right_window_size=right_window_size)
+    group = q.shape[1] // present_key.shape[1]
+    keys = np.repeat(present_key, group, axis=1)
+    values = np.repeat(present_value, group, axis=1)
+    # Q and K are each scaled by sqrt(scale) so the product cannot overflow first
+    root = dtype.type(np.sqrt(scale if scale is not None else 1 / np.sqrt(q.shape[-1])))
+    raw = np.matmul(q * root, np.swapaxes(keys * root, -1, -2))
+    capped = softcap * np.tanh(raw / dtype.type(softcap)) if softcap > 0 else raw
+    biased = capped + bias
+    if softmax_precision:
+        biased_for_softmax = biased.astype(dtype_from_onnx(softmax_precision))
+    else:
+        biased_for_softmax = biased
+    probabilities = masked_softmax(biased_for_softmax)
+    # a query that may see no key at all attends to nothing
+    blind = np.isneginf(bias.max(axis=-1, keepdims=True))
+    probabilities = np.where(blind, probabilities.dtype.type(0), probabilities).astype(dtype)
+    y = np.matmul(probabilities, values)
+    if three_d:
+        y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], q_length, -1)
+    debug = (raw, capped, biased, probabilities)[qk_matmul_output_mode]
+    debug = np.broadcast_to(debug, (*q.shape[:2], q_length, total_length)).astype(dtype)
+    return y.astype(dtype, copy=False), present_key, present_value, debug
+
+
+# --------------------------------------------------------------------------- RotaryEmbedding
+
+
+def _infer_rotary(ctx: InferContext):
+    x, cos, sin = ctx.type(0), ctx.type(1), ctx.type(2)
+    _check_float(ctx, "X", x.dtype)
+    if cos.dtype != x.dtype or sin.dtype != x.dtype:
+        raise ctx.error(f"cos_cache {cos} and sin_cache {sin} must have X's dtype {x.dtype}")
+    if x.ndim == 4:
+        batch, _, length, head_size = x.shape
+    elif x.ndim == 3:
+        heads = ctx.attrs["num_heads"]
+        if not heads or x.shape[2] % heads:
+            raise ctx.error(f"3-D X {x} needs a num_heads attribute dividing its hidden size "
+                            f"(got {heads})")
+        batch, length, head_size = x.shape[0], x.shape[1], x.shape[2] // heads
+    else:
+        raise ctx.error(f"X {x} must be 3-D (batch, seq, hidden) or 4-D (batch, heads, seq, "
+                        "head_size)")
+    rotated = ctx.attrs["rotary_embedding_dim"] or head_size
+    if rotated % 2 or rotated > head_size:
+        raise ctx.error(f"rotary_embedding_dim {rotated} must be even and at most the head "
+                        f"size {head_size}")
+    if ctx.has(3):
+        positions = ctx.type(3)
+        if positions.shape != (batch, length):
+            raise ctx.error(f"position_ids {positions} must have shape ({batch}, {length})")
+        expected = cos.shape[:1] + (rotated // 2,)
+    else:
+        expected = (batch, length, rotated // 2)
+    if cos.shape != expected or sin.shape != expected:
+        raise ctx.error(f"cos_cache {cos} and sin_cache {sin} must have shape {expected}")
+    return [x]
+
+
+@register_op("RotaryEmbedding", infer=_infer_rotary, fusion=FusionKind.OPAQUE,
+             attrs={"interleaved": 0, "num_heads": None, "rotary_embedding_dim": 0})
+def rotary_embedding(x, cos_cache, sin_cache, position_ids=None, *, interleaved, num_heads,
+                     rotary_embedding_dim):
+    """ONNX RotaryEmbedding: rotate (half-split or interleaved) pairs of each head's first
+    rotary_embedding_dim features by per-position angles."""
+    # work on (batch, seq, heads, head_size)
+    heads_first = x.ndim == 4
+    work = x.transpose(0, 2, 1, 3) if heads_first else x.reshape(*x.shape[:2], num_heads, -1)
+    rotated = rotary_embedding_dim or work.shape[-1]
+    if position_ids is not None:
+        cos_cache, sin_cache = cos_cache[position_ids], sin_cache[position_ids]
+    cos, sin = cos_cache[:, :, None, :], sin_cache[:, :, None, :]
+    part = work[..., :rotated]
+    if interleaved:
+        first, second = part[..., 0::2], part[..., 1::2]
+    else:
+        first, second = part[..., :rotated // 2], part[..., rotated // 2:]
+    real = cos * first - sin * second
+    imaginary = sin * first + cos * second
+    if interleaved:
+        turned = np.stack([real, imaginary], axis=-1).reshape(part.shape)
+    else:
+        turned = np.concatenate([real, imaginary], axis=-1)
+    out = np.concatenate([turned, work[..., rotated:]], axis=-1).astype(x.dtype, copy=False)
+    return out.transpose(0, 2, 1, 3) if heads_first else out.reshape(x.shape)

@@ -1,0 +1,19 @@
+"""Graph passes: each a named function ``Graph -> Graph``, run by a PassManager."""
+
+from .cse import eliminate_common_subexpressions
+from .dce import eliminate_dead_code
+from .fold_batchnorm import fold_batchnorm
+from .fold_constants import fold_constants
+from .fuse_ops import fuse_ops, fused_functions, fusion_groups, post_dominators
+from .infer_types import infer_types
+from .manager import PassManager, PassRecord, get_pass, register_pass
+from .simplify import simplify
+
+#: the default optimization pipeline, up to fusion
+DEFAULT_PIPELINE = ("infer_types", "fold_constants", "simplify", "fold_batchnorm",
+                    "fold_constants", "cse", "dce", "fuse_ops")
+
+__all__ = ["DEFAULT_PIPELINE", "PassManager", "PassRecord", "eliminate_common_subexpressions",
+           "eliminate_dead_code", "fold_batchnorm", "fold_constants", "fuse_ops",
+           "fused_functions", "fusion_groups", "get_pass", "infer_types", "post_dominators",
+           "register_pass", "simplify"]

@@ -1,0 +1,58 @@
+"""Common-subexpression elimination (and merging of identical constants)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ..ir.graph import Graph, Value
+from .manager import register_pass
+from .rewrite import substitute
+
+
+def _freeze(value):
+    """A hashable, exact key for an attribute value."""
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, float) and value != value:
+        return ("nan",)
+    return value
+
+
+def _constant_key(v: Value):
+    digest = hashlib.blake2b(v.data.tobytes(), digest_size=16).digest()
+    return (v.type, digest)
+
+
+@register_pass("cse")
+def eliminate_common_subexpressions(graph: Graph) -> Graph:
+    """Merge nodes that apply the same op with the same attributes to the same
+    inputs, and constants with identical contents."""
+    mapping: dict[Value, Value] = {}
+    seen_consts: dict = {}
+    for v in graph.constants():
+        key = _constant_key(v)
+        if key in seen_consts:
+            mapping[v] = seen_consts[key]
+        else:
+            seen_consts[key] = v
+    seen: dict = {}
+    kept = []
+    for node in graph.nodes:
+        inputs = tuple(mapping.get(v, v) if v is not None else None for v in node.inputs)
+        if node.body is not None:
+            kept.append(node)
+            continue
+        key = (node.op, tuple(id(v) for v in inputs), len(node.outputs), _freeze(node.attrs))
+        twin = seen.get(key)
+        if twin is None:
+            seen[key] = node
+            kept.append(node)
+        else:
+            mapping.update(zip(node.outputs, twin.outputs))
+    return substitute(graph, mapping, kept)

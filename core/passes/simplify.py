@@ -1,0 +1,105 @@
+"""Algebraic simplification: remove no-op nodes and collapse reshape/transpose chains."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from ..ir.graph import Graph, Node, Value, constant
+from .manager import register_pass
+from .rewrite import substitute
+
+#: ops that only change the shape of a contiguous tensor
+_RESHAPE_LIKE = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+
+Rule = Callable[[Node, dict[Value, Node]], "Value | Node | None"]
+
+
+def _forward_if_same_type(node: Node, _producers) -> Value | None:
+    """Ops that are the identity when the output type equals the input type."""
+    src = node.inputs[0] if node.inputs else None
+    if src is not None and len(node.outputs) == 1 and node.outputs[0].type == src.type:
+        return src
+    return None
+
+
+def _dropout(node: Node, _producers) -> Value | None:
+    training = node.inputs[2] if len(node.inputs) > 2 else None
+    if training is not None and not (training.is_const and not bool(training.data)):
+        return None
+    if len(node.outputs) > 1:  # the mask is read: keep the node
+        return None
+    return node.inputs[0]
+
+
+def _reshape_chain(node: Node, producers) -> Node | Value | None:
+    src = node.inputs[0]
+    if src.type.shape == node.outputs[0].type.shape:
+        return src
+    inner = producers.get(src)
+    if inner is None or inner.op not in _RESHAPE_LIKE:
+        return None
+    shape = node.outputs[0].type.shape
+    target = constant(np.asarray(shape, dtype=np.int64), f"{node.name}_shape")
+    return Node("Reshape", [inner.inputs[0], target], node.outputs,
+                {"allowzero": int(0 in shape)}, node.name)
+
+
+def _transpose(node: Node, producers) -> Node | Value | None:
+    src = node.inputs[0]
+    perm = node.attrs.get("perm") or list(range(src.type.ndim))[::-1]
+    if list(perm) == list(range(src.type.ndim)):
+        return src
+    inner = producers.get(src)
+    if inner is None or inner.op != "Transpose":
+        return None
+    inner_perm = inner.attrs.get("perm") or list(range(inner.inputs[0].type.ndim))[::-1]
+    composed = [inner_perm[p] for p in perm]
+    if composed == list(range(len(composed))):
+        return inner.inputs[0]
+    return replace(node, inputs=[inner.inputs[0]], attrs={**node.attrs, "perm": composed})
+
+
+def _single_concat(node: Node, _producers) -> Value | None:
+    given = [v for v in node.inputs if v is not None]
+    return given[0] if len(given) == 1 else None
+
+
+RULES: dict[str, Rule] = {
+    "Identity": lambda node, _p: node.inputs[0],
+    "Dropout": _dropout,
+    "Cast": _forward_if_same_type,
+    "CastLike": _forward_if_same_type,
+    "Expand": _forward_if_same_type,
+    "Squeeze": _forward_if_same_type,
+    "Unsqueeze": _forward_if_same_type,
+    "Flatten": _forward_if_same_type,
+    "Reshape": _reshape_chain,
+    "Transpose": _transpose,
+    "Concat": _single_concat,
+}
+
+
+@register_pass("simplify")
+def simplify(graph: Graph) -> Graph:
+    """Remove Identity, inference-mode Dropout, no-op Cast/Reshape/Expand/Transpose,
+    single-input Concat; collapse chains of reshapes and of transposes."""
+    mapping: dict[Value, Value] = {}
+    producers: dict[Value, Node] = {}
+    kept = []
+    for node in graph.nodes:
+        inputs = [mapping.get(v, v) if v is not None else None for v in node.inputs]
+        if inputs != node.inputs:
+            node = replace(node, inputs=inputs)
+        rule = RULES.get(node.op) if node.body is None else None
+        result = rule(node, producers) if rule is not None else None
+        if isinstance(result, Value):
+            mapping[node.outputs[0]] = result
+            continue
+        if isinstance(result, Node):
+            node = result
+        kept.append(node)
+        producers.update((v, node) for v in node.outputs)
+    return substitute(graph, mapping, kept)

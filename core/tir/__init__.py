@@ -1,0 +1,87 @@
+"""heterocc.tir: the loop-level IR every code generator consumes.
+
+Expressions (``expr``), statements and PrimFuncs (``stmt``), a printer, an arithmetic
+simplifier with interval analysis, and passes (flatten, guard removal, unroll,
+vectorize) chained by :func:`lower_pipeline`.
+"""
+
+from .expr import (
+    INDEX_DTYPE,
+    INTRINSICS,
+    Binary,
+    Broadcast,
+    Buffer,
+    BufferLoad,
+    Call,
+    Cast,
+    Expr,
+    FloatImm,
+    IntImm,
+    Not,
+    Ramp,
+    Select,
+    Var,
+    as_expr,
+    binary,
+    call_intrin,
+    cast,
+    ceil,
+    const,
+    cos,
+    dtype_max,
+    dtype_min,
+    equal,
+    erf,
+    exp,
+    fabs,
+    floor,
+    lanes_of,
+    log,
+    logical_and,
+    logical_or,
+    maximum,
+    minimum,
+    not_equal,
+    power,
+    scalar_dtype,
+    select,
+    sin,
+    sqrt,
+    tanh,
+)
+from .passes import (
+    flatten_buffers,
+    lower_pipeline,
+    remove_true_guards,
+    unroll_loops,
+    vectorize_loops,
+)
+from .printer import expr_to_str, func_to_str, stmt_to_str
+from .simplify import Interval, const_bound, prove, simplify, simplify_stmt, structurally_equal
+from .stmt import (
+    THREAD_TAGS,
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+    seq,
+)
+from .visitor import Mutator, collect, free_vars, substitute, walk
+
+__all__ = [
+    "INDEX_DTYPE", "INTRINSICS", "THREAD_TAGS", "Allocate", "Binary", "Broadcast", "Buffer",
+    "BufferLoad", "BufferStore", "Call", "Cast", "Evaluate", "Expr", "FloatImm", "For",
+    "ForKind", "IfThenElse", "IntImm", "Interval", "Mutator", "Not", "PrimFunc", "Ramp",
+    "Select", "SeqStmt", "Stmt", "Var", "as_expr", "binary", "call_intrin", "cast", "ceil",
+    "collect", "const", "const_bound", "cos", "dtype_max", "dtype_min", "equal", "erf", "exp",
+    "expr_to_str", "fabs", "flatten_buffers", "floor", "free_vars", "func_to_str", "lanes_of",
+    "log", "logical_and", "logical_or", "lower_pipeline", "maximum", "minimum", "not_equal",
+    "power", "prove", "remove_true_guards", "scalar_dtype", "select", "seq", "simplify",
+    "simplify_stmt", "sin", "sqrt", "stmt_to_str", "structurally_equal", "substitute",
+    "tanh", "unroll_loops", "vectorize_loops", "walk",
+]

@@ -1,0 +1,219 @@
+"""TIR passes: flatten buffers to one dimension, remove provably-true guards, unroll and
+vectorize loops, and the default pipeline that chains them before code generation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import CompileError
+from .expr import (
+    Binary,
+    Broadcast,
+    BufferLoad,
+    Call,
+    Cast,
+    Expr,
+    FloatImm,
+    IntImm,
+    Not,
+    Ramp,
+    Select,
+    Var,
+    lanes_of,
+    with_lanes,
+)
+from .simplify import simplify_stmt
+from .stmt import (
+    BufferStore,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+    seq,
+)
+from .visitor import Mutator, collect, substitute
+
+#: widest vector the vectorizer forms; wider vectorized loops stay scalar loops.
+MAX_VECTOR_LANES = 64
+
+
+def _row_major_offset(buffer, indices: tuple[Expr, ...]) -> Expr:
+    if len(indices) != len(buffer.shape):
+        raise CompileError(
+            f"buffer {buffer.name!r} of shape {buffer.shape} accessed with {len(indices)} "
+            "indices; give one index per dimension")
+    offset: Expr = IntImm(0)
+    for index, dim in zip(indices, buffer.shape):
+        offset = offset * dim + index
+    return offset
+
+
+class _Flattener(Mutator):
+    def visit_BufferLoad(self, node: BufferLoad) -> Expr:
+        node = self.generic(node)
+        return BufferLoad(node.buffer, (_row_major_offset(node.buffer, node.indices),))
+
+    def visit_BufferStore(self, node: BufferStore) -> Stmt:
+        node = self.generic(node)
+        offset = _row_major_offset(node.buffer, node.indices)
+        return BufferStore(node.buffer, node.value, (offset,))
+
+
+def flatten_buffers(func: PrimFunc) -> PrimFunc:
+    """Every multi-dimensional buffer access rewritten to one row-major index (buffers
+    keep their logical shape, which codegen and the calling convention check)."""
+    return _Flattener().func(func)
+
+
+def remove_true_guards(func: PrimFunc) -> PrimFunc:
+    """Guards the loop ranges prove true removed, and expressions simplified."""
+    return dataclasses.replace(func, body=simplify_stmt(func.body))
+
+
+class _Unroller(Mutator):
+    def visit_For(self, node: For) -> Stmt:
+        node = self.generic(node)
+        if node.kind is not ForKind.UNROLLED:
+            return node
+        if not (isinstance(node.min, IntImm) and isinstance(node.extent, IntImm)):
+            return dataclasses.replace(node, kind=ForKind.SERIAL)
+        return seq([substitute(node.body, {node.var: IntImm(node.min.value + k)})
+                    for k in range(node.extent.value)])
+
+
+def unroll_loops(func: PrimFunc) -> PrimFunc:
+    """Unrolled loops with constant bounds replaced by copies of their body."""
+    return _Unroller().func(func)
+
+
+class _NotVectorizable(Exception):
+    """The loop body has a form the vectorizer does not turn into vector operations."""
+
+
+def _broadcast(expr: Expr, lanes: int) -> Expr:
+    return expr if lanes_of(expr.dtype) == lanes else Broadcast(expr, lanes)
+
+
+def _reads_memory(expr: Expr) -> bool:
+    return bool(collect(expr, lambda n: isinstance(n, BufferLoad)))
+
+
+class _LoopVectorizer:
+    """Rewrites the body of ``for var in vectorized(min, lanes)`` into vector operations."""
+
+    def __init__(self, var: Var, start: Expr, lanes: int):
+        self.var, self.lanes = var, lanes
+        self.ramp = Ramp(start, IntImm(1, var.dtype), lanes)
+
+    def expr(self, node: Expr) -> Expr:
+        if isinstance(node, Var):
+            return self.ramp if node is self.var else node
+        if isinstance(node, IntImm | FloatImm):
+            return node
+        if isinstance(node, Binary):
+            return self._binary(node)
+        if isinstance(node, Not):
+            return Not(self.expr(node.a))
+        if isinstance(node, Cast):
+            value = self.expr(node.value)
+            return Cast(with_lanes(node.dtype, lanes_of(value.dtype)), value)
+        if isinstance(node, Call):
+            args = [self.expr(a) for a in node.args]
+            if all(lanes_of(a.dtype) == 1 for a in args):
+                return node
+            return Call(node.name, tuple(_broadcast(a, self.lanes) for a in args),
+                        with_lanes(node.dtype, self.lanes))
+        if isinstance(node, Select):
+            return self._select(node)
+        if isinstance(node, BufferLoad):
+            (index,) = node.indices
+            vindex = self.expr(index)
+            return node if vindex is index else BufferLoad(node.buffer, (vindex,))
+        raise _NotVectorizable(type(node).__name__)
+
+    def _binary(self, node: Binary) -> Expr:
+        a, b = self.expr(node.a), self.expr(node.b)
+        if lanes_of(a.dtype) == 1 and lanes_of(b.dtype) == 1:
+            return node if (a is node.a and b is node.b) else Binary(node.op, a, b)
+        ramp_a, ramp_b = isinstance(a, Ramp), isinstance(b, Ramp)
+        scalar_a, scalar_b = lanes_of(a.dtype) == 1, lanes_of(b.dtype) == 1
+        if node.op in ("add", "sub"):
+            if ramp_a and scalar_b:
+                return Ramp(Binary(node.op, a.base, b), a.stride, a.lanes)
+            if scalar_a and ramp_b:
+                stride = b.stride if node.op == "add" else Binary("sub", IntImm(0), b.stride)
+                return Ramp(Binary(node.op, a, b.base), stride, b.lanes)
+            if ramp_a and ramp_b:
+                return Ramp(Binary(node.op, a.base, b.base),
+                            Binary(node.op, a.stride, b.stride), a.lanes)
+        if node.op == "mul":
+            if ramp_a and scalar_b:
+                return Ramp(Binary("mul", a.base, b), Binary("mul", a.stride, b), a.lanes)
+            if scalar_a and ramp_b:
+                return Ramp(Binary("mul", a, b.base), Binary("mul", a, b.stride), b.lanes)
+        return Binary(node.op, _broadcast(a, self.lanes), _broadcast(b, self.lanes))
+
+    def _select(self, node: Select) -> Expr:
+        condition = self.expr(node.condition)
+        true_value, false_value = self.expr(node.true_value), self.expr(node.false_value)
+        if lanes_of(condition.dtype) > 1 and (
+                _reads_memory(node.true_value) or _reads_memory(node.false_value)):
+            # A vector select would load both sides in every lane, out of bounds included.
+            raise _NotVectorizable("select guarding a load")
+        if all(lanes_of(e.dtype) == 1 for e in (condition, true_value, false_value)):
+            return node
+        return Select(condition, _broadcast(true_value, self.lanes),
+                      _broadcast(false_value, self.lanes))
+
+    def stmt(self, node: Stmt) -> Stmt:
+        if isinstance(node, BufferStore):
+            (index,) = node.indices
+            vindex = self.expr(index)
+            if lanes_of(vindex.dtype) == 1:
+                raise _NotVectorizable("store index does not depend on the vectorized loop")
+            value = _broadcast(self.expr(node.value), self.lanes)
+            return BufferStore(node.buffer, value, (vindex,))
+        if isinstance(node, SeqStmt):
+            return SeqStmt(tuple(self.stmt(s) for s in node.stmts))
+        if isinstance(node, IfThenElse):
+            if lanes_of(self.expr(node.condition).dtype) > 1:
+                raise _NotVectorizable("guard depends on the vectorized loop")
+            else_case = self.stmt(node.else_case) if node.else_case is not None else None
+            return dataclasses.replace(node, then_case=self.stmt(node.then_case),
+                                       else_case=else_case)
+        raise _NotVectorizable(type(node).__name__)
+
+
+class _Vectorizer(Mutator):
+    def visit_For(self, node: For) -> Stmt:
+        node = self.generic(node)
+        if node.kind is not ForKind.VECTORIZED:
+            return node
+        lanes = node.extent.value if isinstance(node.extent, IntImm) else 0
+        if 1 < lanes <= MAX_VECTOR_LANES:
+            try:
+                return _LoopVectorizer(node.var, node.min, lanes).stmt(node.body)
+            except _NotVectorizable:
+                pass
+        # Left to LLVM's loop vectorizer, which may still vectorize it with checks.
+        return dataclasses.replace(node, kind=ForKind.SERIAL)
+
+
+def vectorize_loops(func: PrimFunc) -> PrimFunc:
+    """Vectorized loops rewritten into vector loads, stores and arithmetic (ramps and
+    broadcasts); a loop whose body cannot be (inner loops, guards or reductions along
+    the vectorized axis, selects guarding loads) becomes a serial loop."""
+    return _Vectorizer().func(func)
+
+
+def lower_pipeline(func: PrimFunc) -> PrimFunc:
+    """The default TIR pipeline between ``te.lower`` and code generation."""
+    func = remove_true_guards(func)
+    func = flatten_buffers(func)
+    func = unroll_loops(func)
+    func = remove_true_guards(func)
+    func = vectorize_loops(func)
+    return remove_true_guards(func)
+

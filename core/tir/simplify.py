@@ -1,0 +1,405 @@
+"""Arithmetic simplification and interval analysis of TIR.
+
+Integer expressions are canonicalized as linear combinations of atoms (so
+``(i*32 + j) - i*32`` becomes ``j``); floordiv/floormod by a constant and min/max
+and comparisons are resolved with value ranges of the loop variables; guards that
+the ranges prove true are removed by :func:`simplify_stmt`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from .expr import (
+    COMPARE_OPS,
+    Binary,
+    Broadcast,
+    BufferLoad,
+    Cast,
+    Expr,
+    FloatImm,
+    IntImm,
+    Not,
+    Ramp,
+    Select,
+    Var,
+    is_bool,
+    is_float,
+    lanes_of,
+    scalar_dtype,
+)
+from .stmt import For, IfThenElse, SeqStmt, Stmt
+from .visitor import Mutator, substitute
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Inclusive integer bounds; ``-inf``/``inf`` where unknown."""
+
+    lo: float
+    hi: float
+
+    @staticmethod
+    def point(value: int) -> Interval:
+        return Interval(value, value)
+
+    @property
+    def is_bounded(self) -> bool:
+        return math.isfinite(self.lo) and math.isfinite(self.hi)
+
+
+UNBOUNDED = Interval(-math.inf, math.inf)
+Ranges = Mapping[Var, Interval]
+
+
+def _mul_bounds(a: Interval, b: Interval) -> Interval:
+    products = []
+    for x in (a.lo, a.hi):
+        for y in (b.lo, b.hi):
+            products.append(0 if x == 0 or y == 0 else x * y)
+    return Interval(min(products), max(products))
+
+
+def const_bound(expr: Expr, ranges: Ranges) -> Interval:
+    """Bounds of integer ``expr`` given bounds of its variables (unbounded where unknown)."""
+    if isinstance(expr, IntImm):
+        return Interval.point(expr.value)
+    if isinstance(expr, Var):
+        return ranges.get(expr, UNBOUNDED)
+    if isinstance(expr, Cast) and not is_float(expr.value.dtype) and not is_float(expr.dtype):
+        return const_bound(expr.value, ranges)
+    if is_bool(expr.dtype):
+        return Interval(0, 1)
+    if isinstance(expr, Select):
+        t, f = const_bound(expr.true_value, ranges), const_bound(expr.false_value, ranges)
+        return Interval(min(t.lo, f.lo), max(t.hi, f.hi))
+    if isinstance(expr, Binary):
+        a, b = const_bound(expr.a, ranges), const_bound(expr.b, ranges)
+        if expr.op == "add":
+            return Interval(a.lo + b.lo, a.hi + b.hi)
+        if expr.op == "sub":
+            return Interval(a.lo - b.hi, a.hi - b.lo)
+        if expr.op == "mul":
+            return _mul_bounds(a, b)
+        if expr.op == "min":
+            return Interval(min(a.lo, b.lo), min(a.hi, b.hi))
+        if expr.op == "max":
+            return Interval(max(a.lo, b.lo), max(a.hi, b.hi))
+        if expr.op in ("floordiv", "floormod") and b.lo == b.hi and b.lo > 0:
+            c = int(b.lo)
+            if expr.op == "floormod":
+                if a.is_bounded and a.lo // c == a.hi // c:
+                    return Interval(a.lo % c, a.hi % c)
+                return Interval(0, c - 1)
+            lo = a.lo // c if math.isfinite(a.lo) else -math.inf
+            hi = a.hi // c if math.isfinite(a.hi) else math.inf
+            return Interval(lo, hi)
+    return UNBOUNDED
+
+
+# ----------------------------------------------------------------------------- linear forms
+
+
+def structural_key(expr: Expr):
+    """A hashable key equal for structurally equal expressions (vars by identity)."""
+    if isinstance(expr, Var):
+        return ("var", id(expr))
+    if isinstance(expr, IntImm | FloatImm):
+        return (type(expr).__name__, expr.value, expr.dtype)
+    parts: list = [type(expr).__name__]
+    for f in dataclasses.fields(expr):
+        value = getattr(expr, f.name)
+        if isinstance(value, Expr):
+            parts.append(structural_key(value))
+        elif isinstance(value, tuple):
+            parts.append(tuple(structural_key(v) if isinstance(v, Expr) else id(v) for v in value))
+        elif isinstance(value, str | int | float | bool):
+            parts.append(value)
+        else:
+            parts.append(id(value))
+    return tuple(parts)
+
+
+def structurally_equal(a: Expr, b: Expr) -> bool:
+    return structural_key(a) == structural_key(b)
+
+
+@dataclass
+class LinearForm:
+    """``sum(coeff * atom) + constant`` over integer atoms, atoms keyed structurally."""
+
+    terms: dict  # key -> [coeff, atom]
+    constant: int
+
+    def scaled(self, factor: int) -> LinearForm:
+        return LinearForm({k: [c * factor, a] for k, (c, a) in self.terms.items()},
+                          self.constant * factor)
+
+    def plus(self, other: LinearForm) -> LinearForm:
+        terms = {k: list(v) for k, v in self.terms.items()}
+        for key, (coeff, atom) in other.terms.items():
+            if key in terms:
+                terms[key][0] += coeff
+            else:
+                terms[key] = [coeff, atom]
+        return LinearForm({k: v for k, v in terms.items() if v[0] != 0},
+                          self.constant + other.constant)
+
+
+def linear_form(expr: Expr) -> LinearForm:
+    """``expr`` (an integer scalar) as a linear combination of its non-linear atoms."""
+    if isinstance(expr, IntImm):
+        return LinearForm({}, expr.value)
+    if isinstance(expr, Binary) and expr.op in ("add", "sub"):
+        right = linear_form(expr.b)
+        return linear_form(expr.a).plus(right if expr.op == "add" else right.scaled(-1))
+    if isinstance(expr, Binary) and expr.op == "mul":
+        if isinstance(expr.b, IntImm):
+            return linear_form(expr.a).scaled(expr.b.value)
+        if isinstance(expr.a, IntImm):
+            return linear_form(expr.b).scaled(expr.a.value)
+    return LinearForm({structural_key(expr): [1, expr]}, 0)
+
+
+def from_linear_form(form: LinearForm, dtype: str) -> Expr:
+    """The expression of ``form``: positive terms first, constant last."""
+    result: Expr | None = None
+    ordered = sorted(form.terms.values(), key=lambda t: t[0] < 0)
+    for coeff, atom in ordered:
+        if result is None:
+            term = atom if coeff == 1 else Binary("mul", atom, IntImm(coeff, dtype))
+            result = term
+        elif coeff > 0:
+            result = Binary("add", result, atom if coeff == 1 else
+                            Binary("mul", atom, IntImm(coeff, dtype)))
+        else:
+            result = Binary("sub", result, atom if coeff == -1 else
+                            Binary("mul", atom, IntImm(-coeff, dtype)))
+    if result is None:
+        return IntImm(form.constant, dtype)
+    if form.constant > 0:
+        return Binary("add", result, IntImm(form.constant, dtype))
+    if form.constant < 0:
+        return Binary("sub", result, IntImm(-form.constant, dtype))
+    return result
+
+
+def _form_bound(form: LinearForm, ranges: Ranges) -> Interval:
+    lo = hi = form.constant
+    for coeff, atom in form.terms.values():
+        b = _mul_bounds(const_bound(atom, ranges), Interval.point(coeff))
+        lo, hi = lo + b.lo, hi + b.hi
+    return Interval(lo, hi)
+
+
+# ----------------------------------------------------------------------------- folding
+
+
+def _np_scalar(imm: IntImm | FloatImm):
+    return np.array(imm.value).astype(scalar_dtype(imm.dtype) if not is_bool(imm.dtype) else bool)
+
+
+def _imm(value, dtype: str) -> Expr:
+    if is_float(dtype):
+        return FloatImm(float(value), dtype)
+    return IntImm(int(value), dtype)
+
+
+_NP_ARITH = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "floordiv": np.floor_divide, "floormod": np.mod, "min": np.minimum, "max": np.maximum,
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "eq": np.equal, "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or,
+}
+
+
+def _fold_constants(node: Binary) -> Expr | None:
+    if not (isinstance(node.a, IntImm | FloatImm) and isinstance(node.b, IntImm | FloatImm)):
+        return None
+    if node.op in ("floordiv", "floormod") and node.b.value == 0:
+        return None
+    with np.errstate(all="ignore"):
+        value = _NP_ARITH[node.op](_np_scalar(node.a), _np_scalar(node.b))
+    return _imm(value.item(), node.dtype)
+
+
+def _decide(op: str, diff: Interval) -> bool | None:
+    """Truth of ``d op 0`` for every d in ``diff``, or None when it depends."""
+    checks = {
+        "lt": (diff.hi < 0, diff.lo >= 0), "le": (diff.hi <= 0, diff.lo > 0),
+        "gt": (diff.lo > 0, diff.hi <= 0), "ge": (diff.lo >= 0, diff.hi < 0),
+        "eq": (diff.lo == diff.hi == 0, diff.lo > 0 or diff.hi < 0),
+        "ne": (diff.lo > 0 or diff.hi < 0, diff.lo == diff.hi == 0),
+    }
+    always, never = checks[op]
+    return True if always else (False if never else None)
+
+
+class Simplifier(Mutator):
+    """Bottom-up rewriting with the variable ranges in ``ranges``."""
+
+    def __init__(self, ranges: Ranges | None = None):
+        self.ranges: dict[Var, Interval] = dict(ranges or {})
+
+    def visit_Binary(self, node: Binary) -> Expr:
+        node = self.generic(node)
+        folded = _fold_constants(node)
+        if folded is not None:
+            return folded
+        if lanes_of(node.dtype) > 1 or lanes_of(node.a.dtype) > 1:
+            return node
+        if node.op in ("and", "or"):
+            return self._logic(node)
+        if is_float(node.a.dtype):
+            return self._float_identities(node)
+        if node.op in ("add", "sub", "mul"):
+            return from_linear_form(linear_form(node), node.dtype)
+        if node.op in ("floordiv", "floormod"):
+            return self._div_mod(node)
+        if node.op in ("min", "max"):
+            return self._min_max(node)
+        if node.op in COMPARE_OPS:
+            diff = linear_form(node.a).plus(linear_form(node.b).scaled(-1))
+            decided = _decide(node.op, _form_bound(diff, self.ranges))
+            return node if decided is None else IntImm(int(decided), "bool")
+        return node
+
+    def _logic(self, node: Binary) -> Expr:
+        for mine, other in ((node.a, node.b), (node.b, node.a)):
+            if isinstance(mine, IntImm):
+                absorbing = 0 if node.op == "and" else 1
+                return IntImm(absorbing, "bool") if mine.value == absorbing else other
+        return node
+
+    @staticmethod
+    def _float_identities(node: Binary) -> Expr:
+        a, b = node.a, node.b
+        if node.op == "mul" and isinstance(b, FloatImm) and b.value == 1.0:
+            return a
+        if node.op == "mul" and isinstance(a, FloatImm) and a.value == 1.0:
+            return b
+        if node.op in ("add", "sub") and isinstance(b, FloatImm) and b.value == 0.0:
+            return a
+        if node.op == "add" and isinstance(a, FloatImm) and a.value == 0.0:
+            return b
+        return node
+
+    def _div_mod(self, node: Binary) -> Expr:
+        if not isinstance(node.b, IntImm) or node.b.value <= 0:
+            return node
+        c = node.b.value
+        if c == 1:
+            return node.a if node.op == "floordiv" else IntImm(0, node.dtype)
+        form = linear_form(node.a)
+        divisible = LinearForm({k: v for k, v in form.terms.items() if v[0] % c == 0}, 0)
+        rest = LinearForm({k: v for k, v in form.terms.items() if v[0] % c != 0},
+                          form.constant)
+        rest_bound = _form_bound(rest, self.ranges)
+        if rest_bound.is_bounded and rest_bound.lo // c == rest_bound.hi // c:
+            quotient = int(rest_bound.lo // c)
+            if node.op == "floordiv":
+                result = divisible.scaled(1)
+                result = LinearForm({k: [v[0] // c, v[1]] for k, v in result.terms.items()},
+                                    quotient)
+                return from_linear_form(result, node.dtype)
+            return from_linear_form(rest.plus(LinearForm({}, -quotient * c)), node.dtype)
+        if node.op == "floormod" and divisible.terms:
+            return Binary("floormod", from_linear_form(rest, node.dtype), node.b)
+        return node
+
+    def _min_max(self, node: Binary) -> Expr:
+        diff = linear_form(node.a).plus(linear_form(node.b).scaled(-1))
+        bound = _form_bound(diff, self.ranges)
+        a_smaller = bound.hi <= 0
+        b_smaller = bound.lo >= 0
+        if node.op == "min":
+            return node.a if a_smaller else (node.b if b_smaller else node)
+        return node.b if a_smaller else (node.a if b_smaller else node)
+
+    def visit_Not(self, node: Not) -> Expr:
+        node = self.generic(node)
+        if isinstance(node.a, IntImm):
+            return IntImm(1 - node.a.value, "bool")
+        return node
+
+    def visit_Select(self, node: Select) -> Expr:
+        node = self.generic(node)
+        if isinstance(node.condition, IntImm):
+            return node.true_value if node.condition.value else node.false_value
+        return node
+
+    def visit_Cast(self, node: Cast) -> Expr:
+        node = self.generic(node)
+        if isinstance(node.value, IntImm | FloatImm) and lanes_of(node.dtype) == 1:
+            with np.errstate(all="ignore"):
+                target = bool if is_bool(node.dtype) else node.dtype
+                value = _np_scalar(node.value).astype(target).item()
+            return _imm(value, node.dtype)
+        return node
+
+    def visit_Ramp(self, node: Ramp) -> Expr:
+        return self.generic(node)
+
+    def visit_Broadcast(self, node: Broadcast) -> Expr:
+        return self.generic(node)
+
+    def visit_BufferLoad(self, node: BufferLoad) -> Expr:
+        return self.generic(node)
+
+    # statements
+
+    def visit_For(self, node: For) -> Stmt:
+        lo, extent = self.expr(node.min), self.expr(node.extent)
+        if isinstance(extent, IntImm) and extent.value <= 0:
+            return SeqStmt(())
+        if isinstance(lo, IntImm) and isinstance(extent, IntImm):
+            if extent.value == 1 and node.thread_tag is None:
+                return self.stmt(substitute(node.body, {node.var: lo}))
+            self.ranges[node.var] = Interval(lo.value, lo.value + extent.value - 1)
+        body = self.stmt(node.body)
+        self.ranges.pop(node.var, None)
+        if isinstance(body, SeqStmt) and not body.stmts:
+            return body
+        if lo is node.min and extent is node.extent and body is node.body:
+            return node
+        return dataclasses.replace(node, min=lo, extent=extent, body=body)
+
+    def visit_IfThenElse(self, node: IfThenElse) -> Stmt:
+        condition = self.expr(node.condition)
+        if isinstance(condition, IntImm):
+            if condition.value:
+                return self.stmt(node.then_case)
+            return self.stmt(node.else_case) if node.else_case is not None else SeqStmt(())
+        then_case = self.stmt(node.then_case)
+        else_case = self.stmt(node.else_case) if node.else_case is not None else None
+        return dataclasses.replace(node, condition=condition, then_case=then_case,
+                                   else_case=else_case)
+
+    def visit_SeqStmt(self, node: SeqStmt) -> Stmt:
+        from .stmt import seq
+
+        stmts = [self.stmt(s) for s in node.stmts]
+        kept = [s for s in stmts if not (isinstance(s, SeqStmt) and not s.stmts)]
+        return seq(kept) if kept else SeqStmt(())
+
+
+def simplify(expr: Expr, ranges: Ranges | None = None) -> Expr:
+    """``expr`` simplified, using the inclusive bounds ``ranges`` of its variables."""
+    return Simplifier(ranges).expr(expr)
+
+
+def simplify_stmt(stmt: Stmt, ranges: Ranges | None = None) -> Stmt:
+    """``stmt`` with every expression simplified under the loop ranges, guards that are
+    provably true (or false) resolved, and single-iteration loops replaced by their body."""
+    return Simplifier(ranges).stmt(stmt)
+
+
+def prove(condition: Expr, ranges: Ranges | None = None) -> bool:
+    """Whether ``condition`` provably holds for every value in ``ranges``."""
+    result = simplify(condition, ranges)
+    return isinstance(result, IntImm) and result.value == 1

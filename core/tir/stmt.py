@@ -1,0 +1,111 @@
+"""TIR statements: loop nests, buffer stores, allocations, guards, sequences, and the
+PrimFunc that wraps a body with its buffer parameters."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .expr import Buffer, Expr, Var
+
+
+class ForKind(enum.Enum):
+    """How a loop's iterations run."""
+
+    SERIAL = "serial"
+    PARALLEL = "parallel"  #: across CPU cores through the runtime thread pool
+    VECTORIZED = "vectorized"  #: one SIMD instruction per operation (vectorize pass)
+    UNROLLED = "unrolled"  #: replicated body (unroll pass)
+    THREAD_BINDING = "thread_binding"  #: bound to a GPU axis named by ``thread_tag``
+
+
+#: GPU axes a loop may be bound to.
+THREAD_TAGS = (
+    "blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z",
+    "vthread",
+)
+
+
+class Stmt:
+    """Base of every TIR statement."""
+
+    def __repr__(self) -> str:
+        from .printer import stmt_to_str
+
+        return stmt_to_str(self)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class For(Stmt):
+    """``for var in [min, min + extent)``, run as ``kind`` says."""
+
+    var: Var
+    min: Expr
+    extent: Expr
+    kind: ForKind
+    body: Stmt
+    thread_tag: str | None = None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BufferStore(Stmt):
+    buffer: Buffer
+    value: Expr
+    indices: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Allocate(Stmt):
+    """``buffer`` (in its scope) lives for the duration of ``body``."""
+
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class IfThenElse(Stmt):
+    """A guard; ``likely`` marks bound checks of non-dividing splits, which usually hold."""
+
+    condition: Expr
+    then_case: Stmt
+    else_case: Stmt | None = None
+    likely: bool = False
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class SeqStmt(Stmt):
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Evaluate(Stmt):
+    """An expression run for its effect (an intrinsic call)."""
+
+    value: Expr
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PrimFunc:
+    """A function over buffers: ``params`` are its arguments (shape + dtype each)."""
+
+    name: str
+    params: tuple[Buffer, ...]
+    body: Stmt
+    attrs: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        from .printer import func_to_str
+
+        return func_to_str(self)
+
+
+def seq(stmts: Sequence[Stmt]) -> Stmt:
+    """The statements in order, flattening nested sequences; one statement stays itself."""
+    flat: list[Stmt] = []
+    for stmt in stmts:
+        if isinstance(stmt, SeqStmt):
+            flat.extend(stmt.stmts)
+        elif stmt is not None:
+            flat.append(stmt)
+    return flat[0] if len(flat) == 1 else SeqStmt(tuple(flat))

@@ -1,0 +1,22 @@
+"""Maps the top-level folders into the single ``heterocc`` import namespace.
+
+pyproject.toml cannot compute sub-package lists for a remapped folder, so the
+mapping lives here: ``core/`` is ``heterocc``, ``targets/`` is
+``heterocc.targets`` and ``accel_sim/`` is ``heterocc.accel_sim``.
+"""
+
+from setuptools import find_packages, setup
+
+FOLDERS = {"heterocc": "core", "heterocc.targets": "targets", "heterocc.accel_sim": "accel_sim"}
+
+
+def _packages_under(prefix: str, folder: str) -> list[str]:
+    return [prefix] + [f"{prefix}.{sub}" for sub in find_packages(folder)]
+
+
+setup(
+    package_dir=dict(FOLDERS),
+    packages=[pkg for prefix, folder in FOLDERS.items() for pkg in _packages_under(prefix, folder)],
+    package_data={"heterocc.accel_sim": ["*.json"], "heterocc.targets": ["*/templates/*"]},
+    include_package_data=True,
+)

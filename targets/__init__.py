@@ -1,0 +1,16 @@
+"""Code-generation targets, one sub-package each, behind one registry."""
+
+from . import reference  # noqa: F401  (registers the built-in target)
+from .registry import (
+    ENTRY_POINT_GROUP,
+    Kernel,
+    Target,
+    TargetInfo,
+    available_targets,
+    get_target,
+    parse_targets,
+    register_target,
+)
+
+__all__ = ["ENTRY_POINT_GROUP", "Kernel", "Target", "TargetInfo", "available_targets",
+           "get_target", "parse_targets", "register_target"]
