@@ -261,7 +261,8 @@ def _validate(config: HardwareConfig) -> None:
         raise AcceleratorError("hardware config: inputs and weights must be at most 16 bits wide")
     if config.bus_width_bits not in (32, 64, 128, 256, 512):
         raise AcceleratorError(
-            f"hardware config bus_width_bits={config.bus_width_bits}: choose 32, 64, 128, 256 or 512"
+            f"hardware config bus_width_bits={config.bus_width_bits}: "
+            "choose 32, 64, 128, 256 or 512"
         )
     for key in ("token_queue_depth", "dram_bytes_per_cycle"):
         if getattr(config, key) < 1:

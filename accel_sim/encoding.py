@@ -129,9 +129,10 @@ def decode_stream(data: bytes, config: HardwareConfig) -> list[Instruction]:
         raise AcceleratorError(
             f"an instruction stream is a multiple of {INSTRUCTION_BYTES} bytes, got {len(data)}"
         )
+    size = INSTRUCTION_BYTES
     return [
-        decode_instruction(data[start : start + INSTRUCTION_BYTES], config, start // INSTRUCTION_BYTES)
-        for start in range(0, len(data), INSTRUCTION_BYTES)
+        decode_instruction(data[start : start + size], config, start // size)
+        for start in range(0, len(data), size)
     ]
 
 

@@ -17,12 +17,30 @@ DTYPES = (
 )
 FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+#: narrow formats ONNX defines (bfloat16, float8, float4, int4, int2), as NumPy dtypes
+#: from ml_dtypes (a dependency of onnx): storage and casts only, no arithmetic kernels
+EXTENDED_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+                   "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn", "int4", "uint4",
+                   "int2", "uint2")
+#: ONNX string tensors are NumPy object arrays
+STRING_DTYPE = "object"
+
+
+def np_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of an IR dtype name (extended formats through ml_dtypes)."""
+    if name in EXTENDED_DTYPES:
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)
 
 
 def normalize_dtype(dtype) -> str:
     """The IR's name for ``dtype`` (a NumPy dtype, a type object or a name)."""
+    if isinstance(dtype, str) and dtype in EXTENDED_DTYPES:
+        return dtype
     name = np.dtype(dtype).name
-    if name not in DTYPES:
+    if name not in DTYPES and name not in EXTENDED_DTYPES and name != STRING_DTYPE:
         raise TypeInferenceError(f"dtype {name!r} is not supported "
                                  f"(supported: {', '.join(DTYPES)})")
     return name
@@ -54,11 +72,11 @@ class TensorType:
 
     @property
     def nbytes(self) -> int:
-        return self.size * np.dtype(self.dtype).itemsize
+        return self.size * self.np_dtype.itemsize
 
     @property
     def np_dtype(self) -> np.dtype:
-        return np.dtype(self.dtype)
+        return np_dtype(self.dtype)
 
     @classmethod
     def of(cls, array: np.ndarray) -> TensorType:

@@ -1,5 +1,6 @@
 """Bundled example models, built in code with onnx.helper (seeded weights)."""
 
 from .tiny_cnn import tiny_cnn
+from .zoo import mobilenet_v2, resnet18
 
-__all__ = ["tiny_cnn"]
+__all__ = ["mobilenet_v2", "resnet18", "tiny_cnn"]

@@ -54,7 +54,7 @@ def softplus_of(x: np.ndarray) -> np.ndarray:
 
 @register_op("Relu", infer=unary_infer(SIGNED_DTYPES), fusion=FusionKind.ELEMWISE,
              attrs=CONSUMED_INPUTS)
-def relu(x, *, consumed_inputs):
+def relu(x, *, consumed_inputs=None):
     """max(x, 0)."""
     return np.maximum(x, np.zeros((), x.dtype))
 
@@ -62,7 +62,7 @@ def relu(x, *, consumed_inputs):
 @register_op("LeakyRelu", infer=_FLOAT_UNARY, fusion=FusionKind.ELEMWISE,
              attrs={"alpha": 0.01, **CONSUMED_INPUTS})
 @in_working_precision
-def leaky_relu(x, *, alpha, consumed_inputs):
+def leaky_relu(x, *, alpha, consumed_inputs=None):
     """x for x >= 0, alpha * x below."""
     return np.where(x >= 0, x, alpha * x)
 
@@ -97,7 +97,7 @@ def _infer_prelu(ctx: InferContext):
 
 @register_op("PRelu", infer=_infer_prelu, fusion=FusionKind.BROADCAST, attrs=CONSUMED_INPUTS)
 @in_working_precision
-def prelu(x, slope, *, consumed_inputs):
+def prelu(x, slope, *, consumed_inputs=None):
     """x for x >= 0, slope * x below (slope broadcast to x)."""
     slope = slope.reshape(_prelu_slope_shape(x.shape, slope.shape))
     return np.where(x >= 0, x, slope * x)
@@ -105,7 +105,7 @@ def prelu(x, slope, *, consumed_inputs):
 
 @register_op("Sigmoid", infer=_FLOAT_UNARY, fusion=FusionKind.ELEMWISE, attrs=CONSUMED_INPUTS)
 @in_working_precision
-def sigmoid(x, *, consumed_inputs):
+def sigmoid(x, *, consumed_inputs=None):
     """1 / (1 + e**-x)."""
     return sigmoid_of(x)
 
@@ -113,7 +113,7 @@ def sigmoid(x, *, consumed_inputs):
 @register_op("HardSigmoid", infer=_FLOAT_UNARY, fusion=FusionKind.ELEMWISE,
              attrs={"alpha": 0.2, "beta": 0.5, **CONSUMED_INPUTS})
 @in_working_precision
-def hard_sigmoid(x, *, alpha, beta, consumed_inputs):
+def hard_sigmoid(x, *, alpha, beta, consumed_inputs=None):
     """max(0, min(1, alpha * x + beta))."""
     return np.clip(alpha * x + beta, 0, 1)
 
@@ -127,7 +127,7 @@ def hard_swish(x):
 
 @register_op("Tanh", infer=_FLOAT_UNARY, fusion=FusionKind.ELEMWISE, attrs=CONSUMED_INPUTS)
 @in_working_precision
-def tanh(x, *, consumed_inputs):
+def tanh(x, *, consumed_inputs=None):
     """Hyperbolic tangent."""
     return np.tanh(x)
 
@@ -149,7 +149,7 @@ def softsign(x):
 @register_op("Elu", infer=_FLOAT_UNARY, fusion=FusionKind.ELEMWISE,
              attrs={"alpha": 1.0, **CONSUMED_INPUTS})
 @in_working_precision
-def elu(x, *, alpha, consumed_inputs):
+def elu(x, *, alpha, consumed_inputs=None):
     """x for x > 0, alpha * (e**x - 1) otherwise."""
     return np.where(x > 0, x, alpha * np.expm1(x))
 
@@ -158,7 +158,7 @@ def elu(x, *, alpha, consumed_inputs):
              attrs={"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875,
                     **CONSUMED_INPUTS})
 @in_working_precision
-def selu(x, *, alpha, gamma, consumed_inputs):
+def selu(x, *, alpha, gamma, consumed_inputs=None):
     """gamma * x for x > 0, gamma * alpha * (e**x - 1) otherwise."""
     return gamma * np.where(x > 0, x, alpha * np.expm1(x))
 
@@ -229,7 +229,7 @@ def _clip_bound(operand: np.ndarray | None, legacy_value: float | None, dtype: n
 
 @register_op("Clip", infer=_infer_clip, fusion=FusionKind.BROADCAST,
              attrs={"min": None, "max": None, **CONSUMED_INPUTS})
-def clip(x, low=None, high=None, *, min, max, consumed_inputs):  # noqa: A002
+def clip(x, low=None, high=None, *, min=None, max=None, consumed_inputs=None):
     """x limited to [low, high]; everything becomes high when low > high.
 
     The bounds are optional inputs since opset 11, ``min``/``max`` attributes before.

@@ -50,3 +50,10 @@ def normalize_axes(ctx: InferContext, axes: Sequence[int], ndim: int) -> list[in
     if len(set(out)) != len(out):
         raise ctx.error(f"repeated axis in {list(axes)}")
     return out
+
+
+def broadcasts_to(shape: Sequence[int], target: Sequence[int]) -> bool:
+    """Whether ``shape`` broadcasts unidirectionally to ``target`` (target unchanged)."""
+    if len(shape) > len(target):
+        return False
+    return all(dim in (1, full) for dim, full in zip(tuple(shape)[::-1], tuple(target)[::-1]))

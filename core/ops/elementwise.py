@@ -12,11 +12,20 @@ from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from onnx import TensorProto
 
 from ..errors import InputError, TypeInferenceError
-from ..ir.types import DTYPES, FLOAT_DTYPES, INT_DTYPES, TensorType, dtype_from_onnx
+from ..ir.types import (
+    EXTENDED_DTYPES,
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    STRING_DTYPE,
+    TensorType,
+    dtype_from_onnx,
+    np_dtype,
+)
 from .common import broadcast_shapes
 from .registry import REQUIRED, FusionKind, InferContext, register_op
 
@@ -258,7 +267,7 @@ def _infer_pow(ctx: InferContext):
 def _register_binary(name: str, compute: Callable[..., np.ndarray], allowed: Sequence[str], *,
                      result_dtype: str | None = None, attrs: dict[str, Any] | None = None,
                      checks: Sequence[Callable[[InferContext], None]] = (),
-                     infer=None, fusion: FusionKind = FusionKind.BROADCAST, doc: str) -> None:
+                     infer=None, doc: str) -> None:
     fail = _reference_error(name)
 
     def reference(a, b, **attrs):
@@ -271,7 +280,7 @@ def _register_binary(name: str, compute: Callable[..., np.ndarray], allowed: Seq
     reference.__doc__ = doc
     reference.__name__ = reference.__qualname__ = f"reference_{name}"
     infer = infer or broadcast_infer(allowed, result_dtype)
-    register_op(name, infer=with_checks(infer, *checks), fusion=fusion,
+    register_op(name, infer=with_checks(infer, *checks), fusion=FusionKind.BROADCAST,
                 attrs=attrs)(reference)
 
 
@@ -298,7 +307,7 @@ for _name, _compute, _allowed, _attrs in [
     ("And", np.logical_and, BOOL_DTYPES, LEGACY_BROADCAST),
     ("Or", np.logical_or, BOOL_DTYPES, LEGACY_BROADCAST),
     ("Xor", np.logical_xor, BOOL_DTYPES, LEGACY_BROADCAST),
-    ("Equal", np.equal, ALL_DTYPES, LEGACY_BROADCAST),
+    ("Equal", np.equal, ALL_DTYPES + (STRING_DTYPE,), LEGACY_BROADCAST),
     ("Less", np.less, NUMERIC_DTYPES, LEGACY_BROADCAST),
     ("Greater", np.greater, NUMERIC_DTYPES, LEGACY_BROADCAST),
     ("LessOrEqual", np.less_equal, NUMERIC_DTYPES, None),
@@ -337,9 +346,13 @@ _register_variadic("Mean", np.add, FLOAT_DTYPES, "Elementwise mean of all inputs
 
 # ---------------------------------------------------------------- Where, Identity
 
+#: dtypes that selection and copies move unchanged (strings are NumPy object arrays)
+_MOVABLE_DTYPES = ALL_DTYPES + (STRING_DTYPE,)
+
+
 def _infer_where(ctx: InferContext):
     condition = check_dtype(ctx, 0, BOOL_DTYPES)
-    x, y = check_dtype(ctx, 1, ALL_DTYPES), check_dtype(ctx, 2, ALL_DTYPES)
+    x, y = check_dtype(ctx, 1, _MOVABLE_DTYPES), check_dtype(ctx, 2, _MOVABLE_DTYPES)
     dtype = common_dtype(ctx, [x, y])
     return [TensorType(broadcast_shapes(ctx, [condition.shape, x.shape, y.shape]), dtype)]
 
@@ -350,7 +363,8 @@ def where(condition, x, y):
     return np.where(condition, x, y)
 
 
-@register_op("Identity", infer=unary_infer(ALL_DTYPES), fusion=FusionKind.ELEMWISE)
+@register_op("Identity", infer=unary_infer(_MOVABLE_DTYPES + EXTENDED_DTYPES),
+             fusion=FusionKind.ELEMWISE)
 def identity(x):
     """A copy of x."""
     return x.copy()
@@ -358,7 +372,13 @@ def identity(x):
 
 # ---------------------------------------------------------------- casts
 
+#: what Cast and CastLike convert between: the IR's dtypes plus the narrow storage formats
+CASTABLE_DTYPES = ALL_DTYPES + EXTENDED_DTYPES
 _ROUND_MODES = ("up", "down", "nearest")
+#: float8 formats whose ``saturate`` clamps out-of-range values to the largest finite one
+_SATURATING_FLOAT8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+_FLOAT32_EXPONENT_ALL_ONES = 0xFF  # NaN/inf in float32, NaN in float8e8m0
+_FLOAT32_LARGEST_EXPONENT = 0xFE
 
 
 def cast_target_dtype(to: int | str, fail: Callable[[str], Exception]) -> str:
@@ -369,49 +389,82 @@ def cast_target_dtype(to: int | str, fail: Callable[[str], Exception]) -> str:
         except ValueError:
             raise fail(f"unknown target type to={to!r}") from None
     try:
-        return dtype_from_onnx(int(to))
+        dtype = dtype_from_onnx(int(to))
     except TypeInferenceError:
+        dtype = None
+    if dtype not in CASTABLE_DTYPES:
         known = int(to) in TensorProto.DataType.values()
         name = TensorProto.DataType.Name(int(to)) if known else "an unknown type"
         raise fail(f"casting to {name} (to={to}) is not supported; "
-                   f"supported targets: {', '.join(DTYPES)}") from None
+                   f"supported targets: {', '.join(CASTABLE_DTYPES)}")
+    return dtype
 
 
-def _convert(x: np.ndarray, dtype: str) -> np.ndarray:
-    # out-of-range float -> int casts are undefined in ONNX; NumPy's C cast is as good
+def _to_float8_e8m0(x: np.ndarray, saturate: int, round_mode: str) -> np.ndarray:
+    """float8e8m0 (a bare power of two, bias 127 like float32) from float32 bit patterns:
+    keep the exponent field and round by the mantissa as ``round_mode`` says. NaN and
+    inf give NaN; the sign is dropped (negative inputs are undefined in ONNX)."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.int32)
+    mantissa = bits & 0x7FFFFF
+    if round_mode == "up":
+        bump = mantissa != 0
+    elif round_mode == "nearest":
+        at_least_half = (mantissa & 0x400000) != 0
+        bump = at_least_half & (((mantissa & 0x3FFFFF) != 0) | (exponent > 0))
+    else:
+        bump = np.zeros(bits.shape, bool)
+    if saturate:
+        bump &= exponent != _FLOAT32_LARGEST_EXPONENT
+    special = exponent == _FLOAT32_EXPONENT_ALL_ONES
+    code = np.where(special, _FLOAT32_EXPONENT_ALL_ONES, exponent + bump)
+    return code.astype(np.uint8).view(np_dtype("float8_e8m0fnu"))
+
+
+def convert(x: np.ndarray, dtype: str, saturate: int = 1, round_mode: str = "up") -> np.ndarray:
+    """``x`` cast to IR dtype ``dtype`` with ONNX Cast semantics.
+
+    Integers wrap, floats round to nearest even; float8 targets clamp to their
+    largest finite value when ``saturate`` (else overflow gives NaN or inf), and
+    float8e8m0 rounds as ``round_mode`` says. Out-of-range float -> int casts
+    are undefined in ONNX and follow NumPy's C cast.
+    """
     with np.errstate(invalid="ignore", over="ignore"):
-        return x.astype(dtype)
+        if dtype == "float8_e8m0fnu":
+            return _to_float8_e8m0(x, saturate, round_mode)
+        if dtype in _SATURATING_FLOAT8 and saturate and x.dtype.kind != "b":
+            if x.dtype.name in EXTENDED_DTYPES:
+                x = x.astype(np.float32)  # exact: every narrow format fits in float32
+            largest = float(ml_dtypes.finfo(np_dtype(dtype)).max)
+            x = np.clip(x, -largest, largest)
+        return x.astype(np_dtype(dtype))
 
 
 _CAST_CHECKS = (attr_choice("saturate", (0, 1)), attr_choice("round_mode", _ROUND_MODES))
 
 
 def _infer_cast(ctx: InferContext):
-    x = check_dtype(ctx, 0, ALL_DTYPES)
+    x = check_dtype(ctx, 0, CASTABLE_DTYPES)
     return [TensorType(x.shape, cast_target_dtype(ctx.attrs["to"], ctx.error))]
 
 
 def _infer_cast_like(ctx: InferContext):
-    x = check_dtype(ctx, 0, ALL_DTYPES)
-    return [TensorType(x.shape, check_dtype(ctx, 1, ALL_DTYPES).dtype)]
+    x = check_dtype(ctx, 0, CASTABLE_DTYPES)
+    return [TensorType(x.shape, check_dtype(ctx, 1, CASTABLE_DTYPES).dtype)]
 
 
 @register_op("Cast", infer=with_checks(_infer_cast, *_CAST_CHECKS), fusion=FusionKind.ELEMWISE,
              attrs={"to": REQUIRED, "saturate": 1, "round_mode": "up"})
 def cast(x, *, to, saturate, round_mode):
-    """x converted to the element type ``to``.
-
-    ``saturate`` and ``round_mode`` only concern float8 targets, which the IR
-    does not have; they are validated and otherwise have no effect.
-    """
-    return _convert(x, cast_target_dtype(to, _reference_error("Cast")))
+    """x converted to the element type ``to`` (see ``convert`` for the rules)."""
+    return convert(x, cast_target_dtype(to, _reference_error("Cast")), saturate, round_mode)
 
 
 @register_op("CastLike", infer=with_checks(_infer_cast_like, *_CAST_CHECKS),
              fusion=FusionKind.ELEMWISE, attrs={"saturate": 1, "round_mode": "up"})
 def cast_like(x, target_type, *, saturate, round_mode):
     """x converted to the dtype of ``target_type`` (whose values are not read)."""
-    return _convert(x, target_type.dtype.name)
+    return convert(x, target_type.dtype.name, saturate, round_mode)
 
 
 # ---------------------------------------------------------------- Dropout
@@ -458,8 +511,8 @@ def _infer_dropout(ctx: InferContext):
 
 @register_op("Dropout", infer=_infer_dropout, fusion=FusionKind.ELEMWISE,
              attrs={"seed": None, "ratio": None, "is_test": 0, **CONSUMED_INPUTS})
-def dropout(data, ratio_operand=None, training_mode_operand=None, *, seed, ratio, is_test,
-            consumed_inputs):
+def dropout(data, ratio_operand=None, training_mode_operand=None, *, seed=None, ratio=None,
+            is_test=0, consumed_inputs=None):
     """Dropout: the identity in inference mode (with an all-True mask).
 
     In training mode with a ``seed``, the elements kept are those where

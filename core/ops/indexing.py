@@ -29,10 +29,10 @@ def normalize_indices(error: ErrorFactory, indices: np.ndarray, dim: int,
     return np.where(indices < 0, indices + dim, indices)
 
 
-def _check_index_dtype(ctx: InferContext, i: int, name: str = "indices") -> TensorType:
+def _check_index_dtype(ctx: InferContext, i: int) -> TensorType:
     t = ctx.type(i)
     if t.dtype not in ("int32", "int64"):
-        raise ctx.error(f"{name} must be int32 or int64, got {t.dtype}")
+        raise ctx.error(f"indices must be int32 or int64, got {t.dtype}")
     return t
 
 

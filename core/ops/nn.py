@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.types import TensorType
-from .common import broadcast_shapes
+from .common import broadcasts_to
 from .registry import REQUIRED, FusionKind, InferContext, register_op
 
 
@@ -252,7 +252,7 @@ def _infer_gemm(ctx: InferContext):
         raise ctx.error(f"inner dimensions differ ({inner} vs {inner_b}); check transA/transB")
     if ctx.has(2):
         c = ctx.type(2).shape
-        if broadcast_shapes(ctx, [c, (rows, cols)]) != (rows, cols):
+        if not broadcasts_to(c, (rows, cols)):
             raise ctx.error(f"C {c} does not broadcast to the output ({rows}, {cols})")
     return [TensorType((rows, cols), a.dtype)]
 
@@ -758,6 +758,12 @@ def _roi_axis_samples(start: float, length: float, bins: int, per_bin: int, size
     return low, high, 1.0 - high_weight, high_weight, valid
 
 
+def _roi_corner(plane, rows, cols, row_weight, col_weight, valid) -> np.ndarray:
+    """Weighted values of one bilinear corner: (C, out_h, grid_h, out_w, grid_w)."""
+    values = plane[:, rows[:, :, None, None], cols[None, None, :, :]]
+    return row_weight[:, :, None, None] * col_weight[None, None, :, :] * valid * values
+
+
 @register_op("RoiAlign", infer=_infer_roi_align, fusion=FusionKind.OPAQUE,
              attrs={"coordinate_transformation_mode": "half_pixel", "mode": "avg",
                     "output_height": 1, "output_width": 1, "sampling_ratio": 0,
@@ -780,17 +786,10 @@ def roi_align(x, rois, batch_indices, *, coordinate_transformation_mode, mode, o
         x_low, x_high, wx_low, wx_high, x_ok = _roi_axis_samples(
             start[0], extent_w, output_width, grid_w, width)
         plane = x[int(image)].astype(np.float64)  # C, H, W
-
-        def corner(rows, cols, row_weight, col_weight):
-            # -> C, out_h, grid_h, out_w, grid_w
-            values = plane[:, rows[:, :, None, None], cols[None, None, :, :]]
-            weight = (row_weight[:, :, None, None] * col_weight[None, None, :, :]
-                      * (y_ok[:, :, None, None] & x_ok[None, None, :, :]))
-            return weight * values
-
-        corners = [corner(y_low, x_low, wy_low, wx_low), corner(y_low, x_high, wy_low, wx_high),
-                   corner(y_high, x_low, wy_high, wx_low),
-                   corner(y_high, x_high, wy_high, wx_high)]
+        valid = y_ok[:, :, None, None] & x_ok[None, None, :, :]
+        corners = [_roi_corner(plane, rows, cols, row_weight, col_weight, valid)
+                   for rows, row_weight in ((y_low, wy_low), (y_high, wy_high))
+                   for cols, col_weight in ((x_low, wx_low), (x_high, wx_high))]
         if mode == "avg":
             out[r] = sum(corners).sum(axis=(2, 4)) / max(grid_h * grid_w, 1)
         else:

@@ -13,23 +13,15 @@ import numpy as np
 
 from ..ir.types import FLOAT_DTYPES, TensorType, dtype_from_onnx
 from .common import normalize_axes, normalize_axis
-from .reduction import ReferenceSite, as_dtype, float_compute_dtype
+from .reduction import ReferenceSite, as_dtype, float_compute_dtype, require_float
 from .registry import REQUIRED, FusionKind, InferContext, register_op
 
 _EPSILON = 1e-5
 
 
-def _require_float(ctx: InferContext, index: int, role: str) -> TensorType:
-    t = ctx.type(index)
-    if t.dtype not in FLOAT_DTYPES:
-        raise ctx.error(f"{role} (input {index}) must be a float tensor "
-                        f"({', '.join(FLOAT_DTYPES)}), got {t.dtype}")
-    return t
-
-
 def _require_shape(ctx: InferContext, index: int, role: str,
                    allowed: Sequence[tuple[int, ...]]) -> TensorType:
-    t = _require_float(ctx, index, role)
+    t = require_float(ctx, index, role)
     if t.shape not in allowed:
         raise ctx.error(f"{role} (input {index}) has shape {t.shape}; expected "
                         f"{' or '.join(str(s) for s in dict.fromkeys(allowed))}")
@@ -39,7 +31,7 @@ def _require_shape(ctx: InferContext, index: int, role: str,
 def _require_broadcastable_to(ctx: InferContext, index: int, role: str,
                               target: tuple[int, ...]) -> None:
     """Input ``index`` must broadcast one-way to ``target`` (the normalized dims)."""
-    t = _require_float(ctx, index, role)
+    t = require_float(ctx, index, role)
     try:
         if np.broadcast_shapes(t.shape, target) == target:
             return
@@ -83,13 +75,14 @@ def channel_view(param: np.ndarray, ndim: int) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 _BN_ATTRS = {"epsilon": _EPSILON, "momentum": 0.9, "training_mode": 0,
-             # opset < 9 and < 7 forms: spatial=0 means per-activation statistics,
-             # is_test/consumed_inputs only steered training in those opsets
+             # forms of opsets < 9: spatial=0 means per-activation statistics; is_test
+             # and consumed_inputs (< 7) are accepted, but only training_mode selects
+             # training, since inference is what old exported models are used for
              "spatial": 1, "is_test": 0, "consumed_inputs": None}
 
 
 def _infer_batch_norm(ctx: InferContext):
-    x = _require_float(ctx, 0, "X")
+    x = require_float(ctx, 0, "X")
     if x.ndim < 2:
         raise ctx.error(f"X must be [N, C, d...], got {x}")
     allowed = [(x.shape[1],)] + ([x.shape[1:]] if not ctx.attrs["spatial"] else [])
@@ -100,8 +93,7 @@ def _infer_batch_norm(ctx: InferContext):
     if ctx.num_outputs > 1 and not ctx.attrs["training_mode"]:
         raise ctx.error(f"{ctx.num_outputs} outputs need training_mode=1 (running_mean and "
                         "running_var exist only in training mode)")
-    stats = TensorType(ctx.type(3).shape, ctx.type(3).dtype)
-    return [x, stats, stats]
+    return [x, ctx.type(3), ctx.type(4)]
 
 
 @register_op("BatchNormalization", infer=_infer_batch_norm, fusion=FusionKind.REDUCTION,
@@ -120,7 +112,7 @@ def batch_normalization(x, scale, bias, input_mean, input_var, *, epsilon, momen
         y = (wide - mean_v) / np.sqrt(var_v + epsilon) * scale_v + bias_v
         return as_dtype(y, x.dtype)
     axes = tuple(i for i in range(x.ndim) if i != 1)
-    normalized, batch_mean, inv_std = standardize(wide, axes, epsilon)
+    normalized, batch_mean, _ = standardize(wide, axes, epsilon)
     batch_var = np.mean(np.square(wide - batch_mean), axis=axes)
     y = normalized * scale_v + bias_v
     running_mean = input_mean * momentum + batch_mean.reshape(-1) * (1 - momentum)
@@ -138,7 +130,7 @@ _TRAILING_NORM_ATTRS = {"axis": -1, "epsilon": _EPSILON, "stash_type": 1}
 
 def _infer_trailing_norm(ctx: InferContext, affine_inputs: Sequence[str]) -> list[TensorType]:
     """Shared checks of the norms over dims [axis, rank): X, then scale/bias inputs."""
-    x = _require_float(ctx, 0, "X")
+    x = require_float(ctx, 0, "X")
     axis = normalize_axis(ctx, ctx.attrs["axis"], x.ndim)
     stash = stash_dtype(ctx, ctx.attrs["stash_type"])
     for index, role in enumerate(affine_inputs, start=1):
@@ -182,7 +174,7 @@ def rms_normalization(x, scale, *, axis, epsilon, stash_type):
 
 
 def _infer_instance_norm(ctx: InferContext):
-    x = _require_float(ctx, 0, "input")
+    x = require_float(ctx, 0, "input")
     if x.ndim < 3:
         raise ctx.error(f"input must be [N, C, d1, ...] with at least one spatial dim, got {x}")
     for index, role in ((1, "scale"), (2, "B")):
@@ -202,7 +194,7 @@ def instance_normalization(x, scale, bias, *, epsilon):
 
 
 def _infer_group_norm(ctx: InferContext):
-    x = _require_float(ctx, 0, "X")
+    x = require_float(ctx, 0, "X")
     groups = ctx.attrs["num_groups"]
     if x.ndim < 2:
         raise ctx.error(f"X must be [N, C, d...], got {x}")
@@ -240,7 +232,7 @@ def group_normalization(x, scale, bias, *, num_groups, epsilon, stash_type):
 
 
 def _infer_lp_norm(ctx: InferContext):
-    x = _require_float(ctx, 0, "input")
+    x = require_float(ctx, 0, "input")
     normalize_axis(ctx, ctx.attrs["axis"], x.ndim)
     if ctx.attrs["p"] not in (1, 2):
         raise ctx.error(f"p={ctx.attrs['p']} is not supported; ONNX allows p=1 or p=2")
@@ -261,7 +253,7 @@ def lp_normalization(x, *, axis, p):
 
 
 def _infer_mvn(ctx: InferContext):
-    x = _require_float(ctx, 0, "X")
+    x = require_float(ctx, 0, "X")
     normalize_axes(ctx, ctx.attrs["axes"], x.ndim)
     return [x]
 
@@ -279,7 +271,7 @@ def mean_variance_normalization(x, *, axes):
 
 
 def _infer_lrn(ctx: InferContext):
-    x = _require_float(ctx, 0, "X")
+    x = require_float(ctx, 0, "X")
     if x.ndim < 3:
         raise ctx.error(f"X must be [N, C, d1, ...], got {x}")
     if ctx.attrs["size"] < 1:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError, TypeInferenceError
-from ..ir.types import FLOAT_DTYPES, TensorType
+from ..ir.types import FLOAT_DTYPES, INT_DTYPES, TensorType
 from .common import normalize_axes, normalize_axis
 from .registry import REQUIRED, FusionKind, InferContext, register_op
 
@@ -31,12 +31,19 @@ class ReferenceSite:
         return TypeInferenceError(f"{self.op}: {message}")
 
 
+#: float dtypes these ops compute with; bfloat16 has no NumPy kernels and widens to float32
+COMPUTE_FLOAT_DTYPES = (*FLOAT_DTYPES, "bfloat16")
+#: dtypes with arithmetic here (the IR's other narrow formats are storage and casts only)
+ARITHMETIC_DTYPES = (*COMPUTE_FLOAT_DTYPES, *INT_DTYPES)
+_HALF_FLOATS = ("float16", "bfloat16")
+
+
 def accumulator_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype sums and products are accumulated in: float16 widens to float32 (its
-    rounding error would otherwise grow with the reduced size), integers to 64 bits
-    (wrapping back on the final cast matches fixed-width arithmetic)."""
+    """The dtype sums and products are accumulated in: 16-bit floats widen to float32
+    (their rounding error would otherwise grow with the reduced size), integers to 64
+    bits (wrapping back on the final cast matches fixed-width arithmetic)."""
     dtype = np.dtype(dtype)
-    if dtype == np.float16:
+    if dtype.name in _HALF_FLOATS:
         return np.dtype(np.float32)
     if dtype.kind == "i":
         return np.dtype(np.int64)
@@ -50,7 +57,12 @@ def float_compute_dtype(dtype: np.dtype) -> np.dtype:
     dtype = np.dtype(dtype)
     if dtype in (np.float32, np.float64):
         return dtype
-    return np.dtype(np.float32 if dtype == np.float16 else np.float64)
+    return np.dtype(np.float32 if dtype.name in _HALF_FLOATS else np.float64)
+
+
+def computable(x: np.ndarray) -> np.ndarray:
+    """``x`` in a dtype NumPy computes with: bfloat16 widens (exactly) to float32."""
+    return x.astype(np.float32) if x.dtype.name == "bfloat16" else x
 
 
 def as_dtype(value, dtype: np.dtype) -> np.ndarray:
@@ -68,18 +80,22 @@ def reduced_shape(shape: tuple[int, ...], axes, keepdims: bool) -> tuple[int, ..
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
-def _require_float(ctx: InferContext, index: int, role: str) -> TensorType:
+def require_float(ctx: InferContext, index: int, role: str) -> TensorType:
+    """The type of input ``index`` (called ``role`` in messages), which must be float."""
     t = ctx.type(index)
-    if t.dtype not in FLOAT_DTYPES:
-        raise ctx.error(f"{role} must be a float tensor ({', '.join(FLOAT_DTYPES)}), "
-                        f"got {t.dtype}")
+    if t.dtype not in COMPUTE_FLOAT_DTYPES:
+        raise ctx.error(f"{role} (input {index}) must be a float tensor "
+                        f"({', '.join(COMPUTE_FLOAT_DTYPES)}), got {t.dtype}")
     return t
 
 
-def _require_numeric(ctx: InferContext, index: int, role: str) -> TensorType:
+def require_numeric(ctx: InferContext, index: int, role: str,
+                    allow_bool: bool = False) -> TensorType:
+    """The type of input ``index``, which must be a dtype with arithmetic (or bool)."""
     t = ctx.type(index)
-    if t.dtype == "bool":
-        raise ctx.error(f"{role} must be numeric, got bool")
+    if t.dtype not in ARITHMETIC_DTYPES and not (allow_bool and t.dtype == "bool"):
+        raise ctx.error(f"{role} (input {index}) must be numeric "
+                        f"({', '.join(ARITHMETIC_DTYPES)}), got {t.dtype}; Cast it first")
     return t
 
 
@@ -112,7 +128,7 @@ def reduce_axes(site, ndim: int, axes_input, axes_attr, noop_with_empty_axes) ->
 
 
 def _infer_reduce(ctx: InferContext):
-    x = ctx.type(0)
+    x = require_numeric(ctx, 0, "data", allow_bool=ctx.op in ("ReduceMax", "ReduceMin"))
     axes_input = ctx.value(1) if ctx.has(1) else None
     if axes_input is not None and ctx.type(1).dtype != "int64":
         raise ctx.error(f"axes (input 1) must be int64, got {ctx.type(1).dtype}")
@@ -200,7 +216,7 @@ def _make_reduce_reference(name: str, kernel: Callable, what: str) -> Callable:
     def reference(data, axes_input=None, *, keepdims, noop_with_empty_axes, axes):
         chosen = reduce_axes(ReferenceSite(name), data.ndim, axes_input, axes,
                              noop_with_empty_axes)
-        return as_dtype(kernel(data, chosen, bool(keepdims)), data.dtype)
+        return as_dtype(kernel(computable(data), chosen, bool(keepdims)), data.dtype)
 
     reference.__name__ = name.lower()
     reference.__doc__ = (f"ONNX {name}: the {what} over ``axes`` (input 1, or the pre-opset-18 "
@@ -225,7 +241,7 @@ _ARG_ATTRS = {"axis": 0, "keepdims": 1, "select_last_index": 0}
 
 
 def _infer_arg(ctx: InferContext):
-    x = ctx.type(0)
+    x = require_numeric(ctx, 0, "data")
     if x.ndim == 0:
         raise ctx.error("input must have rank >= 1")
     axis = normalize_axis(ctx, ctx.attrs["axis"], x.ndim)
@@ -238,6 +254,7 @@ def arg_extreme(x: np.ndarray, axis: int, keepdims: bool, select_last_index: boo
                 largest: bool) -> np.ndarray:
     """Index of the first (or last) maximum/minimum along ``axis``, as int64."""
     pick = np.argmax if largest else np.argmin
+    x = computable(x)
     if select_last_index:
         flipped = pick(np.flip(x, axis=axis), axis=axis, keepdims=keepdims)
         index = x.shape[axis] - 1 - flipped
@@ -266,16 +283,22 @@ def argmin(data, *, axis, keepdims, select_last_index):
 
 
 def _infer_softmax(ctx: InferContext):
-    x = _require_float(ctx, 0, "input")
+    x = require_float(ctx, 0, "input")
     normalize_axis(ctx, ctx.attrs["axis"], x.ndim)
     return [x]
 
 
-def log_softmax_values(x: np.ndarray, axis: int) -> np.ndarray:
-    """log(softmax(x)) along ``axis``, in the float compute dtype of ``x``."""
+def max_shifted(x: np.ndarray, axis: int) -> np.ndarray:
+    """``x`` minus its maximum along ``axis`` (so exp cannot overflow), in the float
+    compute dtype of ``x``; slices without a finite maximum are left unshifted."""
     wide = x.astype(float_compute_dtype(x.dtype), copy=False)
     peak = np.max(wide, axis=axis, keepdims=True, initial=-np.inf)
-    shifted = wide - np.where(np.isfinite(peak), peak, 0)
+    return wide - np.where(np.isfinite(peak), peak, 0)
+
+
+def log_softmax_values(x: np.ndarray, axis: int) -> np.ndarray:
+    """log(softmax(x)) along ``axis``, in the float compute dtype of ``x``."""
+    shifted = max_shifted(x, axis)
     with np.errstate(divide="ignore"):
         return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
@@ -284,9 +307,9 @@ def log_softmax_values(x: np.ndarray, axis: int) -> np.ndarray:
 def softmax(x, *, axis):
     """ONNX Softmax (opset >= 13): exp(x) / sum(exp(x)) along ``axis``, max-shifted."""
     axis = normalize_axis(ReferenceSite("Softmax"), axis, x.ndim)
-    wide = x.astype(float_compute_dtype(x.dtype), copy=False)
-    exps = np.exp(wide - np.max(wide, axis=axis, keepdims=True, initial=-np.inf))
-    return as_dtype(exps / np.sum(exps, axis=axis, keepdims=True), x.dtype)
+    exps = np.exp(max_shifted(x, axis))
+    with np.errstate(invalid="ignore"):
+        return as_dtype(exps / np.sum(exps, axis=axis, keepdims=True), x.dtype)
 
 
 @register_op("LogSoftmax", infer=_infer_softmax, fusion=FusionKind.REDUCTION,
@@ -303,7 +326,7 @@ def hardmax(x, *, axis):
     axis = normalize_axis(ReferenceSite("Hardmax"), axis, x.ndim)
     out = np.zeros_like(x)
     if x.size:
-        winner = np.argmax(x, axis=axis, keepdims=True)
+        winner = np.argmax(computable(x), axis=axis, keepdims=True)
         np.put_along_axis(out, winner, 1, axis=axis)
     return out
 
@@ -323,7 +346,7 @@ def _scan_axis(site, axis_value, ndim: int) -> int:
 
 
 def _infer_scan(ctx: InferContext):
-    x = _require_numeric(ctx, 0, "x")
+    x = require_numeric(ctx, 0, "x")
     if x.ndim == 0:
         raise ctx.error("x must have rank >= 1")
     axis_type = ctx.type(1)
@@ -339,7 +362,7 @@ def cumulative(x: np.ndarray, axis_value, exclusive: bool, reverse: bool,
     """Inclusive/exclusive, forward/reverse scan of ``x`` along an axis with the ufunc
     accumulator ``combine`` (np.cumsum / np.cumprod) whose identity is ``identity``."""
     axis = _scan_axis(ReferenceSite(op), axis_value, x.ndim)
-    data = np.flip(x, axis=axis) if reverse else x
+    data = np.flip(computable(x), axis=axis) if reverse else computable(x)
     if exclusive and data.shape[axis]:
         lead = np.full_like(np.take(data, [0], axis=axis), identity)
         data = np.concatenate([lead, np.take(data, range(data.shape[axis] - 1), axis=axis)],
@@ -379,7 +402,7 @@ def _topk_count(site, k_input, k_attr) -> int:
 
 
 def _infer_topk(ctx: InferContext):
-    x = ctx.type(0)
+    x = require_numeric(ctx, 0, "X")
     if x.ndim == 0:
         raise ctx.error("X must have rank >= 1")
     axis = normalize_axis(ctx, ctx.attrs["axis"], x.ndim)
@@ -398,13 +421,14 @@ def topk(x, k_input=None, *, axis, largest, sorted, k):  # noqa: A002  (ONNX's n
     site = ReferenceSite("TopK")
     count = _topk_count(site, k_input, k)
     axis = normalize_axis(site, axis, x.ndim)
+    keys = computable(x)
     if largest:
         # a stable ascending sort of the reversed axis, read backwards, is descending
         # with ties in original (ascending-index) order
-        order = np.argsort(np.flip(x, axis=axis), axis=axis, kind="stable")
+        order = np.argsort(np.flip(keys, axis=axis), axis=axis, kind="stable")
         order = x.shape[axis] - 1 - np.flip(order, axis=axis)
     else:
-        order = np.argsort(x, axis=axis, kind="stable")
+        order = np.argsort(keys, axis=axis, kind="stable")
     indices = np.take(order, range(count), axis=axis).astype(np.int64)
     return np.take_along_axis(x, indices, axis=axis), indices
 
@@ -436,7 +460,7 @@ def plan_einsum(site, equation: str, shapes: list[tuple[int, ...]]) -> EinsumPla
     ellipsis_shapes = []
     for index, (term, shape) in enumerate(zip(terms, shapes)):
         labels = term.replace("...", "")
-        if not labels.isalpha() and labels:
+        if labels and not (labels.isascii() and labels.isalpha()):
             raise site.error(f"term {term!r} of {equation!r} has characters other than "
                              "letters and '...'")
         if term.count("...") > 1:
@@ -470,6 +494,9 @@ def plan_einsum(site, equation: str, shapes: list[tuple[int, ...]]) -> EinsumPla
         raise site.error(f"output labels {unknown} do not appear in any input term")
     if "..." in rhs and not ellipsis_shapes:
         raise site.error(f"output term {rhs!r} has an ellipsis no input has")
+    if broadcast and "..." not in rhs:
+        raise site.error(f"output term {rhs!r} drops the ellipsis dims {broadcast}; keep "
+                         "'...' in the output")
     if "..." in rhs:
         before, after = rhs.split("...")
         shape = (tuple(sizes[label] for label in before) + broadcast
@@ -482,6 +509,8 @@ def plan_einsum(site, equation: str, shapes: list[tuple[int, ...]]) -> EinsumPla
 def _infer_einsum(ctx: InferContext):
     if not ctx.types or any(t is None for t in ctx.types):
         raise ctx.error("needs at least one input and no omitted inputs")
+    for index in range(len(ctx.types)):
+        require_numeric(ctx, index, "input")
     dtypes = {t.dtype for t in ctx.types}
     if len(dtypes) != 1:
         raise ctx.error(f"inputs must share one dtype, got {sorted(dtypes)}")
@@ -496,6 +525,7 @@ def einsum(*inputs, equation):
     plan = plan_einsum(ReferenceSite("Einsum"), equation, [x.shape for x in inputs])
     acc = accumulator_dtype(inputs[0].dtype)
     wide = [x.astype(acc, copy=False) for x in inputs]
+    # contraction-order search only pays off from three operands on
     return as_dtype(np.einsum(plan.equation, *wide, optimize=len(inputs) > 2),
                     inputs[0].dtype)
 
@@ -507,6 +537,8 @@ def einsum(*inputs, equation):
 
 def _infer_trilu(ctx: InferContext):
     x = ctx.type(0)
+    if x.dtype == "object":
+        raise ctx.error("string tensors are not supported")
     if x.ndim < 2:
         raise ctx.error(f"input must have rank >= 2, got {x}")
     if ctx.has(1):
@@ -524,7 +556,7 @@ def trilu(x, k=None, *, upper):
 
 
 def _infer_det(ctx: InferContext):
-    x = _require_float(ctx, 0, "X")
+    x = require_float(ctx, 0, "X")
     if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
         raise ctx.error(f"X must be [..., M, M] (square in its last two dims), got {x}")
     return [TensorType(x.shape[:-2], x.dtype)]
@@ -544,7 +576,7 @@ _LOSS_ATTRS = {"reduction": "mean", "ignore_index": None}
 
 
 def _infer_loss(ctx: InferContext, first_role: str) -> list[TensorType]:
-    scores = _require_float(ctx, 0, first_role)
+    scores = require_float(ctx, 0, first_role)
     target = ctx.type(1)
     if scores.ndim < 2:
         raise ctx.error(f"{first_role} must be [N, C, d1, ...], got {scores}")
@@ -609,6 +641,7 @@ def softmax_cross_entropy_loss(scores, labels, weights=None, *, reduction, ignor
     return loss, as_dtype(log_prob, scores.dtype)
 
 
-__all__ = ["EinsumPlan", "ReferenceSite", "accumulator_dtype", "arg_extreme", "as_dtype",
-           "cumulative", "float_compute_dtype", "log_softmax_values", "negative_log_likelihood",
-           "plan_einsum", "reduce_axes", "reduced_shape"]
+__all__ = ["ARITHMETIC_DTYPES", "COMPUTE_FLOAT_DTYPES", "EinsumPlan", "ReferenceSite",
+           "accumulator_dtype", "arg_extreme", "as_dtype", "computable", "cumulative",
+           "float_compute_dtype", "log_softmax_values", "max_shifted", "negative_log_likelihood",
+           "plan_einsum", "reduce_axes", "reduced_shape", "require_float", "require_numeric"]

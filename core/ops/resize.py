@@ -197,6 +197,8 @@ def resample(x: np.ndarray, plan: dict[int, AxisResample], *, mode: str,
     outside_any = np.zeros((1,) * x.ndim, dtype=bool)
     for axis, spec in plan.items():
         coords = source_coordinates(spec, coordinate_transformation_mode)
+        if spec.out_size == spec.in_size and np.array_equal(coords, np.arange(spec.in_size)):
+            continue  # every kernel is one-hot at integer coordinates: nothing to do
         if mode == "nearest":
             result = np.take(result, nearest_indices(coords, spec.in_size, nearest_mode),
                              axis=axis)
@@ -285,7 +287,7 @@ def _upsample_mode(error: ErrorFactory, mode: str) -> str:
     return modes[mode]
 
 
-def _upsample_plan(error: ErrorFactory, shape, scales) -> dict[int, AxisResample]:
+def _upsample_plan(shape, scales) -> dict[int, AxisResample]:
     return {a: AxisResample(d, int(np.floor(d * s)), s) for a, (d, s) in
             enumerate(zip(shape, scales))}
 
@@ -297,7 +299,7 @@ def _infer_upsample(ctx: InferContext):
         and ctx.attrs["width_scale"] is None
     scales = _upsample_scales(ctx.error, x.ndim, ctx.value(1) if needs_input else None,
                               ctx.attrs)
-    return [TensorType(_output_shape(x.shape, _upsample_plan(ctx.error, x.shape, scales)),
+    return [TensorType(_output_shape(x.shape, _upsample_plan(x.shape, scales)),
                        x.dtype)]
 
 
@@ -309,6 +311,6 @@ def upsample(x, scales_input=None, *, mode, scales, height_scale, width_scale):
     error = runtime_error("Upsample")
     attrs = {"scales": scales, "height_scale": height_scale, "width_scale": width_scale}
     factors = _upsample_scales(error, x.ndim, scales_input, attrs)
-    return resample(x, _upsample_plan(error, x.shape, factors),
+    return resample(x, _upsample_plan(x.shape, factors),
                     mode=_upsample_mode(error, mode), nearest_mode="floor",
                     coordinate_transformation_mode="asymmetric")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.types import FLOAT_DTYPES, TensorType, dtype_from_onnx
-from .common import broadcast_shapes
+from .common import broadcasts_to
 from .registry import FusionKind, InferContext, register_op
 
 # --------------------------------------------------------------------------- Attention
@@ -101,7 +101,7 @@ def _infer_attention(ctx: InferContext):
         if mask.ndim and mask.shape[-1] > shapes.total_length:
             raise ctx.error(f"attn_mask {mask} is longer than the {shapes.total_length} keys")
         padded = mask.shape[:-1] + (shapes.total_length,) if mask.ndim else mask.shape
-        if broadcast_shapes(ctx, [padded, scores]) != scores:
+        if not broadcasts_to(padded, scores):
             raise ctx.error(f"attn_mask {mask} does not broadcast to the scores {scores}")
     if ctx.has(6) and ctx.type(6).shape != (shapes.batch,):
         raise ctx.error(f"nonpad_kv_seqlen {ctx.type(6)} must have shape ({shapes.batch},)")

@@ -561,8 +561,8 @@ def range_(start, limit, delta, *, stash_type):
     return (first + np.arange(count, dtype=compute) * step).astype(dtype)
 
 
-def _eye_like_dtype(ctx_dtype, input_dtype: str) -> str:
-    return input_dtype if ctx_dtype is None else dtype_from_onnx(ctx_dtype)
+def _eye_like_dtype(onnx_dtype: int | None, input_dtype: str) -> str:
+    return input_dtype if onnx_dtype is None else dtype_from_onnx(onnx_dtype)
 
 
 def _infer_eye_like(ctx: InferContext):

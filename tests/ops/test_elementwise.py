@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto
-from single_node_oracle import check_inferred, compare_with_onnx
+from single_node_oracle import check_inferred, compare_with_onnx, onnx_outputs, registry_outputs
 
 from heterocc.errors import InputError, TypeInferenceError
 from heterocc.ir.types import TensorType
@@ -24,7 +24,7 @@ def rng(seed: int = 0) -> np.random.Generator:
 def values(shape, dtype, low=-5.0, high=5.0, seed=0) -> np.ndarray:
     """Random values of ``dtype`` in [low, high) (clamped to the dtype's range)."""
     dtype = np.dtype(dtype)
-    if dtype == bool:
+    if dtype.kind == "b":
         return rng(seed).random(shape) < 0.5
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
@@ -201,6 +201,17 @@ def test_equal_on_bool():
     compare_with_onnx("Equal", [values((5,), bool), values((5,), bool, seed=1)])
 
 
+def test_string_tensors_compare_select_and_copy():
+    words = np.array(["a", "bb", "c", "dd"], dtype=object)
+    others = np.array(["a", "b", "c", "d"], dtype=object)
+    np.testing.assert_array_equal(check_inferred("Equal", [words, others])[0],
+                                  [True, False, True, False])
+    condition = np.array([True, False, False, True])
+    np.testing.assert_array_equal(check_inferred("Where", [condition, words, others])[0],
+                                  ["a", "b", "c", "dd"])
+    assert list(check_inferred("Identity", [words])[0]) == list(words)
+
+
 # ---------------------------------------------------------------- variadic
 
 @pytest.mark.parametrize("op_type", ["Max", "Min", "Sum", "Mean"])
@@ -278,12 +289,64 @@ def test_opset1_cast_names_its_target_type():
 
 
 @pytest.mark.parametrize("to,name", [(TensorProto.STRING, "STRING"),
-                                     (TensorProto.FLOAT8E4M3FN, "FLOAT8E4M3FN"),
-                                     (TensorProto.BFLOAT16, "BFLOAT16")])
+                                     (TensorProto.COMPLEX64, "COMPLEX64"),
+                                     (999, "an unknown type")])
 def test_cast_to_unsupported_type_is_a_clear_error(to, name):
     message = infer_error("Cast", [TensorType((3,), "float32")], {"to": to})
     assert f"casting to {name} (to={to}) is not supported" in message
-    assert "node 'n0'" in message and "float32" in message
+    assert "node 'n0'" in message and "float8_e4m3fn" in message
+
+
+def as_float64(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32).astype(np.float64) if x.dtype.kind == "V" else x.astype(float)
+
+
+NARROW = {name: getattr(TensorProto, name) for name in [
+    "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0", "BFLOAT16",
+    "FLOAT4E2M1", "INT4", "UINT4", "INT2", "UINT2"]}
+#: finite values around every narrow format's range, with specials, signs and ties
+NARROW_PROBES = np.array([0.0, -0.0, 0.3, -1.7, 2.5, 3.5, 7.4, -9.0, 100.0, 300.0, 500.0,
+                          -70000.0, 1e-3, 1e-9, 65504.0, np.inf, -np.inf, np.nan], np.float32)
+
+
+@pytest.mark.parametrize("saturate", [1, 0])
+@pytest.mark.parametrize("round_mode", ["up", "down", "nearest"])
+@pytest.mark.parametrize("target", NARROW)
+def test_cast_to_narrow_formats_matches_onnx(target, saturate, round_mode):
+    x = NARROW_PROBES if target in ("BFLOAT16",) or "FLOAT8" in target else \
+        np.nan_to_num(NARROW_PROBES, posinf=0, neginf=0)  # float -> int of inf/NaN: undefined
+    attrs = {"to": NARROW[target], "saturate": saturate, "round_mode": round_mode}
+    (inferred,), (mine,) = registry_outputs("Cast", [x], attrs)
+    (theirs,) = onnx_outputs("Cast", [x], attrs)
+    assert inferred.dtype == mine.dtype.name == theirs.dtype.name
+    if mine.dtype.kind == "V":
+        np.testing.assert_array_equal(as_float64(mine), as_float64(theirs))
+    elif target.endswith("INT4") or target.endswith("INT2"):
+        # ONNX leaves float -> int out of range undefined: compare the in-range values
+        in_range = (np.abs(x) < 1.5) & (x >= 0 if target.startswith("U") else True)
+        np.testing.assert_array_equal(mine.astype(int)[in_range], theirs.astype(int)[in_range])
+
+
+@pytest.mark.parametrize("source", ["FLOAT8E4M3FN", "FLOAT8E5M2", "BFLOAT16", "INT4", "UINT4"])
+@pytest.mark.parametrize("target", ["float32", "float16", "int8", "uint8", "bool"])
+def test_cast_from_narrow_formats_matches_onnx(source, target):
+    narrow = get_op("Cast").run([np.array([0.0, 1.0, -2.0, 3.0, 6.0], np.float32)],
+                                {"to": NARROW[source], "saturate": 1, "round_mode": "up"})[0]
+    if source.startswith("U"):
+        narrow = narrow[[0, 1, 3, 4]]
+    to = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(target))
+    compare_with_onnx("Cast", [narrow], {"to": to})
+
+
+def test_identity_moves_narrow_formats():
+    bf16 = get_op("Cast").run([values((3,), "float32")],
+                              {"to": TensorProto.BFLOAT16, "saturate": 1, "round_mode": "up"})[0]
+    assert check_inferred("Identity", [bf16])[0].dtype == bf16.dtype
+
+
+def test_arithmetic_on_narrow_formats_asks_for_a_cast():
+    message = infer_error("Add", [TensorType((3,), "bfloat16")] * 2)
+    assert "input 0 has dtype bfloat16" in message and "insert a Cast" in message
 
 
 def test_cast_rejects_unknown_round_mode():

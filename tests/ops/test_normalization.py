@@ -215,3 +215,18 @@ def test_lp_mvn_lrn_errors():
         infer("MeanVarianceNormalization", [normal((2, 3, 4))], {"axes": [0, 4]})
     with pytest.raises(TypeInferenceError, match=r"X must be \[N, C, d1, ...\]"):
         infer("LRN", [normal((2, 3))], {"size": 3})
+
+
+@pytest.mark.parametrize("op_type,extra,attrs", [
+    ("LayerNormalization", [np.ones(4, np.float32)], {}),
+    ("RMSNormalization", [np.full(4, 2, np.float32)], {}),
+    ("InstanceNormalization", [np.ones(3, np.float32), np.zeros(3, np.float32)], {}),
+    ("LpNormalization", [], {}),
+])
+def test_bfloat16_computes_like_float32(op_type, extra, attrs):
+    bfloat16 = pytest.importorskip("ml_dtypes").bfloat16
+    x = normal((2, 3, 4), 21).astype(bfloat16)
+    narrow = check_inferred(op_type, [x] + [e.astype(bfloat16) for e in extra], attrs)[0]
+    wide = check_inferred(op_type, [x.astype(np.float32)] + extra, attrs)[0]
+    assert narrow.dtype == bfloat16
+    np.testing.assert_allclose(narrow.astype(np.float32), wide, rtol=2e-2, atol=2e-2)

@@ -167,7 +167,8 @@ def test_hardmax_picks_first_of_ties():
 
 
 def test_softmax_rejects_integer_input():
-    with pytest.raises(TypeInferenceError, match="Softmax: input must be a float tensor"):
+    with pytest.raises(TypeInferenceError,
+                       match=r"Softmax: input \(input 0\) must be a float tensor"):
         infer("Softmax", [np.zeros((2, 2), np.int32)])
 
 
@@ -259,6 +260,7 @@ EINSUM_CASES = [
     ("i,j->ij", [(3,), (4,)]),
     ("...ij,...jk->...ik", [(2, 3, 4), (1, 4, 5)]),
     ("...ij", [(2, 3, 4)]),
+    ("...ij->ij", [(3, 4)]),
     ("ij...,jk->ik...", [(2, 3, 6), (3, 4)]),
     ("a b, b c -> a c", [(2, 3), (3, 2)]),
     ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]),
@@ -285,6 +287,7 @@ def test_einsum_other_dtypes(dtype):
     ("ijk->i", [(3, 4)], "does not match input 0 of rank 2"),
     ("ij->ii", [(3, 3)], "repeats a label"),
     ("i1->i", [(3, 1)], "characters other than letters"),
+    ("...ij->ij", [(2, 3, 4)], "drops the ellipsis dims"),
 ])
 def test_einsum_errors(equation, shapes, message):
     inputs = [np.zeros(s, np.float32) for s in shapes]
@@ -373,3 +376,53 @@ def test_loss_errors():
     with pytest.raises(TypeInferenceError, match=r"weight shape \(2,\) must be \(3,\)"):
         infer("NegativeLogLikelihoodLoss", [scores, np.zeros(4, np.int64),
                                             np.ones(2, np.float32)])
+
+
+# --------------------------------------------------------------------------- narrow dtypes
+
+BFLOAT16_CASES = [
+    ("ReduceSum", [np.array([1], np.int64)], {}),
+    ("ReduceMax", [np.array([0], np.int64)], {"keepdims": 0}),
+    ("ReduceLogSumExp", [], {}),
+    ("ArgMin", [], {"axis": 1}),
+    ("Softmax", [], {}),
+    ("CumSum", [np.array(1, np.int64)], {"exclusive": 1}),
+    ("TopK", [np.array([2], np.int64)], {}),
+    ("Hardmax", [], {"axis": 0}),
+]
+
+
+@pytest.mark.parametrize("op_type,operands,attrs", BFLOAT16_CASES)
+def test_bfloat16_computes_like_float32(op_type, operands, attrs):
+    bfloat16 = pytest.importorskip("ml_dtypes").bfloat16
+    # distinct small integers are exact in bfloat16 and leave no ties
+    x = (rng(11).permutation(12).reshape(3, 4) / 4).astype(np.float32)
+    num_outputs = 2 if op_type == "TopK" else 1
+    narrow = check_inferred(op_type, [x.astype(bfloat16), *operands], attrs, num_outputs)
+    wide = check_inferred(op_type, [x, *operands], attrs, num_outputs)
+    for got, expected in zip(narrow, wide):
+        if expected.dtype == np.float32:
+            assert got.dtype == bfloat16
+            np.testing.assert_allclose(got.astype(np.float32), expected, rtol=1e-2, atol=1e-2)
+        else:
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_einsum_bfloat16():
+    bfloat16 = pytest.importorskip("ml_dtypes").bfloat16
+    a, b = (rng(i).integers(-3, 4, s).astype(bfloat16) for i, s in enumerate([(2, 3), (3, 2)]))
+    (out,) = check_inferred("Einsum", [a, b], {"equation": "ij,jk->ik"})
+    np.testing.assert_array_equal(out.astype(np.float32),
+                                  a.astype(np.float32) @ b.astype(np.float32))
+
+
+def test_storage_only_dtypes_are_rejected():
+    float8 = pytest.importorskip("ml_dtypes").float8_e4m3fn
+    x = np.zeros((2, 3), float8)
+    with pytest.raises(TypeInferenceError, match="data \\(input 0\\) must be numeric .* got "
+                                                 "float8_e4m3fn; Cast it first"):
+        infer("ReduceSum", [x])
+    with pytest.raises(TypeInferenceError, match="must be a float tensor"):
+        infer("Softmax", [x])
+    with pytest.raises(TypeInferenceError, match="must be numeric"):
+        infer("ArgMax", [np.zeros(3, bool)])

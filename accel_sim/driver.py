@@ -1,0 +1,104 @@
+"""The driver protocol every accelerator transport implements (simulator, RTL, FPGA),
+and the host-side routine that runs a :class:`Program` through any of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ..errors import AcceleratorError
+from .config import HardwareConfig
+from .encoding import encode_stream
+from .isa import DmaInstruction, Instruction, dram_unit_bytes
+from .program import Program
+from .simulator import RunReport
+
+#: device buffers start on multiples of this many bytes, a multiple of every tile size.
+DEVICE_ALIGNMENT = 4096
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """What a transport reports when a stream completes.
+
+    ``cycles`` is the cycle count (measured by the RTL or the board's counter,
+    or modelled by the simulator); ``report`` is the simulator's full report.
+    """
+
+    cycles: int
+    report: RunReport | None = None
+
+
+@runtime_checkable
+class AcceleratorDriver(Protocol):
+    """Host view of one accelerator: a DRAM it shares, and a start/wait control port.
+
+    Addresses are byte addresses in the device's DRAM. ``start`` hands the
+    accelerator ``instruction_count`` 16-byte instruction words at
+    ``instruction_address``; micro-ops are fetched by the stream's own LOAD UOP
+    instructions. ``wait`` returns once FINISH completes.
+    """
+
+    config: HardwareConfig
+
+    def allocate(self, nbytes: int, alignment: int = DEVICE_ALIGNMENT) -> int:
+        """Reserve ``nbytes`` of device DRAM; returns its byte address."""
+        ...
+
+    def write(self, address: int, data: bytes | np.ndarray) -> None:
+        """Copy host bytes into device DRAM."""
+        ...
+
+    def read(self, address: int, nbytes: int) -> np.ndarray:
+        """Copy device DRAM bytes to the host (a uint8 array)."""
+        ...
+
+    def start(self, instruction_address: int, instruction_count: int) -> None:
+        """Launch the stream at ``instruction_address``."""
+        ...
+
+    def wait(self, timeout_s: float | None = None) -> RunStatus:
+        """Block until the stream finishes (or raise AcceleratorError on time-out)."""
+        ...
+
+
+def relocate(
+    instructions: list[Instruction], config: HardwareConfig, byte_offset: int
+) -> list[Instruction]:
+    """Shift every DMA's DRAM address by ``byte_offset`` (a multiple of each tile size)."""
+    relocated = []
+    for index, instruction in enumerate(instructions):
+        if isinstance(instruction, DmaInstruction):
+            unit = dram_unit_bytes(config, instruction.buffer)
+            if byte_offset % unit:
+                raise AcceleratorError(
+                    f"instruction {index}: cannot move a {instruction.buffer.name} transfer by "
+                    f"{byte_offset} bytes, not a multiple of its {unit}-byte tiles"
+                )
+            shifted = instruction.dram_base + byte_offset // unit
+            instruction = replace(instruction, dram_base=shifted)
+        relocated.append(instruction)
+    return relocated
+
+
+def execute_program(
+    driver: AcceleratorDriver, program: Program, timeout_s: float | None = None
+) -> RunStatus:
+    """Run ``program`` on a device and copy the device's DRAM image back into it."""
+    if driver.config.name != program.config.name:
+        raise AcceleratorError(
+            f"the program was built for {program.config.name} but the device is "
+            f"{driver.config.name}"
+        )
+    base = driver.allocate(program.dram.size)
+    driver.write(base, program.dram)
+    stream = encode_stream(relocate(program.instructions, program.config, base), program.config)
+    stream_address = driver.allocate(len(stream))
+    driver.write(stream_address, stream)
+    driver.start(stream_address, len(program.instructions))
+    status = driver.wait(timeout_s)
+    program.dram[...] = driver.read(base, program.dram.size)
+    return status

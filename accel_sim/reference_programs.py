@@ -1,0 +1,131 @@
+"""Hand-written reference programs: a tiled GEMM with one or two virtual threads.
+
+They exercise the whole ISA contract (DMA, micro-op loops, token protocol) and
+serve as workloads for tests, benchmarks and the RTL test benches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import AcceleratorError
+from .config import HardwareConfig
+from .isa import Buffer, Gemm, MicroOp
+from .program import Program, ProgramBuilder
+
+
+@dataclass(frozen=True)
+class GemmTiling:
+    """Chunk sizes of a tiled GEMM, in tiles: rows of A, columns of C and of the reduction."""
+
+    block_rows: int
+    block_cols: int
+    k_chunk: int
+
+
+def _largest_divisor(n: int, limit: int) -> int:
+    return max(d for d in range(1, min(n, max(limit, 1)) + 1) if n % d == 0)
+
+
+def default_gemm_tiling(
+    config: HardwareConfig, m_tiles: int, n_tiles: int, k_tiles: int, virtual_threads: int
+) -> GemmTiling:
+    """Chunk sizes that fit one virtual thread's share of every buffer."""
+    inp_slot = config.inp_depth // virtual_threads
+    wgt_slot = config.wgt_depth // virtual_threads
+    acc_slot = config.acc_depth // virtual_threads
+    k_chunk = _largest_divisor(k_tiles, min(16, inp_slot, wgt_slot))
+    block_cols = _largest_divisor(n_tiles, min(wgt_slot // k_chunk, acc_slot))
+    block_rows = _largest_divisor(m_tiles, min(inp_slot // k_chunk, acc_slot // block_cols))
+    return GemmTiling(block_rows, block_cols, k_chunk)
+
+
+def tiled_gemm_program(
+    config: HardwareConfig,
+    a: np.ndarray,
+    w: np.ndarray,
+    virtual_threads: int = 2,
+    tiling: GemmTiling | None = None,
+    output: Buffer = Buffer.ACC,
+) -> Program:
+    """``C = A @ W.T`` for A (M x K) and W (N x K), stored to tensor "C".
+
+    With two virtual threads the input, weight and accumulator buffers are split
+    in halves so that loading the next chunk overlaps computing the current one
+    and storing one output block overlaps computing the next; with one, every
+    step waits for the previous one.
+    """
+    if virtual_threads not in (1, 2):
+        raise AcceleratorError(f"virtual_threads must be 1 or 2, got {virtual_threads}")
+    (m, k), (n, k_w) = a.shape, w.shape
+    if k != k_w:
+        raise AcceleratorError(f"A is {m}x{k} but W is {n}x{k_w}: reduction lengths differ")
+    builder = ProgramBuilder(config)
+    a_tensor = builder.tensor("A", Buffer.INP, data=a)
+    w_tensor = builder.tensor("W", Buffer.WGT, data=w)
+    c_tensor = builder.tensor("C", output, shape=(m, n))
+    m_tiles, n_tiles, k_tiles = a_tensor.grid_rows, w_tensor.grid_rows, a_tensor.grid_cols
+    threads = virtual_threads
+    tiling = tiling or default_gemm_tiling(config, m_tiles, n_tiles, k_tiles, threads)
+    rows, cols, k_chunk = tiling.block_rows, tiling.block_cols, tiling.k_chunk
+    if m_tiles % rows or n_tiles % cols or k_tiles % k_chunk:
+        raise AcceleratorError(
+            f"tiling {tiling} does not divide the {m_tiles}x{n_tiles}x{k_tiles} tile grid"
+        )
+    inp_slot, wgt_slot = config.inp_depth // threads, config.wgt_depth // threads
+    acc_slot = config.acc_depth // threads
+    if rows * k_chunk > inp_slot or cols * k_chunk > wgt_slot or rows * cols > acc_slot:
+        raise AcceleratorError(f"tiling {tiling} overflows a virtual thread's buffer share")
+
+    # micro-ops: one reset kernel per accumulator slot, then one GEMM kernel per
+    # (accumulator slot, input/weight slot) pair
+    resets = [MicroOp(dst=slot * acc_slot, src=0, wgt=0) for slot in range(threads)]
+    kernels = [
+        MicroOp(dst=acc * acc_slot, src=data * inp_slot + u, wgt=data * wgt_slot + u)
+        for acc in range(threads)
+        for data in range(threads)
+        for u in range(k_chunk)
+    ]
+    uop_tensor = builder.uops("uops", resets + kernels)
+    builder.emit(builder.load_uops(uop_tensor))
+
+    steps_per_task = k_tiles // k_chunk
+    tasks = [(r, c) for r in range(m_tiles // rows) for c in range(n_tiles // cols)]
+    total_steps = len(tasks) * steps_per_task
+    for task, (row_block, col_block) in enumerate(tasks):
+        acc = task % threads
+        for step in range(steps_per_task):
+            global_step = task * steps_per_task + step
+            data = global_step % threads
+            builder.emit(builder.load_tiles(
+                a_tensor, data * inp_slot, row_block * rows, step * k_chunk, rows, k_chunk,
+                pop_next=global_step >= threads,
+            ))
+            builder.emit(builder.load_tiles(
+                w_tensor, data * wgt_slot, col_block * cols, step * k_chunk, cols, k_chunk,
+                push_next=True,
+            ))
+            if step == 0:
+                builder.emit(Gemm(
+                    reset=True, uop_begin=acc, uop_end=acc + 1, loop_outer=rows,
+                    loop_inner=cols, acc_factor_outer=cols, acc_factor_inner=1,
+                    pop_next=task >= threads,
+                ))
+            kernel = threads + (acc * threads + data) * k_chunk
+            builder.emit(Gemm(
+                uop_begin=kernel, uop_end=kernel + k_chunk, loop_outer=rows, loop_inner=cols,
+                acc_factor_outer=cols, acc_factor_inner=1,
+                inp_factor_outer=k_chunk, wgt_factor_inner=k_chunk,
+                pop_prev=True,
+                push_prev=global_step + threads < total_steps,
+                push_next=step == steps_per_task - 1,
+            ))
+        builder.emit(builder.store_tiles(
+            c_tensor, acc * acc_slot, row_block * rows, col_block * cols, rows, cols,
+            pop_prev=True,
+            push_prev=task + threads < len(tasks) or task == len(tasks) - 1,
+        ))
+    builder.finish(pop_next=True)
+    return builder.build()

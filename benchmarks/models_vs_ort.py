@@ -1,0 +1,86 @@
+"""Whole models through heterocc next to ONNX Runtime, measured in the same run.
+
+    python benchmarks/models_vs_ort.py [--target reference] [--torch] [--repeats 10]
+
+Prints, per model: ONNX node count, ops after the passes, fused functions,
+compile time, max abs difference against ONNX Runtime, and median latencies
+with their ratio. ``--torch`` exports ResNet-18 / MobileNetV2 from torch
+(benchmarks/torch_models.py); without it the built-in onnx.helper versions
+(heterocc.models) are used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+import heterocc
+from heterocc.passes import fused_functions
+
+
+def median_ms(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def load_models(use_torch: bool) -> dict[str, onnx.ModelProto]:
+    if use_torch:
+        sys.path.insert(0, os.path.dirname(__file__))
+        from torch_models import export
+
+        out = tempfile.mkdtemp()
+        return {n: onnx.load(export(n, os.path.join(out, f"{n}.onnx")))
+                for n in ("resnet18", "mobilenet_v2")}
+    from heterocc.models import mobilenet_v2, resnet18
+
+    return {"resnet18": resnet18(), "mobilenet_v2": mobilenet_v2()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", default="reference")
+    ap.add_argument("--torch", action="store_true", help="export the models from torch")
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    args = ap.parse_args()
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = args.threads
+    rng = np.random.default_rng(0)
+    print(f"{'model':14s} {'onnx':>5s} {'ops':>5s} {'funcs':>5s} {'compile_s':>9s} "
+          f"{'max|diff|':>10s} {'heterocc_ms':>11s} {'ort_ms':>8s} {'ratio':>7s}")
+    for name, model in load_models(args.torch).items():
+        x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+        t0 = time.perf_counter()
+        compiled = heterocc.compile(model, target=args.target)
+        compile_s = time.perf_counter() - t0
+        sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+        input_name = sess.get_inputs()[0].name
+        ours = compiled.run({input_name: x})[0]
+        ref = sess.run(None, {input_name: x})[0]
+        feed = {input_name: x}
+        ms = median_ms(lambda c=compiled, f=feed: c.run(f), args.repeats)
+        ort_ms = median_ms(lambda s=sess, f=feed: s.run(None, f), args.repeats)
+        graph = compiled.graph
+        print(f"{name:14s} {len(model.graph.node):5d} {graph.num_nodes():5d} "
+              f"{len(fused_functions(graph)):5d} {compile_s:9.2f} "
+              f"{float(np.max(np.abs(ours - ref))):10.2e} {ms:11.2f} {ort_ms:8.2f} "
+              f"{ms / ort_ms:7.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

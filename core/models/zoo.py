@@ -1,0 +1,66 @@
+"""ResNet-18 and MobileNetV2 as ONNX graphs (torchvision's layer structure,
+seeded random weights), for tests and benchmarks that must not need torch."""
+
+from __future__ import annotations
+
+import onnx
+
+from .builder import OnnxBuilder
+
+
+def resnet18(batch: int = 1, size: int = 224, classes: int = 1000,
+             seed: int = 0) -> onnx.ModelProto:
+    """ResNet-18 (basic blocks [2, 2, 2, 2]) with batch norm after every conv."""
+    b = OnnxBuilder(seed)
+    x = b.node("Relu", [b.batchnorm(b.conv("input", 3, 64, 7, stride=2), 64)])
+    x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, cout in enumerate((64, 128, 256, 512)):
+        for block in range(2):
+            stride = 2 if stage > 0 and block == 0 else 1
+            y = b.node("Relu", [b.batchnorm(b.conv(x, cin, cout, 3, stride), cout)])
+            y = b.batchnorm(b.conv(y, cout, cout, 3), cout)
+            shortcut = x
+            if stride != 1 or cin != cout:
+                shortcut = b.batchnorm(b.conv(x, cin, cout, 1, stride), cout)
+            x = b.node("Relu", [b.node("Add", [y, shortcut])])
+            cin = cout
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    out = b.dense(x, 512, classes)
+    return b.model("resnet18", (batch, 3, size, size), out, (batch, classes))
+
+
+def mobilenet_v2(batch: int = 1, size: int = 224, classes: int = 1000,
+                 seed: int = 0) -> onnx.ModelProto:
+    """MobileNetV2 (width 1.0): inverted residuals with depthwise convs and ReLU6."""
+    b = OnnxBuilder(seed)
+
+    def conv_bn(x: str, cin: int, cout: int, k: int, stride: int = 1, groups: int = 1,
+                relu6: bool = True) -> str:
+        y = b.batchnorm(b.conv(x, cin, cout, k, stride, groups), cout)
+        return b.node("Clip", [y, b.param(f"{y}_lo", _f32(0.0)), b.param(f"{y}_hi", _f32(6.0))]) \
+            if relu6 else y
+
+    x = conv_bn("input", 3, 32, 3, 2)
+    cin = 32
+    settings = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                (6, 160, 3, 2), (6, 320, 1, 1)]
+    for expand, cout, repeats, first_stride in settings:
+        for i in range(repeats):
+            stride = first_stride if i == 0 else 1
+            hidden = cin * expand
+            y = x if expand == 1 else conv_bn(x, cin, hidden, 1)
+            y = conv_bn(y, hidden, hidden, 3, stride, groups=hidden)
+            y = conv_bn(y, hidden, cout, 1, relu6=False)
+            x = b.node("Add", [x, y]) if stride == 1 and cin == cout else y
+            cin = cout
+    x = conv_bn(x, cin, 1280, 1)
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    out = b.dense(x, 1280, classes)
+    return b.model("mobilenet_v2", (batch, 3, size, size), out, (batch, classes))
+
+
+def _f32(v: float):
+    import numpy as np
+
+    return np.array(v, dtype=np.float32)

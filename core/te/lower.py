@@ -1,0 +1,360 @@
+"""``lower``: a Schedule to a TIR PrimFunc.
+
+Each stage becomes a loop nest built from its leaf iteration variables; the root axes
+are recovered from the split/fuse relations. Inlined stages are substituted into their
+readers. A stage attached with ``compute_at`` gets the region its consumer reads inside
+the attachment loop, found by symbolic interval analysis (bound inference), and a
+buffer of that region's size allocated there. Non-dividing splits and partial regions
+get guards, which the TIR pipeline removes where the loop ranges prove them true.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import CompileError
+from ..tir import expr as tx
+from ..tir.passes import lower_pipeline
+from ..tir.simplify import Interval, const_bound, linear_form, simplify
+from ..tir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, PrimFunc, Stmt, seq
+from ..tir.visitor import Mutator, collect, free_vars, substitute
+from .schedule import AT, INLINE, ROOT, Fuse, Schedule, Split, Stage
+from .tensor import REDUCE, IterVar, Reduce, Tensor, TensorLoad
+
+
+@dataclass
+class _Realization:
+    """Where a tensor's computed values live: ``tensor[idx]`` is ``buffer[idx - bases]``."""
+
+    buffer: tx.Buffer
+    bases: tuple[tx.Expr, ...]
+
+
+@dataclass
+class _LoopNest:
+    """A stage's loops: extent of every iteration variable, the value of every variable
+    (relative to its root's start) in terms of the leaf loop variables, and the guards
+    (condition, involves-reduction) that non-dividing splits need."""
+
+    extents: dict[IterVar, int]
+    values: dict[IterVar, tx.Expr]
+    guards: list[tuple[tx.Expr, bool]]
+
+
+def _split_extents(split: Split, parent_extent: int) -> tuple[int, int]:
+    if parent_extent == 0:
+        return 0, 1
+    if split.factor is not None:
+        inner = min(split.factor, parent_extent)
+        return -(-parent_extent // inner), inner
+    outer = min(split.nparts, parent_extent)
+    return outer, -(-parent_extent // outer)
+
+
+def _loop_nest(stage: Stage, root_extents: dict[IterVar, int]) -> _LoopNest:
+    extents = dict(root_extents)
+    for relation in stage.relations:
+        if isinstance(relation, Split):
+            outer, inner = _split_extents(relation, extents[relation.parent])
+            extents[relation.outer], extents[relation.inner] = outer, inner
+        else:
+            extents[relation.fused] = extents[relation.outer] * extents[relation.inner]
+    values: dict[IterVar, tx.Expr] = {leaf: leaf.var for leaf in stage.leaf_iter_vars}
+    guards = []
+    for relation in reversed(stage.relations):
+        if isinstance(relation, Split):
+            inner_extent = extents[relation.inner]
+            value = values[relation.outer] * inner_extent + values[relation.inner]
+            values[relation.parent] = value
+            if extents[relation.outer] * inner_extent > extents[relation.parent]:
+                guards.append((value < extents[relation.parent], relation.parent.kind == REDUCE))
+        elif isinstance(relation, Fuse):
+            fused, inner_extent = values[relation.fused], extents[relation.inner]
+            values[relation.outer] = fused // inner_extent
+            values[relation.inner] = fused % inner_extent
+    return _LoopNest(extents, values, guards)
+
+
+def _bounds_of_atom(atom: tx.Expr, relaxed: dict[tx.Var, int]):
+    if isinstance(atom, tx.Var):
+        return (tx.IntImm(0), tx.IntImm(relaxed[atom] - 1)) if atom in relaxed else (atom, atom)
+    if isinstance(atom, tx.Cast) and tx.is_int(atom.dtype) and tx.is_int(atom.value.dtype):
+        return symbolic_bounds(atom.value, relaxed)
+    if isinstance(atom, tx.Select):
+        t = symbolic_bounds(atom.true_value, relaxed)
+        f = symbolic_bounds(atom.false_value, relaxed)
+        if t is None or f is None:
+            return None
+        return tx.minimum(t[0], f[0]), tx.maximum(t[1], f[1])
+    if isinstance(atom, tx.Binary) and atom.op in ("min", "max"):
+        a, b = symbolic_bounds(atom.a, relaxed), symbolic_bounds(atom.b, relaxed)
+        if a is None or b is None:
+            return None
+        combine = tx.minimum if atom.op == "min" else tx.maximum
+        return combine(a[0], b[0]), combine(a[1], b[1])
+    if (isinstance(atom, tx.Binary) and atom.op in ("floordiv", "floormod")
+            and isinstance(atom.b, tx.IntImm) and atom.b.value > 0):
+        a = symbolic_bounds(atom.a, relaxed)
+        if a is None:
+            return None
+        if atom.op == "floordiv":
+            return a[0] // atom.b, a[1] // atom.b
+        return tx.IntImm(0), tx.IntImm(atom.b.value - 1)
+    return None
+
+
+def symbolic_bounds(expr: tx.Expr, relaxed: dict[tx.Var, int]):
+    """(lowest, highest) value of integer ``expr`` as expressions of its non-relaxed
+    variables, when each relaxed variable ranges over ``[0, extent)``; None if unknown."""
+    if not (free_vars(expr) & relaxed.keys()):
+        return expr, expr
+    form = linear_form(expr)
+    lo: tx.Expr = tx.IntImm(form.constant)
+    hi: tx.Expr = tx.IntImm(form.constant)
+    for coeff, atom in form.terms.values():
+        bounds = _bounds_of_atom(atom, relaxed)
+        if bounds is None:
+            return None
+        low, high = (bounds[0] * coeff, bounds[1] * coeff) if coeff >= 0 else (
+            bounds[1] * coeff, bounds[0] * coeff)
+        lo, hi = lo + low, hi + high
+    return lo, hi
+
+
+class _InlineExpander(Mutator):
+    def __init__(self, bodies: dict[int, tx.Expr], inlined: dict[int, Stage]):
+        self.bodies, self.inlined = bodies, inlined
+
+    def visit_TensorLoad(self, node: TensorLoad) -> tx.Expr:
+        node = self.generic(node)
+        stage = self.inlined.get(id(node.tensor))
+        if stage is None:
+            return node
+        mapping = {iv.var: index for iv, index in zip(stage.axis, node.indices)}
+        return substitute(self.bodies[id(node.tensor)], mapping)
+
+
+class _LoadsToBuffers(Mutator):
+    def __init__(self, realized: dict[int, _Realization]):
+        self.realized = realized
+
+    def visit_TensorLoad(self, node: TensorLoad) -> tx.Expr:
+        node = self.generic(node)
+        realization = self.realized.get(id(node.tensor))
+        if realization is None:
+            raise CompileError(
+                f"tensor {node.tensor.name!r} is read but never computed: pass it in args "
+                "(placeholders and outputs) or keep its stage in the schedule")
+        indices = tuple(i - b for i, b in zip(node.indices, realization.bases))
+        return tx.BufferLoad(realization.buffer, indices)
+
+
+class _Lowerer:
+    def __init__(self, schedule: Schedule, args: list[Tensor]):
+        self.schedule = schedule
+        self.realized: dict[int, _Realization] = {}
+        self.ranges: dict[tx.Var, Interval] = {}
+        self.params = self._params(args)
+        self.bodies = self._inline_bodies()
+        self.attached: dict[tuple[int, int], list[Stage]] = {}
+        self._check_attachments()
+
+    def _params(self, args: list[Tensor]) -> list[tx.Buffer]:
+        params, used_names = [], set()
+        for tensor in args:
+            if not isinstance(tensor, Tensor):
+                raise CompileError(f"lower: args must be te.Tensor objects, got {tensor!r}")
+            stage = self.schedule[tensor]
+            if stage.attach != ROOT:
+                raise CompileError(
+                    f"lower: argument {tensor.name!r} is {stage.attach}-scheduled; an argument "
+                    "is computed into the caller's array, so it must stay at root")
+            name = tensor.name
+            while name in used_names:
+                name += "_"
+            used_names.add(name)
+            buffer = tx.Buffer(name, tensor.shape, tensor.dtype)
+            self.realized[id(tensor)] = _Realization(buffer, (tx.IntImm(0),) * tensor.ndim)
+            params.append(buffer)
+        missing = [t.name for t in self.schedule.outputs if id(t) not in self.realized]
+        if missing:
+            raise CompileError(f"lower: output(s) {', '.join(missing)} must be in args")
+        return params
+
+    def _inline_bodies(self) -> dict[int, tx.Expr]:
+        inlined = {id(s.tensor): s for s in self.schedule.stages if s.attach == INLINE}
+        bodies: dict[int, tx.Expr] = {}
+        expander = _InlineExpander(bodies, inlined)
+        for stage in self.schedule.stages:
+            if not stage.is_placeholder:
+                bodies[id(stage.tensor)] = expander.expr(stage.body)
+        return bodies
+
+    def _computed_stages(self) -> list[Stage]:
+        return [s for s in self.schedule.stages if not s.is_placeholder and s.attach != INLINE]
+
+    def _readers(self, tensor: Tensor) -> list[Stage]:
+        return [s for s in self._computed_stages()
+                if any(load.tensor is tensor for load in collect(
+                    self.bodies[id(s.tensor)], lambda n: isinstance(n, TensorLoad)))]
+
+    def _check_attachments(self) -> None:
+        for stage in self._computed_stages():
+            if stage.tensorized:
+                raise CompileError(
+                    f"stage {stage.name!r}: tensorize is declared but this lowering does not "
+                    "replace loops by tensor intrinsics yet; remove the tensorize call")
+            if stage.attach != AT:
+                continue
+            parent, iv = stage.attach_stage, stage.attach_iter_var
+            if parent.attach == INLINE or iv not in parent.leaf_iter_vars:
+                raise CompileError(
+                    f"stage {stage.name!r} is attached at {iv.name!r} of {parent.name!r}, which "
+                    "is no longer one of its loops (inlined, split or fused afterwards)")
+            readers = self._readers(stage.tensor)
+            if [r is parent for r in readers] != [True]:
+                names = ", ".join(r.name for r in readers) or "nobody"
+                raise CompileError(
+                    f"stage {stage.name!r} is computed at {parent.name!r} but read by {names}; "
+                    "compute_at needs the attachment stage to be its only reader")
+            self.attached.setdefault((id(parent), id(iv)), []).append(stage)
+
+    # ------------------------------------------------------------------ emission
+
+    def run(self) -> Stmt:
+        allocations, stmts = [], []
+        for stage in self._computed_stages():
+            if stage.attach != ROOT:
+                continue
+            if id(stage.tensor) not in self.realized:
+                buffer = tx.Buffer(stage.name, stage.tensor.shape, stage.tensor.dtype, stage.scope)
+                self.realized[id(stage.tensor)] = _Realization(
+                    buffer, (tx.IntImm(0),) * stage.tensor.ndim)
+                allocations.append(buffer)
+            domain = [(tx.IntImm(0), d) for d in stage.tensor.shape]
+            stmts.append(self._emit_stage(stage, domain, attached=False))
+        body = seq(stmts)
+        for buffer in reversed(allocations):
+            body = Allocate(buffer, body)
+        return body
+
+    def _emit_stage(self, stage: Stage, domain: list[tuple[tx.Expr, int]],
+                    attached: bool) -> Stmt:
+        root_extents = {iv: extent for iv, (_, extent) in zip(stage.axis, domain)}
+        root_extents.update({iv: iv.extent for iv in stage.reduce_axis})
+        nest = _loop_nest(stage, root_extents)
+        coords = {iv.var: base + nest.values[iv] for iv, (base, _) in zip(stage.axis, domain)}
+        coords.update({iv.var: nest.values[iv] + iv.min for iv in stage.reduce_axis})
+        body = substitute(self.bodies[id(stage.tensor)], coords)
+        spatial_guards = [cond for cond, is_reduce in nest.guards if not is_reduce]
+        if attached:
+            for iv, dim in zip(stage.axis, stage.tensor.shape):
+                coordinate = coords[iv.var]
+                spatial_guards += [coordinate >= 0, coordinate < dim]
+        all_guards = spatial_guards + [cond for cond, is_reduce in nest.guards if is_reduce]
+        buffer = self.realized[id(stage.tensor)].buffer
+        store_at = tuple(nest.values[iv] for iv in stage.axis)
+        leafs = stage.leaf_iter_vars
+
+        def guarded(stmt: Stmt, guards: list[tx.Expr]) -> Stmt:
+            if not guards:
+                return stmt
+            condition = guards[0]
+            for guard in guards[1:]:
+                condition = tx.logical_and(condition, guard)
+            return IfThenElse(condition, stmt, likely=True)
+
+        def to_buffers(expr: tx.Expr) -> tx.Expr:
+            return _LoadsToBuffers(self.realized).expr(expr)
+
+        if not isinstance(body, Reduce):
+            def store() -> Stmt:
+                return guarded(BufferStore(buffer, to_buffers(body), store_at), spatial_guards)
+            return self._loops(stage, nest, body, leafs, 0, store, with_children=True)
+
+        first_reduce = next(p for p, iv in enumerate(leafs) if iv.kind == REDUCE)
+
+        def init() -> Stmt:
+            return guarded(BufferStore(buffer, body.identity(), store_at), spatial_guards)
+
+        def update() -> Stmt:
+            current = tx.BufferLoad(buffer, store_at)
+            value = body.combine(current, to_buffers(body.source))
+            return guarded(BufferStore(buffer, value, store_at), all_guards)
+
+        def reduction() -> Stmt:
+            inner_spatial = [iv for iv in leafs[first_reduce:] if iv.kind != REDUCE]
+            init_nest = self._loops(stage, nest, body, inner_spatial, 0, init, False)
+            update_nest = self._loops(stage, nest, body, leafs, first_reduce, update, True)
+            return seq([init_nest, update_nest])
+
+        return self._loops(stage, nest, body, leafs[:first_reduce] + [None], 0, reduction, True)
+
+    def _loops(self, stage: Stage, nest: _LoopNest, body: tx.Expr, leafs: list, position: int,
+               innermost, with_children: bool) -> Stmt:
+        """Loops over ``leafs[position:]`` around ``innermost()``; a ``None`` leaf marks
+        where the innermost callback takes over (used to split reduction nests)."""
+        if position == len(leafs) or leafs[position] is None:
+            return innermost()
+        iv = leafs[position]
+        extent = nest.extents[iv]
+        self.ranges[iv.var] = Interval(0, max(extent - 1, 0))
+        producers, buffers = [], []
+        if with_children:
+            for child in self.attached.get((id(stage), id(iv)), []):
+                buffer, stmt = self._emit_attached(child, stage, nest, body, iv)
+                buffers.append(buffer)
+                producers.append(stmt)
+        inner = self._loops(stage, nest, body, leafs, position + 1, innermost, with_children)
+        loop_body = seq([*producers, inner])
+        for buffer in reversed(buffers):
+            loop_body = Allocate(buffer, loop_body)
+        kind, tag = stage.loop_kinds.get(iv, (ForKind.SERIAL, None))
+        return For(iv.var, tx.IntImm(0), tx.IntImm(extent), kind, loop_body, tag)
+
+    def _emit_attached(self, child: Stage, parent: Stage, nest: _LoopNest, parent_body: tx.Expr,
+                       iv: IterVar) -> tuple[tx.Buffer, Stmt]:
+        leafs = parent.leaf_iter_vars
+        inner_leafs = leafs[leafs.index(iv) + 1:]
+        relaxed = {leaf.var: nest.extents[leaf] for leaf in inner_leafs}
+        loads = [load for load in collect(parent_body, lambda n: isinstance(n, TensorLoad))
+                 if load.tensor is child.tensor]
+        bases, extents = [], []
+        for dim, shape in enumerate(child.tensor.shape):
+            base, extent = self._region(
+                [symbolic_bounds(load.indices[dim], relaxed) for load in loads], shape)
+            bases.append(base)
+            extents.append(extent)
+        buffer = tx.Buffer(child.name, tuple(extents), child.tensor.dtype, child.scope)
+        self.realized[id(child.tensor)] = _Realization(buffer, tuple(bases))
+        stmt = self._emit_stage(child, list(zip(bases, extents)), attached=True)
+        return buffer, stmt
+
+    def _region(self, bounds: list, shape: int) -> tuple[tx.Expr, int]:
+        """(base, extent) of the union of per-access bounds, clipped to the tensor."""
+        if not bounds or any(b is None for b in bounds):
+            return tx.IntImm(0), shape
+        low, high = bounds[0]
+        for other_low, other_high in bounds[1:]:
+            low, high = tx.minimum(low, other_low), tx.maximum(high, other_high)
+        low = simplify(low, self.ranges)
+        extent_expr = simplify(high - low + 1, self.ranges)
+        if isinstance(extent_expr, tx.IntImm):
+            extent = extent_expr.value
+        else:
+            upper = const_bound(extent_expr, self.ranges).hi
+            extent = int(upper) if math.isfinite(upper) else shape
+        if extent >= shape:
+            return tx.IntImm(0), shape
+        return low, max(extent, 1)
+
+
+def lower(schedule: Schedule, args: list[Tensor], name: str = "main",
+          optimize: bool = True) -> PrimFunc:
+    """The PrimFunc computing ``schedule``; its parameters are the buffers of ``args``
+    (placeholders and outputs, in that order of the call). ``optimize`` runs the TIR
+    pipeline (guard removal, flatten, unroll, vectorize)."""
+    lowerer = _Lowerer(schedule, list(args))
+    func = PrimFunc(name, tuple(lowerer.params), lowerer.run())
+    return lower_pipeline(func) if optimize else func

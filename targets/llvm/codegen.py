@@ -1,0 +1,540 @@
+"""TIR -> LLVM IR with llvmlite.
+
+Each PrimFunc becomes ``void name(ptr noalias buf0, ptr noalias buf1, ...)`` over the
+buffers' data (row-major, flattened by the TIR pipeline). Vector TIR (ramps and
+broadcasts) becomes LLVM vector types; float arithmetic carries the ``contract``
+fast-math flag so multiply-adds fuse into FMA. A parallel loop is outlined into
+``task(begin, end, closure)``, which unpacks the captured values and calls an
+always-inlined body function whose buffer arguments are ``noalias`` (so the inliner
+keeps the aliasing facts as scoped metadata); the runtime thread pool runs the task.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import numpy as np
+from llvmlite import ir
+
+from heterocc.errors import CompileError
+from heterocc.tir import expr as tx
+from heterocc.tir.stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+)
+from heterocc.tir.visitor import collect
+
+from .runtime import PARALLEL_FOR
+
+#: fast-math flags of float arithmetic: contraction into FMA and reassociation (for
+#: vectorized reductions), but no assumptions about NaN or infinity.
+FLOAT_FLAGS = ("contract", "reassoc", "nsz")
+#: allocations up to this size live on the stack (per thread), larger ones on the heap.
+STACK_ALLOCATION_LIMIT = 256 * 1024
+#: alignment of allocated buffers: one cache line (and one AVX-512 vector).
+BUFFER_ALIGNMENT = 64
+
+I64 = ir.IntType(64)
+I32 = ir.IntType(32)
+I8 = ir.IntType(8)
+I1 = ir.IntType(1)
+PTR = ir.PointerType()
+
+_LLVM_INTRINSICS = {
+    "exp": "llvm.exp", "exp2": "llvm.exp2", "log": "llvm.log", "log2": "llvm.log2",
+    "log10": "llvm.log10", "sqrt": "llvm.sqrt", "fabs": "llvm.fabs", "floor": "llvm.floor",
+    "ceil": "llvm.ceil", "trunc": "llvm.trunc", "round": "llvm.roundeven", "sin": "llvm.sin",
+    "cos": "llvm.cos", "pow": "llvm.pow", "fma": "llvm.fma",
+}
+_LIBM = ("tan", "tanh", "erf", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+         "atanh")
+
+
+def scalar_type(dtype: str) -> ir.Type:
+    """LLVM register type of a scalar dtype."""
+    base = tx.scalar_dtype(dtype)
+    if base == "bool":
+        return I1
+    if base == "float16":
+        return ir.HalfType()
+    if base == "float32":
+        return ir.FloatType()
+    if base == "float64":
+        return ir.DoubleType()
+    return ir.IntType(np.dtype(base).itemsize * 8)
+
+
+def value_type(dtype: str) -> ir.Type:
+    """LLVM register type of a (possibly vector) dtype."""
+    lanes = tx.lanes_of(dtype)
+    scalar = scalar_type(dtype)
+    return scalar if lanes == 1 else ir.VectorType(scalar, lanes)
+
+
+def storage_type(dtype: str) -> ir.Type:
+    """LLVM in-memory element type (bools take a byte, as in NumPy)."""
+    return I8 if tx.is_bool(dtype) else scalar_type(dtype)
+
+
+def _mangle(ty: ir.Type) -> str:
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{_mangle(ty.element)}"
+    return {"half": "f16", "float": "f32", "double": "f64"}[str(ty)]
+
+
+def _itemsize(dtype: str) -> int:
+    return 1 if tx.is_bool(dtype) else np.dtype(tx.scalar_dtype(dtype)).itemsize
+
+
+class FunctionEmitter:
+    """Emits statements and expressions into one LLVM function."""
+
+    def __init__(self, codegen: CodeGenLLVM, function: ir.Function, in_parallel: bool):
+        self.codegen = codegen
+        self.module = codegen.module
+        self.function = function
+        self.in_parallel = in_parallel
+        entry = function.append_basic_block("entry")
+        self.entry_builder = ir.IRBuilder(entry)
+        self.builder = ir.IRBuilder(function.append_basic_block("body"))
+        self.vars: dict[tx.Var, ir.Value] = {}
+        self.buffers: dict[tx.Buffer, ir.Value] = {}
+
+    def finish(self) -> None:
+        self.builder.ret_void()
+        self.entry_builder.branch(self.function.blocks[1])
+
+    # ------------------------------------------------------------------ helpers
+
+    def _function(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing
+        return ir.Function(self.module, ir.FunctionType(ret, args), name)
+
+    def _stack_slot(self, ty: ir.Type, name: str) -> ir.Value:
+        """An aligned entry-block stack slot, as an opaque pointer."""
+        slot = self.entry_builder.alloca(ty, name=name)
+        slot.align = BUFFER_ALIGNMENT
+        return self.entry_builder.bitcast(slot, PTR)
+
+    def _address(self, buffer: tx.Buffer, index: ir.Value) -> ir.Value:
+        try:
+            base = self.buffers[buffer]
+        except KeyError:
+            raise CompileError(f"buffer {buffer.name!r} is used outside its allocation") from None
+        return self.builder.gep(base, [index], inbounds=True,
+                                source_etype=storage_type(buffer.dtype))
+
+    def _broadcast(self, value: ir.Value, lanes: int) -> ir.Value:
+        vector_type = ir.VectorType(value.type, lanes)
+        one = self.builder.insert_element(ir.Constant(vector_type, ir.Undefined), value,
+                                          ir.Constant(I32, 0))
+        mask = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
+        return self.builder.shuffle_vector(one, ir.Constant(vector_type, ir.Undefined), mask)
+
+    def _lanes_apply(self, dtype: str, operands: list[ir.Value],
+                     scalar_op: Callable[..., ir.Value]) -> ir.Value:
+        """``scalar_op`` applied lane by lane (for operations with no vector form)."""
+        lanes = tx.lanes_of(dtype)
+        if lanes == 1:
+            return scalar_op(*operands)
+        result = ir.Constant(value_type(dtype), ir.Undefined)
+        for lane in range(lanes):
+            index = ir.Constant(I32, lane)
+            parts = [self.builder.extract_element(op, index) for op in operands]
+            result = self.builder.insert_element(result, scalar_op(*parts), index)
+        return result
+
+    # ------------------------------------------------------------------ statements
+
+    def stmt(self, node: Stmt) -> None:
+        if isinstance(node, SeqStmt):
+            for child in node.stmts:
+                self.stmt(child)
+        elif isinstance(node, BufferStore):
+            self._store(node)
+        elif isinstance(node, For):
+            self._for(node)
+        elif isinstance(node, IfThenElse):
+            self._if(node)
+        elif isinstance(node, Allocate):
+            self._allocate(node)
+        elif isinstance(node, Evaluate):
+            self.expr(node.value)
+        else:
+            raise CompileError(f"LLVM codegen: unsupported statement {type(node).__name__}")
+
+    def _store(self, node: BufferStore) -> None:
+        if len(node.indices) != 1:
+            raise CompileError(f"store to {node.buffer.name!r} is not flattened; run the TIR "
+                               "pipeline (tir.lower_pipeline) before codegen")
+        (index,) = node.indices
+        value = self.expr(node.value)
+        if tx.is_bool(node.buffer.dtype):
+            value = self.builder.zext(value, value_type(tx.with_lanes("int8", tx.lanes_of(
+                node.value.dtype))))
+        align = _itemsize(node.buffer.dtype)
+        lanes = tx.lanes_of(index.dtype)
+        if lanes == 1:
+            self.builder.store(value, self._address(node.buffer, self.expr(index)), align=align)
+        elif isinstance(index, tx.Ramp) and _is_one(index.stride):
+            address = self._address(node.buffer, self.expr(index.base))
+            self.builder.store(value, address, align=align)
+        else:
+            offsets = self.expr(index)
+            for lane in range(lanes):
+                at = ir.Constant(I32, lane)
+                element = self.builder.extract_element(value, at)
+                offset = self.builder.extract_element(offsets, at)
+                self.builder.store(element, self._address(node.buffer, offset), align=align)
+
+    def _for(self, node: For) -> None:
+        if node.kind is ForKind.THREAD_BINDING:
+            raise CompileError(
+                f"loop {node.var.name!r} is bound to {node.thread_tag}; GPU-bound loops need a "
+                "GPU target (cuda), not llvm")
+        if node.kind is ForKind.PARALLEL and not self.in_parallel:
+            self._parallel_for(node)
+            return
+        start = self.expr(node.min)
+        end = self.builder.add(start, self.expr(node.extent))
+        self._loop(node.var, start, end, node.body)
+
+    def _loop(self, var: tx.Var, start: ir.Value, end: ir.Value, body: Stmt) -> None:
+        preheader = self.builder.block
+        header = self.function.append_basic_block(f"{var.name}.header")
+        loop_body = self.function.append_basic_block(f"{var.name}.body")
+        exit_block = self.function.append_basic_block(f"{var.name}.exit")
+        self.builder.branch(header)
+        self.builder.position_at_end(header)
+        index = self.builder.phi(I64, name=var.name)
+        index.add_incoming(start, preheader)
+        self.builder.cbranch(self.builder.icmp_signed("<", index, end), loop_body, exit_block)
+        self.builder.position_at_end(loop_body)
+        self.vars[var] = index
+        self.stmt(body)
+        step = self.builder.add(index, ir.Constant(I64, 1), flags=["nsw"])
+        index.add_incoming(step, self.builder.block)
+        self.builder.branch(header)
+        self.builder.position_at_end(exit_block)
+        del self.vars[var]
+
+    def _parallel_for(self, node: For) -> None:
+        captured_vars = list(self.vars.items())
+        captured_buffers = list(self.buffers.items())
+        values = [v for _, v in captured_vars] + [b for _, b in captured_buffers]
+        closure_type = ir.LiteralStructType([v.type for v in values] or [I8])
+        closure = self._stack_slot(closure_type, "closure")
+        for position, value in enumerate(values):
+            slot = self.builder.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, position)],
+                                    inbounds=True, source_etype=closure_type)
+            self.builder.store(value, slot)
+
+        name = self.codegen.fresh_name(self.function.name + ".par")
+        body_args = [v.type for v in values]
+        body_function = ir.Function(self.module, ir.FunctionType(
+            ir.VoidType(), [I64, I64, *body_args]), name + ".body")
+        body_function.linkage = "internal"
+        body_function.attributes.add("alwaysinline")
+        body_function.attributes.add("nounwind")
+        emitter = FunctionEmitter(self.codegen, body_function, in_parallel=True)
+        begin, end, *rest = body_function.args
+        for (var, _), arg in zip(captured_vars, rest):
+            emitter.vars[var] = arg
+        for (buffer, _), arg in zip(captured_buffers, rest[len(captured_vars):]):
+            arg.add_attribute("noalias")
+            emitter.buffers[buffer] = arg
+        start = emitter.expr(node.min)
+        emitter._loop(node.var, emitter.builder.add(start, begin),
+                      emitter.builder.add(start, end), node.body)
+        emitter.finish()
+
+        task = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64, I64, PTR]), name)
+        task.linkage = "internal"
+        task_builder = ir.IRBuilder(task.append_basic_block("entry"))
+        task_begin, task_end, task_closure = task.args
+        unpacked = []
+        for position, value in enumerate(values):
+            slot = task_builder.gep(task_closure, [ir.Constant(I32, 0), ir.Constant(I32, position)],
+                                    inbounds=True, source_etype=closure_type)
+            unpacked.append(task_builder.load(slot, typ=value.type))
+        task_builder.call(body_function, [task_begin, task_end, *unpacked])
+        task_builder.ret_void()
+
+        parallel_for = self._function(PARALLEL_FOR, I32, [PTR, PTR, I64])
+        self.builder.call(parallel_for, [task, closure, self.expr(node.extent)])
+
+    def _if(self, node: IfThenElse) -> None:
+        condition = self.expr(node.condition)
+        likely = True if node.likely else None
+        if node.else_case is None:
+            with self.builder.if_then(condition, likely=likely):
+                self.stmt(node.then_case)
+            return
+        with self.builder.if_else(condition, likely=likely) as (then, otherwise):
+            with then:
+                self.stmt(node.then_case)
+            with otherwise:
+                self.stmt(node.else_case)
+
+    def _allocate(self, node: Allocate) -> None:
+        buffer = node.buffer
+        nbytes = max(buffer.size * _itemsize(buffer.dtype), 1)
+        element = storage_type(buffer.dtype)
+        if nbytes <= STACK_ALLOCATION_LIMIT:
+            # In the entry block: one slot per call, reused by every loop iteration.
+            self.buffers[buffer] = self._stack_slot(
+                ir.ArrayType(element, max(buffer.size, 1)), buffer.name)
+            self.stmt(node.body)
+            del self.buffers[buffer]
+            return
+        rounded = -(-nbytes // BUFFER_ALIGNMENT) * BUFFER_ALIGNMENT
+        aligned_alloc = self._function("aligned_alloc", PTR, [I64, I64])
+        memory = self.builder.call(aligned_alloc, [ir.Constant(I64, BUFFER_ALIGNMENT),
+                                                   ir.Constant(I64, rounded)])
+        self.buffers[buffer] = memory
+        self.stmt(node.body)
+        del self.buffers[buffer]
+        self.builder.call(self._function("free", ir.VoidType(), [PTR]), [memory])
+
+    # ------------------------------------------------------------------ expressions
+
+    def expr(self, node: tx.Expr) -> ir.Value:
+        method = getattr(self, "_expr_" + type(node).__name__, None)
+        if method is None:
+            raise CompileError(f"LLVM codegen: unsupported expression {type(node).__name__} "
+                               f"({node!r}); TE nodes must be lowered first")
+        return method(node)
+
+    def _expr_IntImm(self, node: tx.IntImm) -> ir.Value:
+        return ir.Constant(scalar_type(node.dtype), node.value)
+
+    def _expr_FloatImm(self, node: tx.FloatImm) -> ir.Value:
+        return ir.Constant(scalar_type(node.dtype), node.value)
+
+    def _expr_Var(self, node: tx.Var) -> ir.Value:
+        try:
+            return self.vars[node]
+        except KeyError:
+            raise CompileError(f"variable {node.name!r} is used outside its loop") from None
+
+    def _expr_Ramp(self, node: tx.Ramp) -> ir.Value:
+        base = self._broadcast(self.expr(node.base), node.lanes)
+        stride = self._broadcast(self.expr(node.stride), node.lanes)
+        element = scalar_type(node.base.dtype)
+        steps = ir.Constant(ir.VectorType(element, node.lanes), list(range(node.lanes)))
+        return self.builder.add(base, self.builder.mul(stride, steps))
+
+    def _expr_Broadcast(self, node: tx.Broadcast) -> ir.Value:
+        return self._broadcast(self.expr(node.value), node.lanes)
+
+    def _expr_BufferLoad(self, node: tx.BufferLoad) -> ir.Value:
+        if len(node.indices) != 1:
+            raise CompileError(f"load from {node.buffer.name!r} is not flattened; run the TIR "
+                               "pipeline (tir.lower_pipeline) before codegen")
+        (index,) = node.indices
+        element = storage_type(node.buffer.dtype)
+        align = _itemsize(node.buffer.dtype)
+        lanes = tx.lanes_of(index.dtype)
+        if lanes == 1:
+            value = self.builder.load(self._address(node.buffer, self.expr(index)),
+                                      typ=element, align=align)
+        elif isinstance(index, tx.Ramp) and _is_one(index.stride):
+            value = self.builder.load(self._address(node.buffer, self.expr(index.base)),
+                                      typ=ir.VectorType(element, lanes), align=align)
+        else:
+            offsets = self.expr(index)
+            value = ir.Constant(ir.VectorType(element, lanes), ir.Undefined)
+            for lane in range(lanes):
+                at = ir.Constant(I32, lane)
+                address = self._address(node.buffer, self.builder.extract_element(offsets, at))
+                loaded = self.builder.load(address, typ=element, align=align)
+                value = self.builder.insert_element(value, loaded, at)
+        if tx.is_bool(node.buffer.dtype):
+            value = self.builder.trunc(value, value_type(node.dtype))
+        return value
+
+    def _expr_Not(self, node: tx.Not) -> ir.Value:
+        return self.builder.not_(self.expr(node.a))
+
+    def _expr_Select(self, node: tx.Select) -> ir.Value:
+        reads = collect(node.true_value, _is_load) or collect(node.false_value, _is_load)
+        if reads and tx.lanes_of(node.condition.dtype) == 1:
+            # Branch, so the untaken side's loads (possibly out of bounds) never run.
+            condition = self.expr(node.condition)
+            with self.builder.if_else(condition) as (then, otherwise):
+                with then:
+                    true_value = self.expr(node.true_value)
+                    true_block = self.builder.block
+                with otherwise:
+                    false_value = self.expr(node.false_value)
+                    false_block = self.builder.block
+            phi = self.builder.phi(true_value.type)
+            phi.add_incoming(true_value, true_block)
+            phi.add_incoming(false_value, false_block)
+            return phi
+        return self.builder.select(self.expr(node.condition), self.expr(node.true_value),
+                                   self.expr(node.false_value))
+
+    def _expr_Cast(self, node: tx.Cast) -> ir.Value:
+        value = self.expr(node.value)
+        source, target = node.value.dtype, node.dtype
+        to_type = value_type(target)
+        b = self.builder
+        if tx.is_bool(target):
+            zero = ir.Constant(value.type, None)
+            if tx.is_float(source):
+                return b.fcmp_unordered("!=", value, zero)
+            return b.icmp_unsigned("!=", value, zero)
+        if tx.is_float(source) and tx.is_float(target):
+            if tx.bits_of(source) == tx.bits_of(target):
+                return value
+            return (b.fpext if tx.bits_of(target) > tx.bits_of(source) else b.fptrunc)(
+                value, to_type)
+        if tx.is_float(target):
+            signed = not (tx.is_unsigned(source) or tx.is_bool(source))
+            return (b.sitofp if signed else b.uitofp)(value, to_type)
+        if tx.is_float(source):
+            return (b.fptoui if tx.is_unsigned(target) else b.fptosi)(value, to_type)
+        if tx.bits_of(source) == tx.bits_of(target):
+            return value
+        if tx.bits_of(target) < tx.bits_of(source):
+            return b.trunc(value, to_type)
+        signed = not (tx.is_unsigned(source) or tx.is_bool(source))
+        return (b.sext if signed else b.zext)(value, to_type)
+
+    def _expr_Call(self, node: tx.Call) -> ir.Value:
+        args = [self.expr(a) for a in node.args]
+        if node.name in _LLVM_INTRINSICS:
+            ty = value_type(node.dtype)
+            name = f"{_LLVM_INTRINSICS[node.name]}.{_mangle(ty)}"
+            return self.builder.call(self._function(name, ty, [ty] * len(args)), args,
+                                     fastmath=FLOAT_FLAGS)
+        if node.name in _LIBM:
+            return self._lanes_apply(node.dtype, args, self._libm_call(node.name, node.dtype))
+        raise CompileError(f"LLVM codegen: intrinsic {node.name!r} is not supported; supported: "
+                           f"{', '.join(sorted([*_LLVM_INTRINSICS, *_LIBM]))}")
+
+    def _libm_call(self, name: str, dtype: str) -> Callable[..., ir.Value]:
+        base = tx.scalar_dtype(dtype)
+        wide = "float64" if base == "float64" else "float32"
+        wide_type = scalar_type(wide)
+        function = self._function(name if wide == "float64" else name + "f", wide_type,
+                                  [wide_type])
+
+        def call(x: ir.Value) -> ir.Value:
+            if base == "float16":
+                x = self.builder.fpext(x, wide_type)
+            result = self.builder.call(function, [x])
+            return self.builder.fptrunc(result, scalar_type(base)) if base == "float16" else result
+
+        return call
+
+    def _expr_Binary(self, node: tx.Binary) -> ir.Value:
+        a, b = self.expr(node.a), self.expr(node.b)
+        dtype = node.a.dtype
+        if tx.is_float(dtype):
+            return self._float_binary(node.op, a, b, dtype)
+        if tx.is_bool(dtype) and node.op in ("and", "or"):
+            return (self.builder.and_ if node.op == "and" else self.builder.or_)(a, b)
+        return self._int_binary(node.op, a, b, dtype)
+
+    def _float_binary(self, op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
+        builder = self.builder
+        arithmetic = {"add": builder.fadd, "sub": builder.fsub, "mul": builder.fmul,
+                      "div": builder.fdiv}
+        if op in arithmetic:
+            result = arithmetic[op](a, b)
+            result.flags.extend(FLOAT_FLAGS)
+            return result
+        compare = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=="}
+        if op in compare:
+            return builder.fcmp_ordered(compare[op], a, b)
+        if op == "ne":
+            return builder.fcmp_unordered("!=", a, b)
+        ty = value_type(dtype)
+        if op in ("min", "max"):
+            name = f"llvm.{op}num.{_mangle(ty)}"
+            return builder.call(self._function(name, ty, [ty, ty]), [a, b])
+        floor = self._function(f"llvm.floor.{_mangle(ty)}", ty, [ty])
+        quotient = builder.call(floor, [builder.fdiv(a, b)])
+        if op == "floordiv":
+            return quotient
+        if op == "floormod":
+            return builder.fsub(a, builder.fmul(quotient, b))
+        raise CompileError(f"LLVM codegen: float operator {op!r} is not supported")
+
+    def _int_binary(self, op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
+        builder = self.builder
+        unsigned = tx.is_unsigned(dtype) or tx.is_bool(dtype)
+        if op == "add":
+            return builder.add(a, b)
+        if op == "sub":
+            return builder.sub(a, b)
+        if op == "mul":
+            return builder.mul(a, b)
+        compare = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+        if op in compare:
+            icmp = builder.icmp_unsigned if unsigned else builder.icmp_signed
+            return icmp(compare[op], a, b)
+        if op in ("min", "max"):
+            icmp = builder.icmp_unsigned if unsigned else builder.icmp_signed
+            return builder.select(icmp("<" if op == "min" else ">", a, b), a, b)
+        if op in ("floordiv", "floormod") and unsigned:
+            return (builder.udiv if op == "floordiv" else builder.urem)(a, b)
+        if op in ("floordiv", "floormod"):
+            return self._floor_div_mod(op, a, b)
+        raise CompileError(f"LLVM codegen: integer operator {op!r} is not supported")
+
+    def _floor_div_mod(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        # Truncating division, corrected by one where the remainder and divisor signs differ.
+        builder = self.builder
+        quotient, remainder = builder.sdiv(a, b), builder.srem(a, b)
+        zero = ir.Constant(a.type, None)
+        signs_differ = builder.icmp_signed("<", builder.xor(remainder, b), zero)
+        needs_fix = builder.and_(builder.icmp_signed("!=", remainder, zero), signs_differ)
+        if op == "floordiv":
+            return builder.sub(quotient, builder.zext(needs_fix, a.type))
+        return builder.select(needs_fix, builder.add(remainder, b), remainder)
+
+
+def _is_one(expr: tx.Expr) -> bool:
+    return isinstance(expr, tx.IntImm) and expr.value == 1
+
+
+def _is_load(node) -> bool:
+    return isinstance(node, tx.BufferLoad)
+
+
+class CodeGenLLVM:
+    """Builds one LLVM module from PrimFuncs."""
+
+    def __init__(self, module_name: str = "heterocc"):
+        self.module = ir.Module(name=module_name)
+        self._counter = itertools.count()
+
+    def fresh_name(self, prefix: str) -> str:
+        return f"{prefix}{next(self._counter)}"
+
+    def add_function(self, func: PrimFunc, symbol: str) -> ir.Function:
+        """Emit ``func`` as the exported function ``symbol``."""
+        function = ir.Function(self.module, ir.FunctionType(
+            ir.VoidType(), [PTR] * len(func.params)), symbol)
+        function.attributes.add("nounwind")
+        emitter = FunctionEmitter(self, function, in_parallel=False)
+        for buffer, arg in zip(func.params, function.args):
+            arg.name = buffer.name
+            arg.add_attribute("noalias")
+            emitter.buffers[buffer] = arg
+        emitter.stmt(func.body)
+        emitter.finish()
+        return function

@@ -1,0 +1,288 @@
+"""Building PrimFuncs with LLVM: optimization for the host CPU, in-process JIT with a
+NumPy calling convention, and export to a shared library.
+
+One target machine and one MCJIT execution engine serve the whole process; they are
+created on first use. Every build adds a module to that engine under unique symbol
+names, so modules built at different times never clash.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import itertools
+import json
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from heterocc.errors import CompileError, InputError
+from heterocc.tir.stmt import BufferStore, PrimFunc
+from heterocc.tir.visitor import collect
+
+from .codegen import CodeGenLLVM
+from .runtime import load_runtime, run_compiler, write_runtime_source
+
+#: LLVM optimization level of the pass pipeline and of machine code generation.
+OPT_LEVEL = 3
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """Shape and dtype one argument of a compiled function must have."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    written: bool
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
+                "written": self.written}
+
+    @classmethod
+    def from_json(cls, data: dict) -> BufferSpec:
+        return cls(data["name"], tuple(data["shape"]), data["dtype"], bool(data["written"]))
+
+
+@dataclass(frozen=True)
+class FunctionSignature:
+    """The calling contract of one compiled function: its name and its buffers."""
+
+    name: str
+    params: tuple[BufferSpec, ...]
+
+    @classmethod
+    def of(cls, func: PrimFunc) -> FunctionSignature:
+        written = {id(s.buffer) for s in collect(func.body, lambda n: isinstance(n, BufferStore))}
+        return cls(func.name, tuple(BufferSpec(b.name, tuple(b.shape), b.dtype, id(b) in written)
+                                    for b in func.params))
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "params": [p.to_json() for p in self.params]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> FunctionSignature:
+        return cls(data["name"], tuple(BufferSpec.from_json(p) for p in data["params"]))
+
+
+class _Host:
+    """The process-wide LLVM state: target machines for the host CPU and the JIT engine."""
+
+    def __init__(self):
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        self.cpu = llvm.get_host_cpu_name()
+        self.features = llvm.get_host_cpu_features().flatten()
+        target = llvm.Target.from_default_triple()
+        self.jit_machine = target.create_target_machine(
+            cpu=self.cpu, features=self.features, opt=OPT_LEVEL, codemodel="jitdefault", jit=True)
+        self.export_machine = target.create_target_machine(
+            cpu=self.cpu, features=self.features, opt=OPT_LEVEL, reloc="pic", codemodel="default")
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.jit_machine)
+        self._module_ids = itertools.count()
+
+    def next_module_id(self) -> int:
+        return next(self._module_ids)
+
+
+@functools.cache
+def host() -> _Host:
+    """The lazily created process-wide LLVM host state."""
+    return _Host()
+
+
+def _optimized_module(ir_text: str, machine: llvm.TargetMachine) -> llvm.ModuleRef:
+    module = llvm.parse_assembly(ir_text)
+    module.triple = machine.triple
+    module.data_layout = str(machine.target_data)
+    try:
+        module.verify()
+    except RuntimeError as error:
+        raise CompileError(f"generated LLVM IR does not verify: {error}") from None
+    tuning = llvm.PipelineTuningOptions(speed_level=OPT_LEVEL)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    tuning.loop_unrolling = True
+    builder = llvm.create_pass_builder(machine, tuning)
+    builder.getModulePassManager().run(module, builder)
+    return module
+
+
+def _generate(funcs: Sequence[PrimFunc], symbols: Sequence[str], module_name: str) -> str:
+    codegen = CodeGenLLVM(module_name)
+    for func, symbol in zip(funcs, symbols):
+        codegen.add_function(func, symbol)
+    return str(codegen.module)
+
+
+def _check_names(funcs: Sequence[PrimFunc]) -> None:
+    names = [f.name for f in funcs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise CompileError(f"functions named {', '.join(duplicates)} more than once; give each "
+                           "PrimFunc a unique name")
+    for name in names:
+        if not name.isidentifier():
+            raise CompileError(f"function name {name!r} is not a valid C identifier")
+
+
+class CompiledFunction:
+    """A compiled kernel called with NumPy arrays, one per buffer parameter, checked for
+    count, shape, dtype, C-contiguity and (for written buffers) overlap first."""
+
+    def __init__(self, signature: FunctionSignature, address: int, owner: object):
+        self.signature = signature
+        self._owner = owner  # keeps the code (JIT module or loaded library) alive
+        prototype = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(signature.params)))
+        self._call = prototype(address)
+
+    @property
+    def name(self) -> str:
+        return self.signature.name
+
+    def check(self, arrays: Sequence) -> None:
+        """Raise InputError unless ``arrays`` fit the function's parameters."""
+        params = self.signature.params
+        if len(arrays) != len(params):
+            raise InputError(f"{self.name}: expected {len(params)} arrays "
+                             f"({', '.join(p.name for p in params)}), got {len(arrays)}")
+        for array, spec in zip(arrays, params):
+            where = f"{self.name}: argument {spec.name!r}"
+            if not isinstance(array, np.ndarray):
+                raise InputError(f"{where} must be a numpy.ndarray, got {type(array).__name__}")
+            if array.dtype.name != spec.dtype or tuple(array.shape) != spec.shape:
+                raise InputError(f"{where} must be {spec.dtype}{list(spec.shape)}, got "
+                                 f"{array.dtype.name}{list(array.shape)}")
+            if not array.flags.c_contiguous:
+                raise InputError(f"{where} must be C-contiguous; pass np.ascontiguousarray(...)")
+            if spec.written and not array.flags.writeable:
+                raise InputError(f"{where} is written by the kernel but the array is read-only")
+        for i, spec in enumerate(params):
+            if not spec.written:
+                continue
+            for j, other in enumerate(arrays):
+                if j != i and np.may_share_memory(arrays[i], other):
+                    raise InputError(
+                        f"{self.name}: output {spec.name!r} shares memory with argument "
+                        f"{params[j].name!r}; pass separate arrays")
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        self.check(arrays)
+        self._call(*(a.ctypes.data for a in arrays))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in self.signature.params)
+        return f"<CompiledFunction {self.name}({args})>"
+
+
+class _FunctionTable:
+    """Name -> CompiledFunction lookup shared by JIT modules and loaded libraries."""
+
+    functions: dict[str, CompiledFunction]
+
+    def __getitem__(self, name: str) -> CompiledFunction:
+        try:
+            return self.functions[name]
+        except KeyError:
+            raise CompileError(f"no function {name!r} in this module; it has: "
+                               f"{', '.join(self.functions)}") from None
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        """Call the module's only function."""
+        if len(self.functions) != 1:
+            raise CompileError("this module has several functions; call module[name](...)")
+        next(iter(self.functions.values()))(*arrays)
+
+    @property
+    def signatures(self) -> list[FunctionSignature]:
+        return [f.signature for f in self.functions.values()]
+
+
+class LLVMModule(_FunctionTable):
+    """PrimFuncs compiled for the host CPU and loaded into this process."""
+
+    def __init__(self, funcs: Sequence[PrimFunc], name: str = "heterocc"):
+        funcs = list(funcs)
+        _check_names(funcs)
+        load_runtime()
+        state = host()
+        self.name = name
+        self.funcs = funcs
+        module_id = state.next_module_id()
+        symbols = [f"{f.name}__hcc{module_id}" for f in funcs]
+        self.unoptimized_ir = _generate(funcs, symbols, name)
+        self._llvm_module = _optimized_module(self.unoptimized_ir, state.jit_machine)
+        self.ir = str(self._llvm_module)
+        state.engine.add_module(self._llvm_module)
+        state.engine.finalize_object()
+        self.functions = {
+            f.name: CompiledFunction(FunctionSignature.of(f),
+                                     state.engine.get_function_address(symbol), self)
+            for f, symbol in zip(funcs, symbols)}
+
+    def assembly(self) -> str:
+        """Host assembly of the optimized module (for inspection)."""
+        return host().jit_machine.emit_assembly(llvm.parse_assembly(self.ir))
+
+    def export_library(self, path: str | Path) -> Path:
+        """Write a shared library with one C-ABI function per PrimFunc, named as the
+        PrimFunc, taking one data pointer per buffer; the runtime is linked in. The
+        signatures are written beside it as ``<path>.json`` for :func:`load_library`."""
+        path = Path(path)
+        ir_text = _generate(self.funcs, [f.name for f in self.funcs], self.name)
+        machine = host().export_machine
+        obj = machine.emit_object(_optimized_module(ir_text, machine))
+        with tempfile.TemporaryDirectory() as tmp:
+            obj_path = Path(tmp) / "kernels.o"
+            obj_path.write_bytes(obj)
+            runtime = write_runtime_source(Path(tmp))
+            run_compiler(["-O2", "-shared", "-fPIC", "-pthread", "-o", str(path), str(obj_path),
+                          str(runtime), "-lm"], f"linking {path.name}")
+        signatures = [s.to_json() for s in self.signatures]
+        Path(str(path) + ".json").write_text(json.dumps({"functions": signatures}, indent=1))
+        return path
+
+
+class LoadedLibrary(_FunctionTable):
+    """A shared library written by :meth:`LLVMModule.export_library`, loaded with ctypes."""
+
+    def __init__(self, path: str | Path, signatures: Sequence[FunctionSignature] | None = None):
+        path = Path(path)
+        if signatures is None:
+            meta = json.loads(Path(str(path) + ".json").read_text())
+            signatures = [FunctionSignature.from_json(f) for f in meta["functions"]]
+        try:
+            self._library = ctypes.CDLL(str(path))
+        except OSError as error:
+            raise CompileError(f"cannot load kernel library {path}: {error}") from None
+        self.functions = {}
+        for signature in signatures:
+            try:
+                symbol = getattr(self._library, signature.name)
+            except AttributeError:
+                raise CompileError(f"library {path} has no function {signature.name!r}") from None
+            address = ctypes.cast(symbol, ctypes.c_void_p).value
+            self.functions[signature.name] = CompiledFunction(signature, address, self)
+
+
+def build(funcs: PrimFunc | Sequence[PrimFunc], name: str = "heterocc") -> LLVMModule:
+    """Compile PrimFuncs (lowered with ``te.lower``) for the host CPU and JIT-load them."""
+    return LLVMModule([funcs] if isinstance(funcs, PrimFunc) else funcs, name)
+
+
+def load_library(path: str | Path) -> LoadedLibrary:
+    """Load a library exported by :meth:`LLVMModule.export_library`."""
+    return LoadedLibrary(path)
+
+
+def host_description() -> str:
+    """CPU name and whether AVX-512 is available, e.g. ``znver5 (avx512f)``."""
+    state = host()
+    wide = "avx512f" if "+avx512f" in state.features else "no avx512"
+    return f"{state.cpu} ({wide})"
+

@@ -1,0 +1,66 @@
+import json
+
+import numpy as np
+import onnx
+
+from heterocc.cli import main
+from heterocc.models import tiny_cnn
+
+
+def _save(tmp_path):
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_cnn(), str(path))
+    return path
+
+
+def test_inspect_prints_functions_and_counts(tmp_path, capsys):
+    path = _save(tmp_path)
+    dot = tmp_path / "g.dot"
+    assert main(["inspect", str(path), "--dot", str(dot)]) == 0
+    out = capsys.readouterr().out
+    assert "fused_conv_add_relu" in out and "ONNX nodes: 15" in out
+    assert dot.read_text().startswith("digraph")
+
+
+def test_inspect_json(tmp_path, capsys):
+    assert main(["inspect", str(_save(tmp_path)), "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out)
+    assert counts["onnx_nodes"] == 15 and counts["functions"] >= 1
+    assert "BatchNormalization" not in counts["op_counts"]
+
+
+def test_run_with_inputs_and_profile(tmp_path, capsys):
+    path = _save(tmp_path)
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    outdir = tmp_path / "out"
+    assert main(["run", str(path), "--input", f"input={tmp_path / 'x.npy'}", "--profile",
+                 "--output-dir", str(outdir)]) == 0
+    out = capsys.readouterr().out
+    assert "probabilities: float32[1, 10]" in out and "ms/call" in out
+    assert np.load(outdir / "probabilities.npy").shape == (1, 10)
+
+
+def test_errors_are_reported_without_a_traceback(tmp_path, capsys):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08garbage")
+    assert main(["inspect", str(bad)]) == 2
+    assert "heterocc: error:" in capsys.readouterr().err
+
+
+def test_wrong_input_shape_is_an_error(tmp_path, capsys):
+    path = _save(tmp_path)
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 8, 8), np.float32))
+    assert main(["run", str(path), "--input", f"input={tmp_path / 'x.npy'}"]) == 2
+    assert "shape (1, 3, 8, 8)" in capsys.readouterr().err
+
+
+def test_dump_ir_writes_one_file_per_pass(tmp_path):
+    path = _save(tmp_path)
+    assert main(["compile", str(path), "--dump-ir", str(tmp_path / "ir")]) == 0
+    assert any(p.name.endswith("fuse_ops.txt") for p in (tmp_path / "ir").iterdir())
+
+
+def test_demo_runs(capsys):
+    assert main(["demo"]) == 0
+    assert "top-1 class" in capsys.readouterr().out
