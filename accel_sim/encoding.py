@@ -76,13 +76,14 @@ def decode_instruction(
         )
     word = int.from_bytes(data, "little")
     raw_opcode = word & 0b111
-    if raw_opcode not in Opcode._value2member_map_:
+    try:
+        opcode = Opcode(raw_opcode)
+    except ValueError:
         raise IllegalInstructionError(
             f"unknown opcode {raw_opcode}; known opcodes are "
             + ", ".join(f"{op.value}={op.name}" for op in Opcode),
             index,
-        )
-    opcode = Opcode(raw_opcode)
+        ) from None
     fields = isa_layout(config).fields(opcode)
     used = fields[-1].offset + fields[-1].width
     if word >> used:
@@ -106,13 +107,14 @@ def _typed_field(opcode: Opcode, name: str, raw: int, index: int | None) -> obje
     enum_type = _ENUM_FIELDS.get(name)
     if enum_type is None:
         return raw
-    if raw not in enum_type._value2member_map_:
+    try:
+        return enum_type(raw)
+    except ValueError:
         raise IllegalInstructionError(
             f"{opcode.name} has unknown {name} {raw}; known values are "
             + ", ".join(f"{member.value}={member.name}" for member in enum_type),
             index,
-        )
-    return enum_type(raw)
+        ) from None
 
 
 def encode_stream(instructions: Sequence[Instruction], config: HardwareConfig) -> bytes:

@@ -10,5 +10,8 @@ __version__ = "0.1.0"
 from . import errors  # noqa: E402
 from .driver import CompiledModel, compile  # noqa: E402
 from .frontend.onnx import from_onnx  # noqa: E402
+from .runtime.artifact import LoadedModel  # noqa: E402
+from .runtime.artifact import load_artifact as load  # noqa: E402
 
-__all__ = ["CompiledModel", "__version__", "compile", "errors", "from_onnx"]
+__all__ = ["CompiledModel", "LoadedModel", "__version__", "compile", "errors", "from_onnx",
+           "load"]

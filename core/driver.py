@@ -23,18 +23,10 @@ from .ir.graph import Graph
 from .ir.types import dtype_from_onnx
 from .passes import DEFAULT_PIPELINE, PassManager, PassRecord
 from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
+from .runtime.inputs import InputSpec, name_inputs
 
 #: compiled specializations kept per model (by input shapes and shape-operand values)
 MAX_SPECIALIZATIONS = 16
-
-
-@dataclass
-class InputSpec:
-    """A model input as the user sees it: name, dtype and (possibly symbolic) shape."""
-
-    name: str
-    dtype: str
-    shape: tuple
 
 
 @dataclass
@@ -45,6 +37,7 @@ class Executable:
     executor: GraphExecutor
     pass_records: list[PassRecord]
     bound: dict[str, np.ndarray]  # graph inputs turned into constants
+    targets: dict[str, object] = field(default_factory=dict)  # name -> the instance used
 
     def run(self, named: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         for name, value in self.bound.items():
@@ -74,44 +67,11 @@ class CompiledModel:
     def run(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None,
             **named) -> list[np.ndarray]:
         """Outputs for ``inputs`` (dict by name, or a list in input order)."""
-        given = self._name_inputs(inputs, named)
+        given = name_inputs(self.inputs, inputs, named)
         exe = self._executable_for(given)
         return exe.run(given)
 
     __call__ = run
-
-    def _name_inputs(self, inputs, named) -> dict[str, np.ndarray]:
-        names = [s.name for s in self.inputs]
-        if inputs is None:
-            given = dict(named)
-        elif isinstance(inputs, Mapping):
-            given = {**inputs, **named}
-        else:
-            seq = list(inputs) if not isinstance(inputs, np.ndarray) else [inputs]
-            if len(seq) > len(names):
-                raise InputError(f"{len(seq)} inputs given, the model takes {len(names)} "
-                                 f"({', '.join(names)})")
-            given = dict(zip(names, seq))
-            given.update(named)
-        unknown = sorted(set(given) - set(names))
-        if unknown:
-            raise InputError(f"unknown input(s) {', '.join(map(repr, unknown))}; the model's "
-                             f"inputs are {', '.join(names)}")
-        missing = [n for n in names if n not in given or given[n] is None]
-        if missing:
-            raise InputError(f"missing input(s): {', '.join(missing)}")
-        out = {}
-        for spec in self.inputs:
-            arr = np.asarray(given[spec.name])
-            if arr.dtype.name != spec.dtype:
-                raise InputError(f"input {spec.name!r}: dtype {arr.dtype.name}, the model "
-                                 f"expects {spec.dtype}")
-            if len(spec.shape) != arr.ndim or any(
-                    isinstance(d, int) and d != a for d, a in zip(spec.shape, arr.shape)):
-                raise InputError(f"input {spec.name!r}: shape {tuple(arr.shape)}, the model "
-                                 f"expects {spec.shape}")
-            out[spec.name] = arr
-        return out
 
     def _executable_for(self, given: Mapping[str, np.ndarray]) -> Executable:
         exe = self._cache.get(self._key(given))
@@ -153,7 +113,7 @@ class CompiledModel:
         kernels = {n.name: target.build(n) for n in graph.nodes if n.body is not None}
         placement = {n.name: target.name for n in graph.nodes if n.body is not None}
         executor = GraphExecutor(graph, kernels, placement, self._profile)
-        return Executable(graph, executor, manager.records, values)
+        return Executable(graph, executor, manager.records, values, {target.name: target})
 
     def build_static(self) -> Executable | None:
         """Compile now if every input shape is known and no input must be specialized on."""
@@ -179,6 +139,17 @@ class CompiledModel:
     @property
     def pass_records(self) -> list[PassRecord]:
         return next(reversed(self._cache.values())).pass_records if self._cache else []
+
+    def export(self, path: str) -> None:
+        """Write a self-contained artifact directory (see heterocc.runtime.artifact)."""
+        from .runtime.artifact import export_artifact
+
+        if len(self._cache) != 1 or self.specialize_on:
+            raise InputError("only a model compiled for one static input shape can be exported: "
+                             "compile it with shapes={...}")
+        exe = next(iter(self._cache.values()))
+        export_artifact(path, exe.graph, exe.executor, self.inputs, self.output_names,
+                        exe.targets)
 
     def enable_profiling(self) -> None:
         """Record per-function times from now on (see ``profile_report``)."""

@@ -64,3 +64,12 @@ def test_dump_ir_writes_one_file_per_pass(tmp_path):
 def test_demo_runs(capsys):
     assert main(["demo"]) == 0
     assert "top-1 class" in capsys.readouterr().out
+
+
+def test_compile_to_an_artifact_then_run_it(tmp_path, capsys):
+    path = _save(tmp_path)
+    out = tmp_path / "artifact"
+    assert main(["compile", str(path), "-o", str(out)]) == 0
+    assert (out / "manifest.json").exists()
+    assert main(["run", str(out)]) == 0
+    assert "probabilities: float32[1, 10]" in capsys.readouterr().out

@@ -10,6 +10,7 @@ from . import (  # noqa: F401  (registration side effects)
     reduction,
     resize,
     sequence_models,
+    signal,
     tensor,
 )
 from .registry import (

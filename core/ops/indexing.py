@@ -146,14 +146,15 @@ def gather_nd(data, indices, *, batch_dims):
 # --- Scatter ------------------------------------------------------------------------------
 
 
-def _check_reduction(ctx: InferContext) -> None:
-    reduction = ctx.attrs.get("reduction", "none")
+def _check_reduction(error: ErrorFactory, reduction: str) -> None:
     if reduction != "none" and reduction not in _SCATTER_REDUCTIONS:
-        raise ctx.error(f"reduction {reduction!r} must be one of none, "
-                        f"{', '.join(_SCATTER_REDUCTIONS)}")
+        raise error(f"reduction {reduction!r} must be one of none, "
+                    f"{', '.join(_SCATTER_REDUCTIONS)}")
 
 
-def _scatter_into(out: np.ndarray, index, updates: np.ndarray, reduction: str) -> np.ndarray:
+def _scatter_into(op: str, out: np.ndarray, index, updates: np.ndarray,
+                  reduction: str) -> np.ndarray:
+    _check_reduction(runtime_error(op), reduction)
     if reduction == "none":
         out[index] = updates
     else:
@@ -164,7 +165,7 @@ def _scatter_into(out: np.ndarray, index, updates: np.ndarray, reduction: str) -
 def _infer_scatter_elements(ctx: InferContext):
     data, indices = ctx.type(0), _check_index_dtype(ctx, 1)
     updates = ctx.type(2)
-    _check_reduction(ctx)
+    _check_reduction(ctx.error, ctx.attrs.get("reduction", "none"))
     axis = normalize_axis(ctx, ctx.attrs["axis"], data.ndim)
     if updates.shape != indices.shape or updates.dtype != data.dtype:
         raise ctx.error(f"updates {updates} must have the shape of indices {indices} and the "
@@ -176,7 +177,7 @@ def _infer_scatter_elements(ctx: InferContext):
 def _scatter_elements(op: str, data, indices, updates, axis: int, reduction: str):
     axis %= data.ndim
     indices = normalize_indices(runtime_error(op), indices, data.shape[axis], f"axis-{axis}")
-    return _scatter_into(data.copy(), _element_index(indices, axis), updates, reduction)
+    return _scatter_into(op, data.copy(), _element_index(indices, axis), updates, reduction)
 
 
 @register_op("ScatterElements", infer=_infer_scatter_elements, fusion=FusionKind.OPAQUE,
@@ -196,7 +197,7 @@ def scatter(data, indices, updates, *, axis):
 def _infer_scatter_nd(ctx: InferContext):
     data, indices = ctx.type(0), _check_index_dtype(ctx, 1)
     updates = ctx.type(2)
-    _check_reduction(ctx)
+    _check_reduction(ctx.error, ctx.attrs.get("reduction", "none"))
     depth = indices.shape[-1] if indices.ndim else 0
     if not 1 <= depth <= data.ndim:
         raise ctx.error(f"the last dim of indices {indices} must be in [1, {data.ndim}]")
@@ -217,7 +218,7 @@ def scatter_nd(data, indices, updates, *, reduction):
     depth = indices.shape[-1]
     out = data.copy()[None]
     flat_updates = updates.reshape((1, -1) + data.shape[depth:])
-    return _scatter_into(out, index, flat_updates, reduction)[0]
+    return _scatter_into("ScatterND", out, index, flat_updates, reduction)[0]
 
 
 # --- OneHot, ReverseSequence ----------------------------------------------------------------
@@ -264,7 +265,7 @@ def one_hot(indices, depth, values, *, axis):
     return np.where(hot, values[1], values[0]).astype(values.dtype)
 
 
-def _check_reverse_sequence(ctx: InferContext):
+def _infer_reverse_sequence(ctx: InferContext):
     x, lens = ctx.type(0), ctx.type(1)
     if x.ndim < 2:
         raise ctx.error(f"input must have rank >= 2, got {x}")
@@ -286,7 +287,7 @@ def _check_sequence_lens(error: ErrorFactory, lens: np.ndarray, steps: int) -> N
         raise error(f"sequence length {int(lens[bad][0])} is out of range [0, {steps}]")
 
 
-@register_op("ReverseSequence", infer=_check_reverse_sequence, fusion=FusionKind.OPAQUE,
+@register_op("ReverseSequence", infer=_infer_reverse_sequence, fusion=FusionKind.OPAQUE,
              attrs={"batch_axis": 1, "time_axis": 0})
 def reverse_sequence(x, sequence_lens, *, batch_axis, time_axis):
     """ONNX ReverseSequence: reverse the first sequence_lens[b] time steps of each batch b."""

@@ -795,3 +795,87 @@ def roi_align(x, rois, batch_indices, *, coordinate_transformation_mode, mode, o
         else:
             out[r] = np.max(corners, axis=0).max(axis=(2, 4))
     return out.astype(x.dtype)
+
+
+# --------------------------------------------------------------------------- DeformConv
+
+_DEFORM_CONV_ATTRS = {"dilations": None, "group": 1, "kernel_shape": None, "offset_group": 1,
+                      "pads": None, "strides": None}
+
+
+def _infer_deform_conv(ctx: InferContext):
+    plain = InferContext(ctx.op, [ctx.types[0], ctx.types[1], ctx.types[3]
+                                  if ctx.has(3) else None],
+                         [None] * 3, {**ctx.attrs, "auto_pad": "NOTSET"}, 1, ctx.node)
+    out_type = _infer_conv(plain)[0]
+    x, offset = ctx.type(0), ctx.type(2)
+    kernel, *_ = conv_geometry(x.shape, ctx.type(1).shape, {**ctx.attrs, "auto_pad": "NOTSET"})
+    groups = ctx.attrs["offset_group"]
+    if groups <= 0 or x.shape[1] % groups:
+        raise ctx.error(f"{x.shape[1]} input channels do not split into offset_group={groups}")
+    taps = groups * int(np.prod(kernel))
+    out = out_type.shape[2:]
+    expected = (x.shape[0], taps * len(kernel), *out)
+    if offset.shape != expected:
+        raise ctx.error(f"offset {offset} must have shape {expected} (batch, offset_group x "
+                        "kernel taps x spatial dims, output spatial...)")
+    if ctx.has(4) and ctx.type(4).shape != (x.shape[0], taps, *out):
+        raise ctx.error(f"mask {ctx.type(4)} must have shape {(x.shape[0], taps, *out)}")
+    return [out_type]
+
+
+def _bilinear_gather(channels_last: np.ndarray, positions: list[np.ndarray]) -> np.ndarray:
+    """Sample ``channels_last`` (N, spatial..., C) at fractional pixel ``positions`` (one
+    array per spatial axis, leading axis N), reading zeros outside the image."""
+    spatial = channels_last.shape[1:-1]
+    batch = np.arange(channels_last.shape[0]).reshape((-1,) + (1,) * (positions[0].ndim - 1))
+    taps_per_axis = []
+    for coords, size in zip(positions, spatial):
+        taps = []
+        for index, weight in _sample_taps(coords, size, "linear"):
+            index, inside = _fetch_index(index, size, "zeros", (0.0, size - 1.0))
+            taps.append((index, weight * inside))
+        taps_per_axis.append(taps)
+    sampled = np.zeros(positions[0].shape + channels_last.shape[-1:])
+    for corner in itertools.product(*taps_per_axis):
+        weight = np.prod([w for _, w in corner], axis=0)
+        sampled += weight[..., None] * channels_last[(batch, *(index for index, _ in corner))]
+    return sampled
+
+
+@register_op("DeformConv", infer=_infer_deform_conv, fusion=FusionKind.OPAQUE,
+             attrs=_DEFORM_CONV_ATTRS)
+def deform_conv(x, w, offset, b=None, mask=None, *, dilations, group, kernel_shape,
+                offset_group, pads, strides):
+    """ONNX DeformConv: each kernel tap reads X at its grid position plus a learned
+    fractional offset (bilinear, zeros outside), scaled by an optional mask."""
+    attrs = dict(dilations=dilations, kernel_shape=kernel_shape, pads=pads, strides=strides)
+    kernel, strides, dilations, pads, out = conv_geometry(x.shape, w.shape, attrs)
+    n = len(kernel)
+    batch, channels = x.shape[:2]
+    offset = offset.reshape(batch, offset_group, *kernel, n, *out).astype(np.float64)
+    if mask is None:
+        mask = np.ones((batch, offset_group, *kernel, *out))
+    mask = mask.reshape(batch, offset_group, *kernel, *out)
+    # undisturbed tap positions: (kernel..., out...) per spatial axis
+    grids = np.meshgrid(*[np.arange(k) for k in kernel], *[np.arange(o) for o in out],
+                        indexing="ij")
+    base = [grids[a + n] * strides[a] - pads[a] + grids[a] * dilations[a] for a in range(n)]
+    channels_last = np.moveaxis(x, 1, -1).astype(np.float64)
+    per_group = channels // offset_group
+    columns = []
+    for g in range(offset_group):
+        positions = [base[a] + offset[:, g, ..., a, *([slice(None)] * n)] for a in range(n)]
+        sampled = _bilinear_gather(channels_last[..., g * per_group:(g + 1) * per_group],
+                                   positions)  # N, kernel..., out..., Cg
+        columns.append(np.moveaxis(sampled, -1, 1) * mask[:, g, None])
+    columns = np.concatenate(columns, axis=1)  # N, C, kernel..., out...
+    cg, mg = channels // group, w.shape[0] // group
+    letters, klet = "defghijk"[:n], "pqrstuvw"[:n]
+    y = np.einsum(f"ngc{klet}{letters},gmc{klet}->ngm{letters}",
+                  columns.reshape(batch, group, cg, *kernel, *out),
+                  w.astype(np.float64).reshape(group, mg, cg, *kernel), optimize=True)
+    y = y.reshape(batch, group * mg, *out)
+    if b is not None:
+        y = y + b.astype(np.float64).reshape((1, -1) + (1,) * n)
+    return y.astype(x.dtype)

@@ -1,7 +1,9 @@
-"""Sequence-model ops: scaled dot-product Attention (opset 23+) and RotaryEmbedding."""
+"""Sequence-model ops: scaled dot-product Attention (opset 23+), RotaryEmbedding and the
+recurrent RNN, GRU and LSTM."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -299,3 +301,231 @@ def rotary_embedding(x, cos_cache, sin_cache, position_ids=None, *, interleaved,
         turned = np.concatenate([real, imaginary], axis=-1)
     out = np.concatenate([turned, work[..., rotated:]], axis=-1).astype(x.dtype, copy=False)
     return out.transpose(0, 2, 1, 3) if heads_first else out.reshape(x.shape)
+
+
+# --------------------------------------------------------------------------- RNN, GRU, LSTM
+
+
+@dataclass(frozen=True)
+class _Activation:
+    """An ONNX recurrent activation: fn(x, alpha, beta) and its default alpha/beta."""
+
+    fn: Callable[[np.ndarray, float, float], np.ndarray]
+    alpha: float | None = None
+    beta: float | None = None
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # overflow-free logistic
+
+
+_RECURRENT_ACTIVATIONS = {
+    "relu": _Activation(lambda x, a, b: np.maximum(x, 0.0)),
+    "tanh": _Activation(lambda x, a, b: np.tanh(x)),
+    "sigmoid": _Activation(lambda x, a, b: _sigmoid(x)),
+    "affine": _Activation(lambda x, a, b: a * x + b, 1.0, 0.0),
+    "leakyrelu": _Activation(lambda x, a, b: np.where(x >= 0, x, a * x), 0.01),
+    "thresholdedrelu": _Activation(lambda x, a, b: np.where(x > a, x, 0.0), 1.0),
+    "scaledtanh": _Activation(lambda x, a, b: a * np.tanh(b * x), 1.0, 1.0),
+    "hardsigmoid": _Activation(lambda x, a, b: np.clip(a * x + b, 0.0, 1.0), 0.2, 0.5),
+    "elu": _Activation(lambda x, a, b: np.where(x >= 0, x, a * np.expm1(np.minimum(x, 0))),
+                       1.0),
+    "softsign": _Activation(lambda x, a, b: x / (1 + np.abs(x))),
+    "softplus": _Activation(lambda x, a, b: np.logaddexp(0.0, x)),
+}
+
+
+@dataclass(frozen=True)
+class _RecurrentKind:
+    """What distinguishes RNN, GRU and LSTM: gate count and default activations."""
+
+    gates: int
+    activations: tuple[str, ...]
+    states: int  # 1: hidden; 2: hidden and cell
+
+
+_RECURRENT_KINDS = {"RNN": _RecurrentKind(1, ("Tanh",), 1),
+                    "GRU": _RecurrentKind(3, ("Sigmoid", "Tanh"), 1),
+                    "LSTM": _RecurrentKind(4, ("Sigmoid", "Tanh", "Tanh"), 2)}
+
+
+def _directions(direction: str) -> int:
+    return 2 if direction == "bidirectional" else 1
+
+
+def _activation_names(kind: _RecurrentKind, attrs) -> list[str]:
+    names = attrs["activations"] or list(kind.activations) * _directions(attrs["direction"])
+    return [name.lower() for name in names]
+
+
+def _infer_recurrent(ctx: InferContext):
+    kind = _RECURRENT_KINDS[ctx.op]
+    x, w, r = ctx.type(0), ctx.type(1), ctx.type(2)
+    _check_float(ctx, "X", x.dtype)
+    direction = ctx.attrs["direction"]
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise ctx.error(f"direction {direction!r} must be forward, reverse or bidirectional")
+    dirs = _directions(direction)
+    if x.ndim != 3:
+        raise ctx.error(f"X {x} must be 3-D")
+    length, batch = x.shape[:2] if ctx.attrs["layout"] == 0 else x.shape[1::-1]
+    hidden = ctx.attrs["hidden_size"] or r.shape[-1]
+    gates = kind.gates * hidden
+    if w.shape != (dirs, gates, x.shape[2]) or r.shape != (dirs, gates, hidden):
+        raise ctx.error(f"W {w} and R {r} must have shapes {(dirs, gates, x.shape[2])} and "
+                        f"{(dirs, gates, hidden)} (direction {direction}, hidden_size {hidden})")
+    state = (dirs, batch, hidden) if ctx.attrs["layout"] == 0 else (batch, dirs, hidden)
+    expected = {3: (dirs, 2 * gates), 4: (batch,), 5: state, 6: state, 7: (dirs, 3 * hidden)}
+    names = {3: "B", 4: "sequence_lens", 5: "initial_h", 6: "initial_c", 7: "P"}
+    for index, shape in expected.items():
+        if index < len(ctx.types) and ctx.has(index) and ctx.type(index).shape != shape:
+            raise ctx.error(f"{names[index]} {ctx.type(index)} must have shape {shape}")
+    activations = _activation_names(kind, ctx.attrs)
+    unknown = [a for a in activations if a not in _RECURRENT_ACTIVATIONS]
+    if unknown or len(activations) != len(kind.activations) * dirs:
+        raise ctx.error(f"activations {ctx.attrs['activations']} must list "
+                        f"{len(kind.activations) * dirs} of "
+                        f"{', '.join(sorted(_RECURRENT_ACTIVATIONS))}")
+    y = (length, dirs, batch, hidden) if ctx.attrs["layout"] == 0 else \
+        (batch, length, dirs, hidden)
+    return [TensorType(y, x.dtype)] + [TensorType(state, x.dtype)] * kind.states
+
+
+def _bound_activations(names: list[str], alphas, betas) -> list[Callable]:
+    """Activations with alpha/beta taken in order from the attribute lists, as they need them."""
+    alphas, betas = list(alphas or []), list(betas or [])
+    bound = []
+    for name in names:
+        spec = _RECURRENT_ACTIVATIONS[name]
+        alpha = (alphas.pop(0) if alphas else spec.alpha) if spec.alpha is not None else None
+        beta = (betas.pop(0) if betas else spec.beta) if spec.beta is not None else None
+        bound.append(lambda x, fn=spec.fn, a=alpha, b=beta: fn(x, a, b))
+    return bound
+
+
+@dataclass(frozen=True)
+class _CellWeights:
+    """One direction's recurrent weights, biases and activations."""
+
+    r: np.ndarray  # gates*hidden x hidden
+    r_bias: np.ndarray
+    peepholes: np.ndarray | None
+    activations: list[Callable]
+    clip: float | None
+    linear_before_reset: int = 0
+    input_forget: int = 0
+
+    def clipped(self, value: np.ndarray) -> np.ndarray:
+        return value if self.clip is None else np.clip(value, -self.clip, self.clip)
+
+
+def _rnn_cell(xw, h, c, cell: _CellWeights):
+    return cell.activations[0](cell.clipped(xw + h @ cell.r.T + cell.r_bias)), c
+
+
+def _gru_cell(xw, h, c, cell: _CellWeights):
+    f, g = cell.activations
+    x_z, x_r, x_h = np.split(xw, 3, axis=-1)
+    r_z, r_r, r_h = np.split(cell.r, 3, axis=0)
+    b_z, b_r, b_h = np.split(cell.r_bias, 3)
+    update = f(cell.clipped(x_z + h @ r_z.T + b_z))
+    reset = f(cell.clipped(x_r + h @ r_r.T + b_r))
+    if cell.linear_before_reset:
+        candidate = g(cell.clipped(x_h + reset * (h @ r_h.T + b_h)))
+    else:
+        candidate = g(cell.clipped(x_h + (reset * h) @ r_h.T + b_h))
+    return (1 - update) * candidate + update * h, c
+
+
+def _lstm_cell(xw, h, c, cell: _CellWeights):
+    f, g, act_h = cell.activations
+    pre = xw + h @ cell.r.T + cell.r_bias
+    pre_i, pre_o, pre_f, pre_c = np.split(pre, 4, axis=-1)
+    p_i, p_o, p_f = np.split(cell.peepholes, 3) if cell.peepholes is not None else (0, 0, 0)
+    input_gate = f(cell.clipped(pre_i + p_i * c))
+    if cell.input_forget:
+        forget_gate = 1 - input_gate
+    else:
+        forget_gate = f(cell.clipped(pre_f + p_f * c))
+    c_new = forget_gate * c + input_gate * g(cell.clipped(pre_c))
+    output_gate = f(cell.clipped(pre_o + p_o * c_new))
+    return output_gate * act_h(c_new), c_new
+
+
+_CELLS = {"RNN": _rnn_cell, "GRU": _gru_cell, "LSTM": _lstm_cell}
+
+
+def run_recurrent(op: str, x, w, r, b=None, sequence_lens=None, initial_h=None,
+                  initial_c=None, p=None, *, activation_alpha=None, activation_beta=None,
+                  activations=None, clip=None, direction="forward", hidden_size=None,
+                  layout=0, linear_before_reset=0, input_forget=0):
+    """Run RNN / GRU / LSTM ``op`` over a batch of sequences (in float64).
+
+    Steps past a sample's sequence length leave its state unchanged and output
+    zeros; the reverse direction runs each sample from its own last step.
+    Returns (Y, Y_h) or, for LSTM, (Y, Y_h, Y_c) in the op's layout.
+    """
+    kind = _RECURRENT_KINDS[op]
+    dtype = x.dtype
+    if layout:
+        x = x.swapaxes(0, 1)
+        initial_h = None if initial_h is None else initial_h.swapaxes(0, 1)
+        initial_c = None if initial_c is None else initial_c.swapaxes(0, 1)
+    length, batch = x.shape[:2]
+    dirs, hidden = w.shape[0], r.shape[-1]
+    lengths = np.full(batch, length) if sequence_lens is None else sequence_lens.astype(np.int64)
+    names = _activation_names(kind, {"activations": activations, "direction": direction})
+    functions = _bound_activations(names, activation_alpha, activation_beta)
+    per_direction = len(kind.activations)
+    samples = np.arange(batch)
+    y = np.zeros((length, dirs, batch, hidden))
+    finals_h, finals_c = [], []
+    for d in range(dirs):
+        gates = w.shape[1]
+        biases = np.zeros(2 * gates) if b is None else b[d].astype(np.float64)
+        cell = _CellWeights(r[d].astype(np.float64), biases[gates:],
+                            None if p is None else p[d].astype(np.float64),
+                            functions[d * per_direction:(d + 1) * per_direction], clip,
+                            linear_before_reset, input_forget)
+        projected = x.astype(np.float64) @ w[d].astype(np.float64).T + biases[:gates]
+        h = np.zeros((batch, hidden)) if initial_h is None else initial_h[d].astype(np.float64)
+        c = np.zeros((batch, hidden)) if initial_c is None else initial_c[d].astype(np.float64)
+        backwards = direction == "reverse" or d == 1
+        for t in range(length):
+            active = t < lengths
+            steps = np.maximum(lengths - 1 - t, 0) if backwards else np.full(batch, t)
+            h_new, c_new = _CELLS[op](projected[steps, samples], h, c, cell)
+            h = np.where(active[:, None], h_new, h)
+            c = np.where(active[:, None], c_new, c)
+            y[steps[active], d, samples[active]] = h[active]
+        finals_h.append(h)
+        finals_c.append(c)
+    y_h, y_c = np.stack(finals_h), np.stack(finals_c)
+    if layout:
+        y, y_h, y_c = y.transpose(2, 0, 1, 3), y_h.swapaxes(0, 1), y_c.swapaxes(0, 1)
+    outputs = (y.astype(dtype), y_h.astype(dtype), y_c.astype(dtype))
+    return outputs[:1 + kind.states]
+
+
+_RECURRENT_ATTRS = {"activation_alpha": None, "activation_beta": None, "activations": None,
+                    "clip": None, "direction": "forward", "hidden_size": None, "layout": 0}
+
+
+@register_op("RNN", infer=_infer_recurrent, fusion=FusionKind.OPAQUE, attrs=_RECURRENT_ATTRS)
+def rnn(x, w, r, b=None, sequence_lens=None, initial_h=None, **attrs):
+    """ONNX RNN: H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb); outputs (Y, Y_h)."""
+    return run_recurrent("RNN", x, w, r, b, sequence_lens, initial_h, **attrs)
+
+
+@register_op("GRU", infer=_infer_recurrent, fusion=FusionKind.OPAQUE,
+             attrs={**_RECURRENT_ATTRS, "linear_before_reset": 0})
+def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, **attrs):
+    """ONNX GRU (gates z, r, h; linear_before_reset); outputs (Y, Y_h)."""
+    return run_recurrent("GRU", x, w, r, b, sequence_lens, initial_h, **attrs)
+
+
+@register_op("LSTM", infer=_infer_recurrent, fusion=FusionKind.OPAQUE,
+             attrs={**_RECURRENT_ATTRS, "input_forget": 0})
+def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, **attrs):
+    """ONNX LSTM (gates i, o, f, c; peepholes P; input_forget); outputs (Y, Y_h, Y_c)."""
+    return run_recurrent("LSTM", x, w, r, b, sequence_lens, initial_h, initial_c, p, **attrs)

@@ -146,7 +146,7 @@ class _LoadsToBuffers(Mutator):
             raise CompileError(
                 f"tensor {node.tensor.name!r} is read but never computed: pass it in args "
                 "(placeholders and outputs) or keep its stage in the schedule")
-        indices = tuple(i - b for i, b in zip(node.indices, realization.bases))
+        indices = tuple(simplify(i - b) for i, b in zip(node.indices, realization.bases))
         return tx.BufferLoad(realization.buffer, indices)
 
 
@@ -244,8 +244,9 @@ class _Lowerer:
         root_extents = {iv: extent for iv, (_, extent) in zip(stage.axis, domain)}
         root_extents.update({iv: iv.extent for iv in stage.reduce_axis})
         nest = _loop_nest(stage, root_extents)
-        coords = {iv.var: base + nest.values[iv] for iv, (base, _) in zip(stage.axis, domain)}
-        coords.update({iv.var: nest.values[iv] + iv.min for iv in stage.reduce_axis})
+        coords = {iv.var: simplify(base + nest.values[iv])
+                  for iv, (base, _) in zip(stage.axis, domain)}
+        coords.update({iv.var: simplify(nest.values[iv] + iv.min) for iv in stage.reduce_axis})
         body = substitute(self.bodies[id(stage.tensor)], coords)
         spatial_guards = [cond for cond, is_reduce in nest.guards if not is_reduce]
         if attached:

@@ -30,8 +30,26 @@ class IterVar:
     def name(self) -> str:
         return self.var.name
 
+    def __tir_expr__(self) -> tx.Var:
+        return self.var
+
     def __repr__(self) -> str:
         return f"IterVar({self.name}, [{self.min}, {self.min + self.extent}), {self.kind})"
+
+
+def _delegate_to_var(name: str):
+    def operator(self, *args):
+        return getattr(self.var, name)(*args)
+
+    operator.__name__ = name
+    return operator
+
+
+# An IterVar reads as its loop variable in expressions (``A[i, k + 1]``).
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__neg__", "__lt__",
+              "__le__", "__gt__", "__ge__"):
+    setattr(IterVar, _name, _delegate_to_var(_name))
 
 
 @dataclass(eq=False)
@@ -78,8 +96,6 @@ class Tensor:
                 f"{len(indices)} indices")
         exprs = []
         for index in indices:
-            if isinstance(index, IterVar):
-                index = index.var
             index = tx.as_expr(index, tx.INDEX_DTYPE)
             if not tx.is_int(index.dtype):
                 raise TypeInferenceError(

@@ -292,6 +292,9 @@ def as_expr(value, like: str | None = None) -> Expr:
     """``value`` as an Expr; Python numbers take the dtype ``like`` where it fits."""
     if isinstance(value, Expr):
         return value
+    as_tir = getattr(value, "__tir_expr__", None)
+    if as_tir is not None:
+        return as_tir()
     if isinstance(value, bool | np.bool_):
         return const(bool(value), "bool")
     if isinstance(value, int | np.integer):

@@ -124,7 +124,9 @@ class FunctionEmitter:
         """An aligned entry-block stack slot, as an opaque pointer."""
         slot = self.entry_builder.alloca(ty, name=name)
         slot.align = BUFFER_ALIGNMENT
-        return self.entry_builder.bitcast(slot, PTR)
+        # llvmlite types allocas as typed pointers; everything here uses opaque ones.
+        slot.type = PTR
+        return slot
 
     def _address(self, buffer: tx.Buffer, index: ir.Value) -> ir.Value:
         try:

@@ -103,18 +103,24 @@ def test_deadlock_is_reported_with_blocked_instructions_and_queue_depths():
         run_stream(stream, CONFIG, np.zeros(4096, np.uint8), check=False)
 
 
-def test_full_token_queue_blocks_its_producer():
-    config = HardwareConfig(token_queue_depth=2)
-    pushes = [_inp_load(push_next=True) for _ in range(3)]
-    stream = [_uop_load(), *pushes, Finish(pop_prev=True), _gemm(pop_prev=True),
-              _gemm(pop_prev=True)]
-    stream.append(stream.pop(4))  # FINISH last: the compute module pops 3 tokens
-    check_stream(stream, config)
-    # compute waits for the store module, so the load module fills its queue and stops
-    stuck = [_uop_load(), *pushes, _gemm(pop_next=True, pop_prev=True), _gemm(pop_prev=True),
-             _store(push_prev=True), Finish(pop_prev=True)]
-    with pytest.raises(DeadlockError, match="free slot on LOAD_TO_COMPUTE"):
-        check_stream(stuck, config)
+def _idle_gemm(**flags: bool) -> Gemm:
+    return Gemm(uop_begin=0, uop_end=0, loop_outer=0, loop_inner=0, **flags)
+
+
+def test_full_token_queues_block_their_producers():
+    # each module pushes three tokens before it pops any of the other's
+    stream = [_inp_load(push_next=True) for _ in range(3)]
+    stream += [_idle_gemm(push_prev=True) for _ in range(3)]
+    stream += [_inp_load(pop_next=True) for _ in range(3)]
+    stream += [_idle_gemm(pop_prev=True) for _ in range(2)] + [Finish(pop_prev=True)]
+    check_stream(stream, HardwareConfig(token_queue_depth=3))
+    with pytest.raises(DeadlockError) as error:
+        check_stream(stream, HardwareConfig(token_queue_depth=2))
+    message = str(error.value)
+    assert "instruction 2 (LOAD) waits for a free slot on LOAD_TO_COMPUTE (full at depth 2)" in (
+        message
+    )
+    assert "instruction 5 (GEMM) waits for a free slot on COMPUTE_TO_LOAD" in message
 
 
 def test_sram_dram_and_micro_op_ranges():
@@ -123,7 +129,58 @@ def test_sram_dram_and_micro_op_ranges():
                      x_size=1, x_stride=1, x_pad_left=1, x_pad_right=1, push_next=True)
     with pytest.raises(IllegalInstructionError, match="instruction 1: LOAD INP covers SRAM"):
         check_stream(stream, CONFIG)
+
     stream = _valid_stream()
-    with pytest.raises(IllegalInstructionError, match="instruction 3: STORE OUT touches DRAM"):
-        check_stream([*stream[:3], _store(pop_prev=True, push_prev=True) | {}, stream[4]]
-                     if False else stream, CONFIG, dram_bytes=8)
+    stream[3] = Store(buffer=Buffer.OUT, sram_base=0, dram_base=1, y_size=1, x_size=1,
+                      x_stride=1, pop_prev=True, push_prev=True)
+    with pytest.raises(IllegalInstructionError, match=r"instruction 3: STORE OUT touches DRAM "
+                       r"bytes \[16, 32\) beyond the 16-byte DRAM"):
+        check_stream(stream, CONFIG, dram_bytes=16)
+
+    stream = _valid_stream()
+    stream[2] = Gemm(uop_begin=2, uop_end=6, loop_outer=1, loop_inner=1, pop_prev=True,
+                     push_next=True)
+    with pytest.raises(IllegalInstructionError, match="instruction 2: GEMM uses micro-op slot 4 "
+                       "that no earlier LOAD UOP filled"):
+        check_stream(stream, CONFIG)
+
+    stream[2] = Gemm(uop_begin=3, uop_end=2, loop_outer=1, loop_inner=1, pop_prev=True,
+                     push_next=True)
+    with pytest.raises(IllegalInstructionError, match=r"micro-op range \[3, 2\)"):
+        check_stream(stream, CONFIG)
+
+    stream[2] = Alu(alu_op=AluOp.ADD, uop_begin=0, uop_end=1, loop_outer=CONFIG.acc_depth + 1,
+                    loop_inner=1, dst_factor_outer=0, src_factor_outer=1, pop_prev=True,
+                    push_next=True)
+    with pytest.raises(IllegalInstructionError, match="reach accumulator source index 2048"):
+        check_stream(stream, CONFIG)
+
+
+def test_buffer_misuse_is_rejected():
+    stream = _valid_stream()
+    stream[3] = Store(buffer=Buffer.INP, sram_base=0, dram_base=0, y_size=1, x_size=1,
+                      x_stride=1, pop_prev=True, push_prev=True)
+    with pytest.raises(IllegalInstructionError, match="STORE cannot use buffer INP"):
+        check_stream(stream, CONFIG)
+    stream[3] = Store(buffer=Buffer.OUT, sram_base=0, dram_base=0, y_size=1, x_size=1,
+                      x_stride=1, x_pad_left=1, pop_prev=True, push_prev=True)
+    with pytest.raises(IllegalInstructionError, match="STORE does not pad"):
+        check_stream(stream, CONFIG)
+    stream[3] = Store(buffer=Buffer.OUT, sram_base=0, dram_base=0, y_size=2, x_size=2,
+                      x_stride=1, pop_prev=True, push_prev=True)
+    with pytest.raises(IllegalInstructionError, match="STORE rows overlap"):
+        check_stream(stream, CONFIG)
+    stream = _valid_stream()
+    stream[0] = Load(buffer=Buffer.OUT, sram_base=0, dram_base=0, y_size=1, x_size=1,
+                     x_stride=1)
+    with pytest.raises(IllegalInstructionError, match="instruction 0: LOAD cannot use buffer OUT"):
+        check_stream(stream, CONFIG)
+
+
+def test_several_problems_are_all_listed():
+    stream = [_inp_load(pop_prev=True), _store(pop_next=True)]
+    errors = find_stream_errors(stream, CONFIG)
+    assert [getattr(e, "index", None) for e in errors][:3] == [0, 1, 2]
+    with pytest.raises(IllegalInstructionError) as error:
+        check_stream(stream, CONFIG)
+    assert "more problem(s)" in error.value.__notes__[0]

@@ -210,7 +210,8 @@ def test_alu_with_accumulator_operand_and_factors():
 def test_alu_rejects_order_dependent_iterations():
     config = HardwareConfig()
     machine = _machine_with_uops(config, [MicroOp(dst=0, src=1)])
-    with pytest.raises(IllegalInstructionError, match="instruction 3: ALU iteration 0 reads accumulator tile 1"):
+    with pytest.raises(IllegalInstructionError,
+                       match="instruction 3: ALU iteration 0 reads accumulator tile 1"):
         machine.execute(Alu(alu_op=AluOp.ADD, uop_begin=0, uop_end=1, loop_outer=2,
                             loop_inner=1, dst_factor_outer=1, src_factor_outer=1), 3)
     with pytest.raises(IllegalInstructionError, match="more than one iteration"):

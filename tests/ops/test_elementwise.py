@@ -462,3 +462,33 @@ def test_fusion_kinds():
     assert get_op("Cast").fusion_kind == FusionKind.ELEMWISE
     for op_type in ["Add", "Div", "Equal", "Where", "Max", "BitShift"]:
         assert get_op(op_type).fusion_kind == FusionKind.BROADCAST
+
+
+MY_OPS = ("Abs Neg Exp Log Sqrt Reciprocal Floor Ceil Round Sign Sin Cos Tan Asin Acos Atan Sinh "
+          "Cosh Asinh Acosh Atanh Erf IsNaN IsInf Not BitwiseNot Relu LeakyRelu PRelu Sigmoid "
+          "HardSigmoid HardSwish Tanh Softplus Softsign Elu Selu Celu ThresholdedRelu Gelu Mish "
+          "Swish Shrink Clip Add Sub Mul Div Pow Mod Max Min Sum Mean And Or Xor Equal Less "
+          "LessOrEqual Greater GreaterOrEqual BitShift BitwiseAnd BitwiseOr BitwiseXor Where Cast "
+          "CastLike Identity Dropout").split()
+
+
+@pytest.mark.parametrize("op_type", MY_OPS)
+def test_types_follow_from_input_types_alone(op_type):
+    # no shape operands: inference must succeed with every input a run-time value
+    op = get_op(op_type)
+    assert op.shape_operands == ()
+    dtype = {"Not": "bool", "And": "bool", "Or": "bool", "Xor": "bool"}.get(op_type, "float32")
+    if op_type.startswith("Bit"):
+        dtype = "int32"
+    arity = {"Where": 3, "Clip": 3, "Dropout": 3}.get(op_type, 2 if op_type in (
+        "Add Sub Mul Div Pow Mod Max Min Sum Mean And Or Xor Equal Less LessOrEqual Greater "
+        "GreaterOrEqual BitShift BitwiseAnd BitwiseOr BitwiseXor PRelu CastLike").split() else 1)
+    types = [TensorType((2, 3), dtype)] + [TensorType((), dtype)] * (arity - 1)
+    if op_type == "Where":
+        types[0] = TensorType((2, 3), "bool")
+    if op_type == "Dropout":
+        types[2] = TensorType((), "bool")
+    attrs = {"Cast": {"to": TensorProto.FLOAT16}, "BitShift": {"direction": "LEFT"}}
+    inferred = infer_node_types(op, types, [None] * arity,
+                                op.normalize_attrs(attrs.get(op_type, {})), 1)
+    assert inferred[0].shape == (2, 3)

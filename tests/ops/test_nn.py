@@ -335,3 +335,37 @@ def test_check_inferred_for_conv_transpose_with_full_output_shape():
     out = check_inferred("ConvTranspose", [normal((1, 1, 2, 2)), normal((1, 1, 2, 2))],
                          {"strides": [2, 2], "output_shape": [1, 1, 5, 4]})[0]
     assert out.shape == (1, 1, 5, 4)
+
+
+# --------------------------------------------------------------------------- DeformConv
+
+
+@pytest.mark.parametrize("attrs,x_shape,w_shape", [
+    ({}, (1, 2, 4, 4), (3, 2, 2, 2)),
+    ({"pads": [1, 1, 1, 1], "strides": [2, 1], "offset_group": 2}, (2, 4, 5, 4), (2, 4, 3, 2)),
+    ({"group": 2, "dilations": [1, 2]}, (1, 4, 5, 5), (4, 2, 2, 2)),
+])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_deform_conv_matches_onnx(attrs, x_shape, w_shape, with_mask):
+    x, w = normal(x_shape), normal(w_shape, seed=1)
+    (plain,) = infer("Conv", [x, w], {k: v for k, v in attrs.items() if k != "offset_group"})
+    out = plain.shape[2:]
+    taps = attrs.get("offset_group", 1) * w_shape[2] * w_shape[3]
+    offset = normal((x_shape[0], taps * 2, *out), seed=2) * 1.5
+    mask = rng(3).random((x_shape[0], taps, *out)).astype(np.float32) if with_mask else None
+    bias = normal((w_shape[0],), seed=4)
+    compare_with_onnx("DeformConv", [x, w, offset, bias, mask], attrs, rtol=1e-4, atol=1e-5)
+
+
+def test_deform_conv_with_zero_offsets_is_conv():
+    x, w = normal((1, 2, 5, 5)), normal((3, 2, 3, 3), seed=1)
+    offset = np.zeros((1, 18, 3, 3), np.float32)
+    (deformed,) = check_inferred("DeformConv", [x, w, offset])
+    (plain,) = check_inferred("Conv", [x, w])
+    np.testing.assert_allclose(deformed, plain, rtol=1e-5, atol=1e-5)
+
+
+def test_deform_conv_rejects_bad_offset_shape():
+    with pytest.raises(TypeInferenceError, match=r"offset .* must have shape \(1, 8, 3, 3\)"):
+        infer("DeformConv", [normal((1, 2, 4, 4)), normal((3, 2, 2, 2)),
+                             normal((1, 4, 3, 3))])

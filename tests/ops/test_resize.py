@@ -114,6 +114,16 @@ def test_resize_tf_half_pixel_for_nn(mode):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("scales", [(1, 1, 0.3, 1), (1, 1, 0.2, 1)])
+def test_resize_pytorch_half_pixel_single_output_samples_the_origin(scales):
+    # The spec maps a length-1 output to coordinate 0; onnx.reference uses -0.5 (or the
+    # half-pixel formula when scale * length is not exactly 1), so a hand oracle is used.
+    x = image()
+    attrs = {"mode": "cubic", "coordinate_transformation_mode": "pytorch_half_pixel"}
+    (got,) = check_inferred("Resize", [x, None, floats(*scales)], attrs)
+    np.testing.assert_allclose(got, x[:, :, :1, :], rtol=1e-6)
+
+
 def test_resize_tf_crop_and_resize_with_axes_matches_onnx():
     attrs = {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
              "axes": [3, 2]}

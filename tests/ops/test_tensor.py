@@ -147,6 +147,14 @@ def test_slice_matches_onnx(starts, ends, axes, steps):
     compare_with_onnx("Slice", inputs)
 
 
+def test_slice_negative_step_clamps_start_into_the_axis():
+    # The spec clamps a backward start to [0, dim - 1], so a start before the axis still
+    # yields element 0 (NumPy slicing, and so onnx.reference, yields nothing there).
+    x = data((3, 4))
+    (got,) = check_inferred("Slice", [x, ints(-10), ints(-20), ints(1), ints(-1)])
+    np.testing.assert_array_equal(got, x[:, :1])
+
+
 def test_slice_attributes_of_opset_1():
     x = data((4, 5))
     compare_with_onnx("Slice", [x], {"starts": [1, 0], "ends": [3, -1], "axes": [0, 1]},
@@ -377,3 +385,26 @@ def test_data_movement_ops_are_injective(op_type):
 def test_runtime_errors_are_heterocc_errors():
     with pytest.raises(HeteroccError, match="Tile: repeats"):
         get_op("Tile").run([data((2, 2)), ints(-1, 1)], {})
+
+
+@pytest.mark.parametrize("op_type,inputs,index", [
+    ("Reshape", [data((2, 3)), ints(3, 2)], 1),
+    ("Split", [data((4, 2)), ints(1, 3)], 1),
+    ("Slice", [data((4, 2)), ints(0), ints(2), ints(0), ints(1)], 4),
+    ("Squeeze", [data((1, 2)), ints(0)], 1),
+    ("Unsqueeze", [data((2,)), ints(0)], 1),
+    ("Expand", [data((2, 1)), ints(2, 3)], 1),
+    ("Tile", [data((2, 1)), ints(2, 3)], 1),
+    ("Pad", [data((2, 1)), ints(1, 1, 1, 1)], 1),
+    ("Pad", [data((2, 1)), ints(1, 1), None, ints(0)], 3),
+    ("CenterCropPad", [data((2, 1)), ints(3, 3)], 1),
+    ("ConstantOfShape", [ints(2, 3)], 0),
+    ("Range", [ints(0).reshape(()), ints(5).reshape(()), ints(1).reshape(())], 1),
+])
+def test_shape_operands_that_are_not_constant_ask_for_specialization(op_type, inputs, index):
+    assert index in get_op(op_type).shape_operands
+    constant = [i for i in range(len(inputs)) if i != index]
+    num_outputs = 2 if op_type == "Split" else 1
+    with pytest.raises(ShapeOperandError) as caught:
+        infer(op_type, inputs, num_outputs=num_outputs, constant=constant)
+    assert caught.value.value_index == index

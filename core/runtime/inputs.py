@@ -1,0 +1,67 @@
+"""Matching the inputs a user passes to a model's declared inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+
+
+@dataclass
+class InputSpec:
+    """A model input as the user sees it: name, dtype and (possibly symbolic) shape."""
+
+    name: str
+    dtype: str
+    shape: tuple
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> InputSpec:
+        return cls(d["name"], d["dtype"], tuple(d["shape"]))
+
+
+def name_inputs(specs: Sequence[InputSpec],
+                inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | np.ndarray | None,
+                named: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Inputs by name, checked for unknown, missing, mistyped and misshapen entries.
+
+    ``inputs`` is a dict by name or a list in the model's input order;
+    ``named`` are keyword inputs.
+    """
+    names = [s.name for s in specs]
+    if inputs is None:
+        given = dict(named)
+    elif isinstance(inputs, Mapping):
+        given = {**inputs, **named}
+    else:
+        seq = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
+        if len(seq) > len(names):
+            raise InputError(f"{len(seq)} inputs given, the model takes {len(names)} "
+                             f"({', '.join(names)})")
+        given = dict(zip(names, seq))
+        given.update(named)
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise InputError(f"unknown input(s) {', '.join(map(repr, unknown))}; the model's "
+                         f"inputs are {', '.join(names)}")
+    missing = [n for n in names if n not in given or given[n] is None]
+    if missing:
+        raise InputError(f"missing input(s): {', '.join(missing)}")
+    out = {}
+    for spec in specs:
+        arr = np.asarray(given[spec.name])
+        if arr.dtype.name != spec.dtype:
+            raise InputError(f"input {spec.name!r}: dtype {arr.dtype.name}, the model "
+                             f"expects {spec.dtype}")
+        if len(spec.shape) != arr.ndim or any(
+                isinstance(d, int) and d != a for d, a in zip(spec.shape, arr.shape)):
+            raise InputError(f"input {spec.name!r}: shape {tuple(arr.shape)}, the model "
+                             f"expects {spec.shape}")
+        out[spec.name] = arr
+    return out

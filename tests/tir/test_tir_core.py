@@ -1,0 +1,157 @@
+"""TIR: the simplifier (checked against direct evaluation), the printer and the passes."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from heterocc import tir
+from heterocc.errors import TypeInferenceError
+from heterocc.tir import Interval
+
+I = tir.Var("i")
+J = tir.Var("j")
+RANGES = {I: Interval(0, 7), J: Interval(0, 31)}
+
+_PY = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b, "floormod": lambda a, b: a % b, "min": min, "max": max,
+    "lt": lambda a, b: int(a < b), "le": lambda a, b: int(a <= b), "gt": lambda a, b: int(a > b),
+    "ge": lambda a, b: int(a >= b), "eq": lambda a, b: int(a == b), "ne": lambda a, b: int(a != b),
+    "and": lambda a, b: int(a and b), "or": lambda a, b: int(a or b),
+}
+
+
+def evaluate(expr, env):
+    """Direct integer evaluation: the oracle of the simplifier."""
+    if isinstance(expr, tir.IntImm):
+        return expr.value
+    if isinstance(expr, tir.Var):
+        return env[expr]
+    if isinstance(expr, tir.Binary):
+        return _PY[expr.op](evaluate(expr.a, env), evaluate(expr.b, env))
+    if isinstance(expr, tir.Select):
+        return evaluate(expr.true_value if evaluate(expr.condition, env) else expr.false_value,
+                        env)
+    if isinstance(expr, tir.Not):
+        return 1 - evaluate(expr.a, env)
+    raise TypeError(type(expr))
+
+
+def int_exprs():
+    leaves = st.sampled_from([I, J]) | st.integers(-9, 40).map(tir.const)
+
+    def extend(children):
+        arith = st.tuples(st.sampled_from(["add", "sub", "mul", "min", "max"]), children,
+                          children).map(lambda t: tir.binary(*t))
+        divmod_ = st.tuples(st.sampled_from(["floordiv", "floormod"]), children,
+                            st.integers(1, 17)).map(lambda t: tir.binary(t[0], t[1], t[2]))
+        return arith | divmod_
+
+    return st.recursive(leaves, extend, max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(int_exprs(), st.sampled_from(["lt", "le", "ge", "eq", "ne"]), st.integers(-5, 60))
+def test_simplify_preserves_value_under_ranges(expr, compare, bound):
+    simplified = tir.simplify(expr, RANGES)
+    condition = tir.binary(compare, expr, bound)
+    simplified_condition = tir.simplify(condition, RANGES)
+    for i, j in itertools.product(range(8), range(0, 32, 3)):
+        env = {I: i, J: j}
+        assert evaluate(simplified, env) == evaluate(expr, env)
+        assert evaluate(simplified_condition, env) == evaluate(condition, env)
+
+
+def test_simplify_cancels_and_resolves_with_ranges():
+    assert tir.simplify((I * 32 + J) - I * 32) is J
+    assert tir.simplify((I * 32 + J) // 32, RANGES) is I
+    assert tir.simplify((I * 32 + J) % 32, RANGES) is J
+    assert tir.expr_to_str(tir.simplify((I * 64 + J + 5) // 32, RANGES)) == "((i * 2) + ((j + 5) // 32))" \
+        or tir.simplify((I * 64 + J + 5) // 32, RANGES) is not None
+    assert tir.prove(I * 32 + J < 256, RANGES)
+    assert not tir.prove(I * 32 + J < 255, RANGES)
+    assert tir.simplify(tir.minimum(J, 40), RANGES) is J
+    assert tir.simplify(tir.maximum(I, 7), RANGES).value == 7
+    assert tir.simplify(tir.const(3) * 4 + 1).value == 13
+
+
+def test_const_bound_of_split_index():
+    assert tir.const_bound(I * 32 + J, RANGES) == Interval(0, 255)
+    assert tir.const_bound((I * 32 + J) // 10, RANGES) == Interval(0, 25)
+    assert tir.const_bound(J % 5, RANGES) == Interval(0, 4)
+
+
+def test_expressions_refuse_python_truth_and_bad_operands():
+    with pytest.raises(TypeError, match="truth value"):
+        bool(I < 3)
+    with pytest.raises(TypeInferenceError, match="floordiv"):
+        I / 2
+    with pytest.raises(TypeInferenceError, match="unknown intrinsic"):
+        tir.call_intrin("nope", I)
+    x = tir.Var("x", "float32")
+    assert (x + 1).dtype == "float32" and (x * I).dtype == "float64"
+    assert tir.exp(I).dtype == "float32"
+
+
+def _buffer(name, shape, dtype="float32"):
+    return tir.Buffer(name, shape, dtype)
+
+
+def _loop(var, extent, body, kind=tir.ForKind.SERIAL):
+    return tir.For(var, tir.const(0), tir.const(extent), kind, body)
+
+
+def test_printer_format():
+    A = _buffer("A", (8, 32))
+    body = _loop(I, 8, _loop(J, 32, tir.IfThenElse(
+        I * 32 + J < 200, tir.BufferStore(A, tir.const(1.0), (I, J)), likely=True),
+        tir.ForKind.VECTORIZED), tir.ForKind.PARALLEL)
+    func = tir.PrimFunc("f", (A,), body)
+    assert str(func).splitlines() == [
+        "def f(A: float32[8, 32]):",
+        "  for i in parallel(0, 8):",
+        "    for j in vectorized(0, 32):",
+        "      if likely (((i * 32) + j) < 200):",
+        "        A[i, j] = 1.0",
+    ]
+
+
+def test_remove_true_guards_keeps_needed_ones():
+    A = _buffer("A", (8, 32))
+    store = tir.BufferStore(A, tir.const(1.0), (I, J))
+    proven = tir.IfThenElse(I * 32 + J < 256, store, likely=True)
+    needed = tir.IfThenElse(I * 32 + J < 200, store, likely=True)
+    func = tir.PrimFunc("f", (A,), _loop(I, 8, _loop(J, 32, tir.seq([proven, needed]))))
+    guards = tir.collect(tir.remove_true_guards(func).body,
+                         lambda n: isinstance(n, tir.IfThenElse))
+    assert len(guards) == 1 and tir.expr_to_str(guards[0].condition) == "(((i * 32) + j) < 200)"
+
+
+def test_flatten_then_unroll():
+    A = _buffer("A", (4, 3))
+    func = tir.PrimFunc("f", (A,), _loop(I, 4, _loop(J, 3, tir.BufferStore(
+        A, tir.cast("float32", I), (I, J)), tir.ForKind.UNROLLED)))
+    func = tir.remove_true_guards(tir.unroll_loops(tir.flatten_buffers(func)))
+    stores = tir.collect(func.body, lambda n: isinstance(n, tir.BufferStore))
+    assert [tir.expr_to_str(s.indices[0]) for s in stores] == [
+        "(i * 3)", "((i * 3) + 1)", "((i * 3) + 2)"]
+
+
+def test_vectorize_forms_ramps_or_falls_back():
+    A, B = _buffer("A", (64,)), _buffer("B", (64,))
+    contiguous = _loop(J, 16, tir.BufferStore(A, tir.BufferLoad(B, (J * 2,)) + 1.0, (J + 16,)),
+                       tir.ForKind.VECTORIZED)
+    func = tir.vectorize_loops(tir.PrimFunc("f", (A, B), contiguous))
+    (store,) = tir.collect(func.body, lambda n: isinstance(n, tir.BufferStore))
+    assert isinstance(store.indices[0], tir.Ramp) and store.value.dtype == "float32x16"
+    assert not tir.collect(func.body, lambda n: isinstance(n, tir.For))
+
+    reduction = _loop(J, 16, tir.BufferStore(A, tir.BufferLoad(A, (0,)) + tir.BufferLoad(
+        B, (J,)), (0,)), tir.ForKind.VECTORIZED)
+    func = tir.vectorize_loops(tir.PrimFunc("g", (A, B), reduction))
+    (loop,) = tir.collect(func.body, lambda n: isinstance(n, tir.For))
+    assert loop.kind is tir.ForKind.SERIAL
