@@ -225,7 +225,8 @@ def _factor_bounds(
             ("weight", (instruction.wgt_factor_outer, instruction.wgt_factor_inner),
              config.wgt_depth),
         ]
-    assert isinstance(instruction, Alu)
+    if not isinstance(instruction, Alu):
+        return []
     bounds = [
         ("accumulator", (instruction.dst_factor_outer, instruction.dst_factor_inner),
          config.acc_depth)

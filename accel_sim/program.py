@@ -59,14 +59,18 @@ def element_dtype(config: HardwareConfig, buffer: Buffer) -> np.dtype:
     return dtype.newbyteorder("<")
 
 
-def pack_tiles(matrix: np.ndarray, tile_rows: int, tile_cols: int) -> np.ndarray:
-    """Reorder a matrix into its DRAM tile order: shape (grid_rows, grid_cols, tr, tc)."""
-    rows, cols = matrix.shape
+def _require_tileable(rows: int, cols: int, tile_rows: int, tile_cols: int) -> None:
     if rows % tile_rows or cols % tile_cols:
         raise AcceleratorError(
             f"a {rows}x{cols} matrix does not split into {tile_rows}x{tile_cols} tiles; "
             "pad it to multiples of the tile shape"
         )
+
+
+def pack_tiles(matrix: np.ndarray, tile_rows: int, tile_cols: int) -> np.ndarray:
+    """Reorder a matrix into its DRAM tile order: shape (grid_rows, grid_cols, tr, tc)."""
+    rows, cols = matrix.shape
+    _require_tileable(rows, cols, tile_rows, tile_cols)
     grid = matrix.reshape(rows // tile_rows, tile_rows, cols // tile_cols, tile_cols)
     return np.ascontiguousarray(grid.transpose(0, 2, 1, 3))
 
@@ -174,6 +178,7 @@ class ProgramBuilder:
             raise AcceleratorError(f"tensor {name!r}: give exactly one of data and shape")
         rows, cols = np.shape(data) if data is not None else shape
         tile_rows, tile_cols = tile_shape(self.config, buffer)
+        _require_tileable(rows, cols, tile_rows, tile_cols)
         unit = dram_unit_bytes(self.config, buffer)
         address = -(-self._next_address // max(unit, DRAM_ALIGNMENT)) * max(unit, DRAM_ALIGNMENT)
         tensor = DramTensor(name, buffer, address, rows, cols, tile_rows, tile_cols, unit)
@@ -186,8 +191,6 @@ class ProgramBuilder:
                     f"({buffer.name} elements)"
                 )
             self._contents[name] = pack_tiles(matrix.astype(dtype), tile_rows, tile_cols).tobytes()
-        else:
-            pack_tiles(np.empty((rows, cols), np.uint8), tile_rows, tile_cols)  # shape check
         self._tensors[name] = tensor
         self._next_address = address + tensor.nbytes
         return tensor

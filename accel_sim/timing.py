@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..errors import DeadlockError
+from ..errors import DeadlockError, IllegalInstructionError
 from .config import HardwareConfig
 from .isa import (
     OPCODE_OF,
@@ -65,7 +65,7 @@ def instruction_cost(instruction: Instruction, config: HardwareConfig) -> int:
         return overhead + instruction.iterations * config.alu_cycles_per_iteration
     if isinstance(instruction, Finish):
         return overhead
-    raise TypeError(f"no cost for {type(instruction).__name__}")
+    raise IllegalInstructionError(f"{type(instruction).__name__} is not an ISA instruction")
 
 
 def gemm_active_cycles(instruction: Instruction, config: HardwareConfig) -> int:
@@ -109,8 +109,14 @@ class TimingReport:
         return self.gemm_active_cycles / self.total_cycles if self.total_cycles else 0.0
 
     def execution_order(self) -> list[int]:
-        """Instruction indices by issue cycle (ties in module pipeline order)."""
-        ordered = sorted(self.schedule, key=lambda s: (s.start, s.module, s.index))
+        """Instruction indices by issue cycle.
+
+        ``schedule`` lists instructions in the order the model issued them, which
+        puts every token's producer before its consumer; the stable sort keeps
+        that order among instructions issued in the same cycle (a zero-cost
+        producer and its consumer, for instance).
+        """
+        ordered = sorted(self.schedule, key=lambda entry: entry.start)
         return [entry.index for entry in ordered]
 
     def summary(self) -> str:

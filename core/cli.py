@@ -144,6 +144,25 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def cmd_partition(args) -> int:
+    from . import compile as hcompile
+
+    compiled = hcompile(args.model, target=args.target, shapes=_parse_shapes(args.shape),
+                        strict=args.strict)
+    report = compiled.placement_report
+    if report is None:
+        print(f"one target ({args.target}): every node goes to it")
+        return 0
+    print(report.format())
+    if args.dot:
+        from .ir.dot import to_dot
+
+        with open(args.dot, "w") as f:
+            f.write(to_dot(compiled.graph))
+        print(f"wrote {args.dot}")
+    return 0
+
+
 def _pass_table(records) -> str:
     lines = [f"{'pass':20s} {'ms':>8s}  nodes"]
     lines += [f"{r.name:20s} {r.seconds * 1e3:8.2f}  {r.nodes_before} -> {r.nodes_after}"
@@ -195,6 +214,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="counts only, as JSON")
     p.set_defaults(func=cmd_inspect)
 
+    p = sub.add_parser("partition", help="show where every node goes across targets")
+    p.add_argument("model")
+    p.add_argument("--target", required=True, help="e.g. vta,llvm (the last is the fallback)")
+    p.add_argument("--shape", action="append")
+    p.add_argument("--strict", action="store_true", help="refuse silent CPU fallback")
+    p.add_argument("--dot", help="write the partitioned graph as Graphviz to this file")
+    p.set_defaults(func=cmd_partition)
+
     p = sub.add_parser("targets", help="list installed targets")
     p.set_defaults(func=cmd_targets)
 
@@ -202,12 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="reference")
     p.set_defaults(func=cmd_demo)
 
-    try:
-        from .accel_sim.cli import add_accel_parser
-    except ImportError:
-        pass
-    else:
-        add_accel_parser(sub)
+    from .accel_sim.cli import add_accel_parser
+
+    accel = add_accel_parser(sub)
+    accel.set_defaults(func=lambda args: args.handler(args))
     return ap
 
 

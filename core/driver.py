@@ -22,6 +22,7 @@ from .frontend.onnx import (
 from .ir.graph import Graph
 from .ir.types import dtype_from_onnx
 from .passes import DEFAULT_PIPELINE, PassManager, PassRecord
+from .passes.partition import PartitionReport, partition
 from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .runtime.inputs import InputSpec, name_inputs
 
@@ -38,6 +39,7 @@ class Executable:
     pass_records: list[PassRecord]
     bound: dict[str, np.ndarray]  # graph inputs turned into constants
     targets: dict[str, object] = field(default_factory=dict)  # name -> the instance used
+    report: PartitionReport | None = None
 
     def run(self, named: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         for name, value in self.bound.items():
@@ -60,6 +62,7 @@ class CompiledModel:
     shapes: dict[str, tuple] = field(default_factory=dict)
     dump_ir: str | None = None
     specialize_on: list[str] = field(default_factory=list)
+    strict: bool = False
     _cache: OrderedDict = field(default_factory=OrderedDict)
     _profile: dict[str, ProfileEntry] | None = None
 
@@ -107,13 +110,19 @@ class CompiledModel:
                 if not new:
                     raise
                 self.specialize_on = sorted(set(self.specialize_on) | set(new))
-        manager = PassManager(DEFAULT_PIPELINE, dump_ir=self.dump_ir)
+        targets = {name: get_target(name) for name in self.targets}
+        fallback = self.targets[-1]
+        report_box: list[PartitionReport] = []
+        manager = PassManager(_pipeline(targets, fallback, self.strict, report_box),
+                              dump_ir=self.dump_ir)
         graph = manager.run(graph)
-        target = get_target(self.targets[-1])
-        kernels = {n.name: target.build(n) for n in graph.nodes if n.body is not None}
-        placement = {n.name: target.name for n in graph.nodes if n.body is not None}
+        placement = {n.name: n.attrs.get("target", fallback)
+                     for n in graph.nodes if n.body is not None}
+        kernels = {n.name: targets[placement[n.name]].build(n)
+                   for n in graph.nodes if n.body is not None}
         executor = GraphExecutor(graph, kernels, placement, self._profile)
-        return Executable(graph, executor, manager.records, values, {target.name: target})
+        return Executable(graph, executor, manager.records, values, targets,
+                          report_box[0] if report_box else None)
 
     def build_static(self) -> Executable | None:
         """Compile now if every input shape is known and no input must be specialized on."""
@@ -135,6 +144,11 @@ class CompiledModel:
             raise InputError("the model has dynamic shapes and has not been run yet; "
                              "compile it with shapes={...} or run it once")
         return next(reversed(self._cache.values())).graph
+
+    @property
+    def placement_report(self) -> PartitionReport | None:
+        """Where every node went and why (None when compiled for one target)."""
+        return next(reversed(self._cache.values())).report if self._cache else None
 
     @property
     def pass_records(self) -> list[PassRecord]:
@@ -161,6 +175,25 @@ class CompiledModel:
         return format_profile(list((self._profile or {}).values()))
 
 
+def _pipeline(targets: Mapping[str, object], fallback: str, strict: bool,
+              report_box: list) -> list:
+    """The default passes, with partitioning before fusion when several targets are given."""
+    tables = {name: t.pattern_table() for name, t in targets.items()
+              if name != fallback and hasattr(t, "pattern_table")}
+    if not tables:
+        return list(DEFAULT_PIPELINE)
+
+    def partition_pass(graph: Graph) -> Graph:
+        graph, report = partition(graph, tables, fallback, strict)
+        report_box.append(report)
+        return graph
+
+    partition_pass.pass_name = "partition"
+    passes = list(DEFAULT_PIPELINE)
+    passes.insert(passes.index("fuse_ops"), partition_pass)
+    return passes
+
+
 class _Respecialize(Exception):
     """Internal: the set of inputs to specialize on grew; build again with it."""
 
@@ -182,7 +215,8 @@ def _input_specs(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) ->
 
 def compile(model, target: str | Sequence[str] = "reference",  # noqa: A001
             shapes: Mapping[str, Sequence[int]] | None = None,
-            dump_ir: str | None = None, check: bool = True) -> CompiledModel:
+            dump_ir: str | None = None, check: bool = True,
+            strict: bool = False) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for ``target``.
 
     ``target``: a target name, a comma-separated list or a list of names.
@@ -190,6 +224,10 @@ def compile(model, target: str | Sequence[str] = "reference",  # noqa: A001
     dynamic shapes (or whose shape operands are graph inputs) is compiled on
     first run for the shapes and values it meets, and cached.
     ``dump_ir`` names a directory that receives the IR after every pass.
+    With several targets, the last is the fallback (the CPU) and the others
+    take what their pattern tables match (see ``placement_report``);
+    ``strict=True`` raises PartitionError instead of falling back to the CPU
+    for anything a pattern matched but its target refused.
     """
     from .targets import available_targets, parse_targets
 
@@ -214,6 +252,6 @@ def compile(model, target: str | Sequence[str] = "reference",  # noqa: A001
         raise InputError(f"shapes given for unknown input(s) {', '.join(unknown_inputs)}; "
                          f"inputs are {', '.join(s.name for s in specs)}")
     compiled = CompiledModel(proto, names, specs, [o.name for o in proto.graph.output],
-                             shapes, dump_ir)
+                             shapes, dump_ir, strict=strict)
     compiled.build_static()
     return compiled

@@ -73,3 +73,21 @@ def test_compile_to_an_artifact_then_run_it(tmp_path, capsys):
     assert (out / "manifest.json").exists()
     assert main(["run", str(out)]) == 0
     assert "probabilities: float32[1, 10]" in capsys.readouterr().out
+
+
+def test_accel_disasm_and_check_through_the_main_cli(tmp_path, capsys):
+    from heterocc.accel_sim import HardwareConfig, write_stream_file
+    from heterocc.accel_sim.reference_programs import tiled_gemm_program
+
+    config = HardwareConfig()
+    rng = np.random.default_rng(0)
+    a = rng.integers(-8, 8, (32, 32), dtype=np.int8)
+    w = rng.integers(-8, 8, (32, 32), dtype=np.int8)
+    program = tiled_gemm_program(config, a, w)
+    path = tmp_path / "gemm.stream"
+    write_stream_file(path, config, program.instructions, program.uops)
+    assert main(["accel", "disasm", str(path)]) == 0
+    listing = capsys.readouterr().out
+    assert "GEMM" in listing and "FINISH" in listing
+    assert main(["accel", "check", str(path)]) == 0
+    assert "cycles" in capsys.readouterr().out.lower()

@@ -103,14 +103,33 @@ def _check(model: onnx.ModelProto) -> None:
 
 def _upgrade(model: onnx.ModelProto) -> onnx.ModelProto:
     """Convert to BASE_OPSET when older; keep the original if the converter cannot."""
-    if default_opset(model) >= BASE_OPSET:
+    opset = default_opset(model)
+    if opset >= BASE_OPSET:
         return model
     try:
         from onnx import version_converter
 
-        return version_converter.convert_version(model, BASE_OPSET)
+        converted = version_converter.convert_version(model, BASE_OPSET)
     except Exception:  # the converter lacks adapters for some ops; the registry also
         return model  # accepts the older attribute forms
+    if opset < 11:
+        _keep_asymmetric_resize(model, converted)
+    return converted
+
+
+def _keep_asymmetric_resize(original: onnx.ModelProto, converted: onnx.ModelProto) -> None:
+    """Resize-10 and Upsample sample at asymmetric coordinates, rounding down; the
+    converter's Resize-11 would default to half_pixel, so say so explicitly."""
+    old = {n.output[0] for n in original.graph.node if n.op_type in ("Resize", "Upsample")}
+    for node in converted.graph.node:
+        if node.op_type != "Resize" or node.output[0] not in old:
+            continue
+        present = {a.name for a in node.attribute}
+        if "coordinate_transformation_mode" not in present:
+            node.attribute.append(onnx.helper.make_attribute("coordinate_transformation_mode",
+                                                             "asymmetric"))
+        if "nearest_mode" not in present:
+            node.attribute.append(onnx.helper.make_attribute("nearest_mode", "floor"))
 
 
 def _validate_shapes(model: onnx.ModelProto) -> None:
@@ -175,7 +194,8 @@ def _constant_node_value(node: onnx.NodeProto) -> np.ndarray:
 @dataclass
 class _Importer:
     values: dict[str, Value]
-    names: NameScope
+    names: NameScope  # value names
+    node_names: NameScope
     nodes: list[Node]
     origin: dict[Value, set[str]]  # graph inputs each non-constant value depends on
 
@@ -210,7 +230,7 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None,
     values = {k: np.asarray(v) for k, v in (values or {}).items()}
     g = proto.graph
     scope = NameScope()
-    imp = _Importer({}, scope, [], {})
+    imp = _Importer({}, scope, NameScope(), [], {})
 
     for init in g.initializer:
         array = numpy_helper.to_array(init)
@@ -257,7 +277,8 @@ def _import_node(imp: _Importer, node: onnx.NodeProto, name: str) -> None:
         return
     op = get_op(node.op_type)
     raw = node_attributes(node)
-    if node.op_type == "Split" and "num_outputs" not in raw and len(node.input) < 2:
+    if node.op_type == "Split" and "num_outputs" not in raw and "split" not in raw \
+            and (len(node.input) < 2 or not node.input[1]):
         raw["num_outputs"] = len(node.output)
     attrs = op.normalize_attrs(raw, name)
     inputs = [imp.input_value(n) for n in node.input]
@@ -292,7 +313,7 @@ def _import_node(imp: _Importer, node: onnx.NodeProto, name: str) -> None:
             deps |= imp.origin.get(v, set())
     for v in outs:
         imp.origin[v] = deps
-    imp.nodes.append(Node(op.name, inputs, outs, attrs, imp.names.fresh(name)))
+    imp.nodes.append(Node(op.name, inputs, outs, attrs, imp.node_names.fresh(name)))
 
 
 def _fold(op, inputs: list[Value | None], attrs, out_types) -> list[np.ndarray] | None:

@@ -4,6 +4,7 @@ from . import (  # noqa: F401  (registration side effects)
     activation,
     elementwise,
     indexing,
+    misc,
     nn,
     normalization,
     quantize,
@@ -11,6 +12,7 @@ from . import (  # noqa: F401  (registration side effects)
     resize,
     sequence_models,
     signal,
+    strings,
     tensor,
 )
 from .registry import (

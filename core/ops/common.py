@@ -57,3 +57,44 @@ def broadcasts_to(shape: Sequence[int], target: Sequence[int]) -> bool:
     if len(shape) > len(target):
         return False
     return all(dim in (1, full) for dim, full in zip(tuple(shape)[::-1], tuple(target)[::-1]))
+
+
+def require_dtype(ctx: InferContext, name: str, dtype: str, allowed: Sequence[str]) -> None:
+    """A TypeInferenceError unless tensor ``name``'s ``dtype`` is one of ``allowed``."""
+    if dtype not in allowed:
+        raise ctx.error(f"{name} has dtype {dtype}; supported: {', '.join(allowed)}")
+
+
+def dtype_attribute(ctx: InferContext, name: str, allowed: Sequence[str]) -> str | None:
+    """The IR dtype named by ONNX element-type attribute ``name`` (None when 0 / unset),
+    or a TypeInferenceError naming the attribute when it is not one of ``allowed``."""
+    from ..errors import TypeInferenceError
+    from ..ir.types import dtype_from_onnx
+
+    code = ctx.attrs.get(name)
+    if not code:
+        return None
+    try:
+        dtype = dtype_from_onnx(code)
+    except TypeInferenceError:
+        raise ctx.error(f"{name}={code} names a type the IR does not have; supported: "
+                        f"{', '.join(allowed)}") from None
+    require_dtype(ctx, name, dtype, allowed)
+    return dtype
+
+
+def typed_input(ctx: InferContext, index: int, name: str,
+                allowed: Sequence[str]) -> TensorType:
+    """The type of input ``index`` (``name`` in messages), or a TypeInferenceError when
+    its dtype is not in ``allowed``."""
+    tensor_type = ctx.type(index)
+    require_dtype(ctx, f"{name} (input {index})", tensor_type.dtype, allowed)
+    return tensor_type
+
+
+def require_shape(ctx: InferContext, index: int, name: str, expected: Sequence[int]) -> None:
+    """A TypeInferenceError unless input ``index`` (``name`` in messages) has shape
+    ``expected``."""
+    if ctx.type(index).shape != tuple(expected):
+        raise ctx.error(f"{name} (input {index}) has shape {ctx.type(index).shape}, "
+                        f"expected {tuple(expected)}")

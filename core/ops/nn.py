@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.types import TensorType
-from .common import broadcasts_to
+from ..ir.types import FLOAT_DTYPES, TensorType
+from .common import broadcasts_to, require_dtype
 from .registry import REQUIRED, FusionKind, InferContext, register_op
 
 
@@ -54,11 +54,11 @@ def conv_geometry(x_shape, w_shape, attrs, ctx=None):
     return kernel, strides, dilations, pads, out
 
 
-_CONV_ATTRS = {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
+CONV_ATTRS = {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
                "pads": None, "strides": None}
 
 
-def _infer_conv(ctx: InferContext):
+def infer_conv(ctx: InferContext):
     x, w = ctx.type(0), ctx.type(1)
     if x.ndim < 3 or w.ndim != x.ndim:
         raise ctx.error(f"input {x} and weight {w} must have the same rank >= 3")
@@ -102,16 +102,15 @@ def conv_nd(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_
     return y
 
 
-@register_op("Conv", infer=_infer_conv, fusion=FusionKind.OUT_FUSABLE, attrs=_CONV_ATTRS)
+@register_op("Conv", infer=infer_conv, fusion=FusionKind.OUT_FUSABLE, attrs=CONV_ATTRS)
 def conv(x, w, b=None, **attrs):
     """ONNX Conv: N-d, grouped, dilated, strided, padded (explicit or auto_pad)."""
     return conv_nd(x, w, b, **attrs).astype(x.dtype, copy=False)
 
 
-
 # --------------------------------------------------------------------------- ConvTranspose
 
-_CONV_TRANSPOSE_ATTRS = {**_CONV_ATTRS, "output_padding": None, "output_shape": None}
+_CONV_TRANSPOSE_ATTRS = {**CONV_ATTRS, "output_padding": None, "output_shape": None}
 
 
 def conv_transpose_geometry(x_shape, w_shape, attrs, ctx=None):
@@ -139,6 +138,7 @@ def conv_transpose_geometry(x_shape, w_shape, attrs, ctx=None):
             raise fail(f"output_shape {attrs.get('output_shape')} must name {n} spatial dims")
     if auto_pad in ("SAME_UPPER", "SAME_LOWER") or (requested and not attrs.get("pads")):
         target = requested or [size * s for size, s in zip(spatial, strides)]
+        # a negative total (output larger than the taps reach) pads the output with zeros
         totals = [f - t for f, t in zip(full, target)]
         small = [t // 2 for t in totals]
         big = [t - t // 2 for t in totals]
@@ -187,15 +187,17 @@ def conv_transpose_nd(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=
     wg = w.astype(acc, copy=False).reshape(group, cg, mg, *kernel)
     # every (input pixel, kernel tap) product, then scattered to its output pixel
     taps = np.einsum(f"ngc{letters},gcm{klet}->ngm{letters}{klet}", xg, wg, optimize=True)
-    # the canvas covers every tap and the requested output window
-    canvas = [max((size - 1) * s + (k - 1) * d + 1, pads[i] + out[i])
+    # the canvas covers every tap and the requested output window, which a negative
+    # pad moves before the first tap
+    shift = [max(-pads[i], 0) for i in range(n)]
+    canvas = [shift[i] + max((size - 1) * s + (k - 1) * d + 1, pads[i] + out[i])
               for i, (size, s, k, d) in enumerate(zip(spatial, strides, kernel, dilations))]
     y = np.zeros((batch, group, mg, *canvas), acc)
     for tap in np.ndindex(*kernel):
-        target = tuple(slice(t * d, t * d + (size - 1) * s + 1, s)
-                       for t, d, size, s in zip(tap, dilations, spatial, strides))
+        target = tuple(slice(lead + t * d, lead + t * d + (size - 1) * s + 1, s)
+                       for lead, t, d, size, s in zip(shift, tap, dilations, spatial, strides))
         y[(Ellipsis, *target)] += taps[(Ellipsis, *tap)]
-    window = tuple(slice(pads[i], pads[i] + out[i]) for i in range(n))
+    window = tuple(slice(shift[i] + pads[i], shift[i] + pads[i] + out[i]) for i in range(n))
     y = y[(Ellipsis, *window)].reshape(batch, group * mg, *out)
     if b is not None:
         y = y + b.astype(acc, copy=False).reshape((1, -1) + (1,) * n)
@@ -258,9 +260,12 @@ def _infer_gemm(ctx: InferContext):
 
 
 @register_op("Gemm", infer=_infer_gemm, fusion=FusionKind.OUT_FUSABLE,
-             attrs={"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0})
-def gemm(a, b, c=None, *, alpha, beta, transA, transB):  # noqa: N803  (ONNX names)
-    """ONNX Gemm: alpha * A' @ B' + beta * C, C unidirectionally broadcast."""
+             attrs={"alpha": 1.0, "beta": 1.0, "broadcast": 0, "transA": 0, "transB": 0})
+def gemm(a, b, c=None, *, alpha, beta, broadcast, transA, transB):  # noqa: N803  (ONNX names)
+    """ONNX Gemm: alpha * A' @ B' + beta * C, C unidirectionally broadcast.
+
+    ``broadcast`` (opset < 7) only allowed what later opsets always allow.
+    """
     a = a.T if transA else a
     b = b.T if transB else b
     dtype = a.dtype
@@ -583,8 +588,7 @@ def _infer_affine_grid(ctx: InferContext):
     if theta.shape != (size[0], spatial, spatial + 1):
         raise ctx.error(f"theta {theta} must have shape ({size[0]}, {spatial}, {spatial + 1}) "
                         f"for size {size}")
-    if theta.dtype not in ("float16", "float32", "float64"):
-        raise ctx.error(f"theta {theta} must be a float tensor")
+    require_dtype(ctx, "theta", theta.dtype, FLOAT_DTYPES)
     return [TensorType((size[0], *size[2:], spatial), theta.dtype)]
 
 
@@ -807,7 +811,7 @@ def _infer_deform_conv(ctx: InferContext):
     plain = InferContext(ctx.op, [ctx.types[0], ctx.types[1], ctx.types[3]
                                   if ctx.has(3) else None],
                          [None] * 3, {**ctx.attrs, "auto_pad": "NOTSET"}, 1, ctx.node)
-    out_type = _infer_conv(plain)[0]
+    out_type = infer_conv(plain)[0]
     x, offset = ctx.type(0), ctx.type(2)
     kernel, *_ = conv_geometry(x.shape, ctx.type(1).shape, {**ctx.attrs, "auto_pad": "NOTSET"})
     groups = ctx.attrs["offset_group"]

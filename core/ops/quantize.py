@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.types import FLOAT_DTYPES, TensorType, dtype_from_onnx
-from .common import normalize_axis
-from .nn import _CONV_ATTRS, _infer_conv, conv_nd, matmul_shape
+from .common import dtype_attribute, normalize_axis, require_dtype
+from .nn import CONV_ATTRS, conv_nd, infer_conv, matmul_shape
 from .registry import FusionKind, InferContext, register_op
 
 #: the integer types a quantized tensor may have (the IR has no 2/4-bit or float8 types)
@@ -65,39 +65,27 @@ def expand_quant_param(param: np.ndarray, shape: tuple[int, ...], axis: int,
     return param.reshape([-1 if i == axis else 1 for i in range(len(shape))])
 
 
-def _check_dtype(ctx: InferContext, name: str, dtype: str, allowed) -> None:
-    if dtype not in allowed:
-        raise ctx.error(f"{name} has dtype {dtype}; supported: {', '.join(allowed)}")
-
-
 # --------------------------------------------------------------------------- (de)quantize
 
 
 def _quantized_dtype(ctx: InferContext) -> str:
     """QuantizeLinear's output type: the zero point's, else output_dtype, else uint8."""
-    requested = ctx.attrs["output_dtype"]
-    if requested:
-        try:
-            requested = dtype_from_onnx(requested)
-        except Exception:
-            raise ctx.error(f"output_dtype {ctx.attrs['output_dtype']} is not supported; "
-                            f"supported: {', '.join(QUANT_DTYPES)}") from None
+    requested = dtype_attribute(ctx, "output_dtype", QUANT_DTYPES)
     if ctx.has(2):
         dtype = ctx.type(2).dtype
         if requested and requested != dtype:
             raise ctx.error(f"output_dtype {requested} differs from the zero point's {dtype}")
     else:
         dtype = requested or "uint8"
-    _check_dtype(ctx, "the quantized output", dtype, QUANT_DTYPES)
+    require_dtype(ctx, "the quantized output", dtype, QUANT_DTYPES)
     return dtype
 
 
 def _infer_quantize(ctx: InferContext):
     x, scale = ctx.type(0), ctx.type(1)
-    _check_dtype(ctx, "x", x.dtype, FLOAT_DTYPES + ("int32",))
-    _check_dtype(ctx, "y_scale", scale.dtype, FLOAT_DTYPES + ("int32",))
-    if ctx.attrs["precision"]:
-        _check_dtype(ctx, "precision", dtype_from_onnx(ctx.attrs["precision"]), FLOAT_DTYPES)
+    require_dtype(ctx, "x", x.dtype, FLOAT_DTYPES + ("int32",))
+    require_dtype(ctx, "y_scale", scale.dtype, FLOAT_DTYPES + ("int32",))
+    dtype_attribute(ctx, "precision", FLOAT_DTYPES)
     dtype = _quantized_dtype(ctx)
     quant_param_layout(ctx, "y_scale", scale, x)
     if ctx.has(2):
@@ -133,17 +121,15 @@ def quantize_linear(x, y_scale, y_zero_point=None, *, axis, block_size, output_d
 
 def _infer_dequantize(ctx: InferContext):
     x, scale = ctx.type(0), ctx.type(1)
-    _check_dtype(ctx, "x", x.dtype, QUANT_DTYPES)
-    _check_dtype(ctx, "x_scale", scale.dtype, FLOAT_DTYPES)
+    require_dtype(ctx, "x", x.dtype, QUANT_DTYPES)
+    require_dtype(ctx, "x_scale", scale.dtype, FLOAT_DTYPES)
     quant_param_layout(ctx, "x_scale", scale, x)
     if ctx.has(2):
         zero = ctx.type(2)
         if zero.dtype != x.dtype or zero.shape != scale.shape:
             raise ctx.error(f"x_zero_point {zero} must have x's dtype {x.dtype} and the shape "
                             f"of x_scale {scale}")
-    dtype = dtype_from_onnx(ctx.attrs["output_dtype"]) if ctx.attrs["output_dtype"] \
-        else scale.dtype
-    _check_dtype(ctx, "output_dtype", dtype, FLOAT_DTYPES)
+    dtype = dtype_attribute(ctx, "output_dtype", FLOAT_DTYPES) or scale.dtype
     return [TensorType(x.shape, dtype)]
 
 
@@ -166,7 +152,7 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis, block_size, output
 
 def _infer_dynamic_quantize(ctx: InferContext):
     x = ctx.type(0)
-    _check_dtype(ctx, "x", x.dtype, ("float32",))
+    require_dtype(ctx, "x", x.dtype, ("float32",))
     return [TensorType(x.shape, "uint8"), TensorType((), "float32"), TensorType((), "uint8")]
 
 
@@ -207,7 +193,7 @@ def _check_zero_point(ctx: InferContext, index: int, name: str, operand: TensorT
 
 def _check_scale(ctx: InferContext, index: int, name: str, per_axis_size: int) -> None:
     scale = ctx.type(index)
-    _check_dtype(ctx, name, scale.dtype, FLOAT_DTYPES)
+    require_dtype(ctx, name, scale.dtype, FLOAT_DTYPES)
     if scale.size != 1 and scale.shape != (per_axis_size,):
         raise ctx.error(f"{name} {scale} must be a scalar or have shape ({per_axis_size},)")
 
@@ -215,7 +201,7 @@ def _check_scale(ctx: InferContext, index: int, name: str, per_axis_size: int) -
 def _output_zero_point_dtype(ctx: InferContext, index: int) -> str:
     """The output type, given by the per-tensor output zero point at ``index``."""
     zero = ctx.type(index)
-    _check_dtype(ctx, "y_zero_point", zero.dtype, BYTE_DTYPES)
+    require_dtype(ctx, "y_zero_point", zero.dtype, BYTE_DTYPES)
     if zero.size != 1:
         raise ctx.error(f"y_zero_point {zero} must be a scalar")
     return zero.dtype
@@ -243,8 +229,8 @@ def _per_axis(values: np.ndarray, ndim: int, axis: int) -> np.ndarray:
 
 def _check_conv_operands(ctx: InferContext, x_index: int, w_index: int):
     x, w = ctx.type(x_index), ctx.type(w_index)
-    _check_dtype(ctx, "x", x.dtype, BYTE_DTYPES)
-    _check_dtype(ctx, "w", w.dtype, BYTE_DTYPES)
+    require_dtype(ctx, "x", x.dtype, BYTE_DTYPES)
+    require_dtype(ctx, "w", w.dtype, BYTE_DTYPES)
     return x, w
 
 
@@ -255,7 +241,7 @@ def _conv_types(ctx: InferContext, x_index: int, w_index: int, bias_index: int |
     if bias_index is not None and ctx.has(bias_index):
         operands.append(ctx.types[bias_index])
     plain = InferContext(ctx.op, operands, [None] * len(operands), ctx.attrs, 1, ctx.node)
-    return TensorType(_infer_conv(plain)[0].shape, dtype)
+    return TensorType(infer_conv(plain)[0].shape, dtype)
 
 
 def _infer_conv_integer(ctx: InferContext):
@@ -266,7 +252,7 @@ def _infer_conv_integer(ctx: InferContext):
 
 
 @register_op("ConvInteger", infer=_infer_conv_integer, fusion=FusionKind.OUT_FUSABLE,
-             attrs=_CONV_ATTRS)
+             attrs=CONV_ATTRS)
 def conv_integer(x, w, x_zero_point=None, w_zero_point=None, **attrs):
     """ONNX ConvInteger: conv of zero-point-centered 8-bit operands, int32 result."""
     return conv_nd(_centered(x, x_zero_point, 1), _centered(w, w_zero_point, 0),
@@ -288,7 +274,7 @@ def _infer_qlinear_conv(ctx: InferContext):
 
 
 @register_op("QLinearConv", infer=_infer_qlinear_conv, fusion=FusionKind.OUT_FUSABLE,
-             attrs=_CONV_ATTRS)
+             attrs=CONV_ATTRS)
 def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
                  y_zero_point=None, B=None, **attrs):  # noqa: N803  (ONNX name)
     """ONNX QLinearConv: int32 conv of centered operands (+ int32 bias), requantized.
@@ -308,8 +294,8 @@ def _matmul_row_count(shape: tuple[int, ...]) -> int:
 
 def _infer_integer_matmul(ctx: InferContext, a_index: int, b_index: int) -> tuple[int, ...]:
     a, b = ctx.type(a_index), ctx.type(b_index)
-    _check_dtype(ctx, "A", a.dtype, BYTE_DTYPES)
-    _check_dtype(ctx, "B", b.dtype, BYTE_DTYPES)
+    require_dtype(ctx, "A", a.dtype, BYTE_DTYPES)
+    require_dtype(ctx, "B", b.dtype, BYTE_DTYPES)
     return matmul_shape(ctx, a.shape, b.shape)
 
 

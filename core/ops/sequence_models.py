@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.types import FLOAT_DTYPES, TensorType, dtype_from_onnx
-from .common import broadcasts_to
+from .common import broadcasts_to, dtype_attribute, require_dtype
 from .registry import FusionKind, InferContext, register_op
 
 # --------------------------------------------------------------------------- Attention
@@ -90,7 +90,7 @@ def _attention_shapes(ctx: InferContext) -> AttentionShapes:
 
 def _infer_attention(ctx: InferContext):
     q = ctx.type(0)
-    _check_float(ctx, "Q", q.dtype)
+    require_dtype(ctx, "Q", q.dtype, FLOAT_DTYPES)
     for index, name in ((1, "K"), (2, "V"), (4, "past_key"), (5, "past_value")):
         if ctx.has(index) and ctx.type(index).dtype != q.dtype:
             raise ctx.error(f"{name} {ctx.type(index)} must have Q's dtype {q.dtype}")
@@ -107,8 +107,7 @@ def _infer_attention(ctx: InferContext):
             raise ctx.error(f"attn_mask {mask} does not broadcast to the scores {scores}")
     if ctx.has(6) and ctx.type(6).shape != (shapes.batch,):
         raise ctx.error(f"nonpad_kv_seqlen {ctx.type(6)} must have shape ({shapes.batch},)")
-    if ctx.attrs["softmax_precision"]:
-        _check_float(ctx, "softmax_precision", dtype_from_onnx(ctx.attrs["softmax_precision"]))
+    dtype_attribute(ctx, "softmax_precision", FLOAT_DTYPES)
     if ctx.attrs["qk_matmul_output_mode"] not in range(4):
         raise ctx.error(f"qk_matmul_output_mode {ctx.attrs['qk_matmul_output_mode']} must be "
                         "0, 1, 2 or 3")
@@ -122,11 +121,6 @@ def _infer_attention(ctx: InferContext):
     cache = (shapes.batch, shapes.kv_heads, shapes.total_length)
     return [TensorType(y, q.dtype), TensorType(cache + (shapes.head_size,), q.dtype),
             TensorType(cache + (shapes.v_head_size,), q.dtype), TensorType(scores, q.dtype)]
-
-
-def _check_float(ctx: InferContext, name: str, dtype: str) -> None:
-    if dtype not in FLOAT_DTYPES:
-        raise ctx.error(f"{name} has dtype {dtype}; supported: {', '.join(FLOAT_DTYPES)}")
 
 
 def _split_heads(x: np.ndarray, heads: int) -> np.ndarray:
@@ -245,7 +239,7 @@ def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv
 
 def _infer_rotary(ctx: InferContext):
     x, cos, sin = ctx.type(0), ctx.type(1), ctx.type(2)
-    _check_float(ctx, "X", x.dtype)
+    require_dtype(ctx, "X", x.dtype, FLOAT_DTYPES)
     if cos.dtype != x.dtype or sin.dtype != x.dtype:
         raise ctx.error(f"cos_cache {cos} and sin_cache {sin} must have X's dtype {x.dtype}")
     if x.ndim == 4:
@@ -361,7 +355,7 @@ def _activation_names(kind: _RecurrentKind, attrs) -> list[str]:
 def _infer_recurrent(ctx: InferContext):
     kind = _RECURRENT_KINDS[ctx.op]
     x, w, r = ctx.type(0), ctx.type(1), ctx.type(2)
-    _check_float(ctx, "X", x.dtype)
+    require_dtype(ctx, "X", x.dtype, FLOAT_DTYPES)
     direction = ctx.attrs["direction"]
     if direction not in ("forward", "reverse", "bidirectional"):
         raise ctx.error(f"direction {direction!r} must be forward, reverse or bidirectional")
@@ -458,7 +452,7 @@ _CELLS = {"RNN": _rnn_cell, "GRU": _gru_cell, "LSTM": _lstm_cell}
 def run_recurrent(op: str, x, w, r, b=None, sequence_lens=None, initial_h=None,
                   initial_c=None, p=None, *, activation_alpha=None, activation_beta=None,
                   activations=None, clip=None, direction="forward", hidden_size=None,
-                  layout=0, linear_before_reset=0, input_forget=0):
+                  layout=0, linear_before_reset=0, input_forget=0, output_sequence=0):
     """Run RNN / GRU / LSTM ``op`` over a batch of sequences (in float64).
 
     Steps past a sample's sequence length leave its state unchanged and output
@@ -507,8 +501,10 @@ def run_recurrent(op: str, x, w, r, b=None, sequence_lens=None, initial_h=None,
     return outputs[:1 + kind.states]
 
 
+# output_sequence (opset 1 only) chose whether Y is produced; Y is always computed here
 _RECURRENT_ATTRS = {"activation_alpha": None, "activation_beta": None, "activations": None,
-                    "clip": None, "direction": "forward", "hidden_size": None, "layout": 0}
+                    "clip": None, "direction": "forward", "hidden_size": None, "layout": 0,
+                    "output_sequence": 0}
 
 
 @register_op("RNN", infer=_infer_recurrent, fusion=FusionKind.OPAQUE, attrs=_RECURRENT_ATTRS)

@@ -16,6 +16,7 @@ from onnx import TensorProto
 
 from ..errors import InputError
 from ..ir.types import FLOAT_DTYPES, TensorType, dtype_from_onnx, np_dtype
+from .common import dtype_attribute, typed_input
 from .registry import FusionKind, InferContext, register_op
 
 #: float formats the spectral ops take (ONNX's T1 of DFT/STFT)
@@ -35,19 +36,10 @@ def _runtime_error(op: str) -> Fail:
     return lambda message: InputError(f"{op}: {message}")
 
 
-def _check_dtype(ctx: InferContext, index: int, allowed: tuple[str, ...],
-                 name: str) -> TensorType:
-    tensor_type = ctx.type(index)
-    if tensor_type.dtype not in allowed:
-        raise ctx.error(f"{name} (input {index}) has dtype {tensor_type.dtype}; {ctx.op} takes "
-                        f"{', '.join(allowed)}; insert a Cast")
-    return tensor_type
-
-
 def _scalar_operand(ctx: InferContext, index: int, name: str,
                     allowed: tuple[str, ...] = SIZE_DTYPES) -> int:
     """The constant integer scalar of input ``index`` (ShapeOperandError if not constant)."""
-    tensor_type = _check_dtype(ctx, index, allowed, name)
+    tensor_type = typed_input(ctx, index, name, allowed)
     if tensor_type.size != 1:
         raise ctx.error(f"{name} (input {index}) must be a scalar, got {tensor_type}")
     return int(np.asarray(ctx.value(index)).reshape(()))
@@ -57,11 +49,10 @@ def _scalar(value: np.ndarray | None) -> int | None:
     return None if value is None else int(np.asarray(value).reshape(()))
 
 
-def _output_dtype(ctx: InferContext, output_datatype: int) -> str:
-    dtype = dtype_from_onnx(output_datatype)
-    if dtype not in GENERATED_DTYPES:
-        raise ctx.error(f"output_datatype {output_datatype} ({dtype}) is not allowed; "
-                        f"use one of {', '.join(GENERATED_DTYPES)}")
+def _output_dtype(ctx: InferContext) -> str:
+    dtype = dtype_attribute(ctx, "output_datatype", GENERATED_DTYPES)
+    if dtype is None:
+        raise ctx.error(f"output_datatype is 0; name one of {', '.join(GENERATED_DTYPES)}")
     return dtype
 
 
@@ -133,7 +124,7 @@ def _dft_axis(axis_operand: int | None, axis_attr: int | None) -> int:
 
 
 def _infer_dft(ctx: InferContext):
-    x = _check_dtype(ctx, 0, SIGNAL_DTYPES, "input")
+    x = typed_input(ctx, 0, "input", SIGNAL_DTYPES)
     dft_length = _scalar_operand(ctx, 1, "dft_length") if ctx.has(1) else None
     axis_operand = _scalar_operand(ctx, 2, "axis", ("int64",)) if ctx.has(2) else None
     plan = plan_dft(x.shape, _dft_axis(axis_operand, ctx.attrs["axis"]), dft_length,
@@ -194,8 +185,8 @@ def plan_stft(signal_shape: tuple[int, ...], frame_step: int, frame_length: int 
 
 
 def _infer_stft(ctx: InferContext):
-    signal = _check_dtype(ctx, 0, SIGNAL_DTYPES, "signal")
-    window = _check_dtype(ctx, 2, (signal.dtype,), "window").shape if ctx.has(2) else None
+    signal = typed_input(ctx, 0, "signal", SIGNAL_DTYPES)
+    window = typed_input(ctx, 2, "window", (signal.dtype,)).shape if ctx.has(2) else None
     frame_length = _scalar_operand(ctx, 3, "frame_length") if ctx.has(3) else None
     plan = plan_stft(signal.shape, _scalar_operand(ctx, 1, "frame_step"), frame_length, window,
                      ctx.attrs["onesided"], ctx.error)
@@ -229,7 +220,7 @@ def _infer_window(ctx: InferContext):
         raise ctx.error(f"size is {size}; a window length cannot be negative")
     if ctx.attrs["periodic"] not in (0, 1):
         raise ctx.error(f"periodic must be 0 or 1, got {ctx.attrs['periodic']}")
-    return [TensorType((size,), _output_dtype(ctx, ctx.attrs["output_datatype"]))]
+    return [TensorType((size,), _output_dtype(ctx))]
 
 
 def cosine_sum_window(size: int, periodic: int, coefficients: tuple[float, ...],
@@ -270,15 +261,15 @@ _window_op("HannWindow", (0.5, 0.5))
 def _infer_mel_weight_matrix(ctx: InferContext):
     num_mel_bins = _scalar_operand(ctx, 0, "num_mel_bins")
     dft_length = _scalar_operand(ctx, 1, "dft_length")
-    _check_dtype(ctx, 2, SIZE_DTYPES, "sample_rate")
+    typed_input(ctx, 2, "sample_rate", SIZE_DTYPES)
     for index, name in ((3, "lower_edge_hertz"), (4, "upper_edge_hertz")):
-        if _check_dtype(ctx, index, SIGNAL_DTYPES, name).size != 1:
+        if typed_input(ctx, index, name, SIGNAL_DTYPES).size != 1:
             raise ctx.error(f"{name} (input {index}) must be a scalar, got {ctx.type(index)}")
     if num_mel_bins < 1 or dft_length < 1:
         raise ctx.error(f"num_mel_bins ({num_mel_bins}) and dft_length ({dft_length}) "
                         "must be positive")
     return [TensorType((dft_length // 2 + 1, num_mel_bins),
-                       _output_dtype(ctx, ctx.attrs["output_datatype"]))]
+                       _output_dtype(ctx))]
 
 
 def _mel_band_edges(num_mel_bins: int, dft_length: int, sample_rate: int,

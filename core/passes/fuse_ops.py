@@ -19,13 +19,10 @@ Every resulting group, single ops included, becomes a function node whose
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from ..errors import GraphError
-from ..ir.graph import FUNCTION_OP, Graph, NameScope, Node, Value
+from ..ir.graph import Graph, NameScope, Node
 from ..ops import FusionKind, get_op
 from .manager import register_pass
-from .rewrite import substitute
+from .rewrite import outline
 
 #: largest number of ops in one fused function
 MAX_FUSED_OPS = 256
@@ -160,54 +157,25 @@ def _function_name(ops: list[str], scope: NameScope) -> str:
 
 @register_pass("fuse_ops")
 def fuse_ops(graph: Graph) -> Graph:
-    """Group nodes by the fusion rules and wrap each group in a function node."""
-    if any(node.body is not None for node in graph.nodes):
-        return graph  # already fused
+    """Group op nodes by the fusion rules and wrap each group in a function node.
+
+    Function nodes already in the graph (partitioned regions) stay as they are.
+    """
+    if all(node.body is not None for node in graph.nodes):
+        return graph
     roots = fusion_groups(graph)
-    members: dict[int, list[int]] = {}
+    members: dict[int, list[Node]] = {}
     for i, r in enumerate(roots):
-        members.setdefault(r, []).append(i)
-    producer_group = {v: roots[i] for i, node in enumerate(graph.nodes) for v in node.outputs}
-    returned = set(graph.outputs)
-    users = graph.consumers()
+        if graph.nodes[i].body is None:
+            members.setdefault(r, []).append(graph.nodes[i])
     scope = NameScope.of(graph)
 
-    # Topological order of groups (Kahn; ties by first member).
-    deps = {r: {producer_group[v] for i in idx for v in graph.nodes[i].inputs
-                if v is not None and v in producer_group} - {r}
-            for r, idx in members.items()}
-    order, done = [], set()
-    while len(order) < len(members):
-        ready = [r for r in members if r not in done and deps[r] <= done]
-        if not ready:
-            raise GraphError("fuse_ops formed a cycle between fused groups (internal error)")
-        r = min(ready)
-        order.append(r)
-        done.add(r)
+    def make_call(nodes: list[Node], body: Graph) -> tuple[str, dict]:
+        pattern = max(node_kind(n) for n in nodes)
+        return _function_name([n.op for n in nodes], scope), {"pattern": int(pattern),
+                                                              "primitive": 1}
 
-    mapping: dict[Value, Value] = {}
-    new_nodes = []
-    for r in order:
-        group_nodes = [graph.nodes[i] for i in members[r]]
-        inside = set(group_nodes)
-        params: dict[Value, Value] = {}
-        for node in group_nodes:
-            for v in node.inputs:
-                if v is not None and not v.is_const and v not in params \
-                        and producer_group.get(v) != r:
-                    params[v] = Value(v.name, v.type)
-        body_nodes = [replace(node, inputs=[params.get(v, v) if v is not None else None
-                                            for v in node.inputs]) for node in group_nodes]
-        outs = [v for node in group_nodes for v in node.outputs
-                if v in returned or any(u not in inside for u in users.get(v, ()))]
-        body = Graph(list(params.values()), outs, body_nodes,
-                     _function_name([n.op for n in group_nodes], scope))
-        call_outs = [Value(v.name, v.type) for v in outs]
-        mapping.update(zip(outs, call_outs))
-        pattern = max(node_kind(node) for node in group_nodes)
-        new_nodes.append(Node(FUNCTION_OP, list(params), call_outs,
-                              {"pattern": int(pattern), "primitive": 1}, body.name, body))
-    return substitute(graph, mapping, new_nodes)
+    return outline(graph, list(members.values()), make_call)
 
 
 def fused_functions(graph: Graph) -> list[Node]:

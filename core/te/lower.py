@@ -11,6 +11,7 @@ get guards, which the TIR pipeline removes where the loop ranges prove them true
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import CompileError
@@ -19,7 +20,9 @@ from ..tir.passes import lower_pipeline
 from ..tir.simplify import Interval, const_bound, linear_form, simplify
 from ..tir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, PrimFunc, Stmt, seq
 from ..tir.visitor import Mutator, collect, free_vars, substitute
+from .intrin import BufferRegion, TensorIntrin
 from .schedule import AT, INLINE, ROOT, Fuse, Schedule, Split, Stage
+from .schedule_reads import reads_of
 from .tensor import REDUCE, IterVar, Reduce, Tensor, TensorLoad
 
 
@@ -40,6 +43,7 @@ class _LoopNest:
     extents: dict[IterVar, int]
     values: dict[IterVar, tx.Expr]
     guards: list[tuple[tx.Expr, bool]]
+    init: Callable[[], Stmt] | None = None  #: the initializing store of a reduction
 
 
 def _split_extents(split: Split, parent_extent: int) -> tuple[int, int]:
@@ -201,10 +205,6 @@ class _Lowerer:
 
     def _check_attachments(self) -> None:
         for stage in self._computed_stages():
-            if stage.tensorized:
-                raise CompileError(
-                    f"stage {stage.name!r}: tensorize is declared but this lowering does not "
-                    "replace loops by tensor intrinsics yet; remove the tensorize call")
             if stage.attach != AT:
                 continue
             parent, iv = stage.attach_stage, stage.attach_iter_var
@@ -279,6 +279,8 @@ class _Lowerer:
         def init() -> Stmt:
             return guarded(BufferStore(buffer, body.identity(), store_at), spatial_guards)
 
+        nest.init = init
+
         def update() -> Stmt:
             current = tx.BufferLoad(buffer, store_at)
             value = body.combine(current, to_buffers(body.source))
@@ -299,6 +301,8 @@ class _Lowerer:
         if position == len(leafs) or leafs[position] is None:
             return innermost()
         iv = leafs[position]
+        if with_children and iv in stage.tensorized:
+            return self._tensorize(stage, nest, body, iv, stage.tensorized[iv])
         extent = nest.extents[iv]
         self.ranges[iv.var] = Interval(0, max(extent - 1, 0))
         producers, buffers = [], []
@@ -313,6 +317,65 @@ class _Lowerer:
             loop_body = Allocate(buffer, loop_body)
         kind, tag = stage.loop_kinds.get(iv, (ForKind.SERIAL, None))
         return For(iv.var, tx.IntImm(0), tx.IntImm(extent), kind, loop_body, tag)
+
+    def _tensorize(self, stage: Stage, nest: _LoopNest, body: tx.Expr, iv: IterVar,
+                   intrin: TensorIntrin) -> Stmt:
+        """The loops from ``iv`` inwards replaced by ``intrin``'s implementation."""
+        leafs = stage.leaf_iter_vars
+        relaxed = {leaf.var: nest.extents[leaf] for leaf in leafs[leafs.index(iv):]}
+        where = f"tensorize {intrin.name!r} at {stage.name!r}.{iv.name}"
+        for condition, _ in nest.guards:
+            if free_vars(condition) & relaxed.keys():
+                raise CompileError(f"{where}: the loops it replaces have a non-dividing split "
+                                   "tail; choose factors that divide the extents")
+        for child in self.attached.get((id(stage), id(iv)), []):
+            raise CompileError(f"{where}: stage {child.name!r} is attached inside it")
+        own = self.realized[id(stage.tensor)]
+        store_at = [nest.values[axis] for axis in stage.axis]
+        output = self._intrin_region(own.buffer, [tx.IntImm(0)] * len(store_at), store_at,
+                                     relaxed, intrin.compute, where)
+        source = body.source if isinstance(body, Reduce) else body
+        loads = collect(source, lambda n: isinstance(n, TensorLoad))
+        declared = intrin.inputs
+        read = reads_of(source)
+        if len(read) != len(declared):
+            raise CompileError(f"{where}: the stage reads {len(read)} tensors, the intrinsic "
+                               f"declares {len(declared)} inputs")
+        inputs = []
+        for tensor, placeholder in zip(read, declared):
+            realization = self.realized.get(id(tensor))
+            if realization is None:
+                raise CompileError(f"{where}: input {tensor.name!r} is not computed before it")
+            first = next(load for load in loads if load.tensor is tensor)
+            inputs.append(self._intrin_region(realization.buffer, realization.bases,
+                                              list(first.indices), relaxed, placeholder, where))
+        computed = intrin.implement(inputs, output)
+        position = leafs.index(iv)
+        if nest.init is None or any(leaf.kind == REDUCE for leaf in leafs[:position]):
+            return computed
+        # The intrinsic covers whole reductions: initialize its output region first.
+        inner_spatial = [leaf for leaf in leafs[position:] if leaf.kind != REDUCE]
+        return seq([self._loops(stage, nest, body, inner_spatial, 0, nest.init, False),
+                    computed])
+
+    def _intrin_region(self, buffer: tx.Buffer, bases, indices: list[tx.Expr],
+                       relaxed: dict[tx.Var, int], declared: Tensor, where: str):
+        starts, extents = [], []
+        for index, base in zip(indices, bases):
+            bounds = symbolic_bounds(index, relaxed)
+            extent = None if bounds is None else simplify(bounds[1] - bounds[0] + 1, self.ranges)
+            if not isinstance(extent, tx.IntImm):
+                raise CompileError(f"{where}: the region of {buffer.name!r} has no constant "
+                                   "size")
+            starts.append(simplify(bounds[0] - base, self.ranges))
+            extents.append(extent.value)
+        region = BufferRegion(buffer, tuple(starts), tuple(extents))
+        wanted = tuple(d for d in declared.shape if d != 1)
+        if region.squeezed_shape != wanted or buffer.dtype != declared.dtype:
+            raise CompileError(
+                f"{where}: {buffer.name!r} region is {buffer.dtype}{list(region.shape)} but "
+                f"the intrinsic's {declared.name!r} is {declared.dtype}{list(declared.shape)}")
+        return region
 
     def _emit_attached(self, child: Stage, parent: Stage, nest: _LoopNest, parent_body: tx.Expr,
                        iv: IterVar) -> tuple[tx.Buffer, Stmt]:

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from ..errors import CompileError
 from ..tir import expr as tx
 from ..tir.stmt import THREAD_TAGS, ForKind
-from ..tir.visitor import Mutator, collect, substitute
+from ..tir.visitor import Mutator, substitute
 from .intrin import TensorIntrin
+from .schedule_reads import reads_of
 from .tensor import (
     REDUCE,
     ComputeOp,
@@ -209,14 +210,6 @@ def _stage_for(tensor: Tensor) -> Stage:
     stage = Stage(tensor, list(op.axis), list(op.reduce_axis), op.body)
     stage.leaf_iter_vars = [*stage.axis, *stage.reduce_axis]
     return stage
-
-
-def reads_of(expr: tx.Expr) -> list[Tensor]:
-    """Tensors read by ``expr``, first-read order, each once."""
-    seen: dict[int, Tensor] = {}
-    for load in collect(expr, lambda n: isinstance(n, TensorLoad)):
-        seen.setdefault(id(load.tensor), load.tensor)
-    return list(seen.values())
 
 
 class _ReplaceReads(Mutator):

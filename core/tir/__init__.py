@@ -51,7 +51,9 @@ from .expr import (
 )
 from .passes import (
     flatten_buffers,
+    guard_load_bounds,
     lower_pipeline,
+    partition_loops,
     remove_true_guards,
     unroll_loops,
     vectorize_loops,
@@ -79,9 +81,10 @@ __all__ = [
     "ForKind", "IfThenElse", "IntImm", "Interval", "Mutator", "Not", "PrimFunc", "Ramp",
     "Select", "SeqStmt", "Stmt", "Var", "as_expr", "binary", "call_intrin", "cast", "ceil",
     "collect", "const", "const_bound", "cos", "dtype_max", "dtype_min", "equal", "erf", "exp",
-    "expr_to_str", "fabs", "flatten_buffers", "floor", "free_vars", "func_to_str", "lanes_of",
+    "expr_to_str", "fabs", "flatten_buffers", "floor", "free_vars", "func_to_str",
+    "guard_load_bounds", "lanes_of",
     "log", "logical_and", "logical_or", "lower_pipeline", "maximum", "minimum", "not_equal",
-    "power", "prove", "remove_true_guards", "scalar_dtype", "select", "seq", "simplify",
+    "partition_loops", "power", "prove", "remove_true_guards", "scalar_dtype", "select", "seq", "simplify",
     "simplify_stmt", "sin", "sqrt", "stmt_to_str", "structurally_equal", "substitute",
     "tanh", "unroll_loops", "vectorize_loops", "walk",
 ]

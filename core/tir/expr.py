@@ -243,6 +243,9 @@ class BufferLoad(Expr):
     buffer: Buffer
     indices: tuple[Expr, ...]
 
+    def __post_init__(self):
+        object.__setattr__(self, "indices", as_index_tuple(self.indices))
+
     @property
     def dtype(self) -> str:
         lanes = max((lanes_of(i.dtype) for i in self.indices), default=1)
@@ -306,6 +309,11 @@ def as_expr(value, like: str | None = None) -> Expr:
 
 def _promoted(a: str, b: str) -> str:
     return normalize_dtype(np.promote_types(scalar_dtype(a), scalar_dtype(b)))
+
+
+def as_index_tuple(indices) -> tuple[Expr, ...]:
+    """``indices`` (ints or expressions) as a tuple of index expressions."""
+    return tuple(as_expr(i, INDEX_DTYPE) for i in indices)
 
 
 def cast(dtype: str, value) -> Expr:

@@ -4,6 +4,7 @@ vectorize loops, and the default pipeline that chains them before code generatio
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ..errors import CompileError
 from .expr import (
@@ -19,10 +20,20 @@ from .expr import (
     Ramp,
     Select,
     Var,
+    is_int,
     lanes_of,
+    maximum,
+    minimum,
     with_lanes,
 )
-from .simplify import simplify_stmt
+from .simplify import (
+    Interval,
+    const_bound,
+    from_linear_form,
+    linear_form,
+    simplify,
+    simplify_stmt,
+)
 from .stmt import (
     BufferStore,
     For,
@@ -67,9 +78,153 @@ def flatten_buffers(func: PrimFunc) -> PrimFunc:
     return _Flattener().func(func)
 
 
+def _as_nonnegative_facts(condition: Expr) -> list[Expr]:
+    """Integer comparisons implied by ``condition``, each as ``g`` with ``g >= 0``."""
+    if isinstance(condition, Binary) and condition.op == "and":
+        return _as_nonnegative_facts(condition.a) + _as_nonnegative_facts(condition.b)
+    if not isinstance(condition, Binary) or lanes_of(condition.a.dtype) > 1:
+        return []
+    if condition.op not in ("lt", "le", "gt", "ge", "eq") or not is_int(condition.a.dtype):
+        return []
+    a, b = condition.a, condition.b
+    facts = {"lt": [b - a - 1], "le": [b - a], "gt": [a - b - 1], "ge": [a - b],
+             "eq": [a - b, b - a]}
+    return facts[condition.op]
+
+
+class _LoadBoundsGuard(Mutator):
+    """Clamps each load index that the loop ranges and the enclosing guards do not prove
+    inside its buffer, so no kernel ever reads out of bounds."""
+
+    def __init__(self):
+        self.ranges: dict[Var, Interval] = {}
+        self.facts: list[Expr] = []
+
+    def _nonnegative(self, expr: Expr) -> bool:
+        if const_bound(simplify(expr, self.ranges), self.ranges).lo >= 0:
+            return True
+        return any(const_bound(simplify(expr - fact, self.ranges), self.ranges).lo >= 0
+                   for fact in self.facts)
+
+    def visit_For(self, node: For) -> Stmt:
+        if isinstance(node.min, IntImm) and isinstance(node.extent, IntImm):
+            self.ranges[node.var] = Interval(node.min.value,
+                                             node.min.value + node.extent.value - 1)
+        return self.generic(node)
+
+    def _under(self, condition: Expr, build):
+        saved = self.facts
+        self.facts = saved + _as_nonnegative_facts(condition)
+        try:
+            return build()
+        finally:
+            self.facts = saved
+
+    def visit_IfThenElse(self, node: IfThenElse) -> Stmt:
+        condition = self.expr(node.condition)
+        then_case = self._under(condition, lambda: self.stmt(node.then_case))
+        else_case = self.stmt(node.else_case) if node.else_case is not None else None
+        return dataclasses.replace(node, condition=condition, then_case=then_case,
+                                   else_case=else_case)
+
+    def visit_Select(self, node: Select) -> Expr:
+        condition = self.expr(node.condition)
+        true_value = self._under(condition, lambda: self.expr(node.true_value))
+        return Select(condition, true_value, self.expr(node.false_value))
+
+    def visit_BufferLoad(self, node: BufferLoad) -> Expr:
+        node = self.generic(node)
+        indices = []
+        for index, dim in zip(node.indices, node.buffer.shape):
+            if not (self._nonnegative(index) and self._nonnegative(IntImm(dim - 1) - index)):
+                index = maximum(minimum(index, dim - 1), 0)
+            indices.append(index)
+        return BufferLoad(node.buffer, tuple(indices))
+
+
+def guard_load_bounds(func: PrimFunc) -> PrimFunc:
+    """Every load index not provably inside its buffer (from loop ranges and enclosing
+    guards and selects) clamped into it; run on multi-dimensional indices (before
+    :func:`flatten_buffers`). Lowered schedules are in bounds by construction, so this
+    only changes computes whose own index expressions may leave the tensor."""
+    return _LoadBoundsGuard().func(func)
+
+
 def remove_true_guards(func: PrimFunc) -> PrimFunc:
     """Guards the loop ranges prove true removed, and expressions simplified."""
     return dataclasses.replace(func, body=simplify_stmt(func.body))
+
+
+def _upper_conjuncts(condition: Expr) -> list[tuple[Expr, bool]]:
+    """Conjuncts of ``condition`` as ``(d, strict)``: ``d < 0`` (strict) or ``d <= 0``."""
+    if isinstance(condition, Binary) and condition.op == "and":
+        return _upper_conjuncts(condition.a) + _upper_conjuncts(condition.b)
+    if not isinstance(condition, Binary) or not is_int(condition.a.dtype):
+        return []
+    if lanes_of(condition.a.dtype) > 1:
+        return []
+    a, b = condition.a, condition.b
+    forms = {"lt": (a - b, True), "le": (a - b, False), "gt": (b - a, True),
+             "ge": (b - a, False)}
+    return [forms[condition.op]] if condition.op in forms else []
+
+
+def _loop_ranges(stmt: Stmt) -> dict[Var, Interval]:
+    ranges = {}
+    for loop in collect(stmt, lambda n: isinstance(n, For)):
+        if isinstance(loop.min, IntImm) and isinstance(loop.extent, IntImm):
+            ranges[loop.var] = Interval(loop.min.value, loop.min.value + loop.extent.value - 1)
+    return ranges
+
+
+class _LoopPartitioner(Mutator):
+    def __init__(self):
+        self.ranges: dict[Var, Interval] = {}
+
+    def _threshold(self, loop: For, ranges: dict[Var, Interval]) -> int | None:
+        """First value of the loop variable from which some likely guard inside may fail
+        (every guard holds for all inner iterations below it)."""
+        threshold = None
+        for guard in collect(loop.body, lambda n: isinstance(n, IfThenElse) and n.likely):
+            for difference, strict in _upper_conjuncts(guard.condition):
+                form = linear_form(simplify(difference))
+                key = next((k for k, (_, atom) in form.terms.items() if atom is loop.var), None)
+                if key is None or form.terms[key][0] <= 0:
+                    continue
+                coeff = form.terms[key][0]
+                rest = dict(form.terms)
+                del rest[key]
+                rest_hi = const_bound(from_linear_form(
+                    type(form)(rest, form.constant), loop.var.dtype), ranges).hi
+                if not math.isfinite(rest_hi):
+                    continue
+                # coeff * v + rest_hi < 0 (or <= 0) for every v below the threshold.
+                limit = -rest_hi - 1 if strict else -rest_hi
+                first_failing = int(limit // coeff) + 1
+                threshold = first_failing if threshold is None else min(threshold, first_failing)
+        return threshold
+
+    def visit_For(self, node: For) -> Stmt:
+        if not (isinstance(node.min, IntImm) and isinstance(node.extent, IntImm)):
+            return self.generic(node)
+        start, end = node.min.value, node.min.value + node.extent.value
+        self.ranges[node.var] = Interval(start, end - 1)
+        split = self._threshold(node, {**self.ranges, **_loop_ranges(node.body)})
+        if split is None or not start < split < end:
+            return self.generic(node)
+        parts = []
+        for low, high in ((start, split), (split, end)):
+            self.ranges[node.var] = Interval(low, high - 1)
+            parts.append(dataclasses.replace(node, min=IntImm(low), extent=IntImm(high - low),
+                                             body=self.stmt(node.body)))
+        return seq(parts)
+
+
+def partition_loops(func: PrimFunc) -> PrimFunc:
+    """Loops whose iterations make a likely guard (a split tail, a region clip) fail only
+    from some point on are split there: the main part runs without the guard (removed by
+    :func:`remove_true_guards`, so it can be vectorized), the tail keeps it."""
+    return dataclasses.replace(func, body=simplify_stmt(_LoopPartitioner().stmt(func.body)))
 
 
 class _Unroller(Mutator):
@@ -210,7 +365,8 @@ def vectorize_loops(func: PrimFunc) -> PrimFunc:
 
 def lower_pipeline(func: PrimFunc) -> PrimFunc:
     """The default TIR pipeline between ``te.lower`` and code generation."""
-    func = remove_true_guards(func)
+    func = partition_loops(remove_true_guards(func))
+    func = guard_load_bounds(func)
     func = flatten_buffers(func)
     func = unroll_loops(func)
     func = remove_true_guards(func)

@@ -300,17 +300,20 @@ class Simplifier(Mutator):
         rest = LinearForm({k: v for k, v in form.terms.items() if v[0] % c != 0},
                           form.constant)
         rest_bound = _form_bound(rest, self.ranges)
+        quotient_terms = LinearForm({k: [v[0] // c, v[1]] for k, v in divisible.terms.items()}, 0)
         if rest_bound.is_bounded and rest_bound.lo // c == rest_bound.hi // c:
-            quotient = int(rest_bound.lo // c)
+            offset = int(rest_bound.lo // c)
             if node.op == "floordiv":
-                result = divisible.scaled(1)
-                result = LinearForm({k: [v[0] // c, v[1]] for k, v in result.terms.items()},
-                                    quotient)
-                return from_linear_form(result, node.dtype)
-            return from_linear_form(rest.plus(LinearForm({}, -quotient * c)), node.dtype)
-        if node.op == "floormod" and divisible.terms:
-            return Binary("floormod", from_linear_form(rest, node.dtype), node.b)
-        return node
+                return from_linear_form(quotient_terms.plus(LinearForm({}, offset)), node.dtype)
+            return from_linear_form(rest.plus(LinearForm({}, -offset * c)), node.dtype)
+        if not divisible.terms:
+            return node
+        # floor((c*X + r) / c) == X + floor(r / c) and (c*X + r) mod c == r mod c, always.
+        rest_expr = from_linear_form(rest, node.dtype)
+        if node.op == "floormod":
+            return Binary("floormod", rest_expr, node.b)
+        quotient = from_linear_form(quotient_terms, node.dtype)
+        return Binary("add", quotient, Binary("floordiv", rest_expr, node.b))
 
     def _min_max(self, node: Binary) -> Expr:
         diff = linear_form(node.a).plus(linear_form(node.b).scaled(-1))

@@ -7,7 +7,7 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .expr import Buffer, Expr, Var
+from .expr import INDEX_DTYPE, Buffer, Expr, Var, as_expr, as_index_tuple
 
 
 class ForKind(enum.Enum):
@@ -47,12 +47,20 @@ class For(Stmt):
     body: Stmt
     thread_tag: str | None = None
 
+    def __post_init__(self):
+        object.__setattr__(self, "min", as_expr(self.min, INDEX_DTYPE))
+        object.__setattr__(self, "extent", as_expr(self.extent, INDEX_DTYPE))
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class BufferStore(Stmt):
     buffer: Buffer
     value: Expr
     indices: tuple[Expr, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "value", as_expr(self.value, self.buffer.dtype))
+        object.__setattr__(self, "indices", as_index_tuple(self.indices))
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -2,8 +2,9 @@
 iterations of parallel loops across cores.
 
 Generated code calls ``heterocc_parallel_for(task, closure, n)``; the pool splits
-``[0, n)`` into one contiguous chunk per thread and calls ``task(begin, end, closure)``
-on each (the caller runs chunk 0). Nested or concurrent parallel regions run serially
+``[0, n)`` into contiguous chunks (a few per thread) that the threads, the caller
+included, take in turn from a shared counter and run as ``task(begin, end, closure)``:
+a thread slowed down by another process simply takes fewer chunks. Nested or concurrent parallel regions run serially
 in the calling thread, so the pool never deadlocks. The pool is rebuilt after fork().
 The thread count is ``HETEROCC_NUM_THREADS`` or the CPUs this process may run on.
 
@@ -46,25 +47,33 @@ static heterocc_task job_task;
 static void *job_closure;
 static int64_t job_n;
 static int job_chunks;
+static int next_chunk;
 static __thread int inside_region = 0;
 
-static void run_chunk(int chunk) {
-    int64_t begin = job_n * chunk / job_chunks;
-    int64_t end = job_n * (chunk + 1) / job_chunks;
-    if (begin < end) job_task(begin, end, job_closure);
+/* Chunks per thread: enough to even out threads slowed by other processes, few
+   enough to keep each chunk's data contiguous. */
+#define CHUNKS_PER_THREAD 4
+
+static void run_chunks(void) {
+    for (;;) {
+        int chunk = __atomic_fetch_add(&next_chunk, 1, __ATOMIC_RELAXED);
+        if (chunk >= job_chunks) return;
+        int64_t begin = job_n * chunk / job_chunks;
+        int64_t end = job_n * (chunk + 1) / job_chunks;
+        if (begin < end) job_task(begin, end, job_closure);
+    }
 }
 
 static void *worker_main(void *arg) {
-    int chunk = (int)(intptr_t)arg;
+    (void)arg;
     uint64_t seen = pool_start_generation;
     inside_region = 1;
     pthread_mutex_lock(&state_lock);
     for (;;) {
         while (generation == seen) pthread_cond_wait(&work_ready, &state_lock);
         seen = generation;
-        int chunks = job_chunks;
         pthread_mutex_unlock(&state_lock);
-        if (chunk < chunks) run_chunk(chunk);
+        run_chunks();
         pthread_mutex_lock(&state_lock);
         if (--pending == 0) pthread_cond_signal(&work_done);
     }
@@ -105,7 +114,7 @@ static void start_pool(void) {
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     for (int t = 1; t < wanted; ++t) {
         pthread_t thread;
-        if (pthread_create(&thread, &attr, worker_main, (void *)(intptr_t)t) != 0) break;
+        if (pthread_create(&thread, &attr, worker_main, NULL) != 0) break;
         ++started;
     }
     pthread_attr_destroy(&attr);
@@ -136,13 +145,15 @@ int heterocc_parallel_for(heterocc_task task, void *closure, int64_t n) {
     job_task = task;
     job_closure = closure;
     job_n = n;
-    job_chunks = n < pool_threads ? (int)n : pool_threads;
+    int64_t chunks = (int64_t)pool_threads * CHUNKS_PER_THREAD;
+    job_chunks = (int)(n < chunks ? n : chunks);
+    next_chunk = 0;
     pending = pool_threads - 1;
     ++generation;
     pthread_cond_broadcast(&work_ready);
     pthread_mutex_unlock(&state_lock);
     inside_region = 1;
-    run_chunk(0);
+    run_chunks();
     inside_region = 0;
     pthread_mutex_lock(&state_lock);
     while (pending > 0) pthread_cond_wait(&work_done, &state_lock);

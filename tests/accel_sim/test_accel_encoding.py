@@ -177,6 +177,20 @@ def test_stream_file_round_trip_and_disassembly(tmp_path, capsys):
     assert "5: FINISH  [pop_next]" in printed
 
 
+def test_check_command_reports_problems_or_timing(tmp_path, capsys):
+    config = HardwareConfig()
+    good = tmp_path / "good.hcas"
+    write_stream_file(good, config, [Finish()])
+    assert accel_main(["check", str(good)]) == 0
+    assert "total cycles: 4" in capsys.readouterr().out
+    bad = tmp_path / "bad.hcas"
+    write_stream_file(bad, config, [Finish(pop_prev=True), Finish()])
+    assert accel_main(["check", str(bad)]) == 1
+    errors = capsys.readouterr().err
+    assert "instruction 0: FINISH must be the last instruction" in errors
+    assert "the stream deadlocks" in errors
+
+
 def test_disasm_reports_bad_files(tmp_path, capsys):
     path = tmp_path / "junk.hcas"
     path.write_bytes(b"not a stream")

@@ -53,12 +53,17 @@ def test_single_gemm_tile_matches_numpy():
     assert report.macs == 256
 
 
-@pytest.mark.parametrize("preset", ["1x8x8", "1x16x16", "1x32x32"])
+@pytest.mark.parametrize(
+    "config",
+    [*(HardwareConfig.preset(name) for name in ("1x8x8", "1x16x16", "1x32x32")),
+     HardwareConfig(log_batch=1)],
+    ids=lambda config: config.name.split("_")[0],
+)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_tiled_gemm_on_every_preset(preset, threads):
-    config = HardwareConfig.preset(preset)
+def test_tiled_gemm_on_every_preset(config, threads):
     a, w = _int8((96, 128)), _int8((64, 128))
-    tiling = GemmTiling(block_rows=32, block_cols=64 // config.block_out // 2, k_chunk=2)
+    tiling = GemmTiling(block_rows=96 // config.batch // 3,
+                        block_cols=64 // config.block_out // 2, k_chunk=2)
     program = tiled_gemm_program(config, a, w, threads, tiling)
     report = program.run()
     np.testing.assert_array_equal(program.read("C"), _matmul(a, w))
@@ -76,9 +81,14 @@ def test_gemm_accumulates_with_int32_wraparound():
     np.testing.assert_array_equal(machine.acc[0], np.full((1, 16), -(2**31) + 15))
 
 
-def test_convolution_through_micro_op_loops_with_padding():
-    config = HardwareConfig()
-    height, width, channels_in, channels_out = 5, 6, 32, 16
+PRESETS = ["1x8x8", "1x16x16", "1x32x32"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_convolution_through_micro_op_loops_with_padding(preset):
+    config = HardwareConfig.preset(preset)
+    height, width = 5, 6
+    channels_in, channels_out = 2 * config.block_in, config.block_out
     blocks_in = channels_in // config.block_in
     image = _int8((height, width, channels_in))
     weights = _int8((channels_out, 3, 3, channels_in))
@@ -125,12 +135,13 @@ def test_convolution_through_micro_op_loops_with_padding():
     )
 
 
-def test_alu_requantize_chain():
-    config = HardwareConfig()
-    rows, k, n = 4, 64, 32
+@pytest.mark.parametrize("preset", PRESETS)
+def test_alu_requantize_chain(preset):
+    config = HardwareConfig.preset(preset)
+    rows, k_tiles, n_tiles = 4, 4, 2
+    k, n = k_tiles * config.block_in, n_tiles * config.block_out
     a, w = _int8((rows, k)), _int8((n, k))
     bias = RNG.integers(-5000, 5000, (1, n)).astype(np.int32)
-    k_tiles, n_tiles = k // 16, n // 16
     builder = ProgramBuilder(config)
     a_t = builder.tensor("A", Buffer.INP, data=a)
     w_t = builder.tensor("W", Buffer.WGT, data=w)

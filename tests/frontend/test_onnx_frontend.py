@@ -105,3 +105,26 @@ def test_shape_plumbing_folds_at_import():
     model = make_model(nodes, [("x", "float32", [2, 3])], [("y", "float32", None)])
     g = from_onnx(model)
     assert [n.op for n in g.nodes] == ["Reshape"] and g.nodes[0].inputs[1].is_const
+
+
+def test_old_upsample_keeps_asymmetric_nearest_sampling():
+    import onnx
+
+    node = helper.make_node("Upsample", ["x", "s"], ["y"], mode="nearest")
+    model = make_model([node], [("x", "float32", [1, 1, 2, 2])],
+                       [("y", "float32", [1, 1, 4, 6])],
+                       {"s": np.array([1, 1, 2, 3], np.float32)}, opset=9)
+    model.ir_version = 4
+    onnx.checker.check_model(model)
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    expected = np.repeat(np.repeat(x, 2, axis=2), 3, axis=3)
+    np.testing.assert_array_equal(heterocc.compile(model).run([x])[0], expected)
+
+
+def test_split_with_an_empty_split_input_uses_the_output_count():
+    node = helper.make_node("Split", ["x", ""], ["a", "b", "c"], axis=0)
+    model = make_model([node], [("x", "float32", [6])],
+                       [("a", "float32", [2]), ("b", "float32", [2]), ("c", "float32", [2])])
+    x = np.arange(6, dtype=np.float32)
+    outs = heterocc.compile(model).run([x])
+    assert [o.tolist() for o in outs] == [[0, 1], [2, 3], [4, 5]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnxruntime_oracle import onnxruntime_outputs
 from single_node_oracle import check_inferred, compare_with_onnx, onnx_outputs
 
 from heterocc.errors import TypeInferenceError
@@ -149,6 +150,25 @@ def test_max_pool_column_major_indices_and_int8():
 def test_average_pool_matches_onnx(attrs, count_include_pad):
     attrs = {**attrs, "count_include_pad": count_include_pad}
     compare_with_onnx("AveragePool", [normal((1, 2, 6, 7))], attrs, rtol=1e-5)
+
+
+@pytest.mark.parametrize("op_type,attrs", [
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [3, 3], "ceil_mode": 1,
+                     "count_include_pad": 1, "pads": [1, 0, 1, 0]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [3, 3], "ceil_mode": 1}),
+    ("LpPool", {"kernel_shape": [3, 3], "strides": [3, 3], "ceil_mode": 1}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [3, 3], "ceil_mode": 1}),
+    ("MaxPool", {"kernel_shape": [2, 3], "strides": [1, 2], "auto_pad": "SAME_LOWER"}),
+    ("MaxPool", {"kernel_shape": [2, 2], "dilations": [2, 2], "storage_order": 1}),
+])
+def test_pools_match_onnxruntime_where_onnx_reference_errs(op_type, attrs):
+    # ceil_mode windows that overflow by more than one pixel, SAME_LOWER with unequal
+    # strides and unstrided Indices are wrong in onnx.reference
+    x = normal((1, 2, 7, 8))
+    dtypes = [np.float32, np.int64] if op_type == "MaxPool" else [np.float32]
+    got = check_inferred(op_type, [x], attrs, num_outputs=len(dtypes))
+    for mine, theirs in zip(got, onnxruntime_outputs(op_type, [x], attrs, dtypes)):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6)
 
 
 def test_pools_in_1d_and_3d():
@@ -369,3 +389,17 @@ def test_deform_conv_rejects_bad_offset_shape():
     with pytest.raises(TypeInferenceError, match=r"offset .* must have shape \(1, 8, 3, 3\)"):
         infer("DeformConv", [normal((1, 2, 4, 4)), normal((3, 2, 2, 2)),
                              normal((1, 4, 3, 3))])
+
+
+def test_gemm_broadcast_attribute_of_opset6():
+    a, b, c = normal((3, 4)), normal((4, 5), seed=1), normal((5,), seed=2)
+    compare_with_onnx("Gemm", [a, b, c], {"broadcast": 1}, opset=6, rtol=1e-5)
+
+
+# (NOTSET with output_shape is covered above; onnx.reference fails on this stride-1 form)
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_conv_transpose_output_shape_beyond_the_taps_is_zero_padded(auto_pad):
+    x, w = normal((1, 1, 3, 3)), normal((1, 1, 2, 2), seed=1)
+    attrs = {"output_shape": [7, 6], "auto_pad": auto_pad}
+    (y,) = compare_with_onnx("ConvTranspose", [x, w], attrs, rtol=1e-5, atol=1e-6)
+    assert y.shape == (1, 1, 7, 6)

@@ -80,8 +80,10 @@ def test_quantize_errors_name_the_problem():
     with pytest.raises(TypeInferenceError, match="output_dtype int16 differs"):
         infer("QuantizeLinear", [x, np.ones((), np.float32), np.zeros((), np.int8)],
               {"output_dtype": TensorProto.INT16})
-    with pytest.raises(TypeInferenceError, match="float8_e4m3fn; supported: int8"):
+    with pytest.raises(TypeInferenceError, match="output_dtype has dtype float8_e4m3fn"):
         infer("QuantizeLinear", [x, np.ones((), np.float32)], {"output_dtype": 17})
+    with pytest.raises(TypeInferenceError, match="precision has dtype bfloat16"):
+        infer("QuantizeLinear", [x, np.ones((), np.float32)], {"precision": 16})
     with pytest.raises(TypeInferenceError, match="blocked quantization"):
         infer("QuantizeLinear", [x, np.ones((2, 4), np.float32)], {"block_size": 2})
 

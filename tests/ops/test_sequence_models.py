@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto
+from onnxruntime_oracle import onnxruntime_outputs
 from single_node_oracle import check_inferred, compare_with_onnx
 
 from heterocc.errors import TypeInferenceError
@@ -174,3 +175,110 @@ def test_rotary_embedding_errors_name_the_problem():
     with pytest.raises(TypeInferenceError, match=r"cos_cache .* must have shape \(4, 2\)"):
         infer("RotaryEmbedding", [normal((1, 1, 4, 4)), cos, sin,
                                   np.zeros((1, 4), np.int64)])
+
+
+# --------------------------------------------------------------------------- RNN, GRU, LSTM
+# onnx.reference ignores sequence_lens, clip and custom activations: ONNX Runtime checks those
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def recurrent_inputs(op_type, *, seq=4, batch=3, features=5, hidden=6, dirs=1, layout=0,
+                     full=True):
+    """X, W, R, B, sequence_lens, initial_h[, initial_c, P] for ``op_type``."""
+    gates = GATES[op_type] * hidden
+    x_shape = (seq, batch, features) if layout == 0 else (batch, seq, features)
+    state = (dirs, batch, hidden) if layout == 0 else (batch, dirs, hidden)
+    inputs = [normal(x_shape, seed=1), normal((dirs, gates, features), seed=2) * 0.5,
+              normal((dirs, gates, hidden), seed=3) * 0.5]
+    if not full:
+        return inputs
+    inputs += [normal((dirs, 2 * gates), seed=4) * 0.5, None, normal(state, seed=5)]
+    if op_type == "LSTM":
+        inputs += [normal(state, seed=6), normal((dirs, 3 * hidden), seed=7) * 0.5]
+    return inputs
+
+
+def state_count(op_type):
+    return 3 if op_type == "LSTM" else 2
+
+
+@pytest.mark.parametrize("op_type", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("full", [False, True])
+def test_recurrent_matches_onnx(op_type, direction, full):
+    dirs = 2 if direction == "bidirectional" else 1
+    inputs = recurrent_inputs(op_type, dirs=dirs, full=full)
+    compare_with_onnx(op_type, inputs, {"hidden_size": 6, "direction": direction},
+                      num_outputs=state_count(op_type), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op_type", ["RNN", "GRU", "LSTM"])
+def test_recurrent_batch_first_layout_matches_onnx(op_type):
+    inputs = recurrent_inputs(op_type, layout=1, dirs=2)
+    compare_with_onnx(op_type, inputs, {"hidden_size": 6, "layout": 1,
+                                        "direction": "bidirectional"},
+                      num_outputs=state_count(op_type), rtol=1e-4, atol=1e-5)
+
+
+def test_gru_linear_before_reset_matches_onnx():
+    compare_with_onnx("GRU", recurrent_inputs("GRU"), {"hidden_size": 6,
+                                                       "linear_before_reset": 1},
+                      num_outputs=2, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op_type", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_recurrent_sequence_lens_and_clip_match_onnxruntime(op_type, direction):
+    dirs = 2 if direction == "bidirectional" else 1
+    inputs = recurrent_inputs(op_type, dirs=dirs)
+    inputs[4] = np.array([4, 2, 3], np.int32)
+    attrs = {"hidden_size": 6, "direction": direction, "clip": 0.7}
+    got = check_inferred(op_type, inputs, attrs, num_outputs=state_count(op_type))
+    expected = onnxruntime_outputs(op_type, inputs, attrs, [np.float32] * state_count(op_type))
+    for mine, theirs in zip(got, expected):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op_type,activations,alpha,beta", [
+    ("RNN", ["LeakyRelu"], [0.2], None),
+    ("GRU", ["HardSigmoid", "ScaledTanh"], [0.3, 0.9], [0.4, 1.1]),
+    ("LSTM", ["Sigmoid", "Affine", "Tanh"], [0.5], [0.1]),
+])
+def test_recurrent_custom_activations_match_onnxruntime(op_type, activations, alpha, beta):
+    inputs = recurrent_inputs(op_type)
+    attrs = {"hidden_size": 6, "activations": activations, "activation_alpha": alpha}
+    if beta:
+        attrs["activation_beta"] = beta
+    got = check_inferred(op_type, inputs, attrs, num_outputs=state_count(op_type))
+    expected = onnxruntime_outputs(op_type, inputs, attrs, [np.float32] * state_count(op_type))
+    for mine, theirs in zip(got, expected):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_lstm_input_forget_couples_gates():
+    inputs = recurrent_inputs("LSTM")
+    attrs = {"hidden_size": 6, "input_forget": 1}
+    got = check_inferred("LSTM", inputs, attrs, num_outputs=3)
+    expected = onnxruntime_outputs("LSTM", inputs, attrs, [np.float32] * 3)
+    for mine, theirs in zip(got, expected):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_recurrent_errors_name_the_problem():
+    x, w, r = recurrent_inputs("GRU", full=False)
+    with pytest.raises(TypeInferenceError, match="W .* and R .* must have shapes"):
+        infer("GRU", [x, w, r], {"direction": "bidirectional"}, num_outputs=2)
+    with pytest.raises(TypeInferenceError, match="activations .* must list 2 of"):
+        infer("GRU", [x, w, r], {"activations": ["Sigmoid", "Gelu"]}, num_outputs=2)
+    with pytest.raises(TypeInferenceError, match=r"sequence_lens .* must have shape \(3,\)"):
+        infer("GRU", [x, w, r, None, np.ones(2, np.int32)], num_outputs=2)
+
+
+def test_recurrent_accepts_output_sequence_of_opset1():
+    inputs = recurrent_inputs("LSTM")
+    plain = check_inferred("LSTM", inputs, {"hidden_size": 6}, num_outputs=3)
+    legacy = check_inferred("LSTM", inputs, {"hidden_size": 6, "output_sequence": 1},
+                            num_outputs=3)
+    for a, b in zip(plain, legacy):
+        np.testing.assert_array_equal(a, b)

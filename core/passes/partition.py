@@ -1,0 +1,207 @@
+"""BYOC partitioning: place nodes on targets by their pattern tables.
+
+1. **Annotate**: for each target in priority order, each node (last first, so
+   the largest composite rooted at an op wins) is tried against the target's
+   composite patterns; a match whose inner values are not read elsewhere, and
+   that the pattern's check accepts, becomes a composite of that target.
+2. **Merge**: composites of one target connected by an edge merge into one
+   region when no path between them leaves the region.
+3. **Extract**: each composite becomes a function node (``composite`` attr),
+   each region a function node carrying ``target``; everything else is left
+   for the fallback (CPU) target.
+
+The :class:`PartitionReport` says, for every node, where it went and why not
+elsewhere. ``strict=True`` raises PartitionError instead of leaving to the CPU
+anything a pattern matched but the target refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import PartitionError
+from ..ir.graph import Graph, NameScope, Node
+from ..patterns import CompositePattern, match
+from .rewrite import outline
+
+
+@dataclass
+class Placement:
+    """Where one node went and why."""
+
+    node: str
+    op: str
+    target: str
+    reason: str
+    composite: str = ""
+    region: str = ""
+
+
+@dataclass
+class PartitionReport:
+    """Every node's placement, in graph order."""
+
+    placements: list[Placement] = field(default_factory=list)
+
+    def by_target(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for p in self.placements:
+            counts[p.target] = counts.get(p.target, 0) + 1
+        return counts
+
+    def format(self) -> str:
+        """A table: node, op, target, region/composite, reason."""
+        lines = [f"{'node':32s} {'op':20s} {'target':10s} {'region / composite':36s} reason"]
+        for p in self.placements:
+            where = f"{p.region}/{p.composite}" if p.region else ""
+            lines.append(f"{p.node[:32]:32s} {p.op[:20]:20s} {p.target:10s} {where[:36]:36s} "
+                         f"{p.reason}")
+        counts = ", ".join(f"{t}: {n}" for t, n in self.by_target().items())
+        lines.append(f"nodes per target: {counts}")
+        return "\n".join(lines)
+
+
+def _composite_ok(nodes: list[Node], root: Node, users, returned) -> bool:
+    """Inner values of a composite may be read only inside it."""
+    inside = set(nodes)
+    for n in nodes:
+        if n is root:
+            continue
+        for v in n.outputs:
+            if v in returned or any(u not in inside for u in users.get(v, ())):
+                return False
+    return True
+
+
+def _annotate(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]], strict: bool):
+    producers = graph.producers()
+    users = graph.consumers()
+    returned = set(graph.outputs)
+    claimed: dict[Node, tuple[str, str, int]] = {}  # node -> (target, composite, id)
+    composites: list[tuple[str, str, list[Node]]] = []
+    refused: dict[Node, str] = {}
+    for target, table in tables.items():
+        for root in reversed(graph.nodes):
+            if root in claimed or root.body is not None or not root.outputs:
+                continue
+            for row in table:
+                m = match(row.pattern, root.outputs[0], producers)
+                if m is None or m.nodes[-1] is not root:
+                    continue
+                if any(n in claimed for n in m.nodes) or \
+                        not _composite_ok(m.nodes, root, users, returned):
+                    continue
+                why = row.reject_reason(m.nodes)
+                if why is not None:
+                    msg = f"{target} pattern {row.name} matched, but {why}"
+                    if strict:
+                        raise PartitionError(f"node {root.name!r} ({root.op}): {msg} "
+                                             "(strict partitioning: no CPU fallback)")
+                    for n in m.nodes:
+                        refused.setdefault(n, msg)
+                    continue
+                cid = len(composites)
+                composites.append((target, row.name, m.nodes))
+                for n in m.nodes:
+                    claimed[n] = (target, row.name, cid)
+                break
+    return composites, claimed, refused
+
+
+def _merge_regions(graph: Graph, composites, claimed) -> list[list[int]]:
+    """Groups of composite ids forming convex single-target regions."""
+    parent = list(range(len(composites)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    users = graph.consumers()
+    index = {n: i for i, n in enumerate(graph.nodes)}
+
+    def region_nodes(r: int) -> set[Node]:
+        return {n for c, (_, _, nodes) in enumerate(composites) if find(c) == r for n in nodes}
+
+    def convex(nodes: set[Node]) -> bool:
+        # walk forward from the region's outputs through outside nodes; reaching the
+        # region again means a path leaves and re-enters it
+        last = max(index[n] for n in nodes)
+        stack = [u for n in nodes for v in n.outputs for u in users.get(v, ()) if u not in nodes]
+        seen: set[Node] = set()
+        while stack:
+            n = stack.pop()
+            if n in seen or index[n] > last:
+                continue
+            seen.add(n)
+            for v in n.outputs:
+                for u in users.get(v, ()):
+                    if u in nodes:
+                        return False
+                    stack.append(u)
+        return True
+
+    for node in graph.nodes:
+        if node not in claimed:
+            continue
+        target, _, cid = claimed[node]
+        for v in node.outputs:
+            for user in users.get(v, ()):
+                if user not in claimed or claimed[user][0] != target:
+                    continue
+                a, b = find(cid), find(claimed[user][2])
+                if a == b:
+                    continue
+                if convex(region_nodes(a) | region_nodes(b)):
+                    parent[b] = a
+    regions: dict[int, list[int]] = {}
+    for c in range(len(composites)):
+        regions.setdefault(find(c), []).append(c)
+    return list(regions.values())
+
+
+def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
+              fallback: str, strict: bool = False) -> tuple[Graph, PartitionReport]:
+    """Place nodes on the targets of ``tables`` (in priority order); the rest
+    stays for ``fallback``. Returns the partitioned graph and the report."""
+    composites, claimed, refused = _annotate(graph, tables, strict)
+    regions = _merge_regions(graph, composites, claimed) if composites else []
+    scope = NameScope.of(graph)
+
+    composite_names: dict[int, str] = {}
+
+    def composite_call(nodes: list[Node], body: Graph) -> tuple[str, dict]:
+        target, name, cid = claimed[nodes[-1]]
+        fname = scope.fresh(f"{target}_{name}")
+        composite_names[cid] = fname
+        return fname, {"composite": name, "target": target}
+
+    g = outline(graph, [c[2] for c in composites], composite_call)
+    by_name = {n.name: n for n in g.nodes}
+    region_names: dict[int, str] = {}
+
+    def region_call(nodes: list[Node], body: Graph) -> tuple[str, dict]:
+        target = nodes[0].attrs["target"]
+        fname = scope.fresh(f"{target}_region")
+        for n in nodes:
+            region_names[id(n)] = fname
+        return fname, {"target": target, "composites": len(nodes)}
+
+    region_groups = [[by_name[composite_names[c]] for c in region] for region in regions]
+    g = outline(g, region_groups, region_call)
+
+    report = PartitionReport()
+    for node in graph.nodes:
+        if node in claimed:
+            target, name, cid = claimed[node]
+            fname = composite_names[cid]
+            report.placements.append(Placement(
+                node.name, node.op, target, f"matched {target} pattern {name}", name,
+                region_names.get(id(by_name[fname]), "")))
+        else:
+            why = refused.get(node) or (
+                f"no pattern of {', '.join(tables)} matches" if tables else "only target")
+            report.placements.append(Placement(node.name, node.op, fallback, why))
+    return g, report

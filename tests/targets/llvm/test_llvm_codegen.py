@@ -1,0 +1,265 @@
+"""LLVM codegen: dtypes, casts, intrinsics, integer floor division, guarded loads that
+never touch memory out of bounds, parallel loops, vector IR and FMA, argument checks,
+and the exported shared library."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import mmap
+
+import numpy as np
+import pytest
+
+from heterocc import te, tir
+from heterocc.errors import CompileError, InputError
+from heterocc.targets import llvm as hllvm
+
+RNG = np.random.default_rng(3)
+
+
+def build_unary(shape, dtype, fcompute, out_dtype=None, vector=0, parallel=False):
+    A = te.placeholder(shape, dtype, "A")
+    B = te.compute(shape, lambda *i: fcompute(A[i]), name="B", dtype=out_dtype)
+    s = te.create_schedule(B)
+    axes = s[B].op.axis
+    if vector:
+        _, inner = s[B].split(axes[-1], factor=vector)
+        s[B].vectorize(inner)
+    if parallel:
+        s[B].parallel(axes[0])
+    return hllvm.build(te.lower(s, [A, B], name="f")), B
+
+
+def call(module, out_tensor, *inputs):
+    out = np.zeros(out_tensor.shape, out_tensor.dtype)
+    module["f"](*inputs, out)
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "float16", "float32",
+                                   "float64"])
+@pytest.mark.parametrize("vector", [0, 8])
+def test_arithmetic_per_dtype(dtype, vector):
+    module, B = build_unary((3, 16), dtype, lambda x: x * 3 + x - 1, vector=vector)
+    a = (RNG.integers(0, 40, (3, 16)) if dtype.startswith("u") else
+         RNG.integers(-40, 40, (3, 16))).astype(dtype)
+    expected = (a * np.array(3, dtype) + a - np.array(1, dtype)).astype(dtype)
+    np.testing.assert_array_equal(call(module, B, a), expected)
+
+
+@pytest.mark.parametrize("vector", [0, 4])
+def test_integer_floor_division_matches_numpy(vector):
+    A = te.placeholder((2, 12), "int32", "A")
+    D = te.placeholder((2, 12), "int32", "D")
+    Q = te.compute((2, 12), lambda i, j: A[i, j] // D[i, j] * 1000 + A[i, j] % D[i, j], name="Q")
+    s = te.create_schedule(Q)
+    if vector:
+        _, inner = s[Q].split(Q.op.axis[1], factor=vector)
+        s[Q].vectorize(inner)
+    module = hllvm.build(te.lower(s, [A, D, Q], name="f"))
+    a = RNG.integers(-50, 50, (2, 12)).astype(np.int32)
+    d = RNG.choice([-7, -3, -1, 1, 2, 5], (2, 12)).astype(np.int32)
+    np.testing.assert_array_equal(call(module, Q, a, d), a // d * 1000 + a % d)
+
+
+@pytest.mark.parametrize("source,target", [("float32", "int32"), ("int32", "float32"),
+                                           ("float32", "float16"), ("uint8", "int64"),
+                                           ("int64", "int8"), ("float32", "bool"),
+                                           ("bool", "float32"), ("int8", "uint8")])
+def test_casts(source, target):
+    module, B = build_unary((20,), source, lambda x: tir.cast(target, x), vector=4)
+    if source == "bool":
+        a = RNG.integers(0, 2, 20).astype(bool)
+    elif source.startswith("float"):
+        a = (RNG.standard_normal(20) * 50).astype(source)
+        a[:3] = [0.0, -0.0, 2.5]
+    else:
+        a = RNG.integers(0, 100, 20).astype(source)
+    np.testing.assert_array_equal(call(module, B, a), a.astype(target))
+
+
+UNARY = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "fabs": np.abs, "floor": np.floor,
+    "ceil": np.ceil, "tanh": np.tanh, "sin": np.sin, "cos": np.cos, "round": np.round,
+    "erf": np.vectorize(math.erf), "atan": np.arctan,
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.parametrize("dtype,vector", [("float32", 8), ("float64", 0)])
+def test_math_intrinsics(name, dtype, vector):
+    module, B = build_unary((32,), dtype, lambda x: tir.call_intrin(name, x), vector=vector)
+    a = RNG.uniform(0.1, 4.0, 32).astype(dtype)
+    a[:4] = [0.5, 1.5, 2.5, 3.5]
+    expected = UNARY[name](a).astype(dtype)
+    np.testing.assert_allclose(call(module, B, a), expected, rtol=2e-6, atol=1e-6)
+
+
+def test_pow_min_max_select_compare():
+    A = te.placeholder((16,), "float32", "A")
+    B = te.placeholder((16,), "float32", "B")
+    C = te.compute((16,), lambda i: te.if_then_else(
+        A[i] > B[i], te.power(te.fabs(A[i]), 1.5), te.maximum(A[i], 0.0) + te.minimum(B[i], 0.5)),
+        name="C")
+    s = te.create_schedule(C)
+    s[C].vectorize(s[C].op.axis[0])
+    module = hllvm.build(te.lower(s, [A, B, C], name="f"))
+    a, b = RNG.standard_normal(16).astype(np.float32), RNG.standard_normal(16).astype(np.float32)
+    expected = np.where(a > b, np.abs(a) ** 1.5, np.maximum(a, 0) + np.minimum(b, 0.5))
+    np.testing.assert_allclose(call(module, C, a, b), expected, rtol=1e-6)
+
+
+def guarded_array(values: np.ndarray) -> np.ndarray:
+    """A copy of ``values`` ending exactly at an inaccessible page: any read past its
+    end faults."""
+    page = mmap.PAGESIZE
+    nbytes = values.nbytes
+    pages = -(-nbytes // page) + 1
+    region = mmap.mmap(-1, pages * page)
+    libc = ctypes.CDLL(None)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    assert libc.mprotect(ctypes.c_void_p(base + (pages - 1) * page), page, 0) == 0
+    start = (pages - 1) * page - nbytes
+    view = np.frombuffer(region, dtype=values.dtype, count=values.size, offset=start)
+    view = view.reshape(values.shape)
+    view[...] = values
+    guarded_array.keep_alive.append(region)
+    return view
+
+
+guarded_array.keep_alive = []
+
+
+def test_guarded_loads_stay_in_bounds():
+    """A shifted read guarded by a select (padding) only loads where the guard holds: the
+    input ends at an inaccessible page, so a speculative load would crash."""
+    n = 1000
+    A = te.placeholder((n,), "float32", "A")
+    C = te.compute((n,), lambda i: te.if_then_else(i + 3 < n, A[te.minimum(i + 3, n + 50)],
+                                                   -1.0), name="C")
+    s = te.create_schedule(C)
+    io, ii = s[C].split(C.op.axis[0], factor=16)
+    s[C].vectorize(ii)
+    module = hllvm.build(te.lower(s, [A, C], name="f"))
+    a = guarded_array(RNG.standard_normal(n).astype(np.float32))
+    expected = np.concatenate([a[3:], [-1.0, -1.0, -1.0]]).astype(np.float32)
+    np.testing.assert_array_equal(call(module, C, a), expected)
+
+
+def test_non_dividing_vector_split_reads_no_further():
+    n = 999
+    module, B = build_unary((n,), "float32", lambda x: x + 1.0, vector=16)
+    a = guarded_array(RNG.standard_normal(n).astype(np.float32))
+    np.testing.assert_array_equal(call(module, B, a), a + 1)
+
+
+def test_parallel_loop_uses_runtime_and_is_correct():
+    module, B = build_unary((64, 100), "float32", lambda x: x * x, vector=4, parallel=True)
+    assert "heterocc_parallel_for" in module.ir
+    a = RNG.standard_normal((64, 100)).astype(np.float32)
+    for _ in range(20):  # repeated regions reuse the pool
+        np.testing.assert_array_equal(call(module, B, a), a * a)
+    assert hllvm.num_threads() >= 1
+
+
+def test_nested_parallel_and_parallel_reduction_with_heap_buffer():
+    n = 300
+    A = te.placeholder((n, n), "float32", "A")
+    T = te.compute((n, n), lambda i, j: A[i, j] * 2.0, name="T")  # 360 KB: heap allocated
+    r = te.reduce_axis(n, "r")
+    S = te.compute((n,), lambda i: te.sum(T[i, r], axis=r), name="S")
+    s = te.create_schedule(S)
+    s[T].parallel(s[T].op.axis[0])
+    s[T].parallel(s[T].op.axis[1])
+    outer, _ = s[S].split(s[S].op.axis[0], nparts=7)
+    s[S].parallel(outer)
+    module = hllvm.build(te.lower(s, [A, S], name="f"))
+    assert "aligned_alloc" in module.unoptimized_ir
+    a = RNG.standard_normal((n, n)).astype(np.float32)
+    np.testing.assert_allclose(call(module, S, a), (a * 2).sum(1), rtol=1e-4, atol=1e-4)
+
+
+def test_vector_fma_in_machine_code():
+    A = te.placeholder((64, 64), "float32", "A")
+    B = te.placeholder((64, 64), "float32", "B")
+    k = te.reduce_axis(64, "k")
+    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C)
+    i, j = s[C].op.axis
+    s[C].reorder(i, k, j)
+    jo, ji = s[C].split(j, factor=16)
+    s[C].vectorize(ji)
+    module = hllvm.build(te.lower(s, [A, B, C], name="f"))
+    assert "<16 x float>" in module.ir
+    if "+fma" in hllvm.module.host().features:
+        assert "vfmadd" in module.assembly()
+
+
+def test_argument_checks():
+    module, B = build_unary((4, 5), "float32", lambda x: x + 1.0)
+    good = np.zeros((4, 5), np.float32)
+    with pytest.raises(InputError, match="expected 2 arrays"):
+        module["f"](good)
+    with pytest.raises(InputError, match=r"float32\[4, 5\]"):
+        module["f"](np.zeros((5, 4), np.float32), good.copy())
+    with pytest.raises(InputError, match=r"float32\[4, 5\]"):
+        module["f"](np.zeros((4, 5), np.float64), good.copy())
+    with pytest.raises(InputError, match="C-contiguous"):
+        module["f"](np.zeros((5, 4), np.float32).T, good.copy())
+    with pytest.raises(InputError, match="shares memory"):
+        module["f"](good, good)
+    readonly = np.zeros((4, 5), np.float32)
+    readonly.flags.writeable = False
+    with pytest.raises(InputError, match="read-only"):
+        module["f"](good, readonly)
+    with pytest.raises(CompileError, match="no function"):
+        module["g"]
+
+
+def test_unflattened_function_is_refused():
+    A = te.placeholder((4, 4), "float32", "A")
+    B = te.compute((4, 4), lambda i, j: A[i, j], name="B")
+    func = te.lower(te.create_schedule(B), [A, B], optimize=False)
+    with pytest.raises(CompileError, match="not flattened"):
+        hllvm.build(func)
+
+
+def test_export_library_round_trip(tmp_path):
+    A = te.placeholder((33, 17), "float32", "A")
+    B = te.compute((33, 17), lambda i, j: te.exp(A[i, j]) * 2.0, name="B")
+    C = te.compute((33,), lambda i: A[i, 0] + A[i, 16], name="C")
+    s1, s2 = te.create_schedule(B), te.create_schedule(C)
+    s1[B].parallel(s1[B].op.axis[0])
+    s1[B].vectorize(s1[B].split(s1[B].op.axis[1], factor=8)[1])
+    module = hllvm.build([te.lower(s1, [A, B], name="expo"), te.lower(s2, [A, C], name="ends")])
+    path = module.export_library(tmp_path / "kernels.so")
+    loaded = hllvm.load_library(path)
+    assert [sig.name for sig in loaded.signatures] == ["expo", "ends"]
+    a = RNG.standard_normal((33, 17)).astype(np.float32)
+    b, c = np.zeros((33, 17), np.float32), np.zeros(33, np.float32)
+    loaded["expo"](a, b)
+    loaded["ends"](a, c)
+    np.testing.assert_allclose(b, np.exp(a) * 2, rtol=1e-6)
+    np.testing.assert_allclose(c, a[:, 0] + a[:, 16], rtol=1e-6)
+    with pytest.raises(InputError):
+        loaded["ends"](a, b)
+
+
+def test_same_names_in_two_builds_do_not_clash():
+    first, B1 = build_unary((8,), "float32", lambda x: x + 1.0)
+    second, B2 = build_unary((8,), "float32", lambda x: x + 2.0)
+    a = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(call(first, B1, a), a + 1)
+    np.testing.assert_array_equal(call(second, B2, a), a + 2)
+
+
+def test_compute_indexing_past_its_input_is_clamped_not_read():
+    """A compute whose own index leaves its input (a bug in the compute) still never
+    reads outside the array."""
+    n = 1000
+    A = te.placeholder((n,), "float32", "A")
+    C = te.compute((n,), lambda i: A[i + 1] - A[i], name="C")
+    module = hllvm.build(te.lower(te.create_schedule(C), [A, C], name="f"))
+    a = guarded_array(np.arange(n, dtype=np.float32))
+    np.testing.assert_array_equal(call(module, C, a)[:-1], np.ones(n - 1, np.float32))
