@@ -1,4 +1,5 @@
-"""fp32 matmul (default 1024^3): heterocc's default CPU schedule vs NumPy, same process.
+"""fp32 matmul (default 1024^3): heterocc's CPU schedule (targets/llvm/schedules.py) vs
+NumPy, measured in the same process.
 
 Prints GFLOP/s of both (median of repeated runs) and their ratio. Run:
     python benchmarks/matmul.py [--size 1024] [--repeat 10]
@@ -12,46 +13,8 @@ import time
 
 import numpy as np
 
-from heterocc import te
 from heterocc.targets import llvm as hllvm
-
-#: register tile of the micro-kernel: rows x (vector width) columns of C kept in registers.
-TILE_ROWS = 8
-TILE_COLS = 32
-
-
-def matmul_schedule(size_m: int, size_n: int, size_k: int):
-    """The matmul with B packed into column panels, and a register-tiled, vectorized,
-    parallel schedule; returns (schedule, [A, B, C])."""
-    A = te.placeholder((size_m, size_k), "float32", "A")
-    B = te.placeholder((size_k, size_n), "float32", "B")
-    panels = -(-size_n // TILE_COLS)
-    packed = te.compute(
-        (panels, size_k, TILE_COLS),
-        lambda p, k, c: te.if_then_else(p * TILE_COLS + c < size_n,
-                                        B[k, te.minimum(p * TILE_COLS + c, size_n - 1)], 0.0),
-        name="B_packed")
-    k = te.reduce_axis(size_k, "k")
-    C = te.compute((size_m, size_n), lambda i, j: te.sum(
-        A[i, k] * packed[j // TILE_COLS, k, j % TILE_COLS], axis=k), name="C")
-    s = te.create_schedule(C)
-    pp, pk, pc = s[packed].op.axis
-    s[packed].parallel(pp)
-    s[packed].vectorize(pc)
-    local = s.cache_write(C, "local")
-    i, j = s[C].op.axis
-    io, jo, ii, ji = s[C].tile(i, j, TILE_ROWS, TILE_COLS)
-    s[C].reorder(jo, io, ii, ji)
-    s[C].parallel(jo)
-    s[C].unroll(ii)
-    s[C].vectorize(ji)
-    s[local].compute_at(s[C], io)
-    li, lj = s[local].op.axis
-    (lk,) = s[local].op.reduce_axis
-    s[local].reorder(lk, li, lj)
-    s[local].unroll(li)
-    s[local].vectorize(lj)
-    return s, [A, B, C]
+from heterocc.targets.llvm.schedules import matmul_function
 
 
 def median_seconds(run, repeat: int) -> float:
@@ -70,8 +33,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args()
     n = args.size
-    schedule, tensors = matmul_schedule(n, n, n)
-    module = hllvm.build(te.lower(schedule, tensors, name="matmul"))
+    module = hllvm.build(matmul_function(n, n, n, name="matmul"))
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)

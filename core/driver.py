@@ -191,6 +191,8 @@ def _pipeline(targets: Mapping[str, object], fallback: str, strict: bool,
     partition_pass.pass_name = "partition"
     passes = list(DEFAULT_PIPELINE)
     passes.insert(passes.index("fuse_ops"), partition_pass)
+    # quantized chains become integer ops that accelerator patterns can take
+    passes.insert(passes.index("infer_types") + 1, "realize_qdq")
     return passes
 
 

@@ -36,6 +36,10 @@ BASE_OPSET = 18
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
+#: ops never evaluated at import: a quantized weight must stay integer until the
+#: quantization passes have seen it (fold_constants folds what they leave)
+_KEEP_AT_IMPORT = frozenset({"DequantizeLinear"})
+
 #: import-time evaluation is for shape plumbing; bigger constant work is the fold pass
 _FOLD_LIMIT_BYTES = 1 << 20
 
@@ -196,6 +200,7 @@ class _Importer:
     values: dict[str, Value]
     names: NameScope  # value names
     node_names: NameScope
+    opset: int
     nodes: list[Node]
     origin: dict[Value, set[str]]  # graph inputs each non-constant value depends on
 
@@ -230,7 +235,7 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None,
     values = {k: np.asarray(v) for k, v in (values or {}).items()}
     g = proto.graph
     scope = NameScope()
-    imp = _Importer({}, scope, NameScope(), [], {})
+    imp = _Importer({}, scope, NameScope(), default_opset(proto), [], {})
 
     for init in g.initializer:
         array = numpy_helper.to_array(init)
@@ -277,6 +282,9 @@ def _import_node(imp: _Importer, node: onnx.NodeProto, name: str) -> None:
         return
     op = get_op(node.op_type)
     raw = node_attributes(node)
+    if node.op_type == "DFT" and imp.opset < 20 and "axis" not in raw \
+            and (len(node.input) < 3 or not node.input[2]):
+        raw["axis"] = 1  # DFT-17's default axis; opset 20 moved it to -2
     if node.op_type == "Split" and "num_outputs" not in raw and "split" not in raw \
             and (len(node.input) < 2 or not node.input[1]):
         raw["num_outputs"] = len(node.output)
@@ -322,7 +330,7 @@ def _fold(op, inputs: list[Value | None], attrs, out_types) -> list[np.ndarray] 
         probe = np.broadcast_to(np.zeros((), inputs[0].type.np_dtype), inputs[0].type.shape)
         return op.run([probe], attrs)
     given = [v for v in inputs if v is not None]
-    if not all(v.is_const for v in given):
+    if not all(v.is_const for v in given) or op.name in _KEEP_AT_IMPORT:
         return None
     if sum(v.type.nbytes for v in given) > _FOLD_LIMIT_BYTES:
         return None

@@ -8,8 +8,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 def tiny_cnn(batch: int = 1, channels: int = 16, size: int = 32, classes: int = 10,
-             seed: int = 0) -> onnx.ModelProto:
-    """An ONNX model: stem conv-bn-relu, one residual block, global pool, Gemm."""
+             seed: int = 0, batchnorm: bool = True) -> onnx.ModelProto:
+    """An ONNX model: stem conv-bn-relu, one residual block, global pool, Gemm.
+
+    ``batchnorm=False`` gives convolutions with a bias instead (as after BN
+    folding), the form post-training quantizers expect.
+    """
     rng = np.random.default_rng(seed)
     inits: list[onnx.TensorProto] = []
 
@@ -22,6 +26,14 @@ def tiny_cnn(batch: int = 1, channels: int = 16, size: int = 32, classes: int = 
 
     def conv_bn(x: str, out: str, cin: int, cout: int, relu: bool) -> list[onnx.NodeProto]:
         w = param(f"{out}_w", cout, cin, 3, 3, scale=(2.0 / (9 * cin)) ** 0.5)
+        if not batchnorm:
+            b = param(f"{out}_b", cout, scale=0.1)
+            conv_out = f"{out}_conv" if relu else out
+            nodes = [helper.make_node("Conv", [x, w, b], [conv_out], pads=[1, 1, 1, 1],
+                                      name=f"{out}_conv")]
+            if relu:
+                nodes.append(helper.make_node("Relu", [conv_out], [out], name=f"{out}_relu"))
+            return nodes
         bn = [param(f"{out}_gamma", cout, positive=True), param(f"{out}_beta", cout, scale=0.1),
               param(f"{out}_mean", cout, scale=0.1), param(f"{out}_var", cout, positive=True)]
         nodes = [helper.make_node("Conv", [x, w], [f"{out}_conv"], pads=[1, 1, 1, 1],

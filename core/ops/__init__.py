@@ -7,6 +7,7 @@ from . import (  # noqa: F401  (registration side effects)
     misc,
     nn,
     normalization,
+    qnn,
     quantize,
     reduction,
     resize,

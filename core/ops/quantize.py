@@ -126,7 +126,9 @@ def _infer_dequantize(ctx: InferContext):
     quant_param_layout(ctx, "x_scale", scale, x)
     if ctx.has(2):
         zero = ctx.type(2)
-        if zero.dtype != x.dtype or zero.shape != scale.shape:
+        # a one-element scale with a scalar zero point (or the reverse) is per-tensor too
+        per_tensor = zero.size == 1 and scale.size == 1 and max(zero.ndim, scale.ndim) <= 1
+        if zero.dtype != x.dtype or (zero.shape != scale.shape and not per_tensor):
             raise ctx.error(f"x_zero_point {zero} must have x's dtype {x.dtype} and the shape "
                             f"of x_scale {scale}")
     dtype = dtype_attribute(ctx, "output_dtype", FLOAT_DTYPES) or scale.dtype

@@ -134,9 +134,10 @@ def python_pattern(pattern: str) -> str:
             out.append("\\Z" if escaped == "z" else pattern[i:i + 2])  # \z: end of text
             i += 2
             continue
-        if char == "[" and _POSIX_CLASS.match(pattern, i + 1):
-            raise ValueError(f"the POSIX class {_POSIX_CLASS.match(pattern, i + 1).group()} at "
-                             f"offset {i + 1} is not supported; spell it as a character range")
+        posix_class = _POSIX_CLASS.match(pattern, i) if char == "[" else None
+        if posix_class:
+            raise ValueError(f"the POSIX class {posix_class.group()} at offset {i} is not "
+                             "supported; spell it as a character range")
         out.append(char)
         i += 1
     python = "".join(out)

@@ -7,6 +7,7 @@ from .fold_constants import fold_constants
 from .fuse_ops import fuse_ops, fused_functions, fusion_groups, post_dominators
 from .infer_types import infer_types
 from .manager import PassManager, PassRecord, get_pass, register_pass
+from .quantize import realize_qdq
 from .simplify import simplify
 
 #: the default optimization pipeline, up to fusion
@@ -16,4 +17,4 @@ DEFAULT_PIPELINE = ("infer_types", "fold_constants", "simplify", "fold_batchnorm
 __all__ = ["DEFAULT_PIPELINE", "PassManager", "PassRecord", "eliminate_common_subexpressions",
            "eliminate_dead_code", "fold_batchnorm", "fold_constants", "fuse_ops",
            "fused_functions", "fusion_groups", "get_pass", "infer_types", "post_dominators",
-           "register_pass", "simplify"]
+           "realize_qdq", "register_pass", "simplify"]

@@ -41,5 +41,5 @@ def fold_constants(graph: Graph) -> Graph:
             warnings.simplefilter("ignore")
             results = get_op(node.op).run(inputs, node.attrs)
         for v, data in zip(node.outputs, results):
-            mapping[v] = constant(np.ascontiguousarray(data, dtype=v.type.np_dtype), v.name)
+            mapping[v] = constant(np.require(data, v.type.np_dtype, "C"), v.name)
     return substitute(graph, mapping, kept)

@@ -108,7 +108,7 @@ def check_input(spec: Value, array) -> np.ndarray:
     if tuple(arr.shape) != spec.type.shape:
         raise InputError(f"input {spec.name!r}: shape {tuple(arr.shape)}, the model expects "
                          f"{spec.type.shape}")
-    return np.ascontiguousarray(arr)
+    return np.require(arr, requirements="C")  # keeps 0-d arrays 0-d
 
 
 def format_profile(entries: Sequence[ProfileEntry]) -> str:

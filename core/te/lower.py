@@ -81,6 +81,8 @@ def _loop_nest(stage: Stage, root_extents: dict[IterVar, int]) -> _LoopNest:
 
 
 def _bounds_of_atom(atom: tx.Expr, relaxed: dict[tx.Var, int]):
+    if not (free_vars(atom) & relaxed.keys()):
+        return atom, atom
     if isinstance(atom, tx.Var):
         return (tx.IntImm(0), tx.IntImm(relaxed[atom] - 1)) if atom in relaxed else (atom, atom)
     if isinstance(atom, tx.Cast) and tx.is_int(atom.dtype) and tx.is_int(atom.value.dtype):

@@ -76,15 +76,15 @@ from .stmt import (
 from .visitor import Mutator, collect, free_vars, substitute, walk
 
 __all__ = [
-    "INDEX_DTYPE", "INTRINSICS", "THREAD_TAGS", "Allocate", "Binary", "Broadcast", "Buffer",
-    "BufferLoad", "BufferStore", "Call", "Cast", "Evaluate", "Expr", "FloatImm", "For",
-    "ForKind", "IfThenElse", "IntImm", "Interval", "Mutator", "Not", "PrimFunc", "Ramp",
-    "Select", "SeqStmt", "Stmt", "Var", "as_expr", "binary", "call_intrin", "cast", "ceil",
-    "collect", "const", "const_bound", "cos", "dtype_max", "dtype_min", "equal", "erf", "exp",
-    "expr_to_str", "fabs", "flatten_buffers", "floor", "free_vars", "func_to_str",
-    "guard_load_bounds", "lanes_of",
-    "log", "logical_and", "logical_or", "lower_pipeline", "maximum", "minimum", "not_equal",
-    "partition_loops", "power", "prove", "remove_true_guards", "scalar_dtype", "select", "seq", "simplify",
-    "simplify_stmt", "sin", "sqrt", "stmt_to_str", "structurally_equal", "substitute",
-    "tanh", "unroll_loops", "vectorize_loops", "walk",
+    "Allocate", "as_expr", "Binary", "binary", "Broadcast", "Buffer", "BufferLoad",
+    "BufferStore", "Call", "call_intrin", "Cast", "cast", "ceil", "collect", "const",
+    "const_bound", "cos", "dtype_max", "dtype_min", "equal", "erf", "Evaluate", "exp", "Expr",
+    "expr_to_str", "fabs", "flatten_buffers", "FloatImm", "floor", "For", "ForKind",
+    "free_vars", "func_to_str", "guard_load_bounds", "IfThenElse", "INDEX_DTYPE", "Interval",
+    "IntImm", "INTRINSICS", "lanes_of", "log", "logical_and", "logical_or", "lower_pipeline",
+    "maximum", "minimum", "Mutator", "Not", "not_equal", "partition_loops", "power",
+    "PrimFunc", "prove", "Ramp", "remove_true_guards", "scalar_dtype", "Select", "select",
+    "seq", "SeqStmt", "simplify", "simplify_stmt", "sin", "sqrt", "Stmt", "stmt_to_str",
+    "structurally_equal", "substitute", "tanh", "THREAD_TAGS", "unroll_loops", "Var",
+    "vectorize_loops", "walk",
 ]

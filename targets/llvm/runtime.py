@@ -4,9 +4,10 @@ iterations of parallel loops across cores.
 Generated code calls ``heterocc_parallel_for(task, closure, n)``; the pool splits
 ``[0, n)`` into contiguous chunks (a few per thread) that the threads, the caller
 included, take in turn from a shared counter and run as ``task(begin, end, closure)``:
-a thread slowed down by another process simply takes fewer chunks. Nested or concurrent parallel regions run serially
-in the calling thread, so the pool never deadlocks. The pool is rebuilt after fork().
-The thread count is ``HETEROCC_NUM_THREADS`` or the CPUs this process may run on.
+a thread slowed down by another process simply takes fewer chunks. Nested or concurrent
+parallel regions run serially in the calling thread, so the pool never deadlocks. The
+pool is rebuilt after fork(). The thread count is ``HETEROCC_NUM_THREADS`` or the CPUs
+this process may run on.
 
 The source is compiled once per machine with the system C compiler into a cache
 folder, loaded into the process for the JIT, and linked into exported libraries.

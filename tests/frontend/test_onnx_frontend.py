@@ -128,3 +128,10 @@ def test_split_with_an_empty_split_input_uses_the_output_count():
     x = np.arange(6, dtype=np.float32)
     outs = heterocc.compile(model).run([x])
     assert [o.tolist() for o in outs] == [[0, 1], [2, 3], [4, 5]]
+
+
+def test_scalar_inputs_and_outputs_stay_zero_dimensional():
+    model = make_model([helper.make_node("Neg", ["x"], ["y"])], [("x", "float32", [])],
+                       [("y", "float32", None)])
+    (y,) = heterocc.compile(model).run([np.array(3.0, np.float32)])
+    assert y.shape == () and y == -3.0

@@ -135,6 +135,7 @@ def test_re2_end_of_text_escape_is_translated():
 @pytest.mark.parametrize("pattern,message", [
     (r"\pL+", "Unicode class"),
     (r"[[:alpha:]]+", "POSIX class"),
+    (r"[^[:digit:]x]", "POSIX class"),
     (r"\Qa.b\E", "literal text"),
     (r"(ab", "does not compile"),
 ])

@@ -167,3 +167,22 @@ def test_guard_load_bounds_clamps_only_unproven_loads():
     loads = tir.collect(func.body, lambda n: isinstance(n, tir.BufferLoad))
     assert [tir.expr_to_str(load.indices[0]) for load in loads] == [
         "(i + 3)", "max(min((i + 3), 9), 0)"]
+
+
+def test_partition_loops_splits_off_the_guarded_tail():
+    A = _buffer("A", (10,))
+    outer, inner = tir.Var("o"), tir.Var("v")
+    index = outer * 4 + inner
+    guarded = tir.IfThenElse(index < 10, tir.BufferStore(A, tir.const(1.0), (index,)),
+                             likely=True)
+    func = tir.PrimFunc("f", (A,), _loop(outer, 3, _loop(inner, 4, guarded,
+                                                         tir.ForKind.VECTORIZED)))
+    text = str(tir.partition_loops(func)).splitlines()
+    assert text == [
+        "def f(A: float32[10]):",
+        "  for o in serial(0, 2):",
+        "    for v in vectorized(0, 4):",
+        "      A[((o * 4) + v)] = 1.0",
+        "  for v in vectorized(0, 2):",
+        "    A[(v + 8)] = 1.0",
+    ]

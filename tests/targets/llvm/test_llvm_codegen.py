@@ -263,3 +263,38 @@ def test_compute_indexing_past_its_input_is_clamped_not_read():
     module = hllvm.build(te.lower(te.create_schedule(C), [A, C], name="f"))
     a = guarded_array(np.arange(n, dtype=np.float32))
     np.testing.assert_array_equal(call(module, C, a)[:-1], np.ones(n - 1, np.float32))
+
+
+def _parallel_square_module():
+    return build_unary((256, 64), "float32", lambda x: x * x, vector=16, parallel=True)
+
+
+def test_parallel_kernels_from_several_python_threads():
+    from concurrent.futures import ThreadPoolExecutor
+
+    module, B = _parallel_square_module()
+    inputs = [RNG.standard_normal((256, 64)).astype(np.float32) for _ in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda a: call(module, B, a), inputs))
+    for a, result in zip(inputs, results):
+        np.testing.assert_array_equal(result, a * a)
+
+
+def _run_in_child(queue):
+    module, B = _parallel_square_module()
+    a = np.arange(256 * 64, dtype=np.float32).reshape(256, 64)
+    queue.put(bool(np.array_equal(call(module, B, a), a * a)))
+
+
+def test_parallel_kernel_in_forked_child():
+    """The pool's workers do not survive fork(); the child must start its own."""
+    import multiprocessing
+
+    module, B = _parallel_square_module()
+    call(module, B, np.ones((256, 64), np.float32))  # the parent's pool is running
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_run_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0 and queue.get(timeout=5)

@@ -1,0 +1,90 @@
+"""heterocc's own integer ops for quantized inference (not ONNX ops).
+
+``Requantize`` turns int32 accumulators into int8/uint8 with integer arithmetic
+only, exactly as an accelerator's ALU does it (multiply, add a rounding
+constant, shift right, add the zero point, clamp), so that the NumPy reference
+of a quantized function is bit-exact with the hardware.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir.types import TensorType
+from .registry import REQUIRED, FusionKind, InferContext, register_op
+
+#: widest multiplier an accelerator ALU immediate holds (signed 16 bits)
+MAX_MULTIPLIER_BITS = 15
+
+
+def fixed_point_scale(scale: float, max_abs_input: int,
+                      max_bits: int = MAX_MULTIPLIER_BITS) -> tuple[int, int]:
+    """``(multiplier, shift)`` with ``multiplier / 2**shift ~= scale``.
+
+    The multiplier keeps at most ``max_bits`` bits and small enough that
+    ``max_abs_input * multiplier + 2**(shift-1)`` fits in int32, so the
+    integer pipeline never wraps for inputs within ``max_abs_input``.
+    """
+    if not scale > 0 or not math.isfinite(scale):
+        raise ValueError(f"requantization scale must be positive and finite, got {scale}")
+    limit = min((1 << max_bits) - 1, (2 ** 31 - 1) // (2 * max(max_abs_input, 1)))
+    if limit < 1:
+        raise ValueError(f"inputs up to {max_abs_input} leave no room for a multiplier")
+    shift = 0
+    while shift < 31 and scale * (1 << (shift + 1)) <= limit:
+        shift += 1
+    multiplier = max(1, min(limit, round(scale * (1 << shift))))
+    return multiplier, shift
+
+
+def _wrap32(values: np.ndarray) -> np.ndarray:
+    return values.astype(np.int64).astype(np.int32)
+
+
+def requantize_int(acc: np.ndarray, multiplier, shift, zero_point: int, qmin: int,
+                   qmax: int) -> np.ndarray:
+    """The integer pipeline in int32 with wrap-around, step by step as the ALU runs it."""
+    acc = acc.astype(np.int32)
+    m = np.asarray(multiplier, np.int64)
+    s = np.asarray(shift, np.int64)
+    if m.ndim == 1:  # per output channel (axis 1)
+        m = m.reshape((1, -1) + (1,) * (acc.ndim - 2))
+        s = s.reshape((1, -1) + (1,) * (acc.ndim - 2))
+    y = _wrap32(acc.astype(np.int64) * m)
+    rounding = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
+    y = _wrap32(y.astype(np.int64) + rounding)
+    y = np.right_shift(y, s.astype(np.int32)).astype(np.int32)
+    y = _wrap32(y.astype(np.int64) + zero_point)
+    return np.clip(y, qmin, qmax)
+
+
+def _infer_requantize(ctx: InferContext):
+    x = ctx.type(0)
+    if x.dtype != "int32":
+        raise ctx.error(f"input is {x.dtype}; Requantize takes int32 accumulators")
+    out = ctx.attrs["out_dtype"]
+    if out not in ("int8", "uint8", "int16", "int32"):
+        raise ctx.error(f"out_dtype {out!r} is not an integer type Requantize produces")
+    info = np.iinfo(out)
+    if not info.min <= ctx.attrs["qmin"] <= ctx.attrs["qmax"] <= info.max:
+        raise ctx.error(f"clamp range [{ctx.attrs['qmin']}, {ctx.attrs['qmax']}] does not fit "
+                        f"{out}")
+    for key in ("multiplier", "shift"):
+        value = ctx.attrs[key]
+        if isinstance(value, list) and (x.ndim < 2 or len(value) != x.shape[1]):
+            raise ctx.error(f"per-channel {key} has {len(value)} entries for "
+                            f"{x.shape[1] if x.ndim > 1 else 0} channels")
+    return [TensorType(x.shape, out)]
+
+
+@register_op("Requantize", infer=_infer_requantize, fusion=FusionKind.ELEMWISE,
+             attrs={"multiplier": REQUIRED, "shift": REQUIRED, "zero_point": 0,
+                    "qmin": REQUIRED, "qmax": REQUIRED, "out_dtype": "int8"})
+def requantize(x, *, multiplier, shift, zero_point, qmin, qmax, out_dtype):
+    """int32 -> ``out_dtype``: clamp(((x * multiplier + 2**(shift-1)) >> shift) + zero_point).
+
+    ``multiplier`` and ``shift`` are ints, or lists (one per channel, axis 1).
+    """
+    return requantize_int(x, multiplier, shift, zero_point, qmin, qmax).astype(out_dtype)

@@ -1,0 +1,326 @@
+"""Realize quantized (QDQ) convolutions and dense layers as integer arithmetic.
+
+A QDQ model expresses ``y_q = Q(act(conv(DQ(x_q), DQ(w_q), bias)))``. This
+pass rewrites each such chain (and QLinearConv / QLinearMatMul) into::
+
+    acc = ConvInteger(x_q, w_q)            # or MatMulInteger: int8 x int8 -> int32
+    acc = Add(acc, bias_int32)             # bias / (x_scale * w_scale), rounded
+    y_q = Requantize(acc; multiplier, shift, zero_point, clamp)
+
+where the clamp absorbs a Relu/Clip activation, and the requantization scale
+``x_scale * w_scale / y_scale`` becomes a fixed-point multiplier and shift
+(``heterocc.ops.qnn``) that an accelerator's ALU applies exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..ir.graph import Graph, NameScope, Node, Value, constant
+from ..ir.types import TensorType
+from ..ops.qnn import fixed_point_scale
+from ..patterns import is_constant, is_op, match, optional, wildcard
+from .manager import register_pass
+from .rewrite import substitute
+
+_DQ_X = is_op("DequantizeLinear")(wildcard(), is_constant(), optional(is_constant()))
+_DQ_W = is_op("DequantizeLinear")(is_constant(), is_constant(), optional(is_constant()))
+_BIAS = _DQ_W | is_constant()
+_CONV = is_op("Conv")(_DQ_X, _DQ_W, optional(_BIAS))
+_MATMUL = is_op("MatMul")(_DQ_X, _DQ_W)
+_GEMM = is_op("Gemm").where(lambda a: a.get("transA", 0) == 0 and a.get("alpha", 1.0) == 1.0
+                            and a.get("beta", 1.0) == 1.0)(_DQ_X, _DQ_W, optional(_BIAS))
+_LINEAR = _CONV | _GEMM | _MATMUL | is_op("Add")(_MATMUL, _BIAS)
+_ACT = is_op("Relu")(_LINEAR) | is_op("Clip")(_LINEAR, optional(is_constant()),
+                                               optional(is_constant())) | _LINEAR
+QDQ_PATTERN = is_op("QuantizeLinear")(_ACT, is_constant(), optional(is_constant()))
+
+
+@dataclass
+class _Chain:
+    """The parts of one matched QDQ chain."""
+
+    x_q: Value
+    x_scale: float
+    x_zero: int
+    w_q: np.ndarray  # as the integer op wants it: OIHW, or (K, N) for matmul
+    w_scale: np.ndarray  # per output channel
+    w_zero: np.ndarray | None
+    bias: np.ndarray | None  # float, per output channel
+    linear: Node
+    y_scale: float
+    y_zero: int
+    y_dtype: str
+    clip: tuple[float, float]  # activation bounds in real units
+
+
+def _scalar(v: Value | None, default=0):
+    if v is None:
+        return default
+    data = np.asarray(v.data)
+    if data.size != 1:
+        raise ValueError("not per-tensor")
+    return data.reshape(()).item()
+
+
+def _dq_parts(node: Node):
+    """(integer data, scale array, zero point array|None, axis) of a DequantizeLinear."""
+    zero = node.inputs[2].data if len(node.inputs) > 2 and node.inputs[2] is not None else None
+    return node.inputs[0], node.inputs[1].data, zero, node.attrs.get("axis", 1)
+
+
+def _chain(nodes: list[Node]) -> _Chain | None:
+    by_op = {n.op: n for n in nodes}
+    q = nodes[-1]
+    linear = by_op.get("Conv") or by_op.get("Gemm") or by_op.get("MatMul")
+    if linear is None or linear.attrs.get("block_size", 0):
+        return None
+    dq_x = next(n for n in nodes if n.op == "DequantizeLinear" and n.outputs[0] is
+                linear.inputs[0])
+    dq_w = next(n for n in nodes if n.op == "DequantizeLinear" and n.outputs[0] is
+                linear.inputs[1])
+    x_q, sx, zx, _ = _dq_parts(dq_x)
+    w_v, sw, zw, w_axis = _dq_parts(dq_w)
+    if x_q.type.dtype not in ("int8", "uint8") or w_v.type.dtype not in ("int8", "uint8"):
+        return None
+    try:
+        x_scale, x_zero = float(_scalar(dq_x.inputs[1])), int(_scalar(
+            dq_x.inputs[2] if len(dq_x.inputs) > 2 else None))
+        y_scale = float(_scalar(q.inputs[1]))
+        y_zero = int(_scalar(q.inputs[2] if len(q.inputs) > 2 else None))
+    except ValueError:
+        return None
+    w = w_v.data
+    channels_axis = 0
+    if linear.op == "Gemm" and linear.attrs.get("transB", 0):
+        w = w.T  # MatMulInteger wants (K, N)
+        channels_axis = 0 if w_axis in (0, -2) else 1
+    elif linear.op in ("Gemm", "MatMul"):
+        channels_axis = 1
+    if w.ndim != 2 and linear.op != "Conv":
+        return None
+    n_out = w.shape[0] if linear.op == "Conv" else w.shape[1]
+    sw = np.broadcast_to(np.asarray(sw, np.float64).reshape(-1), (n_out,)) \
+        if np.asarray(sw).size in (1, n_out) else None
+    if sw is None or (np.asarray(sw).size > 1 and linear.op != "Conv"
+                      and channels_axis != 1 and np.asarray(dq_w.inputs[1].data).size > 1):
+        return None
+    w_zero = None if zw is None or not np.any(zw) else np.broadcast_to(
+        np.asarray(zw).reshape(-1), (n_out,))
+    bias = _bias(nodes, linear, n_out)
+    if bias is False:
+        return None
+    clip = (-np.inf, np.inf)
+    if "Relu" in by_op:
+        clip = (0.0, np.inf)
+    elif "Clip" in by_op:
+        c = by_op["Clip"]
+        lo = _scalar(c.inputs[1], -np.inf) if len(c.inputs) > 1 else -np.inf
+        hi = _scalar(c.inputs[2], np.inf) if len(c.inputs) > 2 else np.inf
+        clip = (float(lo), float(hi))
+    return _Chain(x_q, x_scale, x_zero, w, sw, w_zero, bias, linear, y_scale, y_zero,
+                  q.outputs[0].type.dtype, clip)
+
+
+def _bias(nodes: list[Node], linear: Node, n_out: int):
+    """The float bias per output channel, None if absent, False if unusable."""
+    source = None
+    if linear.op in ("Conv", "Gemm") and len(linear.inputs) > 2:
+        source = linear.inputs[2]
+    add = next((n for n in nodes if n.op == "Add"), None)
+    if add is not None:
+        source = add.inputs[1]
+    if source is None:
+        return None
+    producer = next((n for n in nodes if source in n.outputs), None)
+    if producer is not None:  # DequantizeLinear of an int32 bias
+        data, scale, zero, _ = _dq_parts(producer)
+        real = (data.data.astype(np.float64) - (0 if zero is None else zero)) * scale
+    else:
+        real = source.data.astype(np.float64)
+    if real.size not in (1, n_out):
+        return False
+    return np.broadcast_to(real.reshape(-1), (n_out,))
+
+
+def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
+    """ConvInteger/MatMulInteger -> Add(bias) -> Requantize, producing ``q_out``."""
+    name = c.linear.name
+    n_out = c.w_scale.shape[0]
+    w_centered = c.w_q.astype(np.int64)
+    if c.w_zero is not None:
+        shape = (-1,) + (1,) * (w_centered.ndim - 1) if c.linear.op == "Conv" else (1, -1)
+        w_centered = w_centered - c.w_zero.reshape(shape)
+    reduce_axes = tuple(range(1, w_centered.ndim)) if c.linear.op == "Conv" else (0,)
+    x_range = max(abs(-128 - c.x_zero), abs(255 - c.x_zero)) if c.x_q.type.dtype == "uint8" \
+        else max(abs(-128 - c.x_zero), abs(127 - c.x_zero))
+    acc_scale = c.x_scale * c.w_scale
+    bias_int = np.zeros(n_out, np.int64) if c.bias is None else np.round(c.bias / acc_scale)
+    bound = np.abs(w_centered).sum(axis=reduce_axes) * x_range + np.abs(bias_int)
+    pairs = [fixed_point_scale(float(s / c.y_scale), int(b)) for s, b in zip(acc_scale, bound)]
+    multipliers = [m for m, _ in pairs]
+    shifts = [s for _, s in pairs]
+    info = np.iinfo(c.y_dtype)
+    lo = max(info.min, c.y_zero + np.ceil(c.clip[0] / c.y_scale)) if np.isfinite(c.clip[0]) \
+        else info.min
+    hi = min(info.max, c.y_zero + np.floor(c.clip[1] / c.y_scale)) if np.isfinite(c.clip[1]) \
+        else info.max
+    zero_inputs = []
+    if c.x_zero or c.w_zero is not None:
+        zero_inputs = [constant(np.array(c.x_zero, c.x_q.type.dtype), scope.fresh(f"{name}_xz"))]
+        if c.w_zero is not None:
+            zero_inputs.append(constant(np.asarray(c.w_zero, c.w_q.dtype),
+                                        scope.fresh(f"{name}_wz")))
+    weight = constant(np.ascontiguousarray(c.w_q), scope.fresh(f"{name}_wq"))
+    out_shape = q_out.type.shape
+    acc = Value(scope.fresh(f"{name}_acc"), TensorType(out_shape, "int32"))
+    if c.linear.op == "Conv":
+        attrs = {k: v for k, v in c.linear.attrs.items()}
+        integer = Node("ConvInteger", [c.x_q, weight, *zero_inputs], [acc], attrs,
+                       scope.fresh(f"{name}_int"))
+        bias_shape = (1, n_out) + (1,) * (len(out_shape) - 2)
+    else:
+        integer = Node("MatMulInteger", [c.x_q, weight, *zero_inputs], [acc], {},
+                       scope.fresh(f"{name}_int"))
+        bias_shape = (n_out,)
+    nodes = [integer]
+    if c.bias is not None:
+        biased = Value(scope.fresh(f"{name}_biased"), acc.type)
+        b = constant(bias_int.astype(np.int32).reshape(bias_shape), scope.fresh(f"{name}_bias"))
+        nodes.append(Node("Add", [acc, b], [biased], {}, scope.fresh(f"{name}_bias_add")))
+        acc = biased
+    same = len(set(pairs)) == 1
+    nodes.append(Node("Requantize", [acc], [q_out], {
+        "multiplier": multipliers[0] if same else multipliers,
+        "shift": shifts[0] if same else shifts, "zero_point": c.y_zero,
+        "qmin": int(lo), "qmax": int(hi), "out_dtype": c.y_dtype},
+        scope.fresh(f"{name}_requantize")))
+    return nodes
+
+
+def _decompose_qlinear(node: Node, scope: NameScope) -> list[Node] | None:
+    """QLinearConv / QLinearMatMul as DequantizeLinear -> float op -> QuantizeLinear,
+    which the QDQ rewrite then realizes in integers."""
+    if node.op == "QLinearConv":
+        x, sx, zx, w, sw, zw, sy, zy = node.inputs[:8]
+        bias = node.inputs[8] if len(node.inputs) > 8 else None
+        op, attrs = "Conv", dict(node.attrs)
+    elif node.op == "QLinearMatMul":
+        x, sx, zx, w, sw, zw, sy, zy = node.inputs[:8]
+        bias, op, attrs = None, "MatMul", {}
+    else:
+        return None
+    if not all(v is not None and v.is_const for v in (sx, zx, w, sw, zw, sy, zy)):
+        return None
+    xf = Value(scope.fresh(f"{node.name}_xf"), TensorType(x.type.shape, "float32"))
+    wf = Value(scope.fresh(f"{node.name}_wf"), TensorType(w.type.shape, "float32"))
+    yf = Value(scope.fresh(f"{node.name}_yf"), TensorType(node.outputs[0].type.shape, "float32"))
+    nodes = [Node("DequantizeLinear", [x, sx, zx], [xf], {"axis": 1, "block_size": 0,
+                                                           "output_dtype": 0},
+                  scope.fresh(f"{node.name}_dqx")),
+             Node("DequantizeLinear", [w, sw, zw], [wf],
+                  {"axis": 0 if op == "Conv" else 1, "block_size": 0, "output_dtype": 0},
+                  scope.fresh(f"{node.name}_dqw"))]
+    inputs = [xf, wf]
+    if bias is not None:
+        bias_scale = constant((sx.data.astype(np.float64) * sw.data).astype(np.float32),
+                              scope.fresh(f"{node.name}_bscale"))
+        bf = Value(scope.fresh(f"{node.name}_bf"), TensorType(bias.type.shape, "float32"))
+        nodes.append(Node("DequantizeLinear", [bias, bias_scale], [bf],
+                          {"axis": 0, "block_size": 0, "output_dtype": 0},
+                          scope.fresh(f"{node.name}_dqb")))
+        inputs.append(bf)
+    nodes.append(Node(op, inputs, [yf], attrs, scope.fresh(f"{node.name}_float")))
+    nodes.append(Node("QuantizeLinear", [yf, sy, zy], list(node.outputs),
+                      {"axis": 1, "block_size": 0, "output_dtype": 0, "saturate": 1,
+                       "precision": 0}, scope.fresh(f"{node.name}_q")))
+    return nodes
+
+
+@register_pass("realize_qdq")
+def realize_qdq(graph: Graph) -> Graph:
+    """Rewrite quantized conv / dense chains (QDQ form, QLinearConv, QLinearMatMul)
+    into ConvInteger / MatMulInteger + bias Add + Requantize."""
+    from ..ops import get_op
+
+    scope = NameScope.of(graph)
+    expanded = []
+    for node in graph.nodes:
+        parts = _decompose_qlinear(node, scope) if node.body is None else None
+        if parts is not None:
+            for part in parts:
+                part.attrs = get_op(part.op).normalize_attrs(part.attrs, part.name)
+        expanded.extend(parts or [node])
+    graph = graph.rebuild(expanded)
+    producers = graph.producers()
+    users = graph.consumers()
+    returned = set(graph.outputs)
+    replaced: dict[Node, list[Node]] = {}
+    dropped: set[Node] = set()
+    for node in reversed(graph.nodes):
+        if node.op != "QuantizeLinear" or node in dropped:
+            continue
+        m = match(QDQ_PATTERN, node.outputs[0], producers)
+        if m is None:
+            continue
+        inner = [n for n in m.nodes if n is not node and n.op != "DequantizeLinear"]
+        if any(v in returned or any(u not in m.nodes for u in users.get(v, ()))
+               for n in inner for v in n.outputs):
+            continue  # a float intermediate is read elsewhere: keep the float chain
+        chain = _chain(m.nodes)
+        if chain is None:
+            continue
+        new = _rewrite(chain, node.outputs[0], scope)
+        for part in new:
+            part.attrs = get_op(part.op).normalize_attrs(part.attrs, part.name)
+        replaced[node] = new
+        dropped.update(inner)
+    nodes = []
+    for node in graph.nodes:
+        if node in dropped:
+            continue
+        nodes.extend(replaced.get(node, [node]))
+    return _absorb_quantized_relu(substitute(graph, {}, nodes))
+
+
+_QRELU = is_op("QuantizeLinear")(is_op("Relu")(_DQ_X), is_constant(), optional(is_constant()))
+
+
+def _absorb_quantized_relu(graph: Graph) -> Graph:
+    """``Q(Relu(DQ(x)))`` with one scale and zero point is ``max(x, zero_point)``:
+    fold it into the clamp of the Requantize producing ``x`` when it can."""
+    producers = graph.producers()
+    users = graph.consumers()
+    mapping: dict[Value, Value] = {}
+    dropped: set[Node] = set()
+    clamps: dict[Node, int] = {}
+    for node in graph.nodes:
+        if node.op != "QuantizeLinear":
+            continue
+        m = match(_QRELU, node.outputs[0], producers)
+        if m is None:
+            continue
+        dq, relu = m.nodes[0], m.nodes[1]
+        try:
+            same = (_scalar(dq.inputs[1]) == _scalar(node.inputs[1])
+                    and _scalar(dq.inputs[2] if len(dq.inputs) > 2 else None)
+                    == _scalar(node.inputs[2] if len(node.inputs) > 2 else None))
+        except ValueError:
+            continue
+        x = dq.inputs[0]
+        source = producers.get(x)
+        if not same or source is None or source.op != "Requantize" or \
+                len(users.get(x, ())) != 1 or len(users.get(relu.outputs[0], ())) != 1 or \
+                x.type.dtype != node.outputs[0].type.dtype:
+            continue
+        clamps[source] = max(source.attrs["qmin"], int(_scalar(
+            dq.inputs[2] if len(dq.inputs) > 2 else None)))
+        mapping[node.outputs[0]] = x
+        dropped.update((dq, relu, node))
+    if not clamps:
+        return graph
+    nodes = [replace(n, attrs={**n.attrs, "qmin": clamps[n]}) if n in clamps else n
+             for n in graph.nodes if n not in dropped]
+    return substitute(graph, mapping, nodes)

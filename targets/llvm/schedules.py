@@ -1,0 +1,83 @@
+"""CPU schedules of the LLVM target.
+
+``matmul`` packs B into column panels one register tile wide (so the micro-kernel
+reads B contiguously) and ``schedule_matmul`` gives the product a register-tiled,
+vectorized, parallel schedule: each (row tile, column panel) accumulates in a local
+``TILE_ROWS x panel`` buffer that LLVM keeps in vector registers, with one FMA per
+vector per step of the reduction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from heterocc import te
+from heterocc.errors import CompileError
+
+#: rows of C per register tile.
+TILE_ROWS = 8
+#: bytes of one vector register (AVX-512); a column panel is two vectors wide.
+VECTOR_BYTES = 64
+
+
+def panel_width(dtype: str) -> int:
+    """Columns of one packed panel of B: two vector registers of ``dtype``."""
+    return 2 * VECTOR_BYTES // np.dtype(dtype).itemsize
+
+
+def matmul(A: te.Tensor, B: te.Tensor, name: str = "C") -> te.Tensor:
+    """``A @ B`` for 2-D ``A`` (m, k) and ``B`` (k, n) of one dtype, reading B through a
+    packed copy ``[n / panel, k, panel]`` (zero-padded past column n)."""
+    if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0] or A.dtype != B.dtype:
+        raise CompileError(f"matmul {name!r}: needs A (m, k) and B (k, n) of one dtype, got "
+                           f"{A.dtype}{list(A.shape)} and {B.dtype}{list(B.shape)}")
+    (m, depth), n = A.shape, B.shape[1]
+    width = panel_width(A.dtype)
+    panels = -(-n // width)
+    packed = te.compute(
+        (panels, depth, width),
+        lambda p, k, c: te.if_then_else(p * width + c < n,
+                                        B[k, te.minimum(p * width + c, n - 1)],
+                                        te.const(0, A.dtype)),
+        name=f"{name}.packed_B")
+    k = te.reduce_axis(depth, "k")
+    return te.compute((m, n), lambda i, j: te.sum(A[i, k] * packed[j // width, k, j % width],
+                                                  axis=k),
+                      name=name, attrs={"packed_B": packed})
+
+
+def schedule_matmul(schedule: te.Schedule, C: te.Tensor) -> None:
+    """The register-tiled CPU schedule of a tensor made by :func:`matmul`."""
+    packed = C.op.attrs.get("packed_B")
+    if packed is None:
+        raise CompileError(f"schedule_matmul: {C.name!r} was not made by matmul()")
+    width = panel_width(C.dtype)
+    panel, _, column = schedule[packed].op.axis
+    schedule[packed].parallel(panel)
+    schedule[packed].vectorize(column)
+    local = schedule.cache_write(C, "local")
+    i, j = schedule[C].op.axis
+    row_tile, panel_index, row, col = schedule[C].tile(i, j, TILE_ROWS, width)
+    # Column panels outermost: each thread keeps its panels of B in its own cache while
+    # the rows of A stream past.
+    schedule[C].reorder(panel_index, row_tile, row, col)
+    schedule[C].parallel(panel_index)
+    schedule[C].unroll(row)
+    schedule[C].vectorize(col)
+    schedule[local].compute_at(schedule[C], row_tile)
+    local_row, local_col = schedule[local].op.axis
+    (k,) = schedule[local].op.reduce_axis
+    schedule[local].reorder(k, local_row, local_col)
+    schedule[local].unroll(local_row)
+    schedule[local].vectorize(local_col)
+
+
+def matmul_function(m: int, n: int, k: int, dtype: str = "float32", name: str = "matmul"):
+    """Placeholders, product and schedule of an (m, k) x (k, n) matmul, lowered:
+    returns the PrimFunc taking (A, B, C)."""
+    A = te.placeholder((m, k), dtype, "A")
+    B = te.placeholder((k, n), dtype, "B")
+    C = matmul(A, B)
+    schedule = te.create_schedule(C)
+    schedule_matmul(schedule, C)
+    return te.lower(schedule, [A, B, C], name=name)

@@ -1,0 +1,95 @@
+import numpy as np
+import onnx
+import pytest
+
+from heterocc.frontend import from_onnx
+from heterocc.ir.graph import Graph
+from heterocc.models import tiny_cnn
+from heterocc.ops.qnn import fixed_point_scale, requantize_int
+from heterocc.passes import PassManager
+from heterocc.runtime.interpreter import evaluate
+
+ort_quant = pytest.importorskip("onnxruntime.quantization")
+
+
+@pytest.mark.parametrize("scale", [1e-4, 0.0123, 0.5, 0.99, 3.7])
+def test_fixed_point_scale_is_accurate_and_cannot_overflow(scale):
+    bound = 40000
+    m, s = fixed_point_scale(scale, bound)
+    assert 1 <= m < 2 ** 15 and bound * m + (1 << max(s - 1, 0)) < 2 ** 31
+    assert abs(m / 2 ** s - scale) <= scale * 2 ** -7
+
+
+def test_requantize_rounds_half_up_and_clamps():
+    acc = np.array([-300, -3, -2, -1, 0, 1, 2, 3, 300], np.int32)
+    # multiplier 1, shift 1: x / 2 rounded half up; then + zero point 1; clamp [-5, 100]
+    out = requantize_int(acc, 1, 1, 1, -5, 100)
+    assert out.tolist() == [-5, 0, 0, 1, 1, 2, 2, 3, 100]
+
+
+class _Calibration(ort_quant.CalibrationDataReader):
+    def __init__(self, shape, count=4):
+        self.batches = iter([{"input": np.random.default_rng(i).standard_normal(shape)
+                              .astype(np.float32)} for i in range(count)])
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+@pytest.fixture(scope="module")
+def qdq_model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("qdq")
+    onnx.save(tiny_cnn(batchnorm=False), str(d / "float.onnx"))
+    ort_quant.quantize_static(
+        str(d / "float.onnx"), str(d / "qdq.onnx"), _Calibration((1, 3, 32, 32)),
+        quant_format=ort_quant.QuantFormat.QDQ, activation_type=ort_quant.QuantType.QInt8,
+        weight_type=ort_quant.QuantType.QInt8,
+        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    return onnx.load(str(d / "qdq.onnx"))
+
+
+def _with_outputs(graph: Graph, names):
+    values = {v.name: v for n in graph.nodes for v in n.outputs}
+    return Graph(graph.inputs, [values[n] for n in names], graph.nodes, graph.name)
+
+
+def test_qdq_chains_become_integer_ops(qdq_model):
+    graph = from_onnx(qdq_model)
+    realized = PassManager(["realize_qdq", "fold_constants", "dce"], check=True).run(graph)
+    counts = realized.op_counts()
+    assert counts["ConvInteger"] == 3 and counts["MatMulInteger"] == 1
+    assert counts["Requantize"] == 4 and "Conv" not in counts and "Gemm" not in counts
+    # the quantized Relu after the stem folded into its Requantize clamp
+    assert counts.get("Relu", 0) == 1
+    names = [v.name for n in realized.nodes if n.op == "Requantize" for v in n.outputs]
+    late = names[2:]  # residual block output and logits: no Relu folded into them
+    rng = np.random.default_rng(7)
+    differ = total = 0
+    for _ in range(3):
+        x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+        want = evaluate(_with_outputs(graph, late), [x])
+        got = evaluate(_with_outputs(realized, late), [x])
+        for a, b in zip(want, got):
+            assert a.dtype == b.dtype == np.int8
+            # fixed-point requantization is within 2 LSB of float requantization
+            assert np.abs(a.astype(int) - b.astype(int)).max() <= 2
+            differ += int(np.sum(a != b))
+            total += a.size
+    assert differ / total < 0.1
+
+
+def test_realized_model_matches_onnxruntime_top1(qdq_model):
+    import onnxruntime as ort
+
+    graph = from_onnx(qdq_model)
+    realized = PassManager(["realize_qdq", "fold_constants", "dce"]).run(graph)
+    sess = ort.InferenceSession(qdq_model.SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    agree = 0
+    for seed in range(10):
+        x = np.random.default_rng(100 + seed).standard_normal((1, 3, 32, 32)).astype(np.float32)
+        ref = sess.run(None, {"input": x})[0]
+        ours = evaluate(realized, [x])[0]
+        assert np.abs(ref - ours).max() < 0.05
+        agree += int(ref.argmax() == ours.argmax())
+    assert agree >= 9
