@@ -23,6 +23,7 @@ from .ir.graph import Graph
 from .ir.types import dtype_from_onnx
 from .passes import DEFAULT_PIPELINE, PassManager, PassRecord
 from .passes.partition import PartitionReport, partition
+from .quantization import quantize_graph
 from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .runtime.inputs import InputSpec, name_inputs
 
@@ -63,6 +64,7 @@ class CompiledModel:
     dump_ir: str | None = None
     specialize_on: list[str] = field(default_factory=list)
     strict: bool = False
+    calibration: list | None = None
     _cache: OrderedDict = field(default_factory=OrderedDict)
     _profile: dict[str, ProfileEntry] | None = None
 
@@ -113,8 +115,8 @@ class CompiledModel:
         targets = {name: get_target(name) for name in self.targets}
         fallback = self.targets[-1]
         report_box: list[PartitionReport] = []
-        manager = PassManager(_pipeline(targets, fallback, self.strict, report_box),
-                              dump_ir=self.dump_ir)
+        manager = PassManager(_pipeline(targets, fallback, self.strict, report_box,
+                                        self.calibration), dump_ir=self.dump_ir)
         graph = manager.run(graph)
         placement = {n.name: n.attrs.get("target", fallback)
                      for n in graph.nodes if n.body is not None}
@@ -176,23 +178,30 @@ class CompiledModel:
 
 
 def _pipeline(targets: Mapping[str, object], fallback: str, strict: bool,
-              report_box: list) -> list:
-    """The default passes, with partitioning before fusion when several targets are given."""
+              report_box: list, calibration: list | None = None) -> list:
+    """The default passes; with ``calibration``, post-training quantization after the
+    float simplifications; with several targets, partitioning before fusion."""
     tables = {name: t.pattern_table() for name, t in targets.items()
               if name != fallback and hasattr(t, "pattern_table")}
-    if not tables:
-        return list(DEFAULT_PIPELINE)
-
-    def partition_pass(graph: Graph) -> Graph:
-        graph, report = partition(graph, tables, fallback, strict)
-        report_box.append(report)
-        return graph
-
-    partition_pass.pass_name = "partition"
     passes = list(DEFAULT_PIPELINE)
-    passes.insert(passes.index("fuse_ops"), partition_pass)
-    # quantized chains become integer ops that accelerator patterns can take
-    passes.insert(passes.index("infer_types") + 1, "realize_qdq")
+    if calibration is not None:
+        def quantize(graph: Graph) -> Graph:
+            return quantize_graph(graph, calibration)
+
+        quantize.pass_name = "quantize"
+        passes[passes.index("fuse_ops"):passes.index("fuse_ops")] = [
+            quantize, "realize_qdq", "fold_constants", "dce"]
+    if tables:
+        def partition_pass(graph: Graph) -> Graph:
+            graph, report = partition(graph, tables, fallback, strict)
+            report_box.append(report)
+            return graph
+
+        partition_pass.pass_name = "partition"
+        passes.insert(passes.index("fuse_ops"), partition_pass)
+        if calibration is None:
+            # imported QDQ chains become integer ops before their weights fold to float
+            passes.insert(passes.index("infer_types") + 1, "realize_qdq")
     return passes
 
 
@@ -218,7 +227,7 @@ def _input_specs(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) ->
 def compile(model, target: str | Sequence[str] = "reference",  # noqa: A001
             shapes: Mapping[str, Sequence[int]] | None = None,
             dump_ir: str | None = None, check: bool = True,
-            strict: bool = False) -> CompiledModel:
+            strict: bool = False, calibration=None) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for ``target``.
 
     ``target``: a target name, a comma-separated list or a list of names.
@@ -230,6 +239,8 @@ def compile(model, target: str | Sequence[str] = "reference",  # noqa: A001
     take what their pattern tables match (see ``placement_report``);
     ``strict=True`` raises PartitionError instead of falling back to the CPU
     for anything a pattern matched but its target refused.
+    ``calibration`` (sample inputs: dicts by name or lists in input order)
+    turns on int8 post-training quantization of convolutions and dense layers.
     """
     from .targets import available_targets, parse_targets
 
@@ -254,6 +265,7 @@ def compile(model, target: str | Sequence[str] = "reference",  # noqa: A001
         raise InputError(f"shapes given for unknown input(s) {', '.join(unknown_inputs)}; "
                          f"inputs are {', '.join(s.name for s in specs)}")
     compiled = CompiledModel(proto, names, specs, [o.name for o in proto.graph.output],
-                             shapes, dump_ir, strict=strict)
+                             shapes, dump_ir, strict=strict,
+                             calibration=None if calibration is None else list(calibration))
     compiled.build_static()
     return compiled

@@ -15,8 +15,12 @@ from ..ir.graph import Graph, Value
 from ..ops import get_op
 
 
-def evaluate(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """The graph's outputs for positional ``inputs`` (one per graph input)."""
+def evaluate(graph: Graph, inputs: Sequence[np.ndarray],
+             record: dict[Value, np.ndarray] | None = None) -> list[np.ndarray]:
+    """The graph's outputs for positional ``inputs`` (one per graph input).
+
+    ``record``, when given, receives every value computed (top level only).
+    """
     env: dict[Value, np.ndarray] = dict(zip(graph.inputs, inputs))
 
     def read(v: Value | None) -> np.ndarray | None:
@@ -34,4 +38,6 @@ def evaluate(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
                 results = get_op(node.op).run(args, node.attrs)
             for v, r in zip(node.outputs, results):
                 env[v] = np.asarray(r, dtype=v.type.np_dtype)
+    if record is not None:
+        record.update(env)
     return [read(v) for v in graph.outputs]

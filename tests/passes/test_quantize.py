@@ -93,3 +93,24 @@ def test_realized_model_matches_onnxruntime_top1(qdq_model):
         assert np.abs(ref - ours).max() < 0.05
         agree += int(ref.argmax() == ours.argmax())
     assert agree >= 9
+
+
+def test_built_in_post_training_quantization_keeps_top1():
+    import heterocc
+
+    model = tiny_cnn()
+    rng = np.random.default_rng(0)
+    calibration = [{"input": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}
+                   for _ in range(4)]
+    quantized = heterocc.compile(model, calibration=calibration)
+    counts = quantized.graph.op_counts()
+    assert counts["ConvInteger"] == 3 and counts["MatMulInteger"] == 1
+    assert "quantize" in [r.name for r in quantized.pass_records]
+    reference = heterocc.compile(model)
+    agree = 0
+    for seed in range(10):
+        x = np.random.default_rng(50 + seed).standard_normal((1, 3, 32, 32)).astype(np.float32)
+        a, b = reference.run([x])[0], quantized.run([x])[0]
+        assert np.abs(a - b).max() < 0.1
+        agree += int(a.argmax() == b.argmax())
+    assert agree >= 9
