@@ -1,7 +1,9 @@
-"""Hand-written reference programs: a tiled GEMM with one or two virtual threads.
+"""Tiled GEMM programs with one or two virtual threads, optionally followed by a
+requantizing ALU epilogue (bias, fixed-point multiply, rounding shift, clamp).
 
-They exercise the whole ISA contract (DMA, micro-op loops, token protocol) and
-serve as workloads for tests, benchmarks and the RTL test benches.
+They exercise the whole ISA contract (DMA, micro-op loops, token protocol); they
+serve as workloads for tests, benchmarks and the RTL test benches, and the
+accelerator target lowers dense layers and (im2col) convolutions onto them.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import numpy as np
 
 from ..errors import AcceleratorError
 from .config import HardwareConfig
-from .isa import Buffer, Gemm, MicroOp
+from .isa import Alu, AluOp, Buffer, Gemm, MicroOp
 from .program import Program, ProgramBuilder
 
 
@@ -25,17 +27,43 @@ class GemmTiling:
     k_chunk: int
 
 
+@dataclass(frozen=True)
+class Requantization:
+    """Per output column: ``clamp(((acc + bias) * multiplier + rounding) >> shift
+    + zero_point, qmin, qmax)`` in accumulator arithmetic (wrapping), then a narrowing
+    store. ``bias``, ``multiplier``, ``rounding`` and ``shift`` hold one value per
+    column of C."""
+
+    bias: np.ndarray
+    multiplier: np.ndarray
+    rounding: np.ndarray
+    shift: np.ndarray
+    zero_point: int
+    qmin: int
+    qmax: int
+
+    @property
+    def column_constants(self) -> tuple[np.ndarray, ...]:
+        return (self.bias, self.multiplier, self.rounding, self.shift)
+
+
+#: (ALU op, index into Requantization.column_constants) of the epilogue's tensor steps
+_EPILOGUE_TENSOR_STEPS = ((AluOp.ADD, 0), (AluOp.MUL, 1), (AluOp.ADD, 2), (AluOp.SHR, 3))
+
+
 def _largest_divisor(n: int, limit: int) -> int:
     return max(d for d in range(1, min(n, max(limit, 1)) + 1) if n % d == 0)
 
 
 def default_gemm_tiling(
-    config: HardwareConfig, m_tiles: int, n_tiles: int, k_tiles: int, virtual_threads: int
+    config: HardwareConfig, m_tiles: int, n_tiles: int, k_tiles: int, virtual_threads: int,
+    acc_depth: int | None = None,
 ) -> GemmTiling:
-    """Chunk sizes that fit one virtual thread's share of every buffer."""
+    """Chunk sizes that fit one virtual thread's share of every buffer (of
+    ``acc_depth`` accumulator tiles, by default the whole buffer)."""
     inp_slot = config.inp_depth // virtual_threads
     wgt_slot = config.wgt_depth // virtual_threads
-    acc_slot = config.acc_depth // virtual_threads
+    acc_slot = (config.acc_depth if acc_depth is None else acc_depth) // virtual_threads
     k_chunk = _largest_divisor(k_tiles, min(16, inp_slot, wgt_slot))
     block_cols = _largest_divisor(n_tiles, min(wgt_slot // k_chunk, acc_slot))
     block_rows = _largest_divisor(m_tiles, min(inp_slot // k_chunk, acc_slot // block_cols))
@@ -49,13 +77,15 @@ def tiled_gemm_program(
     virtual_threads: int = 2,
     tiling: GemmTiling | None = None,
     output: Buffer = Buffer.ACC,
+    epilogue: Requantization | None = None,
 ) -> Program:
     """``C = A @ W.T`` for A (M x K) and W (N x K), stored to tensor "C".
 
     With two virtual threads the input, weight and accumulator buffers are split
     in halves so that loading the next chunk overlaps computing the current one
     and storing one output block overlaps computing the next; with one, every
-    step waits for the previous one.
+    step waits for the previous one. With an ``epilogue``, each output block is
+    requantized by the ALU before it is stored (to OUT: narrowed to ``out_bits``).
     """
     if virtual_threads not in (1, 2):
         raise AcceleratorError(f"virtual_threads must be 1 or 2, got {virtual_threads}")
@@ -68,16 +98,24 @@ def tiled_gemm_program(
     c_tensor = builder.tensor("C", output, shape=(m, n))
     m_tiles, n_tiles, k_tiles = a_tensor.grid_rows, w_tensor.grid_rows, a_tensor.grid_cols
     threads = virtual_threads
-    tiling = tiling or default_gemm_tiling(config, m_tiles, n_tiles, k_tiles, threads)
+    # the epilogue's per-column constants live at the top of the accumulator buffer
+    const_tiles = 0 if epilogue is None else len(epilogue.column_constants) * n_tiles
+    usable = config.acc_depth - const_tiles
+    if usable < threads:
+        raise AcceleratorError(f"{n_tiles} output column tiles of epilogue constants do not "
+                               "fit the accumulator buffer")
+    tiling = tiling or default_gemm_tiling(config, m_tiles, n_tiles, k_tiles, threads,
+                                           acc_depth=usable)
     rows, cols, k_chunk = tiling.block_rows, tiling.block_cols, tiling.k_chunk
     if m_tiles % rows or n_tiles % cols or k_tiles % k_chunk:
         raise AcceleratorError(
             f"tiling {tiling} does not divide the {m_tiles}x{n_tiles}x{k_tiles} tile grid"
         )
     inp_slot, wgt_slot = config.inp_depth // threads, config.wgt_depth // threads
-    acc_slot = config.acc_depth // threads
+    acc_slot = usable // threads
     if rows * k_chunk > inp_slot or cols * k_chunk > wgt_slot or rows * cols > acc_slot:
         raise AcceleratorError(f"tiling {tiling} overflows a virtual thread's buffer share")
+    const_base = threads * acc_slot
 
     # micro-ops: one reset kernel per accumulator slot, then one GEMM kernel per
     # (accumulator slot, input/weight slot) pair
@@ -88,8 +126,21 @@ def tiled_gemm_program(
         for data in range(threads)
         for u in range(k_chunk)
     ]
-    uop_tensor = builder.uops("uops", resets + kernels)
+    # epilogue micro-ops: per (accumulator slot, column block, constant) the slot's
+    # first tile against the block's first constant tile
+    n_blocks = n_tiles // cols
+    epilogue_base = len(resets) + len(kernels)
+    epilogue_uops = [] if epilogue is None else [
+        MicroOp(dst=acc * acc_slot, src=const_base + c * n_tiles + block * cols, wgt=0)
+        for acc in range(threads) for block in range(n_blocks)
+        for c in range(len(epilogue.column_constants))]
+    uop_tensor = builder.uops("uops", resets + kernels + epilogue_uops)
     builder.emit(builder.load_uops(uop_tensor))
+    if epilogue is not None:
+        for c, values in enumerate(epilogue.column_constants):
+            const = builder.tensor(f"epilogue{c}", Buffer.ACC,
+                                   data=np.asarray(values, np.int64).reshape(1, n))
+            builder.emit(builder.load_tiles(const, const_base + c * n_tiles, 0, 0, 1, n_tiles))
 
     steps_per_task = k_tiles // k_chunk
     tasks = [(r, c) for r in range(m_tiles // rows) for c in range(n_tiles // cols)]
@@ -120,8 +171,11 @@ def tiled_gemm_program(
                 inp_factor_outer=k_chunk, wgt_factor_inner=k_chunk,
                 pop_prev=True,
                 push_prev=global_step + threads < total_steps,
-                push_next=step == steps_per_task - 1,
+                push_next=step == steps_per_task - 1 and epilogue is None,
             ))
+        if epilogue is not None:
+            first = epilogue_base + (acc * n_blocks + col_block) * len(epilogue.column_constants)
+            _emit_epilogue(builder, epilogue, first, rows, cols)
         builder.emit(builder.store_tiles(
             c_tensor, acc * acc_slot, row_block * rows, col_block * cols, rows, cols,
             pop_prev=True,
@@ -129,3 +183,18 @@ def tiled_gemm_program(
         ))
     builder.finish(pop_next=True)
     return builder.build()
+
+
+def _emit_epilogue(builder: ProgramBuilder, epilogue: Requantization, first_uop: int,
+                   rows: int, cols: int) -> None:
+    """ALU steps over a ``rows x cols`` accumulator block; the last signals the store."""
+    tiles = dict(loop_outer=rows, loop_inner=cols, dst_factor_outer=cols, dst_factor_inner=1)
+    for op, c in _EPILOGUE_TENSOR_STEPS:
+        builder.emit(Alu(alu_op=op, uop_begin=first_uop + c, uop_end=first_uop + c + 1,
+                         src_factor_outer=0, src_factor_inner=1, **tiles))
+    immediates = [(AluOp.ADD, epilogue.zero_point), (AluOp.MAX, epilogue.qmin),
+                  (AluOp.MIN, epilogue.qmax)]
+    immediates = [(op, imm) for op, imm in immediates if not (op == AluOp.ADD and imm == 0)]
+    for k, (op, imm) in enumerate(immediates):
+        builder.emit(Alu(alu_op=op, use_imm=True, imm=imm, uop_begin=first_uop,
+                         uop_end=first_uop + 1, push_next=k == len(immediates) - 1, **tiles))

@@ -1,7 +1,7 @@
 """fp32 matmul (default 1024^3): heterocc's CPU schedule (targets/llvm/schedules.py) vs
 NumPy, measured in the same process.
 
-Prints GFLOP/s of both (median of repeated runs) and their ratio. Run:
+Prints GFLOP/s of both (medians of repeated runs, in alternating blocks) and their ratio. Run:
     python benchmarks/matmul.py [--size 1024] [--repeat 10]
 """
 
@@ -16,15 +16,24 @@ import numpy as np
 from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm.schedules import matmul_function
 
+#: pause when switching between the libraries: OpenBLAS's worker threads busy-wait for a
+#: while after each call and would otherwise steal cores from the next measurement.
+SWITCH_PAUSE_S = 0.5
 
-def median_seconds(run, repeat: int) -> float:
-    run()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+
+def alternating_medians(runs, repeat: int, block: int = 5) -> list[float]:
+    """Median seconds of each callable, measured in alternating blocks of ``block`` runs
+    (so a change in machine load affects all alike), pausing at every switch."""
+    times: list[list[float]] = [[] for _ in runs]
+    while len(times[0]) < repeat:
+        for run, samples in zip(runs, times):
+            time.sleep(SWITCH_PAUSE_S)
+            run()
+            for _ in range(block):
+                start = time.perf_counter()
+                run()
+                samples.append(time.perf_counter() - start)
+    return [statistics.median(samples) for samples in times]
 
 
 def main() -> None:
@@ -41,8 +50,9 @@ def main() -> None:
     module["matmul"](a, b, c)
     error = float(np.abs(c - a @ b).max())
     flops = 2.0 * n ** 3
-    ours = flops / median_seconds(lambda: module["matmul"](a, b, c), args.repeat) / 1e9
-    theirs = flops / median_seconds(lambda: np.matmul(a, b, out=c), args.repeat) / 1e9
+    ours_s, theirs_s = alternating_medians(
+        [lambda: module["matmul"](a, b, c), lambda: np.matmul(a, b, out=c)], args.repeat)
+    ours, theirs = flops / ours_s / 1e9, flops / theirs_s / 1e9
     print(f"host: {hllvm.host_description()}, runtime threads: {hllvm.num_threads()}")
     print(f"matmul {n}x{n}x{n} fp32 (max abs error vs numpy {error:.2e})")
     print(f"heterocc: {ours:8.1f} GFLOP/s")

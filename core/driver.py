@@ -112,8 +112,11 @@ class CompiledModel:
                 if not new:
                     raise
                 self.specialize_on = sorted(set(self.specialize_on) | set(new))
-        targets = {name: get_target(name) for name in self.targets}
-        fallback = self.targets[-1]
+        targets = {}
+        for t in self.targets:
+            instance = get_target(t) if isinstance(t, str) else t
+            targets[instance.name] = instance
+        fallback = list(targets)[-1]
         report_box: list[PartitionReport] = []
         manager = PassManager(_pipeline(targets, fallback, self.strict, report_box,
                                         self.calibration), dump_ir=self.dump_ir)
@@ -224,13 +227,14 @@ def _input_specs(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) ->
     return specs
 
 
-def compile(model, target: str | Sequence[str] = "reference",  # noqa: A001
+def compile(model, target: str | Sequence = "reference",  # noqa: A001
             shapes: Mapping[str, Sequence[int]] | None = None,
             dump_ir: str | None = None, check: bool = True,
             strict: bool = False, calibration=None) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for ``target``.
 
-    ``target``: a target name, a comma-separated list or a list of names.
+    ``target``: a target name, a comma-separated list, or a list of names and
+    target instances (e.g. ``[VtaTarget(config="1x8x8"), "reference"]``).
     ``shapes`` fixes symbolic input dimensions; without it, a model with
     dynamic shapes (or whose shape operands are graph inputs) is compiled on
     first run for the shapes and values it meets, and cached.
@@ -246,7 +250,7 @@ def compile(model, target: str | Sequence[str] = "reference",  # noqa: A001
 
     names = parse_targets(target)
     known = available_targets()
-    unknown = [n for n in names if n not in known]
+    unknown = [n for n in names if isinstance(n, str) and n not in known]
     if unknown:
         raise TargetError(f"unknown target(s) {', '.join(unknown)}; available: "
                           f"{', '.join(known)}")

@@ -91,10 +91,12 @@ def get_target(name: str, **options) -> Target:
     return info.factory(**options)
 
 
-def parse_targets(spec: str | Sequence[str]) -> list[str]:
-    """``"vta,llvm"`` or ``["vta", "llvm"]`` -> ``["vta", "llvm"]``."""
-    names = spec.split(",") if isinstance(spec, str) else list(spec)
-    names = [n.strip() for n in names if n and n.strip()]
+def parse_targets(spec) -> list:
+    """``"vta,llvm"`` or ``["vta", "llvm"]`` -> ``["vta", "llvm"]``; target instances
+    in a list are kept as they are."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    names = [n.strip() if isinstance(n, str) else n for n in items
+             if not isinstance(n, str) or n.strip()]
     if not names:
         raise TargetError("no target given")
     return names

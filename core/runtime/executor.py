@@ -79,7 +79,8 @@ class GraphExecutor:
                 t0 = time.perf_counter() if self.profile is not None else 0.0
                 results = self._run_node(node, args)
                 if self.profile is not None:
-                    self._record(node, time.perf_counter() - t0)
+                    self._record(node, time.perf_counter() - t0,
+                                 self.kernels.get(node.name))
                 for v, r in zip(node.outputs, results):
                     env[v] = r
         return [np.asarray(read(v)) for v in self.graph.outputs]
@@ -89,7 +90,7 @@ class GraphExecutor:
             return self.kernels[node.name](args)
         return get_op(node.op).run(args, node.attrs)
 
-    def _record(self, node: Node, seconds: float) -> None:
+    def _record(self, node: Node, seconds: float, kernel) -> None:
         entry = self.profile.get(node.name)
         if entry is None:
             ops = "+".join(n.op for n in node.body.nodes) if node.body is not None else node.op
@@ -97,6 +98,10 @@ class GraphExecutor:
                 node.name, ops, self.placement.get(node.name, "reference"))
         entry.calls += 1
         entry.seconds += seconds
+        # accelerator kernels report the simulated cycles of their last run
+        cycles = sum(c.last_cycles for c in getattr(kernel, "composites", ()))
+        if cycles:
+            entry.extra["cycles"] = entry.extra.get("cycles", 0) + cycles
 
 
 def check_input(spec: Value, array) -> np.ndarray:
@@ -115,9 +120,12 @@ def format_profile(entries: Sequence[ProfileEntry]) -> str:
     """A table of per-node time, slowest first."""
     rows = sorted(entries, key=lambda e: -e.seconds)
     total = sum(e.seconds for e in rows) or 1.0
-    lines = [f"{'node':40s} {'target':10s} {'calls':>5s} {'ms/call':>9s} {'%':>6s}  ops"]
+    lines = [f"{'node':40s} {'target':10s} {'calls':>5s} {'ms/call':>9s} {'%':>6s} "
+             f"{'sim cycles/call':>15s}  ops"]
     for e in rows:
         per = e.seconds / max(e.calls, 1) * 1e3
+        cycles = f"{e.extra['cycles'] // max(e.calls, 1):15d}" if "cycles" in e.extra \
+            else f"{'':15s}"
         lines.append(f"{e.node[:40]:40s} {e.target[:10]:10s} {e.calls:5d} {per:9.3f} "
-                     f"{100 * e.seconds / total:6.1f}  {e.op[:60]}")
+                     f"{100 * e.seconds / total:6.1f} {cycles}  {e.op[:60]}")
     return "\n".join(lines)

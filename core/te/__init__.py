@@ -34,6 +34,8 @@ from ..tir.expr import (
     sin,
     sqrt,
     tanh,
+    truncdiv,
+    truncmod,
 )
 from ..tir.expr import select as if_then_else
 from .intrin import BufferRegion, TensorIntrin
@@ -60,5 +62,5 @@ __all__ = [
     "compute", "const", "cos", "create_schedule", "equal", "erf", "exp", "fabs", "floor",
     "if_then_else", "log", "logical_and", "logical_or", "lower", "max", "maximum", "min",
     "minimum", "not_equal", "placeholder", "power", "reduce_axis", "sin", "sqrt", "sum",
-    "symbolic_bounds", "tanh",
+    "symbolic_bounds", "tanh", "truncdiv", "truncmod",
 ]

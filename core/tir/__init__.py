@@ -1,10 +1,12 @@
 """heterocc.tir: the loop-level IR every code generator consumes.
 
-Expressions (``expr``), statements and PrimFuncs (``stmt``), a printer, an arithmetic
-simplifier with interval analysis, and passes (flatten, guard removal, unroll,
-vectorize) chained by :func:`lower_pipeline`.
+Expressions (``expr``), statements and PrimFuncs (``stmt``), an IRBuilder, a printer,
+an arithmetic simplifier with interval analysis, and passes (loop partition, guard
+removal, load bound checks, flatten, unroll, vectorize) chained by
+:func:`lower_pipeline`.
 """
 
+from .builder import IRBuilder
 from .expr import (
     INDEX_DTYPE,
     INTRINSICS,
@@ -48,6 +50,8 @@ from .expr import (
     sin,
     sqrt,
     tanh,
+    truncdiv,
+    truncmod,
 )
 from .passes import (
     flatten_buffers,
@@ -81,10 +85,10 @@ __all__ = [
     "const_bound", "cos", "dtype_max", "dtype_min", "equal", "erf", "Evaluate", "exp", "Expr",
     "expr_to_str", "fabs", "flatten_buffers", "FloatImm", "floor", "For", "ForKind",
     "free_vars", "func_to_str", "guard_load_bounds", "IfThenElse", "INDEX_DTYPE", "Interval",
-    "IntImm", "INTRINSICS", "lanes_of", "log", "logical_and", "logical_or", "lower_pipeline",
-    "maximum", "minimum", "Mutator", "Not", "not_equal", "partition_loops", "power",
-    "PrimFunc", "prove", "Ramp", "remove_true_guards", "scalar_dtype", "Select", "select",
-    "seq", "SeqStmt", "simplify", "simplify_stmt", "sin", "sqrt", "Stmt", "stmt_to_str",
-    "structurally_equal", "substitute", "tanh", "THREAD_TAGS", "unroll_loops", "Var",
-    "vectorize_loops", "walk",
+    "IntImm", "INTRINSICS", "IRBuilder", "lanes_of", "log", "logical_and", "logical_or",
+    "lower_pipeline", "maximum", "minimum", "Mutator", "Not", "not_equal", "partition_loops",
+    "power", "PrimFunc", "prove", "Ramp", "remove_true_guards", "scalar_dtype", "Select",
+    "select", "seq", "SeqStmt", "simplify", "simplify_stmt", "sin", "sqrt", "Stmt",
+    "stmt_to_str", "structurally_equal", "substitute", "tanh", "THREAD_TAGS", "truncdiv",
+    "truncmod", "unroll_loops", "Var", "vectorize_loops", "walk",
 ]

@@ -21,7 +21,11 @@ from ..ir.types import FLOAT_DTYPES, normalize_dtype
 #: dtype of loop variables and of every index computation.
 INDEX_DTYPE = "int64"
 
-ARITH_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max")
+ARITH_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "truncdiv", "truncmod", "min",
+             "max")
+#: integer-only operators: bitwise logic and shifts (right shifts are arithmetic on signed
+#: dtypes, logical on unsigned ones).
+BITWISE_OPS = ("bitand", "bitor", "bitxor", "shl", "shr")
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
 LOGIC_OPS = ("and", "or")
 
@@ -127,10 +131,19 @@ class Expr:
         return binary("ge", self, other)
 
     def __and__(self, other):
-        return binary("and", self, other)
+        return binary("and" if is_bool(self.dtype) else "bitand", self, other)
 
     def __or__(self, other):
-        return binary("or", self, other)
+        return binary("or" if is_bool(self.dtype) else "bitor", self, other)
+
+    def __xor__(self, other):
+        return binary("bitxor", self, other)
+
+    def __lshift__(self, other):
+        return binary("shl", self, other)
+
+    def __rshift__(self, other):
+        return binary("shr", self, other)
 
     def __invert__(self):
         return Not(self)
@@ -169,7 +182,8 @@ class Var(Expr):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Binary(Expr):
-    """``op`` is one of ARITH_OPS, COMPARE_OPS or LOGIC_OPS; both sides share a dtype."""
+    """``op`` is one of ARITH_OPS, BITWISE_OPS, COMPARE_OPS or LOGIC_OPS; both sides share
+    a dtype."""
 
     op: str
     a: Expr
@@ -242,6 +256,8 @@ class Buffer:
 class BufferLoad(Expr):
     buffer: Buffer
     indices: tuple[Expr, ...]
+    #: vector loads only: lanes whose bool is false are not read (they read as zero)
+    predicate: Expr | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "indices", as_index_tuple(self.indices))
@@ -339,6 +355,8 @@ def binary(op: str, a, b) -> Expr:
             "to a float dtype")
     if op in LOGIC_OPS and not is_bool(a.dtype):
         raise TypeInferenceError(f"'{op}' needs bool operands, got {a.dtype}")
+    if op in BITWISE_OPS and not is_int(a.dtype):
+        raise TypeInferenceError(f"'{op}' needs integer operands, got {a.dtype}")
     la, lb = lanes_of(a.dtype), lanes_of(b.dtype)
     if la != lb:
         if la == 1:
@@ -358,6 +376,16 @@ def equal(a, b) -> Expr:
 def not_equal(a, b) -> Expr:
     """The comparison ``a != b`` as an expression."""
     return binary("ne", a, b)
+
+
+def truncdiv(a, b) -> Expr:
+    """Division rounding toward zero (C semantics; ONNX Div on integers)."""
+    return binary("truncdiv", a, b)
+
+
+def truncmod(a, b) -> Expr:
+    """Remainder with the sign of the dividend (C ``%``, ``fmod`` on floats)."""
+    return binary("truncmod", a, b)
 
 
 def minimum(a, b) -> Expr:

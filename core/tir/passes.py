@@ -28,6 +28,7 @@ from .expr import (
 )
 from .simplify import (
     Interval,
+    LinearForm,
     const_bound,
     from_linear_form,
     linear_form,
@@ -64,7 +65,8 @@ def _row_major_offset(buffer, indices: tuple[Expr, ...]) -> Expr:
 class _Flattener(Mutator):
     def visit_BufferLoad(self, node: BufferLoad) -> Expr:
         node = self.generic(node)
-        return BufferLoad(node.buffer, (_row_major_offset(node.buffer, node.indices),))
+        return BufferLoad(node.buffer, (_row_major_offset(node.buffer, node.indices),),
+                          node.predicate)
 
     def visit_BufferStore(self, node: BufferStore) -> Stmt:
         node = self.generic(node)
@@ -139,7 +141,7 @@ class _LoadBoundsGuard(Mutator):
             if not (self._nonnegative(index) and self._nonnegative(IntImm(dim - 1) - index)):
                 index = maximum(minimum(index, dim - 1), 0)
             indices.append(index)
-        return BufferLoad(node.buffer, tuple(indices))
+        return BufferLoad(node.buffer, tuple(indices), node.predicate)
 
 
 def guard_load_bounds(func: PrimFunc) -> PrimFunc:
@@ -195,7 +197,7 @@ class _LoopPartitioner(Mutator):
                 rest = dict(form.terms)
                 del rest[key]
                 rest_hi = const_bound(from_linear_form(
-                    type(form)(rest, form.constant), loop.var.dtype), ranges).hi
+                    LinearForm(rest, form.constant), loop.var.dtype), ranges).hi
                 if not math.isfinite(rest_hi):
                     continue
                 # coeff * v + rest_hi < 0 (or <= 0) for every v below the threshold.
@@ -251,8 +253,22 @@ def _broadcast(expr: Expr, lanes: int) -> Expr:
     return expr if lanes_of(expr.dtype) == lanes else Broadcast(expr, lanes)
 
 
-def _reads_memory(expr: Expr) -> bool:
-    return bool(collect(expr, lambda n: isinstance(n, BufferLoad)))
+class _PredicateLoads(Mutator):
+    def __init__(self, predicate: Expr):
+        self.predicate = predicate
+
+    def visit_BufferLoad(self, node: BufferLoad) -> Expr:
+        node = self.generic(node)
+        if lanes_of(node.dtype) == 1:
+            raise _NotVectorizable("scalar load under a vector condition")
+        predicate = self.predicate if node.predicate is None else Binary(
+            "and", node.predicate, self.predicate)
+        return BufferLoad(node.buffer, node.indices, predicate)
+
+
+def _predicate_loads(expr: Expr, predicate: Expr) -> Expr:
+    """``expr`` with every load reading only the lanes where ``predicate`` holds."""
+    return _PredicateLoads(predicate).expr(expr)
 
 
 class _LoopVectorizer:
@@ -285,7 +301,7 @@ class _LoopVectorizer:
         if isinstance(node, BufferLoad):
             (index,) = node.indices
             vindex = self.expr(index)
-            return node if vindex is index else BufferLoad(node.buffer, (vindex,))
+            return node if vindex is index else BufferLoad(node.buffer, (vindex,), node.predicate)
         raise _NotVectorizable(type(node).__name__)
 
     def _binary(self, node: Binary) -> Expr:
@@ -313,12 +329,13 @@ class _LoopVectorizer:
     def _select(self, node: Select) -> Expr:
         condition = self.expr(node.condition)
         true_value, false_value = self.expr(node.true_value), self.expr(node.false_value)
-        if lanes_of(condition.dtype) > 1 and (
-                _reads_memory(node.true_value) or _reads_memory(node.false_value)):
-            # A vector select would load both sides in every lane, out of bounds included.
-            raise _NotVectorizable("select guarding a load")
         if all(lanes_of(e.dtype) == 1 for e in (condition, true_value, false_value)):
             return node
+        if lanes_of(condition.dtype) > 1:
+            # A vector select evaluates both sides in every lane: each side's loads only
+            # read the lanes where that side is chosen.
+            true_value = _predicate_loads(true_value, condition)
+            false_value = _predicate_loads(false_value, Not(condition))
         return Select(condition, _broadcast(true_value, self.lanes),
                       _broadcast(false_value, self.lanes))
 
@@ -358,8 +375,9 @@ class _Vectorizer(Mutator):
 
 def vectorize_loops(func: PrimFunc) -> PrimFunc:
     """Vectorized loops rewritten into vector loads, stores and arithmetic (ramps and
-    broadcasts); a loop whose body cannot be (inner loops, guards or reductions along
-    the vectorized axis, selects guarding loads) becomes a serial loop."""
+    broadcasts; loads under a vector select become predicated loads); a loop whose body
+    cannot be (inner loops, guards or reductions along the vectorized axis) becomes a
+    serial loop."""
     return _Vectorizer().func(func)
 
 

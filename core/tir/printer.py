@@ -22,7 +22,8 @@ from .stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, Pri
 _INFIX = {
     "add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%",
     "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
-    "and": "and", "or": "or",
+    "and": "and", "or": "or", "bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<",
+    "shr": ">>",
 }
 
 
@@ -50,7 +51,8 @@ def expr_to_str(expr: Expr) -> str:
     if isinstance(expr, Call):
         return f"{expr.name}({', '.join(expr_to_str(a) for a in expr.args)})"
     if isinstance(expr, BufferLoad):
-        return f"{expr.buffer.name}[{', '.join(expr_to_str(i) for i in expr.indices)}]"
+        text = f"{expr.buffer.name}[{', '.join(expr_to_str(i) for i in expr.indices)}]"
+        return text if expr.predicate is None else f"({text} if {expr_to_str(expr.predicate)})"
     if isinstance(expr, Ramp):
         return f"ramp({expr_to_str(expr.base)}, {expr_to_str(expr.stride)}, {expr.lanes})"
     if isinstance(expr, Broadcast):

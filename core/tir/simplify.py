@@ -166,6 +166,27 @@ def linear_form(expr: Expr) -> LinearForm:
     return LinearForm({structural_key(expr): [1, expr]}, 0)
 
 
+def merge_div_mod(form: LinearForm) -> LinearForm:
+    """``form`` with every ``k*c*(x // c) + k*(x % c)`` pair replaced by ``k*x`` (what
+    splitting a fused index and recombining it produces)."""
+    changed = True
+    while changed:
+        changed = False
+        for key, (coeff, atom) in form.terms.items():
+            if not (isinstance(atom, Binary) and atom.op == "floormod"
+                    and isinstance(atom.b, IntImm)):
+                continue
+            quotient_key = structural_key(Binary("floordiv", atom.a, atom.b))
+            partner = form.terms.get(quotient_key)
+            if partner is None or partner[0] != coeff * atom.b.value:
+                continue
+            rest = {k: v for k, v in form.terms.items() if k not in (key, quotient_key)}
+            form = LinearForm(rest, form.constant).plus(linear_form(atom.a).scaled(coeff))
+            changed = True
+            break
+    return form
+
+
 def from_linear_form(form: LinearForm, dtype: str) -> Expr:
     """The expression of ``form``: positive terms first, constant last."""
     result: Expr | None = None
@@ -215,13 +236,17 @@ _NP_ARITH = {
     "floordiv": np.floor_divide, "floormod": np.mod, "min": np.minimum, "max": np.maximum,
     "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
     "eq": np.equal, "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or,
+    "truncdiv": lambda a, b: np.trunc(np.divide(a, b)).astype(a.dtype) if a.dtype.kind == "f"
+    else np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b)),
+    "truncmod": np.fmod, "bitand": np.bitwise_and, "bitor": np.bitwise_or,
+    "bitxor": np.bitwise_xor, "shl": np.left_shift, "shr": np.right_shift,
 }
 
 
 def _fold_constants(node: Binary) -> Expr | None:
     if not (isinstance(node.a, IntImm | FloatImm) and isinstance(node.b, IntImm | FloatImm)):
         return None
-    if node.op in ("floordiv", "floormod") and node.b.value == 0:
+    if node.op in ("floordiv", "floormod", "truncdiv", "truncmod") and node.b.value == 0:
         return None
     with np.errstate(all="ignore"):
         value = _NP_ARITH[node.op](_np_scalar(node.a), _np_scalar(node.b))
@@ -258,7 +283,7 @@ class Simplifier(Mutator):
         if is_float(node.a.dtype):
             return self._float_identities(node)
         if node.op in ("add", "sub", "mul"):
-            return from_linear_form(linear_form(node), node.dtype)
+            return from_linear_form(merge_div_mod(linear_form(node)), node.dtype)
         if node.op in ("floordiv", "floormod"):
             return self._div_mod(node)
         if node.op in ("min", "max"):

@@ -57,41 +57,9 @@ module hc_dma_read (
         endcase
     endfunction
 
-    // beats of one DRAM row starting at byte `row_byte`
-    function [23:0] row_beats(input word_mode, input [31:0] row_byte, input [15:0] elements,
-                              input [3:0] log_tile_beats);
-        reg [23:0] row_bytes;
-        begin
-            if (word_mode) begin
-                row_bytes = {6'd0, elements, 2'd0} + {21'd0, row_byte[LOG_BUS-1:0]};
-                row_beats = (row_bytes + `HC_BUS_BYTES - 1) >> LOG_BUS;
-            end else begin
-                row_beats = {8'd0, elements} << log_tile_beats;
-            end
-        end
-    endfunction
-
-    // AXI bursts stop at 256 beats and never cross a 4 KiB boundary
-    function [8:0] burst_beats(input [31:0] address, input [23:0] beats_left);
-        reg [12:0] to_boundary;
-        begin
-            to_boundary = (13'd4096 - {1'b0, address[11:0]}) >> LOG_BUS;
-            burst_beats = 9'd256;
-            if ({11'd0, to_boundary} < beats_left && to_boundary < 13'd256)
-                burst_beats = to_boundary[8:0];
-            else if (beats_left < 24'd256)
-                burst_beats = beats_left[8:0];
-        end
-    endfunction
-
-    function [31:0] beat_aligned(input [31:0] address);
-        beat_aligned = address & ~((32'd1 << LOG_BUS) - 32'd1);
-    endfunction
-
     // --- latched command --------------------------------------------------------
     reg                           word_mode;
     reg [3:0]                     log_tile_beats;
-    reg [15:0]                    x_size_q;
     reg [16:0]                    rows;
     reg [16:0]                    cols;
     reg [16:0]                    data_row_begin;
@@ -100,15 +68,6 @@ module hc_dma_read (
     reg [16:0]                    data_col_end;
     reg [31:0]                    stride_bytes;
     reg                           moves_dram;
-
-    // --- address side -----------------------------------------------------------
-    reg        request_active;
-    reg [15:0] request_rows_left;
-    reg [31:0] request_row_byte;
-    reg [31:0] request_addr;
-    reg [23:0] request_beats_left;
-    reg        request_valid;
-    reg [8:0]  request_len;
 
     // --- SRAM write side ----------------------------------------------------------
     reg                           writing;
@@ -134,12 +93,18 @@ module hc_dma_read (
     wire last_word_of_beat = &lane || col == data_col_end - 17'd1;
     wire last_beat_of_entry = word_mode || beat == (8'd1 << log_tile_beats) - 8'd1;
     wire write_fire = writing && (!in_data || r_valid);
-    wire [8:0] next_len = burst_beats(request_addr, request_beats_left);
 
     assign bus_request = busy && moves_dram;
-    assign ar_addr = request_addr;
-    assign ar_len = request_len[7:0] - 8'd1;
-    assign ar_valid = request_valid;
+    wire [8:0] burst_beats;
+    assign ar_len = 8'(burst_beats - 9'd1);
+
+    hc_burst_gen requests (
+        .clk(clk), .rst(rst), .start(start && !busy),
+        .word_mode(start_word_mode), .log_tile_beats(start_log_beats),
+        .first_byte(start_row_byte), .stride_bytes({16'd0, x_stride} << start_log_unit),
+        .rows(y_size), .elements(x_size),
+        .valid(ar_valid), .addr(ar_addr), .beats(burst_beats), .accept(ar_ready)
+    );
     assign r_ready = in_data && (!word_mode || last_word_of_beat);
     assign write_valid = write_fire;
     assign write_addr = entry;
@@ -153,14 +118,11 @@ module hc_dma_read (
             busy <= 1'b0;
             done <= 1'b0;
             writing <= 1'b0;
-            request_active <= 1'b0;
-            request_valid <= 1'b0;
         end else begin
             done <= 1'b0;
             if (start && !busy) begin
                 word_mode <= start_word_mode;
                 log_tile_beats <= start_log_beats;
-                x_size_q <= x_size;
                 rows <= start_rows;
                 cols <= start_cols;
                 data_row_begin <= {13'd0, y_pad_top};
@@ -177,35 +139,6 @@ module hc_dma_read (
                 entry <= sram_base;
                 data_row_byte <= start_row_byte;
                 lane_q <= {LANE_BITS{1'b0}};
-                request_active <= start_moves_dram;
-                request_rows_left <= y_size;
-                request_row_byte <= start_row_byte;
-                request_addr <= beat_aligned(start_row_byte);
-                request_beats_left <= row_beats(start_word_mode, start_row_byte, x_size,
-                                                start_log_beats);
-            end
-
-            // address side: one burst at a time, running ahead of the data
-            if (request_active && !request_valid) begin
-                request_valid <= 1'b1;
-                request_len <= next_len;
-            end
-            if (request_valid && ar_ready) begin
-                request_valid <= 1'b0;
-                if (request_beats_left == {15'd0, request_len}) begin
-                    if (request_rows_left == 16'd1) begin
-                        request_active <= 1'b0;
-                    end else begin
-                        request_rows_left <= request_rows_left - 16'd1;
-                        request_row_byte <= request_row_byte + stride_bytes;
-                        request_addr <= beat_aligned(request_row_byte + stride_bytes);
-                        request_beats_left <= row_beats(word_mode, request_row_byte + stride_bytes,
-                                                        x_size_q, log_tile_beats);
-                    end
-                end else begin
-                    request_addr <= request_addr + ({23'd0, request_len} << LOG_BUS);
-                    request_beats_left <= request_beats_left - {15'd0, request_len};
-                end
             end
 
             // write side: entries in order, data beats as they arrive

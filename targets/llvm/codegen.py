@@ -33,6 +33,7 @@ from heterocc.tir.stmt import (
 from heterocc.tir.visitor import collect
 
 from .runtime import PARALLEL_FOR
+from .vecmath import VectorISA, vector_symbol
 
 #: fast-math flags of float arithmetic: contraction into FMA and reassociation (for
 #: vectorized reductions), but no assumptions about NaN or infinity.
@@ -85,8 +86,11 @@ def storage_type(dtype: str) -> ir.Type:
 
 
 def _mangle(ty: ir.Type) -> str:
+    """LLVM's type suffix of overloaded intrinsics: ``f32``, ``v16f32``, ``v8i8``..."""
     if isinstance(ty, ir.VectorType):
         return f"v{ty.count}{_mangle(ty.element)}"
+    if isinstance(ty, ir.IntType):
+        return f"i{ty.width}"
     return {"half": "f16", "float": "f32", "double": "f64"}[str(ty)]
 
 
@@ -209,9 +213,10 @@ class FunctionEmitter:
             return
         start = self.expr(node.min)
         end = self.builder.add(start, self.expr(node.extent))
-        self._loop(node.var, start, end, node.body)
+        self.emit_loop(node.var, start, end, node.body)
 
-    def _loop(self, var: tx.Var, start: ir.Value, end: ir.Value, body: Stmt) -> None:
+    def emit_loop(self, var: tx.Var, start: ir.Value, end: ir.Value, body: Stmt) -> None:
+        """A serial loop of ``var`` over [start, end) around ``body``."""
         preheader = self.builder.block
         header = self.function.append_basic_block(f"{var.name}.header")
         loop_body = self.function.append_basic_block(f"{var.name}.body")
@@ -256,8 +261,8 @@ class FunctionEmitter:
             arg.add_attribute("noalias")
             emitter.buffers[buffer] = arg
         start = emitter.expr(node.min)
-        emitter._loop(node.var, emitter.builder.add(start, begin),
-                      emitter.builder.add(start, end), node.body)
+        emitter.emit_loop(node.var, emitter.builder.add(start, begin),
+                          emitter.builder.add(start, end), node.body)
         emitter.finish()
 
         task = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64, I64, PTR]), name)
@@ -347,22 +352,50 @@ class FunctionEmitter:
         element = storage_type(node.buffer.dtype)
         align = _itemsize(node.buffer.dtype)
         lanes = tx.lanes_of(index.dtype)
+        mask = self.expr(node.predicate) if node.predicate is not None and lanes > 1 else None
         if lanes == 1:
             value = self.builder.load(self._address(node.buffer, self.expr(index)),
                                       typ=element, align=align)
         elif isinstance(index, tx.Ramp) and _is_one(index.stride):
-            value = self.builder.load(self._address(node.buffer, self.expr(index.base)),
-                                      typ=ir.VectorType(element, lanes), align=align)
+            address = self._address(node.buffer, self.expr(index.base))
+            vector_type = ir.VectorType(element, lanes)
+            if mask is None:
+                value = self.builder.load(address, typ=vector_type, align=align)
+            else:
+                masked_load = self._function(
+                    f"llvm.masked.load.{_mangle(vector_type)}.p0", vector_type,
+                    [PTR, I32, mask.type, vector_type])
+                value = self.builder.call(masked_load, [address, ir.Constant(I32, align), mask,
+                                                        ir.Constant(vector_type, None)])
         else:
-            offsets = self.expr(index)
-            value = ir.Constant(ir.VectorType(element, lanes), ir.Undefined)
-            for lane in range(lanes):
-                at = ir.Constant(I32, lane)
-                address = self._address(node.buffer, self.builder.extract_element(offsets, at))
-                loaded = self.builder.load(address, typ=element, align=align)
-                value = self.builder.insert_element(value, loaded, at)
+            value = self._gather(node.buffer, self.expr(index), lanes, mask)
         if tx.is_bool(node.buffer.dtype):
             value = self.builder.trunc(value, value_type(node.dtype))
+        return value
+
+    def _gather(self, buffer: tx.Buffer, offsets: ir.Value, lanes: int,
+                mask: ir.Value | None) -> ir.Value:
+        """Lane-by-lane loads at ``offsets``; lanes whose ``mask`` bit is clear are not
+        read and hold zero."""
+        element = storage_type(buffer.dtype)
+        align = _itemsize(buffer.dtype)
+        value = ir.Constant(ir.VectorType(element, lanes), None)
+        for lane in range(lanes):
+            at = ir.Constant(I32, lane)
+            if mask is None:
+                address = self._address(buffer, self.builder.extract_element(offsets, at))
+                loaded = self.builder.load(address, typ=element, align=align)
+                value = self.builder.insert_element(value, loaded, at)
+                continue
+            before, skipping_block = value, self.builder.block
+            with self.builder.if_then(self.builder.extract_element(mask, at)):
+                address = self._address(buffer, self.builder.extract_element(offsets, at))
+                loaded = self.builder.load(address, typ=element, align=align)
+                inserted = self.builder.insert_element(before, loaded, at)
+                inserted_block = self.builder.block
+            value = self.builder.phi(before.type)
+            value.add_incoming(inserted, inserted_block)
+            value.add_incoming(before, skipping_block)
         return value
 
     def _expr_Not(self, node: tx.Not) -> ir.Value:
@@ -416,6 +449,11 @@ class FunctionEmitter:
 
     def _expr_Call(self, node: tx.Call) -> ir.Value:
         args = [self.expr(a) for a in node.args]
+        lanes = tx.lanes_of(node.dtype)
+        variant = vector_symbol(node.name, tx.scalar_dtype(node.dtype), lanes,
+                                self.codegen.vector_isas) if lanes > 1 else None
+        if variant is not None:
+            return self._vector_library_call(*variant, args)
         if node.name in _LLVM_INTRINSICS:
             ty = value_type(node.dtype)
             name = f"{_LLVM_INTRINSICS[node.name]}.{_mangle(ty)}"
@@ -425,6 +463,29 @@ class FunctionEmitter:
             return self._lanes_apply(node.dtype, args, self._libm_call(node.name, node.dtype))
         raise CompileError(f"LLVM codegen: intrinsic {node.name!r} is not supported; supported: "
                            f"{', '.join(sorted([*_LLVM_INTRINSICS, *_LIBM]))}")
+
+    def _vector_library_call(self, symbol: str, width: int, args: list[ir.Value]) -> ir.Value:
+        """``symbol`` (a libmvec function on ``width`` lanes) over vectors of a multiple of
+        ``width`` lanes: split, call per piece, concatenate."""
+        builder = self.builder
+        piece_type = ir.VectorType(args[0].type.element, width)
+        function = self._function(symbol, piece_type, [piece_type] * len(args))
+
+        def lanes_mask(start: int, count: int) -> ir.Constant:
+            return ir.Constant(ir.VectorType(I32, count), list(range(start, start + count)))
+
+        total = args[0].type.count
+        pieces = []
+        for start in range(0, total, width):
+            parts = [arg if width == total else builder.shuffle_vector(
+                arg, ir.Constant(arg.type, ir.Undefined), lanes_mask(start, width))
+                for arg in args]
+            pieces.append(builder.call(function, parts))
+        while len(pieces) > 1:
+            count = pieces[0].type.count * 2
+            pieces = [builder.shuffle_vector(low, high, lanes_mask(0, count))
+                      for low, high in zip(pieces[::2], pieces[1::2])]
+        return pieces[0]
 
     def _libm_call(self, name: str, dtype: str) -> Callable[..., ir.Value]:
         base = tx.scalar_dtype(dtype)
@@ -467,6 +528,11 @@ class FunctionEmitter:
         if op in ("min", "max"):
             name = f"llvm.{op}num.{_mangle(ty)}"
             return builder.call(self._function(name, ty, [ty, ty]), [a, b])
+        if op == "truncdiv":
+            trunc = self._function(f"llvm.trunc.{_mangle(ty)}", ty, [ty])
+            return builder.call(trunc, [builder.fdiv(a, b)])
+        if op == "truncmod":
+            return builder.frem(a, b)
         floor = self._function(f"llvm.floor.{_mangle(ty)}", ty, [ty])
         quotient = builder.call(floor, [builder.fdiv(a, b)])
         if op == "floordiv":
@@ -491,8 +557,14 @@ class FunctionEmitter:
         if op in ("min", "max"):
             icmp = builder.icmp_unsigned if unsigned else builder.icmp_signed
             return builder.select(icmp("<" if op == "min" else ">", a, b), a, b)
-        if op in ("floordiv", "floormod") and unsigned:
-            return (builder.udiv if op == "floordiv" else builder.urem)(a, b)
+        bitwise = {"bitand": builder.and_, "bitor": builder.or_, "bitxor": builder.xor,
+                   "shl": builder.shl, "shr": builder.lshr if unsigned else builder.ashr}
+        if op in bitwise:
+            return bitwise[op](a, b)
+        if op in ("floordiv", "floormod", "truncdiv", "truncmod") and unsigned:
+            return (builder.udiv if op.endswith("div") else builder.urem)(a, b)
+        if op in ("truncdiv", "truncmod"):
+            return (builder.sdiv if op == "truncdiv" else builder.srem)(a, b)
         if op in ("floordiv", "floormod"):
             return self._floor_div_mod(op, a, b)
         raise CompileError(f"LLVM codegen: integer operator {op!r} is not supported")
@@ -518,10 +590,12 @@ def _is_load(node) -> bool:
 
 
 class CodeGenLLVM:
-    """Builds one LLVM module from PrimFuncs."""
+    """Builds one LLVM module from PrimFuncs. ``vector_isas`` are the vector ABIs the
+    target CPU can call libmvec with (none: vector math is computed lane by lane)."""
 
-    def __init__(self, module_name: str = "heterocc"):
+    def __init__(self, module_name: str = "heterocc", vector_isas: tuple[VectorISA, ...] = ()):
         self.module = ir.Module(name=module_name)
+        self.vector_isas = vector_isas
         self._counter = itertools.count()
 
     def fresh_name(self, prefix: str) -> str:

@@ -13,6 +13,7 @@ import functools
 import itertools
 import json
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,8 @@ from heterocc.tir.stmt import BufferStore, PrimFunc
 from heterocc.tir.visitor import collect
 
 from .codegen import CodeGenLLVM
-from .runtime import load_runtime, run_compiler, write_runtime_source
+from .runtime import PARALLEL_FOR, load_runtime, run_compiler, write_runtime_source
+from .vecmath import host_isas, libmvec, uses_libmvec
 
 #: LLVM optimization level of the pass pipeline and of machine code generation.
 OPT_LEVEL = 3
@@ -84,6 +86,8 @@ class _Host:
         self.export_machine = target.create_target_machine(
             cpu=self.cpu, features=self.features, opt=OPT_LEVEL, reloc="pic", codemodel="default")
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.jit_machine)
+        #: serializes additions to the engine (builds may run on several Python threads)
+        self.engine_lock = threading.Lock()
         self._module_ids = itertools.count()
 
     def next_module_id(self) -> int:
@@ -114,7 +118,7 @@ def _optimized_module(ir_text: str, machine: llvm.TargetMachine) -> llvm.ModuleR
 
 
 def _generate(funcs: Sequence[PrimFunc], symbols: Sequence[str], module_name: str) -> str:
-    codegen = CodeGenLLVM(module_name)
+    codegen = CodeGenLLVM(module_name, host_isas(host().features))
     for func, symbol in zip(funcs, symbols):
         codegen.add_function(func, symbol)
     return str(codegen.module)
@@ -209,40 +213,55 @@ class LLVMModule(_FunctionTable):
     def __init__(self, funcs: Sequence[PrimFunc], name: str = "heterocc"):
         funcs = list(funcs)
         _check_names(funcs)
-        load_runtime()
         state = host()
         self.name = name
         self.funcs = funcs
         module_id = state.next_module_id()
         symbols = [f"{f.name}__hcc{module_id}" for f in funcs]
         self.unoptimized_ir = _generate(funcs, symbols, name)
+        if PARALLEL_FOR in self.unoptimized_ir:
+            load_runtime()  # only kernels with parallel loops need the C runtime (and cc)
+        if uses_libmvec(self.unoptimized_ir):
+            llvm.load_library_permanently(libmvec()._name)
         self._llvm_module = _optimized_module(self.unoptimized_ir, state.jit_machine)
         self.ir = str(self._llvm_module)
-        state.engine.add_module(self._llvm_module)
-        state.engine.finalize_object()
-        self.functions = {
-            f.name: CompiledFunction(FunctionSignature.of(f),
-                                     state.engine.get_function_address(symbol), self)
-            for f, symbol in zip(funcs, symbols)}
+        with state.engine_lock:
+            state.engine.add_module(self._llvm_module)
+            state.engine.finalize_object()
+            addresses = [state.engine.get_function_address(symbol) for symbol in symbols]
+        self.functions = {f.name: CompiledFunction(FunctionSignature.of(f), address, self)
+                          for f, address in zip(funcs, addresses)}
 
     def assembly(self) -> str:
         """Host assembly of the optimized module (for inspection)."""
         return host().jit_machine.emit_assembly(llvm.parse_assembly(self.ir))
+
+    def object_code(self) -> bytes:
+        """Position-independent object code of the module for the host CPU, its functions
+        named as the PrimFuncs (C ABI: one data pointer per buffer). Link it with the
+        runtime (``runtime.RUNTIME_SOURCE``) when a function has parallel loops, and with
+        ``-lmvec -lm`` when it calls vector math (``vecmath.uses_libmvec(module.ir)``)."""
+        ir_text = _generate(self.funcs, [f.name for f in self.funcs], self.name)
+        machine = host().export_machine
+        return machine.emit_object(_optimized_module(ir_text, machine))
+
+    def export_object(self, path: str | Path) -> Path:
+        """Write :meth:`object_code` to ``path``."""
+        path = Path(path)
+        path.write_bytes(self.object_code())
+        return path
 
     def export_library(self, path: str | Path) -> Path:
         """Write a shared library with one C-ABI function per PrimFunc, named as the
         PrimFunc, taking one data pointer per buffer; the runtime is linked in. The
         signatures are written beside it as ``<path>.json`` for :func:`load_library`."""
         path = Path(path)
-        ir_text = _generate(self.funcs, [f.name for f in self.funcs], self.name)
-        machine = host().export_machine
-        obj = machine.emit_object(_optimized_module(ir_text, machine))
         with tempfile.TemporaryDirectory() as tmp:
-            obj_path = Path(tmp) / "kernels.o"
-            obj_path.write_bytes(obj)
+            obj_path = self.export_object(Path(tmp) / "kernels.o")
             runtime = write_runtime_source(Path(tmp))
+            libraries = ["-lmvec", "-lm"] if uses_libmvec(self.ir) else ["-lm"]
             run_compiler(["-O2", "-shared", "-fPIC", "-pthread", "-o", str(path), str(obj_path),
-                          str(runtime), "-lm"], f"linking {path.name}")
+                          str(runtime), *libraries], f"linking {path.name}")
         signatures = [s.to_json() for s in self.signatures]
         Path(str(path) + ".json").write_text(json.dumps({"functions": signatures}, indent=1))
         return path

@@ -1,5 +1,10 @@
 """CPU schedules of the LLVM target.
 
+``schedule_injective`` runs an elementwise/injective stage as one flat loop cut into
+vectors (and into parallel chunks when it is large); ``schedule_reduction`` runs the
+output points of a reduction in parallel, each reduced by an inner loop that LLVM
+vectorizes (float reductions are reassociable).
+
 ``matmul`` packs B into column panels one register tile wide (so the micro-kernel
 reads B contiguously) and ``schedule_matmul`` gives the product a register-tiled,
 vectorized, parallel schedule: each (row tile, column panel) accumulates in a local
@@ -14,10 +19,46 @@ import numpy as np
 from heterocc import te
 from heterocc.errors import CompileError
 
+#: elements below which a loop is not worth waking the thread pool for.
+PARALLEL_MIN_ELEMENTS = 1 << 14
+
 #: rows of C per register tile.
 TILE_ROWS = 8
 #: bytes of one vector register (AVX-512); a column panel is two vectors wide.
 VECTOR_BYTES = 64
+
+
+def vector_lanes(dtype: str) -> int:
+    """Lanes of one vector register of ``dtype``."""
+    return max(VECTOR_BYTES // max(np.dtype(dtype).itemsize, 1), 1)
+
+
+def schedule_injective(schedule: te.Schedule, tensor: te.Tensor) -> None:
+    """Fuse all axes of ``tensor``'s stage, vectorize by register width, and run chunks
+    in parallel when there are enough elements."""
+    stage = schedule[tensor]
+    axes = list(stage.op.axis)
+    if not axes:
+        return
+    flat = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    size = int(np.prod(tensor.shape))
+    outer, lanes = stage.split(flat, factor=vector_lanes(tensor.dtype))
+    stage.vectorize(lanes)
+    if size >= PARALLEL_MIN_ELEMENTS:
+        stage.parallel(outer)
+
+
+def schedule_reduction(schedule: te.Schedule, tensor: te.Tensor) -> None:
+    """Run the output points of reduction ``tensor`` in parallel (when there are many
+    and the reduction is large), each reduced by its inner loops."""
+    stage = schedule[tensor]
+    axes = list(stage.op.axis)
+    if not axes:
+        return
+    flat = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    work = int(np.prod(tensor.shape)) * int(np.prod([iv.extent for iv in stage.reduce_axis]))
+    if work >= PARALLEL_MIN_ELEMENTS and int(np.prod(tensor.shape)) > 1:
+        stage.parallel(flat)
 
 
 def panel_width(dtype: str) -> int:

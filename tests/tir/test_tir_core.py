@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heterocc import tir
-from heterocc.errors import TypeInferenceError
+from heterocc.errors import CompileError, TypeInferenceError
 from heterocc.tir import Interval
 
 I = tir.Var("i")
@@ -186,3 +187,27 @@ def test_partition_loops_splits_off_the_guarded_tail():
         "  for v in vectorized(0, 2):",
         "    A[(v + 8)] = 1.0",
     ]
+
+
+def test_ir_builder_nests_and_runs():
+    from heterocc.targets import llvm as hllvm
+
+    out = _buffer("out", (4, 6))
+    ib = tir.IRBuilder()
+    with ib.for_range(4, "r", kind=tir.ForKind.PARALLEL) as r:
+        with ib.allocate((6,), "float32", "row") as row:
+            with ib.for_range(6, "c") as c:
+                ib.store(row, tir.cast("float32", r * 10 + c), c)
+            with ib.for_range(6, "c", kind=tir.ForKind.VECTORIZED) as c:
+                with ib.if_scope(c < 3):
+                    ib.store(out, tir.BufferLoad(row, (c,)), r, c)
+                with ib.else_scope():
+                    ib.store(out, -1.0, r, c)
+    func = tir.lower_pipeline(tir.PrimFunc("built", (out,), ib.get()))
+    result = np.zeros((4, 6), np.float32)
+    hllvm.build(func)(result)
+    expected = np.where(np.arange(6) < 3, np.arange(4)[:, None] * 10 + np.arange(6), -1)
+    np.testing.assert_array_equal(result, expected)
+    with pytest.raises(CompileError, match="else_scope"):
+        with tir.IRBuilder().else_scope():
+            pass

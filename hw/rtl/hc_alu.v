@@ -1,0 +1,57 @@
+// The ALU's arithmetic on one accumulator tile, element-wise (docs/isa.md section 5).
+// Comparisons use the wider of the accumulator and the 16-bit immediate, because
+// the ISA compares against the immediate before wrapping; results wrap to acc_bits.
+`default_nettype none
+`include "hc_config.vh"
+
+module hc_alu (
+    input  wire [2:0]                   op,
+    input  wire                         use_imm,
+    input  wire [15:0]                  imm,
+    input  wire [`HC_ACC_TILE_BITS-1:0] x_tile,
+    input  wire [`HC_ACC_TILE_BITS-1:0] y_tile,
+    output wire [`HC_ACC_TILE_BITS-1:0] result
+);
+    localparam integer AB = `HC_ACC_BITS;
+    localparam integer OPW = AB > 16 ? AB : 16;
+    localparam integer ELEMENTS = `HC_BATCH * `HC_BLOCK_OUT;
+    localparam integer SHIFT_BITS = $clog2(AB);
+    localparam [2:0] OP_MIN = 3'd0;
+    localparam [2:0] OP_MAX = 3'd1;
+    localparam [2:0] OP_ADD = 3'd2;
+    localparam [2:0] OP_SHR = 3'd3;
+    localparam [OPW:0] MAX_SHIFT = AB - 1;
+
+    wire signed [OPW-1:0] wide_imm = {{(OPW-16){imm[15]}}, imm};
+
+    genvar e;
+    generate
+        for (e = 0; e < ELEMENTS; e = e + 1) begin : g_element
+            wire signed [AB-1:0] x = x_tile[e*AB +: AB];
+            wire signed [OPW-1:0] wide_x = {{(OPW-AB){x[AB-1]}}, x};
+            wire signed [OPW-1:0] wide_y = use_imm ? wide_imm
+                : {{(OPW-AB){y_tile[e*AB + AB - 1]}}, y_tile[e*AB +: AB]};
+            // |y| in one more bit, so that the most negative operand negates exactly
+            wire [OPW:0] magnitude = wide_y[OPW-1] ? -{wide_y[OPW-1], wide_y}
+                                                   : {1'b0, wide_y};
+            wire [SHIFT_BITS-1:0] distance = magnitude > MAX_SHIFT ? MAX_SHIFT[SHIFT_BITS-1:0]
+                                                                   : magnitude[SHIFT_BITS-1:0];
+            wire [OPW-1:0] sum = wide_x + wide_y;
+            wire [AB-1:0] low_y = wide_y[AB-1:0];
+            wire [AB-1:0] product = x * low_y;
+            reg  [AB-1:0] value;
+            always @* begin
+                case (op)
+                    OP_MIN: value = wide_x < wide_y ? x : wide_y[AB-1:0];
+                    OP_MAX: value = wide_x > wide_y ? x : wide_y[AB-1:0];
+                    OP_ADD: value = sum[AB-1:0];
+                    OP_SHR: value = wide_y[OPW-1] ? x << distance : x >>> distance;
+                    default: value = product;
+                endcase
+            end
+            assign result[e*AB +: AB] = value;
+        end
+    endgenerate
+endmodule
+
+`default_nettype wire

@@ -1,0 +1,54 @@
+"""The VTA-like accelerator target.
+
+Takes int8 convolutions and dense layers with their bias and requantization
+(the composites of ``patterns.pattern_table``) and runs them as DAE
+instruction streams on the accelerator simulator (``heterocc.accel_sim``).
+Everything else stays on the fallback (CPU) target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from heterocc.accel_sim import HardwareConfig
+from heterocc.ir.graph import Node
+from heterocc.runtime.executor import GraphExecutor
+
+from ..registry import Kernel, register_target
+from .codegen import AcceleratorKernel, compile_composite
+from .patterns import pattern_table as _pattern_table
+
+
+@dataclass
+class VtaTarget:
+    """``config``: a HardwareConfig or a preset name; ``virtual_threads``: 1 or 2."""
+
+    config: HardwareConfig | str = "1x16x16"
+    virtual_threads: int = 2
+    name: str = "vta"
+    kernels: list[AcceleratorKernel] = field(default_factory=list)
+
+    def __post_init__(self):
+        if isinstance(self.config, str):
+            self.config = HardwareConfig.preset(self.config)
+
+    def pattern_table(self):
+        return _pattern_table()
+
+    def build(self, function: Node) -> Kernel:
+        """A region: each composite inside becomes one accelerator program."""
+        compiled = {}
+        for node in function.body.nodes:
+            kernel = compile_composite(node, self.config, self.virtual_threads)
+            self.kernels.append(kernel)
+            compiled[node.name] = kernel
+        executor = GraphExecutor(function.body, compiled, {n: self.name for n in compiled})
+
+        def run_region(args):
+            return executor.execute(args)
+
+        run_region.composites = list(compiled.values())
+        return run_region
+
+
+register_target("vta", VtaTarget, "VTA-like int8 accelerator (DAE streams on accel_sim)")

@@ -1,0 +1,137 @@
+"""Lowering of the accelerator's composites to instruction streams.
+
+A composite (ConvInteger or MatMulInteger, optional int32 bias, Requantize)
+becomes one GEMM program with a requantizing ALU epilogue
+(``accel_sim.reference_programs``). Convolutions are lowered as im2col GEMMs:
+the host lays the input windows out as the A matrix, the accelerator does all
+multiply-accumulates and the requantization. Weights, epilogue constants and the
+instruction stream with its micro-op kernels are built once, at compile time;
+each call only writes the activations into a copy of the DRAM image.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from heterocc.accel_sim import HardwareConfig, run_stream
+from heterocc.accel_sim.isa import Buffer
+from heterocc.accel_sim.program import Program, pack_tiles, read_tensor
+from heterocc.accel_sim.reference_programs import Requantization, tiled_gemm_program
+from heterocc.errors import CompileError
+from heterocc.ir.graph import Node
+from heterocc.ops.nn import conv_geometry
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _per_channel(value, channels: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(value, np.int64).reshape(-1), (channels,)).copy()
+
+
+def _epilogue(nodes: list[Node], channels: int, padded: int) -> Requantization:
+    requant = nodes[-1]
+    bias = np.zeros(channels, np.int64)
+    add = next((n for n in nodes if n.op == "Add"), None)
+    if add is not None:
+        bias = _per_channel(add.inputs[1].data, channels)
+    a = requant.attrs
+    multiplier = _per_channel(a["multiplier"], channels)
+    shift = _per_channel(a["shift"], channels)
+    rounding = np.where(shift > 0, np.left_shift(1, np.maximum(shift - 1, 0)), 0)
+
+    def pad(values, fill):
+        return np.concatenate([values, np.full(padded - channels, fill, np.int64)])
+
+    return Requantization(pad(bias, 0), pad(multiplier, 1), pad(rounding, 0), pad(shift, 0),
+                          int(a["zero_point"]), int(a["qmin"]), int(a["qmax"]))
+
+
+@dataclass
+class AcceleratorKernel:
+    """One composite compiled for the accelerator; call it with the composite's input."""
+
+    name: str
+    config: HardwareConfig
+    program: Program
+    to_matrix: object  # input array -> A matrix (M x K)
+    from_matrix: object  # C matrix (M x N) -> output array
+    k_padded: int
+    calls: int = 0
+    cycles: int = 0
+    last_cycles: int = 0
+    utilization: float = 0.0
+    macs: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def __call__(self, args):
+        a = self.to_matrix(args[0])
+        if a.shape[1] != self.k_padded:
+            a = np.pad(a, ((0, 0), (0, self.k_padded - a.shape[1])))
+        tensor = self.program.tensors["A"]
+        dram = self.program.dram.copy()
+        packed = pack_tiles(a.astype(np.int8), tensor.tile_rows, tensor.tile_cols).tobytes()
+        dram[tensor.byte_address: tensor.byte_address + len(packed)] = np.frombuffer(
+            packed, np.uint8)
+        report = run_stream(self.program.instructions, self.config, dram, check=False)
+        self.calls += 1
+        self.last_cycles = report.timing.total_cycles
+        self.cycles += self.last_cycles
+        self.utilization = report.timing.gemm_utilization
+        c = read_tensor(self.config, self.program.tensors["C"], dram)
+        return [self.from_matrix(c)]
+
+
+def _conv_lowering(conv: Node):
+    x, w = conv.inputs[0].type, conv.inputs[1].data
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    kernel, strides, _, pads, (oh, ow) = conv_geometry(x.shape, w.shape, conv.attrs)
+
+    def to_matrix(arr: np.ndarray) -> np.ndarray:
+        padded = np.pad(arr, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+        win = np.lib.stride_tricks.sliding_window_view(padded, (kh, kw), axis=(2, 3))
+        win = win[:, :, :oh * strides[0]:strides[0], :ow * strides[1]:strides[1]]
+        return win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * kh * kw)
+
+    def from_matrix(cmat: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(cmat[:, :o].reshape(n, oh, ow, o).transpose(0, 3, 1, 2))
+
+    return w.reshape(o, -1), to_matrix, from_matrix, n * oh * ow
+
+
+def _dense_lowering(dense: Node):
+    w = dense.inputs[1].data  # (K, N)
+    n_out = w.shape[1]
+    return w.T, (lambda arr: arr), (lambda cmat: np.ascontiguousarray(cmat[:, :n_out])), \
+        dense.inputs[0].type.shape[0]
+
+
+def compile_composite(function: Node, config: HardwareConfig,
+                      virtual_threads: int) -> AcceleratorKernel:
+    """An accelerator kernel for one composite function node."""
+    nodes = function.body.nodes
+    core = nodes[0]
+    if core.op == "ConvInteger":
+        weights, to_matrix, from_matrix, rows = _conv_lowering(core)
+    elif core.op == "MatMulInteger":
+        weights, to_matrix, from_matrix, rows = _dense_lowering(core)
+    else:
+        raise CompileError(f"{function.name}: no accelerator lowering for {core.op}")
+    out_channels, k = weights.shape
+    k_padded = _round_up(k, config.block_in)
+    n_padded = _round_up(out_channels, config.block_out)
+    m_padded = _round_up(rows, config.batch)
+    if m_padded != rows:
+        raise CompileError(f"{function.name}: {rows} rows are not a multiple of the batch "
+                           f"size {config.batch}")
+    w = np.zeros((n_padded, k_padded), np.int8)
+    w[:out_channels, :k] = weights
+    program = tiled_gemm_program(config, np.zeros((rows, k_padded), np.int8), w,
+                                 virtual_threads, output=Buffer.OUT,
+                                 epilogue=_epilogue(nodes, out_channels, n_padded))
+    return AcceleratorKernel(function.name, config, program, to_matrix, from_matrix, k_padded,
+                             macs=rows * k * out_channels)

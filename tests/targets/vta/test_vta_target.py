@@ -1,0 +1,131 @@
+"""The accelerator target: partitioned quantized models on the simulator,
+bit-exact against the NumPy reference of every accelerator function."""
+
+import numpy as np
+import onnx
+import pytest
+
+import heterocc
+from heterocc.errors import PartitionError
+from heterocc.models import tiny_cnn
+from heterocc.runtime.interpreter import evaluate
+from heterocc.targets.vta import VtaTarget
+from heterocc.targets.vta.codegen import compile_composite
+
+ort_quant = pytest.importorskip("onnxruntime.quantization")
+
+
+class _Calibration(ort_quant.CalibrationDataReader):
+    def __init__(self, count=4):
+        self.batches = iter([{"input": np.random.default_rng(i).standard_normal(
+            (1, 3, 32, 32)).astype(np.float32)} for i in range(count)])
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+@pytest.fixture(scope="module")
+def qdq_model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("vta")
+    onnx.save(tiny_cnn(batchnorm=False), str(d / "float.onnx"))
+    ort_quant.quantize_static(
+        str(d / "float.onnx"), str(d / "qdq.onnx"), _Calibration(),
+        quant_format=ort_quant.QuantFormat.QDQ, activation_type=ort_quant.QuantType.QInt8,
+        weight_type=ort_quant.QuantType.QInt8,
+        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    return onnx.load(str(d / "qdq.onnx"))
+
+
+def _composites(compiled):
+    return [c for region in compiled.graph.nodes if region.attrs.get("target") == "vta"
+            for c in region.body.nodes]
+
+
+@pytest.mark.parametrize("preset", ["1x8x8", "1x16x16", "1x32x32"])
+def test_every_accelerator_function_is_bit_exact(qdq_model, preset):
+    target = VtaTarget(config=preset)
+    compiled = heterocc.compile(qdq_model, target=[target, "reference"])
+    composites = _composites(compiled)
+    assert sorted({c.attrs["composite"] for c in composites}) == [
+        "conv2d_bias_requantize", "dense_bias_requantize"]
+    rng = np.random.default_rng(0)
+    for composite in composites:
+        kernel = compile_composite(composite, target.config, 2)
+        x_type = composite.body.inputs[0].type
+        x = rng.integers(-128, 128, x_type.shape).astype(np.int8)
+        (expected,) = evaluate(composite.body, [x])
+        (got,) = kernel([x])
+        assert got.dtype == expected.dtype == np.int8
+        np.testing.assert_array_equal(got, expected)
+        assert kernel.last_cycles > 0
+
+
+def test_partitioned_model_matches_onnxruntime(qdq_model):
+    import onnxruntime as ort
+
+    compiled = heterocc.compile(qdq_model, target="vta,reference")
+    report = compiled.placement_report.by_target()
+    assert report["vta"] >= 10
+    sess = ort.InferenceSession(qdq_model.SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    agree = 0
+    for seed in range(10):
+        x = np.random.default_rng(200 + seed).standard_normal((1, 3, 32, 32)).astype(np.float32)
+        ref = sess.run(None, {"input": x})[0]
+        ours = compiled.run([x])[0]
+        assert np.abs(ref - ours).max() < 0.05
+        agree += int(ref.argmax() == ours.argmax())
+    assert agree >= 9
+
+
+def test_profile_shows_simulated_cycles(qdq_model):
+    compiled = heterocc.compile(qdq_model, target="vta,reference")
+    compiled.enable_profiling()
+    compiled.run([np.zeros((1, 3, 32, 32), np.float32)])
+    table = compiled.profile_report()
+    vta_rows = [line for line in table.splitlines() if " vta " in line]
+    assert vta_rows and all(line.split()[5].isdigit() for line in vta_rows)
+
+
+def test_double_buffering_takes_fewer_cycles(qdq_model):
+    cycles = {}
+    for threads in (1, 2):
+        target = VtaTarget(virtual_threads=threads)
+        compiled = heterocc.compile(qdq_model, target=[target, "reference"])
+        compiled.run([np.ones((1, 3, 32, 32), np.float32)])
+        cycles[threads] = sum(k.last_cycles for k in target.kernels)
+    assert cycles[2] < cycles[1]
+
+
+def test_built_in_quantization_runs_on_the_accelerator():
+    model = tiny_cnn()
+    rng = np.random.default_rng(1)
+    calibration = [[rng.standard_normal((1, 3, 32, 32)).astype(np.float32)] for _ in range(4)]
+    compiled = heterocc.compile(model, target="vta,reference", calibration=calibration)
+    assert compiled.placement_report.by_target()["vta"] >= 10
+    reference = heterocc.compile(model)
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    assert compiled.run([x])[0].argmax() == reference.run([x])[0].argmax()
+
+
+def test_strict_mode_names_what_the_accelerator_refuses():
+    # a grouped (depthwise) convolution matches the conv pattern but is refused
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.ones((4, 1, 3, 3), np.int8)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wd"]),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], group=4, pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "s", "z"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 4, 5, 5])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(0.1), "s"),
+         numpy_helper.from_array(np.int8(0), "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    with pytest.raises(PartitionError, match="grouped convolution"):
+        heterocc.compile(model, target="vta,reference", strict=True)
+    relaxed = heterocc.compile(model, target="vta,reference")
+    assert relaxed.placement_report.by_target().get("vta", 0) == 0
