@@ -226,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_targets)
 
     p = sub.add_parser("demo", help="compile and run the bundled example model")
-    p.add_argument("--target", default="reference")
+    p.add_argument("--target", default="vta,reference",
+                   help="targets of the int8 run (the last also runs the float32 model)")
     p.set_defaults(func=cmd_demo)
 
     from .accel_sim.cli import add_accel_parser

@@ -1,4 +1,5 @@
-"""``heterocc demo``: compile the bundled model, run it, compare with ONNX Runtime."""
+"""``heterocc demo``: the bundled CNN, in float on the CPU and quantized to int8
+across the accelerator simulator and the CPU, next to ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -20,24 +21,56 @@ def _median_ms(fn, repeats: int = 10) -> float:
     return statistics.median(times)
 
 
-def run_demo(target: str = "reference") -> int:
+def _summary(compiled) -> str:
+    counts: dict[str, int] = {}
+    for node in compiled.graph.nodes:
+        if node.body is not None:
+            target = node.attrs.get("target", compiled.targets[-1])
+            counts[target] = counts.get(target, 0) + 1
+    return ", ".join(f"{n} on {t}" for t, n in counts.items())
+
+
+def run_demo(target: str = "vta,reference") -> int:
     from . import compile as hcompile
 
     model = tiny_cnn()
-    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
-    print(f"model: tiny_cnn ({len(model.graph.node)} ONNX nodes), input {list(x.shape)} float32")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    calibration = [[rng.standard_normal((1, 3, 32, 32)).astype(np.float32)] for _ in range(8)]
+    print(f"model: tiny_cnn ({len(model.graph.node)} ONNX nodes: conv, batch norm, residual "
+          f"add, pooling, dense, softmax), input {list(x.shape)} float32\n")
+
+    cpu_target = target.split(",")[-1]
     t0 = time.perf_counter()
-    compiled = hcompile(model, target=target)
-    compile_s = time.perf_counter() - t0
-    graph = compiled.graph
-    print(f"compiled for {target} in {compile_s * 1e3:.1f} ms: {graph.num_nodes()} ops in "
-          f"{len(fused_functions(graph))} fused functions")
-    for fn in fused_functions(graph):
-        print(f"  {fn.name:40s} -> {compiled.targets[-1]}")
-    (probs,) = compiled.run({"input": x})
-    ms = _median_ms(lambda: compiled.run({"input": x}))
-    print(f"output probabilities: {np.array2string(probs[0], precision=3)}")
-    print(f"top-1 class: {int(probs[0].argmax())}   heterocc run: {ms:.2f} ms (median of 10)")
+    float_model = hcompile(model, target=cpu_target)
+    float_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    quantized = hcompile(model, target=target, calibration=calibration)
+    quant_s = time.perf_counter() - t0
+    print(f"float32 on {cpu_target}: compiled in {float_s * 1e3:.0f} ms, "
+          f"{float_model.graph.num_nodes()} ops in {len(fused_functions(float_model.graph))} "
+          "functions")
+    print(f"int8 on {target}: quantized + compiled in {quant_s * 1e3:.0f} ms, functions: "
+          f"{_summary(quantized)}")
+    report = quantized.placement_report
+    if report is not None:
+        print("placement (nodes per target): " + ", ".join(
+            f"{t}: {n}" for t, n in report.by_target().items()))
+
+    (p_float,) = float_model.run({"input": x})
+    quantized.enable_profiling()
+    (p_int8,) = quantized.run({"input": x})
+    print(f"\nfloat32 probabilities: {np.array2string(p_float[0], precision=3)}")
+    print(f"int8    probabilities: {np.array2string(p_int8[0], precision=3)}")
+    print(f"top-1: float32 {int(p_float.argmax())}, int8 {int(p_int8.argmax())}; "
+          f"max |difference| {float(np.max(np.abs(p_float - p_int8))):.3f}")
+    print("\nper-function profile of the int8 run (accelerator rows show simulated cycles):")
+    print(quantized.profile_report())
+
+    float_ms = _median_ms(lambda: float_model.run({"input": x}))
+    int8_ms = _median_ms(lambda: quantized.run({"input": x}))
+    print(f"\nwall time, median of 10: float32 {float_ms:.2f} ms, int8 with the simulated "
+          f"accelerator {int8_ms:.2f} ms")
     try:
         import onnxruntime as ort
     except ImportError:
@@ -46,6 +79,6 @@ def run_demo(target: str = "reference") -> int:
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (ref,) = sess.run(None, {"input": x})
     ort_ms = _median_ms(lambda: sess.run(None, {"input": x}))
-    print(f"ONNX Runtime: {ort_ms:.2f} ms (median of 10); max abs difference "
-          f"{float(np.max(np.abs(probs - ref))):.2e}")
+    print(f"ONNX Runtime float32: {ort_ms:.2f} ms; max |difference| to heterocc float32 "
+          f"{float(np.max(np.abs(p_float - ref))):.2e}")
     return 0

@@ -93,7 +93,8 @@ class GraphExecutor:
     def _record(self, node: Node, seconds: float, kernel) -> None:
         entry = self.profile.get(node.name)
         if entry is None:
-            ops = "+".join(n.op for n in node.body.nodes) if node.body is not None else node.op
+            ops = "+".join(n.attrs.get("composite", n.op) for n in node.body.nodes) \
+                if node.body is not None else node.op
             entry = self.profile[node.name] = ProfileEntry(
                 node.name, ops, self.placement.get(node.name, "reference"))
         entry.calls += 1

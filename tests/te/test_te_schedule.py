@@ -330,3 +330,20 @@ def test_lowered_function_prints_readably():
     assert text.splitlines()[0] == "def mm(A: float32[8, 8], B: float32[8, 8], C: float32[8, 8]):"
     assert "for r in serial(0, 8):" in text
     assert "C[i, j] = (C[i, j] + (A[i, r] * B[r, j]))" in text
+
+
+def test_scalar_and_empty_tensors():
+    A = te.placeholder((), "float32", "A")
+    B = te.compute((), lambda: A[()] * 2.0, name="B")
+    np.testing.assert_array_equal(run(te.create_schedule(B), [A, B], np.array(3.0, np.float32)),
+                                  6.0)
+    r = te.reduce_axis(4, "r")
+    V = te.placeholder((4,), "float32", "V")
+    S = te.compute((), lambda: te.sum(V[r], axis=r), name="S")
+    total = run(te.create_schedule(S), [V, S], np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(total, 6.0)
+    E = te.placeholder((0, 5), "float32", "E")
+    F = te.compute((0, 5), lambda i, j: E[i, j] + 1.0, name="F")
+    s = te.create_schedule(F)
+    s[F].vectorize(s[F].op.axis[1])
+    assert run(s, [E, F], np.zeros((0, 5), np.float32)).shape == (0, 5)
