@@ -29,12 +29,13 @@ class GemmTiling:
 
 @dataclass(frozen=True)
 class Requantization:
-    """Per output column: ``clamp(((acc + bias) * multiplier + rounding) >> shift
-    + zero_point, qmin, qmax)`` in accumulator arithmetic (wrapping), then a narrowing
-    store. ``bias``, ``multiplier``, ``rounding`` and ``shift`` hold one value per
-    column of C."""
+    """Per output column, with ``a = clamp(acc + bias, -limit, limit)``:
+    ``clamp(((a * multiplier + rounding) >> shift) + zero_point, qmin, qmax)`` in
+    accumulator arithmetic (wrapping), then a narrowing store. ``bias``, ``limit``,
+    ``multiplier``, ``rounding`` and ``shift`` hold one value per column of C."""
 
     bias: np.ndarray
+    limit: np.ndarray
     multiplier: np.ndarray
     rounding: np.ndarray
     shift: np.ndarray
@@ -44,11 +45,13 @@ class Requantization:
 
     @property
     def column_constants(self) -> tuple[np.ndarray, ...]:
-        return (self.bias, self.multiplier, self.rounding, self.shift)
+        return (self.bias, -np.asarray(self.limit), self.limit, self.multiplier,
+                self.rounding, self.shift)
 
 
 #: (ALU op, index into Requantization.column_constants) of the epilogue's tensor steps
-_EPILOGUE_TENSOR_STEPS = ((AluOp.ADD, 0), (AluOp.MUL, 1), (AluOp.ADD, 2), (AluOp.SHR, 3))
+_EPILOGUE_TENSOR_STEPS = ((AluOp.ADD, 0), (AluOp.MAX, 1), (AluOp.MIN, 2), (AluOp.MUL, 3),
+                          (AluOp.ADD, 4), (AluOp.SHR, 5))
 
 
 def _largest_divisor(n: int, limit: int) -> int:

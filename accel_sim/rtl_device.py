@@ -31,6 +31,8 @@ import numpy as np
 from ..errors import AcceleratorError
 from .config import HardwareConfig
 from .driver import DEVICE_ALIGNMENT, RunStatus
+from .encoding import encode_stream
+from .program import Program
 from .rtl_header import RTL_DIR, config_id, rtl_sources, write_rtl_header
 
 #: hw/tb, where the cocotb benches live.
@@ -63,6 +65,16 @@ class RtlRun:
     instruction_address: int
     instruction_count: int
     max_cycles: int = 2_000_000
+
+    @classmethod
+    def from_program(cls, program: Program, max_cycles: int = 2_000_000) -> RtlRun:
+        """A run of ``program``: its DRAM image at address 0, the stream on the next page."""
+        stream = encode_stream(program.instructions, program.config)
+        address = -(-program.dram.size // DEVICE_ALIGNMENT) * DEVICE_ALIGNMENT
+        image = np.zeros(address + len(stream), np.uint8)
+        image[: program.dram.size] = program.dram
+        image[address:] = np.frombuffer(stream, np.uint8)
+        return cls(image, address, len(program.instructions), max_cycles)
 
 
 @dataclass(frozen=True)

@@ -43,16 +43,22 @@ def _wrap32(values: np.ndarray) -> np.ndarray:
     return values.astype(np.int64).astype(np.int32)
 
 
+def _per_channel(value, ndim: int) -> np.ndarray:
+    v = np.asarray(value, np.int64)
+    return v.reshape((1, -1) + (1,) * (ndim - 2)) if v.ndim == 1 else v
+
+
 def requantize_int(acc: np.ndarray, multiplier, shift, zero_point: int, qmin: int,
-                   qmax: int) -> np.ndarray:
-    """The integer pipeline in int32 with wrap-around, step by step as the ALU runs it."""
+                   qmax: int, acc_limit=2 ** 31 - 1) -> np.ndarray:
+    """The integer pipeline in int32 with wrap-around, step by step as the ALU runs it:
+    clamp to +-acc_limit, multiply, add the rounding constant, shift, add the zero
+    point, clamp to [qmin, qmax]."""
     acc = acc.astype(np.int32)
-    m = np.asarray(multiplier, np.int64)
-    s = np.asarray(shift, np.int64)
-    if m.ndim == 1:  # per output channel (axis 1)
-        m = m.reshape((1, -1) + (1,) * (acc.ndim - 2))
-        s = s.reshape((1, -1) + (1,) * (acc.ndim - 2))
-    y = _wrap32(acc.astype(np.int64) * m)
+    m = _per_channel(multiplier, acc.ndim)
+    s = _per_channel(shift, acc.ndim)
+    limit = _per_channel(acc_limit, acc.ndim)
+    acc = np.clip(acc.astype(np.int64), -limit, limit)
+    y = _wrap32(acc * m)
     rounding = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
     y = _wrap32(y.astype(np.int64) + rounding)
     y = np.right_shift(y, s.astype(np.int32)).astype(np.int32)
@@ -71,7 +77,7 @@ def _infer_requantize(ctx: InferContext):
     if not info.min <= ctx.attrs["qmin"] <= ctx.attrs["qmax"] <= info.max:
         raise ctx.error(f"clamp range [{ctx.attrs['qmin']}, {ctx.attrs['qmax']}] does not fit "
                         f"{out}")
-    for key in ("multiplier", "shift"):
+    for key in ("multiplier", "shift", "acc_limit"):
         value = ctx.attrs[key]
         if isinstance(value, list) and (x.ndim < 2 or len(value) != x.shape[1]):
             raise ctx.error(f"per-channel {key} has {len(value)} entries for "
@@ -81,10 +87,16 @@ def _infer_requantize(ctx: InferContext):
 
 @register_op("Requantize", infer=_infer_requantize, fusion=FusionKind.ELEMWISE,
              attrs={"multiplier": REQUIRED, "shift": REQUIRED, "zero_point": 0,
-                    "qmin": REQUIRED, "qmax": REQUIRED, "out_dtype": "int8"})
-def requantize(x, *, multiplier, shift, zero_point, qmin, qmax, out_dtype):
-    """int32 -> ``out_dtype``: clamp(((x * multiplier + 2**(shift-1)) >> shift) + zero_point).
+                    "qmin": REQUIRED, "qmax": REQUIRED, "out_dtype": "int8",
+                    "acc_limit": 2 ** 31 - 1})
+def requantize(x, *, multiplier, shift, zero_point, qmin, qmax, out_dtype, acc_limit):
+    """int32 -> ``out_dtype``: with ``a = clip(x, -acc_limit, acc_limit)``,
+    ``clip(((a * multiplier + 2**(shift-1)) >> shift) + zero_point, qmin, qmax)``.
 
-    ``multiplier`` and ``shift`` are ints, or lists (one per channel, axis 1).
+    ``multiplier``, ``shift`` and ``acc_limit`` are ints, or lists (one per channel,
+    axis 1). Accumulators beyond ``acc_limit`` saturate the output anyway; clamping
+    them first keeps the product inside int32, which lets the multiplier keep
+    more bits.
     """
-    return requantize_int(x, multiplier, shift, zero_point, qmin, qmax).astype(out_dtype)
+    return requantize_int(x, multiplier, shift, zero_point, qmin, qmax,
+                          acc_limit).astype(out_dtype)

@@ -159,10 +159,16 @@ def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
     acc_scale = c.x_scale * c.w_scale
     bias_int = np.zeros(n_out, np.int64) if c.bias is None else np.round(c.bias / acc_scale)
     bound = np.abs(w_centered).sum(axis=reduce_axes) * x_range + np.abs(bias_int)
-    pairs = [fixed_point_scale(float(s / c.y_scale), int(b)) for s, b in zip(acc_scale, bound)]
+    info = np.iinfo(c.y_dtype)
+    # beyond this accumulator value the output saturates: clamping there first
+    # keeps acc * multiplier inside int32 for a multiplier with more bits
+    reach = max(info.max - c.y_zero, c.y_zero - info.min) + 2
+    scales = acc_scale / c.y_scale
+    limits = np.minimum(bound, np.ceil(reach / scales) + 1).astype(np.int64)
+    limits = np.minimum(limits, 2 ** 31 - 1)
+    pairs = [fixed_point_scale(float(s), int(b)) for s, b in zip(scales, limits)]
     multipliers = [m for m, _ in pairs]
     shifts = [s for _, s in pairs]
-    info = np.iinfo(c.y_dtype)
     lo = max(info.min, c.y_zero + np.ceil(c.clip[0] / c.y_scale)) if np.isfinite(c.clip[0]) \
         else info.min
     hi = min(info.max, c.y_zero + np.floor(c.clip[1] / c.y_scale)) if np.isfinite(c.clip[1]) \
@@ -191,11 +197,12 @@ def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
         b = constant(bias_int.astype(np.int32).reshape(bias_shape), scope.fresh(f"{name}_bias"))
         nodes.append(Node("Add", [acc, b], [biased], {}, scope.fresh(f"{name}_bias_add")))
         acc = biased
-    same = len(set(pairs)) == 1
+    same = len(set(pairs)) == 1 and len(set(limits.tolist())) == 1
     nodes.append(Node("Requantize", [acc], [q_out], {
         "multiplier": multipliers[0] if same else multipliers,
         "shift": shifts[0] if same else shifts, "zero_point": c.y_zero,
-        "qmin": int(lo), "qmax": int(hi), "out_dtype": c.y_dtype},
+        "qmin": int(lo), "qmax": int(hi), "out_dtype": c.y_dtype,
+        "acc_limit": int(limits[0]) if same else [int(v) for v in limits]},
         scope.fresh(f"{name}_requantize")))
     return nodes
 

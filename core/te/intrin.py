@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..errors import CompileError
 from ..tir import expr as tx
+from ..tir.simplify import simplify
 from ..tir.stmt import BufferStore, Stmt
 from .schedule_reads import reads_of
 from .tensor import PlaceholderOp, Tensor
@@ -22,6 +23,15 @@ class BufferRegion:
     buffer: tx.Buffer
     bases: tuple[tx.Expr, ...]
     shape: tuple[int, ...]
+
+    @property
+    def elem_offset(self) -> tx.Expr:
+        """Row-major element offset of the region's first element in its buffer (what an
+        accelerator instruction or an extern call takes as its address)."""
+        offset: tx.Expr = tx.IntImm(0)
+        for base, dim in zip(self.bases, self.buffer.shape):
+            offset = offset * dim + base
+        return simplify(offset)
 
     @property
     def squeezed_shape(self) -> tuple[int, ...]:

@@ -304,6 +304,11 @@ def const(value, dtype: str | None = None) -> Expr:
     dtype = normalize_dtype(scalar_dtype(dtype))
     if is_float(dtype):
         return FloatImm(float(value), dtype)
+    if is_int(dtype):
+        info = np.iinfo(dtype)
+        if not info.min <= int(value) <= info.max:
+            raise TypeInferenceError(f"constant {value} does not fit in {dtype} "
+                                     f"[{info.min}, {info.max}]; cast the other operand")
     return IntImm(int(value), dtype)
 
 

@@ -36,6 +36,7 @@ from .simplify import (
     simplify_stmt,
 )
 from .stmt import (
+    Allocate,
     BufferStore,
     For,
     ForKind,
@@ -80,10 +81,15 @@ def flatten_buffers(func: PrimFunc) -> PrimFunc:
     return _Flattener().func(func)
 
 
+_NEGATED_COMPARE = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "ne": "eq"}
+
+
 def _as_nonnegative_facts(condition: Expr) -> list[Expr]:
     """Integer comparisons implied by ``condition``, each as ``g`` with ``g >= 0``."""
     if isinstance(condition, Binary) and condition.op == "and":
         return _as_nonnegative_facts(condition.a) + _as_nonnegative_facts(condition.b)
+    if isinstance(condition, Not):
+        return _negated_facts(condition.a)
     if not isinstance(condition, Binary) or lanes_of(condition.a.dtype) > 1:
         return []
     if condition.op not in ("lt", "le", "gt", "ge", "eq") or not is_int(condition.a.dtype):
@@ -92,6 +98,18 @@ def _as_nonnegative_facts(condition: Expr) -> list[Expr]:
     facts = {"lt": [b - a - 1], "le": [b - a], "gt": [a - b - 1], "ge": [a - b],
              "eq": [a - b, b - a]}
     return facts[condition.op]
+
+
+def _negated_facts(condition: Expr) -> list[Expr]:
+    """Facts (as in :func:`_as_nonnegative_facts`) implied by ``condition`` being false."""
+    if isinstance(condition, Binary) and condition.op == "or":
+        return _negated_facts(condition.a) + _negated_facts(condition.b)
+    if isinstance(condition, Not):
+        return _as_nonnegative_facts(condition.a)
+    if isinstance(condition, Binary) and condition.op in _NEGATED_COMPARE:
+        return _as_nonnegative_facts(Binary(_NEGATED_COMPARE[condition.op], condition.a,
+                                            condition.b))
+    return []
 
 
 class _LoadBoundsGuard(Mutator):
@@ -114,9 +132,9 @@ class _LoadBoundsGuard(Mutator):
                                              node.min.value + node.extent.value - 1)
         return self.generic(node)
 
-    def _under(self, condition: Expr, build):
+    def _under(self, facts: list[Expr], build):
         saved = self.facts
-        self.facts = saved + _as_nonnegative_facts(condition)
+        self.facts = saved + facts
         try:
             return build()
         finally:
@@ -124,15 +142,19 @@ class _LoadBoundsGuard(Mutator):
 
     def visit_IfThenElse(self, node: IfThenElse) -> Stmt:
         condition = self.expr(node.condition)
-        then_case = self._under(condition, lambda: self.stmt(node.then_case))
-        else_case = self.stmt(node.else_case) if node.else_case is not None else None
+        then_case = self._under(_as_nonnegative_facts(condition),
+                                lambda: self.stmt(node.then_case))
+        else_case = None if node.else_case is None else self._under(
+            _negated_facts(condition), lambda: self.stmt(node.else_case))
         return dataclasses.replace(node, condition=condition, then_case=then_case,
                                    else_case=else_case)
 
     def visit_Select(self, node: Select) -> Expr:
         condition = self.expr(node.condition)
-        true_value = self._under(condition, lambda: self.expr(node.true_value))
-        return Select(condition, true_value, self.expr(node.false_value))
+        true_value = self._under(_as_nonnegative_facts(condition),
+                                 lambda: self.expr(node.true_value))
+        false_value = self._under(_negated_facts(condition), lambda: self.expr(node.false_value))
+        return Select(condition, true_value, false_value)
 
     def visit_BufferLoad(self, node: BufferLoad) -> Expr:
         node = self.generic(node)
@@ -227,6 +249,50 @@ def partition_loops(func: PrimFunc) -> PrimFunc:
     from some point on are split there: the main part runs without the guard (removed by
     :func:`remove_true_guards`, so it can be vectorized), the tail keeps it."""
     return dataclasses.replace(func, body=simplify_stmt(_LoopPartitioner().stmt(func.body)))
+
+
+class _BufferRenamer(Mutator):
+    """Gives every buffer allocated inside a statement a fresh identity (one per copy)."""
+
+    def __init__(self, suffix: str):
+        self.suffix = suffix
+        self.renamed: dict = {}
+
+    def visit_Allocate(self, node: Allocate) -> Stmt:
+        old = node.buffer
+        self.renamed[old] = dataclasses.replace(old, name=old.name + self.suffix)
+        return Allocate(self.renamed[old], self.stmt(node.body))
+
+    def visit_BufferLoad(self, node: BufferLoad) -> Expr:
+        node = self.generic(node)
+        new = self.renamed.get(node.buffer)
+        return node if new is None else dataclasses.replace(node, buffer=new)
+
+    def visit_BufferStore(self, node: BufferStore) -> Stmt:
+        node = self.generic(node)
+        new = self.renamed.get(node.buffer)
+        return node if new is None else dataclasses.replace(node, buffer=new)
+
+
+class _VirtualThreadInjector(Mutator):
+    def visit_For(self, node: For) -> Stmt:
+        node = self.generic(node)
+        if node.kind is not ForKind.THREAD_BINDING or node.thread_tag != "vthread":
+            return node
+        if not (isinstance(node.min, IntImm) and isinstance(node.extent, IntImm)):
+            raise CompileError(f"virtual thread loop {node.var.name!r} needs constant bounds")
+        copies = []
+        for k in range(node.extent.value):
+            body = substitute(node.body, {node.var: IntImm(node.min.value + k)})
+            copies.append(_BufferRenamer(f".vt{k}").stmt(body))
+        return seq(copies)
+
+
+def inject_virtual_threads(func: PrimFunc) -> PrimFunc:
+    """Loops bound to ``vthread`` replaced by one copy of their body per virtual thread,
+    each with its own copies of the buffers allocated inside, so the copies share no
+    scratch memory and a decoupled access-execute target can overlap them."""
+    return _VirtualThreadInjector().func(func)
 
 
 class _Unroller(Mutator):
@@ -383,7 +449,7 @@ def vectorize_loops(func: PrimFunc) -> PrimFunc:
 
 def lower_pipeline(func: PrimFunc) -> PrimFunc:
     """The default TIR pipeline between ``te.lower`` and code generation."""
-    func = partition_loops(remove_true_guards(func))
+    func = partition_loops(remove_true_guards(inject_virtual_threads(func)))
     func = guard_load_bounds(func)
     func = flatten_buffers(func)
     func = unroll_loops(func)

@@ -27,7 +27,7 @@ from heterocc.tir.visitor import collect
 
 from .codegen import CodeGenLLVM
 from .runtime import PARALLEL_FOR, load_runtime, run_compiler, write_runtime_source
-from .vecmath import host_isas, libmvec, uses_libmvec
+from .vecmath import host_isas, libmvec_name, uses_libmvec
 
 #: LLVM optimization level of the pass pipeline and of machine code generation.
 OPT_LEVEL = 3
@@ -222,7 +222,7 @@ class LLVMModule(_FunctionTable):
         if PARALLEL_FOR in self.unoptimized_ir:
             load_runtime()  # only kernels with parallel loops need the C runtime (and cc)
         if uses_libmvec(self.unoptimized_ir):
-            llvm.load_library_permanently(libmvec()._name)
+            llvm.load_library_permanently(libmvec_name())
         self._llvm_module = _optimized_module(self.unoptimized_ir, state.jit_machine)
         self.ir = str(self._llvm_module)
         with state.engine_lock:

@@ -47,9 +47,15 @@ def host_isas(features: str) -> tuple[VectorISA, ...]:
 
 
 @functools.cache
+def libmvec_name() -> str | None:
+    """The loader name of glibc's vector math library (None where there is none)."""
+    return ctypes.util.find_library("mvec")
+
+
+@functools.cache
 def libmvec() -> ctypes.CDLL | None:
     """glibc's vector math library, loaded globally (None where there is none)."""
-    name = ctypes.util.find_library("mvec")
+    name = libmvec_name()
     if name is None:
         return None
     try:

@@ -41,13 +41,15 @@ def _epilogue(nodes: list[Node], channels: int, padded: int) -> Requantization:
     a = requant.attrs
     multiplier = _per_channel(a["multiplier"], channels)
     shift = _per_channel(a["shift"], channels)
+    limit = _per_channel(a["acc_limit"], channels)
     rounding = np.where(shift > 0, np.left_shift(1, np.maximum(shift - 1, 0)), 0)
 
     def pad(values, fill):
         return np.concatenate([values, np.full(padded - channels, fill, np.int64)])
 
-    return Requantization(pad(bias, 0), pad(multiplier, 1), pad(rounding, 0), pad(shift, 0),
-                          int(a["zero_point"]), int(a["qmin"]), int(a["qmax"]))
+    return Requantization(pad(bias, 0), pad(limit, 2 ** 31 - 1), pad(multiplier, 1),
+                          pad(rounding, 0), pad(shift, 0), int(a["zero_point"]),
+                          int(a["qmin"]), int(a["qmax"]))
 
 
 @dataclass

@@ -8,8 +8,7 @@ generator bug shows up as an ISA error rather than as an RTL mismatch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -232,7 +231,9 @@ def random_program(config: HardwareConfig, seed: int, phases: int = 3) -> NamedP
                            ctx.integer(0, min(_WINDOW, config.wgt_depth) - 1))
                    for _ in range(8)]
     alu_kernel = [MicroOp(k, k) for k in range(4)] + [MicroOp(k, k + _WINDOW) for k in range(4)]
-    kernels = builder.uops("kernels", gemm_kernel + alu_kernel)
+    # a leading spare word puts the kernels at an odd word address, so that micro-op
+    # loads exercise words that straddle bus beats
+    kernels = builder.uops("kernels", [MicroOp(0, 0)] + gemm_kernel + alu_kernel)
     outputs = {
         buffer: builder.tensor(f"out_{buffer.name.lower()}", buffer, shape=(
             config.batch, config.block_out * phases * 4 * _WINDOW))
@@ -241,13 +242,8 @@ def random_program(config: HardwareConfig, seed: int, phases: int = 3) -> NamedP
     next_output = dict.fromkeys(outputs, 0)
 
     def emit_round(instructions: list, pops: dict[str, bool], pushes: dict[str, bool]) -> None:
-        first, last = instructions[0], instructions[-1]
-        for flag, wanted in pops.items():
-            if wanted:
-                object.__setattr__(first, flag, True)
-        for flag, wanted in pushes.items():
-            if wanted:
-                object.__setattr__(last, flag, True)
+        instructions[0] = replace(instructions[0], **pops)
+        instructions[-1] = replace(instructions[-1], **pushes)
         for instruction in instructions:
             builder.emit(instruction)
 
@@ -263,8 +259,8 @@ def random_program(config: HardwareConfig, seed: int, phases: int = 3) -> NamedP
 
         compute: list = []
         if phase == 0:
-            # an odd word offset exercises micro-op words that straddle bus beats
-            compute.append(Load(buffer=Buffer.UOP, sram_base=uop_base, dram_base=kernels.tile_base,
+            compute.append(Load(buffer=Buffer.UOP, sram_base=uop_base,
+                                dram_base=kernels.tile_base + 1,
                                 y_size=1, x_size=len(gemm_kernel) + len(alu_kernel),
                                 x_stride=len(gemm_kernel) + len(alu_kernel),
                                 x_pad_left=ctx.integer(0, 1)))
@@ -292,9 +288,6 @@ def random_program(config: HardwareConfig, seed: int, phases: int = 3) -> NamedP
     program = builder.build()
     check_stream(program.instructions, config, dram_bytes=program.dram.size)
     return NamedProgram(f"random_{seed}", program)
-
-
-ProgramFactory = Callable[[HardwareConfig], list[NamedProgram]]
 
 
 def ci_programs(config: HardwareConfig, random_count: int, seed: int = 0) -> list[NamedProgram]:

@@ -114,3 +114,10 @@ def test_built_in_post_training_quantization_keeps_top1():
         assert np.abs(a - b).max() < 0.1
         agree += int(a.argmax() == b.argmax())
     assert agree >= 9
+
+
+def test_requantize_clamps_accumulators_before_multiplying():
+    acc = np.array([-10 ** 9, -1000, 1000, 10 ** 9], np.int32)
+    # without the limit, 1e9 * 4096 would wrap int32; with it the output saturates
+    out = requantize_int(acc, 4096, 16, 0, -128, 127, acc_limit=5000)
+    assert out.tolist() == [-128, -62, 63, 127]

@@ -19,6 +19,8 @@ def vector_add_intrin(width: int) -> te.TensorIntrin:
     out = te.compute((width,), lambda v: a[v] + b[v], name="out")
 
     def implement(inputs, output):
+        assert tir.structurally_equal(output.elem_offset, tir.simplify(
+            output.bases[0] * output.buffer.shape[1] + output.bases[1]))
         lane = tir.Var("lane")
         ra, rb = inputs
         store = output.store(ra.load(lane) + rb.load(lane), lane)

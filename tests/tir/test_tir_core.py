@@ -94,6 +94,8 @@ def test_expressions_refuse_python_truth_and_bad_operands():
         I / 2
     with pytest.raises(TypeInferenceError, match="unknown intrinsic"):
         tir.call_intrin("nope", I)
+    with pytest.raises(TypeInferenceError, match="does not fit in int8"):
+        tir.Var("small", "int8") + 300
     x = tir.Var("x", "float32")
     assert (x + 1).dtype == "float32" and (x * I).dtype == "float64"
     assert tir.exp(I).dtype == "float32"
@@ -211,3 +213,24 @@ def test_ir_builder_nests_and_runs():
     with pytest.raises(CompileError, match="else_scope"):
         with tir.IRBuilder().else_scope():
             pass
+
+
+def test_inject_virtual_threads_copies_body_and_scratch_buffers():
+    from heterocc import te
+    from heterocc.targets import llvm as hllvm
+
+    A = te.placeholder((8, 16), "float32", "A")
+    B = te.compute((8, 16), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((8, 16), lambda i, j: B[i, j] + 1.0, name="C")
+    s = te.create_schedule(C)
+    vt, rest = s[C].split(s[C].op.axis[0], nparts=2)
+    s[C].bind(vt, "vthread")
+    s[B].compute_at(s[C], rest)
+    func = te.lower(s, [A, C], name="f")
+    names = sorted(a.buffer.name for a in tir.collect(func.body,
+                                                      lambda n: isinstance(n, tir.Allocate)))
+    assert names == ["B.vt0", "B.vt1"]
+    a = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+    c = np.zeros((8, 16), np.float32)
+    hllvm.build(func)(a, c)
+    np.testing.assert_allclose(c, a * 2 + 1, rtol=1e-6)

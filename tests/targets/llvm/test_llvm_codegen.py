@@ -171,7 +171,10 @@ def test_vectorized_concat_uses_masked_loads(dtype):
         j < left, A[i, j], B[i, j - left]), name="C")
     s = te.create_schedule(C)
     s[C].vectorize(s[C].split(s[C].op.axis[1], factor=16)[1])
-    module = hllvm.build(te.lower(s, [A, B, C], name="f"))
+    func = te.lower(s, [A, B, C], name="f")
+    loads = tir.collect(func.body, lambda n: isinstance(n, tir.BufferLoad))
+    assert len(loads) == 2 and all(isinstance(load.indices[0], tir.Ramp) for load in loads)
+    module = hllvm.build(func)
     assert "llvm.masked.load" in module.ir
     a = guarded_array((RNG.standard_normal((rows, left)) * 10).astype(dtype))
     b = guarded_array((RNG.standard_normal((rows, right)) * 10).astype(dtype))
