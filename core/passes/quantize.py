@@ -260,7 +260,7 @@ def realize_qdq(graph: Graph) -> Graph:
             for part in parts:
                 part.attrs = get_op(part.op).normalize_attrs(part.attrs, part.name)
         expanded.extend(parts or [node])
-    graph = graph.rebuild(expanded)
+    graph = _drop_roundtrips(graph.rebuild(expanded))
     producers = graph.producers()
     users = graph.consumers()
     returned = set(graph.outputs)
@@ -292,6 +292,36 @@ def realize_qdq(graph: Graph) -> Graph:
     return _absorb_quantized_relu(substitute(graph, {}, nodes))
 
 
+_ROUNDTRIP = is_op("QuantizeLinear")(_DQ_X, is_constant(), optional(is_constant()))
+
+
+def _same_quantization(dq: Node, q: Node) -> bool:
+    """Whether ``q`` quantizes exactly as ``dq`` dequantized (scale, zero point, dtype)."""
+    try:
+        return (_scalar(dq.inputs[1]) == _scalar(q.inputs[1])
+                and _scalar(dq.inputs[2] if len(dq.inputs) > 2 else None)
+                == _scalar(q.inputs[2] if len(q.inputs) > 2 else None)
+                and dq.inputs[0].type.dtype == q.outputs[0].type.dtype)
+    except ValueError:
+        return False
+
+
+def _drop_roundtrips(graph: Graph) -> Graph:
+    """``Q(DQ(x))`` with the same scale, zero point and type is ``x``."""
+    producers = graph.producers()
+    mapping: dict[Value, Value] = {}
+    for node in graph.nodes:
+        if node.op != "QuantizeLinear":
+            continue
+        m = match(_ROUNDTRIP, node.outputs[0], producers)
+        if m is not None and _same_quantization(m.nodes[0], node):
+            mapping[node.outputs[0]] = m.nodes[0].inputs[0]
+    if not mapping:
+        return graph
+    kept = [n for n in graph.nodes if n.outputs[0] not in mapping]
+    return substitute(graph, mapping, kept)
+
+
 _QRELU = is_op("QuantizeLinear")(is_op("Relu")(_DQ_X), is_constant(), optional(is_constant()))
 
 
@@ -310,17 +340,11 @@ def _absorb_quantized_relu(graph: Graph) -> Graph:
         if m is None:
             continue
         dq, relu = m.nodes[0], m.nodes[1]
-        try:
-            same = (_scalar(dq.inputs[1]) == _scalar(node.inputs[1])
-                    and _scalar(dq.inputs[2] if len(dq.inputs) > 2 else None)
-                    == _scalar(node.inputs[2] if len(node.inputs) > 2 else None))
-        except ValueError:
-            continue
         x = dq.inputs[0]
         source = producers.get(x)
-        if not same or source is None or source.op != "Requantize" or \
-                len(users.get(x, ())) != 1 or len(users.get(relu.outputs[0], ())) != 1 or \
-                x.type.dtype != node.outputs[0].type.dtype:
+        if not _same_quantization(dq, node) or source is None or \
+                source.op != "Requantize" or len(users.get(x, ())) != 1 or \
+                len(users.get(relu.outputs[0], ())) != 1:
             continue
         clamps[source] = max(source.attrs["qmin"], int(_scalar(
             dq.inputs[2] if len(dq.inputs) > 2 else None)))

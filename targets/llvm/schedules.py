@@ -1,15 +1,16 @@
 """CPU schedules of the LLVM target.
 
-``schedule_injective`` runs an elementwise/injective stage as one flat loop cut into
-vectors (and into parallel chunks when it is large); ``schedule_reduction`` runs the
-output points of a reduction in parallel, each reduced by an inner loop that LLVM
-vectorizes (float reductions are reassociable).
-
 ``matmul`` packs B into column panels one register tile wide (so the micro-kernel
 reads B contiguously) and ``schedule_matmul`` gives the product a register-tiled,
 vectorized, parallel schedule: each (row tile, column panel) accumulates in a local
 ``TILE_ROWS x panel`` buffer that LLVM keeps in vector registers, with one FMA per
-vector per step of the reduction.
+vector per step of the reduction. ``schedule_conv2d_nchw`` tiles a direct convolution
+the same way, over output channels and output columns.
+
+``schedule_injective`` runs an elementwise/injective stage as one flat loop cut into
+vectors (and into parallel chunks when it is large); ``schedule_reduction`` runs the
+output points of a reduction in parallel, each reduced by an inner loop that LLVM
+vectorizes (float reductions are reassociable).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from heterocc import te
 from heterocc.errors import CompileError
+from heterocc.te.schedule_reads import reads_of
 
 #: elements below which a loop is not worth waking the thread pool for.
 PARALLEL_MIN_ELEMENTS = 1 << 14
@@ -59,6 +61,42 @@ def schedule_reduction(schedule: te.Schedule, tensor: te.Tensor) -> None:
     work = int(np.prod(tensor.shape)) * int(np.prod([iv.extent for iv in stage.reduce_axis]))
     if work >= PARALLEL_MIN_ELEMENTS and int(np.prod(tensor.shape)) > 1:
         stage.parallel(flat)
+
+
+#: output channels and output columns of one conv2d register tile.
+CONV_TILE_CHANNELS = 16
+CONV_TILE_COLUMNS = 16
+
+
+def schedule_conv2d_nchw(schedule: te.Schedule, output: te.Tensor) -> None:
+    """A register-tiled CPU schedule of a direct NCHW convolution: ``output[n, k, y, x]``
+    a sum over reduction axes (channel, kernel row, kernel column) of a data tensor
+    (read first: the input or a padding stage, which is inlined) times the weights.
+
+    Each tile of ``CONV_TILE_CHANNELS`` output channels by ``CONV_TILE_COLUMNS`` output
+    columns accumulates in registers: one vector of data shared by every channel, one
+    broadcast weight per channel, one FMA each. Rows of tiles run in parallel."""
+    stage = schedule[output]
+    if len(stage.op.axis) != 4 or len(stage.op.reduce_axis) != 3:
+        raise CompileError(f"schedule_conv2d_nchw: {output.name!r} is not an NCHW conv2d "
+                           "(4 output axes, 3 reduction axes)")
+    data = reads_of(stage.body)[0]
+    if isinstance(data.op, te.ComputeOp):
+        schedule[data].compute_inline()
+    local = schedule.cache_write(output, "local")
+    n, k, y, x = schedule[output].op.axis
+    k_outer, k_inner = schedule[output].split(k, factor=CONV_TILE_CHANNELS)
+    x_outer, x_inner = schedule[output].split(x, factor=CONV_TILE_COLUMNS)
+    schedule[output].reorder(n, k_outer, y, x_outer, k_inner, x_inner)
+    schedule[output].parallel(schedule[output].fuse(n, k_outer, y))
+    schedule[output].unroll(k_inner)
+    schedule[output].vectorize(x_inner)
+    schedule[local].compute_at(schedule[output], x_outer)
+    ln, lk, ly, lx = schedule[local].op.axis
+    rc, ry, rx = schedule[local].op.reduce_axis
+    schedule[local].reorder(ln, ly, rc, ry, rx, lk, lx)
+    schedule[local].unroll(lk)
+    schedule[local].vectorize(lx)
 
 
 def panel_width(dtype: str) -> int:

@@ -78,3 +78,61 @@ def test_reduction_schedule_sum(shape, axis):
     out = np.zeros(out_shape, np.float32)
     hllvm.build(te.lower(s, [A, S], name="f"))(a, out)
     np.testing.assert_allclose(out, a.sum(axis), rtol=1e-4, atol=1e-4)
+
+
+def conv2d_nchw(X, Wt, stride, padding):
+    """A padded direct convolution in TE (the shape schedule_conv2d_nchw expects)."""
+    from heterocc import te
+
+    n, c, h, w = X.shape
+    k, _, r, s = Wt.shape
+    out_h = (h + 2 * padding - r) // stride + 1
+    out_w = (w + 2 * padding - s) // stride + 1
+    padded = te.compute(
+        (n, c, h + 2 * padding, w + 2 * padding),
+        lambda b, ch, y, x: te.if_then_else(
+            te.logical_and(te.logical_and(y >= padding, y < h + padding),
+                           te.logical_and(x >= padding, x < w + padding)),
+            X[b, ch, y - padding, x - padding], 0.0), name="padded")
+    rc, ry, rx = te.reduce_axis(c, "rc"), te.reduce_axis(r, "ry"), te.reduce_axis(s, "rx")
+    return te.compute((n, k, out_h, out_w), lambda b, f, y, x: te.sum(
+        padded[b, rc, y * stride + ry, x * stride + rx] * Wt[f, rc, ry, rx],
+        axis=[rc, ry, rx]), name="Y")
+
+
+def conv2d_reference(x, w, stride, padding):
+    n, c, h, width = x.shape
+    k, _, r, s = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    out_h = (h + 2 * padding - r) // stride + 1
+    out_w = (width + 2 * padding - s) // stride + 1
+    out = np.zeros((n, k, out_h, out_w), np.float64)
+    for ry in range(r):
+        for rx in range(s):
+            window = xp[:, :, ry:ry + stride * out_h:stride, rx:rx + stride * out_w:stride]
+            out += np.einsum("nchw,kc->nkhw", window, w[:, :, ry, rx])
+    return out
+
+
+@pytest.mark.parametrize("shape,kernel,stride,padding", [
+    ((1, 8, 14, 14), (16, 8, 3, 3), 1, 1),
+    ((2, 3, 17, 19), (5, 3, 3, 3), 2, 1),
+    ((1, 4, 9, 40), (12, 4, 1, 1), 1, 0),
+    ((1, 2, 11, 11), (8, 2, 5, 5), 1, 2),
+])
+def test_conv2d_schedule_matches_numpy(shape, kernel, stride, padding):
+    from heterocc import te
+
+    X = te.placeholder(shape, "float32", "X")
+    Wt = te.placeholder(kernel, "float32", "W")
+    Y = conv2d_nchw(X, Wt, stride, padding)
+    s = te.create_schedule(Y)
+    schedules.schedule_conv2d_nchw(s, Y)
+    func = te.lower(s, [X, Wt, Y], name="conv")
+    assert tir.collect(func.body, lambda n: isinstance(n, tir.For) and n.kind is
+                       tir.ForKind.PARALLEL)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    w = RNG.standard_normal(kernel).astype(np.float32)
+    y = np.full(Y.shape, np.nan, np.float32)
+    hllvm.build(func)(x, w, y)
+    np.testing.assert_allclose(y, conv2d_reference(x, w, stride, padding), rtol=1e-4, atol=1e-4)
