@@ -168,10 +168,15 @@ module hc_compute (
     );
 
     // --- loop nest (S0) -------------------------------------------------------------
-    wire [UOP_IDX-1:0] cmd_uop_begin = cmd[`HC_GEMM_UOP_BEGIN_LO +: UOP_IDX];
-    wire [UOP_IDX:0]   cmd_uop_end = cmd[`HC_GEMM_UOP_END_LO +: UOP_IDX + 1];
-    wire [13:0]        cmd_loop_outer = cmd[`HC_GEMM_LOOP_OUTER_LO +: 14];
-    wire [13:0]        cmd_loop_inner = cmd[`HC_GEMM_LOOP_INNER_LO +: 14];
+    // GEMM and ALU carry the loop fields at different offsets
+    wire [UOP_IDX-1:0] cmd_uop_begin = cmd_is_alu ? cmd[`HC_ALU_UOP_BEGIN_LO +: UOP_IDX]
+                                                  : cmd[`HC_GEMM_UOP_BEGIN_LO +: UOP_IDX];
+    wire [UOP_IDX:0]   cmd_uop_end = cmd_is_alu ? cmd[`HC_ALU_UOP_END_LO +: UOP_IDX + 1]
+                                                : cmd[`HC_GEMM_UOP_END_LO +: UOP_IDX + 1];
+    wire [13:0]        cmd_loop_outer = cmd_is_alu ? cmd[`HC_ALU_LOOP_OUTER_LO +: 14]
+                                                   : cmd[`HC_GEMM_LOOP_OUTER_LO +: 14];
+    wire [13:0]        cmd_loop_inner = cmd_is_alu ? cmd[`HC_ALU_LOOP_INNER_LO +: 14]
+                                                   : cmd[`HC_GEMM_LOOP_INNER_LO +: 14];
     wire loop_has_work = cmd_loop_outer != 0 && cmd_loop_inner != 0
                       && cmd_uop_end > {1'b0, cmd_uop_begin};
     wire start_loop = cmd_pop && cmd_is_loop && loop_has_work;

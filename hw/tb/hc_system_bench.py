@@ -14,6 +14,7 @@ the run's result file; the comparison with the simulator happens in pytest.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -46,6 +47,8 @@ async def _reset(dut) -> None:
 
 
 async def _run_one(dut, ram: AxiRam, control: AxiLiteMaster, run: dict) -> dict:
+    # a reset between runs: a run that never finished must not leave the next one busy
+    await _reset(dut)
     image = np.load(run["image"])
     ram.write(0, image.tobytes())
     await control.write_dword(REG_INSN_ADDR, run["insn_addr"])
@@ -80,6 +83,8 @@ async def run_job(dut):
     """Run every stream of the job file and record DRAM and registers after each."""
     job = json.loads(Path(os.environ["HC_RTL_JOB"]).read_text())
     Clock(dut.clk, 10, unit="ns").start()
+    # per-transaction logging of the bus models would dominate the log and the run time
+    logging.getLogger(f"cocotb.{dut._name}").setLevel(logging.WARNING)
     ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=job["ram_bytes"])
     control = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
     await _reset(dut)

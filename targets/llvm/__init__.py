@@ -23,8 +23,14 @@ from .module import (
     load_library,
 )
 from .runtime import num_threads
+from .target import LLVMKernel, LLVMTarget
 
 __all__ = [
-    "BufferSpec", "CodeGenLLVM", "CompiledFunction", "FunctionSignature", "LLVMModule",
-    "LoadedLibrary", "build", "host_description", "load_library", "num_threads",
+    "BufferSpec", "CodeGenLLVM", "CompiledFunction", "FunctionSignature", "LLVMKernel",
+    "LLVMModule", "LLVMTarget", "LoadedLibrary", "build", "host_description", "load_library",
+    "num_threads",
 ]
+
+from ..registry import register_target  # noqa: E402
+
+register_target("llvm", LLVMTarget, "host CPU through LLVM (llvmlite)")

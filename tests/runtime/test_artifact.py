@@ -83,3 +83,15 @@ def test_dynamic_model_cannot_be_exported(tmp_path):
                        [("y", "float32", None)])
     with pytest.raises(InputError, match="shapes="):
         heterocc.compile(model).export(str(tmp_path / "a"))
+
+
+def test_llvm_artifact_carries_a_shared_library(tmp_path):
+    compiled = heterocc.compile(tiny_cnn(), target="llvm")
+    path = tmp_path / "llvm_artifact"
+    compiled.export(str(path))
+    assert (path / "kernels" / "llvm" / "kernels.so").exists()
+    loaded = heterocc.load(str(path))
+    x = np.random.default_rng(2).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.run([x])[0], compiled.run([x])[0])
+    kinds = {type(k).__name__ for k in loaded.executor.kernels.values()}
+    assert "LLVMKernel" in kinds

@@ -1,0 +1,173 @@
+"""Convolution, dense layers and pooling."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import te
+from ..errors import CompileError
+from ..ops.nn import conv_geometry
+from .registry import register_compute
+
+
+def _pad(x, pads_begin, pads_end, value, name):
+    """``x`` padded with ``value`` on its trailing spatial axes.
+
+    The load stays affine (no clamped index) so that it vectorizes; if_then_else
+    only reads the side it selects, so the out-of-range index is never loaded.
+    """
+    if not any(pads_begin) and not any(pads_end):
+        return x
+    lead = x.ndim - len(pads_begin)
+    shape = tuple(x.shape[:lead]) + tuple(
+        d + b + e for d, b, e in zip(x.shape[lead:], pads_begin, pads_end))
+
+    def body(*index):
+        inside = None
+        for k, (b, d) in enumerate(zip(pads_begin, x.shape[lead:])):
+            i = index[lead + k]
+            cond = te.logical_and(i >= b, i < b + d)
+            inside = cond if inside is None else te.logical_and(inside, cond)
+        src = tuple(index[:lead]) + tuple(index[lead + k] - b for k, b in enumerate(pads_begin))
+        return te.if_then_else(inside, x[src], te.const(value, x.dtype))
+
+    return te.compute(shape, body, name=name, dtype=x.dtype)
+
+
+@register_compute("Conv")
+def conv(inputs, attrs, out_types):
+    x, w = inputs[0], inputs[1]
+    b = inputs[2] if len(inputs) > 2 else None
+    if x.ndim != 4:
+        raise CompileError(f"{x.ndim - 2}-D convolution has no TE compute (2-D only)")
+    if not x.dtype.startswith("float") or x.dtype == "float16":
+        raise CompileError(f"Conv on {x.dtype} has no TE compute")
+    kernel, strides, dilations, pads, (oh, ow) = conv_geometry(x.shape, w.shape, attrs)
+    group = attrs["group"]
+    n, c = x.shape[:2]
+    o = w.shape[0]
+    cg, og = c // group, o // group
+    data = _pad(x, pads[:2], pads[2:], 0.0, "conv_pad")
+    rc = te.reduce_axis(cg, "rc")
+    ry = te.reduce_axis(kernel[0], "ry")
+    rx = te.reduce_axis(kernel[1], "rx")
+    sy, sx = strides
+    dy, dx = dilations
+
+    def body(nn, k, y, xx):
+        channel = (k // og) * cg + rc if group > 1 else rc
+        value = te.sum(data[nn, channel, y * sy + ry * dy, xx * sx + rx * dx] * w[k, rc, ry, rx],
+                       axis=[rc, ry, rx])
+        return value
+
+    tag = {"schedule": "conv2d_nchw"} if group == 1 else {}
+    y = te.compute((n, o, oh, ow), body, name="conv", dtype=x.dtype, attrs=tag)
+    if b is None:
+        return [y]
+    return [te.compute(y.shape, lambda nn, k, i, j: y[nn, k, i, j] + b[k], name="conv_bias",
+                       dtype=x.dtype)]
+
+
+def _matmul2d(a, b, name):
+    from heterocc.targets.llvm.schedules import matmul
+
+    c = matmul(a, b, name=name)
+    c.op.attrs["schedule"] = "matmul"
+    return c
+
+
+@register_compute("MatMul")
+def matmul_(inputs, attrs, out_types):
+    a, b = inputs[0], inputs[1]
+    if a.ndim != 2 or b.ndim != 2:
+        k = te.reduce_axis(a.shape[-1], "k")
+        out = out_types[0].shape
+        if b.ndim != 2 or a.ndim < 2:
+            raise CompileError("batched MatMul with a batched right operand has no TE compute")
+        return [te.compute(out, lambda *i: te.sum(a[i[:-1] + (k,)] * b[k, i[-1]], axis=k),
+                           name="matmul", dtype=out_types[0].dtype)]
+    if not a.dtype.startswith("float"):
+        raise CompileError(f"MatMul on {a.dtype} has no TE compute")
+    return [_matmul2d(a, b, "matmul")]
+
+
+@register_compute("Gemm")
+def gemm(inputs, attrs, out_types):
+    a, b = inputs[0], inputs[1]
+    c = inputs[2] if len(inputs) > 2 else None
+    if not a.dtype.startswith("float"):
+        raise CompileError(f"Gemm on {a.dtype} has no TE compute")
+    if attrs["transA"]:
+        a = te.compute((a.shape[1], a.shape[0]), lambda i, j: a[j, i], name="gemm_at")
+    if attrs["transB"]:
+        b = te.compute((b.shape[1], b.shape[0]), lambda i, j: b[j, i], name="gemm_bt")
+    prod = _matmul2d(a, b, "gemm")
+    alpha, beta = attrs["alpha"], attrs["beta"]
+    shape = tuple(out_types[0].shape)
+    if c is None and alpha == 1.0:
+        return [prod]
+
+    def body(i, j):
+        value = prod[i, j] * te.const(alpha, a.dtype) if alpha != 1.0 else prod[i, j]
+        if c is not None:
+            from .common import broadcast_load
+
+            bias = broadcast_load(c, shape, (i, j))
+            value = value + (bias * te.const(beta, a.dtype) if beta != 1.0 else bias)
+        return value
+
+    return [te.compute(shape, body, name="gemm_out", dtype=out_types[0].dtype)]
+
+
+def _pool_geometry(x, attrs, out_type):
+    if x.ndim != 4:
+        raise CompileError("only 2-D pooling has a TE compute")
+    if attrs.get("ceil_mode") or any(d != 1 for d in attrs.get("dilations") or [1, 1]):
+        raise CompileError("pooling with ceil_mode or dilations has no TE compute")
+    kernel = attrs["kernel_shape"]
+    strides = attrs.get("strides") or [1, 1]
+    _, _, _, pads, _ = conv_geometry(x.shape, (1, 1, *kernel),
+                                     {**attrs, "dilations": [1, 1], "strides": strides})
+    return kernel, strides, pads
+
+
+@register_compute("MaxPool")
+def max_pool(inputs, attrs, out_types):
+    if len(out_types) > 1:
+        raise CompileError("MaxPool with Indices has no TE compute")
+    x = inputs[0]
+    kernel, strides, pads = _pool_geometry(x, attrs, out_types[0])
+    lowest = float(np.finfo(x.dtype).min) if x.dtype.startswith("float") else \
+        int(np.iinfo(x.dtype).min)
+    data = _pad(x, pads[:2], pads[2:], lowest, "maxpool_pad")
+    ry, rx = te.reduce_axis(kernel[0], "ry"), te.reduce_axis(kernel[1], "rx")
+    return [te.compute(out_types[0].shape, lambda n, c, y, xx: te.max(
+        data[n, c, y * strides[0] + ry, xx * strides[1] + rx], axis=[ry, rx]),
+        name="maxpool", dtype=x.dtype)]
+
+
+@register_compute("AveragePool")
+def average_pool(inputs, attrs, out_types):
+    x = inputs[0]
+    kernel, strides, pads = _pool_geometry(x, attrs, out_types[0])
+    if any(pads) and not attrs["count_include_pad"]:
+        raise CompileError("AveragePool excluding padding has no TE compute")
+    data = _pad(x, pads[:2], pads[2:], 0.0, "avgpool_pad")
+    ry, rx = te.reduce_axis(kernel[0], "ry"), te.reduce_axis(kernel[1], "rx")
+    total = te.compute(out_types[0].shape, lambda n, c, y, xx: te.sum(
+        data[n, c, y * strides[0] + ry, xx * strides[1] + rx], axis=[ry, rx]),
+        name="avgpool_sum", dtype=x.dtype)
+    scale = te.const(1.0 / (kernel[0] * kernel[1]), x.dtype)
+    return [te.compute(total.shape, lambda *i: total[i] * scale, name="avgpool",
+                       dtype=x.dtype)]
+
+
+@register_compute("GlobalAveragePool")
+def global_average_pool(inputs, attrs, out_types):
+    x = inputs[0]
+    axes = [te.reduce_axis(d, f"r{k}") for k, d in enumerate(x.shape[2:])]
+    lead = x.ndim - len(axes)
+    total = te.compute(out_types[0].shape, lambda *i: te.sum(
+        x[tuple(i[:lead]) + tuple(axes)], axis=axes), name="gap_sum", dtype=x.dtype)
+    scale = te.const(1.0 / int(np.prod(x.shape[2:])), x.dtype)
+    return [te.compute(total.shape, lambda *i: total[i] * scale, name="gap", dtype=x.dtype)]

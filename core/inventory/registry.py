@@ -1,0 +1,55 @@
+"""The operator inventory: a TE compute for each op of the registry.
+
+A compute takes the op's input tensors (``te.Tensor``, or None for an omitted
+optional input), its attributes (defaults filled in) and its output types (static
+shapes, from type inference), and returns its output tensors::
+
+    @register_compute("Relu")
+    def relu(inputs, attrs, out_types):
+        (x,) = inputs
+        return [te.compute(x.shape, lambda *i: te.maximum(x(*i), te.const(0, x.dtype)))]
+
+Constant inputs arrive as placeholders too (their data is bound when the
+kernel is built), and ``constant_values`` gives a compute their contents when
+it must know them (e.g. Reshape's shape, already reflected in ``out_types``).
+A compute raises CompileError for a case it does not cover; the target then
+runs that function on the NumPy reference instead and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import CompileError
+from ..ir.types import TensorType
+from ..ops import get_op, has_op
+
+TeCompute = Callable[[Sequence[Any], dict[str, Any], Sequence[TensorType]], list[Any]]
+
+
+def register_compute(*op_names: str) -> Callable[[TeCompute], TeCompute]:
+    """Decorator: the TE compute of ops ``op_names`` (stored on their OpDef)."""
+
+    def decorate(fn: TeCompute) -> TeCompute:
+        for name in op_names:
+            if not has_op(name):
+                raise ValueError(f"no op {name!r} in the registry")
+            op = get_op(name)
+            if op.te_compute is not None:
+                raise ValueError(f"op {name!r} has a TE compute already")
+            op.te_compute = fn
+        return fn
+
+    return decorate
+
+
+def has_compute(op_name: str) -> bool:
+    return has_op(op_name) and get_op(op_name).te_compute is not None
+
+
+def compute_of(op_name: str) -> TeCompute:
+    op = get_op(op_name)
+    if op.te_compute is None:
+        raise CompileError(f"{op_name} has no TE compute in the operator inventory")
+    return op.te_compute
