@@ -107,6 +107,9 @@ def cmd_run(args) -> int:
     print(f"ran in {elapsed * 1e3:.2f} ms")
     if args.profile:
         print(compiled.profile_report())
+        from .runtime.memory import plan_memory
+
+        print(plan_memory(compiled.graph).summary())
     return 0
 
 
@@ -133,6 +136,9 @@ def cmd_inspect(args) -> int:
     print(f"ONNX nodes: {len(proto.graph.node)}   after passes: {graph.num_nodes()} ops in "
           f"{len(functions)} fused functions")
     print("op counts: " + ", ".join(f"{op}={n}" for op, n in graph.op_counts().items()))
+    from .runtime.memory import plan_memory
+
+    print(plan_memory(graph).summary())
     print()
     print(_pass_table(compiled.pass_records))
     if args.dot:

@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import InputError
 from ..ir.graph import Graph, Node, Value
 from ..ops import get_op
+from .memory import MemoryPlan, plan_memory
 
 Kernel = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 
@@ -43,6 +44,17 @@ class GraphExecutor:
     profile: dict[str, ProfileEntry] | None = None
     _inputs: dict[str, np.ndarray] = field(default_factory=dict)
     _outputs: list[np.ndarray] = field(default_factory=list)
+    memory: MemoryPlan | None = None
+
+    def __post_init__(self):
+        if self.memory is None:
+            self.memory = plan_memory(self.graph)
+        returned = set(self.graph.outputs)
+        # values to drop after each node: the run never holds more than the plan
+        self._dead_after: dict[int, list[Value]] = {}
+        for v, last in self.memory.last_use.items():
+            if v not in returned:
+                self._dead_after.setdefault(last, []).append(v)
 
     @property
     def input_names(self) -> list[str]:
@@ -74,15 +86,18 @@ class GraphExecutor:
 
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore", RuntimeWarning)
-            for node in self.graph.nodes:
+            for index, node in enumerate(self.graph.nodes):
                 args = [read(v) for v in node.inputs]
                 t0 = time.perf_counter() if self.profile is not None else 0.0
                 results = self._run_node(node, args)
                 if self.profile is not None:
                     self._record(node, time.perf_counter() - t0,
                                  self.kernels.get(node.name))
+                del args
                 for v, r in zip(node.outputs, results):
                     env[v] = r
+                for v in self._dead_after.get(index, ()):
+                    env.pop(v, None)
         return [np.asarray(read(v)) for v in self.graph.outputs]
 
     def _run_node(self, node: Node, args) -> list[np.ndarray]:
