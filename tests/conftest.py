@@ -31,3 +31,35 @@ def make_model(nodes, inputs, outputs, initializers=None, opset=18) -> onnx.Mode
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+def quantize_with_onnxruntime(model: onnx.ModelProto, input_shape, directory) -> onnx.ModelProto:
+    """``model`` quantized to int8 QDQ by onnxruntime's quantize_static (symmetric,
+    calibrated on a few seeded random inputs)."""
+    from onnxruntime import quantization as oq
+
+    class Calibration(oq.CalibrationDataReader):
+        def __init__(self):
+            name = model.graph.input[0].name
+            self.batches = iter([{name: np.random.default_rng(i).standard_normal(input_shape)
+                                  .astype(np.float32)} for i in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    onnx.save(model, str(directory / "float.onnx"))
+    oq.quantize_static(str(directory / "float.onnx"), str(directory / "qdq.onnx"),
+                       Calibration(), quant_format=oq.QuantFormat.QDQ,
+                       activation_type=oq.QuantType.QInt8, weight_type=oq.QuantType.QInt8,
+                       extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    return onnx.load(str(directory / "qdq.onnx"))
+
+
+@pytest.fixture(scope="session")
+def qdq_tiny_cnn(tmp_path_factory):
+    """The bundled tiny CNN (convolutions with bias), quantized to QDQ by onnxruntime."""
+    pytest.importorskip("onnxruntime.quantization")
+    from heterocc.models import tiny_cnn
+
+    return quantize_with_onnxruntime(tiny_cnn(batchnorm=False), (1, 3, 32, 32),
+                                     tmp_path_factory.mktemp("qdq"))

@@ -1,5 +1,4 @@
 import numpy as np
-import onnx
 import pytest
 
 from heterocc.frontend import from_onnx
@@ -8,8 +7,6 @@ from heterocc.models import tiny_cnn
 from heterocc.ops.qnn import fixed_point_scale, requantize_int
 from heterocc.passes import PassManager
 from heterocc.runtime.interpreter import evaluate
-
-ort_quant = pytest.importorskip("onnxruntime.quantization")
 
 
 @pytest.mark.parametrize("scale", [1e-4, 0.0123, 0.5, 0.99, 3.7])
@@ -27,33 +24,13 @@ def test_requantize_rounds_half_up_and_clamps():
     assert out.tolist() == [-5, 0, 0, 1, 1, 2, 2, 3, 100]
 
 
-class _Calibration(ort_quant.CalibrationDataReader):
-    def __init__(self, shape, count=4):
-        self.batches = iter([{"input": np.random.default_rng(i).standard_normal(shape)
-                              .astype(np.float32)} for i in range(count)])
-
-    def get_next(self):
-        return next(self.batches, None)
-
-
-@pytest.fixture(scope="module")
-def qdq_model(tmp_path_factory):
-    d = tmp_path_factory.mktemp("qdq")
-    onnx.save(tiny_cnn(batchnorm=False), str(d / "float.onnx"))
-    ort_quant.quantize_static(
-        str(d / "float.onnx"), str(d / "qdq.onnx"), _Calibration((1, 3, 32, 32)),
-        quant_format=ort_quant.QuantFormat.QDQ, activation_type=ort_quant.QuantType.QInt8,
-        weight_type=ort_quant.QuantType.QInt8,
-        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
-    return onnx.load(str(d / "qdq.onnx"))
-
-
 def _with_outputs(graph: Graph, names):
     values = {v.name: v for n in graph.nodes for v in n.outputs}
     return Graph(graph.inputs, [values[n] for n in names], graph.nodes, graph.name)
 
 
-def test_qdq_chains_become_integer_ops(qdq_model):
+def test_qdq_chains_become_integer_ops(qdq_tiny_cnn):
+    qdq_model = qdq_tiny_cnn
     graph = from_onnx(qdq_model)
     realized = PassManager(["realize_qdq", "fold_constants", "dce"], check=True).run(graph)
     counts = realized.op_counts()
@@ -78,7 +55,8 @@ def test_qdq_chains_become_integer_ops(qdq_model):
     assert differ / total < 0.1
 
 
-def test_realized_model_matches_onnxruntime_top1(qdq_model):
+def test_realized_model_matches_onnxruntime_top1(qdq_tiny_cnn):
+    qdq_model = qdq_tiny_cnn
     import onnxruntime as ort
 
     graph = from_onnx(qdq_model)

@@ -2,7 +2,6 @@
 bit-exact against the NumPy reference of every accelerator function."""
 
 import numpy as np
-import onnx
 import pytest
 
 import heterocc
@@ -12,28 +11,10 @@ from heterocc.runtime.interpreter import evaluate
 from heterocc.targets.vta import VtaTarget
 from heterocc.targets.vta.codegen import compile_composite
 
-ort_quant = pytest.importorskip("onnxruntime.quantization")
 
-
-class _Calibration(ort_quant.CalibrationDataReader):
-    def __init__(self, count=4):
-        self.batches = iter([{"input": np.random.default_rng(i).standard_normal(
-            (1, 3, 32, 32)).astype(np.float32)} for i in range(count)])
-
-    def get_next(self):
-        return next(self.batches, None)
-
-
-@pytest.fixture(scope="module")
-def qdq_model(tmp_path_factory):
-    d = tmp_path_factory.mktemp("vta")
-    onnx.save(tiny_cnn(batchnorm=False), str(d / "float.onnx"))
-    ort_quant.quantize_static(
-        str(d / "float.onnx"), str(d / "qdq.onnx"), _Calibration(),
-        quant_format=ort_quant.QuantFormat.QDQ, activation_type=ort_quant.QuantType.QInt8,
-        weight_type=ort_quant.QuantType.QInt8,
-        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
-    return onnx.load(str(d / "qdq.onnx"))
+@pytest.fixture
+def qdq_model(qdq_tiny_cnn):
+    return qdq_tiny_cnn
 
 
 def _composites(compiled):
