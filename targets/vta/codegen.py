@@ -5,8 +5,9 @@ becomes one GEMM program with a requantizing ALU epilogue
 (``accel_sim.reference_programs``). Convolutions are lowered as im2col GEMMs:
 the host lays the input windows out as the A matrix, the accelerator does all
 multiply-accumulates and the requantization. Weights, epilogue constants and the
-instruction stream with its micro-op kernels are built once, at compile time;
-each call only writes the activations into a copy of the DRAM image.
+instruction stream with its micro-op kernels are built once, at compile time,
+with the tiling the timing model finds fastest (``tiling.best_tiling``); each
+call only writes the activations into a copy of the DRAM image.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from heterocc.accel_sim.reference_programs import Requantization, tiled_gemm_pro
 from heterocc.errors import CompileError
 from heterocc.ir.graph import Node
 from heterocc.ops.nn import conv_geometry
+
+from .tiling import best_tiling
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -132,8 +135,10 @@ def compile_composite(function: Node, config: HardwareConfig,
                            f"size {config.batch}")
     w = np.zeros((n_padded, k_padded), np.int8)
     w[:out_channels, :k] = weights
+    epilogue = _epilogue(nodes, out_channels, n_padded)
+    tiling, _ = best_tiling(config, rows, k_padded, n_padded, virtual_threads,
+                            len(epilogue.column_constants))
     program = tiled_gemm_program(config, np.zeros((rows, k_padded), np.int8), w,
-                                 virtual_threads, output=Buffer.OUT,
-                                 epilogue=_epilogue(nodes, out_channels, n_padded))
+                                 virtual_threads, tiling, output=Buffer.OUT, epilogue=epilogue)
     return AcceleratorKernel(function.name, config, program, to_matrix, from_matrix, k_padded,
                              macs=rows * k * out_channels)
