@@ -110,3 +110,20 @@ def test_strict_mode_names_what_the_accelerator_refuses():
         heterocc.compile(model, target="vta,reference", strict=True)
     relaxed = heterocc.compile(model, target="vta,reference")
     assert relaxed.placement_report.by_target().get("vta", 0) == 0
+
+
+@pytest.mark.parametrize("shape", [(196, 2304, 256), (49, 4608, 512)])
+def test_timing_model_search_beats_the_default_tiling(shape):
+    from heterocc.accel_sim import HardwareConfig, schedule_stream
+    from heterocc.accel_sim.isa import Buffer
+    from heterocc.accel_sim.reference_programs import tiled_gemm_program
+    from heterocc.targets.vta.tiling import best_tiling
+
+    config = HardwareConfig()
+    rows, k, n = shape
+    tiling, cycles = best_tiling(config, rows, k, n, 2, 0)
+    default = tiled_gemm_program(config, np.zeros((rows, k), np.int8),
+                                 np.zeros((n, k), np.int8), 2, output=Buffer.OUT)
+    assert cycles <= schedule_stream(default.instructions, config).total_cycles
+    ideal = rows * (k // config.block_in) * (n // config.block_out)
+    assert ideal / cycles > 0.9  # the GEMM core is busy more than 90% of the time
