@@ -28,7 +28,7 @@ from ..errors import InputError, ModelLoadError, TypeInferenceError, Unsupported
 from ..ir.graph import Graph, NameScope, Node, Value, constant
 from ..ir.types import TensorType, dtype_from_onnx
 from ..ops import ShapeOperandError, get_op, has_op, infer_node_types
-from .attributes import node_attributes
+from .attributes import attribute_value, node_attributes
 
 #: opset that older models are converted to; the op registry implements its semantics
 #: (and later additions).
@@ -144,17 +144,27 @@ def _validate_shapes(model: onnx.ModelProto) -> None:
         raise ModelLoadError(f"ONNX shape inference rejects the model: {first}") from None
 
 
-def _unsupported(model: onnx.ModelProto) -> None:
-    missing: dict[str, list[str]] = {}
-    for i, node in enumerate(model.graph.node):
+#: ops whose graph attributes (bodies) the importer understands
+_CONTROL_FLOW = ("If", "Loop", "Scan")
+
+
+def _collect_unsupported(graph: onnx.GraphProto, missing: dict[str, list[str]]) -> None:
+    for i, node in enumerate(graph.node):
         name = node.name or f"{node.op_type}_{i}"
         if node.domain not in _DEFAULT_DOMAINS:
             missing.setdefault(f"{node.domain}.{node.op_type}", []).append(name)
         elif node.op_type != "Constant" and not has_op(node.op_type):
             missing.setdefault(node.op_type, []).append(name)
-        elif any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                 for a in node.attribute):
-            missing.setdefault(f"{node.op_type} (sub-graph)", []).append(name)
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH and node.op_type in _CONTROL_FLOW:
+                _collect_unsupported(a.g, missing)
+            elif a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                missing.setdefault(f"{node.op_type} (sub-graph)", []).append(name)
+
+
+def _unsupported(model: onnx.ModelProto) -> None:
+    missing: dict[str, list[str]] = {}
+    _collect_unsupported(model.graph, missing)
     if missing:
         raise UnsupportedOpError(missing)
 
@@ -203,16 +213,35 @@ class _Importer:
     opset: int
     nodes: list[Node]
     origin: dict[Value, set[str]]  # graph inputs each non-constant value depends on
+    #: for a sub-graph: the enclosing importer; outer values it reads become captures
+    parent: _Importer | None = None
+    #: inline=True: outer values are used directly (a branch spliced into its parent)
+    inline: bool = False
+    captures: dict[Value, Value] | None = None  # outer value -> this graph's parameter
 
     def input_value(self, name: str) -> Value | None:
         if not name:
             return None
-        try:
+        if name in self.values:
             return self.values[name]
-        except KeyError:
-            raise ModelLoadError(f"tensor {name!r} is used before it is defined "
-                                 "(the graph is not topologically sorted, or has a cycle)") \
-                from None
+        if self.parent is not None:
+            outer = self.parent.input_value(name)
+            if self.inline or outer.is_const:
+                return outer
+            param = self.captures.get(outer)
+            if param is None:
+                param = self.captures[outer] = Value(self.names.fresh(name), outer.type)
+                self.origin[param] = self.parent.origin.get(outer, set())
+            return param
+        raise ModelLoadError(f"tensor {name!r} is used before it is defined "
+                             "(the graph is not topologically sorted, or has a cycle)")
+
+    def child(self, inline: bool = False) -> _Importer:
+        """An importer for a sub-graph of this one."""
+        return _Importer({}, NameScope() if not inline else self.names,
+                         NameScope() if not inline else self.node_names, self.opset,
+                         self.nodes if inline else [], self.origin if inline else {},
+                         self, inline, None if inline else {})
 
 
 def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None,
@@ -280,6 +309,9 @@ def _import_node(imp: _Importer, node: onnx.NodeProto, name: str) -> None:
         imp.values[node.output[0]] = constant(_constant_node_value(node),
                                               imp.names.fresh(node.output[0]))
         return
+    if node.op_type in _CONTROL_FLOW:
+        _import_control_flow(imp, node, name)
+        return
     op = get_op(node.op_type)
     raw = node_attributes(node)
     if node.op_type == "DFT" and imp.opset < 20 and "axis" not in raw \
@@ -288,23 +320,29 @@ def _import_node(imp: _Importer, node: onnx.NodeProto, name: str) -> None:
     if node.op_type == "Split" and "num_outputs" not in raw and "split" not in raw \
             and (len(node.input) < 2 or not node.input[1]):
         raw["num_outputs"] = len(node.output)
-    attrs = op.normalize_attrs(raw, name)
-    inputs = [imp.input_value(n) for n in node.input]
+    _add_node(imp, op.name, op.normalize_attrs(raw, name),
+              [imp.input_value(n) for n in node.input], list(node.output), name)
+
+
+def _add_node(imp: _Importer, op_name: str, attrs: dict, inputs: list[Value | None],
+              output_names: list[str], name: str) -> None:
+    """Type, fold (when all-constant and small) or append one node."""
+    op = get_op(op_name)
     types = [v.type if v is not None else None for v in inputs]
     consts = [v.data if v is not None else None for v in inputs]
     try:
-        out_types = infer_node_types(op, types, consts, attrs, len(node.output), name)
+        out_types = infer_node_types(op, types, consts, attrs, len(output_names), name)
     except ShapeOperandError as exc:
         culprit = inputs[exc.value_index]
         raise SpecializationNeeded(sorted(imp.origin.get(culprit, set())), name, op.name) \
             from None
-    if len(out_types) < len([o for o in node.output if o]):
-        raise TypeInferenceError(f"{op.name} (node {name!r}) has {len(node.output)} outputs, "
+    if len(out_types) < len([o for o in output_names if o]):
+        raise TypeInferenceError(f"{op.name} (node {name!r}) has {len(output_names)} outputs, "
                                  f"the op defines {len(out_types)}")
 
     folded = _fold(op, inputs, attrs, out_types)
     outs = []
-    for k, out_name in enumerate(node.output):
+    for k, out_name in enumerate(output_names):
         if folded is not None:
             v = constant(folded[k].astype(out_types[k].dtype, copy=False),
                          imp.names.fresh(out_name or f"{name}_out{k}"))
@@ -322,6 +360,140 @@ def _import_node(imp: _Importer, node: onnx.NodeProto, name: str) -> None:
     for v in outs:
         imp.origin[v] = deps
     imp.nodes.append(Node(op.name, inputs, outs, attrs, imp.node_names.fresh(name)))
+
+
+def _import_body(imp: _Importer, body: onnx.GraphProto, formal: list[TensorType],
+                 inline: bool = False):
+    """Import a sub-graph whose formal inputs have types ``formal``.
+
+    Returns (graph, captured outer values); with ``inline`` its nodes go straight
+    into the parent and the result is its list of output values instead.
+    """
+    sub = imp.child(inline)
+    params = []
+    for vi, t in zip(body.input, formal):
+        v = Value(sub.names.fresh(vi.name), t)
+        sub.values[vi.name] = v
+        params.append(v)
+    for init in body.initializer:
+        sub.values[init.name] = constant(numpy_helper.to_array(init), sub.names.fresh(init.name))
+    for i, node in enumerate(body.node):
+        _import_node(sub, node, node.name or f"{node.op_type}_{i}")
+    outputs = [sub.input_value(o.name) for o in body.output]
+    if inline:
+        return outputs
+    captured = list(sub.captures)
+    graph = Graph(params + [sub.captures[v] for v in captured], outputs, sub.nodes,
+                  body.name or "body")
+    return graph, captured
+
+
+def _unroll_loop(imp: _Importer, node: onnx.NodeProto, body: onnx.GraphProto,
+                 inputs: list[Value | None], name: str) -> None:
+    """Evaluate a Loop at import time, iteration by iteration (all inputs constant)."""
+    dynamic = [v for v in inputs if v is not None and not v.is_const]
+    if dynamic:
+        origins = set().union(*(imp.origin.get(v, set()) for v in dynamic))
+        raise SpecializationNeeded(sorted(origins), name, "Loop")
+    limit = None if not inputs or inputs[0] is None else int(inputs[0].data.reshape(()))
+    going = True if len(inputs) < 2 or inputs[1] is None else bool(inputs[1].data.reshape(()))
+    carried = [v.data for v in inputs[2:]]
+    scans: list[list[np.ndarray]] = []
+    i = 0
+    while going and (limit is None or i < limit):
+        sub = imp.child(inline=True)
+        formal = [np.asarray(i, np.int64), np.asarray(going), *carried]
+        for vi, data in zip(body.input, formal):
+            sub.values[vi.name] = constant(np.asarray(data), sub.names.fresh(vi.name))
+        for init in body.initializer:
+            sub.values[init.name] = constant(numpy_helper.to_array(init),
+                                             sub.names.fresh(init.name))
+        for k, inner in enumerate(body.node):
+            _import_node(sub, inner, inner.name or f"{inner.op_type}_{k}")
+        outs = [sub.input_value(o.name) for o in body.output]
+        if not all(v.is_const for v in outs):
+            raise TypeInferenceError(f"Loop (node {name!r}): its body does not evaluate to "
+                                     "constants; loops whose shapes change per iteration "
+                                     "need constant inputs")
+        going = bool(outs[0].data.reshape(()))
+        carried = [v.data for v in outs[1:1 + len(carried)]]
+        for k, v in enumerate(outs[1 + len(carried):]):
+            if len(scans) <= k:
+                scans.append([])
+            scans[k].append(v.data)
+        i += 1
+    n_scan = len(body.output) - 1 - len(carried)
+    results = carried + [np.stack(scans[k]) if k < len(scans) else np.zeros((0,), np.float32)
+                         for k in range(n_scan)]
+    for out_name, data in zip(node.output, results):
+        if out_name:
+            imp.values[out_name] = constant(np.asarray(data), imp.names.fresh(out_name))
+
+
+def _with_captures(graph: Graph, captured: list[Value], union: list[Value]) -> Graph:
+    """``graph`` taking parameters for every value of ``union`` (in that order)."""
+    own = dict(zip(captured, graph.inputs[len(graph.inputs) - len(captured):]))
+    formal = graph.inputs[:len(graph.inputs) - len(captured)]
+    params = [own.get(v) or Value(v.name, v.type) for v in union]
+    return Graph(formal + params, graph.outputs, graph.nodes, graph.name)
+
+
+def _graph_attrs(node: onnx.NodeProto) -> tuple[dict, dict]:
+    plain, graphs = {}, {}
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            graphs[a.name] = a.g
+        else:
+            plain[a.name] = attribute_value(a, node.name, node.op_type)
+    return plain, graphs
+
+
+def _import_control_flow(imp: _Importer, node: onnx.NodeProto, name: str) -> None:
+    plain, graphs = _graph_attrs(node)
+    inputs = [imp.input_value(n) for n in node.input]
+    if node.op_type == "If":
+        cond = inputs[0]
+        if cond.is_const:  # a known condition: splice the chosen branch in
+            branch = graphs["then_branch" if bool(cond.data.reshape(())) else "else_branch"]
+            outs = _import_body(imp, branch, [], inline=True)
+            for out_name, v in zip(node.output, outs):
+                if out_name:
+                    imp.values[out_name] = v
+            return
+        then_g, then_c = _import_body(imp, graphs["then_branch"], [])
+        else_g, else_c = _import_body(imp, graphs["else_branch"], [])
+        union = then_c + [v for v in else_c if v not in then_c]
+        attrs = {"then_branch": _with_captures(then_g, then_c, union),
+                 "else_branch": _with_captures(else_g, else_c, union)}
+        _add_node(imp, "If", attrs, [cond, *union], list(node.output), name)
+        return
+    if node.op_type == "Loop":
+        carried = inputs[2:]
+        formal = [TensorType((), "int64"), TensorType((), "bool")] + [v.type for v in carried]
+        try:
+            body, captured = _import_body(imp, graphs["body"], formal)
+        except SpecializationNeeded:
+            # the body's shapes change with the iteration: unroll it on constant inputs
+            _unroll_loop(imp, node, graphs["body"], inputs, name)
+            return
+        padded = inputs + [None] * (2 - len(inputs)) if len(inputs) < 2 else inputs
+        attrs = get_op("Loop").normalize_attrs({"body": body, "num_captures": len(captured)},
+                                               name)
+        _add_node(imp, "Loop", attrs, [*padded, *captured], list(node.output), name)
+        return
+    # Scan (opset 9+): states, then scan inputs sliced along their scan axes
+    n_scan = plain["num_scan_inputs"]
+    n_state = len(inputs) - n_scan
+    axes = plain.get("scan_input_axes") or [0] * n_scan
+    formal = [v.type for v in inputs[:n_state]]
+    for v, axis in zip(inputs[n_state:], axes):
+        shape = list(v.type.shape)
+        del shape[axis % len(shape)]
+        formal.append(TensorType(tuple(shape), v.type.dtype))
+    body, captured = _import_body(imp, graphs["body"], formal)
+    attrs = get_op("Scan").normalize_attrs({**plain, "body": body,
+                                            "num_captures": len(captured)}, name)
+    _add_node(imp, "Scan", attrs, [*inputs, *captured], list(node.output), name)
 
 
 def _fold(op, inputs: list[Value | None], attrs, out_types) -> list[np.ndarray] | None:

@@ -8,6 +8,8 @@ from .graph import Graph, Node, Value
 
 
 def _format_attr(value) -> str:
+    if isinstance(value, Graph):
+        return f"<graph {value.name}: {len(value.nodes)} nodes>"
     if isinstance(value, np.ndarray):
         if value.size <= 8:
             return f"array({value.tolist()}, {value.dtype})"
