@@ -1,0 +1,413 @@
+"""heterocc.sdk: the public interface for adding a hardware target.
+
+A target package imports only this module. It finds here
+
+* the **protocols** a target implements: :class:`Target` (``name`` and ``build``, the
+  only required part), and the optional hooks :class:`PartitioningTarget`
+  (``pattern_table``), :class:`ExportableTarget` (``save_kernels`` / ``load_kernel``)
+  and :class:`AcceleratorTarget` (tensor intrinsics, lowering to a schedule, codegen
+  from TIR, a device);
+* the **device** protocol :class:`Device` (copy in, run, copy out, timing);
+* the **pieces** the compiler already has, re-exported: the pattern language, the
+  registry, TE (with :class:`TensorIntrin`), TIR, the error hierarchy and the NumPy
+  reference interpreter that is every target's oracle;
+* **helpers** that do the plumbing every accelerator target would otherwise write:
+  :func:`composite_parts` (a composite function node taken apart),
+  :func:`compile_composite` / :func:`build_accelerator_region` (composite -> TE ->
+  TIR -> codegen -> a kernel driving the device), :func:`leaf_statements` (walk a
+  lowered function with every loop variable bound, the core of a command-list codegen)
+  and :func:`reference_outputs` (the oracle of a function).
+
+A target registers itself with :func:`register_target`, or, from another
+distribution, through the entry-point group ``heterocc.targets``
+(:data:`ENTRY_POINT_GROUP`)::
+
+    [project.entry-points."heterocc.targets"]
+    mytarget = "my_package:MyTarget"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from . import te, tir
+from .errors import (
+    AcceleratorError,
+    CompileError,
+    HeteroccError,
+    IllegalInstructionError,
+    InputError,
+    TargetError,
+)
+from .ir.graph import Graph, Node, Value
+from .ir.types import TensorType
+from .patterns import (
+    CompositePattern,
+    Match,
+    Pattern,
+    is_constant,
+    is_op,
+    match,
+    optional,
+    wildcard,
+)
+from .runtime.executor import GraphExecutor
+from .runtime.interpreter import evaluate
+from .targets.registry import (
+    ENTRY_POINT_GROUP,
+    Kernel,
+    Target,
+    TargetInfo,
+    available_targets,
+    get_target,
+    register_target,
+)
+from .te import BufferRegion, TensorIntrin
+
+__all__ = [
+    "ENTRY_POINT_GROUP", "AcceleratorError", "AcceleratorTarget", "Binding", "BufferRegion",
+    "CompileError", "CompositeParts", "CompositePattern", "Device", "DeviceKernel", "DeviceTiming",
+    "ExportableTarget", "Graph", "HeteroccError", "IllegalInstructionError", "InputError",
+    "Kernel", "Lowering", "Match", "MirroredDevice", "Node", "PartitioningTarget", "Pattern",
+    "Result", "Target", "TargetError", "TargetInfo", "TensorIntrin", "TensorType", "Value",
+    "available_targets", "build_accelerator_region", "compile_composite", "composite_parts",
+    "evaluate_index", "get_target", "is_constant", "is_op", "leaf_statements", "match", "optional",
+    "reference_outputs", "register_target", "te", "tir", "wildcard",
+]
+
+
+# --------------------------------------------------------------------------- protocols
+
+
+@runtime_checkable
+class PartitioningTarget(Target, Protocol):
+    """A target that takes part of a model: the partitioner offers it every match
+    of its pattern table (in order, the first accepted row wins) and the CPU keeps
+    the rest."""
+
+    def pattern_table(self) -> list[CompositePattern]:
+        """The composites this target accepts; a row's ``check`` says why a match
+        is refused (the reason lands in the placement report)."""
+        ...
+
+
+@runtime_checkable
+class ExportableTarget(Target, Protocol):
+    """A target whose kernels can be written into an exported artifact and loaded
+    back without compiling again."""
+
+    def save_kernels(self, kernels: dict[str, Kernel], directory: str) -> dict:
+        """Write ``kernels`` (by function name) under ``directory``; returns the JSON
+        description ``load_kernel`` receives back as ``info``."""
+        ...
+
+    def load_kernel(self, function: Node, directory: str, info: dict) -> Kernel:
+        """The kernel of ``function`` from what ``save_kernels`` wrote."""
+        ...
+
+
+@dataclass
+class DeviceTiming:
+    """What one device run cost: ``cycles`` of the device clock, and any per-unit
+    breakdown the device can tell (``detail``, e.g. busy cycles per engine)."""
+
+    cycles: int
+    detail: dict[str, int] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Device(Protocol):
+    """A place programs run: a simulator, an RTL simulation or a board.
+
+    Buffers are named by the TIR parameters of a program (the names of the
+    tensors given to ``te.lower``); the program (what the target's codegen made)
+    says where each lives. A run reads what ``copy_in`` wrote and leaves its
+    results for ``copy_out``.
+    """
+
+    name: str
+
+    def copy_in(self, program: Any, buffer: str, array: np.ndarray) -> None:
+        """Write ``array`` into ``program``'s buffer ``buffer`` on the device."""
+        ...
+
+    def run(self, program: Any) -> DeviceTiming:
+        """Execute ``program`` (what the target's codegen produced) to completion."""
+        ...
+
+    def copy_out(self, program: Any, buffer: str) -> np.ndarray:
+        """The contents of ``program``'s buffer ``buffer`` after a run."""
+        ...
+
+
+@dataclass
+class Binding:
+    """An input of a lowered composite: the TE tensor (a ``te.lower`` parameter) and
+    where its contents come from, either ``constant`` (weights, fixed at compile
+    time) or the composite's run-time input number ``argument``. ``to_device``
+    turns that array into the device layout (padding, packing, casting)."""
+
+    tensor: te.Tensor
+    argument: int | None = None
+    constant: np.ndarray | None = None
+    to_device: Callable[[np.ndarray], np.ndarray] = np.ascontiguousarray
+
+    def __post_init__(self):
+        if (self.argument is None) == (self.constant is None):
+            raise CompileError(f"binding of tensor {self.tensor.name!r}: give exactly one of "
+                               "argument= (a run-time input) or constant= (fixed contents)")
+
+    def device_array(self, args: Sequence[np.ndarray]) -> np.ndarray:
+        """This input's contents for one call with run-time inputs ``args``."""
+        source = self.constant if self.argument is None else args[self.argument]
+        return self.to_device(source)
+
+
+@dataclass
+class Result:
+    """An output of a lowered composite: the TE tensor the device computes and
+    ``from_device``, which turns its contents back into the graph's output (cropping
+    padding, casting to the output dtype)."""
+
+    tensor: te.Tensor
+    from_device: Callable[[np.ndarray], np.ndarray] = np.ascontiguousarray
+
+
+@dataclass
+class Lowering:
+    """A composite expressed in TE and scheduled for the target: what
+    :meth:`AcceleratorTarget.lower` returns and :func:`compile_composite` turns
+    into TIR (``te.lower(schedule, inputs + outputs)``)."""
+
+    schedule: te.Schedule
+    inputs: list[Binding]
+    outputs: list[Result]
+
+
+@dataclass
+class CompositeParts:
+    """A composite function node taken apart: ``name`` is its pattern row,
+    ``nodes`` the ops inside in order, ``inputs`` / ``output_types`` its signature."""
+
+    function: Node
+    name: str
+    nodes: list[Node]
+    inputs: list[Value]
+    output_types: list[TensorType]
+
+    def node(self, op: str) -> Node | None:
+        """The first node applying ``op``, or None (optional ops of a pattern)."""
+        return next((n for n in self.nodes if n.op == op), None)
+
+    def require(self, op: str) -> Node:
+        """The first node applying ``op``; CompileError when the composite has none."""
+        found = self.node(op)
+        if found is None:
+            raise CompileError(f"composite {self.function.name!r} ({self.name}) has no {op} "
+                               f"node; it holds {', '.join(n.op for n in self.nodes)}")
+        return found
+
+    def constant(self, node: Node, index: int) -> np.ndarray:
+        """The constant input ``index`` of ``node``; CompileError when it is not one."""
+        value = node.inputs[index] if index < len(node.inputs) else None
+        if value is None or not value.is_const:
+            raise CompileError(f"{node.op} node {node.name!r} in composite "
+                               f"{self.function.name!r}: input {index} must be a constant")
+        return value.data
+
+    def argument_index(self, value: Value) -> int:
+        """Position of ``value`` among the composite's run-time inputs."""
+        for k, candidate in enumerate(self.inputs):
+            if candidate is value:
+                return k
+        raise CompileError(f"value {value.name!r} is not an input of composite "
+                           f"{self.function.name!r}")
+
+
+@runtime_checkable
+class AcceleratorTarget(PartitioningTarget, Protocol):
+    """The hooks of an accelerator built the SDK's way. With them, ``build`` is one
+    line: ``return build_accelerator_region(self, function)``.
+
+    The factory registered for the target (its class, usually) takes the
+    target's options as keyword arguments: ``get_target(name, **options)``.
+    """
+
+    def options(self) -> dict[str, Any]:
+        """The settings this instance was made with (JSON-friendly), for reports."""
+        ...
+
+    def tensor_intrinsics(self) -> list[TensorIntrin]:
+        """The hardware instructions as TE tensor intrinsics (what ``lower`` tensorizes
+        with), for tools and schedule templates."""
+        ...
+
+    def lower(self, parts: CompositeParts) -> Lowering:
+        """A composite as a TE compute plus its schedule, and where each tensor's data
+        comes from."""
+        ...
+
+    def codegen(self, func: tir.PrimFunc) -> Any:
+        """The lowered TIR as the device's program."""
+        ...
+
+    def device(self) -> Device:
+        """Where this target's programs run."""
+        ...
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def composite_parts(function: Node) -> CompositeParts:
+    """Take a composite function node (what the partitioner makes of one pattern
+    match) apart; CompileError when ``function`` is not one."""
+    if function.body is None or "composite" not in function.attrs:
+        raise CompileError(f"node {function.name!r} ({function.op}) is not a composite "
+                           "function; build_accelerator_region hands composites to lower()")
+    body = function.body
+    return CompositeParts(function, function.attrs["composite"], list(body.nodes),
+                          list(body.inputs), [v.type for v in body.outputs])
+
+
+def reference_outputs(function: Node, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """What ``function`` computes on ``args`` according to the ops' NumPy
+    references: the oracle a target's kernel must match."""
+    if function.body is None:
+        raise CompileError(f"node {function.name!r} ({function.op}) has no body to evaluate")
+    return evaluate(function.body, list(args))
+
+
+@dataclass
+class DeviceKernel:
+    """One composite compiled for a device: calling it copies the inputs in, runs
+    the program and copies the outputs back. Counts calls and device cycles."""
+
+    name: str
+    program: Any
+    device: Device
+    inputs: list[Binding]
+    outputs: list[Result]
+    calls: int = 0
+    cycles: int = 0
+    last_timing: DeviceTiming | None = None
+
+    def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        for binding in self.inputs:
+            self.device.copy_in(self.program, binding.tensor.name,
+                               binding.device_array(args))
+        self.last_timing = self.device.run(self.program)
+        self.calls += 1
+        self.cycles += self.last_timing.cycles
+        return [result.from_device(self.device.copy_out(self.program, result.tensor.name))
+                for result in self.outputs]
+
+
+@dataclass
+class MirroredDevice:
+    """Hardware in the loop for any target: every program runs on ``device`` (a board,
+    an RTL simulation) and on ``reference`` (the simulator); each ``copy_out``
+    compares the two and raises AcceleratorError at the first differing element.
+    Timings are ``device``'s; ``reference_timing`` keeps the simulator's."""
+
+    device: Device
+    reference: Device
+    name: str = "mirrored"
+    reference_timing: DeviceTiming | None = None
+
+    def copy_in(self, program: Any, buffer: str, array: np.ndarray) -> None:
+        self.device.copy_in(program, buffer, array)
+        self.reference.copy_in(program, buffer, array)
+
+    def run(self, program: Any) -> DeviceTiming:
+        self.reference_timing = self.reference.run(program)
+        return self.device.run(program)
+
+    def copy_out(self, program: Any, buffer: str) -> np.ndarray:
+        got = np.asarray(self.device.copy_out(program, buffer))
+        expected = np.asarray(self.reference.copy_out(program, buffer))
+        if got.shape != expected.shape or got.dtype != expected.dtype:
+            raise AcceleratorError(f"buffer {buffer!r}: {self.device.name} returned "
+                                   f"{got.dtype}{list(got.shape)}, {self.reference.name} "
+                                   f"{expected.dtype}{list(expected.shape)}")
+        differing = np.argwhere(got != expected)
+        if len(differing):
+            first = tuple(int(i) for i in differing[0])
+            raise AcceleratorError(
+                f"buffer {buffer!r} differs at {len(differing)} of {got.size} elements; first "
+                f"at index {first}: {self.device.name} {got[first]}, "
+                f"{self.reference.name} {expected[first]}")
+        return got
+
+
+def compile_composite(target: AcceleratorTarget, function: Node) -> DeviceKernel:
+    """Composite -> ``target.lower`` -> ``te.lower`` -> ``target.codegen`` -> a kernel
+    on ``target.device()``."""
+    lowering = target.lower(composite_parts(function))
+    tensors = [b.tensor for b in lowering.inputs] + [r.tensor for r in lowering.outputs]
+    names = [t.name for t in tensors]
+    if len(set(names)) != len(names):
+        raise CompileError(f"{target.name}: composite {function.name!r} lowers to tensors with "
+                           f"repeated names {names}; device buffers are named by them")
+    func = te.lower(lowering.schedule, tensors, name=function.name)
+    program = target.codegen(func)
+    return DeviceKernel(function.name, program, target.device(), lowering.inputs,
+                        lowering.outputs)
+
+
+def build_accelerator_region(target: AcceleratorTarget, function: Node) -> Kernel:
+    """``Target.build`` for an accelerator: every composite of the region (or the
+    single composite given) becomes a :class:`DeviceKernel`; the returned kernel
+    runs them in order. ``kernel.composites`` lists them (for cycle reports)."""
+    if "composite" in function.attrs:
+        kernel = compile_composite(target, function)
+        composites = [kernel]
+        run = kernel
+    else:
+        compiled = {node.name: compile_composite(target, node) for node in function.body.nodes}
+        executor = GraphExecutor(function.body, compiled, {n: target.name for n in compiled})
+        composites = list(compiled.values())
+        run = executor.execute
+
+    def run_region(args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return run(args)
+
+    run_region.composites = composites
+    return run_region
+
+
+def evaluate_index(expr: tir.Expr, env: dict[tir.Var, int]) -> int:
+    """The integer value of ``expr`` (an address or index) with the loop variables of
+    ``env`` bound; CompileError when it still depends on something else."""
+    bound = tir.simplify(tir.substitute(expr, {v: tir.IntImm(k) for v, k in env.items()}))
+    if not isinstance(bound, tir.IntImm):
+        raise CompileError(f"index {tir.expr_to_str(expr)} is not a compile-time integer "
+                           f"once the loops are bound (left: {tir.expr_to_str(bound)})")
+    return int(bound.value)
+
+
+def leaf_statements(func: tir.PrimFunc) -> Iterator[tuple[tir.Stmt, dict[tir.Var, int]]]:
+    """Every statement of ``func`` that is not a loop or a sequence, once per loop
+    iteration, with the loop variables bound (outer loops first, in program order).
+    A command-list codegen maps each to commands; ``Allocate`` nodes are entered
+    (their buffers are the target's to place) and yielded before their body."""
+
+    def walk(stmt: tir.Stmt, env: dict[tir.Var, int]) -> Iterator:
+        if isinstance(stmt, tir.SeqStmt):
+            for inner in stmt.stmts:
+                yield from walk(inner, env)
+        elif isinstance(stmt, tir.For):
+            start, extent = evaluate_index(stmt.min, env), evaluate_index(stmt.extent, env)
+            for k in range(start, start + extent):
+                yield from walk(stmt.body, {**env, stmt.var: k})
+        elif isinstance(stmt, tir.Allocate):
+            yield stmt, env
+            yield from walk(stmt.body, env)
+        else:
+            yield stmt, env
+
+    return walk(func.body, {})

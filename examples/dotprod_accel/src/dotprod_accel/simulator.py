@@ -1,0 +1,151 @@
+"""A NumPy simulator of the dot-product array, and the device that drives it.
+
+:func:`execute` runs a command list on the three memories bit-exactly (int16
+arithmetic wraps, as in ``isa.py``) and counts cycles: one per DOT and VADD,
+``ceil(count / LANES)`` per CLEAR. :class:`SimulatorDevice` implements the SDK's
+``Device`` protocol on top of it and adds the host transfers to the cycle count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from heterocc.sdk import AcceleratorError, DeviceTiming, IllegalInstructionError, InputError
+
+from .isa import DEPTH, LANES, MEMORY_DTYPES, Command, MachineConfig, Memory, Opcode, decode
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one program buffer lives: ``memory`` from element ``offset``, ``shape``."""
+
+    memory: Memory
+    offset: int
+    shape: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass
+class Program:
+    """What the codegen produces: the encoded commands and the buffer layout."""
+
+    name: str
+    words: np.ndarray
+    layout: dict[str, Placement]
+
+    def listing(self) -> str:
+        """The commands, one per line (for docs and debugging)."""
+        return "\n".join(f"{k:5d}  {c}" for k, c in enumerate(decode(self.words)))
+
+
+def fresh_memories(config: MachineConfig) -> dict[Memory, np.ndarray]:
+    return {m: np.zeros(config.depth(m), MEMORY_DTYPES[m]) for m in Memory}
+
+
+def _span(memories, memory: Memory, start: int, length: int, index: int,
+          command: Command) -> slice:
+    if start + length > len(memories[memory]):
+        raise IllegalInstructionError(
+            f"{command}: reads or writes {memory.value}[{start}:{start + length}], past its "
+            f"{len(memories[memory])} elements", index)
+    return slice(start, start + length)
+
+
+def _dot(memories, command: Command, index: int) -> None:
+    inp, wgt, acc, stride = command.a, command.b, command.c, command.d
+    x = memories[Memory.INP][_span(memories, Memory.INP, inp, DEPTH, index, command)]
+    last_row = wgt + (LANES - 1) * stride
+    _span(memories, Memory.WGT, last_row, DEPTH, index, command)
+    rows = np.stack([memories[Memory.WGT][wgt + j * stride: wgt + j * stride + DEPTH]
+                     for j in range(LANES)])
+    out = memories[Memory.ACC][_span(memories, Memory.ACC, acc, LANES, index, command)]
+    products = rows.astype(np.int16) * x.astype(np.int16)
+    # the adder tree and the accumulator are 16 bits wide: every sum wraps
+    with np.errstate(over="ignore"):
+        out += products.sum(axis=1, dtype=np.int16)
+
+
+def _vadd(memories, command: Command, index: int) -> None:
+    acc = memories[Memory.ACC]
+    dst, lhs, rhs = (_span(memories, Memory.ACC, a, LANES, index, command)
+                     for a in (command.a, command.b, command.c))
+    with np.errstate(over="ignore"):
+        acc[dst] = acc[lhs] + acc[rhs]
+
+
+def execute(words: np.ndarray, memories: dict[Memory, np.ndarray]) -> DeviceTiming:
+    """Run the encoded commands on ``memories`` (changed in place)."""
+    busy = {op.name.lower(): 0 for op in Opcode}
+    for index, command in enumerate(decode(words)):
+        if command.opcode is Opcode.CLEAR:
+            memories[Memory.ACC][_span(memories, Memory.ACC, command.a, command.b, index,
+                                       command)] = 0
+            busy["clear"] += -(-command.b // LANES)
+        elif command.opcode is Opcode.DOT:
+            _dot(memories, command, index)
+            busy["dot"] += 1
+        else:
+            _vadd(memories, command, index)
+            busy["vadd"] += 1
+    return DeviceTiming(sum(busy.values()), busy)
+
+
+@dataclass
+class SimulatorDevice:
+    """The dot-product array simulated in NumPy (the SDK ``Device`` protocol).
+
+    Memories persist across runs. A run's timing counts the commands only;
+    ``transfer_cycles`` adds up every host copy in and out
+    (``bus_bytes_per_cycle`` bytes per cycle).
+    """
+
+    config: MachineConfig = field(default_factory=MachineConfig)
+    name: str = "dotprod-sim"
+    memories: dict[Memory, np.ndarray] = field(init=False)
+    transfer_cycles: int = 0
+
+    def __post_init__(self):
+        self.memories = fresh_memories(self.config)
+
+    def _region(self, program: Program, buffer: str) -> tuple[Placement, np.ndarray]:
+        try:
+            place = program.layout[buffer]
+        except KeyError:
+            raise InputError(f"program {program.name!r} has no buffer {buffer!r}; it has "
+                             f"{', '.join(program.layout)}") from None
+        memory = self.memories[place.memory]
+        if place.offset + place.size > len(memory):
+            raise AcceleratorError(f"buffer {buffer!r} of program {program.name!r} does not fit "
+                                   f"{place.memory.value} ({len(memory)} elements)")
+        return place, memory[place.offset: place.offset + place.size]
+
+    def _count_transfer(self, array: np.ndarray) -> None:
+        self.transfer_cycles += -(-array.nbytes // self.config.bus_bytes_per_cycle)
+
+    def copy_in(self, program: Program, buffer: str, array: np.ndarray) -> None:
+        place, view = self._region(program, buffer)
+        array = np.asarray(array)
+        if array.shape != place.shape:
+            raise InputError(f"copy into {buffer!r} of program {program.name!r}: shape "
+                             f"{array.shape}, the buffer is {place.shape}")
+        target_dtype = MEMORY_DTYPES[place.memory]
+        converted = array.astype(target_dtype)
+        if not np.array_equal(converted, array):
+            raise InputError(f"copy into {buffer!r}: values do not fit "
+                             f"{np.dtype(target_dtype).name} ({place.memory.value} memory)")
+        view[:] = converted.reshape(-1)
+        self._count_transfer(converted)
+
+    def run(self, program: Program) -> DeviceTiming:
+        return execute(program.words, self.memories)
+
+    def copy_out(self, program: Program, buffer: str) -> np.ndarray:
+        place, view = self._region(program, buffer)
+        result = view.reshape(place.shape).copy()
+        self._count_transfer(result)
+        return result

@@ -1,0 +1,263 @@
+"""heterocc.sdk: re-exports, protocols, the accelerator helpers driving a toy device,
+the TIR walk of command-list codegens, and entry-point discovery."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import heterocc
+from heterocc import patterns, sdk
+from heterocc.targets import llvm as host_llvm
+from heterocc.targets import registry
+from heterocc.targets.reference import ReferenceTarget
+from heterocc.targets.vta import VtaTarget
+
+RNG = np.random.default_rng(5)
+
+
+# --- a toy accelerator: bias + ReLU on a "device" that runs the TIR through LLVM ---
+
+
+@dataclass
+class HostProgram:
+    func: object
+    module: object
+
+
+@dataclass
+class HostDevice:
+    """Buffers in host memory; a run calls the JIT-compiled TIR."""
+
+    name: str = "host"
+    buffers: dict = field(default_factory=dict)
+    runs: int = 0
+
+    def copy_in(self, program, buffer, array):
+        self.buffers[buffer] = np.ascontiguousarray(array)
+
+    def run(self, program):
+        params = program.func.params
+        for p in params:
+            self.buffers.setdefault(p.name, np.zeros(p.shape, p.dtype))
+        program.module[program.func.name](*(self.buffers[p.name] for p in params))
+        self.runs += 1
+        return sdk.DeviceTiming(cycles=int(np.prod(params[-1].shape)))
+
+    def copy_out(self, program, buffer):
+        return self.buffers[buffer].copy()
+
+
+_BIAS_RELU = sdk.is_op("Relu")(sdk.is_op("Add")(sdk.wildcard(), sdk.is_constant()))
+
+
+@dataclass
+class ToyTarget:
+    """Toy vector engine: float32 x + bias, then ReLU (test target)."""
+
+    name: str = "toyvec"
+    host: HostDevice = field(default_factory=HostDevice)
+
+    def options(self):
+        return {}
+
+    def pattern_table(self):
+        def check(nodes):
+            if nodes[0].inputs[0].type.dtype != "float32":
+                return "only float32"
+            return None
+
+        return [sdk.CompositePattern("bias_relu", _BIAS_RELU, check)]
+
+    def tensor_intrinsics(self):
+        return []
+
+    def lower(self, parts):
+        add = parts.require("Add")
+        shape = add.inputs[0].type.shape
+        bias = np.broadcast_to(parts.constant(add, 1), shape).astype(np.float32)
+        x = sdk.te.placeholder(shape, "float32", "x")
+        b = sdk.te.placeholder(shape, "float32", "b")
+        y = sdk.te.compute(shape, lambda *i: sdk.te.maximum(x[i] + b[i], 0.0), name="y")
+        return sdk.Lowering(sdk.te.create_schedule(y),
+                            [sdk.Binding(x, argument=parts.argument_index(add.inputs[0])),
+                             sdk.Binding(b, constant=bias)],
+                            [sdk.Result(y)])
+
+    def codegen(self, func):
+        return HostProgram(func, host_llvm.build(func))
+
+    def device(self):
+        return self.host
+
+    def build(self, function):
+        return sdk.build_accelerator_region(self, function)
+
+
+def _bias_relu_model() -> onnx.ModelProto:
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Tanh", ["r"], ["t"]), helper.make_node("Add", ["t", "c"], ["u"]),
+             helper.make_node("Relu", ["u"], ["y"])]
+    inits = [numpy_helper.from_array(RNG.standard_normal((3, 5)).astype(np.float32), "b"),
+             numpy_helper.from_array(RNG.standard_normal(5).astype(np.float32), "c")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [3, 5])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [3, 5])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def test_sdk_reexports_the_compiler_objects():
+    assert sdk.register_target is registry.register_target
+    assert sdk.Target is registry.Target
+    assert sdk.CompositePattern is patterns.CompositePattern
+    assert sdk.is_op is patterns.is_op
+    assert sdk.TensorIntrin is heterocc.te.TensorIntrin
+    assert sdk.ENTRY_POINT_GROUP == "heterocc.targets"
+    assert all(hasattr(sdk, name) for name in sdk.__all__)
+
+
+def test_protocols_recognize_targets():
+    assert isinstance(VtaTarget(), sdk.PartitioningTarget)
+    assert not isinstance(ReferenceTarget(), sdk.PartitioningTarget)
+    assert isinstance(ToyTarget(), sdk.AcceleratorTarget)
+    assert not isinstance(VtaTarget(), sdk.AcceleratorTarget)
+    assert isinstance(HostDevice(), sdk.Device)
+
+
+def test_accelerator_helpers_run_the_toy_target_bit_exactly():
+    toy = ToyTarget()
+    model = _bias_relu_model()
+    compiled = heterocc.compile(model, target=[toy, "reference"])
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    (expected,) = heterocc.compile(model, target="reference").run([x])
+    np.testing.assert_array_equal(compiled.run([x])[0], expected)
+    regions = [n for n in compiled.graph.nodes if n.attrs.get("target") == "toyvec"]
+    assert len(regions) == 2 and toy.host.runs == 2
+    for region in regions:
+        (composite,) = region.body.nodes
+        parts = sdk.composite_parts(composite)
+        assert parts.name == "bias_relu" and [n.op for n in parts.nodes] == ["Add", "Relu"]
+        assert parts.node("Conv") is None
+        arg = RNG.standard_normal(parts.inputs[0].type.shape).astype(np.float32)
+        kernel = toy.build(region)
+        (got,) = kernel([arg])
+        np.testing.assert_array_equal(got, sdk.reference_outputs(region, [arg])[0])
+        (device_kernel,) = kernel.composites
+        assert device_kernel.calls == 1 and device_kernel.cycles == 15
+
+
+def test_composite_parts_errors_name_the_node():
+    plain = sdk.Node("Relu", [], [], name="relu_7")
+    with pytest.raises(sdk.CompileError, match="'relu_7' .* is not a composite"):
+        sdk.composite_parts(plain)
+    compiled = heterocc.compile(_bias_relu_model(), target=[ToyTarget(), "reference"])
+    composite = next(n for n in compiled.graph.nodes if n.attrs.get("target")).body.nodes[0]
+    parts = sdk.composite_parts(composite)
+    with pytest.raises(sdk.CompileError, match="has no Conv node; it holds Add, Relu"):
+        parts.require("Conv")
+    with pytest.raises(sdk.CompileError, match="input 0 must be a constant"):
+        parts.constant(parts.require("Add"), 0)
+
+
+def test_binding_takes_exactly_one_source():
+    t = sdk.te.placeholder((2,), "int8", "t")
+    with pytest.raises(sdk.CompileError, match="exactly one of"):
+        sdk.Binding(t)
+    with pytest.raises(sdk.CompileError, match="exactly one of"):
+        sdk.Binding(t, argument=0, constant=np.zeros(2, np.int8))
+
+
+def test_leaf_statements_bind_every_loop():
+    te = sdk.te
+    a = te.placeholder((3, 4), "int32", "a")
+    b = te.compute((3, 4), lambda i, j: a[i, j] * 2, name="b")
+    func = te.lower(te.create_schedule(b), [a, b], name="double", optimize=False)
+    seen = []
+    for stmt, env in sdk.leaf_statements(func):
+        assert isinstance(stmt, sdk.tir.BufferStore)
+        bindings = {var.name: value for var, value in env.items()}
+        seen.append((bindings["i"], bindings["j"]))
+        flat = sum(sdk.evaluate_index(e, env) for e in stmt.indices)
+        assert flat == bindings["i"] + bindings["j"]
+    assert seen == [(i, j) for i in range(3) for j in range(4)]
+
+
+def test_evaluate_index_refuses_free_variables():
+    n = sdk.tir.Var("n")
+    assert sdk.evaluate_index(n * 3 + 1, {n: 4}) == 13
+    with pytest.raises(sdk.CompileError, match="not a compile-time integer"):
+        sdk.evaluate_index(n * 3 + sdk.tir.Var("m"), {n: 4})
+
+
+# --- entry-point discovery ---------------------------------------------------
+
+
+def _fake_distribution(root, entry: str) -> None:
+    info = root / "toy_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[heterocc.targets]\n{entry}\n")
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch):
+    monkeypatch.setattr(registry, "_TARGETS", dict(registry._TARGETS))
+    monkeypatch.setattr(registry, "_discovered", False)
+
+
+def test_entry_point_plugin_is_discovered(tmp_path, monkeypatch, fresh_registry):
+    _fake_distribution(tmp_path, "toyvec = tests.test_sdk:ToyTarget")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    info = sdk.available_targets()["toyvec"]
+    assert info.source == "tests.test_sdk:ToyTarget"
+    assert info.description.startswith("Toy vector engine")
+    assert isinstance(sdk.get_target("toyvec"), ToyTarget)
+
+
+def test_broken_plugin_names_itself(tmp_path, monkeypatch, fresh_registry):
+    _fake_distribution(tmp_path, "broken = tests.no_such_module:Nothing")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(sdk.TargetError, match="target plugin 'broken' .* failed to load"):
+        sdk.available_targets()
+
+
+def test_installed_example_target_is_discovered():
+    found = {ep.name: ep.value for ep in metadata.entry_points(group=sdk.ENTRY_POINT_GROUP)}
+    assert found.get("dotprod") == "dotprod_accel:DotProdTarget", (
+        "the example target is not installed: pip install -e examples/dotprod_accel")
+    target = sdk.get_target("dotprod")
+    assert isinstance(target, sdk.AcceleratorTarget)
+    assert target.name == "dotprod" and "dotprod_accel" in sys.modules
+
+
+@dataclass
+class ScalingDevice(HostDevice):
+    """A HostDevice whose outputs come back multiplied (a wrong chip)."""
+
+    factor: float = 2.0
+
+    def copy_out(self, program, buffer):
+        return super().copy_out(program, buffer) * np.float32(self.factor)
+
+
+def test_mirrored_device_compares_every_output():
+    model = _bias_relu_model()
+    # positive pre-activations, so a wrong scale changes every output of the first region
+    x = np.abs(RNG.standard_normal((3, 5))).astype(np.float32) + 10.0
+    (expected,) = heterocc.compile(model, target="reference").run([x])
+    agreeing = ToyTarget(host=sdk.MirroredDevice(HostDevice("chip"), HostDevice("sim")))
+    np.testing.assert_array_equal(
+        heterocc.compile(model, target=[agreeing, "reference"]).run([x])[0], expected)
+    assert agreeing.host.reference_timing.cycles == 15
+    wrong = ToyTarget(host=sdk.MirroredDevice(ScalingDevice("chip"), HostDevice("sim")))
+    compiled = heterocc.compile(model, target=[wrong, "reference"])
+    with pytest.raises(sdk.AcceleratorError,
+                       match=r"buffer 'y' differs at 15 of 15 elements; first at index "
+                             r"\(0, 0\): chip \d"):
+        compiled.run([x])
