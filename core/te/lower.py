@@ -23,7 +23,7 @@ from ..tir.visitor import Mutator, collect, free_vars, substitute
 from .intrin import BufferRegion, TensorIntrin
 from .schedule import AT, INLINE, ROOT, Fuse, Schedule, Split, Stage
 from .schedule_reads import reads_of
-from .tensor import REDUCE, IterVar, Reduce, Tensor, TensorLoad
+from .tensor import REDUCE, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad
 
 
 @dataclass
@@ -171,22 +171,39 @@ class _Lowerer:
         for tensor in args:
             if not isinstance(tensor, Tensor):
                 raise CompileError(f"lower: args must be te.Tensor objects, got {tensor!r}")
+            if isinstance(tensor.op, PlaceholderOp) and not self._reads(tensor):
+                # an input nothing reads (e.g. a constant axes operand): a parameter
+                # all the same, so the function keeps the caller's argument order
+                params.append(self._param_buffer(tensor, used_names))
+                continue
             stage = self.schedule[tensor]
             if stage.attach != ROOT:
                 raise CompileError(
                     f"lower: argument {tensor.name!r} is {stage.attach}-scheduled; an argument "
                     "is computed into the caller's array, so it must stay at root")
-            name = tensor.name
-            while name in used_names:
-                name += "_"
-            used_names.add(name)
-            buffer = tx.Buffer(name, tensor.shape, tensor.dtype)
+            buffer = self._param_buffer(tensor, used_names)
             self.realized[id(tensor)] = _Realization(buffer, (tx.IntImm(0),) * tensor.ndim)
             params.append(buffer)
         missing = [t.name for t in self.schedule.outputs if id(t) not in self.realized]
         if missing:
             raise CompileError(f"lower: output(s) {', '.join(missing)} must be in args")
         return params
+
+    def _reads(self, tensor: Tensor) -> bool:
+        """Whether any stage of the schedule is this tensor's (i.e. something reads it)."""
+        try:
+            self.schedule[tensor]
+        except CompileError:
+            return False
+        return True
+
+    @staticmethod
+    def _param_buffer(tensor: Tensor, used_names: set[str]) -> tx.Buffer:
+        name = tensor.name
+        while name in used_names:
+            name += "_"
+        used_names.add(name)
+        return tx.Buffer(name, tensor.shape, tensor.dtype)
 
     def _inline_bodies(self) -> dict[int, tx.Expr]:
         inlined = {id(s.tensor): s for s in self.schedule.stages if s.attach == INLINE}
