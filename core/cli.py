@@ -3,6 +3,8 @@
     heterocc compile MODEL.onnx --target T -o OUT
     heterocc run OUT_OR_MODEL --input NAME=FILE.npy ... [--profile]
     heterocc inspect MODEL.onnx [--dot FILE] [--dump-ir DIR]
+    heterocc partition MODEL.onnx --target vta,llvm
+    heterocc tune MODEL.onnx --target llvm --trials N --log F
     heterocc targets
     heterocc demo
 """
@@ -20,7 +22,7 @@ import numpy as np
 from .errors import HeteroccError, InputError
 
 
-def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     shapes = {}
     for item in items or []:
         name, _, dims = item.partition("=")
@@ -66,8 +68,8 @@ def cmd_compile(args) -> int:
     from . import compile as hcompile
 
     t0 = time.perf_counter()
-    compiled = hcompile(args.model, target=args.target, shapes=_parse_shapes(args.shape),
-                        dump_ir=args.dump_ir)
+    compiled = hcompile(args.model, target=args.target, shapes=parse_shapes(args.shape),
+                        dump_ir=args.dump_ir, tuning_log=args.tuning_log)
     elapsed = time.perf_counter() - t0
     export = getattr(compiled, "export", None)
     if args.output:
@@ -88,7 +90,8 @@ def cmd_run(args) -> int:
 
         compiled = load(path)
     else:
-        compiled = hcompile(path, target=args.target, shapes=_parse_shapes(args.shape))
+        compiled = hcompile(path, target=args.target, shapes=parse_shapes(args.shape),
+                            tuning_log=args.tuning_log)
     inputs = _load_inputs(args.input)
     if not inputs:
         inputs = _random_inputs(compiled)
@@ -123,7 +126,7 @@ def cmd_inspect(args) -> int:
     from .passes import fused_functions
 
     proto = load_model(args.model)
-    compiled = hcompile(proto, target="reference", shapes=_parse_shapes(args.shape),
+    compiled = hcompile(proto, target="reference", shapes=parse_shapes(args.shape),
                         dump_ir=args.dump_ir)
     graph = compiled.graph
     functions = fused_functions(graph)
@@ -153,7 +156,7 @@ def cmd_inspect(args) -> int:
 def cmd_partition(args) -> int:
     from . import compile as hcompile
 
-    compiled = hcompile(args.model, target=args.target, shapes=_parse_shapes(args.shape),
+    compiled = hcompile(args.model, target=args.target, shapes=parse_shapes(args.shape),
                         strict=args.strict)
     report = compiled.placement_report
     if report is None:
@@ -201,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="artifact directory to write")
     p.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic dims")
     p.add_argument("--dump-ir", help="directory receiving the IR after every pass")
+    p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="run a model or an exported artifact")
@@ -210,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic dims")
     p.add_argument("--output-dir", help="save each output as NAME.npy here")
     p.add_argument("--profile", action="store_true", help="print per-function times")
+    p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("inspect", help="show the graph after the passes")
@@ -236,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="targets of the int8 run (the last also runs the float32 model)")
     p.set_defaults(func=cmd_demo)
 
+    from .tuning.cli import add_tune_parser
+
+    add_tune_parser(sub)
     from .accel_sim.cli import add_accel_parser
 
     accel = add_accel_parser(sub)

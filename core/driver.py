@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ class CompiledModel:
     specialize_on: list[str] = field(default_factory=list)
     strict: bool = False
     calibration: list | None = None
+    tuning_log: str | None = None
     _cache: OrderedDict = field(default_factory=OrderedDict)
     _profile: dict[str, ProfileEntry] | None = None
 
@@ -123,8 +125,9 @@ class CompiledModel:
         graph = manager.run(graph)
         placement = {n.name: n.attrs.get("target", fallback)
                      for n in graph.nodes if n.body is not None}
-        kernels = {n.name: targets[placement[n.name]].build(n)
-                   for n in graph.nodes if n.body is not None}
+        with _tuning_context(self.tuning_log):
+            kernels = {n.name: targets[placement[n.name]].build(n)
+                       for n in graph.nodes if n.body is not None}
         executor = GraphExecutor(graph, kernels, placement, self._profile)
         return Executable(graph, executor, manager.records, values, targets,
                           report_box[0] if report_box else None)
@@ -208,6 +211,15 @@ def _pipeline(targets: Mapping[str, object], fallback: str, strict: bool,
     return passes
 
 
+def _tuning_context(log: str | None):
+    """Schedules from a tuning log (best config per task) while kernels are built."""
+    if log is None:
+        return contextlib.nullcontext()
+    from .tuning import ApplyHistoryBest
+
+    return ApplyHistoryBest(log)
+
+
 class _Respecialize(Exception):
     """Internal: the set of inputs to specialize on grew; build again with it."""
 
@@ -230,7 +242,8 @@ def _input_specs(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) ->
 def compile(model, target: str | Sequence = "reference",  # noqa: A001
             shapes: Mapping[str, Sequence[int]] | None = None,
             dump_ir: str | None = None, check: bool = True,
-            strict: bool = False, calibration=None) -> CompiledModel:
+            strict: bool = False, calibration=None,
+            tuning_log: str | None = None) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for ``target``.
 
     ``target``: a target name, a comma-separated list, or a list of names and
@@ -245,6 +258,8 @@ def compile(model, target: str | Sequence = "reference",  # noqa: A001
     for anything a pattern matched but its target refused.
     ``calibration`` (sample inputs: dicts by name or lists in input order)
     turns on int8 post-training quantization of convolutions and dense layers.
+    ``tuning_log`` applies the best schedule per task of a tuning log
+    (``heterocc tune``); tasks missing from it keep the default schedules.
     """
     from .targets import available_targets, parse_targets
 
@@ -270,6 +285,7 @@ def compile(model, target: str | Sequence = "reference",  # noqa: A001
                          f"inputs are {', '.join(s.name for s in specs)}")
     compiled = CompiledModel(proto, names, specs, [o.name for o in proto.graph.output],
                              shapes, dump_ir, strict=strict,
-                             calibration=None if calibration is None else list(calibration))
+                             calibration=None if calibration is None else list(calibration),
+                             tuning_log=tuning_log)
     compiled.build_static()
     return compiled

@@ -23,6 +23,7 @@ from heterocc.accel_sim.reference_programs import Requantization, tiled_gemm_pro
 from heterocc.errors import CompileError
 from heterocc.ir.graph import Node
 from heterocc.ops.nn import conv_geometry
+from heterocc.tuning.apply import vta_tiling
 
 from .tiling import best_tiling
 
@@ -136,8 +137,12 @@ def compile_composite(function: Node, config: HardwareConfig,
     w = np.zeros((n_padded, k_padded), np.int8)
     w[:out_channels, :k] = weights
     epilogue = _epilogue(nodes, out_channels, n_padded)
-    tiling, _ = best_tiling(config, rows, k_padded, n_padded, virtual_threads,
-                            len(epilogue.column_constants))
+    tuned = vta_tiling(rows, k_padded, n_padded, config, requantize=True)
+    if tuned is not None:  # a tuning log is applied: its best tiling and thread count
+        tiling, virtual_threads = tuned
+    else:
+        tiling, _ = best_tiling(config, rows, k_padded, n_padded, virtual_threads,
+                                len(epilogue.column_constants))
     program = tiled_gemm_program(config, np.zeros((rows, k_padded), np.int8), w,
                                  virtual_threads, tiling, output=Buffer.OUT, epilogue=epilogue)
     return AcceleratorKernel(function.name, config, program, to_matrix, from_matrix, k_padded,

@@ -127,3 +127,21 @@ def test_timing_model_search_beats_the_default_tiling(shape):
     assert cycles <= schedule_stream(default.instructions, config).total_cycles
     ideal = rows * (k // config.block_in) * (n // config.block_out)
     assert ideal / cycles > 0.9  # the GEMM core is busy more than 90% of the time
+
+
+def test_tuning_log_drives_the_accelerator_tiling(qdq_model, tmp_path):
+    import onnx as onnx_lib
+
+    from heterocc.cli import main
+
+    path = tmp_path / "qdq.onnx"
+    onnx_lib.save(qdq_model, str(path))
+    log = tmp_path / "tune.jsonl"
+    assert main(["tune", str(path), "--target", "vta", "--trials", "4", "--log", str(log),
+                 "--tuner", "random"]) == 0
+    assert log.read_text().count("\n") >= 4
+    target = VtaTarget()
+    tuned = heterocc.compile(qdq_model, target=[target, "reference"], tuning_log=str(log))
+    plain = heterocc.compile(qdq_model, target="vta,reference")
+    x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.testing.assert_array_equal(tuned.run([x])[0], plain.run([x])[0])

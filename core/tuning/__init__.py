@@ -1,0 +1,33 @@
+"""heterocc.tuning: schedules chosen by measurement (AutoTVM style).
+
+Templates expose knobs in a config space (:mod:`.space`, :mod:`.templates`); tasks are
+extracted from a model (:mod:`.task`); tuners propose configs (:mod:`.tuners`), which are
+built and measured in isolated worker processes (:mod:`.measure`); every measurement is
+appended to a JSON-lines log (:mod:`.records`) that a later run resumes from and that
+compilation applies (:mod:`.apply`).
+"""
+
+from . import accel as accel  # registers the accelerator's template and runner
+from .apply import ApplyHistoryBest, lookup
+from .measure import InProcessMeasurer, MeasureOptions, Measurer, MeasureResult
+from .records import MeasureRecord, RecordLog, best_configs, read_records
+from .space import Config, ConfigSpace, Knob
+from .task import Task, extract_tasks, workload_key
+from .templates import TEMPLATES, Template, register_template
+from .tuners import (
+    CostModel,
+    GeneticTuner,
+    GridTuner,
+    RandomTuner,
+    XGBTuner,
+    make_tuner,
+    tune_task,
+)
+
+__all__ = [
+    "ApplyHistoryBest", "Config", "ConfigSpace", "CostModel", "GeneticTuner", "GridTuner",
+    "InProcessMeasurer", "Knob", "MeasureOptions", "MeasureRecord", "MeasureResult", "Measurer",
+    "RandomTuner", "RecordLog", "TEMPLATES", "Task", "Template", "XGBTuner", "best_configs",
+    "extract_tasks", "lookup", "make_tuner", "read_records", "register_template", "tune_task",
+    "workload_key",
+]

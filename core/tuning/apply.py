@@ -1,0 +1,113 @@
+"""Applying a tuning log at compile time: the best measured config of each task.
+
+``with ApplyHistoryBest("tune.jsonl"): heterocc.compile(...)`` makes the log's best
+configs current for the code inside the block; targets then ask :func:`lookup` (or the
+target-specific helpers below) for the config of a workload and fall back to their
+default schedule when it has none. The current context is a ``ContextVar``, so threads
+and nested blocks each see their own.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from .. import te
+from .records import MeasureRecord, read_records
+from .space import Config
+from .task import Task, workload_key
+from .templates import schedule_matmul_config
+
+_CURRENT: contextvars.ContextVar[ApplyHistoryBest | None] = contextvars.ContextVar(
+    "heterocc_tuning_context", default=None)
+
+
+class ApplyHistoryBest:
+    """The successful records of a log (a path, or records), best first per task."""
+
+    def __init__(self, log: str | Path | Iterable[MeasureRecord]):
+        records = read_records(log) if isinstance(log, str | Path) else list(log)
+        self._by_task: dict[str, list[MeasureRecord]] = {}
+        for record in records:
+            if record.ok:
+                self._by_task.setdefault(record.workload_key, []).append(record)
+        for ranked in self._by_task.values():
+            ranked.sort(key=lambda r: r.cost)
+        self._token = None
+
+    @property
+    def workload_keys(self) -> list[str]:
+        return list(self._by_task)
+
+    def lookup(self, key: str, where: Callable[[Config], bool] | None = None) -> Config | None:
+        """The fastest config of task ``key`` (satisfying ``where`` when given), or None."""
+        records = self._by_task.get(key)
+        if not records:
+            return None
+        space = Task.from_key(key).space
+        for record in records:
+            config = space.from_values(record.config)
+            if where is None or where(config):
+                return config
+        return None
+
+    def __enter__(self) -> ApplyHistoryBest:
+        self._token = _CURRENT.set(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _CURRENT.reset(self._token)
+
+
+def current() -> ApplyHistoryBest | None:
+    """The tuning log applied here, if any."""
+    return _CURRENT.get()
+
+
+def lookup(key: str, where: Callable[[Config], bool] | None = None) -> Config | None:
+    """The best config of workload ``key`` in the current log (None outside one, or when
+    the log has no successful record of it)."""
+    context = current()
+    return None if context is None else context.lookup(key, where)
+
+
+def schedule_matmul_tuned(schedule: te.Schedule, C: te.Tensor) -> bool:
+    """Schedule a product made by ``targets.llvm.schedules.matmul`` with the current
+    log's best ``matmul`` config of its shape (among those whose panel width matches the
+    packing already in the compute); False, touching nothing, when there is none."""
+    packed = C.op.attrs.get("packed_B")
+    if packed is None or len(C.shape) != 2:
+        return False
+    (m, n), (_, depth, panel) = C.shape, packed.shape
+    config = lookup(workload_key("matmul", (m, n, depth, C.dtype)),
+                    where=lambda c: c["panel"] == panel)
+    if config is None:
+        return False
+    schedule_matmul_config(schedule, C, packed, config)
+    return True
+
+
+def conv2d_tiles(batch: int, channels: int, height: int, width: int, out_channels: int,
+                 kernel: tuple[int, int], stride: int, pad: int,
+                 dtype: str = "float32") -> Config | None:
+    """The current log's best ``conv2d_nchw`` config of this convolution (knobs
+    ``tile_channels``, ``tile_columns``, ``reduce_order``, ``unroll_channels``,
+    ``parallel``), or None."""
+    args = (batch, channels, height, width, out_channels, *kernel, stride, pad, dtype)
+    return lookup(workload_key("conv2d_nchw", args))
+
+
+def vta_tiling(rows: int, k: int, n: int, hardware, requantize: bool = True
+               ) -> tuple[object, int] | None:
+    """The current log's best accelerator GEMM tiling and virtual thread count of a
+    (rows x k) @ (k x n) GEMM on ``hardware`` (a ``HardwareConfig``, preset or config
+    name), or None."""
+    from ..accel_sim.reference_programs import GemmTiling
+    from .accel import vta_gemm_task
+
+    config = lookup(vta_gemm_task(rows, k, n, hardware, requantize).workload_key)
+    if config is None:
+        return None
+    tiling = GemmTiling(config["block_rows"], config["block_cols"], config["k_chunk"])
+    return tiling, config["virtual_threads"]

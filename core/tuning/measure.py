@@ -1,0 +1,259 @@
+"""Measuring candidates: build, check against the reference and time each config in an
+isolated worker process, with a time-out.
+
+The worker is a separate (spawned) Python process that stays up across candidates;
+when a candidate crashes it (a segfault in generated code) or runs past the time-out,
+the worker is killed, the candidate is recorded as an error and a fresh worker serves
+the next one, so tuning goes on. Each target has a runner that does the in-process
+work: ``llvm`` builds with LLVM and times wall-clock seconds per call; ``vta`` (see
+:mod:`.accel`) generates the instruction stream and reports the timing model's cycles.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import multiprocessing
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import te
+from ..errors import InputError
+from .space import Config
+from .task import Task
+
+#: how a candidate can fail
+ERROR_KINDS = ("build", "runtime", "wrong", "timeout", "crash")
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """``timeout_s`` bounds one candidate (build + check + timing); ``repeat`` timings
+    are taken, each of at least ``min_repeat_s`` (calls are batched to reach it)."""
+
+    timeout_s: float = 20.0
+    repeat: int = 3
+    min_repeat_s: float = 0.002
+    rtol: float = 1e-3
+    atol: float = 1e-3
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """What measuring one candidate gave: costs (lower is better) or an error."""
+
+    costs: tuple[float, ...] = ()
+    error: str | None = None
+    message: str = ""
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.costs)
+
+    @property
+    def cost(self) -> float:
+        return float(np.median(self.costs)) if self.ok else math.inf
+
+
+class CandidateError(Exception):
+    """A candidate failed in a known way (``kind`` is one of ERROR_KINDS)."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+#: the in-process measurement of one candidate, by target name
+RUNNERS: dict[str, Callable[[Task, Config, MeasureOptions], tuple[float, ...]]] = {}
+
+
+def register_runner(target: str):
+    """Decorator registering the runner of ``target``."""
+    def register(runner):
+        RUNNERS[target] = runner
+        return runner
+    return register
+
+
+def check_output(task: Task, got: np.ndarray, expected: np.ndarray,
+                 options: MeasureOptions) -> None:
+    """Raise CandidateError('wrong') unless ``got`` matches the reference."""
+    if got.shape != expected.shape or not np.allclose(got, expected, rtol=options.rtol,
+                                                      atol=options.atol):
+        worst = float(np.max(np.abs(got - expected))) if got.shape == expected.shape else math.nan
+        raise CandidateError("wrong", f"{task.template}: output differs from the NumPy "
+                                      f"reference (max abs error {worst:.3g})")
+
+
+def time_calls(call: Callable[[], None], options: MeasureOptions) -> tuple[float, ...]:
+    """Seconds per call of ``call``: ``repeat`` samples, each averaging enough calls to
+    last ``min_repeat_s``."""
+    start = time.perf_counter()
+    call()
+    once = max(time.perf_counter() - start, 1e-7)
+    number = max(1, min(1000, math.ceil(options.min_repeat_s / once)))
+    samples = []
+    for _ in range(options.repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            call()
+        samples.append((time.perf_counter() - start) / number)
+    return tuple(samples)
+
+
+@register_runner("llvm")
+def run_llvm_candidate(task: Task, config: Config, options: MeasureOptions) -> tuple[float, ...]:
+    """Build ``config`` of ``task`` with LLVM, check it against NumPy, time it."""
+    from heterocc.targets.llvm.module import build
+
+    template = task.definition
+    try:
+        schedule, tensors = template.instantiate(task.args, config)
+        module = build(te.lower(schedule, tensors, name="candidate"))
+    except Exception as error:  # any failure to build is this candidate's, not the tuner's
+        raise CandidateError("build", f"{type(error).__name__}: {error}") from None
+    rng = np.random.default_rng(options.seed)
+    inputs = template.inputs(task.args, rng)
+    output = np.zeros(tensors[-1].shape, tensors[-1].dtype)
+    function = module["candidate"]
+    try:
+        function(*inputs, output)
+    except Exception as error:
+        raise CandidateError("runtime", f"{type(error).__name__}: {error}") from None
+    check_output(task, output, template.reference(task.args, inputs), options)
+    return time_calls(lambda: function(*inputs, output), options)
+
+
+def measure_in_process(task: Task, config: Config, options: MeasureOptions) -> MeasureResult:
+    """Measure one candidate in this process (what the worker runs)."""
+    start = time.perf_counter()
+    try:
+        runner = RUNNERS[task.target]
+    except KeyError:
+        raise InputError(f"no measurement runner for target {task.target!r}; known: "
+                         f"{', '.join(RUNNERS)}") from None
+    try:
+        costs = runner(task, config, options)
+    except CandidateError as error:
+        return MeasureResult(error=error.kind, message=str(error),
+                             elapsed_s=time.perf_counter() - start)
+    except Exception as error:
+        return MeasureResult(error="runtime", message="".join(
+            traceback.format_exception_only(error)).strip(), elapsed_s=time.perf_counter() - start)
+    return MeasureResult(costs=tuple(costs), elapsed_s=time.perf_counter() - start)
+
+
+def _worker_main(connection, setup_modules: Sequence[str]) -> None:
+    for module in setup_modules:
+        importlib.import_module(module)
+    connection.send("ready")
+    while True:
+        try:
+            job = connection.recv()
+        except EOFError:
+            return
+        key, config_values, options = job
+        task = Task.from_key(key)
+        config = task.space.from_values(config_values)
+        connection.send(measure_in_process(task, config, options))
+
+
+class InProcessMeasurer:
+    """Measures candidates in this process: no isolation, so only for runners that
+    cannot crash or hang the interpreter (the accelerator's timing model)."""
+
+    def __init__(self, options: MeasureOptions | None = None):
+        self.options = options or MeasureOptions()
+
+    def measure_one(self, task: Task, config: Config) -> MeasureResult:
+        return measure_in_process(task, config, self.options)
+
+    def close(self) -> None:
+        """Nothing to release (the interface of :class:`Measurer`)."""
+
+    def __enter__(self) -> InProcessMeasurer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Measurer:
+    """Measures candidates in an isolated worker process that is replaced after a crash
+    or a time-out. ``setup_modules`` are imported in the worker first (e.g. to register
+    extra templates). Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, options: MeasureOptions | None = None,
+                 setup_modules: Sequence[str] = (), start_timeout_s: float = 120.0):
+        self.options = options or MeasureOptions()
+        self.setup_modules = tuple(setup_modules)
+        self.start_timeout_s = start_timeout_s
+        self._context = multiprocessing.get_context("spawn")
+        self._process = None
+        self._connection = None
+
+    def _start(self) -> None:
+        parent, child = self._context.Pipe()
+        self._process = self._context.Process(target=_worker_main,
+                                              args=(child, self.setup_modules), daemon=True)
+        self._process.start()
+        child.close()
+        self._connection = parent
+        if not parent.poll(self.start_timeout_s):
+            self._stop()
+            raise InputError(f"tuning worker did not start within {self.start_timeout_s} s")
+        try:
+            parent.recv()
+        except EOFError:
+            self._stop()
+            raise InputError("tuning worker exited while starting (a setup module failed "
+                             "to import?)") from None
+
+    def _stop(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.join()
+            self._process = None
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def measure(self, task: Task, configs: Sequence[Config]) -> list[MeasureResult]:
+        """Measure ``configs`` of ``task`` one after another."""
+        return [self.measure_one(task, config) for config in configs]
+
+    def measure_one(self, task: Task, config: Config) -> MeasureResult:
+        """Measure one candidate in the worker; crashes and hangs become errors."""
+        if self._process is None:
+            self._start()
+        start = time.perf_counter()
+        try:
+            self._connection.send((task.workload_key, config.to_json(), self.options))
+            if not self._connection.poll(self.options.timeout_s):
+                self._stop()
+                return MeasureResult(error="timeout", message=(
+                    f"no result within {self.options.timeout_s} s"),
+                    elapsed_s=time.perf_counter() - start)
+            return self._connection.recv()
+        except (EOFError, ConnectionError):
+            self._process.join(timeout=5)
+            exitcode = self._process.exitcode
+            self._stop()
+            return MeasureResult(error="crash", message=(
+                f"the worker process died (exit code {exitcode})"),
+                elapsed_s=time.perf_counter() - start)
+
+    def close(self) -> None:
+        self._stop()
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

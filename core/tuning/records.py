@@ -1,0 +1,134 @@
+"""Tuning records: one JSON line per measured candidate, appended so that nothing is
+lost under ``kill -9``.
+
+Each record is written by a single ``os.write`` of the whole line (opened with
+``O_APPEND``) followed by ``fsync``, so a killed writer leaves either the whole line or
+(at worst, on a failing disk) an unterminated final fragment. Opening a log for writing
+cuts such a fragment off (it was never acknowledged), and the reader ignores an
+unparsable final line, so a later run resumes from every complete record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError
+
+#: version of the record format, written into every line
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class MeasureRecord:
+    """One measured candidate: which task and config, its costs (seconds per call on
+    the CPU, cycles on the accelerator) or the error that stopped it."""
+
+    workload_key: str
+    config: dict
+    config_index: int
+    costs: tuple[float, ...] = ()
+    error: str | None = None
+    message: str = ""
+    tuner: str = ""
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.costs)
+
+    @property
+    def cost(self) -> float:
+        """Median cost, infinite for a failed candidate."""
+        return statistics.median(self.costs) if self.ok else math.inf
+
+    def to_json(self) -> dict:
+        return {"v": RECORD_VERSION, "task": self.workload_key, "config": self.config,
+                "index": self.config_index, "costs": list(self.costs), "error": self.error,
+                "message": self.message, "tuner": self.tuner, "time": self.timestamp}
+
+    @classmethod
+    def from_json(cls, data: dict) -> MeasureRecord:
+        return cls(data["task"], dict(data["config"]), int(data["index"]),
+                   tuple(float(c) for c in data["costs"]), data.get("error"),
+                   data.get("message", ""), data.get("tuner", ""), float(data.get("time", 0)))
+
+
+class RecordLog:
+    """An append-only JSON-lines log of records at ``path`` (created when missing)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        _drop_torn_tail(self.path, self._fd)
+
+    def append(self, record: MeasureRecord) -> None:
+        """Write ``record`` as one line and make it durable before returning."""
+        line = (json.dumps(record.to_json(), separators=(",", ":")) + "\n").encode()
+        written = os.write(self._fd, line)
+        if written != len(line):
+            raise InputError(f"tuning log {self.path}: wrote {written} of {len(line)} bytes "
+                             "(disk full?); free space and resume")
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> RecordLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _drop_torn_tail(path: Path, fd: int) -> None:
+    """Cut an unterminated final line (a write the killed writer never finished)."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        os.ftruncate(fd, data.rfind(b"\n") + 1)
+
+
+def read_records(path: str | Path) -> list[MeasureRecord]:
+    """Every complete record of the log at ``path`` (none when it does not exist). An
+    unparsable final line is a torn write and is skipped; an unparsable line elsewhere
+    means the file is not a tuning log, which raises InputError."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_bytes().split(b"\n")
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(MeasureRecord.from_json(json.loads(line)))
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+            if number == len(lines):
+                continue
+            raise InputError(f"tuning log {path}, line {number}: not a tuning record; pass a "
+                             "log written by `heterocc tune`") from None
+    return records
+
+
+def best_records(records: Iterable[MeasureRecord]) -> dict[str, MeasureRecord]:
+    """The lowest-cost successful record of every task."""
+    best: dict[str, MeasureRecord] = {}
+    for record in records:
+        if record.ok and (record.workload_key not in best
+                          or record.cost < best[record.workload_key].cost):
+            best[record.workload_key] = record
+    return best
+
+
+def best_configs(path: str | Path) -> dict[str, MeasureRecord]:
+    """The best record of every task in the log at ``path``."""
+    return best_records(read_records(path))

@@ -1,0 +1,97 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from heterocc.errors import InputError
+from heterocc.tuning.measure import Measurer
+from heterocc.tuning.records import MeasureRecord, RecordLog, best_configs, read_records
+from heterocc.tuning.task import Task
+from heterocc.tuning.tuners import RandomTuner, tune_task
+
+KEY = '["matmul",4,4,4,"float32"]'
+
+
+def _record(index, cost):
+    return MeasureRecord(KEY, {"i": index}, index, (cost,) if cost else (),
+                         None if cost else "build", "" if cost else "failed")
+
+
+def test_append_read_and_best(tmp_path):
+    path = tmp_path / "log.jsonl"
+    with RecordLog(path) as log:
+        for index, cost in enumerate([3.0, None, 1.0, 2.0]):
+            log.append(_record(index, cost))
+    records = read_records(path)
+    assert [r.config_index for r in records] == [0, 1, 2, 3]
+    assert records[1].error == "build" and not records[1].ok
+    assert best_configs(path)[KEY].config_index == 2
+
+
+def test_torn_final_line_is_ignored_and_cut_before_appending(tmp_path):
+    path = tmp_path / "log.jsonl"
+    with RecordLog(path) as log:
+        log.append(_record(0, 1.0))
+    with open(path, "ab") as handle:
+        handle.write(b'{"v":1,"task":"[\\"mat')
+    assert len(read_records(path)) == 1
+    with RecordLog(path) as log:
+        log.append(_record(1, 2.0))
+    assert [r.config_index for r in read_records(path)] == [0, 1]
+    assert path.read_bytes().count(b"\n") == 2
+
+
+def test_garbage_in_the_middle_is_an_error(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text("not json\n" + json.dumps(_record(0, 1.0).to_json()) + "\n")
+    with pytest.raises(InputError, match="line 1"):
+        read_records(path)
+
+
+CHILD = textwrap.dedent("""
+    import sys
+    from heterocc.tuning.measure import Measurer, MeasureOptions
+    from heterocc.tuning.records import RecordLog
+    from heterocc.tuning.task import Task
+    from heterocc.tuning.tuners import RandomTuner, tune_task
+
+    if __name__ == "__main__":
+        task = Task("matmul", (8, 8, 8, "float32"))
+        with Measurer(MeasureOptions(repeat=1)) as measurer, RecordLog(sys.argv[1]) as log:
+            tune_task(task, RandomTuner(task, seed=1), measurer, 500, log=log, batch_size=2)
+""")
+
+
+def test_kill_9_mid_run_loses_nothing_and_resumes(tmp_path):
+    path = tmp_path / "log.jsonl"
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    child = subprocess.Popen([sys.executable, str(script), str(path)])
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (
+                not path.exists() or path.read_bytes().count(b"\n") < 3):
+            time.sleep(0.05)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    data = path.read_bytes()
+    complete = data.count(b"\n")
+    assert complete >= 3
+    records = read_records(path)
+    assert len(records) == complete  # every acknowledged record is whole
+    task = Task("matmul", (8, 8, 8, "float32"))
+    total = complete + 2
+    with Measurer() as measurer, RecordLog(path) as log:
+        progress = tune_task(task, RandomTuner(task, seed=2), measurer, total, log=log,
+                             batch_size=2)
+    assert progress.resumed == complete and progress.trials == total
+    resumed = read_records(path)
+    assert len(resumed) == total
+    indices = [r.config_index for r in resumed]
+    assert len(set(indices)) == total  # resuming never re-measures a config

@@ -1,0 +1,53 @@
+import numpy as np
+import pytest
+
+from heterocc.errors import InputError
+from heterocc.tuning.space import ConfigSpace, Knob, divisors, split_options
+
+
+def _space():
+    return ConfigSpace((Knob("a", "split", (1, 2, 4)), Knob("b", "order", ("x", "y")),
+                        Knob("c", "unroll", (True, False))))
+
+
+def test_indices_and_values_round_trip():
+    space = _space()
+    assert space.size == 12
+    seen = set()
+    for index in range(space.size):
+        config = space.get(index)
+        assert space.from_values(config.to_json()).index == index
+        seen.add(tuple(config.values.values()))
+    assert len(seen) == 12
+
+
+def test_bad_values_name_the_knob():
+    space = _space()
+    with pytest.raises(InputError, match="'a' has no option 3"):
+        space.from_values({"a": 3, "b": "x", "c": True})
+    with pytest.raises(InputError, match="lacks knobs"):
+        space.from_values({"a": 1})
+    with pytest.raises(InputError, match="outside this space"):
+        space.get(12)
+
+
+def test_random_indices_are_distinct_and_exclude():
+    space = _space()
+    rng = np.random.default_rng(0)
+    picked = space.random_indices(rng, 20, exclude={0, 1})
+    assert len(picked) == 10 and len(set(picked)) == 10 and not {0, 1} & set(picked)
+
+
+def test_neighbor_changes_exactly_one_knob():
+    space = _space()
+    rng = np.random.default_rng(1)
+    for index in range(space.size):
+        other = space.neighbor(index, rng)
+        changed = sum(a != b for a, b in zip(space.digits(index), space.digits(other)))
+        assert changed == 1
+
+
+def test_split_options_and_divisors():
+    assert divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert split_options(10, (4, 8, 16)) == (4, 8)
+    assert split_options(3, (4, 8)) == (3,)
