@@ -26,10 +26,9 @@ import numpy as np
 
 from ..errors import AcceleratorError, InputError
 from .config import UOP_BYTES, HardwareConfig
-from .encoding import format_instruction, read_stream_file
+from .encoding import encode_uops, format_instruction, read_stream_file
 from .functional import dma_dram_span
 from .isa import (
-    Alu,
     Buffer,
     DmaInstruction,
     Finish,
@@ -223,8 +222,6 @@ def dram_for_stream(
             f"the stream's LOAD UOP instructions read {len(uop_words)} micro-op words but the "
             f"file holds {len(uops)} micro-ops; pass the program's DRAM image with --dram"
         )
-    from .encoding import encode_uops
-
     words = encode_uops(uops, config)
     for address, word in zip(sorted(uop_words), words):
         image[address * UOP_BYTES : (address + 1) * UOP_BYTES] = np.frombuffer(
@@ -263,7 +260,7 @@ def add_hil_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     parser.add_argument("--simulator", default="verilator", choices=SIMULATORS,
                         help="HDL simulator for the RTL")
     parser.add_argument("--build-dir", help="RTL build folder (default hw/build)")
-    parser.set_defaults(handler=_hil_command)
+    parser.set_defaults(func=_hil_command)
     return parser
 
 
@@ -283,9 +280,20 @@ __all__ = [
     "compare_stream",
     "dram_for_stream",
     "find_first_divergence",
+    "main",
     "prefix_with_dump",
     "run_hil",
     "simulate",
 ]
 
-_ = Alu  # the ALU is reached through prefixes like every other instruction
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m heterocc.accel_sim.hil hil STREAM ...`` (the same as ``heterocc hil``)."""
+    parser = argparse.ArgumentParser(prog="heterocc")
+    add_hil_parser(parser.add_subparsers(required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -17,6 +17,7 @@ RTL's own counter.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -32,6 +33,7 @@ from ..errors import AcceleratorError
 from .config import HardwareConfig
 from .driver import DEVICE_ALIGNMENT, RunStatus
 from .encoding import encode_stream
+from .isa import Instruction
 from .program import Program
 from .rtl_header import RTL_DIR, config_id, rtl_sources, write_rtl_header
 
@@ -57,6 +59,25 @@ STATUS_BUSY = 2
 STATUS_ERROR = 4
 
 
+#: timing parameters that describe the RTL on the test bench's AXI RAM model (a
+#: few cycles of latency instead of a DRAM's tens), fitted over the system
+#: bench's programs. The RTL's own fixed costs are 4 cycles for GEMM and ALU
+#: and 4 + 4 for a LOAD from DRAM; the larger overhead also absorbs what the
+#: model leaves out: instruction fetch shares the DRAM port (two 64-bit beats per
+#: instruction) and delays DMAs.
+BENCH_OVERHEAD_CYCLES = 7
+BENCH_DRAM_LATENCY_CYCLES = 3
+
+
+def bench_timing_config(config: HardwareConfig) -> HardwareConfig:
+    """``config`` with the timing parameters of the RTL on the cocotb bench."""
+    return dataclasses.replace(
+        config,
+        instruction_overhead_cycles=BENCH_OVERHEAD_CYCLES,
+        dram_latency_cycles=BENCH_DRAM_LATENCY_CYCLES,
+    )
+
+
 @dataclass(frozen=True)
 class RtlRun:
     """One stream to run: the DRAM image (from address 0) and where its stream lies."""
@@ -67,14 +88,26 @@ class RtlRun:
     max_cycles: int = 2_000_000
 
     @classmethod
-    def from_program(cls, program: Program, max_cycles: int = 2_000_000) -> RtlRun:
-        """A run of ``program``: its DRAM image at address 0, the stream on the next page."""
-        stream = encode_stream(program.instructions, program.config)
-        address = -(-program.dram.size // DEVICE_ALIGNMENT) * DEVICE_ALIGNMENT
+    def for_stream(
+        cls,
+        dram: np.ndarray,
+        instructions: Sequence[Instruction],
+        config: HardwareConfig,
+        max_cycles: int = 2_000_000,
+    ) -> RtlRun:
+        """A run of ``instructions`` against ``dram`` (placed at address 0); the stream
+        goes on the page after it."""
+        stream = encode_stream(instructions, config)
+        address = -(-dram.size // DEVICE_ALIGNMENT) * DEVICE_ALIGNMENT
         image = np.zeros(address + len(stream), np.uint8)
-        image[: program.dram.size] = program.dram
+        image[: dram.size] = dram
         image[address:] = np.frombuffer(stream, np.uint8)
-        return cls(image, address, len(program.instructions), max_cycles)
+        return cls(image, address, len(instructions), max_cycles)
+
+    @classmethod
+    def from_program(cls, program: Program, max_cycles: int = 2_000_000) -> RtlRun:
+        """A run of ``program`` against its own DRAM image."""
+        return cls.for_stream(program.dram, program.instructions, program.config, max_cycles)
 
 
 @dataclass(frozen=True)
@@ -139,6 +172,67 @@ def _runner(simulator: str):
     return get_runner(simulator)
 
 
+class CocotbBench:
+    """One RTL top level built for one config under one simulator, and its cocotb runs.
+
+    Builds go to ``build_dir`` (logs beside them); a build is incremental.
+    """
+
+    def __init__(
+        self,
+        config: HardwareConfig,
+        simulator: str,
+        toplevel: str,
+        build_dir: Path,
+        parameters: dict[str, int] | None = None,
+    ):
+        self.config = config
+        self.simulator = simulator
+        self.toplevel = toplevel
+        self.build_dir = build_dir
+        self.parameters = dict(parameters or {})
+        self._runner = _runner(simulator)
+        self._built = False
+
+    def build(self) -> None:
+        """Generate the config header and compile the RTL."""
+        header = write_rtl_header(self.config, self.build_dir / "include")
+        build_args = ["-Wno-fatal", "-O3"] if self.simulator == "verilator" else []
+        with _simulator_environment(self.simulator):
+            self._runner.build(
+                # the header as a source too, so that a changed header triggers a rebuild
+                sources=[header, *rtl_sources()],
+                includes=[header.parent],
+                hdl_toplevel=self.toplevel,
+                parameters=self.parameters,
+                build_dir=self.build_dir / "sim",
+                build_args=build_args,
+                timescale=("1ns", "1ps"),
+                log_file=self.build_dir / "build.log",
+            )
+        self._built = True
+
+    def test(self, test_module: str, test_dir: Path, extra_env: dict[str, str]) -> Path:
+        """Run the cocotb tests of ``test_module`` (in hw/tb); returns the results file.
+
+        Under pytest a failing cocotb test fails the calling test; elsewhere the
+        caller reads the results file.
+        """
+        if not self._built:
+            self.build()
+        environment = {"HC_CONFIG_NAME": self.config.name, **extra_env}
+        with _simulator_environment(self.simulator):
+            return self._runner.test(
+                test_module=test_module,
+                hdl_toplevel=self.toplevel,
+                hdl_toplevel_lang="verilog",
+                build_dir=self.build_dir / "sim",
+                test_dir=test_dir,
+                extra_env=environment,
+                log_file=self.build_dir / "run.log",
+            )
+
+
 class RtlSimulator:
     """The accelerator RTL built for one config under one simulator."""
 
@@ -152,29 +246,15 @@ class RtlSimulator:
         self.simulator = simulator
         root = Path(build_root) if build_root is not None else DEFAULT_BUILD_ROOT
         self.build_dir = root / f"{simulator}_{config.name}"
-        self._runner = _runner(simulator)
-        self._built = False
+        self.bench = CocotbBench(config, simulator, TOP_LEVEL, self.build_dir)
 
     def build(self) -> None:
         """Generate the config header and compile the RTL (incremental)."""
-        header_dir = write_rtl_header(self.config, self.build_dir / "include").parent
-        build_args = ["-Wno-fatal", "-O3"] if self.simulator == "verilator" else []
-        with _simulator_environment(self.simulator):
-            self._runner.build(
-                sources=rtl_sources(),
-                includes=[header_dir],
-                hdl_toplevel=TOP_LEVEL,
-                build_dir=self.build_dir / "sim",
-                build_args=build_args,
-                timescale=("1ns", "1ps"),
-                log_file=self.build_dir / "build.log",
-            )
-        self._built = True
+        self.bench.build()
 
     def run(self, runs: Sequence[RtlRun]) -> list[RtlRunResult]:
         """Run each stream on a freshly reset RTL; one simulator process for the batch."""
-        if not self._built:
-            self.build()
+        self.build_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.build_dir) as scratch:
             folder = Path(scratch)
             entries = []
@@ -197,16 +277,7 @@ class RtlSimulator:
                 "results": str(folder / "results.json"),
             }
             (folder / "job.json").write_text(json.dumps(job))
-            with _simulator_environment(self.simulator):
-                self._runner.test(
-                    test_module="hc_system_bench",
-                    hdl_toplevel=TOP_LEVEL,
-                    hdl_toplevel_lang="verilog",
-                    build_dir=self.build_dir / "sim",
-                    test_dir=folder,
-                    extra_env={"HC_RTL_JOB": str(folder / "job.json")},
-                    log_file=self.build_dir / "run.log",
-                )
+            self.bench.test("hc_system_bench", folder, {"HC_RTL_JOB": str(folder / "job.json")})
             results_path = folder / "results.json"
             if not results_path.exists():
                 raise AcceleratorError(

@@ -5,6 +5,7 @@
     heterocc inspect MODEL.onnx [--dot FILE] [--dump-ir DIR]
     heterocc partition MODEL.onnx --target vta,llvm
     heterocc tune MODEL.onnx --target llvm --trials N --log F
+    heterocc hil STREAM [--simulator icarus|verilator]
     heterocc targets
     heterocc demo
 """
@@ -244,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .tuning.cli import add_tune_parser
 
     add_tune_parser(sub)
+    from .accel_sim.hil import add_hil_parser
+
+    add_hil_parser(sub)
     from .accel_sim.cli import add_accel_parser
 
     accel = add_accel_parser(sub)

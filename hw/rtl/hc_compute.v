@@ -24,13 +24,12 @@ module hc_compute (
     input  wire                           from_store_has_token,
     output wire                           from_store_pop,
     input  wire                           to_load_has_room,
-    output reg                            to_load_push,
+    output wire                           to_load_push,
     input  wire                           to_store_has_room,
-    output reg                            to_store_push,
+    output wire                           to_store_push,
     output reg                            retired,
     output reg                            finished,
     // AXI read channels (through the arbiter)
-    output wire                           bus_request,
     output wire [31:0]                    ar_addr,
     output wire [7:0]                     ar_len,
     output wire                           ar_valid,
@@ -81,25 +80,24 @@ module hc_compute (
     wire       cmd_is_alu = opcode == OP_ALU;
 
     hc_issue issue_rule (
-        .cmd_valid(!cmd_empty), .cmd(cmd), .idle(!active),
+        .cmd_valid(!cmd_empty), .flags(cmd[`HC_DMA_POP_PREV_LO +: 4]), .idle(!active),
         .prev_has_token(from_load_has_token), .next_has_token(from_store_has_token),
         .prev_has_room(to_load_has_room), .next_has_room(to_store_has_room),
         .issue(cmd_pop), .pop_prev(from_load_pop), .pop_next(from_store_pop)
     );
 
     wire complete = active && (dma_done || loop_done || complete_now);
+    // tokens go out in the completion cycle, as the timing model has them
+    assign to_load_push = complete && push_prev;
+    assign to_store_push = complete && push_next;
 
     always @(posedge clk) begin
         if (rst) begin
             active <= 1'b0;
             complete_now <= 1'b0;
-            to_load_push <= 1'b0;
-            to_store_push <= 1'b0;
             retired <= 1'b0;
             finished <= 1'b0;
         end else begin
-            to_load_push <= 1'b0;
-            to_store_push <= 1'b0;
             retired <= 1'b0;
             finished <= 1'b0;
             complete_now <= 1'b0;
@@ -114,8 +112,6 @@ module hc_compute (
             end
             if (complete) begin
                 active <= 1'b0;
-                to_load_push <= push_prev;
-                to_store_push <= push_next;
                 retired <= 1'b1;
                 finished <= is_finish;
             end
@@ -127,9 +123,6 @@ module hc_compute (
     wire [`HC_DMA_SRAM_BASE_W-1:0] dma_write_addr;
     wire [7:0]                     dma_write_beat;
     wire [`HC_BUS_BITS-1:0]        dma_write_data;
-    /* verilator lint_off UNUSEDSIGNAL */
-    wire                           dma_busy;
-    /* verilator lint_on UNUSEDSIGNAL */
 
     hc_dma_read dma (
         .clk(clk), .rst(rst), .start(cmd_pop && opcode == OP_LOAD),
@@ -143,8 +136,11 @@ module hc_compute (
         .y_pad_bottom(cmd[`HC_DMA_Y_PAD_BOTTOM_LO +: 4]),
         .x_pad_left(cmd[`HC_DMA_X_PAD_LEFT_LO +: 4]),
         .x_pad_right(cmd[`HC_DMA_X_PAD_RIGHT_LO +: 4]),
-        .busy(dma_busy), .done(dma_done),
-        .bus_request(bus_request), .ar_addr(ar_addr), .ar_len(ar_len), .ar_valid(ar_valid),
+        /* verilator lint_off PINCONNECTEMPTY */
+        .busy(),
+        /* verilator lint_on PINCONNECTEMPTY */
+        .done(dma_done),
+        .ar_addr(ar_addr), .ar_len(ar_len), .ar_valid(ar_valid),
         .ar_ready(ar_ready), .r_data(r_data), .r_valid(r_valid), .r_ready(r_ready),
         .write_valid(dma_write), .write_addr(dma_write_addr), .write_beat(dma_write_beat),
         .write_data(dma_write_data)
@@ -353,6 +349,12 @@ module hc_compute (
                         : {`HC_ACC_TILE_BEATS{1'b0}};
     assign acc_write_addr = s2_valid ? s2_dst : dma_write_addr[ACC_IDX-1:0];
     assign acc_write_data = s2_valid ? loop_result : {`HC_ACC_TILE_BEATS{dma_write_data}};
+
+    // Reserved bits and the fields of other opcodes (fetch routed on the opcode already),
+    // and micro-op bits above the last field.
+    /* verilator lint_off UNUSEDSIGNAL */
+    wire unused_cmd_bits = &{1'b0, cmd, uop_word};
+    /* verilator lint_on UNUSEDSIGNAL */
 endmodule
 
 `default_nettype wire

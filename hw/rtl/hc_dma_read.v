@@ -2,8 +2,8 @@
 // the rows of a 2-D strided DRAM block over AXI and writes the padded block of
 // SRAM entries in order, one bus beat per cycle, zero beats for the padding.
 //
-// Address requests run ahead of the data (one burst per row, split at 256 beats
-// and at 4 KiB boundaries) so that rows stream back to back. Tiles are whole
+// Address requests run ahead of the data (each row split into short bursts that
+// never cross 4 KiB, hc_burst_gen) so that rows stream back to back. Tiles are whole
 // beats; micro-op words are 4 bytes and may start in the middle of a beat, so in
 // word mode the engine writes one word per cycle and picks it from its lane.
 `default_nettype none
@@ -26,8 +26,7 @@ module hc_dma_read (
     input  wire [3:0]                     x_pad_right,
     output reg                            busy,
     output reg                            done,
-    // AXI read channels (through the arbiter); `bus_request` holds the bus
-    output wire                           bus_request,
+    // AXI read channels (through the arbiter)
     output wire [31:0]                    ar_addr,
     output wire [7:0]                     ar_len,
     output wire                           ar_valid,
@@ -67,7 +66,6 @@ module hc_dma_read (
     reg [16:0]                    data_col_begin;
     reg [16:0]                    data_col_end;
     reg [31:0]                    stride_bytes;
-    reg                           moves_dram;
 
     // --- SRAM write side ----------------------------------------------------------
     reg                           writing;
@@ -82,7 +80,6 @@ module hc_dma_read (
     wire        start_word_mode = buffer == BUF_UOP;
     wire [3:0]  start_log_beats = start_word_mode ? 4'd0 : start_log_unit - LOG_BUS[3:0];
     wire [31:0] start_row_byte = dram_base << start_log_unit;
-    wire        start_moves_dram = y_size != 0 && x_size != 0;
     wire [16:0] start_rows = {13'd0, y_pad_top} + {1'b0, y_size} + {13'd0, y_pad_bottom};
     wire [16:0] start_cols = {13'd0, x_pad_left} + {1'b0, x_size} + {13'd0, x_pad_right};
 
@@ -94,7 +91,6 @@ module hc_dma_read (
     wire last_beat_of_entry = word_mode || beat == (8'd1 << log_tile_beats) - 8'd1;
     wire write_fire = writing && (!in_data || r_valid);
 
-    assign bus_request = busy && moves_dram;
     wire [8:0] burst_beats;
     assign ar_len = 8'(burst_beats - 9'd1);
 
@@ -130,7 +126,6 @@ module hc_dma_read (
                 data_col_begin <= {13'd0, x_pad_left};
                 data_col_end <= {13'd0, x_pad_left} + {1'b0, x_size};
                 stride_bytes <= {16'd0, x_stride} << start_log_unit;
-                moves_dram <= start_moves_dram;
                 busy <= 1'b1;
                 writing <= start_rows != 17'd0 && start_cols != 17'd0;
                 row <= 17'd0;

@@ -16,7 +16,6 @@ module hc_fetch #(
     input  wire [31:0]               insn_addr,
     input  wire [31:0]               insn_count,
     // AXI read channels (through the arbiter)
-    output wire                      bus_request,
     output wire [31:0]               ar_addr,
     output wire [7:0]                ar_len,
     output wire                      ar_valid,
@@ -54,7 +53,6 @@ module hc_fetch #(
     wire [LOG_STAGING_DEPTH:0] staged;
     wire [127:0] staged_head;
     wire staging_empty;
-    wire staging_full;
     wire dispatch;
 
     // instructions the next burst fetches: bounded by the stream, FETCH_BURST and 4 KiB
@@ -66,11 +64,17 @@ module hc_fetch #(
                         && {{(9 - LOG_STAGING_DEPTH - 1){1'b0}}, staging_free} >= burst_size;
 
     wire beat_fire = in_burst && r_valid;
-    wire [128+BUS-1:0] shifted = {r_data, partial};
-    wire [127:0] assembled = shifted[128+BUS-1:BUS];
+    // beats arrive low half first: shift each one in from the top
+    wire [127:0] assembled;
+    generate
+        if (BUS == 128) begin : g_one_beat
+            assign assembled = r_data;
+        end else begin : g_beats
+            assign assembled = {r_data, partial[127:BUS]};
+        end
+    endgenerate
     wire insn_complete = beat_fire && beat_in_insn == `HC_INSN_BEATS - 1;
 
-    assign bus_request = in_burst;
     assign ar_addr = next_addr;
     assign ar_len = 8'(burst_insns * `HC_INSN_BEATS - 1);
     assign ar_valid = addr_valid;
@@ -111,7 +115,10 @@ module hc_fetch #(
     hc_fifo #(.WIDTH(128), .LOG_DEPTH(LOG_STAGING_DEPTH)) staging (
         .clk(clk), .rst(rst || start),
         .push(insn_complete), .push_data(assembled),
-        .pop(dispatch), .head(staged_head), .empty(staging_empty), .full(staging_full),
+        .pop(dispatch), .head(staged_head), .empty(staging_empty),
+        /* verilator lint_off PINCONNECTEMPTY */
+        .full(),
+        /* verilator lint_on PINCONNECTEMPTY */
         .count(staged)
     );
 
@@ -151,6 +158,11 @@ module hc_fetch #(
         .count()
         /* verilator lint_on PINCONNECTEMPTY */
     );
+
+    // the lowest beat of `partial` is shifted out before it is read
+    /* verilator lint_off UNUSEDSIGNAL */
+    wire unused_partial_bits = &{1'b0, partial};
+    /* verilator lint_on UNUSEDSIGNAL */
 endmodule
 
 `default_nettype wire

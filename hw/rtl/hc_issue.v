@@ -3,11 +3,10 @@
 // `prev`/`next` name the neighbouring modules; a module without one ties its
 // inputs off (`*_ok` high).
 `default_nettype none
-`include "hc_config.vh"
 
 module hc_issue (
     input  wire         cmd_valid,
-    input  wire [127:0] cmd,
+    input  wire [3:0]   flags,      // pop_prev, pop_next, push_prev, push_next
     input  wire         idle,
     input  wire         prev_has_token,
     input  wire         next_has_token,
@@ -17,10 +16,10 @@ module hc_issue (
     output wire         pop_prev,
     output wire         pop_next
 );
-    wire wants_pop_prev = cmd[`HC_DMA_POP_PREV_LO];
-    wire wants_pop_next = cmd[`HC_DMA_POP_NEXT_LO];
-    wire wants_push_prev = cmd[`HC_DMA_PUSH_PREV_LO];
-    wire wants_push_next = cmd[`HC_DMA_PUSH_NEXT_LO];
+    wire wants_pop_prev = flags[0];
+    wire wants_pop_next = flags[1];
+    wire wants_push_prev = flags[2];
+    wire wants_push_next = flags[3];
 
     assign issue = cmd_valid && idle
                 && (!wants_pop_prev || prev_has_token) && (!wants_pop_next || next_has_token)

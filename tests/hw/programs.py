@@ -25,7 +25,11 @@ from heterocc.accel_sim import (
     Store,
     check_stream,
 )
-from heterocc.accel_sim.reference_programs import GemmTiling, tiled_gemm_program
+from heterocc.accel_sim.reference_programs import (
+    GemmTiling,
+    Requantization,
+    tiled_gemm_program,
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,23 @@ def reference_gemms(config: HardwareConfig, rng: np.random.Generator) -> list[Na
             tiled_gemm_program(config, a, w, virtual_threads=2, tiling=fine, output=Buffer.OUT),
         ),
     ]
+
+
+def requantized_gemm(config: HardwareConfig, rng: np.random.Generator) -> NamedProgram:
+    """The stream the VTA target emits for a dense or convolution composite: a tiled
+    GEMM with the requantizing ALU epilogue and a narrowing store."""
+    k, n = 3 * config.block_in, 2 * config.block_out
+    a = _int8(rng, (2 * config.batch, k))
+    w = _int8(rng, (n, k))
+    shift = rng.integers(12, 15, n)
+    epilogue = Requantization(
+        bias=rng.integers(-3000, 3000, n), limit=np.full(n, 1 << 20),
+        multiplier=rng.integers(1, 5, n), rounding=1 << (shift - 1), shift=shift,
+        zero_point=int(rng.integers(-5, 6)), qmin=-128, qmax=127,
+    )
+    program = tiled_gemm_program(config, a, w, virtual_threads=2, output=Buffer.OUT,
+                                 epilogue=epilogue)
+    return NamedProgram("gemm_requantize_epilogue", program)
 
 
 def convolution(config: HardwareConfig, rng: np.random.Generator) -> NamedProgram:
@@ -139,6 +160,9 @@ def requantize(config: HardwareConfig, rng: np.random.Generator) -> NamedProgram
 #: random indices hit loaded data.
 _WINDOW = 24
 _DRAM_TILES = 48
+#: a padding-only LOAD of _CLEAR_SIDE x _CLEAR_SIDE zero tiles clears the window
+#: and whatever factors add to it.
+_CLEAR_SIDE = 8
 
 
 @dataclass
@@ -247,6 +271,12 @@ def random_program(config: HardwareConfig, seed: int, phases: int = 3) -> NamedP
         for instruction in instructions:
             builder.emit(instruction)
 
+    # Hardware keeps SRAM contents from run to run (the simulator starts from zeros),
+    # so clear the windows the random indices reach with padding-only LOADs first.
+    clear = dict(dram_base=0, y_size=0, x_size=0, x_stride=0, y_pad_top=_CLEAR_SIDE,
+                 x_pad_left=_CLEAR_SIDE)
+    for buffer in (Buffer.INP, Buffer.WGT, Buffer.ACC):
+        builder.emit(Load(buffer=buffer, sram_base=0, **clear))
     uop_base = ctx.integer(0, 5)
     for phase in range(phases):
         more = phase < phases - 1
@@ -293,6 +323,8 @@ def random_program(config: HardwareConfig, seed: int, phases: int = 3) -> NamedP
 def ci_programs(config: HardwareConfig, random_count: int, seed: int = 0) -> list[NamedProgram]:
     """The program set the system bench runs: reference, hand-written and random."""
     rng = np.random.default_rng(seed)
-    programs = reference_gemms(config, rng) + [convolution(config, rng), requantize(config, rng)]
+    programs = reference_gemms(config, rng) + [
+        requantized_gemm(config, rng), convolution(config, rng), requantize(config, rng),
+    ]
     programs += [random_program(config, seed=1000 + index) for index in range(random_count)]
     return programs

@@ -1,0 +1,60 @@
+"""Print the RTL figures as Markdown: per-program RTL cycles against the timing
+model, simulation speed per simulator, and synthesis resources.
+
+It reads what the test suites leave in hw/build (run them first):
+
+    python -m pytest tests/hw -m rtl            # system reports, synthesis report
+    python hw/report_figures.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+BUILD = Path(__file__).resolve().parent / "build"
+
+
+def system_tables() -> list[str]:
+    """One table per (simulator, config) system report."""
+    lines = []
+    for path in sorted((BUILD / "reports").glob("system_*.json")):
+        report = json.loads(path.read_text())
+        lines += [
+            f"### {report['simulator']}, {report['config']}",
+            "",
+            f"simulated cycles per second: {report['simulated_cycles_per_second']:,.0f}; "
+            f"largest |RTL/model - 1|: {report['max_cycle_error']:.1%}",
+            "",
+            "| program | instructions | RTL cycles | model cycles | ratio |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {row['program']} | {row['instructions']} | {row['rtl_cycles']} | "
+            f"{row['model_cycles']} | {row['ratio']:.3f} |"
+            for row in report["programs"]
+        ]
+        lines.append("")
+    return lines
+
+
+def synthesis_tables() -> list[str]:
+    """Resources of every synthesized config."""
+    lines = []
+    for path in sorted(BUILD.glob("synth_*/resources.json")):
+        summary = json.loads(path.read_text())
+        resources = summary["resources"]
+        lines += [
+            f"### synthesis, {summary['config']} ({summary['device_family']}, "
+            f"{summary['seconds']} s)",
+            "",
+            "| " + " | ".join(resources) + " |",
+            "|" + "---:|" * len(resources),
+            "| " + " | ".join(str(value) for value in resources.values()) + " |",
+            "",
+        ]
+    return lines
+
+
+if __name__ == "__main__":
+    print("\n".join(system_tables() + synthesis_tables()))
