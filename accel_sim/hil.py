@@ -253,7 +253,8 @@ def add_hil_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
         help="run an accelerator stream on the simulator and on the RTL and compare them",
         description=__doc__.split("\n\n")[0],
     )
-    parser.add_argument("stream", help="stream file (heterocc accel format, docs/isa.md)")
+    parser.add_argument("stream", help="stream file (heterocc accel format, docs/isa.md), or "
+                        "an ONNX model whose accelerator functions are replayed")
     parser.add_argument("--dram", help="raw DRAM image the stream runs against (address 0)")
     parser.add_argument("--device", default="rtl", choices=["rtl"],
                         help="where to run besides the simulator (only the RTL for now)")

@@ -5,7 +5,7 @@
     heterocc inspect MODEL.onnx [--dot FILE] [--dump-ir DIR]
     heterocc partition MODEL.onnx --target vta,llvm
     heterocc tune MODEL.onnx --target llvm --trials N --log F
-    heterocc hil STREAM [--simulator icarus|verilator]
+    heterocc hil STREAM_OR_MODEL.onnx --device rtl [--simulator icarus|verilator]
     heterocc targets
     heterocc demo
 """
@@ -195,6 +195,15 @@ def cmd_demo(args) -> int:
     return run_demo(target=args.target)
 
 
+def _hil(args, stream_command) -> int:
+    """``hil`` takes a stream file, or a model whose accelerator functions it replays."""
+    if args.stream.endswith(".onnx"):
+        from .targets.vta.hil import model_hil_command
+
+        return model_hil_command(args)
+    return stream_command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="heterocc", description="heterocc deep-learning compiler")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -247,7 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_tune_parser(sub)
     from .accel_sim.hil import add_hil_parser
 
-    add_hil_parser(sub)
+    hil = add_hil_parser(sub)
+    stream_command = hil.get_default("func")
+    hil.set_defaults(func=lambda args: _hil(args, stream_command))
     from .accel_sim.cli import add_accel_parser
 
     accel = add_accel_parser(sub)

@@ -12,7 +12,7 @@ call only writes the activations into a copy of the DRAM image.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,10 +71,11 @@ class AcceleratorKernel:
     last_cycles: int = 0
     utilization: float = 0.0
     macs: int = 0
-    extra: dict = field(default_factory=dict)
+    last_input: np.ndarray | None = None
 
-    def __call__(self, args):
-        a = self.to_matrix(args[0])
+    def dram_image(self, x: np.ndarray) -> np.ndarray:
+        """The program's DRAM image with input ``x`` laid out as its A matrix."""
+        a = self.to_matrix(x)
         if a.shape[1] != self.k_padded:
             a = np.pad(a, ((0, 0), (0, self.k_padded - a.shape[1])))
         tensor = self.program.tensors["A"]
@@ -82,6 +83,11 @@ class AcceleratorKernel:
         packed = pack_tiles(a.astype(np.int8), tensor.tile_rows, tensor.tile_cols).tobytes()
         dram[tensor.byte_address: tensor.byte_address + len(packed)] = np.frombuffer(
             packed, np.uint8)
+        return dram
+
+    def __call__(self, args):
+        dram = self.dram_image(args[0])
+        self.last_input = dram.copy()  # what hardware-in-the-loop replays on the RTL
         report = run_stream(self.program.instructions, self.config, dram, check=False)
         self.calls += 1
         self.last_cycles = report.timing.total_cycles
