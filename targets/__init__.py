@@ -1,6 +1,6 @@
 """Code-generation targets, one sub-package each, behind one registry."""
 
-from . import llvm, reference, vta  # noqa: F401  (register the built-in targets)
+from . import cuda, llvm, reference, vta  # noqa: F401  (register the built-in targets)
 from .registry import (
     ENTRY_POINT_GROUP,
     Kernel,

@@ -3,7 +3,16 @@
 Importing this package registers every compute (on ``OpDef.te_compute``).
 """
 
-from . import elementwise, nn, tensor  # noqa: F401  (registration side effects)
+from . import (  # noqa: F401  (registrations)
+    activation,
+    elementwise,
+    indexing,
+    nn,
+    normalization,
+    quantize,
+    reduction,
+    tensor,
+)
 from .registry import compute_of, has_compute, register_compute
 
 __all__ = ["compute_of", "has_compute", "register_compute"]

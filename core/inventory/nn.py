@@ -34,8 +34,32 @@ def _pad(x, pads_begin, pads_end, value, name):
     return te.compute(shape, body, name=name, dtype=x.dtype)
 
 
+def _phase_split_columns(data, stride: int, name: str):
+    """``data`` with its columns regrouped by phase: ``out[..., r, p, j]`` is
+    ``data[..., r, j * stride + p]`` (zero past the last column), materialized.
+
+    A strided convolution reads columns ``x * stride + offset``; from this layout it
+    reads ``[..., offset % stride, x + offset // stride]``, contiguous in ``x``, so its
+    vectorized loads stay plain vector loads instead of gathers."""
+    lead, width = data.shape[:-1], data.shape[-1]
+    phase_width = -(-width // stride)
+
+    def body(*index):
+        *rest, phase, column = index
+        source = column * stride + phase
+        return te.if_then_else(source < width,
+                               data[(*rest, te.minimum(source, width - 1))],
+                               te.const(0.0, data.dtype))
+
+    return te.compute((*lead, stride, phase_width), body, name=name, dtype=data.dtype,
+                      attrs={"keep": True})
+
+
 @register_compute("Conv")
 def conv(inputs, attrs, out_types):
+    """Direct NCHW convolution (any group count, stride, dilation, padding), tagged for
+    ``schedule_conv2d_nchw``. A strided convolution reads its (padded) input through a
+    phase-split copy, so every load the schedule vectorizes is contiguous."""
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
     if x.ndim != 4:
@@ -47,21 +71,43 @@ def conv(inputs, attrs, out_types):
     n, c = x.shape[:2]
     o = w.shape[0]
     cg, og = c // group, o // group
-    data = _pad(x, pads[:2], pads[2:], 0.0, "conv_pad")
+    sy, sx = strides
+    dy, dx = dilations
     rc = te.reduce_axis(cg, "rc")
     ry = te.reduce_axis(kernel[0], "ry")
     rx = te.reduce_axis(kernel[1], "rx")
-    sy, sx = strides
-    dy, dx = dilations
+    height, width = x.shape[2:]
+    if sx > 1 and width % sx == 0:
+        # Unpadded phases (a plain strided copy), padding decided where the tile reads
+        # them: every column phase has the same width, so a read is in range exactly
+        # when its phase column is, and the guarded load stays contiguous.
+        phases = _phase_split_columns(x, sx, "conv_phases")
+
+        def read(nn, channel, y, xx):
+            row = y * sy + ry * dy - pads[0]
+            offset = rx * dx - pads[1]
+            column = xx + offset // sx
+            inside = te.logical_and(te.logical_and(row >= 0, row < height),
+                                    te.logical_and(column >= 0, column < width // sx))
+            return te.if_then_else(inside, phases[nn, channel, row, offset % sx, column],
+                                   te.const(0.0, x.dtype))
+    else:
+        data = _pad(x, pads[:2], pads[2:], 0.0, "conv_pad")
+        if sx > 1:
+            data = _phase_split_columns(data, sx, "conv_phases")
+
+        def read(nn, channel, y, xx):
+            row = y * sy + ry * dy
+            if sx == 1:
+                return data[nn, channel, row, xx + rx * dx]
+            return data[nn, channel, row, (rx * dx) % sx, xx + (rx * dx) // sx]
 
     def body(nn, k, y, xx):
         channel = (k // og) * cg + rc if group > 1 else rc
-        value = te.sum(data[nn, channel, y * sy + ry * dy, xx * sx + rx * dx] * w[k, rc, ry, rx],
-                       axis=[rc, ry, rx])
-        return value
+        return te.sum(read(nn, channel, y, xx) * w[k, rc, ry, rx], axis=[rc, ry, rx])
 
-    tag = {"schedule": "conv2d_nchw"} if group == 1 else {}
-    y = te.compute((n, o, oh, ow), body, name="conv", dtype=x.dtype, attrs=tag)
+    y = te.compute((n, o, oh, ow), body, name="conv", dtype=x.dtype,
+                   attrs={"schedule": "conv2d_nchw"})
     if b is None:
         return [y]
     return [te.compute(y.shape, lambda nn, k, i, j: y[nn, k, i, j] + b[k], name="conv_bias",

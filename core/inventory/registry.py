@@ -10,8 +10,9 @@ shapes, from type inference), and returns its output tensors::
         return [te.compute(x.shape, lambda *i: te.maximum(x(*i), te.const(0, x.dtype)))]
 
 Constant inputs arrive as placeholders too (their data is bound when the
-kernel is built), and ``constant_values`` gives a compute their contents when
-it must know them (e.g. Reshape's shape, already reflected in ``out_types``).
+kernel is built, and one-element constants are folded into the code by the
+LLVM target); what a shape-like operand decides is already in ``out_types``,
+so a compute derives it from there or reads the operand inside the kernel.
 A compute raises CompileError for a case it does not cover; the target then
 runs that function on the NumPy reference instead and says so.
 """

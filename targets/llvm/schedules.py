@@ -5,7 +5,8 @@ reads B contiguously) and ``schedule_matmul`` gives the product a register-tiled
 vectorized, parallel schedule: each (row tile, column panel) accumulates in a local
 ``TILE_ROWS x panel`` buffer that LLVM keeps in vector registers, with one FMA per
 vector per step of the reduction. ``schedule_conv2d_nchw`` tiles a direct convolution
-the same way, over output channels and output columns.
+the same way, over output channels and output columns (grouped and depthwise ones too),
+and can finish each tile with the function's elementwise epilogue.
 
 ``schedule_injective`` runs an elementwise/injective stage as one flat loop cut into
 vectors (and into parallel chunks when it is large); ``schedule_reduction`` runs the
@@ -14,6 +15,8 @@ vectorizes (float reductions are reassociable).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -50,6 +53,19 @@ def schedule_injective(schedule: te.Schedule, tensor: te.Tensor) -> None:
         stage.parallel(outer)
 
 
+def schedule_rows(schedule: te.Schedule, tensor: te.Tensor) -> None:
+    """Run ``tensor``'s stage row by row: every axis but the last fused (in parallel when
+    there are enough elements), the last cut into vectors. For a stage whose flat index
+    would need vector division to recover its coordinates (a phase-split copy)."""
+    stage = schedule[tensor]
+    *rows, columns = stage.op.axis
+    outer, lanes = stage.split(columns, factor=min(vector_lanes(tensor.dtype),
+                                                   tensor.shape[-1]))
+    stage.vectorize(lanes)
+    if rows and int(np.prod(tensor.shape)) >= PARALLEL_MIN_ELEMENTS:
+        stage.parallel(stage.fuse(*rows) if len(rows) > 1 else rows[0])
+
+
 def schedule_reduction(schedule: te.Schedule, tensor: te.Tensor) -> None:
     """Run the output points of reduction ``tensor`` in parallel (when there are many
     and the reduction is large), each reduced by its inner loops."""
@@ -63,35 +79,84 @@ def schedule_reduction(schedule: te.Schedule, tensor: te.Tensor) -> None:
         stage.parallel(flat)
 
 
-#: output channels and output columns of one conv2d register tile.
+#: output channels of one conv2d register tile, and the most output columns (one vector).
 CONV_TILE_CHANNELS = 16
 CONV_TILE_COLUMNS = 16
+#: output channels of one tile when each reads its own input channel (depthwise): no
+#: data vector is shared, so more channels only add code, not reuse.
+DEPTHWISE_TILE_CHANNELS = 4
 
 
-def schedule_conv2d_nchw(schedule: te.Schedule, output: te.Tensor) -> None:
-    """A register-tiled CPU schedule of a direct NCHW convolution: ``output[n, k, y, x]``
-    a sum over reduction axes (channel, kernel row, kernel column) of a data tensor
-    (read first: the input or a padding stage, which is inlined) times the weights.
+def conv_tile_columns(width: int) -> int:
+    """Output columns per conv2d register tile: one vector, or the whole row when it
+    is narrower. (Splitting a wide row by a non-power-of-two divisor to avoid the tail
+    measured slower: LLVM splits such vectors into uneven parts.)"""
+    return min(width, CONV_TILE_COLUMNS)
 
-    Each tile of ``CONV_TILE_CHANNELS`` output channels by ``CONV_TILE_COLUMNS`` output
-    columns accumulates in registers: one vector of data shared by every channel, one
-    broadcast weight per channel, one FMA each. Rows of tiles run in parallel."""
-    stage = schedule[output]
-    if len(stage.op.axis) != 4 or len(stage.op.reduce_axis) != 3:
-        raise CompileError(f"schedule_conv2d_nchw: {output.name!r} is not an NCHW conv2d "
-                           "(4 output axes, 3 reduction axes)")
-    data = reads_of(stage.body)[0]
-    if isinstance(data.op, te.ComputeOp):
+
+def _schedule_conv_data(schedule: te.Schedule, data: te.Tensor) -> None:
+    """Materialized copies (``keep``) of a convolution's input are computed ahead row by
+    row, and the stages they read likewise; any other stage is inlined."""
+    if not isinstance(data.op, te.ComputeOp):
+        return
+    if not data.op.attrs.get("keep"):
         schedule[data].compute_inline()
-    local = schedule.cache_write(output, "local")
-    n, k, y, x = schedule[output].op.axis
-    k_outer, k_inner = schedule[output].split(k, factor=CONV_TILE_CHANNELS)
-    x_outer, x_inner = schedule[output].split(x, factor=CONV_TILE_COLUMNS)
-    schedule[output].reorder(n, k_outer, y, x_outer, k_inner, x_inner)
-    schedule[output].parallel(schedule[output].fuse(n, k_outer, y))
-    schedule[output].unroll(k_inner)
-    schedule[output].vectorize(x_inner)
-    schedule[local].compute_at(schedule[output], x_outer)
+        return
+    schedule_rows(schedule, data)
+    for source in reads_of(schedule[data].body):
+        _schedule_conv_data(schedule, source)
+
+
+def schedule_conv2d_nchw(schedule: te.Schedule, conv: te.Tensor,
+                         epilogue: te.Tensor | None = None,
+                         chain: Sequence[te.Tensor] = ()) -> None:
+    """A register-tiled CPU schedule of a direct NCHW convolution: ``conv[n, k, y, x]``
+    a sum over reduction axes (channel, kernel row, kernel column) of a data tensor
+    (read first: the input, an inlined padding stage, or a materialized copy, which is
+    computed ahead in parallel) times the weights.
+
+    Each tile of ``CONV_TILE_CHANNELS`` output channels by a row segment of output
+    columns accumulates in registers: one vector of data shared by the channels of a
+    group, one broadcast weight per channel, one FMA each. Rows of tiles run in parallel.
+
+    ``epilogue``, when given, is the function's output: an elementwise stage of the
+    convolution's shape that is its only reader (bias, residual add, activation),
+    through the elementwise stages ``chain`` (in order, each read only by the next).
+    The tiles are then laid out on the epilogue, and each tile's sums are finished by
+    the chain and the epilogue straight from registers instead of in a second pass over
+    memory. The chain's stages are computed per tile rather than inlined so that a
+    lane-invariant load (a per-channel bias) is not read under a vector select (an
+    activation), which the TIR vectorizer refuses."""
+    stage = schedule[conv]
+    if len(stage.op.axis) != 4 or len(stage.op.reduce_axis) != 3:
+        raise CompileError(f"schedule_conv2d_nchw: {conv.name!r} is not an NCHW conv2d "
+                           "(4 output axes, 3 reduction axes)")
+    _schedule_conv_data(schedule, reads_of(stage.body)[0])
+    if epilogue is None:
+        local, outer = schedule.cache_write(conv, "local"), conv
+    else:
+        local, outer = conv, epilogue
+    n, k, y, x = schedule[outer].op.axis
+    depthwise = stage.op.reduce_axis[0].extent == 1
+    k_outer, k_inner = schedule[outer].split(
+        k, factor=DEPTHWISE_TILE_CHANNELS if depthwise else CONV_TILE_CHANNELS)
+    x_outer, x_inner = schedule[outer].split(x, factor=conv_tile_columns(conv.shape[3]))
+    schedule[outer].reorder(n, k_outer, y, x_outer, k_inner, x_inner)
+    schedule[outer].parallel(schedule[outer].fuse(n, k_outer, y))
+    schedule[outer].unroll(k_inner)
+    schedule[outer].vectorize(x_inner)
+    # Each stage of the tile is computed at its reader: the last at the tile loop,
+    # the others over the whole region their reader needs.
+    tile_stages = [local, *chain]
+    schedule[tile_stages[-1]].compute_at(schedule[outer], x_outer)
+    for producer, reader in zip(tile_stages, tile_stages[1:]):
+        schedule[producer].compute_at(schedule[reader], schedule[reader].op.axis[0])
+    for stage_tensor in tile_stages:
+        schedule[stage_tensor].set_scope("local")
+    for stage_tensor in chain:
+        _, channels, _, columns = schedule[stage_tensor].op.axis
+        schedule[stage_tensor].unroll(channels)
+        schedule[stage_tensor].vectorize(columns)
     ln, lk, ly, lx = schedule[local].op.axis
     rc, ry, rx = schedule[local].op.reduce_axis
     schedule[local].reorder(ln, ly, rc, ry, rx, lk, lx)

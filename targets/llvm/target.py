@@ -6,11 +6,17 @@ stages are inlined into their readers, its anchor (a convolution, a matmul, a
 reduction) gets the CPU schedule for its kind, and the result is lowered to TIR
 and compiled with LLVM. A function whose ops the inventory cannot express yet
 runs on the NumPy references instead; ``fallbacks`` lists those with the reason.
+
+A convolution's elementwise epilogue (bias, residual add, activation) is finished in
+the convolution's register tiles; one-element constants are folded into the code;
+functions of one structure (ops, attributes, types: see :func:`structure_key`) share
+one compiled kernel, each calling it with its own constants.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +27,9 @@ from heterocc.errors import CompileError, TypeInferenceError
 from heterocc.inventory import compute_of
 from heterocc.ir.graph import Node, Value
 from heterocc.runtime.interpreter import evaluate
+from heterocc.te.schedule import INLINE
+from heterocc.te.schedule_reads import reads_of
+from heterocc.tir.visitor import Mutator, collect
 
 from .module import build as build_module
 from .module import load_library
@@ -31,32 +40,52 @@ from .schedules import (
     schedule_reduction,
 )
 
+
 #: anchor schedules, by the ``schedule`` attribute a compute puts on its output
-_ANCHOR_SCHEDULES = {"conv2d_nchw": schedule_conv2d_nchw, "matmul": schedule_matmul}
+def _schedule_matmul(schedule: te.Schedule, product: te.Tensor) -> None:
+    """The tuning log's best matmul schedule for this shape when one is applied
+    (``heterocc.compile(..., tuning_log=...)``), else the default."""
+    from heterocc.tuning.apply import schedule_matmul_tuned  # tuning builds on this module
+
+    if not schedule_matmul_tuned(schedule, product):
+        schedule_matmul(schedule, product)
+
+
+_ANCHOR_SCHEDULES = {"conv2d_nchw": schedule_conv2d_nchw, "matmul": _schedule_matmul}
 
 
 @dataclass
-class _Expressed:
+class ExpressedFunction:
     """A function body as tensor expressions."""
 
     params: list  # placeholders of the function's inputs, then of its constants
     constants: list[np.ndarray]
     outputs: list
+    #: one-element constants, by id of their placeholder: folded into the code
+    scalars: dict[int, np.ndarray] = field(default_factory=dict)
 
 
-def _constants_of(body) -> list[np.ndarray]:
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    """``array`` in C order, keeping its rank (``np.ascontiguousarray`` turns 0-d into 1-d)."""
+    return np.require(array, requirements="C")
+
+
+def function_constants(body) -> list[np.ndarray]:
     """The function's constants in the order its kernel takes them (first use)."""
     seen: dict[Value, None] = {}
     for node in body.nodes:
         for v in node.inputs:
             if v is not None and v.is_const:
                 seen.setdefault(v, None)
-    return [np.ascontiguousarray(v.data) for v in seen]
+    return [_contiguous(v.data) for v in seen]
 
 
-def _express(body) -> _Expressed:
+def express_function(body) -> ExpressedFunction:
+    """A function body as tensor expressions, op by op through the operator inventory
+    (shared by the CPU and GPU targets); CompileError where an op has no compute."""
     tensors: dict[Value, object] = {}
     params, constants = [], []
+    scalars: dict[int, np.ndarray] = {}
     for k, v in enumerate(body.inputs):
         tensors[v] = te.placeholder(v.type.shape, v.type.dtype, f"in{k}")
         params.append(tensors[v])
@@ -70,7 +99,9 @@ def _express(body) -> _Expressed:
                     raise CompileError(f"value {v.name!r} is not defined in the function")
                 tensors[v] = te.placeholder(v.type.shape, v.type.dtype, f"c{len(constants)}")
                 params.append(tensors[v])
-                constants.append(np.ascontiguousarray(v.data))
+                constants.append(_contiguous(v.data))
+                if constants[-1].size == 1:
+                    scalars[id(tensors[v])] = constants[-1]
             args.append(tensors[v] if v is not None else None)
         outs = compute_of(node.op)(args, node.attrs, [v.type for v in node.outputs])
         for v, t in zip(node.outputs, outs):
@@ -81,13 +112,112 @@ def _express(body) -> _Expressed:
     outputs = [tensors[v] for v in body.outputs]
     if any(isinstance(t.op, te.PlaceholderOp) for t in outputs):
         raise CompileError("a function output is one of its inputs or constants")
-    return _Expressed(params, constants, outputs)
+    return ExpressedFunction(params, constants, outputs, scalars)
 
 
-def _schedule(expressed: _Expressed) -> te.Schedule:
+class _FoldScalars(Mutator):
+    """Reads of one-element constants replaced by their values."""
+
+    def __init__(self, scalars: dict[int, np.ndarray]):
+        self.scalars = scalars
+
+    def visit_TensorLoad(self, node: te.TensorLoad):
+        value = self.scalars.get(id(node.tensor))
+        if value is None:
+            return self.generic(node)
+        return te.const(value.reshape(()).item(), node.tensor.dtype)
+
+
+def _fold_scalars(schedule: te.Schedule, scalars: dict[int, np.ndarray]) -> None:
+    """Fold one-element constants (Clip bounds, scales) into every stage: an immediate
+    needs no load, and a load under a vector select (NaN-aware min/max) would keep the
+    TIR vectorizer from vectorizing the stage."""
+    if not scalars:
+        return
+    folder = _FoldScalars(scalars)
+    for stage in schedule.stages:
+        if not stage.is_placeholder:
+            stage.body = folder.expr(stage.body)
+
+
+def _loads_of(tensor: te.Tensor) -> list[te.TensorLoad]:
+    return collect(tensor.op.body, lambda n: isinstance(n, te.TensorLoad))
+
+
+def _reads_through_inlined(schedule: te.Schedule, reader: te.Tensor,
+                           anchor: te.Tensor) -> bool:
+    """Whether ``reader``'s body reads ``anchor``, directly or through inlined stages."""
+    for load in _loads_of(reader):
+        source = load.tensor
+        if source is anchor:
+            return True
+        if schedule[source].attach == INLINE and _reads_through_inlined(schedule, source, anchor):
+            return True
+    return False
+
+
+def _reads_elementwise(schedule: te.Schedule, reader: te.Tensor, anchor: te.Tensor) -> bool:
+    """Whether every read of ``anchor`` by ``reader`` (through inlined stages) is at the
+    reader's own index, in a stage of ``anchor``'s shape."""
+    axes = [iv.var for iv in reader.op.axis]
+    for load in _loads_of(reader):
+        source = load.tensor
+        through = (source is not anchor and schedule[source].attach == INLINE
+                   and _reads_through_inlined(schedule, source, anchor))
+        if source is not anchor and not through:
+            continue
+        if reader.shape != anchor.shape or len(load.indices) != len(axes) or any(
+                index is not axis for index, axis in zip(load.indices, axes)):
+            return False
+        if through and not _reads_elementwise(schedule, source, anchor):
+            return False
+    return True
+
+
+def _epilogue_of(schedule: te.Schedule, anchor: te.Tensor, outputs: list) -> te.Tensor | None:
+    """The function output that finishes ``anchor`` elementwise (bias, residual add,
+    activation, all inlined into it) and is its only reader; None when there is none."""
+    if any(t is anchor for t in outputs):
+        return None
+    readers = [stage.tensor for stage in schedule.stages
+               if not stage.is_placeholder and stage.attach != INLINE
+               and stage.tensor is not anchor
+               and _reads_through_inlined(schedule, stage.tensor, anchor)]
+    if len(readers) != 1:
+        return None
+    (reader,) = readers
+    if (not any(t is reader for t in outputs) or reader.op.reduce_axis
+            or reader.op.attrs.get("schedule")
+            or not _reads_elementwise(schedule, reader, anchor)):
+        return None
+    return reader
+
+
+def _epilogue_chain(schedule: te.Schedule, anchor: te.Tensor,
+                    epilogue: te.Tensor) -> list[te.Tensor] | None:
+    """The inlined stages between ``anchor`` and its ``epilogue``, in order, when they
+    form one path (each read only by the next); None when they branch."""
+    chain: list[te.Tensor] = []
+    current = anchor
+    while True:
+        readers = [stage.tensor for stage in schedule.stages
+                   if not stage.is_placeholder
+                   and (stage.attach == INLINE or stage.tensor is epilogue)
+                   and any(t is current for t in reads_of(stage.body))]
+        if len(readers) != 1:
+            return None
+        if readers[0] is epilogue:
+            return chain
+        current = readers[0]
+        chain.append(current)
+
+
+def _schedule(expressed: ExpressedFunction) -> te.Schedule:
     """Inline injective stages, give anchors (convolutions, matmuls, reductions) their
-    CPU schedule, and vectorize / parallelize the outputs."""
+    CPU schedule (a convolution's elementwise epilogue is computed in its register
+    tiles), and vectorize / parallelize the other outputs."""
     s = te.create_schedule(expressed.outputs)
+    _fold_scalars(s, expressed.scalars)
     outputs = {id(t) for t in expressed.outputs}
     anchors = []
     for stage in list(s.stages):
@@ -98,17 +228,48 @@ def _schedule(expressed: _Expressed) -> te.Schedule:
             anchors.append(t)
         elif id(t) not in outputs and not t.op.attrs.get("keep"):
             stage.compute_inline()
+    scheduled = {id(t) for t in anchors}
     for t in anchors:
-        special = _ANCHOR_SCHEDULES.get(t.op.attrs.get("schedule"))
-        if special is not None:
-            special(s, t)
+        kind = t.op.attrs.get("schedule")
+        if kind == "conv2d_nchw":
+            epilogue = _epilogue_of(s, t, expressed.outputs)
+            chain = None if epilogue is None else _epilogue_chain(s, t, epilogue)
+            if chain is None:
+                epilogue = None
+            schedule_conv2d_nchw(s, t, epilogue, chain or [])
+            if epilogue is not None:
+                scheduled.add(id(epilogue))
+        elif kind in _ANCHOR_SCHEDULES:
+            _ANCHOR_SCHEDULES[kind](s, t)
         else:
             schedule_reduction(s, t)
-    anchor_ids = {id(t) for t in anchors}
     for t in expressed.outputs:
-        if id(t) not in anchor_ids:
+        if id(t) not in scheduled:
             schedule_injective(s, t)
     return s
+
+
+#: references to an array that ``_Outputs.recycled`` itself holds while counting: its
+#: list slot and ``sys.getrefcount``'s argument.
+_OWN_REFERENCES = 2
+
+
+@dataclass
+class _Outputs:
+    """Output arrays of a kernel, recycled across calls: an array from the last call is
+    written again once nothing else refers to it (the executor dropped an intermediate
+    after its last reader). Fresh arrays cost page faults on every call, which on a
+    loaded machine can take longer than the kernel itself."""
+
+    specs: list[tuple[tuple[int, ...], str]]
+    last: list[np.ndarray] = field(default_factory=list)
+
+    def recycled(self) -> list[np.ndarray]:
+        if self.last and all(sys.getrefcount(self.last[k]) <= _OWN_REFERENCES
+                             for k in range(len(self.last))):
+            return list(self.last)
+        self.last = [np.empty(shape, dtype) for shape, dtype in self.specs]
+        return list(self.last)
 
 
 @dataclass
@@ -120,14 +281,61 @@ class LLVMKernel:
     constants: list[np.ndarray]
     out_specs: list[tuple[tuple[int, ...], str]]
     prim: object = None  # the TIR PrimFunc, kept for export
+    _outputs: _Outputs | None = field(default=None, repr=False)
 
     def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
-        outs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
+        if self._outputs is None:
+            self._outputs = _Outputs(self.out_specs)
+        outs = self._outputs.recycled()
         self.function(*args, *self.constants, *outs)
         return outs
 
 
 LIBRARY = "kernels.so"
+
+
+def _frozen(value) -> object:
+    """A hashable stand-in for an attribute value (arrays by content)."""
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, str | int | float | bool | bytes | np.generic) or value is None:
+        return value
+    return ("object", id(value))  # never equal to another object's key
+
+
+def structure_key(body) -> tuple:
+    """What the kernel of a function body depends on: its ops, attributes, value types
+    and dataflow, and the values of its one-element constants (folded into the code),
+    but not the contents of larger constants, which the kernel takes as arguments.
+    Functions with equal keys share one compiled kernel."""
+    refs: dict[Value, tuple] = {v: ("input", k, v.type.shape, v.type.dtype)
+                                for k, v in enumerate(body.inputs)}
+    nodes = []
+    for node in body.nodes:
+        args = []
+        for v in node.inputs:
+            if v is not None and v not in refs:
+                folded = v.data.tobytes() if v.is_const and np.size(v.data) == 1 else None
+                refs[v] = ("constant" if v.is_const else "undefined", len(refs),
+                           v.type.shape, v.type.dtype, folded)
+            args.append(None if v is None else refs[v])
+        for k, v in enumerate(node.outputs):
+            refs[v] = ("node", len(nodes), k, v.type.shape, v.type.dtype)
+        nodes.append((node.op, _frozen(node.attrs), tuple(args)))
+    return tuple(nodes), tuple(refs.get(v) for v in body.outputs)
+
+
+@dataclass
+class _Compiled:
+    """A kernel compiled for one function structure, or why it could not be."""
+
+    function: object = None
+    prim: object = None
+    error: Exception | None = None
 
 
 @dataclass
@@ -137,12 +345,21 @@ class LLVMTarget:
     name: str = "llvm"
     fallbacks: dict[str, str] = field(default_factory=dict)
     _libraries: dict[str, object] = field(default_factory=dict, repr=False)
+    #: kernels compiled so far, by :func:`structure_key` (repeated blocks compile once)
+    _compiled: dict[tuple, _Compiled] = field(default_factory=dict, repr=False)
+
+    @property
+    def distinct_kernels(self) -> int:
+        """Kernels compiled so far; functions of one structure share one."""
+        return sum(1 for c in self._compiled.values() if c.error is None)
 
     def save_kernels(self, kernels: dict, directory: str) -> dict:
         """One shared library with every compiled function; NumPy fallbacks are listed."""
         compiled = {name: k for name, k in kernels.items() if isinstance(k, LLVMKernel)}
         if compiled:
-            module = build_module([k.prim for k in compiled.values()], name="artifact")
+            # functions sharing a kernel share its PrimFunc: export each once
+            prims = {id(k.prim): k.prim for k in compiled.values()}
+            module = build_module(list(prims.values()), name="artifact")
             module.export_library(os.path.join(directory, LIBRARY))
         return {"library": LIBRARY if compiled else None,
                 "functions": {name: k.prim.name for name, k in compiled.items()}}
@@ -157,7 +374,7 @@ class LLVMTarget:
         if library is None:
             library = self._libraries[directory] = load_library(
                 os.path.join(directory, info["library"]))
-        return LLVMKernel(function.name, library[symbol], _constants_of(function.body),
+        return LLVMKernel(function.name, library[symbol], function_constants(function.body),
                           [(v.type.shape, v.type.dtype) for v in function.outputs])
 
     def build(self, function: Node):
@@ -169,10 +386,24 @@ class LLVMTarget:
             return lambda args: evaluate(body, args)
 
     def _compile(self, function: Node) -> LLVMKernel:
-        expressed = _express(function.body)
-        schedule = _schedule(expressed)
-        symbol = "".join(c if c.isalnum() else "_" for c in function.name)
-        prim = te.lower(schedule, expressed.params + expressed.outputs, name=symbol)
-        module = build_module([prim], name=symbol)
-        return LLVMKernel(function.name, module[symbol], expressed.constants,
-                          [(t.shape, t.dtype) for t in expressed.outputs], prim)
+        key = structure_key(function.body)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compiled[key] = self._compile_structure(function)
+        if compiled.error is not None:
+            raise compiled.error
+        return LLVMKernel(function.name, compiled.function, function_constants(function.body),
+                          [(v.type.shape, v.type.dtype) for v in function.body.outputs],
+                          compiled.prim)
+
+    @staticmethod
+    def _compile_structure(function: Node) -> _Compiled:
+        try:
+            expressed = express_function(function.body)
+            schedule = _schedule(expressed)
+            symbol = "".join(c if c.isalnum() else "_" for c in function.name)
+            prim = te.lower(schedule, expressed.params + expressed.outputs, name=symbol)
+            module = build_module([prim], name=symbol)
+        except (CompileError, TypeInferenceError, NotImplementedError) as exc:
+            return _Compiled(error=exc)
+        return _Compiled(module[symbol], prim)

@@ -17,7 +17,7 @@ from heterocc.ir.graph import Graph, Node, Value
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
 from heterocc.targets.llvm.module import build as build_module
-from heterocc.targets.llvm.target import LLVMTarget, _Expressed, _schedule
+from heterocc.targets.llvm.target import ExpressedFunction, LLVMTarget, _schedule
 from tests.conftest import make_model
 from tests.inventory.test_elementwise import (
     assert_same,
@@ -261,7 +261,7 @@ def _run_te(op, inputs, attrs):
     out_types = [TensorType(e.shape, e.dtype.name) for e in expected]
     params = [te.placeholder(a.shape, a.dtype.name, f"in{k}") for k, a in enumerate(inputs)]
     outputs = compute_of(op)(params, attrs, out_types)
-    schedule = _schedule(_Expressed(params, [], outputs))
+    schedule = _schedule(ExpressedFunction(params, [], outputs))
     read = [(p, a) for p, a in zip(params, inputs) if _in_schedule(schedule, p)]
     prim = te.lower(schedule, [p for p, _ in read] + outputs, name="kernel")
     kernel = build_module([prim], name="kernel")["kernel"]

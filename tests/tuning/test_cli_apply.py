@@ -97,3 +97,24 @@ def test_applied_log_gives_the_accelerator_tiling():
         tiling, threads = vta_tiling(64, 128, 64, "1x16x16")
         assert vta_tiling(64, 128, 128, "1x16x16") is None
     assert (tiling.block_rows, tiling.block_cols, tiling.k_chunk, threads) == (16, 2, 4, 1)
+
+
+def test_compile_applies_a_tuned_matmul_schedule(tmp_path):
+    """A model's MatMul function takes its schedule from the tuning log."""
+    import heterocc
+    from heterocc.cli import main as cli_main
+    from tests.conftest import make_model
+
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])],
+                       [("a", "float32", [64, 48])], [("y", "float32", None)],
+                       {"b": np.random.default_rng(0).standard_normal((48, 40))
+                        .astype(np.float32)})
+    path, log = tmp_path / "mm.onnx", tmp_path / "mm.jsonl"
+    onnx.save(model, str(path))
+    assert cli_main(["tune", str(path), "--target", "llvm", "--trials", "3", "--log",
+                     str(log), "--tuner", "random", "--repeat", "1"]) == 0
+    assert any("matmul" in key for key in best_configs(log))
+    tuned = heterocc.compile(model, target="llvm", tuning_log=str(log))
+    a = np.random.default_rng(1).standard_normal((64, 48)).astype(np.float32)
+    np.testing.assert_allclose(tuned.run([a])[0], heterocc.compile(model).run([a])[0],
+                               rtol=1e-4, atol=1e-4)

@@ -1,0 +1,122 @@
+"""fp32 conv2d through heterocc's LLVM target vs ONNX Runtime, measured in the same run.
+
+Default: N1 C64 56x56, K64 3x3, pad 1 (the ResNet-18 stage-1 convolution). Prints the
+max abs difference, GFLOP/s of both (medians, measured in alternating blocks so load
+changes on a shared machine hit both alike) and their ratio. Run:
+
+    python benchmarks/conv2d.py [--channels 64] [--size 56] [--filters 64] [--kernel 3]
+                                [--stride 1] [--group 1] [--epilogue relu] [--repeat 20]
+
+``--group`` equal to the channel count gives a depthwise convolution; ``--epilogue``
+appends ``bias`` (an Add of a per-channel constant) or ``relu`` (bias, then Relu) so the
+fused epilogue is measured too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import heterocc
+from heterocc.targets import llvm as hllvm
+
+
+def conv_model(channels: int, size: int, filters: int, kernel: int, stride: int,
+               group: int, epilogue: str) -> onnx.ModelProto:
+    """A one-convolution ONNX model (weights as initializers), with an optional epilogue."""
+    rng = np.random.default_rng(0)
+    weights = rng.standard_normal((filters, channels // group, kernel, kernel),
+                                  dtype=np.float32) * 0.1
+    bias = rng.standard_normal((filters, 1, 1), dtype=np.float32)
+    pad = kernel // 2
+    nodes = [helper.make_node("Conv", ["x", "w"], ["conv"], pads=[pad] * 4,
+                              strides=[stride] * 2, group=group)]
+    last = "conv"
+    if epilogue in ("bias", "relu"):
+        nodes.append(helper.make_node("Add", [last, "b"], ["biased"]))
+        last = "biased"
+    if epilogue == "relu":
+        nodes.append(helper.make_node("Relu", [last], ["relu"]))
+        last = "relu"
+    out_size = (size + 2 * pad - kernel) // stride + 1
+    graph = helper.make_graph(
+        nodes, "conv2d",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])],
+        [helper.make_tensor_value_info(last, TensorProto.FLOAT,
+                                       [1, filters, out_size, out_size])],
+        initializer=[numpy_helper.from_array(weights, "w")]
+        + ([numpy_helper.from_array(bias, "b")] if epilogue != "none" else []))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+#: pause when switching between the runtimes: ONNX Runtime's worker threads spin for a
+#: while after each run and would otherwise steal cores from the next measurement.
+SWITCH_PAUSE_S = 0.3
+
+
+def alternating_medians(runs, repeat: int, block: int = 5) -> list[float]:
+    """Median seconds of each callable, measured in alternating blocks of ``block`` runs,
+    pausing at every switch."""
+    times: list[list[float]] = [[] for _ in runs]
+    while len(times[0]) < repeat:
+        for run, samples in zip(runs, times):
+            time.sleep(SWITCH_PAUSE_S)
+            run()
+            for _ in range(block):
+                start = time.perf_counter()
+                run()
+                samples.append(time.perf_counter() - start)
+    return [statistics.median(samples) for samples in times]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--channels", type=int, default=64)
+    parser.add_argument("--size", type=int, default=56)
+    parser.add_argument("--filters", type=int, default=64)
+    parser.add_argument("--kernel", type=int, default=3)
+    parser.add_argument("--stride", type=int, default=1)
+    parser.add_argument("--group", type=int, default=1)
+    parser.add_argument("--epilogue", choices=("none", "bias", "relu"), default="none")
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    args = parser.parse_args()
+    model = conv_model(args.channels, args.size, args.filters, args.kernel, args.stride,
+                       args.group, args.epilogue)
+    start = time.perf_counter()
+    compiled = heterocc.compile(model, target="llvm")
+    compile_s = time.perf_counter() - start
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(1).standard_normal(
+        (1, args.channels, args.size, args.size), dtype=np.float32)
+    ours = compiled.run({"x": x})[0]
+    theirs = session.run(None, {"x": x})[0]
+    ours_s, theirs_s = alternating_medians(
+        [lambda: compiled.run({"x": x}), lambda: session.run(None, {"x": x})], args.repeat)
+    out_size = ours.shape[-1]
+    flops = 2.0 * args.filters * (args.channels // args.group) * args.kernel ** 2 * out_size ** 2
+    fallbacks = compiled.build_static().targets["llvm"].fallbacks
+    print(f"host: {hllvm.host_description()}, runtime threads: {hllvm.num_threads()}, "
+          f"ort threads: {args.threads}")
+    print(f"conv2d N1 C{args.channels} {args.size}x{args.size} K{args.filters} "
+          f"{args.kernel}x{args.kernel} stride {args.stride} group {args.group} "
+          f"epilogue {args.epilogue}: compile {compile_s:.2f} s, max abs diff vs ORT "
+          f"{float(np.abs(ours - theirs).max()):.2e}"
+          + (f", NumPy fallbacks: {fallbacks}" if fallbacks else ""))
+    print(f"heterocc: {flops / ours_s / 1e9:8.1f} GFLOP/s ({ours_s * 1e3:.3f} ms)")
+    print(f"ort:      {flops / theirs_s / 1e9:8.1f} GFLOP/s ({theirs_s * 1e3:.3f} ms)")
+    print(f"ratio heterocc/ort (throughput): {theirs_s / ours_s:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,355 @@
+"""Quantization: (de)quantize linear, the integer and quantized-linear convolution and
+matrix product, and heterocc's integer Requantize.
+
+Every compute is bit-exact with its NumPy reference (``heterocc.ops.quantize`` and
+``heterocc.ops.qnn``): rounding is half to even in the dtype the reference rounds in,
+zero points are added in float64 (exact for every integer involved), integer products
+accumulate in int32 with wrap-around, and Requantize's int32 pipeline wraps step by
+step as the accelerator's ALU does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from .. import te
+from ..errors import CompileError
+from ..ir.types import dtype_from_onnx
+from ..ops.nn import conv_geometry
+from .common import require_native
+from .nn import _matmul2d, _pad
+from .registry import register_compute
+
+
+def _division_dtype(a: str, b: str) -> str:
+    """The dtype of NumPy's true division of ``a`` by ``b`` arrays."""
+    return np.true_divide(np.ones(1, a), np.ones(1, b)).dtype.name
+
+
+def _is_per_tensor(param) -> bool:
+    return math.prod(param.shape) == 1 and param.ndim <= 1
+
+
+def _param_at(param, index: Sequence, axis: int, block_size: int):
+    """Quantization parameter ``param`` (per-tensor, per-axis or blocked along ``axis``)
+    for the element at ``index``."""
+    if _is_per_tensor(param):
+        return param[(0,) * param.ndim]
+    if block_size:
+        return param[tuple(i // block_size if k == axis else i for k, i in enumerate(index))]
+    return param[index[axis]]
+
+
+def _saturating_cast(value, dtype: str):
+    """Float64 ``value`` (integral already) clamped to integer ``dtype``'s range and
+    converted, as ``np.clip(...).astype(dtype)``.
+
+    NaN has no defined integer result (NumPy gives whatever the C cast does), so the
+    clamp need not propagate it and ``value`` is read once instead of four times."""
+    info = np.iinfo(dtype)
+    low, high = te.const(float(info.min), "float64"), te.const(float(info.max), "float64")
+    return te.cast(dtype, te.minimum(te.maximum(value, low), high))
+
+
+def _optional(inputs, index: int):
+    return inputs[index] if len(inputs) > index else None
+
+
+@register_compute("QuantizeLinear")
+def quantize_linear(inputs, attrs, out_types):
+    """saturate(round_half_even(x / scale) + zero_point), per tensor, axis or block."""
+    x, scale, zero_point = inputs[0], inputs[1], _optional(inputs, 2)
+    out = out_types[0].dtype
+    dtypes = [x.dtype, scale.dtype, out] + ([zero_point.dtype] if zero_point is not None else [])
+    require_native(dtypes, "QuantizeLinear")
+    if attrs["precision"]:
+        precision = dtype_from_onnx(attrs["precision"])
+        require_native([precision], "QuantizeLinear precision")
+        x_dtype = scale_dtype = precision
+    else:
+        x_dtype, scale_dtype = x.dtype, scale.dtype
+    work = _division_dtype(x_dtype, scale_dtype)
+    axis = attrs["axis"] % max(x.ndim, 1)
+    block_size = attrs["block_size"]
+
+    def body(*index):
+        # the operands pass through the precision dtype first, as the reference casts them
+        numerator = te.cast(work, te.cast(x_dtype, x[index]))
+        denominator = te.cast(work, te.cast(scale_dtype,
+                                            _param_at(scale, index, axis, block_size)))
+        q = te.cast("float64", te.call_intrin("round", numerator / denominator))
+        if zero_point is not None:
+            q = q + te.cast("float64", _param_at(zero_point, index, axis, block_size))
+        return _saturating_cast(q, out)
+
+    return [te.compute(tuple(out_types[0].shape), body, name="quantize", dtype=out)]
+
+
+@register_compute("DequantizeLinear")
+def dequantize_linear(inputs, attrs, out_types):
+    """(x - zero_point) * scale: the difference exact in int64, the product in float64,
+    rounded once to the output dtype."""
+    x, scale, zero_point = inputs[0], inputs[1], _optional(inputs, 2)
+    out = out_types[0].dtype
+    require_native([x.dtype, scale.dtype, out], "DequantizeLinear")
+    axis = attrs["axis"] % max(x.ndim, 1)
+    block_size = attrs["block_size"]
+
+    def body(*index):
+        centered = te.cast("int64", x[index])
+        if zero_point is not None:
+            centered = centered - te.cast("int64", _param_at(zero_point, index, axis,
+                                                             block_size))
+        product = te.cast("float64", centered) * te.cast(
+            "float64", _param_at(scale, index, axis, block_size))
+        return te.cast(out, product)
+
+    return [te.compute(tuple(out_types[0].shape), body, name="dequantize", dtype=out)]
+
+
+# ---------------------------------------------------------------- integer products
+
+
+def _centered(tensor, zero_point, axis: int | None, name: str):
+    """int32 ``tensor - zero_point``; a zero point with several entries runs along
+    ``axis`` (an inlined stage)."""
+
+    def body(*index):
+        value = te.cast("int32", tensor[index])
+        if zero_point is None:
+            return value
+        if _is_per_tensor(zero_point):
+            offset = zero_point[(0,) * zero_point.ndim]
+        else:
+            offset = zero_point[index[axis]]
+        return value - te.cast("int32", offset)
+
+    return te.compute(tuple(tensor.shape), body, name=name, dtype="int32")
+
+
+def _require_bytes(tensors, op: str) -> None:
+    for t in tensors:
+        if t is not None and t.dtype not in ("int8", "uint8"):
+            raise CompileError(f"{op} on {t.dtype} has no TE compute (int8/uint8 only)")
+
+
+def _integer_conv(x, w, bias, attrs, name: str):
+    """int32 direct NCHW convolution of centered operands ``x`` and ``w`` (+ int32 bias)."""
+    if x.ndim != 4:
+        raise CompileError(f"{x.ndim - 2}-D {name} has no TE compute (2-D only)")
+    kernel, strides, dilations, pads, (oh, ow) = conv_geometry(x.shape, w.shape, attrs)
+    group = attrs["group"]
+    n, c = x.shape[:2]
+    o = w.shape[0]
+    cg, og = c // group, o // group
+    # padding is applied to the centered input, so padded positions contribute 0
+    data = _pad(x, pads[:2], pads[2:], 0, f"{name}_pad")
+    rc, ry, rx = te.reduce_axis(cg, "rc"), te.reduce_axis(kernel[0], "ry"), \
+        te.reduce_axis(kernel[1], "rx")
+    (sy, sx), (dy, dx) = strides, dilations
+
+    def body(batch, k, y, column):
+        channel = (k // og) * cg + rc if group > 1 else rc
+        return te.sum(data[batch, channel, y * sy + ry * dy, column * sx + rx * dx]
+                      * w[k, rc, ry, rx], axis=[rc, ry, rx])
+
+    acc = te.compute((n, o, oh, ow), body, name=name, dtype="int32")
+    if bias is None:
+        return acc
+    return te.compute(acc.shape, lambda b, k, y, column: acc[b, k, y, column] + bias[k],
+                      name=f"{name}_bias", dtype="int32")
+
+
+def _integer_matmul(a, b, out_shape: Sequence[int], name: str):
+    """int32 ``numpy.matmul`` of int32 ``a`` and ``b`` (1-D operands promoted, batch dims
+    broadcast) with the output shape ``out_shape``."""
+    if a.ndim == 2 and b.ndim == 2:
+        return _matmul2d(a, b, name)
+    k = te.reduce_axis(a.shape[-1], "k")
+    batch = len(out_shape) - (a.ndim > 1) - (b.ndim > 1)
+
+    def operand_index(t, batch_index, inner):
+        t_batch = t.shape[:-2] if t.ndim > 1 else ()
+        offset = len(batch_index) - len(t_batch)
+        lead = tuple(0 if d == 1 else batch_index[offset + j] for j, d in enumerate(t_batch))
+        return lead + inner
+
+    def body(*index):
+        batch_index, rest = index[:batch], index[batch:]
+        row = (rest[0],) if a.ndim > 1 else ()
+        column = (rest[-1],) if b.ndim > 1 else ()
+        a_at = operand_index(a, batch_index, row + (k,)) if a.ndim > 1 else (k,)
+        b_at = operand_index(b, batch_index, (k,) + column) if b.ndim > 1 else (k,)
+        return te.sum(a[a_at] * b[b_at], axis=k)
+
+    return te.compute(tuple(out_shape), body, name=name, dtype="int32")
+
+
+def _matmul_zero_point_axes(a, b):
+    """Axes along which 1-D zero points of A (its rows) and B (its columns) run."""
+    return (a.ndim - 2 if a.ndim > 1 else 0), b.ndim - 1
+
+
+@register_compute("ConvInteger")
+def conv_integer(inputs, attrs, out_types):
+    """int32 convolution of zero-point-centered 8-bit operands (w's zero point may be
+    per output channel)."""
+    x, w = inputs[0], inputs[1]
+    x_zero, w_zero = _optional(inputs, 2), _optional(inputs, 3)
+    _require_bytes([x, w], "ConvInteger")
+    return [_integer_conv(_centered(x, x_zero, 1, "x_centered"),
+                          _centered(w, w_zero, 0, "w_centered"), None, attrs, "conv_integer")]
+
+
+@register_compute("MatMulInteger")
+def matmul_integer(inputs, attrs, out_types):
+    """int32 matmul of zero-point-centered 8-bit operands (A's zero point may be per row,
+    B's per column)."""
+    a, b = inputs[0], inputs[1]
+    _require_bytes([a, b], "MatMulInteger")
+    a_axis, b_axis = _matmul_zero_point_axes(a, b)
+    return [_integer_matmul(_centered(a, _optional(inputs, 2), a_axis, "a_centered"),
+                            _centered(b, _optional(inputs, 3), b_axis, "b_centered"),
+                            out_types[0].shape, "matmul_integer")]
+
+
+def _requantized(acc, multiplier_at, zero_point, out: str, name: str):
+    """round_half_even(acc * multiplier + zero_point) saturated to ``out``, in float64
+    (exact for int32 accumulators); ``multiplier_at(index)`` gives the multiplier."""
+
+    def body(*index):
+        value = te.cast("float64", acc[index]) * multiplier_at(index)
+        if zero_point is not None:
+            value = value + te.cast("float64", zero_point[(0,) * zero_point.ndim])
+        return _saturating_cast(te.call_intrin("round", value), out)
+
+    return te.compute(acc.shape, body, name=name, dtype=out)
+
+
+def _scale(tensor, index):
+    """A scale tensor's entry at ``index`` (a one-element tensor ignores it)."""
+    return tensor[(0,) * tensor.ndim] if math.prod(tensor.shape) == 1 else tensor[index]
+
+
+def _scale_product(x_scale, w_scale, y_scale):
+    """``lambda index: x_scale * w_scale[index] / y_scale`` in the scales' dtype, as the
+    reference forms the multiplier, then widened to float64."""
+    dtype = np.result_type(x_scale.dtype, w_scale.dtype, y_scale.dtype).name
+
+    def at(w_index):
+        product = te.cast(dtype, _scale(x_scale, ())) * te.cast(dtype, _scale(w_scale, w_index))
+        return te.cast("float64", product / te.cast(dtype, _scale(y_scale, ())))
+
+    return dtype, at
+
+
+@register_compute("QLinearConv")
+def qlinear_conv(inputs, attrs, out_types):
+    """ConvInteger (+ int32 bias) requantized by x_scale * w_scale / y_scale (w_scale per
+    output channel or not) to the output zero point's dtype."""
+    x, x_scale, x_zero, w, w_scale, w_zero, y_scale = inputs[:7]
+    y_zero, bias = _optional(inputs, 7), _optional(inputs, 8)
+    _require_bytes([x, w], "QLinearConv")
+    dtype, multiplier = _scale_product(x_scale, w_scale, y_scale)
+    require_native([dtype], "QLinearConv scales")
+    acc = _integer_conv(_centered(x, x_zero, 1, "x_centered"),
+                        _centered(w, w_zero, 0, "w_centered"), bias, attrs, "qlinear_conv_acc")
+    return [_requantized(acc, lambda index: multiplier((index[1],)), y_zero,
+                         out_types[0].dtype, "qlinear_conv")]
+
+
+@register_compute("QLinearMatMul")
+def qlinear_matmul(inputs, attrs, out_types):
+    """MatMulInteger requantized by a_scale * b_scale / y_scale (a_scale per row, b_scale
+    per column, or per tensor) to y_zero_point's dtype."""
+    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = inputs[:8]
+    _require_bytes([a, b], "QLinearMatMul")
+    a_axis, b_axis = _matmul_zero_point_axes(a, b)
+    out_shape = tuple(out_types[0].shape)
+    acc = _integer_matmul(_centered(a, a_zero, a_axis, "a_centered"),
+                          _centered(b, b_zero, b_axis, "b_centered"), out_shape,
+                          "qlinear_matmul_acc")
+    dtype = np.result_type(a_scale.dtype, b_scale.dtype, y_scale.dtype).name
+    require_native([dtype], "QLinearMatMul scales")
+    rows = a.ndim > 1 and math.prod(a_scale.shape) != 1
+    columns = math.prod(b_scale.shape) != 1
+
+    def multiplier(index):
+        # a per-row scale lies along the output's rows, a per-column one along its columns
+        row_scale = a_scale[index[-2] if b.ndim > 1 else index[-1]] if rows else \
+            a_scale[(0,) * a_scale.ndim]
+        column_scale = b_scale[index[-1]] if columns else b_scale[(0,) * b_scale.ndim]
+        product = te.cast(dtype, row_scale) * te.cast(dtype, column_scale)
+        return te.cast("float64", product / te.cast(dtype, _scale(y_scale, ())))
+
+    return [_requantized(acc, multiplier, y_zero, out_types[0].dtype, "qlinear_matmul")]
+
+
+# ---------------------------------------------------------------- Requantize
+
+
+def _wrap_int32(value: int) -> int:
+    """``value`` wrapped to int32 (two's complement), as NumPy's int64 -> int32 cast."""
+    return (value + 2 ** 31) % 2 ** 32 - 2 ** 31
+
+
+def _per_channel_constant(values, channel):
+    """The int32 constant of ``values`` (an int, or a list: one per channel) for
+    ``channel``; a list becomes a balanced tree of selects (log2 C compares)."""
+    if not isinstance(values, list):
+        return te.const(values, "int32")
+    if len(values) == 1:
+        return te.const(values[0], "int32")
+    middle = len(values) // 2
+    return te.if_then_else(channel < middle,
+                           _per_channel_constant(values[:middle], channel),
+                           _per_channel_constant(values[middle:], channel - middle))
+
+
+def _per_channel(value, transform):
+    """``transform`` applied to an int attribute, or to each entry of a per-channel list."""
+    return [transform(int(v)) for v in value] if isinstance(value, list) else \
+        transform(int(value))
+
+
+@register_compute("Requantize")
+def requantize(inputs, attrs, out_types):
+    """``clip(((clip(x, +-acc_limit) * multiplier + 2**(shift-1)) >> shift) + zero_point,
+    qmin, qmax)`` in int32 with wrap-around after every step, per tensor or per channel
+    (axis 1)."""
+    x = inputs[0]
+    out = out_types[0].dtype
+    shifts = attrs["shift"] if isinstance(attrs["shift"], list) else [attrs["shift"]]
+    if any(not 0 <= int(s) <= 31 for s in shifts):
+        raise CompileError(f"Requantize shift {attrs['shift']} outside [0, 31] has no TE "
+                           "compute")
+    limits = attrs["acc_limit"] if isinstance(attrs["acc_limit"], list) else \
+        [attrs["acc_limit"]]
+    if any(int(limit) < 0 for limit in limits):
+        raise CompileError(f"Requantize acc_limit {attrs['acc_limit']} must be >= 0")
+    int32_min, int32_max = -2 ** 31, 2 ** 31 - 1
+    # NumPy multiplies in int64 and wraps to int32; multiplying int32 operands that were
+    # wrapped first gives the same bits
+    multiplier = _per_channel(attrs["multiplier"], _wrap_int32)
+    shift = _per_channel(attrs["shift"], int)
+    rounding = _per_channel(attrs["shift"], lambda s: _wrap_int32(1 << (s - 1)) if s else 0)
+    # the clamp to +-acc_limit, with bounds beyond int32 (which clamp nothing) tightened
+    low = _per_channel(attrs["acc_limit"], lambda v: max(-v, int32_min))
+    high = _per_channel(attrs["acc_limit"], lambda v: min(v, int32_max))
+    zero_point = te.const(_wrap_int32(int(attrs["zero_point"])), "int32")
+    qmin, qmax = te.const(int(attrs["qmin"]), "int32"), te.const(int(attrs["qmax"]), "int32")
+
+    def body(*index):
+        channel = index[1] if x.ndim > 1 else 0
+        acc = te.minimum(te.maximum(x[index], _per_channel_constant(low, channel)),
+                         _per_channel_constant(high, channel))
+        y = acc * _per_channel_constant(multiplier, channel)
+        y = y + _per_channel_constant(rounding, channel)
+        y = y >> _per_channel_constant(shift, channel)
+        y = y + zero_point
+        return te.cast(out, te.minimum(te.maximum(y, qmin), qmax))
+
+    return [te.compute(tuple(out_types[0].shape), body, name="requantize", dtype=out)]

@@ -1,0 +1,42 @@
+"""heterocc.targets.cuda: TIR to CUDA C for NVIDIA GPUs.
+
+Example (no GPU needed to build; the emulator checks the kernels on the CPU)::
+
+    from heterocc import te
+    from heterocc.targets import cuda
+    A = te.placeholder((256, 64), "float32", "A")
+    B = te.placeholder((64, 128), "float32", "B")
+    k = te.reduce_axis(64, "k")
+    C = te.compute((256, 128), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    gpu = cuda.lower_for_gpu([C], [A, B], "matmul")   # kernels: TIR + launch extents
+    print(cuda.cuda_source("matmul", gpu.kernels))    # CUDA C
+    cuda.compile_cuda(cuda.cuda_source("matmul", gpu.kernels))  # nvcc: PTX + cubins
+    cuda.run_emulated(gpu, [a, b, c])                  # the same kernels on the CPU
+"""
+
+from .build import DEFAULT_ARCHS, CompiledCuda, compile_cuda, find_nvcc
+from .codegen import cuda_source
+from .emulate import EmulatedFunction, run_emulated, sequential_function
+from .passes import Barrier, GpuFunction, Kernel, lower_to_kernels
+from .plan import Launch, LaunchPlan, launch_plan
+from .runtime import CudaDevice, DeviceFunction, gpu_available
+from .schedules import (
+    MatmulTiling,
+    schedule_for_gpu,
+    schedule_injective,
+    schedule_matmul,
+    schedule_reduction,
+)
+from .target import CudaKernel, CudaModule, CudaTarget, lower_for_gpu
+
+__all__ = [
+    "DEFAULT_ARCHS", "Barrier", "CompiledCuda", "CudaDevice", "CudaKernel", "CudaModule",
+    "CudaTarget", "DeviceFunction", "EmulatedFunction", "GpuFunction", "Kernel", "Launch",
+    "LaunchPlan", "MatmulTiling", "launch_plan", "compile_cuda", "cuda_source", "find_nvcc",
+    "gpu_available", "lower_for_gpu", "lower_to_kernels", "run_emulated", "schedule_for_gpu",
+    "schedule_injective", "schedule_matmul", "schedule_reduction", "sequential_function",
+]
+
+from ..registry import register_target  # noqa: E402
+
+register_target("cuda", CudaTarget, "NVIDIA GPUs through CUDA C (nvcc, driver API)")

@@ -1,0 +1,302 @@
+"""GPU schedules of the CUDA target.
+
+* :func:`schedule_injective`: one thread per element (or per vector of 4), the flat index
+  cut into blocks of ``THREADS`` threads.
+* :func:`schedule_reduction`: one thread per output point, accumulating in a register
+  (a ``local`` cache) over the whole reduction; serves pooling and the row reductions
+  of softmax and layer norm.
+* :func:`schedule_conv2d`: conv2d and depthwise conv2d, one thread per output pixel and
+  tile of output channels, the tile's sums in registers.
+* :func:`schedule_matmul`: shared-memory tiling with register blocking. A block of
+  ``THREADS_Y x THREADS_X`` threads computes a ``block_m x block_n`` tile of C, each
+  thread a ``thread_m x thread_n`` register tile; for every ``k_tile`` slice of the
+  reduction the block first copies the slices of A and B it needs into shared memory
+  (every thread a few elements, as vectors where aligned), then every thread reads
+  them from there. Barriers separate the copies from the reads (inserted by the
+  pipeline).
+* :func:`schedule_for_gpu`: every stage of a fused function: injective producers
+  inlined (unless the inventory marks them ``keep``: computed once, read many times),
+  anchors (matmul, reductions), outputs and kept stages given the schedules above.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from heterocc import te
+from heterocc.errors import CompileError
+from heterocc.te.schedule_reads import reads_of
+from heterocc.te.tensor import Reduce, TensorLoad
+from heterocc.tir import expr as tx
+
+#: threads per block of the one-dimensional schedules.
+THREADS = 256
+#: elements of one vectorized access (a float4).
+VECTOR_LANES = 4
+
+
+def _bind_flat(stage: te.Stage, flat: te.IterVar, threads: int) -> te.IterVar:
+    """Split ``flat`` into blocks of ``threads`` threads; returns the thread loop."""
+    block, thread = stage.split(flat, factor=threads)
+    stage.bind(block, "blockIdx.x")
+    stage.bind(thread, "threadIdx.x")
+    return thread
+
+
+def _flat_axis(stage: te.Stage) -> te.IterVar | None:
+    axes = list(stage.op.axis)
+    if not axes:
+        return None
+    return stage.fuse(*axes) if len(axes) > 1 else axes[0]
+
+
+def schedule_injective(schedule: te.Schedule, tensor: te.Tensor) -> None:
+    """One thread per element of ``tensor``; each thread handles ``VECTOR_LANES``
+    consecutive elements (vector loads and stores) when the size allows."""
+    stage = schedule[tensor]
+    flat = _flat_axis(stage)
+    if flat is None:
+        return
+    size = math.prod(tensor.shape)
+    threads = min(THREADS, max(size, 1))
+    if size % (VECTOR_LANES * THREADS) == 0 and tensor.dtype == "float32":
+        flat, lanes = stage.split(flat, factor=VECTOR_LANES)
+        stage.vectorize(lanes)
+    _bind_flat(stage, flat, threads)
+
+
+def schedule_reduction(schedule: te.Schedule, tensor: te.Tensor) -> None:
+    """One thread per output point of reduction ``tensor``, accumulating in a register.
+    Call before any other schedule primitive on ``tensor``."""
+    local = schedule.cache_write(tensor, "local")
+    stage = schedule[tensor]
+    flat = _flat_axis(stage)
+    if flat is None:
+        return
+    threads = min(THREADS, max(math.prod(tensor.shape), 1))
+    thread = _bind_flat(stage, flat, threads)
+    schedule[local].compute_at(stage, thread)
+
+
+#: output channels one thread of a convolution accumulates in registers, widest first.
+CONV_CHANNEL_TILES = (8, 4, 2)
+#: threads per block of the convolution schedule.
+CONV_THREADS = 128
+
+
+def _is_conv2d(tensor: te.Tensor) -> bool:
+    return len(tensor.shape) == 4 and len(tensor.op.reduce_axis) == 3
+
+
+def schedule_conv2d(schedule: te.Schedule, output: te.Tensor) -> None:
+    """A direct NCHW convolution (4 output axes, 3 reduction axes): each thread computes
+    one output pixel for a tile of output channels, accumulating them in registers, so
+    each input element it loads serves the whole tile; neighbouring threads take
+    neighbouring pixels (coalesced input reads) of the same channels (broadcast weight
+    reads). Call before any other schedule primitive on ``output``."""
+    channels = output.shape[1]
+    tile = next((t for t in CONV_CHANNEL_TILES if channels % t == 0), 1)
+    local = schedule.cache_write(output, "local")
+    stage = schedule[output]
+    n, k, y, x = stage.op.axis
+    k_outer, k_inner = stage.split(k, factor=tile)
+    stage.reorder(n, k_outer, y, x, k_inner)
+    flat = stage.fuse(n, k_outer, y, x)
+    pixels = math.prod(output.shape) // tile
+    thread = _bind_flat(stage, flat, min(CONV_THREADS, max(pixels, 1)))
+    stage.unroll(k_inner)
+    acc = schedule[local]
+    acc.compute_at(stage, thread)
+    ln, lk, ly, lx = acc.op.axis
+    rc, ry, rx = acc.op.reduce_axis
+    acc.reorder(rc, ry, rx, ln, ly, lx, lk)
+    acc.unroll(lk)
+
+
+@dataclass(frozen=True)
+class MatmulTiling:
+    """Tile sizes of :func:`schedule_matmul`: C tile per block, per thread, and the
+    reduction slice staged in shared memory per step."""
+
+    block_m: int = 128
+    block_n: int = 128
+    thread_m: int = 8
+    thread_n: int = 8
+    k_tile: int = 8
+
+    @property
+    def threads(self) -> tuple[int, int]:
+        """(threadIdx.y, threadIdx.x) extents."""
+        return self.block_m // self.thread_m, self.block_n // self.thread_n
+
+
+def default_tiling(m: int, n: int) -> MatmulTiling:
+    """Large tiles for large products, smaller ones so small products fill more blocks."""
+    if m >= 1024 and n >= 1024:
+        return MatmulTiling()
+    return MatmulTiling(64, 64, 4, 4, 8)
+
+
+def matmul_operands(tensor: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
+    """(A, B) of ``tensor = sum(A[i, k] * B[k, j], k)``; CompileError for other forms."""
+    body = tensor.op.body if isinstance(tensor.op, te.ComputeOp) else None
+    loads = []
+    if isinstance(body, Reduce) and body.combiner == "sum" and len(body.axis) == 1:
+        source = body.source
+        if isinstance(source, tx.Binary) and source.op == "mul":
+            loads = [source.a, source.b]
+    if (len(tensor.shape) != 2 or len(loads) != 2
+            or not all(isinstance(x, TensorLoad) for x in loads)):
+        raise CompileError(f"schedule_matmul: {tensor.name!r} is not sum(A[i, k] * B[k, j])")
+    (i, j), (k,) = [iv.var for iv in tensor.op.axis], [iv.var for iv in body.axis]
+    a, b = loads
+    if not (a.indices[0] is i and a.indices[1] is k and b.indices[0] is k and b.indices[1] is j):
+        raise CompileError(f"schedule_matmul: {tensor.name!r} does not read A[i, k] and B[k, j]")
+    return a.tensor, b.tensor
+
+
+def unpack_matmul(tensor: te.Tensor) -> None:
+    """Point a product made by the CPU's packed ``matmul`` (B read through a packed,
+    zero-padded copy) back at B itself: on the GPU the shared-memory stage does the
+    repacking. Rewrites ``tensor``'s op in place (before any schedule is made)."""
+    packed = tensor.op.attrs.pop("packed_B", None)
+    if packed is None:
+        return
+    body: Reduce = tensor.op.body
+    a_load = next(load for load in _loads(body.source) if load.tensor is not packed)
+    (b,) = reads_of(packed.op.body)
+    i, j = (iv.var for iv in tensor.op.axis)
+    (k,) = body.axis
+    source = a_load.tensor[i, k.var] * b[k.var, j]
+    tensor.op.body = Reduce("sum", source, body.axis)
+
+
+def _loads(expr: tx.Expr) -> list[TensorLoad]:
+    from heterocc.tir.visitor import collect
+
+    return collect(expr, lambda n: isinstance(n, TensorLoad))
+
+
+def _cooperative_copy(schedule: te.Schedule, copy: te.Tensor, threads: tuple[int, int],
+                      columns: int) -> None:
+    """The block's threads share the copy of a tile ``columns`` wide: each takes vectors
+    of ``VECTOR_LANES`` consecutive columns when the rows are whole vectors (splitting the
+    columns before fusing keeps every vector's index a contiguous ramp)."""
+    stage = schedule[copy]
+    row, column = stage.op.axis
+    if columns % VECTOR_LANES == 0 and copy.dtype == "float32":
+        column, lanes = stage.split(column, factor=VECTOR_LANES)
+        stage.vectorize(lanes)
+    flat = stage.fuse(row, column)
+    threads_y, threads_x = threads
+    _, inner = stage.split(flat, factor=threads_x * threads_y)
+    thread_y, thread_x = stage.split(inner, factor=threads_x)
+    stage.bind(thread_y, "threadIdx.y")
+    stage.bind(thread_x, "threadIdx.x")
+
+
+def schedule_matmul(schedule: te.Schedule, product: te.Tensor,
+                    tiling: MatmulTiling | None = None) -> None:
+    """Shared-memory tiled, register-blocked schedule of ``product = A @ B`` (see the
+    module docstring). Call before any other schedule primitive on ``product``."""
+    a, b = matmul_operands(product)
+    m, n = product.shape
+    tiling = tiling or default_tiling(m, n)
+    threads = tiling.threads
+    if tiling.block_m % tiling.thread_m or tiling.block_n % tiling.thread_n:
+        raise CompileError(f"schedule_matmul: thread tile {tiling.thread_m}x{tiling.thread_n} "
+                           f"does not divide the block tile {tiling.block_m}x{tiling.block_n}")
+    local = schedule.cache_write(product, "local")
+    a_shared = schedule.cache_read(a, "shared", [local])
+    b_shared = schedule.cache_read(b, "shared", [local])
+
+    out = schedule[product]
+    i, j = out.op.axis
+    block_i, in_block_i = out.split(i, factor=tiling.block_m)
+    block_j, in_block_j = out.split(j, factor=tiling.block_n)
+    thread_i, reg_i = out.split(in_block_i, factor=tiling.thread_m)
+    thread_j, reg_j = out.split(in_block_j, factor=tiling.thread_n)
+    out.reorder(block_i, block_j, thread_i, thread_j, reg_i, reg_j)
+    out.bind(block_i, "blockIdx.y")
+    out.bind(block_j, "blockIdx.x")
+    out.bind(thread_i, "threadIdx.y")
+    out.bind(thread_j, "threadIdx.x")
+    out.unroll(reg_i)
+    out.unroll(reg_j)
+
+    acc = schedule[local]
+    acc.compute_at(out, block_j)
+    li, lj = acc.op.axis
+    (k,) = acc.op.reduce_axis
+    acc_thread_i, acc_reg_i = acc.split(li, factor=tiling.thread_m)
+    acc_thread_j, acc_reg_j = acc.split(lj, factor=tiling.thread_n)
+    k_outer, k_inner = acc.split(k, factor=tiling.k_tile)
+    acc.reorder(k_outer, acc_thread_i, acc_thread_j, k_inner, acc_reg_i, acc_reg_j)
+    acc.bind(acc_thread_i, "threadIdx.y")
+    acc.bind(acc_thread_j, "threadIdx.x")
+    acc.unroll(k_inner)
+    acc.unroll(acc_reg_i)
+    acc.unroll(acc_reg_j)
+
+    for copy, columns in ((a_shared, tiling.k_tile), (b_shared, tiling.block_n)):
+        schedule[copy].compute_at(acc, k_outer)
+        _cooperative_copy(schedule, copy, threads, columns)
+
+
+def _is_anchor(tensor: te.Tensor) -> bool:
+    return bool(tensor.op.reduce_axis)
+
+
+def _is_matmul(tensor: te.Tensor) -> bool:
+    try:
+        matmul_operands(tensor)
+    except CompileError:
+        return False
+    return True
+
+
+def schedule_for_gpu(outputs: list[te.Tensor]) -> te.Schedule:
+    """The GPU schedule of a fused function's outputs: injective stages inlined into
+    their readers, matmuls tiled through shared memory, other reductions one thread per
+    output point, and every remaining stage (outputs, kept stages) one thread per
+    element."""
+    for tensor in _all_computes(outputs):
+        unpack_matmul(tensor)
+    schedule = te.create_schedule(outputs)
+    output_ids = {id(t) for t in outputs}
+    anchors, elementwise = [], []
+    for stage in list(schedule.stages):
+        if stage.is_placeholder:
+            continue
+        if _is_anchor(stage.tensor):
+            anchors.append(stage.tensor)
+        elif id(stage.tensor) in output_ids or stage.tensor.op.attrs.get("keep"):
+            elementwise.append(stage.tensor)  # kept: computed once, read several times
+        else:
+            stage.compute_inline()
+    for tensor in anchors:
+        if _is_matmul(tensor):
+            schedule_matmul(schedule, tensor)
+        elif _is_conv2d(tensor):
+            schedule_conv2d(schedule, tensor)
+        else:
+            schedule_reduction(schedule, tensor)
+    for tensor in elementwise:
+        schedule_injective(schedule, tensor)
+    return schedule
+
+
+def _all_computes(outputs: list[te.Tensor]) -> list[te.Tensor]:
+    seen: dict[int, te.Tensor] = {}
+    pending = list(outputs)
+    while pending:
+        tensor = pending.pop()
+        if id(tensor) in seen or not isinstance(tensor.op, te.ComputeOp):
+            continue
+        seen[id(tensor)] = tensor
+        pending += reads_of(tensor.op.body)
+        packed = tensor.op.attrs.get("packed_B")
+        if packed is not None:
+            pending.append(packed)
+    return list(seen.values())

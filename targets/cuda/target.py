@@ -1,0 +1,211 @@
+"""The ``cuda`` target: each fused function becomes a few CUDA kernels.
+
+A function body becomes tensor expressions through the operator inventory (shared with
+the llvm target), gets the GPU schedules of :mod:`.schedules`, is lowered to TIR and
+cut into kernel launches (:mod:`.passes`), printed as CUDA C (:mod:`.codegen`) and
+compiled by nvcc to PTX and cubins (:mod:`.build`). The kernels run on the GPU through
+the driver API (:mod:`.runtime`) when one is present, or on the CPU emulation of the
+same TIR (:mod:`.emulate`) otherwise (``run_on="auto"``). A function the inventory
+cannot express runs on the NumPy references; ``fallbacks`` says which and why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from heterocc import te
+from heterocc.errors import ArtifactError, CompileError, TargetError, TypeInferenceError
+from heterocc.ir.graph import Node
+from heterocc.runtime.interpreter import evaluate
+from heterocc.targets.llvm.target import express_function, function_constants
+
+from .build import DEFAULT_ARCHS, CompiledCuda, compile_cuda, find_nvcc
+from .codegen import cuda_source
+from .passes import GpuFunction, lower_to_kernels
+from .plan import LaunchPlan, launch_plan
+from .schedules import schedule_for_gpu
+
+RUN_MODES = ("auto", "gpu", "emulator")
+#: file of an artifact's kernel directory with every function's launch description.
+LAUNCHES = "launches.json"
+
+
+def lower_for_gpu(outputs: list[te.Tensor], inputs: list[te.Tensor], name: str) -> GpuFunction:
+    """Kernels computing ``outputs`` from ``inputs`` with the default GPU schedules
+    (parameters: inputs, then outputs)."""
+    schedule = schedule_for_gpu(list(outputs))
+    func = te.lower(schedule, [*inputs, *outputs], name=name, optimize=False)
+    return lower_to_kernels(func)
+
+
+@dataclass
+class CudaModule:
+    """One function for the GPU: its kernels (TIR), CUDA C source, and nvcc's PTX and
+    cubins (None when nvcc was not run)."""
+
+    gpu: GpuFunction
+    source: str
+    compiled: CompiledCuda | None = None
+
+    def image_for(self, arch: str) -> bytes:
+        """The cubin of ``arch`` if built, else the PTX (JIT-compiled by the driver)."""
+        if self.compiled is None:
+            raise TargetError(f"{self.gpu.name}: no PTX or cubin; build with nvcc first")
+        cubin = self.compiled.cubins.get(arch)
+        return cubin if cubin is not None else self.compiled.ptx.encode() + b"\0"
+
+
+@dataclass
+class CudaKernel:
+    """A compiled function: call with the function's input arrays."""
+
+    name: str
+    module: CudaModule | None  # None when loaded from an artifact
+    runner: object  # DeviceFunction or EmulatedFunction: runner(*params) writes outputs
+    constants: list[np.ndarray]
+    out_specs: list[tuple[tuple[int, ...], str]]
+
+    def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        outs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
+        inputs = [np.ascontiguousarray(a) for a in args]
+        self.runner(*inputs, *self.constants, *outs)
+        return outs
+
+
+@dataclass
+class CudaTarget:
+    """NVIDIA GPUs through CUDA C. ``archs``: cubins to build (PTX is built for the
+    first); ``run_on``: "gpu", "emulator" (the CPU reading of the kernels) or "auto"
+    (the GPU when the driver sees one); ``nvcc``: "auto" compiles when the binaries are
+    needed (to run on the GPU, or to save an artifact where nvcc is installed),
+    "always" also when emulating (so every kernel is checked by nvcc at build time),
+    "never" not at all (no GPU runs, artifacts without binaries)."""
+
+    name: str = "cuda"
+    archs: tuple[str, ...] = DEFAULT_ARCHS
+    run_on: str = "auto"
+    nvcc: str = "auto"
+    fallbacks: dict[str, str] = field(default_factory=dict)
+    modules: dict[str, CudaModule] = field(default_factory=dict)
+    _device: object = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.run_on not in RUN_MODES:
+            raise TargetError(f"cuda target: run_on={self.run_on!r}; use one of "
+                              f"{', '.join(RUN_MODES)}")
+        if self.nvcc not in ("auto", "always", "never"):
+            raise TargetError(f"cuda target: nvcc={self.nvcc!r}; use auto, always or never")
+
+    def _on_gpu(self) -> bool:
+        from .runtime import gpu_available
+
+        if self.run_on == "auto":
+            return gpu_available()
+        if self.run_on == "gpu" and not gpu_available():
+            raise TargetError("cuda target: run_on='gpu' but the CUDA driver sees no GPU; use "
+                              "run_on='emulator' to check kernels on the CPU")
+        return self.run_on == "gpu"
+
+    def device(self):
+        """The GPU this target runs on (opened on first use)."""
+        from .runtime import CudaDevice
+
+        if self._device is None:
+            self._device = CudaDevice(0)
+        return self._device
+
+    def build(self, function: Node):
+        """The kernel of ``function`` (a NumPy fallback where it cannot be compiled)."""
+        on_gpu = self._on_gpu()
+        return self._build(function, on_gpu, run_nvcc=on_gpu or self.nvcc == "always")
+
+    def _build(self, function: Node, on_gpu: bool, run_nvcc: bool):
+        try:
+            return self._compile(function, on_gpu, run_nvcc)
+        except (CompileError, TypeInferenceError, NotImplementedError) as exc:
+            self.fallbacks[function.name] = f"{type(exc).__name__}: {exc}"
+            body = function.body
+            return lambda args: evaluate(body, args)
+
+    def compile_module(self, gpu: GpuFunction, run_nvcc: bool = True) -> CudaModule:
+        """CUDA source of ``gpu``, and its PTX and cubins when ``run_nvcc``."""
+        source = cuda_source(gpu.name, gpu.kernels)
+        if run_nvcc and self.nvcc == "never":
+            raise TargetError("cuda target: running on the GPU needs nvcc, but nvcc='never'")
+        compiled = compile_cuda(source, gpu.name, self.archs) if run_nvcc else None
+        return CudaModule(gpu, source, compiled)
+
+    def save_kernels(self, kernels: dict, directory: str) -> dict:
+        """PTX, cubins and launch descriptions of the functions nvcc compiled (the others
+        are rebuilt when the artifact is loaded)."""
+        saved = {}
+        for name, kernel in kernels.items():
+            if not isinstance(kernel, CudaKernel) or kernel.module is None:
+                continue  # a NumPy fallback, or loaded from an artifact without its TIR
+            module = kernel.module
+            if module.compiled is None:
+                if self.nvcc == "never" or find_nvcc() is None:
+                    continue
+                module.compiled = compile_cuda(module.source, module.gpu.name, self.archs)
+            gpu, compiled = module.gpu, module.compiled
+            files = {"ptx": f"{gpu.name}.ptx"}
+            with open(os.path.join(directory, files["ptx"]), "w") as f:
+                f.write(compiled.ptx)
+            for arch, cubin in compiled.cubins.items():
+                files[arch] = f"{gpu.name}.{arch}.cubin"
+                with open(os.path.join(directory, files[arch]), "wb") as f:
+                    f.write(cubin)
+            saved[name] = {"plan": launch_plan(gpu).to_json(), "files": files}
+        with open(os.path.join(directory, LAUNCHES), "w") as f:
+            json.dump(saved, f, indent=1)
+        return {"launches": LAUNCHES, "functions": sorted(saved)}
+
+    def load_kernel(self, function: Node, directory: str, info: dict):
+        """The kernel of ``function`` from a saved artifact: its cubin for this GPU (or
+        its PTX) on the GPU; rebuilt from the graph when there is no GPU or nothing was
+        saved for it."""
+        if not self._on_gpu():  # the CPU emulation needs the TIR, not the binaries
+            return self._build(function, on_gpu=False, run_nvcc=False)
+        if function.name not in info.get("functions", []):
+            return self.build(function)
+        with open(os.path.join(directory, info["launches"])) as f:
+            entry = json.load(f).get(function.name)
+        if entry is None:
+            raise ArtifactError(f"{info['launches']} has no launch description for "
+                                f"{function.name!r}")
+        device = self.device()
+        files = entry["files"]
+        name = files.get(device.arch, files["ptx"])
+        with open(os.path.join(directory, os.path.basename(name)), "rb") as f:
+            image = f.read()
+        if name == files["ptx"]:
+            image += b"\0"
+        from .runtime import DeviceFunction
+
+        plan = LaunchPlan.from_json(entry["plan"])
+        runner = DeviceFunction(device, plan, image)
+        return CudaKernel(function.name, None, runner, function_constants(function.body),
+                          [(v.type.shape, v.type.dtype) for v in function.outputs])
+
+    def _compile(self, function: Node, on_gpu: bool, run_nvcc: bool) -> CudaKernel:
+        expressed = express_function(function.body)
+        symbol = "".join(c if c.isalnum() else "_" for c in function.name)
+        gpu = lower_for_gpu(expressed.outputs, expressed.params, symbol)
+        module = self.compile_module(gpu, run_nvcc=run_nvcc or on_gpu)
+        self.modules[function.name] = module
+        if on_gpu:
+            from .runtime import DeviceFunction
+
+            device = self.device()
+            runner = DeviceFunction(device, gpu, module.image_for(device.arch))
+        else:
+            from .emulate import EmulatedFunction
+
+            runner = EmulatedFunction(gpu)
+        return CudaKernel(function.name, module, runner, expressed.constants,
+                          [(t.shape, t.dtype) for t in expressed.outputs])

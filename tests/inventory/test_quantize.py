@@ -1,0 +1,213 @@
+"""TE computes of the quantization ops (core/inventory/quantize.py) against the NumPy
+references, through the llvm target: bit-exact, and every case really compiled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import heterocc
+from tests.conftest import make_model
+from tests.inventory.test_elementwise import assert_same, check, random_array, run_compiled
+
+ONNX_FLOAT64 = TensorProto.DOUBLE
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(5)
+
+
+def _scales(rng, shape, dtype="float32"):
+    return (rng.random(shape) * 0.2 + 0.01).astype(dtype)
+
+
+def _halfway_values(scale: float, count: int, dtype="float32"):
+    """x with x / scale exactly k + 1/2: the round-half-to-even cases."""
+    return ((np.arange(count) - count // 2 + 0.5) * scale).astype(dtype)
+
+
+# ---------------------------------------------------------------- QuantizeLinear
+
+
+@pytest.mark.parametrize("zero_dtype", ["uint8", "int8", "int16", "uint16", "int32", None])
+def test_quantize_per_tensor_rounds_half_to_even_and_saturates(zero_dtype, rng):
+    x = np.concatenate([_halfway_values(0.25, 40),
+                        random_array(rng, (40,), "float32", high=60.0)]).reshape(8, 10)
+    scale = np.array(0.25, np.float32)
+    inputs = [x, scale]
+    if zero_dtype is not None:
+        info = np.iinfo(zero_dtype)
+        inputs.append(np.array(min(max(3, info.min), info.max) if info.min == 0 else -3,
+                               zero_dtype))
+    check("QuantizeLinear", inputs)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_quantize_per_axis(axis, rng):
+    x = random_array(rng, (3, 4, 5), "float32", high=3.0)
+    size = x.shape[axis]
+    scale = _scales(rng, (size,))
+    zero = random_array(rng, (size,), "int8", -20, 20)
+    check("QuantizeLinear", [x, scale, zero], {"axis": axis})
+
+
+def test_quantize_blocked_and_with_precision(rng):
+    x = random_array(rng, (2, 5, 3), "float32", high=3.0)
+    scale = _scales(rng, (2, 3, 3))
+    zero = random_array(rng, (2, 3, 3), "uint8", 100, 150)
+    check("QuantizeLinear", [x, scale, zero], {"axis": 1, "block_size": 2})
+    check("QuantizeLinear", [x, _scales(rng, ())], {"precision": ONNX_FLOAT64})
+
+
+def test_quantize_integer_input_divides_in_float64(rng):
+    x = random_array(rng, (4, 6), "int32", -5000, 5000)
+    check("QuantizeLinear", [x, np.array(7, np.int32), np.array(-4, np.int8)])
+    check("QuantizeLinear", [x, np.array(3.5, np.float32)], {"output_dtype": TensorProto.INT16})
+
+
+# ---------------------------------------------------------------- DequantizeLinear
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int16", "uint16", "int32"])
+def test_dequantize_per_tensor_and_per_axis(dtype, rng):
+    x = random_array(rng, (3, 4, 5), dtype)
+    zero = random_array(rng, (), dtype)
+    check("DequantizeLinear", [x, np.array(0.37, np.float32), zero], rtol=0, atol=0)
+    check("DequantizeLinear", [x, _scales(rng, (4,)), random_array(rng, (4,), dtype)],
+          {"axis": 1}, rtol=0, atol=0)
+    check("DequantizeLinear", [x, _scales(rng, (5,), "float64")], {"axis": -1}, rtol=0, atol=0)
+
+
+def test_dequantize_blocked_to_float64(rng):
+    x = random_array(rng, (4, 7), "int8")
+    scale = _scales(rng, (4, 3))
+    zero = random_array(rng, (4, 3), "int8")
+    check("DequantizeLinear", [x, scale, zero],
+          {"axis": 1, "block_size": 3, "output_dtype": ONNX_FLOAT64}, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- integer products
+
+
+@pytest.mark.parametrize("a_shape,b_shape,dtypes", [
+    ((4, 5), (5, 3), ("uint8", "uint8")), ((2, 4, 5), (5, 3), ("int8", "uint8")),
+    ((5,), (5, 3), ("uint8", "int8")), ((4, 5), (5,), ("int8", "int8")),
+    ((2, 1, 4, 5), (3, 5, 2), ("uint8", "int8")), ((3, 40, 33), (3, 33, 17), ("int8", "uint8"))])
+def test_matmul_integer(a_shape, b_shape, dtypes, rng):
+    a = random_array(rng, a_shape, dtypes[0])
+    b = random_array(rng, b_shape, dtypes[1])
+    rows = a_shape[-2] if len(a_shape) > 1 else 1
+    a_zero = random_array(rng, (rows,) if rows > 1 else (), dtypes[0])
+    b_zero = random_array(rng, (b_shape[-1],) if len(b_shape) > 1 else (), dtypes[1])
+    check("MatMulInteger", [a, b, a_zero, b_zero])
+
+
+def test_matmul_integer_without_zero_points(rng):
+    check("MatMulInteger", [random_array(rng, (6, 9), "int8"), random_array(rng, (9, 4), "int8")])
+
+
+@pytest.mark.parametrize("attrs", [
+    {}, {"pads": [1, 1, 1, 1]}, {"strides": [2, 2], "pads": [0, 1, 2, 1]},
+    {"dilations": [2, 1], "auto_pad": "SAME_UPPER"}, {"group": 3}])
+def test_conv_integer(attrs, rng):
+    group = attrs.get("group", 1)
+    x = random_array(rng, (2, 3, 9, 8), "uint8")
+    w = random_array(rng, (6, 3 // group, 3, 3), "int8")
+    x_zero = np.array(128, np.uint8)
+    w_zero = random_array(rng, (6,), "int8", -5, 5)
+    check("ConvInteger", [x, w, x_zero, w_zero], attrs)
+    if not attrs:
+        check("ConvInteger", [x, w], attrs)
+
+
+def test_qlinear_matmul(rng):
+    a = random_array(rng, (2, 6, 20), "uint8")
+    b = random_array(rng, (20, 7), "int8")
+    inputs = [a, np.array(0.02, np.float32), np.array(120, np.uint8),
+              b, np.array(0.01, np.float32), np.array(3, np.int8),
+              np.array(0.15, np.float32), np.array(-5, np.int8)]
+    check("QLinearMatMul", inputs)
+    # per-row A scales and per-column B scales, 2-D, uint8 output
+    a2 = a[0]
+    inputs = [a2, _scales(rng, (6,)), random_array(rng, (6,), "uint8"),
+              b, _scales(rng, (7,)), random_array(rng, (7,), "int8"),
+              np.array(0.7, np.float32), np.array(128, np.uint8)]
+    check("QLinearMatMul", inputs)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_qlinear_conv(per_channel, rng):
+    x = random_array(rng, (1, 4, 7, 7), "uint8")
+    w = random_array(rng, (5, 4, 3, 3), "int8")
+    w_scale = _scales(rng, (5,)) if per_channel else np.array(0.01, np.float32)
+    w_zero = np.zeros(5, np.int8) if per_channel else np.array(0, np.int8)
+    bias = random_array(rng, (5,), "int32", -2000, 2000)
+    inputs = [x, np.array(0.03, np.float32), np.array(110, np.uint8), w, w_scale, w_zero,
+              np.array(0.2, np.float32), np.array(-3, np.int8), bias]
+    check("QLinearConv", inputs, {"pads": [1, 1, 1, 1]})
+    check("QLinearConv", inputs[:8], {"strides": [2, 2]})
+
+
+# ---------------------------------------------------------------- Requantize
+
+
+@pytest.mark.parametrize("out_dtype,qmin,qmax", [
+    ("int8", -128, 127), ("uint8", 0, 255), ("int8", 0, 127), ("int16", -32768, 32767),
+    ("int32", -2 ** 31, 2 ** 31 - 1)])
+def test_requantize_per_tensor_wraps_like_the_alu(out_dtype, qmin, qmax, rng):
+    x = random_array(rng, (2, 3, 4, 5), "int32")
+    x.reshape(-1)[:4] = [-2 ** 31, 2 ** 31 - 1, 0, -1]
+    x.reshape(-1)[4:60] //= 2 ** 16  # a share of realistic accumulators
+    nodes = [("Requantize", {"multiplier": multiplier, "shift": shift, "zero_point": -7,
+                             "qmin": qmin, "qmax": qmax, "out_dtype": out_dtype,
+                             "acc_limit": acc_limit})
+             for multiplier, shift, acc_limit in [
+                 (1, 0, 2 ** 31 - 1), (19077, 22, 2 ** 31 - 1),
+                 (1 << 20, 31, 2 ** 31 - 1),  # the product wraps
+                 (-3000, 9, 2 ** 40), (25000, 16, 50000), (7, 1, 0)]]
+    got, expected = run_compiled(nodes, [x])
+    assert_same(got, expected)
+
+
+def test_requantize_per_channel(rng):
+    channels = 7
+    x = random_array(rng, (2, channels, 3, 3), "int32", -2 ** 20, 2 ** 20)
+    attrs = {"multiplier": rng.integers(1, 2 ** 15, channels).tolist(),
+             "shift": rng.integers(0, 32, channels).tolist(), "zero_point": 5,
+             "qmin": -100, "qmax": 120, "out_dtype": "int8",
+             "acc_limit": rng.integers(1000, 2 ** 31 - 1, channels).tolist()}
+    check("Requantize", [x], attrs)
+    got, expected = run_compiled([("Requantize", {**attrs, "acc_limit": 2 ** 31 - 1})], [x])
+    assert_same(got, expected)
+
+
+def test_requantize_shift_out_of_range_falls_back():
+    from heterocc.ir.graph import Graph, Node, Value
+    from heterocc.ir.types import TensorType
+    from heterocc.targets.llvm.target import LLVMTarget
+
+    x, y = Value("x", TensorType((4,), "int32")), Value("y", TensorType((4,), "int8"))
+    attrs = {"multiplier": 3, "shift": 40, "zero_point": 0, "qmin": -128, "qmax": 127,
+             "out_dtype": "int8", "acc_limit": 2 ** 31 - 1}
+    target = LLVMTarget()
+    target.build(Node("function", [x], [y], name="f",
+                      body=Graph([x], [y], [Node("Requantize", [x], [y], attrs)])))
+    assert "shift" in target.fallbacks["f"]
+
+
+# ---------------------------------------------------------------- through the whole pipeline
+
+
+def test_quantize_dequantize_round_trip_through_compile(rng):
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"])]
+    model = make_model(nodes, [("x", "float32", [3, 8])], [("y", "float32", [3, 8])],
+                       {"scale": np.array(0.05, np.float32), "zero": np.array(7, np.uint8)},
+                       opset=21)
+    x = random_array(rng, (3, 8), "float32", high=5.0)
+    ours = heterocc.compile(model, target="llvm")
+    reference = heterocc.compile(model, target="reference")
+    np.testing.assert_array_equal(ours.run([x])[0], reference.run([x])[0])
+    assert not next(iter(ours._cache.values())).targets["llvm"].fallbacks

@@ -1,0 +1,248 @@
+"""The llvm target's convolution path: direct, grouped, depthwise and strided
+convolutions with their fused elementwise epilogues, computed in register tiles, must
+match the NumPy reference; repeated function structures compile once; recycled output
+buffers never overwrite an array the caller still holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import heterocc
+from heterocc import te
+from heterocc.inventory import compute_of
+from heterocc.ir.types import TensorType
+from heterocc.passes import fused_functions
+from heterocc.targets.llvm.target import ExpressedFunction, _epilogue_of, _schedule, structure_key
+from heterocc.te.schedule import AT
+
+RNG = np.random.default_rng(11)
+
+
+def _conv_model(channels, size, filters, kernel, stride=1, group=1, pad=None, dilation=1,
+                epilogue=(), width=None):
+    """One Conv (with a bias input) and its epilogue ops; ``epilogue`` names them in
+    order: "relu", "clip", "residual" (adds a second graph input of the output's shape)."""
+    width = size if width is None else width
+    pad = (kernel // 2) * dilation if pad is None else pad
+    pads = list(pad) if isinstance(pad, list | tuple) else [pad] * 4
+    weights = RNG.standard_normal((filters, channels // group, kernel, kernel),
+                                  dtype=np.float32) * 0.3
+    bias = RNG.standard_normal(filters, dtype=np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t0"], pads=pads,
+                              strides=[stride] * 2, group=group, dilations=[dilation] * 2)]
+    out_h = (size + pads[0] + pads[2] - dilation * (kernel - 1) - 1) // stride + 1
+    out_w = (width + pads[1] + pads[3] - dilation * (kernel - 1) - 1) // stride + 1
+    out_shape = [1, filters, out_h, out_w]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, width])]
+    initializers = [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(bias, "b")]
+    for k, op in enumerate(epilogue, start=1):
+        src, dst = f"t{k - 1}", f"t{k}"
+        if op == "relu":
+            nodes.append(helper.make_node("Relu", [src], [dst]))
+        elif op == "clip":
+            initializers += [numpy_helper.from_array(np.float32(0.0), "lo"),
+                             numpy_helper.from_array(np.float32(6.0), "hi")]
+            nodes.append(helper.make_node("Clip", [src, "lo", "hi"], [dst]))
+        elif op == "residual":
+            inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, out_shape))
+            nodes.append(helper.make_node("Add", [src, "r"], [dst]))
+        else:
+            raise ValueError(op)
+    last = f"t{len(epilogue)}"
+    graph = helper.make_graph(nodes, "conv", inputs,
+                              [helper.make_tensor_value_info(last, TensorProto.FLOAT, out_shape)],
+                              initializer=initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _feeds(model):
+    feeds = {}
+    for value in model.graph.input:
+        shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        feeds[value.name] = RNG.standard_normal(shape, dtype=np.float32)
+    return feeds
+
+
+def _compile_and_check(model, feeds):
+    """Run ``model`` through llvm and the reference; return the compiled llvm model."""
+    compiled = heterocc.compile(model, target="llvm")
+    ours = compiled.run(feeds)
+    expected = heterocc.compile(model, target="reference").run(feeds)
+    for a, b in zip(ours, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    assert compiled.build_static().targets["llvm"].fallbacks == {}
+    return compiled
+
+
+@pytest.mark.parametrize("channels,size,filters,kernel,stride,group,dilation,width", [
+    (8, 20, 16, 3, 1, 1, 1, 20),     # tile tail (20 = 16 + 4 columns)
+    (5, 9, 7, 3, 1, 1, 1, 9),        # fewer channels than a tile, narrow rows
+    (8, 17, 32, 1, 1, 1, 1, 33),     # 1x1, non-square, wide row with a tail
+    (6, 15, 12, 3, 2, 1, 1, 15),     # stride 2, odd padded width
+    (4, 23, 8, 5, 3, 1, 1, 19),      # stride 3, 5x5
+    (8, 14, 8, 3, 1, 1, 2, 14),      # dilation 2
+    (8, 12, 12, 3, 1, 4, 1, 12),     # grouped
+    (16, 18, 16, 3, 1, 16, 1, 18),   # depthwise
+    (12, 21, 12, 3, 2, 12, 1, 21),   # depthwise, stride 2
+    (3, 30, 16, 7, 2, 1, 1, 30),     # the 7x7 stem (even width: unpadded phases)
+    (12, 20, 12, 3, 2, 12, 1, 20),   # depthwise, stride 2, even width
+    (4, 18, 8, 5, 3, 1, 1, 18),      # stride 3, width a multiple of 3
+    (8, 16, 8, 3, 2, 1, 2, 16),      # stride 2 and dilation 2
+])
+def test_conv_geometries_match_reference(channels, size, filters, kernel, stride, group,
+                                          dilation, width):
+    model = _conv_model(channels, size, filters, kernel, stride, group, dilation=dilation,
+                        width=width)
+    _compile_and_check(model, _feeds(model))
+
+
+@pytest.mark.parametrize("pads", [[0, 1, 1, 0], [2, 0, 0, 2], [1, 3, 2, 0]])
+@pytest.mark.parametrize("stride,width", [(1, 13), (2, 14), (2, 13)])
+def test_asymmetric_padding_matches_reference(pads, stride, width):
+    model = _conv_model(6, 11, 8, 3, stride, pad=pads, width=width, epilogue=("relu",))
+    _compile_and_check(model, _feeds(model))
+
+
+@pytest.mark.parametrize("epilogue", [(), ("relu",), ("clip",), ("residual", "relu")])
+@pytest.mark.parametrize("group", [1, 8])
+def test_fused_epilogues_match_reference(epilogue, group):
+    model = _conv_model(8, 19, 8, 3, 1, group, epilogue=epilogue)
+    compiled = _compile_and_check(model, _feeds(model))
+    (function,) = fused_functions(compiled.graph)
+    assert [n.op for n in function.body.nodes][0] == "Conv"
+    assert len(function.body.nodes) == 1 + len(epilogue)
+
+
+def _conv_tensors(outputs_of):
+    """A conv (+ bias) on placeholders, and the outputs ``outputs_of(conv_output)``."""
+    x = te.placeholder((1, 8, 10, 10), "float32", "x")
+    w = te.placeholder((16, 8, 3, 3), "float32", "w")
+    b = te.placeholder((16,), "float32", "b")
+    attrs = {"group": 1, "strides": [1, 1], "pads": [1] * 4, "dilations": [1, 1],
+             "kernel_shape": [3, 3], "auto_pad": "NOTSET"}
+    (y,) = compute_of("Conv")([x, w, b], attrs, [TensorType((1, 16, 10, 10), "float32")])
+    return [x, w, b], outputs_of(y)
+
+
+def _anchor(schedule):
+    return next(s.tensor for s in schedule.stages
+                if not s.is_placeholder and s.op.attrs.get("schedule") == "conv2d_nchw")
+
+
+def test_epilogue_is_computed_in_the_conv_tiles():
+    params, outputs = _conv_tensors(lambda y: [te.compute(
+        y.shape, lambda *i: te.maximum(y[i], te.const(0.0, "float32")), name="act")])
+    schedule = _schedule(ExpressedFunction(params, [], outputs))
+    conv_stage = schedule[_anchor(schedule)]
+    assert conv_stage.attach == AT and conv_stage.scope == "local"
+    func = te.lower(schedule, params + outputs, name="f")
+    x, w, b = (RNG.standard_normal(p.shape, dtype=np.float32) for p in params)
+    from heterocc.targets import llvm as hllvm
+
+    out = np.empty(outputs[0].shape, np.float32)
+    hllvm.build(func)(x, w, b, out)
+    padded = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+    expected = np.einsum("nchwij,kcij->nkhw", windows, w) + b[None, :, None, None]
+    np.testing.assert_allclose(out, np.maximum(expected, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_conv_read_twice_or_reindexed_keeps_its_own_buffer():
+    def two_readers(y):
+        return [te.compute(y.shape, lambda *i: y[i] * 2.0, name="twice"),
+                te.compute(y.shape, lambda *i: y[i] + 1.0, name="plus")]
+
+    def transposed(y):
+        return [te.compute(y.shape, lambda n, k, i, j: y[n, k, j, i], name="transposed")]
+
+    for outputs_of in (two_readers, transposed):
+        params, outputs = _conv_tensors(outputs_of)
+        schedule = te.create_schedule(outputs)
+        for stage in schedule.stages:
+            if not stage.is_placeholder and not stage.op.attrs.get("schedule") \
+                    and all(stage.tensor is not t for t in outputs):
+                stage.compute_inline()
+        assert _epilogue_of(schedule, _anchor(schedule), outputs) is None
+
+
+def test_repeated_blocks_compile_once_and_export():
+    """Two convolutions of one structure and different weights share a kernel."""
+    first = _conv_model(8, 12, 8, 3, epilogue=("relu",))
+    graph = first.graph
+    second_w = RNG.standard_normal((8, 8, 3, 3), dtype=np.float32)
+    second_b = RNG.standard_normal(8, dtype=np.float32)
+    graph.initializer.extend([numpy_helper.from_array(second_w, "w2"),
+                              numpy_helper.from_array(second_b, "b2")])
+    graph.node.extend([helper.make_node("Conv", ["t1", "w2", "b2"], ["u0"], pads=[1] * 4,
+                                        strides=[1, 1], group=1, dilations=[1, 1]),
+                       helper.make_node("Relu", ["u0"], ["u1"])])
+    graph.output[0].name = "u1"
+    feeds = _feeds(first)
+    compiled = _compile_and_check(first, feeds)
+    functions = fused_functions(compiled.graph)
+    assert len(functions) == 2
+    assert structure_key(functions[0].body) == structure_key(functions[1].body)
+    assert compiled.build_static().targets["llvm"].distinct_kernels == 1
+
+
+def test_repeated_kernels_survive_export(tmp_path):
+    model = _conv_model(8, 12, 8, 3, epilogue=("relu",))
+    graph = model.graph
+    graph.initializer.extend([numpy_helper.from_array(
+        RNG.standard_normal((8, 8, 3, 3), dtype=np.float32), "w2")])
+    graph.node.extend([helper.make_node("Conv", ["t1", "w2"], ["u0"], pads=[1] * 4)])
+    graph.node.extend([helper.make_node("Conv", ["u0", "w2"], ["u1"], pads=[1] * 4)])
+    graph.output[0].name = "u1"
+    feeds = _feeds(model)
+    compiled = _compile_and_check(model, feeds)
+    compiled.export(str(tmp_path / "artifact"))
+    loaded = heterocc.load(str(tmp_path / "artifact"))
+    np.testing.assert_allclose(loaded.run(feeds)[0], compiled.run(feeds)[0], rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_structure_key_ignores_constant_values_not_attributes():
+    a = _conv_model(4, 8, 4, 3)
+    b = _conv_model(4, 8, 4, 3)
+    c = _conv_model(4, 8, 4, 3, stride=2)
+
+    def key(model):
+        compiled = heterocc.compile(model, target="reference")
+        (function,) = fused_functions(compiled.graph)
+        return structure_key(function.body)
+
+    assert key(a) == key(b)
+    assert key(a) != key(c)
+
+
+def test_recycled_outputs_never_overwrite_held_results():
+    model = _conv_model(4, 10, 4, 3, epilogue=("relu",))
+    compiled = heterocc.compile(model, target="llvm")
+    first_feeds, second_feeds = _feeds(model), _feeds(model)
+    held = compiled.run(first_feeds)[0]
+    held_copy = held.copy()
+    for _ in range(3):
+        again = compiled.run(second_feeds)[0]
+        assert again is not held
+    np.testing.assert_array_equal(held, held_copy)
+    reference = heterocc.compile(model, target="reference")
+    np.testing.assert_allclose(again, reference.run(second_feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_one_element_constants_are_folded_so_the_epilogue_vectorizes():
+    from heterocc import tir
+
+    low = te.placeholder((), "float32", "low")
+    high = te.placeholder((), "float32", "high")
+    params, outputs = _conv_tensors(lambda y: compute_of("Clip")(
+        [y, low, high], {}, [TensorType(y.shape, "float32")]))
+    scalars = {id(low): np.asarray(np.float32(0.0)), id(high): np.asarray(np.float32(6.0))}
+    expressed = ExpressedFunction(params + [low, high], list(scalars.values()), outputs, scalars)
+    func = te.lower(_schedule(expressed), expressed.params + outputs, name="f")
+    stores = tir.collect(func.body, lambda n: isinstance(n, tir.BufferStore)
+                         and n.buffer.name == outputs[0].name)
+    assert stores and all(isinstance(s.indices[0], tir.Ramp) for s in stores)
+    assert not tir.collect(func.body, lambda n: isinstance(n, tir.BufferLoad)
+                           and n.buffer.name in ("low", "high"))
