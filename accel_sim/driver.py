@@ -65,6 +65,44 @@ class AcceleratorDriver(Protocol):
         ...
 
 
+class HostDram:
+    """Device DRAM kept on the host: a bump allocator and bounds-checked copies,
+    shared by the transports whose memory lives in this process."""
+
+    def __init__(self, dram_bytes: int, label: str = "device"):
+        self.dram = np.zeros(dram_bytes, dtype=np.uint8)
+        self._next_free = 0
+        self._label = label
+
+    def allocate(self, nbytes: int, alignment: int = DEVICE_ALIGNMENT) -> int:
+        """Reserve ``nbytes`` of DRAM (a bump allocator; nothing is ever freed)."""
+        address = -(-self._next_free // alignment) * alignment
+        if address + nbytes > self.dram.size:
+            raise AcceleratorError(
+                f"{self._label} DRAM exhausted: {nbytes} bytes requested at {address}, "
+                f"{self.dram.size} bytes in all; create the device with more dram_bytes"
+            )
+        self._next_free = address + nbytes
+        return address
+
+    def _span(self, address: int, nbytes: int) -> slice:
+        if address < 0 or nbytes < 0 or address + nbytes > self.dram.size:
+            raise AcceleratorError(
+                f"{self._label} DRAM access [{address}, {address + nbytes}) is outside "
+                f"[0, {self.dram.size})"
+            )
+        return slice(address, address + nbytes)
+
+    def write(self, address: int, data: bytes | np.ndarray) -> None:
+        """Copy bytes into DRAM."""
+        raw = np.frombuffer(data, np.uint8) if isinstance(data, bytes) else data.view(np.uint8)
+        self.dram[self._span(address, raw.size)] = raw.ravel()
+
+    def read(self, address: int, nbytes: int) -> np.ndarray:
+        """Copy bytes out of DRAM."""
+        return self.dram[self._span(address, nbytes)].copy()
+
+
 def relocate(
     instructions: list[Instruction], config: HardwareConfig, byte_offset: int
 ) -> list[Instruction]:

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import AcceleratorError
 from .config import HardwareConfig
-from .driver import DEVICE_ALIGNMENT, RunStatus
+from .driver import DEVICE_ALIGNMENT, HostDram, RunStatus
 from .encoding import encode_stream
 from .isa import Instruction
 from .program import Program
@@ -290,7 +290,7 @@ class RtlSimulator:
             ]
 
 
-class RtlDevice:
+class RtlDevice(HostDram):
     """The RTL under simulation as an :class:`AcceleratorDriver`.
 
     DRAM lives on the host between runs; ``wait`` ships the used part of it to
@@ -305,42 +305,13 @@ class RtlDevice:
         build_root: str | Path | None = None,
         max_cycles: int = 2_000_000,
     ):
+        super().__init__(dram_bytes, "RTL device")
         self.config = config
         self.simulator_runner = RtlSimulator(config, simulator, build_root)
-        self.dram = np.zeros(dram_bytes, dtype=np.uint8)
         self.max_cycles = max_cycles
-        self._next_free = 0
         self._pending: RtlRun | None = None
         #: the bench's readings of the last run (cycles, retired instructions, ...).
         self.last_result: RtlRunResult | None = None
-
-    def allocate(self, nbytes: int, alignment: int = DEVICE_ALIGNMENT) -> int:
-        """Reserve ``nbytes`` of DRAM (a bump allocator; nothing is ever freed)."""
-        address = -(-self._next_free // alignment) * alignment
-        if address + nbytes > self.dram.size:
-            raise AcceleratorError(
-                f"RTL device DRAM exhausted: {nbytes} bytes requested at {address}, "
-                f"{self.dram.size} bytes in all; create the device with more dram_bytes"
-            )
-        self._next_free = address + nbytes
-        return address
-
-    def _span(self, address: int, nbytes: int) -> slice:
-        if address < 0 or nbytes < 0 or address + nbytes > self.dram.size:
-            raise AcceleratorError(
-                f"RTL device DRAM access [{address}, {address + nbytes}) is outside "
-                f"[0, {self.dram.size})"
-            )
-        return slice(address, address + nbytes)
-
-    def write(self, address: int, data: bytes | np.ndarray) -> None:
-        """Copy bytes into DRAM."""
-        raw = np.frombuffer(data, np.uint8) if isinstance(data, bytes) else data.view(np.uint8)
-        self.dram[self._span(address, raw.size)] = raw.ravel()
-
-    def read(self, address: int, nbytes: int) -> np.ndarray:
-        """Copy bytes out of DRAM."""
-        return self.dram[self._span(address, nbytes)].copy()
 
     def start(self, instruction_address: int, instruction_count: int) -> None:
         """Hand the stream at ``instruction_address`` to the RTL (it runs in ``wait``)."""

@@ -247,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_targets)
 
     p = sub.add_parser("demo", help="compile and run the bundled example model")
-    p.add_argument("--target", default="vta,reference",
+    p.add_argument("--target", default="vta,llvm",
                    help="targets of the int8 run (the last also runs the float32 model)")
     p.set_defaults(func=cmd_demo)
 

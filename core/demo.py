@@ -30,7 +30,7 @@ def _summary(compiled) -> str:
     return ", ".join(f"{n} on {t}" for t, n in counts.items())
 
 
-def run_demo(target: str = "vta,reference") -> int:
+def run_demo(target: str = "vta,llvm") -> int:
     from . import compile as hcompile
 
     model = tiny_cnn()
