@@ -12,6 +12,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from mkdocs.plugins import event_priority
+
 ROOT = Path(__file__).resolve().parents[2]
 #: package -> folder, as in setup.py
 MAPPING = {"heterocc": "core", "heterocc.targets": "targets",
@@ -37,6 +39,7 @@ def assemble_layout() -> Path:
     return LAYOUT_ROOT
 
 
+@event_priority(100)  # before mkdocstrings reads its search paths (they must exist then)
 def on_config(config, **kwargs):
     assemble_layout()
     return config
