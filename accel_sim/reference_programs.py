@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import AcceleratorError
 from .config import HardwareConfig
-from .isa import Alu, AluOp, Buffer, Gemm, MicroOp
+from .isa import Alu, AluOp, Buffer, Gemm, Load, MicroOp
 from .program import Program, ProgramBuilder
 
 
@@ -201,3 +201,42 @@ def _emit_epilogue(builder: ProgramBuilder, epilogue: Requantization, first_uop:
     for k, (op, imm) in enumerate(immediates):
         builder.emit(Alu(alu_op=op, use_imm=True, imm=imm, uop_begin=first_uop,
                          uop_end=first_uop + 1, push_next=k == len(immediates) - 1, **tiles))
+
+
+def padded_conv3x3_program(config: HardwareConfig, image: np.ndarray, weights: np.ndarray,
+                           height: int, width: int) -> Program:
+    """A 3x3, stride-1, pad-1 convolution of one ``height x width`` image through
+    micro-op loops over a zero-padded 2-D DMA: ``image`` is (height*width, C) in
+    HWC order, ``weights`` (O, 9*C) in (kh, kw, c) order; the result is tensor "Y"
+    (height*width, O) in ACC."""
+    channels_in = image.shape[1]
+    blocks_in = channels_in // config.block_in
+    builder = ProgramBuilder(config)
+    x_t = builder.tensor("X", Buffer.INP, data=image)
+    w_t = builder.tensor("W", Buffer.WGT, data=weights)
+    y_t = builder.tensor("Y", Buffer.ACC, shape=(height * width, weights.shape[0]))
+    padded_row = (width + 2) * blocks_in
+    uops = [
+        MicroOp(dst=0, src=(kh * (width + 2) + kw) * blocks_in + cb,
+                wgt=(kh * 3 + kw) * blocks_in + cb)
+        for kh in range(3) for kw in range(3) for cb in range(blocks_in)
+    ]
+    kernel = builder.uops("conv", [MicroOp(0, 0, 0)] + uops)
+    builder.emit(builder.load_uops(kernel))
+    # one 2-D DMA: image rows of width * blocks_in tiles, one pixel of zeros around
+    builder.emit(Load(
+        buffer=Buffer.INP, sram_base=0, dram_base=x_t.tile_base, y_size=height,
+        x_size=width * blocks_in, x_stride=width * blocks_in, y_pad_top=1, y_pad_bottom=1,
+        x_pad_left=blocks_in, x_pad_right=blocks_in,
+    ))
+    builder.emit(builder.load_tiles(w_t, 0, 0, 0, 1, 9 * blocks_in, push_next=True))
+    loops = dict(loop_outer=height, loop_inner=width, acc_factor_outer=width, acc_factor_inner=1)
+    builder.emit(Gemm(reset=True, uop_begin=0, uop_end=1, **loops))
+    builder.emit(Gemm(
+        uop_begin=1, uop_end=1 + len(uops), inp_factor_outer=padded_row,
+        inp_factor_inner=blocks_in, pop_prev=True, push_next=True, **loops,
+    ))
+    builder.emit(builder.store_tiles(y_t, 0, 0, 0, height * width, 1, pop_prev=True,
+                                     push_prev=True))
+    builder.finish(pop_next=True)
+    return builder.build()

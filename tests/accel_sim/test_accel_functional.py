@@ -9,7 +9,11 @@ from heterocc.accel_sim.config import HardwareConfig
 from heterocc.accel_sim.functional import FunctionalSimulator, alu_apply
 from heterocc.accel_sim.isa import Alu, AluOp, Buffer, Gemm, Load, MicroOp, Store
 from heterocc.accel_sim.program import ProgramBuilder, pack_tiles, unpack_tiles
-from heterocc.accel_sim.reference_programs import GemmTiling, tiled_gemm_program
+from heterocc.accel_sim.reference_programs import (
+    GemmTiling,
+    padded_conv3x3_program,
+    tiled_gemm_program,
+)
 from heterocc.errors import IllegalInstructionError
 
 RNG = np.random.default_rng(2026)
@@ -89,39 +93,11 @@ def test_convolution_through_micro_op_loops_with_padding(preset):
     config = HardwareConfig.preset(preset)
     height, width = 5, 6
     channels_in, channels_out = 2 * config.block_in, config.block_out
-    blocks_in = channels_in // config.block_in
     image = _int8((height, width, channels_in))
     weights = _int8((channels_out, 3, 3, channels_in))
-    builder = ProgramBuilder(config)
-    x_t = builder.tensor("X", Buffer.INP, data=image.reshape(height * width, channels_in))
-    w_t = builder.tensor("W", Buffer.WGT, data=weights.reshape(channels_out, 9 * channels_in))
-    y_t = builder.tensor("Y", Buffer.ACC, shape=(height * width, channels_out))
-    padded_row = (width + 2) * blocks_in
-    uops = [
-        MicroOp(dst=0, src=(kh * (width + 2) + kw) * blocks_in + cb,
-                wgt=(kh * 3 + kw) * blocks_in + cb)
-        for kh in range(3) for kw in range(3) for cb in range(blocks_in)
-    ]
-    kernel = builder.uops("conv", [MicroOp(0, 0, 0)] + uops)
-    builder.emit(builder.load_uops(kernel))
-    # one 2-D DMA: image rows of width * blocks_in tiles, one pixel of zeros around
-    builder.emit(Load(
-        buffer=Buffer.INP, sram_base=0, dram_base=x_t.tile_base, y_size=height,
-        x_size=width * blocks_in, x_stride=width * blocks_in, y_pad_top=1, y_pad_bottom=1,
-        x_pad_left=blocks_in, x_pad_right=blocks_in,
-    ))
-    builder.emit(builder.load_tiles(w_t, 0, 0, 0, 1, 9 * blocks_in, push_next=True))
-    loops = dict(loop_outer=height, loop_inner=width, acc_factor_outer=width, acc_factor_inner=1)
-    builder.emit(Gemm(reset=True, uop_begin=0, uop_end=1, **loops))
-    builder.emit(Gemm(
-        uop_begin=1, uop_end=1 + len(uops), inp_factor_outer=padded_row,
-        inp_factor_inner=blocks_in, pop_prev=True, push_next=True, **loops,
-    ))
-    builder.emit(builder.store_tiles(y_t, 0, 0, 0, 1, height * width, pop_prev=True,
-                                     push_prev=True))
-    # the store wrote a 1 x (h*w) tile row into a (h*w) x 1 grid: the same bytes
-    builder.finish(pop_next=True)
-    program = builder.build()
+    program = padded_conv3x3_program(config, image.reshape(height * width, channels_in),
+                                     weights.reshape(channels_out, 9 * channels_in),
+                                     height, width)
     program.run()
 
     padded = np.pad(image.astype(np.int64), ((1, 1), (1, 1), (0, 0)))

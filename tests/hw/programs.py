@@ -28,6 +28,7 @@ from heterocc.accel_sim import (
 from heterocc.accel_sim.reference_programs import (
     GemmTiling,
     Requantization,
+    padded_conv3x3_program,
     tiled_gemm_program,
 )
 
@@ -80,37 +81,10 @@ def requantized_gemm(config: HardwareConfig, rng: np.random.Generator) -> NamedP
 def convolution(config: HardwareConfig, rng: np.random.Generator) -> NamedProgram:
     """A 3x3 convolution through micro-op loops over a zero-padded 2-D DMA."""
     height, width, blocks_in = 3, 4, 2
-    channels_in, channels_out = blocks_in * config.block_in, config.block_out
-    image = _int8(rng, (height * width, channels_in))
-    weights = _int8(rng, (channels_out, 9 * channels_in))
-    builder = ProgramBuilder(config)
-    x_t = builder.tensor("X", Buffer.INP, data=image)
-    w_t = builder.tensor("W", Buffer.WGT, data=weights)
-    y_t = builder.tensor("Y", Buffer.ACC, shape=(height * width, channels_out))
-    padded_row = (width + 2) * blocks_in
-    uops = [
-        MicroOp(dst=0, src=(kh * (width + 2) + kw) * blocks_in + cb,
-                wgt=(kh * 3 + kw) * blocks_in + cb)
-        for kh in range(3) for kw in range(3) for cb in range(blocks_in)
-    ]
-    kernel = builder.uops("conv", [MicroOp(0, 0, 0)] + uops)
-    builder.emit(builder.load_uops(kernel))
-    builder.emit(Load(
-        buffer=Buffer.INP, sram_base=0, dram_base=x_t.tile_base, y_size=height,
-        x_size=width * blocks_in, x_stride=width * blocks_in, y_pad_top=1, y_pad_bottom=1,
-        x_pad_left=blocks_in, x_pad_right=blocks_in,
-    ))
-    builder.emit(builder.load_tiles(w_t, 0, 0, 0, 1, 9 * blocks_in, push_next=True))
-    loops = dict(loop_outer=height, loop_inner=width, acc_factor_outer=width, acc_factor_inner=1)
-    builder.emit(Gemm(reset=True, uop_begin=0, uop_end=1, **loops))
-    builder.emit(Gemm(
-        uop_begin=1, uop_end=1 + len(uops), inp_factor_outer=padded_row,
-        inp_factor_inner=blocks_in, pop_prev=True, push_next=True, **loops,
-    ))
-    builder.emit(builder.store_tiles(y_t, 0, 0, 0, height * width, 1, pop_prev=True,
-                                     push_prev=True))
-    builder.finish(pop_next=True)
-    return NamedProgram("convolution_padded", builder.build())
+    image = _int8(rng, (height * width, blocks_in * config.block_in))
+    weights = _int8(rng, (config.block_out, 9 * blocks_in * config.block_in))
+    return NamedProgram("convolution_padded",
+                        padded_conv3x3_program(config, image, weights, height, width))
 
 
 def requantize(config: HardwareConfig, rng: np.random.Generator) -> NamedProgram:
