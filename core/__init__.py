@@ -1,7 +1,7 @@
 """heterocc: a deep-learning compiler SDK (ONNX in; CPU, CUDA and accelerator code out).
 
     import heterocc
-    model = heterocc.compile("model.onnx", target="reference")
+    model = heterocc.compile("model.onnx", target="llvm")
     outputs = model.run({"input": x})
 """
 

@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compile", help="compile an ONNX model")
     p.add_argument("model")
-    p.add_argument("--target", default="reference")
+    p.add_argument("--target", default="llvm", help="e.g. llvm, cuda, vta,llvm, reference")
     p.add_argument("-o", "--output", help="artifact directory to write")
     p.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic dims")
     p.add_argument("--dump-ir", help="directory receiving the IR after every pass")
@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a model or an exported artifact")
     p.add_argument("model")
-    p.add_argument("--target", default="reference")
+    p.add_argument("--target", default="llvm")
     p.add_argument("--input", action="append", help="NAME=FILE.npy")
     p.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic dims")
     p.add_argument("--output-dir", help="save each output as NAME.npy here")

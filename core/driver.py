@@ -239,15 +239,16 @@ def _input_specs(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) ->
     return specs
 
 
-def compile(model, target: str | Sequence = "reference",  # noqa: A001
+def compile(model, target: str | Sequence = "llvm",  # noqa: A001
             shapes: Mapping[str, Sequence[int]] | None = None,
             dump_ir: str | None = None, check: bool = True,
             strict: bool = False, calibration=None,
             tuning_log: str | None = None) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for ``target``.
 
-    ``target``: a target name, a comma-separated list, or a list of names and
-    target instances (e.g. ``[VtaTarget(config="1x8x8"), "reference"]``).
+    ``target``: a target name (default ``llvm``: the host CPU), a comma-separated
+    list, or a list of names and target instances (e.g.
+    ``[VtaTarget(config="1x8x8"), "llvm"]``); ``reference`` runs the NumPy oracle.
     ``shapes`` fixes symbolic input dimensions; without it, a model with
     dynamic shapes (or whose shape operands are graph inputs) is compiled on
     first run for the shapes and values it meets, and cached.

@@ -12,7 +12,7 @@ from heterocc.runtime.interpreter import evaluate
 
 @pytest.fixture
 def exported(tmp_path):
-    compiled = heterocc.compile(tiny_cnn())
+    compiled = heterocc.compile(tiny_cnn(), target="reference")
     path = tmp_path / "artifact"
     compiled.export(str(path))
     return compiled, path
