@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+from alternating import alternating_medians  # beside this script
 from onnx import TensorProto, helper, numpy_helper
 
 import heterocc
@@ -56,26 +56,6 @@ def conv_model(channels: int, size: int, filters: int, kernel: int, stride: int,
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-#: pause when switching between the runtimes: ONNX Runtime's worker threads spin for a
-#: while after each run and would otherwise steal cores from the next measurement.
-SWITCH_PAUSE_S = 0.3
-
-
-def alternating_medians(runs, repeat: int, block: int = 5) -> list[float]:
-    """Median seconds of each callable, measured in alternating blocks of ``block`` runs,
-    pausing at every switch."""
-    times: list[list[float]] = [[] for _ in runs]
-    while len(times[0]) < repeat:
-        for run, samples in zip(runs, times):
-            time.sleep(SWITCH_PAUSE_S)
-            run()
-            for _ in range(block):
-                start = time.perf_counter()
-                run()
-                samples.append(time.perf_counter() - start)
-    return [statistics.median(samples) for samples in times]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--channels", type=int, default=64)
@@ -102,7 +82,8 @@ def main() -> None:
     ours = compiled.run({"x": x})[0]
     theirs = session.run(None, {"x": x})[0]
     ours_s, theirs_s = alternating_medians(
-        [lambda: compiled.run({"x": x}), lambda: session.run(None, {"x": x})], args.repeat)
+        [lambda: compiled.run({"x": x}), lambda: session.run(None, {"x": x})], args.repeat,
+        pause_s=0.3)
     out_size = ours.shape[-1]
     flops = 2.0 * args.filters * (args.channels // args.group) * args.kernel ** 2 * out_size ** 2
     fallbacks = compiled.build_static().targets["llvm"].fallbacks

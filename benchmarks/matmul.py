@@ -8,32 +8,12 @@ Prints GFLOP/s of both (medians of repeated runs, in alternating blocks) and the
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
+from alternating import alternating_medians  # beside this script
 
 from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm.schedules import matmul_function
-
-#: pause when switching between the libraries: OpenBLAS's worker threads busy-wait for a
-#: while after each call and would otherwise steal cores from the next measurement.
-SWITCH_PAUSE_S = 0.5
-
-
-def alternating_medians(runs, repeat: int, block: int = 5) -> list[float]:
-    """Median seconds of each callable, measured in alternating blocks of ``block`` runs
-    (so a change in machine load affects all alike), pausing at every switch."""
-    times: list[list[float]] = [[] for _ in runs]
-    while len(times[0]) < repeat:
-        for run, samples in zip(runs, times):
-            time.sleep(SWITCH_PAUSE_S)
-            run()
-            for _ in range(block):
-                start = time.perf_counter()
-                run()
-                samples.append(time.perf_counter() - start)
-    return [statistics.median(samples) for samples in times]
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ import argparse
 import time
 
 import numpy as np
-from matmul import alternating_medians  # benchmarks/matmul.py, beside this script
+from alternating import alternating_medians  # beside this script
 
 from heterocc import te
 from heterocc.targets import llvm as hllvm

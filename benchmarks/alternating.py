@@ -1,0 +1,27 @@
+"""Same-run comparison timing shared by the benchmark scripts beside it."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+#: pause when switching between the measured libraries: OpenBLAS's (and ONNX Runtime's)
+#: worker threads busy-wait for a while after each call and would otherwise steal cores
+#: from the next measurement.
+SWITCH_PAUSE_S = 0.5
+
+
+def alternating_medians(runs, repeat: int, block: int = 5,
+                        pause_s: float = SWITCH_PAUSE_S) -> list[float]:
+    """Median seconds of each callable, measured in alternating blocks of ``block`` runs
+    (so a change in machine load affects all alike), pausing ``pause_s`` at every switch."""
+    times: list[list[float]] = [[] for _ in runs]
+    while len(times[0]) < repeat:
+        for run, samples in zip(runs, times):
+            time.sleep(pause_s)
+            run()
+            for _ in range(block):
+                start = time.perf_counter()
+                run()
+                samples.append(time.perf_counter() - start)
+    return [statistics.median(samples) for samples in times]
