@@ -16,7 +16,6 @@ imports again with their run-time values bound (``values=``).
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ from ..errors import InputError, ModelLoadError, TypeInferenceError, Unsupported
 from ..ir.graph import Graph, NameScope, Node, Value, constant
 from ..ir.types import TensorType, dtype_from_onnx
 from ..ops import ShapeOperandError, get_op, has_op, infer_node_types
+from ..passes.fold_constants import SHAPE_ONLY_OPS, can_fold, fold_node
 from .attributes import attribute_value, node_attributes
 
 #: opset that older models are converted to; the op registry implements its semantics
@@ -498,16 +498,10 @@ def _import_control_flow(imp: _Importer, node: onnx.NodeProto, name: str) -> Non
 
 def _fold(op, inputs: list[Value | None], attrs, out_types) -> list[np.ndarray] | None:
     """Outputs of a node evaluable now: Shape/Size of a static tensor, or small all-constant."""
-    if op.name in ("Shape", "Size") and inputs and inputs[0] is not None:
-        probe = np.broadcast_to(np.zeros((), inputs[0].type.np_dtype), inputs[0].type.shape)
-        return op.run([probe], attrs)
-    given = [v for v in inputs if v is not None]
-    if not all(v.is_const for v in given) or op.name in _KEEP_AT_IMPORT:
+    if op.name in _KEEP_AT_IMPORT or not can_fold(op.name, inputs):
         return None
-    if sum(v.type.nbytes for v in given) > _FOLD_LIMIT_BYTES:
+    if op.name not in SHAPE_ONLY_OPS and (
+            sum(v.type.nbytes for v in inputs if v is not None) > _FOLD_LIMIT_BYTES
+            or sum(t.nbytes for t in out_types) > _FOLD_LIMIT_BYTES):
         return None
-    if sum(t.nbytes for t in out_types) > _FOLD_LIMIT_BYTES:
-        return None
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        return op.run([v.data if v is not None else None for v in inputs], attrs)
+    return fold_node(op, inputs, attrs)
