@@ -3,9 +3,16 @@ torch.matmul (cuBLAS, TF32 off) measured in the same run on the same GPU; option
 ResNet-18 through the cuda target against ONNX Runtime.
 
     python benchmarks/cuda_matmul.py [--size 4096] [--repeat 20] [--resnet]
+    python benchmarks/cuda_matmul.py --transfers     # no GPU needed
 
 Needs a GPU, nvcc, and (for the peer) PyTorch with CUDA; prints why it stops otherwise.
 Times are CUDA-event means over ``--repeat`` launches after one warm-up.
+
+``--transfers`` runs ResNet-18 through the cuda target on HostMemoryDriver (the CUDA
+runtime with host memory as device memory and the kernels' CPU emulation) and prints
+the host/device copies, launches and allocations of one run after the first, next to
+the copies a runtime moving every function's inputs, weights and outputs across on each
+call would make (summed from the graph).
 """
 
 from __future__ import annotations
@@ -22,12 +29,20 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--size", type=int, default=4096, help="M = N = K")
     parser.add_argument("--repeat", type=int, default=20, help="timed launches")
     parser.add_argument("--resnet", action="store_true", help="also time ResNet-18")
+    parser.add_argument("--transfers", action="store_true",
+                        help="count ResNet-18's copies per run on HostMemoryDriver (no GPU)")
     return parser.parse_args()
 
 
 def _ours(size: int, repeat: int, a: np.ndarray, b: np.ndarray):
     from heterocc import te
-    from heterocc.targets.cuda import CudaDevice, CudaTarget, DeviceFunction, lower_for_gpu
+    from heterocc.targets.cuda import (
+        CudaDevice,
+        CudaTarget,
+        DeviceArray,
+        DeviceFunction,
+        lower_for_gpu,
+    )
 
     device = CudaDevice(0)
     A = te.placeholder((size, size), "float32", "A")
@@ -39,12 +54,13 @@ def _ours(size: int, repeat: int, a: np.ndarray, b: np.ndarray):
     module = CudaTarget(archs=(device.arch,)).compile_module(gpu)
     build_s = time.perf_counter() - started
     function = DeviceFunction(device, gpu, module.image_for(device.arch))
-    c = np.zeros((size, size), np.float32)
-    memory = function.upload([a, b, c])
-    function.launch_all()
+    pool = function.pool
+    arrays = [DeviceArray.from_host(pool, a), DeviceArray.from_host(pool, b),
+              DeviceArray(pool, (size, size), np.float32)]
+    function.launch(arrays)
     device.synchronize()
-    ms = device.time_ms(function.launch_all, repeat)
-    memory[2].download(c)
+    ms = device.time_ms(lambda: function.launch(arrays), repeat)
+    c = arrays[2].numpy()
     function.release()
     kernel = gpu.kernels[0]
     return ms, c, build_s, device, f"grid {kernel.grid} block {kernel.block}"
@@ -102,13 +118,47 @@ def _resnet18(repeat: int) -> None:
         times.append(time.perf_counter() - started)
     ort_ms = 1e3 * float(np.median(times))
     error = float(np.abs(ours[0] - reference[0]).max())
-    print(f"resnet18 heterocc cuda: {ours_ms:.2f} ms (median of {repeat}, host copies "
-          f"included); onnxruntime {providers[0]}: {ort_ms:.2f} ms; ratio "
+    print(f"resnet18 heterocc cuda: {ours_ms:.2f} ms (median of {repeat}, input upload and "
+          f"output download included); onnxruntime {providers[0]}: {ort_ms:.2f} ms; ratio "
           f"{ort_ms / ours_ms:.3f}; max |difference| {error:.2e}")
+
+
+def _transfers() -> None:
+    import heterocc
+    from heterocc.models.zoo import resnet18
+    from heterocc.targets.cuda import CudaTarget, HostMemoryDriver
+
+    driver = HostMemoryDriver()
+    target = CudaTarget(driver=driver)
+    compiled = heterocc.compile(resnet18(), target=[target])
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    compiled.run([x])  # uploads the weights, fills the memory pool
+    counts = driver.counts
+    before = (counts.uploads, counts.downloads, counts.uploaded_bytes,
+              counts.downloaded_bytes, len(counts.launches), counts.allocations)
+    compiled.run([x])
+    after = (counts.uploads, counts.downloads, counts.uploaded_bytes,
+             counts.downloaded_bytes, len(counts.launches), counts.allocations)
+    uploads, downloads, up_bytes, down_bytes, launches, allocations = (
+        b - a for a, b in zip(before, after))
+    functions = [n for n in compiled.graph.nodes if n.name in target.modules]
+    per_call_up = sum(v.type.nbytes for n in functions for v in n.inputs) + sum(
+        v.type.nbytes for n in functions for inner in n.body.nodes for v in inner.inputs
+        if v is not None and v.is_const)
+    per_call_down = sum(v.type.nbytes for n in functions for v in n.outputs)
+    print(f"resnet18 on the cuda target ({len(functions)} GPU functions, "
+          f"{len(target.fallbacks)} NumPy fallbacks), one run after the first:")
+    print(f"  device-resident: {uploads} uploads ({up_bytes:,} bytes), {downloads} downloads "
+          f"({down_bytes:,} bytes), {launches} launches, {allocations} allocations")
+    print(f"  copying every function's inputs, weights and outputs per call: "
+          f"{per_call_up:,} bytes up, {per_call_down:,} bytes down")
 
 
 def main() -> int:
     args = _parse()
+    if args.transfers:
+        _transfers()
+        return 0
     from heterocc.targets.cuda import find_nvcc, gpu_available
 
     if not gpu_available():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -15,6 +16,26 @@ from ..ops import get_op
 from .memory import MemoryPlan, plan_memory
 
 Kernel = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
+
+
+class DeviceTensor(abc.ABC):
+    """A value held in a device's memory (a target's own tensor type).
+
+    A kernel with a ``place(value)`` method gets every argument through it (e.g.
+    uploaded to its device, device tensors of that device as they are), and the executor
+    keeps the placed value for the later readers, so consecutive functions of one device
+    pass tensors without host copies and a host value goes up once. Every other reader,
+    and the graph's outputs, get ``numpy()``.
+    """
+
+    @abc.abstractmethod
+    def numpy(self) -> np.ndarray:
+        """The tensor's contents on the host."""
+
+
+def on_host(value):
+    """``value`` with device tensors replaced by their host arrays."""
+    return value.numpy() if isinstance(value, DeviceTensor) else value
 
 
 @dataclass
@@ -87,23 +108,25 @@ class GraphExecutor:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore", RuntimeWarning)
             for index, node in enumerate(self.graph.nodes):
-                args = [read(v) for v in node.inputs]
+                kernel = self.kernels[node.name] if node.body is not None else None
+                place = getattr(kernel, "place", None)
+                if place is None:
+                    args = [on_host(read(v)) for v in node.inputs]
+                else:
+                    args = [None if v is None else place(read(v)) for v in node.inputs]
+                    env.update((v, a) for v, a in zip(node.inputs, args)
+                               if v is not None and not v.is_const)
                 t0 = time.perf_counter() if self.profile is not None else 0.0
-                results = self._run_node(node, args)
+                results = kernel(args) if kernel is not None else \
+                    get_op(node.op).run(args, node.attrs)
                 if self.profile is not None:
-                    self._record(node, time.perf_counter() - t0,
-                                 self.kernels.get(node.name))
+                    self._record(node, time.perf_counter() - t0, kernel)
                 del args
                 for v, r in zip(node.outputs, results):
                     env[v] = r
                 for v in self._dead_after.get(index, ()):
                     env.pop(v, None)
-        return [np.asarray(read(v)) for v in self.graph.outputs]
-
-    def _run_node(self, node: Node, args) -> list[np.ndarray]:
-        if node.body is not None:
-            return self.kernels[node.name](args)
-        return get_op(node.op).run(args, node.attrs)
+        return [np.asarray(on_host(read(v))) for v in self.graph.outputs]
 
     def _record(self, node: Node, seconds: float, kernel) -> None:
         entry = self.profile.get(node.name)

@@ -12,11 +12,17 @@ Example (no GPU needed to build; the emulator checks the kernels on the CPU)::
     print(cuda.cuda_source("matmul", gpu.kernels))    # CUDA C
     cuda.compile_cuda(cuda.cuda_source("matmul", gpu.kernels))  # nvcc: PTX + cubins
     cuda.run_emulated(gpu, [a, b, c])                  # the same kernels on the CPU
+
+A model compiled with ``CudaTarget()`` keeps the tensors between its GPU functions in
+device memory (:class:`DeviceArray`); without a GPU the same runtime runs on
+:class:`HostMemoryDriver`, which counts every copy and launch.
 """
 
 from .build import DEFAULT_ARCHS, CompiledCuda, compile_cuda, find_nvcc
 from .codegen import cuda_source
-from .emulate import EmulatedFunction, run_emulated, sequential_function
+from .emulate import EmulatedFunction, kernel_function, run_emulated, sequential_function
+from .host_driver import DriverCounts, HostMemoryDriver
+from .memory import DeviceArray, DevicePool, Driver
 from .passes import Barrier, GpuFunction, Kernel, lower_to_kernels
 from .plan import Launch, LaunchPlan, launch_plan
 from .runtime import CudaDevice, DeviceFunction, gpu_available
@@ -31,10 +37,12 @@ from .target import CudaKernel, CudaModule, CudaTarget, lower_for_gpu
 
 __all__ = [
     "DEFAULT_ARCHS", "Barrier", "CompiledCuda", "CudaDevice", "CudaKernel", "CudaModule",
-    "CudaTarget", "DeviceFunction", "EmulatedFunction", "GpuFunction", "Kernel", "Launch",
-    "LaunchPlan", "MatmulTiling", "launch_plan", "compile_cuda", "cuda_source", "find_nvcc",
-    "gpu_available", "lower_for_gpu", "lower_to_kernels", "run_emulated", "schedule_for_gpu",
-    "schedule_injective", "schedule_matmul", "schedule_reduction", "sequential_function",
+    "CudaTarget", "DeviceArray", "DeviceFunction", "DevicePool", "Driver", "DriverCounts",
+    "EmulatedFunction", "GpuFunction", "HostMemoryDriver", "Kernel", "Launch", "LaunchPlan",
+    "MatmulTiling", "launch_plan", "compile_cuda", "cuda_source", "find_nvcc",
+    "gpu_available", "kernel_function", "lower_for_gpu", "lower_to_kernels", "run_emulated",
+    "schedule_for_gpu", "schedule_injective", "schedule_matmul", "schedule_reduction",
+    "sequential_function",
 ]
 
 from ..registry import register_target  # noqa: E402

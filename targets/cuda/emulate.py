@@ -85,6 +85,11 @@ class _ThreadsAsLoops(Mutator):
                            (self._own_copy(node.buffer, index),))
 
 
+def kernel_function(kernel: Kernel) -> PrimFunc:
+    """One kernel alone as a sequential PrimFunc over ``kernel.params``."""
+    return PrimFunc(kernel.name, kernel.params, _ThreadsAsLoops(kernel).stmt(kernel.body))
+
+
 def sequential_function(gpu: GpuFunction) -> PrimFunc:
     """One PrimFunc over ``gpu.params`` running every kernel in order, sequentially."""
     body = seq([_ThreadsAsLoops(k).stmt(k.body) for k in gpu.kernels])

@@ -8,9 +8,11 @@ function raises an error with the driver's error name
 
 A :class:`CudaDevice` owns the primary context of one GPU, loads modules (cubin for the
 GPU's architecture when there is one, PTX otherwise, which the driver JIT-compiles),
-allocates device memory and launches kernels; :class:`DeviceFunction` runs a
-:class:`~heterocc.targets.cuda.plan.LaunchPlan` on NumPy arrays, copying them in and
-out and keeping workspaces on the device.
+allocates and copies device memory and launches kernels: it is the GPU's
+:class:`~heterocc.targets.cuda.memory.Driver`. :class:`DeviceFunction` runs a
+:class:`~heterocc.targets.cuda.plan.LaunchPlan` over device arrays on any driver (the
+GPU, or :class:`~heterocc.targets.cuda.host_driver.HostMemoryDriver` without one),
+keeping its workspaces on the device.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
 
 from heterocc.errors import InputError, TargetError
 
+from .memory import DeviceArray, DevicePool, Driver
 from .passes import GpuFunction
 from .plan import LaunchPlan, launch_plan
 
@@ -117,10 +119,24 @@ class CudaDevice:
         _call("cuModuleGetFunction", ctypes.byref(handle), module, name.encode())
         return handle
 
-    def allocate(self, nbytes: int) -> DeviceBuffer:
+    def allocate(self, nbytes: int) -> int:
         pointer = ctypes.c_uint64()
         _call("cuMemAlloc_v2", ctypes.byref(pointer), ctypes.c_size_t(max(int(nbytes), 1)))
-        return DeviceBuffer(pointer.value, int(nbytes))
+        return pointer.value
+
+    def free(self, pointer: int) -> None:
+        _call("cuMemFree_v2", ctypes.c_uint64(pointer))
+
+    def upload(self, pointer: int, array: np.ndarray) -> None:
+        data = np.require(array, requirements="C")
+        _call("cuMemcpyHtoD_v2", ctypes.c_uint64(pointer),
+              data.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(data.nbytes))
+
+    def download(self, array: np.ndarray, pointer: int) -> None:
+        if not array.flags.c_contiguous:
+            raise InputError("download needs a C-contiguous array")
+        _call("cuMemcpyDtoH_v2", array.ctypes.data_as(ctypes.c_void_p),
+              ctypes.c_uint64(pointer), ctypes.c_size_t(array.nbytes))
 
     def synchronize(self) -> None:
         _call("cuCtxSynchronize")
@@ -151,81 +167,72 @@ class CudaDevice:
         return elapsed.value / repeat
 
 
-@dataclass
-class DeviceBuffer:
-    """Device memory: ``pointer`` to ``nbytes`` bytes."""
-
-    pointer: int
-    nbytes: int
-
-    def upload(self, array: np.ndarray) -> None:
-        data = np.ascontiguousarray(array)
-        _call("cuMemcpyHtoD_v2", ctypes.c_uint64(self.pointer),
-              data.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(data.nbytes))
-
-    def download(self, array: np.ndarray) -> None:
-        if not array.flags.c_contiguous:
-            raise InputError("download needs a C-contiguous array")
-        _call("cuMemcpyDtoH_v2", array.ctypes.data_as(ctypes.c_void_p),
-              ctypes.c_uint64(self.pointer), ctypes.c_size_t(array.nbytes))
-
-    def free(self) -> None:
-        if self.pointer:
-            _call("cuMemFree_v2", ctypes.c_uint64(self.pointer))
-            self.pointer = 0
-
-
-def _nbytes(buffer) -> int:
-    return buffer.size * np.dtype(buffer.dtype.partition("x")[0]).itemsize
+def _matches(array, buffer) -> bool:
+    return tuple(array.shape) == tuple(buffer.shape) and array.dtype == np.dtype(buffer.dtype)
 
 
 class DeviceFunction:
-    """A function's kernels loaded on ``device`` from ``image`` (cubin or PTX) and
-    launched as ``plan`` (a :class:`~heterocc.targets.cuda.plan.LaunchPlan`, or a
-    GpuFunction to derive it from) says: call it with one NumPy array per parameter;
-    the arrays of outputs are updated. Device memory for the parameters and workspaces
-    is allocated once and reused by every call (:meth:`release` frees it)."""
+    """A function's kernels loaded on ``device`` (a
+    :class:`~heterocc.targets.cuda.memory.Driver`) from ``image`` and launched as
+    ``plan`` (a :class:`~heterocc.targets.cuda.plan.LaunchPlan`, or a GpuFunction to
+    derive it from) says.
 
-    def __init__(self, device: CudaDevice, plan: LaunchPlan | GpuFunction, image: bytes):
+    :meth:`launch` runs it on device arrays, one per parameter (the outputs are written);
+    calling it with NumPy arrays uploads them, launches and downloads the outputs into
+    the arrays given. Workspaces are taken from ``pool`` once and reused by every call
+    (:meth:`release` gives them back)."""
+
+    def __init__(self, device: Driver, plan: LaunchPlan | GpuFunction, image,
+                 pool: DevicePool | None = None):
         self.device = device
+        self.pool = pool if pool is not None else DevicePool(device)
         self.plan = plan if isinstance(plan, LaunchPlan) else launch_plan(plan)
         self.module = device.load_module(image)
         self.functions = [device.function(self.module, launch.kernel)
                           for launch in self.plan.launches]
-        self.memory = [device.allocate(_nbytes(b)) for b in self.plan.buffers]
+        self.workspaces = [DeviceArray(self.pool, b.shape, b.dtype.partition("x")[0])
+                           for b in self.plan.workspaces]
 
-    def upload(self, arrays: Sequence[np.ndarray]) -> list[DeviceBuffer]:
-        """Copy ``arrays`` (one per parameter) to the device; returns the device memory
-        of every buffer (parameters, then workspaces)."""
+    def check(self, arrays: Sequence) -> None:
+        """InputError unless ``arrays`` are one per parameter of the right type."""
         plan = self.plan
         if len(arrays) != len(plan.params):
             raise InputError(f"{plan.name} takes {len(plan.params)} arrays, got {len(arrays)}")
         for buffer, array in zip(plan.params, arrays):
-            if tuple(array.shape) != tuple(buffer.shape) or array.dtype != np.dtype(buffer.dtype):
+            if not _matches(array, buffer):
                 raise InputError(
                     f"{plan.name}: parameter {buffer.name!r} needs {buffer.dtype}"
                     f"{list(buffer.shape)}, got {array.dtype}{list(array.shape)}")
-        for position, array in enumerate(arrays):
-            if position not in plan.written:  # outputs are overwritten by the kernels
-                self.memory[position].upload(array)
-        return self.memory
 
-    def launch_all(self) -> None:
-        """Launch every kernel in order on the device memory (asynchronous)."""
+    def launch(self, arrays: Sequence[DeviceArray]) -> None:
+        """Launch every kernel in order over ``arrays`` (one device array per parameter,
+        from this function's device) and the workspaces; asynchronous on a GPU."""
+        self.check(arrays)
+        if self.workspaces is None:
+            raise InputError(f"{self.plan.name} was released and cannot run")
+        for buffer, array in zip(self.plan.params, arrays):
+            if not isinstance(array, DeviceArray) or array.pool.driver is not self.device \
+                    or array.pointer is None:
+                raise InputError(f"{self.plan.name}: parameter {buffer.name!r} needs a live "
+                                 f"DeviceArray of this function's device, got {array!r}")
+        pointers = [a.pointer for a in arrays] + [w.pointer for w in self.workspaces]
+        self.device.activate()
         for launch, function in zip(self.plan.launches, self.functions):
             self.device.launch(function, launch.grid, launch.block,
-                               [self.memory[a].pointer for a in launch.args])
+                               [pointers[a] for a in launch.args])
 
     def __call__(self, *arrays: np.ndarray) -> None:
-        self.device.activate()
-        self.upload(arrays)
-        self.launch_all()
-        self.device.synchronize()
-        for position in sorted(self.plan.written):
-            self.memory[position].download(arrays[position])
+        self.check(arrays)
+        written = self.plan.written
+        on_device = [DeviceArray(self.pool, a.shape, a.dtype) if position in written
+                     else DeviceArray.from_host(self.pool, a)
+                     for position, a in enumerate(arrays)]
+        self.launch(on_device)
+        for position in sorted(written):
+            self.device.download(arrays[position], on_device[position].pointer)
 
     def release(self) -> None:
-        """Free the device memory (the function cannot be called afterwards)."""
-        for buffer in self.memory:
-            buffer.free()
-        self.memory = []
+        """Give the workspaces back (the function cannot be called afterwards)."""
+        for workspace in self.workspaces or ():
+            workspace.release()
+        self.workspaces = None

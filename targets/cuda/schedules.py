@@ -66,11 +66,25 @@ def schedule_injective(schedule: te.Schedule, tensor: te.Tensor) -> None:
     _bind_flat(stage, flat, threads)
 
 
-def schedule_reduction(schedule: te.Schedule, tensor: te.Tensor) -> None:
-    """One thread per output point of reduction ``tensor``, accumulating in a register.
-    Call before any other schedule primitive on ``tensor``."""
+def _output_stage(schedule: te.Schedule, anchor: te.Tensor,
+                  epilogue: te.Tensor | None) -> te.Stage:
+    """The stage that stores ``anchor``'s results: the anchor itself, or its elementwise
+    ``epilogue`` (which then reads the accumulators directly: the anchor, a copy of its
+    cache after ``cache_write``, is inlined)."""
+    if epilogue is None:
+        return schedule[anchor]
+    schedule[anchor].compute_inline()
+    return schedule[epilogue]
+
+
+def schedule_reduction(schedule: te.Schedule, tensor: te.Tensor,
+                       epilogue: te.Tensor | None = None) -> None:
+    """One thread per output point of reduction ``tensor``, accumulating in a register;
+    with ``epilogue`` (an elementwise function of ``tensor``, see :func:`fusable_epilogue`)
+    the thread applies it and stores its result instead. Call before any other schedule
+    primitive on ``tensor``."""
     local = schedule.cache_write(tensor, "local")
-    stage = schedule[tensor]
+    stage = _output_stage(schedule, tensor, epilogue)
     flat = _flat_axis(stage)
     if flat is None:
         return
@@ -89,16 +103,19 @@ def _is_conv2d(tensor: te.Tensor) -> bool:
     return len(tensor.shape) == 4 and len(tensor.op.reduce_axis) == 3
 
 
-def schedule_conv2d(schedule: te.Schedule, output: te.Tensor) -> None:
+def schedule_conv2d(schedule: te.Schedule, output: te.Tensor,
+                    epilogue: te.Tensor | None = None) -> None:
     """A direct NCHW convolution (4 output axes, 3 reduction axes): each thread computes
     one output pixel for a tile of output channels, accumulating them in registers, so
     each input element it loads serves the whole tile; neighbouring threads take
     neighbouring pixels (coalesced input reads) of the same channels (broadcast weight
-    reads). Call before any other schedule primitive on ``output``."""
+    reads). With ``epilogue`` (bias, activation, residual add: see
+    :func:`fusable_epilogue`) each thread applies it to its sums and stores that instead.
+    Call before any other schedule primitive on ``output``."""
     channels = output.shape[1]
     tile = next((t for t in CONV_CHANNEL_TILES if channels % t == 0), 1)
     local = schedule.cache_write(output, "local")
-    stage = schedule[output]
+    stage = _output_stage(schedule, output, epilogue)
     n, k, y, x = stage.op.axis
     k_outer, k_inner = stage.split(k, factor=tile)
     stage.reorder(n, k_outer, y, x, k_inner)
@@ -197,9 +214,12 @@ def _cooperative_copy(schedule: te.Schedule, copy: te.Tensor, threads: tuple[int
 
 
 def schedule_matmul(schedule: te.Schedule, product: te.Tensor,
-                    tiling: MatmulTiling | None = None) -> None:
+                    tiling: MatmulTiling | None = None,
+                    epilogue: te.Tensor | None = None) -> None:
     """Shared-memory tiled, register-blocked schedule of ``product = A @ B`` (see the
-    module docstring). Call before any other schedule primitive on ``product``."""
+    module docstring); with ``epilogue`` (see :func:`fusable_epilogue`) every thread
+    applies it to its register tile and stores that instead of the product. Call before
+    any other schedule primitive on ``product``."""
     a, b = matmul_operands(product)
     m, n = product.shape
     tiling = tiling or default_tiling(m, n)
@@ -211,7 +231,7 @@ def schedule_matmul(schedule: te.Schedule, product: te.Tensor,
     a_shared = schedule.cache_read(a, "shared", [local])
     b_shared = schedule.cache_read(b, "shared", [local])
 
-    out = schedule[product]
+    out = _output_stage(schedule, product, epilogue)
     i, j = out.op.axis
     block_i, in_block_i = out.split(i, factor=tiling.block_m)
     block_j, in_block_j = out.split(j, factor=tiling.block_n)
@@ -256,16 +276,70 @@ def _is_matmul(tensor: te.Tensor) -> bool:
     return True
 
 
+def _reads_anchor(schedule: te.Schedule, expr: tx.Expr, axes: tuple, anchor: te.Tensor,
+                  inlined: set[int]) -> str:
+    """How ``expr`` (the body of a stage over loop variables ``axes``) reads ``anchor``,
+    looking through inlined stages: "none", "own" (only at ``axes`` themselves, each
+    element by the thread that stores it) or "other"."""
+    found = "none"
+    for load in _loads(expr):
+        tensor = load.tensor
+        at_own = len(load.indices) == len(axes) and \
+            all(index is axis for index, axis in zip(load.indices, axes))
+        if tensor is anchor:
+            kind = "own" if at_own else "other"
+        elif id(tensor) in inlined:
+            stage = schedule[tensor]
+            kind = _reads_anchor(schedule, stage.body, tuple(iv.var for iv in stage.axis),
+                                 anchor, inlined)
+            if kind == "own" and not at_own:
+                kind = "other"
+        else:
+            continue
+        if kind == "other":
+            return "other"
+        if kind == "own":
+            found = "own"
+    return found
+
+
+def fusable_epilogue(schedule: te.Schedule, anchor: te.Tensor, stored: list[te.Tensor],
+                     inlined: set[int]) -> te.Tensor | None:
+    """The stage of ``stored`` (the stages that get their own loops) that can take
+    ``anchor``'s elementwise epilogue into the anchor's kernel: the only stored reader
+    of ``anchor`` (through the ``inlined`` stages), of ``anchor``'s shape, reading each
+    element of it at its own index, so that the thread holding a sum in a register also
+    computes the epilogue of that sum. None when there is none (the anchor is then
+    stored and the epilogue gets a kernel of its own)."""
+    readers = []
+    for tensor in stored:
+        if tensor is anchor:
+            continue
+        stage = schedule[tensor]
+        kind = _reads_anchor(schedule, stage.body, tuple(iv.var for iv in stage.axis),
+                             anchor, inlined)
+        if kind != "none":
+            readers.append((tensor, kind))
+    if len(readers) != 1:
+        return None
+    (tensor, kind), = readers
+    if kind != "own" or tuple(tensor.shape) != tuple(anchor.shape) or _is_anchor(tensor):
+        return None
+    return tensor
+
+
 def schedule_for_gpu(outputs: list[te.Tensor]) -> te.Schedule:
     """The GPU schedule of a fused function's outputs: injective stages inlined into
-    their readers, matmuls tiled through shared memory, other reductions one thread per
-    output point, and every remaining stage (outputs, kept stages) one thread per
-    element."""
+    their readers, matmuls tiled through shared memory, convolutions register-tiled,
+    other reductions one thread per output point, each with its elementwise epilogue
+    (bias, activation, residual add) computed in the same kernel where it can be (see
+    :func:`fusable_epilogue`), and every remaining stage (outputs, kept stages) one
+    thread per element."""
     for tensor in _all_computes(outputs):
         unpack_matmul(tensor)
     schedule = te.create_schedule(outputs)
     output_ids = {id(t) for t in outputs}
-    anchors, elementwise = [], []
+    anchors, elementwise, inlined = [], [], set()
     for stage in list(schedule.stages):
         if stage.is_placeholder:
             continue
@@ -275,13 +349,24 @@ def schedule_for_gpu(outputs: list[te.Tensor]) -> te.Schedule:
             elementwise.append(stage.tensor)  # kept: computed once, read several times
         else:
             stage.compute_inline()
+            inlined.add(id(stage.tensor))
+    epilogues: dict[int, te.Tensor] = {}
+    for anchor in anchors:
+        if id(anchor) in output_ids:
+            continue  # stored for the caller: its readers read it from memory
+        # an epilogue taken by one anchor is no longer a candidate for the next
+        epilogue = fusable_epilogue(schedule, anchor, anchors + elementwise, inlined)
+        if epilogue is not None:
+            elementwise = [t for t in elementwise if t is not epilogue]
+            epilogues[id(anchor)] = epilogue
     for tensor in anchors:
+        epilogue = epilogues.get(id(tensor))
         if _is_matmul(tensor):
-            schedule_matmul(schedule, tensor)
+            schedule_matmul(schedule, tensor, epilogue=epilogue)
         elif _is_conv2d(tensor):
-            schedule_conv2d(schedule, tensor)
+            schedule_conv2d(schedule, tensor, epilogue)
         else:
-            schedule_reduction(schedule, tensor)
+            schedule_reduction(schedule, tensor, epilogue)
     for tensor in elementwise:
         schedule_injective(schedule, tensor)
     return schedule

@@ -5,8 +5,11 @@ the llvm target), gets the GPU schedules of :mod:`.schedules`, is lowered to TIR
 cut into kernel launches (:mod:`.passes`), printed as CUDA C (:mod:`.codegen`) and
 compiled by nvcc to PTX and cubins (:mod:`.build`). The kernels run on the GPU through
 the driver API (:mod:`.runtime`) when one is present, or on the CPU emulation of the
-same TIR (:mod:`.emulate`) otherwise (``run_on="auto"``). A function the inventory
-cannot express runs on the NumPy references; ``fallbacks`` says which and why.
+same TIR (:mod:`.emulate`, through :mod:`.host_driver`) otherwise (``run_on="auto"``).
+Kernels take and return device arrays (:mod:`.memory`), so the tensors passed between
+GPU functions stay on the device; only model inputs are uploaded and only what a CPU
+function or the caller reads is downloaded. A function the inventory cannot express
+runs on the NumPy references; ``fallbacks`` says which and why.
 """
 
 from __future__ import annotations
@@ -26,8 +29,11 @@ from heterocc.targets.llvm.target import express_function, function_constants
 
 from .build import DEFAULT_ARCHS, CompiledCuda, compile_cuda, find_nvcc
 from .codegen import cuda_source
+from .host_driver import HostMemoryDriver
+from .memory import DeviceArray, DevicePool, Driver
 from .passes import GpuFunction, lower_to_kernels
 from .plan import LaunchPlan, launch_plan
+from .runtime import CudaDevice, DeviceFunction, gpu_available
 from .schedules import schedule_for_gpu
 
 RUN_MODES = ("auto", "gpu", "emulator")
@@ -60,20 +66,40 @@ class CudaModule:
         return cubin if cubin is not None else self.compiled.ptx.encode() + b"\0"
 
 
+def _on_device(value, pool: DevicePool) -> DeviceArray:
+    """``value`` in ``pool``'s device memory: a device array of that device as it is,
+    anything else uploaded."""
+    if isinstance(value, DeviceArray) and value.pool.driver is pool.driver:
+        return value
+    return DeviceArray.from_host(pool, np.asarray(value))
+
+
 @dataclass
 class CudaKernel:
-    """A compiled function: call with the function's input arrays."""
+    """A compiled function: call with the function's inputs (NumPy or device arrays);
+    returns its outputs as device arrays (``np.asarray`` downloads them). Inputs already
+    on this device are not copied; the constants are uploaded on the first call and stay
+    on the device."""
 
     name: str
     module: CudaModule | None  # None when loaded from an artifact
-    runner: object  # DeviceFunction or EmulatedFunction: runner(*params) writes outputs
+    runner: DeviceFunction
     constants: list[np.ndarray]
     out_specs: list[tuple[tuple[int, ...], str]]
+    device_constants: list[DeviceArray] | None = field(default=None, repr=False)
 
-    def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
-        outs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
-        inputs = [np.ascontiguousarray(a) for a in args]
-        self.runner(*inputs, *self.constants, *outs)
+    def place(self, value) -> DeviceArray:
+        """``value`` on this kernel's device (the graph executor keeps it for the later
+        readers, so a host value is uploaded once and device values are not copied)."""
+        return _on_device(value, self.runner.pool)
+
+    def __call__(self, args: Sequence) -> list[DeviceArray]:
+        pool = self.runner.pool
+        if self.device_constants is None:
+            self.device_constants = [DeviceArray.from_host(pool, c) for c in self.constants]
+        inputs = [self.place(a) for a in args]
+        outs = [DeviceArray(pool, shape, dtype) for shape, dtype in self.out_specs]
+        self.runner.launch([*inputs, *self.device_constants, *outs])
         return outs
 
 
@@ -84,7 +110,11 @@ class CudaTarget:
     (the GPU when the driver sees one); ``nvcc``: "auto" compiles when the binaries are
     needed (to run on the GPU, or to save an artifact where nvcc is installed),
     "always" also when emulating (so every kernel is checked by nvcc at build time),
-    "never" not at all (no GPU runs, artifacts without binaries)."""
+    "never" not at all (no GPU runs, artifacts without binaries); ``driver``: the
+    :class:`~heterocc.targets.cuda.memory.Driver` to run on, by default the GPU (a
+    :class:`~heterocc.targets.cuda.runtime.CudaDevice`) or, when emulating, a
+    :class:`~heterocc.targets.cuda.host_driver.HostMemoryDriver`. All kernels of the
+    target share ``pool``, the driver's device memory."""
 
     name: str = "cuda"
     archs: tuple[str, ...] = DEFAULT_ARCHS
@@ -92,7 +122,8 @@ class CudaTarget:
     nvcc: str = "auto"
     fallbacks: dict[str, str] = field(default_factory=dict)
     modules: dict[str, CudaModule] = field(default_factory=dict)
-    _device: object = field(default=None, repr=False)
+    driver: Driver | None = field(default=None, repr=False)
+    _pool: DevicePool | None = field(default=None, repr=False)
 
     def __post_init__(self):
         if self.run_on not in RUN_MODES:
@@ -102,8 +133,8 @@ class CudaTarget:
             raise TargetError(f"cuda target: nvcc={self.nvcc!r}; use auto, always or never")
 
     def _on_gpu(self) -> bool:
-        from .runtime import gpu_available
-
+        if self.driver is not None:
+            return not isinstance(self.driver, HostMemoryDriver)
         if self.run_on == "auto":
             return gpu_available()
         if self.run_on == "gpu" and not gpu_available():
@@ -111,13 +142,21 @@ class CudaTarget:
                               "run_on='emulator' to check kernels on the CPU")
         return self.run_on == "gpu"
 
-    def device(self):
-        """The GPU this target runs on (opened on first use)."""
-        from .runtime import CudaDevice
+    def device(self) -> Driver:
+        """The driver this target runs on (the GPU is opened on first use)."""
+        if self.driver is None:
+            self.driver = CudaDevice(0) if self._on_gpu() else HostMemoryDriver()
+        return self.driver
 
-        if self._device is None:
-            self._device = CudaDevice(0)
-        return self._device
+    @property
+    def pool(self) -> DevicePool:
+        """The device memory of every kernel of this target."""
+        if self._pool is None:
+            self._pool = DevicePool(self.device())
+        return self._pool
+
+    def _runner(self, plan: GpuFunction | LaunchPlan, image) -> DeviceFunction:
+        return DeviceFunction(self.device(), plan, image, self.pool)
 
     def build(self, function: Node):
         """The kernel of ``function`` (a NumPy fallback where it cannot be compiled)."""
@@ -178,17 +217,13 @@ class CudaTarget:
         if entry is None:
             raise ArtifactError(f"{info['launches']} has no launch description for "
                                 f"{function.name!r}")
-        device = self.device()
         files = entry["files"]
-        name = files.get(device.arch, files["ptx"])
+        name = files.get(self.device().arch, files["ptx"])
         with open(os.path.join(directory, os.path.basename(name)), "rb") as f:
             image = f.read()
         if name == files["ptx"]:
             image += b"\0"
-        from .runtime import DeviceFunction
-
-        plan = LaunchPlan.from_json(entry["plan"])
-        runner = DeviceFunction(device, plan, image)
+        runner = self._runner(LaunchPlan.from_json(entry["plan"]), image)
         return CudaKernel(function.name, None, runner, function_constants(function.body),
                           [(v.type.shape, v.type.dtype) for v in function.outputs])
 
@@ -198,14 +233,7 @@ class CudaTarget:
         gpu = lower_for_gpu(expressed.outputs, expressed.params, symbol)
         module = self.compile_module(gpu, run_nvcc=run_nvcc or on_gpu)
         self.modules[function.name] = module
-        if on_gpu:
-            from .runtime import DeviceFunction
-
-            device = self.device()
-            runner = DeviceFunction(device, gpu, module.image_for(device.arch))
-        else:
-            from .emulate import EmulatedFunction
-
-            runner = EmulatedFunction(gpu)
-        return CudaKernel(function.name, module, runner, expressed.constants,
+        # the host driver's module image is the kernels' TIR
+        image = module.image_for(self.device().arch) if on_gpu else gpu
+        return CudaKernel(function.name, module, self._runner(gpu, image), expressed.constants,
                           [(t.shape, t.dtype) for t in expressed.outputs])

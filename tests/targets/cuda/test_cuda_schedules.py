@@ -4,12 +4,22 @@ per-thread registers per thread), against NumPy."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from heterocc import te
 from heterocc.errors import CompileError
-from heterocc.targets.cuda import MatmulTiling, lower_for_gpu, run_emulated, schedules
+from heterocc.targets.cuda import (
+    MatmulTiling,
+    compile_cuda,
+    cuda_source,
+    find_nvcc,
+    lower_for_gpu,
+    run_emulated,
+    schedules,
+)
 
 from . import kernels
 
@@ -72,3 +82,83 @@ def test_packed_cpu_matmul_is_unpacked_for_the_gpu():
     out = np.zeros((40, 50), np.float32)
     run_emulated(gpu, [x, y, out])
     np.testing.assert_allclose(out, x @ y, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------ fused epilogues
+
+
+def _conv_bias_relu_residual() -> kernels.Case:
+    conv = kernels.conv2d(n=1, c=8, h=9, w=11, o=12)
+    bias = te.placeholder((12,), "float32", "bias")
+    skip = te.placeholder(conv.outputs[0].shape, "float32", "skip")
+    c = conv.outputs[0]
+    biased = te.compute(c.shape, lambda n, k, y, x: c[n, k, y, x] + bias[k], name="biased")
+    out = te.compute(c.shape, lambda n, k, y, x: te.maximum(biased[n, k, y, x], 0.0)
+                     + skip[n, k, y, x], name="out")
+
+    def reference(x, w, b, s):
+        return [np.maximum(conv.reference(x, w)[0] + b[None, :, None, None], 0) + s]
+
+    return kernels.Case("conv_bias_relu_residual", [*conv.inputs, bias, skip], [out], reference)
+
+
+def _mean_rows(rows=9, columns=40) -> kernels.Case:
+    total = kernels.row_sum(rows, columns)
+    s = total.outputs[0]
+    out = te.compute(s.shape, lambda i: s[i] * (1.0 / columns), name="mean")
+    return kernels.Case("mean_rows", total.inputs, [out],
+                        lambda a: [a.mean(axis=1)])
+
+
+@pytest.mark.parametrize("case", [kernels.dense_relu(), kernels.dense_relu(100, 70, 13),
+                                  _conv_bias_relu_residual(), _mean_rows()],
+                         ids=lambda c: c.name)
+def test_elementwise_epilogue_runs_in_the_anchor_kernel(case):
+    gpu = lower_for_gpu(case.outputs, case.inputs, case.name)
+    assert len(gpu.kernels) == 1 and not gpu.workspaces  # nothing stored in between
+    _run(case, gpu)
+
+
+def test_matmul_epilogue_reads_the_register_tile():
+    case = kernels.dense_relu(64, 64, 16)
+    gpu = lower_for_gpu(case.outputs, case.inputs, "dense")
+    (kernel,) = gpu.kernels
+    (accumulator,) = kernel.per_thread
+    assert accumulator.scope == "local"
+    assert [b.name for b in kernel.params] == ["A", "B", "bias", "out"]
+
+
+@pytest.mark.parametrize("what", ["transposed", "shifted", "product_is_an_output",
+                                  "two_readers"])
+def test_epilogue_that_needs_other_threads_sums_is_not_fused(what):
+    case = kernels.matmul(48, 48, 8)
+    c = case.outputs[0]
+    if what == "transposed":
+        outs = [te.compute(c.shape, lambda i, j: c[j, i] * 2.0, name="out")]
+        reference = [lambda p: p.T * 2]
+    elif what == "shifted":
+        outs = [te.compute((47, 48), lambda i, j: c[i + 1, j], name="out")]
+        reference = [lambda p: p[1:]]
+    elif what == "product_is_an_output":
+        outs = [c, te.compute(c.shape, lambda i, j: te.maximum(c[i, j], 0.0), name="out")]
+        reference = [lambda p: p, lambda p: np.maximum(p, 0)]
+    else:
+        outs = [te.compute(c.shape, lambda i, j: c[i, j] + 1.0, name="plus"),
+                te.compute(c.shape, lambda i, j: c[i, j] - 1.0, name="minus")]
+        reference = [lambda p: p + 1, lambda p: p - 1]
+    fused = kernels.Case(what, case.inputs, outs,
+                         lambda a, b: [f(a @ b) for f in reference])
+    gpu = lower_for_gpu(outs, case.inputs, what)
+    assert len(gpu.kernels) == 1 + len([o for o in outs if o is not c])
+    _run(fused, gpu)
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed")
+def test_fused_epilogues_compile_with_nvcc():
+    fused = [dataclasses.replace(kernel, name=f"{case.name}_{kernel.name}")
+             for case in (kernels.dense_relu(100, 70, 13), _conv_bias_relu_residual(),
+                          _mean_rows())
+             for kernel in lower_for_gpu(case.outputs, case.inputs, case.name).kernels]
+    compiled = compile_cuda(cuda_source("epilogues", fused), "epilogues", ("sm_80",))
+    for kernel in fused:
+        assert f".entry {kernel.name}(" in compiled.ptx
