@@ -2,7 +2,11 @@
 
 Takes int8 convolutions and dense layers with their bias and requantization
 (the composites of ``patterns.pattern_table``) and runs them as DAE
-instruction streams on the accelerator simulator (``heterocc.accel_sim``).
+instruction streams on the accelerator simulator (``heterocc.accel_sim``). The
+streams are generated from TE through TIR: ``intrin`` (the GEMM tensor
+intrinsic), ``schedule`` (packed GEMM + epilogue and its schedule), ``vthreads``,
+``dae`` (TIR -> instructions) and ``tokens`` (dependency tokens); see
+``docs/vta.md``.
 Everything else stays on the fallback (CPU) target.
 """
 

@@ -1,13 +1,16 @@
 """Lowering of the accelerator's composites to instruction streams.
 
 A composite (ConvInteger or MatMulInteger, optional int32 bias, Requantize)
-becomes one GEMM program with a requantizing ALU epilogue
-(``accel_sim.reference_programs``). Convolutions are lowered as im2col GEMMs:
-the host lays the input windows out as the A matrix, the accelerator does all
-multiply-accumulates and the requantization. Weights, epilogue constants and the
-instruction stream with its micro-op kernels are built once, at compile time,
-with the tiling the timing model finds fastest (``tiling.best_tiling``); each
-call only writes the activations into a copy of the DRAM image.
+becomes one packed GEMM with a requantizing epilogue in TE
+(``schedule.packed_gemm``), scheduled for the accelerator with the tiling the
+timing model finds fastest (``tiling.best_tiling``) or a tuning log's, lowered
+to TIR, its virtual threads interleaved (``vthreads``), and generated into a DAE
+instruction stream (``dae.emit_program``). Convolutions are lowered as im2col
+GEMMs: the host lays the input windows out as the A matrix, the accelerator does
+all multiply-accumulates and the requantization. Weights (packed into
+block_out x block_in tiles), epilogue constants and the instruction stream with
+its micro-op kernels are built once, at compile time; each call only writes the
+activations into a copy of the DRAM image.
 """
 
 from __future__ import annotations
@@ -16,16 +19,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from heterocc import te, tir
 from heterocc.accel_sim import HardwareConfig, run_stream
 from heterocc.accel_sim.isa import Buffer
-from heterocc.accel_sim.program import Program, pack_tiles, read_tensor
-from heterocc.accel_sim.reference_programs import Requantization, tiled_gemm_program
+from heterocc.accel_sim.program import Program, ProgramBuilder, pack_tiles, read_tensor
+from heterocc.accel_sim.reference_programs import GemmTiling, Requantization
 from heterocc.errors import CompileError
 from heterocc.ir.graph import Node
 from heterocc.ops.nn import conv_geometry
 from heterocc.tuning.apply import vta_tiling
 
+from .dae import emit_program
+from .schedule import constant_blocks, packed_gemm, schedule_packed_gemm
 from .tiling import best_tiling
+from .vthreads import interleave_virtual_threads
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -66,6 +73,8 @@ class AcceleratorKernel:
     to_matrix: object  # input array -> A matrix (M x K)
     from_matrix: object  # C matrix (M x N) -> output array
     k_padded: int
+    tiling: GemmTiling | None = None
+    virtual_threads: int = 1
     calls: int = 0
     cycles: int = 0
     last_cycles: int = 0
@@ -149,7 +158,46 @@ def compile_composite(function: Node, config: HardwareConfig,
     else:
         tiling, _ = best_tiling(config, rows, k_padded, n_padded, virtual_threads,
                                 len(epilogue.column_constants))
-    program = tiled_gemm_program(config, np.zeros((rows, k_padded), np.int8), w,
-                                 virtual_threads, tiling, output=Buffer.OUT, epilogue=epilogue)
+    virtual_threads = usable_threads(config, rows, n_padded, tiling, virtual_threads)
+    program = gemm_program(config, rows, w, tiling, virtual_threads, epilogue)
     return AcceleratorKernel(function.name, config, program, to_matrix, from_matrix, k_padded,
-                             macs=rows * k * out_channels)
+                             tiling, virtual_threads, macs=rows * k * out_channels)
+
+
+def usable_threads(config: HardwareConfig, rows: int, n: int, tiling: GemmTiling,
+                   virtual_threads: int) -> int:
+    """``virtual_threads``, or 1 when the tiling's task count does not split over them."""
+    tasks = (rows // config.batch // tiling.block_rows) * (n // config.block_out
+                                                            // tiling.block_cols)
+    return virtual_threads if tasks % virtual_threads == 0 else 1
+
+
+def lower_gemm(config: HardwareConfig, rows: int, k: int, n: int, tiling: GemmTiling,
+               virtual_threads: int, epilogue: Requantization | None,
+               name: str = "gemm") -> tuple[tir.PrimFunc, list[te.Tensor]]:
+    """The accelerator TIR of a (rows x k) @ (k x n) GEMM with its epilogue, virtual
+    threads interleaved, and the TE tensors of its parameters."""
+    gemm = packed_gemm(config, rows // config.batch, k // config.block_in,
+                       n // config.block_out, epilogue)
+    schedule = schedule_packed_gemm(gemm, tiling, virtual_threads)
+    func = te.lower(schedule, gemm.args, name=name, optimize=False)
+    return interleave_virtual_threads(tir.remove_true_guards(func)), gemm.args
+
+
+def gemm_program(config: HardwareConfig, rows: int, w: np.ndarray, tiling: GemmTiling,
+                 virtual_threads: int, epilogue: Requantization | None) -> Program:
+    """The program computing tensor "C" = epilogue(A @ W.T) for an A of ``rows`` rows
+    (tensor "A", written per call) and the constant W (N x K, packed here)."""
+    n, k = w.shape
+    func, args = lower_gemm(config, rows, k, n, tiling, virtual_threads, epilogue)
+    builder = ProgramBuilder(config)
+    tensors = {"A": builder.tensor("A", Buffer.INP, shape=(rows, k)),
+               "W": builder.tensor("W", Buffer.WGT, data=w)}
+    if epilogue is not None:
+        blocks = constant_blocks(config, epilogue, n // config.block_out)
+        for tensor, block in zip(args[2:-1], blocks):
+            matrix = block.transpose(1, 0, 2).reshape(config.batch, n)
+            tensors[tensor.name] = builder.tensor(tensor.name, Buffer.ACC, data=matrix)
+    output = Buffer.OUT if epilogue is not None else Buffer.ACC
+    tensors[args[-1].name] = builder.tensor("C", output, shape=(rows, n))
+    return emit_program(func, config, builder, tensors)

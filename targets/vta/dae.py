@@ -1,0 +1,480 @@
+"""TIR -> DAE instruction stream.
+
+The lowered, thread-interleaved TIR of an accelerator schedule is walked with
+every enclosing serial loop unrolled (the stream is static). Each leaf operation
+(a perfect loop nest around one store or ``vta.gemm`` call, see
+``vthreads.is_leaf_operation``) becomes instructions:
+
+- a copy from a DRAM tensor into an on-chip scope: a LOAD (2-D strided DMA);
+- a zero store into the accumulator scope: a GEMM with the reset flag;
+- ``vta.gemm`` calls: a GEMM whose two hardware loops are the outer two tile
+  loops and whose micro-op kernel enumerates the remaining ones;
+- a store of an elementwise expression of an accumulator into a DRAM tensor: one
+  ALU instruction per operation of the expression, in place on the accumulator
+  (which dies there), then a STORE (narrowing when the tensor is int8).
+
+Index expressions are evaluated at the loop corners; their coefficients become
+the instructions' strides and factors. Micro-op kernels are deduplicated in DRAM
+and not reloaded while resident in the micro-op buffer. The dependency tokens are
+inserted by ``tokens.insert_dependency_tokens`` and the stream checker runs before
+the program is returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from heterocc import tir
+from heterocc.accel_sim import HardwareConfig
+from heterocc.accel_sim.checker import check_stream
+from heterocc.accel_sim.isa import (
+    Alu,
+    AluOp,
+    Buffer,
+    Finish,
+    Gemm,
+    Load,
+    MicroOp,
+    Store,
+    buffer_depth,
+)
+from heterocc.accel_sim.program import DramTensor, Program, ProgramBuilder, tile_shape
+from heterocc.errors import CompileError
+
+from .intrin import GEMM_CALL, SCOPE_BUFFERS
+from .tokens import Step, TileRange, insert_dependency_tokens
+from .vthreads import is_leaf_operation
+
+_ALU_OPS = {"add": AluOp.ADD, "max": AluOp.MAX, "min": AluOp.MIN, "mul": AluOp.MUL,
+            "shr": AluOp.SHR}
+
+
+_BINARY = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+           "floordiv": operator.floordiv, "floormod": operator.mod, "min": min, "max": max,
+           "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+           "eq": operator.eq, "ne": operator.ne, "and": operator.and_, "or": operator.or_}
+
+
+def compile_index(expr: tir.Expr) -> Callable[[dict], int]:
+    """A function from variable values to the integer value of index expression ``expr``
+    (the stream walk evaluates each index once per unrolled iteration)."""
+    if isinstance(expr, tir.IntImm):
+        value = expr.value
+        return lambda env: value
+    if isinstance(expr, tir.Var):
+        def lookup(env):
+            try:
+                return env[expr]
+            except KeyError:
+                raise CompileError(f"index variable {expr.name!r} is not bound here") from None
+        return lookup
+    if isinstance(expr, tir.Cast):
+        return compile_index(expr.value)
+    if isinstance(expr, tir.Binary) and expr.op in _BINARY:
+        op, a, b = _BINARY[expr.op], compile_index(expr.a), compile_index(expr.b)
+        return lambda env: int(op(a(env), b(env)))
+    raise CompileError(f"index expression {expr!r} is not integer arithmetic")
+
+
+def evaluate(expr: tir.Expr, env: dict) -> int:
+    """The integer value of an index expression with every variable bound in ``env``."""
+    return compile_index(expr)(env)
+
+
+@dataclass
+class _Nest:
+    """A leaf operation: its loops (outermost first) and the store or call inside."""
+
+    loops: list[tuple[tir.Var, int]]
+    leaf: tir.Stmt
+
+
+def _nest(stmt: tir.Stmt) -> _Nest:
+    loops = []
+    while isinstance(stmt, tir.For):
+        if not isinstance(stmt.min, tir.IntImm) or stmt.min.value != 0 or \
+                not isinstance(stmt.extent, tir.IntImm):
+            raise CompileError(f"loop {stmt.var.name!r} needs constant bounds from 0")
+        loops.append((stmt.var, stmt.extent.value))
+        stmt = stmt.body
+    return _Nest(loops, stmt)
+
+
+@dataclass(frozen=True)
+class _Affine:
+    """``base + sum(coeff * loop)`` over a nest's tile loops."""
+
+    base: int
+    coeffs: tuple[int, ...]
+
+    def at(self, point) -> int:
+        return self.base + sum(c * p for c, p in zip(self.coeffs, point))
+
+    def span(self, extents) -> tuple[int, int]:
+        """[lowest, highest + 1) over the loops' ranges."""
+        low = self.base + sum(min(0, c * (e - 1)) for c, e in zip(self.coeffs, extents))
+        high = self.base + sum(max(0, c * (e - 1)) for c, e in zip(self.coeffs, extents))
+        return low, high + 1
+
+
+class MicroOpKernels:
+    """Distinct micro-op kernels (one DRAM block each) and which are resident on chip."""
+
+    def __init__(self, depth: int):
+        self.depth = depth
+        self.dram: dict[tuple[MicroOp, ...], int] = {}
+        self.words: list[MicroOp] = []
+        self.resident: dict[tuple[MicroOp, ...], int] = {}
+        self.next_free = 0
+
+    def preload(self, kernels: list[tuple[MicroOp, ...]]) -> Load:
+        """Make every one of ``kernels`` (distinct, fitting the buffer together) resident
+        with one LOAD of their DRAM block."""
+        for kernel in kernels:
+            self.place(kernel)
+        return Load(buffer=Buffer.UOP, sram_base=0, dram_base=0, y_size=1,
+                    x_size=len(self.words), x_stride=len(self.words))
+
+    def place(self, kernel: tuple[MicroOp, ...]) -> tuple[int, Load | None]:
+        """(first on-chip index of ``kernel``, the LOAD that brings it there or None).
+        The LOAD's ``dram_base`` is relative to the start of the micro-op block."""
+        if kernel in self.resident:
+            return self.resident[kernel], None
+        if len(kernel) > self.depth:
+            raise CompileError(f"a micro-op kernel of {len(kernel)} micro-ops exceeds the "
+                               f"micro-op buffer ({self.depth}); choose a smaller k_chunk")
+        if self.next_free + len(kernel) > self.depth:
+            self.resident.clear()  # compute runs in order: earlier kernels are done
+            self.next_free = 0
+        if kernel not in self.dram:
+            self.dram[kernel] = len(self.words)
+            self.words.extend(kernel)
+        begin = self.next_free
+        self.resident[kernel] = begin
+        self.next_free += len(kernel)
+        return begin, Load(buffer=Buffer.UOP, sram_base=begin, dram_base=self.dram[kernel],
+                           y_size=1, x_size=len(kernel), x_stride=len(kernel))
+
+
+class _StreamEmitter:
+    def __init__(self, config: HardwareConfig, tensors: dict[tir.Buffer, DramTensor]):
+        self.config = config
+        self.tensors = tensors
+        self.sram: dict[tir.Buffer, tuple[Buffer, int]] = {}
+        self.top = dict.fromkeys(SCOPE_BUFFERS.values(), 0)
+        self.steps: list[Step] = []
+        self.kernel_of: dict[int, tuple[MicroOp, ...]] = {}
+        self._offsets: dict = {}
+
+    # ------------------------------------------------------------------ walking
+
+    def stmt(self, stmt: tir.Stmt, env: dict) -> None:
+        if isinstance(stmt, tir.Allocate):
+            self._allocate(stmt, env)
+        elif isinstance(stmt, tir.SeqStmt):
+            for s in stmt.stmts:
+                self.stmt(s, env)
+        elif isinstance(stmt, tir.IfThenElse):
+            branch = stmt.then_case if evaluate(stmt.condition, env) else stmt.else_case
+            if branch is not None:
+                self.stmt(branch, env)
+        elif isinstance(stmt, tir.For) and not is_leaf_operation(stmt):
+            if not isinstance(stmt.extent, tir.IntImm):
+                raise CompileError(f"loop {stmt.var.name!r} needs a constant extent")
+            start = evaluate(stmt.min, env)
+            for value in range(start, start + stmt.extent.value):
+                self.stmt(stmt.body, {**env, stmt.var: value})
+        else:
+            self._operation(_nest(stmt), env)
+
+    def _allocate(self, stmt: tir.Allocate, env: dict) -> None:
+        buffer = stmt.buffer
+        kind = SCOPE_BUFFERS.get(buffer.scope)
+        if kind is None:
+            raise CompileError(f"buffer {buffer.name!r} is allocated in scope {buffer.scope!r}; "
+                               f"the accelerator has {', '.join(SCOPE_BUFFERS)}")
+        if tuple(buffer.shape[-2:]) != tile_shape(self.config, kind):
+            raise CompileError(f"buffer {buffer.name!r} {list(buffer.shape)} does not end in "
+                               f"the {kind.name} tile shape {tile_shape(self.config, kind)}")
+        tiles = math.prod(buffer.shape[:-2])
+        base = self.top[kind]
+        depth = buffer_depth(self.config, kind)
+        if base + tiles > depth:
+            raise CompileError(f"buffer {buffer.name!r} ({tiles} tiles) overflows the {kind.name} "
+                               f"buffer ({depth} tiles, {base} in use); choose smaller blocks")
+        self.sram[buffer] = (kind, base)
+        self.top[kind] = base + tiles
+        self.stmt(stmt.body, env)
+        self.top[kind] = base
+        del self.sram[buffer]
+
+    # ------------------------------------------------------------------ addresses
+
+    def _tile_index(self, buffer: tir.Buffer, indices) -> tuple[Buffer, Callable]:
+        """(buffer kind, tile address as a function of the loop variables) of an access;
+        for DRAM tensors the address is in tiles of the tensor's buffer kind."""
+        if buffer in self.sram:
+            kind, base = self.sram[buffer]
+        elif buffer in self.tensors:
+            kind, base = self.tensors[buffer].buffer, self.tensors[buffer].tile_base
+        else:
+            raise CompileError(f"buffer {buffer.name!r} is neither on chip nor a DRAM tensor")
+        key = (buffer, id(indices))
+        if key not in self._offsets:  # the indices object is kept, so its id stays unique
+            offset: tir.Expr = tir.IntImm(0)
+            for index, dim in zip(indices[:-2], buffer.shape[:-2]):
+                offset = offset * dim + index
+            self._offsets[key] = (compile_index(offset), indices)
+        offset_of = self._offsets[key][0]
+        return kind, lambda env: base + offset_of(env)
+
+    @staticmethod
+    def _affine(address: Callable, loops, env: dict) -> _Affine:
+        zero = {**env, **{var: 0 for var, _ in loops}}
+        base = address(zero)
+        coeffs = tuple(address({**zero, var: 1}) - base for var, _ in loops)
+        form = _Affine(base, coeffs)
+        corner = {**env, **{var: extent - 1 for var, extent in loops}}
+        if address(corner) != form.at([e - 1 for _, e in loops]):
+            raise CompileError("a tile index is not affine in the loops of an accelerator "
+                               f"operation (loops {', '.join(v.name for v, _ in loops)})")
+        return form
+
+    @staticmethod
+    def _element_loops(nest: _Nest, accesses) -> list:
+        """The nest's tile loops, after checking that its innermost loops walk the
+        elements of one tile in every access (a unit tile dimension has no loop)."""
+        first, indices = accesses[0]
+        tile = tuple(first.shape[-2:])
+        walked = [None if dim == 1 and isinstance(index, tir.IntImm) and index.value == 0
+                  else index for index, dim in zip(indices[-2:], tile)]
+        inner = [(index, dim) for index, dim in zip(walked, tile) if index is not None]
+        tail = nest.loops[len(nest.loops) - len(inner):] if inner else []
+        ok = len(tail) == len(inner) and all(
+            var is index and extent == dim for (var, extent), (index, dim) in zip(tail, inner))
+        for buffer, indices in accesses:
+            ok = ok and tuple(buffer.shape[-2:]) == tile and all(
+                (index is None and isinstance(actual, tir.IntImm) and actual.value == 0)
+                or actual is index for index, actual in zip(walked, indices[-2:]))
+        if not ok:
+            raise CompileError(f"an access to {first.name!r} does not cover whole tiles with the "
+                               "innermost loops of its operation")
+        return nest.loops[:len(nest.loops) - len(tail)]
+
+    # ------------------------------------------------------------------ operations
+
+    def _operation(self, nest: _Nest, env: dict) -> None:
+        leaf = nest.leaf
+        if isinstance(leaf, tir.Evaluate) and isinstance(leaf.value, tir.Call) \
+                and leaf.value.name == GEMM_CALL:
+            self._gemm(nest, env)
+        elif isinstance(leaf, tir.BufferStore) and leaf.buffer in self.sram:
+            if isinstance(leaf.value, tir.BufferLoad) and leaf.value.buffer in self.tensors:
+                self._load(nest, env)
+            elif isinstance(leaf.value, tir.IntImm) and leaf.value.value == 0:
+                self._reset(nest, env)
+            else:
+                raise CompileError(f"no accelerator instruction computes {leaf.buffer.name!r} "
+                                   f"= {leaf.value!r}")
+        elif isinstance(leaf, tir.BufferStore) and leaf.buffer in self.tensors:
+            self._store(nest, env)
+        else:
+            raise CompileError(f"no accelerator instruction implements {leaf!r}")
+
+    def _dma(self, loops, sram: _Affine, dram: _Affine, what: str) -> dict:
+        """The 2-D transfer fields of a copy over ``loops`` (at most two)."""
+        if len(loops) > 2:
+            raise CompileError(f"{what}: a transfer has at most two tile loops, got {len(loops)}")
+        extents, s_coeffs, d_coeffs = [e for _, e in loops], sram.coeffs, dram.coeffs
+        if len(loops) == 1 and (s_coeffs, d_coeffs) != ((1,), (1,)):
+            extents, s_coeffs, d_coeffs = extents + [1], s_coeffs + (0,), d_coeffs + (0,)
+        while len(extents) < 2:  # a single contiguous row, or a single tile
+            extents, s_coeffs, d_coeffs = [1] + extents, (0,) + s_coeffs, (0,) + d_coeffs
+        y_size, x_size = extents
+        ok = (x_size == 1 or (s_coeffs[1] == 1 and d_coeffs[1] == 1)) and \
+            (y_size == 1 or s_coeffs[0] == x_size)
+        if not ok:
+            raise CompileError(f"{what}: the tiles are not a 2-D strided block "
+                               f"(on-chip strides {s_coeffs}, DRAM strides {d_coeffs})")
+        return dict(sram_base=sram.base, dram_base=dram.base, y_size=y_size, x_size=x_size,
+                    x_stride=d_coeffs[0] if y_size > 1 else x_size)
+
+    def _load(self, nest: _Nest, env: dict) -> None:
+        store, source = nest.leaf, nest.leaf.value
+        loops = self._element_loops(nest, [(store.buffer, store.indices),
+                                           (source.buffer, source.indices)])
+        kind, sram_index = self._tile_index(store.buffer, store.indices)
+        _, dram_index = self._tile_index(source.buffer, source.indices)
+        fields = self._dma(loops, self._affine(sram_index, loops, env),
+                           self._affine(dram_index, loops, env), f"load of {store.buffer.name!r}")
+        load = Load(buffer=kind, **fields)
+        tiles = load.y_size * load.x_size
+        self.steps.append(Step(load, writes=[TileRange(kind, load.sram_base,
+                                                       load.sram_base + tiles)]))
+
+    def _loop_instruction(self, loops, indices: dict[str, Callable], env: dict):
+        """(outer extent, inner extent, {name: (factor_outer, factor_inner)}, micro-ops as
+        {name: value} per iteration of the loops beyond the outer two, {name: span})."""
+        hardware = list(loops[:2])
+        while len(hardware) < 2:
+            hardware.insert(0, (tir.Var("unit"), 1))
+        uop_loops = loops[2:]
+        factors, uops = {}, []
+        forms = {name: self._affine(expr, hardware + uop_loops, env)
+                 for name, expr in indices.items()}
+        for name, form in forms.items():
+            factors[name] = form.coeffs[:2]
+        for point in itertools.product(*(range(e) for _, e in uop_loops)):
+            uops.append({name: form.at((0, 0, *point)) for name, form in forms.items()})
+        extents = [e for _, e in hardware + uop_loops]
+        spans = {name: form.span(extents) for name, form in forms.items()}
+        return hardware[0][1], hardware[1][1], factors, uops, spans
+
+    def _kernel(self, uops: list[MicroOp]) -> tuple[int, int]:
+        """Records the micro-op kernel of the next step; its on-chip range is chosen
+        once the whole stream is known (``_place_kernels``)."""
+        self.kernel_of[len(self.steps)] = tuple(uops)
+        return 0, len(uops)
+
+    def _reset(self, nest: _Nest, env: dict) -> None:
+        store = nest.leaf
+        loops = self._element_loops(nest, [(store.buffer, store.indices)])
+        _, acc = self._tile_index(store.buffer, store.indices)
+        outer, inner, factors, uops, spans = self._loop_instruction(loops, {"acc": acc}, env)
+        begin, end = self._kernel([MicroOp(u["acc"], 0, 0) for u in uops])
+        gemm = Gemm(reset=True, uop_begin=begin, uop_end=end, loop_outer=outer, loop_inner=inner,
+                    acc_factor_outer=factors["acc"][0], acc_factor_inner=factors["acc"][1])
+        self.steps.append(Step(gemm, writes=[TileRange(Buffer.ACC, *spans["acc"])]))
+
+    def _gemm(self, nest: _Nest, env: dict) -> None:
+        out, inp, wgt = nest.leaf.value.args
+        indices = {name: self._tile_index(load.buffer, load.indices)[1]
+                   for name, load in (("acc", out), ("inp", inp), ("wgt", wgt))}
+        outer, inner, f, uops, spans = self._loop_instruction(nest.loops, indices, env)
+        begin, end = self._kernel([MicroOp(u["acc"], u["inp"], u["wgt"]) for u in uops])
+        gemm = Gemm(uop_begin=begin, uop_end=end, loop_outer=outer, loop_inner=inner,
+                    acc_factor_outer=f["acc"][0], acc_factor_inner=f["acc"][1],
+                    inp_factor_outer=f["inp"][0], inp_factor_inner=f["inp"][1],
+                    wgt_factor_outer=f["wgt"][0], wgt_factor_inner=f["wgt"][1])
+        acc = TileRange(Buffer.ACC, *spans["acc"])
+        self.steps.append(Step(gemm, reads=[TileRange(Buffer.INP, *spans["inp"]),
+                                            TileRange(Buffer.WGT, *spans["wgt"]), acc],
+                               writes=[acc]))
+
+    def _store(self, nest: _Nest, env: dict) -> None:
+        store = nest.leaf
+        value = store.value.value if isinstance(store.value, tir.Cast) else store.value
+        accumulator, steps = _epilogue_steps(value, self.sram)
+        accesses = [(store.buffer, store.indices), (accumulator.buffer, accumulator.indices)]
+        accesses += [(o.buffer, o.indices) for _, o in steps if isinstance(o, tir.BufferLoad)]
+        loops = self._element_loops(nest, accesses)
+        _, acc = self._tile_index(accumulator.buffer, accumulator.indices)
+        for op, operand in steps:
+            self._alu(op, operand, acc, loops, env)
+        kind, dram_index = self._tile_index(store.buffer, store.indices)
+        fields = self._dma(loops, self._affine(acc, loops, env),
+                           self._affine(dram_index, loops, env), f"store of {store.buffer.name!r}")
+        instruction = Store(buffer=kind, **fields)
+        tiles = instruction.y_size * instruction.x_size
+        self.steps.append(Step(instruction, reads=[TileRange(
+            Buffer.ACC, instruction.sram_base, instruction.sram_base + tiles)]))
+
+    def _alu(self, op: str, operand, acc: tir.Expr, loops, env: dict) -> None:
+        indices = {"dst": acc}
+        if isinstance(operand, tir.BufferLoad):
+            indices["src"] = self._tile_index(operand.buffer, operand.indices)[1]
+        outer, inner, f, uops, spans = self._loop_instruction(loops, indices, env)
+        fields = dict(alu_op=_ALU_OPS[op], loop_outer=outer, loop_inner=inner,
+                      dst_factor_outer=f["dst"][0], dst_factor_inner=f["dst"][1])
+        reads = [TileRange(Buffer.ACC, *spans["dst"])]
+        if isinstance(operand, tir.BufferLoad):
+            kernel = [MicroOp(u["dst"], u["src"], 0) for u in uops]
+            fields.update(src_factor_outer=f["src"][0], src_factor_inner=f["src"][1])
+            reads.append(TileRange(Buffer.ACC, *spans["src"]))
+        else:
+            imm = operand.value
+            if not -(1 << 15) <= imm < (1 << 15):
+                raise CompileError(f"ALU immediate {imm} does not fit 16 signed bits")
+            kernel = [MicroOp(u["dst"], 0, 0) for u in uops]
+            fields.update(use_imm=True, imm=imm)
+        begin, end = self._kernel(kernel)
+        self.steps.append(Step(Alu(uop_begin=begin, uop_end=end, **fields), reads=reads,
+                               writes=[TileRange(Buffer.ACC, *spans["dst"])]))
+
+
+def _epilogue_steps(value: tir.Expr, sram: dict):
+    """(the accumulator load, [(op, operand)] innermost first) of an elementwise
+    expression of one accumulator: the accumulator is the first operand of every
+    operation, the second a constant tile or an immediate."""
+    steps = []
+    while isinstance(value, tir.Binary):
+        # the simplifier writes x + (-c) as x - c and may put an immediate first
+        if value.op == "sub" and isinstance(value.b, tir.IntImm):
+            value = tir.Binary("add", value.a, tir.IntImm(-value.b.value, value.b.dtype))
+        elif value.op in ("add", "mul", "min", "max") and isinstance(value.a, tir.IntImm):
+            value = tir.Binary(value.op, value.b, value.a)
+        if value.op not in _ALU_OPS or not isinstance(value.b, tir.BufferLoad | tir.IntImm):
+            raise CompileError(f"the ALU cannot compute {value!r}: it applies min, max, add, "
+                               "shr or mul of an accumulator and a constant tile or immediate")
+        steps.append((value.op, value.b))
+        value = value.a
+    if not (isinstance(value, tir.BufferLoad) and value.buffer in sram):
+        raise CompileError(f"a store to DRAM must read an on-chip accumulator, not {value!r}")
+    return value, steps[::-1]
+
+
+def _place_kernels(steps: list[Step], kernel_of: dict[int, tuple[MicroOp, ...]], depth: int):
+    """(steps with their micro-op ranges and the micro-op LOADs they need, the DRAM
+    micro-op words, indices of those LOADs). When all distinct kernels fit the
+    micro-op buffer together, one LOAD at the start brings them all; otherwise each
+    is loaded before its first use and stays until the buffer fills up."""
+    kernels = MicroOpKernels(depth)
+    placed, loads = [], []
+    distinct = list(dict.fromkeys(kernel_of.values()))
+    if distinct and sum(len(k) for k in distinct) <= depth:
+        loads.append(len(placed))
+        placed.append(Step(kernels.preload(distinct)))
+    for index, step in enumerate(steps):
+        kernel = kernel_of.get(index)
+        if kernel is not None:
+            begin, load = kernels.place(kernel)
+            if load is not None:
+                loads.append(len(placed))
+                placed.append(Step(load))
+            step = Step(dataclasses.replace(step.instruction, uop_begin=begin,
+                                            uop_end=begin + len(kernel)), step.reads, step.writes)
+        placed.append(step)
+    return placed, kernels.words, loads
+
+
+def emit_program(func: tir.PrimFunc, config: HardwareConfig, builder: ProgramBuilder,
+                 tensors: dict[str, DramTensor]) -> Program:
+    """The program of ``func`` (lowered, thread-interleaved): ``tensors`` names the DRAM
+    tensor of each parameter, already placed by ``builder``."""
+    by_buffer = {}
+    for param in func.params:
+        if param.name not in tensors:
+            raise CompileError(f"parameter {param.name!r} has no DRAM tensor")
+        by_buffer[param] = tensors[param.name]
+    emitter = _StreamEmitter(config, by_buffer)
+    emitter.stmt(func.body, {})
+    steps, words, uop_loads = _place_kernels(emitter.steps, emitter.kernel_of,
+                                             config.uop_depth)
+    if words:
+        block = builder.uops("uops", words)
+        for index in uop_loads:
+            load = steps[index].instruction
+            steps[index] = Step(dataclasses.replace(load,
+                                                    dram_base=load.dram_base + block.tile_base))
+    everything = [TileRange(b, 0, buffer_depth(config, b)) for b in SCOPE_BUFFERS.values()]
+    steps.append(Step(Finish(), reads=everything, writes=everything))  # a barrier
+    for instruction in insert_dependency_tokens(steps, config):
+        builder.emit(instruction)
+    program = builder.build()
+    check_stream(program.instructions, config, dram_bytes=len(program.dram))
+    return program

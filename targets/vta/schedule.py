@@ -1,0 +1,147 @@
+"""The packed GEMM with its requantizing epilogue in TE, and its accelerator schedule.
+
+Operands are in the accelerator's block layout: the input ``A`` is
+(M/batch, K/block_in, batch, block_in), the weights ``W`` (N/block_out,
+K/block_in, block_out, block_in), the accumulator ``C`` and the output
+(M/batch, N/block_out, batch, block_out). The epilogue's per-column constants
+are (N/block_out, batch, block_out) tensors, one block row per column tile.
+
+The schedule tiles the output into ``GemmTiling`` blocks (one task per block),
+splits the tasks over virtual threads, computes each task's accumulator block in
+the accumulator buffer, stages the input and weight chunks of each reduction step
+into their buffers, keeps the epilogue constants resident in the accumulator
+buffer, and tensorizes the tile loops with the GEMM intrinsic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from heterocc import te
+from heterocc.accel_sim import HardwareConfig
+from heterocc.accel_sim.reference_programs import GemmTiling, Requantization
+from heterocc.errors import CompileError
+
+from .intrin import ACC_SCOPE, INP_SCOPE, WGT_SCOPE, gemm_intrin
+
+#: the epilogue's per-column steps, in the order of ``Requantization.column_constants``
+_COLUMN_STEPS = (("bias", lambda x, c: x + c), ("neg_limit", te.maximum),
+                 ("limit", te.minimum), ("multiplier", lambda x, c: x * c),
+                 ("rounding", lambda x, c: x + c), ("shift", lambda x, c: x >> c))
+
+
+@dataclass
+class PackedGemm:
+    """The tensors of one packed GEMM: ``out = epilogue(acc)``, ``acc = A @ W.T``."""
+
+    config: HardwareConfig
+    inp: te.Tensor
+    wgt: te.Tensor
+    acc: te.Tensor
+    constants: list[te.Tensor]
+    epilogue: list[te.Tensor]
+    out: te.Tensor
+
+    @property
+    def args(self) -> list[te.Tensor]:
+        """The lowered function's parameters: inputs, constants, then the output."""
+        return [self.inp, self.wgt, *self.constants, self.out]
+
+
+def packed_gemm(config: HardwareConfig, m_tiles: int, k_tiles: int, n_tiles: int,
+                requantization: Requantization | None) -> PackedGemm:
+    """``C = A @ W.T`` over tile grids of the given sizes, then (with a
+    ``requantization``) its epilogue stages and an int8 output; without one the output
+    is the int32 accumulator."""
+    batch, block_in, block_out = config.batch, config.block_in, config.block_out
+    a = te.placeholder((m_tiles, k_tiles, batch, block_in), "int8", "A")
+    w = te.placeholder((n_tiles, k_tiles, block_out, block_in), "int8", "W")
+    ko = te.reduce_axis(k_tiles, "ko")
+    ki = te.reduce_axis(block_in, "ki")
+    acc = te.compute(
+        (m_tiles, n_tiles, batch, block_out),
+        lambda m, n, b, o: te.sum(te.cast("int32", a[m, ko, b, ki]) *
+                                  te.cast("int32", w[n, ko, o, ki]), axis=[ko, ki]),
+        name="C")
+    if requantization is None:
+        out = te.compute(acc.shape, lambda *i: acc[i], name="Y")
+        return PackedGemm(config, a, w, acc, [], [], out)
+    shape = acc.shape
+    constants, stages, current = [], [], acc
+    for name, step in _COLUMN_STEPS:
+        const = te.placeholder((n_tiles, batch, block_out), "int32", name)
+        constants.append(const)
+        current = te.compute(
+            shape, lambda m, n, b, o, prev=current, c=const, f=step: f(prev[m, n, b, o],
+                                                                         c[n, b, o]),
+            name=f"requant.{name}")
+        stages.append(current)
+    immediates = [("zero_point", lambda x, v: x + v, requantization.zero_point),
+                  ("qmin", te.maximum, requantization.qmin),
+                  ("qmax", te.minimum, requantization.qmax)]
+    for name, step, value in immediates:
+        if name == "zero_point" and value == 0:
+            continue
+        current = te.compute(
+            shape, lambda m, n, b, o, prev=current, f=step, v=value: f(
+                prev[m, n, b, o], te.const(int(v), "int32")),
+            name=f"requant.{name}")
+        stages.append(current)
+    out = te.compute(shape, lambda m, n, b, o: te.cast("int8", current[m, n, b, o]), name="Y")
+    return PackedGemm(config, a, w, acc, constants, stages, out)
+
+
+def constant_blocks(config: HardwareConfig, requantization: Requantization,
+                    n_tiles: int) -> list[np.ndarray]:
+    """The epilogue's per-column constants as the (N/block_out, batch, block_out) blocks
+    the packed GEMM's constant parameters take (the same values in every batch row)."""
+    blocks = []
+    for values in requantization.column_constants:
+        column = np.asarray(values, np.int64).reshape(n_tiles, 1, config.block_out)
+        blocks.append(np.repeat(column, config.batch, axis=1))
+    return blocks
+
+
+def schedule_packed_gemm(gemm: PackedGemm, tiling: GemmTiling,
+                         virtual_threads: int) -> te.Schedule:
+    """The accelerator schedule of ``gemm`` for ``tiling`` (block sizes in tiles) with 1
+    or 2 virtual threads (the task count must be a multiple of it)."""
+    m_tiles, n_tiles = gemm.out.shape[:2]
+    k_tiles = gemm.inp.shape[1]
+    rows, cols, k_chunk = tiling.block_rows, tiling.block_cols, tiling.k_chunk
+    if m_tiles % rows or n_tiles % cols or k_tiles % k_chunk:
+        raise CompileError(f"tiling {tiling} does not divide the {m_tiles}x{n_tiles}x{k_tiles} "
+                           "tile grid")
+    tasks = (m_tiles // rows) * (n_tiles // cols)
+    if virtual_threads < 1 or tasks % virtual_threads:
+        raise CompileError(f"{tasks} tasks do not split over {virtual_threads} virtual threads")
+    s = te.create_schedule(gemm.out)
+    out = s[gemm.out]
+    m, n, _, _ = out.axis
+    m_outer, m_inner = out.split(m, factor=rows)
+    n_outer, n_inner = out.split(n, factor=cols)
+    out.reorder(m_outer, n_outer, m_inner, n_inner)
+    task = out.fuse(m_outer, n_outer)
+    if virtual_threads > 1:
+        _, task = out.split(task, factor=virtual_threads)
+        out.bind(task, "vthread")
+
+    for stage in gemm.epilogue:
+        s[stage].compute_inline()
+    for const, stage in zip(gemm.constants, gemm.epilogue):
+        s.cache_read(const, ACC_SCOPE, [stage])  # resident for the whole program
+    acc = s[gemm.acc]
+    acc.set_scope(ACC_SCOPE)
+    acc.compute_at(out, task)
+    inp = s.cache_read(gemm.inp, INP_SCOPE, [gemm.acc])
+    wgt = s.cache_read(gemm.wgt, WGT_SCOPE, [gemm.acc])
+    am, an, ab, ao = acc.axis
+    ko, ki = acc.reduce_axis
+    k_outer, k_inner = acc.split(ko, factor=k_chunk)
+    acc.reorder(k_outer, am, an, k_inner, ab, ao, ki)
+    s[inp].compute_at(acc, k_outer)
+    s[wgt].compute_at(acc, k_outer)
+    acc.tensorize(ab, gemm_intrin(gemm.config))
+    return s
