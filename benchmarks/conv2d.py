@@ -9,7 +9,11 @@ changes on a shared machine hit both alike) and their ratio. Run:
 
 ``--group`` equal to the channel count gives a depthwise convolution; ``--epilogue``
 appends ``bias`` (an Add of a per-channel constant) or ``relu`` (bias, then Relu) so the
-fused epilogue is measured too.
+fused epilogue is measured too. The default compilation (blocked NCHW[x]c convolution where
+``alter_layout`` applies, its layout transforms included in the time) is measured next to
+the direct NCHW one (``LLVMTarget(blocked_layout=False)``) and ONNX Runtime; the two
+convolution kernels are then also timed alone (a model keeps its data blocked from one
+convolution to the next, so it pays the transforms once, not around every layer).
 """
 
 from __future__ import annotations
@@ -56,6 +60,18 @@ def conv_model(channels: int, size: int, filters: int, kernel: int, stride: int,
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def conv_kernel(compiled):
+    """A call of the compiled convolution's own kernel (its fused function, without the
+    layout transforms around a blocked one) on random inputs of its input types."""
+    executable = compiled.build_static()
+    (function,) = [node for node in executable.graph.nodes if node.body is not None
+                   and node.body.nodes[0].op in ("Conv", "ConvNCHWc")]
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal(v.type.shape, dtype=np.float32) for v in function.inputs]
+    kernel = executable.executor.kernels[function.name]
+    return lambda: kernel(args)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--channels", type=int, default=64)
@@ -73,6 +89,7 @@ def main() -> None:
     start = time.perf_counter()
     compiled = heterocc.compile(model, target="llvm")
     compile_s = time.perf_counter() - start
+    nchw = heterocc.compile(model, target=[hllvm.LLVMTarget(blocked_layout=False)])
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     session = ort.InferenceSession(model.SerializeToString(), options,
@@ -81,9 +98,12 @@ def main() -> None:
         (1, args.channels, args.size, args.size), dtype=np.float32)
     ours = compiled.run({"x": x})[0]
     theirs = session.run(None, {"x": x})[0]
-    ours_s, theirs_s = alternating_medians(
-        [lambda: compiled.run({"x": x}), lambda: session.run(None, {"x": x})], args.repeat,
-        pause_s=0.3)
+    nchw_diff = float(np.abs(nchw.run({"x": x})[0] - theirs).max())
+    ours_s, nchw_s, theirs_s = alternating_medians(
+        [lambda: compiled.run({"x": x}), lambda: nchw.run({"x": x}),
+         lambda: session.run(None, {"x": x})], args.repeat, pause_s=0.3)
+    kernel_s, nchw_kernel_s = alternating_medians(
+        [conv_kernel(compiled), conv_kernel(nchw)], args.repeat, pause_s=0.05)
     out_size = ours.shape[-1]
     flops = 2.0 * args.filters * (args.channels // args.group) * args.kernel ** 2 * out_size ** 2
     fallbacks = compiled.build_static().targets["llvm"].fallbacks
@@ -94,9 +114,17 @@ def main() -> None:
           f"epilogue {args.epilogue}: compile {compile_s:.2f} s, max abs diff vs ORT "
           f"{float(np.abs(ours - theirs).max()):.2e}"
           + (f", NumPy fallbacks: {fallbacks}" if fallbacks else ""))
-    print(f"heterocc: {flops / ours_s / 1e9:8.1f} GFLOP/s ({ours_s * 1e3:.3f} ms)")
+    layout = "blocked" if "ConvNCHWc" in compiled.graph.op_counts() else "NCHW"
+    print(f"heterocc: {flops / ours_s / 1e9:8.1f} GFLOP/s ({ours_s * 1e3:.3f} ms; {layout}, "
+          "layout transforms included)")
+    print(f"  nchw:   {flops / nchw_s / 1e9:8.1f} GFLOP/s ({nchw_s * 1e3:.3f} ms; "
+          f"LLVMTarget(blocked_layout=False), max abs diff vs ORT {nchw_diff:.2e})")
     print(f"ort:      {flops / theirs_s / 1e9:8.1f} GFLOP/s ({theirs_s * 1e3:.3f} ms)")
-    print(f"ratio heterocc/ort (throughput): {theirs_s / ours_s:.2f}x")
+    print(f"convolution kernel alone: {layout} {kernel_s * 1e3:.3f} ms "
+          f"({flops / kernel_s / 1e9:.1f} GFLOP/s), nchw {nchw_kernel_s * 1e3:.3f} ms "
+          f"({flops / nchw_kernel_s / 1e9:.1f} GFLOP/s)")
+    print(f"ratio heterocc/ort (throughput): {theirs_s / ours_s:.2f}x, "
+          f"nchw/ort: {theirs_s / nchw_s:.2f}x")
 
 
 if __name__ == "__main__":

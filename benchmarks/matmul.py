@@ -8,6 +8,7 @@ Prints GFLOP/s of both (medians of repeated runs, in alternating blocks) and the
 from __future__ import annotations
 
 import argparse
+import os
 
 import numpy as np
 from alternating import alternating_medians  # beside this script
@@ -33,7 +34,8 @@ def main() -> None:
     ours_s, theirs_s = alternating_medians(
         [lambda: module["matmul"](a, b, c), lambda: np.matmul(a, b, out=c)], args.repeat)
     ours, theirs = flops / ours_s / 1e9, flops / theirs_s / 1e9
-    print(f"host: {hllvm.host_description()}, runtime threads: {hllvm.num_threads()}")
+    print(f"host: {hllvm.host_description()}, runtime threads: {hllvm.num_threads()}, "
+          f"load average (1 min) {os.getloadavg()[0]:.2f}")
     print(f"matmul {n}x{n}x{n} fp32 (max abs error vs numpy {error:.2e})")
     print(f"heterocc: {ours:8.1f} GFLOP/s")
     print(f"numpy:    {theirs:8.1f} GFLOP/s")

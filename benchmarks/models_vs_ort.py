@@ -1,19 +1,20 @@
 """Whole models through heterocc next to ONNX Runtime, measured in the same run.
 
     python benchmarks/models_vs_ort.py [--target reference] [--torch] [--repeats 10]
+                                       [--compare-nchw]
 
 Prints, per model: ONNX node count, ops after the passes, fused functions,
 compile time, max abs difference against ONNX Runtime, and median latencies
-with their ratio. ``--torch`` exports ResNet-18 / MobileNetV2 from torch
-(benchmarks/torch_models.py); without it the built-in onnx.helper versions
-(heterocc.models) are used.
+(measured in alternating blocks, so load changes hit both alike) with their ratio;
+``--compare-nchw`` adds the llvm target without the blocked convolution layout.
+``--torch`` exports ResNet-18 / MobileNetV2 from torch (benchmarks/torch_models.py);
+without it the built-in onnx.helper versions (heterocc.models) are used.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -24,16 +25,10 @@ import onnxruntime as ort
 
 import heterocc
 from heterocc.passes import fused_functions
+from heterocc.targets.llvm import LLVMTarget
 
-
-def median_ms(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+sys.path.insert(0, os.path.dirname(__file__))
+from alternating import alternating_medians  # noqa: E402  (beside this script)
 
 
 def load_models(use_torch: bool) -> dict[str, onnx.ModelProto]:
@@ -55,6 +50,8 @@ def main() -> int:
     ap.add_argument("--torch", action="store_true", help="export the models from torch")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--compare-nchw", action="store_true",
+                    help="with --target llvm: also time LLVMTarget(blocked_layout=False)")
     args = ap.parse_args()
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = args.threads
@@ -72,13 +69,24 @@ def main() -> int:
         ours = compiled.run({input_name: x})[0]
         ref = sess.run(None, {input_name: x})[0]
         feed = {input_name: x}
-        ms = median_ms(lambda c=compiled, f=feed: c.run(f), args.repeats)
-        ort_ms = median_ms(lambda s=sess, f=feed: s.run(None, f), args.repeats)
+        runs = [lambda c=compiled, f=feed: c.run(f), lambda s=sess, f=feed: s.run(None, f)]
+        if args.compare_nchw:
+            t0 = time.perf_counter()
+            nchw = heterocc.compile(model, target=[LLVMTarget(blocked_layout=False)])
+            nchw_compile_s = time.perf_counter() - t0
+            nchw_diff = float(np.max(np.abs(nchw.run(feed)[0] - ref)))
+            runs.append(lambda c=nchw, f=feed: c.run(f))
+        seconds = alternating_medians(runs, args.repeats, pause_s=0.2)
+        ms, ort_ms = seconds[0] * 1e3, seconds[1] * 1e3
         graph = compiled.graph
         print(f"{name:14s} {len(model.graph.node):5d} {graph.num_nodes():5d} "
               f"{len(fused_functions(graph)):5d} {compile_s:9.2f} "
               f"{float(np.max(np.abs(ours - ref))):10.2e} {ms:11.2f} {ort_ms:8.2f} "
-              f"{ms / ort_ms:7.1f}x")
+              f"{ms / ort_ms:7.2f}x")
+        if args.compare_nchw:
+            print(f"{'  (nchw)':14s} {'':5s} {'':5s} {'':5s} {nchw_compile_s:9.2f} "
+                  f"{nchw_diff:10.2e} {seconds[2] * 1e3:11.2f} {ort_ms:8.2f} "
+                  f"{seconds[2] * 1e3 / ort_ms:7.2f}x")
     return 0
 
 

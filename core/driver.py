@@ -208,6 +208,11 @@ def _pipeline(targets: Mapping[str, object], fallback: str, strict: bool,
         if calibration is None:
             # imported QDQ chains become integer ops before their weights fold to float
             passes.insert(passes.index("infer_types") + 1, "realize_qdq")
+    if fallback == "llvm" and getattr(targets[fallback], "blocked_layout", True):
+        # after quantization and partitioning, so only the CPU's float convolutions are
+        # blocked; folding again covers a transform of a constant input
+        passes[passes.index("fuse_ops"):passes.index("fuse_ops")] = ["alter_layout",
+                                                                      "fold_constants"]
     return passes
 
 

@@ -258,3 +258,12 @@ def clip(inputs, attrs, out_types):
 
     require_native([dtype], "Clip")
     return [te.compute(tuple(out_types[0].shape), body, name="clip", dtype=dtype)]
+
+
+@register_compute("SwiGLU")
+def swiglu(inputs, attrs, out_types):
+    """Swish_alpha(A) * B (same shapes, no broadcasting)."""
+    out = out_types[0]
+    float_only(out.dtype, "SwiGLU")
+    swish = _swish(out.dtype, attrs)
+    return [elementwise(inputs[:2], out, lambda a, b: swish(a) * b, "swiglu")]

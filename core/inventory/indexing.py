@@ -1,4 +1,5 @@
-"""Index-driven data movement: Gather, GatherElements, GatherND, OneHot, Trilu, Resize.
+"""Index-driven data movement: Gather, GatherElements, GatherND, OneHot, Trilu, Resize,
+ReverseSequence.
 
 Indices are tensors read at run time. The NumPy reference raises InputError for an
 index out of range; a compiled kernel cannot raise, so it wraps negative indices (as
@@ -15,7 +16,8 @@ from ..errors import CompileError
 from ..ops.resize import AxisResample, source_coordinates
 from ..tir.expr import FloatImm
 from .common import float_only, require_native
-from .tensor import clamp_index, load_first, register_compute, wrap_index
+from .registry import register_compute
+from .tensor import clamp_index, load_first, wrap_index
 
 
 @register_compute("Gather")
@@ -289,3 +291,20 @@ def upsample(inputs, attrs, out_types):
         raise CompileError(f"Upsample mode {attrs['mode']!r} has no TE compute")
     return [_resample(x, dict(enumerate(scales)), tuple(out_types[0].shape), mode,
                       "asymmetric", "floor", exclude_outside=False)]
+
+
+@register_compute("ReverseSequence")
+def reverse_sequence(inputs, attrs, out_types):
+    """Time step ``t < len[b]`` of batch ``b`` reads step ``len[b] - 1 - t``; later steps
+    stay in place."""
+    x, lengths = inputs[:2]
+    batch_axis, time_axis = attrs["batch_axis"], attrs["time_axis"]
+    steps = x.shape[time_axis]
+
+    def body(*index):
+        t = te.cast("int64", index[time_axis])
+        length = te.cast("int64", lengths[index[batch_axis]])
+        source = clamp_index(te.if_then_else(t < length, length - 1 - t, t), steps)
+        return x[tuple(source if d == time_axis else i for d, i in enumerate(index))]
+
+    return [te.compute(out_types[0].shape, body, name="reverse_sequence", dtype=x.dtype)]

@@ -6,32 +6,41 @@ import numpy as np
 
 from .. import te
 from ..errors import CompileError
+from ..ops.layout import blocked_conv_geometry
 from ..ops.nn import conv_geometry
+from .common import float_only
 from .registry import register_compute
 
 
-def _pad(x, pads_begin, pads_end, value, name):
-    """``x`` padded with ``value`` on its trailing spatial axes.
+def _pad(x, pads_begin, pads_end, value, name, lead: int | None = None,
+         attrs: dict | None = None):
+    """``x`` padded with ``value`` on the spatial axes starting at ``lead`` (default: the
+    trailing ones; a blocked NCHW[x]c tensor has its channel block after them).
 
     The load stays affine (no clamped index) so that it vectorizes; if_then_else
     only reads the side it selects, so the out-of-range index is never loaded.
     """
     if not any(pads_begin) and not any(pads_end):
         return x
-    lead = x.ndim - len(pads_begin)
+    if lead is None:
+        lead = x.ndim - len(pads_begin)
+    spatial = x.shape[lead:lead + len(pads_begin)]
     shape = tuple(x.shape[:lead]) + tuple(
-        d + b + e for d, b, e in zip(x.shape[lead:], pads_begin, pads_end))
+        d + b + e for d, b, e in zip(spatial, pads_begin, pads_end)) + tuple(
+        x.shape[lead + len(pads_begin):])
 
     def body(*index):
         inside = None
-        for k, (b, d) in enumerate(zip(pads_begin, x.shape[lead:])):
+        for k, (b, d) in enumerate(zip(pads_begin, spatial)):
             i = index[lead + k]
             cond = te.logical_and(i >= b, i < b + d)
             inside = cond if inside is None else te.logical_and(inside, cond)
-        src = tuple(index[:lead]) + tuple(index[lead + k] - b for k, b in enumerate(pads_begin))
+        src = tuple(index[:lead]) + tuple(
+            index[lead + k] - b for k, b in enumerate(pads_begin)) + tuple(
+            index[lead + len(pads_begin):])
         return te.if_then_else(inside, x[src], te.const(value, x.dtype))
 
-    return te.compute(shape, body, name=name, dtype=x.dtype)
+    return te.compute(shape, body, name=name, dtype=x.dtype, attrs=attrs)
 
 
 def _phase_split_columns(data, stride: int, name: str):
@@ -114,6 +123,49 @@ def conv(inputs, attrs, out_types):
                        dtype=x.dtype)]
 
 
+@register_compute("ConvNCHWc")
+def conv_nchwc(inputs, attrs, out_types):
+    """Blocked convolution (dense or depthwise) over NCHW[x]c data and packed weights,
+    tagged for ``schedule_conv2d_nchwc``. The padded input is materialized ahead (a
+    guarded read in the tile's inner loop would cost a select per multiply-add); the
+    output channel block is the innermost axis, so the schedule vectorizes over it: a
+    dense convolution multiplies one broadcast input element by a weight vector, a
+    depthwise one an input vector (contiguous whatever the stride) by a weight vector."""
+    x, w = inputs[0], inputs[1]
+    b = inputs[2] if len(inputs) > 2 else None
+    float_only(x.dtype, "ConvNCHWc")
+    try:
+        geometry = blocked_conv_geometry(x.shape, w.shape, attrs)
+    except ValueError as exc:
+        raise CompileError(f"ConvNCHWc: {exc}") from None
+    sy, sx = attrs["strides"]
+    dy, dx = attrs["dilations"]
+    pads = attrs["pads"]
+    depthwise = attrs["group"] != 1
+    data = _pad(x, pads[:2], pads[2:], 0.0, "conv_pad", lead=2,
+                attrs=None if depthwise else {"keep": True})
+    ry = te.reduce_axis(geometry["kernel"][0], "ry")
+    rx = te.reduce_axis(geometry["kernel"][1], "rx")
+    if not depthwise:
+        rco = te.reduce_axis(x.shape[1], "rco")
+        rci = te.reduce_axis(x.shape[4], "rci")
+
+        def body(n, ko, yy, xx, ki):
+            return te.sum(data[n, rco, yy * sy + ry * dy, xx * sx + rx * dx, rci]
+                          * w[ko, rco, ry, rx, rci, ki], axis=[rco, ry, rx, rci])
+    else:
+        def body(n, ko, yy, xx, ki):
+            return te.sum(data[n, ko, yy * sy + ry * dy, xx * sx + rx * dx, ki]
+                          * w[ko, 0, ry, rx, 0, ki], axis=[ry, rx])
+
+    y = te.compute(geometry["out_shape"], body, name="conv_nchwc", dtype=x.dtype,
+                   attrs={"schedule": "conv2d_nchwc"})
+    if b is None:
+        return [y]
+    return [te.compute(y.shape, lambda n, ko, yy, xx, ki: y[n, ko, yy, xx, ki] + b[ko, ki],
+                       name="conv_bias", dtype=x.dtype)]
+
+
 def _matmul2d(a, b, name):
     from heterocc.targets.llvm.schedules import matmul
 
@@ -166,15 +218,34 @@ def gemm(inputs, attrs, out_types):
 
 
 def _pool_geometry(x, attrs, out_type):
-    if x.ndim != 4:
-        raise CompileError("only 2-D pooling has a TE compute")
-    if attrs.get("ceil_mode") or any(d != 1 for d in attrs.get("dilations") or [1, 1]):
+    """(kernel, strides, pads) of a pooling window over every axis after N and C: the
+    2-D spatial ones, or those and the channel block of an NCHW[x]c tensor (window 1)."""
+    spatial = x.ndim - 2
+    if spatial < 1:
+        raise CompileError("pooling needs a spatial axis")
+    if attrs.get("ceil_mode") or any(d != 1 for d in attrs.get("dilations") or [1]):
         raise CompileError("pooling with ceil_mode or dilations has no TE compute")
-    kernel = attrs["kernel_shape"]
-    strides = attrs.get("strides") or [1, 1]
+    kernel = list(attrs["kernel_shape"])
+    strides = list(attrs.get("strides") or [1] * spatial)
     _, _, _, pads, _ = conv_geometry(x.shape, (1, 1, *kernel),
-                                     {**attrs, "dilations": [1, 1], "strides": strides})
+                                     {**attrs, "dilations": [1] * spatial, "strides": strides})
     return kernel, strides, pads
+
+
+def _window_reduction(data, kernel, strides, out_shape, combiner, name: str):
+    """``combiner`` (te.max / te.sum) over each output point's window of ``data``. A 2-D
+    pooling of an NCHW[x]c tensor (a window of one over its channel block) is tagged for
+    ``schedule_pool_nchwc``, which vectorizes over the block."""
+    axes = [te.reduce_axis(k, f"r{d}") for d, k in enumerate(kernel)]
+
+    def body(*index):
+        n, c, *spatial = index
+        window = tuple(i * s + r for i, s, r in zip(spatial, strides, axes))
+        return combiner(data[(n, c, *window)], axis=axes)
+
+    blocked = len(kernel) == 3 and kernel[-1] == 1 and strides[-1] == 1
+    return te.compute(out_shape, body, name=name, dtype=data.dtype,
+                      attrs={"schedule": "pool_nchwc"} if blocked else None)
 
 
 @register_compute("MaxPool")
@@ -185,11 +256,9 @@ def max_pool(inputs, attrs, out_types):
     kernel, strides, pads = _pool_geometry(x, attrs, out_types[0])
     lowest = float(np.finfo(x.dtype).min) if x.dtype.startswith("float") else \
         int(np.iinfo(x.dtype).min)
-    data = _pad(x, pads[:2], pads[2:], lowest, "maxpool_pad")
-    ry, rx = te.reduce_axis(kernel[0], "ry"), te.reduce_axis(kernel[1], "rx")
-    return [te.compute(out_types[0].shape, lambda n, c, y, xx: te.max(
-        data[n, c, y * strides[0] + ry, xx * strides[1] + rx], axis=[ry, rx]),
-        name="maxpool", dtype=x.dtype)]
+    half = len(pads) // 2
+    data = _pad(x, pads[:half], pads[half:], lowest, "maxpool_pad")
+    return [_window_reduction(data, kernel, strides, out_types[0].shape, te.max, "maxpool")]
 
 
 @register_compute("AveragePool")
@@ -198,12 +267,11 @@ def average_pool(inputs, attrs, out_types):
     kernel, strides, pads = _pool_geometry(x, attrs, out_types[0])
     if any(pads) and not attrs["count_include_pad"]:
         raise CompileError("AveragePool excluding padding has no TE compute")
-    data = _pad(x, pads[:2], pads[2:], 0.0, "avgpool_pad")
-    ry, rx = te.reduce_axis(kernel[0], "ry"), te.reduce_axis(kernel[1], "rx")
-    total = te.compute(out_types[0].shape, lambda n, c, y, xx: te.sum(
-        data[n, c, y * strides[0] + ry, xx * strides[1] + rx], axis=[ry, rx]),
-        name="avgpool_sum", dtype=x.dtype)
-    scale = te.const(1.0 / (kernel[0] * kernel[1]), x.dtype)
+    half = len(pads) // 2
+    data = _pad(x, pads[:half], pads[half:], 0.0, "avgpool_pad")
+    total = _window_reduction(data, kernel, strides, out_types[0].shape, te.sum,
+                              "avgpool_sum")
+    scale = te.const(1.0 / int(np.prod(kernel)), x.dtype)
     return [te.compute(total.shape, lambda *i: total[i] * scale, name="avgpool",
                        dtype=x.dtype)]
 

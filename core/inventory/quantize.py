@@ -21,6 +21,7 @@ from ..ir.types import dtype_from_onnx
 from ..ops.nn import conv_geometry
 from .common import require_native
 from .nn import _matmul2d, _pad
+from .reduction import reduce_stage, require_nonempty
 from .registry import register_compute
 
 
@@ -353,3 +354,32 @@ def requantize(inputs, attrs, out_types):
         return te.cast(out, te.minimum(te.maximum(y, qmin), qmax))
 
     return [te.compute(tuple(out_types[0].shape), body, name="requantize", dtype=out)]
+
+
+@register_compute("DynamicQuantizeLinear")
+def dynamic_quantize_linear(inputs, attrs, out_types):
+    """uint8 quantization over the range [min(x, 0), max(x, 0)], in float32 as the
+    reference computes it: scale = range / 255, zero point = round(-low / scale)."""
+    x = inputs[0]
+    require_native([x.dtype], "DynamicQuantizeLinear")
+    require_nonempty(x.shape, "DynamicQuantizeLinear")
+    axes = list(range(x.ndim))
+    f32 = "float32"
+    zero, one = te.const(0.0, f32), te.const(1.0, f32)
+    high = reduce_stage(x, axes, "max", lambda i: x[i], "dql_max", f32, keepdims=False)
+    low = reduce_stage(x, axes, "min", lambda i: x[i], "dql_min", f32, keepdims=False)
+
+    def scale_body():
+        top, bottom = te.maximum(high[()], zero), te.minimum(low[()], zero)
+        spread = te.if_then_else(te.equal(top, bottom), one, top - bottom)
+        return spread / te.const(255.0, f32)
+
+    scale = te.compute((), scale_body, name="dql_scale", dtype=f32)
+    zero_point = te.compute((), lambda: te.call_intrin("round", te.minimum(te.maximum(
+        zero - te.minimum(low[()], zero) / scale[()], zero), te.const(255.0, f32))),
+        name="dql_zero_point", dtype=f32)
+    y = te.compute(x.shape, lambda *i: _saturating_cast(
+        te.cast("float64", te.call_intrin("round", x[i] / scale[()]))
+        + te.cast("float64", zero_point[()]), "uint8"), name="dql", dtype="uint8")
+    return [y, scale, te.compute((), lambda: te.cast("uint8", zero_point[()]),
+                                 name="dql_zero_point_u8", dtype="uint8")][:len(out_types)]

@@ -1,4 +1,4 @@
-"""Reductions: Reduce*, ArgMax/ArgMin, the softmax family, GlobalMaxPool and CumSum.
+"""Reductions: Reduce*, ArgMax/ArgMin, the softmax family, GlobalMaxPool, CumSum and CumProd.
 
 Every reduction is built from :func:`reduce_stage`, a compute whose body is one
 ``te.sum`` / ``te.max`` / ``te.min`` over the reduced axes (so the LLVM target gives it
@@ -31,8 +31,6 @@ IndexedValue = Callable[[tuple], tx.Expr]
 
 #: elements multiplied by one stage of ReduceProd's product tree
 PRODUCT_CHUNK = 16
-#: most multiply-adds CumSum's quadratic formulation may cost before it is refused
-CUMSUM_MAX_WORK = 1 << 24
 
 
 # ----------------------------------------------------------------------------- shared helpers
@@ -487,41 +485,86 @@ def hardmax(inputs, attrs, out_types):
         name="hardmax", dtype=x.dtype)]
 
 
-# ----------------------------------------------------------------------------- CumSum
+# ----------------------------------------------------------------------------- CumSum, CumProd
 
 
-def _cumsum_axis(x: te.Tensor) -> int:
-    """The scan axis: the constant axis input's contents are not visible to computes, so
-    only a rank-1 input (whose one axis it must be) has a compute."""
-    if x.ndim != 1:
-        raise CompileError(f"CumSum on a rank-{x.ndim} input has no TE compute: its axis "
-                           "input's value is not known at compile time; it runs on the NumPy "
-                           "reference")
-    return 0
+def runtime_axis_names(axis_operand: te.Tensor, ndim: int) -> list[tx.Expr]:
+    """Per axis d of a rank-``ndim`` input, whether the scalar ``axis_operand`` (read in
+    the kernel; negative counts from the end) names it. A constant axis is folded into
+    the code by the target, and these conditions with it."""
+    axis = te.cast("int64", axis_operand[(0,) * axis_operand.ndim])
+    axis = te.if_then_else(axis < 0, axis + ndim, axis)
+    return [te.equal(axis, te.const(d, "int64")) for d in range(ndim)]
 
 
-@register_compute("CumSum")
-def cumsum(inputs, attrs, out_types):
-    x = inputs[0]
-    require_native([x.dtype], "CumSum")
-    require_nonempty(x.shape, "CumSum")
-    axis = _cumsum_axis(x)
-    size = x.shape[axis]
-    if int(np.prod(x.shape)) * size > CUMSUM_MAX_WORK:
-        raise CompileError(f"CumSum along an axis of {size} elements over {list(x.shape)} is "
-                           "too large for its quadratic TE compute")
-    exclusive, reverse = bool(attrs["exclusive"]), bool(attrs["reverse"])
+def pick_by_axis(names: Sequence[tx.Expr], values: Sequence) -> tx.Expr:
+    """The value of the axis that ``names`` selects."""
+    value = values[-1]
+    for name, candidate in zip(names[:-1], values[:-1]):
+        value = te.if_then_else(name, candidate, value)
+    return value
 
-    def included(k, i):
+
+def scan_stages(x: te.Tensor, names: Sequence[tx.Expr], combine: Callable, identity,
+                exclusive: bool, reverse: bool, name: str) -> te.Tensor:
+    """A running ``combine`` of ``x`` along the axis that ``names`` selects, as a
+    Hillis-Steele scan: stage j combines each element with the one 2**j before it, so
+    ceil(log2(n)) elementwise stages give every prefix (O(N log n) work, any axis).
+    ``combine`` must be associative (integer wrap-around and float sums/products are,
+    up to float rounding)."""
+    ndim = x.ndim
+    direction = 1 if reverse else -1
+    extent = pick_by_axis(names, [te.const(d, "int64") for d in x.shape])
+
+    def position(index) -> tx.Expr:
+        return pick_by_axis(names, index)
+
+    def neighbour(index, offset: int) -> tuple:
+        return tuple(te.if_then_else(names[d], index[d] + direction * offset, index[d])
+                     if ndim > 1 else index[d] + direction * offset for d in range(ndim))
+
+    def reaches(index, offset: int) -> tx.Expr:
         if reverse:
-            return k > i if exclusive else k >= i
-        return k < i if exclusive else k <= i
+            return position(index) + offset < extent
+        return position(index) >= offset
 
-    zero = te.const(0, x.dtype)
+    fill = te.const(identity, x.dtype)
+    if exclusive:
+        first = te.compute(x.shape, lambda *i: te.if_then_else(reaches(i, 1), x[neighbour(i, 1)],
+                                                               fill),
+                           name=name + "_shift", dtype=x.dtype, attrs={"keep": True})
+    else:
+        first = x
+    stage, offset = first, 1
+    longest = max(x.shape)
+    while offset < longest:
+        last = offset * 2 >= longest
 
-    def body(*index):
-        k = te.reduce_axis(size, "k")
-        source = tuple(k if a == axis else index[a] for a in range(x.ndim))
-        return te.sum(te.if_then_else(included(k.var, index[axis]), x[source], zero), axis=k)
+        def body(*i, stage=stage, offset=offset):
+            combined = combine(stage[i], stage[neighbour(i, offset)])
+            return te.if_then_else(reaches(i, offset), combined, stage[i])
 
-    return [te.compute(x.shape, body, name="cumsum", dtype=x.dtype)]
+        stage = te.compute(x.shape, body, name=f"{name}_{offset}", dtype=x.dtype,
+                           attrs={} if last else {"keep": True})
+        offset *= 2
+    if isinstance(stage.op, te.PlaceholderOp):  # a one-element axis everywhere: a copy
+        return te.compute(x.shape, lambda *i: x[i], name=name, dtype=x.dtype)
+    return stage
+
+
+def _scan_compute(op: str, combine: Callable, identity: int):
+    def compute(inputs, attrs, out_types):
+        x, axis = inputs[:2]
+        require_native([x.dtype], op)
+        if x.dtype == "bool":
+            raise CompileError(f"{op} on bool has no TE compute")
+        require_nonempty(x.shape, op)
+        names = runtime_axis_names(axis, x.ndim) if x.ndim > 1 else [te.const(True, "bool")]
+        return [scan_stages(x, names, combine, identity, bool(attrs["exclusive"]),
+                            bool(attrs["reverse"]), op.lower())]
+
+    return compute
+
+
+register_compute("CumSum")(_scan_compute("CumSum", lambda a, b: a + b, 0))
+register_compute("CumProd")(_scan_compute("CumProd", lambda a, b: a * b, 1))

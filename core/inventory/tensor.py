@@ -2,67 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from .. import te
 from ..errors import CompileError
 from ..ops.tensor import _crop_pad_widths
-from ..te.schedule_reads import reads_of
 from .common import broadcast_load, require_native
-from .registry import TeCompute
-from .registry import register_compute as _register_compute
-
-
-def _reached(outputs) -> set[int]:
-    """Ids of every tensor the ``outputs`` read, directly or through other stages."""
-    seen: set[int] = set()
-    stack = list(outputs)
-    while stack:
-        t = stack.pop()
-        if id(t) not in seen:
-            seen.add(id(t))
-            if isinstance(t.op, te.ComputeOp):
-                stack.extend(reads_of(t.op.body))
-    return seen
-
-
-def bind_unread_operands(compute: TeCompute) -> TeCompute:
-    """``compute``, with the operands it never reads still reachable from its first output.
-
-    The target makes every constant operand a kernel parameter, and lowering only accepts
-    parameters its schedule reaches; data-movement ops often take their shape-like
-    operands (Reshape's shape, Slice's ends) from the output type instead of reading
-    them. A constant-false select keeps such an operand in the schedule and is folded
-    away by the simplifier, so the kernel never loads it.
-    """
-
-    @functools.wraps(compute)
-    def bound(inputs, attrs, out_types):
-        outputs = compute(inputs, attrs, out_types)
-        reached = _reached(outputs)
-        unread = [t for t in inputs if t is not None and id(t) not in reached]
-        if not unread:
-            return outputs
-        first = outputs[0]
-
-        def body(*index):
-            value = first[index]
-            for t in unread:
-                dead = te.cast(first.dtype, t[(0,) * t.ndim])
-                value = te.if_then_else(te.const(False, "bool"), dead, value)
-            return value
-
-        return [te.compute(first.shape, body, name=first.name, dtype=first.dtype),
-                *outputs[1:]]
-
-    return bound
-
-
-def register_compute(*op_names: str):
-    """Register a data-movement compute (see :func:`bind_unread_operands`)."""
-    return lambda compute: _register_compute(*op_names)(bind_unread_operands(compute))
+from .registry import register_compute
 
 
 def _unravel(flat, shape):

@@ -5,6 +5,7 @@ from . import (  # noqa: F401  (registration side effects)
     control_flow,
     elementwise,
     indexing,
+    layout,
     misc,
     nn,
     normalization,

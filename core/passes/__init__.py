@@ -1,5 +1,6 @@
 """Graph passes: each a named function ``Graph -> Graph``, run by a PassManager."""
 
+from .alter_layout import alter_layout
 from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .fold_batchnorm import fold_batchnorm
@@ -14,7 +15,8 @@ from .simplify import simplify
 DEFAULT_PIPELINE = ("infer_types", "fold_constants", "simplify", "fold_batchnorm",
                     "fold_constants", "cse", "dce", "fuse_ops")
 
-__all__ = ["DEFAULT_PIPELINE", "PassManager", "PassRecord", "eliminate_common_subexpressions",
+__all__ = ["DEFAULT_PIPELINE", "PassManager", "PassRecord", "alter_layout",
+           "eliminate_common_subexpressions",
            "eliminate_dead_code", "fold_batchnorm", "fold_constants", "fuse_ops",
            "fused_functions", "fusion_groups", "get_pass", "infer_types", "post_dominators",
            "realize_qdq", "register_pass", "simplify"]

@@ -21,6 +21,7 @@ from .tuners import (
     RandomTuner,
     XGBTuner,
     make_tuner,
+    remeasure_best,
     tune_task,
 )
 
@@ -28,6 +29,6 @@ __all__ = [
     "ApplyHistoryBest", "Config", "ConfigSpace", "CostModel", "GeneticTuner", "GridTuner",
     "InProcessMeasurer", "Knob", "MeasureOptions", "MeasureRecord", "MeasureResult", "Measurer",
     "RandomTuner", "RecordLog", "TEMPLATES", "Task", "Template", "XGBTuner", "best_configs",
-    "extract_tasks", "lookup", "make_tuner", "read_records", "register_template", "tune_task",
-    "workload_key",
+    "extract_tasks", "lookup", "make_tuner", "read_records", "register_template",
+    "remeasure_best", "tune_task", "workload_key",
 ]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .. import te
-from .records import MeasureRecord, read_records
+from .records import MeasureRecord, config_costs, read_records
 from .space import Config
 from .task import Task, workload_key
 from .templates import schedule_matmul_config
@@ -24,16 +24,19 @@ _CURRENT: contextvars.ContextVar[ApplyHistoryBest | None] = contextvars.ContextV
 
 
 class ApplyHistoryBest:
-    """The successful records of a log (a path, or records), best first per task."""
+    """The successfully measured configs of a log (a path, or records), best first per
+    task; a config measured several times is ranked by the median of its records
+    (:func:`.records.config_costs`)."""
 
     def __init__(self, log: str | Path | Iterable[MeasureRecord]):
         records = read_records(log) if isinstance(log, str | Path) else list(log)
-        self._by_task: dict[str, list[MeasureRecord]] = {}
+        first_record: dict[tuple[str, int], MeasureRecord] = {}
         for record in records:
             if record.ok:
-                self._by_task.setdefault(record.workload_key, []).append(record)
-        for ranked in self._by_task.values():
-            ranked.sort(key=lambda r: r.cost)
+                first_record.setdefault((record.workload_key, record.config_index), record)
+        self._by_task: dict[str, list[MeasureRecord]] = {
+            key: [first_record[key, index] for index in sorted(costs, key=costs.get)]
+            for key, costs in config_costs(records).items()}
         self._token = None
 
     @property
@@ -72,10 +75,20 @@ def lookup(key: str, where: Callable[[Config], bool] | None = None) -> Config | 
     return None if context is None else context.lookup(key, where)
 
 
+def matmul_panel(m: int, n: int, k: int, dtype: str) -> int | None:
+    """The panel width (packed columns of B) of the current log's best ``matmul`` config
+    of this shape, or None: the compute is built with it (``targets.llvm.schedules.
+    matmul``) so that :func:`schedule_matmul_tuned` can then apply that config."""
+    config = lookup(workload_key("matmul", (m, n, k, dtype)))
+    return None if config is None else config["panel"]
+
+
 def schedule_matmul_tuned(schedule: te.Schedule, C: te.Tensor) -> bool:
     """Schedule a product made by ``targets.llvm.schedules.matmul`` with the current
     log's best ``matmul`` config of its shape (among those whose panel width matches the
-    packing already in the compute); False, touching nothing, when there is none."""
+    packing already in the compute: the best one's, see :func:`matmul_panel`, unless the
+    compute was built outside the log's context); False, touching nothing, when there
+    is none."""
     packed = C.op.attrs.get("packed_B")
     if packed is None or len(C.shape) != 2:
         return False

@@ -96,7 +96,8 @@ def run_tune(args, stream: TextIO = sys.stderr) -> int:
             show = ProgressPrinter(stream, number, len(tasks), args.batch_size)
             tuner = make_tuner(args.tuner, task, seed=args.seed, model=model)
             progress = tune_task(task, tuner, measurer, args.trials, log=log,
-                                 batch_size=args.batch_size, callback=show)
+                                 batch_size=args.batch_size, callback=show,
+                                 first=[task.default_config()])
             show(progress, final=True)
             best = progress.best_config.to_json() if progress.best_config else None
             print(f"  {task.workload_key}: best {format_cost(progress.best_cost, task.target)}"

@@ -11,6 +11,7 @@ work: ``llvm`` builds with LLVM and times wall-clock seconds per call; ``vta`` (
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import multiprocessing
@@ -107,26 +108,45 @@ def time_calls(call: Callable[[], None], options: MeasureOptions) -> tuple[float
     return tuple(samples)
 
 
+#: seconds NumPy's BLAS threads may go on busy-waiting after a product (OpenBLAS spins
+#: for about 2^28 cycles before it sleeps)
+BLAS_IDLE_S = 0.25
+
+
+@functools.lru_cache(maxsize=1)
+def _inputs_and_reference(key: str, seed: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """Random inputs of task ``key`` and its reference output, computed once per task in
+    a worker (the candidates of a task follow one another), then a pause of
+    ``BLAS_IDLE_S``: BLAS threads still spinning after the reference's product would take
+    a core from the candidate timed next, ranking parallel schedules below serial ones
+    unlike a quiet run of the compiled model."""
+    task = Task.from_key(key)
+    inputs = tuple(task.definition.inputs(task.args, np.random.default_rng(seed)))
+    expected = task.definition.reference(task.args, list(inputs))
+    for array in inputs:  # shared by every candidate of the task
+        array.flags.writeable = False
+    time.sleep(BLAS_IDLE_S)
+    return inputs, expected
+
+
 @register_runner("llvm")
 def run_llvm_candidate(task: Task, config: Config, options: MeasureOptions) -> tuple[float, ...]:
     """Build ``config`` of ``task`` with LLVM, check it against NumPy, time it."""
     from heterocc.targets.llvm.module import build
 
-    template = task.definition
     try:
-        schedule, tensors = template.instantiate(task.args, config)
+        schedule, tensors = task.definition.instantiate(task.args, config)
         module = build(te.lower(schedule, tensors, name="candidate"))
     except Exception as error:  # any failure to build is this candidate's, not the tuner's
         raise CandidateError("build", f"{type(error).__name__}: {error}") from None
-    rng = np.random.default_rng(options.seed)
-    inputs = template.inputs(task.args, rng)
+    inputs, expected = _inputs_and_reference(task.workload_key, options.seed)
     output = np.zeros(tensors[-1].shape, tensors[-1].dtype)
     function = module["candidate"]
     try:
         function(*inputs, output)
     except Exception as error:
         raise CandidateError("runtime", f"{type(error).__name__}: {error}") from None
-    check_output(task, output, template.reference(task.args, inputs), options)
+    check_output(task, output, expected, options)
     return time_calls(lambda: function(*inputs, output), options)
 
 

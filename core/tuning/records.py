@@ -119,13 +119,29 @@ def read_records(path: str | Path) -> list[MeasureRecord]:
     return records
 
 
-def best_records(records: Iterable[MeasureRecord]) -> dict[str, MeasureRecord]:
-    """The lowest-cost successful record of every task."""
-    best: dict[str, MeasureRecord] = {}
+def config_costs(records: Iterable[MeasureRecord]) -> dict[str, dict[int, float]]:
+    """Per task, per config index, the median cost of the config's successful records.
+    A config measured again (see ``tuners.remeasure_best``) is ranked by all its
+    measurements, so that one lucky timing on a shared machine does not decide."""
+    costs: dict[str, dict[int, list[float]]] = {}
     for record in records:
-        if record.ok and (record.workload_key not in best
-                          or record.cost < best[record.workload_key].cost):
-            best[record.workload_key] = record
+        if record.ok:
+            costs.setdefault(record.workload_key, {}).setdefault(
+                record.config_index, []).append(record.cost)
+    return {key: {index: statistics.median(seen) for index, seen in by_config.items()}
+            for key, by_config in costs.items()}
+
+
+def best_records(records: Iterable[MeasureRecord]) -> dict[str, MeasureRecord]:
+    """A successful record of the best config of every task (the config of lowest
+    :func:`config_costs`; its fastest record)."""
+    records = [record for record in records if record.ok]
+    best: dict[str, MeasureRecord] = {}
+    for key, costs in config_costs(records).items():
+        index = min(costs, key=costs.get)
+        best[key] = min((r for r in records
+                         if r.workload_key == key and r.config_index == index),
+                        key=lambda r: r.cost)
     return best
 
 

@@ -99,28 +99,42 @@ def _pack_columns(read_b: Callable, n: int, depth: int, panel: int, dtype: str,
                       lambda b, p, k, c: element(k, p * panel + c, b), name=name)
 
 
-def _matmul_space(args: tuple) -> ConfigSpace:
-    m, n, k, dtype = args[:4]
+def _panel_options(n: int, dtype: str) -> tuple[int, ...]:
+    """Panel widths of B: one to six vectors, those that divide ``n`` (a panel that does
+    not leaves C's column tiles a guarded tail that cannot be vectorized: an order of
+    magnitude slower), or every one that fits when none does."""
     lanes = vector_lanes(dtype)
-    padded_n = -(-n // lanes) * lanes
+    widths = [lanes * vectors for vectors in (1, 2, 3, 4, 6)]
+    dividing = tuple(w for w in widths if n % w == 0)
+    return dividing or split_options(-(-n // lanes) * lanes, widths)
+
+
+def _matmul_space(args: tuple) -> ConfigSpace:
+    """Register tile (rows x panel: rows of C x packed columns of B), the reduction's
+    chunk (with ``accumulate="memory"`` the chunk loop runs outside the row tiles: cache
+    blocking of B's panel), tile order, which tile loop runs in parallel, unrolling."""
+    m, n, k, dtype = args[:4]
     return ConfigSpace((
-        Knob("tile_rows", "split", split_options(m, (1, 2, 4, 6, 8, 12, 16))),
-        Knob("panel", "layout", split_options(padded_n, (lanes, 2 * lanes, 3 * lanes,
-                                                         4 * lanes))),
+        Knob("tile_rows", "split", split_options(m, (1, 2, 3, 4, 6, 8, 12, 16))),
+        Knob("panel", "layout", _panel_options(n, dtype)),
         Knob("k_chunk", "split", split_options(k, (16, 64, 128, 256, 512, k))),
         Knob("accumulate", "order", ("registers", "memory")),
         Knob("loop_order", "order", ("panels_outer", "rows_outer")),
-        Knob("parallel", "parallel", ("outer", "none")),
+        Knob("parallel", "parallel", ("outer", "inner", "none")),
         Knob("unroll_rows", "unroll", (True, False)),
     ))
 
 
 def _matmul_default(args: tuple) -> dict:
+    """The choices of ``targets.llvm.schedules.schedule_matmul``."""
+    # imported here: the targets package imports tuning (its logs apply at compile time)
+    from ..targets.llvm.schedules import TILE_ROWS, panel_width
+
     m, n, k, dtype = args[:4]
     space = _matmul_space(args)
     knobs = {knob.name: knob.options for knob in space.knobs}
-    return {"tile_rows": _closest(knobs["tile_rows"], 8),
-            "panel": _closest(knobs["panel"], 2 * vector_lanes(dtype)),
+    return {"tile_rows": _closest(knobs["tile_rows"], TILE_ROWS),
+            "panel": _closest(knobs["panel"], panel_width(dtype)),
             "k_chunk": k, "accumulate": "registers", "loop_order": "panels_outer",
             "parallel": "outer", "unroll_rows": True}
 
@@ -166,6 +180,8 @@ def schedule_matmul_config(s: te.Schedule, C: te.Tensor, packed: te.Tensor,
         s[C].vectorize(ji)
     if config["parallel"] == "outer":
         s[C].parallel(batch[0] if batch else outer[0])
+    elif config["parallel"] == "inner":
+        s[C].parallel(outer[1])
 
 
 def _instantiate_matmul(args: tuple, config: Config, transpose_b: bool = False):

@@ -13,6 +13,7 @@ measuring, logging and resuming.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,7 +22,7 @@ import numpy as np
 from ..errors import InputError
 from .features import candidate_features
 from .measure import InProcessMeasurer, Measurer, MeasureResult
-from .records import MeasureRecord, RecordLog, read_records
+from .records import MeasureRecord, RecordLog, config_costs, read_records
 from .space import Config
 from .task import Task
 
@@ -296,21 +297,34 @@ class TuneProgress:
 
 def tune_task(task: Task, tuner: Tuner, measurer: Measurer | InProcessMeasurer, trials: int,
               log: RecordLog | None = None, batch_size: int = 8,
-              callback: Callable[[TuneProgress], None] | None = None) -> TuneProgress:
+              callback: Callable[[TuneProgress], None] | None = None,
+              first: Sequence[Config] = ()) -> TuneProgress:
     """Measure up to ``trials`` configs of ``task`` proposed by ``tuner``, appending each
     record to ``log``. Records of this task already in the log count as trials and
-    teach the tuner (so a killed run resumes where it stopped)."""
+    teach the tuner (so a killed run resumes where it stopped). Configs of ``first`` not
+    measured yet are measured before the tuner's proposals (and count as trials): pass
+    ``[task.default_config()]`` so that the best found is never one slower than the
+    hand-written schedule as measured by the same run."""
     history = [] if log is None else [r for r in read_records(log.path)
                                       if r.workload_key == task.workload_key]
+    # a config measured more than once (remeasure_best) is one trial, at its median cost
+    first_record = {}
+    for record in history:
+        first_record.setdefault(record.config_index, record)
+    costs = config_costs(history).get(task.workload_key, {})
     space = task.space
-    previous = [(space.from_values(r.config), r.cost, r.error is not None) for r in history]
+    previous = [(space.from_values(record.config), costs.get(index, math.inf), index not in costs)
+                for index, record in first_record.items()]
     progress = TuneProgress(task, 0, trials, 0, math.inf, None, resumed=len(previous))
     if previous:
         tuner.update([c for c, _, _ in previous], [cost for _, cost, _ in previous])
         for config, cost, failed in previous:
             _account(progress, config, cost, failed)
-    while progress.trials < trials and tuner.has_next():
-        batch = tuner.next_batch(min(batch_size, trials - progress.trials))
+    queued = [config for config in dict.fromkeys(first) if config.index not in tuner.visited]
+    while progress.trials < trials and (queued or tuner.has_next()):
+        batch = queued[:trials - progress.trials] or tuner.next_batch(
+            min(batch_size, trials - progress.trials))
+        queued = []
         if not batch:
             break
         results: list[MeasureResult] = []
@@ -326,6 +340,40 @@ def tune_task(task: Task, tuner: Tuner, measurer: Measurer | InProcessMeasurer, 
                 callback(progress)
         tuner.update(batch, [r.cost for r in results])
     return progress
+
+
+def remeasure_best(task: Task, measurer: Measurer | InProcessMeasurer, log: RecordLog,
+                   count: int = 4, rounds: int = 2, include: Sequence[Config] = ()
+                   ) -> list[Config]:
+    """Measure the fastest configs of ``task`` in ``log`` again until each of the
+    ``count`` best ranked (and each of ``include``, e.g. the default) has ``rounds``
+    more records than its first, appending every record; returns the final top
+    ``count``, fastest first.
+
+    On a shared machine the fastest first timing is often a lucky one. A config is
+    ranked by the median of its records (:func:`.records.config_costs`), so a finalist
+    whose luck does not repeat drops and the next in line is measured in turn; after
+    this the log's best (what compilation applies) is the fastest over repeated
+    measurements. Each pass measures the unconfirmed configs one after another (a
+    change in load hits them alike); at most ``4 * count * rounds`` measurements."""
+    wanted = 1 + rounds
+    budget = 4 * count * rounds
+    while True:
+        records = [r for r in read_records(log.path) if r.workload_key == task.workload_key]
+        costs = config_costs(records).get(task.workload_key, {})
+        seen = Counter(r.config_index for r in records if r.ok)
+        ranked = sorted(costs, key=costs.get)
+        finalists = list(dict.fromkeys([*ranked[:count],
+                                        *(c.index for c in include if c.index in costs)]))
+        pending = [index for index in finalists if seen[index] < wanted]
+        if not pending or budget <= 0:
+            return [task.space.get(index) for index in ranked[:count]]
+        for index in pending[:budget]:
+            config = task.space.get(index)
+            result = measurer.measure_one(task, config)
+            log.append(MeasureRecord(task.workload_key, config.to_json(), index,
+                                     result.costs, result.error, result.message, "remeasure"))
+            budget -= 1
 
 
 def _account(progress: TuneProgress, config: Config, cost: float, failed: bool) -> None:

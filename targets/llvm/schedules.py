@@ -17,6 +17,7 @@ vectorizes (float reductions are reassociable).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -164,19 +165,120 @@ def schedule_conv2d_nchw(schedule: te.Schedule, conv: te.Tensor,
     schedule[local].vectorize(lx)
 
 
+#: most output columns of one blocked-conv register tile: one accumulator vector each,
+#: leaving registers of the 32 (AVX-512) for the weight vector and the broadcast input.
+BLOCKED_CONV_MAX_COLUMNS = 28
+#: the same for a depthwise tile, whose every multiply-add loads its own input vector
+#: (wider tiles measured slower: the loads and accumulators no longer fit the registers)
+DEPTHWISE_MAX_COLUMNS = 14
+
+
+def blocked_conv_columns(width: int, limit: int = BLOCKED_CONV_MAX_COLUMNS) -> int:
+    """Output columns per blocked-conv register tile: the widest divisor of ``width``
+    up to ``limit`` (no tail tile), or ``limit`` when the only divisors are small."""
+    best = max(d for d in range(1, min(width, limit) + 1) if width % d == 0)
+    return best if 2 * best > min(width, limit) else min(width, limit)
+
+
+@dataclass(frozen=True)
+class BlockedConvTiles:
+    """Tile parameters of :func:`schedule_conv2d_nchwc` (tuning drives them).
+
+    ``columns``: output columns per register tile (None: :func:`blocked_conv_columns`);
+    ``channel_blocks``: output channel blocks per tile (each broadcast input element
+    then feeds that many weight vectors); it must divide the number of blocks.
+    """
+
+    columns: int | None = None
+    channel_blocks: int = 1
+
+
+def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
+                          epilogue: te.Tensor | None = None,
+                          chain: Sequence[te.Tensor] = (),
+                          tiles: BlockedConvTiles = BlockedConvTiles()) -> None:
+    """A register-tiled CPU schedule of a blocked convolution ``conv[n, ko, y, x, ki]``
+    (NCHW[x]c output, ``ki`` the output channel block): each tile is one output row
+    segment of ``tiles.columns`` pixels by one channel block, one accumulator vector per
+    pixel, reduced over (input channel blocks, kernel rows, kernel columns, channels in
+    a block) with one multiply-add of a weight vector per pixel and step. Tiles of one
+    (image, channel block, row) run in parallel.
+
+    ``epilogue`` and ``chain`` as in :func:`schedule_conv2d_nchw`: the function's
+    elementwise tail, finished from registers in each tile."""
+    stage = schedule[conv]
+    if len(stage.op.axis) != 5 or len(stage.op.reduce_axis) not in (2, 4):
+        raise CompileError(f"schedule_conv2d_nchwc: {conv.name!r} is not a blocked conv2d "
+                           "(5 output axes, 2 or 4 reduction axes)")
+    _schedule_conv_data(schedule, reads_of(stage.body)[0])
+    if epilogue is None:
+        local, outer = schedule.cache_write(conv, "local"), conv
+    else:
+        local, outer = conv, epilogue
+    n, ko, y, x, ki = schedule[outer].op.axis
+    depthwise = len(stage.op.reduce_axis) == 2
+    columns = tiles.columns or blocked_conv_columns(
+        conv.shape[3], DEPTHWISE_MAX_COLUMNS if depthwise else BLOCKED_CONV_MAX_COLUMNS)
+    if conv.shape[1] % tiles.channel_blocks:
+        raise CompileError(f"schedule_conv2d_nchwc: {tiles.channel_blocks} channel blocks per "
+                           f"tile do not divide {conv.shape[1]}")
+    ko_outer, ko_inner = schedule[outer].split(ko, factor=tiles.channel_blocks)
+    x_outer, x_inner = schedule[outer].split(x, factor=min(columns, conv.shape[3]))
+    schedule[outer].reorder(n, ko_outer, y, x_outer, ko_inner, x_inner, ki)
+    schedule[outer].parallel(schedule[outer].fuse(n, ko_outer, y))
+    schedule[outer].unroll(ko_inner)
+    schedule[outer].unroll(x_inner)
+    schedule[outer].vectorize(ki)
+    tile_stages = [local, *chain]
+    schedule[tile_stages[-1]].compute_at(schedule[outer], x_outer)
+    for producer, reader in zip(tile_stages, tile_stages[1:]):
+        schedule[producer].compute_at(schedule[reader], schedule[reader].op.axis[0])
+    for stage_tensor in tile_stages:
+        schedule[stage_tensor].set_scope("local")
+    for stage_tensor in chain:
+        _, channel_blocks, _, columns_axis, block = schedule[stage_tensor].op.axis
+        schedule[stage_tensor].unroll(channel_blocks)
+        schedule[stage_tensor].unroll(columns_axis)
+        schedule[stage_tensor].vectorize(block)
+    ln, lko, ly, lx, lki = schedule[local].op.axis
+    schedule[local].reorder(ln, ly, *schedule[local].op.reduce_axis, lko, lx, lki)
+    schedule[local].unroll(lko)
+    schedule[local].unroll(lx)
+    schedule[local].vectorize(lki)
+
+
+def schedule_pool_nchwc(schedule: te.Schedule, pool: te.Tensor) -> None:
+    """Pooling of an NCHW[x]c tensor (``pool[n, c, y, x, b]`` reduced over a window of
+    rows and columns): rows of output pixels in parallel, each pixel one vector over the
+    channel block, reduced over its window with one vector max/add per tap."""
+    stage = schedule[pool]
+    if len(stage.op.axis) != 5 or len(stage.op.reduce_axis) != 3:
+        raise CompileError(f"schedule_pool_nchwc: {pool.name!r} is not a blocked 2-D pool")
+    n, c, y, x, block = stage.op.axis
+    stage.reorder(n, c, y, x, *stage.op.reduce_axis, block)
+    stage.vectorize(block)
+    if int(np.prod(pool.shape)) >= PARALLEL_MIN_ELEMENTS:
+        stage.parallel(stage.fuse(n, c, y))
+
+
 def panel_width(dtype: str) -> int:
     """Columns of one packed panel of B: two vector registers of ``dtype``."""
     return 2 * VECTOR_BYTES // np.dtype(dtype).itemsize
 
 
-def matmul(A: te.Tensor, B: te.Tensor, name: str = "C") -> te.Tensor:
+def matmul(A: te.Tensor, B: te.Tensor, name: str = "C", panel: int | None = None
+           ) -> te.Tensor:
     """``A @ B`` for 2-D ``A`` (m, k) and ``B`` (k, n) of one dtype, reading B through a
-    packed copy ``[n / panel, k, panel]`` (zero-padded past column n)."""
+    packed copy ``[n / panel, k, panel]`` (zero-padded past column n). The panel is
+    ``panel`` when given, else the applied tuning log's best for this shape (see
+    ``heterocc.tuning.apply``), else :func:`panel_width`."""
+    from heterocc.tuning.apply import matmul_panel  # tuning builds on this module
+
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0] or A.dtype != B.dtype:
         raise CompileError(f"matmul {name!r}: needs A (m, k) and B (k, n) of one dtype, got "
                            f"{A.dtype}{list(A.shape)} and {B.dtype}{list(B.shape)}")
     (m, depth), n = A.shape, B.shape[1]
-    width = panel_width(A.dtype)
+    width = panel or matmul_panel(m, n, depth, A.dtype) or panel_width(A.dtype)
     panels = -(-n // width)
     packed = te.compute(
         (panels, depth, width),
@@ -195,7 +297,7 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor) -> None:
     packed = C.op.attrs.get("packed_B")
     if packed is None:
         raise CompileError(f"schedule_matmul: {C.name!r} was not made by matmul()")
-    width = panel_width(C.dtype)
+    width = packed.shape[-1]
     panel, _, column = schedule[packed].op.axis
     schedule[packed].parallel(panel)
     schedule[packed].vectorize(column)

@@ -35,9 +35,12 @@ from .module import build as build_module
 from .module import load_library
 from .schedules import (
     schedule_conv2d_nchw,
+    schedule_conv2d_nchwc,
     schedule_injective,
     schedule_matmul,
+    schedule_pool_nchwc,
     schedule_reduction,
+    schedule_rows,
 )
 
 
@@ -51,7 +54,11 @@ def _schedule_matmul(schedule: te.Schedule, product: te.Tensor) -> None:
         schedule_matmul(schedule, product)
 
 
-_ANCHOR_SCHEDULES = {"conv2d_nchw": schedule_conv2d_nchw, "matmul": _schedule_matmul}
+_ANCHOR_SCHEDULES = {"conv2d_nchw": schedule_conv2d_nchw,
+                     "conv2d_nchwc": schedule_conv2d_nchwc, "matmul": _schedule_matmul,
+                     "layout_transform": schedule_rows, "pool_nchwc": schedule_pool_nchwc}
+#: anchor schedules that finish the function's elementwise epilogue in their tiles
+_EPILOGUE_SCHEDULES = ("conv2d_nchw", "conv2d_nchwc")
 
 
 @dataclass
@@ -231,12 +238,12 @@ def _schedule(expressed: ExpressedFunction) -> te.Schedule:
     scheduled = {id(t) for t in anchors}
     for t in anchors:
         kind = t.op.attrs.get("schedule")
-        if kind == "conv2d_nchw":
+        if kind in _EPILOGUE_SCHEDULES:
             epilogue = _epilogue_of(s, t, expressed.outputs)
             chain = None if epilogue is None else _epilogue_chain(s, t, epilogue)
             if chain is None:
                 epilogue = None
-            schedule_conv2d_nchw(s, t, epilogue, chain or [])
+            _ANCHOR_SCHEDULES[kind](s, t, epilogue, chain or [])
             if epilogue is not None:
                 scheduled.add(id(epilogue))
         elif kind in _ANCHOR_SCHEDULES:
@@ -340,9 +347,13 @@ class _Compiled:
 
 @dataclass
 class LLVMTarget:
-    """The CPU through LLVM. ``fallbacks`` maps functions run on NumPy to the reason."""
+    """The CPU through LLVM. ``fallbacks`` maps functions run on NumPy to the reason.
+
+    ``blocked_layout``: compile convolutions in the blocked NCHW[x]c layout (the
+    ``alter_layout`` pass); False keeps every convolution in NCHW."""
 
     name: str = "llvm"
+    blocked_layout: bool = True
     fallbacks: dict[str, str] = field(default_factory=dict)
     _libraries: dict[str, object] = field(default_factory=dict, repr=False)
     #: kernels compiled so far, by :func:`structure_key` (repeated blocks compile once)

@@ -129,3 +129,10 @@ def test_activation_chain_through_compile(rng):
     np.testing.assert_allclose(ours.run([x, slope])[0], reference.run([x, slope])[0],
                                rtol=1e-5, atol=1e-6)
     assert not next(iter(ours._cache.values())).targets["llvm"].fallbacks
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.702])
+@pytest.mark.parametrize("dtype", FLOAT_TYPES)
+def test_swiglu(alpha, dtype, rng):
+    gate, value = (with_specials(random_array(rng, (3, 8), dtype)) for _ in range(2))
+    check("SwiGLU", [gate, value], {"alpha": alpha})

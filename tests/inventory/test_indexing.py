@@ -169,3 +169,14 @@ def test_upsample(rng, mode):
     model = make_model([node], [("x", "float32", [1, 2, 3, 4])],
                        [("y", "float32", [1, 2, 6, 6])], opset=7)
     assert_llvm_matches_reference(model, [x], rtol=1e-5)
+
+
+@pytest.mark.parametrize("batch_axis,time_axis", [(1, 0), (0, 1)])
+def test_reverse_sequence(batch_axis, time_axis, rng):
+    shape = [0, 0, 3]
+    shape[batch_axis], shape[time_axis] = 4, 5
+    x = rng.standard_normal(shape).astype(np.float32)
+    lengths = np.array([5, 0, 2, 1], np.int64)
+    model, inputs = single_node("ReverseSequence", [("x", x, False), ("lens", lengths, False)],
+                                {"batch_axis": batch_axis, "time_axis": time_axis})
+    assert_llvm_matches_reference(model, inputs)

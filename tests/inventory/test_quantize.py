@@ -211,3 +211,13 @@ def test_quantize_dequantize_round_trip_through_compile(rng):
     reference = heterocc.compile(model, target="reference")
     np.testing.assert_array_equal(ours.run([x])[0], reference.run([x])[0])
     assert not next(iter(ours._cache.values())).targets["llvm"].fallbacks
+
+
+@pytest.mark.parametrize("values", [
+    np.array([[0.0, 2.5, -1.25], [7.0, -3.5, 0.1]], np.float32),   # a range across zero
+    np.array([1.0, 2.0, 255.0], np.float32),                       # positive only
+    np.array([-4.0, -0.5], np.float32),                            # negative only
+    np.zeros((2, 2), np.float32),                                  # no range at all
+])
+def test_dynamic_quantize_linear(values):
+    check("DynamicQuantizeLinear", [values])

@@ -1,0 +1,235 @@
+"""Blocked layout for CPU convolutions (``alter_layout``).
+
+Float32 2-D convolutions whose channel counts allow it become ``ConvNCHWc`` over
+``NCHW{b}c`` data, with their weights packed at compile time. The blocked layout is
+carried through layout-agnostic ops (elementwise activations, binary arithmetic of two
+blocked tensors or of a blocked tensor and a per-channel or scalar constant, 2-D max and
+average pooling), so that a chain of convolutions reads and writes blocked tensors
+throughout. A value is moved to another layout only where a reader needs it there, once
+per layout: a transform to NCHW and straight back never appears, and every op that is
+not layout-agnostic (global pooling, reshape, a graph output) reads NCHW.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..ir.graph import Graph, NameScope, Node, Value, constant
+from ..ir.types import TensorType
+from ..ops.layout import blocked_layout, blocked_shape, pack_conv_weight
+from ..ops.nn import conv_geometry, resolve_conv_padding
+from .manager import register_pass
+
+#: output channels per block, preferred first: one AVX-512 vector of float32, else one
+#: AVX vector (so that 24- or 40-channel layers stay blocked too)
+OUT_BLOCKS = (16, 8)
+#: input channel blocks tried, widest first, for a convolution whose input is not
+#: blocked yet (the last one always divides)
+IN_BLOCKS = (16, 8, 4, 3, 2, 1)
+
+#: ops computing each element from the same element of their one tensor input (other
+#: inputs, when present, must be one-element constants: Clip's bounds)
+UNARY_OPS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu",
+                       "Tanh", "Elu", "Softplus", "Neg", "Abs", "Exp"})
+#: binary elementwise ops carried in the blocked layout
+BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div"})
+#: 2-D pooling, carried as 3-D pooling of the blocked tensor with a window of one over
+#: the channel block
+POOL_OPS = frozenset({"MaxPool", "AveragePool"})
+
+
+@dataclass(frozen=True)
+class ConvBlocking:
+    """How one Conv is blocked: channels per input and per output block."""
+
+    in_block: int
+    out_block: int
+    depthwise: bool
+
+
+def conv_blocking(node: Node, available_block: int = 0) -> ConvBlocking | None:
+    """The blocking of Conv ``node``, or None where it stays NCHW: it must be a float32
+    2-D convolution with constant weights (and bias), one of ``OUT_BLOCKS`` dividing its output
+    channels, and dense (group 1) or depthwise (group == channels == filters). A dense
+    convolution takes its input in ``available_block`` when that divides its channels
+    (no transform), else in the widest block of ``IN_BLOCKS`` that does."""
+    x, w = node.inputs[0], node.inputs[1]
+    bias = node.inputs[2] if len(node.inputs) > 2 else None
+    if (x.type.ndim != 4 or x.type.dtype != "float32" or not w.is_const
+            or (bias is not None and not bias.is_const)):
+        return None
+    channels, filters, group = x.type.shape[1], w.type.shape[0], node.attrs.get("group", 1)
+    out_block = next((b for b in OUT_BLOCKS if filters % b == 0), 0)
+    if not out_block:
+        return None
+    if group == 1:
+        if available_block and channels % available_block == 0:
+            return ConvBlocking(available_block, out_block, False)
+        return ConvBlocking(next(b for b in IN_BLOCKS if channels % b == 0), out_block, False)
+    if group == channels == filters:
+        return ConvBlocking(out_block, out_block, True)
+    return None
+
+
+def _per_channel_blocked(value: Value, channels: int, block: int) -> Value | None:
+    """A constant operand of a binary op in the blocked layout: one-element ones as they
+    are, per-channel ``(C, 1, 1)`` / ``(1, C, 1, 1)`` ones as ``(1, C/b, 1, 1, b)``;
+    None for any other constant."""
+    data = value.data
+    if data.size == 1:
+        return value
+    if data.shape in ((channels, 1, 1), (1, channels, 1, 1)):
+        blocked = data.reshape(1, channels // block, block, 1, 1).transpose(0, 1, 3, 4, 2)
+        return constant(np.ascontiguousarray(blocked), f"{value.name}_{blocked_layout(block)}")
+    return None
+
+
+@dataclass
+class _LayoutRewriter:
+    """Emits the rewritten nodes in order, realizing each value in the layouts its
+    readers need (each at most once)."""
+
+    scope: NameScope
+    nodes: list[Node] = field(default_factory=list)
+    #: blocked realizations of each original value, by block
+    blocked: dict[Value, dict[int, Value]] = field(default_factory=dict)
+    #: original values produced only blocked so far (their NCHW form not emitted yet)
+    only_blocked: set[Value] = field(default_factory=set)
+
+    def block_of(self, value: Value | None) -> int:
+        """A block ``value`` is already available in (0: NCHW only)."""
+        if value is None or value.is_const:
+            return 0
+        return next(iter(self.blocked.get(value, {})), 0)
+
+    def nchw(self, value: Value | None) -> Value | None:
+        """``value`` in NCHW: the original value, produced by a transform if need be."""
+        if value is None or value not in self.only_blocked:
+            return value
+        block, source = next(iter(self.blocked[value].items()))
+        self._transform(source, block, 0, value)
+        self.only_blocked.discard(value)
+        return value
+
+    def in_block(self, value: Value, block: int) -> Value:
+        """``value`` in ``NCHW{block}c``, transformed from a layout it has if need be."""
+        have = self.blocked.setdefault(value, {})
+        if block not in have:
+            source_block, source = (next(iter(have.items())) if value in self.only_blocked
+                                    else (0, value))
+            have[block] = self._value_like(value, block)
+            self._transform(source, source_block, block, have[block])
+        return have[block]
+
+    def produce_blocked(self, original: Value, block: int) -> Value:
+        """A new value standing for ``original`` in ``NCHW{block}c``."""
+        self.blocked[original] = {block: self._value_like(original, block)}
+        self.only_blocked.add(original)
+        return self.blocked[original][block]
+
+    def _value_like(self, original: Value, block: int) -> Value:
+        return Value(self.scope.fresh(f"{original.name}_{blocked_layout(block)}"),
+                     TensorType(blocked_shape(original.type.shape, block),
+                                original.type.dtype))
+
+    def _transform(self, source: Value, src_block: int, dst_block: int, out: Value) -> None:
+        self.nodes.append(Node("LayoutTransform", [source], [out],
+                               {"src_layout": blocked_layout(src_block),
+                                "dst_layout": blocked_layout(dst_block)},
+                               self.scope.fresh(f"{out.name}_transform")))
+
+    # --- one rewrite per kind of node ------------------------------------------------
+    def conv(self, node: Node) -> bool:
+        x, weight = node.inputs[0], node.inputs[1]
+        blocking = conv_blocking(node, self.block_of(x))
+        if blocking is None:
+            return False
+        bias = node.inputs[2] if len(node.inputs) > 2 else None
+        _, strides, dilations, pads, _ = conv_geometry(x.type.shape, weight.type.shape,
+                                                       node.attrs)
+        weight_block = 1 if blocking.depthwise else blocking.in_block
+        packed = constant(pack_conv_weight(weight.data, weight_block, blocking.out_block),
+                          self.scope.fresh(f"{weight.name}_packed"))
+        inputs = [self.in_block(x, blocking.in_block), packed]
+        if bias is not None:
+            inputs.append(constant(bias.data.reshape(-1, blocking.out_block),
+                                   self.scope.fresh(f"{bias.name}_blocked")))
+        out = self.produce_blocked(node.outputs[0], blocking.out_block)
+        attrs = {"strides": list(strides), "pads": list(pads), "dilations": list(dilations),
+                 "group": node.attrs.get("group", 1)}
+        self.nodes.append(Node("ConvNCHWc", inputs, [out], attrs, node.name))
+        return True
+
+    def unary(self, node: Node) -> bool:
+        x, *rest = node.inputs
+        block = self.block_of(x)
+        if not block or len(node.outputs) != 1 or any(
+                v is not None and not (v.is_const and v.data.size == 1) for v in rest):
+            return False
+        out = self.produce_blocked(node.outputs[0], block)
+        self.nodes.append(replace(node, inputs=[self.in_block(x, block), *rest], outputs=[out]))
+        return True
+
+    def binary(self, node: Node) -> bool:
+        shape = node.outputs[0].type.shape
+        tensors = [v for v in node.inputs if not v.is_const]
+        block = next((b for b in map(self.block_of, tensors) if b), 0)
+        if (not block or len(shape) != 4 or node.outputs[0].type.dtype != "float32"
+                or any(v.type.shape != shape for v in tensors)):
+            return False
+        constants = {v: _per_channel_blocked(v, shape[1], block)
+                     for v in node.inputs if v.is_const}
+        if any(c is None for c in constants.values()):
+            return False
+        inputs = [constants[v] if v.is_const else self.in_block(v, block)
+                  for v in node.inputs]
+        out = self.produce_blocked(node.outputs[0], block)
+        self.nodes.append(replace(node, inputs=inputs, outputs=[out]))
+        return True
+
+    def pool(self, node: Node) -> bool:
+        x = node.inputs[0]
+        block = self.block_of(x)
+        attrs = node.attrs
+        if not block or len(node.outputs) != 1 or attrs.get("ceil_mode"):
+            return False
+        kernel = list(attrs["kernel_shape"])
+        strides = list(attrs.get("strides") or [1, 1])
+        dilations = list(attrs.get("dilations") or [1, 1])
+        pads = resolve_conv_padding(x.type.shape[2:], kernel, strides, dilations,
+                                    attrs.get("pads"), attrs.get("auto_pad", "NOTSET"))
+        window = {"auto_pad": "NOTSET", "kernel_shape": [*kernel, 1],
+                  "strides": [*strides, 1], "dilations": [*dilations, 1],
+                  "pads": [pads[0], pads[1], 0, pads[2], pads[3], 0]}
+        out = self.produce_blocked(node.outputs[0], block)
+        self.nodes.append(replace(node, inputs=[self.in_block(x, block)], outputs=[out],
+                                  attrs={**attrs, **window}))
+        return True
+
+    def any_other(self, node: Node) -> None:
+        inputs = [self.nchw(v) for v in node.inputs]
+        self.nodes.append(node if inputs == node.inputs else replace(node, inputs=inputs))
+
+
+@register_pass("alter_layout")
+def alter_layout(graph: Graph) -> Graph:
+    """Rewrite blockable float32 Conv nodes into ``ConvNCHWc`` on ``NCHW16c``-style data
+    with packed constant weights, carrying the blocked layout through layout-agnostic
+    ops and inserting ``LayoutTransform`` only where a reader needs another layout.
+    Function nodes (partitioned regions) and other ops read NCHW as before."""
+    rewriter = _LayoutRewriter(NameScope.of(graph))
+    for node in graph.nodes:
+        if node.body is None and node.op == "Conv" and rewriter.conv(node):
+            continue
+        if node.body is None and node.op in UNARY_OPS and rewriter.unary(node):
+            continue
+        if node.body is None and node.op in BINARY_OPS and len(node.inputs) == 2 \
+                and rewriter.binary(node):
+            continue
+        if node.body is None and node.op in POOL_OPS and rewriter.pool(node):
+            continue
+        rewriter.any_other(node)
+    outputs = [rewriter.nchw(v) for v in graph.outputs]
+    return graph.rebuild(rewriter.nodes, outputs)

@@ -1,0 +1,238 @@
+"""The llvm target's blocked (NCHW[x]c) convolutions: ConvNCHWc kernels with their fused
+epilogues and the layout transforms must match the NumPy reference, and whole models
+compiled with the blocked layout must match ONNX Runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import heterocc
+from heterocc import te
+from heterocc.inventory import compute_of
+from heterocc.ir.types import TensorType
+from heterocc.models import mobilenet_v2, resnet18, tiny_cnn
+from heterocc.ops import get_op
+from heterocc.passes import fused_functions
+from heterocc.targets.llvm.module import build
+from heterocc.targets.llvm.schedules import (
+    BlockedConvTiles,
+    blocked_conv_columns,
+    schedule_conv2d_nchwc,
+)
+from heterocc.targets.llvm.target import ExpressedFunction, _schedule
+from tests.conftest import make_model
+
+RNG = np.random.default_rng(17)
+
+
+def _conv_model(channels, size, filters, kernel, stride=1, group=1, pad=None, dilation=1,
+                epilogue=(), width=None):
+    """One Conv with a bias and its epilogue ops, in order: "relu", "clip", "residual"
+    (adds a second graph input of the output's shape), "scale" (a per-channel Mul)."""
+    width = size if width is None else width
+    pad = (kernel // 2) * dilation if pad is None else pad
+    pads = list(pad) if isinstance(pad, list | tuple) else [pad] * 4
+    initializers = [
+        numpy_helper.from_array(RNG.standard_normal(
+            (filters, channels // group, kernel, kernel), dtype=np.float32) * 0.3, "w"),
+        numpy_helper.from_array(RNG.standard_normal(filters, dtype=np.float32), "b")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t0"], pads=pads, strides=[stride] * 2,
+                              group=group, dilations=[dilation] * 2)]
+    out_h = (size + pads[0] + pads[2] - dilation * (kernel - 1) - 1) // stride + 1
+    out_w = (width + pads[1] + pads[3] - dilation * (kernel - 1) - 1) // stride + 1
+    out_shape = [1, filters, out_h, out_w]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, width])]
+    for k, op in enumerate(epilogue, start=1):
+        src, dst = f"t{k - 1}", f"t{k}"
+        if op == "relu":
+            nodes.append(helper.make_node("Relu", [src], [dst]))
+        elif op == "clip":
+            initializers += [numpy_helper.from_array(np.float32(0.0), "lo"),
+                             numpy_helper.from_array(np.float32(6.0), "hi")]
+            nodes.append(helper.make_node("Clip", [src, "lo", "hi"], [dst]))
+        elif op == "residual":
+            inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, out_shape))
+            nodes.append(helper.make_node("Add", [src, "r"], [dst]))
+        elif op == "scale":
+            initializers.append(numpy_helper.from_array(
+                RNG.standard_normal((filters, 1, 1), dtype=np.float32), "s"))
+            nodes.append(helper.make_node("Mul", [src, "s"], [dst]))
+        else:
+            raise ValueError(op)
+    graph = helper.make_graph(
+        nodes, "conv", inputs,
+        [helper.make_tensor_value_info(f"t{len(epilogue)}", TensorProto.FLOAT, out_shape)],
+        initializer=initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _feeds(model):
+    return {v.name: RNG.standard_normal([d.dim_value for d in v.type.tensor_type.shape.dim],
+                                        dtype=np.float32) for v in model.graph.input}
+
+
+def _compile_blocked_and_check(model, feeds):
+    """``model`` on llvm (blocked) against the reference; returns the llvm model."""
+    compiled = heterocc.compile(model, target="llvm")
+    assert "ConvNCHWc" in compiled.graph.op_counts()
+    expected = heterocc.compile(model, target="reference").run(feeds)
+    for ours, theirs in zip(compiled.run(feeds), expected):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+    assert compiled.build_static().targets["llvm"].fallbacks == {}
+    return compiled
+
+
+@pytest.mark.parametrize("channels,size,filters,kernel,stride,group,dilation,width", [
+    (16, 12, 16, 3, 1, 1, 1, 12),    # one block in, one out
+    (3, 30, 16, 7, 2, 1, 1, 30),     # the stem: 3-channel input blocks
+    (24, 9, 40, 3, 1, 1, 1, 9),      # 8-channel blocks (24, 40 not multiples of 16)
+    (12, 17, 32, 1, 1, 1, 1, 33),    # 1x1, a row wider than a tile, prime-ish width
+    (16, 15, 32, 3, 2, 1, 1, 15),    # stride 2, odd width
+    (8, 14, 16, 3, 1, 1, 2, 14),     # dilation 2
+    (8, 16, 16, 5, 3, 1, 1, 16),     # stride 3, 5x5
+    (32, 14, 32, 3, 1, 32, 1, 14),   # depthwise
+    (48, 21, 48, 3, 2, 48, 1, 21),   # depthwise, stride 2, odd width
+    (40, 20, 40, 5, 2, 40, 1, 20),   # depthwise, 8-channel blocks, 5x5 stride 2
+    (16, 11, 16, 3, 1, 16, 2, 13),   # depthwise, dilation 2, non-square
+])
+def test_blocked_conv_geometries_match_reference(channels, size, filters, kernel, stride,
+                                                 group, dilation, width):
+    model = _conv_model(channels, size, filters, kernel, stride, group, dilation=dilation,
+                        width=width)
+    _compile_blocked_and_check(model, _feeds(model))
+
+
+@pytest.mark.parametrize("pads", [[0, 1, 1, 0], [2, 0, 0, 2]])
+@pytest.mark.parametrize("group", [1, 16])
+def test_blocked_conv_asymmetric_padding(pads, group):
+    model = _conv_model(16, 11, 16, 3, 2, group, pad=pads, width=14, epilogue=("relu",))
+    _compile_blocked_and_check(model, _feeds(model))
+
+
+@pytest.mark.parametrize("epilogue", [(), ("relu",), ("clip",), ("residual", "relu"),
+                                      ("scale", "clip")])
+@pytest.mark.parametrize("group", [1, 16])
+def test_blocked_epilogues_fuse_and_match_reference(epilogue, group):
+    model = _conv_model(16, 14, 16, 3, 1, group, epilogue=epilogue)
+    compiled = _compile_blocked_and_check(model, _feeds(model))
+    (function,) = [f for f in fused_functions(compiled.graph)
+                   if f.body.nodes[0].op == "ConvNCHWc"]
+    assert [n.op for n in function.body.nodes][1:] == [
+        {"relu": "Relu", "clip": "Clip", "residual": "Add", "scale": "Mul"}[op]
+        for op in epilogue]
+
+
+def _blocked_conv_stages(group, epilogue):
+    x = te.placeholder((1, 1, 10, 14, 16), "float32", "x")
+    w = te.placeholder((1, 1, 3, 3, 1 if group > 1 else 16, 16), "float32", "w")
+    b = te.placeholder((1, 16), "float32", "b")
+    attrs = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": group}
+    out_type = TensorType((1, 1, 10, 14, 16), "float32")
+    (y,) = compute_of("ConvNCHWc")([x, w, b], attrs, [out_type])
+    if epilogue:
+        (y,) = compute_of("Relu")([y], {}, [out_type])
+    return [x, w, b], y
+
+
+@pytest.mark.parametrize("group", [1, 16])
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_blocked_schedule_computes_the_epilogue_in_its_tiles(group, epilogue):
+    """The function's output is written once, by the tile loop; the sums stay local."""
+    params, y = _blocked_conv_stages(group, epilogue)
+    schedule = _schedule(ExpressedFunction(params, [], [y]))
+    prim = te.lower(schedule, [*params, y], name="blocked")
+    text = str(prim)
+    assert "parallel" in text and "ramp" in text
+    assert text.count("in 'local'") >= 1
+    module = build([prim], name="blocked")
+    arrays = [RNG.standard_normal(p.shape, dtype=np.float32) for p in params]
+    out = np.empty(y.shape, np.float32)
+    module["blocked"](*arrays, out)
+    attrs = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": group}
+    expected = get_op("ConvNCHWc").run(arrays, attrs)[0]
+    if epilogue:
+        expected = np.maximum(expected, 0)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("columns", [1, 5, 7, 16])
+def test_explicit_tile_widths_give_the_same_result(columns):
+    params, y = _blocked_conv_stages(1, True)
+    schedule = te.create_schedule(y)
+    stages = {s.tensor.name: s.tensor for s in schedule.stages if not s.is_placeholder}
+    schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], y, [stages["conv_bias"]],
+                          BlockedConvTiles(columns=columns))
+    prim = te.lower(schedule, [*params, y], name=f"tile{columns}")
+    module = build([prim], name=f"tile{columns}")
+    arrays = [RNG.standard_normal(p.shape, dtype=np.float32) for p in params]
+    out = np.empty(y.shape, np.float32)
+    module[f"tile{columns}"](*arrays, out)
+    attrs = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": 1}
+    expected = np.maximum(get_op("ConvNCHWc").run(arrays, attrs)[0], 0)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("width,limit,columns", [(56, 28, 28), (112, 28, 28), (28, 28, 28),
+                                                 (14, 28, 14), (7, 28, 7), (112, 14, 14),
+                                                 (33, 28, 28), (30, 14, 10)])
+def test_tile_columns_divide_the_row_where_they_can(width, limit, columns):
+    assert blocked_conv_columns(width, limit) == columns
+
+
+@pytest.mark.parametrize("src,dst,shape", [
+    ("NCHW", "NCHW16c", (2, 32, 5, 7)), ("NCHW16c", "NCHW", (1, 2, 5, 7, 16)),
+    ("NCHW", "NCHW3c", (1, 3, 9, 4)), ("NCHW16c", "NCHW8c", (1, 3, 4, 4, 16)),
+    ("NCHW8c", "NCHW16c", (1, 4, 3, 5, 8))])
+def test_layout_transform_kernels(src, dst, shape):
+    x = RNG.standard_normal(shape, dtype=np.float32)
+    attrs = {"src_layout": src, "dst_layout": dst}
+    expected = get_op("LayoutTransform").run([x], attrs)[0]
+    placeholder = te.placeholder(shape, "float32", "x")
+    (y,) = compute_of("LayoutTransform")([placeholder], attrs,
+                                         [TensorType(expected.shape, "float32")])
+    schedule = _schedule(ExpressedFunction([placeholder], [], [y]))
+    module = build([te.lower(schedule, [placeholder, y], name="transform")], name="transform")
+    out = np.empty(expected.shape, np.float32)
+    module["transform"](x, out)
+    np.testing.assert_array_equal(out, expected)
+
+
+def _check_against_ort(model, rtol=1e-3, atol=1e-3):
+    feeds = _feeds(model)
+    compiled = heterocc.compile(model, target="llvm")
+    assert compiled.graph.op_counts().get("ConvNCHWc")
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for ours, theirs in zip(compiled.run(feeds), session.run(None, feeds)):
+        np.testing.assert_allclose(ours, theirs, rtol=rtol, atol=atol)
+    assert compiled.build_static().targets["llvm"].fallbacks == {}
+
+
+def test_tiny_cnn_matches_onnxruntime():
+    _check_against_ort(tiny_cnn(size=32))
+
+
+@pytest.mark.parametrize("build_model", [resnet18, mobilenet_v2])
+def test_small_models_match_onnxruntime(build_model):
+    _check_against_ort(build_model(size=32), rtol=1e-3, atol=5e-3)
+
+
+@pytest.mark.parametrize("pool", [
+    helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                     pads=[1, 1, 1, 1]),
+    helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[2, 3], auto_pad="SAME_UPPER"),
+    helper.make_node("AveragePool", ["c"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+    helper.make_node("AveragePool", ["c"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                     count_include_pad=1),
+])
+def test_pooling_a_blocked_tensor_matches_reference(pool):
+    weights = RNG.standard_normal((16, 8, 3, 3), dtype=np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4), pool],
+                       [("x", "float32", [1, 8, 11, 13])], [("y", "float32", None)],
+                       {"w": weights})
+    compiled = _compile_blocked_and_check(model, _feeds(model))
+    ops = compiled.graph.op_counts()
+    assert ops["LayoutTransform"] == 2 and ops[pool.op_type] == 1

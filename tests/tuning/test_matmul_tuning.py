@@ -1,0 +1,135 @@
+"""The CPU matmul path of tuning: the default measured first, finalists re-measured
+until the log's best is the fastest over repeated measurements, and a log's best config
+(its panel width included) applied when the product is compiled."""
+
+import numpy as np
+
+from heterocc import te
+from heterocc.targets.llvm.module import build
+from heterocc.targets.llvm.schedules import matmul, schedule_matmul
+from heterocc.tuning.apply import ApplyHistoryBest, matmul_panel, schedule_matmul_tuned
+from heterocc.tuning.measure import (
+    MeasureOptions,
+    MeasureResult,
+    _inputs_and_reference,
+    measure_in_process,
+)
+from heterocc.tuning.records import MeasureRecord, RecordLog, config_costs, read_records
+from heterocc.tuning.task import Task
+from heterocc.tuning.templates import TEMPLATES
+from heterocc.tuning.tuners import RandomTuner, remeasure_best, tune_task
+
+TASK = Task("matmul", (16, 128, 24, "float32"))
+
+
+class ScriptedMeasurer:
+    """Costs per config index: a list consumed one measurement at a time (the last
+    value repeats), so a config can be lucky once and slow afterwards."""
+
+    def __init__(self, script, default=1.0):
+        self.script, self.default, self.measured = script, default, []
+
+    def measure_one(self, task, config):
+        self.measured.append(config.index)
+        costs = self.script.get(config.index, [self.default])
+        cost = costs.pop(0) if len(costs) > 1 else costs[0]
+        return MeasureResult(costs=(cost,))
+
+
+def test_tuning_measures_the_given_first_configs_first_and_once():
+    default = TASK.default_config()
+    measurer = ScriptedMeasurer({})
+    progress = tune_task(TASK, RandomTuner(TASK, seed=3), measurer, 6, batch_size=4,
+                         first=[default, default])
+    assert measurer.measured[0] == default.index
+    assert len(measurer.measured) == len(set(measurer.measured)) == progress.trials == 6
+
+
+def test_a_lucky_first_timing_does_not_pick_the_tuned_config(tmp_path):
+    space = TASK.space
+    lucky, steady, default = space.get(5), space.get(9), TASK.default_config()
+    # lucky: fast once, then slow; steady: a little slower than lucky's first timing
+    measurer = ScriptedMeasurer({lucky.index: [1.0, 3.0], steady.index: [1.5],
+                                 default.index: [2.0]}, default=4.0)
+    log_path = tmp_path / "t.jsonl"
+    with RecordLog(log_path) as log:
+        tune_task(TASK, RandomTuner(TASK, seed=0), measurer, 1, log=log, first=[default])
+        for config in (lucky, steady, space.get(11)):
+            result = measurer.measure_one(TASK, config)
+            log.append(MeasureRecord(TASK.workload_key, config.to_json(), config.index,
+                                     result.costs))
+        assert ApplyHistoryBest(log_path).lookup(TASK.workload_key).index == lucky.index
+        finalists = remeasure_best(TASK, measurer, log, count=2, rounds=2,
+                                   include=[default])
+    assert finalists[0].index == steady.index
+    assert ApplyHistoryBest(log_path).lookup(TASK.workload_key).index == steady.index
+    # the finalists end with three records each; lucky left them after its second
+    counts = {index: measurer.measured.count(index) for index in set(measurer.measured)}
+    assert counts[steady.index] == counts[default.index] == 3
+    assert counts[lucky.index] == 2 and counts[space.get(11).index] == 1
+    records = read_records(log_path)
+    assert config_costs(records)[TASK.workload_key][lucky.index] == 2.0
+    assert {r.tuner for r in records if r.config_index == steady.index} == {"", "remeasure"}
+    # resuming counts configs, not records: re-measurements are not new trials
+    measured_before = len(measurer.measured)
+    with RecordLog(log_path) as log:
+        progress = tune_task(TASK, RandomTuner(TASK), measurer, 4, log=log)
+    assert progress.resumed == progress.trials == 4
+    assert progress.best_config.index == steady.index and progress.best_cost == 1.5
+    assert len(measurer.measured) == measured_before
+
+
+def _product(panel=None):
+    A = te.placeholder((16, 24), "float32", "A")
+    B = te.placeholder((24, 128), "float32", "B")
+    return A, B, matmul(A, B, panel=panel)
+
+
+def _run(schedule, tensors):
+    module = build(te.lower(schedule, tensors, name="mm"))
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 24)).astype(np.float32)
+    b = rng.standard_normal((24, 128)).astype(np.float32)
+    c = np.zeros((16, 128), np.float32)
+    module(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_the_logs_panel_width_is_packed_and_its_config_applied():
+    config = TASK.space.from_values({**TASK.default_config().to_json(), "panel": 64,
+                                     "tile_rows": 4, "parallel": "inner"})
+    records = [MeasureRecord(TASK.workload_key, config.to_json(), config.index, (1.0,))]
+    assert matmul_panel(16, 128, 24, "float32") is None
+    assert _product()[2].op.attrs["packed_B"].shape[-1] == 32  # no log: the default
+    with ApplyHistoryBest(records):
+        assert matmul_panel(16, 128, 24, "float32") == 64
+        A, B, C = _product()
+        schedule = te.create_schedule(C)
+        assert schedule_matmul_tuned(schedule, C)
+    assert C.op.attrs["packed_B"].shape[-1] == 64
+    _run(schedule, [A, B, C])
+    # the default schedule follows whatever panel the product was packed with
+    A, B, C = _product(panel=64)
+    schedule = te.create_schedule(C)
+    schedule_matmul(schedule, C)
+    _run(schedule, [A, B, C])
+
+
+def test_panel_options_divide_the_columns_when_some_do():
+    panels = TASK.space.knobs[1].options
+    assert panels and all(128 % p == 0 for p in panels)
+    assert TEMPLATES["matmul"].space((8, 40, 8, "float32")).knobs[1].options == (16, 32, 48)
+    parallel = {k.name: k.options for k in TASK.space.knobs}["parallel"]
+    assert parallel == ("outer", "inner", "none")
+
+
+def test_the_reference_is_computed_once_per_task_and_its_inputs_are_read_only():
+    options = MeasureOptions(repeat=1)
+    _inputs_and_reference.cache_clear()
+    space = TASK.space
+    for index in (0, 7, TASK.default_config().index):
+        assert measure_in_process(TASK, space.get(index), options).ok
+    info = _inputs_and_reference.cache_info()
+    assert (info.misses, info.hits) == (1, 2)
+    inputs, _ = _inputs_and_reference(TASK.workload_key, options.seed)
+    assert not any(array.flags.writeable for array in inputs)
