@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 import heterocc
 from heterocc import te
@@ -23,50 +23,13 @@ from heterocc.targets.llvm.schedules import (
     schedule_conv2d_nchwc,
 )
 from heterocc.targets.llvm.target import ExpressedFunction, _schedule
-from tests.conftest import make_model
+from tests.conftest import conv_model, make_model
 
 RNG = np.random.default_rng(17)
 
 
-def _conv_model(channels, size, filters, kernel, stride=1, group=1, pad=None, dilation=1,
-                epilogue=(), width=None):
-    """One Conv with a bias and its epilogue ops, in order: "relu", "clip", "residual"
-    (adds a second graph input of the output's shape), "scale" (a per-channel Mul)."""
-    width = size if width is None else width
-    pad = (kernel // 2) * dilation if pad is None else pad
-    pads = list(pad) if isinstance(pad, list | tuple) else [pad] * 4
-    initializers = [
-        numpy_helper.from_array(RNG.standard_normal(
-            (filters, channels // group, kernel, kernel), dtype=np.float32) * 0.3, "w"),
-        numpy_helper.from_array(RNG.standard_normal(filters, dtype=np.float32), "b")]
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t0"], pads=pads, strides=[stride] * 2,
-                              group=group, dilations=[dilation] * 2)]
-    out_h = (size + pads[0] + pads[2] - dilation * (kernel - 1) - 1) // stride + 1
-    out_w = (width + pads[1] + pads[3] - dilation * (kernel - 1) - 1) // stride + 1
-    out_shape = [1, filters, out_h, out_w]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, width])]
-    for k, op in enumerate(epilogue, start=1):
-        src, dst = f"t{k - 1}", f"t{k}"
-        if op == "relu":
-            nodes.append(helper.make_node("Relu", [src], [dst]))
-        elif op == "clip":
-            initializers += [numpy_helper.from_array(np.float32(0.0), "lo"),
-                             numpy_helper.from_array(np.float32(6.0), "hi")]
-            nodes.append(helper.make_node("Clip", [src, "lo", "hi"], [dst]))
-        elif op == "residual":
-            inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, out_shape))
-            nodes.append(helper.make_node("Add", [src, "r"], [dst]))
-        elif op == "scale":
-            initializers.append(numpy_helper.from_array(
-                RNG.standard_normal((filters, 1, 1), dtype=np.float32), "s"))
-            nodes.append(helper.make_node("Mul", [src, "s"], [dst]))
-        else:
-            raise ValueError(op)
-    graph = helper.make_graph(
-        nodes, "conv", inputs,
-        [helper.make_tensor_value_info(f"t{len(epilogue)}", TensorProto.FLOAT, out_shape)],
-        initializer=initializers)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+def _conv_model(*args, **kwargs):
+    return conv_model(RNG, *args, **kwargs)
 
 
 def _feeds(model):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 import heterocc
 from heterocc import te
@@ -16,45 +16,13 @@ from heterocc.ir.types import TensorType
 from heterocc.passes import fused_functions
 from heterocc.targets.llvm.target import ExpressedFunction, _epilogue_of, _schedule, structure_key
 from heterocc.te.schedule import AT
+from tests.conftest import conv_model
 
 RNG = np.random.default_rng(11)
 
 
-def _conv_model(channels, size, filters, kernel, stride=1, group=1, pad=None, dilation=1,
-                epilogue=(), width=None):
-    """One Conv (with a bias input) and its epilogue ops; ``epilogue`` names them in
-    order: "relu", "clip", "residual" (adds a second graph input of the output's shape)."""
-    width = size if width is None else width
-    pad = (kernel // 2) * dilation if pad is None else pad
-    pads = list(pad) if isinstance(pad, list | tuple) else [pad] * 4
-    weights = RNG.standard_normal((filters, channels // group, kernel, kernel),
-                                  dtype=np.float32) * 0.3
-    bias = RNG.standard_normal(filters, dtype=np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t0"], pads=pads,
-                              strides=[stride] * 2, group=group, dilations=[dilation] * 2)]
-    out_h = (size + pads[0] + pads[2] - dilation * (kernel - 1) - 1) // stride + 1
-    out_w = (width + pads[1] + pads[3] - dilation * (kernel - 1) - 1) // stride + 1
-    out_shape = [1, filters, out_h, out_w]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, width])]
-    initializers = [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(bias, "b")]
-    for k, op in enumerate(epilogue, start=1):
-        src, dst = f"t{k - 1}", f"t{k}"
-        if op == "relu":
-            nodes.append(helper.make_node("Relu", [src], [dst]))
-        elif op == "clip":
-            initializers += [numpy_helper.from_array(np.float32(0.0), "lo"),
-                             numpy_helper.from_array(np.float32(6.0), "hi")]
-            nodes.append(helper.make_node("Clip", [src, "lo", "hi"], [dst]))
-        elif op == "residual":
-            inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, out_shape))
-            nodes.append(helper.make_node("Add", [src, "r"], [dst]))
-        else:
-            raise ValueError(op)
-    last = f"t{len(epilogue)}"
-    graph = helper.make_graph(nodes, "conv", inputs,
-                              [helper.make_tensor_value_info(last, TensorProto.FLOAT, out_shape)],
-                              initializer=initializers)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+def _conv_model(*args, **kwargs):
+    return conv_model(RNG, *args, **kwargs)
 
 
 def _feeds(model):
