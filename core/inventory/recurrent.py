@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from .. import te
 from ..errors import CompileError
-from ..ops.sequence_models import _RECURRENT_ACTIVATIONS, _RECURRENT_KINDS, _activation_names
+from ..ops.sequence_models import _RECURRENT_KINDS, _activation_names, activation_parameters
 from .common import float_only
 from .registry import register_compute
 
@@ -48,16 +48,9 @@ _ACTIVATIONS: dict[str, Callable] = {
 
 
 def _bound(names: list[str], alphas, betas) -> list[Callable]:
-    """Activations with alpha/beta taken in order from the attribute lists, for the
-    activations that take them (as the reference binds them)."""
-    alphas, betas = list(alphas or []), list(betas or [])
-    bound = []
-    for name in names:
-        spec = _RECURRENT_ACTIVATIONS[name]
-        alpha = (alphas.pop(0) if alphas else spec.alpha) if spec.alpha is not None else None
-        beta = (betas.pop(0) if betas else spec.beta) if spec.beta is not None else None
-        bound.append(lambda x, fn=_ACTIVATIONS[name], a=alpha, b=beta: fn(x, a, b))
-    return bound
+    """Activations with alpha/beta bound as the reference binds them."""
+    return [lambda x, fn=_ACTIVATIONS[name], a=alpha, b=beta: fn(x, a, b)
+            for name, alpha, beta in activation_parameters(names, alphas, betas)]
 
 
 def _optional(inputs, index: int):

@@ -385,16 +385,25 @@ def _infer_recurrent(ctx: InferContext):
     return [TensorType(y, x.dtype)] + [TensorType(state, x.dtype)] * kind.states
 
 
-def _bound_activations(names: list[str], alphas, betas) -> list[Callable]:
-    """Activations with alpha/beta taken in order from the attribute lists, as they need them."""
+def activation_parameters(names: list[str], alphas, betas) -> list[tuple[str, float | None,
+                                                                        float | None]]:
+    """``(name, alpha, beta)`` per activation: alpha/beta taken in order from the attribute
+    lists by the activations that take them (defaults when the lists run out), ``None``
+    for those that take none."""
     alphas, betas = list(alphas or []), list(betas or [])
     bound = []
     for name in names:
         spec = _RECURRENT_ACTIVATIONS[name]
         alpha = (alphas.pop(0) if alphas else spec.alpha) if spec.alpha is not None else None
         beta = (betas.pop(0) if betas else spec.beta) if spec.beta is not None else None
-        bound.append(lambda x, fn=spec.fn, a=alpha, b=beta: fn(x, a, b))
+        bound.append((name, alpha, beta))
     return bound
+
+
+def _bound_activations(names: list[str], alphas, betas) -> list[Callable]:
+    """The activations as functions of x, their alpha/beta bound."""
+    return [lambda x, fn=_RECURRENT_ACTIVATIONS[name].fn, a=alpha, b=beta: fn(x, a, b)
+            for name, alpha, beta in activation_parameters(names, alphas, betas)]
 
 
 @dataclass(frozen=True)
