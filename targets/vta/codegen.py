@@ -15,14 +15,24 @@ activations into a copy of the DRAM image.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from heterocc import te, tir
 from heterocc.accel_sim import HardwareConfig, run_stream
-from heterocc.accel_sim.isa import Buffer
-from heterocc.accel_sim.program import Program, ProgramBuilder, pack_tiles, read_tensor
+from heterocc.accel_sim.isa import Alu, Buffer
+from heterocc.accel_sim.program import (
+    DramTensor,
+    Program,
+    ProgramBuilder,
+    element_dtype,
+    pack_tiles,
+    read_tensor,
+)
 from heterocc.accel_sim.reference_programs import GemmTiling, Requantization
 from heterocc.errors import CompileError
 from heterocc.ir.graph import Node
@@ -30,9 +40,14 @@ from heterocc.ops.nn import conv_geometry
 from heterocc.tuning.apply import vta_tiling
 
 from .dae import emit_program
+from .epilogue import EpilogueStep, plan_epilogue
 from .schedule import constant_blocks, packed_gemm, schedule_packed_gemm
-from .tiling import best_tiling
+from .tiling import best_tiling, task_threads
 from .vthreads import interleave_virtual_threads
+
+#: per-column constants of an unshortened requantization (bias, -limit, limit,
+#: multiplier, rounding, shift)
+FULL_EPILOGUE_CONSTANTS = 6
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -43,24 +58,18 @@ def _per_channel(value, channels: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(value, np.int64).reshape(-1), (channels,)).copy()
 
 
-def _epilogue(nodes: list[Node], channels: int, padded: int) -> Requantization:
+def _requantization(nodes: list[Node], channels: int) -> Requantization:
     requant = nodes[-1]
     bias = np.zeros(channels, np.int64)
     add = next((n for n in nodes if n.op == "Add"), None)
     if add is not None:
         bias = _per_channel(add.inputs[1].data, channels)
     a = requant.attrs
-    multiplier = _per_channel(a["multiplier"], channels)
     shift = _per_channel(a["shift"], channels)
-    limit = _per_channel(a["acc_limit"], channels)
     rounding = np.where(shift > 0, np.left_shift(1, np.maximum(shift - 1, 0)), 0)
-
-    def pad(values, fill):
-        return np.concatenate([values, np.full(padded - channels, fill, np.int64)])
-
-    return Requantization(pad(bias, 0), pad(limit, 2 ** 31 - 1), pad(multiplier, 1),
-                          pad(rounding, 0), pad(shift, 0), int(a["zero_point"]),
-                          int(a["qmin"]), int(a["qmax"]))
+    return Requantization(bias, _per_channel(a["acc_limit"], channels),
+                          _per_channel(a["multiplier"], channels), rounding, shift,
+                          int(a["zero_point"]), int(a["qmin"]), int(a["qmax"]))
 
 
 @dataclass
@@ -151,13 +160,16 @@ def compile_composite(function: Node, config: HardwareConfig,
                            f"size {config.batch}")
     w = np.zeros((n_padded, k_padded), np.int8)
     w[:out_channels, :k] = weights
-    epilogue = _epilogue(nodes, out_channels, n_padded)
+    epilogue = plan_epilogue(_requantization(nodes, out_channels), w, n_padded,
+                             config.acc_bits)
     tuned = vta_tiling(rows, k_padded, n_padded, config, requantize=True)
     if tuned is not None:  # a tuning log is applied: its best tiling and thread count
         tiling, virtual_threads = tuned
     else:
+        # timed with the reference program's full epilogue, whose six constants take
+        # at least the accumulator space the planned epilogue keeps
         tiling, _ = best_tiling(config, rows, k_padded, n_padded, virtual_threads,
-                                len(epilogue.column_constants))
+                                FULL_EPILOGUE_CONSTANTS)
     virtual_threads = usable_threads(config, rows, n_padded, tiling, virtual_threads)
     program = gemm_program(config, rows, w, tiling, virtual_threads, epilogue)
     return AcceleratorKernel(function.name, config, program, to_matrix, from_matrix, k_padded,
@@ -167,13 +179,11 @@ def compile_composite(function: Node, config: HardwareConfig,
 def usable_threads(config: HardwareConfig, rows: int, n: int, tiling: GemmTiling,
                    virtual_threads: int) -> int:
     """``virtual_threads``, or 1 when the tiling's task count does not split over them."""
-    tasks = (rows // config.batch // tiling.block_rows) * (n // config.block_out
-                                                            // tiling.block_cols)
-    return virtual_threads if tasks % virtual_threads == 0 else 1
+    return task_threads(rows // config.batch, n // config.block_out, tiling, virtual_threads)
 
 
 def lower_gemm(config: HardwareConfig, rows: int, k: int, n: int, tiling: GemmTiling,
-               virtual_threads: int, epilogue: Requantization | None,
+               virtual_threads: int, epilogue: list[EpilogueStep] | None,
                name: str = "gemm") -> tuple[tir.PrimFunc, list[te.Tensor]]:
     """The accelerator TIR of a (rows x k) @ (k x n) GEMM with its epilogue, virtual
     threads interleaved, and the TE tensors of its parameters."""
@@ -185,19 +195,81 @@ def lower_gemm(config: HardwareConfig, rows: int, k: int, n: int, tiling: GemmTi
 
 
 def gemm_program(config: HardwareConfig, rows: int, w: np.ndarray, tiling: GemmTiling,
-                 virtual_threads: int, epilogue: Requantization | None) -> Program:
+                 virtual_threads: int,
+                 epilogue: Requantization | list[EpilogueStep] | None) -> Program:
     """The program computing tensor "C" = epilogue(A @ W.T) for an A of ``rows`` rows
-    (tensor "A", written per call) and the constant W (N x K, packed here)."""
+    (tensor "A", written per call) and the constant W (N x K, packed here). A
+    ``Requantization`` is first planned into ALU steps (``epilogue.plan_epilogue``).
+
+    The instruction stream depends on the shapes, the tiling, the threads and the
+    kinds of the epilogue's steps, not on the weights, the column constants or the
+    immediates' values, so it is generated once per such combination (``_stream``);
+    each call fills in its own immediates and packs its own constants into a copy of
+    that program's DRAM image."""
     n, k = w.shape
+    if isinstance(epilogue, Requantization):
+        epilogue = plan_epilogue(epilogue, w, n, config.acc_bits)
+    signature = None if epilogue is None else tuple(
+        (step.name, step.op, step.immediate is not None) for step in epilogue)
+    stream = _stream(config, rows, k, n, tiling, virtual_threads, signature)
+    dram = stream.dram.copy()
+    constants = {"W": w}
+    immediates = {}
+    if epilogue is not None:
+        blocks = constant_blocks(config, epilogue, n // config.block_out)
+        names = [step.name for step in epilogue if step.column is not None]
+        constants.update((name, block.transpose(1, 0, 2).reshape(config.batch, n))
+                         for name, block in zip(names, blocks))
+        steps = [step for step in epilogue if step.immediate is not None]
+        immediates = {_PLACEHOLDER + i: step.immediate for i, step in enumerate(steps)}
+    for name, matrix in constants.items():
+        _write_tensor(config, stream.tensors[name], matrix, dram)
+    instructions = [_fill_immediate(i, immediates) for i in stream.instructions]
+    return dataclasses.replace(stream, instructions=instructions, dram=dram)
+
+
+#: the template stream's immediates: placeholder + index of the immediate step (values
+#: that no simplification touches, distinct from each other)
+_PLACEHOLDER = 1000
+
+
+def _fill_immediate(instruction, immediates: dict[int, int]):
+    if not (isinstance(instruction, Alu) and instruction.use_imm):
+        return instruction
+    if instruction.imm not in immediates:
+        raise CompileError(f"ALU immediate {instruction.imm} of the template stream is not a "
+                           "placeholder of an epilogue step")
+    return dataclasses.replace(instruction, imm=immediates[instruction.imm])
+
+
+def _write_tensor(config: HardwareConfig, tensor: DramTensor, matrix: np.ndarray,
+                  dram: np.ndarray) -> None:
+    dtype = element_dtype(config, tensor.buffer)
+    if not np.array_equal(matrix.astype(dtype), matrix):
+        raise CompileError(f"tensor {tensor.name!r} holds values that do not fit {dtype.name}")
+    packed = pack_tiles(matrix.astype(dtype), tensor.tile_rows, tensor.tile_cols).tobytes()
+    dram[tensor.byte_address: tensor.byte_address + len(packed)] = np.frombuffer(packed,
+                                                                                 np.uint8)
+
+
+@functools.lru_cache(maxsize=32)
+def _stream(config: HardwareConfig, rows: int, k: int, n: int, tiling: GemmTiling,
+            virtual_threads: int, signature: tuple | None) -> Program:
+    """The program of a GEMM with zero weights and zero column constants, for an
+    epilogue of the steps ``signature`` names ((name, op, whether its operand is an
+    immediate)); immediates are placeholders (``_PLACEHOLDER`` + their index)."""
+    epilogue = None
+    if signature is not None:
+        epilogue, count = [], itertools.count(_PLACEHOLDER)
+        for name, op, is_immediate in signature:
+            epilogue.append(EpilogueStep(name, op, immediate=next(count)) if is_immediate
+                            else EpilogueStep(name, op, column=np.zeros(n, np.int64)))
     func, args = lower_gemm(config, rows, k, n, tiling, virtual_threads, epilogue)
     builder = ProgramBuilder(config)
     tensors = {"A": builder.tensor("A", Buffer.INP, shape=(rows, k)),
-               "W": builder.tensor("W", Buffer.WGT, data=w)}
-    if epilogue is not None:
-        blocks = constant_blocks(config, epilogue, n // config.block_out)
-        for tensor, block in zip(args[2:-1], blocks):
-            matrix = block.transpose(1, 0, 2).reshape(config.batch, n)
-            tensors[tensor.name] = builder.tensor(tensor.name, Buffer.ACC, data=matrix)
+               "W": builder.tensor("W", Buffer.WGT, shape=(n, k))}
+    for tensor in args[2:-1]:
+        tensors[tensor.name] = builder.tensor(tensor.name, Buffer.ACC, shape=(config.batch, n))
     output = Buffer.OUT if epilogue is not None else Buffer.ACC
     tensors[args[-1].name] = builder.tensor("C", output, shape=(rows, n))
     return emit_program(func, config, builder, tensors)

@@ -15,21 +15,22 @@ buffer, and tensorizes the tile loops with the GEMM intrinsic.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from heterocc import te
 from heterocc.accel_sim import HardwareConfig
-from heterocc.accel_sim.reference_programs import GemmTiling, Requantization
+from heterocc.accel_sim.reference_programs import GemmTiling
 from heterocc.errors import CompileError
 
+from .epilogue import EpilogueStep, column_steps
 from .intrin import ACC_SCOPE, INP_SCOPE, WGT_SCOPE, gemm_intrin
 
-#: the epilogue's per-column steps, in the order of ``Requantization.column_constants``
-_COLUMN_STEPS = (("bias", lambda x, c: x + c), ("neg_limit", te.maximum),
-                 ("limit", te.minimum), ("multiplier", lambda x, c: x * c),
-                 ("rounding", lambda x, c: x + c), ("shift", lambda x, c: x >> c))
+#: TE form of each ALU operation of the epilogue
+_OPERATIONS = {"add": lambda x, c: x + c, "mul": lambda x, c: x * c,
+               "shr": lambda x, c: x >> c, "min": te.minimum, "max": te.maximum}
 
 
 @dataclass
@@ -43,6 +44,7 @@ class PackedGemm:
     constants: list[te.Tensor]
     epilogue: list[te.Tensor]
     out: te.Tensor
+    constant_readers: list[te.Tensor] = dataclasses.field(default_factory=list)
 
     @property
     def args(self) -> list[te.Tensor]:
@@ -51,10 +53,10 @@ class PackedGemm:
 
 
 def packed_gemm(config: HardwareConfig, m_tiles: int, k_tiles: int, n_tiles: int,
-                requantization: Requantization | None) -> PackedGemm:
-    """``C = A @ W.T`` over tile grids of the given sizes, then (with a
-    ``requantization``) its epilogue stages and an int8 output; without one the output
-    is the int32 accumulator."""
+                epilogue: list[EpilogueStep] | None) -> PackedGemm:
+    """``C = A @ W.T`` over tile grids of the given sizes, then (with an ``epilogue``)
+    one stage per ALU step and an int8 output; without one the output is the int32
+    accumulator."""
     batch, block_in, block_out = config.batch, config.block_in, config.block_out
     a = te.placeholder((m_tiles, k_tiles, batch, block_in), "int8", "A")
     w = te.placeholder((n_tiles, k_tiles, block_out, block_in), "int8", "W")
@@ -65,41 +67,38 @@ def packed_gemm(config: HardwareConfig, m_tiles: int, k_tiles: int, n_tiles: int
         lambda m, n, b, o: te.sum(te.cast("int32", a[m, ko, b, ki]) *
                                   te.cast("int32", w[n, ko, o, ki]), axis=[ko, ki]),
         name="C")
-    if requantization is None:
+    if epilogue is None:
         out = te.compute(acc.shape, lambda *i: acc[i], name="Y")
         return PackedGemm(config, a, w, acc, [], [], out)
     shape = acc.shape
-    constants, stages, current = [], [], acc
-    for name, step in _COLUMN_STEPS:
-        const = te.placeholder((n_tiles, batch, block_out), "int32", name)
-        constants.append(const)
-        current = te.compute(
-            shape, lambda m, n, b, o, prev=current, c=const, f=step: f(prev[m, n, b, o],
+    constants, readers, stages, current = [], [], [], acc
+    for step in epilogue:
+        f = _OPERATIONS[step.op]
+        if step.column is not None:
+            const = te.placeholder((n_tiles, batch, block_out), "int32", step.name)
+            constants.append(const)
+            current = te.compute(
+                shape, lambda m, n, b, o, prev=current, c=const, f=f: f(prev[m, n, b, o],
                                                                          c[n, b, o]),
-            name=f"requant.{name}")
-        stages.append(current)
-    immediates = [("zero_point", lambda x, v: x + v, requantization.zero_point),
-                  ("qmin", te.maximum, requantization.qmin),
-                  ("qmax", te.minimum, requantization.qmax)]
-    for name, step, value in immediates:
-        if name == "zero_point" and value == 0:
-            continue
-        current = te.compute(
-            shape, lambda m, n, b, o, prev=current, f=step, v=value: f(
-                prev[m, n, b, o], te.const(int(v), "int32")),
-            name=f"requant.{name}")
+                name=f"requant.{step.name}")
+            readers.append(current)
+        else:
+            current = te.compute(
+                shape, lambda m, n, b, o, prev=current, f=f, v=step.immediate: f(
+                    prev[m, n, b, o], te.const(v, "int32")),
+                name=f"requant.{step.name}")
         stages.append(current)
     out = te.compute(shape, lambda m, n, b, o: te.cast("int8", current[m, n, b, o]), name="Y")
-    return PackedGemm(config, a, w, acc, constants, stages, out)
+    return PackedGemm(config, a, w, acc, constants, stages, out, readers)
 
 
-def constant_blocks(config: HardwareConfig, requantization: Requantization,
+def constant_blocks(config: HardwareConfig, epilogue: list[EpilogueStep],
                     n_tiles: int) -> list[np.ndarray]:
     """The epilogue's per-column constants as the (N/block_out, batch, block_out) blocks
     the packed GEMM's constant parameters take (the same values in every batch row)."""
     blocks = []
-    for values in requantization.column_constants:
-        column = np.asarray(values, np.int64).reshape(n_tiles, 1, config.block_out)
+    for step in column_steps(epilogue):
+        column = np.asarray(step.column, np.int64).reshape(n_tiles, 1, config.block_out)
         blocks.append(np.repeat(column, config.batch, axis=1))
     return blocks
 
@@ -130,7 +129,7 @@ def schedule_packed_gemm(gemm: PackedGemm, tiling: GemmTiling,
 
     for stage in gemm.epilogue:
         s[stage].compute_inline()
-    for const, stage in zip(gemm.constants, gemm.epilogue):
+    for const, stage in zip(gemm.constants, gemm.constant_readers):
         s.cache_read(const, ACC_SCOPE, [stage])  # resident for the whole program
     acc = s[gemm.acc]
     acc.set_scope(ACC_SCOPE)

@@ -1,0 +1,148 @@
+"""The planned requantizing epilogue: shorter ALU chains with bit-identical results."""
+
+import numpy as np
+import pytest
+
+from heterocc.accel_sim import HardwareConfig
+from heterocc.accel_sim.isa import Alu
+from heterocc.accel_sim.program import pack_tiles
+from heterocc.accel_sim.reference_programs import GemmTiling, Requantization
+from heterocc.ops.qnn import requantize_int
+from heterocc.targets.vta.codegen import gemm_program
+from heterocc.targets.vta.epilogue import int8_accumulator_range, plan_epilogue
+
+CONFIG = HardwareConfig()
+
+
+def _requantization(rng, w, multiplier_bits=(12, 14), shift=22, zero_point=3, limit=None):
+    """Like the quantization pass: per-column multipliers below 1 output step per
+    accumulator step, and the clamp limit where the output saturates."""
+    n = w.shape[0]
+    multiplier = rng.integers(1 << multiplier_bits[0], 1 << multiplier_bits[1], n)
+    if limit is None:
+        limit = np.ceil(130 * 2.0 ** shift / multiplier).astype(np.int64) + 1
+    return Requantization(
+        bias=rng.integers(-5000, 5000, n), limit=np.broadcast_to(limit, (n,)).astype(np.int64),
+        multiplier=multiplier, rounding=np.full(n, 1 << (shift - 1)), shift=np.full(n, shift),
+        zero_point=zero_point, qmin=-128, qmax=127)
+
+
+def _expected(a, w, rq):
+    """The Requantize operator's int32 pipeline (the NumPy reference) after the bias add."""
+    acc = (a.astype(np.int64) @ w.astype(np.int64).T + rq.bias).astype(np.int32)
+    return requantize_int(acc, rq.multiplier.tolist(), rq.shift.tolist(), rq.zero_point,
+                          rq.qmin, rq.qmax, rq.limit.tolist())
+
+
+def _run(program, a):
+    tensor = program.tensors["A"]
+    packed = pack_tiles(a, tensor.tile_rows, tensor.tile_cols).tobytes()
+    program.dram[tensor.byte_address:tensor.byte_address + len(packed)] = np.frombuffer(
+        packed, np.uint8)
+    program.run()
+    return program.read("C")
+
+
+def _extreme_inputs(w, rows, rng):
+    """Rows of A that drive columns to their accumulator bounds, then random rows."""
+    towards_high = np.where(w >= 0, 127, -128).astype(np.int8)
+    towards_low = np.where(w >= 0, -128, 127).astype(np.int8)
+    random = rng.integers(-128, 128, (rows, w.shape[1])).astype(np.int8)
+    return np.concatenate([towards_high, towards_low, random])[:rows]
+
+
+def test_accumulator_range_is_tight():
+    w = np.array([[3, -2, 0], [-128, -128, 127]], np.int8)
+    low, high = int8_accumulator_range(w)
+    assert low.tolist() == [3 * -128 + -2 * 127, -128 * 127 * 2 + 127 * -128]
+    assert high.tolist() == [3 * 127 + -2 * -128, -128 * -128 * 2 + 127 * 127]
+
+
+_ALU = {"add": np.add, "mul": np.multiply, "shr": np.right_shift, "min": np.minimum,
+        "max": np.maximum}
+
+
+def _apply(steps, acc, columns):
+    """The ALU's wrapping int32 semantics of the planned steps, on accumulators (rows x N)."""
+    acc = acc.astype(np.int64)
+    for step in steps:
+        y = step.immediate if step.column is None else step.column[:columns]
+        acc = _ALU[step.op](acc, y)
+        acc = (acc + (1 << 31)) % (1 << 32) - (1 << 31)
+    return acc
+
+
+def _reachable_accumulators(w, rng):
+    """Each column's extreme accumulators, their neighbours and random values in between."""
+    low, high = int8_accumulator_range(w)
+    picks = [low, low + 1, high - 1, high] + [rng.integers(low, high + 1) for _ in range(64)]
+    return np.stack(picks)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_plans_agree_with_the_requantize_operator_on_every_reachable_accumulator(seed):
+    rng = np.random.default_rng(seed)
+    n, k = 24, int(rng.integers(4, 300))
+    w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    if seed % 4 == 1:
+        w //= 64  # small weights: outputs that never saturate
+    bits = [(12, 14), (4, 8), (20, 24), (24, 31)][seed % 4 if seed % 8 < 4 else 0]
+    limit = None if seed % 3 else np.int64(2 ** 31 - 1)
+    rq = _requantization(rng, w, bits, shift=int(rng.integers(8, 24)),
+                         zero_point=int(rng.integers(-20, 20)), limit=limit)
+    acc = _reachable_accumulators(w, rng)
+    expected = requantize_int((acc + rq.bias).astype(np.int32), rq.multiplier.tolist(),
+                              rq.shift.tolist(), rq.zero_point, rq.qmin, rq.qmax,
+                              rq.limit.tolist())
+    np.testing.assert_array_equal(_apply(plan_epilogue(rq, w, 32), acc, n), expected)
+
+
+def test_saturating_requantization_takes_five_passes():
+    rng = np.random.default_rng(0)
+    w = rng.integers(-128, 128, (32, 576)).astype(np.int8)
+    steps = plan_epilogue(_requantization(rng, w), w, 32)
+    assert [(s.op, s.immediate) for s in steps] == [
+        ("max", None), ("min", None), ("mul", None), ("add", None), ("shr", 22)]
+
+
+def test_clamps_that_are_never_reached_are_dropped():
+    rng = np.random.default_rng(1)
+    w = rng.integers(-2, 2, (32, 16)).astype(np.int8)
+    steps = plan_epilogue(_requantization(rng, w), w, 32)
+    assert [s.op for s in steps] == ["mul", "add", "shr"]
+
+
+def test_products_that_overflow_keep_the_full_chain():
+    rng = np.random.default_rng(2)
+    w = rng.integers(-128, 128, (32, 576)).astype(np.int8)
+    steps = plan_epilogue(_requantization(rng, w, (24, 30), limit=1 << 20), w, 32)
+    assert [s.name for s in steps] == ["bias", "neg_limit", "limit", "multiplier", "rounding",
+                                       "shift", "zero_point", "qmin", "qmax"]
+
+
+def test_identities_vanish_and_uniform_constants_become_immediates():
+    w = np.ones((20, 16), np.int8)  # accumulators in [-2048, 2032]
+    zeros, ones = np.zeros(20, np.int64), np.ones(20, np.int64)
+    rq = Requantization(zeros, ones * (1 << 30), ones * 77, zeros, ones * 8, 0, -128, 127)
+    steps = plan_epilogue(rq, w, 32)  # 12 padding columns take column 0's constants
+    # the offset (bias * 77 + rounding + zero point) is 0; (425 * 77) >> 8 == 127
+    assert [(s.op, s.immediate) for s in steps] == [("max", -425), ("min", 425), ("mul", 77),
+                                                    ("shr", 8)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", ["saturating", "unsaturated", "overflowing"])
+def test_planned_epilogue_is_bit_exact_on_the_simulator(case, threads):
+    rng = np.random.default_rng(len(case))
+    rows, k, n = 12, 96, 48
+    w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    if case == "unsaturated":
+        w //= 64
+    rq = _requantization(rng, w, (24, 30), limit=1 << 20) if case == "overflowing" \
+        else _requantization(rng, w)
+    a = _extreme_inputs(w, rows, rng)
+    program = gemm_program(CONFIG, rows, w, GemmTiling(3, 1, 3), threads, rq)
+    np.testing.assert_array_equal(_run(program, a), _expected(a, w, rq))
+    alu = [i for i in program.instructions if isinstance(i, Alu)]
+    tasks = (rows // 3) * (n // CONFIG.block_out)
+    assert len(alu) == tasks * {"saturating": 5, "unsaturated": 3, "overflowing": 9}[case]
