@@ -1,12 +1,14 @@
 """Whole models through heterocc next to ONNX Runtime, measured in the same run.
 
     python benchmarks/models_vs_ort.py [--target reference] [--torch] [--repeats 10]
-                                       [--compare-nchw]
+                                       [--compare-nchw] [--tuning-log F] [--models M ...]
 
 Prints, per model: ONNX node count, ops after the passes, fused functions,
 compile time, max abs difference against ONNX Runtime, and median latencies
 (measured in alternating blocks, so load changes hit both alike) with their ratio;
-``--compare-nchw`` adds the llvm target without the blocked convolution layout.
+``--compare-nchw`` adds the llvm target without the blocked convolution layout;
+``--tuning-log F`` adds the model compiled with the log's best schedules
+(``heterocc tune``), timed in the same alternating blocks as the untuned one.
 ``--torch`` exports ResNet-18 / MobileNetV2 from torch (benchmarks/torch_models.py);
 without it the built-in onnx.helper versions (heterocc.models) are used.
 """
@@ -52,6 +54,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--compare-nchw", action="store_true",
                     help="with --target llvm: also time LLVMTarget(blocked_layout=False)")
+    ap.add_argument("--tuning-log", help="also time the model compiled with this tuning log")
+    ap.add_argument("--models", nargs="+", help="only these models (default: all)")
     args = ap.parse_args()
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = args.threads
@@ -59,6 +63,8 @@ def main() -> int:
     print(f"{'model':14s} {'onnx':>5s} {'ops':>5s} {'funcs':>5s} {'compile_s':>9s} "
           f"{'max|diff|':>10s} {'heterocc_ms':>11s} {'ort_ms':>8s} {'ratio':>7s}")
     for name, model in load_models(args.torch).items():
+        if args.models and name not in args.models:
+            continue
         x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
         t0 = time.perf_counter()
         compiled = heterocc.compile(model, target=args.target)
@@ -76,6 +82,12 @@ def main() -> int:
             nchw_compile_s = time.perf_counter() - t0
             nchw_diff = float(np.max(np.abs(nchw.run(feed)[0] - ref)))
             runs.append(lambda c=nchw, f=feed: c.run(f))
+        if args.tuning_log:
+            t0 = time.perf_counter()
+            tuned = heterocc.compile(model, target=args.target, tuning_log=args.tuning_log)
+            tuned_compile_s = time.perf_counter() - t0
+            tuned_diff = float(np.max(np.abs(tuned.run(feed)[0] - ref)))
+            runs.append(lambda c=tuned, f=feed: c.run(f))
         seconds = alternating_medians(runs, args.repeats, pause_s=0.2)
         ms, ort_ms = seconds[0] * 1e3, seconds[1] * 1e3
         graph = compiled.graph
@@ -87,6 +99,11 @@ def main() -> int:
             print(f"{'  (nchw)':14s} {'':5s} {'':5s} {'':5s} {nchw_compile_s:9.2f} "
                   f"{nchw_diff:10.2e} {seconds[2] * 1e3:11.2f} {ort_ms:8.2f} "
                   f"{seconds[2] * 1e3 / ort_ms:7.2f}x")
+        if args.tuning_log:
+            tuned_ms = seconds[-1] * 1e3
+            print(f"{'  (tuned)':14s} {'':5s} {'':5s} {'':5s} {tuned_compile_s:9.2f} "
+                  f"{tuned_diff:10.2e} {tuned_ms:11.2f} {ort_ms:8.2f} "
+                  f"{tuned_ms / ort_ms:7.2f}x")
     return 0
 
 

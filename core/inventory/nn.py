@@ -158,8 +158,13 @@ def conv_nchwc(inputs, attrs, out_types):
             return te.sum(data[n, ko, yy * sy + ry * dy, xx * sx + rx * dx, ki]
                           * w[ko, 0, ry, rx, 0, ki], axis=[ry, rx])
 
+    # the workload travels with the compute: a tuning log's config for it is looked up
+    # when the kernel is scheduled (``heterocc.tuning.apply.blocked_conv_tiles``)
+    workload = {"input_shape": tuple(x.shape), "weight_shape": tuple(w.shape),
+                "strides": tuple(attrs["strides"]), "pads": tuple(pads),
+                "dilations": tuple(attrs["dilations"]), "group": attrs["group"]}
     y = te.compute(geometry["out_shape"], body, name="conv_nchwc", dtype=x.dtype,
-                   attrs={"schedule": "conv2d_nchwc"})
+                   attrs={"schedule": "conv2d_nchwc", "blocked_conv": workload})
     if b is None:
         return [y]
     return [te.compute(y.shape, lambda n, ko, yy, xx, ki: y[n, ko, yy, xx, ki] + b[ko, ki],

@@ -12,12 +12,16 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import te
 from .records import MeasureRecord, config_costs, read_records
 from .space import Config
 from .task import Task, workload_key
 from .templates import schedule_matmul_config
+
+if TYPE_CHECKING:
+    from ..targets.llvm.schedules import BlockedConvTiles
 
 _CURRENT: contextvars.ContextVar[ApplyHistoryBest | None] = contextvars.ContextVar(
     "heterocc_tuning_context", default=None)
@@ -101,14 +105,20 @@ def schedule_matmul_tuned(schedule: te.Schedule, C: te.Tensor) -> bool:
     return True
 
 
-def conv2d_tiles(batch: int, channels: int, height: int, width: int, out_channels: int,
-                 kernel: tuple[int, int], stride: int, pad: int,
-                 dtype: str = "float32") -> Config | None:
-    """The current log's best ``conv2d_nchw`` config of this convolution (knobs
-    ``tile_channels``, ``tile_columns``, ``reduce_order``, ``unroll_channels``,
-    ``parallel``), or None."""
-    args = (batch, channels, height, width, out_channels, *kernel, stride, pad, dtype)
-    return lookup(workload_key("conv2d_nchw", args))
+def blocked_conv_tiles(conv: te.Tensor) -> BlockedConvTiles | None:
+    """The ``BlockedConvTiles`` of the current log's best config for the blocked
+    convolution ``conv`` (a ``ConvNCHWc`` compute of the operator inventory, which
+    carries its workload), or None when no log applies or it has no record of it."""
+    from .templates import blocked_conv_task_args, blocked_conv_tiles_of
+
+    workload = conv.op.attrs.get("blocked_conv")
+    if workload is None or current() is None:
+        return None
+    template, args = blocked_conv_task_args(
+        workload["input_shape"], workload["weight_shape"], workload["strides"],
+        workload["pads"], workload["dilations"], workload["group"], conv.dtype)
+    config = lookup(workload_key(template, args))
+    return None if config is None else blocked_conv_tiles_of(config)
 
 
 def vta_tiling(rows: int, k: int, n: int, hardware, requantize: bool = True

@@ -14,7 +14,7 @@ from typing import TextIO
 from .measure import MeasureOptions, Measurer
 from .records import RecordLog
 from .task import extract_tasks
-from .tuners import TUNERS, CostModel, TuneProgress, make_tuner, tune_task
+from .tuners import TUNERS, CostModel, TuneProgress, make_tuner, remeasure_best, tune_task
 
 BAR_WIDTH = 24
 
@@ -31,6 +31,9 @@ def add_tune_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--timeout", type=float, default=20.0, help="seconds per candidate")
     p.add_argument("--repeat", type=int, default=3, help="timings per candidate")
+    p.add_argument("--remeasure", type=int, default=4,
+                   help="measure this many best configs and the default again per task "
+                        "(twice each; 0: off), so a lucky first timing does not win")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--preset", default="1x16x16", help="accelerator hardware preset (vta)")
     p.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic dims")
@@ -95,12 +98,30 @@ def run_tune(args, stream: TextIO = sys.stderr) -> int:
         for number, task in enumerate(tasks, 1):
             show = ProgressPrinter(stream, number, len(tasks), args.batch_size)
             tuner = make_tuner(args.tuner, task, seed=args.seed, model=model)
+            default = task.default_config()
             progress = tune_task(task, tuner, measurer, args.trials, log=log,
-                                 batch_size=args.batch_size, callback=show,
-                                 first=[task.default_config()])
+                                 batch_size=args.batch_size, callback=show, first=[default])
             show(progress, final=True)
-            best = progress.best_config.to_json() if progress.best_config else None
-            print(f"  {task.workload_key}: best {format_cost(progress.best_cost, task.target)}"
-                  f" with {best}", file=stream)
+            if args.remeasure > 0:
+                remeasure_best(task, measurer, log, count=args.remeasure, include=[default])
+            print(f"  {task.workload_key}: {_summary(task, log)} "
+                  f"({time.perf_counter() - show.start:.1f} s)", file=stream)
     print(f"log: {args.log}", file=stream)
     return 0
+
+
+def _summary(task, log: RecordLog) -> str:
+    """The task's best config in ``log`` and the default's cost, both by the median of
+    their records (what compilation applies)."""
+    from .records import config_costs, read_records
+
+    costs = config_costs(read_records(log.path)).get(task.workload_key, {})
+    if not costs:
+        return "no successful measurement"
+    best = min(costs, key=costs.get)
+    default = task.default_config()
+    text = (f"best {format_cost(costs[best], task.target)} with "
+            f"{task.space.get(best).to_json()}")
+    if default.index in costs:
+        text += f", default {format_cost(costs[default.index], task.target)}"
+    return text

@@ -120,8 +120,29 @@ def _vta_task(rows: int, k: int, n: int, preset: str) -> Task | None:
                          config)
 
 
+def _blocked_conv_task(node, target: str, preset: str) -> Task | None:
+    from .templates import blocked_conv_task_args
+
+    x, w = node.inputs[0].type, node.inputs[1].type
+    attrs = node.attrs
+    return Task(*blocked_conv_task_args(x.shape, w.shape, attrs["strides"], attrs["pads"],
+                                        attrs["dilations"], attrs["group"], x.dtype))
+
+
 _EXTRACTORS = {"Conv": _conv_task, "ConvInteger": _conv_task, "MatMul": _matmul_task,
-               "MatMulInteger": _matmul_task, "Gemm": _matmul_task}
+               "MatMulInteger": _matmul_task, "Gemm": _matmul_task,
+               "ConvNCHWc": _blocked_conv_task}
+
+
+def _as_compiled_for_llvm(graph):
+    """``graph`` after the passes ``heterocc.compile`` runs for the llvm target (layout
+    alteration included), so that tasks carry the workloads the kernels really have."""
+    from ..driver import _pipeline
+    from ..passes import PassManager
+    from ..targets import get_target
+
+    passes = _pipeline({"llvm": get_target("llvm")}, "llvm", False, [])
+    return PassManager(passes).run(graph)
 
 
 def extract_tasks(model, target: str = "llvm", preset: str = "1x16x16",
@@ -129,16 +150,21 @@ def extract_tasks(model, target: str = "llvm", preset: str = "1x16x16",
     """One task per distinct tunable workload of ``model`` (an ONNX path, bytes,
     ModelProto or a heterocc Graph), in order of first appearance.
 
-    On ``llvm``: conv2d (NCHW, square stride, symmetric padding), depthwise conv2d,
-    matmul (MatMul and Gemm, after its transposes) and batch matmul. On ``vta``: the
-    GEMM of every ungrouped convolution (im2col) and dense layer, padded to the
-    ``preset`` core's block sizes as the accelerator target pads them."""
+    On ``llvm``: the workloads of the graph as the compiler builds it (its passes run
+    first): the blocked convolutions (``conv2d_nchwc``, ``depthwise_conv2d_nchwc``), any
+    convolution left in NCHW (``conv2d_nchw``, ``depthwise_conv2d_nchw``, square stride
+    and symmetric padding), matmul (MatMul and Gemm, after its transposes) and batch
+    matmul. On ``vta``: the GEMM of every ungrouped convolution (im2col) and dense
+    layer, padded to the ``preset`` core's block sizes as the accelerator target pads
+    them."""
     from ..frontend import from_onnx
     from ..ir.graph import Graph
 
     if target not in ("llvm", "vta"):
         raise InputError(f"no tuning templates for target {target!r}; use llvm or vta")
     graph = model if isinstance(model, Graph) else from_onnx(model, shapes=shapes)
+    if target == "llvm":
+        graph = _as_compiled_for_llvm(graph)
     found: dict[str, Task] = {}
     for _, node in graph.walk():
         extractor = _EXTRACTORS.get(node.op)

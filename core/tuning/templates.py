@@ -3,8 +3,9 @@
 A template turns a workload (a tuple of ints and a dtype, see :mod:`.task`) into a
 config space, a default config (the hand-written schedule's choices), a TE compute
 scheduled by a :class:`~.space.Config`, random inputs and a NumPy reference. The
-templates here cover matmul, dense (``X @ W.T``), batch matmul, NCHW conv2d and
-depthwise NCHW conv2d; the accelerator's template lives in :mod:`.accel`.
+templates here cover matmul, dense (``X @ W.T``), batch matmul, the blocked NCHW[x]c
+convolution the CPU target compiles (dense and depthwise), and the plain NCHW conv2d and
+depthwise conv2d; the accelerator's template lives in :mod:`.accel`.
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import te
 from ..errors import InputError
-from .space import Config, ConfigSpace, Knob, split_options
+from .space import Config, ConfigSpace, Knob, divisors, split_options
+
+if TYPE_CHECKING:
+    from ..targets.llvm.schedules import BlockedConvTiles
 
 #: bytes of one vector register of the host (AVX-512); panel widths are multiples of it
 VECTOR_BYTES = 64
@@ -457,6 +462,150 @@ DEPTHWISE_CONV2D = register_template(Template(
     lambda args, rng: _random_inputs([args[:4], (args[1], 1, args[4], args[5])], args[8], rng),
     _depthwise_reference, _depthwise_flops))
 
+
+
+# ------------------------------------------------------------------ blocked conv2d (NCHW[x]c)
+#
+# What the llvm target really compiles for a float convolution (pass alter_layout): the
+# ``ConvNCHWc`` compute of the operator inventory over a blocked input
+# (n, C/ib, h, w, ib) and packed weights (O/ob, C/ib, kh, kw, ib, ob), scheduled by
+# ``targets.llvm.schedules.schedule_conv2d_nchwc``. Workloads:
+#   conv2d_nchwc (n, C/ib, h, w, ib, O/ob, ob, kh, kw, sy, sx, pt, pl, pb, pr, dy, dx, dtype)
+#   depthwise_conv2d_nchwc (n, C/b, h, w, b, kh, kw, sy, sx, pt, pl, pb, pr, dy, dx, dtype)
+
+#: output columns offered besides the divisors of the output width: a guarded tail tile
+#: costs less than a narrow tile when the width has no divisor near the register budget
+_EXTRA_COLUMNS = (4, 8, 16, 24)
+#: output channel blocks per register tile offered (those dividing the block count)
+_CHANNEL_BLOCKS = (1, 2, 4)
+
+
+def blocked_conv_task_args(input_shape, weight_shape, strides, pads, dilations, group: int,
+                           dtype: str) -> tuple[str, tuple]:
+    """The template name and workload of a ``ConvNCHWc`` over ``input_shape``
+    (n, C/ib, h, w, ib) and packed ``weight_shape`` (O/ob, C/group/ib, kh, kw, ib, ob)."""
+    n, in_outer, h, w, in_block = (int(d) for d in input_shape)
+    out_outer, _, kh, kw, _, out_block = (int(d) for d in weight_shape)
+    geometry = (kh, kw, *map(int, strides), *map(int, pads), *map(int, dilations), dtype)
+    if group == 1:
+        return "conv2d_nchwc", (n, in_outer, h, w, in_block, out_outer, out_block, *geometry)
+    return "depthwise_conv2d_nchwc", (n, in_outer, h, w, in_block, *geometry)
+
+
+@dataclass(frozen=True)
+class BlockedConvWorkload:
+    """A blocked-conv workload unpacked: operand shapes and the ``ConvNCHWc`` attributes."""
+
+    input_shape: tuple[int, ...]
+    weight_shape: tuple[int, ...]
+    attrs: dict
+    dtype: str
+
+    @classmethod
+    def from_args(cls, args: tuple, depthwise: bool) -> BlockedConvWorkload:
+        if depthwise:
+            n, outer, h, w, block, kh, kw, *rest = args
+            weight_shape, group = (outer, 1, kh, kw, 1, block), outer * block
+            in_outer, in_block = outer, block
+        else:
+            n, in_outer, h, w, in_block, out_outer, out_block, kh, kw, *rest = args
+            weight_shape, group = (out_outer, in_outer, kh, kw, in_block, out_block), 1
+        sy, sx, pt, pl, pb, pr, dy, dx, dtype = rest
+        attrs = {"strides": [sy, sx], "pads": [pt, pl, pb, pr], "dilations": [dy, dx],
+                 "group": group}
+        return cls((n, in_outer, h, w, in_block), weight_shape, attrs, dtype)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        from ..ops.layout import blocked_conv_geometry
+
+        return blocked_conv_geometry(self.input_shape, self.weight_shape, self.attrs)["out_shape"]
+
+
+def _column_limit(depthwise: bool) -> int:
+    from ..targets.llvm.schedules import BLOCKED_CONV_MAX_COLUMNS, DEPTHWISE_MAX_COLUMNS
+
+    return DEPTHWISE_MAX_COLUMNS if depthwise else BLOCKED_CONV_MAX_COLUMNS
+
+
+def _blocked_conv_space(args: tuple, depthwise: bool) -> ConfigSpace:
+    """Output columns per register tile (the divisors of the output width up to the
+    register budget, a few non-divisors, the default) and output channel blocks per
+    tile (each broadcast input element then feeds that many weight vectors)."""
+    workload = BlockedConvWorkload.from_args(args, depthwise)
+    _, out_outer, _, width, _ = workload.out_shape
+    limit = min(width, _column_limit(depthwise))
+    columns = {d for d in divisors(width) if 2 <= d <= limit}
+    columns |= {c for c in _EXTRA_COLUMNS if c < limit and width % c}
+    columns.add(_blocked_conv_default(args, depthwise)["columns"])
+    return ConfigSpace((
+        Knob("columns", "split", tuple(sorted(columns))),
+        Knob("channel_blocks", "split",
+             tuple(b for b in _CHANNEL_BLOCKS if out_outer % b == 0)),
+        Knob("reduce_order", "order",
+             ("channels_outer",) if depthwise else ("channels_outer", "kernel_outer")),
+    ))
+
+
+def _blocked_conv_default(args: tuple, depthwise: bool) -> dict:
+    """The choices of ``schedule_conv2d_nchwc`` without a tuning log."""
+    from ..targets.llvm.schedules import blocked_conv_columns
+
+    width = BlockedConvWorkload.from_args(args, depthwise).out_shape[3]
+    return {"columns": min(blocked_conv_columns(width, _column_limit(depthwise)), width),
+            "channel_blocks": 1, "reduce_order": "channels_outer"}
+
+
+def blocked_conv_tiles_of(config: Config) -> BlockedConvTiles:
+    """The ``BlockedConvTiles`` of a blocked-conv config."""
+    from ..targets.llvm.schedules import BlockedConvTiles
+
+    return BlockedConvTiles(columns=config["columns"], channel_blocks=config["channel_blocks"],
+                            kernel_outer=config["reduce_order"] == "kernel_outer")
+
+
+def _instantiate_blocked_conv(args: tuple, config: Config, depthwise: bool):
+    from ..inventory import compute_of
+    from ..targets.llvm.schedules import schedule_conv2d_nchwc
+
+    workload = BlockedConvWorkload.from_args(args, depthwise)
+    data = te.placeholder(workload.input_shape, workload.dtype, "data")
+    weight = te.placeholder(workload.weight_shape, workload.dtype, "weight")
+    (conv,) = compute_of("ConvNCHWc")([data, weight], workload.attrs, None)
+    s = te.create_schedule(conv)
+    schedule_conv2d_nchwc(s, conv, tiles=blocked_conv_tiles_of(config))
+    return s, [data, weight, conv]
+
+
+def _blocked_conv_inputs(args: tuple, rng: np.random.Generator, depthwise: bool):
+    workload = BlockedConvWorkload.from_args(args, depthwise)
+    return _random_inputs([workload.input_shape, workload.weight_shape], workload.dtype, rng)
+
+
+def _blocked_conv_reference(args: tuple, inputs: list[np.ndarray], depthwise: bool):
+    from ..ops.layout import conv_nchwc
+
+    return conv_nchwc(*inputs, **BlockedConvWorkload.from_args(args, depthwise).attrs)
+
+
+def _blocked_conv_flops(args: tuple, depthwise: bool) -> int:
+    workload = BlockedConvWorkload.from_args(args, depthwise)
+    _, w_in_outer, kh, kw, w_in_block, _ = workload.weight_shape
+    return 2 * math.prod(workload.out_shape) * w_in_outer * w_in_block * kh * kw
+
+
+def _blocked_conv_template(name: str, depthwise: bool) -> Template:
+    def bind(function):
+        return functools.partial(function, depthwise=depthwise)
+
+    return register_template(Template(
+        name, "llvm", bind(_blocked_conv_space), bind(_blocked_conv_default),
+        bind(_instantiate_blocked_conv), bind(_blocked_conv_inputs),
+        bind(_blocked_conv_reference), bind(_blocked_conv_flops)))
+
+
+CONV2D_NCHWC = _blocked_conv_template("conv2d_nchwc", depthwise=False)
+DEPTHWISE_CONV2D_NCHWC = _blocked_conv_template("depthwise_conv2d_nchwc", depthwise=True)
 
 #: dense is ``X @ W.T`` (ONNX Gemm with transB, a fully connected layer): the same
 #: template, packing W's rows as B's columns.

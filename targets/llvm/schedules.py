@@ -187,10 +187,13 @@ class BlockedConvTiles:
     ``columns``: output columns per register tile (None: :func:`blocked_conv_columns`);
     ``channel_blocks``: output channel blocks per tile (each broadcast input element
     then feeds that many weight vectors); it must divide the number of blocks.
+    ``kernel_outer``: a dense convolution's reduction runs over kernel rows and columns
+    outside the input channel blocks (default: the channel blocks outermost).
     """
 
     columns: int | None = None
     channel_blocks: int = 1
+    kernel_outer: bool = False
 
 
 def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
@@ -241,7 +244,11 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
         schedule[stage_tensor].unroll(columns_axis)
         schedule[stage_tensor].vectorize(block)
     ln, lko, ly, lx, lki = schedule[local].op.axis
-    schedule[local].reorder(ln, ly, *schedule[local].op.reduce_axis, lko, lx, lki)
+    reduction = list(schedule[local].op.reduce_axis)
+    if tiles.kernel_outer and not depthwise:
+        channel_outer, row, column, channel_inner = reduction
+        reduction = [row, column, channel_outer, channel_inner]
+    schedule[local].reorder(ln, ly, *reduction, lko, lx, lki)
     schedule[local].unroll(lko)
     schedule[local].unroll(lx)
     schedule[local].vectorize(lki)

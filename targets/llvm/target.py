@@ -34,6 +34,7 @@ from heterocc.tir.visitor import Mutator, collect
 from .module import build as build_module
 from .module import load_library
 from .schedules import (
+    BlockedConvTiles,
     schedule_conv2d_nchw,
     schedule_conv2d_nchwc,
     schedule_injective,
@@ -54,8 +55,19 @@ def _schedule_matmul(schedule: te.Schedule, product: te.Tensor) -> None:
         schedule_matmul(schedule, product)
 
 
+def _schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
+                           epilogue: te.Tensor | None = None,
+                           chain: Sequence[te.Tensor] = ()) -> None:
+    """The blocked convolution's schedule with the tiles of the applied tuning log's best
+    config for its workload, else the default tiles."""
+    from heterocc.tuning.apply import blocked_conv_tiles  # tuning builds on this module
+
+    tiles = blocked_conv_tiles(conv) or BlockedConvTiles()
+    schedule_conv2d_nchwc(schedule, conv, epilogue, chain, tiles)
+
+
 _ANCHOR_SCHEDULES = {"conv2d_nchw": schedule_conv2d_nchw,
-                     "conv2d_nchwc": schedule_conv2d_nchwc, "matmul": _schedule_matmul,
+                     "conv2d_nchwc": _schedule_conv2d_nchwc, "matmul": _schedule_matmul,
                      "layout_transform": schedule_rows, "pool_nchwc": schedule_pool_nchwc}
 #: anchor schedules that finish the function's elementwise epilogue in their tiles
 _EPILOGUE_SCHEDULES = ("conv2d_nchw", "conv2d_nchwc")

@@ -39,8 +39,11 @@ def _model(path):
 
 def test_extract_tasks_one_per_distinct_workload(tmp_path):
     tasks = extract_tasks(_model(tmp_path / "m.onnx"))
-    assert [t.template for t in tasks] == ["conv2d_nchw", "depthwise_conv2d_nchw", "matmul"]
-    assert tasks[0].args == (1, 3, 4, 4, 8, 3, 3, 1, 1, "float32")
+    # the workloads the llvm target compiles: convolutions in the blocked layout (8 filters:
+    # blocks of 8), the two equal depthwise convolutions one task
+    assert [t.template for t in tasks] == ["conv2d_nchwc", "depthwise_conv2d_nchwc", "matmul"]
+    assert tasks[0].args == (1, 1, 4, 4, 3, 1, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, "float32")
+    assert tasks[1].args == (1, 1, 4, 4, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, "float32")
     assert tasks[2].args == (1, 10, 128, "float32")
     accel = extract_tasks(tmp_path / "m.onnx", target="vta")
     # grouped convolutions stay on the CPU; im2col GEMMs are padded to the 16x16 core
@@ -53,7 +56,8 @@ def test_tune_command_logs_every_trial_and_the_log_applies(tmp_path):
     parser = argparse.ArgumentParser()
     add_tune_parser(parser.add_subparsers())
     args = parser.parse_args(["tune", str(model), "--trials", "2", "--log", str(log),
-                              "--tuner", "random", "--batch-size", "2", "--repeat", "1"])
+                              "--tuner", "random", "--batch-size", "2", "--repeat", "1",
+                              "--remeasure", "0"])
     out = io.StringIO()
     assert args.func(args, stream=out) == 0
     text = out.getvalue()
@@ -62,6 +66,25 @@ def test_tune_command_logs_every_trial_and_the_log_applies(tmp_path):
     records = read_records(log)
     assert len(records) == 6
     assert set(best_configs(log)) == {t.workload_key for t in extract_tasks(model)}
+
+
+def test_tune_command_measures_the_finalists_again(tmp_path):
+    """With --remeasure the best configs and the default get two more records each, and
+    the summary line compares the best with the default."""
+    model, log = _model(tmp_path / "m.onnx"), tmp_path / "tune.jsonl"
+    parser = argparse.ArgumentParser()
+    add_tune_parser(parser.add_subparsers())
+    args = parser.parse_args(["tune", str(model), "--trials", "3", "--log", str(log),
+                              "--tuner", "random", "--repeat", "1", "--remeasure", "1"])
+    out = io.StringIO()
+    assert args.func(args, stream=out) == 0
+    records = read_records(log)
+    for task in extract_tasks(model):
+        mine = [r for r in records if r.workload_key == task.workload_key]
+        default = task.default_config().index
+        assert sum(r.config_index == default for r in mine) == 3
+        assert any(r.tuner == "remeasure" for r in mine)
+    assert out.getvalue().count(", default ") == 3
 
 
 def test_applied_log_schedules_the_llvm_matmul(tmp_path):

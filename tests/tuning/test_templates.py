@@ -13,6 +13,8 @@ WORKLOADS = {
     "batch_matmul": (2, 12, 20, 16, "float32"),
     "conv2d_nchw": (1, 3, 9, 10, 8, 3, 3, 1, 1, "float32"),
     "depthwise_conv2d_nchw": (1, 4, 9, 10, 3, 3, 2, 1, "float32"),
+    "conv2d_nchwc": (1, 2, 9, 10, 8, 4, 8, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, "float32"),
+    "depthwise_conv2d_nchwc": (1, 2, 11, 12, 8, 3, 3, 1, 1, 0, 1, 2, 1, 1, 1, "float32"),
 }
 
 
