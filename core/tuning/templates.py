@@ -549,11 +549,12 @@ def _blocked_conv_space(args: tuple, depthwise: bool) -> ConfigSpace:
 
 def _blocked_conv_default(args: tuple, depthwise: bool) -> dict:
     """The choices of ``schedule_conv2d_nchwc`` without a tuning log."""
-    from ..targets.llvm.schedules import blocked_conv_columns
+    from ..targets.llvm.schedules import default_blocked_conv_tiles
 
-    width = BlockedConvWorkload.from_args(args, depthwise).out_shape[3]
-    return {"columns": min(blocked_conv_columns(width, _column_limit(depthwise)), width),
-            "channel_blocks": 1, "reduce_order": "channels_outer"}
+    columns, channel_blocks = default_blocked_conv_tiles(
+        BlockedConvWorkload.from_args(args, depthwise).out_shape, depthwise)
+    return {"columns": columns, "channel_blocks": channel_blocks,
+            "reduce_order": "channels_outer"}
 
 
 def blocked_conv_tiles_of(config: Config) -> BlockedConvTiles:
