@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (registrations)
     linalg,
     loss,
     nn,
+    nn_dynamic,
     nn_extra,
     normalization,
     quantize,
