@@ -143,6 +143,16 @@ class Program:
         tensor = self.tensors[name]
         return read_tensor(self.config, tensor, self.dram if dram is None else dram)
 
+    def write(self, name: str, matrix: np.ndarray, dram: np.ndarray | None = None) -> None:
+        """Lay ``matrix`` out as tensor ``name``'s tiles in ``dram`` (by default the
+        program's image), e.g. a new input before another run."""
+        tensor = self.tensors[name]
+        packed = pack_tiles(np.asarray(matrix, element_dtype(self.config, tensor.buffer)),
+                            tensor.tile_rows, tensor.tile_cols).tobytes()
+        target = self.dram if dram is None else dram
+        target[tensor.byte_address: tensor.byte_address + len(packed)] = np.frombuffer(
+            packed, np.uint8)
+
 
 def read_tensor(config: HardwareConfig, tensor: DramTensor, dram: np.ndarray) -> np.ndarray:
     """Unpack a tensor's matrix from a DRAM byte array."""

@@ -96,11 +96,8 @@ class AcceleratorKernel:
         a = self.to_matrix(x)
         if a.shape[1] != self.k_padded:
             a = np.pad(a, ((0, 0), (0, self.k_padded - a.shape[1])))
-        tensor = self.program.tensors["A"]
         dram = self.program.dram.copy()
-        packed = pack_tiles(a.astype(np.int8), tensor.tile_rows, tensor.tile_cols).tobytes()
-        dram[tensor.byte_address: tensor.byte_address + len(packed)] = np.frombuffer(
-            packed, np.uint8)
+        self.program.write("A", a, dram)
         return dram
 
     def __call__(self, args):

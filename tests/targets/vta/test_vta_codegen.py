@@ -11,7 +11,6 @@ from heterocc import tir
 from heterocc.accel_sim import HardwareConfig, schedule_stream
 from heterocc.accel_sim.checker import check_stream
 from heterocc.accel_sim.isa import Buffer, Finish, Gemm, Load, MicroOp, Store
-from heterocc.accel_sim.program import pack_tiles
 from heterocc.accel_sim.reference_programs import GemmTiling, Requantization, tiled_gemm_program
 from heterocc.errors import CompileError
 from heterocc.runtime.interpreter import evaluate
@@ -100,10 +99,7 @@ def _reference(a, w, rq):
 
 
 def _run(program, a):
-    tensor = program.tensors["A"]
-    packed = pack_tiles(a, tensor.tile_rows, tensor.tile_cols).tobytes()
-    program.dram[tensor.byte_address:tensor.byte_address + len(packed)] = np.frombuffer(
-        packed, np.uint8)
+    program.write("A", a)
     program.run()
     return program.read("C")
 

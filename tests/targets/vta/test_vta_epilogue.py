@@ -5,7 +5,6 @@ import pytest
 
 from heterocc.accel_sim import HardwareConfig
 from heterocc.accel_sim.isa import Alu
-from heterocc.accel_sim.program import pack_tiles
 from heterocc.accel_sim.reference_programs import GemmTiling, Requantization
 from heterocc.ops.qnn import requantize_int
 from heterocc.targets.vta.codegen import gemm_program
@@ -35,10 +34,7 @@ def _expected(a, w, rq):
 
 
 def _run(program, a):
-    tensor = program.tensors["A"]
-    packed = pack_tiles(a, tensor.tile_rows, tensor.tile_cols).tobytes()
-    program.dram[tensor.byte_address:tensor.byte_address + len(packed)] = np.frombuffer(
-        packed, np.uint8)
+    program.write("A", a)
     program.run()
     return program.read("C")
 
