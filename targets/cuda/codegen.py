@@ -185,15 +185,9 @@ class KernelPrinter:
             tag = node.thread_tag
             declare = f"const {self.index_type} {name} = ({self.index_type}){tag};"
             extent = node.extent.value
-            if tag in BLOCK_TAGS or extent == self.kernel.launch[tag]:
-                self._emit("{")
-                self.depth += 1
-                self._emit(declare)
-                self.stmt(node.body)
-                self.depth -= 1
-                self._emit("}")
-                return
-            self._emit(f"if ({tag} < {extent}) {{")
+            # a thread axis narrower than its launch dimension guards the surplus threads
+            covers_launch = tag in BLOCK_TAGS or extent == self.kernel.launch[tag]
+            self._emit("{" if covers_launch else f"if ({tag} < {extent}) {{")
             self.depth += 1
             self._emit(declare)
             self.stmt(node.body)
