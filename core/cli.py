@@ -156,10 +156,17 @@ def cmd_inspect(args) -> int:
 
 def cmd_partition(args) -> int:
     from . import compile as hcompile
+    from .passes.partition import single_target_report
 
     compiled = hcompile(args.model, target=args.target, shapes=parse_shapes(args.shape),
                         strict=args.strict)
     report = compiled.placement_report
+    if args.json:
+        if report is None:  # one target: everything is placed on it
+            report = single_target_report(compiled.graph, compiled.targets[-1])
+        print(json.dumps({"targets": [str(t) for t in compiled.targets], **report.to_json()},
+                         indent=1))
+        return 0
     if report is None:
         print(f"one target ({args.target}): every node goes to it")
         return 0
@@ -241,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", action="append")
     p.add_argument("--strict", action="store_true", help="refuse silent CPU fallback")
     p.add_argument("--dot", help="write the partitioned graph as Graphviz to this file")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object: nodes (node, op, target, macs, reason), "
+                        "macs_by_target, nodes_by_target, total_macs")
     p.set_defaults(func=cmd_partition)
 
     p = sub.add_parser("targets", help="list installed targets")

@@ -196,7 +196,7 @@ def _pipeline(targets: Mapping[str, object], fallback: str, strict: bool,
 
         quantize.pass_name = "quantize"
         passes[passes.index("fuse_ops"):passes.index("fuse_ops")] = [
-            quantize, "realize_qdq", "fold_constants", "dce"]
+            quantize, "realize_qdq", "uint8_to_int8", "fold_constants", "dce"]
     if tables:
         def partition_pass(graph: Graph) -> Graph:
             graph, report = partition(graph, tables, fallback, strict)
@@ -207,7 +207,8 @@ def _pipeline(targets: Mapping[str, object], fallback: str, strict: bool,
         passes.insert(passes.index("fuse_ops"), partition_pass)
         if calibration is None:
             # imported QDQ chains become integer ops before their weights fold to float
-            passes.insert(passes.index("infer_types") + 1, "realize_qdq")
+            passes[passes.index("infer_types") + 1:passes.index("infer_types") + 1] = [
+                "realize_qdq", "uint8_to_int8"]
     if fallback == "llvm" and getattr(targets[fallback], "blocked_layout", True):
         # after quantization and partitioning, so only the CPU's float convolutions are
         # blocked; folding again covers a transform of a constant input

@@ -39,6 +39,19 @@ def fixed_point_scale(scale: float, max_abs_input: int,
     return multiplier, shift
 
 
+def zero_point_bias(weights: np.ndarray, zero_point) -> np.ndarray:
+    """The bias that lets a symmetric integer core ignore an input zero point.
+
+    ``sum((a - zero_point) * w) == sum(a * w) - zero_point * sum(w)`` over each output
+    channel's reduction, so adding ``-zero_point * sum(w)`` (int64, one per row of
+    ``weights``: output channels first, the reduced axes after) to a product of the
+    stored activations gives the product of the centered ones. A padded position must
+    then hold ``zero_point`` (it contributes ``(zero_point - zero_point) * w == 0``).
+    """
+    w = np.asarray(weights, np.int64).reshape(np.shape(weights)[0], -1)
+    return -np.int64(zero_point) * w.sum(axis=1)
+
+
 def _wrap32(values: np.ndarray) -> np.ndarray:
     return values.astype(np.int64).astype(np.int32)
 
@@ -88,8 +101,9 @@ def _infer_requantize(ctx: InferContext):
 @register_op("Requantize", infer=_infer_requantize, fusion=FusionKind.ELEMWISE,
              attrs={"multiplier": REQUIRED, "shift": REQUIRED, "zero_point": 0,
                     "qmin": REQUIRED, "qmax": REQUIRED, "out_dtype": "int8",
-                    "acc_limit": 2 ** 31 - 1})
-def requantize(x, *, multiplier, shift, zero_point, qmin, qmax, out_dtype, acc_limit):
+                    "acc_limit": 2 ** 31 - 1, "absorbed": []})
+def requantize(x, *, multiplier, shift, zero_point, qmin, qmax, out_dtype, acc_limit,
+               absorbed):
     """int32 -> ``out_dtype``: with ``a = clip(x, -acc_limit, acc_limit)``,
     ``clip(((a * multiplier + 2**(shift-1)) >> shift) + zero_point, qmin, qmax)``.
 
@@ -97,6 +111,9 @@ def requantize(x, *, multiplier, shift, zero_point, qmin, qmax, out_dtype, acc_l
     axis 1). Accumulators beyond ``acc_limit`` saturate the output anyway; clamping
     them first keeps the product inside int32, which lets the multiplier keep
     more bits.
+
+    ``absorbed`` names the activations (``"Op:node"``) whose clamp ``qmin``/``qmax``
+    applies, so that placement reports still show where they ran; it changes nothing.
     """
     return requantize_int(x, multiplier, shift, zero_point, qmin, qmax,
                           acc_limit).astype(out_dtype)

@@ -7,6 +7,7 @@ from .fold_batchnorm import fold_batchnorm
 from .fold_constants import fold_constants
 from .fuse_ops import fuse_ops, fused_functions, fusion_groups, post_dominators
 from .infer_types import infer_types
+from .int8_activations import uint8_to_int8
 from .manager import PassManager, PassRecord, get_pass, register_pass
 from .quantize import realize_qdq
 from .simplify import simplify
@@ -19,4 +20,4 @@ __all__ = ["DEFAULT_PIPELINE", "PassManager", "PassRecord", "alter_layout",
            "eliminate_common_subexpressions",
            "eliminate_dead_code", "fold_batchnorm", "fold_constants", "fuse_ops",
            "fused_functions", "fusion_groups", "get_pass", "infer_types", "post_dominators",
-           "realize_qdq", "register_pass", "simplify"]
+           "realize_qdq", "register_pass", "simplify", "uint8_to_int8"]

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 
 from ..errors import PartitionError
 from ..ir.graph import Graph, NameScope, Node
+from ..ops.macs import multiply_accumulates
 from ..patterns import CompositePattern, match
 from .rewrite import outline
 
 
 @dataclass
 class Placement:
-    """Where one node went and why."""
+    """Where one node went and why, with the multiply-accumulates it performs."""
 
     node: str
     op: str
@@ -36,6 +37,11 @@ class Placement:
     reason: str
     composite: str = ""
     region: str = ""
+    macs: int = 0
+
+    def to_dict(self) -> dict:
+        return {"node": self.node, "op": self.op, "target": self.target, "macs": self.macs,
+                "reason": self.reason, "composite": self.composite, "region": self.region}
 
 
 @dataclass
@@ -45,20 +51,51 @@ class PartitionReport:
     placements: list[Placement] = field(default_factory=list)
 
     def by_target(self) -> dict[str, int]:
+        """Nodes per target."""
         counts: dict[str, int] = {}
         for p in self.placements:
             counts[p.target] = counts.get(p.target, 0) + 1
         return counts
 
+    def macs_by_target(self) -> dict[str, int]:
+        """Multiply-accumulates per target (every target that received a node)."""
+        macs: dict[str, int] = {}
+        for p in self.placements:
+            macs[p.target] = macs.get(p.target, 0) + p.macs
+        return macs
+
+    def mac_share(self, target: str) -> float:
+        """The fraction of the model's multiply-accumulates placed on ``target``
+        (1.0 for a model without any)."""
+        macs = self.macs_by_target()
+        total = sum(macs.values())
+        return macs.get(target, 0) / total if total else 1.0
+
+    def to_json(self) -> dict:
+        """The report as one JSON-serializable object: ``nodes`` (node, op, target, macs,
+        reason, composite, region), ``macs_by_target``, ``nodes_by_target``,
+        ``total_macs``."""
+        macs = self.macs_by_target()
+        return {"nodes": [p.to_dict() for p in self.placements], "macs_by_target": macs,
+                "nodes_by_target": self.by_target(), "total_macs": sum(macs.values())}
+
     def format(self) -> str:
-        """A table: node, op, target, region/composite, reason."""
-        lines = [f"{'node':32s} {'op':20s} {'target':10s} {'region / composite':36s} reason"]
+        """A table: node, op, target, MACs, region/composite, reason; then the nodes and
+        the share of multiply-accumulates on each target."""
+        lines = [f"{'node':32s} {'op':20s} {'target':10s} {'MACs':>12s} "
+                 f"{'region / composite':36s} reason"]
         for p in self.placements:
             where = f"{p.region}/{p.composite}" if p.region else ""
-            lines.append(f"{p.node[:32]:32s} {p.op[:20]:20s} {p.target:10s} {where[:36]:36s} "
-                         f"{p.reason}")
+            lines.append(f"{p.node[:32]:32s} {p.op[:20]:20s} {p.target:10s} {p.macs:12d} "
+                         f"{where[:36]:36s} {p.reason}")
         counts = ", ".join(f"{t}: {n}" for t, n in self.by_target().items())
         lines.append(f"nodes per target: {counts}")
+        macs = self.macs_by_target()
+        total = sum(macs.values())
+        if total:
+            shares = ", ".join(f"{t}: {m / 1e6:.1f} M ({100 * m / total:.1f}%)"
+                               for t, m in macs.items())
+            lines.append(f"MACs per target: {shares} of {total / 1e6:.1f} M")
         return "\n".join(lines)
 
 
@@ -197,11 +234,37 @@ def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
         if node in claimed:
             target, name, cid = claimed[node]
             fname = composite_names[cid]
-            report.placements.append(Placement(
-                node.name, node.op, target, f"matched {target} pattern {name}", name,
-                region_names.get(id(by_name[fname]), "")))
+            placed = Placement(node.name, node.op, target, f"matched {target} pattern {name}",
+                               name, region_names.get(id(by_name[fname]), ""),
+                               multiply_accumulates(node))
         else:
             why = refused.get(node) or (
                 f"no pattern of {', '.join(tables)} matches" if tables else "only target")
-            report.placements.append(Placement(node.name, node.op, fallback, why))
+            placed = Placement(node.name, node.op, fallback, why,
+                               macs=multiply_accumulates(node))
+        report.placements.append(placed)
+        report.placements.extend(_absorbed(node, placed))
     return g, report
+
+
+def _absorbed(node: Node, placed: Placement) -> list[Placement]:
+    """Rows for the activations an earlier pass folded into ``node`` (a Requantize's
+    clamp): they run wherever ``node`` runs."""
+    rows = []
+    for entry in node.attrs.get("absorbed", ()) if node.op == "Requantize" else ():
+        op, _, name = entry.partition(":")
+        rows.append(Placement(name, op, placed.target,
+                              f"folded into the clamp of {node.name} ({node.op})",
+                              placed.composite, placed.region))
+    return rows
+
+
+def single_target_report(graph: Graph, target: str) -> PartitionReport:
+    """The report of a model compiled for one target: every op of ``graph`` (inside its
+    fused functions too) placed on it."""
+    report = PartitionReport()
+    for _, node in graph.walk():
+        if node.body is None:
+            report.placements.append(Placement(node.name, node.op, str(target), "only target",
+                                               macs=multiply_accumulates(node)))
+    return report

@@ -54,6 +54,7 @@ class _Chain:
     y_zero: int
     y_dtype: str
     clip: tuple[float, float]  # activation bounds in real units
+    absorbed: list[str]  # "Op:node" of the activation the clamp applies
 
 
 def _scalar(v: Value | None, default=0):
@@ -93,20 +94,20 @@ def _chain(nodes: list[Node]) -> _Chain | None:
     except ValueError:
         return None
     w = w_v.data
-    channels_axis = 0
-    if linear.op == "Gemm" and linear.attrs.get("transB", 0):
-        w = w.T  # MatMulInteger wants (K, N)
-        channels_axis = 0 if w_axis in (0, -2) else 1
-    elif linear.op in ("Gemm", "MatMul"):
-        channels_axis = 1
     if w.ndim != 2 and linear.op != "Conv":
         return None
+    # the weight's output-channel axis as the model stores it: OIHW, (N, K) for a Gemm
+    # with transB, else (K, N)
+    transposed = linear.op == "Gemm" and linear.attrs.get("transB", 0)
+    channel_axis = 0 if linear.op == "Conv" or transposed else 1
+    if transposed:
+        w = w.T  # MatMulInteger wants (K, N)
     n_out = w.shape[0] if linear.op == "Conv" else w.shape[1]
-    sw = np.broadcast_to(np.asarray(sw, np.float64).reshape(-1), (n_out,)) \
-        if np.asarray(sw).size in (1, n_out) else None
-    if sw is None or (np.asarray(sw).size > 1 and linear.op != "Conv"
-                      and channels_axis != 1 and np.asarray(dq_w.inputs[1].data).size > 1):
-        return None
+    per_channel = np.asarray(sw).size > 1 or (zw is not None and np.asarray(zw).size > 1)
+    if per_channel and (w_axis % w_v.type.ndim != channel_axis
+                        or np.asarray(sw).size not in (1, n_out)):
+        return None  # scales along the reduction: not a per-output-channel requantization
+    sw = np.broadcast_to(np.asarray(sw, np.float64).reshape(-1), (n_out,))
     w_zero = None if zw is None or not np.any(zw) else np.broadcast_to(
         np.asarray(zw).reshape(-1), (n_out,))
     bias = _bias(nodes, linear, n_out)
@@ -120,8 +121,9 @@ def _chain(nodes: list[Node]) -> _Chain | None:
         lo = _scalar(c.inputs[1], -np.inf) if len(c.inputs) > 1 else -np.inf
         hi = _scalar(c.inputs[2], np.inf) if len(c.inputs) > 2 else np.inf
         clip = (float(lo), float(hi))
+    absorbed = [f"{n.op}:{n.name}" for n in nodes if n.op in ("Relu", "Clip")]
     return _Chain(x_q, x_scale, x_zero, w, sw, w_zero, bias, linear, y_scale, y_zero,
-                  q.outputs[0].type.dtype, clip)
+                  q.outputs[0].type.dtype, clip, absorbed)
 
 
 def _bias(nodes: list[Node], linear: Node, n_out: int):
@@ -153,6 +155,9 @@ def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
     if c.w_zero is not None:
         shape = (-1,) + (1,) * (w_centered.ndim - 1) if c.linear.op == "Conv" else (1, -1)
         w_centered = w_centered - c.w_zero.reshape(shape)
+        if w_centered.min() >= -128 and w_centered.max() <= 127:
+            # weights are constants: centered once here, they need no zero point (exact)
+            c = replace(c, w_q=w_centered.astype(np.int8), w_zero=None)
     reduce_axes = tuple(range(1, w_centered.ndim)) if c.linear.op == "Conv" else (0,)
     x_range = max(abs(-128 - c.x_zero), abs(255 - c.x_zero)) if c.x_q.type.dtype == "uint8" \
         else max(abs(-128 - c.x_zero), abs(127 - c.x_zero))
@@ -202,7 +207,8 @@ def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
         "multiplier": multipliers[0] if same else multipliers,
         "shift": shifts[0] if same else shifts, "zero_point": c.y_zero,
         "qmin": int(lo), "qmax": int(hi), "out_dtype": c.y_dtype,
-        "acc_limit": int(limits[0]) if same else [int(v) for v in limits]},
+        "acc_limit": int(limits[0]) if same else [int(v) for v in limits],
+        "absorbed": c.absorbed},
         scope.fresh(f"{name}_requantize")))
     return nodes
 
@@ -346,12 +352,13 @@ def _absorb_quantized_relu(graph: Graph) -> Graph:
                 source.op != "Requantize" or len(users.get(x, ())) != 1 or \
                 len(users.get(relu.outputs[0], ())) != 1:
             continue
-        clamps[source] = max(source.attrs["qmin"], int(_scalar(
-            dq.inputs[2] if len(dq.inputs) > 2 else None)))
+        clamps[source] = (max(source.attrs["qmin"], int(_scalar(
+            dq.inputs[2] if len(dq.inputs) > 2 else None))), f"Relu:{relu.name}")
         mapping[node.outputs[0]] = x
         dropped.update((dq, relu, node))
     if not clamps:
         return graph
-    nodes = [replace(n, attrs={**n.attrs, "qmin": clamps[n]}) if n in clamps else n
-             for n in graph.nodes if n not in dropped]
+    nodes = [replace(n, attrs={**n.attrs, "qmin": clamps[n][0],
+                               "absorbed": [*n.attrs["absorbed"], clamps[n][1]]})
+             if n in clamps else n for n in graph.nodes if n not in dropped]
     return substitute(graph, mapping, nodes)

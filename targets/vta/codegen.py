@@ -37,6 +37,7 @@ from heterocc.accel_sim.reference_programs import GemmTiling, Requantization
 from heterocc.errors import CompileError
 from heterocc.ir.graph import Node
 from heterocc.ops.nn import conv_geometry
+from heterocc.ops.qnn import zero_point_bias
 from heterocc.tuning.apply import vta_tiling
 
 from .dae import emit_program
@@ -58,12 +59,25 @@ def _per_channel(value, channels: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(value, np.int64).reshape(-1), (channels,)).copy()
 
 
-def _requantization(nodes: list[Node], channels: int) -> Requantization:
+def input_zero_point(core: Node) -> int:
+    """The integer op's input zero point (0 when absent): a constant scalar, as the
+    pattern table's check guarantees."""
+    zero_point = core.inputs[2] if len(core.inputs) > 2 else None
+    return 0 if zero_point is None else int(zero_point.data.reshape(()))
+
+
+def _requantization(nodes: list[Node], weights: np.ndarray) -> Requantization:
+    """The composite's requantization per output channel (row of ``weights``, the
+    N x K matrix the GEMM core multiplies), its bias absorbing the input zero point:
+    ``sum((a - z) * w) + bias == sum(a * w) + (bias - z * sum(w))``, so the core
+    multiplies the stored int8 activations as they are."""
     requant = nodes[-1]
+    channels = weights.shape[0]
     bias = np.zeros(channels, np.int64)
     add = next((n for n in nodes if n.op == "Add"), None)
     if add is not None:
         bias = _per_channel(add.inputs[1].data, channels)
+    bias = bias + zero_point_bias(weights, input_zero_point(nodes[0]))
     a = requant.attrs
     shift = _per_channel(a["shift"], channels)
     rounding = np.where(shift > 0, np.left_shift(1, np.maximum(shift - 1, 0)), 0)
@@ -117,9 +131,13 @@ def _conv_lowering(conv: Node):
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
     kernel, strides, _, pads, (oh, ow) = conv_geometry(x.shape, w.shape, conv.attrs)
+    # a padded position holds the input's zero point: it contributes nothing once the
+    # zero point's term is folded into the bias (``_requantization``)
+    fill = input_zero_point(conv)
 
     def to_matrix(arr: np.ndarray) -> np.ndarray:
-        padded = np.pad(arr, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+        padded = np.pad(arr, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])),
+                        constant_values=fill)
         win = np.lib.stride_tricks.sliding_window_view(padded, (kh, kw), axis=(2, 3))
         win = win[:, :, :oh * strides[0]:strides[0], :ow * strides[1]:strides[1]]
         return win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * kh * kw)
@@ -157,7 +175,7 @@ def compile_composite(function: Node, config: HardwareConfig,
                            f"size {config.batch}")
     w = np.zeros((n_padded, k_padded), np.int8)
     w[:out_channels, :k] = weights
-    epilogue = plan_epilogue(_requantization(nodes, out_channels), w, n_padded,
+    epilogue = plan_epilogue(_requantization(nodes, weights), w, n_padded,
                              config.acc_bits)
     tuned = vta_tiling(rows, k_padded, n_padded, config, requantize=True)
     if tuned is not None:  # a tuning log is applied: its best tiling and thread count

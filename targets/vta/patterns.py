@@ -14,21 +14,43 @@ def _requantized(core):
     return is_op("Requantize")(is_op("Add")(core, is_constant()) | core)
 
 
-def _zero_points_are_zero(node: Node) -> str | None:
-    for k, v in enumerate(node.inputs[2:4], start=2):
-        if v is not None and (not v.is_const or v.data.any()):
-            return f"input {k} is a non-zero zero point (the accelerator is symmetric int8)"
+def _zero_points(node: Node) -> str | None:
+    """Why the core cannot absorb the integer op's zero points, or None. An input zero
+    point that is one constant folds into the bias (``codegen._requantization``); a
+    weight zero point would need the weights re-centered, which ``realize_qdq`` does
+    whenever the centered weights fit int8."""
+    x_zero = node.inputs[2] if len(node.inputs) > 2 else None
+    if x_zero is not None and (not x_zero.is_const or x_zero.data.size != 1):
+        return "the input zero point is not one constant (per-row or computed at run time)"
+    w_zero = node.inputs[3] if len(node.inputs) > 3 else None
+    if w_zero is not None and (not w_zero.is_const or w_zero.data.any()):
+        if not w_zero.is_const:
+            return "the weight zero point is computed at run time"
+        centered = node.inputs[1].data.astype(int) - _channel_column(node, w_zero.data)
+        return (f"the weights have zero point(s) {sorted(set(w_zero.data.ravel().tolist()))[:4]} "
+                f"and their centered values span [{centered.min()}, {centered.max()}], beyond "
+                "int8 (quantize the weights as int8, e.g. onnxruntime's weight_type=QInt8)")
     return None
+
+
+def _channel_column(node: Node, zero_point):
+    """A weight zero point shaped to broadcast over the weights' output channels."""
+    if node.op == "ConvInteger":
+        return zero_point.reshape((-1,) + (1,) * (node.inputs[1].type.ndim - 1))
+    return zero_point.reshape(1, -1)
 
 
 def _common(nodes: list[Node]) -> str | None:
     core, requant = nodes[0], nodes[-1]
     x, w = core.inputs[0], core.inputs[1]
+    why = _zero_points(core)
+    if why is not None:
+        return why
     if x.type.dtype != "int8" or w.type.dtype != "int8":
         return f"operands are {x.type.dtype} x {w.type.dtype}; the GEMM core takes int8 x int8"
     if requant.attrs["out_dtype"] != "int8":
         return f"output type {requant.attrs['out_dtype']} is not int8"
-    return _zero_points_are_zero(core)
+    return None
 
 
 def check_conv(nodes: list[Node]) -> str | None:
