@@ -139,9 +139,10 @@ def _dma_errors(
             instruction.y_pad_top, instruction.y_pad_bottom,
             instruction.x_pad_left, instruction.x_pad_right,
         )
-        if any(pads):
+        if any(pads) or instruction.pad_value:
             errors.append(
-                IllegalInstructionError("STORE does not pad; set its four pad fields to 0", index)
+                IllegalInstructionError(
+                    "STORE does not pad; set its four pad fields and pad_value to 0", index)
             )
         if instruction.y_size > 1 and instruction.x_stride < instruction.x_size:
             errors.append(
@@ -151,6 +152,15 @@ def _dma_errors(
                     index,
                 )
             )
+    if isinstance(instruction, Load) and instruction.pad_value and \
+            instruction.buffer != Buffer.INP:
+        errors.append(
+            IllegalInstructionError(
+                f"LOAD {instruction.buffer.name} pads with 0; only an INP load takes a "
+                f"pad_value (got {instruction.pad_value})",
+                index,
+            )
+        )
     depth = buffer_depth(config, instruction.buffer)
     sram_end = instruction.sram_base + dma_sram_tiles(instruction)
     if sram_end > depth:

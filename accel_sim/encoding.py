@@ -265,6 +265,8 @@ def format_instruction(instruction: Instruction) -> str:
         pads = (i.y_pad_top, i.y_pad_bottom, i.x_pad_left, i.x_pad_right)
         if any(pads):
             body += " pad(top,bottom,left,right)=({},{},{},{})".format(*pads)
+        if i.pad_value:
+            body += f" pad_value={i.pad_value}"
     elif isinstance(instruction, Gemm):
         i = instruction
         body = (

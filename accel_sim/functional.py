@@ -146,7 +146,7 @@ class FunctionalSimulator:
             instruction.buffer
         ]
         block = target[begin:end].reshape(rows, cols, *target.shape[1:])
-        block[...] = 0
+        block[...] = instruction.pad_value
         block[interior] = raw.view(target.dtype.newbyteorder("<")).reshape(
             instruction.y_size, instruction.x_size, *target.shape[1:]
         )

@@ -79,7 +79,9 @@ class DmaInstruction(Instruction):
     ``dram_base`` and ``x_stride`` count tiles of the buffer's type (micro-op
     words for UOP). A LOAD writes the padded block of
     ``(y_pad_top + y_size + y_pad_bottom) x (x_pad_left + x_size + x_pad_right)``
-    tiles row-major from ``sram_base``; padding tiles are zero.
+    tiles row-major from ``sram_base``; every element of a padding tile is
+    ``pad_value`` (a LOAD into INP may pad with any int8 value, such as the input's
+    zero point; every other transfer pads with 0).
     """
 
     buffer: Buffer
@@ -92,6 +94,7 @@ class DmaInstruction(Instruction):
     y_pad_bottom: int = 0
     x_pad_left: int = 0
     x_pad_right: int = 0
+    pad_value: int = 0
 
     @property
     def padded_rows(self) -> int:
@@ -261,6 +264,8 @@ def index_bits(depth: int) -> int:
 LOOP_EXTENT_BITS = 14
 DMA_SIZE_BITS = 16
 DMA_PAD_BITS = 4
+#: the signed value a LOAD writes into every element of its padding tiles (int8)
+DMA_PAD_VALUE_BITS = 8
 DRAM_ADDRESS_BITS = 32
 ALU_IMM_BITS = 16
 
@@ -329,6 +334,7 @@ def isa_layout(config: HardwareConfig) -> IsaLayout:
         ("y_pad_bottom", DMA_PAD_BITS),
         ("x_pad_left", DMA_PAD_BITS),
         ("x_pad_right", DMA_PAD_BITS),
+        ("pad_value", DMA_PAD_VALUE_BITS, True),
     ]
     loops = [
         ("uop_begin", uop_bits),

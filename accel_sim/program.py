@@ -221,17 +221,20 @@ class ProgramBuilder:
         rows: int,
         cols: int,
         pads: tuple[int, int, int, int] = (0, 0, 0, 0),
+        pad_value: int = 0,
         **flags: bool,
     ) -> Load:
         """A LOAD of ``rows x cols`` tiles of ``tensor`` from tile (row, col).
 
-        ``pads`` is (top, bottom, left, right) in tiles; ``flags`` are dependency flags.
+        ``pads`` is (top, bottom, left, right) in tiles, filled with ``pad_value``;
+        ``flags`` are dependency flags.
         """
         top, bottom, left, right = pads
         return Load(
             buffer=tensor.buffer, sram_base=sram_base, dram_base=tensor.tile(row, col),
             y_size=rows, x_size=cols, x_stride=tensor.grid_cols,
-            y_pad_top=top, y_pad_bottom=bottom, x_pad_left=left, x_pad_right=right, **flags,
+            y_pad_top=top, y_pad_bottom=bottom, x_pad_left=left, x_pad_right=right,
+            pad_value=pad_value, **flags,
         )
 
     def load_uops(self, kernel: DramTensor, sram_base: int = 0, **flags: bool) -> Load:

@@ -204,11 +204,11 @@ def _emit_epilogue(builder: ProgramBuilder, epilogue: Requantization, first_uop:
 
 
 def padded_conv3x3_program(config: HardwareConfig, image: np.ndarray, weights: np.ndarray,
-                           height: int, width: int) -> Program:
+                           height: int, width: int, pad_value: int = 0) -> Program:
     """A 3x3, stride-1, pad-1 convolution of one ``height x width`` image through
-    micro-op loops over a zero-padded 2-D DMA: ``image`` is (height*width, C) in
-    HWC order, ``weights`` (O, 9*C) in (kh, kw, c) order; the result is tensor "Y"
-    (height*width, O) in ACC."""
+    micro-op loops over a 2-D DMA padded with ``pad_value``: ``image`` is
+    (height*width, C) in HWC order, ``weights`` (O, 9*C) in (kh, kw, c) order; the
+    result is tensor "Y" (height*width, O) in ACC."""
     channels_in = image.shape[1]
     blocks_in = channels_in // config.block_in
     builder = ProgramBuilder(config)
@@ -223,11 +223,11 @@ def padded_conv3x3_program(config: HardwareConfig, image: np.ndarray, weights: n
     ]
     kernel = builder.uops("conv", [MicroOp(0, 0, 0)] + uops)
     builder.emit(builder.load_uops(kernel))
-    # one 2-D DMA: image rows of width * blocks_in tiles, one pixel of zeros around
+    # one 2-D DMA: image rows of width * blocks_in tiles, one pixel of padding around
     builder.emit(Load(
         buffer=Buffer.INP, sram_base=0, dram_base=x_t.tile_base, y_size=height,
         x_size=width * blocks_in, x_stride=width * blocks_in, y_pad_top=1, y_pad_bottom=1,
-        x_pad_left=blocks_in, x_pad_right=blocks_in,
+        x_pad_left=blocks_in, x_pad_right=blocks_in, pad_value=pad_value,
     ))
     builder.emit(builder.load_tiles(w_t, 0, 0, 0, 1, 9 * blocks_in, push_next=True))
     loops = dict(loop_outer=height, loop_inner=width, acc_factor_outer=width, acc_factor_inner=1)

@@ -166,6 +166,10 @@ def test_buffer_misuse_is_rejected():
                       x_stride=1, x_pad_left=1, pop_prev=True, push_prev=True)
     with pytest.raises(IllegalInstructionError, match="STORE does not pad"):
         check_stream(stream, CONFIG)
+    stream[3] = Store(buffer=Buffer.OUT, sram_base=0, dram_base=0, y_size=1, x_size=1,
+                      x_stride=1, pad_value=3, pop_prev=True, push_prev=True)
+    with pytest.raises(IllegalInstructionError, match="STORE does not pad"):
+        check_stream(stream, CONFIG)
     stream[3] = Store(buffer=Buffer.OUT, sram_base=0, dram_base=0, y_size=2, x_size=2,
                       x_stride=1, pop_prev=True, push_prev=True)
     with pytest.raises(IllegalInstructionError, match="STORE rows overlap"):
@@ -184,3 +188,14 @@ def test_several_problems_are_all_listed():
     with pytest.raises(IllegalInstructionError) as error:
         check_stream(stream, CONFIG)
     assert "more problem(s)" in error.value.__notes__[0]
+
+
+def test_only_an_input_load_pads_with_a_value():
+    stream = _valid_stream()
+    stream[1] = Load(buffer=Buffer.INP, sram_base=0, dram_base=0, y_size=1, x_size=1,
+                     x_stride=1, x_pad_left=1, pad_value=-128, push_next=True)
+    assert find_stream_errors(stream, CONFIG, dram_bytes=4096) == []
+    stream[0] = Load(buffer=Buffer.UOP, sram_base=0, dram_base=0, y_size=1, x_size=1,
+                     x_stride=1, pad_value=1)
+    with pytest.raises(IllegalInstructionError, match="only an INP load takes a pad_value"):
+        check_stream(stream, CONFIG)

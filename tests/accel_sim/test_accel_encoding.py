@@ -148,7 +148,7 @@ def test_stream_file_round_trip_and_disassembly(tmp_path, capsys):
     instructions = [
         Load(buffer=Buffer.UOP, sram_base=0, dram_base=0, y_size=1, x_size=2, x_stride=2),
         Load(buffer=Buffer.INP, sram_base=3, dram_base=9, y_size=2, x_size=4, x_stride=8,
-             y_pad_top=1, x_pad_right=2, push_next=True),
+             y_pad_top=1, x_pad_right=2, pad_value=-5, push_next=True),
         Gemm(uop_begin=0, uop_end=2, loop_outer=3, loop_inner=4, acc_factor_outer=4,
              acc_factor_inner=1, pop_prev=True, push_next=True),
         Alu(alu_op=AluOp.SHR, use_imm=True, imm=-3, uop_begin=0, uop_end=1, loop_outer=1,
@@ -167,7 +167,7 @@ def test_stream_file_round_trip_and_disassembly(tmp_path, capsys):
 
     text = disassemble(instructions, uops)
     assert "1: LOAD   INP  sram=3 dram=9 y=2 x=4 stride=8" in text
-    assert "pad(top,bottom,left,right)=(1,0,0,2)  [push_next]" in text
+    assert "pad(top,bottom,left,right)=(1,0,0,2) pad_value=-5  [push_next]" in text
     assert "ALU    SHR  imm=-3" in text
     assert "u1: dst=4 src=5 wgt=6" in text
 

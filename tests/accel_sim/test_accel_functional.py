@@ -88,8 +88,8 @@ def test_gemm_accumulates_with_int32_wraparound():
 PRESETS = ["1x8x8", "1x16x16", "1x32x32"]
 
 
-@pytest.mark.parametrize("preset", PRESETS)
-def test_convolution_through_micro_op_loops_with_padding(preset):
+@pytest.mark.parametrize("preset, pad_value", [(p, 0) for p in PRESETS] + [("1x16x16", -7)])
+def test_convolution_through_micro_op_loops_with_padding(preset, pad_value):
     config = HardwareConfig.preset(preset)
     height, width = 5, 6
     channels_in, channels_out = 2 * config.block_in, config.block_out
@@ -97,10 +97,10 @@ def test_convolution_through_micro_op_loops_with_padding(preset):
     weights = _int8((channels_out, 3, 3, channels_in))
     program = padded_conv3x3_program(config, image.reshape(height * width, channels_in),
                                      weights.reshape(channels_out, 9 * channels_in),
-                                     height, width)
+                                     height, width, pad_value)
     program.run()
 
-    padded = np.pad(image.astype(np.int64), ((1, 1), (1, 1), (0, 0)))
+    padded = np.pad(image.astype(np.int64), ((1, 1), (1, 1), (0, 0)), constant_values=pad_value)
     expected = np.zeros((height, width, channels_out), np.int64)
     for kh in range(3):
         for kw in range(3):
