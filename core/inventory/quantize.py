@@ -297,17 +297,15 @@ def _wrap_int32(value: int) -> int:
     return (value + 2 ** 31) % 2 ** 32 - 2 ** 31
 
 
-def _per_channel_constant(values, channel):
-    """The int32 constant of ``values`` (an int, or a list: one per channel) for
-    ``channel``; a list becomes a balanced tree of selects (log2 C compares)."""
-    if not isinstance(values, list):
-        return te.const(values, "int32")
-    if len(values) == 1:
-        return te.const(values[0], "int32")
-    middle = len(values) // 2
-    return te.if_then_else(channel < middle,
-                           _per_channel_constant(values[:middle], channel),
-                           _per_channel_constant(values[middle:], channel - middle))
+def _per_channel_constant(values, name: str):
+    """``lambda channel: the int32 constant of values for channel``: ``values`` is an int,
+    or a list (one per channel) read from a constant table (one load, a vector load where
+    channels are vectorized); a list of one value throughout is an immediate."""
+    if isinstance(values, list) and len(set(values)) > 1:
+        table = te.constant_tensor(np.array(values, np.int32), name)
+        return lambda channel: table[channel]
+    value = te.const(values[0] if isinstance(values, list) else values, "int32")
+    return lambda channel: value
 
 
 def _per_channel(value, transform):
@@ -334,22 +332,25 @@ def requantize(inputs, attrs, out_types):
     int32_min, int32_max = -2 ** 31, 2 ** 31 - 1
     # NumPy multiplies in int64 and wraps to int32; multiplying int32 operands that were
     # wrapped first gives the same bits
-    multiplier = _per_channel(attrs["multiplier"], _wrap_int32)
-    shift = _per_channel(attrs["shift"], int)
-    rounding = _per_channel(attrs["shift"], lambda s: _wrap_int32(1 << (s - 1)) if s else 0)
+    multiplier = _per_channel_constant(_per_channel(attrs["multiplier"], _wrap_int32),
+                                       "requantize_multiplier")
+    shift = _per_channel_constant(_per_channel(attrs["shift"], int), "requantize_shift")
+    rounding = _per_channel_constant(_per_channel(
+        attrs["shift"], lambda s: _wrap_int32(1 << (s - 1)) if s else 0), "requantize_rounding")
     # the clamp to +-acc_limit, with bounds beyond int32 (which clamp nothing) tightened
-    low = _per_channel(attrs["acc_limit"], lambda v: max(-v, int32_min))
-    high = _per_channel(attrs["acc_limit"], lambda v: min(v, int32_max))
+    low = _per_channel_constant(_per_channel(attrs["acc_limit"], lambda v: max(-v, int32_min)),
+                                "requantize_low")
+    high = _per_channel_constant(_per_channel(attrs["acc_limit"], lambda v: min(v, int32_max)),
+                                 "requantize_high")
     zero_point = te.const(_wrap_int32(int(attrs["zero_point"])), "int32")
     qmin, qmax = te.const(int(attrs["qmin"]), "int32"), te.const(int(attrs["qmax"]), "int32")
 
     def body(*index):
         channel = index[1] if x.ndim > 1 else 0
-        acc = te.minimum(te.maximum(x[index], _per_channel_constant(low, channel)),
-                         _per_channel_constant(high, channel))
-        y = acc * _per_channel_constant(multiplier, channel)
-        y = y + _per_channel_constant(rounding, channel)
-        y = y >> _per_channel_constant(shift, channel)
+        acc = te.minimum(te.maximum(x[index], low(channel)), high(channel))
+        y = acc * multiplier(channel)
+        y = y + rounding(channel)
+        y = y >> shift(channel)
         y = y + zero_point
         return te.cast(out, te.minimum(te.maximum(y, qmin), qmax))
 

@@ -41,14 +41,17 @@ from ..tir.expr import select as if_then_else
 from .intrin import BufferRegion, TensorIntrin
 from .lower import lower, symbolic_bounds
 from .schedule import Fuse, Schedule, Split, Stage, create_schedule
+from .schedule_reads import constant_tensors
 from .tensor import (
     ComputeOp,
+    ConstantOp,
     IterVar,
     PlaceholderOp,
     Reduce,
     Tensor,
     TensorLoad,
     compute,
+    constant_tensor,
     max,
     min,
     placeholder,
@@ -57,10 +60,10 @@ from .tensor import (
 )
 
 __all__ = [
-    "BufferRegion", "ComputeOp", "Fuse", "IterVar", "PlaceholderOp", "Reduce", "Schedule",
-    "Split", "Stage", "Tensor", "TensorIntrin", "TensorLoad", "call_intrin", "cast", "ceil",
-    "compute", "const", "cos", "create_schedule", "equal", "erf", "exp", "fabs", "floor",
-    "if_then_else", "log", "logical_and", "logical_or", "lower", "max", "maximum", "min",
-    "minimum", "not_equal", "placeholder", "power", "reduce_axis", "sin", "sqrt", "sum",
-    "symbolic_bounds", "tanh", "truncdiv", "truncmod",
+    "BufferRegion", "ComputeOp", "ConstantOp", "Fuse", "IterVar", "PlaceholderOp", "Reduce",
+    "Schedule", "Split", "Stage", "Tensor", "TensorIntrin", "TensorLoad", "call_intrin", "cast",
+    "ceil", "compute", "const", "constant_tensor", "constant_tensors", "cos", "create_schedule",
+    "equal", "erf", "exp", "fabs", "floor", "if_then_else", "log", "logical_and", "logical_or",
+    "lower", "max", "maximum", "min", "minimum", "not_equal", "placeholder", "power",
+    "reduce_axis", "sin", "sqrt", "sum", "symbolic_bounds", "tanh", "truncdiv", "truncmod",
 ]

@@ -23,7 +23,7 @@ from ..tir.visitor import Mutator, collect, free_vars, substitute
 from .intrin import BufferRegion, TensorIntrin
 from .schedule import AT, INLINE, ROOT, Fuse, Schedule, Split, Stage
 from .schedule_reads import reads_of
-from .tensor import REDUCE, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad
+from .tensor import REDUCE, ConstantOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad
 
 
 @dataclass
@@ -148,6 +148,10 @@ class _LoadsToBuffers(Mutator):
     def visit_TensorLoad(self, node: TensorLoad) -> tx.Expr:
         node = self.generic(node)
         realization = self.realized.get(id(node.tensor))
+        if realization is None and isinstance(node.tensor.op, ConstantOp):
+            raise CompileError(
+                f"constant tensor {node.tensor.name!r} is read but not in args: pass "
+                "te.constant_tensors(outputs) among the args, and their data in the call")
         if realization is None:
             raise CompileError(
                 f"tensor {node.tensor.name!r} is read but never computed: pass it in args "

@@ -7,6 +7,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import TypeInferenceError
 from ..ir.types import normalize_dtype
 from ..tir import expr as tx
@@ -60,6 +62,17 @@ class PlaceholderOp:
 
 
 @dataclass(eq=False)
+class ConstantOp(PlaceholderOp):
+    """An input whose data the compute itself fixes (a per-channel table of integers, a
+    small lookup table): ``data`` is a read-only C-ordered array of the tensor's shape and
+    dtype. It schedules and lowers as a placeholder; the caller passes ``data`` as one more
+    argument (the CPU and GPU targets append it to the function's constants, see
+    :func:`constant_tensors`)."""
+
+    data: np.ndarray
+
+
+@dataclass(eq=False)
 class ComputeOp:
     """``tensor[axis] = body`` for every point of the axes (``body`` may be a Reduce)."""
 
@@ -81,7 +94,7 @@ class Tensor:
     name: str
     shape: tuple[int, ...]
     dtype: str
-    op: PlaceholderOp | ComputeOp
+    op: PlaceholderOp | ConstantOp | ComputeOp
 
     @property
     def ndim(self) -> int:
@@ -168,6 +181,19 @@ def placeholder(shape: Sequence[int], dtype: str = "float32", name: str = "place
     """An input tensor of static ``shape`` and ``dtype``."""
     shape = _static_shape(shape, f"placeholder {name!r}")
     return Tensor(name, shape, normalize_dtype(dtype), PlaceholderOp(name))
+
+
+def constant_tensor(data, name: str = "constant", dtype: str | None = None) -> Tensor:
+    """A tensor holding ``data`` (array-like, converted to ``dtype`` when given), read
+    in a compute like any tensor: ``table[channel]`` is a load, so a per-channel
+    constant costs one (vectorizable) memory read instead of a tree of selects. The
+    array is copied, so later changes to ``data`` do not reach it."""
+    array = np.array(data, dtype=None if dtype is None else normalize_dtype(dtype), order="C")
+    dtype_name = normalize_dtype(array.dtype.name)
+    array = np.require(array, requirements="C")
+    array.setflags(write=False)
+    shape = _static_shape(array.shape, f"constant {name!r}")
+    return Tensor(name, shape, dtype_name, ConstantOp(name, array))
 
 
 def reduce_axis(dom, name: str = "k") -> IterVar:

@@ -77,11 +77,15 @@ _EPILOGUE_SCHEDULES = ("conv2d_nchw", "conv2d_nchwc")
 class ExpressedFunction:
     """A function body as tensor expressions."""
 
-    params: list  # placeholders of the function's inputs, then of its constants
-    constants: list[np.ndarray]
+    params: list  # placeholders of the function's inputs, its constants, then its tables
+    constants: list[np.ndarray]  # the graph's constants, then the computes' tables
     outputs: list
     #: one-element constants, by id of their placeholder: folded into the code
     scalars: dict[int, np.ndarray] = field(default_factory=dict)
+    #: the constant tables the computes embed (``te.constant_tensor``), the last entries
+    #: of ``constants``; fixed by the ops' attributes and types, so functions of one
+    #: :func:`structure_key` have equal tables
+    tables: list[np.ndarray] = field(default_factory=list)
 
 
 def _contiguous(array: np.ndarray) -> np.ndarray:
@@ -89,14 +93,21 @@ def _contiguous(array: np.ndarray) -> np.ndarray:
     return np.require(array, requirements="C")
 
 
-def function_constants(body) -> list[np.ndarray]:
-    """The function's constants in the order its kernel takes them (first use)."""
+def function_constants(body, tables: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+    """The function's constants in the order its kernel takes them: the graph's
+    constants (first use), then the constant tables of its computes, ``tables`` when
+    given (:attr:`ExpressedFunction.tables`), else found by expressing ``body`` again."""
     seen: dict[Value, None] = {}
     for node in body.nodes:
         for v in node.inputs:
             if v is not None and v.is_const:
                 seen.setdefault(v, None)
-    return [_contiguous(v.data) for v in seen]
+    if tables is None:
+        try:
+            tables = express_function(body).tables
+        except (CompileError, TypeInferenceError, NotImplementedError):
+            tables = []  # no kernel: nothing takes them
+    return [_contiguous(v.data) for v in seen] + list(tables)
 
 
 def express_function(body) -> ExpressedFunction:
@@ -131,7 +142,13 @@ def express_function(body) -> ExpressedFunction:
     outputs = [tensors[v] for v in body.outputs]
     if any(isinstance(t.op, te.PlaceholderOp) for t in outputs):
         raise CompileError("a function output is one of its inputs or constants")
-    return ExpressedFunction(params, constants, outputs, scalars)
+    tables = []
+    for t in te.constant_tensors(outputs):
+        params.append(t)
+        tables.append(t.op.data)
+        if t.op.data.size == 1:
+            scalars[id(t)] = t.op.data
+    return ExpressedFunction(params, constants + tables, outputs, scalars, tables)
 
 
 class _FoldScalars(Mutator):
@@ -355,6 +372,7 @@ class _Compiled:
     function: object = None
     prim: object = None
     error: Exception | None = None
+    tables: list[np.ndarray] = field(default_factory=list)
 
 
 @dataclass
@@ -415,7 +433,8 @@ class LLVMTarget:
             compiled = self._compiled[key] = self._compile_structure(function)
         if compiled.error is not None:
             raise compiled.error
-        return LLVMKernel(function.name, compiled.function, function_constants(function.body),
+        return LLVMKernel(function.name, compiled.function,
+                          function_constants(function.body, compiled.tables),
                           [(v.type.shape, v.type.dtype) for v in function.body.outputs],
                           compiled.prim)
 
@@ -429,4 +448,4 @@ class LLVMTarget:
             module = build_module([prim], name=symbol)
         except (CompileError, TypeInferenceError, NotImplementedError) as exc:
             return _Compiled(error=exc)
-        return _Compiled(module[symbol], prim)
+        return _Compiled(module[symbol], prim, tables=expressed.tables)
