@@ -375,28 +375,24 @@ class FunctionEmitter:
 
     def _gather(self, buffer: tx.Buffer, offsets: ir.Value, lanes: int,
                 mask: ir.Value | None) -> ir.Value:
-        """Lane-by-lane loads at ``offsets``; lanes whose ``mask`` bit is clear are not
-        read and hold zero."""
+        """Loads at ``offsets`` as one ``llvm.masked.gather`` (the backend picks gather
+        instructions or scalar loads); lanes whose ``mask`` bit is clear are not read and
+        hold zero."""
         element = storage_type(buffer.dtype)
-        align = _itemsize(buffer.dtype)
-        value = ir.Constant(ir.VectorType(element, lanes), None)
-        for lane in range(lanes):
-            at = ir.Constant(I32, lane)
-            if mask is None:
-                address = self._address(buffer, self.builder.extract_element(offsets, at))
-                loaded = self.builder.load(address, typ=element, align=align)
-                value = self.builder.insert_element(value, loaded, at)
-                continue
-            before, skipping_block = value, self.builder.block
-            with self.builder.if_then(self.builder.extract_element(mask, at)):
-                address = self._address(buffer, self.builder.extract_element(offsets, at))
-                loaded = self.builder.load(address, typ=element, align=align)
-                inserted = self.builder.insert_element(before, loaded, at)
-                inserted_block = self.builder.block
-            value = self.builder.phi(before.type)
-            value.add_incoming(inserted, inserted_block)
-            value.add_incoming(before, skipping_block)
-        return value
+        vector_type = ir.VectorType(element, lanes)
+        pointers_type = ir.VectorType(PTR, lanes)
+        try:
+            base = self.buffers[buffer]
+        except KeyError:
+            raise CompileError(f"buffer {buffer.name!r} is used outside its allocation") from None
+        pointers = self.builder.gep(base, [offsets], inbounds=True, source_etype=element)
+        pointers.type = pointers_type  # llvmlite types a vector GEP as a scalar pointer
+        if mask is None:
+            mask = ir.Constant(ir.VectorType(I1, lanes), [1] * lanes)
+        gather = self._function(f"llvm.masked.gather.{_mangle(vector_type)}.v{lanes}p0",
+                                vector_type, [pointers_type, I32, mask.type, vector_type])
+        return self.builder.call(gather, [pointers, ir.Constant(I32, _itemsize(buffer.dtype)),
+                                          mask, ir.Constant(vector_type, None)])
 
     def _expr_Not(self, node: tx.Not) -> ir.Value:
         return self.builder.not_(self.expr(node.a))
