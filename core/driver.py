@@ -189,7 +189,7 @@ def _pipeline(targets: Mapping[str, object], fallback: str, strict: bool,
     float simplifications; with several targets, partitioning before fusion."""
     tables = {name: t.pattern_table() for name, t in targets.items()
               if name != fallback and hasattr(t, "pattern_table")}
-    passes = list(DEFAULT_PIPELINE)
+    passes = ["expand_qoperator", *DEFAULT_PIPELINE]  # QOperator ops to QDQ, first
     if calibration is not None:
         def quantize(graph: Graph) -> Graph:
             return quantize_graph(graph, calibration)

@@ -3,7 +3,9 @@
 The model is checked with ``onnx.checker``, brought to a recent opset with
 ``onnx.version_converter`` and validated with ``onnx.shape_inference``; the
 Graph IR's own types then come from the op registry's type inference, so
-every shape is static.
+every shape is static. A node of another domain than ONNX's (ONNX Runtime's
+``com.microsoft`` quantized ops, say) is imported when the registry has an op
+for its (domain, op_type), as ``<domain>.<op_type>``.
 
 Shape-like operands (Reshape's shape, Pad's pads, Slice's starts, ...) are
 usually constants, or computed from shapes (Shape -> Gather -> Concat): the
@@ -26,7 +28,7 @@ from onnx import numpy_helper
 from ..errors import InputError, ModelLoadError, TypeInferenceError, UnsupportedOpError
 from ..ir.graph import Graph, NameScope, Node, Value, constant
 from ..ir.types import TensorType, dtype_from_onnx
-from ..ops import ShapeOperandError, get_op, has_op, infer_node_types
+from ..ops import DEFAULT_DOMAINS, ShapeOperandError, get_op, has_op, infer_node_types, op_key
 from ..passes.fold_constants import SHAPE_ONLY_OPS, can_fold, fold_node
 from .attributes import attribute_value, node_attributes
 
@@ -34,7 +36,7 @@ from .attributes import attribute_value, node_attributes
 #: (and later additions).
 BASE_OPSET = 18
 
-_DEFAULT_DOMAINS = ("", "ai.onnx")
+_DEFAULT_DOMAINS = DEFAULT_DOMAINS
 
 #: ops never evaluated at import: a quantized weight must stay integer until the
 #: quantization passes have seen it (fold_constants folds what they leave)
@@ -149,14 +151,15 @@ _CONTROL_FLOW = ("If", "Loop", "Scan")
 
 
 def _collect_unsupported(graph: onnx.GraphProto, missing: dict[str, list[str]]) -> None:
+    """Every node whose (domain, op_type) the op registry lacks, by qualified op name."""
     for i, node in enumerate(graph.node):
         name = node.name or f"{node.op_type}_{i}"
-        if node.domain not in _DEFAULT_DOMAINS:
-            missing.setdefault(f"{node.domain}.{node.op_type}", []).append(name)
-        elif node.op_type != "Constant" and not has_op(node.op_type):
-            missing.setdefault(node.op_type, []).append(name)
+        standard = node.domain in _DEFAULT_DOMAINS
+        if not (standard and node.op_type == "Constant") and not has_op(node.op_type,
+                                                                         node.domain):
+            missing.setdefault(op_key(node.op_type, node.domain), []).append(name)
         for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH and node.op_type in _CONTROL_FLOW:
+            if a.type == onnx.AttributeProto.GRAPH and standard and node.op_type in _CONTROL_FLOW:
                 _collect_unsupported(a.g, missing)
             elif a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
                 missing.setdefault(f"{node.op_type} (sub-graph)", []).append(name)
@@ -305,19 +308,20 @@ def from_onnx(model, shapes: Mapping[str, Sequence[int]] | None = None,
 
 
 def _import_node(imp: _Importer, node: onnx.NodeProto, name: str) -> None:
-    if node.op_type == "Constant":
+    standard = node.domain in _DEFAULT_DOMAINS
+    if standard and node.op_type == "Constant":
         imp.values[node.output[0]] = constant(_constant_node_value(node),
                                               imp.names.fresh(node.output[0]))
         return
-    if node.op_type in _CONTROL_FLOW:
+    if standard and node.op_type in _CONTROL_FLOW:
         _import_control_flow(imp, node, name)
         return
-    op = get_op(node.op_type)
+    op = get_op(node.op_type, node.domain)
     raw = node_attributes(node)
-    if node.op_type == "DFT" and imp.opset < 20 and "axis" not in raw \
+    if op.name == "DFT" and imp.opset < 20 and "axis" not in raw \
             and (len(node.input) < 3 or not node.input[2]):
         raw["axis"] = 1  # DFT-17's default axis; opset 20 moved it to -2
-    if node.op_type == "Split" and "num_outputs" not in raw and "split" not in raw \
+    if op.name == "Split" and "num_outputs" not in raw and "split" not in raw \
             and (len(node.input) < 2 or not node.input[1]):
         raw["num_outputs"] = len(node.output)
     _add_node(imp, op.name, op.normalize_attrs(raw, name),

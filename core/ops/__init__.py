@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (registration side effects)
     misc,
     nn,
     normalization,
+    qlinear_contrib,
     qnn,
     quantize,
     reduction,
@@ -19,6 +20,8 @@ from . import (  # noqa: F401  (registration side effects)
     tensor,
 )
 from .registry import (
+    DEFAULT_DOMAINS,
+    MS_DOMAIN,
     REQUIRED,
     FusionKind,
     InferContext,
@@ -28,8 +31,10 @@ from .registry import (
     get_op,
     has_op,
     infer_node_types,
+    op_key,
     register_op,
 )
 
-__all__ = ["REQUIRED", "FusionKind", "InferContext", "OpDef", "ShapeOperandError", "all_ops",
-           "get_op", "has_op", "infer_node_types", "register_op"]
+__all__ = ["DEFAULT_DOMAINS", "MS_DOMAIN", "REQUIRED", "FusionKind", "InferContext", "OpDef",
+           "ShapeOperandError", "all_ops", "get_op", "has_op", "infer_node_types", "op_key",
+           "register_op"]

@@ -36,6 +36,20 @@ class _Required:
 #: default of an attribute the model must give.
 REQUIRED: Any = _Required()
 
+#: the ONNX domain names of the standard operator set
+DEFAULT_DOMAINS = ("", "ai.onnx")
+#: ONNX Runtime's contrib operator domain
+MS_DOMAIN = "com.microsoft"
+
+
+def op_key(op_type: str, domain: str = "") -> str:
+    """The registry's (and the Graph IR's) name of ONNX op ``op_type`` of ``domain``.
+
+    Standard ops keep their ONNX name; an op of another domain is qualified by
+    it (``com.microsoft.QLinearAdd``), so ops of different domains never clash.
+    """
+    return op_type if domain in DEFAULT_DOMAINS else f"{domain}.{op_type}"
+
 
 class ShapeOperandError(TypeInferenceError):
     """A shape-like operand (Reshape's shape, Pad's pads, ...) is not a constant.
@@ -92,7 +106,11 @@ InferFn = Callable[[InferContext], Sequence[TensorType]]
 
 @dataclass
 class OpDef:
-    """The one definition of an op."""
+    """The one definition of an op.
+
+    ``name`` is the op's name in the Graph IR: its ONNX ``op_type``, qualified by
+    its ``domain`` unless that is the standard one (see :func:`op_key`).
+    """
 
     name: str
     reference: Callable[..., Any]
@@ -104,6 +122,13 @@ class OpDef:
     #: the TE compute, set by the operator inventory; None: not compiled yet
     te_compute: Callable[..., Any] | None = None
     doc: str = ""
+    #: the ONNX domain the op belongs to ("" for the standard operator set)
+    domain: str = ""
+
+    @property
+    def op_type(self) -> str:
+        """The ONNX op_type (the name without its domain)."""
+        return self.name[len(self.domain) + 1:] if self.domain else self.name
 
     def normalize_attrs(self, attrs: dict[str, Any], node: str = "") -> dict[str, Any]:
         """Attributes with defaults filled in; unknown or missing ones are errors."""
@@ -136,34 +161,41 @@ _REGISTRY: dict[str, OpDef] = {}
 
 def register_op(name: str, *, infer: InferFn, fusion: FusionKind,
                 attrs: dict[str, Any] | None = None,
-                shape_operands: tuple[int, ...] = ()) -> Callable:
-    """Decorator registering ``fn`` as the NumPy reference of op ``name``.
+                shape_operands: tuple[int, ...] = (), domain: str = "") -> Callable:
+    """Decorator registering ``fn`` as the NumPy reference of ONNX op ``name`` of
+    ``domain`` (default: the standard operator set).
 
     The reference is called as ``fn(*inputs, **attrs)`` with every attribute
     present (defaults filled in) and returns an array or a tuple of arrays.
+    An op of another domain is registered, and appears in the Graph IR, as
+    ``op_key(name, domain)``, e.g. ``com.microsoft.QGemm``.
     """
+    key = op_key(name, domain)
 
     def decorate(fn: Callable) -> Callable:
-        if name in _REGISTRY:
-            raise ValueError(f"op {name!r} registered twice")
-        _REGISTRY[name] = OpDef(name, fn, infer, fusion, dict(attrs or {}), shape_operands,
-                                doc=(fn.__doc__ or "").strip())
+        if key in _REGISTRY:
+            raise ValueError(f"op {key!r} registered twice")
+        _REGISTRY[key] = OpDef(key, fn, infer, fusion, dict(attrs or {}), shape_operands,
+                               doc=(fn.__doc__ or "").strip(),
+                               domain="" if domain in DEFAULT_DOMAINS else domain)
         return fn
 
     return decorate
 
 
-def get_op(name: str) -> OpDef:
-    """The definition of ``name``; KeyError if it is not registered."""
-    return _REGISTRY[name]
+def get_op(name: str, domain: str = "") -> OpDef:
+    """The definition of op ``name`` (an IR name, or an ONNX op_type with its
+    ``domain``); KeyError if it is not registered."""
+    return _REGISTRY[op_key(name, domain)]
 
 
-def has_op(name: str) -> bool:
-    return name in _REGISTRY
+def has_op(name: str, domain: str = "") -> bool:
+    """Whether op ``name`` (of ``domain``, default the standard set) is registered."""
+    return op_key(name, domain) in _REGISTRY
 
 
 def all_ops() -> dict[str, OpDef]:
-    """Every registered op by name."""
+    """Every registered op by its IR name (qualified by domain outside the standard set)."""
     return dict(_REGISTRY)
 
 

@@ -9,6 +9,7 @@ from .fuse_ops import fuse_ops, fused_functions, fusion_groups, post_dominators
 from .infer_types import infer_types
 from .int8_activations import uint8_to_int8
 from .manager import PassManager, PassRecord, get_pass, register_pass
+from .qoperator import expand_qoperator  # noqa: F401  (registers the pass)
 from .quantize import realize_qdq
 from .simplify import simplify
 
