@@ -1,7 +1,8 @@
 """Realize quantized (QDQ) convolutions and dense layers as integer arithmetic.
 
 A QDQ model expresses ``y_q = Q(act(conv(DQ(x_q), DQ(w_q), bias)))``. This
-pass rewrites each such chain (and QLinearConv / QLinearMatMul) into::
+pass rewrites each such chain (QOperator models' QLinearConv, QLinearMatMul and
+QGemm arrive in this form, expanded by ``expand_qoperator``) into::
 
     acc = ConvInteger(x_q, w_q)            # or MatMulInteger: int8 x int8 -> int32
     acc = Add(acc, bias_int32)             # bias / (x_scale * w_scale), rounded
@@ -213,60 +214,14 @@ def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
     return nodes
 
 
-def _decompose_qlinear(node: Node, scope: NameScope) -> list[Node] | None:
-    """QLinearConv / QLinearMatMul as DequantizeLinear -> float op -> QuantizeLinear,
-    which the QDQ rewrite then realizes in integers."""
-    if node.op == "QLinearConv":
-        x, sx, zx, w, sw, zw, sy, zy = node.inputs[:8]
-        bias = node.inputs[8] if len(node.inputs) > 8 else None
-        op, attrs = "Conv", dict(node.attrs)
-    elif node.op == "QLinearMatMul":
-        x, sx, zx, w, sw, zw, sy, zy = node.inputs[:8]
-        bias, op, attrs = None, "MatMul", {}
-    else:
-        return None
-    if not all(v is not None and v.is_const for v in (sx, zx, w, sw, zw, sy, zy)):
-        return None
-    xf = Value(scope.fresh(f"{node.name}_xf"), TensorType(x.type.shape, "float32"))
-    wf = Value(scope.fresh(f"{node.name}_wf"), TensorType(w.type.shape, "float32"))
-    yf = Value(scope.fresh(f"{node.name}_yf"), TensorType(node.outputs[0].type.shape, "float32"))
-    nodes = [Node("DequantizeLinear", [x, sx, zx], [xf], {"axis": 1, "block_size": 0,
-                                                           "output_dtype": 0},
-                  scope.fresh(f"{node.name}_dqx")),
-             Node("DequantizeLinear", [w, sw, zw], [wf],
-                  {"axis": 0 if op == "Conv" else 1, "block_size": 0, "output_dtype": 0},
-                  scope.fresh(f"{node.name}_dqw"))]
-    inputs = [xf, wf]
-    if bias is not None:
-        bias_scale = constant((sx.data.astype(np.float64) * sw.data).astype(np.float32),
-                              scope.fresh(f"{node.name}_bscale"))
-        bf = Value(scope.fresh(f"{node.name}_bf"), TensorType(bias.type.shape, "float32"))
-        nodes.append(Node("DequantizeLinear", [bias, bias_scale], [bf],
-                          {"axis": 0, "block_size": 0, "output_dtype": 0},
-                          scope.fresh(f"{node.name}_dqb")))
-        inputs.append(bf)
-    nodes.append(Node(op, inputs, [yf], attrs, scope.fresh(f"{node.name}_float")))
-    nodes.append(Node("QuantizeLinear", [yf, sy, zy], list(node.outputs),
-                      {"axis": 1, "block_size": 0, "output_dtype": 0, "saturate": 1,
-                       "precision": 0}, scope.fresh(f"{node.name}_q")))
-    return nodes
-
-
 @register_pass("realize_qdq")
 def realize_qdq(graph: Graph) -> Graph:
-    """Rewrite quantized conv / dense chains (QDQ form, QLinearConv, QLinearMatMul)
-    into ConvInteger / MatMulInteger + bias Add + Requantize."""
+    """Rewrite quantized conv / dense chains (QDQ form; run ``expand_qoperator`` first
+    for QOperator models) into ConvInteger / MatMulInteger + bias Add + Requantize."""
     from ..ops import get_op
 
     scope = NameScope.of(graph)
-    expanded = []
-    for node in graph.nodes:
-        parts = _decompose_qlinear(node, scope) if node.body is None else None
-        if parts is not None:
-            for part in parts:
-                part.attrs = get_op(part.op).normalize_attrs(part.attrs, part.name)
-        expanded.extend(parts or [node])
-    graph = _drop_roundtrips(graph.rebuild(expanded))
+    graph = _drop_roundtrips(graph)
     producers = graph.producers()
     users = graph.consumers()
     returned = set(graph.outputs)

@@ -122,11 +122,14 @@ def _onnxruntime(model, optimized: bool = True):
 
 
 def _output_scale(model) -> float:
-    """The scale of the DequantizeLinear that produces the graph output."""
+    """The scale of the graph output: its DequantizeLinear's, or a QGemm's with a float
+    output (the scale of its accumulator, A's times B's)."""
     init = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     out = model.graph.output[0].name
     node = next(n for n in model.graph.node if out in n.output)
-    return float(init[node.input[1]])
+    if node.op_type == "DequantizeLinear":
+        return float(init[node.input[1]])
+    return float(np.max(init[node.input[1]] * init[node.input[4]]))
 
 
 QDQ_CONFIGS = [("QDQ", "QInt8", True), ("QDQ", "QUInt8", True), ("QDQ", "QInt8", False),
@@ -150,6 +153,26 @@ def test_quantized_cnn_runs_on_the_accelerator_bit_exactly(tmp_path, fmt, activa
         theirs = session.run(None, {"input": x})[0]
         # five requantizations deep: each may round differently by one step (see
         # docs/vta.md), which the following layers carry on
+        assert np.abs(ours - theirs).max() <= 4 * scale + 1e-6
+        assert ours.argmax() == theirs.argmax()
+
+
+@pytest.mark.parametrize("activations, per_channel", [("QUInt8", True), ("QInt8", False)])
+def test_qoperator_model_runs_on_the_accelerator(tmp_path, activations, per_channel):
+    """QLinearConv, QLinearAdd, QLinearGlobalAveragePool and QGemm, as ORT writes them;
+    7-bit weights (``reduce_range``) keep ORT's own int8 kernels from saturating."""
+    model = quantize(small_cnn(), tmp_path, "QOperator", activations, per_channel=per_channel,
+                     reduce_range=True)
+    assert {"QLinearConv", "QLinearAdd", "QGemm"} <= {n.op_type for n in model.graph.node}
+    compiled = heterocc.compile(model, target="vta,llvm")
+    report = compiled.placement_report
+    assert report.mac_share("vta") >= 0.95, report.format()
+    session = _onnxruntime(model)
+    scale = _output_scale(model)
+    for x in _inputs(4):
+        ours = compiled.run([x])[0]
+        np.testing.assert_array_equal(ours, evaluate(compiled.graph, [x])[0])
+        theirs = session.run(None, {"input": x})[0]
         assert np.abs(ours - theirs).max() <= 4 * scale + 1e-6
         assert ours.argmax() == theirs.argmax()
 
