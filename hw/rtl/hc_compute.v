@@ -136,6 +136,7 @@ module hc_compute (
         .y_pad_bottom(cmd[`HC_DMA_Y_PAD_BOTTOM_LO +: 4]),
         .x_pad_left(cmd[`HC_DMA_X_PAD_LEFT_LO +: 4]),
         .x_pad_right(cmd[`HC_DMA_X_PAD_RIGHT_LO +: 4]),
+        .pad_value(cmd[`HC_DMA_PAD_VALUE_LO +: 8]),
         /* verilator lint_off PINCONNECTEMPTY */
         .busy(),
         /* verilator lint_on PINCONNECTEMPTY */

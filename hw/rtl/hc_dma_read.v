@@ -1,6 +1,8 @@
 // The LOAD engine (one in the load module, one in the compute module): it reads
 // the rows of a 2-D strided DRAM block over AXI and writes the padded block of
-// SRAM entries in order, one bus beat per cycle, zero beats for the padding.
+// SRAM entries in order, one bus beat per cycle, padding beats in between: every
+// element of an INP padding tile holds `pad_value` (sign-extended to the input
+// width); the padding of every other buffer is zero.
 //
 // Address requests run ahead of the data (each row split into short bursts that
 // never cross 4 KiB, hc_burst_gen) so that rows stream back to back. Tiles are whole
@@ -24,6 +26,7 @@ module hc_dma_read (
     input  wire [3:0]                     y_pad_bottom,
     input  wire [3:0]                     x_pad_left,
     input  wire [3:0]                     x_pad_right,
+    input  wire [7:0]                     pad_value,
     output reg                            busy,
     output reg                            done,
     // AXI read channels (through the arbiter)
@@ -66,6 +69,7 @@ module hc_dma_read (
     reg [16:0]                    data_col_begin;
     reg [16:0]                    data_col_end;
     reg [31:0]                    stride_bytes;
+    reg [`HC_BUS_BITS-1:0]        pad_beat;
 
     // --- SRAM write side ----------------------------------------------------------
     reg                           writing;
@@ -82,6 +86,10 @@ module hc_dma_read (
     wire [31:0] start_row_byte = dram_base << start_log_unit;
     wire [16:0] start_rows = {13'd0, y_pad_top} + {1'b0, y_size} + {13'd0, y_pad_bottom};
     wire [16:0] start_cols = {13'd0, x_pad_left} + {1'b0, x_size} + {13'd0, x_pad_right};
+    // one input element holding pad_value, and a bus beat of them
+    wire [`HC_INP_BITS-1:0] pad_element = `HC_INP_BITS'($signed(pad_value));
+    wire [`HC_BUS_BITS-1:0] start_pad_beat = buffer == BUF_INP
+        ? {(`HC_BUS_BITS / `HC_INP_BITS){pad_element}} : {`HC_BUS_BITS{1'b0}};
 
     wire row_has_data = row >= data_row_begin && row < data_row_end;
     wire in_data = writing && row_has_data && col >= data_col_begin && col < data_col_end;
@@ -105,7 +113,7 @@ module hc_dma_read (
     assign write_valid = write_fire;
     assign write_addr = entry;
     assign write_beat = beat;
-    assign write_data = !in_data ? {`HC_BUS_BITS{1'b0}}
+    assign write_data = !in_data ? pad_beat
                       : word_mode ? {{(`HC_BUS_BITS-32){1'b0}}, r_data[lane*32 +: 32]}
                       : r_data;
 
@@ -126,6 +134,7 @@ module hc_dma_read (
                 data_col_begin <= {13'd0, x_pad_left};
                 data_col_end <= {13'd0, x_pad_left} + {1'b0, x_size};
                 stride_bytes <= {16'd0, x_stride} << start_log_unit;
+                pad_beat <= start_pad_beat;
                 busy <= 1'b1;
                 writing <= start_rows != 17'd0 && start_cols != 17'd0;
                 row <= 17'd0;

@@ -78,13 +78,16 @@ def requantized_gemm(config: HardwareConfig, rng: np.random.Generator) -> NamedP
     return NamedProgram("gemm_requantize_epilogue", program)
 
 
-def convolution(config: HardwareConfig, rng: np.random.Generator) -> NamedProgram:
-    """A 3x3 convolution through micro-op loops over a zero-padded 2-D DMA."""
+def convolution(config: HardwareConfig, rng: np.random.Generator,
+                pad_value: int = 0) -> NamedProgram:
+    """A 3x3 convolution through micro-op loops over a padded 2-D DMA (zeros, or
+    ``pad_value`` in every element of the padding tiles, as for an input's zero point)."""
     height, width, blocks_in = 3, 4, 2
     image = _int8(rng, (height * width, blocks_in * config.block_in))
     weights = _int8(rng, (config.block_out, 9 * blocks_in * config.block_in))
-    return NamedProgram("convolution_padded",
-                        padded_conv3x3_program(config, image, weights, height, width))
+    name = "convolution_padded" + (f"_value{pad_value}" if pad_value else "")
+    return NamedProgram(name, padded_conv3x3_program(config, image, weights, height, width,
+                                                     pad_value=pad_value))
 
 
 def requantize(config: HardwareConfig, rng: np.random.Generator) -> NamedProgram:
@@ -165,11 +168,14 @@ def _random_dma_block(ctx: _RandomProgramContext, depth: int, padded: bool) -> d
 
 
 def _random_load(ctx: _RandomProgramContext, tensor, buffer: Buffer, depth: int) -> Load:
+    """A random padded LOAD; an INP load pads with a random int8 value half the time."""
     block = _random_dma_block(ctx, depth, padded=True)
     x_stride = block["x_size"] + ctx.integer(0, 3)
     span = (block["y_size"] - 1) * x_stride + block["x_size"]
     offset = ctx.integer(0, tensor.grid_rows * tensor.grid_cols - span)
-    return Load(buffer=buffer, dram_base=tensor.tile_base + offset, x_stride=x_stride, **block)
+    pad_value = ctx.integer(-128, 127) if buffer == Buffer.INP and ctx.integer(0, 1) else 0
+    return Load(buffer=buffer, dram_base=tensor.tile_base + offset, x_stride=x_stride,
+                pad_value=pad_value, **block)
 
 
 def _random_gemm(ctx: _RandomProgramContext, kernel_base: int, kernel_size: int) -> Gemm:
@@ -299,6 +305,7 @@ def ci_programs(config: HardwareConfig, random_count: int, seed: int = 0) -> lis
     rng = np.random.default_rng(seed)
     programs = reference_gemms(config, rng) + [
         requantized_gemm(config, rng), convolution(config, rng), requantize(config, rng),
+        convolution(config, rng, pad_value=-7),
     ]
     programs += [random_program(config, seed=1000 + index) for index in range(random_count)]
     return programs
