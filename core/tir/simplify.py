@@ -272,12 +272,15 @@ class Simplifier(Mutator):
         self.ranges: dict[Var, Interval] = dict(ranges or {})
 
     def visit_Binary(self, node: Binary) -> Expr:
-        node = self.generic(node)
+        return self._binary(self.generic(node))
+
+    def _binary(self, node: Binary) -> Expr:
+        """``node`` (whose operands are simplified already) simplified."""
         folded = _fold_constants(node)
         if folded is not None:
             return folded
         if lanes_of(node.dtype) > 1 or lanes_of(node.a.dtype) > 1:
-            return node
+            return self._vector_binary(node)
         if node.op in ("and", "or"):
             return self._logic(node)
         if is_float(node.a.dtype):
@@ -293,6 +296,47 @@ class Simplifier(Mutator):
             decided = _decide(node.op, _form_bound(diff, self.ranges))
             return node if decided is None else IntImm(int(decided), "bool")
         return node
+
+    def _vector_binary(self, node: Binary) -> Expr:
+        """Vector forms: an operation on two broadcasts is a broadcast; a ramp divided by
+        a constant that its lanes never straddle a multiple of is a broadcast of one
+        quotient (its remainder a ramp), so a per-channel table read at the channel of
+        a vector of pixels is one scalar load; a quotient of a quotient by constants is
+        one quotient."""
+        a, b = node.a, node.b
+        if isinstance(a, Broadcast) and isinstance(b, Broadcast) and a.lanes == b.lanes:
+            return Broadcast(self._binary(Binary(node.op, a.value, b.value)), a.lanes)
+        if node.op not in ("floordiv", "floormod") or not (
+                isinstance(b, Broadcast) and isinstance(b.value, IntImm) and b.value.value > 0):
+            return node
+        divisor = b.value
+        if (node.op == "floordiv" and isinstance(a, Binary) and a.op == "floordiv"
+                and isinstance(a.b, Broadcast) and isinstance(a.b.value, IntImm)
+                and a.b.value.value > 0):
+            # floor(floor(x / p) / q) == floor(x / (p * q)) for positive p, q
+            product = IntImm(a.b.value.value * divisor.value, divisor.dtype)
+            return self._binary(Binary("floordiv", a.a, Broadcast(product, b.lanes)))
+        if not (isinstance(a, Ramp) and isinstance(a.stride, IntImm) and a.stride.value >= 0):
+            return node
+        if not self._in_one_period(a.base, a.stride.value * (a.lanes - 1), divisor.value):
+            return node
+        if node.op == "floordiv":
+            return Broadcast(self._binary(Binary("floordiv", a.base, divisor)), a.lanes)
+        return Ramp(self._binary(Binary("floormod", a.base, divisor)), a.stride, a.lanes)
+
+    def _in_one_period(self, base: Expr, span: int, divisor: int) -> bool:
+        """Whether ``base`` and ``base + span`` always have one quotient by ``divisor``:
+        from the residues ``base`` can take (every term's coefficient a multiple of
+        g = gcd(coefficients, divisor) leaves base mod divisor at most divisor - g + r,
+        r the constant's residue), or from its range."""
+        form = linear_form(base)
+        step = divisor
+        for coeff, _ in form.terms.values():
+            step = math.gcd(step, coeff)
+        if form.constant % step + span < step:
+            return True
+        bound = _form_bound(form, self.ranges)
+        return bound.is_bounded and bound.lo // divisor == (bound.hi + span) // divisor
 
     def _logic(self, node: Binary) -> Expr:
         for mine, other in ((node.a, node.b), (node.b, node.a)):
@@ -377,7 +421,13 @@ class Simplifier(Mutator):
         return self.generic(node)
 
     def visit_BufferLoad(self, node: BufferLoad) -> Expr:
-        return self.generic(node)
+        node = self.generic(node)
+        if len(node.indices) == 1 and isinstance(node.indices[0], Broadcast) \
+                and node.predicate is None:
+            # every lane reads one element: one scalar load
+            index = node.indices[0]
+            return Broadcast(BufferLoad(node.buffer, (index.value,)), index.lanes)
+        return node
 
     # statements
 

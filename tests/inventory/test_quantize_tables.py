@@ -30,27 +30,28 @@ def _attrs(rng, channels: int) -> dict:
         "acc_limit": rng.integers(1000, 2 ** 31 - 1, channels).tolist()})
 
 
-def _function(channels: int, rng, with_bias: bool = False) -> tuple[Node, list, np.ndarray]:
-    """A fused ConvInteger (+ bias) + per-channel Requantize function, its inputs and
-    the reference's output."""
-    x = Value("x", TensorType((1, 8, 6, 6), "int8"))
+def _function(channels: int, rng, with_bias: bool = False,
+              size: int = 4) -> tuple[Node, list, np.ndarray]:
+    """A fused ConvInteger (+ bias) + per-channel Requantize function (``size`` x ``size``
+    outputs per channel), its inputs and the reference's output."""
+    x = Value("x", TensorType((1, 8, size + 2, size + 2), "int8"))
     w = Value("w", TensorType((channels, 8, 3, 3), "int8"), rng.integers(
         -128, 128, (channels, 8, 3, 3), dtype=np.int8))
     zero = Value("x_zero", TensorType((), "int8"), np.array(5, np.int8))
-    acc = Value("acc", TensorType((1, channels, 4, 4), "int32"))
+    acc = Value("acc", TensorType((1, channels, size, size), "int32"))
     nodes = [Node("ConvInteger", [x, w, zero], [acc], get_op("ConvInteger").normalize_attrs({}),
                   name="conv")]
     if with_bias:
         bias = Value("bias", TensorType((1, channels, 1, 1), "int32"), rng.integers(
             -5000, 5000, (1, channels, 1, 1), dtype=np.int32))
-        biased = Value("biased", TensorType((1, channels, 4, 4), "int32"))
+        biased = Value("biased", TensorType((1, channels, size, size), "int32"))
         nodes.append(Node("Add", [acc, bias], [biased], {}, name="add"))
         acc = biased
-    y = Value("y", TensorType((1, channels, 4, 4), "int8"))
+    y = Value("y", TensorType((1, channels, size, size), "int8"))
     attrs = _attrs(rng, channels)
     nodes.append(Node("Requantize", [acc], [y], attrs, name="requantize"))
     body = Graph([x], [y], nodes)
-    data = rng.integers(-128, 128, (1, 8, 6, 6), dtype=np.int8)
+    data = rng.integers(-128, 128, (1, 8, size + 2, size + 2), dtype=np.int8)
     function = Node("function", [x], [y], name=f"conv_requantize_{channels}", body=body)
     return function, [data], _reference(body, [data])
 
@@ -74,9 +75,10 @@ def _lowered(function: Node):
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_per_channel_requantize_is_bit_exact(with_bias):
+@pytest.mark.parametrize("size", [4, 8, 9])  # vectors across channels, within one, both
+def test_per_channel_requantize_is_bit_exact(with_bias, size):
     rng = np.random.default_rng(3)
-    function, inputs, expected = _function(48, rng, with_bias)
+    function, inputs, expected = _function(48, rng, with_bias, size)
     target = LLVMTarget()
     kernel = target.build(function)
     assert isinstance(kernel, LLVMKernel), target.fallbacks

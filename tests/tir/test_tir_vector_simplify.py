@@ -1,0 +1,96 @@
+"""The simplifier's vector forms: operations on broadcasts, ramps divided by constants
+their lanes never straddle, and loads at one index for every lane."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from heterocc.tir import Interval
+from heterocc.tir.expr import Binary, Broadcast, Buffer, BufferLoad, IntImm, Ramp, Var
+from heterocc.tir.simplify import simplify
+
+
+def _div(op, value, divisor, lanes):
+    return Binary(op, value, Broadcast(IntImm(divisor), lanes))
+
+
+def _lanes_of(expr, env: dict) -> list[int]:
+    """The value of every lane of an integer vector expression for the variables in
+    ``env`` (enough of TIR for these tests)."""
+    if isinstance(expr, IntImm):
+        return [expr.value]
+    if isinstance(expr, Var):
+        return [env[expr]]
+    if isinstance(expr, Broadcast):
+        return _lanes_of(expr.value, env) * expr.lanes
+    if isinstance(expr, Ramp):
+        base, stride = _lanes_of(expr.base, env)[0], _lanes_of(expr.stride, env)[0]
+        return [base + k * stride for k in range(expr.lanes)]
+    a, b = _lanes_of(expr.a, env), _lanes_of(expr.b, env)
+    if len(a) != len(b):
+        a, b = a * (len(b) // len(a)), b * (len(a) // len(b))
+    ops = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+           "floordiv": lambda x, y: x // y, "floormod": lambda x, y: x % y}
+    return [ops[expr.op](x, y) for x, y in zip(a, b)]
+
+
+def test_a_ramp_within_one_period_divides_to_a_broadcast():
+    o = Var("o")
+    lanes = 64
+    ramp = Ramp(o * 64, IntImm(1), lanes)
+    # 12544 = 112 * 112 is a multiple of 64: a vector of 64 pixels lies in one channel
+    quotient = simplify(_div("floordiv", _div("floordiv", ramp, 112, lanes), 112, lanes),
+                        {o: Interval(0, 6271)})
+    assert isinstance(quotient, Broadcast) and quotient.lanes == lanes
+    remainder = simplify(_div("floormod", ramp, 12544, lanes), {o: Interval(0, 6271)})
+    assert isinstance(remainder, Ramp)
+    for value in (0, 195, 196, 6271):
+        env = {o: value}
+        expected = [(value * 64 + k) // 12544 for k in range(lanes)]
+        assert _lanes_of(quotient, env) == expected
+        assert _lanes_of(remainder, env) == [(value * 64 + k) % 12544 for k in range(lanes)]
+
+
+@pytest.mark.parametrize("offset,divisor", [(1, 64), (0, 49), (0, 32)])
+def test_a_ramp_that_may_straddle_a_multiple_stays_a_vector(offset, divisor):
+    o = Var("o")
+    ramp = Ramp(o * 64 + offset, IntImm(1), 64)
+    result = simplify(_div("floordiv", ramp, divisor, 64), {o: Interval(0, 100)})
+    assert not isinstance(result, Broadcast)
+
+
+def test_the_range_proves_one_quotient():
+    o = Var("o")
+    result = simplify(_div("floordiv", Ramp(o, IntImm(1), 8), 100, 8), {o: Interval(0, 90)})
+    assert isinstance(result, Broadcast) and isinstance(result.value, IntImm)
+    assert result.value.value == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(coeff=st.integers(1, 300), constant=st.integers(-50, 50), stride=st.integers(0, 5),
+       lanes=st.sampled_from([2, 4, 8, 16]), divisor=st.integers(1, 200),
+       value=st.integers(-1000, 1000), op=st.sampled_from(["floordiv", "floormod"]))
+def test_vector_division_keeps_every_lane(coeff, constant, stride, lanes, divisor, value, op):
+    o = Var("o")
+    ramp = Ramp(o * coeff + constant, IntImm(stride), lanes)
+    expr = _div(op, ramp, divisor, lanes)
+    result = simplify(expr, {o: Interval(-1000, 1000)})
+    assert _lanes_of(result, {o: value}) == _lanes_of(expr, {o: value})
+
+
+def test_broadcast_operands_and_a_load_at_one_index_become_scalar():
+    i = Var("i")
+    total = simplify(Binary("add", Broadcast(i * 2, 16), Broadcast(i, 16)))
+    assert isinstance(total, Broadcast) and total.lanes == 16
+    assert _lanes_of(total, {i: 5}) == [15] * 16
+    table = Buffer("table", (8,), "int32")
+    load = simplify(BufferLoad(table, (Broadcast(i, 16),)))
+    assert isinstance(load, Broadcast) and isinstance(load.value, BufferLoad)
+    assert load.dtype == "int32x16" and load.value.dtype == "int32"
+    # a predicated load keeps its lanes
+    masked = BufferLoad(table, (Broadcast(i, 4),), Broadcast(IntImm(1, "bool"), 4))
+    assert isinstance(simplify(masked), BufferLoad)
+    np.testing.assert_equal(simplify(masked).dtype, "int32x4")
