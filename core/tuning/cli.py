@@ -85,8 +85,10 @@ class ProgressPrinter:
         self.stream.flush()
 
 
-def run_tune(args, stream: TextIO = sys.stderr) -> int:
-    """Run ``heterocc tune`` with parsed ``args``; progress goes to ``stream``."""
+def run_tune(args, stream: TextIO | None = None) -> int:
+    """Run ``heterocc tune`` with parsed ``args``; progress goes to ``stream`` (default:
+    the standard error stream at the time of the call)."""
+    stream = sys.stderr if stream is None else stream
     from ..cli import parse_shapes
 
     tasks = extract_tasks(args.model, target=args.target, preset=args.preset,

@@ -1,16 +1,22 @@
 """Lowering of the accelerator's composites to instruction streams.
 
 A composite (ConvInteger or MatMulInteger, optional int32 bias, Requantize)
-becomes one packed GEMM with a requantizing epilogue in TE
-(``schedule.packed_gemm``), scheduled for the accelerator with the tiling the
-timing model finds fastest (``tiling.best_tiling``) or a tuning log's, lowered
-to TIR, its virtual threads interleaved (``vthreads``), and generated into a DAE
-instruction stream (``dae.emit_program``). Convolutions are lowered as im2col
-GEMMs: the host lays the input windows out as the A matrix, the accelerator does
-all multiply-accumulates and the requantization. Weights (packed into
-block_out x block_in tiles), epilogue constants and the instruction stream with
-its micro-op kernels are built once, at compile time; each call only writes the
-activations into a copy of the DRAM image.
+becomes a tensor expression with a requantizing epilogue, scheduled for the
+accelerator with the tiling the timing model finds fastest (or a tuning log's),
+lowered to TIR, its virtual threads interleaved (``vthreads``), and generated
+into a DAE instruction stream (``dae.emit_program``):
+
+- a convolution with at least ``block_in`` input channels runs directly on chip
+  (``conv.packed_conv2d``): the host writes the input once in the blocked layout,
+  the LOADs pad it with its zero point, and micro-ops walk the kernel window;
+- a dense layer, and a convolution with fewer channels (a network's first layer,
+  whose channels would mostly be padding in the blocked layout), is a packed
+  GEMM (``schedule.packed_gemm``); for such a convolution the host lays the input
+  windows out as the A matrix (im2col).
+
+Weights (packed into block_out x block_in tiles), epilogue constants and the
+instruction stream with its micro-op kernels are built once, at compile time; each
+call only writes the activations into a copy of the DRAM image.
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from heterocc import te, tir
-from heterocc.accel_sim import HardwareConfig, run_stream
+from heterocc.accel_sim import HardwareConfig, run_stream, schedule_stream
 from heterocc.accel_sim.isa import Alu, Buffer
 from heterocc.accel_sim.program import (
     DramTensor,
@@ -40,6 +47,15 @@ from heterocc.ops.nn import conv_geometry
 from heterocc.ops.qnn import zero_point_bias
 from heterocc.tuning.apply import vta_tiling
 
+from .conv import (
+    MAX_CONV_CANDIDATES,
+    ConvGeometry,
+    ConvTiling,
+    candidate_conv_tilings,
+    conv_cycles_bound,
+    packed_conv2d,
+    schedule_packed_conv2d,
+)
 from .dae import emit_program
 from .epilogue import EpilogueStep, plan_epilogue
 from .schedule import constant_blocks, packed_gemm, schedule_packed_gemm
@@ -88,15 +104,20 @@ def _requantization(nodes: list[Node], weights: np.ndarray) -> Requantization:
 
 @dataclass
 class AcceleratorKernel:
-    """One composite compiled for the accelerator; call it with the composite's input."""
+    """One composite compiled for the accelerator; call it with the composite's input.
+
+    ``to_device`` lays the input out as the matrix of the program's input tensor
+    (``input_tensor``), ``from_device`` turns the matrix of its output tensor back
+    into the composite's output."""
 
     name: str
     config: HardwareConfig
     program: Program
-    to_matrix: object  # input array -> A matrix (M x K)
-    from_matrix: object  # C matrix (M x N) -> output array
-    k_padded: int
-    tiling: GemmTiling | None = None
+    to_device: object
+    from_device: object
+    input_tensor: str = "A"
+    output_tensor: str = "C"
+    tiling: GemmTiling | ConvTiling | None = None
     virtual_threads: int = 1
     calls: int = 0
     cycles: int = 0
@@ -105,13 +126,17 @@ class AcceleratorKernel:
     macs: int = 0
     last_input: np.ndarray | None = None
 
+    @property
+    def host_bytes(self) -> int:
+        """Bytes the host moves per call: the input tensor it writes and the output
+        tensor it reads (an im2col input holds each input element up to KH x KW times)."""
+        return sum(_tensor_bytes(self.config, self.program.tensors[name])
+                   for name in (self.input_tensor, self.output_tensor))
+
     def dram_image(self, x: np.ndarray) -> np.ndarray:
-        """The program's DRAM image with input ``x`` laid out as its A matrix."""
-        a = self.to_matrix(x)
-        if a.shape[1] != self.k_padded:
-            a = np.pad(a, ((0, 0), (0, self.k_padded - a.shape[1])))
+        """The program's DRAM image with input ``x`` laid out in its input tensor."""
         dram = self.program.dram.copy()
-        self.program.write("A", a, dram)
+        self.program.write(self.input_tensor, self.to_device(x), dram)
         return dram
 
     def __call__(self, args):
@@ -122,11 +147,15 @@ class AcceleratorKernel:
         self.last_cycles = report.timing.total_cycles
         self.cycles += self.last_cycles
         self.utilization = report.timing.gemm_utilization
-        c = read_tensor(self.config, self.program.tensors["C"], dram)
-        return [self.from_matrix(c)]
+        out = read_tensor(self.config, self.program.tensors[self.output_tensor], dram)
+        return [self.from_device(out)]
 
 
-def _conv_lowering(conv: Node):
+def _tensor_bytes(config: HardwareConfig, tensor: DramTensor) -> int:
+    return tensor.rows * tensor.cols * element_dtype(config, tensor.buffer).itemsize
+
+
+def _conv_lowering(conv: Node, k_padded: int):
     x, w = conv.inputs[0].type, conv.inputs[1].data
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
@@ -140,7 +169,8 @@ def _conv_lowering(conv: Node):
                         constant_values=fill)
         win = np.lib.stride_tricks.sliding_window_view(padded, (kh, kw), axis=(2, 3))
         win = win[:, :, :oh * strides[0]:strides[0], :ow * strides[1]:strides[1]]
-        return win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * kh * kw)
+        a = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * kh * kw)
+        return np.pad(a, ((0, 0), (0, k_padded - a.shape[1])))
 
     def from_matrix(cmat: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(cmat[:, :o].reshape(n, oh, ow, o).transpose(0, 3, 1, 2))
@@ -148,11 +178,76 @@ def _conv_lowering(conv: Node):
     return w.reshape(o, -1), to_matrix, from_matrix, n * oh * ow
 
 
-def _dense_lowering(dense: Node):
+def _dense_lowering(dense: Node, k_padded: int):
     w = dense.inputs[1].data  # (K, N)
     n_out = w.shape[1]
-    return w.T, (lambda arr: arr), (lambda cmat: np.ascontiguousarray(cmat[:, :n_out])), \
-        dense.inputs[0].type.shape[0]
+    return w.T, (lambda a: np.pad(a, ((0, 0), (0, k_padded - a.shape[1])))), \
+        (lambda cmat: np.ascontiguousarray(cmat[:, :n_out])), dense.inputs[0].type.shape[0]
+
+
+def direct_conv_geometry(conv: Node, config: HardwareConfig) -> ConvGeometry | None:
+    """The convolution in tiles when it runs directly on chip (None: as an im2col GEMM):
+    2-D, ungrouped, undilated, at least ``block_in`` input channels, whole batches."""
+    x, w = conv.inputs[0].type, conv.inputs[1].type
+    if x.ndim != 4 or conv.attrs.get("group", 1) != 1 or x.shape[1] < config.block_in \
+            or x.shape[0] % config.batch:
+        return None
+    kernel, strides, dilations, pads, _ = conv_geometry(x.shape, w.shape, conv.attrs)
+    if any(d != 1 for d in dilations) or max(pads) > max(kernel):
+        return None
+    return ConvGeometry(x.shape[0] // config.batch, -(-x.shape[1] // config.block_in),
+                        x.shape[2], x.shape[3], -(-w.shape[0] // config.block_out),
+                        tuple(kernel), tuple(strides), (pads[0], pads[1], pads[2], pads[3]))
+
+
+def _blocked_weights(w: np.ndarray, g: ConvGeometry, config: HardwareConfig) -> np.ndarray:
+    """OIHW weights as (O/block_out, C/block_in, KH, KW, block_out, block_in), zero-padded."""
+    o, c, kh, kw = w.shape
+    bo, bi = config.block_out, config.block_in
+    padded = np.zeros((g.filters * bo, g.channels * bi, kh, kw), np.int8)
+    padded[:o, :c] = w
+    return padded.reshape(g.filters, bo, g.channels, bi, kh, kw).transpose(0, 2, 4, 5, 1, 3)
+
+
+def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
+                 virtual_threads: int) -> AcceleratorKernel | None:
+    """The composite as a direct convolution on chip, or None when no tiling fits."""
+    nodes = function.body.nodes
+    core = nodes[0]
+    n, c, h, width = core.inputs[0].type.shape
+    w = core.inputs[1].data
+    o = w.shape[0]
+    bi, bo, batch = config.block_in, config.block_out, config.batch
+    packed = _blocked_weights(w, g, config)
+    # each row of the GEMM view: one output channel's weights, in the order they meet
+    # the input (the accumulator range the epilogue plans with depends on nothing else)
+    rows = packed.transpose(0, 4, 1, 2, 3, 5).reshape(g.filters * bo, -1)
+    epilogue = plan_epilogue(_requantization(nodes, rows[:o]), rows, g.filters * bo,
+                             config.acc_bits)
+    pad_value = input_zero_point(core)
+    signature = _signature(epilogue)
+    found = best_conv_tiling(config, g, virtual_threads, signature, pad_value)
+    if found is None:
+        return None
+    tiling, threads = found
+    stream = conv_stream(config, g, tiling, threads, signature, pad_value)
+    program = _filled(stream, config, {"W": packed.reshape(-1, bi)}, epilogue,
+                      g.filters * bo)
+
+    def to_device(x: np.ndarray) -> np.ndarray:
+        blocked = np.zeros((n, g.channels * bi, h, width), np.int8)
+        blocked[:, :c] = x
+        return blocked.reshape(g.batches, batch, g.channels, bi, h, width).transpose(
+            0, 2, 4, 5, 1, 3).reshape(-1, bi)
+
+    def from_device(y: np.ndarray) -> np.ndarray:
+        tiles = y.reshape(g.batches, g.filters, g.out_height, g.out_width, batch, bo)
+        return np.ascontiguousarray(tiles.transpose(0, 4, 1, 5, 2, 3).reshape(
+            n, g.filters * bo, g.out_height, g.out_width)[:, :o])
+
+    macs = n * g.out_height * g.out_width * o * c * g.kernel[0] * g.kernel[1]
+    return AcceleratorKernel(function.name, config, program, to_device, from_device, "X", "Y",
+                             tiling, threads, macs=macs)
 
 
 def compile_composite(function: Node, config: HardwareConfig,
@@ -161,9 +256,17 @@ def compile_composite(function: Node, config: HardwareConfig,
     nodes = function.body.nodes
     core = nodes[0]
     if core.op == "ConvInteger":
-        weights, to_matrix, from_matrix, rows = _conv_lowering(core)
+        geometry = direct_conv_geometry(core, config)
+        direct = geometry and _direct_conv(function, geometry, config, virtual_threads)
+        if direct:
+            return direct
+        k = math.prod(core.inputs[1].type.shape[1:])
+        weights, to_matrix, from_matrix, rows = _conv_lowering(
+            core, _round_up(k, config.block_in))
     elif core.op == "MatMulInteger":
-        weights, to_matrix, from_matrix, rows = _dense_lowering(core)
+        k = core.inputs[1].data.shape[0]
+        weights, to_matrix, from_matrix, rows = _dense_lowering(
+            core, _round_up(k, config.block_in))
     else:
         raise CompileError(f"{function.name}: no accelerator lowering for {core.op}")
     out_channels, k = weights.shape
@@ -187,7 +290,7 @@ def compile_composite(function: Node, config: HardwareConfig,
                                 FULL_EPILOGUE_CONSTANTS)
     virtual_threads = usable_threads(config, rows, n_padded, tiling, virtual_threads)
     program = gemm_program(config, rows, w, tiling, virtual_threads, epilogue)
-    return AcceleratorKernel(function.name, config, program, to_matrix, from_matrix, k_padded,
+    return AcceleratorKernel(function.name, config, program, to_matrix, from_matrix, "A", "C",
                              tiling, virtual_threads, macs=rows * k * out_channels)
 
 
@@ -224,11 +327,35 @@ def gemm_program(config: HardwareConfig, rows: int, w: np.ndarray, tiling: GemmT
     n, k = w.shape
     if isinstance(epilogue, Requantization):
         epilogue = plan_epilogue(epilogue, w, n, config.acc_bits)
-    signature = None if epilogue is None else tuple(
+    stream = _stream(config, rows, k, n, tiling, virtual_threads, _signature(epilogue))
+    return _filled(stream, config, {"W": w}, epilogue, n)
+
+
+def _signature(epilogue: list[EpilogueStep] | None) -> tuple | None:
+    """What a template stream depends on of an epilogue: its steps' names and ops, and
+    which take an immediate."""
+    return None if epilogue is None else tuple(
         (step.name, step.op, step.immediate is not None) for step in epilogue)
-    stream = _stream(config, rows, k, n, tiling, virtual_threads, signature)
+
+
+def _template_epilogue(signature: tuple | None, n: int) -> list[EpilogueStep] | None:
+    """An epilogue of the steps ``signature`` names, with zero column constants and
+    placeholder immediates (``_PLACEHOLDER`` + their index)."""
+    if signature is None:
+        return None
+    epilogue, count = [], itertools.count(_PLACEHOLDER)
+    for name, op, is_immediate in signature:
+        epilogue.append(EpilogueStep(name, op, immediate=next(count)) if is_immediate
+                        else EpilogueStep(name, op, column=np.zeros(n, np.int64)))
+    return epilogue
+
+
+def _filled(stream: Program, config: HardwareConfig, weights: dict[str, np.ndarray],
+            epilogue: list[EpilogueStep] | None, n: int) -> Program:
+    """The template ``stream`` with its weights, its epilogue's column constants (``n``
+    columns) and its immediates filled in."""
     dram = stream.dram.copy()
-    constants = {"W": w}
+    constants = dict(weights)
     immediates = {}
     if epilogue is not None:
         blocks = constant_blocks(config, epilogue, n // config.block_out)
@@ -273,18 +400,72 @@ def _stream(config: HardwareConfig, rows: int, k: int, n: int, tiling: GemmTilin
     """The program of a GEMM with zero weights and zero column constants, for an
     epilogue of the steps ``signature`` names ((name, op, whether its operand is an
     immediate)); immediates are placeholders (``_PLACEHOLDER`` + their index)."""
-    epilogue = None
-    if signature is not None:
-        epilogue, count = [], itertools.count(_PLACEHOLDER)
-        for name, op, is_immediate in signature:
-            epilogue.append(EpilogueStep(name, op, immediate=next(count)) if is_immediate
-                            else EpilogueStep(name, op, column=np.zeros(n, np.int64)))
+    epilogue = _template_epilogue(signature, n)
     func, args = lower_gemm(config, rows, k, n, tiling, virtual_threads, epilogue)
     builder = ProgramBuilder(config)
     tensors = {"A": builder.tensor("A", Buffer.INP, shape=(rows, k)),
                "W": builder.tensor("W", Buffer.WGT, shape=(n, k))}
+    return _emit(func, args, config, builder, tensors, "C", (rows, n), n)
+
+
+def _emit(func: tir.PrimFunc, args: list[te.Tensor], config: HardwareConfig,
+          builder: ProgramBuilder, tensors: dict[str, DramTensor], output: str,
+          output_shape: tuple[int, int], columns: int) -> Program:
+    """The program of ``func``: ``tensors`` holds the input and weight tensors; the
+    epilogue's constants (``args[2:-1]``, one per each of ``columns`` output channels)
+    and the output (as ``output``: int8 after an epilogue, else the accumulators) are
+    added."""
     for tensor in args[2:-1]:
-        tensors[tensor.name] = builder.tensor(tensor.name, Buffer.ACC, shape=(config.batch, n))
-    output = Buffer.OUT if epilogue is not None else Buffer.ACC
-    tensors[args[-1].name] = builder.tensor("C", output, shape=(rows, n))
+        tensors[tensor.name] = builder.tensor(tensor.name, Buffer.ACC,
+                                              shape=(config.batch, columns))
+    kind = Buffer.OUT if args[-1].dtype == "int8" else Buffer.ACC
+    tensors[args[-1].name] = builder.tensor(output, kind, shape=output_shape)
     return emit_program(func, config, builder, tensors)
+
+
+@functools.lru_cache(maxsize=64)
+def conv_stream(config: HardwareConfig, g: ConvGeometry, tiling: ConvTiling,
+                virtual_threads: int, signature: tuple | None, pad_value: int) -> Program:
+    """The program of a direct convolution with zero weights and zero column constants
+    (see ``_stream``): tensors "X" (blocked input), "W" (blocked weights) and "Y"."""
+    bi, bo, batch = config.block_in, config.block_out, config.batch
+    epilogue = _template_epilogue(signature, g.filters * bo)
+    conv = packed_conv2d(config, g, epilogue, pad_value)
+    schedule = schedule_packed_conv2d(conv, g, tiling, virtual_threads)
+    func = te.lower(schedule, conv.args, name="conv2d", optimize=False)
+    func = interleave_virtual_threads(tir.remove_true_guards(func))
+    builder = ProgramBuilder(config)
+    inputs = g.batches * g.channels * g.height * g.width * batch
+    weights = g.filters * g.channels * g.kernel[0] * g.kernel[1] * bo
+    outputs = g.batches * g.filters * g.out_height * g.out_width * batch
+    tensors = {"X": builder.tensor("X", Buffer.INP, shape=(inputs, bi)),
+               "W": builder.tensor("W", Buffer.WGT, shape=(weights, bi))}
+    return _emit(func, conv.args, config, builder, tensors, "Y", (outputs, bo), g.filters * bo)
+
+
+@functools.lru_cache(maxsize=64)
+def best_conv_tiling(config: HardwareConfig, g: ConvGeometry, threads: int,
+                     signature: tuple | None, pad_value: int) -> tuple[ConvTiling, int] | None:
+    """(the tiling with the fewest modelled cycles, its thread count) for a direct
+    convolution with an epilogue of ``signature``'s steps, or None when no tiling fits
+    the buffers. As for GEMMs (``tiling.best_tiling``), candidates are timed in the
+    order of a lower bound on their cycles until no bound can beat the best."""
+    columns = sum(1 for _, _, immediate in signature or () if not immediate)
+    alu_steps = len(signature or ())
+    best = None  # (cycles, tiling, threads)
+    for count in dict.fromkeys((threads, 1)):
+        candidates = candidate_conv_tilings(config, g, count, columns * g.filters)
+        bounds = {t: conv_cycles_bound(config, g, t, alu_steps) for t in candidates}
+        for tiling in sorted(candidates, key=bounds.__getitem__)[:MAX_CONV_CANDIDATES]:
+            if best is not None and bounds[tiling] > best[0]:
+                break
+            try:
+                stream = conv_stream(config, g, tiling, count, signature, pad_value)
+            except CompileError:
+                continue  # e.g. a window beyond the LOAD's padding fields
+            cycles = schedule_stream(stream.instructions, config).total_cycles
+            if best is None or cycles < best[0]:
+                best = (cycles, tiling, count)
+        if best is not None:
+            break
+    return None if best is None else (best[1], best[2])

@@ -33,6 +33,7 @@ from heterocc import tir
 from heterocc.accel_sim import HardwareConfig
 from heterocc.accel_sim.checker import check_stream
 from heterocc.accel_sim.isa import (
+    DMA_PAD_BITS,
     Alu,
     AluOp,
     Buffer,
@@ -274,7 +275,7 @@ class _StreamEmitter:
                 and leaf.value.name == GEMM_CALL:
             self._gemm(nest, env)
         elif isinstance(leaf, tir.BufferStore) and leaf.buffer in self.sram:
-            if isinstance(leaf.value, tir.BufferLoad) and leaf.value.buffer in self.tensors:
+            if _copied_tensor(leaf.value, self.tensors) is not None:
                 self._load(nest, env)
             elif isinstance(leaf.value, tir.IntImm) and leaf.value.value == 0:
                 self._reset(nest, env)
@@ -304,18 +305,64 @@ class _StreamEmitter:
         return dict(sram_base=sram.base, dram_base=dram.base, y_size=y_size, x_size=x_size,
                     x_stride=d_coeffs[0] if y_size > 1 else x_size)
 
+    @staticmethod
+    def _transfers(loops, env: dict):
+        """(the two innermost tile loops, env) per transfer: a DMA moves a 2-D block, so
+        tile loops outside those two are unrolled into one transfer per iteration."""
+        outer, inner = loops[:-2], loops[-2:]
+        for point in itertools.product(*(range(extent) for _, extent in outer)):
+            yield inner, {**env, **{var: value for (var, _), value in zip(outer, point)}}
+
     def _load(self, nest: _Nest, env: dict) -> None:
-        store, source = nest.leaf, nest.leaf.value
+        store = nest.leaf
+        source = _copied_tensor(store.value, self.tensors)
         loops = self._element_loops(nest, [(store.buffer, store.indices),
                                            (source.buffer, source.indices)])
         kind, sram_index = self._tile_index(store.buffer, store.indices)
         _, dram_index = self._tile_index(source.buffer, source.indices)
-        fields = self._dma(loops, self._affine(sram_index, loops, env),
-                           self._affine(dram_index, loops, env), f"load of {store.buffer.name!r}")
-        load = Load(buffer=kind, **fields)
-        tiles = load.y_size * load.x_size
-        self.steps.append(Step(load, writes=[TileRange(kind, load.sram_base,
-                                                       load.sram_base + tiles)]))
+        what = f"load of {store.buffer.name!r}"
+        for inner, at in self._transfers(loops, env):
+            if isinstance(store.value, tir.Select):
+                elements = {var: 0 for var, _ in nest.loops[len(loops):]}
+                fields = self._padded_dma(inner, store.value, sram_index, dram_index,
+                                          {**at, **elements}, what)
+            else:
+                fields = self._dma(inner, self._affine(sram_index, inner, at),
+                                   self._affine(dram_index, inner, at), what)
+            load = Load(buffer=kind, **fields)
+            tiles = load.padded_rows * load.padded_cols
+            self.steps.append(Step(load, writes=[TileRange(kind, load.sram_base,
+                                                           load.sram_base + tiles)]))
+
+    def _padded_dma(self, loops, value: tir.Select, sram_index, dram_index, env: dict,
+                    what: str) -> dict:
+        """The fields of a LOAD that copies the tiles where ``value.condition`` holds and
+        pads the others with ``value.false_value``: the tiles inside must form one
+        rectangle of the 2-D block, whose rows the LOAD's padding fields surround."""
+        if not isinstance(value.false_value, tir.IntImm):
+            raise CompileError(f"{what}: padding must be a constant, not {value.false_value!r}")
+        while len(loops) < 2:
+            loops = [(tir.Var("unit"), 1), *loops]
+        (row_var, rows), (col_var, cols) = loops
+        row_ok, col_ok = _inside_bounds(value.condition, row_var, rows, col_var, cols, env,
+                                        what)
+        sram = self._affine(sram_index, loops, env)
+        dense = (rows == 1 or sram.coeffs[0] == cols) and (cols == 1 or sram.coeffs[1] == 1)
+        if not dense:
+            raise CompileError(f"{what}: the on-chip block is not dense rows of {cols} tiles")
+        pad = dict(sram_base=sram.base, pad_value=value.false_value.value)
+        (top, bottom), (left, right) = _run(row_ok, what), _run(col_ok, what)
+        if top == bottom or left == right:  # the whole block is padding: no DRAM access
+            return dict(pad, dram_base=0, y_size=0, x_size=cols, x_stride=cols,
+                        y_pad_top=_pad_field(rows, what))
+        dram = self._affine(dram_index, loops, env)
+        if right - left > 1 and dram.coeffs[1] != 1:
+            raise CompileError(f"{what}: the tiles of a row are not consecutive in DRAM")
+        return dict(pad, dram_base=dram.at((top, left)), y_size=bottom - top,
+                    x_size=right - left, x_stride=dram.coeffs[0] if bottom - top > 1
+                    else right - left,
+                    y_pad_top=_pad_field(top, what), y_pad_bottom=_pad_field(rows - bottom, what),
+                    x_pad_left=_pad_field(left, what), x_pad_right=_pad_field(cols - right, what))
 
     def _loop_instruction(self, loops, indices: dict[str, Callable], env: dict):
         """(outer extent, inner extent, {name: (factor_outer, factor_inner)}, micro-ops as
@@ -377,12 +424,14 @@ class _StreamEmitter:
         for op, operand in steps:
             self._alu(op, operand, acc, loops, env)
         kind, dram_index = self._tile_index(store.buffer, store.indices)
-        fields = self._dma(loops, self._affine(acc, loops, env),
-                           self._affine(dram_index, loops, env), f"store of {store.buffer.name!r}")
-        instruction = Store(buffer=kind, **fields)
-        tiles = instruction.y_size * instruction.x_size
-        self.steps.append(Step(instruction, reads=[TileRange(
-            Buffer.ACC, instruction.sram_base, instruction.sram_base + tiles)]))
+        for inner, at in self._transfers(loops, env):
+            fields = self._dma(inner, self._affine(acc, inner, at),
+                               self._affine(dram_index, inner, at),
+                               f"store of {store.buffer.name!r}")
+            instruction = Store(buffer=kind, **fields)
+            tiles = instruction.y_size * instruction.x_size
+            self.steps.append(Step(instruction, reads=[TileRange(
+                Buffer.ACC, instruction.sram_base, instruction.sram_base + tiles)]))
 
     def _alu(self, op: str, operand, acc: tir.Expr, loops, env: dict) -> None:
         indices = {"dst": acc}
@@ -405,6 +454,54 @@ class _StreamEmitter:
         begin, end = self._kernel(kernel)
         self.steps.append(Step(Alu(uop_begin=begin, uop_end=end, **fields), reads=reads,
                                writes=[TileRange(Buffer.ACC, *spans["dst"])]))
+
+
+def _copied_tensor(value: tir.Expr, tensors: dict) -> tir.BufferLoad | None:
+    """The DRAM tensor read of a copy's value: a plain read, or a read selected where a
+    condition holds with a constant elsewhere (a padded copy); None otherwise."""
+    if isinstance(value, tir.Select):
+        value = value.true_value
+    return value if isinstance(value, tir.BufferLoad) and value.buffer in tensors else None
+
+
+def _conjuncts(condition: tir.Expr) -> list[tir.Expr]:
+    if isinstance(condition, tir.Binary) and condition.op == "and":
+        return _conjuncts(condition.a) + _conjuncts(condition.b)
+    return [condition]
+
+
+def _inside_bounds(condition: tir.Expr, row_var, rows: int, col_var, cols: int,
+                   env: dict, what: str) -> tuple[list[bool], list[bool]]:
+    """(rows, columns) of a 2-D block where a padded copy's ``condition`` holds: a
+    padding condition is a conjunction of bounds on the row and on the column, so each
+    bound is evaluated once per row or per column."""
+    row_ok, col_ok = [True] * rows, [True] * cols
+    for term in _conjuncts(condition):
+        uses = tir.free_vars(term)
+        check = compile_index(term)
+        if col_var not in uses:
+            row_ok = [ok and bool(check({**env, row_var: r})) for r, ok in enumerate(row_ok)]
+        elif row_var not in uses:
+            col_ok = [ok and bool(check({**env, col_var: c})) for c, ok in enumerate(col_ok)]
+        else:
+            raise CompileError(f"{what}: the padding condition {term!r} bounds rows and "
+                               "columns together")
+    return row_ok, col_ok
+
+
+def _run(flags: list[bool], what: str) -> tuple[int, int]:
+    """[first, last + 1) of the True entries, which must be consecutive."""
+    kept = [k for k, ok in enumerate(flags) if ok]
+    if kept and kept[-1] + 1 - kept[0] != len(kept):
+        raise CompileError(f"{what}: the tiles inside the padding are not a rectangle")
+    return (kept[0], kept[-1] + 1) if kept else (0, 0)
+
+
+def _pad_field(tiles: int, what: str) -> int:
+    if tiles > (1 << DMA_PAD_BITS) - 1:
+        raise CompileError(f"{what}: {tiles} padding tiles exceed the LOAD's "
+                           f"{DMA_PAD_BITS}-bit padding field")
+    return tiles
 
 
 def _epilogue_steps(value: tir.Expr, sram: dict):

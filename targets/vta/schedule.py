@@ -45,6 +45,8 @@ class PackedGemm:
     epilogue: list[te.Tensor]
     out: te.Tensor
     constant_readers: list[te.Tensor] = dataclasses.field(default_factory=list)
+    #: stages the schedule inlines into the on-chip copies (a convolution's padding)
+    inlined: list[te.Tensor] = dataclasses.field(default_factory=list)
 
     @property
     def args(self) -> list[te.Tensor]:
@@ -70,26 +72,36 @@ def packed_gemm(config: HardwareConfig, m_tiles: int, k_tiles: int, n_tiles: int
     if epilogue is None:
         out = te.compute(acc.shape, lambda *i: acc[i], name="Y")
         return PackedGemm(config, a, w, acc, [], [], out)
-    shape = acc.shape
+    constants, readers, stages, last = epilogue_stages(acc, epilogue, n_tiles, config)
+    out = te.compute(acc.shape, lambda *i: te.cast("int8", last[i]), name="Y")
+    return PackedGemm(config, a, w, acc, constants, stages, out, readers)
+
+
+def epilogue_stages(acc: te.Tensor, epilogue: list[EpilogueStep], n_tiles: int,
+                    config: HardwareConfig):
+    """(constants, the stages reading them, every stage, the last stage): one stage per
+    ALU step over the accumulator ``acc``, whose axis 1 is the output-channel tile and
+    whose last two axes walk one tile; a step with per-column operands reads a
+    (n_tiles, batch, block_out) constant."""
     constants, readers, stages, current = [], [], [], acc
     for step in epilogue:
         f = _OPERATIONS[step.op]
         if step.column is not None:
-            const = te.placeholder((n_tiles, batch, block_out), "int32", step.name)
+            const = te.placeholder((n_tiles, config.batch, config.block_out), "int32",
+                                   step.name)
             constants.append(const)
             current = te.compute(
-                shape, lambda m, n, b, o, prev=current, c=const, f=f: f(prev[m, n, b, o],
-                                                                         c[n, b, o]),
+                acc.shape, lambda *i, prev=current, c=const, f=f: f(prev[i],
+                                                                    c[i[1], i[-2], i[-1]]),
                 name=f"requant.{step.name}")
             readers.append(current)
         else:
             current = te.compute(
-                shape, lambda m, n, b, o, prev=current, f=f, v=step.immediate: f(
-                    prev[m, n, b, o], te.const(v, "int32")),
+                acc.shape, lambda *i, prev=current, f=f, v=step.immediate: f(
+                    prev[i], te.const(v, "int32")),
                 name=f"requant.{step.name}")
         stages.append(current)
-    out = te.compute(shape, lambda m, n, b, o: te.cast("int8", current[m, n, b, o]), name="Y")
-    return PackedGemm(config, a, w, acc, constants, stages, out, readers)
+    return constants, readers, stages, current
 
 
 def constant_blocks(config: HardwareConfig, epilogue: list[EpilogueStep],

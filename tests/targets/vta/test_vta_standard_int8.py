@@ -14,123 +14,20 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import heterocc
 from heterocc.runtime.interpreter import evaluate
 
-oq = pytest.importorskip("onnxruntime.quantization")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime.quantization")
 
-INPUT = (1, 3, 16, 16)
-
-
-def _conv(rng, name, x, cin, cout, kernel, stride=1, relu=True):
-    w = numpy_helper.from_array((rng.standard_normal((cout, cin, kernel, kernel)) * 0.4)
-                                .astype(np.float32), f"{name}_w")
-    b = numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32) * 0.2,
-                                f"{name}_b")
-    nodes = [helper.make_node("Conv", [x, w.name, b.name], [f"{name}_y"],
-                              pads=[kernel // 2] * 4, strides=[stride] * 2)]
-    out = f"{name}_y"
-    if relu:
-        nodes.append(helper.make_node("Relu", [out], [f"{name}_r"], name=f"{name}_relu"))
-        out = f"{name}_r"
-    return nodes, [w, b], out
-
-
-def small_cnn(seed: int = 0) -> onnx.ModelProto:
-    """conv+relu, strided conv+relu, a residual block (3x3 and 1x1 branches added),
-    global average pool and a dense layer: every layer kind of a ResNet."""
-    rng = np.random.default_rng(seed)
-    nodes, inits = [], []
-    x = "input"
-    for name, cin, cout, k, s in (("c1", 3, 16, 3, 1), ("c2", 16, 32, 3, 2)):
-        n, i, x = _conv(rng, name, x, cin, cout, k, s)
-        nodes += n
-        inits += i
-    n1, i1, a = _conv(rng, "c3", x, 32, 32, 3, relu=False)
-    n2, i2, b = _conv(rng, "c4", x, 32, 32, 1, relu=False)
-    nodes += n1 + n2 + [helper.make_node("Add", [a, b], ["sum"]),
-                        helper.make_node("Relu", ["sum"], ["act"]),
-                        helper.make_node("GlobalAveragePool", ["act"], ["pool"]),
-                        helper.make_node("Flatten", ["pool"], ["flat"]),
-                        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"],
-                                         transB=1)]
-    inits += i1 + i2 + [
-        numpy_helper.from_array((rng.standard_normal((10, 32)) * 0.3).astype(np.float32),
-                                "fc_w"),
-        numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "fc_b")]
-    graph = helper.make_graph(
-        nodes, "small_cnn", [helper.make_tensor_value_info("input", TensorProto.FLOAT, INPUT)],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
-
-
-def single_conv(seed: int, stride: int, kernel: int = 3) -> onnx.ModelProto:
-    """One padded convolution with bias and no activation: its int8 output is one
-    requantization, so ONNX Runtime and the accelerator may differ by rounding alone."""
-    rng = np.random.default_rng(seed)
-    nodes, inits, out = _conv(rng, "c", "input", 3, 24, kernel, stride, relu=False)
-    graph = helper.make_graph(
-        nodes, "conv", [helper.make_tensor_value_info("input", TensorProto.FLOAT, INPUT)],
-        [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return onnx.shape_inference.infer_shapes(model)
-
-
-class _Calibration(oq.CalibrationDataReader):
-    def __init__(self, count: int = 6):
-        self.batches = iter([{"input": np.random.default_rng(50 + i).standard_normal(INPUT)
-                              .astype(np.float32) * (1 + i % 3)} for i in range(count)])
-
-    def get_next(self):
-        return next(self.batches, None)
-
-
-def quantize(model, directory, fmt="QDQ", activations="QInt8", weights="QInt8",
-             per_channel=True, reduce_range=False, **extra_options) -> onnx.ModelProto:
-    """``model`` through ``quantize_static`` with ORT's default (asymmetric) activations."""
-    src, dst = directory / "float.onnx", directory / f"{fmt}_{activations}_{weights}.onnx"
-    onnx.save(model, str(src))
-    oq.quantize_static(str(src), str(dst), _Calibration(),
-                       quant_format=getattr(oq.QuantFormat, fmt),
-                       activation_type=getattr(oq.QuantType, activations),
-                       weight_type=getattr(oq.QuantType, weights), per_channel=per_channel,
-                       reduce_range=reduce_range, extra_options=extra_options)
-    return onnx.load(str(dst))
-
-
-def _inputs(count: int):
-    return [np.random.default_rng(900 + i).standard_normal(INPUT).astype(np.float32)
-            for i in range(count)]
-
-
-def _onnxruntime(model, optimized: bool = True):
-    """An ONNX Runtime session; ``optimized=False`` runs a QDQ model as written
-    (dequantize, float op, quantize) instead of through ORT's fused int8 kernels, which
-    on x86 CPUs without VNNI add u8 x s8 products in saturating int16 pairs and so can
-    be several steps off when the weights use all 8 bits (docs/vta.md)."""
-    options = ort.SessionOptions()
-    if not optimized:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"])
-
-
-def _output_scale(model) -> float:
-    """The scale of the graph output: its DequantizeLinear's, or a QGemm's with a float
-    output (the scale of its accumulator, A's times B's)."""
-    init = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    out = model.graph.output[0].name
-    node = next(n for n in model.graph.node if out in n.output)
-    if node.op_type == "DequantizeLinear":
-        return float(init[node.input[1]])
-    return float(np.max(init[node.input[1]] * init[node.input[4]]))
-
+from tests.targets.vta.ort_models import (  # noqa: E402
+    inputs,
+    onnxruntime_session,
+    output_scale,
+    quantize,
+    single_conv,
+    small_cnn,
+)
 
 QDQ_CONFIGS = [("QDQ", "QInt8", True), ("QDQ", "QUInt8", True), ("QDQ", "QInt8", False),
                ("QDQ", "QUInt8", False)]
@@ -143,9 +40,9 @@ def test_quantized_cnn_runs_on_the_accelerator_bit_exactly(tmp_path, fmt, activa
     compiled = heterocc.compile(model, target="vta,llvm")
     report = compiled.placement_report
     assert report.mac_share("vta") >= 0.95, report.format()
-    session = _onnxruntime(model, optimized=False)
-    scale = _output_scale(model)
-    for x in _inputs(4):
+    session = onnxruntime_session(model, optimized=False)
+    scale = output_scale(model)
+    for x in inputs(4):
         ours = compiled.run([x])[0]
         # the reference's integer semantics of the same partitioned graph, in NumPy
         (expected,) = evaluate(compiled.graph, [x])
@@ -167,9 +64,9 @@ def test_qoperator_model_runs_on_the_accelerator(tmp_path, activations, per_chan
     compiled = heterocc.compile(model, target="vta,llvm")
     report = compiled.placement_report
     assert report.mac_share("vta") >= 0.95, report.format()
-    session = _onnxruntime(model)
-    scale = _output_scale(model)
-    for x in _inputs(4):
+    session = onnxruntime_session(model)
+    scale = output_scale(model)
+    for x in inputs(4):
         ours = compiled.run([x])[0]
         np.testing.assert_array_equal(ours, evaluate(compiled.graph, [x])[0])
         theirs = session.run(None, {"input": x})[0]
@@ -184,15 +81,15 @@ def _steps_apart(a: np.ndarray, b: np.ndarray, scale: float) -> int:
 @pytest.mark.parametrize("activations", ["QInt8", "QUInt8"])
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("per_channel", [True, False])
-def test_one_requantization_is_within_one_step_of_onnxruntime(tmp_path, activations, stride,
+def test_one_requantization_is_within_one_step_ofonnxruntime_session(tmp_path, activations, stride,
                                                                per_channel):
     model = quantize(single_conv(stride, stride), tmp_path, "QDQ", activations,
                      per_channel=per_channel)
     compiled = heterocc.compile(model, target="vta,llvm", strict=True)
     assert compiled.placement_report.mac_share("vta") == 1.0
-    session = _onnxruntime(model, optimized=False)
-    scale = _output_scale(model)
-    for x in _inputs(3):
+    session = onnxruntime_session(model, optimized=False)
+    scale = output_scale(model)
+    for x in inputs(3):
         assert _steps_apart(compiled.run([x])[0], session.run(None, {"input": x})[0],
                             scale) <= 1
 
@@ -205,9 +102,9 @@ def test_onnxruntime_int8_kernels_agree_within_one_step_on_7_bit_weights(tmp_pat
     rounding step."""
     model = quantize(single_conv(5, 1), tmp_path, "QDQ", activations, reduce_range=True)
     compiled = heterocc.compile(model, target="vta,llvm", strict=True)
-    session = _onnxruntime(model)
-    scale = _output_scale(model)
-    for x in _inputs(3):
+    session = onnxruntime_session(model)
+    scale = output_scale(model)
+    for x in inputs(3):
         assert _steps_apart(compiled.run([x])[0], session.run(None, {"input": x})[0],
                             scale) <= 1
 
@@ -217,10 +114,10 @@ def test_padding_takes_the_input_zero_point(tmp_path):
     positive input): padded borders must read as real zeros."""
     model = quantize(single_conv(3, 1, kernel=5), tmp_path, "QDQ", "QUInt8")
     compiled = heterocc.compile(model, target="vta,llvm", strict=True)
-    x = np.abs(_inputs(1)[0]) + 1.0  # all positive: the zero point sits at the range's end
+    x = np.abs(inputs(1)[0]) + 1.0  # all positive: the zero point sits at the range's end
     ours = compiled.run([x])[0]
-    theirs = _onnxruntime(model, optimized=False).run(None, {"input": x})[0]
-    scale = _output_scale(model)
+    theirs = onnxruntime_session(model, optimized=False).run(None, {"input": x})[0]
+    scale = output_scale(model)
     border = np.ones(ours.shape, bool)
     border[..., 2:-2, 2:-2] = False
     assert np.abs(ours - theirs)[border].max() <= scale + 1e-6
@@ -238,7 +135,7 @@ def test_uint8_weights_with_zero_points_are_recentered_or_refused_by_name(tmp_pa
     assert on_chip and refused  # this seed's layers have both kinds of zero point
     for p in refused:
         assert "centered values span" in p.reason and "beyond int8" in p.reason, p.reason
-    x = _inputs(1)[0]
+    x = inputs(1)[0]
     (expected,) = evaluate(compiled.graph, [x])
     np.testing.assert_array_equal(compiled.run([x])[0], expected)
 

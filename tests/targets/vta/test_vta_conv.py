@@ -1,0 +1,80 @@
+"""Direct convolutions on the accelerator: the LOAD pads with the input's zero point,
+micro-ops walk the kernel window, the host writes the input once (no im2col)."""
+
+import numpy as np
+import pytest
+
+import heterocc
+from heterocc.accel_sim import HardwareConfig
+from heterocc.accel_sim.isa import Buffer, Load
+from heterocc.runtime.interpreter import evaluate
+from heterocc.targets.vta import VtaTarget
+from heterocc.targets.vta.codegen import compile_composite, input_zero_point
+from heterocc.targets.vta.conv import ConvGeometry, candidate_conv_tilings, conv_cycles_bound
+
+pytest.importorskip("onnxruntime.quantization")
+
+from tests.targets.vta.ort_models import quantize, single_conv  # noqa: E402
+
+
+def _composite(model, target):
+    compiled = heterocc.compile(model, target=[target, "llvm"], strict=True)
+    (region,) = [n for n in compiled.graph.nodes if n.attrs.get("target") == "vta"]
+    (composite,) = region.body.nodes
+    return composite
+
+
+@pytest.mark.parametrize("kernel, stride, channels, filters, size", [
+    (3, 1, 16, 16, 10), (3, 2, 32, 24, 11), (1, 1, 20, 40, 8), (1, 2, 16, 16, 9),
+    (5, 1, 16, 32, 9), (7, 2, 16, 16, 12)])
+@pytest.mark.parametrize("activations", ["QInt8", "QUInt8"])
+def test_direct_convolution_is_bit_exact(tmp_path, kernel, stride, channels, filters, size,
+                                         activations):
+    model = quantize(single_conv(kernel + stride, stride, kernel, channels, filters, size),
+                     tmp_path, "QDQ", activations)
+    target = VtaTarget()
+    composite = _composite(model, target)
+    kernel_ = compile_composite(composite, target.config, 2)
+    assert kernel_.input_tensor == "X"  # the direct path, not im2col
+    rng = np.random.default_rng(kernel * 10 + stride)
+    zero_point = input_zero_point(composite.body.nodes[0])
+    for _ in range(2):
+        x = rng.integers(-128, 128, composite.body.inputs[0].type.shape).astype(np.int8)
+        (expected,) = evaluate(composite.body, [x])
+        np.testing.assert_array_equal(kernel_([x])[0], expected)
+    pads = [i for i in kernel_.program.instructions
+            if isinstance(i, Load) and i.buffer == Buffer.INP and
+            (i.y_pad_top or i.y_pad_bottom or i.x_pad_left or i.x_pad_right)]
+    if kernel > 1:  # padded windows: the LOAD fills the border with the zero point
+        assert pads and all(i.pad_value == zero_point for i in pads)
+
+
+def test_host_writes_the_input_once(tmp_path):
+    """The input tensor of the program holds the layer's input (channels padded to a
+    block), not KH x KW copies of it."""
+    model = quantize(single_conv(1, 1, 3, 32, 32, 14), tmp_path, "QDQ", "QInt8")
+    target = VtaTarget()
+    kernel = compile_composite(_composite(model, target), target.config, 2)
+    x_tensor = kernel.program.tensors["X"]
+    assert x_tensor.rows * x_tensor.cols == 32 * 14 * 14
+
+
+def test_small_channel_counts_stay_im2col(tmp_path):
+    model = quantize(single_conv(2, 1, 3, 3, 16, 12), tmp_path, "QDQ", "QInt8")
+    target = VtaTarget()
+    kernel = compile_composite(_composite(model, target), target.config, 2)
+    assert kernel.input_tensor == "A"
+
+
+def test_candidate_tilings_fit_the_buffers_and_the_bound_orders_them():
+    config = HardwareConfig.preset("1x16x16")
+    g = ConvGeometry(1, 4, 56, 56, 4, (3, 3), (1, 1), (1, 1, 1, 1))
+    candidates = candidate_conv_tilings(config, g, 2, 12)
+    assert candidates
+    for t in candidates:
+        window = ((t.rows - 1) + 3) * 58 * t.channels
+        assert 2 * window <= config.inp_depth
+        assert 2 * t.filters * t.rows * 56 <= config.acc_depth - 12
+    bounds = sorted(conv_cycles_bound(config, g, t, 5) for t in candidates)
+    # every MAC of the layer takes a GEMM cycle at least
+    assert bounds[0] >= 56 * 56 * 4 * 4 * 9
