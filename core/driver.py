@@ -129,8 +129,12 @@ class CompiledModel:
             kernels = {n.name: targets[placement[n.name]].build(n)
                        for n in graph.nodes if n.body is not None}
         executor = GraphExecutor(graph, kernels, placement, self._profile)
-        return Executable(graph, executor, manager.records, values, targets,
-                          report_box[0] if report_box else None)
+        report = report_box[0] if report_box else None
+        if report is not None:  # what the targets know of the functions they built
+            report.attach_metrics({c.name: c.metrics() for k in kernels.values()
+                                   for c in getattr(k, "composites", ())
+                                   if callable(getattr(c, "metrics", None))})
+        return Executable(graph, executor, manager.records, values, targets, report)
 
     def build_static(self) -> Executable | None:
         """Compile now if every input shape is known and no input must be specialized on."""

@@ -38,10 +38,16 @@ class Placement:
     composite: str = ""
     region: str = ""
     macs: int = 0
+    #: the composite function node the node went into (on a target that matched it)
+    function: str = ""
+    #: what the target reports of that function (cycles, bytes moved, ...), on the row
+    #: of the function's first node
+    metrics: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"node": self.node, "op": self.op, "target": self.target, "macs": self.macs,
-                "reason": self.reason, "composite": self.composite, "region": self.region}
+                "reason": self.reason, "composite": self.composite, "region": self.region,
+                "function": self.function, **self.metrics}
 
 
 @dataclass
@@ -71,13 +77,32 @@ class PartitionReport:
         total = sum(macs.values())
         return macs.get(target, 0) / total if total else 1.0
 
+    def attach_metrics(self, by_function: Mapping[str, dict]) -> None:
+        """Put each composite function's metrics (from the kernel its target built) on
+        the row of the function's first node."""
+        seen: set[str] = set()
+        for p in self.placements:
+            if p.function in by_function and p.function not in seen:
+                p.metrics = dict(by_function[p.function])
+                seen.add(p.function)
+
     def to_json(self) -> dict:
         """The report as one JSON-serializable object: ``nodes`` (node, op, target, macs,
-        reason, composite, region), ``macs_by_target``, ``nodes_by_target``,
-        ``total_macs``."""
+        reason, composite, region, function, and the target's metrics on a function's
+        first node), ``macs_by_target``, ``nodes_by_target``, ``total_macs``; where
+        targets report them, the MAC-weighted ``utilization`` of their functions and the
+        total ``host_bytes`` moved per run."""
         macs = self.macs_by_target()
-        return {"nodes": [p.to_dict() for p in self.placements], "macs_by_target": macs,
-                "nodes_by_target": self.by_target(), "total_macs": sum(macs.values())}
+        report = {"nodes": [p.to_dict() for p in self.placements], "macs_by_target": macs,
+                  "nodes_by_target": self.by_target(), "total_macs": sum(macs.values())}
+        measured = [p for p in self.placements if "utilization" in p.metrics and p.macs]
+        if measured:
+            report["utilization"] = round(sum(p.macs * p.metrics["utilization"]
+                                              for p in measured)
+                                          / sum(p.macs for p in measured), 4)
+        if any("host_bytes" in p.metrics for p in self.placements):
+            report["host_bytes"] = sum(p.metrics.get("host_bytes", 0) for p in self.placements)
+        return report
 
     def format(self) -> str:
         """A table: node, op, target, MACs, region/composite, reason; then the nodes and
@@ -96,6 +121,12 @@ class PartitionReport:
             shares = ", ".join(f"{t}: {m / 1e6:.1f} M ({100 * m / total:.1f}%)"
                                for t, m in macs.items())
             lines.append(f"MACs per target: {shares} of {total / 1e6:.1f} M")
+        summary = self.to_json()
+        if "utilization" in summary or "host_bytes" in summary:
+            cycles = sum(p.metrics.get("cycles", 0) for p in self.placements)
+            lines.append(f"offloaded functions: {cycles} modelled cycles per run, "
+                         f"MAC-weighted utilization {summary.get('utilization', 0):.1%}, "
+                         f"{summary.get('host_bytes', 0)} bytes moved by the host per run")
         return "\n".join(lines)
 
 
@@ -236,7 +267,7 @@ def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
             fname = composite_names[cid]
             placed = Placement(node.name, node.op, target, f"matched {target} pattern {name}",
                                name, region_names.get(id(by_name[fname]), ""),
-                               multiply_accumulates(node))
+                               multiply_accumulates(node), fname)
         else:
             why = refused.get(node) or (
                 f"no pattern of {', '.join(tables)} matches" if tables else "only target")
@@ -255,7 +286,7 @@ def _absorbed(node: Node, placed: Placement) -> list[Placement]:
         op, _, name = entry.partition(":")
         rows.append(Placement(name, op, placed.target,
                               f"folded into the clamp of {node.name} ({node.op})",
-                              placed.composite, placed.region))
+                              placed.composite, placed.region, function=placed.function))
     return rows
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from heterocc import te, tir
 from heterocc.accel_sim import HardwareConfig, run_stream, schedule_stream
-from heterocc.accel_sim.isa import Alu, Buffer
+from heterocc.accel_sim.isa import Alu, Buffer, Load, Store, dram_unit_bytes
 from heterocc.accel_sim.program import (
     DramTensor,
     Program,
@@ -125,6 +125,31 @@ class AcceleratorKernel:
     utilization: float = 0.0
     macs: int = 0
     last_input: np.ndarray | None = None
+    #: the composite's own activations: its input and output tensors, unpadded
+    input_bytes: int = 0
+    output_bytes: int = 0
+    in_channels: int = 0
+    _metrics: dict | None = None
+
+    def metrics(self) -> dict:
+        """What the placement report shows for this composite: modelled ``cycles`` and
+        GEMM-core ``utilization`` per call, ``dram_read_bytes`` / ``dram_write_bytes``
+        its transfers move, ``host_bytes`` the host writes and reads per call, its own
+        ``input_bytes`` / ``output_bytes`` and ``in_channels``. The stream does not
+        depend on the data, so this is computed once, without running it."""
+        if self._metrics is None:
+            timing = schedule_stream(self.program.instructions, self.config)
+            read = sum(dram_unit_bytes(self.config, i.buffer) * i.y_size * i.x_size
+                       for i in self.program.instructions if isinstance(i, Load))
+            written = sum(dram_unit_bytes(self.config, i.buffer) * i.y_size * i.x_size
+                          for i in self.program.instructions if isinstance(i, Store))
+            self._metrics = {"cycles": timing.total_cycles,
+                             "utilization": round(timing.gemm_utilization, 4),
+                             "dram_read_bytes": read, "dram_write_bytes": written,
+                             "host_bytes": self.host_bytes, "input_bytes": self.input_bytes,
+                             "output_bytes": self.output_bytes,
+                             "in_channels": self.in_channels}
+        return self._metrics
 
     @property
     def host_bytes(self) -> int:
@@ -253,6 +278,18 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
 def compile_composite(function: Node, config: HardwareConfig,
                       virtual_threads: int) -> AcceleratorKernel:
     """An accelerator kernel for one composite function node."""
+    kernel = _lowered_composite(function, config, virtual_threads)
+    body = function.body
+    kernel.input_bytes = body.inputs[0].type.nbytes
+    kernel.output_bytes = body.outputs[0].type.nbytes
+    core_input = body.nodes[0].inputs[0].type
+    kernel.in_channels = core_input.shape[1] if body.nodes[0].op == "ConvInteger" \
+        else core_input.shape[-1]
+    return kernel
+
+
+def _lowered_composite(function: Node, config: HardwareConfig,
+                       virtual_threads: int) -> AcceleratorKernel:
     nodes = function.body.nodes
     core = nodes[0]
     if core.op == "ConvInteger":

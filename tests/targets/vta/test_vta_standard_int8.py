@@ -154,6 +154,14 @@ def test_partition_json_counts_macs_per_target(tmp_path, capsys):
     assert len(convs) == 5 and all(r["target"] == "vta" and r["macs"] > 0 for r in convs)
     expected = 16 * 16 * 16 * 3 * 9 + 8 * 8 * 32 * 16 * 9 + 8 * 8 * 32 * 32 * (9 + 1) + 320
     assert report["macs_by_target"]["vta"] == expected == report["total_macs"]
+    # what the accelerator reports of each function, on the row of its first node
+    for row in convs:
+        assert row["cycles"] > 0 and 0 < row["utilization"] <= 1
+        assert row["dram_read_bytes"] > 0 and row["dram_write_bytes"] > 0
+        if row["op"] == "ConvInteger" and row["in_channels"] >= 16:  # direct: no im2col
+            assert row["host_bytes"] <= 1.25 * (row["input_bytes"] + row["output_bytes"])
+    assert 0 < report["utilization"] <= 1
+    assert report["host_bytes"] == sum(r["host_bytes"] for r in convs)
 
 
 def test_folded_relus_still_show_where_they_ran(tmp_path):
@@ -170,5 +178,6 @@ def test_folded_relus_still_show_where_they_ran(tmp_path):
 def test_text_report_shows_the_mac_share(tmp_path):
     model = quantize(small_cnn(), tmp_path, "QDQ", "QInt8")
     text = heterocc.compile(model, target="vta,llvm").placement_report.format()
-    last = text.splitlines()[-1]
-    assert last.startswith("MACs per target:") and "vta: 1.1 M (100.0%)" in last
+    line = next(x for x in text.splitlines() if x.startswith("MACs per target:"))
+    assert "vta: 1.1 M (100.0%)" in line
+    assert "MAC-weighted utilization" in text.splitlines()[-1]
