@@ -214,21 +214,37 @@ def direct_conv_geometry(conv: Node, config: HardwareConfig) -> ConvGeometry | N
     """The convolution in tiles when it runs directly on chip (None: as an im2col GEMM):
     2-D, ungrouped, undilated, at least ``block_in`` input channels, whole batches."""
     x, w = conv.inputs[0].type, conv.inputs[1].type
-    if x.ndim != 4 or conv.attrs.get("group", 1) != 1 or x.shape[1] < config.block_in \
-            or x.shape[0] % config.batch:
+    group = conv.attrs.get("group", 1)
+    depthwise = group > 1 and group == x.shape[1] == w.shape[0]
+    if x.ndim != 4 or (group != 1 and not depthwise) or x.shape[0] % config.batch:
         return None
+    if not depthwise and x.shape[1] < config.block_in:
+        return None
+    if depthwise and config.block_in != config.block_out:
+        return None  # a diagonal weight tile needs square tiles
     kernel, strides, dilations, pads, _ = conv_geometry(x.shape, w.shape, conv.attrs)
     if any(d != 1 for d in dilations) or max(pads) > max(kernel):
         return None
     return ConvGeometry(x.shape[0] // config.batch, -(-x.shape[1] // config.block_in),
                         x.shape[2], x.shape[3], -(-w.shape[0] // config.block_out),
-                        tuple(kernel), tuple(strides), (pads[0], pads[1], pads[2], pads[3]))
+                        tuple(kernel), tuple(strides), (pads[0], pads[1], pads[2], pads[3]),
+                        depthwise)
 
 
 def _blocked_weights(w: np.ndarray, g: ConvGeometry, config: HardwareConfig) -> np.ndarray:
-    """OIHW weights as (O/block_out, C/block_in, KH, KW, block_out, block_in), zero-padded."""
+    """OIHW weights as (O/block_out, C/block_in, KH, KW, block_out, block_in), zero-padded;
+    depthwise ones (O, 1, KH, KW) as (O/block_out, 1, KH, KW, block_out, block_in) tiles
+    holding each channel's tap on their diagonal."""
     o, c, kh, kw = w.shape
     bo, bi = config.block_out, config.block_in
+    if g.depthwise:
+        taps = np.zeros((g.filters * bo, kh, kw), np.int8)
+        taps[:o] = w[:, 0]
+        blocked = np.zeros((g.filters, 1, kh, kw, bo, bi), np.int8)
+        lanes = np.arange(bo)
+        blocked[:, 0, :, :, lanes, lanes] = taps.reshape(g.filters, bo, kh, kw).transpose(
+            1, 0, 2, 3)
+        return blocked
     padded = np.zeros((g.filters * bo, g.channels * bi, kh, kw), np.int8)
     padded[:o, :c] = w
     return padded.reshape(g.filters, bo, g.channels, bi, kh, kw).transpose(0, 2, 4, 5, 1, 3)
@@ -249,15 +265,14 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
     rows = packed.transpose(0, 4, 1, 2, 3, 5).reshape(g.filters * bo, -1)
     epilogue = plan_epilogue(_requantization(nodes, rows[:o]), rows, g.filters * bo,
                              config.acc_bits)
-    pad_value = input_zero_point(core)
     signature = _signature(epilogue)
-    found = best_conv_tiling(config, g, virtual_threads, signature, pad_value)
+    found = best_conv_tiling(config, g, virtual_threads, signature)
     if found is None:
         return None
     tiling, threads = found
-    stream = conv_stream(config, g, tiling, threads, signature, pad_value)
+    stream = conv_stream(config, g, tiling, threads, signature)
     program = _filled(stream, config, {"W": packed.reshape(-1, bi)}, epilogue,
-                      g.filters * bo)
+                      g.filters * bo, pad_value=input_zero_point(core))
 
     def to_device(x: np.ndarray) -> np.ndarray:
         blocked = np.zeros((n, g.channels * bi, h, width), np.int8)
@@ -270,7 +285,8 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
         return np.ascontiguousarray(tiles.transpose(0, 4, 1, 5, 2, 3).reshape(
             n, g.filters * bo, g.out_height, g.out_width)[:, :o])
 
-    macs = n * g.out_height * g.out_width * o * c * g.kernel[0] * g.kernel[1]
+    macs = n * g.out_height * g.out_width * o * (1 if g.depthwise else c) * \
+        g.kernel[0] * g.kernel[1]
     return AcceleratorKernel(function.name, config, program, to_device, from_device, "X", "Y",
                              tiling, threads, macs=macs)
 
@@ -297,6 +313,9 @@ def _lowered_composite(function: Node, config: HardwareConfig,
         direct = geometry and _direct_conv(function, geometry, config, virtual_threads)
         if direct:
             return direct
+        if core.attrs.get("group", 1) != 1:
+            raise CompileError(f"{function.name}: no tiling of this depthwise convolution fits "
+                               f"the {config.name} buffers, and im2col is for dense ones")
         k = math.prod(core.inputs[1].type.shape[1:])
         weights, to_matrix, from_matrix, rows = _conv_lowering(
             core, _round_up(k, config.block_in))
@@ -388,9 +407,10 @@ def _template_epilogue(signature: tuple | None, n: int) -> list[EpilogueStep] | 
 
 
 def _filled(stream: Program, config: HardwareConfig, weights: dict[str, np.ndarray],
-            epilogue: list[EpilogueStep] | None, n: int) -> Program:
+            epilogue: list[EpilogueStep] | None, n: int, pad_value: int = 0) -> Program:
     """The template ``stream`` with its weights, its epilogue's column constants (``n``
-    columns) and its immediates filled in."""
+    columns), its immediates and the value its padded input LOADs pad with (the
+    input's zero point) filled in."""
     dram = stream.dram.copy()
     constants = dict(weights)
     immediates = {}
@@ -403,8 +423,18 @@ def _filled(stream: Program, config: HardwareConfig, weights: dict[str, np.ndarr
         immediates = {_PLACEHOLDER + i: step.immediate for i, step in enumerate(steps)}
     for name, matrix in constants.items():
         _write_tensor(config, stream.tensors[name], matrix, dram)
-    instructions = [_fill_immediate(i, immediates) for i in stream.instructions]
+    instructions = [_fill_pad_value(_fill_immediate(i, immediates), pad_value)
+                    for i in stream.instructions]
     return dataclasses.replace(stream, instructions=instructions, dram=dram)
+
+
+def _fill_pad_value(instruction, pad_value: int):
+    """A template stream pads its input with 0; a padded input LOAD gets ``pad_value``."""
+    if not (pad_value and isinstance(instruction, Load) and instruction.buffer == Buffer.INP):
+        return instruction
+    padded = instruction.padded_rows * instruction.padded_cols != \
+        instruction.y_size * instruction.x_size
+    return dataclasses.replace(instruction, pad_value=pad_value) if padded else instruction
 
 
 #: the template stream's immediates: placeholder + index of the immediate step (values
@@ -462,12 +492,13 @@ def _emit(func: tir.PrimFunc, args: list[te.Tensor], config: HardwareConfig,
 
 @functools.lru_cache(maxsize=64)
 def conv_stream(config: HardwareConfig, g: ConvGeometry, tiling: ConvTiling,
-                virtual_threads: int, signature: tuple | None, pad_value: int) -> Program:
-    """The program of a direct convolution with zero weights and zero column constants
-    (see ``_stream``): tensors "X" (blocked input), "W" (blocked weights) and "Y"."""
+                virtual_threads: int, signature: tuple | None) -> Program:
+    """The program of a direct convolution with zero weights, zero column constants and
+    zero padding (see ``_stream``; ``_filled`` sets each layer's own): tensors "X"
+    (blocked input), "W" (blocked weights) and "Y"."""
     bi, bo, batch = config.block_in, config.block_out, config.batch
     epilogue = _template_epilogue(signature, g.filters * bo)
-    conv = packed_conv2d(config, g, epilogue, pad_value)
+    conv = packed_conv2d(config, g, epilogue)
     schedule = schedule_packed_conv2d(conv, g, tiling, virtual_threads)
     func = te.lower(schedule, conv.args, name="conv2d", optimize=False)
     func = interleave_virtual_threads(tir.remove_true_guards(func))
@@ -482,7 +513,7 @@ def conv_stream(config: HardwareConfig, g: ConvGeometry, tiling: ConvTiling,
 
 @functools.lru_cache(maxsize=64)
 def best_conv_tiling(config: HardwareConfig, g: ConvGeometry, threads: int,
-                     signature: tuple | None, pad_value: int) -> tuple[ConvTiling, int] | None:
+                     signature: tuple | None) -> tuple[ConvTiling, int] | None:
     """(the tiling with the fewest modelled cycles, its thread count) for a direct
     convolution with an epilogue of ``signature``'s steps, or None when no tiling fits
     the buffers. As for GEMMs (``tiling.best_tiling``), candidates are timed in the
@@ -497,7 +528,7 @@ def best_conv_tiling(config: HardwareConfig, g: ConvGeometry, threads: int,
             if best is not None and bounds[tiling] > best[0]:
                 break
             try:
-                stream = conv_stream(config, g, tiling, count, signature, pad_value)
+                stream = conv_stream(config, g, tiling, count, signature)
             except CompileError:
                 continue  # e.g. a window beyond the LOAD's padding fields
             cycles = schedule_stream(stream.instructions, config).total_cycles

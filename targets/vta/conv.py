@@ -42,6 +42,9 @@ class ConvGeometry:
     kernel: tuple[int, int]
     strides: tuple[int, int]
     pads: tuple[int, int, int, int]  # top, left, bottom, right
+    #: one filter per input channel (``filters == channels``): each output channel block
+    #: reads only its own input channel block, through diagonal weight tiles
+    depthwise: bool = False
 
     @property
     def out_height(self) -> int:
@@ -70,7 +73,8 @@ def packed_conv2d(config: HardwareConfig, geometry: ConvGeometry,
     batch, block_in, block_out = config.batch, config.block_in, config.block_out
     x = te.placeholder((g.batches, g.channels, g.height, g.width, batch, block_in), "int8",
                        "X")
-    w = te.placeholder((g.filters, g.channels, *g.kernel, block_out, block_in), "int8", "W")
+    w = te.placeholder((g.filters, 1 if g.depthwise else g.channels, *g.kernel, block_out,
+                        block_in), "int8", "W")
     top, left, bottom, right = g.pads
     padded_h, padded_w = g.height + top + bottom, g.width + left + right
 
@@ -82,16 +86,19 @@ def packed_conv2d(config: HardwareConfig, geometry: ConvGeometry,
 
     padded = te.compute((g.batches, g.channels, padded_h, padded_w, batch, block_in), pad_body,
                         name="X_padded", dtype="int8")
-    rc = te.reduce_axis(g.channels, "rc")
     ry, rx = te.reduce_axis(g.kernel[0], "ry"), te.reduce_axis(g.kernel[1], "rx")
     ri = te.reduce_axis(block_in, "ri")
     sy, sx = g.strides
-    acc = te.compute(
-        (g.batches, g.filters, g.out_height, g.out_width, batch, block_out),
-        lambda n, o, y, col, b, oo: te.sum(
+    shape = (g.batches, g.filters, g.out_height, g.out_width, batch, block_out)
+    if g.depthwise:
+        acc = te.compute(shape, lambda n, o, y, col, b, oo: te.sum(
+            te.cast("int32", padded[n, o, y * sy + ry, col * sx + rx, b, ri])
+            * te.cast("int32", w[o, 0, ry, rx, oo, ri]), axis=[ry, rx, ri]), name="C")
+    else:
+        rc = te.reduce_axis(g.channels, "rc")
+        acc = te.compute(shape, lambda n, o, y, col, b, oo: te.sum(
             te.cast("int32", padded[n, rc, y * sy + ry, col * sx + rx, b, ri])
-            * te.cast("int32", w[o, rc, ry, rx, oo, ri]), axis=[rc, ry, rx, ri]),
-        name="C")
+            * te.cast("int32", w[o, rc, ry, rx, oo, ri]), axis=[rc, ry, rx, ri]), name="C")
     if epilogue is None:
         out = te.compute(acc.shape, lambda *i: acc[i], name="Y")
         return PackedGemm(config, x, w, acc, [], [], out, [], [padded])
@@ -104,7 +111,8 @@ def tile_counts(config: HardwareConfig, g: ConvGeometry, t: ConvTiling) -> dict[
     """On-chip tiles one virtual thread's task uses in each buffer."""
     window_rows = (t.rows - 1) * g.strides[0] + g.kernel[0]
     window_cols = (g.out_width - 1) * g.strides[1] + g.kernel[1]
-    return {"inp": t.channels * window_rows * window_cols,
+    staged = t.filters if g.depthwise else t.channels  # input channel blocks on chip
+    return {"inp": staged * window_rows * window_cols,
             "wgt": t.filters * t.channels * g.kernel[0] * g.kernel[1],
             "acc": t.filters * t.rows * g.out_width}
 
@@ -121,8 +129,10 @@ def candidate_conv_tilings(config: HardwareConfig, g: ConvGeometry, threads: int
     slots = {"inp": config.inp_depth // threads, "wgt": config.wgt_depth // threads,
              "acc": (config.acc_depth - const_tiles) // threads}
     found = []
+    # a depthwise task stages exactly the channel blocks of its filters: channels is 1
     for rows, filters, channels in itertools.product(
-            _divisors(g.out_height), _divisors(g.filters), _divisors(g.channels)):
+            _divisors(g.out_height), _divisors(g.filters),
+            [1] if g.depthwise else _divisors(g.channels)):
         t = ConvTiling(rows, filters, channels)
         tasks = g.batches * (g.out_height // rows) * (g.filters // filters)
         if tasks % threads == 0 and all(
@@ -140,7 +150,8 @@ def conv_cycles_bound(config: HardwareConfig, g: ConvGeometry, t: ConvTiling,
     per (filter, channel) block pair; one STORE per filter block."""
     cost = _cost(config)
     tasks = g.batches * (g.out_height // t.rows) * (g.filters // t.filters)
-    steps = g.channels // t.channels
+    steps = 1 if g.depthwise else g.channels // t.channels
+    staged = t.filters if g.depthwise else t.channels
     tiles = tile_counts(config, g, t)
     window_rows = (t.rows - 1) * g.strides[0] + g.kernel[0]
     window = g.kernel[0] * g.kernel[1]
@@ -150,10 +161,10 @@ def conv_cycles_bound(config: HardwareConfig, g: ConvGeometry, t: ConvTiling,
     alu = Alu(alu_op=AluOp.ADD, uop_end=t.filters, **loops)
     compute = cost(reset) + steps * cost(gemm) + alu_steps * cost(alu)
     inp = Load(buffer=Buffer.INP, sram_base=0, dram_base=0, y_size=window_rows,
-               x_size=tiles["inp"] // (t.channels * window_rows), x_stride=g.width)
+               x_size=tiles["inp"] // (staged * window_rows), x_stride=g.width)
     wgt = Load(buffer=Buffer.WGT, sram_base=0, dram_base=0, y_size=g.kernel[0],
                x_size=g.kernel[1], x_stride=g.kernel[1])
-    load = steps * (t.channels * cost(inp) + t.filters * t.channels * cost(wgt))
+    load = steps * (staged * cost(inp) + t.filters * t.channels * cost(wgt))
     store = t.filters * cost(Store(buffer=Buffer.OUT, sram_base=0, dram_base=0,
                                    y_size=t.rows, x_size=g.out_width, x_stride=g.out_width))
     return tasks * max(compute, load, store)
@@ -171,7 +182,8 @@ def schedule_packed_conv2d(conv: PackedGemm, geometry: ConvGeometry, tiling: Con
                            virtual_threads: int) -> te.Schedule:
     """The accelerator schedule of ``conv`` (from ``packed_conv2d``) for ``tiling``."""
     g, t = geometry, tiling
-    if g.out_height % t.rows or g.filters % t.filters or g.channels % t.channels:
+    if g.out_height % t.rows or g.filters % t.filters or g.channels % t.channels or \
+            (g.depthwise and t.channels != 1):
         raise CompileError(f"tiling {t} does not divide the convolution {g}")
     s = te.create_schedule(conv.out)
     out = s[conv.out]
@@ -194,12 +206,21 @@ def schedule_packed_conv2d(conv: PackedGemm, geometry: ConvGeometry, tiling: Con
     acc.compute_at(out, task)
     inp = s.cache_read(padded, INP_SCOPE, [conv.acc])
     wgt = s.cache_read(conv.wgt, WGT_SCOPE, [conv.acc])
-    _, ao, ay, ax, ab, aoo = acc.axis
-    rc, ry, rx, ri = acc.reduce_axis
-    rc_outer, rc_inner = acc.split(rc, factor=t.channels)
-    # hardware loops: output rows and columns; micro-ops: filters x channels x window
-    acc.reorder(rc_outer, ay, ax, ao, rc_inner, ry, rx, ab, aoo, ri)
-    s[inp].compute_at(acc, rc_outer)
-    s[wgt].compute_at(acc, rc_outer)
+    an, ao, ay, ax, ab, aoo = acc.axis
+    if g.depthwise:  # the task's channel blocks are staged once
+        ry, rx, ri = acc.reduce_axis
+        # a unit outer reduction loop keeps the accumulator reset outside the hardware
+        # loops: one reset and one GEMM per task
+        whole, ry = acc.split(ry, factor=g.kernel[0])
+        acc.reorder(an, whole, ay, ax, ao, ry, rx, ab, aoo, ri)
+        stage_at = whole
+    else:
+        rc, ry, rx, ri = acc.reduce_axis
+        rc_outer, rc_inner = acc.split(rc, factor=t.channels)
+        # hardware loops: output rows and columns; micro-ops: filters x channels x window
+        acc.reorder(rc_outer, ay, ax, ao, rc_inner, ry, rx, ab, aoo, ri)
+        stage_at = rc_outer
+    s[inp].compute_at(acc, stage_at)
+    s[wgt].compute_at(acc, stage_at)
     acc.tensorize(ab, gemm_intrin(conv.config))
     return s

@@ -82,6 +82,58 @@ def compile_index(expr: tir.Expr) -> Callable[[dict], int]:
     raise CompileError(f"index expression {expr!r} is not integer arithmetic")
 
 
+@dataclass(frozen=True)
+class LinearForm:
+    """``constant + sum(coeffs[v] * v)``: an index expression that is affine in every
+    variable, evaluated without walking the expression."""
+
+    constant: int
+    coeffs: dict
+
+    def __call__(self, env: dict) -> int:
+        return self.constant + sum(c * env[v] for v, c in self.coeffs.items())
+
+    def shifted(self, offset: int) -> LinearForm:
+        return LinearForm(self.constant + offset, self.coeffs)
+
+    def at_zero(self, env: dict, loops) -> int:
+        """The value with the ``loops`` variables at 0 and the others from ``env``."""
+        inner = {var for var, _ in loops}
+        try:
+            return self.constant + sum(c * env[v] for v, c in self.coeffs.items()
+                                       if v not in inner)
+        except KeyError as exc:
+            raise CompileError(f"index variable {exc.args[0].name!r} is not bound here") \
+                from None
+
+
+def linear_form(expr: tir.Expr) -> LinearForm | None:
+    """``expr`` as a LinearForm, or None when it is not affine (a product of variables,
+    a division, a comparison)."""
+    if isinstance(expr, tir.IntImm):
+        return LinearForm(expr.value, {})
+    if isinstance(expr, tir.Var):
+        return LinearForm(0, {expr: 1})
+    if isinstance(expr, tir.Cast):
+        return linear_form(expr.value)
+    if not (isinstance(expr, tir.Binary) and expr.op in ("add", "sub", "mul")):
+        return None
+    a, b = linear_form(expr.a), linear_form(expr.b)
+    if a is None or b is None:
+        return None
+    if expr.op == "mul":
+        if a.coeffs and b.coeffs:
+            return None
+        scale, form = (a.constant, b) if not a.coeffs else (b.constant, a)
+        return LinearForm(form.constant * scale,
+                          {v: c * scale for v, c in form.coeffs.items() if c * scale})
+    sign = 1 if expr.op == "add" else -1
+    coeffs = dict(a.coeffs)
+    for v, c in b.coeffs.items():
+        coeffs[v] = coeffs.get(v, 0) + sign * c
+    return LinearForm(a.constant + sign * b.constant, {v: c for v, c in coeffs.items() if c})
+
+
 def evaluate(expr: tir.Expr, env: dict) -> int:
     """The integer value of an index expression with every variable bound in ``env``."""
     return compile_index(expr)(env)
@@ -230,12 +282,18 @@ class _StreamEmitter:
             offset: tir.Expr = tir.IntImm(0)
             for index, dim in zip(indices[:-2], buffer.shape[:-2]):
                 offset = offset * dim + index
-            self._offsets[key] = (compile_index(offset), indices)
+            linear = linear_form(offset)
+            self._offsets[key] = (compile_index(offset) if linear is None else linear, indices)
         offset_of = self._offsets[key][0]
+        if isinstance(offset_of, LinearForm):
+            return kind, offset_of.shifted(base)
         return kind, lambda env: base + offset_of(env)
 
     @staticmethod
     def _affine(address: Callable, loops, env: dict) -> _Affine:
+        if isinstance(address, LinearForm):  # affine in every variable: no probing
+            return _Affine(address.at_zero(env, loops),
+                           tuple(address.coeffs.get(var, 0) for var, _ in loops))
         zero = {**env, **{var: 0 for var, _ in loops}}
         base = address(zero)
         coeffs = tuple(address({**zero, var: 1}) - base for var, _ in loops)

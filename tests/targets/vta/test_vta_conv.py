@@ -78,3 +78,41 @@ def test_candidate_tilings_fit_the_buffers_and_the_bound_orders_them():
     bounds = sorted(conv_cycles_bound(config, g, t, 5) for t in candidates)
     # every MAC of the layer takes a GEMM cycle at least
     assert bounds[0] >= 56 * 56 * 4 * 4 * 9
+
+
+def depthwise_conv(seed: int, stride: int, kernel: int, channels: int, size: int):
+    """One depthwise convolution (group = channels) with bias, as MobileNets have."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array((rng.standard_normal((channels, 1, kernel, kernel)) * 0.4)
+                                .astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "b")
+    node = helper.make_node("Conv", ["input", "w", "b"], ["y"], group=channels,
+                            pads=[kernel // 2] * 4, strides=[stride] * 2)
+    out = (size + 2 * (kernel // 2) - kernel) // stride + 1
+    graph = helper.make_graph(
+        [node], "dw",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, channels, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, out, out])], [w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("stride, kernel, channels, size", [
+    (1, 3, 32, 10), (2, 3, 24, 11), (1, 5, 16, 9), (2, 3, 96, 14)])
+def test_depthwise_convolution_is_bit_exact(tmp_path, stride, kernel, channels, size):
+    model = quantize(depthwise_conv(stride, stride, kernel, channels, size), tmp_path, "QDQ",
+                     "QUInt8")
+    target = VtaTarget()
+    composite = _composite(model, target)
+    kernel_ = compile_composite(composite, target.config, 2)
+    assert kernel_.input_tensor == "X"
+    rng = np.random.default_rng(stride + kernel)
+    for _ in range(2):
+        x = rng.integers(-128, 128, composite.body.inputs[0].type.shape).astype(np.int8)
+        (expected,) = evaluate(composite.body, [x])
+        np.testing.assert_array_equal(kernel_([x])[0], expected)
+    assert kernel_.macs == channels * kernel * kernel * (
+        (size + 2 * (kernel // 2) - kernel) // stride + 1) ** 2
