@@ -129,6 +129,8 @@ class AcceleratorKernel:
     input_bytes: int = 0
     output_bytes: int = 0
     in_channels: int = 0
+    #: the timing model's report of the program (it does not depend on the data)
+    timing: object = None
     _metrics: dict | None = None
 
     def metrics(self) -> dict:
@@ -138,7 +140,7 @@ class AcceleratorKernel:
         ``input_bytes`` / ``output_bytes`` and ``in_channels``. The stream does not
         depend on the data, so this is computed once, without running it."""
         if self._metrics is None:
-            timing = schedule_stream(self.program.instructions, self.config)
+            timing = self.timing or schedule_stream(self.program.instructions, self.config)
             read = sum(dram_unit_bytes(self.config, i.buffer) * i.y_size * i.x_size
                        for i in self.program.instructions if isinstance(i, Load))
             written = sum(dram_unit_bytes(self.config, i.buffer) * i.y_size * i.x_size
@@ -288,7 +290,8 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
     macs = n * g.out_height * g.out_width * o * (1 if g.depthwise else c) * \
         g.kernel[0] * g.kernel[1]
     return AcceleratorKernel(function.name, config, program, to_device, from_device, "X", "Y",
-                             tiling, threads, macs=macs)
+                             tiling, threads, macs=macs,
+                             timing=conv_timing(config, g, tiling, threads, signature))
 
 
 def compile_composite(function: Node, config: HardwareConfig,
@@ -512,6 +515,15 @@ def conv_stream(config: HardwareConfig, g: ConvGeometry, tiling: ConvTiling,
 
 
 @functools.lru_cache(maxsize=64)
+def conv_timing(config: HardwareConfig, g: ConvGeometry, tiling: ConvTiling,
+                virtual_threads: int, signature: tuple | None):
+    """The timing model's report of ``conv_stream``'s program (the same for every layer
+    that shares the stream: timing does not depend on weights, constants or padding)."""
+    stream = conv_stream(config, g, tiling, virtual_threads, signature)
+    return schedule_stream(stream.instructions, config)
+
+
+@functools.lru_cache(maxsize=64)
 def best_conv_tiling(config: HardwareConfig, g: ConvGeometry, threads: int,
                      signature: tuple | None) -> tuple[ConvTiling, int] | None:
     """(the tiling with the fewest modelled cycles, its thread count) for a direct
@@ -528,10 +540,9 @@ def best_conv_tiling(config: HardwareConfig, g: ConvGeometry, threads: int,
             if best is not None and bounds[tiling] > best[0]:
                 break
             try:
-                stream = conv_stream(config, g, tiling, count, signature)
+                cycles = conv_timing(config, g, tiling, count, signature).total_cycles
             except CompileError:
                 continue  # e.g. a window beyond the LOAD's padding fields
-            cycles = schedule_stream(stream.instructions, config).total_cycles
             if best is None or cycles < best[0]:
                 best = (cycles, tiling, count)
         if best is not None:
