@@ -2,10 +2,13 @@
 
 :class:`RtlSimulator` builds ``hw/rtl`` for one :class:`HardwareConfig` under
 Icarus Verilog or Verilator (through cocotb's runner) and runs batches of
-streams on it with the full-system bench ``hw/tb/hc_system_bench.py``; that
-bench drives the AXI4-Lite control port exactly as a host drives an FPGA
-(instruction address and count, start, poll STATUS, read the cycle counter),
-with an AXI RAM model as DRAM.
+streams on it with the full-system bench ``hw/tb/hc_system_bench.py``. The
+simulated top level is ``hw/tb/hc_bench_top.v``: ``hc_top`` with its DRAM, an AXI4
+slave memory in Verilog whose latencies are :class:`BenchMemory`, loaded and
+dumped in bulk before and after each run. The bench drives the AXI4-Lite control
+port exactly as a host drives an FPGA (instruction address and count, start,
+STATUS, the cycle counter) and sleeps on the ``irq`` line in between, so no Python
+runs per simulated cycle.
 
 :class:`RtlDevice` wraps it in the :class:`AcceleratorDriver` protocol: the host
 writes a DRAM image, ``start`` hands over a stream, and ``wait`` simulates the
@@ -42,7 +45,14 @@ BENCH_DIR = RTL_DIR.parent / "tb"
 #: default root of simulator builds (gitignored); one folder per simulator and config.
 DEFAULT_BUILD_ROOT = RTL_DIR.parent / "build"
 SIMULATORS = ("icarus", "verilator")
+#: the accelerator's own top level (synthesis, lint, FPGA)
 TOP_LEVEL = "hc_top"
+#: the full-system bench's top level: hc_top and its DRAM (hw/tb/hc_bench_top.v)
+BENCH_TOP_LEVEL = "hc_bench_top"
+#: the harness: the bench's DRAM, then the top level around hc_top
+BENCH_SOURCES = (BENCH_DIR / "hc_bench_memory.v", BENCH_DIR / "hc_bench_top.v")
+#: the bench memory holds 2**BENCH_LOG_MEM_WORDS bus words (32 MiB on a 64-bit bus)
+BENCH_LOG_MEM_WORDS = 22
 
 # Register map of the AXI4-Lite control port (hw/rtl/hc_ctrl.v).
 REG_CONTROL = 0x00
@@ -59,18 +69,39 @@ STATUS_BUSY = 2
 STATUS_ERROR = 4
 
 
-#: timing parameters that describe the RTL on the test bench's AXI RAM model (a
-#: few cycles of latency instead of a DRAM's tens), fitted over the system
-#: bench's programs. The RTL's own fixed costs are 4 cycles for GEMM and ALU
-#: and 4 + 4 for a LOAD from DRAM; the larger overhead also absorbs what the
-#: model leaves out: instruction fetch shares the DRAM port (two 64-bit beats per
-#: instruction) and delays DMAs.
+@dataclass(frozen=True)
+class BenchMemory:
+    """Timing of the bench's DRAM (``hw/tb/hc_bench_memory.v``), set per simulator run.
+
+    ``latency``: cycles from a read burst's address handshake to its first data beat,
+    and from a write burst's last beat to its response (1 to 255). Data moves one
+    bus beat per cycle, reads in request order, reads and writes independently.
+    The timing model's ``dram_latency_cycles`` and ``dram_bytes_per_cycle`` describe
+    exactly this memory (:func:`bench_timing_config`).
+    """
+
+    latency: int = 8
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.latency <= 255:
+            raise AcceleratorError(f"bench memory latency must be 1..255 cycles, got "
+                                   f"{self.latency}")
+
+
+#: the bench memory the RTL suites and ``heterocc hil`` use
+BENCH_MEMORY = BenchMemory()
+
+#: timing parameters that describe the RTL on the bench (with BENCH_MEMORY), fitted
+#: over the system bench's programs: the larger overhead absorbs what the timing
+#: model leaves out (instruction fetch shares the DRAM port and delays DMAs).
 BENCH_OVERHEAD_CYCLES = 7
-BENCH_DRAM_LATENCY_CYCLES = 3
+BENCH_DRAM_LATENCY_CYCLES = 9
 
 
-def bench_timing_config(config: HardwareConfig) -> HardwareConfig:
+def bench_timing_config(config: HardwareConfig, memory: BenchMemory = BENCH_MEMORY
+                        ) -> HardwareConfig:
     """``config`` with the timing parameters of the RTL on the cocotb bench."""
+    del memory  # fitted for BENCH_MEMORY
     return dataclasses.replace(
         config,
         instruction_overhead_cycles=BENCH_OVERHEAD_CYCLES,
@@ -115,7 +146,8 @@ class RtlRunResult:
     """What the bench read back after a run.
 
     ``cycles`` is the RTL's cycle counter (start to FINISH); ``simulated_cycles``
-    the clock cycles the bench spent on the run, polling included;
+    the clock cycles the simulator ran from the start write to ``irq`` (or to the
+    cycle budget) and ``wall_seconds`` the time that took;
     ``retired`` the instructions that completed.
     """
 
@@ -164,18 +196,42 @@ def _simulator_environment(simulator: str) -> Iterator[None]:
         sys.path[:] = saved_path
 
 
-def _runner(simulator: str):
+def _runner(simulator: str, public: bool = True):
+    """cocotb's runner for ``simulator``.
+
+    cocotb builds Verilator models with every signal public (``--public-flat-rw``),
+    which keeps Verilator from optimizing across them; with ``public=False`` the
+    build leaves that out, and only what the top level marks public
+    (``/*verilator public_flat_rw*/``) is visible to the bench.
+    """
     if simulator not in SIMULATORS:
         raise AcceleratorError(f"unknown RTL simulator {simulator!r}; choose one of {SIMULATORS}")
-    from cocotb_tools.runner import get_runner
+    from cocotb_tools.runner import Verilator, get_runner
 
+    if simulator == "verilator" and not public:
+
+        class _OptimizedVerilator(Verilator):
+            def _build_command(self):
+                commands = super()._build_command()
+                commands[0] = [arg for arg in commands[0] if arg != "--public-flat-rw"]
+                return commands
+
+        return _OptimizedVerilator()
     return get_runner(simulator)
+
+
+#: Verilator options of every build: optimize the model, and settle X as zeros
+#: without randomizing (the bench resets the design and loads its memory).
+VERILATOR_BUILD_ARGS = ["-Wno-fatal", "-O3", "--x-assign", "fast", "--x-initial", "fast"]
 
 
 class CocotbBench:
     """One RTL top level built for one config under one simulator, and its cocotb runs.
 
     Builds go to ``build_dir`` (logs beside them); a build is incremental.
+    ``extra_sources`` are compiled after the accelerator's own (a bench harness
+    around it); ``public`` makes every signal visible to the bench under Verilator
+    (unit benches read parameters and internals; the system bench does not need it).
     """
 
     def __init__(
@@ -185,23 +241,26 @@ class CocotbBench:
         toplevel: str,
         build_dir: Path,
         parameters: dict[str, int] | None = None,
+        extra_sources: Sequence[Path] = (),
+        public: bool = True,
     ):
         self.config = config
         self.simulator = simulator
         self.toplevel = toplevel
         self.build_dir = build_dir
         self.parameters = dict(parameters or {})
-        self._runner = _runner(simulator)
+        self.extra_sources = list(extra_sources)
+        self._runner = _runner(simulator, public)
         self._built = False
 
     def build(self) -> None:
         """Generate the config header and compile the RTL."""
         header = write_rtl_header(self.config, self.build_dir / "include")
-        build_args = ["-Wno-fatal", "-O3"] if self.simulator == "verilator" else []
+        build_args = VERILATOR_BUILD_ARGS if self.simulator == "verilator" else []
         with _simulator_environment(self.simulator):
             self._runner.build(
                 # the header as a source too, so that a changed header triggers a rebuild
-                sources=[header, *rtl_sources()],
+                sources=[header, *rtl_sources(), *self.extra_sources],
                 includes=[header.parent],
                 hdl_toplevel=self.toplevel,
                 parameters=self.parameters,
@@ -212,7 +271,8 @@ class CocotbBench:
             )
         self._built = True
 
-    def test(self, test_module: str, test_dir: Path, extra_env: dict[str, str]) -> Path:
+    def test(self, test_module: str, test_dir: Path, extra_env: dict[str, str],
+             plusargs: Sequence[str] = ()) -> Path:
         """Run the cocotb tests of ``test_module`` (in hw/tb); returns the results file.
 
         Under pytest a failing cocotb test fails the calling test; elsewhere the
@@ -229,24 +289,37 @@ class CocotbBench:
                 build_dir=self.build_dir / "sim",
                 test_dir=test_dir,
                 extra_env=environment,
+                plusargs=list(plusargs),
                 log_file=self.build_dir / "run.log",
             )
 
 
 class RtlSimulator:
-    """The accelerator RTL built for one config under one simulator."""
+    """The accelerator RTL built for one config under one simulator, with the bench's
+    DRAM (``memory`` gives its latencies)."""
 
     def __init__(
         self,
         config: HardwareConfig,
         simulator: str = "verilator",
         build_root: str | Path | None = None,
+        memory: BenchMemory = BENCH_MEMORY,
     ):
         self.config = config
         self.simulator = simulator
+        self.memory = memory
         root = Path(build_root) if build_root is not None else DEFAULT_BUILD_ROOT
         self.build_dir = root / f"{simulator}_{config.name}"
-        self.bench = CocotbBench(config, simulator, TOP_LEVEL, self.build_dir)
+        self.bench = CocotbBench(
+            config, simulator, BENCH_TOP_LEVEL, self.build_dir,
+            parameters={"LOG_MEM_WORDS": BENCH_LOG_MEM_WORDS},
+            extra_sources=BENCH_SOURCES, public=False,
+        )
+
+    @property
+    def capacity_bytes(self) -> int:
+        """The largest DRAM image the bench memory holds."""
+        return (self.config.bus_width_bits // 8) << BENCH_LOG_MEM_WORDS
 
     def build(self) -> None:
         """Generate the config header and compile the RTL (incremental)."""
@@ -258,11 +331,14 @@ class RtlSimulator:
         with tempfile.TemporaryDirectory(dir=self.build_dir) as scratch:
             folder = Path(scratch)
             entries = []
-            largest = 1
             for index, run in enumerate(runs):
                 image = np.ascontiguousarray(run.dram, dtype=np.uint8).ravel()
+                if image.size > self.capacity_bytes:
+                    raise AcceleratorError(
+                        f"a DRAM image of {image.size} bytes does not fit the bench memory "
+                        f"({self.capacity_bytes} bytes; BENCH_LOG_MEM_WORDS)"
+                    )
                 np.save(folder / f"image{index}.npy", image)
-                largest = max(largest, image.size)
                 entries.append({
                     "image": str(folder / f"image{index}.npy"),
                     "result_image": str(folder / f"result{index}.npy"),
@@ -272,12 +348,17 @@ class RtlSimulator:
                 })
             job = {
                 "config_id": config_id(self.config),
-                "ram_bytes": 1 << (largest - 1).bit_length(),
+                "bus_bytes": self.config.bus_width_bits // 8,
+                "latency": self.memory.latency,
                 "runs": entries,
                 "results": str(folder / "results.json"),
             }
             (folder / "job.json").write_text(json.dumps(job))
-            self.bench.test("hc_system_bench", folder, {"HC_RTL_JOB": str(folder / "job.json")})
+            self.bench.test(
+                "hc_system_bench", folder, {"HC_RTL_JOB": str(folder / "job.json")},
+                plusargs=[f"+hc_mem_in={folder / 'hc_mem_in.hex'}",
+                          f"+hc_mem_out={folder / 'hc_mem_out.hex'}"],
+            )
             results_path = folder / "results.json"
             if not results_path.exists():
                 raise AcceleratorError(

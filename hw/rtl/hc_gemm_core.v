@@ -16,42 +16,30 @@ module hc_gemm_core (
     localparam integer PRODUCT_BITS = IB + WB;
     localparam integer SUM_BITS = PRODUCT_BITS + `HC_LOG_BLOCK_IN;
 
-    // exact signed product, both factors sign-extended to the product's width
-    function [PRODUCT_BITS-1:0] product(input [IB-1:0] a, input [WB-1:0] w);
-        reg signed [PRODUCT_BITS-1:0] wide_a;
-        reg signed [PRODUCT_BITS-1:0] wide_w;
-        begin
-            wide_a = {{WB{a[IB-1]}}, a};
-            wide_w = {{IB{w[WB-1]}}, w};
-            product = wide_a * wide_w;
-        end
-    endfunction
-
-    genvar b;
-    genvar n;
-    generate
-        for (b = 0; b < `HC_BATCH; b = b + 1) begin : g_row
-            for (n = 0; n < `HC_BLOCK_OUT; n = n + 1) begin : g_col
-                reg [SUM_BITS-1:0] sum;
-                reg [PRODUCT_BITS-1:0] term;
-                integer k;
-                always @* begin
-                    sum = {SUM_BITS{1'b0}};
-                    for (k = 0; k < `HC_BLOCK_IN; k = k + 1) begin
-                        term = product(inp[(b*`HC_BLOCK_IN + k)*IB +: IB],
-                                       wgt[(n*`HC_BLOCK_IN + k)*WB +: WB]);
-                        sum = sum + {{`HC_LOG_BLOCK_IN{term[PRODUCT_BITS-1]}}, term};
-                    end
+    // One process computes the whole tile and updates `dot` once, so that an
+    // event-driven simulator wakes what reads it once per new operand pair.
+    // Signed operands: every product and the sum are exact at SUM_BITS; the sum is
+    // then wrapped, or sign-extended, to the accumulator width.
+    reg [`HC_ACC_TILE_BITS-1:0] result;
+    reg [`HC_ACC_TILE_BITS-1:0] tile;
+    reg signed [SUM_BITS-1:0] sum;
+    integer b;
+    integer n;
+    integer k;
+    always @* begin
+        for (b = 0; b < `HC_BATCH; b = b + 1) begin
+            for (n = 0; n < `HC_BLOCK_OUT; n = n + 1) begin
+                sum = {SUM_BITS{1'b0}};
+                for (k = 0; k < `HC_BLOCK_IN; k = k + 1) begin
+                    sum = sum + $signed(inp[(b*`HC_BLOCK_IN + k)*IB +: IB])
+                              * $signed(wgt[(n*`HC_BLOCK_IN + k)*WB +: WB]);
                 end
-                if (SUM_BITS >= AB) begin : g_wrap
-                    assign dot[(b*`HC_BLOCK_OUT + n)*AB +: AB] = sum[AB-1:0];
-                end else begin : g_extend
-                    assign dot[(b*`HC_BLOCK_OUT + n)*AB +: AB] =
-                        {{(AB-SUM_BITS){sum[SUM_BITS-1]}}, sum};
-                end
+                tile[(b*`HC_BLOCK_OUT + n)*AB +: AB] = AB'(sum);
             end
         end
-    endgenerate
+        result = tile;
+    end
+    assign dot = result;
 endmodule
 
 `default_nettype wire

@@ -19,27 +19,39 @@ module hc_ram #(
     input  wire [READ_PORTS*ADDR_BITS-1:0]        read_addr,
     output wire [READ_PORTS*BANKS*BANK_BITS-1:0]  read_data
 );
-    genvar bank;
+    localparam integer WIDTH = BANKS * BANK_BITS;
+
+    // One array of whole entries with a write enable per bank: synthesis maps it to
+    // block RAM with byte-lane enables, and an event-driven simulator sees a read
+    // port change once per read (not once per bank).
+    reg [WIDTH-1:0] cells [0:DEPTH-1];
+    integer entry;
+    integer bank;
+    // The simulator starts every run with zeroed buffers; so does the RTL.
+    initial begin
+        for (entry = 0; entry < DEPTH; entry = entry + 1) cells[entry] = {WIDTH{1'b0}};
+    end
+    always @(posedge clk) begin
+        if (&write_en) begin
+            cells[write_addr] <= write_data;
+        end else begin
+            for (bank = 0; bank < BANKS; bank = bank + 1) begin
+                if (write_en[bank])
+                    cells[write_addr][bank*BANK_BITS +: BANK_BITS]
+                        <= write_data[bank*BANK_BITS +: BANK_BITS];
+            end
+        end
+    end
+
     genvar port;
     generate
-        for (bank = 0; bank < BANKS; bank = bank + 1) begin : g_bank
-            reg [BANK_BITS-1:0] cells [0:DEPTH-1];
-            integer entry;
-            // The simulator starts every run with zeroed buffers; so does the RTL.
-            initial begin
-                for (entry = 0; entry < DEPTH; entry = entry + 1) cells[entry] = 0;
-            end
+        for (port = 0; port < READ_PORTS; port = port + 1) begin : g_port
+            reg [WIDTH-1:0] data_q;
+            initial data_q = {WIDTH{1'b0}};
             always @(posedge clk) begin
-                if (write_en[bank]) cells[write_addr] <= write_data[bank*BANK_BITS +: BANK_BITS];
+                if (read_en[port]) data_q <= cells[read_addr[port*ADDR_BITS +: ADDR_BITS]];
             end
-            for (port = 0; port < READ_PORTS; port = port + 1) begin : g_port
-                reg [BANK_BITS-1:0] data_q;
-                initial data_q = 0;
-                always @(posedge clk) begin
-                    if (read_en[port]) data_q <= cells[read_addr[port*ADDR_BITS +: ADDR_BITS]];
-                end
-                assign read_data[(port*BANKS + bank)*BANK_BITS +: BANK_BITS] = data_q;
-            end
+            assign read_data[port*WIDTH +: WIDTH] = data_q;
         end
     endgenerate
 endmodule

@@ -28,6 +28,8 @@ module hc_top (
     output wire [1:0]                s_axil_rresp,
     output wire                      s_axil_rvalid,
     input  wire                      s_axil_rready,
+    // high from the completion of a stream (STATUS.done) until the next start
+    output wire                      irq,
     // AXI4 master to DRAM
     output wire [0:0]                m_axi_awid,
     output wire [31:0]               m_axi_awaddr,
@@ -106,7 +108,7 @@ module hc_top (
         .s_axil_rdata(s_axil_rdata), .s_axil_rresp(s_axil_rresp),
         .s_axil_rvalid(s_axil_rvalid), .s_axil_rready(s_axil_rready),
         .start(start), .insn_addr(insn_addr), .insn_count(insn_count),
-        .finished(finished), .retired_load(retired_load),
+        .finished(finished), .irq(irq), .retired_load(retired_load),
         .retired_compute(retired_compute), .retired_store(retired_store),
         .bus_error(bus_error)
     );

