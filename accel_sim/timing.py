@@ -1,27 +1,53 @@
-"""The timing model: three in-order modules running concurrently, gated by tokens.
+"""The timing model: three in-order modules running concurrently, gated by tokens,
+sharing one DRAM read port with instruction fetch, as the RTL in ``hw/rtl`` does.
 
-Every instruction has a fixed cost (see :func:`instruction_cost` and docs/isa.md).
-An instruction of a module issues at the earliest cycle when (1) the module's
-previous instruction has completed, (2) every queue it pops holds a token (a
-token is available from the cycle its producer completed), and (3) every queue
-it pushes has a free slot (a slot frees at the cycle its consumer issued). It
-pops when it issues and pushes when it completes. Because each queue has exactly
-one producer and one consumer, the schedule does not depend on the order in
-which this model visits modules, and a stream that cannot finish here deadlocks
-on any implementation.
+:func:`schedule_stream` replays a stream the way the RTL executes it (docs/isa.md
+section 7 gives the rules and their constants):
+
+- **fetch** reads the stream in bursts of 8 instructions through the shared read
+  port, one burst at a time and only while its 16-entry staging queue has room;
+  each instruction is dispatched in order to its module's 64-entry command queue
+  and may issue two cycles after its last beat arrived;
+- a module **issues** its next instruction when it is free, the instruction has
+  been dispatched, every queue it pops holds a token and every queue it pushes has
+  room; tokens go out when an instruction completes;
+- **GEMM and ALU** take ``instruction_overhead_cycles`` plus their iterations;
+  FINISH and empty loops half the overhead;
+- a **LOAD** splits its rows into AXI bursts (at most 16 beats, never across
+  4 KiB); the read port grants one burst every other cycle, round robin among
+  compute, load and fetch, with at most 8 bursts in flight; the memory answers a
+  burst ``dram_latency_cycles`` after its address, in request order, one bus beat
+  per ``bus bytes / dram_bytes_per_cycle`` cycles; the LOAD's SRAM writer takes
+  one beat (or micro-op word) per cycle, padding included, and a beat waits on the
+  channel, blocking every later burst, until the writer reaches it;
+- a **STORE** owns the write channels: one beat per beat time, each burst answered
+  ``dram_latency_cycles`` after its last beat, at most 16 bursts unanswered.
+
+The model is event driven (per burst, with runs of identical bursts skipped once
+they settle into a periodic state), so whole networks schedule in milliseconds.
+With ``cost=...`` :func:`schedule_stream` instead charges every instruction a fixed
+cost (:func:`instruction_cost`: each module its own DRAM bandwidth, fetch free):
+a first-order estimate. In both, because each queue has exactly one producer and
+one consumer, a stream that cannot finish deadlocks on any implementation, and
+:class:`DeadlockError` says where.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import DeadlockError, IllegalInstructionError
-from .config import HardwareConfig
+from .config import UOP_BYTES, HardwareConfig
 from .isa import (
     OPCODE_OF,
     Alu,
+    Buffer,
     DmaInstruction,
     Finish,
     Gemm,
@@ -29,6 +55,7 @@ from .isa import (
     Load,
     Module,
     Queue,
+    Store,
     dram_unit_bytes,
     module_of,
     popped_queues,
@@ -45,7 +72,8 @@ def transfer_bytes(instruction: DmaInstruction, config: HardwareConfig) -> int:
 
 
 def instruction_cost(instruction: Instruction, config: HardwareConfig) -> int:
-    """Cycles an instruction occupies its module once issued.
+    """Cycles an instruction occupies its module once issued, alone on the machine
+    (the cost-only model: a quick estimate).
 
     DMA: overhead + DRAM latency (when it touches DRAM) + ceil(bytes / bytes per
     cycle). GEMM and ALU: overhead + iterations x cycles per iteration. FINISH:
@@ -139,9 +167,27 @@ CostFunction = Callable[[Instruction, HardwareConfig], int]
 def schedule_stream(
     instructions: Sequence[Instruction],
     config: HardwareConfig,
-    cost: CostFunction = instruction_cost,
+    cost: CostFunction | None = None,
+    machine: MachineTiming | None = None,
 ) -> TimingReport:
-    """Run the timing model; a stream that cannot complete raises DeadlockError."""
+    """Run the timing model; a stream that cannot complete raises DeadlockError.
+
+    By default this is the shared-port model of the RTL (see the module docstring),
+    with the micro-architecture constants of ``machine`` (the RTL's by default).
+    With ``cost``, every instruction instead occupies its module for ``cost(i,
+    config)`` cycles and modules share nothing but tokens (each has its own DRAM
+    bandwidth, fetch is free): a first-order estimate.
+    """
+    if cost is not None:
+        return _schedule_with_costs(instructions, config, cost)
+    return _SharedPortModel(instructions, config, machine or RTL_MACHINE).run()
+
+
+def _schedule_with_costs(
+    instructions: Sequence[Instruction],
+    config: HardwareConfig,
+    cost: CostFunction,
+) -> TimingReport:
     programs = {module: [] for module in Module}
     for index, instruction in enumerate(instructions):
         programs[module_of(instruction)].append(index)
@@ -208,6 +254,523 @@ def schedule_stream(
         gemm_active_cycles=sum(gemm_active_cycles(i, config) for i in instructions),
         schedule=tuple(scheduled),
     )
+
+
+
+
+@dataclass(frozen=True)
+class MachineTiming:
+    """Micro-architecture constants of the RTL (``hw/rtl``) and of its memory port that
+    the shared-port model reproduces; docs/isa.md section 7 explains each.
+
+    ``burst_beats``: longest AXI burst (``hc_burst_gen`` MAX_BEATS); bursts also
+    end at every ``boundary_bytes``. ``outstanding_reads``: read bursts in flight on
+    the shared port (``hc_read_arbiter``, 2**LOG_OUTSTANDING). ``fetch_burst``:
+    instructions per fetch burst; ``staging_depth``: the fetch staging queue;
+    ``command_queue_depth``: each module's command queue (``hc_fetch``).
+    ``write_responses``: write bursts the memory holds awaiting their response.
+    """
+
+    burst_beats: int = 16
+    boundary_bytes: int = 4096
+    outstanding_reads: int = 8
+    fetch_burst: int = 8
+    staging_depth: int = 16
+    command_queue_depth: int = 64
+    write_responses: int = 16
+
+
+#: the RTL in hw/rtl with the system bench's memory
+RTL_MACHINE = MachineTiming()
+
+#: read-port clients in the arbiter's order (hc_top: 0 compute, 1 load, 2 fetch)
+_COMPUTE_CLIENT, _LOAD_CLIENT, _FETCH_CLIENT = 0, 1, 2
+_INSTRUCTION_BYTES = 16
+_UNKNOWN = None
+
+
+@functools.lru_cache(maxsize=4096)
+def _row_bursts(offset: int, nbytes: int, word_mode: bool, bus: int, max_beats: int,
+                boundary: int) -> tuple[tuple[int, int], ...]:
+    """(beats, write cycles) of each burst of a row of ``nbytes`` bytes whose first byte
+    lies ``offset`` bytes past a ``boundary``: as hc_burst_gen splits it (at
+    ``max_beats`` beats and at every boundary); a burst of micro-op words takes one
+    write cycle per word, a burst of tiles one per beat."""
+    address = offset - offset % bus
+    end = offset + nbytes
+    beats_left = -(-(end - address) // bus)
+    bursts = []
+    while beats_left:
+        beats = min(beats_left, max_beats, (boundary - address % boundary) // bus)
+        if word_mode:
+            first, last = max(address, offset), min(address + beats * bus, end)
+            bursts.append((beats, (last - first) // UOP_BYTES))
+        else:
+            bursts.append((beats, beats))
+        address += beats * bus
+        beats_left -= beats
+    return tuple(bursts)
+
+
+class _SharedPortModel:
+    """Event-driven model of the RTL: three modules, instruction fetch and one read
+    port shared burst by burst (see the module docstring).
+
+    Times are clock edges from the start: an instruction issues at ``start`` and its
+    module (and whatever waits for its tokens) may issue again from ``end``.
+    """
+
+    def __init__(self, instructions: Sequence[Instruction], config: HardwareConfig,
+                 machine: MachineTiming):
+        self.instructions = instructions
+        self.config = config
+        self.machine = machine
+        self.bus = config.bus_width_bits // 8
+        self.beat = max(1, -(-self.bus // config.dram_bytes_per_cycle))
+        self.latency = config.dram_latency_cycles
+        self.overhead = config.instruction_overhead_cycles
+        self.insn_beats = max(1, _INSTRUCTION_BYTES // self.bus)
+
+    # --- instruction costs that do not depend on the port -----------------------------
+    def _loop_cost(self, instruction: Instruction) -> int:
+        if isinstance(instruction, Gemm):
+            iterations, per = instruction.iterations, self.config.gemm_cycles_per_iteration
+        elif isinstance(instruction, Alu):
+            iterations, per = instruction.iterations, self.config.alu_cycles_per_iteration
+        else:
+            iterations, per = 0, 0
+        if iterations == 0:  # FINISH and empty loops only complete
+            return max(1, self.overhead - 2)
+        return self.overhead + iterations * per
+
+    def _store_cost(self, store: Store) -> int:
+        """Cycles from a STORE's issue to its end (see _store_cost)."""
+        if store.y_size * store.x_size == 0:
+            return self.overhead - 1
+        unit = dram_unit_bytes(self.config, store.buffer)
+        machine = self.machine
+        first, stride = _row_offsets(store.dram_base, store.x_stride, store.y_size,
+                                     store.x_size * unit, unit, machine.boundary_bytes)
+        return _store_cost(unit, self.bus, self.beat, self.latency, machine.burst_beats,
+                           machine.boundary_bytes, machine.write_responses, first, stride,
+                           store.y_size, store.x_size)
+
+    def _read_plan(self, load: Load) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...], int,
+                                              int]:
+        """The bursts of a LOAD as (pad cycles its SRAM writer spends before the burst,
+        cycles the burst holds the read data channel), the runs of identical bursts,
+        the pad cycles after the last burst, and the pad cycles of a LOAD without
+        data."""
+        unit = dram_unit_bytes(self.config, load.buffer)
+        boundary = self.machine.boundary_bytes
+        word_mode = load.buffer == Buffer.UOP
+        if word_mode:
+            first, stride = (load.dram_base * unit) % boundary, (load.x_stride * unit) % boundary
+        else:
+            first, stride = _row_offsets(load.dram_base, load.x_stride, load.y_size,
+                                         load.x_size * unit, unit, boundary)
+        return _read_plan(
+            word_mode, unit, self.bus, self.beat, self.machine.burst_beats, boundary, first,
+            stride, load.y_size, load.x_size, load.y_pad_top, load.y_pad_bottom,
+            load.x_pad_left, load.x_pad_right,
+        )
+
+    # --- the event loop -----------------------------------------------------------------
+    def run(self) -> TimingReport:
+        try:
+            return self._run(self.machine)
+        except _Stuck:
+            pass
+        # Stuck although every module may still issue by the ISA's token rules (the
+        # cost-only model raises DeadlockError otherwise): the stream needs more
+        # look-ahead than the command queues hold, and would stall the RTL's fetch.
+        # Time it as if the queues were unbounded.
+        _schedule_with_costs(self.instructions, self.config, instruction_cost)
+        unbounded = dataclasses.replace(self.machine, command_queue_depth=1 << 30,
+                                        staging_depth=1 << 30)
+        return self._run(unbounded)
+
+    def _run(self, machine: MachineTiming) -> TimingReport:  # noqa: C901, PLR0915
+        instructions, config = self.instructions, self.config
+        count = len(instructions)
+        latency, beat, overhead = self.latency, self.beat, self.overhead
+        limit = machine.outstanding_reads
+        queue_cap = machine.command_queue_depth
+        fetch_burst, staging = machine.fetch_burst, machine.staging_depth
+        insn_beats = self.insn_beats
+
+        # per instruction: module, tokens, and what it does
+        modules = [int(module_of(instruction)) for instruction in instructions]
+        programs: list[list[int]] = [[], [], []]
+        position = [0] * count
+        for index, module in enumerate(modules):
+            position[index] = len(programs[module])
+            programs[module].append(index)
+        pops = [tuple(int(q) for q in popped_queues(i)) for i in instructions]
+        pushes = [tuple(int(q) for q in pushed_queues(i)) for i in instructions]
+        depth = config.token_queue_depth
+
+        # fetch and dispatch
+        arrival = [0] * count
+        dispatch = [0] * count
+        fetched = dispatched = 0
+        fetch_last_beat = 0
+
+        # modules: next position, earliest next issue (None while a LOAD's end is open)
+        next_position = [0, 0, 0]
+        free_at: list[int | None] = [0, 0, 0]
+        issued: list[list[int]] = [[], [], []]
+        push_cycles: list[list[int]] = [[], [], [], []]
+        pop_cycles: list[list[int]] = [[], [], [], []]
+        starts = [0] * count
+        ends = [0] * count
+        scheduled: list[int] = []
+
+        # read-port clients: 0 compute DMA, 1 load DMA, 2 fetch; request valid edges
+        valid: list[int | None] = [None, None, 1 if count else None]
+        plans: list[tuple] = [(), (), ()]
+        next_burst = [0, 0, 0]
+        writer = [0, 0, 0]
+        trailing = [0, 0, 0]
+        owner = [0, 0, 0]
+        arbiter_free = 0
+        last_grant = _COMPUTE_CLIENT
+        last_beat = -1
+        # every granted burst in grant order: its last beat and its address handshake
+        # (seeded with bursts long past, so that a window of ``limit`` always exists)
+        in_flight: list[int] = [-1] * limit
+        hands: list[int] = [-1] * limit
+        streak = 0  # bursts of ``last_grant`` granted in a row
+
+        changed = [True]  # whether the modules' next issue times may have moved
+
+        def complete(index: int, end: int) -> None:
+            changed[0] = True
+            ends[index] = end
+            free_at[modules[index]] = end
+            for queue in pushes[index]:
+                push_cycles[queue].append(end)
+
+        def issue_time(module: int) -> int | None:
+            program = programs[module]
+            at = next_position[module]
+            if at >= len(program):
+                return None
+            index = program[at]
+            time = free_at[module]
+            if time is None or index >= dispatched:
+                return None
+            ready = dispatch[index] + 1
+            if ready > time:
+                time = ready
+            for queue in pops[index]:
+                taken = len(pop_cycles[queue])
+                pushed = push_cycles[queue]
+                if taken >= len(pushed):
+                    return None
+                if pushed[taken] > time:
+                    time = pushed[taken]
+            for queue in pushes[index]:
+                needs_pop = len(push_cycles[queue]) - depth
+                if needs_pop >= 0:
+                    popped = pop_cycles[queue]
+                    if needs_pop >= len(popped):
+                        return None
+                    if popped[needs_pop] + 1 > time:
+                        time = popped[needs_pop] + 1
+            return time
+
+        def issue(module: int, time: int) -> None:
+            index = programs[module][next_position[module]]
+            next_position[module] += 1
+            changed[0] = True
+            instruction = instructions[index]
+            starts[index] = time
+            issued[module].append(time)
+            scheduled.append(index)
+            for queue in pops[index]:
+                pop_cycles[queue].append(time)
+            if isinstance(instruction, Load):
+                bursts, run_last, after, pads = self._read_plan(instruction)
+                if not bursts:
+                    complete(index, time + overhead - 1 + pads)
+                    return
+                client = _LOAD_CLIENT if module == int(Module.LOAD) else _COMPUTE_CLIENT
+                valid[client] = time
+                plans[client] = (bursts, run_last)
+                next_burst[client] = 0
+                writer[client] = time + 1
+                trailing[client] = after
+                owner[client] = index
+                free_at[module] = None
+            elif isinstance(instruction, Store):
+                complete(index, time + self._store_cost(instruction))
+            else:
+                complete(index, time + self._loop_cost(instruction))
+
+        def advance_dispatch() -> None:
+            nonlocal dispatched
+            while dispatched < fetched:
+                index = dispatched
+                time = arrival[index] + 1
+                if index and dispatch[index - 1] + 1 > time:
+                    time = dispatch[index - 1] + 1
+                ahead = position[index] - queue_cap
+                if ahead >= 0:
+                    done = issued[modules[index]]
+                    if ahead >= len(done):
+                        return
+                    time = max(time, done[ahead] + 1)
+                dispatch[index] = time
+                dispatched += 1
+                changed[0] = True
+
+        def fetch_request() -> int | None:
+            """Edge from which fetch requests its next burst (None: not yet known)."""
+            size = min(fetch_burst, count - fetched)
+            time = fetch_last_beat + 1
+            needed = fetched - (staging - size)
+            if needed > 0:
+                if needed > dispatched:
+                    return None
+                time = max(time, dispatch[needed - 1] + 1)
+            return time
+
+        def grant_fetch(edge: int) -> None:
+            nonlocal arbiter_free, last_grant, last_beat, fetched, fetch_last_beat, streak
+            handshake = edge + 1
+            arbiter_free = handshake + 1
+            last_grant = _FETCH_CLIENT
+            first = max(handshake + latency, last_beat) + 1
+            size = min(fetch_burst, count - fetched)
+            for k in range(size):
+                arrival[fetched + k] = first + ((k + 1) * insn_beats - 1) * beat
+            fetched += size
+            last_beat = fetch_last_beat = first + (size * insn_beats - 1) * beat
+            in_flight.append(last_beat)
+            hands.append(handshake)
+            streak = 0
+            valid[_FETCH_CLIENT] = None
+            advance_dispatch()
+
+        def stream_bursts(client: int, edge: int, horizon: int | None) -> None:
+            """Grant ``client``'s bursts from ``edge`` on, as long as no other client
+            can compete (before ``horizon``); completes its LOAD after the last.
+
+            Within a run of identical bursts the port settles into a periodic state
+            (each window of ``limit`` bursts shifts every time by the same amount):
+            once two windows show it, whole windows are skipped arithmetically."""
+            nonlocal arbiter_free, last_grant, last_beat, streak
+            bursts, run_last = plans[client]
+            k, total = next_burst[client], len(bursts)
+            write_at = writer[client]
+            beat_at = last_beat
+            choose = edge
+            window = 2 * limit
+            if last_grant != client:
+                streak = 0
+            while True:
+                handshake = choose + 1
+                pad, span = bursts[k]
+                write_at += pad
+                first = handshake + latency
+                if beat_at > first:
+                    first = beat_at
+                first += 1
+                if write_at > first:
+                    first = write_at
+                beat_at = first + span - 1
+                write_at = beat_at + 1
+                in_flight.append(beat_at)
+                hands.append(handshake)
+                streak += 1
+                k += 1
+                if k == total:
+                    break
+                if (streak >= window <= k and run_last[k - window] >= k + limit - 1
+                        and handshake - hands[-1 - limit] == beat_at - in_flight[-1 - limit]):
+                    shift = beat_at - in_flight[-1 - limit]
+                    if shift > 0 and all(
+                        in_flight[-i] - in_flight[-i - limit] == shift
+                        for i in range(2, limit + 1)
+                    ):
+                        windows = (run_last[k - window] - k + 1) // limit
+                        if horizon is not None:
+                            windows = min(windows, (horizon - handshake) // shift)
+                        if windows > 0:
+                            jump = windows * shift
+                            in_flight.extend([v + jump for v in in_flight[-window:]])
+                            hands.extend([v + jump for v in hands[-window:]])
+                            k += windows * limit
+                            handshake += jump
+                            beat_at += jump
+                            write_at += jump
+                            if k == total:
+                                break
+                # the next burst is valid after this handshake; the arbiter chooses
+                # again one cycle after a handshake at the earliest
+                choose = handshake + 1
+                if in_flight[-limit] >= choose:
+                    choose = in_flight[-limit] + 1
+                if horizon is not None and choose >= horizon:
+                    break
+            arbiter_free = handshake + 1
+            last_grant = client
+            last_beat = beat_at
+            writer[client] = write_at
+            next_burst[client] = k
+            if k == total:
+                valid[client] = None
+                complete(owner[client], write_at + trailing[client] + overhead - 2)
+            else:
+                valid[client] = handshake
+
+        time = 0
+        candidate = None
+        while True:
+            # the modules' next issue times change only with an issue, a completion or
+            # a dispatch; bursts that complete nothing leave them as they were
+            if changed[0]:
+                changed[0] = False
+                candidate = None
+                for module in (0, 1, 2):
+                    at = issue_time(module)
+                    if at is not None and (candidate is None or at < candidate):
+                        candidate = at
+            if valid[_FETCH_CLIENT] is None and fetched < count:
+                valid[_FETCH_CLIENT] = fetch_request()
+            requests = [v for v in valid if v is not None]
+            if requests:
+                choose = max(arbiter_free, min(requests) + 1, time)
+                if in_flight[-limit] >= choose:
+                    choose = in_flight[-limit] + 1
+                if candidate is None or choose < candidate:
+                    time = choose
+                    ready = [c for c in (0, 1, 2) if valid[c] is not None and valid[c] < time]
+                    winner = min(ready, key=lambda c: (c - last_grant - 1) % 3)
+                    if winner == _FETCH_CLIENT:
+                        grant_fetch(time)
+                        continue
+                    # the winner keeps the port until another request or event competes
+                    horizon = candidate
+                    for other in (0, 1, 2):
+                        if other != winner and valid[other] is not None:
+                            compete = max(valid[other] + 1, time + 2)
+                            horizon = compete if horizon is None else min(horizon, compete)
+                    stream_bursts(winner, time, horizon)
+                    continue
+            if candidate is None:
+                break
+            time = candidate
+            for module in (0, 1, 2):
+                while True:
+                    at = issue_time(module)
+                    if at is None or at > time:
+                        break
+                    issue(module, at)
+                advance_dispatch()
+
+        if any(next_position[m] < len(programs[m]) for m in (0, 1, 2)):
+            raise _Stuck()
+        timings = [[0, 0, 0], [0, 0, 0], [0, 0, 0]]
+        for module in (0, 1, 2):
+            previous_end = 0
+            totals = timings[module]
+            for index in programs[module]:
+                totals[0] += 1
+                totals[1] += ends[index] - starts[index]
+                totals[2] += starts[index] - previous_end
+                previous_end = ends[index]
+        return TimingReport(
+            total_cycles=max(ends) + 1 if count else 0,
+            modules={module: ModuleTiming(*timings[int(module)]) for module in Module},
+            gemm_active_cycles=sum(gemm_active_cycles(i, config) for i in instructions),
+            schedule=tuple(ScheduledInstruction(i, Module(modules[i]), starts[i], ends[i])
+                           for i in scheduled),
+        )
+
+
+def _row_offsets(dram_base: int, x_stride: int, rows: int, nbytes: int, unit: int,
+                 boundary: int) -> tuple[int, int]:
+    """Byte offsets past a boundary of a transfer's first row and between its rows, of
+    whole tiles; (0, 0) when no row crosses a boundary, which splits every row alike."""
+    first, stride = (dram_base * unit) % boundary, (x_stride * unit) % boundary
+    if _rows_cross(first, stride, rows, nbytes, boundary):
+        return first, stride
+    return 0, 0
+
+
+@functools.lru_cache(maxsize=8192)
+def _rows_cross(first: int, stride: int, rows: int, nbytes: int, boundary: int) -> bool:
+    if nbytes > boundary:
+        return True
+    if stride == 0 or rows == 1:
+        return first + nbytes > boundary
+    offsets = (first + np.arange(rows, dtype=np.int64) * stride) % boundary
+    return bool((offsets + nbytes > boundary).any())
+
+
+@functools.lru_cache(maxsize=4096)
+def _store_cost(unit: int, bus: int, beat: int, latency: int, max_beats: int, boundary: int,
+                window: int, first_offset: int, stride_offset: int, y_size: int,
+                x_size: int) -> int:
+    """Cycles from a STORE's issue to its end. It owns the write channels: beats leave
+    one per beat time from its third cycle, a burst's beats wait while the memory
+    holds ``window`` bursts unanswered, each burst is answered ``latency`` cycles
+    after its last beat, and the STORE completes with the last answer."""
+    answers: list[int] = []
+    beat_at = 3
+    for row in range(y_size):
+        offset = (first_offset + row * stride_offset) % boundary
+        for beats, _ in _row_bursts(offset, x_size * unit, False, bus, max_beats, boundary):
+            if len(answers) >= window:
+                beat_at = max(beat_at, answers[-window] + 1)
+            last = beat_at + (beats - 1) * beat
+            answers.append(last + latency)
+            beat_at = last + beat
+    return answers[-1] + 2
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_plan(word_mode: bool, unit: int, bus: int, beat: int, max_beats: int, boundary: int,
+               first_offset: int, stride_offset: int, y_size: int, x_size: int, top: int,
+               bottom: int, left: int, right: int
+               ) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...], int, int]:
+    """See _SharedPortModel._read_plan; also, for each burst, the index of the last
+    burst of the run of identical bursts it starts. Cached: tiled programs repeat
+    shapes."""
+    entry = 1 if word_mode else unit // bus
+    cols = left + x_size + right
+    if y_size * x_size == 0:
+        return (), (), 0, (top + y_size + bottom) * cols * entry
+    nbytes = x_size * unit
+    between = (right + left) * entry
+
+    def row(offset: int, pad: int) -> list[tuple[int, int]]:
+        spans = [(0, max(writes, (beats - 1) * beat + 1)) for beats, writes
+                 in _row_bursts(offset, nbytes, word_mode, bus, max_beats, boundary)]
+        spans[0] = (pad, spans[0][1])
+        return spans
+
+    offsets = (first_offset + np.arange(y_size, dtype=np.int64) * stride_offset) % boundary
+    bursts = row(int(offsets[0]), (top * cols + left) * entry)
+    if y_size > 1 and not word_mode and bool((offsets[1:] + nbytes <= boundary).all()):
+        # rows of whole beats that stay inside one boundary window split alike
+        bursts += row(0, between) * (y_size - 1)
+    else:
+        for offset in offsets[1:].tolist():
+            bursts += row(offset, between)
+    run_last = [0] * len(bursts)
+    last = len(bursts) - 1
+    for index in range(len(bursts) - 1, -1, -1):
+        if index < len(bursts) - 1 and bursts[index] != bursts[index + 1]:
+            last = index
+        run_last[index] = last
+    return tuple(bursts), tuple(run_last), (right + bottom * cols) * entry, 0
+
+
+class _Stuck(Exception):
+    """The shared-port model cannot go on (see _SharedPortModel.run)."""
 
 
 def _deadlock_message(

@@ -18,7 +18,7 @@ def test_compiled_model_streams_agree_on_the_rtl():
     assert len(results) == 4  # three convolutions and the dense layer
     assert all(r.matches for r in results), [r.summary() for r in results]
     for r in results:
-        assert abs(r.rtl_cycles / r.model_cycles - 1) < 0.10, r.summary()
+        assert abs(r.rtl_cycles / r.model_cycles - 1) < 0.05, r.summary()
 
 
 def test_hil_command_takes_a_model(tmp_path, capsys):
