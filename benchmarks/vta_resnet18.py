@@ -193,8 +193,10 @@ def main() -> int:
     print("\nGEMM utilization of the 3x3 convolutions per stage (busy GEMM cycles / cycles, "
           "over the stage's 3x3 layers):")
     for channels in sorted({shape[0] for shape in weights.values() if len(shape) == 4}):
-        layers = [n for n, shape in weights.items()
-                  if len(shape) == 4 and shape[0] == channels and tuple(shape[2:]) == (3, 3)]
+        layers = [n for n, shape in weights.items() if len(shape) == 4 and shape[0] == channels
+                  and tuple(shape[2:]) == (3, 3) and shape[1] > 1]  # dense, not depthwise
+        if not layers:
+            continue
         line = []
         for threads in (1, 2):
             kernels = [k for k in targets[threads].kernels if k.name in layers]
