@@ -41,7 +41,14 @@ from .isa import (
     popped_queues,
     pushed_queues,
 )
-from .rtl_device import SIMULATORS, RtlRun, RtlSimulator
+from .rtl_device import (
+    BENCH_MEMORY,
+    SIMULATORS,
+    BenchMemory,
+    RtlRun,
+    RtlSimulator,
+    bench_timing_config,
+)
 from .simulator import run_stream
 from .timing import schedule_stream
 
@@ -168,6 +175,13 @@ def find_first_divergence(
     return order[differing - 1]
 
 
+def model_timing(config: HardwareConfig, rtl: RtlSimulator) -> HardwareConfig:
+    """``config`` with the timing of ``rtl`` on its bench memory (when it has one), so
+    that the timing model predicts the RTL's own cycle counter."""
+    memory = getattr(rtl, "memory", None)
+    return config if memory is None else bench_timing_config(config, memory)
+
+
 def compare_stream(
     name: str,
     instructions: Sequence[Instruction],
@@ -176,8 +190,11 @@ def compare_stream(
     rtl: RtlSimulator,
     locate: bool = True,
 ) -> StreamComparison:
-    """Run one stream on both sides; on a mismatch, optionally locate the divergence."""
-    expected, model_cycles = simulate(instructions, config, dram)
+    """Run one stream on both sides; on a mismatch, optionally locate the divergence.
+
+    The model's cycles are for the RTL on ``rtl``'s bench memory (:func:`model_timing`).
+    """
+    expected, model_cycles = simulate(instructions, model_timing(config, rtl), dram)
     run = RtlRun.for_stream(dram, instructions, config, max_cycles=20 * model_cycles + 10_000)
     result = rtl.run([run])[0]
     matches = result.done and not _differs(result.dram, expected)
@@ -235,14 +252,16 @@ def run_hil(
     dram_path: str | Path | None = None,
     simulator: str = "verilator",
     build_root: str | Path | None = None,
+    memory: BenchMemory = BENCH_MEMORY,
 ) -> StreamComparison:
-    """Run a stream file on the simulator and the RTL and compare them."""
+    """Run a stream file on the simulator and the RTL (its DRAM answering after
+    ``memory.latency`` cycles) and compare them."""
     stream = read_stream_file(stream_path)
     if dram_path is not None:
         dram = np.fromfile(dram_path, dtype=np.uint8)
     else:
         dram = dram_for_stream(stream.instructions, stream.uops, stream.config)
-    rtl = RtlSimulator(stream.config, simulator, build_root)
+    rtl = RtlSimulator(stream.config, simulator, build_root, memory)
     return compare_stream(Path(stream_path).name, stream.instructions, stream.config, dram, rtl)
 
 
@@ -261,13 +280,17 @@ def add_hil_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     parser.add_argument("--simulator", default="verilator", choices=SIMULATORS,
                         help="HDL simulator for the RTL")
     parser.add_argument("--build-dir", help="RTL build folder (default hw/build)")
+    parser.add_argument("--latency", type=int, default=BENCH_MEMORY.latency,
+                        help="cycles the bench's DRAM takes to answer a burst (stream "
+                        f"files only; default {BENCH_MEMORY.latency})")
     parser.set_defaults(func=_hil_command)
     return parser
 
 
 def _hil_command(args: argparse.Namespace) -> int:
     try:
-        comparison = run_hil(args.stream, args.dram, args.simulator, args.build_dir)
+        comparison = run_hil(args.stream, args.dram, args.simulator, args.build_dir,
+                             BenchMemory(args.latency))
     except AcceleratorError as exc:
         print(f"error: {exc}")
         return 2
@@ -282,6 +305,7 @@ __all__ = [
     "dram_for_stream",
     "find_first_divergence",
     "main",
+    "model_timing",
     "prefix_with_dump",
     "run_hil",
     "simulate",

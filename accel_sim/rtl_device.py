@@ -312,7 +312,8 @@ class RtlSimulator:
         self.config = config
         self.simulator = simulator
         self.memory = memory
-        root = Path(build_root) if build_root is not None else DEFAULT_BUILD_ROOT
+        # absolute: the simulator runs in a scratch folder and reads the paths we give it
+        root = Path(build_root).resolve() if build_root is not None else DEFAULT_BUILD_ROOT
         self.build_dir = root / f"{simulator}_{config.name}"
         self.bench = CocotbBench(
             config, simulator, BENCH_TOP_LEVEL, self.build_dir,

@@ -1,5 +1,6 @@
 """Print the RTL figures as Markdown: per-program RTL cycles against the timing
-model, simulation speed per simulator, and synthesis resources.
+model, simulation speed per simulator, the timing model on compiled and random
+streams at two memory latencies, and synthesis resources.
 
 It reads what the test suites leave in hw/build (run them first):
 
@@ -38,6 +39,31 @@ def system_tables() -> list[str]:
     return lines
 
 
+def timing_model_tables() -> list[str]:
+    """RTL against the timing model per bench memory latency (test_timing_model.py)."""
+    path = BUILD / "reports" / "timing_model.json"
+    if not path.exists():
+        return []
+    lines = []
+    for key, report in json.loads(path.read_text()).items():
+        lines += [
+            f"### timing model, bench memory {key.replace('_', ' ')}",
+            "",
+            f"RTL / model: {report['min_ratio']:.3f} - {report['max_ratio']:.3f} over "
+            f"{len(report['streams'])} streams",
+            "",
+            "| stream | instructions | RTL cycles | model cycles | ratio |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {row['stream']} | {row['instructions']} | {row['rtl_cycles']} | "
+            f"{row['model_cycles']} | {row['ratio']:.3f} |"
+            for row in report["streams"]
+        ]
+        lines.append("")
+    return lines
+
+
 def synthesis_tables() -> list[str]:
     """Resources of every synthesized config."""
     lines = []
@@ -57,4 +83,4 @@ def synthesis_tables() -> list[str]:
 
 
 if __name__ == "__main__":
-    print("\n".join(system_tables() + synthesis_tables()))
+    print("\n".join(system_tables() + timing_model_tables() + synthesis_tables()))
