@@ -161,6 +161,32 @@ class TimingReport:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class MachineTiming:
+    """Micro-architecture constants of the RTL (``hw/rtl``) and of its memory port that
+    the shared-port model reproduces; docs/isa.md section 7 explains each.
+
+    ``burst_beats``: longest AXI burst (``hc_burst_gen`` MAX_BEATS); bursts also
+    end at every ``boundary_bytes``. ``outstanding_reads``: read bursts in flight on
+    the shared port (``hc_read_arbiter``, 2**LOG_OUTSTANDING). ``fetch_burst``:
+    instructions per fetch burst; ``staging_depth``: the fetch staging queue;
+    ``command_queue_depth``: each module's command queue (``hc_fetch``).
+    ``write_responses``: write bursts the memory holds awaiting their response.
+    """
+
+    burst_beats: int = 16
+    boundary_bytes: int = 4096
+    outstanding_reads: int = 8
+    fetch_burst: int = 8
+    staging_depth: int = 16
+    command_queue_depth: int = 64
+    write_responses: int = 16
+
+
+#: the RTL in hw/rtl with the system bench's memory
+RTL_MACHINE = MachineTiming()
+
+
 CostFunction = Callable[[Instruction, HardwareConfig], int]
 
 
@@ -256,37 +282,9 @@ def _schedule_with_costs(
     )
 
 
-
-
-@dataclass(frozen=True)
-class MachineTiming:
-    """Micro-architecture constants of the RTL (``hw/rtl``) and of its memory port that
-    the shared-port model reproduces; docs/isa.md section 7 explains each.
-
-    ``burst_beats``: longest AXI burst (``hc_burst_gen`` MAX_BEATS); bursts also
-    end at every ``boundary_bytes``. ``outstanding_reads``: read bursts in flight on
-    the shared port (``hc_read_arbiter``, 2**LOG_OUTSTANDING). ``fetch_burst``:
-    instructions per fetch burst; ``staging_depth``: the fetch staging queue;
-    ``command_queue_depth``: each module's command queue (``hc_fetch``).
-    ``write_responses``: write bursts the memory holds awaiting their response.
-    """
-
-    burst_beats: int = 16
-    boundary_bytes: int = 4096
-    outstanding_reads: int = 8
-    fetch_burst: int = 8
-    staging_depth: int = 16
-    command_queue_depth: int = 64
-    write_responses: int = 16
-
-
-#: the RTL in hw/rtl with the system bench's memory
-RTL_MACHINE = MachineTiming()
-
 #: read-port clients in the arbiter's order (hc_top: 0 compute, 1 load, 2 fetch)
 _COMPUTE_CLIENT, _LOAD_CLIENT, _FETCH_CLIENT = 0, 1, 2
 _INSTRUCTION_BYTES = 16
-_UNKNOWN = None
 
 
 @functools.lru_cache(maxsize=4096)
