@@ -281,8 +281,8 @@ def add_hil_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
                         help="HDL simulator for the RTL")
     parser.add_argument("--build-dir", help="RTL build folder (default hw/build)")
     parser.add_argument("--latency", type=int, default=BENCH_MEMORY.latency,
-                        help="cycles the bench's DRAM takes to answer a burst (stream "
-                        f"files only; default {BENCH_MEMORY.latency})")
+                        help="cycles the bench's DRAM takes to answer a burst "
+                        f"(default {BENCH_MEMORY.latency})")
     parser.set_defaults(func=_hil_command)
     return parser
 

@@ -11,19 +11,25 @@ import numpy as np
 
 import heterocc
 from heterocc.accel_sim.hil import StreamComparison, compare_stream
-from heterocc.accel_sim.rtl_device import RtlSimulator, bench_timing_config
+from heterocc.accel_sim.rtl_device import (
+    BENCH_MEMORY,
+    BenchMemory,
+    RtlSimulator,
+    bench_timing_config,
+)
 
 from . import VtaTarget
 
 
 def model_hil(model, inputs: dict | None = None, simulator: str = "verilator",
               build_root=None, calibration_samples: int = 4,
-              seed: int = 0) -> list[StreamComparison]:
+              seed: int = 0, memory: BenchMemory = BENCH_MEMORY) -> list[StreamComparison]:
     """Run ``model`` across the accelerator simulator and the CPU, then replay each
     accelerator function's stream on the RTL and compare DRAM and cycles.
 
     A float model is quantized first with the built-in calibrator (seeded random
-    samples); a QDQ model is used as it is.
+    samples); a QDQ model is used as it is. The bench's DRAM answers after
+    ``memory.latency`` cycles, and the timing model is compared under that memory.
     """
     proto = heterocc.frontend.load_model(model)
     rng = np.random.default_rng(seed)
@@ -40,17 +46,17 @@ def model_hil(model, inputs: dict | None = None, simulator: str = "verilator",
         compiled = heterocc.compile(proto, target=[target, "reference"],
                                     calibration=calibration)
     compiled.run(inputs)
-    rtl = RtlSimulator(target.config, simulator, build_root)
-    # cycles are compared under the bench's memory timing (its AXI RAM answers in a few
-    # cycles, not the model's default DRAM latency)
-    timing = bench_timing_config(target.config)
+    rtl = RtlSimulator(target.config, simulator, build_root, memory)
+    # cycles are compared under the bench memory's timing, not the default DRAM's
+    timing = bench_timing_config(target.config, memory)
     return [compare_stream(k.name, k.program.instructions, timing, k.last_input, rtl)
             for k in target.kernels if k.last_input is not None]
 
 
 def model_hil_command(args) -> int:
     """``heterocc hil MODEL.onnx``: one summary line per accelerator function."""
-    results = model_hil(args.stream, simulator=args.simulator, build_root=args.build_dir)
+    results = model_hil(args.stream, simulator=args.simulator, build_root=args.build_dir,
+                        memory=BenchMemory(args.latency))
     for r in results:
         print(r.summary())
     agree = sum(r.matches for r in results)
