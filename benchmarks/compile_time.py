@@ -1,0 +1,139 @@
+"""Compile time per model, quantization and target, with the slowest functions.
+
+    python benchmarks/compile_time.py [--torch] [--models resnet18,mobilenet_v2]
+        [--quantizations float,symmetric,ort,ort-uint8] [--targets llvm,vta,llvm]
+
+Each compile runs alone in a fresh process. Quantizations: ``float`` (the model as
+exported), ``symmetric`` (onnxruntime's quantize_static with symmetric activations and
+per-tensor weights), ``ort`` (quantize_static's defaults: QDQ, asymmetric int8
+activations, with per-channel weights) and ``ort-uint8`` (the same with uint8
+activations). Prints, per run: total compile seconds, the passes' seconds, and the
+five functions whose kernels took longest to build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import describe  # noqa: E402
+
+QUANTIZATIONS = ("float", "symmetric", "ort", "ort-uint8")
+
+
+def prepare(model: str, quantization: str, use_torch: bool, directory: str) -> str:
+    """Write the model, quantized as asked, and return its path."""
+    import numpy as np
+    import onnx
+    from onnxruntime import quantization as oq
+
+    path = os.path.join(directory, f"{model}.onnx")
+    if use_torch:
+        from torch_models import export
+
+        export(model, path)
+    else:
+        from heterocc import models
+
+        onnx.save(getattr(models, model)(), path)
+    if quantization == "float":
+        return path
+    pre = os.path.join(directory, f"{model}_pre.onnx")
+    oq.quant_pre_process(path, pre, skip_symbolic_shape=True)
+    name = onnx.load(pre).graph.input[0].name
+
+    class Calibration(oq.CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{name: np.random.default_rng(i).standard_normal(
+                (1, 3, 224, 224)).astype(np.float32)} for i in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    out = os.path.join(directory, f"{model}_{quantization}.onnx")
+    symmetric = quantization == "symmetric"
+    oq.quantize_static(pre, out, Calibration(), quant_format=oq.QuantFormat.QDQ,
+                       activation_type=oq.QuantType.QUInt8 if quantization == "ort-uint8"
+                       else oq.QuantType.QInt8, weight_type=oq.QuantType.QInt8,
+                       per_channel=not symmetric,
+                       extra_options={"ActivationSymmetric": True, "WeightSymmetric": True}
+                       if symmetric else {})
+    return out
+
+
+def measure(path: str, target: str) -> dict:
+    """Compile ``path`` for ``target`` in this process: total seconds, per-pass seconds,
+    per-function build seconds."""
+    import heterocc
+    from heterocc.targets import get_target
+
+    instances = []
+    builds: dict[str, float] = {}
+    for name in target.split(","):
+        instance = get_target(name)
+        build = instance.build
+
+        def timed(function, build=build):
+            began = time.perf_counter()
+            try:
+                return build(function)
+            finally:
+                builds[function.name] = time.perf_counter() - began
+
+        instance.build = timed
+        instances.append(instance)
+    began = time.perf_counter()
+    compiled = heterocc.compile(path, target=instances)
+    seconds = time.perf_counter() - began
+    return {"seconds": seconds, "functions": len(builds),
+            "passes": sum(r.seconds for r in compiled.pass_records),
+            "slowest": sorted(builds.items(), key=lambda kv: -kv[1])[:5]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--torch", action="store_true",
+                    help="torchvision's architectures exported by torch (random weights)")
+    ap.add_argument("--models", default="resnet18,mobilenet_v2")
+    ap.add_argument("--quantizations", default=",".join(QUANTIZATIONS))
+    ap.add_argument("--targets", default="llvm;vta,llvm",
+                    help="semicolon-separated target strings")
+    ap.add_argument("--measure", nargs=2, metavar=("MODEL_PATH", "TARGET"),
+                    help=argparse.SUPPRESS)  # the child process
+    args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(measure(*args.measure)))
+        return 0
+    print(describe())
+    print(f"{'model':14s} {'quantization':12s} {'target':10s} {'seconds':>8s} "
+          f"{'passes':>7s} {'functions':>9s}  slowest functions (seconds)")
+    with tempfile.TemporaryDirectory() as directory:
+        for model in args.models.split(","):
+            for quantization in args.quantizations.split(","):
+                path = prepare(model, quantization, args.torch, directory)
+                for target in args.targets.split(";"):
+                    if target != "llvm" and quantization == "float":
+                        continue  # nothing for the accelerator in a float model
+                    child = subprocess.run(
+                        [sys.executable, __file__, "--measure", path, target],
+                        capture_output=True, text=True)
+                    if child.returncode:
+                        print(f"{model:14s} {quantization:12s} {target:10s} failed: "
+                              f"{child.stderr.strip().splitlines()[-1]}")
+                        continue
+                    result = json.loads(child.stdout.strip().splitlines()[-1])
+                    slowest = ", ".join(f"{name} {s:.2f}" for name, s in result["slowest"])
+                    print(f"{model:14s} {quantization:12s} {target:10s} "
+                          f"{result['seconds']:8.2f} {result['passes']:7.2f} "
+                          f"{result['functions']:9d}  {slowest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
