@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ..errors import CompileError
 from ..tir import expr as tx
 from ..tir.passes import lower_pipeline
-from ..tir.simplify import Interval, const_bound, linear_form, simplify
+from ..tir.simplify import Interval, const_bound, linear_form, simplify, structural_key
 from ..tir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, PrimFunc, Stmt, seq
 from ..tir.visitor import Mutator, collect, free_vars, substitute
 from .intrin import BufferRegion, TensorIntrin
@@ -129,16 +129,26 @@ def symbolic_bounds(expr: tx.Expr, relaxed: dict[tx.Var, int]):
 
 
 class _InlineExpander(Mutator):
+    """Reads of inlined stages replaced by their bodies. Equal reads (one tensor at
+    structurally equal indices: ``a[i] * a[i]``) share one expansion, so a chain of
+    stages that each read their input several times stays linear in size."""
+
     def __init__(self, bodies: dict[int, tx.Expr], inlined: dict[int, Stage]):
         self.bodies, self.inlined = bodies, inlined
+        self.expansions: dict[object, tx.Expr] = {}
 
     def visit_TensorLoad(self, node: TensorLoad) -> tx.Expr:
         node = self.generic(node)
         stage = self.inlined.get(id(node.tensor))
         if stage is None:
             return node
-        mapping = {iv.var: index for iv, index in zip(stage.axis, node.indices)}
-        return substitute(self.bodies[id(node.tensor)], mapping)
+        key = structural_key(node)
+        expansion = self.expansions.get(key)
+        if expansion is None:
+            mapping = {iv.var: index for iv, index in zip(stage.axis, node.indices)}
+            expansion = self.expansions[key] = substitute(self.bodies[id(node.tensor)],
+                                                          mapping)
+        return expansion
 
 
 class _LoadsToBuffers(Mutator):

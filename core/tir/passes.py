@@ -114,15 +114,40 @@ def _negated_facts(condition: Expr) -> list[Expr]:
 
 class _LoadBoundsGuard(Mutator):
     """Clamps each load index that the loop ranges and the enclosing guards do not prove
-    inside its buffer, so no kernel ever reads out of bounds."""
+    inside its buffer, so no kernel ever reads out of bounds.
+
+    A sub-expression shared by several parents is rewritten once: once for good when
+    its rewriting never consulted the facts of enclosing guards and selects (the usual
+    case: its loads are in bounds by the loop ranges alone), else once per set of facts."""
 
     def __init__(self):
         self.ranges: dict[Var, Interval] = {}
         self.facts: list[Expr] = []
+        #: rewrites that hold under any facts, by id; and the others, by id and facts
+        self._any_facts: dict[int, tuple[Expr, Expr]] = {}
+        self._these_facts: dict[tuple[int, int], tuple[Expr, list, Expr]] = {}
+        self._fact_uses = 0  # decisions that depended on the facts, so far
+
+    def expr(self, node: Expr) -> Expr:
+        hit = self._any_facts.get(id(node))
+        if hit is not None:
+            return hit[1]
+        hit = self._these_facts.get((id(node), id(self.facts)))
+        if hit is not None:
+            self._fact_uses += 1  # the reader depends on these facts too
+            return hit[2]
+        uses = self._fact_uses
+        result = self._expr(node)
+        if self._fact_uses == uses:
+            self._any_facts[id(node)] = (node, result)
+        else:
+            self._these_facts[(id(node), id(self.facts))] = (node, self.facts, result)
+        return result
 
     def _nonnegative(self, expr: Expr) -> bool:
         if const_bound(simplify(expr, self.ranges), self.ranges).lo >= 0:
             return True
+        self._fact_uses += 1  # decided by the facts (other facts may decide otherwise)
         return any(const_bound(simplify(expr - fact, self.ranges), self.ranges).lo >= 0
                    for fact in self.facts)
 
@@ -130,11 +155,15 @@ class _LoadBoundsGuard(Mutator):
         if isinstance(node.min, IntImm) and isinstance(node.extent, IntImm):
             self.ranges[node.var] = Interval(node.min.value,
                                              node.min.value + node.extent.value - 1)
-        return self.generic(node)
+        self._any_facts, self._these_facts = {}, {}  # rewrites under other ranges
+        try:
+            return self.generic(node)
+        finally:
+            self._any_facts, self._these_facts = {}, {}
 
     def _under(self, facts: list[Expr], build):
         saved = self.facts
-        self.facts = saved + facts
+        self.facts = saved + facts if facts else saved
         try:
             return build()
         finally:
@@ -319,12 +348,33 @@ def _broadcast(expr: Expr, lanes: int) -> Expr:
     return expr if lanes_of(expr.dtype) == lanes else Broadcast(expr, lanes)
 
 
+def _in_bounds(load: BufferLoad, ranges: dict[Var, Interval]) -> bool:
+    """Whether every lane of flattened ``load`` reads inside its buffer for all values
+    of the variables in ``ranges``."""
+    (index,) = load.indices
+    if isinstance(index, Broadcast):
+        ends = [index.value]
+    elif isinstance(index, Ramp) and isinstance(index.stride, IntImm):
+        ends = [index.base, index.base + index.stride.value * (index.lanes - 1)]
+    elif lanes_of(index.dtype) == 1:
+        ends = [index]
+    else:
+        return False
+    for end in ends:
+        bound = const_bound(simplify(end, ranges), ranges)
+        if not (bound.lo >= 0 and bound.hi <= load.buffer.size - 1):
+            return False
+    return True
+
+
 class _PredicateLoads(Mutator):
-    def __init__(self, predicate: Expr):
-        self.predicate = predicate
+    def __init__(self, predicate: Expr, ranges: dict[Var, Interval]):
+        self.predicate, self.ranges = predicate, ranges
 
     def visit_BufferLoad(self, node: BufferLoad) -> Expr:
         node = self.generic(node)
+        if _in_bounds(node, self.ranges):
+            return node  # any lane may be read: the select discards the unchosen ones
         if lanes_of(node.dtype) == 1:
             raise _NotVectorizable("scalar load under a vector condition")
         predicate = self.predicate if node.predicate is None else Binary(
@@ -332,19 +382,31 @@ class _PredicateLoads(Mutator):
         return BufferLoad(node.buffer, node.indices, predicate)
 
 
-def _predicate_loads(expr: Expr, predicate: Expr) -> Expr:
-    """``expr`` with every load reading only the lanes where ``predicate`` holds."""
-    return _PredicateLoads(predicate).expr(expr)
+def _predicate_loads(expr: Expr, predicate: Expr, ranges: dict[Var, Interval]) -> Expr:
+    """``expr`` with every load that might read outside its buffer reading only the
+    lanes where ``predicate`` holds."""
+    return _PredicateLoads(predicate, ranges).expr(expr)
 
 
 class _LoopVectorizer:
-    """Rewrites the body of ``for var in vectorized(min, lanes)`` into vector operations."""
+    """Rewrites the body of ``for var in vectorized(min, lanes)`` into vector operations
+    (each distinct node of the body's expressions once); ``ranges`` bounds the variables
+    of the loops around it."""
 
-    def __init__(self, var: Var, start: Expr, lanes: int):
+    def __init__(self, var: Var, start: Expr, lanes: int,
+                 ranges: dict[Var, Interval] | None = None):
         self.var, self.lanes = var, lanes
         self.ramp = Ramp(start, IntImm(1, var.dtype), lanes)
+        self.ranges = dict(ranges or {})
+        self._memo: dict[int, tuple[Expr, Expr]] = {}
 
     def expr(self, node: Expr) -> Expr:
+        hit = self._memo.get(id(node))
+        if hit is None:
+            hit = self._memo[id(node)] = (node, self._expr(node))
+        return hit[1]
+
+    def _expr(self, node: Expr) -> Expr:
         if isinstance(node, Var):
             return self.ramp if node is self.var else node
         if isinstance(node, IntImm | FloatImm):
@@ -400,8 +462,8 @@ class _LoopVectorizer:
         if lanes_of(condition.dtype) > 1:
             # A vector select evaluates both sides in every lane: each side's loads only
             # read the lanes where that side is chosen.
-            true_value = _predicate_loads(true_value, condition)
-            false_value = _predicate_loads(false_value, Not(condition))
+            true_value = _predicate_loads(true_value, condition, self.ranges)
+            false_value = _predicate_loads(false_value, Not(condition), self.ranges)
         return Select(condition, _broadcast(true_value, self.lanes),
                       _broadcast(false_value, self.lanes))
 
@@ -425,14 +487,21 @@ class _LoopVectorizer:
 
 
 class _Vectorizer(Mutator):
+    def __init__(self):
+        self.ranges: dict[Var, Interval] = {}
+
     def visit_For(self, node: For) -> Stmt:
+        if isinstance(node.min, IntImm) and isinstance(node.extent, IntImm):
+            self.ranges[node.var] = Interval(node.min.value,
+                                             node.min.value + node.extent.value - 1)
         node = self.generic(node)
+        self.ranges.pop(node.var, None)
         if node.kind is not ForKind.VECTORIZED:
             return node
         lanes = node.extent.value if isinstance(node.extent, IntImm) else 0
         if 1 < lanes <= MAX_VECTOR_LANES:
             try:
-                return _LoopVectorizer(node.var, node.min, lanes).stmt(node.body)
+                return _LoopVectorizer(node.var, node.min, lanes, self.ranges).stmt(node.body)
             except _NotVectorizable:
                 pass
         # Left to LLVM's loop vectorizer, which may still vectorize it with checks.

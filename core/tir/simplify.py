@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ from .expr import (
     scalar_dtype,
 )
 from .stmt import For, IfThenElse, SeqStmt, Stmt
-from .visitor import Mutator, substitute
+from .visitor import Mutator, field_names, substitute
 
 
 @dataclass(frozen=True)
@@ -65,21 +66,34 @@ def _mul_bounds(a: Interval, b: Interval) -> Interval:
     return Interval(min(products), max(products))
 
 
-def const_bound(expr: Expr, ranges: Ranges) -> Interval:
-    """Bounds of integer ``expr`` given bounds of its variables (unbounded where unknown)."""
+def const_bound(expr: Expr, ranges: Ranges, _memo: dict | None = None) -> Interval:
+    """Bounds of integer ``expr`` given bounds of its variables (unbounded where unknown);
+    a sub-expression shared by several parents is bounded once."""
     if isinstance(expr, IntImm):
         return Interval.point(expr.value)
     if isinstance(expr, Var):
         return ranges.get(expr, UNBOUNDED)
+    if _memo is None:
+        _memo = {}
+    hit = _memo.get(id(expr))
+    if hit is not None:
+        return hit[1]
+    bound = _const_bound(expr, ranges, _memo)
+    _memo[id(expr)] = (expr, bound)
+    return bound
+
+
+def _const_bound(expr: Expr, ranges: Ranges, memo: dict) -> Interval:
     if isinstance(expr, Cast) and not is_float(expr.value.dtype) and not is_float(expr.dtype):
-        return const_bound(expr.value, ranges)
+        return const_bound(expr.value, ranges, memo)
     if is_bool(expr.dtype):
         return Interval(0, 1)
     if isinstance(expr, Select):
-        t, f = const_bound(expr.true_value, ranges), const_bound(expr.false_value, ranges)
+        t = const_bound(expr.true_value, ranges, memo)
+        f = const_bound(expr.false_value, ranges, memo)
         return Interval(min(t.lo, f.lo), max(t.hi, f.hi))
     if isinstance(expr, Binary):
-        a, b = const_bound(expr.a, ranges), const_bound(expr.b, ranges)
+        a, b = const_bound(expr.a, ranges, memo), const_bound(expr.b, ranges, memo)
         if expr.op == "add":
             return Interval(a.lo + b.lo, a.hi + b.hi)
         if expr.op == "sub":
@@ -105,24 +119,72 @@ def const_bound(expr: Expr, ranges: Ranges) -> Interval:
 # ----------------------------------------------------------------------------- linear forms
 
 
-def structural_key(expr: Expr):
-    """A hashable key equal for structurally equal expressions (vars by identity)."""
+class _Shape:
+    """An interned structural key: structurally equal expressions get the same object,
+    so comparing and hashing keys costs O(1) however large the expressions are."""
+
+    __slots__ = ("parts", "__weakref__")
+
+    def __init__(self, parts: tuple):
+        self.parts = parts
+
+    def __repr__(self) -> str:
+        return f"_Shape{self.parts!r}"
+
+
+#: every live key, by its parts (children as their keys): an entry lasts as long as an
+#: expression (or a larger key) holds its key
+_SHAPES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+class _Identity:
+    """An unhashable attribute value keyed by identity (held, so its id stays its own)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Identity) and other.value is self.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+
+def _key_part(value):
+    if isinstance(value, Expr):
+        return structural_key(value)
+    if isinstance(value, tuple):
+        return tuple(_key_part(v) for v in value)
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    try:  # Vars, buffers, tensors, iteration axes: hashed (and compared) by identity
+        hash(value)
+    except TypeError:
+        return _Identity(value)
+    return value
+
+
+def structural_key(expr: Expr) -> _Shape:
+    """A hashable key equal for structurally equal expressions (vars by identity); keys
+    are interned and cached on the expression, so computing the key of an expression
+    costs time linear in its distinct nodes (shared sub-expressions count once)."""
+    cached = expr.__dict__.get("_structural_key")
+    if cached is not None:
+        return cached
     if isinstance(expr, Var):
-        return ("var", id(expr))
-    if isinstance(expr, IntImm | FloatImm):
-        return (type(expr).__name__, expr.value, expr.dtype)
-    parts: list = [type(expr).__name__]
-    for f in dataclasses.fields(expr):
-        value = getattr(expr, f.name)
-        if isinstance(value, Expr):
-            parts.append(structural_key(value))
-        elif isinstance(value, tuple):
-            parts.append(tuple(structural_key(v) if isinstance(v, Expr) else id(v) for v in value))
-        elif isinstance(value, str | int | float | bool):
-            parts.append(value)
-        else:
-            parts.append(id(value))
-    return tuple(parts)
+        parts: tuple = ("var", expr)
+    elif isinstance(expr, IntImm | FloatImm):
+        parts = (type(expr).__name__, expr.value, expr.dtype)
+    else:
+        parts = (type(expr).__name__,) + tuple(
+            _key_part(getattr(expr, name)) for name in field_names(expr))
+    shape = _SHAPES.get(parts)
+    if shape is None:
+        shape = _SHAPES[parts] = _Shape(parts)
+    object.__setattr__(expr, "_structural_key", shape)
+    return shape
 
 
 def structurally_equal(a: Expr, b: Expr) -> bool:
@@ -151,19 +213,29 @@ class LinearForm:
                           self.constant + other.constant)
 
 
-def linear_form(expr: Expr) -> LinearForm:
-    """``expr`` (an integer scalar) as a linear combination of its non-linear atoms."""
+def linear_form(expr: Expr, _memo: dict | None = None) -> LinearForm:
+    """``expr`` (an integer scalar) as a linear combination of its non-linear atoms (a
+    shared sub-expression is decomposed once)."""
     if isinstance(expr, IntImm):
         return LinearForm({}, expr.value)
-    if isinstance(expr, Binary) and expr.op in ("add", "sub"):
-        right = linear_form(expr.b)
-        return linear_form(expr.a).plus(right if expr.op == "add" else right.scaled(-1))
-    if isinstance(expr, Binary) and expr.op == "mul":
-        if isinstance(expr.b, IntImm):
-            return linear_form(expr.a).scaled(expr.b.value)
-        if isinstance(expr.a, IntImm):
-            return linear_form(expr.b).scaled(expr.a.value)
-    return LinearForm({structural_key(expr): [1, expr]}, 0)
+    linear = isinstance(expr, Binary) and (expr.op in ("add", "sub") or (
+        expr.op == "mul" and (isinstance(expr.a, IntImm) or isinstance(expr.b, IntImm))))
+    if not linear:
+        return LinearForm({structural_key(expr): [1, expr]}, 0)
+    if _memo is None:
+        _memo = {}
+    hit = _memo.get(id(expr))
+    if hit is not None:
+        return hit[1]
+    if expr.op in ("add", "sub"):
+        right = linear_form(expr.b, _memo)
+        form = linear_form(expr.a, _memo).plus(right if expr.op == "add" else right.scaled(-1))
+    elif isinstance(expr.b, IntImm):
+        form = linear_form(expr.a, _memo).scaled(expr.b.value)
+    else:
+        form = linear_form(expr.b, _memo).scaled(expr.a.value)
+    _memo[id(expr)] = (expr, form)
+    return form
 
 
 def merge_div_mod(form: LinearForm) -> LinearForm:
@@ -265,6 +337,60 @@ def _decide(op: str, diff: Interval) -> bool | None:
     return True if always else (False if never else None)
 
 
+#: most multiples of a divisor the lanes of a divided ramp may straddle for the division
+#: to become compares (each costs a compare, and a load at the quotient a scalar load)
+MAX_STRADDLED = 2
+
+
+def _constant_divisor(node: Expr) -> int | None:
+    """``c`` when ``node`` is a vector quotient by ``broadcast(c)``, c > 0."""
+    if isinstance(node, Binary) and node.op == "floordiv" and isinstance(node.b, Broadcast) \
+            and isinstance(node.b.value, IntImm) and node.b.value.value > 0:
+        return node.b.value.value
+    return None
+
+
+def _merge_vector_quotients(node: Binary) -> Binary:
+    """A vector quotient of a quotient by constants as one quotient (floor(floor(x / p)
+    / q) == floor(x / (p * q)) for positive p, q), before the inner one is simplified
+    into compares; scalar ones stay (``merge_div_mod`` recombines them)."""
+    outer = _constant_divisor(node)
+    while outer is not None:
+        inner = _constant_divisor(node.a)
+        if inner is None:
+            break
+        divisor = IntImm(inner * outer, node.b.value.dtype)
+        node = Binary("floordiv", node.a.a, Broadcast(divisor, node.b.lanes))
+        outer = inner * outer
+    return node
+
+
+def _neighbour_steps(index: Expr):
+    """``(q, [c1, c2, ...])`` when vector ``index`` is ``broadcast(q) + int(c1) + int(c2)
+    + ...`` with ``cj = ramp >= broadcast(tj)``, one ramp and increasing thresholds (so
+    each condition implies the ones before: a lane is at q + the number that hold; what
+    a ramp divided by a constant it straddles becomes), else None."""
+    conditions = []
+    while isinstance(index, Binary) and index.op == "add" and isinstance(index.b, Cast) \
+            and is_bool(index.b.value.dtype):
+        conditions.append(index.b.value)
+        index = index.a
+    if not conditions or not isinstance(index, Broadcast):
+        return None
+    conditions.reverse()
+    thresholds = []
+    for condition in conditions:
+        if not (isinstance(condition, Binary) and condition.op == "ge"
+                and isinstance(condition.b, Broadcast)
+                and isinstance(condition.b.value, IntImm)
+                and structural_key(condition.a) is structural_key(conditions[0].a)):
+            return None
+        thresholds.append(condition.b.value.value)
+    if any(low >= high for low, high in zip(thresholds, thresholds[1:])):
+        return None
+    return index.value, conditions
+
+
 class Simplifier(Mutator):
     """Bottom-up rewriting with the variable ranges in ``ranges``."""
 
@@ -272,7 +398,7 @@ class Simplifier(Mutator):
         self.ranges: dict[Var, Interval] = dict(ranges or {})
 
     def visit_Binary(self, node: Binary) -> Expr:
-        return self._binary(self.generic(node))
+        return self._binary(self.generic(_merge_vector_quotients(node)))
 
     def _binary(self, node: Binary) -> Expr:
         """``node`` (whose operands are simplified already) simplified."""
@@ -301,8 +427,8 @@ class Simplifier(Mutator):
         """Vector forms: an operation on two broadcasts is a broadcast; a ramp divided by
         a constant that its lanes never straddle a multiple of is a broadcast of one
         quotient (its remainder a ramp), so a per-channel table read at the channel of
-        a vector of pixels is one scalar load; a quotient of a quotient by constants is
-        one quotient."""
+        a vector of pixels is one scalar load; one whose lanes straddle a multiple or
+        two is that quotient plus compares (no vector division)."""
         a, b = node.a, node.b
         if isinstance(a, Broadcast) and isinstance(b, Broadcast) and a.lanes == b.lanes:
             return Broadcast(self._binary(Binary(node.op, a.value, b.value)), a.lanes)
@@ -310,19 +436,29 @@ class Simplifier(Mutator):
                 isinstance(b, Broadcast) and isinstance(b.value, IntImm) and b.value.value > 0):
             return node
         divisor = b.value
-        if (node.op == "floordiv" and isinstance(a, Binary) and a.op == "floordiv"
-                and isinstance(a.b, Broadcast) and isinstance(a.b.value, IntImm)
-                and a.b.value.value > 0):
-            # floor(floor(x / p) / q) == floor(x / (p * q)) for positive p, q
-            product = IntImm(a.b.value.value * divisor.value, divisor.dtype)
-            return self._binary(Binary("floordiv", a.a, Broadcast(product, b.lanes)))
         if not (isinstance(a, Ramp) and isinstance(a.stride, IntImm) and a.stride.value >= 0):
             return node
-        if not self._in_one_period(a.base, a.stride.value * (a.lanes - 1), divisor.value):
+        span = a.stride.value * (a.lanes - 1)
+        quotient = self._binary(Binary("floordiv", a.base, divisor))
+        remainder = self._binary(Binary("floormod", a.base, divisor))
+        if self._in_one_period(a.base, span, divisor.value):
+            if node.op == "floordiv":
+                return Broadcast(quotient, a.lanes)
+            return Ramp(remainder, a.stride, a.lanes)
+        straddled = (divisor.value - 1 + span) // divisor.value
+        if straddled > MAX_STRADDLED:
             return node
+        # with r = base mod divisor the lanes are r + k*stride; past the j-th multiple
+        # they are >= j * divisor: one scalar division and a vector compare per multiple
+        lanes = Ramp(remainder, a.stride, a.lanes)
+        quotients: Expr = Broadcast(quotient, a.lanes)
+        for j in range(1, straddled + 1):
+            past = Binary("ge", lanes, Broadcast(IntImm(j * divisor.value, divisor.dtype),
+                                                 a.lanes))
+            quotients = Binary("add", quotients, Cast(node.dtype, past))
         if node.op == "floordiv":
-            return Broadcast(self._binary(Binary("floordiv", a.base, divisor)), a.lanes)
-        return Ramp(self._binary(Binary("floormod", a.base, divisor)), a.stride, a.lanes)
+            return quotients
+        return Binary("sub", Ramp(a.base, a.stride, a.lanes), Binary("mul", quotients, b))
 
     def _in_one_period(self, base: Expr, span: int, divisor: int) -> bool:
         """Whether ``base`` and ``base + span`` always have one quotient by ``divisor``:
@@ -422,11 +558,27 @@ class Simplifier(Mutator):
 
     def visit_BufferLoad(self, node: BufferLoad) -> Expr:
         node = self.generic(node)
-        if len(node.indices) == 1 and isinstance(node.indices[0], Broadcast) \
-                and node.predicate is None:
+        if len(node.indices) != 1 or node.predicate is not None:
+            return node
+        (index,) = node.indices
+        if isinstance(index, Broadcast):
             # every lane reads one element: one scalar load
-            index = node.indices[0]
             return Broadcast(BufferLoad(node.buffer, (index.value,)), index.lanes)
+        steps = _neighbour_steps(index)
+        if steps is not None:
+            # the lanes read one of a few neighbours (a row's table entry, for a vector of
+            # pixels crossing into the next rows): a scalar load each and selects; past
+            # the first clamped, for when no lane steps past the last element
+            first, conditions = steps
+            lanes = lanes_of(index.dtype)
+            last = IntImm(node.buffer.size - 1, first.dtype)
+            value: Expr = Broadcast(BufferLoad(node.buffer, (first,)), lanes)
+            for j, condition in enumerate(conditions, start=1):
+                at = self._binary(Binary("min", self._binary(
+                    Binary("add", first, IntImm(j, first.dtype))), last))
+                value = Select(condition, Broadcast(BufferLoad(node.buffer, (at,)), lanes),
+                               value)
+            return value
         return node
 
     # statements

@@ -12,10 +12,22 @@ from .stmt import PrimFunc, Stmt
 Node = Expr | Stmt
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def field_names(node) -> tuple[str, ...]:
+    """Names of the dataclass fields of ``node``'s class (cached per class)."""
+    cls = type(node)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def children(node) -> Iterator[Node]:
     """The Expr/Stmt children of ``node`` in field order."""
-    for f in dataclasses.fields(node):
-        value = getattr(node, f.name)
+    for name in field_names(node):
+        value = getattr(node, name)
         if isinstance(value, Expr | Stmt):
             yield value
         elif isinstance(value, tuple):
@@ -23,16 +35,24 @@ def children(node) -> Iterator[Node]:
 
 
 def walk(node: Node, visit: Callable[[Node], None]) -> None:
-    """Call ``visit`` on ``node`` and every descendant, parents first."""
+    """Call ``visit`` on ``node`` and every descendant, parents first; a sub-tree shared
+    by several parents (expressions are DAGs) is visited once, at its first place."""
+    seen: set[int] = set()
+    keep: list[Node] = []  # holds every visited node, so no id is reused meanwhile
     stack = [node]
     while stack:
         current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        keep.append(current)
         visit(current)
         stack.extend(reversed(list(children(current))))
 
 
 def collect(node: Node, predicate: Callable[[Node], bool]) -> list[Node]:
-    """Every node under ``node`` (inclusive) satisfying ``predicate``, in pre-order."""
+    """Every distinct node under ``node`` (inclusive) satisfying ``predicate``, in
+    pre-order of first appearance."""
     found: list[Node] = []
     walk(node, lambda n: found.append(n) if predicate(n) else None)
     return found
@@ -51,9 +71,33 @@ def uses_any(node: Node, variables: set[Var] | frozenset[Var]) -> bool:
 class Mutator:
     """Rebuilds a tree bottom-up; subclasses override ``visit_<NodeClass>`` for the nodes
     they change and call :meth:`generic` to rebuild the rest. Unchanged subtrees are
-    shared, not copied."""
+    shared, not copied.
+
+    Expressions are DAGs (a compute reuses a sub-expression; rewriting keeps it shared):
+    within one top-level :meth:`expr` call every distinct node is rewritten once and its
+    result reused wherever the node appears again, so the cost is linear in the DAG and
+    sharing survives. A subclass whose rewriting depends on context that changes inside
+    an expression (facts under a select's condition) overrides :meth:`expr` with a memo
+    that accounts for it; context changed at statements (loop ranges) needs nothing."""
+
+    _memo: dict[int, tuple[Expr, Expr]] | None = None
 
     def expr(self, node: Expr) -> Expr:
+        memo = self._memo
+        if memo is None:
+            self._memo = {}
+            try:
+                return self._expr(node)
+            finally:
+                self._memo = None
+        hit = memo.get(id(node))
+        if hit is not None:
+            return hit[1]
+        result = self._expr(node)
+        memo[id(node)] = (node, result)  # the node kept alive: its id stays its own
+        return result
+
+    def _expr(self, node: Expr) -> Expr:
         method = getattr(self, "visit_" + type(node).__name__, None)
         return method(node) if method else self.generic(node)
 
@@ -73,11 +117,11 @@ class Mutator:
 
     def generic(self, node):
         changes = {}
-        for f in dataclasses.fields(node):
-            value = getattr(node, f.name)
+        for name in field_names(node):
+            value = getattr(node, name)
             mapped = self._map(value)
             if mapped is not value:
-                changes[f.name] = mapped
+                changes[name] = mapped
         return dataclasses.replace(node, **changes) if changes else node
 
     def func(self, func: PrimFunc) -> PrimFunc:

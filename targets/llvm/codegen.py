@@ -12,6 +12,7 @@ keeps the aliasing facts as scoped metadata); the runtime thread pool runs the t
 from __future__ import annotations
 
 import itertools
+from collections import ChainMap
 from collections.abc import Callable
 
 import numpy as np
@@ -19,6 +20,7 @@ from llvmlite import ir
 
 from heterocc.errors import CompileError
 from heterocc.tir import expr as tx
+from heterocc.tir.simplify import structural_key
 from heterocc.tir.stmt import (
     Allocate,
     BufferStore,
@@ -30,7 +32,7 @@ from heterocc.tir.stmt import (
     SeqStmt,
     Stmt,
 )
-from heterocc.tir.visitor import collect
+from heterocc.tir.visitor import children
 
 from .runtime import PARALLEL_FOR
 from .vecmath import VectorISA, vector_symbol
@@ -111,6 +113,10 @@ class FunctionEmitter:
         self.builder = ir.IRBuilder(function.append_basic_block("body"))
         self.vars: dict[tx.Var, ir.Value] = {}
         self.buffers: dict[tx.Buffer, ir.Value] = {}
+        #: values emitted for the expression being emitted, by structural key: an equal
+        #: sub-expression (shared, or built twice) is emitted once where it dominates
+        self._values: ChainMap | None = None
+        self._reads: dict[int, tuple[tx.Expr, bool]] = {}  # whether a node loads, by id
 
     def finish(self) -> None:
         self.builder.ret_void()
@@ -316,11 +322,51 @@ class FunctionEmitter:
     # ------------------------------------------------------------------ expressions
 
     def expr(self, node: tx.Expr) -> ir.Value:
+        """The value of ``node``. Within one expression of a statement (no store runs
+        in between) structurally equal sub-expressions are one computation: emitted
+        once, reused where the first emission dominates (not past a branch of a
+        select that reads memory)."""
+        values = self._values
+        if values is None:
+            self._values = ChainMap()
+            try:
+                return self._emit(node)
+            finally:
+                self._values = None
+        if isinstance(node, tx.IntImm | tx.FloatImm | tx.Var):
+            return self._emit(node)
+        key = structural_key(node)
+        value = values.get(key)
+        if value is None:
+            value = values[key] = self._emit(node)
+        return value
+
+    def _emit(self, node: tx.Expr) -> ir.Value:
         method = getattr(self, "_expr_" + type(node).__name__, None)
         if method is None:
             raise CompileError(f"LLVM codegen: unsupported expression {type(node).__name__} "
                                f"({node!r}); TE nodes must be lowered first")
         return method(node)
+
+    def _in_branch(self, build: Callable[[], ir.Value]) -> ir.Value:
+        """``build()`` in a branch: it sees the values emitted before, and what it emits
+        is forgotten after it (the branch does not dominate the code after the merge)."""
+        outer = self._values
+        self._values = outer.new_child()
+        try:
+            return build()
+        finally:
+            self._values = outer
+
+    def _reads_memory(self, node: tx.Expr) -> bool:
+        """Whether ``node`` loads from a buffer (each distinct node examined once)."""
+        if isinstance(node, tx.BufferLoad):
+            return True
+        hit = self._reads.get(id(node))
+        if hit is None:
+            hit = self._reads[id(node)] = (node, any(
+                self._reads_memory(child) for child in children(node)))
+        return hit[1]
 
     def _expr_IntImm(self, node: tx.IntImm) -> ir.Value:
         return ir.Constant(scalar_type(node.dtype), node.value)
@@ -398,16 +444,16 @@ class FunctionEmitter:
         return self.builder.not_(self.expr(node.a))
 
     def _expr_Select(self, node: tx.Select) -> ir.Value:
-        reads = collect(node.true_value, _is_load) or collect(node.false_value, _is_load)
+        reads = self._reads_memory(node.true_value) or self._reads_memory(node.false_value)
         if reads and tx.lanes_of(node.condition.dtype) == 1:
             # Branch, so the untaken side's loads (possibly out of bounds) never run.
             condition = self.expr(node.condition)
             with self.builder.if_else(condition) as (then, otherwise):
                 with then:
-                    true_value = self.expr(node.true_value)
+                    true_value = self._in_branch(lambda: self.expr(node.true_value))
                     true_block = self.builder.block
                 with otherwise:
-                    false_value = self.expr(node.false_value)
+                    false_value = self._in_branch(lambda: self.expr(node.false_value))
                     false_block = self.builder.block
             phi = self.builder.phi(true_value.type)
             phi.add_incoming(true_value, true_block)
@@ -579,10 +625,6 @@ class FunctionEmitter:
 
 def _is_one(expr: tx.Expr) -> bool:
     return isinstance(expr, tx.IntImm) and expr.value == 1
-
-
-def _is_load(node) -> bool:
-    return isinstance(node, tx.BufferLoad)
 
 
 class CodeGenLLVM:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heterocc.tir import Interval
-from heterocc.tir.expr import Binary, Broadcast, Buffer, BufferLoad, IntImm, Ramp, Var
+from heterocc.tir.expr import Binary, Broadcast, Buffer, BufferLoad, Cast, IntImm, Ramp, Select, Var
 from heterocc.tir.simplify import simplify
 
 
@@ -17,23 +17,36 @@ def _div(op, value, divisor, lanes):
     return Binary(op, value, Broadcast(IntImm(divisor), lanes))
 
 
-def _lanes_of(expr, env: dict) -> list[int]:
+def _lanes_of(expr, env: dict, memory: dict | None = None) -> list[int]:
     """The value of every lane of an integer vector expression for the variables in
-    ``env`` (enough of TIR for these tests)."""
+    ``env`` and the buffers in ``memory`` (enough of TIR for these tests)."""
     if isinstance(expr, IntImm):
         return [expr.value]
     if isinstance(expr, Var):
         return [env[expr]]
     if isinstance(expr, Broadcast):
-        return _lanes_of(expr.value, env) * expr.lanes
+        return _lanes_of(expr.value, env, memory) * expr.lanes
     if isinstance(expr, Ramp):
-        base, stride = _lanes_of(expr.base, env)[0], _lanes_of(expr.stride, env)[0]
+        base, stride = _lanes_of(expr.base, env, memory)[0], _lanes_of(expr.stride, env)[0]
         return [base + k * stride for k in range(expr.lanes)]
-    a, b = _lanes_of(expr.a, env), _lanes_of(expr.b, env)
+    if isinstance(expr, Cast):
+        return [int(v) for v in _lanes_of(expr.value, env, memory)]
+    if isinstance(expr, BufferLoad):
+        (index,) = expr.indices
+        data = memory[expr.buffer]
+        return [int(data[i]) for i in _lanes_of(index, env, memory)]
+    if isinstance(expr, Select):
+        lanes = [_lanes_of(e, env, memory)
+                 for e in (expr.condition, expr.true_value, expr.false_value)]
+        width = max(len(v) for v in lanes)
+        c, t, f = (v * (width // len(v)) for v in lanes)
+        return [x if k else y for k, x, y in zip(c, t, f)]
+    a, b = _lanes_of(expr.a, env, memory), _lanes_of(expr.b, env, memory)
     if len(a) != len(b):
         a, b = a * (len(b) // len(a)), b * (len(a) // len(b))
     ops = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
-           "floordiv": lambda x, y: x // y, "floormod": lambda x, y: x % y}
+           "floordiv": lambda x, y: x // y, "floormod": lambda x, y: x % y,
+           "min": min, "max": max, "ge": lambda x, y: x >= y}
     return [ops[expr.op](x, y) for x, y in zip(a, b)]
 
 
@@ -54,12 +67,55 @@ def test_a_ramp_within_one_period_divides_to_a_broadcast():
         assert _lanes_of(remainder, env) == [(value * 64 + k) % 12544 for k in range(lanes)]
 
 
-@pytest.mark.parametrize("offset,divisor", [(1, 64), (0, 49), (0, 32)])
-def test_a_ramp_that_may_straddle_a_multiple_stays_a_vector(offset, divisor):
+@pytest.mark.parametrize("offset,divisor", [(1, 64), (0, 49), (0, 32), (0, 20)])
+def test_a_ramp_that_may_straddle_a_multiple_divides_by_compares(offset, divisor):
     o = Var("o")
-    ramp = Ramp(o * 64 + offset, IntImm(1), 64)
-    result = simplify(_div("floordiv", ramp, divisor, 64), {o: Interval(0, 100)})
-    assert not isinstance(result, Broadcast)
+    lanes = 64
+    ramp = Ramp(o * 64 + offset, IntImm(1), lanes)
+    quotient = simplify(_div("floordiv", ramp, divisor, lanes), {o: Interval(0, 100)})
+    remainder = simplify(_div("floormod", ramp, divisor, lanes), {o: Interval(0, 100)})
+    assert not isinstance(quotient, Broadcast)
+    straddled = (divisor - 1 + lanes - 1) // divisor
+    # at most two multiples straddled: one scalar division, a compare per multiple
+    divisions = [n for n in _nodes(quotient) if isinstance(n, Binary) and n.op == "floordiv"]
+    if straddled <= 2:
+        assert all(not _is_vector(n) for n in divisions)
+    else:
+        assert any(_is_vector(n) for n in divisions)
+    for value in (0, 1, 37, 100):
+        env = {o: value}
+        values = [value * 64 + offset + k for k in range(lanes)]
+        assert _lanes_of(quotient, env) == [v // divisor for v in values]
+        assert _lanes_of(remainder, env) == [v % divisor for v in values]
+
+
+def _nodes(expr):
+    from heterocc.tir.visitor import collect
+
+    return collect(expr, lambda n: True)
+
+
+def _is_vector(expr) -> bool:
+    return "x" in expr.dtype
+
+
+@pytest.mark.parametrize("rows", [7, 49, 100])
+def test_a_table_read_by_a_vector_crossing_rows_is_scalar_loads_and_selects(rows):
+    o = Var("o")
+    lanes, size = 64, 10
+    table = Buffer("table", (size,), "int32")
+    ranges = {o: Interval(0, rows * size // lanes - 1)}
+    load = simplify(BufferLoad(table, (_div("floordiv", Ramp(o * 64, IntImm(1), lanes), rows,
+                                            lanes),)), ranges)
+    loads = [n for n in _nodes(load) if isinstance(n, BufferLoad)]
+    if rows == 7:  # 64 lanes straddle 9 rows: a gather
+        assert len(loads) == 1 and _is_vector(loads[0])
+        return
+    assert loads and all(not _is_vector(n) for n in loads)
+    memory = {table: np.arange(size) * 11 - 3}
+    for value in range(ranges[o].hi + 1):
+        expected = [int(memory[table][(value * 64 + k) // rows]) for k in range(lanes)]
+        assert _lanes_of(load, {o: value}, memory) == expected
 
 
 def test_the_range_proves_one_quotient():
