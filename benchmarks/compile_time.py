@@ -1,14 +1,19 @@
 """Compile time per model, quantization and target, with the slowest functions.
 
     python benchmarks/compile_time.py [--torch] [--models resnet18,mobilenet_v2]
-        [--quantizations float,symmetric,ort,ort-uint8] [--targets llvm,vta,llvm]
+        [--quantizations float,symmetric,ort,ort-uint8] [--targets "llvm;vta,llvm"]
+        [--refuse]
 
 Each compile runs alone in a fresh process. Quantizations: ``float`` (the model as
 exported), ``symmetric`` (onnxruntime's quantize_static with symmetric activations and
 per-tensor weights), ``ort`` (quantize_static's defaults: QDQ, asymmetric int8
 activations, with per-channel weights) and ``ort-uint8`` (the same with uint8
-activations). Prints, per run: total compile seconds, the passes' seconds, and the
-five functions whose kernels took longest to build.
+activations). Prints, per run: total compile seconds (wall, and the process's CPU
+seconds, steadier on a loaded machine: LLVM compiles in the process), the passes'
+seconds, and the five functions whose kernels took longest to build. ``--refuse``
+makes the accelerator refuse every layer its patterns match, so a quantized model
+compiles entirely into the CPU's integer fallback kernels (the ``vta,llvm`` rows are
+then marked ``vta!,llvm``).
 """
 
 from __future__ import annotations
@@ -67,9 +72,23 @@ def prepare(model: str, quantization: str, use_torch: bool, directory: str) -> s
     return out
 
 
-def measure(path: str, target: str) -> dict:
-    """Compile ``path`` for ``target`` in this process: total seconds, per-pass seconds,
-    per-function build seconds."""
+def _refusing(instance) -> None:
+    """``instance``'s pattern table with every row refusing its matches."""
+    import dataclasses
+
+    table = instance.pattern_table
+
+    def refused():
+        return [dataclasses.replace(row, check=lambda nodes: "refused (--refuse)")
+                for row in table()]
+
+    instance.pattern_table = refused
+
+
+def measure(path: str, target: str, refuse: bool = False) -> dict:
+    """Compile ``path`` for ``target`` in this process: total seconds (wall and CPU),
+    per-pass seconds, per-function build seconds; with ``refuse``, the accelerators
+    refuse every match of their patterns."""
     import heterocc
     from heterocc.targets import get_target
 
@@ -77,6 +96,8 @@ def measure(path: str, target: str) -> dict:
     builds: dict[str, float] = {}
     for name in target.split(","):
         instance = get_target(name)
+        if refuse and hasattr(instance, "pattern_table"):
+            _refusing(instance)
         build = instance.build
 
         def timed(function, build=build):
@@ -88,10 +109,10 @@ def measure(path: str, target: str) -> dict:
 
         instance.build = timed
         instances.append(instance)
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     compiled = heterocc.compile(path, target=instances)
-    seconds = time.perf_counter() - began
-    return {"seconds": seconds, "functions": len(builds),
+    seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
+    return {"seconds": seconds, "cpu": cpu, "functions": len(builds),
             "passes": sum(r.seconds for r in compiled.pass_records),
             "slowest": sorted(builds.items(), key=lambda kv: -kv[1])[:5]}
 
@@ -104,14 +125,16 @@ def main() -> int:
     ap.add_argument("--quantizations", default=",".join(QUANTIZATIONS))
     ap.add_argument("--targets", default="llvm;vta,llvm",
                     help="semicolon-separated target strings")
+    ap.add_argument("--refuse", action="store_true",
+                    help="accelerators refuse every layer: the CPU's integer fallback")
     ap.add_argument("--measure", nargs=2, metavar=("MODEL_PATH", "TARGET"),
                     help=argparse.SUPPRESS)  # the child process
     args = ap.parse_args()
     if args.measure:
-        print(json.dumps(measure(*args.measure)))
+        print(json.dumps(measure(*args.measure, refuse=args.refuse)))
         return 0
     print(describe())
-    print(f"{'model':14s} {'quantization':12s} {'target':10s} {'seconds':>8s} "
+    print(f"{'model':14s} {'quantization':12s} {'target':10s} {'seconds':>8s} {'cpu':>6s} "
           f"{'passes':>7s} {'functions':>9s}  slowest functions (seconds)")
     with tempfile.TemporaryDirectory() as directory:
         for model in args.models.split(","):
@@ -121,17 +144,19 @@ def main() -> int:
                     if target != "llvm" and quantization == "float":
                         continue  # nothing for the accelerator in a float model
                     child = subprocess.run(
-                        [sys.executable, __file__, "--measure", path, target],
+                        [sys.executable, __file__, "--measure", path, target,
+                         *(["--refuse"] if args.refuse else [])],
                         capture_output=True, text=True)
+                    shown = target.replace("vta,", "vta!,") if args.refuse else target
                     if child.returncode:
-                        print(f"{model:14s} {quantization:12s} {target:10s} failed: "
+                        print(f"{model:14s} {quantization:12s} {shown:10s} failed: "
                               f"{child.stderr.strip().splitlines()[-1]}")
                         continue
                     result = json.loads(child.stdout.strip().splitlines()[-1])
                     slowest = ", ".join(f"{name} {s:.2f}" for name, s in result["slowest"])
-                    print(f"{model:14s} {quantization:12s} {target:10s} "
-                          f"{result['seconds']:8.2f} {result['passes']:7.2f} "
-                          f"{result['functions']:9d}  {slowest}")
+                    print(f"{model:14s} {quantization:12s} {shown:10s} "
+                          f"{result['seconds']:8.2f} {result['cpu']:6.2f} "
+                          f"{result['passes']:7.2f} {result['functions']:9d}  {slowest}")
     return 0
 
 
