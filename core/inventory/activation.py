@@ -149,7 +149,10 @@ def _gelu(dtype, attrs):
     half, one = te.const(0.5, dtype), te.const(1.0, dtype)
     if attrs["approximate"] == "tanh":
         scale, cubic = te.const(math.sqrt(2 / math.pi), dtype), te.const(0.044715, dtype)
-        return lambda x: half * x * (one + te.tanh(scale * (x + cubic * x * x * x)))
+        # tanh in float64 rounded to dtype, for the reason erf is below: a vector float32
+        # tanh (libmvec's AVX2 one has several ulp of error) shows through 1 + tanh
+        return lambda x: half * x * (one + te.cast(dtype, te.tanh(
+            te.cast("float64", scale * (x + cubic * x * x * x)))))
     if attrs["approximate"] != "none":
         raise CompileError(f"Gelu approximate={attrs['approximate']!r} has no TE compute")
     root_two = te.const(math.sqrt(2), dtype)
