@@ -184,7 +184,11 @@ def thresholded_relu(x, *, alpha):
 def gelu(x, *, approximate):
     """x * Phi(x) with the normal CDF Phi exact (approximate='none') or by its tanh form."""
     if approximate == "tanh":
-        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+        # in float64, rounded once: in float32, 1 + tanh cancels for x << 0 and the
+        # reference itself would be off by more than a compiled kernel may differ from it
+        wide = np.asarray(x, np.float64)
+        y = 0.5 * wide * (1 + np.tanh(math.sqrt(2 / math.pi) * (wide + 0.044715 * wide ** 3)))
+        return y.astype(np.asarray(x).dtype)
     return 0.5 * x * (1 + erf(x / math.sqrt(2)))
 
 
