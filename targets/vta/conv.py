@@ -26,7 +26,7 @@ from heterocc.errors import CompileError
 
 from .epilogue import EpilogueStep
 from .intrin import ACC_SCOPE, INP_SCOPE, WGT_SCOPE, gemm_intrin
-from .schedule import PackedGemm, epilogue_stages
+from .schedule import PackedGemm, epilogue_stages, thread_tasks_and_inline_epilogue
 
 
 @dataclass(frozen=True)
@@ -191,14 +191,8 @@ def schedule_packed_conv2d(conv: PackedGemm, geometry: ConvGeometry, tiling: Con
     y_outer, y_inner = out.split(y, factor=t.rows)
     o_outer, o_inner = out.split(o, factor=t.filters)
     out.reorder(n, y_outer, o_outer, o_inner, y_inner, col)
-    task = out.fuse(out.fuse(n, y_outer), o_outer)
-    if virtual_threads > 1:
-        _, task = out.split(task, factor=virtual_threads)
-        out.bind(task, "vthread")
-    for stage in conv.epilogue:
-        s[stage].compute_inline()
-    for const, stage in zip(conv.constants, conv.constant_readers):
-        s.cache_read(const, ACC_SCOPE, [stage])  # resident for the whole program
+    task = thread_tasks_and_inline_epilogue(s, conv, out.fuse(out.fuse(n, y_outer), o_outer),
+                                            virtual_threads)
     (padded,) = conv.inlined
     s[padded].compute_inline()  # the LOAD pads: the copy reads X where it is inside
     acc = s[conv.acc]

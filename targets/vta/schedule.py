@@ -115,6 +115,23 @@ def constant_blocks(config: HardwareConfig, epilogue: list[EpilogueStep],
     return blocks
 
 
+def thread_tasks_and_inline_epilogue(s: te.Schedule, packed: PackedGemm, task,
+                                     virtual_threads: int):
+    """What the GEMM and convolution schedules share: the output's fused task loop split
+    over the virtual threads (returned: the loop each thread's work hangs off), the
+    epilogue stages inlined into the output, and the epilogue's constants resident in
+    the accumulator buffer for the whole program."""
+    out = s[packed.out]
+    if virtual_threads > 1:
+        _, task = out.split(task, factor=virtual_threads)
+        out.bind(task, "vthread")
+    for stage in packed.epilogue:
+        s[stage].compute_inline()
+    for const, stage in zip(packed.constants, packed.constant_readers):
+        s.cache_read(const, ACC_SCOPE, [stage])
+    return task
+
+
 def schedule_packed_gemm(gemm: PackedGemm, tiling: GemmTiling,
                          virtual_threads: int) -> te.Schedule:
     """The accelerator schedule of ``gemm`` for ``tiling`` (block sizes in tiles) with 1
@@ -135,14 +152,7 @@ def schedule_packed_gemm(gemm: PackedGemm, tiling: GemmTiling,
     n_outer, n_inner = out.split(n, factor=cols)
     out.reorder(m_outer, n_outer, m_inner, n_inner)
     task = out.fuse(m_outer, n_outer)
-    if virtual_threads > 1:
-        _, task = out.split(task, factor=virtual_threads)
-        out.bind(task, "vthread")
-
-    for stage in gemm.epilogue:
-        s[stage].compute_inline()
-    for const, stage in zip(gemm.constants, gemm.constant_readers):
-        s.cache_read(const, ACC_SCOPE, [stage])  # resident for the whole program
+    task = thread_tasks_and_inline_epilogue(s, gemm, task, virtual_threads)
     acc = s[gemm.acc]
     acc.set_scope(ACC_SCOPE)
     acc.compute_at(out, task)
