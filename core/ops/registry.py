@@ -1,6 +1,6 @@
 """The op registry: every op is defined once, with its type inference, its NumPy
 reference implementation (the oracle of every test), its fusion kind, its
-attributes with their defaults, and (filled in by the operator inventory) its
+attributes with their defaults, and (filled in by the compute library) its
 tensor-expression compute.
 """
 
@@ -119,7 +119,7 @@ class OpDef:
     attrs: dict[str, Any] = field(default_factory=dict)
     #: input positions whose *values* (not only types) decide the output types
     shape_operands: tuple[int, ...] = ()
-    #: the TE compute, set by the operator inventory; None: not compiled yet
+    #: the TE compute, set by the compute library; None: not compiled yet
     te_compute: Callable[..., Any] | None = None
     doc: str = ""
     #: the ONNX domain the op belongs to ("" for the standard operator set)

@@ -107,7 +107,7 @@ def schedule_matmul_tuned(schedule: te.Schedule, C: te.Tensor) -> bool:
 
 def blocked_conv_tiles(conv: te.Tensor) -> BlockedConvTiles | None:
     """The ``BlockedConvTiles`` of the current log's best config for the blocked
-    convolution ``conv`` (a ``ConvNCHWc`` compute of the operator inventory, which
+    convolution ``conv`` (a ``ConvNCHWc`` compute of the compute library, which
     carries its workload), or None when no log applies or it has no record of it."""
     from .templates import blocked_conv_task_args, blocked_conv_tiles_of
 

@@ -467,7 +467,7 @@ DEPTHWISE_CONV2D = register_template(Template(
 # ------------------------------------------------------------------ blocked conv2d (NCHW[x]c)
 #
 # What the llvm target really compiles for a float convolution (pass alter_layout): the
-# ``ConvNCHWc`` compute of the operator inventory over a blocked input
+# ``ConvNCHWc`` compute of the compute library over a blocked input
 # (n, C/ib, h, w, ib) and packed weights (O/ob, C/ib, kh, kw, ib, ob), scheduled by
 # ``targets.llvm.schedules.schedule_conv2d_nchwc``. Workloads:
 #   conv2d_nchwc (n, C/ib, h, w, ib, O/ob, ob, kh, kw, sy, sx, pt, pl, pb, pr, dy, dx, dtype)
@@ -566,7 +566,7 @@ def blocked_conv_tiles_of(config: Config) -> BlockedConvTiles:
 
 
 def _instantiate_blocked_conv(args: tuple, config: Config, depthwise: bool):
-    from ..inventory import compute_of
+    from ..compute import compute_of
     from ..targets.llvm.schedules import schedule_conv2d_nchwc
 
     workload = BlockedConvWorkload.from_args(args, depthwise)

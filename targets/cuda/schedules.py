@@ -15,7 +15,7 @@
   them from there. Barriers separate the copies from the reads (inserted by the
   pipeline).
 * :func:`schedule_for_gpu`: every stage of a fused function: injective producers
-  inlined (unless the inventory marks them ``keep``: computed once, read many times),
+  inlined (unless the compute library marks them ``keep``: computed once, read many times),
   anchors (matmul, reductions), outputs and kept stages given the schedules above.
 """
 

@@ -1,6 +1,6 @@
 """The ``cuda`` target: each fused function becomes a few CUDA kernels.
 
-A function body becomes tensor expressions through the operator inventory (shared with
+A function body becomes tensor expressions through the compute library (shared with
 the llvm target), gets the GPU schedules of :mod:`.schedules`, is lowered to TIR and
 cut into kernel launches (:mod:`.passes`), printed as CUDA C (:mod:`.codegen`) and
 compiled by nvcc to PTX and cubins (:mod:`.build`). The kernels run on the GPU through
@@ -8,7 +8,7 @@ the driver API (:mod:`.runtime`) when one is present, or on the CPU emulation of
 same TIR (:mod:`.emulate`, through :mod:`.host_driver`) otherwise (``run_on="auto"``).
 Kernels take and return device arrays (:mod:`.memory`), so the tensors passed between
 GPU functions stay on the device; only model inputs are uploaded and only what a CPU
-function or the caller reads is downloaded. A function the inventory cannot express
+function or the caller reads is downloaded. A function the compute library cannot express
 runs on the NumPy references; ``fallbacks`` says which and why.
 """
 

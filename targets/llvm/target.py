@@ -1,10 +1,10 @@
 """The ``llvm`` target: each fused function becomes one machine-code kernel.
 
-A function body is turned into tensor expressions op by op (the operator
-inventory, ``heterocc.inventory``), its intermediate elementwise/injective
+A function body is turned into tensor expressions op by op (the compute
+library, ``heterocc.compute``), its intermediate elementwise/injective
 stages are inlined into their readers, its anchor (a convolution, a matmul, a
 reduction) gets the CPU schedule for its kind, and the result is lowered to TIR
-and compiled with LLVM. A function whose ops the inventory cannot express yet
+and compiled with LLVM. A function whose ops the compute library cannot express yet
 runs on the NumPy references instead; ``fallbacks`` lists those with the reason.
 
 A convolution's elementwise epilogue (bias, residual add, activation) is finished in
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heterocc import te
+from heterocc.compute import compute_of
 from heterocc.errors import CompileError, TypeInferenceError
-from heterocc.inventory import compute_of
 from heterocc.ir.graph import Node, Value
 from heterocc.runtime.interpreter import evaluate
 from heterocc.te.schedule import INLINE
@@ -111,7 +111,7 @@ def function_constants(body, tables: Sequence[np.ndarray] | None = None) -> list
 
 
 def express_function(body) -> ExpressedFunction:
-    """A function body as tensor expressions, op by op through the operator inventory
+    """A function body as tensor expressions, op by op through the compute library
     (shared by the CPU and GPU targets); CompileError where an op has no compute."""
     tensors: dict[Value, object] = {}
     params, constants = [], []

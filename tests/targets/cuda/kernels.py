@@ -1,4 +1,4 @@
-"""Tensor expressions the CUDA tests schedule: the operator inventory's kinds of compute
+"""Tensor expressions the CUDA tests schedule: the compute library's kinds of compute
 (elementwise, reductions, matmul, conv2d, depthwise conv2d, pooling, softmax, layer
 norm), each with its NumPy oracle."""
 
@@ -169,7 +169,7 @@ def layer_norm(rows=6, columns=50, epsilon=1e-5) -> Case:
 
 
 def inventory_cases() -> list[Case]:
-    """One case of every kind of compute the operator inventory makes."""
+    """One case of every kind of compute the compute library makes."""
     return [elementwise(), vector_elementwise(), row_sum(), matmul(), matmul(128, 256, 64),
             dense_relu(), conv2d(), conv2d(c=6, o=6, groups=6, stride=2),
             max_pool(), softmax(), layer_norm()]

@@ -1,4 +1,4 @@
-"""The operator inventory through the cuda target without a GPU: one official ONNX node
+"""The compute library through the cuda target without a GPU: one official ONNX node
 test case per op with a TE compute, scheduled for the GPU and run by the CPU emulation
 of its kernels, must match the case's outputs; every kernel made on the way must compile
 with nvcc (one translation unit). ``python -m tests.targets.cuda.test_cuda_inventory``
@@ -14,12 +14,12 @@ import pytest
 from onnx import numpy_helper
 
 import heterocc
-from heterocc.inventory import has_compute
+from heterocc.compute import has_compute
 from heterocc.ir.types import EXTENDED_DTYPES
 from heterocc.targets.cuda import CudaTarget, compile_cuda, cuda_source, find_nvcc
 
 #: a floor against regressions: functions of the one-per-op cases that compile for the GPU
-#: (the others are forms the inventory has no TE compute for, which run on NumPy).
+#: (the others are forms the compute library has no TE compute for, which run on NumPy).
 MIN_COMPILED_FUNCTIONS = 95
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from heterocc.targets.cuda.target import CudaTarget
-from tests.inventory.test_quantize_tables import _function
+from tests.compute.test_quantize_tables import _function
 
 
 @pytest.mark.parametrize("size", [4, 8])

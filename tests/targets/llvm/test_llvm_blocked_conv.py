@@ -11,7 +11,7 @@ from onnx import helper
 
 import heterocc
 from heterocc import te
-from heterocc.inventory import compute_of
+from heterocc.compute import compute_of
 from heterocc.ir.types import TensorType
 from heterocc.models import mobilenet_v2, resnet18, tiny_cnn
 from heterocc.ops import get_op

@@ -11,7 +11,7 @@ from onnx import helper, numpy_helper
 
 import heterocc
 from heterocc import te
-from heterocc.inventory import compute_of
+from heterocc.compute import compute_of
 from heterocc.ir.types import TensorType
 from heterocc.passes import fused_functions
 from heterocc.targets.llvm.target import ExpressedFunction, _epilogue_of, _schedule, structure_key

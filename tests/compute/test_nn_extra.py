@@ -1,4 +1,4 @@
-"""ConvTranspose, LpPool, GlobalLpPool, MaxUnpool and Col2Im (core/inventory/nn_extra.py)
+"""ConvTranspose, LpPool, GlobalLpPool, MaxUnpool and Col2Im (core/compute/nn_extra.py)
 against the NumPy references through the llvm target."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from heterocc import te
+from heterocc.compute import compute_of
 from heterocc.errors import CompileError
-from heterocc.inventory import compute_of
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
-from tests.inventory.test_elementwise import check, random_array
+from tests.compute.test_elementwise import check, random_array
 
 
 @pytest.mark.parametrize("attrs,x_shape,w_shape", [

@@ -1,4 +1,4 @@
-"""TE computes of shape and data-movement ops (core/inventory/tensor.py) against the
+"""TE computes of shape and data-movement ops (core/compute/tensor.py) against the
 NumPy reference, through the llvm target; every case must really compile (no fallback)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from onnx import helper, numpy_helper
 
 import heterocc
 from heterocc import te
-from heterocc.inventory import compute_of
+from heterocc.compute import compute_of
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
 from heterocc.ops.registry import infer_node_types

@@ -1,4 +1,4 @@
-"""TE computes of index-driven ops (core/inventory/indexing.py) against the NumPy
+"""TE computes of index-driven ops (core/compute/indexing.py) against the NumPy
 reference, through the llvm target; every case must really compile (no fallback)."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import pytest
 from onnx import helper
 
 import heterocc
-from tests.conftest import make_model
-from tests.inventory.test_tensor import (
+from tests.compute.test_tensor import (
     assert_llvm_matches_reference,
     ints,
     single_node,
 )
+from tests.conftest import make_model
 
 
 @pytest.fixture

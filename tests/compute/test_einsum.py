@@ -1,11 +1,11 @@
-"""Einsum (core/inventory/einsum.py) against the NumPy reference through the llvm
+"""Einsum (core/compute/einsum.py) against the NumPy reference through the llvm
 target: the common forms and general sums of products with ellipses."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.inventory.test_elementwise import check, random_array
+from tests.compute.test_elementwise import check, random_array
 
 
 @pytest.mark.parametrize("equation,shapes", [

@@ -1,4 +1,4 @@
-"""DeformConv, CausalConvWithState and LinearAttention (core/inventory/nn_dynamic.py)
+"""DeformConv, CausalConvWithState and LinearAttention (core/compute/nn_dynamic.py)
 against the NumPy references through the llvm target."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from heterocc import te
+from heterocc.compute import compute_of
+from heterocc.compute.recurrent import MAX_UNROLLED_STEPS
 from heterocc.errors import CompileError
-from heterocc.inventory import compute_of
-from heterocc.inventory.recurrent import MAX_UNROLLED_STEPS
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
 from heterocc.ops.nn import conv_geometry
-from tests.inventory.test_elementwise import check, random_array
+from tests.compute.test_elementwise import check, random_array
 
 
 def _conv_out(x_shape, w_shape, attrs):

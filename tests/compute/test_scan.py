@@ -1,4 +1,4 @@
-"""CumSum and CumProd (core/inventory/reduction.py) along any axis, the axis read in the
+"""CumSum and CumProd (core/compute/reduction.py) along any axis, the axis read in the
 kernel, against the NumPy references through the llvm target."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.inventory.test_elementwise import check, random_array
+from tests.compute.test_elementwise import check, random_array
 
 
 @pytest.mark.parametrize("op", ["CumSum", "CumProd"])

@@ -8,7 +8,7 @@ import pytest
 from onnx import numpy_helper
 
 import heterocc
-from heterocc.inventory import has_compute
+from heterocc.compute import has_compute
 from heterocc.ir.types import EXTENDED_DTYPES
 
 
@@ -54,7 +54,7 @@ def test_inventory_ops_compile_and_match_onnx_cases():
         fell_back += bool(target.fallbacks)
         compiled += not target.fallbacks
     assert not failures, failures
-    # a floor against regressions; the rest run on NumPy until the inventory grows. 1002
+    # a floor against regressions; the rest run on NumPy until the compute library grows. 1002
     # is what CI's AVX2 machine compiled on 2026-11-25 (the 1004 of the session before was
     # measured on another machine; the two cases are not identified yet)
     assert compiled >= 1002, (compiled, fell_back)

@@ -1,4 +1,4 @@
-"""ScatterElements, Scatter, ScatterND and TensorScatter (core/inventory/scatter.py)
+"""ScatterElements, Scatter, ScatterND and TensorScatter (core/compute/scatter.py)
 against the NumPy references through the llvm target, repeated indices included (the
 last update wins, as NumPy's assignment)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.inventory.test_elementwise import check, random_array
+from tests.compute.test_elementwise import check, random_array
 
 
 @pytest.mark.parametrize("reduction,axis,dtype", [

@@ -1,4 +1,4 @@
-"""The operator inventory: a TE compute for each op of the registry.
+"""The compute library: a TE compute for each op of the registry.
 
 A compute takes the op's input tensors (``te.Tensor``, or None for an omitted
 optional input), its attributes (defaults filled in) and its output types (static
@@ -52,5 +52,5 @@ def has_compute(op_name: str) -> bool:
 def compute_of(op_name: str) -> TeCompute:
     op = get_op(op_name)
     if op.te_compute is None:
-        raise CompileError(f"{op_name} has no TE compute in the operator inventory")
+        raise CompileError(f"{op_name} has no TE compute in the compute library (heterocc.compute)")
     return op.te_compute

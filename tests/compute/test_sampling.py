@@ -1,4 +1,4 @@
-"""AffineGrid, GridSample and RoiAlign (core/inventory/sampling.py) against the NumPy
+"""AffineGrid, GridSample and RoiAlign (core/compute/sampling.py) against the NumPy
 references through the llvm target."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.inventory.test_elementwise import check, random_array
+from tests.compute.test_elementwise import check, random_array
 
 
 @pytest.mark.parametrize("size", [(2, 3, 4, 5), (1, 2, 3, 4, 2)])

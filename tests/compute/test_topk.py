@@ -1,4 +1,4 @@
-"""TopK (core/inventory/topk.py) against the NumPy reference through the llvm target:
+"""TopK (core/compute/topk.py) against the NumPy reference through the llvm target:
 ties keep the lower index first, NaN ranks as the largest value."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.inventory.test_elementwise import check, random_array
+from tests.compute.test_elementwise import check, random_array
 
 
 @pytest.mark.parametrize("largest,axis,k,dtype", [

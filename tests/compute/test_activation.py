@@ -1,4 +1,4 @@
-"""TE computes of activations (core/inventory/activation.py) against the NumPy references,
+"""TE computes of activations (core/compute/activation.py) against the NumPy references,
 through the llvm target: every case must really compile (no NumPy fallback)."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import pytest
 from onnx import helper
 
 import heterocc
-from tests.conftest import make_model
-from tests.inventory.test_elementwise import (
+from tests.compute.test_elementwise import (
     assert_same,
     check,
     random_array,
     run_compiled,
     with_specials,
 )
+from tests.conftest import make_model
 
 FLOAT_TYPES = ["float32", "float64"]
 

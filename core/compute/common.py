@@ -1,4 +1,4 @@
-"""Helpers shared by the inventory's computes."""
+"""Helpers shared by the compute library's computes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TE computes of the quantization ops (core/inventory/quantize.py) against the NumPy
+"""TE computes of the quantization ops (core/compute/quantize.py) against the NumPy
 references, through the llvm target: bit-exact, and every case really compiled."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import heterocc
+from tests.compute.test_elementwise import assert_same, check, random_array, run_compiled
 from tests.conftest import make_model
-from tests.inventory.test_elementwise import assert_same, check, random_array, run_compiled
 
 ONNX_FLOAT64 = TensorProto.DOUBLE
 

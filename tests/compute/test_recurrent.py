@@ -1,4 +1,4 @@
-"""RNN, GRU and LSTM (core/inventory/recurrent.py), unrolled over the sequence, against
+"""RNN, GRU and LSTM (core/compute/recurrent.py), unrolled over the sequence, against
 the NumPy references through the llvm target."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.inventory.test_elementwise import check, random_array
+from tests.compute.test_elementwise import check, random_array
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 

@@ -1,4 +1,4 @@
-"""TE computes of normalizations (core/inventory/normalization.py) against the NumPy
+"""TE computes of normalizations (core/compute/normalization.py) against the NumPy
 references, through the llvm target: every case claimed here must really compile (no
 NumPy fallback) and match within float tolerance."""
 
@@ -9,9 +9,9 @@ import pytest
 from onnx import helper
 
 import heterocc
+from tests.compute.test_elementwise import assert_same, check, random_array
+from tests.compute.test_reduction import _fallback_reason
 from tests.conftest import make_model
-from tests.inventory.test_elementwise import assert_same, check, random_array
-from tests.inventory.test_reduction import _fallback_reason
 
 FLOAT_TYPES = ["float32", "float64"]
 

@@ -1,4 +1,4 @@
-"""NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (core/inventory/loss.py)
+"""NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (core/compute/loss.py)
 against the NumPy references through the llvm target."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.inventory.test_elementwise import check
+from tests.compute.test_elementwise import check
 
 FORMS = [("none", None), ("sum", None), ("mean", None), ("mean", 2), ("none", -1)]
 

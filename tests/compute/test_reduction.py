@@ -1,4 +1,4 @@
-"""TE computes of reductions (core/inventory/reduction.py) against the NumPy references,
+"""TE computes of reductions (core/compute/reduction.py) against the NumPy references,
 through the llvm target: every case claimed here must really compile (no NumPy fallback)
 and match exactly (integers, bools) or within float tolerance."""
 
@@ -10,22 +10,22 @@ from onnx import helper
 
 import heterocc
 from heterocc import te
+from heterocc.compute import compute_of
+from heterocc.compute.reduction import PRODUCT_CHUNK, _axes_from_shapes
 from heterocc.errors import CompileError
-from heterocc.inventory import compute_of
-from heterocc.inventory.reduction import PRODUCT_CHUNK, _axes_from_shapes
 from heterocc.ir.graph import Graph, Node, Value
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
 from heterocc.targets.llvm.module import build as build_module
 from heterocc.targets.llvm.target import ExpressedFunction, LLVMTarget, _schedule
-from tests.conftest import make_model
-from tests.inventory.test_elementwise import (
+from tests.compute.test_elementwise import (
     assert_same,
     check,
     random_array,
     run_compiled,
     with_specials,
 )
+from tests.conftest import make_model
 
 FLOAT_TYPES = ["float32", "float64"]
 INT_TYPES = ["int8", "int64", "uint32"]

@@ -1,4 +1,4 @@
-"""DFT, STFT and the cosine-sum windows (core/inventory/signal.py) against the NumPy
+"""DFT, STFT and the cosine-sum windows (core/compute/signal.py) against the NumPy
 references through the llvm target; axis, lengths and steps are read in the kernel."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.inventory.test_elementwise import check, random_array
+from tests.compute.test_elementwise import check, random_array
 
 
 def _int(value):

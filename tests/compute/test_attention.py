@@ -1,4 +1,4 @@
-"""Attention and RotaryEmbedding (core/inventory/attention.py) against the NumPy
+"""Attention and RotaryEmbedding (core/compute/attention.py) against the NumPy
 references through the llvm target."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.inventory.test_elementwise import check, random_array
+from tests.compute.test_elementwise import check, random_array
 
 
 def _qkv(rng, three_d, batch=2, q_heads=4, kv_heads=2, q_length=3, kv_length=5, size=8,

@@ -1,4 +1,4 @@
-"""TE computes of elementwise ops (core/inventory/elementwise.py) against the NumPy
+"""TE computes of elementwise ops (core/compute/elementwise.py) against the NumPy
 references, through the llvm target: each case must really compile (no NumPy fallback)
 and match exactly (integers, bools) or within float tolerance."""
 

@@ -1,4 +1,4 @@
-"""The operator inventory: TE computes for the ops of the registry.
+"""The compute library: TE computes for the ops of the registry.
 
 Importing this package registers every compute (on ``OpDef.te_compute``).
 """

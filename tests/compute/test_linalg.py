@@ -1,4 +1,4 @@
-"""Det (core/inventory/linalg.py) against the NumPy reference through the llvm target."""
+"""Det (core/compute/linalg.py) against the NumPy reference through the llvm target."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from heterocc import te
+from heterocc.compute import compute_of
 from heterocc.errors import CompileError
-from heterocc.inventory import compute_of
 from heterocc.ir.types import TensorType
-from tests.inventory.test_elementwise import check, random_array
+from tests.compute.test_elementwise import check, random_array
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (2, 2), (3, 3), (2, 3, 4, 4)])
