@@ -24,6 +24,7 @@ from .intrin import BufferRegion, TensorIntrin
 from .schedule import AT, INLINE, ROOT, Fuse, Schedule, Split, Stage
 from .schedule_reads import reads_of
 from .tensor import REDUCE, ConstantOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad
+from .tensorize_check import check_tensorize
 
 
 @dataclass
@@ -374,6 +375,7 @@ class _Lowerer:
         if len(read) != len(declared):
             raise CompileError(f"{where}: the stage reads {len(read)} tensors, the intrinsic "
                                f"declares {len(declared)} inputs")
+        check_tensorize(body, intrin, read, store_at, output.shape, relaxed, where)
         inputs = []
         for tensor, placeholder in zip(read, declared):
             realization = self.realized.get(id(tensor))

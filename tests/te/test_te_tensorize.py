@@ -93,3 +93,141 @@ def test_tensorize_refuses_mismatched_shape_and_tails():
     s[C].tensorize(inner, vector_add_intrin(8))
     with pytest.raises(CompileError, match=r"float32\[1, 6\]"):
         te.lower(s, [A, B, C])
+
+
+# --- tensorize proves the intrinsic computes what the loops compute --------------------
+
+def _gemm_stage(dtype="int8", accumulate="int32"):
+    """C[i, j] = sum_r A[i, r] * W[j, r] in ``accumulate`` over ``dtype`` operands, with
+    the reduction split so that a 4-long dot product can replace its inner loop."""
+    A = te.placeholder((3, 8), dtype, "A")
+    W = te.placeholder((5, 8), dtype, "W")
+    r = te.reduce_axis(8, "r")
+    C = te.compute((3, 5), lambda i, j: te.sum(
+        te.cast(accumulate, A[i, r]) * te.cast(accumulate, W[j, r]), axis=r), name="C")
+    s = te.create_schedule(C)
+    _, r_inner = s[C].split(r, factor=4)
+    return s, C, (A, W, C), r_inner
+
+
+def _dot(body, dtype="int8", accumulate="int32", name="dot4", reduce=True):
+    """A 4-long intrinsic whose compute is ``body(a, b, k)`` (summed over k if
+    ``reduce``); its implementation is a plain scalar loop (never reached when refused)."""
+    a = te.placeholder((4,), dtype, "a")
+    b = te.placeholder((4,), dtype, "b")
+    k = te.reduce_axis(4, "k")
+    if reduce:
+        out = te.compute((1,), lambda _: te.sum(body(a, b, k), axis=k), name="out",
+                         dtype=accumulate)
+    else:  # the same output, without the reduction: every step overwrites it
+        out = te.compute((1,), lambda _: body(a, b, 3), name="out", dtype=accumulate)
+
+    def implement(inputs, output):
+        step = tir.Var("step")
+        ra, rb = inputs
+        value = output.load() + tir.Cast(accumulate, ra.load(step)) * \
+            tir.Cast(accumulate, rb.load(step))
+        return tir.For(step, 0, 4, tir.ForKind.SERIAL, output.store(value))
+
+    return te.TensorIntrin(name, out, implement)
+
+
+def _widen(t, i, accumulate="int32"):
+    return te.cast(accumulate, t[i])
+
+
+def test_tensorize_accepts_the_same_computation_in_another_operand_order():
+    s, C, args, r_inner = _gemm_stage()
+    s[C].tensorize(r_inner, _dot(lambda a, b, k: _widen(b, k) * _widen(a, k)))
+    a = RNG.integers(-128, 128, (3, 8), dtype=np.int8)
+    w = RNG.integers(-128, 128, (5, 8), dtype=np.int8)
+    c = np.zeros((3, 5), np.int32)
+    hllvm.build(te.lower(s, list(args), name="f"))["f"](a, w, c)
+    np.testing.assert_array_equal(c, a.astype(np.int32) @ w.astype(np.int32).T)
+
+
+@pytest.mark.parametrize(("intrinsic", "message"), [
+    (_dot(lambda a, b, k: _widen(a, k) + _widen(b, k)),
+     r"the loops compute .*\* .* where the intrinsic computes .*\+"),
+    (_dot(lambda a, b, k: te.cast("int16", a[k]) * te.cast("int16", b[k]),
+          accumulate="int16"), r"int16"),
+    (_dot(lambda a, b, last: _widen(a, last) * _widen(b, last), reduce=False),
+     r"the loops compute a sum-reduction .* the intrinsic no reduction"),
+], ids=["add-for-multiply", "int16-accumulate", "missing-reduction"])
+def test_tensorize_refuses_an_intrinsic_that_computes_something_else(intrinsic, message):
+    s, C, args, r_inner = _gemm_stage()
+    s[C].tensorize(r_inner, intrinsic)
+    with pytest.raises(CompileError, match=message):
+        te.lower(s, list(args))
+
+
+def test_tensorize_refuses_another_combiner():
+    a = te.placeholder((4,), "int8", "a")
+    b = te.placeholder((4,), "int8", "b")
+    k = te.reduce_axis(4, "k")
+    out = te.compute((1,), lambda _: te.max(_widen(a, k) * _widen(b, k), axis=k), name="out")
+    maximum = te.TensorIntrin("max4", out, lambda inputs, output: tir.Evaluate(0))
+    s, C, args, r_inner = _gemm_stage()
+    s[C].tensorize(r_inner, maximum)
+    with pytest.raises(CompileError, match="the loops combine with 'sum', the intrinsic with "
+                                           "'max'"):
+        te.lower(s, list(args))
+
+
+def _tile_stage():
+    """C[i, j] = sum_r A[i, r] * W[j, r] on square 4x4 tiles (shapes alone cannot tell
+    the operands apart)."""
+    A = te.placeholder((4, 4), "float32", "A")
+    W = te.placeholder((4, 4), "float32", "W")
+    r = te.reduce_axis(4, "r")
+    C = te.compute((4, 4), lambda i, j: te.sum(A[i, r] * W[j, r], axis=r), name="C")
+    s = te.create_schedule(C)
+    return s, C, [A, W, C]
+
+
+def _tile_intrin(body) -> te.TensorIntrin:
+    """A 4x4 tile intrinsic computing ``sum_k body(inp, wgt, b, o, k)``; ``inp`` is
+    created first but the binding follows the order in which ``body`` reads them."""
+    inp = te.placeholder((4, 4), "float32", "inp")
+    wgt = te.placeholder((4, 4), "float32", "wgt")
+    k = te.reduce_axis(4, "k")
+    out = te.compute((4, 4), lambda b, o: te.sum(body(inp, wgt, b, o, k), axis=k), name="out")
+    return te.TensorIntrin("tile", out, lambda inputs, output: tir.Evaluate(0))
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    # the weight read first: bound to A, which the loops index by the output's row
+    (lambda inp, wgt, b, o, k: wgt[o, k] * inp[b, k],
+     r"A\[i, r\] indexes its dimension 0 with loops \['i'\] but the intrinsic's "
+     r"wgt\[o, k\] indexes it with \['o'\]"),
+    # the weight transposed
+    (lambda inp, wgt, b, o, k: inp[b, k] * wgt[k, o],
+     r"W\[j, r\] indexes its dimension 0 with loops \['j'\] but the intrinsic's "
+     r"wgt\[k, o\] indexes it with \['k'\]"),
+], ids=["swapped-operands", "transposed-weight"])
+def test_tensorize_refuses_swapped_or_transposed_operands(body, message):
+    s, C, args = _tile_stage()
+    s[C].tensorize(C.op.axis[0], _tile_intrin(body))
+    with pytest.raises(CompileError, match=message):
+        te.lower(s, args)
+
+
+def test_tensorize_accepts_a_tile_intrinsic_that_reads_like_the_loops():
+    s, C, args = _tile_stage()
+    s[C].tensorize(C.op.axis[0], _tile_intrin(lambda inp, wgt, b, o, k: inp[b, k] * wgt[o, k]))
+    te.lower(s, args)
+
+
+def test_tensorize_refuses_a_reduction_the_intrinsic_leaves_out():
+    """The loops reduce over two axes; the intrinsic reduces over one of them only."""
+    A = te.placeholder((4, 4), "float32", "A")
+    ry, rx = te.reduce_axis(4, "ry"), te.reduce_axis(4, "rx")
+    C = te.compute((1,), lambda _: te.sum(A[ry, rx], axis=[ry, rx]), name="C")
+    a = te.placeholder((4,), "float32", "a")
+    k = te.reduce_axis(4, "k")
+    out = te.compute((1,), lambda _: te.sum(a[k], axis=k), name="out")
+    s = te.create_schedule(C)
+    s[C].tensorize(ry, te.TensorIntrin("row", out, lambda inputs, output: tir.Evaluate(0)))
+    with pytest.raises(CompileError, match=r"A\[ry, rx\] walks 2 dimensions of 'A' "
+                                           r"inside the replaced loops, a\[k\] walks 1"):
+        te.lower(s, [A, C])
