@@ -117,6 +117,26 @@ def test_layers_too_large_for_the_memories_stay_on_the_cpu():
     assert "needs 256 elements of wgt, which holds 64" in placement.reason
 
 
+def test_a_wrong_intrinsic_is_refused_at_compile_time(monkeypatch):
+    """An intrinsic declared as sum(inp + wgt) for the array's sum(inp * wgt): tensorize
+    proves the declaration against the loops it replaces and refuses to compile."""
+    from dotprod_accel import codegen, intrinsics
+
+    def adding_dot():
+        right = intrinsics.dot_intrinsic()
+        inp, wgt = right.inputs
+        k = te.reduce_axis(DEPTH, "k")
+        wrong = te.compute((LANES,), lambda j: te.sum(
+            intrinsics.widen(inp[k]) + intrinsics.widen(wgt[j, k]), axis=k), name="acc")
+        return te.TensorIntrin(right.name, wrong, right.implement, right.attrs)
+
+    monkeypatch.setattr(codegen, "dot_intrinsic", adding_dot)
+    with pytest.raises(CompileError, match=r"where the intrinsic computes \(int16\(inp\[k\]\) "
+                                           r"\+ int16\(wgt\[j, k\]\)\)"):
+        heterocc.compile(two_layer_mlp(), target="dotprod,reference").run(
+            [RNG.integers(-128, 128, (4, 20)).astype(np.int8)])
+
+
 def test_codegen_refuses_untensorized_computation():
     a = te.placeholder((8,), "int16", "a")
     b = te.compute((8,), lambda i: a[i] + a[i], name="b")
