@@ -296,15 +296,29 @@ class DeviceKernel:
     cycles: int = 0
     last_timing: DeviceTiming | None = None
 
+    #: bytes copied to and from the device by the last call
+    last_bytes_in: int = 0
+    last_bytes_out: int = 0
+
     def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self.last_bytes_in = 0
         for binding in self.inputs:
-            self.device.copy_in(self.program, binding.tensor.name,
-                               binding.device_array(args))
+            array = binding.device_array(args)
+            self.device.copy_in(self.program, binding.tensor.name, array)
+            self.last_bytes_in += np.asarray(array).nbytes
         self.last_timing = self.device.run(self.program)
         self.calls += 1
         self.cycles += self.last_timing.cycles
-        return [result.from_device(self.device.copy_out(self.program, result.tensor.name))
-                for result in self.outputs]
+        copied = [self.device.copy_out(self.program, result.tensor.name)
+                  for result in self.outputs]
+        self.last_bytes_out = sum(np.asarray(array).nbytes for array in copied)
+        return [result.from_device(array) for result, array in zip(self.outputs, copied)]
+
+    @property
+    def last_cycles(self) -> int:
+        """Device cycles of the last call (0 before the first): what the executor's
+        profile shows for a device kernel (see ``DEVICE_KERNEL_COUNTERS``)."""
+        return self.last_timing.cycles if self.last_timing is not None else 0
 
 
 @dataclass

@@ -152,6 +152,40 @@ def test_accelerator_helpers_run_the_toy_target_bit_exactly():
         assert device_kernel.calls == 1 and device_kernel.cycles == 15
 
 
+def test_profile_shows_cycles_and_bytes_of_any_device_kernel():
+    toy = ToyTarget()
+    compiled = heterocc.compile(_bias_relu_model(), target=[toy, "reference"])
+    compiled.enable_profiling()
+    compiled.run([RNG.standard_normal((3, 5)).astype(np.float32)])
+    rows = [line.split() for line in compiled.profile_report().splitlines()[1:]]
+    toy_rows = [row for row in rows if row[1] == "toyvec"]
+    assert len(toy_rows) == 2
+    for row in toy_rows:
+        # 15 elements per run; x and the bias in (2 x 60 bytes), y out (60 bytes)
+        assert int(row[5]) == 15 and int(row[6]) == 180
+
+
+def test_profile_of_a_kernel_that_reports_nothing_is_wall_time():
+    """A target whose kernels are plain callables (no device counters)."""
+
+    @dataclass
+    class PlainTarget(ToyTarget):
+        name: str = "plain"
+
+        def build(self, function):
+            def run(args):
+                return sdk.reference_outputs(function, args)
+            return run
+
+    compiled = heterocc.compile(_bias_relu_model(), target=[PlainTarget(), "reference"])
+    compiled.enable_profiling()
+    compiled.run([RNG.standard_normal((3, 5)).astype(np.float32)])
+    rows = [line.split() for line in compiled.profile_report().splitlines()[1:]]
+    plain_rows = [row for row in rows if row[1] == "plain"]
+    assert len(plain_rows) == 2 and all(float(row[3]) >= 0 for row in plain_rows)
+    assert all(not row[5].isdigit() for row in plain_rows)  # no cycles column: the ops
+
+
 def test_composite_parts_errors_name_the_node():
     plain = sdk.Node("Relu", [], [], name="relu_7")
     with pytest.raises(sdk.CompileError, match="'relu_7' .* is not a composite"):

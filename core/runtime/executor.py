@@ -137,10 +137,27 @@ class GraphExecutor:
                 node.name, ops, self.placement.get(node.name, "reference"))
         entry.calls += 1
         entry.seconds += seconds
-        # accelerator kernels report the simulated cycles of their last run
-        cycles = sum(c.last_cycles for c in getattr(kernel, "composites", ()))
-        if cycles:
-            entry.extra["cycles"] = entry.extra.get("cycles", 0) + cycles
+        for counter, value in device_counters(kernel).items():
+            entry.extra[counter] = entry.extra.get(counter, 0) + value
+
+
+#: what a device kernel may tell about its last call, each an int attribute (all optional):
+#: device clock ``cycles``, and the bytes the host copied ``in`` and ``out``
+DEVICE_KERNEL_COUNTERS = {"cycles": "last_cycles", "bytes_in": "last_bytes_in",
+                          "bytes_out": "last_bytes_out"}
+
+
+def device_counters(kernel) -> dict[str, int]:
+    """The counters of ``kernel``'s last call, summed over its device kernels: those of
+    a region (``kernel.composites``, as ``sdk.build_accelerator_region`` makes) or of the
+    kernel itself. A kernel that reports nothing is profiled by wall time alone."""
+    parts = list(getattr(kernel, "composites", ())) or ([kernel] if kernel is not None else [])
+    counters = {}
+    for counter, attribute in DEVICE_KERNEL_COUNTERS.items():
+        values = [getattr(part, attribute) for part in parts if hasattr(part, attribute)]
+        if values:
+            counters[counter] = int(sum(values))
+    return counters
 
 
 def check_input(spec: Value, array) -> np.ndarray:
@@ -160,11 +177,14 @@ def format_profile(entries: Sequence[ProfileEntry]) -> str:
     rows = sorted(entries, key=lambda e: -e.seconds)
     total = sum(e.seconds for e in rows) or 1.0
     lines = [f"{'node':40s} {'target':10s} {'calls':>5s} {'ms/call':>9s} {'%':>6s} "
-             f"{'sim cycles/call':>15s}  ops"]
+             f"{'cycles/call':>12s} {'bytes/call':>11s}  ops"]
     for e in rows:
-        per = e.seconds / max(e.calls, 1) * 1e3
-        cycles = f"{e.extra['cycles'] // max(e.calls, 1):15d}" if "cycles" in e.extra \
-            else f"{'':15s}"
+        calls = max(e.calls, 1)
+        per = e.seconds / calls * 1e3
+        cycles = f"{e.extra['cycles'] // calls:12d}" if "cycles" in e.extra else f"{'':12s}"
+        moved = e.extra.get("bytes_in", 0) + e.extra.get("bytes_out", 0)
+        moved_text = f"{moved // calls:11d}" if {"bytes_in", "bytes_out"} & e.extra.keys() \
+            else f"{'':11s}"
         lines.append(f"{e.node[:40]:40s} {e.target[:10]:10s} {e.calls:5d} {per:9.3f} "
-                     f"{100 * e.seconds / total:6.1f} {cycles}  {e.op[:60]}")
+                     f"{100 * e.seconds / total:6.1f} {cycles} {moved_text}  {e.op[:60]}")
     return "\n".join(lines)

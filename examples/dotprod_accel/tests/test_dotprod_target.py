@@ -153,6 +153,27 @@ def test_target_is_discovered_through_its_entry_point(capsys):
     assert "dotprod" in listed and "vta" in listed
 
 
+def test_cli_profiles_the_array_found_through_its_entry_point(tmp_path, capsys):
+    """`heterocc run --profile` prints a row per function with the array's cycles and the
+    bytes each call moves."""
+    import onnx
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(two_layer_mlp(), str(path))
+    x = RNG.integers(-128, 128, (4, 20)).astype(np.int8)
+    np.save(tmp_path / "x.npy", x)
+    assert cli.main(["run", str(path), "--target", "dotprod,reference", "--input",
+                     f"x={tmp_path / 'x.npy'}", "--profile"]) == 0
+    out = capsys.readouterr().out
+    header, *rows = out[out.index("node "):].splitlines()
+    assert "cycles/call" in header and "bytes/call" in header
+    array_rows = [row.split() for row in rows if " dotprod " in row]
+    assert len(array_rows) == 2
+    for row in array_rows:
+        calls, cycles, moved = int(row[2]), int(row[5]), int(row[6])
+        assert calls == 1 and cycles > 0 and moved > 0
+
+
 def test_program_of_the_tutorial():
     """docs/add-a-target.md shows this program; keep the two in step."""
     weights = np.ones((16, 8), np.int8)
