@@ -61,6 +61,10 @@ class TargetError(HeteroccError):
     """An unknown target, or a target that failed to register."""
 
 
+class PatternError(TargetError):
+    """A target's pattern table is malformed (e.g. it leaves an op's input unchecked)."""
+
+
 class AcceleratorError(HeteroccError):
     """Base of errors from the accelerator's ISA, stream checker and simulator."""
 

@@ -7,8 +7,14 @@ A pattern describes the producer tree of a value::
     pattern = is_op("Requantize")(bias | conv)
 
 ``match(pattern, value, producers)`` returns the nodes the pattern covers
-(a :class:`Match`) or None. Input positions past a pattern's listed inputs are
-not checked; ``optional(p)`` also matches an omitted input.
+(a :class:`Match`) or None. ``optional(p)`` also matches an omitted input,
+``absent()`` only an omitted one.
+
+A row of a target's pattern table (:class:`CompositePattern`) must say something about
+every input of every op it lists: an input it left out (a zero point, a bias) would
+pass unchecked into the target's composite, so building the row raises a
+``PatternError`` naming each one. (Input positions past a pattern's listed inputs
+are not checked by ``match`` itself, which the compiler's own rewrites rely on.)
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from .errors import PatternError
 from .ir.graph import Node, Value
+from .ops.registry import get_op
 
 
 class Pattern:
@@ -72,6 +80,14 @@ class Optional(Pattern):
 
     def match(self, value, producers, found):
         return value is None or self.inner.match(value, producers, found)
+
+
+@dataclass(eq=False)
+class Absent(Pattern):
+    """Only an omitted input (e.g. no zero point: the op's default of zero)."""
+
+    def match(self, value, producers, found):
+        return value is None
 
 
 @dataclass(eq=False)
@@ -138,6 +154,39 @@ def optional(inner: Pattern) -> Optional:
     return Optional(inner)
 
 
+def absent() -> Absent:
+    return Absent()
+
+
+def unlisted_inputs(pattern: Pattern) -> list[str]:
+    """``op.input`` for every input that an op of ``pattern`` may receive but the
+    pattern does not list (variadic ops and ops outside the registry are not checked)."""
+    missing: list[str] = []
+    seen: set[int] = set()
+
+    def visit(p: Pattern) -> None:
+        if id(p) in seen:
+            return
+        seen.add(id(p))
+        if isinstance(p, Alt):
+            visit(p.first)
+            visit(p.second)
+        elif isinstance(p, Optional):
+            visit(p.inner)
+        elif isinstance(p, OpPattern):
+            try:
+                names = get_op(p.op).input_names
+            except Exception:  # an op only the target knows: nothing to check against
+                names = None
+            if names is not None:
+                missing.extend(f"{p.op}.{name}" for name in names[len(p.inputs):])
+            for sub in p.inputs:
+                visit(sub)
+
+    visit(pattern)
+    return list(dict.fromkeys(missing))
+
+
 def match(pattern: Pattern, value: Value, producers: Mapping[Value, Node]) -> Match | None:
     """The nodes ``pattern`` covers when rooted at ``value``'s producer, or None."""
     found = Match()
@@ -160,6 +209,15 @@ class CompositePattern:
     name: str
     pattern: Pattern
     check: Callable[[list[Node]], str | None] | None = None
+
+    def __post_init__(self):
+        missing = unlisted_inputs(self.pattern)
+        if missing:
+            raise PatternError(
+                f"pattern {self.name!r} does not look at input(s) {', '.join(missing)}: a "
+                "match would take them unchecked. List each one: a sub-pattern, "
+                "optional(...) where it may be omitted, or absent() where the target "
+                "handles only its omission (e.g. no zero point)")
 
     def reject_reason(self, nodes: list[Node]) -> str | None:
         return self.check(nodes) if self.check is not None else None

@@ -41,6 +41,7 @@ from .errors import (
     HeteroccError,
     IllegalInstructionError,
     InputError,
+    PatternError,
     TargetError,
 )
 from .ir.graph import Graph, Node, Value
@@ -49,6 +50,7 @@ from .patterns import (
     CompositePattern,
     Match,
     Pattern,
+    absent,
     is_constant,
     is_op,
     match,
@@ -69,14 +71,15 @@ from .targets.registry import (
 from .te import BufferRegion, TensorIntrin
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "AcceleratorError", "AcceleratorTarget", "Binding", "BufferRegion",
-    "CompileError", "CompositeParts", "CompositePattern", "Device", "DeviceKernel", "DeviceTiming",
-    "ExportableTarget", "Graph", "HeteroccError", "IllegalInstructionError", "InputError",
-    "Kernel", "Lowering", "Match", "MirroredDevice", "Node", "PartitioningTarget", "Pattern",
-    "Result", "Target", "TargetError", "TargetInfo", "TensorIntrin", "TensorType", "Value",
-    "available_targets", "build_accelerator_region", "compile_composite", "composite_parts",
-    "evaluate_index", "get_target", "is_constant", "is_op", "leaf_statements", "match", "optional",
-    "reference_outputs", "register_target", "te", "tir", "wildcard",
+    "AcceleratorError", "AcceleratorTarget", "Binding", "BufferRegion", "CompileError",
+    "CompositeParts", "CompositePattern", "Device", "DeviceKernel", "DeviceTiming",
+    "ENTRY_POINT_GROUP", "ExportableTarget", "Graph", "HeteroccError", "IllegalInstructionError",
+    "InputError", "Kernel", "Lowering", "Match", "MirroredDevice", "Node", "PartitioningTarget",
+    "Pattern", "PatternError", "Result", "Target", "TargetError", "TargetInfo", "TensorIntrin",
+    "TensorType", "Value", "absent", "available_targets", "build_accelerator_region",
+    "compile_composite", "composite_parts", "evaluate_index", "get_target", "is_constant", "is_op",
+    "leaf_statements", "match", "optional", "reference_outputs", "register_target", "te", "tir",
+    "wildcard",
 ]
 
 

@@ -7,6 +7,7 @@ tensor-expression compute.
 from __future__ import annotations
 
 import enum
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,6 +125,17 @@ class OpDef:
     doc: str = ""
     #: the ONNX domain the op belongs to ("" for the standard operator set)
     domain: str = ""
+
+    @property
+    def input_names(self) -> tuple[str, ...] | None:
+        """The op's inputs in order (optional ones included), from its reference's
+        signature; None for a variadic op (Concat, Sum, ...)."""
+        parameters = inspect.signature(self.reference).parameters.values()
+        if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+            return None
+        return tuple(p.name for p in parameters if p.name not in self.attrs
+                     and p.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                    inspect.Parameter.POSITIONAL_OR_KEYWORD))
 
     @property
     def op_type(self) -> str:

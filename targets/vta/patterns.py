@@ -4,10 +4,12 @@ their bias and requantization (what ``realize_qdq`` produces)."""
 from __future__ import annotations
 
 from heterocc.ir.graph import Node
-from heterocc.patterns import CompositePattern, is_constant, is_op, wildcard
+from heterocc.patterns import CompositePattern, is_constant, is_op, optional, wildcard
 
-_CONV = is_op("ConvInteger")(wildcard(), is_constant())
-_DENSE = is_op("MatMulInteger")(wildcard(), is_constant())
+# zero points: any (check_conv / check_dense decide, see _zero_points)
+_ZERO_POINT = optional(wildcard())
+_CONV = is_op("ConvInteger")(wildcard(), is_constant(), _ZERO_POINT, _ZERO_POINT)
+_DENSE = is_op("MatMulInteger")(wildcard(), is_constant(), _ZERO_POINT, _ZERO_POINT)
 
 
 def _requantized(core):

@@ -7,7 +7,7 @@ from heterocc.frontend import from_onnx
 from heterocc.ir.checker import check_graph
 from heterocc.passes import fuse_ops
 from heterocc.passes.partition import partition
-from heterocc.patterns import CompositePattern, is_constant, is_op, optional, wildcard
+from heterocc.patterns import CompositePattern, is_constant, is_op, match, optional, wildcard
 from heterocc.runtime.interpreter import evaluate
 from tests.conftest import make_model
 
@@ -82,3 +82,33 @@ def test_regions_never_merge_across_an_outside_path(rng):
     region_of = {p.node: p.region for p in report.placements}
     assert region_of["conv_a"] != region_of["add"]  # the sigmoid path forbids the merge
     assert region_of["add"] == region_of["conv_b"]
+
+
+def test_a_pattern_row_must_look_at_every_input_of_its_ops():
+    """MatMulInteger(x, w) leaves both zero points unchecked: refused when the row is
+    built, naming every input left out (all at once)."""
+    from heterocc.errors import PatternError
+    from heterocc.patterns import absent
+
+    dense = is_op("MatMulInteger")(wildcard(), is_constant())
+    with pytest.raises(PatternError, match=r"'dense' does not look at input\(s\) "
+                                           r"MatMulInteger.a_zero_point, "
+                                           r"MatMulInteger.b_zero_point"):
+        CompositePattern("dense", is_op("Add")(dense, is_constant()))
+    listed = is_op("MatMulInteger")(wildcard(), is_constant(), absent(), absent())
+    row = CompositePattern("dense", listed)
+    assert row.name == "dense"
+
+
+def test_absent_matches_only_an_omitted_input(rng):
+    from heterocc.patterns import absent
+
+    w = rng.integers(-3, 3, (4, 5)).astype(np.int8)
+    zero = np.array(0, np.int8)
+    for inputs, expected in ((["x", "w"], True), (["x", "w", "zx"], False)):
+        node = helper.make_node("MatMulInteger", inputs, ["y"], name="mm")
+        g = from_onnx(make_model([node], [("x", "int8", [2, 4])], [("y", "int32", None)],
+                                 {"w": w, "zx": zero}))
+        pattern = is_op("MatMulInteger")(wildcard(), is_constant(), absent(), absent())
+        producers = {v: n for n in g.nodes for v in n.outputs}
+        assert (match(pattern, g.outputs[0], producers) is not None) == expected

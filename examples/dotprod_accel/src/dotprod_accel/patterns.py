@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from heterocc.sdk import CompositePattern, Node, is_constant, is_op, wildcard
+from heterocc.sdk import CompositePattern, Node, is_constant, is_op, optional, wildcard
 
 from .codegen import round_up
 from .isa import DEPTH, LANES, MachineConfig
@@ -18,7 +18,9 @@ INT16_MIN = np.iinfo(np.int16).min
 INT8_MAX = np.iinfo(np.int8).max
 INT8_MIN = np.iinfo(np.int8).min
 
-_DENSE = is_op("MatMulInteger")(wildcard(), is_constant())
+# zero points: any; the check takes only absent or zero ones (_operand_reason)
+_DENSE = is_op("MatMulInteger")(wildcard(), is_constant(), optional(wildcard()),
+                                optional(wildcard()))
 _DENSE_BIAS = is_op("Add")(_DENSE, is_constant())
 
 
