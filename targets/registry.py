@@ -8,6 +8,7 @@ group ``heterocc.targets`` (each entry point names a Target class or factory).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -42,6 +43,7 @@ class TargetInfo:
     source: str = "builtin"
     description: str = ""
     options: dict[str, Any] = field(default_factory=dict)
+    from_entry_point: bool = False
 
 
 _TARGETS: dict[str, TargetInfo] = {}
@@ -49,11 +51,21 @@ _discovered = False
 
 
 def register_target(name: str, factory: Callable[..., Target], description: str = "",
-                    source: str = "builtin") -> None:
-    """Register ``factory(**options) -> Target`` under ``name``."""
-    if name in _TARGETS and _TARGETS[name].factory is not factory:
-        raise TargetError(f"target {name!r} is registered twice "
-                          f"({_TARGETS[name].source} and {source})")
+                    source: str = "builtin", replace: bool = False) -> None:
+    """Register ``factory(**options) -> Target`` under ``name``.
+
+    A name already taken by another factory: an in-process registration replaces one
+    found through an entry point, with a warning (a notebook redefining a packaged
+    plugin); ``replace=True`` replaces any registration silently; otherwise it is a
+    TargetError. Entry points never replace an in-process registration: discovery skips
+    their names."""
+    existing = _TARGETS.get(name)
+    if existing is not None and existing.factory is not factory and not replace:
+        if not existing.from_entry_point or source != "builtin":
+            raise TargetError(f"target {name!r} is registered twice ({existing.source} and "
+                              f"{source}); pass replace=True to replace it")
+        warnings.warn(f"target {name!r}: the registration in this process replaces the one "
+                      f"from entry point {existing.source}", stacklevel=2)
     _TARGETS[name] = TargetInfo(name, factory, source, description)
 
 
@@ -70,8 +82,9 @@ def _discover() -> None:
         except Exception as exc:  # a broken plugin must not break the compiler
             raise TargetError(f"target plugin {ep.name!r} ({ep.value}) failed to load: "
                               f"{type(exc).__name__}: {exc}") from exc
-        register_target(ep.name, factory, getattr(factory, "__doc__", "") or "",
-                        source=ep.value)
+        _TARGETS[ep.name] = TargetInfo(ep.name, factory, ep.value,
+                                       getattr(factory, "__doc__", "") or "",
+                                       from_entry_point=True)
 
 
 def available_targets() -> dict[str, TargetInfo]:

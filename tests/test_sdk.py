@@ -261,6 +261,36 @@ def test_broken_plugin_names_itself(tmp_path, monkeypatch, fresh_registry):
         sdk.available_targets()
 
 
+@dataclass
+class NotebookToy(ToyTarget):
+    """The same target redefined in a notebook."""
+
+
+def test_in_process_registration_and_entry_point_coexist(tmp_path, monkeypatch,
+                                                         fresh_registry):
+    _fake_distribution(tmp_path, "toyvec = tests.test_sdk:ToyTarget")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # discovered first, then registered in process: the explicit one wins, with a warning
+    assert sdk.available_targets()["toyvec"].factory is ToyTarget
+    with pytest.warns(UserWarning, match="replaces the one from entry point "
+                                         "tests.test_sdk:ToyTarget"):
+        sdk.register_target("toyvec", NotebookToy)
+    assert isinstance(sdk.get_target("toyvec"), NotebookToy)
+    # a second in-process registration needs replace=True
+    with pytest.raises(sdk.TargetError, match="registered twice .* replace=True"):
+        sdk.register_target("toyvec", ToyTarget)
+    sdk.register_target("toyvec", ToyTarget, replace=True)
+    assert sdk.available_targets()["toyvec"].factory is ToyTarget
+
+
+def test_entry_point_does_not_replace_an_earlier_registration(tmp_path, monkeypatch,
+                                                              fresh_registry):
+    sdk.register_target("toyvec", NotebookToy)
+    _fake_distribution(tmp_path, "toyvec = tests.test_sdk:ToyTarget")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert sdk.available_targets()["toyvec"].factory is NotebookToy
+
+
 def test_installed_example_target_is_discovered():
     found = {ep.name: ep.value for ep in metadata.entry_points(group=sdk.ENTRY_POINT_GROUP)}
     assert found.get("dotprod") == "dotprod_accel:DotProdTarget", (
