@@ -13,13 +13,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
+import onnx
 
 from .errors import InputError
+from .frontend.onnx import from_onnx, load_model
+from .frontend.to_onnx import graph_to_onnx
 from .ir.graph import Graph, NameScope, Node, Value, constant
 from .ir.types import TensorType
 from .ops import get_op
+from .passes import PassManager
 from .passes.rewrite import single_consumer
 from .runtime.interpreter import evaluate
+
+#: the opset of an exported model whose source declares none
+DEFAULT_EXPORT_OPSET = 21
 
 _LINEAR_OPS = ("Conv", "Gemm", "MatMul")
 _ACTIVATIONS = ("Relu", "Clip")
@@ -141,3 +148,21 @@ def _remap(node: Node, mapping: Mapping[Value, Value]) -> Node:
     if inputs == node.inputs:
         return node
     return Node(node.op, inputs, node.outputs, node.attrs, node.name, node.body)
+
+
+#: the float simplifications run before quantizing a model for export (the compile
+#: pipeline runs the same ones before its ``quantize`` step)
+FLOAT_SIMPLIFICATIONS = ("expand_qoperator", "infer_types", "fold_constants", "simplify",
+                         "fold_batchnorm", "fold_constants", "cse", "dce")
+
+
+def quantize_model(model, calibration: Iterable) -> onnx.ModelProto:
+    """``model`` (path, bytes or ModelProto) quantized by the built-in quantizer, as a
+    QDQ ONNX model: what ``heterocc.compile(model, calibration=...)`` compiles, in the
+    form ``onnxruntime.quantization.quantize_static`` writes (int8, symmetric, zero
+    points 0), for ONNX Runtime or any other tool to run."""
+    proto = load_model(model)
+    graph = PassManager(list(FLOAT_SIMPLIFICATIONS)).run(from_onnx(proto))
+    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
+                default=DEFAULT_EXPORT_OPSET)
+    return graph_to_onnx(quantize_graph(graph, calibration), opset=max(opset, 13))

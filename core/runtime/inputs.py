@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -65,3 +66,33 @@ def name_inputs(specs: Sequence[InputSpec],
                              f"expects {spec.shape}")
         out[spec.name] = arr
     return out
+
+
+def load_samples(path: str) -> list[dict[str, np.ndarray]]:
+    """Sample inputs (e.g. for calibration) from ``path``: a directory of ``.npz``
+    files, one sample each (keys: input names), or one ``.npz`` file whose arrays
+    (keys: input names) stack the samples along a new leading axis."""
+    if os.path.isdir(path):
+        files = sorted(f for f in os.listdir(path) if f.endswith(".npz"))
+        if not files:
+            raise InputError(f"{path!r} holds no .npz files (one sample each, arrays by input "
+                             "name)")
+        return [_load_npz(os.path.join(path, f)) for f in files]
+    stacked = _load_npz(path)
+    counts = {name: len(array) if array.ndim else 0 for name, array in stacked.items()}
+    if len(set(counts.values())) != 1 or 0 in counts.values():
+        raise InputError(f"{path!r}: the arrays must stack the same number of samples along "
+                         f"their first axis; they have {counts}")
+    count = next(iter(counts.values()))
+    return [{name: array[i] for name, array in stacked.items()} for i in range(count)]
+
+
+def _load_npz(path: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot load samples from {path!r}: {exc}") from None
+    if not arrays:
+        raise InputError(f"{path!r} holds no arrays")
+    return arrays

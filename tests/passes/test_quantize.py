@@ -99,3 +99,71 @@ def test_requantize_clamps_accumulators_before_multiplying():
     # without the limit, 1e9 * 4096 would wrap int32; with it the output saturates
     out = requantize_int(acc, 4096, 16, 0, -128, 127, acc_limit=5000)
     assert out.tolist() == [-128, -62, 63, 127]
+
+
+def test_quantized_model_written_as_qdq_onnx_runs_in_onnxruntime_like_ours():
+    """quantize_model writes what compile(calibration=...) compiles: ONNX Runtime runs
+    the written QDQ model, and its top-1 agrees with heterocc's int8 run."""
+    import onnx
+    import onnxruntime as ort
+
+    import heterocc
+    from heterocc.quantization import quantize_model
+
+    model = tiny_cnn()
+    rng = np.random.default_rng(0)
+    calibration = [{"input": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}
+                   for _ in range(4)]
+    written = quantize_model(model, calibration)
+    onnx.checker.check_model(written)
+    ops = [n.op_type for n in written.graph.node]
+    assert ops.count("QuantizeLinear") >= 4 and ops.count("DequantizeLinear") >= 8
+    assert "BatchNormalization" not in ops  # folded before quantizing, as compile does
+    session = ort.InferenceSession(written.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    ours = heterocc.compile(model, calibration=calibration)
+    reloaded = heterocc.compile(written)  # and heterocc reads back what it wrote
+    agree = 0
+    for seed in range(10):
+        x = np.random.default_rng(50 + seed).standard_normal((1, 3, 32, 32)).astype(np.float32)
+        theirs = session.run(None, {"input": x})[0]
+        mine = ours.run([x])[0]
+        assert np.abs(theirs - mine).max() < 0.1
+        np.testing.assert_allclose(reloaded.run([x])[0], theirs, atol=1e-5)
+        agree += int(theirs.argmax() == mine.argmax())
+    assert agree >= 9
+
+
+def test_graph_to_onnx_names_every_op_that_is_not_onnx():
+    from heterocc.errors import CompileError
+    from heterocc.frontend.to_onnx import graph_to_onnx
+
+    model = tiny_cnn()
+    integer = PassManager(["infer_types"]).run(from_onnx(model))
+    assert graph_to_onnx(integer).graph.node  # a float graph of ONNX ops round-trips
+    fused = heterocc_compile_graph(model)
+    with pytest.raises(CompileError, match=r"not ONNX ops: .*\(function\)"):
+        graph_to_onnx(fused)
+
+
+def heterocc_compile_graph(model):
+    import heterocc
+
+    return heterocc.compile(model, target="reference").graph
+
+
+def test_samples_load_from_a_stacked_npz_or_a_directory(tmp_path):
+    from heterocc.errors import InputError
+    from heterocc.runtime.inputs import load_samples
+
+    x = np.arange(24, dtype=np.float32).reshape(3, 2, 4)
+    np.savez(tmp_path / "stacked.npz", input=x)
+    samples = load_samples(str(tmp_path / "stacked.npz"))
+    assert len(samples) == 3 and np.array_equal(samples[1]["input"], x[1])
+    (tmp_path / "dir").mkdir()
+    for i in range(2):
+        np.savez(tmp_path / "dir" / f"s{i}.npz", input=x[i])
+    assert [s["input"].shape for s in load_samples(str(tmp_path / "dir"))] == [(2, 4)] * 2
+    np.savez(tmp_path / "ragged.npz", a=x, b=x[:2])
+    with pytest.raises(InputError, match="same number of samples"):
+        load_samples(str(tmp_path / "ragged.npz"))
