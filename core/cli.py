@@ -2,7 +2,8 @@
 
     heterocc compile MODEL.onnx --target T -o OUT
     heterocc run OUT_OR_MODEL --input NAME=FILE.npy ... [--profile]
-    heterocc inspect MODEL.onnx [--dot FILE] [--dump-ir DIR]
+    heterocc inspect MODEL.onnx [--target T] [--dot FILE] [--dump-ir DIR]
+    heterocc quantize MODEL.onnx --calibrate DIR_OR_NPZ -o QDQ.onnx
     heterocc partition MODEL.onnx --target vta,llvm
     heterocc tune MODEL.onnx --target llvm --trials N --log F
     heterocc hil STREAM_OR_MODEL.onnx --device rtl [--simulator icarus|verilator]
@@ -70,7 +71,8 @@ def cmd_compile(args) -> int:
 
     t0 = time.perf_counter()
     compiled = hcompile(args.model, target=args.target, shapes=parse_shapes(args.shape),
-                        dump_ir=args.dump_ir, tuning_log=args.tuning_log)
+                        dump_ir=args.dump_ir, tuning_log=args.tuning_log,
+                        calibration=_calibration(args.calibrate))
     elapsed = time.perf_counter() - t0
     export = getattr(compiled, "export", None)
     if args.output:
@@ -92,7 +94,7 @@ def cmd_run(args) -> int:
         compiled = load(path)
     else:
         compiled = hcompile(path, target=args.target, shapes=parse_shapes(args.shape),
-                            tuning_log=args.tuning_log)
+                            tuning_log=args.tuning_log, calibration=_calibration(args.calibrate))
     inputs = _load_inputs(args.input)
     if not inputs:
         inputs = _random_inputs(compiled)
@@ -117,6 +119,30 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _calibration(path: str | None) -> list | None:
+    """``--calibrate``: sample inputs for the built-in quantizer, or None."""
+    if path is None:
+        return None
+    from .runtime.inputs import load_samples
+
+    return load_samples(path)
+
+
+def cmd_quantize(args) -> int:
+    import onnx
+
+    from .quantization import quantize_model
+
+    samples = _calibration(args.calibrate)
+    onnx.save(quantize_model(args.model, samples), args.output)
+    print(f"wrote {args.output} (int8 QDQ, calibrated on {len(samples)} samples)")
+    return 0
+
+
+def _target_name(target) -> str:
+    return target.split()[0] if isinstance(target, str) else target.name
+
+
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
 
@@ -127,8 +153,8 @@ def cmd_inspect(args) -> int:
     from .passes import fused_functions
 
     proto = load_model(args.model)
-    compiled = hcompile(proto, target="reference", shapes=parse_shapes(args.shape),
-                        dump_ir=args.dump_ir)
+    compiled = hcompile(proto, target=args.target, shapes=parse_shapes(args.shape),
+                        dump_ir=args.dump_ir, calibration=_calibration(args.calibrate))
     graph = compiled.graph
     functions = fused_functions(graph)
     if args.json:
@@ -143,13 +169,16 @@ def cmd_inspect(args) -> int:
     from .runtime.memory import plan_memory
 
     print(plan_memory(graph).summary())
+    if compiled.placement_report is not None:
+        print()
+        print(compiled.placement_report.format())
     print()
     print(_pass_table(compiled.pass_records))
     if args.dot:
         from .ir.dot import to_dot
 
         with open(args.dot, "w") as f:
-            f.write(to_dot(graph))
+            f.write(to_dot(graph, default_target=_target_name(compiled.targets[-1])))
         print(f"wrote {args.dot}")
     return 0
 
@@ -175,7 +204,7 @@ def cmd_partition(args) -> int:
         from .ir.dot import to_dot
 
         with open(args.dot, "w") as f:
-            f.write(to_dot(compiled.graph))
+            f.write(to_dot(compiled.graph, default_target=_target_name(compiled.targets[-1])))
         print(f"wrote {args.dot}")
     return 0
 
@@ -211,6 +240,11 @@ def _hil(args, stream_command) -> int:
     return stream_command(args)
 
 
+CALIBRATE_HELP = ("quantize to int8 with the built-in calibrator on these sample inputs: a "
+                  "directory of .npz files (one sample each, arrays by input name) or one .npz "
+                  "whose arrays stack the samples along a new first axis")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="heterocc", description="heterocc deep-learning compiler")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -222,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic dims")
     p.add_argument("--dump-ir", help="directory receiving the IR after every pass")
     p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
+    p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="run a model or an exported artifact")
@@ -232,10 +267,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", help="save each output as NAME.npy here")
     p.add_argument("--profile", action="store_true", help="print per-function times")
     p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
+    p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("inspect", help="show the graph after the passes")
     p.add_argument("model")
+    p.add_argument("--target", default="reference",
+                   help="compile for these targets (e.g. vta,llvm: shows the placement too)")
+    p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
     p.add_argument("--shape", action="append")
     p.add_argument("--dot", help="write the fused graph as Graphviz to this file")
     p.add_argument("--dump-ir", help="directory receiving the IR after every pass")
@@ -252,6 +291,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print one JSON object: nodes (node, op, target, macs, reason), "
                         "macs_by_target, nodes_by_target, total_macs")
     p.set_defaults(func=cmd_partition)
+
+    p = sub.add_parser("quantize", help="quantize a float model to int8 QDQ ONNX with the "
+                                        "built-in calibrator")
+    p.add_argument("model")
+    p.add_argument("--calibrate", metavar="DIR_OR_NPZ", required=True, help=CALIBRATE_HELP)
+    p.add_argument("-o", "--output", required=True, help="the QDQ .onnx file to write")
+    p.set_defaults(func=cmd_quantize)
 
     p = sub.add_parser("targets", help="list installed targets")
     p.set_defaults(func=cmd_targets)

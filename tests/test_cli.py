@@ -95,3 +95,52 @@ def test_accel_disasm_and_check_through_the_main_cli(tmp_path, capsys):
     assert "GEMM" in listing and "FINISH" in listing
     assert main(["accel", "check", str(path)]) == 0
     assert "cycles" in capsys.readouterr().out.lower()
+
+
+def _calibration_npz(tmp_path, count=4):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "calibration.npz"
+    np.savez(path, input=rng.standard_normal((count, 1, 3, 32, 32)).astype(np.float32))
+    return path
+
+
+def test_quantize_writes_a_qdq_model_that_onnxruntime_runs(tmp_path, capsys):
+    import onnxruntime as ort
+
+    out = tmp_path / "tiny_qdq.onnx"
+    assert main(["quantize", str(_save(tmp_path)), "--calibrate",
+                 str(_calibration_npz(tmp_path)), "-o", str(out)]) == 0
+    assert "calibrated on 4 samples" in capsys.readouterr().out
+    model = onnx.load(str(out))
+    assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) >= 4
+    x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    (y,) = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(
+        None, {"input": x})
+    assert y.shape == (1, 10) and np.isclose(y.sum(), 1.0, atol=1e-3)
+
+
+def test_run_and_inspect_calibrate_on_the_command_line(tmp_path, capsys):
+    path, samples = _save(tmp_path), str(_calibration_npz(tmp_path))
+    assert main(["inspect", str(path), "--target", "vta,llvm", "--calibrate", samples]) == 0
+    out = capsys.readouterr().out
+    assert "ConvInteger" in out and "vta" in out  # the placement report of the int8 graph
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 32, 32), np.float32))
+    assert main(["run", str(path), "--target", "vta,llvm", "--calibrate", samples,
+                 "--input", f"input={tmp_path / 'x.npy'}", "--profile"]) == 0
+    assert "conv2d_bias_requantize" in capsys.readouterr().out
+
+
+def test_calibrate_names_a_bad_sample_file(tmp_path, capsys):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not an npz")
+    assert main(["compile", str(_save(tmp_path)), "--calibrate", str(bad)]) == 2
+    assert "cannot load samples from" in capsys.readouterr().err
+
+
+def test_partition_dot_labels_functions_with_the_fallback_target(tmp_path):
+    dot = tmp_path / "p.dot"
+    samples = str(_calibration_npz(tmp_path))
+    assert main(["inspect", str(_save(tmp_path)), "--target", "vta,llvm", "--calibrate", samples,
+                 "--dot", str(dot)]) == 0
+    text = dot.read_text()
+    assert "[vta]" in text and "[llvm]" in text and "[reference]" not in text

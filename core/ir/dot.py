@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from .graph import Graph, Value
 
-_COLORS = {"reference": "white", "llvm": "lightblue", "vta": "orange", "cuda": "palegreen"}
+#: fill colors of function clusters, one per target in order of appearance
+_PALETTE = ("lightblue", "orange", "palegreen", "plum", "khaki", "lightpink", "lightcyan")
 
 
 def _quote(s: str) -> str:
     return '"' + s.replace('"', r"\"") + '"'
 
 
-def to_dot(graph: Graph, placement: dict[str, str] | None = None) -> str:
-    """The graph as dot text; function nodes become clusters colored by target."""
+def to_dot(graph: Graph, placement: dict[str, str] | None = None,
+           default_target: str = "reference") -> str:
+    """The graph as dot text; function nodes become clusters labeled and colored by
+    target: their ``target`` attribute, else ``placement`` by node name, else
+    ``default_target`` (the compile's fallback target)."""
     placement = placement or {}
+    colors: dict[str, str] = {}
     lines = [f"digraph {_quote(graph.name)} {{", "  rankdir=TB;",
              "  node [shape=box, fontsize=10];"]
     ids: dict[Value, str] = {}
@@ -31,8 +36,8 @@ def to_dot(graph: Graph, placement: dict[str, str] | None = None) -> str:
             for v in node.outputs:
                 ids[v] = nid
             continue
-        target = node.attrs.get("target") or placement.get(node.name, "reference")
-        color = _COLORS.get(target, "lightgrey")
+        target = node.attrs.get("target") or placement.get(node.name, default_target)
+        color = colors.setdefault(target, _PALETTE[len(colors) % len(_PALETTE)])
         lines.append(f"  subgraph cluster_{k} {{")
         lines.append(f"    label={_quote(f'{node.name} [{target}]')}; style=filled; "
                      f"fillcolor={_quote(color)};")
