@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 
 from .expr import Expr, Var
+from .functor import ExprFunctor, StmtFunctor
 from .stmt import PrimFunc, Stmt
 
 Node = Expr | Stmt
@@ -68,10 +69,10 @@ def uses_any(node: Node, variables: set[Var] | frozenset[Var]) -> bool:
     return any(isinstance(n, Var) and n in variables for n in collect(node, lambda n: True))
 
 
-class Mutator:
+class Mutator(ExprFunctor, StmtFunctor):
     """Rebuilds a tree bottom-up; subclasses override ``visit_<NodeClass>`` for the nodes
-    they change and call :meth:`generic` to rebuild the rest. Unchanged subtrees are
-    shared, not copied.
+    they change (dispatched as by every :mod:`~heterocc.tir.functor`) and call
+    :meth:`generic` to rebuild the rest. Unchanged subtrees are shared, not copied.
 
     Expressions are DAGs (a compute reuses a sub-expression; rewriting keeps it shared):
     within one top-level :meth:`expr` call every distinct node is rewritten once and its
@@ -98,12 +99,11 @@ class Mutator:
         return result
 
     def _expr(self, node: Expr) -> Expr:
-        method = getattr(self, "visit_" + type(node).__name__, None)
-        return method(node) if method else self.generic(node)
+        return self.dispatch(node)
 
-    def stmt(self, node: Stmt) -> Stmt:
-        method = getattr(self, "visit_" + type(node).__name__, None)
-        return method(node) if method else self.generic(node)
+    def visit_default(self, node):
+        """A node without a rule of this mutator: its children rewritten."""
+        return self.generic(node)
 
     def _map(self, value):
         if isinstance(value, Expr):
