@@ -28,12 +28,10 @@ from heterocc.te_target import (
     TETarget,
     elementwise_epilogue,
     epilogue_chain,
-    express_function,
     fold_scalars,
     function_constants,
     numpy_kernel,
     output_specs,
-    structure_key,
 )
 
 from .module import build as build_module
@@ -208,8 +206,3 @@ class LLVMTarget(TETarget):
         return LLVMKernel(function.name, library[symbol], function_constants(function.body),
                           output_specs(function))
 
-
-#: the base's expressing helpers stay importable from here, where the compute library's
-#: tests (which build CPU kernels function by function) have always found them
-__all__ = ["ExpressedFunction", "LLVMKernel", "LLVMTarget", "express_function",
-           "function_constants", "structure_key"]
