@@ -70,9 +70,8 @@ class Functor:
 
     def dispatch(self, node, *args):
         """Apply the rule of ``node``'s class to it (with ``args``)."""
-        rule = self._rules.get(type(node))
-        if rule is None:
-            rule = self.rule_for(type(node))
+        # the hottest path of every compile: one lookup, no further call frame
+        rule = self._rules.get(type(node)) or self.rule_for(type(node))
         return rule(self, node, *args)
 
     def visit_default(self, node, *args):
@@ -85,17 +84,16 @@ class Functor:
 class ExprFunctor(Functor):
     """A computation over expressions, one ``visit_<Class>`` rule per expression class."""
 
-    def expr(self, node, *args):
-        """The result of ``node``'s rule (subclasses may wrap this with a memo)."""
-        return self.dispatch(node, *args)
+    #: the result of ``node``'s rule (a subclass may wrap it with a memo, calling
+    #: :meth:`~Functor.dispatch`)
+    expr = Functor.dispatch
 
 
 class StmtFunctor(Functor):
     """A computation over statements, one ``visit_<Class>`` rule per statement class."""
 
-    def stmt(self, node, *args):
-        """The result of ``node``'s rule."""
-        return self.dispatch(node, *args)
+    #: the result of ``node``'s rule
+    stmt = Functor.dispatch
 
 
 class StmtEmitter(StmtFunctor):

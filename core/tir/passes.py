@@ -138,7 +138,7 @@ class _LoadBoundsGuard(Mutator):
             self._fact_uses += 1  # the reader depends on these facts too
             return hit[2]
         uses = self._fact_uses
-        result = self._expr(node)
+        result = self.dispatch(node)
         if self._fact_uses == uses:
             self._any_facts[id(node)] = (node, result)
         else:

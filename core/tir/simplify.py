@@ -86,16 +86,14 @@ class _Bounds(ExprFunctor):
         self.memo: dict[int, tuple[Expr, Interval]] = {}
 
     def expr(self, node: Expr) -> Interval:
+        if isinstance(node, IntImm):  # leaves need no memo
+            return Interval.point(node.value)
+        if isinstance(node, Var):
+            return self.ranges.get(node, UNBOUNDED)
         hit = self.memo.get(id(node))
         if hit is None:
             hit = self.memo[id(node)] = (node, self.dispatch(node))
         return hit[1]
-
-    def visit_IntImm(self, node: IntImm) -> Interval:
-        return Interval.point(node.value)
-
-    def visit_Var(self, node: Var) -> Interval:
-        return self.ranges.get(node, UNBOUNDED)
 
     def visit_default(self, node: Expr) -> Interval:
         return Interval(0, 1) if is_bool(node.dtype) else UNBOUNDED

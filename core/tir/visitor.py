@@ -88,22 +88,15 @@ class Mutator(ExprFunctor, StmtFunctor):
         if memo is None:
             self._memo = {}
             try:
-                return self._expr(node)
+                return self.dispatch(node)
             finally:
                 self._memo = None
         hit = memo.get(id(node))
         if hit is not None:
             return hit[1]
-        result = self._expr(node)
+        result = self.dispatch(node)
         memo[id(node)] = (node, result)  # the node kept alive: its id stays its own
         return result
-
-    def _expr(self, node: Expr) -> Expr:
-        return self.dispatch(node)
-
-    def visit_default(self, node):
-        """A node without a rule of this mutator: its children rewritten."""
-        return self.generic(node)
 
     def _map(self, value):
         if isinstance(value, Expr):
@@ -123,6 +116,9 @@ class Mutator(ExprFunctor, StmtFunctor):
             if mapped is not value:
                 changes[name] = mapped
         return dataclasses.replace(node, **changes) if changes else node
+
+    #: a node without a rule of this mutator: its children rewritten
+    visit_default = generic
 
     def func(self, func: PrimFunc) -> PrimFunc:
         body = self.stmt(func.body)
