@@ -33,6 +33,8 @@ from .simplify import (
     const_bound,
     from_linear_form,
     linear_form,
+    loop_range,
+    loop_ranges,
     simplify,
     simplify_stmt,
 )
@@ -153,9 +155,9 @@ class _LoadBoundsGuard(Mutator):
                    for fact in self.facts)
 
     def visit_For(self, node: For) -> Stmt:
-        if isinstance(node.min, IntImm) and isinstance(node.extent, IntImm):
-            self.ranges[node.var] = Interval(node.min.value,
-                                             node.min.value + node.extent.value - 1)
+        bound = loop_range(node)
+        if bound is not None:
+            self.ranges[node.var] = bound
         self._any_facts, self._these_facts = {}, {}  # rewrites under other ranges
         try:
             return self.generic(node)
@@ -223,14 +225,6 @@ def _upper_conjuncts(condition: Expr) -> list[tuple[Expr, bool]]:
     return [forms[condition.op]] if condition.op in forms else []
 
 
-def _loop_ranges(stmt: Stmt) -> dict[Var, Interval]:
-    ranges = {}
-    for loop in collect(stmt, lambda n: isinstance(n, For)):
-        if isinstance(loop.min, IntImm) and isinstance(loop.extent, IntImm):
-            ranges[loop.var] = Interval(loop.min.value, loop.min.value + loop.extent.value - 1)
-    return ranges
-
-
 class _LoopPartitioner(Mutator):
     def __init__(self):
         self.ranges: dict[Var, Interval] = {}
@@ -263,7 +257,7 @@ class _LoopPartitioner(Mutator):
             return self.generic(node)
         start, end = node.min.value, node.min.value + node.extent.value
         self.ranges[node.var] = Interval(start, end - 1)
-        split = self._threshold(node, {**self.ranges, **_loop_ranges(node.body)})
+        split = self._threshold(node, {**self.ranges, **loop_ranges(node.body)})
         if split is None or not start < split < end:
             return self.generic(node)
         parts = []
@@ -496,9 +490,9 @@ class _Vectorizer(Mutator):
         self.ranges: dict[Var, Interval] = {}
 
     def visit_For(self, node: For) -> Stmt:
-        if isinstance(node.min, IntImm) and isinstance(node.extent, IntImm):
-            self.ranges[node.var] = Interval(node.min.value,
-                                             node.min.value + node.extent.value - 1)
+        bound = loop_range(node)
+        if bound is not None:
+            self.ranges[node.var] = bound
         node = self.generic(node)
         self.ranges.pop(node.var, None)
         if node.kind is not ForKind.VECTORIZED:

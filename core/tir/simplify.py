@@ -36,7 +36,7 @@ from .expr import (
 )
 from .functor import ExprFunctor
 from .stmt import For, IfThenElse, SeqStmt, Stmt
-from .visitor import Mutator, field_names, substitute
+from .visitor import Mutator, collect, field_names, substitute
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,23 @@ class Interval:
 
 UNBOUNDED = Interval(-math.inf, math.inf)
 Ranges = Mapping[Var, Interval]
+
+
+def loop_range(loop: For) -> Interval | None:
+    """The values ``loop``'s variable takes; None unless its bounds are constants."""
+    if isinstance(loop.min, IntImm) and isinstance(loop.extent, IntImm):
+        return Interval(loop.min.value, loop.min.value + loop.extent.value - 1)
+    return None
+
+
+def loop_ranges(stmt: Stmt) -> dict[Var, Interval]:
+    """The range of every loop variable under ``stmt`` whose loop has constant bounds."""
+    ranges = {}
+    for loop in collect(stmt, lambda n: isinstance(n, For)):
+        bound = loop_range(loop)
+        if bound is not None:
+            ranges[loop.var] = bound
+    return ranges
 
 
 def _mul_bounds(a: Interval, b: Interval) -> Interval:

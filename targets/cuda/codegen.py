@@ -24,7 +24,7 @@ from heterocc.errors import CompileError
 from heterocc.tir import expr as tx
 from heterocc.tir import stmt as ts
 from heterocc.tir.functor import ExprFunctor, StmtEmitter
-from heterocc.tir.simplify import Interval, const_bound, linear_form
+from heterocc.tir.simplify import Interval, const_bound, linear_form, loop_range
 from heterocc.tir.visitor import collect
 
 from .passes import BLOCK_TAGS, Barrier, Kernel
@@ -164,9 +164,9 @@ class KernelPrinter(ExprFunctor, StmtEmitter):
 
     def visit_For(self, node: ts.For) -> None:
         name = self._name(node.var, node.var.name)
-        if isinstance(node.min, tx.IntImm) and isinstance(node.extent, tx.IntImm):
-            self.ranges[node.var] = Interval(node.min.value,
-                                             node.min.value + node.extent.value - 1)
+        bound = loop_range(node)
+        if bound is not None:
+            self.ranges[node.var] = bound
         if node.kind is ts.ForKind.THREAD_BINDING:
             tag = node.thread_tag
             declare = f"const {self.index_type} {name} = ({self.index_type}){tag};"

@@ -45,6 +45,7 @@ from heterocc.tir.simplify import (
     const_bound,
     from_linear_form,
     linear_form,
+    loop_ranges,
     structurally_equal,
 )
 from heterocc.tir.simplify import simplify as simplify_expr
@@ -420,15 +421,6 @@ def _accesses(stmt: Stmt, buffer: tx.Buffer, threads: dict[str, tx.Var]) -> list
     return found
 
 
-def _loop_ranges(stmt: Stmt) -> dict[tx.Var, Interval]:
-    ranges = {}
-    for loop in collect(stmt, lambda n: isinstance(n, For)):
-        if isinstance(loop.min, tx.IntImm) and isinstance(loop.extent, tx.IntImm):
-            ranges[loop.var] = Interval(loop.min.value,
-                                        loop.min.value + loop.extent.value - 1)
-    return ranges
-
-
 def _compaction(alloc: Allocate, ranges: dict[tx.Var, Interval]):
     """(thread axes, per-dimension (lowest index, extent), rewritten indices of every
     access in :func:`_accesses` order) of a block-level local buffer, or None when it is
@@ -529,5 +521,5 @@ def compact_local_buffers(nest: Stmt) -> tuple[Stmt, dict[tx.Buffer, tuple[str, 
     """``local`` buffers allocated at block level and used only inside thread loops,
     each shrunk to the region one thread touches (indices without the thread terms);
     returns the new nest and every such per-thread buffer with its thread axes."""
-    compactor = _LocalCompactor(_loop_ranges(nest))
+    compactor = _LocalCompactor(loop_ranges(nest))
     return compactor.stmt(nest), compactor.per_thread
