@@ -11,6 +11,16 @@ A target package imports only this module. It finds here
 * the **pieces** the compiler already has, re-exported: the pattern language, the
   registry, TE (with :class:`TensorIntrin`), TIR, the error hierarchy and the NumPy
   reference interpreter that is every target's oracle;
+* the **base of TE-compiled targets** (:mod:`heterocc.te_target`, the one the in-tree
+  ``llvm`` and ``cuda`` targets build on): :class:`TETarget` runs express (op by op
+  through the compute library, :func:`express_function`) -> the target's ``schedule``
+  -> ``lower`` -> the target's ``codegen`` -> the target's ``kernel``, with the NumPy
+  fallback listed in ``fallbacks`` and one compiled kernel per :func:`structure_key`;
+  its schedule helpers (:func:`fold_scalars`, :func:`elementwise_epilogue`,
+  :func:`epilogue_chain`) and :func:`function_constants` (the order a kernel takes
+  the constants in) come with it. A target that generates code from TIR walks it with
+  the functors of :mod:`heterocc.tir.functor` (``tir.ExprFunctor``,
+  ``tir.StmtFunctor``, ``tir.StmtEmitter``: one ``visit_<Class>`` rule per node class);
 * **helpers** that do the plumbing every accelerator target would otherwise write:
   :func:`composite_parts` (a composite function node taken apart),
   :func:`compile_composite` / :func:`build_accelerator_region` (composite -> TE ->
@@ -69,17 +79,30 @@ from .targets.registry import (
     register_target,
 )
 from .te import BufferRegion, TensorIntrin
+from .te_target import (
+    CompiledFunction,
+    ExpressedFunction,
+    TETarget,
+    elementwise_epilogue,
+    epilogue_chain,
+    express_function,
+    fold_scalars,
+    function_constants,
+    structure_key,
+)
 
 __all__ = [
     "AcceleratorError", "AcceleratorTarget", "Binding", "BufferRegion", "CompileError",
-    "CompositeParts", "CompositePattern", "Device", "DeviceKernel", "DeviceTiming",
-    "ENTRY_POINT_GROUP", "ExportableTarget", "Graph", "HeteroccError", "IllegalInstructionError",
-    "InputError", "Kernel", "Lowering", "Match", "MirroredDevice", "Node", "PartitioningTarget",
-    "Pattern", "PatternError", "Result", "Target", "TargetError", "TargetInfo", "TensorIntrin",
-    "TensorType", "Value", "absent", "available_targets", "build_accelerator_region",
-    "compile_composite", "composite_parts", "evaluate_index", "get_target", "is_constant", "is_op",
-    "leaf_statements", "match", "optional", "reference_outputs", "register_target", "te", "tir",
-    "wildcard",
+    "CompiledFunction", "CompositeParts", "CompositePattern", "Device", "DeviceKernel",
+    "DeviceTiming", "ENTRY_POINT_GROUP", "ExportableTarget", "ExpressedFunction", "Graph",
+    "HeteroccError", "IllegalInstructionError", "InputError", "Kernel", "Lowering", "Match",
+    "MirroredDevice", "Node", "PartitioningTarget", "Pattern", "PatternError", "Result",
+    "TETarget", "Target", "TargetError", "TargetInfo", "TensorIntrin", "TensorType", "Value",
+    "absent", "available_targets", "build_accelerator_region", "compile_composite",
+    "composite_parts", "elementwise_epilogue", "epilogue_chain", "evaluate_index",
+    "express_function", "fold_scalars", "function_constants", "get_target", "is_constant", "is_op",
+    "leaf_statements", "match", "optional", "reference_outputs", "register_target",
+    "structure_key", "te", "tir", "wildcard",
 ]
 
 

@@ -1,6 +1,7 @@
 """heterocc.tir: the loop-level IR every code generator consumes.
 
 Expressions (``expr``), statements and PrimFuncs (``stmt``), an IRBuilder, a printer,
+the functors every traversal dispatches through (``functor``: one rule per node class),
 an arithmetic simplifier with interval analysis, and passes (loop partition, guard
 removal, load bound checks, flatten, unroll, vectorize) chained by
 :func:`lower_pipeline`.
@@ -53,6 +54,7 @@ from .expr import (
     truncdiv,
     truncmod,
 )
+from .functor import ExprFunctor, Functor, StmtEmitter, StmtFunctor
 from .passes import (
     flatten_buffers,
     guard_load_bounds,
@@ -84,13 +86,14 @@ __all__ = [
     "Allocate", "as_expr", "Binary", "binary", "Broadcast", "Buffer", "BufferLoad",
     "BufferStore", "Call", "call_intrin", "Cast", "cast", "ceil", "collect", "const",
     "const_bound", "cos", "dtype_max", "dtype_min", "equal", "erf", "Evaluate", "exp", "Expr",
-    "expr_to_str", "fabs", "flatten_buffers", "FloatImm", "floor", "For", "ForKind",
-    "free_vars", "func_to_str", "guard_load_bounds", "IfThenElse", "INDEX_DTYPE",
+    "expr_to_str", "ExprFunctor", "fabs", "flatten_buffers", "FloatImm", "floor", "For", "ForKind",
+    "free_vars", "func_to_str", "Functor", "guard_load_bounds", "IfThenElse", "INDEX_DTYPE",
     "inject_virtual_threads", "Interval", "IntImm", "INTRINSICS", "IRBuilder", "lanes_of",
     "log", "logical_and", "logical_or", "lower_pipeline", "maximum", "minimum", "Mutator",
     "Not", "not_equal", "partition_loops", "power", "PrimFunc", "prove", "Ramp",
     "remove_true_guards", "scalar_dtype", "Select", "select", "seq", "SeqStmt", "simplify",
-    "simplify_stmt", "sin", "sqrt", "Stmt", "stmt_to_str", "structurally_equal", "substitute",
+    "simplify_stmt", "sin", "sqrt", "Stmt", "StmtEmitter", "StmtFunctor", "stmt_to_str",
+    "structurally_equal", "substitute",
     "tanh", "THREAD_TAGS", "truncdiv", "truncmod", "unroll_loops", "Var", "vectorize_loops",
     "walk",
 ]

@@ -26,12 +26,15 @@ from .expr import (
     minimum,
     with_lanes,
 )
+from .functor import ExprFunctor, StmtFunctor
 from .simplify import (
     Interval,
     LinearForm,
     const_bound,
     from_linear_form,
     linear_form,
+    loop_range,
+    loop_ranges,
     simplify,
     simplify_stmt,
 )
@@ -137,7 +140,7 @@ class _LoadBoundsGuard(Mutator):
             self._fact_uses += 1  # the reader depends on these facts too
             return hit[2]
         uses = self._fact_uses
-        result = self._expr(node)
+        result = self.dispatch(node)
         if self._fact_uses == uses:
             self._any_facts[id(node)] = (node, result)
         else:
@@ -152,9 +155,9 @@ class _LoadBoundsGuard(Mutator):
                    for fact in self.facts)
 
     def visit_For(self, node: For) -> Stmt:
-        if isinstance(node.min, IntImm) and isinstance(node.extent, IntImm):
-            self.ranges[node.var] = Interval(node.min.value,
-                                             node.min.value + node.extent.value - 1)
+        bound = loop_range(node)
+        if bound is not None:
+            self.ranges[node.var] = bound
         self._any_facts, self._these_facts = {}, {}  # rewrites under other ranges
         try:
             return self.generic(node)
@@ -222,14 +225,6 @@ def _upper_conjuncts(condition: Expr) -> list[tuple[Expr, bool]]:
     return [forms[condition.op]] if condition.op in forms else []
 
 
-def _loop_ranges(stmt: Stmt) -> dict[Var, Interval]:
-    ranges = {}
-    for loop in collect(stmt, lambda n: isinstance(n, For)):
-        if isinstance(loop.min, IntImm) and isinstance(loop.extent, IntImm):
-            ranges[loop.var] = Interval(loop.min.value, loop.min.value + loop.extent.value - 1)
-    return ranges
-
-
 class _LoopPartitioner(Mutator):
     def __init__(self):
         self.ranges: dict[Var, Interval] = {}
@@ -262,7 +257,7 @@ class _LoopPartitioner(Mutator):
             return self.generic(node)
         start, end = node.min.value, node.min.value + node.extent.value
         self.ranges[node.var] = Interval(start, end - 1)
-        split = self._threshold(node, {**self.ranges, **_loop_ranges(node.body)})
+        split = self._threshold(node, {**self.ranges, **loop_ranges(node.body)})
         if split is None or not start < split < end:
             return self.generic(node)
         parts = []
@@ -388,7 +383,7 @@ def _predicate_loads(expr: Expr, predicate: Expr, ranges: dict[Var, Interval]) -
     return _PredicateLoads(predicate, ranges).expr(expr)
 
 
-class _LoopVectorizer:
+class _LoopVectorizer(ExprFunctor, StmtFunctor):
     """Rewrites the body of ``for var in vectorized(min, lanes)`` into vector operations
     (each distinct node of the body's expressions once); ``ranges`` bounds the variables
     of the loops around it."""
@@ -403,36 +398,40 @@ class _LoopVectorizer:
     def expr(self, node: Expr) -> Expr:
         hit = self._memo.get(id(node))
         if hit is None:
-            hit = self._memo[id(node)] = (node, self._expr(node))
+            hit = self._memo[id(node)] = (node, self.dispatch(node))
         return hit[1]
 
-    def _expr(self, node: Expr) -> Expr:
-        if isinstance(node, Var):
-            return self.ramp if node is self.var else node
-        if isinstance(node, IntImm | FloatImm):
-            return node
-        if isinstance(node, Binary):
-            return self._binary(node)
-        if isinstance(node, Not):
-            return Not(self.expr(node.a))
-        if isinstance(node, Cast):
-            value = self.expr(node.value)
-            return Cast(with_lanes(node.dtype, lanes_of(value.dtype)), value)
-        if isinstance(node, Call):
-            args = [self.expr(a) for a in node.args]
-            if all(lanes_of(a.dtype) == 1 for a in args):
-                return node
-            return Call(node.name, tuple(_broadcast(a, self.lanes) for a in args),
-                        with_lanes(node.dtype, self.lanes))
-        if isinstance(node, Select):
-            return self._select(node)
-        if isinstance(node, BufferLoad):
-            (index,) = node.indices
-            vindex = self.expr(index)
-            return node if vindex is index else BufferLoad(node.buffer, (vindex,), node.predicate)
+    def visit_default(self, node, *args):
         raise _NotVectorizable(type(node).__name__)
 
-    def _binary(self, node: Binary) -> Expr:
+    def visit_Var(self, node: Var) -> Expr:
+        return self.ramp if node is self.var else node
+
+    def visit_IntImm(self, node: IntImm | FloatImm) -> Expr:
+        return node
+
+    visit_FloatImm = visit_IntImm
+
+    def visit_Not(self, node: Not) -> Expr:
+        return Not(self.expr(node.a))
+
+    def visit_Cast(self, node: Cast) -> Expr:
+        value = self.expr(node.value)
+        return Cast(with_lanes(node.dtype, lanes_of(value.dtype)), value)
+
+    def visit_Call(self, node: Call) -> Expr:
+        args = [self.expr(a) for a in node.args]
+        if all(lanes_of(a.dtype) == 1 for a in args):
+            return node
+        return Call(node.name, tuple(_broadcast(a, self.lanes) for a in args),
+                    with_lanes(node.dtype, self.lanes))
+
+    def visit_BufferLoad(self, node: BufferLoad) -> Expr:
+        (index,) = node.indices
+        vindex = self.expr(index)
+        return node if vindex is index else BufferLoad(node.buffer, (vindex,), node.predicate)
+
+    def visit_Binary(self, node: Binary) -> Expr:
         a, b = self.expr(node.a), self.expr(node.b)
         if lanes_of(a.dtype) == 1 and lanes_of(b.dtype) == 1:
             return node if (a is node.a and b is node.b) else Binary(node.op, a, b)
@@ -454,7 +453,7 @@ class _LoopVectorizer:
                 return Ramp(Binary("mul", a, b.base), Binary("mul", a, b.stride), b.lanes)
         return Binary(node.op, _broadcast(a, self.lanes), _broadcast(b, self.lanes))
 
-    def _select(self, node: Select) -> Expr:
+    def visit_Select(self, node: Select) -> Expr:
         condition = self.expr(node.condition)
         true_value, false_value = self.expr(node.true_value), self.expr(node.false_value)
         if all(lanes_of(e.dtype) == 1 for e in (condition, true_value, false_value)):
@@ -467,23 +466,23 @@ class _LoopVectorizer:
         return Select(condition, _broadcast(true_value, self.lanes),
                       _broadcast(false_value, self.lanes))
 
-    def stmt(self, node: Stmt) -> Stmt:
-        if isinstance(node, BufferStore):
-            (index,) = node.indices
-            vindex = self.expr(index)
-            if lanes_of(vindex.dtype) == 1:
-                raise _NotVectorizable("store index does not depend on the vectorized loop")
-            value = _broadcast(self.expr(node.value), self.lanes)
-            return BufferStore(node.buffer, value, (vindex,))
-        if isinstance(node, SeqStmt):
-            return SeqStmt(tuple(self.stmt(s) for s in node.stmts))
-        if isinstance(node, IfThenElse):
-            if lanes_of(self.expr(node.condition).dtype) > 1:
-                raise _NotVectorizable("guard depends on the vectorized loop")
-            else_case = self.stmt(node.else_case) if node.else_case is not None else None
-            return dataclasses.replace(node, then_case=self.stmt(node.then_case),
-                                       else_case=else_case)
-        raise _NotVectorizable(type(node).__name__)
+    def visit_BufferStore(self, node: BufferStore) -> Stmt:
+        (index,) = node.indices
+        vindex = self.expr(index)
+        if lanes_of(vindex.dtype) == 1:
+            raise _NotVectorizable("store index does not depend on the vectorized loop")
+        value = _broadcast(self.expr(node.value), self.lanes)
+        return BufferStore(node.buffer, value, (vindex,))
+
+    def visit_SeqStmt(self, node: SeqStmt) -> Stmt:
+        return SeqStmt(tuple(self.stmt(s) for s in node.stmts))
+
+    def visit_IfThenElse(self, node: IfThenElse) -> Stmt:
+        if lanes_of(self.expr(node.condition).dtype) > 1:
+            raise _NotVectorizable("guard depends on the vectorized loop")
+        else_case = self.stmt(node.else_case) if node.else_case is not None else None
+        return dataclasses.replace(node, then_case=self.stmt(node.then_case),
+                                   else_case=else_case)
 
 
 class _Vectorizer(Mutator):
@@ -491,9 +490,9 @@ class _Vectorizer(Mutator):
         self.ranges: dict[Var, Interval] = {}
 
     def visit_For(self, node: For) -> Stmt:
-        if isinstance(node.min, IntImm) and isinstance(node.extent, IntImm):
-            self.ranges[node.var] = Interval(node.min.value,
-                                             node.min.value + node.extent.value - 1)
+        bound = loop_range(node)
+        if bound is not None:
+            self.ranges[node.var] = bound
         node = self.generic(node)
         self.ranges.pop(node.var, None)
         if node.kind is not ForKind.VECTORIZED:

@@ -17,6 +17,7 @@ from .expr import (
     Var,
     is_bool,
 )
+from .functor import ExprFunctor, StmtFunctor
 from .stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, PrimFunc, SeqStmt, Stmt
 
 _INFIX = {
@@ -27,76 +28,106 @@ _INFIX = {
 }
 
 
-def expr_to_str(expr: Expr) -> str:
-    """One-line text of an expression."""
-    if isinstance(expr, IntImm):
+class _Printer(ExprFunctor, StmtFunctor):
+    """Expressions to one line of text; statements (with their indent) to lines."""
+
+    def visit_IntImm(self, expr: IntImm) -> str:
         if is_bool(expr.dtype):
             return "True" if expr.value else "False"
         return str(expr.value) if expr.dtype == "int64" else f"{expr.dtype}({expr.value})"
-    if isinstance(expr, FloatImm):
+
+    def visit_FloatImm(self, expr: FloatImm) -> str:
         return repr(expr.value) if expr.dtype == "float32" else f"{expr.dtype}({expr.value!r})"
-    if isinstance(expr, Var):
+
+    def visit_Var(self, expr: Var) -> str:
         return expr.name
-    if isinstance(expr, Binary):
+
+    def visit_Binary(self, expr: Binary) -> str:
         if expr.op in _INFIX:
-            return f"({expr_to_str(expr.a)} {_INFIX[expr.op]} {expr_to_str(expr.b)})"
-        return f"{expr.op}({expr_to_str(expr.a)}, {expr_to_str(expr.b)})"
-    if isinstance(expr, Not):
-        return f"not {expr_to_str(expr.a)}"
-    if isinstance(expr, Select):
-        return (f"select({expr_to_str(expr.condition)}, {expr_to_str(expr.true_value)}, "
-                f"{expr_to_str(expr.false_value)})")
-    if isinstance(expr, Cast):
-        return f"{expr.dtype}({expr_to_str(expr.value)})"
-    if isinstance(expr, Call):
-        return f"{expr.name}({', '.join(expr_to_str(a) for a in expr.args)})"
-    if isinstance(expr, BufferLoad):
-        text = f"{expr.buffer.name}[{', '.join(expr_to_str(i) for i in expr.indices)}]"
-        return text if expr.predicate is None else f"({text} if {expr_to_str(expr.predicate)})"
-    if isinstance(expr, Ramp):
-        return f"ramp({expr_to_str(expr.base)}, {expr_to_str(expr.stride)}, {expr.lanes})"
-    if isinstance(expr, Broadcast):
-        return f"broadcast({expr_to_str(expr.value)}, {expr.lanes})"
-    describe = getattr(expr, "describe", None)
-    return describe(expr_to_str) if describe else type(expr).__name__
+            return f"({self.expr(expr.a)} {_INFIX[expr.op]} {self.expr(expr.b)})"
+        return f"{expr.op}({self.expr(expr.a)}, {self.expr(expr.b)})"
 
+    def visit_Not(self, expr: Not) -> str:
+        return f"not {self.expr(expr.a)}"
 
-def _stmt_lines(stmt: Stmt, indent: int) -> list[str]:
-    pad = "  " * indent
-    if isinstance(stmt, For):
+    def visit_Select(self, expr: Select) -> str:
+        return (f"select({self.expr(expr.condition)}, {self.expr(expr.true_value)}, "
+                f"{self.expr(expr.false_value)})")
+
+    def visit_Cast(self, expr: Cast) -> str:
+        return f"{expr.dtype}({self.expr(expr.value)})"
+
+    def visit_Call(self, expr: Call) -> str:
+        return f"{expr.name}({', '.join(self.expr(a) for a in expr.args)})"
+
+    def visit_BufferLoad(self, expr: BufferLoad) -> str:
+        text = f"{expr.buffer.name}[{', '.join(self.expr(i) for i in expr.indices)}]"
+        return text if expr.predicate is None else f"({text} if {self.expr(expr.predicate)})"
+
+    def visit_Ramp(self, expr: Ramp) -> str:
+        return f"ramp({self.expr(expr.base)}, {self.expr(expr.stride)}, {expr.lanes})"
+
+    def visit_Broadcast(self, expr: Broadcast) -> str:
+        return f"broadcast({self.expr(expr.value)}, {expr.lanes})"
+
+    def visit_For(self, stmt: For, indent: int) -> list[str]:
         kind = stmt.kind.value if stmt.kind is not ForKind.THREAD_BINDING else stmt.thread_tag
-        head = (f"{pad}for {stmt.var.name} in {kind}({expr_to_str(stmt.min)}, "
-                f"{expr_to_str(stmt.extent)}):")
-        return [head, *_stmt_lines(stmt.body, indent + 1)]
-    if isinstance(stmt, BufferStore):
-        idx = ", ".join(expr_to_str(i) for i in stmt.indices)
-        return [f"{pad}{stmt.buffer.name}[{idx}] = {expr_to_str(stmt.value)}"]
-    if isinstance(stmt, Allocate):
+        head = (f"{_pad(indent)}for {stmt.var.name} in {kind}({self.expr(stmt.min)}, "
+                f"{self.expr(stmt.extent)}):")
+        return [head, *self.stmt(stmt.body, indent + 1)]
+
+    def visit_BufferStore(self, stmt: BufferStore, indent: int) -> list[str]:
+        idx = ", ".join(self.expr(i) for i in stmt.indices)
+        return [f"{_pad(indent)}{stmt.buffer.name}[{idx}] = {self.expr(stmt.value)}"]
+
+    def visit_Allocate(self, stmt: Allocate, indent: int) -> list[str]:
         b = stmt.buffer
-        head = f"{pad}allocate {b.name}: {b.dtype}{list(b.shape)} in {b.scope!r}"
-        return [head, *_stmt_lines(stmt.body, indent)]
-    if isinstance(stmt, IfThenElse):
+        head = f"{_pad(indent)}allocate {b.name}: {b.dtype}{list(b.shape)} in {b.scope!r}"
+        return [head, *self.stmt(stmt.body, indent)]
+
+    def visit_IfThenElse(self, stmt: IfThenElse, indent: int) -> list[str]:
         likely = "likely " if stmt.likely else ""
-        lines = [f"{pad}if {likely}{expr_to_str(stmt.condition)}:",
-                 *_stmt_lines(stmt.then_case, indent + 1)]
+        lines = [f"{_pad(indent)}if {likely}{self.expr(stmt.condition)}:",
+                 *self.stmt(stmt.then_case, indent + 1)]
         if stmt.else_case is not None:
-            lines += [f"{pad}else:", *_stmt_lines(stmt.else_case, indent + 1)]
+            lines += [f"{_pad(indent)}else:", *self.stmt(stmt.else_case, indent + 1)]
         return lines
-    if isinstance(stmt, SeqStmt):
+
+    def visit_SeqStmt(self, stmt: SeqStmt, indent: int) -> list[str]:
         if not stmt.stmts:
-            return [f"{pad}pass"]
-        return [line for s in stmt.stmts for line in _stmt_lines(s, indent)]
-    if isinstance(stmt, Evaluate):
-        return [f"{pad}{expr_to_str(stmt.value)}"]
-    return [f"{pad}<{type(stmt).__name__}>"]
+            return [f"{_pad(indent)}pass"]
+        return [line for s in stmt.stmts for line in self.stmt(s, indent)]
+
+    def visit_Evaluate(self, stmt: Evaluate, indent: int) -> list[str]:
+        return [f"{_pad(indent)}{self.expr(stmt.value)}"]
+
+    def visit_default(self, node, *indent):
+        # Nodes from outside the TIR core: TE's tensor reads describe themselves; other
+        # statements (a target's own) print as their class name.
+        if indent:
+            return [f"{_pad(indent[0])}<{type(node).__name__}>"]
+        describe = getattr(node, "describe", None)
+        return describe(self.expr) if describe else type(node).__name__
+
+
+def _pad(indent: int) -> str:
+    return "  " * indent
+
+
+_PRINTER = _Printer()
+
+
+def expr_to_str(expr: Expr) -> str:
+    """One-line text of an expression."""
+    return _PRINTER.expr(expr)
 
 
 def stmt_to_str(stmt: Stmt) -> str:
     """Indented multi-line text of a statement."""
-    return "\n".join(_stmt_lines(stmt, 0))
+    return "\n".join(_PRINTER.stmt(stmt, 0))
 
 
 def func_to_str(func: PrimFunc) -> str:
     """Text of a PrimFunc: its signature, then its body."""
     params = ", ".join(f"{b.name}: {b.dtype}{list(b.shape)}" for b in func.params)
-    return "\n".join([f"def {func.name}({params}):", *_stmt_lines(func.body, 1)])
+    return "\n".join([f"def {func.name}({params}):", *_PRINTER.stmt(func.body, 1)])

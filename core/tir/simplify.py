@@ -34,8 +34,9 @@ from .expr import (
     lanes_of,
     scalar_dtype,
 )
+from .functor import ExprFunctor
 from .stmt import For, IfThenElse, SeqStmt, Stmt
-from .visitor import Mutator, field_names, substitute
+from .visitor import Mutator, collect, field_names, substitute
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,23 @@ UNBOUNDED = Interval(-math.inf, math.inf)
 Ranges = Mapping[Var, Interval]
 
 
+def loop_range(loop: For) -> Interval | None:
+    """The values ``loop``'s variable takes; None unless its bounds are constants."""
+    if isinstance(loop.min, IntImm) and isinstance(loop.extent, IntImm):
+        return Interval(loop.min.value, loop.min.value + loop.extent.value - 1)
+    return None
+
+
+def loop_ranges(stmt: Stmt) -> dict[Var, Interval]:
+    """The range of every loop variable under ``stmt`` whose loop has constant bounds."""
+    ranges = {}
+    for loop in collect(stmt, lambda n: isinstance(n, For)):
+        bound = loop_range(loop)
+        if bound is not None:
+            ranges[loop.var] = bound
+    return ranges
+
+
 def _mul_bounds(a: Interval, b: Interval) -> Interval:
     products = []
     for x in (a.lo, a.hi):
@@ -66,54 +84,73 @@ def _mul_bounds(a: Interval, b: Interval) -> Interval:
     return Interval(min(products), max(products))
 
 
-def const_bound(expr: Expr, ranges: Ranges, _memo: dict | None = None) -> Interval:
+def const_bound(expr: Expr, ranges: Ranges) -> Interval:
     """Bounds of integer ``expr`` given bounds of its variables (unbounded where unknown);
     a sub-expression shared by several parents is bounded once."""
     if isinstance(expr, IntImm):
         return Interval.point(expr.value)
     if isinstance(expr, Var):
         return ranges.get(expr, UNBOUNDED)
-    if _memo is None:
-        _memo = {}
-    hit = _memo.get(id(expr))
-    if hit is not None:
+    return _Bounds(ranges).expr(expr)
+
+
+class _Bounds(ExprFunctor):
+    """Interval analysis of one expression: a rule per node class that bounds it from
+    the bounds of its operands (each distinct node bounded once)."""
+
+    def __init__(self, ranges: Ranges):
+        self.ranges = ranges
+        self.memo: dict[int, tuple[Expr, Interval]] = {}
+
+    def expr(self, node: Expr) -> Interval:
+        if isinstance(node, IntImm):  # leaves need no memo
+            return Interval.point(node.value)
+        if isinstance(node, Var):
+            return self.ranges.get(node, UNBOUNDED)
+        hit = self.memo.get(id(node))
+        if hit is None:
+            hit = self.memo[id(node)] = (node, self.dispatch(node))
         return hit[1]
-    bound = _const_bound(expr, ranges, _memo)
-    _memo[id(expr)] = (expr, bound)
-    return bound
 
+    def visit_default(self, node: Expr) -> Interval:
+        return Interval(0, 1) if is_bool(node.dtype) else UNBOUNDED
 
-def _const_bound(expr: Expr, ranges: Ranges, memo: dict) -> Interval:
-    if isinstance(expr, Cast) and not is_float(expr.value.dtype) and not is_float(expr.dtype):
-        return const_bound(expr.value, ranges, memo)
-    if is_bool(expr.dtype):
-        return Interval(0, 1)
-    if isinstance(expr, Select):
-        t = const_bound(expr.true_value, ranges, memo)
-        f = const_bound(expr.false_value, ranges, memo)
+    def visit_Cast(self, node: Cast) -> Interval:
+        if not is_float(node.value.dtype) and not is_float(node.dtype):
+            return self.expr(node.value)
+        return self.visit_default(node)
+
+    def visit_Select(self, node: Select) -> Interval:
+        if is_bool(node.dtype):
+            return Interval(0, 1)
+        t, f = self.expr(node.true_value), self.expr(node.false_value)
         return Interval(min(t.lo, f.lo), max(t.hi, f.hi))
-    if isinstance(expr, Binary):
-        a, b = const_bound(expr.a, ranges, memo), const_bound(expr.b, ranges, memo)
-        if expr.op == "add":
+
+    def visit_Binary(self, node: Binary) -> Interval:
+        if is_bool(node.dtype):
+            return Interval(0, 1)
+        a, b = self.expr(node.a), self.expr(node.b)
+        op = node.op
+        if op == "add":
             return Interval(a.lo + b.lo, a.hi + b.hi)
-        if expr.op == "sub":
+        if op == "sub":
             return Interval(a.lo - b.hi, a.hi - b.lo)
-        if expr.op == "mul":
+        if op == "mul":
             return _mul_bounds(a, b)
-        if expr.op == "min":
+        if op == "min":
             return Interval(min(a.lo, b.lo), min(a.hi, b.hi))
-        if expr.op == "max":
+        if op == "max":
             return Interval(max(a.lo, b.lo), max(a.hi, b.hi))
-        if expr.op in ("floordiv", "floormod") and b.lo == b.hi and b.lo > 0:
+        if op in ("floordiv", "floormod") and b.lo == b.hi and b.lo > 0:
             c = int(b.lo)
-            if expr.op == "floormod":
+            if op == "floormod":
                 if a.is_bounded and a.lo // c == a.hi // c:
                     return Interval(a.lo % c, a.hi % c)
                 return Interval(0, c - 1)
             lo = a.lo // c if math.isfinite(a.lo) else -math.inf
             hi = a.hi // c if math.isfinite(a.hi) else math.inf
             return Interval(lo, hi)
-    return UNBOUNDED
+        return UNBOUNDED
 
 
 # ----------------------------------------------------------------------------- linear forms

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 
 from .expr import Expr, Var
+from .functor import ExprFunctor, StmtFunctor
 from .stmt import PrimFunc, Stmt
 
 Node = Expr | Stmt
@@ -68,10 +69,10 @@ def uses_any(node: Node, variables: set[Var] | frozenset[Var]) -> bool:
     return any(isinstance(n, Var) and n in variables for n in collect(node, lambda n: True))
 
 
-class Mutator:
+class Mutator(ExprFunctor, StmtFunctor):
     """Rebuilds a tree bottom-up; subclasses override ``visit_<NodeClass>`` for the nodes
-    they change and call :meth:`generic` to rebuild the rest. Unchanged subtrees are
-    shared, not copied.
+    they change (dispatched as by every :mod:`~heterocc.tir.functor`) and call
+    :meth:`generic` to rebuild the rest. Unchanged subtrees are shared, not copied.
 
     Expressions are DAGs (a compute reuses a sub-expression; rewriting keeps it shared):
     within one top-level :meth:`expr` call every distinct node is rewritten once and its
@@ -87,23 +88,15 @@ class Mutator:
         if memo is None:
             self._memo = {}
             try:
-                return self._expr(node)
+                return self.dispatch(node)
             finally:
                 self._memo = None
         hit = memo.get(id(node))
         if hit is not None:
             return hit[1]
-        result = self._expr(node)
+        result = self.dispatch(node)
         memo[id(node)] = (node, result)  # the node kept alive: its id stays its own
         return result
-
-    def _expr(self, node: Expr) -> Expr:
-        method = getattr(self, "visit_" + type(node).__name__, None)
-        return method(node) if method else self.generic(node)
-
-    def stmt(self, node: Stmt) -> Stmt:
-        method = getattr(self, "visit_" + type(node).__name__, None)
-        return method(node) if method else self.generic(node)
 
     def _map(self, value):
         if isinstance(value, Expr):
@@ -123,6 +116,9 @@ class Mutator:
             if mapped is not value:
                 changes[name] = mapped
         return dataclasses.replace(node, **changes) if changes else node
+
+    #: a node without a rule of this mutator: its children rewritten
+    visit_default = generic
 
     def func(self, func: PrimFunc) -> PrimFunc:
         body = self.stmt(func.body)

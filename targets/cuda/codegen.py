@@ -22,17 +22,9 @@ import numpy as np
 
 from heterocc.errors import CompileError
 from heterocc.tir import expr as tx
-from heterocc.tir.simplify import Interval, const_bound, linear_form
-from heterocc.tir.stmt import (
-    Allocate,
-    BufferStore,
-    Evaluate,
-    For,
-    ForKind,
-    IfThenElse,
-    SeqStmt,
-    Stmt,
-)
+from heterocc.tir import stmt as ts
+from heterocc.tir.functor import ExprFunctor, StmtEmitter
+from heterocc.tir.simplify import Interval, const_bound, linear_form, loop_range
 from heterocc.tir.visitor import collect
 
 from .passes import BLOCK_TAGS, Barrier, Kernel
@@ -103,8 +95,12 @@ class KernelText:
     body: str
 
 
-class KernelPrinter:
-    """Prints one kernel's body; ``wide_index`` keeps index arithmetic in 64 bits."""
+class KernelPrinter(ExprFunctor, StmtEmitter):
+    """Prints one kernel's body (a ``visit_<Class>`` rule per TIR node class: a statement
+    appends lines, an expression returns its text for ``lane`` of a vector statement, or
+    None outside one); ``wide_index`` keeps index arithmetic in 64 bits."""
+
+    role = "CUDA codegen"
 
     def __init__(self, kernel: Kernel, wide_index: bool):
         self.kernel = kernel
@@ -135,7 +131,7 @@ class KernelPrinter:
     def _emit(self, line: str) -> None:
         self.lines.append(INDENT * self.depth + line)
 
-    def _block(self, head: str, body: Stmt) -> None:
+    def _block(self, head: str, body: ts.Stmt) -> None:
         self._emit(head + " {")
         self.depth += 1
         self.stmt(body)
@@ -146,7 +142,7 @@ class KernelPrinter:
 
     def params(self) -> list[str]:
         written = {n.buffer for n in collect(self.kernel.body,
-                                             lambda n: isinstance(n, BufferStore))}
+                                             lambda n: isinstance(n, ts.BufferStore))}
         out = []
         for buffer in self.kernel.params:
             const = "" if buffer in written else "const "
@@ -155,33 +151,23 @@ class KernelPrinter:
 
     # ------------------------------------------------------------------ statements
 
-    def stmt(self, node: Stmt) -> None:
-        if isinstance(node, SeqStmt):
-            for child in node.stmts:
-                self.stmt(child)
-        elif isinstance(node, For):
-            self._for(node)
-        elif isinstance(node, BufferStore):
-            self._store(node)
-        elif isinstance(node, Allocate):
-            self._allocate(node)
-        elif isinstance(node, IfThenElse):
-            self._block(f"if ({self.expr(node.condition)})", node.then_case)
-            if node.else_case is not None:
-                self._block("else", node.else_case)
-        elif isinstance(node, Barrier):
-            self._emit("__syncthreads();")
-        elif isinstance(node, Evaluate):
-            self._emit(self.expr(node.value) + ";")
-        else:
-            raise CompileError(f"CUDA codegen: unsupported statement {type(node).__name__}")
+    def visit_IfThenElse(self, node: ts.IfThenElse) -> None:
+        self._block(f"if ({self.expr(node.condition)})", node.then_case)
+        if node.else_case is not None:
+            self._block("else", node.else_case)
 
-    def _for(self, node: For) -> None:
+    def visit_Barrier(self, node: Barrier) -> None:
+        self._emit("__syncthreads();")
+
+    def visit_Evaluate(self, node: ts.Evaluate) -> None:
+        self._emit(self.expr(node.value) + ";")
+
+    def visit_For(self, node: ts.For) -> None:
         name = self._name(node.var, node.var.name)
-        if isinstance(node.min, tx.IntImm) and isinstance(node.extent, tx.IntImm):
-            self.ranges[node.var] = Interval(node.min.value,
-                                             node.min.value + node.extent.value - 1)
-        if node.kind is ForKind.THREAD_BINDING:
+        bound = loop_range(node)
+        if bound is not None:
+            self.ranges[node.var] = bound
+        if node.kind is ts.ForKind.THREAD_BINDING:
             tag = node.thread_tag
             declare = f"const {self.index_type} {name} = ({self.index_type}){tag};"
             extent = node.extent.value
@@ -196,12 +182,12 @@ class KernelPrinter:
             return
         start, extent = self.expr(node.min), self.expr(node.extent)
         end = extent if start == "0" else f"{start} + {extent}"
-        if node.kind is ForKind.UNROLLED:
+        if node.kind is ts.ForKind.UNROLLED:
             self._emit("#pragma unroll")
         self._block(f"for ({self.index_type} {name} = {start}; {name} < {end}; ++{name})",
                     node.body)
 
-    def _allocate(self, node: Allocate) -> None:
+    def visit_Allocate(self, node: ts.Allocate) -> None:
         buffer = node.buffer
         name = self._name(buffer, buffer.name)
         size = max(buffer.size, 1)
@@ -215,7 +201,7 @@ class KernelPrinter:
                 "inside a kernel; only 'shared' and 'local' buffers can be")
         self.stmt(node.body)
 
-    def _store(self, node: BufferStore) -> None:
+    def visit_BufferStore(self, node: ts.BufferStore) -> None:
         (index,) = node.indices
         buffer = self.names[node.buffer]
         lanes = tx.lanes_of(index.dtype)
@@ -236,7 +222,7 @@ class KernelPrinter:
         form = linear_form(index.base)
         return form.constant % lanes == 0 and all(c % lanes == 0 for c, _ in form.terms.values())
 
-    def _vector_copy(self, node: BufferStore) -> str | None:
+    def _vector_copy(self, node: ts.BufferStore) -> str | None:
         """``*(float4*)(dst + i) = *(const float4*)(src + j)`` where both are aligned."""
         value, (index,) = node.value, node.indices
         lanes = tx.lanes_of(index.dtype)
@@ -253,16 +239,13 @@ class KernelPrinter:
     # ------------------------------------------------------------------ expressions
 
     def expr(self, node: tx.Expr, lane: int | None = None) -> str:
-        method = getattr(self, "_expr_" + type(node).__name__, None)
-        if method is None:
-            raise CompileError(f"CUDA codegen: unsupported expression {type(node).__name__} "
-                               f"({node!r})")
-        return method(node, lane)
+        """The C text of ``node`` (of lane ``lane`` of a vector statement)."""
+        return self.dispatch(node, lane)
 
     def _scalar_type(self, dtype: str) -> str:
         return self.index_type if tx.scalar_dtype(dtype) == tx.INDEX_DTYPE else c_type(dtype)
 
-    def _expr_IntImm(self, node: tx.IntImm, lane) -> str:
+    def visit_IntImm(self, node: tx.IntImm, lane) -> str:
         if tx.is_bool(node.dtype):
             return "true" if node.value else "false"
         if abs(node.value) < 2**31:
@@ -271,7 +254,7 @@ class KernelPrinter:
         suffix = "ULL" if tx.is_unsigned(node.dtype) else "LL"
         return f"({node.value}{suffix})"
 
-    def _expr_FloatImm(self, node: tx.FloatImm, lane) -> str:
+    def visit_FloatImm(self, node: tx.FloatImm, lane) -> str:
         value, double = node.value, tx.scalar_dtype(node.dtype) == "float64"
         if math.isnan(value):
             text = "nan(\"\")" if double else "nanf(\"\")"
@@ -289,7 +272,7 @@ class KernelPrinter:
             return f"__float2half({text})"
         return text
 
-    def _expr_Var(self, node: tx.Var, lane) -> str:
+    def visit_Var(self, node: tx.Var, lane) -> str:
         try:
             return self.names[node]
         except KeyError:
@@ -299,7 +282,7 @@ class KernelPrinter:
     def _nonnegative(self, node: tx.Expr) -> bool:
         return const_bound(node, self.ranges).lo >= 0
 
-    def _expr_Binary(self, node: tx.Binary, lane) -> str:
+    def visit_Binary(self, node: tx.Binary, lane) -> str:
         a, b = self.expr(node.a, lane), self.expr(node.b, lane)
         op, dtype = node.op, node.a.dtype
         if op in ("floordiv", "floormod"):
@@ -320,18 +303,18 @@ class KernelPrinter:
             return f"hcc_{op}<{self._scalar_type(dtype)}>({a}, {b})"
         return f"({a} {_INFIX[op]} {b})"
 
-    def _expr_Not(self, node: tx.Not, lane) -> str:
+    def visit_Not(self, node: tx.Not, lane) -> str:
         operator = "!" if tx.is_bool(node.dtype) else "~"
         return f"({operator}{self.expr(node.a, lane)})"
 
-    def _expr_Select(self, node: tx.Select, lane) -> str:
+    def visit_Select(self, node: tx.Select, lane) -> str:
         return (f"({self.expr(node.condition, lane)} ? {self.expr(node.true_value, lane)} : "
                 f"{self.expr(node.false_value, lane)})")
 
-    def _expr_Cast(self, node: tx.Cast, lane) -> str:
+    def visit_Cast(self, node: tx.Cast, lane) -> str:
         return f"(({self._scalar_type(node.dtype)})({self.expr(node.value, lane)}))"
 
-    def _expr_Call(self, node: tx.Call, lane) -> str:
+    def visit_Call(self, node: tx.Call, lane) -> str:
         args = ", ".join(self.expr(a, lane) for a in node.args)
         base = tx.scalar_dtype(node.dtype)
         if base not in ("float32", "float64"):
@@ -340,7 +323,7 @@ class KernelPrinter:
         name = _MATH.get(node.name, node.name)
         return f"{name}{'f' if base == 'float32' else ''}({args})"
 
-    def _expr_BufferLoad(self, node: tx.BufferLoad, lane) -> str:
+    def visit_BufferLoad(self, node: tx.BufferLoad, lane) -> str:
         (index,) = node.indices
         load = f"{self.names[node.buffer]}[{self.expr(index, lane)}]"
         if node.predicate is None:
@@ -348,7 +331,7 @@ class KernelPrinter:
         zero = f"(({c_type(node.buffer.dtype)})0)"
         return f"({self.expr(node.predicate, lane)} ? {load} : {zero})"
 
-    def _expr_Ramp(self, node: tx.Ramp, lane) -> str:
+    def visit_Ramp(self, node: tx.Ramp, lane) -> str:
         if lane is None:
             raise CompileError("CUDA codegen: a vector index outside a vector statement")
         if isinstance(node.stride, tx.IntImm):
@@ -356,7 +339,7 @@ class KernelPrinter:
             return self.expr(node.base) if offset == 0 else f"({self.expr(node.base)} + {offset})"
         return f"({self.expr(node.base)} + {self.expr(node.stride)} * {lane})"
 
-    def _expr_Broadcast(self, node: tx.Broadcast, lane) -> str:
+    def visit_Broadcast(self, node: tx.Broadcast, lane) -> str:
         return self.expr(node.value)
 
     # ------------------------------------------------------------------ kernel
@@ -379,7 +362,7 @@ def cuda_source(module_name: str, kernels: list[Kernel]) -> str:
     """The CUDA C translation unit of ``kernels``."""
     buffers = [b for k in kernels for b in k.params]
     buffers += [n.buffer for k in kernels
-                for n in collect(k.body, lambda n: isinstance(n, Allocate))]
+                for n in collect(k.body, lambda n: isinstance(n, ts.Allocate))]
     wide = needs_wide_index(buffers)
     texts = [KernelPrinter(k, wide).text() for k in kernels]
     uses_half = any(tx.scalar_dtype(b.dtype) == "float16" for b in buffers)
@@ -388,7 +371,7 @@ def cuda_source(module_name: str, kernels: list[Kernel]) -> str:
 
 def launch_shared_bytes(kernel: Kernel) -> int:
     """Bytes of static shared memory the kernel declares (for reports)."""
-    allocations = collect(kernel.body, lambda n: isinstance(n, Allocate)
+    allocations = collect(kernel.body, lambda n: isinstance(n, ts.Allocate)
                           and n.buffer.scope == "shared")
     return sum(a.buffer.size * np.dtype(tx.scalar_dtype(a.buffer.dtype)).itemsize
                for a in allocations)

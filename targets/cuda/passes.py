@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from heterocc.errors import CompileError
 from heterocc.tir import expr as tx
+from heterocc.tir.functor import StmtFunctor
 from heterocc.tir.passes import (
     flatten_buffers,
     guard_load_bounds,
@@ -45,6 +46,7 @@ from heterocc.tir.simplify import (
     const_bound,
     from_linear_form,
     linear_form,
+    loop_ranges,
     structurally_equal,
 )
 from heterocc.tir.simplify import simplify as simplify_expr
@@ -60,7 +62,7 @@ from heterocc.tir.stmt import (
     Stmt,
     seq,
 )
-from heterocc.tir.visitor import Mutator, collect, free_vars, substitute
+from heterocc.tir.visitor import Mutator, children, collect, free_vars, substitute
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -181,13 +183,7 @@ def _check_nesting(name: str, stmt: Stmt, bound: frozenset = frozenset()) -> Non
 
 
 def _child_stmts(stmt: Stmt) -> list[Stmt]:
-    if isinstance(stmt, SeqStmt):
-        return list(stmt.stmts)
-    if isinstance(stmt, For | Allocate):
-        return [stmt.body]
-    if isinstance(stmt, IfThenElse):
-        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
-    return []
+    return [child for child in children(stmt) if isinstance(child, Stmt)]
 
 
 def _global_buffers(stmt: Stmt) -> set[tx.Buffer]:
@@ -247,32 +243,50 @@ def _writes_memory_shared_by_threads(stmt: Stmt) -> bool:
 def guard_owner_stores(stmt: Stmt, index_vars: dict[str, tx.Var],
                        bound: frozenset = frozenset()) -> Stmt:
     """Stores to global or shared memory made outside the loops of some thread axis run
-    on thread 0 of that axis only (``index_vars`` stand for the thread indices)."""
-    missing = [tag for tag in index_vars if tag not in bound]
-    if not missing:
-        return stmt
-    if not collect(stmt, lambda n: _is_thread_loop(n, tuple(missing))):
-        if not _writes_memory_shared_by_threads(stmt):
+    on thread 0 of that axis only (``index_vars`` stand for the thread indices; ``bound``
+    are the thread axes whose loops enclose ``stmt``)."""
+    return _OwnerGuards(index_vars).stmt(stmt, bound)
+
+
+class _OwnerGuards(StmtFunctor):
+    """The walk of :func:`guard_owner_stores`: each rule takes the thread axes bound
+    around its statement."""
+
+    def __init__(self, index_vars: dict[str, tx.Var]):
+        self.index_vars = index_vars
+
+    def stmt(self, stmt: Stmt, bound: frozenset) -> Stmt:
+        missing = [tag for tag in self.index_vars if tag not in bound]
+        if not missing:
             return stmt
-        condition = None
-        for tag in missing:
-            is_first = tx.equal(index_vars[tag], 0)
-            condition = is_first if condition is None else tx.logical_and(condition, is_first)
-        return IfThenElse(condition, stmt)
-    if isinstance(stmt, SeqStmt):
-        return SeqStmt(tuple(guard_owner_stores(s, index_vars, bound) for s in stmt.stmts))
-    if isinstance(stmt, For):
+        if not collect(stmt, lambda n: _is_thread_loop(n, tuple(missing))):
+            if not _writes_memory_shared_by_threads(stmt):
+                return stmt
+            condition = None
+            for tag in missing:
+                is_first = tx.equal(self.index_vars[tag], 0)
+                condition = is_first if condition is None else tx.logical_and(condition,
+                                                                              is_first)
+            return IfThenElse(condition, stmt)
+        return self.dispatch(stmt, bound)
+
+    def visit_SeqStmt(self, stmt: SeqStmt, bound: frozenset) -> Stmt:
+        return SeqStmt(tuple(self.stmt(s, bound) for s in stmt.stmts))
+
+    def visit_For(self, stmt: For, bound: frozenset) -> Stmt:
         inner = bound | {stmt.thread_tag} if _is_thread_loop(stmt) else bound
-        return dataclasses.replace(stmt, body=guard_owner_stores(stmt.body, index_vars, inner))
-    if isinstance(stmt, Allocate):
-        return dataclasses.replace(stmt, body=guard_owner_stores(stmt.body, index_vars, bound))
-    if isinstance(stmt, IfThenElse):
-        else_case = None if stmt.else_case is None else guard_owner_stores(
-            stmt.else_case, index_vars, bound)
-        return dataclasses.replace(stmt, then_case=guard_owner_stores(stmt.then_case, index_vars,
-                                                                      bound),
+        return dataclasses.replace(stmt, body=self.stmt(stmt.body, inner))
+
+    def visit_Allocate(self, stmt: Allocate, bound: frozenset) -> Stmt:
+        return dataclasses.replace(stmt, body=self.stmt(stmt.body, bound))
+
+    def visit_IfThenElse(self, stmt: IfThenElse, bound: frozenset) -> Stmt:
+        else_case = None if stmt.else_case is None else self.stmt(stmt.else_case, bound)
+        return dataclasses.replace(stmt, then_case=self.stmt(stmt.then_case, bound),
                                    else_case=else_case)
-    return stmt
+
+    def visit_default(self, stmt: Stmt, bound: frozenset) -> Stmt:
+        return stmt
 
 
 # ----------------------------------------------------------------------------- barriers
@@ -344,16 +358,28 @@ def insert_barriers(stmt: Stmt, kernel: str, index_vars: frozenset = frozenset()
     memory, and at the end of loop bodies whose next iteration overwrites what this
     one read. Statements under an owner guard (a condition on the thread indices
     ``index_vars`` only) run on one thread and need none."""
-    if isinstance(stmt, IfThenElse) and free_vars(stmt.condition) <= index_vars:
-        return stmt
-    if _is_thread_loop(stmt):
-        _check_thread_private(stmt, kernel)
-        return stmt
-    if isinstance(stmt, SeqStmt):
+    return _Barriers(kernel, index_vars).stmt(stmt)
+
+
+class _Barriers(StmtFunctor):
+    """The walk of :func:`insert_barriers` over the statements of ``kernel``."""
+
+    def __init__(self, kernel: str, index_vars: frozenset):
+        self.kernel, self.index_vars = kernel, index_vars
+
+    def stmt(self, stmt: Stmt) -> Stmt:
+        if isinstance(stmt, IfThenElse) and free_vars(stmt.condition) <= self.index_vars:
+            return stmt
+        if _is_thread_loop(stmt):
+            _check_thread_private(stmt, self.kernel)
+            return stmt
+        return self.dispatch(stmt)
+
+    def visit_SeqStmt(self, stmt: SeqStmt) -> Stmt:
         out: list[Stmt] = []
         pending = _SharedAccess()
         for child in stmt.stmts:
-            child = insert_barriers(child, kernel, index_vars)
+            child = self.stmt(child)
             head, tail = _head_and_tail(child)
             if pending.conflicts_with(head):
                 out.append(Barrier())
@@ -364,28 +390,32 @@ def insert_barriers(stmt: Stmt, kernel: str, index_vars: frozenset = frozenset()
             else:
                 pending.merge(tail)
         return seq(out)
-    if isinstance(stmt, For):
-        body = insert_barriers(stmt.body, kernel, index_vars)
+
+    def visit_For(self, stmt: For) -> Stmt:
+        body = self.stmt(stmt.body)
         if _is_thread_loop(stmt, BLOCK_TAGS):  # each iteration is another block
             return dataclasses.replace(stmt, body=body)
         head, tail = _head_and_tail(body)
         if tail.conflicts_with(head, ordered_writes=False):
             body = seq([body, Barrier()])
         return dataclasses.replace(stmt, body=body)
-    if isinstance(stmt, Allocate):
-        return dataclasses.replace(stmt, body=insert_barriers(stmt.body, kernel, index_vars))
-    if isinstance(stmt, IfThenElse):
-        then_case = insert_barriers(stmt.then_case, kernel, index_vars)
-        else_case = None if stmt.else_case is None else insert_barriers(
-            stmt.else_case, kernel, index_vars)
+
+    def visit_Allocate(self, stmt: Allocate) -> Stmt:
+        return dataclasses.replace(stmt, body=self.stmt(stmt.body))
+
+    def visit_IfThenElse(self, stmt: IfThenElse) -> Stmt:
+        then_case = self.stmt(stmt.then_case)
+        else_case = None if stmt.else_case is None else self.stmt(stmt.else_case)
         if collect(then_case, lambda n: isinstance(n, Barrier)) or (
                 else_case is not None and collect(else_case, lambda n: isinstance(n, Barrier))):
             raise CompileError(
-                f"kernel {kernel!r}: a barrier is needed under the guard "
+                f"kernel {self.kernel!r}: a barrier is needed under the guard "
                 f"{stmt.condition!r}, which threads may disagree on; choose split factors "
                 "that divide the extents of the loops around shared-memory stages")
         return dataclasses.replace(stmt, then_case=then_case, else_case=else_case)
-    return stmt
+
+    def visit_default(self, stmt: Stmt) -> Stmt:
+        return stmt
 
 
 # ----------------------------------------------------------------------------- local buffers
@@ -397,36 +427,47 @@ class _Access:
     threads: dict[str, tx.Var]  # thread axis -> the variable of its enclosing loop
 
 
-def _accesses(stmt: Stmt, buffer: tx.Buffer, threads: dict[str, tx.Var]) -> list[_Access]:
-    found = []
-    exprs: list[tx.Expr] = []
-    if isinstance(stmt, BufferStore):
-        if stmt.buffer is buffer:
-            found.append(_Access(stmt.indices, threads))
-        exprs = [stmt.value, *stmt.indices]
-    elif isinstance(stmt, IfThenElse):
-        exprs = [stmt.condition]
-    elif isinstance(stmt, Evaluate):
-        exprs = [stmt.value]
-    elif isinstance(stmt, For):
-        exprs = [stmt.min, stmt.extent]
+class _Accesses(StmtFunctor):
+    """Every access to ``buffer`` under a statement, each with the thread loops around
+    it (a rule per statement class takes the thread loops around its statement)."""
+
+    def __init__(self, buffer: tx.Buffer):
+        self.buffer = buffer
+        self.found: list[_Access] = []
+
+    def _loads(self, exprs: list[tx.Expr], threads: dict[str, tx.Var]) -> None:
+        for expr in exprs:
+            for load in collect(expr, lambda n: isinstance(n, tx.BufferLoad)
+                                and n.buffer is self.buffer):
+                self.found.append(_Access(load.indices, threads))
+
+    def visit_BufferStore(self, stmt: BufferStore, threads: dict[str, tx.Var]) -> None:
+        if stmt.buffer is self.buffer:
+            self.found.append(_Access(stmt.indices, threads))
+        self._loads([stmt.value, *stmt.indices], threads)
+
+    def visit_Evaluate(self, stmt: Evaluate, threads: dict[str, tx.Var]) -> None:
+        self._loads([stmt.value], threads)
+
+    def visit_For(self, stmt: For, threads: dict[str, tx.Var]) -> None:
         if _is_thread_loop(stmt):
             threads = {**threads, stmt.thread_tag: stmt.var}
-    for expr in exprs:
-        for load in collect(expr, lambda n: isinstance(n, tx.BufferLoad) and n.buffer is buffer):
-            found.append(_Access(load.indices, threads))
-    for child in _child_stmts(stmt):
-        found += _accesses(child, buffer, threads)
-    return found
+        self._loads([stmt.min, stmt.extent], threads)
+        self.stmt(stmt.body, threads)
+
+    def visit_IfThenElse(self, stmt: IfThenElse, threads: dict[str, tx.Var]) -> None:
+        self._loads([stmt.condition], threads)
+        self.visit_default(stmt, threads)
+
+    def visit_default(self, stmt: Stmt, threads: dict[str, tx.Var]) -> None:
+        for child in _child_stmts(stmt):  # a sequence, an allocation, a barrier
+            self.stmt(child, threads)
 
 
-def _loop_ranges(stmt: Stmt) -> dict[tx.Var, Interval]:
-    ranges = {}
-    for loop in collect(stmt, lambda n: isinstance(n, For)):
-        if isinstance(loop.min, tx.IntImm) and isinstance(loop.extent, tx.IntImm):
-            ranges[loop.var] = Interval(loop.min.value,
-                                        loop.min.value + loop.extent.value - 1)
-    return ranges
+def _accesses(stmt: Stmt, buffer: tx.Buffer, threads: dict[str, tx.Var]) -> list[_Access]:
+    walk = _Accesses(buffer)
+    walk.stmt(stmt, threads)
+    return walk.found
 
 
 def _compaction(alloc: Allocate, ranges: dict[tx.Var, Interval]):
@@ -529,5 +570,5 @@ def compact_local_buffers(nest: Stmt) -> tuple[Stmt, dict[tx.Buffer, tuple[str, 
     """``local`` buffers allocated at block level and used only inside thread loops,
     each shrunk to the region one thread touches (indices without the thread terms);
     returns the new nest and every such per-thread buffer with its thread axes."""
-    compactor = _LocalCompactor(_loop_ranges(nest))
+    compactor = _LocalCompactor(loop_ranges(nest))
     return compactor.stmt(nest), compactor.per_thread

@@ -1,9 +1,12 @@
 """The ``cuda`` target: each fused function becomes a few CUDA kernels.
 
-A function body becomes tensor expressions through the compute library (shared with
-the llvm target), gets the GPU schedules of :mod:`.schedules`, is lowered to TIR and
-cut into kernel launches (:mod:`.passes`), printed as CUDA C (:mod:`.codegen`) and
-compiled by nvcc to PTX and cubins (:mod:`.build`). The kernels run on the GPU through
+A TE-compiled target (:class:`heterocc.te_target.TETarget`, as the llvm one: a function
+body becomes tensor expressions through the compute library, functions of one structure
+share their kernels, and a function the compute library cannot express runs on the
+NumPy references, listed in ``fallbacks`` with the reason). What is the GPU's here: the
+schedules of :mod:`.schedules`, the lowering that cuts the TIR into kernel launches
+(:mod:`.passes`), the CUDA C printer (:mod:`.codegen`) and nvcc, which compiles it to
+PTX and cubins (:mod:`.build`). The kernels run on the GPU through
 the driver API (:mod:`.runtime`) when one is present, or on the CPU emulation of the
 same TIR (:mod:`.emulate`, through :mod:`.host_driver`) otherwise (``run_on="auto"``).
 Kernels take and return device arrays (:mod:`.memory`), so the tensors passed between
@@ -22,10 +25,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heterocc import te
-from heterocc.errors import ArtifactError, CompileError, TargetError, TypeInferenceError
+from heterocc.errors import ArtifactError, TargetError
 from heterocc.ir.graph import Node
-from heterocc.runtime.interpreter import evaluate
-from heterocc.targets.llvm.target import express_function, function_constants
+from heterocc.te_target import (
+    CompiledFunction,
+    ExpressedFunction,
+    TETarget,
+    function_constants,
+    output_specs,
+)
 
 from .build import DEFAULT_ARCHS, CompiledCuda, compile_cuda, find_nvcc
 from .codegen import cuda_source
@@ -44,9 +52,12 @@ LAUNCHES = "launches.json"
 def lower_for_gpu(outputs: list[te.Tensor], inputs: list[te.Tensor], name: str) -> GpuFunction:
     """Kernels computing ``outputs`` from ``inputs`` with the default GPU schedules
     (parameters: inputs, then outputs)."""
-    schedule = schedule_for_gpu(list(outputs))
-    func = te.lower(schedule, [*inputs, *outputs], name=name, optimize=False)
-    return lower_to_kernels(func)
+    return _kernel_launches(schedule_for_gpu(list(outputs)), [*inputs, *outputs], name)
+
+
+def _kernel_launches(schedule: te.Schedule, params: list[te.Tensor], name: str) -> GpuFunction:
+    # lower_to_kernels runs its own TIR pipeline (no loop partitioning of thread loops)
+    return lower_to_kernels(te.lower(schedule, params, name=name, optimize=False))
 
 
 @dataclass
@@ -104,7 +115,7 @@ class CudaKernel:
 
 
 @dataclass
-class CudaTarget:
+class CudaTarget(TETarget):
     """NVIDIA GPUs through CUDA C. ``archs``: cubins to build (PTX is built for the
     first); ``run_on``: "gpu", "emulator" (the CPU reading of the kernels) or "auto"
     (the GPU when the driver sees one); ``nvcc``: "auto" compiles when the binaries are
@@ -120,7 +131,8 @@ class CudaTarget:
     archs: tuple[str, ...] = DEFAULT_ARCHS
     run_on: str = "auto"
     nvcc: str = "auto"
-    fallbacks: dict[str, str] = field(default_factory=dict)
+    #: each compiled function's module, by function name (functions of one structure
+    #: share theirs)
     modules: dict[str, CudaModule] = field(default_factory=dict)
     driver: Driver | None = field(default=None, repr=False)
     _pool: DevicePool | None = field(default=None, repr=False)
@@ -158,18 +170,38 @@ class CudaTarget:
     def _runner(self, plan: GpuFunction | LaunchPlan, image) -> DeviceFunction:
         return DeviceFunction(self.device(), plan, image, self.pool)
 
-    def build(self, function: Node):
-        """The kernel of ``function`` (a NumPy fallback where it cannot be compiled)."""
-        on_gpu = self._on_gpu()
-        return self._build(function, on_gpu, run_nvcc=on_gpu or self.nvcc == "always")
+    def schedule(self, expressed: ExpressedFunction) -> te.Schedule:
+        """The GPU schedule of a function (:func:`.schedules.schedule_for_gpu`)."""
+        return schedule_for_gpu(list(expressed.outputs))
 
-    def _build(self, function: Node, on_gpu: bool, run_nvcc: bool):
-        try:
-            return self._compile(function, on_gpu, run_nvcc)
-        except (CompileError, TypeInferenceError, NotImplementedError) as exc:
-            self.fallbacks[function.name] = f"{type(exc).__name__}: {exc}"
-            body = function.body
-            return lambda args: evaluate(body, args)
+    def lower(self, schedule: te.Schedule, expressed: ExpressedFunction,
+              symbol: str) -> GpuFunction:
+        """The function's kernel launches (see :func:`lower_for_gpu`)."""
+        return _kernel_launches(schedule, [*expressed.params, *expressed.outputs], symbol)
+
+    def codegen(self, lowered: GpuFunction, symbol: str) -> CudaModule:
+        """The CUDA C of the kernels (nvcc runs when a kernel needs the binaries)."""
+        return self.compile_module(lowered, run_nvcc=False)
+
+    def kernel(self, function: Node, compiled: CompiledFunction) -> CudaKernel:
+        """``function`` launching its structure's kernels on this target's device."""
+        on_gpu = self._on_gpu()
+        return self._kernel(function, compiled, on_gpu, run_nvcc=on_gpu or self.nvcc == "always")
+
+    def _kernel(self, function: Node, compiled: CompiledFunction, on_gpu: bool,
+                run_nvcc: bool) -> CudaKernel:
+        module = compiled.code
+        if (run_nvcc or on_gpu) and module.compiled is None:
+            if self.nvcc == "never":
+                raise TargetError("cuda target: running on the GPU needs nvcc, but "
+                                  "nvcc='never'")
+            module.compiled = compile_cuda(module.source, module.gpu.name, self.archs)
+        self.modules[function.name] = module
+        # the host driver's module image is the kernels' TIR
+        image = module.image_for(self.device().arch) if on_gpu else module.gpu
+        return CudaKernel(function.name, module, self._runner(module.gpu, image),
+                          function_constants(function.body, compiled.tables),
+                          output_specs(function))
 
     def compile_module(self, gpu: GpuFunction, run_nvcc: bool = True) -> CudaModule:
         """CUDA source of ``gpu``, and its PTX and cubins when ``run_nvcc``."""
@@ -209,7 +241,8 @@ class CudaTarget:
         its PTX) on the GPU; rebuilt from the graph when there is no GPU or nothing was
         saved for it."""
         if not self._on_gpu():  # the CPU emulation needs the TIR, not the binaries
-            return self._build(function, on_gpu=False, run_nvcc=False)
+            return self.build_with(function, lambda f, compiled: self._kernel(
+                f, compiled, on_gpu=False, run_nvcc=False))
         if function.name not in info.get("functions", []):
             return self.build(function)
         with open(os.path.join(directory, info["launches"])) as f:
@@ -225,15 +258,4 @@ class CudaTarget:
             image += b"\0"
         runner = self._runner(LaunchPlan.from_json(entry["plan"]), image)
         return CudaKernel(function.name, None, runner, function_constants(function.body),
-                          [(v.type.shape, v.type.dtype) for v in function.outputs])
-
-    def _compile(self, function: Node, on_gpu: bool, run_nvcc: bool) -> CudaKernel:
-        expressed = express_function(function.body)
-        symbol = "".join(c if c.isalnum() else "_" for c in function.name)
-        gpu = lower_for_gpu(expressed.outputs, expressed.params, symbol)
-        module = self.compile_module(gpu, run_nvcc=run_nvcc or on_gpu)
-        self.modules[function.name] = module
-        # the host driver's module image is the kernels' TIR
-        image = module.image_for(self.device().arch) if on_gpu else gpu
-        return CudaKernel(function.name, module, self._runner(gpu, image), expressed.constants,
-                          [(t.shape, t.dtype) for t in expressed.outputs])
+                          output_specs(function))

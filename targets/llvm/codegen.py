@@ -20,18 +20,9 @@ from llvmlite import ir
 
 from heterocc.errors import CompileError
 from heterocc.tir import expr as tx
+from heterocc.tir import stmt as ts
+from heterocc.tir.functor import ExprFunctor, StmtEmitter
 from heterocc.tir.simplify import structural_key
-from heterocc.tir.stmt import (
-    Allocate,
-    BufferStore,
-    Evaluate,
-    For,
-    ForKind,
-    IfThenElse,
-    PrimFunc,
-    SeqStmt,
-    Stmt,
-)
 from heterocc.tir.visitor import children
 
 from .runtime import PARALLEL_FOR
@@ -100,8 +91,11 @@ def _itemsize(dtype: str) -> int:
     return 1 if tx.is_bool(dtype) else np.dtype(tx.scalar_dtype(dtype)).itemsize
 
 
-class FunctionEmitter:
-    """Emits statements and expressions into one LLVM function."""
+class FunctionEmitter(ExprFunctor, StmtEmitter):
+    """Emits statements and expressions into one LLVM function (a ``visit_<Class>``
+    rule per TIR node class)."""
+
+    role = "LLVM codegen"
 
     def __init__(self, codegen: CodeGenLLVM, function: ir.Function, in_parallel: bool):
         self.codegen = codegen
@@ -168,24 +162,10 @@ class FunctionEmitter:
 
     # ------------------------------------------------------------------ statements
 
-    def stmt(self, node: Stmt) -> None:
-        if isinstance(node, SeqStmt):
-            for child in node.stmts:
-                self.stmt(child)
-        elif isinstance(node, BufferStore):
-            self._store(node)
-        elif isinstance(node, For):
-            self._for(node)
-        elif isinstance(node, IfThenElse):
-            self._if(node)
-        elif isinstance(node, Allocate):
-            self._allocate(node)
-        elif isinstance(node, Evaluate):
-            self.expr(node.value)
-        else:
-            raise CompileError(f"LLVM codegen: unsupported statement {type(node).__name__}")
+    def visit_Evaluate(self, node: ts.Evaluate) -> None:
+        self.expr(node.value)
 
-    def _store(self, node: BufferStore) -> None:
+    def visit_BufferStore(self, node: ts.BufferStore) -> None:
         if len(node.indices) != 1:
             raise CompileError(f"store to {node.buffer.name!r} is not flattened; run the TIR "
                                "pipeline (tir.lower_pipeline) before codegen")
@@ -209,19 +189,19 @@ class FunctionEmitter:
                 offset = self.builder.extract_element(offsets, at)
                 self.builder.store(element, self._address(node.buffer, offset), align=align)
 
-    def _for(self, node: For) -> None:
-        if node.kind is ForKind.THREAD_BINDING:
+    def visit_For(self, node: ts.For) -> None:
+        if node.kind is ts.ForKind.THREAD_BINDING:
             raise CompileError(
                 f"loop {node.var.name!r} is bound to {node.thread_tag}; GPU-bound loops need a "
                 "GPU target (cuda), not llvm")
-        if node.kind is ForKind.PARALLEL and not self.in_parallel:
+        if node.kind is ts.ForKind.PARALLEL and not self.in_parallel:
             self._parallel_for(node)
             return
         start = self.expr(node.min)
         end = self.builder.add(start, self.expr(node.extent))
         self.emit_loop(node.var, start, end, node.body)
 
-    def emit_loop(self, var: tx.Var, start: ir.Value, end: ir.Value, body: Stmt) -> None:
+    def emit_loop(self, var: tx.Var, start: ir.Value, end: ir.Value, body: ts.Stmt) -> None:
         """A serial loop of ``var`` over [start, end) around ``body``."""
         preheader = self.builder.block
         header = self.function.append_basic_block(f"{var.name}.header")
@@ -241,7 +221,7 @@ class FunctionEmitter:
         self.builder.position_at_end(exit_block)
         del self.vars[var]
 
-    def _parallel_for(self, node: For) -> None:
+    def _parallel_for(self, node: ts.For) -> None:
         captured_vars = list(self.vars.items())
         captured_buffers = list(self.buffers.items())
         values = [v for _, v in captured_vars] + [b for _, b in captured_buffers]
@@ -286,7 +266,7 @@ class FunctionEmitter:
         parallel_for = self._function(PARALLEL_FOR, I32, [PTR, PTR, I64])
         self.builder.call(parallel_for, [task, closure, self.expr(node.extent)])
 
-    def _if(self, node: IfThenElse) -> None:
+    def visit_IfThenElse(self, node: ts.IfThenElse) -> None:
         condition = self.expr(node.condition)
         likely = True if node.likely else None
         if node.else_case is None:
@@ -299,7 +279,7 @@ class FunctionEmitter:
             with otherwise:
                 self.stmt(node.else_case)
 
-    def _allocate(self, node: Allocate) -> None:
+    def visit_Allocate(self, node: ts.Allocate) -> None:
         buffer = node.buffer
         nbytes = max(buffer.size * _itemsize(buffer.dtype), 1)
         element = storage_type(buffer.dtype)
@@ -330,23 +310,16 @@ class FunctionEmitter:
         if values is None:
             self._values = ChainMap()
             try:
-                return self._emit(node)
+                return self.dispatch(node)
             finally:
                 self._values = None
         if isinstance(node, tx.IntImm | tx.FloatImm | tx.Var):
-            return self._emit(node)
+            return self.dispatch(node)
         key = structural_key(node)
         value = values.get(key)
         if value is None:
-            value = values[key] = self._emit(node)
+            value = values[key] = self.dispatch(node)
         return value
-
-    def _emit(self, node: tx.Expr) -> ir.Value:
-        method = getattr(self, "_expr_" + type(node).__name__, None)
-        if method is None:
-            raise CompileError(f"LLVM codegen: unsupported expression {type(node).__name__} "
-                               f"({node!r}); TE nodes must be lowered first")
-        return method(node)
 
     def _in_branch(self, build: Callable[[], ir.Value]) -> ir.Value:
         """``build()`` in a branch: it sees the values emitted before, and what it emits
@@ -368,29 +341,29 @@ class FunctionEmitter:
                 self._reads_memory(child) for child in children(node)))
         return hit[1]
 
-    def _expr_IntImm(self, node: tx.IntImm) -> ir.Value:
+    def visit_IntImm(self, node: tx.IntImm) -> ir.Value:
         return ir.Constant(scalar_type(node.dtype), node.value)
 
-    def _expr_FloatImm(self, node: tx.FloatImm) -> ir.Value:
+    def visit_FloatImm(self, node: tx.FloatImm) -> ir.Value:
         return ir.Constant(scalar_type(node.dtype), node.value)
 
-    def _expr_Var(self, node: tx.Var) -> ir.Value:
+    def visit_Var(self, node: tx.Var) -> ir.Value:
         try:
             return self.vars[node]
         except KeyError:
             raise CompileError(f"variable {node.name!r} is used outside its loop") from None
 
-    def _expr_Ramp(self, node: tx.Ramp) -> ir.Value:
+    def visit_Ramp(self, node: tx.Ramp) -> ir.Value:
         base = self._broadcast(self.expr(node.base), node.lanes)
         stride = self._broadcast(self.expr(node.stride), node.lanes)
         element = scalar_type(node.base.dtype)
         steps = ir.Constant(ir.VectorType(element, node.lanes), list(range(node.lanes)))
         return self.builder.add(base, self.builder.mul(stride, steps))
 
-    def _expr_Broadcast(self, node: tx.Broadcast) -> ir.Value:
+    def visit_Broadcast(self, node: tx.Broadcast) -> ir.Value:
         return self._broadcast(self.expr(node.value), node.lanes)
 
-    def _expr_BufferLoad(self, node: tx.BufferLoad) -> ir.Value:
+    def visit_BufferLoad(self, node: tx.BufferLoad) -> ir.Value:
         if len(node.indices) != 1:
             raise CompileError(f"load from {node.buffer.name!r} is not flattened; run the TIR "
                                "pipeline (tir.lower_pipeline) before codegen")
@@ -440,10 +413,10 @@ class FunctionEmitter:
         return self.builder.call(gather, [pointers, ir.Constant(I32, _itemsize(buffer.dtype)),
                                           mask, ir.Constant(vector_type, None)])
 
-    def _expr_Not(self, node: tx.Not) -> ir.Value:
+    def visit_Not(self, node: tx.Not) -> ir.Value:
         return self.builder.not_(self.expr(node.a))
 
-    def _expr_Select(self, node: tx.Select) -> ir.Value:
+    def visit_Select(self, node: tx.Select) -> ir.Value:
         reads = self._reads_memory(node.true_value) or self._reads_memory(node.false_value)
         if reads and tx.lanes_of(node.condition.dtype) == 1:
             # Branch, so the untaken side's loads (possibly out of bounds) never run.
@@ -462,7 +435,7 @@ class FunctionEmitter:
         return self.builder.select(self.expr(node.condition), self.expr(node.true_value),
                                    self.expr(node.false_value))
 
-    def _expr_Cast(self, node: tx.Cast) -> ir.Value:
+    def visit_Cast(self, node: tx.Cast) -> ir.Value:
         value = self.expr(node.value)
         source, target = node.value.dtype, node.dtype
         to_type = value_type(target)
@@ -489,7 +462,7 @@ class FunctionEmitter:
         signed = not (tx.is_unsigned(source) or tx.is_bool(source))
         return (b.sext if signed else b.zext)(value, to_type)
 
-    def _expr_Call(self, node: tx.Call) -> ir.Value:
+    def visit_Call(self, node: tx.Call) -> ir.Value:
         args = [self.expr(a) for a in node.args]
         lanes = tx.lanes_of(node.dtype)
         variant = vector_symbol(node.name, tx.scalar_dtype(node.dtype), lanes,
@@ -544,7 +517,7 @@ class FunctionEmitter:
 
         return call
 
-    def _expr_Binary(self, node: tx.Binary) -> ir.Value:
+    def visit_Binary(self, node: tx.Binary) -> ir.Value:
         a, b = self.expr(node.a), self.expr(node.b)
         dtype = node.a.dtype
         if tx.is_float(dtype):
@@ -639,7 +612,7 @@ class CodeGenLLVM:
     def fresh_name(self, prefix: str) -> str:
         return f"{prefix}{next(self._counter)}"
 
-    def add_function(self, func: PrimFunc, symbol: str) -> ir.Function:
+    def add_function(self, func: ts.PrimFunc, symbol: str) -> ir.Function:
         """Emit ``func`` as the exported function ``symbol``."""
         function = ir.Function(self.module, ir.FunctionType(
             ir.VoidType(), [PTR] * len(func.params)), symbol)

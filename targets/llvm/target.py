@@ -1,16 +1,14 @@
 """The ``llvm`` target: each fused function becomes one machine-code kernel.
 
-A function body is turned into tensor expressions op by op (the compute
-library, ``heterocc.compute``), its intermediate elementwise/injective
-stages are inlined into their readers, its anchor (a convolution, a matmul, a
-reduction) gets the CPU schedule for its kind, and the result is lowered to TIR
-and compiled with LLVM. A function whose ops the compute library cannot express yet
-runs on the NumPy references instead; ``fallbacks`` lists those with the reason.
-
-A convolution's elementwise epilogue (bias, residual add, activation) is finished in
-the convolution's register tiles; one-element constants are folded into the code;
-functions of one structure (ops, attributes, types: see :func:`structure_key`) share
-one compiled kernel, each calling it with its own constants.
+A TE-compiled target (:class:`heterocc.te_target.TETarget`: expressing a function op by
+op through the compute library, the NumPy fallback listed in ``fallbacks``, kernels
+shared by functions of one structure). What is the CPU's here: the schedule (its
+intermediate elementwise/injective stages are inlined into their readers, its anchor, a
+convolution, a matmul or a reduction, gets the CPU schedule for its kind, one-element
+constants are folded into the code, a convolution's elementwise epilogue, bias +
+residual add + activation, is finished in the convolution's register tiles), the code
+generator (TIR to LLVM, :mod:`.codegen` and :mod:`.module`) and the kernels, which call
+the machine code with NumPy arrays.
 """
 
 from __future__ import annotations
@@ -23,13 +21,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heterocc import te
-from heterocc.compute import compute_of
-from heterocc.errors import CompileError, TypeInferenceError
-from heterocc.ir.graph import Node, Value
-from heterocc.runtime.interpreter import evaluate
-from heterocc.te.schedule import INLINE
-from heterocc.te.schedule_reads import reads_of
-from heterocc.tir.visitor import Mutator, collect
+from heterocc.ir.graph import Node
+from heterocc.te_target import (
+    CompiledFunction,
+    ExpressedFunction,
+    TETarget,
+    elementwise_epilogue,
+    epilogue_chain,
+    fold_scalars,
+    function_constants,
+    numpy_kernel,
+    output_specs,
+)
 
 from .module import build as build_module
 from .module import load_library
@@ -73,187 +76,12 @@ _ANCHOR_SCHEDULES = {"conv2d_nchw": schedule_conv2d_nchw,
 _EPILOGUE_SCHEDULES = ("conv2d_nchw", "conv2d_nchwc")
 
 
-@dataclass
-class ExpressedFunction:
-    """A function body as tensor expressions."""
-
-    params: list  # placeholders of the function's inputs, its constants, then its tables
-    constants: list[np.ndarray]  # the graph's constants, then the computes' tables
-    outputs: list
-    #: one-element constants, by id of their placeholder: folded into the code
-    scalars: dict[int, np.ndarray] = field(default_factory=dict)
-    #: the constant tables the computes embed (``te.constant_tensor``), the last entries
-    #: of ``constants``; fixed by the ops' attributes and types, so functions of one
-    #: :func:`structure_key` have equal tables
-    tables: list[np.ndarray] = field(default_factory=list)
-
-
-def _contiguous(array: np.ndarray) -> np.ndarray:
-    """``array`` in C order, keeping its rank (``np.ascontiguousarray`` turns 0-d into 1-d)."""
-    return np.require(array, requirements="C")
-
-
-def function_constants(body, tables: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
-    """The function's constants in the order its kernel takes them: the graph's
-    constants (first use), then the constant tables of its computes, ``tables`` when
-    given (:attr:`ExpressedFunction.tables`), else found by expressing ``body`` again."""
-    seen: dict[Value, None] = {}
-    for node in body.nodes:
-        for v in node.inputs:
-            if v is not None and v.is_const:
-                seen.setdefault(v, None)
-    if tables is None:
-        try:
-            tables = express_function(body).tables
-        except (CompileError, TypeInferenceError, NotImplementedError):
-            tables = []  # no kernel: nothing takes them
-    return [_contiguous(v.data) for v in seen] + list(tables)
-
-
-def express_function(body) -> ExpressedFunction:
-    """A function body as tensor expressions, op by op through the compute library
-    (shared by the CPU and GPU targets); CompileError where an op has no compute."""
-    tensors: dict[Value, object] = {}
-    params, constants = [], []
-    scalars: dict[int, np.ndarray] = {}
-    for k, v in enumerate(body.inputs):
-        tensors[v] = te.placeholder(v.type.shape, v.type.dtype, f"in{k}")
-        params.append(tensors[v])
-    for node in body.nodes:
-        if node.body is not None:
-            raise CompileError(f"nested function {node.name!r}")
-        args = []
-        for v in node.inputs:
-            if v is not None and v not in tensors:
-                if not v.is_const:
-                    raise CompileError(f"value {v.name!r} is not defined in the function")
-                tensors[v] = te.placeholder(v.type.shape, v.type.dtype, f"c{len(constants)}")
-                params.append(tensors[v])
-                constants.append(_contiguous(v.data))
-                if constants[-1].size == 1:
-                    scalars[id(tensors[v])] = constants[-1]
-            args.append(tensors[v] if v is not None else None)
-        outs = compute_of(node.op)(args, node.attrs, [v.type for v in node.outputs])
-        for v, t in zip(node.outputs, outs):
-            if tuple(t.shape) != v.type.shape or t.dtype != v.type.dtype:
-                raise CompileError(f"{node.op} compute gives {t.dtype}{list(t.shape)} for "
-                                   f"{v.type}")
-            tensors[v] = t
-    outputs = [tensors[v] for v in body.outputs]
-    if any(isinstance(t.op, te.PlaceholderOp) for t in outputs):
-        raise CompileError("a function output is one of its inputs or constants")
-    tables = []
-    for t in te.constant_tensors(outputs):
-        params.append(t)
-        tables.append(t.op.data)
-        if t.op.data.size == 1:
-            scalars[id(t)] = t.op.data
-    return ExpressedFunction(params, constants + tables, outputs, scalars, tables)
-
-
-class _FoldScalars(Mutator):
-    """Reads of one-element constants replaced by their values."""
-
-    def __init__(self, scalars: dict[int, np.ndarray]):
-        self.scalars = scalars
-
-    def visit_TensorLoad(self, node: te.TensorLoad):
-        value = self.scalars.get(id(node.tensor))
-        if value is None:
-            return self.generic(node)
-        return te.const(value.reshape(()).item(), node.tensor.dtype)
-
-
-def _fold_scalars(schedule: te.Schedule, scalars: dict[int, np.ndarray]) -> None:
-    """Fold one-element constants (Clip bounds, scales) into every stage: an immediate
-    needs no load, and a load under a vector select (NaN-aware min/max) would keep the
-    TIR vectorizer from vectorizing the stage."""
-    if not scalars:
-        return
-    folder = _FoldScalars(scalars)
-    for stage in schedule.stages:
-        if not stage.is_placeholder:
-            stage.body = folder.expr(stage.body)
-
-
-def _loads_of(tensor: te.Tensor) -> list[te.TensorLoad]:
-    return collect(tensor.op.body, lambda n: isinstance(n, te.TensorLoad))
-
-
-def _reads_through_inlined(schedule: te.Schedule, reader: te.Tensor,
-                           anchor: te.Tensor) -> bool:
-    """Whether ``reader``'s body reads ``anchor``, directly or through inlined stages."""
-    for load in _loads_of(reader):
-        source = load.tensor
-        if source is anchor:
-            return True
-        if schedule[source].attach == INLINE and _reads_through_inlined(schedule, source, anchor):
-            return True
-    return False
-
-
-def _reads_elementwise(schedule: te.Schedule, reader: te.Tensor, anchor: te.Tensor) -> bool:
-    """Whether every read of ``anchor`` by ``reader`` (through inlined stages) is at the
-    reader's own index, in a stage of ``anchor``'s shape."""
-    axes = [iv.var for iv in reader.op.axis]
-    for load in _loads_of(reader):
-        source = load.tensor
-        through = (source is not anchor and schedule[source].attach == INLINE
-                   and _reads_through_inlined(schedule, source, anchor))
-        if source is not anchor and not through:
-            continue
-        if reader.shape != anchor.shape or len(load.indices) != len(axes) or any(
-                index is not axis for index, axis in zip(load.indices, axes)):
-            return False
-        if through and not _reads_elementwise(schedule, source, anchor):
-            return False
-    return True
-
-
-def _epilogue_of(schedule: te.Schedule, anchor: te.Tensor, outputs: list) -> te.Tensor | None:
-    """The function output that finishes ``anchor`` elementwise (bias, residual add,
-    activation, all inlined into it) and is its only reader; None when there is none."""
-    if any(t is anchor for t in outputs):
-        return None
-    readers = [stage.tensor for stage in schedule.stages
-               if not stage.is_placeholder and stage.attach != INLINE
-               and stage.tensor is not anchor
-               and _reads_through_inlined(schedule, stage.tensor, anchor)]
-    if len(readers) != 1:
-        return None
-    (reader,) = readers
-    if (not any(t is reader for t in outputs) or reader.op.reduce_axis
-            or reader.op.attrs.get("schedule")
-            or not _reads_elementwise(schedule, reader, anchor)):
-        return None
-    return reader
-
-
-def _epilogue_chain(schedule: te.Schedule, anchor: te.Tensor,
-                    epilogue: te.Tensor) -> list[te.Tensor] | None:
-    """The inlined stages between ``anchor`` and its ``epilogue``, in order, when they
-    form one path (each read only by the next); None when they branch."""
-    chain: list[te.Tensor] = []
-    current = anchor
-    while True:
-        readers = [stage.tensor for stage in schedule.stages
-                   if not stage.is_placeholder
-                   and (stage.attach == INLINE or stage.tensor is epilogue)
-                   and any(t is current for t in reads_of(stage.body))]
-        if len(readers) != 1:
-            return None
-        if readers[0] is epilogue:
-            return chain
-        current = readers[0]
-        chain.append(current)
-
-
 def _schedule(expressed: ExpressedFunction) -> te.Schedule:
     """Inline injective stages, give anchors (convolutions, matmuls, reductions) their
     CPU schedule (a convolution's elementwise epilogue is computed in its register
     tiles), and vectorize / parallelize the other outputs."""
     s = te.create_schedule(expressed.outputs)
-    _fold_scalars(s, expressed.scalars)
+    fold_scalars(s, expressed.scalars)
     outputs = {id(t) for t in expressed.outputs}
     anchors = []
     for stage in list(s.stages):
@@ -268,8 +96,8 @@ def _schedule(expressed: ExpressedFunction) -> te.Schedule:
     for t in anchors:
         kind = t.op.attrs.get("schedule")
         if kind in _EPILOGUE_SCHEDULES:
-            epilogue = _epilogue_of(s, t, expressed.outputs)
-            chain = None if epilogue is None else _epilogue_chain(s, t, epilogue)
+            epilogue = elementwise_epilogue(s, t, expressed.outputs)
+            chain = None if epilogue is None else epilogue_chain(s, t, epilogue)
             if chain is None:
                 epilogue = None
             _ANCHOR_SCHEDULES[kind](s, t, epilogue, chain or [])
@@ -330,53 +158,8 @@ class LLVMKernel:
 LIBRARY = "kernels.so"
 
 
-def _frozen(value) -> object:
-    """A hashable stand-in for an attribute value (arrays by content)."""
-    if isinstance(value, np.ndarray):
-        return ("array", value.dtype.str, value.shape, value.tobytes())
-    if isinstance(value, list | tuple):
-        return tuple(_frozen(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
-    if isinstance(value, str | int | float | bool | bytes | np.generic) or value is None:
-        return value
-    return ("object", id(value))  # never equal to another object's key
-
-
-def structure_key(body) -> tuple:
-    """What the kernel of a function body depends on: its ops, attributes, value types
-    and dataflow, and the values of its one-element constants (folded into the code),
-    but not the contents of larger constants, which the kernel takes as arguments.
-    Functions with equal keys share one compiled kernel."""
-    refs: dict[Value, tuple] = {v: ("input", k, v.type.shape, v.type.dtype)
-                                for k, v in enumerate(body.inputs)}
-    nodes = []
-    for node in body.nodes:
-        args = []
-        for v in node.inputs:
-            if v is not None and v not in refs:
-                folded = v.data.tobytes() if v.is_const and np.size(v.data) == 1 else None
-                refs[v] = ("constant" if v.is_const else "undefined", len(refs),
-                           v.type.shape, v.type.dtype, folded)
-            args.append(None if v is None else refs[v])
-        for k, v in enumerate(node.outputs):
-            refs[v] = ("node", len(nodes), k, v.type.shape, v.type.dtype)
-        nodes.append((node.op, _frozen(node.attrs), tuple(args)))
-    return tuple(nodes), tuple(refs.get(v) for v in body.outputs)
-
-
 @dataclass
-class _Compiled:
-    """A kernel compiled for one function structure, or why it could not be."""
-
-    function: object = None
-    prim: object = None
-    error: Exception | None = None
-    tables: list[np.ndarray] = field(default_factory=list)
-
-
-@dataclass
-class LLVMTarget:
+class LLVMTarget(TETarget):
     """The CPU through LLVM. ``fallbacks`` maps functions run on NumPy to the reason.
 
     ``blocked_layout``: compile convolutions in the blocked NCHW[x]c layout (the
@@ -384,15 +167,21 @@ class LLVMTarget:
 
     name: str = "llvm"
     blocked_layout: bool = True
-    fallbacks: dict[str, str] = field(default_factory=dict)
     _libraries: dict[str, object] = field(default_factory=dict, repr=False)
-    #: kernels compiled so far, by :func:`structure_key` (repeated blocks compile once)
-    _compiled: dict[tuple, _Compiled] = field(default_factory=dict, repr=False)
 
-    @property
-    def distinct_kernels(self) -> int:
-        """Kernels compiled so far; functions of one structure share one."""
-        return sum(1 for c in self._compiled.values() if c.error is None)
+    def schedule(self, expressed: ExpressedFunction) -> te.Schedule:
+        """The CPU schedule of a function (see :func:`_schedule`)."""
+        return _schedule(expressed)
+
+    def codegen(self, lowered, symbol: str):
+        """The machine-code entry of ``lowered`` (a PrimFunc), compiled by LLVM."""
+        return build_module([lowered], name=symbol)[symbol]
+
+    def kernel(self, function: Node, compiled: CompiledFunction) -> LLVMKernel:
+        """``function`` calling its structure's machine code with its own constants."""
+        return LLVMKernel(function.name, compiled.code,
+                          function_constants(function.body, compiled.tables),
+                          output_specs(function), compiled.lowered)
 
     def save_kernels(self, kernels: dict, directory: str) -> dict:
         """One shared library with every compiled function; NumPy fallbacks are listed."""
@@ -409,43 +198,11 @@ class LLVMTarget:
         """The kernel of ``function`` from a saved library (NumPy if it had none)."""
         symbol = info.get("functions", {}).get(function.name)
         if symbol is None:
-            body = function.body
-            return lambda args: evaluate(body, args)
+            return numpy_kernel(function)
         library = self._libraries.get(directory)
         if library is None:
             library = self._libraries[directory] = load_library(
                 os.path.join(directory, info["library"]))
         return LLVMKernel(function.name, library[symbol], function_constants(function.body),
-                          [(v.type.shape, v.type.dtype) for v in function.outputs])
+                          output_specs(function))
 
-    def build(self, function: Node):
-        try:
-            return self._compile(function)
-        except (CompileError, TypeInferenceError, NotImplementedError) as exc:
-            self.fallbacks[function.name] = f"{type(exc).__name__}: {exc}"
-            body = function.body
-            return lambda args: evaluate(body, args)
-
-    def _compile(self, function: Node) -> LLVMKernel:
-        key = structure_key(function.body)
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            compiled = self._compiled[key] = self._compile_structure(function)
-        if compiled.error is not None:
-            raise compiled.error
-        return LLVMKernel(function.name, compiled.function,
-                          function_constants(function.body, compiled.tables),
-                          [(v.type.shape, v.type.dtype) for v in function.body.outputs],
-                          compiled.prim)
-
-    @staticmethod
-    def _compile_structure(function: Node) -> _Compiled:
-        try:
-            expressed = express_function(function.body)
-            schedule = _schedule(expressed)
-            symbol = "".join(c if c.isalnum() else "_" for c in function.name)
-            prim = te.lower(schedule, expressed.params + expressed.outputs, name=symbol)
-            module = build_module([prim], name=symbol)
-        except (CompileError, TypeInferenceError, NotImplementedError) as exc:
-            return _Compiled(error=exc)
-        return _Compiled(module[symbol], prim, tables=expressed.tables)

@@ -12,13 +12,8 @@ from heterocc.ir.graph import Graph, Node, Value
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
 from heterocc.targets.llvm.module import _generate
-from heterocc.targets.llvm.target import (
-    LLVMKernel,
-    LLVMTarget,
-    _schedule,
-    express_function,
-    function_constants,
-)
+from heterocc.targets.llvm.target import LLVMKernel, LLVMTarget, _schedule
+from heterocc.te_target import express_function, function_constants
 from heterocc.tir.visitor import children
 
 

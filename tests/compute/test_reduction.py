@@ -17,7 +17,8 @@ from heterocc.ir.graph import Graph, Node, Value
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
 from heterocc.targets.llvm.module import build as build_module
-from heterocc.targets.llvm.target import ExpressedFunction, LLVMTarget, _schedule
+from heterocc.targets.llvm.target import LLVMTarget, _schedule
+from heterocc.te_target import ExpressedFunction
 from tests.compute.test_elementwise import (
     assert_same,
     check,

@@ -22,7 +22,8 @@ from heterocc.targets.llvm.schedules import (
     blocked_conv_columns,
     schedule_conv2d_nchwc,
 )
-from heterocc.targets.llvm.target import ExpressedFunction, _schedule
+from heterocc.targets.llvm.target import _schedule
+from heterocc.te_target import ExpressedFunction
 from tests.conftest import conv_model, make_model
 
 RNG = np.random.default_rng(17)

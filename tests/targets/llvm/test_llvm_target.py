@@ -14,8 +14,9 @@ from heterocc import te
 from heterocc.compute import compute_of
 from heterocc.ir.types import TensorType
 from heterocc.passes import fused_functions
-from heterocc.targets.llvm.target import ExpressedFunction, _epilogue_of, _schedule, structure_key
+from heterocc.targets.llvm.target import _schedule
 from heterocc.te.schedule import AT
+from heterocc.te_target import ExpressedFunction, elementwise_epilogue, structure_key
 from tests.conftest import conv_model
 
 RNG = np.random.default_rng(11)
@@ -133,7 +134,7 @@ def test_conv_read_twice_or_reindexed_keeps_its_own_buffer():
             if not stage.is_placeholder and not stage.op.attrs.get("schedule") \
                     and all(stage.tensor is not t for t in outputs):
                 stage.compute_inline()
-        assert _epilogue_of(schedule, _anchor(schedule), outputs) is None
+        assert elementwise_epilogue(schedule, _anchor(schedule), outputs) is None
 
 
 def test_repeated_blocks_compile_once_and_export():

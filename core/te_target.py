@@ -1,0 +1,376 @@
+"""A base for targets that compile fused functions through TE (the CPU's and the GPU's).
+
+Such a target turns each function it is given into a kernel in four steps, of which it
+supplies only the middle two and its runtime:
+
+1. **express** (here, once for every target): the function body op by op through the
+   compute library (:mod:`heterocc.compute`) into tensor expressions
+   (:func:`express_function`): placeholders for its inputs, its constants and the
+   constant tables its computes embed;
+2. **schedule** (the target): a :class:`~heterocc.te.Schedule` of those expressions,
+   built with the target-neutral helpers here: :func:`fold_scalars` (one-element
+   constants into the code), :func:`elementwise_epilogue` / :func:`epilogue_chain`
+   (the elementwise tail, bias + activation + residual add, that an anchor such as a
+   convolution can finish in its own tiles);
+3. **lower** (the target, default :func:`heterocc.te.lower`) and **codegen** (the
+   target): TIR to whatever the target runs;
+4. **kernel** (the target): a callable over the function's arguments, which takes the
+   function's constants in :func:`function_constants` order.
+
+:class:`TETarget` chains them: a function whose ops the compute library cannot express
+(or whose code a target cannot generate) runs on the NumPy references instead and is
+listed in ``fallbacks`` with the reason, and functions of one structure
+(:func:`structure_key`: the same ops, attributes, types and dataflow, whatever their
+larger constants hold) share one compiled kernel, so the repeated blocks of a network
+compile once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from heterocc import te
+from heterocc.compute import compute_of
+from heterocc.errors import CompileError, TypeInferenceError
+from heterocc.ir.graph import Node, Value
+from heterocc.runtime.interpreter import evaluate
+from heterocc.te.schedule import INLINE
+from heterocc.te.schedule_reads import reads_of
+from heterocc.tir.visitor import Mutator, collect
+
+#: what "this function cannot be compiled" raises; anything else is a bug and propagates
+COMPILE_ERRORS = (CompileError, TypeInferenceError, NotImplementedError)
+
+
+# ----------------------------------------------------------------------------- express
+
+
+@dataclass
+class ExpressedFunction:
+    """A function body as tensor expressions."""
+
+    params: list  # placeholders of the function's inputs, its constants, then its tables
+    constants: list[np.ndarray]  # the graph's constants, then the computes' tables
+    outputs: list
+    #: one-element constants, by id of their placeholder: folded into the code
+    scalars: dict[int, np.ndarray] = field(default_factory=dict)
+    #: the constant tables the computes embed (``te.constant_tensor``), the last entries
+    #: of ``constants``; fixed by the ops' attributes and types, so functions of one
+    #: :func:`structure_key` have equal tables
+    tables: list[np.ndarray] = field(default_factory=list)
+
+
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    """``array`` in C order, keeping its rank (``np.ascontiguousarray`` turns 0-d into 1-d)."""
+    return np.require(array, requirements="C")
+
+
+def function_constants(body, tables: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+    """The function's constants in the order its kernel takes them: the graph's
+    constants (first use), then the constant tables of its computes, ``tables`` when
+    given (:attr:`ExpressedFunction.tables`), else found by expressing ``body`` again."""
+    seen: dict[Value, None] = {}
+    for node in body.nodes:
+        for v in node.inputs:
+            if v is not None and v.is_const:
+                seen.setdefault(v, None)
+    if tables is None:
+        try:
+            tables = express_function(body).tables
+        except COMPILE_ERRORS:
+            tables = []  # no kernel: nothing takes them
+    return [_contiguous(v.data) for v in seen] + list(tables)
+
+
+def express_function(body) -> ExpressedFunction:
+    """A function body as tensor expressions, op by op through the compute library;
+    CompileError where an op has no compute."""
+    tensors: dict[Value, object] = {}
+    params, constants = [], []
+    scalars: dict[int, np.ndarray] = {}
+    for k, v in enumerate(body.inputs):
+        tensors[v] = te.placeholder(v.type.shape, v.type.dtype, f"in{k}")
+        params.append(tensors[v])
+    for node in body.nodes:
+        if node.body is not None:
+            raise CompileError(f"nested function {node.name!r}")
+        args = []
+        for v in node.inputs:
+            if v is not None and v not in tensors:
+                if not v.is_const:
+                    raise CompileError(f"value {v.name!r} is not defined in the function")
+                tensors[v] = te.placeholder(v.type.shape, v.type.dtype, f"c{len(constants)}")
+                params.append(tensors[v])
+                constants.append(_contiguous(v.data))
+                if constants[-1].size == 1:
+                    scalars[id(tensors[v])] = constants[-1]
+            args.append(tensors[v] if v is not None else None)
+        outs = compute_of(node.op)(args, node.attrs, [v.type for v in node.outputs])
+        for v, t in zip(node.outputs, outs):
+            if tuple(t.shape) != v.type.shape or t.dtype != v.type.dtype:
+                raise CompileError(f"{node.op} compute gives {t.dtype}{list(t.shape)} for "
+                                   f"{v.type}")
+            tensors[v] = t
+    outputs = [tensors[v] for v in body.outputs]
+    if any(isinstance(t.op, te.PlaceholderOp) for t in outputs):
+        raise CompileError("a function output is one of its inputs or constants")
+    tables = []
+    for t in te.constant_tensors(outputs):
+        params.append(t)
+        tables.append(t.op.data)
+        if t.op.data.size == 1:
+            scalars[id(t)] = t.op.data
+    return ExpressedFunction(params, constants + tables, outputs, scalars, tables)
+
+
+# ----------------------------------------------------------------------------- schedule helpers
+
+
+class _FoldScalars(Mutator):
+    """Reads of one-element constants replaced by their values."""
+
+    def __init__(self, scalars: dict[int, np.ndarray]):
+        self.scalars = scalars
+
+    def visit_TensorLoad(self, node: te.TensorLoad):
+        value = self.scalars.get(id(node.tensor))
+        if value is None:
+            return self.generic(node)
+        return te.const(value.reshape(()).item(), node.tensor.dtype)
+
+
+def fold_scalars(schedule: te.Schedule, scalars: dict[int, np.ndarray]) -> None:
+    """Fold one-element constants (:attr:`ExpressedFunction.scalars`: Clip bounds,
+    scales) into every stage: an immediate needs no load, and a load under a vector
+    select (NaN-aware min/max) would keep the TIR vectorizer from vectorizing the stage."""
+    if not scalars:
+        return
+    folder = _FoldScalars(scalars)
+    for stage in schedule.stages:
+        if not stage.is_placeholder:
+            stage.body = folder.expr(stage.body)
+
+
+def _loads_of(tensor: te.Tensor) -> list[te.TensorLoad]:
+    return collect(tensor.op.body, lambda n: isinstance(n, te.TensorLoad))
+
+
+def reads_through_inlined(schedule: te.Schedule, reader: te.Tensor,
+                          anchor: te.Tensor) -> bool:
+    """Whether ``reader``'s body reads ``anchor``, directly or through inlined stages."""
+    for load in _loads_of(reader):
+        source = load.tensor
+        if source is anchor:
+            return True
+        if schedule[source].attach == INLINE and reads_through_inlined(schedule, source, anchor):
+            return True
+    return False
+
+
+def _reads_elementwise(schedule: te.Schedule, reader: te.Tensor, anchor: te.Tensor) -> bool:
+    """Whether every read of ``anchor`` by ``reader`` (through inlined stages) is at the
+    reader's own index, in a stage of ``anchor``'s shape."""
+    axes = [iv.var for iv in reader.op.axis]
+    for load in _loads_of(reader):
+        source = load.tensor
+        through = (source is not anchor and schedule[source].attach == INLINE
+                   and reads_through_inlined(schedule, source, anchor))
+        if source is not anchor and not through:
+            continue
+        if reader.shape != anchor.shape or len(load.indices) != len(axes) or any(
+                index is not axis for index, axis in zip(load.indices, axes)):
+            return False
+        if through and not _reads_elementwise(schedule, source, anchor):
+            return False
+    return True
+
+
+def elementwise_epilogue(schedule: te.Schedule, anchor: te.Tensor,
+                         outputs: Sequence[te.Tensor]) -> te.Tensor | None:
+    """The function output that finishes ``anchor`` elementwise (bias, residual add,
+    activation, all inlined into it) and is its only reader: a stage of ``anchor``'s
+    shape that reads each element of it at its own index, so a schedule can compute it
+    where the anchor's sum is still in a register. None when there is none (``anchor``
+    is itself an output, has several readers, or is read across elements)."""
+    if any(t is anchor for t in outputs):
+        return None
+    readers = [stage.tensor for stage in schedule.stages
+               if not stage.is_placeholder and stage.attach != INLINE
+               and stage.tensor is not anchor
+               and reads_through_inlined(schedule, stage.tensor, anchor)]
+    if len(readers) != 1:
+        return None
+    (reader,) = readers
+    if (not any(t is reader for t in outputs) or reader.op.reduce_axis
+            or reader.op.attrs.get("schedule")
+            or not _reads_elementwise(schedule, reader, anchor)):
+        return None
+    return reader
+
+
+def epilogue_chain(schedule: te.Schedule, anchor: te.Tensor,
+                   epilogue: te.Tensor) -> list[te.Tensor] | None:
+    """The inlined stages between ``anchor`` and its ``epilogue``, in order, when they
+    form one path (each read only by the next); None when they branch."""
+    chain: list[te.Tensor] = []
+    current = anchor
+    while True:
+        readers = [stage.tensor for stage in schedule.stages
+                   if not stage.is_placeholder
+                   and (stage.attach == INLINE or stage.tensor is epilogue)
+                   and any(t is current for t in reads_of(stage.body))]
+        if len(readers) != 1:
+            return None
+        if readers[0] is epilogue:
+            return chain
+        current = readers[0]
+        chain.append(current)
+
+
+# ----------------------------------------------------------------------------- structure keys
+
+
+def _frozen(value) -> object:
+    """A hashable stand-in for an attribute value (arrays by content)."""
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, str | int | float | bool | bytes | np.generic) or value is None:
+        return value
+    return ("object", id(value))  # never equal to another object's key
+
+
+def structure_key(body) -> tuple:
+    """What the kernel of a function body depends on: its ops, attributes, value types
+    and dataflow, and the values of its one-element constants (folded into the code),
+    but not the contents of larger constants, which the kernel takes as arguments.
+    Functions with equal keys share one compiled kernel."""
+    refs: dict[Value, tuple] = {v: ("input", k, v.type.shape, v.type.dtype)
+                                for k, v in enumerate(body.inputs)}
+    nodes = []
+    for node in body.nodes:
+        args = []
+        for v in node.inputs:
+            if v is not None and v not in refs:
+                folded = v.data.tobytes() if v.is_const and np.size(v.data) == 1 else None
+                refs[v] = ("constant" if v.is_const else "undefined", len(refs),
+                           v.type.shape, v.type.dtype, folded)
+            args.append(None if v is None else refs[v])
+        for k, v in enumerate(node.outputs):
+            refs[v] = ("node", len(nodes), k, v.type.shape, v.type.dtype)
+        nodes.append((node.op, _frozen(node.attrs), tuple(args)))
+    return tuple(nodes), tuple(refs.get(v) for v in body.outputs)
+
+
+# ----------------------------------------------------------------------------- the base
+
+
+def kernel_symbol(function: Node) -> str:
+    """The symbol of ``function``'s compiled code: its name as a C identifier."""
+    return "".join(c if c.isalnum() else "_" for c in function.name)
+
+
+def output_specs(function: Node) -> list[tuple[tuple[int, ...], str]]:
+    """(shape, dtype) of each output of ``function``, the arrays its kernel returns."""
+    return [(v.type.shape, v.type.dtype) for v in function.outputs]
+
+
+def numpy_kernel(function: Node) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
+    """``function`` run on the ops' NumPy references (the fallback of every target)."""
+    body = function.body
+    return lambda args: evaluate(body, args)
+
+
+@dataclass
+class CompiledFunction:
+    """A function structure compiled once (shared by every function of its
+    :func:`structure_key`), or why it could not be."""
+
+    code: Any = None  #: what the target's codegen made (a machine-code entry, a module)
+    lowered: Any = None  #: what it was made from (a TIR PrimFunc, the GPU kernels)
+    tables: list[np.ndarray] = field(default_factory=list)  #: the computes' tables
+    error: Exception | None = None
+
+
+@dataclass(kw_only=True)
+class TETarget(ABC):
+    """Base of targets that compile functions through TE (see the module docstring).
+
+    A subclass supplies :meth:`schedule`, :meth:`codegen` and :meth:`kernel`, and may
+    replace :meth:`lower`; it inherits :meth:`build` (the Target protocol), the NumPy
+    fallback with ``fallbacks`` (function name -> why it runs on NumPy) and the sharing
+    of compiled code between functions of one structure."""
+
+    fallbacks: dict[str, str] = field(default_factory=dict)
+    #: compiled code so far, by :func:`structure_key` (repeated blocks compile once)
+    _compiled: dict[tuple, CompiledFunction] = field(default_factory=dict, repr=False)
+
+    # -- what a target supplies
+
+    @abstractmethod
+    def schedule(self, expressed: ExpressedFunction) -> te.Schedule:
+        """The target's schedule of a function's tensor expressions."""
+
+    def lower(self, schedule: te.Schedule, expressed: ExpressedFunction, symbol: str):
+        """``schedule`` lowered to what :meth:`codegen` takes; by default one TIR
+        PrimFunc over the inputs, constants and tables, then the outputs."""
+        return te.lower(schedule, expressed.params + expressed.outputs, name=symbol)
+
+    @abstractmethod
+    def codegen(self, lowered, symbol: str):
+        """The target's code of ``lowered`` (kept in :attr:`CompiledFunction.code`)."""
+
+    @abstractmethod
+    def kernel(self, function: Node, compiled: CompiledFunction):
+        """The callable that runs ``function`` with ``compiled`` (its structure's code)."""
+
+    # -- written once
+
+    @property
+    def distinct_kernels(self) -> int:
+        """Kernels compiled so far; functions of one structure share one."""
+        return sum(1 for c in self._compiled.values() if c.error is None)
+
+    def build(self, function: Node):
+        """The kernel of ``function``, or its NumPy fallback where it cannot be
+        compiled (the reason is kept in ``fallbacks``)."""
+        return self.build_with(function, self.kernel)
+
+    def build_with(self, function: Node,
+                   make_kernel: Callable[[Node, CompiledFunction], Any]):
+        """:meth:`build` with ``make_kernel`` in place of :meth:`kernel` (a target
+        whose kernels depend on how it is asked, e.g. with or without a device)."""
+        try:
+            return make_kernel(function, self.compiled(function))
+        except COMPILE_ERRORS as exc:
+            self.fallbacks[function.name] = f"{type(exc).__name__}: {exc}"
+            return numpy_kernel(function)
+
+    def compiled(self, function: Node) -> CompiledFunction:
+        """The compiled code of ``function``'s structure (compiled on first request);
+        raises the compile error when it could not be compiled."""
+        key = structure_key(function.body)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compiled[key] = self._compile_structure(function)
+        if compiled.error is not None:
+            raise compiled.error
+        return compiled
+
+    def _compile_structure(self, function: Node) -> CompiledFunction:
+        try:
+            expressed = express_function(function.body)
+            symbol = kernel_symbol(function)
+            lowered = self.lower(self.schedule(expressed), expressed, symbol)
+            code = self.codegen(lowered, symbol)
+        except COMPILE_ERRORS as exc:
+            return CompiledFunction(error=exc)
+        return CompiledFunction(code, lowered, expressed.tables)

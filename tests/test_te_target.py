@@ -1,0 +1,117 @@
+"""The base of TE-compiled targets (heterocc.te_target, exported by heterocc.sdk): a
+target that supplies only a schedule, a code generator and its kernels gets the
+expressing, the NumPy fallback with its reason, and one compile per function structure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from heterocc import sdk, te
+from heterocc.ir.graph import Graph, Node, Value
+from heterocc.ir.types import TensorType
+from heterocc.ops import get_op
+from heterocc.targets.llvm.module import build as build_module
+
+
+@dataclass
+class MiniTarget(sdk.TETarget):
+    """TE's default schedule, LLVM's code generator, kernels that allocate their outputs."""
+
+    name: str = "mini"
+    scheduled: list = field(default_factory=list)
+
+    def schedule(self, expressed: sdk.ExpressedFunction) -> te.Schedule:
+        self.scheduled.append(expressed)
+        return te.create_schedule(expressed.outputs)
+
+    def codegen(self, lowered, symbol: str):
+        return build_module([lowered], name=symbol)[symbol]
+
+    def kernel(self, function: Node, compiled: sdk.CompiledFunction):
+        constants = sdk.function_constants(function.body, compiled.tables)
+
+        def run(args):
+            outs = [np.empty(v.type.shape, v.type.dtype) for v in function.outputs]
+            compiled.code(*args, *constants, *outs)
+            return outs
+
+        return run
+
+
+def _scale_and_shift(name: str, scale: np.ndarray, op: str = "Mul",
+                     dtype: str = "float32") -> tuple[Node, np.ndarray]:
+    """``name``: a function computing ``op(x, scale) + 1`` over a 4 x 8 input."""
+    x = Value("x", TensorType((4, 8), dtype))
+    c = Value("c", TensorType(scale.shape, dtype), scale.astype(dtype))
+    one = Value("one", TensorType((), dtype), np.array(1, dtype))
+    t = Value("t", TensorType((4, 8), dtype))
+    y = Value("y", TensorType((4, 8), dtype))
+    body = Graph([x], [y], [Node(op, [x, c], [t], get_op(op).normalize_attrs({}), name="op"),
+                            Node("Add", [t, one], [y], {}, name="add")])
+    return Node("function", [x], [y], name=name, body=body), np.arange(32).reshape(4, 8)
+
+
+def test_the_base_needs_a_schedule_a_code_generator_and_kernels():
+    class Incomplete(sdk.TETarget):
+        def schedule(self, expressed):
+            return te.create_schedule(expressed.outputs)
+
+    with pytest.raises(TypeError, match="codegen"):
+        Incomplete()
+
+
+def test_functions_of_one_structure_compile_once_and_run_with_their_own_constants():
+    rng = np.random.default_rng(0)
+    target = MiniTarget()
+    first, data = _scale_and_shift("first", rng.standard_normal(8))
+    second, _ = _scale_and_shift("second", rng.standard_normal(8))
+    x = data.astype(np.float32)
+    for function in (first, second):
+        (got,) = target.build(function)([x])
+        np.testing.assert_allclose(got, x * function.body.nodes[0].inputs[1].data + 1,
+                                   rtol=1e-6)
+    assert target.distinct_kernels == 1 and len(target.scheduled) == 1
+    assert target.fallbacks == {}
+    # one-element constants are part of the structure: their values are folded into code
+    third, _ = _scale_and_shift("third", np.array(2.0))
+    np.testing.assert_allclose(target.build(third)([x])[0], x * 2 + 1)
+    assert target.distinct_kernels == 2
+
+
+def test_a_function_the_compute_library_cannot_express_runs_on_numpy_with_the_reason():
+    target = MiniTarget()
+    function, data = _scale_and_shift("halves", np.full(8, 0.5), dtype="float16")
+    x = data.astype(np.float16)
+    (got,) = target.build(function)([x])
+    np.testing.assert_array_equal(got, x * np.float16(0.5) + np.float16(1))
+    assert target.fallbacks == {"halves": "CompileError: mul on float16 has no TE compute"}
+    assert target.scheduled == [] and target.distinct_kernels == 0
+
+
+def test_a_function_the_target_cannot_generate_runs_on_numpy_and_is_not_retried():
+    target = MiniTarget()
+    function, data = _scale_and_shift("scaled", np.full(8, 0.5))
+    x = data.astype(np.float32)
+
+    def refuse(lowered, symbol):
+        raise sdk.CompileError(f"{symbol}: not generated here")
+
+    target.codegen = refuse
+    np.testing.assert_array_equal(target.build(function)([x])[0], x * np.float32(0.5) + 1)
+    assert target.fallbacks == {"scaled": "CompileError: scaled: not generated here"}
+    # the failure is remembered for the structure: another such function is not retried
+    other, _ = _scale_and_shift("other", np.full(8, 0.25))
+    np.testing.assert_array_equal(target.build(other)([x])[0], x * np.float32(0.25) + 1)
+    assert set(target.fallbacks) == {"scaled", "other"} and len(target.scheduled) == 1
+
+
+def test_constants_come_in_first_use_order_then_the_tables():
+    function, _ = _scale_and_shift("f", np.arange(8.0))
+    constants = sdk.function_constants(function.body)
+    assert [c.shape for c in constants] == [(8,), ()]
+    expressed = sdk.express_function(function.body)
+    assert [p.name for p in expressed.params] == ["in0", "c0", "c1"]
+    assert list(expressed.scalars.values())[0] == 1
