@@ -8,7 +8,7 @@ from .. import te
 from ..errors import CompileError
 from ..ops.layout import blocked_conv_geometry
 from ..ops.nn import conv_geometry
-from .common import float_only
+from .common import broadcast_load, float_only, require_native
 from .registry import register_compute
 
 
@@ -171,27 +171,47 @@ def conv_nchwc(inputs, attrs, out_types):
                        name="conv_bias", dtype=x.dtype)]
 
 
-def _matmul2d(a, b, name):
-    from heterocc.targets.llvm.schedules import matmul
+def matmul(a, b, name: str = "matmul", dtype: str | None = None) -> te.Tensor:
+    """The plain product of ``a`` and ``b`` under ``numpy.matmul``'s rules:
+    ``out[..., i, j] = sum_k a[..., i, k] * b[..., k, j]``, batch axes broadcast (a 1-D
+    operand is a row or a column whose axis the output drops).
 
-    c = matmul(a, b, name=name)
-    c.op.attrs["schedule"] = "matmul"
-    return c
+    No layout is decided here: the compute is tagged ``{"schedule": "matmul"}`` so that a
+    target recognises it and packs, blocks or stages its operands as its schedule needs
+    (the CPU reads B through column panels, the GPU through shared memory)."""
+    if a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
+        raise CompileError(f"matmul {name!r}: {list(a.shape)} x {list(b.shape)} do not "
+                           "agree on the reduction axis")
+    batch = np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    shape = (*batch, *a.shape[-2:-1], *(b.shape[-1:] if b.ndim > 1 else ()))
+    k = te.reduce_axis(a.shape[-1], "k")
+
+    def body(*index):
+        rest = list(index)
+        j = rest.pop() if b.ndim > 1 else None
+        i = rest.pop() if a.ndim > 1 else None
+        a_index = (*_batch_index(a, rest), *(() if i is None else (i,)), k)
+        b_index = (*_batch_index(b, rest), k, *(() if j is None else (j,)))
+        return te.sum(a[a_index] * b[b_index], axis=k)
+
+    return te.compute(shape, body, name=name, dtype=dtype or a.dtype,
+                      attrs={"schedule": "matmul"})
+
+
+def _batch_index(t, batch_index: list) -> tuple:
+    """The batch part of ``t``'s index at the output's ``batch_index`` (right-aligned,
+    an axis of extent 1 broadcast)."""
+    axes = t.shape[:-2]
+    offset = len(batch_index) - len(axes)
+    return tuple(0 if dim == 1 else batch_index[offset + n] for n, dim in enumerate(axes))
 
 
 @register_compute("MatMul")
 def matmul_(inputs, attrs, out_types):
+    """``numpy.matmul`` of any ranks: :func:`matmul`."""
     a, b = inputs[0], inputs[1]
-    if a.ndim != 2 or b.ndim != 2:
-        k = te.reduce_axis(a.shape[-1], "k")
-        out = out_types[0].shape
-        if b.ndim != 2 or a.ndim < 2:
-            raise CompileError("batched MatMul with a batched right operand has no TE compute")
-        return [te.compute(out, lambda *i: te.sum(a[i[:-1] + (k,)] * b[k, i[-1]], axis=k),
-                           name="matmul", dtype=out_types[0].dtype)]
-    if not a.dtype.startswith("float"):
-        raise CompileError(f"MatMul on {a.dtype} has no TE compute")
-    return [_matmul2d(a, b, "matmul")]
+    require_native([a.dtype, b.dtype], "MatMul")
+    return [matmul(a, b, "matmul", out_types[0].dtype)]
 
 
 @register_compute("Gemm")
@@ -204,7 +224,7 @@ def gemm(inputs, attrs, out_types):
         a = te.compute((a.shape[1], a.shape[0]), lambda i, j: a[j, i], name="gemm_at")
     if attrs["transB"]:
         b = te.compute((b.shape[1], b.shape[0]), lambda i, j: b[j, i], name="gemm_bt")
-    prod = _matmul2d(a, b, "gemm")
+    prod = matmul(a, b, "gemm")
     alpha, beta = attrs["alpha"], attrs["beta"]
     shape = tuple(out_types[0].shape)
     if c is None and alpha == 1.0:
@@ -213,8 +233,6 @@ def gemm(inputs, attrs, out_types):
     def body(i, j):
         value = prod[i, j] * te.const(alpha, a.dtype) if alpha != 1.0 else prod[i, j]
         if c is not None:
-            from .common import broadcast_load
-
             bias = broadcast_load(c, shape, (i, j))
             value = value + (bias * te.const(beta, a.dtype) if beta != 1.0 else bias)
         return value

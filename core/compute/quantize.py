@@ -20,7 +20,7 @@ from ..errors import CompileError
 from ..ir.types import dtype_from_onnx
 from ..ops.nn import conv_geometry
 from .common import require_native
-from .nn import _matmul2d, _pad
+from .nn import _pad, matmul
 from .reduction import reduce_stage, require_nonempty
 from .registry import register_compute
 
@@ -164,31 +164,6 @@ def _integer_conv(x, w, bias, attrs, name: str):
                       name=f"{name}_bias", dtype="int32")
 
 
-def _integer_matmul(a, b, out_shape: Sequence[int], name: str):
-    """int32 ``numpy.matmul`` of int32 ``a`` and ``b`` (1-D operands promoted, batch dims
-    broadcast) with the output shape ``out_shape``."""
-    if a.ndim == 2 and b.ndim == 2:
-        return _matmul2d(a, b, name)
-    k = te.reduce_axis(a.shape[-1], "k")
-    batch = len(out_shape) - (a.ndim > 1) - (b.ndim > 1)
-
-    def operand_index(t, batch_index, inner):
-        t_batch = t.shape[:-2] if t.ndim > 1 else ()
-        offset = len(batch_index) - len(t_batch)
-        lead = tuple(0 if d == 1 else batch_index[offset + j] for j, d in enumerate(t_batch))
-        return lead + inner
-
-    def body(*index):
-        batch_index, rest = index[:batch], index[batch:]
-        row = (rest[0],) if a.ndim > 1 else ()
-        column = (rest[-1],) if b.ndim > 1 else ()
-        a_at = operand_index(a, batch_index, row + (k,)) if a.ndim > 1 else (k,)
-        b_at = operand_index(b, batch_index, (k,) + column) if b.ndim > 1 else (k,)
-        return te.sum(a[a_at] * b[b_at], axis=k)
-
-    return te.compute(tuple(out_shape), body, name=name, dtype="int32")
-
-
 def _matmul_zero_point_axes(a, b):
     """Axes along which 1-D zero points of A (its rows) and B (its columns) run."""
     return (a.ndim - 2 if a.ndim > 1 else 0), b.ndim - 1
@@ -212,9 +187,9 @@ def matmul_integer(inputs, attrs, out_types):
     a, b = inputs[0], inputs[1]
     _require_bytes([a, b], "MatMulInteger")
     a_axis, b_axis = _matmul_zero_point_axes(a, b)
-    return [_integer_matmul(_centered(a, _optional(inputs, 2), a_axis, "a_centered"),
-                            _centered(b, _optional(inputs, 3), b_axis, "b_centered"),
-                            out_types[0].shape, "matmul_integer")]
+    return [matmul(_centered(a, _optional(inputs, 2), a_axis, "a_centered"),
+                   _centered(b, _optional(inputs, 3), b_axis, "b_centered"),
+                   "matmul_integer", "int32")]
 
 
 def _requantized(acc, multiplier_at, zero_point, out: str, name: str):
@@ -269,10 +244,8 @@ def qlinear_matmul(inputs, attrs, out_types):
     a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = inputs[:8]
     _require_bytes([a, b], "QLinearMatMul")
     a_axis, b_axis = _matmul_zero_point_axes(a, b)
-    out_shape = tuple(out_types[0].shape)
-    acc = _integer_matmul(_centered(a, a_zero, a_axis, "a_centered"),
-                          _centered(b, b_zero, b_axis, "b_centered"), out_shape,
-                          "qlinear_matmul_acc")
+    acc = matmul(_centered(a, a_zero, a_axis, "a_centered"),
+                 _centered(b, b_zero, b_axis, "b_centered"), "qlinear_matmul_acc", "int32")
     dtype = np.result_type(a_scale.dtype, b_scale.dtype, y_scale.dtype).name
     require_native([dtype], "QLinearMatMul scales")
     rows = a.ndim > 1 and math.prod(a_scale.shape) != 1
