@@ -71,7 +71,7 @@ def leaky_relu(x, *, alpha, consumed_inputs=None):
 _PRELU_DTYPES = FLOAT_DTYPES + ("int32", "int64", "uint32", "uint64")
 
 
-def _prelu_slope_shape(x_shape: tuple[int, ...], slope_shape: tuple[int, ...]):
+def prelu_slope_shape(x_shape: tuple[int, ...], slope_shape: tuple[int, ...]):
     """The shape to view the slope in, or None if it does not fit ``x_shape``.
 
     ONNX broadcasts the slope to X unidirectionally; models from opset < 7
@@ -90,7 +90,7 @@ def _prelu_slope_shape(x_shape: tuple[int, ...], slope_shape: tuple[int, ...]):
 def _infer_prelu(ctx: InferContext):
     x, slope = check_dtype(ctx, 0, _PRELU_DTYPES), check_dtype(ctx, 1, _PRELU_DTYPES)
     common_dtype(ctx, [x, slope])
-    if _prelu_slope_shape(x.shape, slope.shape) is None:
+    if prelu_slope_shape(x.shape, slope.shape) is None:
         raise ctx.error(f"slope {slope} must broadcast to X {x} (or be per-channel, "
                         f"shape ({x.shape[1] if x.ndim > 1 else 'C'},))")
     return [x]
@@ -100,7 +100,7 @@ def _infer_prelu(ctx: InferContext):
 @in_working_precision
 def prelu(x, slope, *, consumed_inputs=None):
     """x for x >= 0, slope * x below (slope broadcast to x)."""
-    slope = slope.reshape(_prelu_slope_shape(x.shape, slope.shape))
+    slope = slope.reshape(prelu_slope_shape(x.shape, slope.shape))
     return np.where(x >= 0, x, slope * x)
 
 

@@ -334,7 +334,7 @@ _RECURRENT_ACTIVATIONS = {
 
 
 @dataclass(frozen=True)
-class _RecurrentKind:
+class RecurrentKind:
     """What distinguishes RNN, GRU and LSTM: gate count and default activations."""
 
     gates: int
@@ -342,22 +342,25 @@ class _RecurrentKind:
     states: int  # 1: hidden; 2: hidden and cell
 
 
-_RECURRENT_KINDS = {"RNN": _RecurrentKind(1, ("Tanh",), 1),
-                    "GRU": _RecurrentKind(3, ("Sigmoid", "Tanh"), 1),
-                    "LSTM": _RecurrentKind(4, ("Sigmoid", "Tanh", "Tanh"), 2)}
+#: the recurrent ops by name
+RECURRENT_KINDS = {"RNN": RecurrentKind(1, ("Tanh",), 1),
+                   "GRU": RecurrentKind(3, ("Sigmoid", "Tanh"), 1),
+                   "LSTM": RecurrentKind(4, ("Sigmoid", "Tanh", "Tanh"), 2)}
 
 
 def _directions(direction: str) -> int:
     return 2 if direction == "bidirectional" else 1
 
 
-def _activation_names(kind: _RecurrentKind, attrs) -> list[str]:
+def recurrent_activation_names(kind: RecurrentKind, attrs) -> list[str]:
+    """The lower-case activation names of a recurrent op, per direction (its
+    ``activations`` attribute, or the kind's defaults)."""
     names = attrs["activations"] or list(kind.activations) * _directions(attrs["direction"])
     return [name.lower() for name in names]
 
 
 def _infer_recurrent(ctx: InferContext):
-    kind = _RECURRENT_KINDS[ctx.op]
+    kind = RECURRENT_KINDS[ctx.op]
     x, w, r = ctx.type(0), ctx.type(1), ctx.type(2)
     require_dtype(ctx, "X", x.dtype, FLOAT_DTYPES)
     direction = ctx.attrs["direction"]
@@ -378,7 +381,7 @@ def _infer_recurrent(ctx: InferContext):
     for index, shape in expected.items():
         if index < len(ctx.types) and ctx.has(index) and ctx.type(index).shape != shape:
             raise ctx.error(f"{names[index]} {ctx.type(index)} must have shape {shape}")
-    activations = _activation_names(kind, ctx.attrs)
+    activations = recurrent_activation_names(kind, ctx.attrs)
     unknown = [a for a in activations if a not in _RECURRENT_ACTIVATIONS]
     if unknown or len(activations) != len(kind.activations) * dirs:
         raise ctx.error(f"activations {ctx.attrs['activations']} must list "
@@ -472,7 +475,7 @@ def run_recurrent(op: str, x, w, r, b=None, sequence_lens=None, initial_h=None,
     zeros; the reverse direction runs each sample from its own last step.
     Returns (Y, Y_h) or, for LSTM, (Y, Y_h, Y_c) in the op's layout.
     """
-    kind = _RECURRENT_KINDS[op]
+    kind = RECURRENT_KINDS[op]
     dtype = x.dtype
     if layout:
         x = x.swapaxes(0, 1)
@@ -481,7 +484,7 @@ def run_recurrent(op: str, x, w, r, b=None, sequence_lens=None, initial_h=None,
     length, batch = x.shape[:2]
     dirs, hidden = w.shape[0], r.shape[-1]
     lengths = np.full(batch, length) if sequence_lens is None else sequence_lens.astype(np.int64)
-    names = _activation_names(kind, {"activations": activations, "direction": direction})
+    names = recurrent_activation_names(kind, {"activations": activations, "direction": direction})
     functions = _bound_activations(names, activation_alpha, activation_beta)
     per_direction = len(kind.activations)
     samples = np.arange(batch)

@@ -447,8 +447,9 @@ def pad(x, pads_input=None, constant_value=None, axes_input=None, *, mode, pads,
     return pad_array(x, widths, mode, value)
 
 
-def _crop_pad_widths(error: ErrorFactory, shape: tuple[int, ...], target: list[int],
+def crop_pad_widths(error: ErrorFactory, shape: tuple[int, ...], target: list[int],
                      axes: list[int] | None) -> list[tuple[int, int]]:
+    """CenterCropPad's (before, after) widths per axis: positive pads, negative crops."""
     rank = len(shape)
     axes = list(range(rank)) if axes is None else checked_axes(error, axes, rank)
     if len(target) != len(axes):
@@ -466,7 +467,7 @@ def _crop_pad_widths(error: ErrorFactory, shape: tuple[int, ...], target: list[i
 
 def _infer_center_crop_pad(ctx: InferContext):
     x = ctx.type(0)
-    widths = _crop_pad_widths(ctx.error, x.shape, int_list(ctx.value(1)), ctx.attrs["axes"])
+    widths = crop_pad_widths(ctx.error, x.shape, int_list(ctx.value(1)), ctx.attrs["axes"])
     return [TensorType(tuple(d + b + a for d, (b, a) in zip(x.shape, widths)), x.dtype)]
 
 
@@ -474,7 +475,7 @@ def _infer_center_crop_pad(ctx: InferContext):
              attrs={"axes": None}, shape_operands=(1,))
 def center_crop_pad(x, shape, *, axes):
     """ONNX CenterCropPad: centered crop or zero pad of the given axes to ``shape``."""
-    widths = _crop_pad_widths(runtime_error("CenterCropPad"), x.shape, int_list(shape),
+    widths = crop_pad_widths(runtime_error("CenterCropPad"), x.shape, int_list(shape),
                               _optional_ints(axes))
     return pad_array(x, widths)
 
