@@ -5,25 +5,18 @@ Importing this package registers every compute (on ``OpDef.te_compute``).
 
 from . import (  # noqa: F401  (registrations)
     activation,
-    attention,
-    einsum,
     elementwise,
     indexing,
     layout,
-    linalg,
-    loss,
     nn,
-    nn_dynamic,
-    nn_extra,
     normalization,
+    qnn,
     quantize,
-    recurrent,
     reduction,
-    sampling,
-    scatter,
+    resize,
+    sequence_models,
     signal,
     tensor,
-    topk,
 )
 from .registry import compute_of, has_compute, register_compute
 

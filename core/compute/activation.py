@@ -1,4 +1,5 @@
-"""Activation functions: Relu and its relatives, sigmoid-like curves, Gelu, Clip.
+"""Activation functions: Relu and its relatives, Tanh and sigmoid-like curves, Gelu, Clip,
+SwiGLU.
 
 They follow the NumPy references of ``heterocc.ops.activation``; float-only ones take
 float32/float64 (float16 has no native LLVM conversion), and NaN propagates through
@@ -12,9 +13,9 @@ from collections.abc import Callable
 
 from .. import te
 from ..errors import CompileError
-from ..ops.activation import _prelu_slope_shape
+from ..ops.activation import prelu_slope_shape
 from .common import elementwise, float_only, require_native
-from .elementwise import clamp, is_float_dtype, nan_maximum, nan_minimum
+from .elementwise import clamp, is_float_dtype, nan_maximum, nan_minimum, unary
 from .registry import register_compute
 
 #: below this magnitude expm1 and log1p use their Taylor series (5 terms: relative error
@@ -222,7 +223,7 @@ def prelu(inputs, attrs, out_types):
     entries runs along axis 1, as in opset < 7 models)."""
     x, slope = read_once(inputs[0]), inputs[1]
     dtype = out_types[0].dtype
-    view = _prelu_slope_shape(tuple(x.shape), tuple(slope.shape))
+    view = prelu_slope_shape(tuple(x.shape), tuple(slope.shape))
     if view is None:
         raise CompileError(f"PRelu slope {list(slope.shape)} does not fit X {list(x.shape)}")
     if tuple(view) != tuple(slope.shape):
@@ -270,3 +271,7 @@ def swiglu(inputs, attrs, out_types):
     float_only(out.dtype, "SwiGLU")
     swish = _swish(out.dtype, attrs)
     return [elementwise(inputs[:2], out, lambda a, b: swish(a) * b, "swiglu")]
+
+
+register_compute("Tanh")(unary(
+    "Tanh", lambda dtype, attrs: lambda x: te.call_intrin("tanh", x), floats_only=True))

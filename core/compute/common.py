@@ -8,6 +8,12 @@ from .. import te
 from ..errors import CompileError
 
 
+def optional_input(inputs: Sequence, index: int):
+    """Input ``index`` of a compute's ``inputs``, or None when it was omitted (trailing
+    optional inputs may be left out of the list altogether)."""
+    return inputs[index] if len(inputs) > index else None
+
+
 def broadcast_load(t, out_shape: Sequence[int], index: Sequence):
     """``t`` read at output ``index`` under NumPy broadcasting (right-aligned)."""
     offset = len(out_shape) - len(t.shape)

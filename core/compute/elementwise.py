@@ -24,7 +24,7 @@ from .registry import register_compute
 
 _UNARY_INTRINSICS = {
     "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Floor": "floor", "Ceil": "ceil",
-    "Sin": "sin", "Cos": "cos", "Tan": "tan", "Tanh": "tanh", "Erf": "erf", "Asin": "asin",
+    "Sin": "sin", "Cos": "cos", "Tan": "tan", "Erf": "erf", "Asin": "asin",
     "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh",
     "Acosh": "acosh", "Atanh": "atanh", "Round": "round",  # round: half to even (roundeven)
 }
@@ -75,7 +75,7 @@ def clamp(x, low, high):
     return _propagating_nan(result, (x, low, high)) if is_float_dtype(result.dtype) else result
 
 
-def _unary(name: str, make_fn: Callable, *, floats_only: bool = False):
+def unary(name: str, make_fn: Callable, *, floats_only: bool = False):
     """The compute of a one-input op; ``make_fn(dtype, attrs)`` gives the scalar function."""
 
     def compute(inputs, attrs, out_types):
@@ -88,7 +88,7 @@ def _unary(name: str, make_fn: Callable, *, floats_only: bool = False):
 
 
 for _op, _intrinsic in _UNARY_INTRINSICS.items():
-    register_compute(_op)(_unary(
+    register_compute(_op)(unary(
         _op, lambda dtype, attrs, f=_intrinsic: lambda x: te.call_intrin(f, x),
         floats_only=True))
 
@@ -122,15 +122,15 @@ def _is_inf(dtype, attrs):
     return fn
 
 
-register_compute("Neg")(_unary("Neg", lambda dtype, attrs: lambda x: -x))
-register_compute("Abs")(_unary("Abs", _abs))
-register_compute("Sign")(_unary("Sign", _sign))
-register_compute("Reciprocal")(_unary(
+register_compute("Neg")(unary("Neg", lambda dtype, attrs: lambda x: -x))
+register_compute("Abs")(unary("Abs", _abs))
+register_compute("Sign")(unary("Sign", _sign))
+register_compute("Reciprocal")(unary(
     "Reciprocal", lambda dtype, attrs: lambda x: te.const(1.0, dtype) / x, floats_only=True))
-register_compute("IsNaN")(_unary(
+register_compute("IsNaN")(unary(
     "IsNaN", lambda dtype, attrs: lambda x: te.not_equal(x, x), floats_only=True))
-register_compute("IsInf")(_unary("IsInf", _is_inf, floats_only=True))
-register_compute("Not", "BitwiseNot")(_unary("Not", lambda dtype, attrs: lambda x: ~x))
+register_compute("IsInf")(unary("IsInf", _is_inf, floats_only=True))
+register_compute("Not", "BitwiseNot")(unary("Not", lambda dtype, attrs: lambda x: ~x))
 
 
 # ---------------------------------------------------------------- binary ops

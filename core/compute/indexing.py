@@ -1,23 +1,30 @@
-"""Index-driven data movement: Gather, GatherElements, GatherND, OneHot, Trilu, Resize,
-ReverseSequence.
+"""Index-driven data movement: Gather, GatherElements, GatherND, OneHot, ReverseSequence,
+and the scatters ScatterElements, Scatter, ScatterND and TensorScatter.
 
 Indices are tensors read at run time. The NumPy reference raises InputError for an
 index out of range; a compiled kernel cannot raise, so it wraps negative indices (as
 ONNX says) and then clamps every index into its axis: an out-of-range index reads the
 nearest edge element instead of failing, and no load ever leaves its buffer.
+
+A compute cannot write where an index points, so each scatter output element searches
+the updates for the ones aimed at it: with no reduction it takes the last such update (as
+NumPy's assignment with repeated indices does) or keeps ``data``; with one it combines
+``data`` with all of them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from .. import te
 from ..errors import CompileError
-from ..ops.resize import AxisResample, source_coordinates
-from ..tir.expr import FloatImm
-from .common import float_only, require_native
+from ..tir import expr as tx
+from .common import require_native
 from .registry import register_compute
-from .tensor import clamp_index, load_first, wrap_index
+from .tensor import clamp_index, wrap_index
 
 
 @register_compute("Gather")
@@ -79,220 +86,6 @@ def one_hot(inputs, attrs, out_types):
     return [te.compute(out.shape, body, name="one_hot", dtype=out.dtype)]
 
 
-@register_compute("Trilu")
-def trilu(inputs, attrs, out_types):
-    x = inputs[0]
-    k = inputs[1] if len(inputs) > 1 else None
-    offset = te.const(0, "int64") if k is None else te.cast("int64", load_first(k))
-    zero = te.const(0, x.dtype)
-
-    def body(*index):
-        diagonal = index[-1] - index[-2]  # column minus row
-        keep = diagonal >= offset if attrs["upper"] else diagonal <= offset
-        return te.if_then_else(keep, x[index], zero)
-
-    return [te.compute(out_types[0].shape, body, name="trilu", dtype=x.dtype)]
-
-
-# --- Resize -------------------------------------------------------------------------------------
-
-_RESIZE_COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
-                            "align_corners", "asymmetric", "tf_half_pixel_for_nn")
-
-_NEAREST_ROUNDING = {
-    "round_prefer_floor": lambda c: te.ceil(c - te.const(0.5, "float64")),
-    "round_prefer_ceil": lambda c: te.floor(c + te.const(0.5, "float64")),
-    "floor": te.floor,
-    "ceil": te.ceil,
-}
-
-
-def _resize_scales(inputs, attrs, in_shape, out_shape) -> dict[int, object]:
-    """Per resized axis, the float64 scale its coordinates use: from ``scales`` (read
-    at run time) or from ``sizes`` over the input extent."""
-    axes = attrs["axes"]
-    resized = list(range(len(in_shape))) if axes is None else [a % len(in_shape) for a in axes]
-    scales = inputs[2] if len(inputs) > 2 else None
-    if scales is not None and int(np.prod(scales.shape)) > 0:
-        return {a: te.cast("float64", scales[k]) for k, a in enumerate(resized)}
-    if attrs["keep_aspect_ratio_policy"] == "stretch":
-        # the output extent is the requested size, known statically
-        return {a: te.const(out_shape[a] / in_shape[a], "float64") for a in resized}
-    sizes = inputs[3]
-    ratios = [te.cast("float64", sizes[k]) / te.const(float(in_shape[a]), "float64")
-              for k, a in enumerate(resized)]
-    pick = te.minimum if attrs["keep_aspect_ratio_policy"] == "not_larger" else te.maximum
-    common = ratios[0]
-    for ratio in ratios[1:]:
-        common = pick(common, ratio)
-    return dict.fromkeys(resized, common)
-
-
-def _source_coordinate(o, scale, n_in: int, n_out: int, mode: str):
-    """Fractional input coordinate of output index ``o`` (float64, as the reference)."""
-    f64 = "float64"
-    out = te.cast(f64, o)
-    half = te.const(0.5, f64)
-    if mode in ("pytorch_half_pixel", "align_corners") and n_out <= 1:
-        return te.const(0.0, f64)
-    if mode in ("half_pixel", "pytorch_half_pixel"):
-        return (out + half) / scale - half
-    if mode == "half_pixel_symmetric":
-        adjustment = te.const(float(n_out), f64) / (scale * float(n_in))
-        offset = te.const(n_in / 2, f64) * (te.const(1.0, f64) - adjustment)
-        return offset + (out + half) / scale - half
-    if mode == "align_corners":
-        return out * float(n_in - 1) / (scale * float(n_in) - te.const(1.0, f64))
-    if mode == "asymmetric":
-        return out / scale
-    return (out + half) / scale  # tf_half_pixel_for_nn
-
-
-def _nearest(coordinate, n_in: int, nearest_mode: str):
-    rounded = _NEAREST_ROUNDING[nearest_mode](coordinate)
-    # clamped as a float, so the conversion to an integer cannot overflow
-    inside = te.minimum(te.maximum(rounded, te.const(0.0, "float64")),
-                        te.const(float(n_in - 1), "float64"))
-    return te.cast("int64", inside)
-
-
-def _linear_taps(coordinate, n_in: int, exclude_outside: bool):
-    """The two (input index, weight) taps of a linear resample at ``coordinate``, the
-    weights normalized to sum to one as the reference does.
-
-    Taps outside the input fold onto the edge pixel, or are dropped when
-    ``exclude_outside`` (no tap left gives weight 0, as in the reference)."""
-    f64 = "float64"
-    below = te.floor(coordinate)
-    fraction = coordinate - below
-    base = te.cast("int64", te.minimum(te.maximum(below, te.const(-1.0, f64)),
-                                       te.const(float(n_in), f64)))
-    indices, weights = [], []
-    for step, weight in ((0, te.const(1.0, f64) - fraction), (1, fraction)):
-        if exclude_outside:
-            # tested on the unclamped float tap: a far-away tap must not land inside
-            tap = below + te.const(float(step), f64)
-            inside = te.logical_and(tap >= te.const(0.0, f64),
-                                    tap <= te.const(float(n_in - 1), f64))
-            weight = te.if_then_else(inside, weight, te.const(0.0, f64))
-        indices.append(clamp_index(base + step, n_in))
-        weights.append(weight)
-    total = weights[0] + weights[1]
-    total = te.if_then_else(te.equal(total, te.const(0.0, f64)), te.const(1.0, f64), total)
-    return list(zip(indices, [w / total for w in weights]))
-
-
-def _is_identity(scale, n_in: int, n_out: int, mode: str) -> bool:
-    """Whether resampling an axis is statically known to copy it (as the reference
-    skips such an axis): a one-element axis, or a constant scale whose coordinates are
-    exactly the output positions."""
-    if n_in == n_out == 1:
-        return True
-    if n_in != n_out or not isinstance(scale, FloatImm):
-        return False
-    spec = AxisResample(n_in, n_out, scale.value)
-    return bool(np.array_equal(source_coordinates(spec, mode), np.arange(n_in)))
-
-
-def _axis_table(n_out: int, entry, dtype: str, name: str):
-    """A per-output-position table of one resized axis, materialized once (``keep``), so
-    that the coordinate arithmetic is not repeated for every element of the output."""
-    return te.compute((n_out,), entry, name=name, dtype=dtype, attrs={"keep": True})
-
-
-def _linear_stage(source, axis: int, taps, dtype: str, keep: bool):
-    """``source`` linearly resampled along ``axis`` through the tables ``taps`` (one
-    separable pass, as the reference makes them)."""
-    n_out = taps[0][0].shape[0]
-    shape = source.shape[:axis] + (n_out,) + source.shape[axis + 1:]
-
-    def body(*index):
-        o = index[axis]
-        value = None
-        for tap_index, tap_weight in taps:
-            term = tap_weight[o] * te.cast(
-                "float64", source[index[:axis] + (tap_index[o],) + index[axis + 1:]])
-            value = term if value is None else value + term
-        return value
-
-    return te.compute(shape, body, name=f"resize_axis{axis}", dtype=dtype,
-                      attrs={"keep": True} if keep else {})
-
-
-def _linear_tables(a: int, n_in: int, n_out: int, coordinate, exclude_outside: bool):
-    """Per tap of axis ``a``: its table of input indices and its table of weights."""
-    def table(k: int, part: int, dtype: str, what: str):
-        return _axis_table(n_out, lambda o: _linear_taps(coordinate(a, o), n_in,
-                                                         exclude_outside)[k][part],
-                           dtype, f"resize_tap{k}_{what}{a}")
-
-    return [(table(k, 0, "int64", "index"), table(k, 1, "float64", "weight"))
-            for k in range(2)]
-
-
-def _resample(x, scales: dict, out_shape, mode: str, coordinates: str, nearest_mode: str,
-              exclude_outside: bool):
-    """``x`` resized to ``out_shape``: nearest or linear, the given coordinate mode, one
-    scale expression per resized axis (shared by Resize and Upsample)."""
-    require_native([x.dtype], "Resize")
-    if mode == "linear":
-        float_only(x.dtype, "Resize (linear)")
-    resampled = {a: s for a, s in scales.items()
-                 if not _is_identity(s, x.shape[a], out_shape[a], coordinates)}
-
-    def coordinate(a, o):
-        return _source_coordinate(o, resampled[a], x.shape[a], out_shape[a], coordinates)
-
-    if mode == "linear" and resampled:
-        stage, last = x, max(resampled)
-        for a in sorted(resampled):
-            taps = _linear_tables(a, x.shape[a], out_shape[a], coordinate, exclude_outside)
-            stage = _linear_stage(stage, a, taps, x.dtype if a == last else "float64",
-                                  keep=a != last)
-        return stage
-
-    tables = {a: _axis_table(out_shape[a], lambda o, a=a: _nearest(
-        coordinate(a, o), x.shape[a], nearest_mode), "int64", f"resize_index{a}")
-        for a in resampled}
-    return te.compute(out_shape, lambda *index: x[tuple(
-        tables[a][o] if a in tables else o for a, o in enumerate(index))],
-        name="resize", dtype=x.dtype)
-
-
-@register_compute("Resize")
-def resize(inputs, attrs, out_types):
-    x = inputs[0]
-    out_shape = tuple(out_types[0].shape)
-    mode, coordinates = attrs["mode"], attrs["coordinate_transformation_mode"]
-    if mode not in ("nearest", "linear") or attrs["antialias"]:
-        raise CompileError(f"Resize mode {mode!r}{' with antialias' * bool(attrs['antialias'])}"
-                           " has no TE compute (nearest and linear only)")
-    if coordinates not in _RESIZE_COORDINATE_MODES:
-        raise CompileError(f"Resize coordinate_transformation_mode {coordinates!r} has no TE "
-                           "compute")
-    scales = _resize_scales(inputs, attrs, x.shape, out_shape)
-    return [_resample(x, scales, out_shape, mode, coordinates, attrs["nearest_mode"],
-                      bool(attrs["exclude_outside"]))]
-
-
-@register_compute("Upsample")
-def upsample(inputs, attrs, out_types):
-    """Resize's ancestor: asymmetric coordinates, nearest rounding down, or linear."""
-    x = inputs[0]
-    if attrs["scales"] is not None:
-        scales = [te.const(float(s), "float64") for s in attrs["scales"]]
-    elif attrs["height_scale"] is not None or attrs["width_scale"] is not None:
-        spatial = [attrs["height_scale"] or 1.0, attrs["width_scale"] or 1.0]
-        scales = [te.const(float(s), "float64") for s in [1.0] * (x.ndim - 2) + spatial]
-    else:
-        scales = [te.cast("float64", inputs[1][k]) for k in range(x.ndim)]
-    mode = "linear" if attrs["mode"] in ("linear", "bilinear") else attrs["mode"]
-    if mode not in ("nearest", "linear"):
-        raise CompileError(f"Upsample mode {attrs['mode']!r} has no TE compute")
-    return [_resample(x, dict(enumerate(scales)), tuple(out_types[0].shape), mode,
-                      "asymmetric", "floor", exclude_outside=False)]
-
-
 @register_compute("ReverseSequence")
 def reverse_sequence(inputs, attrs, out_types):
     """Time step ``t < len[b]`` of batch ``b`` reads step ``len[b] - 1 - t``; later steps
@@ -308,3 +101,192 @@ def reverse_sequence(inputs, attrs, out_types):
         return x[tuple(source if d == time_axis else i for d, i in enumerate(index))]
 
     return [te.compute(out_types[0].shape, body, name="reverse_sequence", dtype=x.dtype)]
+
+
+#: most updates a multiplying scatter unrolls (there is no product reduction)
+MAX_UNROLLED_PRODUCT = 64
+
+
+@dataclass(frozen=True)
+class UpdateSearch:
+    """Where the updates aimed at output element ``index`` are: ``extents`` of the
+    positions searched, ``hits(index, position)`` whether the update at ``position`` is
+    aimed there, ``value(index, position)`` that update."""
+
+    extents: tuple[int, ...]
+    hits: Callable[[tuple, tuple], tx.Expr]
+    value: Callable[[tuple, tuple], tx.Expr]
+
+
+def _flat(position: Sequence, extents: Sequence[int]) -> tx.Expr:
+    flat = te.const(0, "int64")
+    for p, extent in zip(position, extents):
+        flat = flat * extent + te.cast("int64", p)
+    return flat
+
+
+def _unflat(flat, extents: Sequence[int]) -> tuple:
+    index = []
+    for extent in reversed(extents):
+        index.append(flat % extent)
+        flat = flat // extent
+    return tuple(reversed(index))
+
+
+def _lowest(dtype: str, largest: bool):
+    """The identity of a max (``largest``) or min over ``dtype``."""
+    if tx.is_float(dtype):
+        return te.const(-np.inf if largest else np.inf, dtype)
+    info = np.iinfo(dtype) if dtype != "bool" else None
+    if info is None:
+        return te.const(not largest, dtype)
+    return te.const(int(info.min if largest else info.max), dtype)
+
+
+def scatter_by_search(data: te.Tensor, search: UpdateSearch, reduction: str,
+                      name: str) -> te.Tensor:
+    """``data`` with the updates ``search`` finds written (``reduction`` "none") or
+    combined in ("add", "mul", "max", "min")."""
+    require_native([data.dtype], name)
+    shape = data.shape
+    if 0 in search.extents:
+        return te.compute(shape, lambda *i: data[i], name=name, dtype=data.dtype)
+
+    def positions():
+        axes = [te.reduce_axis(e, f"u{k}") for k, e in enumerate(search.extents)]
+        return axes, tuple(a.var for a in axes)
+
+    if reduction == "none":
+        def last_body(*index):
+            axes, position = positions()
+            return te.max(te.if_then_else(search.hits(index, position),
+                                          _flat(position, search.extents),
+                                          te.const(-1, "int64")), axis=axes)
+
+        last = te.compute(shape, last_body, name=name + "_last", dtype="int64")
+        return te.compute(shape, lambda *i: te.if_then_else(
+            last[i] >= 0, search.value(i, _unflat(last[i], search.extents)), data[i]),
+            name=name, dtype=data.dtype)
+    if reduction == "mul":
+        count = int(np.prod(search.extents))
+        if count > MAX_UNROLLED_PRODUCT:
+            raise CompileError(f"{name} with reduction 'mul' over {count} updates has no TE "
+                               f"compute (at most {MAX_UNROLLED_PRODUCT})")
+
+        def product_body(*index):
+            value = data[index]
+            for position in np.ndindex(*search.extents):
+                at = tuple(te.const(p, "int64") for p in position)
+                value = te.if_then_else(search.hits(index, at),
+                                        value * search.value(index, at), value)
+            return value
+
+        return te.compute(shape, product_body, name=name, dtype=data.dtype)
+    if reduction == "add":
+        zero = te.const(0, data.dtype)
+
+        def sum_body(*index):
+            axes, position = positions()
+            return te.sum(te.if_then_else(search.hits(index, position),
+                                          search.value(index, position), zero), axis=axes)
+
+        total = te.compute(shape, sum_body, name=name + "_sum", dtype=data.dtype)
+        return te.compute(shape, lambda *i: data[i] + total[i], name=name, dtype=data.dtype)
+    if reduction not in ("max", "min"):
+        raise CompileError(f"{name} reduction {reduction!r} has no TE compute")
+    largest = reduction == "max"
+    combine, pick = (te.max, te.maximum) if largest else (te.min, te.minimum)
+    fill = _lowest(data.dtype, largest)
+
+    def extreme_body(*index):
+        axes, position = positions()
+        return combine(te.if_then_else(search.hits(index, position),
+                                       search.value(index, position), fill), axis=axes)
+
+    def count_body(*index):
+        axes, position = positions()
+        return te.sum(te.cast("int64", search.hits(index, position)), axis=axes)
+
+    peak = te.compute(shape, extreme_body, name=name + "_peak", dtype=data.dtype)
+    count = te.compute(shape, count_body, name=name + "_count", dtype="int64")
+    return te.compute(shape, lambda *i: te.if_then_else(
+        count[i] > 0, pick(data[i], peak[i]), data[i]), name=name, dtype=data.dtype)
+
+
+def _scatter_elements(inputs, axis: int, reduction: str, name: str):
+    data, indices, updates = inputs[:3]
+    axis %= data.ndim
+    extent = indices.shape[axis]
+
+    def along(index, position):
+        return tuple(position[0] if d == axis else i for d, i in enumerate(index))
+
+    def hits(index, position):
+        inside = te.const(True, "bool")
+        for d, (i, size) in enumerate(zip(index, indices.shape)):
+            if d != axis and size < data.shape[d]:
+                inside = te.logical_and(inside, i < size)
+        # the index is loaded only where the update exists
+        target = te.if_then_else(inside, wrap_index(indices[along(index, position)],
+                                                    data.shape[axis]), te.const(-1, "int64"))
+        return te.equal(target, te.cast("int64", index[axis]))
+
+    search = UpdateSearch((extent,), hits, lambda i, p: updates[along(i, p)])
+    return [scatter_by_search(data, search, reduction, name)]
+
+
+@register_compute("ScatterElements")
+def scatter_elements(inputs, attrs, out_types):
+    return _scatter_elements(inputs, attrs["axis"], attrs["reduction"], "scatter_elements")
+
+
+@register_compute("Scatter")
+def scatter(inputs, attrs, out_types):
+    return _scatter_elements(inputs, attrs["axis"], "none", "scatter")
+
+
+@register_compute("ScatterND")
+def scatter_nd(inputs, attrs, out_types):
+    """Update tuple ``p`` (the leading axes of ``indices``) addresses the slice
+    ``data[indices[p]]``; an output element is hit when its leading ``depth`` indices
+    equal that tuple."""
+    data, indices, updates = inputs[:3]
+    depth = indices.shape[-1]
+    extents = tuple(indices.shape[:-1])
+
+    def hits(index, position):
+        matched = te.const(True, "bool")
+        for k in range(depth):
+            target = wrap_index(indices[(*position, k)], data.shape[k])
+            matched = te.logical_and(matched, te.equal(target, te.cast("int64", index[k])))
+        return matched
+
+    search = UpdateSearch(extents, hits, lambda i, p: updates[(*p, *i[depth:])])
+    return [scatter_by_search(data, search, attrs["reduction"], "scatter_nd")]
+
+
+@register_compute("TensorScatter")
+def tensor_scatter(inputs, attrs, out_types):
+    """Cache position ``s`` of batch ``b`` takes update step ``s - start[b]`` (modulo the
+    capacity when circular) when that step exists, else keeps the cache."""
+    cache, update = inputs[:2]
+    starts = inputs[2] if len(inputs) > 2 else None
+    require_native([cache.dtype], "TensorScatter")
+    axis = attrs["axis"] % cache.ndim
+    capacity, length = cache.shape[axis], update.shape[axis]
+    circular = attrs["mode"] == "circular"
+
+    def body(*index):
+        start = te.const(0, "int64") if starts is None else te.cast("int64", starts[index[0]])
+        step = te.cast("int64", index[axis]) - start
+        if circular:
+            step = step % capacity
+            step = te.if_then_else(step < 0, step + capacity, step)
+        written = te.logical_and(step >= 0, step < length)
+        source = tuple(step if d == axis else i for d, i in enumerate(index))
+        return te.if_then_else(written, update[source], cache[index])
+
+    if length == 0:
+        return [te.compute(cache.shape, lambda *i: cache[i], name="tensor_scatter",
+                           dtype=cache.dtype)]
+    return [te.compute(cache.shape, body, name="tensor_scatter", dtype=cache.dtype)]

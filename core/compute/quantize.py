@@ -1,11 +1,10 @@
 """Quantization: (de)quantize linear, the integer and quantized-linear convolution and
-matrix product, and heterocc's integer Requantize.
+matrix product (heterocc's integer Requantize is in ``qnn.py``).
 
 Every compute is bit-exact with its NumPy reference (``heterocc.ops.quantize`` and
 ``heterocc.ops.qnn``): rounding is half to even in the dtype the reference rounds in,
 zero points are added in float64 (exact for every integer involved), integer products
-accumulate in int32 with wrap-around, and Requantize's int32 pipeline wraps step by
-step as the accelerator's ALU does.
+accumulate in int32 with wrap-around.
 """
 
 from __future__ import annotations
@@ -19,8 +18,8 @@ from .. import te
 from ..errors import CompileError
 from ..ir.types import dtype_from_onnx
 from ..ops.nn import conv_geometry
-from .common import require_native
-from .nn import _matmul2d, _pad
+from .common import optional_input, require_native
+from .nn import matmul, pad
 from .reduction import reduce_stage, require_nonempty
 from .registry import register_compute
 
@@ -55,14 +54,10 @@ def _saturating_cast(value, dtype: str):
     return te.cast(dtype, te.minimum(te.maximum(value, low), high))
 
 
-def _optional(inputs, index: int):
-    return inputs[index] if len(inputs) > index else None
-
-
 @register_compute("QuantizeLinear")
 def quantize_linear(inputs, attrs, out_types):
     """saturate(round_half_even(x / scale) + zero_point), per tensor, axis or block."""
-    x, scale, zero_point = inputs[0], inputs[1], _optional(inputs, 2)
+    x, scale, zero_point = inputs[0], inputs[1], optional_input(inputs, 2)
     out = out_types[0].dtype
     dtypes = [x.dtype, scale.dtype, out] + ([zero_point.dtype] if zero_point is not None else [])
     require_native(dtypes, "QuantizeLinear")
@@ -93,7 +88,7 @@ def quantize_linear(inputs, attrs, out_types):
 def dequantize_linear(inputs, attrs, out_types):
     """(x - zero_point) * scale: the difference exact in int64, the product in float64,
     rounded once to the output dtype."""
-    x, scale, zero_point = inputs[0], inputs[1], _optional(inputs, 2)
+    x, scale, zero_point = inputs[0], inputs[1], optional_input(inputs, 2)
     out = out_types[0].dtype
     require_native([x.dtype, scale.dtype, out], "DequantizeLinear")
     axis = attrs["axis"] % max(x.ndim, 1)
@@ -147,7 +142,7 @@ def _integer_conv(x, w, bias, attrs, name: str):
     o = w.shape[0]
     cg, og = c // group, o // group
     # padding is applied to the centered input, so padded positions contribute 0
-    data = _pad(x, pads[:2], pads[2:], 0, f"{name}_pad")
+    data = pad(x, pads[:2], pads[2:], 0, f"{name}_pad")
     rc, ry, rx = te.reduce_axis(cg, "rc"), te.reduce_axis(kernel[0], "ry"), \
         te.reduce_axis(kernel[1], "rx")
     (sy, sx), (dy, dx) = strides, dilations
@@ -164,31 +159,6 @@ def _integer_conv(x, w, bias, attrs, name: str):
                       name=f"{name}_bias", dtype="int32")
 
 
-def _integer_matmul(a, b, out_shape: Sequence[int], name: str):
-    """int32 ``numpy.matmul`` of int32 ``a`` and ``b`` (1-D operands promoted, batch dims
-    broadcast) with the output shape ``out_shape``."""
-    if a.ndim == 2 and b.ndim == 2:
-        return _matmul2d(a, b, name)
-    k = te.reduce_axis(a.shape[-1], "k")
-    batch = len(out_shape) - (a.ndim > 1) - (b.ndim > 1)
-
-    def operand_index(t, batch_index, inner):
-        t_batch = t.shape[:-2] if t.ndim > 1 else ()
-        offset = len(batch_index) - len(t_batch)
-        lead = tuple(0 if d == 1 else batch_index[offset + j] for j, d in enumerate(t_batch))
-        return lead + inner
-
-    def body(*index):
-        batch_index, rest = index[:batch], index[batch:]
-        row = (rest[0],) if a.ndim > 1 else ()
-        column = (rest[-1],) if b.ndim > 1 else ()
-        a_at = operand_index(a, batch_index, row + (k,)) if a.ndim > 1 else (k,)
-        b_at = operand_index(b, batch_index, (k,) + column) if b.ndim > 1 else (k,)
-        return te.sum(a[a_at] * b[b_at], axis=k)
-
-    return te.compute(tuple(out_shape), body, name=name, dtype="int32")
-
-
 def _matmul_zero_point_axes(a, b):
     """Axes along which 1-D zero points of A (its rows) and B (its columns) run."""
     return (a.ndim - 2 if a.ndim > 1 else 0), b.ndim - 1
@@ -199,7 +169,7 @@ def conv_integer(inputs, attrs, out_types):
     """int32 convolution of zero-point-centered 8-bit operands (w's zero point may be
     per output channel)."""
     x, w = inputs[0], inputs[1]
-    x_zero, w_zero = _optional(inputs, 2), _optional(inputs, 3)
+    x_zero, w_zero = optional_input(inputs, 2), optional_input(inputs, 3)
     _require_bytes([x, w], "ConvInteger")
     return [_integer_conv(_centered(x, x_zero, 1, "x_centered"),
                           _centered(w, w_zero, 0, "w_centered"), None, attrs, "conv_integer")]
@@ -212,9 +182,9 @@ def matmul_integer(inputs, attrs, out_types):
     a, b = inputs[0], inputs[1]
     _require_bytes([a, b], "MatMulInteger")
     a_axis, b_axis = _matmul_zero_point_axes(a, b)
-    return [_integer_matmul(_centered(a, _optional(inputs, 2), a_axis, "a_centered"),
-                            _centered(b, _optional(inputs, 3), b_axis, "b_centered"),
-                            out_types[0].shape, "matmul_integer")]
+    return [matmul(_centered(a, optional_input(inputs, 2), a_axis, "a_centered"),
+                   _centered(b, optional_input(inputs, 3), b_axis, "b_centered"),
+                   "matmul_integer", "int32")]
 
 
 def _requantized(acc, multiplier_at, zero_point, out: str, name: str):
@@ -252,7 +222,7 @@ def qlinear_conv(inputs, attrs, out_types):
     """ConvInteger (+ int32 bias) requantized by x_scale * w_scale / y_scale (w_scale per
     output channel or not) to the output zero point's dtype."""
     x, x_scale, x_zero, w, w_scale, w_zero, y_scale = inputs[:7]
-    y_zero, bias = _optional(inputs, 7), _optional(inputs, 8)
+    y_zero, bias = optional_input(inputs, 7), optional_input(inputs, 8)
     _require_bytes([x, w], "QLinearConv")
     dtype, multiplier = _scale_product(x_scale, w_scale, y_scale)
     require_native([dtype], "QLinearConv scales")
@@ -269,10 +239,8 @@ def qlinear_matmul(inputs, attrs, out_types):
     a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = inputs[:8]
     _require_bytes([a, b], "QLinearMatMul")
     a_axis, b_axis = _matmul_zero_point_axes(a, b)
-    out_shape = tuple(out_types[0].shape)
-    acc = _integer_matmul(_centered(a, a_zero, a_axis, "a_centered"),
-                          _centered(b, b_zero, b_axis, "b_centered"), out_shape,
-                          "qlinear_matmul_acc")
+    acc = matmul(_centered(a, a_zero, a_axis, "a_centered"),
+                 _centered(b, b_zero, b_axis, "b_centered"), "qlinear_matmul_acc", "int32")
     dtype = np.result_type(a_scale.dtype, b_scale.dtype, y_scale.dtype).name
     require_native([dtype], "QLinearMatMul scales")
     rows = a.ndim > 1 and math.prod(a_scale.shape) != 1
@@ -287,74 +255,6 @@ def qlinear_matmul(inputs, attrs, out_types):
         return te.cast("float64", product / te.cast(dtype, _scale(y_scale, ())))
 
     return [_requantized(acc, multiplier, y_zero, out_types[0].dtype, "qlinear_matmul")]
-
-
-# ---------------------------------------------------------------- Requantize
-
-
-def _wrap_int32(value: int) -> int:
-    """``value`` wrapped to int32 (two's complement), as NumPy's int64 -> int32 cast."""
-    return (value + 2 ** 31) % 2 ** 32 - 2 ** 31
-
-
-def _per_channel_constant(values, name: str):
-    """``lambda channel: the int32 constant of values for channel``: ``values`` is an int,
-    or a list (one per channel) read from a constant table (one load, a vector load where
-    channels are vectorized); a list of one value throughout is an immediate."""
-    if isinstance(values, list) and len(set(values)) > 1:
-        table = te.constant_tensor(np.array(values, np.int32), name)
-        return lambda channel: table[channel]
-    value = te.const(values[0] if isinstance(values, list) else values, "int32")
-    return lambda channel: value
-
-
-def _per_channel(value, transform):
-    """``transform`` applied to an int attribute, or to each entry of a per-channel list."""
-    return [transform(int(v)) for v in value] if isinstance(value, list) else \
-        transform(int(value))
-
-
-@register_compute("Requantize")
-def requantize(inputs, attrs, out_types):
-    """``clip(((clip(x, +-acc_limit) * multiplier + 2**(shift-1)) >> shift) + zero_point,
-    qmin, qmax)`` in int32 with wrap-around after every step, per tensor or per channel
-    (axis 1)."""
-    x = inputs[0]
-    out = out_types[0].dtype
-    shifts = attrs["shift"] if isinstance(attrs["shift"], list) else [attrs["shift"]]
-    if any(not 0 <= int(s) <= 31 for s in shifts):
-        raise CompileError(f"Requantize shift {attrs['shift']} outside [0, 31] has no TE "
-                           "compute")
-    limits = attrs["acc_limit"] if isinstance(attrs["acc_limit"], list) else \
-        [attrs["acc_limit"]]
-    if any(int(limit) < 0 for limit in limits):
-        raise CompileError(f"Requantize acc_limit {attrs['acc_limit']} must be >= 0")
-    int32_min, int32_max = -2 ** 31, 2 ** 31 - 1
-    # NumPy multiplies in int64 and wraps to int32; multiplying int32 operands that were
-    # wrapped first gives the same bits
-    multiplier = _per_channel_constant(_per_channel(attrs["multiplier"], _wrap_int32),
-                                       "requantize_multiplier")
-    shift = _per_channel_constant(_per_channel(attrs["shift"], int), "requantize_shift")
-    rounding = _per_channel_constant(_per_channel(
-        attrs["shift"], lambda s: _wrap_int32(1 << (s - 1)) if s else 0), "requantize_rounding")
-    # the clamp to +-acc_limit, with bounds beyond int32 (which clamp nothing) tightened
-    low = _per_channel_constant(_per_channel(attrs["acc_limit"], lambda v: max(-v, int32_min)),
-                                "requantize_low")
-    high = _per_channel_constant(_per_channel(attrs["acc_limit"], lambda v: min(v, int32_max)),
-                                 "requantize_high")
-    zero_point = te.const(_wrap_int32(int(attrs["zero_point"])), "int32")
-    qmin, qmax = te.const(int(attrs["qmin"]), "int32"), te.const(int(attrs["qmax"]), "int32")
-
-    def body(*index):
-        channel = index[1] if x.ndim > 1 else 0
-        acc = te.minimum(te.maximum(x[index], low(channel)), high(channel))
-        y = acc * multiplier(channel)
-        y = y + rounding(channel)
-        y = y >> shift(channel)
-        y = y + zero_point
-        return te.cast(out, te.minimum(te.maximum(y, qmin), qmax))
-
-    return [te.compute(tuple(out_types[0].shape), body, name="requantize", dtype=out)]
 
 
 @register_compute("DynamicQuantizeLinear")

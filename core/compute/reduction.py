@@ -1,4 +1,5 @@
-"""Reductions: Reduce*, ArgMax/ArgMin, the softmax family, GlobalMaxPool, CumSum and CumProd.
+"""Reductions: Reduce*, ArgMax/ArgMin, the softmax family, CumSum and CumProd, and the
+other ops of ``heterocc.ops.reduction``: Einsum, Det, TopK, Trilu and the losses.
 
 Every reduction is built from :func:`reduce_stage`, a compute whose body is one
 ``te.sum`` / ``te.max`` / ``te.min`` over the reduced axes (so the LLVM target gives it
@@ -7,6 +8,12 @@ the reduction schedule), followed by elementwise stages that finish the value.
 Float max/min reductions combine with ``maxnum``/``minnum``, which skip NaN, while
 NumPy (the oracle) propagates it; the max/min family therefore also reduces a NaN
 flag and lets it win, so results match the reference on NaN inputs too.
+
+Einsum is one sum of products over the labels the output drops. Det of small matrices
+is the Leibniz formula (a sum over the permutations of the rows), in float64 as the
+reference computes, rounded to the input dtype. TopK does not sort: each element's rank
+is the count of elements ordered before it, and output slot r gathers the element of
+rank r (O(n^2) per slice).
 """
 
 from __future__ import annotations
@@ -21,10 +28,11 @@ from .. import te
 from ..errors import CompileError
 from ..ops import get_op
 from ..ops.common import normalize_axes, normalize_axis
-from ..ops.reduction import ReferenceSite, reduced_shape
+from ..ops.reduction import ReferenceSite, accumulator_dtype, plan_einsum, reduced_shape
 from ..tir import expr as tx
-from .common import require_native
+from .common import float_only, require_native
 from .registry import register_compute
+from .tensor import load_first
 
 #: A function of an input index (a tuple of index expressions) giving one value.
 IndexedValue = Callable[[tuple], tx.Expr]
@@ -396,14 +404,6 @@ for _op in _REDUCE_BUILDERS:
     register_compute(_op)(_reduce_compute(_op))
 
 
-@register_compute("GlobalMaxPool")
-def global_max_pool(inputs, attrs, out_types):
-    x = inputs[0]
-    require_native([x.dtype], "GlobalMaxPool")
-    require_nonempty(x.shape, "GlobalMaxPool")
-    return [extreme(x, list(range(2, x.ndim)), True, "global_max_pool")]
-
-
 # ----------------------------------------------------------------------------- ArgMax/ArgMin
 
 
@@ -568,3 +568,238 @@ def _scan_compute(op: str, combine: Callable, identity: int):
 
 register_compute("CumSum")(_scan_compute("CumSum", lambda a, b: a + b, 0))
 register_compute("CumProd")(_scan_compute("CumProd", lambda a, b: a * b, 1))
+
+
+def _spelled_out(term: str, rank: int, ellipsis_labels: str) -> str:
+    """``term`` with its ellipsis replaced by the trailing ``ellipsis_labels`` it covers
+    (an operand's ellipsis is right-aligned with the broadcast ellipsis dims)."""
+    if "..." not in term:
+        return term
+    spare = rank - len(term.replace("...", ""))
+    covered = ellipsis_labels[len(ellipsis_labels) - spare:] if spare else ""
+    return term.replace("...", covered)
+
+
+def labelled_terms(equation: str, shapes) -> tuple[list[str], str, dict[str, int]]:
+    """The equation's operand terms and output term with one letter per axis (ellipses
+    spelled out in letters the equation does not use) and each label's extent (the
+    broadcast one for ellipsis dims)."""
+    lhs, rhs = equation.split("->")
+    terms = lhs.split(",")
+    unused = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+              if c not in equation]
+    widest = max((len(s) - len(t.replace("...", "")) for t, s in zip(terms, shapes)
+                  if "..." in t), default=0)
+    ellipsis_labels = "".join(unused[:widest])
+    spelled = [_spelled_out(t, len(s), ellipsis_labels) for t, s in zip(terms, shapes)]
+    sizes: dict[str, int] = {}
+    for term, shape in zip(spelled, shapes):
+        for label, size in zip(term, shape):
+            sizes[label] = max(sizes.get(label, 1), size)
+    return spelled, _spelled_out(rhs, len(ellipsis_labels) + len(rhs.replace("...", "")),
+                                 ellipsis_labels), sizes
+
+
+@register_compute("Einsum")
+def einsum(inputs, attrs, out_types):
+    """``out[o] = sum over the dropped labels of prod_k input_k[labels of k]``, in the
+    reference's accumulator dtype; a size-1 operand axis under a wider label (ellipsis
+    broadcasting) is read at 0."""
+    out = out_types[0]
+    require_native([t.dtype for t in inputs] + [out.dtype], "Einsum")
+    shapes = [tuple(t.shape) for t in inputs]
+    plan = plan_einsum(ReferenceSite("Einsum"), attrs["equation"], shapes)
+    terms, output, sizes = labelled_terms(plan.equation, shapes)
+    acc = np.dtype(accumulator_dtype(out.dtype)).name
+    dropped = sorted({label for term in terms for label in term} - set(output))
+
+    def product(at: dict):
+        value = None
+        for t, term in zip(inputs, terms):
+            index = tuple(0 if size == 1 and sizes[label] != 1 else at[label]
+                          for label, size in zip(term, t.shape))
+            factor = te.cast(acc, t[index])
+            value = factor if value is None else value * factor
+        return value
+
+    def body(*index):
+        at = dict(zip(output, index))
+        if not dropped:
+            return product(at)
+        axes = [te.reduce_axis(sizes[label], f"r_{label}") for label in dropped]
+        at.update({label: axis.var for label, axis in zip(dropped, axes)})
+        return te.sum(product(at), axis=axes)
+
+    if any(sizes[label] == 0 for label in dropped):
+        total = te.compute(out.shape, lambda *i: te.const(0, acc), name="einsum", dtype=acc)
+    else:
+        total = te.compute(out.shape, body, name="einsum", dtype=acc)
+    if acc == out.dtype:
+        return [total]
+    return [te.compute(out.shape, lambda *i: te.cast(out.dtype, total[i]), name="einsum_cast",
+                       dtype=out.dtype)]
+
+
+#: the largest matrix whose n! permutation terms are expanded
+MAX_LEIBNIZ_SIZE = 4
+
+
+def _parity(permutation: tuple[int, ...]) -> int:
+    inversions = sum(1 for i, j in itertools.combinations(range(len(permutation)), 2)
+                     if permutation[i] > permutation[j])
+    return -1 if inversions % 2 else 1
+
+
+@register_compute("Det")
+def det(inputs, attrs, out_types):
+    x = inputs[0]
+    float_only(x.dtype, "Det")
+    n = x.shape[-1]
+    if n > MAX_LEIBNIZ_SIZE:
+        raise CompileError(f"Det of {n} x {n} matrices has no TE compute (at most "
+                           f"{MAX_LEIBNIZ_SIZE} x {MAX_LEIBNIZ_SIZE})")
+
+    def body(*batch):
+        total = te.const(0.0, "float64")
+        for permutation in itertools.permutations(range(n)):
+            term = te.const(float(_parity(permutation)), "float64")
+            for row, column in enumerate(permutation):
+                term = term * te.cast("float64", x[(*batch, row, column)])
+            total = total + term
+        return te.cast(x.dtype, total)
+
+    return [te.compute(out_types[0].shape, body, name="det", dtype=x.dtype)]
+
+
+def _class_of(target: te.Tensor, index: tuple, classes: int, ignore_index) -> tuple:
+    """The class that target element ``index`` picks (clamped into range, so a gather
+    through it never leaves the buffer) and whether it is ignored."""
+    label = te.cast("int64", target[index])
+    ignored = te.const(False, "bool") if ignore_index is None else te.equal(
+        label, te.const(int(ignore_index), "int64"))
+    safe = te.if_then_else(ignored, te.const(0, "int64"), label)
+    safe = te.minimum(te.maximum(safe, te.const(0, "int64")), te.const(classes - 1, "int64"))
+    return safe, ignored
+
+
+def negative_log_likelihood(log_prob: te.Tensor, target: te.Tensor, weight, reduction: str,
+                            ignore_index, dtype: str) -> te.Tensor:
+    """-log_prob[n, target[n, ...], ...] weighted by ``weight[target]`` (0 where the
+    target is ``ignore_index``), kept per element, summed, or averaged over the weights."""
+    if not tx.is_float(dtype) or dtype == "float16":
+        raise CompileError(f"NegativeLogLikelihoodLoss on {dtype} has no TE compute")
+    classes = log_prob.shape[1]
+    zero, one = te.const(0, dtype), te.const(1, dtype)
+
+    def weight_at(index):
+        safe, ignored = _class_of(target, index, classes, ignore_index)
+        given = one if weight is None else te.cast(dtype, weight[safe])
+        return te.if_then_else(ignored, zero, given)
+
+    def loss_at(index):
+        safe, _ = _class_of(target, index, classes, ignore_index)
+        picked = log_prob[(index[0], safe, *index[1:])]
+        return -picked * weight_at(index)
+
+    if reduction == "none":
+        return te.compute(target.shape, lambda *i: loss_at(i), name="nll", dtype=dtype)
+    axes = list(range(target.ndim))
+    total = reduce_stage(target, axes, "sum", loss_at, "nll_sum", dtype, keepdims=False)
+    if reduction == "sum":
+        return total
+    weights = reduce_stage(target, axes, "sum", weight_at, "nll_weight", dtype, keepdims=False)
+    return te.compute((), lambda: total[()] / weights[()], name="nll_mean", dtype=dtype)
+
+
+@register_compute("NegativeLogLikelihoodLoss")
+def negative_log_likelihood_loss(inputs, attrs, out_types):
+    log_prob, target = inputs[:2]
+    weight = inputs[2] if len(inputs) > 2 else None
+    return [negative_log_likelihood(log_prob, target, weight, attrs["reduction"],
+                                    attrs["ignore_index"], out_types[0].dtype)]
+
+
+@register_compute("SoftmaxCrossEntropyLoss")
+def softmax_cross_entropy_loss(inputs, attrs, out_types):
+    """NLL of LogSoftmax(scores, axis=1); the log-probabilities are the second output."""
+    scores, labels = inputs[:2]
+    weights = inputs[2] if len(inputs) > 2 else None
+    (log_prob,) = log_softmax([scores], {"axis": 1}, out_types[1:])
+    loss = negative_log_likelihood(log_prob, labels, weights, attrs["reduction"],
+                                   attrs["ignore_index"], out_types[0].dtype)
+    return [loss, log_prob][:len(out_types)]
+
+
+#: most comparisons (slice length squared, times slices) the ranking may cost
+TOPK_MAX_WORK = 1 << 26
+
+
+def _ahead(a, b, largest: bool) -> tx.Expr:
+    """Whether value ``a`` sorts strictly before ``b``: NaN counts as the largest value
+    (as in the reference's stable argsort)."""
+    if not tx.is_float(a.dtype):
+        return a > b if largest else a < b
+    # equal(v, v): v is not NaN
+    if largest:
+        return te.logical_or(a > b, te.logical_and(is_nan(a), te.equal(b, b)))
+    return te.logical_or(a < b, te.logical_and(is_nan(b), te.equal(a, a)))
+
+
+def _tied(a, b) -> tx.Expr:
+    if not tx.is_float(a.dtype):
+        return te.equal(a, b)
+    return te.logical_or(te.equal(a, b), te.logical_and(is_nan(a), is_nan(b)))
+
+
+@register_compute("TopK")
+def topk(inputs, attrs, out_types):
+    x = inputs[0]
+    require_native([x.dtype], "TopK")
+    require_nonempty(x.shape, "TopK")
+    axis = normalize_axis(ReferenceSite("TopK"), attrs["axis"], x.ndim)
+    n = x.shape[axis]
+    if n * int(np.prod(x.shape)) > TOPK_MAX_WORK:
+        raise CompileError(f"TopK over {list(x.shape)} along axis {axis} is too large for its "
+                           "quadratic TE compute")
+    largest = bool(attrs["largest"])
+    values_type, _ = out_types
+    if 0 in values_type.shape:
+        raise CompileError("TopK with k=0 has no TE compute (an empty output)")
+
+    def at(index, position):
+        return tuple(position if d == axis else i for d, i in enumerate(index))
+
+    def rank_body(*index):
+        m = te.reduce_axis(n, "m")
+        mine, other = x[index], x[at(index, m.var)]
+        before = te.logical_or(_ahead(other, mine, largest),
+                               te.logical_and(_tied(other, mine), m.var < index[axis]))
+        return te.sum(te.cast("int64", before), axis=m)
+
+    rank = te.compute(x.shape, rank_body, name="topk_rank", dtype="int64")
+
+    def index_body(*out_index):
+        j = te.reduce_axis(n, "j")
+        chosen = te.equal(rank[at(out_index, j.var)], te.cast("int64", out_index[axis]))
+        return te.sum(te.if_then_else(chosen, te.cast("int64", j.var), te.const(0, "int64")),
+                      axis=j)
+
+    indices = te.compute(values_type.shape, index_body, name="topk_indices", dtype="int64")
+    values = te.compute(values_type.shape, lambda *i: x[at(i, indices[i])], name="topk_values",
+                        dtype=x.dtype)
+    return [values, indices]
+
+
+@register_compute("Trilu")
+def trilu(inputs, attrs, out_types):
+    x = inputs[0]
+    k = inputs[1] if len(inputs) > 1 else None
+    offset = te.const(0, "int64") if k is None else te.cast("int64", load_first(k))
+    zero = te.const(0, x.dtype)
+
+    def body(*index):
+        diagonal = index[-1] - index[-2]  # column minus row
+        keep = diagonal >= offset if attrs["upper"] else diagonal <= offset
+        return te.if_then_else(keep, x[index], zero)
+
+    return [te.compute(out_types[0].shape, body, name="trilu", dtype=x.dtype)]

@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import te
 from ..errors import CompileError
-from ..ops.tensor import _crop_pad_widths
+from ..ops.tensor import crop_pad_widths
 from .common import broadcast_load, require_native
 from .registry import register_compute
 
@@ -63,7 +63,7 @@ def concat(inputs, attrs, out_types):
     return [te.compute(out_types[0].shape, body, name="concat", dtype=out_types[0].dtype)]
 
 
-# --- helpers shared with indexing.py -------------------------------------------------------
+# --- helpers shared with indexing.py and resize.py --------------------------------------------
 #
 # Shape-like operands (Slice's starts, Pad's pads, Resize's scales...) reach a compute as
 # placeholders: their contents are bound when the kernel runs, not when it is built. Where
@@ -314,7 +314,7 @@ def center_crop_pad(inputs, attrs, out_types):
     shape = tuple(out_types[0].shape)
     if x.ndim == 0:
         raise CompileError("CenterCropPad of a scalar has no TE compute")
-    widths = _crop_pad_widths(lambda message: CompileError(f"CenterCropPad: {message}"),
+    widths = crop_pad_widths(lambda message: CompileError(f"CenterCropPad: {message}"),
                               x.shape, list(shape), None)
     before = [te.const(b, "int64") for b, _ in widths]
     return [_constant_pad(x, before, te.const(0, x.dtype), shape, "center_crop_pad")]

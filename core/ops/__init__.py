@@ -6,7 +6,6 @@ from . import (  # noqa: F401  (registration side effects)
     elementwise,
     indexing,
     layout,
-    misc,
     nn,
     normalization,
     qlinear_contrib,

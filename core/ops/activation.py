@@ -1,4 +1,5 @@
-"""Activation functions: Relu and its relatives, sigmoid-like curves, Gelu, Clip."""
+"""Activation functions: Relu and its relatives, sigmoid-like curves, Gelu, Clip, and the
+gated SwiGLU."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 import numpy as np
 
 from ..ir.types import FLOAT_DTYPES, TensorType
-from .common import broadcast_shapes
+from .common import broadcast_shapes, typed_input
 from .elementwise import (
     CONSUMED_INPUTS,
     NUMERIC_DTYPES,
@@ -70,7 +71,7 @@ def leaky_relu(x, *, alpha, consumed_inputs=None):
 _PRELU_DTYPES = FLOAT_DTYPES + ("int32", "int64", "uint32", "uint64")
 
 
-def _prelu_slope_shape(x_shape: tuple[int, ...], slope_shape: tuple[int, ...]):
+def prelu_slope_shape(x_shape: tuple[int, ...], slope_shape: tuple[int, ...]):
     """The shape to view the slope in, or None if it does not fit ``x_shape``.
 
     ONNX broadcasts the slope to X unidirectionally; models from opset < 7
@@ -89,7 +90,7 @@ def _prelu_slope_shape(x_shape: tuple[int, ...], slope_shape: tuple[int, ...]):
 def _infer_prelu(ctx: InferContext):
     x, slope = check_dtype(ctx, 0, _PRELU_DTYPES), check_dtype(ctx, 1, _PRELU_DTYPES)
     common_dtype(ctx, [x, slope])
-    if _prelu_slope_shape(x.shape, slope.shape) is None:
+    if prelu_slope_shape(x.shape, slope.shape) is None:
         raise ctx.error(f"slope {slope} must broadcast to X {x} (or be per-channel, "
                         f"shape ({x.shape[1] if x.ndim > 1 else 'C'},))")
     return [x]
@@ -99,7 +100,7 @@ def _infer_prelu(ctx: InferContext):
 @in_working_precision
 def prelu(x, slope, *, consumed_inputs=None):
     """x for x >= 0, slope * x below (slope broadcast to x)."""
-    slope = slope.reshape(_prelu_slope_shape(x.shape, slope.shape))
+    slope = slope.reshape(prelu_slope_shape(x.shape, slope.shape))
     return np.where(x >= 0, x, slope * x)
 
 
@@ -241,3 +242,24 @@ def clip(x, low=None, high=None, *, min=None, max=None, consumed_inputs=None):
     low, high = _clip_bound(low, min, x.dtype), _clip_bound(high, max, x.dtype)
     result = x if low is None else np.maximum(x, low)
     return (result if high is None else np.minimum(result, high)).astype(x.dtype)
+
+
+# ------------------------------------------------------------------------------- SwiGLU
+
+#: float formats SwiGLU takes (ONNX's T)
+_SWIGLU_FLOATS = FLOAT_DTYPES + ("bfloat16",)
+
+
+def _infer_swiglu(ctx: InferContext):
+    gate = typed_input(ctx, 0, "A", _SWIGLU_FLOATS)
+    value = typed_input(ctx, 1, "B", (gate.dtype,))
+    if gate.shape != value.shape:
+        raise ctx.error(f"A {gate} and B {value} must have identical shapes (SwiGLU does not "
+                        "broadcast); Expand or Split them to match")
+    return [gate]
+
+
+@register_op("SwiGLU", infer=_infer_swiglu, fusion=FusionKind.ELEMWISE, attrs={"alpha": 1.0})
+def swiglu(gate, value, *, alpha):
+    """Swish_alpha(A) * B, with Swish_alpha(a) = a * sigmoid(alpha * a)."""
+    return (swish(gate, alpha=alpha) * value).astype(gate.dtype, copy=False)

@@ -1,4 +1,5 @@
-"""Index-driven data movement: Gather*, Scatter*, OneHot, ReverseSequence.
+"""Index-driven data movement: Gather*, Scatter*, OneHot, ReverseSequence, and
+TensorScatter (a KV-cache update at per-batch write indices).
 
 Indices may be negative (counting from the end); an index out of range is an
 error naming the op and the index, checked at type inference when the indices
@@ -9,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from ..ir.types import INT_DTYPES, TensorType
-from .common import normalize_axis
+from .common import normalize_axis, require_shape, typed_input
 from .registry import FusionKind, InferContext, register_op
 from .tensor import ErrorFactory, runtime_error
 
@@ -300,3 +302,53 @@ def reverse_sequence(x, sequence_lens, *, batch_axis, time_axis):
         source = source.T
     source = source.reshape(source.shape + (1,) * (x.ndim - 2))
     return np.take_along_axis(x, source, axis=time_axis)
+
+
+# --- TensorScatter (KV-cache update) ---------------------------------------------------------
+
+_SCATTER_MODES = ("linear", "circular")
+
+
+def _infer_tensor_scatter(ctx: InferContext):
+    cache = ctx.type(0)
+    update = typed_input(ctx, 1, "update", (cache.dtype,))
+    if cache.ndim < 2 or update.ndim != cache.ndim:
+        raise ctx.error(f"past_cache {cache} and update {update} must have one rank >= 2")
+    axis = normalize_axis(ctx, ctx.attrs["axis"], cache.ndim)
+    if axis == 0:
+        raise ctx.error("axis is the batch axis 0; it must name the sequence axis (default -2)")
+    if ctx.attrs["mode"] not in _SCATTER_MODES:
+        raise ctx.error(f"mode {ctx.attrs['mode']!r} is not one of {', '.join(_SCATTER_MODES)}")
+    mismatched = [i for i in range(cache.ndim) if i != axis and cache.shape[i] != update.shape[i]]
+    if mismatched or update.shape[axis] > cache.shape[axis]:
+        raise ctx.error(f"update {update} must match past_cache {cache} except along axis "
+                        f"{axis}, where it may not be longer")
+    if ctx.has(2):
+        typed_input(ctx, 2, "write_indices", ("int64",))
+        require_shape(ctx, 2, "write_indices", (cache.shape[0],))
+    return [cache]
+
+
+@register_op("TensorScatter", infer=_infer_tensor_scatter, fusion=FusionKind.OPAQUE,
+             attrs={"mode": "linear", "axis": -2})
+def tensor_scatter(past_cache, update, write_indices=None, *, mode, axis):
+    """Write ``update`` into a copy of ``past_cache`` along the sequence ``axis``, starting
+    at each batch entry's write index (wrapping around when mode is circular)."""
+    axis %= past_cache.ndim
+    capacity, length = past_cache.shape[axis], update.shape[axis]
+    starts = (np.zeros(past_cache.shape[0], np.int64) if write_indices is None
+              else write_indices.astype(np.int64))
+    positions = starts[:, None] + np.arange(length)
+    if mode == "circular":
+        positions %= capacity
+    elif length and (starts.min() < 0 or positions.max() >= capacity):
+        raise InputError(f"TensorScatter: write_indices {starts.tolist()} + sequence length "
+                         f"{length} run outside the cache of {capacity} positions; use "
+                         "mode='circular' to wrap around")
+    present = past_cache.copy()
+    # views with the sequence axis right after the batch axis: present_seq writes through
+    present_seq = np.moveaxis(present, axis, 1)
+    update_seq = np.moveaxis(update, axis, 1)
+    for batch, where in enumerate(positions):
+        present_seq[batch, where] = update_seq[batch]
+    return present

@@ -474,7 +474,9 @@ def global_lp_pool(x, *, p):
 # --------------------------------------------------------------------------- MaxUnpool
 
 
-def _unpooled_shape(x_shape, kernel, strides, pads) -> tuple[int, ...]:
+def unpooled_shape(x_shape, kernel, strides, pads) -> tuple[int, ...]:
+    """The default output shape of MaxUnpool: the shape pooling with ``kernel``,
+    ``strides`` and ``pads`` would have taken to ``x_shape``."""
     n = len(kernel)
     strides = list(strides or [1] * n)
     pads = list(pads or [0] * (2 * n))
@@ -491,7 +493,7 @@ def _infer_max_unpool(ctx: InferContext):
     if len(ctx.attrs["kernel_shape"]) != x.ndim - 2:
         raise ctx.error(f"kernel_shape {ctx.attrs['kernel_shape']} must have {x.ndim - 2} "
                         "entries")
-    natural = _unpooled_shape(x.shape, ctx.attrs["kernel_shape"], ctx.attrs["strides"],
+    natural = unpooled_shape(x.shape, ctx.attrs["kernel_shape"], ctx.attrs["strides"],
                               ctx.attrs["pads"])
     if not ctx.has(2):
         return [TensorType(natural, x.dtype)]
@@ -511,7 +513,7 @@ def max_unpool(x, indices, output_shape=None, *, kernel_shape, pads, strides):
     Indices address the unpooled shape; a larger ``output_shape`` extends it
     with zeros at the end of each axis (as the ONNX reference does).
     """
-    natural = _unpooled_shape(x.shape, kernel_shape, strides, pads)
+    natural = unpooled_shape(x.shape, kernel_shape, strides, pads)
     y = np.zeros(int(np.prod(natural)), x.dtype)
     y[indices.reshape(-1)] = x.reshape(-1)
     y = y.reshape(natural)

@@ -1,5 +1,7 @@
-"""Sequence-model ops: scaled dot-product Attention (opset 23+), RotaryEmbedding and the
-recurrent RNN, GRU and LSTM."""
+"""Sequence-model ops: scaled dot-product Attention (opset 23+), RotaryEmbedding, the
+recurrent RNN, GRU and LSTM, and the stateful CausalConvWithState (depthwise causal conv)
+and LinearAttention (recurrent linear attention with linear/gated/delta/gated-delta
+updates)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.types import FLOAT_DTYPES, TensorType, dtype_from_onnx
-from .common import broadcasts_to, dtype_attribute, require_dtype
-from .registry import FusionKind, InferContext, register_op
+from .activation import sigmoid_of
+from .common import broadcasts_to, dtype_attribute, require_dtype, require_shape, typed_input
+from .nn import conv_nd
+from .registry import REQUIRED, FusionKind, InferContext, register_op
 
 # --------------------------------------------------------------------------- Attention
 
@@ -330,7 +334,7 @@ _RECURRENT_ACTIVATIONS = {
 
 
 @dataclass(frozen=True)
-class _RecurrentKind:
+class RecurrentKind:
     """What distinguishes RNN, GRU and LSTM: gate count and default activations."""
 
     gates: int
@@ -338,22 +342,25 @@ class _RecurrentKind:
     states: int  # 1: hidden; 2: hidden and cell
 
 
-_RECURRENT_KINDS = {"RNN": _RecurrentKind(1, ("Tanh",), 1),
-                    "GRU": _RecurrentKind(3, ("Sigmoid", "Tanh"), 1),
-                    "LSTM": _RecurrentKind(4, ("Sigmoid", "Tanh", "Tanh"), 2)}
+#: the recurrent ops by name
+RECURRENT_KINDS = {"RNN": RecurrentKind(1, ("Tanh",), 1),
+                   "GRU": RecurrentKind(3, ("Sigmoid", "Tanh"), 1),
+                   "LSTM": RecurrentKind(4, ("Sigmoid", "Tanh", "Tanh"), 2)}
 
 
 def _directions(direction: str) -> int:
     return 2 if direction == "bidirectional" else 1
 
 
-def _activation_names(kind: _RecurrentKind, attrs) -> list[str]:
+def recurrent_activation_names(kind: RecurrentKind, attrs) -> list[str]:
+    """The lower-case activation names of a recurrent op, per direction (its
+    ``activations`` attribute, or the kind's defaults)."""
     names = attrs["activations"] or list(kind.activations) * _directions(attrs["direction"])
     return [name.lower() for name in names]
 
 
 def _infer_recurrent(ctx: InferContext):
-    kind = _RECURRENT_KINDS[ctx.op]
+    kind = RECURRENT_KINDS[ctx.op]
     x, w, r = ctx.type(0), ctx.type(1), ctx.type(2)
     require_dtype(ctx, "X", x.dtype, FLOAT_DTYPES)
     direction = ctx.attrs["direction"]
@@ -374,7 +381,7 @@ def _infer_recurrent(ctx: InferContext):
     for index, shape in expected.items():
         if index < len(ctx.types) and ctx.has(index) and ctx.type(index).shape != shape:
             raise ctx.error(f"{names[index]} {ctx.type(index)} must have shape {shape}")
-    activations = _activation_names(kind, ctx.attrs)
+    activations = recurrent_activation_names(kind, ctx.attrs)
     unknown = [a for a in activations if a not in _RECURRENT_ACTIVATIONS]
     if unknown or len(activations) != len(kind.activations) * dirs:
         raise ctx.error(f"activations {ctx.attrs['activations']} must list "
@@ -468,7 +475,7 @@ def run_recurrent(op: str, x, w, r, b=None, sequence_lens=None, initial_h=None,
     zeros; the reverse direction runs each sample from its own last step.
     Returns (Y, Y_h) or, for LSTM, (Y, Y_h, Y_c) in the op's layout.
     """
-    kind = _RECURRENT_KINDS[op]
+    kind = RECURRENT_KINDS[op]
     dtype = x.dtype
     if layout:
         x = x.swapaxes(0, 1)
@@ -477,7 +484,7 @@ def run_recurrent(op: str, x, w, r, b=None, sequence_lens=None, initial_h=None,
     length, batch = x.shape[:2]
     dirs, hidden = w.shape[0], r.shape[-1]
     lengths = np.full(batch, length) if sequence_lens is None else sequence_lens.astype(np.int64)
-    names = _activation_names(kind, {"activations": activations, "direction": direction})
+    names = recurrent_activation_names(kind, {"activations": activations, "direction": direction})
     functions = _bound_activations(names, activation_alpha, activation_beta)
     per_direction = len(kind.activations)
     samples = np.arange(batch)
@@ -534,3 +541,152 @@ def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, **attrs):
 def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, **attrs):
     """ONNX LSTM (gates i, o, f, c; peepholes P; input_forget); outputs (Y, Y_h, Y_c)."""
     return run_recurrent("LSTM", x, w, r, b, sequence_lens, initial_h, initial_c, p, **attrs)
+
+
+# ------------------------------------------------------- CausalConvWithState, LinearAttention
+
+#: the formats of the stateful recurrent ops (CausalConvWithState, LinearAttention)
+_NARROW_FLOATS = ("float16", "float32", "bfloat16")
+
+
+def _accumulator(dtype: np.dtype) -> np.dtype:
+    """float32 for the 16-bit formats (ONNX's references accumulate there too)."""
+    return np.dtype(np.float32) if dtype.itemsize < 4 else dtype
+
+
+# ------------------------------------------------------------------ CausalConvWithState
+
+_CONV_ACTIVATIONS = ("none", "silu", "swish")
+
+
+def _infer_causal_conv(ctx: InferContext):
+    x = typed_input(ctx, 0, "input", _NARROW_FLOATS)
+    if x.ndim != 3:
+        raise ctx.error(f"input {x} must have rank 3 (batch, channels, length)")
+    batch, channels, _ = x.shape
+    weight = typed_input(ctx, 1, "weight", (x.dtype,))
+    if weight.ndim != 3 or weight.shape[:2] != (channels, 1) or weight.shape[2] < 1:
+        raise ctx.error(f"weight {weight} must have shape ({channels}, 1, k) with k >= 1")
+    state_shape = (batch, channels, weight.shape[2] - 1)
+    if ctx.has(2):
+        typed_input(ctx, 2, "bias", (x.dtype,))
+        require_shape(ctx, 2, "bias", (channels,))
+    if ctx.has(3):
+        typed_input(ctx, 3, "past_state", (x.dtype,))
+        require_shape(ctx, 3, "past_state", state_shape)
+    if ctx.attrs["activation"] not in _CONV_ACTIVATIONS:
+        raise ctx.error(f"activation {ctx.attrs['activation']!r} is not one of "
+                        f"{', '.join(_CONV_ACTIVATIONS)}")
+    return [x, TensorType(state_shape, x.dtype)]
+
+
+@register_op("CausalConvWithState", infer=_infer_causal_conv, fusion=FusionKind.OPAQUE,
+             attrs={"activation": "none"})
+def causal_conv_with_state(x, weight, bias=None, past_state=None, *, activation):
+    """Depthwise causal 1-D convolution over [past_state, x]; returns the output (optionally
+    SiLU-activated) and the last k - 1 positions as the next state."""
+    batch, channels, _ = x.shape
+    carried = weight.shape[2] - 1
+    if past_state is None:
+        past_state = np.zeros((batch, channels, carried), x.dtype)
+    padded = np.concatenate([past_state, x], axis=2)
+    acc = _accumulator(x.dtype)
+    y = conv_nd(padded, weight, bias, group=channels, acc_dtype=acc).astype(x.dtype)
+    if activation != "none":  # silu and swish are one function
+        wide = y.astype(np.float32)
+        y = (wide * sigmoid_of(wide)).astype(x.dtype)
+    return y, padded[:, :, padded.shape[2] - carried:]
+
+
+# ---------------------------------------------------------------------- LinearAttention
+
+_UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
+
+
+def _gated(rule: str) -> bool:
+    return rule in ("gated", "gated_delta")
+
+
+def _delta(rule: str) -> bool:
+    return rule in ("delta", "gated_delta")
+
+
+def _infer_linear_attention(ctx: InferContext):
+    rule, q_heads, kv_heads = (ctx.attrs["update_rule"], ctx.attrs["q_num_heads"],
+                               ctx.attrs["kv_num_heads"])
+    if rule not in _UPDATE_RULES:
+        raise ctx.error(f"update_rule {rule!r} is not one of {', '.join(_UPDATE_RULES)}")
+    if q_heads < 1 or kv_heads < 1 or q_heads % kv_heads:
+        raise ctx.error(f"q_num_heads ({q_heads}) must be a positive multiple of kv_num_heads "
+                        f"({kv_heads})")
+    query = typed_input(ctx, 0, "query", _NARROW_FLOATS)
+    for index, name in ((1, "key"), (2, "value")):
+        typed_input(ctx, index, name, (query.dtype,))
+    if any(ctx.type(i).ndim != 3 or ctx.type(i).shape[:2] != query.shape[:2] for i in range(3)):
+        raise ctx.error(f"query {query}, key {ctx.type(1)} and value {ctx.type(2)} must all be "
+                        "(batch, time, heads * head_size) with one batch and time")
+    batch, time, q_width = query.shape
+    key_width, value_width = ctx.type(1).shape[2], ctx.type(2).shape[2]
+    if q_width % q_heads or key_width != kv_heads * (q_width // q_heads) \
+            or value_width % kv_heads:
+        raise ctx.error(f"query width {q_width}, key width {key_width} and value width "
+                        f"{value_width} do not split into {q_heads} query and {kv_heads} "
+                        "key/value heads sharing one key size")
+    key_size, value_size = q_width // q_heads, value_width // kv_heads
+    state = TensorType((batch, kv_heads, key_size, value_size), query.dtype)
+    if ctx.has(3):
+        state = TensorType(state.shape, typed_input(ctx, 3, "past_state", _NARROW_FLOATS).dtype)
+        require_shape(ctx, 3, "past_state", state.shape)
+    gate_widths = (kv_heads * key_size, kv_heads)
+    for index, name, needed, widths in ((4, "decay", _gated(rule), gate_widths),
+                                        (5, "beta", _delta(rule), (kv_heads, 1))):
+        if ctx.has(index) != needed:
+            raise ctx.error(f"update_rule {rule!r} {'needs' if needed else 'takes no'} "
+                            f"{name} (input {index})")
+        if needed:
+            given = typed_input(ctx, index, name, (query.dtype,))
+            if given.shape not in [(batch, time, w) for w in widths]:
+                raise ctx.error(f"{name} {given} must be (batch, time, w) with w in "
+                                f"{sorted(set(widths))}")
+    return [TensorType((batch, time, q_heads * value_size), query.dtype), state]
+
+
+def _heads(x: np.ndarray, heads: int) -> np.ndarray:
+    """(batch, time, heads * size) -> float32 (batch, heads, time, size)."""
+    batch, time, width = x.shape
+    return x.astype(np.float32).reshape(batch, time, heads, width // heads).transpose(0, 2, 1, 3)
+
+
+@register_op("LinearAttention", infer=_infer_linear_attention, fusion=FusionKind.OPAQUE,
+             attrs={"chunk_size": 64, "kv_num_heads": REQUIRED, "q_num_heads": REQUIRED,
+                    "scale": 0.0, "update_rule": "gated_delta"})
+def linear_attention(query, key, value, past_state=None, decay=None, beta=None, *,
+                     chunk_size, kv_num_heads, q_num_heads, scale, update_rule):
+    """Recurrent linear attention, one token at a time in float32 (``chunk_size`` only tunes
+    chunked kernels and leaves results unchanged). Returns the output and the new state."""
+    batch, time, _ = query.shape
+    group = q_num_heads // kv_num_heads
+    keys, values = _heads(key, kv_num_heads), _heads(value, kv_num_heads)
+    key_size, value_size = keys.shape[-1], values.shape[-1]
+    # query head h reads the state of key/value head h // group
+    queries = _heads(query, q_num_heads).reshape(batch, kv_num_heads, group, time, key_size)
+    if past_state is None:
+        state = np.zeros((batch, kv_num_heads, key_size, value_size), np.float32)
+    else:
+        state = past_state.astype(np.float32)
+    decays = None if decay is None else _heads(decay, kv_num_heads)  # (b, h, t, key_size or 1)
+    rates = None if beta is None else _heads(beta, beta.shape[2])  # (b, h or 1, t, 1)
+    scale = scale or 1.0 / np.sqrt(key_size)
+    outputs = np.empty((batch, kv_num_heads, group, time, value_size), np.float32)
+    for t in range(time):
+        if decays is not None:
+            state = state * np.exp(decays[:, :, t])[..., None]
+        written = values[:, :, t]
+        if rates is not None:
+            recalled = np.einsum("bhkv,bhk->bhv", state, keys[:, :, t])
+            written = rates[:, :, t] * (written - recalled)
+        state = state + keys[:, :, t, :, None] * written[:, :, None, :]
+        outputs[:, :, :, t] = scale * np.einsum("bhgk,bhkv->bhgv", queries[:, :, :, t], state)
+    output = outputs.reshape(batch, q_num_heads, time, value_size).transpose(0, 2, 1, 3)
+    state_dtype = query.dtype if past_state is None else past_state.dtype
+    return (output.reshape(batch, time, -1).astype(query.dtype), state.astype(state_dtype))

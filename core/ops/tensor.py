@@ -1,4 +1,5 @@
-"""Shape manipulation and data movement (injective ops), and shape-producing ops.
+"""Shape manipulation and data movement (injective ops), shape-producing ops, and
+BitCast (an element's bits reinterpreted as another type of the same width).
 
 Several ops take a shape-like operand either as an input (current opsets) or as
 an attribute (older opsets: Slice < 10, Pad < 11, Split < 13, Squeeze and
@@ -13,8 +14,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..errors import InputError
-from ..ir.types import TensorType, dtype_from_onnx
-from .common import broadcast_shapes, normalize_axis
+from ..ir.types import DTYPES, EXTENDED_DTYPES, TensorType, dtype_from_onnx, np_dtype
+from .common import broadcast_shapes, normalize_axis, typed_input
 from .registry import REQUIRED, FusionKind, InferContext, register_op
 
 ErrorFactory = Callable[[str], Exception]
@@ -446,8 +447,9 @@ def pad(x, pads_input=None, constant_value=None, axes_input=None, *, mode, pads,
     return pad_array(x, widths, mode, value)
 
 
-def _crop_pad_widths(error: ErrorFactory, shape: tuple[int, ...], target: list[int],
+def crop_pad_widths(error: ErrorFactory, shape: tuple[int, ...], target: list[int],
                      axes: list[int] | None) -> list[tuple[int, int]]:
+    """CenterCropPad's (before, after) widths per axis: positive pads, negative crops."""
     rank = len(shape)
     axes = list(range(rank)) if axes is None else checked_axes(error, axes, rank)
     if len(target) != len(axes):
@@ -465,7 +467,7 @@ def _crop_pad_widths(error: ErrorFactory, shape: tuple[int, ...], target: list[i
 
 def _infer_center_crop_pad(ctx: InferContext):
     x = ctx.type(0)
-    widths = _crop_pad_widths(ctx.error, x.shape, int_list(ctx.value(1)), ctx.attrs["axes"])
+    widths = crop_pad_widths(ctx.error, x.shape, int_list(ctx.value(1)), ctx.attrs["axes"])
     return [TensorType(tuple(d + b + a for d, (b, a) in zip(x.shape, widths)), x.dtype)]
 
 
@@ -473,7 +475,7 @@ def _infer_center_crop_pad(ctx: InferContext):
              attrs={"axes": None}, shape_operands=(1,))
 def center_crop_pad(x, shape, *, axes):
     """ONNX CenterCropPad: centered crop or zero pad of the given axes to ``shape``."""
-    widths = _crop_pad_widths(runtime_error("CenterCropPad"), x.shape, int_list(shape),
+    widths = crop_pad_widths(runtime_error("CenterCropPad"), x.shape, int_list(shape),
                               _optional_ints(axes))
     return pad_array(x, widths)
 
@@ -640,3 +642,32 @@ def space_to_depth(x, *, blocksize, mode):
     blocks = x.reshape(n, c, h // b, b, w // b, b)
     order = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
     return blocks.transpose(order).reshape(out)
+
+
+# --- BitCast ----------------------------------------------------------------------------------
+
+#: storage formats narrower than a byte (ml_dtypes keeps one value in the low bits of a byte)
+_SUB_BYTE_BITS = {"int4": 4, "uint4": 4, "float4_e2m1fn": 4, "int2": 2, "uint2": 2}
+
+
+def bit_width(dtype: str) -> int:
+    """Bits of one element of IR dtype ``dtype``."""
+    return _SUB_BYTE_BITS.get(dtype, np_dtype(dtype).itemsize * 8)
+
+
+def _infer_bitcast(ctx: InferContext):
+    x = typed_input(ctx, 0, "input", DTYPES + EXTENDED_DTYPES)
+    target = dtype_from_onnx(ctx.attrs["to"])
+    if target not in DTYPES + EXTENDED_DTYPES:
+        raise ctx.error(f"'to' = {ctx.attrs['to']} names {target}, which has no fixed bit "
+                        "width; BitCast takes numeric and bool types only")
+    if bit_width(x.dtype) != bit_width(target):
+        raise ctx.error(f"cannot reinterpret {x.dtype} ({bit_width(x.dtype)} bits) as {target} "
+                        f"({bit_width(target)} bits); 'to' must name a type of the same width")
+    return [TensorType(x.shape, target)]
+
+
+@register_op("BitCast", infer=_infer_bitcast, fusion=FusionKind.ELEMWISE, attrs={"to": REQUIRED})
+def bitcast(x, *, to):
+    """Reinterpret each element's bits as type ``to`` (same width; no value conversion)."""
+    return x.view(np_dtype(dtype_from_onnx(to)))

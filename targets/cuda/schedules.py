@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from heterocc import te
 from heterocc.errors import CompileError
-from heterocc.te.schedule_reads import reads_of
 from heterocc.te.tensor import Reduce, TensorLoad
 from heterocc.tir import expr as tx
 
@@ -171,22 +170,6 @@ def matmul_operands(tensor: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
     if not (a.indices[0] is i and a.indices[1] is k and b.indices[0] is k and b.indices[1] is j):
         raise CompileError(f"schedule_matmul: {tensor.name!r} does not read A[i, k] and B[k, j]")
     return a.tensor, b.tensor
-
-
-def unpack_matmul(tensor: te.Tensor) -> None:
-    """Point a product made by the CPU's packed ``matmul`` (B read through a packed,
-    zero-padded copy) back at B itself: on the GPU the shared-memory stage does the
-    repacking. Rewrites ``tensor``'s op in place (before any schedule is made)."""
-    packed = tensor.op.attrs.pop("packed_B", None)
-    if packed is None:
-        return
-    body: Reduce = tensor.op.body
-    a_load = next(load for load in _loads(body.source) if load.tensor is not packed)
-    (b,) = reads_of(packed.op.body)
-    i, j = (iv.var for iv in tensor.op.axis)
-    (k,) = body.axis
-    source = a_load.tensor[i, k.var] * b[k.var, j]
-    tensor.op.body = Reduce("sum", source, body.axis)
 
 
 def _loads(expr: tx.Expr) -> list[TensorLoad]:
@@ -335,8 +318,6 @@ def schedule_for_gpu(outputs: list[te.Tensor]) -> te.Schedule:
     (bias, activation, residual add) computed in the same kernel where it can be (see
     :func:`fusable_epilogue`), and every remaining stage (outputs, kept stages) one
     thread per element."""
-    for tensor in _all_computes(outputs):
-        unpack_matmul(tensor)
     schedule = te.create_schedule(outputs)
     output_ids = {id(t) for t in outputs}
     anchors, elementwise, inlined = [], [], set()
@@ -370,18 +351,3 @@ def schedule_for_gpu(outputs: list[te.Tensor]) -> te.Schedule:
     for tensor in elementwise:
         schedule_injective(schedule, tensor)
     return schedule
-
-
-def _all_computes(outputs: list[te.Tensor]) -> list[te.Tensor]:
-    seen: dict[int, te.Tensor] = {}
-    pending = list(outputs)
-    while pending:
-        tensor = pending.pop()
-        if id(tensor) in seen or not isinstance(tensor.op, te.ComputeOp):
-            continue
-        seen[id(tensor)] = tensor
-        pending += reads_of(tensor.op.body)
-        packed = tensor.op.attrs.get("packed_B")
-        if packed is not None:
-            pending.append(packed)
-    return list(seen.values())

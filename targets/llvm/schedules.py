@@ -1,12 +1,14 @@
 """CPU schedules of the LLVM target.
 
-``matmul`` packs B into column panels one register tile wide (so the micro-kernel
-reads B contiguously) and ``schedule_matmul`` gives the product a register-tiled,
-vectorized, parallel schedule: each (row tile, column panel) accumulates in a local
-``TILE_ROWS x panel`` buffer that LLVM keeps in vector registers, with one FMA per
-vector per step of the reduction. ``schedule_conv2d_nchw`` tiles a direct convolution
-the same way, over output channels and output columns (grouped and depthwise ones too),
-and can finish each tile with the function's elementwise epilogue.
+``pack_matmul`` rewrites the compute library's plain product to read B through column
+panels one register tile wide (so the micro-kernel reads B contiguously): packing is
+this target's decision, taken before scheduling. ``schedule_matmul`` gives the product
+a register-tiled, vectorized, parallel schedule: each (row tile, column panel)
+accumulates in a local ``TILE_ROWS x panel`` buffer that LLVM keeps in vector
+registers, with one FMA per vector per step of the reduction. ``schedule_conv2d_nchw``
+tiles a direct convolution the same way, over output channels and output columns
+(grouped and depthwise ones too), and can finish each tile with the function's
+elementwise epilogue.
 
 ``schedule_injective`` runs an elementwise/injective stage as one flat loop cut into
 vectors (and into parallel chunks when it is large); ``schedule_reduction`` runs the
@@ -22,8 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from heterocc import te
+from heterocc.compute.nn import matmul as plain_matmul
 from heterocc.errors import CompileError
 from heterocc.te.schedule_reads import reads_of
+from heterocc.te.tensor import Reduce, TensorLoad
+from heterocc.tir import expr as tx
 
 #: elements below which a loop is not worth waking the thread pool for.
 PARALLEL_MIN_ELEMENTS = 1 << 14
@@ -292,52 +297,129 @@ def panel_width(dtype: str) -> int:
     return 2 * VECTOR_BYTES // np.dtype(dtype).itemsize
 
 
-def matmul(A: te.Tensor, B: te.Tensor, name: str = "C", panel: int | None = None
-           ) -> te.Tensor:
-    """``A @ B`` for 2-D ``A`` (m, k) and ``B`` (k, n) of one dtype, reading B through a
-    packed copy ``[n / panel, k, panel]`` (zero-padded past column n). The panel is
-    ``panel`` when given, else the applied tuning log's best for this shape (see
-    ``heterocc.tuning.apply``), else :func:`panel_width`."""
+def default_panel(n: int, dtype: str) -> int:
+    """The panel width of a product with ``n`` columns: :func:`panel_width`, or fewer
+    whole vectors when ``n`` is narrower (a panel past the last column only adds
+    zero-padding to multiply)."""
+    lanes = vector_lanes(dtype)
+    return min(panel_width(dtype), -(-n // lanes) * lanes)
+
+
+def _matmul_loads(product: te.Tensor) -> tuple[TensorLoad, TensorLoad] | None:
+    """The loads ``(A[..., i, k], B[..., k, j])`` of a product tagged ``"matmul"`` by the
+    compute library (``sum(A[..., i, k] * B[..., k, j], k)`` with ``i, j`` its last two
+    axes), or None when it has another form (a 1-D operand, or packed already)."""
+    op = product.op
+    if (not isinstance(op, te.ComputeOp) or op.attrs.get("schedule") != "matmul"
+            or "packed_B" in op.attrs or len(op.axis) < 2):
+        return None
+    body = op.body
+    if not (isinstance(body, Reduce) and body.combiner == "sum" and len(body.axis) == 1
+            and isinstance(body.source, tx.Binary) and body.source.op == "mul"):
+        return None
+    a, b = body.source.a, body.source.b
+    if not (isinstance(a, TensorLoad) and isinstance(b, TensorLoad)
+            and len(a.indices) >= 2 and len(b.indices) >= 2):
+        return None
+    i, j = (iv.var for iv in op.axis[-2:])
+    k = body.axis[0].var
+    if not (a.indices[-2] is i and a.indices[-1] is k
+            and b.indices[-2] is k and b.indices[-1] is j):
+        return None
+    return a, b
+
+
+def pack_matmul(product: te.Tensor, panel: int | None = None) -> bool:
+    """Make the CPU's layout of a plain product (``heterocc.compute.nn.matmul``, tagged
+    ``"matmul"``): rewrite ``product`` in place (before any schedule is made) to read B
+    through a packed copy ``[..., n / panel, k, panel]`` (zero-padded past column n), so
+    that :func:`schedule_matmul`'s register tile reads B contiguously. The packed stage is
+    recorded as the op's ``packed_B`` attribute.
+
+    The panel is ``panel`` when given, else the applied tuning log's best for this shape
+    (``heterocc.tuning.apply.matmul_panel``), else :func:`default_panel`. Returns False,
+    touching nothing, for a product of another form (see :func:`_matmul_loads`)."""
     from heterocc.tuning.apply import matmul_panel  # tuning builds on this module
 
+    loads = _matmul_loads(product)
+    if loads is None:
+        return False
+    a_load, b_load = loads
+    B = b_load.tensor
+    depth, n = B.shape[-2:]
+    tuned = matmul_panel(product.shape[0], n, depth, product.dtype) \
+        if product.ndim == 2 else None
+    width = panel or tuned or default_panel(n, B.dtype)
+    zero = te.const(0, B.dtype)
+
+    def element(*index):
+        *batch, p, k, c = index
+        column = p * width + c
+        return te.if_then_else(column < n, B[(*batch, k, te.minimum(column, n - 1))], zero)
+
+    packed = te.compute((*B.shape[:-2], -(-n // width), depth, width), element,
+                        name=f"{product.name}.packed_B", dtype=B.dtype)
+    op = product.op
+    j, k = op.axis[-1].var, op.body.axis[0].var
+    source = a_load * packed[(*b_load.indices[:-2], j // width, k, j % width)]
+    product.op = te.ComputeOp(op.name, op.axis, Reduce("sum", source, op.body.axis),
+                              {**op.attrs, "packed_B": packed})
+    return True
+
+
+def pack_matmuls(outputs: Sequence[te.Tensor]) -> None:
+    """:func:`pack_matmul` on every product that computing ``outputs`` reads: the CPU's
+    rewrite of a function's plain computes before it is scheduled."""
+    seen: set[int] = set()
+    pending = list(outputs)
+    while pending:
+        tensor = pending.pop()
+        if id(tensor) in seen or not isinstance(tensor.op, te.ComputeOp):
+            continue
+        seen.add(id(tensor))
+        pack_matmul(tensor)
+        pending += reads_of(tensor.op.body)
+
+
+def matmul(A: te.Tensor, B: te.Tensor, name: str = "C", panel: int | None = None
+           ) -> te.Tensor:
+    """``A @ B`` for 2-D ``A`` (m, k) and ``B`` (k, n) of one dtype in the CPU's layout:
+    the plain product (``heterocc.compute.nn.matmul``) packed by :func:`pack_matmul`."""
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0] or A.dtype != B.dtype:
         raise CompileError(f"matmul {name!r}: needs A (m, k) and B (k, n) of one dtype, got "
                            f"{A.dtype}{list(A.shape)} and {B.dtype}{list(B.shape)}")
-    (m, depth), n = A.shape, B.shape[1]
-    width = panel or matmul_panel(m, n, depth, A.dtype) or panel_width(A.dtype)
-    panels = -(-n // width)
-    packed = te.compute(
-        (panels, depth, width),
-        lambda p, k, c: te.if_then_else(p * width + c < n,
-                                        B[k, te.minimum(p * width + c, n - 1)],
-                                        te.const(0, A.dtype)),
-        name=f"{name}.packed_B")
-    k = te.reduce_axis(depth, "k")
-    return te.compute((m, n), lambda i, j: te.sum(A[i, k] * packed[j // width, k, j % width],
-                                                  axis=k),
-                      name=name, attrs={"packed_B": packed})
+    C = plain_matmul(A, B, name)
+    pack_matmul(C, panel)
+    return C
 
 
 def schedule_matmul(schedule: te.Schedule, C: te.Tensor) -> None:
-    """The register-tiled CPU schedule of a tensor made by :func:`matmul`."""
+    """The register-tiled CPU schedule of a product packed by :func:`pack_matmul`: tiles
+    of ``TILE_ROWS`` rows by one panel accumulate in registers, column panels (and batch
+    axes) outermost and in parallel. A product it could not pack (a 1-D operand) gets
+    the reduction schedule."""
     packed = C.op.attrs.get("packed_B")
     if packed is None:
-        raise CompileError(f"schedule_matmul: {C.name!r} was not made by matmul()")
+        if C.op.attrs.get("schedule") != "matmul":
+            raise CompileError(f"schedule_matmul: {C.name!r} is not a matmul compute")
+        schedule_reduction(schedule, C)
+        return
     width = packed.shape[-1]
-    panel, _, column = schedule[packed].op.axis
-    schedule[packed].parallel(panel)
+    *pack_outer, _, column = schedule[packed].op.axis
+    schedule[packed].parallel(schedule[packed].fuse(*pack_outer) if len(pack_outer) > 1
+                              else pack_outer[0])
     schedule[packed].vectorize(column)
     local = schedule.cache_write(C, "local")
-    i, j = schedule[C].op.axis
+    *batch, i, j = schedule[C].op.axis
     row_tile, panel_index, row, col = schedule[C].tile(i, j, TILE_ROWS, width)
     # Column panels outermost: each thread keeps its panels of B in its own cache while
     # the rows of A stream past.
-    schedule[C].reorder(panel_index, row_tile, row, col)
-    schedule[C].parallel(panel_index)
+    schedule[C].reorder(*batch, panel_index, row_tile, row, col)
+    schedule[C].parallel(schedule[C].fuse(*batch, panel_index) if batch else panel_index)
     schedule[C].unroll(row)
     schedule[C].vectorize(col)
     schedule[local].compute_at(schedule[C], row_tile)
-    local_row, local_col = schedule[local].op.axis
+    *_, local_row, local_col = schedule[local].op.axis
     (k,) = schedule[local].op.reduce_axis
     schedule[local].reorder(k, local_row, local_col)
     schedule[local].unroll(local_row)

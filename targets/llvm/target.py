@@ -38,6 +38,7 @@ from .module import build as build_module
 from .module import load_library
 from .schedules import (
     BlockedConvTiles,
+    pack_matmuls,
     schedule_conv2d_nchw,
     schedule_conv2d_nchwc,
     schedule_injective,
@@ -79,7 +80,9 @@ _EPILOGUE_SCHEDULES = ("conv2d_nchw", "conv2d_nchwc")
 def _schedule(expressed: ExpressedFunction) -> te.Schedule:
     """Inline injective stages, give anchors (convolutions, matmuls, reductions) their
     CPU schedule (a convolution's elementwise epilogue is computed in its register
-    tiles), and vectorize / parallelize the other outputs."""
+    tiles), and vectorize / parallelize the other outputs. Products are first given the
+    CPU's packed layout of B (the compute library's are plain)."""
+    pack_matmuls(expressed.outputs)
     s = te.create_schedule(expressed.outputs)
     fold_scalars(s, expressed.scalars)
     outputs = {id(t) for t in expressed.outputs}

@@ -1,19 +1,19 @@
-"""TE computes of index-driven ops (core/compute/indexing.py) against the NumPy
-reference, through the llvm target; every case must really compile (no fallback)."""
+"""TE computes of index-driven ops, gathers and scatters (core/compute/indexing.py)
+against the NumPy reference, through the llvm target; every case must really compile
+(no fallback)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
 
 import heterocc
+from tests.compute.test_elementwise import check, random_array
 from tests.compute.test_tensor import (
     assert_llvm_matches_reference,
     ints,
     single_node,
 )
-from tests.conftest import make_model
 
 
 @pytest.fixture
@@ -72,80 +72,6 @@ def test_one_hot(axis):
                                                out_dtype="int32"))
 
 
-@pytest.mark.parametrize("upper", [0, 1])
-@pytest.mark.parametrize("k", [None, -1, 2])
-def test_trilu(data, upper, k):
-    operands = [("x", data, False)]
-    if k is not None:
-        operands.append(("k", np.array(k, np.int64), False))
-    assert_llvm_matches_reference(*single_node("Trilu", operands, {"upper": upper}))
-
-
-_COORDINATES = ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
-                "asymmetric", "tf_half_pixel_for_nn"]
-
-
-def _resize(x, scales=None, sizes=None, **attrs):
-    operands = [("x", x, False), ("roi", None, True),
-                ("scales", None if scales is None else np.array(scales, np.float32), True)]
-    if sizes is not None:
-        operands.append(("sizes", ints(*sizes), True))
-    return single_node("Resize", operands, attrs)
-
-
-@pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor",
-                                          "ceil"])
-def test_resize_nearest_rounding(rng, nearest_mode):
-    x = rng.standard_normal((1, 2, 4, 5)).astype(np.float32)
-    attrs = {"mode": "nearest", "nearest_mode": nearest_mode}
-    assert_llvm_matches_reference(*_resize(x, scales=[1, 1, 2.0, 0.6], **attrs))
-
-
-@pytest.mark.parametrize("coordinates", _COORDINATES)
-@pytest.mark.parametrize("mode", ["nearest", "linear"])
-def test_resize_coordinate_modes(rng, coordinates, mode):
-    x = rng.standard_normal((2, 2, 4, 5)).astype(np.float32)
-    attrs = {"mode": mode, "coordinate_transformation_mode": coordinates}
-    # scales are read at run time; sizes give a static scale
-    sizes = {"sizes": [2, 2, 3, 9]} if mode == "linear" else {"scales": [1, 1, 1.75, 0.5]}
-    assert_llvm_matches_reference(*_resize(x, **sizes, **attrs), rtol=1e-5)
-
-
-@pytest.mark.parametrize("coordinates", ["half_pixel", "align_corners"])
-def test_resize_linear_excluding_outside_taps(rng, coordinates):
-    x = rng.standard_normal((1, 3, 4, 5)).astype(np.float32)
-    attrs = {"mode": "linear", "coordinate_transformation_mode": coordinates,
-             "exclude_outside": 1}
-    assert_llvm_matches_reference(*_resize(x, scales=[1, 1, 1.75, 0.4], **attrs), rtol=1e-5)
-
-
-@pytest.mark.parametrize("policy", ["not_larger", "not_smaller"])
-def test_resize_keeps_aspect_ratio(rng, policy):
-    x = rng.standard_normal((1, 1, 4, 6)).astype(np.float32)
-    attrs = {"mode": "linear", "keep_aspect_ratio_policy": policy, "axes": [2, 3]}
-    operands = [("x", x, False), ("roi", None, True), ("scales", None, True),
-                ("sizes", ints(7, 8), True)]
-    assert_llvm_matches_reference(*single_node("Resize", operands, attrs), rtol=1e-5)
-
-
-def test_resize_nearest_of_integers_with_axes(rng):
-    x = rng.integers(-100, 100, (2, 3, 4)).astype(np.int8)
-    operands = [("x", x, False), ("roi", None, True),
-                ("scales", np.array([2.5, 0.5], np.float32), True)]
-    assert_llvm_matches_reference(*single_node("Resize", operands,
-                                               {"axes": [2, 0], "mode": "nearest"}))
-
-
-def test_unsupported_resize_falls_back_with_a_reason(rng):
-    x = rng.standard_normal((1, 1, 4, 4)).astype(np.float32)
-    model, inputs = _resize(x, scales=[1, 1, 2, 2], mode="cubic")
-    compiled = heterocc.compile(model, target="llvm")
-    np.testing.assert_allclose(compiled.run(inputs)[0],
-                               heterocc.compile(model, target="reference").run(inputs)[0])
-    fallbacks = next(iter(compiled._cache.values())).targets["llvm"].fallbacks
-    assert any("cubic" in reason for reason in fallbacks.values()), fallbacks
-
-
 def test_gather_from_an_empty_axis_never_compiles_a_load(rng):
     """No index is in range of an empty axis: the kernel would have nothing to clamp to."""
     data = np.zeros((2, 0), np.float32)
@@ -158,19 +84,6 @@ def test_gather_from_an_empty_axis_never_compiles_a_load(rng):
     assert any("empty axis" in reason for reason in fallbacks.values()), fallbacks
 
 
-@pytest.mark.parametrize("mode", ["nearest", "linear"])
-def test_upsample(rng, mode):
-    """Opset 9 Upsample: scales as an input (opset 7 took them as an attribute)."""
-    x = rng.standard_normal((1, 2, 3, 4)).astype(np.float32)
-    operands = [("x", x, False), ("scales", np.array([1, 1, 2, 1.5], np.float32), True)]
-    assert_llvm_matches_reference(*single_node("Upsample", operands, {"mode": mode},
-                                               opset=9), rtol=1e-5)
-    node = helper.make_node("Upsample", ["x"], ["y"], mode=mode, scales=[1.0, 1.0, 2.0, 1.5])
-    model = make_model([node], [("x", "float32", [1, 2, 3, 4])],
-                       [("y", "float32", [1, 2, 6, 6])], opset=7)
-    assert_llvm_matches_reference(model, [x], rtol=1e-5)
-
-
 @pytest.mark.parametrize("batch_axis,time_axis", [(1, 0), (0, 1)])
 def test_reverse_sequence(batch_axis, time_axis, rng):
     shape = [0, 0, 3]
@@ -180,3 +93,49 @@ def test_reverse_sequence(batch_axis, time_axis, rng):
     model, inputs = single_node("ReverseSequence", [("x", x, False), ("lens", lengths, False)],
                                 {"batch_axis": batch_axis, "time_axis": time_axis})
     assert_llvm_matches_reference(model, inputs)
+
+
+@pytest.mark.parametrize("reduction,axis,dtype", [
+    ("none", 0, "float32"), ("add", 1, "int32"), ("mul", -1, "float32"), ("max", 0, "int32"),
+    ("min", 1, "float32"), ("none", -1, "int32")])
+def test_scatter_elements(reduction, axis, dtype, rng):
+    data = random_array(rng, (4, 5), dtype, -9, 9)
+    size = data.shape[axis]
+    indices = rng.integers(-size, size, (3, 2)).astype(np.int64)
+    updates = random_array(rng, (3, 2), dtype, -9, 9)
+    check("ScatterElements", [data, indices, updates], {"axis": axis, "reduction": reduction})
+
+
+def test_scatter_is_scatter_elements_without_reduction(rng):
+    data = random_array(rng, (3, 3), "float32")
+    indices = np.array([[1, 0, 2], [0, 2, 1]], np.int32)
+    check("Scatter", [data, indices, random_array(rng, (2, 3), "float32")], {"axis": 1})
+
+
+SLICES = np.array([[1], [3], [1]])  # slices, one repeated
+
+
+PAIRS = np.array([[0, 1], [2, -1]])  # rows of the first two axes
+
+
+TUPLES = np.array([[[0, 0, 1]], [[1, 2, 3]]])  # single elements, a 2-D grid of updates
+
+
+@pytest.mark.parametrize("reduction,indices", [
+    ("none", SLICES), ("add", PAIRS), ("mul", TUPLES), ("max", SLICES), ("min", PAIRS),
+    ("none", TUPLES)])
+def test_scatter_nd(reduction, indices, rng):
+    data = random_array(rng, (4, 3, 4), "float64")
+    depth = indices.shape[-1]
+    updates = random_array(rng, indices.shape[:-1] + data.shape[depth:], "float64")
+    check("ScatterND", [data, indices.astype(np.int64), updates], {"reduction": reduction})
+
+
+@pytest.mark.parametrize("mode,with_indices", [("linear", False), ("linear", True),
+                                               ("circular", True)])
+def test_tensor_scatter(mode, with_indices, rng):
+    cache = random_array(rng, (2, 3, 6, 4), "float32")
+    update = random_array(rng, (2, 3, 3, 4), "float32")
+    starts = np.array([1, 3] if mode == "linear" else [4, 5], np.int64) if with_indices \
+        else None
+    check("TensorScatter", [cache, update, starts], {"mode": mode, "axis": -2})

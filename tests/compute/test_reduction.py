@@ -1,4 +1,5 @@
-"""TE computes of reductions (core/compute/reduction.py) against the NumPy references,
+"""TE computes of reductions and the other ops of core/ops/reduction.py (Einsum, Det, the
+losses, TopK, CumSum/CumProd, Trilu; core/compute/reduction.py) against the NumPy references,
 through the llvm target: every case claimed here must really compile (no NumPy fallback)
 and match exactly (integers, bools) or within float tolerance."""
 
@@ -25,6 +26,10 @@ from tests.compute.test_elementwise import (
     random_array,
     run_compiled,
     with_specials,
+)
+from tests.compute.test_tensor import (
+    assert_llvm_matches_reference,
+    single_node,
 )
 from tests.conftest import make_model
 
@@ -232,14 +237,6 @@ def test_hardmax_marks_the_first_maximum_or_nan(rng):
 # ---------------------------------------------------------------- GlobalMaxPool
 
 
-@pytest.mark.parametrize("dtype", FLOAT_TYPES)
-@pytest.mark.parametrize("shape", [(2, 3, 5, 4), (1, 2, 7), (2, 3, 2, 3, 2)])
-def test_global_max_pool(dtype, shape, rng):
-    x = random_array(rng, shape, dtype)
-    x.reshape(-1)[3] = np.nan
-    check("GlobalMaxPool", [x])
-
-
 # ---------------------------------------------------------------- CumSum
 
 
@@ -314,3 +311,126 @@ def test_run_compiled_reports_several_outputs(rng):
     got, expected = run_compiled([("ReduceMax", {"axes": [1]}), ("Softmax", {"axis": 0}),
                                   ("ArgMin", {"axis": 1})], [x])
     assert_same(got, expected)
+
+
+@pytest.mark.parametrize("equation,shapes", [
+    ("ij,jk->ik", [(3, 4), (4, 5)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("ij->ji", [(3, 4)]),
+    ("ij->", [(3, 4)]),
+    ("i,j->ij", [(3,), (4,)]),
+    ("ii->i", [(4, 4)]),
+    ("i,i", [(5,), (5,)]),
+    ("...ij,...jk->...ik", [(2, 1, 3, 4), (3, 4, 2)]),
+    ("abc,cd,bd->ad", [(2, 3, 4), (4, 5), (3, 5)]),
+    ("ba", [(3, 4)]),
+])
+def test_einsum_forms(equation, shapes, rng):
+    inputs = [random_array(rng, shape, "float32") for shape in shapes]
+    check("Einsum", inputs, {"equation": equation}, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float64"])
+def test_einsum_dtypes(dtype, rng):
+    inputs = [random_array(rng, (3, 4), dtype, -50, 50), random_array(rng, (4, 2), dtype,
+                                                                      -50, 50)]
+    check("Einsum", inputs, {"equation": "ij,jk->ik"})
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (3, 3), (2, 3, 4, 4)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_det(shape, dtype, rng):
+    check("Det", [random_array(rng, shape, dtype, high=1.0)], rtol=1e-5, atol=1e-6)
+
+
+def test_singular_matrix_has_a_zero_determinant():
+    check("Det", [np.array([[1.0, 2.0], [2.0, 4.0]])])
+
+
+def test_large_matrices_are_refused():
+    with pytest.raises(CompileError, match="at most"):
+        compute_of("Det")([te.placeholder((5, 5), "float32", "x")], {},
+                          [TensorType((), "float32")])
+
+
+FORMS = [("none", None), ("sum", None), ("mean", None), ("mean", 2), ("none", -1)]
+
+
+def _targets(rng, shape, classes, ignore_index):
+    target = rng.integers(0, classes, shape).astype(np.int64)
+    if ignore_index is not None:
+        target.reshape(-1)[::3] = ignore_index
+    return target
+
+
+@pytest.mark.parametrize("reduction,ignore_index,weighted,shape", [
+    (reduction, ignore_index, k % 2 == 1, [(4, 5), (2, 3, 4, 2)][k // 2 % 2])
+    for k, (reduction, ignore_index) in enumerate(FORMS)])
+def test_negative_log_likelihood(reduction, ignore_index, weighted, shape, rng):
+    x = rng.standard_normal(shape).astype(np.float32)
+    target = _targets(rng, (shape[0], *shape[2:]), shape[1], ignore_index)
+    weight = rng.random(shape[1]).astype(np.float32) if weighted else None
+    check("NegativeLogLikelihoodLoss", [x, target, weight],
+          {"reduction": reduction, "ignore_index": ignore_index}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reduction,ignore_index,weighted", [
+    ("none", None, False), ("mean", 2, True), ("sum", -1, True)])
+def test_softmax_cross_entropy_gives_loss_and_log_probabilities(reduction, ignore_index,
+                                                                weighted, rng):
+    scores = (rng.standard_normal((3, 6, 4)) * 5).astype(np.float64)
+    labels = _targets(rng, (3, 4), 6, ignore_index).astype(np.int32)
+    weights = rng.random(6) if weighted else None
+    check("SoftmaxCrossEntropyLoss", [scores, labels, weights],
+          {"reduction": reduction, "ignore_index": ignore_index}, rtol=1e-9, atol=1e-12)
+
+
+def test_every_target_ignored_gives_the_references_nan(rng):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    check("NegativeLogLikelihoodLoss", [x, np.full(3, 1, np.int64)],
+          {"reduction": "mean", "ignore_index": 1})
+
+
+@pytest.mark.parametrize("largest,axis,k,dtype", [
+    (1, -1, 3, "float32"), (0, 0, 2, "int64"), (1, 1, 6, "uint8"), (0, 2, 5, "float32")])
+def test_topk(largest, axis, k, dtype, rng):
+    x = random_array(rng, (4, 6, 5), dtype, 0, 5)  # few values: many ties
+    k = min(k, x.shape[axis])
+    check("TopK", [x, np.array([k], np.int64)], {"axis": axis, "largest": largest})
+
+
+@pytest.mark.parametrize("largest", [0, 1])
+def test_topk_with_nan(largest, rng):
+    x = np.array([[1.0, np.nan, 3.0, -np.inf, np.nan, 2.0]], np.float64)
+    check("TopK", [x, np.array([4], np.int64)], {"axis": 1, "largest": largest})
+
+
+@pytest.mark.parametrize("op", ["CumSum", "CumProd"])
+@pytest.mark.parametrize("exclusive,reverse,shape,axis", [
+    (0, 0, (37,), 0), (1, 0, (3, 5, 4), 1), (0, 1, (3, 5, 4), -1), (1, 1, (6, 2), 0)])
+def test_scans_along_any_axis(op, exclusive, reverse, shape, axis, rng):
+    x = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    check(op, [x, np.array(axis, np.int64)], {"exclusive": exclusive, "reverse": reverse},
+          rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,dtype", [("CumSum", "int8"), ("CumProd", "uint64"),
+                                      ("CumProd", "int32")])
+def test_integer_scans_wrap_exactly(op, dtype, rng):
+    x = random_array(rng, (4, 9), dtype)
+    check(op, [x, np.array([1], np.int32)], {"exclusive": 0, "reverse": 0})
+
+
+def test_one_element_axis_is_a_copy(rng):
+    x = random_array(rng, (5, 1), "float64")
+    check("CumProd", [x, np.array(1, np.int64)], {"exclusive": 0, "reverse": 1})
+
+
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("k", [None, -1, 2])
+def test_trilu(rng, upper, k):
+    data = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    operands = [("x", data, False)]
+    if k is not None:
+        operands.append(("k", np.array(k, np.int64), False))
+    assert_llvm_matches_reference(*single_node("Trilu", operands, {"upper": upper}))

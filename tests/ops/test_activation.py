@@ -130,3 +130,37 @@ def test_fusion_kinds():
         assert get_op(op_type).fusion_kind == FusionKind.ELEMWISE, op_type
     assert get_op("PRelu").fusion_kind == FusionKind.BROADCAST
     assert get_op("Clip").fusion_kind == FusionKind.BROADCAST
+
+
+def normal(shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def infer(op_type, inputs, attrs=None, num_outputs=1):
+    op = get_op(op_type)
+    types = [TensorType.of(x) if x is not None else None for x in inputs]
+    return infer_node_types(op, types, list(inputs), op.normalize_attrs(dict(attrs or {})),
+                            num_outputs)
+
+
+# ------------------------------------------------------------------------------- SwiGLU
+
+@pytest.mark.parametrize("shape,dtype,alpha,tolerance", [
+    ((2, 8), np.float32, 1.0, 1e-6),
+    ((3, 4, 5), np.float32, 1.702, 1e-6),
+    ((6,), np.float64, 0.5, 1e-12),
+    ((4, 8), np.float16, 1.0, 2e-3),
+])
+def test_swiglu_matches_onnx(shape, dtype, alpha, tolerance):
+    compare_with_onnx("SwiGLU", [normal(shape, dtype), normal(shape, dtype, seed=1)],
+                      {"alpha": alpha}, rtol=tolerance, atol=tolerance)
+
+
+def test_swiglu_rejects_broadcasting():
+    with pytest.raises(TypeInferenceError, match="identical shapes"):
+        infer("SwiGLU", [normal((2, 4)), normal((1, 4))])
+
+
+def test_swiglu_rejects_mixed_dtypes():
+    with pytest.raises(TypeInferenceError, match="B \\(input 1\\) has dtype float16"):
+        infer("SwiGLU", [normal((2, 4)), normal((2, 4), np.float16)])

@@ -195,3 +195,55 @@ def test_reverse_sequence_rejects_too_long_sequence():
     ("OneHot", FusionKind.OPAQUE), ("ReverseSequence", FusionKind.OPAQUE)])
 def test_fusion_kinds(op_type, kind):
     assert get_op(op_type).fusion_kind == kind
+
+
+def normal(shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+# ------------------------------------------------------------------------ TensorScatter
+
+@pytest.mark.parametrize("cache_shape,update_shape,indices,attrs", [
+    ((2, 3, 6, 4), (2, 3, 2, 4), [1, 4], {}),
+    ((2, 3, 6, 4), (2, 3, 3, 4), [4, 5], {"mode": "circular"}),
+    ((3, 5, 2), (3, 2, 2), [0, 3, 1], {"axis": 1}),
+    ((2, 4, 5, 3), (2, 2, 5, 3), [2, 0], {"axis": -3}),
+    ((2, 4, 7), (2, 4, 7), [0, 0], {"axis": 2}),
+    ((2, 6, 3), (2, 2, 3), None, {"axis": 1}),
+])
+def test_tensor_scatter_matches_onnx(cache_shape, update_shape, indices, attrs):
+    write_indices = None if indices is None else np.array(indices, np.int64)
+    compare_with_onnx("TensorScatter",
+                      [normal(cache_shape), normal(update_shape, seed=1), write_indices], attrs)
+
+
+def test_tensor_scatter_of_strings_matches_onnx():
+    cache = np.array([["a", "b", "c"], ["d", "e", "f"]], dtype=object)
+    update = np.array([["x"], ["y"]], dtype=object)
+    out = compare_with_onnx("TensorScatter", [cache, update, np.array([2, 0], np.int64)],
+                            {"axis": 1})[0]
+    assert out.tolist() == [["a", "b", "x"], ["y", "e", "f"]]
+
+
+def test_tensor_scatter_linear_mode_refuses_to_run_past_the_cache():
+    op = get_op("TensorScatter")
+    inputs = [normal((2, 4, 3)), normal((2, 2, 3)), np.array([1, 3], np.int64)]
+    with pytest.raises(InputError, match="mode='circular'"):
+        op.run(inputs, op.normalize_attrs({"axis": 1}))
+
+
+@pytest.mark.parametrize("cache_shape,update_shape,attrs,message", [
+    ((2, 4, 3), (2, 2, 3), {"axis": 0}, "batch axis"),
+    ((2, 4, 3), (2, 5, 3), {"axis": 1}, "may not be longer"),
+    ((2, 4, 3), (2, 2, 2), {"axis": 1}, "must match past_cache"),
+    ((2, 4, 3), (2, 2, 3), {"axis": 1, "mode": "ring"}, "mode 'ring'"),
+    ((2, 4, 3), (2, 2, 3), {"axis": 3}, "axis 3 is out of range"),
+])
+def test_tensor_scatter_rejects_bad_operands(cache_shape, update_shape, attrs, message):
+    with pytest.raises(TypeInferenceError, match=message):
+        infer("TensorScatter", [normal(cache_shape), normal(update_shape)], attrs)
+
+
+def test_tensor_scatter_checks_write_indices_shape():
+    with pytest.raises(TypeInferenceError, match="write_indices"):
+        infer("TensorScatter", [normal((2, 4, 3)), normal((2, 2, 3)), np.zeros(3, np.int64)])

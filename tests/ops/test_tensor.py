@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from onnx import TensorProto, numpy_helper
@@ -408,3 +409,44 @@ def test_shape_operands_that_are_not_constant_ask_for_specialization(op_type, in
     with pytest.raises(ShapeOperandError) as caught:
         infer(op_type, inputs, num_outputs=num_outputs, constant=constant)
     assert caught.value.value_index == index
+
+
+# ------------------------------------------------------------------------------ BitCast
+
+@pytest.mark.parametrize("source,to", [
+    (np.float32, TensorProto.INT32),
+    (np.int32, TensorProto.FLOAT),
+    (np.uint16, TensorProto.FLOAT16),
+    (np.float64, TensorProto.UINT64),
+    (np.int8, TensorProto.UINT8),
+    (np.int16, TensorProto.BFLOAT16),
+])
+def test_bitcast_matches_onnx(source, to):
+    raw = np.random.default_rng(0).integers(0, 256, 12 * np.dtype(source).itemsize, np.uint8)
+    compare_with_onnx("BitCast", [raw.view(source).reshape(3, 4)], {"to": to})
+
+
+def test_bitcast_bool_to_uint8_matches_onnx():
+    compare_with_onnx("BitCast", [np.array([True, False, True])], {"to": TensorProto.UINT8})
+
+
+def test_bitcast_keeps_sub_byte_bit_patterns():
+    x = np.array([15, 8, 7, 0], dtype=ml_dtypes.uint4)
+    out = check_inferred("BitCast", [x], {"to": TensorProto.INT4})[0]
+    assert out.dtype == ml_dtypes.int4
+    np.testing.assert_array_equal(out.astype(np.int8), [-1, -8, 7, 0])
+
+
+def test_bitcast_rejects_different_widths():
+    with pytest.raises(TypeInferenceError, match=r"float32 \(32 bits\) as int16 \(16 bits\)"):
+        infer("BitCast", [np.zeros(3, np.float32)], {"to": TensorProto.INT16})
+
+
+def test_bitcast_rejects_strings():
+    with pytest.raises(TypeInferenceError, match="no fixed bit width"):
+        infer("BitCast", [np.zeros(3, np.float64)], {"to": TensorProto.STRING})
+
+
+def test_bitcast_requires_to():
+    with pytest.raises(TypeInferenceError, match="'to' is required"):
+        infer("BitCast", [np.zeros(3, np.float32)])

@@ -69,17 +69,24 @@ def test_matmul_schedule_rejects_other_computes():
         schedules.schedule_matmul(s, mm.outputs[0], MatmulTiling(64, 64, 3, 4, 8))
 
 
-def test_packed_cpu_matmul_is_unpacked_for_the_gpu():
-    from heterocc.targets.llvm.schedules import matmul
+@pytest.mark.parametrize("a_shape,b_shape", [((40, 24), (24, 50)),
+                                             ((2, 40, 24), (24, 50)),
+                                             ((2, 3, 10, 8), (2, 3, 8, 10))])
+def test_compute_library_matmul_is_scheduled_as_it_is(a_shape, b_shape):
+    """The compute library's product is plain (no CPU packing to undo): a 2-D one gets
+    the shared-memory tiles in one kernel, a batched one the reduction schedule."""
+    from heterocc.compute.nn import matmul
 
-    a = te.placeholder((40, 24), "float32", "A")
-    b = te.placeholder((24, 50), "float32", "B")
+    a = te.placeholder(a_shape, "float32", "A")
+    b = te.placeholder(b_shape, "float32", "B")
     c = matmul(a, b)
-    gpu = lower_for_gpu([c], [a, b], "packed")
-    assert len(gpu.kernels) == 1  # no separate packing kernel
-    x = np.random.default_rng(1).standard_normal((40, 24)).astype(np.float32)
-    y = np.random.default_rng(2).standard_normal((24, 50)).astype(np.float32)
-    out = np.zeros((40, 50), np.float32)
+    gpu = lower_for_gpu([c], [a, b], "plain")
+    assert len(gpu.kernels) == 1
+    assert ("__shared__" in cuda_source("plain", gpu.kernels)) == (len(a_shape) == 2)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(a_shape).astype(np.float32)
+    y = rng.standard_normal(b_shape).astype(np.float32)
+    out = np.zeros(c.shape, np.float32)
     run_emulated(gpu, [x, y, out])
     np.testing.assert_allclose(out, x @ y, rtol=1e-4, atol=1e-4)
 

@@ -1,0 +1,77 @@
+"""heterocc's own integer ops (``heterocc.ops.qnn``): Requantize, the int32 accumulator
+scaled and rounded to int8/uint8 by a per-tensor or per-channel multiplier. Its int32
+pipeline wraps step by step as the accelerator's ALU does, bit-exact with the reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import te
+from ..errors import CompileError
+from .registry import register_compute
+
+
+@register_compute("Requantize")
+def requantize(inputs, attrs, out_types):
+    """``clip(((clip(x, +-acc_limit) * multiplier + 2**(shift-1)) >> shift) + zero_point,
+    qmin, qmax)`` in int32 with wrap-around after every step, per tensor or per channel
+    (axis 1)."""
+    x = inputs[0]
+    out = out_types[0].dtype
+    shifts = attrs["shift"] if isinstance(attrs["shift"], list) else [attrs["shift"]]
+    if any(not 0 <= int(s) <= 31 for s in shifts):
+        raise CompileError(f"Requantize shift {attrs['shift']} outside [0, 31] has no TE "
+                           "compute")
+    limits = attrs["acc_limit"] if isinstance(attrs["acc_limit"], list) else \
+        [attrs["acc_limit"]]
+    if any(int(limit) < 0 for limit in limits):
+        raise CompileError(f"Requantize acc_limit {attrs['acc_limit']} must be >= 0")
+    int32_min, int32_max = -2 ** 31, 2 ** 31 - 1
+    # NumPy multiplies in int64 and wraps to int32; multiplying int32 operands that were
+    # wrapped first gives the same bits
+    multiplier = _per_channel_constant(_per_channel(attrs["multiplier"], _wrap_int32),
+                                       "requantize_multiplier")
+    shift = _per_channel_constant(_per_channel(attrs["shift"], int), "requantize_shift")
+    rounding = _per_channel_constant(_per_channel(
+        attrs["shift"], lambda s: _wrap_int32(1 << (s - 1)) if s else 0), "requantize_rounding")
+    # the clamp to +-acc_limit, with bounds beyond int32 (which clamp nothing) tightened
+    low = _per_channel_constant(_per_channel(attrs["acc_limit"], lambda v: max(-v, int32_min)),
+                                "requantize_low")
+    high = _per_channel_constant(_per_channel(attrs["acc_limit"], lambda v: min(v, int32_max)),
+                                 "requantize_high")
+    zero_point = te.const(_wrap_int32(int(attrs["zero_point"])), "int32")
+    qmin, qmax = te.const(int(attrs["qmin"]), "int32"), te.const(int(attrs["qmax"]), "int32")
+
+    def body(*index):
+        channel = index[1] if x.ndim > 1 else 0
+        acc = te.minimum(te.maximum(x[index], low(channel)), high(channel))
+        y = acc * multiplier(channel)
+        y = y + rounding(channel)
+        y = y >> shift(channel)
+        y = y + zero_point
+        return te.cast(out, te.minimum(te.maximum(y, qmin), qmax))
+
+    return [te.compute(tuple(out_types[0].shape), body, name="requantize", dtype=out)]
+
+
+def _wrap_int32(value: int) -> int:
+    """``value`` wrapped to int32 (two's complement), as NumPy's int64 -> int32 cast."""
+    return (value + 2 ** 31) % 2 ** 32 - 2 ** 31
+
+
+def _per_channel_constant(values, name: str):
+    """``lambda channel: the int32 constant of values for channel``: ``values`` is an int,
+    or a list (one per channel) read from a constant table (one load, a vector load where
+    channels are vectorized); a list of one value throughout is an immediate."""
+    if isinstance(values, list) and len(set(values)) > 1:
+        table = te.constant_tensor(np.array(values, np.int32), name)
+        return lambda channel: table[channel]
+    value = te.const(values[0] if isinstance(values, list) else values, "int32")
+    return lambda channel: value
+
+
+def _per_channel(value, transform):
+    """``transform`` applied to an int attribute, or to each entry of a per-channel list."""
+    return [transform(int(v)) for v in value] if isinstance(value, list) else \
+        transform(int(value))
