@@ -31,6 +31,7 @@ from heterocc.te.schedule import INLINE
 from heterocc.te.schedule_reads import reads_of
 from heterocc.tir.visitor import Mutator, collect
 
+from .cpu import CPUDescription, compiling_for, parse_cpu
 from .module import build as build_module
 from .module import load_library
 from .schedules import (
@@ -380,14 +381,20 @@ class LLVMTarget:
     """The CPU through LLVM. ``fallbacks`` maps functions run on NumPy to the reason.
 
     ``blocked_layout``: compile convolutions in the blocked NCHW[x]c layout (the
-    ``alter_layout`` pass); False keeps every convolution in NCHW."""
+    ``alter_layout`` pass); False keeps every convolution in NCHW.
+    ``cpu``: the CPU to generate code for (a ``cpu.CPUDescription`` or a target string
+    such as ``"llvm -mcpu=znver3 -mattr=-avx512f"``; default: the host)."""
 
     name: str = "llvm"
     blocked_layout: bool = True
+    cpu: CPUDescription | str | None = None
     fallbacks: dict[str, str] = field(default_factory=dict)
     _libraries: dict[str, object] = field(default_factory=dict, repr=False)
     #: kernels compiled so far, by :func:`structure_key` (repeated blocks compile once)
     _compiled: dict[tuple, _Compiled] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self.cpu = parse_cpu(self.cpu)
 
     @property
     def distinct_kernels(self) -> int:
@@ -400,9 +407,9 @@ class LLVMTarget:
         if compiled:
             # functions sharing a kernel share its PrimFunc: export each once
             prims = {id(k.prim): k.prim for k in compiled.values()}
-            module = build_module(list(prims.values()), name="artifact")
+            module = build_module(list(prims.values()), name="artifact", cpu=self.cpu)
             module.export_library(os.path.join(directory, LIBRARY))
-        return {"library": LIBRARY if compiled else None,
+        return {"library": LIBRARY if compiled else None, "cpu": self.cpu.to_json(),
                 "functions": {name: k.prim.name for name, k in compiled.items()}}
 
     def load_kernel(self, function: Node, directory: str, info: dict):
@@ -438,14 +445,14 @@ class LLVMTarget:
                           [(v.type.shape, v.type.dtype) for v in function.body.outputs],
                           compiled.prim)
 
-    @staticmethod
-    def _compile_structure(function: Node) -> _Compiled:
+    def _compile_structure(self, function: Node) -> _Compiled:
         try:
-            expressed = express_function(function.body)
-            schedule = _schedule(expressed)
-            symbol = "".join(c if c.isalnum() else "_" for c in function.name)
-            prim = te.lower(schedule, expressed.params + expressed.outputs, name=symbol)
-            module = build_module([prim], name=symbol)
+            with compiling_for(self.cpu):  # the schedules tile for this CPU
+                expressed = express_function(function.body)
+                schedule = _schedule(expressed)
+                symbol = "".join(c if c.isalnum() else "_" for c in function.name)
+                prim = te.lower(schedule, expressed.params + expressed.outputs, name=symbol)
+            module = build_module([prim], name=symbol, cpu=self.cpu)
         except (CompileError, TypeInferenceError, NotImplementedError) as exc:
             return _Compiled(error=exc)
         return _Compiled(module[symbol], prim, tables=expressed.tables)
