@@ -466,7 +466,7 @@ def check_runs_on(required: CPUDescription, host: CPUDescription | None = None,
                                                           triple_system(host.triple)):
         raise TargetError(f"{what} was compiled for {required.triple} ({required.cpu}); this "
                           f"host is {host.triple}: recompile with --target 'llvm "
-                          f"-mtriple={host.triple}' (or run it on a {required.arch} machine)")
+                          f"-mtriple={host.triple}' (or run it on an {required.arch} machine)")
     missing = missing_features(required, host)
     if missing:
         raise TargetError(
