@@ -280,10 +280,15 @@ class CPUDescription:
         return ",".join(flags)
 
     def spec(self) -> str:
-        """The description as a target string (every option explicit)."""
-        return (f"llvm -mtriple={self.triple} -mcpu={self.cpu} "
-                f"-mattr={','.join('+' + f for f in sorted(self.features))} "
-                f"-num-cores={self.num_cores}")
+        """The description as a target string: ``parse_cpu(d.spec())`` has ``d``'s
+        triple, CPU, features and cores (``-mattr`` lists how the features differ from
+        the CPU's own)."""
+        base = describe_cpu(self.cpu, mtriple=self.triple, num_cores=self.num_cores).features
+        mattr = [f"+{f}" for f in sorted(self.features - base)] + [
+            f"-{f}" for f in sorted(base - self.features)]
+        return (f"llvm -mtriple={self.triple} -mcpu={self.cpu}"
+                + (f" -mattr={','.join(mattr)}" if mattr else "")
+                + f" -num-cores={self.num_cores}")
 
     def summary(self) -> str:
         """One line for logs and benchmarks: CPU, ISA, vector width, registers, FMA."""
