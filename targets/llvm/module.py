@@ -159,8 +159,9 @@ def _optimized_module(ir_text: str, machine: llvm.TargetMachine) -> llvm.ModuleR
 
 
 def _generate(funcs: Sequence[PrimFunc], symbols: Sequence[str], module_name: str,
-              state: _Machines) -> str:
-    codegen = CodeGenLLVM(module_name, state.isas)
+              state: _Machines | None = None) -> str:
+    """Unoptimized LLVM IR of ``funcs`` for ``state``'s CPU (default: the host)."""
+    codegen = CodeGenLLVM(module_name, (state or host()).isas)
     for func, symbol in zip(funcs, symbols):
         codegen.add_function(func, symbol)
     return str(codegen.module)
