@@ -217,6 +217,29 @@ def test_an_aarch64_shared_library_is_exported_or_the_object_with_a_clear_error(
         heterocc.load(str(out))
 
 
+def test_without_a_cross_compiler_the_object_is_written_with_a_clear_error(tmp_path,
+                                                                          monkeypatch):
+    from heterocc.targets.llvm import module as hmodule
+
+    cpu = hcpu.parse_cpu(ARM)
+    module = hllvm.build(schedules.matmul_function(16, 32, 8, cpu=cpu), cpu=cpu)
+    monkeypatch.setattr(hmodule, "link_command", lambda description: None)
+    with pytest.raises(CompileError, match=r"no C compiler links aarch64-linux-gnu code .*"
+                                           r"k\.so\.o.*apt-get install gcc-aarch64-linux-gnu"):
+        module.export_library(tmp_path / "k.so")
+    assert _elf_machine((tmp_path / "k.so.o").read_bytes()) == EM_AARCH64
+    assert not (tmp_path / "k.so").exists()
+
+
+def test_the_cross_compiler_can_be_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("HETEROCC_CC_AARCH64", "no-such-cross-gcc --flag")
+    cpu = hcpu.parse_cpu(ARM)
+    assert link_command(cpu) == ["no-such-cross-gcc", "--flag"]
+    module = hllvm.build(schedules.matmul_function(16, 32, 8, cpu=cpu), cpu=cpu)
+    with pytest.raises(CompileError, match="C compiler 'no-such-cross-gcc' not found"):
+        module.export_library(tmp_path / "k.so")
+
+
 def test_host_libraries_are_elf_for_the_host(tmp_path):
     module = hllvm.build(schedules.matmul_function(8, 16, 8))
     assert _elf_machine(module.object_code()) == (
