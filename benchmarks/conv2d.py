@@ -6,6 +6,7 @@ changes on a shared machine hit both alike) and their ratio. Run:
 
     python benchmarks/conv2d.py [--channels 64] [--size 56] [--filters 64] [--kernel 3]
                                 [--stride 1] [--group 1] [--epilogue relu] [--repeat 20]
+                                [--target "llvm -mattr=-avx512f"]
 
 ``--group`` equal to the channel count gives a depthwise convolution; ``--epilogue``
 appends ``bias`` (an Add of a per-channel constant) or ``relu`` (bias, then Relu) so the
@@ -26,6 +27,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from alternating import alternating_medians  # beside this script
+from machine import cpu_target, describe  # beside this script
 from onnx import TensorProto, helper, numpy_helper
 
 import heterocc
@@ -83,13 +85,17 @@ def main() -> None:
     parser.add_argument("--epilogue", choices=("none", "bias", "relu"), default="none")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--target", default="llvm",
+                        help='the CPU to generate code for, e.g. "llvm -mattr=-avx512f"')
     args = parser.parse_args()
+    print(describe(args.target))
+    cpu = cpu_target(args.target)
     model = conv_model(args.channels, args.size, args.filters, args.kernel, args.stride,
                        args.group, args.epilogue)
     start = time.perf_counter()
-    compiled = heterocc.compile(model, target="llvm")
+    compiled = heterocc.compile(model, target=[hllvm.LLVMTarget(cpu=cpu)])
     compile_s = time.perf_counter() - start
-    nchw = heterocc.compile(model, target=[hllvm.LLVMTarget(blocked_layout=False)])
+    nchw = heterocc.compile(model, target=[hllvm.LLVMTarget(blocked_layout=False, cpu=cpu)])
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     session = ort.InferenceSession(model.SerializeToString(), options,
@@ -107,8 +113,7 @@ def main() -> None:
     out_size = ours.shape[-1]
     flops = 2.0 * args.filters * (args.channels // args.group) * args.kernel ** 2 * out_size ** 2
     fallbacks = compiled.build_static().targets["llvm"].fallbacks
-    print(f"host: {hllvm.host_description()}, runtime threads: {hllvm.num_threads()}, "
-          f"ort threads: {args.threads}")
+    print(f"runtime threads: {hllvm.num_threads()}, ort threads: {args.threads}")
     print(f"conv2d N1 C{args.channels} {args.size}x{args.size} K{args.filters} "
           f"{args.kernel}x{args.kernel} stride {args.stride} group {args.group} "
           f"epilogue {args.epilogue}: compile {compile_s:.2f} s, max abs diff vs ORT "

@@ -3,9 +3,12 @@
     python benchmarks/models_vs_ort.py [--target reference] [--torch] [--repeats 10]
                                        [--compare-nchw] [--tuning-log F] [--models M ...]
 
-Prints, per model: ONNX node count, ops after the passes, fused functions,
-compile time, max abs difference against ONNX Runtime, and median latencies
-(measured in alternating blocks, so load changes hit both alike) with their ratio;
+``--target`` takes any target string, e.g. ``llvm`` (the host) or
+``"llvm -mattr=-avx512f"`` (AVX2 code on an AVX-512 machine). The first line names the
+machine and the CPU and ISA the code is generated for. Prints, per model: ONNX node
+count, ops after the passes, fused functions, compile time, max abs difference against
+ONNX Runtime, and median latencies (measured in alternating blocks, so load changes hit
+both alike) with their ratio;
 ``--compare-nchw`` adds the llvm target without the blocked convolution layout;
 ``--tuning-log F`` adds the model compiled with the log's best schedules
 (``heterocc tune``), timed in the same alternating blocks as the untuned one.
@@ -31,6 +34,7 @@ from heterocc.targets.llvm import LLVMTarget
 
 sys.path.insert(0, os.path.dirname(__file__))
 from alternating import alternating_medians  # noqa: E402  (beside this script)
+from machine import cpu_target, describe  # noqa: E402  (beside this script)
 
 
 def load_models(use_torch: bool) -> dict[str, onnx.ModelProto]:
@@ -57,6 +61,7 @@ def main() -> int:
     ap.add_argument("--tuning-log", help="also time the model compiled with this tuning log")
     ap.add_argument("--models", nargs="+", help="only these models (default: all)")
     args = ap.parse_args()
+    print(describe(args.target))
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = args.threads
     rng = np.random.default_rng(0)
@@ -78,7 +83,8 @@ def main() -> int:
         runs = [lambda c=compiled, f=feed: c.run(f), lambda s=sess, f=feed: s.run(None, f)]
         if args.compare_nchw:
             t0 = time.perf_counter()
-            nchw = heterocc.compile(model, target=[LLVMTarget(blocked_layout=False)])
+            nchw = heterocc.compile(model, target=[LLVMTarget(blocked_layout=False,
+                                                              cpu=cpu_target(args.target))])
             nchw_compile_s = time.perf_counter() - t0
             nchw_diff = float(np.max(np.abs(nchw.run(feed)[0] - ref)))
             runs.append(lambda c=nchw, f=feed: c.run(f))

@@ -27,6 +27,7 @@ compile once.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -365,12 +366,18 @@ class TETarget(ABC):
             raise compiled.error
         return compiled
 
+    def compile_context(self) -> contextlib.AbstractContextManager:
+        """Entered around expressing, scheduling, lowering and code generation of each
+        function (e.g. the CPU description the schedules tile for); none by default."""
+        return contextlib.nullcontext()
+
     def _compile_structure(self, function: Node) -> CompiledFunction:
         try:
-            expressed = express_function(function.body)
-            symbol = kernel_symbol(function)
-            lowered = self.lower(self.schedule(expressed), expressed, symbol)
-            code = self.codegen(lowered, symbol)
+            with self.compile_context():
+                expressed = express_function(function.body)
+                symbol = kernel_symbol(function)
+                lowered = self.lower(self.schedule(expressed), expressed, symbol)
+                code = self.codegen(lowered, symbol)
         except COMPILE_ERRORS as exc:
             return CompiledFunction(error=exc)
         return CompiledFunction(code, lowered, expressed.tables)

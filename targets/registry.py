@@ -104,12 +104,60 @@ def get_target(name: str, **options) -> Target:
     return info.factory(**options)
 
 
+def parse_target_spec(text: str) -> tuple[str, dict[str, str | bool]]:
+    """``"llvm -mcpu=znver3 -num-cores=4"`` -> ``("llvm", {"mcpu": "znver3",
+    "num_cores": "4"})``: a target name and its options (TVM's form: ``-key=value``, or
+    ``-flag`` for True; dashes in a key become underscores, as keyword arguments)."""
+    tokens = text.split()
+    if not tokens:
+        raise TargetError("no target given")
+    name, options = tokens[0], {}
+    for token in tokens[1:]:
+        key, sep, value = token.partition("=")
+        if not key.startswith("-") or len(key.lstrip("-")) == 0:
+            raise TargetError(f"target option {token!r} in {text!r} must be -key=value or "
+                              "-flag (e.g. llvm -mcpu=znver3 -mattr=+avx2,-avx512f)")
+        key = key.lstrip("-").replace("-", "_")
+        if key in options:
+            raise TargetError(f"target option -{key} given twice in {text!r}")
+        options[key] = value if sep else True
+    return name, options
+
+
+def _split_targets(spec: str) -> list[str]:
+    """Comma-separated targets, where a piece starting with ``+`` or ``-`` continues the
+    previous target's options (``vta,llvm -mattr=+avx2,-avx512f`` is two targets)."""
+    pieces: list[str] = []
+    for piece in spec.split(","):
+        stripped = piece.strip()
+        if pieces and stripped[:1] in ("+", "-") and " " in pieces[-1].strip():
+            pieces[-1] += "," + stripped
+        else:
+            pieces.append(piece)
+    return pieces
+
+
 def parse_targets(spec) -> list:
     """``"vta,llvm"`` or ``["vta", "llvm"]`` -> ``["vta", "llvm"]``; target instances
-    in a list are kept as they are."""
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    names = [n.strip() if isinstance(n, str) else n for n in items
-             if not isinstance(n, str) or n.strip()]
-    if not names:
+    in a list are kept as they are. A target with options (``"vta,llvm -mcpu=znver3"``)
+    becomes an instance, ``get_target(name, **options)``."""
+    items = _split_targets(spec) if isinstance(spec, str) else list(spec)
+    targets = []
+    for item in items:
+        if not isinstance(item, str):
+            targets.append(item)
+            continue
+        if not item.strip():
+            continue
+        name, options = parse_target_spec(item)
+        if not options:
+            targets.append(name)
+            continue
+        try:
+            targets.append(get_target(name, **options))
+        except TypeError as exc:  # the factory has no such keyword
+            raise TargetError(f"target {name!r} does not take the options of {item.strip()!r}: "
+                              f"{exc}") from None
+    if not targets:
         raise TargetError("no target given")
-    return names
+    return targets

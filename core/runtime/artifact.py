@@ -7,6 +7,11 @@ Layout of an artifact directory::
     params.npz      its constant tensors (loaded with allow_pickle=False)
     kernels/...     whatever each target saves for its functions (e.g. a shared library)
 
+What a target saves may name the machine its kernels need (the ``llvm`` target records
+the CPU description: triple, CPU name and features, under ``kernels.llvm.cpu``); a target
+refuses to load kernels this host cannot run, and loading raises ArtifactError naming
+what is missing instead of letting the code die on an illegal instruction.
+
 Loading checks the format version and every file's hash before reading it, and
 never executes code from the artifact other than the compiled kernels.
 """
@@ -21,14 +26,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ArtifactError
+from ..errors import ArtifactError, TargetError
 from ..ir.graph import Graph
 from ..ir.serialize import graph_from_json, graph_to_json
 from .executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .inputs import InputSpec, name_inputs
 
-#: bumped whenever the artifact layout changes incompatibly
-ARTIFACT_FORMAT_VERSION = 1
+#: bumped whenever the artifact layout changes incompatibly (2: CPU kernels record the
+#: CPU description they were compiled for)
+ARTIFACT_FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 
 
@@ -144,8 +150,9 @@ class LoadedModel:
 def load_artifact(path: str) -> LoadedModel:
     """Load an artifact written by ``CompiledModel.export``.
 
-    Raises ArtifactError for a missing, corrupt or tampered file, or another
-    format version.
+    Raises ArtifactError for a missing, corrupt or tampered file, another format
+    version, or kernels compiled for a machine this host is not (another architecture,
+    CPU features it lacks: the message names them).
     """
     from ..targets import get_target
 
@@ -174,7 +181,10 @@ def load_artifact(path: str) -> LoadedModel:
         load = getattr(target, "load_kernel", None)
         info = manifest.get("kernels", {}).get(name)
         if load is not None and info is not None:
-            kernels[node.name] = load(node, os.path.join(path, "kernels", name), info)
+            try:
+                kernels[node.name] = load(node, os.path.join(path, "kernels", name), info)
+            except TargetError as exc:
+                raise ArtifactError(f"artifact {path} cannot run on this host: {exc}") from None
         else:
             kernels[node.name] = target.build(node)
     inputs = [InputSpec.from_json(d) for d in manifest["inputs"]]

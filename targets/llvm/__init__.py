@@ -1,4 +1,5 @@
-"""heterocc.targets.llvm: TIR to host machine code through LLVM (llvmlite).
+"""heterocc.targets.llvm: TIR to CPU machine code through LLVM (llvmlite), for the host
+or for a CPU description (``llvm -mcpu=... -mattr=... -mtriple=...``, see ``cpu.py``).
 
 Example::
 
@@ -12,6 +13,7 @@ Example::
 """
 
 from .codegen import CodeGenLLVM
+from .cpu import CPUDescription, active_cpu, check_runs_on, compiling_for, host_cpu, parse_cpu
 from .module import (
     BufferSpec,
     CompiledFunction,
@@ -26,11 +28,27 @@ from .runtime import num_threads
 from .target import LLVMKernel, LLVMTarget
 
 __all__ = [
-    "BufferSpec", "CodeGenLLVM", "CompiledFunction", "FunctionSignature", "LLVMKernel",
-    "LLVMModule", "LLVMTarget", "LoadedLibrary", "build", "host_description", "load_library",
-    "num_threads",
+    "BufferSpec", "CPUDescription", "CodeGenLLVM", "CompiledFunction", "FunctionSignature",
+    "LLVMKernel", "LLVMModule", "LLVMTarget", "LoadedLibrary", "active_cpu", "build",
+    "check_runs_on", "compiling_for", "host_cpu", "host_description", "llvm_target",
+    "load_library", "num_threads", "parse_cpu",
 ]
+
+from .cpu import describe_cpu  # noqa: E402
+
+
+def llvm_target(mcpu: str | None = None, mattr: str | None = None, mtriple: str | None = None,
+                num_cores: int | str | None = None, **options) -> LLVMTarget:
+    """The ``llvm`` target for the CPU the options of its target string describe
+    (``llvm -mcpu=znver3 -mattr=+avx2,-avx512f -mtriple=... -num-cores=N``; what is left
+    out is the host's). Other keyword options go to :class:`LLVMTarget`."""
+    if options.get("cpu") is None and any(
+            v is not None for v in (mcpu, mattr, mtriple, num_cores)):
+        options["cpu"] = describe_cpu(mcpu, mattr, mtriple, num_cores)
+    return LLVMTarget(**options)
+
 
 from ..registry import register_target  # noqa: E402
 
-register_target("llvm", LLVMTarget, "host CPU through LLVM (llvmlite)")
+register_target("llvm", llvm_target, "a CPU through LLVM (llvmlite): llvm -mcpu=NAME "
+                "-mattr=+feat,-feat -mtriple=TRIPLE -num-cores=N; default: the host")

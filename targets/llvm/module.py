@@ -1,9 +1,12 @@
-"""Building PrimFuncs with LLVM: optimization for the host CPU, in-process JIT with a
-NumPy calling convention, and export to a shared library.
+"""Building PrimFuncs with LLVM: optimization for a CPU description (``cpu.py``;
+default: the host), in-process JIT with a NumPy calling convention, and export to a
+shared library that records the CPU it needs.
 
-One target machine and one MCJIT execution engine serve the whole process; they are
-created on first use. Every build adds a module to that engine under unique symbol
-names, so modules built at different times never clash.
+Each CPU description gets its target machines and, when this machine can run its code,
+one MCJIT execution engine for the whole process, created on first use. Every build
+adds a module to that engine under unique symbol names, so modules built at different
+times never clash. Code for a CPU this host cannot run (another architecture, missing
+features) is compiled and exported but never called.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import ctypes
 import functools
 import itertools
 import json
+import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -21,12 +26,20 @@ from pathlib import Path
 import llvmlite.binding as llvm
 import numpy as np
 
-from heterocc.errors import CompileError, InputError
+from heterocc.errors import CompileError, InputError, TargetError
 from heterocc.tir.stmt import BufferStore, PrimFunc
 from heterocc.tir.visitor import collect
 
 from .codegen import CodeGenLLVM
-from .runtime import PARALLEL_FOR, load_runtime, run_compiler, write_runtime_source
+from .cpu import (
+    CPUDescription,
+    check_runs_on,
+    host_cpu,
+    parse_cpu,
+    runs_on_host,
+    triple_system,
+)
+from .runtime import PARALLEL_FOR, compiler, load_runtime, run_compiler, write_runtime_source
 from .vecmath import host_isas, libmvec_name, uses_libmvec
 
 #: LLVM optimization level of the pass pipeline and of machine code generation.
@@ -72,20 +85,36 @@ class FunctionSignature:
         return cls(data["name"], tuple(BufferSpec.from_json(p) for p in data["params"]))
 
 
-class _Host:
-    """The process-wide LLVM state: target machines for the host CPU and the JIT engine."""
+class _Machines:
+    """LLVM state for one CPU description: target machines for in-process code and for
+    export, and (when the code can run here) an MCJIT engine of its own."""
 
-    def __init__(self):
+    def __init__(self, description: CPUDescription):
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        self.cpu = llvm.get_host_cpu_name()
-        self.features = llvm.get_host_cpu_features().flatten()
-        target = llvm.Target.from_default_triple()
-        self.jit_machine = target.create_target_machine(
-            cpu=self.cpu, features=self.features, opt=OPT_LEVEL, codemodel="jitdefault", jit=True)
+        self.description = description
+        self.cpu = description.cpu
+        self.features = description.llvm_features()
+        native = description.triple == llvm.get_process_triple()
+        if not native:  # a cross build needs the other architectures' back ends
+            llvm.initialize_all_targets()
+            llvm.initialize_all_asmprinters()
+        try:
+            target = llvm.Target.from_triple(description.triple)
+        except RuntimeError as error:
+            raise CompileError(f"LLVM cannot generate code for {description.triple}: "
+                               f"{error}") from None
         self.export_machine = target.create_target_machine(
             cpu=self.cpu, features=self.features, opt=OPT_LEVEL, reloc="pic", codemodel="default")
-        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.jit_machine)
+        self.runnable = runs_on_host(description)
+        if self.runnable:
+            self.jit_machine = target.create_target_machine(
+                cpu=self.cpu, features=self.features, opt=OPT_LEVEL, codemodel="jitdefault",
+                jit=True)
+            self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.jit_machine)
+        else:
+            self.jit_machine = self.export_machine
+            self.engine = None
         #: serializes additions to the engine (builds may run on several Python threads)
         self.engine_lock = threading.Lock()
         self._module_ids = itertools.count()
@@ -93,11 +122,23 @@ class _Host:
     def next_module_id(self) -> int:
         return next(self._module_ids)
 
+    @property
+    def isas(self):
+        """The libmvec vector ABIs the code may call (x86 only: glibc's mangling)."""
+        return host_isas(self.features) if self.description.is_x86 else ()
+
 
 @functools.cache
-def host() -> _Host:
-    """The lazily created process-wide LLVM host state."""
-    return _Host()
+def machines(description: CPUDescription | None = None) -> _Machines:
+    """The lazily created LLVM state of ``description`` (default: the host)."""
+    if description is None:
+        return machines(host_cpu())
+    return _Machines(description)
+
+
+def host() -> _Machines:
+    """The LLVM state of the host CPU."""
+    return machines(host_cpu())
 
 
 def _optimized_module(ir_text: str, machine: llvm.TargetMachine) -> llvm.ModuleRef:
@@ -117,8 +158,10 @@ def _optimized_module(ir_text: str, machine: llvm.TargetMachine) -> llvm.ModuleR
     return module
 
 
-def _generate(funcs: Sequence[PrimFunc], symbols: Sequence[str], module_name: str) -> str:
-    codegen = CodeGenLLVM(module_name, host_isas(host().features))
+def _generate(funcs: Sequence[PrimFunc], symbols: Sequence[str], module_name: str,
+              state: _Machines | None = None) -> str:
+    """Unoptimized LLVM IR of ``funcs`` for ``state``'s CPU (default: the host)."""
+    codegen = CodeGenLLVM(module_name, (state or host()).isas)
     for func, symbol in zip(funcs, symbols):
         codegen.add_function(func, symbol)
     return str(codegen.module)
@@ -207,24 +250,47 @@ class _FunctionTable:
         return [f.signature for f in self.functions.values()]
 
 
-class LLVMModule(_FunctionTable):
-    """PrimFuncs compiled for the host CPU and loaded into this process."""
+class _ForeignFunction:
+    """A function compiled for a CPU this process cannot run (another architecture, or
+    features this host lacks): it can be exported, not called."""
 
-    def __init__(self, funcs: Sequence[PrimFunc], name: str = "heterocc"):
+    def __init__(self, signature: FunctionSignature, description: CPUDescription):
+        self.signature = signature
+        self.description = description
+
+    @property
+    def name(self) -> str:
+        return self.signature.name
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        check_runs_on(self.description, what=f"function {self.name!r}")
+
+
+class LLVMModule(_FunctionTable):
+    """PrimFuncs compiled for a CPU description (default: the host) and, when this
+    machine can run that code, loaded into this process (JIT)."""
+
+    def __init__(self, funcs: Sequence[PrimFunc], name: str = "heterocc",
+                 cpu: CPUDescription | None = None):
         funcs = list(funcs)
         _check_names(funcs)
-        state = host()
+        self.cpu = cpu or host_cpu()
+        state = machines(self.cpu)
         self.name = name
         self.funcs = funcs
         module_id = state.next_module_id()
         symbols = [f"{f.name}__hcc{module_id}" for f in funcs]
-        self.unoptimized_ir = _generate(funcs, symbols, name)
+        self.unoptimized_ir = _generate(funcs, symbols, name, state)
+        self._llvm_module = _optimized_module(self.unoptimized_ir, state.jit_machine)
+        self.ir = str(self._llvm_module)
+        if not state.runnable:
+            self.functions = {f.name: _ForeignFunction(FunctionSignature.of(f), self.cpu)
+                              for f in funcs}
+            return
         if PARALLEL_FOR in self.unoptimized_ir:
             load_runtime()  # only kernels with parallel loops need the C runtime (and cc)
         if uses_libmvec(self.unoptimized_ir):
             llvm.load_library_permanently(libmvec_name())
-        self._llvm_module = _optimized_module(self.unoptimized_ir, state.jit_machine)
-        self.ir = str(self._llvm_module)
         with state.engine_lock:
             state.engine.add_module(self._llvm_module)
             state.engine.finalize_object()
@@ -233,16 +299,17 @@ class LLVMModule(_FunctionTable):
                           for f, address in zip(funcs, addresses)}
 
     def assembly(self) -> str:
-        """Host assembly of the optimized module (for inspection)."""
-        return host().jit_machine.emit_assembly(llvm.parse_assembly(self.ir))
+        """Assembly of the optimized module for its CPU (for inspection)."""
+        return machines(self.cpu).jit_machine.emit_assembly(llvm.parse_assembly(self.ir))
 
     def object_code(self) -> bytes:
-        """Position-independent object code of the module for the host CPU, its functions
+        """Position-independent object code of the module for its CPU, its functions
         named as the PrimFuncs (C ABI: one data pointer per buffer). Link it with the
         runtime (``runtime.RUNTIME_SOURCE``) when a function has parallel loops, and with
         ``-lmvec -lm`` when it calls vector math (``vecmath.uses_libmvec(module.ir)``)."""
-        ir_text = _generate(self.funcs, [f.name for f in self.funcs], self.name)
-        machine = host().export_machine
+        state = machines(self.cpu)
+        ir_text = _generate(self.funcs, [f.name for f in self.funcs], self.name, state)
+        machine = state.export_machine
         return machine.emit_object(_optimized_module(ir_text, machine))
 
     def export_object(self, path: str | Path) -> Path:
@@ -254,27 +321,69 @@ class LLVMModule(_FunctionTable):
     def export_library(self, path: str | Path) -> Path:
         """Write a shared library with one C-ABI function per PrimFunc, named as the
         PrimFunc, taking one data pointer per buffer; the runtime is linked in. The
-        signatures are written beside it as ``<path>.json`` for :func:`load_library`."""
+        signatures and the CPU description are written beside it as ``<path>.json`` for
+        :func:`load_library`.
+
+        For another architecture the library is linked by a cross C compiler
+        (:func:`cross_compiler`); where there is none, the object file is written to
+        ``<path>.o`` and CompileError says what to install."""
         path = Path(path)
+        command = link_command(self.cpu)
+        if command is None:
+            obj_path = self.export_object(Path(str(path) + ".o"))
+            raise CompileError(
+                f"no C compiler links {self.cpu.triple} code on this machine; the object "
+                f"file is written to {obj_path}. Install a cross compiler (Debian: apt-get "
+                f"install gcc-{self.cpu.arch.replace('_', '-')}-linux-gnu) or set "
+                f"{cross_compiler_variable(self.cpu)}, then export again")
         with tempfile.TemporaryDirectory() as tmp:
             obj_path = self.export_object(Path(tmp) / "kernels.o")
             runtime = write_runtime_source(Path(tmp))
             libraries = ["-lmvec", "-lm"] if uses_libmvec(self.ir) else ["-lm"]
             run_compiler(["-O2", "-shared", "-fPIC", "-pthread", "-o", str(path), str(obj_path),
-                          str(runtime), *libraries], f"linking {path.name}")
+                          str(runtime), *libraries], f"linking {path.name}", command)
         signatures = [s.to_json() for s in self.signatures]
-        Path(str(path) + ".json").write_text(json.dumps({"functions": signatures}, indent=1))
+        Path(str(path) + ".json").write_text(json.dumps(
+            {"functions": signatures, "target": self.cpu.to_json()}, indent=1))
         return path
 
 
+def cross_compiler_variable(description: CPUDescription) -> str:
+    """The environment variable naming the C compiler for ``description``'s
+    architecture, e.g. ``HETEROCC_CC_AARCH64``."""
+    return f"HETEROCC_CC_{description.arch.upper()}"
+
+
+def link_command(description: CPUDescription) -> list[str] | None:
+    """The C compiler command that links code for ``description``: the system compiler
+    (``CC`` or ``cc``) for the host's own architecture; for another one the command in
+    :func:`cross_compiler_variable`, else ``<arch>-linux-gnu-gcc`` (Debian's cross
+    compilers) where installed. None where there is none."""
+    if (description.arch, triple_system(description.triple)) == (
+            host_cpu().arch, triple_system(host_cpu().triple)):
+        return [compiler()]
+    given = os.environ.get(cross_compiler_variable(description))
+    if given:
+        return given.split()
+    if triple_system(description.triple) == "linux":
+        gcc = shutil.which(f"{description.arch}-linux-gnu-gcc")
+        if gcc:
+            return [gcc]
+    return None
+
+
 class LoadedLibrary(_FunctionTable):
-    """A shared library written by :meth:`LLVMModule.export_library`, loaded with ctypes."""
+    """A shared library written by :meth:`LLVMModule.export_library`, loaded with ctypes
+    after checking that this host can run the code (TargetError naming what it lacks)."""
 
     def __init__(self, path: str | Path, signatures: Sequence[FunctionSignature] | None = None):
         path = Path(path)
+        meta = None
         if signatures is None:
             meta = json.loads(Path(str(path) + ".json").read_text())
             signatures = [FunctionSignature.from_json(f) for f in meta["functions"]]
+            self.cpu = library_cpu(meta, path)
+            check_runs_on(self.cpu, what=f"kernel library {path}")
         try:
             self._library = ctypes.CDLL(str(path))
         except OSError as error:
@@ -289,9 +398,24 @@ class LoadedLibrary(_FunctionTable):
             self.functions[signature.name] = CompiledFunction(signature, address, self)
 
 
-def build(funcs: PrimFunc | Sequence[PrimFunc], name: str = "heterocc") -> LLVMModule:
-    """Compile PrimFuncs (lowered with ``te.lower``) for the host CPU and JIT-load them."""
-    return LLVMModule([funcs] if isinstance(funcs, PrimFunc) else funcs, name)
+def library_cpu(meta: dict, path: str | Path) -> CPUDescription:
+    """The CPU description a library's metadata records; TargetError for a library
+    that records none (written before libraries named their CPU: recompile it)."""
+    if "target" not in meta:
+        raise TargetError(f"kernel library {path} does not record the CPU it was compiled "
+                          "for; recompile it")
+    try:
+        return CPUDescription.from_json(meta["target"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TargetError(f"kernel library {path}: unreadable CPU record ({exc})") from None
+
+
+def build(funcs: PrimFunc | Sequence[PrimFunc], name: str = "heterocc",
+          cpu: CPUDescription | str | None = None) -> LLVMModule:
+    """Compile PrimFuncs (lowered with ``te.lower``) for ``cpu`` (a description or a
+    target string such as ``"llvm -mattr=-avx512f"``; default: the host) and JIT-load
+    them where this machine can run them."""
+    return LLVMModule([funcs] if isinstance(funcs, PrimFunc) else funcs, name, parse_cpu(cpu))
 
 
 def load_library(path: str | Path) -> LoadedLibrary:
@@ -300,8 +424,5 @@ def load_library(path: str | Path) -> LoadedLibrary:
 
 
 def host_description() -> str:
-    """CPU name and whether AVX-512 is available, e.g. ``znver5 (avx512f)``."""
-    state = host()
-    wide = "avx512f" if "+avx512f" in state.features else "no avx512"
-    return f"{state.cpu} ({wide})"
-
+    """The host CPU in one line: name, vector ISA, width, registers, caches."""
+    return host_cpu().summary()

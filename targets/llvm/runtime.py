@@ -185,15 +185,17 @@ def compiler() -> str:
     return os.environ.get("CC", "cc")
 
 
-def run_compiler(args: list[str], what: str) -> None:
-    """Run the C compiler, turning a failure into a CompileError with its output."""
+def run_compiler(args: list[str], what: str, command: list[str] | None = None) -> None:
+    """Run the C compiler (``command``, default :func:`compiler`), turning a failure
+    into a CompileError with its output."""
+    command = command or [compiler()]
     try:
-        result = subprocess.run([compiler(), *args], capture_output=True, text=True, check=False)
+        result = subprocess.run([*command, *args], capture_output=True, text=True, check=False)
     except FileNotFoundError:
-        raise CompileError(f"{what}: C compiler {compiler()!r} not found; install one or set "
+        raise CompileError(f"{what}: C compiler {command[0]!r} not found; install one or set "
                            "CC") from None
     if result.returncode != 0:
-        raise CompileError(f"{what} failed ({compiler()} exit {result.returncode}):\n"
+        raise CompileError(f"{what} failed ({command[0]} exit {result.returncode}):\n"
                            f"{result.stderr.strip()}")
 
 

@@ -4,7 +4,7 @@
 panels one register tile wide (so the micro-kernel reads B contiguously): packing is
 this target's decision, taken before scheduling. ``schedule_matmul`` gives the product
 a register-tiled, vectorized, parallel schedule: each (row tile, column panel)
-accumulates in a local ``TILE_ROWS x panel`` buffer that LLVM keeps in vector
+accumulates in a local ``tile_rows() x panel`` buffer that LLVM keeps in vector
 registers, with one FMA per vector per step of the reduction. ``schedule_conv2d_nchw``
 tiles a direct convolution the same way, over output channels and output columns
 (grouped and depthwise ones too), and can finish each tile with the function's
@@ -30,21 +30,37 @@ from heterocc.te.schedule_reads import reads_of
 from heterocc.te.tensor import Reduce, TensorLoad
 from heterocc.tir import expr as tx
 
+from .cpu import CPUDescription, active_cpu
+
 #: elements below which a loop is not worth waking the thread pool for.
 PARALLEL_MIN_ELEMENTS = 1 << 14
 
-#: rows of C per register tile.
+#: most rows of C per register tile (with 32 vector registers: 8 rows of a two-vector
+#: panel are 16 accumulators); fewer registers take fewer rows (:func:`tile_rows`).
 TILE_ROWS = 8
-#: bytes of one vector register (AVX-512); a column panel is two vectors wide.
-VECTOR_BYTES = 64
+#: registers a register tile leaves for operands (B's vectors, A's broadcast, addresses)
+OPERAND_REGISTERS = 4
 
 
-def vector_lanes(dtype: str) -> int:
-    """Lanes of one vector register of ``dtype``."""
-    return max(VECTOR_BYTES // max(np.dtype(dtype).itemsize, 1), 1)
+def _cpu(cpu: CPUDescription | None) -> CPUDescription:
+    """The description to tile for: ``cpu``, else the one being compiled for."""
+    return cpu or active_cpu()
 
 
-def schedule_injective(schedule: te.Schedule, tensor: te.Tensor) -> None:
+def vector_lanes(dtype: str, cpu: CPUDescription | None = None) -> int:
+    """Lanes of one vector register of ``dtype`` on ``cpu`` (default: the active CPU)."""
+    return _cpu(cpu).vector_lanes(dtype)
+
+
+def tile_rows(cpu: CPUDescription | None = None) -> int:
+    """Rows of C per matmul register tile: two accumulator vectors per row, within the
+    registers the operands leave (8 with 32 registers, 6 with 16: AVX2's 6x16 tile)."""
+    registers = _cpu(cpu).vector_registers
+    return max(1, min(TILE_ROWS, (registers - OPERAND_REGISTERS) // 2))
+
+
+def schedule_injective(schedule: te.Schedule, tensor: te.Tensor,
+                       cpu: CPUDescription | None = None) -> None:
     """Fuse all axes of ``tensor``'s stage, vectorize by register width, and run chunks
     in parallel when there are enough elements."""
     stage = schedule[tensor]
@@ -53,19 +69,20 @@ def schedule_injective(schedule: te.Schedule, tensor: te.Tensor) -> None:
         return
     flat = stage.fuse(*axes) if len(axes) > 1 else axes[0]
     size = int(np.prod(tensor.shape))
-    outer, lanes = stage.split(flat, factor=vector_lanes(tensor.dtype))
+    outer, lanes = stage.split(flat, factor=vector_lanes(tensor.dtype, cpu))
     stage.vectorize(lanes)
     if size >= PARALLEL_MIN_ELEMENTS:
         stage.parallel(outer)
 
 
-def schedule_rows(schedule: te.Schedule, tensor: te.Tensor) -> None:
+def schedule_rows(schedule: te.Schedule, tensor: te.Tensor,
+                  cpu: CPUDescription | None = None) -> None:
     """Run ``tensor``'s stage row by row: every axis but the last fused (in parallel when
     there are enough elements), the last cut into vectors. For a stage whose flat index
     would need vector division to recover its coordinates (a phase-split copy)."""
     stage = schedule[tensor]
     *rows, columns = stage.op.axis
-    outer, lanes = stage.split(columns, factor=min(vector_lanes(tensor.dtype),
+    outer, lanes = stage.split(columns, factor=min(vector_lanes(tensor.dtype, cpu),
                                                    tensor.shape[-1]))
     stage.vectorize(lanes)
     if rows and int(np.prod(tensor.shape)) >= PARALLEL_MIN_ELEMENTS:
@@ -85,19 +102,26 @@ def schedule_reduction(schedule: te.Schedule, tensor: te.Tensor) -> None:
         stage.parallel(flat)
 
 
-#: output channels of one conv2d register tile, and the most output columns (one vector).
+#: output channels of one conv2d register tile with 32 vector registers (one accumulator
+#: vector each; half as many with 16 registers, :func:`conv_tile_channels`).
 CONV_TILE_CHANNELS = 16
-CONV_TILE_COLUMNS = 16
 #: output channels of one tile when each reads its own input channel (depthwise): no
 #: data vector is shared, so more channels only add code, not reuse.
 DEPTHWISE_TILE_CHANNELS = 4
 
 
-def conv_tile_columns(width: int) -> int:
+def conv_tile_columns(width: int, dtype: str = "float32",
+                      cpu: CPUDescription | None = None) -> int:
     """Output columns per conv2d register tile: one vector, or the whole row when it
     is narrower. (Splitting a wide row by a non-power-of-two divisor to avoid the tail
     measured slower: LLVM splits such vectors into uneven parts.)"""
-    return min(width, CONV_TILE_COLUMNS)
+    return min(width, vector_lanes(dtype, cpu))
+
+
+def conv_tile_channels(cpu: CPUDescription | None = None) -> int:
+    """Output channels (one accumulator vector each) of a conv2d register tile:
+    :data:`CONV_TILE_CHANNELS` with 32 vector registers, in proportion with fewer."""
+    return max(1, CONV_TILE_CHANNELS * _cpu(cpu).vector_registers // 32)
 
 
 def _schedule_conv_data(schedule: te.Schedule, data: te.Tensor) -> None:
@@ -127,15 +151,17 @@ def _compute_tile_stages(schedule: te.Schedule, tile_stages: list[te.Tensor],
 
 def schedule_conv2d_nchw(schedule: te.Schedule, conv: te.Tensor,
                          epilogue: te.Tensor | None = None,
-                         chain: Sequence[te.Tensor] = ()) -> None:
+                         chain: Sequence[te.Tensor] = (),
+                         cpu: CPUDescription | None = None) -> None:
     """A register-tiled CPU schedule of a direct NCHW convolution: ``conv[n, k, y, x]``
     a sum over reduction axes (channel, kernel row, kernel column) of a data tensor
     (read first: the input, an inlined padding stage, or a materialized copy, which is
     computed ahead in parallel) times the weights.
 
-    Each tile of ``CONV_TILE_CHANNELS`` output channels by a row segment of output
-    columns accumulates in registers: one vector of data shared by the channels of a
-    group, one broadcast weight per channel, one FMA each. Rows of tiles run in parallel.
+    Each tile of :func:`conv_tile_channels` output channels by a row segment of output
+    columns (one vector of ``cpu``) accumulates in registers: one vector of data shared
+    by the channels of a group, one broadcast weight per channel, one FMA each. Rows of
+    tiles run in parallel.
 
     ``epilogue``, when given, is the function's output: an elementwise stage of the
     convolution's shape that is its only reader (bias, residual add, activation),
@@ -157,8 +183,9 @@ def schedule_conv2d_nchw(schedule: te.Schedule, conv: te.Tensor,
     n, k, y, x = schedule[outer].op.axis
     depthwise = stage.op.reduce_axis[0].extent == 1
     k_outer, k_inner = schedule[outer].split(
-        k, factor=DEPTHWISE_TILE_CHANNELS if depthwise else CONV_TILE_CHANNELS)
-    x_outer, x_inner = schedule[outer].split(x, factor=conv_tile_columns(conv.shape[3]))
+        k, factor=DEPTHWISE_TILE_CHANNELS if depthwise else conv_tile_channels(cpu))
+    x_outer, x_inner = schedule[outer].split(
+        x, factor=conv_tile_columns(conv.shape[3], conv.dtype, cpu))
     schedule[outer].reorder(n, k_outer, y, x_outer, k_inner, x_inner)
     schedule[outer].parallel(schedule[outer].fuse(n, k_outer, y))
     schedule[outer].unroll(k_inner)
@@ -177,6 +204,8 @@ def schedule_conv2d_nchw(schedule: te.Schedule, conv: te.Tensor,
 
 #: most output columns of one blocked-conv register tile: one accumulator vector each,
 #: leaving registers of the 32 (AVX-512) for the weight vector and the broadcast input.
+#: (These caps were measured with 32 registers and a one-vector block; fewer registers
+#: or a block of several vectors take fewer columns: :func:`blocked_conv_limits`.)
 BLOCKED_CONV_MAX_COLUMNS = 28
 #: output channel blocks of a default dense tile, and its most columns: two weight vectors
 #: per broadcast input element measured 7-31% faster than one block of 28 columns on
@@ -211,23 +240,42 @@ class BlockedConvTiles:
     kernel_outer: bool = False
 
 
-def default_blocked_conv_tiles(out_shape: Sequence[int], depthwise: bool) -> tuple[int, int]:
+def blocked_conv_limits(block_bytes: int, cpu: CPUDescription | None = None
+                        ) -> tuple[int, int, int]:
+    """``(columns, paired columns, depthwise columns)``: the most output columns of a
+    blocked-conv register tile of one channel block, of two, and of a depthwise one, on
+    ``cpu`` for a channel block of ``block_bytes``: the accumulators (one per column and
+    vector of the block) fit the registers the operands leave, and never exceed the
+    caps measured with 32 registers."""
+    description = _cpu(cpu)
+    vectors = max(1, -(-block_bytes // description.vector_bytes))
+    budget = max(1, (description.vector_registers - OPERAND_REGISTERS) // vectors)
+    return (min(BLOCKED_CONV_MAX_COLUMNS, budget),
+            max(1, min(BLOCKED_CONV_PAIRED_COLUMNS, budget // BLOCKED_CONV_CHANNEL_BLOCKS)),
+            min(DEPTHWISE_MAX_COLUMNS, budget))
+
+
+def default_blocked_conv_tiles(out_shape: Sequence[int], depthwise: bool,
+                               itemsize: int = 4, cpu: CPUDescription | None = None
+                               ) -> tuple[int, int]:
     """``(columns, channel_blocks)`` of a blocked convolution's tile without a tuning log,
-    for its output shape ``(n, blocks, height, width, block)``: a dense one pairs two
-    channel blocks (when their number is even) over a short row segment, a depthwise one
-    (whose every multiply-add loads its own input) takes one block over a longer one."""
+    for its output shape ``(n, blocks, height, width, block)`` of ``itemsize``-byte
+    elements on ``cpu``: a dense one pairs two channel blocks (when their number is even)
+    over a short row segment, a depthwise one (whose every multiply-add loads its own
+    input) takes one block over a longer one."""
     blocks, width = out_shape[1], out_shape[3]
+    columns, paired, depthwise_columns = blocked_conv_limits(out_shape[4] * itemsize, cpu)
     if depthwise or blocks % BLOCKED_CONV_CHANNEL_BLOCKS:
-        limit = DEPTHWISE_MAX_COLUMNS if depthwise else BLOCKED_CONV_MAX_COLUMNS
+        limit = depthwise_columns if depthwise else columns
         return min(blocked_conv_columns(width, limit), width), 1
-    return (min(blocked_conv_columns(width, BLOCKED_CONV_PAIRED_COLUMNS), width),
-            BLOCKED_CONV_CHANNEL_BLOCKS)
+    return (min(blocked_conv_columns(width, paired), width), BLOCKED_CONV_CHANNEL_BLOCKS)
 
 
 def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
                           epilogue: te.Tensor | None = None,
                           chain: Sequence[te.Tensor] = (),
-                          tiles: BlockedConvTiles = BlockedConvTiles()) -> None:
+                          tiles: BlockedConvTiles = BlockedConvTiles(),
+                          cpu: CPUDescription | None = None) -> None:
     """A register-tiled CPU schedule of a blocked convolution ``conv[n, ko, y, x, ki]``
     (NCHW[x]c output, ``ki`` the output channel block): each tile is one output row
     segment of ``tiles.columns`` pixels by one channel block, one accumulator vector per
@@ -248,7 +296,8 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
         local, outer = conv, epilogue
     n, ko, y, x, ki = schedule[outer].op.axis
     depthwise = len(stage.op.reduce_axis) == 2
-    default_columns, default_blocks = default_blocked_conv_tiles(conv.shape, depthwise)
+    default_columns, default_blocks = default_blocked_conv_tiles(
+        conv.shape, depthwise, np.dtype(conv.dtype).itemsize, cpu)
     columns = tiles.columns or default_columns
     channel_blocks = tiles.channel_blocks or default_blocks
     if conv.shape[1] % channel_blocks:
@@ -278,7 +327,8 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     schedule[local].vectorize(lki)
 
 
-def schedule_pool_nchwc(schedule: te.Schedule, pool: te.Tensor) -> None:
+def schedule_pool_nchwc(schedule: te.Schedule, pool: te.Tensor,
+                        cpu: CPUDescription | None = None) -> None:
     """Pooling of an NCHW[x]c tensor (``pool[n, c, y, x, b]`` reduced over a window of
     rows and columns): rows of output pixels in parallel, each pixel one vector over the
     channel block, reduced over its window with one vector max/add per tap."""
@@ -292,17 +342,17 @@ def schedule_pool_nchwc(schedule: te.Schedule, pool: te.Tensor) -> None:
         stage.parallel(stage.fuse(n, c, y))
 
 
-def panel_width(dtype: str) -> int:
-    """Columns of one packed panel of B: two vector registers of ``dtype``."""
-    return 2 * VECTOR_BYTES // np.dtype(dtype).itemsize
+def panel_width(dtype: str, cpu: CPUDescription | None = None) -> int:
+    """Columns of one packed panel of B: two vector registers of ``dtype`` on ``cpu``."""
+    return 2 * vector_lanes(dtype, cpu)
 
 
-def default_panel(n: int, dtype: str) -> int:
-    """The panel width of a product with ``n`` columns: :func:`panel_width`, or fewer
-    whole vectors when ``n`` is narrower (a panel past the last column only adds
+def default_panel(n: int, dtype: str, cpu: CPUDescription | None = None) -> int:
+    """The panel width of a product with ``n`` columns on ``cpu``: :func:`panel_width`,
+    or fewer whole vectors when ``n`` is narrower (a panel past the last column only adds
     zero-padding to multiply)."""
-    lanes = vector_lanes(dtype)
-    return min(panel_width(dtype), -(-n // lanes) * lanes)
+    lanes = vector_lanes(dtype, cpu)
+    return min(panel_width(dtype, cpu), -(-n // lanes) * lanes)
 
 
 def _matmul_loads(product: te.Tensor) -> tuple[TensorLoad, TensorLoad] | None:
@@ -329,7 +379,8 @@ def _matmul_loads(product: te.Tensor) -> tuple[TensorLoad, TensorLoad] | None:
     return a, b
 
 
-def pack_matmul(product: te.Tensor, panel: int | None = None) -> bool:
+def pack_matmul(product: te.Tensor, panel: int | None = None,
+                cpu: CPUDescription | None = None) -> bool:
     """Make the CPU's layout of a plain product (``heterocc.compute.nn.matmul``, tagged
     ``"matmul"``): rewrite ``product`` in place (before any schedule is made) to read B
     through a packed copy ``[..., n / panel, k, panel]`` (zero-padded past column n), so
@@ -349,7 +400,7 @@ def pack_matmul(product: te.Tensor, panel: int | None = None) -> bool:
     depth, n = B.shape[-2:]
     tuned = matmul_panel(product.shape[0], n, depth, product.dtype) \
         if product.ndim == 2 else None
-    width = panel or tuned or default_panel(n, B.dtype)
+    width = panel or tuned or default_panel(n, B.dtype, cpu)
     zero = te.const(0, B.dtype)
 
     def element(*index):
@@ -381,23 +432,24 @@ def pack_matmuls(outputs: Sequence[te.Tensor]) -> None:
         pending += reads_of(tensor.op.body)
 
 
-def matmul(A: te.Tensor, B: te.Tensor, name: str = "C", panel: int | None = None
-           ) -> te.Tensor:
+def matmul(A: te.Tensor, B: te.Tensor, name: str = "C", panel: int | None = None,
+           cpu: CPUDescription | None = None) -> te.Tensor:
     """``A @ B`` for 2-D ``A`` (m, k) and ``B`` (k, n) of one dtype in the CPU's layout:
     the plain product (``heterocc.compute.nn.matmul``) packed by :func:`pack_matmul`."""
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0] or A.dtype != B.dtype:
         raise CompileError(f"matmul {name!r}: needs A (m, k) and B (k, n) of one dtype, got "
                            f"{A.dtype}{list(A.shape)} and {B.dtype}{list(B.shape)}")
     C = plain_matmul(A, B, name)
-    pack_matmul(C, panel)
+    pack_matmul(C, panel, cpu)
     return C
 
 
-def schedule_matmul(schedule: te.Schedule, C: te.Tensor) -> None:
+def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
+                    cpu: CPUDescription | None = None) -> None:
     """The register-tiled CPU schedule of a product packed by :func:`pack_matmul`: tiles
-    of ``TILE_ROWS`` rows by one panel accumulate in registers, column panels (and batch
-    axes) outermost and in parallel. A product it could not pack (a 1-D operand) gets
-    the reduction schedule."""
+    of :func:`tile_rows` rows (of ``cpu``) by one panel accumulate in registers, column
+    panels (and batch axes) outermost and in parallel. A product it could not pack (a 1-D
+    operand) gets the reduction schedule."""
     packed = C.op.attrs.get("packed_B")
     if packed is None:
         if C.op.attrs.get("schedule") != "matmul":
@@ -411,7 +463,7 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor) -> None:
     schedule[packed].vectorize(column)
     local = schedule.cache_write(C, "local")
     *batch, i, j = schedule[C].op.axis
-    row_tile, panel_index, row, col = schedule[C].tile(i, j, TILE_ROWS, width)
+    row_tile, panel_index, row, col = schedule[C].tile(i, j, tile_rows(cpu), width)
     # Column panels outermost: each thread keeps its panels of B in its own cache while
     # the rows of A stream past.
     schedule[C].reorder(*batch, panel_index, row_tile, row, col)
@@ -426,12 +478,13 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor) -> None:
     schedule[local].vectorize(local_col)
 
 
-def matmul_function(m: int, n: int, k: int, dtype: str = "float32", name: str = "matmul"):
-    """Placeholders, product and schedule of an (m, k) x (k, n) matmul, lowered:
-    returns the PrimFunc taking (A, B, C)."""
+def matmul_function(m: int, n: int, k: int, dtype: str = "float32", name: str = "matmul",
+                    cpu: CPUDescription | None = None):
+    """Placeholders, product and schedule of an (m, k) x (k, n) matmul for ``cpu``
+    (default: the active CPU), lowered: returns the PrimFunc taking (A, B, C)."""
     A = te.placeholder((m, k), dtype, "A")
     B = te.placeholder((k, n), dtype, "B")
-    C = matmul(A, B)
+    C = matmul(A, B, cpu=cpu)
     schedule = te.create_schedule(C)
-    schedule_matmul(schedule, C)
+    schedule_matmul(schedule, C, cpu)
     return te.lower(schedule, [A, B, C], name=name)

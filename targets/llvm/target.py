@@ -34,6 +34,7 @@ from heterocc.te_target import (
     output_specs,
 )
 
+from .cpu import CPUDescription, compiling_for, parse_cpu
 from .module import build as build_module
 from .module import load_library
 from .schedules import (
@@ -166,11 +167,21 @@ class LLVMTarget(TETarget):
     """The CPU through LLVM. ``fallbacks`` maps functions run on NumPy to the reason.
 
     ``blocked_layout``: compile convolutions in the blocked NCHW[x]c layout (the
-    ``alter_layout`` pass); False keeps every convolution in NCHW."""
+    ``alter_layout`` pass); False keeps every convolution in NCHW.
+    ``cpu``: the CPU to generate code for (a ``cpu.CPUDescription`` or a target string
+    such as ``"llvm -mcpu=znver3 -mattr=-avx512f"``; default: the host)."""
 
     name: str = "llvm"
     blocked_layout: bool = True
+    cpu: CPUDescription | str | None = None
     _libraries: dict[str, object] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self.cpu = parse_cpu(self.cpu)
+
+    def compile_context(self):
+        """Schedules tile for this target's CPU description while a function compiles."""
+        return compiling_for(self.cpu)
 
     def schedule(self, expressed: ExpressedFunction) -> te.Schedule:
         """The CPU schedule of a function (see :func:`_schedule`)."""
@@ -178,7 +189,7 @@ class LLVMTarget(TETarget):
 
     def codegen(self, lowered, symbol: str):
         """The machine-code entry of ``lowered`` (a PrimFunc), compiled by LLVM."""
-        return build_module([lowered], name=symbol)[symbol]
+        return build_module([lowered], name=symbol, cpu=self.cpu)[symbol]
 
     def kernel(self, function: Node, compiled: CompiledFunction) -> LLVMKernel:
         """``function`` calling its structure's machine code with its own constants."""
@@ -192,9 +203,9 @@ class LLVMTarget(TETarget):
         if compiled:
             # functions sharing a kernel share its PrimFunc: export each once
             prims = {id(k.prim): k.prim for k in compiled.values()}
-            module = build_module(list(prims.values()), name="artifact")
+            module = build_module(list(prims.values()), name="artifact", cpu=self.cpu)
             module.export_library(os.path.join(directory, LIBRARY))
-        return {"library": LIBRARY if compiled else None,
+        return {"library": LIBRARY if compiled else None, "cpu": self.cpu.to_json(),
                 "functions": {name: k.prim.name for name, k in compiled.items()}}
 
     def load_kernel(self, function: Node, directory: str, info: dict):
