@@ -218,3 +218,27 @@ def test_quantized_addition_runs_on_the_alu_within_one_step(tmp_path, activation
                                                                       feeds["b"]])[0])
         steps.append(_steps_apart(ours, session.run(None, feeds)[0], scale))
     assert max(steps) <= 1
+
+
+def test_a_region_hands_tensors_over_in_the_blocked_layout(tmp_path):
+    """The small CNN's convolutions and residual addition form one region; inside it the
+    direct convolutions and the addition pass their tensors as blocked tiles (no host
+    layout conversion), and the region's results equal its reference."""
+    from heterocc.targets.vta import VtaTarget
+
+    model = quantize(small_cnn(), tmp_path, "QDQ", "QInt8")
+    compiled = heterocc.compile(model, target="vta,llvm")
+    regions = [n for n in compiled.graph.nodes if n.attrs.get("target") == "vta"]
+    region = max(regions, key=lambda n: len(n.body.nodes))
+    assert sorted(c.attrs["composite"] for c in region.body.nodes) == [
+        "conv2d_bias_requantize"] * 4 + ["quantized_add"]
+    record: dict = {}
+    evaluate(compiled.graph, [inputs(1)[0]], record=record)
+    args = [record[v] for v in region.inputs]
+    run = VtaTarget().build(region)
+    got = run(args)
+    for ours, want in zip(got, evaluate(region.body, args)):
+        np.testing.assert_array_equal(ours, want)
+    # c2 -> c3, c2 -> c4, c3 -> sum, c4 -> sum stay blocked; the region's input and the
+    # stem's output (an im2col GEMM's matrix) are converted
+    assert run.region.handed_over == 4 and run.region.converted == 2
