@@ -197,6 +197,16 @@ def _loop_errors(
             )
         ]
     errors: list[AcceleratorError] = []
+    if isinstance(instruction, Alu) and instruction.src_inp:
+        if instruction.use_imm:
+            errors.append(IllegalInstructionError(
+                "ALU sets both use_imm and src_inp; its operand is either the immediate "
+                "or an input tile", index))
+        elif config.block_in != config.block_out:
+            errors.append(IllegalInstructionError(
+                f"ALU with src_inp needs input tiles shaped like accumulator tiles, but "
+                f"{config.name} has block_in={config.block_in} != "
+                f"block_out={config.block_out}", index))
     if instruction.iterations and not uop_loaded[begin:end].all():
         missing = begin + int(np.argmin(uop_loaded[begin:end]))
         errors.append(
@@ -243,6 +253,8 @@ def _factor_bounds(
     ]
     if not instruction.use_imm:
         bounds.append(
+            ("input source", (instruction.src_factor_outer, instruction.src_factor_inner),
+             config.inp_depth) if instruction.src_inp else
             ("accumulator source",
              (instruction.src_factor_outer, instruction.src_factor_inner), config.acc_depth)
         )

@@ -34,7 +34,7 @@ from .isa import (
 
 INSTRUCTION_BYTES = INSTRUCTION_BITS // 8
 _ENUM_FIELDS = {"buffer": Buffer, "alu_op": AluOp}
-_BOOL_FIELDS = set(DEPENDENCY_FLAGS) | {"reset", "use_imm"}
+_BOOL_FIELDS = set(DEPENDENCY_FLAGS) | {"reset", "use_imm", "src_inp"}
 
 
 def _field_value(instruction: Instruction, field: Field) -> int:
@@ -277,7 +277,7 @@ def format_instruction(instruction: Instruction) -> str:
         )
     elif isinstance(instruction, Alu):
         i = instruction
-        operand = f"imm={i.imm}" if i.use_imm else "acc"
+        operand = f"imm={i.imm}" if i.use_imm else "inp" if i.src_inp else "acc"
         body = (
             f"{i.alu_op.name:<4} {operand} uop=[{i.uop_begin},{i.uop_end}) "
             f"loop={i.loop_outer}x{i.loop_inner} dst=({i.dst_factor_outer},{i.dst_factor_inner}) "

@@ -270,6 +270,13 @@ class FunctionalSimulator:
 
     def _alu(self, instruction: Alu, index: int | None) -> None:
         config = self.config
+        _require(
+            not instruction.src_inp or instruction.use_imm
+            or config.block_in == config.block_out,
+            f"ALU with src_inp needs input tiles shaped like accumulator tiles, but "
+            f"block_in={config.block_in} != block_out={config.block_out}",
+            index,
+        )
         uops = self._uop_range(instruction, index)
         if instruction.iterations == 0:
             return
@@ -291,6 +298,14 @@ class FunctionalSimulator:
         current = self.acc[dst].astype(np.int64)
         if instruction.use_imm:
             operand: np.ndarray | int = instruction.imm
+        elif instruction.src_inp:
+            src = self._full_indices(
+                instruction, uops, "src",
+                (instruction.src_factor_outer, instruction.src_factor_inner), full_shape, index,
+                config.inp_depth, "input",
+            )
+            # the input tiles are read, never written, by the ALU: no hazard
+            operand = self.inp[src].astype(np.int64).reshape(current.shape)
         else:
             src = self._full_indices(
                 instruction, uops, "src",
@@ -318,10 +333,12 @@ class FunctionalSimulator:
         factors: tuple[int, int],
         full_shape: tuple[int, int, int],
         index: int | None,
+        depth: int | None = None,
+        buffer: str = "accumulator",
     ) -> np.ndarray:
         grid, axes = self._index_grid(
-            instruction, uops, uop_field, factors, self.config.acc_depth,
-            f"ALU {uop_field}", index,
+            instruction, uops, uop_field, factors, depth or self.config.acc_depth,
+            f"ALU {uop_field} ({buffer})", index,
         )
         shape = [n if axis in axes else 1 for n, axis in zip(full_shape, _LOOP_AXES)]
         return np.broadcast_to(grid.reshape(shape), full_shape).ravel()

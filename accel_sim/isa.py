@@ -150,7 +150,14 @@ class Gemm(LoopInstruction):
 
 @dataclass(frozen=True, kw_only=True)
 class Alu(LoopInstruction):
-    """``acc[dst] = op(acc[dst], imm if use_imm else acc[src])`` per iteration."""
+    """``acc[dst] = op(acc[dst], imm if use_imm else inp[src] if src_inp else acc[src])``
+    per iteration.
+
+    ``src_inp`` reads the operand from the input buffer, each int8 element
+    sign-extended to the accumulator's width (a quantized tensor such as a residual
+    shortcut, brought into the accumulators without a GEMM); it needs input tiles
+    the shape of accumulator tiles (``block_in == block_out``).
+    """
 
     alu_op: AluOp
     use_imm: bool = False
@@ -159,6 +166,7 @@ class Alu(LoopInstruction):
     dst_factor_inner: int = 0
     src_factor_outer: int = 0
     src_factor_inner: int = 0
+    src_inp: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,7 +178,8 @@ class Finish(Instruction):
 class MicroOp:
     """One 32-bit micro-op: accumulator, source and weight tile indices.
 
-    For ALU instructions ``src`` indexes the accumulator buffer and ``wgt`` is unused.
+    For ALU instructions ``src`` indexes the accumulator buffer (the input buffer with
+    ``src_inp``) and ``wgt`` is unused.
     """
 
     dst: int
@@ -355,6 +364,7 @@ def isa_layout(config: HardwareConfig) -> IsaLayout:
         ("dst_factor_inner", acc_bits),
         ("src_factor_outer", acc_bits),
         ("src_factor_inner", acc_bits),
+        ("src_inp", 1),
     ]
     instructions = {
         Opcode.LOAD: _pack(dma),

@@ -128,6 +128,23 @@ def main() -> int:
     print("nodes per target:", report.by_target())
     print(f"MACs on the accelerator: {macs.get('vta', 0) / 1e9:.3f} G of "
           f"{sum(macs.values()) / 1e9:.3f} G ({100 * report.mac_share('vta'):.1f}%)")
+    summary = report.to_json()
+    regions: dict = {}
+    for p in report.placements:
+        if p.target == "vta" and p.region:
+            regions.setdefault(p.region, set()).add((p.composite, p.function))
+    print(f"accelerator regions: {len(regions)}; composites per region: " + ", ".join(
+        f"{name}: " + " + ".join(f"{sum(1 for c, _ in members if c == kind)} {kind}"
+                                 for kind in sorted({c for c, _ in members}))
+        for name, members in regions.items()))
+    print(f"network MAC-weighted utilization: {summary['utilization']:.4f}; host bytes "
+          f"per run: {summary['host_bytes']}")
+    convs = [r for r in summary["nodes"] if r["op"] == "ConvInteger" and "host_bytes" in r]
+    wide = [r for r in convs if r["in_channels"] >= 16]
+    ratio = max((r["host_bytes"] / (r["input_bytes"] + r["output_bytes"]) for r in wide),
+                default=0.0)
+    print(f"host bytes / (input + output bytes), max over the {len(wide)} convolutions "
+          f"with >= 16 input channels: {ratio:.2f}")
 
     # bit-exactness of every accelerator function against its NumPy int8 reference
     rng = np.random.default_rng(0)
@@ -175,10 +192,10 @@ def main() -> int:
           "output bytes")
     print(f"{'layer':32s} {'lowering':>8s} {'cycles 1vt':>11s} {'util 1vt':>9s} "
           f"{'cycles 2vt':>11s} {'util 2vt':>9s} {'host B':>10s} {'in+out B':>10s}")
-    layer_bytes = {c.name: c.body.inputs[0].type.nbytes + c.body.outputs[0].type.nbytes
-                   for _, c in composites}
+    layer_bytes = {c.name: sum(v.type.nbytes for v in c.body.inputs)
+                   + c.body.outputs[0].type.nbytes for _, c in composites}
     for k1, k2 in zip(targets[1].kernels, targets[2].kernels):
-        lowering = "direct" if k2.input_tensor == "X" else "gemm"
+        lowering = "alu" if k2.more_inputs else "direct" if k2.input_tensor == "X" else "gemm"
         print(f"{k1.name[:32]:32s} {lowering:>8s} {k1.last_cycles:11d} "
               f"{100 * k1.utilization:8.1f}% {k2.last_cycles:11d} {100 * k2.utilization:8.1f}% "
               f"{k2.host_bytes:10d} {layer_bytes[k2.name]:10d}")
@@ -189,7 +206,8 @@ def main() -> int:
           f"{sum(k.host_bytes for k in targets[2].kernels):10d} "
           f"{sum(layer_bytes.values()):10d}")
 
-    weights = {c.name: c.body.nodes[0].inputs[1].type.shape for _, c in composites}
+    weights = {c.name: c.body.nodes[0].inputs[1].type.shape for _, c in composites
+               if c.body.nodes[0].op in ("ConvInteger", "MatMulInteger")}
     print("\nGEMM utilization of the 3x3 convolutions per stage (busy GEMM cycles / cycles, "
           "over the stage's 3x3 layers):")
     for channels in sorted({shape[0] for shape in weights.values() if len(shape) == 4}):

@@ -13,7 +13,9 @@ QOperator default) runs on a symmetric int8 x int8 GEMM core after this rewrite:
 * readers: ``ConvInteger`` / ``MatMulInteger`` and ``DequantizeLinear`` get the
   shifted zero point (an absent one was 0, so it becomes -128);
 * ops that only move or compare elements (max pooling, reshapes, concatenation,
-  ...) commute with the shift and pass it through.
+  ...) commute with the shift and pass it through;
+* ``Sub(Cast(q, int32), z)`` (how ``realize_qdq`` centers an operand of a quantized
+  addition) reads ``q`` through ``z`` too: it becomes ``Sub(Cast(q - 128), z - 128)``.
 
 A uint8 value read anywhere else (another op, or a graph output) is shifted back
 to uint8 for that reader, so the graph's interface and every result stay as they
@@ -26,6 +28,7 @@ import numpy as np
 
 from ..ir.graph import Graph, NameScope, Node, Value, constant
 from ..ir.types import TensorType
+from ..ops import get_op
 from .infer_types import infer_types
 from .manager import register_pass
 from .rewrite import substitute
@@ -71,6 +74,23 @@ def _shiftable_values(graph: Graph) -> set[Value]:
     return shifted
 
 
+def _centering_casts(graph: Graph, shifted: set[Value]) -> dict[Node, Node]:
+    """Casts of a shifted value to int32 whose one reader subtracts a constant scalar
+    zero point: cast -> that Sub."""
+    users = graph.consumers()
+    found = {}
+    for node in graph.nodes:
+        if node.op != "Cast" or node.inputs[0] not in shifted or \
+                node.outputs[0].type.dtype != "int32":
+            continue
+        readers = users.get(node.outputs[0], ())
+        if len(readers) == 1 and readers[0].op == "Sub" and \
+                readers[0].inputs[0] is node.outputs[0] and readers[0].inputs[1].is_const \
+                and readers[0].inputs[1].data.size == 1:
+            found[node] = readers[0]
+    return found
+
+
 def _shifted_zero_point(zero_point: Value | None, name: str) -> Value:
     data = np.zeros((), np.int64) if zero_point is None else zero_point.data.astype(np.int64)
     return constant((data - SHIFT).astype(np.int8), name)
@@ -84,6 +104,8 @@ def uint8_to_int8(graph: Graph) -> Graph:
     if not shifted:
         return graph
     scope = NameScope.of(graph)
+    centering = _centering_casts(graph, shifted)
+    centered = {sub: cast for cast, sub in centering.items()}
     back: dict[Value, Value] = {}  # shifted value -> its uint8 copy, made on first need
     extra: dict[Node, list[Node]] = {}  # node -> the back-shifts placed before it
 
@@ -93,10 +115,13 @@ def uint8_to_int8(graph: Graph) -> Graph:
             moved = Value(scope.fresh(f"{v.name}_plus128"), TensorType(v.type.shape, "int16"))
             back[v] = Value(scope.fresh(f"{v.name}_u8"), v.type)
             offset = constant(np.array(SHIFT, np.int16), scope.fresh(f"{v.name}_128"))
-            nodes = [Node("Cast", [v], [wide], {"to": 5, "saturate": 1},
+            cast = get_op("Cast")
+            nodes = [Node("Cast", [v], [wide], cast.normalize_attrs({"to": 5, "saturate": 1},
+                                                                    "widen"),
                           scope.fresh(f"{v.name}_widen")),
                      Node("Add", [wide, offset], [moved], {}, scope.fresh(f"{v.name}_unshift")),
-                     Node("Cast", [moved], [back[v]], {"to": 2, "saturate": 1},
+                     Node("Cast", [moved], [back[v]],
+                          cast.normalize_attrs({"to": 2, "saturate": 1}, "to_uint8"),
                           scope.fresh(f"{v.name}_to_uint8"))]
             extra.setdefault(before, []).extend(nodes)
         return back[v]
@@ -106,6 +131,10 @@ def uint8_to_int8(graph: Graph) -> Graph:
         inputs = list(node.inputs)
         attrs = node.attrs
         readers = _ZERO_POINT_READERS.get(node.op, {})
+        if node in centered:
+            zero = node.inputs[1]
+            inputs[1] = constant((zero.data.astype(np.int64) - SHIFT).astype(zero.type.dtype),
+                                 scope.fresh(f"{node.name}_zp_s8"))
         for k, v in enumerate(node.inputs):
             if v not in shifted:
                 continue
@@ -119,6 +148,8 @@ def uint8_to_int8(graph: Graph) -> Graph:
                 inputs[z] = _shifted_zero_point(zero_point, scope.fresh(f"{node.name}_zp_s8"))
             elif node.op in _ELEMENT_MOVING and node.outputs[0] in shifted:
                 continue  # passes the shift through
+            elif node in centering:
+                continue  # its Sub takes the shifted zero point
             else:
                 inputs[k] = restored(v, node)
         out = node.outputs[0] if node.outputs else None

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..ir.graph import Graph, NameScope, Node, Value, constant
 from ..ir.types import TensorType
-from ..ops.qnn import fixed_point_scale
+from ..ops.qnn import MAX_MULTIPLIER_BITS, fixed_point_scale
 from ..patterns import is_constant, is_op, match, optional, wildcard
 from .manager import register_pass
 from .rewrite import substitute
@@ -34,6 +34,13 @@ _MATMUL = is_op("MatMul")(_DQ_X, _DQ_W)
 _GEMM = is_op("Gemm").where(lambda a: a.get("transA", 0) == 0 and a.get("alpha", 1.0) == 1.0
                             and a.get("beta", 1.0) == 1.0)(_DQ_X, _DQ_W, optional(_BIAS))
 _LINEAR = _CONV | _GEMM | _MATMUL | is_op("Add")(_MATMUL, _BIAS)
+_SUM = is_op("Add")(_DQ_X, _DQ_X)
+ADD_PATTERN = is_op("QuantizeLinear")(is_op("Relu")(_SUM) | _SUM, is_constant(),
+                                      optional(is_constant()))
+#: the integer addition's common shift: its multipliers keep 15 bits, so each operand's
+#: scaling is off by at most 255 * 0.5 / 2**15 of an output step, and its rounding
+#: constant 2**14 and multipliers fit a 16-bit ALU immediate
+ADD_SHIFT = 15
 _ACT = is_op("Relu")(_LINEAR) | is_op("Clip")(_LINEAR, optional(is_constant()),
                                                optional(is_constant())) | _LINEAR
 QDQ_PATTERN = is_op("QuantizeLinear")(_ACT, is_constant(), optional(is_constant()))
@@ -214,10 +221,76 @@ def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
     return nodes
 
 
+def _rewrite_add(nodes: list[Node], q_out: Value, scope: NameScope) -> list[Node] | None:
+    """A quantized addition ``Q(DQ(a) + DQ(b))`` (optionally through a Relu) in integers::
+
+        acc = (int32(a) - za) * Ma + (int32(b) - zb) * Mb
+        y   = Requantize(acc; multiplier 1, shift s, zero point zy, clamp)
+            = clamp(((acc + 2**(s-1)) >> s) + zy, qmin, qmax)
+
+    with ``Ma / 2**s ~= sa / sy`` and ``Mb / 2**s ~= sb / sy`` (one shift, multipliers of
+    at most 15 bits), so that an accelerator's ALU computes it exactly. It differs from
+    the float form (``round_half_even((sa*(a-za) + sb*(b-zb)) / sy) + zy``) by at most one
+    step, where the float value lies within ~0.008 steps of a rounding boundary (ties
+    round up here). None when the parts are not per-tensor int8/uint8 or a ratio of
+    scales needs more than 15 bits."""
+    q = nodes[-1]
+    add = next(n for n in nodes if n.op == "Add")
+    relu = next((n for n in nodes if n.op == "Relu"), None)
+    dqs = [next(n for n in nodes if n.op == "DequantizeLinear" and n.outputs[0] is v)
+           for v in add.inputs]
+    try:
+        parts = [(dq.inputs[0], float(_scalar(dq.inputs[1])),
+                  int(_scalar(dq.inputs[2] if len(dq.inputs) > 2 else None))) for dq in dqs]
+        y_scale = float(_scalar(q.inputs[1]))
+        y_zero = int(_scalar(q.inputs[2] if len(q.inputs) > 2 else None))
+    except ValueError:
+        return None
+    y_dtype = q_out.type.dtype
+    if any(v.type.dtype not in ("int8", "uint8") or v.type.shape != q_out.type.shape
+           for v, _, _ in parts) or y_dtype not in ("int8", "uint8"):
+        return None  # broadcasting additions stay in float
+    ratios = [scale / y_scale for _, scale, _ in parts]
+    shift = ADD_SHIFT
+    while shift > 0 and round(max(ratios) * (1 << shift)) >= 1 << MAX_MULTIPLIER_BITS:
+        shift -= 1
+    multipliers = [int(round(r * (1 << shift))) for r in ratios]
+    if max(multipliers) >= 1 << MAX_MULTIPLIER_BITS:
+        return None
+    name = add.name
+    i32 = TensorType(q_out.type.shape, "int32")
+    out, terms = [], []
+    for index, ((v, _, zero), multiplier) in enumerate(zip(parts, multipliers)):
+        wide = Value(scope.fresh(f"{name}_in{index}"), i32)
+        out.append(Node("Cast", [v], [wide], {"to": 6}, scope.fresh(f"{name}_cast{index}")))
+        if zero or v.type.dtype == "uint8":  # (uint8_to_int8 shifts uint8 zero points)
+            centered = Value(scope.fresh(f"{name}_centered{index}"), i32)
+            out.append(Node("Sub", [wide, constant(np.array(zero, np.int32),
+                                                   scope.fresh(f"{name}_z{index}"))],
+                            [centered], {}, scope.fresh(f"{name}_center{index}")))
+            wide = centered
+        scaled = Value(scope.fresh(f"{name}_scaled{index}"), i32)
+        out.append(Node("Mul", [wide, constant(np.array(multiplier, np.int32),
+                                               scope.fresh(f"{name}_m{index}"))],
+                        [scaled], {}, scope.fresh(f"{name}_scale{index}")))
+        terms.append(scaled)
+    acc = Value(scope.fresh(f"{name}_acc"), i32)
+    out.append(Node("Add", terms, [acc], {}, scope.fresh(f"{name}_int")))
+    info = np.iinfo(y_dtype)
+    out.append(Node("Requantize", [acc], [q_out], {
+        "multiplier": 1, "shift": shift, "zero_point": y_zero,
+        "qmin": max(int(info.min), y_zero) if relu is not None else int(info.min),
+        "qmax": int(info.max), "out_dtype": y_dtype,
+        "absorbed": [f"Relu:{relu.name}"] if relu is not None else []},
+        scope.fresh(f"{name}_requantize")))
+    return out
+
+
 @register_pass("realize_qdq")
 def realize_qdq(graph: Graph) -> Graph:
     """Rewrite quantized conv / dense chains (QDQ form; run ``expand_qoperator`` first
-    for QOperator models) into ConvInteger / MatMulInteger + bias Add + Requantize."""
+    for QOperator models) into ConvInteger / MatMulInteger + bias Add + Requantize, and
+    quantized element-wise additions into integer ones (``_rewrite_add``)."""
     from ..ops import get_op
 
     scope = NameScope.of(graph)
@@ -231,16 +304,22 @@ def realize_qdq(graph: Graph) -> Graph:
         if node.op != "QuantizeLinear" or node in dropped:
             continue
         m = match(QDQ_PATTERN, node.outputs[0], producers)
+        is_sum = m is None
+        if is_sum:
+            m = match(ADD_PATTERN, node.outputs[0], producers)
         if m is None:
             continue
         inner = [n for n in m.nodes if n is not node and n.op != "DequantizeLinear"]
         if any(v in returned or any(u not in m.nodes for u in users.get(v, ()))
                for n in inner for v in n.outputs):
             continue  # a float intermediate is read elsewhere: keep the float chain
-        chain = _chain(m.nodes)
-        if chain is None:
+        if is_sum:
+            new = _rewrite_add(m.nodes, node.outputs[0], scope)
+        else:
+            chain = _chain(m.nodes)
+            new = None if chain is None else _rewrite(chain, node.outputs[0], scope)
+        if new is None:
             continue
-        new = _rewrite(chain, node.outputs[0], scope)
         for part in new:
             part.attrs = get_op(part.op).normalize_attrs(part.attrs, part.name)
         replaced[node] = new

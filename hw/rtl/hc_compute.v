@@ -182,6 +182,7 @@ module hc_compute (
     reg               reset_mode;
     reg [2:0]         alu_op;
     reg               use_imm;
+    reg               src_inp;
     reg [15:0]        imm;
     reg [UOP_IDX:0]   uop_begin;
     reg [UOP_IDX:0]   uop_last;
@@ -235,6 +236,7 @@ module hc_compute (
                 reset_mode <= !cmd_is_alu && cmd[`HC_GEMM_RESET_LO];
                 alu_op <= cmd[`HC_ALU_ALU_OP_LO +: 3];
                 use_imm <= cmd[`HC_ALU_USE_IMM_LO];
+                src_inp <= cmd_is_alu && cmd[`HC_ALU_SRC_INP_LO];
                 imm <= cmd[`HC_ALU_IMM_LO +: 16];
                 uop_begin <= {1'b0, cmd_uop_begin};
                 uop_last <= cmd_uop_end - 1'b1;
@@ -311,22 +313,38 @@ module hc_compute (
     wire [SRC_IDX-1:0] s1_src = s1_src_base + uop_word[`HC_UOP_SRC_LO +: SRC_IDX];
     wire [WGT_IDX-1:0] s1_wgt = s1_wgt_base + uop_word[`HC_UOP_WGT_LO +: WGT_IDX];
 
-    assign inp_read_en = s1_valid && !alu_mode && !reset_mode;
+    // an ALU with src_inp reads its operand from the input buffer instead of ACC
+    wire   alu_reads_inp = alu_mode && !use_imm && src_inp;
+    assign inp_read_en = s1_valid && (!alu_mode && !reset_mode || alu_reads_inp);
     assign inp_read_addr = s1_src[`HC_INP_IDX_BITS-1:0];
     assign wgt_read_en = s1_valid && !alu_mode && !reset_mode;
     assign wgt_read_addr = s1_wgt;
     assign acc_dst_read_en = s1_valid && !reset_mode;
     assign acc_dst_read_addr = s1_dst;
-    assign acc_src_read_en = s1_valid && alu_mode && !use_imm;
+    assign acc_src_read_en = s1_valid && alu_mode && !use_imm && !src_inp;
     assign acc_src_read_addr = s1_src[ACC_IDX-1:0];
 
     // --- S2: arithmetic ----------------------------------------------------------------
     wire [`HC_ACC_TILE_BITS-1:0] dot;
     wire [`HC_ACC_TILE_BITS-1:0] alu_result;
     hc_gemm_core gemm_core (.inp(inp_read_data), .wgt(wgt_read_data), .dot(dot));
+    // the input tile, each element sign-extended to the accumulator width (elements
+    // past the input tile's read as 0; the ISA asks for block_in == block_out)
+    wire [`HC_ACC_TILE_BITS-1:0] inp_widened;
+    genvar lane;
+    generate
+        for (lane = 0; lane < `HC_BATCH * `HC_BLOCK_OUT; lane = lane + 1) begin : g_widen
+            if (lane < `HC_BATCH * `HC_BLOCK_IN) begin : g_element
+                assign inp_widened[lane*`HC_ACC_BITS +: `HC_ACC_BITS] = `HC_ACC_BITS'(
+                    $signed(inp_read_data[lane*`HC_INP_BITS +: `HC_INP_BITS]));
+            end else begin : g_zero
+                assign inp_widened[lane*`HC_ACC_BITS +: `HC_ACC_BITS] = {`HC_ACC_BITS{1'b0}};
+            end
+        end
+    endgenerate
     hc_alu alu (
-        .op(alu_op), .use_imm(use_imm), .imm(imm),
-        .x_tile(acc_dst_read_data), .y_tile(acc_src_read_data), .result(alu_result)
+        .op(alu_op), .use_imm(use_imm), .imm(imm), .x_tile(acc_dst_read_data),
+        .y_tile(alu_reads_inp ? inp_widened : acc_src_read_data), .result(alu_result)
     );
 
     wire [`HC_ACC_TILE_BITS-1:0] accumulated =

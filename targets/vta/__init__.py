@@ -1,12 +1,13 @@
 """The VTA-like accelerator target.
 
-Takes int8 convolutions and dense layers with their bias and requantization
-(the composites of ``patterns.pattern_table``) and runs them as DAE
-instruction streams on the accelerator simulator (``heterocc.accel_sim``). The
-streams are generated from TE through TIR: ``intrin`` (the GEMM tensor
+Takes int8 convolutions and dense layers with their bias and requantization, and
+quantized additions (the composites of ``patterns.pattern_table``), and runs them as
+DAE instruction streams on the accelerator simulator (``heterocc.accel_sim``). The
+convolution and GEMM streams are generated from TE through TIR: ``intrin`` (the GEMM tensor
 intrinsic), ``schedule`` (packed GEMM + epilogue and its schedule), ``vthreads``,
-``dae`` (TIR -> instructions) and ``tokens`` (dependency tokens); see
-``docs/vta.md``.
+``dae`` (TIR -> instructions) and ``tokens`` (dependency tokens); additions are ALU
+streams (``residual``); a region passes tensors between its kernels in the blocked
+layout (``region``); see ``docs/vta.md``.
 Everything else stays on the fallback (CPU) target.
 """
 
@@ -16,11 +17,11 @@ from dataclasses import dataclass, field
 
 from heterocc.accel_sim import HardwareConfig
 from heterocc.ir.graph import Node
-from heterocc.runtime.executor import GraphExecutor
 
 from ..registry import Kernel, register_target
 from .codegen import AcceleratorKernel, compile_composite
 from .patterns import pattern_table as _pattern_table
+from .region import BlockedRegion
 
 
 @dataclass
@@ -40,18 +41,20 @@ class VtaTarget:
         return _pattern_table()
 
     def build(self, function: Node) -> Kernel:
-        """A region: each composite inside becomes one accelerator program."""
+        """A region: each composite inside becomes one accelerator program; tensors pass
+        between them in the accelerator's blocked layout (``region.BlockedRegion``)."""
         compiled = {}
         for node in function.body.nodes:
             kernel = compile_composite(node, self.config, self.virtual_threads)
             self.kernels.append(kernel)
             compiled[node.name] = kernel
-        executor = GraphExecutor(function.body, compiled, {n: self.name for n in compiled})
+        region = BlockedRegion(function.body, compiled)
 
         def run_region(args):
-            return executor.execute(args)
+            return region(args)
 
         run_region.composites = list(compiled.values())
+        run_region.region = region
         return run_region
 
 

@@ -58,6 +58,7 @@ from .conv import (
 )
 from .dae import emit_program
 from .epilogue import EpilogueStep, plan_epilogue
+from .residual import add_program, quantized_add
 from .schedule import constant_blocks, packed_gemm, schedule_packed_gemm
 from .tiling import best_tiling, task_threads
 from .vthreads import interleave_virtual_threads
@@ -104,11 +105,18 @@ def _requantization(nodes: list[Node], weights: np.ndarray) -> Requantization:
 
 @dataclass
 class AcceleratorKernel:
-    """One composite compiled for the accelerator; call it with the composite's input.
+    """One composite compiled for the accelerator; call it with the composite's inputs.
 
-    ``to_device`` lays the input out as the matrix of the program's input tensor
-    (``input_tensor``), ``from_device`` turns the matrix of its output tensor back
-    into the composite's output."""
+    ``to_device`` lays the (first) input out as the matrix of the program's input
+    tensor (``input_tensor``), ``from_device`` turns the matrix of its output tensor back
+    into the composite's output; ``more_inputs`` holds (tensor, to_device) of further
+    inputs (a residual addition's second operand).
+
+    ``blocked`` marks a kernel whose input and output tensors all hold the
+    activations in the blocked layout of a direct convolution (tile rows of
+    ``batch x block`` elements over batches, channel blocks, rows and columns): a
+    region hands such tensors from kernel to kernel as they are
+    (``run_device``), converting only at its boundary."""
 
     name: str
     config: HardwareConfig
@@ -132,6 +140,8 @@ class AcceleratorKernel:
     #: the timing model's report of the program (it does not depend on the data)
     timing: object = None
     _metrics: dict | None = None
+    more_inputs: tuple = ()
+    blocked: bool = False
 
     def metrics(self) -> dict:
         """What the placement report shows for this composite: modelled ``cycles`` and
@@ -158,24 +168,42 @@ class AcceleratorKernel:
         """Bytes the host moves per call: the input tensor it writes and the output
         tensor it reads (an im2col input holds each input element up to KH x KW times)."""
         return sum(_tensor_bytes(self.config, self.program.tensors[name])
-                   for name in (self.input_tensor, self.output_tensor))
+                   for name in (*self.input_names, self.output_tensor))
 
-    def dram_image(self, x: np.ndarray) -> np.ndarray:
-        """The program's DRAM image with input ``x`` laid out in its input tensor."""
+    @property
+    def input_names(self) -> list[str]:
+        """The program's input tensors, in the composite's input order."""
+        return [self.input_tensor] + [name for name, _ in self.more_inputs]
+
+    def device_inputs(self, args) -> list[np.ndarray]:
+        """The composite's inputs laid out as the matrices of the program's input tensors."""
+        layouts = [self.to_device] + [to_device for _, to_device in self.more_inputs]
+        return [to_device(x) for to_device, x in zip(layouts, args)]
+
+    def dram_image(self, *args: np.ndarray) -> np.ndarray:
+        """The program's DRAM image with the inputs ``args`` laid out in its input
+        tensors."""
+        return self._image(self.device_inputs(args))
+
+    def _image(self, matrices: list[np.ndarray]) -> np.ndarray:
         dram = self.program.dram.copy()
-        self.program.write(self.input_tensor, self.to_device(x), dram)
+        for name, matrix in zip(self.input_names, matrices):
+            self.program.write(name, matrix, dram)
         return dram
 
-    def __call__(self, args):
-        dram = self.dram_image(args[0])
+    def run_device(self, matrices: list[np.ndarray]) -> np.ndarray:
+        """Run the program on its input tensors' matrices; the output tensor's matrix."""
+        dram = self._image(matrices)
         self.last_input = dram.copy()  # what hardware-in-the-loop replays on the RTL
         report = run_stream(self.program.instructions, self.config, dram, check=False)
         self.calls += 1
         self.last_cycles = report.timing.total_cycles
         self.cycles += self.last_cycles
         self.utilization = report.timing.gemm_utilization
-        out = read_tensor(self.config, self.program.tensors[self.output_tensor], dram)
-        return [self.from_device(out)]
+        return read_tensor(self.config, self.program.tensors[self.output_tensor], dram)
+
+    def __call__(self, args):
+        return [self.from_device(self.run_device(self.device_inputs(args)))]
 
 
 def _tensor_bytes(config: HardwareConfig, tensor: DramTensor) -> int:
@@ -260,7 +288,7 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
     n, c, h, width = core.inputs[0].type.shape
     w = core.inputs[1].data
     o = w.shape[0]
-    bi, bo, batch = config.block_in, config.block_out, config.batch
+    bi, bo = config.block_in, config.block_out
     packed = _blocked_weights(w, g, config)
     # each row of the GEMM view: one output channel's weights, in the order they meet
     # the input (the accumulator range the epilogue plans with depends on nothing else)
@@ -277,21 +305,72 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
                       g.filters * bo, pad_value=input_zero_point(core))
 
     def to_device(x: np.ndarray) -> np.ndarray:
-        blocked = np.zeros((n, g.channels * bi, h, width), np.int8)
-        blocked[:, :c] = x
-        return blocked.reshape(g.batches, batch, g.channels, bi, h, width).transpose(
-            0, 2, 4, 5, 1, 3).reshape(-1, bi)
+        return to_blocked(x, config)
 
     def from_device(y: np.ndarray) -> np.ndarray:
-        tiles = y.reshape(g.batches, g.filters, g.out_height, g.out_width, batch, bo)
-        return np.ascontiguousarray(tiles.transpose(0, 4, 1, 5, 2, 3).reshape(
-            n, g.filters * bo, g.out_height, g.out_width)[:, :o])
+        return from_blocked(y, (n, o, g.out_height, g.out_width), config)
 
     macs = n * g.out_height * g.out_width * o * (1 if g.depthwise else c) * \
         g.kernel[0] * g.kernel[1]
     return AcceleratorKernel(function.name, config, program, to_device, from_device, "X", "Y",
                              tiling, threads, macs=macs,
-                             timing=conv_timing(config, g, tiling, threads, signature))
+                             timing=conv_timing(config, g, tiling, threads, signature),
+                             blocked=bi == bo)
+
+
+def to_blocked(x: np.ndarray, config: HardwareConfig) -> np.ndarray:
+    """An NCHW int8 tensor in the blocked layout of direct convolutions: rows of
+    ``block_in`` channels, ordered (batch group, channel block, row, column, batch),
+    channels zero-padded to whole blocks."""
+    n, c, h, w = x.shape
+    bi, batch = config.block_in, config.batch
+    blocks = -(-c // bi)
+    padded = np.zeros((n, blocks * bi, h, w), np.int8)
+    padded[:, :c] = x
+    return padded.reshape(n // batch, batch, blocks, bi, h, w).transpose(
+        0, 2, 4, 5, 1, 3).reshape(-1, bi)
+
+
+def from_blocked(y: np.ndarray, shape: tuple[int, int, int, int],
+                 config: HardwareConfig) -> np.ndarray:
+    """The NCHW tensor of ``shape`` held by ``y``, rows of ``block_out`` channels in the
+    blocked layout (the inverse of ``to_blocked`` for outputs)."""
+    n, c, h, w = shape
+    bo, batch = config.block_out, config.batch
+    blocks = -(-c // bo)
+    tiles = y.reshape(n // batch, blocks, h, w, batch, bo)
+    return np.ascontiguousarray(tiles.transpose(0, 4, 1, 5, 2, 3).reshape(
+        n, blocks * bo, h, w)[:, :c])
+
+
+def _residual_add(function: Node, config: HardwareConfig) -> AcceleratorKernel:
+    """A quantized addition on the ALU (``residual``), its operands and result in the
+    blocked layout of the convolutions around it."""
+    found = quantized_add(function.body.nodes)
+    if isinstance(found, str):
+        raise CompileError(f"{function.name}: {found}")
+    add, casts = found
+    shape = casts[0].inputs[0].type.shape
+    n, c, h, w = shape
+    if n % config.batch or config.block_in != config.block_out:
+        raise CompileError(f"{function.name}: batch {n} is not a multiple of {config.batch}, "
+                           "or the input tiles are not shaped like accumulator tiles")
+    tiles = n // config.batch * -(-c // config.block_in) * h * w
+    program = add_program(config, tiles, add)
+    order = [function.body.inputs.index(cast.inputs[0]) for cast in casts]
+    if sorted(order) != [0, 1]:
+        raise CompileError(f"{function.name}: the addition's operands are not its two inputs")
+
+    def to_device(x: np.ndarray) -> np.ndarray:
+        return to_blocked(x, config)
+
+    def from_device(y: np.ndarray) -> np.ndarray:
+        return from_blocked(y, shape, config)
+
+    names = ["A", "B"] if order == [0, 1] else ["B", "A"]
+    return AcceleratorKernel(function.name, config, program, to_device, from_device,
+                             names[0], "Y", more_inputs=((names[1], to_device),),
+                             blocked=True)
 
 
 def compile_composite(function: Node, config: HardwareConfig,
@@ -299,16 +378,19 @@ def compile_composite(function: Node, config: HardwareConfig,
     """An accelerator kernel for one composite function node."""
     kernel = _lowered_composite(function, config, virtual_threads)
     body = function.body
-    kernel.input_bytes = body.inputs[0].type.nbytes
     kernel.output_bytes = body.outputs[0].type.nbytes
-    core_input = body.nodes[0].inputs[0].type
-    kernel.in_channels = core_input.shape[1] if body.nodes[0].op == "ConvInteger" \
-        else core_input.shape[-1]
+    kernel.input_bytes = sum(value.type.nbytes for value in body.inputs)
+    core = body.nodes[0]
+    if core.op in ("ConvInteger", "MatMulInteger"):
+        shape = core.inputs[0].type.shape
+        kernel.in_channels = shape[1] if core.op == "ConvInteger" else shape[-1]
     return kernel
 
 
 def _lowered_composite(function: Node, config: HardwareConfig,
                        virtual_threads: int) -> AcceleratorKernel:
+    if function.attrs.get("composite") == "quantized_add":
+        return _residual_add(function, config)
     nodes = function.body.nodes
     core = nodes[0]
     if core.op == "ConvInteger":

@@ -1,15 +1,23 @@
 """The accelerator's pattern table: integer convolutions and dense layers with
-their bias and requantization (what ``realize_qdq`` produces)."""
+their bias and requantization, and quantized element-wise additions (what
+``realize_qdq`` produces)."""
 
 from __future__ import annotations
 
 from heterocc.ir.graph import Node
 from heterocc.patterns import CompositePattern, is_constant, is_op, optional, wildcard
 
+from .residual import quantized_add
+
 # zero points: any (check_conv / check_dense decide, see _zero_points)
 _ZERO_POINT = optional(wildcard())
 _CONV = is_op("ConvInteger")(wildcard(), is_constant(), _ZERO_POINT, _ZERO_POINT)
 _DENSE = is_op("MatMulInteger")(wildcard(), is_constant(), _ZERO_POINT, _ZERO_POINT)
+
+
+_CAST = is_op("Cast")(wildcard())
+_SCALED = is_op("Mul")(is_op("Sub")(_CAST, is_constant()) | _CAST, is_constant())
+_SUM = is_op("Requantize")(is_op("Add")(_SCALED, _SCALED))
 
 
 def _requantized(core):
@@ -77,6 +85,16 @@ def check_dense(nodes: list[Node]) -> str | None:
     return _common(nodes)
 
 
+def check_add(nodes: list[Node]) -> str | None:
+    """Why the accelerator's ALU cannot take this quantized addition, or None."""
+    found = quantized_add(nodes)
+    if isinstance(found, str):
+        return found
+    a, b = (cast.inputs[0] for cast in found[1])
+    return "both operands are one tensor" if a is b else None
+
+
 def pattern_table() -> list[CompositePattern]:
     return [CompositePattern("conv2d_bias_requantize", _requantized(_CONV), check_conv),
-            CompositePattern("dense_bias_requantize", _requantized(_DENSE), check_dense)]
+            CompositePattern("dense_bias_requantize", _requantized(_DENSE), check_dense),
+            CompositePattern("quantized_add", _SUM, check_add)]

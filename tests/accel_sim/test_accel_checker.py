@@ -199,3 +199,24 @@ def test_only_an_input_load_pads_with_a_value():
                      x_stride=1, pad_value=1)
     with pytest.raises(IllegalInstructionError, match="only an INP load takes a pad_value"):
         check_stream(stream, CONFIG)
+
+
+def test_alu_input_operand_rules():
+    """An ALU reading INP (src_inp) takes no immediate, needs block_in == block_out, and
+    its source factors are bounded by the input buffer."""
+    alu = Alu(alu_op=AluOp.ADD, src_inp=True, uop_begin=0, uop_end=1, loop_outer=1,
+              loop_inner=1, pop_prev=True, push_next=True)
+    stream = _valid_stream()
+    stream[2] = alu
+    assert find_stream_errors(stream, CONFIG, dram_bytes=4096) == []
+    stream[2] = Alu(**{**alu.__dict__, "use_imm": True})
+    with pytest.raises(IllegalInstructionError, match="both use_imm and src_inp"):
+        check_stream(stream, CONFIG)
+    stream[2] = Alu(**{**alu.__dict__, "loop_outer": CONFIG.inp_depth + 1,
+                       "src_factor_outer": 1, "dst_factor_outer": 0})
+    with pytest.raises(IllegalInstructionError, match="input source index"):
+        check_stream(stream, CONFIG)
+    narrow = HardwareConfig(log_block_in=3, log_inp_buffer_bytes=14, log_wgt_buffer_bytes=16)
+    stream[2] = alu
+    with pytest.raises(IllegalInstructionError, match="block_in=8 != block_out=16"):
+        check_stream(stream, narrow)

@@ -223,3 +223,30 @@ def test_store_and_load_outside_dram_are_rejected():
     with pytest.raises(IllegalInstructionError, match="beyond the buffer's depth"):
         machine.execute(Store(buffer=Buffer.ACC, sram_base=config.acc_depth - 1, dram_base=0,
                               y_size=1, x_size=2, x_stride=2), 5)
+
+
+def test_alu_reads_sign_extended_input_tiles():
+    """src_inp: the operand is an input tile, each int8 element sign-extended; the input
+    buffer is never written, so reading tiles the instruction's destinations alias in
+    ACC is no hazard."""
+    config = HardwareConfig()
+    machine = _machine_with_uops(config, [MicroOp(dst=0, src=3)])
+    machine.inp[3:9] = _int8(machine.inp[3:9].shape)
+    machine.acc[:6] = RNG.integers(-(2 ** 31), 2 ** 31 - 1, machine.acc[:6].shape)
+    before = machine.acc.astype(np.int64)
+    machine.execute(Alu(alu_op=AluOp.ADD, src_inp=True, uop_begin=0, uop_end=1, loop_outer=6,
+                        loop_inner=1, dst_factor_outer=1, src_factor_outer=1))
+    expected = (before[:6] + machine.inp[3:9].astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31
+    np.testing.assert_array_equal(machine.acc[:6], expected)
+    np.testing.assert_array_equal(machine.acc[6:], before[6:])
+    machine.execute(Alu(alu_op=AluOp.MIN, src_inp=True, uop_begin=0, uop_end=1, loop_outer=6,
+                        loop_inner=1, dst_factor_outer=1, src_factor_outer=1))
+    np.testing.assert_array_equal(machine.acc[:6], np.minimum(expected, machine.inp[3:9]))
+
+
+def test_alu_input_operand_needs_square_tiles():
+    config = HardwareConfig(log_block_in=3, log_inp_buffer_bytes=14, log_wgt_buffer_bytes=16)
+    machine = _machine_with_uops(config, [MicroOp(dst=0, src=0)])
+    with pytest.raises(IllegalInstructionError, match="block_in=8 != block_out=16"):
+        machine.execute(Alu(alu_op=AluOp.ADD, src_inp=True, uop_begin=0, uop_end=1,
+                            loop_outer=1, loop_inner=1), 2)

@@ -131,6 +131,43 @@ def requantize(config: HardwareConfig, rng: np.random.Generator) -> NamedProgram
     return NamedProgram("requantize_alu_chain", builder.build())
 
 
+def residual_add(config: HardwareConfig, rng: np.random.Generator) -> NamedProgram:
+    """Two int8 tensors brought into the accumulators by ALUs reading the input buffer
+    (``src_inp``), each centered and scaled, added, rounded, shifted and clamped: the
+    quantized residual addition. ACC starts from whatever a previous run left there, so
+    the first pass multiplies by 0."""
+    tiles = 3
+    a = _int8(rng, (tiles * config.batch, config.block_in))
+    b = _int8(rng, (tiles * config.batch, config.block_in))
+    builder = ProgramBuilder(config)
+    a_t = builder.tensor("A", Buffer.INP, data=a)
+    b_t = builder.tensor("B", Buffer.INP, data=b)
+    out_t = builder.tensor("OUT", Buffer.OUT, shape=(tiles * config.batch, config.block_out))
+    # dst t (a's sum) and t + tiles (b's), src the input tiles t and t + tiles
+    kernel = builder.uops("k", [MicroOp(0, 0), MicroOp(tiles, tiles), MicroOp(0, tiles)])
+    builder.emit(builder.load_uops(kernel))
+    builder.emit(builder.load_tiles(a_t, 0, 0, 0, tiles, 1))
+    builder.emit(builder.load_tiles(b_t, tiles, 0, 0, tiles, 1, push_next=True))
+    loop = dict(loop_outer=tiles, loop_inner=1, dst_factor_outer=1, src_factor_outer=1)
+    both = dict(uop_begin=0, uop_end=2, **loop)
+    builder.emit(Alu(alu_op=AluOp.MUL, use_imm=True, imm=0, pop_prev=True, **both))
+    builder.emit(Alu(alu_op=AluOp.ADD, src_inp=True, **both))
+    for uop, (zero, multiplier) in enumerate(((-3, 11000), (5, 23000))):
+        one = dict(uop_begin=uop, uop_end=uop + 1, **loop)
+        builder.emit(Alu(alu_op=AluOp.ADD, use_imm=True, imm=-zero, **one))
+        builder.emit(Alu(alu_op=AluOp.MUL, use_imm=True, imm=multiplier, **one))
+    # a's sum += b's sum (micro-op 2: dst t, src t + tiles in ACC)
+    builder.emit(Alu(alu_op=AluOp.ADD, uop_begin=2, uop_end=3, **loop))
+    first = dict(uop_begin=0, uop_end=1, **loop)
+    for op, imm in ((AluOp.ADD, 1 << 13), (AluOp.SHR, 14), (AluOp.ADD, 4),
+                    (AluOp.MAX, -128), (AluOp.MIN, 127)):
+        builder.emit(Alu(alu_op=op, use_imm=True, imm=imm, **first,
+                         push_next=op == AluOp.MIN))
+    builder.emit(builder.store_tiles(out_t, 0, 0, 0, tiles, 1, pop_prev=True, push_prev=True))
+    builder.finish(pop_next=True)
+    return NamedProgram("residual_add_src_inp", builder.build())
+
+
 # --- random legal programs ---------------------------------------------------------------
 
 #: SRAM entries random programs use at the bottom of each buffer, small so that
@@ -194,7 +231,8 @@ def _random_alu(ctx: _RandomProgramContext, kernel_base: int, kernel_size: int,
                 same_tile: bool) -> Alu:
     """An ALU whose iterations write distinct tiles and read no other iteration's tile.
 
-    The kernel's micro-ops have dst = k (distinct) and src = k or k + _WINDOW; with
+    The kernel's micro-ops have dst = k (distinct) and src = k or k + _WINDOW (both
+    inside the input buffer's loaded window too, for ``src_inp``); with
     the inner factor the kernel length and the outer factor one inner sweep, every
     iteration writes its own tile, and sources either alias their own destination
     or lie above every destination.
@@ -204,8 +242,11 @@ def _random_alu(ctx: _RandomProgramContext, kernel_base: int, kernel_size: int,
     use_imm = ctx.integer(0, 1) == 1
     imm = ctx.integer(-40, 40) if op == AluOp.SHR else ctx.integer(-(2**15), 2**15 - 1)
     dst_inner, dst_outer = kernel_size, kernel_size * inner
+    # a quarter of the tensor operands come from the input buffer (never written by an ALU)
+    src_inp = not use_imm and ctx.config.block_in == ctx.config.block_out and \
+        ctx.integer(0, 3) == 0
     return Alu(
-        alu_op=op, use_imm=use_imm, imm=imm, uop_begin=kernel_base,
+        alu_op=op, use_imm=use_imm, imm=imm, src_inp=src_inp, uop_begin=kernel_base,
         uop_end=kernel_base + kernel_size, loop_outer=outer, loop_inner=inner,
         dst_factor_outer=dst_outer, dst_factor_inner=dst_inner,
         src_factor_outer=dst_outer if same_tile else 0,
@@ -305,7 +346,7 @@ def ci_programs(config: HardwareConfig, random_count: int, seed: int = 0) -> lis
     rng = np.random.default_rng(seed)
     programs = reference_gemms(config, rng) + [
         requantized_gemm(config, rng), convolution(config, rng), requantize(config, rng),
-        convolution(config, rng, pad_value=-7),
+        convolution(config, rng, pad_value=-7), residual_add(config, rng),
     ]
     programs += [random_program(config, seed=1000 + index) for index in range(random_count)]
     return programs

@@ -1,5 +1,6 @@
 """The timing model against the RTL: compiled models' accelerator streams (the
-quantized tiny CNN, and a sample of a quantized ResNet-18's layers) and random
+quantized tiny CNN, a small CNN quantized by onnxruntime with its residual addition
+on the ALU, and a sample of a quantized ResNet-18's layers) and random
 programs, each run on the RTL (Verilator) with the bench memory at a short and at
 the default DRAM latency, their cycles compared with
 ``schedule_stream(stream, bench_timing_config(config, memory))`` within 5%, and
@@ -69,10 +70,24 @@ def _resnet_sample(config: HardwareConfig) -> list[tuple[str, list, np.ndarray]]
     return chosen
 
 
+def _ort_small_cnn_streams(directory) -> list[tuple[str, list, np.ndarray]]:
+    """Every accelerator stream of the small CNN quantized by onnxruntime's
+    quantize_static (QDQ int8): convolutions and the residual addition on the ALU."""
+    from tests.targets.vta.ort_models import inputs, quantize, small_cnn
+
+    target = VtaTarget()
+    compiled = heterocc.compile(quantize(small_cnn(), directory, "QDQ", "QInt8"),
+                                target=[target, "reference"])
+    compiled.run([inputs(1)[0]])
+    return [(f"ort_small_cnn_{k.name}", list(k.program.instructions), k.last_input)
+            for k in target.kernels if k.last_input is not None]
+
+
 @pytest.fixture(scope="module")
-def streams() -> list[tuple[str, list, np.ndarray]]:
+def streams(tmp_path_factory) -> list[tuple[str, list, np.ndarray]]:
     config = HardwareConfig()
     found = [(f"tiny_cnn_{name}", ins, dram) for name, ins, dram in _model_streams(tiny_cnn(8))]
+    found += _ort_small_cnn_streams(tmp_path_factory.mktemp("ort"))
     found += _resnet_sample(config)
     for seed in RANDOM_SEEDS:
         program = random_program(config, seed).program
@@ -107,5 +122,6 @@ def test_model_cycles_match_the_rtl(streams, latency):
     report.write_text(json.dumps(previous, indent=1))
     assert any(name.startswith("tiny_cnn") for name, _, _ in streams)
     assert any(name.startswith("resnet18") for name, _, _ in streams)
+    assert any("quantized_add" in name for name, _, _ in streams)
     outliers = [row for row in rows if abs(row["ratio"] - 1) > TOLERANCE]
     assert not outliers, f"RTL cycles off the timing model by more than 5%: {outliers}"

@@ -35,11 +35,17 @@ def test_qdq_chains_become_integer_ops(qdq_tiny_cnn):
     realized = PassManager(["realize_qdq", "fold_constants", "dce"], check=True).run(graph)
     counts = realized.op_counts()
     assert counts["ConvInteger"] == 3 and counts["MatMulInteger"] == 1
-    assert counts["Requantize"] == 4 and "Conv" not in counts and "Gemm" not in counts
-    # the quantized Relu after the stem folded into its Requantize clamp
-    assert counts.get("Relu", 0) == 1
-    names = [v.name for n in realized.nodes if n.op == "Requantize" for v in n.outputs]
-    late = names[2:]  # residual block output and logits: no Relu folded into them
+    # four layers and the residual addition, in integers
+    assert counts["Requantize"] == 5 and "Conv" not in counts and "Gemm" not in counts
+    assert "Cast" in counts and "DequantizeLinear" in counts
+    # every quantized Relu folded into the clamp of the Requantize before it, the one
+    # after the residual addition too
+    assert counts.get("Relu", 0) == 0
+    # the outputs no Relu folded into (the second block conv and the logits): the same
+    # values as the float chains'
+    late = [v.name for n in realized.nodes if n.op == "Requantize" and not n.attrs["absorbed"]
+            for v in n.outputs]
+    assert len(late) == 2
     rng = np.random.default_rng(7)
     differ = total = 0
     for _ in range(3):

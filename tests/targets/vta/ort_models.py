@@ -120,3 +120,40 @@ def output_scale(model) -> float:
     if node.op_type == "DequantizeLinear":
         return float(init[node.input[1]])
     return float(np.max(init[node.input[1]] * init[node.input[4]]))
+
+
+def residual_sum(shape=(1, 32, 8, 8), relu: bool = True) -> onnx.ModelProto:
+    """``relu(a + b)`` of two graph inputs "a" and "b": quantized, the addition is the only
+    requantization (the inputs are quantized on the host)."""
+    nodes = [helper.make_node("Add", ["a", "b"], ["sum"])]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["sum"], ["out"]))
+    graph = helper.make_graph(
+        nodes, "residual_sum",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name in "ab"],
+        [helper.make_tensor_value_info("out" if relu else "sum", TensorProto.FLOAT, shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+class _PairCalibration(oq.CalibrationDataReader):
+    def __init__(self, shape, count: int = 6):
+        rng = np.random.default_rng(70)
+        self.batches = iter([{"a": rng.standard_normal(shape).astype(np.float32) * 2,
+                              "b": rng.standard_normal(shape).astype(np.float32) * 0.7}
+                             for _ in range(count)])
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+def quantize_pair(model, directory, activations="QInt8") -> onnx.ModelProto:
+    """A two-input model ("a", "b") through ``quantize_static``, QDQ, ORT's defaults."""
+    src, dst = directory / "pair.onnx", directory / f"pair_{activations}.onnx"
+    onnx.save(model, str(src))
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    oq.quantize_static(str(src), str(dst), _PairCalibration(tuple(d.dim_value for d in dims)),
+                       quant_format=oq.QuantFormat.QDQ,
+                       activation_type=getattr(oq.QuantType, activations))
+    return onnx.load(str(dst))

@@ -161,7 +161,12 @@ def test_partition_json_counts_macs_per_target(tmp_path, capsys):
         if row["op"] == "ConvInteger" and row["in_channels"] >= 16:  # direct: no im2col
             assert row["host_bytes"] <= 1.25 * (row["input_bytes"] + row["output_bytes"])
     assert 0 < report["utilization"] <= 1
-    assert report["host_bytes"] == sum(r["host_bytes"] for r in convs)
+    # the residual addition runs on the ALU, in the region of the convolutions around it
+    adds = [r for r in rows if r["composite"] == "quantized_add"]
+    assert adds and all(r["target"] == "vta" for r in adds)
+    assert {r["region"] for r in adds + convs[:-1]} == {adds[0]["region"]}
+    functions = [r for r in rows if "host_bytes" in r]
+    assert report["host_bytes"] == sum(r["host_bytes"] for r in functions)
 
 
 def test_folded_relus_still_show_where_they_ran(tmp_path):
@@ -181,3 +186,59 @@ def test_text_report_shows_the_mac_share(tmp_path):
     line = next(x for x in text.splitlines() if x.startswith("MACs per target:"))
     assert "vta: 1.1 M (100.0%)" in line
     assert "MAC-weighted utilization" in text.splitlines()[-1]
+
+
+@pytest.mark.parametrize("activations", ["QInt8", "QUInt8"])
+@pytest.mark.parametrize("relu", [True, False])
+def test_quantized_addition_runs_on_the_alu_within_one_step(tmp_path, activations, relu):
+    """``Q(DQ(a) + DQ(b))`` (and its Relu) as ORT's quantizer writes it: the integer
+    addition (two 15-bit multipliers and one shift) runs on the ALU, bit-exact against
+    the graph's reference, and within one step of ONNX Runtime run as written (the only
+    requantization: rounding of the fixed-point scales and ties)."""
+    from tests.targets.vta.ort_models import quantize_pair, residual_sum
+
+    model = quantize_pair(residual_sum(relu=relu), tmp_path, activations)
+    compiled = heterocc.compile(model, target="vta,llvm", strict=True)
+    report = compiled.placement_report
+    on_chip = [p for p in report.placements if p.composite == "quantized_add"]
+    assert {p.op for p in on_chip} >= {"Cast", "Mul", "Add", "Requantize"}
+    assert all(p.target == "vta" for p in on_chip)
+    # (ORT's quantizer drops a Relu whose output range starts at 0: the clamp is the
+    # output zero point's range; any Relu it keeps folds into the addition's clamp)
+    assert all(p.target == "vta" for p in report.placements if p.op == "Relu")
+    session = onnxruntime_session(model, optimized=False)
+    scale = output_scale(model)
+    rng = np.random.default_rng(5)
+    steps = []
+    for _ in range(3):
+        feeds = {"a": rng.standard_normal((1, 32, 8, 8)).astype(np.float32) * 2,
+                 "b": rng.standard_normal((1, 32, 8, 8)).astype(np.float32) * 0.7}
+        ours = compiled.run([feeds["a"], feeds["b"]])[0]
+        np.testing.assert_array_equal(ours, evaluate(compiled.graph, [feeds["a"],
+                                                                      feeds["b"]])[0])
+        steps.append(_steps_apart(ours, session.run(None, feeds)[0], scale))
+    assert max(steps) <= 1
+
+
+def test_a_region_hands_tensors_over_in_the_blocked_layout(tmp_path):
+    """The small CNN's convolutions and residual addition form one region; inside it the
+    direct convolutions and the addition pass their tensors as blocked tiles (no host
+    layout conversion), and the region's results equal its reference."""
+    from heterocc.targets.vta import VtaTarget
+
+    model = quantize(small_cnn(), tmp_path, "QDQ", "QInt8")
+    compiled = heterocc.compile(model, target="vta,llvm")
+    regions = [n for n in compiled.graph.nodes if n.attrs.get("target") == "vta"]
+    region = max(regions, key=lambda n: len(n.body.nodes))
+    assert sorted(c.attrs["composite"] for c in region.body.nodes) == [
+        "conv2d_bias_requantize"] * 4 + ["quantized_add"]
+    record: dict = {}
+    evaluate(compiled.graph, [inputs(1)[0]], record=record)
+    args = [record[v] for v in region.inputs]
+    run = VtaTarget().build(region)
+    got = run(args)
+    for ours, want in zip(got, evaluate(region.body, args)):
+        np.testing.assert_array_equal(ours, want)
+    # c2 -> c3, c2 -> c4, c3 -> sum, c4 -> sum stay blocked; the region's input and the
+    # stem's output (an im2col GEMM's matrix) are converted
+    assert run.region.handed_over == 4 and run.region.converted == 2

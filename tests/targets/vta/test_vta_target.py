@@ -28,14 +28,14 @@ def test_every_accelerator_function_is_bit_exact(qdq_model, preset):
     compiled = heterocc.compile(qdq_model, target=[target, "reference"])
     composites = _composites(compiled)
     assert sorted({c.attrs["composite"] for c in composites}) == [
-        "conv2d_bias_requantize", "dense_bias_requantize"]
+        "conv2d_bias_requantize", "dense_bias_requantize", "quantized_add"]
     rng = np.random.default_rng(0)
     for composite in composites:
         kernel = compile_composite(composite, target.config, 2)
-        x_type = composite.body.inputs[0].type
-        x = rng.integers(-128, 128, x_type.shape).astype(np.int8)
-        (expected,) = evaluate(composite.body, [x])
-        (got,) = kernel([x])
+        xs = [rng.integers(-128, 128, v.type.shape).astype(np.int8)
+              for v in composite.body.inputs]
+        (expected,) = evaluate(composite.body, xs)
+        (got,) = kernel(xs)
         assert got.dtype == expected.dtype == np.int8
         np.testing.assert_array_equal(got, expected)
         assert kernel.last_cycles > 0

@@ -1,0 +1,199 @@
+"""Quantized element-wise additions (a ResNet block's residual sum) on the vector ALU.
+
+``realize_qdq`` writes ``Q(DQ(a) + DQ(b))`` (optionally through a Relu) as
+
+    acc = (int32(a) - za) * Ma + (int32(b) - zb) * Mb
+    y   = Requantize(acc; multiplier 1, shift s, zero point zy, clamp [qmin, qmax])
+
+and the accelerator runs exactly that: both int8 operands are LOADed into the input
+buffer in the blocked layout of the convolutions around them (tiles of ``batch x
+block_in`` elements, channel blocks outermost), reach the accumulators through ALU
+instructions that read the input buffer (``src_inp``), and the ALU centers, scales,
+adds, rounds, shifts and clamps them; a STORE narrows the result. No GEMM runs; every
+operand is an immediate (multipliers, zero points and the shift are per tensor), so
+the program needs no constant tensors:
+
+    X = 0; X += inp[a]; X -= za; X *= Ma        Y = 0; Y += inp[b]; Y -= zb; Y *= Mb
+    X += Y; X += 2**(s-1); X >>= s; X += zy; X = max(X, qmin); X = min(X, qmax)
+
+The intermediate values stay below 2**25 in magnitude (|a - za| <= 255, multipliers
+below 2**15), so int32 never wraps and the result equals the graph's reference.
+
+Work is split into chunks of tiles, two chunks in flight: the load module fills one
+chunk's input tiles while the compute module works on the other and the store module
+drains a third, synchronized by dependency tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from heterocc.accel_sim import HardwareConfig
+from heterocc.accel_sim.isa import Alu, AluOp, Buffer, Load, MicroOp, Store
+from heterocc.accel_sim.program import Program, ProgramBuilder
+from heterocc.ir.graph import Node
+
+#: the ALU's signed immediate range
+_IMMEDIATE = (-(1 << 15), (1 << 15) - 1)
+#: chunks in flight (each holds its two operands in INP and two tiles per element in ACC)
+_SLOTS = 2
+
+
+@dataclass(frozen=True)
+class QuantizedAdd:
+    """The integer parameters of one quantized addition (see the module docstring)."""
+
+    zero_a: int
+    multiplier_a: int
+    zero_b: int
+    multiplier_b: int
+    shift: int
+    zero_point: int
+    qmin: int
+    qmax: int
+
+    def reference(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The addition in NumPy (int64), as the ALU computes it."""
+        acc = (a.astype(np.int64) - self.zero_a) * self.multiplier_a + \
+            (b.astype(np.int64) - self.zero_b) * self.multiplier_b
+        rounding = (1 << (self.shift - 1)) if self.shift else 0
+        return np.clip(((acc + rounding) >> self.shift) + self.zero_point, self.qmin, self.qmax)
+
+
+def _scalar_constant(value) -> int | None:
+    if value is None or not value.is_const or value.data.size != 1:
+        return None
+    return int(value.data.reshape(()))
+
+
+def _operand(term: Node, nodes: list[Node]) -> tuple[Node, int, int] | None:
+    """(the Cast, its zero point, its multiplier) of one scaled operand, or None."""
+    by_output = {n.outputs[0]: n for n in nodes}
+    multiplier = _scalar_constant(term.inputs[1])
+    inner = by_output.get(term.inputs[0])
+    zero = 0
+    if inner is not None and inner.op == "Sub":
+        zero = _scalar_constant(inner.inputs[1])
+        inner = by_output.get(inner.inputs[0])
+    if inner is None or inner.op != "Cast" or multiplier is None or zero is None:
+        return None
+    return inner, zero, multiplier
+
+
+def quantized_add(nodes: list[Node]) -> tuple[QuantizedAdd, list[Node]] | str:
+    """The parameters of a matched ``quantized_add`` composite and its two Casts (in
+    operand order), or why the accelerator cannot run it."""
+    add = next(n for n in nodes if n.op == "Add")
+    requant = nodes[-1]
+    by_output = {n.outputs[0]: n for n in nodes}
+    operands = [_operand(by_output[v], nodes) for v in add.inputs]
+    if any(o is None for o in operands):
+        return "an operand is not a constant per-tensor zero point and multiplier"
+    (cast_a, za, ma), (cast_b, zb, mb) = operands
+    a = requant.attrs
+    shift = a["shift"]
+    if any(isinstance(a[k], list) for k in ("multiplier", "shift", "acc_limit")) or \
+            a["multiplier"] != 1:
+        return "the requantization is per channel or scales again (multiplier != 1)"
+    for cast in (cast_a, cast_b):
+        if cast.inputs[0].type.dtype != "int8" or cast.outputs[0].type.dtype != "int32":
+            return (f"operand {cast.inputs[0].name} is {cast.inputs[0].type.dtype}; the ALU "
+                    "reads int8 input tiles")
+    if a["out_dtype"] != "int8":
+        return f"output type {a['out_dtype']} is not int8"
+    if cast_a.inputs[0].type.shape != cast_b.inputs[0].type.shape or \
+            cast_a.inputs[0].type.ndim != 4:
+        return "the operands are not two 4-D tensors of one shape (no broadcasting)"
+    rounding = (1 << (shift - 1)) if shift else 0
+    immediates = {"multiplier": (ma, mb), "zero point": (-za, -zb, a["zero_point"]),
+                  "rounding constant": (rounding,)}
+    for what, values in immediates.items():
+        if not all(_IMMEDIATE[0] <= v <= _IMMEDIATE[1] for v in values):
+            return f"a {what} {values} does not fit the ALU's 16-bit immediate"
+    if not 0 <= shift < 31:
+        return f"shift {shift} outside [0, 31)"
+    bound = 255 * (abs(ma) + abs(mb)) + rounding
+    if bound >= min(a["acc_limit"], 2 ** 31 - 1):
+        return "the sum could leave int32 or reach the requantization's accumulator clamp"
+    return QuantizedAdd(za, ma, zb, mb, shift, int(a["zero_point"]), int(a["qmin"]),
+                        int(a["qmax"])), [cast_a, cast_b]
+
+
+def chunk_tiles(config: HardwareConfig) -> int:
+    """Tiles per chunk: _SLOTS chunks of two operands fit the input and the accumulator
+    buffers."""
+    return max(1, min(config.inp_depth, config.acc_depth) // (2 * _SLOTS))
+
+
+@functools.lru_cache(maxsize=64)
+def add_program(config: HardwareConfig, tiles: int, add: QuantizedAdd) -> Program:
+    """The program adding tensors "A" and "B" (``tiles`` tiles each, in rows of
+    ``batch x block_in``) into "Y" (rows of ``batch x block_out``, int8)."""
+    batch, bi, bo = config.batch, config.block_in, config.block_out
+    builder = ProgramBuilder(config)
+    a = builder.tensor("A", Buffer.INP, shape=(tiles * batch, bi))
+    b = builder.tensor("B", Buffer.INP, shape=(tiles * batch, bi))
+    y = builder.tensor("Y", Buffer.OUT, shape=(tiles * batch, bo))
+    chunk = chunk_tiles(config)
+    # per slot: (a's dst/src, b's dst/src, a's dst with b's accumulators as src)
+    kernel = []
+    for slot in range(_SLOTS):
+        base = slot * 2 * chunk
+        kernel += [MicroOp(base, base), MicroOp(base + chunk, base + chunk),
+                   MicroOp(base, base + chunk)]
+    builder.emit(builder.load_uops(builder.uops("kernel", kernel)))
+    starts = list(range(0, tiles, chunk))
+    for index, start in enumerate(starts):
+        size = min(chunk, tiles - start)
+        slot = index % _SLOTS
+        base = slot * 2 * chunk
+        reuse = index >= _SLOTS  # the slot held an earlier chunk
+        again = index + _SLOTS < len(starts)  # a later chunk reuses the slot
+        last = index == len(starts) - 1
+        for operand, tensor in enumerate((a, b)):
+            builder.emit(Load(buffer=Buffer.INP, sram_base=base + operand * chunk,
+                              dram_base=tensor.tile(start, 0), y_size=1, x_size=size,
+                              x_stride=size, pop_next=reuse and operand == 0,
+                              push_next=operand == 1))
+        steps = _alu_steps(add)
+        loop = dict(loop_outer=size, loop_inner=1, dst_factor_outer=1, src_factor_outer=1)
+        for position, (uops, op, operand) in enumerate(steps):
+            first, final = position == 0, position == len(steps) - 1
+            begin = slot * 3 + uops[0]
+            builder.emit(Alu(alu_op=op, uop_begin=begin, uop_end=slot * 3 + uops[1],
+                             use_imm=isinstance(operand, int), imm=operand
+                             if isinstance(operand, int) else 0,
+                             src_inp=operand == "inp", pop_prev=first,
+                             pop_next=first and reuse, push_prev=final and again,
+                             push_next=final, **loop))
+        builder.emit(Store(buffer=Buffer.OUT, sram_base=base, dram_base=y.tile(start, 0),
+                           y_size=1, x_size=size, x_stride=size, pop_prev=True,
+                           push_prev=again or last))
+    builder.finish(pop_next=True)
+    return builder.build()
+
+
+def _alu_steps(add: QuantizedAdd) -> list[tuple[tuple[int, int], AluOp, int | str]]:
+    """The ALU passes of one chunk: (micro-op range within the slot's three, op, operand:
+    an immediate, "inp" or "acc"). Micro-ops 0 and 1 address a's and b's accumulators
+    (and input tiles), micro-op 2 adds b's accumulators into a's."""
+    both, first, second, combine = (0, 2), (0, 1), (1, 2), (2, 3)
+    steps: list[tuple[tuple[int, int], AluOp, int | str]] = [
+        (both, AluOp.MUL, 0), (both, AluOp.ADD, "inp")]
+    if add.zero_a == add.zero_b:
+        steps += [(both, AluOp.ADD, -add.zero_a)] if add.zero_a else []
+    else:
+        steps += [(uops, AluOp.ADD, -zero) for uops, zero in
+                  ((first, add.zero_a), (second, add.zero_b)) if zero]
+    steps += [(first, AluOp.MUL, add.multiplier_a), (second, AluOp.MUL, add.multiplier_b),
+              (combine, AluOp.ADD, "acc")]
+    if add.shift:
+        steps += [(first, AluOp.ADD, 1 << (add.shift - 1)), (first, AluOp.SHR, add.shift)]
+    if add.zero_point:
+        steps.append((first, AluOp.ADD, add.zero_point))
+    # the STORE narrows by truncation: clamp to int8 even without an activation
+    steps += [(first, AluOp.MAX, max(add.qmin, -128)), (first, AluOp.MIN, min(add.qmax, 127))]
+    return steps
