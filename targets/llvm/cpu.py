@@ -73,8 +73,8 @@ class CPUFamily:
 
 _K, _M = 1 << 10, 1 << 20
 
-#: named CPUs (LLVM's names) and their defaults. Names not listed fall back to the
-#: architecture's baseline (:data:`ARCH_BASELINES`).
+#: named CPUs (LLVM's names) and their defaults; other names are refused (the host's own
+#: name is always accepted: its features and caches are measured).
 CPU_FAMILIES: dict[str, CPUFamily] = {
     "x86-64": CPUFamily(X86_64_V1, 32 * _K, 256 * _K, 8 * _M),
     "x86-64-v2": CPUFamily(X86_64_V2, 32 * _K, 256 * _K, 8 * _M),
@@ -118,8 +118,8 @@ CPU_FAMILIES: dict[str, CPUFamily] = {
     "apple-m1": CPUFamily(_ARM | {"dotprod"}, 128 * _K, 4 * _M, 16 * _M),
 }
 
-#: the CPU name and defaults of an architecture when ``-mcpu`` is not given and the
-#: triple is not the host's.
+#: the CPU name of an architecture when ``-mcpu`` is not given and the triple is not the
+#: host's (and the defaults of a host whose own name the table lacks).
 ARCH_BASELINES = {"x86_64": "x86-64", "aarch64": "generic"}
 
 #: features that need others (LLVM's implications, for the features the tables use):
@@ -403,7 +403,12 @@ def describe_cpu(mcpu: str | None = None, mattr: str | Iterable[str] | None = No
             caches = family.l1d, family.l2, family.l3
     else:
         cpu = mcpu or ARCH_BASELINES[arch]
-        family = _family(cpu, arch)
+        if cpu not in CPU_FAMILIES:  # a typo must not silently give baseline code
+            raise TargetError(f"-mcpu={cpu}: no defaults for this CPU; known: "
+                              f"{', '.join(CPU_FAMILIES)} (or the host's, "
+                              f"{llvm.get_host_cpu_name()}); name the nearest and add "
+                              "features with -mattr")
+        family = CPU_FAMILIES[cpu]
         if arch == "aarch64" and family.features - with_requirements(_ARM | {"dotprod"}):
             raise TargetError(f"-mcpu={cpu} is an x86 CPU; the triple {triple} is {arch}")
         if arch == "x86_64" and "neon" in family.features:

@@ -105,6 +105,7 @@ def test_host_caches_are_read_from_sysfs(tmp_path):
     ("llvm -num-cores=0", "at least one core"),
     ("llvm -mtriple=aarch64-linux-gnu -mcpu=znver3", "is an x86 CPU"),
     ("llvm -mcpu=znver3 -mcpu=znver4", "given twice"),
+    ("llvm -mcpu=znver", "-mcpu=znver: no defaults for this CPU; known: .*znver3"),
 ])
 def test_bad_target_strings_are_refused_by_name(spec, message):
     with pytest.raises(TargetError, match=message):
