@@ -438,18 +438,25 @@ def leaf_statements(func: tir.PrimFunc) -> Iterator[tuple[tir.Stmt, dict[tir.Var
     A command-list codegen maps each to commands; ``Allocate`` nodes are entered
     (their buffers are the target's to place) and yielded before their body."""
 
-    def walk(stmt: tir.Stmt, env: dict[tir.Var, int]) -> Iterator:
-        if isinstance(stmt, tir.SeqStmt):
-            for inner in stmt.stmts:
-                yield from walk(inner, env)
-        elif isinstance(stmt, tir.For):
-            start, extent = evaluate_index(stmt.min, env), evaluate_index(stmt.extent, env)
-            for k in range(start, start + extent):
-                yield from walk(stmt.body, {**env, stmt.var: k})
-        elif isinstance(stmt, tir.Allocate):
-            yield stmt, env
-            yield from walk(stmt.body, env)
-        else:
-            yield stmt, env
+    return _Leaves().stmt(func.body, {})
 
-    return walk(func.body, {})
+
+class _Leaves(tir.StmtFunctor):
+    """The walk of :func:`leaf_statements`: each rule yields the leaves under its
+    statement, given the loop variables bound around it."""
+
+    def visit_SeqStmt(self, stmt: tir.SeqStmt, env: dict[tir.Var, int]) -> Iterator:
+        for inner in stmt.stmts:
+            yield from self.stmt(inner, env)
+
+    def visit_For(self, stmt: tir.For, env: dict[tir.Var, int]) -> Iterator:
+        start, extent = evaluate_index(stmt.min, env), evaluate_index(stmt.extent, env)
+        for k in range(start, start + extent):
+            yield from self.stmt(stmt.body, {**env, stmt.var: k})
+
+    def visit_Allocate(self, stmt: tir.Allocate, env: dict[tir.Var, int]) -> Iterator:
+        yield stmt, env
+        yield from self.stmt(stmt.body, env)
+
+    def visit_default(self, stmt: tir.Stmt, env: dict[tir.Var, int]) -> Iterator:
+        yield stmt, env

@@ -192,12 +192,15 @@ def _reads_elementwise(schedule: te.Schedule, reader: te.Tensor, anchor: te.Tens
 
 
 def elementwise_epilogue(schedule: te.Schedule, anchor: te.Tensor,
-                         outputs: Sequence[te.Tensor]) -> te.Tensor | None:
-    """The function output that finishes ``anchor`` elementwise (bias, residual add,
-    activation, all inlined into it) and is its only reader: a stage of ``anchor``'s
-    shape that reads each element of it at its own index, so a schedule can compute it
-    where the anchor's sum is still in a register. None when there is none (``anchor``
-    is itself an output, has several readers, or is read across elements)."""
+                         outputs: Sequence[te.Tensor],
+                         takers: Sequence[te.Tensor] | None = None) -> te.Tensor | None:
+    """The stage that finishes ``anchor`` elementwise (bias, residual add, activation,
+    all inlined into it) and is its only reader: a stage of ``anchor``'s shape, with no
+    reduction, that reads each element of it at its own index, so a schedule can
+    compute it where the anchor's sum is still in a register. It must be one of
+    ``takers`` (by default the function's ``outputs``; a target that keeps other
+    stages in memory may let those take an epilogue too). None when there is none
+    (``anchor`` is itself an output, has several readers, or is read across elements)."""
     if any(t is anchor for t in outputs):
         return None
     readers = [stage.tensor for stage in schedule.stages
@@ -207,7 +210,8 @@ def elementwise_epilogue(schedule: te.Schedule, anchor: te.Tensor,
     if len(readers) != 1:
         return None
     (reader,) = readers
-    if (not any(t is reader for t in outputs) or reader.op.reduce_axis
+    takers = outputs if takers is None else takers
+    if (not any(t is reader for t in takers) or reader.op.reduce_axis
             or reader.op.attrs.get("schedule")
             or not _reads_elementwise(schedule, reader, anchor)):
         return None

@@ -115,3 +115,33 @@ def test_constants_come_in_first_use_order_then_the_tables():
     expressed = sdk.express_function(function.body)
     assert [p.name for p in expressed.params] == ["in0", "c0", "c1"]
     assert list(expressed.scalars.values())[0] == 1
+
+
+def _sum_then_scale():
+    """rows = sum(x, axis 1); kept = rows * 2 (a stage kept in memory); out = kept + 1."""
+    x = te.placeholder((4, 8), "float32", "x")
+    k = te.reduce_axis(8, "k")
+    rows = te.compute((4,), lambda i: te.sum(x[i, k], axis=k), name="rows")
+    kept = te.compute((4,), lambda i: rows[i] * 2.0, name="kept", attrs={"keep": True})
+    out = te.compute((4,), lambda i: kept[i] + 1.0, name="out")
+    return rows, kept, out
+
+
+def test_the_epilogue_is_the_only_reader_and_one_of_the_takers():
+    rows, kept, out = _sum_then_scale()
+    schedule = te.create_schedule([out])
+    # by default only an output takes an epilogue; a target may let a kept stage take it
+    assert sdk.elementwise_epilogue(schedule, rows, [out]) is None
+    assert sdk.elementwise_epilogue(schedule, rows, [out], takers=[kept, out]) is kept
+    assert sdk.epilogue_chain(schedule, rows, kept) == []
+    # an anchor the caller reads is stored for it: no stage finishes it
+    assert sdk.elementwise_epilogue(schedule, rows, [out, rows], takers=[kept]) is None
+
+
+def test_an_anchor_read_across_elements_has_no_epilogue():
+    rows, _, _ = _sum_then_scale()
+    shifted = te.compute((4,), lambda i: rows[3 - i] + 1.0, name="shifted")
+    schedule = te.create_schedule([shifted])
+    assert sdk.elementwise_epilogue(schedule, rows, [shifted]) is None
+    same = te.compute((4,), lambda i: rows[i] + 1.0, name="same")
+    assert sdk.elementwise_epilogue(te.create_schedule([same]), rows, [same]) is same
