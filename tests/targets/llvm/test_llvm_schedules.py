@@ -41,6 +41,20 @@ def test_matmul_rejects_mismatched_operands():
         schedules.matmul(A, te.placeholder((4, 5), "float32", "B"))
 
 
+def _check_scheduled_product(A, B, C) -> None:
+    """``C = A @ B`` given the CPU's matmul schedule, built, against NumPy."""
+    from heterocc import te
+
+    s = te.create_schedule(C)
+    schedules.schedule_matmul(s, C)
+    module = hllvm.build(te.lower(s, [A, B, C], name="product"))
+    a = RNG.standard_normal(A.shape).astype(np.float32)
+    b = RNG.standard_normal(B.shape).astype(np.float32)
+    c = np.full(C.shape, np.nan, np.float32)
+    module["product"](a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("a_shape,b_shape", [
     ((2, 5, 7), (7, 9)),              # [B, T, K] x [K, N]
     ((2, 3, 6, 5), (2, 3, 5, 6)),     # [B, H, T, D] x [B, H, D, T]: a batched right operand
@@ -61,14 +75,7 @@ def test_plain_products_of_any_rank_are_packed_and_match_numpy(a_shape, b_shape)
     packed = C.op.attrs["packed_B"]
     assert packed.shape[:-3] == b_shape[:-2] and packed.shape[-2] == b_shape[-2]
     assert packed.shape[-1] == schedules.default_panel(b_shape[-1], "float32")
-    s = te.create_schedule(C)
-    schedules.schedule_matmul(s, C)
-    module = hllvm.build(te.lower(s, [A, B, C], name="product"))
-    a = RNG.standard_normal(a_shape).astype(np.float32)
-    b = RNG.standard_normal(b_shape).astype(np.float32)
-    c = np.full(C.shape, np.nan, np.float32)
-    module["product"](a, b, c)
-    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+    _check_scheduled_product(A, B, C)
 
 
 @pytest.mark.parametrize("a_shape,b_shape", [((7,), (7, 9)), ((2, 5, 7), (7,))])
@@ -80,14 +87,7 @@ def test_products_with_a_vector_operand_get_the_reduction_schedule(a_shape, b_sh
     B = te.placeholder(b_shape, "float32", "B")
     C = matmul(A, B)
     assert not schedules.pack_matmul(C)
-    s = te.create_schedule(C)
-    schedules.schedule_matmul(s, C)
-    module = hllvm.build(te.lower(s, [A, B, C], name="product"))
-    a = RNG.standard_normal(a_shape).astype(np.float32)
-    b = RNG.standard_normal(b_shape).astype(np.float32)
-    c = np.full(C.shape, np.nan, np.float32)
-    module["product"](a, b, c)
-    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+    _check_scheduled_product(A, B, C)
 
 
 @pytest.mark.parametrize("shape", [(7, 13), (3, 64, 65), (300, 70), (5,)])
