@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from heterocc import tir
+from heterocc import te, tir
+from heterocc.compute.nn import matmul as plain_matmul
 from heterocc.errors import CompileError
 from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm import schedules
@@ -34,8 +35,6 @@ def test_main_tiles_are_guard_free_and_vectorized():
 
 
 def test_matmul_rejects_mismatched_operands():
-    from heterocc import te
-
     A = te.placeholder((4, 5), "float32", "A")
     with pytest.raises(CompileError, match="needs A"):
         schedules.matmul(A, te.placeholder((4, 5), "float32", "B"))
@@ -43,8 +42,6 @@ def test_matmul_rejects_mismatched_operands():
 
 def _check_scheduled_product(A, B, C) -> None:
     """``C = A @ B`` given the CPU's matmul schedule, built, against NumPy."""
-    from heterocc import te
-
     s = te.create_schedule(C)
     schedules.schedule_matmul(s, C)
     module = hllvm.build(te.lower(s, [A, B, C], name="product"))
@@ -64,12 +61,9 @@ def _check_scheduled_product(A, B, C) -> None:
 def test_plain_products_of_any_rank_are_packed_and_match_numpy(a_shape, b_shape):
     """The compute library's plain product, packed by the llvm target (B read through
     its panels, batch axes kept) and register-tiled, against NumPy."""
-    from heterocc import te
-    from heterocc.compute.nn import matmul
-
     A = te.placeholder(a_shape, "float32", "A")
     B = te.placeholder(b_shape, "float32", "B")
-    C = matmul(A, B)
+    C = plain_matmul(A, B)
     assert "packed_B" not in C.op.attrs  # plain: packing is the target's decision
     schedules.pack_matmuls([C])
     packed = C.op.attrs["packed_B"]
@@ -80,20 +74,15 @@ def test_plain_products_of_any_rank_are_packed_and_match_numpy(a_shape, b_shape)
 
 @pytest.mark.parametrize("a_shape,b_shape", [((7,), (7, 9)), ((2, 5, 7), (7,))])
 def test_products_with_a_vector_operand_get_the_reduction_schedule(a_shape, b_shape):
-    from heterocc import te
-    from heterocc.compute.nn import matmul
-
     A = te.placeholder(a_shape, "float32", "A")
     B = te.placeholder(b_shape, "float32", "B")
-    C = matmul(A, B)
+    C = plain_matmul(A, B)
     assert not schedules.pack_matmul(C)
     _check_scheduled_product(A, B, C)
 
 
 @pytest.mark.parametrize("shape", [(7, 13), (3, 64, 65), (300, 70), (5,)])
 def test_injective_schedule_broadcast_add(shape):
-    from heterocc import te
-
     A = te.placeholder(shape, "float32", "A")
     bias = te.placeholder((shape[-1],), "float32", "bias")
     C = te.compute(shape, lambda *i: te.exp(A[i]) + bias[i[-1]], name="C")
@@ -112,8 +101,6 @@ def test_injective_schedule_broadcast_add(shape):
 
 @pytest.mark.parametrize("shape,axis", [((40, 1000), 1), ((300, 70), 0), ((6, 7, 8), 1)])
 def test_reduction_schedule_sum(shape, axis):
-    from heterocc import te
-
     A = te.placeholder(shape, "float32", "A")
     r = te.reduce_axis(shape[axis], "r")
     out_shape = shape[:axis] + shape[axis + 1:]
@@ -132,8 +119,6 @@ def test_reduction_schedule_sum(shape, axis):
 
 def conv2d_nchw(X, Wt, stride, padding):
     """A padded direct convolution in TE (the shape schedule_conv2d_nchw expects)."""
-    from heterocc import te
-
     n, c, h, w = X.shape
     k, _, r, s = Wt.shape
     out_h = (h + 2 * padding - r) // stride + 1
@@ -171,8 +156,6 @@ def conv2d_reference(x, w, stride, padding):
     ((1, 2, 11, 11), (8, 2, 5, 5), 1, 2),
 ])
 def test_conv2d_schedule_matches_numpy(shape, kernel, stride, padding):
-    from heterocc import te
-
     X = te.placeholder(shape, "float32", "X")
     Wt = te.placeholder(kernel, "float32", "W")
     Y = conv2d_nchw(X, Wt, stride, padding)
