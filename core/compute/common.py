@@ -7,6 +7,14 @@ from collections.abc import Callable, Sequence
 from .. import te
 from ..errors import CompileError
 
+#: the dtype computes work in where their references compute in float64
+F64 = "float64"
+
+
+def f64(value: float):
+    """``value`` as a float64 immediate."""
+    return te.const(float(value), F64)
+
 
 def optional_input(inputs: Sequence, index: int):
     """Input ``index`` of a compute's ``inputs``, or None when it was omitted (trailing

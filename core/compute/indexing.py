@@ -103,6 +103,8 @@ def reverse_sequence(inputs, attrs, out_types):
     return [te.compute(out_types[0].shape, body, name="reverse_sequence", dtype=x.dtype)]
 
 
+# -------------------------------- scatters: ScatterElements, Scatter, ScatterND, TensorScatter
+
 #: most updates a multiplying scatter unrolls (there is no product reduction)
 MAX_UNROLLED_PRODUCT = 64
 

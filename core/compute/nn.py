@@ -21,7 +21,7 @@ from .. import te
 from ..errors import CompileError
 from ..ops.nn import conv_geometry, conv_transpose_geometry, pool_geometry, unpooled_shape
 from ..tir import expr as tx
-from .common import broadcast_load, float_only, optional_input, require_native
+from .common import F64, broadcast_load, f64, float_only, optional_input, require_native
 from .indexing import UpdateSearch, scatter_by_search
 from .reduction import extreme, reduce_stage, require_nonempty
 from .registry import register_compute
@@ -138,6 +138,8 @@ def conv(inputs, attrs, out_types):
                        dtype=x.dtype)]
 
 
+# -------------------------------------------------------------------------------- MatMul, Gemm
+
 def matmul(a, b, name: str = "matmul", dtype: str | None = None) -> te.Tensor:
     """The plain product of ``a`` and ``b`` under ``numpy.matmul``'s rules:
     ``out[..., i, j] = sum_k a[..., i, k] * b[..., k, j]``, batch axes broadcast (a 1-D
@@ -206,6 +208,8 @@ def gemm(inputs, attrs, out_types):
 
     return [te.compute(shape, body, name="gemm_out", dtype=out_types[0].dtype)]
 
+
+# ------------------------------------------------------------------------------------- pooling
 
 def _pool_geometry(x, attrs, out_type):
     """(kernel, strides, pads) of a pooling window over every axis after N and C: the
@@ -284,6 +288,8 @@ def global_max_pool(inputs, attrs, out_types):
     require_nonempty(x.shape, "GlobalMaxPool")
     return [extreme(x, list(range(2, x.ndim)), True, "global_max_pool")]
 
+
+# ---------------------------------------------------- ConvTranspose, LpPool, MaxUnpool, Col2Im
 
 #: most (output element, input element) pairs MaxUnpool's search may visit
 UNPOOL_MAX_WORK = 1 << 24
@@ -462,12 +468,7 @@ def col2im(inputs, attrs, out_types):
     return [te.compute(out.shape, body, name="col2im", dtype=data.dtype)]
 
 
-F64 = "float64"
-
-
-def _c(value: float):
-    return te.const(float(value), F64)
-
+# ------------------------------------------ spatial sampling: AffineGrid, GridSample, RoiAlign
 
 def _clip(value, low, high):
     return te.minimum(te.maximum(value, low), high)
@@ -486,14 +487,14 @@ def affine_grid(inputs, attrs, out_types):
     def position(index, count: int):
         i = te.cast(F64, index)
         if align:
-            return _c(-1.0) if count == 1 else _c(-1.0) + i * _c(2.0 / (count - 1))
-        return (_c(2.0) * i + _c(1.0)) / _c(count) - _c(1.0)
+            return f64(-1.0) if count == 1 else f64(-1.0) + i * f64(2.0 / (count - 1))
+        return (f64(2.0) * i + f64(1.0)) / f64(count) - f64(1.0)
 
     def body(n, *rest):
         *where, i = rest
         points = [position(where[len(spatial) - 1 - k], spatial[len(spatial) - 1 - k])
-                  for k in range(len(spatial))] + [_c(1.0)]
-        value = _c(0.0)
+                  for k in range(len(spatial))] + [f64(1.0)]
+        value = f64(0.0)
         for k, point in enumerate(points):
             value = value + point * te.cast(F64, theta[n, i, k])
         return te.cast(out.dtype, value)
@@ -509,15 +510,15 @@ def _reflect(coordinate, low: float, high: float):
     """Coordinates outside [low, high] folded back in, bouncing between the borders."""
     span = high - low
     if span <= 0:
-        return _c(low)
-    below, above = coordinate < _c(low), coordinate > _c(high)
-    distance = te.if_then_else(below, _c(low) - coordinate,
-                               te.if_then_else(above, coordinate - _c(high), _c(0.0)))
-    bounces = te.floor(distance / _c(span))
-    rest = distance - bounces * _c(span)
-    even = te.equal(bounces - _c(2.0) * te.floor(bounces / _c(2.0)), _c(0.0))
-    from_low = te.if_then_else(even, _c(low) + rest, _c(high) - rest)
-    from_high = te.if_then_else(even, _c(high) - rest, _c(low) + rest)
+        return f64(low)
+    below, above = coordinate < f64(low), coordinate > f64(high)
+    distance = te.if_then_else(below, f64(low) - coordinate,
+                               te.if_then_else(above, coordinate - f64(high), f64(0.0)))
+    bounces = te.floor(distance / f64(span))
+    rest = distance - bounces * f64(span)
+    even = te.equal(bounces - f64(2.0) * te.floor(bounces / f64(2.0)), f64(0.0))
+    from_low = te.if_then_else(even, f64(low) + rest, f64(high) - rest)
+    from_high = te.if_then_else(even, f64(high) - rest, f64(low) + rest)
     return te.if_then_else(below, from_low, te.if_then_else(above, from_high, coordinate))
 
 
@@ -526,12 +527,12 @@ def _cubic_weights(t):
     a = -0.75
 
     def near(d):
-        return ((_c(a + 2) * d - _c(a + 3)) * d) * d + _c(1.0)
+        return ((f64(a + 2) * d - f64(a + 3)) * d) * d + f64(1.0)
 
     def far(d):
-        return ((_c(a) * d - _c(5 * a)) * d + _c(8 * a)) * d - _c(4 * a)
+        return ((f64(a) * d - f64(5 * a)) * d + f64(8 * a)) * d - f64(4 * a)
 
-    one, two = _c(1.0), _c(2.0)
+    one, two = f64(1.0), f64(2.0)
     return [far(t + one), near(t), near(one - t), far(two - t)]
 
 
@@ -541,9 +542,9 @@ def _source_coordinate(coordinate, size: int, mode: str, padding: str, align: bo
     c, borders = _unnormalized(coordinate, size, align)
     if mode == "nearest":
         c = te.call_intrin("round", c)
-    outside = te.logical_or(c < _c(borders[0]), c > _c(borders[1]))
+    outside = te.logical_or(c < f64(borders[0]), c > f64(borders[1]))
     if padding == "border":
-        return te.if_then_else(outside, _clip(c, _c(0.0), _c(size - 1)), c)
+        return te.if_then_else(outside, _clip(c, f64(0.0), f64(size - 1)), c)
     if padding == "reflection":
         return te.if_then_else(outside, _reflect(c, *borders), c)
     return c
@@ -552,21 +553,21 @@ def _source_coordinate(coordinate, size: int, mode: str, padding: str, align: bo
 def _unnormalized(coordinate, size: int, align: bool):
     """Pixel coordinate of a normalized one, and the borders past which it pads."""
     if align:
-        return (coordinate + _c(1.0)) / _c(2.0) * _c(size - 1), (0.0, size - 1.0)
-    return ((coordinate + _c(1.0)) * _c(size) - _c(1.0)) / _c(2.0), (-0.5, size - 0.5)
+        return (coordinate + f64(1.0)) / f64(2.0) * f64(size - 1), (0.0, size - 1.0)
+    return ((coordinate + f64(1.0)) * f64(size) - f64(1.0)) / f64(2.0), (-0.5, size - 0.5)
 
 
 def _axis_taps(c, size: int, mode: str, padding: str, align: bool):
     """(index, weight) taps interpolating one axis at pixel coordinate ``c``."""
-    _, borders = _unnormalized(_c(0.0), size, align)
+    _, borders = _unnormalized(f64(0.0), size, align)
     if mode == "nearest":
-        raw = [(te.cast("int64", c), _c(1.0))]
+        raw = [(te.cast("int64", c), f64(1.0))]
     else:
         base = te.floor(c)
         fraction = c - base
         start = te.cast("int64", base)
         if mode == "linear":
-            raw = [(start, _c(1.0) - fraction), (start + 1, fraction)]
+            raw = [(start, f64(1.0) - fraction), (start + 1, fraction)]
         else:
             raw = list(zip([start + k for k in (-1, 0, 1, 2)], _cubic_weights(fraction)))
     taps = []
@@ -574,7 +575,7 @@ def _axis_taps(c, size: int, mode: str, padding: str, align: bool):
     for index, weight in raw:
         if padding == "zeros":
             inside = te.logical_and(index >= 0, index <= last)
-            weight = te.if_then_else(inside, weight, _c(0.0))
+            weight = te.if_then_else(inside, weight, f64(0.0))
         elif padding == "reflection":
             index = te.cast("int64", _reflect(te.cast(F64, index), *borders))
         taps.append((_clip(index, te.const(0, "int64"), last), weight))
@@ -595,7 +596,7 @@ def grid_sample(inputs, attrs, out_types):
 
     def coordinate_body(*index):
         *where, axis = index
-        value = _c(0.0)
+        value = f64(0.0)
         for a, size in enumerate(spatial):
             # grid's last axis lists (x, y[, z]): the last spatial axis first
             c = _source_coordinate(te.cast(F64, grid[(*where, rank - 1 - a)]), size, mode,
@@ -621,7 +622,7 @@ def grid_sample(inputs, attrs, out_types):
 
     def body(n, channel, *where):
         point = (n, *where)
-        value = _c(0.0)
+        value = f64(0.0)
         for corner in itertools.product(*tables):
             weight = corner[0][1][point]
             for _, w in corner[1:]:
@@ -636,18 +637,18 @@ def grid_sample(inputs, attrs, out_types):
 def _roi_samples(start, length, bin_index, sample, bins: int, per_bin: int, size: int):
     """The bilinear taps of one RoiAlign sample along an axis: (low, high, low weight,
     high weight, valid), as the reference's ``_roi_axis_samples``."""
-    step = length / _c(bins)
-    offset = (te.cast(F64, sample) + _c(0.5)) * step / _c(per_bin)
+    step = length / f64(bins)
+    offset = (te.cast(F64, sample) + f64(0.5)) * step / f64(per_bin)
     position = start + te.cast(F64, bin_index) * step + offset
-    valid = te.logical_and(position >= _c(-1.0), position <= _c(size))
-    position = te.maximum(position, _c(0.0))
+    valid = te.logical_and(position >= f64(-1.0), position <= f64(size))
+    position = te.maximum(position, f64(0.0))
     low = te.cast("int64", position)
     clamped = low >= size - 1
     low = te.if_then_else(clamped, te.const(size - 1, "int64"), low)
     high = te.if_then_else(clamped, te.const(size - 1, "int64"), low + 1)
     position = te.if_then_else(clamped, te.cast(F64, low), position)
     high_weight = position - te.cast(F64, low)
-    return low, high, _c(1.0) - high_weight, high_weight, valid
+    return low, high, f64(1.0) - high_weight, high_weight, valid
 
 
 @register_compute("RoiAlign")
@@ -665,8 +666,8 @@ def roi_align(inputs, attrs, out_types):
     half_pixel = attrs["coordinate_transformation_mode"] == "half_pixel"
     height, width = x.shape[2:]
     bins_h, bins_w = attrs["output_height"], attrs["output_width"]
-    scale = _c(attrs["spatial_scale"])
-    shift = _c(0.5 if half_pixel else 0.0)
+    scale = f64(attrs["spatial_scale"])
+    shift = f64(0.5 if half_pixel else 0.0)
     average = attrs["mode"] == "avg"
 
     def box(r, k):
@@ -674,7 +675,7 @@ def roi_align(inputs, attrs, out_types):
 
     def extent(r, k):
         length = box(r, k + 2) - box(r, k)
-        return length if half_pixel else te.maximum(length, _c(1.0))
+        return length if half_pixel else te.maximum(length, f64(1.0))
 
     def axis_tables(k: int, bins: int, size: int, name: str):
         """Per (box, bin, sample) along the axis whose box corner is column ``k``: the
@@ -689,7 +690,7 @@ def roi_align(inputs, attrs, out_types):
 
     def body(r, channel, ph, pw):
         image = te.cast("int64", batch_indices[r])
-        value = _c(0.0) if average else None
+        value = f64(0.0) if average else None
         for sy, sx in itertools.product(range(ratio), range(ratio)):
             y_low, y_high, wy_low, wy_high, y_ok = [t[r, ph, sy] for t in rows]
             x_low, x_high, wx_low, wx_high, x_ok = [t[r, pw, sx] for t in columns]
@@ -697,15 +698,17 @@ def roi_align(inputs, attrs, out_types):
             for row, row_weight in ((y_low, wy_low), (y_high, wy_high)):
                 for column, column_weight in ((x_low, wx_low), (x_high, wx_high)):
                     term = te.if_then_else(ok, row_weight * column_weight * te.cast(
-                        F64, x[image, channel, row, column]), _c(0.0))
+                        F64, x[image, channel, row, column]), f64(0.0))
                     value = term if value is None else (
                         value + term if average else te.maximum(value, term))
         if average:
-            value = value / _c(ratio * ratio)
+            value = value / f64(ratio * ratio)
         return te.cast(out.dtype, value)
 
     return [te.compute(out.shape, body, name="roi_align", dtype=out.dtype)]
 
+
+# ---------------------------------------------------------------------------------- DeformConv
 
 def _flat_tap(taps, kernel) -> te.Tensor:
     """Row-major flat index of the kernel tap ``taps`` (one index per spatial axis)."""

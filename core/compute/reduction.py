@@ -570,6 +570,8 @@ register_compute("CumSum")(_scan_compute("CumSum", lambda a, b: a + b, 0))
 register_compute("CumProd")(_scan_compute("CumProd", lambda a, b: a * b, 1))
 
 
+# -------------------------------------------------------------------------------------- Einsum
+
 def _spelled_out(term: str, rank: int, ellipsis_labels: str) -> str:
     """``term`` with its ellipsis replaced by the trailing ``ellipsis_labels`` it covers
     (an operand's ellipsis is right-aligned with the broadcast ellipsis dims)."""
@@ -640,6 +642,8 @@ def einsum(inputs, attrs, out_types):
                        dtype=out.dtype)]
 
 
+# ----------------------------------------------------------------------------------------- Det
+
 #: the largest matrix whose n! permutation terms are expanded
 MAX_LEIBNIZ_SIZE = 4
 
@@ -670,6 +674,8 @@ def det(inputs, attrs, out_types):
 
     return [te.compute(out_types[0].shape, body, name="det", dtype=x.dtype)]
 
+
+# -------------------------------------------------------------------------------------- losses
 
 def _class_of(target: te.Tensor, index: tuple, classes: int, ignore_index) -> tuple:
     """The class that target element ``index`` picks (clamped into range, so a gather
@@ -730,6 +736,8 @@ def softmax_cross_entropy_loss(inputs, attrs, out_types):
     return [loss, log_prob][:len(out_types)]
 
 
+# ---------------------------------------------------------------------------------------- TopK
+
 #: most comparisons (slice length squared, times slices) the ranking may cost
 TOPK_MAX_WORK = 1 << 26
 
@@ -789,6 +797,8 @@ def topk(inputs, attrs, out_types):
                         dtype=x.dtype)
     return [values, indices]
 
+
+# --------------------------------------------------------------------------------------- Trilu
 
 @register_compute("Trilu")
 def trilu(inputs, attrs, out_types):

@@ -28,43 +28,40 @@ from ..errors import CompileError
 from ..ir.types import dtype_from_onnx
 from ..ops.sequence_models import RECURRENT_KINDS, activation_parameters, recurrent_activation_names
 from .activation import sigmoid
-from .common import float_only, optional_input
+from .common import F64, f64, float_only, optional_input
 from .reduction import is_finite
 from .registry import register_compute
 
-F64 = "float64"
 #: most time steps unrolled into one kernel
 MAX_UNROLLED_STEPS = 64
 
 
-def _c(value: float):
-    return te.const(float(value), F64)
-
-
 def _sigmoid(x):
-    return _c(0.5) * (_c(1.0) + te.tanh(_c(0.5) * x))
+    return f64(0.5) * (f64(1.0) + te.tanh(f64(0.5) * x))
 
 
 def _softplus(x):
-    return te.maximum(x, _c(0.0)) + te.log(_c(1.0) + te.exp(-te.fabs(x)))
+    return te.maximum(x, f64(0.0)) + te.log(f64(1.0) + te.exp(-te.fabs(x)))
 
 
 #: TE forms of the reference's recurrent activations (heterocc.ops.sequence_models)
 _ACTIVATIONS: dict[str, Callable] = {
-    "relu": lambda x, a, b: te.maximum(x, _c(0.0)),
+    "relu": lambda x, a, b: te.maximum(x, f64(0.0)),
     "tanh": lambda x, a, b: te.tanh(x),
     "sigmoid": lambda x, a, b: _sigmoid(x),
-    "affine": lambda x, a, b: _c(a) * x + _c(b),
-    "leakyrelu": lambda x, a, b: te.if_then_else(x >= _c(0.0), x, _c(a) * x),
-    "thresholdedrelu": lambda x, a, b: te.if_then_else(x > _c(a), x, _c(0.0)),
-    "scaledtanh": lambda x, a, b: _c(a) * te.tanh(_c(b) * x),
-    "hardsigmoid": lambda x, a, b: te.minimum(te.maximum(_c(a) * x + _c(b), _c(0.0)), _c(1.0)),
-    "elu": lambda x, a, b: te.if_then_else(x >= _c(0.0), x,
-                                           _c(a) * (te.exp(te.minimum(x, _c(0.0))) - _c(1.0))),
-    "softsign": lambda x, a, b: x / (_c(1.0) + te.fabs(x)),
+    "affine": lambda x, a, b: f64(a) * x + f64(b),
+    "leakyrelu": lambda x, a, b: te.if_then_else(x >= f64(0.0), x, f64(a) * x),
+    "thresholdedrelu": lambda x, a, b: te.if_then_else(x > f64(a), x, f64(0.0)),
+    "scaledtanh": lambda x, a, b: f64(a) * te.tanh(f64(b) * x),
+    "hardsigmoid": lambda x, a, b: te.minimum(te.maximum(f64(a) * x + f64(b), f64(0.0)), f64(1.0)),
+    "elu": lambda x, a, b: te.if_then_else(x >= f64(0.0), x,
+                                           f64(a) * (te.exp(te.minimum(x, f64(0.0))) - f64(1.0))),
+    "softsign": lambda x, a, b: x / (f64(1.0) + te.fabs(x)),
     "softplus": lambda x, a, b: _softplus(x),
 }
 
+
+# ------------------------------------------------------------------------------ RNN, GRU, LSTM
 
 def _bound(names: list[str], alphas, betas) -> list[Callable]:
     """Activations with alpha/beta bound as the reference binds them."""
@@ -112,12 +109,12 @@ class _Direction:
             self._step(t, attrs)
 
     def bias(self, b, g):
-        return _c(0.0) if b is None else te.cast(F64, b[self.d, g])
+        return f64(0.0) if b is None else te.cast(F64, b[self.d, g])
 
     def _initial(self, given, shape, name: str):
         def body(n, k):
             if given is None:
-                return _c(0.0)
+                return f64(0.0)
             return te.cast(F64, given[self.d, n, k] if self.layout == 0 else given[n, self.d, k])
 
         return te.compute(shape, body, name=f"{self.op.lower()}_{name}0_{self.d}", dtype=F64,
@@ -126,7 +123,7 @@ class _Direction:
     def clipped(self, value):
         if self.clip is None:
             return value
-        return te.minimum(te.maximum(value, _c(-self.clip)), _c(self.clip))
+        return te.minimum(te.maximum(value, f64(-self.clip)), f64(self.clip))
 
     def active(self, t: int, n):
         """Whether sample ``n`` runs iteration ``t``, and the time step it reads."""
@@ -185,7 +182,7 @@ class _Direction:
             def new_h(n, k):
                 candidate = g(self.clipped(pre(n, 2 * hidden + k) + candidate_pre(n, k)))
                 update = gates[n, k]
-                return (_c(1.0) - update) * candidate + update * h[n, k]
+                return (f64(1.0) - update) * candidate + update * h[n, k]
 
             self.states.append(keep_state(new_h, h, prefix + "_h"))
             self.cells.append(c)
@@ -196,7 +193,7 @@ class _Direction:
 
         def peep(gate: int, n, k, cell):
             if p is None:
-                return _c(0.0)
+                return f64(0.0)
             return te.cast(F64, p[self.d, gate * hidden + k]) * cell[n, k]
 
         def gate_pre(gate: int, n, k):
@@ -204,7 +201,7 @@ class _Direction:
 
         def new_c(n, k):
             i = f(self.clipped(gate_pre(0, n, k) + peep(0, n, k, c)))
-            forget = (_c(1.0) - i) if attrs["input_forget"] else \
+            forget = (f64(1.0) - i) if attrs["input_forget"] else \
                 f(self.clipped(gate_pre(2, n, k) + peep(2, n, k, c)))
             return forget * c[n, k] + i * g(self.clipped(gate_pre(3, n, k)))
 
@@ -227,10 +224,10 @@ class _Direction:
             length = te.cast("int64", self.lengths[n])
             iteration = (length - 1 - s) if self.backwards else te.cast("int64", s)
             inside = te.cast("int64", s) < length
-        value = _c(0.0)
+        value = f64(0.0)
         for t in range(self.length):
             value = te.if_then_else(te.equal(iteration, t), self.states[t + 1][n, k], value)
-        return te.if_then_else(inside, value, _c(0.0))
+        return te.if_then_else(inside, value, f64(0.0))
 
 
 def _recurrent_compute(op: str):
@@ -287,6 +284,8 @@ def _recurrent_compute(op: str):
 for _op in RECURRENT_KINDS:
     register_compute(_op)(_recurrent_compute(_op))
 
+
+# ------------------------------------------------------------------ Attention, RotaryEmbedding
 
 def _heads_view(x: te.Tensor, heads: int):
     """An accessor ``(batch, head, position, feature) -> element`` of a 4-D tensor or of
@@ -490,6 +489,8 @@ def rotary_embedding(inputs, attrs, out_types):
     return [te.compute(out_types[0].shape, body, name="rotary_embedding", dtype=x.dtype)]
 
 
+# ------------------------------------------------------------------------- CausalConvWithState
+
 F32 = "float32"
 
 
@@ -530,6 +531,8 @@ def causal_conv_with_state(inputs, attrs, out_types):
                                   name="causal_conv_state", dtype=x.dtype))
     return outputs
 
+
+# ----------------------------------------------------------------------------- LinearAttention
 
 class _LinearAttentionSteps:
     """The state after each unrolled step (``states[t + 1]`` after reading token t) of

@@ -15,11 +15,9 @@ import math
 from .. import te
 from ..errors import CompileError
 from ..tir import expr as tx
-from .common import float_only, require_native
+from .common import F64, float_only, require_native
 from .reduction import pick_by_axis, runtime_axis_names
 from .registry import register_compute
-
-F64 = "float64"
 
 
 def _scalar(t) -> tx.Expr:

@@ -81,3 +81,17 @@ def check_inferred(op_type: str, inputs: Sequence[np.ndarray | None],
     for t, mine in zip(inferred, got):
         assert (t.shape, t.dtype) == (mine.shape, mine.dtype.name)
     return got
+
+
+def normal(shape, dtype=np.float32, seed=0) -> np.ndarray:
+    """Standard-normal test data of ``dtype``, reproducible by ``seed``."""
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def infer(op_type: str, inputs: Sequence[np.ndarray | None], attrs: dict[str, Any] | None = None,
+          num_outputs: int = 1):
+    """The registry's type inference of ``op_type`` on ``inputs`` (all offered as values)."""
+    op = get_op(op_type)
+    types = [TensorType.of(x) if x is not None else None for x in inputs]
+    return infer_node_types(op, types, list(inputs), op.normalize_attrs(dict(attrs or {})),
+                            num_outputs)

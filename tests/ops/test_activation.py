@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from single_node_oracle import check_inferred, compare_with_onnx
+from single_node_oracle import check_inferred, compare_with_onnx, infer, normal
 
 from heterocc.errors import TypeInferenceError
 from heterocc.ir.types import TensorType
@@ -130,17 +130,6 @@ def test_fusion_kinds():
         assert get_op(op_type).fusion_kind == FusionKind.ELEMWISE, op_type
     assert get_op("PRelu").fusion_kind == FusionKind.BROADCAST
     assert get_op("Clip").fusion_kind == FusionKind.BROADCAST
-
-
-def normal(shape, dtype=np.float32, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
-
-
-def infer(op_type, inputs, attrs=None, num_outputs=1):
-    op = get_op(op_type)
-    types = [TensorType.of(x) if x is not None else None for x in inputs]
-    return infer_node_types(op, types, list(inputs), op.normalize_attrs(dict(attrs or {})),
-                            num_outputs)
 
 
 # ------------------------------------------------------------------------------- SwiGLU

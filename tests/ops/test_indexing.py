@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from single_node_oracle import check_inferred, compare_with_onnx, onnx_outputs
+from single_node_oracle import check_inferred, compare_with_onnx, normal, onnx_outputs
 
 from heterocc.errors import InputError, TypeInferenceError
 from heterocc.ir.types import TensorType
@@ -195,10 +195,6 @@ def test_reverse_sequence_rejects_too_long_sequence():
     ("OneHot", FusionKind.OPAQUE), ("ReverseSequence", FusionKind.OPAQUE)])
 def test_fusion_kinds(op_type, kind):
     assert get_op(op_type).fusion_kind == kind
-
-
-def normal(shape, dtype=np.float32, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
 # ------------------------------------------------------------------------ TensorScatter

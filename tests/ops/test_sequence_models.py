@@ -6,22 +6,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 from onnxruntime_oracle import onnxruntime_outputs
-from single_node_oracle import check_inferred, compare_with_onnx
+from single_node_oracle import check_inferred, compare_with_onnx, infer, normal
 
 from heterocc.errors import TypeInferenceError
-from heterocc.ir.types import TensorType
-from heterocc.ops import get_op, infer_node_types
-
-
-def normal(shape, dtype=np.float32, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
-
-
-def infer(op_type, inputs, attrs=None, num_outputs=1):
-    op = get_op(op_type)
-    types = [TensorType.of(x) if x is not None else None for x in inputs]
-    return infer_node_types(op, types, list(inputs), op.normalize_attrs(dict(attrs or {})),
-                            num_outputs)
 
 
 def qkv(batch=2, q_heads=4, kv_heads=4, q_len=3, kv_len=5, head=8, v_head=8, three_d=False,

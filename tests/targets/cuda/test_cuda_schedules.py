@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from heterocc import te
+from heterocc.compute.nn import matmul
 from heterocc.errors import CompileError
 from heterocc.targets.cuda import (
     MatmulTiling,
@@ -75,8 +76,6 @@ def test_matmul_schedule_rejects_other_computes():
 def test_compute_library_matmul_is_scheduled_as_it_is(a_shape, b_shape):
     """The compute library's product is plain (no CPU packing to undo): a 2-D one gets
     the shared-memory tiles in one kernel, a batched one the reduction schedule."""
-    from heterocc.compute.nn import matmul
-
     a = te.placeholder(a_shape, "float32", "A")
     b = te.placeholder(b_shape, "float32", "B")
     c = matmul(a, b)

@@ -1,11 +1,13 @@
-"""The LLVM target's matmul schedule: correct for any sizes (tails, tiny, non-square)."""
+"""The LLVM target's matmul schedule: correct for any sizes (tails, tiny, non-square) and
+ranks (the compute library's plain products, packed by the target)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from heterocc import tir
+from heterocc import te, tir
+from heterocc.compute.nn import matmul as plain_matmul
 from heterocc.errors import CompileError
 from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm import schedules
@@ -33,17 +35,54 @@ def test_main_tiles_are_guard_free_and_vectorized():
 
 
 def test_matmul_rejects_mismatched_operands():
-    from heterocc import te
-
     A = te.placeholder((4, 5), "float32", "A")
     with pytest.raises(CompileError, match="needs A"):
         schedules.matmul(A, te.placeholder((4, 5), "float32", "B"))
 
 
+def _check_scheduled_product(A, B, C) -> None:
+    """``C = A @ B`` given the CPU's matmul schedule, built, against NumPy."""
+    s = te.create_schedule(C)
+    schedules.schedule_matmul(s, C)
+    module = hllvm.build(te.lower(s, [A, B, C], name="product"))
+    a = RNG.standard_normal(A.shape).astype(np.float32)
+    b = RNG.standard_normal(B.shape).astype(np.float32)
+    c = np.full(C.shape, np.nan, np.float32)
+    module["product"](a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((2, 5, 7), (7, 9)),              # [B, T, K] x [K, N]
+    ((2, 3, 6, 5), (2, 3, 5, 6)),     # [B, H, T, D] x [B, H, D, T]: a batched right operand
+    ((3, 1, 4, 5), (2, 5, 40)),       # broadcast batch axes, two panels
+    ((1, 4, 70), (70, 20)),           # a panel narrower than the default
+])
+def test_plain_products_of_any_rank_are_packed_and_match_numpy(a_shape, b_shape):
+    """The compute library's plain product, packed by the llvm target (B read through
+    its panels, batch axes kept) and register-tiled, against NumPy."""
+    A = te.placeholder(a_shape, "float32", "A")
+    B = te.placeholder(b_shape, "float32", "B")
+    C = plain_matmul(A, B)
+    assert "packed_B" not in C.op.attrs  # plain: packing is the target's decision
+    schedules.pack_matmuls([C])
+    packed = C.op.attrs["packed_B"]
+    assert packed.shape[:-3] == b_shape[:-2] and packed.shape[-2] == b_shape[-2]
+    assert packed.shape[-1] == schedules.default_panel(b_shape[-1], "float32")
+    _check_scheduled_product(A, B, C)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((7,), (7, 9)), ((2, 5, 7), (7,))])
+def test_products_with_a_vector_operand_get_the_reduction_schedule(a_shape, b_shape):
+    A = te.placeholder(a_shape, "float32", "A")
+    B = te.placeholder(b_shape, "float32", "B")
+    C = plain_matmul(A, B)
+    assert not schedules.pack_matmul(C)
+    _check_scheduled_product(A, B, C)
+
+
 @pytest.mark.parametrize("shape", [(7, 13), (3, 64, 65), (300, 70), (5,)])
 def test_injective_schedule_broadcast_add(shape):
-    from heterocc import te
-
     A = te.placeholder(shape, "float32", "A")
     bias = te.placeholder((shape[-1],), "float32", "bias")
     C = te.compute(shape, lambda *i: te.exp(A[i]) + bias[i[-1]], name="C")
@@ -62,8 +101,6 @@ def test_injective_schedule_broadcast_add(shape):
 
 @pytest.mark.parametrize("shape,axis", [((40, 1000), 1), ((300, 70), 0), ((6, 7, 8), 1)])
 def test_reduction_schedule_sum(shape, axis):
-    from heterocc import te
-
     A = te.placeholder(shape, "float32", "A")
     r = te.reduce_axis(shape[axis], "r")
     out_shape = shape[:axis] + shape[axis + 1:]
@@ -82,8 +119,6 @@ def test_reduction_schedule_sum(shape, axis):
 
 def conv2d_nchw(X, Wt, stride, padding):
     """A padded direct convolution in TE (the shape schedule_conv2d_nchw expects)."""
-    from heterocc import te
-
     n, c, h, w = X.shape
     k, _, r, s = Wt.shape
     out_h = (h + 2 * padding - r) // stride + 1
@@ -121,8 +156,6 @@ def conv2d_reference(x, w, stride, padding):
     ((1, 2, 11, 11), (8, 2, 5, 5), 1, 2),
 ])
 def test_conv2d_schedule_matches_numpy(shape, kernel, stride, padding):
-    from heterocc import te
-
     X = te.placeholder(shape, "float32", "X")
     Wt = te.placeholder(kernel, "float32", "W")
     Y = conv2d_nchw(X, Wt, stride, padding)
