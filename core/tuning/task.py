@@ -137,12 +137,10 @@ _EXTRACTORS = {"Conv": _conv_task, "ConvInteger": _conv_task, "MatMul": _matmul_
 def _as_compiled_for_llvm(graph):
     """``graph`` after the passes ``heterocc.compile`` runs for the llvm target (layout
     alteration included), so that tasks carry the workloads the kernels really have."""
-    from ..driver import _pipeline
-    from ..passes import PassManager
+    from ..passes.pipeline import run_pipeline
     from ..targets import get_target
 
-    passes = _pipeline({"llvm": get_target("llvm")}, "llvm", False, [])
-    return PassManager(passes).run(graph)
+    return run_pipeline(graph, {"llvm": get_target("llvm")}).graph
 
 
 def extract_tasks(model, target: str = "llvm", preset: str = "1x16x16",

@@ -418,6 +418,11 @@ class LLVMTarget:
         return LLVMKernel(function.name, library[symbol], function_constants(function.body),
                           [(v.type.shape, v.type.dtype) for v in function.outputs])
 
+    def graph_passes(self) -> list[str]:
+        """The CPU's layout pass (blocked NCHW[x]c convolutions), then folding again for a
+        transform of a constant input; none when ``blocked_layout`` is off."""
+        return ["alter_layout", "fold_constants"] if self.blocked_layout else []
+
     def build(self, function: Node):
         try:
             return self._compile(function)
