@@ -20,20 +20,9 @@ import time
 
 import numpy as np
 
-from .errors import HeteroccError, InputError
-
-
-def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
-    shapes = {}
-    for item in items or []:
-        name, _, dims = item.partition("=")
-        if not dims:
-            raise InputError(f"--shape {item!r}: expected NAME=D0,D1,...")
-        try:
-            shapes[name] = tuple(int(d) for d in dims.replace("x", ",").split(",") if d)
-        except ValueError:
-            raise InputError(f"--shape {item!r}: dimensions must be integers") from None
-    return shapes
+from .errors import HeteroccError, InputError, TargetError
+from .runtime.inputs import parse_shapes
+from .targets.registry import get_target
 
 
 def _load_inputs(items: list[str] | None) -> dict[str, np.ndarray]:
@@ -203,11 +192,15 @@ def cmd_demo(args) -> int:
 
 
 def _hil(args, stream_command) -> int:
-    """``hil`` takes a stream file, or a model whose accelerator functions it replays."""
+    """``hil`` takes a stream file, or a model whose accelerator functions it replays (the
+    ``hil_command`` hook of the ``--target`` accelerator)."""
     if args.stream.endswith(".onnx"):
-        from .targets.vta.hil import model_hil_command
-
-        return model_hil_command(args)
+        target = get_target(args.target)
+        command = getattr(target, "hil_command", None)
+        if not callable(command):
+            raise TargetError(f"target {args.target!r} cannot replay a model on hardware "
+                              "(it has no hil_command hook)")
+        return command(args)
     return stream_command(args)
 
 
@@ -267,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .accel_sim.hil import add_hil_parser
 
     hil = add_hil_parser(sub)
+    hil.add_argument("--target", default="vta",
+                     help="with a model: the accelerator target whose functions are replayed")
     stream_command = hil.get_default("func")
     hil.set_defaults(func=lambda args: _hil(args, stream_command))
     from .accel_sim.cli import add_accel_parser

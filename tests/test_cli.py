@@ -95,3 +95,17 @@ def test_accel_disasm_and_check_through_the_main_cli(tmp_path, capsys):
     assert "GEMM" in listing and "FINISH" in listing
     assert main(["accel", "check", str(path)]) == 0
     assert "cycles" in capsys.readouterr().out.lower()
+
+
+def test_hil_of_a_model_goes_to_the_target_hook(tmp_path, capsys, monkeypatch):
+    from heterocc.targets.vta import VtaTarget
+
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_cnn(size=8), str(path))
+    replayed = []
+    monkeypatch.setattr(VtaTarget, "hil_command",
+                        lambda self, args: replayed.append(args.stream) or 0)
+    assert main(["hil", str(path), "--device", "rtl"]) == 0
+    assert replayed == [str(path)]
+    assert main(["hil", str(path), "--target", "reference"]) == 2
+    assert "target 'reference' cannot replay a model" in capsys.readouterr().err

@@ -65,3 +65,17 @@ def name_inputs(specs: Sequence[InputSpec],
                              f"expects {spec.shape}")
         out[spec.name] = arr
     return out
+
+
+def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """``--shape`` values (``NAME=D0,D1,...``, or ``NAME=D0xD1``) as a shapes dict."""
+    shapes = {}
+    for item in items or []:
+        name, _, dims = item.partition("=")
+        if not dims:
+            raise InputError(f"--shape {item!r}: expected NAME=D0,D1,...")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.replace("x", ",").split(",") if d)
+        except ValueError:
+            raise InputError(f"--shape {item!r}: dimensions must be integers") from None
+    return shapes

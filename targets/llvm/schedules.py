@@ -298,7 +298,7 @@ def matmul(A: te.Tensor, B: te.Tensor, name: str = "C", panel: int | None = None
     packed copy ``[n / panel, k, panel]`` (zero-padded past column n). The panel is
     ``panel`` when given, else the applied tuning log's best for this shape (see
     ``heterocc.tuning.apply``), else :func:`panel_width`."""
-    from heterocc.tuning.apply import matmul_panel  # tuning builds on this module
+    from .tuning import matmul_panel  # the tuning templates build on this module
 
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0] or A.dtype != B.dtype:
         raise CompileError(f"matmul {name!r}: needs A (m, k) and B (k, n) of one dtype, got "
