@@ -20,9 +20,20 @@ import time
 
 import numpy as np
 
+from .accel_sim.cli import add_accel_parser
+from .accel_sim.hil import add_hil_parser
+from .demo import run_demo
+from .driver import compile as hcompile
 from .errors import HeteroccError, InputError, TargetError
+from .frontend.onnx import load_model
+from .ir.dot import to_dot
+from .passes import fused_functions
+from .passes.partition import single_target_report
+from .runtime.artifact import load_artifact
 from .runtime.inputs import parse_shapes
-from .targets.registry import get_target
+from .runtime.memory import plan_memory
+from .targets import available_targets, get_target
+from .tuning.cli import add_tune_parser
 
 
 def _load_inputs(items: list[str] | None) -> dict[str, np.ndarray]:
@@ -55,8 +66,6 @@ def _random_inputs(compiled) -> dict[str, np.ndarray]:
 
 
 def cmd_compile(args) -> int:
-    from . import compile as hcompile
-
     t0 = time.perf_counter()
     compiled = hcompile(args.model, target=args.target, shapes=parse_shapes(args.shape),
                         dump_ir=args.dump_ir, tuning_log=args.tuning_log)
@@ -72,13 +81,9 @@ def cmd_compile(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from . import compile as hcompile
-
     path = args.model
     if os.path.isdir(path):
-        from . import load  # artifacts come with the CPU code generator
-
-        compiled = load(path)
+        compiled = load_artifact(path)  # artifacts come with the CPU code generator
     else:
         compiled = hcompile(path, target=args.target, shapes=parse_shapes(args.shape),
                             tuning_log=args.tuning_log)
@@ -100,7 +105,6 @@ def cmd_run(args) -> int:
     print(f"ran in {elapsed * 1e3:.2f} ms")
     if args.profile:
         print(compiled.profile_report())
-        from .runtime.memory import plan_memory
 
         print(plan_memory(compiled.graph).summary())
     return 0
@@ -111,10 +115,6 @@ def _safe(name: str) -> str:
 
 
 def cmd_inspect(args) -> int:
-    from . import compile as hcompile
-    from .frontend.onnx import load_model
-    from .passes import fused_functions
-
     proto = load_model(args.model)
     compiled = hcompile(proto, target="reference", shapes=parse_shapes(args.shape),
                         dump_ir=args.dump_ir)
@@ -129,14 +129,11 @@ def cmd_inspect(args) -> int:
     print(f"ONNX nodes: {len(proto.graph.node)}   after passes: {graph.num_nodes()} ops in "
           f"{len(functions)} fused functions")
     print("op counts: " + ", ".join(f"{op}={n}" for op, n in graph.op_counts().items()))
-    from .runtime.memory import plan_memory
 
     print(plan_memory(graph).summary())
     print()
     print(_pass_table(compiled.pass_records))
     if args.dot:
-        from .ir.dot import to_dot
-
         with open(args.dot, "w") as f:
             f.write(to_dot(graph))
         print(f"wrote {args.dot}")
@@ -144,9 +141,6 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_partition(args) -> int:
-    from . import compile as hcompile
-    from .passes.partition import single_target_report
-
     compiled = hcompile(args.model, target=args.target, shapes=parse_shapes(args.shape),
                         strict=args.strict)
     report = compiled.placement_report
@@ -161,8 +155,6 @@ def cmd_partition(args) -> int:
         return 0
     print(report.format())
     if args.dot:
-        from .ir.dot import to_dot
-
         with open(args.dot, "w") as f:
             f.write(to_dot(compiled.graph))
         print(f"wrote {args.dot}")
@@ -177,8 +169,6 @@ def _pass_table(records) -> str:
 
 
 def cmd_targets(args) -> int:
-    from .targets import available_targets
-
     for name, info in available_targets().items():
         summary = info.description.splitlines()[0] if info.description else ""
         print(f"{name:12s} {info.source:24s} {summary}")
@@ -186,8 +176,6 @@ def cmd_targets(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .demo import run_demo
-
     return run_demo(target=args.target)
 
 
@@ -254,17 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="targets of the int8 run (the last also runs the float32 model)")
     p.set_defaults(func=cmd_demo)
 
-    from .tuning.cli import add_tune_parser
-
     add_tune_parser(sub)
-    from .accel_sim.hil import add_hil_parser
-
     hil = add_hil_parser(sub)
     hil.add_argument("--target", default="vta",
                      help="with a model: the accelerator target whose functions are replayed")
     stream_command = hil.get_default("func")
     hil.set_defaults(func=lambda args: _hil(args, stream_command))
-    from .accel_sim.cli import add_accel_parser
 
     accel = add_accel_parser(sub)
     accel.set_defaults(func=lambda args: args.handler(args))

@@ -25,8 +25,11 @@ from .ir.types import dtype_from_onnx
 from .passes import PassRecord
 from .passes.partition import PartitionReport
 from .passes.pipeline import run_pipeline
+from .runtime.artifact import export_artifact
 from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .runtime.inputs import InputSpec, name_inputs
+from .targets import available_targets, get_target, parse_targets
+from .tuning.apply import ApplyHistoryBest
 
 #: compiled specializations kept per model (by input shapes and shape-operand values)
 MAX_SPECIALIZATIONS = 16
@@ -100,8 +103,6 @@ class CompiledModel:
                given: Mapping[str, np.ndarray] | None) -> Executable:
         """Compile for ``shapes``; ``given`` holds run-time inputs to specialize on
         (None while compiling ahead of any run)."""
-        from .targets import get_target
-
         while True:
             if given is None and self.specialize_on:
                 raise _Respecialize()
@@ -166,8 +167,6 @@ class CompiledModel:
 
     def export(self, path: str) -> None:
         """Write a self-contained artifact directory (see heterocc.runtime.artifact)."""
-        from .runtime.artifact import export_artifact
-
         if len(self._cache) != 1 or self.specialize_on:
             raise InputError("only a model compiled for one static input shape can be exported: "
                              "compile it with shapes={...}")
@@ -189,8 +188,6 @@ def _tuning_context(log: str | None):
     """Schedules from a tuning log (best config per task) while kernels are built."""
     if log is None:
         return contextlib.nullcontext()
-    from .tuning import ApplyHistoryBest
-
     return ApplyHistoryBest(log)
 
 
@@ -236,8 +233,6 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     ``tuning_log`` applies the best schedule per task of a tuning log
     (``heterocc tune``); tasks missing from it keep the default schedules.
     """
-    from .targets import available_targets, parse_targets
-
     names = parse_targets(target)
     known = available_targets()
     unknown = [n for n in names if isinstance(n, str) and n not in known]

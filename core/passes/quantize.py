@@ -21,6 +21,7 @@ import numpy as np
 
 from ..ir.graph import Graph, NameScope, Node, Value, constant
 from ..ir.types import TensorType
+from ..ops import get_op
 from ..ops.qnn import fixed_point_scale
 from ..patterns import is_constant, is_op, match, optional, wildcard
 from .manager import register_pass
@@ -218,8 +219,6 @@ def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
 def realize_qdq(graph: Graph) -> Graph:
     """Rewrite quantized conv / dense chains (QDQ form; run ``expand_qoperator`` first
     for QOperator models) into ConvInteger / MatMulInteger + bias Add + Requantize."""
-    from ..ops import get_op
-
     scope = NameScope.of(graph)
     graph = _drop_roundtrips(graph)
     producers = graph.producers()

@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import ArtifactError
 from ..ir.graph import Graph
 from ..ir.serialize import graph_from_json, graph_to_json
+from ..targets import get_target
 from .executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .inputs import InputSpec, name_inputs
 
@@ -147,8 +148,6 @@ def load_artifact(path: str) -> LoadedModel:
     Raises ArtifactError for a missing, corrupt or tampered file, or another
     format version.
     """
-    from ..targets import get_target
-
     path = os.fspath(path)
     manifest = _read_manifest(path)
     _verify_files(path, manifest)
