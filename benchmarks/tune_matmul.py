@@ -23,6 +23,7 @@ from alternating import alternating_medians  # beside this script
 from heterocc import te
 from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm.schedules import matmul, matmul_function
+from heterocc.targets.llvm.tuning import schedule_matmul_tuned
 from heterocc.tuning import (
     ApplyHistoryBest,
     MeasureOptions,
@@ -33,7 +34,6 @@ from heterocc.tuning import (
     remeasure_best,
     tune_task,
 )
-from heterocc.tuning.apply import schedule_matmul_tuned
 
 #: GFLOP/s of two cores each retiring two 16-lane fp32 FMAs per cycle, measured here
 FMA_PEAK_GFLOPS = 495.0

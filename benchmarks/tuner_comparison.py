@@ -18,6 +18,7 @@ import os
 import statistics
 import time
 
+from heterocc.targets.vta.tuning import vta_gemm_task
 from heterocc.tuning import (
     CostModel,
     InProcessMeasurer,
@@ -28,7 +29,6 @@ from heterocc.tuning import (
     XGBTuner,
     tune_task,
 )
-from heterocc.tuning.accel import vta_gemm_task
 
 TASKS = {
     "matmul": Task("matmul", (1024, 1024, 1024, "float32")),

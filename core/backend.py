@@ -16,6 +16,7 @@ import numpy as np
 from onnx.backend.base import Backend, BackendRep
 
 from .driver import CompiledModel, compile
+from .targets import available_targets
 
 
 class HeteroccRep(BackendRep):
@@ -40,8 +41,6 @@ class HeteroccBackend(Backend):
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        from .targets import available_targets
-
         kind = str(device).split(":")[0].upper()
         return any(t in available_targets() for t in _DEVICES.get(kind, ()))
 
@@ -61,8 +60,6 @@ class HeteroccBackend(Backend):
 
 
 def _default_target(device: str) -> str:
-    from .targets import available_targets
-
     kind = str(device).split(":")[0].upper()
     for name in _DEVICES.get(kind, ("reference",)):
         if name in available_targets():

@@ -21,20 +21,20 @@ import time
 
 import numpy as np
 
-from .errors import HeteroccError, InputError
-
-
-def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
-    shapes = {}
-    for item in items or []:
-        name, _, dims = item.partition("=")
-        if not dims:
-            raise InputError(f"--shape {item!r}: expected NAME=D0,D1,...")
-        try:
-            shapes[name] = tuple(int(d) for d in dims.replace("x", ",").split(",") if d)
-        except ValueError:
-            raise InputError(f"--shape {item!r}: dimensions must be integers") from None
-    return shapes
+from .accel_sim.cli import add_accel_parser
+from .accel_sim.hil import add_hil_parser
+from .demo import run_demo
+from .driver import compile as hcompile
+from .errors import HeteroccError, InputError, TargetError
+from .frontend.onnx import load_model
+from .ir.dot import to_dot
+from .passes import fused_functions
+from .passes.partition import single_target_report
+from .runtime.artifact import load_artifact
+from .runtime.inputs import parse_shapes
+from .runtime.memory import plan_memory
+from .targets import available_targets, get_target
+from .tuning.cli import add_tune_parser
 
 
 def _load_inputs(items: list[str] | None) -> dict[str, np.ndarray]:
@@ -67,8 +67,6 @@ def _random_inputs(compiled) -> dict[str, np.ndarray]:
 
 
 def cmd_compile(args) -> int:
-    from . import compile as hcompile
-
     t0 = time.perf_counter()
     compiled = hcompile(args.model, target=args.target, shapes=parse_shapes(args.shape),
                         dump_ir=args.dump_ir, tuning_log=args.tuning_log,
@@ -85,13 +83,9 @@ def cmd_compile(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from . import compile as hcompile
-
     path = args.model
     if os.path.isdir(path):
-        from . import load  # artifacts come with the CPU code generator
-
-        compiled = load(path)
+        compiled = load_artifact(path)  # artifacts come with the CPU code generator
     else:
         compiled = hcompile(path, target=args.target, shapes=parse_shapes(args.shape),
                             tuning_log=args.tuning_log, calibration=_calibration(args.calibrate))
@@ -113,7 +107,6 @@ def cmd_run(args) -> int:
     print(f"ran in {elapsed * 1e3:.2f} ms")
     if args.profile:
         print(compiled.profile_report())
-        from .runtime.memory import plan_memory
 
         print(plan_memory(compiled.graph).summary())
     return 0
@@ -148,10 +141,6 @@ def _safe(name: str) -> str:
 
 
 def cmd_inspect(args) -> int:
-    from . import compile as hcompile
-    from .frontend.onnx import load_model
-    from .passes import fused_functions
-
     proto = load_model(args.model)
     compiled = hcompile(proto, target=args.target, shapes=parse_shapes(args.shape),
                         dump_ir=args.dump_ir, calibration=_calibration(args.calibrate))
@@ -166,7 +155,6 @@ def cmd_inspect(args) -> int:
     print(f"ONNX nodes: {len(proto.graph.node)}   after passes: {graph.num_nodes()} ops in "
           f"{len(functions)} fused functions")
     print("op counts: " + ", ".join(f"{op}={n}" for op, n in graph.op_counts().items()))
-    from .runtime.memory import plan_memory
 
     print(plan_memory(graph).summary())
     if compiled.placement_report is not None:
@@ -175,8 +163,6 @@ def cmd_inspect(args) -> int:
     print()
     print(_pass_table(compiled.pass_records))
     if args.dot:
-        from .ir.dot import to_dot
-
         with open(args.dot, "w") as f:
             f.write(to_dot(graph, default_target=_target_name(compiled.targets[-1])))
         print(f"wrote {args.dot}")
@@ -184,9 +170,6 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_partition(args) -> int:
-    from . import compile as hcompile
-    from .passes.partition import single_target_report
-
     compiled = hcompile(args.model, target=args.target, shapes=parse_shapes(args.shape),
                         strict=args.strict)
     report = compiled.placement_report
@@ -201,8 +184,6 @@ def cmd_partition(args) -> int:
         return 0
     print(report.format())
     if args.dot:
-        from .ir.dot import to_dot
-
         with open(args.dot, "w") as f:
             f.write(to_dot(compiled.graph, default_target=_target_name(compiled.targets[-1])))
         print(f"wrote {args.dot}")
@@ -217,8 +198,6 @@ def _pass_table(records) -> str:
 
 
 def cmd_targets(args) -> int:
-    from .targets import available_targets
-
     for name, info in available_targets().items():
         summary = info.description.splitlines()[0] if info.description else ""
         print(f"{name:12s} {info.source:24s} {summary}")
@@ -226,17 +205,19 @@ def cmd_targets(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .demo import run_demo
-
     return run_demo(target=args.target)
 
 
 def _hil(args, stream_command) -> int:
-    """``hil`` takes a stream file, or a model whose accelerator functions it replays."""
+    """``hil`` takes a stream file, or a model whose accelerator functions it replays (the
+    ``hil_command`` hook of the ``--target`` accelerator)."""
     if args.stream.endswith(".onnx"):
-        from .targets.vta.hil import model_hil_command
-
-        return model_hil_command(args)
+        target = get_target(args.target)
+        command = getattr(target, "hil_command", None)
+        if not callable(command):
+            raise TargetError(f"target {args.target!r} cannot replay a model on hardware "
+                              "(it has no hil_command hook)")
+        return command(args)
     return stream_command(args)
 
 
@@ -307,15 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="targets of the int8 run (the last also runs the float32 model)")
     p.set_defaults(func=cmd_demo)
 
-    from .tuning.cli import add_tune_parser
-
     add_tune_parser(sub)
-    from .accel_sim.hil import add_hil_parser
-
     hil = add_hil_parser(sub)
+    hil.add_argument("--target", default="vta",
+                     help="with a model: the accelerator target whose functions are replayed")
     stream_command = hil.get_default("func")
     hil.set_defaults(func=lambda args: _hil(args, stream_command))
-    from .accel_sim.cli import add_accel_parser
 
     accel = add_accel_parser(sub)
     accel.set_defaults(func=lambda args: args.handler(args))

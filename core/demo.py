@@ -3,11 +3,15 @@ across the accelerator simulator and the CPU, next to ONNX Runtime."""
 
 from __future__ import annotations
 
+import os
 import statistics
+import tempfile
 import time
 
 import numpy as np
+import onnx
 
+from .driver import compile as hcompile
 from .models import tiny_cnn
 from .passes import fused_functions
 
@@ -31,8 +35,6 @@ def _summary(compiled) -> str:
 
 
 def run_demo(target: str = "vta,llvm") -> int:
-    from . import compile as hcompile
-
     model = tiny_cnn()
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
@@ -89,14 +91,8 @@ def run_demo(target: str = "vta,llvm") -> int:
 def _onnxruntime_quantized(model, target: str, x: np.ndarray, calibration) -> None:
     """The same model as users bring it: quantized by onnxruntime's quantize_static with
     its defaults (QDQ, asymmetric int8 activations) and per-channel weights."""
-    import os
-    import tempfile
-
-    import onnx
     import onnxruntime as ort
     from onnxruntime import quantization as oq
-
-    from . import compile as hcompile
 
     class Samples(oq.CalibrationDataReader):
         def __init__(self):

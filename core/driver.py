@@ -22,11 +22,14 @@ from .frontend.onnx import (
 )
 from .ir.graph import Graph
 from .ir.types import dtype_from_onnx
-from .passes import DEFAULT_PIPELINE, PassManager, PassRecord
-from .passes.partition import PartitionReport, partition
-from .quantization import quantize_graph
+from .passes import PassRecord
+from .passes.partition import PartitionReport
+from .passes.pipeline import run_pipeline
+from .runtime.artifact import export_artifact
 from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .runtime.inputs import InputSpec, name_inputs
+from .targets import available_targets, get_target, parse_targets
+from .tuning.apply import ApplyHistoryBest
 
 #: compiled specializations kept per model (by input shapes and shape-operand values)
 MAX_SPECIALIZATIONS = 16
@@ -100,8 +103,6 @@ class CompiledModel:
                given: Mapping[str, np.ndarray] | None) -> Executable:
         """Compile for ``shapes``; ``given`` holds run-time inputs to specialize on
         (None while compiling ahead of any run)."""
-        from .targets import get_target
-
         while True:
             if given is None and self.specialize_on:
                 raise _Respecialize()
@@ -119,22 +120,20 @@ class CompiledModel:
             instance = get_target(t) if isinstance(t, str) else t
             targets[instance.name] = instance
         fallback = list(targets)[-1]
-        report_box: list[PartitionReport] = []
-        manager = PassManager(_pipeline(targets, fallback, self.strict, report_box,
-                                        self.calibration), dump_ir=self.dump_ir)
-        graph = manager.run(graph)
+        result = run_pipeline(graph, targets, fallback, self.strict, self.calibration,
+                              self.dump_ir)
+        graph, report = result.graph, result.report
         placement = {n.name: n.attrs.get("target", fallback)
                      for n in graph.nodes if n.body is not None}
         with _tuning_context(self.tuning_log):
             kernels = {n.name: targets[placement[n.name]].build(n)
                        for n in graph.nodes if n.body is not None}
         executor = GraphExecutor(graph, kernels, placement, self._profile)
-        report = report_box[0] if report_box else None
         if report is not None:  # what the targets know of the functions they built
             report.attach_metrics({c.name: c.metrics() for k in kernels.values()
                                    for c in getattr(k, "composites", ())
                                    if callable(getattr(c, "metrics", None))})
-        return Executable(graph, executor, manager.records, values, targets, report)
+        return Executable(graph, executor, result.records, values, targets, report)
 
     def build_static(self) -> Executable | None:
         """Compile now if every input shape is known and no input must be specialized on."""
@@ -168,8 +167,6 @@ class CompiledModel:
 
     def export(self, path: str) -> None:
         """Write a self-contained artifact directory (see heterocc.runtime.artifact)."""
-        from .runtime.artifact import export_artifact
-
         if len(self._cache) != 1 or self.specialize_on:
             raise InputError("only a model compiled for one static input shape can be exported: "
                              "compile it with shapes={...}")
@@ -187,46 +184,10 @@ class CompiledModel:
         return format_profile(list((self._profile or {}).values()))
 
 
-def _pipeline(targets: Mapping[str, object], fallback: str, strict: bool,
-              report_box: list, calibration: list | None = None) -> list:
-    """The default passes; with ``calibration``, post-training quantization after the
-    float simplifications; with several targets, partitioning before fusion."""
-    tables = {name: t.pattern_table() for name, t in targets.items()
-              if name != fallback and hasattr(t, "pattern_table")}
-    passes = ["expand_qoperator", *DEFAULT_PIPELINE]  # QOperator ops to QDQ, first
-    if calibration is not None:
-        def quantize(graph: Graph) -> Graph:
-            return quantize_graph(graph, calibration)
-
-        quantize.pass_name = "quantize"
-        passes[passes.index("fuse_ops"):passes.index("fuse_ops")] = [
-            quantize, "realize_qdq", "uint8_to_int8", "fold_constants", "dce"]
-    if tables:
-        def partition_pass(graph: Graph) -> Graph:
-            graph, report = partition(graph, tables, fallback, strict)
-            report_box.append(report)
-            return graph
-
-        partition_pass.pass_name = "partition"
-        passes.insert(passes.index("fuse_ops"), partition_pass)
-        if calibration is None:
-            # imported QDQ chains become integer ops before their weights fold to float
-            passes[passes.index("infer_types") + 1:passes.index("infer_types") + 1] = [
-                "realize_qdq", "uint8_to_int8"]
-    if fallback == "llvm" and getattr(targets[fallback], "blocked_layout", True):
-        # after quantization and partitioning, so only the CPU's float convolutions are
-        # blocked; folding again covers a transform of a constant input
-        passes[passes.index("fuse_ops"):passes.index("fuse_ops")] = ["alter_layout",
-                                                                      "fold_constants"]
-    return passes
-
-
 def _tuning_context(log: str | None):
     """Schedules from a tuning log (best config per task) while kernels are built."""
     if log is None:
         return contextlib.nullcontext()
-    from .tuning import ApplyHistoryBest
-
     return ApplyHistoryBest(log)
 
 
@@ -272,8 +233,6 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     ``tuning_log`` applies the best schedule per task of a tuning log
     (``heterocc tune``); tasks missing from it keep the default schedules.
     """
-    from .targets import available_targets, parse_targets
-
     names = parse_targets(target)
     known = available_targets()
     unknown = [n for n in names if isinstance(n, str) and n not in known]

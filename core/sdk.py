@@ -4,8 +4,11 @@ A target package imports only this module. It finds here
 
 * the **protocols** a target implements: :class:`Target` (``name`` and ``build``, the
   only required part), and the optional hooks :class:`PartitioningTarget`
-  (``pattern_table``), :class:`ExportableTarget` (``save_kernels`` / ``load_kernel``)
-  and :class:`AcceleratorTarget` (tensor intrinsics, lowering to a schedule, codegen
+  (``pattern_table``), :class:`GraphPassTarget` (``graph_passes``: its passes in the
+  compile pipeline), :class:`ExportableTarget` (``save_kernels`` / ``load_kernel``),
+  :class:`TunableTarget` (``tuning``: its tuning templates, tasks and measurement),
+  :class:`HilTarget` (``hil_command``: ``heterocc hil MODEL.onnx``) and
+  :class:`AcceleratorTarget` (tensor intrinsics, lowering to a schedule, codegen
   from TIR, a device);
 * the **device** protocol :class:`Device` (copy in, run, copy out, timing);
 * the **pieces** the compiler already has, re-exported: the pattern language, the
@@ -90,19 +93,20 @@ from .te_target import (
     function_constants,
     structure_key,
 )
+from .tuning.templates import TargetTuning
 
 __all__ = [
     "AcceleratorError", "AcceleratorTarget", "Binding", "BufferRegion", "CompileError",
     "CompiledFunction", "CompositeParts", "CompositePattern", "Device", "DeviceKernel",
     "DeviceTiming", "ENTRY_POINT_GROUP", "ExportableTarget", "ExpressedFunction", "Graph",
-    "HeteroccError", "IllegalInstructionError", "InputError", "Kernel", "Lowering", "Match",
-    "MirroredDevice", "Node", "PartitioningTarget", "Pattern", "PatternError", "Result",
-    "TETarget", "Target", "TargetError", "TargetInfo", "TensorIntrin", "TensorType", "Value",
-    "absent", "available_targets", "build_accelerator_region", "compile_composite",
-    "composite_parts", "elementwise_epilogue", "epilogue_chain", "evaluate_index",
-    "express_function", "fold_scalars", "function_constants", "get_target", "is_constant", "is_op",
-    "leaf_statements", "match", "optional", "reference_outputs", "register_target",
-    "structure_key", "te", "tir", "wildcard",
+    "GraphPassTarget", "HeteroccError", "HilTarget", "IllegalInstructionError", "InputError",
+    "Kernel", "Lowering", "Match", "MirroredDevice", "Node", "PartitioningTarget", "Pattern",
+    "PatternError", "Result", "TETarget", "Target", "TargetError", "TargetInfo", "TargetTuning",
+    "TensorIntrin", "TensorType", "TunableTarget", "Value", "absent", "available_targets",
+    "build_accelerator_region", "compile_composite", "composite_parts", "elementwise_epilogue",
+    "epilogue_chain", "evaluate_index", "express_function", "fold_scalars", "function_constants",
+    "get_target", "is_constant", "is_op", "leaf_statements", "match", "optional",
+    "reference_outputs", "register_target", "structure_key", "te", "tir", "wildcard",
 ]
 
 
@@ -118,6 +122,37 @@ class PartitioningTarget(Target, Protocol):
     def pattern_table(self) -> list[CompositePattern]:
         """The composites this target accepts; a row's ``check`` says why a match
         is refused (the reason lands in the placement report)."""
+        ...
+
+
+@runtime_checkable
+class GraphPassTarget(Target, Protocol):
+    """A target with graph passes of its own (a layout of its choosing, say). When it is
+    the fallback, the compile pipeline (``heterocc.passes.pipeline``) runs them after
+    quantization and partitioning, on the nodes left to it, and before fusion."""
+
+    def graph_passes(self) -> list:
+        """Its passes, in order: registered pass names or ``Graph -> Graph`` functions."""
+        ...
+
+
+@runtime_checkable
+class TunableTarget(Target, Protocol):
+    """A target whose schedules ``heterocc tune`` can tune (see ``docs/tuning.md``)."""
+
+    def tuning(self) -> TargetTuning:
+        """Its templates, the tasks of a model's graph for this instance, and the
+        in-process measurement of one candidate."""
+        ...
+
+
+@runtime_checkable
+class HilTarget(Target, Protocol):
+    """A target whose functions of a model can be replayed on hardware and compared
+    (``heterocc hil MODEL.onnx --target NAME``)."""
+
+    def hil_command(self, args) -> int:
+        """Run the replay for the parsed ``hil`` arguments; the command's exit status."""
         ...
 
 

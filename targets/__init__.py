@@ -1,6 +1,6 @@
-"""Code-generation targets, one sub-package each, behind one registry."""
+"""Code-generation targets, one sub-package each, behind one registry (the built-in
+ones are imported when the registry is first used, see ``registry.BUILTIN_TARGETS``)."""
 
-from . import cuda, llvm, reference, vta  # noqa: F401  (register the built-in targets)
 from .registry import (
     ENTRY_POINT_GROUP,
     Kernel,

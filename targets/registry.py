@@ -1,13 +1,22 @@
-"""The target registry.
+"""The target registry: the one place core meets a particular target.
 
 A target compiles the functions the partitioner gives it into kernels: callables
-from a list of NumPy arrays to a list of NumPy arrays. Built-in targets register
-here on import; targets from other packages are found through the entry-point
-group ``heterocc.targets`` (each entry point names a Target class or factory).
+from a list of NumPy arrays to a list of NumPy arrays. Built-in targets
+(:data:`BUILTIN_TARGETS`) register here when the registry is first asked for a
+target; targets from other packages are found through the entry-point group
+``heterocc.targets`` (each entry point names a Target class or factory).
+
+Besides ``name`` and ``build`` a target may offer optional hooks, looked up by
+the compiler where it needs them (``heterocc.sdk`` documents each as a protocol):
+``pattern_table`` (partitioning), ``graph_passes`` (its passes in the compile
+pipeline), ``save_kernels``/``load_kernel`` (artifacts), ``tuning`` (its tuning
+templates, tasks and measurement) and ``hil_command`` (``heterocc hil`` on a model).
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +31,10 @@ from heterocc.ir.graph import Node
 Kernel = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 
 ENTRY_POINT_GROUP = "heterocc.targets"
+#: the built-in targets: sub-packages of ``heterocc.targets`` that register themselves
+#: when imported. They are imported on first use of the registry, like plugins, so
+#: that core can import the registry without importing any particular target.
+BUILTIN_TARGETS = ("reference", "llvm", "cuda", "vta")
 
 
 class Target(Protocol):
@@ -74,6 +87,8 @@ def _discover() -> None:
     if _discovered:
         return
     _discovered = True
+    for name in BUILTIN_TARGETS:
+        importlib.import_module(f"{__package__}.{name}")
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in _TARGETS:
             continue
@@ -101,6 +116,14 @@ def get_target(name: str, **options) -> Target:
     except KeyError:
         raise TargetError(f"unknown target {name!r}; available: "
                           f"{', '.join(sorted(_TARGETS))}") from None
+    if options:
+        try:
+            inspect.signature(info.factory).bind(**options)
+        except TypeError as error:
+            raise TargetError(f"target {name!r} does not take the option(s) "
+                              f"{', '.join(options)}: {error}") from None
+        except ValueError:  # a factory without a signature to check: it decides
+            pass
     return info.factory(**options)
 
 

@@ -144,3 +144,17 @@ def test_partition_dot_labels_functions_with_the_fallback_target(tmp_path):
                  "--dot", str(dot)]) == 0
     text = dot.read_text()
     assert "[vta]" in text and "[llvm]" in text and "[reference]" not in text
+
+
+def test_hil_of_a_model_goes_to_the_target_hook(tmp_path, capsys, monkeypatch):
+    from heterocc.targets.vta import VtaTarget
+
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_cnn(size=8), str(path))
+    replayed = []
+    monkeypatch.setattr(VtaTarget, "hil_command",
+                        lambda self, args: replayed.append(args.stream) or 0)
+    assert main(["hil", str(path), "--device", "rtl"]) == 0
+    assert replayed == [str(path)]
+    assert main(["hil", str(path), "--target", "reference"]) == 2
+    assert "target 'reference' cannot replay a model" in capsys.readouterr().err

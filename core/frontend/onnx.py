@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import numpy_helper, version_converter
 
 from ..errors import InputError, ModelLoadError, TypeInferenceError, UnsupportedOpError
 from ..ir.graph import Graph, NameScope, Node, Value, constant
@@ -113,8 +113,6 @@ def _upgrade(model: onnx.ModelProto) -> onnx.ModelProto:
     if opset >= BASE_OPSET:
         return model
     try:
-        from onnx import version_converter
-
         converted = version_converter.convert_version(model, BASE_OPSET)
     except Exception:  # the converter lacks adapters for some ops; the registry also
         return model  # accepts the older attribute forms

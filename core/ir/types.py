@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
+from onnx import helper
 
 from ..errors import TypeInferenceError
 
@@ -29,8 +31,6 @@ STRING_DTYPE = "object"
 def np_dtype(name: str) -> np.dtype:
     """The NumPy dtype of an IR dtype name (extended formats through ml_dtypes)."""
     if name in EXTENDED_DTYPES:
-        import ml_dtypes
-
         return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
 
@@ -89,8 +89,6 @@ class TensorType:
 
 def dtype_from_onnx(elem_type: int) -> str:
     """The IR dtype of an ONNX ``TensorProto`` element type (as used by Cast's ``to``)."""
-    from onnx import helper
-
     try:
         return normalize_dtype(helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError, ValueError):

@@ -3,6 +3,7 @@ seeded random weights), for tests and benchmarks that must not need torch."""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 
 from .builder import OnnxBuilder
@@ -61,6 +62,4 @@ def mobilenet_v2(batch: int = 1, size: int = 224, classes: int = 1000,
 
 
 def _f32(v: float):
-    import numpy as np
-
     return np.array(v, dtype=np.float32)

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..ir.types import TensorType
+from ..errors import TypeInferenceError
+from ..ir.types import TensorType, dtype_from_onnx
 from .registry import InferContext
 
 
@@ -68,9 +69,6 @@ def require_dtype(ctx: InferContext, name: str, dtype: str, allowed: Sequence[st
 def dtype_attribute(ctx: InferContext, name: str, allowed: Sequence[str]) -> str | None:
     """The IR dtype named by ONNX element-type attribute ``name`` (None when 0 / unset),
     or a TypeInferenceError naming the attribute when it is not one of ``allowed``."""
-    from ..errors import TypeInferenceError
-    from ..ir.types import dtype_from_onnx
-
     code = ctx.attrs.get(name)
     if not code:
         return None

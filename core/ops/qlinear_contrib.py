@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.types import TensorType
+from .activation import sigmoid_of
 from .common import broadcast_shapes, broadcasts_to, require_dtype
 from .nn import pool_geometry, pool_windows
 from .registry import (
@@ -394,8 +395,6 @@ def qlinear_sigmoid(x, x_scale, x_zero_point=None, y_scale=None, y_zero_point=No
     few float32 ulps, so a value within those ulps of a rounding tie can land
     1 LSB apart.
     """
-    from .activation import sigmoid_of
-
     values = _dequantize(x, _scalar(x_scale, _F32), _zero(x_zero_point))
     with np.errstate(over="ignore", under="ignore"):
         y = sigmoid_of(values.astype(np.float64)).astype(_F32)

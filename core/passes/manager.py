@@ -7,12 +7,14 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ..errors import HeteroccError
 from ..ir.checker import check_graph
 from ..ir.graph import Graph
 
 GraphPass = Callable[[Graph], Graph]
+T = TypeVar("T")
 
 _PASSES: dict[str, GraphPass] = {}
 
@@ -67,24 +69,39 @@ class PassManager:
     records: list[PassRecord] = field(default_factory=list)
 
     def run(self, graph: Graph) -> Graph:
+        """Run ``passes`` on ``graph`` (the first run of this manager dumps its input)."""
         if isinstance(self.dump_ir, str):
             os.makedirs(self.dump_ir, exist_ok=True)
+        if not self.records:
             self._dump(0, "input", graph)
-        for i, p in enumerate(self.passes, start=1):
+        return self.run_passes(self.passes, graph)
+
+    def run_passes(self, passes: Sequence[GraphPass | str], graph: Graph) -> Graph:
+        """Run more ``passes`` after those already run, numbered and recorded after them."""
+        for p in passes:
             fn = get_pass(p) if isinstance(p, str) else p
-            name = pass_name(fn)
-            before = graph.num_nodes()
-            t0 = time.perf_counter()
-            graph = fn(graph)
-            self.records.append(PassRecord(name, time.perf_counter() - t0, before,
-                                           graph.num_nodes()))
-            if self.check:
-                try:
-                    check_graph(graph)
-                except HeteroccError as exc:
-                    raise type(exc)(f"after pass {name!r}: {exc}") from None
-            self._dump(i, name, graph)
+            graph, _ = self.run_step(pass_name(fn), lambda g, fn=fn: (fn(g), None), graph)
         return graph
+
+    def run_step(self, name: str, step: Callable[[Graph], tuple[Graph, T]],
+                 graph: Graph) -> tuple[Graph, T]:
+        """Run a pass ``name`` that gives something besides the graph (partitioning: its
+        report): ``step(graph) -> (graph, result)``, timed, checked and dumped like the
+        others; returns both."""
+        if isinstance(self.dump_ir, str):
+            os.makedirs(self.dump_ir, exist_ok=True)
+        before = graph.num_nodes()
+        t0 = time.perf_counter()
+        graph, result = step(graph)
+        self.records.append(PassRecord(name, time.perf_counter() - t0, before,
+                                       graph.num_nodes()))
+        if self.check:
+            try:
+                check_graph(graph)
+            except HeteroccError as exc:
+                raise type(exc)(f"after pass {name!r}: {exc}") from None
+        self._dump(len(self.records), name, graph)
+        return graph, result
 
     def _dump(self, index: int, name: str, graph: Graph) -> None:
         if self.dump_ir is None:

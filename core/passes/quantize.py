@@ -21,6 +21,7 @@ import numpy as np
 
 from ..ir.graph import Graph, NameScope, Node, Value, constant
 from ..ir.types import TensorType
+from ..ops import get_op
 from ..ops.qnn import MAX_MULTIPLIER_BITS, fixed_point_scale
 from ..patterns import is_constant, is_op, match, optional, wildcard
 from .manager import register_pass
@@ -291,8 +292,6 @@ def realize_qdq(graph: Graph) -> Graph:
     """Rewrite quantized conv / dense chains (QDQ form; run ``expand_qoperator`` first
     for QOperator models) into ConvInteger / MatMulInteger + bias Add + Requantize, and
     quantized element-wise additions into integer ones (``_rewrite_add``)."""
-    from ..ops import get_op
-
     scope = NameScope.of(graph)
     graph = _drop_roundtrips(graph)
     producers = graph.producers()

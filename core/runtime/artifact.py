@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import ArtifactError, TargetError
 from ..ir.graph import Graph
 from ..ir.serialize import graph_from_json, graph_to_json
+from ..targets import get_target
 from .executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .inputs import InputSpec, name_inputs
 
@@ -154,8 +155,6 @@ def load_artifact(path: str) -> LoadedModel:
     version, or kernels compiled for a machine this host is not (another architecture,
     CPU features it lacks: the message names them).
     """
-    from ..targets import get_target
-
     path = os.fspath(path)
     manifest = _read_manifest(path)
     _verify_files(path, manifest)

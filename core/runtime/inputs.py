@@ -68,6 +68,20 @@ def name_inputs(specs: Sequence[InputSpec],
     return out
 
 
+def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """``--shape`` values (``NAME=D0,D1,...``, or ``NAME=D0xD1``) as a shapes dict."""
+    shapes = {}
+    for item in items or []:
+        name, _, dims = item.partition("=")
+        if not dims:
+            raise InputError(f"--shape {item!r}: expected NAME=D0,D1,...")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.replace("x", ",").split(",") if d)
+        except ValueError:
+            raise InputError(f"--shape {item!r}: dimensions must be integers") from None
+    return shapes
+
+
 def load_samples(path: str) -> list[dict[str, np.ndarray]]:
     """Sample inputs (e.g. for calibration) from ``path``: a directory of ``.npz``
     files, one sample each (keys: input names), or one ``.npz`` file whose arrays

@@ -1,19 +1,19 @@
 """heterocc.tuning: schedules chosen by measurement (AutoTVM style).
 
-Templates expose knobs in a config space (:mod:`.space`, :mod:`.templates`); tasks are
-extracted from a model (:mod:`.task`); tuners propose configs (:mod:`.tuners`), which are
-built and measured in isolated worker processes (:mod:`.measure`); every measurement is
-appended to a JSON-lines log (:mod:`.records`) that a later run resumes from and that
-compilation applies (:mod:`.apply`).
+Templates expose knobs in a config space (:mod:`.space`); they belong to the targets,
+which offer them, the tasks of a model and the measurement of a candidate through their
+``tuning()`` hook (:mod:`.templates`, :mod:`.task`); tuners propose configs
+(:mod:`.tuners`), which are built and measured in isolated worker processes
+(:mod:`.measure`); every measurement is appended to a JSON-lines log (:mod:`.records`)
+that a later run resumes from and that compilation applies (:mod:`.apply`).
 """
 
-from . import accel as accel  # registers the accelerator's template and runner
 from .apply import ApplyHistoryBest, lookup
 from .measure import InProcessMeasurer, MeasureOptions, Measurer, MeasureResult
 from .records import MeasureRecord, RecordLog, best_configs, read_records
 from .space import Config, ConfigSpace, Knob
 from .task import Task, extract_tasks, workload_key
-from .templates import TEMPLATES, Template, register_template
+from .templates import TEMPLATES, TargetTuning, Template, register_template, tuning_of
 from .tuners import (
     CostModel,
     GeneticTuner,
@@ -28,7 +28,7 @@ from .tuners import (
 __all__ = [
     "ApplyHistoryBest", "Config", "ConfigSpace", "CostModel", "GeneticTuner", "GridTuner",
     "InProcessMeasurer", "Knob", "MeasureOptions", "MeasureRecord", "MeasureResult", "Measurer",
-    "RandomTuner", "RecordLog", "TEMPLATES", "Task", "Template", "XGBTuner", "best_configs",
-    "extract_tasks", "lookup", "make_tuner", "read_records", "register_template",
-    "remeasure_best", "tune_task", "workload_key",
+    "RandomTuner", "RecordLog", "TEMPLATES", "TargetTuning", "Task", "Template", "XGBTuner",
+    "best_configs", "extract_tasks", "lookup", "make_tuner", "read_records",
+    "register_template", "remeasure_best", "tune_task", "tuning_of", "workload_key",
 ]

@@ -11,9 +11,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from ..runtime.inputs import parse_shapes
 from .measure import MeasureOptions, Measurer
-from .records import RecordLog
+from .records import RecordLog, config_costs, read_records
 from .task import extract_tasks
+from .templates import SECONDS
 from .tuners import TUNERS, CostModel, TuneProgress, make_tuner, remeasure_best, tune_task
 
 BAR_WIDTH = 24
@@ -24,7 +26,8 @@ def add_tune_parser(subparsers) -> argparse.ArgumentParser:
     (its ``func`` default runs the command)."""
     p = subparsers.add_parser("tune", help="tune the schedules of a model's tasks by measurement")
     p.add_argument("model", help="ONNX model")
-    p.add_argument("--target", default="llvm", choices=("llvm", "vta"))
+    p.add_argument("--target", default="llvm",
+                   help="a target with tuning templates (llvm, vta)")
     p.add_argument("--trials", type=int, default=64, help="measurements per task (with resumed)")
     p.add_argument("--log", required=True, help="JSON-lines tuning log (appended, resumed)")
     p.add_argument("--tuner", default="xgb", choices=sorted(TUNERS))
@@ -35,16 +38,17 @@ def add_tune_parser(subparsers) -> argparse.ArgumentParser:
                    help="measure this many best configs and the default again per task "
                         "(twice each; 0: off), so a lucky first timing does not win")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--preset", default="1x16x16", help="accelerator hardware preset (vta)")
+    p.add_argument("--preset", help="accelerator hardware preset (vta; default 1x16x16)")
     p.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic dims")
     p.set_defaults(func=run_tune)
     return p
 
 
-def format_cost(cost: float, target: str) -> str:
+def format_cost(cost: float, unit: str) -> str:
+    """A cost in a template's ``cost_unit``: milliseconds for seconds, else as counted."""
     if math.isinf(cost):
         return "-"
-    return f"{cost:.0f} cycles" if target == "vta" else f"{cost * 1e3:.3f} ms"
+    return f"{cost * 1e3:.3f} ms" if unit == SECONDS else f"{cost:.0f} {unit}"
 
 
 def progress_line(progress: TuneProgress, number: int, count: int, elapsed_s: float) -> str:
@@ -52,9 +56,10 @@ def progress_line(progress: TuneProgress, number: int, count: int, elapsed_s: fl
     done = min(progress.trials / max(progress.total, 1), 1.0)
     filled = int(round(done * BAR_WIDTH))
     bar = "#" * filled + "-" * (BAR_WIDTH - filled)
-    best = format_cost(progress.best_cost, progress.task.target)
+    unit = progress.task.definition.cost_unit
+    best = format_cost(progress.best_cost, unit)
     flops = progress.task.flops
-    rate = "" if math.isinf(progress.best_cost) or progress.task.target == "vta" else \
+    rate = "" if math.isinf(progress.best_cost) or unit != SECONDS else \
         f", {flops / progress.best_cost / 1e9:.1f} GFLOP/s"
     return (f"[task {number}/{count}] {progress.task.template} [{bar}] "
             f"{progress.trials}/{progress.total} trials, {progress.errors} errors, "
@@ -89,8 +94,6 @@ def run_tune(args, stream: TextIO | None = None) -> int:
     """Run ``heterocc tune`` with parsed ``args``; progress goes to ``stream`` (default:
     the standard error stream at the time of the call)."""
     stream = sys.stderr if stream is None else stream
-    from ..cli import parse_shapes
-
     tasks = extract_tasks(args.model, target=args.target, preset=args.preset,
                           shapes=parse_shapes(args.shape))
     print(f"{len(tasks)} tasks in {args.model} for {args.target}", file=stream)
@@ -115,15 +118,13 @@ def run_tune(args, stream: TextIO | None = None) -> int:
 def _summary(task, log: RecordLog) -> str:
     """The task's best config in ``log`` and the default's cost, both by the median of
     their records (what compilation applies)."""
-    from .records import config_costs, read_records
-
     costs = config_costs(read_records(log.path)).get(task.workload_key, {})
     if not costs:
         return "no successful measurement"
     best = min(costs, key=costs.get)
     default = task.default_config()
-    text = (f"best {format_cost(costs[best], task.target)} with "
-            f"{task.space.get(best).to_json()}")
+    unit = task.definition.cost_unit
+    text = f"best {format_cost(costs[best], unit)} with {task.space.get(best).to_json()}"
     if default.index in costs:
-        text += f", default {format_cost(costs[default.index], task.target)}"
+        text += f", default {format_cost(costs[default.index], unit)}"
     return text

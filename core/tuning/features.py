@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import te
 from ..tir import expr as tx
 from ..tir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, PrimFunc, SeqStmt, Stmt
 from ..tir.visitor import collect
@@ -186,8 +187,6 @@ def knob_features(space, config) -> np.ndarray:
 def candidate_features(task, config) -> np.ndarray:
     """Features of one candidate of ``task`` (a :class:`~.task.Task`): the template's own
     when it has them, else those of its lowered loop nest; then its knob positions."""
-    from .. import te
-
     template = task.definition
     if template.features is not None:
         described = np.asarray(template.features(task.args, config), np.float64)

@@ -4,9 +4,10 @@ isolated worker process, with a time-out.
 The worker is a separate (spawned) Python process that stays up across candidates;
 when a candidate crashes it (a segfault in generated code) or runs past the time-out,
 the worker is killed, the candidate is recorded as an error and a fresh worker serves
-the next one, so tuning goes on. Each target has a runner that does the in-process
-work: ``llvm`` builds with LLVM and times wall-clock seconds per call; ``vta`` (see
-:mod:`.accel`) generates the instruction stream and reports the timing model's cycles.
+the next one, so tuning goes on. The in-process work is the target's (the ``measure`` of
+its :class:`~.templates.TargetTuning`): ``llvm`` builds with LLVM and times wall-clock
+seconds per call; ``vta`` generates the instruction stream and reports the timing
+model's cycles.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import te
 from ..errors import InputError
 from .space import Config
 from .task import Task
+from .templates import tuning_of
 
 #: how a candidate can fail
 ERROR_KINDS = ("build", "runtime", "wrong", "timeout", "crash")
@@ -70,18 +71,6 @@ class CandidateError(Exception):
         self.kind = kind
 
 
-#: the in-process measurement of one candidate, by target name
-RUNNERS: dict[str, Callable[[Task, Config, MeasureOptions], tuple[float, ...]]] = {}
-
-
-def register_runner(target: str):
-    """Decorator registering the runner of ``target``."""
-    def register(runner):
-        RUNNERS[target] = runner
-        return runner
-    return register
-
-
 def check_output(task: Task, got: np.ndarray, expected: np.ndarray,
                  options: MeasureOptions) -> None:
     """Raise CandidateError('wrong') unless ``got`` matches the reference."""
@@ -114,7 +103,7 @@ BLAS_IDLE_S = 0.25
 
 
 @functools.lru_cache(maxsize=1)
-def _inputs_and_reference(key: str, seed: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+def task_inputs(key: str, seed: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """Random inputs of task ``key`` and its reference output, computed once per task in
     a worker (the candidates of a task follow one another), then a pause of
     ``BLAS_IDLE_S``: BLAS threads still spinning after the reference's product would take
@@ -129,35 +118,10 @@ def _inputs_and_reference(key: str, seed: int) -> tuple[tuple[np.ndarray, ...], 
     return inputs, expected
 
 
-@register_runner("llvm")
-def run_llvm_candidate(task: Task, config: Config, options: MeasureOptions) -> tuple[float, ...]:
-    """Build ``config`` of ``task`` with LLVM, check it against NumPy, time it."""
-    from heterocc.targets.llvm.module import build
-
-    try:
-        schedule, tensors = task.definition.instantiate(task.args, config)
-        module = build(te.lower(schedule, tensors, name="candidate"))
-    except Exception as error:  # any failure to build is this candidate's, not the tuner's
-        raise CandidateError("build", f"{type(error).__name__}: {error}") from None
-    inputs, expected = _inputs_and_reference(task.workload_key, options.seed)
-    output = np.zeros(tensors[-1].shape, tensors[-1].dtype)
-    function = module["candidate"]
-    try:
-        function(*inputs, output)
-    except Exception as error:
-        raise CandidateError("runtime", f"{type(error).__name__}: {error}") from None
-    check_output(task, output, expected, options)
-    return time_calls(lambda: function(*inputs, output), options)
-
-
 def measure_in_process(task: Task, config: Config, options: MeasureOptions) -> MeasureResult:
     """Measure one candidate in this process (what the worker runs)."""
     start = time.perf_counter()
-    try:
-        runner = RUNNERS[task.target]
-    except KeyError:
-        raise InputError(f"no measurement runner for target {task.target!r}; known: "
-                         f"{', '.join(RUNNERS)}") from None
+    runner = tuning_of(task.target).measure
     try:
         costs = runner(task, config, options)
     except CandidateError as error:

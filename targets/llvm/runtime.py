@@ -23,6 +23,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import llvmlite.binding as llvm
+
 from ...errors import CompileError
 
 RUNTIME_SOURCE = r"""
@@ -227,8 +229,6 @@ def runtime_library() -> Path:
 @functools.cache
 def load_runtime() -> ctypes.CDLL:
     """The runtime loaded into this process, its symbols visible to JIT-compiled code."""
-    import llvmlite.binding as llvm
-
     path = str(runtime_library())
     library = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     llvm.load_library_permanently(path)

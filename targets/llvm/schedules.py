@@ -388,9 +388,9 @@ def pack_matmul(product: te.Tensor, panel: int | None = None,
     recorded as the op's ``packed_B`` attribute.
 
     The panel is ``panel`` when given, else the applied tuning log's best for this shape
-    (``heterocc.tuning.apply.matmul_panel``), else :func:`default_panel`. Returns False,
+    (``targets/llvm/tuning.py: matmul_panel``), else :func:`default_panel`. Returns False,
     touching nothing, for a product of another form (see :func:`_matmul_loads`)."""
-    from heterocc.tuning.apply import matmul_panel  # tuning builds on this module
+    from .tuning import matmul_panel  # the tuning templates build on this module
 
     loads = _matmul_loads(product)
     if loads is None:

@@ -48,14 +48,13 @@ from .schedules import (
     schedule_reduction,
     schedule_rows,
 )
+from .tuning import blocked_conv_tiles, llvm_tuning, schedule_matmul_tuned
 
 
 #: anchor schedules, by the ``schedule`` attribute a compute puts on its output
 def _schedule_matmul(schedule: te.Schedule, product: te.Tensor) -> None:
     """The tuning log's best matmul schedule for this shape when one is applied
     (``heterocc.compile(..., tuning_log=...)``), else the default."""
-    from heterocc.tuning.apply import schedule_matmul_tuned  # tuning builds on this module
-
     if not schedule_matmul_tuned(schedule, product):
         schedule_matmul(schedule, product)
 
@@ -65,8 +64,6 @@ def _schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
                            chain: Sequence[te.Tensor] = ()) -> None:
     """The blocked convolution's schedule with the tiles of the applied tuning log's best
     config for its workload, else the default tiles."""
-    from heterocc.tuning.apply import blocked_conv_tiles  # tuning builds on this module
-
     tiles = blocked_conv_tiles(conv) or BlockedConvTiles()
     schedule_conv2d_nchwc(schedule, conv, epilogue, chain, tiles)
 
@@ -220,3 +217,11 @@ class LLVMTarget(TETarget):
         return LLVMKernel(function.name, library[symbol], function_constants(function.body),
                           output_specs(function))
 
+    def graph_passes(self) -> list[str]:
+        """The CPU's layout pass (blocked NCHW[x]c convolutions), then folding again for a
+        transform of a constant input; none when ``blocked_layout`` is off."""
+        return ["alter_layout", "fold_constants"] if self.blocked_layout else []
+
+    def tuning(self):
+        """The CPU's tuning templates, tasks and measurement (``heterocc tune``)."""
+        return llvm_tuning(self)

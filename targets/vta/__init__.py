@@ -22,6 +22,7 @@ from ..registry import Kernel, register_target
 from .codegen import AcceleratorKernel, compile_composite
 from .patterns import pattern_table as _pattern_table
 from .region import BlockedRegion
+from .tuning import vta_tuning
 
 
 @dataclass
@@ -39,6 +40,16 @@ class VtaTarget:
 
     def pattern_table(self):
         return _pattern_table()
+
+    def tuning(self):
+        """The GEMM tiling space on this hardware (``heterocc tune --target vta``)."""
+        return vta_tuning(self.config)
+
+    def hil_command(self, args) -> int:
+        """``heterocc hil MODEL.onnx``: the model's accelerator functions on the RTL."""
+        from .hil import model_hil_command  # hil builds instances of this module's class
+
+        return model_hil_command(args)
 
     def build(self, function: Node) -> Kernel:
         """A region: each composite inside becomes one accelerator program; tensors pass

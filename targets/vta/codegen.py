@@ -45,7 +45,6 @@ from heterocc.errors import CompileError
 from heterocc.ir.graph import Node
 from heterocc.ops.nn import conv_geometry
 from heterocc.ops.qnn import zero_point_bias
-from heterocc.tuning.apply import vta_tiling
 
 from .conv import (
     MAX_CONV_CANDIDATES,
@@ -61,6 +60,7 @@ from .epilogue import EpilogueStep, plan_epilogue
 from .residual import add_program, quantized_add
 from .schedule import constant_blocks, packed_gemm, schedule_packed_gemm
 from .tiling import best_tiling, task_threads
+from .tuning import vta_tiling
 from .vthreads import interleave_virtual_threads
 
 #: per-column constants of an unshortened requantization (bias, -limit, limit,

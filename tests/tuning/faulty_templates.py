@@ -9,8 +9,9 @@ import signal
 import time
 
 from heterocc import te
+from heterocc.targets.llvm.tuning import MATMUL
 from heterocc.tuning.space import ConfigSpace, Knob
-from heterocc.tuning.templates import MATMUL, Template, register_template
+from heterocc.tuning.templates import Template, register_template
 
 
 def _instantiate(args, config):

@@ -11,8 +11,9 @@ from heterocc import te
 from heterocc.accel_sim import HardwareConfig
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import matmul
-from heterocc.tuning.accel import vta_gemm_task
-from heterocc.tuning.apply import ApplyHistoryBest, lookup, schedule_matmul_tuned, vta_tiling
+from heterocc.targets.llvm.tuning import schedule_matmul_tuned
+from heterocc.targets.vta.tuning import vta_gemm_task, vta_tiling
+from heterocc.tuning.apply import ApplyHistoryBest, lookup
 from heterocc.tuning.cli import add_tune_parser
 from heterocc.tuning.records import MeasureRecord, best_configs, read_records
 from heterocc.tuning.task import Task, extract_tasks, workload_key

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from heterocc.tuning.accel import vta_gemm_task
+from heterocc.targets.vta.tuning import vta_gemm_task
 from heterocc.tuning.measure import MeasureOptions, Measurer, measure_in_process
 from heterocc.tuning.task import Task
 from tests.tuning import faulty_templates  # noqa: F401  (registers faulty_matmul here too)
@@ -32,7 +32,7 @@ def test_errors_are_recorded_and_measurement_goes_on(measurer):
 
 
 def test_accelerator_candidates_are_checked_and_overflows_are_build_errors():
-    from heterocc.tuning.accel import VTA_GEMM  # noqa: F401
+    from heterocc.targets.vta.tuning import VTA_GEMM  # noqa: F401
 
     task = vta_gemm_task(16, 64, 32, "1x16x16", False)
     ok = measure_in_process(task, task.default_config(), MeasureOptions())

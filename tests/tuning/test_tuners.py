@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from heterocc import te
-from heterocc.tuning.accel import vta_gemm_task
+from heterocc.targets.vta.tuning import vta_gemm_task
 from heterocc.tuning.features import FEATURE_NAMES, loop_nest_features
 from heterocc.tuning.measure import InProcessMeasurer
 from heterocc.tuning.task import Task

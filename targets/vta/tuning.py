@@ -1,4 +1,5 @@
-"""Tuning the accelerator's GEMM tiling and virtual threads through the same machinery.
+"""The accelerator's tuning space: its GEMM tiling and virtual threads, tuned through the
+machinery of ``heterocc.tuning`` (``heterocc tune --target vta``).
 
 The ``vta_gemm`` template's knobs are the chunk sizes of a tiled GEMM (rows of A and
 columns of C per block, reduction tiles per chunk, all in hardware tiles) and the
@@ -17,21 +18,26 @@ target compiles every composite (its per-column constants take accumulator space
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from ..accel_sim import HardwareConfig
-from ..accel_sim.isa import Buffer
-from ..accel_sim.reference_programs import (
+from heterocc.accel_sim import HardwareConfig
+from heterocc.accel_sim.isa import Buffer
+from heterocc.accel_sim.reference_programs import (
     GemmTiling,
     Requantization,
     default_gemm_tiling,
     tiled_gemm_program,
 )
-from ..errors import InputError
-from .measure import CandidateError, MeasureOptions, check_output, register_runner
-from .space import Config, ConfigSpace, Knob, divisors
-from .task import Task
-from .templates import Template, register_template
+from heterocc.errors import InputError
+from heterocc.ir.graph import Graph, Node
+from heterocc.ops.nn import conv_geometry
+from heterocc.tuning.apply import lookup
+from heterocc.tuning.measure import CandidateError, MeasureOptions, check_output
+from heterocc.tuning.space import Config, ConfigSpace, Knob, divisors
+from heterocc.tuning.task import Task, matmul_dims
+from heterocc.tuning.templates import TargetTuning, Template
 
 #: fixed-point shift of the test requantization (keeps int8 results spread out)
 _SHIFT = 8
@@ -123,9 +129,9 @@ def _features(args: tuple, config: Config) -> np.ndarray:
     return np.array([*np.log2(sizes), *_shares(args, config)], np.float64)
 
 
-VTA_GEMM = register_template(Template(
+VTA_GEMM = Template(
     "vta_gemm", "vta", _space, _default, _instantiate, _inputs, _reference,
-    lambda args: 2 * args[0] * args[1] * args[2], _features))
+    lambda args: 2 * args[0] * args[1] * args[2], _features, cost_unit="cycles")
 
 
 def hardware_name(hardware: HardwareConfig | str) -> str:
@@ -143,8 +149,7 @@ def vta_gemm_task(rows: int, k: int, n: int, hardware: HardwareConfig | str = "1
     return Task("vta_gemm", (rows, k, n, hardware_name(hardware), requantize))
 
 
-@register_runner("vta")
-def run_accel_candidate(task: Task, config: Config, options: MeasureOptions) -> tuple[float]:
+def measure_candidate(task: Task, config: Config, options: MeasureOptions) -> tuple[float]:
     """Generate the candidate's stream, check its result on the functional simulator
     and return its modelled cycles."""
     template = task.definition
@@ -158,3 +163,69 @@ def run_accel_candidate(task: Task, config: Config, options: MeasureOptions) -> 
     got = program.read("C").astype(np.int64)
     check_output(task, got, template.reference(task.args, inputs), options)
     return (float(report.timing.total_cycles),)
+
+
+def vta_tiling(rows: int, k: int, n: int, hardware, requantize: bool = True
+               ) -> tuple[GemmTiling, int] | None:
+    """The current tuning log's best GEMM tiling and virtual thread count of a
+    (rows x k) @ (k x n) GEMM on ``hardware`` (a ``HardwareConfig``, preset or config
+    name), or None."""
+    config = lookup(vta_gemm_task(rows, k, n, hardware, requantize).workload_key)
+    if config is None:
+        return None
+    tiling = GemmTiling(config["block_rows"], config["block_cols"], config["k_chunk"])
+    return tiling, config["virtual_threads"]
+
+
+def _gemm_task(rows: int, k: int, n: int, config: HardwareConfig) -> Task | None:
+    """The task of a GEMM padded to the core's block sizes, as the target pads it."""
+    if rows % config.batch:
+        return None
+
+    def round_up(value: int, multiple: int) -> int:
+        return -(-value // multiple) * multiple
+
+    return vta_gemm_task(rows, round_up(k, config.block_in), round_up(n, config.block_out),
+                         config)
+
+
+def _conv_task(node: Node, config: HardwareConfig) -> Task | None:
+    x, w = node.inputs[0].type, node.inputs[1].type
+    if len(x.shape) != 4 or len(w.shape) != 4 or int(node.attrs.get("group") or 1) != 1:
+        return None
+    n, c = x.shape[:2]
+    out_channels, _, r, s = w.shape
+    _, _, _, _, (oh, ow) = conv_geometry(x.shape, w.shape, node.attrs)
+    return _gemm_task(n * oh * ow, c * r * s, out_channels, config)
+
+
+def _matmul_task(node: Node, config: HardwareConfig) -> Task | None:
+    dims = matmul_dims(node)
+    if dims is None:
+        return None
+    m, n, k = dims
+    return _gemm_task(m, k, n, config)
+
+
+_EXTRACTORS = {"Conv": _conv_task, "ConvInteger": _conv_task, "MatMul": _matmul_task,
+               "MatMulInteger": _matmul_task, "Gemm": _matmul_task}
+
+
+def extract_tasks(graph: Graph, config: HardwareConfig) -> list[Task]:
+    """The GEMM of every ungrouped convolution (im2col) and dense layer of ``graph``,
+    padded to the block sizes of the ``config`` core as the target pads them."""
+    found: dict[str, Task] = {}
+    for _, node in graph.walk():
+        extractor = _EXTRACTORS.get(node.op)
+        if extractor is None or any(v is None for v in node.inputs[:2]):
+            continue
+        task = extractor(node, config)
+        if task is not None:
+            found.setdefault(task.workload_key, task)
+    return list(found.values())
+
+
+def vta_tuning(config: HardwareConfig) -> TargetTuning:
+    """The tuning hook of an accelerator target on hardware ``config``."""
+    return TargetTuning((VTA_GEMM,), functools.partial(extract_tasks, config=config),
+                        measure_candidate)

@@ -1,11 +1,14 @@
-"""Every template builds correct code for several configs (checked against NumPy)."""
+"""Every template of the CPU target builds correct code for several configs (checked
+against NumPy)."""
 
 import numpy as np
 import pytest
 
 from heterocc import te
 from heterocc.targets.llvm.module import build
-from heterocc.tuning.templates import TEMPLATES
+from heterocc.targets.llvm.tuning import TEMPLATES as LLVM_TEMPLATES
+
+TEMPLATES = {template.name: template for template in LLVM_TEMPLATES}
 
 WORKLOADS = {
     "matmul": (20, 40, 24, "float32"),

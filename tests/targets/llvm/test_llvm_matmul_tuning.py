@@ -7,16 +7,16 @@ import numpy as np
 from heterocc import te
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import matmul, schedule_matmul
-from heterocc.tuning.apply import ApplyHistoryBest, matmul_panel, schedule_matmul_tuned
+from heterocc.targets.llvm.tuning import MATMUL, matmul_panel, schedule_matmul_tuned
+from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.measure import (
     MeasureOptions,
     MeasureResult,
-    _inputs_and_reference,
     measure_in_process,
+    task_inputs,
 )
 from heterocc.tuning.records import MeasureRecord, RecordLog, config_costs, read_records
 from heterocc.tuning.task import Task
-from heterocc.tuning.templates import TEMPLATES
 from heterocc.tuning.tuners import RandomTuner, remeasure_best, tune_task
 
 TASK = Task("matmul", (16, 128, 24, "float32"))
@@ -118,18 +118,18 @@ def test_the_logs_panel_width_is_packed_and_its_config_applied():
 def test_panel_options_divide_the_columns_when_some_do():
     panels = TASK.space.knobs[1].options
     assert panels and all(128 % p == 0 for p in panels)
-    assert TEMPLATES["matmul"].space((8, 40, 8, "float32")).knobs[1].options == (16, 32, 48)
+    assert MATMUL.space((8, 40, 8, "float32")).knobs[1].options == (16, 32, 48)
     parallel = {k.name: k.options for k in TASK.space.knobs}["parallel"]
     assert parallel == ("outer", "inner", "none")
 
 
 def test_the_reference_is_computed_once_per_task_and_its_inputs_are_read_only():
     options = MeasureOptions(repeat=1)
-    _inputs_and_reference.cache_clear()
+    task_inputs.cache_clear()
     space = TASK.space
     for index in (0, 7, TASK.default_config().index):
         assert measure_in_process(TASK, space.get(index), options).ok
-    info = _inputs_and_reference.cache_info()
+    info = task_inputs.cache_info()
     assert (info.misses, info.hits) == (1, 2)
-    inputs, _ = _inputs_and_reference(TASK.workload_key, options.seed)
+    inputs, _ = task_inputs(TASK.workload_key, options.seed)
     assert not any(array.flags.writeable for array in inputs)

@@ -11,7 +11,8 @@ from heterocc import te
 from heterocc.targets.llvm import LLVMTarget
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import BlockedConvTiles, schedule_conv2d_nchwc
-from heterocc.tuning.apply import ApplyHistoryBest, blocked_conv_tiles
+from heterocc.targets.llvm.tuning import blocked_conv_tiles
+from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.records import MeasureRecord, RecordLog
 from heterocc.tuning.task import Task, extract_tasks
 

@@ -1,0 +1,86 @@
+"""The compile pipeline: the graph passes ``heterocc.compile`` runs for a set of targets.
+
+:func:`run_pipeline` is what the driver runs before it builds kernels, and what tuning
+runs to see the workloads the kernels really have. Its order:
+
+1. the target-independent simplifications (``expand_qoperator``, then
+   :data:`DEFAULT_PIPELINE` up to fusion);
+2. with ``calibration``: post-training quantization and its clean-up;
+3. with several targets: partitioning by the pattern tables of every target but the
+   fallback (imported QDQ chains become integer ops first, when not quantizing);
+4. the graph passes the fallback target contributes (its ``graph_passes`` hook, e.g.
+   the CPU's blocked layout): after quantization and partitioning, so they see only
+   the nodes left to it;
+5. fusion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..ir.graph import Graph
+from ..quantization import quantize_graph
+from . import DEFAULT_PIPELINE
+from .manager import GraphPass, PassManager, PassRecord
+from .partition import PartitionReport, partition
+
+
+@dataclass
+class PipelineResult:
+    """The optimized graph, what each pass did, and where partitioning placed every node
+    (None with one target: nothing was partitioned)."""
+
+    graph: Graph
+    records: list[PassRecord]
+    report: PartitionReport | None = None
+
+
+def _quantization_passes(calibration: list) -> list[GraphPass | str]:
+    def quantize(graph: Graph) -> Graph:
+        return quantize_graph(graph, calibration)
+
+    quantize.pass_name = "quantize"
+    return [quantize, "realize_qdq", "uint8_to_int8", "fold_constants", "dce"]
+
+
+def pattern_tables(targets: Mapping[str, object], fallback: str) -> dict[str, list]:
+    """The pattern tables the partitioner offers nodes to: those of every target but the
+    fallback that has one (the ``pattern_table`` hook), in priority order."""
+    return {name: t.pattern_table() for name, t in targets.items()
+            if name != fallback and callable(getattr(t, "pattern_table", None))}
+
+
+def target_graph_passes(target: object) -> list[GraphPass | str]:
+    """The graph passes ``target`` contributes (its optional ``graph_passes`` hook)."""
+    hook = getattr(target, "graph_passes", None)
+    return list(hook()) if callable(hook) else []
+
+
+def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | None = None,
+                 strict: bool = False, calibration: Sequence | None = None,
+                 dump_ir: str | Callable[[str, Graph], None] | None = None) -> PipelineResult:
+    """Run the compile pipeline on ``graph`` for ``targets`` (target instances by name, in
+    priority order); ``fallback`` (default: the last) takes what no pattern table claims.
+    ``strict``: partitioning raises PartitionError rather than leaving to the fallback
+    a match its target refused. ``calibration``: sample inputs for int8 post-training
+    quantization. ``dump_ir``: see :class:`PassManager`."""
+    fallback = list(targets)[-1] if fallback is None else fallback
+    tables = pattern_tables(targets, fallback)
+    fuse_at = DEFAULT_PIPELINE.index("fuse_ops")
+    before: list[GraphPass | str] = ["expand_qoperator", *DEFAULT_PIPELINE[:fuse_at]]
+    if calibration is not None:
+        before += _quantization_passes(list(calibration))
+    elif tables:
+        # imported QDQ chains become integer ops before their weights fold to float
+        at = before.index("infer_types") + 1
+        before[at:at] = ["realize_qdq", "uint8_to_int8"]
+    manager = PassManager(before, dump_ir=dump_ir)
+    graph = manager.run(graph)
+    report = None
+    if tables:
+        graph, report = manager.run_step(
+            "partition", lambda g: partition(g, tables, fallback, strict), graph)
+    graph = manager.run_passes([*target_graph_passes(targets[fallback]),
+                                *DEFAULT_PIPELINE[fuse_at:]], graph)
+    return PipelineResult(graph, manager.records, report)

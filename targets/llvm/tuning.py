@@ -1,0 +1,711 @@
+"""The CPU's tuning space: templates for the schedules of ``schedules.py``, the tasks of a
+model as this target compiles it, and the measurement of a candidate.
+
+The templates cover matmul, dense (``X @ W.T``), batch matmul, the blocked NCHW[x]c
+convolution the target compiles (dense and depthwise), and the plain NCHW conv2d and
+depthwise conv2d. :class:`~heterocc.targets.llvm.target.LLVMTarget` offers them through
+its ``tuning()`` hook (:func:`llvm_tuning`); the schedules ask this module for the
+applied tuning log's best config (:func:`schedule_matmul_tuned`,
+:func:`blocked_conv_tiles`, :func:`matmul_panel`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from heterocc import te
+from heterocc.compute import compute_of
+from heterocc.ir.graph import Graph, Node
+from heterocc.ops.layout import blocked_conv_geometry, conv_nchwc
+from heterocc.ops.nn import conv_geometry
+from heterocc.passes.pipeline import run_pipeline
+from heterocc.tuning.apply import current, lookup
+from heterocc.tuning.measure import (
+    CandidateError,
+    MeasureOptions,
+    check_output,
+    task_inputs,
+    time_calls,
+)
+from heterocc.tuning.space import Config, ConfigSpace, Knob, divisors, split_options
+from heterocc.tuning.task import Task, matmul_dims, workload_key
+from heterocc.tuning.templates import TargetTuning, Template
+
+from .module import build
+from .schedules import (
+    BLOCKED_CONV_MAX_COLUMNS,
+    DEPTHWISE_MAX_COLUMNS,
+    BlockedConvTiles,
+    default_blocked_conv_tiles,
+    panel_width,
+    schedule_conv2d_nchwc,
+    tile_rows,
+    vector_lanes,
+)
+
+
+def _random_inputs(shapes: list[tuple[int, ...]], dtype: str,
+                   rng: np.random.Generator) -> list[np.ndarray]:
+    return [rng.standard_normal(shape).astype(dtype) for shape in shapes]
+
+
+# ------------------------------------------------------------------ (batch) matmul, dense
+#
+# B is read through a packed copy [panels, k, panel] (zero-padded past column n) so that a
+# register tile of C reads B contiguously; A's rows are broadcast one scalar at a time.
+
+
+def _pack_columns(read_b: Callable, n: int, depth: int, panel: int, dtype: str,
+                  name: str, batch: int | None = None) -> te.Tensor:
+    """B packed into column panels; ``read_b(k, column[, b])`` reads one element of B."""
+    panels = -(-n // panel)
+    zero = te.const(0, dtype)
+
+    def element(k, column, *batch_index):
+        clamped = te.minimum(column, n - 1)
+        return te.if_then_else(column < n, read_b(k, clamped, *batch_index), zero)
+
+    if batch is None:
+        return te.compute((panels, depth, panel),
+                          lambda p, k, c: element(k, p * panel + c), name=name)
+    return te.compute((batch, panels, depth, panel),
+                      lambda b, p, k, c: element(k, p * panel + c, b), name=name)
+
+
+def _panel_options(n: int, dtype: str) -> tuple[int, ...]:
+    """Panel widths of B: one to six vectors of the active CPU, those that divide ``n`` (a panel that does
+    not leaves C's column tiles a guarded tail that cannot be vectorized: an order of
+    magnitude slower), or every one that fits when none does."""
+    lanes = vector_lanes(dtype)
+    widths = [lanes * vectors for vectors in (1, 2, 3, 4, 6)]
+    dividing = tuple(w for w in widths if n % w == 0)
+    return dividing or split_options(-(-n // lanes) * lanes, widths)
+
+
+def _matmul_space(args: tuple) -> ConfigSpace:
+    """Register tile (rows x panel: rows of C x packed columns of B), the reduction's
+    chunk (with ``accumulate="memory"`` the chunk loop runs outside the row tiles: cache
+    blocking of B's panel), tile order, which tile loop runs in parallel, unrolling."""
+    m, n, k, dtype = args[:4]
+    return ConfigSpace((
+        Knob("tile_rows", "split", split_options(m, (1, 2, 3, 4, 6, 8, 12, 16))),
+        Knob("panel", "layout", _panel_options(n, dtype)),
+        Knob("k_chunk", "split", split_options(k, (16, 64, 128, 256, 512, k))),
+        Knob("accumulate", "order", ("registers", "memory")),
+        Knob("loop_order", "order", ("panels_outer", "rows_outer")),
+        Knob("parallel", "parallel", ("outer", "inner", "none")),
+        Knob("unroll_rows", "unroll", (True, False)),
+    ))
+
+
+def _matmul_default(args: tuple) -> dict:
+    """The choices of ``targets.llvm.schedules.schedule_matmul``."""
+    m, n, k, dtype = args[:4]
+    space = _matmul_space(args)
+    knobs = {knob.name: knob.options for knob in space.knobs}
+    return {"tile_rows": _closest(knobs["tile_rows"], tile_rows()),
+            "panel": _closest(knobs["panel"], panel_width(dtype)),
+            "k_chunk": k, "accumulate": "registers", "loop_order": "panels_outer",
+            "parallel": "outer", "unroll_rows": True}
+
+
+def _closest(options: tuple, wanted: int):
+    return min(options, key=lambda option: (abs(option - wanted), option))
+
+
+def schedule_matmul_config(s: te.Schedule, C: te.Tensor, packed: te.Tensor,
+                           config: Config) -> None:
+    """Schedule a (batch) matmul ``C`` reading B through ``packed`` [.., panels, k, panel]
+    by a ``matmul`` config: register-tile C by (tile_rows x panel) and accumulate each
+    tile in a local buffer over the reduction split into k_chunk pieces, or straight into
+    C with the chunk loop outside the row tiles (so a chunk of a B panel stays in cache
+    while rows stream by). Leading axes of C (a batch) run outermost."""
+    pack_axes = s[packed].op.axis
+    s[packed].parallel(pack_axes[0])
+    s[packed].vectorize(pack_axes[-1])
+    rows, panel = config["tile_rows"], config["panel"]
+    if config["accumulate"] == "registers":
+        local = s.cache_write(C, "local")
+    *batch, i, j = s[C].op.axis
+    io, ii = s[C].split(i, rows)
+    jo, ji = s[C].split(j, panel)
+    outer = [jo, io] if config["loop_order"] == "panels_outer" else [io, jo]
+    if config["accumulate"] == "registers":
+        s[C].reorder(*batch, *outer, ii, ji)
+        s[local].compute_at(s[C], outer[-1])
+        *local_batch, li, lj = s[local].op.axis
+        (lk,) = s[local].op.reduce_axis
+        ko, ki = s[local].split(lk, config["k_chunk"])
+        s[local].reorder(*local_batch, ko, ki, li, lj)
+        tile_stage, tile_rows, tile_cols = s[local], li, lj
+    else:
+        (kk,) = s[C].op.reduce_axis
+        ko, ki = s[C].split(kk, config["k_chunk"])
+        s[C].reorder(*batch, outer[0], ko, outer[1], ki, ii, ji)
+        tile_stage, tile_rows, tile_cols = s[C], ii, ji
+    if config["unroll_rows"]:
+        tile_stage.unroll(tile_rows)
+    tile_stage.vectorize(tile_cols)
+    if config["accumulate"] == "registers":
+        s[C].vectorize(ji)
+    if config["parallel"] == "outer":
+        s[C].parallel(batch[0] if batch else outer[0])
+    elif config["parallel"] == "inner":
+        s[C].parallel(outer[1])
+
+
+def _instantiate_matmul(args: tuple, config: Config, transpose_b: bool = False):
+    m, n, k, dtype = args
+    A = te.placeholder((m, k), dtype, "A")
+    B = te.placeholder((n, k) if transpose_b else (k, n), dtype, "B")
+    panel = config["panel"]
+    packed = _pack_columns((lambda r, c: B[c, r]) if transpose_b else (lambda r, c: B[r, c]),
+                           n, k, panel, dtype, "B.packed")
+    r = te.reduce_axis(k, "k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * packed[j // panel, r, j % panel],
+                                               axis=r), name="C")
+    s = te.create_schedule(C)
+    schedule_matmul_config(s, C, packed, config)
+    return s, [A, B, C]
+
+
+def _matmul_inputs(args, rng, transpose_b: bool = False):
+    m, n, k, dtype = args
+    return _random_inputs([(m, k), (n, k) if transpose_b else (k, n)], dtype, rng)
+
+
+def _matmul_reference(args, inputs, transpose_b: bool = False):
+    a, b = inputs
+    return a @ (b.T if transpose_b else b)
+
+
+def _matmul_flops(args) -> int:
+    m, n, k = args[:3]
+    return 2 * m * n * k
+
+
+MATMUL = Template(
+    "matmul", "llvm", _matmul_space, _matmul_default, _instantiate_matmul, _matmul_inputs,
+    _matmul_reference, _matmul_flops)
+
+
+def _batch_space(args: tuple) -> ConfigSpace:
+    _, m, n, k, dtype = args
+    return _matmul_space((m, n, k, dtype))
+
+
+def _batch_default(args: tuple) -> dict:
+    _, m, n, k, dtype = args
+    return _matmul_default((m, n, k, dtype))
+
+
+def _instantiate_batch_matmul(args: tuple, config: Config):
+    batch, m, n, k, dtype = args
+    A = te.placeholder((batch, m, k), dtype, "A")
+    B = te.placeholder((batch, k, n), dtype, "B")
+    panel = config["panel"]
+    packed = _pack_columns(lambda r, c, b: B[b, r, c], n, k, panel, dtype, "B.packed", batch)
+    r = te.reduce_axis(k, "k")
+    C = te.compute((batch, m, n),
+                   lambda b, i, j: te.sum(A[b, i, r] * packed[b, j // panel, r, j % panel],
+                                          axis=r), name="C")
+    s = te.create_schedule(C)
+    schedule_matmul_config(s, C, packed, config)
+    return s, [A, B, C]
+
+
+BATCH_MATMUL = Template(
+    "batch_matmul", "llvm", _batch_space, _batch_default, _instantiate_batch_matmul,
+    lambda args, rng: _random_inputs([args[:2] + (args[3],), (args[0], args[3], args[2])],
+                                     args[4], rng),
+    lambda args, inputs: np.matmul(*inputs),
+    lambda args: 2 * math.prod(args[:4]))
+
+
+# ------------------------------------------------------------------ conv2d, depthwise
+#
+# Workloads: conv2d (n, c, h, w, k, r, s, stride, pad, dtype);
+#            depthwise (n, c, h, w, r, s, stride, pad, dtype).
+
+
+def _out_size(size: int, kernel: int, stride: int, pad: int) -> int:
+    return (size + 2 * pad - kernel) // stride + 1
+
+
+def _padded(data: te.Tensor, pad: int, name: str) -> te.Tensor:
+    """``data`` zero-padded by ``pad`` on both spatial axes. The load keeps an affine
+    index (no clamping) so that it vectorizes; the select never evaluates the side it
+    does not choose, so out-of-range indices are not read."""
+    if pad == 0:
+        return data
+    n, c, h, w = data.shape
+    zero = te.const(0, data.dtype)
+
+    def element(b, ch, y, x):
+        inside = te.logical_and(te.logical_and(y >= pad, y < h + pad),
+                                te.logical_and(x >= pad, x < w + pad))
+        return te.if_then_else(inside, data[b, ch, y - pad, x - pad], zero)
+
+    return te.compute((n, c, h + 2 * pad, w + 2 * pad), element, name=name)
+
+
+def _padding_knob(pad: int) -> Knob:
+    """Whether the zero padding is computed inside the convolution's loads or copied
+    into a padded buffer first."""
+    return Knob("padding", "layout", ("inline", "copy") if pad else ("inline",))
+
+
+def _schedule_padding(s: te.Schedule, padded: te.Tensor, data: te.Tensor,
+                      config: Config) -> None:
+    if padded is data:
+        return
+    if config["padding"] == "inline":
+        s[padded].compute_inline()
+        return
+    b, ch, y, x = s[padded].op.axis
+    s[padded].parallel(s[padded].fuse(b, ch))
+    s[padded].vectorize(x)
+
+
+def _conv_space(args: tuple) -> ConfigSpace:
+    n, c, h, w, k, r, s, stride, pad, dtype = args
+    out_w = _out_size(w, s, stride, pad)
+    return ConfigSpace((
+        Knob("tile_channels", "split", split_options(k, (4, 8, 16, 32))),
+        Knob("tile_columns", "vectorize", split_options(out_w, (4, 8, 16, 32))),
+        Knob("reduce_order", "order", ("channel_outer", "kernel_outer")),
+        Knob("unroll_channels", "unroll", (True, False)),
+        Knob("parallel", "parallel", ("rows", "channel_tiles")),
+        _padding_knob(pad),
+    ))
+
+
+def _conv_default(args: tuple) -> dict:
+    space = _conv_space(args)
+    knobs = {knob.name: knob.options for knob in space.knobs}
+    return {"tile_channels": _closest(knobs["tile_channels"], 16),
+            "tile_columns": _closest(knobs["tile_columns"], 16),
+            "reduce_order": "channel_outer", "unroll_channels": True, "parallel": "rows",
+            "padding": "inline"}
+
+
+def _schedule_tiled_output(s: te.Schedule, out: te.Tensor, row_factor: int,
+                           column_factor: int, tile_factor: int | None,
+                           parallel: str) -> te.Tensor:
+    """Tile an NCHW output: (n, channel tiles, row tiles, column tiles) outside, the
+    (channel, row, column) tile inside, each tile accumulated in a local buffer (which is
+    returned, for its reduction loops to be ordered)."""
+    local = s.cache_write(out, "local")
+    stage = s[out]
+    b, ch, y, x = stage.op.axis
+    if tile_factor is not None:
+        cho, chi = stage.split(ch, tile_factor)
+    else:
+        cho, chi = ch, None
+    yo, yi = stage.split(y, row_factor)
+    xo, xi = stage.split(x, column_factor)
+    inner = [iv for iv in (chi, yi) if iv is not None]
+    stage.reorder(b, cho, yo, xo, *inner, xi)
+    stage.parallel(stage.fuse(b, cho, yo) if parallel == "rows" else stage.fuse(b, cho))
+    for iv in inner:
+        stage.unroll(iv)
+    stage.vectorize(xi)
+    s[local].compute_at(stage, xo)
+    return local
+
+
+def _instantiate_conv(args: tuple, config: Config):
+    n, c, h, w, k, r, s_, stride, pad, dtype = args
+    data = te.placeholder((n, c, h, w), dtype, "data")
+    weight = te.placeholder((k, c, r, s_), dtype, "weight")
+    padded = _padded(data, pad, "data.pad")
+    rc, ry, rx = te.reduce_axis(c, "rc"), te.reduce_axis(r, "ry"), te.reduce_axis(s_, "rx")
+    out = te.compute(
+        (n, k, _out_size(h, r, stride, pad), _out_size(w, s_, stride, pad)),
+        lambda b, ch, y, x: te.sum(padded[b, rc, y * stride + ry, x * stride + rx]
+                                   * weight[ch, rc, ry, rx], axis=[rc, ry, rx]),
+        name="conv")
+    s = te.create_schedule(out)
+    _schedule_padding(s, padded, data, config)
+    local = _schedule_tiled_output(s, out, 1, config["tile_columns"], config["tile_channels"],
+                                   config["parallel"])
+    lb, lk, ly, lx = s[local].op.axis
+    reduce = [rc, ry, rx] if config["reduce_order"] == "channel_outer" else [ry, rx, rc]
+    by_name = {iv.name: iv for iv in s[local].op.reduce_axis}
+    s[local].reorder(lb, ly, *(by_name[iv.name] for iv in reduce), lk, lx)
+    if config["unroll_channels"]:
+        s[local].unroll(lk)
+    s[local].vectorize(lx)
+    return s, [data, weight, out]
+
+
+def conv2d_nchw_reference(data: np.ndarray, weight: np.ndarray, stride: int,
+                          pad: int) -> np.ndarray:
+    """Direct NCHW convolution in NumPy (the oracle of the conv templates)."""
+    padded = np.pad(data, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    r, s = weight.shape[2:]
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (r, s), axis=(2, 3))
+    windows = windows[:, :, ::stride, ::stride]
+    return np.einsum("nchwrs,kcrs->nkhw", windows, weight, optimize=True).astype(data.dtype)
+
+
+def _conv_flops(args) -> int:
+    n, c, h, w, k, r, s, stride, pad, _ = args
+    return 2 * n * k * c * r * s * _out_size(h, r, stride, pad) * _out_size(w, s, stride, pad)
+
+
+CONV2D = Template(
+    "conv2d_nchw", "llvm", _conv_space, _conv_default, _instantiate_conv,
+    lambda args, rng: _random_inputs([args[:4], (args[4], args[1], args[5], args[6])],
+                                     args[9], rng),
+    lambda args, inputs: conv2d_nchw_reference(*inputs, args[7], args[8]),
+    _conv_flops)
+
+
+def _depthwise_space(args: tuple) -> ConfigSpace:
+    n, c, h, w, r, s, stride, pad, dtype = args
+    out_h, out_w = _out_size(h, r, stride, pad), _out_size(w, s, stride, pad)
+    return ConfigSpace((
+        Knob("tile_rows", "split", split_options(out_h, (1, 2, 4, 8))),
+        Knob("tile_columns", "vectorize", split_options(out_w, (4, 8, 16, 32))),
+        Knob("unroll_kernel", "unroll", (True, False)),
+        Knob("parallel", "parallel", ("rows", "channel_tiles")),
+        _padding_knob(pad),
+    ))
+
+
+def _depthwise_default(args: tuple) -> dict:
+    space = _depthwise_space(args)
+    knobs = {knob.name: knob.options for knob in space.knobs}
+    return {"tile_rows": knobs["tile_rows"][0],
+            "tile_columns": _closest(knobs["tile_columns"], 16),
+            "unroll_kernel": False, "parallel": "rows", "padding": "inline"}
+
+
+def _instantiate_depthwise(args: tuple, config: Config):
+    n, c, h, w, r, s_, stride, pad, dtype = args
+    data = te.placeholder((n, c, h, w), dtype, "data")
+    weight = te.placeholder((c, 1, r, s_), dtype, "weight")
+    padded = _padded(data, pad, "data.pad")
+    ry, rx = te.reduce_axis(r, "ry"), te.reduce_axis(s_, "rx")
+    out = te.compute(
+        (n, c, _out_size(h, r, stride, pad), _out_size(w, s_, stride, pad)),
+        lambda b, ch, y, x: te.sum(padded[b, ch, y * stride + ry, x * stride + rx]
+                                   * weight[ch, 0, ry, rx], axis=[ry, rx]),
+        name="depthwise")
+    s = te.create_schedule(out)
+    _schedule_padding(s, padded, data, config)
+    local = _schedule_tiled_output(s, out, config["tile_rows"], config["tile_columns"], None,
+                                   config["parallel"])
+    lb, lc, ly, lx = s[local].op.axis
+    lry, lrx = s[local].op.reduce_axis
+    s[local].reorder(lb, lc, lry, lrx, ly, lx)
+    if config["unroll_kernel"]:
+        s[local].unroll(lrx)
+    s[local].unroll(ly)
+    s[local].vectorize(lx)
+    return s, [data, weight, out]
+
+
+def _depthwise_reference(args, inputs):
+    data, weight = inputs
+    n, c, h, w, r, s, stride, pad, _ = args
+    padded = np.pad(data, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (r, s), axis=(2, 3))
+    windows = windows[:, :, ::stride, ::stride]
+    return np.einsum("nchwrs,crs->nchw", windows, weight[:, 0]).astype(data.dtype)
+
+
+def _depthwise_flops(args) -> int:
+    n, c, h, w, r, s, stride, pad, _ = args
+    return 2 * n * c * r * s * _out_size(h, r, stride, pad) * _out_size(w, s, stride, pad)
+
+
+DEPTHWISE_CONV2D = Template(
+    "depthwise_conv2d_nchw", "llvm", _depthwise_space, _depthwise_default,
+    _instantiate_depthwise,
+    lambda args, rng: _random_inputs([args[:4], (args[1], 1, args[4], args[5])], args[8], rng),
+    _depthwise_reference, _depthwise_flops)
+
+
+
+# ------------------------------------------------------------------ blocked conv2d (NCHW[x]c)
+#
+# What the llvm target really compiles for a float convolution (pass alter_layout): the
+# ``ConvNCHWc`` compute of the compute library over a blocked input
+# (n, C/ib, h, w, ib) and packed weights (O/ob, C/ib, kh, kw, ib, ob), scheduled by
+# ``targets.llvm.schedules.schedule_conv2d_nchwc``. Workloads:
+#   conv2d_nchwc (n, C/ib, h, w, ib, O/ob, ob, kh, kw, sy, sx, pt, pl, pb, pr, dy, dx, dtype)
+#   depthwise_conv2d_nchwc (n, C/b, h, w, b, kh, kw, sy, sx, pt, pl, pb, pr, dy, dx, dtype)
+
+#: output columns offered besides the divisors of the output width: a guarded tail tile
+#: costs less than a narrow tile when the width has no divisor near the register budget
+_EXTRA_COLUMNS = (4, 8, 16, 24)
+#: output channel blocks per register tile offered (those dividing the block count)
+_CHANNEL_BLOCKS = (1, 2, 4)
+
+
+def blocked_conv_task_args(input_shape, weight_shape, strides, pads, dilations, group: int,
+                           dtype: str) -> tuple[str, tuple]:
+    """The template name and workload of a ``ConvNCHWc`` over ``input_shape``
+    (n, C/ib, h, w, ib) and packed ``weight_shape`` (O/ob, C/group/ib, kh, kw, ib, ob)."""
+    n, in_outer, h, w, in_block = (int(d) for d in input_shape)
+    out_outer, _, kh, kw, _, out_block = (int(d) for d in weight_shape)
+    geometry = (kh, kw, *map(int, strides), *map(int, pads), *map(int, dilations), dtype)
+    if group == 1:
+        return "conv2d_nchwc", (n, in_outer, h, w, in_block, out_outer, out_block, *geometry)
+    return "depthwise_conv2d_nchwc", (n, in_outer, h, w, in_block, *geometry)
+
+
+@dataclass(frozen=True)
+class BlockedConvWorkload:
+    """A blocked-conv workload unpacked: operand shapes and the ``ConvNCHWc`` attributes."""
+
+    input_shape: tuple[int, ...]
+    weight_shape: tuple[int, ...]
+    attrs: dict
+    dtype: str
+
+    @classmethod
+    def from_args(cls, args: tuple, depthwise: bool) -> BlockedConvWorkload:
+        if depthwise:
+            n, outer, h, w, block, kh, kw, *rest = args
+            weight_shape, group = (outer, 1, kh, kw, 1, block), outer * block
+            in_outer, in_block = outer, block
+        else:
+            n, in_outer, h, w, in_block, out_outer, out_block, kh, kw, *rest = args
+            weight_shape, group = (out_outer, in_outer, kh, kw, in_block, out_block), 1
+        sy, sx, pt, pl, pb, pr, dy, dx, dtype = rest
+        attrs = {"strides": [sy, sx], "pads": [pt, pl, pb, pr], "dilations": [dy, dx],
+                 "group": group}
+        return cls((n, in_outer, h, w, in_block), weight_shape, attrs, dtype)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return blocked_conv_geometry(self.input_shape, self.weight_shape, self.attrs)["out_shape"]
+
+
+def _column_limit(depthwise: bool) -> int:
+    return DEPTHWISE_MAX_COLUMNS if depthwise else BLOCKED_CONV_MAX_COLUMNS
+
+
+def _blocked_conv_space(args: tuple, depthwise: bool) -> ConfigSpace:
+    """Output columns per register tile (the divisors of the output width up to the
+    register budget, a few non-divisors, the default) and output channel blocks per
+    tile (each broadcast input element then feeds that many weight vectors)."""
+    workload = BlockedConvWorkload.from_args(args, depthwise)
+    _, out_outer, _, width, _ = workload.out_shape
+    limit = min(width, _column_limit(depthwise))
+    columns = {d for d in divisors(width) if 2 <= d <= limit}
+    columns |= {c for c in _EXTRA_COLUMNS if c < limit and width % c}
+    columns.add(_blocked_conv_default(args, depthwise)["columns"])
+    return ConfigSpace((
+        Knob("columns", "split", tuple(sorted(columns))),
+        Knob("channel_blocks", "split",
+             tuple(b for b in _CHANNEL_BLOCKS if out_outer % b == 0)),
+        Knob("reduce_order", "order",
+             ("channels_outer",) if depthwise else ("channels_outer", "kernel_outer")),
+    ))
+
+
+def _blocked_conv_default(args: tuple, depthwise: bool) -> dict:
+    """The choices of ``schedule_conv2d_nchwc`` without a tuning log."""
+    columns, channel_blocks = default_blocked_conv_tiles(
+        BlockedConvWorkload.from_args(args, depthwise).out_shape, depthwise)
+    return {"columns": columns, "channel_blocks": channel_blocks,
+            "reduce_order": "channels_outer"}
+
+
+def blocked_conv_tiles_of(config: Config) -> BlockedConvTiles:
+    """The ``BlockedConvTiles`` of a blocked-conv config."""
+    return BlockedConvTiles(columns=config["columns"], channel_blocks=config["channel_blocks"],
+                            kernel_outer=config["reduce_order"] == "kernel_outer")
+
+
+def _instantiate_blocked_conv(args: tuple, config: Config, depthwise: bool):
+    workload = BlockedConvWorkload.from_args(args, depthwise)
+    data = te.placeholder(workload.input_shape, workload.dtype, "data")
+    weight = te.placeholder(workload.weight_shape, workload.dtype, "weight")
+    (conv,) = compute_of("ConvNCHWc")([data, weight], workload.attrs, None)
+    s = te.create_schedule(conv)
+    schedule_conv2d_nchwc(s, conv, tiles=blocked_conv_tiles_of(config))
+    return s, [data, weight, conv]
+
+
+def _blocked_conv_inputs(args: tuple, rng: np.random.Generator, depthwise: bool):
+    workload = BlockedConvWorkload.from_args(args, depthwise)
+    return _random_inputs([workload.input_shape, workload.weight_shape], workload.dtype, rng)
+
+
+def _blocked_conv_reference(args: tuple, inputs: list[np.ndarray], depthwise: bool):
+    return conv_nchwc(*inputs, **BlockedConvWorkload.from_args(args, depthwise).attrs)
+
+
+def _blocked_conv_flops(args: tuple, depthwise: bool) -> int:
+    workload = BlockedConvWorkload.from_args(args, depthwise)
+    _, w_in_outer, kh, kw, w_in_block, _ = workload.weight_shape
+    return 2 * math.prod(workload.out_shape) * w_in_outer * w_in_block * kh * kw
+
+
+def _blocked_conv_template(name: str, depthwise: bool) -> Template:
+    def bind(function):
+        return functools.partial(function, depthwise=depthwise)
+
+    return Template(
+        name, "llvm", bind(_blocked_conv_space), bind(_blocked_conv_default),
+        bind(_instantiate_blocked_conv), bind(_blocked_conv_inputs),
+        bind(_blocked_conv_reference), bind(_blocked_conv_flops))
+
+
+CONV2D_NCHWC = _blocked_conv_template("conv2d_nchwc", depthwise=False)
+DEPTHWISE_CONV2D_NCHWC = _blocked_conv_template("depthwise_conv2d_nchwc", depthwise=True)
+
+#: dense is ``X @ W.T`` (ONNX Gemm with transB, a fully connected layer): the same
+#: template, packing W's rows as B's columns.
+DENSE = Template(
+    "dense", "llvm", _matmul_space, _matmul_default,
+    functools.partial(_instantiate_matmul, transpose_b=True),
+    functools.partial(_matmul_inputs, transpose_b=True),
+    functools.partial(_matmul_reference, transpose_b=True), _matmul_flops)
+
+#: every template of the CPU target
+TEMPLATES = (MATMUL, BATCH_MATMUL, CONV2D, DEPTHWISE_CONV2D, CONV2D_NCHWC,
+             DEPTHWISE_CONV2D_NCHWC, DENSE)
+
+
+# ------------------------------------------------------------------ applying a tuning log
+
+
+def matmul_panel(m: int, n: int, k: int, dtype: str) -> int | None:
+    """The panel width (packed columns of B) of the current log's best ``matmul`` config
+    of this shape, or None: the compute is built with it (``schedules.matmul``) so that
+    :func:`schedule_matmul_tuned` can then apply that config."""
+    config = lookup(workload_key("matmul", (m, n, k, dtype)))
+    return None if config is None else config["panel"]
+
+
+def schedule_matmul_tuned(schedule: te.Schedule, C: te.Tensor) -> bool:
+    """Schedule a product made by ``schedules.matmul`` with the current log's best
+    ``matmul`` config of its shape (among those whose panel width matches the packing
+    already in the compute: the best one's, see :func:`matmul_panel`, unless the
+    compute was built outside the log's context); False, touching nothing, when there
+    is none."""
+    packed = C.op.attrs.get("packed_B")
+    if packed is None or len(C.shape) != 2:
+        return False
+    (m, n), (_, depth, panel) = C.shape, packed.shape
+    config = lookup(workload_key("matmul", (m, n, depth, C.dtype)),
+                    where=lambda c: c["panel"] == panel)
+    if config is None:
+        return False
+    schedule_matmul_config(schedule, C, packed, config)
+    return True
+
+
+def blocked_conv_tiles(conv: te.Tensor) -> BlockedConvTiles | None:
+    """The ``BlockedConvTiles`` of the current log's best config for the blocked
+    convolution ``conv`` (a ``ConvNCHWc`` compute of the compute library, which
+    carries its workload), or None when no log applies or it has no record of it."""
+    workload = conv.op.attrs.get("blocked_conv")
+    if workload is None or current() is None:
+        return None
+    template, args = blocked_conv_task_args(
+        workload["input_shape"], workload["weight_shape"], workload["strides"],
+        workload["pads"], workload["dilations"], workload["group"], conv.dtype)
+    config = lookup(workload_key(template, args))
+    return None if config is None else blocked_conv_tiles_of(config)
+
+
+# ------------------------------------------------------------------ measuring a candidate
+
+
+def measure_candidate(task: Task, config: Config, options: MeasureOptions
+                      ) -> tuple[float, ...]:
+    """Build ``config`` of ``task`` with LLVM, check it against NumPy, time it."""
+    try:
+        schedule, tensors = task.definition.instantiate(task.args, config)
+        module = build(te.lower(schedule, tensors, name="candidate"))
+    except Exception as error:  # any failure to build is this candidate's, not the tuner's
+        raise CandidateError("build", f"{type(error).__name__}: {error}") from None
+    inputs, expected = task_inputs(task.workload_key, options.seed)
+    output = np.zeros(tensors[-1].shape, tensors[-1].dtype)
+    function = module["candidate"]
+    try:
+        function(*inputs, output)
+    except Exception as error:
+        raise CandidateError("runtime", f"{type(error).__name__}: {error}") from None
+    check_output(task, output, expected, options)
+    return time_calls(lambda: function(*inputs, output), options)
+
+
+# ------------------------------------------------------------------ the tasks of a model
+
+
+def _conv_task(node: Node) -> Task | None:
+    x, w = node.inputs[0].type, node.inputs[1].type
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        return None
+    n, c, h, width = x.shape
+    out_channels, _, r, s = w.shape
+    group = int(node.attrs.get("group") or 1)
+    kernel, strides, dilations, pads, (oh, ow) = conv_geometry(x.shape, w.shape, node.attrs)
+    if set(dilations) != {1} or len(set(strides)) != 1 or len(set(pads)) != 1:
+        return None  # the templates cover square strides and symmetric padding
+    stride, pad = strides[0], pads[0]
+    if group == 1:
+        return Task("conv2d_nchw", (n, c, h, width, out_channels, r, s, stride, pad, x.dtype))
+    if group == c == out_channels and w.shape[1] == 1:
+        return Task("depthwise_conv2d_nchw", (n, c, h, width, r, s, stride, pad, x.dtype))
+    return None
+
+
+def _matmul_task(node: Node) -> Task | None:
+    a, b = node.inputs[0].type, node.inputs[1].type
+    if node.op != "Gemm" and len(a.shape) == 3 and len(b.shape) == 3:
+        return Task("batch_matmul", (a.shape[0], a.shape[1], b.shape[2], a.shape[2], a.dtype))
+    dims = matmul_dims(node)
+    return None if dims is None else Task("matmul", (*dims, a.dtype))
+
+
+def _blocked_conv_task(node: Node) -> Task:
+    x, w = node.inputs[0].type, node.inputs[1].type
+    attrs = node.attrs
+    return Task(*blocked_conv_task_args(x.shape, w.shape, attrs["strides"], attrs["pads"],
+                                        attrs["dilations"], attrs["group"], x.dtype))
+
+
+_EXTRACTORS = {"Conv": _conv_task, "ConvInteger": _conv_task, "MatMul": _matmul_task,
+               "MatMulInteger": _matmul_task, "Gemm": _matmul_task,
+               "ConvNCHWc": _blocked_conv_task}
+
+
+def extract_tasks(graph: Graph, target) -> list[Task]:
+    """The float workloads of ``graph`` as ``target`` (an LLVMTarget) compiles it: the
+    compile pipeline runs first (layout alteration included), so tasks carry the
+    workloads the kernels really have: the blocked convolutions (``conv2d_nchwc``,
+    ``depthwise_conv2d_nchwc``), any convolution left in NCHW (``conv2d_nchw``,
+    ``depthwise_conv2d_nchw``, square stride and symmetric padding), matmul (MatMul and
+    Gemm, after its transposes) and batch matmul."""
+    graph = run_pipeline(graph, {target.name: target}).graph
+    found: dict[str, Task] = {}
+    for _, node in graph.walk():
+        extractor = _EXTRACTORS.get(node.op)
+        if extractor is None or any(v is None for v in node.inputs[:2]):
+            continue
+        if not node.inputs[0].type.dtype.startswith("float"):
+            continue
+        task = extractor(node)
+        if task is not None:
+            found.setdefault(task.workload_key, task)
+    return list(found.values())
+
+
+def llvm_tuning(target) -> TargetTuning:
+    """The tuning hook of ``target`` (an LLVMTarget)."""
+    return TargetTuning(TEMPLATES, functools.partial(extract_tasks, target=target),
+                        measure_candidate)
