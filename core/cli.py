@@ -20,6 +20,7 @@ import sys
 import time
 
 import numpy as np
+import onnx
 
 from .accel_sim.cli import add_accel_parser
 from .accel_sim.hil import add_hil_parser
@@ -30,8 +31,9 @@ from .frontend.onnx import load_model
 from .ir.dot import to_dot
 from .passes import fused_functions
 from .passes.partition import single_target_report
+from .quantization import quantize_model
 from .runtime.artifact import load_artifact
-from .runtime.inputs import parse_shapes
+from .runtime.inputs import load_samples, parse_shapes
 from .runtime.memory import plan_memory
 from .targets import available_targets, get_target
 from .tuning.cli import add_tune_parser
@@ -116,16 +118,10 @@ def _calibration(path: str | None) -> list | None:
     """``--calibrate``: sample inputs for the built-in quantizer, or None."""
     if path is None:
         return None
-    from .runtime.inputs import load_samples
-
     return load_samples(path)
 
 
 def cmd_quantize(args) -> int:
-    import onnx
-
-    from .quantization import quantize_model
-
     samples = _calibration(args.calibrate)
     onnx.save(quantize_model(args.model, samples), args.output)
     print(f"wrote {args.output} (int8 QDQ, calibrated on {len(samples)} samples)")

@@ -35,7 +35,7 @@ from .expr import (
     scalar_dtype,
 )
 from .functor import ExprFunctor
-from .stmt import For, IfThenElse, SeqStmt, Stmt
+from .stmt import For, IfThenElse, SeqStmt, Stmt, seq
 from .visitor import Mutator, collect, field_names, substitute
 
 
@@ -648,8 +648,6 @@ class Simplifier(Mutator):
                                    else_case=else_case)
 
     def visit_SeqStmt(self, node: SeqStmt) -> Stmt:
-        from .stmt import seq
-
         stmts = [self.stmt(s) for s in node.stmts]
         kept = [s for s in stmts if not (isinstance(s, SeqStmt) and not s.stmts)]
         return seq(kept) if kept else SeqStmt(())

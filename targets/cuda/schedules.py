@@ -28,6 +28,7 @@ from heterocc import te
 from heterocc.errors import CompileError
 from heterocc.te.tensor import Reduce, TensorLoad
 from heterocc.tir import expr as tx
+from heterocc.tir.visitor import collect
 
 #: threads per block of the one-dimensional schedules.
 THREADS = 256
@@ -173,8 +174,6 @@ def matmul_operands(tensor: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
 
 
 def _loads(expr: tx.Expr) -> list[TensorLoad]:
-    from heterocc.tir.visitor import collect
-
     return collect(expr, lambda n: isinstance(n, TensorLoad))
 
 

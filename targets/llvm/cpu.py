@@ -34,6 +34,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from heterocc.errors import TargetError
+from heterocc.targets.registry import parse_target_spec
 
 # --- feature sets ---------------------------------------------------------------
 
@@ -444,8 +445,6 @@ def parse_cpu(spec: str | CPUDescription | None) -> CPUDescription:
         return host_cpu()
     if isinstance(spec, CPUDescription):
         return spec
-    from ..registry import parse_target_spec
-
     text = spec.strip()
     if not text.startswith("llvm"):
         text = f"llvm {text}"

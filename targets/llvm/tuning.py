@@ -78,9 +78,9 @@ def _pack_columns(read_b: Callable, n: int, depth: int, panel: int, dtype: str,
 
 
 def _panel_options(n: int, dtype: str) -> tuple[int, ...]:
-    """Panel widths of B: one to six vectors of the active CPU, those that divide ``n`` (a panel that does
-    not leaves C's column tiles a guarded tail that cannot be vectorized: an order of
-    magnitude slower), or every one that fits when none does."""
+    """Panel widths of B: one to six vectors of the active CPU, those that divide ``n``
+    (a panel that does not leaves C's column tiles a guarded tail that cannot be
+    vectorized: an order of magnitude slower), or every one that fits when none does."""
     lanes = vector_lanes(dtype)
     widths = [lanes * vectors for vectors in (1, 2, 3, 4, 6)]
     dividing = tuple(w for w in widths if n % w == 0)
