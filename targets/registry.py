@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import typing
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,19 @@ class TargetInfo:
     description: str = ""
     options: dict[str, Any] = field(default_factory=dict)
     from_entry_point: bool = False
+
+    @property
+    def target_class(self) -> type | None:
+        """The class the factory makes: the factory itself when it is a class, else its
+        return annotation (None when it has none), so a target's optional hooks can be
+        asked for without making one."""
+        if isinstance(self.factory, type):
+            return self.factory
+        try:
+            made = typing.get_type_hints(self.factory).get("return")
+        except (NameError, TypeError):
+            return None
+        return made if isinstance(made, type) else None
 
 
 _TARGETS: dict[str, TargetInfo] = {}

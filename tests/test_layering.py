@@ -15,17 +15,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 #: source folder -> the import name it is mapped to (setup.py's FOLDERS)
 FOLDERS = {"core": "heterocc", "targets": "heterocc.targets", "accel_sim": "heterocc.accel_sim"}
 #: the targets core may not import, and the seam it may
 PARTICULAR_TARGETS = ("heterocc.targets.llvm", "heterocc.targets.cuda", "heterocc.targets.vta")
-
-#: core modules that still import a particular target, with why. Empty it when the work
-#: that removes the import is merged.
-KNOWN_OFFENDERS: dict[str, str] = {}
 
 #: third-party modules a function may import when it needs them: optional at install
 #: time (onnxruntime, torch, ray, the RTL and board tools), or a heavy import that only
@@ -214,19 +208,10 @@ def test_no_core_module_imports_a_particular_target():
     for name in filter(_is_core, MODULES):
         for node in _all_imports(_parse(name)):
             for module in _imported(name, node):
-                if module.startswith(PARTICULAR_TARGETS) and \
-                        KNOWN_OFFENDERS.get(name) != module:
+                if module.startswith(PARTICULAR_TARGETS):
                     offenders.setdefault(name, set()).add(f"line {node.lineno}: {module}")
     assert not offenders, "core imports particular targets (go through the target " \
                           f"registry's hooks instead): {offenders}"
-
-
-@pytest.mark.parametrize("name", sorted(KNOWN_OFFENDERS))
-def test_known_offenders_still_offend(name):
-    """An allow-list entry whose import is gone must be removed (keeps the list honest)."""
-    imported = {m for node in _all_imports(_parse(name)) for m in _imported(name, node)}
-    assert KNOWN_OFFENDERS[name] in imported, f"{name} no longer imports " \
-        f"{KNOWN_OFFENDERS[name]}: drop it from KNOWN_OFFENDERS"
 
 
 def test_top_level_imports_have_no_cycle():

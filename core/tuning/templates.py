@@ -98,7 +98,7 @@ def tuning_of(target) -> TargetTuning:
 def tunable_targets() -> list[str]:
     """The registered targets that offer tuning (their factory has a ``tuning`` hook)."""
     return [name for name, info in available_targets().items()
-            if callable(getattr(info.factory, "tuning", None))]
+            if callable(getattr(info.target_class, "tuning", None))]
 
 
 #: the templates of the tunable targets, by name, for the registered target set they

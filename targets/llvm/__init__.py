@@ -38,14 +38,14 @@ from .cpu import describe_cpu  # noqa: E402
 
 
 def llvm_target(mcpu: str | None = None, mattr: str | None = None, mtriple: str | None = None,
-                num_cores: int | str | None = None, **options) -> LLVMTarget:
+                num_cores: int | str | None = None, cpu: CPUDescription | str | None = None,
+                blocked_layout: bool = True) -> LLVMTarget:
     """The ``llvm`` target for the CPU the options of its target string describe
     (``llvm -mcpu=znver3 -mattr=+avx2,-avx512f -mtriple=... -num-cores=N``; what is left
-    out is the host's). Other keyword options go to :class:`LLVMTarget`."""
-    if options.get("cpu") is None and any(
-            v is not None for v in (mcpu, mattr, mtriple, num_cores)):
-        options["cpu"] = describe_cpu(mcpu, mattr, mtriple, num_cores)
-    return LLVMTarget(**options)
+    out is the host's), or for ``cpu`` (a description or a target string)."""
+    if cpu is None and any(v is not None for v in (mcpu, mattr, mtriple, num_cores)):
+        cpu = describe_cpu(mcpu, mattr, mtriple, num_cores)
+    return LLVMTarget(cpu=cpu, blocked_layout=blocked_layout)
 
 
 from ..registry import register_target  # noqa: E402
