@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from heterocc import te
 from heterocc.errors import CompileError
 from heterocc.te.tensor import Reduce, TensorLoad
+from heterocc.te_target import elementwise_epilogue
 from heterocc.tir import expr as tx
-from heterocc.tir.visitor import collect
 
 #: threads per block of the one-dimensional schedules.
 THREADS = 256
@@ -80,9 +80,9 @@ def _output_stage(schedule: te.Schedule, anchor: te.Tensor,
 def schedule_reduction(schedule: te.Schedule, tensor: te.Tensor,
                        epilogue: te.Tensor | None = None) -> None:
     """One thread per output point of reduction ``tensor``, accumulating in a register;
-    with ``epilogue`` (an elementwise function of ``tensor``, see :func:`fusable_epilogue`)
-    the thread applies it and stores its result instead. Call before any other schedule
-    primitive on ``tensor``."""
+    with ``epilogue`` (an elementwise function of ``tensor``, see
+    :func:`~heterocc.te_target.elementwise_epilogue`) the thread applies it and stores its
+    result instead. Call before any other schedule primitive on ``tensor``."""
     local = schedule.cache_write(tensor, "local")
     stage = _output_stage(schedule, tensor, epilogue)
     flat = _flat_axis(stage)
@@ -110,8 +110,8 @@ def schedule_conv2d(schedule: te.Schedule, output: te.Tensor,
     each input element it loads serves the whole tile; neighbouring threads take
     neighbouring pixels (coalesced input reads) of the same channels (broadcast weight
     reads). With ``epilogue`` (bias, activation, residual add: see
-    :func:`fusable_epilogue`) each thread applies it to its sums and stores that instead.
-    Call before any other schedule primitive on ``output``."""
+    :func:`~heterocc.te_target.elementwise_epilogue`) each thread applies it to its sums
+    and stores that instead. Call before any other schedule primitive on ``output``."""
     channels = output.shape[1]
     tile = next((t for t in CONV_CHANNEL_TILES if channels % t == 0), 1)
     local = schedule.cache_write(output, "local")
@@ -173,10 +173,6 @@ def matmul_operands(tensor: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
     return a.tensor, b.tensor
 
 
-def _loads(expr: tx.Expr) -> list[TensorLoad]:
-    return collect(expr, lambda n: isinstance(n, TensorLoad))
-
-
 def _cooperative_copy(schedule: te.Schedule, copy: te.Tensor, threads: tuple[int, int],
                       columns: int) -> None:
     """The block's threads share the copy of a tile ``columns`` wide: each takes vectors
@@ -199,9 +195,10 @@ def schedule_matmul(schedule: te.Schedule, product: te.Tensor,
                     tiling: MatmulTiling | None = None,
                     epilogue: te.Tensor | None = None) -> None:
     """Shared-memory tiled, register-blocked schedule of ``product = A @ B`` (see the
-    module docstring); with ``epilogue`` (see :func:`fusable_epilogue`) every thread
-    applies it to its register tile and stores that instead of the product. Call before
-    any other schedule primitive on ``product``."""
+    module docstring); with ``epilogue`` (see
+    :func:`~heterocc.te_target.elementwise_epilogue`) every thread applies it to its
+    register tile and stores that instead of the product. Call before any other schedule
+    primitive on ``product``."""
     a, b = matmul_operands(product)
     m, n = product.shape
     tiling = tiling or default_tiling(m, n)
@@ -258,68 +255,18 @@ def _is_matmul(tensor: te.Tensor) -> bool:
     return True
 
 
-def _reads_anchor(schedule: te.Schedule, expr: tx.Expr, axes: tuple, anchor: te.Tensor,
-                  inlined: set[int]) -> str:
-    """How ``expr`` (the body of a stage over loop variables ``axes``) reads ``anchor``,
-    looking through inlined stages: "none", "own" (only at ``axes`` themselves, each
-    element by the thread that stores it) or "other"."""
-    found = "none"
-    for load in _loads(expr):
-        tensor = load.tensor
-        at_own = len(load.indices) == len(axes) and \
-            all(index is axis for index, axis in zip(load.indices, axes))
-        if tensor is anchor:
-            kind = "own" if at_own else "other"
-        elif id(tensor) in inlined:
-            stage = schedule[tensor]
-            kind = _reads_anchor(schedule, stage.body, tuple(iv.var for iv in stage.axis),
-                                 anchor, inlined)
-            if kind == "own" and not at_own:
-                kind = "other"
-        else:
-            continue
-        if kind == "other":
-            return "other"
-        if kind == "own":
-            found = "own"
-    return found
-
-
-def fusable_epilogue(schedule: te.Schedule, anchor: te.Tensor, stored: list[te.Tensor],
-                     inlined: set[int]) -> te.Tensor | None:
-    """The stage of ``stored`` (the stages that get their own loops) that can take
-    ``anchor``'s elementwise epilogue into the anchor's kernel: the only stored reader
-    of ``anchor`` (through the ``inlined`` stages), of ``anchor``'s shape, reading each
-    element of it at its own index, so that the thread holding a sum in a register also
-    computes the epilogue of that sum. None when there is none (the anchor is then
-    stored and the epilogue gets a kernel of its own)."""
-    readers = []
-    for tensor in stored:
-        if tensor is anchor:
-            continue
-        stage = schedule[tensor]
-        kind = _reads_anchor(schedule, stage.body, tuple(iv.var for iv in stage.axis),
-                             anchor, inlined)
-        if kind != "none":
-            readers.append((tensor, kind))
-    if len(readers) != 1:
-        return None
-    (tensor, kind), = readers
-    if kind != "own" or tuple(tensor.shape) != tuple(anchor.shape) or _is_anchor(tensor):
-        return None
-    return tensor
-
-
 def schedule_for_gpu(outputs: list[te.Tensor]) -> te.Schedule:
     """The GPU schedule of a fused function's outputs: injective stages inlined into
     their readers, matmuls tiled through shared memory, convolutions register-tiled,
     other reductions one thread per output point, each with its elementwise epilogue
-    (bias, activation, residual add) computed in the same kernel where it can be (see
-    :func:`fusable_epilogue`), and every remaining stage (outputs, kept stages) one
-    thread per element."""
+    (bias, activation, residual add) computed in the same kernel where it can be: the
+    anchor's only reader, read at each element's own index and given loops of its own
+    (:func:`~heterocc.te_target.elementwise_epilogue`; an epilogue that reads two anchors
+    goes to the first, and reads the second from memory). Every remaining stage (outputs,
+    kept stages) gets one thread per element."""
     schedule = te.create_schedule(outputs)
     output_ids = {id(t) for t in outputs}
-    anchors, elementwise, inlined = [], [], set()
+    anchors, elementwise = [], []
     for stage in list(schedule.stages):
         if stage.is_placeholder:
             continue
@@ -329,13 +276,13 @@ def schedule_for_gpu(outputs: list[te.Tensor]) -> te.Schedule:
             elementwise.append(stage.tensor)  # kept: computed once, read several times
         else:
             stage.compute_inline()
-            inlined.add(id(stage.tensor))
     epilogues: dict[int, te.Tensor] = {}
     for anchor in anchors:
         if id(anchor) in output_ids:
             continue  # stored for the caller: its readers read it from memory
-        # an epilogue taken by one anchor is no longer a candidate for the next
-        epilogue = fusable_epilogue(schedule, anchor, anchors + elementwise, inlined)
+        # only a stage with loops of its own can take an epilogue, and one taken by an
+        # anchor is no longer a candidate for the next
+        epilogue = elementwise_epilogue(schedule, anchor, outputs, takers=elementwise)
         if epilogue is not None:
             elementwise = [t for t in elementwise if t is not epilogue]
             epilogues[id(anchor)] = epilogue

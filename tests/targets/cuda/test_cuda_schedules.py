@@ -159,6 +159,22 @@ def test_epilogue_that_needs_other_threads_sums_is_not_fused(what):
     _run(fused, gpu)
 
 
+def test_epilogue_of_two_anchors_goes_to_the_first():
+    """``out = A @ B + A @ B'``: the sum finishes the first product in its kernel and
+    reads the second, which is stored by a kernel of its own, from memory."""
+    first, second = kernels.matmul(48, 40, 8), kernels.matmul(48, 40, 8)
+    a, b = first.inputs
+    b2 = second.inputs[1]
+    r = te.reduce_axis(8, "k2")
+    c2 = te.compute((48, 40), lambda i, j: te.sum(a[i, r] * b2[r, j], axis=r), name="C2")
+    c = first.outputs[0]
+    out = te.compute(c.shape, lambda i, j: c[i, j] + c2[i, j], name="out")
+    case = kernels.Case("two_anchors", [a, b, b2], [out], lambda x, y, z: [x @ y + x @ z])
+    gpu = lower_for_gpu(case.outputs, case.inputs, case.name)
+    assert len(gpu.kernels) == 2 and len(gpu.workspaces) == 1  # the second product
+    _run(case, gpu)
+
+
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed")
 def test_fused_epilogues_compile_with_nvcc():
     fused = [dataclasses.replace(kernel, name=f"{case.name}_{kernel.name}")
