@@ -29,8 +29,10 @@ def make_model(nodes, inputs, outputs, initializers=None, opset=18) -> onnx.Mode
 
 
 @pytest.fixture
-def rng():
-    return np.random.default_rng(0)
+def rng(request) -> np.random.Generator:
+    """A fresh NumPy generator for each test, seeded with its module's ``RNG_SEED``
+    (0 where the module sets none): every test draws the same data whatever runs before."""
+    return np.random.default_rng(getattr(request.module, "RNG_SEED", 0))
 
 
 def quantize_with_onnxruntime(model: onnx.ModelProto, input_shape, directory) -> onnx.ModelProto:

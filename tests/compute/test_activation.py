@@ -20,9 +20,8 @@ from tests.conftest import make_model
 FLOAT_TYPES = ["float32", "float64"]
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng(11)
+#: the seed of the ``rng`` fixture (tests/conftest.py) in this module
+RNG_SEED = 11
 
 
 def _inputs(rng, dtype):

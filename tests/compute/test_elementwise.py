@@ -89,9 +89,8 @@ INT_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "ui
 FLOAT_TYPES = ["float32", "float64"]
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng(7)
+#: the seed of the ``rng`` fixture (tests/conftest.py) in this module
+RNG_SEED = 7
 
 
 # ---------------------------------------------------------------- arithmetic

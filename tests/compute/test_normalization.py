@@ -16,9 +16,8 @@ from tests.conftest import make_model
 FLOAT_TYPES = ["float32", "float64"]
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng(31)
+#: the seed of the ``rng`` fixture (tests/conftest.py) in this module
+RNG_SEED = 31
 
 
 def _positive(rng, shape, dtype):

@@ -14,9 +14,8 @@ from tests.conftest import make_model
 ONNX_FLOAT64 = TensorProto.DOUBLE
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng(5)
+#: the seed of the ``rng`` fixture (tests/conftest.py) in this module
+RNG_SEED = 5
 
 
 def _scales(rng, shape, dtype="float32"):

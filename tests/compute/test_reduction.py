@@ -41,9 +41,8 @@ SUMMING = ["ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceProd"]
 FLOAT_MATH = ["ReduceMean", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"]
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng(23)
+#: the seed of the ``rng`` fixture (tests/conftest.py) in this module
+RNG_SEED = 23
 
 
 def _reduce_attrs(axes, keepdims):

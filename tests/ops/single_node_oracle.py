@@ -2,19 +2,24 @@
 
 Shared by the op test files: ``compare_with_onnx`` runs the op's type inference and its
 NumPy reference, runs ONNX's reference on the same inputs, and asserts that the inferred
-types, the reference's outputs and ONNX's outputs all agree.
+types, the reference's outputs and ONNX's outputs all agree. The folder's other helpers
+live here too, defined once: seeded test data (``rng``, ``normal``, ``data``,
+``integers``, ``ints``) and type inference alone (``infer``, ``infer_types``,
+``infer_error``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
+import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
+from heterocc.errors import TypeInferenceError
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op, infer_node_types
 
@@ -83,15 +88,71 @@ def check_inferred(op_type: str, inputs: Sequence[np.ndarray | None],
     return got
 
 
-def normal(shape, dtype=np.float32, seed=0) -> np.ndarray:
-    """Standard-normal test data of ``dtype``, reproducible by ``seed``."""
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+# ----------------------------------------------------------------------------- test data
+
+
+def rng(seed: int | np.random.Generator = 0) -> np.random.Generator:
+    """A NumPy generator seeded with ``seed`` (a generator is returned as it is): each
+    test draws its own reproducible data."""
+    return np.random.default_rng(seed)
+
+
+def normal(shape, dtype=np.float32, seed=0, *, scale: float = 1.0,
+           shift: float = 0.0) -> np.ndarray:
+    """Normal test data of ``dtype`` (standard normal times ``scale`` plus ``shift``,
+    computed in float64), reproducible by ``seed``."""
+    return (rng(seed).standard_normal(shape) * scale + shift).astype(dtype)
+
+
+def data(shape, dtype=np.float32, seed=0) -> np.ndarray:
+    """Normal test data of ``dtype`` spread over about +-30 (ten times a standard
+    normal's), reproducible by ``seed``."""
+    return normal(shape, dtype, seed, scale=10.0)
+
+
+def integers(shape, dtype, seed: int | np.random.Generator = 0) -> np.ndarray:
+    """Integers over the whole range of integer ``dtype``, drawn from ``seed`` (a seed,
+    or a generator to draw from)."""
+    info = np.iinfo(dtype)
+    return rng(seed).integers(info.min, int(info.max) + 1, shape).astype(dtype)
+
+
+def ints(*values) -> np.ndarray:
+    """``values`` as an int64 vector (the shape operands of ONNX ops)."""
+    return np.array(values, np.int64)
+
+
+# ----------------------------------------------------------------------------- type inference
+
+
+def infer_types(op_type: str, types: Sequence[TensorType | None],
+                attrs: dict[str, Any] | None = None, num_outputs: int = 1,
+                values: Sequence[np.ndarray | None] | None = None, domain: str = "",
+                node: str = "") -> list[TensorType]:
+    """The registry's type inference of ``op_type`` (of ONNX domain ``domain``) from input
+    ``types`` alone, or with the input ``values`` it is offered as constants; ``node``
+    names the node in error messages."""
+    op = get_op(op_type, domain)
+    values = [None] * len(types) if values is None else list(values)
+    return infer_node_types(op, list(types), values, op.normalize_attrs(dict(attrs or {})),
+                            num_outputs, node)
 
 
 def infer(op_type: str, inputs: Sequence[np.ndarray | None], attrs: dict[str, Any] | None = None,
-          num_outputs: int = 1):
-    """The registry's type inference of ``op_type`` on ``inputs`` (all offered as values)."""
-    op = get_op(op_type)
+          num_outputs: int = 1, constant: Collection[int] | None = None) -> list[TensorType]:
+    """The registry's type inference of ``op_type`` on ``inputs``, of which those whose
+    positions ``constant`` lists (all when None) are offered as constant values."""
     types = [TensorType.of(x) if x is not None else None for x in inputs]
-    return infer_node_types(op, types, list(inputs), op.normalize_attrs(dict(attrs or {})),
-                            num_outputs)
+    values = [x if constant is None or i in constant else None for i, x in enumerate(inputs)]
+    return infer_types(op_type, types, attrs, num_outputs, values)
+
+
+def infer_error(op_type: str, types: Sequence[TensorType | None],
+                attrs: dict[str, Any] | None = None,
+                values: Sequence[np.ndarray | None] | None = None, num_outputs: int = 1,
+                node: str = "n0") -> str:
+    """The message of the TypeInferenceError that inference of ``op_type`` raises for
+    these input types (the node named ``node``); fails the test when it raises none."""
+    with pytest.raises(TypeInferenceError) as caught:
+        infer_types(op_type, types, attrs, num_outputs, values, node=node)
+    return str(caught.value)

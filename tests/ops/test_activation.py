@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from single_node_oracle import check_inferred, compare_with_onnx, infer, normal
+from single_node_oracle import check_inferred, compare_with_onnx, infer, infer_error, normal
 
 from heterocc.errors import TypeInferenceError
 from heterocc.ir.types import TensorType
-from heterocc.ops import FusionKind, get_op, infer_node_types
+from heterocc.ops import FusionKind, get_op
 
 
 def values(shape, dtype="float32", low=-4.0, high=4.0, seed=0) -> np.ndarray:
@@ -23,14 +23,6 @@ def values(shape, dtype="float32", low=-4.0, high=4.0, seed=0) -> np.ndarray:
 def tolerance(dtype) -> dict:
     # ONNX's reference computes float16 in float16; ours in float32, then rounds
     return {"rtol": 5e-3, "atol": 5e-3} if np.dtype(dtype) == np.float16 else {}
-
-
-def infer_error(op_type, types, attrs=None) -> str:
-    op = get_op(op_type)
-    with pytest.raises(TypeInferenceError) as caught:
-        infer_node_types(op, types, [None] * len(types), op.normalize_attrs(attrs or {}), 1,
-                         "act")
-    return str(caught.value)
 
 
 UNARY_ACTIVATIONS = [
@@ -114,7 +106,7 @@ def test_errors_name_the_problem_and_fix():
     assert "approximate='erf'" in infer_error("Gelu", [TensorType((3,), "float32")],
                                               {"approximate": "erf"})
     message = infer_error("Sigmoid", [TensorType((3,), "int32")])
-    assert message.startswith("Sigmoid (node 'act'): input 0 has dtype int32")
+    assert message.startswith("Sigmoid (node 'n0'): input 0 has dtype int32")
     assert "insert a Cast" in message
     message = infer_error("PRelu", [TensorType((2, 3, 4), "float32"),
                                     TensorType((5,), "float32")])

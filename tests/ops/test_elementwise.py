@@ -7,18 +7,21 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto
-from single_node_oracle import check_inferred, compare_with_onnx, onnx_outputs, registry_outputs
+from single_node_oracle import (
+    check_inferred,
+    compare_with_onnx,
+    infer_error,
+    onnx_outputs,
+    registry_outputs,
+    rng,
+)
 
-from heterocc.errors import InputError, TypeInferenceError
+from heterocc.errors import InputError
 from heterocc.ir.types import TensorType
 from heterocc.ops import FusionKind, get_op, infer_node_types
 
 INT_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
 FLOAT_DTYPES = ["float16", "float32", "float64"]
-
-
-def rng(seed: int = 0) -> np.random.Generator:
-    return np.random.default_rng(seed)
 
 
 def values(shape, dtype, low=-5.0, high=5.0, seed=0) -> np.ndarray:
@@ -35,15 +38,6 @@ def values(shape, dtype, low=-5.0, high=5.0, seed=0) -> np.ndarray:
 
 def tolerance(dtype) -> dict:
     return {"rtol": 2e-3, "atol": 2e-3} if np.dtype(dtype) == np.float16 else {}
-
-
-def infer_error(op_type, types, attrs=None, values_=None, num_outputs=1) -> str:
-    """The message of the TypeInferenceError that inference raises for these input types."""
-    op = get_op(op_type)
-    full = op.normalize_attrs(attrs or {})
-    with pytest.raises(TypeInferenceError) as caught:
-        infer_node_types(op, types, values_ or [None] * len(types), full, num_outputs, "n0")
-    return str(caught.value)
 
 
 # ---------------------------------------------------------------- unary math

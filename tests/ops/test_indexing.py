@@ -4,26 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from single_node_oracle import check_inferred, compare_with_onnx, normal, onnx_outputs
+from single_node_oracle import check_inferred, compare_with_onnx, data, infer, normal, onnx_outputs
 
 from heterocc.errors import InputError, TypeInferenceError
-from heterocc.ir.types import TensorType
-from heterocc.ops import FusionKind, get_op, infer_node_types
-
-
-def data(shape, dtype=np.float32, seed=0) -> np.ndarray:
-    return (np.random.default_rng(seed).standard_normal(shape) * 10).astype(dtype)
+from heterocc.ops import FusionKind, get_op
 
 
 def indices(shape, low, high, seed=1, dtype=np.int64) -> np.ndarray:
     return np.random.default_rng(seed).integers(low, high, shape).astype(dtype)
-
-
-def infer(op_type, inputs, attrs=None, constant=None):
-    op = get_op(op_type)
-    types = [TensorType.of(x) if x is not None else None for x in inputs]
-    values = [x if constant is None or i in constant else None for i, x in enumerate(inputs)]
-    return infer_node_types(op, types, values, op.normalize_attrs(dict(attrs or {})), 1)
 
 
 def run(op_type, inputs, attrs=None):

@@ -4,30 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from single_node_oracle import check_inferred, compare_with_onnx
+from single_node_oracle import check_inferred, compare_with_onnx, infer, normal
 
 from heterocc.errors import TypeInferenceError
-from heterocc.ir.types import TensorType
-from heterocc.ops import FusionKind, get_op, infer_node_types
-
-
-def normal(shape, seed=0, dtype=np.float32, scale=1.0, shift=0.0):
-    gen = np.random.default_rng(seed)
-    return (gen.standard_normal(shape) * scale + shift).astype(dtype)
-
-
-def infer(op_type, inputs, attrs=None, num_outputs=1):
-    op = get_op(op_type)
-    types = [TensorType.of(x) if x is not None else None for x in inputs]
-    return infer_node_types(op, types, list(inputs), op.normalize_attrs(dict(attrs or {})),
-                            num_outputs)
+from heterocc.ops import FusionKind, get_op
 
 
 def batch_norm_inputs(shape, seed=0, dtype=np.float32):
     channels = shape[1]
-    return [normal(shape, seed, dtype, 2.0, 1.0), normal(channels, seed + 1, dtype),
-            normal(channels, seed + 2, dtype), normal(channels, seed + 3, dtype),
-            np.abs(normal(channels, seed + 4, dtype)) + np.asarray(0.5, dtype)]
+    return [normal(shape, dtype, seed, scale=2.0, shift=1.0), normal(channels, dtype, seed + 1),
+            normal(channels, dtype, seed + 2), normal(channels, dtype, seed + 3),
+            np.abs(normal(channels, dtype, seed + 4)) + np.asarray(0.5, dtype)]
 
 
 # --------------------------------------------------------------------------- BatchNormalization
@@ -58,9 +45,9 @@ def test_batch_norm_old_opset_attributes():
 
 
 def test_batch_norm_per_activation_statistics_of_spatial_0():
-    x = normal((2, 3, 4), 1)
-    scale, bias, mean = (normal((3, 4), seed) for seed in (2, 3, 4))
-    var = np.abs(normal((3, 4), 5)) + 0.5
+    x = normal((2, 3, 4), seed=1)
+    scale, bias, mean = (normal((3, 4), seed=seed) for seed in (2, 3, 4))
+    var = np.abs(normal((3, 4), seed=5)) + 0.5
     (y,) = check_inferred("BatchNormalization", [x, scale, bias, mean, var], {"spatial": 0})
     np.testing.assert_allclose(y, (x - mean) / np.sqrt(var + 1e-5) * scale + bias, rtol=1e-5)
 
@@ -85,21 +72,21 @@ def test_batch_norm_errors():
 @pytest.mark.parametrize("axis", [-1, -2, 1, 0])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_layer_norm(axis, with_bias):
-    x = normal((2, 3, 4), 0, scale=3.0, shift=1.0)
+    x = normal((2, 3, 4), seed=0, scale=3.0, shift=1.0)
     trailing = x.shape[axis % 3:]
-    inputs = [x, normal(trailing, 1), normal(trailing, 2) if with_bias else None]
+    inputs = [x, normal(trailing, seed=1), normal(trailing, seed=2) if with_bias else None]
     compare_with_onnx("LayerNormalization", inputs, {"axis": axis}, num_outputs=3,
                       rtol=1e-5, atol=1e-5)
 
 
 def test_layer_norm_broadcast_scale_and_float16():
-    x = normal((2, 3, 4), 3, np.float16)
-    compare_with_onnx("LayerNormalization", [x, normal((1, 4), 4, np.float16)],
+    x = normal((2, 3, 4), np.float16, 3)
+    compare_with_onnx("LayerNormalization", [x, normal((1, 4), np.float16, 4)],
                       {"axis": 1}, rtol=5e-3, atol=5e-3)
 
 
 def test_layer_norm_statistics_follow_stash_type():
-    x = normal((2, 5), 5, np.float16)
+    x = normal((2, 5), np.float16, 5)
     y, mean, inv_std = check_inferred("LayerNormalization", [x, np.ones(5, np.float16)],
                                       {"stash_type": 11}, num_outputs=3)
     assert (y.dtype, mean.dtype, inv_std.dtype) == (np.float16, np.float64, np.float64)
@@ -110,8 +97,8 @@ def test_layer_norm_statistics_follow_stash_type():
 
 @pytest.mark.parametrize("axis", [-1, 1, 0])
 def test_rms_norm(axis):
-    x = normal((2, 3, 4), 6, scale=2.0)
-    compare_with_onnx("RMSNormalization", [x, normal(x.shape[axis % 3:], 7)],
+    x = normal((2, 3, 4), seed=6, scale=2.0)
+    compare_with_onnx("RMSNormalization", [x, normal(x.shape[axis % 3:], seed=7)],
                       {"axis": axis, "epsilon": 1e-3})
 
 
@@ -131,21 +118,22 @@ def test_trailing_norm_errors():
 
 @pytest.mark.parametrize("shape", [(2, 3, 5), (2, 3, 4, 5)])
 def test_instance_norm(shape):
-    x = normal(shape, 8, scale=2.0, shift=-1.0)
-    compare_with_onnx("InstanceNormalization", [x, normal(shape[1], 9), normal(shape[1], 10)],
+    x = normal(shape, seed=8, scale=2.0, shift=-1.0)
+    compare_with_onnx("InstanceNormalization",
+                      [x, normal(shape[1], seed=9), normal(shape[1], seed=10)],
                       {"epsilon": 1e-4}, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("num_groups", [1, 2, 4])
 def test_group_norm_per_channel_affine(num_groups):
-    x = normal((2, 4, 3, 3), 11, scale=2.0)
-    compare_with_onnx("GroupNormalization", [x, normal(4, 12), normal(4, 13)],
+    x = normal((2, 4, 3, 3), seed=11, scale=2.0)
+    compare_with_onnx("GroupNormalization", [x, normal(4, seed=12), normal(4, seed=13)],
                       {"num_groups": num_groups}, rtol=1e-5, atol=1e-5)
 
 
 def test_group_norm_per_group_affine_of_opset_18():
-    x = normal((2, 6, 5), 14)
-    compare_with_onnx("GroupNormalization", [x, normal(3, 15), normal(3, 16)],
+    x = normal((2, 6, 5), seed=14)
+    compare_with_onnx("GroupNormalization", [x, normal(3, seed=15), normal(3, seed=16)],
                       {"num_groups": 3, "epsilon": 1e-3}, opset=18, rtol=1e-5, atol=1e-5)
 
 
@@ -168,7 +156,7 @@ def test_instance_and_group_norm_errors():
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # ONNX's 0/0
 @pytest.mark.parametrize("axis", [-1, 0, 1])
 def test_lp_norm_l2(axis):
-    x = normal((3, 4, 2), 17)
+    x = normal((3, 4, 2), seed=17)
     x[0, 0, :] = 0  # a zero vector normalizes to zero
     compare_with_onnx("LpNormalization", [x], {"p": 2, "axis": axis})
 
@@ -176,7 +164,7 @@ def test_lp_norm_l2(axis):
 @pytest.mark.parametrize("axis", [-1, 0, 1])
 def test_lp_norm_l1(axis):
     # ONNX's reference sums x (not |x|) for p=1, so the oracle here is NumPy
-    x = normal((3, 4, 2), 18)
+    x = normal((3, 4, 2), seed=18)
     x[0, 0, :] = 0
     (y,) = check_inferred("LpNormalization", [x], {"p": 1, "axis": axis})
     norm = np.sum(np.abs(x), axis=axis, keepdims=True)
@@ -187,7 +175,7 @@ def test_lp_norm_l1(axis):
 
 @pytest.mark.parametrize("axes", [None, [0, 2, 3], [1], [2, 3]])
 def test_mean_variance_norm(axes):
-    x = normal((2, 3, 4, 5), 18, scale=3.0, shift=2.0)
+    x = normal((2, 3, 4, 5), seed=18, scale=3.0, shift=2.0)
     compare_with_onnx("MeanVarianceNormalization", [x], {} if axes is None else {"axes": axes},
                       rtol=1e-4, atol=1e-5)
 
@@ -195,13 +183,13 @@ def test_mean_variance_norm(axes):
 @pytest.mark.parametrize("size", [1, 2, 3, 5])
 def test_lrn(size):
     # ONNX's reference walks the channels with the batch size, so keep N == C
-    x = normal((5, 5, 3, 3), 19, scale=2.0)
+    x = normal((5, 5, 3, 3), seed=19, scale=2.0)
     compare_with_onnx("LRN", [x], {"size": size, "alpha": 0.01, "beta": 0.6, "bias": 2.0},
                       rtol=1e-5, atol=1e-6)
 
 
 def test_lrn_on_3d_input_matches_channel_window_definition():
-    x = normal((1, 6, 2), 20)
+    x = normal((1, 6, 2), seed=20)
     (y,) = check_inferred("LRN", [x], {"size": 3})
     square_sum = np.stack([np.sum(x[:, max(0, c - 1):c + 2] ** 2, axis=1) for c in range(6)],
                           axis=1)
@@ -225,7 +213,7 @@ def test_lp_mvn_lrn_errors():
 ])
 def test_bfloat16_computes_like_float32(op_type, extra, attrs):
     bfloat16 = pytest.importorskip("ml_dtypes").bfloat16
-    x = normal((2, 3, 4), 21).astype(bfloat16)
+    x = normal((2, 3, 4), seed=21).astype(bfloat16)
     narrow = check_inferred(op_type, [x] + [e.astype(bfloat16) for e in extra], attrs)[0]
     wide = check_inferred(op_type, [x.astype(np.float32)] + extra, attrs)[0]
     assert narrow.dtype == bfloat16

@@ -10,10 +10,12 @@ QLinearSigmoid, where ONNX Runtime tabulates an approximate logistic function.
 from __future__ import annotations
 
 import platform
+from functools import partial
 
 import numpy as np
 import pytest
 from onnx import helper, numpy_helper
+from single_node_oracle import infer_types, integers
 
 from heterocc.errors import TypeInferenceError
 from heterocc.ir.types import TensorType
@@ -94,17 +96,12 @@ def check(op_type, inputs, attrs=None, out_dtype=None, feeds=(0,), lsb=0):
     return got
 
 
-def integers(rng, shape, dtype):
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
-
-
 def scale(rng, low=0.005, high=0.1):
     return np.array(rng.uniform(low, high), np.float32)
 
 
 def zero_point(rng, dtype):
-    return np.array(integers(rng, (), dtype))
+    return np.array(integers((), dtype, rng))
 
 
 # --------------------------------------------------------------------------- registry
@@ -155,8 +152,8 @@ def test_qlinear_add_matches_onnxruntime(dtype, shapes, ties):
         # scales in ratio 2 and 4 to C's put many sums exactly on a rounding tie
         a_scale = np.float32(c_scale / 2) if ties else scale(rng)
         b_scale = np.float32(c_scale / 4) if ties else scale(rng)
-        inputs = [integers(rng, shapes[0], dtype), np.array(a_scale), zero_point(rng, dtype),
-                  integers(rng, shapes[1], dtype), np.array(b_scale), zero_point(rng, dtype),
+        inputs = [integers(shapes[0], dtype, rng), np.array(a_scale), zero_point(rng, dtype),
+                  integers(shapes[1], dtype, rng), np.array(b_scale), zero_point(rng, dtype),
                   c_scale, zero_point(rng, dtype)]
         check("QLinearAdd", inputs, feeds=(0, 3), lsb=0 if AVX2_FMA else 1)
 
@@ -166,15 +163,15 @@ def test_qlinear_add_matches_onnxruntime(dtype, shapes, ties):
 def test_qlinear_mul_matches_onnxruntime(dtype, shapes):
     rng = np.random.default_rng(len(shapes[0]))
     for _ in range(6):
-        inputs = [integers(rng, shapes[0], dtype), scale(rng, 0.05, 0.2), zero_point(rng, dtype),
-                  integers(rng, shapes[1], dtype), scale(rng, 0.05, 0.2), zero_point(rng, dtype),
+        inputs = [integers(shapes[0], dtype, rng), scale(rng, 0.05, 0.2), zero_point(rng, dtype),
+                  integers(shapes[1], dtype, rng), scale(rng, 0.05, 0.2), zero_point(rng, dtype),
                   scale(rng, 0.1, 0.5), zero_point(rng, dtype)]
         check("QLinearMul", inputs, feeds=(0, 3))
 
 
 def test_qlinear_add_without_zero_points_is_int8_with_zero_offsets():
     rng = np.random.default_rng(3)
-    a, b = integers(rng, (3, 8), np.int8), integers(rng, (3, 8), np.int8)
+    a, b = integers((3, 8), np.int8, rng), integers((3, 8), np.int8, rng)
     s = np.array(0.05, np.float32)
     got = reference("QLinearAdd", [a, s, None, b, s, None, np.array(0.1, np.float32)])
     zeros = [np.array(0, np.int8)] * 3
@@ -190,7 +187,7 @@ def test_qlinear_add_without_zero_points_is_int8_with_zero_offsets():
 def test_qlinear_global_average_pool_matches_onnxruntime(dtype, channels_last):
     rng = np.random.default_rng(channels_last)
     for shape in ((2, 6, 7, 5), (1, 16, 1, 1), (1, 3, 50), (1, 4, 3, 3, 3)):
-        inputs = [integers(rng, shape, dtype), scale(rng), zero_point(rng, dtype),
+        inputs = [integers(shape, dtype, rng), scale(rng), zero_point(rng, dtype),
                   scale(rng, 0.001, 0.05), zero_point(rng, dtype)]
         check("QLinearGlobalAveragePool", inputs, {"channels_last": channels_last})
 
@@ -207,7 +204,7 @@ POOLS = [{"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]},
 def test_qlinear_average_pool_matches_onnxruntime(dtype, attrs):
     rng = np.random.default_rng(len(attrs))
     for _ in range(3):
-        inputs = [integers(rng, (2, 4, 9, 7), dtype), scale(rng), zero_point(rng, dtype),
+        inputs = [integers((2, 4, 9, 7), dtype, rng), scale(rng), zero_point(rng, dtype),
                   scale(rng), zero_point(rng, dtype)]
         check("QLinearAveragePool", inputs, attrs)
 
@@ -226,7 +223,7 @@ def test_qlinear_concat_matches_onnxruntime(dtype, axis):
         feeds.append(len(inputs))
         # the second input shares Y's parameters: ONNX Runtime copies it
         params = [y_scale, y_zero] if k == 1 else [scale(rng), zero_point(rng, dtype)]
-        inputs += [integers(rng, shape, dtype), *params]
+        inputs += [integers(shape, dtype, rng), *params]
     check("QLinearConcat", inputs, {"axis": axis}, out_dtype=dtype, feeds=tuple(feeds))
 
 
@@ -268,7 +265,7 @@ def qgemm_inputs(rng, dtype, trans_a, trans_b, per_column, bias, quantized_outpu
     b_scale = (rng.uniform(0.001, 0.01, n).astype(np.float32) if per_column
                else scale(rng, 0.001, 0.01))
     b_zero = np.zeros(n, np.int8) if per_column else np.array(0, np.int8)
-    inputs = [integers(rng, (k, m) if trans_a else (m, k), dtype), scale(rng, 0.01, 0.05),
+    inputs = [integers((k, m) if trans_a else (m, k), dtype, rng), scale(rng, 0.01, 0.05),
               zero_point(rng, dtype), b, b_scale, b_zero,
               rng.integers(-5000, 5000, bias).astype(np.int32) if bias else None]
     if quantized_output:
@@ -306,10 +303,8 @@ def test_qgemm_reference_is_exact_integer_arithmetic_with_full_range_weights():
 # --------------------------------------------------------------------------- type errors
 
 
-def infer(op_type, types, attrs=None):
-    op = get_op(op_type, MS_DOMAIN)
-    return infer_node_types(op, types, [None] * len(types),
-                            op.normalize_attrs(dict(attrs or {})), 1)
+#: type inference of this file's ops (the com.microsoft domain)
+infer = partial(infer_types, domain=MS_DOMAIN)
 
 
 def t(shape, dtype):

@@ -5,32 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto
-from single_node_oracle import check_inferred, compare_with_onnx
+from single_node_oracle import check_inferred, compare_with_onnx, infer, integers, normal, rng
 
 from heterocc.errors import TypeInferenceError
-from heterocc.ir.types import TensorType
-from heterocc.ops import FusionKind, get_op, infer_node_types
-
-
-def rng(seed: int = 0) -> np.random.Generator:
-    return np.random.default_rng(seed)
-
-
-def normal(shape, dtype=np.float32, seed=0):
-    return rng(seed).standard_normal(shape).astype(dtype)
-
-
-def integers(shape, dtype, seed=0):
-    info = np.iinfo(dtype)
-    return rng(seed).integers(info.min, int(info.max) + 1, shape).astype(dtype)
-
-
-def infer(op_type, inputs, attrs=None, num_outputs=1):
-    op = get_op(op_type)
-    types = [TensorType.of(x) if x is not None else None for x in inputs]
-    return infer_node_types(op, types, list(inputs), op.normalize_attrs(dict(attrs or {})),
-                            num_outputs)
-
+from heterocc.ops import FusionKind, get_op
 
 # --------------------------------------------------------------------------- QuantizeLinear
 

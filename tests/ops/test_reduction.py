@@ -5,32 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from single_node_oracle import check_inferred, compare_with_onnx, onnx_outputs
+from single_node_oracle import check_inferred, compare_with_onnx, infer, onnx_outputs, rng
 
 from heterocc.errors import TypeInferenceError
 from heterocc.ir.types import TensorType
-from heterocc.ops import FusionKind, ShapeOperandError, get_op, infer_node_types
+from heterocc.ops import FusionKind, ShapeOperandError, get_op
 
 REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
               "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"]
 
 
-def rng(seed: int = 0) -> np.random.Generator:
-    return np.random.default_rng(seed)
-
-
 def positive(shape, dtype=np.float32, seed=0):
     """Values in [0.5, 1.5): safe for log reductions and products."""
     return (rng(seed).random(shape) + 0.5).astype(dtype)
-
-
-def infer(op_type, inputs, attrs=None, num_outputs=1, constant=None):
-    """Type inference alone; ``constant`` lists which inputs are offered as constants."""
-    op = get_op(op_type)
-    types = [TensorType.of(x) if x is not None else None for x in inputs]
-    values = [x if constant is None or i in constant else None for i, x in enumerate(inputs)]
-    return infer_node_types(op, types, values, op.normalize_attrs(dict(attrs or {})),
-                            num_outputs)
 
 
 # --------------------------------------------------------------------------- Reduce*

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from single_node_oracle import check_inferred, compare_with_onnx, onnx_outputs
+from single_node_oracle import check_inferred, compare_with_onnx, infer, ints, onnx_outputs
 
 from heterocc.errors import TypeInferenceError
 from heterocc.ir.types import TensorType
@@ -20,17 +20,6 @@ def image(shape=(1, 2, 5, 6), dtype=np.float32, seed=0) -> np.ndarray:
 
 def floats(*values) -> np.ndarray:
     return np.array(values, np.float32)
-
-
-def ints(*values) -> np.ndarray:
-    return np.array(values, np.int64)
-
-
-def infer(inputs, attrs=None, constant=None):
-    op = get_op("Resize")
-    types = [TensorType.of(x) if x is not None else None for x in inputs]
-    values = [x if constant is None or i in constant else None for i, x in enumerate(inputs)]
-    return infer_node_types(op, types, values, op.normalize_attrs(dict(attrs or {})), 1)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
@@ -150,17 +139,18 @@ def test_resize_empty_scales_mean_absent():
 def test_resize_errors():
     x = image()
     with pytest.raises(TypeInferenceError, match="exactly one of scales .* and sizes"):
-        infer([x, None, floats(1, 1, 2, 2), ints(1, 2, 10, 12)])
+        infer("Resize", [x, None, floats(1, 1, 2, 2), ints(1, 2, 10, 12)])
     with pytest.raises(TypeInferenceError, match="exactly one of scales .* and sizes"):
-        infer([x])
+        infer("Resize", [x])
     with pytest.raises(TypeInferenceError, match=r"scales \[2.0, 2.0\] must have 4 entries"):
-        infer([x, None, floats(2, 2)])
+        infer("Resize", [x, None, floats(2, 2)])
     with pytest.raises(TypeInferenceError, match="antialias applies to linear and cubic"):
-        infer([x, None, floats(1, 1, 2, 2)], {"antialias": 1})
+        infer("Resize", [x, None, floats(1, 1, 2, 2)], {"antialias": 1})
     with pytest.raises(TypeInferenceError, match="coordinate_transformation_mode 'corners'"):
-        infer([x, None, floats(1, 1, 2, 2)], {"coordinate_transformation_mode": "corners"})
+        infer("Resize", [x, None, floats(1, 1, 2, 2)],
+              {"coordinate_transformation_mode": "corners"})
     with pytest.raises(ShapeOperandError):
-        infer([x, None, floats(1, 1, 2, 2)], constant=[0])
+        infer("Resize", [x, None, floats(1, 1, 2, 2)], constant=[0])
 
 
 # --------------------------------------------------------------------------------- Upsample

@@ -6,27 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto
-from single_node_oracle import check_inferred, compare_with_onnx
+from single_node_oracle import check_inferred, compare_with_onnx, infer, normal
 
 from heterocc.errors import InputError, TypeInferenceError
 from heterocc.ir.types import TensorType
-from heterocc.ops import ShapeOperandError, get_op, infer_node_types
-
-
-def normal(shape, dtype=np.float32, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+from heterocc.ops import ShapeOperandError, get_op
 
 
 def scalar(value, dtype=np.int64):
     return np.array(value, dtype=dtype)
-
-
-def infer(op_type, inputs, attrs=None, constant=None):
-    """Type inference alone; ``constant`` lists which inputs are offered as constants."""
-    op = get_op(op_type)
-    types = [TensorType.of(x) if x is not None else None for x in inputs]
-    values = [x if constant is None or i in constant else None for i, x in enumerate(inputs)]
-    return infer_node_types(op, types, values, op.normalize_attrs(dict(attrs or {})), 1)
 
 
 # ---------------------------------------------------------------------------------- DFT

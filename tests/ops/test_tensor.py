@@ -6,30 +6,18 @@ import ml_dtypes
 import numpy as np
 import pytest
 from onnx import TensorProto, numpy_helper
-from single_node_oracle import check_inferred, compare_with_onnx, onnx_outputs, registry_outputs
+from single_node_oracle import (
+    check_inferred,
+    compare_with_onnx,
+    data,
+    infer,
+    ints,
+    onnx_outputs,
+    registry_outputs,
+)
 
 from heterocc.errors import HeteroccError, InputError, TypeInferenceError
-from heterocc.ir.types import TensorType
-from heterocc.ops import FusionKind, ShapeOperandError, get_op, infer_node_types
-
-
-def data(shape, dtype=np.float32, seed=0) -> np.ndarray:
-    values = np.random.default_rng(seed).standard_normal(shape) * 10
-    return values.astype(dtype)
-
-
-def ints(*values) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
-
-
-def infer(op_type, inputs, attrs=None, num_outputs=1, constant=None):
-    """Type inference alone; ``constant`` lists which inputs are offered as constants."""
-    op = get_op(op_type)
-    types = [TensorType.of(x) if x is not None else None for x in inputs]
-    values = [x if constant is None or i in constant else None for i, x in enumerate(inputs)]
-    return infer_node_types(op, types, values, op.normalize_attrs(dict(attrs or {})),
-                            num_outputs)
-
+from heterocc.ops import FusionKind, ShapeOperandError, get_op
 
 # --------------------------------------------------------------------------- Reshape, Flatten
 
