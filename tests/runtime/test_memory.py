@@ -1,10 +1,12 @@
 import numpy as np
+import pytest
 
 import heterocc
 from heterocc.models import resnet18, tiny_cnn
 from heterocc.runtime.memory import plan_memory
 
 
+@pytest.mark.slow  # ResNet-18 compiled end to end
 def test_plan_reuses_buffers_and_never_aliases_live_values():
     graph = heterocc.compile(resnet18(size=64)).graph
     plan = plan_memory(graph)

@@ -179,6 +179,7 @@ def test_tiny_cnn_matches_onnxruntime():
     _check_against_ort(tiny_cnn(size=32))
 
 
+@pytest.mark.slow  # whole networks compiled end to end
 @pytest.mark.parametrize("build_model", [resnet18, mobilenet_v2])
 def test_small_models_match_onnxruntime(build_model):
     _check_against_ort(build_model(size=32), rtol=1e-3, atol=5e-3)
