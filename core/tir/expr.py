@@ -227,7 +227,16 @@ class Cast(Expr):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Call(Expr):
-    """A call to a math intrinsic (``exp``, ``sqrt``, ``fma``...; see INTRINSICS)."""
+    """A call of ``name`` on ``args``, giving a ``dtype`` value.
+
+    Two kinds of names: the math intrinsics of :data:`INTRINSICS` (``exp``, ``sqrt``,
+    ``fma``...; built with :func:`call_intrin`, which checks the name and the argument
+    count), which every code generator maps to its math library; and a target's own
+    instructions, which a tensor intrinsic's implementation emits inside an
+    :class:`~heterocc.tir.stmt.Evaluate` (the accelerator's GEMM, an SDK target's
+    dot-product), usually with buffer regions' loads as arguments. Only the target whose
+    code generator knows such a name can compile it; other code generators refuse the
+    call naming it."""
 
     name: str
     args: tuple[Expr, ...]
