@@ -139,22 +139,27 @@ class OpPattern(Pattern):
 
 
 def is_op(op: str) -> OpPattern:
+    """A node applying ``op``; call the result with the inputs' patterns, in order."""
     return OpPattern(op)
 
 
 def wildcard() -> Wildcard:
+    """Any value; it becomes an input of the composite."""
     return Wildcard()
 
 
 def is_constant(predicate: Callable | None = None) -> IsConstant:
+    """A constant, for which ``predicate(array)`` holds when one is given."""
     return IsConstant(predicate)
 
 
 def optional(inner: Pattern) -> Optional:
+    """``inner``, or an omitted input."""
     return Optional(inner)
 
 
 def absent() -> Absent:
+    """Only an omitted input (a zero point left at its default of zero)."""
     return Absent()
 
 

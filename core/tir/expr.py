@@ -162,12 +162,16 @@ class Expr:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class IntImm(Expr):
+    """An integer (or bool) immediate of ``dtype``; build one with :func:`const`."""
+
     value: int
     dtype: str = INDEX_DTYPE
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class FloatImm(Expr):
+    """A floating-point immediate of ``dtype``; build one with :func:`const`."""
+
     value: float
     dtype: str = "float32"
 
@@ -198,6 +202,8 @@ class Binary(Expr):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Not(Expr):
+    """Logical negation of a bool expression (lane by lane for a vector)."""
+
     a: Expr
 
     @property
@@ -221,6 +227,9 @@ class Select(Expr):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Cast(Expr):
+    """``value`` converted to ``dtype`` (C's conversion rules: float to int truncates
+    toward zero); build one with :func:`cast`, which skips a cast to the same dtype."""
+
     dtype: str
     value: Expr
 
@@ -263,6 +272,9 @@ class Buffer:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class BufferLoad(Expr):
+    """``buffer[indices]``: one element, or a vector of elements where an index is a
+    :class:`Ramp` (its lanes give the load's)."""
+
     buffer: Buffer
     indices: tuple[Expr, ...]
     #: vector loads only: lanes whose bool is false are not read (they read as zero)
@@ -403,18 +415,24 @@ def truncmod(a, b) -> Expr:
 
 
 def minimum(a, b) -> Expr:
+    """The smaller of ``a`` and ``b``; of two floats one of which is NaN, the other
+    (C's ``fmin``: computes that must propagate NaN select it explicitly)."""
     return binary("min", a, b)
 
 
 def maximum(a, b) -> Expr:
+    """The larger of ``a`` and ``b``; of two floats one of which is NaN, the other
+    (C's ``fmax``)."""
     return binary("max", a, b)
 
 
 def logical_and(a, b) -> Expr:
+    """``a and b`` of two bool expressions (both sides evaluated)."""
     return binary("and", a, b)
 
 
 def logical_or(a, b) -> Expr:
+    """``a or b`` of two bool expressions (both sides evaluated)."""
     return binary("or", a, b)
 
 

@@ -225,6 +225,7 @@ def structural_key(expr: Expr) -> _Shape:
 
 
 def structurally_equal(a: Expr, b: Expr) -> bool:
+    """Whether ``a`` and ``b`` are the same tree of nodes, variables by identity."""
     return structural_key(a) == structural_key(b)
 
 

@@ -54,6 +54,8 @@ class For(Stmt):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class BufferStore(Stmt):
+    """``buffer[indices] = value`` (a vector store where an index is a Ramp)."""
+
     buffer: Buffer
     value: Expr
     indices: tuple[Expr, ...]
@@ -83,6 +85,8 @@ class IfThenElse(Stmt):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class SeqStmt(Stmt):
+    """Statements run in order; build with :func:`seq`, which flattens nesting."""
+
     stmts: tuple[Stmt, ...]
 
 
