@@ -39,7 +39,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 from alternating import alternating_medians  # noqa: E402  (beside this script)
 from machine import cpu_target, describe  # noqa: E402  (beside this script)
 
-
 #: the transformer layers: name -> encoder_layer arguments
 TRANSFORMERS = {"encoder": dict(seq=64, d_model=256, heads=4, ffn=1024),
                 "bert_layer": dict(seq=128, d_model=768, heads=12, ffn=3072)}
