@@ -22,6 +22,7 @@ import numpy as np
 
 from heterocc import te
 from heterocc.ir.graph import Node
+from heterocc.te.schedule import INLINE
 from heterocc.te.schedule_reads import reads_of
 from heterocc.te_target import (
     CompiledFunction,
@@ -171,6 +172,13 @@ def _schedule(expressed: ExpressedFunction) -> te.Schedule:
     for t in expressed.outputs:
         if id(t) not in scheduled:
             schedule_injective(s, t)
+    # a materialized intermediate (``keep``: softmax's exponentials, a normalization's
+    # statistics) that no anchor scheduled runs vectorized and in parallel too
+    for stage in s.stages:
+        if (not stage.is_placeholder and stage.op.attrs.get("keep")
+                and not stage.op.reduce_axis and stage.attach != INLINE
+                and not stage.relations and not stage.loop_kinds):
+            schedule_injective(s, stage.tensor)
     return s
 
 
