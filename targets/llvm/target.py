@@ -98,12 +98,32 @@ def _reachable(outputs: Sequence[te.Tensor]) -> list[te.Tensor]:
     return list(seen.values())
 
 
-def _prepack_constants(expressed: ExpressedFunction) -> list[tuple[int, int]]:
-    """Products whose B is one of the function's graph constants read it packed once,
-    when the kernel is built, instead of packing it on every call: the constant's
-    placeholder in ``expressed.params`` becomes one of the packed shape. Returns
-    ``(constant index, panel width)`` of each, the packing :func:`pack_columns` applies
-    to ``function_constants`` (a constant also read unpacked stays as it is)."""
+def _transposed_constant(source: te.Tensor, slots: dict[int, int]
+                         ) -> tuple[te.Tensor, list[int] | None] | None:
+    """``(constant placeholder, axes)`` when ``source`` is one of the function's constants
+    (axes None) or a plain transpose of one (Gemm's ``transB``: ``source`` is
+    ``constant.transpose(axes)``); None otherwise."""
+    if id(source) in slots:
+        return source, None
+    body = source.op.body if isinstance(source.op, te.ComputeOp) else None
+    if not isinstance(body, te.TensorLoad) or id(body.tensor) not in slots:
+        return None
+    axes = [iv.var for iv in source.op.axis]
+    indices = list(body.indices)
+    if len(indices) != len(axes) or any(
+            sum(index is axis for index in indices) != 1 for axis in axes):
+        return None
+    return body.tensor, [next(p for p, index in enumerate(indices) if index is axis)
+                         for axis in axes]
+
+
+def _prepack_constants(expressed: ExpressedFunction) -> list[tuple[int, int, list | None]]:
+    """Products whose B is one of the function's graph constants (or a transpose of one)
+    read it packed once, when the kernel is built, instead of packing it on every call:
+    the constant's placeholder in ``expressed.params`` becomes one of the packed shape.
+    Returns ``(constant index, panel width, axes)`` of each, the packing that
+    :func:`_packed_constants` applies to ``function_constants`` (``axes``: the transpose
+    applied first, or None). A constant also read otherwise stays as it is."""
     pack_matmuls(expressed.outputs)
     first = len(expressed.params) - len(expressed.constants)
     slots = {id(p): k for k, p in
@@ -116,14 +136,16 @@ def _prepack_constants(expressed: ExpressedFunction) -> list[tuple[int, int]]:
     packings = []
     for product in stages:
         source = packed_source(product)
-        if source is None or id(source) not in slots or readers[id(source)] != 1:
+        found = None if source is None else _transposed_constant(source, slots)
+        if found is None or readers[id(source)] != 1 or readers[id(found[0])] != 1:
             continue
+        constant, axes = found
         packed = product.op.attrs["packed_B"]
-        prepacked = te.placeholder(packed.shape, packed.dtype, f"{source.name}.packed")
+        prepacked = te.placeholder(packed.shape, packed.dtype, f"{constant.name}.packed")
         use_prepacked(product, prepacked)
-        index = slots[id(source)]
+        index = slots[id(constant)]
         expressed.params[first + index] = prepacked
-        packings.append((index, int(packed.shape[-1])))
+        packings.append((index, int(packed.shape[-1]), axes))
     return packings
 
 
@@ -184,10 +206,11 @@ def _schedule(expressed: ExpressedFunction) -> te.Schedule:
 
 def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]:
     """A kernel's constants with those its products read prepacked packed
-    (``(constant index, panel width)`` pairs, see :func:`_prepack_constants`)."""
+    (``(constant index, panel width, axes)``, see :func:`_prepack_constants`)."""
     constants = list(constants)
-    for index, width in packings:
-        constants[index] = pack_columns(constants[index], width)
+    for index, width, axes in packings:
+        operand = constants[index] if axes is None else np.transpose(constants[index], axes)
+        constants[index] = pack_columns(operand, width)
     return constants
 
 
@@ -267,7 +290,7 @@ class LLVMTarget(TETarget):
 
     def lower(self, schedule: te.Schedule, expressed: ExpressedFunction, symbol: str):
         """The PrimFunc, with the packing of its constants in its ``packed_constants``
-        attribute: ``(constant index, panel width)`` pairs, applied by :meth:`kernel`."""
+        attribute: ``(constant index, panel width, axes)``, applied by :meth:`kernel`."""
         lowered = super().lower(schedule, expressed, symbol)
         lowered.attrs["packed_constants"] = self._packings.pop(id(expressed), [])
         return lowered

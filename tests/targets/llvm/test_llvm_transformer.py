@@ -134,3 +134,27 @@ def test_pack_columns_is_the_packed_layout():
             j = panel * 4 + column
             expected = b[:, :, j] if j < 7 else np.zeros((2, 5), np.float32)
             np.testing.assert_array_equal(packed[:, panel, :, column], expected)
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_gemm_weights_are_prepacked_through_a_transpose(trans_b, tmp_path):
+    w = RNG.standard_normal((40, 24) if trans_b else (24, 40), dtype=np.float32)
+    bias = RNG.standard_normal(40, dtype=np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "bias"], ["y"], transB=trans_b),
+         helper.make_node("Relu", ["y"], ["out"])], "gemm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 24])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, 40])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "bias")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    feeds = {"x": RNG.standard_normal((3, 24), dtype=np.float32)}
+    compiled = heterocc.compile(model, target="llvm")
+    expected = _ort(model, feeds)
+    np.testing.assert_allclose(compiled.run(feeds)[0], expected, rtol=1e-4, atol=1e-4)
+    (func,) = _lowered(compiled).values()
+    assert [p[2] for p in func.attrs["packed_constants"]] == [[1, 0] if trans_b else None]
+    assert "packed_B" not in str(func) and "gemm_bt" not in str(func)
+    compiled.export(str(tmp_path / "gemm"))
+    np.testing.assert_allclose(heterocc.load(str(tmp_path / "gemm")).run(feeds)[0],
+                               expected, rtol=1e-4, atol=1e-4)
