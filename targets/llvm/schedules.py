@@ -5,7 +5,9 @@ panels one register tile wide (so the micro-kernel reads B contiguously): packin
 this target's decision, taken before scheduling. ``schedule_matmul`` gives the product
 a register-tiled, vectorized, parallel schedule: each (row tile, column panel)
 accumulates in a local ``tile_rows() x panel`` buffer that LLVM keeps in vector
-registers, with one FMA per vector per step of the reduction. ``schedule_conv2d_nchw``
+registers, with one FMA per vector per step of the reduction, and can finish each tile
+with the function's elementwise epilogue; a constant B is packed once, by NumPy, when
+the kernel is built (:func:`pack_columns`, :func:`use_prepacked`). ``schedule_conv2d_nchw``
 tiles a direct convolution the same way, over output channels and output columns
 (grouped and depthwise ones too), and can finish each tile with the function's
 elementwise epilogue.

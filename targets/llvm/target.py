@@ -5,8 +5,9 @@ op through the compute library, the NumPy fallback listed in ``fallbacks``, kern
 shared by functions of one structure). What is the CPU's here: the schedule (its
 intermediate elementwise/injective stages are inlined into their readers, its anchor, a
 convolution, a matmul or a reduction, gets the CPU schedule for its kind, one-element
-constants are folded into the code, a convolution's elementwise epilogue, bias +
-residual add + activation, is finished in the convolution's register tiles), the code
+constants are folded into the code, the elementwise epilogue of a convolution or a
+product, bias + residual add + activation, is finished in its register tiles, products
+read constant weights packed once when the kernel is built), the code
 generator (TIR to LLVM, :mod:`.codegen` and :mod:`.module`) and the kernels, which call
 the machine code with NumPy arrays.
 """
