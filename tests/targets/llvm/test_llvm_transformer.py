@@ -158,3 +158,19 @@ def test_gemm_weights_are_prepacked_through_a_transpose(trans_b, tmp_path):
     compiled.export(str(tmp_path / "gemm"))
     np.testing.assert_allclose(heterocc.load(str(tmp_path / "gemm")).run(feeds)[0],
                                expected, rtol=1e-4, atol=1e-4)
+
+
+def test_softmax_and_layernorm_run_vectorized_and_row_parallel():
+    compiled = heterocc.compile(encoder_layer(seq=64, d_model=256, heads=4, ffn=64),
+                                target="llvm")
+    lowered = _lowered(compiled)
+    softmax = str(next(f for name, f in lowered.items() if "softmax" in name))
+    # the row maxima and sums in parallel over rows, the exponentials (materialized,
+    # 4 x 64 x 64 of them) and the quotients vectorized and in parallel
+    assert softmax.count("in parallel(0, 256)") == 2
+    assert "softmax_exp[ramp(" in softmax and "softmax[ramp(" in softmax
+    assert softmax.count("in parallel(") == 4
+    layernorm = str(next(f for name, f in lowered.items() if "layernorm" in name))
+    # (64 rows of 256: enough work to wake the thread pool)
+    assert layernorm.count("in parallel(0, 64)") == 2  # sum and variance per row
+    assert "layernorm[ramp(" in layernorm
