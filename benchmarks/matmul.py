@@ -1,8 +1,9 @@
 """fp32 matmul (default 1024^3): heterocc's CPU schedule (targets/llvm/schedules.py) vs
-NumPy, measured in the same process.
+NumPy and ONNX Runtime (a one-MatMul model with both operands as inputs, like the
+kernel's), measured in the same process.
 
 Prints the machine and the CPU/ISA the code is generated for (first line), then GFLOP/s
-of both (medians of repeated runs, in alternating blocks) and their ratio. Run:
+of each (medians of repeated runs, in alternating blocks) and heterocc's ratios. Run:
     python benchmarks/matmul.py [--size 1024] [--repeat 10] [--target "llvm -mattr=-avx512f"]
 """
 
@@ -12,11 +13,30 @@ import argparse
 import os
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 from alternating import alternating_medians  # beside this script
 from machine import cpu_target, describe  # beside this script
 
 from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm.schedules import matmul_function
+
+
+def ort_matmul(n: int) -> ort.InferenceSession:
+    """An ONNX Runtime session computing ``A @ B`` for (n, n) fp32 inputs A and B."""
+    from onnx import TensorProto, helper
+
+    spec = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [n, n])
+            for name in ("A", "B", "C")]
+    graph = helper.make_graph([helper.make_node("MatMul", ["A", "B"], ["C"])], "matmul",
+                              spec[:2], spec[2:])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = os.cpu_count()
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
 
 
 def main() -> None:
@@ -36,16 +56,21 @@ def main() -> None:
     c = np.empty((n, n), np.float32)
     module["matmul"](a, b, c)
     error = float(np.abs(c - a @ b).max())
+    session = ort_matmul(n)
+    feed = {"A": a, "B": b}
     flops = 2.0 * n ** 3
-    ours_s, theirs_s = alternating_medians(
-        [lambda: module["matmul"](a, b, c), lambda: np.matmul(a, b, out=c)], args.repeat)
-    ours, theirs = flops / ours_s / 1e9, flops / theirs_s / 1e9
+    seconds = alternating_medians(
+        [lambda: module["matmul"](a, b, c), lambda: np.matmul(a, b, out=c),
+         lambda: session.run(None, feed)], args.repeat)
+    ours, theirs, ort_rate = (flops / s / 1e9 for s in seconds)
     print(f"runtime threads: {hllvm.num_threads()}, "
           f"load average (1 min) {os.getloadavg()[0]:.2f}")
     print(f"matmul {n}x{n}x{n} fp32 (max abs error vs numpy {error:.2e})")
     print(f"heterocc: {ours:8.1f} GFLOP/s")
     print(f"numpy:    {theirs:8.1f} GFLOP/s")
-    print(f"ratio heterocc/numpy: {ours / theirs:.2f}x")
+    print(f"onnxrt:   {ort_rate:8.1f} GFLOP/s")
+    print(f"ratio heterocc/numpy: {ours / theirs:.2f}x, heterocc/onnxruntime: "
+          f"{ours / ort_rate:.2f}x")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,10 @@ both alike) with their ratio;
 ``--tuning-log F`` adds the model compiled with the log's best schedules
 (``heterocc tune``), timed in the same alternating blocks as the untuned one.
 ``--torch`` exports ResNet-18 / MobileNetV2 from torch (benchmarks/torch_models.py);
-without it the built-in onnx.helper versions (heterocc.models) are used.
+without it the built-in onnx.helper versions (heterocc.models) are used. The transformer
+layers are always built with onnx.helper (``heterocc.models.encoder_layer``): ``encoder``
+is [1,64,256] with 4 heads and an FFN of 1024 (GELU), ``bert_layer`` a BERT-base layer,
+[1,128,768] with 12 heads and an FFN of 3072. Inputs take each model's input shape.
 """
 
 from __future__ import annotations
@@ -36,18 +39,38 @@ sys.path.insert(0, os.path.dirname(__file__))
 from alternating import alternating_medians  # noqa: E402  (beside this script)
 from machine import cpu_target, describe  # noqa: E402  (beside this script)
 
+#: the transformer layers: name -> encoder_layer arguments
+TRANSFORMERS = {"encoder": dict(seq=64, d_model=256, heads=4, ffn=1024),
+                "bert_layer": dict(seq=128, d_model=768, heads=12, ffn=3072)}
 
-def load_models(use_torch: bool) -> dict[str, onnx.ModelProto]:
+
+def load_models(use_torch: bool, only: list[str] | None = None
+                ) -> dict[str, onnx.ModelProto]:
+    """The benchmark's models by name (only those in ``only`` when given)."""
+    from heterocc.models import encoder_layer, mobilenet_v2, resnet18
+
+    def wanted(name: str) -> bool:
+        return not only or name in only
+
+    models: dict[str, onnx.ModelProto] = {}
     if use_torch:
-        sys.path.insert(0, os.path.dirname(__file__))
         from torch_models import export
 
         out = tempfile.mkdtemp()
-        return {n: onnx.load(export(n, os.path.join(out, f"{n}.onnx")))
-                for n in ("resnet18", "mobilenet_v2")}
-    from heterocc.models import mobilenet_v2, resnet18
+        models.update({n: onnx.load(export(n, os.path.join(out, f"{n}.onnx")))
+                       for n in ("resnet18", "mobilenet_v2") if wanted(n)})
+    else:
+        builders = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
+        models.update({n: build() for n, build in builders.items() if wanted(n)})
+    models.update({n: encoder_layer(**shape) for n, shape in TRANSFORMERS.items()
+                   if wanted(n)})
+    return models
 
-    return {"resnet18": resnet18(), "mobilenet_v2": mobilenet_v2()}
+
+def input_shape(model: onnx.ModelProto) -> tuple[int, ...]:
+    """The static shape of the model's first graph input."""
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    return tuple(d.dim_value for d in dims)
 
 
 def main() -> int:
@@ -62,15 +85,14 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", help="only these models (default: all)")
     args = ap.parse_args()
     print(describe(args.target))
+    print(f"load average (1 min) {os.getloadavg()[0]:.2f}")
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = args.threads
     rng = np.random.default_rng(0)
     print(f"{'model':14s} {'onnx':>5s} {'ops':>5s} {'funcs':>5s} {'compile_s':>9s} "
           f"{'max|diff|':>10s} {'heterocc_ms':>11s} {'ort_ms':>8s} {'ratio':>7s}")
-    for name, model in load_models(args.torch).items():
-        if args.models and name not in args.models:
-            continue
-        x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    for name, model in load_models(args.torch, args.models).items():
+        x = rng.standard_normal(input_shape(model)).astype(np.float32)
         t0 = time.perf_counter()
         compiled = heterocc.compile(model, target=args.target)
         compile_s = time.perf_counter() - t0

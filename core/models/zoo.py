@@ -63,3 +63,54 @@ def mobilenet_v2(batch: int = 1, size: int = 224, classes: int = 1000,
 
 def _f32(v: float):
     return np.array(v, dtype=np.float32)
+
+
+def encoder_layer(seq: int = 64, d_model: int = 256, heads: int = 4, ffn: int = 1024,
+                  batch: int = 1, seed: int = 0) -> onnx.ModelProto:
+    """One post-norm transformer encoder layer (as torch's ``TransformerEncoderLayer``
+    exports it, GELU by Erf): multi-head self-attention over ``[batch, seq, d_model]``
+    (3-D MatMuls with constant weights, per-head ``[B,H,T,D] x [B,H,D,T]`` products,
+    Softmax), residual Add + LayerNormalization, a ``d_model -> ffn -> d_model`` GELU
+    feed-forward block, residual Add + LayerNormalization. ``seq=128, d_model=768,
+    heads=12, ffn=3072`` is a BERT-base layer."""
+    if d_model % heads:
+        raise ValueError(f"encoder_layer: {heads} heads do not divide d_model {d_model}")
+    b = OnnxBuilder(seed)
+    head = d_model // heads
+
+    def linear(x: str, cin: int, cout: int) -> str:
+        w = (b.rng.standard_normal((cin, cout)) * (1.0 / cin) ** 0.5).astype(np.float32)
+        bias = (0.02 * b.rng.standard_normal(cout)).astype(np.float32)
+        y = b.node("MatMul", [x, b.param(b._name("w"), w)])
+        return b.node("Add", [y, b.param(b._name("b"), bias)])
+
+    def shape(*dims: int) -> str:
+        return b.param(b._name("shape"), np.array(dims, dtype=np.int64))
+
+    def layer_norm(x: str) -> str:
+        scale = (1.0 + 0.1 * b.rng.standard_normal(d_model)).astype(np.float32)
+        shift = (0.1 * b.rng.standard_normal(d_model)).astype(np.float32)
+        return b.node("LayerNormalization", [x, b.param(b._name("ln_scale"), scale),
+                                             b.param(b._name("ln_bias"), shift)],
+                      axis=-1, epsilon=1e-5)
+
+    def split_heads(x: str, perm: list[int]) -> str:
+        return b.node("Transpose", [b.node("Reshape", [x, shape(batch, seq, heads, head)])],
+                      perm=perm)
+
+    x = "input"
+    q = split_heads(linear(x, d_model, d_model), [0, 2, 1, 3])
+    k = split_heads(linear(x, d_model, d_model), [0, 2, 3, 1])
+    v = split_heads(linear(x, d_model, d_model), [0, 2, 1, 3])
+    scores = b.node("Mul", [b.node("MatMul", [q, k]), b.param(b._name("scale"),
+                                                              _f32(head ** -0.5))])
+    context = b.node("MatMul", [b.node("Softmax", [scores], axis=-1), v])
+    context = b.node("Reshape", [b.node("Transpose", [context], perm=[0, 2, 1, 3]),
+                                 shape(batch, seq, d_model)])
+    x = layer_norm(b.node("Add", [x, linear(context, d_model, d_model)]))
+    hidden = linear(x, d_model, ffn)
+    erf = b.node("Erf", [b.node("Div", [hidden, b.param(b._name("sqrt2"), _f32(2 ** 0.5))])])
+    gelu = b.node("Mul", [b.node("Mul", [hidden, b.node("Add", [erf, b.param(
+        b._name("one"), _f32(1.0))])]), b.param(b._name("half"), _f32(0.5))])
+    out = layer_norm(b.node("Add", [x, linear(gelu, ffn, d_model)]))
+    return b.model("encoder_layer", (batch, seq, d_model), out, (batch, seq, d_model))

@@ -5,7 +5,9 @@ panels one register tile wide (so the micro-kernel reads B contiguously): packin
 this target's decision, taken before scheduling. ``schedule_matmul`` gives the product
 a register-tiled, vectorized, parallel schedule: each (row tile, column panel)
 accumulates in a local ``tile_rows() x panel`` buffer that LLVM keeps in vector
-registers, with one FMA per vector per step of the reduction. ``schedule_conv2d_nchw``
+registers, with one FMA per vector per step of the reduction, and can finish each tile
+with the function's elementwise epilogue; a constant B is packed once, by NumPy, when
+the kernel is built (:func:`pack_columns`, :func:`use_prepacked`). ``schedule_conv2d_nchw``
 tiles a direct convolution the same way, over output channels and output columns
 (grouped and depthwise ones too), and can finish each tile with the function's
 elementwise epilogue.
@@ -418,6 +420,45 @@ def pack_matmul(product: te.Tensor, panel: int | None = None,
     return True
 
 
+def pack_columns(b: np.ndarray, width: int) -> np.ndarray:
+    """NumPy's copy of :func:`pack_matmul`'s layout: ``b`` ``[..., k, n]`` as column
+    panels ``[..., ceil(n / width), k, width]``, zero-padded past column n. What a
+    constant B is packed into once, when its kernel is built (:func:`use_prepacked`)."""
+    *batch, depth, n = b.shape
+    panels = -(-n // width)
+    padded = np.zeros((*batch, depth, panels * width), b.dtype)
+    padded[..., :n] = b
+    return np.ascontiguousarray(
+        np.swapaxes(padded.reshape(*batch, depth, panels, width), -2, -3))
+
+
+def packed_source(product: te.Tensor) -> te.Tensor | None:
+    """The B that a product packed by :func:`pack_matmul` packs (the tensor its packed
+    stage reads), or None when it is not packed, or already reads a prepacked copy."""
+    packed = product.op.attrs.get("packed_B") if isinstance(product.op, te.ComputeOp) \
+        else None
+    if packed is None or not isinstance(packed.op, te.ComputeOp):
+        return None
+    (source,) = {id(t): t for t in reads_of(packed.op.body)}.values()
+    return source
+
+
+def use_prepacked(product: te.Tensor, prepacked: te.Tensor) -> None:
+    """Make ``product`` (packed by :func:`pack_matmul`) read B's panels from
+    ``prepacked``, a tensor of the packed shape holding :func:`pack_columns` of B (a
+    constant packed once, when the kernel is built), instead of packing B itself."""
+    op = product.op
+    packed = op.attrs["packed_B"]
+    if tuple(prepacked.shape) != tuple(packed.shape) or prepacked.dtype != packed.dtype:
+        raise CompileError(f"use_prepacked: {product.name!r} reads B packed as "
+                           f"{packed.dtype}{list(packed.shape)}, not "
+                           f"{prepacked.dtype}{list(prepacked.shape)}")
+    a_load, b_load = op.body.source.a, op.body.source.b
+    source = a_load * prepacked[tuple(b_load.indices)]
+    product.op = te.ComputeOp(op.name, op.axis, Reduce("sum", source, op.body.axis),
+                              {**op.attrs, "packed_B": prepacked})
+
+
 def pack_matmuls(outputs: Sequence[te.Tensor]) -> None:
     """:func:`pack_matmul` on every product that computing ``outputs`` reads: the CPU's
     rewrite of a function's plain computes before it is scheduled."""
@@ -445,11 +486,19 @@ def matmul(A: te.Tensor, B: te.Tensor, name: str = "C", panel: int | None = None
 
 
 def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
-                    cpu: CPUDescription | None = None) -> None:
+                    cpu: CPUDescription | None = None,
+                    epilogue: te.Tensor | None = None) -> None:
     """The register-tiled CPU schedule of a product packed by :func:`pack_matmul`: tiles
     of :func:`tile_rows` rows (of ``cpu``) by one panel accumulate in registers, column
     panels (and batch axes) outermost and in parallel. A product it could not pack (a 1-D
-    operand) gets the reduction schedule."""
+    operand) gets the reduction schedule.
+
+    ``epilogue``, when given, is the function's elementwise tail of the product (see
+    ``heterocc.te_target.elementwise_epilogue``: bias, GELU, residual add, with the stages
+    between inlined into it): the tiles are then laid out on it, and each tile's sums are
+    finished by it straight from registers instead of in a second pass over memory. (The
+    inlined stages vary along the vector lanes, the product's columns, so they need not
+    be computed per tile as a convolution's per-channel ones are.)"""
     packed = C.op.attrs.get("packed_B")
     if packed is None:
         if C.op.attrs.get("schedule") != "matmul":
@@ -457,20 +506,26 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
         schedule_reduction(schedule, C)
         return
     width = packed.shape[-1]
-    *pack_outer, _, column = schedule[packed].op.axis
-    schedule[packed].parallel(schedule[packed].fuse(*pack_outer) if len(pack_outer) > 1
-                              else pack_outer[0])
-    schedule[packed].vectorize(column)
-    local = schedule.cache_write(C, "local")
-    *batch, i, j = schedule[C].op.axis
-    row_tile, panel_index, row, col = schedule[C].tile(i, j, tile_rows(cpu), width)
+    if isinstance(packed.op, te.ComputeOp):  # else a constant packed at build time
+        *pack_outer, _, column = schedule[packed].op.axis
+        schedule[packed].parallel(schedule[packed].fuse(*pack_outer) if len(pack_outer) > 1
+                                  else pack_outer[0])
+        schedule[packed].vectorize(column)
+    if epilogue is None:
+        local, outer = schedule.cache_write(C, "local"), C
+    else:
+        local, outer = C, epilogue
+        schedule[C].set_scope("local")
+    *batch, i, j = schedule[outer].op.axis
+    row_tile, panel_index, row, col = schedule[outer].tile(i, j, tile_rows(cpu), width)
     # Column panels outermost: each thread keeps its panels of B in its own cache while
     # the rows of A stream past.
-    schedule[C].reorder(*batch, panel_index, row_tile, row, col)
-    schedule[C].parallel(schedule[C].fuse(*batch, panel_index) if batch else panel_index)
-    schedule[C].unroll(row)
-    schedule[C].vectorize(col)
-    schedule[local].compute_at(schedule[C], row_tile)
+    schedule[outer].reorder(*batch, panel_index, row_tile, row, col)
+    schedule[outer].parallel(schedule[outer].fuse(*batch, panel_index) if batch
+                             else panel_index)
+    schedule[outer].unroll(row)
+    schedule[outer].vectorize(col)
+    schedule[local].compute_at(schedule[outer], row_tile)
     *_, local_row, local_col = schedule[local].op.axis
     (k,) = schedule[local].op.reduce_axis
     schedule[local].reorder(k, local_row, local_col)

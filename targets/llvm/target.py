@@ -5,8 +5,9 @@ op through the compute library, the NumPy fallback listed in ``fallbacks``, kern
 shared by functions of one structure). What is the CPU's here: the schedule (its
 intermediate elementwise/injective stages are inlined into their readers, its anchor, a
 convolution, a matmul or a reduction, gets the CPU schedule for its kind, one-element
-constants are folded into the code, a convolution's elementwise epilogue, bias +
-residual add + activation, is finished in the convolution's register tiles), the code
+constants are folded into the code, the elementwise epilogue of a convolution or a
+product, bias + residual add + activation, is finished in its register tiles, products
+read constant weights packed once when the kernel is built), the code
 generator (TIR to LLVM, :mod:`.codegen` and :mod:`.module`) and the kernels, which call
 the machine code with NumPy arrays.
 """
@@ -22,6 +23,8 @@ import numpy as np
 
 from heterocc import te
 from heterocc.ir.graph import Node
+from heterocc.te.schedule import INLINE
+from heterocc.te.schedule_reads import reads_of
 from heterocc.te_target import (
     CompiledFunction,
     ExpressedFunction,
@@ -39,7 +42,9 @@ from .module import build as build_module
 from .module import load_library
 from .schedules import (
     BlockedConvTiles,
+    pack_columns,
     pack_matmuls,
+    packed_source,
     schedule_conv2d_nchw,
     schedule_conv2d_nchwc,
     schedule_injective,
@@ -47,16 +52,21 @@ from .schedules import (
     schedule_pool_nchwc,
     schedule_reduction,
     schedule_rows,
+    use_prepacked,
 )
 from .tuning import blocked_conv_tiles, llvm_tuning, schedule_matmul_tuned
 
 
-#: anchor schedules, by the ``schedule`` attribute a compute puts on its output
-def _schedule_matmul(schedule: te.Schedule, product: te.Tensor) -> None:
+def _schedule_matmul(schedule: te.Schedule, product: te.Tensor,
+                     epilogue: te.Tensor | None = None) -> bool:
     """The tuning log's best matmul schedule for this shape when one is applied
-    (``heterocc.compile(..., tuning_log=...)``), else the default."""
-    if not schedule_matmul_tuned(schedule, product):
-        schedule_matmul(schedule, product)
+    (``heterocc.compile(..., tuning_log=...)``), else the default, which finishes
+    ``epilogue`` (the function's elementwise tail of the product) in its register tiles.
+    Returns whether it did."""
+    if schedule_matmul_tuned(schedule, product):
+        return False
+    schedule_matmul(schedule, product, epilogue=epilogue)
+    return epilogue is not None
 
 
 def _schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
@@ -68,28 +78,98 @@ def _schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     schedule_conv2d_nchwc(schedule, conv, epilogue, chain, tiles)
 
 
+#: anchor schedules, by the ``schedule`` attribute a compute puts on its output
 _ANCHOR_SCHEDULES = {"conv2d_nchw": schedule_conv2d_nchw,
-                     "conv2d_nchwc": _schedule_conv2d_nchwc, "matmul": _schedule_matmul,
+                     "conv2d_nchwc": _schedule_conv2d_nchwc,
                      "layout_transform": schedule_rows, "pool_nchwc": schedule_pool_nchwc}
 #: anchor schedules that finish the function's elementwise epilogue in their tiles
 _EPILOGUE_SCHEDULES = ("conv2d_nchw", "conv2d_nchwc")
 
 
+def _reachable(outputs: Sequence[te.Tensor]) -> list[te.Tensor]:
+    """Every compute stage that computing ``outputs`` runs, each once."""
+    seen: dict[int, te.Tensor] = {}
+    pending = list(outputs)
+    while pending:
+        tensor = pending.pop()
+        if id(tensor) in seen or not isinstance(tensor.op, te.ComputeOp):
+            continue
+        seen[id(tensor)] = tensor
+        pending += reads_of(tensor.op.body)
+    return list(seen.values())
+
+
+def _transposed_constant(source: te.Tensor, slots: dict[int, int]
+                         ) -> tuple[te.Tensor, list[int] | None] | None:
+    """``(constant placeholder, axes)`` when ``source`` is one of the function's constants
+    (axes None) or a plain transpose of one (Gemm's ``transB``: ``source`` is
+    ``constant.transpose(axes)``); None otherwise."""
+    if id(source) in slots:
+        return source, None
+    body = source.op.body if isinstance(source.op, te.ComputeOp) else None
+    if not isinstance(body, te.TensorLoad) or id(body.tensor) not in slots:
+        return None
+    axes = [iv.var for iv in source.op.axis]
+    indices = list(body.indices)
+    if len(indices) != len(axes) or any(
+            sum(index is axis for index in indices) != 1 for axis in axes):
+        return None
+    return body.tensor, [next(p for p, index in enumerate(indices) if index is axis)
+                         for axis in axes]
+
+
+def _prepack_constants(expressed: ExpressedFunction) -> list[tuple[int, int, list | None]]:
+    """Products whose B is one of the function's graph constants (or a transpose of one)
+    read it packed once, when the kernel is built, instead of packing it on every call:
+    the constant's placeholder in ``expressed.params`` becomes one of the packed shape.
+    Returns ``(constant index, panel width, axes)`` of each, the packing that
+    :func:`_packed_constants` applies to ``function_constants`` (``axes``: the transpose
+    applied first, or None). A constant also read otherwise stays as it is."""
+    pack_matmuls(expressed.outputs)
+    first = len(expressed.params) - len(expressed.constants)
+    slots = {id(p): k for k, p in
+             enumerate(expressed.params[first:len(expressed.params) - len(expressed.tables)])}
+    stages = _reachable(expressed.outputs)
+    readers: dict[int, int] = {}
+    for stage in stages:
+        for source in {id(t) for t in reads_of(stage.op.body)}:
+            readers[source] = readers.get(source, 0) + 1
+    packings = []
+    for product in stages:
+        source = packed_source(product)
+        found = None if source is None else _transposed_constant(source, slots)
+        if found is None or readers[id(source)] != 1 or readers[id(found[0])] != 1:
+            continue
+        constant, axes = found
+        packed = product.op.attrs["packed_B"]
+        prepacked = te.placeholder(packed.shape, packed.dtype, f"{constant.name}.packed")
+        use_prepacked(product, prepacked)
+        index = slots[id(constant)]
+        expressed.params[first + index] = prepacked
+        packings.append((index, int(packed.shape[-1]), axes))
+    return packings
+
+
 def _schedule(expressed: ExpressedFunction) -> te.Schedule:
     """Inline injective stages, give anchors (convolutions, matmuls, reductions) their
-    CPU schedule (a convolution's elementwise epilogue is computed in its register
-    tiles), and vectorize / parallelize the other outputs. Products are first given the
-    CPU's packed layout of B (the compute library's are plain)."""
+    CPU schedule (the elementwise epilogue of a convolution or a product is computed in
+    its register tiles), and vectorize / parallelize the other outputs. Products are
+    first given the CPU's packed layout of B (the compute library's are plain); a
+    product's packing of a non-constant B is its own stage, never inlined (that would
+    read B across rows in the inner loop)."""
     pack_matmuls(expressed.outputs)
     s = te.create_schedule(expressed.outputs)
     fold_scalars(s, expressed.scalars)
     outputs = {id(t) for t in expressed.outputs}
+    packings = {id(t.op.attrs["packed_B"]) for t in _reachable(expressed.outputs)
+                if "packed_B" in t.op.attrs}
     anchors = []
     for stage in list(s.stages):
         t = stage.tensor
-        if stage.is_placeholder:
+        if stage.is_placeholder or id(t) in packings:
             continue
-        if t.op.attrs.get("schedule") in _ANCHOR_SCHEDULES or t.op.reduce_axis:
+        if (t.op.attrs.get("schedule") in _ANCHOR_SCHEDULES
+                or t.op.attrs.get("schedule") == "matmul" or t.op.reduce_axis):
             anchors.append(t)
         elif id(t) not in outputs and not t.op.attrs.get("keep"):
             stage.compute_inline()
@@ -104,6 +184,10 @@ def _schedule(expressed: ExpressedFunction) -> te.Schedule:
             _ANCHOR_SCHEDULES[kind](s, t, epilogue, chain or [])
             if epilogue is not None:
                 scheduled.add(id(epilogue))
+        elif kind == "matmul":
+            epilogue = elementwise_epilogue(s, t, expressed.outputs)
+            if _schedule_matmul(s, t, epilogue):
+                scheduled.add(id(epilogue))
         elif kind in _ANCHOR_SCHEDULES:
             _ANCHOR_SCHEDULES[kind](s, t)
         else:
@@ -111,7 +195,24 @@ def _schedule(expressed: ExpressedFunction) -> te.Schedule:
     for t in expressed.outputs:
         if id(t) not in scheduled:
             schedule_injective(s, t)
+    # a materialized intermediate (``keep``: softmax's exponentials, a normalization's
+    # statistics) that no anchor scheduled runs vectorized and in parallel too
+    for stage in s.stages:
+        if (not stage.is_placeholder and stage.op.attrs.get("keep")
+                and not stage.op.reduce_axis and stage.attach != INLINE
+                and not stage.relations and not stage.loop_kinds):
+            schedule_injective(s, stage.tensor)
     return s
+
+
+def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]:
+    """A kernel's constants with those its products read prepacked packed
+    (``(constant index, panel width, axes)``, see :func:`_prepack_constants`)."""
+    constants = list(constants)
+    for index, width, axes in packings:
+        operand = constants[index] if axes is None else np.transpose(constants[index], axes)
+        constants[index] = pack_columns(operand, width)
+    return constants
 
 
 #: references to an array that ``_Outputs.recycled`` itself holds while counting: its
@@ -172,6 +273,8 @@ class LLVMTarget(TETarget):
     blocked_layout: bool = True
     cpu: CPUDescription | str | None = None
     _libraries: dict[str, object] = field(default_factory=dict, repr=False)
+    #: packings of constants chosen while scheduling, by id of the expressed function
+    _packings: dict[int, list] = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         self.cpu = parse_cpu(self.cpu)
@@ -181,8 +284,17 @@ class LLVMTarget(TETarget):
         return compiling_for(self.cpu)
 
     def schedule(self, expressed: ExpressedFunction) -> te.Schedule:
-        """The CPU schedule of a function (see :func:`_schedule`)."""
+        """The CPU schedule of a function (see :func:`_schedule`), its products reading
+        constant B operands packed at build time (:func:`_prepack_constants`)."""
+        self._packings[id(expressed)] = _prepack_constants(expressed)
         return _schedule(expressed)
+
+    def lower(self, schedule: te.Schedule, expressed: ExpressedFunction, symbol: str):
+        """The PrimFunc, with the packing of its constants in its ``packed_constants``
+        attribute: ``(constant index, panel width, axes)``, applied by :meth:`kernel`."""
+        lowered = super().lower(schedule, expressed, symbol)
+        lowered.attrs["packed_constants"] = self._packings.pop(id(expressed), [])
+        return lowered
 
     def codegen(self, lowered, symbol: str):
         """The machine-code entry of ``lowered`` (a PrimFunc), compiled by LLVM."""
@@ -190,8 +302,9 @@ class LLVMTarget(TETarget):
 
     def kernel(self, function: Node, compiled: CompiledFunction) -> LLVMKernel:
         """``function`` calling its structure's machine code with its own constants."""
-        return LLVMKernel(function.name, compiled.code,
-                          function_constants(function.body, compiled.tables),
+        constants = _packed_constants(function_constants(function.body, compiled.tables),
+                                      compiled.lowered.attrs["packed_constants"])
+        return LLVMKernel(function.name, compiled.code, constants,
                           output_specs(function), compiled.lowered)
 
     def save_kernels(self, kernels: dict, directory: str) -> dict:
@@ -203,7 +316,10 @@ class LLVMTarget(TETarget):
             module = build_module(list(prims.values()), name="artifact", cpu=self.cpu)
             module.export_library(os.path.join(directory, LIBRARY))
         return {"library": LIBRARY if compiled else None, "cpu": self.cpu.to_json(),
-                "functions": {name: k.prim.name for name, k in compiled.items()}}
+                "functions": {name: k.prim.name for name, k in compiled.items()},
+                "packed_constants": {k.prim.name: [list(p) for p in
+                                                   k.prim.attrs["packed_constants"]]
+                                     for k in compiled.values()}}
 
     def load_kernel(self, function: Node, directory: str, info: dict):
         """The kernel of ``function`` from a saved library (NumPy if it had none)."""
@@ -214,8 +330,9 @@ class LLVMTarget(TETarget):
         if library is None:
             library = self._libraries[directory] = load_library(
                 os.path.join(directory, info["library"]))
-        return LLVMKernel(function.name, library[symbol], function_constants(function.body),
-                          output_specs(function))
+        packings = info.get("packed_constants", {}).get(symbol, [])
+        constants = _packed_constants(function_constants(function.body), packings)
+        return LLVMKernel(function.name, library[symbol], constants, output_specs(function))
 
     def graph_passes(self) -> list[str]:
         """The CPU's layout pass (blocked NCHW[x]c convolutions), then folding again for a

@@ -125,9 +125,10 @@ def schedule_matmul_config(s: te.Schedule, C: te.Tensor, packed: te.Tensor,
     tile in a local buffer over the reduction split into k_chunk pieces, or straight into
     C with the chunk loop outside the row tiles (so a chunk of a B panel stays in cache
     while rows stream by). Leading axes of C (a batch) run outermost."""
-    pack_axes = s[packed].op.axis
-    s[packed].parallel(pack_axes[0])
-    s[packed].vectorize(pack_axes[-1])
+    if isinstance(packed.op, te.ComputeOp):  # else a constant packed at build time
+        pack_axes = s[packed].op.axis
+        s[packed].parallel(pack_axes[0])
+        s[packed].vectorize(pack_axes[-1])
     rows, panel = config["tile_rows"], config["panel"]
     if config["accumulate"] == "registers":
         local = s.cache_write(C, "local")
