@@ -432,8 +432,8 @@ def _integer_max_pool(graph: Graph) -> Graph:
         pools[node] = Node("MaxPool", [x], [y], dict(pool.attrs), scope.fresh(f"{pool.name}_int"))
         mapping[node.outputs[0]] = y
         dropped.add(node)
-        for inner in (pool, dq):
-            if all(v not in returned and all(u in m.nodes for u in users.get(v, ()))
+        for inner in (pool, dq):  # the float pool, then its input once nothing reads it
+            if all(v not in returned and all(u in dropped for u in users.get(v, ()))
                    for v in inner.outputs):
                 dropped.add(inner)
     if not pools:

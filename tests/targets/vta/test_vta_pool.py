@@ -144,10 +144,13 @@ def test_quantized_stem_is_one_accelerator_region(tmp_path, activations):
 @pytest.mark.parametrize("dtype, zero_point", [(TensorProto.INT8, -7),
                                                (TensorProto.UINT8, 120)])
 @pytest.mark.parametrize("ceil_mode", [0, 1])
-def test_integer_pool_equals_the_quantized_float_pool(dtype, zero_point, ceil_mode):
+@pytest.mark.parametrize("float_output", [False, True])
+def test_integer_pool_equals_the_quantized_float_pool(dtype, zero_point, ceil_mode,
+                                                      float_output):
     """``realize_qdq``'s integer MaxPool, run on the ALU, gives exactly what ``DQ ->
     MaxPool -> Q`` (one scale and zero point, as ORT's quantizer writes it) gives in
-    ONNX Runtime."""
+    ONNX Runtime. ``float_output``: the float pool's result is a graph output too, so
+    it stays (with its DequantizeLinear) beside the integer one."""
     from tests.targets.vta.ort_models import onnxruntime_session
 
     quantization = [onnx.numpy_helper.from_array(np.array(0.05, np.float32), "scale"),
@@ -161,8 +164,8 @@ def test_integer_pool_equals_the_quantized_float_pool(dtype, zero_point, ceil_mo
     graph = helper.make_graph(
         nodes, "pool", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
                                                       (1, 16, 16, 16))],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 16, 8, 8 + ceil_mode))],
-        quantization)
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, (1, 16, 8, 8 + ceil_mode))
+         for name in (["out", "p"] if float_output else ["out"])], quantization)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     compiled = heterocc.compile(model, target="vta,llvm")
@@ -171,4 +174,5 @@ def test_integer_pool_equals_the_quantized_float_pool(dtype, zero_point, ceil_mo
     assert placed["MaxPool"][0] == "vta", compiled.placement_report.format()
     session = onnxruntime_session(model, optimized=False)
     x = np.random.default_rng(ceil_mode).standard_normal((1, 16, 16, 16)).astype(np.float32) * 4
-    np.testing.assert_array_equal(compiled.run([x])[0], session.run(None, {"input": x})[0])
+    for ours, theirs in zip(compiled.run([x]), session.run(None, {"input": x}), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
