@@ -290,8 +290,9 @@ def _rewrite_add(nodes: list[Node], q_out: Value, scope: NameScope) -> list[Node
 @register_pass("realize_qdq")
 def realize_qdq(graph: Graph) -> Graph:
     """Rewrite quantized conv / dense chains (QDQ form; run ``expand_qoperator`` first
-    for QOperator models) into ConvInteger / MatMulInteger + bias Add + Requantize, and
-    quantized element-wise additions into integer ones (``_rewrite_add``)."""
+    for QOperator models) into ConvInteger / MatMulInteger + bias Add + Requantize,
+    quantized element-wise additions into integer ones (``_rewrite_add``) and quantized
+    max pools into integer ones (``_integer_max_pool``)."""
     scope = NameScope.of(graph)
     graph = _drop_roundtrips(graph)
     producers = graph.producers()
