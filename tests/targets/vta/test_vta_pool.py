@@ -119,10 +119,11 @@ def _stem(ceil_mode: int = 0) -> onnx.ModelProto:
 def test_quantized_stem_is_one_accelerator_region(tmp_path, activations):
     """The stem's MaxPool (``DQ -> MaxPool -> Q``, one scale and zero point) becomes an
     int8 pool on the ALU, so the stem convolution, the pool and the block after it
-    form one accelerator region; bit-exact against the graph's reference, and against
-    ONNX Runtime run as written wherever the float pool's output is compared."""
+    form one accelerator region; bit-exact against the graph's reference, and within
+    the requantizations' rounding of ONNX Runtime run as written (three requantizations
+    deep: the pool itself is exact)."""
     pytest.importorskip("onnxruntime.quantization")
-    from tests.targets.vta.ort_models import inputs, onnxruntime_session, quantize
+    from tests.targets.vta.ort_models import inputs, onnxruntime_session, output_scale, quantize
 
     model = quantize(_stem(), tmp_path, "QDQ", activations)
     compiled = heterocc.compile(model, target="vta,llvm", strict=True)
@@ -138,7 +139,37 @@ def test_quantized_stem_is_one_accelerator_region(tmp_path, activations):
         ours = compiled.run([x])[0]
         np.testing.assert_array_equal(ours, evaluate(compiled.graph, [x])[0])
         theirs = session.run(None, {"input": x})[0]
-        assert ours.shape == theirs.shape
+        assert np.abs(ours - theirs).max() <= 3 * output_scale(model) + 1e-6
+
+
+def _qdq_pool(dtype, zero_point, out_shape, outputs=("out",), **attrs) -> onnx.ModelProto:
+    """``Q -> DQ -> MaxPool -> Q -> DQ`` of a (1, 16, 16, 16) input, one scale and zero
+    point throughout, as ORT's quantizer writes a pool; ``outputs`` may add the float
+    pool's result "p"."""
+    quantization = [onnx.numpy_helper.from_array(np.array(0.05, np.float32), "scale"),
+                    helper.make_tensor("zero", dtype, (), [zero_point])]
+    nodes = [helper.make_node("QuantizeLinear", ["input", "scale", "zero"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["dq"]),
+             helper.make_node("MaxPool", ["dq"], ["p"], **attrs),
+             helper.make_node("QuantizeLinear", ["p", "scale", "zero"], ["pq"]),
+             helper.make_node("DequantizeLinear", ["pq", "scale", "zero"], ["out"])]
+    graph = helper.make_graph(
+        nodes, "pool", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                      (1, 16, 16, 16))],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, out_shape) for name in outputs],
+        quantization)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _agrees_with_onnxruntime(model, compiled, seed: int) -> None:
+    from tests.targets.vta.ort_models import onnxruntime_session
+
+    session = onnxruntime_session(model, optimized=False)
+    x = np.random.default_rng(seed).standard_normal((1, 16, 16, 16)).astype(np.float32) * 4
+    for ours, theirs in zip(compiled.run([x]), session.run(None, {"input": x}), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
 
 
 @pytest.mark.parametrize("dtype, zero_point", [(TensorProto.INT8, -7),
@@ -151,28 +182,21 @@ def test_integer_pool_equals_the_quantized_float_pool(dtype, zero_point, ceil_mo
     MaxPool -> Q`` (one scale and zero point, as ORT's quantizer writes it) gives in
     ONNX Runtime. ``float_output``: the float pool's result is a graph output too, so
     it stays (with its DequantizeLinear) beside the integer one."""
-    from tests.targets.vta.ort_models import onnxruntime_session
-
-    quantization = [onnx.numpy_helper.from_array(np.array(0.05, np.float32), "scale"),
-                    helper.make_tensor("zero", dtype, (), [zero_point])]
-    nodes = [helper.make_node("QuantizeLinear", ["input", "scale", "zero"], ["q"]),
-             helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["dq"]),
-             helper.make_node("MaxPool", ["dq"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
-                              pads=[1] * 4, ceil_mode=ceil_mode),
-             helper.make_node("QuantizeLinear", ["p", "scale", "zero"], ["pq"]),
-             helper.make_node("DequantizeLinear", ["pq", "scale", "zero"], ["out"])]
-    graph = helper.make_graph(
-        nodes, "pool", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
-                                                      (1, 16, 16, 16))],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, (1, 16, 8, 8 + ceil_mode))
-         for name in (["out", "p"] if float_output else ["out"])], quantization)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
+    model = _qdq_pool(dtype, zero_point, (1, 16, 8, 8 + ceil_mode),
+                      ("out", "p") if float_output else ("out",), kernel_shape=[3, 3],
+                      strides=[2, 2], pads=[1] * 4, ceil_mode=ceil_mode)
     compiled = heterocc.compile(model, target="vta,llvm")
-    placed = {p.op: (p.target, p.reason) for p in compiled.placement_report.placements}
+    placed = {p.op: p.target for p in compiled.placement_report.placements}
     # (uint8 too: ``uint8_to_int8`` shifts the pool's input and output by -128)
-    assert placed["MaxPool"][0] == "vta", compiled.placement_report.format()
-    session = onnxruntime_session(model, optimized=False)
-    x = np.random.default_rng(ceil_mode).standard_normal((1, 16, 16, 16)).astype(np.float32) * 4
-    for ours, theirs in zip(compiled.run([x]), session.run(None, {"input": x}), strict=True):
-        np.testing.assert_array_equal(ours, theirs)
+    assert placed["MaxPool"] == "vta", compiled.placement_report.format()
+    _agrees_with_onnxruntime(model, compiled, ceil_mode)
+
+
+def test_a_refused_integer_pool_runs_on_the_cpu():
+    """A dilated pool stays on the CPU, named in the report, and is still exact."""
+    model = _qdq_pool(TensorProto.INT8, -7, (1, 16, 12, 12), kernel_shape=[3, 3],
+                      dilations=[2, 2])
+    compiled = heterocc.compile(model, target="vta,llvm")
+    (pool,) = [p for p in compiled.placement_report.placements if p.op == "MaxPool"]
+    assert pool.target == "llvm" and "dilated pooling" in pool.reason
+    _agrees_with_onnxruntime(model, compiled, 0)
