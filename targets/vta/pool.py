@@ -26,8 +26,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-import numpy as np
-
 from heterocc.accel_sim import HardwareConfig
 from heterocc.accel_sim.isa import (
     DMA_PAD_BITS,
@@ -72,23 +70,6 @@ class MaxPoolGeometry:
     def cols_in(self, cols: int) -> int:
         """Input columns ``cols`` consecutive output columns read."""
         return (cols - 1) * self.strides[1] + self.kernel[1]
-
-    def reference(self, x: np.ndarray) -> np.ndarray:
-        """The pool over ``x`` (planes, height, width, tile elements...) in NumPy, as the
-        ALU computes it."""
-        (kh, kw), (sy, sx) = self.kernel, self.strides
-        top, left = self.pads[0], self.pads[1]
-        bottom = (self.out_height - 1) * sy + kh - self.height - top
-        right = (self.out_width - 1) * sx + kw - self.width - left
-        padded = np.pad(x, [(0, 0), (top, max(bottom, 0)), (left, max(right, 0))] +
-                        [(0, 0)] * (x.ndim - 3), constant_values=PAD_VALUE)
-        out = None
-        for ky in range(kh):
-            for kx in range(kw):
-                tap = padded[:, ky:ky + (self.out_height - 1) * sy + 1:sy,
-                             kx:kx + (self.out_width - 1) * sx + 1:sx]
-                out = tap if out is None else np.maximum(out, tap)
-        return out
 
 
 def unsupported(pool: Node) -> str | None:
