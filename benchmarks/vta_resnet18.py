@@ -195,7 +195,7 @@ def main() -> int:
     layer_bytes = {c.name: sum(v.type.nbytes for v in c.body.inputs)
                    + c.body.outputs[0].type.nbytes for _, c in composites}
     for k1, k2 in zip(targets[1].kernels, targets[2].kernels):
-        lowering = "alu" if k2.more_inputs else "direct" if k2.input_tensor == "X" else "gemm"
+        lowering = "alu" if not k2.macs else "direct" if k2.input_tensor == "X" else "gemm"
         print(f"{k1.name[:32]:32s} {lowering:>8s} {k1.last_cycles:11d} "
               f"{100 * k1.utilization:8.1f}% {k2.last_cycles:11d} {100 * k2.utilization:8.1f}% "
               f"{k2.host_bytes:10d} {layer_bytes[k2.name]:10d}")

@@ -290,8 +290,9 @@ def _rewrite_add(nodes: list[Node], q_out: Value, scope: NameScope) -> list[Node
 @register_pass("realize_qdq")
 def realize_qdq(graph: Graph) -> Graph:
     """Rewrite quantized conv / dense chains (QDQ form; run ``expand_qoperator`` first
-    for QOperator models) into ConvInteger / MatMulInteger + bias Add + Requantize, and
-    quantized element-wise additions into integer ones (``_rewrite_add``)."""
+    for QOperator models) into ConvInteger / MatMulInteger + bias Add + Requantize,
+    quantized element-wise additions into integer ones (``_rewrite_add``) and quantized
+    max pools into integer ones (``_integer_max_pool``)."""
     scope = NameScope.of(graph)
     graph = _drop_roundtrips(graph)
     producers = graph.producers()
@@ -328,7 +329,7 @@ def realize_qdq(graph: Graph) -> Graph:
         if node in dropped:
             continue
         nodes.extend(replaced.get(node, [node]))
-    return _absorb_quantized_relu(substitute(graph, {}, nodes))
+    return _integer_max_pool(_absorb_quantized_relu(substitute(graph, {}, nodes)))
 
 
 _ROUNDTRIP = is_op("QuantizeLinear")(_DQ_X, is_constant(), optional(is_constant()))
@@ -394,4 +395,54 @@ def _absorb_quantized_relu(graph: Graph) -> Graph:
     nodes = [replace(n, attrs={**n.attrs, "qmin": clamps[n][0],
                                "absorbed": [*n.attrs["absorbed"], clamps[n][1]]})
              if n in clamps else n for n in graph.nodes if n not in dropped]
+    return substitute(graph, mapping, nodes)
+
+
+_QPOOL = is_op("QuantizeLinear")(is_op("MaxPool")(_DQ_X), is_constant(), optional(is_constant()))
+
+
+def _integer_max_pool(graph: Graph) -> Graph:
+    """``Q(MaxPool(DQ(x)))`` with one scale (positive) and zero point is ``MaxPool(x)``
+    on the integers: dequantizing is increasing, so it commutes with the max, and the
+    integer pool's padding (the type's minimum) never exceeds a window's real element,
+    as the float pool's -inf does not (a window of padding alone quantizes to that
+    minimum either way). Only where the pool's indices output is unused."""
+    scope = NameScope.of(graph)
+    producers = graph.producers()
+    users = graph.consumers()
+    returned = set(graph.outputs)
+    mapping: dict[Value, Value] = {}
+    pools: dict[Node, Node] = {}  # the QuantizeLinear -> the integer pool replacing it
+    dropped: set[Node] = set()
+    for node in graph.nodes:
+        if node.op != "QuantizeLinear":
+            continue
+        m = match(_QPOOL, node.outputs[0], producers)
+        if m is None:
+            continue
+        dq, pool = m.nodes[0], m.nodes[1]
+        try:
+            positive = _scalar(dq.inputs[1]) > 0
+        except ValueError:
+            continue
+        if not positive or not _same_quantization(dq, node) or any(
+                v in returned or users.get(v) for v in pool.outputs[1:]):
+            continue
+        x = dq.inputs[0]
+        y = Value(scope.fresh(f"{pool.outputs[0].name}_int"), node.outputs[0].type)
+        pools[node] = Node("MaxPool", [x], [y], dict(pool.attrs), scope.fresh(f"{pool.name}_int"))
+        mapping[node.outputs[0]] = y
+        dropped.add(node)
+        for inner in (pool, dq):  # the float pool, then its input once nothing reads it
+            if all(v not in returned and all(u in dropped for u in users.get(v, ()))
+                   for v in inner.outputs):
+                dropped.add(inner)
+    if not pools:
+        return graph
+    nodes = []
+    for node in graph.nodes:
+        if node in pools:
+            nodes.append(pools[node])
+        elif node not in dropped:
+            nodes.append(node)
     return substitute(graph, mapping, nodes)

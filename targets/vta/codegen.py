@@ -57,6 +57,7 @@ from .conv import (
 )
 from .dae import emit_program
 from .epilogue import EpilogueStep, plan_epilogue
+from .pool import max_pool_geometry, pool_program
 from .residual import add_program, quantized_add
 from .schedule import constant_blocks, packed_gemm, schedule_packed_gemm
 from .tiling import best_tiling, task_threads
@@ -373,6 +374,25 @@ def _residual_add(function: Node, config: HardwareConfig) -> AcceleratorKernel:
                              blocked=True)
 
 
+def _max_pool(function: Node, config: HardwareConfig) -> AcceleratorKernel:
+    """An integer max pool on the ALU (``pool``), its input and output in the blocked
+    layout of the convolutions around it."""
+    pool = function.body.nodes[0]
+    geometry = max_pool_geometry(pool, config)
+    if isinstance(geometry, str):
+        raise CompileError(f"{function.name}: {geometry}")
+    shape = pool.outputs[0].type.shape
+
+    def to_device(x: np.ndarray) -> np.ndarray:
+        return to_blocked(x, config)
+
+    def from_device(y: np.ndarray) -> np.ndarray:
+        return from_blocked(y, shape, config)
+
+    return AcceleratorKernel(function.name, config, pool_program(config, geometry), to_device,
+                             from_device, "X", "Y", blocked=True)
+
+
 def compile_composite(function: Node, config: HardwareConfig,
                       virtual_threads: int) -> AcceleratorKernel:
     """An accelerator kernel for one composite function node."""
@@ -391,6 +411,8 @@ def _lowered_composite(function: Node, config: HardwareConfig,
                        virtual_threads: int) -> AcceleratorKernel:
     if function.attrs.get("composite") == "quantized_add":
         return _residual_add(function, config)
+    if function.attrs.get("composite") == "max_pool":
+        return _max_pool(function, config)
     nodes = function.body.nodes
     core = nodes[0]
     if core.op == "ConvInteger":

@@ -1,12 +1,13 @@
 """The accelerator's pattern table: integer convolutions and dense layers with
-their bias and requantization, and quantized element-wise additions (what
-``realize_qdq`` produces)."""
+their bias and requantization, quantized element-wise additions and integer max
+pools (what ``realize_qdq`` produces)."""
 
 from __future__ import annotations
 
 from heterocc.ir.graph import Node
 from heterocc.patterns import CompositePattern, is_constant, is_op, optional, wildcard
 
+from .pool import unsupported
 from .residual import quantized_add
 
 # zero points: any (check_conv / check_dense decide, see _zero_points)
@@ -18,6 +19,7 @@ _DENSE = is_op("MatMulInteger")(wildcard(), is_constant(), _ZERO_POINT, _ZERO_PO
 _CAST = is_op("Cast")(wildcard())
 _SCALED = is_op("Mul")(is_op("Sub")(_CAST, is_constant()) | _CAST, is_constant())
 _SUM = is_op("Requantize")(is_op("Add")(_SCALED, _SCALED))
+_POOL = is_op("MaxPool")(wildcard())
 
 
 def _requantized(core):
@@ -94,7 +96,14 @@ def check_add(nodes: list[Node]) -> str | None:
     return "both operands are one tensor" if a is b else None
 
 
+def check_max_pool(nodes: list[Node]) -> str | None:
+    """Why the accelerator's ALU cannot take this integer max pool, or None
+    (``pool.max_pool_geometry`` checks the configuration's buffers when it compiles)."""
+    return unsupported(nodes[0])
+
+
 def pattern_table() -> list[CompositePattern]:
     return [CompositePattern("conv2d_bias_requantize", _requantized(_CONV), check_conv),
             CompositePattern("dense_bias_requantize", _requantized(_DENSE), check_dense),
-            CompositePattern("quantized_add", _SUM, check_add)]
+            CompositePattern("quantized_add", _SUM, check_add),
+            CompositePattern("max_pool", _POOL, check_max_pool)]

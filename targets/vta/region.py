@@ -2,14 +2,14 @@
 between its functions.
 
 A region is a convex group of composites (``partition``); each became an
-``AcceleratorKernel``. Direct convolutions and residual additions read and write
-their activations in one blocked layout (``codegen.to_blocked``), so a tensor one of
-them produces is handed to the next one as the matrix of tiles it already is: the
-host converts layouts only where a tensor enters the region, leaves it, or meets a
+``AcceleratorKernel``. Direct convolutions, residual additions and max pools read
+and write their activations in one blocked layout (``codegen.to_blocked``), so a
+tensor one of them produces is handed to the next one as the matrix of tiles it
+already is: the host converts layouts only where a tensor enters the region, leaves it, or meets a
 kernel with another layout (an im2col or dense GEMM). Channels padded up to a whole
 block hold whatever the producer's epilogue left there: a convolution multiplies them
-by zero weights and an addition's padded lanes are dropped on the way out, so results
-do not depend on them.
+by zero weights, an addition's and a pool's padded lanes are dropped on the way out,
+so results do not depend on them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The timing model against the RTL: compiled models' accelerator streams (the
 quantized tiny CNN, a small CNN quantized by onnxruntime with its residual addition
-on the ALU, and a sample of a quantized ResNet-18's layers) and random
+on the ALU, a ResNet stem's max pool on the ALU, and a sample of a quantized
+ResNet-18's layers) and random
 programs, each run on the RTL (Verilator) with the bench memory at a short and at
 the default DRAM latency, their cycles compared with
 ``schedule_stream(stream, bench_timing_config(config, memory))`` within 5%, and
@@ -22,6 +23,7 @@ from heterocc.accel_sim.hil import simulate
 from heterocc.accel_sim.rtl_device import BenchMemory, RtlRun, RtlSimulator, bench_timing_config
 from heterocc.models import resnet18, tiny_cnn
 from heterocc.targets.vta import VtaTarget
+from heterocc.targets.vta.pool import MaxPoolGeometry, pool_program
 from tests.hw.conftest import BUILD_ROOT, REPORT_DIR, require_rtl_tools
 from tests.hw.programs import random_program
 
@@ -83,11 +85,24 @@ def _ort_small_cnn_streams(directory) -> list[tuple[str, list, np.ndarray]]:
             for k in target.kernels if k.last_input is not None]
 
 
+def _pool_stream(config: HardwareConfig) -> tuple[str, list, np.ndarray]:
+    """A ResNet stem's max pool (3x3, stride 2, pad 1) on the ALU: padded INP loads and
+    MAX over input tiles with strided loops, two chunks in flight."""
+    geometry = MaxPoolGeometry(2, 16, 16, (3, 3), (2, 2), (1, 1, 1, 1), 8, 8)
+    program = pool_program(config, geometry)
+    dram = program.dram.copy()
+    tensor = program.tensors["X"]
+    x = np.random.default_rng(7).integers(-128, 128, (tensor.rows, tensor.cols))
+    program.write("X", x.astype(np.int8), dram)
+    return "max_pool_stem", list(program.instructions), dram
+
+
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory) -> list[tuple[str, list, np.ndarray]]:
     config = HardwareConfig()
     found = [(f"tiny_cnn_{name}", ins, dram) for name, ins, dram in _model_streams(tiny_cnn(8))]
     found += _ort_small_cnn_streams(tmp_path_factory.mktemp("ort"))
+    found.append(_pool_stream(config))
     found += _resnet_sample(config)
     for seed in RANDOM_SEEDS:
         program = random_program(config, seed).program
@@ -123,5 +138,6 @@ def test_model_cycles_match_the_rtl(streams, latency):
     assert any(name.startswith("tiny_cnn") for name, _, _ in streams)
     assert any(name.startswith("resnet18") for name, _, _ in streams)
     assert any("quantized_add" in name for name, _, _ in streams)
+    assert any("max_pool" in name for name, _, _ in streams)
     outliers = [row for row in rows if abs(row["ratio"] - 1) > TOLERANCE]
     assert not outliers, f"RTL cycles off the timing model by more than 5%: {outliers}"

@@ -28,7 +28,7 @@ def test_every_accelerator_function_is_bit_exact(qdq_model, preset):
     compiled = heterocc.compile(qdq_model, target=[target, "reference"])
     composites = _composites(compiled)
     assert sorted({c.attrs["composite"] for c in composites}) == [
-        "conv2d_bias_requantize", "dense_bias_requantize", "quantized_add"]
+        "conv2d_bias_requantize", "dense_bias_requantize", "max_pool", "quantized_add"]
     rng = np.random.default_rng(0)
     for composite in composites:
         kernel = compile_composite(composite, target.config, 2)
