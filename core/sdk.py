@@ -101,12 +101,13 @@ __all__ = [
     "DeviceTiming", "ENTRY_POINT_GROUP", "ExportableTarget", "ExpressedFunction", "Graph",
     "GraphPassTarget", "HeteroccError", "HilTarget", "IllegalInstructionError", "InputError",
     "Kernel", "Lowering", "Match", "MirroredDevice", "Node", "PartitioningTarget", "Pattern",
-    "PatternError", "Result", "TETarget", "Target", "TargetError", "TargetInfo", "TargetTuning",
-    "TensorIntrin", "TensorType", "TunableTarget", "Value", "absent", "available_targets",
-    "build_accelerator_region", "compile_composite", "composite_parts", "elementwise_epilogue",
-    "epilogue_chain", "evaluate_index", "express_function", "fold_scalars", "function_constants",
-    "get_target", "is_constant", "is_op", "leaf_statements", "match", "optional",
-    "reference_outputs", "register_target", "structure_key", "te", "tir", "wildcard",
+    "PatternError", "ResidentDevice", "Result", "TETarget", "Target", "TargetError", "TargetInfo",
+    "TargetTuning", "TensorIntrin", "TensorType", "TunableTarget", "Value", "absent",
+    "available_targets", "build_accelerator_region", "compile_composite", "composite_parts",
+    "elementwise_epilogue", "epilogue_chain", "evaluate_index", "express_function", "fold_scalars",
+    "function_constants", "get_target", "holds", "is_constant", "is_op", "leaf_statements",
+    "load_program", "match", "optional", "reference_outputs", "register_target", "structure_key",
+    "te", "tir", "wildcard",
 ]
 
 
@@ -184,10 +185,20 @@ class DeviceTiming:
 class Device(Protocol):
     """A place programs run: a simulator, an RTL simulation or a board.
 
-    Buffers are named by the TIR parameters of a program (the names of the
-    tensors given to ``te.lower``); the program (what the target's codegen made)
-    says where each lives. A run reads what ``copy_in`` wrote and leaves its
-    results for ``copy_out``.
+    This is the bring-up protocol of every SDK target. Buffers are named by the TIR
+    parameters of a program (the names of the tensors given to ``te.lower``); the
+    program (what the target's codegen made) says where each lives. The three
+    required methods are the data path:
+
+    * ``copy_in`` (write) a buffer of a program,
+    * ``run`` the program to completion, returning its :class:`DeviceTiming` (the
+      device's cycle counter; a device without one reports ``cycles=0``),
+    * ``copy_out`` (read) a buffer after the run.
+
+    A device may also implement the life cycle of :class:`ResidentDevice`
+    (``load`` a program, say which of its buffers stay ``resident`` across runs,
+    ``reset``); :class:`DeviceKernel` then writes a program's constants (weights)
+    once per loaded model instead of on every call.
     """
 
     name: str
@@ -203,6 +214,46 @@ class Device(Protocol):
     def copy_out(self, program: Any, buffer: str) -> np.ndarray:
         """The contents of ``program``'s buffer ``buffer`` after a run."""
         ...
+
+
+@runtime_checkable
+class ResidentDevice(Device, Protocol):
+    """A :class:`Device` that keeps loaded programs and their buffers (weights stay on
+    the device between calls).
+
+    ``load(program)`` is called before every use of a program and must be cheap once
+    the program is loaded (a board writes its instructions and reserves its buffers
+    the first time). ``resident(program, buffer)`` is true while the device holds the
+    contents last written to that buffer of that program and will keep them across
+    runs, so the host need not write them again; after ``reset()`` (the device back
+    to power-on: every program and buffer forgotten) it is false until the buffer is
+    written again, so kernels write their constants again by themselves."""
+
+    def load(self, program: Any) -> None:
+        """Make ``program`` resident on the device (a no-op when it already is)."""
+        ...
+
+    def resident(self, program: Any, buffer: str) -> bool:
+        """Whether ``buffer`` of ``program`` holds its last write and keeps it across runs."""
+        ...
+
+    def reset(self) -> None:
+        """Forget every loaded program and buffer."""
+        ...
+
+
+def holds(device: Device, program: Any, buffer: str) -> bool:
+    """Whether ``device`` holds ``program``'s ``buffer`` across runs (``resident``;
+    false for a device without that method: it is written on every call)."""
+    resident = getattr(device, "resident", None)
+    return bool(resident(program, buffer)) if callable(resident) else False
+
+
+def load_program(device: Device, program: Any) -> None:
+    """``device.load(program)`` where the device has that method."""
+    load = getattr(device, "load", None)
+    if callable(load):
+        load(program)
 
 
 @dataclass
@@ -345,8 +396,15 @@ def reference_outputs(function: Node, args: Sequence[np.ndarray]) -> list[np.nda
 
 @dataclass
 class DeviceKernel:
-    """One composite compiled for a device: calling it copies the inputs in, runs
-    the program and copies the outputs back. Counts calls and device cycles."""
+    """One composite compiled for a device: calling it writes the inputs, runs the
+    program and reads the outputs back. Counts calls and device cycles.
+
+    Constants (weights, biases: the :class:`Binding` s with ``constant=``) are
+    written once per loaded model when the device keeps them (:class:`ResidentDevice`),
+    and on every call otherwise; ``last_bytes_in`` counts only what the last call
+    wrote, ``last_bytes_loaded`` what it wrote to make constants resident (nonzero on
+    the first call, and again after a device ``reset``). ``function`` is the composite
+    the kernel computes (its NumPy reference is the oracle of ``heterocc hil``)."""
 
     name: str
     program: Any
@@ -356,17 +414,28 @@ class DeviceKernel:
     calls: int = 0
     cycles: int = 0
     last_timing: DeviceTiming | None = None
+    function: Node | None = None
 
     #: bytes copied to and from the device by the last call
     last_bytes_in: int = 0
     last_bytes_out: int = 0
+    #: bytes of constants the last call wrote to stay resident on the device
+    last_bytes_loaded: int = 0
 
     def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
-        self.last_bytes_in = 0
+        self.last_bytes_in = self.last_bytes_loaded = 0
+        load_program(self.device, self.program)
         for binding in self.inputs:
+            name = binding.tensor.name
+            constant = binding.constant is not None
+            if constant and holds(self.device, self.program, name):
+                continue
             array = binding.device_array(args)
-            self.device.copy_in(self.program, binding.tensor.name, array)
-            self.last_bytes_in += np.asarray(array).nbytes
+            self.device.copy_in(self.program, name, array)
+            if constant and holds(self.device, self.program, name):
+                self.last_bytes_loaded += np.asarray(array).nbytes
+            else:
+                self.last_bytes_in += np.asarray(array).nbytes
         self.last_timing = self.device.run(self.program)
         self.calls += 1
         self.cycles += self.last_timing.cycles
@@ -393,6 +462,20 @@ class MirroredDevice:
     reference: Device
     name: str = "mirrored"
     reference_timing: DeviceTiming | None = None
+
+    def load(self, program: Any) -> None:
+        load_program(self.device, program)
+        load_program(self.reference, program)
+
+    def resident(self, program: Any, buffer: str) -> bool:
+        """Resident only where both sides keep the buffer (else both are written)."""
+        return holds(self.device, program, buffer) and holds(self.reference, program, buffer)
+
+    def reset(self) -> None:
+        for side in (self.device, self.reference):
+            reset = getattr(side, "reset", None)
+            if callable(reset):
+                reset()
 
     def copy_in(self, program: Any, buffer: str, array: np.ndarray) -> None:
         self.device.copy_in(program, buffer, array)
@@ -431,7 +514,7 @@ def compile_composite(target: AcceleratorTarget, function: Node) -> DeviceKernel
     func = te.lower(lowering.schedule, tensors, name=function.name)
     program = target.codegen(func)
     return DeviceKernel(function.name, program, target.device(), lowering.inputs,
-                        lowering.outputs)
+                        lowering.outputs, function=function)
 
 
 def build_accelerator_region(target: AcceleratorTarget, function: Node) -> Kernel:

@@ -33,25 +33,56 @@ class HostProgram:
 
 @dataclass
 class HostDevice:
-    """Buffers in host memory; a run calls the JIT-compiled TIR."""
+    """Buffers in host memory, kept per loaded program across runs (a ResidentDevice:
+    constants are written once); a run calls the JIT-compiled TIR."""
 
     name: str = "host"
-    buffers: dict = field(default_factory=dict)
+    programs: dict = field(default_factory=dict)  # id -> (program, buffers by name)
     runs: int = 0
 
+    def load(self, program):
+        self.programs.setdefault(id(program), (program, {}))
+
+    def resident(self, program, buffer):
+        return buffer in self.programs.get(id(program), (None, {}))[1]
+
+    def reset(self):
+        self.programs.clear()
+
     def copy_in(self, program, buffer, array):
-        self.buffers[buffer] = np.ascontiguousarray(array)
+        self.load(program)
+        self.programs[id(program)][1][buffer] = np.ascontiguousarray(array)
 
     def run(self, program):
+        self.load(program)
+        buffers = self.programs[id(program)][1]
         params = program.func.params
         for p in params:
-            self.buffers.setdefault(p.name, np.zeros(p.shape, p.dtype))
-        program.module[program.func.name](*(self.buffers[p.name] for p in params))
+            buffers.setdefault(p.name, np.zeros(p.shape, p.dtype))
+        program.module[program.func.name](*(buffers[p.name] for p in params))
         self.runs += 1
         return sdk.DeviceTiming(cycles=int(np.prod(params[-1].shape)))
 
     def copy_out(self, program, buffer):
-        return self.buffers[buffer].copy()
+        return self.programs[id(program)][1][buffer].copy()
+
+
+@dataclass
+class StreamingDevice:
+    """A HostDevice without the resident life cycle (only copy_in / run / copy_out):
+    every buffer is written on every call."""
+
+    host: HostDevice = field(default_factory=HostDevice)
+    name: str = "streaming"
+
+    def copy_in(self, program, buffer, array):
+        self.host.copy_in(program, buffer, array)
+
+    def run(self, program):
+        return self.host.run(program)
+
+    def copy_out(self, program, buffer):
+        return self.host.copy_out(program, buffer)
 
 
 _BIAS_RELU = sdk.is_op("Relu")(sdk.is_op("Add")(sdk.wildcard(), sdk.is_constant()))
@@ -161,8 +192,29 @@ def test_profile_shows_cycles_and_bytes_of_any_device_kernel():
     toy_rows = [row for row in rows if row[1] == "toyvec"]
     assert len(toy_rows) == 2
     for row in toy_rows:
-        # 15 elements per run; x and the bias in (2 x 60 bytes), y out (60 bytes)
-        assert int(row[5]) == 15 and int(row[6]) == 180
+        # 15 elements per run; x in and y out (60 bytes each); the bias (60 bytes) is
+        # loaded once and stays on the device
+        assert int(row[5]) == 15 and int(row[6]) == 120 and int(row[7]) == 60
+
+
+def test_constants_are_written_once_per_loaded_model():
+    model = _bias_relu_model()
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    (expected,) = heterocc.compile(model, target="reference").run([x])
+    for device, per_call, loaded in ((HostDevice(), 60, 60), (StreamingDevice(), 120, 0)):
+        toy = ToyTarget(host=device)
+        compiled = heterocc.compile(model, target=[toy, "reference"])
+        for call in range(3):
+            np.testing.assert_array_equal(compiled.run([x])[0], expected)
+            kernels = [c for k in compiled.kernels.values() for c in getattr(k, "composites", ())]
+            assert len(kernels) == 2
+            for kernel in kernels:
+                assert kernel.last_bytes_in == per_call  # x (and the bias when streamed)
+                assert kernel.last_bytes_loaded == (loaded if call == 0 else 0)
+        if isinstance(device, HostDevice):
+            device.reset()  # a reset device forgets the bias: the next call writes it again
+            np.testing.assert_array_equal(compiled.run([x])[0], expected)
+            assert all(k.last_bytes_loaded == 60 for k in kernels)
 
 
 def test_profile_of_a_kernel_that_reports_nothing_is_wall_time():
