@@ -2,12 +2,15 @@
 bit-exact against the NumPy reference of every accelerator function."""
 
 import numpy as np
+import onnx
 import pytest
 
 import heterocc
+from heterocc.cli import main
 from heterocc.errors import PartitionError
 from heterocc.models import tiny_cnn
 from heterocc.runtime.interpreter import evaluate
+from heterocc.sdk_hil import model_hil
 from heterocc.targets.vta import VtaTarget
 from heterocc.targets.vta.codegen import compile_composite
 
@@ -131,12 +134,8 @@ def test_timing_model_search_beats_the_default_tiling(shape):
 
 
 def test_tuning_log_drives_the_accelerator_tiling(qdq_model, tmp_path):
-    import onnx as onnx_lib
-
-    from heterocc.cli import main
-
     path = tmp_path / "qdq.onnx"
-    onnx_lib.save(qdq_model, str(path))
+    onnx.save(qdq_model, str(path))
     log = tmp_path / "tune.jsonl"
     assert main(["tune", str(path), "--target", "vta", "--trials", "4", "--log", str(log),
                  "--tuner", "random"]) == 0
@@ -146,3 +145,32 @@ def test_tuning_log_drives_the_accelerator_tiling(qdq_model, tmp_path):
     plain = heterocc.compile(qdq_model, target="vta,reference")
     x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
     np.testing.assert_array_equal(tuned.run([x])[0], plain.run([x])[0])
+
+
+def test_generic_bring_up_finds_a_corrupted_accelerator_layer(qdq_model, tmp_path, capsys):
+    """``heterocc hil --target vta --device target``: the model on the simulator, checked
+    layer by layer against the NumPy references; a layer whose program returns one wrong
+    element is named as the first divergence, the layers before it agree."""
+    compiled = heterocc.compile(qdq_model, target="vta,reference")
+    report = model_hil(compiled, "vta")
+    names = [c.name for c in _composites(compiled)]
+    assert report.agrees and [layer.name for layer in report.layers] == names
+    assert all(layer.cycles > 0 for layer in report.layers)
+    victim = next(c for k in compiled.kernels.values() for c in getattr(k, "composites", ())
+                  if c.name == names[1])
+    honest = victim.run_device
+
+    def corrupted(matrices):
+        out = honest(matrices).copy()
+        out.reshape(-1)[0] ^= 1
+        return out
+
+    victim.run_device = corrupted
+    report = model_hil(compiled, "vta")
+    assert [(layer.name, layer.matches) for layer in report.layers] == [
+        (names[0], True), (names[1], False)]
+    assert report.first_divergence.detail.startswith("output 0 differs at 1 of")
+    path = tmp_path / "tiny.onnx"
+    onnx.save(qdq_model, str(path))
+    assert main(["hil", str(path), "--target", "vta", "--device", "target"]) == 0
+    assert f"{len(names)}/{len(names)} layers checked agree" in capsys.readouterr().out
