@@ -28,8 +28,15 @@ A target package imports only this module. It finds here
   :func:`composite_parts` (a composite function node taken apart),
   :func:`compile_composite` / :func:`build_accelerator_region` (composite -> TE ->
   TIR -> codegen -> a kernel driving the device), :func:`leaf_statements` (walk a
-  lowered function with every loop variable bound, the core of a command-list codegen)
-  and :func:`reference_outputs` (the oracle of a function).
+  lowered function with every loop variable bound, the core of a command-list codegen),
+  :func:`element_address` (an operand as buffer + offset), :func:`lowering_metadata`
+  (what the lowering told codegen, :attr:`Lowering.metadata`), the on-chip memory
+  placer :class:`MemoryPlacer` (buffers -> :class:`Bank` s and offsets, with capacity
+  errors; :mod:`heterocc.sdk_memory`), the declarative instruction encoder
+  :class:`InstructionSet` (fields declared once: encode, decode and the ISA table;
+  :mod:`heterocc.sdk_isa`) and :func:`reference_outputs` (the oracle of a function);
+* **bring-up**: :mod:`heterocc.sdk_hil` (``heterocc hil MODEL.onnx --target NAME``: a
+  model on the target's device, checked layer by layer against the references).
 
 A target registers itself with :func:`register_target`, or, from another
 distribution, through the entry-point group ``heterocc.targets``
@@ -72,6 +79,8 @@ from .patterns import (
 )
 from .runtime.executor import GraphExecutor
 from .runtime.interpreter import evaluate
+from .sdk_isa import Command, Field, InstructionFormat, InstructionSet
+from .sdk_memory import Bank, MemoryPlacer, Placement
 from .targets.registry import (
     ENTRY_POINT_GROUP,
     Kernel,
@@ -96,18 +105,19 @@ from .te_target import (
 from .tuning.templates import TargetTuning
 
 __all__ = [
-    "AcceleratorError", "AcceleratorTarget", "Binding", "BufferRegion", "CompileError",
-    "CompiledFunction", "CompositeParts", "CompositePattern", "Device", "DeviceKernel",
-    "DeviceTiming", "ENTRY_POINT_GROUP", "ExportableTarget", "ExpressedFunction", "Graph",
-    "GraphPassTarget", "HeteroccError", "HilTarget", "IllegalInstructionError", "InputError",
-    "Kernel", "Lowering", "Match", "MirroredDevice", "Node", "PartitioningTarget", "Pattern",
-    "PatternError", "ResidentDevice", "Result", "TETarget", "Target", "TargetError", "TargetInfo",
-    "TargetTuning", "TensorIntrin", "TensorType", "TunableTarget", "Value", "absent",
+    "AcceleratorError", "AcceleratorTarget", "Bank", "Binding", "BufferRegion", "Command",
+    "CompileError", "CompiledFunction", "CompositeParts", "CompositePattern", "Device",
+    "DeviceKernel", "DeviceTiming", "ENTRY_POINT_GROUP", "ExportableTarget", "ExpressedFunction",
+    "Field", "Graph", "GraphPassTarget", "HeteroccError", "HilTarget", "IllegalInstructionError",
+    "InputError", "InstructionFormat", "InstructionSet", "Kernel", "Lowering", "METADATA_ATTR",
+    "Match", "MemoryPlacer", "MirroredDevice", "Node", "PartitioningTarget", "Pattern",
+    "PatternError", "Placement", "ResidentDevice", "Result", "TETarget", "Target", "TargetError",
+    "TargetInfo", "TargetTuning", "TensorIntrin", "TensorType", "TunableTarget", "Value", "absent",
     "available_targets", "build_accelerator_region", "compile_composite", "composite_parts",
-    "elementwise_epilogue", "epilogue_chain", "evaluate_index", "express_function", "fold_scalars",
-    "function_constants", "get_target", "holds", "is_constant", "is_op", "leaf_statements",
-    "load_program", "match", "optional", "reference_outputs", "register_target", "structure_key",
-    "te", "tir", "wildcard",
+    "element_address", "elementwise_epilogue", "epilogue_chain", "evaluate_index",
+    "express_function", "flat_offset", "fold_scalars", "function_constants", "get_target", "holds",
+    "is_constant", "is_op", "leaf_statements", "load_program", "lowering_metadata", "match",
+    "optional", "reference_outputs", "register_target", "structure_key", "te", "tir", "wildcard",
 ]
 
 
@@ -293,11 +303,27 @@ class Result:
 class Lowering:
     """A composite expressed in TE and scheduled for the target: what
     :meth:`AcceleratorTarget.lower` returns and :func:`compile_composite` turns
-    into TIR (``te.lower(schedule, inputs + outputs)``)."""
+    into TIR (``te.lower(schedule, inputs + outputs)``).
+
+    ``metadata`` is the channel from lowering to codegen: whatever the lowering
+    decided that the TIR does not say (the memory each tensor lives in, a layout, a
+    tiling), handed to :meth:`AcceleratorTarget.codegen` with the lowered function
+    (read it there with :func:`lowering_metadata`)."""
 
     schedule: te.Schedule
     inputs: list[Binding]
     outputs: list[Result]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+#: the PrimFunc attribute holding a Lowering's metadata
+METADATA_ATTR = "sdk.metadata"
+
+
+def lowering_metadata(func: tir.PrimFunc) -> dict[str, Any]:
+    """What the lowering of ``func`` passed to codegen (:attr:`Lowering.metadata`; empty
+    for a function lowered without any)."""
+    return func.attrs.get(METADATA_ATTR, {})
 
 
 @dataclass
@@ -512,6 +538,7 @@ def compile_composite(target: AcceleratorTarget, function: Node) -> DeviceKernel
         raise CompileError(f"{target.name}: composite {function.name!r} lowers to tensors with "
                            f"repeated names {names}; device buffers are named by them")
     func = te.lower(lowering.schedule, tensors, name=function.name)
+    func.attrs[METADATA_ATTR] = dict(lowering.metadata)
     program = target.codegen(func)
     return DeviceKernel(function.name, program, target.device(), lowering.inputs,
                         lowering.outputs, function=function)
@@ -548,6 +575,22 @@ def evaluate_index(expr: tir.Expr, env: dict[tir.Var, int]) -> int:
         raise CompileError(f"index {tir.expr_to_str(expr)} is not a compile-time integer "
                            f"once the loops are bound (left: {tir.expr_to_str(bound)})")
     return int(bound.value)
+
+
+def flat_offset(buffer: tir.Buffer, indices: Sequence[int]) -> int:
+    """The row-major element offset of ``indices`` in ``buffer`` (fewer indices than
+    dimensions address its innermost ones)."""
+    flat = 0
+    for index, extent in zip(indices, buffer.shape[-len(indices):] if indices else ()):
+        flat = flat * extent + index
+    return flat
+
+
+def element_address(load: tir.BufferLoad, env: dict[tir.Var, int]) -> tuple[tir.Buffer, int]:
+    """The buffer and element offset a ``BufferLoad`` reads with the loop variables of
+    ``env`` bound: how a command-list codegen turns an intrinsic's operand (the first
+    element of a region) into an address."""
+    return load.buffer, flat_offset(load.buffer, [evaluate_index(i, env) for i in load.indices])
 
 
 def leaf_statements(func: tir.PrimFunc) -> Iterator[tuple[tir.Stmt, dict[tir.Var, int]]]:

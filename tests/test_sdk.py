@@ -377,3 +377,78 @@ def test_mirrored_device_compares_every_output():
                        match=r"buffer 'y' differs at 15 of 15 elements; first at index "
                              r"\(0, 0\): chip \d"):
         compiled.run([x])
+
+
+# --- the helpers every accelerator target writes: placer, encoder, metadata ---
+
+
+def test_memory_placer_places_aligned_and_names_what_does_not_fit():
+    placer = sdk.MemoryPlacer([sdk.Bank("inp", 64), sdk.Bank("acc", 32, alignment=8)], "dense_0")
+    placer.assign("x", "inp", "DOT")
+    assert placer.place("x", (4, 6)) == sdk.Placement("inp", 0, (4, 6))
+    assert placer.place("bias", (3,), bank="acc") == sdk.Placement("acc", 0, (3,))
+    assert placer.place("y", (2, 4), bank="acc") == sdk.Placement("acc", 8, (2, 4))
+    assert placer.used("acc") == 16 and placer.layout["y"].end == 16
+    with pytest.raises(sdk.CompileError, match=r"dense_0: buffer 'z' \(24\) does not fit acc: "
+                                               r"it needs 40 of its 32, which already holds "
+                                               r"bias \(3\), y \(8\)"):
+        placer.place("z", (24,), bank="acc")
+    with pytest.raises(sdk.CompileError, match=r"buffer 'x' is used in inp \(DOT\) and, by "
+                                               r"VADD, in acc"):
+        placer.assign("x", "acc", "VADD")
+    with pytest.raises(sdk.CompileError, match="no instruction touches buffer 'w'"):
+        placer.place("w", (1,))
+    with pytest.raises(sdk.CompileError, match="no memory 'wgt'; the machine has inp, acc"):
+        placer.assign("w", "wgt")
+
+
+def test_instruction_set_encodes_decodes_and_tabulates_its_declaration():
+    isa = sdk.InstructionSet("toy", opcode_bits=2, word_bits=32, formats=[
+        sdk.InstructionFormat("MOVE", 1, (sdk.Field("dst", 6, "address"), sdk.Field("imm", 8,
+                                                                                    signed=True)),
+                              "``R[dst] = imm``"),
+        sdk.InstructionFormat("HALT", 3, ())])
+    commands = [isa.command("MOVE", dst=63, imm=-128), isa.command("HALT"),
+                isa.command("MOVE", dst=1, imm=127)]
+    words = isa.encode(commands)
+    assert int(words[0]) == 1 | 63 << 2 | 0x80 << 8
+    assert isa.decode(words) == commands
+    assert str(commands[0]) == "MOVE dst=63 imm=-128" and commands[2]["imm"] == 127
+    with pytest.raises(sdk.IllegalInstructionError, match=r"instruction 1: MOVE field imm=128 "
+                                                          r"does not fit 8 bits \(-128..127\)"):
+        isa.encode([commands[1], isa.command("MOVE", imm=128)])
+    with pytest.raises(sdk.IllegalInstructionError, match="instruction 0: unknown opcode 2"):
+        isa.decode([2])
+    with pytest.raises(sdk.IllegalInstructionError, match="MOVE has no field.* src"):
+        isa.command("MOVE", src=1)
+    assert isa.table().splitlines()[2:] == [
+        "| MOVE | 1 | `dst` 2-7: address<br>`imm` 8-15, signed | ``R[dst] = imm`` |",
+        "| HALT | 3 | - |  |"]
+    with pytest.raises(sdk.CompileError, match="MOVE needs 34 bits, the word has 32"):
+        sdk.InstructionSet("wide", [sdk.InstructionFormat("MOVE", 0, (sdk.Field("a", 32),))], 2, 32)
+    with pytest.raises(sdk.CompileError, match="repeats a name or the opcode 1"):
+        sdk.InstructionSet("twice", [sdk.InstructionFormat("A", 1, ()),
+                                     sdk.InstructionFormat("B", 1, ())], 2)
+
+
+def test_lowering_metadata_reaches_codegen():
+    seen = []
+
+    @dataclass
+    class TellingTarget(ToyTarget):
+        def lower(self, parts):
+            lowering = super().lower(parts)
+            lowering.metadata["bias_shape"] = parts.require("Add").inputs[1].type.shape
+            return lowering
+
+        def codegen(self, func):
+            seen.append(sdk.lowering_metadata(func))
+            return super().codegen(func)
+
+    model = _bias_relu_model()
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    compiled = heterocc.compile(model, target=[TellingTarget(), "reference"])
+    (expected,) = heterocc.compile(model, target="reference").run([x])
+    np.testing.assert_array_equal(compiled.run([x])[0], expected)
+    assert seen == [{"bias_shape": (3, 5)}, {"bias_shape": (5,)}]
+    assert sdk.lowering_metadata(sdk.tir.PrimFunc("bare", (), sdk.tir.SeqStmt(()))) == {}
