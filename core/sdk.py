@@ -105,8 +105,8 @@ from .te_target import (
 from .tuning.templates import TargetTuning
 
 __all__ = [
-    "AcceleratorError", "AcceleratorTarget", "Bank", "Binding", "BufferRegion", "Command",
-    "CompileError", "CompiledFunction", "CompositeParts", "CompositePattern", "Device",
+    "AcceleratorBase", "AcceleratorError", "AcceleratorTarget", "Bank", "Binding", "BufferRegion",
+    "Command", "CompileError", "CompiledFunction", "CompositeParts", "CompositePattern", "Device",
     "DeviceKernel", "DeviceTiming", "ENTRY_POINT_GROUP", "ExportableTarget", "ExpressedFunction",
     "Field", "Graph", "GraphPassTarget", "HeteroccError", "HilTarget", "IllegalInstructionError",
     "InputError", "InstructionFormat", "InstructionSet", "Kernel", "Lowering", "METADATA_ATTR",
@@ -544,27 +544,68 @@ def compile_composite(target: AcceleratorTarget, function: Node) -> DeviceKernel
                         lowering.outputs, function=function)
 
 
-def build_accelerator_region(target: AcceleratorTarget, function: Node) -> Kernel:
+def build_accelerator_region(target: AcceleratorTarget, function: Node,
+                             compile_layer: Callable[[Node], Kernel] | None = None,
+                             region: Callable[[Graph, dict[str, Kernel]], Kernel] | None = None
+                             ) -> Kernel:
     """``Target.build`` for an accelerator: every composite of the region (or the
-    single composite given) becomes a :class:`DeviceKernel`; the returned kernel
-    runs them in order. ``kernel.composites`` lists them (for cycle reports); a
-    composite kernel with a ``metrics()`` method (a dict such as ``cycles``,
-    ``utilization``, ``host_bytes``) has it shown in the placement report."""
+    single composite given) becomes a kernel, by default a :class:`DeviceKernel`
+    (:func:`compile_composite`, or ``compile_layer``); the returned kernel runs them,
+    by default in graph order with host arrays between them (or as ``region(body,
+    kernels)`` runs them, e.g. keeping tensors in the device's layout). Its
+    ``composites`` lists them (for cycle reports and ``heterocc hil``) and ``region``
+    is the runner; a composite kernel with a ``metrics()`` method (a dict such as
+    ``cycles``, ``utilization``, ``host_bytes``) has it shown in the placement report.
+    :class:`AcceleratorBase` calls it with its own hooks."""
+    if compile_layer is None:
+        def compile_layer(node: Node) -> Kernel:
+            return compile_composite(target, node)
     if "composite" in function.attrs:
-        kernel = compile_composite(target, function)
+        kernel = compile_layer(function)
         composites = [kernel]
         run = kernel
     else:
-        compiled = {node.name: compile_composite(target, node) for node in function.body.nodes}
-        executor = GraphExecutor(function.body, compiled, {n: target.name for n in compiled})
+        compiled = {node.name: compile_layer(node) for node in function.body.nodes}
         composites = list(compiled.values())
-        run = executor.execute
+        if region is None:
+            run = GraphExecutor(function.body, compiled,
+                                {n: target.name for n in compiled}).execute
+        else:
+            run = region(function.body, compiled)
 
     def run_region(args: Sequence[np.ndarray]) -> list[np.ndarray]:
         return run(args)
 
     run_region.composites = composites
+    run_region.region = run
     return run_region
+
+
+class AcceleratorBase:
+    """The base class of accelerator targets (the in-tree ``vta`` derives from it).
+
+    A subclass sets ``name`` and supplies ``pattern_table`` and ``options``, and then
+    either the hooks of :class:`AcceleratorTarget` (``tensor_intrinsics``, ``lower``,
+    ``codegen``, ``device``: each composite goes composite -> TE -> TIR -> program ->
+    :class:`DeviceKernel`) or its own :meth:`compile_layer`. It may replace
+    :meth:`region` to run a region's layers its own way (``vta`` hands tensors from
+    layer to layer in its blocked layout). :meth:`build` is written once, here."""
+
+    name: str
+
+    def compile_layer(self, function: Node) -> Kernel:
+        """One composite function as a kernel; by default :func:`compile_composite`."""
+        return compile_composite(self, function)
+
+    def region(self, body: Graph, kernels: dict[str, Kernel]) -> Kernel:
+        """The runner of a region's layers (``kernels`` by composite name, ``body`` the
+        region's graph); by default in graph order with host arrays between them."""
+        return GraphExecutor(body, kernels, {n: self.name for n in kernels}).execute
+
+    def build(self, function: Node) -> Kernel:
+        """The kernel of a region (or of one composite): see
+        :func:`build_accelerator_region`."""
+        return build_accelerator_region(self, function, self.compile_layer, self.region)
 
 
 def evaluate_index(expr: tir.Expr, env: dict[tir.Var, int]) -> int:

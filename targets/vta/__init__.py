@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from heterocc.accel_sim import HardwareConfig
-from heterocc.ir.graph import Node
+from heterocc.ir.graph import Graph, Node
+from heterocc.sdk import AcceleratorBase
 
-from ..registry import Kernel, register_target
+from ..registry import register_target
 from .codegen import AcceleratorKernel, compile_composite
 from .patterns import pattern_table as _pattern_table
 from .region import BlockedRegion
@@ -26,8 +27,12 @@ from .tuning import vta_tuning
 
 
 @dataclass
-class VtaTarget:
-    """``config``: a HardwareConfig or a preset name; ``virtual_threads``: 1 or 2."""
+class VtaTarget(AcceleratorBase):
+    """``config``: a HardwareConfig or a preset name; ``virtual_threads``: 1 or 2.
+
+    Built on the SDK's accelerator base (``heterocc.sdk.AcceleratorBase``, which writes
+    ``build``): each composite becomes one accelerator program (``compile_layer``), and
+    a region hands tensors between them in the blocked layout (``region``)."""
 
     config: HardwareConfig | str = "1x16x16"
     virtual_threads: int = 2
@@ -37,6 +42,10 @@ class VtaTarget:
     def __post_init__(self):
         if isinstance(self.config, str):
             self.config = HardwareConfig.preset(self.config)
+
+    def options(self) -> dict:
+        """The hardware preset and the virtual threads (for reports)."""
+        return {"config": self.config.name, "virtual_threads": self.virtual_threads}
 
     def pattern_table(self):
         return _pattern_table()
@@ -51,22 +60,16 @@ class VtaTarget:
 
         return model_hil_command(args)
 
-    def build(self, function: Node) -> Kernel:
-        """A region: each composite inside becomes one accelerator program; tensors pass
-        between them in the accelerator's blocked layout (``region.BlockedRegion``)."""
-        compiled = {}
-        for node in function.body.nodes:
-            kernel = compile_composite(node, self.config, self.virtual_threads)
-            self.kernels.append(kernel)
-            compiled[node.name] = kernel
-        region = BlockedRegion(function.body, compiled)
+    def compile_layer(self, function: Node) -> AcceleratorKernel:
+        """One composite as one accelerator program (kept in ``kernels``)."""
+        kernel = compile_composite(function, self.config, self.virtual_threads)
+        self.kernels.append(kernel)
+        return kernel
 
-        def run_region(args):
-            return region(args)
-
-        run_region.composites = list(compiled.values())
-        run_region.region = region
-        return run_region
+    def region(self, body: Graph, kernels: dict[str, AcceleratorKernel]) -> BlockedRegion:
+        """Tensors pass between the region's programs in the accelerator's blocked layout
+        (``region.BlockedRegion``)."""
+        return BlockedRegion(body, kernels)
 
 
 register_target("vta", VtaTarget, "VTA-like int8 accelerator (DAE streams on accel_sim)")
