@@ -21,6 +21,7 @@ from heterocc.sdk import AcceleratorBase
 
 from ..registry import register_target
 from .codegen import AcceleratorKernel, compile_composite
+from .device import VtaDevice
 from .patterns import pattern_table as _pattern_table
 from .region import BlockedRegion
 from .tuning import vta_tuning
@@ -38,10 +39,20 @@ class VtaTarget(AcceleratorBase):
     virtual_threads: int = 2
     name: str = "vta"
     kernels: list[AcceleratorKernel] = field(default_factory=list)
+    #: where every program of this instance runs: an SDK device (by default one simulated
+    #: accelerator, ``device.VtaDevice``; a ``VtaDevice`` over the RTL or a board, or a
+    #: ``heterocc.sdk.MirroredDevice`` comparing one with the simulator)
+    hardware: object = None
 
     def __post_init__(self):
         if isinstance(self.config, str):
             self.config = HardwareConfig.preset(self.config)
+        if self.hardware is None:
+            self.hardware = VtaDevice(self.config)
+
+    def device(self):
+        """The device the programs run on (``hardware``)."""
+        return self.hardware
 
     def options(self) -> dict:
         """The hardware preset and the virtual threads (for reports)."""
@@ -63,6 +74,7 @@ class VtaTarget(AcceleratorBase):
     def compile_layer(self, function: Node) -> AcceleratorKernel:
         """One composite as one accelerator program (kept in ``kernels``)."""
         kernel = compile_composite(function, self.config, self.virtual_threads)
+        kernel.device = self.hardware
         self.kernels.append(kernel)
         return kernel
 

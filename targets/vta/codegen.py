@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from heterocc import te, tir
-from heterocc.accel_sim import HardwareConfig, run_stream, schedule_stream
+from heterocc.accel_sim import HardwareConfig, schedule_stream
 from heterocc.accel_sim.isa import Alu, Buffer, Load, Store, dram_unit_bytes
 from heterocc.accel_sim.program import (
     DramTensor,
@@ -38,13 +38,13 @@ from heterocc.accel_sim.program import (
     ProgramBuilder,
     element_dtype,
     pack_tiles,
-    read_tensor,
 )
 from heterocc.accel_sim.reference_programs import GemmTiling, Requantization
 from heterocc.errors import CompileError
 from heterocc.ir.graph import Node
 from heterocc.ops.nn import conv_geometry
 from heterocc.ops.qnn import zero_point_bias
+from heterocc.sdk import holds, load_program
 
 from .conv import (
     MAX_CONV_CANDIDATES,
@@ -56,6 +56,7 @@ from .conv import (
     schedule_packed_conv2d,
 )
 from .dae import emit_program
+from .device import VtaDevice
 from .epilogue import EpilogueStep, plan_epilogue
 from .residual import add_program, quantized_add
 from .schedule import constant_blocks, packed_gemm, schedule_packed_gemm
@@ -142,6 +143,14 @@ class AcceleratorKernel:
     _metrics: dict | None = None
     more_inputs: tuple = ()
     blocked: bool = False
+    #: where the program runs (an SDK ``ResidentDevice``: the image, weights included, is
+    #: written once when loaded); by default a simulated accelerator of its own
+    device: object = None
+    #: bytes the last call wrote (its activations) and read (its output)
+    last_bytes_in: int = 0
+    last_bytes_out: int = 0
+    #: bytes of the program's image (weights, constants, micro-ops) the last call loaded
+    last_bytes_loaded: int = 0
 
     def metrics(self) -> dict:
         """What the placement report shows for this composite: modelled ``cycles`` and
@@ -192,15 +201,30 @@ class AcceleratorKernel:
         return dram
 
     def run_device(self, matrices: list[np.ndarray]) -> np.ndarray:
-        """Run the program on its input tensors' matrices; the output tensor's matrix."""
-        dram = self._image(matrices)
-        self.last_input = dram.copy()  # what hardware-in-the-loop replays on the RTL
-        report = run_stream(self.program.instructions, self.config, dram, check=False)
+        """Run the program on its input tensors' matrices (written to the device; the
+        program's image is loaded on the first call); the output tensor's matrix."""
+        if self.device is None:
+            self.device = VtaDevice(self.config)
+        loaded = holds(self.device, self.program, self.output_tensor)
+        load_program(self.device, self.program)
+        self.last_bytes_loaded = 0 if loaded else self.program.dram.nbytes
+        self.last_bytes_in = 0
+        for name, matrix in zip(self.input_names, matrices):
+            self.device.copy_in(self.program, name, matrix)
+            self.last_bytes_in += _tensor_bytes(self.config, self.program.tensors[name])
+        # what hardware in the loop replays on the RTL (from a device that can tell)
+        image = getattr(self.device, "image", None)
+        self.last_input = image(self.program) if callable(image) else None
+        timing = self.device.run(self.program)
         self.calls += 1
-        self.last_cycles = report.timing.total_cycles
+        self.last_cycles = timing.cycles
         self.cycles += self.last_cycles
-        self.utilization = report.timing.gemm_utilization
-        return read_tensor(self.config, self.program.tensors[self.output_tensor], dram)
+        report = getattr(self.device, "last_report", None)
+        if report is not None:
+            self.utilization = report.timing.gemm_utilization
+        output = self.device.copy_out(self.program, self.output_tensor)
+        self.last_bytes_out = _tensor_bytes(self.config, self.program.tensors[self.output_tensor])
+        return output
 
     def __call__(self, args):
         return [self.from_device(self.run_device(self.device_inputs(args)))]

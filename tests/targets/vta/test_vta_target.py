@@ -6,6 +6,9 @@ import onnx
 import pytest
 
 import heterocc
+from heterocc import sdk
+from heterocc.accel_sim import HardwareConfig
+from heterocc.accel_sim.device import SimulatorDevice
 from heterocc.cli import main
 from heterocc.errors import PartitionError
 from heterocc.models import tiny_cnn
@@ -13,6 +16,7 @@ from heterocc.runtime.interpreter import evaluate
 from heterocc.sdk_hil import model_hil
 from heterocc.targets.vta import VtaTarget
 from heterocc.targets.vta.codegen import compile_composite
+from heterocc.targets.vta.device import VtaDevice
 
 
 @pytest.fixture
@@ -174,3 +178,56 @@ def test_generic_bring_up_finds_a_corrupted_accelerator_layer(qdq_model, tmp_pat
     onnx.save(qdq_model, str(path))
     assert main(["hil", str(path), "--target", "vta", "--device", "target"]) == 0
     assert f"{len(names)}/{len(names)} layers checked agree" in capsys.readouterr().out
+
+
+class _DriverOnly:
+    """The simulator seen only through the driver protocol (allocate, write, read,
+    start, wait), as a board or the RTL is."""
+
+    def __init__(self, config):
+        self.inner = SimulatorDevice(config, 1 << 26)
+        self.config = config
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_weights_are_loaded_once_and_any_transport_serves(qdq_model):
+    x = np.random.default_rng(9).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    target = VtaTarget()
+    compiled = heterocc.compile(qdq_model, target=[target, "reference"])
+    first = compiled.run([x])[0]
+    assert target.kernels and all(
+        k.last_bytes_loaded == k.program.dram.nbytes and k.last_bytes_in > 0
+        and k.last_bytes_out > 0 for k in target.kernels)
+    moved = [(k.last_bytes_in, k.last_bytes_out) for k in target.kernels]
+    np.testing.assert_array_equal(compiled.run([x])[0], first)
+    assert all(k.last_bytes_loaded == 0 for k in target.kernels)
+    assert [(k.last_bytes_in, k.last_bytes_out) for k in target.kernels] == moved
+    # the same programs through the driver protocol (what the RTL and a board implement),
+    # mirrored against the simulator: bit-exact, with the timing model's cycles
+    config = target.config
+    board = VtaDevice(config, _DriverOnly(config), name="driver")
+    mirrored = VtaTarget(hardware=sdk.MirroredDevice(board, VtaDevice(config)))
+    again = heterocc.compile(qdq_model, target=[mirrored, "reference"])
+    np.testing.assert_array_equal(again.run([x])[0], first)
+    assert [k.last_cycles for k in mirrored.kernels] == [k.last_cycles for k in target.kernels]
+
+
+def test_a_mirrored_vta_board_that_differs_is_named():
+    class Flipping(VtaDevice):
+        def copy_out(self, program, buffer):
+            out = super().copy_out(program, buffer)
+            out.reshape(-1)[3] ^= 1
+            return out
+
+    config = HardwareConfig.preset("1x16x16")
+    target = VtaTarget(hardware=sdk.MirroredDevice(Flipping(config, name="chip"),
+                                                   VtaDevice(config)))
+    model = tiny_cnn(size=8)
+    rng = np.random.default_rng(2)
+    samples = [[rng.standard_normal((1, 3, 8, 8)).astype(np.float32)] for _ in range(2)]
+    compiled = heterocc.compile(model, target=[target, "reference"], calibration=samples)
+    with pytest.raises(sdk.AcceleratorError, match=r"differs at 1 of \d+ elements; first at "
+                                                   r"index \(0, 3\): chip"):
+        compiled.run([samples[0][0]])
