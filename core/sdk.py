@@ -79,6 +79,7 @@ from .patterns import (
 )
 from .runtime.executor import GraphExecutor
 from .runtime.interpreter import evaluate
+from .sdk_hil import LayerComparison, ModelHilReport, model_hil
 from .sdk_isa import Command, Field, InstructionFormat, InstructionSet
 from .sdk_memory import Bank, MemoryPlacer, Placement
 from .targets.registry import (
@@ -109,15 +110,16 @@ __all__ = [
     "Command", "CompileError", "CompiledFunction", "CompositeParts", "CompositePattern", "Device",
     "DeviceKernel", "DeviceTiming", "ENTRY_POINT_GROUP", "ExportableTarget", "ExpressedFunction",
     "Field", "Graph", "GraphPassTarget", "HeteroccError", "HilTarget", "IllegalInstructionError",
-    "InputError", "InstructionFormat", "InstructionSet", "Kernel", "Lowering", "METADATA_ATTR",
-    "Match", "MemoryPlacer", "MirroredDevice", "Node", "PartitioningTarget", "Pattern",
-    "PatternError", "Placement", "ResidentDevice", "Result", "TETarget", "Target", "TargetError",
-    "TargetInfo", "TargetTuning", "TensorIntrin", "TensorType", "TunableTarget", "Value", "absent",
-    "available_targets", "build_accelerator_region", "compile_composite", "composite_parts",
-    "element_address", "elementwise_epilogue", "epilogue_chain", "evaluate_index",
-    "express_function", "flat_offset", "fold_scalars", "function_constants", "get_target", "holds",
-    "is_constant", "is_op", "leaf_statements", "load_program", "lowering_metadata", "match",
-    "optional", "reference_outputs", "register_target", "structure_key", "te", "tir", "wildcard",
+    "InputError", "InstructionFormat", "InstructionSet", "Kernel", "LayerComparison", "Lowering",
+    "METADATA_ATTR", "Match", "MemoryPlacer", "MirroredDevice", "ModelHilReport", "Node",
+    "PartitioningTarget", "Pattern", "PatternError", "Placement", "ResidentDevice", "Result",
+    "TETarget", "Target", "TargetError", "TargetInfo", "TargetTuning", "TensorIntrin",
+    "TensorType", "TunableTarget", "Value", "absent", "available_targets",
+    "build_accelerator_region", "compile_composite", "composite_parts", "element_address",
+    "elementwise_epilogue", "epilogue_chain", "evaluate_index", "express_function", "flat_offset",
+    "fold_scalars", "function_constants", "get_target", "holds", "is_constant", "is_op",
+    "leaf_statements", "load_program", "lowering_metadata", "match", "model_hil", "optional",
+    "reference_outputs", "register_target", "structure_key", "te", "tir", "wildcard",
 ]
 
 

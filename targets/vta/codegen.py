@@ -15,8 +15,9 @@ into a DAE instruction stream (``dae.emit_program``):
   windows out as the A matrix (im2col).
 
 Weights (packed into block_out x block_in tiles), epilogue constants and the
-instruction stream with its micro-op kernels are built once, at compile time; each
-call only writes the activations into a copy of the DRAM image.
+instruction stream with its micro-op kernels are built once, at compile time, and
+written to the device once, when the program is loaded (``device.VtaDevice``, the
+SDK's resident-device protocol); each call only writes the activations.
 """
 
 from __future__ import annotations
