@@ -48,6 +48,7 @@ distribution, through the entry-point group ``heterocc.targets``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -112,9 +113,9 @@ __all__ = [
     "Field", "Graph", "GraphPassTarget", "HeteroccError", "HilTarget", "IllegalInstructionError",
     "InputError", "InstructionFormat", "InstructionSet", "Kernel", "LayerComparison", "Lowering",
     "METADATA_ATTR", "Match", "MemoryPlacer", "MirroredDevice", "ModelHilReport", "Node",
-    "PartitioningTarget", "Pattern", "PatternError", "Placement", "ResidentDevice", "Result",
-    "TETarget", "Target", "TargetError", "TargetInfo", "TargetTuning", "TensorIntrin",
-    "TensorType", "TunableTarget", "Value", "absent", "available_targets",
+    "PartitioningTarget", "Pattern", "PatternError", "Placement", "ProgramRunner",
+    "ResidentDevice", "Result", "TETarget", "Target", "TargetError", "TargetInfo", "TargetTuning",
+    "TensorIntrin", "TensorType", "TunableTarget", "Value", "absent", "available_targets",
     "build_accelerator_region", "compile_composite", "composite_parts", "element_address",
     "elementwise_epilogue", "epilogue_chain", "evaluate_index", "express_function", "flat_offset",
     "fold_scalars", "function_constants", "get_target", "holds", "is_constant", "is_op",
@@ -422,10 +423,57 @@ def reference_outputs(function: Node, args: Sequence[np.ndarray]) -> list[np.nda
     return evaluate(function.body, list(args))
 
 
+class ProgramRunner:
+    """Runs one program on a device, the step every device kernel shares: load the
+    program, write its buffers (constants only where the device does not keep them,
+    see :class:`ResidentDevice`), run it, read its results; counts calls, cycles and
+    bytes. A kernel class mixes it in and holds ``program`` and ``device`` and the
+    counters (:class:`DeviceKernel` shows them)."""
+
+    program: Any
+    device: Device
+    calls: int
+    cycles: int
+    last_timing: DeviceTiming | None
+    last_bytes_in: int
+    last_bytes_out: int
+    last_bytes_loaded: int
+
+    def run_program(self, writes: Sequence[tuple[str, Callable[[], np.ndarray], bool]],
+                    reads: Sequence[str]) -> list[np.ndarray]:
+        """Write each ``(buffer, contents, constant)`` (``contents()`` gives the array;
+        a ``constant`` one is skipped while the device holds it), run, and read the
+        ``reads`` buffers."""
+        self.last_bytes_in = self.last_bytes_loaded = 0
+        load_program(self.device, self.program)
+        for name, contents, constant in writes:
+            if constant and holds(self.device, self.program, name):
+                continue
+            array = contents()
+            self.device.copy_in(self.program, name, array)
+            if constant and holds(self.device, self.program, name):
+                self.last_bytes_loaded += np.asarray(array).nbytes
+            else:
+                self.last_bytes_in += np.asarray(array).nbytes
+        self.last_timing = self.device.run(self.program)
+        self.calls += 1
+        self.cycles += self.last_timing.cycles
+        copied = [self.device.copy_out(self.program, name) for name in reads]
+        self.last_bytes_out = sum(np.asarray(array).nbytes for array in copied)
+        return copied
+
+    @property
+    def last_cycles(self) -> int:
+        """Device cycles of the last call (0 before the first): what the executor's
+        profile shows for a device kernel (see ``DEVICE_KERNEL_COUNTERS``)."""
+        return self.last_timing.cycles if self.last_timing is not None else 0
+
+
 @dataclass
-class DeviceKernel:
+class DeviceKernel(ProgramRunner):
     """One composite compiled for a device: calling it writes the inputs, runs the
-    program and reads the outputs back. Counts calls and device cycles.
+    program and reads the outputs back (:class:`ProgramRunner`). Counts calls and
+    device cycles.
 
     Constants (weights, biases: the :class:`Binding` s with ``constant=``) are
     written once per loaded model when the device keeps them (:class:`ResidentDevice`),
@@ -451,32 +499,10 @@ class DeviceKernel:
     last_bytes_loaded: int = 0
 
     def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
-        self.last_bytes_in = self.last_bytes_loaded = 0
-        load_program(self.device, self.program)
-        for binding in self.inputs:
-            name = binding.tensor.name
-            constant = binding.constant is not None
-            if constant and holds(self.device, self.program, name):
-                continue
-            array = binding.device_array(args)
-            self.device.copy_in(self.program, name, array)
-            if constant and holds(self.device, self.program, name):
-                self.last_bytes_loaded += np.asarray(array).nbytes
-            else:
-                self.last_bytes_in += np.asarray(array).nbytes
-        self.last_timing = self.device.run(self.program)
-        self.calls += 1
-        self.cycles += self.last_timing.cycles
-        copied = [self.device.copy_out(self.program, result.tensor.name)
-                  for result in self.outputs]
-        self.last_bytes_out = sum(np.asarray(array).nbytes for array in copied)
+        writes = [(b.tensor.name, functools.partial(b.device_array, args),
+                   b.constant is not None) for b in self.inputs]
+        copied = self.run_program(writes, [r.tensor.name for r in self.outputs])
         return [result.from_device(array) for result, array in zip(self.outputs, copied)]
-
-    @property
-    def last_cycles(self) -> int:
-        """Device cycles of the last call (0 before the first): what the executor's
-        profile shows for a device kernel (see ``DEVICE_KERNEL_COUNTERS``)."""
-        return self.last_timing.cycles if self.last_timing is not None else 0
 
 
 @dataclass

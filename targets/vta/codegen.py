@@ -45,7 +45,7 @@ from heterocc.errors import CompileError
 from heterocc.ir.graph import Node
 from heterocc.ops.nn import conv_geometry
 from heterocc.ops.qnn import zero_point_bias
-from heterocc.sdk import holds, load_program
+from heterocc.sdk import DeviceTiming, ProgramRunner, holds
 
 from .conv import (
     MAX_CONV_CANDIDATES,
@@ -106,7 +106,7 @@ def _requantization(nodes: list[Node], weights: np.ndarray) -> Requantization:
 
 
 @dataclass
-class AcceleratorKernel:
+class AcceleratorKernel(ProgramRunner):
     """One composite compiled for the accelerator; call it with the composite's inputs.
 
     ``to_device`` lays the (first) input out as the matrix of the program's input
@@ -131,7 +131,7 @@ class AcceleratorKernel:
     virtual_threads: int = 1
     calls: int = 0
     cycles: int = 0
-    last_cycles: int = 0
+    last_timing: DeviceTiming | None = None
     utilization: float = 0.0
     macs: int = 0
     last_input: np.ndarray | None = None
@@ -203,28 +203,25 @@ class AcceleratorKernel:
 
     def run_device(self, matrices: list[np.ndarray]) -> np.ndarray:
         """Run the program on its input tensors' matrices (written to the device; the
-        program's image is loaded on the first call); the output tensor's matrix."""
+        program's image, weights included, is loaded on the first call); the output
+        tensor's matrix."""
         if self.device is None:
             self.device = VtaDevice(self.config)
-        loaded = holds(self.device, self.program, self.output_tensor)
-        load_program(self.device, self.program)
-        self.last_bytes_loaded = 0 if loaded else self.program.dram.nbytes
-        self.last_bytes_in = 0
-        for name, matrix in zip(self.input_names, matrices):
-            self.device.copy_in(self.program, name, matrix)
-            self.last_bytes_in += _tensor_bytes(self.config, self.program.tensors[name])
-        # what hardware in the loop replays on the RTL (from a device that can tell)
+        fresh = not holds(self.device, self.program, self.output_tensor)
+        tensors = self.program.tensors
+        writes = [(name, functools.partial(np.asarray, matrix,
+                                           element_dtype(self.config, tensors[name].buffer)),
+                   False) for name, matrix in zip(self.input_names, matrices)]
+        (output,) = self.run_program(writes, [self.output_tensor])
+        if fresh:
+            self.last_bytes_loaded = self.program.dram.nbytes
+        # what hardware in the loop replays on the RTL (from a device that can tell): the
+        # image with this call's inputs (the run changed only the output tensor)
         image = getattr(self.device, "image", None)
         self.last_input = image(self.program) if callable(image) else None
-        timing = self.device.run(self.program)
-        self.calls += 1
-        self.last_cycles = timing.cycles
-        self.cycles += self.last_cycles
         report = getattr(self.device, "last_report", None)
         if report is not None:
             self.utilization = report.timing.gemm_utilization
-        output = self.device.copy_out(self.program, self.output_tensor)
-        self.last_bytes_out = _tensor_bytes(self.config, self.program.tensors[self.output_tensor])
         return output
 
     def __call__(self, args):
