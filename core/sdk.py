@@ -116,11 +116,12 @@ __all__ = [
     "PartitioningTarget", "Pattern", "PatternError", "Placement", "ProgramRunner",
     "ResidentDevice", "Result", "TETarget", "Target", "TargetError", "TargetInfo", "TargetTuning",
     "TensorIntrin", "TensorType", "TunableTarget", "Value", "absent", "available_targets",
-    "build_accelerator_region", "compile_composite", "composite_parts", "element_address",
-    "elementwise_epilogue", "epilogue_chain", "evaluate_index", "express_function", "flat_offset",
-    "fold_scalars", "function_constants", "get_target", "holds", "is_constant", "is_op",
-    "leaf_statements", "load_program", "lowering_metadata", "match", "model_hil", "optional",
-    "reference_outputs", "register_target", "structure_key", "te", "tir", "wildcard",
+    "build_accelerator_region", "coalesce", "compile_composite", "composite_parts",
+    "element_address", "elementwise_epilogue", "epilogue_chain", "evaluate_index",
+    "express_function", "flat_offset", "fold_scalars", "function_constants", "get_target", "holds",
+    "is_constant", "is_op", "leaf_statements", "load_program", "lowering_metadata", "match",
+    "model_hil", "optional", "reference_outputs", "register_target", "structure_key", "te", "tir",
+    "wildcard",
 ]
 
 
@@ -660,6 +661,21 @@ def element_address(load: tir.BufferLoad, env: dict[tir.Var, int]) -> tuple[tir.
     ``env`` bound: how a command-list codegen turns an intrinsic's operand (the first
     element of a region) into an address."""
     return load.buffer, flat_offset(load.buffer, [evaluate_index(i, env) for i in load.indices])
+
+
+def coalesce(items: Sequence[Any], merge: Callable[[Any, Any], Any | None]) -> list[Any]:
+    """``items`` with adjacent ones merged: ``merge(last, item)`` returns their merger
+    (which may merge again with the next) or None to keep them apart. A command-list
+    codegen merges the one-element commands of lowering's element-wise loops this way
+    (the zero initialization of a reduction becomes one clear per run of addresses)."""
+    merged: list[Any] = []
+    for item in items:
+        joined = merge(merged[-1], item) if merged else None
+        if joined is None:
+            merged.append(item)
+        else:
+            merged[-1] = joined
+    return merged
 
 
 def leaf_statements(func: tir.PrimFunc) -> Iterator[tuple[tir.Stmt, dict[tir.Var, int]]]:

@@ -452,3 +452,14 @@ def test_lowering_metadata_reaches_codegen():
     np.testing.assert_array_equal(compiled.run([x])[0], expected)
     assert seen == [{"bias_shape": (3, 5)}, {"bias_shape": (5,)}]
     assert sdk.lowering_metadata(sdk.tir.PrimFunc("bare", (), sdk.tir.SeqStmt(()))) == {}
+
+
+def test_coalesce_merges_adjacent_runs():
+    def merge(last, item):  # (start, count) runs of consecutive addresses, at most 4 long
+        if last[0] + last[1] == item[0] and last[1] + item[1] <= 4:
+            return (last[0], last[1] + item[1])
+        return None
+
+    runs = [(0, 1), (1, 1), (2, 1), (3, 1), (4, 1), (9, 1), (10, 2), (20, 1)]
+    assert sdk.coalesce(runs, merge) == [(0, 4), (4, 1), (9, 3), (20, 1)]
+    assert sdk.coalesce([], merge) == []

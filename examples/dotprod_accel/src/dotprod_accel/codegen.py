@@ -20,6 +20,7 @@ from heterocc.sdk import (
     Lowering,
     MemoryPlacer,
     Result,
+    coalesce,
     element_address,
     evaluate_index,
     leaf_statements,
@@ -138,18 +139,12 @@ def _collect(func: tir.PrimFunc, placer: MemoryPlacer):
     return instructions, buffers
 
 
-def _merge_clears(commands: list[Command]) -> list[Command]:
-    """Adjacent CLEARs of consecutive addresses become one (the init loops)."""
-    merged: list[Command] = []
-    for command in commands:
-        last = merged[-1] if merged else None
-        if (command.op == "CLEAR" and last is not None and last.op == "CLEAR"
-                and last["acc"] + last["count"] == command["acc"]
-                and last["count"] + command["count"] < FIELD_LIMIT):
-            merged[-1] = last.replace(count=last["count"] + command["count"])
-        else:
-            merged.append(command)
-    return merged
+def _merge_clears(last: Command, command: Command) -> Command | None:
+    """Two CLEARs of consecutive addresses as one (the init loops), or None."""
+    if (last.op == command.op == "CLEAR" and last["acc"] + last["count"] == command["acc"]
+            and last["count"] + command["count"] < FIELD_LIMIT):
+        return last.replace(count=last["count"] + command["count"])
+    return None
 
 
 def generate(func: tir.PrimFunc, config: MachineConfig) -> Program:
@@ -168,4 +163,4 @@ def generate(func: tir.PrimFunc, config: MachineConfig) -> Program:
 
     commands = [ISA.command(op, **{name: value(o) for name, o in operands.items()})
                 for op, operands in instructions]
-    return Program(func.name, ISA.encode(_merge_clears(commands)), placer.layout)
+    return Program(func.name, ISA.encode(coalesce(commands, _merge_clears)), placer.layout)
