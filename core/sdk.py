@@ -111,17 +111,17 @@ __all__ = [
     "Command", "CompileError", "CompiledFunction", "CompositeParts", "CompositePattern", "Device",
     "DeviceKernel", "DeviceTiming", "ENTRY_POINT_GROUP", "ExportableTarget", "ExpressedFunction",
     "Field", "Graph", "GraphPassTarget", "HeteroccError", "HilTarget", "IllegalInstructionError",
-    "InputError", "InstructionFormat", "InstructionSet", "Kernel", "LayerComparison", "Lowering",
-    "METADATA_ATTR", "Match", "MemoryPlacer", "MirroredDevice", "ModelHilReport", "Node",
-    "PartitioningTarget", "Pattern", "PatternError", "Placement", "ProgramRunner",
-    "ResidentDevice", "Result", "TETarget", "Target", "TargetError", "TargetInfo", "TargetTuning",
-    "TensorIntrin", "TensorType", "TunableTarget", "Value", "absent", "available_targets",
-    "build_accelerator_region", "coalesce", "compile_composite", "composite_parts",
-    "element_address", "elementwise_epilogue", "epilogue_chain", "evaluate_index",
-    "express_function", "flat_offset", "fold_scalars", "function_constants", "get_target", "holds",
-    "is_constant", "is_op", "leaf_statements", "load_program", "lowering_metadata", "match",
-    "model_hil", "optional", "reference_outputs", "register_target", "structure_key", "te", "tir",
-    "wildcard",
+    "InputError", "InstructionFormat", "InstructionSet", "Kernel", "LayerComparison",
+    "LayoutKernel", "LayoutRegion", "Lowering", "METADATA_ATTR", "Match", "MemoryPlacer",
+    "MirroredDevice", "ModelHilReport", "Node", "PartitioningTarget", "Pattern", "PatternError",
+    "Placement", "ProgramRunner", "ResidentDevice", "Result", "TETarget", "Target", "TargetError",
+    "TargetInfo", "TargetTuning", "TensorIntrin", "TensorType", "TunableTarget", "Value", "absent",
+    "available_targets", "build_accelerator_region", "coalesce", "compile_composite",
+    "composite_parts", "element_address", "elementwise_epilogue", "epilogue_chain",
+    "evaluate_index", "express_function", "flat_offset", "fold_scalars", "function_constants",
+    "get_target", "holds", "is_constant", "is_op", "leaf_statements", "load_program",
+    "lowering_metadata", "match", "model_hil", "optional", "reference_outputs", "register_target",
+    "structure_key", "te", "tir", "wildcard",
 ]
 
 
@@ -281,6 +281,9 @@ class Binding:
     argument: int | None = None
     constant: np.ndarray | None = None
     to_device: Callable[[np.ndarray], np.ndarray] = np.ascontiguousarray
+    #: the device layout the input is taken in, a tag (None: converted from the host's
+    #: layout on every call); a :class:`LayoutRegion` hands over an output of that layout
+    layout: Any = None
 
     def __post_init__(self):
         if (self.argument is None) == (self.constant is None):
@@ -301,6 +304,8 @@ class Result:
 
     tensor: te.Tensor
     from_device: Callable[[np.ndarray], np.ndarray] = np.ascontiguousarray
+    #: the device layout the output is produced in (see :attr:`Binding.layout`)
+    layout: Any = None
 
 
 @dataclass
@@ -505,6 +510,41 @@ class DeviceKernel(ProgramRunner):
         copied = self.run_program(writes, [r.tensor.name for r in self.outputs])
         return [result.from_device(array) for result, array in zip(self.outputs, copied)]
 
+    # -- the LayoutKernel protocol: a LayoutRegion keeps tensors in their device layout
+
+    def _binding(self, position: int) -> Binding:
+        found = [b for b in self.inputs if b.argument == position]
+        if len(found) != 1:
+            raise CompileError(f"kernel {self.name!r}: input {position} has {len(found)} "
+                               "bindings; a layout region needs exactly one per input")
+        return found[0]
+
+    def input_layout(self, position: int) -> Any:
+        return self._binding(position).layout
+
+    def output_layout(self, index: int) -> Any:
+        return self.outputs[index].layout
+
+    def takes(self, position: int, array: np.ndarray) -> bool:
+        return tuple(np.shape(array)) == tuple(self._binding(position).tensor.shape)
+
+    def input_to_device(self, position: int, array: np.ndarray) -> np.ndarray:
+        return self._binding(position).to_device(array)
+
+    def output_to_host(self, index: int, array: np.ndarray) -> np.ndarray:
+        return self.outputs[index].from_device(array)
+
+    def run_on_device(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """Run on the inputs already in the device layout (constants as on a call)."""
+        writes = []
+        for b in self.inputs:
+            if b.argument is None:
+                writes.append((b.tensor.name, functools.partial(b.device_array, ()), True))
+            else:
+                writes.append((b.tensor.name, functools.partial(np.asarray,
+                                                                arrays[b.argument]), False))
+        return self.run_program(writes, [r.tensor.name for r in self.outputs])
+
 
 @dataclass
 class MirroredDevice:
@@ -608,6 +648,86 @@ def build_accelerator_region(target: AcceleratorTarget, function: Node,
     run_region.composites = composites
     run_region.region = run
     return run_region
+
+
+@runtime_checkable
+class LayoutKernel(Protocol):
+    """A layer kernel whose tensors may stay in a device layout from one layer of a
+    region to the next (:class:`LayoutRegion`): the host converts a tensor only where it
+    enters or leaves the region or meets a layer that wants another layout.
+
+    A layout is any hashable tag (None: the host's own layout, never handed over)."""
+
+    def input_layout(self, position: int) -> Any:
+        """The device layout input ``position`` is taken in, or None."""
+        ...
+
+    def output_layout(self, index: int) -> Any:
+        """The device layout output ``index`` is produced in, or None."""
+        ...
+
+    def takes(self, position: int, array: np.ndarray) -> bool:
+        """Whether ``array``, produced in this input's layout, fits input ``position``
+        as it is (its extents, padding included, are the ones this program reads)."""
+        ...
+
+    def input_to_device(self, position: int, array: np.ndarray) -> np.ndarray:
+        """Input ``position`` from the host's layout into the device's."""
+        ...
+
+    def output_to_host(self, index: int, array: np.ndarray) -> np.ndarray:
+        """Output ``index`` from the device's layout back to the host's."""
+        ...
+
+    def run_on_device(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """Run on the inputs in the device layout; the outputs in the device layout."""
+        ...
+
+
+class LayoutRegion:
+    """Runs the layers of a region (``kernels``, :class:`LayoutKernel` s by composite
+    name, in ``body``'s order) keeping tensors in their device layout between layers
+    whose layouts agree; counts the tensors handed over as they are (``handed_over``)
+    and those converted (``converted``) on the last run."""
+
+    def __init__(self, body: Graph, kernels: dict[str, LayoutKernel]):
+        self.body = body
+        self.kernels = kernels
+        self.producer = {v: (kernels[node.name], k) for node in body.nodes
+                         for k, v in enumerate(node.outputs)}
+        self.handed_over = 0
+        self.converted = 0
+
+    def _host(self, value: Value, host: dict, device: dict) -> np.ndarray:
+        if value.is_const:
+            return value.data
+        if value not in host:
+            kernel, index = self.producer[value]
+            host[value] = kernel.output_to_host(index, device[value])
+        return host[value]
+
+    def _input(self, kernel: LayoutKernel, position: int, value: Value, host: dict,
+               device: dict) -> np.ndarray:
+        layout = kernel.input_layout(position)
+        if layout is not None and value in device:
+            producer, index = self.producer[value]
+            if producer.output_layout(index) == layout and kernel.takes(position,
+                                                                         device[value]):
+                self.handed_over += 1
+                return device[value]
+        self.converted += 1
+        return kernel.input_to_device(position, self._host(value, host, device))
+
+    def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        host: dict[Value, np.ndarray] = dict(zip(self.body.inputs, args))
+        device: dict[Value, np.ndarray] = {}
+        self.handed_over = self.converted = 0
+        for node in self.body.nodes:
+            kernel = self.kernels[node.name]
+            arrays = [self._input(kernel, position, value, host, device)
+                      for position, value in enumerate(node.inputs)]
+            device.update(zip(node.outputs, kernel.run_on_device(arrays)))
+        return [self._host(value, host, device) for value in self.body.outputs]
 
 
 class AcceleratorBase:

@@ -463,3 +463,44 @@ def test_coalesce_merges_adjacent_runs():
     runs = [(0, 1), (1, 1), (2, 1), (3, 1), (4, 1), (9, 1), (10, 2), (20, 1)]
     assert sdk.coalesce(runs, merge) == [(0, 4), (4, 1), (9, 3), (20, 1)]
     assert sdk.coalesce([], merge) == []
+
+
+@dataclass
+class LayoutToy(ToyTarget):
+    """The toy engine keeping tensors in its ("flat") device layout inside a region."""
+
+    name: str = "layouttoy"
+
+    def lower(self, parts):
+        lowering = super().lower(parts)
+        lowering.inputs[0].layout = lowering.outputs[0].layout = "flat"
+        lowering.inputs[0].to_device = lambda a: np.ascontiguousarray(a, np.float32)
+        return lowering
+
+    def region(self, body, kernels):
+        return sdk.LayoutRegion(body, kernels)
+
+    def build(self, function):
+        return sdk.build_accelerator_region(self, function, region=self.region)
+
+
+def test_layout_region_hands_device_tensors_between_layers():
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Add", ["r", "c"], ["u"]), helper.make_node("Relu", ["u"], ["y"])]
+    inits = [numpy_helper.from_array(RNG.standard_normal((3, 5)).astype(np.float32), "b"),
+             numpy_helper.from_array(RNG.standard_normal(5).astype(np.float32), "c")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [3, 5])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [3, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    (expected,) = heterocc.compile(model, target="reference").run([x])
+    toy = LayoutToy()
+    compiled = heterocc.compile(model, target=[toy, "reference"])
+    np.testing.assert_array_equal(compiled.run([x])[0], expected)
+    (region,) = [k for k in compiled.kernels.values() if hasattr(k, "composites")]
+    assert len(region.composites) == 2 and isinstance(region.region, sdk.LayoutRegion)
+    # the first layer's output goes to the second as it is; only the region's input is
+    # converted from the host's layout
+    assert region.region.handed_over == 1 and region.region.converted == 1
+    assert all(isinstance(k, sdk.LayoutKernel) for k in region.composites)

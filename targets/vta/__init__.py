@@ -7,7 +7,7 @@ convolution and GEMM streams are generated from TE through TIR: ``intrin`` (the 
 intrinsic), ``schedule`` (packed GEMM + epilogue and its schedule), ``vthreads``,
 ``dae`` (TIR -> instructions) and ``tokens`` (dependency tokens); additions are ALU
 streams (``residual``); a region passes tensors between its kernels in the blocked
-layout (``region``); see ``docs/vta.md``.
+layout (the SDK's ``LayoutRegion``); see ``docs/vta.md``.
 Everything else stays on the fallback (CPU) target.
 """
 
@@ -17,13 +17,12 @@ from dataclasses import dataclass, field
 
 from heterocc.accel_sim import HardwareConfig
 from heterocc.ir.graph import Graph, Node
-from heterocc.sdk import AcceleratorBase
+from heterocc.sdk import AcceleratorBase, LayoutRegion
 
 from ..registry import register_target
 from .codegen import AcceleratorKernel, compile_composite
 from .device import VtaDevice
 from .patterns import pattern_table as _pattern_table
-from .region import BlockedRegion
 from .tuning import vta_tuning
 
 
@@ -78,10 +77,10 @@ class VtaTarget(AcceleratorBase):
         self.kernels.append(kernel)
         return kernel
 
-    def region(self, body: Graph, kernels: dict[str, AcceleratorKernel]) -> BlockedRegion:
+    def region(self, body: Graph, kernels: dict[str, AcceleratorKernel]) -> LayoutRegion:
         """Tensors pass between the region's programs in the accelerator's blocked layout
-        (``region.BlockedRegion``)."""
-        return BlockedRegion(body, kernels)
+        (the SDK's ``LayoutRegion``; the kernels say which of their tensors are blocked)."""
+        return LayoutRegion(body, kernels)
 
 
 register_target("vta", VtaTarget, "VTA-like int8 accelerator (DAE streams on accel_sim)")

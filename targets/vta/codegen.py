@@ -65,6 +65,9 @@ from .tiling import best_tiling, task_threads
 from .tuning import vta_tiling
 from .vthreads import interleave_virtual_threads
 
+#: the layout tag of tensors in the blocked layout of direct convolutions (``to_blocked``)
+BLOCKED = "blocked"
+
 #: per-column constants of an unshortened requantization (bias, -limit, limit,
 #: multiplier, rounding, shift)
 FULL_EPILOGUE_CONSTANTS = 6
@@ -187,8 +190,34 @@ class AcceleratorKernel(ProgramRunner):
 
     def device_inputs(self, args) -> list[np.ndarray]:
         """The composite's inputs laid out as the matrices of the program's input tensors."""
+        return [self.input_to_device(position, x) for position, x in enumerate(args)]
+
+    # -- the SDK's LayoutKernel: a region hands blocked tensors from layer to layer.
+    # Channels padded up to a whole block hold whatever the producer's epilogue left
+    # there: a convolution multiplies them by zero weights and an addition's padded lanes
+    # are dropped on the way out, so results do not depend on them.
+
+    def input_layout(self, position: int) -> str | None:
+        """``"blocked"`` for a kernel whose tensors are all in the blocked layout."""
+        return BLOCKED if self.blocked else None
+
+    def output_layout(self, index: int) -> str | None:
+        return BLOCKED if self.blocked else None
+
+    def takes(self, position: int, array: np.ndarray) -> bool:
+        """A blocked matrix of exactly this input tensor's tiles."""
+        tensor = self.program.tensors[self.input_names[position]]
+        return array.shape == (tensor.rows, tensor.cols)
+
+    def input_to_device(self, position: int, array: np.ndarray) -> np.ndarray:
         layouts = [self.to_device] + [to_device for _, to_device in self.more_inputs]
-        return [to_device(x) for to_device, x in zip(layouts, args)]
+        return layouts[position](array)
+
+    def output_to_host(self, index: int, array: np.ndarray) -> np.ndarray:
+        return self.from_device(array)
+
+    def run_on_device(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        return [self.run_device(arrays)]
 
     def dram_image(self, *args: np.ndarray) -> np.ndarray:
         """The program's DRAM image with the inputs ``args`` laid out in its input
