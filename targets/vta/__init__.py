@@ -22,6 +22,7 @@ from heterocc.sdk import AcceleratorBase, LayoutRegion
 from ..registry import register_target
 from .codegen import AcceleratorKernel, compile_composite
 from .device import VtaDevice
+from .intrin import gemm_intrin
 from .patterns import pattern_table as _pattern_table
 from .tuning import vta_tuning
 
@@ -59,6 +60,11 @@ class VtaTarget(AcceleratorBase):
 
     def pattern_table(self):
         return _pattern_table()
+
+    def tensor_intrinsics(self) -> list:
+        """The GEMM core's instruction as a TE tensor intrinsic (what the schedules
+        tensorize with)."""
+        return [gemm_intrin(self.config)]
 
     def tuning(self):
         """The GEMM tiling space on this hardware (``heterocc tune --target vta``)."""

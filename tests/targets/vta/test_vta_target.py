@@ -222,6 +222,8 @@ def test_a_mirrored_vta_board_that_differs_is_named():
             return out
 
     config = HardwareConfig.preset("1x16x16")
+    (intrinsic,) = VtaTarget(config=config).tensor_intrinsics()
+    assert intrinsic.name == "vta.gemm" and tuple(intrinsic.compute.shape) == (1, 16)
     target = VtaTarget(hardware=sdk.MirroredDevice(Flipping(config, name="chip"),
                                                    VtaDevice(config)))
     model = tiny_cnn(size=8)
