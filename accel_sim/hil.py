@@ -269,14 +269,18 @@ def add_hil_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     """Register ``hil``: run a stream on the simulator and on the RTL and compare."""
     parser = subparsers.add_parser(
         "hil",
-        help="run an accelerator stream on the simulator and on the RTL and compare them",
+        help="hardware in the loop: an accelerator stream on the simulator and the RTL, or a "
+             "model on a target's device checked layer by layer against the references",
         description=__doc__.split("\n\n")[0],
     )
     parser.add_argument("stream", help="stream file (heterocc accel format, docs/isa.md), or "
-                        "an ONNX model whose accelerator functions are replayed")
+                        "an ONNX model run on the --target accelerator")
     parser.add_argument("--dram", help="raw DRAM image the stream runs against (address 0)")
-    parser.add_argument("--device", default="rtl", choices=["rtl"],
-                        help="where to run besides the simulator (only the RTL for now)")
+    parser.add_argument("--device", choices=["rtl", "target"],
+                        help="rtl: the stream, or a model's accelerator streams, on the RTL "
+                             "(the default for streams, and for models of a target with a "
+                             "hil_command hook); target: a model on the --target's own device, "
+                             "checked layer by layer against the NumPy references")
     parser.add_argument("--simulator", default="verilator", choices=SIMULATORS,
                         help="HDL simulator for the RTL")
     parser.add_argument("--build-dir", help="RTL build folder (default hw/build)")

@@ -7,6 +7,7 @@
     heterocc partition MODEL.onnx --target vta,llvm
     heterocc tune MODEL.onnx --target llvm --trials N --log F
     heterocc hil STREAM_OR_MODEL.onnx --device rtl [--simulator icarus|verilator]
+    heterocc hil MODEL.onnx --target NAME [--device target] [--input NAME=FILE.npy]
     heterocc targets
     heterocc demo
 """
@@ -35,7 +36,9 @@ from .quantization import quantize_model
 from .runtime.artifact import load_artifact
 from .runtime.inputs import load_samples, parse_shapes
 from .runtime.memory import plan_memory
+from .sdk_hil import model_hil
 from .targets import available_targets, get_target
+from .targets.registry import parse_target_spec
 from .tuning.cli import add_tune_parser
 
 
@@ -205,16 +208,30 @@ def cmd_demo(args) -> int:
 
 
 def _hil(args, stream_command) -> int:
-    """``hil`` takes a stream file, or a model whose accelerator functions it replays (the
-    ``hil_command`` hook of the ``--target`` accelerator)."""
-    if args.stream.endswith(".onnx"):
-        target = get_target(args.target)
-        command = getattr(target, "hil_command", None)
+    """``hil`` takes a stream file, or a model: the ``--target`` accelerator's own replay
+    (its ``hil_command`` hook, e.g. vta's streams on the RTL) when it has one and
+    ``--device`` does not say ``target``; else the model on the target's device, checked
+    layer by layer against the NumPy references (``heterocc.sdk_hil``)."""
+    if not args.stream.endswith(".onnx"):
+        if args.device not in (None, "rtl"):
+            raise InputError(f"--device {args.device}: a stream file runs on the RTL")
+        return stream_command(args)
+    name, options = parse_target_spec(args.target)
+    target = get_target(name, **options)
+    command = getattr(target, "hil_command", None)
+    if args.device == "rtl" or (args.device is None and callable(command)):
         if not callable(command):
-            raise TargetError(f"target {args.target!r} cannot replay a model on hardware "
-                              "(it has no hil_command hook)")
+            raise TargetError(f"target {name!r} cannot replay a model on the RTL (it has "
+                              "no hil_command hook); --device target checks it on its device")
         return command(args)
-    return stream_command(args)
+    if not callable(getattr(target, "pattern_table", None)):
+        raise TargetError(f"target {name!r} cannot replay a model: it has no hil_command hook "
+                          "and no pattern table (no layer of a model goes to it)")
+    report = model_hil(args.stream, target, _load_inputs(args.input) or None,
+                       _calibration(args.calibrate),
+                       stop_at_first=not args.all_layers)
+    print(report.summary())
+    return 0 if report.agrees else 1
 
 
 CALIBRATE_HELP = ("quantize to int8 with the built-in calibrator on these sample inputs: a "
@@ -287,7 +304,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_tune_parser(sub)
     hil = add_hil_parser(sub)
     hil.add_argument("--target", default="vta",
-                     help="with a model: the accelerator target whose functions are replayed")
+                     help="with a model: the accelerator target brought up (a name, or a "
+                          "spec with options such as 'dotprod -flag=value')")
+    hil.add_argument("--input", action="append", help="with a model: NAME=FILE.npy "
+                     "(default: seeded random inputs)")
+    hil.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
+    hil.add_argument("--all-layers", action="store_true",
+                     help="with --device target: check every layer, not only up to the "
+                          "first that diverges")
     stream_command = hil.get_default("func")
     hil.set_defaults(func=lambda args: _hil(args, stream_command))
 

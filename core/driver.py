@@ -157,6 +157,15 @@ class CompiledModel:
         return next(reversed(self._cache.values())).graph
 
     @property
+    def kernels(self) -> dict[str, object]:
+        """The kernels of the most recent specialization, by function node name (a
+        region's device kernels are its kernel's ``composites``)."""
+        if not self._cache:
+            raise InputError("the model has dynamic shapes and has not been run yet; "
+                             "compile it with shapes={...} or run it once")
+        return dict(next(reversed(self._cache.values())).executor.kernels)
+
+    @property
     def placement_report(self) -> PartitionReport | None:
         """Where every node went and why (None when compiled for one target)."""
         return next(reversed(self._cache.values())).report if self._cache else None

@@ -28,8 +28,15 @@ A target package imports only this module. It finds here
   :func:`composite_parts` (a composite function node taken apart),
   :func:`compile_composite` / :func:`build_accelerator_region` (composite -> TE ->
   TIR -> codegen -> a kernel driving the device), :func:`leaf_statements` (walk a
-  lowered function with every loop variable bound, the core of a command-list codegen)
-  and :func:`reference_outputs` (the oracle of a function).
+  lowered function with every loop variable bound, the core of a command-list codegen),
+  :func:`element_address` (an operand as buffer + offset), :func:`lowering_metadata`
+  (what the lowering told codegen, :attr:`Lowering.metadata`), the on-chip memory
+  placer :class:`MemoryPlacer` (buffers -> :class:`Bank` s and offsets, with capacity
+  errors; :mod:`heterocc.sdk_memory`), the declarative instruction encoder
+  :class:`InstructionSet` (fields declared once: encode, decode and the ISA table;
+  :mod:`heterocc.sdk_isa`) and :func:`reference_outputs` (the oracle of a function);
+* **bring-up**: :mod:`heterocc.sdk_hil` (``heterocc hil MODEL.onnx --target NAME``: a
+  model on the target's device, checked layer by layer against the references).
 
 A target registers itself with :func:`register_target`, or, from another
 distribution, through the entry-point group ``heterocc.targets``
@@ -41,6 +48,7 @@ distribution, through the entry-point group ``heterocc.targets``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -72,6 +80,9 @@ from .patterns import (
 )
 from .runtime.executor import GraphExecutor
 from .runtime.interpreter import evaluate
+from .sdk_hil import LayerComparison, ModelHilReport, model_hil
+from .sdk_isa import Command, Field, InstructionFormat, InstructionSet
+from .sdk_memory import Bank, MemoryPlacer, Placement
 from .targets.registry import (
     ENTRY_POINT_GROUP,
     Kernel,
@@ -96,17 +107,21 @@ from .te_target import (
 from .tuning.templates import TargetTuning
 
 __all__ = [
-    "AcceleratorError", "AcceleratorTarget", "Binding", "BufferRegion", "CompileError",
-    "CompiledFunction", "CompositeParts", "CompositePattern", "Device", "DeviceKernel",
-    "DeviceTiming", "ENTRY_POINT_GROUP", "ExportableTarget", "ExpressedFunction", "Graph",
-    "GraphPassTarget", "HeteroccError", "HilTarget", "IllegalInstructionError", "InputError",
-    "Kernel", "Lowering", "Match", "MirroredDevice", "Node", "PartitioningTarget", "Pattern",
-    "PatternError", "Result", "TETarget", "Target", "TargetError", "TargetInfo", "TargetTuning",
-    "TensorIntrin", "TensorType", "TunableTarget", "Value", "absent", "available_targets",
-    "build_accelerator_region", "compile_composite", "composite_parts", "elementwise_epilogue",
-    "epilogue_chain", "evaluate_index", "express_function", "fold_scalars", "function_constants",
-    "get_target", "is_constant", "is_op", "leaf_statements", "match", "optional",
-    "reference_outputs", "register_target", "structure_key", "te", "tir", "wildcard",
+    "AcceleratorBase", "AcceleratorError", "AcceleratorTarget", "Bank", "Binding", "BufferRegion",
+    "Command", "CompileError", "CompiledFunction", "CompositeParts", "CompositePattern", "Device",
+    "DeviceKernel", "DeviceTiming", "ENTRY_POINT_GROUP", "ExportableTarget", "ExpressedFunction",
+    "Field", "Graph", "GraphPassTarget", "HeteroccError", "HilTarget", "IllegalInstructionError",
+    "InputError", "InstructionFormat", "InstructionSet", "Kernel", "LayerComparison",
+    "LayoutKernel", "LayoutRegion", "Lowering", "METADATA_ATTR", "Match", "MemoryPlacer",
+    "MirroredDevice", "ModelHilReport", "Node", "PartitioningTarget", "Pattern", "PatternError",
+    "Placement", "ProgramRunner", "ResidentDevice", "Result", "TETarget", "Target", "TargetError",
+    "TargetInfo", "TargetTuning", "TensorIntrin", "TensorType", "TunableTarget", "Value", "absent",
+    "available_targets", "build_accelerator_region", "coalesce", "compile_composite",
+    "composite_parts", "element_address", "elementwise_epilogue", "epilogue_chain",
+    "evaluate_index", "express_function", "flat_offset", "fold_scalars", "function_constants",
+    "get_target", "holds", "is_constant", "is_op", "leaf_statements", "load_program",
+    "lowering_metadata", "match", "model_hil", "optional", "reference_outputs", "register_target",
+    "structure_key", "te", "tir", "wildcard",
 ]
 
 
@@ -184,10 +199,20 @@ class DeviceTiming:
 class Device(Protocol):
     """A place programs run: a simulator, an RTL simulation or a board.
 
-    Buffers are named by the TIR parameters of a program (the names of the
-    tensors given to ``te.lower``); the program (what the target's codegen made)
-    says where each lives. A run reads what ``copy_in`` wrote and leaves its
-    results for ``copy_out``.
+    This is the bring-up protocol of every SDK target. Buffers are named by the TIR
+    parameters of a program (the names of the tensors given to ``te.lower``); the
+    program (what the target's codegen made) says where each lives. The three
+    required methods are the data path:
+
+    * ``copy_in`` (write) a buffer of a program,
+    * ``run`` the program to completion, returning its :class:`DeviceTiming` (the
+      device's cycle counter; a device without one reports ``cycles=0``),
+    * ``copy_out`` (read) a buffer after the run.
+
+    A device may also implement the life cycle of :class:`ResidentDevice`
+    (``load`` a program, say which of its buffers stay ``resident`` across runs,
+    ``reset``); :class:`DeviceKernel` then writes a program's constants (weights)
+    once per loaded model instead of on every call.
     """
 
     name: str
@@ -205,6 +230,46 @@ class Device(Protocol):
         ...
 
 
+@runtime_checkable
+class ResidentDevice(Device, Protocol):
+    """A :class:`Device` that keeps loaded programs and their buffers (weights stay on
+    the device between calls).
+
+    ``load(program)`` is called before every use of a program and must be cheap once
+    the program is loaded (a board writes its instructions and reserves its buffers
+    the first time). ``resident(program, buffer)`` is true while the device holds the
+    contents last written to that buffer of that program and will keep them across
+    runs, so the host need not write them again; after ``reset()`` (the device back
+    to power-on: every program and buffer forgotten) it is false until the buffer is
+    written again, so kernels write their constants again by themselves."""
+
+    def load(self, program: Any) -> None:
+        """Make ``program`` resident on the device (a no-op when it already is)."""
+        ...
+
+    def resident(self, program: Any, buffer: str) -> bool:
+        """Whether ``buffer`` of ``program`` holds its last write and keeps it across runs."""
+        ...
+
+    def reset(self) -> None:
+        """Forget every loaded program and buffer."""
+        ...
+
+
+def holds(device: Device, program: Any, buffer: str) -> bool:
+    """Whether ``device`` holds ``program``'s ``buffer`` across runs (``resident``;
+    false for a device without that method: it is written on every call)."""
+    resident = getattr(device, "resident", None)
+    return bool(resident(program, buffer)) if callable(resident) else False
+
+
+def load_program(device: Device, program: Any) -> None:
+    """``device.load(program)`` where the device has that method."""
+    load = getattr(device, "load", None)
+    if callable(load):
+        load(program)
+
+
 @dataclass
 class Binding:
     """An input of a lowered composite: the TE tensor (a ``te.lower`` parameter) and
@@ -216,6 +281,9 @@ class Binding:
     argument: int | None = None
     constant: np.ndarray | None = None
     to_device: Callable[[np.ndarray], np.ndarray] = np.ascontiguousarray
+    #: the device layout the input is taken in, a tag (None: converted from the host's
+    #: layout on every call); a :class:`LayoutRegion` hands over an output of that layout
+    layout: Any = None
 
     def __post_init__(self):
         if (self.argument is None) == (self.constant is None):
@@ -236,17 +304,35 @@ class Result:
 
     tensor: te.Tensor
     from_device: Callable[[np.ndarray], np.ndarray] = np.ascontiguousarray
+    #: the device layout the output is produced in (see :attr:`Binding.layout`)
+    layout: Any = None
 
 
 @dataclass
 class Lowering:
     """A composite expressed in TE and scheduled for the target: what
     :meth:`AcceleratorTarget.lower` returns and :func:`compile_composite` turns
-    into TIR (``te.lower(schedule, inputs + outputs)``)."""
+    into TIR (``te.lower(schedule, inputs + outputs)``).
+
+    ``metadata`` is the channel from lowering to codegen: whatever the lowering
+    decided that the TIR does not say (the memory each tensor lives in, a layout, a
+    tiling), handed to :meth:`AcceleratorTarget.codegen` with the lowered function
+    (read it there with :func:`lowering_metadata`)."""
 
     schedule: te.Schedule
     inputs: list[Binding]
     outputs: list[Result]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+#: the PrimFunc attribute holding a Lowering's metadata
+METADATA_ATTR = "sdk.metadata"
+
+
+def lowering_metadata(func: tir.PrimFunc) -> dict[str, Any]:
+    """What the lowering of ``func`` passed to codegen (:attr:`Lowering.metadata`; empty
+    for a function lowered without any)."""
+    return func.attrs.get(METADATA_ATTR, {})
 
 
 @dataclass
@@ -343,10 +429,64 @@ def reference_outputs(function: Node, args: Sequence[np.ndarray]) -> list[np.nda
     return evaluate(function.body, list(args))
 
 
+class ProgramRunner:
+    """Runs one program on a device, the step every device kernel shares: load the
+    program, write its buffers (constants only where the device does not keep them,
+    see :class:`ResidentDevice`), run it, read its results; counts calls, cycles and
+    bytes. A kernel class mixes it in and holds ``program`` and ``device`` and the
+    counters (:class:`DeviceKernel` shows them)."""
+
+    program: Any
+    device: Device
+    calls: int
+    cycles: int
+    last_timing: DeviceTiming | None
+    last_bytes_in: int
+    last_bytes_out: int
+    last_bytes_loaded: int
+
+    def run_program(self, writes: Sequence[tuple[str, Callable[[], np.ndarray], bool]],
+                    reads: Sequence[str]) -> list[np.ndarray]:
+        """Write each ``(buffer, contents, constant)`` (``contents()`` gives the array;
+        a ``constant`` one is skipped while the device holds it), run, and read the
+        ``reads`` buffers."""
+        self.last_bytes_in = self.last_bytes_loaded = 0
+        load_program(self.device, self.program)
+        for name, contents, constant in writes:
+            if constant and holds(self.device, self.program, name):
+                continue
+            array = contents()
+            self.device.copy_in(self.program, name, array)
+            if constant and holds(self.device, self.program, name):
+                self.last_bytes_loaded += np.asarray(array).nbytes
+            else:
+                self.last_bytes_in += np.asarray(array).nbytes
+        self.last_timing = self.device.run(self.program)
+        self.calls += 1
+        self.cycles += self.last_timing.cycles
+        copied = [self.device.copy_out(self.program, name) for name in reads]
+        self.last_bytes_out = sum(np.asarray(array).nbytes for array in copied)
+        return copied
+
+    @property
+    def last_cycles(self) -> int:
+        """Device cycles of the last call (0 before the first): what the executor's
+        profile shows for a device kernel (see ``DEVICE_KERNEL_COUNTERS``)."""
+        return self.last_timing.cycles if self.last_timing is not None else 0
+
+
 @dataclass
-class DeviceKernel:
-    """One composite compiled for a device: calling it copies the inputs in, runs
-    the program and copies the outputs back. Counts calls and device cycles."""
+class DeviceKernel(ProgramRunner):
+    """One composite compiled for a device: calling it writes the inputs, runs the
+    program and reads the outputs back (:class:`ProgramRunner`). Counts calls and
+    device cycles.
+
+    Constants (weights, biases: the :class:`Binding` s with ``constant=``) are
+    written once per loaded model when the device keeps them (:class:`ResidentDevice`),
+    and on every call otherwise; ``last_bytes_in`` counts only what the last call
+    wrote, ``last_bytes_loaded`` what it wrote to make constants resident (nonzero on
+    the first call, and again after a device ``reset``). ``function`` is the composite
+    the kernel computes (its NumPy reference is the oracle of ``heterocc hil``)."""
 
     name: str
     program: Any
@@ -356,30 +496,54 @@ class DeviceKernel:
     calls: int = 0
     cycles: int = 0
     last_timing: DeviceTiming | None = None
+    function: Node | None = None
 
     #: bytes copied to and from the device by the last call
     last_bytes_in: int = 0
     last_bytes_out: int = 0
+    #: bytes of constants the last call wrote to stay resident on the device
+    last_bytes_loaded: int = 0
 
     def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
-        self.last_bytes_in = 0
-        for binding in self.inputs:
-            array = binding.device_array(args)
-            self.device.copy_in(self.program, binding.tensor.name, array)
-            self.last_bytes_in += np.asarray(array).nbytes
-        self.last_timing = self.device.run(self.program)
-        self.calls += 1
-        self.cycles += self.last_timing.cycles
-        copied = [self.device.copy_out(self.program, result.tensor.name)
-                  for result in self.outputs]
-        self.last_bytes_out = sum(np.asarray(array).nbytes for array in copied)
+        writes = [(b.tensor.name, functools.partial(b.device_array, args),
+                   b.constant is not None) for b in self.inputs]
+        copied = self.run_program(writes, [r.tensor.name for r in self.outputs])
         return [result.from_device(array) for result, array in zip(self.outputs, copied)]
 
-    @property
-    def last_cycles(self) -> int:
-        """Device cycles of the last call (0 before the first): what the executor's
-        profile shows for a device kernel (see ``DEVICE_KERNEL_COUNTERS``)."""
-        return self.last_timing.cycles if self.last_timing is not None else 0
+    # -- the LayoutKernel protocol: a LayoutRegion keeps tensors in their device layout
+
+    def _binding(self, position: int) -> Binding:
+        found = [b for b in self.inputs if b.argument == position]
+        if len(found) != 1:
+            raise CompileError(f"kernel {self.name!r}: input {position} has {len(found)} "
+                               "bindings; a layout region needs exactly one per input")
+        return found[0]
+
+    def input_layout(self, position: int) -> Any:
+        return self._binding(position).layout
+
+    def output_layout(self, index: int) -> Any:
+        return self.outputs[index].layout
+
+    def takes(self, position: int, array: np.ndarray) -> bool:
+        return tuple(np.shape(array)) == tuple(self._binding(position).tensor.shape)
+
+    def input_to_device(self, position: int, array: np.ndarray) -> np.ndarray:
+        return self._binding(position).to_device(array)
+
+    def output_to_host(self, index: int, array: np.ndarray) -> np.ndarray:
+        return self.outputs[index].from_device(array)
+
+    def run_on_device(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """Run on the inputs already in the device layout (constants as on a call)."""
+        writes = []
+        for b in self.inputs:
+            if b.argument is None:
+                writes.append((b.tensor.name, functools.partial(b.device_array, ()), True))
+            else:
+                writes.append((b.tensor.name, functools.partial(np.asarray,
+                                                                arrays[b.argument]), False))
+        return self.run_program(writes, [r.tensor.name for r in self.outputs])
 
 
 @dataclass
@@ -393,6 +557,20 @@ class MirroredDevice:
     reference: Device
     name: str = "mirrored"
     reference_timing: DeviceTiming | None = None
+
+    def load(self, program: Any) -> None:
+        load_program(self.device, program)
+        load_program(self.reference, program)
+
+    def resident(self, program: Any, buffer: str) -> bool:
+        """Resident only where both sides keep the buffer (else both are written)."""
+        return holds(self.device, program, buffer) and holds(self.reference, program, buffer)
+
+    def reset(self) -> None:
+        for side in (self.device, self.reference):
+            reset = getattr(side, "reset", None)
+            if callable(reset):
+                reset()
 
     def copy_in(self, program: Any, buffer: str, array: np.ndarray) -> None:
         self.device.copy_in(program, buffer, array)
@@ -429,32 +607,154 @@ def compile_composite(target: AcceleratorTarget, function: Node) -> DeviceKernel
         raise CompileError(f"{target.name}: composite {function.name!r} lowers to tensors with "
                            f"repeated names {names}; device buffers are named by them")
     func = te.lower(lowering.schedule, tensors, name=function.name)
+    func.attrs[METADATA_ATTR] = dict(lowering.metadata)
     program = target.codegen(func)
     return DeviceKernel(function.name, program, target.device(), lowering.inputs,
-                        lowering.outputs)
+                        lowering.outputs, function=function)
 
 
-def build_accelerator_region(target: AcceleratorTarget, function: Node) -> Kernel:
+def build_accelerator_region(target: AcceleratorTarget, function: Node,
+                             compile_layer: Callable[[Node], Kernel] | None = None,
+                             region: Callable[[Graph, dict[str, Kernel]], Kernel] | None = None
+                             ) -> Kernel:
     """``Target.build`` for an accelerator: every composite of the region (or the
-    single composite given) becomes a :class:`DeviceKernel`; the returned kernel
-    runs them in order. ``kernel.composites`` lists them (for cycle reports); a
-    composite kernel with a ``metrics()`` method (a dict such as ``cycles``,
-    ``utilization``, ``host_bytes``) has it shown in the placement report."""
+    single composite given) becomes a kernel, by default a :class:`DeviceKernel`
+    (:func:`compile_composite`, or ``compile_layer``); the returned kernel runs them,
+    by default in graph order with host arrays between them (or as ``region(body,
+    kernels)`` runs them, e.g. keeping tensors in the device's layout). Its
+    ``composites`` lists them (for cycle reports and ``heterocc hil``) and ``region``
+    is the runner; a composite kernel with a ``metrics()`` method (a dict such as
+    ``cycles``, ``utilization``, ``host_bytes``) has it shown in the placement report.
+    :class:`AcceleratorBase` calls it with its own hooks."""
+    if compile_layer is None:
+        def compile_layer(node: Node) -> Kernel:
+            return compile_composite(target, node)
     if "composite" in function.attrs:
-        kernel = compile_composite(target, function)
+        kernel = compile_layer(function)
         composites = [kernel]
         run = kernel
     else:
-        compiled = {node.name: compile_composite(target, node) for node in function.body.nodes}
-        executor = GraphExecutor(function.body, compiled, {n: target.name for n in compiled})
+        compiled = {node.name: compile_layer(node) for node in function.body.nodes}
         composites = list(compiled.values())
-        run = executor.execute
+        if region is None:
+            run = GraphExecutor(function.body, compiled,
+                                {n: target.name for n in compiled}).execute
+        else:
+            run = region(function.body, compiled)
 
     def run_region(args: Sequence[np.ndarray]) -> list[np.ndarray]:
         return run(args)
 
     run_region.composites = composites
+    run_region.region = run
     return run_region
+
+
+@runtime_checkable
+class LayoutKernel(Protocol):
+    """A layer kernel whose tensors may stay in a device layout from one layer of a
+    region to the next (:class:`LayoutRegion`): the host converts a tensor only where it
+    enters or leaves the region or meets a layer that wants another layout.
+
+    A layout is any hashable tag (None: the host's own layout, never handed over)."""
+
+    def input_layout(self, position: int) -> Any:
+        """The device layout input ``position`` is taken in, or None."""
+        ...
+
+    def output_layout(self, index: int) -> Any:
+        """The device layout output ``index`` is produced in, or None."""
+        ...
+
+    def takes(self, position: int, array: np.ndarray) -> bool:
+        """Whether ``array``, produced in this input's layout, fits input ``position``
+        as it is (its extents, padding included, are the ones this program reads)."""
+        ...
+
+    def input_to_device(self, position: int, array: np.ndarray) -> np.ndarray:
+        """Input ``position`` from the host's layout into the device's."""
+        ...
+
+    def output_to_host(self, index: int, array: np.ndarray) -> np.ndarray:
+        """Output ``index`` from the device's layout back to the host's."""
+        ...
+
+    def run_on_device(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """Run on the inputs in the device layout; the outputs in the device layout."""
+        ...
+
+
+class LayoutRegion:
+    """Runs the layers of a region (``kernels``, :class:`LayoutKernel` s by composite
+    name, in ``body``'s order) keeping tensors in their device layout between layers
+    whose layouts agree; counts the tensors handed over as they are (``handed_over``)
+    and those converted (``converted``) on the last run."""
+
+    def __init__(self, body: Graph, kernels: dict[str, LayoutKernel]):
+        self.body = body
+        self.kernels = kernels
+        self.producer = {v: (kernels[node.name], k) for node in body.nodes
+                         for k, v in enumerate(node.outputs)}
+        self.handed_over = 0
+        self.converted = 0
+
+    def _host(self, value: Value, host: dict, device: dict) -> np.ndarray:
+        if value.is_const:
+            return value.data
+        if value not in host:
+            kernel, index = self.producer[value]
+            host[value] = kernel.output_to_host(index, device[value])
+        return host[value]
+
+    def _input(self, kernel: LayoutKernel, position: int, value: Value, host: dict,
+               device: dict) -> np.ndarray:
+        layout = kernel.input_layout(position)
+        if layout is not None and value in device:
+            producer, index = self.producer[value]
+            if producer.output_layout(index) == layout and kernel.takes(position,
+                                                                         device[value]):
+                self.handed_over += 1
+                return device[value]
+        self.converted += 1
+        return kernel.input_to_device(position, self._host(value, host, device))
+
+    def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        host: dict[Value, np.ndarray] = dict(zip(self.body.inputs, args))
+        device: dict[Value, np.ndarray] = {}
+        self.handed_over = self.converted = 0
+        for node in self.body.nodes:
+            kernel = self.kernels[node.name]
+            arrays = [self._input(kernel, position, value, host, device)
+                      for position, value in enumerate(node.inputs)]
+            device.update(zip(node.outputs, kernel.run_on_device(arrays)))
+        return [self._host(value, host, device) for value in self.body.outputs]
+
+
+class AcceleratorBase:
+    """The base class of accelerator targets (the in-tree ``vta`` derives from it).
+
+    A subclass sets ``name`` and supplies ``pattern_table`` and ``options``, and then
+    either the hooks of :class:`AcceleratorTarget` (``tensor_intrinsics``, ``lower``,
+    ``codegen``, ``device``: each composite goes composite -> TE -> TIR -> program ->
+    :class:`DeviceKernel`) or its own :meth:`compile_layer`. It may replace
+    :meth:`region` to run a region's layers its own way (``vta`` hands tensors from
+    layer to layer in its blocked layout). :meth:`build` is written once, here."""
+
+    name: str
+
+    def compile_layer(self, function: Node) -> Kernel:
+        """One composite function as a kernel; by default :func:`compile_composite`."""
+        return compile_composite(self, function)
+
+    def region(self, body: Graph, kernels: dict[str, Kernel]) -> Kernel:
+        """The runner of a region's layers (``kernels`` by composite name, ``body`` the
+        region's graph); by default in graph order with host arrays between them."""
+        return GraphExecutor(body, kernels, {n: self.name for n in kernels}).execute
+
+    def build(self, function: Node) -> Kernel:
+        """The kernel of a region (or of one composite): see
+        :func:`build_accelerator_region`."""
+        return build_accelerator_region(self, function, self.compile_layer, self.region)
 
 
 def evaluate_index(expr: tir.Expr, env: dict[tir.Var, int]) -> int:
@@ -465,6 +765,37 @@ def evaluate_index(expr: tir.Expr, env: dict[tir.Var, int]) -> int:
         raise CompileError(f"index {tir.expr_to_str(expr)} is not a compile-time integer "
                            f"once the loops are bound (left: {tir.expr_to_str(bound)})")
     return int(bound.value)
+
+
+def flat_offset(buffer: tir.Buffer, indices: Sequence[int]) -> int:
+    """The row-major element offset of ``indices`` in ``buffer`` (fewer indices than
+    dimensions address its innermost ones)."""
+    flat = 0
+    for index, extent in zip(indices, buffer.shape[-len(indices):] if indices else ()):
+        flat = flat * extent + index
+    return flat
+
+
+def element_address(load: tir.BufferLoad, env: dict[tir.Var, int]) -> tuple[tir.Buffer, int]:
+    """The buffer and element offset a ``BufferLoad`` reads with the loop variables of
+    ``env`` bound: how a command-list codegen turns an intrinsic's operand (the first
+    element of a region) into an address."""
+    return load.buffer, flat_offset(load.buffer, [evaluate_index(i, env) for i in load.indices])
+
+
+def coalesce(items: Sequence[Any], merge: Callable[[Any, Any], Any | None]) -> list[Any]:
+    """``items`` with adjacent ones merged: ``merge(last, item)`` returns their merger
+    (which may merge again with the next) or None to keep them apart. A command-list
+    codegen merges the one-element commands of lowering's element-wise loops this way
+    (the zero initialization of a reduction becomes one clear per run of addresses)."""
+    merged: list[Any] = []
+    for item in items:
+        joined = merge(merged[-1], item) if merged else None
+        if joined is None:
+            merged.append(item)
+        else:
+            merged[-1] = joined
+    return merged
 
 
 def leaf_statements(func: tir.PrimFunc) -> Iterator[tuple[tir.Stmt, dict[tir.Var, int]]]:

@@ -142,9 +142,10 @@ class GraphExecutor:
 
 
 #: what a device kernel may tell about its last call, each an int attribute (all optional):
-#: device clock ``cycles``, and the bytes the host copied ``in`` and ``out``
+#: device clock ``cycles``, the bytes the host copied ``in`` and ``out``, and the bytes of
+#: constants it ``loaded`` to stay resident on the device (once per loaded model)
 DEVICE_KERNEL_COUNTERS = {"cycles": "last_cycles", "bytes_in": "last_bytes_in",
-                          "bytes_out": "last_bytes_out"}
+                          "bytes_out": "last_bytes_out", "bytes_loaded": "last_bytes_loaded"}
 
 
 def device_counters(kernel) -> dict[str, int]:
@@ -173,11 +174,13 @@ def check_input(spec: Value, array) -> np.ndarray:
 
 
 def format_profile(entries: Sequence[ProfileEntry]) -> str:
-    """A table of per-node time, slowest first."""
+    """A table of per-node time, slowest first. Device kernels add their cycles per
+    call, the bytes each call moved (in and out) and the bytes of constants loaded once
+    to stay on the device (``loaded``, over all calls)."""
     rows = sorted(entries, key=lambda e: -e.seconds)
     total = sum(e.seconds for e in rows) or 1.0
     lines = [f"{'node':40s} {'target':10s} {'calls':>5s} {'ms/call':>9s} {'%':>6s} "
-             f"{'cycles/call':>12s} {'bytes/call':>11s}  ops"]
+             f"{'cycles/call':>12s} {'bytes/call':>11s} {'loaded':>9s}  ops"]
     for e in rows:
         calls = max(e.calls, 1)
         per = e.seconds / calls * 1e3
@@ -185,6 +188,8 @@ def format_profile(entries: Sequence[ProfileEntry]) -> str:
         moved = e.extra.get("bytes_in", 0) + e.extra.get("bytes_out", 0)
         moved_text = f"{moved // calls:11d}" if {"bytes_in", "bytes_out"} & e.extra.keys() \
             else f"{'':11s}"
+        loaded = f"{e.extra['bytes_loaded']:9d}" if "bytes_loaded" in e.extra else f"{'':9s}"
         lines.append(f"{e.node[:40]:40s} {e.target[:10]:10s} {e.calls:5d} {per:9.3f} "
-                     f"{100 * e.seconds / total:6.1f} {cycles} {moved_text}  {e.op[:60]}")
+                     f"{100 * e.seconds / total:6.1f} {cycles} {moved_text} {loaded}  "
+                     f"{e.op[:60]}")
     return "\n".join(lines)

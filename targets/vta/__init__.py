@@ -7,7 +7,7 @@ convolution and GEMM streams are generated from TE through TIR: ``intrin`` (the 
 intrinsic), ``schedule`` (packed GEMM + epilogue and its schedule), ``vthreads``,
 ``dae`` (TIR -> instructions) and ``tokens`` (dependency tokens); additions are ALU
 streams (``residual``); a region passes tensors between its kernels in the blocked
-layout (``region``); see ``docs/vta.md``.
+layout (the SDK's ``LayoutRegion``); see ``docs/vta.md``.
 Everything else stays on the fallback (CPU) target.
 """
 
@@ -16,30 +16,55 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from heterocc.accel_sim import HardwareConfig
-from heterocc.ir.graph import Node
+from heterocc.ir.graph import Graph, Node
+from heterocc.sdk import AcceleratorBase, LayoutRegion
 
-from ..registry import Kernel, register_target
+from ..registry import register_target
 from .codegen import AcceleratorKernel, compile_composite
+from .device import VtaDevice
+from .intrin import gemm_intrin
 from .patterns import pattern_table as _pattern_table
-from .region import BlockedRegion
 from .tuning import vta_tuning
 
 
 @dataclass
-class VtaTarget:
-    """``config``: a HardwareConfig or a preset name; ``virtual_threads``: 1 or 2."""
+class VtaTarget(AcceleratorBase):
+    """``config``: a HardwareConfig or a preset name; ``virtual_threads``: 1 or 2.
+
+    Built on the SDK's accelerator base (``heterocc.sdk.AcceleratorBase``, which writes
+    ``build``): each composite becomes one accelerator program (``compile_layer``), and
+    a region hands tensors between them in the blocked layout (``region``)."""
 
     config: HardwareConfig | str = "1x16x16"
     virtual_threads: int = 2
     name: str = "vta"
     kernels: list[AcceleratorKernel] = field(default_factory=list)
+    #: where every program of this instance runs: an SDK device (by default one simulated
+    #: accelerator, ``device.VtaDevice``; a ``VtaDevice`` over the RTL or a board, or a
+    #: ``heterocc.sdk.MirroredDevice`` comparing one with the simulator)
+    hardware: object = None
 
     def __post_init__(self):
         if isinstance(self.config, str):
             self.config = HardwareConfig.preset(self.config)
+        if self.hardware is None:
+            self.hardware = VtaDevice(self.config)
+
+    def device(self):
+        """The device the programs run on (``hardware``)."""
+        return self.hardware
+
+    def options(self) -> dict:
+        """The hardware preset and the virtual threads (for reports)."""
+        return {"config": self.config.name, "virtual_threads": self.virtual_threads}
 
     def pattern_table(self):
         return _pattern_table()
+
+    def tensor_intrinsics(self) -> list:
+        """The GEMM core's instruction as a TE tensor intrinsic (what the schedules
+        tensorize with)."""
+        return [gemm_intrin(self.config)]
 
     def tuning(self):
         """The GEMM tiling space on this hardware (``heterocc tune --target vta``)."""
@@ -51,22 +76,17 @@ class VtaTarget:
 
         return model_hil_command(args)
 
-    def build(self, function: Node) -> Kernel:
-        """A region: each composite inside becomes one accelerator program; tensors pass
-        between them in the accelerator's blocked layout (``region.BlockedRegion``)."""
-        compiled = {}
-        for node in function.body.nodes:
-            kernel = compile_composite(node, self.config, self.virtual_threads)
-            self.kernels.append(kernel)
-            compiled[node.name] = kernel
-        region = BlockedRegion(function.body, compiled)
+    def compile_layer(self, function: Node) -> AcceleratorKernel:
+        """One composite as one accelerator program (kept in ``kernels``)."""
+        kernel = compile_composite(function, self.config, self.virtual_threads)
+        kernel.device = self.hardware
+        self.kernels.append(kernel)
+        return kernel
 
-        def run_region(args):
-            return region(args)
-
-        run_region.composites = list(compiled.values())
-        run_region.region = region
-        return run_region
+    def region(self, body: Graph, kernels: dict[str, AcceleratorKernel]) -> LayoutRegion:
+        """Tensors pass between the region's programs in the accelerator's blocked layout
+        (the SDK's ``LayoutRegion``; the kernels say which of their tensors are blocked)."""
+        return LayoutRegion(body, kernels)
 
 
 register_target("vta", VtaTarget, "VTA-like int8 accelerator (DAE streams on accel_sim)")

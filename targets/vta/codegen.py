@@ -15,8 +15,9 @@ into a DAE instruction stream (``dae.emit_program``):
   windows out as the A matrix (im2col).
 
 Weights (packed into block_out x block_in tiles), epilogue constants and the
-instruction stream with its micro-op kernels are built once, at compile time; each
-call only writes the activations into a copy of the DRAM image.
+instruction stream with its micro-op kernels are built once, at compile time, and
+written to the device once, when the program is loaded (``device.VtaDevice``, the
+SDK's resident-device protocol); each call only writes the activations.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from heterocc import te, tir
-from heterocc.accel_sim import HardwareConfig, run_stream, schedule_stream
+from heterocc.accel_sim import HardwareConfig, schedule_stream
 from heterocc.accel_sim.isa import Alu, Buffer, Load, Store, dram_unit_bytes
 from heterocc.accel_sim.program import (
     DramTensor,
@@ -38,13 +39,13 @@ from heterocc.accel_sim.program import (
     ProgramBuilder,
     element_dtype,
     pack_tiles,
-    read_tensor,
 )
 from heterocc.accel_sim.reference_programs import GemmTiling, Requantization
 from heterocc.errors import CompileError
 from heterocc.ir.graph import Node
 from heterocc.ops.nn import conv_geometry
 from heterocc.ops.qnn import zero_point_bias
+from heterocc.sdk import DeviceTiming, ProgramRunner, holds
 
 from .conv import (
     MAX_CONV_CANDIDATES,
@@ -56,6 +57,7 @@ from .conv import (
     schedule_packed_conv2d,
 )
 from .dae import emit_program
+from .device import VtaDevice
 from .epilogue import EpilogueStep, plan_epilogue
 from .pool import max_pool_geometry, pool_program
 from .residual import add_program, quantized_add
@@ -63,6 +65,9 @@ from .schedule import constant_blocks, packed_gemm, schedule_packed_gemm
 from .tiling import best_tiling, task_threads
 from .tuning import vta_tiling
 from .vthreads import interleave_virtual_threads
+
+#: the layout tag of tensors in the blocked layout of direct convolutions (``to_blocked``)
+BLOCKED = "blocked"
 
 #: per-column constants of an unshortened requantization (bias, -limit, limit,
 #: multiplier, rounding, shift)
@@ -105,7 +110,7 @@ def _requantization(nodes: list[Node], weights: np.ndarray) -> Requantization:
 
 
 @dataclass
-class AcceleratorKernel:
+class AcceleratorKernel(ProgramRunner):
     """One composite compiled for the accelerator; call it with the composite's inputs.
 
     ``to_device`` lays the (first) input out as the matrix of the program's input
@@ -130,7 +135,7 @@ class AcceleratorKernel:
     virtual_threads: int = 1
     calls: int = 0
     cycles: int = 0
-    last_cycles: int = 0
+    last_timing: DeviceTiming | None = None
     utilization: float = 0.0
     macs: int = 0
     last_input: np.ndarray | None = None
@@ -143,6 +148,14 @@ class AcceleratorKernel:
     _metrics: dict | None = None
     more_inputs: tuple = ()
     blocked: bool = False
+    #: where the program runs (an SDK ``ResidentDevice``: the image, weights included, is
+    #: written once when loaded); by default a simulated accelerator of its own
+    device: object = None
+    #: bytes the last call wrote (its activations) and read (its output)
+    last_bytes_in: int = 0
+    last_bytes_out: int = 0
+    #: bytes of the program's image (weights, constants, micro-ops) the last call loaded
+    last_bytes_loaded: int = 0
 
     def metrics(self) -> dict:
         """What the placement report shows for this composite: modelled ``cycles`` and
@@ -178,8 +191,34 @@ class AcceleratorKernel:
 
     def device_inputs(self, args) -> list[np.ndarray]:
         """The composite's inputs laid out as the matrices of the program's input tensors."""
+        return [self.input_to_device(position, x) for position, x in enumerate(args)]
+
+    # -- the SDK's LayoutKernel: a region hands blocked tensors from layer to layer.
+    # Channels padded up to a whole block hold whatever the producer's epilogue left
+    # there: a convolution multiplies them by zero weights and an addition's padded lanes
+    # are dropped on the way out, so results do not depend on them.
+
+    def input_layout(self, position: int) -> str | None:
+        """``"blocked"`` for a kernel whose tensors are all in the blocked layout."""
+        return BLOCKED if self.blocked else None
+
+    def output_layout(self, index: int) -> str | None:
+        return BLOCKED if self.blocked else None
+
+    def takes(self, position: int, array: np.ndarray) -> bool:
+        """A blocked matrix of exactly this input tensor's tiles."""
+        tensor = self.program.tensors[self.input_names[position]]
+        return array.shape == (tensor.rows, tensor.cols)
+
+    def input_to_device(self, position: int, array: np.ndarray) -> np.ndarray:
         layouts = [self.to_device] + [to_device for _, to_device in self.more_inputs]
-        return [to_device(x) for to_device, x in zip(layouts, args)]
+        return layouts[position](array)
+
+    def output_to_host(self, index: int, array: np.ndarray) -> np.ndarray:
+        return self.from_device(array)
+
+    def run_on_device(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        return [self.run_device(arrays)]
 
     def dram_image(self, *args: np.ndarray) -> np.ndarray:
         """The program's DRAM image with the inputs ``args`` laid out in its input
@@ -193,15 +232,27 @@ class AcceleratorKernel:
         return dram
 
     def run_device(self, matrices: list[np.ndarray]) -> np.ndarray:
-        """Run the program on its input tensors' matrices; the output tensor's matrix."""
-        dram = self._image(matrices)
-        self.last_input = dram.copy()  # what hardware-in-the-loop replays on the RTL
-        report = run_stream(self.program.instructions, self.config, dram, check=False)
-        self.calls += 1
-        self.last_cycles = report.timing.total_cycles
-        self.cycles += self.last_cycles
-        self.utilization = report.timing.gemm_utilization
-        return read_tensor(self.config, self.program.tensors[self.output_tensor], dram)
+        """Run the program on its input tensors' matrices (written to the device; the
+        program's image, weights included, is loaded on the first call); the output
+        tensor's matrix."""
+        if self.device is None:
+            self.device = VtaDevice(self.config)
+        fresh = not holds(self.device, self.program, self.output_tensor)
+        tensors = self.program.tensors
+        writes = [(name, functools.partial(np.asarray, matrix,
+                                           element_dtype(self.config, tensors[name].buffer)),
+                   False) for name, matrix in zip(self.input_names, matrices)]
+        (output,) = self.run_program(writes, [self.output_tensor])
+        if fresh:
+            self.last_bytes_loaded = self.program.dram.nbytes
+        # what hardware in the loop replays on the RTL (from a device that can tell): the
+        # image with this call's inputs (the run changed only the output tensor)
+        image = getattr(self.device, "image", None)
+        self.last_input = image(self.program) if callable(image) else None
+        report = getattr(self.device, "last_report", None)
+        if report is not None:
+            self.utilization = report.timing.gemm_utilization
+        return output
 
     def __call__(self, args):
         return [self.from_device(self.run_device(self.device_inputs(args)))]

@@ -61,25 +61,43 @@ _BINARY = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
            "eq": operator.eq, "ne": operator.ne, "and": operator.and_, "or": operator.or_}
 
 
-def compile_index(expr: tir.Expr) -> Callable[[dict], int]:
-    """A function from variable values to the integer value of index expression ``expr``
-    (the stream walk evaluates each index once per unrolled iteration)."""
-    if isinstance(expr, tir.IntImm):
+class _IndexCompiler(tir.ExprFunctor):
+    """Index expression -> a function from variable values to its integer value."""
+
+    role = "VTA index"
+
+    def visit_IntImm(self, expr: tir.IntImm) -> Callable[[dict], int]:
         value = expr.value
         return lambda env: value
-    if isinstance(expr, tir.Var):
+
+    def visit_Var(self, expr: tir.Var) -> Callable[[dict], int]:
         def lookup(env):
             try:
                 return env[expr]
             except KeyError:
                 raise CompileError(f"index variable {expr.name!r} is not bound here") from None
         return lookup
-    if isinstance(expr, tir.Cast):
-        return compile_index(expr.value)
-    if isinstance(expr, tir.Binary) and expr.op in _BINARY:
-        op, a, b = _BINARY[expr.op], compile_index(expr.a), compile_index(expr.b)
+
+    def visit_Cast(self, expr: tir.Cast) -> Callable[[dict], int]:
+        return self.expr(expr.value)
+
+    def visit_Binary(self, expr: tir.Binary) -> Callable[[dict], int]:
+        if expr.op not in _BINARY:
+            return self.visit_default(expr)
+        op, a, b = _BINARY[expr.op], self.expr(expr.a), self.expr(expr.b)
         return lambda env: int(op(a(env), b(env)))
-    raise CompileError(f"index expression {expr!r} is not integer arithmetic")
+
+    def visit_default(self, expr: tir.Expr, *args):
+        raise CompileError(f"index expression {expr!r} is not integer arithmetic")
+
+
+_INDEX_COMPILER = _IndexCompiler()
+
+
+def compile_index(expr: tir.Expr) -> Callable[[dict], int]:
+    """A function from variable values to the integer value of index expression ``expr``
+    (the stream walk evaluates each index once per unrolled iteration)."""
+    return _INDEX_COMPILER.expr(expr)
 
 
 @dataclass(frozen=True)
@@ -107,31 +125,49 @@ class LinearForm:
                 from None
 
 
+class _LinearForms(tir.ExprFunctor):
+    """Index expression -> its LinearForm, or None where it is not affine."""
+
+    role = "VTA linear form"
+
+    def visit_IntImm(self, expr: tir.IntImm) -> LinearForm:
+        return LinearForm(expr.value, {})
+
+    def visit_Var(self, expr: tir.Var) -> LinearForm:
+        return LinearForm(0, {expr: 1})
+
+    def visit_Cast(self, expr: tir.Cast) -> LinearForm | None:
+        return self.expr(expr.value)
+
+    def visit_Binary(self, expr: tir.Binary) -> LinearForm | None:
+        if expr.op not in ("add", "sub", "mul"):
+            return None
+        a, b = self.expr(expr.a), self.expr(expr.b)
+        if a is None or b is None:
+            return None
+        if expr.op == "mul":
+            if a.coeffs and b.coeffs:
+                return None
+            scale, form = (a.constant, b) if not a.coeffs else (b.constant, a)
+            return LinearForm(form.constant * scale,
+                              {v: c * scale for v, c in form.coeffs.items() if c * scale})
+        sign = 1 if expr.op == "add" else -1
+        coeffs = dict(a.coeffs)
+        for v, c in b.coeffs.items():
+            coeffs[v] = coeffs.get(v, 0) + sign * c
+        return LinearForm(a.constant + sign * b.constant, {v: c for v, c in coeffs.items() if c})
+
+    def visit_default(self, expr: tir.Expr, *args) -> None:
+        return None  # a division, a comparison, a load: not affine
+
+
+_LINEAR_FORMS = _LinearForms()
+
+
 def linear_form(expr: tir.Expr) -> LinearForm | None:
     """``expr`` as a LinearForm, or None when it is not affine (a product of variables,
     a division, a comparison)."""
-    if isinstance(expr, tir.IntImm):
-        return LinearForm(expr.value, {})
-    if isinstance(expr, tir.Var):
-        return LinearForm(0, {expr: 1})
-    if isinstance(expr, tir.Cast):
-        return linear_form(expr.value)
-    if not (isinstance(expr, tir.Binary) and expr.op in ("add", "sub", "mul")):
-        return None
-    a, b = linear_form(expr.a), linear_form(expr.b)
-    if a is None or b is None:
-        return None
-    if expr.op == "mul":
-        if a.coeffs and b.coeffs:
-            return None
-        scale, form = (a.constant, b) if not a.coeffs else (b.constant, a)
-        return LinearForm(form.constant * scale,
-                          {v: c * scale for v, c in form.coeffs.items() if c * scale})
-    sign = 1 if expr.op == "add" else -1
-    coeffs = dict(a.coeffs)
-    for v, c in b.coeffs.items():
-        coeffs[v] = coeffs.get(v, 0) + sign * c
-    return LinearForm(a.constant + sign * b.constant, {v: c for v, c in coeffs.items() if c})
+    return _LINEAR_FORMS.expr(expr)
 
 
 def evaluate(expr: tir.Expr, env: dict) -> int:
@@ -214,7 +250,13 @@ class MicroOpKernels:
                            y_size=1, x_size=len(kernel), x_stride=len(kernel))
 
 
-class _StreamEmitter:
+class _StreamEmitter(tir.StmtEmitter):
+    """The walk of the lowered TIR: every serial loop around leaf operations unrolled,
+    each leaf operation (``_operation``) turned into steps; ``env`` (the loop variables
+    bound so far) is the extra argument of every rule."""
+
+    role = "VTA DAE codegen"
+
     def __init__(self, config: HardwareConfig, tensors: dict[tir.Buffer, DramTensor]):
         self.config = config
         self.tensors = tensors
@@ -226,26 +268,7 @@ class _StreamEmitter:
 
     # ------------------------------------------------------------------ walking
 
-    def stmt(self, stmt: tir.Stmt, env: dict) -> None:
-        if isinstance(stmt, tir.Allocate):
-            self._allocate(stmt, env)
-        elif isinstance(stmt, tir.SeqStmt):
-            for s in stmt.stmts:
-                self.stmt(s, env)
-        elif isinstance(stmt, tir.IfThenElse):
-            branch = stmt.then_case if evaluate(stmt.condition, env) else stmt.else_case
-            if branch is not None:
-                self.stmt(branch, env)
-        elif isinstance(stmt, tir.For) and not is_leaf_operation(stmt):
-            if not isinstance(stmt.extent, tir.IntImm):
-                raise CompileError(f"loop {stmt.var.name!r} needs a constant extent")
-            start = evaluate(stmt.min, env)
-            for value in range(start, start + stmt.extent.value):
-                self.stmt(stmt.body, {**env, stmt.var: value})
-        else:
-            self._operation(_nest(stmt), env)
-
-    def _allocate(self, stmt: tir.Allocate, env: dict) -> None:
+    def visit_Allocate(self, stmt: tir.Allocate, env: dict) -> None:
         buffer = stmt.buffer
         kind = SCOPE_BUFFERS.get(buffer.scope)
         if kind is None:
@@ -265,6 +288,25 @@ class _StreamEmitter:
         self.stmt(stmt.body, env)
         self.top[kind] = base
         del self.sram[buffer]
+
+    def visit_IfThenElse(self, stmt: tir.IfThenElse, env: dict) -> None:
+        branch = stmt.then_case if evaluate(stmt.condition, env) else stmt.else_case
+        if branch is not None:
+            self.stmt(branch, env)
+
+    def visit_For(self, stmt: tir.For, env: dict) -> None:
+        if is_leaf_operation(stmt):
+            self._operation(_nest(stmt), env)
+            return
+        if not isinstance(stmt.extent, tir.IntImm):
+            raise CompileError(f"loop {stmt.var.name!r} needs a constant extent")
+        start = evaluate(stmt.min, env)
+        for value in range(start, start + stmt.extent.value):
+            self.stmt(stmt.body, {**env, stmt.var: value})
+
+    def visit_default(self, stmt: tir.Stmt, env: dict) -> None:
+        """A store or call outside any loop: a leaf operation of no loops."""
+        self._operation(_nest(stmt), env)
 
     # ------------------------------------------------------------------ addresses
 

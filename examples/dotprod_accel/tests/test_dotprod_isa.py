@@ -1,18 +1,10 @@
 """Command encoding and the simulator's semantics, against NumPy oracles."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
-from dotprod_accel.isa import (
-    DEPTH,
-    FIELD_LIMIT,
-    LANES,
-    Command,
-    MachineConfig,
-    Memory,
-    Opcode,
-    decode,
-    encode,
-)
+from dotprod_accel.isa import DEPTH, FIELD_LIMIT, ISA, LANES, MachineConfig, Memory
 from dotprod_accel.simulator import execute, fresh_memories
 
 from heterocc.errors import IllegalInstructionError
@@ -22,21 +14,30 @@ RNG = np.random.default_rng(3)
 
 
 def test_encode_decode_round_trip():
-    commands = [Command(Opcode.CLEAR, 5, 12), Command(Opcode.DOT, 0, FIELD_LIMIT - 1, 7, 16),
-                Command(Opcode.VADD, 1, 2, 3)]
-    words = encode(commands)
+    commands = [ISA.command("CLEAR", acc=5, count=12),
+                ISA.command("DOT", inp=0, wgt=FIELD_LIMIT - 1, acc=7, stride=16),
+                ISA.command("VADD", dst=1, lhs=2, rhs=3)]
+    words = ISA.encode(commands)
     assert words.dtype == np.uint64
-    assert decode(words) == commands
+    assert ISA.decode(words) == commands
+    # the layout the module docstring documents: opcode in bits 0-3, 15-bit fields after
+    assert int(words[0]) == 1 | 5 << 4 | 12 << 19
 
 
 def test_encode_rejects_a_field_that_does_not_fit():
-    with pytest.raises(IllegalInstructionError, match=r"instruction 1: DOT field b=32768"):
-        encode([Command(Opcode.CLEAR, 0, 1), Command(Opcode.DOT, 0, FIELD_LIMIT, 0, 8)])
+    with pytest.raises(IllegalInstructionError, match=r"instruction 1: DOT field wgt=32768"):
+        ISA.encode([ISA.command("CLEAR", acc=0, count=1),
+                    ISA.command("DOT", inp=0, wgt=FIELD_LIMIT, acc=0, stride=8)])
 
 
 def test_decode_rejects_an_unknown_opcode():
     with pytest.raises(IllegalInstructionError, match="instruction 0: unknown opcode 9"):
-        decode(np.array([9], np.uint64))
+        ISA.decode(np.array([9], np.uint64))
+
+
+def test_the_documented_table_is_the_generated_one():
+    tutorial = Path(__file__).resolve().parents[3] / "docs" / "add-a-target.md"
+    assert ISA.table() in tutorial.read_text()
 
 
 def _dot_oracle(acc, x, w):
@@ -54,7 +55,8 @@ def test_dot_wraps_like_int16_hardware():
     memories[Memory.INP][3:3 + DEPTH] = x
     memories[Memory.WGT][2:2 + w.size] = w.reshape(-1)
     memories[Memory.ACC][9:9 + LANES] = start
-    timing = execute(encode([Command(Opcode.DOT, 3, 2, 9, stride)]), memories)
+    timing = execute(ISA.encode([ISA.command("DOT", inp=3, wgt=2, acc=9, stride=stride)]),
+                     memories)
     np.testing.assert_array_equal(memories[Memory.ACC][9:9 + LANES],
                                   _dot_oracle(start, x, w[:, :DEPTH]))
     assert timing == DeviceTiming(1, {"clear": 0, "dot": 1, "vadd": 0})
@@ -65,7 +67,8 @@ def test_vadd_and_clear():
     acc = memories[Memory.ACC]
     acc[:12] = RNG.integers(-2 ** 15, 2 ** 15, 12)
     lhs, rhs = acc[0:4].astype(np.int64), acc[4:8].astype(np.int64)
-    execute(encode([Command(Opcode.VADD, 8, 0, 4), Command(Opcode.CLEAR, 0, 6)]), memories)
+    execute(ISA.encode([ISA.command("VADD", dst=8, lhs=0, rhs=4),
+                        ISA.command("CLEAR", acc=0, count=6)]), memories)
     np.testing.assert_array_equal(acc[8:12], ((lhs + rhs + 2 ** 15) % 2 ** 16 - 2 ** 15))
     assert not acc[:6].any() and acc[6:8].any()
 
@@ -74,7 +77,8 @@ def test_out_of_range_address_names_the_command():
     memories = fresh_memories_small()
     depth = len(memories[Memory.INP])
     with pytest.raises(IllegalInstructionError, match=r"instruction 0: DOT .* past its"):
-        execute(encode([Command(Opcode.DOT, depth - 4, 0, 0, DEPTH)]), memories)
+        execute(ISA.encode([ISA.command("DOT", inp=depth - 4, wgt=0, acc=0, stride=DEPTH)]),
+                memories)
 
 
 def fresh_memories_small():

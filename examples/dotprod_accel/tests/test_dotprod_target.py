@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from dotprod_accel import DotProdTarget, MachineConfig
 from dotprod_accel.codegen import generate
-from dotprod_accel.isa import DEPTH, LANES, Memory, Opcode, decode
+from dotprod_accel.isa import DEPTH, ISA, LANES, Memory
 from dotprod_accel.patterns import accumulator_range
 from dotprod_accel.simulator import SimulatorDevice
 from dotprod_models import dense_model, two_layer_mlp
@@ -80,13 +80,13 @@ def test_dense_shapes_with_padding(rows, depth, channels, with_bias):
     np.testing.assert_array_equal(compiled.run([x])[0], expected)
     (composite,) = _offloaded(compiled)
     (kernel,) = DotProdTarget().build(composite).composites
-    counts = {op: 0 for op in Opcode}
-    for command in decode(kernel.program.words):
-        counts[command.opcode] += 1
+    counts = {fmt.name: 0 for fmt in ISA.formats}
+    for command in ISA.decode(kernel.program.words):
+        counts[command.op] += 1
     padded_depth, padded_channels = -(-depth // DEPTH), -(-channels // LANES)
-    assert counts[Opcode.DOT] == rows * padded_depth * padded_channels
-    assert counts[Opcode.VADD] == (rows * padded_channels if with_bias else 0)
-    cleared = sum(c.b for c in decode(kernel.program.words) if c.opcode is Opcode.CLEAR)
+    assert counts["DOT"] == rows * padded_depth * padded_channels
+    assert counts["VADD"] == (rows * padded_channels if with_bias else 0)
+    cleared = sum(c["count"] for c in ISA.decode(kernel.program.words) if c.op == "CLEAR")
     assert cleared == rows * padded_channels * LANES
 
 

@@ -16,7 +16,7 @@ from heterocc.errors import CompileError
 from heterocc.runtime.interpreter import evaluate
 from heterocc.targets.vta import VtaTarget
 from heterocc.targets.vta.codegen import gemm_program, lower_gemm
-from heterocc.targets.vta.dae import MicroOpKernels
+from heterocc.targets.vta.dae import LinearForm, MicroOpKernels, compile_index, linear_form
 from heterocc.targets.vta.intrin import ACC_SCOPE, GEMM_CALL, INP_SCOPE, WGT_SCOPE, gemm_intrin
 from heterocc.targets.vta.tokens import Step, TileRange, insert_dependency_tokens
 
@@ -232,3 +232,17 @@ def test_schedule_errors_name_the_problem():
     with pytest.raises(CompileError, match="overflows"):
         gemm_program(small, 4096, np.zeros((16, 16), np.int8), GemmTiling(4096, 1, 1), 1,
                      None)
+
+
+def test_index_functors_evaluate_affine_and_refuse_what_is_not_integer_arithmetic():
+    i, j = tir.Var("i"), tir.Var("j")
+    expr = (i * 4 + j - 3) * 2
+    assert linear_form(expr) == LinearForm(-6, {i: 8, j: 2})
+    assert compile_index(expr)({i: 2, j: 5}) == 2 * (8 + 5 - 3)
+    quotient = tir.Binary("floordiv", i, tir.IntImm(3))
+    assert linear_form(quotient) is None and linear_form(i * j) is None
+    assert compile_index(quotient + j)({i: 7, j: 1}) == 3
+    with pytest.raises(CompileError, match="index variable 'j' is not bound"):
+        compile_index(i + j)({i: 0})
+    with pytest.raises(CompileError, match="is not integer arithmetic"):
+        compile_index(tir.FloatImm(1.5))

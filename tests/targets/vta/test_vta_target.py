@@ -2,14 +2,21 @@
 bit-exact against the NumPy reference of every accelerator function."""
 
 import numpy as np
+import onnx
 import pytest
 
 import heterocc
+from heterocc import sdk
+from heterocc.accel_sim import HardwareConfig
+from heterocc.accel_sim.device import SimulatorDevice
+from heterocc.cli import main
 from heterocc.errors import PartitionError
 from heterocc.models import tiny_cnn
 from heterocc.runtime.interpreter import evaluate
+from heterocc.sdk_hil import model_hil
 from heterocc.targets.vta import VtaTarget
 from heterocc.targets.vta.codegen import compile_composite
+from heterocc.targets.vta.device import VtaDevice
 
 
 @pytest.fixture
@@ -131,12 +138,8 @@ def test_timing_model_search_beats_the_default_tiling(shape):
 
 
 def test_tuning_log_drives_the_accelerator_tiling(qdq_model, tmp_path):
-    import onnx as onnx_lib
-
-    from heterocc.cli import main
-
     path = tmp_path / "qdq.onnx"
-    onnx_lib.save(qdq_model, str(path))
+    onnx.save(qdq_model, str(path))
     log = tmp_path / "tune.jsonl"
     assert main(["tune", str(path), "--target", "vta", "--trials", "4", "--log", str(log),
                  "--tuner", "random"]) == 0
@@ -146,3 +149,87 @@ def test_tuning_log_drives_the_accelerator_tiling(qdq_model, tmp_path):
     plain = heterocc.compile(qdq_model, target="vta,reference")
     x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
     np.testing.assert_array_equal(tuned.run([x])[0], plain.run([x])[0])
+
+
+def test_generic_bring_up_finds_a_corrupted_accelerator_layer(qdq_model, tmp_path, capsys):
+    """``heterocc hil --target vta --device target``: the model on the simulator, checked
+    layer by layer against the NumPy references; a layer whose program returns one wrong
+    element is named as the first divergence, the layers before it agree."""
+    compiled = heterocc.compile(qdq_model, target="vta,reference")
+    report = model_hil(compiled, "vta")
+    names = [c.name for c in _composites(compiled)]
+    assert report.agrees and [layer.name for layer in report.layers] == names
+    assert all(layer.cycles > 0 for layer in report.layers)
+    victim = next(c for k in compiled.kernels.values() for c in getattr(k, "composites", ())
+                  if c.name == names[1])
+    honest = victim.run_device
+
+    def corrupted(matrices):
+        out = honest(matrices).copy()
+        out.reshape(-1)[0] ^= 1
+        return out
+
+    victim.run_device = corrupted
+    report = model_hil(compiled, "vta")
+    assert [(layer.name, layer.matches) for layer in report.layers] == [
+        (names[0], True), (names[1], False)]
+    assert report.first_divergence.detail.startswith("output 0 differs at 1 of")
+    path = tmp_path / "tiny.onnx"
+    onnx.save(qdq_model, str(path))
+    assert main(["hil", str(path), "--target", "vta", "--device", "target"]) == 0
+    assert f"{len(names)}/{len(names)} layers checked agree" in capsys.readouterr().out
+
+
+class _DriverOnly:
+    """The simulator seen only through the driver protocol (allocate, write, read,
+    start, wait), as a board or the RTL is."""
+
+    def __init__(self, config):
+        self.inner = SimulatorDevice(config, 1 << 26)
+        self.config = config
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_weights_are_loaded_once_and_any_transport_serves(qdq_model):
+    x = np.random.default_rng(9).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    target = VtaTarget()
+    compiled = heterocc.compile(qdq_model, target=[target, "reference"])
+    first = compiled.run([x])[0]
+    assert target.kernels and all(
+        k.last_bytes_loaded == k.program.dram.nbytes and k.last_bytes_in > 0
+        and k.last_bytes_out > 0 for k in target.kernels)
+    moved = [(k.last_bytes_in, k.last_bytes_out) for k in target.kernels]
+    np.testing.assert_array_equal(compiled.run([x])[0], first)
+    assert all(k.last_bytes_loaded == 0 for k in target.kernels)
+    assert [(k.last_bytes_in, k.last_bytes_out) for k in target.kernels] == moved
+    # the same programs through the driver protocol (what the RTL and a board implement),
+    # mirrored against the simulator: bit-exact, with the timing model's cycles
+    config = target.config
+    board = VtaDevice(config, _DriverOnly(config), name="driver")
+    mirrored = VtaTarget(hardware=sdk.MirroredDevice(board, VtaDevice(config)))
+    again = heterocc.compile(qdq_model, target=[mirrored, "reference"])
+    np.testing.assert_array_equal(again.run([x])[0], first)
+    assert [k.last_cycles for k in mirrored.kernels] == [k.last_cycles for k in target.kernels]
+
+
+def test_a_mirrored_vta_board_that_differs_is_named():
+    class Flipping(VtaDevice):
+        def copy_out(self, program, buffer):
+            out = super().copy_out(program, buffer)
+            out.reshape(-1)[3] ^= 1
+            return out
+
+    config = HardwareConfig.preset("1x16x16")
+    (intrinsic,) = VtaTarget(config=config).tensor_intrinsics()
+    assert intrinsic.name == "vta.gemm" and tuple(intrinsic.compute.shape) == (1, 16)
+    target = VtaTarget(hardware=sdk.MirroredDevice(Flipping(config, name="chip"),
+                                                   VtaDevice(config)))
+    model = tiny_cnn(size=8)
+    rng = np.random.default_rng(2)
+    samples = [[rng.standard_normal((1, 3, 8, 8)).astype(np.float32)] for _ in range(2)]
+    compiled = heterocc.compile(model, target=[target, "reference"], calibration=samples)
+    with pytest.raises(sdk.AcceleratorError, match=r"differs at 1 of \d+ elements; first at "
+                                                   r"index \(0, 3\): chip"):
+        compiled.run([samples[0][0]])

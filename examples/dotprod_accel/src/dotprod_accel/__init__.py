@@ -15,14 +15,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from heterocc.sdk import (
+    AcceleratorBase,
     CompositeParts,
     CompositePattern,
     Device,
-    Kernel,
     Lowering,
-    Node,
     TensorIntrin,
-    build_accelerator_region,
     tir,
 )
 
@@ -36,7 +34,7 @@ __all__ = ["DotProdTarget", "MachineConfig", "Program", "SimulatorDevice"]
 
 
 @dataclass
-class DotProdTarget:
+class DotProdTarget(AcceleratorBase):
     """1x8x4 int8 dot-product array, int16 accumulators (example SDK target).
 
     ``config`` sizes its memories; ``hardware`` is the device every kernel of this
@@ -68,6 +66,3 @@ class DotProdTarget:
 
     def device(self) -> Device:
         return self.hardware
-
-    def build(self, function: Node) -> Kernel:
-        return build_accelerator_region(self, function)

@@ -4,37 +4,41 @@
 padded operands, then the bias add) and schedules it so that the inner loops are
 exactly the array's instructions (``tensorize``). :func:`generate` walks the
 lowered TIR with every loop bound, places each buffer in the memory its
-instructions need, and emits the commands.
+instructions need (the SDK's ``MemoryPlacer``, seeded with the memories the lowering
+chose, passed on as its metadata), and emits the commands.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from heterocc.sdk import (
     Binding,
+    Command,
     CompileError,
     CompositeParts,
     Lowering,
+    MemoryPlacer,
     Result,
+    coalesce,
+    element_address,
     evaluate_index,
     leaf_statements,
+    lowering_metadata,
     te,
     tir,
 )
 
 from .intrinsics import DOT_CALL, VADD_CALL, dot_intrinsic, vadd_intrinsic, widen
-from .isa import DEPTH, FIELD_LIMIT, LANES, Command, MachineConfig, Memory, Opcode, encode
-from .simulator import Placement, Program
+from .isa import DEPTH, FIELD_LIMIT, ISA, LANES, MachineConfig, Memory
+from .simulator import Program
 
-#: the memory each operand of a call reads or writes (None: an immediate)
-OPERAND_MEMORIES: dict[str, tuple[Memory | None, ...]] = {
-    DOT_CALL: (Memory.INP, Memory.WGT, Memory.ACC, None),
-    VADD_CALL: (Memory.ACC, Memory.ACC, Memory.ACC),
+#: per call: its instruction, and the field and memory of each operand (None: immediate)
+CALLS: dict[str, tuple[str, tuple[tuple[str, Memory | None], ...]]] = {
+    DOT_CALL: ("DOT", (("inp", Memory.INP), ("wgt", Memory.WGT), ("acc", Memory.ACC),
+                       ("stride", None))),
+    VADD_CALL: ("VADD", (("dst", Memory.ACC), ("lhs", Memory.ACC), ("rhs", Memory.ACC))),
 }
-CALL_OPCODES = {DOT_CALL: Opcode.DOT, VADD_CALL: Opcode.VADD}
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -74,6 +78,7 @@ def lower_dense(parts: CompositeParts) -> Lowering:
     inputs = [Binding(inp, argument=parts.argument_index(matmul.inputs[0]),
                       to_device=lambda x: _pad_to(x, (rows, padded_depth))),
               Binding(wgt, constant=_pad_to(weights.T, (padded_channels, padded_depth)))]
+    banks = {"inp": Memory.INP, "wgt": Memory.WGT, "acc": Memory.ACC}
     out = acc
     if bias is not None:
         bias_tensor = te.placeholder((padded_channels,), "int16", "bias")
@@ -82,6 +87,7 @@ def lower_dense(parts: CompositeParts) -> Lowering:
         # the pattern check proved |bias| + |sum| < 2**15, so int16 holds the bias exactly
         inputs.append(Binding(bias_tensor, constant=_pad_to(bias.astype(np.int16),
                                                             (padded_channels,))))
+        banks.update(bias=Memory.ACC, out=Memory.ACC)
 
     schedule = te.create_schedule(out)
     i, j = acc.op.axis
@@ -96,43 +102,14 @@ def lower_dense(parts: CompositeParts) -> Lowering:
     def from_device(result: np.ndarray) -> np.ndarray:
         return result[:, :channels].astype(np.int32)
 
-    return Lowering(schedule, inputs, [Result(out, from_device)])
+    return Lowering(schedule, inputs, [Result(out, from_device)], metadata={"banks": banks})
 
 
-@dataclass(frozen=True)
-class _Operand:
-    buffer: tir.Buffer
-    index: int
-
-
-def _flat_index(buffer: tir.Buffer, indices: list[int]) -> int:
-    flat = 0
-    for index, extent in zip(indices, buffer.shape[-len(indices):]):
-        flat = flat * extent + index
-    return flat
-
-
-def _operand(arg: tir.Expr, env: dict) -> _Operand | int:
-    """A call argument: an element of a buffer (the start of a region) or an immediate."""
-    if isinstance(arg, tir.BufferLoad):
-        return _Operand(arg.buffer, _flat_index(arg.buffer, [evaluate_index(i, env)
-                                                             for i in arg.indices]))
-    return evaluate_index(arg, env)
-
-
-def _collect(func: tir.PrimFunc):
-    """(opcode, operands) per instruction, the memory every buffer must live in, and
-    the buffers in placement order (parameters, then allocations)."""
+def _collect(func: tir.PrimFunc, placer: MemoryPlacer):
+    """(instruction, operands by field) per command, each operand a (buffer, offset) or
+    an immediate; the buffers in placement order (parameters, then allocations)."""
     buffers: dict[str, tir.Buffer] = {b.name: b for b in func.params}
-    memory_of: dict[str, Memory] = {}
-    instructions: list[tuple[Opcode, list]] = []
-
-    def require(buffer: tir.Buffer, memory: Memory, what: str) -> None:
-        if memory_of.setdefault(buffer.name, memory) is not memory:
-            raise CompileError(f"{func.name}: buffer {buffer.name!r} is used in "
-                               f"{memory_of[buffer.name].value} and, by {what}, in "
-                               f"{memory.value}; the array cannot move data between them")
-
+    instructions: list[tuple[str, dict]] = []
     for stmt, env in leaf_statements(func):
         if isinstance(stmt, tir.Allocate):
             buffers[stmt.buffer.name] = stmt.buffer
@@ -142,65 +119,48 @@ def _collect(func: tir.PrimFunc):
                 raise CompileError(f"{func.name}: store of {tir.expr_to_str(stmt.value)} into "
                                    f"{stmt.buffer.name!r}: the array only clears accumulators; "
                                    "tensorize every computation with its intrinsics")
-            require(stmt.buffer, Memory.ACC, "CLEAR")
-            cleared = _operand(tir.BufferLoad(stmt.buffer, stmt.indices), env)
-            instructions.append((Opcode.CLEAR, [cleared, 1]))
+            placer.assign(stmt.buffer.name, Memory.ACC, "CLEAR")
+            cleared = element_address(tir.BufferLoad(stmt.buffer, stmt.indices), env)
+            instructions.append(("CLEAR", {"acc": cleared, "count": 1}))
         elif isinstance(stmt, tir.Evaluate) and isinstance(stmt.value, tir.Call) \
-                and stmt.value.name in OPERAND_MEMORIES:
-            call = stmt.value
-            operands = [_operand(a, env) for a in call.args]
-            for operand, memory in zip(operands, OPERAND_MEMORIES[call.name]):
-                if memory is not None:
-                    require(operand.buffer, memory, call.name)
-            instructions.append((CALL_OPCODES[call.name], operands))
+                and stmt.value.name in CALLS:
+            op, fields = CALLS[stmt.value.name]
+            operands = {}
+            for (name, memory), arg in zip(fields, stmt.value.args):
+                if memory is None:
+                    operands[name] = evaluate_index(arg, env)
+                else:
+                    operands[name] = element_address(arg, env)
+                    placer.assign(operands[name][0].name, memory, op)
+            instructions.append((op, operands))
         else:
             raise CompileError(f"{func.name}: the dot-product array has no instruction for "
                                f"{tir.stmt_to_str(stmt).strip()!r}")
-    return instructions, memory_of, buffers
+    return instructions, buffers
 
 
-def _place(func_name: str, buffers: dict[str, tir.Buffer], memory_of: dict[str, Memory],
-           config: MachineConfig) -> dict[str, Placement]:
-    layout: dict[str, Placement] = {}
-    next_free = dict.fromkeys(Memory, 0)
-    for name, buffer in buffers.items():
-        if name not in memory_of:
-            raise CompileError(f"{func_name}: no instruction touches buffer {name!r}")
-        memory = memory_of[name]
-        place = Placement(memory, next_free[memory], tuple(buffer.shape))
-        next_free[memory] += place.size
-        if next_free[memory] > config.depth(memory):
-            raise CompileError(f"{func_name}: buffers of {memory.value} need "
-                               f"{next_free[memory]} elements, it holds "
-                               f"{config.depth(memory)}; use smaller layers")
-        layout[name] = place
-    return layout
-
-
-def _merge_clears(commands: list[Command]) -> list[Command]:
-    """Adjacent CLEARs of consecutive addresses become one (the init loops)."""
-    merged: list[Command] = []
-    for command in commands:
-        last = merged[-1] if merged else None
-        if (command.opcode is Opcode.CLEAR and last is not None
-                and last.opcode is Opcode.CLEAR and last.a + last.b == command.a
-                and last.b + command.b < FIELD_LIMIT):
-            merged[-1] = Command(Opcode.CLEAR, last.a, last.b + command.b)
-        else:
-            merged.append(command)
-    return merged
+def _merge_clears(last: Command, command: Command) -> Command | None:
+    """Two CLEARs of consecutive addresses as one (the init loops), or None."""
+    if (last.op == command.op == "CLEAR" and last["acc"] + last["count"] == command["acc"]
+            and last["count"] + command["count"] < FIELD_LIMIT):
+        return last.replace(count=last["count"] + command["count"])
+    return None
 
 
 def generate(func: tir.PrimFunc, config: MachineConfig) -> Program:
     """The program of a lowered, tensorized function."""
-    instructions, memory_of, buffers = _collect(func)
-    layout = _place(func.name, buffers, memory_of, config)
+    placer = MemoryPlacer(config.banks(), func.name)
+    for name, memory in lowering_metadata(func).get("banks", {}).items():
+        placer.assign(name, memory, "the lowering")
+    instructions, buffers = _collect(func, placer)
+    for name, buffer in buffers.items():
+        placer.place(name, buffer.shape)
 
-    def field(operand: _Operand | int) -> int:
-        if isinstance(operand, _Operand):
-            return layout[operand.buffer.name].offset + operand.index
+    def value(operand) -> int:
+        if isinstance(operand, tuple):
+            return placer.layout[operand[0].name].offset + operand[1]
         return operand
 
-    commands = [Command(opcode, *(field(o) for o in operands))
-                for opcode, operands in instructions]
-    return Program(func.name, encode(_merge_clears(commands)), layout)
+    commands = [ISA.command(op, **{name: value(o) for name, o in operands.items()})
+                for op, operands in instructions]
+    return Program(func.name, ISA.encode(coalesce(commands, _merge_clears)), placer.layout)

@@ -3,7 +3,8 @@
 :func:`execute` runs a command list on the three memories bit-exactly (int16
 arithmetic wraps, as in ``isa.py``) and counts cycles: one per DOT and VADD,
 ``ceil(count / LANES)`` per CLEAR. :class:`SimulatorDevice` implements the SDK's
-``Device`` protocol on top of it and adds the host transfers to the cycle count.
+``ResidentDevice`` protocol on top of it: buffers in a device memory that keeps them
+across runs, staged into the on-chip memories by each run.
 """
 
 from __future__ import annotations
@@ -12,27 +13,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heterocc.sdk import AcceleratorError, DeviceTiming, IllegalInstructionError, InputError
+from heterocc.sdk import (
+    AcceleratorError,
+    Command,
+    DeviceTiming,
+    IllegalInstructionError,
+    InputError,
+    Placement,
+)
 
-from .isa import DEPTH, LANES, MEMORY_DTYPES, Command, MachineConfig, Memory, Opcode, decode
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where one program buffer lives: ``memory`` from element ``offset``, ``shape``."""
-
-    memory: Memory
-    offset: int
-    shape: tuple[int, ...]
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+from .isa import DEPTH, ISA, LANES, MEMORY_DTYPES, MachineConfig, Memory
 
 
 @dataclass
 class Program:
-    """What the codegen produces: the encoded commands and the buffer layout."""
+    """What the codegen produces: the encoded commands and the buffer layout (each
+    buffer's ``Placement``: its memory, offset and shape)."""
 
     name: str
     words: np.ndarray
@@ -40,7 +36,7 @@ class Program:
 
     def listing(self) -> str:
         """The commands, one per line (for docs and debugging)."""
-        return "\n".join(f"{k:5d}  {c}" for k, c in enumerate(decode(self.words)))
+        return "\n".join(f"{k:5d}  {c}" for k, c in enumerate(ISA.decode(self.words)))
 
 
 def fresh_memories(config: MachineConfig) -> dict[Memory, np.ndarray]:
@@ -57,7 +53,7 @@ def _span(memories, memory: Memory, start: int, length: int, index: int,
 
 
 def _dot(memories, command: Command, index: int) -> None:
-    inp, wgt, acc, stride = command.a, command.b, command.c, command.d
+    inp, wgt, acc, stride = (command[n] for n in ("inp", "wgt", "acc", "stride"))
     x = memories[Memory.INP][_span(memories, Memory.INP, inp, DEPTH, index, command)]
     last_row = wgt + (LANES - 1) * stride
     _span(memories, Memory.WGT, last_row, DEPTH, index, command)
@@ -73,20 +69,20 @@ def _dot(memories, command: Command, index: int) -> None:
 def _vadd(memories, command: Command, index: int) -> None:
     acc = memories[Memory.ACC]
     dst, lhs, rhs = (_span(memories, Memory.ACC, a, LANES, index, command)
-                     for a in (command.a, command.b, command.c))
+                     for a in (command["dst"], command["lhs"], command["rhs"]))
     with np.errstate(over="ignore"):
         acc[dst] = acc[lhs] + acc[rhs]
 
 
 def execute(words: np.ndarray, memories: dict[Memory, np.ndarray]) -> DeviceTiming:
     """Run the encoded commands on ``memories`` (changed in place)."""
-    busy = {op.name.lower(): 0 for op in Opcode}
-    for index, command in enumerate(decode(words)):
-        if command.opcode is Opcode.CLEAR:
-            memories[Memory.ACC][_span(memories, Memory.ACC, command.a, command.b, index,
-                                       command)] = 0
-            busy["clear"] += -(-command.b // LANES)
-        elif command.opcode is Opcode.DOT:
+    busy = {fmt.name.lower(): 0 for fmt in ISA.formats}
+    for index, command in enumerate(ISA.decode(words)):
+        if command.op == "CLEAR":
+            memories[Memory.ACC][_span(memories, Memory.ACC, command["acc"], command["count"],
+                                       index, command)] = 0
+            busy["clear"] += -(-command["count"] // LANES)
+        elif command.op == "DOT":
             _dot(memories, command, index)
             busy["dot"] += 1
         else:
@@ -97,55 +93,84 @@ def execute(words: np.ndarray, memories: dict[Memory, np.ndarray]) -> DeviceTimi
 
 @dataclass
 class SimulatorDevice:
-    """The dot-product array simulated in NumPy (the SDK ``Device`` protocol).
+    """The dot-product array simulated in NumPy (the SDK ``ResidentDevice`` protocol).
 
-    Memories persist across runs. A run's timing counts the commands only;
-    ``transfer_cycles`` adds up every host copy in and out
-    (``bus_bytes_per_cycle`` bytes per cycle).
+    Like a board, it has a device memory beside the on-chip memories: ``copy_in``
+    writes a buffer of a loaded program there, where it stays across runs (so
+    weights are written once per loaded model); ``run`` stages the program's buffers
+    into the on-chip memories at the places its layout gives, and runs the commands;
+    ``copy_out`` reads the on-chip memories. A run's timing counts the commands and
+    the staging (``stage``, ``bus_bytes_per_cycle`` bytes per cycle);
+    ``transfer_cycles`` adds up every host copy in and out.
     """
 
     config: MachineConfig = field(default_factory=MachineConfig)
     name: str = "dotprod-sim"
     memories: dict[Memory, np.ndarray] = field(init=False)
     transfer_cycles: int = 0
+    #: per loaded program (by identity): the program and its buffers in device memory
+    _loaded: dict[int, tuple[Program, dict[str, np.ndarray]]] = field(
+        init=False, default_factory=dict, repr=False)
 
     def __post_init__(self):
         self.memories = fresh_memories(self.config)
 
-    def _region(self, program: Program, buffer: str) -> tuple[Placement, np.ndarray]:
+    def load(self, program: Program) -> None:
+        self._loaded.setdefault(id(program), (program, {}))
+
+    def resident(self, program: Program, buffer: str) -> bool:
+        return buffer in self._stored(program)
+
+    def reset(self) -> None:
+        self.memories = fresh_memories(self.config)
+        self._loaded.clear()
+
+    def _stored(self, program: Program) -> dict[str, np.ndarray]:
+        entry = self._loaded.get(id(program))
+        return {} if entry is None else entry[1]
+
+    def _place(self, program: Program, buffer: str) -> Placement:
         try:
             place = program.layout[buffer]
         except KeyError:
             raise InputError(f"program {program.name!r} has no buffer {buffer!r}; it has "
                              f"{', '.join(program.layout)}") from None
-        memory = self.memories[place.memory]
-        if place.offset + place.size > len(memory):
+        if place.offset + place.size > len(self.memories[place.bank]):
             raise AcceleratorError(f"buffer {buffer!r} of program {program.name!r} does not fit "
-                                   f"{place.memory.value} ({len(memory)} elements)")
-        return place, memory[place.offset: place.offset + place.size]
+                                   f"{place.bank.value} ({len(self.memories[place.bank])} "
+                                   "elements)")
+        return place
 
-    def _count_transfer(self, array: np.ndarray) -> None:
-        self.transfer_cycles += -(-array.nbytes // self.config.bus_bytes_per_cycle)
+    def _cycles(self, nbytes: int) -> int:
+        return -(-nbytes // self.config.bus_bytes_per_cycle)
 
     def copy_in(self, program: Program, buffer: str, array: np.ndarray) -> None:
-        place, view = self._region(program, buffer)
+        place = self._place(program, buffer)
         array = np.asarray(array)
         if array.shape != place.shape:
             raise InputError(f"copy into {buffer!r} of program {program.name!r}: shape "
                              f"{array.shape}, the buffer is {place.shape}")
-        target_dtype = MEMORY_DTYPES[place.memory]
+        target_dtype = MEMORY_DTYPES[place.bank]
         converted = array.astype(target_dtype)
         if not np.array_equal(converted, array):
             raise InputError(f"copy into {buffer!r}: values do not fit "
-                             f"{np.dtype(target_dtype).name} ({place.memory.value} memory)")
-        view[:] = converted.reshape(-1)
-        self._count_transfer(converted)
+                             f"{np.dtype(target_dtype).name} ({place.bank.value} memory)")
+        self.load(program)
+        self._stored(program)[buffer] = converted.reshape(-1)
+        self.transfer_cycles += self._cycles(converted.nbytes)
 
     def run(self, program: Program) -> DeviceTiming:
-        return execute(program.words, self.memories)
+        staged = 0
+        for buffer, data in self._stored(program).items():
+            place = program.layout[buffer]
+            self.memories[place.bank][place.offset: place.offset + place.size] = data
+            staged += self._cycles(data.nbytes)
+        timing = execute(program.words, self.memories)
+        return DeviceTiming(timing.cycles + staged, {**timing.detail, "stage": staged})
 
     def copy_out(self, program: Program, buffer: str) -> np.ndarray:
-        place, view = self._region(program, buffer)
-        result = view.reshape(place.shape).copy()
-        self._count_transfer(result)
+        place = self._place(program, buffer)
+        result = self.memories[place.bank][place.offset: place.offset + place.size]
+        result = result.reshape(place.shape).copy()
+        self.transfer_cycles += self._cycles(result.nbytes)
         return result

@@ -1,0 +1,133 @@
+"""The accelerator as an SDK device: ``heterocc.sdk.ResidentDevice`` over any transport of
+``heterocc.accel_sim`` (its simulator, the RTL under cocotb, an FPGA board: every
+``AcceleratorDriver``).
+
+Loading a program writes its whole DRAM image once (the packed weights, the epilogue's
+constants, the micro-op kernels) and its instruction stream, relocated to where the image
+landed; a call then writes only the activations (``copy_in``, a tensor of the program
+by name), runs the stream and reads the output tensor (``copy_out``). The weights stay
+on the device for as long as the model is loaded, so they cross the bus once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from heterocc.accel_sim import HardwareConfig, run_stream
+from heterocc.accel_sim.device import SimulatorDevice
+from heterocc.accel_sim.driver import AcceleratorDriver, relocate
+from heterocc.accel_sim.encoding import encode_stream
+from heterocc.accel_sim.program import Program, element_dtype, pack_tiles, read_tensor
+from heterocc.accel_sim.simulator import RunReport
+from heterocc.errors import AcceleratorError, InputError
+from heterocc.sdk import DeviceTiming
+
+#: device DRAM of the default (simulated) device: reserved, not touched, until used
+SIMULATED_DRAM_BYTES = 1 << 30
+
+
+@dataclass
+class _Loaded:
+    """A program resident on the device: where its image and its stream are."""
+
+    program: Program
+    base: int
+    stream_address: int
+    instructions: list
+
+
+class VtaDevice:
+    """The accelerator of ``config`` behind ``driver`` (by default a simulator with
+    ``SIMULATED_DRAM_BYTES`` of DRAM), as an SDK ``ResidentDevice``; buffers are the
+    program's DRAM tensors by name. ``last_report`` holds the simulator's report of the
+    last run (None from a transport that reports cycles only)."""
+
+    def __init__(self, config: HardwareConfig, driver: AcceleratorDriver | None = None,
+                 name: str | None = None):
+        self.config = config
+        self.driver = driver if driver is not None else SimulatorDevice(config,
+                                                                         SIMULATED_DRAM_BYTES)
+        self.name = name or f"vta-{type(self.driver).__name__}"
+        self.last_report: RunReport | None = None
+        self._loaded: dict[int, _Loaded] = {}
+
+    # -- the life cycle
+
+    def load(self, program: Program) -> None:
+        """Write ``program``'s image and relocated stream to the device (once)."""
+        if id(program) in self._loaded:
+            return
+        if program.config.name != self.config.name:
+            raise AcceleratorError(f"the program was built for {program.config.name} but the "
+                                   f"device is {self.config.name}")
+        base = self.driver.allocate(program.dram.size)
+        self.driver.write(base, program.dram)
+        instructions = relocate(program.instructions, program.config, base)
+        stream = encode_stream(instructions, program.config)
+        stream_address = self.driver.allocate(len(stream))
+        self.driver.write(stream_address, stream)
+        self._loaded[id(program)] = _Loaded(program, base, stream_address, instructions)
+
+    def resident(self, program: Program, buffer: str) -> bool:
+        """Every tensor of a loaded program stays where it is between runs."""
+        return id(program) in self._loaded and buffer in program.tensors
+
+    def reset(self) -> None:
+        """Forget every loaded program (their DRAM is not reclaimed: the transports'
+        allocators only grow)."""
+        self._loaded.clear()
+
+    def _entry(self, program: Program, buffer: str | None = None) -> _Loaded:
+        entry = self._loaded.get(id(program))
+        if entry is None:
+            raise AcceleratorError("the program is not loaded on this device; load() it first")
+        if buffer is not None and buffer not in program.tensors:
+            raise InputError(f"the program has no tensor {buffer!r}; it has "
+                             f"{', '.join(program.tensors)}")
+        return entry
+
+    # -- the data path
+
+    def copy_in(self, program: Program, buffer: str, array: np.ndarray) -> None:
+        """Lay ``array`` (the tensor's matrix) out as tensor ``buffer``'s tiles."""
+        self.load(program)
+        entry = self._entry(program, buffer)
+        tensor = program.tensors[buffer]
+        packed = pack_tiles(np.asarray(array, element_dtype(self.config, tensor.buffer)),
+                            tensor.tile_rows, tensor.tile_cols)
+        self.driver.write(entry.base + tensor.byte_address, packed.reshape(-1).view(np.uint8))
+
+    def run(self, program: Program) -> DeviceTiming:
+        """Run the loaded stream to FINISH; the cycles of the transport's counter (the
+        simulator's timing model), its modules' busy cycles as the detail."""
+        entry = self._entry(program)
+        if isinstance(self.driver, SimulatorDevice):
+            # in process: run the decoded stream as loaded (checked when it was compiled)
+            report = run_stream(entry.instructions, self.config, self.driver.dram, check=False)
+            cycles = report.timing.total_cycles
+        else:
+            self.driver.start(entry.stream_address, len(entry.instructions))
+            status = self.driver.wait()
+            report, cycles = status.report, status.cycles
+        self.last_report = report
+        detail = {} if report is None else {
+            f"{getattr(module, 'value', module)}_busy": timing.busy_cycles
+            for module, timing in report.timing.modules.items()}
+        return DeviceTiming(int(cycles), detail)
+
+    def copy_out(self, program: Program, buffer: str) -> np.ndarray:
+        """Tensor ``buffer``'s matrix."""
+        entry = self._entry(program, buffer)
+        tensor = program.tensors[buffer]
+        raw = self.driver.read(entry.base + tensor.byte_address, tensor.nbytes)
+        local = np.zeros(tensor.byte_address + tensor.nbytes, np.uint8)
+        local[tensor.byte_address:] = raw
+        return read_tensor(self.config, tensor, local)
+
+    def image(self, program: Program) -> np.ndarray:
+        """The program's DRAM image as the device holds it now (what hardware in the
+        loop replays on the RTL)."""
+        entry = self._entry(program)
+        return self.driver.read(entry.base, program.dram.size)
