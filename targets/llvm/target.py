@@ -48,7 +48,7 @@ from .schedules import (
     schedule_reduction,
     schedule_rows,
 )
-from .tuning import blocked_conv_tiles, llvm_tuning, schedule_matmul_tuned
+from .tuning import blocked_conv_tiles, llvm_tuning, schedule_conv_auto, schedule_matmul_tuned
 
 
 #: anchor schedules, by the ``schedule`` attribute a compute puts on its output
@@ -63,7 +63,10 @@ def _schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
                            epilogue: te.Tensor | None = None,
                            chain: Sequence[te.Tensor] = ()) -> None:
     """The blocked convolution's schedule with the tiles of the applied tuning log's best
-    config for its workload, else the default tiles."""
+    config for its workload, else the default tiles (or the auto search's schedule when
+    the log's auto record of it is faster)."""
+    if schedule_conv_auto(schedule, conv, epilogue):
+        return
     tiles = blocked_conv_tiles(conv) or BlockedConvTiles()
     schedule_conv2d_nchwc(schedule, conv, epilogue, chain, tiles)
 

@@ -690,6 +690,28 @@ def blocked_conv_tiles(conv: te.Tensor) -> BlockedConvTiles | None:
     return None if config is None else blocked_conv_tiles_of(config)
 
 
+def schedule_conv_auto(schedule: te.Schedule, conv: te.Tensor,
+                       epilogue: te.Tensor | None = None) -> bool:
+    """Schedule the blocked convolution ``conv`` (and its elementwise ``epilogue``, the
+    function's output, when given) by the current log's auto-search record of its
+    workload when that beats the template's records; False, touching nothing,
+    otherwise. The sketch is derived from this very compute: the epilogue is fused
+    into the convolution's tiles by the same point that was tuned without it."""
+    workload = conv.op.attrs.get("blocked_conv")
+    if workload is None or current() is None:
+        return False
+    template, args = blocked_conv_task_args(
+        workload["input_shape"], workload["weight_shape"], workload["strides"],
+        workload["pads"], workload["dilations"], workload["group"], conv.dtype)
+    auto_key = workload_key(auto_name(template), args)
+    key, config = best_of([workload_key(template, args), auto_key])
+    if key != auto_key:
+        return False
+    outputs = [epilogue if epilogue is not None else conv]
+    Sketch(outputs, search_hints(conv.dtype)).schedule_stages(schedule, outputs, config)
+    return True
+
+
 # ------------------------------------------------------------------ measuring a candidate
 
 

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from onnx import helper
 
 from heterocc import te
 from heterocc.compute.nn import matmul as plain_matmul
@@ -14,7 +15,7 @@ from heterocc.targets.llvm.tuning import matmul_panel, schedule_matmul_tuned
 from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.auto import EvolutionaryTuner, SearchHints, Sketch, tile_options
 from heterocc.tuning.measure import MeasureOptions, measure_in_process
-from heterocc.tuning.records import MeasureRecord
+from heterocc.tuning.records import MeasureRecord, RecordLog
 from heterocc.tuning.task import Task
 
 HINTS = SearchHints(vector_lanes=8, registers=16, cores=2)
@@ -53,10 +54,14 @@ def test_rules_fuse_the_consumer_and_offer_producer_locations():
     assert knobs["p0.location"].options == ("inline", "root")
     # a fused anchor is computed inside its consumer's tile; a lone one may also write
     # its output directly (no cache write)
-    assert knobs["a0.location"].options == ("at0", "at1")
-    lone = Sketch([plain_matmul(*_matmul_epilogue()[0], "C")], HINTS)
-    assert dict((k.name, k) for k in lone.space.knobs)["a0.location"].options == (
-        "at0", "at1", "direct")
+    # computed inside the consumer's tile at level 0 or 1, or on its own; a lone anchor
+    # has the same places (a cache write instead of the consumer), so that a point
+    # tuned without an epilogue applies to a function with one
+    product = plain_matmul(*_matmul_epilogue()[0], "C")
+    pack_matmuls([product])
+    lone = Sketch([product], HINTS)
+    assert [k.name for k in lone.space.knobs] == [k.name for k in sketch.space.knobs]
+    assert knobs["a0.location"].options == ("at0", "at1", "direct")
     assert {k.kind for k in sketch.space.knobs} >= {"split", "location", "parallel",
                                                      "vectorize", "unroll"}
     default = sketch.default_config()
@@ -162,3 +167,40 @@ def test_compile_applies_the_faster_of_the_auto_and_template_records(auto_wins):
     c = np.zeros((16, 40), np.float32)
     function(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_compile_fuses_a_convolutions_epilogue_by_its_auto_record(tmp_path, monkeypatch):
+    """A conv + bias + relu function takes the auto point tuned on the bare blocked
+    convolution, its epilogue computed in the convolution's tiles."""
+    import heterocc
+    from heterocc.targets.llvm import tuning as llvm_tuning
+    from heterocc.tuning.task import extract_tasks
+    from tests.conftest import make_model
+
+    rng = np.random.default_rng(0)
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])],
+        [("x", "float32", [1, 8, 6, 6])], [("y", "float32", None)],
+        {"w": rng.standard_normal((8, 8, 3, 3)).astype(np.float32),
+         "bias": rng.standard_normal(8).astype(np.float32)})
+    (task,) = extract_tasks(model, search="auto")
+    assert task.template == "auto.conv2d_nchwc"
+    applied = []
+    original = llvm_tuning.schedule_conv_auto
+
+    def spy(*args, **kwargs):
+        applied.append(original(*args, **kwargs))
+        return applied[-1]
+
+    monkeypatch.setattr("heterocc.targets.llvm.target.schedule_conv_auto", spy)
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    expected = heterocc.compile(model).run([x])[0]
+    for config in [task.default_config(), *_random_points(task.space, rng, 1)]:
+        log = tmp_path / f"{config.index}.jsonl"
+        with RecordLog(log) as records:
+            records.append(_records(task, config, 1.0))
+        applied.clear()
+        tuned = heterocc.compile(model, target="llvm", tuning_log=str(log))
+        assert applied == [True]
+        np.testing.assert_allclose(tuned.run([x])[0], expected, rtol=1e-4, atol=1e-4)

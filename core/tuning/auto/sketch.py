@@ -10,8 +10,9 @@ Ansor paper to them:
 - **multi-level tiling** of every anchor (a stage with a reduction): each spatial loop
   is split into four levels and each reduction loop into two, ordered
   ``S0 S1 R0 S2 R1 S3`` (the "SSRSRS" structure); the factors are knobs;
-- **consumer fusion**: an anchor whose only reader is an elementwise output is computed
-  inside that output's tile (``compute_at`` at level 0 or 1);
+- **consumer fusion**: an anchor whose only reader starts an elementwise chain to an
+  output (its epilogue) is computed inside that output's tile (``compute_at`` at level 0
+  or 1), the chain inlined into the output, or on its own (``direct``);
 - **cache write**: an anchor that is itself the output accumulates each tile in a local
   buffer (``cache_write`` + ``compute_at`` at level 0 or 1), or directly in the output;
 - **annotations**: the outer tile loops fused and run in parallel, the innermost spatial
@@ -109,12 +110,7 @@ class Sketch:
             tensor = stage.tensor
             if stage.is_placeholder or not stage.op.reduce_axis:
                 continue
-            consumers = readers.get(tensor.name, [])
-            outer = tensor.name
-            if tensor.name not in output_names and len(consumers) == 1 \
-                    and consumers[0].name in output_names \
-                    and _is_elementwise_reader(consumers[0], tensor):
-                outer = consumers[0].name
+            outer = _fusable_output(tensor, readers, output_names) or tensor.name
             self.anchors.append(AnchorRule(
                 tensor.name, outer, outer != tensor.name,
                 tuple(int(iv.extent) for iv in stage.op.axis),
@@ -146,8 +142,9 @@ class Sketch:
             for axis, extent in enumerate(anchor.reduce):
                 yield Knob(f"{p}.tile.r{axis}", "split",
                            tuple(d for d in divisors(extent) if d <= 4 * MAX_FACTOR))
-            places = ("at0", "at1") if anchor.fusable else ("at0", "at1", "direct")
-            yield Knob(f"{p}.location", "location", places)
+            # the same places with or without an epilogue, so that a point tuned on the
+            # bare workload applies to the function that adds one
+            yield Knob(f"{p}.location", "location", ("at0", "at1", "direct"))
             yield Knob(f"{p}.parallel", "parallel", (True, False))
             yield Knob(f"{p}.vectorize", "vectorize", (True, False))
             yield Knob(f"{p}.unroll", "unroll", UNROLL_LIMITS)
@@ -201,6 +198,7 @@ class Sketch:
             if config[f"p{number}.location"] == "inline":
                 stage.compute_inline()
             else:
+                stage.compute_root()
                 _schedule_flat(stage, self.hints.vector_lanes)
         for number, anchor in enumerate(self.anchors):
             self._apply_anchor(s, by_name, anchor, f"a{number}", config)
@@ -217,6 +215,8 @@ class Sketch:
         if location == "direct":
             compute_stage, outer_stage = s[tensor], None
             levels = _split_levels(compute_stage, tiles, extents)
+            if anchor.fusable:  # the epilogue on its own, after the anchor's nest
+                _schedule_flat(s[by_name[anchor.outer]], self.hints.vector_lanes)
         else:
             level = int(location[2:])  # the outer stage holds levels 0..level
             if anchor.fusable:
@@ -263,6 +263,19 @@ class Sketch:
         if config[f"{p}.parallel"] and outer_stage is None:
             top = levels[0]
             compute_stage.parallel(compute_stage.fuse(*top) if len(top) > 1 else top[0])
+
+
+def _fusable_output(tensor: te.Tensor, readers: dict[str, list[te.Tensor]],
+                    output_names: set[str]) -> str | None:
+    """The output that an elementwise chain of single readers leads ``tensor`` to (its
+    epilogue, e.g. a bias addition then an activation), or None."""
+    current = tensor
+    while current.name not in output_names:
+        consumers = readers.get(current.name, [])
+        if len(consumers) != 1 or not _is_elementwise_reader(consumers[0], current):
+            return None
+        current = consumers[0]
+    return None if current is tensor else current.name
 
 
 def _tensors_by_name(outputs: Sequence[te.Tensor]) -> dict[str, te.Tensor]:
