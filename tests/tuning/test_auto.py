@@ -65,7 +65,7 @@ def test_rules_fuse_the_consumer_and_offer_producer_locations():
     assert {k.kind for k in sketch.space.knobs} >= {"split", "location", "parallel",
                                                      "vectorize", "unroll"}
     default = sketch.default_config()
-    assert default["a0.tile.s1"][-1] == 8  # one vector of the CPU wide
+    assert default["a0.tile.s1"][-1] == 16  # two vectors of the CPU wide
 
 
 def test_every_sketch_point_computes_the_product_with_its_epilogue():

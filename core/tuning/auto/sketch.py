@@ -150,10 +150,13 @@ class Sketch:
             yield Knob(f"{p}.unroll", "unroll", UNROLL_LIMITS)
 
     def default_values(self) -> dict:
-        """A reasonable first point: the innermost loop one vector wide, a register tile
-        of a few rows, the outer level split among the cores, the tile accumulated in a
-        local buffer computed at level 1, producers at root."""
-        lanes, rows = self.hints.vector_lanes, max(1, min(8, self.hints.registers // 4))
+        """A reasonable first point: a register tile of two vectors by a few rows, the
+        reduction in long chunks, the tile accumulated in a local buffer computed at level
+        1, the outer tiles in parallel, producers at root."""
+        # a register tile of two vectors by as many rows as the accumulators leave room
+        # for (four registers kept for operands), as the CPU's hand schedule has it
+        lanes = 2 * self.hints.vector_lanes
+        rows = max(1, min(8, (self.hints.registers - 4) // 2))
         values: dict = {f"p{number}.location": "root" for number in range(len(self.producers))}
         for number, anchor in enumerate(self.anchors):
             p = f"a{number}"
@@ -166,7 +169,7 @@ class Sketch:
                     abs(math.log2(a) - math.log2(b)) for a, b in zip(o, wanted)))
             for axis, extent in enumerate(anchor.reduce):
                 fitting = [d for d in divisors(extent) if d <= 4 * MAX_FACTOR]
-                values[f"{p}.tile.r{axis}"] = min(fitting, key=lambda d: abs(d - 16))
+                values[f"{p}.tile.r{axis}"] = max(fitting)
             values[f"{p}.location"] = "at1"
             values[f"{p}.parallel"] = True
             values[f"{p}.vectorize"] = True
