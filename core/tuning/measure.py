@@ -193,6 +193,17 @@ class InProcessMeasurer:
     def measure_one(self, task: Task, config: Config) -> MeasureResult:
         return measure_in_process(task, config, self.options)
 
+    def measure_batch(self, task: Task, configs: Sequence[Config],
+                      on_result: Callable[[Config, MeasureResult], None] | None = None
+                      ) -> list[MeasureResult]:
+        """Measure ``configs`` one after another (the interface of the pools)."""
+        results = []
+        for config in configs:
+            results.append(self.measure_one(task, config))
+            if on_result is not None:
+                on_result(config, results[-1])
+        return results
+
     def close(self) -> None:
         """Nothing to release (the interface of :class:`Measurer`)."""
 

@@ -97,9 +97,12 @@ def extract_tasks(model, target="llvm", preset: str | None = None,
     (see :class:`~.templates.TargetTuning`; e.g. ``heterocc.targets.llvm.tuning`` and
     ``heterocc.targets.vta.tuning``). ``preset``: the hardware preset of an accelerator
     target, given to it as its ``config`` option. ``shapes`` fixes symbolic input
-    dimensions. ``search="auto"``: the tasks of the template-free search instead (each
-    template task whose workload the target also offers to the auto search, see
-    :mod:`.auto`)."""
+    dimensions. ``search="auto"``: the tasks of the template-free search instead: each
+    task whose workload the target also offers to the auto search (see :mod:`.auto`)
+    becomes its ``auto.`` twin; the others (e.g. the accelerator's tilings, whose
+    instruction shapes fix the form of the schedule) keep their space, searched by the
+    same evolutionary search and task scheduler with the target's measurement (its
+    timing model)."""
     if search not in SEARCHES:
         raise InputError(f"no search {search!r}; choose one of {', '.join(SEARCHES)}")
     if isinstance(target, str):
@@ -114,8 +117,8 @@ def extract_tasks(model, target="llvm", preset: str | None = None,
     if search == "template":
         return tasks
     offered = {t.name for t in tuning.templates}
-    return [Task(auto_name(t.template), t.args, t.weight) for t in tasks
-            if auto_name(t.template) in offered]
+    return [Task(auto_name(t.template), t.args, t.weight)
+            if auto_name(t.template) in offered else t for t in tasks]
 
 
 #: the searches: hand-written templates (AutoTVM) or sketches from the compute (Ansor)

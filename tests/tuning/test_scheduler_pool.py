@@ -21,7 +21,7 @@ from heterocc.tuning.measure import MeasureOptions, MeasureResult
 from heterocc.tuning.pool import LocalPool, RayPool
 from heterocc.tuning.records import RecordLog, read_records
 from heterocc.tuning.scheduler import TaskScheduler
-from heterocc.tuning.task import Task
+from heterocc.tuning.task import Task, extract_tasks
 from heterocc.tuning.tuners import GridTuner, RandomTuner
 from tests.conftest import make_model
 
@@ -148,7 +148,6 @@ def test_auto_search_command_shows_the_table_and_logs_every_trial(tmp_path):
     assert quiet.getvalue() == ""
 
 
-@pytest.mark.slow
 def test_auto_search_resumes_after_kill_9_without_losing_a_record(tmp_path):
     path, log = _model_path(tmp_path), tmp_path / "killed.jsonl"
     argv = [sys.executable, "-m", "heterocc.cli", "tune", str(path), "--search", "auto",
@@ -192,3 +191,27 @@ def test_ray_pool_runs_a_small_tuning_in_process(tmp_path):
     assert all(r.ok for r in read_records(tmp_path / "ray.jsonl"))
     # a candidate that kills its Ray worker costs that one trial
     assert [r.error for r in results] == [None, "wrong", "crash"]
+
+
+def test_the_accelerator_tiling_is_searched_by_the_same_machinery(tmp_path):
+    """--search auto on the accelerator: its tiling spaces (no auto twin: the instruction
+    shape fixes the schedule's form) searched by the evolutionary search and the task
+    scheduler, measured by the timing model."""
+    from heterocc.tuning.measure import InProcessMeasurer
+    from tests.tuning.test_cli_apply import _model
+
+    tasks = extract_tasks(_model(tmp_path / "m.onnx"), target="vta", search="auto")
+    assert [t.template for t in tasks] == ["vta_gemm", "vta_gemm"]
+    log_path = tmp_path / "vta.jsonl"
+    with RecordLog(log_path) as log:
+        scheduler = TaskScheduler(tasks, [EvolutionaryTuner(t, seed=0) for t in tasks],
+                                  InProcessMeasurer(), trials=20, log=log, batch_size=4,
+                                  first={t.workload_key: [t.default_config()] for t in tasks})
+        states = scheduler.run()
+    records = read_records(log_path)
+    assert len(records) == 20 and all(r.ok for r in records)
+    for state in states:  # never worse than the hand tiling it started from
+        default = next(r for r in records if r.workload_key == state.task.workload_key
+                       and r.config_index == state.task.default_config().index)
+        assert state.progress.best_cost <= default.cost
+    assert "cycles" in table_lines(scheduler)[-1]
