@@ -150,23 +150,25 @@ class Sketch:
             yield Knob(f"{p}.unroll", "unroll", UNROLL_LIMITS)
 
     def default_values(self) -> dict:
-        """A reasonable first point: a register tile of two vectors by a few rows, the
-        reduction in long chunks, the tile accumulated in a local buffer computed at level
-        1, the outer tiles in parallel, producers at root."""
-        # a register tile of two vectors by as many rows as the accumulators leave room
-        # for (four registers kept for operands), as the CPU's hand schedule has it
-        lanes = 2 * self.hints.vector_lanes
-        rows = max(1, min(8, (self.hints.registers - 4) // 2))
+        """A reasonable first point: a register tile of up to two vectors by as many
+        rows as the accumulators leave registers for (four kept for operands), as the
+        CPU's hand schedules have it; the reduction in long chunks, the tile accumulated
+        in a local buffer computed at level 1, the outer tiles in parallel, producers at
+        root."""
+        lanes, registers = self.hints.vector_lanes, self.hints.registers
         values: dict = {f"p{number}.location": "root" for number in range(len(self.producers))}
         for number, anchor in enumerate(self.anchors):
             p = f"a{number}"
-            last = len(anchor.spatial) - 1
-            for axis, extent in enumerate(anchor.spatial):
-                wanted = (1, 1, lanes) if axis == last else (1, 1, rows) if axis == last - 1 \
-                    else (1, 1, 1)
-                options = tile_options(extent)
-                values[f"{p}.tile.s{axis}"] = min(options, key=lambda o: sum(
-                    abs(math.log2(a) - math.log2(b)) for a, b in zip(o, wanted)))
+            *others, last = range(len(anchor.spatial))
+            width = _largest_inner(anchor.spatial[last], 2 * lanes)
+            values[f"{p}.tile.s{last}"] = (1, 1, width)
+            if others:
+                vectors = max(1, width // lanes)
+                rows = _largest_inner(anchor.spatial[others[-1]],
+                                      max(1, (registers - 4) // vectors))
+                values[f"{p}.tile.s{others[-1]}"] = (1, 1, rows)
+            for axis in others[:-1]:
+                values[f"{p}.tile.s{axis}"] = (1, 1, 1)
             for axis, extent in enumerate(anchor.reduce):
                 fitting = [d for d in divisors(extent) if d <= 4 * MAX_FACTOR]
                 values[f"{p}.tile.r{axis}"] = max(fitting)
@@ -266,6 +268,12 @@ class Sketch:
         if config[f"{p}.parallel"] and outer_stage is None:
             top = levels[0]
             compute_stage.parallel(compute_stage.fuse(*top) if len(top) > 1 else top[0])
+
+
+def _largest_inner(extent: int, limit: int) -> int:
+    """The largest innermost tile of a loop of ``extent`` at most ``limit`` (a divisor
+    within MAX_FACTOR)."""
+    return max(d for d in divisors(extent) if d <= min(limit, MAX_FACTOR))
 
 
 def _fusable_output(tensor: te.Tensor, readers: dict[str, list[te.Tensor]],
