@@ -37,8 +37,8 @@ from ...errors import InputError
 from ...te.schedule_reads import reads_of
 from ..space import Config, ConfigSpace, Knob, divisors
 
-#: levels of a spatial loop (S0 outermost .. S3 innermost) and of a reduction loop
-SPATIAL_LEVELS, REDUCE_LEVELS = 4, 2
+#: levels of a spatial loop (S0 outermost .. S3 innermost; a reduction loop has two)
+SPATIAL_LEVELS = 4
 #: largest inner tile factor offered per level (keeps the option lists short)
 MAX_FACTOR = 64
 #: unroll limits offered (product of the unrolled loops' extents; 0: no unrolling)
