@@ -14,6 +14,7 @@ import onnx
 import pytest
 from onnx import helper
 
+from heterocc.errors import InputError
 from heterocc.targets.vta.tuning import vta_gemm_task
 from heterocc.tuning.auto import EvolutionaryTuner
 from heterocc.tuning.cli import add_tune_parser, table_lines
@@ -215,3 +216,15 @@ def test_the_accelerator_tiling_is_searched_by_the_same_machinery(tmp_path):
                        and r.config_index == state.task.default_config().index)
         assert state.progress.best_cost <= default.cost
     assert "cycles" in table_lines(scheduler)[-1]
+
+
+def test_auto_tasks_carry_how_often_the_model_runs_them(tmp_path):
+    from tests.tuning.test_cli_apply import _model
+
+    tasks = extract_tasks(_model(tmp_path / "m.onnx"), search="auto")
+    assert [(t.template, t.weight) for t in tasks] == [
+        ("auto.conv2d_nchwc", 1), ("auto.depthwise_conv2d_nchwc", 2), ("auto.matmul", 1)]
+    # the weight is no part of a task's identity (its workload key)
+    assert tasks[1] == Task(tasks[1].template, tasks[1].args)
+    with pytest.raises(InputError, match="no search .exhaustive."):
+        extract_tasks(_model(tmp_path / "m.onnx"), search="exhaustive")
