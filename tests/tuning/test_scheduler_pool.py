@@ -228,3 +228,29 @@ def test_auto_tasks_carry_how_often_the_model_runs_them(tmp_path):
     assert tasks[1] == Task(tasks[1].template, tasks[1].args)
     with pytest.raises(InputError, match="no search .exhaustive."):
         extract_tasks(_model(tmp_path / "m.onnx"), search="exhaustive")
+
+
+def test_timings_on_one_machine_never_overlap(tmp_path, monkeypatch):
+    """Each timing holds the node's slot (a file lock: also between processes, and
+    between the Ray tasks of one node)."""
+    import threading
+
+    from heterocc.tuning.measure import TIMING_LOCK_ENV, exclusive_timing
+
+    monkeypatch.setenv(TIMING_LOCK_ENV, str(tmp_path / "timing.lock"))
+    spans = []
+
+    def timed():
+        with exclusive_timing():
+            start = time.perf_counter()
+            time.sleep(0.1)
+            spans.append((start, time.perf_counter()))
+
+    threads = [threading.Thread(target=timed) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    spans.sort()
+    assert len(spans) == 3
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
