@@ -32,9 +32,11 @@ class ApplyHistoryBest:
         for record in records:
             if record.ok:
                 first_record.setdefault((record.workload_key, record.config_index), record)
+        by_cost = config_costs(records)
         self._by_task: dict[str, list[MeasureRecord]] = {
             key: [first_record[key, index] for index in sorted(costs, key=costs.get)]
-            for key, costs in config_costs(records).items()}
+            for key, costs in by_cost.items()}
+        self._best_cost = {key: min(costs.values()) for key, costs in by_cost.items()}
         self._token = None
 
     @property
@@ -52,6 +54,10 @@ class ApplyHistoryBest:
             if where is None or where(config):
                 return config
         return None
+
+    def best_cost(self, key: str) -> float | None:
+        """The cost of task ``key``'s best config (None without a successful record)."""
+        return self._best_cost.get(key)
 
     def __enter__(self) -> ApplyHistoryBest:
         self._token = _CURRENT.set(self)
@@ -71,3 +77,18 @@ def lookup(key: str, where: Callable[[Config], bool] | None = None) -> Config | 
     the log has no successful record of it)."""
     context = current()
     return None if context is None else context.lookup(key, where)
+
+
+def best_of(keys: Iterable[str]) -> tuple[str | None, Config | None]:
+    """Among tasks ``keys`` (e.g. one workload's template and auto-search keys), the one
+    whose best config in the current log is fastest, and that config: ``(None, None)``
+    outside a log or when none has a successful record. Records of the two searches
+    time the same workload, so their costs compare."""
+    context = current()
+    if context is None:
+        return None, None
+    found = [(cost, key) for key in keys if (cost := context.best_cost(key)) is not None]
+    if not found:
+        return None, None
+    _, key = min(found)
+    return key, context.lookup(key)

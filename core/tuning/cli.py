@@ -1,6 +1,14 @@
 """``heterocc tune MODEL --target llvm --trials N --log F``: extract the model's tasks and
-tune each, appending to the log (a killed run is resumed by running it again), with a
-progress line per task: a bar, trials, errors and the best so far."""
+tune them, appending to the log (a killed run is resumed by running it again).
+
+``--search template`` (the default) tunes each task's hand-written template for
+``--trials`` measurements, with a progress line per task: a bar, trials, errors and the
+best so far. ``--search auto`` searches sketches derived from the computes
+(:mod:`.auto`), ``--trials`` being the budget of the whole model, spread over its tasks
+by the task scheduler (:mod:`.scheduler`), with a live table (per task: trials, best
+GFLOP/s, share of the estimated latency; the estimated end-to-end latency) and a final
+summary. Measurements run on ``--workers`` local processes or on a Ray cluster
+(``--ray``), see :mod:`.pool`."""
 
 from __future__ import annotations
 
@@ -12,9 +20,12 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from ..runtime.inputs import parse_shapes
-from .measure import MeasureOptions, Measurer
+from .auto import EvolutionaryTuner
+from .measure import MeasureOptions
+from .pool import make_pool
 from .records import RecordLog, config_costs, read_records
-from .task import extract_tasks
+from .scheduler import TaskScheduler
+from .task import SEARCHES, extract_tasks
 from .templates import SECONDS
 from .tuners import TUNERS, CostModel, TuneProgress, make_tuner, remeasure_best, tune_task
 
@@ -28,7 +39,13 @@ def add_tune_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("model", help="ONNX model")
     p.add_argument("--target", default="llvm",
                    help="a target with tuning templates (llvm, vta)")
-    p.add_argument("--trials", type=int, default=64, help="measurements per task (with resumed)")
+    p.add_argument("--search", default="template", choices=SEARCHES,
+                   help="template: the targets' hand-written templates, --trials per task; "
+                        "auto: sketches derived from the computes, --trials for the whole "
+                        "model, spread by the task scheduler")
+    p.add_argument("--trials", type=int, default=64,
+                   help="measurements per task (template) or for the model (auto), "
+                        "resumed ones included")
     p.add_argument("--log", required=True, help="JSON-lines tuning log (appended, resumed)")
     p.add_argument("--tuner", default="xgb", choices=sorted(TUNERS))
     p.add_argument("--batch-size", type=int, default=8)
@@ -37,6 +54,14 @@ def add_tune_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--remeasure", type=int, default=4,
                    help="measure this many best configs and the default again per task "
                         "(twice each; 0: off), so a lucky first timing does not win")
+    p.add_argument("--early-stop", type=int, default=None,
+                   help="auto: stop a task after this many trials without improvement")
+    p.add_argument("--workers", type=int, default=1,
+                   help="local measuring processes (builds in parallel, one timing at a time)")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="measure as Ray tasks: a cluster address, 'auto' (the cluster "
+                        "`ray start --head` started) or 'local' (needs heterocc[distributed])")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--preset", help="accelerator hardware preset (vta; default 1x16x16)")
     p.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic dims")
@@ -94,25 +119,117 @@ def run_tune(args, stream: TextIO | None = None) -> int:
     """Run ``heterocc tune`` with parsed ``args``; progress goes to ``stream`` (default:
     the standard error stream at the time of the call)."""
     stream = sys.stderr if stream is None else stream
+    if getattr(args, "quiet", False):
+        stream = _Discard()
+    search = getattr(args, "search", "template")
     tasks = extract_tasks(args.model, target=args.target, preset=args.preset,
-                          shapes=parse_shapes(args.shape))
-    print(f"{len(tasks)} tasks in {args.model} for {args.target}", file=stream)
+                          shapes=parse_shapes(args.shape), search=search)
+    print(f"{len(tasks)} tasks in {args.model} for {args.target} ({search} search)",
+          file=stream)
     options = MeasureOptions(timeout_s=args.timeout, repeat=args.repeat, seed=args.seed)
     model = CostModel(seed=args.seed)
-    with Measurer(options) as measurer, RecordLog(args.log) as log:
-        for number, task in enumerate(tasks, 1):
-            show = ProgressPrinter(stream, number, len(tasks), args.batch_size)
-            tuner = make_tuner(args.tuner, task, seed=args.seed, model=model)
-            default = task.default_config()
-            progress = tune_task(task, tuner, measurer, args.trials, log=log,
-                                 batch_size=args.batch_size, callback=show, first=[default])
-            show(progress, final=True)
-            if args.remeasure > 0:
-                remeasure_best(task, measurer, log, count=args.remeasure, include=[default])
-            print(f"  {task.workload_key}: {_summary(task, log)} "
-                  f"({time.perf_counter() - show.start:.1f} s)", file=stream)
+    with make_pool(options, getattr(args, "workers", 1), getattr(args, "ray", None)) as pool, \
+            RecordLog(args.log) as log:
+        if search == "auto":
+            _run_auto(args, tasks, pool, log, model, stream)
+        else:
+            _run_templates(args, tasks, pool, log, model, stream)
     print(f"log: {args.log}", file=stream)
     return 0
+
+
+def _run_templates(args, tasks, pool, log: RecordLog, model: CostModel, stream) -> None:
+    for number, task in enumerate(tasks, 1):
+        show = ProgressPrinter(stream, number, len(tasks), args.batch_size)
+        tuner = make_tuner(args.tuner, task, seed=args.seed, model=model)
+        default = task.default_config()
+        progress = tune_task(task, tuner, pool, args.trials, log=log,
+                             batch_size=args.batch_size, callback=show, first=[default])
+        show(progress, final=True)
+        if args.remeasure > 0:
+            remeasure_best(task, pool, log, count=args.remeasure, include=[default])
+        print(f"  {task.workload_key}: {_summary(task, log)} "
+              f"({time.perf_counter() - show.start:.1f} s)", file=stream)
+
+
+def _run_auto(args, tasks, pool, log: RecordLog, model: CostModel, stream) -> None:
+    start = time.perf_counter()
+    table = LiveTable(stream)
+    tuners = [EvolutionaryTuner(task, seed=args.seed, model=model) for task in tasks]
+    scheduler = TaskScheduler(
+        tasks, tuners, pool, args.trials, log, batch_size=args.batch_size,
+        early_stop=args.early_stop,
+        first={task.workload_key: [task.default_config()] for task in tasks},
+        callback=table)
+    scheduler.run()
+    if args.remeasure > 0:
+        for task in tasks:
+            remeasure_best(task, pool, log, count=args.remeasure)
+    table(scheduler, final=True)
+    print(f"tuned in {time.perf_counter() - start:.1f} s", file=stream)
+    for task in tasks:
+        print(f"  {task.workload_key}: {_summary(task, log)}", file=stream)
+
+
+class _Discard:
+    """A stream that drops everything (``--quiet``)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing to flush."""
+
+    def isatty(self) -> bool:
+        return False
+
+
+def table_lines(scheduler: TaskScheduler) -> list[str]:
+    """The progress table of an auto search: per task its trials, errors, best
+    GFLOP/s and share of the estimated latency; then the total."""
+    latency = scheduler.estimated_latency()
+    rows = []
+    for state in scheduler.states:
+        task, progress = state.task, state.progress
+        best = progress.best_cost
+        unit = task.definition.cost_unit
+        rate = f"{task.flops / best / 1e9:9.2f}" if math.isfinite(best) and unit == SECONDS \
+            else f"{'-':>9}"
+        share = f"{100 * state.weighted_cost / latency:6.1f}%" \
+            if math.isfinite(latency) and latency > 0 else f"{'-':>7}"
+        name = f"{task.template} {list(task.args)}"
+        name = name if len(name) <= 44 else name[:41] + "..."
+        flag = " done" if state.done else ""
+        rows.append(f"{name:<44} {progress.trials:>6} {progress.errors:>6} {rate} "
+                    f"{share} {task.weight:>3}x{flag}")
+    total = format_cost(latency, scheduler.states[0].task.definition.cost_unit) \
+        if scheduler.states else "-"
+    return [f"{'task':<44} {'trials':>6} {'errors':>6} {'GFLOP/s':>9} {'share':>7} runs",
+            *rows, f"total: {scheduler.spent}/{scheduler.trials} trials, estimated latency "
+                   f"{total}"]
+
+
+@dataclass
+class LiveTable:
+    """Shows :func:`table_lines`: redrawn in place on a terminal, printed after each
+    batch otherwise (and once at the end)."""
+
+    stream: TextIO
+    shown: int = 0
+    last_spent: int = -1
+
+    def __call__(self, scheduler: TaskScheduler, final: bool = False) -> None:
+        lines = table_lines(scheduler)
+        if self.stream.isatty():
+            if self.shown:
+                self.stream.write(f"\x1b[{self.shown}F\x1b[J")
+            self.stream.write("\n".join(lines) + "\n")
+            self.shown = len(lines)
+        elif final or (scheduler.spent != self.last_spent
+                       and scheduler.spent % scheduler.batch_size == 0):
+            self.stream.write("\n".join(lines) + "\n")
+            self.last_spent = scheduler.spent
+        self.stream.flush()
 
 
 def _summary(task, log: RecordLog) -> str:

@@ -12,13 +12,17 @@ model's cycles.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import importlib
 import math
 import multiprocessing
+import os
+import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,9 +85,40 @@ def check_output(task: Task, got: np.ndarray, expected: np.ndarray,
                                       f"reference (max abs error {worst:.3g})")
 
 
+#: environment variable naming the lock file that serializes timings on a machine
+TIMING_LOCK_ENV = "HETEROCC_TIMING_LOCK"
+
+
+def timing_lock_path() -> str:
+    """The lock file of this machine's timings (``$HETEROCC_TIMING_LOCK``, else one per
+    user in the temporary directory)."""
+    return os.environ.get(TIMING_LOCK_ENV) or os.path.join(
+        tempfile.gettempdir(), f"heterocc-timing-{os.getuid()}.lock")
+
+
+@contextlib.contextmanager
+def exclusive_timing() -> Iterator[None]:
+    """Hold this machine's timing slot: measuring processes (local workers, Ray tasks on
+    one node) build in parallel but time one at a time, so that no timing shares the
+    cores with another. The slot is a ``flock`` on :func:`timing_lock_path`, released
+    by the kernel when a holder dies (a crashed or killed candidate never blocks it)."""
+    fd = os.open(timing_lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def time_calls(call: Callable[[], None], options: MeasureOptions) -> tuple[float, ...]:
     """Seconds per call of ``call``: ``repeat`` samples, each averaging enough calls to
-    last ``min_repeat_s``."""
+    last ``min_repeat_s``, taken while holding the machine's timing slot
+    (:func:`exclusive_timing`)."""
+    with exclusive_timing():
+        return _time_calls(call, options)
+
+
+def _time_calls(call: Callable[[], None], options: MeasureOptions) -> tuple[float, ...]:
     start = time.perf_counter()
     call()
     once = max(time.perf_counter() - start, 1e-7)
@@ -158,6 +193,17 @@ class InProcessMeasurer:
     def measure_one(self, task: Task, config: Config) -> MeasureResult:
         return measure_in_process(task, config, self.options)
 
+    def measure_batch(self, task: Task, configs: Sequence[Config],
+                      on_result: Callable[[Config, MeasureResult], None] | None = None
+                      ) -> list[MeasureResult]:
+        """Measure ``configs`` one after another (the interface of the pools)."""
+        results = []
+        for config in configs:
+            results.append(self.measure_one(task, config))
+            if on_result is not None:
+                on_result(config, results[-1])
+        return results
+
     def close(self) -> None:
         """Nothing to release (the interface of :class:`Measurer`)."""
 
@@ -174,10 +220,14 @@ class Measurer:
     extra templates). Use as a context manager, or call :meth:`close`."""
 
     def __init__(self, options: MeasureOptions | None = None,
-                 setup_modules: Sequence[str] = (), start_timeout_s: float = 120.0):
+                 setup_modules: Sequence[str] = (), start_timeout_s: float = 120.0,
+                 wait_s: float = 0.0):
         self.options = options or MeasureOptions()
         self.setup_modules = tuple(setup_modules)
         self.start_timeout_s = start_timeout_s
+        # one of several workers may wait this long for the timing slot on top of its
+        # own time-out (see pool.LocalPool)
+        self.wait_s = wait_s
         self._context = multiprocessing.get_context("spawn")
         self._process = None
         self._connection = None
@@ -219,10 +269,10 @@ class Measurer:
         start = time.perf_counter()
         try:
             self._connection.send((task.workload_key, config.to_json(), self.options))
-            if not self._connection.poll(self.options.timeout_s):
+            if not self._connection.poll(self.options.timeout_s + self.wait_s):
                 self._stop()
                 return MeasureResult(error="timeout", message=(
-                    f"no result within {self.options.timeout_s} s"),
+                    f"no result within {self.options.timeout_s + self.wait_s} s"),
                     elapsed_s=time.perf_counter() - start)
             return self._connection.recv()
         except (EOFError, ConnectionError):

@@ -17,7 +17,8 @@ import numpy as np
 from ..errors import InputError
 
 #: what a knob controls; features and reports group knobs by it
-KNOB_KINDS = ("split", "order", "unroll", "vectorize", "parallel", "layout", "threads")
+KNOB_KINDS = ("split", "order", "unroll", "vectorize", "parallel", "layout", "threads",
+              "location")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ log written by one run is read, resumed and applied by another.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from ..errors import InputError
 from ..frontend import from_onnx
@@ -21,10 +21,17 @@ from .templates import Template, get_template, tunable_targets, tuning_of
 
 @dataclass(frozen=True)
 class Task:
-    """Tune ``template`` (a registered name) on workload ``args``."""
+    """Tune ``template`` (a registered name) on workload ``args``. ``weight``: how many
+    times the model runs this workload per inference (the task scheduler weighs its
+    latency by it; not part of the task's identity)."""
 
     template: str
     args: tuple
+    weight: int = field(default=1, compare=False)
+
+    def weighted(self, weight: int) -> Task:
+        """This task with ``weight``."""
+        return replace(self, weight=weight)
 
     @property
     def workload_key(self) -> str:
@@ -83,14 +90,21 @@ def matmul_dims(node) -> tuple[int, int, int] | None:
 
 
 def extract_tasks(model, target="llvm", preset: str | None = None,
-                  shapes: dict | None = None) -> list[Task]:
+                  shapes: dict | None = None, search: str = "template") -> list[Task]:
     """One task per distinct tunable workload of ``model`` (an ONNX path, bytes,
     ModelProto or a heterocc Graph) for ``target`` (a registered name or a target
     instance), in order of first appearance: what the target's ``tuning()`` hook finds
     (see :class:`~.templates.TargetTuning`; e.g. ``heterocc.targets.llvm.tuning`` and
     ``heterocc.targets.vta.tuning``). ``preset``: the hardware preset of an accelerator
     target, given to it as its ``config`` option. ``shapes`` fixes symbolic input
-    dimensions."""
+    dimensions. ``search="auto"``: the tasks of the template-free search instead: each
+    task whose workload the target also offers to the auto search (see :mod:`.auto`)
+    becomes its ``auto.`` twin; the others (e.g. the accelerator's tilings, whose
+    instruction shapes fix the form of the schedule) keep their space, searched by the
+    same evolutionary search and task scheduler with the target's measurement (its
+    timing model)."""
+    if search not in SEARCHES:
+        raise InputError(f"no search {search!r}; choose one of {', '.join(SEARCHES)}")
     if isinstance(target, str):
         options = {} if preset is None else {"config": preset}
         if target not in tunable_targets():
@@ -98,4 +112,19 @@ def extract_tasks(model, target="llvm", preset: str | None = None,
                              f"{' or '.join(tunable_targets())}")
         target = get_target(target, **options)
     graph = model if isinstance(model, Graph) else from_onnx(model, shapes=shapes)
-    return tuning_of(target).tasks(graph)
+    tuning = tuning_of(target)
+    tasks = tuning.tasks(graph)
+    if search == "template":
+        return tasks
+    offered = {t.name for t in tuning.templates}
+    return [Task(auto_name(t.template), t.args, t.weight)
+            if auto_name(t.template) in offered else t for t in tasks]
+
+
+#: the searches: hand-written templates (AutoTVM) or sketches from the compute (Ansor)
+SEARCHES = ("template", "auto")
+
+
+def auto_name(template: str) -> str:
+    """The auto search's template name for workloads of ``template``."""
+    return "auto." + template

@@ -295,19 +295,15 @@ class TuneProgress:
     resumed: int = 0
 
 
-def tune_task(task: Task, tuner: Tuner, measurer: Measurer | InProcessMeasurer, trials: int,
-              log: RecordLog | None = None, batch_size: int = 8,
-              callback: Callable[[TuneProgress], None] | None = None,
-              first: Sequence[Config] = ()) -> TuneProgress:
-    """Measure up to ``trials`` configs of ``task`` proposed by ``tuner``, appending each
-    record to ``log``. Records of this task already in the log count as trials and
-    teach the tuner (so a killed run resumes where it stopped). Configs of ``first`` not
-    measured yet are measured before the tuner's proposals (and count as trials): pass
-    ``[task.default_config()]`` so that the best found is never one slower than the
-    hand-written schedule as measured by the same run."""
-    history = [] if log is None else [r for r in read_records(log.path)
-                                      if r.workload_key == task.workload_key]
-    # a config measured more than once (remeasure_best) is one trial, at its median cost
+def resume(task: Task, tuner: Tuner, log: RecordLog | None, trials: int,
+           records: Sequence[MeasureRecord] | None = None) -> TuneProgress:
+    """The progress of ``task`` as its records in ``log`` (or ``records``, read from it
+    once for several tasks) leave it, taught to ``tuner``: every record counts as a
+    trial, so a killed run resumes where it stopped. A config measured more than once
+    (``remeasure_best``) is one trial, at its median cost."""
+    if records is None:
+        records = [] if log is None else read_records(log.path)
+    history = [r for r in records if r.workload_key == task.workload_key]
     first_record = {}
     for record in history:
         first_record.setdefault(record.config_index, record)
@@ -319,7 +315,21 @@ def tune_task(task: Task, tuner: Tuner, measurer: Measurer | InProcessMeasurer, 
     if previous:
         tuner.update([c for c, _, _ in previous], [cost for _, cost, _ in previous])
         for config, cost, failed in previous:
-            _account(progress, config, cost, failed)
+            account(progress, config, cost, failed)
+    return progress
+
+
+def tune_task(task: Task, tuner: Tuner, measurer: Measurer | InProcessMeasurer, trials: int,
+              log: RecordLog | None = None, batch_size: int = 8,
+              callback: Callable[[TuneProgress], None] | None = None,
+              first: Sequence[Config] = ()) -> TuneProgress:
+    """Measure up to ``trials`` configs of ``task`` proposed by ``tuner``, appending each
+    record to ``log``. Records of this task already in the log count as trials and
+    teach the tuner (so a killed run resumes where it stopped). Configs of ``first`` not
+    measured yet are measured before the tuner's proposals (and count as trials): pass
+    ``[task.default_config()]`` so that the best found is never one slower than the
+    hand-written schedule as measured by the same run."""
+    progress = resume(task, tuner, log, trials)
     queued = [config for config in dict.fromkeys(first) if config.index not in tuner.visited]
     while progress.trials < trials and (queued or tuner.has_next()):
         batch = queued[:trials - progress.trials] or tuner.next_batch(
@@ -327,17 +337,23 @@ def tune_task(task: Task, tuner: Tuner, measurer: Measurer | InProcessMeasurer, 
         queued = []
         if not batch:
             break
-        results: list[MeasureResult] = []
-        for config in batch:
-            result = measurer.measure_one(task, config)
-            results.append(result)
+
+        def arrived(config: Config, result: MeasureResult) -> None:
             if log is not None:
                 log.append(MeasureRecord(task.workload_key, config.to_json(), config.index,
                                          result.costs, result.error, result.message,
                                          tuner.name))
-            _account(progress, config, result.cost, result.error is not None)
+            account(progress, config, result.cost, result.error is not None)
             if callback is not None:
                 callback(progress)
+
+        if hasattr(measurer, "measure_batch"):  # a pool: the batch runs concurrently
+            results = measurer.measure_batch(task, batch, arrived)
+        else:
+            results = []
+            for config in batch:
+                results.append(measurer.measure_one(task, config))
+                arrived(config, results[-1])
         tuner.update(batch, [r.cost for r in results])
     return progress
 
@@ -376,7 +392,8 @@ def remeasure_best(task: Task, measurer: Measurer | InProcessMeasurer, log: Reco
             budget -= 1
 
 
-def _account(progress: TuneProgress, config: Config, cost: float, failed: bool) -> None:
+def account(progress: TuneProgress, config: Config, cost: float, failed: bool) -> None:
+    """Count one measured trial of ``config`` in ``progress``."""
     progress.trials += 1
     progress.errors += failed
     if cost < progress.best_cost:

@@ -54,7 +54,7 @@ from .schedules import (
     schedule_rows,
     use_prepacked,
 )
-from .tuning import blocked_conv_tiles, llvm_tuning, schedule_matmul_tuned
+from .tuning import blocked_conv_tiles, llvm_tuning, schedule_conv_auto, schedule_matmul_tuned
 
 
 def _schedule_matmul(schedule: te.Schedule, product: te.Tensor,
@@ -73,7 +73,10 @@ def _schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
                            epilogue: te.Tensor | None = None,
                            chain: Sequence[te.Tensor] = ()) -> None:
     """The blocked convolution's schedule with the tiles of the applied tuning log's best
-    config for its workload, else the default tiles."""
+    config for its workload, else the default tiles (or the auto search's schedule when
+    the log's auto record of it is faster)."""
+    if schedule_conv_auto(schedule, conv, epilogue):
+        return
     tiles = blocked_conv_tiles(conv) or BlockedConvTiles()
     schedule_conv2d_nchwc(schedule, conv, epilogue, chain, tiles)
 

@@ -20,11 +20,13 @@ import numpy as np
 
 from heterocc import te
 from heterocc.compute import compute_of
+from heterocc.compute.nn import matmul as plain_matmul
 from heterocc.ir.graph import Graph, Node
 from heterocc.ops.layout import blocked_conv_geometry, conv_nchwc
 from heterocc.ops.nn import conv_geometry
 from heterocc.passes.pipeline import run_pipeline
-from heterocc.tuning.apply import current, lookup
+from heterocc.tuning.apply import best_of, current, lookup
+from heterocc.tuning.auto import AutoWorkload, SearchHints, Sketch, auto_name, auto_template
 from heterocc.tuning.measure import (
     CandidateError,
     MeasureOptions,
@@ -36,12 +38,14 @@ from heterocc.tuning.space import Config, ConfigSpace, Knob, divisors, split_opt
 from heterocc.tuning.task import Task, matmul_dims, workload_key
 from heterocc.tuning.templates import TargetTuning, Template
 
+from .cpu import active_cpu
 from .module import build
 from .schedules import (
     BLOCKED_CONV_MAX_COLUMNS,
     DEPTHWISE_MAX_COLUMNS,
     BlockedConvTiles,
     default_blocked_conv_tiles,
+    pack_matmuls,
     panel_width,
     schedule_conv2d_nchwc,
     tile_rows,
@@ -579,6 +583,60 @@ TEMPLATES = (MATMUL, BATCH_MATMUL, CONV2D, DEPTHWISE_CONV2D, CONV2D_NCHWC,
              DEPTHWISE_CONV2D_NCHWC, DENSE)
 
 
+# ------------------------------------------------------------------ auto search workloads
+#
+# The template-free search (``heterocc tune --search auto``) tunes the same workloads from
+# the plain computes this target compiles (the compute library's, with the target's own
+# rewrite: products read B through packed panels), its space derived by the sketch rules
+# of ``heterocc.tuning.auto``; the CPU description gives its vector width and registers.
+
+
+def search_hints(dtype: str) -> SearchHints:
+    """The active CPU's facts for the auto search over ``dtype`` workloads."""
+    cpu = active_cpu()
+    return SearchHints(cpu.vector_lanes(dtype), cpu.vector_registers, cpu.num_cores)
+
+
+def _build_matmul(args: tuple):
+    m, n, k, dtype = args
+    A, B = te.placeholder((m, k), dtype, "A"), te.placeholder((k, n), dtype, "B")
+    C = plain_matmul(A, B, "C")
+    pack_matmuls([C])
+    return [A, B], [C]
+
+
+def _build_batch_matmul(args: tuple):
+    batch, m, n, k, dtype = args
+    A = te.placeholder((batch, m, k), dtype, "A")
+    B = te.placeholder((batch, k, n), dtype, "B")
+    C = plain_matmul(A, B, "C")
+    pack_matmuls([C])
+    return [A, B], [C]
+
+
+def _build_blocked_conv(args: tuple, depthwise: bool):
+    workload = BlockedConvWorkload.from_args(args, depthwise)
+    data = te.placeholder(workload.input_shape, workload.dtype, "data")
+    weight = te.placeholder(workload.weight_shape, workload.dtype, "weight")
+    (conv,) = compute_of("ConvNCHWc")([data, weight], workload.attrs, None)
+    return [data, weight], [conv]
+
+
+def _auto_of(template: Template, build) -> Template:
+    return auto_template(AutoWorkload(template.name, build,
+                                      lambda args: search_hints(args[-1]), template.inputs,
+                                      template.reference, template.flops), "llvm")
+
+
+#: the auto search's workloads: every template workload the target builds as a plain
+#: compute (dense and the NCHW convolutions are compiled through the forms above)
+AUTO_TEMPLATES = (
+    _auto_of(MATMUL, _build_matmul), _auto_of(BATCH_MATMUL, _build_batch_matmul),
+    _auto_of(CONV2D_NCHWC, functools.partial(_build_blocked_conv, depthwise=False)),
+    _auto_of(DEPTHWISE_CONV2D_NCHWC, functools.partial(_build_blocked_conv, depthwise=True)),
+)
+
+
 # ------------------------------------------------------------------ applying a tuning log
 
 
@@ -586,8 +644,14 @@ def matmul_panel(m: int, n: int, k: int, dtype: str) -> int | None:
     """The panel width (packed columns of B) of the current log's best ``matmul`` config
     of this shape, or None: the compute is built with it (``schedules.matmul``) so that
     :func:`schedule_matmul_tuned` can then apply that config."""
-    config = lookup(workload_key("matmul", (m, n, k, dtype)))
-    return None if config is None else config["panel"]
+    key, config = best_of(_matmul_keys((m, n, k, dtype)))
+    return None if config is None or key != workload_key("matmul", (m, n, k, dtype)) \
+        else config["panel"]
+
+
+def _matmul_keys(args: tuple) -> list[str]:
+    """The template's and the auto search's keys of a matmul workload."""
+    return [workload_key("matmul", args), workload_key(auto_name("matmul"), args)]
 
 
 def schedule_matmul_tuned(schedule: te.Schedule, C: te.Tensor) -> bool:
@@ -600,8 +664,13 @@ def schedule_matmul_tuned(schedule: te.Schedule, C: te.Tensor) -> bool:
     if packed is None or len(C.shape) != 2:
         return False
     (m, n), (_, depth, panel) = C.shape, packed.shape
-    config = lookup(workload_key("matmul", (m, n, depth, C.dtype)),
-                    where=lambda c: c["panel"] == panel)
+    args = (m, n, depth, C.dtype)
+    key, config = best_of(_matmul_keys(args))
+    if config is not None and key == workload_key(auto_name("matmul"), args):
+        # the auto search's best: its sketch, derived from this very compute, applied
+        Sketch([C], search_hints(C.dtype)).schedule_stages(schedule, [C], config)
+        return True
+    config = lookup(workload_key("matmul", args), where=lambda c: c["panel"] == panel)
     if config is None:
         return False
     schedule_matmul_config(schedule, C, packed, config)
@@ -620,6 +689,28 @@ def blocked_conv_tiles(conv: te.Tensor) -> BlockedConvTiles | None:
         workload["pads"], workload["dilations"], workload["group"], conv.dtype)
     config = lookup(workload_key(template, args))
     return None if config is None else blocked_conv_tiles_of(config)
+
+
+def schedule_conv_auto(schedule: te.Schedule, conv: te.Tensor,
+                       epilogue: te.Tensor | None = None) -> bool:
+    """Schedule the blocked convolution ``conv`` (and its elementwise ``epilogue``, the
+    function's output, when given) by the current log's auto-search record of its
+    workload when that beats the template's records; False, touching nothing,
+    otherwise. The sketch is derived from this very compute: the epilogue is fused
+    into the convolution's tiles by the same point that was tuned without it."""
+    workload = conv.op.attrs.get("blocked_conv")
+    if workload is None or current() is None:
+        return False
+    template, args = blocked_conv_task_args(
+        workload["input_shape"], workload["weight_shape"], workload["strides"],
+        workload["pads"], workload["dilations"], workload["group"], conv.dtype)
+    auto_key = workload_key(auto_name(template), args)
+    key, config = best_of([workload_key(template, args), auto_key])
+    if key != auto_key:
+        return False
+    outputs = [epilogue if epilogue is not None else conv]
+    Sketch(outputs, search_hints(conv.dtype)).schedule_stages(schedule, outputs, config)
+    return True
 
 
 # ------------------------------------------------------------------ measuring a candidate
@@ -694,6 +785,7 @@ def extract_tasks(graph: Graph, target) -> list[Task]:
     Gemm, after its transposes) and batch matmul."""
     graph = run_pipeline(graph, {target.name: target}).graph
     found: dict[str, Task] = {}
+    counts: dict[str, int] = {}
     for _, node in graph.walk():
         extractor = _EXTRACTORS.get(node.op)
         if extractor is None or any(v is None for v in node.inputs[:2]):
@@ -703,10 +795,11 @@ def extract_tasks(graph: Graph, target) -> list[Task]:
         task = extractor(node)
         if task is not None:
             found.setdefault(task.workload_key, task)
-    return list(found.values())
+            counts[task.workload_key] = counts.get(task.workload_key, 0) + 1
+    return [task.weighted(counts[key]) for key, task in found.items()]
 
 
 def llvm_tuning(target) -> TargetTuning:
     """The tuning hook of ``target`` (an LLVMTarget)."""
-    return TargetTuning(TEMPLATES, functools.partial(extract_tasks, target=target),
-                        measure_candidate)
+    return TargetTuning(TEMPLATES + AUTO_TEMPLATES,
+                        functools.partial(extract_tasks, target=target), measure_candidate)

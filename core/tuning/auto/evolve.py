@@ -1,0 +1,169 @@
+"""Evolutionary search over a sketch's space, guided by the XGBoost cost model.
+
+Each batch starts from a population of the best measured points and fresh random ones
+(random annotation: every knob drawn uniformly), then runs a few generations of
+mutations and crossover, keeping the points the cost model (:class:`..tuners.CostModel`,
+retrained on every measured batch, on features of the lowered TIR) ranks highest; the
+best unmeasured ones are measured, with a few random points for exploration.
+
+Mutations follow the Ansor paper: a **tile-size** mutation moves a prime factor of one
+loop's tile from one level to another (the loop's extent is kept); an **annotation**
+mutation changes a parallel / vectorize / unroll choice; a **compute-location**
+mutation moves a stage (inline, root, the tile level it is computed at). Crossover
+takes each stage's decisions (its knobs, by their ``a<n>.`` / ``p<n>.`` prefix) from
+one of two parents.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..features import candidate_features
+from ..space import Config
+from ..task import Task
+from ..tuners import CostModel, Tuner
+
+
+def _prime_factors(value: int) -> list[int]:
+    found, p = [], 2
+    while p * p <= value:
+        while value % p == 0:
+            found.append(p)
+            value //= p
+        p += 1
+    if value > 1:
+        found.append(value)
+    return found
+
+
+class EvolutionaryTuner(Tuner):
+    """The auto search's tuner (see the module docstring). ``population`` points evolve
+    for ``generations`` per batch; the first ``initial`` measurements are random."""
+
+    name = "auto"
+
+    def __init__(self, task: Task, seed: int = 0, model: CostModel | None = None,
+                 initial: int = 8, population: int = 32, generations: int = 3,
+                 crossover: float = 0.3, epsilon: float = 0.1):
+        super().__init__(task, seed)
+        self.model = model if model is not None else CostModel(seed=seed)
+        self.initial, self.population, self.generations = initial, population, generations
+        self.crossover_rate, self.epsilon = crossover, epsilon
+        self._features: dict[int, np.ndarray] = {}
+        knobs = self.space.knobs
+        self._options = [{option: i for i, option in enumerate(k.options)} for k in knobs]
+        self._groups: dict[str, list[int]] = {}
+        for position, knob in enumerate(knobs):
+            self._groups.setdefault(knob.name.split(".")[0], []).append(position)
+
+    # ------------------------------------------------------------------ points
+
+    def random_index(self) -> int:
+        """A uniformly random point (every knob drawn independently)."""
+        return self.space.index_of_digits([int(self.rng.integers(r))
+                                           for r in self.space.radices])
+
+    def _random_unvisited(self, count: int, exclude: set[int]) -> list[int]:
+        found: list[int] = []
+        for _ in range(20 * count):
+            if len(found) >= count:
+                break
+            index = self.random_index()
+            if index not in self.visited and index not in exclude and index not in found:
+                found.append(index)
+        return found
+
+    def mutate(self, index: int) -> int:
+        """``index`` with one knob changed by a tile-size, annotation or compute-location
+        mutation (itself when no knob can change)."""
+        digits = list(self.space.digits(index))
+        movable = [i for i, r in enumerate(self.space.radices) if r > 1]
+        if not movable:
+            return index
+        position = int(self.rng.choice(movable))
+        knob = self.space.knobs[position]
+        current = knob.options[digits[position]]
+        if knob.kind == "split" and isinstance(current, tuple):
+            moved = self._move_factor(current)
+            if moved in self._options[position]:
+                digits[position] = self._options[position][moved]
+                return self.space.index_of_digits(digits)
+        step = int(self.rng.integers(1, self.space.radices[position]))
+        digits[position] = (digits[position] + step) % self.space.radices[position]
+        return self.space.index_of_digits(digits)
+
+    def _move_factor(self, tiles: tuple[int, ...]) -> tuple[int, ...]:
+        """Move one prime factor between two levels of a tile (level -1: the outermost,
+        whose extent is the rest of the loop)."""
+        levels = [-1, *range(len(tiles))]
+        source, target = self.rng.choice(levels, size=2, replace=False)
+        values = list(tiles)
+        if source >= 0:
+            primes = _prime_factors(values[source])
+            if not primes:
+                return tiles
+            prime = int(self.rng.choice(primes))
+            values[source] //= prime
+        else:
+            prime = int(self.rng.choice([2, 3]))
+        if target >= 0:
+            values[target] *= prime
+        return tuple(values)
+
+    def crossover(self, a: int, b: int) -> int:
+        """Each stage's knobs from parent ``a`` or ``b``."""
+        da, db = self.space.digits(a), self.space.digits(b)
+        digits = list(da)
+        for positions in self._groups.values():
+            if self.rng.random() < 0.5:
+                for position in positions:
+                    digits[position] = db[position]
+        return self.space.index_of_digits(digits)
+
+    # ------------------------------------------------------------------ the model
+
+    def features(self, indices: Sequence[int]) -> np.ndarray:
+        for index in indices:
+            if index not in self._features:
+                self._features[index] = candidate_features(self.task, self.space.get(index))
+        return np.stack([self._features[i] for i in indices])
+
+    def update(self, configs: Sequence[Config], costs: Sequence[float]) -> None:
+        super().update(configs, costs)
+        if configs:
+            self.model.add(self.task.workload_key,
+                           list(self.features([c.index for c in configs])), list(costs))
+            self.model.fit()
+
+    def _propose(self, size: int) -> list[int]:
+        if len(self.costs) < self.initial or not self.model.trained:
+            return self._random_unvisited(size, set())
+        measured = sorted((c, i) for i, c in self.costs.items() if math.isfinite(c))
+        population = [i for _, i in measured[:self.population // 2]]
+        population += self._random_unvisited(self.population - len(population), set(population))
+        scores = dict(zip(population, self.model.predict(self.features(population))))
+        for _ in range(self.generations):
+            ranked = sorted(scores, key=scores.get, reverse=True)[:self.population]
+            weights = np.exp(np.array([scores[i] for i in ranked]) - scores[ranked[0]])
+            weights /= weights.sum()
+            children = []
+            for _ in range(self.population):
+                parent = ranked[int(self.rng.choice(len(ranked), p=weights))]
+                if self.rng.random() < self.crossover_rate:
+                    other = ranked[int(self.rng.choice(len(ranked), p=weights))]
+                    child = self.crossover(parent, other)
+                else:
+                    child = self.mutate(parent)
+                if child not in scores:
+                    children.append(child)
+            children = list(dict.fromkeys(children))
+            if children:
+                scores.update(zip(children, self.model.predict(self.features(children))))
+        ranked = [i for i in sorted(scores, key=scores.get, reverse=True)
+                  if i not in self.visited]
+        explore = sum(self.rng.random() < self.epsilon for _ in range(size))
+        chosen = ranked[:size - explore]
+        return chosen + self._random_unvisited(size - len(chosen), set(chosen))

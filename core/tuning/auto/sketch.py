@@ -1,0 +1,336 @@
+"""Sketches: the schedule space of a TE compute, derived by rules (no per-op template).
+
+:func:`derive_sketch` reads the stages of a compute (what a target's operator inventory
+gives, e.g. a product or a convolution with its epilogue) and applies the rules of the
+Ansor paper to them:
+
+- **inline**: an elementwise stage between the anchor and the output is inlined; a
+  producer of the anchor (a padding, a packed copy of an operand) is inlined or
+  computed at root (a ``location`` knob: the compute-location decision);
+- **multi-level tiling** of every anchor (a stage with a reduction): each spatial loop
+  is split into four levels and each reduction loop into two, ordered
+  ``S0 S1 R0 S2 R1 S3`` (the "SSRSRS" structure); the factors are knobs;
+- **consumer fusion**: an anchor whose only reader starts an elementwise chain to an
+  output (its epilogue) is computed inside that output's tile (``compute_at`` at level 0
+  or 1), the chain inlined into the output, or on its own (``direct``);
+- **cache write**: an anchor that is itself the output accumulates each tile in a local
+  buffer (``cache_write`` + ``compute_at`` at level 0 or 1), or directly in the output;
+- **annotations**: the outer tile loops fused and run in parallel, the innermost spatial
+  loop vectorized, the register tile and inner reduction unrolled up to a limit.
+
+The result is a :class:`~..space.ConfigSpace` whose points are complete schedules, plus
+:meth:`Sketch.apply`, which schedules a freshly built copy of the same compute by one
+point. rfactor is not among the rules: the TE has no rfactor primitive, and the
+reductions the CPU target tunes (products, convolutions) have enough spatial
+parallelism that Ansor's rule would not fire on them either (it needs a reduction much
+longer than the spatial extent).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ... import te
+from ...errors import InputError
+from ...te.schedule_reads import reads_of
+from ..space import Config, ConfigSpace, Knob, divisors
+
+#: levels of a spatial loop (S0 outermost .. S3 innermost; a reduction loop has two)
+SPATIAL_LEVELS = 4
+#: largest inner tile factor offered per level (keeps the option lists short)
+MAX_FACTOR = 64
+#: unroll limits offered (product of the unrolled loops' extents; 0: no unrolling)
+UNROLL_LIMITS = (0, 16, 64, 512)
+
+
+@dataclass(frozen=True)
+class SearchHints:
+    """What the target tells the search about its hardware: vector lanes of the anchor's
+    dtype, vector registers and cores (the default point fills a register tile)."""
+
+    vector_lanes: int = 8
+    registers: int = 16
+    cores: int = 1
+
+
+def _is_elementwise_reader(reader: te.Tensor, tensor: te.Tensor) -> bool:
+    """``reader`` computes ``f(tensor[i...])`` elementwise: same shape, no reduction."""
+    op = reader.op
+    return (isinstance(op, te.ComputeOp) and not op.reduce_axis
+            and tuple(reader.shape) == tuple(tensor.shape))
+
+
+def tile_options(extent: int, levels: int = SPATIAL_LEVELS - 1) -> tuple[tuple[int, ...], ...]:
+    """Inner factors ``(f1, .., f_levels)`` of a loop of ``extent``: each a divisor at
+    most MAX_FACTOR, their product dividing the extent (the outermost level takes the
+    rest: perfect tiles, as Ansor samples them)."""
+    found: list[tuple[int, ...]] = [()]
+    for _ in range(levels):
+        found = [(*prefix, d) for prefix in found for d in divisors(extent)
+                 if d <= MAX_FACTOR and extent % (math.prod(prefix) * d) == 0]
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class AnchorRule:
+    """How the rules tile one anchor stage (a compute with a reduction): which tensor
+    holds the tile loops (``outer``: the anchor itself, or its fused elementwise
+    consumer) and whether a cache write may be used."""
+
+    name: str
+    outer: str
+    fusable: bool
+    spatial: tuple[int, ...]
+    reduce: tuple[int, ...]
+
+
+class Sketch:
+    """The rule-derived schedule space of one compute (see the module's docstring).
+
+    ``outputs``: the compute's output tensors as the target builds them (the anchor
+    stages are found by their reductions). Build the space once from one copy of the
+    compute and :meth:`apply` it to fresh copies: stages are matched by name."""
+
+    def __init__(self, outputs: Sequence[te.Tensor], hints: SearchHints | None = None):
+        self.hints = hints or SearchHints()
+        schedule = te.create_schedule(list(outputs))
+        output_names = {t.name for t in outputs}
+        readers: dict[str, list[te.Tensor]] = {}
+        for stage in schedule.stages:
+            if not stage.is_placeholder:
+                for read in reads_of(stage.op.body):
+                    readers.setdefault(read.name, []).append(stage.tensor)
+        self.anchors: list[AnchorRule] = []
+        self.producers: list[str] = []
+        self.inlined: list[str] = []
+        anchor_reads: set[str] = set()
+        for stage in schedule.stages:
+            tensor = stage.tensor
+            if stage.is_placeholder or not stage.op.reduce_axis:
+                continue
+            outer = _fusable_output(tensor, readers, output_names) or tensor.name
+            self.anchors.append(AnchorRule(
+                tensor.name, outer, outer != tensor.name,
+                tuple(int(iv.extent) for iv in stage.op.axis),
+                tuple(int(iv.extent) for iv in stage.op.reduce_axis)))
+            anchor_reads |= {t.name for t in reads_of(stage.op.body)}
+        if not self.anchors:
+            raise InputError("auto schedule: the compute has no reduction to tile (only "
+                             "computes with a reduction are tuned)")
+        outers = {a.outer for a in self.anchors} | {a.name for a in self.anchors}
+        for stage in schedule.stages:
+            name = stage.tensor.name
+            if stage.is_placeholder or name in outers or name in output_names:
+                continue
+            if stage.op.reduce_axis:
+                continue
+            (self.producers if name in anchor_reads else self.inlined).append(name)
+        self.other_outputs = [name for name in output_names if name not in outers]
+        self.space = ConfigSpace(tuple(self._knobs()))
+
+    # ------------------------------------------------------------------ the space
+
+    def _knobs(self):
+        for number, _ in enumerate(self.producers):
+            yield Knob(f"p{number}.location", "location", ("inline", "root"))
+        for number, anchor in enumerate(self.anchors):
+            p = f"a{number}"
+            for axis, extent in enumerate(anchor.spatial):
+                yield Knob(f"{p}.tile.s{axis}", "split", tile_options(extent))
+            for axis, extent in enumerate(anchor.reduce):
+                yield Knob(f"{p}.tile.r{axis}", "split",
+                           tuple(d for d in divisors(extent) if d <= 4 * MAX_FACTOR))
+            # the same places with or without an epilogue, so that a point tuned on the
+            # bare workload applies to the function that adds one
+            yield Knob(f"{p}.location", "location", ("at0", "at1", "direct"))
+            yield Knob(f"{p}.parallel", "parallel", (True, False))
+            yield Knob(f"{p}.vectorize", "vectorize", (True, False))
+            yield Knob(f"{p}.unroll", "unroll", UNROLL_LIMITS)
+
+    def default_values(self) -> dict:
+        """A reasonable first point: a register tile of up to two vectors by as many
+        rows as the accumulators leave registers for (four kept for operands), as the
+        CPU's hand schedules have it; the reduction in long chunks, the tile accumulated
+        in a local buffer computed at level 1, the outer tiles in parallel, producers at
+        root."""
+        lanes, registers = self.hints.vector_lanes, self.hints.registers
+        values: dict = {f"p{number}.location": "root" for number in range(len(self.producers))}
+        for number, anchor in enumerate(self.anchors):
+            p = f"a{number}"
+            *others, last = range(len(anchor.spatial))
+            width = _largest_inner(anchor.spatial[last], 2 * lanes)
+            values[f"{p}.tile.s{last}"] = (1, 1, width)
+            if others:
+                vectors = max(1, width // lanes)
+                rows = _largest_inner(anchor.spatial[others[-1]],
+                                      max(1, (registers - 4) // vectors))
+                values[f"{p}.tile.s{others[-1]}"] = (1, 1, rows)
+            for axis in others[:-1]:
+                values[f"{p}.tile.s{axis}"] = (1, 1, 1)
+            for axis, extent in enumerate(anchor.reduce):
+                fitting = [d for d in divisors(extent) if d <= 4 * MAX_FACTOR]
+                values[f"{p}.tile.r{axis}"] = max(fitting)
+            values[f"{p}.location"] = "at1"
+            values[f"{p}.parallel"] = True
+            values[f"{p}.vectorize"] = True
+            values[f"{p}.unroll"] = 64
+        return values
+
+    def default_config(self) -> Config:
+        return self.space.from_values(self.default_values())
+
+    # ------------------------------------------------------------------ applying a point
+
+    def apply(self, outputs: Sequence[te.Tensor], config: Config) -> te.Schedule:
+        """The schedule of ``outputs`` (a fresh copy of the compute this sketch was
+        derived from) chosen by ``config``."""
+        s = te.create_schedule(list(outputs))
+        self.schedule_stages(s, outputs, config)
+        return s
+
+    def schedule_stages(self, s: te.Schedule, outputs: Sequence[te.Tensor],
+                        config: Config) -> None:
+        """Schedule the stages of ``outputs`` (a copy of the compute this sketch was
+        derived from, tensors matched by name) inside schedule ``s``, which may hold
+        other stages too (a target's whole function)."""
+        by_name = _tensors_by_name(outputs)
+        for name in self.inlined:
+            s[by_name[name]].compute_inline()
+        for number, name in enumerate(self.producers):
+            stage = s[by_name[name]]
+            if config[f"p{number}.location"] == "inline":
+                stage.compute_inline()
+            else:
+                stage.compute_root()
+                _schedule_flat(stage, self.hints.vector_lanes)
+        for number, anchor in enumerate(self.anchors):
+            self._apply_anchor(s, by_name, anchor, f"a{number}", config)
+        for name in self.other_outputs:
+            _schedule_flat(s[by_name[name]], self.hints.vector_lanes)
+
+    def _apply_anchor(self, s: te.Schedule, by_name: dict, anchor: AnchorRule, p: str,
+                      config: Config) -> None:
+        tiles = [config[f"{p}.tile.s{axis}"] for axis in range(len(anchor.spatial))]
+        reduce_tiles = [config[f"{p}.tile.r{axis}"] for axis in range(len(anchor.reduce))]
+        location = config[f"{p}.location"]
+        tensor = by_name[anchor.name]
+        extents: dict[int, int] = {}
+        if location == "direct":
+            compute_stage, outer_stage = s[tensor], None
+            levels = _split_levels(compute_stage, tiles, extents)
+            if anchor.fusable:  # the epilogue on its own, after the anchor's nest
+                _schedule_flat(s[by_name[anchor.outer]], self.hints.vector_lanes)
+        else:
+            level = int(location[2:])  # the outer stage holds levels 0..level
+            if anchor.fusable:
+                compute_stage, outer_stage = s[tensor], s[by_name[anchor.outer]]
+            else:
+                compute_stage = s[s.cache_write(tensor, "local")]
+                outer_stage = s[tensor]
+            outer_factors = [(math.prod(t),) if level == 0 else (t[0], math.prod(t[1:]))
+                             for t in tiles]
+            outer_levels = _split_levels(outer_stage, outer_factors, extents)
+            tile_loops = [iv for lvl in outer_levels[:-1] for iv in lvl]
+            rest = outer_levels[-1]
+            # the tile's write-back (or fused epilogue): its last axis one vector at a time
+            last_outer, last_inner = outer_stage.split(rest[-1], tiles[-1][-1])
+            outer_stage.reorder(*tile_loops, *rest[:-1], last_outer, last_inner)
+            if config[f"{p}.vectorize"] and tiles[-1][-1] > 1:
+                outer_stage.vectorize(last_inner)
+            attach = tile_loops[-1]
+            if config[f"{p}.parallel"]:  # fused before the compute is attached inside
+                top = outer_levels[0]
+                fused = outer_stage.fuse(*top) if len(top) > 1 else top[0]
+                outer_stage.parallel(fused)
+                attach = fused if level == 0 else attach
+            compute_stage.compute_at(outer_stage, attach)
+            levels = _split_levels(compute_stage, [t[level + 1:] for t in tiles], extents)
+        reduce = [compute_stage.split(iv, factor)
+                  for iv, factor in zip(compute_stage.op.reduce_axis, reduce_tiles)]
+        for (_, inner), factor in zip(reduce, reduce_tiles):
+            extents[id(inner)] = factor
+        r0, r1 = [pair[0] for pair in reduce], [pair[1] for pair in reduce]
+        # S0 S1 R0 S2 R1 S3, without the levels the outer stage took
+        *before, s2, s3 = levels
+        compute_stage.reorder(*(iv for lvl in before for iv in lvl), *r0, *s2, *r1, *s3)
+        if config[f"{p}.vectorize"] and extents[id(s3[-1])] > 1:
+            compute_stage.vectorize(s3[-1])
+        limit = config[f"{p}.unroll"]
+        unrolled = 1
+        for iv in [*reversed(s3[:-1]), *reversed(r1)] if limit else ():
+            unrolled *= extents[id(iv)]
+            if unrolled > limit:
+                break
+            if extents[id(iv)] > 1:
+                compute_stage.unroll(iv)
+        if config[f"{p}.parallel"] and outer_stage is None:
+            top = levels[0]
+            compute_stage.parallel(compute_stage.fuse(*top) if len(top) > 1 else top[0])
+
+
+def _largest_inner(extent: int, limit: int) -> int:
+    """The largest innermost tile of a loop of ``extent`` at most ``limit`` (a divisor
+    within MAX_FACTOR)."""
+    return max(d for d in divisors(extent) if d <= min(limit, MAX_FACTOR))
+
+
+def _fusable_output(tensor: te.Tensor, readers: dict[str, list[te.Tensor]],
+                    output_names: set[str]) -> str | None:
+    """The output that an elementwise chain of single readers leads ``tensor`` to (its
+    epilogue, e.g. a bias addition then an activation), or None."""
+    current = tensor
+    while current.name not in output_names:
+        consumers = readers.get(current.name, [])
+        if len(consumers) != 1 or not _is_elementwise_reader(consumers[0], current):
+            return None
+        current = consumers[0]
+    return None if current is tensor else current.name
+
+
+def _tensors_by_name(outputs: Sequence[te.Tensor]) -> dict[str, te.Tensor]:
+    found: dict[str, te.Tensor] = {}
+    pending = list(outputs)
+    while pending:
+        tensor = pending.pop()
+        if tensor.name in found:
+            continue
+        found[tensor.name] = tensor
+        if isinstance(tensor.op, te.ComputeOp):
+            pending += reads_of(tensor.op.body)
+    return found
+
+
+def _split_levels(stage, tiles: list[tuple[int, ...]], extents: dict[int, int]
+                  ) -> list[list]:
+    """Split every spatial axis of ``stage`` by its inner-level extents ``tiles[axis]``
+    (outermost first); returns the loops level by level (``len(tiles[0]) + 1`` levels,
+    one loop per axis each), recording each inner loop's extent in ``extents``."""
+    count = len(tiles[0])
+    levels: list[list] = [[] for _ in range(count + 1)]
+    for axis, factors in zip(list(stage.op.axis), tiles):
+        current = axis
+        for depth in range(count):
+            outer, current = stage.split(current, math.prod(factors[depth:]))
+            levels[depth].append(outer)
+        extents[id(current)] = factors[-1] if factors else int(axis.extent)
+        levels[count].append(current)
+    return levels
+
+
+def _schedule_flat(stage, lanes: int) -> None:
+    """An injective stage at root: outer axes fused in parallel, the last vectorized
+    when it is a whole number of vectors."""
+    axes = list(stage.op.axis)
+    if not axes:
+        return
+    *outer, last = axes
+    extent = int(last.extent)
+    if extent % lanes == 0 and extent > lanes:
+        _, vector = stage.split(last, lanes)
+        stage.vectorize(vector)
+    elif extent <= 4 * lanes:
+        stage.vectorize(last)
+    if outer:
+        stage.parallel(stage.fuse(*outer) if len(outer) > 1 else outer[0])

@@ -1,0 +1,143 @@
+"""The task scheduler: one trial budget for a whole model, spent where it cuts the
+estimated end-to-end latency most (the gradient scheme of the Ansor paper).
+
+The estimated latency of the model is ``sum(weight_i * best_i)`` over its tasks (weight:
+how often the model runs the task). Every task is first given one batch; after that
+each round goes to the task with the largest estimated gain per trial,
+
+    weight * (alpha * backward + (1 - alpha) * forward)
+
+where ``backward`` is how much its best cost fell per trial over its last ``window``
+trials and ``forward`` an optimistic guess that the next trials gain as much as its
+trials did on average so far (``best / trials``). A task whose best has not improved for
+``early_stop`` trials, or whose space is exhausted, gets no more.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .measure import MeasureResult
+from .records import MeasureRecord, RecordLog, read_records
+from .space import Config
+from .task import Task
+from .tuners import TuneProgress, Tuner, account, resume
+
+
+@dataclass
+class TaskState:
+    """Where one task of the schedule stands."""
+
+    task: Task
+    tuner: Tuner
+    progress: TuneProgress
+    best_history: list[float] = field(default_factory=list)
+    stalled: int = 0
+    done: bool = False
+
+    @property
+    def weighted_cost(self) -> float:
+        return self.task.weight * self.progress.best_cost
+
+
+class TaskScheduler:
+    """Spend ``trials`` measurements over ``tasks`` (each with its own tuner, e.g. an
+    :class:`~.auto.EvolutionaryTuner`) through ``pool`` (a :class:`~.pool.LocalPool` or
+    :class:`~.pool.RayPool`), appending every record to ``log`` as it arrives.
+    ``first``: configs to measure first per task (by workload key; e.g. the default).
+    ``callback(scheduler)`` is called after every result."""
+
+    def __init__(self, tasks: Sequence[Task], tuners: Sequence[Tuner], pool, trials: int,
+                 log: RecordLog | None = None, batch_size: int = 8,
+                 early_stop: int | None = None, alpha: float = 0.2, window: int | None = None,
+                 first: dict[str, Sequence[Config]] | None = None,
+                 callback: Callable[[TaskScheduler], None] | None = None):
+        self.pool, self.trials, self.log = pool, trials, log
+        self.batch_size, self.early_stop, self.alpha = batch_size, early_stop, alpha
+        self.window = window or batch_size
+        self.callback = callback
+        self.first = first or {}
+        records = [] if log is None else read_records(log.path)
+        self.states = []
+        for task, tuner in zip(tasks, tuners):
+            progress = resume(task, tuner, log, trials, records)
+            state = TaskState(task, tuner, progress)
+            state.best_history = [progress.best_cost] * progress.trials
+            self.states.append(state)
+
+    # ------------------------------------------------------------------ estimates
+
+    @property
+    def spent(self) -> int:
+        return sum(state.progress.trials for state in self.states)
+
+    def estimated_latency(self) -> float:
+        """``sum(weight * best cost)``; infinite while a task has no successful trial."""
+        return sum(state.weighted_cost for state in self.states)
+
+    def gradient(self, state: TaskState) -> float:
+        """Estimated latency gain per trial of one more batch of ``state``'s task."""
+        history = state.best_history
+        if not history or not math.isfinite(state.progress.best_cost):
+            return math.inf
+        best = state.progress.best_cost
+        then = history[max(0, len(history) - 1 - self.window)]
+        steps = min(self.window, len(history) - 1) or 1
+        backward = (then - best) / steps if math.isfinite(then) else best / len(history)
+        forward = best / len(history)
+        return state.task.weight * (self.alpha * backward + (1 - self.alpha) * forward)
+
+    def next_state(self) -> TaskState | None:
+        """The task that gets the next batch (None when every task is done)."""
+        live = [s for s in self.states if not s.done]
+        if not live:
+            return None
+        untried = [s for s in live if s.progress.trials == 0]
+        if untried:
+            return untried[0]
+        return max(live, key=self.gradient)
+
+    # ------------------------------------------------------------------ running
+
+    def run(self) -> list[TaskState]:
+        """Measure until the budget is spent or every task is done; returns the states."""
+        while self.spent < self.trials:
+            state = self.next_state()
+            if state is None:
+                break
+            self._round(state, min(self.batch_size, self.trials - self.spent))
+        return self.states
+
+    def _round(self, state: TaskState, size: int) -> None:
+        tuner, task = state.tuner, state.task
+        queued = [c for c in dict.fromkeys(self.first.get(task.workload_key, ()))
+                  if c.index not in tuner.visited]
+        batch = queued[:size]
+        if batch:
+            tuner.visited.update(c.index for c in batch)
+        if len(batch) < size and tuner.has_next():
+            batch += tuner.next_batch(size - len(batch))
+        if not batch:
+            state.done = True
+            return
+
+        def arrived(config: Config, result: MeasureResult) -> None:
+            if self.log is not None:
+                self.log.append(MeasureRecord(task.workload_key, config.to_json(),
+                                              config.index, result.costs, result.error,
+                                              result.message, tuner.name))
+            before = state.progress.best_cost
+            account(state.progress, config, result.cost, result.error is not None)
+            state.best_history.append(state.progress.best_cost)
+            state.stalled = 0 if state.progress.best_cost < before else state.stalled + 1
+            if self.callback is not None:
+                self.callback(self)
+
+        results = self.pool.measure_batch(task, batch, arrived)
+        tuner.update(batch, [r.cost for r in results])
+        if self.early_stop is not None and state.stalled >= self.early_stop:
+            state.done = True
+        if not tuner.has_next():
+            state.done = True

@@ -1,0 +1,206 @@
+"""The template-free search: sketch rules, every sketch point a correct schedule, the
+evolutionary operators, and applying an auto record at compile time."""
+
+import math
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from heterocc import te
+from heterocc.compute.nn import matmul as plain_matmul
+from heterocc.targets.llvm.module import build
+from heterocc.targets.llvm.schedules import matmul, pack_matmuls
+from heterocc.targets.llvm.tuning import matmul_panel, schedule_matmul_tuned
+from heterocc.tuning.apply import ApplyHistoryBest
+from heterocc.tuning.auto import EvolutionaryTuner, SearchHints, Sketch, tile_options
+from heterocc.tuning.measure import MeasureOptions, measure_in_process
+from heterocc.tuning.records import MeasureRecord, RecordLog
+from heterocc.tuning.task import Task
+
+HINTS = SearchHints(vector_lanes=8, registers=16, cores=2)
+CONV = Task("auto.conv2d_nchwc", (1, 2, 6, 6, 4, 2, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1,
+                                  "float32"))
+
+
+def _matmul_epilogue():
+    A, B = te.placeholder((24, 16), "float32", "A"), te.placeholder((16, 32), "float32", "B")
+    C = plain_matmul(A, B, "C")
+    scaled = te.compute(C.shape, lambda i, j: C[i, j] * 2.0, name="out")  # an epilogue
+    pack_matmuls([scaled])
+    return [A, B], [scaled]
+
+
+def _random_points(space, rng, count):
+    return [space.get(space.index_of_digits([int(rng.integers(r)) for r in space.radices]))
+            for _ in range(count)]
+
+
+def test_tile_options_are_perfect_tiles():
+    options = tile_options(12)
+    assert (1, 1, 1) in options and (2, 2, 3) in options and (3, 4, 1) in options
+    assert all(12 % math.prod(o) == 0 for o in options)
+    assert (5, 1, 1) not in options
+
+
+def test_rules_fuse_the_consumer_and_offer_producer_locations():
+    _, outputs = _matmul_epilogue()
+    sketch = Sketch(outputs, HINTS)
+    (anchor,) = sketch.anchors
+    assert anchor.name == "C" and anchor.outer == "out" and anchor.fusable
+    assert anchor.spatial == (24, 32) and anchor.reduce == (16,)
+    assert sketch.producers == ["C.packed_B"]  # the target's packed copy of B
+    knobs = {k.name: k for k in sketch.space.knobs}
+    assert knobs["p0.location"].options == ("inline", "root")
+    # a fused anchor is computed inside its consumer's tile; a lone one may also write
+    # its output directly (no cache write)
+    # computed inside the consumer's tile at level 0 or 1, or on its own; a lone anchor
+    # has the same places (a cache write instead of the consumer), so that a point
+    # tuned without an epilogue applies to a function with one
+    product = plain_matmul(*_matmul_epilogue()[0], "C")
+    pack_matmuls([product])
+    lone = Sketch([product], HINTS)
+    assert [k.name for k in lone.space.knobs] == [k.name for k in sketch.space.knobs]
+    assert knobs["a0.location"].options == ("at0", "at1", "direct")
+    assert {k.kind for k in sketch.space.knobs} >= {"split", "location", "parallel",
+                                                     "vectorize", "unroll"}
+    default = sketch.default_config()
+    assert default["a0.tile.s1"][-1] == 16  # two vectors of the CPU wide
+
+
+def test_every_sketch_point_computes_the_product_with_its_epilogue():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((24, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 32)).astype(np.float32)
+    _, outputs = _matmul_epilogue()
+    sketch = Sketch(outputs, HINTS)
+    for config in [sketch.default_config(), *_random_points(sketch.space, rng, 6)]:
+        inputs, outputs = _matmul_epilogue()
+        schedule = sketch.apply(outputs, config)
+        function = build(te.lower(schedule, [*inputs, *outputs], name="f"))["f"]
+        out = np.zeros((24, 32), np.float32)
+        function(a, b, out)
+        np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("task", [Task("auto.matmul", (20, 24, 12, "float32")),
+                                  Task("auto.batch_matmul", (2, 8, 16, 12, "float32")), CONV],
+                         ids=["matmul", "batch_matmul", "conv2d_nchwc"])
+def test_auto_candidates_of_the_llvm_workloads_are_checked_correct(task):
+    rng = np.random.default_rng(1)
+    options = MeasureOptions(repeat=1, min_repeat_s=0.0)
+    for config in [task.default_config(), *_random_points(task.space, rng, 3)]:
+        result = measure_in_process(task, config, options)
+        assert result.ok, (config.values, result.message)
+
+
+def test_mutations_keep_tiles_perfect_and_crossover_mixes_stages():
+    tuner = EvolutionaryTuner(CONV, seed=3)
+    space = tuner.space
+    start = tuner.random_index()
+    for _ in range(40):
+        child = tuner.mutate(start)
+        changed = [i for i, (x, y) in enumerate(zip(space.digits(start), space.digits(child)))
+                   if x != y]
+        assert len(changed) <= 1
+        start = child
+    tiles = [k for k in space.knobs if k.name.startswith("a0.tile.s")]
+    for knob in tiles:  # every tile a mutation reaches is an option: a perfect tile
+        assert all(isinstance(o, tuple) for o in knob.options)
+    a, b = tuner.random_index(), tuner.random_index()
+    child = space.digits(tuner.crossover(a, b))
+    groups = {}
+    for position, knob in enumerate(space.knobs):
+        groups.setdefault(knob.name.split(".")[0], []).append(position)
+    for positions in groups.values():  # each stage's knobs come whole from one parent
+        assert all(child[p] == space.digits(a)[p] for p in positions) or \
+            all(child[p] == space.digits(b)[p] for p in positions)
+
+
+def test_move_factor_moves_a_prime_between_levels():
+    tuner = EvolutionaryTuner(CONV, seed=0)
+    for _ in range(30):
+        moved = tuner._move_factor((2, 3, 4))
+        # the product changes only by a factor taken from or given to the outer level
+        ratio = math.prod(moved) / 24
+        assert ratio in (1, 1 / 2, 1 / 3, 2, 3)
+
+
+def test_the_search_learns_and_proposes_unmeasured_points():
+    task = Task("auto.matmul", (16, 16, 16, "float32"))
+    tuner = EvolutionaryTuner(task, seed=0, initial=4, population=8, generations=2)
+    configs = tuner.next_batch(4)
+    # a made-up cost: faster with wider innermost tiles (the model must learn it)
+    tuner.update(configs, [1.0 / (1 + c["a0.tile.s1"][-1]) for c in configs])
+    assert tuner.model.trained
+    batch = tuner.next_batch(4)
+    assert len(batch) == 4 and not {c.index for c in batch} & {c.index for c in configs}
+
+
+def _records(task, config, cost):
+    return MeasureRecord(task.workload_key, config.to_json(), config.index, (cost,))
+
+
+@pytest.mark.parametrize("auto_wins", [True, False])
+def test_compile_applies_the_faster_of_the_auto_and_template_records(auto_wins):
+    shape = (16, 40, 24, "float32")
+    auto, template = Task("auto.matmul", shape), Task("matmul", shape)
+    auto_config = auto.space.from_values({**auto.default_config().to_json(),
+                                          "a0.location": "direct"})
+    records = [_records(auto, auto_config, 1.0 if auto_wins else 3.0),
+               _records(template, template.default_config(), 2.0)]
+    A = te.placeholder((16, 24), "float32", "A")
+    B = te.placeholder((24, 40), "float32", "B")
+    with ApplyHistoryBest(records):
+        assert (matmul_panel(16, 40, 24, "float32") is None) == auto_wins
+        C = matmul(A, B)
+        schedule = te.create_schedule(C)
+        assert schedule_matmul_tuned(schedule, C)
+    stage = schedule[C]
+    # the auto point computes straight into C (no cache write); the template's default
+    # accumulates in registers (a local stage)
+    assert any(s.name.endswith(".local") for s in schedule.stages) != auto_wins
+    assert stage.relations
+    function = build(te.lower(schedule, [A, B, C], name="f"))["f"]
+    a = np.random.default_rng(0).standard_normal((16, 24)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((24, 40)).astype(np.float32)
+    c = np.zeros((16, 40), np.float32)
+    function(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_compile_fuses_a_convolutions_epilogue_by_its_auto_record(tmp_path, monkeypatch):
+    """A conv + bias + relu function takes the auto point tuned on the bare blocked
+    convolution, its epilogue computed in the convolution's tiles."""
+    import heterocc
+    from heterocc.targets.llvm import tuning as llvm_tuning
+    from heterocc.tuning.task import extract_tasks
+    from tests.conftest import make_model
+
+    rng = np.random.default_rng(0)
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])],
+        [("x", "float32", [1, 8, 6, 6])], [("y", "float32", None)],
+        {"w": rng.standard_normal((8, 8, 3, 3)).astype(np.float32),
+         "bias": rng.standard_normal(8).astype(np.float32)})
+    (task,) = extract_tasks(model, search="auto")
+    assert task.template == "auto.conv2d_nchwc"
+    applied = []
+    original = llvm_tuning.schedule_conv_auto
+
+    def spy(*args, **kwargs):
+        applied.append(original(*args, **kwargs))
+        return applied[-1]
+
+    monkeypatch.setattr("heterocc.targets.llvm.target.schedule_conv_auto", spy)
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    expected = heterocc.compile(model).run([x])[0]
+    for config in [task.default_config(), *_random_points(task.space, rng, 1)]:
+        log = tmp_path / f"{config.index}.jsonl"
+        with RecordLog(log) as records:
+            records.append(_records(task, config, 1.0))
+        applied.clear()
+        tuned = heterocc.compile(model, target="llvm", tuning_log=str(log))
+        assert applied == [True]
+        np.testing.assert_allclose(tuned.run([x])[0], expected, rtol=1e-4, atol=1e-4)

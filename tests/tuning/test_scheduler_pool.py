@@ -1,0 +1,256 @@
+"""The task scheduler over a model's tasks, the measuring pools (local workers, Ray),
+the live table, and resuming an auto search after kill -9."""
+
+import argparse
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from heterocc.errors import InputError
+from heterocc.targets.vta.tuning import vta_gemm_task
+from heterocc.tuning.auto import EvolutionaryTuner
+from heterocc.tuning.cli import add_tune_parser, table_lines
+from heterocc.tuning.measure import MeasureOptions, MeasureResult
+from heterocc.tuning.pool import LocalPool, RayPool
+from heterocc.tuning.records import RecordLog, read_records
+from heterocc.tuning.scheduler import TaskScheduler
+from heterocc.tuning.task import Task, extract_tasks
+from heterocc.tuning.tuners import GridTuner, RandomTuner
+from tests.conftest import make_model
+
+FAULTY_SETUP = ("tests.tuning.faulty_templates",)
+
+
+class CostPool:
+    """Replays a cost per config (the pools' interface, no processes)."""
+
+    def __init__(self, cost):
+        self.cost, self.calls = cost, []
+
+    def measure_batch(self, task, configs, on_result=None):
+        results = []
+        for config in configs:
+            self.calls.append(task.workload_key)
+            results.append(MeasureResult(costs=(self.cost(task, config),)))
+            if on_result is not None:
+                on_result(config, results[-1])
+        return results
+
+    def measure_one(self, task, config):
+        return self.measure_batch(task, [config])[0]
+
+
+def _tasks():
+    # two accelerator tilings: small spaces, costs from a formula
+    heavy = vta_gemm_task(16, 64, 32, "1x16x16", False).weighted(4)
+    light = vta_gemm_task(16, 32, 16, "1x16x16", False)
+    return heavy, light
+
+
+def _cost(task, config):
+    # the heavy task keeps improving with its index, the light one is flat
+    base = 10.0 if task.weight > 1 else 1.0
+    return base / (1 + config.index) if task.weight > 1 else base
+
+
+def test_scheduler_spends_the_budget_where_latency_falls_most(tmp_path):
+    heavy, light = _tasks()
+    pool = CostPool(_cost)
+    with RecordLog(tmp_path / "log.jsonl") as log:
+        scheduler = TaskScheduler([heavy, light], [GridTuner(heavy), GridTuner(light)],
+                                  pool, trials=24, log=log, batch_size=4, early_stop=2)
+        states = scheduler.run()
+    assert scheduler.spent == 24 and len(read_records(tmp_path / "log.jsonl")) == 24
+    trials = {s.task.workload_key: s.progress.trials for s in states}
+    # every task got its first batch; the flat one stopped early (no gain in 3 trials),
+    # the improving one (weighted by how often it runs) took the rest
+    assert trials[light.workload_key] == 4 and states[1].done
+    assert trials[heavy.workload_key] == 20 and not states[0].done
+    latency = scheduler.estimated_latency()
+    assert latency == pytest.approx(4 * states[0].progress.best_cost + 1.0)
+    lines = table_lines(scheduler)
+    assert "share" in lines[0] and lines[-1].startswith("total: 24/24 trials")
+
+
+def test_scheduler_resumes_from_the_log(tmp_path):
+    heavy, light = _tasks()
+    path = tmp_path / "log.jsonl"
+    with RecordLog(path) as log:
+        TaskScheduler([heavy, light], [RandomTuner(heavy), RandomTuner(light)],
+                      CostPool(_cost), trials=8, log=log, batch_size=4).run()
+    pool = CostPool(_cost)
+    with RecordLog(path) as log:
+        scheduler = TaskScheduler([heavy, light], [RandomTuner(heavy), RandomTuner(light)],
+                                  pool, trials=12, log=log, batch_size=4)
+        assert scheduler.spent == 8  # the log's records count
+        scheduler.run()
+    assert len(pool.calls) == 4 and len(read_records(path)) == 12
+
+
+def test_local_pool_survives_a_crashing_and_a_hanging_candidate(tmp_path):
+    task = Task("faulty_matmul", (8, 8, 8, "float32"))
+    import tests.tuning.faulty_templates  # noqa: F401  (registers the template here too)
+
+    space = task.space
+    configs = [space.from_values({"behavior": b}) for b in ("ok", "crash", "hang", "ok")]
+    arrived = []
+    with LocalPool(MeasureOptions(timeout_s=4, repeat=1), workers=2,
+                   setup_modules=FAULTY_SETUP) as pool:
+        start = time.perf_counter()
+        results = pool.measure_batch(task, configs,
+                                     lambda c, r: arrived.append(c["behavior"]))
+        elapsed = time.perf_counter() - start
+        again = pool.measure_one(task, configs[0])  # the pool goes on after both
+    assert [r.error for r in results] == [None, "crash", "timeout", None]
+    assert sorted(arrived) == ["crash", "hang", "ok", "ok"]
+    assert again.ok and elapsed < 60
+
+
+def _model_path(tmp_path):
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])],
+                       [("a", "float32", [16, 24])], [("y", "float32", None)],
+                       {"b": np.random.default_rng(0).standard_normal((24, 32))
+                        .astype(np.float32)})
+    path = tmp_path / "mm.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def _tune(argv, stream):
+    parser = argparse.ArgumentParser()
+    add_tune_parser(parser.add_subparsers())
+    args = parser.parse_args(["tune", *argv])
+    return args.func(args, stream)
+
+
+def test_auto_search_command_shows_the_table_and_logs_every_trial(tmp_path):
+    path, log = _model_path(tmp_path), tmp_path / "auto.jsonl"
+    out = io.StringIO()
+    assert _tune([str(path), "--search", "auto", "--trials", "6", "--log", str(log),
+                  "--batch-size", "3", "--repeat", "1", "--remeasure", "0",
+                  "--workers", "2"], out) == 0
+    records = read_records(log)
+    assert len(records) == 6 and {r.workload_key for r in records} == {
+        '["auto.matmul",16,32,24,"float32"]'}
+    assert all(r.tuner == "auto" for r in records)
+    text = out.getvalue()
+    assert "GFLOP/s" in text and "total: 6/6 trials, estimated latency" in text
+    quiet = io.StringIO()
+    _tune([str(path), "--search", "auto", "--trials", "6", "--log", str(log), "--quiet"],
+          quiet)
+    assert quiet.getvalue() == ""
+
+
+def test_auto_search_resumes_after_kill_9_without_losing_a_record(tmp_path):
+    path, log = _model_path(tmp_path), tmp_path / "killed.jsonl"
+    argv = [sys.executable, "-m", "heterocc.cli", "tune", str(path), "--search", "auto",
+            "--trials", "40", "--log", str(log), "--batch-size", "2", "--repeat", "1",
+            "--remeasure", "0", "--quiet"]
+    process = subprocess.Popen(argv, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not log.exists() or
+                                      log.read_bytes().count(b"\n") < 4):
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    kept = read_records(log)
+    assert len(kept) >= 4
+    resumed = subprocess.run([*argv[:8], "12", *argv[9:]], timeout=300)
+    assert resumed.returncode == 0
+    after = read_records(log)
+    assert after[:len(kept)] == kept  # nothing completed was lost
+    assert len(after) == max(12, len(kept))
+
+
+def test_ray_pool_runs_a_small_tuning_in_process(tmp_path):
+    ray = pytest.importorskip("ray", reason="Ray is the optional extra heterocc[distributed]")
+    import tests.tuning.faulty_templates  # noqa: F401
+
+    task = Task("faulty_matmul", (8, 8, 8, "float32"))
+    configs = [task.space.from_values({"behavior": b}) for b in ("ok", "wrong", "crash")]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        with RecordLog(tmp_path / "ray.jsonl") as log:
+            pool = RayPool("local", MeasureOptions(timeout_s=30, repeat=1),
+                           setup_modules=FAULTY_SETUP)
+            tuner = EvolutionaryTuner(Task("auto.matmul", (8, 16, 8, "float32")), seed=0)
+            scheduler = TaskScheduler([tuner.task], [tuner], pool, trials=4, log=log,
+                                      batch_size=2)
+            scheduler.run()
+            results = pool.measure_batch(task, configs)
+    finally:
+        ray.shutdown()
+    assert len(read_records(tmp_path / "ray.jsonl")) == 4
+    assert all(r.ok for r in read_records(tmp_path / "ray.jsonl"))
+    # a candidate that kills its Ray worker costs that one trial
+    assert [r.error for r in results] == [None, "wrong", "crash"]
+
+
+def test_the_accelerator_tiling_is_searched_by_the_same_machinery(tmp_path):
+    """--search auto on the accelerator: its tiling spaces (no auto twin: the instruction
+    shape fixes the schedule's form) searched by the evolutionary search and the task
+    scheduler, measured by the timing model."""
+    from heterocc.tuning.measure import InProcessMeasurer
+    from tests.tuning.test_cli_apply import _model
+
+    tasks = extract_tasks(_model(tmp_path / "m.onnx"), target="vta", search="auto")
+    assert [t.template for t in tasks] == ["vta_gemm", "vta_gemm"]
+    log_path = tmp_path / "vta.jsonl"
+    with RecordLog(log_path) as log:
+        scheduler = TaskScheduler(tasks, [EvolutionaryTuner(t, seed=0) for t in tasks],
+                                  InProcessMeasurer(), trials=20, log=log, batch_size=4,
+                                  first={t.workload_key: [t.default_config()] for t in tasks})
+        states = scheduler.run()
+    records = read_records(log_path)
+    assert len(records) == 20 and all(r.ok for r in records)
+    for state in states:  # never worse than the hand tiling it started from
+        default = next(r for r in records if r.workload_key == state.task.workload_key
+                       and r.config_index == state.task.default_config().index)
+        assert state.progress.best_cost <= default.cost
+    assert "cycles" in table_lines(scheduler)[-1]
+
+
+def test_auto_tasks_carry_how_often_the_model_runs_them(tmp_path):
+    from tests.tuning.test_cli_apply import _model
+
+    tasks = extract_tasks(_model(tmp_path / "m.onnx"), search="auto")
+    assert [(t.template, t.weight) for t in tasks] == [
+        ("auto.conv2d_nchwc", 1), ("auto.depthwise_conv2d_nchwc", 2), ("auto.matmul", 1)]
+    # the weight is no part of a task's identity (its workload key)
+    assert tasks[1] == Task(tasks[1].template, tasks[1].args)
+    with pytest.raises(InputError, match="no search .exhaustive."):
+        extract_tasks(_model(tmp_path / "m.onnx"), search="exhaustive")
+
+
+def test_timings_on_one_machine_never_overlap(tmp_path, monkeypatch):
+    """Each timing holds the node's slot (a file lock: also between processes, and
+    between the Ray tasks of one node)."""
+    import threading
+
+    from heterocc.tuning.measure import TIMING_LOCK_ENV, exclusive_timing
+
+    monkeypatch.setenv(TIMING_LOCK_ENV, str(tmp_path / "timing.lock"))
+    spans = []
+
+    def timed():
+        with exclusive_timing():
+            start = time.perf_counter()
+            time.sleep(0.1)
+            spans.append((start, time.perf_counter()))
+
+    threads = [threading.Thread(target=timed) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    spans.sort()
+    assert len(spans) == 3
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
