@@ -266,7 +266,6 @@ class LLVMKernel:
             return  # a function that cannot run here: its own call says why
         count = len(params.params) - len(self.constants) - len(self.out_specs)
         self._inputs = [(tuple(p.shape), np.dtype(p.dtype)) for p in params.params[:count]]
-        self.constants = [np.ascontiguousarray(c) for c in self.constants]
         self.function.check([*[np.empty(shape, dtype) for shape, dtype in self._inputs],
                              *self.constants, *self._outputs.recycled()])
         self._constant_addresses = [c.ctypes.data for c in self.constants]
