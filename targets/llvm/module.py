@@ -222,6 +222,12 @@ class CompiledFunction:
         self.check(arrays)
         self._call(*(a.ctypes.data for a in arrays))
 
+    def call_addresses(self, *addresses: int) -> None:
+        """Call with the data addresses of the buffers, unchecked: for a caller that has
+        already checked its arrays against :attr:`signature` (or made them from it) and
+        calls often enough that :meth:`check` would cost as much as a small kernel."""
+        self._call(*addresses)
+
     def __repr__(self) -> str:
         args = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in self.signature.params)
         return f"<CompiledFunction {self.name}({args})>"

@@ -243,7 +243,14 @@ class _Outputs:
 
 @dataclass
 class LLVMKernel:
-    """A compiled function: call with the function's input arrays."""
+    """A compiled function: call with the function's input arrays.
+
+    The inputs are checked against the function's parameters by a quick test of shape,
+    dtype and layout per input; the constants and outputs are the kernel's own arrays,
+    made from the signature, so they are not checked again: the full check of
+    ``CompiledFunction`` (overlap of every written buffer with every other) costs about
+    as much as a small kernel and would be paid by every function of a network on every
+    run. An input that fails the quick test takes the full check, which names it."""
 
     name: str
     function: object
@@ -251,12 +258,36 @@ class LLVMKernel:
     out_specs: list[tuple[tuple[int, ...], str]]
     prim: object = None  # the TIR PrimFunc, kept for export
     _outputs: _Outputs | None = field(default=None, repr=False)
+    #: (shape, dtype) of each input parameter, and the constants' data addresses
+    _inputs: list[tuple[tuple[int, ...], np.dtype]] | None = field(default=None, repr=False)
+    _constant_addresses: list[int] = field(default_factory=list, repr=False)
+
+    def _prepare(self) -> None:
+        self._outputs = _Outputs(self.out_specs)
+        params = getattr(self.function, "signature", None)
+        if params is None or not hasattr(self.function, "call_addresses"):
+            return  # a function that cannot run here: its own call says why
+        count = len(params.params) - len(self.constants) - len(self.out_specs)
+        self._inputs = [(tuple(p.shape), np.dtype(p.dtype)) for p in params.params[:count]]
+        self.function.check([*[np.empty(shape, dtype) for shape, dtype in self._inputs],
+                             *self.constants, *self._outputs.recycled()])
+        self._constant_addresses = [c.ctypes.data for c in self.constants]
+
+    def _fits(self, args: Sequence[np.ndarray]) -> bool:
+        return len(args) == len(self._inputs) and all(
+            isinstance(a, np.ndarray) and a.shape == shape and a.dtype == dtype
+            and a.flags.c_contiguous for a, (shape, dtype) in zip(args, self._inputs))
 
     def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
         if self._outputs is None:
-            self._outputs = _Outputs(self.out_specs)
+            self._prepare()
         outs = self._outputs.recycled()
-        self.function(*args, *self.constants, *outs)
+        if self._inputs is not None and self._fits(args):
+            self.function.call_addresses(*(a.ctypes.data for a in args),
+                                         *self._constant_addresses,
+                                         *(o.ctypes.data for o in outs))
+        else:
+            self.function(*args, *self.constants, *outs)
         return outs
 
 

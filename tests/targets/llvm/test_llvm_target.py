@@ -219,3 +219,36 @@ def test_one_element_constants_are_folded_so_the_epilogue_vectorizes():
     assert stores and all(isinstance(s.indices[0], tir.Ramp) for s in stores)
     assert not tir.collect(func.body, lambda n: isinstance(n, tir.BufferLoad)
                            and n.buffer.name in ("low", "high"))
+
+
+def test_kernels_check_inputs_quickly_and_refuse_what_does_not_fit():
+    """A network's kernels skip the full per-call check of their compiled function (it
+    costs as much as a small kernel) but still compute the right result, and an input
+    of the wrong dtype, shape or layout still gets the full check's error, naming it."""
+    from heterocc.errors import InputError
+
+    model = _conv_model(4, 10, 4, 3, epilogue=("relu",))
+    compiled = heterocc.compile(model, target="llvm")
+    feeds = _feeds(model)
+    expected = heterocc.compile(model, target="reference").run(feeds)[0]
+    executor = compiled.build_static().executor
+    (name,) = [n for n, k in executor.kernels.items() if hasattr(k, "out_specs")]
+    kernel = executor.kernels[name]
+    function = kernel.function
+    calls = []
+    checked = function.check
+    function.check = lambda arrays: (calls.append(len(arrays)), checked(arrays))
+    try:
+        (x,) = feeds.values()
+        for _ in range(3):
+            np.testing.assert_allclose(compiled.run(feeds)[0], expected, rtol=1e-4, atol=1e-4)
+        assert len(calls) <= 1  # once, when the kernel first runs; never per call
+        with pytest.raises(InputError, match="must be float32"):
+            kernel([x.astype(np.float64)])
+        with pytest.raises(InputError, match="must be float32"):
+            kernel([x[..., :-1]])
+        with pytest.raises(InputError, match="C-contiguous"):
+            kernel([np.asfortranarray(x)])
+    finally:
+        del function.check
+    np.testing.assert_allclose(kernel([x])[0], expected, rtol=1e-4, atol=1e-4)
