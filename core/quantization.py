@@ -92,8 +92,9 @@ def _quantized_bias(b: Value, scale: float, scope: NameScope) -> tuple[list[Node
 
 def quantize_graph(graph: Graph, calibration: Iterable) -> Graph:
     """The graph with every Conv / Gemm / MatMul that has constant float32 weights
-    (plus a following Relu or Clip) wrapped in int8 QDQ pairs, scales from
-    ``calibration`` (sample inputs, as lists in input order or dicts by name)."""
+    (plus a MatMul's bias Add, and a following Relu or Clip) wrapped in int8 QDQ pairs,
+    scales from ``calibration`` (sample inputs, as lists in input order or dicts by
+    name)."""
     ranges = calibrate(graph, calibration)
     scope = NameScope.of(graph)
     only_reader = single_consumer(graph)
@@ -110,8 +111,10 @@ def quantize_graph(graph: Graph, calibration: Iterable) -> Graph:
         if node.op == "Gemm" and node.attrs.get("transA", 0):
             continue
         out = node.outputs[0]
-        act = only_reader.get(out)
-        tail = act if act is not None and act.op in _ACTIVATIONS else node
+        bias_add = _bias_add(node, only_reader.get(out))
+        last = bias_add or node
+        act = only_reader.get(last.outputs[0])
+        tail = act if act is not None and act.op in _ACTIVATIONS else last
         y = tail.outputs[0]
         if y not in ranges:
             continue
@@ -126,6 +129,12 @@ def quantize_graph(graph: Graph, calibration: Iterable) -> Graph:
                                             scope)
             prep += b_nodes
             inputs.append(b_dq)
+        if bias_add is not None:  # MatMul + Add: the Add's constant is the layer's bias
+            bias = bias_add.inputs[1] if bias_add.inputs[0] is out else bias_add.inputs[0]
+            b_nodes, b_dq = _quantized_bias(bias, float(_scale(ranges[x]) * w_scale), scope)
+            prep += b_nodes
+            replaced[bias_add] = Node("Add", [out, b_dq], bias_add.outputs, bias_add.attrs,
+                                      bias_add.name)
         replaced[node] = Node(node.op, inputs, node.outputs, node.attrs, node.name)
         before[node] = prep
         y_nodes, y_dq = _qdq(y, _scale(ranges[y]), scope)
@@ -141,6 +150,22 @@ def quantize_graph(graph: Graph, calibration: Iterable) -> Graph:
     quantizers = {n for group in after.values() for n in group}
     out_nodes = [n if n in quantizers else _remap(n, mapping) for n in nodes]
     return graph.rebuild(out_nodes, [mapping.get(v, v) for v in graph.outputs])
+
+
+def _bias_add(matmul: Node, reader: Node | None) -> Node | None:
+    """The Add that gives a MatMul its bias (a float32 constant along the output's last
+    axis, the form torch exports a Linear layer in), or None."""
+    if matmul.op != "MatMul" or reader is None or reader.op != "Add":
+        return None
+    out = matmul.outputs[0]
+    others = [v for v in reader.inputs if v is not out]
+    if len(others) != 1 or not others[0].is_const or others[0].type.dtype != "float32":
+        return None
+    columns = out.type.shape[-1]
+    bias = others[0].data
+    if bias.size != columns or bias.shape[-1:] != (columns,):
+        return None
+    return reader
 
 
 def _remap(node: Node, mapping: Mapping[Value, Value]) -> Node:

@@ -173,3 +173,39 @@ def test_samples_load_from_a_stacked_npz_or_a_directory(tmp_path):
     np.savez(tmp_path / "ragged.npz", a=x, b=x[:2])
     with pytest.raises(InputError, match="same number of samples"):
         load_samples(str(tmp_path / "ragged.npz"))
+
+
+def test_a_matmul_bias_add_is_quantized_with_its_layer_and_offloaded():
+    """MatMul + Add(constant) (a Linear layer as torch exports it) quantizes as one layer
+    with an int32 bias, so a target that takes a bias input takes the Add too."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import heterocc
+
+    rng = np.random.default_rng(4)
+    inits = {"w1": rng.standard_normal((32, 48)).astype(np.float32) * 0.2,
+             "b1": rng.standard_normal(48).astype(np.float32),
+             "w2": rng.standard_normal((48, 16)).astype(np.float32) * 0.2,
+             "b2": rng.standard_normal(16).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"], name="fc1"),
+             helper.make_node("Add", ["m1", "b1"], ["a1"], name="fc1_bias"),
+             helper.make_node("Relu", ["a1"], ["r1"], name="relu"),
+             helper.make_node("MatMul", ["r1", "w2"], ["m2"], name="fc2"),
+             helper.make_node("Add", ["m2", "b2"], ["y"], name="fc2_bias")]
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    samples = [{"x": rng.standard_normal((4, 32)).astype(np.float32)} for _ in range(4)]
+    compiled = heterocc.compile(model, target="vta,llvm", calibration=samples)
+    placed = {p.node: p.target for p in compiled.placement_report.placements}
+    assert placed["fc1_bias_add"] == placed["fc2_bias_add"] == "vta", placed
+    assert all(target == "vta" for node, target in placed.items()
+               if node.startswith(("fc", "relu"))), placed
+    x = rng.standard_normal((4, 32)).astype(np.float32)
+    reference = heterocc.compile(model, target="llvm").run([x])[0]
+    got = compiled.run([x])[0]
+    assert np.abs(got - reference).max() < 0.1 * np.abs(reference).max()
