@@ -400,9 +400,9 @@ def pack_matmul(product: te.Tensor, panel: int | None = None,
     a_load, b_load = loads
     B = b_load.tensor
     depth, n = B.shape[-2:]
-    tuned = matmul_panel(product.shape[0], n, depth, product.dtype) \
-        if product.ndim == 2 else None
-    width = panel or tuned or default_panel(n, B.dtype, cpu)
+    if panel is None and product.ndim == 2:
+        panel = matmul_panel(product.shape[0], n, depth, product.dtype)
+    width = panel or default_panel(n, B.dtype, cpu)
     zero = te.const(0, B.dtype)
 
     def element(*index):

@@ -45,6 +45,8 @@ from .schedules import (
     DEPTHWISE_MAX_COLUMNS,
     BlockedConvTiles,
     default_blocked_conv_tiles,
+    default_panel,
+    pack_matmul,
     pack_matmuls,
     panel_width,
     schedule_conv2d_nchwc,
@@ -601,7 +603,9 @@ def _build_matmul(args: tuple):
     m, n, k, dtype = args
     A, B = te.placeholder((m, k), dtype, "A"), te.placeholder((k, n), dtype, "B")
     C = plain_matmul(A, B, "C")
-    pack_matmuls([C])
+    # the default panel, not a tuning log's: the auto search's sketch of this workload is
+    # what a log's auto record is read back against
+    pack_matmul(C, default_panel(n, dtype))
     return [A, B], [C]
 
 

@@ -204,3 +204,35 @@ def test_compile_fuses_a_convolutions_epilogue_by_its_auto_record(tmp_path, monk
         tuned = heterocc.compile(model, target="llvm", tuning_log=str(log))
         assert applied == [True]
         np.testing.assert_allclose(tuned.run([x])[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_compile_applies_an_auto_matmul_record_alone(tmp_path):
+    """Only an auto record, applied in a fresh process (where the shape's sketch was never
+    built): reading the record back builds the sketch inside the log's context, which
+    must not consult the log again (it once recursed without end)."""
+    import subprocess
+    import sys
+
+    shape = (12, 56, 20, "float32")
+    task = Task("auto.matmul", shape)
+    log = tmp_path / "auto.jsonl"
+    with RecordLog(log) as records:
+        records.append(_records(task, task.default_config(), 1.0))
+    script = f"""
+import numpy as np, heterocc
+from onnx import TensorProto, helper, numpy_helper
+w = np.random.default_rng(2).standard_normal((20, 56)).astype(np.float32)
+graph = helper.make_graph(
+    [helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [12, 20])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [12, 56])],
+    [numpy_helper.from_array(w, "w")])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+compiled = heterocc.compile(model, target="llvm", tuning_log={str(log)!r})
+x = np.random.default_rng(3).standard_normal((12, 20)).astype(np.float32)
+np.testing.assert_allclose(compiled.run([x])[0], x @ w, rtol=1e-4, atol=1e-4)
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
