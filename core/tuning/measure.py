@@ -183,6 +183,20 @@ def _worker_main(connection, setup_modules: Sequence[str]) -> None:
         connection.send(measure_in_process(task, config, options))
 
 
+def measure_in_order(measure_one: Callable[[Task, Config], MeasureResult], task: Task,
+                     configs: Sequence[Config],
+                     on_result: Callable[[Config, MeasureResult], None] | None = None
+                     ) -> list[MeasureResult]:
+    """``measure_one`` on each of ``configs`` in turn, reporting each result to
+    ``on_result`` as it arrives (what a pool of one does)."""
+    results = []
+    for config in configs:
+        results.append(measure_one(task, config))
+        if on_result is not None:
+            on_result(config, results[-1])
+    return results
+
+
 class InProcessMeasurer:
     """Measures candidates in this process: no isolation, so only for runners that
     cannot crash or hang the interpreter (the accelerator's timing model)."""
@@ -197,12 +211,7 @@ class InProcessMeasurer:
                       on_result: Callable[[Config, MeasureResult], None] | None = None
                       ) -> list[MeasureResult]:
         """Measure ``configs`` one after another (the interface of the pools)."""
-        results = []
-        for config in configs:
-            results.append(self.measure_one(task, config))
-            if on_result is not None:
-                on_result(config, results[-1])
-        return results
+        return measure_in_order(self.measure_one, task, configs, on_result)
 
     def close(self) -> None:
         """Nothing to release (the interface of :class:`Measurer`)."""

@@ -22,7 +22,13 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..errors import InputError
-from .measure import MeasureOptions, Measurer, MeasureResult, measure_in_process
+from .measure import (
+    MeasureOptions,
+    Measurer,
+    MeasureResult,
+    measure_in_order,
+    measure_in_process,
+)
 from .space import Config
 from .task import Task
 
@@ -57,12 +63,7 @@ class LocalPool:
         order of arrival, one call at a time) as each finishes. Results in the order of
         ``configs``."""
         if len(self.measurers) == 1 or len(configs) <= 1:
-            results = []
-            for config in configs:
-                results.append(self.measure_one(task, config))
-                if on_result is not None:
-                    on_result(config, results[-1])
-            return results
+            return measure_in_order(self.measure_one, task, configs, on_result)
         pending: queue.Queue = queue.Queue()
         for position, config in enumerate(configs):
             pending.put((position, config))

@@ -171,24 +171,14 @@ class CostModel:
         return self._booster.predict(xgboost.DMatrix(np.atleast_2d(features)))
 
 
-class XGBTuner(Tuner):
-    """Model-guided search: measure ``initial`` random configs, then each batch is the
-    best of the model's predictions over the candidates simulated annealing finds (or
-    over the whole space when it has at most ``exhaustive_limit`` points), picked for
-    predicted speed and for covering knob values the batch lacks, with one random
-    config in ``1 / epsilon`` for exploration."""
-
-    name = "xgb"
+class ModelGuidedTuner(Tuner):
+    """A tuner whose proposals a :class:`CostModel` ranks: the model learns from every
+    measured batch, on features of the lowered candidates (cached per config)."""
 
     def __init__(self, task: Task, seed: int = 0, model: CostModel | None = None,
-                 initial: int = 8, epsilon: float = 0.05, exhaustive_limit: int = 2048,
-                 walkers: int = 16, steps: int = 24, diversity: float = 0.05,
                  feature_cache: dict[int, np.ndarray] | None = None):
         super().__init__(task, seed)
         self.model = model if model is not None else CostModel(seed=seed)
-        self.initial, self.epsilon = initial, epsilon
-        self.exhaustive_limit, self.walkers, self.steps = exhaustive_limit, walkers, steps
-        self.diversity = diversity
         # features depend only on the task and config, so tuners of one task may share them
         self._features = feature_cache if feature_cache is not None else {}
 
@@ -205,6 +195,25 @@ class XGBTuner(Tuner):
             self.model.add(self.task.workload_key, list(self.features([c.index for c in configs])),
                            list(costs))
             self.model.fit()
+
+
+class XGBTuner(ModelGuidedTuner):
+    """Model-guided search: measure ``initial`` random configs, then each batch is the
+    best of the model's predictions over the candidates simulated annealing finds (or
+    over the whole space when it has at most ``exhaustive_limit`` points), picked for
+    predicted speed and for covering knob values the batch lacks, with one random
+    config in ``1 / epsilon`` for exploration."""
+
+    name = "xgb"
+
+    def __init__(self, task: Task, seed: int = 0, model: CostModel | None = None,
+                 initial: int = 8, epsilon: float = 0.05, exhaustive_limit: int = 2048,
+                 walkers: int = 16, steps: int = 24, diversity: float = 0.05,
+                 feature_cache: dict[int, np.ndarray] | None = None):
+        super().__init__(task, seed, model, feature_cache)
+        self.initial, self.epsilon = initial, epsilon
+        self.exhaustive_limit, self.walkers, self.steps = exhaustive_limit, walkers, steps
+        self.diversity = diversity
 
     def _propose(self, size: int) -> list[int]:
         if len(self.costs) < self.initial or not self.model.trained:

@@ -17,14 +17,11 @@ one of two parents.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
-from ..features import candidate_features
-from ..space import Config
 from ..task import Task
-from ..tuners import CostModel, Tuner
+from ..tuners import CostModel, ModelGuidedTuner
 
 
 def _prime_factors(value: int) -> list[int]:
@@ -39,7 +36,7 @@ def _prime_factors(value: int) -> list[int]:
     return found
 
 
-class EvolutionaryTuner(Tuner):
+class EvolutionaryTuner(ModelGuidedTuner):
     """The auto search's tuner (see the module docstring). ``population`` points evolve
     for ``generations`` per batch; the first ``initial`` measurements are random."""
 
@@ -48,11 +45,9 @@ class EvolutionaryTuner(Tuner):
     def __init__(self, task: Task, seed: int = 0, model: CostModel | None = None,
                  initial: int = 8, population: int = 32, generations: int = 3,
                  crossover: float = 0.3, epsilon: float = 0.1):
-        super().__init__(task, seed)
-        self.model = model if model is not None else CostModel(seed=seed)
+        super().__init__(task, seed, model)
         self.initial, self.population, self.generations = initial, population, generations
         self.crossover_rate, self.epsilon = crossover, epsilon
-        self._features: dict[int, np.ndarray] = {}
         knobs = self.space.knobs
         self._options = [{option: i for i, option in enumerate(k.options)} for k in knobs]
         self._groups: dict[str, list[int]] = {}
@@ -123,20 +118,7 @@ class EvolutionaryTuner(Tuner):
                     digits[position] = db[position]
         return self.space.index_of_digits(digits)
 
-    # ------------------------------------------------------------------ the model
-
-    def features(self, indices: Sequence[int]) -> np.ndarray:
-        for index in indices:
-            if index not in self._features:
-                self._features[index] = candidate_features(self.task, self.space.get(index))
-        return np.stack([self._features[i] for i in indices])
-
-    def update(self, configs: Sequence[Config], costs: Sequence[float]) -> None:
-        super().update(configs, costs)
-        if configs:
-            self.model.add(self.task.workload_key,
-                           list(self.features([c.index for c in configs])), list(costs))
-            self.model.fit()
+    # ------------------------------------------------------------------ proposing
 
     def _propose(self, size: int) -> list[int]:
         if len(self.costs) < self.initial or not self.model.trained:
