@@ -19,13 +19,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from ..errors import InputError
 from ..runtime.inputs import parse_shapes
-from .auto import EvolutionaryTuner
+from .auto import AUTO_PREFIX, EvolutionaryTuner, is_auto
 from .measure import MeasureOptions
 from .pool import make_pool
-from .records import RecordLog, config_costs, read_records
+from .records import MeasureRecord, RecordLog, config_costs, read_records
 from .scheduler import TaskScheduler
-from .task import SEARCHES, extract_tasks
+from .task import SEARCHES, Task, extract_tasks
 from .templates import SECONDS
 from .tuners import TUNERS, CostModel, TuneProgress, make_tuner, remeasure_best, tune_task
 
@@ -165,10 +166,30 @@ def _run_auto(args, tasks, pool, log: RecordLog, model: CostModel, stream) -> No
     if args.remeasure > 0:
         for task in tasks:
             remeasure_best(task, pool, log, count=args.remeasure)
+    measure_hand_schedules(tasks, pool, log)
     table(scheduler, final=True)
     print(f"tuned in {time.perf_counter() - start:.1f} s", file=stream)
     for task in tasks:
         print(f"  {task.workload_key}: {_summary(task, log)}", file=stream)
+
+
+def measure_hand_schedules(tasks, pool, log: RecordLog, rounds: int = 3) -> None:
+    """Each auto task's hand-written schedule (its template's default config), timed
+    ``rounds`` times on the same harness and logged under the template's key: compile
+    applies the faster of the two searches' records per workload, so it keeps the hand
+    schedule wherever the search found nothing faster."""
+    for task in tasks:
+        if not is_auto(task.template):
+            continue
+        try:
+            hand = Task(task.template[len(AUTO_PREFIX):], task.args)
+            default = hand.default_config()
+        except InputError:  # no template for this workload: nothing to compare with
+            continue
+        for _ in range(rounds):
+            result = pool.measure_one(hand, default)
+            log.append(MeasureRecord(hand.workload_key, default.to_json(), default.index,
+                                     result.costs, result.error, result.message, "baseline"))
 
 
 class _Discard:
