@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from .errors import PatternError
 from .ir.graph import Node, Value
-from .ops.registry import get_op
+from .ops.registry import get_op, has_op
 
 
 class Pattern:
@@ -179,10 +179,8 @@ def unlisted_inputs(pattern: Pattern) -> list[str]:
         elif isinstance(p, Optional):
             visit(p.inner)
         elif isinstance(p, OpPattern):
-            try:
-                names = get_op(p.op).input_names
-            except Exception:  # an op only the target knows: nothing to check against
-                names = None
+            # an op only the target knows has no declared inputs to check against
+            names = get_op(p.op).input_names if has_op(p.op) else None
             if names is not None:
                 missing.extend(f"{p.op}.{name}" for name in names[len(p.inputs):])
             for sub in p.inputs:

@@ -17,16 +17,13 @@ import onnx
 
 from .errors import InputError
 from .frontend.onnx import from_onnx, load_model
-from .frontend.to_onnx import graph_to_onnx
+from .frontend.to_onnx import DEFAULT_OPSET, graph_to_onnx
 from .ir.graph import Graph, NameScope, Node, Value, constant
 from .ir.types import TensorType
 from .ops import get_op
 from .passes import PassManager
 from .passes.rewrite import single_consumer
 from .runtime.interpreter import evaluate
-
-#: the opset of an exported model whose source declares none
-DEFAULT_EXPORT_OPSET = 21
 
 _LINEAR_OPS = ("Conv", "Gemm", "MatMul")
 _ACTIVATIONS = ("Relu", "Clip")
@@ -189,5 +186,5 @@ def quantize_model(model, calibration: Iterable) -> onnx.ModelProto:
     proto = load_model(model)
     graph = PassManager(list(FLOAT_SIMPLIFICATIONS)).run(from_onnx(proto))
     opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
-                default=DEFAULT_EXPORT_OPSET)
+                default=DEFAULT_OPSET)
     return graph_to_onnx(quantize_graph(graph, calibration), opset=max(opset, 13))
