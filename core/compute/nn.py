@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -80,26 +81,58 @@ def _phase_split_columns(data, stride: int, name: str):
 
 
 @register_compute("Conv")
+@dataclass(frozen=True)
+class ConvFrame:
+    """What every direct NCHW convolution compute starts from: the geometry of ``Conv``'s
+    attributes for an input and a weight shape, and the reduction axes over one group's
+    input channels (``rc``) and the kernel rows and columns (``ry``, ``rx``)."""
+
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads: tuple[int, ...]
+    out_size: tuple[int, int]
+    group: int
+    batch: int
+    out_channels: int
+    group_in: int  #: input channels per group
+    group_out: int  #: output channels per group
+    rc: te.IterVar
+    ry: te.IterVar
+    rx: te.IterVar
+
+    def input_channel(self, out_channel):
+        """The input channel output channel ``out_channel`` reads at reduction step ``rc``."""
+        if self.group == 1:
+            return self.rc
+        return (out_channel // self.group_out) * self.group_in + self.rc
+
+
+def conv_frame(x: te.Tensor, w: te.Tensor, attrs, what: str) -> ConvFrame:
+    """The :class:`ConvFrame` of a 2-D convolution of ``x`` by ``w`` (``what`` names the op
+    in the error a non-2-D one gets)."""
+    if x.ndim != 4:
+        raise CompileError(f"{x.ndim - 2}-D {what} has no TE compute (2-D only)")
+    kernel, strides, dilations, pads, out_size = conv_geometry(x.shape, w.shape, attrs)
+    group = attrs["group"]
+    return ConvFrame(tuple(kernel), tuple(strides), tuple(dilations), tuple(pads),
+                     tuple(out_size), group, x.shape[0], w.shape[0], x.shape[1] // group,
+                     w.shape[0] // group, te.reduce_axis(x.shape[1] // group, "rc"),
+                     te.reduce_axis(kernel[0], "ry"), te.reduce_axis(kernel[1], "rx"))
+
+
 def conv(inputs, attrs, out_types):
     """Direct NCHW convolution (any group count, stride, dilation, padding), tagged for
     ``schedule_conv2d_nchw``. A strided convolution reads its (padded) input through a
     phase-split copy, so every load the schedule vectorizes is contiguous."""
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
-    if x.ndim != 4:
-        raise CompileError(f"{x.ndim - 2}-D convolution has no TE compute (2-D only)")
     if not x.dtype.startswith("float") or x.dtype == "float16":
         raise CompileError(f"Conv on {x.dtype} has no TE compute")
-    kernel, strides, dilations, pads, (oh, ow) = conv_geometry(x.shape, w.shape, attrs)
-    group = attrs["group"]
-    n, c = x.shape[:2]
-    o = w.shape[0]
-    cg, og = c // group, o // group
-    sy, sx = strides
-    dy, dx = dilations
-    rc = te.reduce_axis(cg, "rc")
-    ry = te.reduce_axis(kernel[0], "ry")
-    rx = te.reduce_axis(kernel[1], "rx")
+    frame = conv_frame(x, w, attrs, "convolution")
+    pads, (oh, ow) = frame.pads, frame.out_size
+    (sy, sx), (dy, dx) = frame.strides, frame.dilations
+    rc, ry, rx = frame.rc, frame.ry, frame.rx
     height, width = x.shape[2:]
     if sx > 1 and width % sx == 0:
         # Unpadded phases (a plain strided copy), padding decided where the tile reads
@@ -127,10 +160,10 @@ def conv(inputs, attrs, out_types):
             return data[nn, channel, row, (rx * dx) % sx, xx + (rx * dx) // sx]
 
     def body(nn, k, y, xx):
-        channel = (k // og) * cg + rc if group > 1 else rc
-        return te.sum(read(nn, channel, y, xx) * w[k, rc, ry, rx], axis=[rc, ry, rx])
+        return te.sum(read(nn, frame.input_channel(k), y, xx) * w[k, rc, ry, rx],
+                      axis=[rc, ry, rx])
 
-    y = te.compute((n, o, oh, ow), body, name="conv", dtype=x.dtype,
+    y = te.compute((frame.batch, frame.out_channels, oh, ow), body, name="conv", dtype=x.dtype,
                    attrs={"schedule": "conv2d_nchw"})
     if b is None:
         return [y]

@@ -17,9 +17,8 @@ import numpy as np
 from .. import te
 from ..errors import CompileError
 from ..ir.types import dtype_from_onnx
-from ..ops.nn import conv_geometry
 from .common import optional_input, require_native
-from .nn import matmul, pad
+from .nn import conv_frame, matmul, pad
 from .reduction import reduce_stage, require_nonempty
 from .registry import register_compute
 
@@ -134,25 +133,18 @@ def _require_bytes(tensors, op: str) -> None:
 
 def _integer_conv(x, w, bias, attrs, name: str):
     """int32 direct NCHW convolution of centered operands ``x`` and ``w`` (+ int32 bias)."""
-    if x.ndim != 4:
-        raise CompileError(f"{x.ndim - 2}-D {name} has no TE compute (2-D only)")
-    kernel, strides, dilations, pads, (oh, ow) = conv_geometry(x.shape, w.shape, attrs)
-    group = attrs["group"]
-    n, c = x.shape[:2]
-    o = w.shape[0]
-    cg, og = c // group, o // group
+    frame = conv_frame(x, w, attrs, name)
     # padding is applied to the centered input, so padded positions contribute 0
-    data = pad(x, pads[:2], pads[2:], 0, f"{name}_pad")
-    rc, ry, rx = te.reduce_axis(cg, "rc"), te.reduce_axis(kernel[0], "ry"), \
-        te.reduce_axis(kernel[1], "rx")
-    (sy, sx), (dy, dx) = strides, dilations
+    data = pad(x, frame.pads[:2], frame.pads[2:], 0, f"{name}_pad")
+    rc, ry, rx = frame.rc, frame.ry, frame.rx
+    (sy, sx), (dy, dx) = frame.strides, frame.dilations
 
     def body(batch, k, y, column):
-        channel = (k // og) * cg + rc if group > 1 else rc
-        return te.sum(data[batch, channel, y * sy + ry * dy, column * sx + rx * dx]
-                      * w[k, rc, ry, rx], axis=[rc, ry, rx])
+        return te.sum(data[batch, frame.input_channel(k), y * sy + ry * dy,
+                           column * sx + rx * dx] * w[k, rc, ry, rx], axis=[rc, ry, rx])
 
-    acc = te.compute((n, o, oh, ow), body, name=name, dtype="int32")
+    acc = te.compute((frame.batch, frame.out_channels, *frame.out_size), body, name=name,
+                     dtype="int32")
     if bias is None:
         return acc
     return te.compute(acc.shape, lambda b, k, y, column: acc[b, k, y, column] + bias[k],
