@@ -80,7 +80,6 @@ def _phase_split_columns(data, stride: int, name: str):
                       attrs={"keep": True})
 
 
-@register_compute("Conv")
 @dataclass(frozen=True)
 class ConvFrame:
     """What every direct NCHW convolution compute starts from: the geometry of ``Conv``'s
@@ -121,6 +120,7 @@ def conv_frame(x: te.Tensor, w: te.Tensor, attrs, what: str) -> ConvFrame:
                      te.reduce_axis(kernel[0], "ry"), te.reduce_axis(kernel[1], "rx"))
 
 
+@register_compute("Conv")
 def conv(inputs, attrs, out_types):
     """Direct NCHW convolution (any group count, stride, dilation, padding), tagged for
     ``schedule_conv2d_nchw``. A strided convolution reads its (padded) input through a

@@ -38,6 +38,8 @@ BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div"})
 #: 2-D pooling, carried as 3-D pooling of the blocked tensor with a window of one over
 #: the channel block
 POOL_OPS = frozenset({"MaxPool", "AveragePool"})
+#: global pools carried in the blocked layout as the pool of their whole image
+GLOBAL_POOL_OPS = {"GlobalAveragePool": "AveragePool", "GlobalMaxPool": "MaxPool"}
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,24 @@ class _LayoutRewriter:
                                   attrs={**attrs, **window}))
         return True
 
+    def global_pool(self, node: Node) -> bool:
+        """A global pool of a blocked tensor stays blocked, as a pool whose window is the
+        whole image: each channel block reduced as vectors, rather than the tensor
+        transformed back to NCHW to be reduced one channel at a time."""
+        x = node.inputs[0]
+        block = self.block_of(x)
+        if not block or len(node.outputs) != 1 or x.type.ndim != 4:
+            return False
+        height, width = x.type.shape[2:]
+        window = {"auto_pad": "NOTSET", "kernel_shape": [height, width, 1],
+                  "strides": [1, 1, 1], "dilations": [1, 1, 1], "pads": [0] * 6}
+        window.update({"count_include_pad": 0} if node.op == "GlobalAveragePool"
+                      else {"storage_order": 0})
+        out = self.produce_blocked(node.outputs[0], block)
+        self.nodes.append(Node(GLOBAL_POOL_OPS[node.op], [self.in_block(x, block)], [out],
+                               window, node.name))
+        return True
+
     def any_other(self, node: Node) -> None:
         inputs = [self.nchw(v) for v in node.inputs]
         self.nodes.append(node if inputs == node.inputs else replace(node, inputs=inputs))
@@ -229,6 +249,8 @@ def alter_layout(graph: Graph) -> Graph:
                 and rewriter.binary(node):
             continue
         if node.body is None and node.op in POOL_OPS and rewriter.pool(node):
+            continue
+        if node.body is None and node.op in GLOBAL_POOL_OPS and rewriter.global_pool(node):
             continue
         rewriter.any_other(node)
     outputs = [rewriter.nchw(v) for v in graph.outputs]

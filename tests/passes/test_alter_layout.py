@@ -107,18 +107,39 @@ def test_chain_carries_blocks_through_elementwise_ops():
 
 
 def test_value_read_in_both_layouts_is_transformed_once():
-    """A blocked value read by two global pools and returned: one transform back."""
+    """A blocked value read by two NCHW readers and returned: one transform back."""
     inits = {"w": RNG.standard_normal((16, 8, 3, 3)).astype(np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4),
              helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("GlobalMaxPool", ["r"], ["p1"]),
-             helper.make_node("GlobalAveragePool", ["r"], ["p2"])]
+             helper.make_node("Flatten", ["r"], ["p1"]),
+             helper.make_node("ReduceMax", ["r"], ["p2"], keepdims=0)]
     model = make_model(nodes, [("x", "float32", [1, 8, 6, 6])],
                        [("p1", "float32", None), ("p2", "float32", None),
                         ("r", "float32", None)], inits)
     before = _optimized(model)
     after = alter_layout(before)
     assert [n.attrs["dst_layout"] for n in _transforms(after)] == ["NCHW8c", "NCHW"]
+    _assert_same_results(before, after)
+
+
+@pytest.mark.parametrize("pool", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pools_of_blocked_values_stay_blocked(pool):
+    """A global pool reduces each channel block as vectors: the pool of the whole image
+    on the blocked tensor, only its 1x1 result transformed back."""
+    inits = {"w": RNG.standard_normal((32, 8, 3, 3)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node(pool, ["r"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["y"])]
+    model = make_model(nodes, [("x", "float32", [1, 8, 7, 5])], [("y", "float32", None)],
+                       inits)
+    before = _optimized(model)
+    after = alter_layout(before)
+    pooled = next(n for n in after.nodes if n.op == pool.replace("Global", ""))
+    assert pooled.attrs["kernel_shape"] == [7, 5, 1]
+    assert pooled.outputs[0].type.shape == (1, 2, 1, 1, 16)
+    assert [n.attrs["dst_layout"] for n in _transforms(after)] == ["NCHW8c", "NCHW"]
+    assert _transforms(after)[-1].inputs == pooled.outputs
     _assert_same_results(before, after)
 
 
