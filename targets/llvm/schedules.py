@@ -209,10 +209,12 @@ def schedule_conv2d_nchw(schedule: te.Schedule, conv: te.Tensor,
 #: (These caps were measured with 32 registers and a one-vector block; fewer registers
 #: or a block of several vectors take fewer columns: :func:`blocked_conv_limits`.)
 BLOCKED_CONV_MAX_COLUMNS = 28
-#: output channel blocks of a default dense tile, and its most columns: two weight vectors
-#: per broadcast input element measured 7-31% faster than one block of 28 columns on
-#: ResNet-18's convolutions (and was the tuner's choice on almost all of them)
-BLOCKED_CONV_CHANNEL_BLOCKS = 2
+#: weight vectors per broadcast input element of a default dense tile, and its most
+#: columns: two measured 7-31% faster than one block of 28 columns on ResNet-18's
+#: convolutions with AVX-512 (two one-vector blocks; the tuner's choice on almost all of
+#: them), and one two-vector block of 5 columns 8% faster than two such blocks of 3
+#: columns with AVX2's 16 registers (:func:`dense_conv_channel_blocks`)
+BLOCKED_CONV_WEIGHT_VECTORS = 2
 BLOCKED_CONV_PAIRED_COLUMNS = 8
 #: the same for a depthwise tile, whose every multiply-add loads its own input vector
 #: (wider tiles measured slower: the loads and accumulators no longer fit the registers)
@@ -248,19 +250,43 @@ class BlockedConvTiles:
     block_unroll: int | None = None
 
 
+def _block_vectors(block_bytes: int, description: CPUDescription) -> int:
+    """Vector registers one channel block of ``block_bytes`` fills."""
+    return max(1, -(-block_bytes // description.vector_bytes))
+
+
+def dense_conv_channel_blocks(block_bytes: int, cpu: CPUDescription | None = None) -> int:
+    """Output channel blocks of a default dense blocked-conv tile on ``cpu``: as many as
+    give each broadcast input element :data:`BLOCKED_CONV_WEIGHT_VECTORS` weight vectors
+    (two one-vector blocks with AVX-512; one block of 16 floats, two vectors, with AVX2;
+    one of four with NEON), at least one."""
+    return max(1, BLOCKED_CONV_WEIGHT_VECTORS // _block_vectors(block_bytes, _cpu(cpu)))
+
+
 def blocked_conv_limits(block_bytes: int, cpu: CPUDescription | None = None
                         ) -> tuple[int, int, int]:
-    """``(columns, paired columns, depthwise columns)``: the most output columns of a
-    blocked-conv register tile of one channel block, of two, and of a depthwise one, on
-    ``cpu`` for a channel block of ``block_bytes``: the accumulators (one per column and
-    vector of the block) fit the registers the operands leave, and never exceed the
-    caps measured with 32 registers."""
+    """``(columns, dense columns, depthwise columns)``: the most output columns of a
+    blocked-conv register tile of one channel block, of a default dense tile (of
+    :func:`dense_conv_channel_blocks` blocks), and of a depthwise one, on ``cpu`` for a
+    channel block of ``block_bytes``: the accumulators (one per column and vector of
+    the tile's blocks) fit the registers that the operands leave (a dense tile's weight
+    vectors besides), and never exceed the caps measured with 32 registers."""
     description = _cpu(cpu)
-    vectors = max(1, -(-block_bytes // description.vector_bytes))
-    budget = max(1, (description.vector_registers - OPERAND_REGISTERS) // vectors)
-    return (min(BLOCKED_CONV_MAX_COLUMNS, budget),
-            max(1, min(BLOCKED_CONV_PAIRED_COLUMNS, budget // BLOCKED_CONV_CHANNEL_BLOCKS)),
-            min(DEPTHWISE_MAX_COLUMNS, budget))
+    vectors = _block_vectors(block_bytes, description)
+    spare = description.vector_registers - OPERAND_REGISTERS
+    weights = dense_conv_channel_blocks(block_bytes, description) * vectors
+    return (min(BLOCKED_CONV_MAX_COLUMNS, max(1, spare // vectors)),
+            max(1, min(BLOCKED_CONV_PAIRED_COLUMNS, (spare - weights) // weights)),
+            min(DEPTHWISE_MAX_COLUMNS, max(1, spare // vectors)))
+
+
+def dense_conv_columns(width: int, limit: int) -> int:
+    """Output columns per dense blocked-conv register tile: the fewest tiles of at most
+    ``limit`` columns that cover a row of ``width``, each as narrow as that count allows
+    (a row of 56 in tiles of 5 rather than 4 columns: a tail tile costs less than the
+    extra tiles a divisor would take, measured with AVX2's 5-column tiles)."""
+    limit = max(1, min(width, limit))
+    return -(-width // -(-width // limit))
 
 
 def default_blocked_conv_tiles(out_shape: Sequence[int], depthwise: bool,
@@ -268,15 +294,20 @@ def default_blocked_conv_tiles(out_shape: Sequence[int], depthwise: bool,
                                ) -> tuple[int, int]:
     """``(columns, channel_blocks)`` of a blocked convolution's tile without a tuning log,
     for its output shape ``(n, blocks, height, width, block)`` of ``itemsize``-byte
-    elements on ``cpu``: a dense one pairs two channel blocks (when their number is even)
-    over a short row segment, a depthwise one (whose every multiply-add loads its own
-    input) takes one block over a longer one."""
+    elements on ``cpu``: a dense one takes :func:`dense_conv_channel_blocks` channel
+    blocks over a short row segment (or, when they do not divide the block count, one
+    block over a longer one), a
+    depthwise one (whose every multiply-add loads its own input) takes one block over a
+    longer one."""
     blocks, width = out_shape[1], out_shape[3]
-    columns, paired, depthwise_columns = blocked_conv_limits(out_shape[4] * itemsize, cpu)
-    if depthwise or blocks % BLOCKED_CONV_CHANNEL_BLOCKS:
-        limit = depthwise_columns if depthwise else columns
-        return min(blocked_conv_columns(width, limit), width), 1
-    return (min(blocked_conv_columns(width, paired), width), BLOCKED_CONV_CHANNEL_BLOCKS)
+    block_bytes = out_shape[4] * itemsize
+    columns, dense, depthwise_columns = blocked_conv_limits(block_bytes, cpu)
+    if depthwise:
+        return min(blocked_conv_columns(width, depthwise_columns), width), 1
+    channel_blocks = dense_conv_channel_blocks(block_bytes, cpu)
+    if blocks % channel_blocks:
+        return min(blocked_conv_columns(width, columns), width), 1
+    return dense_conv_columns(width, dense), channel_blocks
 
 
 def _unroll_block_reduction(stage: te.Stage, reduction: list, unroll: int | None,
