@@ -78,12 +78,15 @@ def schedule_injective(schedule: te.Schedule, tensor: te.Tensor,
 
 
 def schedule_rows(schedule: te.Schedule, tensor: te.Tensor,
-                  cpu: CPUDescription | None = None) -> None:
+                  cpu: CPUDescription | None = None, serial_axes: int = 0) -> None:
     """Run ``tensor``'s stage row by row: every axis but the last fused (in parallel when
     there are enough elements), the last cut into vectors. For a stage whose flat index
-    would need vector division to recover its coordinates (a phase-split copy)."""
+    would need vector division to recover its coordinates (a phase-split copy).
+    ``serial_axes``: that many axes before the last stay serial loops inside each
+    parallel row instead of being fused into it."""
     stage = schedule[tensor]
-    *rows, columns = stage.op.axis
+    *axes, columns = stage.op.axis
+    rows = axes[:len(axes) - serial_axes]
     outer, lanes = stage.split(columns, factor=min(vector_lanes(tensor.dtype, cpu),
                                                    tensor.shape[-1]))
     stage.vectorize(lanes)
@@ -126,15 +129,16 @@ def conv_tile_channels(cpu: CPUDescription | None = None) -> int:
     return max(1, CONV_TILE_CHANNELS * _cpu(cpu).vector_registers // 32)
 
 
-def _schedule_conv_data(schedule: te.Schedule, data: te.Tensor) -> None:
+def _schedule_conv_data(schedule: te.Schedule, data: te.Tensor, serial_axes: int = 0) -> None:
     """Materialized copies (``keep``) of a convolution's input are computed ahead row by
-    row, and the stages they read likewise; any other stage is inlined."""
+    row (``serial_axes`` as in :func:`schedule_rows`), and the stages they read likewise;
+    any other stage is inlined."""
     if not isinstance(data.op, te.ComputeOp):
         return
     if not data.op.attrs.get("keep"):
         schedule[data].compute_inline()
         return
-    schedule_rows(schedule, data)
+    schedule_rows(schedule, data, serial_axes=serial_axes)
     for source in reads_of(schedule[data].body):
         _schedule_conv_data(schedule, source)
 
@@ -209,10 +213,12 @@ def schedule_conv2d_nchw(schedule: te.Schedule, conv: te.Tensor,
 #: (These caps were measured with 32 registers and a one-vector block; fewer registers
 #: or a block of several vectors take fewer columns: :func:`blocked_conv_limits`.)
 BLOCKED_CONV_MAX_COLUMNS = 28
-#: output channel blocks of a default dense tile, and its most columns: two weight vectors
-#: per broadcast input element measured 7-31% faster than one block of 28 columns on
-#: ResNet-18's convolutions (and was the tuner's choice on almost all of them)
-BLOCKED_CONV_CHANNEL_BLOCKS = 2
+#: weight vectors per broadcast input element of a default dense tile, and its most
+#: columns: two measured 7-31% faster than one block of 28 columns on ResNet-18's
+#: convolutions with AVX-512 (two one-vector blocks; the tuner's choice on almost all of
+#: them), and one two-vector block of 5 columns 8% faster than two such blocks of 3
+#: columns with AVX2's 16 registers (:func:`dense_conv_channel_blocks`)
+BLOCKED_CONV_WEIGHT_VECTORS = 2
 BLOCKED_CONV_PAIRED_COLUMNS = 8
 #: the same for a depthwise tile, whose every multiply-add loads its own input vector
 #: (wider tiles measured slower: the loads and accumulators no longer fit the registers)
@@ -235,26 +241,56 @@ class BlockedConvTiles:
     it must divide the number of blocks. None: :func:`default_blocked_conv_tiles`.
     ``kernel_outer``: a dense convolution's reduction runs over kernel rows and columns
     outside the input channel blocks (default: the channel blocks outermost).
+    ``block_unroll``: channels of a dense convolution's innermost reduction (the
+    channels of one input block) unrolled per step, a divisor of the input block;
+    None: the whole block (a serial loop over it measured 5-13% slower in-model, on
+    AVX-512 and AVX2 code alike: its per-step overhead rivals the tile's multiply-adds);
+    1: not unrolled.
     """
 
     columns: int | None = None
     channel_blocks: int | None = None
     kernel_outer: bool = False
+    block_unroll: int | None = None
+
+
+def _block_vectors(block_bytes: int, description: CPUDescription) -> int:
+    """Vector registers one channel block of ``block_bytes`` fills."""
+    return max(1, -(-block_bytes // description.vector_bytes))
+
+
+def dense_conv_channel_blocks(block_bytes: int, cpu: CPUDescription | None = None) -> int:
+    """Output channel blocks of a default dense blocked-conv tile on ``cpu``: as many as
+    give each broadcast input element :data:`BLOCKED_CONV_WEIGHT_VECTORS` weight vectors
+    (two one-vector blocks with AVX-512; one block of 16 floats, two vectors, with AVX2;
+    one of four with NEON), at least one."""
+    return max(1, BLOCKED_CONV_WEIGHT_VECTORS // _block_vectors(block_bytes, _cpu(cpu)))
 
 
 def blocked_conv_limits(block_bytes: int, cpu: CPUDescription | None = None
                         ) -> tuple[int, int, int]:
-    """``(columns, paired columns, depthwise columns)``: the most output columns of a
-    blocked-conv register tile of one channel block, of two, and of a depthwise one, on
-    ``cpu`` for a channel block of ``block_bytes``: the accumulators (one per column and
-    vector of the block) fit the registers the operands leave, and never exceed the
-    caps measured with 32 registers."""
+    """``(columns, dense columns, depthwise columns)``: the most output columns of a
+    blocked-conv register tile of one channel block, of a default dense tile (of
+    :func:`dense_conv_channel_blocks` blocks), and of a depthwise one, on ``cpu`` for a
+    channel block of ``block_bytes``: the accumulators (one per column and vector of
+    the tile's blocks) fit the registers that the operands leave (a dense tile's weight
+    vectors besides), and never exceed the caps measured with 32 registers."""
     description = _cpu(cpu)
-    vectors = max(1, -(-block_bytes // description.vector_bytes))
-    budget = max(1, (description.vector_registers - OPERAND_REGISTERS) // vectors)
-    return (min(BLOCKED_CONV_MAX_COLUMNS, budget),
-            max(1, min(BLOCKED_CONV_PAIRED_COLUMNS, budget // BLOCKED_CONV_CHANNEL_BLOCKS)),
-            min(DEPTHWISE_MAX_COLUMNS, budget))
+    vectors = _block_vectors(block_bytes, description)
+    spare = description.vector_registers - OPERAND_REGISTERS
+    weights = dense_conv_channel_blocks(block_bytes, description) * vectors
+    return (min(BLOCKED_CONV_MAX_COLUMNS, max(1, spare // vectors)),
+            max(1, min(BLOCKED_CONV_PAIRED_COLUMNS, (spare - weights) // weights)),
+            min(DEPTHWISE_MAX_COLUMNS, max(1, spare // vectors)))
+
+
+def dense_conv_columns(width: int, limit: int) -> int:
+    """Output columns per dense blocked-conv register tile: the fewest tiles of at most
+    ``limit`` columns that cover a row of ``width``, each as narrow as that count allows
+    (a row of 56 in tiles of 5 rather than 4 columns: a tail tile costs less than the
+    extra tiles a divisor would take, measured with AVX2's 5-column tiles)."""
+    limit = max(1, min(width, limit))
+    return -(-width // -(-width // limit))
 
 
 def default_blocked_conv_tiles(out_shape: Sequence[int], depthwise: bool,
@@ -262,15 +298,40 @@ def default_blocked_conv_tiles(out_shape: Sequence[int], depthwise: bool,
                                ) -> tuple[int, int]:
     """``(columns, channel_blocks)`` of a blocked convolution's tile without a tuning log,
     for its output shape ``(n, blocks, height, width, block)`` of ``itemsize``-byte
-    elements on ``cpu``: a dense one pairs two channel blocks (when their number is even)
-    over a short row segment, a depthwise one (whose every multiply-add loads its own
-    input) takes one block over a longer one."""
+    elements on ``cpu``: a dense one takes :func:`dense_conv_channel_blocks` channel
+    blocks over a short row segment (or, when they do not divide the block count, one
+    block over a longer one), a
+    depthwise one (whose every multiply-add loads its own input) takes one block over a
+    longer one."""
     blocks, width = out_shape[1], out_shape[3]
-    columns, paired, depthwise_columns = blocked_conv_limits(out_shape[4] * itemsize, cpu)
-    if depthwise or blocks % BLOCKED_CONV_CHANNEL_BLOCKS:
-        limit = depthwise_columns if depthwise else columns
-        return min(blocked_conv_columns(width, limit), width), 1
-    return (min(blocked_conv_columns(width, paired), width), BLOCKED_CONV_CHANNEL_BLOCKS)
+    block_bytes = out_shape[4] * itemsize
+    columns, dense, depthwise_columns = blocked_conv_limits(block_bytes, cpu)
+    if depthwise:
+        return min(blocked_conv_columns(width, depthwise_columns), width), 1
+    channel_blocks = dense_conv_channel_blocks(block_bytes, cpu)
+    if blocks % channel_blocks:
+        return min(blocked_conv_columns(width, columns), width), 1
+    return dense_conv_columns(width, dense), channel_blocks
+
+
+def _unroll_block_reduction(stage: te.Stage, reduction: list, unroll: int | None,
+                            name: str) -> list:
+    """A dense blocked convolution's reduction axes, ordered, with the channels of an
+    input block (the last axis) unrolled by ``unroll`` (None, or the block or more: all
+    of them; 1: none): when that is fewer than the block, the axis is split and its
+    inner part unrolled."""
+    block = reduction[-1].extent
+    unroll = block if unroll is None else min(unroll, block)
+    if unroll < 1 or block % unroll:
+        raise CompileError(f"schedule_conv2d_nchwc: {name!r} cannot unroll its input "
+                           f"channel blocks of {block} by {unroll} (not a divisor)")
+    if unroll == 1:
+        return reduction
+    if unroll < block:
+        outer, inner = stage.split(reduction[-1], factor=unroll)
+        reduction = [*reduction[:-1], outer, inner]
+    stage.unroll(reduction[-1])
+    return reduction
 
 
 def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
@@ -291,7 +352,11 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     if len(stage.op.axis) != 5 or len(stage.op.reduce_axis) not in (2, 4):
         raise CompileError(f"schedule_conv2d_nchwc: {conv.name!r} is not a blocked conv2d "
                            "(5 output axes, 2 or 4 reduction axes)")
-    _schedule_conv_data(schedule, reads_of(stage.body)[0])
+    # the padded copy (n, c, y, x, block) keeps its pixels in a serial loop per row:
+    # fused into the parallel loop, each pixel's (short) block vector paid for recovering
+    # its row and column by division and for the padding test on both (the 3-channel
+    # stems' padded copies took 1.5-2x as long)
+    _schedule_conv_data(schedule, reads_of(stage.body)[0], serial_axes=1)
     if epilogue is None:
         local, outer = schedule.cache_write(conv, "local"), conv
     else:
@@ -323,6 +388,9 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     if tiles.kernel_outer and not depthwise:
         channel_outer, row, column, channel_inner = reduction
         reduction = [row, column, channel_outer, channel_inner]
+    if not depthwise:
+        reduction = _unroll_block_reduction(schedule[local], reduction, tiles.block_unroll,
+                                            conv.name)
     schedule[local].reorder(ln, ly, *reduction, lko, lx, lki)
     schedule[local].unroll(lko)
     schedule[local].unroll(lx)

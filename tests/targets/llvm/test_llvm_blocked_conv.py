@@ -16,10 +16,12 @@ from heterocc.ir.types import TensorType
 from heterocc.models import mobilenet_v2, resnet18, tiny_cnn
 from heterocc.ops import get_op
 from heterocc.passes import fused_functions
+from heterocc.targets.llvm import LLVMTarget
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import (
     BlockedConvTiles,
     blocked_conv_columns,
+    dense_conv_columns,
     schedule_conv2d_nchwc,
 )
 from heterocc.targets.llvm.target import _schedule
@@ -67,6 +69,40 @@ def test_blocked_conv_geometries_match_reference(channels, size, filters, kernel
     model = _conv_model(channels, size, filters, kernel, stride, group, dilation=dilation,
                         width=width)
     _compile_blocked_and_check(model, _feeds(model))
+
+
+#: dense geometries whose tiles have tails or fold on both ISAs: odd widths (7, 13), 14
+#: and 56, strides 2, padded and unpadded 1x1, 24-channel outputs (blocks of 8)
+DENSE_TILE_GEOMETRIES = [
+    # channels, size, filters, kernel, stride, pad, epilogue
+    (32, 7, 64, 3, 1, 1, ("relu",)),
+    (16, 13, 32, 3, 1, 1, ("residual", "relu")),
+    (32, 14, 48, 1, 1, 0, ("clip",)),
+    (16, 56, 32, 1, 1, 0, ()),
+    (48, 14, 24, 1, 1, 0, ("residual",)),
+    (24, 14, 32, 1, 2, 0, ()),
+    (16, 13, 32, 1, 1, 1, ("relu",)),
+    (32, 15, 32, 3, 2, 1, ("relu",)),
+    (16, 56, 24, 3, 1, 1, ()),
+]
+
+
+@pytest.mark.parametrize("cpu", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
+@pytest.mark.parametrize("channels,size,filters,kernel,stride,pad,epilogue",
+                         DENSE_TILE_GEOMETRIES)
+def test_dense_blocked_tiles_match_onnxruntime_on_each_isa(cpu, channels, size, filters,
+                                                           kernel, stride, pad, epilogue):
+    """The default dense tiles of each CPU description (AVX2's one two-vector block of 5
+    columns, AVX-512's two blocks of up to 8, with their tail tiles) against ORT."""
+    model = _conv_model(channels, size, filters, kernel, stride, 1, pad=pad,
+                        epilogue=epilogue)
+    feeds = _feeds(model)
+    compiled = heterocc.compile(model, target=[LLVMTarget(cpu=cpu)])
+    assert compiled.graph.op_counts().get("ConvNCHWc")
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for ours, theirs in zip(compiled.run(feeds), session.run(None, feeds)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("pads", [[0, 1, 1, 0], [2, 0, 0, 2]])
@@ -144,6 +180,15 @@ def test_explicit_tile_widths_give_the_same_result(columns):
                                                  (33, 28, 28), (30, 14, 10)])
 def test_tile_columns_divide_the_row_where_they_can(width, limit, columns):
     assert blocked_conv_columns(width, limit) == columns
+
+
+@pytest.mark.parametrize("width,limit,columns", [(56, 8, 8), (28, 8, 7), (14, 8, 7), (7, 8, 7),
+                                                 (56, 5, 5), (14, 5, 5), (7, 5, 4), (13, 8, 7),
+                                                 (30, 8, 8), (3, 5, 3)])
+def test_dense_tiles_are_the_fewest_that_cover_a_row(width, limit, columns):
+    assert dense_conv_columns(width, limit) == columns
+    tiles = -(-width // columns)
+    assert tiles == -(-width // min(width, limit)) and (tiles - 1) * columns < width
 
 
 @pytest.mark.parametrize("src,dst,shape", [

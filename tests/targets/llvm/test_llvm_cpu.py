@@ -130,9 +130,13 @@ def test_schedules_tile_for_the_description():
     assert [schedules.panel_width("float32", c) for c in (avx512, avx2, neon)] == [32, 16, 8]
     assert [schedules.tile_rows(c) for c in (avx512, avx2, neon)] == [8, 6, 8]
     assert [schedules.conv_tile_channels(c) for c in (avx512, avx2)] == [16, 8]
-    # a 16-float channel block is one AVX-512 vector, two AVX2 ones
+    # a 16-float channel block is one AVX-512 vector, two AVX2 ones: a default dense tile
+    # pairs two AVX-512 blocks (two weight vectors per input element), one AVX2 block
     assert schedules.blocked_conv_limits(64, avx512) == (28, 8, 14)
-    assert schedules.blocked_conv_limits(64, avx2) == (6, 3, 6)
+    assert schedules.blocked_conv_limits(64, avx2) == (6, 5, 6)
+    assert [schedules.dense_conv_channel_blocks(64, c) for c in (avx512, avx2, neon)] == [2, 1, 1]
+    assert schedules.default_blocked_conv_tiles((1, 4, 56, 56, 16), False, 4, avx512) == (8, 2)
+    assert schedules.default_blocked_conv_tiles((1, 4, 56, 56, 16), False, 4, avx2) == (5, 1)
     with hcpu.compiling_for(avx2):
         assert schedules.vector_lanes("float32") == 8 and hcpu.active_cpu() is avx2
     assert hcpu.active_cpu() is HOST
