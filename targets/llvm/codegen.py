@@ -12,6 +12,7 @@ keeps the aliasing facts as scoped metadata); the runtime thread pool runs the t
 from __future__ import annotations
 
 import itertools
+import math
 from collections import ChainMap
 from collections.abc import Callable
 
@@ -364,6 +365,11 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         return self._broadcast(self.expr(node.value), node.lanes)
 
     def visit_BufferLoad(self, node: tx.BufferLoad) -> ir.Value:
+        return self._load(node)
+
+    def _load(self, node: tx.BufferLoad, guard: ir.Value | None = None) -> ir.Value:
+        """The value of ``node``; lanes whose ``guard`` bit (a vector of i1) is clear, like
+        those its predicate clears, are not read and hold zero."""
         if len(node.indices) != 1:
             raise CompileError(f"load from {node.buffer.name!r} is not flattened; run the TIR "
                                "pipeline (tir.lower_pipeline) before codegen")
@@ -372,6 +378,8 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         align = _itemsize(node.buffer.dtype)
         lanes = tx.lanes_of(index.dtype)
         mask = self.expr(node.predicate) if node.predicate is not None and lanes > 1 else None
+        if guard is not None:
+            mask = guard if mask is None else self.builder.and_(mask, guard)
         if lanes == 1:
             value = self.builder.load(self._address(node.buffer, self.expr(index)),
                                       typ=element, align=align)
@@ -418,6 +426,13 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
 
     def visit_Select(self, node: tx.Select) -> ir.Value:
         reads = self._reads_memory(node.true_value) or self._reads_memory(node.false_value)
+        guarded = _guarded_vector_load(node) if self.codegen.masked_loads else None
+        if guarded is not None:
+            # A padded read (a vector or zero): one masked load under the condition,
+            # no branch, so the loads of a whole tile stay in one block for LLVM to
+            # schedule and to merge where taps read the same vector.
+            return self._load(guarded, self._broadcast(self.expr(node.condition),
+                                                       tx.lanes_of(guarded.dtype)))
         if reads and tx.lanes_of(node.condition.dtype) == 1:
             # Branch, so the untaken side's loads (possibly out of bounds) never run.
             condition = self.expr(node.condition)
@@ -600,13 +615,32 @@ def _is_one(expr: tx.Expr) -> bool:
     return isinstance(expr, tx.IntImm) and expr.value == 1
 
 
+def _guarded_vector_load(node: tx.Select) -> tx.BufferLoad | None:
+    """The vector load of ``select(c, load, 0)`` with a scalar ``c`` (a read of a padded
+    tensor), which a masked load computes; None for any other select."""
+    load, zero = node.true_value, node.false_value
+    if (tx.lanes_of(node.condition.dtype) != 1 or not isinstance(load, tx.BufferLoad)
+            or tx.lanes_of(load.dtype) == 1 or not isinstance(zero, tx.Broadcast)):
+        return None
+    value = zero.value
+    if isinstance(value, tx.FloatImm):
+        return load if value.value == 0 and math.copysign(1.0, value.value) > 0 else None
+    return load if isinstance(value, tx.IntImm) and value.value == 0 else None
+
+
 class CodeGenLLVM:
     """Builds one LLVM module from PrimFuncs. ``vector_isas`` are the vector ABIs the
-    target CPU can call libmvec with (none: vector math is computed lane by lane)."""
+    target CPU can call libmvec with (none: vector math is computed lane by lane).
+    ``masked_loads``: the CPU loads a vector under a mask in one instruction (AVX-512's
+    mask registers), so a padded read, ``select(c, load, 0)`` with a scalar ``c``, is a
+    masked load; elsewhere (AVX2's masked loads cost an extra vector operation, NEON has
+    none) it is a branch around the load."""
 
-    def __init__(self, module_name: str = "heterocc", vector_isas: tuple[VectorISA, ...] = ()):
+    def __init__(self, module_name: str = "heterocc", vector_isas: tuple[VectorISA, ...] = (),
+                 masked_loads: bool = False):
         self.module = ir.Module(name=module_name)
         self.vector_isas = vector_isas
+        self.masked_loads = masked_loads
         self._counter = itertools.count()
 
     def fresh_name(self, prefix: str) -> str:

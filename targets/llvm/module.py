@@ -161,7 +161,9 @@ def _optimized_module(ir_text: str, machine: llvm.TargetMachine) -> llvm.ModuleR
 def _generate(funcs: Sequence[PrimFunc], symbols: Sequence[str], module_name: str,
               state: _Machines | None = None) -> str:
     """Unoptimized LLVM IR of ``funcs`` for ``state``'s CPU (default: the host)."""
-    codegen = CodeGenLLVM(module_name, (state or host()).isas)
+    state = state or host()
+    codegen = CodeGenLLVM(module_name, state.isas,
+                          masked_loads="avx512f" in state.description.features)
     for func, symbol in zip(funcs, symbols):
         codegen.add_function(func, symbol)
     return str(codegen.module)

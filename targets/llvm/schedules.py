@@ -347,8 +347,14 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     (image, channel block, row) run in parallel.
 
     ``epilogue`` and ``chain`` as in :func:`schedule_conv2d_nchw`: the function's
-    elementwise tail, finished from registers in each tile."""
+    elementwise tail, finished from registers in each tile. A depthwise convolution (2
+    reduction axes) takes :func:`schedule_depthwise_conv2d_nchwc`, with the tile's
+    ``columns`` and ``channel_blocks``."""
     stage = schedule[conv]
+    if len(stage.op.axis) == 5 and len(stage.op.reduce_axis) == 2:
+        schedule_depthwise_conv2d_nchwc(schedule, conv, epilogue, chain, DepthwiseConvTiles(
+            columns=tiles.columns, channel_blocks=tiles.channel_blocks or 1), cpu)
+        return
     if len(stage.op.axis) != 5 or len(stage.op.reduce_axis) not in (2, 4):
         raise CompileError(f"schedule_conv2d_nchwc: {conv.name!r} is not a blocked conv2d "
                            "(5 output axes, 2 or 4 reduction axes)")
@@ -395,6 +401,143 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     schedule[local].unroll(lko)
     schedule[local].unroll(lx)
     schedule[local].vectorize(lki)
+
+
+#: least output columns of a depthwise tile worth keeping the kernel's weight vectors in
+#: registers for; where the registers leave fewer accumulators than that, the weights are
+#: read from memory by each multiply-add (folded into it) instead
+DEPTHWISE_MIN_COLUMNS = 4
+#: vector multiply-adds of a depthwise convolution below which its tiles run in the
+#: calling thread: a kernel this short (tens of microseconds) gains less from a second
+#: core than waking the thread pool costs
+DEPTHWISE_PARALLEL_MIN_VECTOR_MULADDS = 1 << 16
+
+
+@dataclass(frozen=True)
+class DepthwiseConvTiles:
+    """Tile parameters of :func:`schedule_depthwise_conv2d_nchwc` (tuning drives them);
+    None: the default of :func:`default_depthwise_conv_tiles`.
+
+    ``columns``: output columns per register tile (one accumulator per column and
+    vector of the channel block). ``channel_blocks``: channel blocks per tile (each with
+    its own weights and inputs: more independent accumulators, no shared operand); it
+    must divide the number of blocks. ``unroll_window``: the kernel window is unrolled
+    in each tile (its weights then stay in registers across the row, and neighbouring
+    taps of neighbouring columns load a shared input vector once) rather than looped
+    over. ``parallel``: rows of tiles run in the thread pool.
+    """
+
+    columns: int | None = None
+    channel_blocks: int = 1
+    unroll_window: bool | None = None
+    parallel: bool | None = None
+
+
+def depthwise_conv_tile(width: int, kernel: Sequence[int], stride: int, block_bytes: int,
+                        cpu: CPUDescription | None = None) -> tuple[int, bool]:
+    """``(columns, unroll_window)`` of a depthwise register tile of a ``width``-column
+    row on ``cpu``, for a ``kernel`` (rows, columns) at column ``stride`` and a channel
+    block of ``block_bytes``.
+
+    The registers the operands leave hold the kernel's weight vectors (reused by the
+    whole row when the window is unrolled) and, per column, its accumulators and the
+    input vectors in flight for it: one at stride 1, where neighbouring columns share
+    their inputs, ``stride`` beyond (though a row that fits with one per column is taken
+    whole: one tile per row, with no loop over tiles, measured faster than two narrower
+    ones without spilling). Where that leaves at least
+    :data:`DEPTHWISE_MIN_COLUMNS` columns, the window is unrolled; otherwise it is looped
+    over and the accumulators take the registers (:func:`blocked_conv_limits`). Within
+    the budget, the widest divisor of the row (:func:`blocked_conv_columns`)."""
+    description = _cpu(cpu)
+    vectors = max(1, -(-block_bytes // description.vector_bytes))
+    free = description.vector_registers - OPERAND_REGISTERS
+    shared = (free - int(np.prod(kernel)) * vectors) // vectors
+    resident = shared // max(1, stride)
+    if resident >= DEPTHWISE_MIN_COLUMNS:
+        if width <= shared:
+            return width, True
+        return min(blocked_conv_columns(width, resident), width), True
+    looped = blocked_conv_limits(block_bytes, description)[2]
+    return min(blocked_conv_columns(width, looped), width), False
+
+
+def default_depthwise_conv_tiles(conv: te.Tensor, cpu: CPUDescription | None = None
+                                 ) -> DepthwiseConvTiles:
+    """The tiles of the blocked depthwise convolution ``conv`` (a ``ConvNCHWc`` compute,
+    output ``(n, blocks, height, width, block)``) without a tuning log, on ``cpu``:
+    :func:`depthwise_conv_tile`, one channel block, and the thread pool for kernels of
+    at least :data:`DEPTHWISE_PARALLEL_MIN_VECTOR_MULADDS`."""
+    _, _, _, width, block = conv.shape
+    kernel = [int(iv.extent) for iv in conv.op.reduce_axis]
+    # the compute carries its workload (for tuning), strides included
+    stride = int((conv.op.attrs.get("blocked_conv") or {}).get("strides", (1, 1))[1])
+    columns, unroll = depthwise_conv_tile(width, kernel, stride,
+                                          block * np.dtype(conv.dtype).itemsize, cpu)
+    vector_muladds = (int(np.prod(conv.shape)) * int(np.prod(kernel))
+                      // vector_lanes(conv.dtype, cpu))
+    return DepthwiseConvTiles(columns, 1, unroll,
+                              vector_muladds >= DEPTHWISE_PARALLEL_MIN_VECTOR_MULADDS)
+
+
+def schedule_depthwise_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
+                                    epilogue: te.Tensor | None = None,
+                                    chain: Sequence[te.Tensor] = (),
+                                    tiles: DepthwiseConvTiles = DepthwiseConvTiles(),
+                                    cpu: CPUDescription | None = None) -> None:
+    """A register-tiled CPU schedule of a blocked depthwise convolution
+    ``conv[n, c, y, x, b]`` (``ConvNCHWc`` with ``group`` = channels: reduced over kernel
+    rows and columns only, each channel reading its own input channel).
+
+    Each tile is one output row segment of ``tiles.columns`` pixels by
+    ``tiles.channel_blocks`` channel blocks, one accumulator vector per pixel and
+    block, updated by multiply-adds of input vectors (contiguous whatever the stride)
+    by the kernel's weight vectors. With ``tiles.unroll_window`` the tile is one
+    straight run of them, in which LLVM keeps the weights in registers and loads each
+    input vector once where neighbouring taps of neighbouring pixels read the same one
+    (stride 1); padding is read in place (on AVX-512 a padded read is a masked load,
+    not a branch). Rows of tiles run in the thread pool when ``tiles.parallel``.
+    Unset fields take :func:`default_depthwise_conv_tiles`.
+
+    ``epilogue`` and ``chain`` as in :func:`schedule_conv2d_nchw`: the function's
+    elementwise tail, finished from registers in each tile."""
+    stage = schedule[conv]
+    if len(stage.op.axis) != 5 or len(stage.op.reduce_axis) != 2:
+        raise CompileError(f"schedule_depthwise_conv2d_nchwc: {conv.name!r} is not a blocked "
+                           "depthwise conv2d (5 output axes, 2 reduction axes)")
+    if tiles.channel_blocks < 1 or conv.shape[1] % tiles.channel_blocks:
+        raise CompileError(f"schedule_depthwise_conv2d_nchwc: {tiles.channel_blocks} channel "
+                           f"blocks per tile do not divide {conv.shape[1]}")
+    default = default_depthwise_conv_tiles(conv, cpu)
+    columns = min(tiles.columns or default.columns, conv.shape[3])
+    unroll = default.unroll_window if tiles.unroll_window is None else tiles.unroll_window
+    parallel = default.parallel if tiles.parallel is None else tiles.parallel
+    _schedule_conv_data(schedule, reads_of(stage.body)[0])
+    if epilogue is None:
+        local, outer = schedule.cache_write(conv, "local"), conv
+    else:
+        local, outer = conv, epilogue
+    n, c, y, x, block = schedule[outer].op.axis
+    c_outer, c_inner = schedule[outer].split(c, factor=tiles.channel_blocks)
+    x_outer, x_inner = schedule[outer].split(x, factor=columns)
+    schedule[outer].reorder(n, c_outer, y, x_outer, c_inner, x_inner, block)
+    rows = schedule[outer].fuse(n, c_outer, y)
+    if parallel:
+        schedule[outer].parallel(rows)
+    schedule[outer].unroll(c_inner)
+    schedule[outer].unroll(x_inner)
+    schedule[outer].vectorize(block)
+    _compute_tile_stages(schedule, [local, *chain], outer, x_outer)
+    for stage_tensor in chain:
+        _, blocks_axis, _, columns_axis, block_axis = schedule[stage_tensor].op.axis
+        schedule[stage_tensor].unroll(blocks_axis)
+        schedule[stage_tensor].unroll(columns_axis)
+        schedule[stage_tensor].vectorize(block_axis)
+    ln, lc, ly, lx, lb = schedule[local].op.axis
+    ry, rx = schedule[local].op.reduce_axis
+    schedule[local].reorder(ln, ly, ry, rx, lc, lx, lb)
+    for axis in ((ry, rx) if unroll else ()) + (lc, lx):
+        schedule[local].unroll(axis)
+    schedule[local].vectorize(lb)
 
 
 def schedule_pool_nchwc(schedule: te.Schedule, pool: te.Tensor,

@@ -145,7 +145,8 @@ def test_blocked_schedule_computes_the_epilogue_in_its_tiles(group, epilogue):
     schedule = _schedule(ExpressedFunction(params, [], [y]))
     prim = te.lower(schedule, [*params, y], name="blocked")
     text = str(prim)
-    assert "parallel" in text and "ramp" in text
+    # a depthwise kernel this small runs in the calling thread (not worth the pool)
+    assert ("parallel" in text) == (group == 1) and "ramp" in text
     assert text.count("in 'local'") >= 1
     module = build([prim], name="blocked")
     arrays = [RNG.standard_normal(p.shape, dtype=np.float32) for p in params]

@@ -181,6 +181,31 @@ def test_vectorized_concat_uses_masked_loads(dtype):
     np.testing.assert_array_equal(call(module, C, a, b), np.concatenate([a, b], axis=1))
 
 
+@pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f"])
+@pytest.mark.parametrize("pad_value", [0.0, -0.0, 1.0])
+def test_padded_vector_reads_never_touch_the_padding(target, pad_value):
+    """A read of a padded row (a whole vector or the padding value under one scalar
+    condition) loads nothing where the condition fails: a masked load where the CPU
+    has mask registers and the padding is +0.0 (what a masked load gives), a branch
+    around the load otherwise (-0.0 keeps its sign)."""
+    rows, block = 6, 16
+    A = te.placeholder((rows, block), "float32", "A")
+    C = te.compute((rows, block), lambda i, b: te.if_then_else(
+        i + 1 < rows, A[te.minimum(i + 1, rows + 5), b], te.const(pad_value, "float32")),
+        name="C")
+    s = te.create_schedule(C)
+    s[C].vectorize(C.op.axis[1])
+    cpu = hllvm.parse_cpu(target)
+    module = hllvm.build(te.lower(s, [A, C], name="f"), cpu=cpu)
+    masked = "avx512f" in cpu.features and pad_value == 0.0 and math.copysign(1, pad_value) > 0
+    assert ("llvm.masked.load" in module.unoptimized_ir) == masked
+    a = guarded_array(RNG.standard_normal((rows, block)).astype(np.float32))
+    out = call(module, C, a)
+    np.testing.assert_array_equal(out[:-1], a[1:])
+    assert np.all(out[-1] == pad_value)
+    assert np.all(np.signbit(out[-1]) == np.signbit(np.float32(pad_value)))
+
+
 def test_non_dividing_vector_split_reads_no_further():
     n = 999
     module, B = build_unary((n,), "float32", lambda x: x + 1.0, vector=16)
