@@ -67,11 +67,15 @@ class TargetTuning:
     the frontend gives it) for this target instance, one per distinct workload, in order
     of first appearance; ``measure(task, config, options)``: build, check and time one
     candidate in this process, returning its costs (lower is better) or raising
-    :class:`~.measure.CandidateError`."""
+    :class:`~.measure.CandidateError`; ``auto_tasks(graph)``: see the field."""
 
     templates: Sequence[Template]
     tasks: Callable[[Graph], list[Task]]
     measure: Callable[[Task, Config, MeasureOptions], tuple[float, ...]]
+    #: the tasks of the template-free search, when the target forms them otherwise
+    #: (e.g. whole fused functions, measured as the model compiles them); None: each
+    #: task of ``tasks`` becomes its ``auto.`` twin where the target offers one
+    auto_tasks: Callable[[Graph], list[Task]] | None = None
 
 
 #: templates registered directly, by name (they take precedence over the targets')
