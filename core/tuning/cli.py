@@ -160,7 +160,7 @@ def _run_auto(args, tasks, pool, log: RecordLog, model: CostModel, stream) -> No
     scheduler = TaskScheduler(
         tasks, tuners, pool, args.trials, log, batch_size=args.batch_size,
         early_stop=args.early_stop,
-        first={task.workload_key: [task.default_config()] for task in tasks},
+        first={task.workload_key: task.definition.first_configs(task.args) for task in tasks},
         callback=table)
     scheduler.run()
     if args.remeasure > 0:

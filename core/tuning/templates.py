@@ -53,10 +53,22 @@ class Template:
     flops: Callable[[tuple], int]
     features: Callable[[tuple, Config], np.ndarray] | None = None
     cost_unit: str = SECONDS
+    #: further points a search measures first (after the default), by knob values
+    seeds: Callable[[tuple], list[dict]] | None = None
 
     def default_config(self, args: tuple) -> Config:
         """The config matching the target's hand-written schedule."""
         return self.space(args).from_values(self.default(args))
+
+    def first_configs(self, args: tuple) -> list[Config]:
+        """The default config, then the :attr:`seeds` (distinct, in order)."""
+        space = self.space(args)
+        configs = [self.default_config(args)]
+        for values in self.seeds(args) if self.seeds is not None else ():
+            config = space.from_values(values)
+            if config.index not in {c.index for c in configs}:
+                configs.append(config)
+        return configs
 
 
 @dataclass(frozen=True)

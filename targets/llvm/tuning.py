@@ -31,6 +31,7 @@ from heterocc.ops.layout import blocked_conv_geometry, conv_nchwc
 from heterocc.ops.nn import conv_geometry
 from heterocc.passes.pipeline import run_pipeline
 from heterocc.runtime.interpreter import evaluate
+from heterocc.targets.registry import get_target
 from heterocc.te_target import express_function, fold_scalars
 from heterocc.tuning.apply import ApplyHistoryBest, best_of, current, lookup
 from heterocc.tuning.auto import AutoWorkload, SearchHints, Sketch, auto_name, auto_template
@@ -46,7 +47,7 @@ from heterocc.tuning.space import Config, ConfigSpace, Knob, divisors, split_opt
 from heterocc.tuning.task import Task, matmul_dims, workload_key
 from heterocc.tuning.templates import TargetTuning, Template
 
-from .cpu import active_cpu, compiling_for
+from .cpu import active_cpu
 from .module import build
 from .schedules import (
     BLOCKED_CONV_MAX_COLUMNS,
@@ -991,7 +992,9 @@ def function_keys(spec: str, kind: str) -> tuple[str, str]:
 
 def _function_kind(body: Graph) -> str | None:
     """The anchor kind of a float function the function tasks cover, or None."""
-    kinds = [FUNCTION_ANCHORS[n.op] for n in body.nodes if n.op in FUNCTION_ANCHORS
+    kinds = [("depthwise_" if n.op == "ConvNCHWc" and int(n.attrs.get("group") or 1) > 1
+              else "") + FUNCTION_ANCHORS[n.op]
+             for n in body.nodes if n.op in FUNCTION_ANCHORS
              and n.outputs[0].type.dtype.startswith("float")]
     return kinds[0] if len(kinds) == 1 else None
 
@@ -1037,13 +1040,25 @@ def function_tuned(expressed) -> te.Schedule | None:
     return s
 
 
-def _expressed_function(spec: str):
-    """A function task's body expressed and packed as the target compiles it."""
-    from .target import _prepack_constants  # the target builds on this module
+def _llvm_target():
+    """A fresh instance of this target for the active CPU (through the registry: the
+    target's module builds on this one)."""
+    return get_target("llvm", cpu=active_cpu())
 
-    with compiling_for(active_cpu()):
-        expressed = express_function(function_body(spec))
-        _prepack_constants(expressed)
+
+def _expressed_function(spec: str):
+    """A function task's body expressed and packed as the target compiles it (its
+    constant operands prepacked in the default panels: the sketch does not depend on
+    the panel width)."""
+    target = _llvm_target()
+    token = _FUNCTION_CHOICE.set(("hand", None))
+    try:
+        with target.compile_context():
+            expressed = express_function(function_body(spec))
+            target.schedule(expressed)
+    finally:
+        _FUNCTION_CHOICE.reset(token)
+    target._packings.pop(id(expressed), None)
     return expressed
 
 
@@ -1081,6 +1096,21 @@ def _auto_function_default(args: tuple) -> dict:
     return values
 
 
+def _auto_function_seeds(args: tuple) -> list[dict]:
+    """The sketch's seeds; a product's at each panel width its register tile fits."""
+    seeds = _auto_function_sketch(args[1]).seed_values()
+    if not _has_panel(args[1]):
+        return seeds
+    default_panel_width = _auto_function_default(args)["panel"]
+    widths = _panel_knob(args[1]).options
+    found = []
+    for values in seeds:
+        tile = values["a0.tile.s1"][-1]
+        panel = tile if tile in widths else default_panel_width
+        found.append({**values, "panel": panel})
+    return found
+
+
 def _hand_function_space(args: tuple) -> ConfigSpace:
     return ConfigSpace((Knob("schedule", "order", ("hand",)),))
 
@@ -1098,9 +1128,7 @@ def _forced_log(template: str, args: tuple, config: Config) -> ApplyHistoryBest:
 def _instantiate_function(args: tuple, config: Config, template: str):
     """The function scheduled by ``config`` through the target's own schedule (what the
     cost model's features describe)."""
-    from .target import LLVMTarget  # the target builds on this module
-
-    target = LLVMTarget(cpu=active_cpu())
+    target = _llvm_target()
     body = function_body(args[1])
     with _forced_log(template, args, config), function_choice(body), \
             target.compile_context():
@@ -1115,10 +1143,8 @@ def _measure_function(task: Task, config: Config, options: MeasureOptions
     """Compile the function through the target (prepacked constants, folded scalars,
     the epilogue in the tiles), check every output against the NumPy references, time
     the kernel as the graph executor calls it."""
-    from .target import LLVMTarget  # the target builds on this module
-
     node = _function_node(task.args[1])
-    target = LLVMTarget(cpu=active_cpu())
+    target = _llvm_target()
     try:
         with _forced_log(task.template, task.args, config):
             kernel = target.kernel(node, target.compiled(node))
@@ -1148,7 +1174,7 @@ FUNCTION_TEMPLATE = Template(
 AUTO_FUNCTION_TEMPLATE = Template(
     auto_name(FUNCTION), "llvm", _auto_function_space, _auto_function_default,
     functools.partial(_instantiate_function, template=auto_name(FUNCTION)),
-    _function_inputs, _function_reference, _function_flops)
+    _function_inputs, _function_reference, _function_flops, seeds=_auto_function_seeds)
 
 
 def function_tasks(graph: Graph, target) -> list[Task]:

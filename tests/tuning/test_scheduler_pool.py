@@ -138,14 +138,14 @@ def test_auto_search_command_shows_the_table_and_logs_every_trial(tmp_path):
                   "--batch-size", "3", "--repeat", "1", "--remeasure", "0",
                   "--workers", "2"], out) == 0
     records = read_records(log)
+    (task,) = extract_tasks(str(path), search="auto")  # the model's one function
     searched = [r for r in records if r.tuner == "auto"]
-    assert len(searched) == 6 and {r.workload_key for r in searched} == {
-        '["auto.matmul",16,32,24,"float32"]'}
-    # the hand schedule, timed on the same harness under the template's key, so compile
-    # keeps it where the search found nothing faster
+    assert len(searched) == 6 and {r.workload_key for r in searched} == {task.workload_key}
+    # the function's hand schedule, timed on the same harness under the hand template's
+    # key, so compile keeps it where the search found nothing faster
     hand = [r for r in records if r.tuner == "baseline"]
     assert len(hand) == 3 and {r.workload_key for r in hand} == {
-        '["matmul",16,32,24,"float32"]'}
+        Task("function", task.args).workload_key}
     assert all(r.ok for r in hand) and len(records) == 9
     text = out.getvalue()
     assert "GFLOP/s" in text and "total: 6/6 trials, estimated latency" in text
@@ -230,8 +230,10 @@ def test_auto_tasks_carry_how_often_the_model_runs_them(tmp_path):
     from tests.tuning.test_cli_apply import _model
 
     tasks = extract_tasks(_model(tmp_path / "m.onnx"), search="auto")
-    assert [(t.template, t.weight) for t in tasks] == [
-        ("auto.conv2d_nchwc", 1), ("auto.depthwise_conv2d_nchwc", 2), ("auto.matmul", 1)]
+    # whole functions: the two equal depthwise convolutions' functions are one task
+    assert [(t.template, t.args[0], t.weight) for t in tasks] == [
+        ("auto.function", "conv2d_nchwc", 1), ("auto.function", "depthwise_conv2d_nchwc", 2),
+        ("auto.function", "matmul", 1)]
     # the weight is no part of a task's identity (its workload key)
     assert tasks[1] == Task(tasks[1].template, tasks[1].args)
     with pytest.raises(InputError, match="no search .exhaustive."):
