@@ -163,10 +163,10 @@ def _run_auto(args, tasks, pool, log: RecordLog, model: CostModel, stream) -> No
         first={task.workload_key: task.definition.first_configs(task.args) for task in tasks},
         callback=table)
     scheduler.run()
-    if args.remeasure > 0:
-        for task in tasks:
+    for task in tasks:  # each task's best and its hand schedule timed close together
+        if args.remeasure > 0:
             remeasure_best(task, pool, log, count=args.remeasure)
-    measure_hand_schedules(tasks, pool, log)
+        measure_hand_schedules([task], pool, log)
     table(scheduler, final=True)
     print(f"tuned in {time.perf_counter() - start:.1f} s", file=stream)
     for task in tasks:

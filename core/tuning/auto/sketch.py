@@ -145,6 +145,10 @@ class Sketch:
             # the same places with or without an epilogue, so that a point tuned on the
             # bare workload applies to the function that adds one
             yield Knob(f"{p}.location", "location", ("at0", "at1", "direct"))
+            # which spatial axis the tile loops walk outermost: the first (a product's
+            # row blocks) or the last (its column panels: each thread keeps its part of
+            # the operand read along the last axis cached while the rows stream by)
+            yield Knob(f"{p}.order", "order", ("natural", "reversed"))
             yield Knob(f"{p}.parallel", "parallel", (True, False))
             yield Knob(f"{p}.vectorize", "vectorize", (True, False))
             yield Knob(f"{p}.unroll", "unroll", UNROLL_LIMITS)
@@ -173,6 +177,7 @@ class Sketch:
                 fitting = [d for d in divisors(extent) if d <= 4 * MAX_FACTOR]
                 values[f"{p}.tile.r{axis}"] = max(fitting)
             values[f"{p}.location"] = "at1"
+            values[f"{p}.order"] = "natural"
             values[f"{p}.parallel"] = True
             values[f"{p}.vectorize"] = True
             values[f"{p}.unroll"] = 64
@@ -234,6 +239,7 @@ class Sketch:
             values[f"{p}.tile.s{others[-1]}"] = (1, blocks, rows)
             values[f"{p}.tile.s{last}"] = (1, 1, width)
             values[f"{p}.tile.r0"] = chunk
+            values[f"{p}.order"] = "reversed"
         return values
 
     # ------------------------------------------------------------------ applying a point
@@ -270,6 +276,7 @@ class Sketch:
         tiles = [config[f"{p}.tile.s{axis}"] for axis in range(len(anchor.spatial))]
         reduce_tiles = [config[f"{p}.tile.r{axis}"] for axis in range(len(anchor.reduce))]
         location = config[f"{p}.location"]
+        reversed_order = config[f"{p}.order"] == "reversed"
         tensor = by_name[anchor.name]
         extents: dict[int, int] = {}
         if location == "direct":
@@ -287,6 +294,8 @@ class Sketch:
             outer_factors = [(math.prod(t),) if level == 0 else (t[0], math.prod(t[1:]))
                              for t in tiles]
             outer_levels = _split_levels(outer_stage, outer_factors, extents)
+            if reversed_order:
+                outer_levels[:-1] = [lvl[::-1] for lvl in outer_levels[:-1]]
             tile_loops = [iv for lvl in outer_levels[:-1] for iv in lvl]
             rest = outer_levels[-1]
             # the tile's write-back (or fused epilogue): its last axis one vector at a time
@@ -308,6 +317,8 @@ class Sketch:
             extents[id(inner)] = factor
         r0, r1 = [pair[0] for pair in reduce], [pair[1] for pair in reduce]
         # S0 S1 R0 S2 R1 S3, without the levels the outer stage took
+        if reversed_order and outer_stage is None:
+            levels[:-2] = [lvl[::-1] for lvl in levels[:-2]]
         *before, s2, s3 = levels
         compute_stage.reorder(*(iv for lvl in before for iv in lvl), *r0, *s2, *r1, *s3)
         if config[f"{p}.vectorize"] and extents[id(s3[-1])] > 1:
