@@ -196,3 +196,43 @@ def test_function_keys_name_both_searches(rng):
     hand_key, auto_key = function_keys(task.args[1], task.args[0])
     assert auto_key == task.workload_key
     assert Task.from_key(hand_key).template == "function"
+
+
+def test_records_of_an_earlier_space_are_skipped_not_fatal(tmp_path, rng):
+    """A log written when the sketch had other knobs: its records are no points of
+    today's space, so compile keeps the hand schedule instead of failing."""
+    model = _conv_model(rng)
+    (task,) = extract_tasks(model, search="auto")
+    config = task.default_config()
+    stale = {k: v for k, v in config.to_json().items() if not k.endswith(".order")}
+    path = tmp_path / "stale.jsonl"
+    with RecordLog(path) as log:
+        log.append(MeasureRecord(task.workload_key, stale, config.index, (0.5,)))
+        log.append(MeasureRecord(Task("function", task.args).workload_key,
+                                 {"schedule": "hand"}, 0, (2.0,)))
+    with ApplyHistoryBest(path), \
+            llvm_tuning.function_choice(function_body(task.args[1])) as choice:
+        assert choice == ("hand", None)
+    x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(
+        heterocc.compile(model, tuning_log=str(path)).run([x])[0],
+        heterocc.compile(model).run([x])[0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_order_knob_walks_the_last_axis_outermost():
+    from heterocc import te
+    from heterocc.compute.nn import matmul
+
+    A = te.placeholder((64, 32), "float32", "A")
+    B = te.placeholder((32, 64), "float32", "B")
+    C = matmul(A, B, "C")
+    sketch = Sketch([C], SearchHints(vector_lanes=16, registers=32))
+    values = {**sketch.default_values(), "a0.tile.s0": (1, 1, 8), "a0.tile.s1": (1, 1, 16)}
+    loops = {}
+    for order in ("natural", "reversed"):
+        config = sketch.space.from_values({**values, "a0.order": order})
+        schedule = sketch.apply([C], config)
+        # the parallel loop fuses the outer tiles: rows first, or column panels first
+        (fused,) = [iv for iv in schedule[C].leaf_iter_vars if ".fused" in iv.name]
+        loops[order] = fused.name
+    assert loops["natural"].startswith("i0") and loops["reversed"].startswith("i1")
