@@ -846,6 +846,10 @@ def llvm_tuning(target) -> TargetTuning:
 
 #: ops whose float functions become function tasks (the anchors the sketch tiles)
 FUNCTION_ANCHORS = {"ConvNCHWc": "conv2d_nchwc", "MatMul": "matmul", "Gemm": "matmul"}
+#: how much faster than the hand schedule a function's auto record must have been
+#: measured to be applied (timings on a shared machine vary by a few percent, and the
+#: best of many candidates is the one most flattered by that)
+FUNCTION_MARGIN = 0.03
 #: constants up to this many elements are part of a function task (shapes, clip
 #: bounds, scalars folded into the code); larger ones by shape only, random when timed
 _SPEC_VALUE_ELEMENTS = 64
@@ -1003,15 +1007,20 @@ def _function_kind(body: Graph) -> str | None:
 def function_choice(body: Graph):
     """While one function compiles: decide from the applied tuning log whether it takes
     its auto record (only where that was measured faster than the hand schedule of the
-    same function on the same harness) or keeps the hand schedule; functions the log
-    has no records of keep the workload records' say (see :func:`function_tuned`)."""
+    same function on the same harness, by :data:`FUNCTION_MARGIN`) or keeps the hand
+    schedule; functions the log has no records of keep the workload records' say (see
+    :func:`function_tuned`)."""
     choice = None
-    kind = _function_kind(body) if current() is not None else None
+    context = current()
+    kind = _function_kind(body) if context is not None else None
     if kind is not None:
         hand_key, auto_key = function_keys(function_spec(body), kind)
-        key, config = best_of([hand_key, auto_key])
-        if key is not None:
-            choice = ("auto", config) if key == auto_key else ("hand", None)
+        hand_cost, config = context.best_cost(hand_key), context.lookup(auto_key)
+        if config is not None and (hand_cost is None or context.best_cost(auto_key)
+                                   < hand_cost * (1 - FUNCTION_MARGIN)):
+            choice = ("auto", config)
+        elif hand_cost is not None or config is not None:
+            choice = ("hand", None)
     token = _FUNCTION_CHOICE.set(choice)
     try:
         yield choice

@@ -93,7 +93,8 @@ def test_an_auto_record_applies_only_where_it_beat_the_hand_schedule(
     (task,) = extract_tasks(model, search="auto")
     config = task.space.from_values({**task.default_config().to_json(),
                                      "a0.location": "direct"})
-    log = _log(tmp_path, task, config, 1.0 if auto_wins else 3.0, 2.0)
+    # a win by less than the margin is no win: timings vary by a few percent
+    log = _log(tmp_path, task, config, 1.0 if auto_wins else 1.99, 2.0)
     choices = []
     original = llvm_tuning.function_choice
 

@@ -146,7 +146,11 @@ def test_auto_search_command_shows_the_table_and_logs_every_trial(tmp_path):
     hand = [r for r in records if r.tuner == "baseline"]
     assert len(hand) == 3 and {r.workload_key for r in hand} == {
         Task("function", task.args).workload_key}
-    assert all(r.ok for r in hand) and len(records) == 9
+    assert all(r.ok for r in hand) and len(records) == 12
+    # each timing of it follows one of the search's best (a change in load hits both)
+    again = [r for r in records if r.tuner == "remeasure"]
+    assert len(again) == 3 and len({r.config_index for r in again}) == 1
+    assert [r.tuner for r in records[6:]] == ["remeasure", "baseline"] * 3
     text = out.getvalue()
     assert "GFLOP/s" in text and "total: 6/6 trials, estimated latency" in text
     quiet = io.StringIO()
@@ -175,7 +179,8 @@ def test_auto_search_resumes_after_kill_9_without_losing_a_record(tmp_path):
     assert after[:len(kept)] == kept  # nothing completed was lost
     searched = [r for r in after if r.tuner == "auto"]
     assert len(searched) == max(12, len(kept))  # resumed: 12 trials in all
-    assert len(after) == len(searched) + 3  # and the hand schedule timed three times
+    # and the hand schedule timed three times, each after the best so far
+    assert len(after) == len(searched) + 6
 
 
 def test_ray_pool_runs_a_small_tuning_in_process(tmp_path):
