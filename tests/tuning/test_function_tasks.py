@@ -61,9 +61,38 @@ def test_functions_of_one_structure_are_one_task_weighted_by_their_count(rng):
     assert [(t.template, t.weight) for t in tasks] == [("auto.function", 2)]
 
 
-@pytest.mark.parametrize("which", ["conv", "matmul"])
+def _dense_model(rng):
+    """Gemm with transB and a bias (a fully connected layer), then ReLU."""
+    return make_model(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1),
+         helper.make_node("Relu", ["g"], ["y"])],
+        [("x", "float32", [4, 48])], [("y", "float32", None)],
+        {"w": rng.standard_normal((40, 48)).astype(np.float32),
+         "b": rng.standard_normal(40).astype(np.float32)})
+
+
+def _batch_model(rng):
+    return make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [("x", "float32", [3, 8, 24])], [("y", "float32", None)],
+        {"w": rng.standard_normal((3, 24, 32)).astype(np.float32)})
+
+
+def _depthwise_model(rng):
+    return make_model(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], group=16),
+         helper.make_node("Relu", ["c"], ["y"])],
+        [("x", "float32", [1, 16, 10, 10])], [("y", "float32", None)],
+        {"w": rng.standard_normal((16, 1, 3, 3)).astype(np.float32)})
+
+
+MODELS = {"conv": _conv_model, "matmul": _matmul_model, "dense": _dense_model,
+          "batch_matmul": _batch_model, "depthwise": _depthwise_model}
+
+
+@pytest.mark.parametrize("which", sorted(MODELS))
 def test_function_candidates_are_built_by_the_target_and_checked(which, rng):
-    model = _conv_model(rng) if which == "conv" else _matmul_model(rng)
+    model = MODELS[which](rng)
     (task,) = extract_tasks(model, search="auto")
     hand = Task("function", task.args)
     options = MeasureOptions(repeat=1)
@@ -237,3 +266,23 @@ def test_the_order_knob_walks_the_last_axis_outermost():
         (fused,) = [iv for iv in schedule[C].leaf_iter_vars if ".fused" in iv.name]
         loops[order] = fused.name
     assert loops["natural"].startswith("i0") and loops["reversed"].startswith("i1")
+
+
+@pytest.mark.parametrize("which", ["dense", "batch_matmul", "depthwise"])
+def test_dense_batch_and_depthwise_functions_apply_their_auto_records(which, tmp_path, rng):
+    """The kinds whose bare-workload records compile never applied: as functions, their
+    auto records apply like any other (and compute the same)."""
+    model = MODELS[which](rng)
+    (task,) = extract_tasks(model, search="auto")
+    config = task.space.get(task.space.random_indices(rng, 1)[0])
+    log = _log(tmp_path, task, config, 1.0, 2.0)
+    with ApplyHistoryBest(log), \
+            llvm_tuning.function_choice(function_body(task.args[1])) as choice:
+        assert choice[0] == "auto" and choice[1].index == config.index
+    x = rng.standard_normal(model_input_shape(model)).astype(np.float32)
+    np.testing.assert_allclose(heterocc.compile(model, tuning_log=log).run([x])[0],
+                               heterocc.compile(model).run([x])[0], rtol=1e-4, atol=1e-4)
+
+
+def model_input_shape(model):
+    return [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
