@@ -49,6 +49,7 @@ from heterocc.tuning import (
     tune_task,
 )
 from heterocc.tuning.auto import EvolutionaryTuner
+from heterocc.tuning.cli import measure_hand_schedules
 from heterocc.tuning.pool import LocalPool
 from heterocc.tuning.scheduler import TaskScheduler
 
@@ -153,8 +154,11 @@ def compare_searches_on_model(name: str, budget: int, batch_size: int, runs: int
             if search == "auto":
                 tuners = [EvolutionaryTuner(t, seed=0, model=model_) for t in tasks]
                 TaskScheduler(tasks, tuners, pool, budget, log, batch_size=batch_size,
-                              first={t.workload_key: [t.default_config()] for t in tasks}
-                              ).run()
+                              first={t.workload_key: t.definition.first_configs(t.args)
+                                     for t in tasks}).run()
+                # as `tune --search auto`: each function's hand schedule timed beside its
+                # best, so compile applies an auto record only where it won
+                measure_hand_schedules(tasks, pool, log)
             else:
                 per_task = max(1, budget // len(tasks))
                 for task in tasks:

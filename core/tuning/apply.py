@@ -13,6 +13,7 @@ import contextvars
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from ..errors import InputError
 from .records import MeasureRecord, config_costs, read_records
 from .space import Config
 from .task import Task
@@ -50,7 +51,10 @@ class ApplyHistoryBest:
             return None
         space = Task.from_key(key).space
         for record in records:
-            config = space.from_values(record.config)
+            try:
+                config = space.from_values(record.config)
+            except InputError:  # written for an earlier form of the space: not a point
+                continue
             if where is None or where(config):
                 return config
         return None
@@ -88,7 +92,8 @@ def best_of(keys: Iterable[str]) -> tuple[str | None, Config | None]:
     if context is None:
         return None, None
     found = [(cost, key) for key in keys if (cost := context.best_cost(key)) is not None]
-    if not found:
-        return None, None
-    _, key = min(found)
-    return key, context.lookup(key)
+    for _, key in sorted(found):
+        config = context.lookup(key)
+        if config is not None:  # else its records do not fit today's space
+            return key, config
+    return None, None

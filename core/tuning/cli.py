@@ -160,13 +160,13 @@ def _run_auto(args, tasks, pool, log: RecordLog, model: CostModel, stream) -> No
     scheduler = TaskScheduler(
         tasks, tuners, pool, args.trials, log, batch_size=args.batch_size,
         early_stop=args.early_stop,
-        first={task.workload_key: [task.default_config()] for task in tasks},
+        first={task.workload_key: task.definition.first_configs(task.args) for task in tasks},
         callback=table)
     scheduler.run()
-    if args.remeasure > 0:
-        for task in tasks:
+    for task in tasks:  # each task's best and its hand schedule timed close together
+        if args.remeasure > 0:
             remeasure_best(task, pool, log, count=args.remeasure)
-    measure_hand_schedules(tasks, pool, log)
+        measure_hand_schedules([task], pool, log)
     table(scheduler, final=True)
     print(f"tuned in {time.perf_counter() - start:.1f} s", file=stream)
     for task in tasks:
@@ -175,9 +175,10 @@ def _run_auto(args, tasks, pool, log: RecordLog, model: CostModel, stream) -> No
 
 def measure_hand_schedules(tasks, pool, log: RecordLog, rounds: int = 3) -> None:
     """Each auto task's hand-written schedule (its template's default config), timed
-    ``rounds`` times on the same harness and logged under the template's key: compile
-    applies the faster of the two searches' records per workload, so it keeps the hand
-    schedule wherever the search found nothing faster."""
+    ``rounds`` times on the same harness and logged under the template's key, each time
+    right after the search's best so far is timed again (a change in load hits both
+    alike): compile applies the faster of the two searches' records per workload, so it
+    keeps the hand schedule wherever the search found nothing faster."""
     for task in tasks:
         if not is_auto(task.template):
             continue
@@ -186,7 +187,14 @@ def measure_hand_schedules(tasks, pool, log: RecordLog, rounds: int = 3) -> None
             default = hand.default_config()
         except InputError:  # no template for this workload: nothing to compare with
             continue
+        costs = config_costs(read_records(log.path)).get(task.workload_key, {})
+        best = task.space.get(min(costs, key=costs.get)) if costs else None
         for _ in range(rounds):
+            if best is not None:
+                result = pool.measure_one(task, best)
+                log.append(MeasureRecord(task.workload_key, best.to_json(), best.index,
+                                         result.costs, result.error, result.message,
+                                         "remeasure"))
             result = pool.measure_one(hand, default)
             log.append(MeasureRecord(hand.workload_key, default.to_json(), default.index,
                                      result.costs, result.error, result.message, "baseline"))

@@ -102,7 +102,8 @@ def extract_tasks(model, target="llvm", preset: str | None = None,
     becomes its ``auto.`` twin; the others (e.g. the accelerator's tilings, whose
     instruction shapes fix the form of the schedule) keep their space, searched by the
     same evolutionary search and task scheduler with the target's measurement (its
-    timing model)."""
+    timing model). A target may form the auto search's tasks itself (its
+    ``auto_tasks``: the CPU tunes whole fused functions, epilogue and layout included)."""
     if search not in SEARCHES:
         raise InputError(f"no search {search!r}; choose one of {', '.join(SEARCHES)}")
     if isinstance(target, str):
@@ -113,6 +114,8 @@ def extract_tasks(model, target="llvm", preset: str | None = None,
         target = get_target(target, **options)
     graph = model if isinstance(model, Graph) else from_onnx(model, shapes=shapes)
     tuning = tuning_of(target)
+    if search == "auto" and tuning.auto_tasks is not None:
+        return tuning.auto_tasks(graph)
     tasks = tuning.tasks(graph)
     if search == "template":
         return tasks

@@ -53,10 +53,22 @@ class Template:
     flops: Callable[[tuple], int]
     features: Callable[[tuple, Config], np.ndarray] | None = None
     cost_unit: str = SECONDS
+    #: further points a search measures first (after the default), by knob values
+    seeds: Callable[[tuple], list[dict]] | None = None
 
     def default_config(self, args: tuple) -> Config:
         """The config matching the target's hand-written schedule."""
         return self.space(args).from_values(self.default(args))
+
+    def first_configs(self, args: tuple) -> list[Config]:
+        """The default config, then the :attr:`seeds` (distinct, in order)."""
+        space = self.space(args)
+        configs = [self.default_config(args)]
+        for values in self.seeds(args) if self.seeds is not None else ():
+            config = space.from_values(values)
+            if config.index not in {c.index for c in configs}:
+                configs.append(config)
+        return configs
 
 
 @dataclass(frozen=True)
@@ -67,11 +79,15 @@ class TargetTuning:
     the frontend gives it) for this target instance, one per distinct workload, in order
     of first appearance; ``measure(task, config, options)``: build, check and time one
     candidate in this process, returning its costs (lower is better) or raising
-    :class:`~.measure.CandidateError`."""
+    :class:`~.measure.CandidateError`; ``auto_tasks(graph)``: see the field."""
 
     templates: Sequence[Template]
     tasks: Callable[[Graph], list[Task]]
     measure: Callable[[Task, Config, MeasureOptions], tuple[float, ...]]
+    #: the tasks of the template-free search, when the target forms them otherwise
+    #: (e.g. whole fused functions, measured as the model compiles them); None: each
+    #: task of ``tasks`` becomes its ``auto.`` twin where the target offers one
+    auto_tasks: Callable[[Graph], list[Task]] | None = None
 
 
 #: templates registered directly, by name (they take precedence over the targets')

@@ -54,7 +54,14 @@ from .schedules import (
     schedule_rows,
     use_prepacked,
 )
-from .tuning import blocked_conv_tiles, llvm_tuning, schedule_conv_auto, schedule_matmul_tuned
+from .tuning import (
+    blocked_conv_tiles,
+    function_choice,
+    function_tuned,
+    llvm_tuning,
+    schedule_conv_auto,
+    schedule_matmul_tuned,
+)
 
 
 def _schedule_matmul(schedule: te.Schedule, product: te.Tensor,
@@ -321,7 +328,14 @@ class LLVMTarget(TETarget):
         """The CPU schedule of a function (see :func:`_schedule`), its products reading
         constant B operands packed at build time (:func:`_prepack_constants`)."""
         self._packings[id(expressed)] = _prepack_constants(expressed)
-        return _schedule(expressed)
+        tuned = function_tuned(expressed)
+        return tuned if tuned is not None else _schedule(expressed)
+
+    def _compile_structure(self, function: Node) -> CompiledFunction:
+        # the applied tuning log's choice for this function as a whole (auto record or
+        # hand schedule), which the schedules consult while it compiles
+        with function_choice(function.body):
+            return super()._compile_structure(function)
 
     def lower(self, schedule: te.Schedule, expressed: ExpressedFunction, symbol: str):
         """The PrimFunc, with the packing of its constants in its ``packed_constants``

@@ -11,7 +11,10 @@ applied tuning log's best config (:func:`schedule_matmul_tuned`,
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,11 +24,16 @@ import numpy as np
 from heterocc import te
 from heterocc.compute import compute_of
 from heterocc.compute.nn import matmul as plain_matmul
-from heterocc.ir.graph import Graph, Node
+from heterocc.errors import CompileError
+from heterocc.ir.graph import Graph, Node, Value
+from heterocc.ir.types import TensorType
 from heterocc.ops.layout import blocked_conv_geometry, conv_nchwc
 from heterocc.ops.nn import conv_geometry
 from heterocc.passes.pipeline import run_pipeline
-from heterocc.tuning.apply import best_of, current, lookup
+from heterocc.runtime.interpreter import evaluate
+from heterocc.targets.registry import get_target
+from heterocc.te_target import express_function, fold_scalars
+from heterocc.tuning.apply import ApplyHistoryBest, best_of, current, lookup
 from heterocc.tuning.auto import AutoWorkload, SearchHints, Sketch, auto_name, auto_template
 from heterocc.tuning.measure import (
     CandidateError,
@@ -34,6 +42,7 @@ from heterocc.tuning.measure import (
     task_inputs,
     time_calls,
 )
+from heterocc.tuning.records import MeasureRecord
 from heterocc.tuning.space import Config, ConfigSpace, Knob, divisors, split_options
 from heterocc.tuning.task import Task, matmul_dims, workload_key
 from heterocc.tuning.templates import TargetTuning, Template
@@ -647,7 +656,13 @@ AUTO_TEMPLATES = (
 def matmul_panel(m: int, n: int, k: int, dtype: str) -> int | None:
     """The panel width (packed columns of B) of the current log's best ``matmul`` config
     of this shape, or None: the compute is built with it (``schedules.matmul``) so that
-    :func:`schedule_matmul_tuned` can then apply that config."""
+    :func:`schedule_matmul_tuned` can then apply that config. Inside a function that
+    the log tuned as a whole (:func:`function_choice`): its auto record's panel, or
+    None for the hand schedule."""
+    choice = _choice()
+    if choice is not None:
+        return choice[1]["panel"] if choice[0] == "auto" and "panel" in choice[1].values \
+            else None
     key, config = best_of(_matmul_keys((m, n, k, dtype)))
     return None if config is None or key != workload_key("matmul", (m, n, k, dtype)) \
         else config["panel"]
@@ -665,7 +680,7 @@ def schedule_matmul_tuned(schedule: te.Schedule, C: te.Tensor) -> bool:
     compute was built outside the log's context); False, touching nothing, when there
     is none."""
     packed = C.op.attrs.get("packed_B")
-    if packed is None or len(C.shape) != 2:
+    if packed is None or len(C.shape) != 2 or _choice() is not None:
         return False
     (m, n), (_, depth, panel) = C.shape, packed.shape
     args = (m, n, depth, C.dtype)
@@ -686,7 +701,7 @@ def blocked_conv_tiles(conv: te.Tensor) -> BlockedConvTiles | None:
     convolution ``conv`` (a ``ConvNCHWc`` compute of the compute library, which
     carries its workload), or None when no log applies or it has no record of it."""
     workload = conv.op.attrs.get("blocked_conv")
-    if workload is None or current() is None:
+    if workload is None or current() is None or _choice() is not None:
         return None
     template, args = blocked_conv_task_args(
         workload["input_shape"], workload["weight_shape"], workload["strides"],
@@ -703,7 +718,7 @@ def schedule_conv_auto(schedule: te.Schedule, conv: te.Tensor,
     otherwise. The sketch is derived from this very compute: the epilogue is fused
     into the convolution's tiles by the same point that was tuned without it."""
     workload = conv.op.attrs.get("blocked_conv")
-    if workload is None or current() is None:
+    if workload is None or current() is None or _choice() is not None:
         return False
     template, args = blocked_conv_task_args(
         workload["input_shape"], workload["weight_shape"], workload["strides"],
@@ -722,7 +737,10 @@ def schedule_conv_auto(schedule: te.Schedule, conv: te.Tensor,
 
 def measure_candidate(task: Task, config: Config, options: MeasureOptions
                       ) -> tuple[float, ...]:
-    """Build ``config`` of ``task`` with LLVM, check it against NumPy, time it."""
+    """Build ``config`` of ``task`` with LLVM, check it against NumPy, time it (a
+    function task through the target's compile path, see :func:`_measure_function`)."""
+    if task.template in (FUNCTION, auto_name(FUNCTION)):
+        return _measure_function(task, config, options)
     try:
         schedule, tensors = task.definition.instantiate(task.args, config)
         module = build(te.lower(schedule, tensors, name="candidate"))
@@ -804,6 +822,387 @@ def extract_tasks(graph: Graph, target) -> list[Task]:
 
 
 def llvm_tuning(target) -> TargetTuning:
-    """The tuning hook of ``target`` (an LLVMTarget)."""
-    return TargetTuning(TEMPLATES + AUTO_TEMPLATES,
-                        functools.partial(extract_tasks, target=target), measure_candidate)
+    """The tuning hook of ``target`` (an LLVMTarget): the auto search tunes whole fused
+    functions (:func:`function_tasks`)."""
+    return TargetTuning(TEMPLATES + AUTO_TEMPLATES + (FUNCTION_TEMPLATE, AUTO_FUNCTION_TEMPLATE),
+                        functools.partial(extract_tasks, target=target), measure_candidate,
+                        functools.partial(function_tasks, target=target))
+
+
+# ------------------------------------------------------------------ whole fused functions
+#
+# A configuration that wins on a bare workload can lose in the model, where the function
+# compiled around the same convolution or product also finishes its epilogue (bias,
+# activation, residual addition) in the tiles, reads its input in another block layout
+# and its constant operand packed once at build time. So the auto search tunes each
+# fused function as the model compiles it: a ``function`` task is one distinct function
+# body (its ops, attributes and types; constants by shape, small ones by value), built
+# and timed through this target's own compile path. Its ``auto.function`` twin searches
+# the sketch of the whole function; the ``function`` template has one point, the
+# target's hand schedule, which ``tune --search auto`` times on the same harness. At
+# compile time a function takes the auto record only where it beat that hand schedule
+# (:func:`function_choice`); a function without records of its own falls back to the
+# workload records above.
+
+#: ops whose float functions become function tasks (the anchors the sketch tiles)
+FUNCTION_ANCHORS = {"ConvNCHWc": "conv2d_nchwc", "MatMul": "matmul", "Gemm": "matmul"}
+#: how much faster than the hand schedule a function's auto record must have been
+#: measured to be applied (timings on a shared machine vary by a few percent, and the
+#: best of many candidates is the one most flattered by that)
+FUNCTION_MARGIN = 0.03
+#: constants up to this many elements are part of a function task (shapes, clip
+#: bounds, scalars folded into the code); larger ones by shape only, random when timed
+_SPEC_VALUE_ELEMENTS = 64
+
+
+def _attr_json(value):
+    if isinstance(value, np.ndarray):
+        return {"array": value.tolist(), "dtype": value.dtype.str, "shape": list(value.shape)}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return [_attr_json(v) for v in value]
+    if isinstance(value, dict):
+        return {"dict": {k: _attr_json(v) for k, v in sorted(value.items())}}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": repr(value)}
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise TypeError(f"attribute value of type {type(value).__name__} has no JSON form")
+
+
+def _attr_value(data):
+    if isinstance(data, list):
+        return [_attr_value(v) for v in data]
+    if isinstance(data, dict):
+        if "array" in data:
+            return np.array(data["array"], np.dtype(data["dtype"])).reshape(data["shape"])
+        if "dict" in data:
+            return {k: _attr_value(v) for k, v in data["dict"].items()}
+        return float(data["float"])
+    return data
+
+
+def function_spec(body: Graph) -> str:
+    """The canonical JSON text of a function body as a tuning task knows it: inputs and
+    node outputs by shape and dtype, ops with their attributes, constants by shape and
+    dtype (and value when small). Bodies that compile to the same kernel have the same
+    text; :func:`function_body` rebuilds a body of that text."""
+    refs: dict = {}
+    constants: list = []
+    for position, value in enumerate(body.inputs):
+        refs[value] = ["in", position]
+    nodes = []
+    for node in body.nodes:
+        args = []
+        for value in node.inputs:
+            if value is not None and value not in refs:
+                if not value.is_const:
+                    raise CompileError(f"function value {value.name!r} is undefined")
+                data = np.asarray(value.data)
+                small = data.size <= _SPEC_VALUE_ELEMENTS
+                constants.append([list(data.shape), data.dtype.str,
+                                  data.reshape(-1).tolist() if small else None])
+                refs[value] = ["const", len(constants) - 1]
+            args.append(None if value is None else refs[value])
+        for position, value in enumerate(node.outputs):
+            refs[value] = ["node", len(nodes), position]
+        nodes.append([node.op, {k: _attr_json(v) for k, v in sorted(node.attrs.items())},
+                      args, [[list(v.type.shape), v.type.dtype] for v in node.outputs]])
+    spec = {"inputs": [[list(v.type.shape), v.type.dtype] for v in body.inputs],
+            "constants": constants, "nodes": nodes,
+            "outputs": [refs[v] for v in body.outputs]}
+    return json.dumps(spec, separators=(",", ":"), sort_keys=True)
+
+
+@functools.lru_cache(maxsize=64)
+def function_body(spec: str) -> Graph:
+    """The function body of :func:`function_spec` text ``spec``; large constants get
+    random values (the same for every call with one spec)."""
+    data = json.loads(spec)
+    rng = np.random.default_rng(0)
+    values: dict = {}
+    inputs = [Value(f"in{k}", TensorType(tuple(shape), dtype))
+              for k, (shape, dtype) in enumerate(data["inputs"])]
+    constants = []
+    for k, (shape, dtype, content) in enumerate(data["constants"]):
+        if content is not None:
+            array = np.array(content, np.dtype(dtype)).reshape(shape)
+        else:
+            array = rng.standard_normal(shape).astype(dtype)
+        constants.append(Value(f"c{k}", TensorType(tuple(shape), np.dtype(dtype).name), array))
+
+    def resolve(ref):
+        if ref is None:
+            return None
+        kind, *where = ref
+        if kind == "in":
+            return inputs[where[0]]
+        if kind == "const":
+            return constants[where[0]]
+        return values[tuple(where)]
+
+    nodes = []
+    for number, (op, attrs, args, outs) in enumerate(data["nodes"]):
+        outputs = [Value(f"v{number}_{k}", TensorType(tuple(shape), dtype))
+                   for k, (shape, dtype) in enumerate(outs)]
+        for k, value in enumerate(outputs):
+            values[number, k] = value
+        nodes.append(Node(op, [resolve(a) for a in args], outputs,
+                          {k: _attr_value(v) for k, v in attrs.items()}, f"n{number}"))
+    return Graph(inputs, [resolve(r) for r in data["outputs"]], nodes, "function")
+
+
+def _function_node(spec: str) -> Node:
+    body = function_body(spec)
+    return Node("Function", list(body.inputs), list(body.outputs), {}, "candidate", body)
+
+
+def _function_flops(args: tuple) -> int:
+    """Multiply-adds x 2 of the function's convolutions and products."""
+    total = 0
+    for node in function_body(args[1]).nodes:
+        if node.op == "ConvNCHWc":
+            _, per_group, kh, kw, block, _ = node.inputs[1].type.shape
+            total += 2 * math.prod(node.outputs[0].type.shape) * per_group * block * kh * kw
+        elif node.op in ("MatMul", "Gemm"):
+            a = node.inputs[0].type.shape
+            out = node.outputs[0].type.shape
+            k = a[0] if node.op == "Gemm" and node.attrs.get("transA") else a[-1]
+            total += 2 * math.prod(out) * k
+    return total
+
+
+def _function_inputs(args: tuple, rng: np.random.Generator) -> list[np.ndarray]:
+    return [rng.standard_normal(v.type.shape).astype(v.type.dtype)
+            for v in function_body(args[1]).inputs]
+
+
+def _function_reference(args: tuple, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    return evaluate(function_body(args[1]), inputs)
+
+
+#: the function whose kernel is being compiled: ``None`` (no records of it: the
+#: workload records apply), ``("hand", None)`` or ``("auto", config)``
+_FUNCTION_CHOICE: contextvars.ContextVar[tuple | None] = contextvars.ContextVar(
+    "heterocc_llvm_function_choice", default=None)
+
+
+def function_keys(spec: str, kind: str) -> tuple[str, str]:
+    """The workload keys of a function's hand-schedule and auto-search tasks."""
+    return (workload_key(FUNCTION, (kind, spec)),
+            workload_key(auto_name(FUNCTION), (kind, spec)))
+
+
+def _function_kind(body: Graph) -> str | None:
+    """The anchor kind of a float function the function tasks cover, or None."""
+    kinds = [("depthwise_" if n.op == "ConvNCHWc" and int(n.attrs.get("group") or 1) > 1
+              else "") + FUNCTION_ANCHORS[n.op]
+             for n in body.nodes if n.op in FUNCTION_ANCHORS
+             and n.outputs[0].type.dtype.startswith("float")]
+    return kinds[0] if len(kinds) == 1 else None
+
+
+@contextlib.contextmanager
+def function_choice(body: Graph):
+    """While one function compiles: decide from the applied tuning log whether it takes
+    its auto record (only where that was measured faster than the hand schedule of the
+    same function on the same harness, by :data:`FUNCTION_MARGIN`) or keeps the hand
+    schedule; functions the log has no records of keep the workload records' say (see
+    :func:`function_tuned`)."""
+    choice = None
+    context = current()
+    kind = _function_kind(body) if context is not None else None
+    if kind is not None:
+        hand_key, auto_key = function_keys(function_spec(body), kind)
+        hand_cost, config = context.best_cost(hand_key), context.lookup(auto_key)
+        if config is not None and (hand_cost is None or context.best_cost(auto_key)
+                                   < hand_cost * (1 - FUNCTION_MARGIN)):
+            choice = ("auto", config)
+        elif hand_cost is not None or config is not None:
+            choice = ("hand", None)
+    token = _FUNCTION_CHOICE.set(choice)
+    try:
+        yield choice
+    finally:
+        _FUNCTION_CHOICE.reset(token)
+
+
+def _choice() -> tuple | None:
+    return _FUNCTION_CHOICE.get()
+
+
+def _function_sketch(outputs) -> Sketch:
+    return Sketch(outputs, search_hints(outputs[0].dtype))
+
+
+def function_tuned(expressed) -> te.Schedule | None:
+    """The schedule of a function (its products packed already) by its auto record when
+    :func:`function_choice` chose it, else None (the target's own schedule follows)."""
+    choice = _choice()
+    if choice is None or choice[0] != "auto":
+        return None
+    pack_matmuls(expressed.outputs)
+    s = te.create_schedule(expressed.outputs)
+    fold_scalars(s, expressed.scalars)
+    _function_sketch(expressed.outputs).schedule_stages(s, expressed.outputs, choice[1])
+    return s
+
+
+def _llvm_target():
+    """A fresh instance of this target for the active CPU (through the registry: the
+    target's module builds on this one)."""
+    return get_target("llvm", cpu=active_cpu())
+
+
+def _expressed_function(spec: str):
+    """A function task's body expressed and packed as the target compiles it (its
+    constant operands prepacked in the default panels: the sketch does not depend on
+    the panel width)."""
+    target = _llvm_target()
+    token = _FUNCTION_CHOICE.set(("hand", None))
+    try:
+        with target.compile_context():
+            expressed = express_function(function_body(spec))
+            target.schedule(expressed)
+    finally:
+        _FUNCTION_CHOICE.reset(token)
+    target._packings.pop(id(expressed), None)
+    return expressed
+
+
+@functools.lru_cache(maxsize=64)
+def _auto_function_sketch(spec: str) -> Sketch:
+    return _function_sketch(_expressed_function(spec).outputs)
+
+
+def _has_panel(spec: str) -> bool:
+    return any(n.op in ("MatMul", "Gemm") and len(n.outputs[0].type.shape) == 2
+               for n in function_body(spec).nodes)
+
+
+def _panel_knob(spec: str) -> Knob:
+    (product,) = [n for n in function_body(spec).nodes if n.op in ("MatMul", "Gemm")]
+    n, dtype = product.outputs[0].type.shape[1], product.outputs[0].type.dtype
+    return Knob("panel", "layout", _panel_options(n, dtype))
+
+
+def _auto_function_space(args: tuple) -> ConfigSpace:
+    """The sketch of the whole function, and for a product the panel width its B is
+    packed in (a layout choice made before the sketch's stages exist)."""
+    knobs = _auto_function_sketch(args[1]).space.knobs
+    if _has_panel(args[1]):
+        knobs = (_panel_knob(args[1]), *knobs)
+    return ConfigSpace(tuple(knobs))
+
+
+def _auto_function_default(args: tuple) -> dict:
+    values = _auto_function_sketch(args[1]).default_values()
+    if _has_panel(args[1]):
+        (product,) = [n for n in function_body(args[1]).nodes if n.op in ("MatMul", "Gemm")]
+        shape, dtype = product.outputs[0].type.shape, product.outputs[0].type.dtype
+        values["panel"] = _closest(_panel_knob(args[1]).options, default_panel(shape[1], dtype))
+    return values
+
+
+def _auto_function_seeds(args: tuple) -> list[dict]:
+    """The sketch's seeds; a product's at each panel width its register tile fits."""
+    seeds = _auto_function_sketch(args[1]).seed_values()
+    if not _has_panel(args[1]):
+        return seeds
+    default_panel_width = _auto_function_default(args)["panel"]
+    widths = _panel_knob(args[1]).options
+    found = []
+    for values in seeds:
+        tile = values["a0.tile.s1"][-1]
+        panel = tile if tile in widths else default_panel_width
+        found.append({**values, "panel": panel})
+    return found
+
+
+def _hand_function_space(args: tuple) -> ConfigSpace:
+    return ConfigSpace((Knob("schedule", "order", ("hand",)),))
+
+
+def _forced_log(template: str, args: tuple, config: Config) -> ApplyHistoryBest:
+    """A log whose only record makes ``config`` the choice of this function (an empty
+    one for the hand schedule: no outer log's records apply either)."""
+    if template == FUNCTION:
+        return ApplyHistoryBest([])
+    record = MeasureRecord(workload_key(template, args), config.to_json(), config.index,
+                           (0.0,), tuner="forced")
+    return ApplyHistoryBest([record])
+
+
+def _instantiate_function(args: tuple, config: Config, template: str):
+    """The function scheduled by ``config`` through the target's own schedule (what the
+    cost model's features describe)."""
+    target = _llvm_target()
+    body = function_body(args[1])
+    with _forced_log(template, args, config), function_choice(body), \
+            target.compile_context():
+        expressed = express_function(body)
+        schedule = target.schedule(expressed)
+    target._packings.pop(id(expressed), None)
+    return schedule, [*expressed.params, *expressed.outputs]
+
+
+def _measure_function(task: Task, config: Config, options: MeasureOptions
+                      ) -> tuple[float, ...]:
+    """Compile the function through the target (prepacked constants, folded scalars,
+    the epilogue in the tiles), check every output against the NumPy references, time
+    the kernel as the graph executor calls it."""
+    node = _function_node(task.args[1])
+    target = _llvm_target()
+    try:
+        with _forced_log(task.template, task.args, config):
+            kernel = target.kernel(node, target.compiled(node))
+    except Exception as error:  # any failure to build is this candidate's
+        raise CandidateError("build", f"{type(error).__name__}: {error}") from None
+    inputs, expected = task_inputs(task.workload_key, options.seed)
+    inputs = list(inputs)
+    try:
+        outputs = kernel(inputs)
+    except Exception as error:
+        raise CandidateError("runtime", f"{type(error).__name__}: {error}") from None
+    for got, want in zip(outputs, expected):
+        check_output(task, got, want, options)
+    return time_calls(lambda: kernel(inputs), options)
+
+
+FUNCTION = "function"
+
+#: a fused function under the target's hand schedule (one point: what compile does
+#: without a log), the baseline its auto twin must beat to be applied
+FUNCTION_TEMPLATE = Template(
+    FUNCTION, "llvm", _hand_function_space, lambda args: {"schedule": "hand"},
+    functools.partial(_instantiate_function, template=FUNCTION), _function_inputs,
+    _function_reference, _function_flops)
+
+#: a fused function searched by the sketch rules of its whole compute
+AUTO_FUNCTION_TEMPLATE = Template(
+    auto_name(FUNCTION), "llvm", _auto_function_space, _auto_function_default,
+    functools.partial(_instantiate_function, template=auto_name(FUNCTION)),
+    _function_inputs, _function_reference, _function_flops, seeds=_auto_function_seeds)
+
+
+def function_tasks(graph: Graph, target) -> list[Task]:
+    """The auto search's tasks of ``graph`` as ``target`` compiles it: one
+    ``auto.function`` task per distinct fused function (by :func:`function_spec`) with
+    one float convolution or product, weighted by how many functions share it."""
+    graph = run_pipeline(graph, {target.name: target}).graph
+    found: dict[str, Task] = {}
+    counts: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.body is None or node.attrs.get("target", target.name) != target.name:
+            continue
+        kind = _function_kind(node.body)
+        if kind is None:
+            continue
+        try:
+            task = Task(auto_name(FUNCTION), (kind, function_spec(node.body)))
+        except (TypeError, CompileError):  # an attribute with no JSON form
+            continue
+        found.setdefault(task.workload_key, task)
+        counts[task.workload_key] = counts.get(task.workload_key, 0) + 1
+    return [task.weighted(counts[key]) for key, task in found.items()]

@@ -138,15 +138,19 @@ def test_auto_search_command_shows_the_table_and_logs_every_trial(tmp_path):
                   "--batch-size", "3", "--repeat", "1", "--remeasure", "0",
                   "--workers", "2"], out) == 0
     records = read_records(log)
+    (task,) = extract_tasks(str(path), search="auto")  # the model's one function
     searched = [r for r in records if r.tuner == "auto"]
-    assert len(searched) == 6 and {r.workload_key for r in searched} == {
-        '["auto.matmul",16,32,24,"float32"]'}
-    # the hand schedule, timed on the same harness under the template's key, so compile
-    # keeps it where the search found nothing faster
+    assert len(searched) == 6 and {r.workload_key for r in searched} == {task.workload_key}
+    # the function's hand schedule, timed on the same harness under the hand template's
+    # key, so compile keeps it where the search found nothing faster
     hand = [r for r in records if r.tuner == "baseline"]
     assert len(hand) == 3 and {r.workload_key for r in hand} == {
-        '["matmul",16,32,24,"float32"]'}
-    assert all(r.ok for r in hand) and len(records) == 9
+        Task("function", task.args).workload_key}
+    assert all(r.ok for r in hand) and len(records) == 12
+    # each timing of it follows one of the search's best (a change in load hits both)
+    again = [r for r in records if r.tuner == "remeasure"]
+    assert len(again) == 3 and len({r.config_index for r in again}) == 1
+    assert [r.tuner for r in records[6:]] == ["remeasure", "baseline"] * 3
     text = out.getvalue()
     assert "GFLOP/s" in text and "total: 6/6 trials, estimated latency" in text
     quiet = io.StringIO()
@@ -175,7 +179,8 @@ def test_auto_search_resumes_after_kill_9_without_losing_a_record(tmp_path):
     assert after[:len(kept)] == kept  # nothing completed was lost
     searched = [r for r in after if r.tuner == "auto"]
     assert len(searched) == max(12, len(kept))  # resumed: 12 trials in all
-    assert len(after) == len(searched) + 3  # and the hand schedule timed three times
+    # and the hand schedule timed three times, each after the best so far
+    assert len(after) == len(searched) + 6
 
 
 def test_ray_pool_runs_a_small_tuning_in_process(tmp_path):
@@ -230,8 +235,10 @@ def test_auto_tasks_carry_how_often_the_model_runs_them(tmp_path):
     from tests.tuning.test_cli_apply import _model
 
     tasks = extract_tasks(_model(tmp_path / "m.onnx"), search="auto")
-    assert [(t.template, t.weight) for t in tasks] == [
-        ("auto.conv2d_nchwc", 1), ("auto.depthwise_conv2d_nchwc", 2), ("auto.matmul", 1)]
+    # whole functions: the two equal depthwise convolutions' functions are one task
+    assert [(t.template, t.args[0], t.weight) for t in tasks] == [
+        ("auto.function", "conv2d_nchwc", 1), ("auto.function", "depthwise_conv2d_nchwc", 2),
+        ("auto.function", "matmul", 1)]
     # the weight is no part of a task's identity (its workload key)
     assert tasks[1] == Task(tasks[1].template, tasks[1].args)
     with pytest.raises(InputError, match="no search .exhaustive."):

@@ -145,6 +145,10 @@ class Sketch:
             # the same places with or without an epilogue, so that a point tuned on the
             # bare workload applies to the function that adds one
             yield Knob(f"{p}.location", "location", ("at0", "at1", "direct"))
+            # which spatial axis the tile loops walk outermost: the first (a product's
+            # row blocks) or the last (its column panels: each thread keeps its part of
+            # the operand read along the last axis cached while the rows stream by)
+            yield Knob(f"{p}.order", "order", ("natural", "reversed"))
             yield Knob(f"{p}.parallel", "parallel", (True, False))
             yield Knob(f"{p}.vectorize", "vectorize", (True, False))
             yield Knob(f"{p}.unroll", "unroll", UNROLL_LIMITS)
@@ -173,6 +177,7 @@ class Sketch:
                 fitting = [d for d in divisors(extent) if d <= 4 * MAX_FACTOR]
                 values[f"{p}.tile.r{axis}"] = max(fitting)
             values[f"{p}.location"] = "at1"
+            values[f"{p}.order"] = "natural"
             values[f"{p}.parallel"] = True
             values[f"{p}.vectorize"] = True
             values[f"{p}.unroll"] = 64
@@ -180,6 +185,62 @@ class Sketch:
 
     def default_config(self) -> Config:
         return self.space.from_values(self.default_values())
+
+    def seed_values(self) -> list[dict]:
+        """Points to measure first besides :meth:`default_values`: each register tile
+        shape the CPU's registers allow (one, two or four vectors wide by as many rows
+        as the accumulators leave registers for), and for a long single reduction (a
+        product's) the same tiles cache-blocked: the reduction in chunks whose operand
+        panel stays in the first-level cache while several row tiles (level 2) reuse it.
+        The evolution starts from these instead of from random points alone."""
+        seeds = [self.default_values()]
+        for vectors in (1, 2, 4):
+            for blocked in (False, True):
+                values = self._tiled_values(vectors, blocked)
+                if values is not None and values not in seeds:
+                    seeds.append(values)
+        return seeds
+
+    def _tiled_values(self, vectors: int, blocked: bool) -> dict | None:
+        lanes, registers = self.hints.vector_lanes, self.hints.registers
+        values = self.default_values()
+        for number, anchor in enumerate(self.anchors):
+            p = f"a{number}"
+            *others, last = range(len(anchor.spatial))
+            width = vectors * lanes
+            if not others or width > MAX_FACTOR:
+                return None
+            extent = anchor.spatial[last]
+            if extent < width:
+                # a last axis of fewer vectors (a channel block): the others come from
+                # an outer axis (e.g. several channel blocks per tile)
+                extra = width // extent
+                wide = [axis for axis in others[:-1] if width % extent == 0
+                        and anchor.spatial[axis] > 1 and anchor.spatial[axis] % extra == 0]
+                if not wide:
+                    return None
+                values[f"{p}.tile.s{wide[0]}"] = (1, 1, extra)
+                width = extent
+            elif extent % width:
+                return None
+            rows_extent = anchor.spatial[others[-1]]
+            rows = _largest_inner(rows_extent, max(1, (registers - 4) // vectors))
+            if not blocked:
+                values[f"{p}.tile.s{others[-1]}"] = (1, 1, rows)
+                values[f"{p}.tile.s{last}"] = (1, 1, width)
+                continue
+            if len(anchor.reduce) != 1 or anchor.reduce[0] <= 4 * MAX_FACTOR:
+                return None
+            # a chunk of the reduction x the tile's columns of the operand: 32 KiB at
+            # 4-byte elements and 16 lanes (a first-level cache), the row block about
+            # eight register tiles deep
+            chunk = _largest_inner_of(anchor.reduce[0], min(4 * MAX_FACTOR, 8192 // width))
+            blocks = _largest_inner_of(rows_extent // rows, 8)
+            values[f"{p}.tile.s{others[-1]}"] = (1, blocks, rows)
+            values[f"{p}.tile.s{last}"] = (1, 1, width)
+            values[f"{p}.tile.r0"] = chunk
+            values[f"{p}.order"] = "reversed"
+        return values
 
     # ------------------------------------------------------------------ applying a point
 
@@ -215,6 +276,7 @@ class Sketch:
         tiles = [config[f"{p}.tile.s{axis}"] for axis in range(len(anchor.spatial))]
         reduce_tiles = [config[f"{p}.tile.r{axis}"] for axis in range(len(anchor.reduce))]
         location = config[f"{p}.location"]
+        reversed_order = config[f"{p}.order"] == "reversed"
         tensor = by_name[anchor.name]
         extents: dict[int, int] = {}
         if location == "direct":
@@ -232,6 +294,8 @@ class Sketch:
             outer_factors = [(math.prod(t),) if level == 0 else (t[0], math.prod(t[1:]))
                              for t in tiles]
             outer_levels = _split_levels(outer_stage, outer_factors, extents)
+            if reversed_order:
+                outer_levels[:-1] = [lvl[::-1] for lvl in outer_levels[:-1]]
             tile_loops = [iv for lvl in outer_levels[:-1] for iv in lvl]
             rest = outer_levels[-1]
             # the tile's write-back (or fused epilogue): its last axis one vector at a time
@@ -253,6 +317,8 @@ class Sketch:
             extents[id(inner)] = factor
         r0, r1 = [pair[0] for pair in reduce], [pair[1] for pair in reduce]
         # S0 S1 R0 S2 R1 S3, without the levels the outer stage took
+        if reversed_order and outer_stage is None:
+            levels[:-2] = [lvl[::-1] for lvl in levels[:-2]]
         *before, s2, s3 = levels
         compute_stage.reorder(*(iv for lvl in before for iv in lvl), *r0, *s2, *r1, *s3)
         if config[f"{p}.vectorize"] and extents[id(s3[-1])] > 1:
@@ -274,6 +340,11 @@ def _largest_inner(extent: int, limit: int) -> int:
     """The largest innermost tile of a loop of ``extent`` at most ``limit`` (a divisor
     within MAX_FACTOR)."""
     return max(d for d in divisors(extent) if d <= min(limit, MAX_FACTOR))
+
+
+def _largest_inner_of(extent: int, limit: int) -> int:
+    """The largest divisor of ``extent`` at most ``limit`` (at least 1)."""
+    return max(d for d in divisors(extent) if d <= max(1, limit))
 
 
 def _fusable_output(tensor: te.Tensor, readers: dict[str, list[te.Tensor]],

@@ -66,5 +66,8 @@ def auto_template(workload: AutoWorkload, target: str) -> Template:
         inputs, outputs = workload.build(args)
         return sketch(args).apply(outputs, config), [*inputs, *outputs]
 
+    def seeds(args: tuple) -> list[dict]:
+        return sketch(args).seed_values()
+
     return Template(auto_name(workload.kind), target, space, default, instantiate,
-                    workload.inputs, workload.reference, workload.flops)
+                    workload.inputs, workload.reference, workload.flops, seeds=seeds)

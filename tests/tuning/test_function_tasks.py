@@ -1,0 +1,288 @@
+"""The auto search's tasks are whole fused functions, measured as the model compiles them
+(epilogue, block layout, prepacked constants), and compile applies a function's auto
+record only where it beat that function's hand schedule on the same harness."""
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import heterocc
+from heterocc.targets.llvm import LLVMTarget
+from heterocc.targets.llvm import tuning as llvm_tuning
+from heterocc.targets.llvm.tuning import function_body, function_keys, function_spec
+from heterocc.tuning.apply import ApplyHistoryBest
+from heterocc.tuning.auto import SearchHints, Sketch
+from heterocc.tuning.measure import MeasureOptions, measure_in_process
+from heterocc.tuning.records import MeasureRecord, RecordLog
+from heterocc.tuning.task import Task, extract_tasks
+from tests.conftest import make_model
+
+
+def _conv_model(rng):
+    """Conv + bias + ReLU6 (Clip): one fused function with an epilogue."""
+    return make_model(
+        [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
+        [("x", "float32", [1, 16, 8, 8])], [("y", "float32", None)],
+        {"w": rng.standard_normal((32, 16, 3, 3)).astype(np.float32),
+         "bias": rng.standard_normal(32).astype(np.float32),
+         "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)})
+
+
+def _matmul_model(rng, m=8, k=64, n=64):
+    return make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [("x", "float32", [m, k])], [("y", "float32", None)],
+        {"w": rng.standard_normal((k, n)).astype(np.float32)})
+
+
+def test_function_tasks_carry_the_in_model_epilogue_and_layout(rng):
+    (task,) = extract_tasks(_conv_model(rng), search="auto")
+    assert task.template == "auto.function" and task.args[0] == "conv2d_nchwc"
+    body = function_body(task.args[1])
+    ops = [node.op for node in body.nodes]
+    assert "ConvNCHWc" in ops and "Clip" in ops  # the epilogue is part of the task
+    assert len(body.inputs[0].type.shape) == 5  # the blocked layout the model uses
+    # the clip bounds (small constants) are kept by value: they are folded into the code
+    bounds = [v.data for n in body.nodes if n.op == "Clip" for v in n.inputs[1:]]
+    assert [float(b) for b in bounds] == [0.0, 6.0]
+    # the text is canonical: the rebuilt body describes itself the same way
+    assert function_spec(body) == task.args[1]
+    assert Task.from_key(task.workload_key) == task
+
+
+def test_functions_of_one_structure_are_one_task_weighted_by_their_count(rng):
+    w = rng.standard_normal((16, 16, 1, 1)).astype(np.float32)
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w1"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+         helper.make_node("Conv", ["b", "w2"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+        [("x", "float32", [1, 16, 6, 6])], [("y", "float32", None)], {"w1": w, "w2": w * 2})
+    tasks = extract_tasks(model, search="auto")
+    assert [(t.template, t.weight) for t in tasks] == [("auto.function", 2)]
+
+
+def _dense_model(rng):
+    """Gemm with transB and a bias (a fully connected layer), then ReLU."""
+    return make_model(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1),
+         helper.make_node("Relu", ["g"], ["y"])],
+        [("x", "float32", [4, 48])], [("y", "float32", None)],
+        {"w": rng.standard_normal((40, 48)).astype(np.float32),
+         "b": rng.standard_normal(40).astype(np.float32)})
+
+
+def _batch_model(rng):
+    return make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [("x", "float32", [3, 8, 24])], [("y", "float32", None)],
+        {"w": rng.standard_normal((3, 24, 32)).astype(np.float32)})
+
+
+def _depthwise_model(rng):
+    return make_model(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], group=16),
+         helper.make_node("Relu", ["c"], ["y"])],
+        [("x", "float32", [1, 16, 10, 10])], [("y", "float32", None)],
+        {"w": rng.standard_normal((16, 1, 3, 3)).astype(np.float32)})
+
+
+MODELS = {"conv": _conv_model, "matmul": _matmul_model, "dense": _dense_model,
+          "batch_matmul": _batch_model, "depthwise": _depthwise_model}
+
+
+@pytest.mark.parametrize("which", sorted(MODELS))
+def test_function_candidates_are_built_by_the_target_and_checked(which, rng):
+    model = MODELS[which](rng)
+    (task,) = extract_tasks(model, search="auto")
+    hand = Task("function", task.args)
+    options = MeasureOptions(repeat=1)
+    configs = task.definition.first_configs(task.args)
+    configs += [task.space.get(i) for i in task.space.random_indices(rng, 3)]
+    assert measure_in_process(hand, hand.default_config(), options).ok
+    for config in configs:
+        result = measure_in_process(task, config, options)
+        assert result.ok, (config.to_json(), result.error, result.message)
+
+
+def _log(tmp_path, task, config, auto_cost, hand_cost):
+    hand = Task("function", task.args)
+    path = tmp_path / f"log{auto_cost}.jsonl"
+    with RecordLog(path) as log:
+        log.append(MeasureRecord(task.workload_key, config.to_json(), config.index,
+                                 (auto_cost,)))
+        log.append(MeasureRecord(hand.workload_key, {"schedule": "hand"},
+                                 hand.default_config().index, (hand_cost,)))
+    return str(path)
+
+
+@pytest.mark.parametrize("auto_wins", [True, False])
+def test_an_auto_record_applies_only_where_it_beat_the_hand_schedule(
+        auto_wins, tmp_path, rng, monkeypatch):
+    model = _conv_model(rng)
+    (task,) = extract_tasks(model, search="auto")
+    config = task.space.from_values({**task.default_config().to_json(),
+                                     "a0.location": "direct"})
+    # a win by less than the margin is no win: timings vary by a few percent
+    log = _log(tmp_path, task, config, 1.0 if auto_wins else 1.99, 2.0)
+    choices = []
+    original = llvm_tuning.function_choice
+
+    def spy(body):
+        context = original(body)
+        choices.append(body)
+        return context
+
+    monkeypatch.setattr("heterocc.targets.llvm.target.function_choice", spy)
+    applied = []
+    original_tuned = llvm_tuning.function_tuned
+
+    def tuned_spy(expressed):
+        schedule = original_tuned(expressed)
+        applied.append(schedule is not None)
+        return schedule
+
+    monkeypatch.setattr("heterocc.targets.llvm.target.function_tuned", tuned_spy)
+    x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    expected = heterocc.compile(model).run([x])[0]
+    applied.clear()
+    choices.clear()
+    compiled = heterocc.compile(model, target="llvm", tuning_log=log)
+    # the convolution's function (and only it: the layout transforms have no records)
+    assert applied.count(True) == (1 if auto_wins else 0)
+    np.testing.assert_allclose(compiled.run([x])[0], expected, rtol=1e-4, atol=1e-4)
+    # the choice is per function: its key comes from the body as compiled
+    with ApplyHistoryBest(log):
+        decided = []
+        for body in choices:
+            with original(body) as choice:
+                decided.append(None if choice is None else choice[0])
+    assert decided.count("auto" if auto_wins else "hand") == 1
+
+
+def test_a_hand_win_overrides_the_bare_workloads_records(tmp_path, rng):
+    """A function whose hand schedule won keeps it even where the log also holds a
+    bare-workload record (measured without the epilogue) that would change it."""
+    model = _conv_model(rng)
+    (task,) = extract_tasks(model, search="auto")
+    (anchor,) = extract_tasks(model, search="template")
+    bare = Task("auto." + anchor.template, anchor.args)
+    log = _log(tmp_path, task, task.default_config(), 3.0, 2.0)
+    with RecordLog(log) as records:
+        config = bare.default_config()
+        records.append(MeasureRecord(bare.workload_key, config.to_json(), config.index,
+                                     (0.5,)))
+    body = function_body(task.args[1])
+    with ApplyHistoryBest(log), llvm_tuning.function_choice(body) as choice:
+        assert choice == ("hand", None)
+        assert llvm_tuning.matmul_panel(8, 64, 64, "float32") is None
+
+
+def test_a_products_panel_is_a_knob_applied_to_its_prepacked_constant(tmp_path, rng):
+    model = _matmul_model(rng)
+    (task,) = extract_tasks(model, search="auto")
+    assert task.args[0] == "matmul"
+    panels = dict((k.name, k.options) for k in task.space.knobs)["panel"]
+    assert set(panels) >= {16, 32, 64} - {p for p in (16, 32, 64) if 64 % p}
+    config = task.space.from_values({**task.default_config().to_json(), "panel": 16})
+    log = _log(tmp_path, task, config, 1.0, 2.0)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    target = LLVMTarget()
+    compiled = heterocc.compile(model, target=[target], tuning_log=log)
+    np.testing.assert_allclose(compiled.run([x])[0], x @ model_weight(model), rtol=1e-4,
+                               atol=1e-4)
+    prepacked = [tuple(p.shape) for cf in target._compiled.values()
+                 for p in cf.lowered.params if p.name.endswith(".packed")]
+    assert prepacked == [(64 // 16, 64, 16)]
+
+
+def model_weight(model):
+    from onnx import numpy_helper
+
+    return numpy_helper.to_array(model.graph.initializer[0])
+
+
+def test_seeds_fill_the_registers_and_block_a_long_reduction():
+    from heterocc import te
+    from heterocc.compute.nn import matmul
+
+    A = te.placeholder((256, 1024), "float32", "A")
+    B = te.placeholder((1024, 256), "float32", "B")
+    sketch = Sketch([matmul(A, B, "C")], SearchHints(vector_lanes=16, registers=32))
+    seeds = sketch.seed_values()
+    assert seeds[0] == sketch.default_values()
+    for values in seeds:
+        rows, columns = values["a0.tile.s0"][-1], values["a0.tile.s1"][-1]
+        # the accumulators fit the registers the operands leave
+        assert rows * (columns // 16) <= 32 - 4
+        sketch.space.from_values(values)  # every seed is a point of the space
+    shapes = {(v["a0.tile.s0"][-1], v["a0.tile.s1"][-1]) for v in seeds}
+    assert {(16, 16), (8, 32), (4, 64)} <= shapes
+    blocked = [v for v in seeds if v["a0.tile.s0"][1] > 1]
+    assert blocked and all(v["a0.tile.r0"] < 1024 for v in blocked)
+
+
+def test_function_keys_name_both_searches(rng):
+    (task,) = extract_tasks(_matmul_model(rng), search="auto")
+    hand_key, auto_key = function_keys(task.args[1], task.args[0])
+    assert auto_key == task.workload_key
+    assert Task.from_key(hand_key).template == "function"
+
+
+def test_records_of_an_earlier_space_are_skipped_not_fatal(tmp_path, rng):
+    """A log written when the sketch had other knobs: its records are no points of
+    today's space, so compile keeps the hand schedule instead of failing."""
+    model = _conv_model(rng)
+    (task,) = extract_tasks(model, search="auto")
+    config = task.default_config()
+    stale = {k: v for k, v in config.to_json().items() if not k.endswith(".order")}
+    path = tmp_path / "stale.jsonl"
+    with RecordLog(path) as log:
+        log.append(MeasureRecord(task.workload_key, stale, config.index, (0.5,)))
+        log.append(MeasureRecord(Task("function", task.args).workload_key,
+                                 {"schedule": "hand"}, 0, (2.0,)))
+    with ApplyHistoryBest(path), \
+            llvm_tuning.function_choice(function_body(task.args[1])) as choice:
+        assert choice == ("hand", None)
+    x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(
+        heterocc.compile(model, tuning_log=str(path)).run([x])[0],
+        heterocc.compile(model).run([x])[0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_order_knob_walks_the_last_axis_outermost():
+    from heterocc import te
+    from heterocc.compute.nn import matmul
+
+    A = te.placeholder((64, 32), "float32", "A")
+    B = te.placeholder((32, 64), "float32", "B")
+    C = matmul(A, B, "C")
+    sketch = Sketch([C], SearchHints(vector_lanes=16, registers=32))
+    values = {**sketch.default_values(), "a0.tile.s0": (1, 1, 8), "a0.tile.s1": (1, 1, 16)}
+    loops = {}
+    for order in ("natural", "reversed"):
+        config = sketch.space.from_values({**values, "a0.order": order})
+        schedule = sketch.apply([C], config)
+        # the parallel loop fuses the outer tiles: rows first, or column panels first
+        (fused,) = [iv for iv in schedule[C].leaf_iter_vars if ".fused" in iv.name]
+        loops[order] = fused.name
+    assert loops["natural"].startswith("i0") and loops["reversed"].startswith("i1")
+
+
+@pytest.mark.parametrize("which", ["dense", "batch_matmul", "depthwise"])
+def test_dense_batch_and_depthwise_functions_apply_their_auto_records(which, tmp_path, rng):
+    """The kinds whose bare-workload records compile never applied: as functions, their
+    auto records apply like any other (and compute the same)."""
+    model = MODELS[which](rng)
+    (task,) = extract_tasks(model, search="auto")
+    config = task.space.get(task.space.random_indices(rng, 1)[0])
+    log = _log(tmp_path, task, config, 1.0, 2.0)
+    with ApplyHistoryBest(log), \
+            llvm_tuning.function_choice(function_body(task.args[1])) as choice:
+        assert choice[0] == "auto" and choice[1].index == config.index
+    x = rng.standard_normal(model_input_shape(model)).astype(np.float32)
+    np.testing.assert_allclose(heterocc.compile(model, tuning_log=log).run([x])[0],
+                               heterocc.compile(model).run([x])[0], rtol=1e-4, atol=1e-4)
+
+
+def model_input_shape(model):
+    return [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
