@@ -195,9 +195,11 @@ class GraphExecutor:
                     t0 = time.perf_counter()
                     results = step.call(args)
                     self._record(step.node, time.perf_counter() - t0, step.kernel)
-                del args
                 for s, r in zip(step.writes, results):
                     env[s] = r
+                # nothing dead may be held through the next node (its kernel may want to
+                # write it again): not the arguments, the results, nor the loop's last one
+                args = results = r = None
                 for s in step.drops:
                     env[s] = None
         return [np.asarray(on_host(env[k])) for k in self._output_slots]
