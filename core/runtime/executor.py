@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import InputError
 from ..ir.graph import Graph, Node, Value
 from ..ops import get_op
+from .inputs import is_dtype
 from .memory import MemoryPlan, plan_memory
 
 Kernel = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
@@ -245,7 +246,7 @@ def _run_op(op, attrs: dict, args: Sequence) -> list[np.ndarray]:
 def check_input(spec: Value, array) -> np.ndarray:
     """``array`` as an ndarray of ``spec``'s type, or an InputError saying what differs."""
     arr = np.asarray(array)
-    if arr.dtype.name != spec.type.dtype:
+    if not is_dtype(arr, spec.type.dtype):
         raise InputError(f"input {spec.name!r}: dtype {arr.dtype.name}, the model expects "
                          f"{spec.type.dtype}")
     if tuple(arr.shape) != spec.type.shape:
