@@ -92,6 +92,11 @@ static __thread int inside_region = 0;
    between two offers of the core to another runnable thread (sched_yield). */
 #define PAUSES_PER_CLOCK 32
 #define CLOCKS_PER_YIELD 4
+/* A gap this long between two looks at the clock means the spinning thread was off its
+   core (preempted, or its yield was taken): the machine is loaded, so it stops
+   spinning and sleeps, which leaves the core to the others and lets the scheduler
+   wake it promptly when there is work. */
+#define PREEMPTED_NS 50000
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -107,16 +112,19 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Spin until done(word, value), for at most spin_ns; returns whether it came true. */
+/* Spin until done(word, value), for at most spin_ns and while the thread keeps its
+   core; returns whether it came true. */
 static inline int spin(int (*done)(const void *, uint64_t), const void *word, uint64_t value) {
     if (spin_ns <= 0) return 0;
-    int64_t deadline = now_ns() + spin_ns;
+    int64_t last = now_ns(), deadline = last + spin_ns;
     for (unsigned looks = 1;; ++looks) {
         for (int i = 0; i < PAUSES_PER_CLOCK; ++i) {
             if (done(word, value)) return 1;
             cpu_relax();
         }
-        if (now_ns() > deadline) return 0;
+        int64_t time = now_ns();
+        if (time > deadline || time - last > PREEMPTED_NS) return done(word, value);
+        last = time;
         if (looks % CLOCKS_PER_YIELD == 0) sched_yield();
     }
 }
