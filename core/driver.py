@@ -84,12 +84,13 @@ class CompiledModel:
     __call__ = run
 
     def _executable_for(self, given: Mapping[str, np.ndarray]) -> Executable:
-        exe = self._cache.get(self._key(given))
+        key = self._key(given)
+        exe = self._cache.get(key)
         if exe is not None:
-            self._cache.move_to_end(self._key(given))
+            self._cache.move_to_end(key)
             return exe
         exe = self._build({n: a.shape for n, a in given.items()}, given)
-        self._cache[self._key(given)] = exe
+        self._cache[self._key(given)] = exe  # building may add inputs to specialize on
         if len(self._cache) > MAX_SPECIALIZATIONS:
             self._cache.popitem(last=False)
         return exe

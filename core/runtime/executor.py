@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import functools
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -13,6 +14,7 @@ import numpy as np
 from ..errors import InputError
 from ..ir.graph import Graph, Node, Value
 from ..ops import get_op
+from .inputs import is_dtype
 from .memory import MemoryPlan, plan_memory
 
 Kernel = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
@@ -50,6 +52,22 @@ class ProfileEntry:
     extra: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Step:
+    """One node of an executor's plan: what to call and which slots of the run's value
+    list it reads and writes, all looked up once rather than on every run."""
+
+    index: int
+    node: Node
+    kernel: Kernel | None  # None: a plain op node, run on its NumPy reference
+    call: Callable[[list], Sequence]  # the kernel, or the op's reference with its attrs
+    place: Callable | None  # the kernel's ``place`` (see DeviceTensor), if it has one
+    reads: tuple[int, ...]  # slot of each input (an omitted optional input: slot 0, None)
+    placed: tuple[tuple[int, int], ...]  # (argument index, slot) of each non-constant input
+    writes: tuple[int, ...]  # slot of each output
+    drops: tuple[int, ...]  # slots dead after this node (their last reader)
+
+
 @dataclass
 class GraphExecutor:
     """Runs ``graph`` node by node.
@@ -57,6 +75,11 @@ class GraphExecutor:
     Function nodes run their kernel from ``kernels`` (by node name); plain op
     nodes (graphs run without fusion) run on the NumPy reference.
     ``set_input`` / ``run`` / ``get_output`` as in TVM's graph executor.
+
+    The first run makes a plan from ``graph`` and ``kernels`` (each node's kernel and the
+    slots of the values it reads and writes) that later runs follow, so a network of
+    many small kernels pays little per node; assigning another ``graph`` or ``kernels``
+    makes a new plan.
     """
 
     graph: Graph
@@ -66,6 +89,14 @@ class GraphExecutor:
     _inputs: dict[str, np.ndarray] = field(default_factory=dict)
     _outputs: list[np.ndarray] = field(default_factory=list)
     memory: MemoryPlan | None = None
+    #: the plan's steps and the graph and kernels it was made from (see :meth:`_plan`)
+    _steps: tuple[_Step, ...] | None = field(default=None, repr=False)
+    _planned: tuple = field(default=(None, None), repr=False)
+    #: the value list a run starts from (constants in their slots) and the slots of the
+    #: graph's inputs and outputs
+    _initial: list = field(default_factory=list, repr=False)
+    _input_slots: tuple[int, ...] = field(default=(), repr=False)
+    _output_slots: tuple[int, ...] = field(default=(), repr=False)
 
     def __post_init__(self):
         if self.memory is None:
@@ -96,37 +127,83 @@ class GraphExecutor:
     def get_output(self, index: int) -> np.ndarray:
         return self._outputs[index]
 
+    def _plan(self) -> tuple[_Step, ...]:
+        """The steps of a run (made on the first run, and again for another graph or
+        kernels): every value gets a slot in one list, constants are put in theirs once,
+        and each node's kernel, argument slots, output slots and dead slots are found
+        here rather than by name and by value on every run."""
+        if self._steps is not None and self._planned[0] is self.graph \
+                and self._planned[1] is self.kernels:
+            return self._steps
+        slots: dict[Value, int] = {}
+        initial: list = [None]  # slot 0 stays None: an omitted optional input
+
+        def slot(v: Value) -> int:
+            if v not in slots:
+                slots[v] = len(initial)
+                initial.append(v.data if v.is_const else None)
+            return slots[v]
+
+        input_slots = tuple(slot(v) for v in self.graph.inputs)
+        returned = set(self.graph.outputs)
+        steps = []
+        for index, node in enumerate(self.graph.nodes):
+            if node.body is not None:
+                kernel = self.kernels[node.name]
+                call = kernel
+            else:
+                kernel, op, attrs = None, get_op(node.op), node.attrs
+                call = functools.partial(_run_op, op, attrs)
+            reads = tuple(0 if v is None else slot(v) for v in node.inputs)
+            placed = tuple((k, slots[v]) for k, v in enumerate(node.inputs)
+                           if v is not None and not v.is_const)
+            writes = tuple(slot(v) for v in node.outputs)
+            # dead after this node: values past their last reader, and outputs nobody
+            # reads (so that their kernel may write them again on the next run)
+            drops = tuple(slots[v] for v in self._dead_after.get(index, ())) + tuple(
+                slots[v] for v in node.outputs
+                if v not in self.memory.last_use and v not in returned)
+            steps.append(_Step(index, node, kernel, call, getattr(kernel, "place", None),
+                               reads, placed, writes, drops))
+        self._output_slots = tuple(slot(v) for v in self.graph.outputs)
+        self._input_slots, self._initial = input_slots, initial
+        self._steps, self._planned = tuple(steps), (self.graph, self.kernels)
+        return self._steps
+
     def execute(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Outputs for positional inputs already checked against the graph's inputs."""
-        env: dict[Value, np.ndarray] = dict(zip(self.graph.inputs, inputs))
-
-        def read(v: Value | None):
-            if v is None:
-                return None
-            return v.data if v.is_const else env[v]
-
+        steps = self._plan()
+        env = self._initial.copy()
+        for k, value in zip(self._input_slots, inputs):
+            env[k] = value
+        profile = self.profile
+        ndarray = np.ndarray
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore", RuntimeWarning)
-            for index, node in enumerate(self.graph.nodes):
-                kernel = self.kernels[node.name] if node.body is not None else None
-                place = getattr(kernel, "place", None)
+            for step in steps:
+                place = step.place
                 if place is None:
-                    args = [on_host(read(v)) for v in node.inputs]
+                    # host arrays as they are; anything else (a device tensor) via on_host
+                    args = [a if type(a) is ndarray else on_host(a)
+                            for a in [env[k] for k in step.reads]]
                 else:
-                    args = [None if v is None else place(read(v)) for v in node.inputs]
-                    env.update((v, a) for v, a in zip(node.inputs, args)
-                               if v is not None and not v.is_const)
-                t0 = time.perf_counter() if self.profile is not None else 0.0
-                results = kernel(args) if kernel is not None else \
-                    get_op(node.op).run(args, node.attrs)
-                if self.profile is not None:
-                    self._record(node, time.perf_counter() - t0, kernel)
-                del args
-                for v, r in zip(node.outputs, results):
-                    env[v] = r
-                for v in self._dead_after.get(index, ()):
-                    env.pop(v, None)
-        return [np.asarray(on_host(read(v))) for v in self.graph.outputs]
+                    args = [None if a is None else place(a) for a in [env[k] for k in step.reads]]
+                    for k, s in step.placed:  # later readers get the placed value
+                        env[s] = args[k]
+                if profile is None:
+                    results = step.call(args)
+                else:
+                    t0 = time.perf_counter()
+                    results = step.call(args)
+                    self._record(step.node, time.perf_counter() - t0, step.kernel)
+                for s, r in zip(step.writes, results):
+                    env[s] = r
+                # nothing dead may be held through the next node (its kernel may want to
+                # write it again): not the arguments, the results, nor the loop's last one
+                args = results = r = None
+                for s in step.drops:
+                    env[s] = None
+        return [np.asarray(on_host(env[k])) for k in self._output_slots]
 
     def _record(self, node: Node, seconds: float, kernel) -> None:
         entry = self.profile.get(node.name)
@@ -161,10 +238,15 @@ def device_counters(kernel) -> dict[str, int]:
     return counters
 
 
+def _run_op(op, attrs: dict, args: Sequence) -> list[np.ndarray]:
+    """A plain op node's NumPy reference on ``args``."""
+    return op.run(args, attrs)
+
+
 def check_input(spec: Value, array) -> np.ndarray:
     """``array`` as an ndarray of ``spec``'s type, or an InputError saying what differs."""
     arr = np.asarray(array)
-    if arr.dtype.name != spec.type.dtype:
+    if not is_dtype(arr, spec.type.dtype):
         raise InputError(f"input {spec.name!r}: dtype {arr.dtype.name}, the model expects "
                          f"{spec.type.dtype}")
     if tuple(arr.shape) != spec.type.shape:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,20 @@ class InputSpec:
     @classmethod
     def from_json(cls, d: dict) -> InputSpec:
         return cls(d["name"], d["dtype"], tuple(d["shape"]))
+
+
+@functools.cache
+def _dtype(name: str) -> np.dtype | None:
+    try:
+        return np.dtype(name)
+    except TypeError:  # a type NumPy does not know by that name
+        return None
+
+
+def is_dtype(array: np.ndarray, name: str) -> bool:
+    """Whether ``array``'s dtype is called ``name`` (``dtype.name``, which takes about a
+    microsecond, is asked only when the dtype is not NumPy's of that name)."""
+    return array.dtype == _dtype(name) or array.dtype.name == name
 
 
 def name_inputs(specs: Sequence[InputSpec],
@@ -57,7 +72,7 @@ def name_inputs(specs: Sequence[InputSpec],
     out = {}
     for spec in specs:
         arr = np.asarray(given[spec.name])
-        if arr.dtype.name != spec.dtype:
+        if not is_dtype(arr, spec.dtype):
             raise InputError(f"input {spec.name!r}: dtype {arr.dtype.name}, the model "
                              f"expects {spec.dtype}")
         if len(spec.shape) != arr.ndim or any(

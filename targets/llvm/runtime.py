@@ -9,6 +9,21 @@ parallel regions run serially in the calling thread, so the pool never deadlocks
 pool is rebuilt after fork(). The thread count is ``HETEROCC_NUM_THREADS`` or the CPUs
 this process may run on.
 
+A network runs many small parallel loops back to back, with a little Python between
+them, so the cost of handing a loop to the workers matters as much as the loop:
+
+- A worker joins a loop only while it is open, and the caller waits only for the
+  workers that joined. The caller opens the loop, runs chunks itself, closes it once
+  every chunk is taken and waits for those who joined to finish theirs: a worker that is
+  asleep, or whose core another process holds, costs the caller nothing (its chunks are
+  run by the others) instead of a wake-up latency or a scheduler time slice.
+- A worker that finished its chunks spins on the loop counter for a while (``pause``
+  between reads, yielding its core to any other runnable thread every few microseconds)
+  before it sleeps on a condition variable, so the next loop, a kernel later, finds it
+  awake; the caller wakes sleepers (a futex call) only when there are some. The spin
+  lasts ``HETEROCC_SPIN_US`` microseconds (default :data:`DEFAULT_SPIN_US`; 0: sleep at
+  once); when the pool has more threads than the CPUs it may run on, nobody spins.
+
 The source is compiled once per machine with the system C compiler into a cache
 folder, loaded into the process for the JIT, and linked into exported libraries.
 """
@@ -27,25 +42,42 @@ import llvmlite.binding as llvm
 
 from ...errors import CompileError
 
+#: microseconds a worker spins for the next parallel loop before sleeping (and the caller
+#: for the workers finishing theirs), unless ``HETEROCC_SPIN_US`` says otherwise: longer
+#: than the Python between two kernels of a network, short enough that an idle model
+#: leaves the cores at once.
+DEFAULT_SPIN_US = 200
+
 RUNTIME_SOURCE = r"""
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef void (*heterocc_task)(int64_t begin, int64_t end, void *closure);
 
+/* The loop state, one word changed atomically: the loop's generation (high 32 bits),
+   CLOSED (set once every chunk is taken: nobody may join any more) and the number of
+   workers that joined (low bits). A worker joins by incrementing it while it is open
+   and of a generation it has not seen. */
+#define CLOSED ((uint64_t)1 << 31)
+#define JOINED_MASK (CLOSED - 1)
+#define GENERATION(state) ((uint32_t)((state) >> 32))
+
 static pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t work_ready = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t work_done = PTHREAD_COND_INITIALIZER;
 static int pool_threads = 0;
 static int fork_handler_installed = 0;
-static uint64_t generation = 0;
-static uint64_t pool_start_generation = 0;
-static int pending = 0;
+static int64_t spin_ns = 0;
+static uint64_t loop_state = CLOSED;
+static int finished_workers = 0;  /* joined workers done with the open loop's chunks */
+static int sleeping_workers = 0;  /* workers waiting on work_ready */
+static int caller_sleeping = 0;   /* the caller waits on work_done */
 static heterocc_task job_task;
 static void *job_closure;
 static int64_t job_n;
@@ -56,6 +88,54 @@ static __thread int inside_region = 0;
 /* Chunks per thread: enough to even out threads slowed by other processes, few
    enough to keep each chunk's data contiguous. */
 #define CHUNKS_PER_THREAD 4
+/* Pauses between two looks at the clock while spinning, and looks at the clock
+   between two offers of the core to another runnable thread (sched_yield). */
+#define PAUSES_PER_CLOCK 32
+#define CLOCKS_PER_YIELD 4
+/* A gap this long between two looks at the clock means the spinning thread was off its
+   core (preempted, or its yield was taken): the machine is loaded, so it stops
+   spinning and sleeps, which leaves the core to the others and lets the scheduler
+   wake it promptly when there is work. */
+#define PREEMPTED_NS 50000
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Spin until done(word, value), for at most spin_ns and while the thread keeps its
+   core; returns whether it came true. */
+static inline int spin(int (*done)(const void *, uint64_t), const void *word, uint64_t value) {
+    if (spin_ns <= 0) return 0;
+    int64_t last = now_ns(), deadline = last + spin_ns;
+    for (unsigned looks = 1;; ++looks) {
+        for (int i = 0; i < PAUSES_PER_CLOCK; ++i) {
+            if (done(word, value)) return 1;
+            cpu_relax();
+        }
+        int64_t time = now_ns();
+        if (time > deadline || time - last > PREEMPTED_NS) return done(word, value);
+        last = time;
+        if (looks % CLOCKS_PER_YIELD == 0) sched_yield();
+    }
+}
+
+static int generation_differs(const void *state, uint64_t seen) {
+    return GENERATION(__atomic_load_n((const uint64_t *)state, __ATOMIC_ACQUIRE)) != seen;
+}
+
+static int count_reaches(const void *count, uint64_t value) {
+    return __atomic_load_n((const int *)count, __ATOMIC_ACQUIRE) == (int)value;
+}
 
 static void run_chunks(void) {
     for (;;) {
@@ -67,49 +147,92 @@ static void run_chunks(void) {
     }
 }
 
+/* Until the loop state's generation differs from `seen`: spin, then sleep. The
+   sleeper count and the caller's store of a new state are both sequentially
+   consistent, so either the caller sees the sleeper (and wakes it under the lock) or
+   the sleeper sees the new state. */
+static void wait_for_loop(uint32_t seen) {
+    if (spin(generation_differs, &loop_state, seen)) return;
+    pthread_mutex_lock(&sleep_lock);
+    __atomic_add_fetch(&sleeping_workers, 1, __ATOMIC_SEQ_CST);
+    while (GENERATION(__atomic_load_n(&loop_state, __ATOMIC_SEQ_CST)) == seen)
+        pthread_cond_wait(&work_ready, &sleep_lock);
+    __atomic_sub_fetch(&sleeping_workers, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&sleep_lock);
+}
+
 static void *worker_main(void *arg) {
-    (void)arg;
-    uint64_t seen = pool_start_generation;
+    uint32_t seen = (uint32_t)(uintptr_t)arg;
     inside_region = 1;
-    pthread_mutex_lock(&state_lock);
     for (;;) {
-        while (generation == seen) pthread_cond_wait(&work_ready, &state_lock);
-        seen = generation;
-        pthread_mutex_unlock(&state_lock);
+        uint64_t state = __atomic_load_n(&loop_state, __ATOMIC_ACQUIRE);
+        if (GENERATION(state) == seen) {
+            wait_for_loop(seen);
+            continue;
+        }
+        if (state & CLOSED) {  /* missed that loop: the others ran its chunks */
+            seen = GENERATION(state);
+            continue;
+        }
+        if (!__atomic_compare_exchange_n(&loop_state, &state, state + 1, 0,
+                                         __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+            continue;  /* another worker joined, or the caller closed it: look again */
+        seen = GENERATION(state);
         run_chunks();
-        pthread_mutex_lock(&state_lock);
-        if (--pending == 0) pthread_cond_signal(&work_done);
+        __atomic_add_fetch(&finished_workers, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&caller_sleeping, __ATOMIC_SEQ_CST)) {
+            pthread_mutex_lock(&sleep_lock);
+            pthread_cond_signal(&work_done);
+            pthread_mutex_unlock(&sleep_lock);
+        }
     }
     return NULL;
 }
 
-static int wanted_threads(void) {
-    const char *env = getenv("HETEROCC_NUM_THREADS");
-    if (env && atoi(env) > 0) return atoi(env);
+static int allowed_cpus(void) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }
 
+static int wanted_threads(void) {
+    const char *env = getenv("HETEROCC_NUM_THREADS");
+    if (env && atoi(env) > 0) return atoi(env);
+    return allowed_cpus();
+}
+
+static int64_t wanted_spin_ns(int threads) {
+    if (threads > allowed_cpus()) return 0;  /* a spinning thread would hold a core another needs */
+    const char *env = getenv("HETEROCC_SPIN_US");
+    long us = env && *env ? atol(env) : HETEROCC_DEFAULT_SPIN_US;
+    return us > 0 ? (int64_t)us * 1000 : 0;
+}
+
 /* A forked child has none of the workers; it starts a fresh pool on first use. */
 static void reset_after_fork(void) {
     pthread_mutex_init(&region_lock, NULL);
-    pthread_mutex_init(&state_lock, NULL);
+    pthread_mutex_init(&sleep_lock, NULL);
     pthread_cond_init(&work_ready, NULL);
     pthread_cond_init(&work_done, NULL);
     pool_threads = 0;
-    pending = 0;
+    loop_state = CLOSED;
+    finished_workers = 0;
+    sleeping_workers = 0;
+    caller_sleeping = 0;
     inside_region = 0;
 }
 
+/* Called with region_lock held and no loop open. */
 static void start_pool(void) {
     if (!fork_handler_installed) {
         pthread_atfork(NULL, NULL, reset_after_fork);
         fork_handler_installed = 1;
     }
     int wanted = wanted_threads();
-    pool_start_generation = generation;
+    spin_ns = wanted_spin_ns(wanted);
+    uint64_t state = __atomic_load_n(&loop_state, __ATOMIC_RELAXED);
+    void *generation = (void *)(uintptr_t)GENERATION(state);
     int started = 1;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -117,7 +240,7 @@ static void start_pool(void) {
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     for (int t = 1; t < wanted; ++t) {
         pthread_t thread;
-        if (pthread_create(&thread, &attr, worker_main, NULL) != 0) break;
+        if (pthread_create(&thread, &attr, worker_main, generation) != 0) break;
         ++started;
     }
     pthread_attr_destroy(&attr);
@@ -144,27 +267,38 @@ int heterocc_parallel_for(heterocc_task task, void *closure, int64_t n) {
         task(0, n, closure);
         return 0;
     }
-    pthread_mutex_lock(&state_lock);
+    /* No worker reads these now: the last loop is closed and its joiners finished. */
     job_task = task;
     job_closure = closure;
     job_n = n;
     int64_t chunks = (int64_t)pool_threads * CHUNKS_PER_THREAD;
     job_chunks = (int)(n < chunks ? n : chunks);
-    next_chunk = 0;
-    pending = pool_threads - 1;
-    ++generation;
-    pthread_cond_broadcast(&work_ready);
-    pthread_mutex_unlock(&state_lock);
+    __atomic_store_n(&next_chunk, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&finished_workers, 0, __ATOMIC_RELAXED);
+    uint32_t generation = GENERATION(__atomic_load_n(&loop_state, __ATOMIC_RELAXED)) + 1;
+    __atomic_store_n(&loop_state, (uint64_t)generation << 32, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&sleeping_workers, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&sleep_lock);
+        pthread_cond_broadcast(&work_ready);
+        pthread_mutex_unlock(&sleep_lock);
+    }
     inside_region = 1;
     run_chunks();
     inside_region = 0;
-    pthread_mutex_lock(&state_lock);
-    while (pending > 0) pthread_cond_wait(&work_done, &state_lock);
-    pthread_mutex_unlock(&state_lock);
+    /* Every chunk is taken: close the loop and wait for the workers that joined. */
+    int joined = (int)(__atomic_fetch_or(&loop_state, CLOSED, __ATOMIC_SEQ_CST) & JOINED_MASK);
+    if (!spin(count_reaches, &finished_workers, (uint64_t)joined)) {
+        pthread_mutex_lock(&sleep_lock);
+        __atomic_store_n(&caller_sleeping, 1, __ATOMIC_SEQ_CST);
+        while (__atomic_load_n(&finished_workers, __ATOMIC_SEQ_CST) != joined)
+            pthread_cond_wait(&work_done, &sleep_lock);
+        __atomic_store_n(&caller_sleeping, 0, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&sleep_lock);
+    }
     pthread_mutex_unlock(&region_lock);
     return 0;
 }
-"""
+""".replace("HETEROCC_DEFAULT_SPIN_US", str(DEFAULT_SPIN_US))
 
 #: symbols generated code may call besides libm and libc.
 PARALLEL_FOR = "heterocc_parallel_for"

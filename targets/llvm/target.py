@@ -14,8 +14,10 @@ the machine code with NumPy arrays.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -230,22 +232,69 @@ def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]
 _OWN_REFERENCES = 2
 
 
-@dataclass
+#: the kernels' current output arrays by id: (weak reference to their ``_Outputs``, index),
+#: so that a kernel reading one (the next function's input) finds its data address in a
+#: tenth of the time NumPy takes to tell it (:func:`_address`)
+_RECYCLED: dict[int, tuple[weakref.ref, int]] = {}
+
+
+def _address(array: np.ndarray) -> int:
+    """The data address of ``array``: the one recorded when a kernel made it while that
+    kernel still holds it as its own (then no id was reused and nobody can resize it),
+    else NumPy's."""
+    entry = _RECYCLED.get(id(array))
+    if entry is not None:
+        owner = entry[0]()
+        if owner is not None and owner.last[entry[1]] is array:
+            return owner.addresses[entry[1]]
+    return array.ctypes.data
+
+
+def _forget(ids: list[int], owner: weakref.ref) -> None:
+    """Drop the entries of ``_RECYCLED`` for ``ids`` that still name ``owner``."""
+    for key in ids:
+        entry = _RECYCLED.get(key)
+        if entry is not None and entry[0] is owner:
+            del _RECYCLED[key]
+
+
+@dataclass(eq=False)
 class _Outputs:
     """Output arrays of a kernel, recycled across calls: an array from the last call is
     written again once nothing else refers to it (the executor dropped an intermediate
     after its last reader). Fresh arrays cost page faults on every call, which on a
-    loaded machine can take longer than the kernel itself."""
+    loaded machine can take longer than the kernel itself. The arrays' data addresses
+    are kept with them (``addresses``, and ``_RECYCLED`` for their readers): reading one
+    from NumPy costs about a microsecond."""
 
     specs: list[tuple[tuple[int, ...], str]]
     last: list[np.ndarray] = field(default_factory=list)
+    addresses: tuple[int, ...] = ()
+    #: ids of ``last`` (entries of ``_RECYCLED``), and the weak reference they name
+    _ids: list[int] = field(default_factory=list, repr=False)
+    _ref: weakref.ref | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        self._ref = weakref.ref(self, functools.partial(_forget, self._ids))
 
     def recycled(self) -> list[np.ndarray]:
-        if self.last and all(sys.getrefcount(self.last[k]) <= _OWN_REFERENCES
-                             for k in range(len(self.last))):
-            return list(self.last)
-        self.last = [np.empty(shape, dtype) for shape, dtype in self.specs]
-        return list(self.last)
+        """The arrays to write this call (``addresses`` then holds their addresses)."""
+        last = self.last
+        if last:
+            getrefcount = sys.getrefcount
+            for array in last:
+                if getrefcount(array) > _OWN_REFERENCES + 1:  # + the loop's variable
+                    break
+            else:
+                return last.copy()
+        _forget(self._ids, self._ref)  # the caller may keep (and resize) the old ones
+        arrays = [np.empty(shape, dtype) for shape, dtype in self.specs]
+        self.addresses = tuple(a.ctypes.data for a in arrays)
+        self.last = arrays
+        self._ids[:] = [id(a) for a in arrays]
+        for index, array in enumerate(arrays):
+            _RECYCLED[id(array)] = (self._ref, index)
+        return arrays.copy()
 
 
 @dataclass
@@ -267,34 +316,39 @@ class LLVMKernel:
     _outputs: _Outputs | None = field(default=None, repr=False)
     #: (shape, dtype) of each input parameter, and the constants' data addresses
     _inputs: list[tuple[tuple[int, ...], np.dtype]] | None = field(default=None, repr=False)
-    _constant_addresses: list[int] = field(default_factory=list, repr=False)
+    _constant_addresses: tuple[int, ...] = field(default=(), repr=False)
 
     def _prepare(self) -> None:
-        self._outputs = _Outputs(self.out_specs)
+        outputs = _Outputs(self.out_specs)
         params = getattr(self.function, "signature", None)
-        if params is None or not hasattr(self.function, "call_addresses"):
-            return  # a function that cannot run here: its own call says why
-        count = len(params.params) - len(self.constants) - len(self.out_specs)
-        self._inputs = [(tuple(p.shape), np.dtype(p.dtype)) for p in params.params[:count]]
-        self.function.check([*[np.empty(shape, dtype) for shape, dtype in self._inputs],
-                             *self.constants, *self._outputs.recycled()])
-        self._constant_addresses = [c.ctypes.data for c in self.constants]
-
-    def _fits(self, args: Sequence[np.ndarray]) -> bool:
-        return len(args) == len(self._inputs) and all(
-            isinstance(a, np.ndarray) and a.shape == shape and a.dtype == dtype
-            and a.flags.c_contiguous for a, (shape, dtype) in zip(args, self._inputs))
+        if params is not None and hasattr(self.function, "call_addresses"):
+            count = len(params.params) - len(self.constants) - len(self.out_specs)
+            self._inputs = [(tuple(p.shape), np.dtype(p.dtype)) for p in params.params[:count]]
+            self.function.check([*[np.empty(shape, dtype) for shape, dtype in self._inputs],
+                                 *self.constants, *outputs.recycled()])
+            self._constant_addresses = tuple(c.ctypes.data for c in self.constants)
+        # else a function that cannot run here: its own call says why
+        self._outputs = outputs
 
     def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
-        if self._outputs is None:
+        outputs = self._outputs
+        if outputs is None:
             self._prepare()
-        outs = self._outputs.recycled()
-        if self._inputs is not None and self._fits(args):
-            self.function.call_addresses(*(a.ctypes.data for a in args),
-                                         *self._constant_addresses,
-                                         *(o.ctypes.data for o in outs))
-        else:
-            self.function(*args, *self.constants, *outs)
+            outputs = self._outputs
+        outs = outputs.recycled()
+        inputs = self._inputs
+        if inputs is not None and len(args) == len(inputs):
+            addresses = []
+            for a, (shape, dtype) in zip(args, inputs):  # the quick test of each input
+                if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype \
+                        or not a.flags.c_contiguous:
+                    break
+                addresses.append(_address(a))
+            else:
+                self.function.call_addresses(*addresses, *self._constant_addresses,
+                                             *outputs.addresses)
+                return outs
+        self.function(*args, *self.constants, *outs)  # the full check names what is wrong
         return outs
 
 

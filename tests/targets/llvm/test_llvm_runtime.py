@@ -1,0 +1,219 @@
+"""The C runtime's thread pool, driven from C so that nothing but the pool is timed or
+raced: every iteration of a parallel loop runs exactly once, whatever the loop sizes
+and the gaps between loops (workers spinning, or asleep, or the spin disabled), nested
+loops and loops from several threads at once run correctly, workers really take part,
+the pool works again in a forked child, and the caller does not wait for a worker that
+never joined."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from heterocc.targets.llvm import runtime
+
+#: A driver of heterocc_parallel_for; exits non-zero (and says why) on any miscount.
+DRIVER = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef void (*heterocc_task)(int64_t begin, int64_t end, void *closure);
+int heterocc_parallel_for(heterocc_task task, void *closure, int64_t n);
+int heterocc_num_threads(void);
+
+#define MAX_N 512
+typedef struct { int hits[MAX_N]; int nested; } Counts;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static void busy(double seconds) { double end = now() + seconds; while (now() < end) {} }
+
+static void count(int64_t begin, int64_t end, void *closure) {
+    Counts *c = closure;
+    for (int64_t i = begin; i < end; ++i) __atomic_add_fetch(&c->hits[i], 1, __ATOMIC_RELAXED);
+}
+
+/* Each iteration runs an inner parallel loop (run serially: nested regions). */
+static void nested(int64_t begin, int64_t end, void *closure) {
+    Counts *c = closure;
+    for (int64_t i = begin; i < end; ++i) {
+        Counts inner;
+        memset(&inner, 0, sizeof inner);
+        heterocc_parallel_for(count, &inner, 16);
+        int ok = 1;
+        for (int k = 0; k < 16; ++k) ok &= inner.hits[k] == 1;
+        __atomic_add_fetch(&c->hits[i], ok, __ATOMIC_RELAXED);
+    }
+}
+
+static int check(const char *what, Counts *c, int n) {
+    for (int i = 0; i < n; ++i)
+        if (c->hits[i] != 1) {
+            fprintf(stderr, "%s: n=%d, iteration %d ran %d times\n", what, n, i, c->hits[i]);
+            return 0;
+        }
+    return 1;
+}
+
+/* Many loops of every size, with gaps of none, a few microseconds (workers spinning)
+   and a millisecond now and then (workers asleep when the spin is short). */
+static int loops(const char *what, int rounds, unsigned seed) {
+    Counts c;
+    for (int r = 0; r < rounds; ++r) {
+        int n = 1 + (int)(rand_r(&seed) % MAX_N);
+        memset(&c, 0, sizeof c);
+        heterocc_parallel_for(count, &c, n);
+        if (!check(what, &c, n)) return 0;
+        unsigned gap = rand_r(&seed) % 64;
+        if (gap == 0) busy(1e-3);
+        else if (gap < 8) busy(gap * 1e-6);
+    }
+    return 1;
+}
+
+static void *thread_loops(void *arg) {
+    return (void *)(intptr_t)loops("concurrent", 2000, (unsigned)(intptr_t)arg);
+}
+
+/* The caller's first chunk waits until another thread has run a chunk: returns only if
+   a worker joined the loop. */
+static volatile int other_ran;
+static pthread_t caller;
+static void join_probe(int64_t begin, int64_t end, void *closure) {
+    (void)end; (void)closure;
+    if (!pthread_equal(pthread_self(), caller)) { other_ran = 1; return; }
+    if (begin == 0) {
+        double deadline = now() + 20;
+        while (!other_ran && now() < deadline) {}
+    }
+}
+
+int main(void) {
+    int threads = heterocc_num_threads();
+    if (!loops("loops", 20000, 1)) return 1;
+
+    Counts c;
+    memset(&c, 0, sizeof c);
+    heterocc_parallel_for(nested, &c, 64);
+    if (!check("nested", &c, 64)) return 1;
+
+    pthread_t others[3];
+    for (int t = 0; t < 3; ++t)
+        pthread_create(&others[t], NULL, thread_loops, (void *)(intptr_t)(t + 7));
+    int ok = loops("concurrent", 2000, 3);
+    for (int t = 0; t < 3; ++t) {
+        void *result;
+        pthread_join(others[t], &result);
+        ok &= result != NULL;
+    }
+    if (!ok) return 1;
+
+    if (threads > 1) {
+        caller = pthread_self();
+        other_ran = 0;
+        heterocc_parallel_for(join_probe, NULL, 64);
+        if (!other_ran) { fprintf(stderr, "no worker joined a loop in 20 s\n"); return 1; }
+    }
+
+    pid_t child = fork();
+    if (child == 0)
+        _exit(loops("forked child", 2000, 5) && heterocc_num_threads() == threads ? 0 : 1);
+    int status;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "the forked child's loops failed\n");
+        return 1;
+    }
+    if (!loops("after fork", 2000, 9)) return 1;
+    printf("ok %d threads\n", threads);
+    return 0;
+}
+"""
+
+
+def _build(folder, name, source):
+    (folder / f"{name}.c").write_text(source)
+    runtime.write_runtime_source(folder)
+    program = folder / name
+    runtime.run_compiler(["-O2", "-pthread", str(folder / f"{name}.c"),
+                          str(folder / "heterocc_runtime.c"), "-o", str(program)],
+                         f"building the pool test program {name}")
+    return program
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    return _build(tmp_path_factory.mktemp("pool"), "driver", DRIVER)
+
+
+@pytest.mark.parametrize("threads,spin_us", [
+    ("2", None),  # workers spin between loops (the default)
+    ("2", "0"),  # workers sleep at once: every loop wakes them
+    ("2", "3"),  # workers spin a little: some loops find them awake, some asleep
+    ("5", None),  # more threads than CPUs here: nobody spins
+])
+def test_pool_runs_every_iteration_once(driver, threads, spin_us):
+    env = {**os.environ, "HETEROCC_NUM_THREADS": threads}
+    env.pop("HETEROCC_SPIN_US", None)
+    if spin_us is not None:
+        env["HETEROCC_SPIN_US"] = spin_us
+    result = subprocess.run([str(driver)], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"ok {threads} threads"
+
+
+#: Counts the times the caller blocked over 2000 small loops (voluntary context switches).
+BLOCKING = r"""
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/resource.h>
+
+typedef void (*heterocc_task)(int64_t begin, int64_t end, void *closure);
+int heterocc_parallel_for(heterocc_task task, void *closure, int64_t n);
+
+static void task(int64_t begin, int64_t end, void *closure) {
+    volatile float *sink = closure;
+    for (int64_t i = begin; i < end; ++i) sink[i] += 1.0f;
+}
+
+int main(void) {
+    static float sink[64];
+    heterocc_parallel_for(task, sink, 64);
+    struct rusage before, after;
+    getrusage(RUSAGE_THREAD, &before);
+    for (int k = 0; k < 2000; ++k) heterocc_parallel_for(task, sink, 64);
+    getrusage(RUSAGE_THREAD, &after);
+    printf("%ld\n", after.ru_nvcsw - before.ru_nvcsw);
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_caller_does_not_wait_for_a_worker_that_did_not_join(tmp_path):
+    """Two threads on one CPU, so the worker runs only when the caller is off it: the
+    caller runs each small loop's chunks itself and goes on without blocking for the
+    worker it woke (the pool it replaced blocked on every loop until the worker had
+    checked in)."""
+    program = _build(tmp_path, "blocking", BLOCKING)
+    cpu = min(os.sched_getaffinity(0))
+    env = {**os.environ, "HETEROCC_NUM_THREADS": "2", "HETEROCC_SPIN_US": "0"}
+    result = subprocess.run([str(program)], env=env, capture_output=True, text=True,
+                            timeout=120, preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) < 200  # of 2000 loops
