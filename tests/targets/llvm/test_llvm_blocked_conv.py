@@ -71,8 +71,9 @@ def test_blocked_conv_geometries_match_reference(channels, size, filters, kernel
     _compile_blocked_and_check(model, _feeds(model))
 
 
-#: dense geometries whose tiles have tails or fold on both ISAs: odd widths (7, 13), 14
-#: and 56, strides 2, padded and unpadded 1x1, 24-channel outputs (blocks of 8)
+#: dense geometries whose tiles have tails on both ISAs: odd widths (7, 13), 14 and 56,
+#: strides 2, padded and unpadded 1x1, odd output block counts (24 channels: 3 blocks of
+#: 8; 144: 9 blocks of 16, tiles of three blocks)
 DENSE_TILE_GEOMETRIES = [
     # channels, size, filters, kernel, stride, pad, epilogue
     (32, 7, 64, 3, 1, 1, ("relu",)),
@@ -84,6 +85,8 @@ DENSE_TILE_GEOMETRIES = [
     (16, 13, 32, 1, 1, 1, ("relu",)),
     (32, 15, 32, 3, 2, 1, ("relu",)),
     (16, 56, 24, 3, 1, 1, ()),
+    (16, 14, 144, 1, 1, 0, ("clip",)),
+    (144, 13, 24, 1, 1, 0, ("relu",)),
 ]
 
 
