@@ -247,8 +247,9 @@ class BlockedConvTiles:
     """Tile parameters of :func:`schedule_conv2d_nchwc` (tuning drives them).
 
     ``columns``: output columns per register tile; ``channel_blocks``: output channel
-    blocks per tile (each broadcast input element then feeds that many weight vectors);
-    it must divide the number of blocks. None: :func:`default_blocked_conv_tiles`.
+    blocks per tile (each broadcast input element then feeds the weight vectors of that
+    many blocks); it must divide the number of blocks. None:
+    :func:`default_blocked_conv_tiles`.
     ``kernel_outer``: a dense convolution's reduction runs over kernel rows and columns
     outside the input channel blocks (default: the channel blocks outermost).
     ``block_unroll``: channels of a dense convolution's innermost reduction (the
