@@ -220,6 +220,16 @@ BLOCKED_CONV_MAX_COLUMNS = 28
 #: columns with AVX2's 16 registers (:func:`dense_conv_channel_blocks`)
 BLOCKED_CONV_WEIGHT_VECTORS = 2
 BLOCKED_CONV_PAIRED_COLUMNS = 8
+#: most channel blocks of a default dense tile (three one-vector blocks of 7 columns
+#: measured 12-35% faster than one of 28 where the block count is odd: 9 blocks of 16,
+#: 3 of 8)
+BLOCKED_CONV_MAX_CHANNEL_BLOCKS = 4
+#: share of the vector registers a default dense tile's accumulators may take (the rest
+#: hold its weight vectors, broadcast inputs and what LLVM's scheduling keeps live): 21
+#: of AVX-512's 32 (2 blocks x 8 columns, 3 x 7; 24 accumulators, 2 x 12 or 3 x 8,
+#: measured 20-60% slower), 10 of AVX2's 16 (one two-vector block of 5 columns; 6
+#: columns measured 5% slower)
+BLOCKED_CONV_ACCUMULATOR_SHARE = 2 / 3
 #: the same for a depthwise tile, whose every multiply-add loads its own input vector
 #: (wider tiles measured slower: the loads and accumulators no longer fit the registers)
 DEPTHWISE_MAX_COLUMNS = 14
@@ -237,8 +247,9 @@ class BlockedConvTiles:
     """Tile parameters of :func:`schedule_conv2d_nchwc` (tuning drives them).
 
     ``columns``: output columns per register tile; ``channel_blocks``: output channel
-    blocks per tile (each broadcast input element then feeds that many weight vectors);
-    it must divide the number of blocks. None: :func:`default_blocked_conv_tiles`.
+    blocks per tile (each broadcast input element then feeds the weight vectors of that
+    many blocks); it must divide the number of blocks. None:
+    :func:`default_blocked_conv_tiles`.
     ``kernel_outer``: a dense convolution's reduction runs over kernel rows and columns
     outside the input channel blocks (default: the channel blocks outermost).
     ``block_unroll``: channels of a dense convolution's innermost reduction (the
@@ -259,29 +270,59 @@ def _block_vectors(block_bytes: int, description: CPUDescription) -> int:
     return max(1, -(-block_bytes // description.vector_bytes))
 
 
-def dense_conv_channel_blocks(block_bytes: int, cpu: CPUDescription | None = None) -> int:
-    """Output channel blocks of a default dense blocked-conv tile on ``cpu``: as many as
-    give each broadcast input element :data:`BLOCKED_CONV_WEIGHT_VECTORS` weight vectors
-    (two one-vector blocks with AVX-512; one block of 16 floats, two vectors, with AVX2;
-    one of four with NEON), at least one."""
-    return max(1, BLOCKED_CONV_WEIGHT_VECTORS // _block_vectors(block_bytes, _cpu(cpu)))
+def dense_conv_channel_blocks(block_bytes: int, cpu: CPUDescription | None = None,
+                              blocks: int | None = None) -> int:
+    """Output channel blocks of a default dense blocked-conv tile on ``cpu``: the fewest
+    that give each broadcast input element :data:`BLOCKED_CONV_WEIGHT_VECTORS` weight
+    vectors (two one-vector blocks with AVX-512; one block of 16 floats, two vectors,
+    with AVX2; one of four with NEON) and divide ``blocks`` (the output's block count,
+    when given), at most :data:`BLOCKED_CONV_MAX_CHANNEL_BLOCKS`; else one."""
+    vectors = _block_vectors(block_bytes, _cpu(cpu))
+    for count in range(1, BLOCKED_CONV_MAX_CHANNEL_BLOCKS + 1):
+        if count * vectors >= BLOCKED_CONV_WEIGHT_VECTORS and (
+                blocks is None or blocks % count == 0):
+            return count
+    return 1
+
+
+def _column_budget(block_bytes: int, description: CPUDescription) -> int:
+    """Columns of a one-block tile whose accumulators (one per column and vector of the
+    block) fill the registers that the operands leave."""
+    vectors = _block_vectors(block_bytes, description)
+    return max(1, (description.vector_registers - OPERAND_REGISTERS) // vectors)
+
+
+def dense_conv_column_limit(channel_blocks: int, block_bytes: int,
+                            cpu: CPUDescription | None = None) -> int:
+    """The most output columns of a dense blocked-conv tile of ``channel_blocks`` blocks
+    of ``block_bytes`` on ``cpu``: a tile feeding each broadcast input element two or
+    more weight vectors keeps its accumulators (one per column and weight vector) within
+    :data:`BLOCKED_CONV_ACCUMULATOR_SHARE` of the registers, and takes at most
+    :data:`BLOCKED_CONV_PAIRED_COLUMNS` columns; a one-vector tile takes as many as the
+    registers hold, at most :data:`BLOCKED_CONV_MAX_COLUMNS`."""
+    description = _cpu(cpu)
+    weights = channel_blocks * _block_vectors(block_bytes, description)
+    if weights < BLOCKED_CONV_WEIGHT_VECTORS:
+        return min(BLOCKED_CONV_MAX_COLUMNS, _column_budget(block_bytes, description))
+    accumulators = int(description.vector_registers * BLOCKED_CONV_ACCUMULATOR_SHARE)
+    return max(1, min(BLOCKED_CONV_PAIRED_COLUMNS, accumulators // weights))
 
 
 def blocked_conv_limits(block_bytes: int, cpu: CPUDescription | None = None
                         ) -> tuple[int, int, int]:
     """``(columns, dense columns, depthwise columns)``: the most output columns of a
-    blocked-conv register tile of one channel block, of a default dense tile (of
-    :func:`dense_conv_channel_blocks` blocks), and of a depthwise one, on ``cpu`` for a
-    channel block of ``block_bytes``: the accumulators (one per column and vector of
-    the tile's blocks) fit the registers that the operands leave (a dense tile's weight
-    vectors besides), and never exceed the caps measured with 32 registers."""
+    blocked-conv register tile of one channel block, of a dense tile of the channel
+    blocks that give two weight vectors per input element (two one-vector blocks, one
+    two-vector block: :func:`dense_conv_column_limit`), and of a depthwise one, on
+    ``cpu`` for a channel block of ``block_bytes``: the accumulators (one per column and
+    vector of the block) fit the registers the operands leave, and never exceed the caps
+    measured with 32 registers."""
     description = _cpu(cpu)
-    vectors = _block_vectors(block_bytes, description)
-    spare = description.vector_registers - OPERAND_REGISTERS
-    weights = dense_conv_channel_blocks(block_bytes, description) * vectors
-    return (min(BLOCKED_CONV_MAX_COLUMNS, max(1, spare // vectors)),
-            max(1, min(BLOCKED_CONV_PAIRED_COLUMNS, (spare - weights) // weights)),
-            min(DEPTHWISE_MAX_COLUMNS, max(1, spare // vectors)))
+    budget = _column_budget(block_bytes, description)
+    pair = dense_conv_channel_blocks(block_bytes, description)
+    return (min(BLOCKED_CONV_MAX_COLUMNS, budget),
+            dense_conv_column_limit(pair, block_bytes, description),
+            min(DEPTHWISE_MAX_COLUMNS, budget))
 
 
 def dense_conv_columns(width: int, limit: int) -> int:
@@ -299,19 +340,19 @@ def default_blocked_conv_tiles(out_shape: Sequence[int], depthwise: bool,
     """``(columns, channel_blocks)`` of a blocked convolution's tile without a tuning log,
     for its output shape ``(n, blocks, height, width, block)`` of ``itemsize``-byte
     elements on ``cpu``: a dense one takes :func:`dense_conv_channel_blocks` channel
-    blocks over a short row segment (or, when they do not divide the block count, one
-    block over a longer one), a
-    depthwise one (whose every multiply-add loads its own input) takes one block over a
-    longer one."""
+    blocks over a short row segment (or, when no such count divides the block count,
+    one block over a longer one), a depthwise one (whose every multiply-add loads its
+    own input) takes one block over a longer one."""
     blocks, width = out_shape[1], out_shape[3]
     block_bytes = out_shape[4] * itemsize
-    columns, dense, depthwise_columns = blocked_conv_limits(block_bytes, cpu)
     if depthwise:
-        return min(blocked_conv_columns(width, depthwise_columns), width), 1
-    channel_blocks = dense_conv_channel_blocks(block_bytes, cpu)
-    if blocks % channel_blocks:
-        return min(blocked_conv_columns(width, columns), width), 1
-    return dense_conv_columns(width, dense), channel_blocks
+        limit = blocked_conv_limits(block_bytes, cpu)[2]
+        return min(blocked_conv_columns(width, limit), width), 1
+    channel_blocks = dense_conv_channel_blocks(block_bytes, cpu, blocks)
+    limit = dense_conv_column_limit(channel_blocks, block_bytes, cpu)
+    if channel_blocks * _block_vectors(block_bytes, _cpu(cpu)) < BLOCKED_CONV_WEIGHT_VECTORS:
+        return min(blocked_conv_columns(width, limit), width), 1
+    return dense_conv_columns(width, limit), channel_blocks
 
 
 def _unroll_block_reduction(stage: te.Stage, reduction: list, unroll: int | None,

@@ -12,6 +12,7 @@ from onnx import helper
 import heterocc
 from heterocc import te
 from heterocc.compute import compute_of
+from heterocc.errors import CompileError
 from heterocc.ir.types import TensorType
 from heterocc.models import mobilenet_v2, resnet18, tiny_cnn
 from heterocc.ops import get_op
@@ -71,8 +72,9 @@ def test_blocked_conv_geometries_match_reference(channels, size, filters, kernel
     _compile_blocked_and_check(model, _feeds(model))
 
 
-#: dense geometries whose tiles have tails or fold on both ISAs: odd widths (7, 13), 14
-#: and 56, strides 2, padded and unpadded 1x1, 24-channel outputs (blocks of 8)
+#: dense geometries whose tiles have tails on both ISAs: odd widths (7, 13), 14 and 56,
+#: strides 2, padded and unpadded 1x1, odd output block counts (24 channels: 3 blocks of
+#: 8; 144: 9 blocks of 16, tiles of three blocks)
 DENSE_TILE_GEOMETRIES = [
     # channels, size, filters, kernel, stride, pad, epilogue
     (32, 7, 64, 3, 1, 1, ("relu",)),
@@ -84,6 +86,8 @@ DENSE_TILE_GEOMETRIES = [
     (16, 13, 32, 1, 1, 1, ("relu",)),
     (32, 15, 32, 3, 2, 1, ("relu",)),
     (16, 56, 24, 3, 1, 1, ()),
+    (16, 14, 144, 1, 1, 0, ("clip",)),
+    (144, 13, 24, 1, 1, 0, ("relu",)),
 ]
 
 
@@ -174,6 +178,39 @@ def test_explicit_tile_widths_give_the_same_result(columns):
     attrs = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": 1}
     expected = np.maximum(get_op("ConvNCHWc").run(arrays, attrs)[0], 0)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("unroll,kernel_outer", [(None, False), (1, False), (2, True),
+                                                 (8, False), (16, True), (64, False)])
+def test_in_block_unroll_factors_give_the_same_result(unroll, kernel_outer):
+    """The in-block reduction unrolled whole (None, or more than the block), not at all
+    (1), or in parts (its inner ``unroll`` channels), in either reduction order."""
+    params, y = _blocked_conv_stages(1, True)
+    schedule = te.create_schedule(y)
+    stages = {s.tensor.name: s.tensor for s in schedule.stages if not s.is_placeholder}
+    schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], y, [stages["conv_bias"]],
+                          BlockedConvTiles(block_unroll=unroll, kernel_outer=kernel_outer))
+    prim = te.lower(schedule, [*params, y], name="unrolled")
+    text = str(prim)
+    # the in-block channel loop (16) is gone where it is unrolled whole, split where not
+    assert ("rci in serial(0, 16)" in text) == (unroll == 1)
+    assert ("rci.outer in serial(0, 8)" in text) == (unroll == 2)
+    module = build([prim], name="unrolled")
+    arrays = [RNG.standard_normal(p.shape, dtype=np.float32) for p in params]
+    out = np.empty(y.shape, np.float32)
+    module["unrolled"](*arrays, out)
+    attrs = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": 1}
+    expected = np.maximum(get_op("ConvNCHWc").run(arrays, attrs)[0], 0)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_an_unroll_factor_must_divide_the_block():
+    params, y = _blocked_conv_stages(1, True)
+    schedule = te.create_schedule(y)
+    stages = {s.tensor.name: s.tensor for s in schedule.stages if not s.is_placeholder}
+    with pytest.raises(CompileError, match="cannot unroll its input channel blocks of 16 by 6"):
+        schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], y, [stages["conv_bias"]],
+                              BlockedConvTiles(block_unroll=6))
 
 
 @pytest.mark.parametrize("width,limit,columns", [(56, 28, 28), (112, 28, 28), (28, 28, 28),
