@@ -68,9 +68,8 @@ def test_dumps_number_every_pass_in_order(rng, tmp_path):
 
 
 def test_the_llvm_target_declares_its_layout_pass():
-    from heterocc.targets.llvm import LLVMTarget
-
     from heterocc.passes.manager import pass_name
+    from heterocc.targets.llvm import LLVMTarget
 
     for spec, lanes in (("llvm -mcpu=x86-64-v4", 16), ("llvm -mcpu=x86-64-v3", 8)):
         layout, fold = LLVMTarget(cpu=spec).graph_passes()
