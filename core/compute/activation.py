@@ -15,7 +15,7 @@ from .. import te
 from ..errors import CompileError
 from ..ops.activation import prelu_slope_shape
 from .common import elementwise, float_only, require_native
-from .elementwise import clamp, is_float_dtype, nan_maximum, nan_minimum, numpy_clip, unary
+from .elementwise import clamp, is_float_dtype, nan_maximum, nan_minimum, unary
 from .registry import register_compute
 
 #: below this magnitude expm1 and log1p use their Taylor series (5 terms: relative error
@@ -114,13 +114,12 @@ def _thresholded_relu(dtype, attrs):
 
 def _hard_sigmoid(dtype, attrs):
     alpha, beta = te.const(attrs["alpha"], dtype), te.const(attrs["beta"], dtype)
-    return lambda x: numpy_clip(alpha * x + beta, te.const(0.0, dtype), te.const(1.0, dtype))
+    return lambda x: clamp(alpha * x + beta, te.const(0.0, dtype), te.const(1.0, dtype))
 
 
 def _hard_swish(dtype, attrs):
     sixth, half = te.const(1.0 / 6.0, dtype), te.const(0.5, dtype)
-    return lambda x: x * numpy_clip(x * sixth + half, te.const(0.0, dtype),
-                                     te.const(1.0, dtype))
+    return lambda x: x * clamp(x * sixth + half, te.const(0.0, dtype), te.const(1.0, dtype))
 
 
 def _elu(dtype, attrs):

@@ -110,20 +110,14 @@ def nan_minimum(*values):
 def clamp(x, low, high):
     """``minimum(maximum(x, low), high)`` as NumPy computes it, so high wins where low >
     high and a NaN ``x`` or bound gives NaN; one select per bound once the bounds are
-    constants (see :func:`_exact_pair`)."""
+    constants (see :func:`_exact_pair`).
+
+    A bound wins a tie, so a zero at a zero bound takes the bound's sign. ``numpy.clip``
+    (HardSigmoid's reference) lets ``x`` win instead, which differs only where ``x`` is
+    a zero of the other sign; the bound's sign is kept there on purpose: float
+    arithmetic here may drop an ``x + 0.0`` (the ``nsz`` flag), so the sign of a zero
+    ``x`` is not reliable, while the bound's is."""
     return nan_minimum(nan_maximum(x, low), high)
-
-
-def numpy_clip(x, low, high):
-    """``numpy.clip(x, low, high)`` with constant bounds, bit for bit: unlike
-    :func:`clamp`, ``x`` wins a tie (numpy.clip(-0.0, 0, 1) is -0.0), which makes each
-    bound a single max/min instruction on x86 (``low > x ? low : x`` is maxps with the
-    operand order that passes a NaN ``x`` through); high wins where low > high."""
-    if not (_is_constant(low) and _is_constant(high)):
-        raise CompileError("numpy_clip takes constant bounds that are not NaN, got "
-                           f"{low!r} and {high!r}; use clamp for others")
-    above_low = te.if_then_else(x < low, low, x)
-    return te.if_then_else(above_low > high, high, above_low)
 
 
 def unary(name: str, make_fn: Callable, *, floats_only: bool = False):
