@@ -39,13 +39,16 @@ def is_signed_int_dtype(dtype: str) -> bool:
 
 
 def _is_constant(value) -> bool:
-    return isinstance(value, IntImm | FloatImm) and not (
-        isinstance(value, FloatImm) and math.isnan(value.value))
+    return isinstance(value, IntImm | FloatImm) and not _is_nan_constant(value)
+
+
+def _is_nan_constant(value) -> bool:
+    return isinstance(value, FloatImm) and math.isnan(value.value)
 
 
 def _propagating_nan(result, operands):
     """``result`` (built from float ``operands`` with LLVM's NaN-ignoring min/max), or NaN
-    where any operand is NaN, as NumPy's maximum/minimum/clip give.
+    where any operand is NaN, as NumPy's maximum/minimum give.
 
     Each operand is read twice at most (here and in ``result``): nesting the usual
     ``a >= b or a != a`` selects would copy the inner expression three times per level.
@@ -57,22 +60,64 @@ def _propagating_nan(result, operands):
                            result)
 
 
+def _exact_pair(a, b, maximum: bool):
+    """NumPy's ``maximum(a, b)`` (or ``minimum``) of two floats, bit for bit, as one
+    select: ``b`` where ``a <= b`` (``a >= b``) or ``b`` is NaN, else ``a``.
+
+    NumPy returns its second operand on a tie (so maximum(-0.0, +0.0) is +0.0 and
+    maximum(+0.0, -0.0) is -0.0) and NaN where either operand is NaN; a NaN ``a``
+    compares false and passes through. Once ``b`` is a (folded) constant, the select is
+    one compare per bound, with no NaN test: x86 makes it a single max/min instruction
+    where ``b`` is not zero (a tie can then only be of equal bits) and a compare plus a
+    masked move or an ``and`` where it is (a tie of -0.0 and +0.0 must give ``b``), half
+    the instructions of maxnum with a NaN fix-up. A constant ``a`` gets the mirror form
+    (``a`` where ``b`` loses strictly).
+    """
+    if _is_nan_constant(a) or _is_nan_constant(b):
+        return te.const(math.nan, a.dtype)
+    if _is_constant(a) and not _is_constant(b):
+        # b loses strictly (b < a for maximum): on a tie b wins
+        return te.if_then_else(b < a if maximum else b > a, a, b)
+    picks_b = a <= b if maximum else a >= b
+    if not _is_constant(b):
+        picks_b = te.logical_or(picks_b, te.not_equal(b, b))
+    return te.if_then_else(picks_b, b, a)
+
+
+def _nan_extremum(values, maximum: bool):
+    """NumPy's maximum or minimum folded over ``values``, left to right (see
+    :func:`_exact_pair`). Integers use TIR's min/max directly."""
+    ignoring_nan = te.maximum if maximum else te.minimum
+    if not is_float_dtype(values[0].dtype):
+        return reduce(ignoring_nan, values)
+    if sum(not _is_constant(v) for v in values) > 2:
+        # the pairwise select reads its running result twice, which doubles per input:
+        # more than two tensors keep one NaN test over all of them instead
+        return _propagating_nan(reduce(ignoring_nan, values), values)
+    return reduce(lambda a, b: _exact_pair(a, b, maximum), values)
+
+
 def nan_maximum(*values):
     """``numpy.maximum`` of ``values``: unlike LLVM's maxnum, a NaN operand gives NaN."""
-    result = reduce(te.maximum, values)
-    return _propagating_nan(result, values) if is_float_dtype(result.dtype) else result
+    return _nan_extremum(values, True)
 
 
 def nan_minimum(*values):
     """``numpy.minimum`` of ``values``: unlike LLVM's minnum, a NaN operand gives NaN."""
-    result = reduce(te.minimum, values)
-    return _propagating_nan(result, values) if is_float_dtype(result.dtype) else result
+    return _nan_extremum(values, False)
 
 
 def clamp(x, low, high):
-    """``numpy.clip``: min(max(x, low), high), so high wins where low > high; NaN stays."""
-    result = te.minimum(te.maximum(x, low), high)
-    return _propagating_nan(result, (x, low, high)) if is_float_dtype(result.dtype) else result
+    """``minimum(maximum(x, low), high)`` as NumPy computes it, so high wins where low >
+    high and a NaN ``x`` or bound gives NaN; one select per bound once the bounds are
+    constants (see :func:`_exact_pair`).
+
+    A bound wins a tie, so a zero at a zero bound takes the bound's sign. ``numpy.clip``
+    (HardSigmoid's reference) lets ``x`` win instead, which differs only where ``x`` is
+    a zero of the other sign; the bound's sign is kept there on purpose: float
+    arithmetic here may drop an ``x + 0.0`` (the ``nsz`` flag), so the sign of a zero
+    ``x`` is not reliable, while the bound's is."""
+    return nan_minimum(nan_maximum(x, low), high)
 
 
 def unary(name: str, make_fn: Callable, *, floats_only: bool = False):

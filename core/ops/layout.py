@@ -77,7 +77,10 @@ def _infer_layout_transform(ctx: InferContext):
         raise ctx.error(str(exc)) from None
     if x.ndim != (5 if src else 4) or (src and x.shape[4] != src):
         raise ctx.error(f"input {x} is not in layout {ctx.attrs['src_layout']}")
-    channels = x.shape[1] * (src or 1)
+    held = x.shape[1] * (src or 1)
+    channels = ctx.attrs.get("channels", 0) or held
+    if channels > held:
+        raise ctx.error(f"{channels} channels asked of an input holding {held}")
     if dst and channels % dst:
         raise ctx.error(f"{channels} channels do not split into blocks of {dst}")
     nchw = (x.shape[0], channels, x.shape[2], x.shape[3])
@@ -85,11 +88,15 @@ def _infer_layout_transform(ctx: InferContext):
 
 
 @register_op("LayoutTransform", infer=_infer_layout_transform, fusion=FusionKind.INJECTIVE,
-             attrs={"src_layout": REQUIRED, "dst_layout": REQUIRED})
-def layout_transform(x, *, src_layout, dst_layout):
-    """A 4-D activation moved between ``NCHW`` and blocked ``NCHW{b}c`` layouts."""
+             attrs={"src_layout": REQUIRED, "dst_layout": REQUIRED, "channels": 0})
+def layout_transform(x, *, src_layout, dst_layout, channels=0):
+    """A 4-D activation moved between ``NCHW`` and blocked ``NCHW{b}c`` layouts.
+    ``channels`` (0: all): the first channels only, the rest being padding that a
+    blocked tensor carries to fill its last block (``alter_layout``)."""
     src, dst = layout_block(src_layout), layout_block(dst_layout)
     nchw = from_blocked(x) if src else x
+    if channels:
+        nchw = nchw[:, :channels]
     return to_blocked(nchw, dst) if dst else np.ascontiguousarray(nchw)
 
 

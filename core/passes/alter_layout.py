@@ -8,11 +8,20 @@ average pooling), so that a chain of convolutions reads and writes blocked tenso
 throughout. A value is moved to another layout only where a reader needs it there, once
 per layout: a transform to NCHW and straight back never appears, and every op that is
 not layout-agnostic (global pooling, reshape, a graph output) reads NCHW.
+
+Given the channels of the target's vector register (:func:`alter_layout_for`), a
+convolution whose filters fill no whole number of vectors (24 filters with 16-lane
+vectors) writes its output padded to the next multiple of a full vector block, its
+padding channels computed from zero weights and zero bias. Its readers keep the padding
+harmless: a convolution gives those input channels zero weights (a depthwise one zero
+filters, so its output carries the padding on), elementwise ops compute on them, and a
+transform out of the blocked layout cuts them off (``LayoutTransform``'s ``channels``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
@@ -40,6 +49,9 @@ BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div"})
 POOL_OPS = frozenset({"MaxPool", "AveragePool"})
 #: global pools carried in the blocked layout as the pool of their whole image
 GLOBAL_POOL_OPS = {"GlobalAveragePool": "AveragePool", "GlobalMaxPool": "MaxPool"}
+#: unary ops that could make a padding channel infinite (a few nested Exp of 0
+#: overflow), which a reader's zero weight would turn into NaN: they read no padding
+UNBOUNDED_UNARY_OPS = frozenset({"Exp"})
 
 
 @dataclass(frozen=True)
@@ -51,39 +63,70 @@ class ConvBlocking:
     depthwise: bool
 
 
-def conv_blocking(node: Node, available_block: int = 0) -> ConvBlocking | None:
+def conv_blocking(node: Node, available_block: int = 0,
+                  available_channels: int = 0) -> ConvBlocking | None:
     """The blocking of Conv ``node``, or None where it stays NCHW: it must be a float32
     2-D convolution with constant weights (and bias), one of ``OUT_BLOCKS`` dividing its output
     channels, and dense (group 1) or depthwise (group == channels == filters). A dense
     convolution takes its input in ``available_block`` when that divides its channels
-    (no transform), else in the widest block of ``IN_BLOCKS`` that does."""
+    (no transform), else in the widest block of ``IN_BLOCKS`` that does.
+    ``available_channels``: the channels the input is available with in that block when
+    it carries padding (more than the convolution's); a depthwise convolution then
+    takes it as it is (its padding channels get zero filters)."""
     x, w = node.inputs[0], node.inputs[1]
     bias = node.inputs[2] if len(node.inputs) > 2 else None
     if (x.type.ndim != 4 or x.type.dtype != "float32" or not w.is_const
             or (bias is not None and not bias.is_const)):
         return None
     channels, filters, group = x.type.shape[1], w.type.shape[0], node.attrs.get("group", 1)
+    held = available_channels or channels
     out_block = next((b for b in OUT_BLOCKS if filters % b == 0), 0)
     if not out_block:
         return None
     if group == 1:
-        if available_block and channels % available_block == 0:
+        if available_block and held % available_block == 0:
             return ConvBlocking(available_block, out_block, False)
         return ConvBlocking(next(b for b in IN_BLOCKS if channels % b == 0), out_block, False)
     if group == channels == filters:
+        if held != channels:
+            return ConvBlocking(available_block, available_block, True)
         return ConvBlocking(out_block, out_block, True)
     return None
 
 
-def _per_channel_blocked(value: Value, channels: int, block: int) -> Value | None:
+def padded_channels(channels: int, vector_channels: int) -> int:
+    """Channels of a convolution's output of ``channels`` filters on a target with
+    ``vector_channels``-lane vectors (one of ``OUT_BLOCKS``; 0: no padding): where they
+    fill more than one vector but no whole number of them (24 of 16), the next multiple
+    of the vector, so that every block is a full vector (the padding costs at most half
+    again the work, where half-vector blocks would run at half the vector width);
+    otherwise ``channels``."""
+    if vector_channels not in OUT_BLOCKS or channels <= vector_channels \
+            or channels % vector_channels == 0:
+        return channels
+    return -(-channels // vector_channels) * vector_channels
+
+
+def _pad_axis(data: np.ndarray, axis: int, size: int, fill: float = 0.0) -> np.ndarray:
+    """``data`` with ``fill`` appended along ``axis`` up to ``size``."""
+    widths = [(0, 0)] * data.ndim
+    widths[axis] = (0, size - data.shape[axis])
+    return np.pad(data, widths, constant_values=fill)
+
+
+def _per_channel_blocked(value: Value, channels: int, block: int, held: int = 0,
+                         fill: float = 0.0) -> Value | None:
     """A constant operand of a binary op in the blocked layout: one-element ones as they
-    are, per-channel ``(C, 1, 1)`` / ``(1, C, 1, 1)`` ones as ``(1, C/b, 1, 1, b)``;
+    are, per-channel ``(C, 1, 1)`` / ``(1, C, 1, 1)`` ones as ``(1, C/b, 1, 1, b)``
+    (padded with ``fill`` to ``held`` channels where the other operand carries padding);
     None for any other constant."""
     data = value.data
     if data.size == 1:
         return value
     if data.shape in ((channels, 1, 1), (1, channels, 1, 1)):
-        blocked = data.reshape(1, channels // block, block, 1, 1).transpose(0, 1, 3, 4, 2)
+        held = held or channels
+        data = _pad_axis(data.reshape(channels), 0, held, fill)
+        blocked = data.reshape(1, held // block, block, 1, 1).transpose(0, 1, 3, 4, 2)
         return constant(np.ascontiguousarray(blocked), f"{value.name}_{blocked_layout(block)}")
     return None
 
@@ -94,17 +137,27 @@ class _LayoutRewriter:
     readers need (each at most once)."""
 
     scope: NameScope
+    #: channels of the target's vector register (0: no padding of convolution outputs)
+    vector_channels: int = 0
     nodes: list[Node] = field(default_factory=list)
     #: blocked realizations of each original value, by block
     blocked: dict[Value, dict[int, Value]] = field(default_factory=dict)
     #: original values produced only blocked so far (their NCHW form not emitted yet)
     only_blocked: set[Value] = field(default_factory=set)
+    #: blocked realizations that carry padding channels: the channels they hold
+    held: dict[Value, int] = field(default_factory=dict)
 
     def block_of(self, value: Value | None) -> int:
         """A block ``value`` is already available in (0: NCHW only)."""
         if value is None or value.is_const:
             return 0
         return next(iter(self.blocked.get(value, {})), 0)
+
+    def held_of(self, value: Value | None) -> int:
+        """Channels ``value``'s realization in :meth:`block_of` holds, padding included
+        (0 when it carries none, or is not blocked)."""
+        block = self.block_of(value)
+        return self.held.get(self.blocked[value][block], 0) if block else 0
 
     def nchw(self, value: Value | None) -> Value | None:
         """``value`` in NCHW: the original value, produced by a transform if need be."""
@@ -116,7 +169,8 @@ class _LayoutRewriter:
         return value
 
     def in_block(self, value: Value, block: int) -> Value:
-        """``value`` in ``NCHW{block}c``, transformed from a layout it has if need be."""
+        """``value`` in ``NCHW{block}c``, transformed from a layout it has if need be
+        (without the padding the source may carry)."""
         have = self.blocked.setdefault(value, {})
         if block not in have:
             source_block, source = (next(iter(have.items())) if value in self.only_blocked
@@ -125,42 +179,64 @@ class _LayoutRewriter:
             self._transform(source, source_block, block, have[block])
         return have[block]
 
-    def produce_blocked(self, original: Value, block: int) -> Value:
-        """A new value standing for ``original`` in ``NCHW{block}c``."""
-        self.blocked[original] = {block: self._value_like(original, block)}
+    def produce_blocked(self, original: Value, block: int, held: int = 0) -> Value:
+        """A new value standing for ``original`` in ``NCHW{block}c``, holding ``held``
+        channels (padding after the original's; 0: just the original's)."""
+        self.blocked[original] = {block: self._value_like(original, block, held)}
         self.only_blocked.add(original)
+        if held and held != original.type.shape[1]:
+            self.held[self.blocked[original][block]] = held
         return self.blocked[original][block]
 
-    def _value_like(self, original: Value, block: int) -> Value:
+    def _value_like(self, original: Value, block: int, held: int = 0) -> Value:
+        n, channels, h, w = original.type.shape
         return Value(self.scope.fresh(f"{original.name}_{blocked_layout(block)}"),
-                     TensorType(blocked_shape(original.type.shape, block),
+                     TensorType(blocked_shape((n, held or channels, h, w), block),
                                 original.type.dtype))
 
     def _transform(self, source: Value, src_block: int, dst_block: int, out: Value) -> None:
-        self.nodes.append(Node("LayoutTransform", [source], [out],
-                               {"src_layout": blocked_layout(src_block),
-                                "dst_layout": blocked_layout(dst_block)},
+        attrs = {"src_layout": blocked_layout(src_block), "dst_layout": blocked_layout(dst_block)}
+        if source in self.held:  # cut the padding off
+            attrs["channels"] = out.type.shape[1] * (dst_block or 1)
+        self.nodes.append(Node("LayoutTransform", [source], [out], attrs,
                                self.scope.fresh(f"{out.name}_transform")))
 
     # --- one rewrite per kind of node ------------------------------------------------
     def conv(self, node: Node) -> bool:
         x, weight = node.inputs[0], node.inputs[1]
-        blocking = conv_blocking(node, self.block_of(x))
+        held_in = self.held_of(x)
+        blocking = conv_blocking(node, self.block_of(x), held_in)
         if blocking is None:
             return False
         bias = node.inputs[2] if len(node.inputs) > 2 else None
         _, strides, dilations, pads, _ = conv_geometry(x.type.shape, weight.type.shape,
                                                        node.attrs)
+        group = node.attrs.get("group", 1)
+        weights, biases = weight.data, None if bias is None else bias.data
+        out_block = blocking.out_block
+        if blocking.depthwise:
+            # the input's padding channels (if any) pass through, filtered by zeros
+            held_out = held_in if blocking.in_block == blocking.out_block and held_in else 0
+            group = held_out or group
+        else:
+            held_out = padded_channels(weights.shape[0], self.vector_channels)
+            if held_out != weights.shape[0]:
+                out_block = self.vector_channels
+            if held_in and blocking.in_block == self.block_of(x):
+                weights = _pad_axis(weights, 1, held_in)
+        if held_out and held_out != weights.shape[0]:
+            weights = _pad_axis(weights, 0, held_out)
+            biases = None if biases is None else _pad_axis(biases, 0, held_out)
         weight_block = 1 if blocking.depthwise else blocking.in_block
-        packed = constant(pack_conv_weight(weight.data, weight_block, blocking.out_block),
+        packed = constant(pack_conv_weight(weights, weight_block, out_block),
                           self.scope.fresh(f"{weight.name}_packed"))
         inputs = [self.in_block(x, blocking.in_block), packed]
-        if bias is not None:
-            inputs.append(constant(bias.data.reshape(-1, blocking.out_block),
+        if biases is not None:
+            inputs.append(constant(biases.reshape(-1, out_block),
                                    self.scope.fresh(f"{bias.name}_blocked")))
-        out = self.produce_blocked(node.outputs[0], blocking.out_block)
+        out = self.produce_blocked(node.outputs[0], out_block, held_out)
         attrs = {"strides": list(strides), "pads": list(pads), "dilations": list(dilations),
-                 "group": node.attrs.get("group", 1)}
+                 "group": group}
         self.nodes.append(Node("ConvNCHWc", inputs, [out], attrs, node.name))
         return True
 
@@ -170,7 +246,9 @@ class _LayoutRewriter:
         if not block or len(node.outputs) != 1 or any(
                 v is not None and not (v.is_const and v.data.size == 1) for v in rest):
             return False
-        out = self.produce_blocked(node.outputs[0], block)
+        if self.held_of(x) and node.op in UNBOUNDED_UNARY_OPS:
+            return False
+        out = self.produce_blocked(node.outputs[0], block, self.held_of(x))
         self.nodes.append(replace(node, inputs=[self.in_block(x, block), *rest], outputs=[out]))
         return True
 
@@ -181,13 +259,22 @@ class _LayoutRewriter:
         if (not block or len(shape) != 4 or node.outputs[0].type.dtype != "float32"
                 or any(v.type.shape != shape for v in tensors)):
             return False
-        constants = {v: _per_channel_blocked(v, shape[1], block)
+        held = {self.held_of(v) for v in tensors}
+        if len(held) > 1 or (held != {0} and {self.block_of(v) for v in tensors} != {block}):
+            return False  # padded and unpadded operands meet in NCHW
+        held = held.pop()
+        divisor = node.inputs[1] if node.op == "Div" else None
+        if held and divisor is not None and not divisor.is_const:
+            return False  # 0 / 0 in the padding would be NaN
+        # a constant divisor's padding is 1, so that the padding stays finite
+        constants = {v: _per_channel_blocked(v, shape[1], block, held, 1.0 if v is divisor
+                                             else 0.0)
                      for v in node.inputs if v.is_const}
         if any(c is None for c in constants.values()):
             return False
         inputs = [constants[v] if v.is_const else self.in_block(v, block)
                   for v in node.inputs]
-        out = self.produce_blocked(node.outputs[0], block)
+        out = self.produce_blocked(node.outputs[0], block, held)
         self.nodes.append(replace(node, inputs=inputs, outputs=[out]))
         return True
 
@@ -205,7 +292,7 @@ class _LayoutRewriter:
         window = {"auto_pad": "NOTSET", "kernel_shape": [*kernel, 1],
                   "strides": [*strides, 1], "dilations": [*dilations, 1],
                   "pads": [pads[0], pads[1], 0, pads[2], pads[3], 0]}
-        out = self.produce_blocked(node.outputs[0], block)
+        out = self.produce_blocked(node.outputs[0], block, self.held_of(x))
         self.nodes.append(replace(node, inputs=[self.in_block(x, block)], outputs=[out],
                                   attrs={**attrs, **window}))
         return True
@@ -223,7 +310,7 @@ class _LayoutRewriter:
                   "strides": [1, 1, 1], "dilations": [1, 1, 1], "pads": [0] * 6}
         window.update({"count_include_pad": 0} if node.op == "GlobalAveragePool"
                       else {"storage_order": 0})
-        out = self.produce_blocked(node.outputs[0], block)
+        out = self.produce_blocked(node.outputs[0], block, self.held_of(x))
         self.nodes.append(Node(GLOBAL_POOL_OPS[node.op], [self.in_block(x, block)], [out],
                                window, node.name))
         return True
@@ -234,12 +321,15 @@ class _LayoutRewriter:
 
 
 @register_pass("alter_layout")
-def alter_layout(graph: Graph) -> Graph:
+def alter_layout(graph: Graph, vector_channels: int = 0) -> Graph:
     """Rewrite blockable float32 Conv nodes into ``ConvNCHWc`` on ``NCHW16c``-style data
     with packed constant weights, carrying the blocked layout through layout-agnostic
     ops and inserting ``LayoutTransform`` only where a reader needs another layout.
-    Function nodes (partitioned regions) and other ops read NCHW as before."""
-    rewriter = _LayoutRewriter(NameScope.of(graph))
+    Function nodes (partitioned regions) and other ops read NCHW as before.
+    ``vector_channels``: float32 lanes of the target's vector register; a dense
+    convolution whose filters fill no whole number of them writes its output padded
+    (:func:`padded_channels`); 0 pads nothing."""
+    rewriter = _LayoutRewriter(NameScope.of(graph), vector_channels)
     for node in graph.nodes:
         if node.body is None and node.op == "Conv" and rewriter.conv(node):
             continue
@@ -255,3 +345,11 @@ def alter_layout(graph: Graph) -> Graph:
         rewriter.any_other(node)
     outputs = [rewriter.nchw(v) for v in graph.outputs]
     return graph.rebuild(rewriter.nodes, outputs)
+
+
+def alter_layout_for(vector_channels: int):
+    """The ``alter_layout`` pass of a target whose vector register holds
+    ``vector_channels`` float32 lanes (its convolutions' outputs padded to them)."""
+    layout_pass = partial(alter_layout, vector_channels=vector_channels)
+    layout_pass.pass_name = "alter_layout"
+    return layout_pass

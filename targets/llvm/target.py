@@ -25,6 +25,7 @@ import numpy as np
 
 from heterocc import te
 from heterocc.ir.graph import Node
+from heterocc.passes.alter_layout import alter_layout_for
 from heterocc.te.schedule import INLINE
 from heterocc.te.schedule_reads import reads_of
 from heterocc.te_target import (
@@ -436,10 +437,13 @@ class LLVMTarget(TETarget):
         constants = _packed_constants(function_constants(function.body), packings)
         return LLVMKernel(function.name, library[symbol], constants, output_specs(function))
 
-    def graph_passes(self) -> list[str]:
-        """The CPU's layout pass (blocked NCHW[x]c convolutions), then folding again for a
-        transform of a constant input; none when ``blocked_layout`` is off."""
-        return ["alter_layout", "fold_constants"] if self.blocked_layout else []
+    def graph_passes(self) -> list:
+        """The CPU's layout pass (blocked NCHW[x]c convolutions, outputs padded to whole
+        vectors of this CPU), then folding again for a transform of a constant input;
+        none when ``blocked_layout`` is off."""
+        if not self.blocked_layout:
+            return []
+        return [alter_layout_for(self.cpu.vector_lanes("float32")), "fold_constants"]
 
     def tuning(self):
         """The CPU's tuning templates, tasks and measurement (``heterocc tune``)."""

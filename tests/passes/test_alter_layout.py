@@ -20,7 +20,8 @@ from heterocc.ops.layout import (
     unpack_conv_weight,
 )
 from heterocc.ops.nn import conv
-from heterocc.passes import DEFAULT_PIPELINE, PassManager, alter_layout
+from heterocc.passes import DEFAULT_PIPELINE, PassManager, alter_layout, alter_layout_for
+from heterocc.passes.alter_layout import padded_channels
 from heterocc.runtime.interpreter import evaluate
 from heterocc.targets.llvm import LLVMTarget
 from tests.conftest import make_model
@@ -143,6 +144,26 @@ def test_global_pools_of_blocked_values_stay_blocked(pool):
     _assert_same_results(before, after)
 
 
+@pytest.mark.parametrize("pool", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pool_of_a_padded_value_cuts_the_padding_after_pooling(pool):
+    """24 filters padded to 32 channels: the pool keeps the padding (one block of
+    vectors), the transform of its 1x1 result cuts it off."""
+    inits = {"w": RNG.standard_normal((24, 16, 3, 3)).astype(np.float32),
+             "b": RNG.standard_normal(24).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1] * 4),
+             helper.make_node("Sigmoid", ["c"], ["s"]),
+             helper.make_node(pool, ["s"], ["y"])]
+    model = make_model(nodes, [("x", "float32", [1, 16, 6, 6])], [("y", "float32", None)],
+                       inits)
+    before = _optimized(model)
+    after = alter_layout_for(16)(before)
+    pooled = next(n for n in after.nodes if n.op == pool.replace("Global", ""))
+    assert pooled.outputs[0].type.shape == (1, 2, 1, 1, 16)
+    assert _transforms(after)[-1].attrs["channels"] == 24
+    assert after.outputs[0].type.shape == (1, 24, 1, 1)
+    _assert_same_results(before, after)
+
+
 def test_input_block_follows_the_producer_when_it_divides():
     """A 24-filter conv writes NCHW8c; the next conv reads it in 8-channel blocks."""
     inits = {"w1": RNG.standard_normal((24, 4, 1, 1)).astype(np.float32),
@@ -229,3 +250,167 @@ def test_blocked_conv_reference_matches_conv(channels, filters, in_block, out_bl
         [to_blocked(x, in_block), pack_conv_weight(w, weight_block, out_block),
          b.reshape(-1, out_block)], attrs)[0]
     np.testing.assert_allclose(from_blocked(got), expected, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------ outputs padded to whole vectors
+
+def _padded(graph, vector_channels=16):
+    return alter_layout_for(vector_channels)(graph)
+
+
+def _padding_model(epilogue, tail=("conv",), filters=24):
+    """conv (16 -> ``filters``, 3x3) -> ``epilogue`` op -> ``tail`` readers of it."""
+    inits = {"w1": RNG.standard_normal((filters, 16, 3, 3)).astype(np.float32) * 0.2,
+             "b1": RNG.standard_normal(filters).astype(np.float32),
+             "w2": RNG.standard_normal((16, filters, 1, 1)).astype(np.float32),
+             "wd": RNG.standard_normal((filters, 1, 3, 3)).astype(np.float32),
+             "bd": RNG.standard_normal(filters).astype(np.float32),
+             "s": RNG.standard_normal((filters, 1, 1)).astype(np.float32) + 3.0,
+             "lo": np.float32(0.5), "hi": np.float32(6.0)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1] * 4)]
+    nodes.append({"sigmoid": helper.make_node("Sigmoid", ["c"], ["e"]),
+                  "clip": helper.make_node("Clip", ["c", "lo", "hi"], ["e"]),
+                  "div": helper.make_node("Div", ["c", "s"], ["e"]),
+                  "exp": helper.make_node("Exp", ["c"], ["e"])}[epilogue])
+    outputs = []
+    for k, reader in enumerate(tail):
+        out = f"y{k}"
+        if reader == "conv":
+            nodes.append(helper.make_node("Conv", ["e", "w2"], [out]))
+        elif reader == "depthwise":  # then a 1x1 conv reads its (padded) output
+            nodes += [helper.make_node("Conv", ["e", "wd", "bd"], [f"d{k}"], group=filters,
+                                       pads=[1] * 4, strides=[2, 2]),
+                      helper.make_node("Conv", [f"d{k}", "w2"], [out])]
+        elif reader == "pool":
+            nodes.append(helper.make_node("GlobalAveragePool", ["e"], [out]))
+        elif reader == "output":
+            out = "e"
+        outputs.append((out, "float32", None))
+    return make_model(nodes, [("x", "float32", [1, 16, 7, 9])], outputs, inits)
+
+
+@pytest.mark.parametrize("channels,vector,padded", [
+    (24, 16, 32), (40, 16, 48), (32, 16, 32), (8, 16, 8), (24, 8, 24), (24, 0, 24),
+    (20, 4, 20)])
+def test_padded_channels_fill_whole_vectors(channels, vector, padded):
+    assert padded_channels(channels, vector) == padded
+
+
+@pytest.mark.parametrize("epilogue", ["sigmoid", "clip"])  # f(0) != 0 in the padding
+@pytest.mark.parametrize("tail", [("conv",), ("depthwise",), ("pool", "output")])
+def test_padded_outputs_compute_what_the_unpadded_ones_did(epilogue, tail):
+    before = _optimized(_padding_model(epilogue, tail))
+    after = _padded(before)
+    first = next(n for n in after.nodes if n.op == "ConvNCHWc")
+    assert first.outputs[0].type.shape == (1, 2, 7, 9, 16)  # 24 channels held as 32
+    assert first.inputs[1].data.shape == (2, 1, 3, 3, 16, 16)
+    assert not first.inputs[1].data[1, ..., 8:].any()  # zero filters for the padding
+    if "depthwise" in tail:
+        depthwise = [n for n in after.nodes if n.op == "ConvNCHWc"][1]
+        assert depthwise.attrs["group"] == 32
+        assert depthwise.outputs[0].type.shape[1:] == (2, 4, 5, 16)
+    if "output" in tail:  # leaving the blocked layout cuts the padding off
+        cuts = [n for n in _transforms(after) if n.attrs["dst_layout"] == "NCHW"]
+        assert all(cut.attrs["channels"] == 24 for cut in cuts)
+        assert sorted(cut.outputs[0].type.shape for cut in cuts) == [(1, 24, 1, 1),
+                                                                     (1, 24, 7, 9)]
+    _assert_no_round_trips(after)
+    _assert_same_results(before, after)
+
+
+def test_unpadded_layout_without_vector_channels():
+    after = alter_layout(_optimized(_padding_model("clip")))
+    first = next(n for n in after.nodes if n.op == "ConvNCHWc")
+    assert first.outputs[0].type.shape == (1, 3, 7, 9, 8)
+
+
+def _residual_model():
+    """MobileNetV2's 24-channel stage: project to 24, an inverted residual block (expand
+    to 48, depthwise, project back to 24) added to it, then expand again; the sum is
+    also a graph output."""
+    inits = {"w0": RNG.standard_normal((24, 16, 1, 1)).astype(np.float32) * 0.3,
+             "w1": RNG.standard_normal((48, 24, 1, 1)).astype(np.float32) * 0.3,
+             "wd": RNG.standard_normal((48, 1, 3, 3)).astype(np.float32) * 0.3,
+             "w2": RNG.standard_normal((24, 48, 1, 1)).astype(np.float32) * 0.3,
+             "b2": RNG.standard_normal(24).astype(np.float32),
+             "w3": RNG.standard_normal((48, 24, 1, 1)).astype(np.float32) * 0.3,
+             "lo": np.float32(0.0), "hi": np.float32(6.0)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["p"]),
+             helper.make_node("Conv", ["p", "w1"], ["e"]),
+             helper.make_node("Clip", ["e", "lo", "hi"], ["ec"]),
+             helper.make_node("Conv", ["ec", "wd"], ["d"], group=48, pads=[1] * 4),
+             helper.make_node("Conv", ["d", "w2", "b2"], ["q"]),
+             helper.make_node("Add", ["p", "q"], ["r"]),
+             helper.make_node("Conv", ["r", "w3"], ["y"])]
+    return make_model(nodes, [("x", "float32", [1, 16, 6, 8])],
+                      [("y", "float32", None), ("r", "float32", None)], inits)
+
+
+def test_residual_add_of_two_padded_tensors():
+    before = _optimized(_residual_model())
+    after = _padded(before)
+    (add,) = [n for n in after.nodes if n.op == "Add"]
+    assert [v.type.shape for v in add.inputs] == [(1, 2, 6, 8, 16)] * 2
+    assert all(n.outputs[0].type.shape[-1] == 16 for n in after.nodes if n.op == "ConvNCHWc")
+    _assert_same_results(before, after)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f"])
+def test_llvm_pads_to_its_own_vectors_and_matches_the_reference(target):
+    """The target pads to its vector width: 24 channels are 32 in 16-lane vectors, and
+    stay 24 (three 8-lane vectors) on AVX2."""
+    model = _residual_model()
+    llvm = LLVMTarget(cpu=target)
+    compiled = heterocc.compile(model, target=[llvm])
+    lanes = llvm.cpu.vector_lanes("float32")
+    blocks = {n.outputs[0].type.shape[-1] for n in compiled.graph.nodes
+              if n.body is not None for n in n.body.nodes if n.op == "ConvNCHWc"}
+    assert blocks == ({16} if lanes == 16 else {8, 16})
+    feeds = {"x": RNG.standard_normal((1, 16, 6, 8), dtype=np.float32)}
+    expected = heterocc.compile(model, target="reference").run(feeds)
+    for ours, theirs in zip(compiled.run(feeds), expected):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+    assert llvm.fallbacks == {}
+
+
+def test_padding_stays_finite():
+    """A padding channel a reader multiplies by a zero weight must not be infinite (or
+    NaN): a divisor's padding is 1, a division by a padded tensor and Exp read no
+    padding."""
+    before = _optimized(_padding_model("div"))
+    after = _padded(before)
+    div = next(n for n in after.nodes if n.op == "Div")
+    assert np.all(div.inputs[1].data[0, 1, 0, 0, 8:] == 1.0)
+    _assert_same_results(before, after)
+    before = _optimized(_padding_model("exp"))
+    after = _padded(before)
+    assert next(n for n in after.nodes if n.op == "Exp").inputs[0].type.ndim == 4
+    _assert_same_results(before, after)
+    inits = {"w": RNG.standard_normal((24, 16, 1, 1)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"]),
+             helper.make_node("Conv", ["x", "w"], ["b"], pads=[0] * 4, strides=[1, 1]),
+             helper.make_node("Div", ["a", "b"], ["y"])]
+    before = _optimized(make_model(nodes, [("x", "float32", [1, 16, 4, 4])],
+                                   [("y", "float32", None)], inits))
+    after = _padded(before)
+    assert next(n for n in after.nodes if n.op == "Div").inputs[0].type.ndim == 4
+    _assert_same_results(before, after)
+
+
+def test_padded_and_unpadded_operands_meet_in_nchw():
+    inits = {"w": RNG.standard_normal((24, 16, 1, 1)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"]),
+             helper.make_node("Add", ["a", "r"], ["y"])]
+    before = _optimized(make_model(nodes, [("x", "float32", [1, 16, 4, 4]),
+                                           ("r", "float32", [1, 24, 4, 4])],
+                                   [("y", "float32", None)], inits))
+    after = _padded(before)
+    assert next(n for n in after.nodes if n.op == "Add").inputs[0].type.shape == (1, 24, 4, 4)
+    _assert_same_results(before, after)
+
+
+def test_layout_transform_cuts_padding_channels():
+    x = RNG.standard_normal((1, 2, 3, 4, 16)).astype(np.float32)
+    out = get_op("LayoutTransform").run([x], {"src_layout": "NCHW16c", "dst_layout": "NCHW8c",
+                                              "channels": 24})[0]
+    np.testing.assert_array_equal(out, to_blocked(from_blocked(x)[:, :24], 8))

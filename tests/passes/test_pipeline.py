@@ -68,7 +68,12 @@ def test_dumps_number_every_pass_in_order(rng, tmp_path):
 
 
 def test_the_llvm_target_declares_its_layout_pass():
+    from heterocc.passes.manager import pass_name
     from heterocc.targets.llvm import LLVMTarget
 
-    assert LLVMTarget().graph_passes() == ["alter_layout", "fold_constants"]
+    for spec, lanes in (("llvm -mcpu=x86-64-v4", 16), ("llvm -mcpu=x86-64-v3", 8)):
+        layout, fold = LLVMTarget(cpu=spec).graph_passes()
+        # the layout pass pads convolution outputs to the target's vectors
+        assert (pass_name(layout), fold) == ("alter_layout", "fold_constants")
+        assert layout.keywords == {"vector_channels": lanes}
     assert LLVMTarget(blocked_layout=False).graph_passes() == []
