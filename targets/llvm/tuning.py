@@ -857,6 +857,9 @@ _SPEC_VALUE_ELEMENTS = 64
 
 def _attr_json(value):
     if isinstance(value, np.ndarray):
+        if value.size > _SPEC_VALUE_ELEMENTS:
+            raise TypeError(f"an array attribute of {value.size} elements is too large "
+                            "for a function task's text")
         return {"array": value.tolist(), "dtype": value.dtype.str, "shape": list(value.shape)}
     if isinstance(value, np.generic):
         return value.item()
@@ -918,7 +921,7 @@ def function_spec(body: Graph) -> str:
 @functools.lru_cache(maxsize=64)
 def function_body(spec: str) -> Graph:
     """The function body of :func:`function_spec` text ``spec``; large constants get
-    random values (the same for every call with one spec)."""
+    random values (the same for every call with one spec; zeros when not floats)."""
     data = json.loads(spec)
     rng = np.random.default_rng(0)
     values: dict = {}
@@ -928,8 +931,10 @@ def function_body(spec: str) -> Graph:
     for k, (shape, dtype, content) in enumerate(data["constants"]):
         if content is not None:
             array = np.array(content, np.dtype(dtype)).reshape(shape)
-        else:
+        elif np.dtype(dtype).kind == "f":
             array = rng.standard_normal(shape).astype(dtype)
+        else:  # indices, masks: zeros are valid wherever any value is
+            array = np.zeros(shape, np.dtype(dtype))
         constants.append(Value(f"c{k}", TensorType(tuple(shape), np.dtype(dtype).name), array))
 
     def resolve(ref):
@@ -1013,8 +1018,9 @@ def function_choice(body: Graph):
     choice = None
     context = current()
     kind = _function_kind(body) if context is not None else None
-    if kind is not None:
-        hand_key, auto_key = function_keys(function_spec(body), kind)
+    spec = _spec_or_none(body) if kind is not None else None
+    if spec is not None:
+        hand_key, auto_key = function_keys(spec, kind)
         hand_cost, config = context.best_cost(hand_key), context.lookup(auto_key)
         if config is not None and (hand_cost is None or context.best_cost(auto_key)
                                    < hand_cost * (1 - FUNCTION_MARGIN)):
@@ -1026,6 +1032,15 @@ def function_choice(body: Graph):
         yield choice
     finally:
         _FUNCTION_CHOICE.reset(token)
+
+
+def _spec_or_none(body: Graph) -> str | None:
+    """:func:`function_spec` of ``body``, or None for a function no task can describe
+    (an attribute with no JSON form, or too large: it is never tuned as a whole)."""
+    try:
+        return function_spec(body)
+    except (TypeError, CompileError):
+        return None
 
 
 def _choice() -> tuple | None:
@@ -1199,10 +1214,10 @@ def function_tasks(graph: Graph, target) -> list[Task]:
         kind = _function_kind(node.body)
         if kind is None:
             continue
-        try:
-            task = Task(auto_name(FUNCTION), (kind, function_spec(node.body)))
-        except (TypeError, CompileError):  # an attribute with no JSON form
+        spec = _spec_or_none(node.body)
+        if spec is None:
             continue
+        task = Task(auto_name(FUNCTION), (kind, spec))
         found.setdefault(task.workload_key, task)
         counts[task.workload_key] = counts.get(task.workload_key, 0) + 1
     return [task.weighted(counts[key]) for key, task in found.items()]
