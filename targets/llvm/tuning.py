@@ -1022,8 +1022,8 @@ def function_choice(body: Graph):
     if spec is not None:
         hand_key, auto_key = function_keys(spec, kind)
         hand_cost, config = context.best_cost(hand_key), context.lookup(auto_key)
-        if config is not None and (hand_cost is None or context.best_cost(auto_key)
-                                   < hand_cost * (1 - FUNCTION_MARGIN)):
+        if config is not None and (hand_cost is None or _beats_hand(
+                context, auto_key, config, hand_key)):
             choice = ("auto", config)
         elif hand_cost is not None or config is not None:
             choice = ("hand", None)
@@ -1032,6 +1032,21 @@ def function_choice(body: Graph):
         yield choice
     finally:
         _FUNCTION_CHOICE.reset(token)
+
+
+def _beats_hand(context: ApplyHistoryBest, auto_key: str, config: Config,
+                hand_key: str) -> bool:
+    """Whether the auto record ``config`` was measured faster than the hand schedule
+    by :data:`FUNCTION_MARGIN`, both by the median of its records and by its fastest
+    single timing: on a shared machine a burst of other work slows some timings
+    several-fold, which the median of a few records does not always outvote and the
+    fastest timing never shows."""
+    keep = 1 - FUNCTION_MARGIN
+    hand_index = FUNCTION_TEMPLATE.default_config(()).index
+    hand_floor = context.floor_cost(hand_key, hand_index)
+    auto_floor = context.floor_cost(auto_key, config.index)
+    return (context.best_cost(auto_key) < context.best_cost(hand_key) * keep
+            and (hand_floor is None or auto_floor is None or auto_floor < hand_floor * keep))
 
 
 def _spec_or_none(body: Graph) -> str | None:
