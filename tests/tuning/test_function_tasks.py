@@ -286,3 +286,21 @@ def test_dense_batch_and_depthwise_functions_apply_their_auto_records(which, tmp
 
 def model_input_shape(model):
     return [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+
+
+def test_a_win_by_median_alone_does_not_apply_when_the_hand_was_faster_at_best(
+        tmp_path, rng):
+    """Hand timings hit by a burst of other work: its median looks slow, but its fastest
+    timing beats the auto record's fastest, so the hand schedule stays."""
+    (task,) = extract_tasks(_conv_model(rng), search="auto")
+    config, hand = task.default_config(), Task("function", task.args)
+    body = function_body(task.args[1])
+    for hand_costs, expected in (((0.9, 3.0, 3.0), "hand"), ((2.0, 3.0, 3.0), "auto")):
+        path = tmp_path / f"{hand_costs[0]}.jsonl"
+        with RecordLog(path) as log:
+            log.append(MeasureRecord(task.workload_key, config.to_json(), config.index,
+                                     (1.0, 1.1, 1.2)))
+            log.append(MeasureRecord(hand.workload_key, {"schedule": "hand"},
+                                     hand.default_config().index, hand_costs))
+        with ApplyHistoryBest(path), llvm_tuning.function_choice(body) as choice:
+            assert choice[0] == expected
