@@ -850,8 +850,9 @@ FUNCTION_ANCHORS = {"ConvNCHWc": "conv2d_nchwc", "MatMul": "matmul", "Gemm": "ma
 #: measured to be applied (timings on a shared machine vary by a few percent, and the
 #: best of many candidates is the one most flattered by that)
 FUNCTION_MARGIN = 0.03
-#: constants up to this many elements are part of a function task (shapes, clip
-#: bounds, scalars folded into the code); larger ones by shape only, random when timed
+#: non-float constants up to this many elements are part of a function task by value
+#: (shapes, axes), as are one-element constants (clip bounds, scalars folded into the
+#: code); others by shape only, random when timed
 _SPEC_VALUE_ELEMENTS = 64
 
 
@@ -889,8 +890,9 @@ def _attr_value(data):
 def function_spec(body: Graph) -> str:
     """The canonical JSON text of a function body as a tuning task knows it: inputs and
     node outputs by shape and dtype, ops with their attributes, constants by shape and
-    dtype (and value when small). Bodies that compile to the same kernel have the same
-    text; :func:`function_body` rebuilds a body of that text."""
+    dtype (and value when folded into the code or a small shape-like one). Bodies that
+    compile to the same kernel have the same text; :func:`function_body` rebuilds a body
+    of that text."""
     refs: dict = {}
     constants: list = []
     for position, value in enumerate(body.inputs):
@@ -903,7 +905,11 @@ def function_spec(body: Graph) -> str:
                 if not value.is_const:
                     raise CompileError(f"function value {value.name!r} is undefined")
                 data = np.asarray(value.data)
-                small = data.size <= _SPEC_VALUE_ELEMENTS
+                # by value: what the kernel folds into its code (one-element
+                # constants) and small non-float ones (shapes, axes) that the ops'
+                # references read; float tensors are data, like the graph's inputs
+                small = data.size == 1 or (data.dtype.kind != "f"
+                                           and data.size <= _SPEC_VALUE_ELEMENTS)
                 constants.append([list(data.shape), data.dtype.str,
                                   data.reshape(-1).tolist() if small else None])
                 refs[value] = ["const", len(constants) - 1]

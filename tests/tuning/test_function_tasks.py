@@ -52,11 +52,16 @@ def test_function_tasks_carry_the_in_model_epilogue_and_layout(rng):
 
 
 def test_functions_of_one_structure_are_one_task_weighted_by_their_count(rng):
+    # same structure, different weights and (small) biases: one kernel, so one task
     w = rng.standard_normal((16, 16, 1, 1)).astype(np.float32)
+    bias = rng.standard_normal(16).astype(np.float32)
     model = make_model(
-        [helper.make_node("Conv", ["x", "w1"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
-         helper.make_node("Conv", ["b", "w2"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
-        [("x", "float32", [1, 16, 6, 6])], [("y", "float32", None)], {"w1": w, "w2": w * 2})
+        [helper.make_node("Conv", ["x", "w1", "b1"], ["a"]),
+         helper.make_node("Relu", ["a"], ["b"]),
+         helper.make_node("Conv", ["b", "w2", "b2"], ["c"]),
+         helper.make_node("Relu", ["c"], ["y"])],
+        [("x", "float32", [1, 16, 6, 6])], [("y", "float32", None)],
+        {"w1": w, "w2": w * 2, "b1": bias, "b2": bias + 1})
     tasks = extract_tasks(model, search="auto")
     assert [(t.template, t.weight) for t in tasks] == [("auto.function", 2)]
 
