@@ -10,6 +10,7 @@ current context is a ``ContextVar``, so threads and nested blocks each see their
 from __future__ import annotations
 
 import contextvars
+import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -34,6 +35,13 @@ class ApplyHistoryBest:
             if record.ok:
                 first_record.setdefault((record.workload_key, record.config_index), record)
         by_cost = config_costs(records)
+        #: the fastest single timing of each config: what it costs when nothing else
+        #: takes the cores (a timing disturbed by other work is only ever slower)
+        self._floor: dict[tuple[str, int], float] = {}
+        for record in records:
+            if record.ok:
+                where = (record.workload_key, record.config_index)
+                self._floor[where] = min(self._floor.get(where, math.inf), *record.costs)
         self._by_task: dict[str, list[MeasureRecord]] = {
             key: [first_record[key, index] for index in sorted(costs, key=costs.get)]
             for key, costs in by_cost.items()}
@@ -58,6 +66,10 @@ class ApplyHistoryBest:
             if where is None or where(config):
                 return config
         return None
+
+    def floor_cost(self, key: str, index: int) -> float | None:
+        """The fastest single timing of config ``index`` of task ``key`` in the log."""
+        return self._floor.get((key, index))
 
     def best_cost(self, key: str) -> float | None:
         """The cost of task ``key``'s best config (None without a successful record)."""

@@ -137,10 +137,11 @@ def _time_calls(call: Callable[[], None], options: MeasureOptions) -> tuple[floa
 BLAS_IDLE_S = 0.25
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=2)
 def task_inputs(key: str, seed: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """Random inputs of task ``key`` and its reference output, computed once per task in
-    a worker (the candidates of a task follow one another), then a pause of
+    a worker (the candidates of a task follow one another; two are kept, for a task's
+    best and its hand schedule timed in turn), then a pause of
     ``BLAS_IDLE_S``: BLAS threads still spinning after the reference's product would take
     a core from the candidate timed next, ranking parallel schedules below serial ones
     unlike a quiet run of the compiled model."""

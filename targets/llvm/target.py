@@ -381,7 +381,9 @@ class LLVMTarget(TETarget):
 
     def schedule(self, expressed: ExpressedFunction) -> te.Schedule:
         """The CPU schedule of a function (see :func:`_schedule`), its products reading
-        constant B operands packed at build time (:func:`_prepack_constants`)."""
+        constant B operands packed at build time (:func:`_prepack_constants`); a
+        function whose auto record the applied tuning log chose (``tuning.function_choice``)
+        is scheduled by it as a whole instead (``tuning.function_tuned``)."""
         self._packings[id(expressed)] = _prepack_constants(expressed)
         tuned = function_tuned(expressed)
         return tuned if tuned is not None else _schedule(expressed)

@@ -850,13 +850,17 @@ FUNCTION_ANCHORS = {"ConvNCHWc": "conv2d_nchwc", "MatMul": "matmul", "Gemm": "ma
 #: measured to be applied (timings on a shared machine vary by a few percent, and the
 #: best of many candidates is the one most flattered by that)
 FUNCTION_MARGIN = 0.03
-#: constants up to this many elements are part of a function task (shapes, clip
-#: bounds, scalars folded into the code); larger ones by shape only, random when timed
+#: non-float constants up to this many elements are part of a function task by value
+#: (shapes, axes), as are one-element constants (clip bounds, scalars folded into the
+#: code); others by shape only, random when timed
 _SPEC_VALUE_ELEMENTS = 64
 
 
 def _attr_json(value):
     if isinstance(value, np.ndarray):
+        if value.size > _SPEC_VALUE_ELEMENTS:
+            raise TypeError(f"an array attribute of {value.size} elements is too large "
+                            "for a function task's text")
         return {"array": value.tolist(), "dtype": value.dtype.str, "shape": list(value.shape)}
     if isinstance(value, np.generic):
         return value.item()
@@ -886,8 +890,9 @@ def _attr_value(data):
 def function_spec(body: Graph) -> str:
     """The canonical JSON text of a function body as a tuning task knows it: inputs and
     node outputs by shape and dtype, ops with their attributes, constants by shape and
-    dtype (and value when small). Bodies that compile to the same kernel have the same
-    text; :func:`function_body` rebuilds a body of that text."""
+    dtype (and value when folded into the code or a small shape-like one). Bodies that
+    compile to the same kernel have the same text; :func:`function_body` rebuilds a body
+    of that text."""
     refs: dict = {}
     constants: list = []
     for position, value in enumerate(body.inputs):
@@ -900,7 +905,11 @@ def function_spec(body: Graph) -> str:
                 if not value.is_const:
                     raise CompileError(f"function value {value.name!r} is undefined")
                 data = np.asarray(value.data)
-                small = data.size <= _SPEC_VALUE_ELEMENTS
+                # by value: what the kernel folds into its code (one-element
+                # constants) and small non-float ones (shapes, axes) that the ops'
+                # references read; float tensors are data, like the graph's inputs
+                small = data.size == 1 or (data.dtype.kind != "f"
+                                           and data.size <= _SPEC_VALUE_ELEMENTS)
                 constants.append([list(data.shape), data.dtype.str,
                                   data.reshape(-1).tolist() if small else None])
                 refs[value] = ["const", len(constants) - 1]
@@ -918,7 +927,7 @@ def function_spec(body: Graph) -> str:
 @functools.lru_cache(maxsize=64)
 def function_body(spec: str) -> Graph:
     """The function body of :func:`function_spec` text ``spec``; large constants get
-    random values (the same for every call with one spec)."""
+    random values (the same for every call with one spec; zeros when not floats)."""
     data = json.loads(spec)
     rng = np.random.default_rng(0)
     values: dict = {}
@@ -928,8 +937,10 @@ def function_body(spec: str) -> Graph:
     for k, (shape, dtype, content) in enumerate(data["constants"]):
         if content is not None:
             array = np.array(content, np.dtype(dtype)).reshape(shape)
-        else:
+        elif np.dtype(dtype).kind == "f":
             array = rng.standard_normal(shape).astype(dtype)
+        else:  # indices, masks: zeros are valid wherever any value is
+            array = np.zeros(shape, np.dtype(dtype))
         constants.append(Value(f"c{k}", TensorType(tuple(shape), np.dtype(dtype).name), array))
 
     def resolve(ref):
@@ -1013,11 +1024,12 @@ def function_choice(body: Graph):
     choice = None
     context = current()
     kind = _function_kind(body) if context is not None else None
-    if kind is not None:
-        hand_key, auto_key = function_keys(function_spec(body), kind)
+    spec = _spec_or_none(body) if kind is not None else None
+    if spec is not None:
+        hand_key, auto_key = function_keys(spec, kind)
         hand_cost, config = context.best_cost(hand_key), context.lookup(auto_key)
-        if config is not None and (hand_cost is None or context.best_cost(auto_key)
-                                   < hand_cost * (1 - FUNCTION_MARGIN)):
+        if config is not None and (hand_cost is None or _beats_hand(
+                context, auto_key, config, hand_key)):
             choice = ("auto", config)
         elif hand_cost is not None or config is not None:
             choice = ("hand", None)
@@ -1026,6 +1038,30 @@ def function_choice(body: Graph):
         yield choice
     finally:
         _FUNCTION_CHOICE.reset(token)
+
+
+def _beats_hand(context: ApplyHistoryBest, auto_key: str, config: Config,
+                hand_key: str) -> bool:
+    """Whether the auto record ``config`` was measured faster than the hand schedule
+    by :data:`FUNCTION_MARGIN`, both by the median of its records and by its fastest
+    single timing: on a shared machine a burst of other work slows some timings
+    several-fold, which the median of a few records does not always outvote and the
+    fastest timing never shows."""
+    keep = 1 - FUNCTION_MARGIN
+    hand_index = FUNCTION_TEMPLATE.default_config(()).index
+    hand_floor = context.floor_cost(hand_key, hand_index)
+    auto_floor = context.floor_cost(auto_key, config.index)
+    return (context.best_cost(auto_key) < context.best_cost(hand_key) * keep
+            and (hand_floor is None or auto_floor is None or auto_floor < hand_floor * keep))
+
+
+def _spec_or_none(body: Graph) -> str | None:
+    """:func:`function_spec` of ``body``, or None for a function no task can describe
+    (an attribute with no JSON form, or too large: it is never tuned as a whole)."""
+    try:
+        return function_spec(body)
+    except (TypeError, CompileError):
+        return None
 
 
 def _choice() -> tuple | None:
@@ -1199,10 +1235,10 @@ def function_tasks(graph: Graph, target) -> list[Task]:
         kind = _function_kind(node.body)
         if kind is None:
             continue
-        try:
-            task = Task(auto_name(FUNCTION), (kind, function_spec(node.body)))
-        except (TypeError, CompileError):  # an attribute with no JSON form
+        spec = _spec_or_none(node.body)
+        if spec is None:
             continue
+        task = Task(auto_name(FUNCTION), (kind, spec))
         found.setdefault(task.workload_key, task)
         counts[task.workload_key] = counts.get(task.workload_key, 0) + 1
     return [task.weighted(counts[key]) for key, task in found.items()]

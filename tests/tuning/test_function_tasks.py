@@ -52,11 +52,16 @@ def test_function_tasks_carry_the_in_model_epilogue_and_layout(rng):
 
 
 def test_functions_of_one_structure_are_one_task_weighted_by_their_count(rng):
+    # same structure, different weights and (small) biases: one kernel, so one task
     w = rng.standard_normal((16, 16, 1, 1)).astype(np.float32)
+    bias = rng.standard_normal(16).astype(np.float32)
     model = make_model(
-        [helper.make_node("Conv", ["x", "w1"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
-         helper.make_node("Conv", ["b", "w2"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
-        [("x", "float32", [1, 16, 6, 6])], [("y", "float32", None)], {"w1": w, "w2": w * 2})
+        [helper.make_node("Conv", ["x", "w1", "b1"], ["a"]),
+         helper.make_node("Relu", ["a"], ["b"]),
+         helper.make_node("Conv", ["b", "w2", "b2"], ["c"]),
+         helper.make_node("Relu", ["c"], ["y"])],
+        [("x", "float32", [1, 16, 6, 6])], [("y", "float32", None)],
+        {"w1": w, "w2": w * 2, "b1": bias, "b2": bias + 1})
     tasks = extract_tasks(model, search="auto")
     assert [(t.template, t.weight) for t in tasks] == [("auto.function", 2)]
 
@@ -286,3 +291,21 @@ def test_dense_batch_and_depthwise_functions_apply_their_auto_records(which, tmp
 
 def model_input_shape(model):
     return [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+
+
+def test_a_win_by_median_alone_does_not_apply_when_the_hand_was_faster_at_best(
+        tmp_path, rng):
+    """Hand timings hit by a burst of other work: its median looks slow, but its fastest
+    timing beats the auto record's fastest, so the hand schedule stays."""
+    (task,) = extract_tasks(_conv_model(rng), search="auto")
+    config, hand = task.default_config(), Task("function", task.args)
+    body = function_body(task.args[1])
+    for hand_costs, expected in (((0.9, 3.0, 3.0), "hand"), ((2.0, 3.0, 3.0), "auto")):
+        path = tmp_path / f"{hand_costs[0]}.jsonl"
+        with RecordLog(path) as log:
+            log.append(MeasureRecord(task.workload_key, config.to_json(), config.index,
+                                     (1.0, 1.1, 1.2)))
+            log.append(MeasureRecord(hand.workload_key, {"schedule": "hand"},
+                                     hand.default_config().index, hand_costs))
+        with ApplyHistoryBest(path), llvm_tuning.function_choice(body) as choice:
+            assert choice[0] == expected
