@@ -21,12 +21,12 @@ them, so the cost of handing a loop to the workers matters as much as the loop:
   between reads, yielding its core to any other runnable thread every few microseconds)
   before it sleeps on a condition variable, so the next loop, a kernel later, finds it
   awake; the caller wakes sleepers (a futex call) only when there are some. The spin
-  lasts ``HETEROCC_SPIN_US`` microseconds (default :data:`DEFAULT_SPIN_US`; 0: sleep at
-  once); when the pool has more threads than the CPUs it may run on, nobody spins, and
-  when a spinning thread finds it was off its core (the machine is loaded: spinning
-  would only burn the process's share and leave the thread runnable instead of asleep,
-  so it would get its core back after the others' time slices rather than when woken),
-  nobody spins for the next 50 ms.
+  lasts ``HETEROCC_SPIN_US`` microseconds, read when the pool starts (default
+  :data:`DEFAULT_SPIN_US`; 0: sleep at once); when the pool has more threads than the
+  CPUs it may run on, nobody spins, and when a spinning thread finds it was off its core
+  (the machine is loaded: spinning would only burn the process's share and leave the
+  thread runnable instead of asleep, so it would get its core back after the others'
+  time slices rather than when woken), nobody spins for the next 50 ms.
 
 The source is compiled once per machine with the system C compiler into a cache
 folder, loaded into the process for the JIT, and linked into exported libraries.
