@@ -8,6 +8,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -52,12 +53,10 @@ class ProfileEntry:
     extra: dict = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class _Step:
+class _Step(NamedTuple):
     """One node of an executor's plan: what to call and which slots of the run's value
     list it reads and writes, all looked up once rather than on every run."""
 
-    index: int
     node: Node
     kernel: Kernel | None  # None: a plain op node, run on its NumPy reference
     call: Callable[[list], Sequence]  # the kernel, or the op's reference with its attrs
@@ -163,7 +162,7 @@ class GraphExecutor:
             drops = tuple(slots[v] for v in self._dead_after.get(index, ())) + tuple(
                 slots[v] for v in node.outputs
                 if v not in self.memory.last_use and v not in returned)
-            steps.append(_Step(index, node, kernel, call, getattr(kernel, "place", None),
+            steps.append(_Step(node, kernel, call, getattr(kernel, "place", None),
                                reads, placed, writes, drops))
         self._output_slots = tuple(slot(v) for v in self.graph.outputs)
         self._input_slots, self._initial = input_slots, initial
@@ -180,28 +179,27 @@ class GraphExecutor:
         ndarray = np.ndarray
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore", RuntimeWarning)
-            for step in steps:
-                place = step.place
+            for node, kernel, call, place, reads, placed, writes, drops in steps:
                 if place is None:
                     # host arrays as they are; anything else (a device tensor) via on_host
                     args = [a if type(a) is ndarray else on_host(a)
-                            for a in [env[k] for k in step.reads]]
+                            for a in [env[k] for k in reads]]
                 else:
-                    args = [None if a is None else place(a) for a in [env[k] for k in step.reads]]
-                    for k, s in step.placed:  # later readers get the placed value
+                    args = [None if a is None else place(a) for a in [env[k] for k in reads]]
+                    for k, s in placed:  # later readers get the placed value
                         env[s] = args[k]
                 if profile is None:
-                    results = step.call(args)
+                    results = call(args)
                 else:
                     t0 = time.perf_counter()
-                    results = step.call(args)
-                    self._record(step.node, time.perf_counter() - t0, step.kernel)
-                for s, r in zip(step.writes, results):
+                    results = call(args)
+                    self._record(node, time.perf_counter() - t0, kernel)
+                for s, r in zip(writes, results):
                     env[s] = r
                 # nothing dead may be held through the next node (its kernel may want to
                 # write it again): not the arguments, the results, nor the loop's last one
                 args = results = r = None
-                for s in step.drops:
+                for s in drops:
                     env[s] = None
         return [np.asarray(on_host(env[k])) for k in self._output_slots]
 

@@ -21,8 +21,12 @@ them, so the cost of handing a loop to the workers matters as much as the loop:
   between reads, yielding its core to any other runnable thread every few microseconds)
   before it sleeps on a condition variable, so the next loop, a kernel later, finds it
   awake; the caller wakes sleepers (a futex call) only when there are some. The spin
-  lasts ``HETEROCC_SPIN_US`` microseconds (default :data:`DEFAULT_SPIN_US`; 0: sleep at
-  once); when the pool has more threads than the CPUs it may run on, nobody spins.
+  lasts ``HETEROCC_SPIN_US`` microseconds, read when the pool starts (default
+  :data:`DEFAULT_SPIN_US`; 0: sleep at once); when the pool has more threads than the
+  CPUs it may run on, nobody spins, and when a spinning thread finds it was off its core
+  (the machine is loaded: spinning would only burn the process's share and leave the
+  thread runnable instead of asleep, so it would get its core back after the others'
+  time slices rather than when woken), nobody spins for the next 50 ms.
 
 The source is compiled once per machine with the system C compiler into a cache
 folder, loaded into the process for the JIT, and linked into exported libraries.
@@ -74,6 +78,7 @@ static pthread_cond_t work_done = PTHREAD_COND_INITIALIZER;
 static int pool_threads = 0;
 static int fork_handler_installed = 0;
 static int64_t spin_ns = 0;
+static int64_t spin_paused_until = 0;  /* no spinning before this time (a loaded machine) */
 static uint64_t loop_state = CLOSED;
 static int finished_workers = 0;  /* joined workers done with the open loop's chunks */
 static int sleeping_workers = 0;  /* workers waiting on work_ready */
@@ -93,10 +98,12 @@ static __thread int inside_region = 0;
 #define PAUSES_PER_CLOCK 32
 #define CLOCKS_PER_YIELD 4
 /* A gap this long between two looks at the clock means the spinning thread was off its
-   core (preempted, or its yield was taken): the machine is loaded, so it stops
-   spinning and sleeps, which leaves the core to the others and lets the scheduler
-   wake it promptly when there is work. */
+   core (preempted, or its yield was taken): the machine is loaded. Then nobody spins
+   for SPIN_PAUSE_NS: a thread that spins on a loaded machine burns its process's
+   share and is runnable rather than asleep, so it gets its core back only after the
+   others' time slices, while a sleeper is woken promptly when a loop comes. */
 #define PREEMPTED_NS 50000
+#define SPIN_PAUSE_NS 50000000
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -117,13 +124,18 @@ static int64_t now_ns(void) {
 static inline int spin(int (*done)(const void *, uint64_t), const void *word, uint64_t value) {
     if (spin_ns <= 0) return 0;
     int64_t last = now_ns(), deadline = last + spin_ns;
+    if (last < __atomic_load_n(&spin_paused_until, __ATOMIC_RELAXED)) return 0;
     for (unsigned looks = 1;; ++looks) {
         for (int i = 0; i < PAUSES_PER_CLOCK; ++i) {
             if (done(word, value)) return 1;
             cpu_relax();
         }
         int64_t time = now_ns();
-        if (time > deadline || time - last > PREEMPTED_NS) return done(word, value);
+        if (time - last > PREEMPTED_NS) {  /* it was off its core: the machine is loaded */
+            __atomic_store_n(&spin_paused_until, time + SPIN_PAUSE_NS, __ATOMIC_RELAXED);
+            return done(word, value);
+        }
+        if (time > deadline) return done(word, value);
         last = time;
         if (looks % CLOCKS_PER_YIELD == 0) sched_yield();
     }
@@ -217,6 +229,7 @@ static void reset_after_fork(void) {
     pthread_cond_init(&work_done, NULL);
     pool_threads = 0;
     loop_state = CLOSED;
+    spin_paused_until = 0;
     finished_workers = 0;
     sleeping_workers = 0;
     caller_sleeping = 0;

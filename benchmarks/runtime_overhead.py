@@ -1,0 +1,149 @@
+"""What running a compiled CPU model costs beyond its kernels' machine code, in two
+figures that matter for networks of many small layers:
+
+- the thread pool's hand-off: one tiny kernel compiled with its rows in parallel and
+  serially, each called back to back (the difference is what entering a parallel loop
+  costs: waking or reaching the workers, and waiting for them);
+- the graph executor's cost per node: a chain of tiny Conv+Relu functions run by the
+  executor, against the same kernels' machine code called back to back with the same
+  buffers (the difference, per node, is the Python between two kernels).
+
+    python benchmarks/runtime_overhead.py [--nodes 200] [--blocks 20]
+
+Both peers are measured in the same run, in alternating blocks, so a change in machine
+load affects both alike; the load average is printed with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+from machine import describe
+
+
+def _parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=200, help="Conv+Relu functions in the chain")
+    parser.add_argument("--blocks", type=int, default=20, help="alternating blocks per figure")
+    return parser.parse_args()
+
+
+def _alternate(runs, blocks: int, calls: int) -> list[tuple[float, float]]:
+    """(min, median) microseconds per call of each callable, over ``blocks`` alternating
+    blocks of ``calls`` calls."""
+    per_call: list[list[float]] = [[] for _ in runs]
+    for _ in range(blocks):
+        for run, samples in zip(runs, per_call):
+            start = time.perf_counter()
+            for _ in range(calls):
+                run()
+            samples.append((time.perf_counter() - start) / calls * 1e6)
+    return [(min(s), statistics.median(s)) for s in per_call]
+
+
+def pool_hand_off(blocks: int) -> None:
+    from heterocc import te
+    from heterocc.targets import llvm as hllvm
+
+    def build(parallel: bool):
+        A = te.placeholder((8, 16), "float32", "A")
+        B = te.compute((8, 16), lambda i, j: A[i, j] * A[i, j], name="B")
+        s = te.create_schedule(B)
+        s[B].vectorize(s[B].op.axis[1])
+        if parallel:
+            s[B].parallel(s[B].op.axis[0])
+        name = f"square_{'parallel' if parallel else 'serial'}"
+        return hllvm.build(te.lower(s, [A, B], name=name))[name]
+
+    a = np.random.default_rng(0).random((8, 16), dtype=np.float32)
+    b = np.empty_like(a)
+    addresses = (a.ctypes.data, b.ctypes.data)
+    serial, parallel = build(False), build(True)
+    (s_min, s_med), (p_min, p_med) = _alternate(
+        [lambda: serial.call_addresses(*addresses), lambda: parallel.call_addresses(*addresses)],
+        blocks, 1000)
+    np.testing.assert_array_equal(b, a * a)
+    print(f"tiny kernel, serial:   min {s_min:7.2f}  median {s_med:7.2f} us/call")
+    print(f"tiny kernel, parallel: min {p_min:7.2f}  median {p_med:7.2f} us/call "
+          f"({hllvm.num_threads()} threads)")
+    print(f"pool hand-off:         min {p_min - s_min:7.2f}  median {p_med - s_med:7.2f} us/loop")
+
+
+def _chain(nodes: int, channels: int = 8, size: int = 8):
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    graph_nodes, weights, previous = [], [], "x"
+    for k in range(nodes):
+        weights.append(numpy_helper.from_array(
+            (rng.standard_normal((channels, channels, 1, 1)) * 0.3).astype(np.float32), f"w{k}"))
+        graph_nodes.append(helper.make_node("Conv", [previous, f"w{k}"], [f"c{k}"]))
+        graph_nodes.append(helper.make_node("Relu", [f"c{k}"], [f"r{k}"]))
+        previous = f"r{k}"
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(
+        graph_nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, shape)], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return model, rng.standard_normal(shape).astype(np.float32)
+
+
+def executor_per_node(nodes: int, blocks: int) -> None:
+    import heterocc
+
+    model, x = _chain(nodes)
+    executor = heterocc.compile(model, target="llvm").build_static().executor
+    expected = heterocc.compile(model, target="reference").run([x])[0]
+    np.testing.assert_allclose(executor.execute([x])[0], expected, rtol=1e-4, atol=1e-5)
+    # each kernel's machine code called directly, on copies of the inputs it had in that
+    # run and outputs of its own (holding the run's arrays would keep the kernels from
+    # recycling theirs)
+    seen = []
+
+    def recording(kernel):
+        def run(args):
+            seen.append((kernel, [a.copy() for a in args]))
+            return kernel(args)
+        return run
+
+    kernels = executor.kernels
+    executor.kernels = {name: recording(k) for name, k in kernels.items()}
+    executor.execute([x])
+    executor.kernels = kernels
+    buffers, direct = [], []
+    for kernel, args in seen:
+        outs = [np.empty(shape, dtype) for shape, dtype in kernel.out_specs]
+        buffers += [*args, *outs]
+        direct.append((kernel.function.call_addresses,
+                       [*(a.ctypes.data for a in [*args, *kernel.constants, *outs])]))
+
+    def machine_code():
+        for call, addresses in direct:
+            call(*addresses)
+
+    count = len(executor.graph.nodes)
+    # one run per sample: on a loaded machine the mean of a block is mostly preemptions
+    (e_min, e_med), (m_min, m_med) = _alternate(
+        [lambda: executor.execute([x]), machine_code], 10 * blocks, 1)
+    print(f"{count} nodes, executor:      min {e_min / count:6.2f}  median {e_med / count:6.2f} "
+          "us/node")
+    print(f"{count} nodes, machine code:  min {m_min / count:6.2f}  median {m_med / count:6.2f} "
+          "us/node")
+    print(f"executor's cost per node:    min {(e_min - m_min) / count:6.2f}  median "
+          f"{(e_med - m_med) / count:6.2f} us/node")
+
+
+def main() -> None:
+    args = _parse()
+    print(describe())
+    pool_hand_off(args.blocks)
+    executor_per_node(args.nodes, args.blocks)
+    print(f"load average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
