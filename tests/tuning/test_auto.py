@@ -14,6 +14,7 @@ from heterocc.targets.llvm.schedules import matmul, pack_matmuls
 from heterocc.targets.llvm.tuning import matmul_panel, schedule_matmul_tuned
 from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.auto import EvolutionaryTuner, SearchHints, Sketch, tile_options
+from heterocc.tuning.auto.sketch import PARALLEL_ONLY_WORK
 from heterocc.tuning.measure import MeasureOptions, measure_in_process
 from heterocc.tuning.records import MeasureRecord, RecordLog
 from heterocc.tuning.task import Task
@@ -66,6 +67,22 @@ def test_rules_fuse_the_consumer_and_offer_producer_locations():
                                                      "vectorize", "unroll"}
     default = sketch.default_config()
     assert default["a0.tile.s1"][-1] == 16  # two vectors of the CPU wide
+
+
+def test_a_large_anchor_on_several_cores_is_always_parallel():
+    # a serial nest times like a parallel one while the other cores are busy, so a
+    # search on a loaded machine must not be able to choose one for a large product
+    def parallel_options(n, cores):
+        a, b = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
+        hints = SearchHints(vector_lanes=16, registers=32, cores=cores)
+        knobs = {k.name: k for k in Sketch([plain_matmul(a, b, "C")], hints).space.knobs}
+        return knobs["a0.parallel"].options
+
+    assert 1024 ** 3 >= PARALLEL_ONLY_WORK * 2
+    assert parallel_options(1024, cores=2) == (True,)
+    assert 64 ** 3 < PARALLEL_ONLY_WORK * 2
+    assert parallel_options(64, cores=2) == (True, False)
+    assert parallel_options(1024, cores=1) == (True, False)  # nothing to split over
 
 
 def test_every_sketch_point_computes_the_product_with_its_epilogue():

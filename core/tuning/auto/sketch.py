@@ -43,6 +43,10 @@ SPATIAL_LEVELS = 4
 MAX_FACTOR = 64
 #: unroll limits offered (product of the unrolled loops' extents; 0: no unrolling)
 UNROLL_LIMITS = (0, 16, 64, 512)
+#: multiply-adds per core from which an anchor's tiles always run in parallel (on a CPU
+#: of several cores): about 0.1 ms of one core's work, so waking the thread pool is a
+#: small part of it. Below it a serial nest is offered too.
+PARALLEL_ONLY_WORK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -149,9 +153,21 @@ class Sketch:
             # row blocks) or the last (its column panels: each thread keeps its part of
             # the operand read along the last axis cached while the rows stream by)
             yield Knob(f"{p}.order", "order", ("natural", "reversed"))
-            yield Knob(f"{p}.parallel", "parallel", (True, False))
+            yield Knob(f"{p}.parallel", "parallel", self._parallel_options(anchor))
             yield Knob(f"{p}.vectorize", "vectorize", (True, False))
             yield Knob(f"{p}.unroll", "unroll", UNROLL_LIMITS)
+
+    def _parallel_options(self, anchor: AnchorRule) -> tuple[bool, ...]:
+        """Whether the tile loops may run serially: not for a large anchor on several
+        cores. A serial nest times as fast as a parallel one whenever the other cores
+        are busy (a shared machine), so a search under load would pick it and the
+        quiet model then runs up to cores times slower (a 1024-cubed product tuned at
+        load 5 chose one); a serial point stays reachable as a parallel loop of one
+        iteration."""
+        work = math.prod(anchor.spatial) * math.prod(anchor.reduce)
+        if self.hints.cores > 1 and work >= PARALLEL_ONLY_WORK * self.hints.cores:
+            return (True,)
+        return (True, False)
 
     def default_values(self) -> dict:
         """A reasonable first point: a register tile of up to two vectors by as many
