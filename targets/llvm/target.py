@@ -14,10 +14,8 @@ the machine code with NumPy arrays.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -233,50 +231,17 @@ def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]
 _OWN_REFERENCES = 2
 
 
-#: the kernels' current output arrays by id: (weak reference to their ``_Outputs``, index),
-#: so that a kernel reading one (the next function's input) finds its data address in a
-#: tenth of the time NumPy takes to tell it (:func:`_address`)
-_RECYCLED: dict[int, tuple[weakref.ref, int]] = {}
-
-
-def _address(array: np.ndarray) -> int:
-    """The data address of ``array``: the one recorded when a kernel made it while that
-    kernel still holds it as its own (then no id was reused and nobody can resize it),
-    else NumPy's."""
-    entry = _RECYCLED.get(id(array))
-    if entry is not None:
-        owner = entry[0]()
-        if owner is not None and owner.last[entry[1]] is array:
-            return owner.addresses[entry[1]]
-    return array.ctypes.data
-
-
-def _forget(ids: list[int], owner: weakref.ref) -> None:
-    """Drop the entries of ``_RECYCLED`` for ``ids`` that still name ``owner``."""
-    for key in ids:
-        entry = _RECYCLED.get(key)
-        if entry is not None and entry[0] is owner:
-            del _RECYCLED[key]
-
-
-@dataclass(eq=False)
+@dataclass
 class _Outputs:
     """Output arrays of a kernel, recycled across calls: an array from the last call is
     written again once nothing else refers to it (the executor dropped an intermediate
     after its last reader). Fresh arrays cost page faults on every call, which on a
     loaded machine can take longer than the kernel itself. The arrays' data addresses
-    are kept with them (``addresses``, and ``_RECYCLED`` for their readers): reading one
-    from NumPy costs about a microsecond."""
+    are kept with them (``addresses``): reading one from NumPy costs about a microsecond."""
 
     specs: list[tuple[tuple[int, ...], str]]
     last: list[np.ndarray] = field(default_factory=list)
     addresses: tuple[int, ...] = ()
-    #: ids of ``last`` (entries of ``_RECYCLED``), and the weak reference they name
-    _ids: list[int] = field(default_factory=list, repr=False)
-    _ref: weakref.ref | None = field(default=None, repr=False)
-
-    def __post_init__(self):
-        self._ref = weakref.ref(self, functools.partial(_forget, self._ids))
 
     def recycled(self) -> list[np.ndarray]:
         """The arrays to write this call (``addresses`` then holds their addresses)."""
@@ -288,13 +253,9 @@ class _Outputs:
                     break
             else:
                 return last.copy()
-        _forget(self._ids, self._ref)  # the caller may keep (and resize) the old ones
         arrays = [np.empty(shape, dtype) for shape, dtype in self.specs]
         self.addresses = tuple(a.ctypes.data for a in arrays)
         self.last = arrays
-        self._ids[:] = [id(a) for a in arrays]
-        for index, array in enumerate(arrays):
-            _RECYCLED[id(array)] = (self._ref, index)
         return arrays.copy()
 
 
@@ -344,7 +305,7 @@ class LLVMKernel:
                 if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype \
                         or not a.flags.c_contiguous:
                     break
-                addresses.append(_address(a))
+                addresses.append(a.ctypes.data)
             else:
                 self.function.call_addresses(*addresses, *self._constant_addresses,
                                              *outputs.addresses)
