@@ -4,6 +4,8 @@ compiled with the blocked layout must match ONNX Runtime."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -18,11 +20,13 @@ from heterocc.models import mobilenet_v2, resnet18, tiny_cnn
 from heterocc.ops import get_op
 from heterocc.passes import fused_functions
 from heterocc.targets.llvm import LLVMTarget
+from heterocc.targets.llvm.cpu import parse_cpu
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import (
     BlockedConvTiles,
     blocked_conv_columns,
     dense_conv_columns,
+    dense_conv_reduction_blocks,
     schedule_conv2d_nchwc,
 )
 from heterocc.targets.llvm.target import _schedule
@@ -211,6 +215,106 @@ def test_an_unroll_factor_must_divide_the_block():
     with pytest.raises(CompileError, match="cannot unroll its input channel blocks of 16 by 6"):
         schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], y, [stages["conv_bias"]],
                               BlockedConvTiles(block_unroll=6))
+
+
+def _chunked_conv_stages(epilogue):
+    """A 3x3 conv of 4 input blocks to 4 output blocks over a 7x9 image (rows of one
+    tile and a tail at 5 columns), with its bias and, optionally, a residual and ReLU."""
+    x = te.placeholder((1, 4, 7, 9, 16), "float32", "x")
+    w = te.placeholder((4, 4, 3, 3, 16, 16), "float32", "w")
+    b = te.placeholder((4, 16), "float32", "b")
+    attrs = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": 1}
+    out_type = TensorType((1, 4, 7, 9, 16), "float32")
+    (y,) = compute_of("ConvNCHWc")([x, w, b], attrs, [out_type])
+    params = [x, w, b]
+    if epilogue:
+        r = te.placeholder(out_type.shape, "float32", "r")
+        (y,) = compute_of("Add")([y, r], {}, [out_type])
+        (y,) = compute_of("Relu")([y], {}, [out_type])
+        params.append(r)
+    return params, y, attrs
+
+
+@pytest.mark.parametrize("cpu", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
+@pytest.mark.parametrize("chunk,columns,epilogue", [(0, None, True), (1, None, True),
+                                                    (2, 5, False), (1, 5, True),
+                                                    (4, None, False)])
+def test_reduction_chunks_give_the_same_result(cpu, chunk, columns, epilogue):
+    """The reduction run in chunks of input blocks over the whole image (partial sums in
+    the output buffer, the bias, residual and ReLU after the last chunk) matches NumPy,
+    with and without tail tiles, on each ISA; a chunk of every block is one chunk."""
+    params, y, attrs = _chunked_conv_stages(epilogue)
+    description = parse_cpu(cpu)
+    schedule = te.create_schedule(y)
+    stages = {s.tensor.name: s.tensor for s in schedule.stages if not s.is_placeholder}
+    chain = [stages["conv_bias"]] + ([stages["add"]] if epilogue else [])
+    schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], y if epilogue else None,
+                          chain if epilogue else (),
+                          BlockedConvTiles(columns=columns, reduction_blocks=chunk),
+                          cpu=description)
+    name = f"chunk{chunk}"
+    prim = te.lower(schedule, [*params, y], name=name)
+    # chunked: the partial sums span all rows, the rows run inside the chunk loop
+    assert ("rco.outer in serial(0, " in str(prim)) == (chunk not in (0, 4))
+    module = build([prim], name=name, cpu=description)
+    arrays = [RNG.standard_normal(p.shape, dtype=np.float32) for p in params]
+    out = np.empty(y.shape, np.float32)
+    module[name](*arrays, out)
+    expected = get_op("ConvNCHWc").run(arrays[:3], attrs)[0]
+    if epilogue:
+        expected = np.maximum(expected + arrays[3], 0)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tiles,message", [
+    (BlockedConvTiles(reduction_blocks=3), "reduction chunks of 3 input channel blocks do "
+                                           "not divide 4"),
+    (BlockedConvTiles(reduction_blocks=2, kernel_outer=True), "cannot chunk its input"),
+])
+def test_a_reduction_chunk_must_divide_the_blocks_and_lead_the_reduction(tiles, message):
+    params, y, _ = _chunked_conv_stages(False)
+    schedule = te.create_schedule(y)
+    stages = {s.tensor.name: s.tensor for s in schedule.stages if not s.is_placeholder}
+    with pytest.raises(CompileError, match=message):
+        schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], None, (), tiles)
+
+
+def _described(target, l1d, cores=2):
+    return dataclasses.replace(parse_cpu(target), l1d=l1d, num_cores=cores)
+
+
+@pytest.mark.parametrize("out_shape,reduction,blocks,cpu,chunk", [
+    # ResNet-18's 512-channel 3x3 at 7x7, two blocks of 16 per tile: 18 KiB of weights
+    # per input block, a chunk of one in a 48 KiB L1, the 6 KiB of sums beside it
+    ((1, 32, 7, 7, 16), (32, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 48 << 10),
+     1),
+    # ... also with a 32 KiB L1 (the chunk exceeds half of it, but not with the sums)
+    ((1, 32, 7, 7, 16), (32, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 32 << 10),
+     1),
+    # 14x14: 25 KiB of sums fit beside one chunk in 48 KiB, not in 32
+    ((1, 16, 14, 14, 16), (16, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 48 << 10),
+     1),
+    ((1, 16, 14, 14, 16), (16, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 32 << 10),
+     0),
+    # 28x28: the sums alone take 100 KiB
+    ((1, 8, 28, 28, 16), (8, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 48 << 10),
+     0),
+    # AVX2's one 16-float block per tile: 9 KiB per input block, two to a chunk
+    ((1, 32, 7, 7, 16), (32, 3, 3, 16), 1, _described("llvm -mcpu=haswell", 48 << 10), 2),
+    # a 1x1 conv: 2 KiB per input block, the most that fill half the L1 and divide 60
+    ((1, 10, 7, 7, 16), (60, 1, 1, 16), 2, _described("llvm -mcpu=skylake-avx512", 48 << 10),
+     12),
+    ((1, 10, 7, 7, 16), (60, 1, 1, 16), 2, _described("llvm -mcpu=skylake-avx512", 40 << 10),
+     10),
+    # the whole reduction fits half the L1: nothing to chunk
+    ((1, 4, 7, 7, 16), (1, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 48 << 10), 0),
+    # 16 channel-block pairs cannot keep 32 cores busy
+    ((1, 32, 7, 7, 16), (32, 3, 3, 16), 2,
+     _described("llvm -mcpu=skylake-avx512", 48 << 10, cores=32), 0),
+])
+def test_default_reduction_chunks_follow_the_l1_and_the_cores(out_shape, reduction, blocks,
+                                                              cpu, chunk):
+    assert dense_conv_reduction_blocks(out_shape, reduction, blocks, 4, cpu) == chunk
 
 
 @pytest.mark.parametrize("width,limit,columns", [(56, 28, 28), (112, 28, 28), (28, 28, 28),
