@@ -73,29 +73,12 @@ def pool_hand_off(blocks: int) -> None:
     print(f"pool hand-off:         min {p_min - s_min:7.2f}  median {p_med - s_med:7.2f} us/loop")
 
 
-def _chain(nodes: int, channels: int = 8, size: int = 8):
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    graph_nodes, weights, previous = [], [], "x"
-    for k in range(nodes):
-        weights.append(numpy_helper.from_array(
-            (rng.standard_normal((channels, channels, 1, 1)) * 0.3).astype(np.float32), f"w{k}"))
-        graph_nodes.append(helper.make_node("Conv", [previous, f"w{k}"], [f"c{k}"]))
-        graph_nodes.append(helper.make_node("Relu", [f"c{k}"], [f"r{k}"]))
-        previous = f"r{k}"
-    shape = [1, channels, size, size]
-    graph = helper.make_graph(
-        graph_nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, shape)], weights)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    return model, rng.standard_normal(shape).astype(np.float32)
-
-
 def executor_per_node(nodes: int, blocks: int) -> None:
     import heterocc
+    from heterocc.models import conv_chain
 
-    model, x = _chain(nodes)
+    model = conv_chain(nodes)
+    x = np.random.default_rng(0).standard_normal((1, 8, 8, 8)).astype(np.float32)
     executor = heterocc.compile(model, target="llvm").build_static().executor
     expected = heterocc.compile(model, target="reference").run([x])[0]
     np.testing.assert_allclose(executor.execute([x])[0], expected, rtol=1e-4, atol=1e-5)

@@ -61,6 +61,18 @@ def mobilenet_v2(batch: int = 1, size: int = 224, classes: int = 1000,
     return b.model("mobilenet_v2", (batch, 3, size, size), out, (batch, classes))
 
 
+def conv_chain(count: int, channels: int = 8, size: int = 8, batch: int = 1,
+               seed: int = 0) -> onnx.ModelProto:
+    """``count`` 1x1 Conv + Relu pairs on a small image: a network of many tiny
+    functions, where per-node and per-loop overheads are what a run measures."""
+    b = OnnxBuilder(seed)
+    x = "input"
+    for _ in range(count):
+        x = b.node("Relu", [b.conv(x, channels, channels, 1)])
+    return b.model("conv_chain", (batch, channels, size, size), x,
+                   (batch, channels, size, size))
+
+
 def _f32(v: float):
     return np.array(v, dtype=np.float32)
 

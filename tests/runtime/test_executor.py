@@ -12,11 +12,11 @@ import weakref
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import heterocc
 from heterocc.ir.graph import FUNCTION_OP, Graph, Node, Value, constant
 from heterocc.ir.types import TensorType
+from heterocc.models import conv_chain
 from heterocc.runtime.executor import DeviceTensor, GraphExecutor
 
 RNG = np.random.default_rng(5)
@@ -182,24 +182,8 @@ def test_device_kernels_get_placed_values_and_host_readers_get_numpy():
     np.testing.assert_array_equal(out, values * 4)
 
 
-def _many_tiny_convs(count, channels=8, size=6):
-    nodes, weights = [], []
-    previous = "x"
-    for k in range(count):
-        weights.append(numpy_helper.from_array(
-            (RNG.standard_normal((channels, channels, 1, 1)) * 0.3).astype(np.float32), f"w{k}"))
-        nodes.append(helper.make_node("Conv", [previous, f"w{k}"], [f"c{k}"]))
-        nodes.append(helper.make_node("Relu", [f"c{k}"], [f"r{k}"]))
-        previous = f"r{k}"
-    shape = [1, channels, size, size]
-    graph = helper.make_graph(
-        nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, shape)], weights)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-
-
 def test_many_tiny_llvm_kernels_match_the_reference_and_keep_held_outputs():
-    model = _many_tiny_convs(12)
+    model = conv_chain(12, channels=8, size=6)
     compiled = heterocc.compile(model, target="llvm")
     reference = heterocc.compile(model, target="reference")
     inputs = [RNG.standard_normal((1, 8, 6, 6)).astype(np.float32) for _ in range(3)]
