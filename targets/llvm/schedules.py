@@ -422,7 +422,12 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     segment of ``tiles.columns`` pixels by one channel block, one accumulator vector per
     pixel, reduced over (input channel blocks, kernel rows, kernel columns, channels in
     a block) with one multiply-add of a weight vector per pixel and step. Tiles of one
-    (image, channel block, row) run in parallel.
+    (image, channel block, row) run in parallel. A dense convolution whose tiles' weights
+    overflow the L1 runs its reduction in chunks of input blocks
+    (``tiles.reduction_blocks``, :func:`dense_conv_reduction_blocks`): each chunk over
+    every row of the image before the next, the sums of the tiles' channel blocks in a
+    buffer of their whole output, the epilogue after the last chunk; then the images and
+    channel block groups run in parallel.
 
     ``epilogue`` and ``chain`` as in :func:`schedule_conv2d_nchw`: the function's
     elementwise tail, finished from registers in each tile. A depthwise convolution (2
