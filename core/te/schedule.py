@@ -162,9 +162,13 @@ class Stage:
         """Run ``iv`` as SIMD vector operations (its extent becomes the lane count)."""
         self._annotate(iv, ForKind.VECTORIZED)
 
-    def unroll(self, iv: IterVar) -> None:
-        """Replicate the body of ``iv`` once per iteration."""
-        self._annotate(iv, ForKind.UNROLLED)
+    def unroll(self, iv: IterVar, explicit: bool = True) -> None:
+        """Replicate the body of ``iv`` once per iteration: in the TIR (``explicit``, so
+        that the copies' constant indices are resolved before code generation: a tile's
+        accumulators become registers), or by the code generator's compiler from a hint
+        (a long inner loop whose copies index nothing by it: the TIR, and every pass over
+        it, stays one body long)."""
+        self._annotate(iv, ForKind.UNROLLED if explicit else ForKind.UNROLL_HINT)
 
     def bind(self, iv: IterVar, thread_tag: str) -> None:
         """Bind ``iv`` to a GPU axis (``blockIdx.x``, ``threadIdx.x``, ``vthread``...)."""

@@ -17,6 +17,9 @@ class ForKind(enum.Enum):
     PARALLEL = "parallel"  #: across CPU cores through the runtime thread pool
     VECTORIZED = "vectorized"  #: one SIMD instruction per operation (vectorize pass)
     UNROLLED = "unrolled"  #: replicated body (unroll pass)
+    #: a loop the code generator asks its compiler to unroll (LLVM's loop unroller, CUDA's
+    #: ``#pragma unroll``): the TIR keeps one body, so passes after it stay cheap
+    UNROLL_HINT = "unroll_hint"
     THREAD_BINDING = "thread_binding"  #: bound to a GPU axis named by ``thread_tag``
 
 

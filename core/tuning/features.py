@@ -55,7 +55,9 @@ def _stores(stmt: Stmt, loops: tuple[_Loop, ...], guarded: bool
     if isinstance(stmt, BufferStore):
         yield stmt, loops, guarded
     elif isinstance(stmt, For):
-        loop = _Loop(stmt.var, _static_extent(stmt.extent), stmt.kind)
+        # an unroll left to the code generator is an unrolled loop all the same
+        kind = ForKind.UNROLLED if stmt.kind is ForKind.UNROLL_HINT else stmt.kind
+        loop = _Loop(stmt.var, _static_extent(stmt.extent), kind)
         yield from _stores(stmt.body, (*loops, loop), guarded)
     elif isinstance(stmt, SeqStmt):
         for inner in stmt.stmts:

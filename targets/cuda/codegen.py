@@ -182,7 +182,7 @@ class KernelPrinter(ExprFunctor, StmtEmitter):
             return
         start, extent = self.expr(node.min), self.expr(node.extent)
         end = extent if start == "0" else f"{start} + {extent}"
-        if node.kind is ts.ForKind.UNROLLED:
+        if node.kind in (ts.ForKind.UNROLLED, ts.ForKind.UNROLL_HINT):
             self._emit("#pragma unroll")
         self._block(f"for ({self.index_type} {name} = {start}; {name} < {end}; ++{name})",
                     node.body)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections import ChainMap
 from collections.abc import Callable
 
@@ -200,10 +201,13 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
             return
         start = self.expr(node.min)
         end = self.builder.add(start, self.expr(node.extent))
-        self.emit_loop(node.var, start, end, node.body)
+        self.emit_loop(node.var, start, end, node.body,
+                       unroll=node.kind is ts.ForKind.UNROLL_HINT)
 
-    def emit_loop(self, var: tx.Var, start: ir.Value, end: ir.Value, body: ts.Stmt) -> None:
-        """A serial loop of ``var`` over [start, end) around ``body``."""
+    def emit_loop(self, var: tx.Var, start: ir.Value, end: ir.Value, body: ts.Stmt,
+                  unroll: bool = False) -> None:
+        """A serial loop of ``var`` over [start, end) around ``body`` (``unroll``: with
+        LLVM's request to unroll it fully)."""
         preheader = self.builder.block
         header = self.function.append_basic_block(f"{var.name}.header")
         loop_body = self.function.append_basic_block(f"{var.name}.body")
@@ -218,7 +222,9 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         self.stmt(body)
         step = self.builder.add(index, ir.Constant(I64, 1), flags=["nsw"])
         index.add_incoming(step, self.builder.block)
-        self.builder.branch(header)
+        latch = self.builder.branch(header)
+        if unroll:
+            latch.set_metadata("llvm.loop", self.codegen.full_unroll_id())
         self.builder.position_at_end(exit_block)
         del self.vars[var]
 
@@ -628,6 +634,10 @@ def _guarded_vector_load(node: tx.Select) -> tx.BufferLoad | None:
     return load if isinstance(value, tx.IntImm) and value.value == 0 else None
 
 
+#: the text of a loop ID placeholder (see :meth:`CodeGenLLVM.full_unroll_id`)
+_UNROLL_PLACEHOLDER = "heterocc.unroll.full."
+
+
 class CodeGenLLVM:
     """Builds one LLVM module from PrimFuncs. ``vector_isas`` are the vector ABIs the
     target CPU can call libmvec with (none: vector math is computed lane by lane).
@@ -645,6 +655,27 @@ class CodeGenLLVM:
 
     def fresh_name(self, prefix: str) -> str:
         return f"{prefix}{next(self._counter)}"
+
+    def full_unroll_id(self) -> ir.MDValue:
+        """A new loop ID asking LLVM to unroll its loop fully. A loop ID must be a
+        distinct node whose first operand is itself, which llvmlite cannot build: this
+        is a placeholder that :meth:`ir_text` rewrites into one."""
+        return self.module.add_metadata(
+            [ir.MetaDataString(self.module, f"{_UNROLL_PLACEHOLDER}{next(self._counter)}")])
+
+    def ir_text(self) -> str:
+        """The module's LLVM IR, loop IDs made distinct and self-referencing."""
+        text = str(self.module)
+        placeholders = re.findall(rf'^!(\d+) = !{{ !"{_UNROLL_PLACEHOLDER}\d+" }}$', text,
+                                  flags=re.MULTILINE)
+        if not placeholders:
+            return text
+        request = f"!{len(self.module.metadata) + len(placeholders)}"
+        for node in placeholders:
+            text = re.sub(rf'^!{node} = !{{ !"{_UNROLL_PLACEHOLDER}\d+" }}$',
+                          f"!{node} = distinct !{{ !{node}, {request} }}", text,
+                          flags=re.MULTILINE)
+        return text + f'\n{request} = !{{ !"llvm.loop.unroll.full" }}\n'
 
     def add_function(self, func: ts.PrimFunc, symbol: str) -> ir.Function:
         """Emit ``func`` as the exported function ``symbol``."""

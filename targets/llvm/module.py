@@ -166,7 +166,7 @@ def _generate(funcs: Sequence[PrimFunc], symbols: Sequence[str], module_name: st
                           masked_loads="avx512f" in state.description.features)
     for func, symbol in zip(funcs, symbols):
         codegen.add_function(func, symbol)
-    return str(codegen.module)
+    return codegen.ir_text()
 
 
 def _check_names(funcs: Sequence[PrimFunc]) -> None:

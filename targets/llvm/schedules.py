@@ -408,7 +408,10 @@ def _unroll_block_reduction(stage: te.Stage, reduction: list, unroll: int | None
     if unroll < block:
         outer, inner = stage.split(reduction[-1], factor=unroll)
         reduction = [*reduction[:-1], outer, inner]
-    stage.unroll(reduction[-1])
+    # by LLVM: a copy per channel would multiply the tile's TIR (and the compile time of
+    # every pass after the unroll) by the block; the accumulators are indexed by the
+    # tile's own unrolled axes, not by this one
+    stage.unroll(reduction[-1], explicit=False)
     return reduction
 
 

@@ -52,7 +52,7 @@ def test_statements_compare_by_identity():
 
 def test_the_loop_kinds_and_gpu_axes_are_the_documented_ones():
     assert {k.value for k in tir.ForKind} == {"serial", "parallel", "vectorized", "unrolled",
-                                              "thread_binding"}
+                                              "unroll_hint", "thread_binding"}
     assert "threadIdx.x" in tir.THREAD_TAGS and "vthread" in tir.THREAD_TAGS
 
 
@@ -64,3 +64,4 @@ def test_statements_and_functions_print_through_the_printer():
                                        "    A[i] = 0.0"]
     assert repr(func.body) == tir.stmt_to_str(func.body)
     assert func.attrs == {}
+

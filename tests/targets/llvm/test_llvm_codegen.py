@@ -431,3 +431,27 @@ def test_builds_from_several_python_threads():
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(build_and_run, range(8)))
+
+
+def test_an_unroll_hint_stays_a_loop_until_code_generation():
+    """``unroll(iv, explicit=False)``: the TIR keeps one body; the LLVM code asks LLVM to
+    unroll the loop fully (a distinct, self-referencing loop ID), and LLVM does."""
+    A = te.placeholder((64, 16), "float32", "A")
+    k = te.reduce_axis(16, "k")
+    B = te.compute((64,), lambda i: te.sum(A[i, k], axis=[k]), name="B")
+    s = te.create_schedule(B)
+    s[B].unroll(k, explicit=False)
+    lowered = te.lower(s, [A, B], name="rowsum")
+    assert "unroll_hint(0, 16)" in str(lowered)
+    module = hllvm.build(lowered)
+    loop_ids = [line for line in module.unoptimized_ir.splitlines()
+                if line.startswith("!") and "distinct" in line]
+    assert len(loop_ids) == 1
+    node = loop_ids[0].split(" = ")[0]
+    assert loop_ids[0].startswith(f"{node} = distinct !{{ {node}, ")
+    assert '!{ !"llvm.loop.unroll.full" }' in module.unoptimized_ir
+    assert module.ir.count("fadd") >= 16  # no loop of one addition left
+    a = np.random.default_rng(0).standard_normal((64, 16)).astype(np.float32)
+    b = np.empty(64, np.float32)
+    module["rowsum"](a, b)
+    np.testing.assert_allclose(b, a.sum(axis=1), rtol=1e-5, atol=1e-5)
