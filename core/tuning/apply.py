@@ -57,10 +57,10 @@ class ApplyHistoryBest:
         records = self._by_task.get(key)
         if not records:
             return None
-        space = Task.from_key(key).space
+        task = Task.from_key(key)
         for record in records:
             try:
-                config = space.from_values(record.config)
+                config = task.config_of(record.config)
             except InputError:  # written for an earlier form of the space: not a point
                 continue
             if where is None or where(config):

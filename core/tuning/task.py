@@ -52,6 +52,10 @@ class Task:
     def default_config(self) -> Config:
         return self.definition.default_config(self.args)
 
+    def config_of(self, values: dict) -> Config:
+        """The config a record's knob ``values`` name (see ``Template.config_of``)."""
+        return self.definition.config_of(self.args, values)
+
     @property
     def flops(self) -> int:
         return self.definition.flops(self.args)

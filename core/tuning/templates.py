@@ -55,10 +55,21 @@ class Template:
     cost_unit: str = SECONDS
     #: further points a search measures first (after the default), by knob values
     seeds: Callable[[tuple], list[dict]] | None = None
+    #: ``upgrade(args, values)``: a record's knob values completed with the knobs added
+    #: to the space after it was written (each given the option the schedule took
+    #: without it), so that an older log still applies; None: records name every knob
+    upgrade: Callable[[tuple, dict], dict] | None = None
 
     def default_config(self, args: tuple) -> Config:
         """The config matching the target's hand-written schedule."""
         return self.space(args).from_values(self.default(args))
+
+    def config_of(self, args: tuple, values: dict) -> Config:
+        """The point of today's space that a record's knob ``values`` name (completed
+        by :attr:`upgrade`); InputError when they name none."""
+        if self.upgrade is not None:
+            values = self.upgrade(args, dict(values))
+        return self.space(args).from_values(values)
 
     def first_configs(self, args: tuple) -> list[Config]:
         """The default config, then the :attr:`seeds` (distinct, in order)."""

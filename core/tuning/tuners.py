@@ -317,8 +317,7 @@ def resume(task: Task, tuner: Tuner, log: RecordLog | None, trials: int,
     for record in history:
         first_record.setdefault(record.config_index, record)
     costs = config_costs(history).get(task.workload_key, {})
-    space = task.space
-    previous = [(space.from_values(record.config), costs.get(index, math.inf), index not in costs)
+    previous = [(task.config_of(record.config), costs.get(index, math.inf), index not in costs)
                 for index, record in first_record.items()]
     progress = TuneProgress(task, 0, trials, 0, math.inf, None, resumed=len(previous))
     if previous:

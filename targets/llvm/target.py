@@ -47,7 +47,6 @@ from .schedules import (
     pack_matmuls,
     packed_source,
     schedule_conv2d_nchw,
-    schedule_conv2d_nchwc,
     schedule_injective,
     schedule_matmul,
     schedule_pool_nchwc,
@@ -60,6 +59,7 @@ from .tuning import (
     function_choice,
     function_tuned,
     llvm_tuning,
+    schedule_blocked_conv,
     schedule_conv_auto,
     schedule_matmul_tuned,
 )
@@ -85,8 +85,8 @@ def _schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     the log's auto record of it is faster)."""
     if schedule_conv_auto(schedule, conv, epilogue):
         return
-    tiles = blocked_conv_tiles(conv) or BlockedConvTiles()
-    schedule_conv2d_nchwc(schedule, conv, epilogue, chain, tiles)
+    schedule_blocked_conv(schedule, conv, blocked_conv_tiles(conv) or BlockedConvTiles(),
+                          epilogue, chain)
 
 
 #: anchor schedules, by the ``schedule`` attribute a compute puts on its output

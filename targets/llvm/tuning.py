@@ -16,7 +16,7 @@ import contextvars
 import functools
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,12 +53,16 @@ from .schedules import (
     BLOCKED_CONV_MAX_COLUMNS,
     DEPTHWISE_MAX_COLUMNS,
     BlockedConvTiles,
+    DepthwiseConvTiles,
     default_blocked_conv_tiles,
+    default_depthwise_conv_tiles,
     default_panel,
+    dense_conv_reduction_blocks,
     pack_matmul,
     pack_matmuls,
     panel_width,
     schedule_conv2d_nchwc,
+    schedule_depthwise_conv2d_nchwc,
     tile_rows,
     vector_lanes,
 )
@@ -463,7 +467,7 @@ DEPTHWISE_CONV2D = Template(
 #: costs less than a narrow tile when the width has no divisor near the register budget
 _EXTRA_COLUMNS = (4, 8, 16, 24)
 #: output channel blocks per register tile offered (those dividing the block count)
-_CHANNEL_BLOCKS = (1, 2, 4)
+_CHANNEL_BLOCKS = (1, 2, 3, 4)
 
 
 def blocked_conv_task_args(input_shape, weight_shape, strides, pads, dilations, group: int,
@@ -510,46 +514,126 @@ def _column_limit(depthwise: bool) -> int:
     return DEPTHWISE_MAX_COLUMNS if depthwise else BLOCKED_CONV_MAX_COLUMNS
 
 
+def _blocked_conv_compute(workload: BlockedConvWorkload):
+    """Placeholders and the ``ConvNCHWc`` compute of a workload."""
+    data = te.placeholder(workload.input_shape, workload.dtype, "data")
+    weight = te.placeholder(workload.weight_shape, workload.dtype, "weight")
+    (conv,) = compute_of("ConvNCHWc")([data, weight], workload.attrs, None)
+    return data, weight, conv
+
+
 def _blocked_conv_space(args: tuple, depthwise: bool) -> ConfigSpace:
     """Output columns per register tile (the divisors of the output width up to the
     register budget, a few non-divisors, the default) and output channel blocks per
-    tile (each broadcast input element then feeds that many weight vectors)."""
+    tile (each broadcast input element then feeds that many weight vectors; those of
+    :data:`_CHANNEL_BLOCKS` dividing the block count). A dense convolution also
+    chooses its reduction order, the channels of an input block unrolled per step
+    (``block_unroll``: None, the whole block, or a smaller divisor of it) and the input
+    blocks per reduction chunk (``reduction_blocks``: 0, none, or a divisor of the
+    input block count; with ``kernel_outer`` the reduction is never chunked, see
+    :func:`blocked_conv_tiles_of`). A depthwise one chooses whether its kernel window
+    is unrolled and whether its rows run in the thread pool
+    (``targets.llvm.schedules.DepthwiseConvTiles``)."""
     workload = BlockedConvWorkload.from_args(args, depthwise)
     _, out_outer, _, width, _ = workload.out_shape
     limit = min(width, _column_limit(depthwise))
     columns = {d for d in divisors(width) if 2 <= d <= limit}
     columns |= {c for c in _EXTRA_COLUMNS if c < limit and width % c}
     columns.add(_blocked_conv_default(args, depthwise)["columns"])
-    return ConfigSpace((
+    knobs = [
         Knob("columns", "split", tuple(sorted(columns))),
         Knob("channel_blocks", "split",
              tuple(b for b in _CHANNEL_BLOCKS if out_outer % b == 0)),
         Knob("reduce_order", "order",
              ("channels_outer",) if depthwise else ("channels_outer", "kernel_outer")),
-    ))
+    ]
+    if depthwise:
+        knobs += [Knob("unroll_window", "unroll", (True, False)),
+                  Knob("parallel", "parallel", (True, False))]
+    else:
+        _, in_outer, _, _, in_block = workload.input_shape
+        knobs += [Knob("block_unroll", "unroll",
+                       (None, *(d for d in divisors(in_block) if d < in_block))),
+                  Knob("reduction_blocks", "split", (0, *divisors(in_outer)))]
+    return ConfigSpace(tuple(knobs))
+
+
+def _dense_reduction_blocks(workload: BlockedConvWorkload, channel_blocks: int,
+                            reduce_order: str) -> int:
+    """The input blocks per reduction chunk of the default dense schedule with
+    ``channel_blocks`` output blocks per tile in ``reduce_order``."""
+    if reduce_order == "kernel_outer":
+        return 0
+    _, in_outer, kh, kw, in_block, _ = workload.weight_shape
+    return dense_conv_reduction_blocks(workload.out_shape, (in_outer, kh, kw, in_block),
+                                       channel_blocks, np.dtype(workload.dtype).itemsize)
 
 
 def _blocked_conv_default(args: tuple, depthwise: bool) -> dict:
-    """The choices of ``schedule_conv2d_nchwc`` without a tuning log."""
+    """The choices of ``schedule_conv2d_nchwc`` (of ``schedule_depthwise_conv2d_nchwc``
+    for a depthwise convolution) without a tuning log."""
+    workload = BlockedConvWorkload.from_args(args, depthwise)
+    if depthwise:
+        tiles = default_depthwise_conv_tiles(_blocked_conv_compute(workload)[2])
+        return {"columns": tiles.columns, "channel_blocks": tiles.channel_blocks,
+                "reduce_order": "channels_outer", "unroll_window": tiles.unroll_window,
+                "parallel": tiles.parallel}
     columns, channel_blocks = default_blocked_conv_tiles(
-        BlockedConvWorkload.from_args(args, depthwise).out_shape, depthwise)
+        workload.out_shape, depthwise, np.dtype(workload.dtype).itemsize)
     return {"columns": columns, "channel_blocks": channel_blocks,
-            "reduce_order": "channels_outer"}
+            "reduce_order": "channels_outer", "block_unroll": None,
+            "reduction_blocks": _dense_reduction_blocks(workload, channel_blocks,
+                                                        "channels_outer")}
 
 
-def blocked_conv_tiles_of(config: Config) -> BlockedConvTiles:
-    """The ``BlockedConvTiles`` of a blocked-conv config."""
+def _blocked_conv_upgrade(args: tuple, values: dict, depthwise: bool) -> dict:
+    """A record written before the knobs of the unrolled block, the reduction chunks
+    and the depthwise window and threads existed: each missing knob takes what the
+    schedule chose without it (for the record's own tile)."""
+    if depthwise:
+        default = _blocked_conv_default(args, depthwise)
+        return {knob: default[knob] for knob in ("unroll_window", "parallel")} | values
+    values.setdefault("block_unroll", None)
+    if "reduction_blocks" not in values and "channel_blocks" in values:
+        values["reduction_blocks"] = _dense_reduction_blocks(
+            BlockedConvWorkload.from_args(args, depthwise), values["channel_blocks"],
+            values.get("reduce_order", "channels_outer"))
+    return values
+
+
+def blocked_conv_tiles_of(config: Config, depthwise: bool = False
+                          ) -> BlockedConvTiles | DepthwiseConvTiles:
+    """The tiles of a blocked-conv config: ``DepthwiseConvTiles`` for a depthwise
+    workload's, else ``BlockedConvTiles`` (a ``kernel_outer`` reduction unchunked
+    whatever its ``reduction_blocks``: the kernel rows and columns outside the input
+    blocks leave no chunk to run, and the schedule's default for them is none)."""
+    if depthwise:
+        return DepthwiseConvTiles(columns=config["columns"],
+                                  channel_blocks=config["channel_blocks"],
+                                  unroll_window=config["unroll_window"],
+                                  parallel=config["parallel"])
+    kernel_outer = config["reduce_order"] == "kernel_outer"
     return BlockedConvTiles(columns=config["columns"], channel_blocks=config["channel_blocks"],
-                            kernel_outer=config["reduce_order"] == "kernel_outer")
+                            kernel_outer=kernel_outer, block_unroll=config["block_unroll"],
+                            reduction_blocks=None if kernel_outer else config["reduction_blocks"])
+
+
+def schedule_blocked_conv(schedule: te.Schedule, conv: te.Tensor,
+                          tiles: BlockedConvTiles | DepthwiseConvTiles,
+                          epilogue: te.Tensor | None = None,
+                          chain: Sequence[te.Tensor] = ()) -> None:
+    """Schedule the blocked convolution ``conv`` with ``tiles`` (see
+    :func:`blocked_conv_tiles_of`): the depthwise schedule for ``DepthwiseConvTiles``."""
+    if isinstance(tiles, DepthwiseConvTiles):
+        schedule_depthwise_conv2d_nchwc(schedule, conv, epilogue, chain, tiles)
+    else:
+        schedule_conv2d_nchwc(schedule, conv, epilogue, chain, tiles)
 
 
 def _instantiate_blocked_conv(args: tuple, config: Config, depthwise: bool):
-    workload = BlockedConvWorkload.from_args(args, depthwise)
-    data = te.placeholder(workload.input_shape, workload.dtype, "data")
-    weight = te.placeholder(workload.weight_shape, workload.dtype, "weight")
-    (conv,) = compute_of("ConvNCHWc")([data, weight], workload.attrs, None)
+    data, weight, conv = _blocked_conv_compute(BlockedConvWorkload.from_args(args, depthwise))
     s = te.create_schedule(conv)
-    schedule_conv2d_nchwc(s, conv, tiles=blocked_conv_tiles_of(config))
+    schedule_blocked_conv(s, conv, blocked_conv_tiles_of(config, depthwise))
     return s, [data, weight, conv]
 
 
@@ -575,7 +659,8 @@ def _blocked_conv_template(name: str, depthwise: bool) -> Template:
     return Template(
         name, "llvm", bind(_blocked_conv_space), bind(_blocked_conv_default),
         bind(_instantiate_blocked_conv), bind(_blocked_conv_inputs),
-        bind(_blocked_conv_reference), bind(_blocked_conv_flops))
+        bind(_blocked_conv_reference), bind(_blocked_conv_flops),
+        upgrade=bind(_blocked_conv_upgrade))
 
 
 CONV2D_NCHWC = _blocked_conv_template("conv2d_nchwc", depthwise=False)
@@ -628,10 +713,7 @@ def _build_batch_matmul(args: tuple):
 
 
 def _build_blocked_conv(args: tuple, depthwise: bool):
-    workload = BlockedConvWorkload.from_args(args, depthwise)
-    data = te.placeholder(workload.input_shape, workload.dtype, "data")
-    weight = te.placeholder(workload.weight_shape, workload.dtype, "weight")
-    (conv,) = compute_of("ConvNCHWc")([data, weight], workload.attrs, None)
+    data, weight, conv = _blocked_conv_compute(BlockedConvWorkload.from_args(args, depthwise))
     return [data, weight], [conv]
 
 
@@ -696,10 +778,11 @@ def schedule_matmul_tuned(schedule: te.Schedule, C: te.Tensor) -> bool:
     return True
 
 
-def blocked_conv_tiles(conv: te.Tensor) -> BlockedConvTiles | None:
-    """The ``BlockedConvTiles`` of the current log's best config for the blocked
-    convolution ``conv`` (a ``ConvNCHWc`` compute of the compute library, which
-    carries its workload), or None when no log applies or it has no record of it."""
+def blocked_conv_tiles(conv: te.Tensor) -> BlockedConvTiles | DepthwiseConvTiles | None:
+    """The tiles (:func:`blocked_conv_tiles_of`, for :func:`schedule_blocked_conv`) of
+    the current log's best config for the blocked convolution ``conv`` (a ``ConvNCHWc``
+    compute of the compute library, which carries its workload), or None when no log
+    applies or it has no record of it."""
     workload = conv.op.attrs.get("blocked_conv")
     if workload is None or current() is None or _choice() is not None:
         return None
@@ -707,7 +790,8 @@ def blocked_conv_tiles(conv: te.Tensor) -> BlockedConvTiles | None:
         workload["input_shape"], workload["weight_shape"], workload["strides"],
         workload["pads"], workload["dilations"], workload["group"], conv.dtype)
     config = lookup(workload_key(template, args))
-    return None if config is None else blocked_conv_tiles_of(config)
+    return None if config is None else blocked_conv_tiles_of(
+        config, template == "depthwise_conv2d_nchwc")
 
 
 def schedule_conv_auto(schedule: te.Schedule, conv: te.Tensor,

@@ -10,8 +10,19 @@ import heterocc
 from heterocc import te
 from heterocc.targets.llvm import LLVMTarget
 from heterocc.targets.llvm.module import build
-from heterocc.targets.llvm.schedules import BlockedConvTiles, schedule_conv2d_nchwc
-from heterocc.targets.llvm.tuning import blocked_conv_tiles
+from heterocc.targets.llvm.schedules import (
+    BlockedConvTiles,
+    DepthwiseConvTiles,
+    default_blocked_conv_tiles,
+    default_depthwise_conv_tiles,
+    dense_conv_reduction_blocks,
+    schedule_conv2d_nchwc,
+)
+from heterocc.targets.llvm.tuning import (
+    blocked_conv_tiles,
+    blocked_conv_tiles_of,
+    schedule_blocked_conv,
+)
 from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.records import MeasureRecord, RecordLog
 from heterocc.tuning.task import Task, extract_tasks
@@ -65,15 +76,16 @@ def test_default_config_is_the_default_schedule(task):
     {"columns": 8, "channel_blocks": 2, "reduce_order": "channels_outer"},
 ])
 def test_dense_configs_match_numpy(values):
-    out, expected = _run(DENSE, DENSE.space.from_values(values), np.random.default_rng(0))
+    # values of a record written before the unroll and chunk knobs: their defaults apply
+    out, expected = _run(DENSE, DENSE.config_of(values), np.random.default_rng(0))
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("columns,channel_blocks", [(4, 2), (5, 2), (4, 1)])
 def test_depthwise_configs_match_numpy(columns, channel_blocks):
     assert DEPTHWISE.space.knobs[0].options == (4, 5)  # output width 5: a tail tile of 4
-    config = DEPTHWISE.space.from_values({"columns": columns, "channel_blocks": channel_blocks,
-                                          "reduce_order": "channels_outer"})
+    config = DEPTHWISE.config_of({"columns": columns, "channel_blocks": channel_blocks,
+                                  "reduce_order": "channels_outer"})
     out, expected = _run(DEPTHWISE, config, np.random.default_rng(1))
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
@@ -98,7 +110,7 @@ def _conv_function(compiled):
 
 
 def _log_preferring(task, values):
-    chosen = task.space.from_values(values)
+    chosen = task.config_of(values)
     default = task.default_config()
     return [MeasureRecord(task.workload_key, chosen.to_json(), chosen.index, (1.0,)),
             MeasureRecord(task.workload_key, default.to_json(), default.index, (2.0,))]
@@ -146,3 +158,109 @@ def test_compile_applies_the_logged_conv_schedule(tmp_path):
                                                   "reduce_order": "kernel_outer"})):
         assert str(LLVMTarget().build(_conv_function(untuned)).prim) == default_code
     onnx.checker.check_model(model)
+
+
+#: 128 -> 64 channels in blocks of 16, 3x3 over 7x7: the default chunks its reduction
+CHUNKED = Task("conv2d_nchwc", (1, 8, 7, 7, 16, 4, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1,
+                                "float32"))
+#: 8 -> 12 channels in blocks of 4 (3 output blocks), 3x3 over 5x4: a space of 72 points
+SMALL_DENSE = Task("conv2d_nchwc", (1, 2, 5, 4, 4, 3, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1,
+                                    "float32"))
+#: 12 channels in blocks of 4, 3x3 over 6x5: a space of 16 points
+SMALL_DEPTHWISE = Task("depthwise_conv2d_nchwc", (1, 3, 6, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                  "float32"))
+
+
+def test_new_knobs_offer_only_valid_options():
+    knobs = {k.name: k.options for k in CHUNKED.space.knobs}
+    assert knobs["block_unroll"] == (None, 1, 2, 4, 8)  # None: the whole block of 16
+    assert knobs["reduction_blocks"] == (0, 1, 2, 4, 8)  # divisors of the 8 input blocks
+    assert knobs["channel_blocks"] == (1, 2, 4)
+    small = {k.name: k.options for k in SMALL_DENSE.space.knobs}
+    assert small["channel_blocks"] == (1, 3)  # 3 output blocks: 3 per tile offered
+    assert small["block_unroll"] == (None, 1, 2)
+    assert small["reduction_blocks"] == (0, 1, 2)
+    depthwise = {k.name: k.options for k in SMALL_DEPTHWISE.space.knobs}
+    assert depthwise["channel_blocks"] == (1, 3)
+    assert depthwise["unroll_window"] == (True, False)
+    assert depthwise["parallel"] == (True, False)
+    assert "block_unroll" not in depthwise and "reduction_blocks" not in depthwise
+
+
+@pytest.mark.parametrize("task", [DENSE, DEPTHWISE, CHUNKED, SMALL_DEPTHWISE],
+                         ids=["dense", "depthwise", "chunked", "small-depthwise"])
+def test_default_config_is_the_default_schedule_and_tiles(task):
+    """The default config's tiles are the schedules' own defaults, resolved: the
+    dense schedule's reduction chunks, the depthwise schedule's window and threads."""
+    _, _, conv = _lowered(task, task.default_config())[1]
+    default = task.default_config()
+    depthwise = task.template == "depthwise_conv2d_nchwc"
+    if depthwise:
+        assert blocked_conv_tiles_of(default, True) == default_depthwise_conv_tiles(conv)
+    else:
+        tiles = blocked_conv_tiles_of(default)
+        assert (tiles.columns, tiles.channel_blocks) == default_blocked_conv_tiles(
+            conv.shape, False)
+        assert tiles.block_unroll is None
+        assert tiles.reduction_blocks == dense_conv_reduction_blocks(
+            conv.shape, [int(axis.extent) for axis in conv.op.reduce_axis],
+            tiles.channel_blocks)
+    if task is CHUNKED:
+        assert default["reduction_blocks"] == 1  # the default schedule chunks it here
+    tuned, tensors = _lowered(task, default)
+    schedule = te.create_schedule(tensors[-1])
+    schedule_conv2d_nchwc(schedule, tensors[-1])
+    assert str(tuned) == str(te.lower(schedule, tensors, name="candidate"))
+
+
+@pytest.mark.parametrize("task", [SMALL_DENSE, SMALL_DEPTHWISE], ids=["dense", "depthwise"])
+def test_every_point_of_a_small_space_matches_numpy(task):
+    """No point of the space fails to build (kernel_outer with chunks included: it
+    runs unchunked), and every one computes the convolution."""
+    rng = np.random.default_rng(3)
+    for index in range(task.space.size):
+        config = task.space.get(index)
+        out, expected = _run(task, config, rng)
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4,
+                                   err_msg=str(config.to_json()))
+
+
+def test_old_records_apply_with_the_new_knobs_defaults():
+    """A record written before the new knobs applies with what the schedule chose
+    without them, for the record's own tile; a depthwise one with the depthwise
+    schedule's default window and threads."""
+    _, _, conv = _lowered(CHUNKED, CHUNKED.default_config())[1]
+    _, _, depthwise_conv = _lowered(DEPTHWISE, DEPTHWISE.default_config())[1]
+    old = {"columns": 4, "channel_blocks": 4, "reduce_order": "channels_outer"}
+    old_depthwise = {"columns": 4, "channel_blocks": 2, "reduce_order": "channels_outer"}
+    records = [MeasureRecord(CHUNKED.workload_key, old, 3, (1.0,)),
+               MeasureRecord(DEPTHWISE.workload_key, old_depthwise, 1, (1.0,))]
+    chunks = dense_conv_reduction_blocks(
+        conv.shape, [int(axis.extent) for axis in conv.op.reduce_axis], 4)
+    default = default_depthwise_conv_tiles(depthwise_conv)
+    with ApplyHistoryBest(records):
+        assert blocked_conv_tiles(conv) == BlockedConvTiles(4, 4, reduction_blocks=chunks)
+        assert blocked_conv_tiles(depthwise_conv) == DepthwiseConvTiles(
+            4, 2, default.unroll_window, default.parallel)
+    # a kernel_outer record: unchunked, as its schedule was
+    kernel_outer = CHUNKED.config_of({**old, "reduce_order": "kernel_outer"})
+    assert kernel_outer["reduction_blocks"] == 0 and kernel_outer["block_unroll"] is None
+
+
+def test_depthwise_knobs_reach_the_compiled_schedule():
+    """A depthwise record's window and threads choice is what compile applies."""
+    default = SMALL_DEPTHWISE.default_config()
+    flipped = SMALL_DEPTHWISE.config_of({**default.to_json(),
+                                         "unroll_window": not default["unroll_window"]})
+    _, tensors = _lowered(SMALL_DEPTHWISE, default)
+    conv = tensors[-1]
+    codes = []
+    for config in (default, flipped):
+        record = MeasureRecord(SMALL_DEPTHWISE.workload_key, config.to_json(), config.index,
+                               (1.0,))
+        with ApplyHistoryBest([record]):
+            schedule = te.create_schedule(conv)
+            schedule_blocked_conv(schedule, conv, blocked_conv_tiles(conv))
+            codes.append(str(te.lower(schedule, tensors, name="candidate")))
+        assert codes[-1] == str(_lowered(SMALL_DEPTHWISE, config)[0])
+    assert codes[0] != codes[1]
