@@ -26,6 +26,7 @@ from heterocc.targets.llvm.tuning import (
 from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.records import MeasureRecord, RecordLog
 from heterocc.tuning.task import Task, extract_tasks
+from heterocc.tuning.tuners import RandomTuner, resume
 
 #: 32 -> 32 channels in blocks of 16 (2 output blocks), 3x3, stride 1, pad 1, 9x10
 DENSE = Task("conv2d_nchwc", (1, 2, 9, 10, 16, 2, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1,
@@ -264,3 +265,16 @@ def test_depthwise_knobs_reach_the_compiled_schedule():
             codes.append(str(te.lower(schedule, tensors, name="candidate")))
         assert codes[-1] == str(_lowered(SMALL_DEPTHWISE, config)[0])
     assert codes[0] != codes[1]
+
+
+def test_a_run_resumes_over_an_old_record(tmp_path):
+    """Tuning on over a log with a record written before the new knobs counts it as a
+    trial of the point it names today (instead of failing to read it)."""
+    old = {"columns": 4, "channel_blocks": 2, "reduce_order": "kernel_outer"}
+    with RecordLog(tmp_path / "old.jsonl") as log:
+        log.append(MeasureRecord(CHUNKED.workload_key, old, 5, (1e-3,)))
+        tuner = RandomTuner(CHUNKED)
+        progress = resume(CHUNKED, tuner, log, trials=4)
+    assert progress.resumed == 1 and progress.best_cost == 1e-3
+    assert progress.best_config == CHUNKED.config_of(old)
+    assert tuner.visited == {CHUNKED.config_of(old).index}
