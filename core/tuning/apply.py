@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import InputError
 from .records import MeasureRecord, config_costs, read_records
 from .space import Config
-from .task import Task
+from .task import Task, reindexed
 
 _CURRENT: contextvars.ContextVar[ApplyHistoryBest | None] = contextvars.ContextVar(
     "heterocc_tuning_context", default=None)
@@ -29,7 +29,7 @@ class ApplyHistoryBest:
     (:func:`.records.config_costs`)."""
 
     def __init__(self, log: str | Path | Iterable[MeasureRecord]):
-        records = read_records(log) if isinstance(log, str | Path) else list(log)
+        records = reindexed(read_records(log) if isinstance(log, str | Path) else log)
         first_record: dict[tuple[str, int], MeasureRecord] = {}
         for record in records:
             if record.ok:

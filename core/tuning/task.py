@@ -9,12 +9,14 @@ log written by one run is read, resumed and applied by another.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from ..errors import InputError
 from ..frontend import from_onnx
 from ..ir.graph import Graph
 from ..targets.registry import get_target
+from .records import MeasureRecord
 from .space import Config, ConfigSpace
 from .templates import Template, get_template, tunable_targets, tuning_of
 
@@ -73,6 +75,35 @@ class Task:
 
     def __str__(self) -> str:
         return self.workload_key
+
+
+def reindexed(records: Iterable[MeasureRecord]) -> list[MeasureRecord]:
+    """``records`` with those of templates that upgrade older records (their space grew
+    knobs, see ``Template.upgrade``) re-read against today's space: each takes the index
+    of the point its values name (the index it was written with numbered the older
+    space, where it may name another point), and one naming no point is dropped, so
+    that a log holding records of both forms ranks each config by all of its own."""
+    tasks: dict[str, Task | None] = {}
+    found = []
+    for record in records:
+        key = record.workload_key
+        if key not in tasks:
+            try:
+                task = Task.from_key(key)
+            except InputError:  # a template not registered here: read it as it is
+                task = None
+            tasks[key] = task if task is not None and task.definition.upgrade else None
+        task = tasks[key]
+        if task is None:
+            found.append(record)
+            continue
+        try:
+            index = task.config_of(record.config).index
+        except InputError:
+            continue
+        found.append(record if index == record.config_index
+                     else replace(record, config_index=index))
+    return found
 
 
 def workload_key(template: str, args: tuple) -> str:

@@ -24,7 +24,7 @@ from .features import candidate_features
 from .measure import InProcessMeasurer, Measurer, MeasureResult
 from .records import MeasureRecord, RecordLog, config_costs, read_records
 from .space import Config
-from .task import Task
+from .task import Task, reindexed
 
 
 class Tuner:
@@ -312,7 +312,7 @@ def resume(task: Task, tuner: Tuner, log: RecordLog | None, trials: int,
     (``remeasure_best``) is one trial, at its median cost."""
     if records is None:
         records = [] if log is None else read_records(log.path)
-    history = [r for r in records if r.workload_key == task.workload_key]
+    history = reindexed(r for r in records if r.workload_key == task.workload_key)
     first_record = {}
     for record in history:
         first_record.setdefault(record.config_index, record)
@@ -383,7 +383,8 @@ def remeasure_best(task: Task, measurer: Measurer | InProcessMeasurer, log: Reco
     wanted = 1 + rounds
     budget = 4 * count * rounds
     while True:
-        records = [r for r in read_records(log.path) if r.workload_key == task.workload_key]
+        records = reindexed(r for r in read_records(log.path)
+                            if r.workload_key == task.workload_key)
         costs = config_costs(records).get(task.workload_key, {})
         seen = Counter(r.config_index for r in records if r.ok)
         ranked = sorted(costs, key=costs.get)

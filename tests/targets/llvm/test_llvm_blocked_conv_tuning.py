@@ -278,3 +278,24 @@ def test_a_run_resumes_over_an_old_record(tmp_path):
     assert progress.resumed == 1 and progress.best_cost == 1e-3
     assert progress.best_config == CHUNKED.config_of(old)
     assert tuner.visited == {CHUNKED.config_of(old).index}
+
+
+def test_old_and_new_records_of_one_log_rank_by_their_own_configs():
+    """An old record's index numbered the older space; in a log that also holds new
+    records it may be a new config's index. Records are re-read by their values, so
+    each config is ranked by its own timings only."""
+    old = {"columns": 4, "channel_blocks": 4, "reduce_order": "channels_outer"}
+    upgraded = CHUNKED.config_of(old)
+    new = CHUNKED.space.get(7)  # a new config the old record's stale index also names
+    other = CHUNKED.space.get(8)
+    assert new.index != upgraded.index and other.index != upgraded.index
+    records = [MeasureRecord(CHUNKED.workload_key, old, new.index, (3.0,)),
+               MeasureRecord(CHUNKED.workload_key, new.to_json(), new.index, (1.0,)),
+               MeasureRecord(CHUNKED.workload_key, other.to_json(), other.index, (1.8,))]
+    with ApplyHistoryBest(records) as applied:
+        assert applied.lookup(CHUNKED.workload_key) == new
+        assert applied.best_cost(CHUNKED.workload_key) == 1.0
+    tuner = RandomTuner(CHUNKED)
+    progress = resume(CHUNKED, tuner, None, trials=8, records=records)
+    assert progress.resumed == 3 and progress.best_config == new
+    assert tuner.costs == {upgraded.index: 3.0, new.index: 1.0, other.index: 1.8}
