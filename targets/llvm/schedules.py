@@ -651,7 +651,12 @@ def schedule_depthwise_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     ln, lc, ly, lx, lb = schedule[local].op.axis
     ry, rx = schedule[local].op.reduce_axis
     schedule[local].reorder(ln, ly, ry, rx, lc, lx, lb)
-    for axis in ((ry, rx) if unroll else ()) + (lc, lx):
+    # the window by LLVM (its copies index the weights by constants once LLVM unrolls,
+    # and LLVM keeps them in registers): the TIR keeps one tap, so the passes after the
+    # unroll do not walk every tap of every column
+    for axis in (ry, rx) if unroll else ():
+        schedule[local].unroll(axis, explicit=False)
+    for axis in (lc, lx):
         schedule[local].unroll(axis)
     schedule[local].vectorize(lb)
 
