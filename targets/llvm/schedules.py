@@ -341,20 +341,15 @@ def dense_conv_columns(width: int, limit: int) -> int:
     return -(-width // -(-width // limit))
 
 
-def default_blocked_conv_tiles(out_shape: Sequence[int], depthwise: bool,
-                               itemsize: int = 4, cpu: CPUDescription | None = None
-                               ) -> tuple[int, int]:
-    """``(columns, channel_blocks)`` of a blocked convolution's tile without a tuning log,
-    for its output shape ``(n, blocks, height, width, block)`` of ``itemsize``-byte
-    elements on ``cpu``: a dense one takes :func:`dense_conv_channel_blocks` channel
-    blocks over a short row segment (or, when no such count divides the block count,
-    one block over a longer one), a depthwise one (whose every multiply-add loads its
-    own input) takes one block over a longer one."""
+def default_blocked_conv_tiles(out_shape: Sequence[int], itemsize: int = 4,
+                               cpu: CPUDescription | None = None) -> tuple[int, int]:
+    """``(columns, channel_blocks)`` of a dense blocked convolution's tile without a
+    tuning log, for its output shape ``(n, blocks, height, width, block)`` of
+    ``itemsize``-byte elements on ``cpu``: :func:`dense_conv_channel_blocks` channel
+    blocks over a short row segment (or, when no such count divides the block count, one
+    block over a longer one). A depthwise one's: :func:`default_depthwise_conv_tiles`."""
     blocks, width = out_shape[1], out_shape[3]
     block_bytes = out_shape[4] * itemsize
-    if depthwise:
-        limit = blocked_conv_limits(block_bytes, cpu)[2]
-        return min(blocked_conv_columns(width, limit), width), 1
     channel_blocks = dense_conv_channel_blocks(block_bytes, cpu, blocks)
     limit = dense_conv_column_limit(channel_blocks, block_bytes, cpu)
     if channel_blocks * _block_vectors(block_bytes, _cpu(cpu)) < BLOCKED_CONV_WEIGHT_VECTORS:
@@ -441,7 +436,7 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
         schedule_depthwise_conv2d_nchwc(schedule, conv, epilogue, chain, DepthwiseConvTiles(
             columns=tiles.columns, channel_blocks=tiles.channel_blocks or 1), cpu)
         return
-    if len(stage.op.axis) != 5 or len(stage.op.reduce_axis) not in (2, 4):
+    if len(stage.op.axis) != 5 or len(stage.op.reduce_axis) != 4:
         raise CompileError(f"schedule_conv2d_nchwc: {conv.name!r} is not a blocked conv2d "
                            "(5 output axes, 2 or 4 reduction axes)")
     # the padded copy (n, c, y, x, block) keeps its pixels in a serial loop per row:
@@ -454,15 +449,14 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     else:
         local, outer = conv, epilogue
     n, ko, y, x, ki = schedule[outer].op.axis
-    depthwise = len(stage.op.reduce_axis) == 2
     default_columns, default_blocks = default_blocked_conv_tiles(
-        conv.shape, depthwise, np.dtype(conv.dtype).itemsize, cpu)
+        conv.shape, np.dtype(conv.dtype).itemsize, cpu)
     columns = tiles.columns or default_columns
     channel_blocks = tiles.channel_blocks or default_blocks
     if conv.shape[1] % channel_blocks:
         raise CompileError(f"schedule_conv2d_nchwc: {channel_blocks} channel blocks per "
                            f"tile do not divide {conv.shape[1]}")
-    chunk = 0 if depthwise else tiles.reduction_blocks
+    chunk = tiles.reduction_blocks
     if chunk and tiles.kernel_outer:
         raise CompileError(f"schedule_conv2d_nchwc: {conv.name!r} cannot chunk its input "
                            "channel blocks with the kernel rows and columns outside them")
@@ -501,12 +495,11 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
         schedule[stage_tensor].vectorize(block)
     ln, lko, ly, lx, lki = schedule[local].op.axis
     reduction = list(schedule[local].op.reduce_axis)
-    if tiles.kernel_outer and not depthwise:
+    if tiles.kernel_outer:
         channel_outer, row, column, channel_inner = reduction
         reduction = [row, column, channel_outer, channel_inner]
-    if not depthwise:
-        reduction = _unroll_block_reduction(schedule[local], reduction, tiles.block_unroll,
-                                            conv.name)
+    reduction = _unroll_block_reduction(schedule[local], reduction, tiles.block_unroll,
+                                        conv.name)
     if chunk:
         chunk_outer, chunk_inner = schedule[local].split(reduction[0], factor=chunk)
         lx_outer, lx = schedule[local].split(lx, factor=columns)

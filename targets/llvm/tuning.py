@@ -579,7 +579,7 @@ def _blocked_conv_default(args: tuple, depthwise: bool) -> dict:
                 "reduce_order": "channels_outer", "unroll_window": tiles.unroll_window,
                 "parallel": tiles.parallel}
     columns, channel_blocks = default_blocked_conv_tiles(
-        workload.out_shape, depthwise, np.dtype(workload.dtype).itemsize)
+        workload.out_shape, np.dtype(workload.dtype).itemsize)
     return {"columns": columns, "channel_blocks": channel_blocks,
             "reduce_order": "channels_outer", "block_unroll": None,
             "reduction_blocks": _dense_reduction_blocks(workload, channel_blocks,
@@ -778,17 +778,27 @@ def schedule_matmul_tuned(schedule: te.Schedule, C: te.Tensor) -> bool:
     return True
 
 
+def _applied_blocked_conv_task(conv: te.Tensor) -> tuple[str, tuple] | None:
+    """``(template, args)`` of the blocked convolution ``conv``'s task (its compute
+    carries the workload) when a tuning log applies and no whole-function choice was
+    made for the function compiling; None otherwise."""
+    workload = conv.op.attrs.get("blocked_conv")
+    if workload is None or current() is None or _choice() is not None:
+        return None
+    return blocked_conv_task_args(
+        workload["input_shape"], workload["weight_shape"], workload["strides"],
+        workload["pads"], workload["dilations"], workload["group"], conv.dtype)
+
+
 def blocked_conv_tiles(conv: te.Tensor) -> BlockedConvTiles | DepthwiseConvTiles | None:
     """The tiles (:func:`blocked_conv_tiles_of`, for :func:`schedule_blocked_conv`) of
     the current log's best config for the blocked convolution ``conv`` (a ``ConvNCHWc``
     compute of the compute library, which carries its workload), or None when no log
     applies or it has no record of it."""
-    workload = conv.op.attrs.get("blocked_conv")
-    if workload is None or current() is None or _choice() is not None:
+    task = _applied_blocked_conv_task(conv)
+    if task is None:
         return None
-    template, args = blocked_conv_task_args(
-        workload["input_shape"], workload["weight_shape"], workload["strides"],
-        workload["pads"], workload["dilations"], workload["group"], conv.dtype)
+    template, args = task
     config = lookup(workload_key(template, args))
     return None if config is None else blocked_conv_tiles_of(
         config, template == "depthwise_conv2d_nchwc")
@@ -801,12 +811,10 @@ def schedule_conv_auto(schedule: te.Schedule, conv: te.Tensor,
     workload when that beats the template's records; False, touching nothing,
     otherwise. The sketch is derived from this very compute: the epilogue is fused
     into the convolution's tiles by the same point that was tuned without it."""
-    workload = conv.op.attrs.get("blocked_conv")
-    if workload is None or current() is None or _choice() is not None:
+    task = _applied_blocked_conv_task(conv)
+    if task is None:
         return False
-    template, args = blocked_conv_task_args(
-        workload["input_shape"], workload["weight_shape"], workload["strides"],
-        workload["pads"], workload["dilations"], workload["group"], conv.dtype)
+    template, args = task
     auto_key = workload_key(auto_name(template), args)
     key, config = best_of([workload_key(template, args), auto_key])
     if key != auto_key:

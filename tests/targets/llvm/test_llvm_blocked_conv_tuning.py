@@ -201,7 +201,7 @@ def test_default_config_is_the_default_schedule_and_tiles(task):
     else:
         tiles = blocked_conv_tiles_of(default)
         assert (tiles.columns, tiles.channel_blocks) == default_blocked_conv_tiles(
-            conv.shape, False)
+            conv.shape)
         assert tiles.block_unroll is None
         assert tiles.reduction_blocks == dense_conv_reduction_blocks(
             conv.shape, [int(axis.extent) for axis in conv.op.reduce_axis],
