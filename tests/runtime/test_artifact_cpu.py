@@ -3,6 +3,9 @@ its features (or is another architecture) refuses them with a clear error instea
 stopping on an illegal instruction."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -66,6 +69,32 @@ def test_an_avx512_artifact_on_an_avx2_host_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ArtifactError, match=r"cannot run on this host: .*compiled for CPU "
                                             r".* lacks: .*avx512f"):
         heterocc.load(str(out))
+
+
+def _cpuid_can_hide_avx512() -> bool:
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return "avx512f" in flags and "cpuid_fault" in flags
+
+
+@pytest.mark.skipif(not _cpuid_can_hide_avx512(),
+                    reason="needs an AVX-512 CPU with CPUID faulting; the refusal itself is "
+                           "tested above with the host's description patched")
+def test_an_avx512_artifact_is_refused_where_cpuid_hides_avx512(tmp_path):
+    """The same refusal in a real process whose CPUID reports no AVX-512
+    (benchmarks/avx2_host.py): every layer that asks the CPU sees an AVX2 host. The
+    artifact that loads here fails there, with the error, not an illegal instruction."""
+    out = _export(tmp_path, "llvm -mattr=+avx512f")
+    heterocc.load(str(out))  # this host runs it
+    load = (f"import heterocc; from heterocc.errors import ArtifactError\n"
+            f"try:\n    heterocc.load({str(out)!r})\nexcept ArtifactError as e:\n"
+            f"    print('refused:', e)")
+    repo = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, str(repo / "benchmarks" / "avx2_host.py"),
+                             sys.executable, "-c", load],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "refused:" in result.stdout and "lacks:" in result.stdout
+    assert "avx512f" in result.stdout.split("lacks:")[1]
 
 
 def test_an_artifact_of_another_architecture_is_refused(tmp_path, monkeypatch):
