@@ -91,10 +91,22 @@ def _nan_extremum(values, maximum: bool):
     if not is_float_dtype(values[0].dtype):
         return reduce(ignoring_nan, values)
     if sum(not _is_constant(v) for v in values) > 2:
-        # the pairwise select reads its running result twice, which doubles per input:
-        # more than two tensors keep one NaN test over all of them instead
-        return _propagating_nan(reduce(ignoring_nan, values), values)
+        return _propagating_nan(_last_extreme(values, reduce(ignoring_nan, values), maximum),
+                                values)
     return reduce(lambda a, b: _exact_pair(a, b, maximum), values)
+
+
+def _last_extreme(values, extreme, maximum: bool):
+    """The last of ``values`` (none NaN) that compares equal to their ``extreme``: what
+    NumPy's left fold of maximum/minimum returns, since each step takes its second
+    operand on a tie. So where the extreme is a zero, its sign is the last zero's.
+    (The pairwise select of :func:`_exact_pair` reads its running result twice, which
+    doubles the expression per input; this reads the extreme once per input.)"""
+    result = values[0]
+    for value in values[1:]:
+        result = te.if_then_else(value >= extreme if maximum else value <= extreme,
+                                 value, result)
+    return result
 
 
 def nan_maximum(*values):

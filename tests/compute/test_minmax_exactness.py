@@ -201,20 +201,28 @@ def test_constant_bounds_leave_no_nan_test(activation, description):
         assert "unord" not in module.assembly()
 
 
-def test_max_of_many_tensors_propagates_nan():
-    """Three or more tensors keep one NaN test over all of them (the pairwise select
-    would read its running result twice per input): still NumPy's result."""
+@pytest.mark.parametrize("target", ISAS)
+@pytest.mark.parametrize("op", ["Max", "Min"])
+@pytest.mark.parametrize("constant", [None, 0.0, -0.0, 1.0])
+def test_max_min_of_many_tensors(op, constant, target):
+    """Three or four tensors (and a constant): NumPy's left fold bit for bit. Besides the
+    shifted specials, the first 16 lanes hold every sign pattern of zeros over four
+    inputs, where the fold's result is the last zero's sign."""
     shape = [3, 20]
     xs = {f"x{k}": np.roll(_with_specials(shape, seed=k), k) for k in range(4)}
-    for op in ("Max", "Min"):
-        model = make_model([helper.make_node(op, list(xs), ["y"])],
-                           [(k, "float32", shape) for k in xs], [("y", "float32", shape)])
-        got, expected = _run_both(model, xs, "llvm")
-        # NaN where any input has one; elsewhere the values agree (a tie of zeros may
-        # take either sign here, as LLVM's maxnum/minnum may)
-        np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(expected[0]))
-        np.testing.assert_array_equal(got[0][~np.isnan(got[0])],
-                                      expected[0][~np.isnan(expected[0])])
+    for lane in range(16):
+        for k, x in enumerate(xs.values()):
+            x.reshape(-1)[lane] = -0.0 if lane >> k & 1 else 0.0
+    for count in (3, 4):
+        names = list(xs)[:count]
+        initializers = {} if constant is None else {"c": np.float32(constant)}
+        inputs = names if constant is None else [*names[:1], "c", *names[1:]]
+        model = make_model([helper.make_node(op, inputs, ["y"])],
+                           [(k, "float32", shape) for k in names], [("y", "float32", shape)],
+                           initializers)
+        feeds = {k: xs[k] for k in names}
+        got, expected = _run_both(model, feeds, target)
+        _assert_bit_exact(got[0], expected[0])
 
 
 def test_nan_bound_initializer_folds_to_nan():
