@@ -293,6 +293,70 @@ class Schedule:
         return cache
 
 
+    def rfactor(self, tensor: Tensor, axis: IterVar, factor: int,
+                keep: str = "inner") -> Tensor:
+        """Split reduction ``axis`` of ``tensor`` (``k = ko * factor + ki``) and turn one
+        of its parts into a data-parallel axis of a new stage: returns ``rf``, of shape
+        ``(*tensor.shape, kept)``, holding partial results reduced over everything but
+        the kept part, and ``tensor`` becomes the reduction of ``rf`` over that last
+        axis (its stage's ``reduce_axis`` is then that one axis).
+
+        ``keep="inner"`` keeps ``ki`` (``factor`` partials, each over every ``factor``-th
+        element: vectorize rf's last axis for vector accumulators, reduced across lanes
+        once at the end); ``keep="outer"`` keeps ``ko`` (``ceil(extent / factor)``
+        partials of ``factor`` consecutive elements each: run them in parallel when the
+        output has too few points to keep the cores busy). A ``factor`` that does not
+        divide the extent leaves the last chunk short: its missing elements are the
+        combiner's identity and read nothing out of bounds. Call it before any other
+        primitive on ``tensor``'s stage."""
+        stage = self[tensor]
+        if not isinstance(stage.body, Reduce):
+            raise CompileError(f"rfactor: {tensor.name!r} is not a reduction")
+        if stage.relations or stage.loop_kinds or stage.attach != ROOT:
+            raise CompileError(
+                f"rfactor: stage {tensor.name!r} was already scheduled; call rfactor "
+                "before split/fuse/reorder/annotations on it")
+        if not any(iv is axis for iv in stage.reduce_axis):
+            names = ", ".join(iv.name for iv in stage.reduce_axis)
+            raise CompileError(f"rfactor: {getattr(axis, 'name', axis)!r} is not a reduction "
+                               f"axis of {tensor.name!r} ({names})")
+        if keep not in ("inner", "outer"):
+            raise CompileError(f"rfactor: keep must be 'inner' or 'outer', not {keep!r}")
+        if not 1 <= int(factor) <= axis.extent:
+            raise CompileError(f"rfactor of {tensor.name!r}: factor {factor} must be in "
+                               f"[1, {axis.extent}] (the extent of {axis.name!r})")
+        factor = int(factor)
+        parts = -(-axis.extent // factor)
+        reduction: Reduce = stage.body
+        rf_axis = tuple(IterVar(tx.Var(iv.name + ".rf"), iv.extent) for iv in stage.axis)
+        kept_extent, other_extent = (factor, parts) if keep == "inner" else (parts, factor)
+        kept = IterVar(tx.Var(f"{axis.name}.{keep}"), kept_extent)
+        other = IterVar(tx.Var(f"{axis.name}.{'outer' if keep == 'inner' else 'inner'}"),
+                        other_extent, REDUCE)
+        ko, ki = (other, kept) if keep == "inner" else (kept, other)
+        position = ko.var * factor + ki.var
+        last = axis.extent - 1
+        # clamped, so that the short last chunk reads in bounds; its value is discarded
+        index = position if axis.extent % factor == 0 else tx.minimum(position, last)
+        source = substitute(reduction.source, {
+            **{old.var: new.var for old, new in zip(stage.axis, rf_axis)},
+            axis.var: index + axis.min})
+        if axis.extent % factor:
+            source = tx.select(position <= last, source, reduction.identity())
+        rf_reduce = tuple(other if iv is axis else iv for iv in reduction.axis)
+        name = f"{tensor.name}.rf"
+        rf = Tensor(name, (*tensor.shape, kept_extent), tensor.dtype,
+                    ComputeOp(name, (*rf_axis, kept),
+                              Reduce(reduction.combiner, source, rf_reduce)))
+        self._insert_before(_stage_for(rf), stage)
+        final = IterVar(tx.Var(f"{axis.name}.{keep}.v"), kept_extent, REDUCE)
+        stage.body = Reduce(reduction.combiner,
+                            rf[(*(iv.var for iv in stage.axis), final.var)], (final,))
+        stage.reduce_axis = [final]
+        stage.leaf_iter_vars = [*stage.axis, final]
+        return rf
+
+
 def create_schedule(outputs: Tensor | list[Tensor]) -> Schedule:
     """The default schedule of ``outputs``: every stage at root, loops in axis order."""
     return Schedule(outputs if isinstance(outputs, list | tuple) else [outputs])
