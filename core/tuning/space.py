@@ -18,7 +18,7 @@ from ..errors import InputError
 
 #: what a knob controls; features and reports group knobs by it
 KNOB_KINDS = ("split", "order", "unroll", "vectorize", "parallel", "layout", "threads",
-              "location")
+              "location", "rfactor")
 
 
 @dataclass(frozen=True)

@@ -936,8 +936,12 @@ def llvm_tuning(target) -> TargetTuning:
 # (:func:`function_choice`); a function without records of its own falls back to the
 # workload records above.
 
-#: ops whose float functions become function tasks (the anchors the sketch tiles)
-FUNCTION_ANCHORS = {"ConvNCHWc": "conv2d_nchwc", "MatMul": "matmul", "Gemm": "matmul"}
+#: ops whose float functions become function tasks (the anchors the sketch tiles); a
+#: reduction's task is where the sketch's rfactor rule applies (few output points)
+REDUCTION_ANCHORS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare",
+                     "ReduceL1", "ReduceL2")
+FUNCTION_ANCHORS = {"ConvNCHWc": "conv2d_nchwc", "MatMul": "matmul", "Gemm": "matmul",
+                    **{op: "reduce" for op in REDUCTION_ANCHORS}}
 #: how much faster than the hand schedule a function's auto record must have been
 #: measured to be applied (timings on a shared machine vary by a few percent, and the
 #: best of many candidates is the one most flattered by that)
@@ -1062,9 +1066,12 @@ def _function_node(spec: str) -> Node:
 
 
 def _function_flops(args: tuple) -> int:
-    """Multiply-adds x 2 of the function's convolutions and products."""
+    """Multiply-adds x 2 of the function's convolutions and products, plus one
+    operation per element its reductions read."""
     total = 0
     for node in function_body(args[1]).nodes:
+        if node.op in REDUCTION_ANCHORS:
+            total += math.prod(node.inputs[0].type.shape)
         if node.op == "ConvNCHWc":
             _, per_group, kh, kw, block, _ = node.inputs[1].type.shape
             total += 2 * math.prod(node.outputs[0].type.shape) * per_group * block * kh * kw
@@ -1317,7 +1324,8 @@ AUTO_FUNCTION_TEMPLATE = Template(
 def function_tasks(graph: Graph, target) -> list[Task]:
     """The auto search's tasks of ``graph`` as ``target`` compiles it: one
     ``auto.function`` task per distinct fused function (by :func:`function_spec`) with
-    one float convolution or product, weighted by how many functions share it."""
+    one float convolution, product or reduction, weighted by how many functions share
+    it."""
     graph = run_pipeline(graph, {target.name: target}).graph
     found: dict[str, Task] = {}
     counts: dict[str, int] = {}

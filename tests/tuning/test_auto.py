@@ -100,6 +100,65 @@ def test_every_sketch_point_computes_the_product_with_its_epilogue():
         np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
 
 
+def _classifier_head(columns=10, depth=2000):
+    """A product with a few output points and a long reduction, and an epilogue."""
+    A = te.placeholder((1, depth), "float32", "A")
+    B = te.placeholder((depth, columns), "float32", "B")
+    C = plain_matmul(A, B, "C")
+    out = te.compute(C.shape, lambda i, j: C[i, j] + 1.0, name="out")
+    pack_matmuls([out])
+    return [A, B], [out]
+
+
+def test_the_rfactor_rule_fires_on_few_output_points_and_a_long_reduction():
+    knobs = {k.name: k for k in Sketch(_classifier_head()[1], HINTS).space.knobs}
+    assert knobs["a0.rfactor"].options == ("none", "vector", "parallel")
+    assert knobs["a0.rfactor"].kind == "rfactor"
+    # enough output points for the cores' lanes, or a short reduction: no rfactor
+    assert "a0.rfactor" not in {k.name for k in Sketch(_matmul_epilogue()[1], HINTS).space.knobs}
+    assert "a0.rfactor" not in {k.name for k in
+                                Sketch(_classifier_head(depth=40)[1], HINTS).space.knobs}
+
+
+@pytest.mark.parametrize("rfactor", ["none", "vector", "parallel"])
+def test_every_rfactor_point_computes_the_head(rfactor):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((1, 2000)).astype(np.float32)
+    b = rng.standard_normal((2000, 10)).astype(np.float32)
+    sketch = Sketch(_classifier_head()[1], HINTS)
+    seeds = [v for v in sketch.seed_values() if v["a0.rfactor"] == rfactor]
+    assert seeds, "every rfactor option is seeded"
+    randoms = [c for c in _random_points(sketch.space, rng, 30) if c["a0.rfactor"] == rfactor]
+    for config in [sketch.space.from_values(seeds[0]), *randoms[:3]]:
+        inputs, outputs = _classifier_head()
+        schedule = sketch.apply(outputs, config)
+        lowered = te.lower(schedule, [*inputs, *outputs], name="f")
+        assert ("C.rf" in str(lowered)) == (rfactor != "none")
+        out = np.zeros((1, 10), np.float32)
+        build(lowered)["f"](a, b, out)
+        np.testing.assert_allclose(out, a @ b + 1.0, rtol=1e-4, atol=1e-3)
+
+
+def test_a_full_reduction_reduces_in_parallel_chunks():
+    """One output point of 100003 elements (no whole number of vectors or chunks)."""
+    def full_sum():
+        x = te.placeholder((100003,), "float32", "x")
+        k = te.reduce_axis(100003, "k")
+        return x, te.compute((1,), lambda i: te.sum(x[k] * x[k], axis=k), name="total")
+
+    x, total = full_sum()
+    sketch = Sketch([total], HINTS)
+    values = {**sketch.default_values(), "a0.rfactor": "parallel"}
+    x, total = full_sum()
+    lowered = te.lower(sketch.apply([total], sketch.space.from_values(values)), [x, total],
+                       name="f")
+    assert "parallel" in str(lowered)
+    data = np.random.default_rng(3).standard_normal(100003).astype(np.float32)
+    out = np.zeros(1, np.float32)
+    build(lowered)["f"](data, out)
+    np.testing.assert_allclose(out, [np.dot(data.astype(np.float64), data)], rtol=1e-4)
+
+
 @pytest.mark.parametrize("task", [Task("auto.matmul", (20, 24, 12, "float32")),
                                   Task("auto.batch_matmul", (2, 8, 16, 12, "float32")), CONV],
                          ids=["matmul", "batch_matmul", "conv2d_nchwc"])

@@ -91,8 +91,17 @@ def _depthwise_model(rng):
         {"w": rng.standard_normal((16, 1, 3, 3)).astype(np.float32)})
 
 
+def _reduce_model(rng):
+    """A long reduction to few points (the sketch's rfactor rule applies)."""
+    return make_model(
+        [helper.make_node("ReduceSumSquare", ["x", "axes"], ["y"], keepdims=1)],
+        [("x", "float32", [3, 20000])], [("y", "float32", None)],
+        {"axes": np.array([1], np.int64)})
+
+
 MODELS = {"conv": _conv_model, "matmul": _matmul_model, "dense": _dense_model,
-          "batch_matmul": _batch_model, "depthwise": _depthwise_model}
+          "batch_matmul": _batch_model, "depthwise": _depthwise_model,
+          "reduce": _reduce_model}
 
 
 @pytest.mark.parametrize("which", sorted(MODELS))
@@ -273,7 +282,26 @@ def test_the_order_knob_walks_the_last_axis_outermost():
     assert loops["natural"].startswith("i0") and loops["reversed"].startswith("i1")
 
 
-@pytest.mark.parametrize("which", ["dense", "batch_matmul", "depthwise"])
+@pytest.mark.parametrize("rfactor", ["vector", "parallel"])
+def test_a_reduction_task_measures_and_applies_its_rfactor_points(rfactor, tmp_path, rng):
+    """A reduction function is a task, its long reduction to few points gets the rfactor
+    rule, and each rfactor point is checked against the reference, then compiled into
+    the model by its record."""
+    model = _reduce_model(rng)
+    (task,) = extract_tasks(model, search="auto")
+    assert task.args[0] == "reduce"
+    assert task.space.get(0).values.keys() >= {"a0.rfactor"}
+    config = task.space.from_values({**task.default_config().values, "a0.rfactor": rfactor})
+    result = measure_in_process(task, config, MeasureOptions(repeat=1))
+    assert result.ok, (result.error, result.message)
+    log = _log(tmp_path, task, config, 1.0, 2.0)
+    x = rng.standard_normal((3, 20000)).astype(np.float32)
+    compiled = heterocc.compile(model, tuning_log=log)
+    np.testing.assert_allclose(compiled.run([x])[0], (x.astype(np.float64) ** 2).sum(
+        axis=1, keepdims=True), rtol=1e-4)
+
+
+@pytest.mark.parametrize("which", ["dense", "batch_matmul", "depthwise", "reduce"])
 def test_dense_batch_and_depthwise_functions_apply_their_auto_records(which, tmp_path, rng):
     """The kinds whose bare-workload records compile never applied: as functions, their
     auto records apply like any other (and compute the same)."""

@@ -16,14 +16,16 @@ Ansor paper to them:
 - **cache write**: an anchor that is itself the output accumulates each tile in a local
   buffer (``cache_write`` + ``compute_at`` at level 0 or 1), or directly in the output;
 - **annotations**: the outer tile loops fused and run in parallel, the innermost spatial
-  loop vectorized, the register tile and inner reduction unrolled up to a limit.
+  loop vectorized, the register tile and inner reduction unrolled up to a limit;
+- **rfactor**: an anchor with too few output points to fill the cores' vector lanes
+  and a long reduction (a full sum, a classifier head's few columns) may instead
+  reduce into partial results (``Schedule.rfactor``): one vector of them per output
+  point (``vector``: accumulators along the lanes, reduced across them once), or
+  chunks of the reduction in parallel (``parallel``), then a final reduction over them.
 
 The result is a :class:`~..space.ConfigSpace` whose points are complete schedules, plus
 :meth:`Sketch.apply`, which schedules a freshly built copy of the same compute by one
-point. rfactor is not among the rules: the TE has no rfactor primitive, and the
-reductions the CPU target tunes (products, convolutions) have enough spatial
-parallelism that Ansor's rule would not fire on them either (it needs a reduction much
-longer than the spatial extent).
+point.
 """
 
 from __future__ import annotations
@@ -47,6 +49,14 @@ UNROLL_LIMITS = (0, 16, 64, 512)
 #: of several cores): about 0.1 ms of one core's work, so waking the thread pool is a
 #: small part of it. Below it a serial nest is offered too.
 PARALLEL_ONLY_WORK = 1 << 22
+#: the rfactor rule's options: none (the tiled nest), vector partials, parallel chunks
+RFACTOR_OPTIONS = ("none", "vector", "parallel")
+#: vectors of partials per output point of a ``vector`` rfactor: independent
+#: accumulators, so that each add does not wait for the one before it (an add's latency
+#: is several of its issue slots)
+RFACTOR_VECTORS = 4
+#: chunks per core of a ``parallel`` rfactor (uneven progress of the cores evens out)
+RFACTOR_CHUNKS_PER_CORE = 4
 
 
 @dataclass(frozen=True)
@@ -156,6 +166,15 @@ class Sketch:
             yield Knob(f"{p}.parallel", "parallel", self._parallel_options(anchor))
             yield Knob(f"{p}.vectorize", "vectorize", (True, False))
             yield Knob(f"{p}.unroll", "unroll", UNROLL_LIMITS)
+            if self._rfactor_applies(anchor):
+                yield Knob(f"{p}.rfactor", "rfactor", RFACTOR_OPTIONS)
+
+    def _rfactor_applies(self, anchor: AnchorRule) -> bool:
+        """Ansor's condition for the rfactor rule: the output points cannot give every
+        core a vector of lanes, while the reduction could (several vectors per core)."""
+        lanes, cores = self.hints.vector_lanes, self.hints.cores
+        return (math.prod(anchor.spatial) < lanes * cores
+                and max(anchor.reduce) >= 4 * lanes * cores)
 
     def _parallel_options(self, anchor: AnchorRule) -> tuple[bool, ...]:
         """Whether the tile loops may run serially: not for a large anchor on several
@@ -197,6 +216,8 @@ class Sketch:
             values[f"{p}.parallel"] = True
             values[f"{p}.vectorize"] = True
             values[f"{p}.unroll"] = 64
+            if self._rfactor_applies(anchor):
+                values[f"{p}.rfactor"] = "none"
         return values
 
     def default_config(self) -> Config:
@@ -210,6 +231,10 @@ class Sketch:
         panel stays in the first-level cache while several row tiles (level 2) reuse it.
         The evolution starts from these instead of from random points alone."""
         seeds = [self.default_values()]
+        for number, anchor in enumerate(self.anchors):
+            if self._rfactor_applies(anchor):
+                for option in RFACTOR_OPTIONS[1:]:
+                    seeds.append({**self.default_values(), f"a{number}.rfactor": option})
         for vectors in (1, 2, 4):
             for blocked in (False, True):
                 values = self._tiled_values(vectors, blocked)
@@ -289,6 +314,9 @@ class Sketch:
 
     def _apply_anchor(self, s: te.Schedule, by_name: dict, anchor: AnchorRule, p: str,
                       config: Config) -> None:
+        if config.values.get(f"{p}.rfactor", "none") != "none":
+            self._apply_rfactor(s, by_name, anchor, p, config)
+            return
         tiles = [config[f"{p}.tile.s{axis}"] for axis in range(len(anchor.spatial))]
         reduce_tiles = [config[f"{p}.tile.r{axis}"] for axis in range(len(anchor.reduce))]
         location = config[f"{p}.location"]
@@ -350,6 +378,39 @@ class Sketch:
         if config[f"{p}.parallel"] and outer_stage is None:
             top = levels[0]
             compute_stage.parallel(compute_stage.fuse(*top) if len(top) > 1 else top[0])
+
+
+    def _apply_rfactor(self, s: te.Schedule, by_name: dict, anchor: AnchorRule, p: str,
+                       config: Config) -> None:
+        """The rfactor rule's nest: the anchor's longest reduction axis reduced into
+        partials (a vector of them per output point, or parallel chunks), then the
+        final reduction over the partials inside the loop over the output points, and
+        the epilogue on its own."""
+        lanes, cores = self.hints.vector_lanes, self.hints.cores
+        tensor = by_name[anchor.name]
+        stage = s[tensor]
+        longest = max(range(len(anchor.reduce)), key=lambda axis: anchor.reduce[axis])
+        axis, extent = stage.op.reduce_axis[longest], anchor.reduce[longest]
+        if config[f"{p}.rfactor"] == "vector":
+            # the most vectors that divide the reduction (a short last chunk costs a
+            # clamp and a select on every element), else the most with that tail
+            widths = [v * lanes for v in range(RFACTOR_VECTORS, 0, -1) if v * lanes <= extent]
+            dividing = [w for w in widths if extent % w == 0]
+            rf = s.rfactor(tensor, axis, (dividing or widths or [extent])[0], keep="inner")
+            rf_stage = s[rf]
+            *points, kept = rf_stage.op.axis
+            rf_stage.reorder(*points, *rf_stage.op.reduce_axis, kept)
+            if config[f"{p}.vectorize"]:
+                rf_stage.vectorize(kept)
+        else:
+            chunks = RFACTOR_CHUNKS_PER_CORE * cores
+            chunk = -(-extent // chunks)
+            rf = s.rfactor(tensor, axis, -(-chunk // lanes) * lanes, keep="outer")
+            rf_stage = s[rf]
+            rf_stage.parallel(rf_stage.fuse(*rf_stage.op.axis))
+        # the final reduction over the partials is short and stays serial
+        if anchor.fusable:
+            _schedule_flat(s[by_name[anchor.outer]], lanes)
 
 
 def _largest_inner(extent: int, limit: int) -> int:
