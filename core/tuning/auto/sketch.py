@@ -28,6 +28,7 @@ longer than the spatial extent).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,6 +48,11 @@ UNROLL_LIMITS = (0, 16, 64, 512)
 #: of several cores): about 0.1 ms of one core's work, so waking the thread pool is a
 #: small part of it. Below it a serial nest is offered too.
 PARALLEL_ONLY_WORK = 1 << 22
+#: a register tile that does not divide its loop is seeded only where the loop holds at
+#: least this many such tiles (the cut-short last tile is then a small part of it)
+RAGGED_ROWS = 8
+#: a reduction of no loop longer than this is a window (a convolution's taps)
+WINDOW = 7
 
 
 @dataclass(frozen=True)
@@ -66,15 +72,36 @@ def _is_elementwise_reader(reader: te.Tensor, tensor: te.Tensor) -> bool:
             and tuple(reader.shape) == tuple(tensor.shape))
 
 
-def tile_options(extent: int, levels: int = SPATIAL_LEVELS - 1) -> tuple[tuple[int, ...], ...]:
+def tile_options(extent: int, levels: int = SPATIAL_LEVELS - 1,
+                 inner: Sequence[int] = ()) -> tuple[tuple[int, ...], ...]:
     """Inner factors ``(f1, .., f_levels)`` of a loop of ``extent``: each a divisor at
     most MAX_FACTOR, their product dividing the extent (the outermost level takes the
-    rest: perfect tiles, as Ansor samples them)."""
+    rest: perfect tiles, as Ansor samples them).
+
+    ``inner``: innermost factors offered although they do not divide the extent (a
+    register tile of as many rows as the registers allow, e.g. 12 of 1024 rows): the
+    outer levels of such a tile are perfect tiles of the extent whose product with it
+    still fits, and the loop's last tile is cut short (the split guards it, and the
+    TIR's loop partition peels it off so that the full tiles stay unguarded)."""
     found: list[tuple[int, ...]] = [()]
     for _ in range(levels):
         found = [(*prefix, d) for prefix in found for d in divisors(extent)
                  if d <= MAX_FACTOR and extent % (math.prod(prefix) * d) == 0]
+    if levels and inner:
+        prefixes = tile_options(extent, levels - 1)
+        found += [(*prefix, f) for f in sorted(set(inner)) for prefix in prefixes
+                  if 1 < f <= MAX_FACTOR and extent % f and math.prod(prefix) * f <= extent]
     return tuple(found)
+
+
+def register_rows(hints: SearchHints) -> tuple[int, ...]:
+    """Register tile heights worth offering whether or not they divide a loop: for a
+    tile one, two or four vectors wide, the rows whose accumulators fill the registers
+    but four (kept for operands), and the rows that leave eight (more operands in
+    flight, as ONNX Runtime's AVX-512 kernel keeps 12 rows of two vectors)."""
+    found = {(hints.registers - spare) // vectors
+             for vectors in (1, 2, 4) for spare in (4, 8)}
+    return tuple(sorted(rows for rows in found if rows > 1))
 
 
 @dataclass(frozen=True)
@@ -131,6 +158,8 @@ class Sketch:
             if stage.op.reduce_axis:
                 continue
             (self.producers if name in anchor_reads else self.inlined).append(name)
+        self.bordered = {name for name in self.producers
+                         if _is_border(schedule[_stage_tensor(schedule, name)])}
         self.other_outputs = [name for name in output_names if name not in outers]
         self.space = ConfigSpace(tuple(self._knobs()))
 
@@ -141,8 +170,11 @@ class Sketch:
             yield Knob(f"p{number}.location", "location", ("inline", "root"))
         for number, anchor in enumerate(self.anchors):
             p = f"a{number}"
+            *rows_axes, _ = range(len(anchor.spatial))
             for axis, extent in enumerate(anchor.spatial):
-                yield Knob(f"{p}.tile.s{axis}", "split", tile_options(extent))
+                # non-dividing register tiles on the axes other than the vectorized one
+                inner = register_rows(self.hints) if axis in rows_axes else ()
+                yield Knob(f"{p}.tile.s{axis}", "split", tile_options(extent, inner=inner))
             for axis, extent in enumerate(anchor.reduce):
                 yield Knob(f"{p}.tile.r{axis}", "split",
                            tuple(d for d in divisors(extent) if d <= 4 * MAX_FACTOR))
@@ -156,6 +188,10 @@ class Sketch:
             yield Knob(f"{p}.parallel", "parallel", self._parallel_options(anchor))
             yield Knob(f"{p}.vectorize", "vectorize", (True, False))
             yield Knob(f"{p}.unroll", "unroll", UNROLL_LIMITS)
+            # the inner reduction loops unrolled by the limit above, or handed to LLVM
+            # with an unroll hint (a convolution's window: once LLVM unrolls it, its
+            # weights stay in registers along the row and neighbouring taps share loads)
+            yield Knob(f"{p}.reduce_unroll", "unroll", ("limit", "hint"))
 
     def _parallel_options(self, anchor: AnchorRule) -> tuple[bool, ...]:
         """Whether the tile loops may run serially: not for a large anchor on several
@@ -174,9 +210,12 @@ class Sketch:
         rows as the accumulators leave registers for (four kept for operands), as the
         CPU's hand schedules have it; the reduction in long chunks, the tile accumulated
         in a local buffer computed at level 1, the outer tiles in parallel, producers at
-        root."""
+        root but a border padding the compute does not ask to keep (``keep``), which is
+        read in place (a depthwise convolution's padded input: materializing it costs as
+        much memory traffic as the convolution itself)."""
         lanes, registers = self.hints.vector_lanes, self.hints.registers
-        values: dict = {f"p{number}.location": "root" for number in range(len(self.producers))}
+        values: dict = {f"p{number}.location": "inline" if name in self.bordered else "root"
+                        for number, name in enumerate(self.producers)}
         for number, anchor in enumerate(self.anchors):
             p = f"a{number}"
             *others, last = range(len(anchor.spatial))
@@ -197,6 +236,7 @@ class Sketch:
             values[f"{p}.parallel"] = True
             values[f"{p}.vectorize"] = True
             values[f"{p}.unroll"] = 64
+            values[f"{p}.reduce_unroll"] = "limit"
         return values
 
     def default_config(self) -> Config:
@@ -207,17 +247,33 @@ class Sketch:
         shape the CPU's registers allow (one, two or four vectors wide by as many rows
         as the accumulators leave registers for), and for a long single reduction (a
         product's) the same tiles cache-blocked: the reduction in chunks whose operand
-        panel stays in the first-level cache while several row tiles (level 2) reuse it.
-        The evolution starts from these instead of from random points alone."""
+        panel stays in the first-level cache while several row tiles (level 2) reuse it;
+        where the rows are many, the same with as many rows as leave eight registers
+        for operands although they do not divide the loop (12 rows of two vectors on
+        AVX-512, ONNX Runtime's tile); where the reduction is a window (a convolution's
+        taps), each untiled point with the window unrolled by LLVM (the depthwise hand
+        schedule's tile). The evolution starts from these instead of from random points
+        alone."""
         seeds = [self.default_values()]
         for vectors in (1, 2, 4):
-            for blocked in (False, True):
-                values = self._tiled_values(vectors, blocked)
+            for blocked, ragged in itertools.product((False, True), (False, True)):
+                values = self._tiled_values(vectors, blocked, ragged)
                 if values is not None and values not in seeds:
                     seeds.append(values)
+        if self._windowed():
+            for values in list(seeds):
+                hinted = {**values, **{f"a{number}.reduce_unroll": "hint"
+                                       for number in range(len(self.anchors))}}
+                if hinted not in seeds:
+                    seeds.append(hinted)
         return seeds
 
-    def _tiled_values(self, vectors: int, blocked: bool) -> dict | None:
+    def _windowed(self) -> bool:
+        """Every anchor's reduction is a short window (no loop of more than
+        :data:`WINDOW` taps), as a depthwise convolution's is."""
+        return all(max(anchor.reduce) <= WINDOW for anchor in self.anchors)
+
+    def _tiled_values(self, vectors: int, blocked: bool, ragged: bool = False) -> dict | None:
         lanes, registers = self.hints.vector_lanes, self.hints.registers
         values = self.default_values()
         for number, anchor in enumerate(self.anchors):
@@ -241,9 +297,15 @@ class Sketch:
                 return None
             rows_extent = anchor.spatial[others[-1]]
             rows = _largest_inner(rows_extent, max(1, (registers - 4) // vectors))
+            if ragged:
+                rows = (registers - 8) // vectors
+                if rows < 2 or rows_extent % rows == 0 or rows_extent < RAGGED_ROWS * rows:
+                    return None
             if not blocked:
                 values[f"{p}.tile.s{others[-1]}"] = (1, 1, rows)
                 values[f"{p}.tile.s{last}"] = (1, 1, width)
+                if ragged:  # each thread its columns, the rows streaming by (see order)
+                    values[f"{p}.order"] = "reversed"
                 continue
             if len(anchor.reduce) != 1 or anchor.reduce[0] <= 4 * MAX_FACTOR:
                 return None
@@ -251,7 +313,10 @@ class Sketch:
             # 4-byte elements and 16 lanes (a first-level cache), the row block about
             # eight register tiles deep
             chunk = _largest_inner_of(anchor.reduce[0], min(4 * MAX_FACTOR, 8192 // width))
-            blocks = _largest_inner_of(rows_extent // rows, 8)
+            # a level-2 block of whole tiles (that divides the loop, where only the
+            # register tile may not)
+            blocks = (max(d for d in divisors(rows_extent) if d <= 8 and d * rows <= rows_extent)
+                      if ragged else _largest_inner_of(rows_extent // rows, 8))
             values[f"{p}.tile.s{others[-1]}"] = (1, blocks, rows)
             values[f"{p}.tile.s{last}"] = (1, 1, width)
             values[f"{p}.tile.r0"] = chunk
@@ -298,6 +363,7 @@ class Sketch:
         if location == "direct":
             compute_stage, outer_stage = s[tensor], None
             levels = _split_levels(compute_stage, tiles, extents)
+            ragged = _ragged(levels[0], anchor.spatial, tiles)
             if anchor.fusable:  # the epilogue on its own, after the anchor's nest
                 _schedule_flat(s[by_name[anchor.outer]], self.hints.vector_lanes)
         else:
@@ -310,6 +376,7 @@ class Sketch:
             outer_factors = [(math.prod(t),) if level == 0 else (t[0], math.prod(t[1:]))
                              for t in tiles]
             outer_levels = _split_levels(outer_stage, outer_factors, extents)
+            ragged = _ragged(outer_levels[0], anchor.spatial, tiles)
             if reversed_order:
                 outer_levels[:-1] = [lvl[::-1] for lvl in outer_levels[:-1]]
             tile_loops = [iv for lvl in outer_levels[:-1] for iv in lvl]
@@ -321,10 +388,10 @@ class Sketch:
                 outer_stage.vectorize(last_inner)
             attach = tile_loops[-1]
             if config[f"{p}.parallel"]:  # fused before the compute is attached inside
-                top = outer_levels[0]
+                top = _parallel_loops(outer_levels[0], ragged)
                 fused = outer_stage.fuse(*top) if len(top) > 1 else top[0]
                 outer_stage.parallel(fused)
-                attach = fused if level == 0 else attach
+                attach = fused if level == 0 and top[-1] is attach else attach
             compute_stage.compute_at(outer_stage, attach)
             levels = _split_levels(compute_stage, [t[level + 1:] for t in tiles], extents)
         reduce = [compute_stage.split(iv, factor)
@@ -340,16 +407,39 @@ class Sketch:
         if config[f"{p}.vectorize"] and extents[id(s3[-1])] > 1:
             compute_stage.vectorize(s3[-1])
         limit = config[f"{p}.unroll"]
+        hinted = config[f"{p}.reduce_unroll"] == "hint"
         unrolled = 1
-        for iv in [*reversed(s3[:-1]), *reversed(r1)] if limit else ():
+        for iv in [*reversed(s3[:-1]), *(() if hinted else reversed(r1))] if limit else ():
             unrolled *= extents[id(iv)]
             if unrolled > limit:
                 break
             if extents[id(iv)] > 1:
                 compute_stage.unroll(iv)
+        for iv in r1 if hinted else ():
+            if extents[id(iv)] > 1:
+                compute_stage.unroll(iv, explicit=False)
         if config[f"{p}.parallel"] and outer_stage is None:
-            top = levels[0]
+            top = _parallel_loops(levels[0], ragged)
             compute_stage.parallel(compute_stage.fuse(*top) if len(top) > 1 else top[0])
+
+
+def _ragged(outermost: list, extents: Sequence[int], tiles: list[tuple[int, ...]]) -> set[int]:
+    """Ids of the outermost tile loops (one per axis, in axis order) whose tiles do not
+    divide their axis: the last tile of such a loop is cut short by a guard."""
+    return {id(loop) for loop, extent, factors in zip(outermost, extents, tiles)
+            if extent % math.prod(factors)}
+
+
+def _parallel_loops(top: list, ragged: set[int]) -> list:
+    """The outermost tile loops fused into the parallel loop: all of them, but those
+    from a ragged loop (see :func:`_ragged`) on when one comes after the first. The
+    fused index reaches the first loop's variable as ``fused // c``, which grows with
+    it, so the TIR's loop partition still peels the cut-short tiles off the parallel
+    loop; a later loop's variable is ``(fused // c) % n``, which it cannot, and its
+    guards would stay in every tile of the hot loop. Left serial, that loop is
+    partitioned inside each parallel iteration instead."""
+    cut = next((k for k, loop in enumerate(top) if k and id(loop) in ragged), len(top))
+    return top[:cut]
 
 
 def _largest_inner(extent: int, limit: int) -> int:
@@ -361,6 +451,21 @@ def _largest_inner(extent: int, limit: int) -> int:
 def _largest_inner_of(extent: int, limit: int) -> int:
     """The largest divisor of ``extent`` at most ``limit`` (at least 1)."""
     return max(d for d in divisors(extent) if d <= max(1, limit))
+
+
+def _stage_tensor(schedule: te.Schedule, name: str) -> te.Tensor:
+    return next(stage.tensor for stage in schedule.stages if stage.tensor.name == name)
+
+
+def _is_border(stage) -> bool:
+    """``stage`` only adds a border to one tensor (a padding: same rank, no smaller
+    along any axis) and its compute does not ask for it to be materialized."""
+    op = stage.op
+    reads = reads_of(op.body)
+    if op.attrs.get("keep") or len(reads) != 1:
+        return False
+    shape, source = tuple(stage.tensor.shape), tuple(reads[0].shape)
+    return len(shape) == len(source) and all(int(a) >= int(b) for a, b in zip(shape, source))
 
 
 def _fusable_output(tensor: te.Tensor, readers: dict[str, list[te.Tensor]],
