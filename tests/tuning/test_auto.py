@@ -111,6 +111,28 @@ def test_ragged_register_tiles_are_exact_in_bounds_and_peeled(rows):
         assert (memory[:64] == -7.0).all() and (memory[-64:] == -7.0).all()
 
 
+def test_seeds_include_ragged_register_tiles_and_window_hints():
+    hints = SearchHints(vector_lanes=16, registers=32, cores=2)
+    a, b = te.placeholder((1024, 1024), name="A"), te.placeholder((1024, 1024), name="B")
+    product = plain_matmul(a, b, "C")
+    pack_matmuls([product])
+    sketch = Sketch([product], hints)
+    rows = {(seed["a0.tile.s0"], seed["a0.tile.s1"][-1]) for seed in sketch.seed_values()}
+    # two vectors by 12 rows (32 registers, 8 left for operands), and cache-blocked
+    assert ((1, 1, 12), 32) in rows and ((1, 8, 12), 32) in rows
+    assert all(s["a0.reduce_unroll"] == "limit" for s in sketch.seed_values())
+    # a 3x3 window: every seed also with the window unrolled by LLVM
+    data = te.placeholder((1, 4, 10, 10, 16), name="data")
+    weight = te.placeholder((4, 1, 3, 3, 1, 16), name="w")
+    ry, rx = te.reduce_axis(3, "ry"), te.reduce_axis(3, "rx")
+    conv = te.compute((1, 4, 8, 8, 16), lambda n, c, y, x, k: te.sum(
+        data[n, c, y + ry, x + rx, k] * weight[c, 0, ry, rx, 0, k], axis=[ry, rx]),
+        name="conv")
+    seeds = Sketch([conv], hints).seed_values()
+    hinted = [s for s in seeds if s["a0.reduce_unroll"] == "hint"]
+    assert hinted and len(hinted) * 2 == len(seeds)
+
+
 def test_a_tile_size_mutation_reaches_ragged_register_tiles():
     task = Task("auto.matmul", (1024, 64, 32, "float32"))
     tuner = EvolutionaryTuner(task, seed=0)

@@ -9,14 +9,21 @@ Ansor paper to them:
   computed at root (a ``location`` knob: the compute-location decision);
 - **multi-level tiling** of every anchor (a stage with a reduction): each spatial loop
   is split into four levels and each reduction loop into two, ordered
-  ``S0 S1 R0 S2 R1 S3`` (the "SSRSRS" structure); the factors are knobs;
+  ``S0 S1 R0 S2 R1 S3`` (the "SSRSRS" structure); the factors are knobs, perfect
+  tiles but for the innermost level of the non-vectorized axes, which also offers the
+  register tile heights the CPU's registers suit whether or not they divide the loop
+  (:func:`register_rows`; the last tile is cut short by a guard that the TIR's loop
+  partition peels off);
 - **consumer fusion**: an anchor whose only reader starts an elementwise chain to an
   output (its epilogue) is computed inside that output's tile (``compute_at`` at level 0
   or 1), the chain inlined into the output, or on its own (``direct``);
 - **cache write**: an anchor that is itself the output accumulates each tile in a local
   buffer (``cache_write`` + ``compute_at`` at level 0 or 1), or directly in the output;
 - **annotations**: the outer tile loops fused and run in parallel, the innermost spatial
-  loop vectorized, the register tile and inner reduction unrolled up to a limit.
+  loop vectorized, the register tile and inner reduction unrolled up to a limit, or the
+  inner reduction left to LLVM's unroller by a hint (a convolution's window);
+- **compute location of producers**: a padding is read in place by default (inlined;
+  a masked load where vectorized) unless its compute asks to be kept.
 
 The result is a :class:`~..space.ConfigSpace` whose points are complete schedules, plus
 :meth:`Sketch.apply`, which schedules a freshly built copy of the same compute by one
@@ -251,9 +258,9 @@ class Sketch:
         where the rows are many, the same with as many rows as leave eight registers
         for operands although they do not divide the loop (12 rows of two vectors on
         AVX-512, ONNX Runtime's tile); where the reduction is a window (a convolution's
-        taps), each untiled point with the window unrolled by LLVM (the depthwise hand
-        schedule's tile). The evolution starts from these instead of from random points
-        alone."""
+        taps), each of these points again with the window unrolled by LLVM (the
+        depthwise hand schedule's tile). The evolution starts from these instead of
+        from random points alone."""
         seeds = [self.default_values()]
         for vectors in (1, 2, 4):
             for blocked, ragged in itertools.product((False, True), (False, True)):
