@@ -121,16 +121,23 @@ def test_seeds_include_ragged_register_tiles_and_window_hints():
     # two vectors by 12 rows (32 registers, 8 left for operands), and cache-blocked
     assert ((1, 1, 12), 32) in rows and ((1, 8, 12), 32) in rows
     assert all(s["a0.reduce_unroll"] == "limit" for s in sketch.seed_values())
-    # a 3x3 window: every seed also with the window unrolled by LLVM
-    data = te.placeholder((1, 4, 10, 10, 16), name="data")
+    # a 3x3 window over 56 columns: first (after the default) the tiles whose
+    # accumulators leave registers for the 9 weight vectors, the window unrolled by
+    # LLVM (as the depthwise hand schedule); every other seed also with the window
+    # unrolled; no ragged tiles (a row of a few such tiles is mostly tail)
+    data = te.placeholder((1, 4, 58, 58, 16), name="data")
     weight = te.placeholder((4, 1, 3, 3, 1, 16), name="w")
     ry, rx = te.reduce_axis(3, "ry"), te.reduce_axis(3, "rx")
-    conv = te.compute((1, 4, 8, 8, 16), lambda n, c, y, x, k: te.sum(
+    conv = te.compute((1, 4, 56, 56, 16), lambda n, c, y, x, k: te.sum(
         data[n, c, y + ry, x + rx, k] * weight[c, 0, ry, rx, 0, k], axis=[ry, rx]),
         name="conv")
-    seeds = Sketch([conv], hints).seed_values()
-    hinted = [s for s in seeds if s["a0.reduce_unroll"] == "hint"]
-    assert hinted and len(hinted) * 2 == len(seeds)
+    default, windowed, *rest = Sketch([conv], hints).seed_values()
+    assert default["a0.tile.s3"] == (1, 1, 28)  # 32 registers, 4 for operands
+    # 32 - 4 - 9 registers: 19 accumulators, the widest divisor of the row within
+    assert windowed["a0.tile.s3"] == (1, 1, 14) and windowed["a0.reduce_unroll"] == "hint"
+    limits = [s for s in rest if s["a0.reduce_unroll"] == "limit"]
+    assert limits and all({**s, "a0.reduce_unroll": "hint"} in rest for s in limits)
+    assert all(56 % s["a0.tile.s3"][-1] == 0 for s in [default, windowed, *rest])
 
 
 def test_a_tile_size_mutation_reaches_ragged_register_tiles():

@@ -255,19 +255,30 @@ class Sketch:
         as the accumulators leave registers for), and for a long single reduction (a
         product's) the same tiles cache-blocked: the reduction in chunks whose operand
         panel stays in the first-level cache while several row tiles (level 2) reuse it;
-        where the rows are many, the same with as many rows as leave eight registers
-        for operands although they do not divide the loop (12 rows of two vectors on
-        AVX-512, ONNX Runtime's tile); where the reduction is a window (a convolution's
-        taps), each of these points again with the window unrolled by LLVM (the
-        depthwise hand schedule's tile). The evolution starts from these instead of
-        from random points alone."""
+        where the rows of a product are many, the same with as many rows as leave
+        eight registers for operands although they do not divide the loop (12 rows of
+        two vectors on AVX-512, ONNX Runtime's tile); where the reduction is a window (a
+        convolution's taps), first the tiles whose accumulators leave registers for the
+        window's weights, the window unrolled by LLVM (the depthwise hand schedule's
+        tile), and after the others each again with the window unrolled. The evolution
+        starts from these instead of from random points alone."""
         seeds = [self.default_values()]
+        windowed = self._windowed()
+        if windowed:
+            # first, the window's weights kept in registers beside the accumulators
+            # (one vector per tap and vector of the tile), the window unrolled by LLVM
+            for vectors in (1, 2, 4):
+                values = self._tiled_values(vectors, False, window=True)
+                if values is not None and values not in seeds:
+                    seeds.append(values)
+        # ragged register tiles for the rows of a product, not a window's few columns
+        raggedness = (False,) if windowed else (False, True)
         for vectors in (1, 2, 4):
-            for blocked, ragged in itertools.product((False, True), (False, True)):
+            for blocked, ragged in itertools.product((False, True), raggedness):
                 values = self._tiled_values(vectors, blocked, ragged)
                 if values is not None and values not in seeds:
                     seeds.append(values)
-        if self._windowed():
+        if windowed:
             for values in list(seeds):
                 hinted = {**values, **{f"a{number}.reduce_unroll": "hint"
                                        for number in range(len(self.anchors))}}
@@ -280,11 +291,17 @@ class Sketch:
         :data:`WINDOW` taps), as a depthwise convolution's is."""
         return all(max(anchor.reduce) <= WINDOW for anchor in self.anchors)
 
-    def _tiled_values(self, vectors: int, blocked: bool, ragged: bool = False) -> dict | None:
+    def _tiled_values(self, vectors: int, blocked: bool, ragged: bool = False,
+                      window: bool = False) -> dict | None:
         lanes, registers = self.hints.vector_lanes, self.hints.registers
         values = self.default_values()
         for number, anchor in enumerate(self.anchors):
             p = f"a{number}"
+            if window:
+                registers = self.hints.registers - math.prod(anchor.reduce) * vectors
+                values[f"{p}.reduce_unroll"] = "hint"
+                if registers - 4 < 2 * vectors:
+                    return None
             *others, last = range(len(anchor.spatial))
             width = vectors * lanes
             if not others or width > MAX_FACTOR:
