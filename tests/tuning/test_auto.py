@@ -60,8 +60,9 @@ def test_register_tiles_that_do_not_divide_the_loop_are_offered_innermost():
     assert all(o[-1] <= 10 for o in tile_options(10, inner=(12, 14)))
 
 
-def _ragged_matmul(rows=30):
-    A, B = te.placeholder((rows, 16), "float32", "A"), te.placeholder((16, 32), "float32", "B")
+def _ragged_matmul(rows=30, columns=32):
+    A = te.placeholder((rows, 16), "float32", "A")
+    B = te.placeholder((16, columns), "float32", "B")
     C = plain_matmul(A, B, "C")
     scaled = te.compute(C.shape, lambda i, j: C[i, j] * 2.0, name="out")
     pack_matmuls([scaled])
@@ -138,6 +139,40 @@ def test_seeds_include_ragged_register_tiles_and_window_hints():
     limits = [s for s in rest if s["a0.reduce_unroll"] == "limit"]
     assert limits and all({**s, "a0.reduce_unroll": "hint"} in rest for s in limits)
     assert all(56 % s["a0.tile.s3"][-1] == 0 for s in [default, windowed, *rest])
+
+
+def test_a_vectorized_axis_that_whole_vectors_do_not_divide_is_tiled_by_whole_vectors():
+    """40 columns (a classifier's 1000 in small): its widest divisor within two vectors,
+    10, would make every vector straddle two; the default tile is two whole vectors
+    with the last one cut short, peeled off so the full tiles stay unguarded; a single
+    row's loop of one trip stays out of the parallel loop (its columns are the work)."""
+    rng = np.random.default_rng(0)
+    sketch = Sketch(_ragged_matmul(1, 40)[1], HINTS)
+    values = sketch.default_values()
+    assert values["a0.tile.s1"] == (1, 1, 16)
+    for location, order in itertools.product(("at0", "at1", "direct"), ("natural", "reversed")):
+        config = sketch.space.from_values({**values, "a0.location": location,
+                                           "a0.order": order})
+        inputs, outputs = _ragged_matmul(1, 40)
+        schedule = sketch.apply(outputs, config)
+        raw = te.lower(schedule, [*inputs, *outputs], name="f", optimize=False)
+        parted = tir.partition_loops(tir.remove_true_guards(raw))
+        assert str(tir.guard_load_bounds(parted)) == str(parted), (location, order)
+        lowered = te.lower(schedule, [*inputs, *outputs], name="f")
+        # the product's parallel loops (not the packing of B, computed at root)
+        loops = [loop for loop in tir.collect(
+            lowered.body, lambda n: isinstance(n, tir.For) and n.kind is tir.ForKind.PARALLEL)
+            if not tir.collect(loop, lambda n: isinstance(n, tir.BufferStore)
+                               and n.buffer.name == "C.packed_B")]
+        assert loops[0].extent.value == 2, (location, order, str(lowered))  # 2 full tiles
+        assert not tir.collect(loops[0], lambda n: isinstance(n, tir.IfThenElse))
+        function = build(lowered)["f"]
+        _, a = _fenced((1, 16), np.nan, rng)
+        _, b = _fenced((16, 40), np.nan, rng)
+        memory, out = _fenced((1, 40), -7.0)
+        function(a, b, out)
+        np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
+        assert (memory[:64] == -7.0).all() and (memory[-64:] == -7.0).all()
 
 
 def test_a_tile_size_mutation_reaches_ragged_register_tiles():

@@ -179,8 +179,10 @@ class Sketch:
             p = f"a{number}"
             *rows_axes, _ = range(len(anchor.spatial))
             for axis, extent in enumerate(anchor.spatial):
-                # non-dividing register tiles on the axes other than the vectorized one
-                inner = register_rows(self.hints) if axis in rows_axes else ()
+                # non-dividing register tiles: rows on the axes other than the
+                # vectorized one, whole vectors on that one (32 of 1000 columns)
+                inner = (register_rows(self.hints) if axis in rows_axes
+                         else self._vector_widths())
                 yield Knob(f"{p}.tile.s{axis}", "split", tile_options(extent, inner=inner))
             for axis, extent in enumerate(anchor.reduce):
                 yield Knob(f"{p}.tile.r{axis}", "split",
@@ -199,6 +201,22 @@ class Sketch:
             # with an unroll hint (a convolution's window: once LLVM unrolls it, its
             # weights stay in registers along the row and neighbouring taps share loads)
             yield Knob(f"{p}.reduce_unroll", "unroll", ("limit", "hint"))
+
+    def _vector_widths(self) -> tuple[int, ...]:
+        """Innermost tiles of the vectorized axis offered whether or not they divide
+        it: one, two or four whole vectors."""
+        return tuple(v * self.hints.vector_lanes for v in (1, 2, 4))
+
+    def _vector_tile(self, extent: int, width: int) -> int:
+        """The innermost tile of a vectorized axis of ``extent`` at most ``width``
+        lanes: its largest divisor when that is whole vectors (or the whole axis),
+        else whole vectors with the axis's last tile cut short (a divisor such as 25 of
+        1000 would make every load straddle vectors)."""
+        lanes = self.hints.vector_lanes
+        divisor = _largest_inner(extent, width)
+        if divisor == extent or divisor % lanes == 0 or extent < lanes:
+            return divisor
+        return min(width, MAX_FACTOR) // lanes * lanes
 
     def _parallel_options(self, anchor: AnchorRule) -> tuple[bool, ...]:
         """Whether the tile loops may run serially: not for a large anchor on several
@@ -226,7 +244,7 @@ class Sketch:
         for number, anchor in enumerate(self.anchors):
             p = f"a{number}"
             *others, last = range(len(anchor.spatial))
-            width = _largest_inner(anchor.spatial[last], 2 * lanes)
+            width = self._vector_tile(anchor.spatial[last], 2 * lanes)
             values[f"{p}.tile.s{last}"] = (1, 1, width)
             if others:
                 vectors = max(1, width // lanes)
@@ -317,8 +335,8 @@ class Sketch:
                     return None
                 values[f"{p}.tile.s{wide[0]}"] = (1, 1, extra)
                 width = extent
-            elif extent % width:
-                return None
+            elif extent % width and extent < 4 * width:
+                return None  # whole vectors with a cut-short last tile only over 4 or more
             rows_extent = anchor.spatial[others[-1]]
             rows = _largest_inner(rows_extent, max(1, (registers - 4) // vectors))
             if ragged:
@@ -447,22 +465,28 @@ class Sketch:
             compute_stage.parallel(compute_stage.fuse(*top) if len(top) > 1 else top[0])
 
 
-def _ragged(outermost: list, extents: Sequence[int], tiles: list[tuple[int, ...]]) -> set[int]:
-    """Ids of the outermost tile loops (one per axis, in axis order) whose tiles do not
-    divide their axis: the last tile of such a loop is cut short by a guard."""
-    return {id(loop) for loop, extent, factors in zip(outermost, extents, tiles)
-            if extent % math.prod(factors)}
+def _ragged(outermost: list, extents: Sequence[int], tiles: list[tuple[int, ...]]
+            ) -> dict[int, tuple[int, bool]]:
+    """Per outermost tile loop (one per axis, in axis order; by id): its trip count, and
+    whether its tiles do not divide the axis (its last tile is then cut short by a
+    guard)."""
+    return {id(loop): (-(-extent // math.prod(factors)), bool(extent % math.prod(factors)))
+            for loop, extent, factors in zip(outermost, extents, tiles)}
 
 
-def _parallel_loops(top: list, ragged: set[int]) -> list:
-    """The outermost tile loops fused into the parallel loop: all of them, but those
-    from a ragged loop (see :func:`_ragged`) on when one comes after the first. The
-    fused index reaches the first loop's variable as ``fused // c``, which grows with
-    it, so the TIR's loop partition still peels the cut-short tiles off the parallel
-    loop; a later loop's variable is ``(fused // c) % n``, which it cannot, and its
-    guards would stay in every tile of the hot loop. Left serial, that loop is
-    partitioned inside each parallel iteration instead."""
-    cut = next((k for k, loop in enumerate(top) if k and id(loop) in ragged), len(top))
+def _parallel_loops(top: list, outermost: dict[int, tuple[int, bool]]) -> list:
+    """The outermost tile loops fused into the parallel loop: all of them but leading
+    ones of one trip (left outside, where they vanish), and but those from a ragged loop
+    (see :func:`_ragged`) on when one comes after the first fused. The fused index
+    reaches the first loop's variable as ``fused // c``, which grows with it, so the
+    TIR's loop partition still peels the cut-short tiles off the parallel loop; a later
+    loop's variable is ``(fused // c) % n``, which it cannot, and its guards would stay
+    in every tile of the hot loop. Left serial, that loop is partitioned inside each
+    parallel iteration instead."""
+    start = next((k for k, loop in enumerate(top) if outermost[id(loop)][0] > 1),
+                 len(top) - 1)
+    top = top[start:]
+    cut = next((k for k, loop in enumerate(top) if k and outermost[id(loop)][1]), len(top))
     return top[:cut]
 
 
