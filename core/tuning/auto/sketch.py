@@ -10,10 +10,10 @@ Ansor paper to them:
 - **multi-level tiling** of every anchor (a stage with a reduction): each spatial loop
   is split into four levels and each reduction loop into two, ordered
   ``S0 S1 R0 S2 R1 S3`` (the "SSRSRS" structure); the factors are knobs, perfect
-  tiles but for the innermost level of the non-vectorized axes, which also offers the
-  register tile heights the CPU's registers suit whether or not they divide the loop
-  (:func:`register_rows`; the last tile is cut short by a guard that the TIR's loop
-  partition peels off);
+  tiles but for the innermost level, which also offers, whether or not they divide the
+  loop, whole vectors on the vectorized axis and on the others the register tile
+  heights the CPU's registers suit (:func:`register_rows`); the last tile is then cut
+  short by a guard that the TIR's loop partition peels off;
 - **consumer fusion**: an anchor whose only reader starts an elementwise chain to an
   output (its epilogue) is computed inside that output's tile (``compute_at`` at level 0
   or 1), the chain inlined into the output, or on its own (``direct``);
