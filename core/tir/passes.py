@@ -225,6 +225,17 @@ def _upper_conjuncts(condition: Expr) -> list[tuple[Expr, bool]]:
     return [forms[condition.op]] if condition.op in forms else []
 
 
+def _divided_by(atom: Expr, var: Var) -> int | None:
+    """``c`` where ``atom`` is ``var // c`` (a positive constant; 1 for ``var`` itself),
+    else None: the atoms a guard grows with monotonically in ``var``."""
+    if atom is var:
+        return 1
+    if (isinstance(atom, Binary) and atom.op == "floordiv" and atom.a is var
+            and isinstance(atom.b, IntImm) and atom.b.value > 0):
+        return atom.b.value
+    return None
+
+
 class _LoopPartitioner(Mutator):
     def __init__(self):
         self.ranges: dict[Var, Interval] = {}
@@ -236,7 +247,11 @@ class _LoopPartitioner(Mutator):
         for guard in collect(loop.body, lambda n: isinstance(n, IfThenElse) and n.likely):
             for difference, strict in _upper_conjuncts(guard.condition):
                 form = linear_form(simplify(difference))
-                key = next((k for k, (_, atom) in form.terms.items() if atom is loop.var), None)
+                # the guard grows with v itself or with v // c (a fused loop's outer index:
+                # a tile that does not divide its loop, under a fused parallel loop)
+                key, step = next(((k, _divided_by(atom, loop.var))
+                                  for k, (_, atom) in form.terms.items()
+                                  if _divided_by(atom, loop.var)), (None, None))
                 if key is None or form.terms[key][0] <= 0:
                     continue
                 coeff = form.terms[key][0]
@@ -246,9 +261,10 @@ class _LoopPartitioner(Mutator):
                     LinearForm(rest, form.constant), loop.var.dtype), ranges).hi
                 if not math.isfinite(rest_hi):
                     continue
-                # coeff * v + rest_hi < 0 (or <= 0) for every v below the threshold.
+                # coeff * (v // step) + rest_hi < 0 (or <= 0) for every v below the
+                # threshold (step 1: v itself).
                 limit = -rest_hi - 1 if strict else -rest_hi
-                first_failing = int(limit // coeff) + 1
+                first_failing = (int(limit // coeff) + 1) * step
                 threshold = first_failing if threshold is None else min(threshold, first_failing)
         return threshold
 

@@ -191,6 +191,48 @@ def test_partition_loops_splits_off_the_guarded_tail():
     ]
 
 
+def test_partition_loops_peels_a_tail_reached_through_a_fused_loop():
+    # 10 rows in tiles of 4 (the last cut short) times 2 column tiles, the two tile
+    # loops fused: the row tile is fused // 2, which grows with the fused loop, so the
+    # fused loop is split where the short tile starts and the full tiles lose the guard
+    A = _buffer("A", (10, 2))
+    fused, inner = tir.Var("f"), tir.Var("v")
+    row = (fused // 2) * 4 + inner
+    guarded = tir.IfThenElse(row < 10, tir.BufferStore(A, tir.const(1.0), (row, fused % 2)),
+                             likely=True)
+    func = tir.PrimFunc("f", (A,), _loop(fused, 6, _loop(inner, 4, guarded),
+                                         tir.ForKind.PARALLEL))
+    assert str(tir.partition_loops(func)).splitlines() == [
+        "def f(A: float32[10, 2]):",
+        "  for f in parallel(0, 4):",
+        "    for v in serial(0, 4):",
+        "      A[(((f // 2) * 4) + v), (f % 2)] = 1.0",
+        "  for f in parallel(4, 2):",
+        "    for v in serial(0, 2):",
+        "      A[(v + 8), (f - 4)] = 1.0",
+    ]
+
+
+def test_partition_loops_keeps_the_guard_of_a_tail_that_recurs_along_the_loop():
+    # (f % 3) * 4 + v < 10 fails again in every third iteration of f: no split of f
+    # peels it, only the inner loop's last iterations keep the guard
+    A = _buffer("A", (12,))
+    fused, inner = tir.Var("f"), tir.Var("v")
+    index = (fused % 3) * 4 + inner
+    guarded = tir.IfThenElse(index < 10, tir.BufferStore(A, tir.const(1.0), (index,)),
+                             likely=True)
+    func = tir.PrimFunc("f", (A,), _loop(fused, 6, _loop(inner, 4, guarded)))
+    assert str(tir.partition_loops(func)).splitlines() == [
+        "def f(A: float32[12]):",
+        "  for f in serial(0, 6):",
+        "    for v in serial(0, 2):",
+        "      A[(((f % 3) * 4) + v)] = 1.0",
+        "    for v in serial(2, 2):",
+        "      if likely ((((f % 3) * 4) + v) < 10):",
+        "        A[(((f % 3) * 4) + v)] = 1.0",
+    ]
+
+
 def test_ir_builder_nests_and_runs():
     from heterocc.targets import llvm as hllvm
 

@@ -1,20 +1,21 @@
 """The template-free search: sketch rules, every sketch point a correct schedule, the
 evolutionary operators, and applying an auto record at compile time."""
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 from onnx import helper
 
-from heterocc import te
+from heterocc import te, tir
 from heterocc.compute.nn import matmul as plain_matmul
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import matmul, pack_matmuls
 from heterocc.targets.llvm.tuning import matmul_panel, schedule_matmul_tuned
 from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.auto import EvolutionaryTuner, SearchHints, Sketch, tile_options
-from heterocc.tuning.auto.sketch import PARALLEL_ONLY_WORK
+from heterocc.tuning.auto.sketch import PARALLEL_ONLY_WORK, register_rows
 from heterocc.tuning.measure import MeasureOptions, measure_in_process
 from heterocc.tuning.records import MeasureRecord, RecordLog
 from heterocc.tuning.task import Task
@@ -42,6 +43,155 @@ def test_tile_options_are_perfect_tiles():
     assert (1, 1, 1) in options and (2, 2, 3) in options and (3, 4, 1) in options
     assert all(12 % math.prod(o) == 0 for o in options)
     assert (5, 1, 1) not in options
+
+
+def test_register_tiles_that_do_not_divide_the_loop_are_offered_innermost():
+    # ONNX Runtime's AVX-512 kernel keeps 12 rows of two vectors; 12 divides no power of 2
+    hints = SearchHints(vector_lanes=16, registers=32, cores=2)
+    assert {12, 14, 28} <= set(register_rows(hints))
+    assert set(register_rows(SearchHints(vector_lanes=8, registers=16))) >= {6, 12}
+    options = tile_options(1024, inner=register_rows(hints))
+    assert (1, 1, 12) in options and (1, 8, 12) in options and (1, 1, 14) in options
+    for option in options:  # outer levels perfect, the whole tile within the loop
+        assert 1024 % math.prod(option[:-1]) == 0 and math.prod(option) <= 1024
+        assert 1024 % option[-1] == 0 or option[-1] in register_rows(hints)
+    assert set(tile_options(1024)) < set(options)
+    # a loop shorter than the tile is not offered it
+    assert all(o[-1] <= 10 for o in tile_options(10, inner=(12, 14)))
+
+
+def _ragged_matmul(rows=30, columns=32):
+    A = te.placeholder((rows, 16), "float32", "A")
+    B = te.placeholder((16, columns), "float32", "B")
+    C = plain_matmul(A, B, "C")
+    scaled = te.compute(C.shape, lambda i, j: C[i, j] * 2.0, name="out")
+    pack_matmuls([scaled])
+    return [A, B], [scaled]
+
+
+def _fenced(shape, fill, rng=None):
+    """A view of ``shape`` inside a larger array whose margins hold ``fill`` (a write
+    outside the view shows there)."""
+    margin, size = 64, math.prod(shape)
+    memory = np.full(size + 2 * margin, fill, np.float32)
+    view = memory[margin:margin + size].reshape(shape)
+    if rng is not None:
+        view[...] = rng.standard_normal(shape)
+    return memory, view
+
+
+@pytest.mark.parametrize("rows", [(1, 1, 4), (3, 2, 4), (1, 1, 12), (1, 2, 8)])
+def test_ragged_register_tiles_are_exact_in_bounds_and_peeled(rows):
+    """A register tile that does not divide its loop (30 rows by 4, 12, 2x8 or 3x2x4):
+    every place and order computes the product exactly, writes nothing outside the
+    output, reads only provably inside its inputs (the pipeline would otherwise clamp
+    the index), and the full tiles run without the tail's guards."""
+    rng = np.random.default_rng(0)
+    sketch = Sketch(_ragged_matmul()[1], HINTS)
+    for location, order in itertools.product(("at0", "at1", "direct"), ("natural", "reversed")):
+        values = {**sketch.default_values(), "a0.tile.s0": rows, "a0.location": location,
+                  "a0.order": order}
+        config = sketch.space.from_values(values)
+        inputs, outputs = _ragged_matmul()
+        schedule = sketch.apply(outputs, config)
+        raw = te.lower(schedule, [*inputs, *outputs], name="f", optimize=False)
+        parted = tir.partition_loops(tir.remove_true_guards(raw))
+        assert str(tir.guard_load_bounds(parted)) == str(parted), (location, order)
+        lowered = te.lower(schedule, [*inputs, *outputs], name="f")
+        loops = tir.collect(lowered.body, lambda n: isinstance(n, tir.For)
+                            and n.kind is tir.ForKind.PARALLEL)
+        # the first parallel loop holds the full tiles: no guard left in it
+        assert not tir.collect(loops[0], lambda n: isinstance(n, tir.IfThenElse)), \
+            (location, order, str(lowered))
+        function = build(lowered)["f"]
+        _, a = _fenced((30, 16), np.nan, rng)
+        _, b = _fenced((16, 32), np.nan, rng)
+        memory, out = _fenced((30, 32), -7.0)
+        function(a, b, out)
+        np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
+        assert (memory[:64] == -7.0).all() and (memory[-64:] == -7.0).all()
+
+
+def test_seeds_include_ragged_register_tiles_and_window_hints():
+    hints = SearchHints(vector_lanes=16, registers=32, cores=2)
+    a, b = te.placeholder((1024, 1024), name="A"), te.placeholder((1024, 1024), name="B")
+    product = plain_matmul(a, b, "C")
+    pack_matmuls([product])
+    sketch = Sketch([product], hints)
+    rows = {(seed["a0.tile.s0"], seed["a0.tile.s1"][-1]) for seed in sketch.seed_values()}
+    # two vectors by 12 rows (32 registers, 8 left for operands), and cache-blocked
+    assert ((1, 1, 12), 32) in rows and ((1, 8, 12), 32) in rows
+    assert all(s["a0.reduce_unroll"] == "limit" for s in sketch.seed_values())
+    # a 3x3 window over 56 columns: first (after the default) the tiles whose
+    # accumulators leave registers for the 9 weight vectors, the window unrolled by
+    # LLVM (as the depthwise hand schedule); every other seed also with the window
+    # unrolled; no ragged tiles (a row of a few such tiles is mostly tail)
+    data = te.placeholder((1, 4, 58, 58, 16), name="data")
+    weight = te.placeholder((4, 1, 3, 3, 1, 16), name="w")
+    ry, rx = te.reduce_axis(3, "ry"), te.reduce_axis(3, "rx")
+    conv = te.compute((1, 4, 56, 56, 16), lambda n, c, y, x, k: te.sum(
+        data[n, c, y + ry, x + rx, k] * weight[c, 0, ry, rx, 0, k], axis=[ry, rx]),
+        name="conv")
+    default, windowed, *rest = Sketch([conv], hints).seed_values()
+    assert default["a0.tile.s3"] == (1, 1, 28)  # 32 registers, 4 for operands
+    # 32 - 4 - 9 registers: 19 accumulators, the widest divisor of the row within
+    assert windowed["a0.tile.s3"] == (1, 1, 14) and windowed["a0.reduce_unroll"] == "hint"
+    limits = [s for s in rest if s["a0.reduce_unroll"] == "limit"]
+    assert limits and all({**s, "a0.reduce_unroll": "hint"} in rest for s in limits)
+    assert all(56 % s["a0.tile.s3"][-1] == 0 for s in [default, windowed, *rest])
+
+
+def test_a_vectorized_axis_that_whole_vectors_do_not_divide_is_tiled_by_whole_vectors():
+    """40 columns (a classifier's 1000 in small): its widest divisor within two vectors,
+    10, would make every vector straddle two; the default tile is two whole vectors
+    with the last one cut short, peeled off so the full tiles stay unguarded; a single
+    row's loop of one trip stays out of the parallel loop (its columns are the work)."""
+    rng = np.random.default_rng(0)
+    sketch = Sketch(_ragged_matmul(1, 40)[1], HINTS)
+    values = sketch.default_values()
+    assert values["a0.tile.s1"] == (1, 1, 16)
+    for location, order in itertools.product(("at0", "at1", "direct"), ("natural", "reversed")):
+        config = sketch.space.from_values({**values, "a0.location": location,
+                                           "a0.order": order})
+        inputs, outputs = _ragged_matmul(1, 40)
+        schedule = sketch.apply(outputs, config)
+        raw = te.lower(schedule, [*inputs, *outputs], name="f", optimize=False)
+        parted = tir.partition_loops(tir.remove_true_guards(raw))
+        assert str(tir.guard_load_bounds(parted)) == str(parted), (location, order)
+        lowered = te.lower(schedule, [*inputs, *outputs], name="f")
+        # the product's parallel loops (not the packing of B, computed at root)
+        loops = [loop for loop in tir.collect(
+            lowered.body, lambda n: isinstance(n, tir.For) and n.kind is tir.ForKind.PARALLEL)
+            if not tir.collect(loop, lambda n: isinstance(n, tir.BufferStore)
+                               and n.buffer.name == "C.packed_B")]
+        assert loops[0].extent.value == 2, (location, order, str(lowered))  # 2 full tiles
+        assert not tir.collect(loops[0], lambda n: isinstance(n, tir.IfThenElse))
+        function = build(lowered)["f"]
+        _, a = _fenced((1, 16), np.nan, rng)
+        _, b = _fenced((16, 40), np.nan, rng)
+        memory, out = _fenced((1, 40), -7.0)
+        function(a, b, out)
+        np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
+        assert (memory[:64] == -7.0).all() and (memory[-64:] == -7.0).all()
+
+
+def test_a_tile_size_mutation_reaches_ragged_register_tiles():
+    task = Task("auto.matmul", (1024, 64, 32, "float32"))
+    tuner = EvolutionaryTuner(task, seed=0)
+    space = tuner.space
+    position = [k.name for k in space.knobs].index("a0.tile.s0")
+    knob = space.knobs[position]
+    start = space.from_values({**task.default_config().to_json(),
+                               "a0.tile.s0": (1, 1, 8)}).index
+    reached = set()
+    for _ in range(400):
+        child = tuner.mutate(start)
+        tile = knob.options[space.digits(child)[position]]
+        if tile[:-1] == (1, 1):
+            reached.add(tile[-1])
+    # an innermost resize keeps the outer levels: from 8 rows to rows that divide 1024
+    # and rows that do not
+    assert reached & {12, 14} and reached & {4, 16}
 
 
 def test_rules_fuse_the_consumer_and_offer_producer_locations():

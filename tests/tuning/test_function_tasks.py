@@ -7,6 +7,7 @@ import pytest
 from onnx import helper
 
 import heterocc
+from heterocc import te, tir
 from heterocc.targets.llvm import LLVMTarget
 from heterocc.targets.llvm import tuning as llvm_tuning
 from heterocc.targets.llvm.tuning import function_body, function_keys, function_spec
@@ -337,3 +338,22 @@ def test_a_win_by_median_alone_does_not_apply_when_the_hand_was_faster_at_best(
                                      hand.default_config().index, hand_costs))
         with ApplyHistoryBest(path), llvm_tuning.function_choice(body) as choice:
             assert choice[0] == expected
+
+
+def test_the_sketch_expresses_the_hand_depthwise_tile(rng):
+    """The depthwise hand schedule's elements in the sketch's space: the padded input
+    read in place (the default point inlines a border the compute does not ask to keep;
+    a dense convolution's kept padding stays materialized) and the window handed to
+    LLVM's unroller while the register tile is unrolled in the TIR."""
+    (depthwise,) = extract_tasks(_depthwise_model(rng), search="auto")
+    (dense,) = extract_tasks(_conv_model(rng), search="auto")
+    assert depthwise.default_config()["p0.location"] == "inline"
+    assert dense.default_config()["p0.location"] == "root"
+    config = depthwise.space.from_values({**depthwise.default_config().to_json(),
+                                          "a0.reduce_unroll": "hint"})
+    schedule, args = depthwise.definition.instantiate(depthwise.args, config)
+    hinted = tir.collect(te.lower(schedule, args).body, lambda n: isinstance(n, tir.For)
+                         and n.kind is tir.ForKind.UNROLL_HINT)
+    assert sorted(int(loop.extent.value) for loop in hinted) == [3, 3]  # the 3x3 window
+    result = measure_in_process(depthwise, config, MeasureOptions(repeat=1))
+    assert result.ok, result.message

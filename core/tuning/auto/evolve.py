@@ -7,7 +7,10 @@ retrained on every measured batch, on features of the lowered TIR) ranks highest
 best unmeasured ones are measured, with a few random points for exploration.
 
 Mutations follow the Ansor paper: a **tile-size** mutation moves a prime factor of one
-loop's tile from one level to another (the loop's extent is kept); an **annotation**
+loop's tile from one level to another (the loop's extent is kept), or resizes its
+innermost level to another size the sketch offers under the same outer levels (register
+tiles that do not divide the loop, e.g. 12 of 1024 rows, are reached no other way: no
+prime move leads from 8 to 12 within the loop's divisors); an **annotation**
 mutation changes a parallel / vectorize / unroll choice; a **compute-location**
 mutation moves a stage (inline, root, the tile level it is computed at). Crossover
 takes each stage's decisions (its knobs, by their ``a<n>.`` / ``p<n>.`` prefix) from
@@ -50,6 +53,14 @@ class EvolutionaryTuner(ModelGuidedTuner):
         self.crossover_rate, self.epsilon = crossover, epsilon
         knobs = self.space.knobs
         self._options = [{option: i for i, option in enumerate(k.options)} for k in knobs]
+        # per split knob: the options sharing each outer-levels prefix (innermost resizes)
+        self._siblings: list[dict[tuple, list[int]]] = []
+        for knob in knobs:
+            siblings: dict[tuple, list[int]] = {}
+            for i, option in enumerate(knob.options):
+                if knob.kind == "split" and isinstance(option, tuple) and option:
+                    siblings.setdefault(option[:-1], []).append(i)
+            self._siblings.append(siblings)
         self._groups: dict[str, list[int]] = {}
         for position, knob in enumerate(knobs):
             self._groups.setdefault(knob.name.split(".")[0], []).append(position)
@@ -81,7 +92,13 @@ class EvolutionaryTuner(ModelGuidedTuner):
         position = int(self.rng.choice(movable))
         knob = self.space.knobs[position]
         current = knob.options[digits[position]]
-        if knob.kind == "split" and isinstance(current, tuple):
+        if knob.kind == "split" and isinstance(current, tuple) and current:
+            if self.rng.random() < 0.5:
+                others = [i for i in self._siblings[position][current[:-1]]
+                          if i != digits[position]]
+                if others:
+                    digits[position] = int(self.rng.choice(others))
+                    return self.space.index_of_digits(digits)
             moved = self._move_factor(current)
             if moved in self._options[position]:
                 digits[position] = self._options[position][moved]

@@ -9,14 +9,21 @@ Ansor paper to them:
   computed at root (a ``location`` knob: the compute-location decision);
 - **multi-level tiling** of every anchor (a stage with a reduction): each spatial loop
   is split into four levels and each reduction loop into two, ordered
-  ``S0 S1 R0 S2 R1 S3`` (the "SSRSRS" structure); the factors are knobs;
+  ``S0 S1 R0 S2 R1 S3`` (the "SSRSRS" structure); the factors are knobs, perfect
+  tiles but for the innermost level, which also offers, whether or not they divide the
+  loop, whole vectors on the vectorized axis and on the others the register tile
+  heights the CPU's registers suit (:func:`register_rows`); the last tile is then cut
+  short by a guard that the TIR's loop partition peels off;
 - **consumer fusion**: an anchor whose only reader starts an elementwise chain to an
   output (its epilogue) is computed inside that output's tile (``compute_at`` at level 0
   or 1), the chain inlined into the output, or on its own (``direct``);
 - **cache write**: an anchor that is itself the output accumulates each tile in a local
   buffer (``cache_write`` + ``compute_at`` at level 0 or 1), or directly in the output;
 - **annotations**: the outer tile loops fused and run in parallel, the innermost spatial
-  loop vectorized, the register tile and inner reduction unrolled up to a limit;
+  loop vectorized, the register tile and inner reduction unrolled up to a limit, or the
+  inner reduction left to LLVM's unroller by a hint (a convolution's window);
+- **compute location of producers**: a padding is read in place by default (inlined;
+  a masked load where vectorized) unless its compute asks to be kept;
 - **rfactor**: an anchor with too few output points to fill the cores' vector lanes
   and a long reduction (a full sum, a classifier head's few columns) may instead
   reduce into partial results (``Schedule.rfactor``): one vector of them per output
@@ -30,6 +37,7 @@ point.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,6 +57,11 @@ UNROLL_LIMITS = (0, 16, 64, 512)
 #: of several cores): about 0.1 ms of one core's work, so waking the thread pool is a
 #: small part of it. Below it a serial nest is offered too.
 PARALLEL_ONLY_WORK = 1 << 22
+#: a register tile that does not divide its loop is seeded only where the loop holds at
+#: least this many such tiles (the cut-short last tile is then a small part of it)
+RAGGED_ROWS = 8
+#: a reduction of no loop longer than this is a window (a convolution's taps)
+WINDOW = 7
 #: the rfactor rule's options: none (the tiled nest), vector partials, parallel chunks
 RFACTOR_OPTIONS = ("none", "vector", "parallel")
 #: vectors of partials per output point of a ``vector`` rfactor: independent
@@ -76,15 +89,36 @@ def _is_elementwise_reader(reader: te.Tensor, tensor: te.Tensor) -> bool:
             and tuple(reader.shape) == tuple(tensor.shape))
 
 
-def tile_options(extent: int, levels: int = SPATIAL_LEVELS - 1) -> tuple[tuple[int, ...], ...]:
+def tile_options(extent: int, levels: int = SPATIAL_LEVELS - 1,
+                 inner: Sequence[int] = ()) -> tuple[tuple[int, ...], ...]:
     """Inner factors ``(f1, .., f_levels)`` of a loop of ``extent``: each a divisor at
     most MAX_FACTOR, their product dividing the extent (the outermost level takes the
-    rest: perfect tiles, as Ansor samples them)."""
+    rest: perfect tiles, as Ansor samples them).
+
+    ``inner``: innermost factors offered although they do not divide the extent (a
+    register tile of as many rows as the registers allow, e.g. 12 of 1024 rows): the
+    outer levels of such a tile are perfect tiles of the extent whose product with it
+    still fits, and the loop's last tile is cut short (the split guards it, and the
+    TIR's loop partition peels it off so that the full tiles stay unguarded)."""
     found: list[tuple[int, ...]] = [()]
     for _ in range(levels):
         found = [(*prefix, d) for prefix in found for d in divisors(extent)
                  if d <= MAX_FACTOR and extent % (math.prod(prefix) * d) == 0]
+    if levels and inner:
+        prefixes = tile_options(extent, levels - 1)
+        found += [(*prefix, f) for f in sorted(set(inner)) for prefix in prefixes
+                  if 1 < f <= MAX_FACTOR and extent % f and math.prod(prefix) * f <= extent]
     return tuple(found)
+
+
+def register_rows(hints: SearchHints) -> tuple[int, ...]:
+    """Register tile heights worth offering whether or not they divide a loop: for a
+    tile one, two or four vectors wide, the rows whose accumulators fill the registers
+    but four (kept for operands), and the rows that leave eight (more operands in
+    flight, as ONNX Runtime's AVX-512 kernel keeps 12 rows of two vectors)."""
+    found = {(hints.registers - spare) // vectors
+             for vectors in (1, 2, 4) for spare in (4, 8)}
+    return tuple(sorted(rows for rows in found if rows > 1))
 
 
 @dataclass(frozen=True)
@@ -141,6 +175,8 @@ class Sketch:
             if stage.op.reduce_axis:
                 continue
             (self.producers if name in anchor_reads else self.inlined).append(name)
+        self.bordered = {name for name in self.producers
+                         if _is_border(schedule[_stage_tensor(schedule, name)])}
         self.other_outputs = [name for name in output_names if name not in outers]
         self.space = ConfigSpace(tuple(self._knobs()))
 
@@ -151,8 +187,13 @@ class Sketch:
             yield Knob(f"p{number}.location", "location", ("inline", "root"))
         for number, anchor in enumerate(self.anchors):
             p = f"a{number}"
+            *rows_axes, _ = range(len(anchor.spatial))
             for axis, extent in enumerate(anchor.spatial):
-                yield Knob(f"{p}.tile.s{axis}", "split", tile_options(extent))
+                # non-dividing register tiles: rows on the axes other than the
+                # vectorized one, whole vectors on that one (32 of 1000 columns)
+                inner = (register_rows(self.hints) if axis in rows_axes
+                         else self._vector_widths())
+                yield Knob(f"{p}.tile.s{axis}", "split", tile_options(extent, inner=inner))
             for axis, extent in enumerate(anchor.reduce):
                 yield Knob(f"{p}.tile.r{axis}", "split",
                            tuple(d for d in divisors(extent) if d <= 4 * MAX_FACTOR))
@@ -166,6 +207,10 @@ class Sketch:
             yield Knob(f"{p}.parallel", "parallel", self._parallel_options(anchor))
             yield Knob(f"{p}.vectorize", "vectorize", (True, False))
             yield Knob(f"{p}.unroll", "unroll", UNROLL_LIMITS)
+            # the inner reduction loops unrolled by the limit above, or handed to LLVM
+            # with an unroll hint (a convolution's window: once LLVM unrolls it, its
+            # weights stay in registers along the row and neighbouring taps share loads)
+            yield Knob(f"{p}.reduce_unroll", "unroll", ("limit", "hint"))
             if self._rfactor_applies(anchor):
                 yield Knob(f"{p}.rfactor", "rfactor", RFACTOR_OPTIONS)
 
@@ -175,6 +220,22 @@ class Sketch:
         lanes, cores = self.hints.vector_lanes, self.hints.cores
         return (math.prod(anchor.spatial) < lanes * cores
                 and max(anchor.reduce) >= 4 * lanes * cores)
+
+    def _vector_widths(self) -> tuple[int, ...]:
+        """Innermost tiles of the vectorized axis offered whether or not they divide
+        it: one, two or four whole vectors."""
+        return tuple(v * self.hints.vector_lanes for v in (1, 2, 4))
+
+    def _vector_tile(self, extent: int, width: int) -> int:
+        """The innermost tile of a vectorized axis of ``extent`` at most ``width``
+        lanes: its largest divisor when that is whole vectors (or the whole axis),
+        else whole vectors with the axis's last tile cut short (a divisor such as 25 of
+        1000 would make every load straddle vectors)."""
+        lanes = self.hints.vector_lanes
+        divisor = _largest_inner(extent, width)
+        if divisor == extent or divisor % lanes == 0 or extent < lanes:
+            return divisor
+        return min(width, MAX_FACTOR) // lanes * lanes
 
     def _parallel_options(self, anchor: AnchorRule) -> tuple[bool, ...]:
         """Whether the tile loops may run serially: not for a large anchor on several
@@ -193,13 +254,16 @@ class Sketch:
         rows as the accumulators leave registers for (four kept for operands), as the
         CPU's hand schedules have it; the reduction in long chunks, the tile accumulated
         in a local buffer computed at level 1, the outer tiles in parallel, producers at
-        root."""
+        root but a border padding the compute does not ask to keep (``keep``), which is
+        read in place (a depthwise convolution's padded input: materializing it costs as
+        much memory traffic as the convolution itself)."""
         lanes, registers = self.hints.vector_lanes, self.hints.registers
-        values: dict = {f"p{number}.location": "root" for number in range(len(self.producers))}
+        values: dict = {f"p{number}.location": "inline" if name in self.bordered else "root"
+                        for number, name in enumerate(self.producers)}
         for number, anchor in enumerate(self.anchors):
             p = f"a{number}"
             *others, last = range(len(anchor.spatial))
-            width = _largest_inner(anchor.spatial[last], 2 * lanes)
+            width = self._vector_tile(anchor.spatial[last], 2 * lanes)
             values[f"{p}.tile.s{last}"] = (1, 1, width)
             if others:
                 vectors = max(1, width // lanes)
@@ -216,6 +280,7 @@ class Sketch:
             values[f"{p}.parallel"] = True
             values[f"{p}.vectorize"] = True
             values[f"{p}.unroll"] = 64
+            values[f"{p}.reduce_unroll"] = "limit"
             if self._rfactor_applies(anchor):
                 values[f"{p}.rfactor"] = "none"
         return values
@@ -228,25 +293,58 @@ class Sketch:
         shape the CPU's registers allow (one, two or four vectors wide by as many rows
         as the accumulators leave registers for), and for a long single reduction (a
         product's) the same tiles cache-blocked: the reduction in chunks whose operand
-        panel stays in the first-level cache while several row tiles (level 2) reuse it.
-        The evolution starts from these instead of from random points alone."""
+        panel stays in the first-level cache while several row tiles (level 2) reuse it;
+        where the rows of a product are many, the same with as many rows as leave
+        eight registers for operands although they do not divide the loop (12 rows of
+        two vectors on AVX-512, ONNX Runtime's tile); where the reduction is a window (a
+        convolution's taps), first the tiles whose accumulators leave registers for the
+        window's weights, the window unrolled by LLVM (the depthwise hand schedule's
+        tile), and after the others each again with the window unrolled. The evolution
+        starts from these instead of from random points alone."""
         seeds = [self.default_values()]
         for number, anchor in enumerate(self.anchors):
             if self._rfactor_applies(anchor):
                 for option in RFACTOR_OPTIONS[1:]:
                     seeds.append({**self.default_values(), f"a{number}.rfactor": option})
-        for vectors in (1, 2, 4):
-            for blocked in (False, True):
-                values = self._tiled_values(vectors, blocked)
+        windowed = self._windowed()
+        if windowed:
+            # first, the window's weights kept in registers beside the accumulators
+            # (one vector per tap and vector of the tile), the window unrolled by LLVM
+            for vectors in (1, 2, 4):
+                values = self._tiled_values(vectors, False, window=True)
                 if values is not None and values not in seeds:
                     seeds.append(values)
+        # ragged register tiles for the rows of a product, not a window's few columns
+        raggedness = (False,) if windowed else (False, True)
+        for vectors in (1, 2, 4):
+            for blocked, ragged in itertools.product((False, True), raggedness):
+                values = self._tiled_values(vectors, blocked, ragged)
+                if values is not None and values not in seeds:
+                    seeds.append(values)
+        if windowed:
+            for values in list(seeds):
+                hinted = {**values, **{f"a{number}.reduce_unroll": "hint"
+                                       for number in range(len(self.anchors))}}
+                if hinted not in seeds:
+                    seeds.append(hinted)
         return seeds
 
-    def _tiled_values(self, vectors: int, blocked: bool) -> dict | None:
+    def _windowed(self) -> bool:
+        """Every anchor's reduction is a short window (no loop of more than
+        :data:`WINDOW` taps), as a depthwise convolution's is."""
+        return all(max(anchor.reduce) <= WINDOW for anchor in self.anchors)
+
+    def _tiled_values(self, vectors: int, blocked: bool, ragged: bool = False,
+                      window: bool = False) -> dict | None:
         lanes, registers = self.hints.vector_lanes, self.hints.registers
         values = self.default_values()
         for number, anchor in enumerate(self.anchors):
             p = f"a{number}"
+            if window:
+                registers = self.hints.registers - math.prod(anchor.reduce) * vectors
+                values[f"{p}.reduce_unroll"] = "hint"
+                if registers - 4 < 2 * vectors:
+                    return None
             *others, last = range(len(anchor.spatial))
             width = vectors * lanes
             if not others or width > MAX_FACTOR:
@@ -262,13 +360,19 @@ class Sketch:
                     return None
                 values[f"{p}.tile.s{wide[0]}"] = (1, 1, extra)
                 width = extent
-            elif extent % width:
-                return None
+            elif extent % width and extent < 4 * width:
+                return None  # whole vectors with a cut-short last tile only over 4 or more
             rows_extent = anchor.spatial[others[-1]]
             rows = _largest_inner(rows_extent, max(1, (registers - 4) // vectors))
+            if ragged:
+                rows = (registers - 8) // vectors
+                if rows < 2 or rows_extent % rows == 0 or rows_extent < RAGGED_ROWS * rows:
+                    return None
             if not blocked:
                 values[f"{p}.tile.s{others[-1]}"] = (1, 1, rows)
                 values[f"{p}.tile.s{last}"] = (1, 1, width)
+                if ragged:  # each thread its columns, the rows streaming by (see order)
+                    values[f"{p}.order"] = "reversed"
                 continue
             if len(anchor.reduce) != 1 or anchor.reduce[0] <= 4 * MAX_FACTOR:
                 return None
@@ -276,7 +380,10 @@ class Sketch:
             # 4-byte elements and 16 lanes (a first-level cache), the row block about
             # eight register tiles deep
             chunk = _largest_inner_of(anchor.reduce[0], min(4 * MAX_FACTOR, 8192 // width))
-            blocks = _largest_inner_of(rows_extent // rows, 8)
+            # a level-2 block of whole tiles (that divides the loop, where only the
+            # register tile may not)
+            blocks = (max(d for d in divisors(rows_extent) if d <= 8 and d * rows <= rows_extent)
+                      if ragged else _largest_inner_of(rows_extent // rows, 8))
             values[f"{p}.tile.s{others[-1]}"] = (1, blocks, rows)
             values[f"{p}.tile.s{last}"] = (1, 1, width)
             values[f"{p}.tile.r0"] = chunk
@@ -326,6 +433,7 @@ class Sketch:
         if location == "direct":
             compute_stage, outer_stage = s[tensor], None
             levels = _split_levels(compute_stage, tiles, extents)
+            ragged = _ragged(levels[0], anchor.spatial, tiles)
             if anchor.fusable:  # the epilogue on its own, after the anchor's nest
                 _schedule_flat(s[by_name[anchor.outer]], self.hints.vector_lanes)
         else:
@@ -338,6 +446,7 @@ class Sketch:
             outer_factors = [(math.prod(t),) if level == 0 else (t[0], math.prod(t[1:]))
                              for t in tiles]
             outer_levels = _split_levels(outer_stage, outer_factors, extents)
+            ragged = _ragged(outer_levels[0], anchor.spatial, tiles)
             if reversed_order:
                 outer_levels[:-1] = [lvl[::-1] for lvl in outer_levels[:-1]]
             tile_loops = [iv for lvl in outer_levels[:-1] for iv in lvl]
@@ -349,10 +458,10 @@ class Sketch:
                 outer_stage.vectorize(last_inner)
             attach = tile_loops[-1]
             if config[f"{p}.parallel"]:  # fused before the compute is attached inside
-                top = outer_levels[0]
+                top = _parallel_loops(outer_levels[0], ragged)
                 fused = outer_stage.fuse(*top) if len(top) > 1 else top[0]
                 outer_stage.parallel(fused)
-                attach = fused if level == 0 else attach
+                attach = fused if level == 0 and top[-1] is attach else attach
             compute_stage.compute_at(outer_stage, attach)
             levels = _split_levels(compute_stage, [t[level + 1:] for t in tiles], extents)
         reduce = [compute_stage.split(iv, factor)
@@ -368,17 +477,20 @@ class Sketch:
         if config[f"{p}.vectorize"] and extents[id(s3[-1])] > 1:
             compute_stage.vectorize(s3[-1])
         limit = config[f"{p}.unroll"]
+        hinted = config[f"{p}.reduce_unroll"] == "hint"
         unrolled = 1
-        for iv in [*reversed(s3[:-1]), *reversed(r1)] if limit else ():
+        for iv in [*reversed(s3[:-1]), *(() if hinted else reversed(r1))] if limit else ():
             unrolled *= extents[id(iv)]
             if unrolled > limit:
                 break
             if extents[id(iv)] > 1:
                 compute_stage.unroll(iv)
+        for iv in r1 if hinted else ():
+            if extents[id(iv)] > 1:
+                compute_stage.unroll(iv, explicit=False)
         if config[f"{p}.parallel"] and outer_stage is None:
-            top = levels[0]
+            top = _parallel_loops(levels[0], ragged)
             compute_stage.parallel(compute_stage.fuse(*top) if len(top) > 1 else top[0])
-
 
     def _apply_rfactor(self, s: te.Schedule, by_name: dict, anchor: AnchorRule, p: str,
                        config: Config) -> None:
@@ -413,6 +525,31 @@ class Sketch:
             _schedule_flat(s[by_name[anchor.outer]], lanes)
 
 
+def _ragged(outermost: list, extents: Sequence[int], tiles: list[tuple[int, ...]]
+            ) -> dict[int, tuple[int, bool]]:
+    """Per outermost tile loop (one per axis, in axis order; by id): its trip count, and
+    whether its tiles do not divide the axis (its last tile is then cut short by a
+    guard)."""
+    return {id(loop): (-(-extent // math.prod(factors)), bool(extent % math.prod(factors)))
+            for loop, extent, factors in zip(outermost, extents, tiles)}
+
+
+def _parallel_loops(top: list, outermost: dict[int, tuple[int, bool]]) -> list:
+    """The outermost tile loops fused into the parallel loop: all of them but leading
+    ones of one trip (left outside, where they vanish), and but those from a ragged loop
+    (see :func:`_ragged`) on when one comes after the first fused. The fused index
+    reaches the first loop's variable as ``fused // c``, which grows with it, so the
+    TIR's loop partition still peels the cut-short tiles off the parallel loop; a later
+    loop's variable is ``(fused // c) % n``, which it cannot, and its guards would stay
+    in every tile of the hot loop. Left serial, that loop is partitioned inside each
+    parallel iteration instead."""
+    start = next((k for k, loop in enumerate(top) if outermost[id(loop)][0] > 1),
+                 len(top) - 1)
+    top = top[start:]
+    cut = next((k for k, loop in enumerate(top) if k and outermost[id(loop)][1]), len(top))
+    return top[:cut]
+
+
 def _largest_inner(extent: int, limit: int) -> int:
     """The largest innermost tile of a loop of ``extent`` at most ``limit`` (a divisor
     within MAX_FACTOR)."""
@@ -422,6 +559,21 @@ def _largest_inner(extent: int, limit: int) -> int:
 def _largest_inner_of(extent: int, limit: int) -> int:
     """The largest divisor of ``extent`` at most ``limit`` (at least 1)."""
     return max(d for d in divisors(extent) if d <= max(1, limit))
+
+
+def _stage_tensor(schedule: te.Schedule, name: str) -> te.Tensor:
+    return next(stage.tensor for stage in schedule.stages if stage.tensor.name == name)
+
+
+def _is_border(stage) -> bool:
+    """``stage`` only adds a border to one tensor (a padding: same rank, no smaller
+    along any axis) and its compute does not ask for it to be materialized."""
+    op = stage.op
+    reads = reads_of(op.body)
+    if op.attrs.get("keep") or len(reads) != 1:
+        return False
+    shape, source = tuple(stage.tensor.shape), tuple(reads[0].shape)
+    return len(shape) == len(source) and all(int(a) >= int(b) for a, b in zip(shape, source))
 
 
 def _fusable_output(tensor: te.Tensor, readers: dict[str, list[te.Tensor]],
