@@ -9,9 +9,11 @@ current context is a ``ContextVar``, so threads and nested blocks each see their
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
@@ -21,40 +23,78 @@ from .task import Task, reindexed
 
 _CURRENT: contextvars.ContextVar[ApplyHistoryBest | None] = contextvars.ContextVar(
     "heterocc_tuning_context", default=None)
+#: the hardware being compiled or tuned for, as records name it (None: not said)
+_RECORD_TARGET: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "heterocc_record_target", default=None)
+
+
+@contextlib.contextmanager
+def records_for(target: str | None) -> Iterator[None]:
+    """Inside the block, the applied log offers only records for ``target`` (and those
+    that name no target): a target enters it while it compiles for one description of
+    its hardware (the CPU target: its CPU), so that records tuned for another CPU, or on
+    another machine, never apply."""
+    token = _RECORD_TARGET.set(target)
+    try:
+        yield
+    finally:
+        _RECORD_TARGET.reset(token)
+
+
+def record_target() -> str | None:
+    """The target :func:`records_for` set here, if any."""
+    return _RECORD_TARGET.get()
+
+
+@dataclass
+class _Index:
+    """The successful records of one target, best config first per task."""
+
+    by_task: dict[str, list[MeasureRecord]]
+    best_cost: dict[str, float]
+    #: the fastest single timing of each config: what it costs when nothing else
+    #: takes the cores (a timing disturbed by other work is only ever slower)
+    floor: dict[tuple[str, int], float]
+
+
+def _index(records: list[MeasureRecord]) -> _Index:
+    first_record: dict[tuple[str, int], MeasureRecord] = {}
+    floor: dict[tuple[str, int], float] = {}
+    for record in records:
+        if record.ok:
+            where = (record.workload_key, record.config_index)
+            first_record.setdefault(where, record)
+            floor[where] = min(floor.get(where, math.inf), *record.costs)
+    by_cost = config_costs(records)
+    return _Index({key: [first_record[key, index] for index in sorted(costs, key=costs.get)]
+                   for key, costs in by_cost.items()},
+                  {key: min(costs.values()) for key, costs in by_cost.items()}, floor)
 
 
 class ApplyHistoryBest:
     """The successfully measured configs of a log (a path, or records), best first per
     task; a config measured several times is ranked by the median of its records
-    (:func:`.records.config_costs`)."""
+    (:func:`.records.config_costs`). Where a target said which hardware it compiles for
+    (:func:`records_for`), only the records for it count."""
 
     def __init__(self, log: str | Path | Iterable[MeasureRecord]):
-        records = reindexed(read_records(log) if isinstance(log, str | Path) else log)
-        first_record: dict[tuple[str, int], MeasureRecord] = {}
-        for record in records:
-            if record.ok:
-                first_record.setdefault((record.workload_key, record.config_index), record)
-        by_cost = config_costs(records)
-        #: the fastest single timing of each config: what it costs when nothing else
-        #: takes the cores (a timing disturbed by other work is only ever slower)
-        self._floor: dict[tuple[str, int], float] = {}
-        for record in records:
-            if record.ok:
-                where = (record.workload_key, record.config_index)
-                self._floor[where] = min(self._floor.get(where, math.inf), *record.costs)
-        self._by_task: dict[str, list[MeasureRecord]] = {
-            key: [first_record[key, index] for index in sorted(costs, key=costs.get)]
-            for key, costs in by_cost.items()}
-        self._best_cost = {key: min(costs.values()) for key, costs in by_cost.items()}
+        self._records = reindexed(read_records(log) if isinstance(log, str | Path) else log)
+        self._indexes: dict[str | None, _Index] = {}
         self._token = None
+
+    def _current(self) -> _Index:
+        target = record_target()
+        if target not in self._indexes:
+            self._indexes[target] = _index([r for r in self._records if r.is_for(target)])
+        return self._indexes[target]
 
     @property
     def workload_keys(self) -> list[str]:
-        return list(self._by_task)
+        return list(self._current().by_task)
 
     def lookup(self, key: str, where: Callable[[Config], bool] | None = None) -> Config | None:
         """The fastest config of task ``key`` (satisfying ``where`` when given), or None."""
-        records = self._by_task.get(key)
+        records = self._current().by_task.get(key)
         if not records:
             return None
         task = Task.from_key(key)
@@ -69,11 +109,11 @@ class ApplyHistoryBest:
 
     def floor_cost(self, key: str, index: int) -> float | None:
         """The fastest single timing of config ``index`` of task ``key`` in the log."""
-        return self._floor.get((key, index))
+        return self._current().floor.get((key, index))
 
     def best_cost(self, key: str) -> float | None:
         """The cost of task ``key``'s best config (None without a successful record)."""
-        return self._best_cost.get(key)
+        return self._current().best_cost.get(key)
 
     def __enter__(self) -> ApplyHistoryBest:
         self._token = _CURRENT.set(self)

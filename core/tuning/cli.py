@@ -22,11 +22,11 @@ from typing import TextIO
 from ..errors import InputError
 from ..runtime.inputs import parse_shapes
 from .auto import AUTO_PREFIX, EvolutionaryTuner, is_auto
-from .measure import MeasureOptions
+from .measure import MeasureOptions, tuning_context
 from .pool import make_pool
-from .records import MeasureRecord, RecordLog, config_costs, read_records
+from .records import MeasureRecord, RecordLog, config_costs
 from .scheduler import TaskScheduler
-from .task import SEARCHES, Task, extract_tasks
+from .task import SEARCHES, Task, extract_tasks, tuning_key, tuning_target
 from .templates import SECONDS
 from .tuners import TUNERS, CostModel, TuneProgress, make_tuner, remeasure_best, tune_task
 
@@ -39,7 +39,9 @@ def add_tune_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("tune", help="tune the schedules of a model's tasks by measurement")
     p.add_argument("model", help="ONNX model")
     p.add_argument("--target", default="llvm",
-                   help="a target with tuning templates (llvm, vta)")
+                   help="a target with tuning templates (llvm, vta), with its options: "
+                        "'llvm -mattr=-avx512f' tunes the AVX2 code (timed on this host, "
+                        "which must run it)")
     p.add_argument("--search", default="template", choices=SEARCHES,
                    help="template: the targets' hand-written templates, --trials per task; "
                         "auto: sketches derived from the computes, --trials for the whole "
@@ -123,20 +125,30 @@ def run_tune(args, stream: TextIO | None = None) -> int:
     if getattr(args, "quiet", False):
         stream = _Discard()
     search = getattr(args, "search", "template")
-    tasks = extract_tasks(args.model, target=args.target, preset=args.preset,
-                          shapes=parse_shapes(args.shape), search=search)
-    print(f"{len(tasks)} tasks in {args.model} for {args.target} ({search} search)",
-          file=stream)
-    options = MeasureOptions(timeout_s=args.timeout, repeat=args.repeat, seed=args.seed)
+    target = tuning_target(args.target, args.preset)
+    key = tuning_key(target)
+    options = MeasureOptions(timeout_s=args.timeout, repeat=args.repeat, seed=args.seed,
+                             target=key)
+    # the spaces, records and candidates all belong to the tuned target's hardware
+    with tuning_context(key):
+        tasks = extract_tasks(args.model, target=target, shapes=parse_shapes(args.shape),
+                              search=search)
+        print(f"{len(tasks)} tasks in {args.model} for {key or args.target} ({search} search)",
+              file=stream)
+        _tune(args, search, tasks, options, stream, RecordLog(args.log, target=key))
+    print(f"log: {args.log}", file=stream)
+    return 0
+
+
+def _tune(args, search: str, tasks: list[Task], options: MeasureOptions, stream: TextIO,
+          log: RecordLog) -> None:
     model = CostModel(seed=args.seed)
     with make_pool(options, getattr(args, "workers", 1), getattr(args, "ray", None)) as pool, \
-            RecordLog(args.log) as log:
+            log:
         if search == "auto":
             _run_auto(args, tasks, pool, log, model, stream)
         else:
             _run_templates(args, tasks, pool, log, model, stream)
-    print(f"log: {args.log}", file=stream)
-    return 0
 
 
 def _run_templates(args, tasks, pool, log: RecordLog, model: CostModel, stream) -> None:
@@ -187,7 +199,7 @@ def measure_hand_schedules(tasks, pool, log: RecordLog, rounds: int = 3) -> None
             default = hand.default_config()
         except InputError:  # no template for this workload: nothing to compare with
             continue
-        costs = config_costs(read_records(log.path)).get(task.workload_key, {})
+        costs = config_costs(log.records()).get(task.workload_key, {})
         best = task.space.get(min(costs, key=costs.get)) if costs else None
         for _ in range(rounds):
             if best is not None:
@@ -264,7 +276,7 @@ class LiveTable:
 def _summary(task, log: RecordLog) -> str:
     """The task's best config in ``log`` and the default's cost, both by the median of
     their records (what compilation applies)."""
-    costs = config_costs(read_records(log.path)).get(task.workload_key, {})
+    costs = config_costs(log.records()).get(task.workload_key, {})
     if not costs:
         return "no successful measurement"
     best = min(costs, key=costs.get)

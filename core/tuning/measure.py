@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import InputError
 from .space import Config
-from .task import Task
+from .task import Task, tuning_target
 from .templates import tuning_of
 
 #: how a candidate can fail
@@ -47,6 +47,21 @@ class MeasureOptions:
     rtol: float = 1e-3
     atol: float = 1e-3
     seed: int = 0
+    #: the target the candidates are built for, as a target string (``task.tuning_key``
+    #: of the tuned target, e.g. a CPU description); empty: the templates' target as
+    #: registered (the host)
+    target: str = ""
+
+
+def tuning_context(target: str) -> contextlib.AbstractContextManager:
+    """The context a tuning for ``target`` (a target string, see
+    :attr:`MeasureOptions.target`; empty: none) builds, measures and reads records in:
+    the target's own ``compile_context`` (the CPU target: its CPU is the one tiled for,
+    and its records are the ones read)."""
+    if not target:
+        return contextlib.nullcontext()
+    enter = getattr(tuning_target(target), "compile_context", None)
+    return enter() if enter is not None else contextlib.nullcontext()
 
 
 @dataclass(frozen=True)
@@ -155,11 +170,13 @@ def task_inputs(key: str, seed: int) -> tuple[tuple[np.ndarray, ...], np.ndarray
 
 
 def measure_in_process(task: Task, config: Config, options: MeasureOptions) -> MeasureResult:
-    """Measure one candidate in this process (what the worker runs)."""
+    """Measure one candidate in this process (what the worker runs), in the tuned
+    target's context (:func:`tuning_context`)."""
     start = time.perf_counter()
     runner = tuning_of(task.target).measure
     try:
-        costs = runner(task, config, options)
+        with tuning_context(options.target):
+            costs = runner(task, config, options)
     except CandidateError as error:
         return MeasureResult(error=error.kind, message=str(error),
                              elapsed_s=time.perf_counter() - start)
@@ -178,10 +195,17 @@ def _worker_main(connection, setup_modules: Sequence[str]) -> None:
             job = connection.recv()
         except EOFError:
             return
-        key, config_values, options = job
+        connection.send(measure_values(*job))
+
+
+def measure_values(key: str, values: dict, options: MeasureOptions) -> MeasureResult:
+    """Measure the config of knob ``values`` of task ``key`` in this process: what a
+    worker is sent. Its space is built in the tuned target's context (the CPU's
+    registers and lanes shape a sketch)."""
+    with tuning_context(options.target):
         task = Task.from_key(key)
-        config = task.space.from_values(config_values)
-        connection.send(measure_in_process(task, config, options))
+        config = task.space.from_values(values)
+    return measure_in_process(task, config, options)
 
 
 def measure_in_order(measure_one: Callable[[Task, Config], MeasureResult], task: Task,

@@ -27,7 +27,7 @@ from .measure import (
     Measurer,
     MeasureResult,
     measure_in_order,
-    measure_in_process,
+    measure_values,
 )
 from .space import Config
 from .task import Task
@@ -114,8 +114,7 @@ def _ray_measure(key: str, values: dict, options: MeasureOptions,
     """One candidate, in a Ray worker process."""
     for module in setup_modules:
         importlib.import_module(module)
-    task = Task.from_key(key)
-    return measure_in_process(task, task.space.from_values(values), options)
+    return measure_values(key, values, options)
 
 
 class RayPool:

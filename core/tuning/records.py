@@ -16,7 +16,7 @@ import os
 import statistics
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import InputError
@@ -28,7 +28,10 @@ RECORD_VERSION = 1
 @dataclass(frozen=True)
 class MeasureRecord:
     """One measured candidate: which task and config, its costs (seconds per call on
-    the CPU, cycles on the accelerator) or the error that stopped it."""
+    the CPU, cycles on the accelerator) or the error that stopped it, and the hardware
+    it was built and timed for (``target``: the tuned target's description, e.g. a CPU
+    target string; empty where the target has one form, or in a log written before
+    records named it)."""
 
     workload_key: str
     config: dict
@@ -38,6 +41,7 @@ class MeasureRecord:
     message: str = ""
     tuner: str = ""
     timestamp: float = field(default_factory=time.time)
+    target: str = ""
 
     @property
     def ok(self) -> bool:
@@ -51,32 +55,50 @@ class MeasureRecord:
     def to_json(self) -> dict:
         return {"v": RECORD_VERSION, "task": self.workload_key, "config": self.config,
                 "index": self.config_index, "costs": list(self.costs), "error": self.error,
-                "message": self.message, "tuner": self.tuner, "time": self.timestamp}
+                "message": self.message, "tuner": self.tuner, "time": self.timestamp,
+                **({"target": self.target} if self.target else {})}
+
+    def is_for(self, target: str | None) -> bool:
+        """Whether this record applies to ``target`` (None: any): records that name no
+        target apply everywhere, as they did before records named one."""
+        return target is None or not self.target or self.target == target
 
     @classmethod
     def from_json(cls, data: dict) -> MeasureRecord:
         return cls(data["task"], dict(data["config"]), int(data["index"]),
                    tuple(float(c) for c in data["costs"]), data.get("error"),
-                   data.get("message", ""), data.get("tuner", ""), float(data.get("time", 0)))
+                   data.get("message", ""), data.get("tuner", ""), float(data.get("time", 0)),
+                   str(data.get("target", "")))
 
 
 class RecordLog:
-    """An append-only JSON-lines log of records at ``path`` (created when missing)."""
+    """An append-only JSON-lines log of records at ``path`` (created when missing).
+    ``target``: the tuned target's description, written into every record appended
+    (see :attr:`MeasureRecord.target`); :meth:`records` reads back the ones for it, so
+    one log can hold the tunings of several CPUs."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, target: str = ""):
         self.path = Path(path)
+        self.target = target
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         _drop_torn_tail(self.path, self._fd)
 
     def append(self, record: MeasureRecord) -> None:
-        """Write ``record`` as one line and make it durable before returning."""
+        """Write ``record`` (for this log's target) as one line and make it durable
+        before returning."""
+        if self.target and not record.target:
+            record = replace(record, target=self.target)
         line = (json.dumps(record.to_json(), separators=(",", ":")) + "\n").encode()
         written = os.write(self._fd, line)
         if written != len(line):
             raise InputError(f"tuning log {self.path}: wrote {written} of {len(line)} bytes "
                              "(disk full?); free space and resume")
         os.fsync(self._fd)
+
+    def records(self) -> list[MeasureRecord]:
+        """The complete records of the log that apply to its target."""
+        return read_records(self.path, self.target or None)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -97,10 +119,11 @@ def _drop_torn_tail(path: Path, fd: int) -> None:
         os.ftruncate(fd, data.rfind(b"\n") + 1)
 
 
-def read_records(path: str | Path) -> list[MeasureRecord]:
-    """Every complete record of the log at ``path`` (none when it does not exist). An
-    unparsable final line is a torn write and is skipped; an unparsable line elsewhere
-    means the file is not a tuning log, which raises InputError."""
+def read_records(path: str | Path, target: str | None = None) -> list[MeasureRecord]:
+    """Every complete record of the log at ``path`` (none when it does not exist; only
+    those for ``target`` when given, see :meth:`MeasureRecord.is_for`). An unparsable
+    final line is a torn write and is skipped; an unparsable line elsewhere means the
+    file is not a tuning log, which raises InputError."""
     path = Path(path)
     if not path.exists():
         return []
@@ -116,7 +139,7 @@ def read_records(path: str | Path) -> list[MeasureRecord]:
                 continue
             raise InputError(f"tuning log {path}, line {number}: not a tuning record; pass a "
                              "log written by `heterocc tune`") from None
-    return records
+    return [record for record in records if record.is_for(target)]
 
 
 def config_costs(records: Iterable[MeasureRecord]) -> dict[str, dict[int, float]]:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .measure import MeasureResult
-from .records import MeasureRecord, RecordLog, read_records
+from .records import MeasureRecord, RecordLog
 from .space import Config
 from .task import Task
 from .tuners import TuneProgress, Tuner, account, resume
@@ -59,7 +59,7 @@ class TaskScheduler:
         self.window = window or batch_size
         self.callback = callback
         self.first = first or {}
-        records = [] if log is None else read_records(log.path)
+        records = [] if log is None else log.records()
         self.states = []
         for task, tuner in zip(tasks, tuners):
             progress = resume(task, tuner, log, trials, records)

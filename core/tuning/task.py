@@ -12,10 +12,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from ..errors import InputError
+from ..errors import InputError, TargetError
 from ..frontend import from_onnx
 from ..ir.graph import Graph
-from ..targets.registry import get_target
+from ..targets.registry import get_target, parse_targets
 from .records import MeasureRecord
 from .space import Config, ConfigSpace
 from .templates import Template, get_template, tunable_targets, tuning_of
@@ -141,12 +141,7 @@ def extract_tasks(model, target="llvm", preset: str | None = None,
     ``auto_tasks``: the CPU tunes whole fused functions, epilogue and layout included)."""
     if search not in SEARCHES:
         raise InputError(f"no search {search!r}; choose one of {', '.join(SEARCHES)}")
-    if isinstance(target, str):
-        options = {} if preset is None else {"config": preset}
-        if target not in tunable_targets():
-            raise InputError(f"no tuning templates for target {target!r}; use "
-                             f"{' or '.join(tunable_targets())}")
-        target = get_target(target, **options)
+    target = tuning_target(target, preset)
     graph = model if isinstance(model, Graph) else from_onnx(model, shapes=shapes)
     tuning = tuning_of(target)
     if search == "auto" and tuning.auto_tasks is not None:
@@ -157,6 +152,37 @@ def extract_tasks(model, target="llvm", preset: str | None = None,
     offered = {t.name for t in tuning.templates}
     return [Task(auto_name(t.template), t.args, t.weight)
             if auto_name(t.template) in offered else t for t in tasks]
+
+
+def tuning_target(target, preset: str | None = None):
+    """The target instance a tuning is for: ``target`` as an instance, a registered name
+    (``"llvm"``: the host), or a target string with options (``"llvm -mattr=-avx512f"``,
+    ``"llvm -mcpu=znver3"``) naming one tunable target. ``preset``: an accelerator's
+    hardware preset (its ``config`` option)."""
+    if not isinstance(target, str):
+        return target
+    options = {} if preset is None else {"config": preset}
+    if target in tunable_targets():
+        return get_target(target, **options)
+    try:
+        parsed = parse_targets(target)
+    except TargetError as error:
+        raise InputError(f"tuning target {target!r}: {error}") from None
+    if len(parsed) != 1 or isinstance(parsed[0], str) or parsed[0].name not in tunable_targets():
+        raise InputError(f"no tuning templates for target {target!r}; tune one of "
+                         f"{' or '.join(tunable_targets())}, with its options if any "
+                         "(e.g. 'llvm -mattr=-avx512f')")
+    if preset is not None:
+        raise InputError(f"--preset names an accelerator's hardware; {target!r} takes its "
+                         "options in the target string")
+    return parsed[0]
+
+
+def tuning_key(target) -> str:
+    """What ``target`` (an instance) calls the hardware its records are for: its
+    ``tuning_key`` (the CPU target: its CPU description as a target string), or empty
+    for a target of one form (records that name no target)."""
+    return str(getattr(target, "tuning_key", "") or "")
 
 
 #: the searches: hand-written templates (AutoTVM) or sketches from the compute (Ansor)

@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import InputError
 from .features import candidate_features
 from .measure import InProcessMeasurer, Measurer, MeasureResult
-from .records import MeasureRecord, RecordLog, config_costs, read_records
+from .records import MeasureRecord, RecordLog, config_costs
 from .space import Config
 from .task import Task, reindexed
 
@@ -311,7 +311,7 @@ def resume(task: Task, tuner: Tuner, log: RecordLog | None, trials: int,
     trial, so a killed run resumes where it stopped. A config measured more than once
     (``remeasure_best``) is one trial, at its median cost."""
     if records is None:
-        records = [] if log is None else read_records(log.path)
+        records = [] if log is None else log.records()
     history = reindexed(r for r in records if r.workload_key == task.workload_key)
     first_record = {}
     for record in history:
@@ -383,7 +383,7 @@ def remeasure_best(task: Task, measurer: Measurer | InProcessMeasurer, log: Reco
     wanted = 1 + rounds
     budget = 4 * count * rounds
     while True:
-        records = reindexed(r for r in read_records(log.path)
+        records = reindexed(r for r in log.records()
                             if r.workload_key == task.workload_key)
         costs = config_costs(records).get(task.workload_key, {})
         seen = Counter(r.config_index for r in records if r.ok)

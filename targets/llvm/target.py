@@ -14,6 +14,8 @@ the machine code with NumPy arrays.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import sys
 from collections.abc import Sequence
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heterocc import te
+from heterocc.errors import InputError, TargetError
 from heterocc.ir.graph import Node
 from heterocc.passes.alter_layout import alter_layout_for
 from heterocc.te.schedule import INLINE
@@ -37,8 +40,9 @@ from heterocc.te_target import (
     numpy_kernel,
     output_specs,
 )
+from heterocc.tuning.apply import records_for
 
-from .cpu import CPUDescription, compiling_for, parse_cpu
+from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
 from .module import build as build_module
 from .module import load_library
 from .schedules import (
@@ -317,6 +321,11 @@ class LLVMKernel:
 LIBRARY = "kernels.so"
 
 
+@functools.lru_cache(maxsize=16)
+def _cpu_spec(description: CPUDescription) -> str:
+    return description.spec()
+
+
 @dataclass
 class LLVMTarget(TETarget):
     """The CPU through LLVM. ``fallbacks`` maps functions run on NumPy to the reason.
@@ -336,9 +345,19 @@ class LLVMTarget(TETarget):
     def __post_init__(self):
         self.cpu = parse_cpu(self.cpu)
 
+    @property
+    def tuning_key(self) -> str:
+        """What tuning records call this target's hardware: its CPU description as a
+        target string (a record tuned for another CPU, or on another machine, does not
+        apply here)."""
+        return _cpu_spec(self.cpu)
+
+    @contextlib.contextmanager
     def compile_context(self):
-        """Schedules tile for this target's CPU description while a function compiles."""
-        return compiling_for(self.cpu)
+        """While a function compiles: schedules tile for this target's CPU description,
+        and an applied tuning log offers the records tuned for it."""
+        with compiling_for(self.cpu), records_for(self.tuning_key):
+            yield
 
     def schedule(self, expressed: ExpressedFunction) -> te.Schedule:
         """The CPU schedule of a function (see :func:`_schedule`), its products reading
@@ -409,5 +428,11 @@ class LLVMTarget(TETarget):
         return [alter_layout_for(self.cpu.vector_lanes("float32")), "fold_constants"]
 
     def tuning(self):
-        """The CPU's tuning templates, tasks and measurement (``heterocc tune``)."""
+        """The CPU's tuning templates, tasks and measurement (``heterocc tune``): its
+        candidates are timed here, so the host must run code for this CPU."""
+        try:
+            check_runs_on(self.cpu, what="code tuned for this target")
+        except TargetError as error:
+            raise InputError(f"cannot tune for {self.tuning_key!r} on this machine: "
+                             f"{error}; tune on a machine with that CPU") from None
         return llvm_tuning(self)

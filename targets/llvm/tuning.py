@@ -47,7 +47,7 @@ from heterocc.tuning.space import Config, ConfigSpace, Knob, divisors, split_opt
 from heterocc.tuning.task import Task, matmul_dims, workload_key
 from heterocc.tuning.templates import TargetTuning, Template
 
-from .cpu import active_cpu
+from .cpu import CPUDescription, active_cpu, compiling_for
 from .module import build
 from .schedules import (
     BLOCKED_CONV_MAX_COLUMNS,
@@ -835,7 +835,7 @@ def measure_candidate(task: Task, config: Config, options: MeasureOptions
         return _measure_function(task, config, options)
     try:
         schedule, tensors = task.definition.instantiate(task.args, config)
-        module = build(te.lower(schedule, tensors, name="candidate"))
+        module = build(te.lower(schedule, tensors, name="candidate"), cpu=active_cpu())
     except Exception as error:  # any failure to build is this candidate's, not the tuner's
         raise CandidateError("build", f"{type(error).__name__}: {error}") from None
     inputs, expected = task_inputs(task.workload_key, options.seed)
@@ -1206,9 +1206,16 @@ def _expressed_function(spec: str):
     return expressed
 
 
-@functools.lru_cache(maxsize=64)
 def _auto_function_sketch(spec: str) -> Sketch:
-    return _function_sketch(_expressed_function(spec).outputs)
+    """The sketch of a function task for the CPU being tuned for (its lanes and
+    registers shape the space)."""
+    return _auto_function_sketch_for(spec, active_cpu())
+
+
+@functools.lru_cache(maxsize=64)
+def _auto_function_sketch_for(spec: str, cpu: CPUDescription) -> Sketch:
+    with compiling_for(cpu):
+        return _function_sketch(_expressed_function(spec).outputs)
 
 
 def _has_panel(spec: str) -> bool:

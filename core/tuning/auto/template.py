@@ -51,10 +51,14 @@ def auto_template(workload: AutoWorkload, target: str) -> Template:
     space is the sketch of the workload's compute, its default the sketch's default
     point, and a candidate the compute scheduled by a point."""
 
-    @functools.lru_cache(maxsize=64)
     def sketch(args: tuple) -> Sketch:
+        # the hardware facts of the target being tuned (its CPU) are part of the key
+        return sketch_for(args, workload.hints(args))
+
+    @functools.lru_cache(maxsize=64)
+    def sketch_for(args: tuple, hints: SearchHints) -> Sketch:
         _, outputs = workload.build(args)
-        return Sketch(outputs, workload.hints(args))
+        return Sketch(outputs, hints)
 
     def space(args: tuple) -> ConfigSpace:
         return sketch(args).space
