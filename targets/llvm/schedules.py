@@ -38,10 +38,10 @@ from .cpu import CPUDescription, active_cpu
 #: elements below which a loop is not worth waking the thread pool for.
 PARALLEL_MIN_ELEMENTS = 1 << 14
 
-#: most rows of C per register tile (with 32 vector registers: 8 rows of a two-vector
-#: panel are 16 accumulators); fewer registers take fewer rows (:func:`tile_rows`).
-TILE_ROWS = 8
-#: registers a register tile leaves for operands (B's vectors, A's broadcast, addresses)
+#: vector registers per row of a matmul register tile: one panel of B (:func:`panel_width`)
+PANEL_VECTORS = 2
+#: registers a convolution's register tile leaves for operands (weight vectors, the
+#: input's broadcast, addresses)
 OPERAND_REGISTERS = 4
 
 
@@ -55,11 +55,28 @@ def vector_lanes(dtype: str, cpu: CPUDescription | None = None) -> int:
     return _cpu(cpu).vector_lanes(dtype)
 
 
-def tile_rows(cpu: CPUDescription | None = None) -> int:
-    """Rows of C per matmul register tile: two accumulator vectors per row, within the
-    registers the operands leave (8 with 32 registers, 6 with 16: AVX2's 6x16 tile)."""
+def tile_rows(cpu: CPUDescription | None = None, rows: int | None = None,
+              panel_vectors: int = PANEL_VECTORS) -> int:
+    """Rows of C per matmul register tile on ``cpu`` (default: the active CPU): the most
+    rows whose accumulators (``panel_vectors`` vector registers per row: a panel of B)
+    fit in the vector registers beside one reduction step's operands (the panel's
+    vectors of B and A's broadcast element): 14 rows of a two-vector panel with 32
+    registers (AVX-512, NEON), 6 with 16 (AVX2's 6x16 tile).
+
+    Given ``rows``, the rows of C: the fewest tiles of at most that many that cover
+    them, each as narrow as that count allows (:func:`even_tiles`: 64 rows in 5 tiles
+    of 13, not 4 of 14 and a tail of 8; 1024 in 14s, a tail of 2)."""
     registers = _cpu(cpu).vector_registers
-    return max(1, min(TILE_ROWS, (registers - OPERAND_REGISTERS) // 2))
+    limit = max(1, (registers - panel_vectors - 1) // panel_vectors)
+    return limit if rows is None else even_tiles(rows, limit)
+
+
+def even_tiles(extent: int, limit: int) -> int:
+    """The tile size that covers ``extent`` in the fewest tiles of at most ``limit``,
+    each as small as that count allows: a tail tile costs less than the extra tiles
+    that a divisor of ``extent`` would take."""
+    limit = max(1, min(extent, limit))
+    return -(-extent // -(-extent // limit))
 
 
 def schedule_injective(schedule: te.Schedule, tensor: te.Tensor,
@@ -335,10 +352,9 @@ def blocked_conv_limits(block_bytes: int, cpu: CPUDescription | None = None
 def dense_conv_columns(width: int, limit: int) -> int:
     """Output columns per dense blocked-conv register tile: the fewest tiles of at most
     ``limit`` columns that cover a row of ``width``, each as narrow as that count allows
-    (a row of 56 in tiles of 5 rather than 4 columns: a tail tile costs less than the
-    extra tiles a divisor would take, measured with AVX2's 5-column tiles)."""
-    limit = max(1, min(width, limit))
-    return -(-width // -(-width // limit))
+    (:func:`even_tiles`: a row of 56 in tiles of 5 rather than 4 columns, measured with
+    AVX2's 5-column tiles)."""
+    return even_tiles(width, limit)
 
 
 def default_blocked_conv_tiles(out_shape: Sequence[int], itemsize: int = 4,
@@ -682,6 +698,17 @@ def default_panel(n: int, dtype: str, cpu: CPUDescription | None = None) -> int:
     return min(panel_width(dtype, cpu), -(-n // lanes) * lanes)
 
 
+def matmul_tile_rows(m: int, panel: int, dtype: str,
+                     cpu: CPUDescription | None = None) -> int:
+    """Rows per register tile of :func:`schedule_matmul` for a product of ``m`` rows
+    read through panels of ``panel`` columns: :func:`tile_rows` for ``m`` rows and the
+    panel's vectors. A panel narrower than :data:`PANEL_VECTORS` vectors (a product
+    with few columns) keeps a full panel's rows: every row more costs one load of A per
+    multiply-add, which slowed a one-vector panel down (30 rows 25% slower than 8-14)."""
+    vectors = max(PANEL_VECTORS, -(-panel // vector_lanes(dtype, cpu)))
+    return tile_rows(cpu, m, vectors)
+
+
 def _matmul_loads(product: te.Tensor) -> tuple[TensorLoad, TensorLoad] | None:
     """The loads ``(A[..., i, k], B[..., k, j])`` of a product tagged ``"matmul"`` by the
     compute library (``sum(A[..., i, k] * B[..., k, j], k)`` with ``i, j`` its last two
@@ -814,7 +841,7 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
                     cpu: CPUDescription | None = None,
                     epilogue: te.Tensor | None = None) -> None:
     """The register-tiled CPU schedule of a product packed by :func:`pack_matmul`: tiles
-    of :func:`tile_rows` rows (of ``cpu``) by one panel accumulate in registers, column
+    of :func:`matmul_tile_rows` rows (of ``cpu``) by one panel accumulate in registers, column
     panels (and batch axes) outermost and in parallel. A product it could not pack (a 1-D
     operand) gets the reduction schedule.
 
@@ -842,19 +869,24 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
         local, outer = C, epilogue
         schedule[C].set_scope("local")
     *batch, i, j = schedule[outer].op.axis
-    row_tile, panel_index, row, col = schedule[outer].tile(i, j, tile_rows(cpu), width)
+    row_tile, panel_index, row, col = schedule[outer].tile(
+        i, j, matmul_tile_rows(C.shape[-2], width, packed.dtype, cpu), width)
     # Column panels outermost: each thread keeps its panels of B in its own cache while
     # the rows of A stream past.
     schedule[outer].reorder(*batch, panel_index, row_tile, row, col)
     schedule[outer].parallel(schedule[outer].fuse(*batch, panel_index) if batch
                              else panel_index)
-    schedule[outer].unroll(row)
+    # The rows unroll in LLVM (which then keeps the tile's accumulators in registers),
+    # not in the TIR: a 14-row tile and its tail tile would be 14 + 13 copies of the
+    # body (an epilogue's GELU in each) for every TIR pass and the code generator to
+    # walk; the machine code is the same.
+    schedule[outer].unroll(row, explicit=False)
     schedule[outer].vectorize(col)
     schedule[local].compute_at(schedule[outer], row_tile)
     *_, local_row, local_col = schedule[local].op.axis
     (k,) = schedule[local].op.reduce_axis
     schedule[local].reorder(k, local_row, local_col)
-    schedule[local].unroll(local_row)
+    schedule[local].unroll(local_row, explicit=False)
     schedule[local].vectorize(local_col)
 
 

@@ -128,7 +128,7 @@ def test_schedules_tile_for_the_description():
     avx2 = hcpu.parse_cpu("llvm -mcpu=x86-64-v3")
     neon = hcpu.parse_cpu("llvm -mtriple=aarch64-linux-gnu")
     assert [schedules.panel_width("float32", c) for c in (avx512, avx2, neon)] == [32, 16, 8]
-    assert [schedules.tile_rows(c) for c in (avx512, avx2, neon)] == [8, 6, 8]
+    assert [schedules.tile_rows(c) for c in (avx512, avx2, neon)] == [14, 6, 14]
     assert [schedules.conv_tile_channels(c) for c in (avx512, avx2)] == [16, 8]
     # a 16-float channel block is one AVX-512 vector, two AVX2 ones: a default dense tile
     # pairs two AVX-512 blocks (two weight vectors per input element), one AVX2 block
