@@ -55,19 +55,31 @@ def vector_lanes(dtype: str, cpu: CPUDescription | None = None) -> int:
     return _cpu(cpu).vector_lanes(dtype)
 
 
+def _broadcast_registers(description: CPUDescription) -> int:
+    """Vector registers that A's broadcast elements hold during a matmul register
+    tile's reduction step: one on x86 (AVX-512 folds the broadcast into the FMA's memory
+    operand, AVX2 broadcasts one row's element at a time), three on AArch64 (NEON
+    multiplies by a lane of a register, and LLVM loads the next rows' elements ahead:
+    14 two-vector rows spill there, 13 do not)."""
+    return 3 if description.arch == "aarch64" else 1
+
+
 def tile_rows(cpu: CPUDescription | None = None, rows: int | None = None,
               panel_vectors: int = PANEL_VECTORS) -> int:
     """Rows of C per matmul register tile on ``cpu`` (default: the active CPU): the most
     rows whose accumulators (``panel_vectors`` vector registers per row: a panel of B)
     fit in the vector registers beside one reduction step's operands (the panel's
-    vectors of B and A's broadcast element): 14 rows of a two-vector panel with 32
-    registers (AVX-512, NEON), 6 with 16 (AVX2's 6x16 tile).
+    vectors of B and A's broadcast elements, :func:`_broadcast_registers`): 14 rows of
+    a two-vector panel with AVX-512's 32 registers, 13 with NEON's 32, 6 with AVX2's 16
+    (the 6x16 tile).
 
     Given ``rows``, the rows of C: the fewest tiles of at most that many that cover
     them, each as narrow as that count allows (:func:`even_tiles`: 64 rows in 5 tiles
     of 13, not 4 of 14 and a tail of 8; 1024 in 14s, a tail of 2)."""
-    registers = _cpu(cpu).vector_registers
-    limit = max(1, (registers - panel_vectors - 1) // panel_vectors)
+    description = _cpu(cpu)
+    free = (description.vector_registers - panel_vectors
+            - _broadcast_registers(description))
+    limit = max(1, free // panel_vectors)
     return limit if rows is None else even_tiles(rows, limit)
 
 

@@ -58,6 +58,7 @@ from .schedules import (
     default_depthwise_conv_tiles,
     default_panel,
     dense_conv_reduction_blocks,
+    matmul_tile_rows,
     pack_matmul,
     pack_matmuls,
     panel_width,
@@ -112,7 +113,8 @@ def _matmul_space(args: tuple) -> ConfigSpace:
     blocking of B's panel), tile order, which tile loop runs in parallel, unrolling."""
     m, n, k, dtype = args[:4]
     return ConfigSpace((
-        Knob("tile_rows", "split", split_options(m, (1, 2, 3, 4, 6, 8, 12, 16))),
+        Knob("tile_rows", "split",
+             split_options(m, (1, 2, 3, 4, 6, 8, 12, 16, tile_rows(rows=m)))),
         Knob("panel", "layout", _panel_options(n, dtype)),
         Knob("k_chunk", "split", split_options(k, (16, 64, 128, 256, 512, k))),
         Knob("accumulate", "order", ("registers", "memory")),
@@ -127,8 +129,9 @@ def _matmul_default(args: tuple) -> dict:
     m, n, k, dtype = args[:4]
     space = _matmul_space(args)
     knobs = {knob.name: knob.options for knob in space.knobs}
-    return {"tile_rows": _closest(knobs["tile_rows"], tile_rows()),
-            "panel": _closest(knobs["panel"], panel_width(dtype)),
+    panel = _closest(knobs["panel"], panel_width(dtype))
+    return {"tile_rows": matmul_tile_rows(m, panel, dtype),
+            "panel": panel,
             "k_chunk": k, "accumulate": "registers", "loop_order": "panels_outer",
             "parallel": "outer", "unroll_rows": True}
 
@@ -160,8 +163,9 @@ def schedule_matmul_config(s: te.Schedule, C: te.Tensor, packed: te.Tensor,
         s[local].compute_at(s[C], outer[-1])
         *local_batch, li, lj = s[local].op.axis
         (lk,) = s[local].op.reduce_axis
-        ko, ki = s[local].split(lk, config["k_chunk"])
-        s[local].reorder(*local_batch, ko, ki, li, lj)
+        chunks = [lk] if config["k_chunk"] >= lk.extent else s[local].split(
+            lk, config["k_chunk"])
+        s[local].reorder(*local_batch, *chunks, li, lj)
         tile_stage, tile_rows, tile_cols = s[local], li, lj
     else:
         (kk,) = s[C].op.reduce_axis
@@ -169,7 +173,11 @@ def schedule_matmul_config(s: te.Schedule, C: te.Tensor, packed: te.Tensor,
         s[C].reorder(*batch, outer[0], ko, outer[1], ki, ii, ji)
         tile_stage, tile_rows, tile_cols = s[C], ii, ji
     if config["unroll_rows"]:
-        tile_stage.unroll(tile_rows)
+        # by LLVM, as schedule_matmul's rows (the same code from a TIR a tile's
+        # rows shorter)
+        if config["accumulate"] == "registers":
+            s[C].unroll(ii, explicit=False)
+        tile_stage.unroll(tile_rows, explicit=False)
     tile_stage.vectorize(tile_cols)
     if config["accumulate"] == "registers":
         s[C].vectorize(ji)

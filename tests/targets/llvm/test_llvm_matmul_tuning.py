@@ -3,11 +3,17 @@ until the log's best is the fastest over repeated measurements, and a log's best
 (its panel width included) applied when the product is compiled."""
 
 import numpy as np
+import pytest
 
 from heterocc import te
 from heterocc.targets.llvm.module import build
-from heterocc.targets.llvm.schedules import matmul, schedule_matmul
-from heterocc.targets.llvm.tuning import MATMUL, matmul_panel, schedule_matmul_tuned
+from heterocc.targets.llvm.schedules import matmul, matmul_tile_rows, schedule_matmul
+from heterocc.targets.llvm.tuning import (
+    MATMUL,
+    matmul_panel,
+    schedule_matmul_config,
+    schedule_matmul_tuned,
+)
 from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.measure import (
     MeasureOptions,
@@ -113,6 +119,28 @@ def test_the_logs_panel_width_is_packed_and_its_config_applied():
     schedule = te.create_schedule(C)
     schedule_matmul(schedule, C)
     _run(schedule, [A, B, C])
+
+
+@pytest.mark.parametrize("m,n,k", [(100, 96, 64), (1024, 64, 48), (1, 64, 7), (13, 32, 29)])
+def test_default_config_is_the_default_schedule(m, n, k):
+    """Without a log a product's schedule is exactly the matmul template's default
+    config (its rows those of the evened register tile, 13 for 100 rows) applied to it."""
+    task = Task("matmul", (m, n, k, "float32"))
+    config = task.default_config()
+    assert config["tile_rows"] == matmul_tile_rows(m, config["panel"], "float32")
+    lowered = []
+    for apply_config in (True, False):
+        A = te.placeholder((m, k), "float32", "A")
+        B = te.placeholder((k, n), "float32", "B")
+        C = matmul(A, B)
+        assert C.op.attrs["packed_B"].shape[-1] == config["panel"]
+        schedule = te.create_schedule(C)
+        if apply_config:
+            schedule_matmul_config(schedule, C, C.op.attrs["packed_B"], config)
+        else:
+            schedule_matmul(schedule, C)
+        lowered.append(str(te.lower(schedule, [A, B, C], name="mm")))
+    assert lowered[0] == lowered[1]
 
 
 def test_panel_options_divide_the_columns_when_some_do():
