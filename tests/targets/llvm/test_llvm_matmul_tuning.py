@@ -2,12 +2,20 @@
 until the log's best is the fastest over repeated measurements, and a log's best config
 (its panel width included) applied when the product is compiled."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from heterocc import te
+from heterocc.targets.llvm.cpu import active_cpu, compiling_for
 from heterocc.targets.llvm.module import build
-from heterocc.targets.llvm.schedules import matmul, matmul_tile_rows, schedule_matmul
+from heterocc.targets.llvm.schedules import (
+    matmul,
+    matmul_tile_rows,
+    panel_group,
+    schedule_matmul,
+)
 from heterocc.targets.llvm.tuning import (
     MATMUL,
     matmul_panel,
@@ -121,13 +129,26 @@ def test_the_logs_panel_width_is_packed_and_its_config_applied():
     _run(schedule, [A, B, C])
 
 
-@pytest.mark.parametrize("m,n,k", [(100, 96, 64), (1024, 64, 48), (1, 64, 7), (13, 32, 29)])
-def test_default_config_is_the_default_schedule(m, n, k):
+@pytest.mark.parametrize("m,n,k,l2,group", [
+    (100, 96, 64, None, 1), (1024, 64, 48, None, 1), (1, 64, 7, None, 1),
+    (13, 32, 29, None, 1),
+    (100, 256, 64, 32768, 2),  # A (25 KiB) does not fit half the L2: panels in pairs
+])
+def test_default_config_is_the_default_schedule(m, n, k, l2, group):
     """Without a log a product's schedule is exactly the matmul template's default
-    config (its rows those of the evened register tile, 13 for 100 rows) applied to it."""
-    task = Task("matmul", (m, n, k, "float32"))
-    config = task.default_config()
-    assert config["tile_rows"] == matmul_tile_rows(m, config["panel"], "float32")
+    config (its rows those of the evened register tile, 13 for 100 rows; its panels
+    grouped when A does not fit the L2) applied to it."""
+    cpu = dataclasses.replace(active_cpu(), l2=l2 or active_cpu().l2, num_cores=2)
+    with compiling_for(cpu):
+        task = Task("matmul", (m, n, k, "float32"))
+        config = task.default_config()
+        assert config["tile_rows"] == matmul_tile_rows(m, config["panel"], "float32")
+        assert config["panel_group"] == group == panel_group(
+            m, k, -(-n // config["panel"]), config["panel"], 4)
+        _check_default_config_is_the_default_schedule(m, n, k, config)
+
+
+def _check_default_config_is_the_default_schedule(m, n, k, config):
     lowered = []
     for apply_config in (True, False):
         A = te.placeholder((m, k), "float32", "A")

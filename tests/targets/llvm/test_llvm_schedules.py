@@ -3,6 +3,8 @@ ranks (the compute library's plain products, packed by the target)."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 
 import numpy as np
@@ -107,6 +109,32 @@ def test_register_tiles_of_any_row_count_are_exact(target, m, n, k):
     c = np.full((m, n), np.nan, np.float32)
     hllvm.build(schedules.matmul_function(m, n, k, cpu=cpu), cpu=cpu)(a, b, c)
     np.testing.assert_array_equal(c, a @ b)
+
+
+@ISAS
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((100, 64), (64, 270)),         # groups of panels, the last group and panel short
+    ((2, 70, 48), (2, 48, 200)),    # batched
+])
+def test_grouped_panels_are_exact(target, a_shape, b_shape):
+    """With an L2 too small for A, a row tile meets a group of panels in turn
+    (:func:`schedules.panel_group`); groups and panels that do not divide are exact."""
+    cpu = dataclasses.replace(hllvm.parse_cpu(target), l2=32768, num_cores=2)
+    m, depth, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    panel = schedules.default_panel(n, "float32", cpu)
+    group = schedules.panel_group(m, depth, -(-n // panel), panel, 4,
+                                  math.prod(a_shape[:-2]), cpu)
+    assert 1 < group < -(-n // panel)
+    A = te.placeholder(a_shape, "float32", "A")
+    B = te.placeholder(b_shape, "float32", "B")
+    C = plain_matmul(A, B)
+    schedules.pack_matmul(C, cpu=cpu)
+    s = te.create_schedule(C)
+    schedules.schedule_matmul(s, C, cpu)
+    a, b = _small_integers(a_shape), _small_integers(b_shape)
+    c = np.full(C.shape, np.nan, np.float32)
+    hllvm.build(te.lower(s, [A, B, C], name="product"), cpu=cpu)["product"](a, b, c)
+    np.testing.assert_array_equal(c, np.matmul(a, b))
 
 
 @ISAS
