@@ -164,6 +164,16 @@ def _check_default_config_is_the_default_schedule(m, n, k, config):
     assert lowered[0] == lowered[1]
 
 
+def test_a_record_written_before_the_panel_group_knob_still_applies():
+    """Its config takes one panel per group, what its schedule did."""
+    values = {**TASK.default_config().to_json(), "tile_rows": 4}
+    del values["panel_group"]
+    record = MeasureRecord(TASK.workload_key, values, 3, (1.0,))  # an older index
+    config = ApplyHistoryBest([record]).lookup(TASK.workload_key)
+    assert config["panel_group"] == 1 and config["tile_rows"] == 4
+    assert config.index == TASK.config_of(values).index
+
+
 def test_panel_options_divide_the_columns_when_some_do():
     panels = TASK.space.knobs[1].options
     assert panels and all(128 % p == 0 for p in panels)
