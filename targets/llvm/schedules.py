@@ -875,9 +875,10 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
                     cpu: CPUDescription | None = None,
                     epilogue: te.Tensor | None = None) -> None:
     """The register-tiled CPU schedule of a product packed by :func:`pack_matmul`: tiles
-    of :func:`matmul_tile_rows` rows (of ``cpu``) by one panel accumulate in registers, column
-    panels (and batch axes) outermost and in parallel. A product it could not pack (a 1-D
-    operand) gets the reduction schedule.
+    of :func:`matmul_tile_rows` rows (of ``cpu``) by one panel accumulate in registers,
+    column panels (or groups of them that each row tile meets in turn,
+    :func:`panel_group`) and batch axes outermost and in parallel. A product it could not
+    pack (a 1-D operand) gets the reduction schedule.
 
     ``epilogue``, when given, is the function's elementwise tail of the product (see
     ``heterocc.te_target.elementwise_epilogue``: bias, GELU, residual add, with the stages
@@ -922,9 +923,9 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
     schedule[outer].parallel(schedule[outer].fuse(*batch, group_index) if batch
                              else group_index)
     # The rows unroll in LLVM (which then keeps the tile's accumulators in registers),
-    # not in the TIR: a 14-row tile and its tail tile would be 14 + 13 copies of the
-    # body (an epilogue's GELU in each) for every TIR pass and the code generator to
-    # walk; the machine code is the same.
+    # not in the TIR: 64 rows' tile of 13 and tail of 12 would be 25 copies of the body
+    # (an epilogue's GELU in each) for every TIR pass and the code generator to walk;
+    # the machine code is the same.
     schedule[outer].unroll(row, explicit=False)
     schedule[outer].vectorize(col)
     schedule[local].compute_at(schedule[outer], tile)
