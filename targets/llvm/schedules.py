@@ -40,6 +40,10 @@ PARALLEL_MIN_ELEMENTS = 1 << 14
 
 #: vector registers per row of a matmul register tile: one panel of B (:func:`panel_width`)
 PANEL_VECTORS = 2
+#: parallel tasks per core that a schedule leaves when it could make fewer, larger ones:
+#: the runtime's chunks per thread (``CHUNKS_PER_THREAD`` in ``runtime.py``), so that a
+#: core slowed by another process leaves its share to the others
+TASKS_PER_CORE = 4
 #: registers a convolution's register tile leaves for operands (weight vectors, the
 #: input's broadcast, addresses)
 OPERAND_REGISTERS = 4
@@ -730,16 +734,18 @@ def panel_group(m: int, depth: int, panels: int, panel: int, itemsize: int,
 
     One when A (``m x depth``) and a panel fit in half the L2 together: A then stays
     cached from one panel to the next. Otherwise the most panels that fit in half the
-    L2 (they serve every row tile of A before the next group), leaving every core two
-    groups or more, evened over the panels (:func:`even_tiles`). 1024x1024x1024 in
-    fp32 with a 2 MiB L2: 8 panels of 32 columns per group, 4 groups (+6-10% measured
-    on one core, A's 4 MiB read 4 times instead of 32); a BERT layer's [128, 3072] x
-    [3072, 768]: 2 panels per group."""
+    L2 (they serve every row tile of A before the next group), leaving every core
+    :data:`TASKS_PER_CORE` groups or more, evened over the panels (:func:`even_tiles`).
+    1024x1024x1024 in fp32 on 2 cores with a 2 MiB L2: 4 panels of 32 columns per
+    group, 8 groups (A's 4 MiB read 8 times instead of 32: +10% on one core, +5-15% on
+    two, measured; groups of 8 were as fast on one core, slower on two); a BERT
+    layer's [128, 3072] x [3072, 768]: 2 panels per group."""
     description = _cpu(cpu)
     budget, panel_bytes = description.l2 // 2, depth * panel * itemsize
     if m * depth * itemsize + panel_bytes <= budget:
         return 1
-    group = min(budget // panel_bytes, panels * batch // (2 * description.num_cores))
+    group = min(budget // panel_bytes,
+                panels * batch // (TASKS_PER_CORE * description.num_cores))
     return even_tiles(panels, max(1, group))
 
 
