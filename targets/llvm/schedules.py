@@ -732,19 +732,20 @@ def panel_group(m: int, depth: int, panels: int, panel: int, itemsize: int,
     group, not once per panel) for a product of ``m`` rows, a reduction of ``depth``,
     ``panels`` panels of ``panel`` columns and ``batch`` matrices, on ``cpu``.
 
-    One when A (``m x depth``) and a panel fit in half the L2 together: A then stays
-    cached from one panel to the next. Otherwise the most panels that fit in half the
-    L2 (they serve every row tile of A before the next group), leaving every core
-    :data:`TASKS_PER_CORE` groups or more, evened over the panels (:func:`even_tiles`).
-    1024x1024x1024 in fp32 on 2 cores with a 2 MiB L2: 4 panels of 32 columns per
-    group, 8 groups (A's 4 MiB read 8 times instead of 32: +10% on one core, +5-15% on
-    two, measured; groups of 8 were as fast on one core, slower on two); a BERT
-    layer's [128, 3072] x [3072, 768]: 2 panels per group."""
+    One when A (``m x depth``) and a panel fit in the L2 together: A then stays cached
+    from one panel to the next (a BERT layer's [128, 3072] x [3072, 768], 1.9 MiB with
+    a panel in a 2 MiB L2, measured 15% slower on two cores in groups of 2). Otherwise
+    the most panels that fit in half the L2 (they serve every row tile of A before the
+    next group), leaving every core :data:`TASKS_PER_CORE` groups or more, evened over
+    the panels (:func:`even_tiles`). 1024x1024x1024 in fp32 on 2 cores with a 2 MiB
+    L2: 4 panels of 32 columns per group, 8 groups (A's 4 MiB read 8 times instead of
+    32: +10% on one core, +5-15% on two, measured; groups of 8 were as fast on one
+    core, slower on two)."""
     description = _cpu(cpu)
-    budget, panel_bytes = description.l2 // 2, depth * panel * itemsize
-    if m * depth * itemsize + panel_bytes <= budget:
+    panel_bytes = depth * panel * itemsize
+    if m * depth * itemsize + panel_bytes <= description.l2:
         return 1
-    group = min(budget // panel_bytes,
+    group = min(description.l2 // 2 // panel_bytes,
                 panels * batch // (TASKS_PER_CORE * description.num_cores))
     return even_tiles(panels, max(1, group))
 

@@ -132,7 +132,7 @@ def test_the_logs_panel_width_is_packed_and_its_config_applied():
 @pytest.mark.parametrize("m,n,k,l2,grouped", [
     (100, 96, 64, None, False), (1024, 64, 48, None, False), (1, 64, 7, None, False),
     (13, 32, 29, None, False),
-    (100, 512, 64, 32768, True),  # A (25 KiB) does not fit half the L2: panel groups
+    (200, 512, 64, 32768, True),  # A (50 KiB) does not fit the L2: panel groups
 ])
 def test_default_config_is_the_default_schedule(m, n, k, l2, grouped):
     """Without a log a product's schedule is exactly the matmul template's default

@@ -113,8 +113,8 @@ def test_register_tiles_of_any_row_count_are_exact(target, m, n, k):
 
 @ISAS
 @pytest.mark.parametrize("a_shape,b_shape", [
-    ((100, 64), (64, 526)),         # groups of panels, the last group and panel short
-    ((2, 70, 48), (2, 48, 520)),    # batched
+    ((200, 64), (64, 526)),         # groups of panels, the last group and panel short
+    ((2, 180, 48), (2, 48, 520)),   # batched
 ])
 def test_grouped_panels_are_exact(target, a_shape, b_shape):
     """With an L2 too small for A, a row tile meets a group of panels in turn
