@@ -739,8 +739,8 @@ def panel_group(m: int, depth: int, panels: int, panel: int, itemsize: int,
     next group), leaving every core :data:`TASKS_PER_CORE` groups or more, evened over
     the panels (:func:`even_tiles`). 1024x1024x1024 in fp32 on 2 cores with a 2 MiB
     L2: 4 panels of 32 columns per group, 8 groups (A's 4 MiB read 8 times instead of
-    32: +10% on one core, +5-15% on two, measured; groups of 8 were as fast on one
-    core, slower on two)."""
+    32: +10% on one core, +6% on two, measured; groups of 8 were no faster, and a
+    core slowed by another process had fewer groups to leave to the other)."""
     description = _cpu(cpu)
     panel_bytes = depth * panel * itemsize
     if m * depth * itemsize + panel_bytes <= description.l2:
