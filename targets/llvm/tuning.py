@@ -193,8 +193,8 @@ def schedule_matmul_config(s: te.Schedule, C: te.Tensor, packed: te.Tensor,
         s[C].reorder(*batch, outer[0], ko, outer[1], ki, ii, ji)
         tile_stage, tile_rows, tile_cols = s[C], ii, ji
     if config["unroll_rows"]:
-        # by LLVM, as schedule_matmul's rows (the same code from a TIR a tile's
-        # rows shorter)
+        # unrolled by LLVM, as schedule_matmul's rows: the same machine code from a
+        # TIR that does not repeat the body once per row
         if config["accumulate"] == "registers":
             s[C].unroll(ii, explicit=False)
         tile_stage.unroll(tile_rows, explicit=False)
