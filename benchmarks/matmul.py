@@ -19,7 +19,12 @@ from alternating import alternating_medians  # beside this script
 from machine import cpu_target, describe  # beside this script
 
 from heterocc.targets import llvm as hllvm
-from heterocc.targets.llvm.schedules import matmul_function
+from heterocc.targets.llvm.schedules import (
+    default_panel,
+    matmul_function,
+    matmul_tile_rows,
+    panel_group,
+)
 
 
 def ort_matmul(n: int) -> ort.InferenceSession:
@@ -65,7 +70,10 @@ def main() -> None:
     ours, theirs, ort_rate = (flops / s / 1e9 for s in seconds)
     print(f"runtime threads: {hllvm.num_threads()}, "
           f"load average (1 min) {os.getloadavg()[0]:.2f}")
-    print(f"matmul {n}x{n}x{n} fp32 (max abs error vs numpy {error:.2e})")
+    panel = default_panel(n, "float32", cpu)
+    print(f"matmul {n}x{n}x{n} fp32 (max abs error vs numpy {error:.2e}); register tile "
+          f"{matmul_tile_rows(n, panel, 'float32', cpu)} rows x {panel} columns, panels in "
+          f"groups of {panel_group(n, n, -(-n // panel), panel, 4, 1, cpu)}")
     print(f"heterocc: {ours:8.1f} GFLOP/s")
     print(f"numpy:    {theirs:8.1f} GFLOP/s")
     print(f"onnxrt:   {ort_rate:8.1f} GFLOP/s")

@@ -38,10 +38,14 @@ from .cpu import CPUDescription, active_cpu
 #: elements below which a loop is not worth waking the thread pool for.
 PARALLEL_MIN_ELEMENTS = 1 << 14
 
-#: most rows of C per register tile (with 32 vector registers: 8 rows of a two-vector
-#: panel are 16 accumulators); fewer registers take fewer rows (:func:`tile_rows`).
-TILE_ROWS = 8
-#: registers a register tile leaves for operands (B's vectors, A's broadcast, addresses)
+#: vector registers per row of a matmul register tile: one panel of B (:func:`panel_width`)
+PANEL_VECTORS = 2
+#: parallel tasks per core that a schedule leaves when it could make fewer, larger ones:
+#: the runtime's chunks per thread (``CHUNKS_PER_THREAD`` in ``runtime.py``), so that a
+#: core slowed by another process leaves its share to the others
+TASKS_PER_CORE = 4
+#: registers a convolution's register tile leaves for operands (weight vectors, the
+#: input's broadcast, addresses)
 OPERAND_REGISTERS = 4
 
 
@@ -55,11 +59,40 @@ def vector_lanes(dtype: str, cpu: CPUDescription | None = None) -> int:
     return _cpu(cpu).vector_lanes(dtype)
 
 
-def tile_rows(cpu: CPUDescription | None = None) -> int:
-    """Rows of C per matmul register tile: two accumulator vectors per row, within the
-    registers the operands leave (8 with 32 registers, 6 with 16: AVX2's 6x16 tile)."""
-    registers = _cpu(cpu).vector_registers
-    return max(1, min(TILE_ROWS, (registers - OPERAND_REGISTERS) // 2))
+def _broadcast_registers(description: CPUDescription) -> int:
+    """Vector registers that A's broadcast elements hold during a matmul register
+    tile's reduction step: one on x86 (AVX-512 folds the broadcast into the FMA's memory
+    operand, AVX2 broadcasts one row's element at a time), three on AArch64 (NEON
+    multiplies by a lane of a register, and LLVM loads the next rows' elements ahead:
+    14 two-vector rows spill there, 13 do not)."""
+    return 3 if description.arch == "aarch64" else 1
+
+
+def tile_rows(cpu: CPUDescription | None = None, rows: int | None = None,
+              panel_vectors: int = PANEL_VECTORS) -> int:
+    """Rows of C per matmul register tile on ``cpu`` (default: the active CPU): the most
+    rows whose accumulators (``panel_vectors`` vector registers per row: a panel of B)
+    fit in the vector registers beside one reduction step's operands (the panel's
+    vectors of B and A's broadcast elements, :func:`_broadcast_registers`): 14 rows of
+    a two-vector panel with AVX-512's 32 registers, 13 with NEON's 32, 6 with AVX2's 16
+    (the 6x16 tile).
+
+    Given ``rows``, the rows of C: the fewest tiles of at most that many that cover
+    them, each as narrow as that count allows (:func:`even_tiles`: 64 rows in 5 tiles
+    of 13, not 4 of 14 and a tail of 8; 1024 in 14s, a tail of 2)."""
+    description = _cpu(cpu)
+    free = (description.vector_registers - panel_vectors
+            - _broadcast_registers(description))
+    limit = max(1, free // panel_vectors)
+    return limit if rows is None else even_tiles(rows, limit)
+
+
+def even_tiles(extent: int, limit: int) -> int:
+    """The tile size that covers ``extent`` in the fewest tiles of at most ``limit``,
+    each as small as that count allows: a tail tile costs less than the extra tiles
+    that a divisor of ``extent`` would take."""
+    limit = max(1, min(extent, limit))
+    return -(-extent // -(-extent // limit))
 
 
 def schedule_injective(schedule: te.Schedule, tensor: te.Tensor,
@@ -335,10 +368,9 @@ def blocked_conv_limits(block_bytes: int, cpu: CPUDescription | None = None
 def dense_conv_columns(width: int, limit: int) -> int:
     """Output columns per dense blocked-conv register tile: the fewest tiles of at most
     ``limit`` columns that cover a row of ``width``, each as narrow as that count allows
-    (a row of 56 in tiles of 5 rather than 4 columns: a tail tile costs less than the
-    extra tiles a divisor would take, measured with AVX2's 5-column tiles)."""
-    limit = max(1, min(width, limit))
-    return -(-width // -(-width // limit))
+    (:func:`even_tiles`: a row of 56 in tiles of 5 rather than 4 columns, measured with
+    AVX2's 5-column tiles)."""
+    return even_tiles(width, limit)
 
 
 def default_blocked_conv_tiles(out_shape: Sequence[int], itemsize: int = 4,
@@ -682,6 +714,42 @@ def default_panel(n: int, dtype: str, cpu: CPUDescription | None = None) -> int:
     return min(panel_width(dtype, cpu), -(-n // lanes) * lanes)
 
 
+def matmul_tile_rows(m: int, panel: int, dtype: str,
+                     cpu: CPUDescription | None = None) -> int:
+    """Rows per register tile of :func:`schedule_matmul` for a product of ``m`` rows
+    read through panels of ``panel`` columns: :func:`tile_rows` for ``m`` rows and the
+    panel's vectors. A panel narrower than :data:`PANEL_VECTORS` vectors (a product
+    with few columns) keeps a full panel's rows: every row more costs one load of A per
+    multiply-add, which slowed a one-vector panel down (30 rows 25% slower than 8-14)."""
+    vectors = max(PANEL_VECTORS, -(-panel // vector_lanes(dtype, cpu)))
+    return tile_rows(cpu, m, vectors)
+
+
+def panel_group(m: int, depth: int, panels: int, panel: int, itemsize: int,
+                batch: int = 1, cpu: CPUDescription | None = None) -> int:
+    """Column panels per group of :func:`schedule_matmul` (each row tile of A then meets
+    a group's panels one after the other, so its rows are read from memory once per
+    group, not once per panel) for a product of ``m`` rows, a reduction of ``depth``,
+    ``panels`` panels of ``panel`` columns and ``batch`` matrices, on ``cpu``.
+
+    One when A (``m x depth``) and a panel fit in the L2 together: A then stays cached
+    from one panel to the next (a BERT layer's [128, 3072] x [3072, 768], 1.9 MiB with
+    a panel in a 2 MiB L2, measured 15% slower on two cores in groups of 2). Otherwise
+    the most panels that fit in half the L2 (they serve every row tile of A before the
+    next group), leaving every core :data:`TASKS_PER_CORE` groups or more, evened over
+    the panels (:func:`even_tiles`). 1024x1024x1024 in fp32 on 2 cores with a 2 MiB
+    L2: 4 panels of 32 columns per group, 8 groups (A's 4 MiB read 8 times instead of
+    32: +10% on one core, +6% on two, measured; groups of 8 were no faster, and a
+    core slowed by another process had fewer groups to leave to the other)."""
+    description = _cpu(cpu)
+    panel_bytes = depth * panel * itemsize
+    if m * depth * itemsize + panel_bytes <= description.l2:
+        return 1
+    group = min(description.l2 // 2 // panel_bytes,
+                panels * batch // (TASKS_PER_CORE * description.num_cores))
+    return even_tiles(panels, max(1, group))
+
+
 def _matmul_loads(product: te.Tensor) -> tuple[TensorLoad, TensorLoad] | None:
     """The loads ``(A[..., i, k], B[..., k, j])`` of a product tagged ``"matmul"`` by the
     compute library (``sum(A[..., i, k] * B[..., k, j], k)`` with ``i, j`` its last two
@@ -814,9 +882,10 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
                     cpu: CPUDescription | None = None,
                     epilogue: te.Tensor | None = None) -> None:
     """The register-tiled CPU schedule of a product packed by :func:`pack_matmul`: tiles
-    of :func:`tile_rows` rows (of ``cpu``) by one panel accumulate in registers, column
-    panels (and batch axes) outermost and in parallel. A product it could not pack (a 1-D
-    operand) gets the reduction schedule.
+    of :func:`matmul_tile_rows` rows (of ``cpu``) by one panel accumulate in registers,
+    column panels (or groups of them that each row tile meets in turn,
+    :func:`panel_group`) and batch axes outermost and in parallel. A product it could not
+    pack (a 1-D operand) gets the reduction schedule.
 
     ``epilogue``, when given, is the function's elementwise tail of the product (see
     ``heterocc.te_target.elementwise_epilogue``: bias, GELU, residual add, with the stages
@@ -842,19 +911,35 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
         local, outer = C, epilogue
         schedule[C].set_scope("local")
     *batch, i, j = schedule[outer].op.axis
-    row_tile, panel_index, row, col = schedule[outer].tile(i, j, tile_rows(cpu), width)
-    # Column panels outermost: each thread keeps its panels of B in its own cache while
-    # the rows of A stream past.
-    schedule[outer].reorder(*batch, panel_index, row_tile, row, col)
-    schedule[outer].parallel(schedule[outer].fuse(*batch, panel_index) if batch
-                             else panel_index)
-    schedule[outer].unroll(row)
+    m, n, depth = C.shape[-2], C.shape[-1], packed.shape[-2]
+    row_tile, panel_index, row, col = schedule[outer].tile(
+        i, j, matmul_tile_rows(m, width, packed.dtype, cpu), width)
+    group = panel_group(m, depth, -(-n // width), width, np.dtype(packed.dtype).itemsize,
+                        math.prod(C.shape[:-2]), cpu)
+    # Column panels (or groups of them) outermost: each thread keeps its panels of B in
+    # its own cache while the rows of A stream past (a row tile meeting a group's panels
+    # in turn).
+    if group > 1:
+        group_index, panel_index = schedule[outer].split(panel_index, group)
+        schedule[outer].reorder(*batch, group_index, row_tile, panel_index, row, col)
+        tile = panel_index
+    else:
+        group_index = panel_index
+        schedule[outer].reorder(*batch, panel_index, row_tile, row, col)
+        tile = row_tile
+    schedule[outer].parallel(schedule[outer].fuse(*batch, group_index) if batch
+                             else group_index)
+    # The rows unroll in LLVM (which then keeps the tile's accumulators in registers),
+    # not in the TIR: 64 rows' tile of 13 and tail of 12 would be 25 copies of the body
+    # (an epilogue's GELU in each) for every TIR pass and the code generator to walk;
+    # the machine code is the same.
+    schedule[outer].unroll(row, explicit=False)
     schedule[outer].vectorize(col)
-    schedule[local].compute_at(schedule[outer], row_tile)
+    schedule[local].compute_at(schedule[outer], tile)
     *_, local_row, local_col = schedule[local].op.axis
     (k,) = schedule[local].op.reduce_axis
     schedule[local].reorder(k, local_row, local_col)
-    schedule[local].unroll(local_row)
+    schedule[local].unroll(local_row, explicit=False)
     schedule[local].vectorize(local_col)
 
 

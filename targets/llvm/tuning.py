@@ -58,12 +58,13 @@ from .schedules import (
     default_depthwise_conv_tiles,
     default_panel,
     dense_conv_reduction_blocks,
+    matmul_tile_rows,
     pack_matmul,
     pack_matmuls,
+    panel_group,
     panel_width,
     schedule_conv2d_nchwc,
     schedule_depthwise_conv2d_nchwc,
-    tile_rows,
     vector_lanes,
 )
 
@@ -106,31 +107,49 @@ def _panel_options(n: int, dtype: str) -> tuple[int, ...]:
     return dividing or split_options(-(-n // lanes) * lanes, widths)
 
 
-def _matmul_space(args: tuple) -> ConfigSpace:
+def _matmul_space(args: tuple, batch: int = 1) -> ConfigSpace:
     """Register tile (rows x panel: rows of C x packed columns of B), the reduction's
     chunk (with ``accumulate="memory"`` the chunk loop runs outside the row tiles: cache
-    blocking of B's panel), tile order, which tile loop runs in parallel, unrolling."""
+    blocking of B's panel), tile order, the panels a row tile meets in turn (with
+    ``accumulate="registers"`` and ``panels_outer``: ``schedules.panel_group``), which
+    tile loop runs in parallel, unrolling."""
     m, n, k, dtype = args[:4]
+    default = _matmul_default_tiles(args, batch)
     return ConfigSpace((
-        Knob("tile_rows", "split", split_options(m, (1, 2, 3, 4, 6, 8, 12, 16))),
+        Knob("tile_rows", "split",
+             split_options(m, (1, 2, 3, 4, 6, 8, 12, 16, default["tile_rows"]))),
         Knob("panel", "layout", _panel_options(n, dtype)),
         Knob("k_chunk", "split", split_options(k, (16, 64, 128, 256, 512, k))),
         Knob("accumulate", "order", ("registers", "memory")),
         Knob("loop_order", "order", ("panels_outer", "rows_outer")),
+        Knob("panel_group", "split",
+             split_options(-(-n // vector_lanes(dtype)), (1, 2, 4, 8, default["panel_group"]))),
         Knob("parallel", "parallel", ("outer", "inner", "none")),
         Knob("unroll_rows", "unroll", (True, False)),
     ))
 
 
-def _matmul_default(args: tuple) -> dict:
-    """The choices of ``targets.llvm.schedules.schedule_matmul``."""
+def _matmul_default_tiles(args: tuple, batch: int = 1) -> dict:
+    """The default schedule's panel, rows and panel group for the workload ``args``."""
     m, n, k, dtype = args[:4]
-    space = _matmul_space(args)
-    knobs = {knob.name: knob.options for knob in space.knobs}
-    return {"tile_rows": _closest(knobs["tile_rows"], tile_rows()),
-            "panel": _closest(knobs["panel"], panel_width(dtype)),
-            "k_chunk": k, "accumulate": "registers", "loop_order": "panels_outer",
-            "parallel": "outer", "unroll_rows": True}
+    panel = _closest(_panel_options(n, dtype), panel_width(dtype))
+    return {"panel": panel, "tile_rows": matmul_tile_rows(m, panel, dtype),
+            "panel_group": panel_group(m, k, -(-n // panel), panel,
+                                       np.dtype(dtype).itemsize, batch)}
+
+
+def _matmul_default(args: tuple, batch: int = 1) -> dict:
+    """The choices of ``targets.llvm.schedules.schedule_matmul``."""
+    k = args[2]
+    return {**_matmul_default_tiles(args, batch), "k_chunk": k, "accumulate": "registers",
+            "loop_order": "panels_outer", "parallel": "outer", "unroll_rows": True}
+
+
+def _matmul_upgrade(args: tuple, values: dict) -> dict:
+    """A record written before the panel group knob: one panel per group (what its
+    schedule did)."""
+    values.setdefault("panel_group", 1)
+    return values
 
 
 def _closest(options: tuple, wanted: int):
@@ -155,13 +174,18 @@ def schedule_matmul_config(s: te.Schedule, C: te.Tensor, packed: te.Tensor,
     io, ii = s[C].split(i, rows)
     jo, ji = s[C].split(j, panel)
     outer = [jo, io] if config["loop_order"] == "panels_outer" else [io, jo]
+    if (config["accumulate"] == "registers" and config["loop_order"] == "panels_outer"
+            and config["panel_group"] > 1):
+        group, jo = s[C].split(jo, config["panel_group"])
+        outer = [group, io, jo]  # a row tile meets the group's panels in turn
     if config["accumulate"] == "registers":
         s[C].reorder(*batch, *outer, ii, ji)
         s[local].compute_at(s[C], outer[-1])
         *local_batch, li, lj = s[local].op.axis
         (lk,) = s[local].op.reduce_axis
-        ko, ki = s[local].split(lk, config["k_chunk"])
-        s[local].reorder(*local_batch, ko, ki, li, lj)
+        chunks = [lk] if config["k_chunk"] >= lk.extent else s[local].split(
+            lk, config["k_chunk"])
+        s[local].reorder(*local_batch, *chunks, li, lj)
         tile_stage, tile_rows, tile_cols = s[local], li, lj
     else:
         (kk,) = s[C].op.reduce_axis
@@ -169,7 +193,11 @@ def schedule_matmul_config(s: te.Schedule, C: te.Tensor, packed: te.Tensor,
         s[C].reorder(*batch, outer[0], ko, outer[1], ki, ii, ji)
         tile_stage, tile_rows, tile_cols = s[C], ii, ji
     if config["unroll_rows"]:
-        tile_stage.unroll(tile_rows)
+        # unrolled by LLVM, as schedule_matmul's rows: the same machine code from a
+        # TIR that does not repeat the body once per row
+        if config["accumulate"] == "registers":
+            s[C].unroll(ii, explicit=False)
+        tile_stage.unroll(tile_rows, explicit=False)
     tile_stage.vectorize(tile_cols)
     if config["accumulate"] == "registers":
         s[C].vectorize(ji)
@@ -211,17 +239,21 @@ def _matmul_flops(args) -> int:
 
 MATMUL = Template(
     "matmul", "llvm", _matmul_space, _matmul_default, _instantiate_matmul, _matmul_inputs,
-    _matmul_reference, _matmul_flops)
+    _matmul_reference, _matmul_flops, upgrade=_matmul_upgrade)
 
 
 def _batch_space(args: tuple) -> ConfigSpace:
-    _, m, n, k, dtype = args
-    return _matmul_space((m, n, k, dtype))
+    batch, m, n, k, dtype = args
+    return _matmul_space((m, n, k, dtype), batch)
 
 
 def _batch_default(args: tuple) -> dict:
-    _, m, n, k, dtype = args
-    return _matmul_default((m, n, k, dtype))
+    batch, m, n, k, dtype = args
+    return _matmul_default((m, n, k, dtype), batch)
+
+
+def _batch_upgrade(args: tuple, values: dict) -> dict:
+    return _matmul_upgrade(args[1:], values)
 
 
 def _instantiate_batch_matmul(args: tuple, config: Config):
@@ -244,7 +276,7 @@ BATCH_MATMUL = Template(
     lambda args, rng: _random_inputs([args[:2] + (args[3],), (args[0], args[3], args[2])],
                                      args[4], rng),
     lambda args, inputs: np.matmul(*inputs),
-    lambda args: 2 * math.prod(args[:4]))
+    lambda args: 2 * math.prod(args[:4]), upgrade=_batch_upgrade)
 
 
 # ------------------------------------------------------------------ conv2d, depthwise
@@ -672,7 +704,8 @@ DENSE = Template(
     "dense", "llvm", _matmul_space, _matmul_default,
     functools.partial(_instantiate_matmul, transpose_b=True),
     functools.partial(_matmul_inputs, transpose_b=True),
-    functools.partial(_matmul_reference, transpose_b=True), _matmul_flops)
+    functools.partial(_matmul_reference, transpose_b=True), _matmul_flops,
+    upgrade=_matmul_upgrade)
 
 #: every template of the CPU target
 TEMPLATES = (MATMUL, BATCH_MATMUL, CONV2D, DEPTHWISE_CONV2D, CONV2D_NCHWC,

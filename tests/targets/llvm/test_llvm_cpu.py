@@ -128,7 +128,15 @@ def test_schedules_tile_for_the_description():
     avx2 = hcpu.parse_cpu("llvm -mcpu=x86-64-v3")
     neon = hcpu.parse_cpu("llvm -mtriple=aarch64-linux-gnu")
     assert [schedules.panel_width("float32", c) for c in (avx512, avx2, neon)] == [32, 16, 8]
-    assert [schedules.tile_rows(c) for c in (avx512, avx2, neon)] == [8, 6, 8]
+    assert [schedules.tile_rows(c) for c in (avx512, avx2, neon)] == [14, 6, 13]
+    # a product's tiles are evened over its rows: the fewest tiles, each as short as
+    # they allow (64 rows in 5 tiles of 13 with AVX-512; 13 in 3 of 5 with AVX2)
+    assert [schedules.matmul_tile_rows(m, 32, "float32", avx512)
+            for m in (1, 13, 64, 128, 1024)] == [1, 13, 13, 13, 14]
+    assert [schedules.matmul_tile_rows(m, 16, "float32", avx2)
+            for m in (1, 13, 64, 1024)] == [1, 5, 6, 6]
+    # a one-vector panel keeps a two-vector panel's rows
+    assert schedules.matmul_tile_rows(1024, 16, "float32", avx512) == 14
     assert [schedules.conv_tile_channels(c) for c in (avx512, avx2)] == [16, 8]
     # a 16-float channel block is one AVX-512 vector, two AVX2 ones: a default dense tile
     # pairs two AVX-512 blocks (two weight vectors per input element), one AVX2 block

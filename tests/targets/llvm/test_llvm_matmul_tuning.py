@@ -2,12 +2,26 @@
 until the log's best is the fastest over repeated measurements, and a log's best config
 (its panel width included) applied when the product is compiled."""
 
+import dataclasses
+
 import numpy as np
+import pytest
 
 from heterocc import te
+from heterocc.targets.llvm.cpu import active_cpu, compiling_for
 from heterocc.targets.llvm.module import build
-from heterocc.targets.llvm.schedules import matmul, schedule_matmul
-from heterocc.targets.llvm.tuning import MATMUL, matmul_panel, schedule_matmul_tuned
+from heterocc.targets.llvm.schedules import (
+    matmul,
+    matmul_tile_rows,
+    panel_group,
+    schedule_matmul,
+)
+from heterocc.targets.llvm.tuning import (
+    MATMUL,
+    matmul_panel,
+    schedule_matmul_config,
+    schedule_matmul_tuned,
+)
 from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.measure import (
     MeasureOptions,
@@ -113,6 +127,52 @@ def test_the_logs_panel_width_is_packed_and_its_config_applied():
     schedule = te.create_schedule(C)
     schedule_matmul(schedule, C)
     _run(schedule, [A, B, C])
+
+
+@pytest.mark.parametrize("m,n,k,l2,grouped", [
+    (100, 96, 64, None, False), (1024, 64, 48, None, False), (1, 64, 7, None, False),
+    (13, 32, 29, None, False),
+    (200, 512, 64, 32768, True),  # A (50 KiB) does not fit the L2: panel groups
+])
+def test_default_config_is_the_default_schedule(m, n, k, l2, grouped):
+    """Without a log a product's schedule is exactly the matmul template's default
+    config (its rows those of the evened register tile, 13 for 100 rows; its panels
+    grouped when A does not fit the L2) applied to it."""
+    cpu = dataclasses.replace(active_cpu(), l2=l2 or active_cpu().l2, num_cores=2)
+    with compiling_for(cpu):
+        task = Task("matmul", (m, n, k, "float32"))
+        config = task.default_config()
+        assert config["tile_rows"] == matmul_tile_rows(m, config["panel"], "float32")
+        assert config["panel_group"] == panel_group(
+            m, k, -(-n // config["panel"]), config["panel"], 4)
+        assert (config["panel_group"] > 1) == grouped
+        _check_default_config_is_the_default_schedule(m, n, k, config)
+
+
+def _check_default_config_is_the_default_schedule(m, n, k, config):
+    lowered = []
+    for apply_config in (True, False):
+        A = te.placeholder((m, k), "float32", "A")
+        B = te.placeholder((k, n), "float32", "B")
+        C = matmul(A, B)
+        assert C.op.attrs["packed_B"].shape[-1] == config["panel"]
+        schedule = te.create_schedule(C)
+        if apply_config:
+            schedule_matmul_config(schedule, C, C.op.attrs["packed_B"], config)
+        else:
+            schedule_matmul(schedule, C)
+        lowered.append(str(te.lower(schedule, [A, B, C], name="mm")))
+    assert lowered[0] == lowered[1]
+
+
+def test_a_record_written_before_the_panel_group_knob_still_applies():
+    """Its config takes one panel per group, what its schedule did."""
+    values = {**TASK.default_config().to_json(), "tile_rows": 4}
+    del values["panel_group"]
+    record = MeasureRecord(TASK.workload_key, values, 3, (1.0,))  # an older index
+    config = ApplyHistoryBest([record]).lookup(TASK.workload_key)
+    assert config["panel_group"] == 1 and config["tile_rows"] == 4
+    assert config.index == TASK.config_of(values).index
 
 
 def test_panel_options_divide_the_columns_when_some_do():

@@ -3,6 +3,10 @@ ranks (the compute library's plain products, packed by the target)."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import re
+
 import numpy as np
 import pytest
 
@@ -79,6 +83,92 @@ def test_products_with_a_vector_operand_get_the_reduction_schedule(a_shape, b_sh
     C = plain_matmul(A, B)
     assert not schedules.pack_matmul(C)
     _check_scheduled_product(A, B, C)
+
+
+def _small_integers(shape) -> np.ndarray:
+    """float32 operands whose products sum exactly (small integers: every partial sum
+    of these products is an integer below 2**24), so that any order of the reduction
+    gives NumPy's result to the bit."""
+    return RNG.integers(-4, 5, shape).astype(np.float32)
+
+
+ISAS = pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
+
+
+@ISAS
+@pytest.mark.parametrize("m,n,k", [(1, 45, 29), (13, 100, 64), (100, 70, 31),
+                                   (1000, 33, 96)])
+def test_register_tiles_of_any_row_count_are_exact(target, m, n, k):
+    """Row counts that no tile divides (the tiles are evened over the rows, the last one
+    shorter) and columns that no panel divides, in the code of either ISA."""
+    cpu = hllvm.parse_cpu(target)
+    rows = schedules.matmul_tile_rows(m, schedules.default_panel(n, "float32", cpu),
+                                      "float32", cpu)
+    assert -(-m // rows) == -(-m // schedules.tile_rows(cpu))  # no more tiles than needed
+    a, b = _small_integers((m, k)), _small_integers((k, n))
+    c = np.full((m, n), np.nan, np.float32)
+    hllvm.build(schedules.matmul_function(m, n, k, cpu=cpu), cpu=cpu)(a, b, c)
+    np.testing.assert_array_equal(c, a @ b)
+
+
+@ISAS
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((200, 64), (64, 526)),         # groups of panels, the last group and panel short
+    ((2, 180, 48), (2, 48, 520)),   # batched
+])
+def test_grouped_panels_are_exact(target, a_shape, b_shape):
+    """With an L2 too small for A, a row tile meets a group of panels in turn
+    (:func:`schedules.panel_group`); groups and panels that do not divide are exact."""
+    cpu = dataclasses.replace(hllvm.parse_cpu(target), l2=32768, num_cores=2)
+    m, depth, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    panel = schedules.default_panel(n, "float32", cpu)
+    group = schedules.panel_group(m, depth, -(-n // panel), panel, 4,
+                                  math.prod(a_shape[:-2]), cpu)
+    assert 1 < group < -(-n // panel)
+    A = te.placeholder(a_shape, "float32", "A")
+    B = te.placeholder(b_shape, "float32", "B")
+    C = plain_matmul(A, B)
+    schedules.pack_matmul(C, cpu=cpu)
+    s = te.create_schedule(C)
+    schedules.schedule_matmul(s, C, cpu)
+    a, b = _small_integers(a_shape), _small_integers(b_shape)
+    c = np.full(C.shape, np.nan, np.float32)
+    hllvm.build(te.lower(s, [A, B, C], name="product"), cpu=cpu)["product"](a, b, c)
+    np.testing.assert_array_equal(c, np.matmul(a, b))
+
+
+@ISAS
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((2, 13, 29), (29, 45)),            # [B, T, K] x [K, N]: a shared right operand
+    ((2, 3, 100, 16), (2, 3, 16, 100)),  # attention's [B, H, T, D] x [B, H, D, T]
+])
+def test_batched_products_of_any_row_count_are_exact(target, a_shape, b_shape):
+    cpu = hllvm.parse_cpu(target)
+    A = te.placeholder(a_shape, "float32", "A")
+    B = te.placeholder(b_shape, "float32", "B")
+    C = plain_matmul(A, B)
+    schedules.pack_matmul(C, cpu=cpu)
+    s = te.create_schedule(C)
+    schedules.schedule_matmul(s, C, cpu)
+    a, b = _small_integers(a_shape), _small_integers(b_shape)
+    c = np.full(C.shape, np.nan, np.float32)
+    hllvm.build(te.lower(s, [A, B, C], name="product"), cpu=cpu)["product"](a, b, c)
+    np.testing.assert_array_equal(c, np.matmul(a, b))
+
+
+@pytest.mark.parametrize("target,spill", [
+    ("llvm -mcpu=x86-64-v4", r"\(%rsp\).*mm|mm.*\(%rsp\)"),   # AVX-512: 14 rows
+    ("llvm -mcpu=x86-64-v3", r"\(%rsp\).*mm|mm.*\(%rsp\)"),   # AVX2: 6 rows
+    ("llvm -mtriple=aarch64-linux-gnu", r"(str|ldr|stp|ldp)\s+q\d+.*\[sp"),  # NEON: 13
+])
+def test_the_register_tile_fits_the_registers(target, spill):
+    """The tallest tile the description gives keeps its accumulators and operands in
+    vector registers: no vector register is spilled to the stack (one more row would)."""
+    cpu = hllvm.parse_cpu(target)
+    rows = schedules.tile_rows(cpu)
+    assembly = hllvm.build(schedules.matmul_function(rows * 8, 256, 256, cpu=cpu),
+                           cpu=cpu).assembly()
+    assert not [line for line in assembly.splitlines() if re.search(spill, line)]
 
 
 @pytest.mark.parametrize("shape", [(7, 13), (3, 64, 65), (300, 70), (5,)])
