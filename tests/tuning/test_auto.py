@@ -69,6 +69,17 @@ def _ragged_matmul(rows=30, columns=32):
     return [A, B], [scaled]
 
 
+def _assert_fenced_product(function, m, k, n, rng):
+    """``function`` (A, B, out) computes ``(A @ B) * 2`` of an (m, k) by (k, n) product
+    and writes nothing outside ``out`` (fenced on both sides)."""
+    _, a = _fenced((m, k), np.nan, rng)
+    _, b = _fenced((k, n), np.nan, rng)
+    memory, out = _fenced((m, n), -7.0)
+    function(a, b, out)
+    np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
+    assert (memory[:64] == -7.0).all() and (memory[-64:] == -7.0).all()
+
+
 def _fenced(shape, fill, rng=None):
     """A view of ``shape`` inside a larger array whose margins hold ``fill`` (a write
     outside the view shows there)."""
@@ -103,13 +114,7 @@ def test_ragged_register_tiles_are_exact_in_bounds_and_peeled(rows):
         # the first parallel loop holds the full tiles: no guard left in it
         assert not tir.collect(loops[0], lambda n: isinstance(n, tir.IfThenElse)), \
             (location, order, str(lowered))
-        function = build(lowered)["f"]
-        _, a = _fenced((30, 16), np.nan, rng)
-        _, b = _fenced((16, 32), np.nan, rng)
-        memory, out = _fenced((30, 32), -7.0)
-        function(a, b, out)
-        np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
-        assert (memory[:64] == -7.0).all() and (memory[-64:] == -7.0).all()
+        _assert_fenced_product(build(lowered)["f"], 30, 16, 32, rng)
 
 
 def test_seeds_include_ragged_register_tiles_and_window_hints():
@@ -166,13 +171,7 @@ def test_a_vectorized_axis_that_whole_vectors_do_not_divide_is_tiled_by_whole_ve
                                and n.buffer.name == "C.packed_B")]
         assert loops[0].extent.value == 2, (location, order, str(lowered))  # 2 full tiles
         assert not tir.collect(loops[0], lambda n: isinstance(n, tir.IfThenElse))
-        function = build(lowered)["f"]
-        _, a = _fenced((1, 16), np.nan, rng)
-        _, b = _fenced((16, 40), np.nan, rng)
-        memory, out = _fenced((1, 40), -7.0)
-        function(a, b, out)
-        np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
-        assert (memory[:64] == -7.0).all() and (memory[-64:] == -7.0).all()
+        _assert_fenced_product(build(lowered)["f"], 1, 16, 40, rng)
 
 
 def test_a_tile_size_mutation_reaches_ragged_register_tiles():

@@ -111,6 +111,21 @@ def test_register_tiles_of_any_row_count_are_exact(target, m, n, k):
     np.testing.assert_array_equal(c, a @ b)
 
 
+def _assert_product_exact(a_shape, b_shape, cpu):
+    """The packed, scheduled product for ``cpu`` of small integers (every sum exact):
+    NumPy's bits, every output written."""
+    A = te.placeholder(a_shape, "float32", "A")
+    B = te.placeholder(b_shape, "float32", "B")
+    C = plain_matmul(A, B)
+    schedules.pack_matmul(C, cpu=cpu)
+    s = te.create_schedule(C)
+    schedules.schedule_matmul(s, C, cpu)
+    a, b = _small_integers(a_shape), _small_integers(b_shape)
+    c = np.full(C.shape, np.nan, np.float32)
+    hllvm.build(te.lower(s, [A, B, C], name="product"), cpu=cpu)["product"](a, b, c)
+    np.testing.assert_array_equal(c, np.matmul(a, b))
+
+
 @ISAS
 @pytest.mark.parametrize("a_shape,b_shape", [
     ((200, 64), (64, 526)),         # groups of panels, the last group and panel short
@@ -125,16 +140,7 @@ def test_grouped_panels_are_exact(target, a_shape, b_shape):
     group = schedules.panel_group(m, depth, -(-n // panel), panel, 4,
                                   math.prod(a_shape[:-2]), cpu)
     assert 1 < group < -(-n // panel)
-    A = te.placeholder(a_shape, "float32", "A")
-    B = te.placeholder(b_shape, "float32", "B")
-    C = plain_matmul(A, B)
-    schedules.pack_matmul(C, cpu=cpu)
-    s = te.create_schedule(C)
-    schedules.schedule_matmul(s, C, cpu)
-    a, b = _small_integers(a_shape), _small_integers(b_shape)
-    c = np.full(C.shape, np.nan, np.float32)
-    hllvm.build(te.lower(s, [A, B, C], name="product"), cpu=cpu)["product"](a, b, c)
-    np.testing.assert_array_equal(c, np.matmul(a, b))
+    _assert_product_exact(a_shape, b_shape, cpu)
 
 
 @ISAS
@@ -144,16 +150,7 @@ def test_grouped_panels_are_exact(target, a_shape, b_shape):
 ])
 def test_batched_products_of_any_row_count_are_exact(target, a_shape, b_shape):
     cpu = hllvm.parse_cpu(target)
-    A = te.placeholder(a_shape, "float32", "A")
-    B = te.placeholder(b_shape, "float32", "B")
-    C = plain_matmul(A, B)
-    schedules.pack_matmul(C, cpu=cpu)
-    s = te.create_schedule(C)
-    schedules.schedule_matmul(s, C, cpu)
-    a, b = _small_integers(a_shape), _small_integers(b_shape)
-    c = np.full(C.shape, np.nan, np.float32)
-    hllvm.build(te.lower(s, [A, B, C], name="product"), cpu=cpu)["product"](a, b, c)
-    np.testing.assert_array_equal(c, np.matmul(a, b))
+    _assert_product_exact(a_shape, b_shape, cpu)
 
 
 @pytest.mark.parametrize("target,spill", [
