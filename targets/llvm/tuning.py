@@ -24,7 +24,7 @@ import numpy as np
 from heterocc import te
 from heterocc.compute import compute_of
 from heterocc.compute.nn import matmul as plain_matmul
-from heterocc.errors import CompileError
+from heterocc.errors import CompileError, TargetError
 from heterocc.ir.graph import Graph, Node, Value
 from heterocc.ir.types import TensorType
 from heterocc.ops.layout import blocked_conv_geometry, conv_nchwc
@@ -47,7 +47,7 @@ from heterocc.tuning.space import Config, ConfigSpace, Knob, divisors, split_opt
 from heterocc.tuning.task import Task, matmul_dims, workload_key
 from heterocc.tuning.templates import TargetTuning, Template
 
-from .cpu import CPUDescription, active_cpu, compiling_for
+from .cpu import CPUDescription, active_cpu, check_runs_on, compiling_for
 from .module import build
 from .schedules import (
     BLOCKED_CONV_MAX_COLUMNS,
@@ -862,8 +862,15 @@ def schedule_conv_auto(schedule: te.Schedule, conv: te.Tensor,
 
 def measure_candidate(task: Task, config: Config, options: MeasureOptions
                       ) -> tuple[float, ...]:
-    """Build ``config`` of ``task`` with LLVM, check it against NumPy, time it (a
-    function task through the target's compile path, see :func:`_measure_function`)."""
+    """Build ``config`` of ``task`` with LLVM for the CPU being tuned for, check it
+    against NumPy, time it (a function task through the target's compile path, see
+    :func:`_measure_function`). A worker whose CPU cannot run that code (a node of
+    another CPU in a Ray cluster) fails the candidate with the reason instead of
+    stopping on an illegal instruction."""
+    try:
+        check_runs_on(active_cpu(), what="code tuned for this target")
+    except TargetError as error:
+        raise CandidateError("runtime", f"this worker cannot run it: {error}") from None
     if task.template in (FUNCTION, auto_name(FUNCTION)):
         return _measure_function(task, config, options)
     try:

@@ -20,8 +20,9 @@ from heterocc.targets.llvm import tuning as llvm_tuning
 from heterocc.targets.llvm.cpu import host_cpu, parse_cpu
 from heterocc.tuning.apply import ApplyHistoryBest, records_for
 from heterocc.tuning.cli import add_tune_parser
+from heterocc.tuning.measure import MeasureOptions, measure_in_process
 from heterocc.tuning.records import MeasureRecord, RecordLog, read_records
-from heterocc.tuning.task import extract_tasks, tuning_key, tuning_target
+from heterocc.tuning.task import Task, extract_tasks, tuning_key, tuning_target
 from tests.conftest import make_model
 
 #: a description of this host's CPU other than the host's own, runnable here on any
@@ -120,3 +121,15 @@ def test_records_without_a_target_still_apply_everywhere():
     with records_for("llvm -mcpu=x"):
         assert applied.best_cost(key) == 0.5
     assert applied.best_cost(key) == 0.5  # no target said: every record
+
+
+def test_a_worker_that_cannot_run_the_tuned_cpus_code_fails_the_candidate_clearly(rng):
+    """A Ray node of another CPU gets a candidate for the tuned one: an error naming the
+    missing features, not an illegal instruction that kills the worker."""
+    other = ("llvm -mtriple=aarch64-linux-gnu" if host_cpu().arch == "x86_64"
+             else "llvm -mtriple=x86_64-linux-gnu")
+    key = tuning_key(LLVMTarget(cpu=other))
+    task = Task("auto.matmul", (8, 16, 8, "float32"))
+    options = MeasureOptions(repeat=1, target=key)
+    result = measure_in_process(task, task.default_config(), options)
+    assert result.error == "runtime" and "this worker cannot run it" in result.message
