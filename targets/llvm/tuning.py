@@ -63,9 +63,11 @@ from .schedules import (
     pack_matmuls,
     panel_group,
     panel_width,
+    ragged_panel_tail,
     schedule_conv2d_nchwc,
     schedule_depthwise_conv2d_nchwc,
     vector_lanes,
+    vectorize_panel_columns,
 )
 
 
@@ -198,9 +200,10 @@ def schedule_matmul_config(s: te.Schedule, C: te.Tensor, packed: te.Tensor,
         if config["accumulate"] == "registers":
             s[C].unroll(ii, explicit=False)
         tile_stage.unroll(tile_rows, explicit=False)
-    tile_stage.vectorize(tile_cols)
+    ragged = ragged_panel_tail(C.shape[-1], panel, C.dtype)
+    vectorize_panel_columns(tile_stage, tile_cols, ragged, C.dtype)
     if config["accumulate"] == "registers":
-        s[C].vectorize(ji)
+        vectorize_panel_columns(s[C], ji, ragged, C.dtype)
     if config["parallel"] == "outer":
         s[C].parallel(batch[0] if batch else outer[0])
     elif config["parallel"] == "inner":

@@ -256,3 +256,26 @@ def test_conv2d_schedule_matches_numpy(shape, kernel, stride, padding):
     y = np.full(Y.shape, np.nan, np.float32)
     hllvm.build(func)(x, w, y)
     np.testing.assert_allclose(y, conv2d_reference(x, w, stride, padding), rtol=1e-4, atol=1e-4)
+
+
+@ISAS
+def test_a_last_panel_cut_to_no_whole_number_of_vectors_runs_a_vector_at_a_time(target):
+    """n leaves a last panel of one vector and a quarter (20 of 32 lanes on AVX-512):
+    the tile runs it as a whole vector and a short one, never as one vector of that
+    width (which LLVM scalarized, spilling the accumulators), and stays exact."""
+    cpu = hllvm.parse_cpu(target)
+    lanes = cpu.vector_lanes("float32")
+    width = schedules.default_panel(4096, "float32", cpu)
+    tail = lanes + lanes // 4
+    n = 3 * width + tail
+    assert schedules.ragged_panel_tail(n, width, "float32", cpu)
+    assert not schedules.ragged_panel_tail(3 * width + lanes // 2, width, "float32", cpu)
+    A = te.placeholder((40, 24), "float32", "A")
+    B = te.placeholder((24, n), "float32", "B")
+    C = plain_matmul(A, B)
+    schedules.pack_matmul(C, cpu=cpu)
+    s = te.create_schedule(C)
+    schedules.schedule_matmul(s, C, cpu)
+    text = str(te.lower(s, [A, B, C], name="product"))
+    assert f", 1, {tail})" not in text and f", 1, {lanes // 4})" in text
+    _assert_product_exact((40, 24), (24, n), cpu)
