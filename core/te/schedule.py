@@ -91,6 +91,14 @@ class Stage:
             f"{primitive}: {getattr(iv, 'name', iv)!r} is not one of its current loops "
             f"({names}); split/fuse replace their inputs by their outputs")
 
+    def require_unscheduled(self, primitive: str) -> None:
+        """Raise unless no loop primitive or placement touched this stage yet: for the
+        primitives that replace its computation by new stages (``cache_write``,
+        ``rfactor``)."""
+        if self.relations or self.loop_kinds or self.attach != ROOT:
+            raise CompileError(f"{primitive}: stage {self.name!r} was already scheduled; "
+                               f"call {primitive} before split/fuse/reorder/annotations on it")
+
     # --------------------------------------------------------------- loop structure
 
     def split(self, parent: IterVar, factor: int | None = None,
@@ -276,10 +284,7 @@ class Schedule:
         stage = self[tensor]
         if stage.is_placeholder:
             raise CompileError(f"cache_write: {tensor.name!r} is a placeholder")
-        if stage.relations or stage.loop_kinds or stage.attach != ROOT:
-            raise CompileError(
-                f"cache_write: stage {tensor.name!r} was already scheduled; call cache_write "
-                "before split/fuse/reorder/annotations on it")
+        stage.require_unscheduled("cache_write")
         new_axis = tuple(IterVar(tx.Var(iv.name + ".c"), iv.extent) for iv in stage.axis)
         body = substitute(stage.body, {old.var: new.var for old, new in zip(stage.axis, new_axis)})
         name = f"{tensor.name}.{scope}"
@@ -291,7 +296,6 @@ class Schedule:
         stage.reduce_axis = []
         stage.leaf_iter_vars = list(stage.axis)
         return cache
-
 
     def rfactor(self, tensor: Tensor, axis: IterVar, factor: int,
                 keep: str = "inner") -> Tensor:
@@ -312,10 +316,7 @@ class Schedule:
         stage = self[tensor]
         if not isinstance(stage.body, Reduce):
             raise CompileError(f"rfactor: {tensor.name!r} is not a reduction")
-        if stage.relations or stage.loop_kinds or stage.attach != ROOT:
-            raise CompileError(
-                f"rfactor: stage {tensor.name!r} was already scheduled; call rfactor "
-                "before split/fuse/reorder/annotations on it")
+        stage.require_unscheduled("rfactor")
         if not any(iv is axis for iv in stage.reduce_axis):
             names = ", ".join(iv.name for iv in stage.reduce_axis)
             raise CompileError(f"rfactor: {getattr(axis, 'name', axis)!r} is not a reduction "
@@ -335,13 +336,13 @@ class Schedule:
                         other_extent, REDUCE)
         ko, ki = (other, kept) if keep == "inner" else (kept, other)
         position = ko.var * factor + ki.var
-        last = axis.extent - 1
+        last, short = axis.extent - 1, axis.extent % factor != 0
         # clamped, so that the short last chunk reads in bounds; its value is discarded
-        index = position if axis.extent % factor == 0 else tx.minimum(position, last)
+        index = tx.minimum(position, last) if short else position
         source = substitute(reduction.source, {
             **{old.var: new.var for old, new in zip(stage.axis, rf_axis)},
             axis.var: index + axis.min})
-        if axis.extent % factor:
+        if short:
             source = tx.select(position <= last, source, reduction.identity())
         rf_reduce = tuple(other if iv is axis else iv for iv in reduction.axis)
         name = f"{tensor.name}.rf"

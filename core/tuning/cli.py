@@ -135,16 +135,16 @@ def run_tune(args, stream: TextIO | None = None) -> int:
                               search=search)
         print(f"{len(tasks)} tasks in {args.model} for {key or args.target} ({search} search)",
               file=stream)
-        _tune(args, search, tasks, options, stream, RecordLog(args.log, target=key))
+        _tune(args, search, tasks, options, stream)
     print(f"log: {args.log}", file=stream)
     return 0
 
 
-def _tune(args, search: str, tasks: list[Task], options: MeasureOptions, stream: TextIO,
-          log: RecordLog) -> None:
+def _tune(args, search: str, tasks: list[Task], options: MeasureOptions,
+          stream: TextIO) -> None:
     model = CostModel(seed=args.seed)
     with make_pool(options, getattr(args, "workers", 1), getattr(args, "ray", None)) as pool, \
-            log:
+            RecordLog(args.log, target=options.target) as log:
         if search == "auto":
             _run_auto(args, tasks, pool, log, model, stream)
         else:

@@ -170,13 +170,18 @@ def task_inputs(key: str, seed: int) -> tuple[tuple[np.ndarray, ...], np.ndarray
 
 
 def measure_in_process(task: Task, config: Config, options: MeasureOptions) -> MeasureResult:
-    """Measure one candidate in this process (what the worker runs), in the tuned
-    target's context (:func:`tuning_context`)."""
+    """Measure one candidate in this process, in the tuned target's context
+    (:func:`tuning_context`)."""
+    with tuning_context(options.target):
+        return _measure(task, config, options)
+
+
+def _measure(task: Task, config: Config, options: MeasureOptions) -> MeasureResult:
+    """:func:`measure_in_process` inside the tuned target's context."""
     start = time.perf_counter()
     runner = tuning_of(task.target).measure
     try:
-        with tuning_context(options.target):
-            costs = runner(task, config, options)
+        costs = runner(task, config, options)
     except CandidateError as error:
         return MeasureResult(error=error.kind, message=str(error),
                              elapsed_s=time.perf_counter() - start)
@@ -204,8 +209,7 @@ def measure_values(key: str, values: dict, options: MeasureOptions) -> MeasureRe
     registers and lanes shape a sketch)."""
     with tuning_context(options.target):
         task = Task.from_key(key)
-        config = task.space.from_values(values)
-    return measure_in_process(task, config, options)
+        return _measure(task, task.space.from_values(values), options)
 
 
 def measure_in_order(measure_one: Callable[[Task, Config], MeasureResult], task: Task,

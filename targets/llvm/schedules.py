@@ -470,7 +470,7 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
         return
     if len(stage.op.axis) != 5 or len(stage.op.reduce_axis) != 4:
         raise CompileError(f"schedule_conv2d_nchwc: {conv.name!r} is not a blocked conv2d "
-                           "(5 output axes, 2 or 4 reduction axes)")
+                           "(5 output axes, 4 reduction axes)")
     # the padded copy (n, c, y, x, block) keeps its pixels in a serial loop per row:
     # fused into the parallel loop, each pixel's (short) block vector paid for recovering
     # its row and column by division and for the padding test on both (the 3-channel

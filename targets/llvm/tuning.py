@@ -1115,7 +1115,7 @@ def _function_flops(args: tuple) -> int:
     for node in function_body(args[1]).nodes:
         if node.op in REDUCTION_ANCHORS:
             total += math.prod(node.inputs[0].type.shape)
-        if node.op == "ConvNCHWc":
+        elif node.op == "ConvNCHWc":
             _, per_group, kh, kw, block, _ = node.inputs[1].type.shape
             total += 2 * math.prod(node.outputs[0].type.shape) * per_group * block * kh * kw
         elif node.op in ("MatMul", "Gemm"):

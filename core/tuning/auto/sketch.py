@@ -168,6 +168,8 @@ class Sketch:
             raise InputError("auto schedule: the compute has no reduction to tile (only "
                              "computes with a reduction are tuned)")
         outers = {a.outer for a in self.anchors} | {a.name for a in self.anchors}
+        #: producers that only add a border (a padding) and may be read in place
+        self.bordered: set[str] = set()
         for stage in schedule.stages:
             name = stage.tensor.name
             if stage.is_placeholder or name in outers or name in output_names:
@@ -175,8 +177,8 @@ class Sketch:
             if stage.op.reduce_axis:
                 continue
             (self.producers if name in anchor_reads else self.inlined).append(name)
-        self.bordered = {name for name in self.producers
-                         if _is_border(schedule[_stage_tensor(schedule, name)])}
+            if name in anchor_reads and _is_border(stage):
+                self.bordered.add(name)
         self.other_outputs = [name for name in output_names if name not in outers]
         self.space = ConfigSpace(tuple(self._knobs()))
 
@@ -559,10 +561,6 @@ def _largest_inner(extent: int, limit: int) -> int:
 def _largest_inner_of(extent: int, limit: int) -> int:
     """The largest divisor of ``extent`` at most ``limit`` (at least 1)."""
     return max(d for d in divisors(extent) if d <= max(1, limit))
-
-
-def _stage_tensor(schedule: te.Schedule, name: str) -> te.Tensor:
-    return next(stage.tensor for stage in schedule.stages if stage.tensor.name == name)
 
 
 def _is_border(stage) -> bool:
