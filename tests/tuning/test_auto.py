@@ -464,3 +464,35 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("limit", [64, 0])
+def test_a_register_tiles_write_back_is_unrolled_like_the_tile(limit):
+    """The epilogue that reads a tile's accumulators (here 4 rows x 2 vectors) is
+    unrolled within the tile's unroll limit, so its accumulator indices are constants
+    (LLVM keeps the tile in registers); with unrolling off it stays a loop; either way
+    the point computes the product and its epilogue."""
+    _, outputs = _matmul_epilogue()
+    sketch = Sketch(outputs, HINTS)
+    config = sketch.space.from_values({
+        **sketch.default_values(), "a0.tile.s0": (1, 1, 4), "a0.tile.s1": (1, 1, 16),
+        "a0.location": "at1", "a0.unroll": limit})
+    inputs, outputs = _matmul_epilogue()
+    schedule = sketch.apply(outputs, config)
+    lowered = te.lower(schedule, [*inputs, *outputs], name="f")
+    writes = tir.collect(lowered.body, lambda n: isinstance(n, tir.BufferStore)
+                         and n.buffer.name == "out")
+    # unrolled: one vector store per row of the tile, reading its accumulators at
+    # constant places; else one store in a loop over the rows
+    assert len(writes) == (4 if limit else 1)
+    reads = [load for store in writes for load in tir.collect(
+        store.value, lambda n: isinstance(n, tir.BufferLoad) and n.buffer.name == "C")]
+    constant = [isinstance(r.indices[-1].base, tir.IntImm) for r in reads
+                if isinstance(r.indices[-1], tir.Ramp)]
+    assert constant and all(constant) == bool(limit)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((24, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 32)).astype(np.float32)
+    out = np.zeros((24, 32), np.float32)
+    build(lowered)["f"](a, b, out)
+    np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
