@@ -496,3 +496,20 @@ def test_a_register_tiles_write_back_is_unrolled_like_the_tile(limit):
     out = np.zeros((24, 32), np.float32)
     build(lowered)["f"](a, b, out)
     np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
+
+
+def test_seeds_offer_register_tiles_leaving_four_or_eight_registers_for_operands():
+    """A 1x1 convolution's reduction (no window): the dividing register tiles whose
+    accumulators leave eight registers for operands are seeds beside those leaving
+    four (32 registers, two one-vector channel blocks: 14 and 8 of 112 columns)."""
+    hints = SearchHints(vector_lanes=16, registers=32, cores=2)
+    data = te.placeholder((1, 2, 112, 112, 16), name="data")
+    weight = te.placeholder((6, 2, 1, 1, 16, 16), name="w")
+    rc, ry, rx, rb = (te.reduce_axis(2, "rc"), te.reduce_axis(1, "ry"),
+                      te.reduce_axis(1, "rx"), te.reduce_axis(16, "rb"))
+    conv = te.compute((1, 6, 112, 112, 16), lambda n, c, y, x, k: te.sum(
+        data[n, rc, y + ry, x + rx, rb] * weight[c, rc, ry, rx, rb, k],
+        axis=[rc, ry, rx, rb]), name="conv")
+    tiles = {(seed["a0.tile.s1"][-1], seed["a0.tile.s3"][-1])
+             for seed in Sketch([conv], hints).seed_values()}
+    assert {(2, 14), (2, 8), (1, 28), (1, 16)} <= tiles
