@@ -349,6 +349,9 @@ def test_the_sketch_expresses_the_hand_depthwise_tile(rng):
     (dense,) = extract_tasks(_conv_model(rng), search="auto")
     assert depthwise.default_config()["p0.location"] == "inline"
     assert dense.default_config()["p0.location"] == "root"
+    # the kept padding read in place too, from the first batch (the default so else)
+    in_place = {**dense.default_config().to_json(), "p0.location": "inline"}
+    assert dense.definition.first_configs(dense.args)[1].values == in_place
     config = depthwise.space.from_values({**depthwise.default_config().to_json(),
                                           "a0.reduce_unroll": "hint"})
     schedule, args = depthwise.definition.instantiate(depthwise.args, config)
