@@ -20,7 +20,8 @@ Ansor paper to them:
 - **cache write**: an anchor that is itself the output accumulates each tile in a local
   buffer (``cache_write`` + ``compute_at`` at level 0 or 1), or directly in the output;
 - **annotations**: the outer tile loops fused and run in parallel, the innermost spatial
-  loop vectorized, the register tile and inner reduction unrolled up to a limit, or the
+  loop vectorized, the register tile and inner reduction unrolled up to a limit (the
+  tile's write-back too, within the same limit), or the
   inner reduction left to LLVM's unroller by a hint (a convolution's window);
 - **compute location of producers**: a padding is read in place by default (inlined;
   a masked load where vectorized) unless its compute asks to be kept;
