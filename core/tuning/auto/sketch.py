@@ -58,6 +58,10 @@ UNROLL_LIMITS = (0, 16, 64, 512)
 #: of several cores): about 0.1 ms of one core's work, so waking the thread pool is a
 #: small part of it. Below it a serial nest is offered too.
 PARALLEL_ONLY_WORK = 1 << 22
+#: vectors of a seeded register tile: along the vectorized axis, or where that is one
+#: vector (a channel block), as many blocks along an outer axis (three where 2 and 4 do
+#: not divide the blocks, e.g. 9 of 144 channels: the blocked-conv hand schedule's too)
+TILE_VECTORS = (1, 2, 3, 4)
 #: a register tile that does not divide its loop is seeded only where the loop holds at
 #: least this many such tiles (the cut-short last tile is then a small part of it)
 RAGGED_ROWS = 8
@@ -298,10 +302,11 @@ class Sketch:
 
     def seed_values(self) -> list[dict]:
         """Points to measure first besides :meth:`default_values`: each register tile
-        shape the CPU's registers allow (one, two or four vectors wide by as many rows
+        shape the CPU's registers allow (one to four vectors wide by as many rows
         as the accumulators leave registers for: four of them for operands, and where
-        the reduction is no window also eight, e.g. two channel blocks of a 1x1
-        convolution by 8 of 112 columns rather than 14, 0.15 ms against 0.24), and for
+        the reduction is no window also a third of them, e.g. two channel blocks of a
+        1x1 convolution by 8 of 112 columns rather than 14, 0.15 ms against 0.24, three
+        by 7 of 56 rather than 8, 0.10 ms against 0.15), and for
         a long single reduction (a
         product's) the same tiles cache-blocked: the reduction in chunks whose operand
         panel stays in the first-level cache while several row tiles (level 2) reuse it;
@@ -328,17 +333,19 @@ class Sketch:
         if windowed:
             # first, the window's weights kept in registers beside the accumulators
             # (one vector per tap and vector of the tile), the window unrolled by LLVM
-            for vectors in (1, 2, 4):
+            for vectors in TILE_VECTORS:
                 values = self._tiled_values(vectors, False, window=True)
                 if values is not None and values not in seeds:
                     seeds.append(values)
         # ragged register tiles for the rows of a product, not a window's few columns;
-        # for a reduction that is no window, the dividing tiles that leave eight
-        # registers for operands too (as the ragged ones do), beside those leaving four
+        # for a reduction that is no window, the dividing tiles that leave a third of
+        # the registers for operands too (as the blocked-conv hand schedule's tiles do),
+        # beside those leaving four
         raggedness = (False,) if windowed else (False, True)
-        for vectors in (1, 2, 4):
+        spares = (4,) if windowed else (4, max(4, self.hints.registers // 3))
+        for vectors in TILE_VECTORS:
             for blocked, ragged in itertools.product((False, True), raggedness):
-                for spare in (4,) if windowed or ragged else (4, 8):
+                for spare in (4,) if ragged else spares:
                     values = self._tiled_values(vectors, blocked, ragged, spare=spare)
                     if values is not None and values not in seeds:
                         seeds.append(values)
@@ -348,7 +355,11 @@ class Sketch:
                                        for number in range(len(self.anchors))}}
                 if hinted not in seeds:
                     seeds.append(hinted)
-        return seeds
+        # a tile the knobs do not offer (three vectors along a wide vectorized axis
+        # they do not divide) is no point of the space
+        options = {knob.name: knob.options for knob in self.space.knobs}
+        return [seed for seed in seeds
+                if all(value in options[name] for name, value in seed.items())]
 
     def _windowed(self) -> bool:
         """Every anchor's reduction is a short window (no loop of more than
