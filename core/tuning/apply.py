@@ -50,6 +50,8 @@ def record_target() -> str | None:
 class _Index:
     """The successful records of one target, best config first per task."""
 
+    #: every successful record per task, in log order
+    records: dict[str, list[MeasureRecord]]
     by_task: dict[str, list[MeasureRecord]]
     best_cost: dict[str, float]
     #: the fastest single timing of each config: what it costs when nothing else
@@ -60,13 +62,16 @@ class _Index:
 def _index(records: list[MeasureRecord]) -> _Index:
     first_record: dict[tuple[str, int], MeasureRecord] = {}
     floor: dict[tuple[str, int], float] = {}
+    in_order: dict[str, list[MeasureRecord]] = {}
     for record in records:
         if record.ok:
+            in_order.setdefault(record.workload_key, []).append(record)
             where = (record.workload_key, record.config_index)
             first_record.setdefault(where, record)
             floor[where] = min(floor.get(where, math.inf), *record.costs)
     by_cost = config_costs(records)
-    return _Index({key: [first_record[key, index] for index in sorted(costs, key=costs.get)]
+    return _Index(in_order,
+                  {key: [first_record[key, index] for index in sorted(costs, key=costs.get)]
                    for key, costs in by_cost.items()},
                   {key: min(costs.values()) for key, costs in by_cost.items()}, floor)
 
@@ -106,6 +111,12 @@ class ApplyHistoryBest:
             if where is None or where(config):
                 return config
         return None
+
+    def records(self, key: str, tuner: str | None = None) -> list[MeasureRecord]:
+        """The successful records of task ``key`` in log order (those a ``tuner`` tag
+        wrote, when given)."""
+        return [r for r in self._current().records.get(key, ())
+                if tuner is None or r.tuner == tuner]
 
     def floor_cost(self, key: str, index: int) -> float | None:
         """The fastest single timing of config ``index`` of task ``key`` in the log."""

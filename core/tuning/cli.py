@@ -24,7 +24,7 @@ from ..runtime.inputs import parse_shapes
 from .auto import AUTO_PREFIX, EvolutionaryTuner, is_auto
 from .measure import MeasureOptions, tuning_context
 from .pool import make_pool
-from .records import MeasureRecord, RecordLog, config_costs
+from .records import BASELINE, PAIRED, MeasureRecord, RecordLog, config_costs
 from .scheduler import TaskScheduler
 from .task import SEARCHES, Task, extract_tasks, tuning_key, tuning_target
 from .templates import SECONDS
@@ -189,8 +189,10 @@ def measure_hand_schedules(tasks, pool, log: RecordLog, rounds: int = 3) -> None
     """Each auto task's hand-written schedule (its template's default config), timed
     ``rounds`` times on the same harness and logged under the template's key, each time
     right after the search's best so far is timed again (a change in load hits both
-    alike): compile applies the faster of the two searches' records per workload, so it
-    keeps the hand schedule wherever the search found nothing faster."""
+    alike; the records are tagged :data:`.records.PAIRED` and
+    :data:`.records.BASELINE`): compile applies the faster of the
+    two searches' records per workload, so it keeps the hand schedule wherever the
+    search found nothing faster."""
     for task in tasks:
         if not is_auto(task.template):
             continue
@@ -206,10 +208,10 @@ def measure_hand_schedules(tasks, pool, log: RecordLog, rounds: int = 3) -> None
                 result = pool.measure_one(task, best)
                 log.append(MeasureRecord(task.workload_key, best.to_json(), best.index,
                                          result.costs, result.error, result.message,
-                                         "remeasure"))
+                                         PAIRED))
             result = pool.measure_one(hand, default)
             log.append(MeasureRecord(hand.workload_key, default.to_json(), default.index,
-                                     result.costs, result.error, result.message, "baseline"))
+                                     result.costs, result.error, result.message, BASELINE))
 
 
 class _Discard:

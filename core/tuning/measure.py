@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from .records import fastest
 from .space import Config
 from .task import Task, tuning_target
 from .templates import tuning_of
@@ -79,7 +80,8 @@ class MeasureResult:
 
     @property
     def cost(self) -> float:
-        return float(np.median(self.costs)) if self.ok else math.inf
+        """The fastest timing (:func:`.records.fastest`), infinite for a failed candidate."""
+        return fastest(self.costs) if self.ok else math.inf
 
 
 class CandidateError(Exception):

@@ -15,7 +15,7 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -23,6 +23,20 @@ from ..errors import InputError
 
 #: version of the record format, written into every line
 RECORD_VERSION = 1
+#: tuner tags of the records that time a search's best (``PAIRED``) and the hand
+#: schedule it competes with (``BASELINE``) in turn, close together: the pairs a target
+#: decides between the two by (timings taken at other times met other loads)
+PAIRED = "paired"
+BASELINE = "baseline"
+
+
+def fastest(costs: Sequence[float]) -> float:
+    """What a candidate's timings rank it by: the fastest. Work of other processes on a
+    shared machine only ever slows a timing, and it comes in bursts that hit some of a
+    candidate's timings and not others (one of three 5x slower, the rest clean), so the
+    fastest is the timing least disturbed; a median lets one burst in two timings
+    decide and drops good points whenever the machine is busy."""
+    return float(min(costs))
 
 
 @dataclass(frozen=True)
@@ -49,8 +63,9 @@ class MeasureRecord:
 
     @property
     def cost(self) -> float:
-        """Median cost, infinite for a failed candidate."""
-        return statistics.median(self.costs) if self.ok else math.inf
+        """The fastest of the record's timings (see :func:`fastest`), infinite
+        for a failed candidate."""
+        return fastest(self.costs) if self.ok else math.inf
 
     def to_json(self) -> dict:
         return {"v": RECORD_VERSION, "task": self.workload_key, "config": self.config,

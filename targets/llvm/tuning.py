@@ -16,6 +16,7 @@ import contextvars
 import functools
 import json
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -42,7 +43,7 @@ from heterocc.tuning.measure import (
     task_inputs,
     time_calls,
 )
-from heterocc.tuning.records import MeasureRecord
+from heterocc.tuning.records import BASELINE, PAIRED, MeasureRecord
 from heterocc.tuning.space import Config, ConfigSpace, Knob, divisors, split_options
 from heterocc.tuning.task import Task, matmul_dims, workload_key
 from heterocc.tuning.templates import TargetTuning, Template
@@ -1170,7 +1171,10 @@ def function_choice(body: Graph):
     if spec is not None:
         hand_key, auto_key = function_keys(spec, kind)
         hand_cost, config = context.best_cost(hand_key), context.lookup(auto_key)
-        if config is not None and (hand_cost is None or _beats_hand(
+        paired = _paired_choice(context, auto_key, hand_key)
+        if paired is not None:
+            choice = ("auto", paired[0]) if paired[1] else ("hand", None)
+        elif config is not None and (hand_cost is None or _beats_hand(
                 context, auto_key, config, hand_key)):
             choice = ("auto", config)
         elif hand_cost is not None or config is not None:
@@ -1180,6 +1184,37 @@ def function_choice(body: Graph):
         yield choice
     finally:
         _FUNCTION_CHOICE.reset(token)
+
+
+def _paired_choice(context: ApplyHistoryBest, auto_key: str, hand_key: str
+                   ) -> tuple[Config, bool] | None:
+    """The search's best as it was timed in turn with the hand schedule (the records
+    tagged :data:`~heterocc.tuning.records.PAIRED` and ``BASELINE``), and whether it won
+    those pairs by :data:`FUNCTION_MARGIN`, both by the median of its timings and by
+    its fastest; None where the log holds no such pairs (or their config is no point
+    of today's space). Only these timings decide where they exist: the search's own
+    were taken minutes earlier under another load (a point timed 0.15 ms while the
+    machine was quiet, 0.27 ms beside the hand schedule's 0.21 ms later, took the
+    place of that hand schedule and ran 0.45 ms in the model)."""
+    paired = context.records(auto_key, PAIRED)
+    baseline = context.records(hand_key, BASELINE)
+    if not paired or not baseline:
+        return None
+    index = paired[-1].config_index  # the last run's finalist
+    config = context.lookup(auto_key, lambda c: c.index == index)
+    if config is None:
+        return None
+    pairs = []
+    for record in (r for r in paired if r.config_index == index):
+        after = [r for r in baseline if r.timestamp >= record.timestamp]
+        if after:
+            pairs.append((record.cost, min(after, key=lambda r: r.timestamp).cost))
+    if not pairs:
+        return None
+    keep = 1 - FUNCTION_MARGIN
+    auto_costs, hand_costs = zip(*pairs)
+    return config, (statistics.median(auto_costs) < statistics.median(hand_costs) * keep
+                    and min(auto_costs) < min(hand_costs) * keep)
 
 
 def _beats_hand(context: ApplyHistoryBest, auto_key: str, config: Config,

@@ -464,3 +464,77 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("limit", [64, 0])
+def test_a_register_tiles_write_back_is_unrolled_like_the_tile(limit):
+    """The epilogue that reads a tile's accumulators (here 4 rows x 2 vectors) is
+    unrolled within the tile's unroll limit, so its accumulator indices are constants
+    (LLVM keeps the tile in registers); with unrolling off it stays a loop; either way
+    the point computes the product and its epilogue."""
+    _, outputs = _matmul_epilogue()
+    sketch = Sketch(outputs, HINTS)
+    config = sketch.space.from_values({
+        **sketch.default_values(), "a0.tile.s0": (1, 1, 4), "a0.tile.s1": (1, 1, 16),
+        "a0.location": "at1", "a0.unroll": limit})
+    inputs, outputs = _matmul_epilogue()
+    schedule = sketch.apply(outputs, config)
+    lowered = te.lower(schedule, [*inputs, *outputs], name="f")
+    writes = tir.collect(lowered.body, lambda n: isinstance(n, tir.BufferStore)
+                         and n.buffer.name == "out")
+    # unrolled: one vector store per row of the tile, reading its accumulators at
+    # constant places; else one store in a loop over the rows
+    assert len(writes) == (4 if limit else 1)
+    reads = [load for store in writes for load in tir.collect(
+        store.value, lambda n: isinstance(n, tir.BufferLoad) and n.buffer.name == "C")]
+    constant = [isinstance(r.indices[-1].base, tir.IntImm) for r in reads
+                if isinstance(r.indices[-1], tir.Ramp)]
+    assert constant and all(constant) == bool(limit)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((24, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 32)).astype(np.float32)
+    out = np.zeros((24, 32), np.float32)
+    build(lowered)["f"](a, b, out)
+    np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
+
+
+def test_seeds_offer_register_tiles_leaving_four_or_a_third_of_the_registers():
+    """A 1x1 convolution's reduction (no window): the dividing register tiles whose
+    accumulators leave a third of the registers for operands are seeds beside those
+    leaving four (32 registers, two one-vector channel blocks: 14 and 8 of 112
+    columns)."""
+    hints = SearchHints(vector_lanes=16, registers=32, cores=2)
+    data = te.placeholder((1, 2, 112, 112, 16), name="data")
+    weight = te.placeholder((6, 2, 1, 1, 16, 16), name="w")
+    rc, ry, rx, rb = (te.reduce_axis(2, "rc"), te.reduce_axis(1, "ry"),
+                      te.reduce_axis(1, "rx"), te.reduce_axis(16, "rb"))
+    conv = te.compute((1, 6, 112, 112, 16), lambda n, c, y, x, k: te.sum(
+        data[n, rc, y + ry, x + rx, rb] * weight[c, rc, ry, rx, rb, k],
+        axis=[rc, ry, rx, rb]), name="conv")
+    tiles = {(seed["a0.tile.s1"][-1], seed["a0.tile.s3"][-1])
+             for seed in Sketch([conv], hints).seed_values()}
+    assert {(2, 14), (2, 8), (1, 28), (1, 16)} <= tiles
+
+
+def test_seeds_offer_three_channel_blocks_where_two_and_four_do_not_divide():
+    """9 blocks of 16 channels (144): two and four blocks per tile divide none of them,
+    three do (the blocked-conv hand schedule's choice), so a seed takes three (by 7 of
+    56 columns: 21 accumulators); every seed is a point of the space."""
+    hints = SearchHints(vector_lanes=16, registers=32, cores=2)
+    data = te.placeholder((1, 2, 56, 56, 16), name="data")
+    weight = te.placeholder((9, 2, 1, 1, 16, 16), name="w")
+    rc, ry, rx, rb = (te.reduce_axis(2, "rc"), te.reduce_axis(1, "ry"),
+                      te.reduce_axis(1, "rx"), te.reduce_axis(16, "rb"))
+    conv = te.compute((1, 9, 56, 56, 16), lambda n, c, y, x, k: te.sum(
+        data[n, rc, y + ry, x + rx, rb] * weight[c, rc, ry, rx, rb, k],
+        axis=[rc, ry, rx, rb]), name="conv")
+    sketch = Sketch([conv], hints)
+    seeds = sketch.seed_values()
+    assert {(s["a0.tile.s1"][-1], s["a0.tile.s3"][-1]) for s in seeds} >= {(3, 8), (3, 7), (1, 28)}
+    assert all(sketch.space.from_values(s) for s in seeds)
+    # a product's wide vectorized axis: three vectors (48 of 1024 columns) are no
+    # option of its knob, so no seed takes them
+    a, b = te.placeholder((64, 256), name="A"), te.placeholder((256, 1024), name="B")
+    product = plain_matmul(a, b, "C")
+    pack_matmuls([product])
+    assert all(s["a0.tile.s1"][-1] != 48 for s in Sketch([product], hints).seed_values())

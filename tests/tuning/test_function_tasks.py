@@ -349,6 +349,9 @@ def test_the_sketch_expresses_the_hand_depthwise_tile(rng):
     (dense,) = extract_tasks(_conv_model(rng), search="auto")
     assert depthwise.default_config()["p0.location"] == "inline"
     assert dense.default_config()["p0.location"] == "root"
+    # the kept padding read in place too, from the first batch (the default so else)
+    in_place = {**dense.default_config().to_json(), "p0.location": "inline"}
+    assert dense.definition.first_configs(dense.args)[1].values == in_place
     config = depthwise.space.from_values({**depthwise.default_config().to_json(),
                                           "a0.reduce_unroll": "hint"})
     schedule, args = depthwise.definition.instantiate(depthwise.args, config)
@@ -357,3 +360,35 @@ def test_the_sketch_expresses_the_hand_depthwise_tile(rng):
     assert sorted(int(loop.extent.value) for loop in hinted) == [3, 3]  # the 3x3 window
     result = measure_in_process(depthwise, config, MeasureOptions(repeat=1))
     assert result.ok, result.message
+
+
+def test_the_timings_paired_with_the_hand_schedule_decide(tmp_path, rng):
+    """Where the log holds the search's best timed in turn with the hand schedule
+    (``paired`` and ``baseline`` records), those pairs alone decide: a point timed fast
+    during the search but slower than the hand schedule beside it keeps the hand
+    schedule (and a faster point of the search timed only during it does not take its
+    place); one that wins its pairs is applied, by them, even where another point's
+    search timings were faster still."""
+    (task,) = extract_tasks(_conv_model(rng), search="auto")
+    hand = Task("function", task.args)
+    body = function_body(task.args[1])
+    finalist = task.default_config()
+    other = task.space.get(task.space.random_indices(rng, 1)[0])
+    assert other.index != finalist.index
+    for paired, expected in (((2.0, 2.1, 1.9), "hand"), ((1.0, 1.1, 1.05), "auto")):
+        path = tmp_path / f"{paired[0]}.jsonl"
+        with RecordLog(path) as log:
+            log.append(MeasureRecord(task.workload_key, finalist.to_json(), finalist.index,
+                                     (0.5,), tuner="auto"))
+            log.append(MeasureRecord(task.workload_key, other.to_json(), other.index,
+                                     (0.4,), tuner="auto"))
+            for cost in paired:
+                log.append(MeasureRecord(task.workload_key, finalist.to_json(),
+                                         finalist.index, (cost,), tuner="paired"))
+                log.append(MeasureRecord(hand.workload_key, {"schedule": "hand"},
+                                         hand.default_config().index, (1.5,),
+                                         tuner="baseline"))
+        with ApplyHistoryBest(path), llvm_tuning.function_choice(body) as choice:
+            assert choice[0] == expected
+            if expected == "auto":
+                assert choice[1].index == finalist.index

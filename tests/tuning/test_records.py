@@ -9,8 +9,14 @@ import time
 import pytest
 
 from heterocc.errors import InputError
-from heterocc.tuning.measure import Measurer
-from heterocc.tuning.records import MeasureRecord, RecordLog, best_configs, read_records
+from heterocc.tuning.measure import Measurer, MeasureResult
+from heterocc.tuning.records import (
+    MeasureRecord,
+    RecordLog,
+    best_configs,
+    config_costs,
+    read_records,
+)
 from heterocc.tuning.task import Task
 from heterocc.tuning.tuners import RandomTuner, tune_task
 
@@ -31,6 +37,20 @@ def test_append_read_and_best(tmp_path):
     assert [r.config_index for r in records] == [0, 1, 2, 3]
     assert records[1].error == "build" and not records[1].ok
     assert best_configs(path)[KEY].config_index == 2
+
+
+def test_a_candidate_ranks_by_its_fastest_timing():
+    """One of three timings slowed several-fold by a burst of other work (the median of
+    the steady one is slower) does not drop a candidate: results and records rank by
+    their fastest timing, and a config measured again by the median of those."""
+    bursty, steady = (1.0, 5.0, 5.2), (1.5, 1.5, 1.6)
+    assert MeasureResult(costs=bursty).cost == 1.0 < MeasureResult(costs=steady).cost
+    records = [MeasureRecord(KEY, {"i": 0}, 0, bursty), MeasureRecord(KEY, {"i": 1}, 1, steady),
+               MeasureRecord(KEY, {"i": 0}, 0, (1.2, 6.0, 6.0)),
+               MeasureRecord(KEY, {"i": 1}, 1, (1.4, 1.5, 1.5))]
+    assert records[0].cost == 1.0 and not MeasureRecord(KEY, {}, 2, (), "build").ok
+    costs = config_costs(records)[KEY]
+    assert costs == {0: pytest.approx(1.1), 1: pytest.approx(1.45)}
 
 
 def test_torn_final_line_is_ignored_and_cut_before_appending(tmp_path):

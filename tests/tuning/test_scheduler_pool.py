@@ -148,9 +148,9 @@ def test_auto_search_command_shows_the_table_and_logs_every_trial(tmp_path):
         Task("function", task.args).workload_key}
     assert all(r.ok for r in hand) and len(records) == 12
     # each timing of it follows one of the search's best (a change in load hits both)
-    again = [r for r in records if r.tuner == "remeasure"]
+    again = [r for r in records if r.tuner == "paired"]
     assert len(again) == 3 and len({r.config_index for r in again}) == 1
-    assert [r.tuner for r in records[6:]] == ["remeasure", "baseline"] * 3
+    assert [r.tuner for r in records[6:]] == ["paired", "baseline"] * 3
     text = out.getvalue()
     assert "GFLOP/s" in text and "total: 6/6 trials, estimated latency" in text
     quiet = io.StringIO()

@@ -20,7 +20,8 @@ Ansor paper to them:
 - **cache write**: an anchor that is itself the output accumulates each tile in a local
   buffer (``cache_write`` + ``compute_at`` at level 0 or 1), or directly in the output;
 - **annotations**: the outer tile loops fused and run in parallel, the innermost spatial
-  loop vectorized, the register tile and inner reduction unrolled up to a limit, or the
+  loop vectorized, the register tile and inner reduction unrolled up to a limit (the
+  tile's write-back too, within the same limit), or the
   inner reduction left to LLVM's unroller by a hint (a convolution's window);
 - **compute location of producers**: a padding is read in place by default (inlined;
   a masked load where vectorized) unless its compute asks to be kept;
@@ -57,6 +58,10 @@ UNROLL_LIMITS = (0, 16, 64, 512)
 #: of several cores): about 0.1 ms of one core's work, so waking the thread pool is a
 #: small part of it. Below it a serial nest is offered too.
 PARALLEL_ONLY_WORK = 1 << 22
+#: vectors of a seeded register tile: along the vectorized axis, or where that is one
+#: vector (a channel block), as many blocks along an outer axis (three where 2 and 4 do
+#: not divide the blocks, e.g. 9 of 144 channels: the blocked-conv hand schedule's too)
+TILE_VECTORS = (1, 2, 3, 4)
 #: a register tile that does not divide its loop is seeded only where the loop holds at
 #: least this many such tiles (the cut-short last tile is then a small part of it)
 RAGGED_ROWS = 8
@@ -170,6 +175,9 @@ class Sketch:
         outers = {a.outer for a in self.anchors} | {a.name for a in self.anchors}
         #: producers that only add a border (a padding) and may be read in place
         self.bordered: set[str] = set()
+        #: border producers whose compute asks for them to be kept (materialized by
+        #: default; read in place by a seed)
+        self.kept_borders: set[str] = set()
         for stage in schedule.stages:
             name = stage.tensor.name
             if stage.is_placeholder or name in outers or name in output_names:
@@ -179,6 +187,8 @@ class Sketch:
             (self.producers if name in anchor_reads else self.inlined).append(name)
             if name in anchor_reads and _is_border(stage):
                 self.bordered.add(name)
+            elif name in anchor_reads and _is_border(stage, kept=True):
+                self.kept_borders.add(name)
         self.other_outputs = [name for name in output_names if name not in outers]
         self.space = ConfigSpace(tuple(self._knobs()))
 
@@ -292,8 +302,12 @@ class Sketch:
 
     def seed_values(self) -> list[dict]:
         """Points to measure first besides :meth:`default_values`: each register tile
-        shape the CPU's registers allow (one, two or four vectors wide by as many rows
-        as the accumulators leave registers for), and for a long single reduction (a
+        shape the CPU's registers allow (one to four vectors wide by as many rows
+        as the accumulators leave registers for: four of them for operands, and where
+        the reduction is no window also a third of them, e.g. two channel blocks of a
+        1x1 convolution by 8 of 112 columns rather than 14, 0.15 ms against 0.24, three
+        by 7 of 56 rather than 8, 0.10 ms against 0.15), and for
+        a long single reduction (a
         product's) the same tiles cache-blocked: the reduction in chunks whose operand
         panel stays in the first-level cache while several row tiles (level 2) reuse it;
         where the rows of a product are many, the same with as many rows as leave
@@ -304,6 +318,13 @@ class Sketch:
         tile), and after the others each again with the window unrolled. The evolution
         starts from these instead of from random points alone."""
         seeds = [self.default_values()]
+        if self.kept_borders:
+            # the default with the paddings read in place although the compute asks to
+            # keep them: a pass over the input to pad it can cost more than the masked
+            # loads do (MobileNetV2's stem of three channels: 0.08 ms against 0.10)
+            seeds.append({**self.default_values(), **{
+                f"p{number}.location": "inline" for number, name in enumerate(self.producers)
+                if name in self.kept_borders}})
         for number, anchor in enumerate(self.anchors):
             if self._rfactor_applies(anchor):
                 for option in RFACTOR_OPTIONS[1:]:
@@ -312,24 +333,33 @@ class Sketch:
         if windowed:
             # first, the window's weights kept in registers beside the accumulators
             # (one vector per tap and vector of the tile), the window unrolled by LLVM
-            for vectors in (1, 2, 4):
+            for vectors in TILE_VECTORS:
                 values = self._tiled_values(vectors, False, window=True)
                 if values is not None and values not in seeds:
                     seeds.append(values)
-        # ragged register tiles for the rows of a product, not a window's few columns
+        # ragged register tiles for the rows of a product, not a window's few columns;
+        # for a reduction that is no window, the dividing tiles that leave a third of
+        # the registers for operands too (as the blocked-conv hand schedule's tiles do),
+        # beside those leaving four
         raggedness = (False,) if windowed else (False, True)
-        for vectors in (1, 2, 4):
+        spares = (4,) if windowed else (4, max(4, self.hints.registers // 3))
+        for vectors in TILE_VECTORS:
             for blocked, ragged in itertools.product((False, True), raggedness):
-                values = self._tiled_values(vectors, blocked, ragged)
-                if values is not None and values not in seeds:
-                    seeds.append(values)
+                for spare in (4,) if ragged else spares:
+                    values = self._tiled_values(vectors, blocked, ragged, spare=spare)
+                    if values is not None and values not in seeds:
+                        seeds.append(values)
         if windowed:
             for values in list(seeds):
                 hinted = {**values, **{f"a{number}.reduce_unroll": "hint"
                                        for number in range(len(self.anchors))}}
                 if hinted not in seeds:
                     seeds.append(hinted)
-        return seeds
+        # a tile the knobs do not offer (three vectors along a wide vectorized axis
+        # they do not divide) is no point of the space
+        options = {knob.name: knob.options for knob in self.space.knobs}
+        return [seed for seed in seeds
+                if all(value in options[name] for name, value in seed.items())]
 
     def _windowed(self) -> bool:
         """Every anchor's reduction is a short window (no loop of more than
@@ -337,7 +367,7 @@ class Sketch:
         return all(max(anchor.reduce) <= WINDOW for anchor in self.anchors)
 
     def _tiled_values(self, vectors: int, blocked: bool, ragged: bool = False,
-                      window: bool = False) -> dict | None:
+                      window: bool = False, spare: int = 4) -> dict | None:
         lanes, registers = self.hints.vector_lanes, self.hints.registers
         values = self.default_values()
         for number, anchor in enumerate(self.anchors):
@@ -365,7 +395,7 @@ class Sketch:
             elif extent % width and extent < 4 * width:
                 return None  # whole vectors with a cut-short last tile only over 4 or more
             rows_extent = anchor.spatial[others[-1]]
-            rows = _largest_inner(rows_extent, max(1, (registers - 4) // vectors))
+            rows = _largest_inner(rows_extent, max(1, (registers - spare) // vectors))
             if ragged:
                 rows = (registers - 8) // vectors
                 if rows < 2 or rows_extent % rows == 0 or rows_extent < RAGGED_ROWS * rows:
@@ -458,6 +488,10 @@ class Sketch:
             outer_stage.reorder(*tile_loops, *rest[:-1], last_outer, last_inner)
             if config[f"{p}.vectorize"] and tiles[-1][-1] > 1:
                 outer_stage.vectorize(last_inner)
+            _unroll_writeback(outer_stage, [*rest[:-1], last_outer],
+                              [extents[id(iv)] for iv in rest[:-1]]
+                              + [-(-extents[id(rest[-1])] // tiles[-1][-1])],
+                              config[f"{p}.unroll"])
             attach = tile_loops[-1]
             if config[f"{p}.parallel"]:  # fused before the compute is attached inside
                 top = _parallel_loops(outer_levels[0], ragged)
@@ -527,6 +561,20 @@ class Sketch:
             _schedule_flat(s[by_name[anchor.outer]], lanes)
 
 
+def _unroll_writeback(stage, loops: list, sizes: list[int], limit: int) -> None:
+    """Unroll the loops of a tile's write-back (or fused epilogue), which read the
+    tile's accumulators, when all of them together stay within the unroll ``limit``
+    (the register tile's): unrolled, every accumulator has a constant index and LLVM
+    keeps the tile in registers; a loop over them leaves the whole tile in memory, each
+    multiply-add of the reduction loading and storing its accumulator (a 2 x 8 vector
+    tile of a 1x1 convolution ran 1.9x slower so)."""
+    if not limit or math.prod(sizes) > limit:
+        return
+    for loop, size in zip(loops, sizes):
+        if size > 1:
+            stage.unroll(loop)
+
+
 def _ragged(outermost: list, extents: Sequence[int], tiles: list[tuple[int, ...]]
             ) -> dict[int, tuple[int, bool]]:
     """Per outermost tile loop (one per axis, in axis order; by id): its trip count, and
@@ -563,12 +611,13 @@ def _largest_inner_of(extent: int, limit: int) -> int:
     return max(d for d in divisors(extent) if d <= max(1, limit))
 
 
-def _is_border(stage) -> bool:
+def _is_border(stage, kept: bool = False) -> bool:
     """``stage`` only adds a border to one tensor (a padding: same rank, no smaller
-    along any axis) and its compute does not ask for it to be materialized."""
+    along any axis) and its compute does not ask for it to be materialized (``kept``:
+    whether or not it does)."""
     op = stage.op
     reads = reads_of(op.body)
-    if op.attrs.get("keep") or len(reads) != 1:
+    if (op.attrs.get("keep") and not kept) or len(reads) != 1:
         return False
     shape, source = tuple(stage.tensor.shape), tuple(reads[0].shape)
     return len(shape) == len(source) and all(int(a) >= int(b) for a, b in zip(shape, source))
