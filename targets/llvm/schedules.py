@@ -954,16 +954,19 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
                         math.prod(C.shape[:-2]), cpu)
     # Column panels (or groups of them) outermost: each thread keeps its panels of B in
     # its own cache while the rows of A stream past (a row tile meeting a group's panels
-    # in turn).
+    # in turn). The batch axes run inside them, in the same parallel loop: a short last
+    # panel then starts at one point of that loop, where partitioning splits it off (its
+    # own branch of the loop body); with the batch outermost, every panel of every matrix
+    # kept the short panel's guard and ran its columns as a short vector and scalars.
     if group > 1:
         group_index, panel_index = schedule[outer].split(panel_index, group)
-        schedule[outer].reorder(*batch, group_index, row_tile, panel_index, row, col)
+        schedule[outer].reorder(group_index, *batch, row_tile, panel_index, row, col)
         tile = panel_index
     else:
         group_index = panel_index
-        schedule[outer].reorder(*batch, panel_index, row_tile, row, col)
+        schedule[outer].reorder(panel_index, *batch, row_tile, row, col)
         tile = row_tile
-    schedule[outer].parallel(schedule[outer].fuse(*batch, group_index) if batch
+    schedule[outer].parallel(schedule[outer].fuse(group_index, *batch) if batch
                              else group_index)
     # The rows unroll in LLVM (which then keeps the tile's accumulators in registers),
     # not in the TIR: 64 rows' tile of 13 and tail of 12 would be 25 copies of the body
