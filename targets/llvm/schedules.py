@@ -748,12 +748,18 @@ def reduction_unroll_limit(rows: int, panel: int, dtype: str,
     return -(-MATMUL_UNROLLED_MULADDS // muladds)
 
 
+def reduction_steps(extent: int, limit: int) -> int:
+    """Steps of a reduction of ``extent`` that one unrolled iteration does: the most, at
+    most ``limit``, that divide ``extent`` (no guarded tail)."""
+    return max(d for d in range(1, min(limit, extent) + 1) if extent % d == 0)
+
+
 def unroll_reduction(stage: te.Stage, k, extent: int, limit: int) -> list:
     """Split the reduction loop ``k`` (of ``extent`` steps) of a register tile's
-    ``stage`` so that each iteration does the most steps, at most ``limit``, that
-    divide ``extent`` (no guarded tail), those steps unrolled by LLVM; returns the
-    loops, outer first, for the caller's reorder (just ``[k]`` for one step)."""
-    steps = max(d for d in range(1, min(limit, extent) + 1) if extent % d == 0)
+    ``stage`` into iterations of :func:`reduction_steps` steps, unrolled by LLVM;
+    returns the loops, outer first, for the caller's reorder (just ``[k]`` for one
+    step)."""
+    steps = reduction_steps(extent, limit)
     if steps == 1:
         return [k]
     outer, inner = stage.split(k, steps)

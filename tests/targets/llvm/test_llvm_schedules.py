@@ -295,7 +295,8 @@ def test_the_reduction_loop_does_the_most_dividing_steps_an_iteration(target, li
     panel = schedules.default_panel(64, "float32", cpu)
     rows = schedules.matmul_tile_rows(64, panel, "float32", cpu)
     assert schedules.reduction_unroll_limit(rows, panel, "float32", cpu) == limit
-    steps = max(d for d in range(1, limit + 1) if depth % d == 0)
+    steps = schedules.reduction_steps(depth, limit)
+    assert steps == max(d for d in range(1, limit + 1) if depth % d == 0)
     text = str(schedules.matmul_function(64, 64, depth, cpu=cpu))
     if steps == 1:
         assert "k.inner" not in text and f"for k in serial(0, {depth})" in text
