@@ -285,7 +285,6 @@ class _LoopPartitioner(Mutator):
                                              body=self.stmt(node.body)))
         return seq(parts)
 
-
     def _partition_inside(self, node: For, start: int, split: int, end: int) -> Stmt:
         """A parallel loop stays one loop, its body split at ``split`` by a branch on
         the loop variable: the tail's iterations (a short last column panel) run on the
