@@ -24,6 +24,8 @@ from heterocc.targets.llvm.schedules import (
     matmul_function,
     matmul_tile_rows,
     panel_group,
+    reduction_steps,
+    reduction_unroll_limit,
 )
 
 
@@ -71,9 +73,12 @@ def main() -> None:
     print(f"runtime threads: {hllvm.num_threads()}, "
           f"load average (1 min) {os.getloadavg()[0]:.2f}")
     panel = default_panel(n, "float32", cpu)
+    rows = matmul_tile_rows(n, panel, "float32", cpu)
+    steps = reduction_steps(n, reduction_unroll_limit(rows, panel, "float32", cpu))
     print(f"matmul {n}x{n}x{n} fp32 (max abs error vs numpy {error:.2e}); register tile "
-          f"{matmul_tile_rows(n, panel, 'float32', cpu)} rows x {panel} columns, panels in "
-          f"groups of {panel_group(n, n, -(-n // panel), panel, 4, 1, cpu)}")
+          f"{rows} rows x {panel} columns, panels in groups of "
+          f"{panel_group(n, n, -(-n // panel), panel, 4, 1, cpu)}, reduction unrolled "
+          f"{steps} steps an iteration")
     print(f"heterocc: {ours:8.1f} GFLOP/s")
     print(f"numpy:    {theirs:8.1f} GFLOP/s")
     print(f"onnxrt:   {ort_rate:8.1f} GFLOP/s")

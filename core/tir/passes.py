@@ -276,12 +276,30 @@ class _LoopPartitioner(Mutator):
         split = self._threshold(node, {**self.ranges, **loop_ranges(node.body)})
         if split is None or not start < split < end:
             return self.generic(node)
+        if node.kind is ForKind.PARALLEL:
+            return self._partition_inside(node, start, split, end)
         parts = []
         for low, high in ((start, split), (split, end)):
             self.ranges[node.var] = Interval(low, high - 1)
             parts.append(dataclasses.replace(node, min=IntImm(low), extent=IntImm(high - low),
                                              body=self.stmt(node.body)))
         return seq(parts)
+
+    def _partition_inside(self, node: For, start: int, split: int, end: int) -> Stmt:
+        """A parallel loop stays one loop, its body split at ``split`` by a branch on
+        the loop variable: the tail's iterations (a short last column panel) run on the
+        thread pool beside the others, not serially after them all. Each branch reads
+        the variable clamped into its part, so that its guards resolve as in a loop
+        over that part alone."""
+        bodies = []
+        for low, high in ((start, split), (split, end)):
+            self.ranges[node.var] = Interval(low, high - 1)
+            clamped = minimum(node.var, IntImm(high - 1, node.var.dtype)) if low == start \
+                else maximum(node.var, IntImm(low, node.var.dtype))
+            bodies.append(self.stmt(substitute(node.body, {node.var: clamped})))
+        self.ranges[node.var] = Interval(start, end - 1)
+        branch = IfThenElse(Binary("lt", node.var, IntImm(split, node.var.dtype)), *bodies)
+        return dataclasses.replace(node, body=branch)
 
 
 def partition_loops(func: PrimFunc) -> PrimFunc:

@@ -65,8 +65,10 @@ from .schedules import (
     panel_group,
     panel_width,
     ragged_panel_tail,
+    reduction_unroll_limit,
     schedule_conv2d_nchwc,
     schedule_depthwise_conv2d_nchwc,
+    unroll_reduction,
     vector_lanes,
     vectorize_panel_columns,
 )
@@ -115,7 +117,9 @@ def _matmul_space(args: tuple, batch: int = 1) -> ConfigSpace:
     chunk (with ``accumulate="memory"`` the chunk loop runs outside the row tiles: cache
     blocking of B's panel), tile order, the panels a row tile meets in turn (with
     ``accumulate="registers"`` and ``panels_outer``: ``schedules.panel_group``), which
-    tile loop runs in parallel, unrolling."""
+    tile loop runs in parallel, unrolling (of the tile's rows, and the most steps of its
+    innermost reduction loop, up to ``unroll_k``, that divide the loop:
+    ``schedules.unroll_reduction``)."""
     m, n, k, dtype = args[:4]
     default = _matmul_default_tiles(args, batch)
     return ConfigSpace((
@@ -129,16 +133,20 @@ def _matmul_space(args: tuple, batch: int = 1) -> ConfigSpace:
              split_options(-(-n // vector_lanes(dtype)), (1, 2, 4, 8, default["panel_group"]))),
         Knob("parallel", "parallel", ("outer", "inner", "none")),
         Knob("unroll_rows", "unroll", (True, False)),
+        Knob("unroll_k", "unroll", split_options(k, (1, 2, 4, 8, 16, default["unroll_k"]))),
     ))
 
 
 def _matmul_default_tiles(args: tuple, batch: int = 1) -> dict:
-    """The default schedule's panel, rows and panel group for the workload ``args``."""
+    """The default schedule's panel, rows, panel group and reduction unrolling for the
+    workload ``args``."""
     m, n, k, dtype = args[:4]
     panel = _closest(_panel_options(n, dtype), panel_width(dtype))
-    return {"panel": panel, "tile_rows": matmul_tile_rows(m, panel, dtype),
+    rows = matmul_tile_rows(m, panel, dtype)
+    return {"panel": panel, "tile_rows": rows,
             "panel_group": panel_group(m, k, -(-n // panel), panel,
-                                       np.dtype(dtype).itemsize, batch)}
+                                       np.dtype(dtype).itemsize, batch),
+            "unroll_k": min(k, reduction_unroll_limit(rows, panel, dtype))}
 
 
 def _matmul_default(args: tuple, batch: int = 1) -> dict:
@@ -149,9 +157,10 @@ def _matmul_default(args: tuple, batch: int = 1) -> dict:
 
 
 def _matmul_upgrade(args: tuple, values: dict) -> dict:
-    """A record written before the panel group knob: one panel per group (what its
-    schedule did)."""
+    """A record written before the panel group knob or the reduction's unrolling: one
+    panel per group, one reduction step per loop iteration (what its schedule did)."""
     values.setdefault("panel_group", 1)
+    values.setdefault("unroll_k", 1)
     return values
 
 
@@ -186,14 +195,17 @@ def schedule_matmul_config(s: te.Schedule, C: te.Tensor, packed: te.Tensor,
         s[local].compute_at(s[C], outer[-1])
         *local_batch, li, lj = s[local].op.axis
         (lk,) = s[local].op.reduce_axis
-        chunks = [lk] if config["k_chunk"] >= lk.extent else s[local].split(
-            lk, config["k_chunk"])
+        chunk = min(config["k_chunk"], lk.extent)
+        chunks = [lk] if chunk == lk.extent else list(s[local].split(lk, chunk))
+        chunks[-1:] = unroll_reduction(s[local], chunks[-1], chunk, config["unroll_k"])
         s[local].reorder(*local_batch, *chunks, li, lj)
         tile_stage, tile_rows, tile_cols = s[local], li, lj
     else:
         (kk,) = s[C].op.reduce_axis
         ko, ki = s[C].split(kk, config["k_chunk"])
-        s[C].reorder(*batch, outer[0], ko, outer[1], ki, ii, ji)
+        inner = unroll_reduction(s[C], ki, min(config["k_chunk"], kk.extent),
+                                 config["unroll_k"])
+        s[C].reorder(*batch, outer[0], ko, outer[1], *inner, ii, ji)
         tile_stage, tile_rows, tile_cols = s[C], ii, ji
     if config["unroll_rows"]:
         # unrolled by LLVM, as schedule_matmul's rows: the same machine code from a

@@ -194,7 +194,9 @@ def test_partition_loops_splits_off_the_guarded_tail():
 def test_partition_loops_peels_a_tail_reached_through_a_fused_loop():
     # 10 rows in tiles of 4 (the last cut short) times 2 column tiles, the two tile
     # loops fused: the row tile is fused // 2, which grows with the fused loop, so the
-    # fused loop is split where the short tile starts and the full tiles lose the guard
+    # fused loop is split where the short tile starts and the full tiles lose the guard;
+    # being parallel, it stays one loop whose body branches there (each branch reading
+    # the variable clamped into its part), so the short tile runs beside the full ones
     A = _buffer("A", (10, 2))
     fused, inner = tir.Var("f"), tir.Var("v")
     row = (fused // 2) * 4 + inner
@@ -204,12 +206,13 @@ def test_partition_loops_peels_a_tail_reached_through_a_fused_loop():
                                          tir.ForKind.PARALLEL))
     assert str(tir.partition_loops(func)).splitlines() == [
         "def f(A: float32[10, 2]):",
-        "  for f in parallel(0, 4):",
-        "    for v in serial(0, 4):",
-        "      A[(((f // 2) * 4) + v), (f % 2)] = 1.0",
-        "  for f in parallel(4, 2):",
-        "    for v in serial(0, 2):",
-        "      A[(v + 8), (f - 4)] = 1.0",
+        "  for f in parallel(0, 6):",
+        "    if (f < 4):",
+        "      for v in serial(0, 4):",
+        "        A[(((min(f, 3) // 2) * 4) + v), (min(f, 3) % 2)] = 1.0",
+        "    else:",
+        "      for v in serial(0, 2):",
+        "        A[(v + 8), (max(f, 4) - 4)] = 1.0",
     ]
 
 

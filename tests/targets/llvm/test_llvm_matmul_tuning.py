@@ -193,3 +193,22 @@ def test_the_reference_is_computed_once_per_task_and_its_inputs_are_read_only():
     assert (info.misses, info.hits) == (1, 2)
     inputs, _ = task_inputs(TASK.workload_key, options.seed)
     assert not any(array.flags.writeable for array in inputs)
+
+
+def test_a_record_written_before_the_reduction_unroll_knob_runs_one_step_an_iteration():
+    """Its config unrolls no reduction steps, what its schedule did; a config's unroll_k
+    is the most steps up to it that divide the reduction (of 24 here: 4 of 4, 12 of 16)."""
+    values = TASK.default_config().to_json()
+    del values["unroll_k"]
+    config = ApplyHistoryBest([MeasureRecord(TASK.workload_key, values, 3, (1.0,))]).lookup(
+        TASK.workload_key)
+    assert config["unroll_k"] == 1
+    for unroll, steps in ((1, None), (4, 4), (16, 12)):
+        A, B, C = _product(panel=config["panel"])
+        schedule = te.create_schedule(C)
+        schedule_matmul_config(schedule, C, C.op.attrs["packed_B"],
+                               TASK.space.from_values({**config.to_json(), "unroll_k": unroll}))
+        text = str(te.lower(schedule, [A, B, C], name="mm"))
+        assert ("k.inner" not in text) if steps is None else (
+            f"for k.inner in unroll_hint(0, {steps})" in text)
+        _run(schedule, [A, B, C])

@@ -279,3 +279,55 @@ def test_a_last_panel_cut_to_no_whole_number_of_vectors_runs_a_vector_at_a_time(
     text = str(te.lower(s, [A, B, C], name="product"))
     assert f", 1, {tail})" not in text and f", 1, {lanes // 4})" in text
     _assert_product_exact((40, 24), (24, n), cpu)
+
+
+@pytest.mark.parametrize("target,limit", [
+    ("llvm -mcpu=x86-64-v3", 8),              # AVX2: 6x16 tile, 12 FMAs a step
+    ("llvm -mcpu=x86-64-v4", 4),              # AVX-512: 14x32 tile, 28 FMAs a step
+    ("llvm -mtriple=aarch64-linux-gnu", 1),   # NEON: not unrolled (it spilled)
+])
+@pytest.mark.parametrize("depth", [256, 27, 12, 31])
+def test_the_reduction_loop_does_the_most_dividing_steps_an_iteration(target, limit, depth):
+    """The register tile's reduction loop is split into iterations of the most steps,
+    up to the description's limit (:func:`schedules.reduction_unroll_limit`), that
+    divide the reduction (no guarded tail), unrolled by LLVM."""
+    cpu = hllvm.parse_cpu(target)
+    panel = schedules.default_panel(64, "float32", cpu)
+    rows = schedules.matmul_tile_rows(64, panel, "float32", cpu)
+    assert schedules.reduction_unroll_limit(rows, panel, "float32", cpu) == limit
+    steps = schedules.reduction_steps(depth, limit)
+    assert steps == max(d for d in range(1, limit + 1) if depth % d == 0)
+    text = str(schedules.matmul_function(64, 64, depth, cpu=cpu))
+    if steps == 1:
+        assert "k.inner" not in text and f"for k in serial(0, {depth})" in text
+    else:
+        assert f"for k.outer in serial(0, {depth // steps})" in text
+        assert f"for k.inner in unroll_hint(0, {steps})" in text
+
+
+@ISAS
+@pytest.mark.parametrize("m,n,k", [(13, 40, 27), (50, 100, 12), (7, 16, 1000)])
+def test_unrolled_reductions_are_exact(target, m, n, k):
+    """Reductions unrolled by a divisor short of the limit (27: 3 steps, 12: 6 on AVX2)
+    or by the whole limit, with short row tiles and a short last panel."""
+    _assert_product_exact((m, k), (k, n), hllvm.parse_cpu(target))
+
+
+@ISAS
+@pytest.mark.parametrize("a_shape,b_shape", [((128, 64), (64, 100)), ((2, 30, 16), (16, 50))])
+def test_a_short_last_panel_runs_in_the_parallel_loop(target, a_shape, b_shape):
+    """The last column panel, cut short by n, is computed inside the parallel loop over
+    the panels (a branch of its body), not serially after it: every statement at the
+    top of the function is an allocation or a parallel loop."""
+    cpu = hllvm.parse_cpu(target)
+    A = te.placeholder(a_shape, "float32", "A")
+    B = te.placeholder(b_shape, "float32", "B")
+    C = plain_matmul(A, B)
+    schedules.pack_matmul(C, cpu=cpu)
+    s = te.create_schedule(C)
+    schedules.schedule_matmul(s, C, cpu)
+    lines = str(te.lower(s, [A, B, C], name="product")).splitlines()[1:]
+    top = [line.strip() for line in lines if re.match(r"  \S", line)]
+    assert top and all(re.match(r"(allocate |for \S+ in parallel\()", line) for line in top)
+    assert any("else:" in line for line in lines)
+    _assert_product_exact(a_shape, b_shape, cpu)
