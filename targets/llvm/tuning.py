@@ -613,8 +613,9 @@ def _blocked_conv_default(args: tuple, depthwise: bool) -> dict:
         return {"columns": tiles.columns, "channel_blocks": tiles.channel_blocks,
                 "reduce_order": "channels_outer", "unroll_window": tiles.unroll_window,
                 "parallel": tiles.parallel}
+    _, _, kh, kw, _, _ = workload.weight_shape
     columns, channel_blocks = default_blocked_conv_tiles(
-        workload.out_shape, np.dtype(workload.dtype).itemsize)
+        workload.out_shape, np.dtype(workload.dtype).itemsize, windowed=kh * kw > 1)
     return {"columns": columns, "channel_blocks": channel_blocks,
             "reduce_order": "channels_outer", "block_unroll": None,
             "reduction_blocks": _dense_reduction_blocks(workload, channel_blocks,
