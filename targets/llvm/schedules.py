@@ -262,7 +262,12 @@ BLOCKED_CONV_MAX_CHANNEL_BLOCKS = 4
 #: hold its weight vectors, broadcast inputs and what LLVM's scheduling keeps live): 21
 #: of AVX-512's 32 (2 blocks x 8 columns, 3 x 7; 24 accumulators, 2 x 12 or 3 x 8,
 #: measured 20-60% slower), 10 of AVX2's 16 (one two-vector block of 5 columns; 6
-#: columns measured 5% slower)
+#: columns measured 5% slower). LLVM loads each column's broadcast input once per step
+#: and keeps it live across the tile's weight vectors, so a tile of several weight
+#: vectors needs an accumulator per column and vector, a register per column and one
+#: for the weight: 3 x 7 takes 29 of 32 registers, 3 x 8 would take 33 and spills
+#: broadcasts to the stack inside its reduction loop (its AVX-512 code stores 59 and
+#: reloads 43 vectors there, 3 x 7 none)
 BLOCKED_CONV_ACCUMULATOR_SHARE = 2 / 3
 #: the same for a depthwise tile, whose every multiply-add loads its own input vector
 #: (wider tiles measured slower: the loads and accumulators no longer fit the registers)
