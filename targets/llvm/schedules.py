@@ -262,7 +262,12 @@ BLOCKED_CONV_MAX_CHANNEL_BLOCKS = 4
 #: hold its weight vectors, broadcast inputs and what LLVM's scheduling keeps live): 21
 #: of AVX-512's 32 (2 blocks x 8 columns, 3 x 7; 24 accumulators, 2 x 12 or 3 x 8,
 #: measured 20-60% slower), 10 of AVX2's 16 (one two-vector block of 5 columns; 6
-#: columns measured 5% slower)
+#: columns measured 5% slower). LLVM loads each column's broadcast input once per step
+#: and keeps it live across the tile's weight vectors, so a tile of several weight
+#: vectors needs an accumulator per column and vector, a register per column and one
+#: for the weight: 3 x 7 takes 29 of 32 registers, 3 x 8 would take 33 and spills
+#: broadcasts to the stack inside its reduction loop (its AVX-512 code stores 59 and
+#: reloads 43 vectors there, 3 x 7 none)
 BLOCKED_CONV_ACCUMULATOR_SHARE = 2 / 3
 #: the same for a depthwise tile, whose every multiply-add loads its own input vector
 #: (wider tiles measured slower: the loads and accumulators no longer fit the registers)
@@ -373,15 +378,63 @@ def dense_conv_columns(width: int, limit: int) -> int:
     return even_tiles(width, limit)
 
 
+def pointwise_conv_tile(blocks: int, width: int, block_bytes: int,
+                        cpu: CPUDescription | None = None) -> tuple[int, int]:
+    """``(columns, channel_blocks)`` of the register tile of a dense blocked convolution
+    with no window (a 1x1 kernel: each input pixel feeds one output pixel, so a tile's
+    columns share no input) whose output has ``blocks`` channel blocks of ``block_bytes``
+    in rows of ``width``, on ``cpu``.
+
+    Every reduction step of such a tile loads one weight vector per vector of its channel
+    blocks and broadcasts one input element per column, then multiplies each pair into
+    an accumulator. Its accumulators may take :data:`BLOCKED_CONV_ACCUMULATOR_SHARE` of
+    the vector registers, its weight vectors and a broadcast the rest. Of the channel
+    block counts dividing ``blocks`` (each with the fewest column tiles that the
+    accumulators allow covering a row, :func:`even_tiles`), the tile feeds each
+    broadcast :data:`BLOCKED_CONV_WEIGHT_VECTORS` or more weight vectors where any does
+    (one 8-float AVX2 block per tile over 10 columns measured 25% slower than three over
+    3 on MobileNetV2's 24-channel layers), then does the most multiply-adds per step
+    averaged over a row's tiles (a tail tile does fewer), then the most per vector it
+    loads. Against :func:`dense_conv_channel_blocks`'s two channel blocks over at most
+    :data:`BLOCKED_CONV_PAIRED_COLUMNS` columns, this measured 2-10% faster per layer
+    on MobileNetV2's 1x1 convolutions with AVX-512 (3 blocks x 7 columns at 14x14, 5 x
+    4 at 7x7, 4 x 5 at 14x14 with 4 blocks, 2 x 10 at 56x56); AVX2's tiles of 16-float
+    blocks stay one two-vector block over 5 columns (4 in a row of 7)."""
+    description = _cpu(cpu)
+    vectors = _block_vectors(block_bytes, description)
+    accumulators = int(description.vector_registers * BLOCKED_CONV_ACCUMULATOR_SHARE)
+    operands = description.vector_registers - accumulators
+    best, best_key = (min(width, max(1, accumulators // vectors)), 1), None
+    for count in range(1, blocks + 1):
+        weights = count * vectors
+        if blocks % count or weights > accumulators or weights >= operands:
+            continue
+        columns = even_tiles(width, accumulators // weights)
+        tiles = -(-width // columns)
+        # weight vectors per broadcast, multiply-adds per step of a row's mean tile,
+        # then per vector loaded (weights + width / tiles broadcasts): exact ratios,
+        # compared as floats (equal ratios round to equal floats)
+        key = (weights >= BLOCKED_CONV_WEIGHT_VECTORS, weights * width / tiles,
+               weights * width / (weights * tiles + width))
+        if best_key is None or key > best_key:
+            best, best_key = (columns, count), key
+    return best
+
+
 def default_blocked_conv_tiles(out_shape: Sequence[int], itemsize: int = 4,
-                               cpu: CPUDescription | None = None) -> tuple[int, int]:
+                               cpu: CPUDescription | None = None,
+                               windowed: bool = True) -> tuple[int, int]:
     """``(columns, channel_blocks)`` of a dense blocked convolution's tile without a
     tuning log, for its output shape ``(n, blocks, height, width, block)`` of
-    ``itemsize``-byte elements on ``cpu``: :func:`dense_conv_channel_blocks` channel
-    blocks over a short row segment (or, when no such count divides the block count, one
-    block over a longer one). A depthwise one's: :func:`default_depthwise_conv_tiles`."""
+    ``itemsize``-byte elements on ``cpu``: with a kernel window (``windowed``, a kernel
+    of more than one pixel), :func:`dense_conv_channel_blocks` channel blocks over a
+    short row segment (or, when no such count divides the block count, one block over a
+    longer one); without one, :func:`pointwise_conv_tile`. A depthwise one's:
+    :func:`default_depthwise_conv_tiles`."""
     blocks, width = out_shape[1], out_shape[3]
     block_bytes = out_shape[4] * itemsize
+    if not windowed:
+        return pointwise_conv_tile(blocks, width, block_bytes, cpu)
     channel_blocks = dense_conv_channel_blocks(block_bytes, cpu, blocks)
     limit = dense_conv_column_limit(channel_blocks, block_bytes, cpu)
     if channel_blocks * _block_vectors(block_bytes, _cpu(cpu)) < BLOCKED_CONV_WEIGHT_VECTORS:
@@ -403,9 +456,14 @@ def dense_conv_reduction_blocks(out_shape: Sequence[int], reduction: Sequence[in
     outer part runs outside the rows: each chunk's weights (the most input blocks that
     fill at most half the L1, a divisor of the block count, at least one) serve every
     row of the image before the next, the partial sums of the whole output of those
-    channel blocks waiting in a buffer. Chosen when that buffer and a chunk fit the L1
-    together, the chunk is not the whole reduction, and the images times the channel
-    block groups (the parallel tasks left) keep every core busy."""
+    channel blocks waiting in a buffer. Chosen when the chunk is not the whole
+    reduction, the weights and the input rows that one output row reads (each kernel
+    row's, of every input channel) overflow the L1 together, that buffer and a chunk fit
+    the L1 together, and the images times the channel block groups (the parallel tasks
+    left) keep every core busy. (Weights that fit beside those rows stay in the L1 from
+    row to row: chunking MobileNetV2's 160->960 1x1 convolutions at 7x7, 30 KiB of
+    weights per three-block tile beside 4 KiB of input rows, measured 10-20% slower
+    than not, its rows no longer parallel.)"""
     description = _cpu(cpu)
     input_blocks = reduction[0]
     block_weights = itemsize * out_shape[4] * channel_blocks * math.prod(reduction[1:])
@@ -413,7 +471,9 @@ def dense_conv_reduction_blocks(out_shape: Sequence[int], reduction: Sequence[in
                 and (count == 1 or count * block_weights <= description.l1d // 2))
     region = itemsize * channel_blocks * out_shape[2] * out_shape[3] * out_shape[4]
     tasks = out_shape[0] * (out_shape[1] // channel_blocks)
-    if (chunk == input_blocks or region + chunk * block_weights > description.l1d
+    row_inputs = itemsize * input_blocks * reduction[1] * reduction[3] * out_shape[3]
+    if (chunk == input_blocks or input_blocks * block_weights + row_inputs <= description.l1d
+            or region + chunk * block_weights > description.l1d
             or tasks < description.num_cores):
         return 0
     return chunk
@@ -482,7 +542,8 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
         local, outer = conv, epilogue
     n, ko, y, x, ki = schedule[outer].op.axis
     default_columns, default_blocks = default_blocked_conv_tiles(
-        conv.shape, np.dtype(conv.dtype).itemsize, cpu)
+        conv.shape, np.dtype(conv.dtype).itemsize, cpu,
+        windowed=math.prod(axis.extent for axis in stage.op.reduce_axis[1:3]) > 1)
     columns = tiles.columns or default_columns
     channel_blocks = tiles.channel_blocks or default_blocks
     if conv.shape[1] % channel_blocks:

@@ -574,7 +574,7 @@ def _blocked_conv_space(args: tuple, depthwise: bool) -> ConfigSpace:
     """Output columns per register tile (the divisors of the output width up to the
     register budget, a few non-divisors, the default) and output channel blocks per
     tile (each broadcast input element then feeds that many weight vectors; those of
-    :data:`_CHANNEL_BLOCKS` dividing the block count). A dense convolution also
+    :data:`_CHANNEL_BLOCKS` dividing the block count, the default). A dense convolution also
     chooses its reduction order, the channels of an input block unrolled per step
     (``block_unroll``: None, the whole block, or a smaller divisor of it) and the input
     blocks per reduction chunk (``reduction_blocks``: 0, none, or a divisor of the
@@ -587,11 +587,15 @@ def _blocked_conv_space(args: tuple, depthwise: bool) -> ConfigSpace:
     limit = min(width, _column_limit(depthwise))
     columns = {d for d in divisors(width) if 2 <= d <= limit}
     columns |= {c for c in _EXTRA_COLUMNS if c < limit and width % c}
-    columns.add(_blocked_conv_default(args, depthwise)["columns"])
+    default = _blocked_conv_default(args, depthwise)
+    columns.add(default["columns"])
+    # the default's channel blocks too (a 1x1 convolution's tile may take more than
+    # those offered: five of ten blocks, ``schedules.pointwise_conv_tile``)
+    channel_blocks = {b for b in _CHANNEL_BLOCKS if out_outer % b == 0}
+    channel_blocks.add(default["channel_blocks"])
     knobs = [
         Knob("columns", "split", tuple(sorted(columns))),
-        Knob("channel_blocks", "split",
-             tuple(b for b in _CHANNEL_BLOCKS if out_outer % b == 0)),
+        Knob("channel_blocks", "split", tuple(sorted(channel_blocks))),
         Knob("reduce_order", "order",
              ("channels_outer",) if depthwise else ("channels_outer", "kernel_outer")),
     ]
@@ -626,8 +630,9 @@ def _blocked_conv_default(args: tuple, depthwise: bool) -> dict:
         return {"columns": tiles.columns, "channel_blocks": tiles.channel_blocks,
                 "reduce_order": "channels_outer", "unroll_window": tiles.unroll_window,
                 "parallel": tiles.parallel}
+    _, _, kh, kw, _, _ = workload.weight_shape
     columns, channel_blocks = default_blocked_conv_tiles(
-        workload.out_shape, np.dtype(workload.dtype).itemsize)
+        workload.out_shape, np.dtype(workload.dtype).itemsize, windowed=kh * kw > 1)
     return {"columns": columns, "channel_blocks": channel_blocks,
             "reduce_order": "channels_outer", "block_unroll": None,
             "reduction_blocks": _dense_reduction_blocks(workload, channel_blocks,

@@ -25,8 +25,10 @@ from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import (
     BlockedConvTiles,
     blocked_conv_columns,
+    default_blocked_conv_tiles,
     dense_conv_columns,
     dense_conv_reduction_blocks,
+    pointwise_conv_tile,
     schedule_conv2d_nchwc,
 )
 from heterocc.targets.llvm.target import _schedule
@@ -88,6 +90,15 @@ DENSE_TILE_GEOMETRIES = [
     (48, 14, 24, 1, 1, 0, ("residual",)),
     (24, 14, 32, 1, 2, 0, ()),
     (16, 13, 32, 1, 1, 1, ("relu",)),
+    # 1x1 tiles of several blocks over few columns (pointwise_conv_tile on AVX-512):
+    # 20 blocks in fives over 4 columns (a tail of 3) with the reduction chunked; 4
+    # blocks over 5, 5 and 3 of 13 columns; 6 blocks in threes at stride 2; 60 blocks
+    # in threes, not chunked; one block over a row of 41 in 21 and 20 columns
+    (160, 7, 320, 1, 1, 0, ("relu",)),
+    (64, 13, 64, 1, 1, 0, ("clip",)),
+    (96, 14, 96, 1, 2, 0, ("residual",)),
+    (160, 7, 960, 1, 1, 0, ("clip",)),
+    (32, 41, 16, 1, 1, 0, ("relu",)),
     (32, 15, 32, 3, 2, 1, ("relu",)),
     (16, 56, 24, 3, 1, 1, ()),
     (16, 14, 144, 1, 1, 0, ("clip",)),
@@ -308,6 +319,12 @@ def _described(target, l1d, cores=2):
      10),
     # the whole reduction fits half the L1: nothing to chunk
     ((1, 4, 7, 7, 16), (1, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 48 << 10), 0),
+    # three blocks of a 1x1 conv over 160 channels: 30 KiB of weights exceed half a
+    # 48 KiB L1 but stay there beside a row's 4 KiB of input; not beside it in 32 KiB
+    ((1, 60, 7, 7, 16), (10, 1, 1, 16), 3, _described("llvm -mcpu=skylake-avx512", 48 << 10),
+     0),
+    ((1, 60, 7, 7, 16), (10, 1, 1, 16), 3, _described("llvm -mcpu=skylake-avx512", 32 << 10),
+     5),
     # 16 channel-block pairs cannot keep 32 cores busy
     ((1, 32, 7, 7, 16), (32, 3, 3, 16), 2,
      _described("llvm -mcpu=skylake-avx512", 48 << 10, cores=32), 0),
@@ -315,6 +332,71 @@ def _described(target, l1d, cores=2):
 def test_default_reduction_chunks_follow_the_l1_and_the_cores(out_shape, reduction, blocks,
                                                               cpu, chunk):
     assert dense_conv_reduction_blocks(out_shape, reduction, blocks, 4, cpu) == chunk
+
+
+AVX512 = parse_cpu("llvm -mcpu=x86-64-v4")
+AVX2 = parse_cpu("llvm -mcpu=x86-64-v3")
+NEON = parse_cpu("llvm -mtriple=aarch64-linux-gnu")
+
+
+@pytest.mark.parametrize("cpu,blocks,width,block_bytes,tile", [
+    # AVX-512, 16-float blocks (one vector), 21 accumulators: MobileNetV2's 1x1 layers
+    (AVX512, 6, 14, 64, (7, 3)),     # 576->96 at 14x14: 3 blocks x 7 columns
+    (AVX512, 10, 7, 64, (4, 5)),     # 960->160 at 7x7: 5 x (4, 3), not 10 x 2
+    (AVX512, 20, 7, 64, (4, 5)),
+    (AVX512, 4, 14, 64, (5, 4)),     # 4 x (5, 5, 4) rather than 2 x 7
+    (AVX512, 2, 56, 64, (10, 2)),    # 2 x 10 ties 1 x 19 on accumulators, loads fewer
+    (AVX512, 9, 56, 64, (7, 3)),
+    (AVX512, 1, 112, 64, (19, 1)),   # one block: the columns that fill the share
+    # AVX2 (16 registers, 10 accumulators): a 16-float block is two vectors
+    (AVX2, 6, 14, 64, (5, 1)),
+    (AVX2, 10, 7, 64, (4, 1)),
+    # ... an 8-float block one: three of them, not one over 10 columns
+    (AVX2, 3, 56, 32, (3, 3)),
+    # NEON's 4-float vectors: a 16-float block is four; a 4-float block one
+    (NEON, 6, 14, 64, (5, 1)),
+    (NEON, 24, 14, 16, (7, 3)),
+])
+def test_pointwise_tiles_follow_the_registers(cpu, blocks, width, block_bytes, tile):
+    assert pointwise_conv_tile(blocks, width, block_bytes, cpu) == tile
+    out_shape = (1, blocks, 5, width, block_bytes // 4)
+    assert default_blocked_conv_tiles(out_shape, 4, cpu, windowed=False) == tile
+
+
+@pytest.mark.parametrize("cpu", [AVX512, AVX2, NEON], ids=["avx512", "avx2", "neon"])
+@pytest.mark.parametrize("blocks,width", [(b, w) for b in (1, 2, 3, 6, 7, 10, 12, 20, 60)
+                                          for w in (1, 3, 7, 13, 14, 28, 41, 56, 112)])
+def test_pointwise_tile_is_the_fullest_that_fits(cpu, blocks, width):
+    """Against every (blocks, columns) that divides the blocks and keeps its
+    accumulators within two thirds of the registers and its weight vectors and a
+    broadcast within the rest: none of the same class (two or more weight vectors per
+    broadcast, or not) does more multiply-adds per step averaged over a row's tiles,
+    and the class of two or more is taken where it has a member."""
+    vectors = max(1, 64 // cpu.vector_bytes)
+    columns, count = pointwise_conv_tile(blocks, width, 64, cpu)
+    accumulators = cpu.vector_registers * 2 // 3
+    assert blocks % count == 0 and 1 <= columns <= width
+    assert count == 1 or count * vectors * columns <= accumulators
+    assert count == 1 or count * vectors < cpu.vector_registers - accumulators
+
+    def mean(count, columns):
+        return count * vectors * width / -(-width // columns)
+
+    legal = [(c, k) for k in range(1, blocks + 1) if blocks % k == 0
+             and k * vectors < cpu.vector_registers - accumulators
+             for c in range(1, width + 1) if k * vectors * c <= accumulators]
+    paired = [(c, k) for c, k in legal if k * vectors >= 2]
+    if paired:
+        assert count * vectors >= 2
+    rivals = paired if count * vectors >= 2 else legal
+    assert mean(count, columns) == max(mean(k, c) for c, k in rivals)
+
+
+def test_windowed_tiles_keep_the_paired_rule():
+    """A kernel window keeps dense_conv_channel_blocks' pairs (the schedule passes
+    windowed=False for 1x1 kernels only)."""
+    assert default_blocked_conv_tiles((1, 6, 14, 14, 16), 4, AVX512) == (7, 2)
+    assert default_blocked_conv_tiles((1, 6, 14, 14, 16), 4, AVX512, windowed=False) == (7, 3)
 
 
 @pytest.mark.parametrize("width,limit,columns", [(56, 28, 28), (112, 28, 28), (28, 28, 28),

@@ -164,6 +164,11 @@ def test_compile_applies_the_logged_conv_schedule(tmp_path):
 #: 128 -> 64 channels in blocks of 16, 3x3 over 7x7: the default chunks its reduction
 CHUNKED = Task("conv2d_nchwc", (1, 8, 7, 7, 16, 4, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1,
                                 "float32"))
+#: 64 -> 160 channels in blocks of 16, 1x1 over 7x7: with AVX-512 the default tile takes
+#: five of the ten output blocks (schedules.pointwise_conv_tile), a count the space
+#: offers only as the default
+POINTWISE = Task("conv2d_nchwc", (1, 4, 7, 7, 16, 10, 16, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1,
+                                  "float32"))
 #: 8 -> 12 channels in blocks of 4 (3 output blocks), 3x3 over 5x4: a space of 72 points
 SMALL_DENSE = Task("conv2d_nchwc", (1, 2, 5, 4, 4, 3, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1,
                                     "float32"))
@@ -188,8 +193,8 @@ def test_new_knobs_offer_only_valid_options():
     assert "block_unroll" not in depthwise and "reduction_blocks" not in depthwise
 
 
-@pytest.mark.parametrize("task", [DENSE, DEPTHWISE, CHUNKED, SMALL_DEPTHWISE],
-                         ids=["dense", "depthwise", "chunked", "small-depthwise"])
+@pytest.mark.parametrize("task", [DENSE, DEPTHWISE, CHUNKED, SMALL_DEPTHWISE, POINTWISE],
+                         ids=["dense", "depthwise", "chunked", "small-depthwise", "pointwise"])
 def test_default_config_is_the_default_schedule_and_tiles(task):
     """The default config's tiles are the schedules' own defaults, resolved: the
     dense schedule's reduction chunks, the depthwise schedule's window and threads."""
@@ -200,14 +205,18 @@ def test_default_config_is_the_default_schedule_and_tiles(task):
         assert blocked_conv_tiles_of(default, True) == default_depthwise_conv_tiles(conv)
     else:
         tiles = blocked_conv_tiles_of(default)
+        window = [int(axis.extent) for axis in conv.op.reduce_axis[1:3]]
         assert (tiles.columns, tiles.channel_blocks) == default_blocked_conv_tiles(
-            conv.shape)
+            conv.shape, windowed=window != [1, 1])
         assert tiles.block_unroll is None
         assert tiles.reduction_blocks == dense_conv_reduction_blocks(
             conv.shape, [int(axis.extent) for axis in conv.op.reduce_axis],
             tiles.channel_blocks)
     if task is CHUNKED:
         assert default["reduction_blocks"] == 1  # the default schedule chunks it here
+    if task is POINTWISE:
+        knob = {k.name: k.options for k in task.space.knobs}["channel_blocks"]
+        assert default["channel_blocks"] in knob and {1, 2} <= set(knob)
     tuned, tensors = _lowered(task, default)
     schedule = te.create_schedule(tensors[-1])
     schedule_conv2d_nchwc(schedule, tensors[-1])
