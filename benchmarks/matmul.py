@@ -4,7 +4,7 @@ kernel's), measured in the same process.
 
 Prints the machine and the CPU/ISA the code is generated for (first line), then GFLOP/s
 of each (medians of repeated runs, in alternating blocks) and heterocc's ratios. Run:
-    python benchmarks/matmul.py [--size 1024] [--repeat 10] [--target "llvm -mattr=-avx512f"]
+    python benchmarks/matmul.py [--size 1024] [--repeat 30] [--target "llvm -mattr=-avx512f"]
 """
 
 from __future__ import annotations
@@ -49,7 +49,10 @@ def ort_matmul(n: int) -> ort.InferenceSession:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=1024)
-    parser.add_argument("--repeat", type=int, default=10)
+    # 30 timings each: six alternating blocks, each after a pause (2 blocks swung the
+    # ratio by 10% from run to run on a 2-core machine; the first calls after a pause
+    # run 5-10% slower, for every engine)
+    parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--target", default="llvm",
                         help='the CPU to generate code for, e.g. "llvm -mattr=-avx512f"')
     args = parser.parse_args()
