@@ -38,12 +38,13 @@ def layout_transform(inputs, attrs, out_types):
 
 @register_compute("ConvNCHWc")
 def conv_nchwc(inputs, attrs, out_types):
-    """Blocked convolution (dense or depthwise) over NCHW[x]c data and packed weights,
-    tagged for ``schedule_conv2d_nchwc``. The padded input is materialized ahead (a
-    guarded read in the tile's inner loop would cost a select per multiply-add); the
-    output channel block is the innermost axis, so the schedule vectorizes over it: a
-    dense convolution multiplies one broadcast input element by a weight vector, a
-    depthwise one an input vector (contiguous whatever the stride) by a weight vector."""
+    """Blocked convolution (dense or depthwise) over NCHW[x]c data (a dense one's also
+    NCHW, read as NCHW1c) and packed weights, tagged for ``schedule_conv2d_nchwc``. The
+    padded input is materialized ahead (a guarded read in the tile's inner loop would
+    cost a select per multiply-add); the output channel block is the innermost axis, so
+    the schedule vectorizes over it: a dense convolution multiplies one broadcast input
+    element by a weight vector, a depthwise one an input vector (contiguous whatever the
+    stride) by a weight vector."""
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
     float_only(x.dtype, "ConvNCHWc")
@@ -61,10 +62,12 @@ def conv_nchwc(inputs, attrs, out_types):
     rx = te.reduce_axis(geometry["kernel"][1], "rx")
     if not depthwise:
         rco = te.reduce_axis(x.shape[1], "rco")
-        rci = te.reduce_axis(x.shape[4], "rci")
+        rci = te.reduce_axis(geometry["in_block"], "rci")
 
         def body(n, ko, yy, xx, ki):
-            return te.sum(data[n, rco, yy * sy + ry * dy, xx * sx + rx * dx, rci]
+            # an NCHW input (4-D) is NCHW1c in memory: its channel block has no axis
+            block = () if x.ndim == 4 else (rci,)
+            return te.sum(data[(n, rco, yy * sy + ry * dy, xx * sx + rx * dx, *block)]
                           * w[ko, rco, ry, rx, rci, ki], axis=[rco, ry, rx, rci])
     else:
         def body(n, ko, yy, xx, ki):

@@ -4,9 +4,11 @@ A blocked layout ``NCHW{b}c`` stores a 4-D activation as ``(N, C / b, H, W, b)``
 ``b`` channels of one block are contiguous, so one vector register holds one pixel of
 ``b`` channels whatever the convolution's stride. ``ConvNCHWc`` convolves such a tensor
 with weights packed at compile time as ``(O / ob, C / group / ib, KH, KW, ib, ob)`` and
-writes ``NCHW{ob}c``. Only two groupings are blocked: dense (``group == 1``) and
-depthwise (``group == C == O``, where the input block equals the output block and the
-packed weight has one input channel: ``(C / b, 1, KH, KW, 1, b)``).
+writes ``NCHW{ob}c``. A dense one may also take a plain ``NCHW`` input (4-D), which is
+``NCHW1c`` in memory: an input block of one channel, read in place. Only two groupings
+are blocked: dense (``group == 1``) and depthwise (``group == C == O``, where the input
+block equals the output block and the packed weight has one input channel:
+``(C / b, 1, KH, KW, 1, b)``).
 """
 
 from __future__ import annotations
@@ -107,12 +109,16 @@ BLOCKED_CONV_ATTRS = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 
 
 
 def blocked_conv_geometry(x_shape, w_shape, attrs) -> dict:
-    """What a ``ConvNCHWc`` computes, from its blocked input and packed weight shapes:
-    NCHW-equivalent shapes, blocks, output spatial size; ValueError when they disagree."""
-    n, in_outer, h, w, in_block = x_shape
+    """What a ``ConvNCHWc`` computes, from its blocked input (a dense one's may be plain
+    NCHW: one channel per block) and packed weight shapes: NCHW-equivalent shapes,
+    blocks, output spatial size; ValueError when they disagree."""
+    n, in_outer, h, w, in_block = (*x_shape, 1) if len(x_shape) == 4 else x_shape
     out_outer, w_in_outer, kh, kw, w_in_block, out_block = w_shape
     channels, filters = in_outer * in_block, out_outer * out_block
     group = attrs["group"]
+    if len(x_shape) == 4 and group != 1:
+        raise ValueError(f"a depthwise convolution needs a blocked input, not NCHW "
+                         f"{list(x_shape)}")
     if group == 1:
         if (w_in_outer, w_in_block) != (in_outer, in_block):
             raise ValueError(f"weight {list(w_shape)} does not match input {list(x_shape)}")
@@ -131,8 +137,9 @@ def blocked_conv_geometry(x_shape, w_shape, attrs) -> dict:
 
 def _infer_blocked_conv(ctx: InferContext):
     x, w = ctx.type(0), ctx.type(1)
-    if x.ndim != 5 or w.ndim != 6:
-        raise ctx.error(f"input {x} must be NCHW[x]c (5-D) and weight {w} packed (6-D)")
+    if x.ndim not in (4, 5) or w.ndim != 6:
+        raise ctx.error(f"input {x} must be NCHW[x]c (5-D) or NCHW (4-D) and weight {w} "
+                        f"packed (6-D)")
     try:
         geometry = blocked_conv_geometry(x.shape, w.shape, ctx.attrs)
     except ValueError as exc:
@@ -148,8 +155,9 @@ def _infer_blocked_conv(ctx: InferContext):
 def conv_nchwc(x, w, b=None, *, strides, pads, dilations, group):
     """2-D convolution of a blocked ``NCHW{ib}c`` input with packed weights
     ``(O/ob, C/group/ib, KH, KW, ib, ob)`` and an optional bias ``(O/ob, ob)``,
-    giving ``NCHW{ob}c``; dense (group 1) or depthwise (group == C)."""
+    giving ``NCHW{ob}c``; dense (group 1) or depthwise (group == C). A dense one also
+    takes an ``NCHW`` input (4-D, read as ``NCHW1c``, with ``ib`` = 1)."""
     bias = None if b is None else b.reshape(-1)
-    y = conv_nd(from_blocked(x), unpack_conv_weight(w), bias, strides=strides, pads=pads,
-                dilations=dilations, group=group)
+    y = conv_nd(x if x.ndim == 4 else from_blocked(x), unpack_conv_weight(w), bias,
+                strides=strides, pads=pads, dilations=dilations, group=group)
     return to_blocked(y.astype(x.dtype, copy=False), w.shape[5])

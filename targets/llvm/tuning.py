@@ -521,8 +521,10 @@ _CHANNEL_BLOCKS = (1, 2, 3, 4)
 def blocked_conv_task_args(input_shape, weight_shape, strides, pads, dilations, group: int,
                            dtype: str) -> tuple[str, tuple]:
     """The template name and workload of a ``ConvNCHWc`` over ``input_shape``
-    (n, C/ib, h, w, ib) and packed ``weight_shape`` (O/ob, C/group/ib, kh, kw, ib, ob)."""
-    n, in_outer, h, w, in_block = (int(d) for d in input_shape)
+    (n, C/ib, h, w, ib), or NCHW (ib = 1), and packed ``weight_shape``
+    (O/ob, C/group/ib, kh, kw, ib, ob)."""
+    shape = tuple(input_shape) + ((1,) if len(input_shape) == 4 else ())
+    n, in_outer, h, w, in_block = (int(d) for d in shape)
     out_outer, _, kh, kw, _, out_block = (int(d) for d in weight_shape)
     geometry = (kh, kw, *map(int, strides), *map(int, pads), *map(int, dilations), dtype)
     if group == 1:
@@ -551,7 +553,11 @@ class BlockedConvWorkload:
         sy, sx, pt, pl, pb, pr, dy, dx, dtype = rest
         attrs = {"strides": [sy, sx], "pads": [pt, pl, pb, pr], "dilations": [dy, dx],
                  "group": group}
-        return cls((n, in_outer, h, w, in_block), weight_shape, attrs, dtype)
+        # a dense convolution's input block of one channel is its NCHW input, read in
+        # place (``passes.alter_layout.conv_blocking``)
+        input_shape = (n, in_outer, h, w) + (() if in_block == 1 and not depthwise
+                                             else (in_block,))
+        return cls(input_shape, weight_shape, attrs, dtype)
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -603,7 +609,7 @@ def _blocked_conv_space(args: tuple, depthwise: bool) -> ConfigSpace:
         knobs += [Knob("unroll_window", "unroll", (True, False)),
                   Knob("parallel", "parallel", (True, False))]
     else:
-        _, in_outer, _, _, in_block = workload.input_shape
+        _, in_outer, _, _, in_block, _ = workload.weight_shape
         knobs += [Knob("block_unroll", "unroll",
                        (None, *(d for d in divisors(in_block) if d < in_block))),
                   Knob("reduction_blocks", "split", (0, *divisors(in_outer)))]

@@ -14,6 +14,7 @@ from heterocc.ir.checker import check_graph
 from heterocc.models import mobilenet_v2, resnet18, tiny_cnn
 from heterocc.ops import get_op
 from heterocc.ops.layout import (
+    blocked_conv_geometry,
     from_blocked,
     pack_conv_weight,
     to_blocked,
@@ -60,9 +61,10 @@ def _assert_no_round_trips(graph):
 
 
 @pytest.mark.parametrize("build,size,transforms", [
-    (tiny_cnn, 32, 2),       # in, and back before pooling
-    (resnet18, 32, 2),       # in, and back before the GAP (the max pool stays blocked)
-    (mobilenet_v2, 32, 2),   # in, and back before the GAP: the chain never leaves NCHW[x]c
+    # the RGB stem reads the NCHW input in place (NCHW1c): no transform in
+    (tiny_cnn, 32, 1),       # back before pooling
+    (resnet18, 32, 1),       # back before the GAP (the max pool stays blocked)
+    (mobilenet_v2, 32, 1),   # back before the GAP: the chain never leaves NCHW[x]c
 ])
 def test_models_keep_the_blocked_layout_between_convolutions(build, size, transforms):
     before = _optimized(build(size=size))
@@ -165,12 +167,13 @@ def test_global_pool_of_a_padded_value_cuts_the_padding_after_pooling(pool):
 
 
 def test_input_block_follows_the_producer_when_it_divides():
-    """A 24-filter conv writes NCHW8c; the next conv reads it in 8-channel blocks."""
-    inits = {"w1": RNG.standard_normal((24, 4, 1, 1)).astype(np.float32),
+    """A 24-filter conv writes NCHW8c; the next conv reads it in 8-channel blocks. (The
+    first reads its 12-channel NCHW input in the widest block dividing 12.)"""
+    inits = {"w1": RNG.standard_normal((24, 12, 1, 1)).astype(np.float32),
              "w2": RNG.standard_normal((32, 24, 3, 3)).astype(np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"]),
              helper.make_node("Conv", ["c1", "w2"], ["y"], pads=[1] * 4)]
-    model = make_model(nodes, [("x", "float32", [1, 4, 5, 5])], [("y", "float32", None)],
+    model = make_model(nodes, [("x", "float32", [1, 12, 5, 5])], [("y", "float32", None)],
                        inits)
     before = _optimized(model)
     after = alter_layout(before)
@@ -179,6 +182,32 @@ def test_input_block_follows_the_producer_when_it_divides():
     assert [c.outputs[0].type.shape[-1] for c in convs] == [8, 16]
     assert len(_transforms(after)) == 2
     _assert_same_results(before, after)
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4, 7])
+def test_nchw_input_of_few_channels_is_read_in_place(channels):
+    """A conv on an NCHW input of fewer channels than a vector block (an image) reads it
+    as it is, NCHW being NCHW1c in memory: no transform in, weights packed with input
+    blocks of one channel."""
+    inits = {"w": RNG.standard_normal((32, channels, 3, 3)).astype(np.float32),
+             "b": RNG.standard_normal(32).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], pads=[1] * 4),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = make_model(nodes, [("x", "float32", [1, channels, 9, 11])],
+                       [("y", "float32", None)], inits)
+    before = _optimized(model)
+    after = alter_layout(before)
+    (conv_node,) = [n for n in after.nodes if n.op == "ConvNCHWc"]
+    assert conv_node.inputs[0] is after.inputs[0]
+    assert conv_node.inputs[1].type.shape == (2, channels, 3, 3, 1, 16)
+    assert [t.attrs["src_layout"] for t in _transforms(after)] == ["NCHW16c"]  # out only
+    _assert_same_results(before, after)
+
+
+def test_depthwise_conv_needs_a_blocked_input():
+    attrs = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": 16}
+    with pytest.raises(ValueError, match="depthwise convolution needs a blocked input"):
+        blocked_conv_geometry((1, 16, 8, 8), (1, 1, 3, 3, 1, 16), attrs)
 
 
 @pytest.mark.parametrize("filters,group,dtype,const_weight", [
@@ -237,6 +266,7 @@ def test_weight_packing_round_trips():
     (6, 16, 3, 16, 1, [2, 2], [0, 1, 2, 0], [1, 1]),
     (16, 8, 4, 8, 1, [1, 2], [2, 2, 2, 2], [2, 1]),
     (16, 16, 16, 16, 16, [2, 2], [1, 1, 1, 1], [1, 1]),  # depthwise
+    (3, 16, 0, 16, 1, [2, 2], [1, 1, 1, 1], [1, 1]),  # NCHW input (in_block 0), read as 1c
 ])
 def test_blocked_conv_reference_matches_conv(channels, filters, in_block, out_block, group,
                                              strides, pads, dilations):
@@ -245,9 +275,10 @@ def test_blocked_conv_reference_matches_conv(channels, filters, in_block, out_bl
     b = RNG.standard_normal(filters).astype(np.float32)
     attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": group}
     expected = conv(x, w, b, **attrs)
-    weight_block = 1 if group > 1 else in_block
+    weight_block = 1 if group > 1 else in_block or 1
     got = get_op("ConvNCHWc").run(
-        [to_blocked(x, in_block), pack_conv_weight(w, weight_block, out_block),
+        [to_blocked(x, in_block) if in_block else x,
+         pack_conv_weight(w, weight_block, out_block),
          b.reshape(-1, out_block)], attrs)[0]
     np.testing.assert_allclose(from_blocked(got), expected, rtol=1e-5, atol=1e-5)
 

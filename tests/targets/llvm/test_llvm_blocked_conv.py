@@ -60,7 +60,7 @@ def _compile_blocked_and_check(model, feeds):
 
 @pytest.mark.parametrize("channels,size,filters,kernel,stride,group,dilation,width", [
     (16, 12, 16, 3, 1, 1, 1, 12),    # one block in, one out
-    (3, 30, 16, 7, 2, 1, 1, 30),     # the stem: 3-channel input blocks
+    (3, 30, 16, 7, 2, 1, 1, 30),     # the stem: its NCHW input read in place (NCHW1c)
     (24, 9, 40, 3, 1, 1, 1, 9),      # 8-channel blocks (24, 40 not multiples of 16)
     (12, 17, 32, 1, 1, 1, 1, 33),    # 1x1, a row wider than a tile, prime-ish width
     (16, 15, 32, 3, 2, 1, 1, 15),    # stride 2, odd width
@@ -103,6 +103,11 @@ DENSE_TILE_GEOMETRIES = [
     (16, 56, 24, 3, 1, 1, ()),
     (16, 14, 144, 1, 1, 0, ("clip",)),
     (144, 13, 24, 1, 1, 0, ("relu",)),
+    # NCHW inputs of few channels read in place (blocks of one channel): MobileNetV2's
+    # stem at an odd size, a grayscale 1x1 and a 4-channel 3x3
+    (3, 29, 32, 3, 2, 1, ("clip",)),
+    (1, 15, 16, 1, 1, 0, ("relu",)),
+    (4, 13, 48, 3, 1, 1, ("residual",)),
 ]
 
 

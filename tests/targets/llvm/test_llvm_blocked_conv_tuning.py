@@ -91,16 +91,20 @@ def test_depthwise_configs_match_numpy(columns, channel_blocks):
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
 
-def _conv_model():
+def _conv_model(channels=32, size=(9, 10), stride=1):
     rng = np.random.default_rng(0)
-    weight = numpy_helper.from_array(rng.standard_normal((32, 32, 3, 3)).astype(np.float32),
-                                     "w")
+    weight = numpy_helper.from_array(
+        rng.standard_normal((32, channels, 3, 3)).astype(np.float32), "w")
     bias = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1],
+                              strides=[stride] * 2),
              helper.make_node("Relu", ["c"], ["y"])]
     graph = helper.make_graph(
-        nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 9, 10])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 9, 10])], [weight, bias])
+        nodes, "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, *size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                       [1, 32, *((d - 1) // stride + 1 for d in size)])],
+        [weight, bias])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -129,6 +133,23 @@ def test_extracted_task_is_the_compiled_workload():
         assert blocked_conv_tiles(conv) == BlockedConvTiles(4, 2, kernel_outer=True)
         assert blocked_conv_tiles(plain) is None  # a compute without a workload
     assert blocked_conv_tiles(conv) is None  # outside the log's context
+
+
+def test_stem_task_reads_the_nchw_input_in_place():
+    """A 3-channel NCHW input's convolution (read in place, as NCHW1c): its task's
+    workload has input blocks of one channel, its template builds the convolution over
+    the 4-D input, and configs across its space compute it."""
+    (task,) = extract_tasks(_conv_model(3, (11, 12), 2))
+    assert task == Task("conv2d_nchwc", (1, 3, 11, 12, 1, 2, 16, 3, 3, 2, 2, 1, 1, 1, 1,
+                                         1, 1, "float32"))
+    data = _lowered(task, task.default_config())[1][0]
+    assert tuple(data.shape) == (1, 3, 11, 12)
+    rng = np.random.default_rng(4)
+    for index in range(0, task.space.size, max(1, task.space.size // 10)):
+        config = task.space.get(index)
+        out, expected = _run(task, config, rng)
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4,
+                                   err_msg=str(config.to_json()))
 
 
 def test_compile_applies_the_logged_conv_schedule(tmp_path):
