@@ -41,9 +41,10 @@ def _model(path):
 def test_extract_tasks_one_per_distinct_workload(tmp_path):
     tasks = extract_tasks(_model(tmp_path / "m.onnx"))
     # the workloads the llvm target compiles: convolutions in the blocked layout (8 filters:
-    # blocks of 8), the two equal depthwise convolutions one task
+    # blocks of 8; the 3-channel input read in place, in blocks of one channel), the two
+    # equal depthwise convolutions one task
     assert [t.template for t in tasks] == ["conv2d_nchwc", "depthwise_conv2d_nchwc", "matmul"]
-    assert tasks[0].args == (1, 1, 4, 4, 3, 1, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, "float32")
+    assert tasks[0].args == (1, 3, 4, 4, 1, 1, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, "float32")
     assert tasks[1].args == (1, 1, 4, 4, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, "float32")
     assert tasks[2].args == (1, 10, 128, "float32")
     accel = extract_tasks(tmp_path / "m.onnx", target="vta")
