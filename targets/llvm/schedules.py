@@ -610,9 +610,12 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
 #: read from memory by each multiply-add (folded into it) instead
 DEPTHWISE_MIN_COLUMNS = 4
 #: vector multiply-adds of a depthwise convolution below which its tiles run in the
-#: calling thread: a kernel this short (tens of microseconds) gains less from a second
-#: core than waking the thread pool costs
-DEPTHWISE_PARALLEL_MIN_VECTOR_MULADDS = 1 << 16
+#: calling thread: a kernel this short (about a microsecond of multiply-adds per core)
+#: gains less from a second core than handing it to the thread pool costs. (At 1 << 16,
+#: set before the pool's workers kept spinning between a model's kernels, 12 of
+#: MobileNetV2's 17 depthwise layers ran on one core with AVX-512, 5 with AVX2: the
+#: model took 4% longer on AVX-512, 1-4% on AVX2, in one process alternating.)
+DEPTHWISE_PARALLEL_MIN_VECTOR_MULADDS = 1 << 12
 
 
 @dataclass(frozen=True)
