@@ -503,19 +503,24 @@ def test_a_register_tiles_write_back_is_unrolled_like_the_tile(limit):
     np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
 
 
+def _pointwise_conv(in_blocks: int, out_blocks: int, width: int) -> te.Tensor:
+    """A blocked 1x1 convolution (16-channel blocks) over a square image of ``width``."""
+    data = te.placeholder((1, in_blocks, width, width, 16), name="data")
+    weight = te.placeholder((out_blocks, in_blocks, 1, 1, 16, 16), name="w")
+    rc, ry, rx, rb = (te.reduce_axis(in_blocks, "rc"), te.reduce_axis(1, "ry"),
+                      te.reduce_axis(1, "rx"), te.reduce_axis(16, "rb"))
+    return te.compute((1, out_blocks, width, width, 16), lambda n, c, y, x, k: te.sum(
+        data[n, rc, y + ry, x + rx, rb] * weight[c, rc, ry, rx, rb, k],
+        axis=[rc, ry, rx, rb]), name="conv")
+
+
 def test_seeds_offer_register_tiles_leaving_four_or_a_third_of_the_registers():
     """A 1x1 convolution's reduction (no window): the dividing register tiles whose
     accumulators leave a third of the registers for operands are seeds beside those
     leaving four (32 registers, two one-vector channel blocks: 14 and 8 of 112
     columns)."""
     hints = SearchHints(vector_lanes=16, registers=32, cores=2)
-    data = te.placeholder((1, 2, 112, 112, 16), name="data")
-    weight = te.placeholder((6, 2, 1, 1, 16, 16), name="w")
-    rc, ry, rx, rb = (te.reduce_axis(2, "rc"), te.reduce_axis(1, "ry"),
-                      te.reduce_axis(1, "rx"), te.reduce_axis(16, "rb"))
-    conv = te.compute((1, 6, 112, 112, 16), lambda n, c, y, x, k: te.sum(
-        data[n, rc, y + ry, x + rx, rb] * weight[c, rc, ry, rx, rb, k],
-        axis=[rc, ry, rx, rb]), name="conv")
+    conv = _pointwise_conv(in_blocks=2, out_blocks=6, width=112)
     tiles = {(seed["a0.tile.s1"][-1], seed["a0.tile.s3"][-1])
              for seed in Sketch([conv], hints).seed_values()}
     assert {(2, 14), (2, 8), (1, 28), (1, 16)} <= tiles
@@ -526,13 +531,7 @@ def test_seeds_offer_three_channel_blocks_where_two_and_four_do_not_divide():
     three do (the blocked-conv hand schedule's choice), so a seed takes three (by 7 of
     56 columns: 21 accumulators); every seed is a point of the space."""
     hints = SearchHints(vector_lanes=16, registers=32, cores=2)
-    data = te.placeholder((1, 2, 56, 56, 16), name="data")
-    weight = te.placeholder((9, 2, 1, 1, 16, 16), name="w")
-    rc, ry, rx, rb = (te.reduce_axis(2, "rc"), te.reduce_axis(1, "ry"),
-                      te.reduce_axis(1, "rx"), te.reduce_axis(16, "rb"))
-    conv = te.compute((1, 9, 56, 56, 16), lambda n, c, y, x, k: te.sum(
-        data[n, rc, y + ry, x + rx, rb] * weight[c, rc, ry, rx, rb, k],
-        axis=[rc, ry, rx, rb]), name="conv")
+    conv = _pointwise_conv(in_blocks=2, out_blocks=9, width=56)
     sketch = Sketch([conv], hints)
     seeds = sketch.seed_values()
     assert {(s["a0.tile.s1"][-1], s["a0.tile.s3"][-1]) for s in seeds} >= {(3, 8), (3, 7), (1, 28)}

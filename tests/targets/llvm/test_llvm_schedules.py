@@ -111,15 +111,21 @@ def test_register_tiles_of_any_row_count_are_exact(target, m, n, k):
     np.testing.assert_array_equal(c, a @ b)
 
 
-def _assert_product_exact(a_shape, b_shape, cpu):
-    """The packed, scheduled product for ``cpu`` of small integers (every sum exact):
-    NumPy's bits, every output written."""
+def _scheduled_product(a_shape, b_shape, cpu):
+    """Placeholders, the packed product and its CPU schedule for ``cpu``."""
     A = te.placeholder(a_shape, "float32", "A")
     B = te.placeholder(b_shape, "float32", "B")
     C = plain_matmul(A, B)
     schedules.pack_matmul(C, cpu=cpu)
     s = te.create_schedule(C)
     schedules.schedule_matmul(s, C, cpu)
+    return A, B, C, s
+
+
+def _assert_product_exact(a_shape, b_shape, cpu):
+    """The packed, scheduled product for ``cpu`` of small integers (every sum exact):
+    NumPy's bits, every output written."""
+    A, B, C, s = _scheduled_product(a_shape, b_shape, cpu)
     a, b = _small_integers(a_shape), _small_integers(b_shape)
     c = np.full(C.shape, np.nan, np.float32)
     hllvm.build(te.lower(s, [A, B, C], name="product"), cpu=cpu)["product"](a, b, c)
@@ -320,12 +326,7 @@ def test_a_short_last_panel_runs_in_the_parallel_loop(target, a_shape, b_shape):
     the panels (a branch of its body), not serially after it: every statement at the
     top of the function is an allocation or a parallel loop."""
     cpu = hllvm.parse_cpu(target)
-    A = te.placeholder(a_shape, "float32", "A")
-    B = te.placeholder(b_shape, "float32", "B")
-    C = plain_matmul(A, B)
-    schedules.pack_matmul(C, cpu=cpu)
-    s = te.create_schedule(C)
-    schedules.schedule_matmul(s, C, cpu)
+    A, B, C, s = _scheduled_product(a_shape, b_shape, cpu)
     lines = str(te.lower(s, [A, B, C], name="product")).splitlines()[1:]
     top = [line.strip() for line in lines if re.match(r"  \S", line)]
     assert top and all(re.match(r"(allocate |for \S+ in parallel\()", line) for line in top)
