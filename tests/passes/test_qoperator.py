@@ -393,4 +393,8 @@ def test_quantized_resnet18_qoperator_agrees_with_onnxruntime_on_top1(tmp_path):
         x = np.random.default_rng(i).standard_normal((1, 3, 64, 64)).astype(F32)
         ours, theirs = compiled.run({name: x})[0], session.run(None, {name: x})[0]
         assert ours.argmax() == theirs.argmax()
-        assert np.abs(ours - theirs).max() <= 3 * output_scale(model)
+        # counted in output steps (a float difference of exactly 3 steps can round to a
+        # hair above 3 * scale): rounding differences from ONNX Runtime's integer
+        # kernels compound over the 20 layers, as they do for the reference's
+        steps = np.rint(np.abs(ours - theirs) / output_scale(model))
+        assert steps.max() <= 3
