@@ -108,11 +108,17 @@ BLOCKED_CONV_ATTRS = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 
                       "group": 1}
 
 
+def blocked_conv_input_shape(x_shape) -> tuple[int, ...]:
+    """A ``ConvNCHWc`` input's shape as ``NCHW{ib}c``: a plain ``NCHW`` one (4-D, a
+    dense convolution's) is ``NCHW1c`` in memory."""
+    return blocked_shape(x_shape, 1) if len(x_shape) == 4 else tuple(x_shape)
+
+
 def blocked_conv_geometry(x_shape, w_shape, attrs) -> dict:
     """What a ``ConvNCHWc`` computes, from its blocked input (a dense one's may be plain
     NCHW: one channel per block) and packed weight shapes: NCHW-equivalent shapes,
     blocks, output spatial size; ValueError when they disagree."""
-    n, in_outer, h, w, in_block = (*x_shape, 1) if len(x_shape) == 4 else x_shape
+    n, in_outer, h, w, in_block = blocked_conv_input_shape(x_shape)
     out_outer, w_in_outer, kh, kw, w_in_block, out_block = w_shape
     channels, filters = in_outer * in_block, out_outer * out_block
     group = attrs["group"]

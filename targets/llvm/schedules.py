@@ -370,14 +370,6 @@ def blocked_conv_limits(block_bytes: int, cpu: CPUDescription | None = None
             min(DEPTHWISE_MAX_COLUMNS, budget))
 
 
-def dense_conv_columns(width: int, limit: int) -> int:
-    """Output columns per dense blocked-conv register tile: the fewest tiles of at most
-    ``limit`` columns that cover a row of ``width``, each as narrow as that count allows
-    (:func:`even_tiles`: a row of 56 in tiles of 5 rather than 4 columns, measured with
-    AVX2's 5-column tiles)."""
-    return even_tiles(width, limit)
-
-
 def pointwise_conv_tile(blocks: int, width: int, block_bytes: int,
                         cpu: CPUDescription | None = None) -> tuple[int, int]:
     """``(columns, channel_blocks)`` of the register tile of a dense blocked convolution
@@ -439,7 +431,10 @@ def default_blocked_conv_tiles(out_shape: Sequence[int], itemsize: int = 4,
     limit = dense_conv_column_limit(channel_blocks, block_bytes, cpu)
     if channel_blocks * _block_vectors(block_bytes, _cpu(cpu)) < BLOCKED_CONV_WEIGHT_VECTORS:
         return min(blocked_conv_columns(width, limit), width), 1
-    return dense_conv_columns(width, limit), channel_blocks
+    # the fewest tiles covering the row, evened (56 in tiles of 5 rather than 4 columns:
+    # a tail tile costs less than the extra tiles a divisor takes, measured with AVX2's
+    # 5-column tiles)
+    return even_tiles(width, limit), channel_blocks
 
 
 def dense_conv_reduction_blocks(out_shape: Sequence[int], reduction: Sequence[int],

@@ -28,7 +28,7 @@ from heterocc.compute.nn import matmul as plain_matmul
 from heterocc.errors import CompileError, TargetError
 from heterocc.ir.graph import Graph, Node, Value
 from heterocc.ir.types import TensorType
-from heterocc.ops.layout import blocked_conv_geometry, conv_nchwc
+from heterocc.ops.layout import blocked_conv_geometry, blocked_conv_input_shape, conv_nchwc
 from heterocc.ops.nn import conv_geometry
 from heterocc.passes.pipeline import run_pipeline
 from heterocc.runtime.interpreter import evaluate
@@ -523,8 +523,7 @@ def blocked_conv_task_args(input_shape, weight_shape, strides, pads, dilations, 
     """The template name and workload of a ``ConvNCHWc`` over ``input_shape``
     (n, C/ib, h, w, ib), or NCHW (ib = 1), and packed ``weight_shape``
     (O/ob, C/group/ib, kh, kw, ib, ob)."""
-    shape = tuple(input_shape) + ((1,) if len(input_shape) == 4 else ())
-    n, in_outer, h, w, in_block = (int(d) for d in shape)
+    n, in_outer, h, w, in_block = (int(d) for d in blocked_conv_input_shape(input_shape))
     out_outer, _, kh, kw, _, out_block = (int(d) for d in weight_shape)
     geometry = (kh, kw, *map(int, strides), *map(int, pads), *map(int, dilations), dtype)
     if group == 1:
@@ -1234,10 +1233,10 @@ def _paired_choice(context: ApplyHistoryBest, auto_key: str, hand_key: str
             pairs.append((record.cost, min(after, key=lambda r: r.timestamp).cost))
     if not pairs:
         return None
-    keep = 1 - FUNCTION_MARGIN
     auto_costs, hand_costs = zip(*pairs)
-    return config, (statistics.median(auto_costs) < statistics.median(hand_costs) * keep
-                    and min(auto_costs) < min(hand_costs) * keep)
+    return config, _faster_by_margin(statistics.median(auto_costs),
+                                     statistics.median(hand_costs),
+                                     min(auto_costs), min(hand_costs))
 
 
 def _beats_hand(context: ApplyHistoryBest, auto_key: str, config: Config,
@@ -1247,12 +1246,20 @@ def _beats_hand(context: ApplyHistoryBest, auto_key: str, config: Config,
     single timing: on a shared machine a burst of other work slows some timings
     several-fold, which the median of a few records does not always outvote and the
     fastest timing never shows."""
-    keep = 1 - FUNCTION_MARGIN
     hand_index = FUNCTION_TEMPLATE.default_config(()).index
-    hand_floor = context.floor_cost(hand_key, hand_index)
-    auto_floor = context.floor_cost(auto_key, config.index)
-    return (context.best_cost(auto_key) < context.best_cost(hand_key) * keep
-            and (hand_floor is None or auto_floor is None or auto_floor < hand_floor * keep))
+    return _faster_by_margin(context.best_cost(auto_key), context.best_cost(hand_key),
+                             context.floor_cost(auto_key, config.index),
+                             context.floor_cost(hand_key, hand_index))
+
+
+def _faster_by_margin(auto_typical: float, hand_typical: float,
+                      auto_fastest: float | None, hand_fastest: float | None) -> bool:
+    """Whether the search's point beat the hand schedule by :data:`FUNCTION_MARGIN`
+    both in its typical timing (a median) and in its fastest (where both are known)."""
+    keep = 1 - FUNCTION_MARGIN
+    return (auto_typical < hand_typical * keep
+            and (auto_fastest is None or hand_fastest is None
+                 or auto_fastest < hand_fastest * keep))
 
 
 def _spec_or_none(body: Graph) -> str | None:

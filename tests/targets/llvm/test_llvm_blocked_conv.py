@@ -26,8 +26,8 @@ from heterocc.targets.llvm.schedules import (
     BlockedConvTiles,
     blocked_conv_columns,
     default_blocked_conv_tiles,
-    dense_conv_columns,
     dense_conv_reduction_blocks,
+    even_tiles,
     pointwise_conv_tile,
     schedule_conv2d_nchwc,
 )
@@ -415,7 +415,7 @@ def test_tile_columns_divide_the_row_where_they_can(width, limit, columns):
                                                  (56, 5, 5), (14, 5, 5), (7, 5, 4), (13, 8, 7),
                                                  (30, 8, 8), (3, 5, 3)])
 def test_dense_tiles_are_the_fewest_that_cover_a_row(width, limit, columns):
-    assert dense_conv_columns(width, limit) == columns
+    assert even_tiles(width, limit) == columns
     tiles = -(-width // columns)
     assert tiles == -(-width // min(width, limit)) and (tiles - 1) * columns < width
 
