@@ -36,11 +36,23 @@ from .templates import tuning_of
 #: how a candidate can fail
 ERROR_KINDS = ("build", "runtime", "wrong", "timeout", "crash")
 
+#: what a timed call finds in the caches (:attr:`MeasureOptions.cache`). ``hot``: the
+#: calls run back to back on the same operands, which the previous call left in cache;
+#: ``flush``: before each call the target evicts everything from the caches of its
+#: cores (the flush itself not timed); ``rotate``: the calls take turns over enough
+#: copies of the candidate's constants and outputs that each finds its own evicted
+#: from the L2 caches, while its inputs stay where the last call left them, as in a
+#: model, where a kernel's weights and output buffer were last touched a network run
+#: ago and its input was just written by the kernel before it.
+CACHE_MODES = ("hot", "flush", "rotate")
+
 
 @dataclass(frozen=True)
 class MeasureOptions:
     """``timeout_s`` bounds one candidate (build + check + timing); ``repeat`` timings
-    are taken, each of at least ``min_repeat_s`` (calls are batched to reach it)."""
+    are taken, each of at least ``min_repeat_s`` of calls (batched to reach it).
+    ``cache`` is what the timed calls find in the caches (see :data:`CACHE_MODES`;
+    a target that cannot arrange it, such as a timing model, ignores it)."""
 
     timeout_s: float = 20.0
     repeat: int = 3
@@ -52,6 +64,12 @@ class MeasureOptions:
     #: of the tuned target, e.g. a CPU description); empty: the templates' target as
     #: registered (the host)
     target: str = ""
+    cache: str = "hot"
+
+    def __post_init__(self):
+        if self.cache not in CACHE_MODES:
+            raise InputError(f"measure option cache={self.cache!r}: one of "
+                             f"{', '.join(CACHE_MODES)}")
 
 
 def tuning_context(target: str) -> contextlib.AbstractContextManager:
@@ -127,15 +145,46 @@ def exclusive_timing() -> Iterator[None]:
         os.close(fd)
 
 
-def time_calls(call: Callable[[], None], options: MeasureOptions) -> tuple[float, ...]:
+def time_calls(call: Callable[[], None], options: MeasureOptions,
+               flush: Callable[[], None] | None = None) -> tuple[float, ...]:
     """Seconds per call of ``call``: ``repeat`` samples, each averaging enough calls to
     last ``min_repeat_s``, taken while holding the machine's timing slot
-    (:func:`exclusive_timing`)."""
+    (:func:`exclusive_timing`). With ``flush`` (the target's cache flush, see
+    :attr:`MeasureOptions.flush_cache`), ``flush()`` runs before every call and each
+    call is timed alone, so the flush's own time is never counted."""
     with exclusive_timing():
-        return _time_calls(call, options)
+        return _time_calls(call, options, flush)
 
 
-def _time_calls(call: Callable[[], None], options: MeasureOptions) -> tuple[float, ...]:
+def _time_calls(call: Callable[[], None], options: MeasureOptions,
+                flush: Callable[[], None] | None = None) -> tuple[float, ...]:
+    if flush is None:
+        return _time_batches(call, options)
+    flush()
+    start = time.perf_counter()
+    call()
+    once = max(time.perf_counter() - start, 1e-7)
+    number = max(1, min(FLUSHED_CALLS, math.ceil(options.min_repeat_s / once)))
+    samples = []
+    for _ in range(options.repeat):
+        total = 0.0
+        for _ in range(number):
+            flush()
+            start = time.perf_counter()
+            call()
+            total += time.perf_counter() - start
+        samples.append(total / number)
+    return tuple(samples)
+
+
+#: the most calls one flushed sample averages: each call costs a flush besides (a read
+#: of twice the L2 caches), and one call timed alone is already long against the
+#: clock's resolution
+FLUSHED_CALLS = 100
+
+
+def _time_batches(call: Callable[[], None], options: MeasureOptions) -> tuple[float, ...]:
+    """Samples of calls run back to back, each batch timed as a whole."""
     start = time.perf_counter()
     call()
     once = max(time.perf_counter() - start, 1e-7)

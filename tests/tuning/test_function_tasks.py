@@ -10,10 +10,11 @@ import heterocc
 from heterocc import te, tir
 from heterocc.targets.llvm import LLVMTarget
 from heterocc.targets.llvm import tuning as llvm_tuning
+from heterocc.targets.llvm.cpu import active_cpu
 from heterocc.targets.llvm.tuning import function_body, function_keys, function_spec
 from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.auto import SearchHints, Sketch
-from heterocc.tuning.measure import MeasureOptions, measure_in_process
+from heterocc.tuning.measure import CACHE_MODES, MeasureOptions, measure_in_process, task_inputs
 from heterocc.tuning.records import MeasureRecord, RecordLog
 from heterocc.tuning.task import Task, extract_tasks
 from tests.conftest import make_model
@@ -392,3 +393,71 @@ def test_the_timings_paired_with_the_hand_schedule_decide(tmp_path, rng):
             assert choice[0] == expected
             if expected == "auto":
                 assert choice[1].index == finalist.index
+
+
+@pytest.mark.parametrize("cache", CACHE_MODES)
+@pytest.mark.parametrize("search", ["auto", "template"])
+def test_candidates_measure_in_every_cache_mode(cache, search, rng):
+    (task,) = extract_tasks(_conv_model(rng), search=search)
+    options = MeasureOptions(repeat=2, cache=cache)
+    result = measure_in_process(task, task.default_config(), options)
+    assert result.ok and len(result.costs) == 2, (result.error, result.message)
+    if search == "auto":
+        hand = Task("function", task.args)
+        assert measure_in_process(hand, hand.default_config(), options).ok
+
+
+def _timed_with(monkeypatch, task, cache):
+    """What the target hands :func:`time_calls` for ``task`` in ``cache`` mode."""
+    handed = {}
+
+    def fake_time_calls(call, options, flush=None):
+        handed.update(call=call, flush=flush)
+        return (1.0,)
+
+    monkeypatch.setattr(llvm_tuning, "time_calls", fake_time_calls)
+    measure_in_process(task, task.default_config(), MeasureOptions(repeat=1, cache=cache))
+    return handed
+
+
+def test_only_the_flush_mode_flushes_the_caches_of_the_tuned_cpu(monkeypatch, rng):
+    (task,) = extract_tasks(_conv_model(rng), search="auto")
+    cpu = active_cpu()
+    assert _timed_with(monkeypatch, task, "flush")["flush"] is llvm_tuning.cache_flusher(cpu)
+    assert _timed_with(monkeypatch, task, "hot")["flush"] is None
+    assert _timed_with(monkeypatch, task, "rotate")["flush"] is None
+    flusher = llvm_tuning.cache_flusher(cpu)
+    buffer, sums = flusher.args
+    assert buffer.nbytes >= llvm_tuning.FLUSH_L2_MULTIPLE * cpu.l2 * cpu.num_cores
+    flusher()
+    assert np.all(sums == buffer.shape[1])  # every row of the buffer was read
+
+
+def test_the_rotate_mode_takes_turns_over_copies_of_constants_and_outputs(monkeypatch, rng):
+    (task,) = extract_tasks(_conv_model(rng), search="auto")
+    made = []
+    rotating = llvm_tuning._rotating
+
+    def spy(make, footprint):
+        made.append(footprint)
+        return rotating(lambda: made.append(make()) or made[-1], footprint)
+
+    monkeypatch.setattr(llvm_tuning, "_rotating", spy)
+    call = _timed_with(monkeypatch, task, "rotate")["call"]
+    footprint, copies = made[0], made[1:]
+    # the weights (16x32x3x3, prepacked), the bias and the 32x8x8 output, in float32
+    assert footprint >= 4 * (16 * 32 * 9 + 32 + 32 * 8 * 8)
+    assert len(copies) == llvm_tuning.rotation_count(footprint, active_cpu())
+    inputs, expected = task_inputs(task.workload_key, 0)
+    for _ in range(2 * len(copies)):  # the turns go round, each copy computing right
+        (got,) = call()
+        np.testing.assert_allclose(got, expected[0], rtol=1e-3, atol=1e-3)
+
+
+def test_the_rotation_is_long_enough_to_leave_the_l2_caches_and_bounded():
+    cpu = active_cpu()
+    evicting = llvm_tuning.FLUSH_L2_MULTIPLE * cpu.l2 * cpu.num_cores
+    count = llvm_tuning.rotation_count(evicting // 10, cpu)
+    assert (count - 1) * (evicting // 10) >= evicting
+    assert llvm_tuning.rotation_count(10 * evicting, cpu) == 2
+    assert llvm_tuning.rotation_count(1, cpu) == llvm_tuning.MAX_ROTATION

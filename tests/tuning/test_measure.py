@@ -2,7 +2,9 @@ import math
 
 import pytest
 
+from heterocc.errors import InputError
 from heterocc.targets.vta.tuning import vta_gemm_task
+from heterocc.tuning import measure
 from heterocc.tuning.measure import MeasureOptions, Measurer, measure_in_process
 from heterocc.tuning.task import Task
 from tests.tuning import faulty_templates  # noqa: F401  (registers faulty_matmul here too)
@@ -45,3 +47,55 @@ def test_accelerator_candidates_are_checked_and_overflows_are_build_errors():
                                       "virtual_threads": 2})
     result = measure_in_process(tall, too_big, MeasureOptions())
     assert result.error == "build" and "overflows" in result.message
+
+
+class _FakeClock:
+    """A clock that only the fake calls move: a call lasts 1 s, a flush 100 s."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.events = []
+
+    def perf_counter(self):
+        return self.now
+
+    def call(self):
+        self.events.append("call")
+        self.now += 1.0
+
+    def flush(self):
+        self.events.append("flush")
+        self.now += 100.0
+
+
+def test_a_flushed_timing_flushes_before_every_call_and_counts_only_the_calls(monkeypatch):
+    clock = _FakeClock()
+    monkeypatch.setattr(measure, "time", clock)
+    options = MeasureOptions(repeat=3, min_repeat_s=2.5, cache="flush")
+    samples = measure._time_calls(clock.call, options, clock.flush)
+    assert samples == (1.0, 1.0, 1.0)  # the flushes' 100 s are never in a sample
+    # one untimed call to size the samples (3 calls of 1 s reach 2.5 s), then 3 x 3
+    assert clock.events == ["flush", "call"] * (1 + 3 * 3)
+
+
+def test_flushed_samples_time_at_most_a_bounded_number_of_calls(monkeypatch):
+    clock = _FakeClock()
+    clock.call = lambda: clock.events.append("call")  # a call too short for the clock
+    monkeypatch.setattr(measure, "time", clock)
+    options = MeasureOptions(repeat=2, min_repeat_s=1.0, cache="flush")
+    measure._time_calls(clock.call, options, clock.flush)
+    assert clock.events.count("call") == 1 + 2 * measure.FLUSHED_CALLS
+    assert clock.events.count("flush") == clock.events.count("call")
+
+
+def test_a_hot_timing_runs_the_calls_back_to_back(monkeypatch):
+    clock = _FakeClock()
+    monkeypatch.setattr(measure, "time", clock)
+    samples = measure._time_calls(clock.call, MeasureOptions(repeat=2, min_repeat_s=2.5))
+    assert samples == (1.0, 1.0)
+    assert clock.events == ["call"] * (1 + 2 * 3)
+
+
+def test_an_unknown_cache_mode_is_refused():
+    with pytest.raises(InputError, match="cache='cold'.*hot, flush, rotate"):
+        MeasureOptions(cache="cold")
