@@ -22,7 +22,7 @@ from typing import TextIO
 from ..errors import InputError
 from ..runtime.inputs import parse_shapes
 from .auto import AUTO_PREFIX, EvolutionaryTuner, is_auto
-from .measure import MeasureOptions, tuning_context
+from .measure import CACHE_MODES, MeasureOptions, tuning_context
 from .pool import make_pool
 from .records import BASELINE, PAIRED, MeasureRecord, RecordLog, config_costs
 from .scheduler import TaskScheduler
@@ -52,6 +52,9 @@ def add_tune_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--log", required=True, help="JSON-lines tuning log (appended, resumed)")
     p.add_argument("--tuner", default="xgb", choices=sorted(TUNERS))
     p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=None,
+                   help="auto: trials of each task's first round before the scheduler "
+                        "spends the rest where latency falls most (default: a batch)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds per candidate")
     p.add_argument("--repeat", type=int, default=3, help="timings per candidate")
     p.add_argument("--remeasure", type=int, default=4,
@@ -64,6 +67,11 @@ def add_tune_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--ray", metavar="ADDRESS",
                    help="measure as Ray tasks: a cluster address, 'auto' (the cluster "
                         "`ray start --head` started) or 'local' (needs heterocc[distributed])")
+    p.add_argument("--cache", choices=CACHE_MODES, default=MeasureOptions.cache,
+                   help="what a timed CPU call finds in the caches: hot (its operands, "
+                        "left by the call before), flush (nothing: every core's L2 is "
+                        "evicted before each call), rotate (its weights and output buffer "
+                        "evicted, its input as the kernel before left it, as in a model)")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--preset", help="accelerator hardware preset (vta; default 1x16x16)")
@@ -128,7 +136,7 @@ def run_tune(args, stream: TextIO | None = None) -> int:
     target = tuning_target(args.target, args.preset)
     key = tuning_key(target)
     options = MeasureOptions(timeout_s=args.timeout, repeat=args.repeat, seed=args.seed,
-                             target=key)
+                             target=key, cache=getattr(args, "cache", MeasureOptions.cache))
     # the spaces, records and candidates all belong to the tuned target's hardware
     with tuning_context(key):
         tasks = extract_tasks(args.model, target=target, shapes=parse_shapes(args.shape),
@@ -171,7 +179,7 @@ def _run_auto(args, tasks, pool, log: RecordLog, model: CostModel, stream) -> No
     tuners = [EvolutionaryTuner(task, seed=args.seed, model=model) for task in tasks]
     scheduler = TaskScheduler(
         tasks, tuners, pool, args.trials, log, batch_size=args.batch_size,
-        early_stop=args.early_stop,
+        early_stop=args.early_stop, warmup=getattr(args, "warmup", None),
         first={task.workload_key: task.definition.first_configs(task.args) for task in tasks},
         callback=table)
     scheduler.run()

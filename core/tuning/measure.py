@@ -64,7 +64,7 @@ class MeasureOptions:
     #: of the tuned target, e.g. a CPU description); empty: the templates' target as
     #: registered (the host)
     target: str = ""
-    cache: str = "hot"
+    cache: str = "flush"
 
     def __post_init__(self):
         if self.cache not in CACHE_MODES:
