@@ -52,9 +52,6 @@ def add_tune_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--log", required=True, help="JSON-lines tuning log (appended, resumed)")
     p.add_argument("--tuner", default="xgb", choices=sorted(TUNERS))
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--warmup", type=int, default=None,
-                   help="auto: trials of each task's first round before the scheduler "
-                        "spends the rest where latency falls most (default: a batch)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds per candidate")
     p.add_argument("--repeat", type=int, default=3, help="timings per candidate")
     p.add_argument("--remeasure", type=int, default=4,
@@ -179,7 +176,7 @@ def _run_auto(args, tasks, pool, log: RecordLog, model: CostModel, stream) -> No
     tuners = [EvolutionaryTuner(task, seed=args.seed, model=model) for task in tasks]
     scheduler = TaskScheduler(
         tasks, tuners, pool, args.trials, log, batch_size=args.batch_size,
-        early_stop=args.early_stop, warmup=getattr(args, "warmup", None),
+        early_stop=args.early_stop,
         first={task.workload_key: task.definition.first_configs(task.args) for task in tasks},
         callback=table)
     scheduler.run()

@@ -2,19 +2,15 @@
 estimated end-to-end latency most (the gradient scheme of the Ansor paper).
 
 The estimated latency of the model is ``sum(weight_i * best_i)`` over its tasks (weight:
-how often the model runs the task). Every task is first given one round of ``warmup``
-trials (default: one batch); after that each round (a batch) goes to the task with the
-largest estimated gain per trial,
+how often the model runs the task). Every task is first given one batch; after that
+each round goes to the task with the largest estimated gain per trial,
 
     weight * (alpha * backward + (1 - alpha) * forward)
 
 where ``backward`` is how much its best cost fell per trial over its last ``window``
 trials and ``forward`` an optimistic guess that the next trials gain as much as its
 trials did on average so far (``best / trials``). A task whose best has not improved for
-``early_stop`` trials, or whose space is exhausted, gets no more. A short warm-up leaves
-more of a small budget to the gradient, which then gives a task trials in proportion to
-its share of the latency: a full batch each for a model's 31 tasks would take 248 of
-300 trials, most of them on tasks that barely count.
+``early_stop`` trials, or whose space is exhausted, gets no more.
 """
 
 from __future__ import annotations
@@ -51,17 +47,14 @@ class TaskScheduler:
     :class:`~.auto.EvolutionaryTuner`) through ``pool`` (a :class:`~.pool.LocalPool` or
     :class:`~.pool.RayPool`), appending every record to ``log`` as it arrives.
     ``first``: configs to measure first per task (by workload key; e.g. the default).
-    ``warmup``: trials of each task's first round (default ``batch_size``).
     ``callback(scheduler)`` is called after every result."""
 
     def __init__(self, tasks: Sequence[Task], tuners: Sequence[Tuner], pool, trials: int,
                  log: RecordLog | None = None, batch_size: int = 8,
                  early_stop: int | None = None, alpha: float = 0.2, window: int | None = None,
                  first: dict[str, Sequence[Config]] | None = None,
-                 callback: Callable[[TaskScheduler], None] | None = None,
-                 warmup: int | None = None):
+                 callback: Callable[[TaskScheduler], None] | None = None):
         self.pool, self.trials, self.log = pool, trials, log
-        self.warmup = batch_size if warmup is None else max(1, warmup)
         self.batch_size, self.early_stop, self.alpha = batch_size, early_stop, alpha
         self.window = window or batch_size
         self.callback = callback
@@ -114,8 +107,7 @@ class TaskScheduler:
             state = self.next_state()
             if state is None:
                 break
-            size = self.warmup if state.progress.trials == 0 else self.batch_size
-            self._round(state, min(size, self.trials - self.spent))
+            self._round(state, min(self.batch_size, self.trials - self.spent))
         return self.states
 
     def _round(self, state: TaskState, size: int) -> None:

@@ -80,22 +80,6 @@ def test_scheduler_spends_the_budget_where_latency_falls_most(tmp_path):
     assert "share" in lines[0] and lines[-1].startswith("total: 24/24 trials")
 
 
-def test_a_short_warmup_leaves_the_rest_of_the_budget_to_the_gradient(tmp_path):
-    heavy, light = _tasks()
-    pool = CostPool(_cost)
-    scheduler = TaskScheduler([heavy, light], [GridTuner(heavy), GridTuner(light)],
-                              pool, trials=24, batch_size=4, warmup=1)
-    scheduler.run()
-    # one trial each first, then batches of 4, the first ones to the task that counts
-    assert pool.calls[:2] == [heavy.workload_key, light.workload_key]
-    assert pool.calls[2:6] == [heavy.workload_key] * 4
-    assert scheduler.spent == 24 and len(pool.calls) == 24
-    rounds = TaskScheduler([heavy, light], [GridTuner(heavy), GridTuner(light)],
-                           CostPool(_cost), trials=8, batch_size=4)
-    rounds.run()  # the default warm-up: a whole batch each
-    assert rounds.pool.calls == [heavy.workload_key] * 4 + [light.workload_key] * 4
-
-
 def test_scheduler_resumes_from_the_log(tmp_path):
     heavy, light = _tasks()
     path = tmp_path / "log.jsonl"
@@ -285,3 +269,18 @@ def test_timings_on_one_machine_never_overlap(tmp_path, monkeypatch):
     spans.sort()
     assert len(spans) == 3
     assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
+
+
+def test_the_tune_command_times_in_the_cache_mode_it_is_given(tmp_path, monkeypatch):
+    from heterocc.tuning import cli
+
+    path, log = _model_path(tmp_path), tmp_path / "cache.jsonl"
+    seen = []
+    monkeypatch.setattr(cli, "_tune", lambda args, search, tasks, options, stream:
+                        seen.append(options))
+    for extra in ([], ["--cache", "hot"], ["--cache", "rotate"]):
+        _tune([str(path), "--search", "auto", "--log", str(log), "--quiet", *extra],
+              io.StringIO())
+    assert [o.cache for o in seen] == ["flush", "hot", "rotate"]
+    with pytest.raises(SystemExit):
+        _tune([str(path), "--log", str(log), "--cache", "cold"], io.StringIO())
