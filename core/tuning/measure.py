@@ -150,7 +150,7 @@ def time_calls(call: Callable[[], None], options: MeasureOptions,
     """Seconds per call of ``call``: ``repeat`` samples, each averaging enough calls to
     last ``min_repeat_s``, taken while holding the machine's timing slot
     (:func:`exclusive_timing`). With ``flush`` (the target's cache flush, see
-    :attr:`MeasureOptions.flush_cache`), ``flush()`` runs before every call and each
+    :attr:`MeasureOptions.cache`), ``flush()`` runs before every call and each
     call is timed alone, so the flush's own time is never counted."""
     with exclusive_timing():
         return _time_calls(call, options, flush)
