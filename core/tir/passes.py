@@ -49,7 +49,7 @@ from .stmt import (
     Stmt,
     seq,
 )
-from .visitor import Mutator, collect, substitute
+from .visitor import Mutator, collect, substitute, substitute_each
 
 #: widest vector the vectorizer forms; wider vectorized loops stay scalar loops.
 MAX_VECTOR_LANES = 64
@@ -339,11 +339,9 @@ class _VirtualThreadInjector(Mutator):
             return node
         if not (isinstance(node.min, IntImm) and isinstance(node.extent, IntImm)):
             raise CompileError(f"virtual thread loop {node.var.name!r} needs constant bounds")
-        copies = []
-        for k in range(node.extent.value):
-            body = substitute(node.body, {node.var: IntImm(node.min.value + k)})
-            copies.append(_BufferRenamer(f".vt{k}").stmt(body))
-        return seq(copies)
+        bodies = substitute_each(node.body, node.var, [IntImm(node.min.value + k)
+                                                       for k in range(node.extent.value)])
+        return seq([_BufferRenamer(f".vt{k}").stmt(body) for k, body in enumerate(bodies)])
 
 
 def inject_virtual_threads(func: PrimFunc) -> PrimFunc:
@@ -360,8 +358,8 @@ class _Unroller(Mutator):
             return node
         if not (isinstance(node.min, IntImm) and isinstance(node.extent, IntImm)):
             return dataclasses.replace(node, kind=ForKind.SERIAL)
-        return seq([substitute(node.body, {node.var: IntImm(node.min.value + k)})
-                    for k in range(node.extent.value)])
+        return seq(substitute_each(node.body, node.var, [IntImm(node.min.value + k)
+                                                         for k in range(node.extent.value)]))
 
 
 def unroll_loops(func: PrimFunc) -> PrimFunc:

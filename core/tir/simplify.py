@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -251,28 +252,33 @@ class LinearForm:
                           self.constant + other.constant)
 
 
-def linear_form(expr: Expr, _memo: dict | None = None) -> LinearForm:
-    """``expr`` (an integer scalar) as a linear combination of its non-linear atoms (a
-    shared sub-expression is decomposed once)."""
+def linear_form(expr: Expr) -> LinearForm:
+    """``expr`` (an integer scalar) as a linear combination of its non-linear atoms.
+
+    The form of a sum, difference or product by a constant is kept on the node (forms
+    are never changed in place), so a node's form costs the combination of its
+    operands' forms: a chain of sums decomposes in time linear in its length, however
+    often its prefixes are asked for (the simplifier asks for each one's as it
+    rebuilds the chain bottom-up)."""
     if isinstance(expr, IntImm):
         return LinearForm({}, expr.value)
-    linear = isinstance(expr, Binary) and (expr.op in ("add", "sub") or (
-        expr.op == "mul" and (isinstance(expr.a, IntImm) or isinstance(expr.b, IntImm))))
-    if not linear:
+    if not isinstance(expr, Binary):
         return LinearForm({structural_key(expr): [1, expr]}, 0)
-    if _memo is None:
-        _memo = {}
-    hit = _memo.get(id(expr))
-    if hit is not None:
-        return hit[1]
-    if expr.op in ("add", "sub"):
-        right = linear_form(expr.b, _memo)
-        form = linear_form(expr.a, _memo).plus(right if expr.op == "add" else right.scaled(-1))
-    elif isinstance(expr.b, IntImm):
-        form = linear_form(expr.a, _memo).scaled(expr.b.value)
+    form = expr.__dict__.get("_linear_form")
+    if form is not None:
+        return form
+    op = expr.op
+    if op == "add":
+        form = linear_form(expr.a).plus(linear_form(expr.b))
+    elif op == "sub":
+        form = linear_form(expr.a).plus(linear_form(expr.b).scaled(-1))
+    elif op == "mul" and isinstance(expr.b, IntImm):
+        form = linear_form(expr.a).scaled(expr.b.value)
+    elif op == "mul" and isinstance(expr.a, IntImm):
+        form = linear_form(expr.b).scaled(expr.a.value)
     else:
-        form = linear_form(expr.b, _memo).scaled(expr.a.value)
-    _memo[id(expr)] = (expr, form)
+        form = LinearForm({structural_key(expr): [1, expr]}, 0)
+    object.__setattr__(expr, "_linear_form", form)
     return form
 
 
@@ -353,8 +359,47 @@ _NP_ARITH = {
 }
 
 
+#: integer operations folded with Python's integers (exact, then wrapped into the dtype
+#: as NumPy wraps): index arithmetic, most of what is folded, without NumPy's per-call cost
+_INT_FOLDS = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul,
+    "floordiv": operator.floordiv, "floormod": operator.mod, "min": min, "max": max,
+}
+_INT_COMPARES = {
+    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+    "eq": operator.eq, "ne": operator.ne,
+}
+#: (lowest value, number of values) of the signed integer dtypes folded so
+_INT_RANGES = {"int64": (-2 ** 63, 2 ** 64), "int32": (-2 ** 31, 2 ** 32)}
+
+
+def _fold_integers(op: str, a: IntImm, b: IntImm) -> Expr | None:
+    """``a op b`` of two signed integer immediates of one dtype, None for other operations
+    (and for a division by zero, left unfolded)."""
+    low, count = _INT_RANGES[a.dtype]
+    x, y = a.value, b.value
+    if not (low <= x < low + count and low <= y < low + count):
+        return None
+    compare = _INT_COMPARES.get(op)
+    if compare is not None:
+        return IntImm(int(compare(x, y)), "bool")
+    fold = _INT_FOLDS.get(op)
+    if fold is None or (y == 0 and op in ("floordiv", "floormod")):
+        return None
+    value = fold(x, y)
+    if not low <= value < low + count:
+        value = (value - low) % count + low
+    return IntImm(value, a.dtype)
+
+
 def _fold_constants(node: Binary) -> Expr | None:
-    if not (isinstance(node.a, IntImm | FloatImm) and isinstance(node.b, IntImm | FloatImm)):
+    a, b = node.a, node.b
+    if type(a) is IntImm and type(b) is IntImm and a.dtype == b.dtype \
+            and a.dtype in _INT_RANGES:
+        folded = _fold_integers(node.op, a, b)
+        if folded is not None:
+            return folded
+    if not (isinstance(a, IntImm | FloatImm) and isinstance(b, IntImm | FloatImm)):
         return None
     if node.op in ("floordiv", "floormod", "truncdiv", "truncmod") and node.b.value == 0:
         return None
@@ -430,13 +475,43 @@ def _neighbour_steps(index: Expr):
 
 
 class Simplifier(Mutator):
-    """Bottom-up rewriting with the variable ranges in ``ranges``."""
+    """Bottom-up rewriting with the variable ranges in ``ranges``.
+
+    A node's rewriting depends only on the node and the ranges, so every distinct node
+    is rewritten once while the ranges stay as they are: across all the statements of
+    a loop body, not only within one expression (the copies of an unrolled body share
+    every sub-expression that does not use the unrolled variable, and are simplified
+    once for all of them). Entering or leaving a loop changes the ranges and starts
+    afresh (sibling loops may bind one variable to different ranges)."""
 
     def __init__(self, ranges: Ranges | None = None):
         self.ranges: dict[Var, Interval] = dict(ranges or {})
+        self._rewritten: dict[int, tuple[Expr, Expr]] = {}
+
+    def expr(self, node: Expr) -> Expr:
+        hit = self._rewritten.get(id(node))
+        if hit is not None:
+            return hit[1]
+        result = self.dispatch(node)
+        self._rewritten[id(node)] = (node, result)  # the node kept alive: its id its own
+        return result
+
+    def _set_range(self, var: Var, bound: Interval | None) -> None:
+        """Bind (or, with None, unbind) ``var``'s range; rewritings under the old
+        ranges no longer hold."""
+        if bound is None:
+            if self.ranges.pop(var, None) is None:
+                return
+        else:
+            self.ranges[var] = bound
+        self._rewritten = {}
 
     def visit_Binary(self, node: Binary) -> Expr:
-        return self._binary(self.generic(_merge_vector_quotients(node)))
+        node = _merge_vector_quotients(node)
+        a, b = self.expr(node.a), self.expr(node.b)
+        if a is not node.a or b is not node.b:
+            node = Binary(node.op, a, b)
+        return self._binary(node)
 
     def _binary(self, node: Binary) -> Expr:
         """``node`` (whose operands are simplified already) simplified."""
@@ -628,9 +703,9 @@ class Simplifier(Mutator):
         if isinstance(lo, IntImm) and isinstance(extent, IntImm):
             if extent.value == 1 and node.thread_tag is None:
                 return self.stmt(substitute(node.body, {node.var: lo}))
-            self.ranges[node.var] = Interval(lo.value, lo.value + extent.value - 1)
+            self._set_range(node.var, Interval(lo.value, lo.value + extent.value - 1))
         body = self.stmt(node.body)
-        self.ranges.pop(node.var, None)
+        self._set_range(node.var, None)
         if isinstance(body, SeqStmt) and not body.stmts:
             return body
         if lo is node.min and extent is node.extent and body is node.body:
