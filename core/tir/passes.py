@@ -49,7 +49,7 @@ from .stmt import (
     Stmt,
     seq,
 )
-from .visitor import Mutator, collect, substitute, substitute_each
+from .visitor import Mutator, collect_statements, substitute, substitute_each
 
 #: widest vector the vectorizer forms; wider vectorized loops stay scalar loops.
 MAX_VECTOR_LANES = 64
@@ -244,7 +244,8 @@ class _LoopPartitioner(Mutator):
         """First value of the loop variable from which some likely guard inside may fail
         (every guard holds for all inner iterations below it)."""
         threshold = None
-        for guard in collect(loop.body, lambda n: isinstance(n, IfThenElse) and n.likely):
+        for guard in collect_statements(loop.body,
+                                        lambda n: isinstance(n, IfThenElse) and n.likely):
             for difference, strict in _upper_conjuncts(guard.condition):
                 form = linear_form(simplify(difference))
                 # the guard grows with v itself or with v // c (a fused loop's outer index:

@@ -37,7 +37,7 @@ from .expr import (
 )
 from .functor import ExprFunctor
 from .stmt import For, IfThenElse, SeqStmt, Stmt, seq
-from .visitor import Mutator, collect, field_names, substitute
+from .visitor import Mutator, collect_statements, field_names, substitute
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def loop_range(loop: For) -> Interval | None:
 def loop_ranges(stmt: Stmt) -> dict[Var, Interval]:
     """The range of every loop variable under ``stmt`` whose loop has constant bounds."""
     ranges = {}
-    for loop in collect(stmt, lambda n: isinstance(n, For)):
+    for loop in collect_statements(stmt, lambda n: isinstance(n, For)):
         bound = loop_range(loop)
         if bound is not None:
             ranges[loop.var] = bound

@@ -77,6 +77,27 @@ def collect(node: Node, predicate: Callable[[Node], bool]) -> list[Node]:
     return found
 
 
+def collect_statements(stmt: Stmt, predicate: Callable[[Stmt], bool]) -> list[Stmt]:
+    """Every distinct statement under ``stmt`` (inclusive) satisfying ``predicate``, in
+    pre-order of first appearance: what :func:`collect` finds among statements, without
+    walking the expressions (which hold no statements; they are most of a lowered
+    function's nodes)."""
+    found: list[Stmt] = []
+    seen: set[int] = set()
+    keep: list[Stmt] = []  # holds every visited statement, so no id is reused meanwhile
+    stack = [stmt]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        keep.append(current)
+        if predicate(current):
+            found.append(current)
+        stack.extend(reversed([c for c in children(current) if isinstance(c, Stmt)]))
+    return found
+
+
 def free_vars(node: Node) -> set[Var]:
     """Every Var referenced under ``node``."""
     return set(collect(node, lambda n: isinstance(n, Var)))
