@@ -320,9 +320,15 @@ def from_linear_form(form: LinearForm, dtype: str) -> Expr:
     if result is None:
         return IntImm(form.constant, dtype)
     if form.constant > 0:
-        return Binary("add", result, IntImm(form.constant, dtype))
-    if form.constant < 0:
-        return Binary("sub", result, IntImm(-form.constant, dtype))
+        result = Binary("add", result, IntImm(form.constant, dtype))
+    elif form.constant < 0:
+        result = Binary("sub", result, IntImm(-form.constant, dtype))
+    if result is not ordered[0][1] and all(coeff for coeff, _ in ordered):
+        # the form linear_form would find in the expression built (its terms in the
+        # order built), kept on it: the simplifier asks for it when it rebuilds the
+        # parent, and would otherwise decompose the whole sum again
+        object.__setattr__(result, "_linear_form", LinearForm(
+            {structural_key(atom): [coeff, atom] for coeff, atom in ordered}, form.constant))
     return result
 
 
