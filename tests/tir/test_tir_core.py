@@ -279,3 +279,47 @@ def test_inject_virtual_threads_copies_body_and_scratch_buffers():
     c = np.zeros((8, 16), np.float32)
     hllvm.build(func)(a, c)
     np.testing.assert_allclose(c, a * 2 + 1, rtol=1e-6)
+
+
+class _Copy(tir.Mutator):
+    """Rebuilds every sum, difference and product: fresh nodes, nothing kept on them."""
+
+    def visit_Binary(self, node):
+        return tir.Binary(node.op, self.expr(node.a), self.expr(node.b))
+
+
+def _form_items(form):
+    return [(key, coeff) for key, (coeff, _) in form.terms.items()], form.constant
+
+
+@settings(max_examples=300, deadline=None)
+@given(int_exprs())
+def test_the_linear_form_kept_on_a_node_is_the_one_found_in_it(expr):
+    """Simplified sums keep their linear form (from_linear_form, linear_form): the form
+    is what decomposing a fresh copy of the same expression finds, terms in order (the
+    order decides how the simplifier rebuilds them)."""
+    from heterocc.tir.simplify import linear_form
+
+    simplified = tir.simplify(expr, RANGES)
+    assert _form_items(linear_form(simplified)) == _form_items(linear_form(_Copy().expr(
+        simplified)))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_constants_fold_as_numpy_computes_them(dtype):
+    info = np.iinfo(dtype)
+    values = [0, 1, -1, 7, -7, 16, int(info.max), int(info.min)]
+    for op in ("add", "sub", "mul", "floordiv", "floormod", "min", "max", "lt", "ge", "eq"):
+        for x, y in itertools.product(values, values):
+            folded = tir.simplify(tir.Binary(op, tir.IntImm(x, dtype), tir.IntImm(y, dtype)))
+            if op in ("floordiv", "floormod") and y == 0:
+                assert isinstance(folded, tir.Binary)  # a division by zero stays
+                continue
+            with np.errstate(all="ignore"):
+                expected = getattr(np, {"add": "add", "sub": "subtract", "mul": "multiply",
+                                        "floordiv": "floor_divide", "floormod": "mod",
+                                        "min": "minimum", "max": "maximum", "lt": "less",
+                                        "ge": "greater_equal", "eq": "equal"}[op])(
+                    np.array(x, dtype), np.array(y, dtype))
+            assert folded.value == int(expected), (op, x, y)
+            assert folded.dtype == ("bool" if op in ("lt", "ge", "eq") else dtype)
