@@ -49,7 +49,7 @@ from .stmt import (
     Stmt,
     seq,
 )
-from .visitor import Mutator, collect_statements, substitute, substitute_each
+from .visitor import Mutator, StmtMutator, collect_statements, substitute, substitute_each
 
 #: widest vector the vectorizer forms; wider vectorized loops stay scalar loops.
 MAX_VECTOR_LANES = 64
@@ -236,7 +236,7 @@ def _divided_by(atom: Expr, var: Var) -> int | None:
     return None
 
 
-class _LoopPartitioner(Mutator):
+class _LoopPartitioner(StmtMutator):
     def __init__(self):
         self.ranges: dict[Var, Interval] = {}
 
@@ -333,7 +333,7 @@ class _BufferRenamer(Mutator):
         return node if new is None else dataclasses.replace(node, buffer=new)
 
 
-class _VirtualThreadInjector(Mutator):
+class _VirtualThreadInjector(StmtMutator):
     def visit_For(self, node: For) -> Stmt:
         node = self.generic(node)
         if node.kind is not ForKind.THREAD_BINDING or node.thread_tag != "vthread":
@@ -352,7 +352,7 @@ def inject_virtual_threads(func: PrimFunc) -> PrimFunc:
     return _VirtualThreadInjector().func(func)
 
 
-class _Unroller(Mutator):
+class _Unroller(StmtMutator):
     def visit_For(self, node: For) -> Stmt:
         node = self.generic(node)
         if node.kind is not ForKind.UNROLLED:
@@ -518,7 +518,7 @@ class _LoopVectorizer(ExprFunctor, StmtFunctor):
                                    else_case=else_case)
 
 
-class _Vectorizer(Mutator):
+class _Vectorizer(StmtMutator):
     def __init__(self):
         self.ranges: dict[Var, Interval] = {}
 

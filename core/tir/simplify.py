@@ -513,7 +513,8 @@ class Simplifier(Mutator):
         self._rewritten = {}
 
     def visit_Binary(self, node: Binary) -> Expr:
-        node = _merge_vector_quotients(node)
+        if type(node.b) is Broadcast:
+            node = _merge_vector_quotients(node)
         a, b = self.expr(node.a), self.expr(node.b)
         if a is not node.a or b is not node.b:
             node = Binary(node.op, a, b)
@@ -524,15 +525,17 @@ class Simplifier(Mutator):
         folded = _fold_constants(node)
         if folded is not None:
             return folded
-        if lanes_of(node.dtype) > 1 or lanes_of(node.a.dtype) > 1:
+        dtype = node.a.dtype  # a Binary's lanes are its operands'
+        if lanes_of(dtype) > 1:
             return self._vector_binary(node)
-        if node.op in ("and", "or"):
+        op = node.op
+        if op in ("and", "or"):
             return self._logic(node)
-        if is_float(node.a.dtype):
+        if is_float(dtype):
             return self._float_identities(node)
-        if node.op in ("add", "sub", "mul"):
-            return from_linear_form(merge_div_mod(linear_form(node)), node.dtype)
-        if node.op in ("floordiv", "floormod"):
+        if op in ("add", "sub", "mul"):
+            return from_linear_form(merge_div_mod(linear_form(node)), dtype)
+        if op in ("floordiv", "floormod"):
             return self._div_mod(node)
         if node.op in ("min", "max"):
             return self._min_max(node)

@@ -167,6 +167,15 @@ class Mutator(ExprFunctor, StmtFunctor):
         return func if body is func.body else dataclasses.replace(func, body=body)
 
 
+class StmtMutator(Mutator):
+    """A :class:`Mutator` of statements only (loops, guards, allocations): expressions
+    hold no statements, so it keeps them as they are without walking them (most of a
+    lowered function's nodes are in its expressions)."""
+
+    def expr(self, node: Expr) -> Expr:
+        return node
+
+
 class _Substituter(Mutator):
     """Rewrites only the nodes that use a substituted variable; the others are kept as
     they are without being walked. Which nodes use one (``uses``, by id) depends on the
