@@ -211,8 +211,10 @@ def structural_key(expr: Expr) -> _Shape:
     cached = expr.__dict__.get("_structural_key")
     if cached is not None:
         return cached
-    if isinstance(expr, Var):
-        parts: tuple = ("var", expr)
+    if type(expr) is Binary:  # most nodes: what the general case builds, without its loop
+        parts: tuple = ("Binary", expr.op, structural_key(expr.a), structural_key(expr.b))
+    elif isinstance(expr, Var):
+        parts = ("var", expr)
     elif isinstance(expr, IntImm | FloatImm):
         parts = (type(expr).__name__, expr.value, expr.dtype)
     else:
@@ -303,32 +305,49 @@ def merge_div_mod(form: LinearForm) -> LinearForm:
     return form
 
 
+def _built_from(node: Binary, terms: dict, constant: int, dtype: str) -> Binary:
+    """``node``, built by :func:`from_linear_form` of the form ``terms`` + ``constant``
+    for ``dtype``, with that form kept on it: it is the form :func:`linear_form` finds
+    in the node (its terms in the order built), and rebuilding the node from it gives
+    the node again (the simplifier keeps such a node as it is)."""
+    object.__setattr__(node, "_linear_form", LinearForm(terms, constant))
+    object.__setattr__(node, "_built_for", dtype)
+    return node
+
+
+def built_from_its_form(node: Binary, dtype: str) -> bool:
+    """Whether :func:`from_linear_form` built ``node`` for ``dtype`` from the form kept on
+    it (so that building it again from that form gives an equal node)."""
+    return node.__dict__.get("_built_for") == dtype
+
+
 def from_linear_form(form: LinearForm, dtype: str) -> Expr:
-    """The expression of ``form``: positive terms first, constant last."""
+    """The expression of ``form``: positive terms first, constant last. Each sum and
+    product built keeps its form (see :func:`_built_from`), unless a coefficient is
+    zero (which linear_form would drop from a sum)."""
     result: Expr | None = None
-    ordered = sorted(form.terms.values(), key=lambda t: t[0] < 0)
-    for coeff, atom in ordered:
+    ordered = sorted(form.terms.items(), key=lambda item: item[1][0] < 0)
+    keep = all(coeff for _, (coeff, _) in ordered)
+    terms: dict = {}
+    for key, (coeff, atom) in ordered:
+        factor = coeff if result is None or coeff > 0 else -coeff
+        term = atom if factor == 1 else Binary("mul", atom, IntImm(factor, dtype))
+        if term is not atom and keep:
+            _built_from(term, {key: [factor, atom]}, 0, dtype)
+        terms[key] = [coeff, atom]
         if result is None:
-            term = atom if coeff == 1 else Binary("mul", atom, IntImm(coeff, dtype))
             result = term
-        elif coeff > 0:
-            result = Binary("add", result, atom if coeff == 1 else
-                            Binary("mul", atom, IntImm(coeff, dtype)))
-        else:
-            result = Binary("sub", result, atom if coeff == -1 else
-                            Binary("mul", atom, IntImm(-coeff, dtype)))
+            continue
+        result = Binary("add" if coeff > 0 else "sub", result, term)
+        if keep:
+            _built_from(result, dict(terms), 0, dtype)
     if result is None:
         return IntImm(form.constant, dtype)
-    if form.constant > 0:
-        result = Binary("add", result, IntImm(form.constant, dtype))
-    elif form.constant < 0:
-        result = Binary("sub", result, IntImm(-form.constant, dtype))
-    if result is not ordered[0][1] and all(coeff for coeff, _ in ordered):
-        # the form linear_form would find in the expression built (its terms in the
-        # order built), kept on it: the simplifier asks for it when it rebuilds the
-        # parent, and would otherwise decompose the whole sum again
-        object.__setattr__(result, "_linear_form", LinearForm(
-            {structural_key(atom): [coeff, atom] for coeff, atom in ordered}, form.constant))
+    if form.constant:
+        result = Binary("add" if form.constant > 0 else "sub", result,
+                        IntImm(abs(form.constant), dtype))
+        if keep:
+            _built_from(result, terms, form.constant, dtype)
     return result
 
 
@@ -534,7 +553,10 @@ class Simplifier(Mutator):
         if is_float(dtype):
             return self._float_identities(node)
         if op in ("add", "sub", "mul"):
-            return from_linear_form(merge_div_mod(linear_form(node)), dtype)
+            form = merge_div_mod(linear_form(node))
+            if form is node.__dict__.get("_linear_form") and built_from_its_form(node, dtype):
+                return node  # it is what from_linear_form builds of its form: kept
+            return from_linear_form(form, dtype)
         if op in ("floordiv", "floormod"):
             return self._div_mod(node)
         if node.op in ("min", "max"):

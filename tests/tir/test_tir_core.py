@@ -295,14 +295,22 @@ def _form_items(form):
 @settings(max_examples=300, deadline=None)
 @given(int_exprs())
 def test_the_linear_form_kept_on_a_node_is_the_one_found_in_it(expr):
-    """Simplified sums keep their linear form (from_linear_form, linear_form): the form
-    is what decomposing a fresh copy of the same expression finds, terms in order (the
-    order decides how the simplifier rebuilds them)."""
-    from heterocc.tir.simplify import linear_form
+    """Sums and products built by simplification keep their linear form (from_linear_form):
+    the form is what decomposing a fresh copy of the node finds, terms in order (the
+    order decides how the simplifier rebuilds them), and building the node again from
+    its form gives an equal node (so the simplifier may keep it as it is)."""
+    from heterocc.tir.simplify import built_from_its_form, from_linear_form, linear_form
 
     simplified = tir.simplify(expr, RANGES)
-    assert _form_items(linear_form(simplified)) == _form_items(linear_form(_Copy().expr(
-        simplified)))
+    for node in tir.collect(simplified, lambda n: isinstance(n, tir.Binary)):
+        if "_linear_form" not in node.__dict__:
+            continue
+        kept = linear_form(node)
+        assert _form_items(kept) == _form_items(linear_form(_Copy().expr(node)))
+        if built_from_its_form(node, node.dtype):
+            assert tir.structurally_equal(from_linear_form(kept, node.dtype), node)
+    assert tir.structurally_equal(tir.simplify(simplified, RANGES), tir.simplify(
+        _Copy().expr(simplified), RANGES))  # a kept node simplifies as its fresh copy
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
