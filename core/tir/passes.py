@@ -552,7 +552,11 @@ def lower_pipeline(func: PrimFunc) -> PrimFunc:
     """The default TIR pipeline between ``te.lower`` and code generation."""
     func = partition_loops(remove_true_guards(inject_virtual_threads(func)))
     func = guard_load_bounds(func)
-    func = flatten_buffers(func)
+    # flattened indices simplified once in the loop body, before unrolling copies it:
+    # the copies then share what does not use the unrolled variables, kept as it is by
+    # the simplification after (the same code, for less work than simplifying every
+    # copy's flattened index from scratch)
+    func = remove_true_guards(flatten_buffers(func))
     func = unroll_loops(func)
     func = remove_true_guards(func)
     func = vectorize_loops(func)
