@@ -419,13 +419,15 @@ def _predicate_loads(expr: Expr, predicate: Expr, ranges: dict[Var, Interval]) -
 class _LoopVectorizer(ExprFunctor, StmtFunctor):
     """Rewrites the body of ``for var in vectorized(min, lanes)`` into vector operations
     (each distinct node of the body's expressions once); ``ranges`` bounds the variables
-    of the loops around it."""
+    of the loops around it, None where they are not final yet (the loops around are
+    still to be unrolled): a vector select, whose loads are predicated by what the
+    ranges prove, is then not vectorized."""
 
     def __init__(self, var: Var, start: Expr, lanes: int,
                  ranges: dict[Var, Interval] | None = None):
         self.var, self.lanes = var, lanes
         self.ramp = Ramp(start, IntImm(1, var.dtype), lanes)
-        self.ranges = dict(ranges or {})
+        self.ranges = None if ranges is None else dict(ranges)
         self._memo: dict[int, tuple[Expr, Expr]] = {}
 
     def expr(self, node: Expr) -> Expr:
@@ -492,6 +494,8 @@ class _LoopVectorizer(ExprFunctor, StmtFunctor):
         if all(lanes_of(e.dtype) == 1 for e in (condition, true_value, false_value)):
             return node
         if lanes_of(condition.dtype) > 1:
+            if self.ranges is None:
+                raise _NotVectorizable("vector select before the ranges are final")
             # A vector select evaluates both sides in every lane: each side's loads only
             # read the lanes where that side is chosen.
             true_value = _predicate_loads(true_value, condition, self.ranges)
@@ -519,8 +523,13 @@ class _LoopVectorizer(ExprFunctor, StmtFunctor):
 
 
 class _Vectorizer(StmtMutator):
-    def __init__(self):
+    """Vectorizes the vectorized loops; ``before_unrolling``: only those whose
+    vectorization does not depend on the unrolled loops around them (their bodies
+    hold no unrolled loop and no vector select), the others left for after."""
+
+    def __init__(self, before_unrolling: bool = False):
         self.ranges: dict[Var, Interval] = {}
+        self.before_unrolling = before_unrolling
 
     def visit_For(self, node: For) -> Stmt:
         bound = loop_range(node)
@@ -532,10 +541,13 @@ class _Vectorizer(StmtMutator):
             return node
         lanes = node.extent.value if isinstance(node.extent, IntImm) else 0
         if 1 < lanes <= MAX_VECTOR_LANES:
+            ranges = None if self.before_unrolling else self.ranges
             try:
-                return _LoopVectorizer(node.var, node.min, lanes, self.ranges).stmt(node.body)
+                return _LoopVectorizer(node.var, node.min, lanes, ranges).stmt(node.body)
             except _NotVectorizable:
                 pass
+        if self.before_unrolling:
+            return node  # tried again after unrolling
         # Left to LLVM's loop vectorizer, which may still vectorize it with checks.
         return dataclasses.replace(node, kind=ForKind.SERIAL)
 
@@ -557,8 +569,13 @@ def lower_pipeline(func: PrimFunc) -> PrimFunc:
     # the simplification after (the same code, for less work than simplifying every
     # copy's flattened index from scratch)
     func = remove_true_guards(flatten_buffers(func))
-    func = unroll_loops(func)
+    # Vectorized loops inside unrolled ones (a register tile's rows) are vectorized once,
+    # before unrolling copies them: the vectorizer's rewriting is structural, the same
+    # on each copy (one whose result would depend on the copy is left for after).
+    func = unroll_loops(_Vectorizer(before_unrolling=True).func(func))
     func = remove_true_guards(func)
-    func = vectorize_loops(func)
-    return remove_true_guards(func)
+    if collect_statements(func.body, lambda n: isinstance(n, For)
+                          and n.kind is ForKind.VECTORIZED):
+        func = remove_true_guards(vectorize_loops(func))
+    return func
 

@@ -331,3 +331,34 @@ def test_integer_constants_fold_as_numpy_computes_them(dtype):
                     np.array(x, dtype), np.array(y, dtype))
             assert folded.value == int(expected), (op, x, y)
             assert folded.dtype == ("bool" if op in ("lt", "ge", "eq") else dtype)
+
+
+def _unrolled_first(func):
+    """The pipeline as it was: every vectorized loop vectorized after unrolling."""
+    func = tir.partition_loops(tir.remove_true_guards(tir.inject_virtual_threads(func)))
+    func = tir.flatten_buffers(tir.guard_load_bounds(func))
+    func = tir.remove_true_guards(tir.unroll_loops(func))
+    return tir.remove_true_guards(tir.vectorize_loops(func))
+
+
+def test_vectorizing_before_unrolling_gives_the_code_of_vectorizing_after():
+    """lower_pipeline vectorizes a tile's vectorized rows once, before unrolling copies
+    them; a vectorized loop with an unrolled loop inside, or a vector select (whose
+    loads are predicated by what the unrolled copy's ranges prove), is vectorized after
+    unrolling: the code is what vectorizing every loop after unrolling gives."""
+    A = tir.Buffer("A", (4, 20), "float32")
+    B = tir.Buffer("B", (4, 16), "float32")
+    i, j, k = tir.Var("i"), tir.Var("j"), tir.Var("k")
+    unrolled, vectorized = tir.ForKind.UNROLLED, tir.ForKind.VECTORIZED
+    read = tir.BufferLoad(A, (j, k + i * 4))
+    tile = tir.For(i, 0, 2, unrolled, tir.For(j, 0, 4, unrolled, tir.For(
+        k, 0, 8, vectorized, tir.BufferStore(B, read * 2.0, (j, k + i * 8)))))
+    rows = tir.For(k, 0, 16, vectorized, tir.For(j, 0, 4, unrolled, tir.BufferStore(
+        B, tir.BufferLoad(A, (j, k)) + 1.0, (j, k))))
+    padded = tir.For(j, 0, 4, unrolled, tir.For(k, 0, 16, vectorized, tir.BufferStore(
+        B, tir.select(k + j < 18, tir.BufferLoad(A, (j, k + j)), tir.const(0.0)), (j, k))))
+    for body in (tile, rows, padded):
+        func = tir.PrimFunc("f", (A, B), body)
+        lowered = tir.lower_pipeline(func)
+        assert str(lowered) == str(_unrolled_first(func))
+        assert "ramp(" in str(lowered) and "vectorized" not in str(lowered)
