@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -104,6 +105,11 @@ class CompiledModel:
                given: Mapping[str, np.ndarray] | None) -> Executable:
         """Compile for ``shapes``; ``given`` holds run-time inputs to specialize on
         (None while compiling ahead of any run)."""
+        with _collector_paused():
+            return self._build_now(shapes, given)
+
+    def _build_now(self, shapes: Mapping[str, tuple],
+                   given: Mapping[str, np.ndarray] | None) -> Executable:
         while True:
             if given is None and self.specialize_on:
                 raise _Respecialize()
@@ -202,6 +208,22 @@ def _tuning_context(log: str | None):
     if log is None:
         return contextlib.nullcontext()
     return ApplyHistoryBest(log)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector paused while a model compiles, restored after.
+    A compile allocates millions of IR nodes that form no cycles (reference counting
+    frees them); the collector's repeated scans of the live ones took a tenth of a
+    compile (MobileNetV2: 0.5 of 4.6 s). What cycles a compile leaves (LLVM IR
+    builder objects) are collected once it is back on."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 class _Respecialize(Exception):

@@ -80,12 +80,13 @@ from .stmt import (
     Stmt,
     seq,
 )
-from .visitor import Mutator, collect, free_vars, substitute, walk
+from .visitor import Mutator, collect, collect_statements, free_vars, substitute, walk
 
 __all__ = [
     "Allocate", "as_expr", "Binary", "binary", "Broadcast", "Buffer", "BufferLoad",
-    "BufferStore", "Call", "call_intrin", "Cast", "cast", "ceil", "collect", "const",
-    "const_bound", "cos", "dtype_max", "dtype_min", "equal", "erf", "Evaluate", "exp", "Expr",
+    "BufferStore", "Call", "call_intrin", "Cast", "cast", "ceil", "collect", "collect_statements",
+    "const", "const_bound", "cos", "dtype_max", "dtype_min", "equal", "erf", "Evaluate", "exp",
+    "Expr",
     "expr_to_str", "ExprFunctor", "fabs", "flatten_buffers", "FloatImm", "floor", "For", "ForKind",
     "free_vars", "func_to_str", "Functor", "guard_load_bounds", "IfThenElse", "INDEX_DTYPE",
     "inject_virtual_threads", "Interval", "IntImm", "INTRINSICS", "IRBuilder", "lanes_of",

@@ -49,7 +49,7 @@ from .stmt import (
     Stmt,
     seq,
 )
-from .visitor import Mutator, collect, substitute
+from .visitor import Mutator, StmtMutator, collect_statements, substitute, substitute_each
 
 #: widest vector the vectorizer forms; wider vectorized loops stay scalar loops.
 MAX_VECTOR_LANES = 64
@@ -236,7 +236,7 @@ def _divided_by(atom: Expr, var: Var) -> int | None:
     return None
 
 
-class _LoopPartitioner(Mutator):
+class _LoopPartitioner(StmtMutator):
     def __init__(self):
         self.ranges: dict[Var, Interval] = {}
 
@@ -244,7 +244,8 @@ class _LoopPartitioner(Mutator):
         """First value of the loop variable from which some likely guard inside may fail
         (every guard holds for all inner iterations below it)."""
         threshold = None
-        for guard in collect(loop.body, lambda n: isinstance(n, IfThenElse) and n.likely):
+        for guard in collect_statements(loop.body,
+                                        lambda n: isinstance(n, IfThenElse) and n.likely):
             for difference, strict in _upper_conjuncts(guard.condition):
                 form = linear_form(simplify(difference))
                 # the guard grows with v itself or with v // c (a fused loop's outer index:
@@ -332,18 +333,16 @@ class _BufferRenamer(Mutator):
         return node if new is None else dataclasses.replace(node, buffer=new)
 
 
-class _VirtualThreadInjector(Mutator):
+class _VirtualThreadInjector(StmtMutator):
     def visit_For(self, node: For) -> Stmt:
         node = self.generic(node)
         if node.kind is not ForKind.THREAD_BINDING or node.thread_tag != "vthread":
             return node
         if not (isinstance(node.min, IntImm) and isinstance(node.extent, IntImm)):
             raise CompileError(f"virtual thread loop {node.var.name!r} needs constant bounds")
-        copies = []
-        for k in range(node.extent.value):
-            body = substitute(node.body, {node.var: IntImm(node.min.value + k)})
-            copies.append(_BufferRenamer(f".vt{k}").stmt(body))
-        return seq(copies)
+        bodies = substitute_each(node.body, node.var, [IntImm(node.min.value + k)
+                                                       for k in range(node.extent.value)])
+        return seq([_BufferRenamer(f".vt{k}").stmt(body) for k, body in enumerate(bodies)])
 
 
 def inject_virtual_threads(func: PrimFunc) -> PrimFunc:
@@ -353,15 +352,15 @@ def inject_virtual_threads(func: PrimFunc) -> PrimFunc:
     return _VirtualThreadInjector().func(func)
 
 
-class _Unroller(Mutator):
+class _Unroller(StmtMutator):
     def visit_For(self, node: For) -> Stmt:
         node = self.generic(node)
         if node.kind is not ForKind.UNROLLED:
             return node
         if not (isinstance(node.min, IntImm) and isinstance(node.extent, IntImm)):
             return dataclasses.replace(node, kind=ForKind.SERIAL)
-        return seq([substitute(node.body, {node.var: IntImm(node.min.value + k)})
-                    for k in range(node.extent.value)])
+        return seq(substitute_each(node.body, node.var, [IntImm(node.min.value + k)
+                                                         for k in range(node.extent.value)]))
 
 
 def unroll_loops(func: PrimFunc) -> PrimFunc:
@@ -420,13 +419,15 @@ def _predicate_loads(expr: Expr, predicate: Expr, ranges: dict[Var, Interval]) -
 class _LoopVectorizer(ExprFunctor, StmtFunctor):
     """Rewrites the body of ``for var in vectorized(min, lanes)`` into vector operations
     (each distinct node of the body's expressions once); ``ranges`` bounds the variables
-    of the loops around it."""
+    of the loops around it, None where they are not final yet (the loops around are
+    still to be unrolled): a vector select, whose loads are predicated by what the
+    ranges prove, is then not vectorized."""
 
     def __init__(self, var: Var, start: Expr, lanes: int,
                  ranges: dict[Var, Interval] | None = None):
         self.var, self.lanes = var, lanes
         self.ramp = Ramp(start, IntImm(1, var.dtype), lanes)
-        self.ranges = dict(ranges or {})
+        self.ranges = None if ranges is None else dict(ranges)
         self._memo: dict[int, tuple[Expr, Expr]] = {}
 
     def expr(self, node: Expr) -> Expr:
@@ -493,6 +494,8 @@ class _LoopVectorizer(ExprFunctor, StmtFunctor):
         if all(lanes_of(e.dtype) == 1 for e in (condition, true_value, false_value)):
             return node
         if lanes_of(condition.dtype) > 1:
+            if self.ranges is None:
+                raise _NotVectorizable("vector select before the ranges are final")
             # A vector select evaluates both sides in every lane: each side's loads only
             # read the lanes where that side is chosen.
             true_value = _predicate_loads(true_value, condition, self.ranges)
@@ -519,9 +522,14 @@ class _LoopVectorizer(ExprFunctor, StmtFunctor):
                                    else_case=else_case)
 
 
-class _Vectorizer(Mutator):
-    def __init__(self):
+class _Vectorizer(StmtMutator):
+    """Vectorizes the vectorized loops; ``before_unrolling``: only those whose
+    vectorization does not depend on the unrolled loops around them (their bodies
+    hold no unrolled loop and no vector select), the others left for after."""
+
+    def __init__(self, before_unrolling: bool = False):
         self.ranges: dict[Var, Interval] = {}
+        self.before_unrolling = before_unrolling
 
     def visit_For(self, node: For) -> Stmt:
         bound = loop_range(node)
@@ -533,10 +541,13 @@ class _Vectorizer(Mutator):
             return node
         lanes = node.extent.value if isinstance(node.extent, IntImm) else 0
         if 1 < lanes <= MAX_VECTOR_LANES:
+            ranges = None if self.before_unrolling else self.ranges
             try:
-                return _LoopVectorizer(node.var, node.min, lanes, self.ranges).stmt(node.body)
+                return _LoopVectorizer(node.var, node.min, lanes, ranges).stmt(node.body)
             except _NotVectorizable:
                 pass
+        if self.before_unrolling:
+            return node  # tried again after unrolling
         # Left to LLVM's loop vectorizer, which may still vectorize it with checks.
         return dataclasses.replace(node, kind=ForKind.SERIAL)
 
@@ -553,9 +564,18 @@ def lower_pipeline(func: PrimFunc) -> PrimFunc:
     """The default TIR pipeline between ``te.lower`` and code generation."""
     func = partition_loops(remove_true_guards(inject_virtual_threads(func)))
     func = guard_load_bounds(func)
-    func = flatten_buffers(func)
-    func = unroll_loops(func)
+    # flattened indices simplified once in the loop body, before unrolling copies it:
+    # the copies then share what does not use the unrolled variables, kept as it is by
+    # the simplification after (the same code, for less work than simplifying every
+    # copy's flattened index from scratch)
+    func = remove_true_guards(flatten_buffers(func))
+    # Vectorized loops inside unrolled ones (a register tile's rows) are vectorized once,
+    # before unrolling copies them: the vectorizer's rewriting is structural, the same
+    # on each copy (one whose result would depend on the copy is left for after).
+    func = unroll_loops(_Vectorizer(before_unrolling=True).func(func))
     func = remove_true_guards(func)
-    func = vectorize_loops(func)
-    return remove_true_guards(func)
+    if collect_statements(func.body, lambda n: isinstance(n, For)
+                          and n.kind is ForKind.VECTORIZED):
+        func = remove_true_guards(vectorize_loops(func))
+    return func
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from .expr import (
 )
 from .functor import ExprFunctor
 from .stmt import For, IfThenElse, SeqStmt, Stmt, seq
-from .visitor import Mutator, collect, field_names, substitute
+from .visitor import Mutator, collect_statements, field_names, substitute
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def loop_range(loop: For) -> Interval | None:
 def loop_ranges(stmt: Stmt) -> dict[Var, Interval]:
     """The range of every loop variable under ``stmt`` whose loop has constant bounds."""
     ranges = {}
-    for loop in collect(stmt, lambda n: isinstance(n, For)):
+    for loop in collect_statements(stmt, lambda n: isinstance(n, For)):
         bound = loop_range(loop)
         if bound is not None:
             ranges[loop.var] = bound
@@ -210,8 +211,10 @@ def structural_key(expr: Expr) -> _Shape:
     cached = expr.__dict__.get("_structural_key")
     if cached is not None:
         return cached
-    if isinstance(expr, Var):
-        parts: tuple = ("var", expr)
+    if type(expr) is Binary:  # most nodes: what the general case builds, without its loop
+        parts: tuple = ("Binary", expr.op, structural_key(expr.a), structural_key(expr.b))
+    elif isinstance(expr, Var):
+        parts = ("var", expr)
     elif isinstance(expr, IntImm | FloatImm):
         parts = (type(expr).__name__, expr.value, expr.dtype)
     else:
@@ -251,28 +254,33 @@ class LinearForm:
                           self.constant + other.constant)
 
 
-def linear_form(expr: Expr, _memo: dict | None = None) -> LinearForm:
-    """``expr`` (an integer scalar) as a linear combination of its non-linear atoms (a
-    shared sub-expression is decomposed once)."""
+def linear_form(expr: Expr) -> LinearForm:
+    """``expr`` (an integer scalar) as a linear combination of its non-linear atoms.
+
+    The form of a sum, difference or product by a constant is kept on the node (forms
+    are never changed in place), so a node's form costs the combination of its
+    operands' forms: a chain of sums decomposes in time linear in its length, however
+    often its prefixes are asked for (the simplifier asks for each one's as it
+    rebuilds the chain bottom-up)."""
     if isinstance(expr, IntImm):
         return LinearForm({}, expr.value)
-    linear = isinstance(expr, Binary) and (expr.op in ("add", "sub") or (
-        expr.op == "mul" and (isinstance(expr.a, IntImm) or isinstance(expr.b, IntImm))))
-    if not linear:
+    if not isinstance(expr, Binary):
         return LinearForm({structural_key(expr): [1, expr]}, 0)
-    if _memo is None:
-        _memo = {}
-    hit = _memo.get(id(expr))
-    if hit is not None:
-        return hit[1]
-    if expr.op in ("add", "sub"):
-        right = linear_form(expr.b, _memo)
-        form = linear_form(expr.a, _memo).plus(right if expr.op == "add" else right.scaled(-1))
-    elif isinstance(expr.b, IntImm):
-        form = linear_form(expr.a, _memo).scaled(expr.b.value)
+    form = expr.__dict__.get("_linear_form")
+    if form is not None:
+        return form
+    op = expr.op
+    if op == "add":
+        form = linear_form(expr.a).plus(linear_form(expr.b))
+    elif op == "sub":
+        form = linear_form(expr.a).plus(linear_form(expr.b).scaled(-1))
+    elif op == "mul" and isinstance(expr.b, IntImm):
+        form = linear_form(expr.a).scaled(expr.b.value)
+    elif op == "mul" and isinstance(expr.a, IntImm):
+        form = linear_form(expr.b).scaled(expr.a.value)
     else:
-        form = linear_form(expr.b, _memo).scaled(expr.a.value)
-    _memo[id(expr)] = (expr, form)
+        form = LinearForm({structural_key(expr): [1, expr]}, 0)
+    object.__setattr__(expr, "_linear_form", form)
     return form
 
 
@@ -297,26 +305,49 @@ def merge_div_mod(form: LinearForm) -> LinearForm:
     return form
 
 
+def _built_from(node: Binary, terms: dict, constant: int, dtype: str) -> Binary:
+    """``node``, built by :func:`from_linear_form` of the form ``terms`` + ``constant``
+    for ``dtype``, with that form kept on it: it is the form :func:`linear_form` finds
+    in the node (its terms in the order built), and rebuilding the node from it gives
+    the node again (the simplifier keeps such a node as it is)."""
+    object.__setattr__(node, "_linear_form", LinearForm(terms, constant))
+    object.__setattr__(node, "_built_for", dtype)
+    return node
+
+
+def built_from_its_form(node: Binary, dtype: str) -> bool:
+    """Whether :func:`from_linear_form` built ``node`` for ``dtype`` from the form kept on
+    it (so that building it again from that form gives an equal node)."""
+    return node.__dict__.get("_built_for") == dtype
+
+
 def from_linear_form(form: LinearForm, dtype: str) -> Expr:
-    """The expression of ``form``: positive terms first, constant last."""
+    """The expression of ``form``: positive terms first, constant last. Each sum and
+    product built keeps its form (see :func:`_built_from`), unless a coefficient is
+    zero (which linear_form would drop from a sum)."""
     result: Expr | None = None
-    ordered = sorted(form.terms.values(), key=lambda t: t[0] < 0)
-    for coeff, atom in ordered:
+    ordered = sorted(form.terms.items(), key=lambda item: item[1][0] < 0)
+    keep = all(coeff for _, (coeff, _) in ordered)
+    terms: dict = {}
+    for key, (coeff, atom) in ordered:
+        factor = coeff if result is None or coeff > 0 else -coeff
+        term = atom if factor == 1 else Binary("mul", atom, IntImm(factor, dtype))
+        if term is not atom and keep:
+            _built_from(term, {key: [factor, atom]}, 0, dtype)
+        terms[key] = [coeff, atom]
         if result is None:
-            term = atom if coeff == 1 else Binary("mul", atom, IntImm(coeff, dtype))
             result = term
-        elif coeff > 0:
-            result = Binary("add", result, atom if coeff == 1 else
-                            Binary("mul", atom, IntImm(coeff, dtype)))
-        else:
-            result = Binary("sub", result, atom if coeff == -1 else
-                            Binary("mul", atom, IntImm(-coeff, dtype)))
+            continue
+        result = Binary("add" if coeff > 0 else "sub", result, term)
+        if keep:
+            _built_from(result, dict(terms), 0, dtype)
     if result is None:
         return IntImm(form.constant, dtype)
-    if form.constant > 0:
-        return Binary("add", result, IntImm(form.constant, dtype))
-    if form.constant < 0:
-        return Binary("sub", result, IntImm(-form.constant, dtype))
+    if form.constant:
+        result = Binary("add" if form.constant > 0 else "sub", result,
+                        IntImm(abs(form.constant), dtype))
+        if keep:
+            _built_from(result, terms, form.constant, dtype)
     return result
 
 
@@ -353,8 +384,47 @@ _NP_ARITH = {
 }
 
 
+#: integer operations folded with Python's integers (exact, then wrapped into the dtype
+#: as NumPy wraps): index arithmetic, most of what is folded, without NumPy's per-call cost
+_INT_FOLDS = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul,
+    "floordiv": operator.floordiv, "floormod": operator.mod, "min": min, "max": max,
+}
+_INT_COMPARES = {
+    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+    "eq": operator.eq, "ne": operator.ne,
+}
+#: (lowest value, number of values) of the signed integer dtypes folded so
+_INT_RANGES = {"int64": (-2 ** 63, 2 ** 64), "int32": (-2 ** 31, 2 ** 32)}
+
+
+def _fold_integers(op: str, a: IntImm, b: IntImm) -> Expr | None:
+    """``a op b`` of two signed integer immediates of one dtype, None for other operations
+    (and for a division by zero, left unfolded)."""
+    low, count = _INT_RANGES[a.dtype]
+    x, y = a.value, b.value
+    if not (low <= x < low + count and low <= y < low + count):
+        return None
+    compare = _INT_COMPARES.get(op)
+    if compare is not None:
+        return IntImm(int(compare(x, y)), "bool")
+    fold = _INT_FOLDS.get(op)
+    if fold is None or (y == 0 and op in ("floordiv", "floormod")):
+        return None
+    value = fold(x, y)
+    if not low <= value < low + count:
+        value = (value - low) % count + low
+    return IntImm(value, a.dtype)
+
+
 def _fold_constants(node: Binary) -> Expr | None:
-    if not (isinstance(node.a, IntImm | FloatImm) and isinstance(node.b, IntImm | FloatImm)):
+    a, b = node.a, node.b
+    if type(a) is IntImm and type(b) is IntImm and a.dtype == b.dtype \
+            and a.dtype in _INT_RANGES:
+        folded = _fold_integers(node.op, a, b)
+        if folded is not None:
+            return folded
+    if not (isinstance(a, IntImm | FloatImm) and isinstance(b, IntImm | FloatImm)):
         return None
     if node.op in ("floordiv", "floormod", "truncdiv", "truncmod") and node.b.value == 0:
         return None
@@ -430,28 +500,64 @@ def _neighbour_steps(index: Expr):
 
 
 class Simplifier(Mutator):
-    """Bottom-up rewriting with the variable ranges in ``ranges``."""
+    """Bottom-up rewriting with the variable ranges in ``ranges``.
+
+    A node's rewriting depends only on the node and the ranges, so every distinct node
+    is rewritten once while the ranges stay as they are: across all the statements of
+    a loop body, not only within one expression (the copies of an unrolled body share
+    every sub-expression that does not use the unrolled variable, and are simplified
+    once for all of them). Entering or leaving a loop changes the ranges and starts
+    afresh (sibling loops may bind one variable to different ranges)."""
 
     def __init__(self, ranges: Ranges | None = None):
         self.ranges: dict[Var, Interval] = dict(ranges or {})
+        self._rewritten: dict[int, tuple[Expr, Expr]] = {}
+
+    def expr(self, node: Expr) -> Expr:
+        hit = self._rewritten.get(id(node))
+        if hit is not None:
+            return hit[1]
+        result = self.dispatch(node)
+        self._rewritten[id(node)] = (node, result)  # the node kept alive: its id its own
+        return result
+
+    def _set_range(self, var: Var, bound: Interval | None) -> None:
+        """Bind (or, with None, unbind) ``var``'s range; rewritings under the old
+        ranges no longer hold."""
+        if bound is None:
+            if self.ranges.pop(var, None) is None:
+                return
+        else:
+            self.ranges[var] = bound
+        self._rewritten = {}
 
     def visit_Binary(self, node: Binary) -> Expr:
-        return self._binary(self.generic(_merge_vector_quotients(node)))
+        if type(node.b) is Broadcast:
+            node = _merge_vector_quotients(node)
+        a, b = self.expr(node.a), self.expr(node.b)
+        if a is not node.a or b is not node.b:
+            node = Binary(node.op, a, b)
+        return self._binary(node)
 
     def _binary(self, node: Binary) -> Expr:
         """``node`` (whose operands are simplified already) simplified."""
         folded = _fold_constants(node)
         if folded is not None:
             return folded
-        if lanes_of(node.dtype) > 1 or lanes_of(node.a.dtype) > 1:
+        dtype = node.a.dtype  # a Binary's lanes are its operands'
+        if lanes_of(dtype) > 1:
             return self._vector_binary(node)
-        if node.op in ("and", "or"):
+        op = node.op
+        if op in ("and", "or"):
             return self._logic(node)
-        if is_float(node.a.dtype):
+        if is_float(dtype):
             return self._float_identities(node)
-        if node.op in ("add", "sub", "mul"):
-            return from_linear_form(merge_div_mod(linear_form(node)), node.dtype)
-        if node.op in ("floordiv", "floormod"):
+        if op in ("add", "sub", "mul"):
+            form = merge_div_mod(linear_form(node))
+            if form is node.__dict__.get("_linear_form") and built_from_its_form(node, dtype):
+                return node  # it is what from_linear_form builds of its form: kept
+            return from_linear_form(form, dtype)
+        if op in ("floordiv", "floormod"):
             return self._div_mod(node)
         if node.op in ("min", "max"):
             return self._min_max(node)
@@ -628,9 +734,9 @@ class Simplifier(Mutator):
         if isinstance(lo, IntImm) and isinstance(extent, IntImm):
             if extent.value == 1 and node.thread_tag is None:
                 return self.stmt(substitute(node.body, {node.var: lo}))
-            self.ranges[node.var] = Interval(lo.value, lo.value + extent.value - 1)
+            self._set_range(node.var, Interval(lo.value, lo.value + extent.value - 1))
         body = self.stmt(node.body)
-        self.ranges.pop(node.var, None)
+        self._set_range(node.var, None)
         if isinstance(body, SeqStmt) and not body.stmts:
             return body
         if lo is node.min and extent is node.extent and body is node.body:

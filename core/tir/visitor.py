@@ -4,7 +4,7 @@ substitution of variables."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from .expr import Expr, Var
 from .functor import ExprFunctor, StmtFunctor
@@ -23,6 +23,24 @@ def field_names(node) -> tuple[str, ...]:
     if names is None:
         names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
     return names
+
+
+#: node classes whose every field is an ``__init__`` argument, so a copy with new field
+#: values is one constructor call (``dataclasses.replace`` costs several times as much)
+_POSITIONAL: dict[type, bool] = {}
+
+
+def rebuild(node, names: tuple[str, ...], values: list):
+    """A new node of ``node``'s class with ``values`` for its fields ``names`` (all of
+    them, in order): what ``dataclasses.replace`` builds, its checks (``__post_init__``)
+    run as there."""
+    cls = type(node)
+    positional = _POSITIONAL.get(cls)
+    if positional is None:
+        positional = _POSITIONAL[cls] = all(f.init for f in dataclasses.fields(cls))
+    if positional:
+        return cls(*values)
+    return dataclasses.replace(node, **dict(zip(names, values)))
 
 
 def children(node) -> Iterator[Node]:
@@ -56,6 +74,27 @@ def collect(node: Node, predicate: Callable[[Node], bool]) -> list[Node]:
     pre-order of first appearance."""
     found: list[Node] = []
     walk(node, lambda n: found.append(n) if predicate(n) else None)
+    return found
+
+
+def collect_statements(stmt: Stmt, predicate: Callable[[Stmt], bool]) -> list[Stmt]:
+    """Every distinct statement under ``stmt`` (inclusive) satisfying ``predicate``, in
+    pre-order of first appearance: what :func:`collect` finds among statements, without
+    walking the expressions (which hold no statements; they are most of a lowered
+    function's nodes)."""
+    found: list[Stmt] = []
+    seen: set[int] = set()
+    keep: list[Stmt] = []  # holds every visited statement, so no id is reused meanwhile
+    stack = [stmt]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        keep.append(current)
+        if predicate(current):
+            found.append(current)
+        stack.extend(reversed([c for c in children(current) if isinstance(c, Stmt)]))
     return found
 
 
@@ -109,13 +148,16 @@ class Mutator(ExprFunctor, StmtFunctor):
         return value
 
     def generic(self, node):
-        changes = {}
-        for name in field_names(node):
+        names = field_names(node)
+        values = []
+        changed = False
+        for name in names:
             value = getattr(node, name)
             mapped = self._map(value)
             if mapped is not value:
-                changes[name] = mapped
-        return dataclasses.replace(node, **changes) if changes else node
+                changed = True
+            values.append(mapped)
+        return rebuild(node, names, values) if changed else node
 
     #: a node without a rule of this mutator: its children rewritten
     visit_default = generic
@@ -125,17 +167,66 @@ class Mutator(ExprFunctor, StmtFunctor):
         return func if body is func.body else dataclasses.replace(func, body=body)
 
 
+class StmtMutator(Mutator):
+    """A :class:`Mutator` of statements only (loops, guards, allocations): expressions
+    hold no statements, so it keeps them as they are without walking them (most of a
+    lowered function's nodes are in its expressions)."""
+
+    def expr(self, node: Expr) -> Expr:
+        return node
+
+
 class _Substituter(Mutator):
-    def __init__(self, mapping: Mapping[Var, Expr]):
+    """Rewrites only the nodes that use a substituted variable; the others are kept as
+    they are without being walked. Which nodes use one (``uses``, by id) depends on the
+    variables, not on what replaces them, so the copies of one body for several values
+    of its variables share it."""
+
+    def __init__(self, mapping: Mapping[Var, Expr], uses: dict[int, tuple[Node, bool]]):
         self.mapping = mapping
+        self.uses = uses
+
+    def _uses(self, node: Node) -> bool:
+        hit = self.uses.get(id(node))
+        if hit is not None:
+            return hit[1]
+        if isinstance(node, Var):
+            found = node in self.mapping
+        else:
+            found = False
+            for child in children(node):
+                if self._uses(child):
+                    found = True
+                    break
+        self.uses[id(node)] = (node, found)  # the node kept alive: its id stays its own
+        return found
+
+    def expr(self, node: Expr) -> Expr:
+        return super().expr(node) if self._uses(node) else node
+
+    def stmt(self, node: Stmt) -> Stmt:
+        return self.dispatch(node) if self._uses(node) else node
 
     def visit_Var(self, node: Var) -> Expr:
         return self.mapping.get(node, node)
 
 
 def substitute(node: Node, mapping: Mapping[Var, Expr]) -> Node:
-    """``node`` with each Var in ``mapping`` replaced by its expression."""
+    """``node`` with each Var in ``mapping`` replaced by its expression (the sub-trees
+    that use none of them are shared with ``node``, not copied)."""
     if not mapping:
         return node
-    sub = _Substituter(mapping)
+    sub = _Substituter(mapping, {})
     return sub.expr(node) if isinstance(node, Expr) else sub.stmt(node)
+
+
+def substitute_each(node: Node, var: Var, values: Iterable[Expr]) -> list[Node]:
+    """``node`` with ``var`` replaced by each of ``values`` in turn: one copy per value
+    (what unrolling a loop makes), each as :func:`substitute` makes it; the walk that
+    finds where ``var`` is used is done once for all the copies."""
+    uses: dict[int, tuple[Node, bool]] = {}
+    copies = []
+    for value in values:
+        sub = _Substituter({var: value}, uses)
+        copies.append(sub.expr(node) if isinstance(node, Expr) else sub.stmt(node))
+    return copies

@@ -112,6 +112,12 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         #: values emitted for the expression being emitted, by structural key: an equal
         #: sub-expression (shared, or built twice) is emitted once where it dominates
         self._values: ChainMap | None = None
+        #: values of expressions that read no memory, by structural key, emitted where
+        #: they dominate all the code still to come in this region (a loop body, a
+        #: branch of a guard: a layer each, dropped when it ends): the statements of
+        #: an unrolled tile share their index arithmetic instead of each emitting it
+        self._region: ChainMap = ChainMap()
+        self._branches = 0  # selects being emitted as branches around the current point
         self._reads: dict[int, tuple[tx.Expr, bool]] = {}  # whether a node loads, by id
 
     def finish(self) -> None:
@@ -219,7 +225,7 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         self.builder.cbranch(self.builder.icmp_signed("<", index, end), loop_body, exit_block)
         self.builder.position_at_end(loop_body)
         self.vars[var] = index
-        self.stmt(body)
+        self._in_region(body)
         step = self.builder.add(index, ir.Constant(I64, 1), flags=["nsw"])
         index.add_incoming(step, self.builder.block)
         latch = self.builder.branch(header)
@@ -278,13 +284,13 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         likely = True if node.likely else None
         if node.else_case is None:
             with self.builder.if_then(condition, likely=likely):
-                self.stmt(node.then_case)
+                self._in_region(node.then_case)
             return
         with self.builder.if_else(condition, likely=likely) as (then, otherwise):
             with then:
-                self.stmt(node.then_case)
+                self._in_region(node.then_case)
             with otherwise:
-                self.stmt(node.else_case)
+                self._in_region(node.else_case)
 
     def visit_Allocate(self, node: ts.Allocate) -> None:
         buffer = node.buffer
@@ -312,20 +318,25 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         """The value of ``node``. Within one expression of a statement (no store runs
         in between) structurally equal sub-expressions are one computation: emitted
         once, reused where the first emission dominates (not past a branch of a
-        select that reads memory)."""
-        values = self._values
-        if values is None:
-            self._values = ChainMap()
-            try:
-                return self.dispatch(node)
-            finally:
-                self._values = None
+        select that reads memory). One that reads no memory is also reused by the
+        later statements of its region (:meth:`_in_region`)."""
         if isinstance(node, tx.IntImm | tx.FloatImm | tx.Var):
             return self.dispatch(node)
+        values = self._values
+        if values is None:
+            self._values = self._region.new_child()
+            try:
+                return self.expr(node)
+            finally:
+                self._values = None
         key = structural_key(node)
         value = values.get(key)
         if value is None:
-            value = values[key] = self.dispatch(node)
+            value = self.dispatch(node)
+            if self._branches == 0 and not self._reads_memory(node):
+                self._region[key] = value
+            else:
+                values[key] = value
         return value
 
     def _in_branch(self, build: Callable[[], ir.Value]) -> ir.Value:
@@ -333,10 +344,23 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         is forgotten after it (the branch does not dominate the code after the merge)."""
         outer = self._values
         self._values = outer.new_child()
+        self._branches += 1
         try:
             return build()
         finally:
             self._values = outer
+            self._branches -= 1
+
+    def _in_region(self, body: ts.Stmt) -> None:
+        """Emit ``body`` as a region of its own (a loop body, a branch of a guard): it
+        reuses the values emitted before it, and the values it emits are forgotten
+        after it (it does not dominate the code after it)."""
+        outer = self._region
+        self._region = outer.new_child()
+        try:
+            self.stmt(body)
+        finally:
+            self._region = outer
 
     def _reads_memory(self, node: tx.Expr) -> bool:
         """Whether ``node`` loads from a buffer (each distinct node examined once)."""

@@ -28,7 +28,7 @@ import numpy as np
 
 from heterocc.errors import CompileError, InputError, TargetError
 from heterocc.tir.stmt import BufferStore, PrimFunc
-from heterocc.tir.visitor import collect
+from heterocc.tir.visitor import collect_statements
 
 from .codegen import CodeGenLLVM
 from .cpu import (
@@ -73,7 +73,8 @@ class FunctionSignature:
 
     @classmethod
     def of(cls, func: PrimFunc) -> FunctionSignature:
-        written = {id(s.buffer) for s in collect(func.body, lambda n: isinstance(n, BufferStore))}
+        written = {id(s.buffer) for s in collect_statements(
+            func.body, lambda n: isinstance(n, BufferStore))}
         return cls(func.name, tuple(BufferSpec(b.name, tuple(b.shape), b.dtype, id(b) in written)
                                     for b in func.params))
 

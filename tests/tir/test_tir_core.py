@@ -279,3 +279,86 @@ def test_inject_virtual_threads_copies_body_and_scratch_buffers():
     c = np.zeros((8, 16), np.float32)
     hllvm.build(func)(a, c)
     np.testing.assert_allclose(c, a * 2 + 1, rtol=1e-6)
+
+
+class _Copy(tir.Mutator):
+    """Rebuilds every sum, difference and product: fresh nodes, nothing kept on them."""
+
+    def visit_Binary(self, node):
+        return tir.Binary(node.op, self.expr(node.a), self.expr(node.b))
+
+
+def _form_items(form):
+    return [(key, coeff) for key, (coeff, _) in form.terms.items()], form.constant
+
+
+@settings(max_examples=300, deadline=None)
+@given(int_exprs())
+def test_the_linear_form_kept_on_a_node_is_the_one_found_in_it(expr):
+    """Sums and products built by simplification keep their linear form (from_linear_form):
+    the form is what decomposing a fresh copy of the node finds, terms in order (the
+    order decides how the simplifier rebuilds them), and building the node again from
+    its form gives an equal node (so the simplifier may keep it as it is)."""
+    from heterocc.tir.simplify import built_from_its_form, from_linear_form, linear_form
+
+    simplified = tir.simplify(expr, RANGES)
+    for node in tir.collect(simplified, lambda n: isinstance(n, tir.Binary)):
+        if "_linear_form" not in node.__dict__:
+            continue
+        kept = linear_form(node)
+        assert _form_items(kept) == _form_items(linear_form(_Copy().expr(node)))
+        if built_from_its_form(node, node.dtype):
+            assert tir.structurally_equal(from_linear_form(kept, node.dtype), node)
+    assert tir.structurally_equal(tir.simplify(simplified, RANGES), tir.simplify(
+        _Copy().expr(simplified), RANGES))  # a kept node simplifies as its fresh copy
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_constants_fold_as_numpy_computes_them(dtype):
+    info = np.iinfo(dtype)
+    values = [0, 1, -1, 7, -7, 16, int(info.max), int(info.min)]
+    for op in ("add", "sub", "mul", "floordiv", "floormod", "min", "max", "lt", "ge", "eq"):
+        for x, y in itertools.product(values, values):
+            folded = tir.simplify(tir.Binary(op, tir.IntImm(x, dtype), tir.IntImm(y, dtype)))
+            if op in ("floordiv", "floormod") and y == 0:
+                assert isinstance(folded, tir.Binary)  # a division by zero stays
+                continue
+            with np.errstate(all="ignore"):
+                expected = getattr(np, {"add": "add", "sub": "subtract", "mul": "multiply",
+                                        "floordiv": "floor_divide", "floormod": "mod",
+                                        "min": "minimum", "max": "maximum", "lt": "less",
+                                        "ge": "greater_equal", "eq": "equal"}[op])(
+                    np.array(x, dtype), np.array(y, dtype))
+            assert folded.value == int(expected), (op, x, y)
+            assert folded.dtype == ("bool" if op in ("lt", "ge", "eq") else dtype)
+
+
+def _unrolled_first(func):
+    """The pipeline as it was: every vectorized loop vectorized after unrolling."""
+    func = tir.partition_loops(tir.remove_true_guards(tir.inject_virtual_threads(func)))
+    func = tir.flatten_buffers(tir.guard_load_bounds(func))
+    func = tir.remove_true_guards(tir.unroll_loops(func))
+    return tir.remove_true_guards(tir.vectorize_loops(func))
+
+
+def test_vectorizing_before_unrolling_gives_the_code_of_vectorizing_after():
+    """lower_pipeline vectorizes a tile's vectorized rows once, before unrolling copies
+    them; a vectorized loop with an unrolled loop inside, or a vector select (whose
+    loads are predicated by what the unrolled copy's ranges prove), is vectorized after
+    unrolling: the code is what vectorizing every loop after unrolling gives."""
+    A = tir.Buffer("A", (4, 20), "float32")
+    B = tir.Buffer("B", (4, 16), "float32")
+    i, j, k = tir.Var("i"), tir.Var("j"), tir.Var("k")
+    unrolled, vectorized = tir.ForKind.UNROLLED, tir.ForKind.VECTORIZED
+    read = tir.BufferLoad(A, (j, k + i * 4))
+    tile = tir.For(i, 0, 2, unrolled, tir.For(j, 0, 4, unrolled, tir.For(
+        k, 0, 8, vectorized, tir.BufferStore(B, read * 2.0, (j, k + i * 8)))))
+    rows = tir.For(k, 0, 16, vectorized, tir.For(j, 0, 4, unrolled, tir.BufferStore(
+        B, tir.BufferLoad(A, (j, k)) + 1.0, (j, k))))
+    padded = tir.For(j, 0, 4, unrolled, tir.For(k, 0, 16, vectorized, tir.BufferStore(
+        B, tir.select(k + j < 18, tir.BufferLoad(A, (j, k + j)), tir.const(0.0)), (j, k))))
+    for body in (tile, rows, padded):
+        func = tir.PrimFunc("f", (A, B), body)
+        lowered = tir.lower_pipeline(func)
+        assert str(lowered) == str(_unrolled_first(func))
+        assert "ramp(" in str(lowered) and "vectorized" not in str(lowered)

@@ -4,7 +4,16 @@ variables, substitution and the rebuilding Mutator."""
 from __future__ import annotations
 
 from heterocc import tir
-from heterocc.tir.visitor import Mutator, children, collect, free_vars, substitute, uses_any
+from heterocc.tir.visitor import (
+    Mutator,
+    children,
+    collect,
+    collect_statements,
+    free_vars,
+    substitute,
+    substitute_each,
+    uses_any,
+)
 
 I, J = tir.Var("i"), tir.Var("j")
 A = tir.Buffer("A", (8, 8), "float32")
@@ -50,3 +59,23 @@ def test_a_mutator_rewrites_one_node_class_and_keeps_the_rest():
     assert doubled.name == "f" and doubled.params == func.params
     assert str(doubled).splitlines()[-1] == "    A[i, i] = (3.0 * 2.0)"
     assert str(func).splitlines()[-1] == "    A[i, i] = 3.0"  # the input is not changed
+
+
+def test_substitute_each_copies_a_body_per_value_sharing_what_it_does_not_change():
+    other = tir.BufferLoad(A, (J, 0)) * 2.0
+    body = tir.BufferStore(A, tir.BufferLoad(A, (I, J)) + other, (I, J))
+    copies = substitute_each(body, I, [tir.IntImm(k) for k in range(3)])
+    assert [str(c) for c in copies] == [str(substitute(body, {I: tir.IntImm(k)}))
+                                        for k in range(3)]
+    assert all(c.value.b is other for c in copies)  # untouched subtrees are shared
+    assert substitute_each(body, tir.Var("k"), [I, J]) == [body, body]
+
+
+def test_collect_statements_finds_distinct_statements_in_pre_order():
+    store = tir.BufferStore(A, tir.BufferLoad(A, (I, J)) + 1.0, (I, J))
+    inner = tir.For(J, 0, 8, tir.ForKind.SERIAL, tir.seq([store, store]))
+    outer = tir.For(I, 0, 8, tir.ForKind.SERIAL, inner)
+    assert collect_statements(outer, lambda n: isinstance(n, tir.For)) == [outer, inner]
+    assert collect_statements(outer, lambda n: isinstance(n, tir.BufferStore)) == [store]
+    assert collect_statements(outer, lambda n: True) == [
+        n for n in collect(outer, lambda n: True) if isinstance(n, tir.Stmt)]

@@ -455,3 +455,31 @@ def test_an_unroll_hint_stays_a_loop_until_code_generation():
     b = np.empty(64, np.float32)
     module["rowsum"](a, b)
     np.testing.assert_allclose(b, a.sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_statements_of_a_region_share_index_arithmetic_where_it_dominates():
+    """Index arithmetic (reading no memory) is emitted once for all the statements of a
+    loop body that use it; what a guard's branch emitted is emitted again after it (the
+    branch does not dominate what follows), so the module verifies and computes."""
+    A = tir.Buffer("A", (8, 16), "float32")
+    B = tir.Buffer("B", (8, 16), "float32")
+    i = tir.Var("i")
+    row = i * 16 + 3  # one scalar computation, used by every statement below
+
+    def copy(source, target, scale):
+        return tir.BufferStore(B, tir.BufferLoad(A, (row + source,)) * scale, (row + target,))
+
+    # the guarded copy reads at row + 5 first; the copy after the guard reads there too
+    guarded = tir.IfThenElse(tir.Binary("lt", i, tir.IntImm(4)), copy(5, 5, 5.0))
+    body = tir.seq([copy(0, 0, 2.0), copy(1, 1, 3.0), guarded, copy(5, 6, 6.0)])
+    func = tir.PrimFunc("f", (A, B), tir.For(i, 0, 8, tir.ForKind.SERIAL, body))
+    module = hllvm.build(func)
+    body_ir = module.unoptimized_ir.split("i.body:")[1].split("i.exit:")[0]
+    assert body_ir.count("mul i64") == 1  # i * 16, once for all four statements
+    a = np.arange(128, dtype=np.float32).reshape(8, 16)
+    b = np.zeros((8, 16), np.float32)
+    module["f"](a, b)
+    expected = np.zeros((8, 16), np.float32)
+    expected[:, 3], expected[:, 4], expected[:, 9] = a[:, 3] * 2, a[:, 4] * 3, a[:, 8] * 6
+    expected[:4, 8] = a[:4, 8] * 5
+    np.testing.assert_array_equal(b, expected)
