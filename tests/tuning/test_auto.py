@@ -503,6 +503,36 @@ def test_a_register_tiles_write_back_is_unrolled_like_the_tile(limit):
     np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("steps", [2, 4, 8])
+def test_the_innermost_reduction_loop_unrolls_a_few_steps_at_a_time(steps):
+    """``reduce_unroll`` as a step count splits the innermost reduction loop (a chunk
+    of 8 of the product's 16 steps) into iterations of that many steps, unrolled by
+    LLVM's hint; the chunks and the iterations stay loops; the point computes the
+    product and its epilogue."""
+    _, outputs = _matmul_epilogue()
+    sketch = Sketch(outputs, HINTS)
+    config = sketch.space.from_values({
+        **sketch.default_values(), "a0.tile.s0": (1, 1, 4), "a0.tile.s1": (1, 1, 16),
+        "a0.tile.r0": 8, "a0.location": "at1", "a0.unroll": 64,
+        "a0.reduce_unroll": steps})
+    inputs, outputs = _matmul_epilogue()
+    lowered = te.lower(sketch.apply(outputs, config), [*inputs, *outputs], name="f")
+    hinted = tir.collect(lowered.body, lambda n: isinstance(n, tir.For)
+                         and n.kind is tir.ForKind.UNROLL_HINT)
+    assert [loop.extent.value for loop in hinted] == [steps]
+    # outside it, the chunk's remaining iterations (none left for 8) and the two
+    # chunks stay loops
+    serial = [loop.extent.value for loop in tir.collect(
+        lowered.body, lambda n: isinstance(n, tir.For) and n.kind is tir.ForKind.SERIAL)]
+    assert 2 in serial and (steps == 8 or 8 // steps in serial)
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((24, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 32)).astype(np.float32)
+    out = np.zeros((24, 32), np.float32)
+    build(lowered)["f"](a, b, out)
+    np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
+
+
 def _pointwise_conv(in_blocks: int, out_blocks: int, width: int) -> te.Tensor:
     """A blocked 1x1 convolution (16-channel blocks) over a square image of ``width``."""
     data = te.placeholder((1, in_blocks, width, width, 16), name="data")

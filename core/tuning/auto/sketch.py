@@ -54,6 +54,11 @@ SPATIAL_LEVELS = 4
 MAX_FACTOR = 64
 #: unroll limits offered (product of the unrolled loops' extents; 0: no unrolling)
 UNROLL_LIMITS = (0, 16, 64, 512)
+#: steps of the innermost reduction loop that one iteration may do, unrolled by LLVM (a
+#: third level of the reduction's tiling): a register tile's long reduction (a product's
+#: chunk of 256 steps) is too long to unroll whole, and one step per iteration spends
+#: issue slots on the loop's own counting and branching beside its multiply-adds
+REDUCTION_STEPS = (2, 4, 8)
 #: multiply-adds per core from which an anchor's tiles always run in parallel (on a CPU
 #: of several cores): about 0.1 ms of one core's work, so waking the thread pool is a
 #: small part of it. Below it a serial nest is offered too.
@@ -221,8 +226,10 @@ class Sketch:
             yield Knob(f"{p}.unroll", "unroll", UNROLL_LIMITS)
             # the inner reduction loops unrolled by the limit above, or handed to LLVM
             # with an unroll hint (a convolution's window: once LLVM unrolls it, its
-            # weights stay in registers along the row and neighbouring taps share loads)
-            yield Knob(f"{p}.reduce_unroll", "unroll", ("limit", "hint"))
+            # weights stay in registers along the row and neighbouring taps share loads),
+            # or the innermost one split again, a few steps unrolled at a time
+            # (:data:`REDUCTION_STEPS`)
+            yield Knob(f"{p}.reduce_unroll", "unroll", ("limit", "hint", *REDUCTION_STEPS))
             if self._rfactor_applies(anchor):
                 yield Knob(f"{p}.rfactor", "rfactor", RFACTOR_OPTIONS)
 
@@ -513,7 +520,17 @@ class Sketch:
         if config[f"{p}.vectorize"] and extents[id(s3[-1])] > 1:
             compute_stage.vectorize(s3[-1])
         limit = config[f"{p}.unroll"]
-        hinted = config[f"{p}.reduce_unroll"] == "hint"
+        reduce_unroll = config[f"{p}.reduce_unroll"]
+        hinted = reduce_unroll == "hint"
+        if isinstance(reduce_unroll, int) and r1:
+            # the innermost reduction loop in iterations of a few steps, unrolled by
+            # LLVM (the same machine code as unrolling it in the TIR, from a body the
+            # TIR's passes walk once); the tile's loops alone take the limit then
+            steps = _largest_inner_of(extents[id(r1[-1])], reduce_unroll)
+            if steps > 1:
+                _, inner = compute_stage.split(r1[-1], steps)
+                compute_stage.unroll(inner, explicit=False)
+            hinted, r1 = True, []
         unrolled = 1
         for iv in [*reversed(s3[:-1]), *(() if hinted else reversed(r1))] if limit else ():
             unrolled *= extents[id(iv)]
