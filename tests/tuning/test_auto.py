@@ -126,7 +126,15 @@ def test_seeds_include_ragged_register_tiles_and_window_hints():
     rows = {(seed["a0.tile.s0"], seed["a0.tile.s1"][-1]) for seed in sketch.seed_values()}
     # two vectors by 12 rows (32 registers, 8 left for operands), and cache-blocked
     assert ((1, 1, 12), 32) in rows and ((1, 8, 12), 32) in rows
-    assert all(s["a0.reduce_unroll"] == "limit" for s in sketch.seed_values())
+    # no window to hand to LLVM; past the default, each tile's chunk of the long
+    # reduction (256 steps) unrolls a few steps at a time: 12 rows x 2 vectors, 4 steps
+    # (96 multiply-adds)
+    default, *tiled = sketch.seed_values()
+    assert default["a0.reduce_unroll"] == "limit"
+    assert tiled and all(isinstance(s["a0.reduce_unroll"], int) for s in tiled)
+    blocked_12 = [s for s in sketch.seed_values()
+                  if s["a0.tile.s0"] == (1, 8, 12) and s["a0.tile.s1"][-1] == 32]
+    assert blocked_12 and all(s["a0.reduce_unroll"] == 4 for s in blocked_12)
     # a 3x3 window over 56 columns: first (after the default) the tiles whose
     # accumulators leave registers for the 9 weight vectors, the window unrolled by
     # LLVM (as the depthwise hand schedule); every other seed also with the window
