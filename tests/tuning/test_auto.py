@@ -135,6 +135,11 @@ def test_seeds_include_ragged_register_tiles_and_window_hints():
     blocked_12 = [s for s in sketch.seed_values()
                   if s["a0.tile.s0"] == (1, 8, 12) and s["a0.tile.s1"][-1] == 32]
     assert blocked_12 and all(s["a0.reduce_unroll"] == 4 for s in blocked_12)
+    # the reduction may also stay one loop (chunks of up to 256 steps, or all 1024):
+    # the seeds that do not block it sum it whole
+    chunks = dict((k.name, k.options) for k in sketch.space.knobs)["a0.tile.r0"]
+    assert max(chunks) == 1024 and 512 not in chunks and 256 in chunks
+    assert all(s["a0.tile.r0"] == 1024 for s in tiled if s["a0.tile.s0"][1] == 1)
     # a 3x3 window over 56 columns: first (after the default) the tiles whose
     # accumulators leave registers for the 9 weight vectors, the window unrolled by
     # LLVM (as the depthwise hand schedule); every other seed also with the window

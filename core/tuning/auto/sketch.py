@@ -216,8 +216,13 @@ class Sketch:
                          else self._vector_widths())
                 yield Knob(f"{p}.tile.s{axis}", "split", tile_options(extent, inner=inner))
             for axis, extent in enumerate(anchor.reduce):
+                # chunks up to 4 * MAX_FACTOR steps, and the whole loop unchunked (a
+                # register tile then sums its whole reduction in one loop: the CPU
+                # hand schedule's product, whose 1024 steps cut in chunks ran 10% slower
+                # one-threaded with a 14 x 2-vector tile, LLVM spilling an accumulator)
                 yield Knob(f"{p}.tile.r{axis}", "split",
-                           tuple(d for d in divisors(extent) if d <= 4 * MAX_FACTOR))
+                           tuple(d for d in divisors(extent)
+                                 if d <= 4 * MAX_FACTOR or d == extent))
             # the same places with or without an epilogue, so that a point tuned on the
             # bare workload applies to the function that adds one
             yield Knob(f"{p}.location", "location", ("at0", "at1", "direct"))
@@ -416,6 +421,9 @@ class Sketch:
             if not blocked:
                 values[f"{p}.tile.s{others[-1]}"] = (1, 1, rows)
                 values[f"{p}.tile.s{last}"] = (1, 1, width)
+                if len(anchor.reduce) == 1 and anchor.reduce[0] > 4 * MAX_FACTOR:
+                    # not blocked: the tile sums the whole long reduction in one loop
+                    values[f"{p}.tile.r0"] = anchor.reduce[0]
                 if ragged:  # each thread its columns, the rows streaming by (see order)
                     values[f"{p}.order"] = "reversed"
                 continue
