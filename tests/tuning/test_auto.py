@@ -585,3 +585,16 @@ def test_seeds_offer_three_channel_blocks_where_two_and_four_do_not_divide():
     product = plain_matmul(a, b, "C")
     pack_matmuls([product])
     assert all(s["a0.tile.s1"][-1] != 48 for s in Sketch([product], hints).seed_values())
+
+
+def test_auto_records_are_read_back_by_their_values_not_their_index():
+    """A record's index numbered the sketch of its day (a knob that since gained
+    options renumbers the points after it): the log reads it back by its knob values,
+    so its config's timings are found under today's index."""
+    task = Task("auto.matmul", (64, 64, 64, "float32"))
+    config = task.default_config()
+    stale = MeasureRecord(task.workload_key, config.to_json(), config.index + 1, (0.5,))
+    context = ApplyHistoryBest([stale])
+    assert context.lookup(task.workload_key).index == config.index
+    assert context.floor_cost(task.workload_key, config.index) == 0.5
+    assert context.floor_cost(task.workload_key, config.index + 1) is None
