@@ -50,6 +50,7 @@ from .schedules import (
     pack_columns,
     pack_matmuls,
     packed_source,
+    reachable_computes,
     schedule_conv2d_nchw,
     schedule_injective,
     schedule_matmul,
@@ -101,19 +102,6 @@ _ANCHOR_SCHEDULES = {"conv2d_nchw": schedule_conv2d_nchw,
 _EPILOGUE_SCHEDULES = ("conv2d_nchw", "conv2d_nchwc")
 
 
-def _reachable(outputs: Sequence[te.Tensor]) -> list[te.Tensor]:
-    """Every compute stage that computing ``outputs`` runs, each once."""
-    seen: dict[int, te.Tensor] = {}
-    pending = list(outputs)
-    while pending:
-        tensor = pending.pop()
-        if id(tensor) in seen or not isinstance(tensor.op, te.ComputeOp):
-            continue
-        seen[id(tensor)] = tensor
-        pending += reads_of(tensor.op.body)
-    return list(seen.values())
-
-
 def _transposed_constant(source: te.Tensor, slots: dict[int, int]
                          ) -> tuple[te.Tensor, list[int] | None] | None:
     """``(constant placeholder, axes)`` when ``source`` is one of the function's constants
@@ -144,7 +132,7 @@ def _prepack_constants(expressed: ExpressedFunction) -> list[tuple[int, int, lis
     first = len(expressed.params) - len(expressed.constants)
     slots = {id(p): k for k, p in
              enumerate(expressed.params[first:len(expressed.params) - len(expressed.tables)])}
-    stages = _reachable(expressed.outputs)
+    stages = reachable_computes(expressed.outputs)
     readers: dict[int, int] = {}
     for stage in stages:
         for source in {id(t) for t in reads_of(stage.op.body)}:
@@ -176,7 +164,7 @@ def _schedule(expressed: ExpressedFunction) -> te.Schedule:
     s = te.create_schedule(expressed.outputs)
     fold_scalars(s, expressed.scalars)
     outputs = {id(t) for t in expressed.outputs}
-    packings = {id(t.op.attrs["packed_B"]) for t in _reachable(expressed.outputs)
+    packings = {id(t.op.attrs["packed_B"]) for t in reachable_computes(expressed.outputs)
                 if "packed_B" in t.op.attrs}
     anchors = []
     for stage in list(s.stages):

@@ -63,13 +63,16 @@ from .schedules import (
     dense_conv_reduction_blocks,
     matmul_tile_rows,
     pack_matmul,
+    pack_matmul_rows,
     pack_matmuls,
     panel_group,
     panel_width,
     ragged_panel_tail,
+    reachable_computes,
     reduction_unroll_limit,
     schedule_conv2d_nchwc,
     schedule_depthwise_conv2d_nchwc,
+    schedule_packed_rows,
     unroll_reduction,
     vector_lanes,
     vectorize_panel_columns,
@@ -1356,10 +1359,42 @@ def function_tuned(expressed) -> te.Schedule | None:
     if choice is None or choice[0] != "auto":
         return None
     pack_matmuls(expressed.outputs)
+    sketch = _function_sketch(expressed.outputs)
+    blocks = _pack_rows(sketch, expressed.outputs, choice[1])
     s = te.create_schedule(expressed.outputs)
     fold_scalars(s, expressed.scalars)
-    _function_sketch(expressed.outputs).schedule_stages(s, expressed.outputs, choice[1])
+    sketch.schedule_stages(s, expressed.outputs, choice[1])
+    for packed in blocks:
+        schedule_packed_rows(s, packed)
     return s
+
+
+#: the layouts of a product's A that a function's auto search chooses between: read in
+#: place, or copied in blocks of the register tile's rows by the reduction's chunk
+#: (``schedules.pack_matmul_rows``)
+A_LAYOUTS = ("in_place", "row_blocks")
+
+
+def _pack_rows(sketch: Sketch, outputs, config: Config) -> list[te.Tensor]:
+    """Where ``config`` (a point of the function's sketch ``sketch``, derived from the
+    same compute before A was packed) chooses ``row_blocks``: every 2-D product among
+    the sketch's anchors reads A through a copy in blocks of its register tile's rows
+    (the innermost tile of its row axis) by its reduction chunk (the inner tile of its
+    reduction), so that the tile's broadcasts read one contiguous block. Returns the
+    copies' stages, for the caller to schedule."""
+    if config.values.get("a_layout", "in_place") != "row_blocks":
+        return []
+    by_name = {t.name: t for t in reachable_computes(outputs)}
+    blocks = []
+    for number, anchor in enumerate(sketch.anchors):
+        product = by_name.get(anchor.name)
+        if (product is None or product.ndim != 2 or "packed_B" not in product.op.attrs
+                or f"a{number}.tile.r0" not in config.values):
+            continue
+        rows = config[f"a{number}.tile.s0"][-1]
+        blocks.append(pack_matmul_rows(product, rows, config[f"a{number}.tile.r0"]))
+    return blocks
+
 
 
 def _llvm_target():
@@ -1408,11 +1443,12 @@ def _panel_knob(spec: str) -> Knob:
 
 
 def _auto_function_space(args: tuple) -> ConfigSpace:
-    """The sketch of the whole function, and for a product the panel width its B is
-    packed in (a layout choice made before the sketch's stages exist)."""
+    """The sketch of the whole function, and for a product the layouts of its operands,
+    choices made before the sketch's stages exist: the panel width its B is packed in,
+    and whether its A is read in place or copied in row blocks (:data:`A_LAYOUTS`)."""
     knobs = _auto_function_sketch(args[1]).space.knobs
     if _has_panel(args[1]):
-        knobs = (_panel_knob(args[1]), *knobs)
+        knobs = (_panel_knob(args[1]), Knob("a_layout", "layout", A_LAYOUTS), *knobs)
     return ConfigSpace(tuple(knobs))
 
 
@@ -1422,22 +1458,41 @@ def _auto_function_default(args: tuple) -> dict:
         (product,) = [n for n in function_body(args[1]).nodes if n.op in ("MatMul", "Gemm")]
         shape, dtype = product.outputs[0].type.shape, product.outputs[0].type.dtype
         values["panel"] = _closest(_panel_knob(args[1]).options, default_panel(shape[1], dtype))
+        values["a_layout"] = "in_place"
+    return values
+
+
+def _auto_function_upgrade(args: tuple, values: dict) -> dict:
+    """A product's record written before the ``a_layout`` knob read A in place."""
+    if _has_panel(args[1]):
+        values.setdefault("a_layout", "in_place")
     return values
 
 
 def _auto_function_seeds(args: tuple) -> list[dict]:
-    """The sketch's seeds; a product's at each panel width its register tile fits."""
+    """The sketch's seeds; a product's at each panel width its register tile fits, and
+    those that chunk its reduction (cache blocking) also with A in row blocks."""
     seeds = _auto_function_sketch(args[1]).seed_values()
     if not _has_panel(args[1]):
         return seeds
-    default_panel_width = _auto_function_default(args)["panel"]
+    default = _auto_function_default(args)
     widths = _panel_knob(args[1]).options
+    (product,) = [n for n in function_body(args[1]).nodes if n.op in ("MatMul", "Gemm")]
+    k = _function_depth(product)
     found = []
     for values in seeds:
         tile = values["a0.tile.s1"][-1]
-        panel = tile if tile in widths else default_panel_width
-        found.append({**values, "panel": panel})
+        panel = tile if tile in widths else default["panel"]
+        found.append({**values, "panel": panel, "a_layout": "in_place"})
+    found += [{**values, "a_layout": "row_blocks"} for values in found
+              if values.get("a0.tile.r0", k) < k]
     return found
+
+
+def _function_depth(product: Node) -> int:
+    """The reduction length of a function's MatMul or Gemm node."""
+    a = product.inputs[0].type.shape
+    return a[0] if product.op == "Gemm" and product.attrs.get("transA") else a[-1]
 
 
 def _hand_function_space(args: tuple) -> ConfigSpace:
@@ -1511,7 +1566,8 @@ FUNCTION_TEMPLATE = Template(
 AUTO_FUNCTION_TEMPLATE = Template(
     auto_name(FUNCTION), "llvm", _auto_function_space, _auto_function_default,
     functools.partial(_instantiate_function, template=auto_name(FUNCTION)),
-    _function_inputs, _function_reference, _function_flops, seeds=_auto_function_seeds)
+    _function_inputs, _function_reference, _function_flops, seeds=_auto_function_seeds,
+    upgrade=_auto_function_upgrade)
 
 
 def function_tasks(graph: Graph, target) -> list[Task]:

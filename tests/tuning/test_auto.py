@@ -126,7 +126,20 @@ def test_seeds_include_ragged_register_tiles_and_window_hints():
     rows = {(seed["a0.tile.s0"], seed["a0.tile.s1"][-1]) for seed in sketch.seed_values()}
     # two vectors by 12 rows (32 registers, 8 left for operands), and cache-blocked
     assert ((1, 1, 12), 32) in rows and ((1, 8, 12), 32) in rows
-    assert all(s["a0.reduce_unroll"] == "limit" for s in sketch.seed_values())
+    # no window to hand to LLVM; past the default, each tile's chunk of the long
+    # reduction (256 steps) unrolls a few steps at a time: 12 rows x 2 vectors, 4 steps
+    # (96 multiply-adds)
+    default, *tiled = sketch.seed_values()
+    assert default["a0.reduce_unroll"] == "limit"
+    assert tiled and all(isinstance(s["a0.reduce_unroll"], int) for s in tiled)
+    blocked_12 = [s for s in sketch.seed_values()
+                  if s["a0.tile.s0"] == (1, 8, 12) and s["a0.tile.s1"][-1] == 32]
+    assert blocked_12 and all(s["a0.reduce_unroll"] == 4 for s in blocked_12)
+    # the reduction may also stay one loop (chunks of up to 256 steps, or all 1024):
+    # the seeds that do not block it sum it whole
+    chunks = dict((k.name, k.options) for k in sketch.space.knobs)["a0.tile.r0"]
+    assert max(chunks) == 1024 and 512 not in chunks and 256 in chunks
+    assert all(s["a0.tile.r0"] == 1024 for s in tiled if s["a0.tile.s0"][1] == 1)
     # a 3x3 window over 56 columns: first (after the default) the tiles whose
     # accumulators leave registers for the 9 weight vectors, the window unrolled by
     # LLVM (as the depthwise hand schedule); every other seed also with the window
@@ -503,6 +516,36 @@ def test_a_register_tiles_write_back_is_unrolled_like_the_tile(limit):
     np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("steps", [2, 4, 8])
+def test_the_innermost_reduction_loop_unrolls_a_few_steps_at_a_time(steps):
+    """``reduce_unroll`` as a step count splits the innermost reduction loop (a chunk
+    of 8 of the product's 16 steps) into iterations of that many steps, unrolled by
+    LLVM's hint; the chunks and the iterations stay loops; the point computes the
+    product and its epilogue."""
+    _, outputs = _matmul_epilogue()
+    sketch = Sketch(outputs, HINTS)
+    config = sketch.space.from_values({
+        **sketch.default_values(), "a0.tile.s0": (1, 1, 4), "a0.tile.s1": (1, 1, 16),
+        "a0.tile.r0": 8, "a0.location": "at1", "a0.unroll": 64,
+        "a0.reduce_unroll": steps})
+    inputs, outputs = _matmul_epilogue()
+    lowered = te.lower(sketch.apply(outputs, config), [*inputs, *outputs], name="f")
+    hinted = tir.collect(lowered.body, lambda n: isinstance(n, tir.For)
+                         and n.kind is tir.ForKind.UNROLL_HINT)
+    assert [loop.extent.value for loop in hinted] == [steps]
+    # outside it, the chunk's remaining iterations (none left for 8) and the two
+    # chunks stay loops
+    serial = [loop.extent.value for loop in tir.collect(
+        lowered.body, lambda n: isinstance(n, tir.For) and n.kind is tir.ForKind.SERIAL)]
+    assert 2 in serial and (steps == 8 or 8 // steps in serial)
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((24, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 32)).astype(np.float32)
+    out = np.zeros((24, 32), np.float32)
+    build(lowered)["f"](a, b, out)
+    np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
+
+
 def _pointwise_conv(in_blocks: int, out_blocks: int, width: int) -> te.Tensor:
     """A blocked 1x1 convolution (16-channel blocks) over a square image of ``width``."""
     data = te.placeholder((1, in_blocks, width, width, 16), name="data")
@@ -542,3 +585,16 @@ def test_seeds_offer_three_channel_blocks_where_two_and_four_do_not_divide():
     product = plain_matmul(a, b, "C")
     pack_matmuls([product])
     assert all(s["a0.tile.s1"][-1] != 48 for s in Sketch([product], hints).seed_values())
+
+
+def test_auto_records_are_read_back_by_their_values_not_their_index():
+    """A record's index numbered the sketch of its day (a knob that since gained
+    options renumbers the points after it): the log reads it back by its knob values,
+    so its config's timings are found under today's index."""
+    task = Task("auto.matmul", (64, 64, 64, "float32"))
+    config = task.default_config()
+    stale = MeasureRecord(task.workload_key, config.to_json(), config.index + 1, (0.5,))
+    context = ApplyHistoryBest([stale])
+    assert context.lookup(task.workload_key).index == config.index
+    assert context.floor_cost(task.workload_key, config.index) == 0.5
+    assert context.floor_cost(task.workload_key, config.index + 1) is None

@@ -461,3 +461,35 @@ def test_the_rotation_is_long_enough_to_leave_the_l2_caches_and_bounded():
     assert (count - 1) * (evicting // 10) >= evicting
     assert llvm_tuning.rotation_count(10 * evicting, cpu) == 2
     assert llvm_tuning.rotation_count(1, cpu) == llvm_tuning.MAX_ROTATION
+
+
+@pytest.mark.parametrize("layout", ["row_blocks", "in_place"])
+def test_a_products_a_layout_is_a_knob_of_its_function(layout, tmp_path, rng):
+    """``a_layout``: a product's A read in place, or copied in blocks of the register
+    tile's rows (6 of 32: the last block cut short) by the reduction's chunk (16 of 64),
+    what compile then builds, exactly; the seeds that chunk a long reduction come in
+    both layouts."""
+    model = _matmul_model(rng, m=32)
+    (task,) = extract_tasks(model, search="auto")
+    knobs = dict((k.name, k.options) for k in task.space.knobs)
+    assert knobs["a_layout"] == ("in_place", "row_blocks")
+    assert task.default_config()["a_layout"] == "in_place"
+    config = task.space.from_values({
+        **task.default_config().to_json(), "a_layout": layout, "a0.tile.s0": (1, 1, 6),
+        "a0.tile.r0": 16})
+    log = _log(tmp_path, task, config, 1.0, 2.0)
+    x = rng.standard_normal((32, 64)).astype(np.float32)
+    target = LLVMTarget()
+    compiled = heterocc.compile(model, target=[target], tuning_log=log)
+    np.testing.assert_allclose(compiled.run([x])[0], x @ model_weight(model), rtol=1e-4,
+                               atol=1e-4)
+    (lowered,) = [cf.lowered for cf in target._compiled.values()]
+    allocations = {n.buffer.name: [int(e) for e in n.buffer.shape] for n in tir.collect(
+        lowered.body, lambda n: isinstance(n, tir.Allocate))}
+    packed = [shape for name, shape in allocations.items() if name.endswith("packed_A")]
+    assert packed == ([[6, 4, 6, 16]] if layout == "row_blocks" else [])
+    (long,) = extract_tasks(_matmul_model(rng, m=64, k=1024), search="auto")
+    seeds = [long.space.from_values(v) for v in long.definition.seeds(long.args)]
+    chunked = [c for c in seeds if c["a0.tile.r0"] < 1024]
+    assert {c["a_layout"] for c in chunked} == {"in_place", "row_blocks"}
+    assert all(c["a_layout"] == "in_place" for c in seeds if c not in chunked)

@@ -54,6 +54,15 @@ SPATIAL_LEVELS = 4
 MAX_FACTOR = 64
 #: unroll limits offered (product of the unrolled loops' extents; 0: no unrolling)
 UNROLL_LIMITS = (0, 16, 64, 512)
+#: steps of the innermost reduction loop that one iteration may do, unrolled by LLVM (a
+#: third level of the reduction's tiling): a register tile's long reduction (a product's
+#: chunk of 256 steps) is too long to unroll whole, and one step per iteration spends
+#: issue slots on the loop's own counting and branching beside its multiply-adds
+REDUCTION_STEPS = (2, 4, 8)
+#: vector multiply-adds that a cache-blocked seed's reduction iteration aims for (the
+#: fewest :data:`REDUCTION_STEPS` that reach it): beside them, the loop's counting and
+#: branching is a few percent of the issue slots (the CPU hand schedules' figure)
+SEED_UNROLLED_MULADDS = 96
 #: multiply-adds per core from which an anchor's tiles always run in parallel (on a CPU
 #: of several cores): about 0.1 ms of one core's work, so waking the thread pool is a
 #: small part of it. Below it a serial nest is offered too.
@@ -207,8 +216,13 @@ class Sketch:
                          else self._vector_widths())
                 yield Knob(f"{p}.tile.s{axis}", "split", tile_options(extent, inner=inner))
             for axis, extent in enumerate(anchor.reduce):
+                # chunks up to 4 * MAX_FACTOR steps, and the whole loop unchunked (a
+                # register tile then sums its whole reduction in one loop: the CPU
+                # hand schedule's product, whose 1024 steps cut in chunks ran 10% slower
+                # one-threaded with a 14 x 2-vector tile, LLVM spilling an accumulator)
                 yield Knob(f"{p}.tile.r{axis}", "split",
-                           tuple(d for d in divisors(extent) if d <= 4 * MAX_FACTOR))
+                           tuple(d for d in divisors(extent)
+                                 if d <= 4 * MAX_FACTOR or d == extent))
             # the same places with or without an epilogue, so that a point tuned on the
             # bare workload applies to the function that adds one
             yield Knob(f"{p}.location", "location", ("at0", "at1", "direct"))
@@ -221,8 +235,10 @@ class Sketch:
             yield Knob(f"{p}.unroll", "unroll", UNROLL_LIMITS)
             # the inner reduction loops unrolled by the limit above, or handed to LLVM
             # with an unroll hint (a convolution's window: once LLVM unrolls it, its
-            # weights stay in registers along the row and neighbouring taps share loads)
-            yield Knob(f"{p}.reduce_unroll", "unroll", ("limit", "hint"))
+            # weights stay in registers along the row and neighbouring taps share loads),
+            # or the innermost one split again, a few steps unrolled at a time
+            # (:data:`REDUCTION_STEPS`)
+            yield Knob(f"{p}.reduce_unroll", "unroll", ("limit", "hint", *REDUCTION_STEPS))
             if self._rfactor_applies(anchor):
                 yield Knob(f"{p}.rfactor", "rfactor", RFACTOR_OPTIONS)
 
@@ -347,6 +363,8 @@ class Sketch:
             for blocked, ragged in itertools.product((False, True), raggedness):
                 for spare in (4,) if ragged else spares:
                     values = self._tiled_values(vectors, blocked, ragged, spare=spare)
+                    if values is not None:
+                        values = self._step_unrolled(values)
                     if values is not None and values not in seeds:
                         seeds.append(values)
         if windowed:
@@ -403,6 +421,9 @@ class Sketch:
             if not blocked:
                 values[f"{p}.tile.s{others[-1]}"] = (1, 1, rows)
                 values[f"{p}.tile.s{last}"] = (1, 1, width)
+                if len(anchor.reduce) == 1 and anchor.reduce[0] > 4 * MAX_FACTOR:
+                    # not blocked: the tile sums the whole long reduction in one loop
+                    values[f"{p}.tile.r0"] = anchor.reduce[0]
                 if ragged:  # each thread its columns, the rows streaming by (see order)
                     values[f"{p}.order"] = "reversed"
                 continue
@@ -420,6 +441,26 @@ class Sketch:
             values[f"{p}.tile.s{last}"] = (1, 1, width)
             values[f"{p}.tile.r0"] = chunk
             values[f"{p}.order"] = "reversed"
+        return values
+
+    def _step_unrolled(self, values: dict) -> dict:
+        """``values`` with every anchor whose single reduction is too long to unroll
+        whole (a product's) unrolling its chunk a few steps per iteration: the fewest
+        :data:`REDUCTION_STEPS` whose multiply-adds (the register tile's vectors per
+        step) reach :data:`SEED_UNROLLED_MULADDS`. (A 14 x 2-vector tile looping over
+        a 256-step chunk one step at a time: 12.7 ms for 1024^3 one-threaded on
+        AVX-512; 4 steps at a time 11.2 ms.)"""
+        values = dict(values)
+        lanes = self.hints.vector_lanes
+        for number, anchor in enumerate(self.anchors):
+            p = f"a{number}"
+            if len(anchor.reduce) != 1 or anchor.reduce[0] <= 4 * MAX_FACTOR:
+                continue
+            tiles = [values[f"{p}.tile.s{axis}"][-1] for axis in range(len(anchor.spatial))]
+            muladds = math.prod(tiles[:-1]) * max(1, -(-tiles[-1] // lanes))
+            values[f"{p}.reduce_unroll"] = next(
+                (steps for steps in REDUCTION_STEPS if steps * muladds >= SEED_UNROLLED_MULADDS),
+                REDUCTION_STEPS[-1])
         return values
 
     # ------------------------------------------------------------------ applying a point
@@ -513,7 +554,17 @@ class Sketch:
         if config[f"{p}.vectorize"] and extents[id(s3[-1])] > 1:
             compute_stage.vectorize(s3[-1])
         limit = config[f"{p}.unroll"]
-        hinted = config[f"{p}.reduce_unroll"] == "hint"
+        reduce_unroll = config[f"{p}.reduce_unroll"]
+        hinted = reduce_unroll == "hint"
+        if isinstance(reduce_unroll, int) and r1:
+            # the innermost reduction loop in iterations of a few steps, unrolled by
+            # LLVM (the same machine code as unrolling it in the TIR, from a body the
+            # TIR's passes walk once); the tile's loops alone take the limit then
+            steps = _largest_inner_of(extents[id(r1[-1])], reduce_unroll)
+            if steps > 1:
+                _, inner = compute_stage.split(r1[-1], steps)
+                compute_stage.unroll(inner, explicit=False)
+            hinted, r1 = True, []
         unrolled = 1
         for iv in [*reversed(s3[:-1]), *(() if hinted else reversed(r1))] if limit else ():
             unrolled *= extents[id(iv)]

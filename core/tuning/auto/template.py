@@ -73,5 +73,12 @@ def auto_template(workload: AutoWorkload, target: str) -> Template:
     def seeds(args: tuple) -> list[dict]:
         return sketch(args).seed_values()
 
+    def upgrade(args: tuple, values: dict) -> dict:
+        # a record names every knob of its sketch, but its index numbered the sketch of
+        # its day: read it back by its values (a knob that gained options, such as the
+        # reduction's step unrolling, renumbers every point after it)
+        return values
+
     return Template(auto_name(workload.kind), target, space, default, instantiate,
-                    workload.inputs, workload.reference, workload.flops, seeds=seeds)
+                    workload.inputs, workload.reference, workload.flops, seeds=seeds,
+                    upgrade=upgrade)

@@ -332,3 +332,50 @@ def test_a_short_last_panel_runs_in_the_parallel_loop(target, a_shape, b_shape):
     assert top and all(re.match(r"(allocate |for \S+ in parallel\()", line) for line in top)
     assert any("else:" in line for line in lines)
     _assert_product_exact(a_shape, b_shape, cpu)
+
+
+@pytest.mark.parametrize("m,rows,block", [(30, 14, 8), (28, 14, 32), (5, 12, 16)])
+def test_a_products_a_packed_in_row_blocks_is_exact(m, rows, block):
+    """A read through its copy in blocks of ``rows`` rows by ``block`` reduction steps
+    (zero rows past m: 30 rows in tiles of 14, 5 rows in one tile of 12): the copy
+    holds A's blocks, and the product scheduled around it matches NumPy."""
+    k, n = 32, 48
+    A = te.placeholder((m, k), "float32", "A")
+    B = te.placeholder((k, n), "float32", "B")
+    C = schedules.matmul(A, B)
+    blocks = schedules.pack_matmul_rows(C, rows, block)
+    assert C.op.attrs["packed_A"] is blocks
+    assert tuple(blocks.shape) == (-(-m // rows), k // block, rows, block)
+    s = te.create_schedule(C)
+    packed = C.op.attrs["packed_B"]
+    s[packed].parallel(s[packed].op.axis[0])
+    schedules.schedule_packed_rows(s, blocks)
+    io, jo, ii, ji = s[C].tile(*s[C].op.axis, rows, 16)
+    s[C].vectorize(ji)
+    lowered = te.lower(s, [A, B, C], name="f")
+    a, b = _small_integers((m, k)), _small_integers((k, n))
+    c = np.full((m, n), np.nan, np.float32)
+    hllvm.build(lowered)["f"](a, b, c)
+    np.testing.assert_array_equal(c, a @ b)
+    # the copy itself: A's rows, blocked; zeros past its last row
+    copy = te.compute(blocks.shape, lambda *i: blocks[i], name="copy")
+    s = te.create_schedule(copy)
+    out = np.empty(tuple(blocks.shape), np.float32)
+    hllvm.build(te.lower(s, [A, copy], name="g"))["g"](a, out)
+    padded = np.zeros((out.shape[0] * rows, k), np.float32)
+    padded[:m] = a
+    expected = padded.reshape(-1, rows, k // block, block).transpose(0, 2, 1, 3)
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_row_blocks_need_a_packed_2d_product_and_a_dividing_block():
+    A = te.placeholder((8, 24), "float32", "A")
+    B = te.placeholder((24, 16), "float32", "B")
+    with pytest.raises(CompileError, match="no 2-D product"):
+        schedules.pack_matmul_rows(plain_matmul(A, B, "C"), 4, 8)  # B not packed
+    C = schedules.matmul(A, B)
+    with pytest.raises(CompileError, match="dividing"):
+        schedules.pack_matmul_rows(C, 4, 16)
+    schedules.pack_matmul_rows(C, 4, 8)
+    with pytest.raises(CompileError, match="packed already"):
+        schedules.pack_matmul_rows(C, 4, 8)
