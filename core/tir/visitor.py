@@ -56,17 +56,25 @@ def children(node) -> Iterator[Node]:
 def walk(node: Node, visit: Callable[[Node], None]) -> None:
     """Call ``visit`` on ``node`` and every descendant, parents first; a sub-tree shared
     by several parents (expressions are DAGs) is visited once, at its first place."""
+    for current in _distinct_preorder(node, children):
+        visit(current)
+
+
+def _distinct_preorder(root: Node, children_of: Callable[[Node], Iterable[Node]]
+                       ) -> Iterator[Node]:
+    """``root`` and every node reached through ``children_of``, parents first, each
+    distinct node (by identity) once, at its first place."""
     seen: set[int] = set()
     keep: list[Node] = []  # holds every visited node, so no id is reused meanwhile
-    stack = [node]
+    stack = [root]
     while stack:
         current = stack.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
         keep.append(current)
-        visit(current)
-        stack.extend(reversed(list(children(current))))
+        yield current
+        stack.extend(reversed(list(children_of(current))))
 
 
 def collect(node: Node, predicate: Callable[[Node], bool]) -> list[Node]:
@@ -82,20 +90,10 @@ def collect_statements(stmt: Stmt, predicate: Callable[[Stmt], bool]) -> list[St
     pre-order of first appearance: what :func:`collect` finds among statements, without
     walking the expressions (which hold no statements; they are most of a lowered
     function's nodes)."""
-    found: list[Stmt] = []
-    seen: set[int] = set()
-    keep: list[Stmt] = []  # holds every visited statement, so no id is reused meanwhile
-    stack = [stmt]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        keep.append(current)
-        if predicate(current):
-            found.append(current)
-        stack.extend(reversed([c for c in children(current) if isinstance(c, Stmt)]))
-    return found
+    def child_statements(node: Node) -> list[Node]:
+        return [c for c in children(node) if isinstance(c, Stmt)]
+
+    return [s for s in _distinct_preorder(stmt, child_statements) if predicate(s)]
 
 
 def free_vars(node: Node) -> set[Var]:

@@ -33,6 +33,16 @@ def _matmul_epilogue():
     return [A, B], [scaled]
 
 
+def _assert_computes_matmul_epilogue(lowered, seed):
+    """The function ``f`` lowered from :func:`_matmul_epilogue` computes ``(a @ b) * 2``."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((24, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 32)).astype(np.float32)
+    out = np.zeros((24, 32), np.float32)
+    build(lowered)["f"](a, b, out)
+    np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
+
+
 def _random_points(space, rng, count):
     return [space.get(space.index_of_digits([int(rng.integers(r)) for r in space.radices]))
             for _ in range(count)]
@@ -508,12 +518,7 @@ def test_a_register_tiles_write_back_is_unrolled_like_the_tile(limit):
     constant = [isinstance(r.indices[-1].base, tir.IntImm) for r in reads
                 if isinstance(r.indices[-1], tir.Ramp)]
     assert constant and all(constant) == bool(limit)
-    rng = np.random.default_rng(1)
-    a = rng.standard_normal((24, 16)).astype(np.float32)
-    b = rng.standard_normal((16, 32)).astype(np.float32)
-    out = np.zeros((24, 32), np.float32)
-    build(lowered)["f"](a, b, out)
-    np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
+    _assert_computes_matmul_epilogue(lowered, seed=1)
 
 
 @pytest.mark.parametrize("steps", [2, 4, 8])
@@ -538,12 +543,7 @@ def test_the_innermost_reduction_loop_unrolls_a_few_steps_at_a_time(steps):
     serial = [loop.extent.value for loop in tir.collect(
         lowered.body, lambda n: isinstance(n, tir.For) and n.kind is tir.ForKind.SERIAL)]
     assert 2 in serial and (steps == 8 or 8 // steps in serial)
-    rng = np.random.default_rng(2)
-    a = rng.standard_normal((24, 16)).astype(np.float32)
-    b = rng.standard_normal((16, 32)).astype(np.float32)
-    out = np.zeros((24, 32), np.float32)
-    build(lowered)["f"](a, b, out)
-    np.testing.assert_allclose(out, (a @ b) * 2.0, rtol=1e-4, atol=1e-4)
+    _assert_computes_matmul_epilogue(lowered, seed=2)
 
 
 def _pointwise_conv(in_blocks: int, out_blocks: int, width: int) -> te.Tensor:

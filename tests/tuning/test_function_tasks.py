@@ -200,12 +200,7 @@ def test_a_products_panel_is_a_knob_applied_to_its_prepacked_constant(tmp_path, 
     panels = dict((k.name, k.options) for k in task.space.knobs)["panel"]
     assert set(panels) >= {16, 32, 64} - {p for p in (16, 32, 64) if 64 % p}
     config = task.space.from_values({**task.default_config().to_json(), "panel": 16})
-    log = _log(tmp_path, task, config, 1.0, 2.0)
-    x = rng.standard_normal((8, 64)).astype(np.float32)
-    target = LLVMTarget()
-    compiled = heterocc.compile(model, target=[target], tuning_log=log)
-    np.testing.assert_allclose(compiled.run([x])[0], x @ model_weight(model), rtol=1e-4,
-                               atol=1e-4)
+    target = _compile_product_applying(model, _log(tmp_path, task, config, 1.0, 2.0), rng)
     prepacked = [tuple(p.shape) for cf in target._compiled.values()
                  for p in cf.lowered.params if p.name.endswith(".packed")]
     assert prepacked == [(64 // 16, 64, 16)]
@@ -215,6 +210,18 @@ def model_weight(model):
     from onnx import numpy_helper
 
     return numpy_helper.to_array(model.graph.initializer[0])
+
+
+def _compile_product_applying(model, log, rng) -> LLVMTarget:
+    """Compile the one-MatMul ``model`` applying ``log``; check it computes ``x @ w``;
+    return the target (its compiled functions)."""
+    x = rng.standard_normal(tuple(
+        d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)).astype(np.float32)
+    target = LLVMTarget()
+    compiled = heterocc.compile(model, target=[target], tuning_log=log)
+    np.testing.assert_allclose(compiled.run([x])[0], x @ model_weight(model), rtol=1e-4,
+                               atol=1e-4)
+    return target
 
 
 def test_seeds_fill_the_registers_and_block_a_long_reduction():
@@ -477,12 +484,7 @@ def test_a_products_a_layout_is_a_knob_of_its_function(layout, tmp_path, rng):
     config = task.space.from_values({
         **task.default_config().to_json(), "a_layout": layout, "a0.tile.s0": (1, 1, 6),
         "a0.tile.r0": 16})
-    log = _log(tmp_path, task, config, 1.0, 2.0)
-    x = rng.standard_normal((32, 64)).astype(np.float32)
-    target = LLVMTarget()
-    compiled = heterocc.compile(model, target=[target], tuning_log=log)
-    np.testing.assert_allclose(compiled.run([x])[0], x @ model_weight(model), rtol=1e-4,
-                               atol=1e-4)
+    target = _compile_product_applying(model, _log(tmp_path, task, config, 1.0, 2.0), rng)
     (lowered,) = [cf.lowered for cf in target._compiled.values()]
     allocations = {n.buffer.name: [int(e) for e in n.buffer.shape] for n in tir.collect(
         lowered.body, lambda n: isinstance(n, tir.Allocate))}
