@@ -190,11 +190,20 @@ class _Identity:
         return id(self.value)
 
 
+def _float_key(value: float) -> str:
+    """A float as a key part: its exact bits (``-0.0`` and ``0.0`` compare equal, yet
+    ``min(x, -0.0)`` and ``min(x, 0.0)`` differ for a zero ``x``; a NaN equals no NaN,
+    yet every NaN constant computes the same)."""
+    return float(value).hex()
+
+
 def _key_part(value):
     if isinstance(value, Expr):
         return structural_key(value)
     if isinstance(value, tuple):
         return tuple(_key_part(v) for v in value)
+    if isinstance(value, float):
+        return ("float", _float_key(value))
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     try:  # Vars, buffers, tensors, iteration axes: hashed (and compared) by identity
@@ -215,8 +224,10 @@ def structural_key(expr: Expr) -> _Shape:
         parts: tuple = ("Binary", expr.op, structural_key(expr.a), structural_key(expr.b))
     elif isinstance(expr, Var):
         parts = ("var", expr)
-    elif isinstance(expr, IntImm | FloatImm):
-        parts = (type(expr).__name__, expr.value, expr.dtype)
+    elif isinstance(expr, FloatImm):
+        parts = ("FloatImm", _float_key(expr.value), expr.dtype)
+    elif isinstance(expr, IntImm):
+        parts = ("IntImm", expr.value, expr.dtype)
     else:
         parts = (type(expr).__name__,) + tuple(
             _key_part(getattr(expr, name)) for name in field_names(expr))

@@ -108,3 +108,16 @@ def test_codegen_emits_an_expression_built_twice_once():
     out = np.empty_like(data)
     module(data, out)
     np.testing.assert_allclose(out, 2 * np.exp(data * 3), rtol=1e-6)
+
+
+def test_structural_keys_tell_signed_zeros_apart_and_take_every_nan_as_one():
+    """``-0.0 == 0.0`` in Python, yet ``min(x, -0.0)`` and ``min(x, 0.0)`` differ for a
+    zero ``x`` (Clip to [-1, -0.0] after a convolution came out +0.0 when a statement
+    reused the other's value); every NaN constant computes the same."""
+    x = Var("x", "float32")
+    assert structural_key(FloatImm(-0.0, "float32")) != structural_key(FloatImm(0.0, "float32"))
+    assert structural_key(Binary("min", x, FloatImm(-0.0, "float32"))) != structural_key(
+        Binary("min", x, FloatImm(0.0, "float32")))
+    assert structural_key(FloatImm(float("nan"), "float32")) == structural_key(
+        FloatImm(float("nan"), "float32"))
+    assert structural_key(FloatImm(1.5, "float32")) == structural_key(FloatImm(1.5, "float32"))
