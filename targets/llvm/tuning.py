@@ -903,7 +903,7 @@ FLUSH_ROWS_PER_CORE = 8
 @functools.lru_cache(maxsize=4)
 def cache_flusher(cpu: CPUDescription) -> Callable[[], None]:
     """A call that evicts what the last kernel touched from the caches of the cores of
-    ``cpu`` (see :attr:`~heterocc.tuning.measure.MeasureOptions.flush_cache`): a sum of
+    ``cpu`` (see :attr:`~heterocc.tuning.measure.MeasureOptions.cache`): a sum of
     rows of a buffer :data:`FLUSH_L2_MULTIPLE` times the L2 caches of all its cores,
     run in parallel on the same thread pool as the kernels, so that every core running
     a kernel's iterations reads its part of the buffer."""
