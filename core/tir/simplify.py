@@ -204,7 +204,7 @@ def _key_part(value):
         return tuple(_key_part(v) for v in value)
     if isinstance(value, float):
         return ("float", _float_key(value))
-    if isinstance(value, str | int | float | bool) or value is None:
+    if isinstance(value, str | int | bool) or value is None:
         return value
     try:  # Vars, buffers, tensors, iteration axes: hashed (and compared) by identity
         hash(value)

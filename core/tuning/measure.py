@@ -161,10 +161,7 @@ def _time_calls(call: Callable[[], None], options: MeasureOptions,
     if flush is None:
         return _time_batches(call, options)
     flush()
-    start = time.perf_counter()
-    call()
-    once = max(time.perf_counter() - start, 1e-7)
-    number = max(1, min(FLUSHED_CALLS, math.ceil(options.min_repeat_s / once)))
+    number = _calls_per_sample(call, options, FLUSHED_CALLS)
     samples = []
     for _ in range(options.repeat):
         total = 0.0
@@ -185,10 +182,7 @@ FLUSHED_CALLS = 100
 
 def _time_batches(call: Callable[[], None], options: MeasureOptions) -> tuple[float, ...]:
     """Samples of calls run back to back, each batch timed as a whole."""
-    start = time.perf_counter()
-    call()
-    once = max(time.perf_counter() - start, 1e-7)
-    number = max(1, min(1000, math.ceil(options.min_repeat_s / once)))
+    number = _calls_per_sample(call, options, BATCHED_CALLS)
     samples = []
     for _ in range(options.repeat):
         start = time.perf_counter()
@@ -196,6 +190,19 @@ def _time_batches(call: Callable[[], None], options: MeasureOptions) -> tuple[fl
             call()
         samples.append((time.perf_counter() - start) / number)
     return tuple(samples)
+
+
+#: the most calls one back-to-back sample batches
+BATCHED_CALLS = 1000
+
+
+def _calls_per_sample(call: Callable[[], None], options: MeasureOptions, limit: int) -> int:
+    """Calls (one timed call first, for its length) that one sample of ``call`` averages
+    to last ``options.min_repeat_s``: at least one, at most ``limit``."""
+    start = time.perf_counter()
+    call()
+    once = max(time.perf_counter() - start, 1e-7)
+    return max(1, min(limit, math.ceil(options.min_repeat_s / once)))
 
 
 #: seconds NumPy's BLAS threads may go on busy-waiting after a product (OpenBLAS spins

@@ -272,6 +272,13 @@ class LLVMKernel:
     _inputs: list[tuple[tuple[int, ...], np.dtype]] | None = field(default=None, repr=False)
     _constant_addresses: tuple[int, ...] = field(default=(), repr=False)
 
+    def with_own_constants(self) -> LLVMKernel:
+        """A kernel of the same function on its own copies of the constants and its own
+        output buffers (timing in turn over several copies: what a model's kernel finds
+        in the caches)."""
+        return LLVMKernel(self.name, self.function, [c.copy() for c in self.constants],
+                          self.out_specs, self.prim)
+
     def _prepare(self) -> None:
         outputs = _Outputs(self.out_specs)
         params = getattr(self.function, "signature", None)

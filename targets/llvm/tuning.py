@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import functools
 import itertools
 import json
@@ -1396,7 +1395,6 @@ def _pack_rows(sketch: Sketch, outputs, config: Config) -> list[te.Tensor]:
     return blocks
 
 
-
 def _llvm_target():
     """A fresh instance of this target for the active CPU (through the registry: the
     target's module builds on this one)."""
@@ -1436,8 +1434,14 @@ def _has_panel(spec: str) -> bool:
                for n in function_body(spec).nodes)
 
 
-def _panel_knob(spec: str) -> Knob:
+def _function_product(spec: str) -> Node:
+    """The MatMul or Gemm node of a function with a product (see :func:`_has_panel`)."""
     (product,) = [n for n in function_body(spec).nodes if n.op in ("MatMul", "Gemm")]
+    return product
+
+
+def _panel_knob(spec: str) -> Knob:
+    product = _function_product(spec)
     n, dtype = product.outputs[0].type.shape[1], product.outputs[0].type.dtype
     return Knob("panel", "layout", _panel_options(n, dtype))
 
@@ -1455,7 +1459,7 @@ def _auto_function_space(args: tuple) -> ConfigSpace:
 def _auto_function_default(args: tuple) -> dict:
     values = _auto_function_sketch(args[1]).default_values()
     if _has_panel(args[1]):
-        (product,) = [n for n in function_body(args[1]).nodes if n.op in ("MatMul", "Gemm")]
+        product = _function_product(args[1])
         shape, dtype = product.outputs[0].type.shape, product.outputs[0].type.dtype
         values["panel"] = _closest(_panel_knob(args[1]).options, default_panel(shape[1], dtype))
         values["a_layout"] = "in_place"
@@ -1477,8 +1481,7 @@ def _auto_function_seeds(args: tuple) -> list[dict]:
         return seeds
     default = _auto_function_default(args)
     widths = _panel_knob(args[1]).options
-    (product,) = [n for n in function_body(args[1]).nodes if n.op in ("MatMul", "Gemm")]
-    k = _function_depth(product)
+    k = _function_depth(_function_product(args[1]))
     found = []
     for values in seeds:
         tile = values["a0.tile.s1"][-1]
@@ -1545,8 +1548,7 @@ def _measure_function(task: Task, config: Config, options: MeasureOptions
     call = lambda: kernel(inputs)  # noqa: E731
     if options.cache == "rotate":  # its constants and outputs rotate, its inputs stay
         def make():
-            twin = dataclasses.replace(kernel, constants=[c.copy() for c in kernel.constants],
-                                       _outputs=None, _inputs=None, _constant_addresses=())
+            twin = kernel.with_own_constants()
             return lambda: twin(inputs)
         call = _rotating(make, sum(c.nbytes for c in kernel.constants)
                          + sum(o.nbytes for o in outputs))

@@ -54,6 +54,9 @@ SPATIAL_LEVELS = 4
 MAX_FACTOR = 64
 #: unroll limits offered (product of the unrolled loops' extents; 0: no unrolling)
 UNROLL_LIMITS = (0, 16, 64, 512)
+#: the longest chunk a reduction loop is cut in (a longer reduction is "long": too long to
+#: unroll whole, see :func:`_long_reduction`)
+MAX_REDUCTION_CHUNK = 4 * MAX_FACTOR
 #: steps of the innermost reduction loop that one iteration may do, unrolled by LLVM (a
 #: third level of the reduction's tiling): a register tile's long reduction (a product's
 #: chunk of 256 steps) is too long to unroll whole, and one step per iteration spends
@@ -216,13 +219,13 @@ class Sketch:
                          else self._vector_widths())
                 yield Knob(f"{p}.tile.s{axis}", "split", tile_options(extent, inner=inner))
             for axis, extent in enumerate(anchor.reduce):
-                # chunks up to 4 * MAX_FACTOR steps, and the whole loop unchunked (a
+                # chunks up to MAX_REDUCTION_CHUNK steps, and the whole loop unchunked (a
                 # register tile then sums its whole reduction in one loop: the CPU
                 # hand schedule's product, whose 1024 steps cut in chunks ran 10% slower
                 # one-threaded with a 14 x 2-vector tile, LLVM spilling an accumulator)
                 yield Knob(f"{p}.tile.r{axis}", "split",
                            tuple(d for d in divisors(extent)
-                                 if d <= 4 * MAX_FACTOR or d == extent))
+                                 if d <= MAX_REDUCTION_CHUNK or d == extent))
             # the same places with or without an epilogue, so that a point tuned on the
             # bare workload applies to the function that adds one
             yield Knob(f"{p}.location", "location", ("at0", "at1", "direct"))
@@ -301,7 +304,7 @@ class Sketch:
             for axis in others[:-1]:
                 values[f"{p}.tile.s{axis}"] = (1, 1, 1)
             for axis, extent in enumerate(anchor.reduce):
-                fitting = [d for d in divisors(extent) if d <= 4 * MAX_FACTOR]
+                fitting = [d for d in divisors(extent) if d <= MAX_REDUCTION_CHUNK]
                 values[f"{p}.tile.r{axis}"] = max(fitting)
             values[f"{p}.location"] = "at1"
             values[f"{p}.order"] = "natural"
@@ -421,18 +424,18 @@ class Sketch:
             if not blocked:
                 values[f"{p}.tile.s{others[-1]}"] = (1, 1, rows)
                 values[f"{p}.tile.s{last}"] = (1, 1, width)
-                if len(anchor.reduce) == 1 and anchor.reduce[0] > 4 * MAX_FACTOR:
+                if _long_reduction(anchor):
                     # not blocked: the tile sums the whole long reduction in one loop
                     values[f"{p}.tile.r0"] = anchor.reduce[0]
                 if ragged:  # each thread its columns, the rows streaming by (see order)
                     values[f"{p}.order"] = "reversed"
                 continue
-            if len(anchor.reduce) != 1 or anchor.reduce[0] <= 4 * MAX_FACTOR:
+            if not _long_reduction(anchor):
                 return None
             # a chunk of the reduction x the tile's columns of the operand: 32 KiB at
             # 4-byte elements and 16 lanes (a first-level cache), the row block about
             # eight register tiles deep
-            chunk = _largest_inner_of(anchor.reduce[0], min(4 * MAX_FACTOR, 8192 // width))
+            chunk = _largest_inner_of(anchor.reduce[0], min(MAX_REDUCTION_CHUNK, 8192 // width))
             # a level-2 block of whole tiles (that divides the loop, where only the
             # register tile may not)
             blocks = (max(d for d in divisors(rows_extent) if d <= 8 and d * rows <= rows_extent)
@@ -454,7 +457,7 @@ class Sketch:
         lanes = self.hints.vector_lanes
         for number, anchor in enumerate(self.anchors):
             p = f"a{number}"
-            if len(anchor.reduce) != 1 or anchor.reduce[0] <= 4 * MAX_FACTOR:
+            if not _long_reduction(anchor):
                 continue
             tiles = [values[f"{p}.tile.s{axis}"][-1] for axis in range(len(anchor.spatial))]
             muladds = math.prod(tiles[:-1]) * max(1, -(-tiles[-1] // lanes))
@@ -655,6 +658,13 @@ def _largest_inner(extent: int, limit: int) -> int:
     """The largest innermost tile of a loop of ``extent`` at most ``limit`` (a divisor
     within MAX_FACTOR)."""
     return max(d for d in divisors(extent) if d <= min(limit, MAX_FACTOR))
+
+
+def _long_reduction(anchor: AnchorRule) -> bool:
+    """Whether ``anchor`` has one reduction loop, longer than
+    :data:`MAX_REDUCTION_CHUNK` (a product's): its seeds sum it whole or in chunks, a
+    few steps unrolled at a time."""
+    return len(anchor.reduce) == 1 and anchor.reduce[0] > MAX_REDUCTION_CHUNK
 
 
 def _largest_inner_of(extent: int, limit: int) -> int:
