@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from .diagnostics import Fallbacks, collecting, logger, progress, report_fallback
 from .errors import InputError, TargetError
 from .frontend.onnx import (
     DynamicShapeError,
@@ -30,6 +31,7 @@ from .runtime.artifact import export_artifact
 from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .runtime.inputs import InputSpec, name_inputs
 from .targets import available_targets, get_target, parse_targets
+from .targets.registry import is_accelerator, order_targets, suggest
 from .tuning.apply import ApplyHistoryBest
 
 #: compiled specializations kept per model (by input shapes and shape-operand values)
@@ -71,6 +73,10 @@ class CompiledModel:
     strict: bool = False
     calibration: list | None = None
     tuning_log: str | None = None
+    #: the fallbacks heterocc warned about while compiling (see ``warnings``)
+    warned: Fallbacks = field(default_factory=Fallbacks)
+    #: the host CPU was added as the fallback to a list of accelerators only
+    added_fallback: bool = False
     _cache: OrderedDict = field(default_factory=OrderedDict)
     _profile: dict[str, ProfileEntry] | None = None
 
@@ -105,7 +111,7 @@ class CompiledModel:
                given: Mapping[str, np.ndarray] | None) -> Executable:
         """Compile for ``shapes``; ``given`` holds run-time inputs to specialize on
         (None while compiling ahead of any run)."""
-        with _collector_paused():
+        with _collector_paused(), collecting(self.strict, into=self.warned):
             return self._build_now(shapes, given)
 
     def _build_now(self, shapes: Mapping[str, tuple],
@@ -130,11 +136,18 @@ class CompiledModel:
         result = run_pipeline(graph, targets, fallback, self.strict, self.calibration,
                               self.dump_ir)
         graph, report = result.graph, result.report
+        if report is not None:
+            _report_placement_fallbacks(self.model, report, targets, fallback,
+                                        self.added_fallback)
         placement = {n.name: n.attrs.get("target", fallback)
                      for n in graph.nodes if n.body is not None}
+        functions = [n for n in graph.nodes if n.body is not None]
         with _tuning_context(self.tuning_log):
             kernels = {n.name: targets[placement[n.name]].build(n)
-                       for n in graph.nodes if n.body is not None}
+                       for n in progress(functions, "compiling functions", len(functions))}
+        _report_numpy_fallbacks(targets, placement)
+        if report is not None:
+            report.warnings = list(self.warned.messages)
         executor = GraphExecutor(graph, kernels, placement, self._profile)
         if report is not None:  # what the targets know of the functions they built
             report.attach_metrics({c.name: c.metrics() for k in kernels.values()
@@ -178,6 +191,13 @@ class CompiledModel:
         return next(reversed(self._cache.values())).report if self._cache else None
 
     @property
+    def warnings(self) -> list[str]:
+        """Every fallback heterocc warned about while compiling this model, in order (a
+        target that took nothing, a float model on an int8 accelerator, a GPU emulated on
+        the CPU, functions run on NumPy, ...); ``strict=True`` makes each an error."""
+        return list(self.warned.messages)
+
+    @property
     def pass_records(self) -> list[PassRecord]:
         return next(reversed(self._cache.values())).pass_records if self._cache else []
 
@@ -201,6 +221,66 @@ class CompiledModel:
         first: target, calls, time per call, share, and cycles and bytes moved per call
         where the device reports them."""
         return format_profile(list((self._profile or {}).values()))
+
+
+#: ONNX ops whose presence marks a model as quantized (or integer) already
+_QUANTIZED_OPS = ("QuantizeLinear", "DequantizeLinear", "QLinear", "Integer", "QGemm",
+                  "DynamicQuantize")
+
+
+def _is_float_model(model: onnx.ModelProto) -> bool:
+    """No quantization op and no 8-bit initializer: a model no int8 accelerator matches."""
+    eight_bit = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+    return not any(any(q in n.op_type for q in _QUANTIZED_OPS) for n in model.graph.node) \
+        and not any(t.data_type in eight_bit for t in model.graph.initializer)
+
+
+def _report_placement_fallbacks(model: onnx.ModelProto, report: PartitionReport,
+                                targets: Mapping[str, object], fallback: str,
+                                added_fallback: bool) -> None:
+    """Warn about every accelerator that took no node (with a hint to quantize a float
+    model), and, where the fallback was added for a list of accelerators only, about
+    what they could not take."""
+    placed = report.by_target()
+    for name, target in targets.items():
+        if name == fallback or not is_accelerator(target) or placed.get(name):
+            continue
+        if _is_float_model(model):
+            report_fallback(
+                f"{name} took no node: the model is float (no QuantizeLinear/"
+                f"DequantizeLinear or integer op) and {name}'s patterns match quantized "
+                f"layers, so all of it runs on {fallback}. Quantize it first: "
+                "heterocc.compile(..., calibration=samples), heterocc's --calibrate "
+                "SAMPLES.npz, `heterocc quantize`, or onnxruntime.quantization."
+                "quantize_static")
+        else:
+            report_fallback(f"{name} took no node: no layer matched its patterns, so all of "
+                            f"the model runs on {fallback} (the placement report gives the "
+                            "reason for each node)")
+    left = [p for p in report.placements if p.target == fallback]
+    if added_fallback and left and len(left) < len(report.placements):
+        ops = sorted({p.op for p in left})
+        report_fallback(
+            f"{len(left)} of {len(report.placements)} nodes went to {fallback} because "
+            f"{', '.join(n for n in targets if n != fallback)} cannot run them (ops: "
+            f"{', '.join(ops[:12])}{', ...' if len(ops) > 12 else ''}); the placement "
+            "report gives the reason for each")
+
+
+def _report_numpy_fallbacks(targets: Mapping[str, object],
+                            placement: Mapping[str, str]) -> None:
+    """Warn about the functions a target runs on the NumPy references (its optional
+    ``fallbacks`` mapping: function name -> why), one sentence per target."""
+    for name, target in targets.items():
+        fallbacks = getattr(target, "fallbacks", None)
+        if not isinstance(fallbacks, Mapping):
+            continue
+        mine = [(f, why) for f, why in fallbacks.items() if placement.get(f) == name]
+        if mine:
+            shown = "; ".join(f"{f} ({why})" for f, why in mine[:4])
+            more = f"; and {len(mine) - 4} more" if len(mine) > 4 else ""
+            report_fallback(f"{len(mine)} function(s) on {name} run on the NumPy reference "
+                            f"implementations, not compiled code (slower): {shown}{more}")
 
 
 def _tuning_context(log: str | None):
@@ -272,8 +352,15 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     known = available_targets()
     unknown = [n for n in names if isinstance(n, str) and n not in known]
     if unknown:
-        raise TargetError(f"unknown target(s) {', '.join(unknown)}; available: "
-                          f"{', '.join(known)}")
+        raise TargetError(f"unknown target(s) {', '.join(unknown)}"
+                          f"{suggest(unknown[0], known)}; available: {', '.join(known)}")
+    order = order_targets(names)
+    for note in order.notes:
+        logger.info(note)
+    found = Fallbacks(strict)
+    with collecting(strict, into=found):
+        for warning in order.warnings:
+            report_fallback(warning)
     proto = load_model(model)
     if check:
         _check(proto)
@@ -288,9 +375,11 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     if unknown_inputs:
         raise InputError(f"shapes given for unknown input(s) {', '.join(unknown_inputs)}; "
                          f"inputs are {', '.join(s.name for s in specs)}")
-    compiled = CompiledModel(proto, names, specs, [o.name for o in proto.graph.output],
+    compiled = CompiledModel(proto, order.targets, specs,
+                             [o.name for o in proto.graph.output],
                              shapes, dump_ir, strict=strict,
                              calibration=None if calibration is None else list(calibration),
-                             tuning_log=tuning_log)
+                             tuning_log=tuning_log, warned=found,
+                             added_fallback=order.added_fallback)
     compiled.build_static()
     return compiled

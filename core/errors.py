@@ -53,6 +53,11 @@ class PartitionError(CompileError):
     """Strict partitioning refused a silent fallback to the CPU."""
 
 
+class FallbackError(PartitionError):
+    """Strict mode refused a fallback (a target taking nothing, an emulated device, an op
+    run on NumPy, ...) that heterocc would otherwise only have warned about."""
+
+
 class ArtifactError(HeteroccError):
     """An exported artifact is corrupt, tampered with, or from another format version."""
 
