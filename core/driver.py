@@ -27,6 +27,7 @@ from .ir.types import dtype_from_onnx
 from .passes import PassRecord
 from .passes.partition import PartitionReport
 from .passes.pipeline import run_pipeline
+from .quantization import batchnorms_between_qdq
 from .runtime.artifact import export_artifact
 from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .runtime.inputs import InputSpec, name_inputs
@@ -257,6 +258,18 @@ def _report_placement_fallbacks(model: onnx.ModelProto, report: PartitionReport,
             report_fallback(f"{name} took no node: no layer matched its patterns, so all of "
                             f"the model runs on {fallback} (the placement report gives the "
                             "reason for each node)")
+    unfolded = batchnorms_between_qdq(model)
+    if unfolded and len(placed) > 1:
+        regions = {p.region for p in report.placements if p.region}
+        report_fallback(
+            f"{len(unfolded)} BatchNormalization node(s) ({', '.join(unfolded[:3])}"
+            f"{', ...' if len(unfolded) > 3 else ''}) sit between DequantizeLinear and "
+            "QuantizeLinear: the model was quantized without onnxruntime.quantization."
+            "quant_pre_process, which folds BatchNorm into the convolutions first. Folding "
+            "them now would drop the rounding of their quantized inputs and change the "
+            f"results, so they stay on {fallback} and cut the accelerated part into "
+            f"{len(regions)} regions. Run quant_pre_process(float.onnx, pre.onnx) (or "
+            "python -m onnxruntime.quantization.preprocess) before quantize_static")
     left = [p for p in report.placements if p.target == fallback]
     if added_fallback and left and len(left) < len(report.placements):
         ops = sorted({p.op for p in left})

@@ -188,3 +188,15 @@ def quantize_model(model, calibration: Iterable) -> onnx.ModelProto:
     opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
                 default=DEFAULT_OPSET)
     return graph_to_onnx(quantize_graph(graph, calibration), opset=max(opset, 13))
+
+
+def batchnorms_between_qdq(model: onnx.ModelProto) -> list[str]:
+    """The BatchNormalization nodes of a QDQ model that read a DequantizeLinear: a model
+    quantized without ``onnxruntime.quantization.quant_pre_process`` (which folds each
+    BatchNorm into its convolution before quantizing). Folding them afterwards would
+    drop the rounding their quantized input had, so the results would differ from what
+    the quantized model defines: they stay float, on the CPU, with their Q/DQ pairs."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    return [n.name or n.output[0] for n in model.graph.node
+            if n.op_type == "BatchNormalization" and n.input
+            and getattr(producers.get(n.input[0]), "op_type", "") == "DequantizeLinear"]
