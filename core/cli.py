@@ -39,7 +39,7 @@ from .frontend.onnx import load_model
 from .ir.dot import to_dot
 from .passes import fused_functions
 from .passes.partition import single_target_report
-from .quantization import quantize_model
+from .quantization import CALIBRATION_METHODS, QuantizationOptions, quantize_model
 from .runtime.artifact import load_artifact
 from .runtime.inputs import load_samples, parse_shapes
 from .runtime.memory import plan_memory
@@ -173,7 +173,10 @@ def _calibration(path: str | None) -> list | None:
 
 def cmd_quantize(args) -> int:
     samples = _calibration(args.calibrate)
-    onnx.save(quantize_model(args.model, samples), args.output)
+    options = QuantizationOptions(per_channel=args.per_channel, symmetric=not args.asymmetric,
+                                  method=args.method, percentile=args.percentile,
+                                  exclude=tuple(args.exclude or ()))
+    onnx.save(quantize_model(args.model, samples, options), args.output)
     print(f"wrote {args.output} (int8 QDQ, calibrated on {len(samples)} samples)")
     return 0
 
@@ -445,6 +448,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model")
     p.add_argument("--calibrate", metavar="DIR_OR_NPZ", required=True, help=CALIBRATE_HELP)
     p.add_argument("-o", "--output", required=True, help="the QDQ .onnx file to write")
+    p.add_argument("--per-channel", action="store_true",
+                   help="one weight scale per output channel (default: per tensor)")
+    p.add_argument("--asymmetric", action="store_true",
+                   help="activations over [min, max] with an int8 zero point (default: "
+                        "symmetric, zero point 0)")
+    p.add_argument("--method", choices=CALIBRATION_METHODS, default="minmax",
+                   help="calibration: the extremes (minmax) or a percentile of each "
+                        "sample's values (outliers clipped)")
+    p.add_argument("--percentile", type=float, default=99.99,
+                   help="with --method percentile (default 99.99)")
+    p.add_argument("--exclude", action="append", metavar="NODE_OR_OP",
+                   help="leave this node (by name) or every node of this op type float "
+                        "(repeatable)")
     p.set_defaults(func=cmd_quantize)
 
     p = sub.add_parser("targets", help="list installed targets")

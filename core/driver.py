@@ -27,7 +27,7 @@ from .ir.types import dtype_from_onnx
 from .passes import PassRecord
 from .passes.partition import PartitionReport
 from .passes.pipeline import run_pipeline
-from .quantization import batchnorms_between_qdq
+from .quantization import QuantizationOptions, batchnorms_between_qdq
 from .runtime.artifact import export_artifact
 from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .runtime.inputs import InputSpec, name_inputs
@@ -73,6 +73,8 @@ class CompiledModel:
     specialize_on: list[str] = field(default_factory=list)
     strict: bool = False
     calibration: list | None = None
+    #: the built-in quantizer's options (with ``calibration``)
+    quantization: QuantizationOptions | None = None
     tuning_log: str | None = None
     #: the fallbacks heterocc warned about while compiling (see ``warnings``)
     warned: Fallbacks = field(default_factory=Fallbacks)
@@ -135,7 +137,7 @@ class CompiledModel:
             targets[instance.name] = instance
         fallback = list(targets)[-1]
         result = run_pipeline(graph, targets, fallback, self.strict, self.calibration,
-                              self.dump_ir)
+                              self.dump_ir, self.quantization)
         graph, report = result.graph, result.report
         if report is not None:
             _report_placement_fallbacks(self.model, report, targets, fallback,
@@ -342,7 +344,8 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
             shapes: Mapping[str, Sequence[int]] | None = None,
             dump_ir: str | None = None, check: bool = True,
             strict: bool = False, calibration=None,
-            tuning_log: str | None = None) -> CompiledModel:
+            tuning_log: str | None = None,
+            quantization: QuantizationOptions | None = None) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for ``target``.
 
     ``target``: a target name (default ``llvm``: the host CPU), a comma-separated
@@ -357,7 +360,10 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     ``strict=True`` raises PartitionError instead of falling back to the CPU
     for anything a pattern matched but its target refused.
     ``calibration`` (sample inputs: dicts by name or lists in input order)
-    turns on int8 post-training quantization of convolutions and dense layers.
+    turns on int8 post-training quantization of convolutions, dense layers and
+    residual additions; ``quantization`` (a ``heterocc.quantization.QuantizationOptions``)
+    chooses per-channel weights, asymmetric activations, the calibration method and
+    nodes left float.
     ``tuning_log`` applies the best schedule per task of a tuning log
     (``heterocc tune``); tasks missing from it keep the default schedules.
     """
@@ -392,7 +398,7 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
                              [o.name for o in proto.graph.output],
                              shapes, dump_ir, strict=strict,
                              calibration=None if calibration is None else list(calibration),
-                             tuning_log=tuning_log, warned=found,
+                             quantization=quantization, tuning_log=tuning_log, warned=found,
                              added_fallback=order.added_fallback)
     compiled.build_static()
     return compiled

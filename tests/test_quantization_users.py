@@ -43,3 +43,60 @@ def test_batchnorm_between_qdq_pairs_names_quant_pre_process(tmp_path):
     pre = heterocc.compile(_ort_quantized(tiny_cnn(), tmp_path, pre_process=True),
                            target="vta,llvm")
     assert not any("quant_pre_process" in w for w in pre.warnings)
+
+
+def _samples(count=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return [{"input": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}
+            for _ in range(count)]
+
+
+def test_builtin_quantizer_puts_residual_additions_on_the_accelerator_bit_exactly():
+    from heterocc.quantization import QuantizationOptions
+
+    model, calibration = tiny_cnn(), _samples()
+    compiled = heterocc.compile(model, target="vta,llvm", calibration=calibration)
+    adds = [p for p in compiled.placement_report.placements if p.op == "Add"
+            and "quantized_add" in p.composite]
+    assert adds and all(p.target == "vta" for p in adds)
+    off = heterocc.compile(model, target="vta,llvm", calibration=calibration,
+                           quantization=QuantizationOptions(residual_adds=False))
+    assert not any("quantized_add" in p.composite for p in off.placement_report.placements)
+    # the same integer graph all on the CPU (the float softmax after it is the same code)
+    cpu = heterocc.compile(model, target="llvm", calibration=calibration)
+    x = _samples(1, seed=9)[0]
+    np.testing.assert_array_equal(compiled.run(x)[0], cpu.run(x)[0])
+
+
+@pytest.mark.parametrize("options", [
+    dict(per_channel=True), dict(symmetric=False), dict(method="percentile", percentile=99.9),
+    dict(per_channel=True, symmetric=False, exclude=("Gemm",))])
+def test_quantizer_options_written_as_qdq_run_in_onnxruntime_like_ours(options):
+    ort = pytest.importorskip("onnxruntime")
+    import onnx
+
+    from heterocc.quantization import QuantizationOptions, quantize_model
+
+    opts = QuantizationOptions(**options)
+    model, calibration = tiny_cnn(), _samples()
+    written = quantize_model(model, calibration, opts)
+    onnx.checker.check_model(written)
+    nodes = written.graph.node
+    weights = [n for n in nodes if n.op_type == "DequantizeLinear" and n.input[0].endswith(
+        "_int8")]
+    assert weights
+    if opts.per_channel:
+        init = {t.name: t for t in written.graph.initializer}
+        assert any(len(init[w.input[1]].dims) == 1 for w in weights if w.input[1] in init)
+    zeros = [onnx.numpy_helper.to_array(t) for t in written.graph.initializer
+             if t.name.endswith("_zero") and t.data_type == onnx.TensorProto.INT8]
+    assert any(z.any() for z in zeros) == (not opts.symmetric)
+    if "Gemm" in opts.exclude:
+        gemm = next(n for n in nodes if n.op_type == "Gemm")
+        assert not any(i.endswith("_dq") for i in gemm.input[1:2])
+    session = ort.InferenceSession(written.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    ours = heterocc.compile(model, calibration=calibration, quantization=opts)
+    for x in _samples(3, seed=40):
+        theirs = session.run(None, x)[0]
+        assert np.abs(theirs - ours.run(x)[0]).max() < 0.1
