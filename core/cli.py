@@ -39,6 +39,7 @@ from .frontend.onnx import load_model
 from .ir.dot import to_dot
 from .passes import fused_functions
 from .passes.partition import single_target_report
+from .profiling import write_profile
 from .quantization import CALIBRATION_METHODS, QuantizationOptions, quantize_model
 from .runtime.artifact import load_artifact
 from .runtime.inputs import load_samples, parse_shapes
@@ -47,6 +48,8 @@ from .sdk_hil import model_hil
 from .targets import available_targets, get_target
 from .targets.registry import parse_target_spec
 from .tuning.cli import add_tune_parser
+from .tuning.curve import tuning_curve_svg
+from .tuning.records import read_records
 
 
 def _load_inputs(items: list[str] | None, npz: str | None = None) -> dict[str, np.ndarray]:
@@ -125,7 +128,8 @@ def cmd_run(args) -> int:
     if not inputs:
         inputs = _random_inputs(compiled)
         print("no --input given: running on random inputs (seed 0)")
-    if args.profile:
+    profiling = args.profile or args.profile_out or args.trace
+    if profiling:
         compiled.enable_profiling()
     if args.repeat < 1:
         raise InputError(f"--repeat {args.repeat}: give a number of runs >= 1")
@@ -151,6 +155,10 @@ def cmd_run(args) -> int:
         print(compiled.profile_report())
 
         print(plan_memory(compiled.graph).summary())
+    for path, trace in ((args.profile_out, False), (args.trace, True)):
+        if path:
+            write_profile(path, compiled.profile_entries(), trace=trace)
+            print(f"wrote {path}")
     return 0
 
 
@@ -247,6 +255,18 @@ def _pass_table(records) -> str:
     lines += [f"{r.name:20s} {r.seconds * 1e3:8.2f}  {r.nodes_before} -> {r.nodes_after}"
               for r in records]
     return "\n".join(lines)
+
+
+def cmd_tuning_curve(args) -> int:
+    records = read_records(args.log, args.target)
+    if not records:
+        raise InputError(f"{args.log}: no tuning records (write one with heterocc tune "
+                         "--log)")
+    with open(args.output, "w") as f:
+        f.write(tuning_curve_svg(records, title=f"tuning curve: {os.path.basename(args.log)}"))
+    print(f"wrote {args.output} ({len({r.workload_key for r in records})} tasks, "
+          f"{len(records)} records)")
+    return 0
 
 
 def cmd_targets(args) -> int:
@@ -417,6 +437,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "p90, p99, min, max)")
     p.add_argument("--strict", action="store_true", help=STRICT_HELP)
     p.add_argument("--profile", action="store_true", help="print per-function times")
+    p.add_argument("--profile-out", metavar="FILE.csv|FILE.json",
+                   help="write the per-function profile as CSV or JSON")
+    p.add_argument("--trace", metavar="FILE.json", help="write every call as a Chrome "
+                   "trace (chrome://tracing, ui.perfetto.dev)")
     p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
     p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
     p.set_defaults(func=cmd_run)
@@ -462,6 +486,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave this node (by name) or every node of this op type float "
                         "(repeatable)")
     p.set_defaults(func=cmd_quantize)
+
+    p = sub.add_parser("tuning-curve", help="draw a tuning log's best-so-far curves as SVG")
+    p.add_argument("log", help="a tuning log (heterocc tune --log)")
+    p.add_argument("-o", "--output", required=True, help="the .svg file to write")
+    p.add_argument("--target", help="only the records for this target description")
+    p.set_defaults(func=cmd_tuning_curve)
 
     p = sub.add_parser("targets", help="list installed targets")
     p.set_defaults(func=cmd_targets)

@@ -219,6 +219,11 @@ class CompiledModel:
         for exe in self._cache.values():
             exe.executor.profile = self._profile
 
+    def profile_entries(self) -> list[ProfileEntry]:
+        """The runs since :meth:`enable_profiling`, one entry per node (for
+        ``heterocc.profiling``: JSON, CSV, Chrome trace)."""
+        return list((self._profile or {}).values())
+
     def profile_report(self) -> str:
         """The runs since :meth:`enable_profiling` as a table, one row per node, slowest
         first: target, calls, time per call, share, and cycles and bytes moved per call

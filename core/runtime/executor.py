@@ -51,6 +51,13 @@ class ProfileEntry:
     calls: int = 0
     seconds: float = 0.0
     extra: dict = field(default_factory=dict)
+    #: (start, seconds) of the first MAX_SPANS calls, start on time.perf_counter's clock
+    #: (a timeline: heterocc.profiling.chrome_trace)
+    spans: list = field(default_factory=list)
+
+
+#: calls of one node whose spans a profile keeps
+MAX_SPANS = 10_000
 
 
 class _Step(NamedTuple):
@@ -193,7 +200,7 @@ class GraphExecutor:
                 else:
                     t0 = time.perf_counter()
                     results = call(args)
-                    self._record(node, time.perf_counter() - t0, kernel)
+                    self._record(node, t0, time.perf_counter() - t0, kernel)
                 for s, r in zip(writes, results):
                     env[s] = r
                 # nothing dead may be held through the next node (its kernel may want to
@@ -203,7 +210,7 @@ class GraphExecutor:
                     env[s] = None
         return [np.asarray(on_host(env[k])) for k in self._output_slots]
 
-    def _record(self, node: Node, seconds: float, kernel) -> None:
+    def _record(self, node: Node, start: float, seconds: float, kernel) -> None:
         entry = self.profile.get(node.name)
         if entry is None:
             ops = "+".join(n.attrs.get("composite", n.op) for n in node.body.nodes) \
@@ -212,6 +219,8 @@ class GraphExecutor:
                 node.name, ops, self.placement.get(node.name, "reference"))
         entry.calls += 1
         entry.seconds += seconds
+        if len(entry.spans) < MAX_SPANS:
+            entry.spans.append((start, seconds))
         for counter, value in device_counters(kernel).items():
             entry.extra[counter] = entry.extra.get(counter, 0) + value
 
