@@ -9,6 +9,7 @@ plotting library is not worth a dependency for one kind of figure.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from html import escape
@@ -16,8 +17,8 @@ from html import escape
 from ..errors import InputError
 from .records import MeasureRecord
 
-WIDTH, HEIGHT = 640, 400
-MARGIN = {"left": 56, "right": 200, "top": 36, "bottom": 44}
+WIDTH, HEIGHT = 700, 400
+MARGIN = {"left": 56, "right": 240, "top": 36, "bottom": 44}
 #: line colours (colour-blind safe, Okabe-Ito), reused when there are more tasks
 COLOURS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
            "#000000")
@@ -54,6 +55,18 @@ def _ticks(high: float, count: int = 5) -> list[float]:
     return [i * step for i in range(int(high / step) + 2)]
 
 
+def _short(task: str) -> str:
+    """A task key for the legend: a JSON list key (``["conv2d_nchwc",1,3,...]``) as its
+    name and numbers, anything else as it is (the full key is the entry's tooltip)."""
+    try:
+        parts = json.loads(task)
+    except ValueError:
+        return task
+    if not isinstance(parts, list) or not parts:
+        return task
+    return " ".join(str(p) for p in parts if not isinstance(p, str) or p == parts[0])
+
+
 def tuning_curve_svg(records: Sequence[MeasureRecord], title: str = "tuning curve") -> str:
     """The curves of :func:`best_so_far` as a standalone SVG document."""
     curves = best_so_far(records)
@@ -61,8 +74,9 @@ def tuning_curve_svg(records: Sequence[MeasureRecord], title: str = "tuning curv
         raise InputError("the tuning log has no working candidate to draw")
     tasks = sorted(curves, key=lambda t: -len(curves[t]))[:MAX_TASKS]
     x_max = max(len(curves[t]) for t in tasks)
-    y_ticks = [y for y in _ticks(max(max(curves[t]) for t in tasks)) if y >= 1.0] or [1.0]
-    y_lo, y_hi = 1.0, max(y_ticks[-1], 1.05)
+    span = max(max(curves[t]) for t in tasks) - 1.0
+    y_ticks = [1.0 + y for y in _ticks(max(span, 0.05))]
+    y_lo, y_hi = 1.0, y_ticks[-1]
     x_ticks = [x for x in _ticks(x_max) if 0 < x <= x_max] or [x_max]
     plot_w = WIDTH - MARGIN["left"] - MARGIN["right"]
     plot_h = HEIGHT - MARGIN["top"] - MARGIN["bottom"]
@@ -99,10 +113,11 @@ def tuning_curve_svg(records: Sequence[MeasureRecord], title: str = "tuning curv
                    f'points="{points}"/>')
         ly = MARGIN["top"] + 14 * i + 6
         lx = MARGIN["left"] + plot_w + 12
-        label = task if len(task) <= 26 else task[:25] + "…"
+        label = f"{curves[task][-1]:.2f}x {_short(task)}"
+        label = label if len(label) <= 28 else label[:27] + "…"
         out.append(f'<line x1="{lx}" x2="{lx + 16}" y1="{ly}" y2="{ly}" stroke="{colour}" '
                    'stroke-width="2"/>')
-        out.append(f'<text x="{lx + 20}" y="{ly + 4}">{escape(label)} '
-                   f'({curves[task][-1]:.2f}x)</text>')
+        out.append(f'<text x="{lx + 20}" y="{ly + 4}"><title>{escape(task)}</title>'
+                   f'{escape(label)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
