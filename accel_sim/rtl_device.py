@@ -22,10 +22,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,9 @@ from .program import Program
 from .rtl_header import RTL_DIR, config_id, rtl_sources, write_rtl_header
 
 #: hw/tb, where the cocotb benches live.
+#: progress of RTL builds and runs (the ``heterocc`` logger's INFO lines)
+_log = logging.getLogger("heterocc.rtl")
+
 BENCH_DIR = RTL_DIR.parent / "tb"
 #: default root of simulator builds (gitignored); one folder per simulator and config.
 DEFAULT_BUILD_ROOT = RTL_DIR.parent / "build"
@@ -259,6 +264,9 @@ class CocotbBench:
 
     def build(self) -> None:
         """Generate the config header and compile the RTL."""
+        started = time.perf_counter()
+        _log.info(f"building the RTL ({self.toplevel}, {self.config.name}) with "
+                  f"{self.simulator} in {self.build_dir} (the first build takes minutes)")
         header = write_rtl_header(self.config, self.build_dir / "include")
         build_args = VERILATOR_BUILD_ARGS if self.simulator == "verilator" else []
         with _simulator_environment(self.simulator):
@@ -274,6 +282,7 @@ class CocotbBench:
                 log_file=self.build_dir / "build.log",
             )
         self._built = True
+        _log.info(f"RTL built in {time.perf_counter() - started:.1f} s")
 
     def test(self, test_module: str, test_dir: Path, extra_env: dict[str, str],
              plusargs: Sequence[str] = ()) -> Path:
@@ -332,6 +341,7 @@ class RtlSimulator:
 
     def run(self, runs: Sequence[RtlRun]) -> list[RtlRunResult]:
         """Run each stream on a freshly reset RTL; one simulator process for the batch."""
+        _log.info(f"running {len(runs)} stream(s) on the RTL under {self.simulator}")
         self.build_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.build_dir) as scratch:
             folder = Path(scratch)

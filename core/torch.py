@@ -97,6 +97,8 @@ def make_backend(target="llvm", **options) -> Callable:
     (``options`` as :func:`heterocc.compile` takes them)."""
 
     def heterocc_backend(graph_module, example_inputs):
+        """Compile one graph dynamo captured (a ``torch.fx.GraphModule``) on its example
+        inputs; the result is called with the graph's inputs."""
         # the module returns what the graph does (dynamo's graphs return tuples)
         return compile(graph_module, tuple(example_inputs), target=target, **options)
 
