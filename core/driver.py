@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +60,13 @@ class Executable:
 @dataclass
 class CompiledModel:
     """A model compiled for one or more targets. ``run`` takes a dict by input
-    name or positional arrays and returns the outputs as a list of arrays."""
+    name or positional arrays and returns the outputs as a list of arrays.
+
+    ``run`` may be called from several threads at once, each call getting its own
+    outputs: the CPU kernels write per-thread buffers and run concurrently, an
+    accelerator runs one program at a time under its device's lock
+    (``heterocc.sdk.device_lock``), and a specialization missing from the cache is
+    compiled once, by one thread, while the others wait for it."""
 
     model: onnx.ModelProto
     targets: list[str]
@@ -73,6 +80,8 @@ class CompiledModel:
     tuning_log: str | None = None
     _cache: OrderedDict = field(default_factory=OrderedDict)
     _profile: dict[str, ProfileEntry] | None = None
+    #: guards the cache of specializations (a build is done once, by one thread)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     # --- running ----------------------------------------------------------
     def run(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None,
@@ -85,6 +94,10 @@ class CompiledModel:
     __call__ = run
 
     def _executable_for(self, given: Mapping[str, np.ndarray]) -> Executable:
+        with self._lock:
+            return self._executable_locked(given)
+
+    def _executable_locked(self, given: Mapping[str, np.ndarray]) -> Executable:
         key = self._key(given)
         exe = self._cache.get(key)
         if exe is not None:
