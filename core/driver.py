@@ -194,14 +194,16 @@ class CompiledModel:
     def pass_records(self) -> list[PassRecord]:
         return next(reversed(self._cache.values())).pass_records if self._cache else []
 
-    def export(self, path: str) -> None:
-        """Write a self-contained artifact directory (see heterocc.runtime.artifact)."""
+    def export(self, path: str, sign: str | None = None) -> None:
+        """Write a self-contained artifact directory (see heterocc.runtime.artifact);
+        ``sign`` names an Ed25519 private key file to sign it with (``heterocc keygen``,
+        checked by ``heterocc.load(path, verify=public_key)``)."""
         if len(self._cache) != 1 or self.specialize_on:
             raise InputError("only a model compiled for one static input shape can be exported: "
                              "compile it with shapes={...}")
         exe = next(iter(self._cache.values()))
         export_artifact(path, exe.graph, exe.executor, self.inputs, self.output_names,
-                        exe.targets)
+                        exe.targets, sign=sign)
 
     def enable_profiling(self) -> None:
         """Record per-function times from now on (see ``profile_report``)."""

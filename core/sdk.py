@@ -120,7 +120,7 @@ __all__ = [
     "available_targets", "build_accelerator_region", "coalesce", "compile_composite",
     "composite_parts", "element_address", "elementwise_epilogue", "epilogue_chain",
     "evaluate_index", "express_function", "flat_offset", "fold_scalars", "function_constants",
-    "get_target", "holds", "is_constant", "is_op", "leaf_statements", "load_program",
+    "device_lock", "get_target", "holds", "is_constant", "is_op", "leaf_statements", "load_program",
     "lowering_metadata", "match", "model_hil", "optional", "reference_outputs", "register_target",
     "structure_key", "te", "tir", "wildcard",
 ]
