@@ -135,8 +135,10 @@ def get_target(name: str, **options) -> Target:
         try:
             inspect.signature(info.factory).bind(**options)
         except TypeError as error:
+            taken = [p.replace("_", "-") for p in inspect.signature(info.factory).parameters]
+            hints = "".join(suggest(o.replace("_", "-"), taken) for o in options)
             raise TargetError(f"target {name!r} does not take the option(s) "
-                              f"{', '.join(options)}: {error}") from None
+                              f"{', '.join(options)}{hints}: {error}") from None
         except ValueError:  # a factory without a signature to check: it decides
             pass
     return info.factory(**options)

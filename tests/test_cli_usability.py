@@ -33,6 +33,8 @@ def test_version_and_did_you_mean(tmp_path, capsys):
     assert "did you mean --target" in capsys.readouterr().err
     assert main(["compile", str(_save(tmp_path)), "--target", "vt"]) == 2
     assert "did you mean 'vta'" in capsys.readouterr().err
+    assert main(["compile", str(_save(tmp_path)), "--target", "llvm -mcup=znver3"]) == 2
+    assert "did you mean 'mcpu'" in capsys.readouterr().err
 
 
 def test_log_levels_on_every_command(tmp_path, capsys):
