@@ -144,3 +144,16 @@ def test_cuda_without_a_gpu_says_it_emulates(caplog):
     assert any("CPU emulation" in w for w in compiled.warnings)
     quiet = heterocc.compile(_int8_dense(), target="cuda -run_on=emulator")
     assert not any("emulation" in w for w in quiet.warnings)  # asked for: not a fallback
+
+
+def test_a_function_run_on_numpy_is_a_warning():
+    graph = helper.make_graph([helper.make_node("StringNormalizer", ["x"], ["y"],
+                                                case_change_action="UPPER")], "strings",
+                              [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.STRING, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = heterocc.compile(model, target="llvm")
+    assert any("NumPy reference" in w and "StringNormalizer" in w for w in compiled.warnings)
+    assert compiled.run({"x": np.array(["a", "b"], dtype=object)})[0].tolist() == ["A", "B"]
+    with pytest.raises(FallbackError, match="NumPy"):
+        heterocc.compile(model, target="llvm", strict=True)
