@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from .targets import available_targets, get_target, parse_targets
 from .targets.registry import is_accelerator, order_targets, suggest
 from .tuning.apply import ApplyHistoryBest
 
+#: work longer than this (seconds) reports its progress as INFO lines
+PROGRESS_AFTER_S = 2.0
 #: compiled specializations kept per model (by input shapes and shape-operand values)
 MAX_SPECIALIZATIONS = 16
 
@@ -149,8 +152,13 @@ class CompiledModel:
             instance = get_target(t) if isinstance(t, str) else t
             targets[instance.name] = instance
         fallback = list(targets)[-1]
+        started = time.perf_counter()
         result = run_pipeline(graph, targets, fallback, self.strict, self.calibration,
                               self.dump_ir, self.quantization)
+        if time.perf_counter() - started > PROGRESS_AFTER_S:  # a large model: say so
+            logger.info(f"graph passes: {graph.num_nodes()} -> {result.graph.num_nodes()} "
+                        f"nodes in {time.perf_counter() - started:.1f} s "
+                        f"({len(result.records)} passes)")
         graph, report = result.graph, result.report
         if report is not None:
             _report_placement_fallbacks(self.model, report, targets, fallback,
@@ -160,7 +168,8 @@ class CompiledModel:
         functions = [n for n in graph.nodes if n.body is not None]
         with _tuning_context(self.tuning_log):
             kernels = {n.name: targets[placement[n.name]].build(n)
-                       for n in progress(functions, "compiling functions", len(functions))}
+                       for n in progress(functions, "compiling functions", len(functions),
+                                       every=PROGRESS_AFTER_S)}
         _report_numpy_fallbacks(targets, placement)
         if report is not None:
             report.warnings = list(self.warned.messages)
