@@ -57,3 +57,17 @@ def test_torchvision_resnet18_matches_eager():
     got = fast(x).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-4)
     assert (got.argmax(1) == expected.argmax(1)).all()
+
+
+def test_the_backend_is_registered_with_dynamo_by_name():
+    from importlib import metadata
+
+    names = [ep.name for ep in metadata.entry_points(group="torch_dynamo_backends")]
+    assert "heterocc" in names  # pyproject's entry point, for backend="heterocc"
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.ReLU()).eval()
+    x = torch.randn(3, 6)
+    torch._dynamo.reset()
+    opt = torch.compile(net, backend="heterocc")
+    with torch.no_grad():
+        np.testing.assert_allclose(opt(x).numpy(), net(x).numpy(), rtol=1e-5, atol=1e-6)
