@@ -583,6 +583,9 @@ def cmd_accel_build(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(log_level(args))
+    # our handler prints heterocc's messages; a handler another library put on the root
+    # logger (onnxruntime's quantizer does) must not print them again
+    propagate, logger.propagate = logger.propagate, False
     try:
         status = args.func(args)
         sys.stdout.flush()  # inside the try: a closed pipe shows here, not at exit
@@ -596,6 +599,8 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    finally:
+        logger.propagate = propagate
 
 
 if __name__ == "__main__":
