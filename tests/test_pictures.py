@@ -81,3 +81,17 @@ def test_tuning_curve_is_best_so_far_and_valid_svg(tmp_path, capsys):
     out = tmp_path / "curve.svg"
     assert main(["tuning-curve", str(tmp_path / "tune.jsonl"), "-o", str(out)]) == 0
     assert out.read_text().startswith("<svg")
+
+
+def test_a_region_profile_row_counts_its_composites():
+    from heterocc.runtime.executor import ops_summary
+
+    assert ops_summary(["conv", "conv", "add", "conv", "pool"]) == "conv x3+add+pool"
+    rng = np.random.default_rng(0)
+    samples = [{"input": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}
+               for _ in range(2)]
+    model = heterocc.compile(tiny_cnn(), target="vta,llvm", calibration=samples)
+    model.enable_profiling()
+    model.run(samples[0])
+    regions = [e for e in model.profile_entries() if e.target == "vta"]
+    assert any(" x" in e.op for e in regions)  # repeated composites counted, not cut off

@@ -233,7 +233,7 @@ class GraphExecutor:
     def _record_now(self, node: Node, start: float, seconds: float, kernel) -> None:
         entry = self.profile.get(node.name)
         if entry is None:
-            ops = "+".join(n.attrs.get("composite", n.op) for n in node.body.nodes) \
+            ops = ops_summary([n.attrs.get("composite", n.op) for n in node.body.nodes]) \
                 if node.body is not None else node.op
             entry = self.profile[node.name] = ProfileEntry(
                 node.name, ops, self.placement.get(node.name, "reference"))
@@ -243,6 +243,16 @@ class GraphExecutor:
             entry.spans.append((start, seconds))
         for counter, value in device_counters(kernel).items():
             entry.extra[counter] = entry.extra.get(counter, 0) + value
+
+
+def ops_summary(names: Sequence[str]) -> str:
+    """A function's ops (or a region's composites) for a profile row: joined by ``+``,
+    each name once with its count where it repeats (a ResNet region:
+    ``conv2d_bias_requantize x19+quantized_add x8+max_pool``), in first-use order."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return "+".join(name if n == 1 else f"{name} x{n}" for name, n in counts.items())
 
 
 #: what a device kernel may tell about its last call, each an int attribute (all optional):
