@@ -212,7 +212,9 @@ def _target_class(target) -> object:
     """The class (for a name) or instance whose hooks say what kind of target it is."""
     if not isinstance(target, str):
         return target
-    return available_targets()[target].target_class
+    made = available_targets()[target].target_class
+    # a factory that does not say what it makes: ask an instance
+    return made if made is not None else get_target(target)
 
 
 def is_accelerator(target) -> bool:

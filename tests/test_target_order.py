@@ -160,3 +160,22 @@ def test_a_function_run_on_numpy_is_a_warning():
     assert compiled.run({"x": np.array(["a", "b"], dtype=object)})[0].tolist() == ["A", "B"]
     with pytest.raises(FallbackError, match="NumPy"):
         heterocc.compile(model, target="llvm", strict=True)
+
+
+def test_an_accelerator_from_a_factory_without_annotations_is_ordered_first():
+    from heterocc.targets import registry
+
+    if SDK is None:
+        pytest.skip("the example SDK target (examples/dotprod_accel) is not installed")
+    sdk_class = type(registry.get_target(SDK))
+
+    def make():  # no return annotation: the registry must ask an instance
+        return sdk_class()
+
+    registry.register_target("unannotated_accel", make, replace=True)
+    try:
+        resolved = order_targets(["llvm", "unannotated_accel"])
+        assert [t if isinstance(t, str) else t.name for t in resolved.targets] == \
+            ["unannotated_accel", "llvm"]
+    finally:
+        registry._TARGETS.pop("unannotated_accel")
