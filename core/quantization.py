@@ -201,7 +201,6 @@ def quantize_graph(graph: Graph, calibration: Iterable,
     before: dict[Node, list[Node]] = {}
     after: dict[Node, list[Node]] = {}
     replaced: dict[Node, Node] = {}
-    input_quantizers: list[Node] = []  # of an addition's inputs: they read the float value
 
     def params(v: Value) -> tuple[np.float32, np.int8]:
         return activation_params(ranges[v], options.symmetric)
@@ -220,14 +219,18 @@ def quantize_graph(graph: Graph, calibration: Iterable,
             tail = with_activation(node)
             if tail.outputs[0] not in ranges:
                 continue
-            prep = []
-            for x in node.inputs:  # an input no quantized layer wrote gets its own pair
-                if x not in mapping:
-                    x_nodes, x_dq = _qdq(x, params(x), scope)
-                    prep += x_nodes
-                    input_quantizers.append(x_nodes[0])
-                    mapping[x] = x_dq
+            prep, inputs = [], []
+            for x in node.inputs:
+                if x in mapping:  # a quantized layer's output: its DQ, through _remap
+                    inputs.append(x)
+                    continue
+                # any other input gets a pair of its own, read by this addition alone (an
+                # earlier reader of the value keeps reading it as it was)
+                x_nodes, x_dq = _qdq(x, params(x), scope)
+                prep += x_nodes
+                inputs.append(x_dq)
             before[node] = prep
+            replaced[node] = Node(node.op, inputs, node.outputs, node.attrs, node.name)
         elif node.op in _LINEAR_OPS:
             x, w = node.inputs[0], node.inputs[1]
             if not w.is_const or w.type.dtype != "float32" or x.is_const or x not in ranges:
@@ -272,7 +275,7 @@ def quantize_graph(graph: Graph, calibration: Iterable,
         nodes.extend(after.get(node, []))
     # readers of a quantized value read its dequantized form; the Quantize node itself
     # must keep reading the float value
-    quantizers = {n for group in after.values() for n in group} | set(input_quantizers)
+    quantizers = {n for group in after.values() for n in group}
     out_nodes = [n if n in quantizers else _remap(n, mapping) for n in nodes]
     return graph.rebuild(out_nodes, [mapping.get(v, v) for v in graph.outputs])
 

@@ -100,3 +100,33 @@ def test_quantizer_options_written_as_qdq_run_in_onnxruntime_like_ours(options):
     for x in _samples(3, seed=40):
         theirs = session.run(None, x)[0]
         assert np.abs(theirs - ours.run(x)[0]).max() < 0.1
+
+
+def test_a_skip_from_an_unquantized_op_read_by_a_layer_and_an_addition():
+    """ResNet's first block: the max pool's output feeds a convolution and, as the skip,
+    the addition; the addition's own Q/DQ pair must not reroute the convolution's input
+    (the compile pipeline checks every pass's graph, order included)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.2,
+                                "w")
+    nodes = [helper.make_node("MaxPool", ["input"], ["p"], kernel_shape=[2, 2],
+                              strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Add", ["r", "p"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "skip", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                      [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    samples = [{"input": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)}
+               for _ in range(2)]
+    compiled = heterocc.compile(model, target="vta,llvm", calibration=samples)
+    assert any("quantized_add" in p.composite for p in compiled.placement_report.placements)
+    cpu = heterocc.compile(model, target="llvm", calibration=samples)
+    np.testing.assert_array_equal(compiled.run(samples[0])[0], cpu.run(samples[0])[0])
+    exact = heterocc.compile(model, target="llvm").run(samples[0])[0]
+    assert np.abs(compiled.run(samples[0])[0] - exact).max() < 0.1 * np.abs(exact).max()
