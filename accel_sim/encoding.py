@@ -31,6 +31,7 @@ from .isa import (
     Opcode,
     isa_layout,
 )
+from .validation import length_error
 
 INSTRUCTION_BYTES = INSTRUCTION_BITS // 8
 _ENUM_FIELDS = {"buffer": Buffer, "alu_op": AluOp}
@@ -126,12 +127,22 @@ def encode_stream(instructions: Sequence[Instruction], config: HardwareConfig) -
 
 
 def decode_stream(data: bytes, config: HardwareConfig) -> list[Instruction]:
-    """Decode a whole stream of 16-byte words (errors name the instruction index)."""
-    if len(data) % INSTRUCTION_BYTES:
-        raise AcceleratorError(
-            f"an instruction stream is a multiple of {INSTRUCTION_BYTES} bytes, got {len(data)}"
-        )
+    """Decode a whole stream of 16-byte words (errors name the instruction index).
+
+    A stream that ends inside a word, or holds more instructions than the config's
+    ``max_stream_instructions``, is refused before anything is decoded.
+    """
     size = INSTRUCTION_BYTES
+    count, rest = divmod(len(data), size)
+    if rest:
+        raise IllegalInstructionError(
+            f"the stream ends {rest} byte(s) into this instruction; an instruction stream "
+            f"is a multiple of {size} bytes, got {len(data)} (truncated?)",
+            count, field="length", limit=count * size,
+        )
+    too_long = length_error(count, config)
+    if too_long is not None:
+        raise too_long
     return [
         decode_instruction(data[start : start + size], config, start // size)
         for start in range(0, len(data), size)

@@ -35,10 +35,12 @@ import numpy as np
 from ..errors import AcceleratorError
 from .config import HardwareConfig
 from .driver import DEVICE_ALIGNMENT, HostDram, RunStatus
-from .encoding import encode_stream
+from .encoding import INSTRUCTION_BYTES, decode_stream, encode_stream
 from .isa import Instruction
 from .program import Program
 from .rtl_header import RTL_DIR, config_id, rtl_sources, write_rtl_header
+from .simulator import run_stream
+from .validation import length_error
 
 #: hw/tb, where the cocotb benches live.
 BENCH_DIR = RTL_DIR.parent / "tb"
@@ -53,6 +55,8 @@ BENCH_TOP_LEVEL = "hc_bench_top"
 BENCH_SOURCES = (BENCH_DIR / "hc_bench_memory.v", BENCH_DIR / "hc_bench_top.v")
 #: the bench memory holds 2**BENCH_LOG_MEM_WORDS bus words (32 MiB on a 64-bit bus)
 BENCH_LOG_MEM_WORDS = 22
+#: the bench memory's bytes on the default 64-bit bus (RtlSimulator.capacity_bytes)
+BENCH_CAPACITY_BYTES = 8 << BENCH_LOG_MEM_WORDS
 
 # Register map of the AXI4-Lite control port (hw/rtl/hc_ctrl.v).
 REG_CONTROL = 0x00
@@ -400,13 +404,26 @@ class RtlDevice(HostDram):
         self.last_result: RtlRunResult | None = None
 
     def start(self, instruction_address: int, instruction_count: int) -> None:
-        """Hand the stream at ``instruction_address`` to the RTL (it runs in ``wait``)."""
+        """Hand the stream at ``instruction_address`` to the RTL (it runs in ``wait``).
+
+        The stream is refused first (IllegalInstructionError, DeadlockError) if the
+        checker refuses it against the DRAM shipped to the RTL, or if the simulator
+        refuses it on a copy of that DRAM (what depends on micro-op contents, such as
+        an index past a buffer, which the hardware would wrap): the RTL only ever
+        runs streams the simulator runs.
+        """
         if instruction_address % 16:
             raise AcceleratorError(
                 f"instruction address {instruction_address:#x} is not 16-byte aligned; the "
                 "RTL fetches whole instruction words"
             )
-        used = max(self._next_free, instruction_address + 16 * instruction_count)
+        too_long = length_error(instruction_count, self.config)
+        if too_long is not None:
+            raise too_long
+        words = self.read(instruction_address, INSTRUCTION_BYTES * instruction_count)
+        used = max(self._next_free, instruction_address + INSTRUCTION_BYTES * instruction_count)
+        instructions = decode_stream(words.tobytes(), self.config)
+        run_stream(instructions, self.config, self.dram[:used].copy())
         self._pending = RtlRun(
             self.dram[:used].copy(), instruction_address, instruction_count, self.max_cycles
         )

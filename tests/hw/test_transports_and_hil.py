@@ -16,10 +16,12 @@ import pytest
 
 from heterocc.accel_sim import (
     AluOp,
+    Finish,
     FunctionalSimulator,
     HardwareConfig,
     SimulatorDevice,
     decode_stream,
+    encode_stream,
     execute_program,
     schedule_stream,
     write_stream_file,
@@ -136,7 +138,9 @@ def test_fpga_device_refuses_a_bitstream_for_another_config():
 def test_fpga_device_reports_a_stream_that_never_finishes():
     board = _Board(CONFIG, rtl=None)
     device = FpgaDevice(CONFIG, board, board.allocate, poll_interval_s=0.001)
-    device.start(device.allocate(16), 1)
+    address = device.allocate(16)
+    device.write(address, encode_stream([Finish()], CONFIG))
+    device.start(address, 1)
     assert board.registers[REG_CONTROL] == 1
     with pytest.raises(AcceleratorError, match="did not finish"):
         device.wait(timeout_s=0.01)
