@@ -125,7 +125,7 @@ def _finish_errors(instructions: Sequence[Instruction]) -> list[AcceleratorError
         return [
             IllegalInstructionError(
                 "the stream has no FINISH; append one so the host's wait can return",
-                len(instructions),
+                len(instructions), field="opcode",
             )
         ]
     if finishes[0] != len(instructions) - 1:
@@ -133,7 +133,7 @@ def _finish_errors(instructions: Sequence[Instruction]) -> list[AcceleratorError
             IllegalInstructionError(
                 f"FINISH must be the last instruction, but {len(instructions) - 1 - finishes[0]} "
                 "instruction(s) follow it",
-                finishes[0],
+                finishes[0], field="opcode", limit=len(instructions) - 1,
             )
         ]
     return []
@@ -155,7 +155,7 @@ def _token_balance_errors(instructions: Sequence[Instruction]) -> list[Accelerat
                 IllegalInstructionError(
                     f"its token on {queue.name} is never popped ({pushed} pushed, {popped} "
                     "popped); a stream must leave every queue empty",
-                    pushes[queue][popped],
+                    pushes[queue][popped], field=f"push ({queue.name})", limit=popped,
                 )
             )
         elif popped > pushed:
@@ -163,7 +163,7 @@ def _token_balance_errors(instructions: Sequence[Instruction]) -> list[Accelerat
                 IllegalInstructionError(
                     f"pops {queue.name} but no instruction pushes a token for it ({pushed} "
                     f"pushed, {popped} popped)",
-                    pops[queue][pushed],
+                    pops[queue][pushed], field=f"pop ({queue.name})", limit=pushed,
                 )
             )
     return errors

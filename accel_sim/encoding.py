@@ -83,7 +83,7 @@ def decode_instruction(
         raise IllegalInstructionError(
             f"unknown opcode {raw_opcode}; known opcodes are "
             + ", ".join(f"{op.value}={op.name}" for op in Opcode),
-            index,
+            index, field="opcode", limit=max(Opcode),
         ) from None
     fields = isa_layout(config).fields(opcode)
     used = fields[-1].offset + fields[-1].width
@@ -91,7 +91,7 @@ def decode_instruction(
         raise IllegalInstructionError(
             f"{opcode.name} has reserved bits [{used}, {INSTRUCTION_BITS}) set; the word is "
             "corrupt or was encoded for another hardware config",
-            index,
+            index, field="reserved", limit=0,
         )
     values: dict[str, object] = {}
     for field in fields[1:]:
@@ -114,7 +114,7 @@ def _typed_field(opcode: Opcode, name: str, raw: int, index: int | None) -> obje
         raise IllegalInstructionError(
             f"{opcode.name} has unknown {name} {raw}; known values are "
             + ", ".join(f"{member.value}={member.name}" for member in enum_type),
-            index,
+            index, field=name, limit=max(enum_type),
         ) from None
 
 

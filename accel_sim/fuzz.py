@@ -23,6 +23,7 @@ import collections
 import dataclasses
 import signal
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -90,6 +91,8 @@ class Outcome:
     out_of_bounds: bool = False
     hang: bool = False
     seconds: float = 0.0
+    #: the checker's peak traced memory (with ``run_mutant(..., measure_checker=True)``)
+    checker_peak_bytes: int = 0
 
     @property
     def crashed(self) -> bool:
@@ -180,12 +183,12 @@ def _illegal_code(seed: Seed, rng: np.random.Generator) -> Mutant:
     choice = int(rng.integers(0, 3))
     if choice == 0:
         _set_bits(data, word, 0, 3, int(rng.integers(5, 8)))
-        return Mutant(seed, "illegal_opcode", words=bytes(data))
+        return Mutant(seed, "illegal_code:opcode", words=bytes(data))
     if choice == 1:
         _set_bits(data, word, 7, 3, int(rng.integers(5, 8)))  # buffer or alu_op
-        return Mutant(seed, "illegal_enum", words=bytes(data))
+        return Mutant(seed, "illegal_code:buffer_or_alu_op", words=bytes(data))
     _set_bits(data, word, 127, 1, 1)
-    return Mutant(seed, "reserved_bit", words=bytes(data))
+    return Mutant(seed, "illegal_code:reserved_bit", words=bytes(data))
 
 
 def _token_flags(seed: Seed, rng: np.random.Generator) -> Mutant:
@@ -302,8 +305,9 @@ class GuardedDram:
 
 
 def run_mutant(mutant: Mutant, config: HardwareConfig | None = None,
-               time_limit_s: float = 10.0) -> Outcome:
-    """Every stage on one mutant (``config`` overrides the seed's, e.g. a smaller budget)."""
+               time_limit_s: float = 10.0, measure_checker: bool = False) -> Outcome:
+    """Every stage on one mutant (``config`` overrides the seed's, e.g. a smaller budget;
+    ``measure_checker`` traces the checker's peak memory, which slows it down)."""
     config = config or mutant.seed.config
     outcome = Outcome(mutant)
     stages = outcome.stages
@@ -319,8 +323,13 @@ def run_mutant(mutant: Mutant, config: HardwareConfig | None = None,
             else:
                 instructions = list(mutant.records)
             size = memory.dram.size
+            if measure_checker:
+                tracemalloc.start()
             errors = _stage(stages, "check",
                             lambda: find_stream_errors(instructions, config, size))
+            if measure_checker:
+                outcome.checker_peak_bytes = tracemalloc.get_traced_memory()[1]
+                tracemalloc.stop()
             if errors:
                 stages["check"] = f"refused:{refusal_kind(errors[0])}"
             _stage(stages, "timing", lambda: schedule_stream(instructions, config))
@@ -332,6 +341,8 @@ def run_mutant(mutant: Mutant, config: HardwareConfig | None = None,
     except _TimeLimit:
         outcome.hang = True
     finally:
+        if tracemalloc.is_tracing():
+            tracemalloc.stop()
         outcome.seconds = time.perf_counter() - started
         outcome.out_of_bounds = not memory.intact()
     return outcome
@@ -358,12 +369,14 @@ class Tally:
         default_factory=lambda: {stage: collections.Counter() for stage in STAGES})
     by_mutation: collections.Counter = field(default_factory=collections.Counter)
     slowest_s: float = 0.0
+    checker_peak_bytes: int = 0
 
     def add(self, outcome: Outcome) -> None:
         """Count one outcome."""
         self.streams += 1
         self.by_mutation[outcome.mutant.mutation.split(":")[0]] += 1
         self.slowest_s = max(self.slowest_s, outcome.seconds)
+        self.checker_peak_bytes = max(self.checker_peak_bytes, outcome.checker_peak_bytes)
         if outcome.crashed:
             self.crashes.append(outcome)
         if outcome.out_of_bounds:
@@ -377,12 +390,13 @@ class Tally:
 
 def fuzz(seeds: Sequence[Seed], count: int, seed: int = 0,
          config: Callable[[Seed], HardwareConfig] | None = None,
-         time_limit_s: float = 10.0) -> Tally:
+         time_limit_s: float = 10.0, measure_checker: bool = False) -> Tally:
     """Run ``count`` deterministic mutants of ``seeds``; ``config`` picks each seed's
     config (by default its own)."""
     tally = Tally()
     for mutant in mutants(seeds, count, seed):
-        tally.add(run_mutant(mutant, config(mutant.seed) if config else None, time_limit_s))
+        tally.add(run_mutant(mutant, config(mutant.seed) if config else None, time_limit_s,
+                             measure_checker))
     return tally
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,6 +32,7 @@ from heterocc.accel_sim import (
     run_stream,
     schedule_stream,
 )
+from heterocc.accel_sim.config import WORK_BUDGET_KEYS
 from heterocc.accel_sim.fuzz import GuardedDram, reference_seeds
 from heterocc.accel_sim.hil import dram_for_stream
 from heterocc.accel_sim.validation import instruction_work, loop_part_injective
@@ -250,3 +253,12 @@ def test_a_gemm_with_more_iterations_than_a_piece_is_exact():
     np.add.at(expected, dst, products)
     machine.execute(gemm, 1)
     np.testing.assert_array_equal(machine.acc, expected.astype(np.int32))
+
+
+def test_docs_list_the_budget_the_code_has():
+    """docs/isa.md's config table gives every budget key with the code's default."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "isa.md").read_text()
+    for key in WORK_BUDGET_KEYS:
+        listed = re.search(rf"^\| `{key}` \| (\d+) \|", text, re.MULTILINE)
+        assert listed, f"docs/isa.md does not list {key}"
+        assert int(listed.group(1)) == getattr(HardwareConfig(), key), key

@@ -22,6 +22,7 @@ from heterocc.accel_sim import (
     SimulatorDevice,
     decode_stream,
     encode_stream,
+    encode_uops,
     execute_program,
     schedule_stream,
     write_stream_file,
@@ -35,7 +36,7 @@ from heterocc.accel_sim.hil import (
     prefix_with_dump,
     simulate,
 )
-from heterocc.accel_sim.isa import Alu, Buffer, Load
+from heterocc.accel_sim.isa import Alu, Buffer, Gemm, Load, MicroOp, Store
 from heterocc.accel_sim.rtl_device import (
     REG_CONFIG_ID,
     REG_CONTROL,
@@ -52,7 +53,7 @@ from heterocc.accel_sim.rtl_device import (
     RtlSimulator,
 )
 from heterocc.accel_sim.rtl_header import config_id
-from heterocc.errors import AcceleratorError
+from heterocc.errors import AcceleratorError, IllegalInstructionError
 from tests.hw.conftest import BUILD_ROOT, require_rtl_tools
 from tests.hw.programs import random_program, reference_gemms, requantize
 
@@ -155,6 +156,61 @@ def test_fpga_device_keeps_accesses_inside_allocated_buffers():
     assert board.buffers[0].flushes == 1
     with pytest.raises(AcceleratorError, match="not inside one buffer"):
         device.read(address + 90, 20)
+
+
+def test_fpga_device_confines_the_accelerators_dma_to_allocated_buffers():
+    board = _Board(CONFIG, rtl=None)
+    device = FpgaDevice(CONFIG, board, board.allocate)
+    data = device.allocate(CONFIG.acc_tile_bytes)
+    code = device.allocate(32)
+    unit = CONFIG.acc_tile_bytes
+    for address, accepted in ((0, False), (data - unit, False), (data, True)):
+        stream = [Store(buffer=Buffer.ACC, sram_base=0, dram_base=address // unit, y_size=1,
+                        x_size=1, x_stride=1), Finish()]
+        device.write(code, encode_stream(stream, CONFIG))
+        board.registers.pop(REG_CONTROL, None)
+        if accepted:
+            device.start(code, 2)
+            assert board.registers[REG_CONTROL] == 1
+        else:
+            with pytest.raises(IllegalInstructionError, match="instruction 0: STORE ACC "
+                               "touches physical bytes"):
+                device.start(code, 2)
+            assert REG_CONTROL not in board.registers
+    # a stream the checker refuses never reaches the control port either
+    board.registers.clear()
+    device.write(code, encode_stream([Gemm(uop_begin=0, uop_end=1, loop_outer=1,
+                                           loop_inner=1), Finish()], CONFIG))
+    with pytest.raises(IllegalInstructionError, match="no earlier LOAD UOP filled"):
+        device.start(code, 2)
+    assert REG_CONTROL not in board.registers
+
+
+def test_rtl_device_refuses_what_the_simulator_refuses_before_the_rtl_runs():
+    device = RtlDevice(CONFIG, "icarus", dram_bytes=1 << 16, build_root=BUILD_ROOT)
+    hostile = [Load(buffer=Buffer.INP, sram_base=0, dram_base=0, y_size=65535, x_size=65535,
+                    x_stride=65535), Finish()]
+    code = device.allocate(32)
+    device.write(code, encode_stream(hostile, CONFIG))
+    with pytest.raises(IllegalInstructionError, match="instruction 0: LOAD INP covers SRAM"):
+        device.start(code, 2)
+    # two micro-ops naming one accumulator tile: legal fields, so only running the
+    # stream shows it (the simulator refuses it; the hardware would write the tile twice)
+    uops = device.allocate(8)
+    device.write(uops, encode_uops([MicroOp(dst=5, src=0), MicroOp(dst=5, src=1)], CONFIG)
+                 .view(np.uint8))
+    stream = [Load(buffer=Buffer.UOP, sram_base=0, dram_base=uops // 4, y_size=1, x_size=2,
+                   x_stride=2),
+              Alu(alu_op=AluOp.ADD, use_imm=True, imm=1, uop_begin=0, uop_end=2,
+                  loop_outer=1, loop_inner=1),
+              Finish()]
+    code = device.allocate(16 * len(stream))
+    device.write(code, encode_stream(stream, CONFIG))
+    with pytest.raises(IllegalInstructionError, match="instruction 1: ALU writes accumulator "
+                       "tile 5 in more than one iteration"):
+        device.start(code, len(stream))
+    with pytest.raises(AcceleratorError, match="without a preceding start"):
+        device.wait()
 
 
 @pytest.mark.rtl
