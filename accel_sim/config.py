@@ -27,6 +27,9 @@ UOP_BYTES = 4
 #: the width of every instruction word.
 INSTRUCTION_BITS = 128
 
+#: log2 of the largest on-chip buffer a config may have (16 MiB)
+MAX_LOG_BUFFER_BYTES = 24
+
 #: the config keys that bound one stream's work (instructions, DMA tiles, loop iterations).
 WORK_BUDGET_KEYS = ("max_stream_instructions", "max_stream_tiles", "max_stream_iterations")
 
@@ -278,6 +281,14 @@ def _validate(config: HardwareConfig) -> None:
     for key in ("token_queue_depth", "dram_bytes_per_cycle", *WORK_BUDGET_KEYS):
         if getattr(config, key) < 1:
             raise AcceleratorError(f"hardware config {key} must be at least 1")
+    for key in ("log_uop_buffer_bytes", "log_inp_buffer_bytes", "log_wgt_buffer_bytes",
+                "log_acc_buffer_bytes"):
+        # a config may come from a stream file's name: bound what the simulator allocates
+        if getattr(config, key) > MAX_LOG_BUFFER_BYTES:
+            raise AcceleratorError(
+                f"hardware config {key}={getattr(config, key)}: on-chip buffers are at most "
+                f"2**{MAX_LOG_BUFFER_BYTES} bytes"
+            )
     for name, depth in (
         ("uop", config.uop_depth),
         ("inp", config.inp_depth),

@@ -43,12 +43,12 @@ from .isa import (
     pushed_queues,
 )
 from .rtl_device import (
-    BENCH_CAPACITY_BYTES,
     BENCH_MEMORY,
     SIMULATORS,
     BenchMemory,
     RtlRun,
     RtlSimulator,
+    bench_capacity_bytes,
     bench_timing_config,
 )
 from .simulator import run_stream
@@ -218,7 +218,7 @@ def dram_for_stream(
     uops: Sequence[MicroOp],
     config: HardwareConfig,
     seed: int = 0,
-    max_bytes: int = BENCH_CAPACITY_BYTES,
+    max_bytes: int | None = None,
 ) -> np.ndarray:
     """A DRAM image for a stream file that came without one.
 
@@ -226,9 +226,12 @@ def dram_for_stream(
     they get the file's micro-ops, in address order, which is how ProgramBuilder
     and the compiler lay out kernels. Raises InputError when the counts disagree,
     and IllegalInstructionError for a stream that is not valid or would need an
-    image larger than ``max_bytes`` (the image's size comes from the stream's own
-    fields, so they are bounded before anything is allocated).
+    image larger than ``max_bytes`` (by default the RTL bench memory's capacity: the
+    image's size comes from the stream's own fields, so they are bounded before
+    anything is allocated).
     """
+    if max_bytes is None:
+        max_bytes = bench_capacity_bytes(config)
     check_stream(instructions, config, dram_bytes=max_bytes)
     rng = np.random.default_rng(seed)
     end = 0
@@ -266,12 +269,12 @@ def run_hil(
     """Run a stream file on the simulator and the RTL (its DRAM answering after
     ``memory.latency`` cycles) and compare them."""
     stream = read_stream_file(stream_path)
-    rtl = RtlSimulator(stream.config, simulator, build_root, memory)
     if dram_path is not None:
         dram = np.fromfile(dram_path, dtype=np.uint8)
     else:
-        dram = dram_for_stream(stream.instructions, stream.uops, stream.config,
-                               max_bytes=rtl.capacity_bytes)
+        dram = dram_for_stream(stream.instructions, stream.uops, stream.config)
+    check_stream(stream.instructions, stream.config, dram_bytes=dram.size)
+    rtl = RtlSimulator(stream.config, simulator, build_root, memory)
     return compare_stream(Path(stream_path).name, stream.instructions, stream.config, dram, rtl)
 
 

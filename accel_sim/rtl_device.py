@@ -55,8 +55,6 @@ BENCH_TOP_LEVEL = "hc_bench_top"
 BENCH_SOURCES = (BENCH_DIR / "hc_bench_memory.v", BENCH_DIR / "hc_bench_top.v")
 #: the bench memory holds 2**BENCH_LOG_MEM_WORDS bus words (32 MiB on a 64-bit bus)
 BENCH_LOG_MEM_WORDS = 22
-#: the bench memory's bytes on the default 64-bit bus (RtlSimulator.capacity_bytes)
-BENCH_CAPACITY_BYTES = 8 << BENCH_LOG_MEM_WORDS
 
 # Register map of the AXI4-Lite control port (hw/rtl/hc_ctrl.v).
 REG_CONTROL = 0x00
@@ -115,6 +113,11 @@ def bench_timing_config(config: HardwareConfig, memory: BenchMemory = BENCH_MEMO
         dram_latency_cycles=memory.latency,
         dram_bytes_per_cycle=config.bus_width_bits // 8,
     )
+
+
+def bench_capacity_bytes(config: HardwareConfig) -> int:
+    """The largest DRAM image the bench memory holds for ``config`` (its bus words)."""
+    return (config.bus_width_bits // 8) << BENCH_LOG_MEM_WORDS
 
 
 @dataclass(frozen=True)
@@ -328,7 +331,7 @@ class RtlSimulator:
     @property
     def capacity_bytes(self) -> int:
         """The largest DRAM image the bench memory holds."""
-        return (self.config.bus_width_bits // 8) << BENCH_LOG_MEM_WORDS
+        return bench_capacity_bytes(self.config)
 
     def build(self) -> None:
         """Generate the config header and compile the RTL (incremental)."""

@@ -262,3 +262,8 @@ def test_docs_list_the_budget_the_code_has():
         listed = re.search(rf"^\| `{key}` \| (\d+) \|", text, re.MULTILINE)
         assert listed, f"docs/isa.md does not list {key}"
         assert int(listed.group(1)) == getattr(HardwareConfig(), key), key
+
+
+def test_a_stream_files_config_name_cannot_ask_for_huge_buffers():
+    with pytest.raises(AcceleratorError, match="on-chip buffers are at most 2\\*\\*24 bytes"):
+        HardwareConfig.from_name("1x1x1_i8w8a32o8_15_15_18_30_b64q64")

@@ -9,6 +9,7 @@ operation wrongly, and with the real RTL on streams where both sides agree.
 from __future__ import annotations
 
 import argparse
+import tracemalloc
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -322,3 +323,24 @@ def test_hil_command_reports_agreement_on_the_rtl(tmp_path, capsys):
     assert args.func(args) == 0
     output = capsys.readouterr().out
     assert "DRAM agrees" in output and "RTL" in output
+
+
+def test_hil_command_refuses_a_hostile_stream_before_building_any_image(tmp_path, capsys):
+    """One LOAD of 65535 x 65535 tiles at the top of a 4 GiB DRAM: refused by the
+    checker, no DRAM image allocated for it, no RTL run."""
+    hostile = [Load(buffer=Buffer.INP, sram_base=0, dram_base=(1 << 32) - 1, y_size=65535,
+                    x_size=65535, x_stride=65535), Finish()]
+    stream_path = tmp_path / "hostile.hcas"
+    write_stream_file(stream_path, CONFIG, hostile)
+    parser = argparse.ArgumentParser()
+    add_hil_parser(parser.add_subparsers())
+    args = parser.parse_args(["hil", str(stream_path), "--build-dir", str(tmp_path)])
+    tracemalloc.start()
+    try:
+        assert args.func(args) == 2
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100 << 20
+    assert "instruction 0: LOAD INP covers SRAM entries" in capsys.readouterr().out
+    assert not any(tmp_path.glob("*_1x16x16*"))
