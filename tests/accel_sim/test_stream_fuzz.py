@@ -18,6 +18,8 @@ from heterocc.accel_sim.fuzz import (
 from heterocc.targets.vta.seeds import tiny_cnn_seeds
 
 STREAMS = 1000
+#: the issue's ceiling on the checker's memory, whatever the fields say
+CHECKER_MEMORY_LIMIT = 100 << 20
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +53,19 @@ def test_mutated_streams_never_crash_write_out_of_bounds_or_hang(seeds):
 def test_mutants_over_a_tight_work_budget_are_refused(seeds):
     """Each seed's budget four times its own work: mutants that ask for more work are
     refused by the budget, wherever they enter."""
-    tally = fuzz(seeds, 300, seed=7, config=budget_for, time_limit_s=10.0)
+    tally = fuzz(seeds, 300, seed=7, config=budget_for, time_limit_s=10.0,
+                 measure_checker=True)
     _assert_held(tally, 300)
     refusals = {result for stage in STAGES for result in tally.by_stage[stage]}
     assert any("max_stream_" in result or "loop_outer*loop_inner" in result
                for result in refusals)
+    assert 0 < tally.checker_peak_bytes < CHECKER_MEMORY_LIMIT
+
+
+@pytest.mark.slow
+def test_many_more_mutated_streams_hold(seeds):
+    tally = fuzz(seeds, 4000, seed=31337, time_limit_s=10.0)
+    _assert_held(tally, 4000)
 
 
 def test_mutants_are_deterministic(seeds):
