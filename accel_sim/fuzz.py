@@ -3,12 +3,13 @@
 Real streams (the reference programs, the accelerator target's compiled kernels)
 are mutated — truncated, bit-flipped, given negative or huge fields, illegal
 opcodes or enumeration values, broken token flags, instructions dropped,
-duplicated or swapped — and each mutant goes through every entry point a stream
-reaches: decode, the checker, the timing model, ``run_stream(..., check=False)``
-and :meth:`FunctionalSimulator.execute` one instruction at a time. The DRAM array
-lies inside a larger array whose guard bytes on both sides must still hold their
-pattern afterwards (an out-of-bounds write would change them), and every stream
-runs under a wall-clock limit (a hang is reported, not waited for).
+duplicated or swapped, or random micro-op words in DRAM — and each mutant goes
+through every entry point a stream reaches: decode, the checker, the timing
+model, ``run_stream(..., check=False)`` and :meth:`FunctionalSimulator.execute`
+one instruction at a time. The DRAM array lies inside a larger array whose guard
+bytes on both sides must still hold their pattern afterwards (an out-of-bounds
+write would change them), and every stream runs under a wall-clock limit (a hang
+is reported, not waited for).
 
 The only acceptable outcomes at each stage are success and a refusal by one of
 the project's own exceptions (:class:`heterocc.errors.HeteroccError`): anything
@@ -32,10 +33,10 @@ import numpy as np
 
 from ..errors import HeteroccError
 from .checker import find_stream_errors
-from .config import HardwareConfig
+from .config import UOP_BYTES, HardwareConfig
 from .encoding import INSTRUCTION_BYTES, decode_stream, encode_stream
 from .functional import FunctionalSimulator
-from .isa import DEPENDENCY_FLAGS, OPCODE_OF, Buffer, Instruction, isa_layout
+from .isa import DEPENDENCY_FLAGS, OPCODE_OF, Buffer, Instruction, Load, isa_layout
 from .program import Program
 from .reference_programs import (
     GemmTiling,
@@ -79,6 +80,13 @@ class Mutant:
     mutation: str
     words: bytes | None = None
     records: tuple[Instruction, ...] | None = None
+    #: a mutated DRAM image (micro-op words), None: the seed's
+    dram: np.ndarray | None = None
+
+    @property
+    def image(self) -> np.ndarray:
+        """The DRAM image the mutant runs against."""
+        return self.seed.dram if self.dram is None else self.dram
 
 
 @dataclass
@@ -229,6 +237,29 @@ def _field_record(seed: Seed, rng: np.random.Generator) -> Mutant:
     return Mutant(seed, f"field_record:{name}", records=tuple(records))
 
 
+def _micro_ops(seed: Seed, rng: np.random.Generator) -> Mutant:
+    """Random words where the stream's LOAD UOPs read their micro-ops: tile indices
+    past a buffer, GEMMs and ALUs that name other tiles (ALU write hazards)."""
+    slots = [
+        (instruction.dram_base + row * instruction.x_stride + column) * UOP_BYTES
+        for instruction in seed.instructions
+        if isinstance(instruction, Load) and instruction.buffer == Buffer.UOP
+        for row in range(instruction.y_size) for column in range(instruction.x_size)
+    ]
+    if not slots:
+        return _bit_flips(seed, rng)
+    image = seed.dram.copy()
+    for _ in range(int(rng.integers(1, 4))):
+        at = slots[int(rng.integers(0, len(slots)))]
+        word = int(image[at: at + UOP_BYTES].view("<u4")[0])
+        # a random word, or one field's bits flipped
+        word = int(rng.integers(0, 1 << 32)) if rng.integers(0, 2) else \
+            word ^ (1 << int(rng.integers(0, 32)))
+        image[at: at + UOP_BYTES] = np.frombuffer(word.to_bytes(UOP_BYTES, "little"), np.uint8)
+    return Mutant(seed, "micro_ops", words=encode_stream(seed.instructions, seed.config),
+                  dram=image)
+
+
 #: every mutation, by the name the outcome counts use
 MUTATIONS: dict[str, Callable[[Seed, np.random.Generator], Mutant]] = {
     "truncate": _truncate,
@@ -238,6 +269,7 @@ MUTATIONS: dict[str, Callable[[Seed, np.random.Generator], Mutant]] = {
     "token_flags": _token_flags,
     "reorder": _reorder,
     "field_record": _field_record,
+    "micro_ops": _micro_ops,
 }
 
 
@@ -311,7 +343,7 @@ def run_mutant(mutant: Mutant, config: HardwareConfig | None = None,
     config = config or mutant.seed.config
     outcome = Outcome(mutant)
     stages = outcome.stages
-    memory = GuardedDram(mutant.seed.dram.size)
+    memory = GuardedDram(mutant.image.size)
     started = time.perf_counter()
     try:
         with _time_limit(time_limit_s):
@@ -333,10 +365,10 @@ def run_mutant(mutant: Mutant, config: HardwareConfig | None = None,
             if errors:
                 stages["check"] = f"refused:{refusal_kind(errors[0])}"
             _stage(stages, "timing", lambda: schedule_stream(instructions, config))
-            memory.dram[:] = mutant.seed.dram
+            memory.dram[:] = mutant.image
             _stage(stages, "run_unchecked",
                    lambda: run_stream(instructions, config, memory.dram, check=False))
-            memory.dram[:] = mutant.seed.dram
+            memory.dram[:] = mutant.image
             _stage(stages, "execute", lambda: _execute_in_order(instructions, config, memory))
     except _TimeLimit:
         outcome.hang = True
