@@ -34,8 +34,8 @@ from .isa import (
 )
 from .timing import schedule_stream
 from .validation import (
-    collect,
     dma_sram_tiles,
+    first_errors,
     iter_stream_errors,
 )
 
@@ -51,7 +51,7 @@ def find_stream_errors(
     it DRAM ranges are not checked. At most ``validation.MAX_LISTED_ERRORS`` are
     listed; the last one listed notes how many more there were.
     """
-    return collect(_stream_errors(instructions, config, dram_bytes))
+    return first_errors(_stream_errors(instructions, config, dram_bytes))
 
 
 def _stream_errors(

@@ -20,8 +20,7 @@ import numpy as np
 from ..errors import AcceleratorError, IllegalInstructionError
 from .checker import check_stream
 from .config import HardwareConfig
-from .driver import DEVICE_ALIGNMENT, RunStatus
-from .encoding import INSTRUCTION_BYTES, decode_stream
+from .driver import DEVICE_ALIGNMENT, RunStatus, read_stream
 from .isa import DmaInstruction, Instruction
 from .rtl_device import (
     CONTROL_START,
@@ -37,7 +36,7 @@ from .rtl_device import (
     STATUS_ERROR,
 )
 from .rtl_header import config_id
-from .validation import dma_dram_span, length_error
+from .validation import dma_dram_span
 
 
 class Mmio(Protocol):
@@ -153,11 +152,7 @@ class FpgaDevice:
             raise AcceleratorError(
                 f"instruction address {instruction_address:#x} is not 16-byte aligned"
             )
-        too_long = length_error(instruction_count, self.config)
-        if too_long is not None:
-            raise too_long
-        words = self.read(instruction_address, INSTRUCTION_BYTES * instruction_count)
-        instructions = decode_stream(words.tobytes(), self.config)
+        instructions = read_stream(self, instruction_address, instruction_count)
         check_stream(instructions, self.config, dram_bytes=1 << 32)
         self._require_confined(instructions)
         self.mmio.write(REG_INSN_ADDR, instruction_address)

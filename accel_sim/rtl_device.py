@@ -34,13 +34,12 @@ import numpy as np
 
 from ..errors import AcceleratorError
 from .config import HardwareConfig
-from .driver import DEVICE_ALIGNMENT, HostDram, RunStatus
-from .encoding import INSTRUCTION_BYTES, decode_stream, encode_stream
+from .driver import DEVICE_ALIGNMENT, HostDram, RunStatus, read_stream
+from .encoding import INSTRUCTION_BYTES, encode_stream
 from .isa import Instruction
 from .program import Program
 from .rtl_header import RTL_DIR, config_id, rtl_sources, write_rtl_header
 from .simulator import run_stream
-from .validation import length_error
 
 #: hw/tb, where the cocotb benches live.
 BENCH_DIR = RTL_DIR.parent / "tb"
@@ -420,12 +419,8 @@ class RtlDevice(HostDram):
                 f"instruction address {instruction_address:#x} is not 16-byte aligned; the "
                 "RTL fetches whole instruction words"
             )
-        too_long = length_error(instruction_count, self.config)
-        if too_long is not None:
-            raise too_long
-        words = self.read(instruction_address, INSTRUCTION_BYTES * instruction_count)
+        instructions = read_stream(self, instruction_address, instruction_count)
         used = max(self._next_free, instruction_address + INSTRUCTION_BYTES * instruction_count)
-        instructions = decode_stream(words.tobytes(), self.config)
         run_stream(instructions, self.config, self.dram[:used].copy())
         self._pending = RtlRun(
             self.dram[:used].copy(), instruction_address, instruction_count, self.max_cycles

@@ -449,7 +449,7 @@ def iter_stream_errors(
             yield from rule(instruction, index)
 
 
-def collect(errors: Iterable[AcceleratorError], limit: int = MAX_LISTED_ERRORS
+def first_errors(errors: Iterable[AcceleratorError], limit: int = MAX_LISTED_ERRORS
             ) -> list[AcceleratorError]:
     """The first ``limit`` errors; the last one kept notes how many more there were."""
     kept: list[AcceleratorError] = []
@@ -471,13 +471,3 @@ def validate_stream(
     model's and the simulator's entry check; the checker adds the stream rules)."""
     for error in iter_stream_errors(instructions, config, dram_bytes):
         raise error
-
-
-def validate_instruction(
-    instruction: Instruction, index: int | None, config: HardwareConfig,
-    dram_bytes: int | None = None,
-) -> None:
-    """Raise the first rule one instruction breaks on its own."""
-    errors = instruction_errors(instruction, index, config, dram_bytes)
-    if errors:
-        raise errors[0]
