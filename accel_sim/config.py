@@ -71,7 +71,7 @@ class HardwareConfig:
     # parameters, host policy rather than hardware, so not part of the name
     max_stream_instructions: int = 1 << 20
     max_stream_tiles: int = 1 << 24
-    max_stream_iterations: int = 1 << 25
+    max_stream_iterations: int = 1 << 24
 
     def __post_init__(self) -> None:
         _validate(self)
