@@ -38,8 +38,9 @@ def run_stream(
     The stream is checked first (``check=False`` skips the checker's stream rules,
     for streams already checked; every instruction is still validated by the timing
     model and the simulator before it runs, so no stream reads or writes outside
-    ``dram`` or asks for more work than the config's budget). Instructions execute in the order the timing model issues them,
-    which is the order the token protocol allows; a deadlocked stream raises
+    ``dram`` or asks for more work than the config's budget). Instructions execute
+    in the order the timing model issues them, which is the order the token
+    protocol allows; a deadlocked stream raises
     DeadlockError naming each module's blocked instruction instead of hanging.
     """
     if check:
