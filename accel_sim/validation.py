@@ -144,11 +144,31 @@ class InstructionValidator:
         self.inp_depth = config.inp_depth
         self.wgt_depth = config.wgt_depth
         self.max_iterations = config.max_stream_iterations
+        #: id -> (instruction, DRAM bytes it needs) of instructions found legal
+        self._legal: dict[int, tuple[Instruction, int]] = {}
 
     def errors(self, instruction: Instruction, index: int | None,
                dram_bytes: int | None = None) -> list[IllegalInstructionError]:
         """Every rule ``instruction`` breaks on its own (empty when it is legal);
         ``dram_bytes``: the size of the DRAM it runs against (None: unchecked)."""
+        # a compiled stream runs again and again: an instruction object found legal once
+        # (frozen, and kept alive by the cache, so its id is its own) stays legal, for
+        # any DRAM that holds what it touches
+        known = self._legal.get(id(instruction))
+        if known is not None and known[0] is instruction and \
+                (dram_bytes is None or known[1] <= dram_bytes):
+            return []
+        errors = self._errors(instruction, index, dram_bytes)
+        if not errors:
+            if len(self._legal) >= _LEGAL_CACHE_SIZE:
+                self._legal.clear()
+            end = dma_dram_span(instruction, self.config)[1] \
+                if isinstance(instruction, DmaInstruction) else 0
+            self._legal[id(instruction)] = (instruction, end)
+        return errors
+
+    def _errors(self, instruction: Instruction, index: int | None,
+                dram_bytes: int | None) -> list[IllegalInstructionError]:
         specs = self._fields.get(type(instruction))
         if specs is None:
             return [IllegalInstructionError(f"{instruction!r} is not an ISA instruction", index)]
@@ -343,6 +363,9 @@ class InstructionValidator:
                            (instruction.src_factor_outer, instruction.src_factor_inner), depth))
         return bounds
 
+
+#: instructions the validator remembers as legal (then it starts over)
+_LEGAL_CACHE_SIZE = 1 << 16
 
 _LOAD_BUFFERS = frozenset({Buffer.UOP, Buffer.INP, Buffer.WGT, Buffer.ACC})
 _STORE_BUFFERS = frozenset({Buffer.OUT, Buffer.ACC})
