@@ -267,3 +267,18 @@ def test_docs_list_the_budget_the_code_has():
 def test_a_stream_files_config_name_cannot_ask_for_huge_buffers():
     with pytest.raises(AcceleratorError, match="on-chip buffers are at most 2\\*\\*24 bytes"):
         HardwareConfig.from_name("1x1x1_i8w8a32o8_15_15_18_30_b64q64")
+
+
+def test_an_instruction_found_legal_is_still_checked_against_a_smaller_dram():
+    store = Store(buffer=Buffer.ACC, sram_base=0, dram_base=10, y_size=1, x_size=1,
+                  x_stride=1)
+    FunctionalSimulator(CONFIG, np.zeros(4096, np.uint8)).execute(store, 0)
+    memory = GuardedDram(10 * CONFIG.acc_tile_bytes)
+    with pytest.raises(IllegalInstructionError, match="touches DRAM bytes"):
+        FunctionalSimulator(CONFIG, memory.dram).execute(store, 0)
+    assert memory.intact()
+    # equal but not the same object, with a field of another type: validated afresh
+    looks_alike = Store(buffer=Buffer.ACC, sram_base=0, dram_base=10, y_size=1.0, x_size=1,
+                        x_stride=1)
+    with pytest.raises(IllegalInstructionError, match="y_size=1.0 is not an integer"):
+        FunctionalSimulator(CONFIG, np.zeros(4096, np.uint8)).execute(looks_alike, 0)
