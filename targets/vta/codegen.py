@@ -45,7 +45,7 @@ from heterocc.errors import CompileError
 from heterocc.ir.graph import Node
 from heterocc.ops.nn import conv_geometry
 from heterocc.ops.qnn import zero_point_bias
-from heterocc.sdk import DeviceTiming, ProgramRunner, holds
+from heterocc.sdk import DeviceTiming, ProgramRunner, device_lock, holds
 
 from .conv import (
     MAX_CONV_CANDIDATES,
@@ -234,9 +234,15 @@ class AcceleratorKernel(ProgramRunner):
     def run_device(self, matrices: list[np.ndarray]) -> np.ndarray:
         """Run the program on its input tensors' matrices (written to the device; the
         program's image, weights included, is loaded on the first call); the output
-        tensor's matrix."""
+        tensor's matrix. The device's lock is held throughout (see
+        ``heterocc.sdk.device_lock``): the image and report read after the run are this
+        call's."""
         if self.device is None:
             self.device = VtaDevice(self.config)
+        with device_lock(self.device):
+            return self._run_device(matrices)
+
+    def _run_device(self, matrices: list[np.ndarray]) -> np.ndarray:
         fresh = not holds(self.device, self.program, self.output_tensor)
         tensors = self.program.tensors
         writes = [(name, functools.partial(np.asarray, matrix,
