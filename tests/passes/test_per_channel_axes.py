@@ -244,3 +244,18 @@ def test_the_interpreter_catches_a_rewrite_that_type_checks_but_changes_meaning(
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
     with pytest.raises(AssertionError, match="after pass 'realize_qdq'"):
         check_every_pass(model, "vta,llvm", [x], output_scale(model), REWRITE_STEPS)
+
+
+@pytest.mark.slow
+def test_a_quantized_cnn_keeps_its_meaning_pass_by_pass(tmp_path):
+    """Convolutions' channels are axis 1 of NCHW: every pass of a per-channel QDQ CNN
+    (convolutions, a residual addition, pooling, a Gemm) under the interpreter, then
+    bit-exact with it and close to ORT on vta,llvm."""
+    from tests.targets.vta.ort_models import INPUT, small_cnn
+
+    model = quantize(small_cnn(), tmp_path, INPUT)
+    x = np.random.default_rng(4).standard_normal(INPUT).astype(np.float32)
+    compiled = check_against_oracles(model, "vta,llvm", x, rewrite_steps=1, ort_steps=1)
+    axes = {n.attrs["axis"] for n in _requantizations(compiled.graph)
+            if isinstance(n.attrs["multiplier"], list)}
+    assert axes == {1}  # the convolutions' and the 2-D Gemm's channels
