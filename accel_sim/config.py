@@ -58,6 +58,10 @@ class HardwareConfig:
     dram_bytes_per_cycle: int = 8
     gemm_cycles_per_iteration: int = 1
     alu_cycles_per_iteration: int = 1
+    # the clock and the host link, for time estimates (placement by cost)
+    clock_mhz: int = 100
+    link_mbytes_per_s: int = 1000
+    link_latency_ns: int = 2000
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -264,7 +268,8 @@ def _validate(config: HardwareConfig) -> None:
             f"hardware config bus_width_bits={config.bus_width_bits}: "
             "choose 32, 64, 128, 256 or 512"
         )
-    for key in ("token_queue_depth", "dram_bytes_per_cycle"):
+    for key in ("token_queue_depth", "dram_bytes_per_cycle", "clock_mhz",
+                "link_mbytes_per_s"):
         if getattr(config, key) < 1:
             raise AcceleratorError(f"hardware config {key} must be at least 1")
     for name, depth in (

@@ -25,7 +25,7 @@ from .ir.graph import Graph
 from .ir.types import dtype_from_onnx
 from .passes import PassRecord
 from .passes.partition import PartitionReport
-from .passes.pipeline import run_pipeline
+from .passes.pipeline import default_placement, run_pipeline
 from .runtime.artifact import export_artifact
 from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .runtime.inputs import InputSpec, name_inputs
@@ -71,6 +71,8 @@ class CompiledModel:
     strict: bool = False
     calibration: list | None = None
     tuning_log: str | None = None
+    #: "greedy", "cost", or "auto" (cost when every target can estimate)
+    placement: str = "greedy"
     _cache: OrderedDict = field(default_factory=OrderedDict)
     _profile: dict[str, ProfileEntry] | None = None
 
@@ -127,8 +129,9 @@ class CompiledModel:
             instance = get_target(t) if isinstance(t, str) else t
             targets[instance.name] = instance
         fallback = list(targets)[-1]
+        how = default_placement(targets) if self.placement == "auto" else self.placement
         result = run_pipeline(graph, targets, fallback, self.strict, self.calibration,
-                              self.dump_ir)
+                              self.dump_ir, how)
         graph, report = result.graph, result.report
         placement = {n.name: n.attrs.get("target", fallback)
                      for n in graph.nodes if n.body is not None}
@@ -249,7 +252,7 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
             shapes: Mapping[str, Sequence[int]] | None = None,
             dump_ir: str | None = None, check: bool = True,
             strict: bool = False, calibration=None,
-            tuning_log: str | None = None) -> CompiledModel:
+            tuning_log: str | None = None, placement: str = "greedy") -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for ``target``.
 
     ``target``: a target name (default ``llvm``: the host CPU), a comma-separated
@@ -267,7 +270,13 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     turns on int8 post-training quantization of convolutions and dense layers.
     ``tuning_log`` applies the best schedule per task of a tuning log
     (``heterocc tune``); tasks missing from it keep the default schedules.
+    ``placement``: with several targets, ``"greedy"`` offloads every pattern match,
+    ``"cost"`` only those the targets' time estimates say are faster offloaded
+    (transfers included; see ``docs/partitioning.md``), ``"auto"`` is ``"cost"`` when
+    every target can estimate and ``"greedy"`` otherwise.
     """
+    if placement not in ("greedy", "cost", "auto"):
+        raise InputError(f"placement {placement!r}: choose greedy, cost or auto")
     names = parse_targets(target)
     known = available_targets()
     unknown = [n for n in names if isinstance(n, str) and n not in known]
@@ -291,6 +300,6 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     compiled = CompiledModel(proto, names, specs, [o.name for o in proto.graph.output],
                              shapes, dump_ir, strict=strict,
                              calibration=None if calibration is None else list(calibration),
-                             tuning_log=tuning_log)
+                             tuning_log=tuning_log, placement=placement)
     compiled.build_static()
     return compiled

@@ -336,6 +336,7 @@ class LLVMTarget(TETarget):
     _libraries: dict[str, object] = field(default_factory=dict, repr=False)
     #: packings of constants chosen while scheduling, by id of the expressed function
     _packings: dict[int, list] = field(default_factory=dict, repr=False)
+    _cost_model: object = field(default=None, repr=False)
 
     def __post_init__(self):
         self.cpu = parse_cpu(self.cpu)
@@ -413,6 +414,15 @@ class LLVMTarget(TETarget):
         packings = info.get("packed_constants", {}).get(symbol, [])
         constants = _packed_constants(function_constants(function.body), packings)
         return LLVMKernel(function.name, library[symbol], constants, output_specs(function))
+
+    def estimate(self, function: Node):
+        """How long ``function`` takes on this CPU: measured once per workload and CPU,
+        then read from the on-disk cache (:mod:`.cost`)."""
+        from .cost import CpuCostModel
+
+        if self._cost_model is None:
+            self._cost_model = CpuCostModel(self)
+        return self._cost_model.estimate(function)
 
     def graph_passes(self) -> list:
         """The CPU's layout pass (blocked NCHW[x]c convolutions, outputs padded to whole
