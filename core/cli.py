@@ -32,6 +32,7 @@ from .frontend.onnx import load_model
 from .ir.dot import to_dot
 from .passes import fused_functions
 from .passes.partition import single_target_report
+from .passes.placement_picture import placement_html, placement_svg
 from .quantization import quantize_model
 from .runtime.artifact import load_artifact
 from .runtime.inputs import load_samples, parse_shapes
@@ -75,7 +76,7 @@ def cmd_compile(args) -> int:
     t0 = time.perf_counter()
     compiled = hcompile(args.model, target=args.target, shapes=parse_shapes(args.shape),
                         dump_ir=args.dump_ir, tuning_log=args.tuning_log,
-                        calibration=_calibration(args.calibrate))
+                        calibration=_calibration(args.calibrate), placement=args.placement)
     elapsed = time.perf_counter() - t0
     export = getattr(compiled, "export", None)
     if args.output:
@@ -93,7 +94,8 @@ def cmd_run(args) -> int:
         compiled = load_artifact(path)  # artifacts come with the CPU code generator
     else:
         compiled = hcompile(path, target=args.target, shapes=parse_shapes(args.shape),
-                            tuning_log=args.tuning_log, calibration=_calibration(args.calibrate))
+                            tuning_log=args.tuning_log, calibration=_calibration(args.calibrate),
+                            placement=args.placement)
     inputs = _load_inputs(args.input)
     if not inputs:
         inputs = _random_inputs(compiled)
@@ -170,8 +172,13 @@ def cmd_inspect(args) -> int:
 
 def cmd_partition(args) -> int:
     compiled = hcompile(args.model, target=args.target, shapes=parse_shapes(args.shape),
-                        strict=args.strict)
+                        strict=args.strict, placement=args.placement)
     report = compiled.placement_report
+    for path, write in ((args.svg, placement_svg), (args.html, placement_html)):
+        if path and report is not None:
+            with open(path, "w") as f:
+                f.write(write(report, f"{os.path.basename(args.model)} on {args.target}"))
+            print(f"wrote {path}", file=sys.stderr)
     if args.json:
         if report is None:  # one target: everything is placed on it
             report = single_target_report(compiled.graph, compiled.targets[-1])
@@ -239,6 +246,11 @@ CALIBRATE_HELP = ("quantize to int8 with the built-in calibrator on these sample
                   "whose arrays stack the samples along a new first axis")
 
 
+PLACEMENT_HELP = ("with several targets, cost: offload a match only where the targets' time "
+                  "estimates say it is faster (transfers included); greedy (default): every "
+                  "match; auto: cost when every target can estimate (see heterocc partition)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="heterocc", description="heterocc deep-learning compiler")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -251,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dump-ir", help="directory receiving the IR after every pass")
     p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
     p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
+    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="greedy",
+                   help=PLACEMENT_HELP)
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="run a model or an exported artifact")
@@ -262,6 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true", help="print per-function times")
     p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
     p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
+    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="greedy",
+                   help=PLACEMENT_HELP)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("inspect", help="show the graph after the passes")
@@ -282,8 +298,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="refuse silent CPU fallback")
     p.add_argument("--dot", help="write the partitioned graph as Graphviz to this file")
     p.add_argument("--json", action="store_true",
-                   help="print one JSON object: nodes (node, op, target, macs, reason), "
-                        "macs_by_target, nodes_by_target, total_macs")
+                   help="print one JSON object: nodes (node, op, target, macs, reason, and "
+                        "by cost the estimates per candidate target), regions, "
+                        "macs_by_target, nodes_by_target, total_macs, and by cost the "
+                        "estimated totals of the chosen, all-CPU and greedy placements")
+    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="auto",
+                   help="cost: offload a match only where the targets' time estimates say "
+                        "it is faster (transfers included); greedy: every match; auto "
+                        "(default): cost when every target can estimate")
+    p.add_argument("--svg", help="write a picture of the placement (SVG) to this file")
+    p.add_argument("--html", help="write the picture and the table (HTML) to this file")
     p.set_defaults(func=cmd_partition)
 
     p = sub.add_parser("quantize", help="quantize a float model to int8 QDQ ONNX with the "

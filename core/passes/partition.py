@@ -56,11 +56,15 @@ class Placement:
     #: placement by cost: the estimate (``CostEstimate``) of the node's unit (its
     #: composite, or the node alone) on each candidate target, on the unit's first row
     estimates: dict = field(default_factory=dict)
+    #: the placement unit (a candidate composite, or the node alone) the node belongs to
+    unit: int = -1
+    #: the pattern row of the candidate composite the node was part of (kept or not)
+    candidate: str = ""
 
     def to_dict(self) -> dict:
         row = {"node": self.node, "op": self.op, "target": self.target, "macs": self.macs,
                "reason": self.reason, "composite": self.composite, "region": self.region,
-               "function": self.function, **self.metrics}
+               "function": self.function, "unit": self.unit, **self.metrics}
         if self.estimates:
             row["estimates"] = {t: e.to_json() for t, e in self.estimates.items()}
         return row
@@ -80,6 +84,8 @@ class PartitionReport:
     placement: str = "greedy"
     #: placement by cost: the estimates and the model's totals
     plan: CostPlan | None = None
+    #: (producer unit, consumer unit, bytes) between placement units (``Placement.unit``)
+    edges: list = field(default_factory=list)
 
     def regions(self) -> list[dict]:
         """Each accelerator region: its name, target, composites and estimated time
@@ -309,6 +315,8 @@ def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
         raise PartitionError(f"unknown placement {placement!r}; choose one of "
                              f"{', '.join(PLACEMENTS)}")
     composites, claimed, refused = _annotate(graph, tables, strict)
+    units = _units(graph, composites)
+    candidate = {n: name for _, name, nodes in composites for n in nodes}
     plan = None
     unit_of: dict[Node, object] = {}
     if placement == "cost" and (composites or tables):
@@ -349,7 +357,7 @@ def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
     region_groups = [[by_name[composite_names[c]] for c in region] for region in regions]
     g = outline(g, region_groups, region_call)
 
-    report = PartitionReport(placement=placement, plan=plan)
+    report = PartitionReport(placement=placement, plan=plan, edges=_unit_edges(graph, units))
     for node in graph.nodes:
         unit = unit_of.get(node)
         if node in claimed:
@@ -368,9 +376,33 @@ def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
                                macs=multiply_accumulates(node))
         if unit is not None:
             placed.estimates = dict(unit.candidates)
+        placed.unit = units[node]
+        placed.candidate = candidate.get(node, "")
         report.placements.append(placed)
         report.placements.extend(_absorbed(node, placed))
     return g, report
+
+
+def _units(graph: Graph, composites) -> dict[Node, int]:
+    """The placement unit of every node: its candidate composite's number, or a number
+    of its own (the picture draws one box per unit)."""
+    units = {n: k for k, (_, _, nodes) in enumerate(composites) for n in nodes}
+    for node in graph.nodes:
+        units.setdefault(node, len(composites) + len(units))
+    return units
+
+
+def _unit_edges(graph: Graph, units: Mapping[Node, int]) -> list[tuple[int, int, int]]:
+    """(producer unit, consumer unit, bytes) of every tensor passed between two units."""
+    producers = graph.producers()
+    edges: dict[tuple[int, int], int] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            source = producers.get(v) if v is not None else None
+            if source is not None and units[source] != units[node]:
+                key = (units[source], units[node])
+                edges[key] = edges.get(key, 0) + v.type.nbytes
+    return [(a, b, n) for (a, b), n in edges.items()]
 
 
 def _absorbed(node: Node, placed: Placement) -> list[Placement]:
@@ -381,7 +413,8 @@ def _absorbed(node: Node, placed: Placement) -> list[Placement]:
         op, _, name = entry.partition(":")
         rows.append(Placement(name, op, placed.target,
                               f"folded into the clamp of {node.name} ({node.op})",
-                              placed.composite, placed.region, function=placed.function))
+                              placed.composite, placed.region, function=placed.function,
+                              unit=placed.unit, candidate=placed.candidate))
     return rows
 
 
