@@ -35,6 +35,8 @@ class UnitCost:
     chosen: str = ""
     greedy: str = ""
     reason: str = ""
+    #: the function node the estimates were made for (the unit outlined)
+    function: Node | None = None
 
     def seconds(self, target: str) -> float:
         return self.candidates[target].total_s
@@ -121,7 +123,7 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
     plan = CostPlan([], [], fallback)
     cpu = targets.get(fallback)
     for k, (target, _, nodes) in enumerate(composites):
-        unit = UnitCost(nodes)
+        unit = UnitCost(nodes, function=functions[k])
         for name, estimator in ((target, targets.get(target)), (fallback, cpu)):
             hook = getattr(estimator, "estimate", None)
             found = hook(functions[k]) if callable(hook) else None
@@ -130,7 +132,7 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
         _decide(unit, target, fallback)
         plan.composites.append(unit)
     for k, node in enumerate(others, start=len(composites)):
-        unit = UnitCost([node], chosen=fallback, greedy=fallback)
+        unit = UnitCost([node], chosen=fallback, greedy=fallback, function=functions[k])
         hook = getattr(cpu, "estimate", None)
         found = hook(functions[k]) if callable(hook) else None
         if found is not None:
