@@ -86,6 +86,28 @@ class CompiledModel:
 
     __call__ = run
 
+    def run_stream(self, inputs: Sequence[Mapping[str, np.ndarray] | Sequence[np.ndarray]]):
+        """Run a stream of inputs with the devices overlapping: the CPU works on one
+        input while an accelerator works on another (``heterocc.runtime.pipeline``).
+        Returns a ``StreamResult``: the outputs per input (as ``run`` gives them), the
+        modelled sequential and pipelined timelines (CPU spans measured, accelerator
+        spans from the device's cycle counts at its clock) and their ``speedup``."""
+        from .runtime.pipeline import run_stream
+
+        items = [name_inputs(self.inputs, item, {}) for item in inputs]
+        if not items:
+            raise InputError("run_stream: give at least one input")
+        exe = self._executable_for(items[0])
+        args = []
+        for given in items:
+            if self._key(given) != self._key(items[0]):
+                raise InputError("run_stream: every input of a stream must have the shapes "
+                                 "(and specialized values) of the first")
+            args.append([check_input(v, given[v.name]) for v in exe.graph.inputs])
+        fallback = list(exe.targets)[-1]
+        return run_stream(exe.graph, exe.executor.kernels, exe.executor.placement,
+                          exe.targets, args, fallback)
+
     def _executable_for(self, given: Mapping[str, np.ndarray]) -> Executable:
         key = self._key(given)
         exe = self._cache.get(key)

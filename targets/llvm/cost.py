@@ -28,7 +28,7 @@ from heterocc.sdk import CostCache, CostEstimate, workload_key
 #: samples wanted after the warm-up call, and the least time spent taking them
 MIN_SAMPLES = 3
 MIN_SECONDS = 0.02
-MAX_SAMPLES = 20
+MAX_SAMPLES = 1000
 #: a call this long is timed once after the warm-up: its fastest sample would differ
 #: from it by less than the estimate needs, and repeats would cost compile time
 LONG_CALL_SECONDS = 0.05
@@ -96,7 +96,7 @@ class CpuCostModel:
     def key(self) -> str:
         """What the cached figures depend on besides the workload: the CPU description
         (as a target string) and the cost model's version."""
-        return f"llvm1/{self.target.tuning_key}"
+        return f"llvm2/{self.target.tuning_key}"
 
     def estimate(self, function: Node) -> CostEstimate:
         """The function's time on this CPU: from the cache, or measured now."""

@@ -23,7 +23,7 @@ from heterocc.sdk import AcceleratorBase, LayoutRegion
 
 from ..registry import register_target
 from .codegen import AcceleratorKernel, compile_composite
-from .cost import VtaCostModel
+from .cost import VtaCostModel, call_estimate
 from .device import VtaDevice
 from .intrin import gemm_intrin
 from .patterns import pattern_table as _pattern_table
@@ -79,6 +79,11 @@ class VtaTarget(AcceleratorBase):
         """How long a composite takes here: its stream's cycles in the timing model at
         the clock, plus the host link's time for what a call copies (``cost``)."""
         return self.cost_model.estimate(function)
+
+    def call_estimate(self, kernel):
+        """The modelled time of ``kernel``'s last call (its programs' cycle counts at the
+        clock, its copies over the link): a stream's timeline (``run_stream``)."""
+        return call_estimate(kernel, self.config)
 
     def pattern_table(self):
         return _pattern_table()

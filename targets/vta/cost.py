@@ -35,6 +35,20 @@ def kernel_estimate(kernel: AcceleratorKernel, config: HardwareConfig,
                                 metrics["host_bytes"], len(kernel.input_names) + 1, source)
 
 
+def call_estimate(kernel, config: HardwareConfig) -> CostEstimate | None:
+    """The time of a region kernel's last call from the device's own counts: the cycles
+    each of its programs reported at the clock, and the bytes it copied over the link
+    (None before a call)."""
+    parts = list(getattr(kernel, "composites", ())) or [kernel]
+    if any(getattr(p, "last_timing", None) is None for p in parts):
+        return None
+    cycles = sum(p.last_cycles for p in parts)
+    moved = sum(p.last_bytes_in + p.last_bytes_out for p in parts)
+    transfers = sum(len(p.input_names) + 1 for p in parts)
+    return accelerator_estimate(cycles, config.clock_mhz, host_link(config), moved, transfers,
+                                f"device cycle count at {config.clock_mhz} MHz")
+
+
 def reuse_key(function: Node) -> tuple:
     """Which composite a function node is, across the partitioner's rounds: its pattern
     row and the names of its nodes (unique in a graph)."""
