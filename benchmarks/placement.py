@@ -4,6 +4,7 @@ onnxruntime's quantize_static (QDQ, int8 activations, per-channel weights) for
 
     python benchmarks/placement.py [--models resnet18,mobilenet_v2] [--size 224]
         [--configs 1x16x16@100,1x32x32@300] [--link-gbps 1] [--onnx-helper]
+        [--stream mobilenet_v2:1x16x16@20] [--stream-inputs 16] [--svg-dir DIR]
 
 Prints the machine, the accelerator configs with their clock and the host link; then
 per model and config:
@@ -17,6 +18,9 @@ per model and config:
   again here: median and largest deviation;
 - bit-exactness: the cost placement's output against the greedy placement's and the
   reference integer semantics of the partitioned graph (NumPy);
+- a stream of inputs through the pipelined runtime for one model and config where both
+  devices carry work: the modelled sequential and pipelined times (CPU spans measured,
+  accelerator spans from its cycle counts at the clock) and the throughput ratio;
 - compile time: greedy, cost with an empty estimate cache, cost again (cache warm), and
   placement's share of each cost compile (the partition pass, and the extra time over
   the greedy compile).
@@ -42,6 +46,7 @@ from machine import describe  # noqa: E402
 from vta_resnet18 import quantized  # noqa: E402
 
 import heterocc  # noqa: E402
+from heterocc.passes.placement_picture import placement_svg  # noqa: E402
 from heterocc.runtime.interpreter import evaluate  # noqa: E402
 from heterocc.targets import get_target  # noqa: E402
 from heterocc.targets.llvm import cost as cpu_cost  # noqa: E402
@@ -70,19 +75,55 @@ def _accelerator_accuracy(compiled, vta: VtaTarget) -> tuple[int, float]:
     return len(regions), worst
 
 
-def _cpu_accuracy(report) -> list[float]:
-    """Relative deviation of each CPU-placed function's estimate from its program timed
-    again here (fastest of at least 5 calls and 0.2 s)."""
+def _cpu_accuracy(report) -> list[tuple[float, float]]:
+    """(estimate, measured) seconds of each CPU-placed function, its program timed again
+    here (fastest of at least 5 calls and 0.2 s)."""
     llvm = get_target("llvm")
-    deviations = []
+    pairs = []
     for unit in [*report.plan.composites, *report.plan.others]:
         if unit.chosen != "llvm" or "llvm" not in unit.candidates:
             continue
         run, graph = cpu_cost.cpu_program(llvm, unit.function)
         measured = min(cpu_cost.time_call(run, cpu_cost.random_arguments(graph.inputs),
                                           min_samples=5, min_seconds=0.2))
-        deviations.append(abs(unit.candidates["llvm"].compute_s - measured) / measured)
-    return deviations
+        pairs.append((unit.candidates["llvm"].compute_s, measured))
+    return pairs
+
+
+def _print_cpu_accuracy(pairs: list[tuple[float, float]]) -> None:
+    for label, chosen in (("functions of 0.1 ms or more", [p for p in pairs if p[1] >= 1e-4]),
+                          ("functions under 0.1 ms", [p for p in pairs if p[1] < 1e-4])):
+        if not chosen:
+            continue
+        deviations = [abs(e - m) / m for e, m in chosen]
+        within = sum(1 for d in deviations if d <= 0.25)
+        print(f"  CPU estimate vs measured again, {label}: {len(chosen)}, median deviation "
+              f"{100 * statistics.median(deviations):.1f}%, largest {100 * max(deviations):.1f}%, "
+              f"{within} within 25%")
+    estimated, measured = sum(e for e, _ in pairs), sum(m for _, m in pairs)
+    if measured:
+        print(f"  CPU estimate vs measured again, all CPU functions together: "
+              f"{estimated * 1e3:.3f} ms vs {measured * 1e3:.3f} ms "
+              f"({100 * abs(estimated - measured) / measured:.1f}%)")
+
+
+def _stream(model, vta: VtaTarget, size: int, count: int) -> None:
+    """``count`` inputs through the pipelined runtime, cost placement."""
+    compiled = heterocc.compile(model, target=[vta, "llvm"], placement="cost")
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((1, 3, size, size)).astype(np.float32) for _ in range(count)]
+    result = compiled.run_stream([[x] for x in xs])
+    exact = all(np.array_equal(out[0], compiled.run([x])[0])
+                for x, out in zip(xs[:2], result.outputs[:2]))
+    busy = result.busy(result.sequential)
+    overlap = any(a.lane == "llvm" and b.lane == "vta" and a.start < b.end and b.start < a.end
+                  for a in result.pipelined for b in result.pipelined)
+    print(f"  stream of {count}: busy per input: " + ", ".join(
+        f"{lane} {seconds / count * 1e3:.2f} ms" for lane, seconds in busy.items()))
+    print(f"  modelled: sequential {result.makespan(result.sequential) * 1e3:.1f} ms, "
+          f"pipelined {result.makespan(result.pipelined) * 1e3:.1f} ms -> throughput "
+          f"{result.speedup:.2f}x; CPU and accelerator spans overlap: {overlap}; "
+          f"outputs bit-exact: {exact}; wall time here {result.wall_seconds:.1f} s")
 
 
 def _config(text: str, link_gbps: float) -> VtaTarget:
@@ -97,6 +138,12 @@ def main() -> int:
     ap.add_argument("--configs", default="1x16x16@100,1x32x32@300",
                     help="accelerator shapes and clocks (MHz), comma-separated")
     ap.add_argument("--link-gbps", type=float, default=1.0)
+    ap.add_argument("--stream", default="mobilenet_v2:1x16x16@20",
+                    help="MODEL:CONFIG run as a stream of --stream-inputs inputs (a split "
+                         "where both devices carry work); empty: none")
+    ap.add_argument("--stream-inputs", type=int, default=16)
+    ap.add_argument("--svg-dir", help="write each placement's picture here "
+                                      "(MODEL-SHAPE@CLOCK.svg)")
     ap.add_argument("--onnx-helper", action="store_true",
                     help="build the models with onnx.helper instead of exporting from torch")
     args = ap.parse_args()
@@ -122,6 +169,10 @@ def main() -> int:
             vta = _config(text, args.link_gbps)
             warm, t_warm, p_warm = _compile(model, vta, "cost")
             report = warm.placement_report
+            if args.svg_dir:
+                os.makedirs(args.svg_dir, exist_ok=True)
+                with open(os.path.join(args.svg_dir, f"{name}-{text}.svg"), "w") as f:
+                    f.write(placement_svg(report, f"{name}, vta {text} MHz + llvm"))
             totals = report.plan.totals()
             chosen, cpu, greedy_ms = totals["chosen_ms"], totals["all_cpu_ms"], \
                 totals["greedy_ms"]
@@ -139,14 +190,10 @@ def main() -> int:
             exact = np.array_equal(out, expected) and np.array_equal(
                 out, evaluate(warm.graph, [x])[0])
             regions, worst = _accelerator_accuracy(warm, vta)
-            deviations = _cpu_accuracy(report)
+            pairs = _cpu_accuracy(report)
             print(f"  accelerator estimate vs timing model in the run: {regions} regions, "
                   f"largest deviation {100 * worst:.2f}%")
-            if deviations:
-                within = sum(1 for d in deviations if d <= 0.25)
-                print(f"  CPU estimate vs measured again: {len(deviations)} functions, "
-                      f"median deviation {100 * statistics.median(deviations):.1f}%, "
-                      f"largest {100 * max(deviations):.1f}%, {within} within 25%")
+            _print_cpu_accuracy(pairs)
             print(f"  bit-exact (cost vs greedy vs integer reference): {exact}")
             print(f"  compile: greedy {t_greedy:.2f} s; cost, empty cache {t_cold:.2f} s "
                   f"(partition {p_cold:.2f} s = {100 * p_cold / t_cold:.1f}%, "
@@ -155,6 +202,11 @@ def main() -> int:
                   f"{100 * p_warm / t_warm:.1f}%)")
             if not ok or not exact:
                 failures.append(f"{name} {text}")
+    if args.stream:
+        name, _, text = args.stream.partition(":")
+        model = quantized(name, not args.onnx_helper, args.size, "qdq", "int8", False)
+        print(f"\n{name} on vta {text} MHz + llvm, cost placement, pipelined:")
+        _stream(model, _config(text, args.link_gbps), args.size, args.stream_inputs)
     print(f"\ncost strictly better than both on at least one: {strictly_better}")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     if failures:

@@ -39,6 +39,7 @@ class UnitCost:
     function: Node | None = None
 
     def seconds(self, target: str) -> float:
+        """The unit's estimated time on ``target``, transfers included."""
         return self.candidates[target].total_s
 
 

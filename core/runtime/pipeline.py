@@ -75,6 +75,7 @@ class Span:
 
     @property
     def end(self) -> float:
+        """When the span ends (seconds)."""
         return self.start + self.seconds
 
 
@@ -102,6 +103,7 @@ class StreamResult:
 
     @staticmethod
     def makespan(spans: Sequence[Span]) -> float:
+        """When the last span of a timeline ends (seconds from its start)."""
         return max((s.end for s in spans), default=0.0)
 
     @property
