@@ -107,8 +107,20 @@ def accelerator_estimate(cycles: int, clock_mhz: float, link: HostLink, bytes_mo
 
 def workload_key(function: Node) -> str:
     """A short stable key of what a function's time depends on: its body's structure
-    (``structure_key``: ops, attributes, types, dataflow), not its weights' contents."""
-    return hashlib.sha1(repr(structure_key(function.body)).encode()).hexdigest()[:20]
+    (``structure_key``: ops, attributes, types, dataflow), not its weights' contents.
+    Remembered for the last functions asked (each target asks for every candidate)."""
+    known = _KEYS.get(id(function))
+    if known is not None and known[0] is function:
+        return known[1]
+    key = hashlib.sha1(repr(structure_key(function.body)).encode()).hexdigest()[:20]
+    if len(_KEYS) >= 512:  # a model's candidates; the functions are held until cleared
+        _KEYS.clear()
+    _KEYS[id(function)] = (function, key)
+    return key
+
+
+#: workload keys by id of the function node (kept with it, so an id is not reused)
+_KEYS: dict[int, tuple[Node, str]] = {}
 
 
 class CostCache:

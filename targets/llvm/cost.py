@@ -5,8 +5,9 @@ its layout, then fusion), each fused function built by the target itself (so its
 kernels are shared with the final build, one per structure) and timed on random inputs
 in this process: one warm-up call, then calls until :data:`MIN_SAMPLES` samples and
 :data:`MIN_SECONDS` of calls, at most :data:`MAX_SAMPLES`; the figure is the fastest
-sample (the least disturbed by other work on the machine). A function whose single call
-takes longer than :data:`LONG_CALL_SECONDS` is sampled once after the warm-up.
+sample (the least disturbed by other work on the machine). A function whose first call
+takes longer than :data:`LONG_CALL_SECONDS` is timed by that call alone (compile time
+matters, and so long a call hardly differs from the next).
 
 Figures are kept on disk (:class:`heterocc.sdk.CostCache`) by the CPU description and
 the function's workload key, so a second compile of a model measures nothing.
@@ -29,8 +30,8 @@ from heterocc.sdk import CostCache, CostEstimate, workload_key
 MIN_SAMPLES = 3
 MIN_SECONDS = 0.02
 MAX_SAMPLES = 1000
-#: a call this long is timed once after the warm-up: its fastest sample would differ
-#: from it by less than the estimate needs, and repeats would cost compile time
+#: a first call this long is the only sample: repeats would cost compile time and differ
+#: from it by less than the estimate needs
 LONG_CALL_SECONDS = 0.05
 
 
@@ -59,8 +60,12 @@ def time_call(call, args, min_samples: int = MIN_SAMPLES, min_seconds: float = M
     start = time.perf_counter()
     call(args)
     warm_up = time.perf_counter() - start
+    if warm_up > LONG_CALL_SECONDS:
+        # what a first call does besides the kernel (its output arrays, the check of its
+        # arguments) is negligible next to this much work: the call is the sample
+        return [warm_up]
     samples: list[float] = []
-    wanted = 1 if warm_up > LONG_CALL_SECONDS else min_samples
+    wanted = min_samples
     while len(samples) < max_samples and (len(samples) < wanted
                                           or sum(samples) < min_seconds):
         start = time.perf_counter()
