@@ -37,6 +37,7 @@ from .quantization import quantize_model
 from .runtime.artifact import load_artifact
 from .runtime.inputs import load_samples, parse_shapes
 from .runtime.memory import plan_memory
+from .runtime.pipeline import chrome_trace
 from .sdk_hil import model_hil
 from .targets import available_targets, get_target
 from .targets.registry import parse_target_spec
@@ -124,8 +125,6 @@ def cmd_run(args) -> int:
 def _run_stream(compiled, inputs: dict, args) -> int:
     """``run --stream N``: the input N times through the pipelined runtime; prints the
     modelled sequential and pipelined times and writes the timeline (``--trace``)."""
-    from .runtime.pipeline import chrome_trace
-
     if args.stream < 1:
         raise InputError(f"--stream {args.stream}: give a number of inputs of at least 1")
     if not callable(getattr(compiled, "run_stream", None)):

@@ -29,6 +29,7 @@ from .passes.pipeline import default_placement, run_pipeline
 from .runtime.artifact import export_artifact
 from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .runtime.inputs import InputSpec, name_inputs
+from .runtime.pipeline import StreamResult, run_stream
 from .targets import available_targets, get_target, parse_targets
 from .tuning.apply import ApplyHistoryBest
 
@@ -86,14 +87,13 @@ class CompiledModel:
 
     __call__ = run
 
-    def run_stream(self, inputs: Sequence[Mapping[str, np.ndarray] | Sequence[np.ndarray]]):
+    def run_stream(self, inputs: Sequence[Mapping[str, np.ndarray] | Sequence[np.ndarray]]
+                   ) -> StreamResult:
         """Run a stream of inputs with the devices overlapping: the CPU works on one
         input while an accelerator works on another (``heterocc.runtime.pipeline``).
         Returns a ``StreamResult``: the outputs per input (as ``run`` gives them), the
         modelled sequential and pipelined timelines (CPU spans measured, accelerator
         spans from the device's cycle counts at its clock) and their ``speedup``."""
-        from .runtime.pipeline import run_stream
-
         items = [name_inputs(self.inputs, item, {}) for item in inputs]
         if not items:
             raise InputError("run_stream: give at least one input")

@@ -23,6 +23,7 @@ import numpy as np
 from heterocc.ir.graph import Node
 from heterocc.passes import DEFAULT_PIPELINE
 from heterocc.passes.manager import PassManager
+from heterocc.passes.pipeline import target_graph_passes
 from heterocc.runtime.executor import GraphExecutor
 from heterocc.sdk import CostCache, CostEstimate, workload_key
 
@@ -77,8 +78,6 @@ def time_call(call, args, min_samples: int = MIN_SAMPLES, min_seconds: float = M
 def cpu_program(target, function: Node):
     """``function``'s body as the CPU runs it: the target's graph passes and fusion
     applied, every fused function built by ``target``; a callable on the body's inputs."""
-    from heterocc.passes.pipeline import target_graph_passes  # the pipeline imports targets
-
     fuse_at = DEFAULT_PIPELINE.index("fuse_ops")
     graph = PassManager([*target_graph_passes(target),
                          *DEFAULT_PIPELINE[fuse_at:]]).run(function.body)

@@ -42,6 +42,7 @@ from heterocc.te_target import (
 )
 from heterocc.tuning.apply import records_for
 
+from .cost import CpuCostModel
 from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
 from .module import build as build_module
 from .module import load_library
@@ -418,8 +419,6 @@ class LLVMTarget(TETarget):
     def estimate(self, function: Node):
         """How long ``function`` takes on this CPU: measured once per workload and CPU,
         then read from the on-disk cache (:mod:`.cost`)."""
-        from .cost import CpuCostModel
-
         if self._cost_model is None:
             self._cost_model = CpuCostModel(self)
         return self._cost_model.estimate(function)
