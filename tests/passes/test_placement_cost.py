@@ -208,3 +208,42 @@ def test_cost_estimate_json():
     est = CostEstimate(1e-3, 5e-4, "measured", {"samples": 3})
     assert est.to_json() == {"total_ms": 1.5, "compute_ms": 1.0, "transfer_ms": 0.5,
                              "source": "measured", "samples": 3}
+
+
+class _Fixed:
+    """A target whose estimate is a fixed time per composite kind (None: cannot tell)."""
+
+    def __init__(self, seconds: dict):
+        self.seconds = seconds
+
+    def estimate(self, function):
+        kind = function.attrs.get("composite", "")
+        value = self.seconds.get(kind, self.seconds.get("*"))
+        return None if value is None else CostEstimate(value, 0.0, "fixed")
+
+
+def test_decisions_follow_the_estimates_deterministically(model):
+    from heterocc.frontend.onnx import from_onnx
+    from heterocc.passes.pipeline import run_pipeline
+
+    graph = from_onnx(model)
+    accelerator = _Fixed({"conv2d_bias_requantize": 1e-3, "quantized_add": 5e-3,
+                          "dense_bias_requantize": 2e-3})
+    cpu = _Fixed({"conv2d_bias_requantize": 3e-3, "quantized_add": 1e-3,
+                  "dense_bias_requantize": 2e-3, "*": 1e-4})
+    targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
+    targets["vta"].estimate = accelerator.estimate
+    targets["llvm"].estimate = cpu.estimate
+    reports = [run_pipeline(graph, targets, "llvm", placement="cost").report for _ in range(2)]
+    assert [p.target for p in reports[0].placements] == [p.target for p in reports[1].placements]
+    for unit in reports[0].plan.composites:
+        name = unit.function.attrs["composite"]
+        expected = "llvm" if name == "quantized_add" else "vta"  # a tie stays offloaded
+        assert unit.chosen == expected, name
+    totals = reports[0].plan.totals()
+    assert totals["chosen_ms"] < totals["greedy_ms"] and totals["chosen_ms"] < totals["all_cpu_ms"]
+    # a target that cannot tell leaves the pattern to decide
+    targets["llvm"].estimate = _Fixed({}).estimate
+    report = run_pipeline(graph, targets, "llvm", placement="cost").report
+    assert all(u.chosen == "vta" and "no estimate" in u.reason for u in report.plan.composites)
+    assert report.plan.total("cpu") is None
