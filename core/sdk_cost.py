@@ -19,6 +19,7 @@ do not change its time), so a second compile of a model measures nothing again.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -150,15 +151,21 @@ class CostCache:
         return self._load().get(f"{target_key}/{workload}")
 
     def put(self, target_key: str, workload: str, entry: dict) -> None:
-        """Store ``entry`` (JSON-serializable) and write the file; a cache that cannot be
+        """Store ``entry`` (JSON-serializable): merged into the file as it is on disk now
+        (other caches and processes write it too), under a lock. A cache that cannot be
         written costs a measurement next time, never an error."""
+        key = f"{target_key}/{workload}"
         with self._lock:
-            entries = self._load()
-            entries[f"{target_key}/{workload}"] = entry
+            self._load()[key] = entry
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(entries, sort_keys=True))
-                os.replace(tmp, self.path)
+                with open(self.path.with_suffix(".lock"), "w") as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                    self._entries = None
+                    entries = self._load()
+                    entries[key] = entry
+                    tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps(entries, sort_keys=True))
+                    os.replace(tmp, self.path)
             except OSError:
                 pass

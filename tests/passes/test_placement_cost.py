@@ -247,3 +247,12 @@ def test_decisions_follow_the_estimates_deterministically(model):
     report = run_pipeline(graph, targets, "llvm", placement="cost").report
     assert all(u.chosen == "vta" and "no estimate" in u.reason for u in report.plan.composites)
     assert report.plan.total("cpu") is None
+
+
+def test_two_caches_on_one_file_keep_each_others_entries(cost_cache):
+    first, second = CostCache(), CostCache()
+    assert first.get("vta", "w") is None and second.get("llvm", "w") is None  # both loaded
+    first.put("vta", "w", {"cycles": 1})
+    second.put("llvm", "w", {"seconds": 2.0})
+    fresh = CostCache()
+    assert fresh.get("vta", "w") == {"cycles": 1} and fresh.get("llvm", "w") == {"seconds": 2.0}
