@@ -79,9 +79,10 @@ def test_cost_cache_round_trip_and_a_damaged_file(cost_cache):
 def test_unknown_placement_is_refused(model):
     with pytest.raises(InputError, match="placement"):
         heterocc.compile(model, target="vta,llvm", placement="fastest")
-    graph = heterocc.compile(model, target="llvm").graph
+    from heterocc.frontend.onnx import from_onnx
+
     with pytest.raises(PartitionError, match="placement"):
-        partition(graph, {}, "llvm", placement="fastest")
+        partition(from_onnx(model), {}, "llvm", placement="fastest")
 
 
 def test_cost_follows_the_clock_and_stays_bit_exact(model):
