@@ -164,8 +164,8 @@ class PartitionReport:
 
     def format(self) -> str:
         """A table: node, op, target, MACs, region/composite, the estimates in ms (by
-        cost), reason; then the nodes and the share of multiply-accumulates on each
-        target, the regions and the estimated totals."""
+        cost), reason; then the regions (with their estimates), the estimated totals (by
+        cost), the nodes and the share of multiply-accumulates on each target."""
         timed = self.plan is not None
         lines = [f"{'node':32s} {'op':20s} {'target':10s} {'MACs':>12s} "
                  f"{'region / composite':36s} " + (f"{'estimate ms':24s} " if timed else "")
@@ -175,20 +175,7 @@ class PartitionReport:
             times = f"{p.estimate_text()[:24]:24s} " if timed else ""
             lines.append(f"{p.node[:32]:32s} {p.op[:20]:20s} {p.target:10s} {p.macs:12d} "
                          f"{where[:36]:36s} {times}{p.reason}")
-        counts = ", ".join(f"{t}: {n}" for t, n in self.by_target().items())
-        lines.append(f"nodes per target: {counts}")
-        macs = self.macs_by_target()
-        total = sum(macs.values())
-        if total:
-            shares = ", ".join(f"{t}: {m / 1e6:.1f} M ({100 * m / total:.1f}%)"
-                               for t, m in macs.items())
-            lines.append(f"MACs per target: {shares} of {total / 1e6:.1f} M")
         summary = self.to_json()
-        if "utilization" in summary or "host_bytes" in summary:
-            cycles = sum(p.metrics.get("cycles", 0) for p in self.placements)
-            lines.append(f"offloaded functions: {cycles} modelled cycles per run, "
-                         f"MAC-weighted utilization {summary.get('utilization', 0):.1%}, "
-                         f"{summary.get('host_bytes', 0)} bytes moved by the host per run")
         for region in summary["regions"]:
             times = ", ".join(f"{t} {e['total_ms']:.3g} ms ({e['transfer_ms']:.3g} transfer)"
                               for t, e in region["estimates"].items())
@@ -200,6 +187,19 @@ class PartitionReport:
                      "greedy_ms": "greedy (every match offloaded)"}
             lines.append("estimated end-to-end latency: " + ", ".join(
                 f"{names[k]} {v:.3f} ms" for k, v in totals.items()))
+        counts = ", ".join(f"{t}: {n}" for t, n in self.by_target().items())
+        lines.append(f"nodes per target: {counts}")
+        macs = self.macs_by_target()
+        total = sum(macs.values())
+        if total:
+            shares = ", ".join(f"{t}: {m / 1e6:.1f} M ({100 * m / total:.1f}%)"
+                               for t, m in macs.items())
+            lines.append(f"MACs per target: {shares} of {total / 1e6:.1f} M")
+        if "utilization" in summary or "host_bytes" in summary:
+            cycles = sum(p.metrics.get("cycles", 0) for p in self.placements)
+            lines.append(f"offloaded functions: {cycles} modelled cycles per run, "
+                         f"MAC-weighted utilization {summary.get('utilization', 0):.1%}, "
+                         f"{summary.get('host_bytes', 0)} bytes moved by the host per run")
         return "\n".join(lines)
 
 
