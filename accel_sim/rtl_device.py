@@ -34,11 +34,12 @@ import numpy as np
 
 from ..errors import AcceleratorError
 from .config import HardwareConfig
-from .driver import DEVICE_ALIGNMENT, HostDram, RunStatus
-from .encoding import encode_stream
+from .driver import DEVICE_ALIGNMENT, HostDram, RunStatus, read_stream
+from .encoding import INSTRUCTION_BYTES, encode_stream
 from .isa import Instruction
 from .program import Program
 from .rtl_header import RTL_DIR, config_id, rtl_sources, write_rtl_header
+from .simulator import run_stream
 
 #: hw/tb, where the cocotb benches live.
 BENCH_DIR = RTL_DIR.parent / "tb"
@@ -111,6 +112,11 @@ def bench_timing_config(config: HardwareConfig, memory: BenchMemory = BENCH_MEMO
         dram_latency_cycles=memory.latency,
         dram_bytes_per_cycle=config.bus_width_bits // 8,
     )
+
+
+def bench_capacity_bytes(config: HardwareConfig) -> int:
+    """The largest DRAM image the bench memory holds for ``config`` (its bus words)."""
+    return (config.bus_width_bits // 8) << BENCH_LOG_MEM_WORDS
 
 
 @dataclass(frozen=True)
@@ -324,7 +330,7 @@ class RtlSimulator:
     @property
     def capacity_bytes(self) -> int:
         """The largest DRAM image the bench memory holds."""
-        return (self.config.bus_width_bits // 8) << BENCH_LOG_MEM_WORDS
+        return bench_capacity_bytes(self.config)
 
     def build(self) -> None:
         """Generate the config header and compile the RTL (incremental)."""
@@ -400,13 +406,22 @@ class RtlDevice(HostDram):
         self.last_result: RtlRunResult | None = None
 
     def start(self, instruction_address: int, instruction_count: int) -> None:
-        """Hand the stream at ``instruction_address`` to the RTL (it runs in ``wait``)."""
+        """Hand the stream at ``instruction_address`` to the RTL (it runs in ``wait``).
+
+        The stream is refused first (IllegalInstructionError, DeadlockError) if the
+        checker refuses it against the DRAM shipped to the RTL, or if the simulator
+        refuses it on a copy of that DRAM (what depends on micro-op contents, such as
+        an index past a buffer, which the hardware would wrap): the RTL only ever
+        runs streams the simulator runs.
+        """
         if instruction_address % 16:
             raise AcceleratorError(
                 f"instruction address {instruction_address:#x} is not 16-byte aligned; the "
                 "RTL fetches whole instruction words"
             )
-        used = max(self._next_free, instruction_address + 16 * instruction_count)
+        instructions = read_stream(self, instruction_address, instruction_count)
+        used = max(self._next_free, instruction_address + INSTRUCTION_BYTES * instruction_count)
+        run_stream(instructions, self.config, self.dram[:used].copy())
         self._pending = RtlRun(
             self.dram[:used].copy(), instruction_address, instruction_count, self.max_cycles
         )
