@@ -476,6 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
     p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
     p.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="greedy",
+                   help=PLACEMENT_HELP)
     p.add_argument("--sign", metavar="PRIVATE_KEY",
                    help="sign the artifact's manifest with this Ed25519 key (heterocc keygen)")
     p.set_defaults(func=cmd_compile)
