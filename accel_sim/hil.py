@@ -18,8 +18,8 @@ command-line face (:func:`add_hil_parser`).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +47,7 @@ from .rtl_device import (
     SIMULATORS,
     BenchMemory,
     RtlRun,
+    RtlRunResult,
     RtlSimulator,
     bench_capacity_bytes,
     bench_timing_config,
@@ -70,6 +71,21 @@ class StreamComparison:
     model_cycles: int
     first_divergence: int | None = None
     divergence_detail: str = ""
+    #: the bench's clock cycles from start to ``irq`` and the wall time they took
+    simulated_cycles: int = 0
+    wall_seconds: float = 0.0
+    #: the RTL's DRAM after the run (for checks of the output tensors), when kept
+    rtl_dram: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def deviation(self) -> float:
+        """(RTL - model) / model cycles."""
+        return self.rtl_cycles / self.model_cycles - 1 if self.model_cycles else float("nan")
+
+    @property
+    def cycles_per_second(self) -> float:
+        """Simulated clock cycles per wall-clock second of the HDL simulator."""
+        return self.simulated_cycles / self.wall_seconds if self.wall_seconds else 0.0
 
     def summary(self) -> str:
         """One line, plus the divergence when there is one."""
@@ -213,6 +229,56 @@ def compare_stream(
     )
 
 
+def compare_streams(
+    streams: Sequence[tuple[str, Sequence[Instruction], np.ndarray]],
+    config: HardwareConfig,
+    rtl: RtlSimulator,
+    progress: Callable[[int, StreamComparison], None] | None = None,
+    locate: bool = True,
+    keep_dram: bool = False,
+) -> list[StreamComparison]:
+    """Several streams, each ``(name, instructions, dram)``, on the simulator and on the
+    RTL in *one* simulator process (one build, one start), in order; as
+    :func:`compare_stream` for each.
+
+    ``progress(index, comparison)`` is called as each stream ends on the RTL (from a
+    reader thread, while the simulator runs the next). Streams that differ are then
+    located one by one (``locate``); ``keep_dram`` keeps the RTL's DRAM after each run
+    in ``StreamComparison.rtl_dram``.
+    """
+    timing = model_timing(config, rtl)
+    expected, model_cycles, runs = [], [], []
+    for _, instructions, dram in streams:
+        check_stream(instructions, config, dram_bytes=dram.size)
+        after, cycles = simulate(instructions, timing, dram)
+        expected.append(after)
+        model_cycles.append(cycles)
+        runs.append(RtlRun.for_stream(dram, instructions, config,
+                                      max_cycles=20 * cycles + 10_000))
+
+    def judge(index: int, result: RtlRunResult) -> StreamComparison:
+        name, instructions, _ = streams[index]
+        return StreamComparison(
+            name, len(instructions), result.done and not _differs(result.dram, expected[index]),
+            result.cycles, model_cycles[index], simulated_cycles=result.simulated_cycles,
+            wall_seconds=result.wall_seconds, rtl_dram=result.dram if keep_dram else None)
+
+    def report(index: int, result: RtlRunResult) -> None:
+        progress(index, judge(index, result))
+
+    results = rtl.run(runs, report if progress else None)
+    comparisons = [judge(index, result) for index, result in enumerate(results)]
+    if not locate:
+        return comparisons
+    for index, comparison in enumerate(comparisons):
+        if not comparison.matches:
+            _, instructions, dram = streams[index]
+            first = find_first_divergence(instructions, config, dram, rtl)
+            comparisons[index] = replace(comparison, first_divergence=first,
+                                         divergence_detail=format_instruction(instructions[first]))
+    return comparisons
+
+
 def dram_for_stream(
     instructions: Sequence[Instruction],
     uops: Sequence[MicroOp],
@@ -319,6 +385,7 @@ __all__ = [
     "StreamComparison",
     "add_hil_parser",
     "compare_stream",
+    "compare_streams",
     "dram_for_stream",
     "find_first_divergence",
     "main",

@@ -27,8 +27,9 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -290,6 +291,11 @@ class CocotbBench:
         self._built = True
         _log.info(f"RTL built in {time.perf_counter() - started:.1f} s")
 
+    def ensure_built(self) -> None:
+        """Build unless this bench has been built already."""
+        if not self._built:
+            self.build()
+
     def test(self, test_module: str, test_dir: Path, extra_env: dict[str, str],
              plusargs: Sequence[str] = ()) -> Path:
         """Run the cocotb tests of ``test_module`` (in hw/tb); returns the results file.
@@ -297,8 +303,7 @@ class CocotbBench:
         Under pytest a failing cocotb test fails the calling test; elsewhere the
         caller reads the results file.
         """
-        if not self._built:
-            self.build()
+        self.ensure_built()
         environment = {"HC_CONFIG_NAME": self.config.name, **extra_env}
         with _simulator_environment(self.simulator):
             return self._runner.test(
@@ -345,9 +350,16 @@ class RtlSimulator:
         """Generate the config header and compile the RTL (incremental)."""
         self.bench.build()
 
-    def run(self, runs: Sequence[RtlRun]) -> list[RtlRunResult]:
-        """Run each stream on a freshly reset RTL; one simulator process for the batch."""
+    def run(self, runs: Sequence[RtlRun],
+            progress: Callable[[int, RtlRunResult], None] | None = None
+            ) -> list[RtlRunResult]:
+        """Run each stream on a freshly reset RTL; one simulator process for the batch.
+
+        ``progress(index, result)`` is called as each run of the batch ends, while the
+        simulator goes on with the next (from a reader thread, one call at a time).
+        """
         _log.info(f"running {len(runs)} stream(s) on the RTL under {self.simulator}")
+        self.bench.ensure_built()  # before the progress watch: a first build takes minutes
         self.build_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.build_dir) as scratch:
             folder = Path(scratch)
@@ -373,13 +385,20 @@ class RtlSimulator:
                 "latency": self.memory.latency,
                 "runs": entries,
                 "results": str(folder / "results.json"),
+                "progress": str(folder / "progress.jsonl"),
             }
             (folder / "job.json").write_text(json.dumps(job))
-            self.bench.test(
-                "hc_system_bench", folder, {"HC_RTL_JOB": str(folder / "job.json")},
-                plusargs=[f"+hc_mem_in={folder / 'hc_mem_in.hex'}",
-                          f"+hc_mem_out={folder / 'hc_mem_out.hex'}"],
-            )
+            def report(index: int, reading: dict) -> None:
+                # the run's DRAM is on disk before its progress line
+                progress(index, RtlRunResult(dram=np.load(entries[index]["result_image"]),
+                                             **reading))
+
+            with _watch_progress(folder / "progress.jsonl", report if progress else None):
+                self.bench.test(
+                    "hc_system_bench", folder, {"HC_RTL_JOB": str(folder / "job.json")},
+                    plusargs=[f"+hc_mem_in={folder / 'hc_mem_in.hex'}",
+                              f"+hc_mem_out={folder / 'hc_mem_out.hex'}"],
+                )
             results_path = folder / "results.json"
             if not results_path.exists():
                 raise AcceleratorError(
@@ -390,6 +409,42 @@ class RtlSimulator:
                 RtlRunResult(dram=np.load(entry["result_image"]), **reading)
                 for entry, reading in zip(entries, readings)
             ]
+
+
+@contextlib.contextmanager
+def _watch_progress(path: Path, progress: Callable[[int, dict], None] | None,
+                    poll_s: float = 0.25) -> Iterator[None]:
+    """While the body runs, call ``progress(index, readings)`` for each JSON line the
+    bench appends to ``path`` (from a reader thread: the body is the simulator, which
+    blocks this one); every line is reported once the body ends."""
+    if progress is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def tail() -> None:
+        offset, reported = 0, 0
+        while True:
+            finished = stop.is_set()
+            if path.exists():
+                data = path.read_text()
+                complete = data[offset:].rpartition("\n")[0]
+                if complete:
+                    offset += len(complete) + 1
+                    for line in complete.split("\n"):
+                        progress(reported, json.loads(line))
+                        reported += 1
+            if finished:
+                return
+            stop.wait(poll_s)
+
+    reader = threading.Thread(target=tail, name="rtl-progress", daemon=True)
+    reader.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        reader.join()
 
 
 class RtlDevice(HostDram):

@@ -13,7 +13,8 @@ variable, written by ``heterocc.accel_sim.rtl_device.RtlSimulator``: the memory'
 latency, and a list of runs, each a DRAM image (``.npy`` of
 uint8), the stream's address and length, and a cycle budget. For each run it
 writes the DRAM image after the run and the register readings to the run's result
-file; the comparison with the simulator happens in pytest.
+file (and, when the job names a ``progress`` file, appends the readings to it as one
+JSON line as soon as the run ends); the comparison with the simulator happens in the host.
 """
 
 from __future__ import annotations
@@ -185,6 +186,12 @@ async def run_job(dut):
         f"the RTL was built for config ID {config_id:#010x}, the job expects "
         f"{job['config_id']:#010x}; rebuild the RTL for this HardwareConfig"
     )
-    results = [await _run_one(dut, host, run, job_path.parent, job["bus_bytes"])
-               for run in job["runs"]]
+    results = []
+    progress = job.get("progress")
+    for run in job["runs"]:
+        results.append(await _run_one(dut, host, run, job_path.parent, job["bus_bytes"]))
+        if progress:
+            # one JSON line per finished run, so that the host can report as the batch goes
+            with open(progress, "a") as lines:
+                lines.write(json.dumps(results[-1]) + "\n")
     Path(job["results"]).write_text(json.dumps(results, indent=1))

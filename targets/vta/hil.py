@@ -1,74 +1,268 @@
-"""Hardware-in-the-loop for whole models: every accelerator function of a compiled
-model, replayed on the RTL through the same streams and DRAM images the
-simulator ran, with per-function agreement and cycles.
+"""Hardware-in-the-loop for whole networks: every accelerator function of a compiled
+model, run on the RTL through the same streams and DRAM images the simulator ran, each
+compared bit for bit with the simulator and its output with the integer reference, and
+its cycles with the timing model.
 
-    heterocc hil MODEL.onnx --device rtl [--simulator icarus|verilator]
+    heterocc hil MODEL.onnx [--device rtl] [--simulator verilator|icarus]
+
+The model runs once on the accelerator simulator (with the CPU's NumPy reference taking
+the rest); each accelerator function's DRAM image as the device held it for that run
+(its weights, and its activations as the previous layers left them) is then run on the
+RTL, layer after layer, in one HDL simulator process built once. Every layer's RTL DRAM
+is checked against the simulator's and its output tensor against the composite's NumPy
+reference on the model's reference activations, so a network whose every layer agrees
+runs on the RTL exactly as on the simulator. Progress is logged as each layer ends
+(``heterocc.hil``), and :meth:`NetworkHilReport.table` summarizes per layer and in total.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 
 import heterocc
-from heterocc.accel_sim.hil import StreamComparison, compare_stream
-from heterocc.accel_sim.rtl_device import (
-    BENCH_MEMORY,
-    BenchMemory,
-    RtlSimulator,
-    bench_timing_config,
-)
+from heterocc.accel_sim.hil import StreamComparison, compare_streams
+from heterocc.accel_sim.program import read_tensor
+from heterocc.accel_sim.rtl_device import BENCH_MEMORY, BenchMemory, RtlSimulator
+from heterocc.errors import InputError
+from heterocc.sdk_hil import first_difference, reference_trace
 
 from . import VtaTarget
+from .codegen import AcceleratorKernel
 
 _log = logging.getLogger("heterocc.hil")
+
+
+@dataclass(frozen=True)
+class LayerRun:
+    """One accelerator function on the RTL: the stream's comparison with the simulator
+    (DRAM, cycles, wall time) and whether its output tensor equals the integer
+    reference's (``reference_detail`` says where not)."""
+
+    comparison: StreamComparison
+    reference_matches: bool
+    reference_detail: str = ""
+
+    @property
+    def matches(self) -> bool:
+        """Bit-exact with the simulator and with the reference."""
+        return self.comparison.matches and self.reference_matches
+
+
+@dataclass
+class NetworkHilReport:
+    """A whole network's accelerator functions on the RTL (:func:`network_hil`)."""
+
+    model: str
+    simulator: str
+    layers: list[LayerRun] = field(default_factory=list)
+    #: the model's outputs (run on the accelerator simulator) equal the reference's
+    outputs_match: bool = True
+    #: wall seconds of each phase: compile, simulator, build, rtl
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def agrees(self) -> bool:
+        """Every layer bit-exact with the simulator and the reference, and the outputs."""
+        return self.outputs_match and all(layer.matches for layer in self.layers)
+
+    @property
+    def rtl_cycles(self) -> int:
+        return sum(layer.comparison.rtl_cycles for layer in self.layers)
+
+    @property
+    def model_cycles(self) -> int:
+        return sum(layer.comparison.model_cycles for layer in self.layers)
+
+    @property
+    def deviation(self) -> float:
+        """(RTL - model) / model cycles over the whole network."""
+        return self.rtl_cycles / self.model_cycles - 1 if self.model_cycles else float("nan")
+
+    @property
+    def max_deviation(self) -> float:
+        """The largest |deviation| of one layer."""
+        return max((abs(layer.comparison.deviation) for layer in self.layers), default=0.0)
+
+    @property
+    def simulated_cycles(self) -> int:
+        return sum(layer.comparison.simulated_cycles for layer in self.layers)
+
+    @property
+    def rtl_wall_seconds(self) -> float:
+        """Seconds the HDL simulator spent running the streams (start to irq)."""
+        return sum(layer.comparison.wall_seconds for layer in self.layers)
+
+    def table(self) -> str:
+        """Per layer: cycles on the RTL and in the timing model, their deviation, the
+        wall time and simulated cycles/s, the verdicts; then the totals."""
+        rows = [("#", "function", "instr", "RTL cycles", "model cycles", "dev %", "wall s",
+                 "cycles/s", "simulator", "reference")]
+        for index, layer in enumerate(self.layers, 1):
+            c = layer.comparison
+            rows.append((str(index), c.name, str(c.instructions), str(c.rtl_cycles),
+                         str(c.model_cycles), f"{100 * c.deviation:+.2f}",
+                         f"{c.wall_seconds:.2f}", f"{c.cycles_per_second:,.0f}",
+                         "agrees" if c.matches else "DIFFERS",
+                         "agrees" if layer.reference_matches else "DIFFERS"))
+        rate = self.simulated_cycles / self.rtl_wall_seconds if self.rtl_wall_seconds else 0
+        rows.append(("", "total", str(sum(layer.comparison.instructions
+                                          for layer in self.layers)),
+                     str(self.rtl_cycles), str(self.model_cycles),
+                     f"{100 * self.deviation:+.2f}", f"{self.rtl_wall_seconds:.2f}",
+                     f"{rate:,.0f}",
+                     f"{sum(layer.comparison.matches for layer in self.layers)}/{len(self.layers)}",
+                     f"{sum(layer.reference_matches for layer in self.layers)}/"
+                     f"{len(self.layers)}"))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(cell.ljust(w) if i == 1 else cell.rjust(w)
+                           for i, (cell, w) in enumerate(zip(row, widths))) for row in rows]
+        lines.insert(1, "-" * len(lines[0]))
+        lines.insert(len(lines) - 1, "-" * len(lines[0]))
+        for layer in self.layers:
+            c = layer.comparison
+            if c.first_divergence is not None:
+                lines.append(f"{c.name}: first differing instruction {c.first_divergence}: "
+                             f"{c.divergence_detail}")
+            if not layer.reference_matches:
+                lines.append(f"{c.name}: the reference: {layer.reference_detail}")
+        phases = ", ".join(f"{name} {s:.1f} s" for name, s in self.seconds.items())
+        outputs = "agree with" if self.outputs_match else "DIFFER from"
+        lines.append(f"{self.model} on the {self.simulator} RTL: "
+                     f"{sum(layer.matches for layer in self.layers)}/{len(self.layers)} "
+                     f"accelerator functions agree with the simulator and the reference; "
+                     f"the model's outputs {outputs} the reference; largest layer deviation "
+                     f"{100 * self.max_deviation:.2f}%; {phases}")
+        return "\n".join(lines)
+
+
+def _compiled_on_simulator(model, inputs, calibration_samples: int, seed: int):
+    """The model compiled for the simulated accelerator (a float model quantized with
+    seeded random calibration samples; a QDQ model as it is), its target and inputs
+    (by default seeded standard-normal ones)."""
+    proto = heterocc.frontend.load_model(model)
+    rng = np.random.default_rng(seed)
+    if inputs is None:
+        specs = _graph_inputs(proto)
+        inputs = {name: rng.standard_normal(shape).astype(dtype)
+                  for name, shape, dtype in specs}
+    else:  # calibration samples of the given inputs' shapes
+        specs = [(name, np.shape(array), np.asarray(array).dtype)
+                 for name, array in inputs.items()]
+    calibration = None
+    if not any(n.op_type in ("QuantizeLinear", "QLinearConv") for n in proto.graph.node):
+        calibration = [{name: rng.standard_normal(shape).astype(dtype)
+                        for name, shape, dtype in specs} for _ in range(calibration_samples)]
+    target = VtaTarget()
+    compiled = heterocc.compile(proto, target=[target, "reference"], calibration=calibration)
+    return compiled, target, inputs
+
+
+def _graph_inputs(proto) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+    """The model's inputs (not its initializers): name, static shape, dtype."""
+    constants = {tensor.name for tensor in proto.graph.initializer}
+    specs = []
+    for value in proto.graph.input:
+        if value.name in constants:
+            continue
+        tensor_type = value.type.tensor_type
+        shape = tuple(d.dim_value if d.HasField("dim_value") else -1
+                      for d in tensor_type.shape.dim)
+        if any(d <= 0 for d in shape):
+            raise InputError(f"input {value.name!r} has no static shape ({shape}); the RTL "
+                             "run needs one: give the inputs")
+        specs.append((value.name, shape,
+                      onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)))
+    return specs
+
+
+def _reference_check(kernel: AcceleratorKernel, dram: np.ndarray | None,
+                     trace: dict) -> tuple[bool, str]:
+    """The kernel's output tensor in the RTL's DRAM against the reference's output."""
+    if dram is None:
+        return False, "the RTL left no DRAM"
+    if kernel.name not in trace:
+        raise InputError(f"accelerator function {kernel.name!r} has no reference trace")
+    matrix = read_tensor(kernel.config, kernel.program.tensors[kernel.output_tensor], dram)
+    expected = trace[kernel.name][1][0]
+    detail = first_difference(kernel.from_device(matrix), expected, "output")
+    return detail is None, detail or ""
+
+
+def network_hil(model, inputs: dict | None = None, simulator: str = "verilator",
+                build_root=None, calibration_samples: int = 4, seed: int = 0,
+                memory: BenchMemory = BENCH_MEMORY, name: str | None = None
+                ) -> NetworkHilReport:
+    """Run ``model``'s accelerator functions on the RTL layer after layer (see the module
+    docstring) and report each against the simulator, the reference and the timing
+    model. ``inputs`` by name default to seeded standard-normal ones."""
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    compiled, target, inputs = _compiled_on_simulator(model, inputs, calibration_samples, seed)
+    seconds["compile"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    named = {spec.name: np.asarray(inputs[spec.name]) for spec in compiled.inputs}
+    outputs = compiled.run(named)
+    ran = [k for k in target.kernels if k.last_input is not None]
+    if not ran:
+        raise InputError("the accelerator took no part of the model; nothing to run on "
+                         "the RTL (see heterocc partition for why)")
+    expected, trace = reference_trace(compiled.graph,
+                                      [named[v.name] for v in compiled.graph.inputs])
+    outputs_match = all(first_difference(np.asarray(g), e, "output") is None
+                        for g, e in zip(outputs, expected))
+    seconds["simulator"] = time.perf_counter() - started
+
+    rtl = RtlSimulator(target.config, simulator, build_root, memory)
+    started = time.perf_counter()
+    rtl.build()
+    seconds["build"] = time.perf_counter() - started
+    total_instructions = sum(len(k.program.instructions) for k in ran)
+    _log.info(f"running {len(ran)} accelerator functions ({total_instructions} instructions) "
+              f"on the {simulator} RTL, one after another")
+
+    def progress(index: int, comparison: StreamComparison) -> None:
+        verdict = "agrees" if comparison.matches else "DIFFERS"
+        _log.info(f"layer {index + 1}/{len(ran)} {comparison.name}: {comparison.rtl_cycles} "
+                  f"cycles (model {comparison.model_cycles}, "
+                  f"{100 * comparison.deviation:+.2f}%), {comparison.wall_seconds:.2f} s, "
+                  f"{comparison.cycles_per_second:,.0f} cycles/s; DRAM {verdict}")
+
+    started = time.perf_counter()
+    comparisons = compare_streams(
+        [(k.name, k.program.instructions, k.last_input) for k in ran], target.config, rtl,
+        progress, keep_dram=True)
+    seconds["rtl"] = time.perf_counter() - started
+    layers = []
+    for kernel, comparison in zip(ran, comparisons):
+        ok, detail = _reference_check(kernel, comparison.rtl_dram, trace)
+        layers.append(LayerRun(comparison, ok, detail))
+    label = name or (model if isinstance(model, str) else getattr(
+        getattr(model, "graph", None), "name", "") or "model")
+    return NetworkHilReport(str(label), simulator, layers, outputs_match, seconds)
 
 
 def model_hil(model, inputs: dict | None = None, simulator: str = "verilator",
               build_root=None, calibration_samples: int = 4,
               seed: int = 0, memory: BenchMemory = BENCH_MEMORY) -> list[StreamComparison]:
-    """Run ``model`` across the accelerator simulator and the CPU, then replay each
-    accelerator function's stream on the RTL and compare DRAM and cycles.
-
-    A float model is quantized first with the built-in calibrator (seeded random
-    samples); a QDQ model is used as it is. The bench's DRAM answers after
-    ``memory.latency`` cycles, and the timing model is compared under that memory.
-    """
-    proto = heterocc.frontend.load_model(model)
-    rng = np.random.default_rng(seed)
-    target = VtaTarget()
-    is_qdq = any(n.op_type in ("QuantizeLinear", "QLinearConv") for n in proto.graph.node)
-    compiled = heterocc.compile(proto, target=[target, "reference"])
-    if inputs is None:
-        inputs = {s.name: rng.standard_normal(s.shape).astype(s.dtype)
-                  for s in compiled.inputs}
-    if not is_qdq:
-        calibration = [{s.name: rng.standard_normal(s.shape).astype(s.dtype)
-                        for s in compiled.inputs} for _ in range(calibration_samples)]
-        target = VtaTarget()
-        compiled = heterocc.compile(proto, target=[target, "reference"],
-                                    calibration=calibration)
-    compiled.run(inputs)
-    rtl = RtlSimulator(target.config, simulator, build_root, memory)
-    # cycles are compared under the bench memory's timing, not the default DRAM's
-    timing = bench_timing_config(target.config, memory)
-    ran = [k for k in target.kernels if k.last_input is not None]
-    results = []
-    for index, k in enumerate(ran, 1):
-        _log.info(f"hil: function {index}/{len(ran)} ({k.name}, "
-                  f"{len(k.program.instructions)} instructions) on the RTL")
-        results.append(compare_stream(k.name, k.program.instructions, timing, k.last_input,
-                                      rtl))
-    return results
+    """Each accelerator function's comparison of :func:`network_hil` (DRAM and cycles
+    against the simulator)."""
+    report = network_hil(model, inputs, simulator, build_root, calibration_samples, seed,
+                         memory)
+    return [layer.comparison for layer in report.layers]
 
 
 def model_hil_command(args) -> int:
-    """``heterocc hil MODEL.onnx``: one summary line per accelerator function."""
-    results = model_hil(args.stream, simulator=args.simulator, build_root=args.build_dir,
-                        memory=BenchMemory(args.latency))
-    for r in results:
-        print(r.summary())
-    agree = sum(r.matches for r in results)
-    print(f"{agree}/{len(results)} accelerator functions agree with the simulator")
-    return 0 if agree == len(results) else 1
+    """``heterocc hil MODEL.onnx``: the network's accelerator functions on the RTL, a
+    line of progress per layer as it ends and a table at the end."""
+    report = network_hil(args.stream, simulator=args.simulator, build_root=args.build_dir,
+                         memory=BenchMemory(args.latency))
+    print(report.table())
+    agree = sum(layer.matches for layer in report.layers)
+    print(f"{agree}/{len(report.layers)} accelerator functions agree with the simulator")
+    return 0 if report.agrees else 1
