@@ -18,6 +18,7 @@ command-line face (:func:`add_hil_parser`).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -247,27 +248,30 @@ def compare_streams(
     in ``StreamComparison.rtl_dram``.
     """
     timing = model_timing(config, rtl)
-    expected, model_cycles, runs = [], [], []
+    runs = []
     for _, instructions, dram in streams:
         check_stream(instructions, config, dram_bytes=dram.size)
-        after, cycles = simulate(instructions, timing, dram)
-        expected.append(after)
-        model_cycles.append(cycles)
+        budget = schedule_stream(instructions, timing).total_cycles
         runs.append(RtlRun.for_stream(dram, instructions, config,
-                                      max_cycles=20 * cycles + 10_000))
+                                      max_cycles=20 * budget + 10_000))
 
     def judge(index: int, result: RtlRunResult) -> StreamComparison:
         name, instructions, _ = streams[index]
+        expected, model_cycles = simulated[index].result()
         return StreamComparison(
-            name, len(instructions), result.done and not _differs(result.dram, expected[index]),
-            result.cycles, model_cycles[index], simulated_cycles=result.simulated_cycles,
+            name, len(instructions), result.done and not _differs(result.dram, expected),
+            result.cycles, model_cycles, simulated_cycles=result.simulated_cycles,
             wall_seconds=result.wall_seconds, rtl_dram=result.dram if keep_dram else None)
 
     def report(index: int, result: RtlRunResult) -> None:
         progress(index, judge(index, result))
 
-    results = rtl.run(runs, report if progress else None)
-    comparisons = [judge(index, result) for index, result in enumerate(results)]
+    # the simulator's side runs in this process while the HDL simulator runs the batch
+    with concurrent.futures.ThreadPoolExecutor(1, "simulator") as pool:
+        simulated = [pool.submit(simulate, instructions, timing, dram)
+                     for _, instructions, dram in streams]
+        results = rtl.run(runs, report if progress else None)
+        comparisons = [judge(index, result) for index, result in enumerate(results)]
     if not locate:
         return comparisons
     for index, comparison in enumerate(comparisons):
