@@ -1,0 +1,88 @@
+"""``network_hil``'s bookkeeping without an HDL simulator: an RTL stand-in that runs the
+functional simulator (every layer agrees, progress and the table follow), and one that
+stores nothing (every layer must differ, although the device's image of the run already
+holds the simulator's outputs). The real RTL runs in tests/hw/test_network_hil.py."""
+
+import logging
+
+import pytest
+
+from heterocc.accel_sim import decode_stream
+from heterocc.accel_sim.rtl_device import RtlRunResult, bench_timing_config
+from heterocc.accel_sim.simulator import run_stream
+from heterocc.models import tiny_cnn
+from heterocc.targets.vta import hil
+
+
+class FakeRtl:
+    """Runs each stream on the functional simulator (``stores`` False: runs nothing and
+    returns the image as it came), reporting progress as the bench does."""
+
+    stores = True
+
+    def __init__(self, config, simulator, build_root, memory):
+        self.config, self.memory = config, memory
+
+    def build(self):
+        pass
+
+    def run(self, runs, progress=None):
+        results = []
+        for index, run in enumerate(runs):
+            dram = run.dram.copy()
+            cycles = 0
+            if self.stores:
+                stream = dram[run.instruction_address:
+                              run.instruction_address + 16 * run.instruction_count]
+                instructions = decode_stream(stream.tobytes(), self.config)
+                report = run_stream(instructions, bench_timing_config(self.config, self.memory),
+                                    dram, check=False)
+                cycles = report.timing.total_cycles
+            results.append(RtlRunResult(dram, True, False, cycles, run.instruction_count,
+                                        cycles, 0.01))
+            if progress:
+                progress(index, results[-1])
+        return results
+
+
+class LazyRtl(FakeRtl):
+    stores = False
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    def use(cls):
+        monkeypatch.setattr(hil, "RtlSimulator", cls)
+    return use
+
+
+def test_every_layer_agrees_with_progress_and_a_table(fake, caplog):
+    fake(FakeRtl)
+    with caplog.at_level(logging.INFO, logger="heterocc.hil"):
+        report = hil.network_hil(tiny_cnn(size=8), name="tiny")
+    assert len(report.layers) == 5
+    assert report.agrees and report.deviation == 0 and report.max_deviation == 0
+    assert report.rtl_cycles == report.model_cycles > 0
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("layer ")]
+    assert [line.split()[1] for line in lines] == [f"{i}/5" for i in range(1, 6)]
+    table = report.table().splitlines()
+    assert table[0].split()[:3] == ["#", "function", "instr"]
+    total = next(line for line in table if line.split()[0] == "total").split()
+    assert total[1:4] == [str(sum(layer.comparison.instructions for layer in report.layers)),
+                          str(report.rtl_cycles), str(report.model_cycles)]
+    assert total[-2:] == ["5/5", "5/5"]
+    assert table[-1].startswith("tiny on the verilator RTL: 5/5 accelerator functions agree")
+
+
+def test_an_rtl_that_stores_nothing_differs_everywhere(fake):
+    fake(LazyRtl)
+    report = hil.network_hil(tiny_cnn(size=8), name="tiny")
+    assert not report.agrees
+    assert not any(layer.comparison.matches for layer in report.layers)
+    assert not any(layer.reference_matches for layer in report.layers)
+    first = report.layers[0]
+    # bisected to an instruction of the layer's stream
+    assert first.comparison.first_divergence is not None
+    assert "differs" in first.reference_detail
+    assert "DIFFERS" in report.table()
+    assert report.rtl_cycles == 0 and report.deviation == -1
