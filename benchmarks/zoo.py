@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,7 +75,8 @@ def _torch_export(module, example, path: str, input_name: str) -> None:
     import torch
 
     kwargs = {"dynamo": False} if "dynamo" in torch.onnx.export.__code__.co_varnames else {}
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
         torch.onnx.export(module, (example,), path, input_names=[input_name],
                           output_names=["output"], opset_version=17, **kwargs)
 
@@ -100,17 +102,9 @@ def _text(name: str, path: str) -> None:
     else:
         model = tf.GPT2Model(tf.GPT2Config(n_layer=1, vocab_size=VOCAB))
     model.config.return_dict = False
-    model.eval()
+    from transformers_int8 import _Wrapped  # the last hidden state, from token ids only
 
-    class LastHidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids):
-            return self.model(input_ids=input_ids)[0]
-
-    _torch_export(LastHidden().eval(), torch.randint(0, VOCAB, (1, TOKENS)), path,
+    _torch_export(_Wrapped(model.eval()), torch.randint(0, VOCAB, (1, TOKENS)), path,
                   "input_ids")
 
 
