@@ -131,10 +131,12 @@ def random_feed(session, rng) -> dict:
 
 
 def base_op(op: str) -> str:
-    """An op's name without its layout or fusion prefix/suffix, so that heterocc's and
-    ONNX Runtime's kernels of one op compare (``ConvNCHWc``, ``FusedConv``,
-    ``QLinearConv``: ``Conv``)."""
-    for prefix in ("QLinear", "Fused"):
+    """An op's name without its layout, fusion or integer prefix/suffix, so that
+    heterocc's and ONNX Runtime's kernels of one op compare (``ConvNCHWc``,
+    ``FusedConv``, ``QLinearConv``: ``Conv``; ``NhwcMaxPool``: ``MaxPool``). Global
+    pools count as pools: heterocc computes a blocked global pool as a pool whose window
+    is the whole image."""
+    for prefix in ("QLinear", "Fused", "Nhwc", "Global"):
         if op.startswith(prefix) and len(op) > len(prefix):
             op = op[len(prefix):]
     for suffix in ("NCHWc", "Integer"):
