@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
+import logging
 import os
 import statistics
 import sys
@@ -100,12 +102,27 @@ def _text(name: str, path: str) -> None:
     if name == "bert_layer":
         model = tf.BertModel(tf.BertConfig(num_hidden_layers=1, vocab_size=VOCAB))
     else:
-        model = tf.GPT2Model(tf.GPT2Config(n_layer=1, vocab_size=VOCAB))
+        model = tf.GPT2Model(tf.GPT2Config(n_layer=1, vocab_size=VOCAB, bos_token_id=0,
+                                           eos_token_id=0))
     model.config.return_dict = False
     from transformers_int8 import _Wrapped  # the last hidden state, from token ids only
 
     _torch_export(_Wrapped(model.eval()), torch.randint(0, VOCAB, (1, TOKENS)), path,
                   "input_ids")
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Without the quantizer's warnings (per-channel axes of 1-D LayerNorm weights and
+    the like), which would bury the table."""
+    level = logging.getLogger().level
+    logging.getLogger().setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.getLogger().setLevel(level)
 
 
 def export(name: str, path: str) -> str | None:
@@ -136,10 +153,12 @@ def base_op(op: str) -> str:
     ``FusedConv``, ``QLinearConv``: ``Conv``; ``NhwcMaxPool``: ``MaxPool``). Global
     pools count as pools: heterocc computes a blocked global pool as a pool whose window
     is the whole image."""
-    for prefix in ("QLinear", "Fused", "Nhwc", "Global"):
+    for prefix in ("QLinear", "DynamicQuantize", "Fused", "Nhwc", "Global"):
         if op.startswith(prefix) and len(op) > len(prefix):
             op = op[len(prefix):]
-    for suffix in ("NCHWc", "Integer"):
+    if len(op) > 1 and op[0] == "Q" and op[1].isupper():  # QGemm, QAttention
+        op = op[1:]
+    for suffix in ("NCHWc", "IntegerToFloat", "Integer"):
         if op.endswith(suffix) and len(op) > len(suffix):
             op = op[:-len(suffix)]
     return op
@@ -301,8 +320,9 @@ def main() -> int:
                     session = ort.InferenceSession(float_path,
                                                    providers=["CPUExecutionProvider"])
                     rng = np.random.default_rng(2)
-                    quantize_qdq(float_path, path, [random_feed(session, rng)
-                                                    for _ in range(CALIBRATION_INPUTS)])
+                    with _quiet():
+                        quantize_qdq(float_path, path, [random_feed(session, rng)
+                                                        for _ in range(CALIBRATION_INPUTS)])
                 try:
                     row = measure(name, precision, path, args, tmp)
                 except Exception as exc:

@@ -19,8 +19,10 @@ import zoo  # noqa: E402  (benchmarks/, put on the path above)
 def test_ops_of_both_engines_compare_by_base_op():
     assert [zoo.base_op(op) for op in ("ConvNCHWc", "FusedConv", "QLinearConv",
                                        "MatMulInteger", "QLinearMatMul", "Conv", "NhwcMaxPool",
-                                       "GlobalAveragePool")] == \
-        ["Conv", "Conv", "Conv", "MatMul", "MatMul", "Conv", "MaxPool", "AveragePool"]
+                                       "GlobalAveragePool", "QGemm", "MatMulIntegerToFloat",
+                                       "QuantizeLinear")] == \
+        ["Conv", "Conv", "Conv", "MatMul", "MatMul", "Conv", "MaxPool", "AveragePool", "Gemm",
+         "MatMul", "QuantizeLinear"]
     assert zoo.anchor_op("LayoutTransform+ConvNCHWc+Relu") == "Conv"
     assert zoo.anchor_op("DequantizeLinear+MatMul+Add") == "MatMul"
     assert zoo.anchor_op("Relu+MaxPool") == "MaxPool"
