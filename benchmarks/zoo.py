@@ -179,7 +179,7 @@ def anchor_op(ops: str) -> str:
     def rank(name: str) -> int:  # a composite's name is no op: rank 0
         return _ANCHOR_RANK.get(get_op(name).fusion_kind.name, 0) if has_op(name) else 0
 
-    names = ops.split("+")
+    names = [name.split(" x")[0] for name in ops.split("+")]  # "MatMul x2": MatMul
     return base_op(max(names, key=rank))  # max keeps the first of equal rank
 
 

@@ -27,6 +27,7 @@ def test_ops_of_both_engines_compare_by_base_op():
     assert zoo.anchor_op("DequantizeLinear+MatMul+Add") == "MatMul"
     assert zoo.anchor_op("Relu+MaxPool") == "MaxPool"
     assert zoo.anchor_op("Add+Relu") == "Add"
+    assert zoo.anchor_op("Transpose+MatMul x2+Add") == "MatMul"  # a repeated op's count
 
 
 def test_profiles_of_a_small_model(tmp_path):

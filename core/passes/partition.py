@@ -55,6 +55,8 @@ class PartitionReport:
     """Every node's placement, in graph order."""
 
     placements: list[Placement] = field(default_factory=list)
+    #: the fallbacks the compile warned about (heterocc.diagnostics), said again here
+    warnings: list[str] = field(default_factory=list)
 
     def by_target(self) -> dict[str, int]:
         """Nodes per target."""
@@ -102,6 +104,8 @@ class PartitionReport:
                                           / sum(p.macs for p in measured), 4)
         if any("host_bytes" in p.metrics for p in self.placements):
             report["host_bytes"] = sum(p.metrics.get("host_bytes", 0) for p in self.placements)
+        if self.warnings:
+            report["warnings"] = list(self.warnings)
         return report
 
     def format(self) -> str:
@@ -127,6 +131,7 @@ class PartitionReport:
             lines.append(f"offloaded functions: {cycles} modelled cycles per run, "
                          f"MAC-weighted utilization {summary.get('utilization', 0):.1%}, "
                          f"{summary.get('host_bytes', 0)} bytes moved by the host per run")
+        lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
 

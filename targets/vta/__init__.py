@@ -24,6 +24,7 @@ from .codegen import AcceleratorKernel, compile_composite
 from .device import VtaDevice
 from .intrin import gemm_intrin
 from .patterns import pattern_table as _pattern_table
+from .streams import write_streams
 from .tuning import vta_tuning
 
 
@@ -75,6 +76,11 @@ class VtaTarget(AcceleratorBase):
         from .hil import model_hil_command  # hil builds instances of this module's class
 
         return model_hil_command(args)
+
+    def write_streams(self, output: str) -> list:
+        """The instruction streams of every program this instance compiled (and the DRAM
+        images of their last runs) as files (``heterocc accel build``)."""
+        return write_streams(self.kernels, output)
 
     def compile_layer(self, function: Node) -> AcceleratorKernel:
         """One composite as one accelerator program (kept in ``kernels``)."""

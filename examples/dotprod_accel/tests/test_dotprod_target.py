@@ -9,9 +9,9 @@ import pytest
 from dotprod_accel import DotProdTarget, MachineConfig
 from dotprod_accel.codegen import generate
 from dotprod_accel.isa import DEPTH, ISA, LANES, Memory
+from dotprod_accel.models import dense_model, two_layer_mlp
 from dotprod_accel.patterns import accumulator_range
 from dotprod_accel.simulator import SimulatorDevice
-from dotprod_models import dense_model, two_layer_mlp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx.reference import ReferenceEvaluator
