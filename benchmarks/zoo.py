@@ -17,7 +17,8 @@ from ONNX Runtime's, the median and best latency of heterocc and of ONNX Runtime
 Conv or MaxPool; ONNX Runtime's fused kernels by their base op) where heterocc's per-op
 profile exceeds ONNX Runtime's profiler most, in ms per run, with the share of
 heterocc's time its slowest function takes and where that ran (``llvm/numpy``: a NumPy
-fallback). The first lines name the CPU and ISA and the load.
+fallback), and how many functions ran on NumPy fallbacks. The first lines name the CPU
+and ISA and the load.
 
 torch, torchvision and transformers are optional (``pip install heterocc[zoo]``): a model
 whose libraries are missing is listed as skipped, with why, and the script exits 0. It
@@ -243,7 +244,8 @@ class Row:
 
 HEADER = (f"{'model':19s} {'prec':5s} {'comp_s':>7s} {'max|diff|':>9s} {'med_ms':>8s} "
           f"{'best_ms':>8s} {'ort_med':>8s} {'ort_best':>8s} {'ratio':>7s}  "
-          "worst op (heterocc vs ORT ms/run)  | slowest function (target, share)")
+          "worst op (heterocc vs ORT ms/run)  | slowest function (target, share); "
+          "functions on NumPy")
 
 
 def measure(name: str, precision: str, path: str, args, directory: str) -> Row:
@@ -267,12 +269,13 @@ def measure(name: str, precision: str, path: str, args, directory: str) -> Row:
                                   args.rounds * args.block, args.block, pause_s=0.2)
     (row.ms, row.ort_ms) = [(statistics.median(s) * 1e3, min(s) * 1e3) for s in samples]
     ours_by_op, (ops, target, share) = heterocc_profile(compiled, feed, PROFILE_RUNS)
+    on_numpy = sum(e.target.endswith("/numpy") for e in compiled._profile.values())
     theirs_by_op = ort_profile(path, args.threads, feed, PROFILE_RUNS, directory)
     worst = max(set(ours_by_op) | set(theirs_by_op),
                 key=lambda op: ours_by_op.get(op, 0.0) - theirs_by_op.get(op, 0.0))
     row.worst = (f"{worst} {ours_by_op.get(worst, 0.0):.2f} vs "
                  f"{theirs_by_op.get(worst, 0.0):.2f}")
-    row.slowest = f"{ops[:40]} ({target}, {100 * share:.0f}%)"
+    row.slowest = f"{ops[:40]} ({target}, {100 * share:.0f}%); {on_numpy} on NumPy"
     return row
 
 
