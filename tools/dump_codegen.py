@@ -26,6 +26,8 @@ import sys
 import tempfile
 
 TARGETS = {"avx512": "llvm", "avx2": "llvm -mattr=-avx512f"}
+#: with ``--cuda``: the CUDA C of every GPU function (the CPU emulation runs them)
+CUDA_TARGETS = {"cuda": "cuda,llvm"}
 _MODULE_COUNTER = re.compile(r"__hcc\d+")
 
 
@@ -52,8 +54,10 @@ def dump(model, target: str, directory: str) -> list[tuple[str, str]]:
     import heterocc
 
     compiled = heterocc.compile(model, target=target)
-    llvm = compiled.build_static().targets["llvm"]
     os.makedirs(directory, exist_ok=True)
+    if target.startswith("cuda"):
+        return _dump_cuda(compiled.build_static().targets["cuda"], directory)
+    llvm = compiled.build_static().targets["llvm"]
     written = []
     for index, function in enumerate(llvm._compiled.values()):
         if function.error is not None:
@@ -73,6 +77,18 @@ def dump(model, target: str, directory: str) -> list[tuple[str, str]]:
     return written
 
 
+def _dump_cuda(cuda, directory: str) -> list[tuple[str, str]]:
+    """The CUDA C of each distinct GPU module, in the order they were compiled."""
+    written = []
+    modules = {id(m): m for m in cuda.modules.values()}
+    for index, module in enumerate(modules.values()):
+        name = f"{index:03d}.cu"
+        with open(os.path.join(directory, name), "w") as f:
+            f.write(module.source)
+        written.append((name, hashlib.sha256(module.source.encode()).hexdigest()))
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="directory to write the dumps and digests.txt into")
@@ -80,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mobilenet-v2", help="ONNX path of MobileNetV2 (default: export)")
     parser.add_argument("--models", help="comma-separated subset of models to dump")
     parser.add_argument("--targets", help="comma-separated subset of avx512,avx2")
+    parser.add_argument("--cuda", action="store_true",
+                        help="also the CUDA C of every GPU function")
     args = parser.parse_args(argv)
     paths = {k: v for k, v in (("resnet18", args.resnet18),
                                ("mobilenet_v2", args.mobilenet_v2)) if v}
@@ -88,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         models = {k: models[k] for k in args.models.split(",")}
     targets = TARGETS if not args.targets else {k: TARGETS[k]
                                                  for k in args.targets.split(",")}
+    if args.cuda:
+        targets = {**targets, **CUDA_TARGETS}
     lines = []
     for model_name, model in models.items():
         for target_name, target in targets.items():

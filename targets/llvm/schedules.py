@@ -852,12 +852,12 @@ def panel_group(m: int, depth: int, panels: int, panel: int, itemsize: int,
 
 
 def _matmul_loads(product: te.Tensor) -> tuple[TensorLoad, TensorLoad] | None:
-    """The loads ``(A[..., i, k], B[..., k, j])`` of a product tagged ``"matmul"`` by the
-    compute library (``sum(A[..., i, k] * B[..., k, j], k)`` with ``i, j`` its last two
-    axes), or None when it has another form (a 1-D operand, or packed already)."""
+    """The loads ``(A[..., i, k], B[..., k, j])`` of a plain product
+    (``sum(A[..., i, k] * B[..., k, j], k)`` with ``i, j`` its last two axes, as
+    ``heterocc.compute.nn.matmul`` makes it), or None when it has another form (a 1-D
+    operand, or packed already)."""
     op = product.op
-    if (not isinstance(op, te.ComputeOp) or op.attrs.get("schedule") != "matmul"
-            or "packed_B" in op.attrs or len(op.axis) < 2):
+    if (not isinstance(op, te.ComputeOp) or "packed_B" in op.attrs or len(op.axis) < 2):
         return None
     body = op.body
     if not (isinstance(body, Reduce) and body.combiner == "sum" and len(body.axis) == 1
@@ -877,8 +877,9 @@ def _matmul_loads(product: te.Tensor) -> tuple[TensorLoad, TensorLoad] | None:
 
 def pack_matmul(product: te.Tensor, panel: int | None = None,
                 cpu: CPUDescription | None = None) -> bool:
-    """Make the CPU's layout of a plain product (``heterocc.compute.nn.matmul``, tagged
-    ``"matmul"``): rewrite ``product`` in place (before any schedule is made) to read B
+    """Make the CPU's layout of a plain product (``heterocc.compute.nn.matmul``: a sum
+    of ``A[..., i, k] * B[..., k, j]``): rewrite ``product`` in place (before any
+    schedule is made) to read B
     through a packed copy ``[..., n / panel, k, panel]`` (zero-padded past column n), so
     that :func:`schedule_matmul`'s register tile reads B contiguously. The packed stage is
     recorded as the op's ``packed_B`` attribute.
@@ -1054,8 +1055,11 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
     be computed per tile as a convolution's per-channel ones are.)"""
     packed = C.op.attrs.get("packed_B")
     if packed is None:
-        if C.op.attrs.get("schedule") != "matmul":
-            raise CompileError(f"schedule_matmul: {C.name!r} is not a matmul compute")
+        body = C.op.body if isinstance(C.op, te.ComputeOp) else None
+        if not (isinstance(body, Reduce) and body.combiner == "sum"
+                and isinstance(body.source, tx.Binary) and body.source.op == "mul"):
+            raise CompileError(f"schedule_matmul: {C.name!r} is not a product "
+                               "sum(A[..., i, k] * B[..., k, j])")
         schedule_reduction(schedule, C)
         return
     width = packed.shape[-1]

@@ -27,79 +27,31 @@ from heterocc import te
 from heterocc.errors import InputError, TargetError
 from heterocc.ir.graph import Node
 from heterocc.passes.alter_layout import alter_layout_for
-from heterocc.te.schedule import INLINE
 from heterocc.te.schedule_reads import reads_of
 from heterocc.te_target import (
     CompiledFunction,
     ExpressedFunction,
+    ScheduleRule,
     TETarget,
-    elementwise_epilogue,
-    epilogue_chain,
-    fold_scalars,
     function_constants,
     numpy_kernel,
     output_specs,
+    schedule_by_rules,
 )
 from heterocc.tuning.apply import records_for
 
 from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
 from .module import build as build_module
 from .module import load_library
+from .rules import cpu_rules
 from .schedules import (
-    BlockedConvTiles,
     pack_columns,
     pack_matmuls,
     packed_source,
     reachable_computes,
-    schedule_conv2d_nchw,
-    schedule_injective,
-    schedule_matmul,
-    schedule_pool_nchwc,
-    schedule_reduction,
-    schedule_rows,
     use_prepacked,
 )
-from .tuning import (
-    blocked_conv_tiles,
-    function_choice,
-    function_tuned,
-    llvm_tuning,
-    schedule_blocked_conv,
-    schedule_conv_auto,
-    schedule_matmul_tuned,
-)
-
-
-def _schedule_matmul(schedule: te.Schedule, product: te.Tensor,
-                     epilogue: te.Tensor | None = None) -> bool:
-    """The tuning log's best matmul schedule for this shape when one is applied
-    (``heterocc.compile(..., tuning_log=...)``), else the default, which finishes
-    ``epilogue`` (the function's elementwise tail of the product) in its register tiles.
-    Returns whether it did."""
-    if schedule_matmul_tuned(schedule, product):
-        return False
-    schedule_matmul(schedule, product, epilogue=epilogue)
-    return epilogue is not None
-
-
-def _schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
-                           epilogue: te.Tensor | None = None,
-                           chain: Sequence[te.Tensor] = ()) -> None:
-    """The blocked convolution's schedule with the tiles of the applied tuning log's best
-    config for its workload, else the default tiles (or the auto search's schedule when
-    the log's auto record of it is faster)."""
-    if schedule_conv_auto(schedule, conv, epilogue):
-        return
-    schedule_blocked_conv(schedule, conv, blocked_conv_tiles(conv) or BlockedConvTiles(),
-                          epilogue, chain)
-
-
-#: anchor schedules, by the ``schedule`` attribute a compute puts on its output
-_ANCHOR_SCHEDULES = {"conv2d_nchw": schedule_conv2d_nchw,
-                     "conv2d_nchwc": _schedule_conv2d_nchwc,
-                     "layout_transform": schedule_rows, "pool_nchwc": schedule_pool_nchwc}
-#: anchor schedules that finish the function's elementwise epilogue in their tiles
-_EPILOGUE_SCHEDULES = ("conv2d_nchw", "conv2d_nchwc")
+from .tuning import function_choice, function_tuned, llvm_tuning
 
 
 def _transposed_constant(source: te.Tensor, slots: dict[int, int]
@@ -154,58 +106,15 @@ def _prepack_constants(expressed: ExpressedFunction) -> list[tuple[int, int, lis
 
 
 def _schedule(expressed: ExpressedFunction) -> te.Schedule:
-    """Inline injective stages, give anchors (convolutions, matmuls, reductions) their
-    CPU schedule (the elementwise epilogue of a convolution or a product is computed in
-    its register tiles), and vectorize / parallelize the other outputs. Products are
-    first given the CPU's packed layout of B (the compute library's are plain); a
-    product's packing of a non-constant B is its own stage, never inlined (that would
-    read B across rows in the inner loop)."""
+    """The CPU's rules (:func:`.rules.cpu_rules`) applied to a function: injective
+    stages inlined, anchors (convolutions, products, reductions, layout transforms)
+    given their CPU schedule (the elementwise epilogue of a convolution or a product is
+    computed in its register tiles), the other outputs vectorized and in parallel.
+    Products are first given the CPU's packed layout of B (the compute library's are
+    plain); a product's packing of a non-constant B is its own stage, never inlined
+    (that would read B across rows in the inner loop)."""
     pack_matmuls(expressed.outputs)
-    s = te.create_schedule(expressed.outputs)
-    fold_scalars(s, expressed.scalars)
-    outputs = {id(t) for t in expressed.outputs}
-    packings = {id(t.op.attrs["packed_B"]) for t in reachable_computes(expressed.outputs)
-                if "packed_B" in t.op.attrs}
-    anchors = []
-    for stage in list(s.stages):
-        t = stage.tensor
-        if stage.is_placeholder or id(t) in packings:
-            continue
-        if (t.op.attrs.get("schedule") in _ANCHOR_SCHEDULES
-                or t.op.attrs.get("schedule") == "matmul" or t.op.reduce_axis):
-            anchors.append(t)
-        elif id(t) not in outputs and not t.op.attrs.get("keep"):
-            stage.compute_inline()
-    scheduled = {id(t) for t in anchors}
-    for t in anchors:
-        kind = t.op.attrs.get("schedule")
-        if kind in _EPILOGUE_SCHEDULES:
-            epilogue = elementwise_epilogue(s, t, expressed.outputs)
-            chain = None if epilogue is None else epilogue_chain(s, t, epilogue)
-            if chain is None:
-                epilogue = None
-            _ANCHOR_SCHEDULES[kind](s, t, epilogue, chain or [])
-            if epilogue is not None:
-                scheduled.add(id(epilogue))
-        elif kind == "matmul":
-            epilogue = elementwise_epilogue(s, t, expressed.outputs)
-            if _schedule_matmul(s, t, epilogue):
-                scheduled.add(id(epilogue))
-        elif kind in _ANCHOR_SCHEDULES:
-            _ANCHOR_SCHEDULES[kind](s, t)
-        else:
-            schedule_reduction(s, t)
-    for t in expressed.outputs:
-        if id(t) not in scheduled:
-            schedule_injective(s, t)
-    # a materialized intermediate (``keep``: softmax's exponentials, a normalization's
-    # statistics) that no anchor scheduled runs vectorized and in parallel too
-    for stage in s.stages:
-        if (not stage.is_placeholder and stage.op.attrs.get("keep")
-                and not stage.op.reduce_axis and stage.attach != INLINE
-                and not stage.relations and not stage.loop_kinds):
-            schedule_injective(s, stage.tensor)
-    return s
+    return schedule_by_rules(expressed.outputs, cpu_rules(), expressed.scalars)
 
 
 def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]:
@@ -353,6 +262,10 @@ class LLVMTarget(TETarget):
         and an applied tuning log offers the records tuned for it."""
         with compiling_for(self.cpu), records_for(self.tuning_key):
             yield
+
+    def schedule_rules(self) -> list[ScheduleRule]:
+        """The CPU's schedule rules (:func:`.rules.cpu_rules`)."""
+        return cpu_rules()
 
     def schedule(self, expressed: ExpressedFunction) -> te.Schedule:
         """The CPU schedule of a function (see :func:`_schedule`), its products reading
