@@ -27,7 +27,7 @@ import tempfile
 
 TARGETS = {"avx512": "llvm", "avx2": "llvm -mattr=-avx512f"}
 #: with ``--cuda``: the CUDA C of every GPU function (the CPU emulation runs them)
-CUDA_TARGETS = {"cuda": "cuda,llvm"}
+CUDA_TARGETS = {"cuda": "cuda"}
 _MODULE_COUNTER = re.compile(r"__hcc\d+")
 
 
@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resnet18", help="ONNX path of ResNet-18 (default: export it)")
     parser.add_argument("--mobilenet-v2", help="ONNX path of MobileNetV2 (default: export)")
     parser.add_argument("--models", help="comma-separated subset of models to dump")
-    parser.add_argument("--targets", help="comma-separated subset of avx512,avx2")
+    parser.add_argument("--targets", help="comma-separated subset of avx512,avx2 "
+                        "(empty: none)")
     parser.add_argument("--cuda", action="store_true",
                         help="also the CUDA C of every GPU function")
     args = parser.parse_args(argv)
@@ -104,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     models = _models(paths)
     if args.models:
         models = {k: models[k] for k in args.models.split(",")}
-    targets = TARGETS if not args.targets else {k: TARGETS[k]
-                                                 for k in args.targets.split(",")}
+    targets = TARGETS if args.targets is None else {
+        k: TARGETS[k] for k in args.targets.split(",") if k}
     if args.cuda:
         targets = {**targets, **CUDA_TARGETS}
     lines = []
