@@ -416,10 +416,10 @@ class TETarget(ABC):
     """Base of targets that compile functions through TE (see the module docstring).
 
     A subclass supplies :meth:`schedule_rules` (or replaces :meth:`schedule`),
-    :meth:`codegen` and :meth:`kernel`, and may replace :meth:`lower`; it inherits :meth:`build` (the
-    Target protocol), the NumPy fallback with ``fallbacks`` (function name -> why it
-    runs on NumPy) and the sharing of compiled code between functions of one
-    structure."""
+    :meth:`codegen` and :meth:`kernel`, and may replace :meth:`lower`; it inherits
+    :meth:`build` (the Target protocol), the NumPy fallback with ``fallbacks``
+    (function name -> why it runs on NumPy) and the sharing of compiled code between
+    functions of one structure."""
 
     fallbacks: dict[str, str] = field(default_factory=dict)
     #: compiled code so far, by :func:`structure_key` (repeated blocks compile once)
