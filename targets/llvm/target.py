@@ -293,6 +293,11 @@ class LLVMTarget(TETarget):
         """The machine-code entry of ``lowered`` (a PrimFunc), compiled by LLVM."""
         return build_module([lowered], name=symbol, cpu=self.cpu)[symbol]
 
+    def compile_host(self, funcs: Sequence, name: str):
+        """PrimFuncs compiled for this target's CPU as one module (the registry's
+        ``compile_for_host`` hook: host code for targets that need it)."""
+        return build_module(funcs, name=name, cpu=self.cpu)
+
     def kernel(self, function: Node, compiled: CompiledFunction) -> LLVMKernel:
         """``function`` calling its structure's machine code with its own constants."""
         constants = _packed_constants(function_constants(function.body, compiled.tables),
