@@ -51,9 +51,6 @@ LATE_IMPORTS = {
         "the ISA's field widths derive from the config module",
     ("heterocc.tir.expr", "heterocc.tir.printer"): "the printer walks expressions",
     ("heterocc.tir.stmt", "heterocc.tir.printer"): "the printer walks statements",
-    ("heterocc.targets.llvm.schedules", "heterocc.targets.llvm.tuning"):
-        "packing a product reads the tuned panel width; the tuning templates build on the "
-        "schedules",
 }
 
 

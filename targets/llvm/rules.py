@@ -28,6 +28,7 @@ from heterocc.te.tensor import Reduce, TensorLoad
 from heterocc.te_target import ScheduleRule
 from heterocc.tir import expr as tx
 
+from .cpu import CPUDescription
 from .schedules import (
     BlockedConvTiles,
     schedule_conv2d_nchw,
@@ -37,12 +38,17 @@ from .schedules import (
     schedule_reduction,
     schedule_rows,
 )
-from .tuning import (
-    blocked_conv_tiles,
-    schedule_blocked_conv,
-    schedule_conv_auto,
-    schedule_matmul_tuned,
-)
+from .tuning import ScheduleConfigs, apply_conv_auto, apply_matmul_config, schedule_blocked_conv
+
+
+class CPURule(ScheduleRule):
+    """A rule scheduling for one CPU description (None: the active one) with the
+    configs the tuning log gives the function being compiled."""
+
+    def __init__(self, cpu: CPUDescription | None = None,
+                 configs: ScheduleConfigs | None = None):
+        self.cpu = cpu
+        self.configs = configs or ScheduleConfigs()
 
 
 def _compute(tensor: te.Tensor) -> te.ComputeOp | None:
@@ -58,7 +64,7 @@ def _sum_of_product(op: te.ComputeOp) -> tx.Binary | None:
     return None
 
 
-class DirectConvRule(ScheduleRule):
+class DirectConvRule(CPURule):
     """An NCHW 2-D convolution: four output axes, a sum over three reduction axes
     ``(rc, ry, rx)`` of the (padded, phase-split or guarded) data times the weight read
     as ``w[k, rc, ry, rx]`` (``k`` the output's channel axis)."""
@@ -77,11 +83,11 @@ class DirectConvRule(ScheduleRule):
                 and all(index is var for index, var in zip(weight.indices, wanted)))
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        schedule_conv2d_nchw(schedule, tensor, epilogue, list(chain))
+        schedule_conv2d_nchw(schedule, tensor, epilogue, list(chain), self.cpu)
         return epilogue is not None
 
 
-class BlockedConvRule(ScheduleRule):
+class BlockedConvRule(CPURule):
     """A convolution over NCHW[x]c data: the compute carries its workload
     (``blocked_conv``, the key of its tuning task). The tiles are the applied tuning
     log's best for the workload, else the defaults (or the auto search's schedule when
@@ -95,10 +101,11 @@ class BlockedConvRule(ScheduleRule):
         return op is not None and "blocked_conv" in op.attrs and bool(op.reduce_axis)
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        if schedule_conv_auto(schedule, tensor, epilogue):
+        if apply_conv_auto(schedule, tensor, self.configs.conv_auto(tensor), epilogue,
+                           self.cpu):
             return epilogue is not None
-        schedule_blocked_conv(schedule, tensor, blocked_conv_tiles(tensor) or BlockedConvTiles(),
-                              epilogue, list(chain))
+        tiles = self.configs.blocked_conv_tiles(tensor) or BlockedConvTiles()
+        schedule_blocked_conv(schedule, tensor, tiles, epilogue, list(chain), self.cpu)
         return epilogue is not None
 
 
@@ -114,7 +121,7 @@ def _channel(index: tx.Expr, axes: Sequence[tx.Var]) -> tx.Var | None:
     return None
 
 
-class LayoutTransformRule(ScheduleRule):
+class LayoutTransformRule(CPURule):
     """A copy between the plain NCHW and the blocked NCHW[x]c layout (either way, or
     between two block sizes): the source read as ``x[n, c, y, x]`` or
     ``x[n, c // b, y, x, c % b]``, where the channel ``c`` is an output axis or, for a
@@ -144,11 +151,11 @@ class LayoutTransformRule(ScheduleRule):
         return all(index is axis for index, axis in zip(rest, [axes[0], axes[2], axes[3]]))
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        schedule_rows(schedule, tensor)
+        schedule_rows(schedule, tensor, self.cpu)
         return False
 
 
-class BlockedPoolRule(ScheduleRule):
+class BlockedPoolRule(CPURule):
     """Pooling of an NCHW[x]c tensor: five output axes, a max or sum over a window of
     rows and columns and a window of one over the channel block."""
 
@@ -159,11 +166,11 @@ class BlockedPoolRule(ScheduleRule):
                 and len(op.body.axis) == 3 and int(op.body.axis[-1].extent) == 1)
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        schedule_pool_nchwc(schedule, tensor)
+        schedule_pool_nchwc(schedule, tensor, self.cpu)
         return False
 
 
-class MatmulRule(ScheduleRule):
+class MatmulRule(CPURule):
     """A product the CPU packed (``packed_B``: the target's rewrite of every
     ``sum(A[..., i, k] * B[..., k, j])`` before scheduling): the applied tuning log's
     schedule for its shape when there is one, else the default register tiles, which
@@ -179,13 +186,13 @@ class MatmulRule(ScheduleRule):
         return [tensor.op.attrs["packed_B"]]
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        if schedule_matmul_tuned(schedule, tensor):
+        if apply_matmul_config(schedule, tensor, self.configs.matmul(tensor), self.cpu):
             return False
-        schedule_matmul(schedule, tensor, epilogue=epilogue)
+        schedule_matmul(schedule, tensor, self.cpu, epilogue=epilogue)
         return epilogue is not None
 
 
-class ReductionRule(ScheduleRule):
+class ReductionRule(CPURule):
     """Any other reduction: output points in parallel, each reduced by inner loops."""
 
     def matches(self, tensor: te.Tensor) -> bool:
@@ -196,7 +203,7 @@ class ReductionRule(ScheduleRule):
         return False
 
 
-class InjectiveRule(ScheduleRule):
+class InjectiveRule(CPURule):
     """An output or kept stage no anchor finished: flat, vectorized, in parallel."""
 
     anchor = False
@@ -205,11 +212,15 @@ class InjectiveRule(ScheduleRule):
         return True
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        schedule_injective(schedule, tensor)
+        schedule_injective(schedule, tensor, self.cpu)
         return False
 
 
-def cpu_rules() -> list[ScheduleRule]:
-    """The CPU's schedule rules, in the order they are tried."""
-    return [DirectConvRule(), BlockedConvRule(), LayoutTransformRule(), BlockedPoolRule(),
-            MatmulRule(), ReductionRule(), InjectiveRule()]
+def cpu_rules(cpu: CPUDescription | None = None,
+              configs: ScheduleConfigs | None = None) -> list[ScheduleRule]:
+    """The CPU's schedule rules for ``cpu`` (None: the active CPU) with the tuning
+    log's ``configs`` for the function (None: the defaults), in the order they are
+    tried."""
+    rules = (DirectConvRule, BlockedConvRule, LayoutTransformRule, BlockedPoolRule,
+             MatmulRule, ReductionRule, InjectiveRule)
+    return [rule(cpu, configs) for rule in rules]

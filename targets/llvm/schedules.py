@@ -21,7 +21,7 @@ vectorizes (float reductions are reassociable).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +34,9 @@ from heterocc.te.tensor import Reduce, TensorLoad
 from heterocc.tir import expr as tx
 
 from .cpu import CPUDescription, active_cpu
+
+#: the tuned panel width of a 2-D product ``(m, n, k, dtype)``, or None for the default
+PanelChoice = Callable[[int, int, int, str], "int | None"]
 
 #: elements below which a loop is not worth waking the thread pool for.
 PARALLEL_MIN_ELEMENTS = 1 << 14
@@ -876,7 +879,8 @@ def _matmul_loads(product: te.Tensor) -> tuple[TensorLoad, TensorLoad] | None:
 
 
 def pack_matmul(product: te.Tensor, panel: int | None = None,
-                cpu: CPUDescription | None = None) -> bool:
+                cpu: CPUDescription | None = None,
+                panel_of: PanelChoice | None = None) -> bool:
     """Make the CPU's layout of a plain product (``heterocc.compute.nn.matmul``: a sum
     of ``A[..., i, k] * B[..., k, j]``): rewrite ``product`` in place (before any
     schedule is made) to read B
@@ -884,19 +888,18 @@ def pack_matmul(product: te.Tensor, panel: int | None = None,
     that :func:`schedule_matmul`'s register tile reads B contiguously. The packed stage is
     recorded as the op's ``packed_B`` attribute.
 
-    The panel is ``panel`` when given, else the applied tuning log's best for this shape
-    (``targets/llvm/tuning.py: matmul_panel``), else :func:`default_panel`. Returns False,
-    touching nothing, for a product of another form (see :func:`_matmul_loads`)."""
-    from .tuning import matmul_panel  # the tuning templates build on this module
-
+    The panel is ``panel`` when given, else ``panel_of(m, n, k, dtype)`` for a 2-D
+    product when that gives one (the tuning log's best for this shape, which the
+    target passes down), else :func:`default_panel`. Returns False, touching nothing,
+    for a product of another form (see :func:`_matmul_loads`)."""
     loads = _matmul_loads(product)
     if loads is None:
         return False
     a_load, b_load = loads
     B = b_load.tensor
     depth, n = B.shape[-2:]
-    if panel is None and product.ndim == 2:
-        panel = matmul_panel(product.shape[0], n, depth, product.dtype)
+    if panel is None and product.ndim == 2 and panel_of is not None:
+        panel = panel_of(product.shape[0], n, depth, product.dtype)
     width = panel or default_panel(n, B.dtype, cpu)
     zero = te.const(0, B.dtype)
 
@@ -1019,22 +1022,26 @@ def reachable_computes(outputs: Sequence[te.Tensor]) -> list[te.Tensor]:
     return list(seen.values())
 
 
-def pack_matmuls(outputs: Sequence[te.Tensor]) -> None:
+def pack_matmuls(outputs: Sequence[te.Tensor], panel_of: PanelChoice | None = None,
+                 cpu: CPUDescription | None = None) -> None:
     """:func:`pack_matmul` on every product that computing ``outputs`` reads: the CPU's
-    rewrite of a function's plain computes before it is scheduled."""
+    rewrite of a function's plain computes before it is scheduled (``panel_of``: the
+    tuned panel width of a shape, see :func:`pack_matmul`)."""
     for tensor in reachable_computes(outputs):
-        pack_matmul(tensor)
+        pack_matmul(tensor, cpu=cpu, panel_of=panel_of)
 
 
 def matmul(A: te.Tensor, B: te.Tensor, name: str = "C", panel: int | None = None,
-           cpu: CPUDescription | None = None) -> te.Tensor:
+           cpu: CPUDescription | None = None,
+           panel_of: PanelChoice | None = None) -> te.Tensor:
     """``A @ B`` for 2-D ``A`` (m, k) and ``B`` (k, n) of one dtype in the CPU's layout:
-    the plain product (``heterocc.compute.nn.matmul``) packed by :func:`pack_matmul`."""
+    the plain product (``heterocc.compute.nn.matmul``) packed by :func:`pack_matmul`
+    (``panel``, else ``panel_of``'s choice, else the default panel width)."""
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0] or A.dtype != B.dtype:
         raise CompileError(f"matmul {name!r}: needs A (m, k) and B (k, n) of one dtype, got "
                            f"{A.dtype}{list(A.shape)} and {B.dtype}{list(B.shape)}")
     C = plain_matmul(A, B, name)
-    pack_matmul(C, panel, cpu)
+    pack_matmul(C, panel, cpu, panel_of)
     return C
 
 

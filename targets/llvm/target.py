@@ -38,20 +38,21 @@ from heterocc.te_target import (
     output_specs,
     schedule_by_rules,
 )
-from heterocc.tuning.apply import records_for
+from heterocc.tuning.apply import current, records_for
 
 from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
 from .module import build as build_module
 from .module import load_library
 from .rules import cpu_rules
 from .schedules import (
+    PanelChoice,
     pack_columns,
     pack_matmuls,
     packed_source,
     reachable_computes,
     use_prepacked,
 )
-from .tuning import function_choice, function_tuned, llvm_tuning
+from .tuning import ScheduleConfigs, function_configs, function_tuned, llvm_tuning
 
 
 def _transposed_constant(source: te.Tensor, slots: dict[int, int]
@@ -73,14 +74,17 @@ def _transposed_constant(source: te.Tensor, slots: dict[int, int]
                          for axis in axes]
 
 
-def _prepack_constants(expressed: ExpressedFunction) -> list[tuple[int, int, list | None]]:
+def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | None = None,
+                       cpu: CPUDescription | None = None
+                       ) -> list[tuple[int, int, list | None]]:
     """Products whose B is one of the function's graph constants (or a transpose of one)
     read it packed once, when the kernel is built, instead of packing it on every call:
     the constant's placeholder in ``expressed.params`` becomes one of the packed shape.
     Returns ``(constant index, panel width, axes)`` of each, the packing that
     :func:`_packed_constants` applies to ``function_constants`` (``axes``: the transpose
-    applied first, or None). A constant also read otherwise stays as it is."""
-    pack_matmuls(expressed.outputs)
+    applied first, or None). A constant also read otherwise stays as it is. ``panel_of``
+    and ``cpu``: see :func:`.schedules.pack_matmuls`."""
+    pack_matmuls(expressed.outputs, panel_of, cpu)
     first = len(expressed.params) - len(expressed.constants)
     slots = {id(p): k for k, p in
              enumerate(expressed.params[first:len(expressed.params) - len(expressed.tables)])}
@@ -105,16 +109,20 @@ def _prepack_constants(expressed: ExpressedFunction) -> list[tuple[int, int, lis
     return packings
 
 
-def _schedule(expressed: ExpressedFunction) -> te.Schedule:
+def _schedule(expressed: ExpressedFunction, cpu: CPUDescription | None = None,
+              configs: ScheduleConfigs | None = None) -> te.Schedule:
     """The CPU's rules (:func:`.rules.cpu_rules`) applied to a function: injective
     stages inlined, anchors (convolutions, products, reductions, layout transforms)
     given their CPU schedule (the elementwise epilogue of a convolution or a product is
     computed in its register tiles), the other outputs vectorized and in parallel.
     Products are first given the CPU's packed layout of B (the compute library's are
     plain); a product's packing of a non-constant B is its own stage, never inlined
-    (that would read B across rows in the inner loop)."""
-    pack_matmuls(expressed.outputs)
-    return schedule_by_rules(expressed.outputs, cpu_rules(), expressed.scalars)
+    (that would read B across rows in the inner loop). ``cpu``: the CPU description to
+    tile for (None: the active one); ``configs``: the tuning log's for the function
+    (None: the defaults)."""
+    configs = configs or ScheduleConfigs()
+    pack_matmuls(expressed.outputs, configs.matmul_panel, cpu)
+    return schedule_by_rules(expressed.outputs, cpu_rules(cpu, configs), expressed.scalars)
 
 
 def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]:
@@ -245,6 +253,8 @@ class LLVMTarget(TETarget):
     _libraries: dict[str, object] = field(default_factory=dict, repr=False)
     #: packings of constants chosen while scheduling, by id of the expressed function
     _packings: dict[int, list] = field(default_factory=dict, repr=False)
+    #: the tuning log's configs for the function compiling (:meth:`_compile_structure`)
+    _configs: ScheduleConfigs = field(default_factory=ScheduleConfigs, repr=False)
 
     def __post_init__(self):
         self.cpu = parse_cpu(self.cpu)
@@ -264,23 +274,33 @@ class LLVMTarget(TETarget):
             yield
 
     def schedule_rules(self) -> list[ScheduleRule]:
-        """The CPU's schedule rules (:func:`.rules.cpu_rules`)."""
-        return cpu_rules()
+        """The CPU's schedule rules (:func:`.rules.cpu_rules`) for this target's CPU,
+        with the tuning log's configs for the function compiling."""
+        return cpu_rules(self.cpu, self._configs)
 
-    def schedule(self, expressed: ExpressedFunction) -> te.Schedule:
-        """The CPU schedule of a function (see :func:`_schedule`), its products reading
-        constant B operands packed at build time (:func:`_prepack_constants`); a
-        function whose auto record the applied tuning log chose (``tuning.function_choice``)
-        is scheduled by it as a whole instead (``tuning.function_tuned``)."""
-        self._packings[id(expressed)] = _prepack_constants(expressed)
-        tuned = function_tuned(expressed)
-        return tuned if tuned is not None else _schedule(expressed)
+    def schedule(self, expressed: ExpressedFunction,
+                 configs: ScheduleConfigs | None = None) -> te.Schedule:
+        """The CPU schedule of a function (see :func:`_schedule`) with ``configs`` (by
+        default those the applied tuning log gave the function compiling), its
+        products reading constant B operands packed at build time
+        (:func:`_prepack_constants`); a function whose auto record the log chose
+        (``tuning.function_configs``) is scheduled by it as a whole instead
+        (``tuning.function_tuned``)."""
+        configs = configs or self._configs
+        self._packings[id(expressed)] = _prepack_constants(expressed, configs.matmul_panel,
+                                                           self.cpu)
+        tuned = function_tuned(expressed, configs, self.cpu)
+        return tuned if tuned is not None else _schedule(expressed, self.cpu, configs)
 
     def _compile_structure(self, function: Node) -> CompiledFunction:
-        # the applied tuning log's choice for this function as a whole (auto record or
-        # hand schedule), which the schedules consult while it compiles
-        with function_choice(function.body):
+        # the applied tuning log read once for this function: its choice as a whole
+        # (auto record or hand schedule) and its workloads' configs, passed down to the
+        # schedules
+        self._configs = function_configs(function.body, current())
+        try:
             return super()._compile_structure(function)
+        finally:
+            self._configs = ScheduleConfigs()
 
     def lower(self, schedule: te.Schedule, expressed: ExpressedFunction, symbol: str):
         """The PrimFunc, with the packing of its constants in its ``packed_constants``

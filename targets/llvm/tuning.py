@@ -35,7 +35,7 @@ from heterocc.passes.pipeline import run_pipeline
 from heterocc.runtime.interpreter import evaluate
 from heterocc.targets.registry import get_target
 from heterocc.te_target import express_function, fold_scalars
-from heterocc.tuning.apply import ApplyHistoryBest, best_of, current, lookup
+from heterocc.tuning.apply import ApplyHistoryBest, current
 from heterocc.tuning.auto import AutoWorkload, SearchHints, Sketch, auto_name, auto_template
 from heterocc.tuning.measure import (
     CandidateError,
@@ -683,13 +683,15 @@ def blocked_conv_tiles_of(config: Config, depthwise: bool = False
 def schedule_blocked_conv(schedule: te.Schedule, conv: te.Tensor,
                           tiles: BlockedConvTiles | DepthwiseConvTiles,
                           epilogue: te.Tensor | None = None,
-                          chain: Sequence[te.Tensor] = ()) -> None:
+                          chain: Sequence[te.Tensor] = (),
+                          cpu: CPUDescription | None = None) -> None:
     """Schedule the blocked convolution ``conv`` with ``tiles`` (see
-    :func:`blocked_conv_tiles_of`): the depthwise schedule for ``DepthwiseConvTiles``."""
+    :func:`blocked_conv_tiles_of`) for ``cpu``: the depthwise schedule for
+    ``DepthwiseConvTiles``."""
     if isinstance(tiles, DepthwiseConvTiles):
-        schedule_depthwise_conv2d_nchwc(schedule, conv, epilogue, chain, tiles)
+        schedule_depthwise_conv2d_nchwc(schedule, conv, epilogue, chain, tiles, cpu)
     else:
-        schedule_conv2d_nchwc(schedule, conv, epilogue, chain, tiles)
+        schedule_conv2d_nchwc(schedule, conv, epilogue, chain, tiles, cpu)
 
 
 def _instantiate_blocked_conv(args: tuple, config: Config, depthwise: bool):
@@ -750,9 +752,10 @@ TEMPLATES = (MATMUL, BATCH_MATMUL, CONV2D, DEPTHWISE_CONV2D, CONV2D_NCHWC,
 # of ``heterocc.tuning.auto``; the CPU description gives its vector width and registers.
 
 
-def search_hints(dtype: str) -> SearchHints:
-    """The active CPU's facts for the auto search over ``dtype`` workloads."""
-    cpu = active_cpu()
+def search_hints(dtype: str, cpu: CPUDescription | None = None) -> SearchHints:
+    """``cpu``'s facts (default: the active CPU's) for the auto search over ``dtype``
+    workloads."""
+    cpu = cpu or active_cpu()
     return SearchHints(cpu.vector_lanes(dtype), cpu.vector_registers, cpu.num_cores)
 
 
@@ -771,7 +774,7 @@ def _build_batch_matmul(args: tuple):
     A = te.placeholder((batch, m, k), dtype, "A")
     B = te.placeholder((batch, k, n), dtype, "B")
     C = plain_matmul(A, B, "C")
-    pack_matmuls([C])
+    pack_matmuls([C], matmul_panel)
     return [A, B], [C]
 
 
@@ -798,19 +801,115 @@ AUTO_TEMPLATES = (
 # ------------------------------------------------------------------ applying a tuning log
 
 
-def matmul_panel(m: int, n: int, k: int, dtype: str) -> int | None:
-    """The panel width (packed columns of B) of the current log's best ``matmul`` config
-    of this shape, or None: the compute is built with it (``schedules.matmul``) so that
-    :func:`schedule_matmul_tuned` can then apply that config. Inside a function that
-    the log tuned as a whole (:func:`function_choice`): its auto record's panel, or
-    None for the hand schedule."""
-    choice = _choice()
-    if choice is not None:
-        return choice[1]["panel"] if choice[0] == "auto" and "panel" in choice[1].values \
-            else None
-    key, config = best_of(_matmul_keys((m, n, k, dtype)))
-    return None if config is None or key != workload_key("matmul", (m, n, k, dtype)) \
-        else config["panel"]
+@dataclass(frozen=True)
+class ScheduleConfigs:
+    """What the applied tuning log says for the schedules of one function, decided when
+    the function starts compiling (:func:`function_configs`) and handed to the CPU's
+    schedule rules: no schedule reads a log or a context itself. ``log``: the applied
+    log (None: every schedule keeps its defaults); ``choice``: the decision for the
+    function as a whole, None (no records of it: the workload records apply),
+    ``("hand", None)`` (the hand schedules, with their defaults) or
+    ``("auto", config)`` (its auto record: see :func:`function_tuned`)."""
+
+    log: ApplyHistoryBest | None = None
+    choice: tuple | None = None
+
+    def _best_of(self, keys: list[str]) -> tuple[str | None, Config | None]:
+        return (None, None) if self.log is None else self.log.best_of(keys)
+
+    def matmul_panel(self, m: int, n: int, k: int, dtype: str) -> int | None:
+        """The panel width (packed columns of B) of the log's best ``matmul`` config of
+        this shape, or None: the compute is packed with it so that :meth:`matmul` can
+        then apply that config. Inside a function the log tuned as a whole: its auto
+        record's panel, or None for the hand schedule."""
+        choice = self.choice
+        if choice is not None:
+            return choice[1]["panel"] if choice[0] == "auto" and "panel" in choice[1].values \
+                else None
+        key, config = self._best_of(_matmul_keys((m, n, k, dtype)))
+        return None if config is None or key != workload_key("matmul", (m, n, k, dtype)) \
+            else config["panel"]
+
+    def matmul(self, C: te.Tensor) -> tuple[str, Config] | None:
+        """The log's best config for the product ``C`` (packed by ``pack_matmul``):
+        ``("auto", config)`` for the auto search's, ``("hand", config)`` for the
+        ``matmul`` template's among those whose panel width matches the packing already
+        in the compute (see :meth:`matmul_panel`); None when there is none."""
+        packed = C.op.attrs.get("packed_B")
+        if packed is None or len(C.shape) != 2 or self.choice is not None or self.log is None:
+            return None
+        (m, n), (_, depth, panel) = C.shape, packed.shape
+        args = (m, n, depth, C.dtype)
+        key, config = self._best_of(_matmul_keys(args))
+        if config is not None and key == workload_key(auto_name("matmul"), args):
+            return "auto", config
+        config = self.log.lookup(workload_key("matmul", args),
+                                 where=lambda c: c["panel"] == panel)
+        return None if config is None else ("hand", config)
+
+    def _blocked_conv_task(self, conv: te.Tensor) -> tuple[str, tuple] | None:
+        """``(template, args)`` of the blocked convolution ``conv``'s task (its compute
+        carries the workload) when a log applies and no whole-function choice was made."""
+        workload = conv.op.attrs.get("blocked_conv")
+        if workload is None or self.log is None or self.choice is not None:
+            return None
+        return blocked_conv_task_args(
+            workload["input_shape"], workload["weight_shape"], workload["strides"],
+            workload["pads"], workload["dilations"], workload["group"], conv.dtype)
+
+    def blocked_conv_tiles(self, conv: te.Tensor
+                           ) -> BlockedConvTiles | DepthwiseConvTiles | None:
+        """The tiles (:func:`blocked_conv_tiles_of`) of the log's best config for the
+        blocked convolution ``conv``, or None without a log or a record of it."""
+        task = self._blocked_conv_task(conv)
+        if task is None:
+            return None
+        template, args = task
+        config = self.log.lookup(workload_key(template, args))
+        return None if config is None else blocked_conv_tiles_of(
+            config, template == "depthwise_conv2d_nchwc")
+
+    def conv_auto(self, conv: te.Tensor) -> Config | None:
+        """The log's auto-search record of the blocked convolution ``conv``'s workload
+        when it beats the template's records, else None."""
+        task = self._blocked_conv_task(conv)
+        if task is None:
+            return None
+        template, args = task
+        auto_key = workload_key(auto_name(template), args)
+        key, config = self._best_of([workload_key(template, args), auto_key])
+        return config if key == auto_key else None
+
+
+def apply_matmul_config(schedule: te.Schedule, C: te.Tensor,
+                        chosen: tuple[str, Config] | None,
+                        cpu: CPUDescription | None = None) -> bool:
+    """Schedule the product ``C`` by ``chosen`` (:meth:`ScheduleConfigs.matmul`): the
+    auto search's sketch, derived from this very compute, or the ``matmul`` template's
+    schedule; False, touching nothing, for None."""
+    if chosen is None:
+        return False
+    kind, config = chosen
+    if kind == "auto":
+        Sketch([C], search_hints(C.dtype, cpu)).schedule_stages(schedule, [C], config)
+    else:
+        schedule_matmul_config(schedule, C, C.op.attrs["packed_B"], config)
+    return True
+
+
+def apply_conv_auto(schedule: te.Schedule, conv: te.Tensor, config: Config | None,
+                    epilogue: te.Tensor | None = None,
+                    cpu: CPUDescription | None = None) -> bool:
+    """Schedule the blocked convolution ``conv`` (and its elementwise ``epilogue``, the
+    function's output, when given) by its auto-search ``config``
+    (:meth:`ScheduleConfigs.conv_auto`); False, touching nothing, for None. The sketch
+    is derived from this very compute: the epilogue is fused into the convolution's
+    tiles by the same point that was tuned without it."""
+    if config is None:
+        return False
+    outputs = [epilogue if epilogue is not None else conv]
+    Sketch(outputs, search_hints(conv.dtype, cpu)).schedule_stages(schedule, outputs, config)
+    return True
 
 
 def _matmul_keys(args: tuple) -> list[str]:
@@ -818,73 +917,34 @@ def _matmul_keys(args: tuple) -> list[str]:
     return [workload_key("matmul", args), workload_key(auto_name("matmul"), args)]
 
 
+def _ambient() -> ScheduleConfigs:
+    """The configs of the log applied here and the function choice entered here
+    (:func:`function_choice`): for the helpers below, which code outside a target's
+    compile (tests, benchmarks, the tuning templates) calls."""
+    return ScheduleConfigs(current(), _FUNCTION_CHOICE.get())
+
+
+def matmul_panel(m: int, n: int, k: int, dtype: str) -> int | None:
+    """:meth:`ScheduleConfigs.matmul_panel` of the log applied here."""
+    return _ambient().matmul_panel(m, n, k, dtype)
+
+
 def schedule_matmul_tuned(schedule: te.Schedule, C: te.Tensor) -> bool:
-    """Schedule a product made by ``schedules.matmul`` with the current log's best
-    ``matmul`` config of its shape (among those whose panel width matches the packing
-    already in the compute: the best one's, see :func:`matmul_panel`, unless the
-    compute was built outside the log's context); False, touching nothing, when there
+    """Schedule a product made by ``schedules.matmul`` with the best config of the log
+    applied here (:meth:`ScheduleConfigs.matmul`); False, touching nothing, when there
     is none."""
-    packed = C.op.attrs.get("packed_B")
-    if packed is None or len(C.shape) != 2 or _choice() is not None:
-        return False
-    (m, n), (_, depth, panel) = C.shape, packed.shape
-    args = (m, n, depth, C.dtype)
-    key, config = best_of(_matmul_keys(args))
-    if config is not None and key == workload_key(auto_name("matmul"), args):
-        # the auto search's best: its sketch, derived from this very compute, applied
-        Sketch([C], search_hints(C.dtype)).schedule_stages(schedule, [C], config)
-        return True
-    config = lookup(workload_key("matmul", args), where=lambda c: c["panel"] == panel)
-    if config is None:
-        return False
-    schedule_matmul_config(schedule, C, packed, config)
-    return True
-
-
-def _applied_blocked_conv_task(conv: te.Tensor) -> tuple[str, tuple] | None:
-    """``(template, args)`` of the blocked convolution ``conv``'s task (its compute
-    carries the workload) when a tuning log applies and no whole-function choice was
-    made for the function compiling; None otherwise."""
-    workload = conv.op.attrs.get("blocked_conv")
-    if workload is None or current() is None or _choice() is not None:
-        return None
-    return blocked_conv_task_args(
-        workload["input_shape"], workload["weight_shape"], workload["strides"],
-        workload["pads"], workload["dilations"], workload["group"], conv.dtype)
+    return apply_matmul_config(schedule, C, _ambient().matmul(C))
 
 
 def blocked_conv_tiles(conv: te.Tensor) -> BlockedConvTiles | DepthwiseConvTiles | None:
-    """The tiles (:func:`blocked_conv_tiles_of`, for :func:`schedule_blocked_conv`) of
-    the current log's best config for the blocked convolution ``conv`` (a ``ConvNCHWc``
-    compute of the compute library, which carries its workload), or None when no log
-    applies or it has no record of it."""
-    task = _applied_blocked_conv_task(conv)
-    if task is None:
-        return None
-    template, args = task
-    config = lookup(workload_key(template, args))
-    return None if config is None else blocked_conv_tiles_of(
-        config, template == "depthwise_conv2d_nchwc")
+    """:meth:`ScheduleConfigs.blocked_conv_tiles` of the log applied here."""
+    return _ambient().blocked_conv_tiles(conv)
 
 
 def schedule_conv_auto(schedule: te.Schedule, conv: te.Tensor,
                        epilogue: te.Tensor | None = None) -> bool:
-    """Schedule the blocked convolution ``conv`` (and its elementwise ``epilogue``, the
-    function's output, when given) by the current log's auto-search record of its
-    workload when that beats the template's records; False, touching nothing,
-    otherwise. The sketch is derived from this very compute: the epilogue is fused
-    into the convolution's tiles by the same point that was tuned without it."""
-    task = _applied_blocked_conv_task(conv)
-    if task is None:
-        return False
-    template, args = task
-    auto_key = workload_key(auto_name(template), args)
-    key, config = best_of([workload_key(template, args), auto_key])
-    if key != auto_key:
-        return False
-    outputs = [epilogue if epilogue is not None else conv]
-    Sketch(outputs, search_hints(conv.dtype)).schedule_stages(schedule, outputs, config)
-    return True
+    """:func:`apply_conv_auto` with the auto record of the log applied here."""
+    return apply_conv_auto(schedule, conv, _ambient().conv_auto(conv), epilogue)
 
 
 # ------------------------------------------------------------------ measuring a candidate
@@ -1251,15 +1311,18 @@ def _function_kind(body: Graph) -> str | None:
     return kinds[0] if len(kinds) == 1 else None
 
 
-@contextlib.contextmanager
-def function_choice(body: Graph):
-    """While one function compiles: decide from the applied tuning log whether it takes
-    its auto record (only where that was measured faster than the hand schedule of the
-    same function on the same harness, by :data:`FUNCTION_MARGIN`) or keeps the hand
-    schedule; functions the log has no records of keep the workload records' say (see
-    :func:`function_tuned`)."""
+def function_configs(body: Graph, log: ApplyHistoryBest | None) -> ScheduleConfigs:
+    """The configs of one function's schedules from the applied tuning ``log``: whether
+    it takes its auto record as a whole (only where that was measured faster than the
+    hand schedule of the same function on the same harness, by
+    :data:`FUNCTION_MARGIN`) or keeps the hand schedule; functions the log has no
+    records of keep the workload records' say (see :func:`function_tuned`)."""
+    return ScheduleConfigs(log, _decide(body, log))
+
+
+def _decide(body: Graph, context: ApplyHistoryBest | None) -> tuple | None:
+    """:attr:`ScheduleConfigs.choice` of the function ``body`` under log ``context``."""
     choice = None
-    context = current()
     kind = _function_kind(body) if context is not None else None
     spec = _spec_or_none(body) if kind is not None else None
     if spec is not None:
@@ -1273,6 +1336,14 @@ def function_choice(body: Graph):
             choice = ("auto", config)
         elif hand_cost is not None or config is not None:
             choice = ("hand", None)
+    return choice
+
+
+@contextlib.contextmanager
+def function_choice(body: Graph):
+    """:func:`function_configs`' choice for ``body`` under the log applied here, made
+    the choice of the helpers (:func:`matmul_panel`, ...) inside the block."""
+    choice = _decide(body, current())
     token = _FUNCTION_CHOICE.set(choice)
     try:
         yield choice
@@ -1343,28 +1414,26 @@ def _spec_or_none(body: Graph) -> str | None:
         return None
 
 
-def _choice() -> tuple | None:
-    return _FUNCTION_CHOICE.get()
+def _function_sketch(outputs, cpu: CPUDescription | None = None) -> Sketch:
+    return Sketch(outputs, search_hints(outputs[0].dtype, cpu))
 
 
-def _function_sketch(outputs) -> Sketch:
-    return Sketch(outputs, search_hints(outputs[0].dtype))
-
-
-def function_tuned(expressed) -> te.Schedule | None:
+def function_tuned(expressed, configs: ScheduleConfigs,
+                   cpu: CPUDescription | None = None) -> te.Schedule | None:
     """The schedule of a function (its products packed already) by its auto record when
-    :func:`function_choice` chose it, else None (the target's own schedule follows)."""
-    choice = _choice()
+    ``configs`` chose it (:func:`function_configs`), else None (the target's own
+    schedule follows)."""
+    choice = configs.choice
     if choice is None or choice[0] != "auto":
         return None
-    pack_matmuls(expressed.outputs)
-    sketch = _function_sketch(expressed.outputs)
+    pack_matmuls(expressed.outputs, configs.matmul_panel, cpu)
+    sketch = _function_sketch(expressed.outputs, cpu)
     blocks = _pack_rows(sketch, expressed.outputs, choice[1])
     s = te.create_schedule(expressed.outputs)
     fold_scalars(s, expressed.scalars)
     sketch.schedule_stages(s, expressed.outputs, choice[1])
     for packed in blocks:
-        schedule_packed_rows(s, packed)
+        schedule_packed_rows(s, packed, cpu)
     return s
 
 
@@ -1406,13 +1475,9 @@ def _expressed_function(spec: str):
     constant operands prepacked in the default panels: the sketch does not depend on
     the panel width)."""
     target = _llvm_target()
-    token = _FUNCTION_CHOICE.set(("hand", None))
-    try:
-        with target.compile_context():
-            expressed = express_function(function_body(spec))
-            target.schedule(expressed)
-    finally:
-        _FUNCTION_CHOICE.reset(token)
+    with target.compile_context():
+        expressed = express_function(function_body(spec))
+        target.schedule(expressed, ScheduleConfigs(choice=("hand", None)))
     target._packings.pop(id(expressed), None)
     return expressed
 

@@ -141,19 +141,18 @@ def test_an_auto_record_applies_only_where_it_beat_the_hand_schedule(
     # a win by less than the margin is no win: timings vary by a few percent
     log = _log(tmp_path, task, config, 1.0 if auto_wins else 1.99, 2.0)
     choices = []
-    original = llvm_tuning.function_choice
+    original = llvm_tuning.function_configs
 
-    def spy(body):
-        context = original(body)
+    def spy(body, log):
         choices.append(body)
-        return context
+        return original(body, log)
 
-    monkeypatch.setattr("heterocc.targets.llvm.target.function_choice", spy)
+    monkeypatch.setattr("heterocc.targets.llvm.target.function_configs", spy)
     applied = []
     original_tuned = llvm_tuning.function_tuned
 
-    def tuned_spy(expressed):
-        schedule = original_tuned(expressed)
+    def tuned_spy(expressed, configs, cpu=None):
+        schedule = original_tuned(expressed, configs, cpu)
         applied.append(schedule is not None)
         return schedule
 
@@ -170,7 +169,7 @@ def test_an_auto_record_applies_only_where_it_beat_the_hand_schedule(
     with ApplyHistoryBest(log):
         decided = []
         for body in choices:
-            with original(body) as choice:
+            with llvm_tuning.function_choice(body) as choice:
                 decided.append(None if choice is None else choice[0])
     assert decided.count("auto" if auto_wins else "hand") == 1
 
