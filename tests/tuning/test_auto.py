@@ -427,7 +427,7 @@ def test_compile_fuses_a_convolutions_epilogue_by_its_auto_record(tmp_path, monk
     convolution, its epilogue computed in the convolution's tiles."""
     import heterocc
     from heterocc.targets.llvm import tuning as llvm_tuning
-    from heterocc.tuning.task import extract_tasks
+    from heterocc.tuning.extract import extract_tasks
     from tests.conftest import make_model
 
     rng = np.random.default_rng(0)

@@ -14,9 +14,10 @@ from heterocc.targets.llvm.cpu import active_cpu
 from heterocc.targets.llvm.tuning import function_body, function_keys, function_spec
 from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.auto import SearchHints, Sketch
+from heterocc.tuning.extract import extract_tasks
 from heterocc.tuning.measure import CACHE_MODES, MeasureOptions, measure_in_process, task_inputs
 from heterocc.tuning.records import MeasureRecord, RecordLog
-from heterocc.tuning.task import Task, extract_tasks
+from heterocc.tuning.task import Task
 from tests.conftest import make_model
 
 
