@@ -36,6 +36,7 @@ from .quantization import quantize_model
 from .runtime.artifact import load_artifact
 from .runtime.inputs import load_samples, parse_shapes
 from .runtime.memory import plan_memory
+from .runtime.signing import generate_keypair
 from .sdk_hil import model_hil
 from .targets import available_targets, get_target
 from .targets.registry import parse_target_spec
@@ -81,16 +82,29 @@ def cmd_compile(args) -> int:
     if args.output:
         if export is None:
             raise HeteroccError(f"target {args.target!r} cannot export an artifact yet")
-        export(args.output)
-        print(f"wrote {args.output}")
+        export(args.output, sign=args.sign)
+        print(f"wrote {args.output}" + (f" (signed with {args.sign})" if args.sign else ""))
+    elif args.sign:
+        raise InputError("--sign signs an exported artifact: give -o DIR as well")
     print(f"compiled {args.model} for {args.target} in {elapsed:.2f} s")
+    return 0
+
+
+def cmd_keygen(args) -> int:
+    generate_keypair(args.private_key, args.public_key)
+    print(f"wrote {args.private_key} (private: keep it secret) and {args.public_key} "
+          "(public: give it to run --verify)")
     return 0
 
 
 def cmd_run(args) -> int:
     path = args.model
     if os.path.isdir(path):
-        compiled = load_artifact(path)  # artifacts come with the CPU code generator
+        # artifacts come with the CPU code generator
+        compiled = load_artifact(path, verify=args.verify)
+    elif args.verify:
+        raise InputError(f"--verify checks an exported artifact (a directory); {path!r} is "
+                         "not one")
     else:
         compiled = hcompile(path, target=args.target, shapes=parse_shapes(args.shape),
                             tuning_log=args.tuning_log, calibration=_calibration(args.calibrate))
@@ -251,7 +265,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dump-ir", help="directory receiving the IR after every pass")
     p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
     p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
+    p.add_argument("--sign", metavar="PRIVATE_KEY",
+                   help="sign the artifact's manifest with this Ed25519 key (heterocc keygen)")
     p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("keygen", help="write a new Ed25519 key pair for signing artifacts")
+    p.add_argument("private_key", help="file for the private key (PEM, owner-only)")
+    p.add_argument("public_key", help="file for the public key (PEM), for run --verify")
+    p.set_defaults(func=cmd_keygen)
 
     p = sub.add_parser("run", help="run a model or an exported artifact")
     p.add_argument("model")
@@ -259,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", action="append", help="NAME=FILE.npy")
     p.add_argument("--shape", action="append", help="NAME=D0,D1,... for symbolic dims")
     p.add_argument("--output-dir", help="save each output as NAME.npy here")
+    p.add_argument("--verify", metavar="PUBLIC_KEY",
+                   help="refuse an artifact not signed by this key's private key, before "
+                        "reading any of its other files")
     p.add_argument("--profile", action="store_true", help="print per-function times")
     p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
     p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)

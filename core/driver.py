@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +60,13 @@ class Executable:
 @dataclass
 class CompiledModel:
     """A model compiled for one or more targets. ``run`` takes a dict by input
-    name or positional arrays and returns the outputs as a list of arrays."""
+    name or positional arrays and returns the outputs as a list of arrays.
+
+    ``run`` may be called from several threads at once, each call getting its own
+    outputs: the CPU kernels write per-thread buffers and run concurrently, an
+    accelerator runs one program at a time under its device's lock
+    (``heterocc.sdk.device_lock``), and a specialization missing from the cache is
+    compiled once, by one thread, while the others wait for it."""
 
     model: onnx.ModelProto
     targets: list[str]
@@ -73,6 +80,8 @@ class CompiledModel:
     tuning_log: str | None = None
     _cache: OrderedDict = field(default_factory=OrderedDict)
     _profile: dict[str, ProfileEntry] | None = None
+    #: guards the cache of specializations (a build is done once, by one thread)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     # --- running ----------------------------------------------------------
     def run(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None,
@@ -85,6 +94,10 @@ class CompiledModel:
     __call__ = run
 
     def _executable_for(self, given: Mapping[str, np.ndarray]) -> Executable:
+        with self._lock:
+            return self._executable_locked(given)
+
+    def _executable_locked(self, given: Mapping[str, np.ndarray]) -> Executable:
         key = self._key(given)
         exe = self._cache.get(key)
         if exe is not None:
@@ -200,14 +213,16 @@ class CompiledModel:
     def pass_records(self) -> list[PassRecord]:
         return next(reversed(self._cache.values())).pass_records if self._cache else []
 
-    def export(self, path: str) -> None:
-        """Write a self-contained artifact directory (see heterocc.runtime.artifact)."""
+    def export(self, path: str, sign: str | None = None) -> None:
+        """Write a self-contained artifact directory (see heterocc.runtime.artifact);
+        ``sign`` names an Ed25519 private key file to sign it with (``heterocc keygen``,
+        checked by ``heterocc.load(path, verify=public_key)``)."""
         if len(self._cache) != 1 or self.specialize_on:
             raise InputError("only a model compiled for one static input shape can be exported: "
                              "compile it with shapes={...}")
         exe = next(iter(self._cache.values()))
         export_artifact(path, exe.graph, exe.executor, self.inputs, self.output_names,
-                        exe.targets)
+                        exe.targets, sign=sign)
 
     def enable_profiling(self) -> None:
         """Record per-function times from now on (see ``profile_report``)."""
@@ -270,6 +285,10 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
             strict: bool = False, calibration=None,
             tuning_log: str | None = None) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for ``target``.
+
+    A model whose tensors live in external data files (``X.onnx.data``) reads them
+    relative to the model file's folder, wherever the process runs; a location that
+    leaves that folder (absolute, ``..``, a link out) is refused (ModelLoadError).
 
     ``target``: a target name (default ``llvm``: the host CPU), a comma-separated
     list, or a list of names and target instances (e.g.

@@ -51,6 +51,7 @@ distribution, through the entry-point group ``heterocc.targets``
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -124,7 +125,7 @@ __all__ = [
     "available_targets", "build_accelerator_region", "coalesce", "compile_composite",
     "composite_parts", "element_address", "elementwise_epilogue", "epilogue_chain",
     "evaluate_index", "express_function", "flat_offset", "fold_scalars", "function_constants",
-    "get_target", "holds", "is_constant", "is_op", "leaf_statements", "load_program",
+    "device_lock", "get_target", "holds", "is_constant", "is_op", "leaf_statements", "load_program",
     "lowering_metadata", "match", "model_hil", "optional", "reference_outputs", "register_target",
     "schedule_by_rules", "structure_key", "te", "tir", "wildcard",
 ]
@@ -218,6 +219,10 @@ class Device(Protocol):
     (``load`` a program, say which of its buffers stay ``resident`` across runs,
     ``reset``); :class:`DeviceKernel` then writes a program's constants (weights)
     once per loaded model instead of on every call.
+
+    A device may carry a ``lock`` (a ``threading.RLock``) that :func:`device_lock`
+    returns: kernels hold it from a program's first write to its last read, so one
+    device serves a model run from several threads.
     """
 
     name: str
@@ -266,6 +271,37 @@ def holds(device: Device, program: Any, buffer: str) -> bool:
     false for a device without that method: it is written on every call)."""
     resident = getattr(device, "resident", None)
     return bool(resident(program, buffer)) if callable(resident) else False
+
+
+#: guards the creation of devices' locks (see :func:`device_lock`)
+_LOCKS_GUARD = threading.Lock()
+#: locks of devices that cannot carry a ``lock`` attribute, by identity
+_FOREIGN_LOCKS: dict[int, threading.RLock] = {}
+
+
+def device_lock(device: Device) -> threading.RLock:
+    """The lock that makes one program run on ``device`` (copy in, run, copy out) a unit.
+
+    A device is one machine with one memory: two threads that interleave their
+    ``copy_in`` / ``run`` / ``copy_out`` calls on it read each other's results (and
+    programs of the same shape may be one program object, their buffers one place).
+    :class:`ProgramRunner` therefore holds this lock from a program's first write to
+    its last read; everything else a model does (host layout conversions, CPU kernels)
+    runs concurrently. It is the device's own ``lock`` attribute (a re-entrant lock)
+    when it has one, else one made for it on first use and kept on it."""
+    lock = getattr(device, "lock", None)
+    if lock is not None:
+        return lock
+    with _LOCKS_GUARD:
+        lock = getattr(device, "lock", None)
+        if lock is not None:
+            return lock
+        lock = threading.RLock()
+        try:
+            device.lock = lock
+        except (AttributeError, TypeError):  # slots or a frozen dataclass: keep it here
+            lock = _FOREIGN_LOCKS.setdefault(id(device), lock)
+        return lock
 
 
 def load_program(device: Device, program: Any) -> None:
@@ -454,7 +490,13 @@ class ProgramRunner:
                     reads: Sequence[str]) -> list[np.ndarray]:
         """Write each ``(buffer, contents, constant)`` (``contents()`` gives the array;
         a ``constant`` one is skipped while the device holds it), run, and read the
-        ``reads`` buffers."""
+        ``reads`` buffers, all under the device's lock (:func:`device_lock`): calls
+        from several threads take the device in turn, each reading its own results."""
+        with device_lock(self.device):
+            return self._run_program(writes, reads)
+
+    def _run_program(self, writes: Sequence[tuple[str, Callable[[], np.ndarray], bool]],
+                     reads: Sequence[str]) -> list[np.ndarray]:
         self.last_bytes_in = self.last_bytes_loaded = 0
         load_program(self.device, self.program)
         for name, contents, constant in writes:

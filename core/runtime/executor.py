@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -79,6 +80,12 @@ class GraphExecutor:
     slots of the values it reads and writes) that later runs follow, so a network of
     many small kernels pays little per node; assigning another ``graph`` or ``kernels``
     makes a new plan.
+
+    :meth:`execute` may be called from several threads at once: a run keeps its values
+    in a list of its own, the plan is made once under a lock, and the kernels keep
+    per-thread or per-device state (see ``heterocc.sdk.device_lock``). ``set_input`` /
+    ``run`` / ``get_output`` hold one run's inputs and outputs on the executor: one
+    thread at a time (or one executor per thread).
     """
 
     graph: Graph
@@ -96,6 +103,8 @@ class GraphExecutor:
     _initial: list = field(default_factory=list, repr=False)
     _input_slots: tuple[int, ...] = field(default=(), repr=False)
     _output_slots: tuple[int, ...] = field(default=(), repr=False)
+    #: guards making the plan and recording the profile (runs from several threads)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
         if self.memory is None:
@@ -134,6 +143,13 @@ class GraphExecutor:
         if self._steps is not None and self._planned[0] is self.graph \
                 and self._planned[1] is self.kernels:
             return self._steps
+        with self._lock:  # one thread makes it; the others wait and take it
+            if self._steps is None or self._planned[0] is not self.graph \
+                    or self._planned[1] is not self.kernels:
+                self._make_plan()
+            return self._steps
+
+    def _make_plan(self) -> None:
         slots: dict[Value, int] = {}
         initial: list = [None]  # slot 0 stays None: an omitted optional input
 
@@ -167,13 +183,13 @@ class GraphExecutor:
         self._output_slots = tuple(slot(v) for v in self.graph.outputs)
         self._input_slots, self._initial = input_slots, initial
         self._steps, self._planned = tuple(steps), (self.graph, self.kernels)
-        return self._steps
 
     def execute(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Outputs for positional inputs already checked against the graph's inputs."""
         steps = self._plan()
         env = self._initial.copy()
-        for k, value in zip(self._input_slots, inputs):
+        input_slots, output_slots = self._input_slots, self._output_slots
+        for k, value in zip(input_slots, inputs):
             env[k] = value
         profile = self.profile
         ndarray = np.ndarray
@@ -201,9 +217,13 @@ class GraphExecutor:
                 args = results = r = None
                 for s in drops:
                     env[s] = None
-        return [np.asarray(on_host(env[k])) for k in self._output_slots]
+        return [np.asarray(on_host(env[k])) for k in output_slots]
 
     def _record(self, node: Node, seconds: float, kernel) -> None:
+        with self._lock:
+            self._record_now(node, seconds, kernel)
+
+    def _record_now(self, node: Node, seconds: float, kernel) -> None:
         entry = self.profile.get(node.name)
         if entry is None:
             ops = "+".join(n.attrs.get("composite", n.op) for n in node.body.nodes) \

@@ -3,13 +3,19 @@ lost under ``kill -9``.
 
 Each record is written by a single ``os.write`` of the whole line (opened with
 ``O_APPEND``) followed by ``fsync``, so a killed writer leaves either the whole line or
-(at worst, on a failing disk) an unterminated final fragment. Opening a log for writing
-cuts such a fragment off (it was never acknowledged), and the reader ignores an
-unparsable final line, so a later run resumes from every complete record.
+(at worst, on a failing disk) an unterminated final fragment. Several processes may
+append to one log at once (tuning workers, a second ``heterocc tune``): every writer
+holds an exclusive ``flock`` on the file while it appends, and an unterminated final
+fragment is cut off only under that lock (opening a log, and before each append), when
+no writer can be in the middle of a line, so the cut never takes another process's
+record. Readers take no lock: they skip an unparsable final line (a line being written,
+or a fragment not yet cut), so a later run resumes from every complete record.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
@@ -96,8 +102,9 @@ class RecordLog:
         self.path = Path(path)
         self.target = target
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        _drop_torn_tail(self.path, self._fd)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        with _exclusive(self._fd):
+            _drop_torn_tail(self._fd)
 
     def append(self, record: MeasureRecord) -> None:
         """Write ``record`` (for this log's target) as one line and make it durable
@@ -105,11 +112,13 @@ class RecordLog:
         if self.target and not record.target:
             record = replace(record, target=self.target)
         line = (json.dumps(record.to_json(), separators=(",", ":")) + "\n").encode()
-        written = os.write(self._fd, line)
-        if written != len(line):
-            raise InputError(f"tuning log {self.path}: wrote {written} of {len(line)} bytes "
-                             "(disk full?); free space and resume")
-        os.fsync(self._fd)
+        with _exclusive(self._fd):
+            _drop_torn_tail(self._fd)  # a writer killed since we opened the log
+            written = os.write(self._fd, line)
+            if written != len(line):
+                raise InputError(f"tuning log {self.path}: wrote {written} of {len(line)} "
+                                 "bytes (disk full?); free space and resume")
+            os.fsync(self._fd)
 
     def records(self) -> list[MeasureRecord]:
         """The complete records of the log that apply to its target."""
@@ -127,11 +136,35 @@ class RecordLog:
         self.close()
 
 
-def _drop_torn_tail(path: Path, fd: int) -> None:
-    """Cut an unterminated final line (a write the killed writer never finished)."""
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        os.ftruncate(fd, data.rfind(b"\n") + 1)
+@contextlib.contextmanager
+def _exclusive(fd: int):
+    """The log's exclusive lock (``flock``: released by the kernel if the holder dies)."""
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+#: bytes read at a time while looking back for the end of the last whole line
+_TAIL_CHUNK = 1 << 16
+
+
+def _drop_torn_tail(fd: int) -> None:
+    """Cut an unterminated final line (a write a killed writer never finished). Only
+    under :func:`_exclusive`: then no live writer is in the middle of a line."""
+    end = os.fstat(fd).st_size
+    if end == 0 or os.pread(fd, 1, end - 1) == b"\n":
+        return
+    position = end
+    while position > 0:
+        start = max(0, position - _TAIL_CHUNK)
+        newline = os.pread(fd, position - start, start).rfind(b"\n")
+        if newline >= 0:
+            os.ftruncate(fd, start + newline + 1)
+            return
+        position = start
+    os.ftruncate(fd, 0)
 
 
 def read_records(path: str | Path, target: str | None = None) -> list[MeasureRecord]:

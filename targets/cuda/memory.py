@@ -20,6 +20,7 @@ above the driver is the same for both.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -84,21 +85,25 @@ class DevicePool:
         self._cached: dict[int, list[int]] = {}
         self.allocations = 0  # driver allocations so far
         self.allocated_bytes = 0  # bytes held from the driver (in use or cached)
+        #: re-entrant: a DeviceArray that dies while the pool allocates gives its block back
+        self._lock = threading.RLock()
 
     def acquire(self, nbytes: int) -> int:
         """Address of a block of at least ``nbytes`` bytes."""
         size = block_size(nbytes)
-        cached = self._cached.get(size)
-        if cached:
-            return cached.pop()
-        pointer = self.driver.allocate(size)
-        self.allocations += 1
-        self.allocated_bytes += size
-        return pointer
+        with self._lock:  # two threads must not take the same cached block
+            cached = self._cached.get(size)
+            if cached:
+                return cached.pop()
+            pointer = self.driver.allocate(size)
+            self.allocations += 1
+            self.allocated_bytes += size
+            return pointer
 
     def give_back(self, pointer: int, nbytes: int) -> None:
         """Return the block at ``pointer`` (acquired for ``nbytes``) for reuse."""
-        self._cached.setdefault(block_size(nbytes), []).append(pointer)
+        with self._lock:
+            self._cached.setdefault(block_size(nbytes), []).append(pointer)
 
     @property
     def cached_bytes(self) -> int:
@@ -107,11 +112,12 @@ class DevicePool:
 
     def trim(self) -> None:
         """Free every cached block (blocks in use stay)."""
-        for size, blocks in self._cached.items():
-            for pointer in blocks:
-                self.driver.free(pointer)
-            self.allocated_bytes -= size * len(blocks)
-        self._cached.clear()
+        with self._lock:
+            for size, blocks in self._cached.items():
+                for pointer in blocks:
+                    self.driver.free(pointer)
+                self.allocated_bytes -= size * len(blocks)
+            self._cached.clear()
 
 
 class DeviceArray(DeviceTensor):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import threading
 from collections.abc import Sequence
 from functools import cache
 
@@ -192,6 +193,7 @@ class DeviceFunction:
                           for launch in self.plan.launches]
         self.workspaces = [DeviceArray(self.pool, b.shape, b.dtype.partition("x")[0])
                            for b in self.plan.workspaces]
+        self._launching = threading.Lock()
 
     def check(self, arrays: Sequence) -> None:
         """InputError unless ``arrays`` are one per parameter of the right type."""
@@ -215,11 +217,15 @@ class DeviceFunction:
                     or array.pointer is None:
                 raise InputError(f"{self.plan.name}: parameter {buffer.name!r} needs a live "
                                  f"DeviceArray of this function's device, got {array!r}")
-        pointers = [a.pointer for a in arrays] + [w.pointer for w in self.workspaces]
-        self.device.activate()
-        for launch, function in zip(self.plan.launches, self.functions):
-            self.device.launch(function, launch.grid, launch.block,
-                               [pointers[a] for a in launch.args])
+        # the workspaces are this function's, shared by its calls: its launches are
+        # issued one call at a time (in order on a GPU's stream; on the host emulator a
+        # launch runs to completion, so two threads would write one workspace at once)
+        with self._launching:
+            pointers = [a.pointer for a in arrays] + [w.pointer for w in self.workspaces]
+            self.device.activate()
+            for launch, function in zip(self.plan.launches, self.functions):
+                self.device.launch(function, launch.grid, launch.block,
+                                   [pointers[a] for a in launch.args])
 
     def __call__(self, *arrays: np.ndarray) -> None:
         self.check(arrays)

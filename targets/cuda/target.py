@@ -28,6 +28,7 @@ import numpy as np
 from heterocc import te
 from heterocc.errors import ArtifactError, TargetError
 from heterocc.ir.graph import Node
+from heterocc.runtime.files import member_path
 from heterocc.te_target import (
     CompiledFunction,
     ExpressedFunction,
@@ -252,14 +253,14 @@ class CudaTarget(TETarget):
                 f, compiled, on_gpu=False, run_nvcc=False))
         if function.name not in info.get("functions", []):
             return self.build(function)
-        with open(os.path.join(directory, info["launches"])) as f:
+        with open(member_path(directory, info.get("launches"), "launch table")) as f:
             entry = json.load(f).get(function.name)
         if entry is None:
             raise ArtifactError(f"{info['launches']} has no launch description for "
                                 f"{function.name!r}")
         files = entry["files"]
         name = files.get(self.device().arch, files["ptx"])
-        with open(os.path.join(directory, os.path.basename(name)), "rb") as f:
+        with open(member_path(directory, name, "GPU image"), "rb") as f:
             image = f.read()
         if name == files["ptx"]:
             image += b"\0"

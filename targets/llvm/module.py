@@ -17,6 +17,7 @@ import itertools
 import json
 import os
 import shutil
+import struct
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -393,6 +394,7 @@ class LoadedLibrary(_FunctionTable):
             signatures = [FunctionSignature.from_json(f) for f in meta["functions"]]
             self.cpu = library_cpu(meta, path)
             check_runs_on(self.cpu, what=f"kernel library {path}")
+        check_shared_object(path)
         try:
             self._library = ctypes.CDLL(str(path))
         except OSError as error:
@@ -405,6 +407,44 @@ class LoadedLibrary(_FunctionTable):
                 raise CompileError(f"library {path} has no function {signature.name!r}") from None
             address = ctypes.cast(symbol, ctypes.c_void_p).value
             self.functions[signature.name] = CompiledFunction(signature, address, self)
+
+
+#: ELF identification and the fields of the 64-bit header read by check_shared_object
+_ELF_MAGIC = b"\x7fELF"
+_ELF_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
+_ELF_PROGRAM_HEADER = struct.Struct("<IIQQQQQQ")
+_PT_LOAD, _ET_DYN = 1, 3
+
+
+def check_shared_object(path: str | Path) -> None:
+    """CompileError unless ``path`` is a whole 64-bit little-endian ELF shared object:
+    every segment the loader maps lies inside the file. The dynamic loader maps a
+    truncated library without complaint and the process dies of SIGBUS when it touches
+    the missing pages; this check turns that into an error before ``dlopen``."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(_ELF_HEADER.size)
+            size = os.fstat(f.fileno()).st_size
+            if len(header) < _ELF_HEADER.size or not header.startswith(_ELF_MAGIC) \
+                    or header[4] != 2 or header[5] != 1:
+                raise CompileError(f"{path} is not a 64-bit little-endian ELF shared object")
+            (_, kind, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum,
+             _) = _ELF_HEADER.unpack(header)
+            if kind != _ET_DYN or phentsize != _ELF_PROGRAM_HEADER.size \
+                    or phoff + phnum * phentsize > size \
+                    or (shnum and shoff + shnum * shentsize > size):
+                raise CompileError(f"{path} is not a whole ELF shared object (truncated, or "
+                                   "its headers point past its end)")
+            f.seek(phoff)
+            table = f.read(phnum * phentsize)
+    except OSError as error:
+        raise CompileError(f"cannot read kernel library {path}: {error.strerror}") from None
+    for k in range(phnum):
+        kind, _, offset, _, _, filesz, _, _ = _ELF_PROGRAM_HEADER.unpack_from(
+            table, k * phentsize)
+        if kind == _PT_LOAD and offset + filesz > size:
+            raise CompileError(f"{path} is truncated: segment {k} ends at byte "
+                               f"{offset + filesz}, the file has {size}")
 
 
 def library_cpu(meta: dict, path: str | Path) -> CPUDescription:

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ from heterocc import te
 from heterocc.errors import InputError, TargetError
 from heterocc.ir.graph import Node
 from heterocc.passes.alter_layout import alter_layout_for
+from heterocc.runtime.files import member_path
 from heterocc.te.schedule_reads import reads_of
 from heterocc.te_target import (
     CompiledFunction,
@@ -142,18 +144,23 @@ _OWN_REFERENCES = 2
 
 @dataclass
 class _Outputs:
-    """Output arrays of a kernel, recycled across calls: an array from the last call is
-    written again once nothing else refers to it (the executor dropped an intermediate
-    after its last reader). Fresh arrays cost page faults on every call, which on a
-    loaded machine can take longer than the kernel itself. The arrays' data addresses
-    are kept with them (``addresses``): reading one from NumPy costs about a microsecond."""
+    """Output arrays of a kernel in one thread, recycled across that thread's calls: an
+    array from the last call is written again once nothing else refers to it (the
+    executor dropped an intermediate after its last reader). Fresh arrays cost page
+    faults on every call, which on a loaded machine can take longer than the kernel
+    itself. The arrays' data addresses are kept with them: reading one from NumPy costs
+    about a microsecond.
+
+    One per thread (``LLVMKernel`` keeps them in a ``threading.local``): the reference
+    count says nothing about another thread that is about to claim the same arrays, so
+    two threads sharing one set would write each other's results."""
 
     specs: list[tuple[tuple[int, ...], str]]
     last: list[np.ndarray] = field(default_factory=list)
     addresses: tuple[int, ...] = ()
 
-    def recycled(self) -> list[np.ndarray]:
-        """The arrays to write this call (``addresses`` then holds their addresses)."""
+    def recycled(self) -> tuple[list[np.ndarray], tuple[int, ...]]:
+        """The arrays to write this call and their data addresses."""
         last = self.last
         if last:
             getrefcount = sys.getrefcount
@@ -161,11 +168,15 @@ class _Outputs:
                 if getrefcount(array) > _OWN_REFERENCES + 1:  # + the loop's variable
                     break
             else:
-                return last.copy()
+                return last.copy(), self.addresses
         arrays = [np.empty(shape, dtype) for shape, dtype in self.specs]
         self.addresses = tuple(a.ctypes.data for a in arrays)
         self.last = arrays
-        return arrays.copy()
+        return arrays.copy(), self.addresses
+
+
+#: serializes the first call's preparation of every LLVMKernel (once per kernel)
+_PREPARING = threading.Lock()
 
 
 @dataclass
@@ -177,14 +188,18 @@ class LLVMKernel:
     made from the signature, so they are not checked again: the full check of
     ``CompiledFunction`` (overlap of every written buffer with every other) costs about
     as much as a small kernel and would be paid by every function of a network on every
-    run. An input that fails the quick test takes the full check, which names it."""
+    run. An input that fails the quick test takes the full check, which names it.
+
+    A kernel may be called from several threads at once: the constants are only read,
+    and every thread writes output arrays of its own (:class:`_Outputs`)."""
 
     name: str
     function: object
     constants: list[np.ndarray]
     out_specs: list[tuple[tuple[int, ...], str]]
     prim: object = None  # the TIR PrimFunc, kept for export
-    _outputs: _Outputs | None = field(default=None, repr=False)
+    #: each thread's outputs (``outputs``), made by the first call (None before it)
+    _threads: threading.local | None = field(default=None, repr=False)
     #: (shape, dtype) of each input parameter, and the constants' data addresses
     _inputs: list[tuple[tuple[int, ...], np.dtype]] | None = field(default=None, repr=False)
     _constant_addresses: tuple[int, ...] = field(default=(), repr=False)
@@ -196,24 +211,32 @@ class LLVMKernel:
         return LLVMKernel(self.name, self.function, [c.copy() for c in self.constants],
                           self.out_specs, self.prim)
 
-    def _prepare(self) -> None:
-        outputs = _Outputs(self.out_specs)
-        params = getattr(self.function, "signature", None)
-        if params is not None and hasattr(self.function, "call_addresses"):
-            count = len(params.params) - len(self.constants) - len(self.out_specs)
-            self._inputs = [(tuple(p.shape), np.dtype(p.dtype)) for p in params.params[:count]]
-            self.function.check([*[np.empty(shape, dtype) for shape, dtype in self._inputs],
-                                 *self.constants, *outputs.recycled()])
-            self._constant_addresses = tuple(c.ctypes.data for c in self.constants)
-        # else a function that cannot run here: its own call says why
-        self._outputs = outputs
+    def _prepare(self) -> threading.local:
+        with _PREPARING:
+            if self._threads is not None:
+                return self._threads
+            params = getattr(self.function, "signature", None)
+            if params is not None and hasattr(self.function, "call_addresses"):
+                count = len(params.params) - len(self.constants) - len(self.out_specs)
+                inputs = [(tuple(p.shape), np.dtype(p.dtype)) for p in params.params[:count]]
+                self.function.check([*[np.empty(shape, dtype) for shape, dtype in inputs],
+                                     *self.constants,
+                                     *[np.empty(shape, dtype) for shape, dtype in self.out_specs]])
+                self._constant_addresses = tuple(c.ctypes.data for c in self.constants)
+                self._inputs = inputs
+            # else a function that cannot run here: its own call says why
+            self._threads = threading.local()
+            return self._threads
 
     def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
-        outputs = self._outputs
-        if outputs is None:
-            self._prepare()
-            outputs = self._outputs
-        outs = outputs.recycled()
+        threads = self._threads
+        if threads is None:
+            threads = self._prepare()
+        try:
+            outputs = threads.outputs
+        except AttributeError:  # this thread's first call
+            outputs = threads.outputs = _Outputs(self.out_specs)
+        outs, out_addresses = outputs.recycled()
         inputs = self._inputs
         if inputs is not None and len(args) == len(inputs):
             addresses = []
@@ -224,7 +247,7 @@ class LLVMKernel:
                 addresses.append(a.ctypes.data)
             else:
                 self.function.call_addresses(*addresses, *self._constant_addresses,
-                                             *outputs.addresses)
+                                             *out_addresses)
                 return outs
         self.function(*args, *self.constants, *outs)  # the full check names what is wrong
         return outs
@@ -346,8 +369,9 @@ class LLVMTarget(TETarget):
             return numpy_kernel(function)
         library = self._libraries.get(directory)
         if library is None:
+            # confined to the artifact, whose files were checked against their hashes
             library = self._libraries[directory] = load_library(
-                os.path.join(directory, info["library"]))
+                member_path(directory, info.get("library"), "kernel library"))
         packings = info.get("packed_constants", {}).get(symbol, [])
         constants = _packed_constants(function_constants(function.body), packings)
         return LLVMKernel(function.name, library[symbol], constants, output_specs(function))

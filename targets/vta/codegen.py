@@ -45,7 +45,7 @@ from heterocc.errors import CompileError
 from heterocc.ir.graph import Node
 from heterocc.ops.nn import conv_geometry
 from heterocc.ops.qnn import zero_point_bias
-from heterocc.sdk import DeviceTiming, ProgramRunner, holds
+from heterocc.sdk import DeviceTiming, ProgramRunner, device_lock, holds
 
 from .blocking import from_blocked, to_blocked
 from .conv import (
@@ -235,9 +235,15 @@ class AcceleratorKernel(ProgramRunner):
     def run_device(self, matrices: list[np.ndarray]) -> np.ndarray:
         """Run the program on its input tensors' matrices (written to the device; the
         program's image, weights included, is loaded on the first call); the output
-        tensor's matrix."""
+        tensor's matrix. The device's lock is held throughout (see
+        ``heterocc.sdk.device_lock``): the image and report read after the run are this
+        call's."""
         if self.device is None:
             self.device = VtaDevice(self.config)
+        with device_lock(self.device):
+            return self._run_device(matrices)
+
+    def _run_device(self, matrices: list[np.ndarray]) -> np.ndarray:
         fresh = not holds(self.device, self.program, self.output_tensor)
         tensors = self.program.tensors
         writes = [(name, functools.partial(np.asarray, matrix,
@@ -287,10 +293,21 @@ def _conv_lowering(conv: Node, k_padded: int):
 
 
 def _dense_lowering(dense: Node, k_padded: int):
+    """A matrix product of activations (..., M, K) with constant weights (K, N) as one
+    GEMM: every leading axis of the activations folds into the rows (they share the
+    weights), and the output, (..., M, N), unfolds from them."""
     w = dense.inputs[1].data  # (K, N)
-    n_out = w.shape[1]
-    return w.T, (lambda a: np.pad(a, ((0, 0), (0, k_padded - a.shape[1])))), \
-        (lambda cmat: np.ascontiguousarray(cmat[:, :n_out])), dense.inputs[0].type.shape[0]
+    k, n_out = w.shape
+    out_shape = dense.outputs[0].type.shape
+    rows = math.prod(dense.inputs[0].type.shape[:-1])
+
+    def to_matrix(a: np.ndarray) -> np.ndarray:
+        return np.pad(a.reshape(rows, k), ((0, 0), (0, k_padded - k)))
+
+    def from_matrix(cmat: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(cmat[:, :n_out]).reshape(out_shape)
+
+    return w.T, to_matrix, from_matrix, rows
 
 
 def direct_conv_geometry(conv: Node, config: HardwareConfig) -> ConvGeometry | None:

@@ -11,6 +11,7 @@ on the device for as long as the model is loaded, so they cross the bus once.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +43,11 @@ class VtaDevice:
     """The accelerator of ``config`` behind ``driver`` (by default a simulator with
     ``SIMULATED_DRAM_BYTES`` of DRAM), as an SDK ``ResidentDevice``; buffers are the
     program's DRAM tensors by name. ``last_report`` holds the simulator's report of the
-    last run (None from a transport that reports cycles only)."""
+    last run (None from a transport that reports cycles only).
+
+    One device is one DRAM: ``lock`` (re-entrant) is what the SDK's kernels hold from a
+    program's first ``copy_in`` to its last ``copy_out`` (``heterocc.sdk.device_lock``),
+    so a model may run on it from several threads; ``load`` takes it too."""
 
     def __init__(self, config: HardwareConfig, driver: AcceleratorDriver | None = None,
                  name: str | None = None):
@@ -52,6 +57,7 @@ class VtaDevice:
         self.name = name or f"vta-{type(self.driver).__name__}"
         self.last_report: RunReport | None = None
         self._loaded: dict[int, _Loaded] = {}
+        self.lock = threading.RLock()
 
     # -- the life cycle
 
@@ -59,6 +65,11 @@ class VtaDevice:
         """Write ``program``'s image and relocated stream to the device (once)."""
         if id(program) in self._loaded:
             return
+        with self.lock:  # two threads must not both place the same program
+            if id(program) not in self._loaded:
+                self._load(program)
+
+    def _load(self, program: Program) -> None:
         if program.config.name != self.config.name:
             raise AcceleratorError(f"the program was built for {program.config.name} but the "
                                    f"device is {self.config.name}")

@@ -115,3 +115,50 @@ def test_kill_9_mid_run_loses_nothing_and_resumes(tmp_path):
     assert len(resumed) == total
     indices = [r.config_index for r in resumed]
     assert len(set(indices)) == total  # resuming never re-measures a config
+
+
+def _append_many(path, worker: int, count: int, barrier) -> None:
+    """Open the log afresh for every record (each open repairs a torn tail), as
+    separate tuning runs and workers do."""
+    barrier.wait()
+    for k in range(count):
+        with RecordLog(path) as log:
+            # long lines: a reader may see one half written
+            log.append(MeasureRecord(f"task{worker}", {"k": k, "pad": "x" * 100_000}, k,
+                                     (1e-3,)))
+
+
+def _tear_tails(path: str, count: int, barrier) -> None:
+    """A writer killed mid-line, ``count`` times: an unterminated fragment appended
+    under the log's lock, as a killed writer leaves it."""
+    import fcntl
+
+    barrier.wait()
+    for _ in range(count):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, b'{"v":1,"task":"torn","conf')
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def test_concurrent_opens_and_appends_lose_no_record(tmp_path):
+    import multiprocessing
+
+    path = str(tmp_path / "shared.jsonl")
+    writers, per_writer = 4, 40
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(writers + 1)
+    processes = [context.Process(target=_append_many, args=(path, w, per_writer, barrier))
+                 for w in range(writers)]
+    processes.append(context.Process(target=_tear_tails, args=(path, 30, barrier)))
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+    assert [p.exitcode for p in processes] == [0] * len(processes)
+    records = read_records(path)
+    assert all(r.workload_key != "torn" for r in records)
+    by_worker = {w: sorted(r.config_index for r in records if r.workload_key == f"task{w}")
+                 for w in range(writers)}
+    assert by_worker == {w: list(range(per_writer)) for w in range(writers)}
