@@ -276,8 +276,9 @@ class LLVMTarget(TETarget):
     _libraries: dict[str, object] = field(default_factory=dict, repr=False)
     #: packings of constants chosen while scheduling, by id of the expressed function
     _packings: dict[int, list] = field(default_factory=dict, repr=False)
-    #: the tuning log's configs for the function compiling (:meth:`_compile_structure`)
-    _configs: ScheduleConfigs = field(default_factory=ScheduleConfigs, repr=False)
+    #: per thread, the tuning log's configs for the function it compiles
+    #: (:meth:`_compile_structure`; a target instance may serve racing compiles)
+    _compiling: threading.local = field(default_factory=threading.local, repr=False)
 
     def __post_init__(self):
         self.cpu = parse_cpu(self.cpu)
@@ -299,7 +300,7 @@ class LLVMTarget(TETarget):
     def schedule_rules(self) -> list[ScheduleRule]:
         """The CPU's schedule rules (:func:`.rules.cpu_rules`) for this target's CPU,
         with the tuning log's configs for the function compiling."""
-        return cpu_rules(self.cpu, self._configs)
+        return cpu_rules(self.cpu, self._configs())
 
     def schedule(self, expressed: ExpressedFunction,
                  configs: ScheduleConfigs | None = None) -> te.Schedule:
@@ -309,7 +310,7 @@ class LLVMTarget(TETarget):
         (:func:`_prepack_constants`); a function whose auto record the log chose
         (``tuning.function_configs``) is scheduled by it as a whole instead
         (``tuning.function_tuned``)."""
-        configs = configs or self._configs
+        configs = configs or self._configs()
         self._packings[id(expressed)] = _prepack_constants(expressed, configs.matmul_panel,
                                                            self.cpu)
         tuned = function_tuned(expressed, configs, self.cpu)
@@ -319,11 +320,15 @@ class LLVMTarget(TETarget):
         # the applied tuning log read once for this function: its choice as a whole
         # (auto record or hand schedule) and its workloads' configs, passed down to the
         # schedules
-        self._configs = function_configs(function.body, current())
+        self._compiling.configs = function_configs(function.body, current())
         try:
             return super()._compile_structure(function)
         finally:
-            self._configs = ScheduleConfigs()
+            del self._compiling.configs
+
+    def _configs(self) -> ScheduleConfigs:
+        """The configs of the function this thread compiles (the defaults outside one)."""
+        return getattr(self._compiling, "configs", None) or ScheduleConfigs()
 
     def lower(self, schedule: te.Schedule, expressed: ExpressedFunction, symbol: str):
         """The PrimFunc, with the packing of its constants in its ``packed_constants``
