@@ -83,6 +83,15 @@ from .patterns import (
 )
 from .runtime.executor import GraphExecutor
 from .runtime.interpreter import evaluate
+from .sdk_cost import (
+    CostCache,
+    CostEstimate,
+    CostTarget,
+    HostLink,
+    accelerator_estimate,
+    can_estimate,
+    workload_key,
+)
 from .sdk_hil import LayerComparison, ModelHilReport, model_hil
 from .sdk_isa import Command, Field, InstructionFormat, InstructionSet
 from .sdk_memory import Bank, MemoryPlacer, Placement
@@ -112,6 +121,8 @@ from .te_target import (
 from .tuning.templates import TargetTuning
 
 __all__ = [
+    "CostCache", "CostEstimate", "CostTarget", "HostLink", "accelerator_estimate",
+    "can_estimate", "workload_key",
     "AcceleratorBase", "AcceleratorError", "AcceleratorTarget", "Bank", "Binding", "BufferRegion",
     "Command", "CompileError", "CompiledFunction", "CompositeParts", "CompositePattern", "Device",
     "DeviceKernel", "DeviceTiming", "ENTRY_POINT_GROUP", "ExportableTarget", "ExpressedFunction",

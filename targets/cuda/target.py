@@ -26,6 +26,7 @@ from typing import ClassVar
 import numpy as np
 
 from heterocc import te
+from heterocc.diagnostics import report_fallback
 from heterocc.errors import ArtifactError, TargetError
 from heterocc.ir.graph import Node
 from heterocc.runtime.files import member_path
@@ -194,6 +195,11 @@ class CudaTarget(TETarget):
     def kernel(self, function: Node, compiled: CompiledFunction) -> CudaKernel:
         """``function`` launching its structure's kernels on this target's device."""
         on_gpu = self._on_gpu()
+        if not on_gpu and self.run_on == "auto" and self.driver is None:
+            report_fallback("cuda: the CUDA driver sees no GPU, so the CUDA kernels run on "
+                            "their CPU emulation (the same results, far slower, no GPU "
+                            "timing); run on a machine with an NVIDIA GPU, or say "
+                            "'cuda -run_on=emulator' to emulate on purpose")
         return self._kernel(function, compiled, on_gpu, run_nvcc=on_gpu or self.nvcc == "always")
 
     def _kernel(self, function: Node, compiled: CompiledFunction, on_gpu: bool,

@@ -42,6 +42,7 @@ from heterocc.te_target import (
 )
 from heterocc.tuning.apply import current, records_for
 
+from .cost import CpuCostModel
 from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
 from .module import build as build_module
 from .module import load_library
@@ -279,6 +280,7 @@ class LLVMTarget(TETarget):
     #: per thread, the tuning log's configs for the function it compiles
     #: (:meth:`_compile_structure`; a target instance may serve racing compiles)
     _compiling: threading.local = field(default_factory=threading.local, repr=False)
+    _cost_model: object = field(default=None, repr=False)
 
     def __post_init__(self):
         self.cpu = parse_cpu(self.cpu)
@@ -380,6 +382,13 @@ class LLVMTarget(TETarget):
         packings = info.get("packed_constants", {}).get(symbol, [])
         constants = _packed_constants(function_constants(function.body), packings)
         return LLVMKernel(function.name, library[symbol], constants, output_specs(function))
+
+    def estimate(self, function: Node):
+        """How long ``function`` takes on this CPU: measured once per workload and CPU,
+        then read from the on-disk cache (:mod:`.cost`)."""
+        if self._cost_model is None:
+            self._cost_model = CpuCostModel(self)
+        return self._cost_model.estimate(function)
 
     def graph_passes(self) -> list:
         """The CPU's layout pass (blocked NCHW[x]c convolutions, outputs padded to whole
