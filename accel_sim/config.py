@@ -67,6 +67,10 @@ class HardwareConfig:
     dram_bytes_per_cycle: int = 8
     gemm_cycles_per_iteration: int = 1
     alu_cycles_per_iteration: int = 1
+    # the clock and the host link, for time estimates (placement by cost)
+    clock_mhz: int = 100
+    link_mbytes_per_s: int = 1000
+    link_latency_ns: int = 2000
     # the work one stream may ask for (docs/isa.md section 6, rule 9): like the timing
     # parameters, host policy rather than hardware, so not part of the name
     max_stream_instructions: int = 1 << 20
@@ -278,7 +282,8 @@ def _validate(config: HardwareConfig) -> None:
             f"hardware config bus_width_bits={config.bus_width_bits}: "
             "choose 32, 64, 128, 256 or 512"
         )
-    for key in ("token_queue_depth", "dram_bytes_per_cycle", *WORK_BUDGET_KEYS):
+    for key in ("token_queue_depth", "dram_bytes_per_cycle", "clock_mhz",
+                "link_mbytes_per_s", *WORK_BUDGET_KEYS):
         if getattr(config, key) < 1:
             raise AcceleratorError(f"hardware config {key} must be at least 1")
     for key in ("log_uop_buffer_bytes", "log_inp_buffer_bytes", "log_wgt_buffer_bytes",

@@ -39,11 +39,13 @@ from .frontend.onnx import load_model
 from .ir.dot import to_dot
 from .passes import fused_functions
 from .passes.partition import single_target_report
+from .passes.placement_picture import placement_html, placement_svg
 from .profiling import write_profile
 from .quantization import CALIBRATION_METHODS, QuantizationOptions, quantize_model
 from .runtime.artifact import load_artifact
 from .runtime.inputs import load_samples, parse_shapes
 from .runtime.memory import plan_memory
+from .runtime.pipeline import chrome_trace
 from .runtime.signing import generate_keypair
 from .sdk_hil import model_hil
 from .targets import available_targets, get_target
@@ -94,7 +96,8 @@ def cmd_compile(args) -> int:
     t0 = time.perf_counter()
     compiled = hcompile(args.model, target=args.target, shapes=parse_shapes(args.shape),
                         dump_ir=args.dump_ir, tuning_log=args.tuning_log,
-                        calibration=_calibration(args.calibrate), strict=args.strict)
+                        calibration=_calibration(args.calibrate), strict=args.strict,
+                        placement=args.placement)
     elapsed = time.perf_counter() - t0
     export = getattr(compiled, "export", None)
     if args.output:
@@ -137,11 +140,14 @@ def cmd_run(args) -> int:
     else:
         compiled = hcompile(path, target=args.target or "llvm",
                             shapes=parse_shapes(args.shape), tuning_log=args.tuning_log,
-                            calibration=_calibration(args.calibrate), strict=args.strict)
+                            calibration=_calibration(args.calibrate), strict=args.strict,
+                            placement=args.placement)
     inputs = _load_inputs(args.input, args.inputs)
     if not inputs:
         inputs = _random_inputs(compiled)
         print("no --input given: running on random inputs (seed 0)")
+    if args.stream:
+        return _run_stream(compiled, inputs, args)
     profiling = args.profile or args.profile_out or args.trace
     if profiling:
         compiled.enable_profiling()
@@ -184,6 +190,35 @@ def latency_statistics(seconds: list[float]) -> str:
     return (f"latency over {len(ms)} runs (ms): mean {ms.mean():.3f}  std {ms.std():.3f}  "
             f"median {p50:.3f}  p90 {p90:.3f}  p99 {p99:.3f}  min {ms.min():.3f}  "
             f"max {ms.max():.3f}")
+def _run_stream(compiled, inputs: dict, args) -> int:
+    """``run --stream N``: the input N times through the pipelined runtime; prints the
+    modelled sequential and pipelined times and writes the timeline (``--trace``)."""
+    if args.stream < 1:
+        raise InputError(f"--stream {args.stream}: give a number of inputs of at least 1")
+    if not callable(getattr(compiled, "run_stream", None)):
+        raise InputError("--stream runs a model compiled here, not a loaded artifact: give "
+                         "the .onnx model and --target")
+    result = compiled.run_stream([inputs] * args.stream)
+    reference = compiled.run(inputs)
+    exact = all(np.array_equal(a, b) for outs in result.outputs
+                for a, b in zip(outs, reference))
+    sequential = result.makespan(result.sequential)
+    pipelined = result.makespan(result.pipelined)
+    print(f"stream of {args.stream} inputs: modelled {sequential * 1e3:.3f} ms one function "
+          f"at a time, {pipelined * 1e3:.3f} ms with the devices overlapping "
+          f"({result.speedup:.2f}x the throughput); wall time here "
+          f"{result.wall_seconds * 1e3:.1f} ms (CPU spans measured, accelerator spans "
+          f"from the device's cycle counts at its clock)")
+    busy = result.busy(result.pipelined)
+    print("busy per lane: " + ", ".join(f"{lane} {seconds * 1e3:.3f} ms"
+                                        for lane, seconds in busy.items()))
+    print(f"outputs equal to one-at-a-time runs: {exact}")
+    if args.trace:
+        names = {k: n.name for k, n in enumerate(compiled.graph.nodes)}
+        with open(args.trace, "w") as f:
+            json.dump(chrome_trace(result.pipelined, names, "pipelined (modelled)"), f)
+        print(f"wrote {args.trace} (Chrome trace: chrome://tracing or Perfetto)")
+    return 0 if exact else 1
 
 
 def _calibration(path: str | None) -> list | None:
@@ -242,8 +277,13 @@ def cmd_inspect(args) -> int:
 
 def cmd_partition(args) -> int:
     compiled = hcompile(args.model, target=args.target, shapes=parse_shapes(args.shape),
-                        strict=args.strict)
+                        strict=args.strict, placement=args.placement)
     report = compiled.placement_report
+    for path, write in ((args.svg, placement_svg), (args.html, placement_html)):
+        if path and report is not None:
+            with open(path, "w") as f:
+                f.write(write(report, f"{os.path.basename(args.model)} on {args.target}"))
+            print(f"wrote {path}", file=sys.stderr)
     if args.json:
         if report is None:  # one target: everything is placed on it
             report = single_target_report(compiled.graph, _target_name(compiled.targets[-1]))
@@ -417,6 +457,9 @@ def setup_logging(level: int) -> None:
     logger.handlers[:] = [h for h in logger.handlers if not isinstance(h, _StderrHandler)]
     logger.addHandler(handler)
     logger.setLevel(level)
+PLACEMENT_HELP = ("with several targets, cost: offload a match only where the targets' time "
+                  "estimates say it is faster (transfers included); greedy (default): every "
+                  "match; auto: cost when every target can estimate (see heterocc partition)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -433,6 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
     p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
     p.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="greedy",
+                   help=PLACEMENT_HELP)
     p.add_argument("--sign", metavar="PRIVATE_KEY",
                    help="sign the artifact's manifest with this Ed25519 key (heterocc keygen)")
     p.set_defaults(func=cmd_compile)
@@ -464,9 +509,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-out", metavar="FILE.csv|FILE.json",
                    help="write the per-function profile as CSV or JSON")
     p.add_argument("--trace", metavar="FILE.json", help="write every call as a Chrome "
-                   "trace (chrome://tracing, ui.perfetto.dev)")
+                   "trace (chrome://tracing, ui.perfetto.dev); with --stream, the pipelined "
+                   "timeline")
     p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
     p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
+    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="greedy",
+                   help=PLACEMENT_HELP)
+    p.add_argument("--stream", type=int, default=0, metavar="N",
+                   help="run the input N times as a stream, the devices overlapping (CPU on "
+                        "one input while the accelerator works on another); prints the "
+                        "modelled sequential and pipelined times")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("inspect", help="show the graph after the passes")
@@ -487,8 +539,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help=STRICT_HELP)
     p.add_argument("--dot", help="write the partitioned graph as Graphviz to this file")
     p.add_argument("--json", action="store_true",
-                   help="print one JSON object: nodes (node, op, target, macs, reason), "
-                        "macs_by_target, nodes_by_target, total_macs")
+                   help="print one JSON object: nodes (node, op, target, macs, reason, and "
+                        "by cost the estimates per candidate target), regions, "
+                        "macs_by_target, nodes_by_target, total_macs, and by cost the "
+                        "estimated totals of the chosen, all-CPU and greedy placements")
+    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="auto",
+                   help="cost: offload a match only where the targets' time estimates say "
+                        "it is faster (transfers included); greedy: every match; auto "
+                        "(default): cost when every target can estimate")
+    p.add_argument("--svg", help="write a picture of the placement (SVG) to this file")
+    p.add_argument("--html", help="write the picture and the table (HTML) to this file")
     p.set_defaults(func=cmd_partition)
 
     p = sub.add_parser("quantize", help="quantize a float model to int8 QDQ ONNX with the "

@@ -28,11 +28,12 @@ from .ir.graph import Graph
 from .ir.types import dtype_from_onnx
 from .passes import PassRecord
 from .passes.partition import PartitionReport
-from .passes.pipeline import run_pipeline
+from .passes.pipeline import default_placement, run_pipeline
 from .quantization import QuantizationOptions, batchnorms_between_qdq
 from .runtime.artifact import export_artifact
 from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .runtime.inputs import InputSpec, name_inputs
+from .runtime.pipeline import StreamResult, run_stream
 from .targets import available_targets, get_target, parse_targets
 from .targets.registry import is_accelerator, order_targets, suggest
 from .tuning.apply import ApplyHistoryBest
@@ -90,6 +91,8 @@ class CompiledModel:
     warned: Fallbacks = field(default_factory=Fallbacks)
     #: the host CPU was added as the fallback to a list of accelerators only
     added_fallback: bool = False
+    #: "greedy", "cost", or "auto" (cost when every target can estimate)
+    placement: str = "greedy"
     _cache: OrderedDict = field(default_factory=OrderedDict)
     _profile: dict[str, ProfileEntry] | None = None
     #: guards the cache of specializations (a build is done once, by one thread)
@@ -104,6 +107,27 @@ class CompiledModel:
         return exe.run(given)
 
     __call__ = run
+
+    def run_stream(self, inputs: Sequence[Mapping[str, np.ndarray] | Sequence[np.ndarray]]
+                   ) -> StreamResult:
+        """Run a stream of inputs with the devices overlapping: the CPU works on one
+        input while an accelerator works on another (``heterocc.runtime.pipeline``).
+        Returns a ``StreamResult``: the outputs per input (as ``run`` gives them), the
+        modelled sequential and pipelined timelines (CPU spans measured, accelerator
+        spans from the device's cycle counts at its clock) and their ``speedup``."""
+        items = [name_inputs(self.inputs, item, {}) for item in inputs]
+        if not items:
+            raise InputError("run_stream: give at least one input")
+        exe = self._executable_for(items[0])
+        args = []
+        for given in items:
+            if self._key(given) != self._key(items[0]):
+                raise InputError("run_stream: every input of a stream must have the shapes "
+                                 "(and specialized values) of the first")
+            args.append([check_input(v, given[v.name]) for v in exe.graph.inputs])
+        fallback = list(exe.targets)[-1]
+        return run_stream(exe.graph, exe.executor.kernels, exe.executor.placement,
+                          exe.targets, args, fallback)
 
     def _executable_for(self, given: Mapping[str, np.ndarray]) -> Executable:
         with self._lock:
@@ -153,8 +177,9 @@ class CompiledModel:
             targets[instance.name] = instance
         fallback = list(targets)[-1]
         started = time.perf_counter()
+        how = default_placement(targets) if self.placement == "auto" else self.placement
         result = run_pipeline(graph, targets, fallback, self.strict, self.calibration,
-                              self.dump_ir, self.quantization)
+                              self.dump_ir, self.quantization, how)
         if time.perf_counter() - started > PROGRESS_AFTER_S:  # a large model: say so
             logger.info(f"graph passes: {graph.num_nodes()} -> {result.graph.num_nodes()} "
                         f"nodes in {time.perf_counter() - started:.1f} s "
@@ -209,6 +234,25 @@ class CompiledModel:
             raise InputError("the model has dynamic shapes and has not been run yet; "
                              "compile it with shapes={...} or run it once")
         return dict(next(reversed(self._cache.values())).executor.kernels)
+
+    @property
+    def fallbacks(self) -> dict[str, str]:
+        """The functions of the most recent specialization that run on the operators'
+        NumPy references instead of compiled code, by function node name, each with the
+        reason its target gave (what it could not express or generate); empty when
+        every function compiled. A model compiled for production should have none:
+        check it after ``compile`` (or after the first run of a model with dynamic
+        shapes)."""
+        if not self._cache:
+            raise InputError("the model has dynamic shapes and has not been run yet; "
+                             "compile it with shapes={...} or run it once")
+        exe = next(reversed(self._cache.values()))
+        functions = {n.name for n in exe.graph.nodes if n.body is not None}
+        # a target instance given by the caller serves every specialization: keep the
+        # functions of this one
+        return {name: reason for target in exe.targets.values()
+                for name, reason in getattr(target, "fallbacks", {}).items()
+                if name in functions}
 
     @property
     def placement_report(self) -> PartitionReport | None:
@@ -374,7 +418,8 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
             dump_ir: str | None = None, check: bool = True,
             strict: bool = False, calibration=None,
             tuning_log: str | None = None,
-            quantization: QuantizationOptions | None = None) -> CompiledModel:
+            quantization: QuantizationOptions | None = None,
+            placement: str = "greedy") -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for ``target``.
 
     A model whose tensors live in external data files (``X.onnx.data``) reads them
@@ -399,7 +444,13 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     nodes left float.
     ``tuning_log`` applies the best schedule per task of a tuning log
     (``heterocc tune``); tasks missing from it keep the default schedules.
+    ``placement``: with several targets, ``"greedy"`` offloads every pattern match,
+    ``"cost"`` only those the targets' time estimates say are faster offloaded
+    (transfers included; see ``docs/partitioning.md``), ``"auto"`` is ``"cost"`` when
+    every target can estimate and ``"greedy"`` otherwise.
     """
+    if placement not in ("greedy", "cost", "auto"):
+        raise InputError(f"placement {placement!r}: choose greedy, cost or auto")
     names = parse_targets(target)
     known = available_targets()
     unknown = [n for n in names if isinstance(n, str) and n not in known]
@@ -432,6 +483,6 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
                              shapes, dump_ir, strict=strict,
                              calibration=None if calibration is None else list(calibration),
                              quantization=quantization, tuning_log=tuning_log, warned=found,
-                             added_fallback=order.added_fallback)
+                             added_fallback=order.added_fallback, placement=placement)
     compiled.build_static()
     return compiled

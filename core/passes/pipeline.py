@@ -58,15 +58,25 @@ def target_graph_passes(target: object) -> list[GraphPass | str]:
     return list(hook()) if callable(hook) else []
 
 
+def default_placement(targets: Mapping[str, object]) -> str:
+    """``"cost"`` when every target can estimate a function's time, else ``"greedy"``."""
+    return "cost" if all(callable(getattr(t, "estimate", None))
+                         for t in targets.values()) else "greedy"
+
+
 def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | None = None,
                  strict: bool = False, calibration: Sequence | None = None,
                  dump_ir: str | Callable[[str, Graph], None] | None = None,
-                 quantization: QuantizationOptions | None = None) -> PipelineResult:
+                 quantization: QuantizationOptions | None = None,
+                 placement: str = "greedy") -> PipelineResult:
     """Run the compile pipeline on ``graph`` for ``targets`` (target instances by name, in
     priority order); ``fallback`` (default: the last) takes what no pattern table claims.
     ``strict``: partitioning raises PartitionError rather than leaving to the fallback
     a match its target refused. ``calibration``: sample inputs for int8 post-training
-    quantization (``quantization``: its options). ``dump_ir``: see :class:`PassManager`."""
+    quantization (``quantization``: its options). ``dump_ir``: see :class:`PassManager`.
+    ``placement``: ``"greedy"``
+    (every pattern match on its target) or ``"cost"`` (where the targets' estimates say
+    it is faster; see ``partition``)."""
     fallback = list(targets)[-1] if fallback is None else fallback
     tables = pattern_tables(targets, fallback)
     fuse_at = DEFAULT_PIPELINE.index("fuse_ops")
@@ -86,7 +96,8 @@ def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | No
     report = None
     if tables:
         graph, report = manager.run_step(
-            "partition", lambda g: partition(g, tables, fallback, strict), graph)
+            "partition", lambda g: partition(g, tables, fallback, strict, placement, targets),
+            graph)
     graph = manager.run_passes([*target_graph_passes(targets[fallback]),
                                 *DEFAULT_PIPELINE[fuse_at:]], graph)
     return PipelineResult(graph, manager.records, report)
