@@ -5,6 +5,7 @@ holds the simulator's outputs). The real RTL runs in tests/hw/test_network_hil.p
 
 import logging
 
+import numpy as np
 import pytest
 
 from heterocc.accel_sim import decode_stream
@@ -86,3 +87,21 @@ def test_an_rtl_that_stores_nothing_differs_everywhere(fake):
     assert "differs" in first.reference_detail
     assert "DIFFERS" in report.table()
     assert report.rtl_cycles == 0 and report.deviation == -1
+
+
+def test_hil_command_takes_inputs(fake, tmp_path, capsys):
+    """``heterocc hil MODEL --input x=FILE.npy``: the network runs on the given input."""
+    import onnx
+
+    from heterocc.cli import main
+
+    fake(FakeRtl)
+    model = tiny_cnn(size=8)
+    path = tmp_path / "tiny.onnx"
+    onnx.save(model, str(path))
+    name = model.graph.input[0].name
+    np.save(tmp_path / "x.npy", np.random.default_rng(3).standard_normal((1, 3, 8, 8))
+            .astype(np.float32))
+    assert main(["hil", str(path), "--input", f"{name}={tmp_path / 'x.npy'}"]) == 0
+    assert "5/5 accelerator functions agree" in capsys.readouterr().out
+    assert main(["hil", str(path), "--input", "nofile"]) == 2
