@@ -31,7 +31,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import onnx
 from onnxruntime import quantization as oq
 
@@ -39,21 +38,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from machine import describe  # noqa: E402
+from vta_resnet18 import RandomCalibration  # noqa: E402
 
 from heterocc.accel_sim import HardwareConfig  # noqa: E402
 from heterocc.accel_sim.rtl_device import RtlSimulator  # noqa: E402
 from heterocc.targets.vta.hil import network_hil  # noqa: E402
-
-
-class RandomCalibration(oq.CalibrationDataReader):
-    """Seeded standard-normal batches of the model's input."""
-
-    def __init__(self, name: str, shape, count: int):
-        self.batches = iter([{name: np.random.default_rng(1000 + i).standard_normal(shape)
-                              .astype(np.float32)} for i in range(count)])
-
-    def get_next(self):
-        return next(self.batches, None)
 
 
 def float_model(name: str, size: int, path: Path, onnx_builder: bool) -> None:
