@@ -334,14 +334,11 @@ def direct_conv_geometry(conv: Node, config: HardwareConfig) -> ConvGeometry | N
     convolution uses diagonal weight tiles; any other grouped one runs as the ungrouped
     convolution of its block-diagonal weights (``ungrouped_weights``)."""
     x, w = conv.inputs[0].type, conv.inputs[1].type
-    group = conv.attrs.get("group", 1)
-    depthwise = group > 1 and group == x.shape[1] == w.shape[0]
     if x.ndim != 4 or x.shape[0] % config.batch:
         return None
+    depthwise = _tile_holds_whole_groups(conv, config)
     if not depthwise and x.shape[1] < config.block_in:
         return None
-    if depthwise and config.block_in != config.block_out:
-        return None  # a diagonal weight tile needs square tiles
     kernel, strides, dilations, pads, _ = conv_geometry(x.shape, w.shape, conv.attrs)
     if any(d != 1 for d in dilations) or max(pads) > max(kernel):
         return None
@@ -351,19 +348,35 @@ def direct_conv_geometry(conv: Node, config: HardwareConfig) -> ConvGeometry | N
                         depthwise)
 
 
+def _tile_holds_whole_groups(conv: Node, config: HardwareConfig) -> bool:
+    """Whether each output channel block of this grouped convolution reads only the
+    input channel block of the same index: as many filters as channels, square tiles,
+    and a group width (1 when depthwise) that divides the tile, so every tile holds
+    whole groups and its weights are block-diagonal."""
+    x, w = conv.inputs[0].type, conv.inputs[1].type
+    group = int(conv.attrs.get("group", 1))
+    return (group > 1 and x.shape[1] == w.shape[0] and config.block_in == config.block_out
+            and config.block_in % w.shape[1] == 0)
+
+
 def _blocked_weights(w: np.ndarray, g: ConvGeometry, config: HardwareConfig) -> np.ndarray:
     """OIHW weights as (O/block_out, C/block_in, KH, KW, block_out, block_in), zero-padded;
-    depthwise ones (O, 1, KH, KW) as (O/block_out, 1, KH, KW, block_out, block_in) tiles
-    holding each channel's tap on their diagonal."""
+    grouped ones whose tiles hold whole groups (``_tile_holds_whole_groups``; (O, C/group,
+    KH, KW)) as (O/block_out, 1, KH, KW, block_out, block_in) tiles holding each group's
+    filters in its block on the diagonal (depthwise: each channel's tap on the
+    diagonal)."""
     o, c, kh, kw = w.shape
     bo, bi = config.block_out, config.block_in
     if g.depthwise:
-        taps = np.zeros((g.filters * bo, kh, kw), np.int8)
-        taps[:o] = w[:, 0]
+        width = c  # channels per group: output lane j reads input lanes of j's group
+        filters = np.zeros((g.filters * bo, width, kh, kw), np.int8)
+        filters[:o] = w
         blocked = np.zeros((g.filters, 1, kh, kw, bo, bi), np.int8)
         lanes = np.arange(bo)
-        blocked[:, 0, :, :, lanes, lanes] = taps.reshape(g.filters, bo, kh, kw).transpose(
-            1, 0, 2, 3)
+        for k in range(width):
+            inputs = lanes // width * width + k
+            blocked[:, 0, :, :, lanes, inputs] = filters[:, k].reshape(
+                g.filters, bo, kh, kw).transpose(1, 0, 2, 3)
         return blocked
     padded = np.zeros((g.filters * bo, g.channels * bi, kh, kw), np.int8)
     padded[:o, :c] = w

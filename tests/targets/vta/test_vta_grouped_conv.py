@@ -50,10 +50,12 @@ def grouped_conv(seed: int, channels: int, filters: int, group: int, stride: int
 
 
 # (channels, filters, group, stride, kernel, size): groups 2, 4, 8; RegNet's group widths
-# 8 and 16 (24 channels in 3 groups, 48 in 3); 8 input channels (under a block: im2col)
+# 8 and 16 (24 channels in 3 groups, 48 in 3), whole groups in a tile (block-diagonal
+# tiles); group width 24 and two filters per channel (block-diagonal weights over all
+# channels); 8 input channels (under a block: im2col)
 CASES = [(32, 32, 2, 1, 3, 8), (32, 64, 4, 2, 3, 9), (64, 64, 8, 1, 3, 7),
          (24, 24, 3, 1, 3, 8), (24, 24, 3, 2, 3, 9), (48, 48, 3, 2, 3, 9),
-         (48, 48, 3, 1, 1, 6), (8, 16, 2, 1, 3, 6)]
+         (48, 48, 3, 1, 1, 6), (48, 48, 2, 1, 3, 7), (8, 16, 2, 1, 3, 6)]
 
 
 @pytest.mark.parametrize("channels, filters, group, stride, kernel, size", CASES)
@@ -78,17 +80,27 @@ def test_grouped_convolution_runs_on_the_accelerator_bit_exactly(
             <= 1
 
 
-def test_grouped_kernel_counts_the_model_macs_and_is_exact_on_extreme_inputs(tmp_path):
+@pytest.mark.parametrize("group, weight_tiles", [
+    (6, 3 * 1 * 9),   # group width 8: each tile holds two whole groups, one tile per block
+    (2, 3 * 3 * 9)])  # group width 24 straddles tiles: all 3 x 3 channel blocks
+def test_grouped_kernel_counts_the_model_macs_and_is_exact_on_extreme_inputs(
+        tmp_path, group, weight_tiles):
+    from heterocc.accel_sim.isa import Gemm
+
     """The kernel alone, on int8 inputs across the whole range (the zero point's bias
     term and the zero weights outside each group must cancel exactly)."""
-    model = quantize(grouped_conv(7, 48, 48, 6, 1, 3, 7), tmp_path, "QDQ", "QUInt8")
+    model = quantize(grouped_conv(7, 48, 48, group, 1, 3, 7), tmp_path, "QDQ", "QUInt8")
     target = VtaTarget()
     compiled = heterocc.compile(model, target=[target, "llvm"], strict=True)
     (region,) = [n for n in compiled.graph.nodes if n.attrs.get("target") == "vta"]
     (composite,) = region.body.nodes
     kernel = compile_composite(composite, target.config, 2)
     assert kernel.input_tensor == "X"  # the direct convolution, not im2col
-    assert kernel.macs == 48 * 7 * 7 * 8 * 9
+    assert kernel.macs == 48 * 7 * 7 * 48 // group * 9
+    # GEMM cycles: one per weight tile and output pixel
+    assert sum((i.uop_end - i.uop_begin) * i.loop_outer * i.loop_inner
+               for i in kernel.program.instructions
+               if isinstance(i, Gemm) and not i.reset) == weight_tiles * 7 * 7
     rng = np.random.default_rng(3)
     shape = composite.body.inputs[0].type.shape
     for x in (rng.integers(-128, 128, shape).astype(np.int8), np.full(shape, 127, np.int8),
