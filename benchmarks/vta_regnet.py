@@ -28,14 +28,7 @@ from heterocc.runtime.interpreter import evaluate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import describe  # noqa: E402
-
-
-class _Samples(oq.CalibrationDataReader):
-    def __init__(self, batches):
-        self.left = iter(batches)
-
-    def get_next(self):
-        return next(self.left, None)
+from quantized_regions import _Samples  # noqa: E402
 
 
 def regnet_qdq(size: int, directory: str) -> onnx.ModelProto:
