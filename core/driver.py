@@ -236,6 +236,25 @@ class CompiledModel:
         return dict(next(reversed(self._cache.values())).executor.kernels)
 
     @property
+    def fallbacks(self) -> dict[str, str]:
+        """The functions of the most recent specialization that run on the operators'
+        NumPy references instead of compiled code, by function node name, each with the
+        reason its target gave (what it could not express or generate); empty when
+        every function compiled. A model compiled for production should have none:
+        check it after ``compile`` (or after the first run of a model with dynamic
+        shapes)."""
+        if not self._cache:
+            raise InputError("the model has dynamic shapes and has not been run yet; "
+                             "compile it with shapes={...} or run it once")
+        exe = next(reversed(self._cache.values()))
+        functions = {n.name for n in exe.graph.nodes if n.body is not None}
+        # a target instance given by the caller serves every specialization: keep the
+        # functions of this one
+        return {name: reason for target in exe.targets.values()
+                for name, reason in getattr(target, "fallbacks", {}).items()
+                if name in functions}
+
+    @property
     def placement_report(self) -> PartitionReport | None:
         """Where every node went and why (None when compiled for one target)."""
         return next(reversed(self._cache.values())).report if self._cache else None

@@ -144,6 +144,23 @@ def get_target(name: str, **options) -> Target:
     return info.factory(**options)
 
 
+#: the target that compiles code for this machine's CPU (always present)
+HOST_TARGET = "llvm"
+
+
+def compile_for_host(funcs: Sequence, name: str):
+    """TIR PrimFuncs compiled for this machine's CPU by the host target's
+    ``compile_host`` hook (its table of callables by PrimFunc name): how a target that
+    needs host code, such as a GPU target running its kernels without a GPU, gets it
+    without importing another target."""
+    target = get_target(HOST_TARGET)
+    hook = getattr(target, "compile_host", None)
+    if hook is None:
+        raise TargetError(f"target {HOST_TARGET!r} has no compile_host hook: it cannot "
+                          f"compile {name!r} for this machine")
+    return hook(list(funcs), name)
+
+
 def parse_target_spec(text: str) -> tuple[str, dict[str, str | bool]]:
     """``"llvm -mcpu=znver3 -num-cores=4"`` -> ``("llvm", {"mcpu": "znver3",
     "num_cores": "4"})``: a target name and its options (TVM's form: ``-key=value``, or
