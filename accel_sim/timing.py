@@ -379,10 +379,12 @@ class _SharedPortModel:
             load.x_pad_left, load.x_pad_right,
         )
 
-    # --- the event loop -----------------------------------------------------------------
+    # --- a run ------------------------------------------------------------------------
     def run(self) -> TimingReport:
+        """Time the stream on ``machine`` (see :class:`_PortRun`), or, where its command
+        queues stall fetch for good, on the same machine with unbounded queues."""
         try:
-            return self._run(self.machine)
+            return _PortRun(self, self.machine).run()
         except _Stuck:
             pass
         # Stuck although every module may still issue by the ISA's token rules (the
@@ -392,10 +394,7 @@ class _SharedPortModel:
         _schedule_with_costs(self.instructions, self.config, instruction_cost)
         unbounded = dataclasses.replace(self.machine, command_queue_depth=1 << 30,
                                         staging_depth=1 << 30)
-        return self._run(unbounded)
-
-    def _run(self, machine: MachineTiming) -> TimingReport:
-        return _PortRun(self, machine).run()
+        return _PortRun(self, unbounded).run()
 
 
 class _PortRun:
@@ -409,12 +408,12 @@ class _PortRun:
 
     # slots: the steps read and write this state once per burst or instruction
     __slots__ = (
-        'model', 'instructions', 'count', 'limit', 'queue_cap', 'fetch_burst', 'staging',
-        'modules', 'programs', 'position', 'pops', 'pushes', 'arrival', 'dispatch',
-        'fetched', 'dispatched', 'fetch_last_beat', 'next_position', 'free_at', 'issued',
-        'starts', 'ends', 'scheduled', 'depth', 'push_cycles', 'pop_cycles', 'valid',
-        'plans', 'next_burst', 'writer', 'trailing', 'owner', 'arbiter_free', 'last_grant',
-        'last_beat', 'in_flight', 'hands', 'streak', 'changed'
+        "model", "instructions", "count", "limit", "queue_cap", "fetch_burst", "staging",
+        "modules", "programs", "position", "pops", "pushes", "arrival", "dispatch",
+        "fetched", "dispatched", "fetch_last_beat", "next_position", "free_at", "issued",
+        "starts", "ends", "scheduled", "depth", "push_cycles", "pop_cycles", "valid",
+        "plans", "next_burst", "writer", "trailing", "owner", "arbiter_free", "last_grant",
+        "last_beat", "in_flight", "hands", "streak", "changed",
     )
 
     def __init__(self, model: _SharedPortModel, machine: MachineTiming):
