@@ -11,10 +11,11 @@ import time
 SWITCH_PAUSE_S = 0.5
 
 
-def alternating_medians(runs, repeat: int, block: int = 5,
-                        pause_s: float = SWITCH_PAUSE_S) -> list[float]:
-    """Median seconds of each callable, measured in alternating blocks of ``block`` runs
-    (so a change in machine load affects all alike), pausing ``pause_s`` at every switch."""
+def alternating_samples(runs, repeat: int, block: int = 5,
+                        pause_s: float = SWITCH_PAUSE_S) -> list[list[float]]:
+    """Seconds of every timed run of each callable, measured in alternating blocks of
+    ``block`` runs (so a change in machine load affects all alike), pausing ``pause_s``
+    at every switch; each block starts with an untimed run."""
     times: list[list[float]] = [[] for _ in runs]
     while len(times[0]) < repeat:
         for run, samples in zip(runs, times):
@@ -24,4 +25,11 @@ def alternating_medians(runs, repeat: int, block: int = 5,
                 start = time.perf_counter()
                 run()
                 samples.append(time.perf_counter() - start)
-    return [statistics.median(samples) for samples in times]
+    return times
+
+
+def alternating_medians(runs, repeat: int, block: int = 5,
+                        pause_s: float = SWITCH_PAUSE_S) -> list[float]:
+    """Median seconds of each callable, measured by :func:`alternating_samples`."""
+    return [statistics.median(samples)
+            for samples in alternating_samples(runs, repeat, block, pause_s)]

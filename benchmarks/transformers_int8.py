@@ -26,6 +26,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from machine import describe  # noqa: E402  (beside this script)
+from ort_quantize import quantize_qdq  # noqa: E402  (beside this script)
 
 VOCAB = 100
 
@@ -93,21 +94,9 @@ def _export(model, tokens: int, path: str, exporter: str) -> None:
 
 
 def _quantize(src: str, dst: str, tokens: int) -> None:
-    from onnxruntime import quantization as oq
-
-    class Reader(oq.CalibrationDataReader):
-        def __init__(self):
-            rng = np.random.default_rng(7)
-            self.feeds = iter([{"input_ids": rng.integers(0, VOCAB, (1, tokens))}
-                               for _ in range(8)])
-
-        def get_next(self):
-            return next(self.feeds, None)
-
-    pre = dst + ".pre.onnx"
-    oq.quant_pre_process(src, pre, skip_symbolic_shape=True)
-    oq.quantize_static(pre, dst, Reader(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
-                       activation_type=oq.QuantType.QInt8, weight_type=oq.QuantType.QInt8)
+    rng = np.random.default_rng(7)
+    quantize_qdq(src, dst, [{"input_ids": rng.integers(0, VOCAB, (1, tokens))}
+                            for _ in range(8)], activation="QInt8")
 
 
 def output_scale(model, name: str) -> float:

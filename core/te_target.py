@@ -395,9 +395,15 @@ def output_specs(function: Node) -> list[tuple[tuple[int, ...], str]]:
 
 
 def numpy_kernel(function: Node) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
-    """``function`` run on the ops' NumPy references (the fallback of every target)."""
+    """``function`` run on the ops' NumPy references (the fallback of every target),
+    marked ``numpy_fallback`` so that a profile says where it really ran."""
     body = function.body
-    return lambda args: evaluate(body, args)
+
+    def run(args):
+        return evaluate(body, args)
+
+    run.numpy_fallback = True
+    return run
 
 
 @dataclass

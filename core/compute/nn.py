@@ -20,7 +20,13 @@ import numpy as np
 
 from .. import te
 from ..errors import CompileError
-from ..ops.nn import conv_geometry, conv_transpose_geometry, pool_geometry, unpooled_shape
+from ..ops.nn import (
+    conv_geometry,
+    conv_transpose_geometry,
+    pool_divisors,
+    pool_geometry,
+    unpooled_shape,
+)
 from ..tir import expr as tx
 from .common import F64, broadcast_load, f64, float_only, optional_input, require_native
 from .indexing import UpdateSearch, scatter_by_search
@@ -244,29 +250,42 @@ def gemm(inputs, attrs, out_types):
 # ------------------------------------------------------------------------------------- pooling
 
 def _pool_geometry(x, attrs, out_type):
-    """(kernel, strides, pads) of a pooling window over every axis after N and C: the
-    2-D spatial ones, or those and the channel block of an NCHW[x]c tensor (window 1)."""
-    spatial = x.ndim - 2
-    if spatial < 1:
+    """The window geometry of a pooling over every axis after N and C (the 2-D spatial
+    ones, or those and the channel block of an NCHW[x]c tensor, window 1): the
+    reference's :func:`pool_geometry`, so that ceil_mode and dilations mean the same."""
+    if x.ndim - 2 < 1:
         raise CompileError("pooling needs a spatial axis")
-    if attrs.get("ceil_mode") or any(d != 1 for d in attrs.get("dilations") or [1]):
-        raise CompileError("pooling with ceil_mode or dilations has no TE compute")
-    kernel = list(attrs["kernel_shape"])
-    strides = list(attrs.get("strides") or [1] * spatial)
-    _, _, _, pads, _ = conv_geometry(x.shape, (1, 1, *kernel),
-                                     {**attrs, "dilations": [1] * spatial, "strides": strides})
-    return kernel, strides, pads
+    geo = pool_geometry(x.shape, attrs)
+    if tuple(out_type.shape[2:]) != geo.out:
+        raise CompileError(f"pooling of {list(x.shape)} gives {list(geo.out)} spatially, "
+                           f"its output type says {list(out_type.shape[2:])}")
+    return geo
 
 
-def _window_reduction(data, kernel, strides, out_shape, combiner, name: str):
-    """``combiner`` (te.max / te.sum) over each output point's window of ``data`` (for a
-    2-D pooling of an NCHW[x]c tensor, a window of one over its channel block, which a
-    CPU schedule vectorizes over)."""
-    axes = [te.reduce_axis(k, f"r{d}") for d, k in enumerate(kernel)]
+def _padded_windows(x, geo, value, name: str):
+    """``x`` padded with ``value`` so that every window of ``geo`` lies inside: the
+    explicit pads, and past the end the room a ceil_mode window needs (which the
+    reference fills with the same value for MaxPool, and with zeros it does not count
+    for AveragePool)."""
+    n = len(geo.kernel)
+    spatial = x.shape[2:]
+    begin = list(geo.pads[:n])
+    end = [max(p, (o - 1) * s + e - b - d)
+           for p, o, s, e, b, d in zip(geo.pads[n:], geo.out, geo.strides, geo.extents,
+                                       begin, spatial)]
+    return pad(x, begin, end, value, name)
+
+
+def _window_reduction(data, geo, out_shape, combiner, name: str):
+    """``combiner`` (te.max / te.sum) over each output point's (dilated) window of
+    ``data`` (for a 2-D pooling of an NCHW[x]c tensor, a window of one over its channel
+    block, which a CPU schedule vectorizes over)."""
+    axes = [te.reduce_axis(k, f"r{d}") for d, k in enumerate(geo.kernel)]
 
     def body(*index):
         n, c, *spatial = index
-        window = tuple(i * s + r for i, s, r in zip(spatial, strides, axes))
+        window = tuple(i * s + r * dil
+                       for i, s, r, dil in zip(spatial, geo.strides, axes, geo.dilations))
         return combiner(data[(n, c, *window)], axis=axes)
 
     return te.compute(out_shape, body, name=name, dtype=data.dtype)
@@ -277,27 +296,31 @@ def max_pool(inputs, attrs, out_types):
     if len(out_types) > 1:
         raise CompileError("MaxPool with Indices has no TE compute")
     x = inputs[0]
-    kernel, strides, pads = _pool_geometry(x, attrs, out_types[0])
+    geo = _pool_geometry(x, attrs, out_types[0])
     lowest = float(np.finfo(x.dtype).min) if x.dtype.startswith("float") else \
         int(np.iinfo(x.dtype).min)
-    half = len(pads) // 2
-    data = pad(x, pads[:half], pads[half:], lowest, "maxpool_pad")
-    return [_window_reduction(data, kernel, strides, out_types[0].shape, te.max, "maxpool")]
+    data = _padded_windows(x, geo, lowest, "maxpool_pad")
+    return [_window_reduction(data, geo, out_types[0].shape, te.max, "maxpool")]
 
 
 @register_compute("AveragePool")
 def average_pool(inputs, attrs, out_types):
+    """The window sums times one over each window's divisor: a constant where every
+    window counts the same taps, else a table of the reference's divisors by output
+    position (padding excluded, or a ceil_mode window cut short)."""
     x = inputs[0]
-    kernel, strides, pads = _pool_geometry(x, attrs, out_types[0])
-    if any(pads) and not attrs["count_include_pad"]:
-        raise CompileError("AveragePool excluding padding has no TE compute")
-    half = len(pads) // 2
-    data = pad(x, pads[:half], pads[half:], 0.0, "avgpool_pad")
-    total = _window_reduction(data, kernel, strides, out_types[0].shape, te.sum,
-                              "avgpool_sum")
-    scale = te.const(1.0 / int(np.prod(kernel)), x.dtype)
-    return [te.compute(total.shape, lambda *i: total[i] * scale, name="avgpool",
-                       dtype=x.dtype)]
+    float_only(x.dtype, "AveragePool")
+    geo = _pool_geometry(x, attrs, out_types[0])
+    data = _padded_windows(x, geo, 0.0, "avgpool_pad")
+    total = _window_reduction(data, geo, out_types[0].shape, te.sum, "avgpool_sum")
+    divisors = pool_divisors(x.shape[2:], geo, attrs["count_include_pad"])
+    if np.all(divisors == divisors.flat[0]):
+        scale = te.const(1.0 / float(divisors.flat[0]), x.dtype)
+        return [te.compute(total.shape, lambda *i: total[i] * scale, name="avgpool",
+                           dtype=x.dtype)]
+    table = te.constant_tensor(1.0 / divisors, "avgpool_scale", x.dtype)
+    return [te.compute(total.shape, lambda n, c, *o: total[(n, c, *o)] * table[tuple(o)],
+                       name="avgpool", dtype=x.dtype)]
 
 
 @register_compute("GlobalAveragePool")

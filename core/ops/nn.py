@@ -353,6 +353,16 @@ def pool_windows(a: np.ndarray, geo: PoolGeometry, fill, pad_fill=None) -> np.nd
     return windows[(Ellipsis, *starts, *taps)]
 
 
+def pool_divisors(spatial, geo: PoolGeometry, count_include_pad, dtype=np.float64
+                  ) -> np.ndarray:
+    """AveragePool's divisor at each output position (shape ``geo.out``): the taps of its
+    window inside the input, and inside the explicit pads where ``count_include_pad``;
+    never the room a ceil_mode window takes past the end pads."""
+    present = np.ones(tuple(spatial), dtype)
+    return pool_windows(present, geo, 0, pad_fill=1 if count_include_pad else 0).sum(
+        axis=_kernel_axes(len(geo.kernel)))
+
+
 def _kernel_axes(n: int) -> tuple[int, ...]:
     return tuple(range(-n, 0))
 
@@ -421,9 +431,8 @@ def average_pool(x, *, count_include_pad, **attrs):
     axes = _kernel_axes(len(geo.kernel))
     acc = _accumulator(x.dtype)
     sums = pool_windows(x.astype(acc, copy=False), geo, 0).sum(axis=axes)
-    present = np.ones(x.shape[2:], acc)
-    counts = pool_windows(present, geo, 0, pad_fill=1 if count_include_pad else 0).sum(axis=axes)
-    return (sums / counts).astype(x.dtype, copy=False)
+    return (sums / pool_divisors(x.shape[2:], geo, count_include_pad, acc)).astype(
+        x.dtype, copy=False)
 
 
 def _lp_norm(windows: np.ndarray, p, axes) -> np.ndarray:

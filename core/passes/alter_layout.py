@@ -294,7 +294,7 @@ class _LayoutRewriter:
         x = node.inputs[0]
         block = self.block_of(x)
         attrs = node.attrs
-        if not block or len(node.outputs) != 1 or attrs.get("ceil_mode"):
+        if not block or len(node.outputs) != 1:
             return False
         kernel = list(attrs["kernel_shape"])
         strides = list(attrs.get("strides") or [1, 1])

@@ -88,6 +88,13 @@ class PartitionReport:
     plan: CostPlan | None = None
     #: (producer unit, consumer unit, bytes) between placement units (``Placement.unit``)
     edges: list = field(default_factory=list)
+    #: accelerator regions entered with data that has already been on an accelerator and
+    #: came back through the host (``host_round_trips``)
+    round_trips: int = 0
+
+    def accelerator_regions(self) -> int:
+        """The number of regions offloaded to a target other than the fallback."""
+        return len({p.region for p in self.placements if p.region})
 
     def regions(self) -> list[dict]:
         """Each accelerator region: its name, target, composites and estimated time
@@ -162,6 +169,8 @@ class PartitionReport:
             report["warnings"] = list(self.warnings)
         report["placement"] = self.placement
         report["regions"] = self.regions()
+        report["accelerator_regions"] = self.accelerator_regions()
+        report["host_round_trips"] = self.round_trips
         if self.plan is not None:
             report["estimated"] = self.plan.totals()
         return report
@@ -185,6 +194,8 @@ class PartitionReport:
                               for t, e in region["estimates"].items())
             lines.append(f"region {region['region']} on {region['target']}: "
                          f"{region['composites']} composites" + (f"; {times}" if times else ""))
+        lines.append(f"regions: {summary['accelerator_regions']} accelerator regions, "
+                     f"{summary['host_round_trips']} host round trips")
         if timed:
             totals = summary["estimated"]
             names = {"chosen_ms": "this placement (cost)", "all_cpu_ms": "all on the CPU",
@@ -362,7 +373,8 @@ def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
     region_groups = [[by_name[composite_names[c]] for c in region] for region in regions]
     g = outline(g, region_groups, region_call)
 
-    report = PartitionReport(placement=placement, plan=plan, edges=_unit_edges(graph, units))
+    report = PartitionReport(placement=placement, plan=plan, edges=_unit_edges(graph, units),
+                             round_trips=host_round_trips(g))
     for node in graph.nodes:
         unit = unit_of.get(node)
         if node in claimed:
@@ -386,6 +398,26 @@ def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
         report.placements.append(placed)
         report.placements.extend(_absorbed(node, placed))
     return g, report
+
+
+def host_round_trips(graph: Graph) -> int:
+    """How often data comes back from the host to an accelerator in the partitioned
+    ``graph``: the region calls (top-level function nodes carrying a ``target``) that
+    read a tensor an earlier region produced, directly or through nodes run on the host.
+    A model whole on the accelerator makes none; regions in a chain separated by host
+    work make one fewer than there are regions."""
+    producers = graph.producers()
+    offloaded = {n for n in graph.nodes if n.body is not None and "target" in n.attrs}
+    # whether a node's result depends on an accelerator region's output (graph order is
+    # topological, so every producer is decided before its users)
+    after: dict[Node, bool] = {}
+    trips = 0
+    for node in graph.nodes:
+        sources = [producers[v] for v in node.inputs if v is not None and v in producers]
+        fed = any(s in offloaded or after[s] for s in sources)
+        after[node] = fed
+        trips += node in offloaded and fed
+    return trips
 
 
 def _units(graph: Graph, composites) -> dict[Node, int]:

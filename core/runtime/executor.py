@@ -236,13 +236,22 @@ class GraphExecutor:
             ops = ops_summary([n.attrs.get("composite", n.op) for n in node.body.nodes]) \
                 if node.body is not None else node.op
             entry = self.profile[node.name] = ProfileEntry(
-                node.name, ops, self.placement.get(node.name, "reference"))
+                node.name, ops, profile_target(self.placement.get(node.name, "reference"),
+                                               kernel))
         entry.calls += 1
         entry.seconds += seconds
         if len(entry.spans) < MAX_SPANS:
             entry.spans.append((start, seconds))
         for counter, value in device_counters(kernel).items():
             entry.extra[counter] = entry.extra.get(counter, 0) + value
+
+
+def profile_target(placed: str, kernel) -> str:
+    """The profile's label of where a node ran: the target it was placed on, or
+    ``<target>/numpy`` where that target could not compile it and its kernel is the NumPy
+    fallback (``heterocc.te_target.numpy_kernel``), so that a slow reference never
+    passes for the target's code."""
+    return f"{placed}/numpy" if getattr(kernel, "numpy_fallback", False) else placed
 
 
 def ops_summary(names: Sequence[str]) -> str:

@@ -269,8 +269,27 @@ def _tensor_bytes(config: HardwareConfig, tensor: DramTensor) -> int:
     return tensor.rows * tensor.cols * element_dtype(config, tensor.buffer).itemsize
 
 
+def ungrouped_weights(conv: Node) -> np.ndarray:
+    """The convolution's OIHW weights over all its input channels: a grouped
+    convolution's filters (O, C/group, KH, KW) placed block-diagonally in (O, C, KH, KW),
+    zero outside their own group. The GEMM core then computes the grouped convolution
+    exactly as an ungrouped one (a zero weight adds nothing, whatever the input or its
+    zero point; the zero point's bias term sums only the group's own weights)."""
+    w = conv.inputs[1].data
+    group = int(conv.attrs.get("group", 1))
+    if group == 1:
+        return w
+    o, per_group, kh, kw = w.shape
+    filters = o // group
+    dense = np.zeros((o, per_group * group, kh, kw), w.dtype)
+    for g in range(group):
+        dense[g * filters:(g + 1) * filters, g * per_group:(g + 1) * per_group] = \
+            w[g * filters:(g + 1) * filters]
+    return dense
+
+
 def _conv_lowering(conv: Node, k_padded: int):
-    x, w = conv.inputs[0].type, conv.inputs[1].data
+    x, w = conv.inputs[0].type, ungrouped_weights(conv)
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
     kernel, strides, _, pads, (oh, ow) = conv_geometry(x.shape, w.shape, conv.attrs)
@@ -312,16 +331,15 @@ def _dense_lowering(dense: Node, k_padded: int):
 
 def direct_conv_geometry(conv: Node, config: HardwareConfig) -> ConvGeometry | None:
     """The convolution in tiles when it runs directly on chip (None: as an im2col GEMM):
-    2-D, ungrouped, undilated, at least ``block_in`` input channels, whole batches."""
+    2-D, undilated, at least ``block_in`` input channels, whole batches. A depthwise
+    convolution uses diagonal weight tiles; any other grouped one runs as the ungrouped
+    convolution of its block-diagonal weights (``ungrouped_weights``)."""
     x, w = conv.inputs[0].type, conv.inputs[1].type
-    group = conv.attrs.get("group", 1)
-    depthwise = group > 1 and group == x.shape[1] == w.shape[0]
-    if x.ndim != 4 or (group != 1 and not depthwise) or x.shape[0] % config.batch:
+    if x.ndim != 4 or x.shape[0] % config.batch:
         return None
+    depthwise = _tile_holds_whole_groups(conv, config)
     if not depthwise and x.shape[1] < config.block_in:
         return None
-    if depthwise and config.block_in != config.block_out:
-        return None  # a diagonal weight tile needs square tiles
     kernel, strides, dilations, pads, _ = conv_geometry(x.shape, w.shape, conv.attrs)
     if any(d != 1 for d in dilations) or max(pads) > max(kernel):
         return None
@@ -331,19 +349,35 @@ def direct_conv_geometry(conv: Node, config: HardwareConfig) -> ConvGeometry | N
                         depthwise)
 
 
+def _tile_holds_whole_groups(conv: Node, config: HardwareConfig) -> bool:
+    """Whether each output channel block of this grouped convolution reads only the
+    input channel block of the same index: as many filters as channels, square tiles,
+    and a group width (1 when depthwise) that divides the tile, so every tile holds
+    whole groups and its weights are block-diagonal."""
+    x, w = conv.inputs[0].type, conv.inputs[1].type
+    group = int(conv.attrs.get("group", 1))
+    return (group > 1 and x.shape[1] == w.shape[0] and config.block_in == config.block_out
+            and config.block_in % w.shape[1] == 0)
+
+
 def _blocked_weights(w: np.ndarray, g: ConvGeometry, config: HardwareConfig) -> np.ndarray:
     """OIHW weights as (O/block_out, C/block_in, KH, KW, block_out, block_in), zero-padded;
-    depthwise ones (O, 1, KH, KW) as (O/block_out, 1, KH, KW, block_out, block_in) tiles
-    holding each channel's tap on their diagonal."""
+    grouped ones whose tiles hold whole groups (``_tile_holds_whole_groups``; (O, C/group,
+    KH, KW)) as (O/block_out, 1, KH, KW, block_out, block_in) tiles holding each group's
+    filters in its block on the diagonal (depthwise: each channel's tap on the
+    diagonal)."""
     o, c, kh, kw = w.shape
     bo, bi = config.block_out, config.block_in
     if g.depthwise:
-        taps = np.zeros((g.filters * bo, kh, kw), np.int8)
-        taps[:o] = w[:, 0]
+        width = c  # channels per group: output lane j reads input lanes of j's group
+        filters = np.zeros((g.filters * bo, width, kh, kw), np.int8)
+        filters[:o] = w
         blocked = np.zeros((g.filters, 1, kh, kw, bo, bi), np.int8)
         lanes = np.arange(bo)
-        blocked[:, 0, :, :, lanes, lanes] = taps.reshape(g.filters, bo, kh, kw).transpose(
-            1, 0, 2, 3)
+        for k in range(width):
+            inputs = lanes // width * width + k
+            blocked[:, 0, :, :, lanes, inputs] = filters[:, k].reshape(
+                g.filters, bo, kh, kw).transpose(1, 0, 2, 3)
         return blocked
     padded = np.zeros((g.filters * bo, g.channels * bi, kh, kw), np.int8)
     padded[:o, :c] = w
@@ -356,7 +390,7 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
     nodes = function.body.nodes
     core = nodes[0]
     n, c, h, width = core.inputs[0].type.shape
-    w = core.inputs[1].data
+    w = core.inputs[1].data if g.depthwise else ungrouped_weights(core)
     o = w.shape[0]
     bi, bo = config.block_in, config.block_out
     packed = _blocked_weights(w, g, config)
@@ -380,7 +414,8 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
     def from_device(y: np.ndarray) -> np.ndarray:
         return from_blocked(y, (n, o, g.out_height, g.out_width), config)
 
-    macs = n * g.out_height * g.out_width * o * (1 if g.depthwise else c) * \
+    # the model's multiply-accumulates (a grouped convolution's zero weights not counted)
+    macs = n * g.out_height * g.out_width * o * core.inputs[1].type.shape[1] * \
         g.kernel[0] * g.kernel[1]
     return AcceleratorKernel(function.name, config, program, to_device, from_device, "X", "Y",
                              tiling, threads, macs=macs,
@@ -464,10 +499,8 @@ def _lowered_composite(function: Node, config: HardwareConfig,
         direct = geometry and _direct_conv(function, geometry, config, virtual_threads)
         if direct:
             return direct
-        if core.attrs.get("group", 1) != 1:
-            raise CompileError(f"{function.name}: no tiling of this depthwise convolution fits "
-                               f"the {config.name} buffers, and im2col is for dense ones")
-        k = math.prod(core.inputs[1].type.shape[1:])
+        # im2col over all input channels (a grouped convolution's block-diagonal weights)
+        k = core.inputs[0].type.shape[1] * math.prod(core.inputs[1].type.shape[2:])
         weights, to_matrix, from_matrix, rows = _conv_lowering(
             core, _round_up(k, config.block_in))
     elif core.op == "MatMulInteger":
@@ -497,8 +530,10 @@ def _lowered_composite(function: Node, config: HardwareConfig,
                                 FULL_EPILOGUE_CONSTANTS)
     virtual_threads = usable_threads(config, rows, n_padded, tiling, virtual_threads)
     program = gemm_program(config, rows, w, tiling, virtual_threads, epilogue)
+    # the model's multiply-accumulates (a grouped convolution's zero weights not counted)
+    group = int(core.attrs.get("group", 1)) if core.op == "ConvInteger" else 1
     return AcceleratorKernel(function.name, config, program, to_matrix, from_matrix, "A", "C",
-                             tiling, virtual_threads, macs=rows * k * out_channels)
+                             tiling, virtual_threads, macs=rows * k * out_channels // group)
 
 
 def usable_threads(config: HardwareConfig, rows: int, n: int, tiling: GemmTiling,

@@ -42,8 +42,9 @@ class ConvGeometry:
     kernel: tuple[int, int]
     strides: tuple[int, int]
     pads: tuple[int, int, int, int]  # top, left, bottom, right
-    #: one filter per input channel (``filters == channels``): each output channel block
-    #: reads only its own input channel block, through diagonal weight tiles
+    #: each output channel block reads only its own input channel block, through
+    #: diagonal weight tiles (depthwise: one filter per input channel) or block-diagonal
+    #: ones (grouped, whole groups in a tile: ``codegen._tile_holds_whole_groups``)
     depthwise: bool = False
 
     @property

@@ -77,11 +77,6 @@ def check_conv(nodes: list[Node]) -> str | None:
     conv = nodes[0]
     if conv.inputs[0].type.ndim != 4:
         return f"{conv.inputs[0].type.ndim - 2}-D convolution (only 2-D)"
-    group = conv.attrs.get("group", 1)
-    x, w = conv.inputs[0].type, conv.inputs[1].type
-    if group != 1 and not (group == x.shape[1] == w.shape[0]):
-        return (f"grouped convolution (group={group}) that is not depthwise (one filter per "
-                "input channel)")
     if any(d != 1 for d in conv.attrs.get("dilations") or [1, 1]):
         return f"dilated convolution (dilations={conv.attrs['dilations']})"
     return _common(nodes)

@@ -97,15 +97,16 @@ def test_built_in_quantization_runs_on_the_accelerator():
 
 
 def test_strict_mode_names_what_the_accelerator_refuses():
-    # a grouped convolution (two groups of two channels) matches the conv pattern but is
-    # refused: the accelerator takes dense and depthwise ones
+    # a dilated convolution matches the conv pattern but is refused: the micro-ops walk
+    # a dense kernel window
     from onnx import TensorProto, helper, numpy_helper
 
-    w = np.ones((4, 2, 3, 3), np.int8)
+    w = np.ones((4, 4, 3, 3), np.int8)
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
              helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wd"]),
-             helper.make_node("Conv", ["xd", "wd"], ["c"], group=2, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], dilations=[2, 2],
+                              pads=[2, 2, 2, 2]),
              helper.make_node("QuantizeLinear", ["c", "s", "z"], ["y"])]
     graph = helper.make_graph(
         nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
@@ -114,7 +115,7 @@ def test_strict_mode_names_what_the_accelerator_refuses():
          numpy_helper.from_array(np.int8(0), "z")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
-    with pytest.raises(PartitionError, match="grouped convolution .* not depthwise"):
+    with pytest.raises(PartitionError, match="dilated convolution"):
         heterocc.compile(model, target="vta,reference", strict=True)
     relaxed = heterocc.compile(model, target="vta,reference")
     assert relaxed.placement_report.by_target().get("vta", 0) == 0

@@ -1,0 +1,342 @@
+"""A model zoo through heterocc next to ONNX Runtime, float and int8, in one process.
+
+    python benchmarks/zoo.py [--models squeezenet1_1 resnet18 ...] [--rounds 4] [--block 5]
+                             [--target llvm] [--float | --int8] [--threads 2]
+
+torchvision's classification models (random weights, ``weights=None``) and one layer of
+BERT-base and of GPT-2 built from ``transformers`` configs (random weights, nothing
+downloaded), each exported by torch (TorchScript exporter, opset 17) and, for int8,
+quantized by ONNX Runtime (``quant_pre_process``, then ``quantize_static``: QDQ, uint8
+activations, per-channel int8 weights, calibrated on a few random inputs).
+
+Per model and precision: heterocc's compile time, the largest difference of its output
+from ONNX Runtime's, the median and best latency of heterocc and of ONNX Runtime
+(``--threads`` intra-op threads; heterocc's thread pool gets the same through
+``HETEROCC_NUM_THREADS`` unless it is set) measured in ``--rounds`` alternating blocks of
+``--block`` runs, their ratio, and the worst op: the op (a function's anchor, e.g. its
+Conv or MaxPool; ONNX Runtime's fused kernels by their base op) where heterocc's per-op
+profile exceeds ONNX Runtime's profiler most, in ms per run, with the share of
+heterocc's time its slowest function takes and where that ran (``llvm/numpy``: a NumPy
+fallback), and how many functions ran on NumPy fallbacks. The first lines name the CPU
+and ISA and the load.
+
+torch, torchvision and transformers are optional (``pip install heterocc[zoo]``): a model
+whose libraries are missing is listed as skipped, with why, and the script exits 0. It
+exits 1 only when heterocc fails to compile or run a model ONNX Runtime runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from alternating import alternating_samples  # noqa: E402  (beside this script)
+from machine import describe  # noqa: E402  (beside this script)
+from ort_quantize import quantize_qdq  # noqa: E402  (beside this script)
+
+#: torchvision classification models: name -> extra constructor arguments
+VISION = {
+    "resnet18": {}, "resnet50": {}, "mobilenet_v2": {}, "mobilenet_v3_small": {},
+    "mobilenet_v3_large": {}, "efficientnet_b0": {}, "squeezenet1_1": {},
+    "shufflenet_v2_x1_0": {}, "regnet_y_400mf": {}, "densenet121": {},
+    "googlenet": {"aux_logits": False, "init_weights": True}, "mnasnet1_0": {},
+    "convnext_tiny": {}, "vit_b_16": {},
+}
+#: transformer layers from ``transformers`` configs (base sizes, one layer)
+TEXT = ("bert_layer", "gpt2_layer")
+#: tokens of a transformer layer's input
+TOKENS = 128
+VOCAB = 1000
+#: inputs the int8 models are calibrated on
+CALIBRATION_INPUTS = 4
+#: runs whose per-op times make each profile
+PROFILE_RUNS = 5
+
+
+def _missing(*modules: str) -> str | None:
+    """The first of ``modules`` that cannot be imported, or None."""
+    import importlib.util
+
+    return next((m for m in modules if importlib.util.find_spec(m) is None), None)
+
+
+def _torch_export(module, example, path: str, input_name: str) -> None:
+    import torch
+
+    kwargs = {"dynamo": False} if "dynamo" in torch.onnx.export.__code__.co_varnames else {}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+        torch.onnx.export(module, (example,), path, input_names=[input_name],
+                          output_names=["output"], opset_version=17, **kwargs)
+
+
+def _vision(name: str, path: str) -> None:
+    import torch
+    import torchvision
+    from torch_models import randomize_batchnorm
+
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None, **VISION[name])
+    model = randomize_batchnorm(model).eval()
+    _torch_export(model, torch.randn(1, 3, 224, 224), path, "input")
+
+
+def _text(name: str, path: str) -> None:
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    if name == "bert_layer":
+        model = tf.BertModel(tf.BertConfig(num_hidden_layers=1, vocab_size=VOCAB))
+    else:
+        model = tf.GPT2Model(tf.GPT2Config(n_layer=1, vocab_size=VOCAB, bos_token_id=0,
+                                           eos_token_id=0))
+    model.config.return_dict = False
+    from transformers_int8 import _Wrapped  # the last hidden state, from token ids only
+
+    _torch_export(_Wrapped(model.eval()), torch.randint(0, VOCAB, (1, TOKENS)), path,
+                  "input_ids")
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Without the quantizer's warnings (per-channel axes of 1-D LayerNorm weights and
+    the like), which would bury the table."""
+    level = logging.getLogger().level
+    logging.getLogger().setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.getLogger().setLevel(level)
+
+
+def export(name: str, path: str) -> str | None:
+    """Export ``name`` to ``path``; None, or why it was skipped."""
+    needed = ("torch", "torchvision") if name in VISION else ("torch", "transformers")
+    missing = _missing(*needed)
+    if missing:
+        return f"{missing} is not installed (pip install heterocc[zoo])"
+    (_vision if name in VISION else _text)(name, path)
+    return None
+
+
+def random_feed(session, rng) -> dict:
+    """A random input for each of ``session``'s inputs (token ids below VOCAB)."""
+    feed = {}
+    for spec in session.get_inputs():
+        shape = [d if isinstance(d, int) else 1 for d in spec.shape]
+        if "int" in spec.type:
+            feed[spec.name] = rng.integers(0, VOCAB, shape).astype(np.int64)
+        else:
+            feed[spec.name] = rng.standard_normal(shape).astype(np.float32)
+    return feed
+
+
+def base_op(op: str) -> str:
+    """An op's name without its layout, fusion or integer prefix/suffix, so that
+    heterocc's and ONNX Runtime's kernels of one op compare (``ConvNCHWc``,
+    ``FusedConv``, ``QLinearConv``: ``Conv``; ``NhwcMaxPool``: ``MaxPool``). Global
+    pools count as pools: heterocc computes a blocked global pool as a pool whose window
+    is the whole image."""
+    for prefix in ("QLinear", "DynamicQuantize", "Fused", "Nhwc", "Global"):
+        if op.startswith(prefix) and len(op) > len(prefix):
+            op = op[len(prefix):]
+    if len(op) > 1 and op[0] == "Q" and op[1].isupper():  # QGemm, QAttention
+        op = op[1:]
+    for suffix in ("NCHWc", "IntegerToFloat", "Integer"):
+        if op.endswith(suffix) and len(op) > len(suffix):
+            op = op[:-len(suffix)]
+    return op
+
+
+#: how much of a function's time an op of each kind is taken to be: a product or a
+#: convolution first, then a reduction (pooling, softmax), then an opaque op
+_ANCHOR_RANK = {"OUT_FUSABLE": 3, "REDUCTION": 2, "OPAQUE": 1}
+
+
+def anchor_op(ops: str) -> str:
+    """The op a fused function of ``ops`` (``"LayoutTransform+ConvNCHWc+Relu"``) is timed
+    under: its first product or convolution, else its first reduction, else its first
+    opaque op, else its first op."""
+    from heterocc.ops import get_op
+    from heterocc.ops.registry import has_op
+
+    def rank(name: str) -> int:  # a composite's name is no op: rank 0
+        return _ANCHOR_RANK.get(get_op(name).fusion_kind.name, 0) if has_op(name) else 0
+
+    names = [name.split(" x")[0] for name in ops.split("+")]  # "MatMul x2": MatMul
+    return base_op(max(names, key=rank))  # max keeps the first of equal rank
+
+
+def heterocc_profile(compiled, feed: dict, runs: int):
+    """(ms per run by anchor op, (slowest function's ops, its target, its share))."""
+    compiled.enable_profiling()
+    for _ in range(runs):
+        compiled.run(feed)
+    entries = list(compiled._profile.values())
+    by_op: dict[str, float] = collections.defaultdict(float)
+    for e in entries:
+        by_op[anchor_op(e.op)] += e.seconds * 1e3 / runs
+    total = sum(e.seconds for e in entries) or 1.0
+    slowest = max(entries, key=lambda e: e.seconds)
+    return by_op, (slowest.op, slowest.target, slowest.seconds / total)
+
+
+def ort_profile(path: str, threads: int, feed: dict, runs: int, directory: str):
+    """ONNX Runtime's kernel time per run by base op, in ms, from its profiler."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join(directory, "ort_profile")
+    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    session.run(None, feed)  # the first run's allocations are not part of the figure
+    for _ in range(runs):
+        session.run(None, feed)
+    with open(session.end_profiling()) as f:
+        events = json.load(f)
+    by_op: dict[str, float] = collections.defaultdict(float)
+    kernels = sorted((e for e in events if e.get("cat") == "Node"
+                      and e.get("name", "").endswith("_kernel_time")), key=lambda e: e["ts"])
+    seen = set()
+    for e in kernels:
+        if e["name"] not in seen:  # each node's first call: the warm-up run
+            seen.add(e["name"])
+            continue
+        by_op[base_op(e["args"].get("op_name", "?"))] += e["dur"] / 1e3 / runs
+    return by_op
+
+
+@dataclass
+class Row:
+    model: str
+    precision: str
+    compile_s: float = 0.0
+    diff: float = 0.0
+    ms: tuple[float, float] = (0.0, 0.0)  #: heterocc's median, best
+    ort_ms: tuple[float, float] = (0.0, 0.0)
+    worst: str = ""
+    slowest: str = ""
+
+    def line(self) -> str:
+        ratio = self.ms[0] / self.ort_ms[0]
+        return (f"{self.model:19s} {self.precision:5s} {self.compile_s:7.2f} "
+                f"{self.diff:9.2e} {self.ms[0]:8.2f} {self.ms[1]:8.2f} {self.ort_ms[0]:8.2f} "
+                f"{self.ort_ms[1]:8.2f} {ratio:6.2f}x  {self.worst}  | {self.slowest}")
+
+
+HEADER = (f"{'model':19s} {'prec':5s} {'comp_s':>7s} {'max|diff|':>9s} {'med_ms':>8s} "
+          f"{'best_ms':>8s} {'ort_med':>8s} {'ort_best':>8s} {'ratio':>7s}  "
+          "worst op (heterocc vs ORT ms/run)  | slowest function (target, share); "
+          "functions on NumPy")
+
+
+def measure(name: str, precision: str, path: str, args, directory: str) -> Row:
+    """One model at one precision: compile, compare, time in alternating rounds, profile."""
+    import onnxruntime as ort
+
+    import heterocc
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = args.threads
+    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    feed = random_feed(session, np.random.default_rng(1))
+    t0 = time.perf_counter()
+    compiled = heterocc.compile(path, target=args.target)
+    row = Row(name, precision, compile_s=time.perf_counter() - t0)
+    ours = compiled.run(feed)[0]
+    theirs = session.run(None, feed)[0]
+    row.diff = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
+    samples = alternating_samples([lambda: compiled.run(feed),
+                                   lambda: session.run(None, feed)],
+                                  args.rounds * args.block, args.block, pause_s=0.2)
+    (row.ms, row.ort_ms) = [(statistics.median(s) * 1e3, min(s) * 1e3) for s in samples]
+    ours_by_op, (ops, target, share) = heterocc_profile(compiled, feed, PROFILE_RUNS)
+    on_numpy = sum(e.target.endswith("/numpy") for e in compiled._profile.values())
+    theirs_by_op = ort_profile(path, args.threads, feed, PROFILE_RUNS, directory)
+    worst = max(set(ours_by_op) | set(theirs_by_op),
+                key=lambda op: ours_by_op.get(op, 0.0) - theirs_by_op.get(op, 0.0))
+    row.worst = (f"{worst} {ours_by_op.get(worst, 0.0):.2f} vs "
+                 f"{theirs_by_op.get(worst, 0.0):.2f}")
+    row.slowest = f"{ops[:40]} ({target}, {100 * share:.0f}%); {on_numpy} on NumPy"
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", choices=[*VISION, *TEXT],
+                        default=[*VISION, *TEXT])
+    parser.add_argument("--rounds", type=int, default=4, help="alternating blocks per engine")
+    parser.add_argument("--block", type=int, default=5, help="timed runs per block")
+    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads of both")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--float", action="store_true", help="float models only")
+    precision.add_argument("--int8", action="store_true", help="int8 (QDQ) models only")
+    args = parser.parse_args()
+    os.environ.setdefault("HETEROCC_NUM_THREADS", str(args.threads))
+    precisions = ["float"] if args.float else ["int8"] if args.int8 else ["float", "int8"]
+    missing = _missing("onnxruntime")
+    if missing:
+        print(f"skipped: the zoo needs onnxruntime ({missing} is not installed)")
+        return 0
+
+    print(describe(args.target))
+    print(f"load average (1 min) {os.getloadavg()[0]:.2f}; {args.threads} threads each; "
+          f"{args.rounds} rounds of {args.block} runs")
+    print(HEADER)
+    failed = skipped = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models:
+            float_path = os.path.join(tmp, f"{name}.onnx")
+            try:
+                why = export(name, float_path)
+            except Exception as exc:  # the exporter's failure, not heterocc's
+                why = f"torch could not export it: {type(exc).__name__}: {exc}"
+            if why:
+                print(f"{name:19s} skipped: {why}")
+                skipped += 1
+                continue
+            for precision in precisions:
+                path = float_path
+                if precision == "int8":
+                    import onnxruntime as ort
+
+                    path = os.path.join(tmp, f"{name}.int8.onnx")
+                    session = ort.InferenceSession(float_path,
+                                                   providers=["CPUExecutionProvider"])
+                    rng = np.random.default_rng(2)
+                    with _quiet():
+                        quantize_qdq(float_path, path, [random_feed(session, rng)
+                                                        for _ in range(CALIBRATION_INPUTS)])
+                try:
+                    row = measure(name, precision, path, args, tmp)
+                except Exception as exc:
+                    print(f"{name:19s} {precision:5s} FAILED: {type(exc).__name__}: {exc}")
+                    failed += 1
+                    continue
+                print(row.line(), flush=True)
+    print(f"load average (1 min) {os.getloadavg()[0]:.2f} at the end; "
+          f"{skipped} skipped, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

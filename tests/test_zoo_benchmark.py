@@ -1,0 +1,61 @@
+"""benchmarks/zoo.py without torch: matching heterocc's functions to ONNX Runtime's
+kernels by op, both profiles of a small model, and the skip when torch is missing."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+from onnx import helper
+
+import heterocc
+from tests.conftest import make_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import zoo  # noqa: E402  (benchmarks/, put on the path above)
+
+
+def test_ops_of_both_engines_compare_by_base_op():
+    assert [zoo.base_op(op) for op in ("ConvNCHWc", "FusedConv", "QLinearConv",
+                                       "MatMulInteger", "QLinearMatMul", "Conv", "NhwcMaxPool",
+                                       "GlobalAveragePool", "QGemm", "MatMulIntegerToFloat",
+                                       "QuantizeLinear")] == \
+        ["Conv", "Conv", "Conv", "MatMul", "MatMul", "Conv", "MaxPool", "AveragePool", "Gemm",
+         "MatMul", "QuantizeLinear"]
+    assert zoo.anchor_op("LayoutTransform+ConvNCHWc+Relu") == "Conv"
+    assert zoo.anchor_op("DequantizeLinear+MatMul+Add") == "MatMul"
+    assert zoo.anchor_op("Relu+MaxPool") == "MaxPool"
+    assert zoo.anchor_op("Add+Relu") == "Add"
+    assert zoo.anchor_op("Transpose+MatMul x2+Add") == "MatMul"  # a repeated op's count
+
+
+def test_profiles_of_a_small_model(tmp_path):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
+                              ceil_mode=1)]
+    model = make_model(nodes, [("x", "float32", [1, 3, 9, 9])], [("y", "float32", None)],
+                       {"w": w})
+    path = str(tmp_path / "m.onnx")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    feed = {"x": rng.standard_normal((1, 3, 9, 9)).astype(np.float32)}
+    ours, (ops, target, share) = zoo.heterocc_profile(heterocc.compile(path, target="llvm"),
+                                                      feed, runs=2)
+    theirs = zoo.ort_profile(path, 1, feed, 2, str(tmp_path))
+    assert {"Conv", "MaxPool"} <= set(ours) and "Conv" in theirs
+    assert all(ms > 0 for ms in [*ours.values(), *theirs.values()])
+    assert target == "llvm" and 0 < share <= 1 and ops
+
+
+def test_a_model_whose_libraries_are_missing_is_skipped(monkeypatch, capsys):
+    monkeypatch.setattr(zoo, "_missing", lambda *modules: "torch" if "torch" in modules
+                        else None)
+    monkeypatch.setenv("HETEROCC_NUM_THREADS", "2")  # main sets it where it is unset
+    monkeypatch.setattr(sys, "argv", ["zoo.py", "--models", "squeezenet1_1", "bert_layer"])
+    assert zoo.main() == 0
+    out = capsys.readouterr().out
+    assert out.count("skipped: torch is not installed") == 2 and "2 skipped, 0 failed" in out
