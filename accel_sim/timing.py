@@ -379,10 +379,12 @@ class _SharedPortModel:
             load.x_pad_left, load.x_pad_right,
         )
 
-    # --- the event loop -----------------------------------------------------------------
+    # --- a run ------------------------------------------------------------------------
     def run(self) -> TimingReport:
+        """Time the stream on ``machine`` (see :class:`_PortRun`), or, where its command
+        queues stall fetch for good, on the same machine with unbounded queues."""
         try:
-            return self._run(self.machine)
+            return _PortRun(self, self.machine).run()
         except _Stuck:
             pass
         # Stuck although every module may still issue by the ISA's token rules (the
@@ -392,306 +394,403 @@ class _SharedPortModel:
         _schedule_with_costs(self.instructions, self.config, instruction_cost)
         unbounded = dataclasses.replace(self.machine, command_queue_depth=1 << 30,
                                         staging_depth=1 << 30)
-        return self._run(unbounded)
+        return _PortRun(self, unbounded).run()
 
-    def _run(self, machine: MachineTiming) -> TimingReport:  # noqa: C901, PLR0915
-        instructions, config = self.instructions, self.config
-        count = len(instructions)
-        latency, beat, overhead = self.latency, self.beat, self.overhead
-        limit = machine.outstanding_reads
-        queue_cap = machine.command_queue_depth
-        fetch_burst, staging = machine.fetch_burst, machine.staging_depth
-        insn_beats = self.insn_beats
 
-        # per instruction: module, tokens, and what it does
-        modules = [int(module_of(instruction)) for instruction in instructions]
-        programs: list[list[int]] = [[], [], []]
-        position = [0] * count
+class _PortRun:
+    """One run of the shared-port model over a stream: the state of fetch, of the three
+    modules, of the token queues and of the read port, and the steps that advance it.
+
+    Modules and read-port clients are plain ints (``int(Module)``; ``_COMPUTE_CLIENT``,
+    ``_LOAD_CLIENT``, ``_FETCH_CLIENT``) and per-instruction facts plain lists: the
+    steps run once per instruction or burst, so whole networks stay fast.
+    """
+
+    # slots: the steps read and write this state once per burst or instruction
+    __slots__ = (
+        "model", "instructions", "count", "limit", "queue_cap", "fetch_burst", "staging",
+        "modules", "programs", "position", "pops", "pushes", "arrival", "dispatch",
+        "fetched", "dispatched", "fetch_last_beat", "next_position", "free_at", "issued",
+        "starts", "ends", "scheduled", "depth", "push_cycles", "pop_cycles", "valid",
+        "plans", "next_burst", "writer", "trailing", "owner", "arbiter_free", "last_grant",
+        "last_beat", "in_flight", "hands", "streak", "changed",
+    )
+
+    def __init__(self, model: _SharedPortModel, machine: MachineTiming):
+        self.model = model
+        instructions = model.instructions
+        self.instructions = instructions
+        self.count = count = len(instructions)
+        self.limit = machine.outstanding_reads
+        self.queue_cap = machine.command_queue_depth
+        self.fetch_burst, self.staging = machine.fetch_burst, machine.staging_depth
+
+        # the stream: each instruction's module, its place in that module's program,
+        # the token queues it pops and pushes
+        self.modules = modules = [int(module_of(instruction)) for instruction in instructions]
+        self.programs: list[list[int]] = [[], [], []]
+        self.position = [0] * count
         for index, module in enumerate(modules):
-            position[index] = len(programs[module])
-            programs[module].append(index)
-        pops = [tuple(int(q) for q in popped_queues(i)) for i in instructions]
-        pushes = [tuple(int(q) for q in pushed_queues(i)) for i in instructions]
-        depth = config.token_queue_depth
+            self.position[index] = len(self.programs[module])
+            self.programs[module].append(index)
+        self.pops = [tuple(int(q) for q in popped_queues(i)) for i in instructions]
+        self.pushes = [tuple(int(q) for q in pushed_queues(i)) for i in instructions]
 
-        # fetch and dispatch
-        arrival = [0] * count
-        dispatch = [0] * count
-        fetched = dispatched = 0
-        fetch_last_beat = 0
+        # fetch and dispatch: when each instruction's last beat arrived and when it
+        # entered its module's command queue
+        self.arrival = [0] * count
+        self.dispatch = [0] * count
+        self.fetched = self.dispatched = 0
+        self.fetch_last_beat = 0
 
-        # modules: next position, earliest next issue (None while a LOAD's end is open)
-        next_position = [0, 0, 0]
-        free_at: list[int | None] = [0, 0, 0]
-        issued: list[list[int]] = [[], [], []]
-        push_cycles: list[list[int]] = [[], [], [], []]
-        pop_cycles: list[list[int]] = [[], [], [], []]
-        starts = [0] * count
-        ends = [0] * count
-        scheduled: list[int] = []
+        # the modules: next position in the program, earliest next issue (None while
+        # a LOAD's end is open), issue edges so far
+        self.next_position = [0, 0, 0]
+        self.free_at: list[int | None] = [0, 0, 0]
+        self.issued: list[list[int]] = [[], [], []]
+        self.starts = [0] * count
+        self.ends = [0] * count
+        self.scheduled: list[int] = []  # instruction indices in issue order
 
-        # read-port clients: 0 compute DMA, 1 load DMA, 2 fetch; request valid edges
-        valid: list[int | None] = [None, None, 1 if count else None]
-        plans: list[tuple] = [(), (), ()]
-        next_burst = [0, 0, 0]
-        writer = [0, 0, 0]
-        trailing = [0, 0, 0]
-        owner = [0, 0, 0]
-        arbiter_free = 0
-        last_grant = _COMPUTE_CLIENT
-        last_beat = -1
+        # the token queues: the edge of every push and pop so far
+        self.depth = model.config.token_queue_depth
+        self.push_cycles: list[list[int]] = [[], [], [], []]
+        self.pop_cycles: list[list[int]] = [[], [], [], []]
+
+        # the read port's clients (0 compute DMA, 1 load DMA, 2 fetch): the edge from
+        # which each requests (None: no request), and the LOAD each one streams
+        self.valid: list[int | None] = [None, None, 1 if count else None]
+        self.plans: list[tuple] = [(), (), ()]
+        self.next_burst = [0, 0, 0]
+        self.writer = [0, 0, 0]
+        self.trailing = [0, 0, 0]
+        self.owner = [0, 0, 0]
+        # the arbiter and the read channel
+        self.arbiter_free = 0
+        self.last_grant = _COMPUTE_CLIENT
+        self.last_beat = -1
         # every granted burst in grant order: its last beat and its address handshake
         # (seeded with bursts long past, so that a window of ``limit`` always exists)
-        in_flight: list[int] = [-1] * limit
-        hands: list[int] = [-1] * limit
-        streak = 0  # bursts of ``last_grant`` granted in a row
+        self.in_flight: list[int] = [-1] * self.limit
+        self.hands: list[int] = [-1] * self.limit
+        self.streak = 0  # bursts of ``last_grant`` granted in a row
 
-        changed = [True]  # whether the modules' next issue times may have moved
+        self.changed = True  # whether the modules' next issue times may have moved
 
-        def complete(index: int, end: int) -> None:
-            changed[0] = True
-            ends[index] = end
-            free_at[modules[index]] = end
-            for queue in pushes[index]:
-                push_cycles[queue].append(end)
-
-        def issue_time(module: int) -> int | None:
-            program = programs[module]
-            at = next_position[module]
-            if at >= len(program):
-                return None
-            index = program[at]
-            time = free_at[module]
-            if time is None or index >= dispatched:
-                return None
-            ready = dispatch[index] + 1
-            if ready > time:
-                time = ready
-            for queue in pops[index]:
-                taken = len(pop_cycles[queue])
-                pushed = push_cycles[queue]
-                if taken >= len(pushed):
-                    return None
-                if pushed[taken] > time:
-                    time = pushed[taken]
-            for queue in pushes[index]:
-                needs_pop = len(push_cycles[queue]) - depth
-                if needs_pop >= 0:
-                    popped = pop_cycles[queue]
-                    if needs_pop >= len(popped):
-                        return None
-                    if popped[needs_pop] + 1 > time:
-                        time = popped[needs_pop] + 1
-            return time
-
-        def issue(module: int, time: int) -> None:
-            index = programs[module][next_position[module]]
-            next_position[module] += 1
-            changed[0] = True
-            instruction = instructions[index]
-            starts[index] = time
-            issued[module].append(time)
-            scheduled.append(index)
-            for queue in pops[index]:
-                pop_cycles[queue].append(time)
-            if isinstance(instruction, Load):
-                bursts, run_last, after, pads = self._read_plan(instruction)
-                if not bursts:
-                    complete(index, time + overhead - 1 + pads)
-                    return
-                client = _LOAD_CLIENT if module == int(Module.LOAD) else _COMPUTE_CLIENT
-                valid[client] = time
-                plans[client] = (bursts, run_last)
-                next_burst[client] = 0
-                writer[client] = time + 1
-                trailing[client] = after
-                owner[client] = index
-                free_at[module] = None
-            elif isinstance(instruction, Store):
-                complete(index, time + self._store_cost(instruction))
-            else:
-                complete(index, time + self._loop_cost(instruction))
-
-        def advance_dispatch() -> None:
-            nonlocal dispatched
-            while dispatched < fetched:
-                index = dispatched
-                time = arrival[index] + 1
-                if index and dispatch[index - 1] + 1 > time:
-                    time = dispatch[index - 1] + 1
-                ahead = position[index] - queue_cap
-                if ahead >= 0:
-                    done = issued[modules[index]]
-                    if ahead >= len(done):
-                        return
-                    time = max(time, done[ahead] + 1)
-                dispatch[index] = time
-                dispatched += 1
-                changed[0] = True
-
-        def fetch_request() -> int | None:
-            """Edge from which fetch requests its next burst (None: not yet known)."""
-            size = min(fetch_burst, count - fetched)
-            time = fetch_last_beat + 1
-            needed = fetched - (staging - size)
-            if needed > 0:
-                if needed > dispatched:
-                    return None
-                time = max(time, dispatch[needed - 1] + 1)
-            return time
-
-        def grant_fetch(edge: int) -> None:
-            nonlocal arbiter_free, last_grant, last_beat, fetched, fetch_last_beat, streak
-            handshake = edge + 1
-            arbiter_free = handshake + 1
-            last_grant = _FETCH_CLIENT
-            first = max(handshake + latency, last_beat) + 1
-            size = min(fetch_burst, count - fetched)
-            for k in range(size):
-                arrival[fetched + k] = first + ((k + 1) * insn_beats - 1) * beat
-            fetched += size
-            last_beat = fetch_last_beat = first + (size * insn_beats - 1) * beat
-            in_flight.append(last_beat)
-            hands.append(handshake)
-            streak = 0
-            valid[_FETCH_CLIENT] = None
-            advance_dispatch()
-
-        def stream_bursts(client: int, edge: int, horizon: int | None) -> None:
-            """Grant ``client``'s bursts from ``edge`` on, as long as no other client
-            can compete (before ``horizon``); completes its LOAD after the last.
-
-            Within a run of identical bursts the port settles into a periodic state
-            (each window of ``limit`` bursts shifts every time by the same amount):
-            once two windows show it, whole windows are skipped arithmetically."""
-            nonlocal arbiter_free, last_grant, last_beat, streak
-            bursts, run_last = plans[client]
-            k, total = next_burst[client], len(bursts)
-            write_at = writer[client]
-            beat_at = last_beat
-            choose = edge
-            window = 2 * limit
-            if last_grant != client:
-                streak = 0
-            while True:
-                handshake = choose + 1
-                pad, span = bursts[k]
-                write_at += pad
-                first = handshake + latency
-                if beat_at > first:
-                    first = beat_at
-                first += 1
-                if write_at > first:
-                    first = write_at
-                beat_at = first + span - 1
-                write_at = beat_at + 1
-                in_flight.append(beat_at)
-                hands.append(handshake)
-                streak += 1
-                k += 1
-                if k == total:
-                    break
-                if (streak >= window <= k and run_last[k - window] >= k + limit - 1
-                        and handshake - hands[-1 - limit] == beat_at - in_flight[-1 - limit]):
-                    shift = beat_at - in_flight[-1 - limit]
-                    if shift > 0 and all(
-                        in_flight[-i] - in_flight[-i - limit] == shift
-                        for i in range(2, limit + 1)
-                    ):
-                        windows = (run_last[k - window] - k + 1) // limit
-                        if horizon is not None:
-                            windows = min(windows, (horizon - handshake) // shift)
-                        if windows > 0:
-                            jump = windows * shift
-                            in_flight.extend([v + jump for v in in_flight[-window:]])
-                            hands.extend([v + jump for v in hands[-window:]])
-                            k += windows * limit
-                            handshake += jump
-                            beat_at += jump
-                            write_at += jump
-                            if k == total:
-                                break
-                # the next burst is valid after this handshake; the arbiter chooses
-                # again one cycle after a handshake at the earliest
-                choose = handshake + 1
-                if in_flight[-limit] >= choose:
-                    choose = in_flight[-limit] + 1
-                if horizon is not None and choose >= horizon:
-                    break
-            arbiter_free = handshake + 1
-            last_grant = client
-            last_beat = beat_at
-            writer[client] = write_at
-            next_burst[client] = k
-            if k == total:
-                valid[client] = None
-                complete(owner[client], write_at + trailing[client] + overhead - 2)
-            else:
-                valid[client] = handshake
-
+    # --- the event loop -----------------------------------------------------------------
+    def run(self) -> TimingReport:
+        """Advance to the earlier of the next read-port grant and the next issue, until
+        neither is left; raises _Stuck when an instruction never issues."""
+        earliest_issue, next_grant = self.earliest_issue, self.next_grant
+        grant, issue_ready = self.grant, self.issue_ready
         time = 0
         candidate = None
         while True:
             # the modules' next issue times change only with an issue, a completion or
             # a dispatch; bursts that complete nothing leave them as they were
-            if changed[0]:
-                changed[0] = False
-                candidate = None
-                for module in (0, 1, 2):
-                    at = issue_time(module)
-                    if at is not None and (candidate is None or at < candidate):
-                        candidate = at
-            if valid[_FETCH_CLIENT] is None and fetched < count:
-                valid[_FETCH_CLIENT] = fetch_request()
-            requests = [v for v in valid if v is not None]
-            if requests:
-                choose = max(arbiter_free, min(requests) + 1, time)
-                if in_flight[-limit] >= choose:
-                    choose = in_flight[-limit] + 1
-                if candidate is None or choose < candidate:
-                    time = choose
-                    ready = [c for c in (0, 1, 2) if valid[c] is not None and valid[c] < time]
-                    winner = min(ready, key=lambda c: (c - last_grant - 1) % 3)
-                    if winner == _FETCH_CLIENT:
-                        grant_fetch(time)
-                        continue
-                    # the winner keeps the port until another request or event competes
-                    horizon = candidate
-                    for other in (0, 1, 2):
-                        if other != winner and valid[other] is not None:
-                            compete = max(valid[other] + 1, time + 2)
-                            horizon = compete if horizon is None else min(horizon, compete)
-                    stream_bursts(winner, time, horizon)
-                    continue
+            if self.changed:
+                self.changed = False
+                candidate = earliest_issue()
+            choose = next_grant(time)
+            if choose is not None and (candidate is None or choose < candidate):
+                time = choose
+                grant(time, candidate)
+                continue
             if candidate is None:
                 break
             time = candidate
-            for module in (0, 1, 2):
-                while True:
-                    at = issue_time(module)
-                    if at is None or at > time:
-                        break
-                    issue(module, at)
-                advance_dispatch()
-
-        if any(next_position[m] < len(programs[m]) for m in (0, 1, 2)):
+            issue_ready(time)
+        if any(self.next_position[m] < len(self.programs[m]) for m in (0, 1, 2)):
             raise _Stuck()
+        return self.report()
+
+    def report(self) -> TimingReport:
+        """The figures of a finished run: totals per module and every instruction's
+        issue and end, in issue order."""
+        starts, ends, modules = self.starts, self.ends, self.modules
         timings = [[0, 0, 0], [0, 0, 0], [0, 0, 0]]
         for module in (0, 1, 2):
             previous_end = 0
             totals = timings[module]
-            for index in programs[module]:
+            for index in self.programs[module]:
                 totals[0] += 1
                 totals[1] += ends[index] - starts[index]
                 totals[2] += starts[index] - previous_end
                 previous_end = ends[index]
+        config = self.model.config
         return TimingReport(
-            total_cycles=max(ends) + 1 if count else 0,
+            total_cycles=max(ends) + 1 if self.count else 0,
             modules={module: ModuleTiming(*timings[int(module)]) for module in Module},
-            gemm_active_cycles=sum(gemm_active_cycles(i, config) for i in instructions),
+            gemm_active_cycles=sum(gemm_active_cycles(i, config) for i in self.instructions),
             schedule=tuple(ScheduledInstruction(i, Module(modules[i]), starts[i], ends[i])
-                           for i in scheduled),
+                           for i in self.scheduled),
         )
+
+    # --- the modules and their token queues ---------------------------------------------
+    def earliest_issue(self) -> int | None:
+        """The earliest edge at which any module can issue its next instruction."""
+        candidate = None
+        issue_time = self.issue_time
+        for module in (0, 1, 2):
+            at = issue_time(module)
+            if at is not None and (candidate is None or at < candidate):
+                candidate = at
+        return candidate
+
+    def issue_time(self, module: int) -> int | None:
+        """The edge from which ``module`` can issue its next instruction: once the module
+        is free, the instruction dispatched, every queue it pops holds a token and every
+        queue it pushes has room (None: not known yet, or nothing left)."""
+        program = self.programs[module]
+        at = self.next_position[module]
+        if at >= len(program):
+            return None
+        index = program[at]
+        time = self.free_at[module]
+        if time is None or index >= self.dispatched:
+            return None
+        ready = self.dispatch[index] + 1
+        if ready > time:
+            time = ready
+        push_cycles, pop_cycles = self.push_cycles, self.pop_cycles
+        for queue in self.pops[index]:
+            taken = len(pop_cycles[queue])
+            pushed = push_cycles[queue]
+            if taken >= len(pushed):
+                return None
+            if pushed[taken] > time:
+                time = pushed[taken]
+        for queue in self.pushes[index]:
+            needs_pop = len(push_cycles[queue]) - self.depth
+            if needs_pop >= 0:
+                popped = pop_cycles[queue]
+                if needs_pop >= len(popped):
+                    return None
+                if popped[needs_pop] + 1 > time:
+                    time = popped[needs_pop] + 1
+        return time
+
+    def issue_ready(self, time: int) -> None:
+        """Issue, module by module, every instruction that can issue by ``time``, and
+        dispatch what the freed command-queue slots let in."""
+        issue_time = self.issue_time
+        for module in (0, 1, 2):
+            while True:
+                at = issue_time(module)
+                if at is None or at > time:
+                    break
+                self.issue(module, at)
+            self.advance_dispatch()
+
+    def issue(self, module: int, time: int) -> None:
+        """``module`` issues its next instruction at ``time``: it pops its tokens; GEMM,
+        ALU, STORE and LOADs without data get their end now, a LOAD with data becomes
+        its DMA's request on the read port and ends with its last burst."""
+        index = self.programs[module][self.next_position[module]]
+        self.next_position[module] += 1
+        self.changed = True
+        instruction = self.instructions[index]
+        self.starts[index] = time
+        self.issued[module].append(time)
+        self.scheduled.append(index)
+        for queue in self.pops[index]:
+            self.pop_cycles[queue].append(time)
+        model = self.model
+        if isinstance(instruction, Load):
+            bursts, run_last, after, pads = model._read_plan(instruction)
+            if not bursts:
+                self.complete(index, time + model.overhead - 1 + pads)
+                return
+            client = _LOAD_CLIENT if module == int(Module.LOAD) else _COMPUTE_CLIENT
+            self.valid[client] = time
+            self.plans[client] = (bursts, run_last)
+            self.next_burst[client] = 0
+            self.writer[client] = time + 1
+            self.trailing[client] = after
+            self.owner[client] = index
+            self.free_at[module] = None
+        elif isinstance(instruction, Store):
+            self.complete(index, time + model._store_cost(instruction))
+        else:
+            self.complete(index, time + model._loop_cost(instruction))
+
+    def complete(self, index: int, end: int) -> None:
+        """Instruction ``index`` ends at ``end``: its module is free and its tokens are
+        pushed from then."""
+        self.changed = True
+        self.ends[index] = end
+        self.free_at[self.modules[index]] = end
+        for queue in self.pushes[index]:
+            self.push_cycles[queue].append(end)
+
+    # --- instruction fetch and dispatch -------------------------------------------------
+    def advance_dispatch(self) -> None:
+        """Dispatch fetched instructions in order, each a cycle after its arrival and
+        after the previous one, while its module's command queue has room."""
+        arrival, dispatch, position = self.arrival, self.dispatch, self.position
+        queue_cap = self.queue_cap
+        while self.dispatched < self.fetched:
+            index = self.dispatched
+            time = arrival[index] + 1
+            if index and dispatch[index - 1] + 1 > time:
+                time = dispatch[index - 1] + 1
+            ahead = position[index] - queue_cap
+            if ahead >= 0:
+                done = self.issued[self.modules[index]]
+                if ahead >= len(done):
+                    return
+                time = max(time, done[ahead] + 1)
+            dispatch[index] = time
+            self.dispatched += 1
+            self.changed = True
+
+    def fetch_request(self) -> int | None:
+        """Edge from which fetch requests its next burst: after the previous burst's
+        last beat, once the staging queue has room for it (None: not yet known)."""
+        size = min(self.fetch_burst, self.count - self.fetched)
+        time = self.fetch_last_beat + 1
+        needed = self.fetched - (self.staging - size)
+        if needed > 0:
+            if needed > self.dispatched:
+                return None
+            time = max(time, self.dispatch[needed - 1] + 1)
+        return time
+
+    def grant_fetch(self, edge: int) -> None:
+        """The arbiter grants fetch a burst of instructions at ``edge``; their beats
+        follow the latency and every earlier burst on the read channel."""
+        handshake = edge + 1
+        self.arbiter_free = handshake + 1
+        self.last_grant = _FETCH_CLIENT
+        first = max(handshake + self.model.latency, self.last_beat) + 1
+        size = min(self.fetch_burst, self.count - self.fetched)
+        insn_beats, beat, fetched = self.model.insn_beats, self.model.beat, self.fetched
+        for k in range(size):
+            self.arrival[fetched + k] = first + ((k + 1) * insn_beats - 1) * beat
+        self.fetched = fetched + size
+        self.last_beat = self.fetch_last_beat = first + (size * insn_beats - 1) * beat
+        self.in_flight.append(self.last_beat)
+        self.hands.append(handshake)
+        self.streak = 0
+        self.valid[_FETCH_CLIENT] = None
+        self.advance_dispatch()
+
+    # --- the shared read port -----------------------------------------------------------
+    def next_grant(self, time: int) -> int | None:
+        """The edge, from ``time`` on, at which the arbiter grants its next burst (None:
+        no client requests); fetch's request is renewed first."""
+        valid = self.valid
+        if valid[_FETCH_CLIENT] is None and self.fetched < self.count:
+            valid[_FETCH_CLIENT] = self.fetch_request()
+        requests = [v for v in valid if v is not None]
+        if not requests:
+            return None
+        choose = max(self.arbiter_free, min(requests) + 1, time)
+        if self.in_flight[-self.limit] >= choose:
+            choose = self.in_flight[-self.limit] + 1
+        return choose
+
+    def grant(self, time: int, candidate: int | None) -> None:
+        """The arbiter grants at ``time``, round robin from the last grant among the
+        clients requesting before it; a DMA winner keeps the port until another
+        request, or the next issue at ``candidate``, competes."""
+        valid = self.valid
+        ready = [c for c in (0, 1, 2) if valid[c] is not None and valid[c] < time]
+        last_grant = self.last_grant
+        winner = min(ready, key=lambda c: (c - last_grant - 1) % 3)
+        if winner == _FETCH_CLIENT:
+            self.grant_fetch(time)
+            return
+        horizon = candidate
+        for other in (0, 1, 2):
+            if other != winner and valid[other] is not None:
+                compete = max(valid[other] + 1, time + 2)
+                horizon = compete if horizon is None else min(horizon, compete)
+        self.stream_bursts(winner, time, horizon)
+
+    def stream_bursts(self, client: int, edge: int, horizon: int | None) -> None:
+        """Grant ``client``'s bursts from ``edge`` on, as long as no other client
+        can compete (before ``horizon``); completes its LOAD after the last.
+
+        Each burst's beats follow its address by the latency, the previous burst's
+        beats on the channel and the LOAD's SRAM writer; at most ``limit`` bursts are
+        in flight. Within a run of identical bursts the port settles into a periodic
+        state (each window of ``limit`` bursts shifts every time by the same amount):
+        once two windows show it, whole windows are skipped arithmetically."""
+        latency, limit = self.model.latency, self.limit
+        in_flight, hands = self.in_flight, self.hands
+        bursts, run_last = self.plans[client]
+        k, total = self.next_burst[client], len(bursts)
+        write_at = self.writer[client]
+        beat_at = self.last_beat
+        choose = edge
+        window = 2 * limit
+        streak = self.streak if self.last_grant == client else 0
+        while True:
+            handshake = choose + 1
+            pad, span = bursts[k]
+            write_at += pad
+            first = handshake + latency
+            if beat_at > first:
+                first = beat_at
+            first += 1
+            if write_at > first:
+                first = write_at
+            beat_at = first + span - 1
+            write_at = beat_at + 1
+            in_flight.append(beat_at)
+            hands.append(handshake)
+            streak += 1
+            k += 1
+            if k == total:
+                break
+            if (streak >= window <= k and run_last[k - window] >= k + limit - 1
+                    and handshake - hands[-1 - limit] == beat_at - in_flight[-1 - limit]):
+                windows = self.periodic_windows(run_last[k - window] - k + 1, handshake,
+                                                horizon)
+                if windows > 0:
+                    jump = windows * (beat_at - in_flight[-1 - limit])
+                    in_flight.extend([v + jump for v in in_flight[-window:]])
+                    hands.extend([v + jump for v in hands[-window:]])
+                    k += windows * limit
+                    handshake += jump
+                    beat_at += jump
+                    write_at += jump
+                    if k == total:
+                        break
+            # the next burst is valid after this handshake; the arbiter chooses
+            # again one cycle after a handshake at the earliest
+            choose = handshake + 1
+            if in_flight[-limit] >= choose:
+                choose = in_flight[-limit] + 1
+            if horizon is not None and choose >= horizon:
+                break
+        self.streak = streak
+        self.arbiter_free = handshake + 1
+        self.last_grant = client
+        self.last_beat = beat_at
+        self.writer[client] = write_at
+        self.next_burst[client] = k
+        if k == total:
+            self.valid[client] = None
+            self.complete(self.owner[client],
+                          write_at + self.trailing[client] + self.model.overhead - 2)
+        else:
+            self.valid[client] = handshake
+
+    def periodic_windows(self, bursts_left: int, handshake: int, horizon: int | None) -> int:
+        """How many windows of ``limit`` bursts can be skipped: 0 unless the last window
+        repeats the one before it shifted by one amount; at most ``bursts_left`` bursts
+        of the run, and none whose handshake would reach ``horizon``."""
+        limit, in_flight = self.limit, self.in_flight
+        shift = in_flight[-1] - in_flight[-1 - limit]
+        if shift <= 0 or not all(in_flight[-i] - in_flight[-i - limit] == shift
+                                 for i in range(2, limit + 1)):
+            return 0
+        windows = bursts_left // limit
+        if horizon is not None:
+            windows = min(windows, (horizon - handshake) // shift)
+        return windows
 
 
 def _row_offsets(dram_base: int, x_stride: int, rows: int, nbytes: int, unit: int,
