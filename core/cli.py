@@ -43,7 +43,7 @@ from .passes.placement_picture import placement_html, placement_svg
 from .profiling import write_profile
 from .quantization import CALIBRATION_METHODS, QuantizationOptions, quantize_model
 from .runtime.artifact import load_artifact
-from .runtime.inputs import load_samples, parse_shapes
+from .runtime.inputs import load_input_files, load_samples, parse_shapes
 from .runtime.memory import plan_memory
 from .runtime.pipeline import chrome_trace
 from .runtime.signing import generate_keypair
@@ -53,27 +53,6 @@ from .targets.registry import parse_target_spec
 from .tuning.cli import add_tune_parser
 from .tuning.curve import tuning_curve_svg
 from .tuning.records import read_records
-
-
-def _load_inputs(items: list[str] | None, npz: str | None = None) -> dict[str, np.ndarray]:
-    """``--input NAME=FILE.npy`` (repeatable) and ``--inputs FILE.npz`` (arrays by input
-    name, as tvmc takes them)."""
-    arrays = {}
-    if npz is not None:
-        try:
-            with np.load(npz, allow_pickle=False) as data:
-                arrays.update({name: data[name] for name in data.files})
-        except (OSError, ValueError) as exc:
-            raise InputError(f"--inputs: cannot load {npz!r}: {exc}") from None
-    for item in items or []:
-        name, _, path = item.partition("=")
-        if not path:
-            raise InputError(f"--input {item!r}: expected NAME=FILE.npy")
-        try:
-            arrays[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"--input {name}: cannot load {path!r}: {exc}") from None
-    return arrays
 
 
 def _random_inputs(compiled) -> dict[str, np.ndarray]:
@@ -142,7 +121,7 @@ def cmd_run(args) -> int:
                             shapes=parse_shapes(args.shape), tuning_log=args.tuning_log,
                             calibration=_calibration(args.calibrate), strict=args.strict,
                             placement=args.placement)
-    inputs = _load_inputs(args.input, args.inputs)
+    inputs = load_input_files(args.input, args.inputs)
     if not inputs:
         inputs = _random_inputs(compiled)
         print("no --input given: running on random inputs (seed 0)")
@@ -354,7 +333,7 @@ def _hil(args, stream_command) -> int:
     if not callable(getattr(target, "pattern_table", None)):
         raise TargetError(f"target {name!r} cannot replay a model: it has no hil_command hook "
                           "and no pattern table (no layer of a model goes to it)")
-    report = model_hil(args.stream, target, _load_inputs(args.input) or None,
+    report = model_hil(args.stream, target, load_input_files(args.input) or None,
                        _calibration(args.calibrate),
                        stop_at_first=not args.all_layers)
     print(report.summary())
@@ -633,7 +612,7 @@ def cmd_accel_build(args) -> int:
                           "write_streams hook)")
     compiled = hcompile(args.model, target=[target, "llvm"],
                         calibration=_calibration(args.calibrate))
-    inputs = _load_inputs(args.input) or _random_inputs(compiled)
+    inputs = load_input_files(args.input) or _random_inputs(compiled)
     compiled.run(inputs)  # the DRAM images of this run go beside the streams
     for path in write(args.output):
         print(f"wrote {path}")

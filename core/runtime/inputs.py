@@ -125,3 +125,26 @@ def _load_npz(path: str) -> dict[str, np.ndarray]:
     if not arrays:
         raise InputError(f"{path!r} holds no arrays")
     return arrays
+
+
+def load_input_files(items: Sequence[str] | None,
+                     npz: str | None = None) -> dict[str, np.ndarray]:
+    """Arrays by input name from ``--input NAME=FILE.npy`` items (repeatable) and
+    ``--inputs FILE.npz`` (arrays by input name, as tvmc takes them); a file that does
+    not load is an InputError naming it."""
+    arrays = {}
+    if npz is not None:
+        try:
+            with np.load(npz, allow_pickle=False) as data:
+                arrays.update({name: data[name] for name in data.files})
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--inputs: cannot load {npz!r}: {exc}") from None
+    for item in items or []:
+        name, _, path = item.partition("=")
+        if not name or not path:
+            raise InputError(f"--input {item!r}: expected NAME=FILE.npy")
+        try:
+            arrays[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--input {name}: cannot load {path!r}: {exc}") from None
+    return arrays

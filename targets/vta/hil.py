@@ -29,6 +29,7 @@ from heterocc.accel_sim.hil import StreamComparison, compare_streams
 from heterocc.accel_sim.program import read_tensor
 from heterocc.accel_sim.rtl_device import BENCH_MEMORY, BenchMemory, RtlSimulator
 from heterocc.errors import InputError
+from heterocc.runtime.inputs import load_input_files
 from heterocc.sdk_hil import first_difference, reference_trace
 
 from . import VtaTarget
@@ -274,26 +275,10 @@ def model_hil(model, inputs: dict | None = None, simulator: str = "verilator",
 def model_hil_command(args) -> int:
     """``heterocc hil MODEL.onnx``: the network's accelerator functions on the RTL, a
     line of progress per layer as it ends and a table at the end."""
-    report = network_hil(args.stream, _inputs(getattr(args, "input", None)),
+    report = network_hil(args.stream, load_input_files(getattr(args, "input", None)) or None,
                          simulator=args.simulator, build_root=args.build_dir,
                          memory=BenchMemory(args.latency))
     print(report.table())
     agree = sum(layer.matches for layer in report.layers)
     print(f"{agree}/{len(report.layers)} accelerator functions agree with the simulator")
     return 0 if report.agrees else 1
-
-
-def _inputs(items: list[str] | None) -> dict[str, np.ndarray] | None:
-    """``--input NAME=FILE.npy`` (repeatable) as arrays by name; None without any."""
-    if not items:
-        return None
-    arrays = {}
-    for item in items:
-        name, _, path = item.partition("=")
-        if not name or not path:
-            raise InputError(f"--input {item!r}: give NAME=FILE.npy")
-        try:
-            arrays[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"--input {item!r}: cannot load {path!r}: {exc}") from None
-    return arrays
