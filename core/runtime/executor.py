@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import InputError
 from ..ir.graph import Graph, Node, Value
 from ..ops import get_op
+from .budget import check_tensor, check_total, current_budget
 from .inputs import is_dtype
 from .memory import MemoryPlan, plan_memory
 
@@ -107,8 +108,11 @@ class GraphExecutor:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
+        check_graph_memory(self.graph)
         if self.memory is None:
             self.memory = plan_memory(self.graph)
+        check_total(self.memory.planned_bytes, f"the intermediate tensors of one run "
+                    f"({len(self.memory.slot_bytes)} planned buffers)")
         returned = set(self.graph.outputs)
         # values to drop after each node: the run never holds more than the plan
         self._dead_after: dict[int, list[Value]] = {}
@@ -254,6 +258,20 @@ def device_counters(kernel) -> dict[str, int]:
         if values:
             counters[counter] = int(sum(values))
     return counters
+
+
+def check_graph_memory(graph: Graph) -> None:
+    """ResourceError naming the first input or computed tensor of ``graph`` larger than
+    the memory budget (``heterocc.runtime.budget``): checked before anything of the run
+    is allocated."""
+    budget = current_budget()
+    for v in graph.inputs:
+        check_tensor(v.name, v.type.shape, v.type.np_dtype, "input", budget)
+    for node in graph.nodes:
+        for v in node.outputs:
+            if v.type.nbytes > budget:
+                check_tensor(v.name, v.type.shape, v.type.np_dtype,
+                             f"tensor (output of {node.op} node {node.name!r})", budget)
 
 
 def _run_op(op, attrs: dict, args: Sequence) -> list[np.ndarray]:
