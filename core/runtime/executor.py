@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..ir.graph import Graph, Node, Value
 from ..ops import get_op
 from .budget import check_tensor, check_total, current_budget
-from .inputs import is_dtype
+from .inputs import is_dtype, native_order
 from .memory import MemoryPlan, plan_memory
 
 Kernel = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
@@ -288,7 +288,9 @@ def check_input(spec: Value, array) -> np.ndarray:
     if tuple(arr.shape) != spec.type.shape:
         raise InputError(f"input {spec.name!r}: shape {tuple(arr.shape)}, the model expects "
                          f"{spec.type.shape}")
-    return np.require(arr, requirements="C")  # keeps 0-d arrays 0-d
+    # native byte order and C order (a copy where needed; keeps 0-d arrays 0-d): the
+    # kernels read an input's bytes as a contiguous array of native numbers
+    return np.require(native_order(arr), requirements="C")
 
 
 def format_profile(entries: Sequence[ProfileEntry]) -> str:
