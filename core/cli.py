@@ -34,6 +34,7 @@ from .passes import fused_functions
 from .passes.partition import single_target_report
 from .quantization import quantize_model
 from .runtime.artifact import load_artifact
+from .runtime.budget import current_budget
 from .runtime.inputs import load_samples, parse_shapes
 from .runtime.memory import plan_memory
 from .runtime.signing import generate_keypair
@@ -350,6 +351,13 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except HeteroccError as exc:
         print(f"heterocc: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        # what the memory budget did not foresee (heterocc.runtime.budget): still a
+        # message and a failing status, never a silent or traceback-only end
+        print("heterocc: error: out of memory; lower the model's sizes or run it where "
+              f"more memory is free (budget: {current_budget():,} bytes, "
+              "HETEROCC_MEMORY_BUDGET)", file=sys.stderr)
         return 2
 
 

@@ -89,3 +89,12 @@ def test_a_20000_node_chain_compiles_without_recursion():
     x = np.array([-2.0, -0.5, 0.5, 3.0], np.float32)
     (y,) = heterocc.compile(probes.chain(20_000), target="llvm").run([x])
     np.testing.assert_array_equal(y, np.zeros(4, np.float32))  # even count: Relu(-Relu(..))
+
+
+def test_the_cli_turns_an_unforeseen_memory_error_into_a_message(monkeypatch, capsys):
+    def exhausted(args):
+        raise MemoryError
+
+    monkeypatch.setattr(cli, "cmd_targets", exhausted)
+    assert cli.main(["targets"]) == 2
+    assert "heterocc: error: out of memory" in capsys.readouterr().err
