@@ -267,6 +267,10 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
             tuning_log: str | None = None) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for ``target``.
 
+    A model whose tensors live in external data files (``X.onnx.data``) reads them
+    relative to the model file's folder, wherever the process runs; a location that
+    leaves that folder (absolute, ``..``, a link out) is refused (ModelLoadError).
+
     ``target``: a target name (default ``llvm``: the host CPU), a comma-separated
     list, or a list of names and target instances (e.g.
     ``[VtaTarget(config="1x8x8"), "llvm"]``); ``reference`` runs the NumPy oracle.

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import te
 from ..errors import CompileError
+from ..ops.qnn import requantize_axis
 from .registry import register_compute
 
 
@@ -42,9 +43,18 @@ def requantize(inputs, attrs, out_types):
                                  "requantize_high")
     zero_point = te.const(_wrap_int32(int(attrs["zero_point"])), "int32")
     qmin, qmax = te.const(int(attrs["qmin"]), "int32"), te.const(int(attrs["qmax"]), "int32")
+    axis = requantize_axis(attrs, x.ndim)
+    channels = x.shape[axis] if x.ndim else 1
+    for key in ("multiplier", "shift", "acc_limit"):
+        # a table read at the wrong axis would index past its end or reuse its first
+        # entries without a word: refuse it (type inference says the same)
+        if isinstance(attrs[key], list) and len(attrs[key]) not in (1, channels):
+            raise CompileError(f"Requantize per-channel {key} has {len(attrs[key])} entries "
+                               f"for the {channels} channels of axis {axis} of "
+                               f"{list(x.shape)}")
 
     def body(*index):
-        channel = index[1] if x.ndim > 1 else 0
+        channel = index[axis] if x.ndim else 0
         acc = te.minimum(te.maximum(x[index], low(channel)), high(channel))
         y = acc * multiplier(channel)
         y = y + rounding(channel)

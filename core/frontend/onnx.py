@@ -31,6 +31,7 @@ from ..ir.types import TensorType, dtype_from_onnx
 from ..ops import DEFAULT_DOMAINS, ShapeOperandError, get_op, has_op, infer_node_types, op_key
 from ..passes.fold_constants import SHAPE_ONLY_OPS, can_fold, fold_node
 from .attributes import attribute_value, node_attributes
+from .external_data import external_tensors, load_external_data
 
 #: opset that older models are converted to; the op registry implements its semantics
 #: (and later additions).
@@ -65,11 +66,21 @@ class DynamicShapeError(InputError):
 
 
 def load_model(model) -> onnx.ModelProto:
-    """A ModelProto from a path, bytes or a ModelProto; ModelLoadError if unreadable."""
+    """A ModelProto from a path, bytes or a ModelProto; ModelLoadError if unreadable.
+
+    Tensors kept in external data files are read in: relative to the model file's
+    folder for a path (wherever the process runs), to the current directory for bytes
+    or a ModelProto (which is then copied, not changed); see ``external_data``."""
+    base_dir = os.getcwd()
     if isinstance(model, onnx.ModelProto):
-        return model
+        if not any(external_tensors(model)):
+            return model
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return load_external_data(copy, base_dir)
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
+        base_dir = os.path.dirname(os.path.abspath(path))
         try:
             with open(path, "rb") as f:
                 data = f.read()
@@ -89,7 +100,7 @@ def load_model(model) -> onnx.ModelProto:
                              f"{exc}") from None
     if not proto.graph.node and not proto.graph.output:
         raise ModelLoadError(f"{source} holds no ONNX graph (empty or not an ONNX model)")
-    return proto
+    return load_external_data(proto, base_dir)
 
 
 def default_opset(model: onnx.ModelProto) -> int:

@@ -56,20 +56,28 @@ def _wrap32(values: np.ndarray) -> np.ndarray:
     return values.astype(np.int64).astype(np.int32)
 
 
-def _per_channel(value, ndim: int) -> np.ndarray:
+def channel_shape(ndim: int, axis: int) -> tuple[int, ...]:
+    """The shape that broadcasts one value per channel along ``axis`` (in [0, ndim)) of a
+    rank-``ndim`` tensor: -1 there, 1 elsewhere."""
+    return tuple(-1 if d == axis else 1 for d in range(ndim))
+
+
+def _per_channel(value, ndim: int, axis: int) -> np.ndarray:
     v = np.asarray(value, np.int64)
-    return v.reshape((1, -1) + (1,) * (ndim - 2)) if v.ndim == 1 else v
+    return v.reshape(channel_shape(ndim, axis)) if v.ndim == 1 else v
 
 
 def requantize_int(acc: np.ndarray, multiplier, shift, zero_point: int, qmin: int,
-                   qmax: int, acc_limit=2 ** 31 - 1) -> np.ndarray:
+                   qmax: int, acc_limit=2 ** 31 - 1, axis: int = 1) -> np.ndarray:
     """The integer pipeline in int32 with wrap-around, step by step as the ALU runs it:
     clamp to +-acc_limit, multiply, add the rounding constant, shift, add the zero
-    point, clamp to [qmin, qmax]."""
+    point, clamp to [qmin, qmax]. Per-channel ``multiplier``, ``shift`` and
+    ``acc_limit`` (lists) apply along ``axis`` (negative: from the end)."""
     acc = acc.astype(np.int32)
-    m = _per_channel(multiplier, acc.ndim)
-    s = _per_channel(shift, acc.ndim)
-    limit = _per_channel(acc_limit, acc.ndim)
+    axis = axis % max(acc.ndim, 1)
+    m = _per_channel(multiplier, acc.ndim, axis)
+    s = _per_channel(shift, acc.ndim, axis)
+    limit = _per_channel(acc_limit, acc.ndim, axis)
     acc = np.clip(acc.astype(np.int64), -limit, limit)
     y = _wrap32(acc * m)
     rounding = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
@@ -90,30 +98,44 @@ def _infer_requantize(ctx: InferContext):
     if not info.min <= ctx.attrs["qmin"] <= ctx.attrs["qmax"] <= info.max:
         raise ctx.error(f"clamp range [{ctx.attrs['qmin']}, {ctx.attrs['qmax']}] does not fit "
                         f"{out}")
-    for key in ("multiplier", "shift", "acc_limit"):
-        value = ctx.attrs[key]
-        if isinstance(value, list) and (x.ndim < 2 or len(value) != x.shape[1]):
-            raise ctx.error(f"per-channel {key} has {len(value)} entries for "
-                            f"{x.shape[1] if x.ndim > 1 else 0} channels")
+    per_channel = [k for k in ("multiplier", "shift", "acc_limit")
+                   if isinstance(ctx.attrs[k], list)]
+    if per_channel:
+        axis = ctx.attrs["axis"]
+        if not -x.ndim <= axis < x.ndim:
+            raise ctx.error(f"per-channel {per_channel[0]} along axis {axis} of a rank-{x.ndim} "
+                            "accumulator: the axis is out of range")
+        channels = x.shape[axis]
+        for key in per_channel:
+            if len(ctx.attrs[key]) not in (1, channels):
+                raise ctx.error(
+                    f"per-channel {key} has {len(ctx.attrs[key])} entries, but axis {axis} of "
+                    f"the accumulator {list(x.shape)} has {channels} channels: the "
+                    "requantization is placed on the wrong axis")
     return [TensorType(x.shape, out)]
+
+
+def requantize_axis(node_attrs: dict, ndim: int) -> int:
+    """The axis in [0, ndim) a Requantize's per-channel values apply along."""
+    return int(node_attrs.get("axis", 1)) % max(ndim, 1)
 
 
 @register_op("Requantize", infer=_infer_requantize, fusion=FusionKind.ELEMWISE,
              attrs={"multiplier": REQUIRED, "shift": REQUIRED, "zero_point": 0,
                     "qmin": REQUIRED, "qmax": REQUIRED, "out_dtype": "int8",
-                    "acc_limit": 2 ** 31 - 1, "absorbed": []})
+                    "acc_limit": 2 ** 31 - 1, "axis": 1, "absorbed": []})
 def requantize(x, *, multiplier, shift, zero_point, qmin, qmax, out_dtype, acc_limit,
-               absorbed):
+               axis, absorbed):
     """int32 -> ``out_dtype``: with ``a = clip(x, -acc_limit, acc_limit)``,
     ``clip(((a * multiplier + 2**(shift-1)) >> shift) + zero_point, qmin, qmax)``.
 
-    ``multiplier``, ``shift`` and ``acc_limit`` are ints, or lists (one per channel,
-    axis 1). Accumulators beyond ``acc_limit`` saturate the output anyway; clamping
-    them first keeps the product inside int32, which lets the multiplier keep
-    more bits.
+    ``multiplier``, ``shift`` and ``acc_limit`` are ints, or lists (one per channel along
+    ``axis``: 1 for a convolution's NCHW output, the last for a matrix product's).
+    Accumulators beyond ``acc_limit`` saturate the output anyway; clamping them first
+    keeps the product inside int32, which lets the multiplier keep more bits.
 
     ``absorbed`` names the activations (``"Op:node"``) whose clamp ``qmin``/``qmax``
     applies, so that placement reports still show where they ran; it changes nothing.
     """
     return requantize_int(x, multiplier, shift, zero_point, qmin, qmax,
-                          acc_limit).astype(out_dtype)
+                          acc_limit, axis).astype(out_dtype)

@@ -75,7 +75,11 @@ def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | No
         # imported QDQ chains become integer ops before their weights fold to float
         at = before.index("infer_types") + 1
         before[at:at] = ["realize_qdq", "uint8_to_int8"]
-    manager = PassManager(before, dump_ir=dump_ir)
+    # every pass's result is checked (types included): a rewrite that leaves a node its
+    # op's type rule refuses (a per-channel requantization on the wrong axis, a broadcast
+    # that does not type-check) stops the compile there, naming the pass and the node,
+    # rather than reaching a code generator that would compute something else
+    manager = PassManager(before, dump_ir=dump_ir, check=True)
     graph = manager.run(graph)
     report = None
     if tables:

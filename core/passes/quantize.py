@@ -212,12 +212,15 @@ def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
         nodes.append(Node("Add", [acc, b], [biased], {}, scope.fresh(f"{name}_bias_add")))
         acc = biased
     same = len(set(pairs)) == 1 and len(set(limits.tolist())) == 1
+    # the output channels: axis 1 of a convolution's NCHW output, the last axis of a
+    # matrix product's (..., M, N), whatever its rank
+    axis = 1 if c.linear.op == "Conv" else len(out_shape) - 1
     nodes.append(Node("Requantize", [acc], [q_out], {
         "multiplier": multipliers[0] if same else multipliers,
         "shift": shifts[0] if same else shifts, "zero_point": c.y_zero,
         "qmin": int(lo), "qmax": int(hi), "out_dtype": c.y_dtype,
         "acc_limit": int(limits[0]) if same else [int(v) for v in limits],
-        "absorbed": c.absorbed},
+        "axis": axis, "absorbed": c.absorbed},
         scope.fresh(f"{name}_requantize")))
     return nodes
 

@@ -292,10 +292,21 @@ def _conv_lowering(conv: Node, k_padded: int):
 
 
 def _dense_lowering(dense: Node, k_padded: int):
+    """A matrix product of activations (..., M, K) with constant weights (K, N) as one
+    GEMM: every leading axis of the activations folds into the rows (they share the
+    weights), and the output, (..., M, N), unfolds from them."""
     w = dense.inputs[1].data  # (K, N)
-    n_out = w.shape[1]
-    return w.T, (lambda a: np.pad(a, ((0, 0), (0, k_padded - a.shape[1])))), \
-        (lambda cmat: np.ascontiguousarray(cmat[:, :n_out])), dense.inputs[0].type.shape[0]
+    k, n_out = w.shape
+    out_shape = dense.outputs[0].type.shape
+    rows = math.prod(dense.inputs[0].type.shape[:-1])
+
+    def to_matrix(a: np.ndarray) -> np.ndarray:
+        return np.pad(a.reshape(rows, k), ((0, 0), (0, k_padded - k)))
+
+    def from_matrix(cmat: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(cmat[:, :n_out]).reshape(out_shape)
+
+    return w.T, to_matrix, from_matrix, rows
 
 
 def direct_conv_geometry(conv: Node, config: HardwareConfig) -> ConvGeometry | None:

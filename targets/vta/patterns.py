@@ -58,6 +58,13 @@ def _common(nodes: list[Node]) -> str | None:
     why = _zero_points(core)
     if why is not None:
         return why
+    axis = requant.attrs.get("axis", 1) % max(requant.outputs[0].type.ndim, 1)
+    channel_axis = 1 if core.op == "ConvInteger" else requant.outputs[0].type.ndim - 1
+    if axis != channel_axis and any(isinstance(requant.attrs[k], list) and
+                                    len(requant.attrs[k]) > 1
+                                    for k in ("multiplier", "shift", "acc_limit")):
+        return (f"the requantization is per channel along axis {axis}, not along the output "
+                f"channels (axis {channel_axis})")
     if x.type.dtype != "int8" or w.type.dtype != "int8":
         return f"operands are {x.type.dtype} x {w.type.dtype}; the GEMM core takes int8 x int8"
     if requant.attrs["out_dtype"] != "int8":
@@ -82,8 +89,11 @@ def check_conv(nodes: list[Node]) -> str | None:
 
 def check_dense(nodes: list[Node]) -> str | None:
     """Why the accelerator cannot take this dense layer, or None."""
-    if nodes[0].inputs[0].type.ndim != 2 or nodes[0].inputs[1].type.ndim != 2:
-        return "batched matmul (only 2-D operands)"
+    x, w = nodes[0].inputs[0].type, nodes[0].inputs[1].type
+    if w.ndim != 2:
+        return f"batched matmul ({w.ndim}-D weights; the core takes one (K, N) weight matrix)"
+    if x.ndim < 2:
+        return "a vector operand (the activations need rows: (..., M, K))"
     return _common(nodes)
 
 
