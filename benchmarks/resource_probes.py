@@ -6,13 +6,15 @@ output.
 
     python benchmarks/resource_probes.py [--ulimit-kib 8000000] [--timeout 60] [NAME...]
 
-Prints one line per probe: its exit status, seconds, and the last line it printed.
+Prints one line per probe: its exit status, wall seconds (and the CPU seconds the probe
+used: on a shared machine the wall time is mostly waiting), and the last line it printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -102,6 +104,7 @@ def main() -> int:
         cli = [sys.executable, "-m", "heterocc.cli", *command, path, "--target", args.target]
         shell = f"ulimit -v {args.ulimit_kib}; exec " + " ".join(cli)
         t0 = time.perf_counter()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True,
                                   timeout=args.timeout)
@@ -109,10 +112,13 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             status, text = "timeout", ""
         seconds = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         last = text.splitlines()[-1] if text else "(no output)"
         clear = status == 2 and last.startswith("heterocc: error:") or status == 0 and text
         bad += not clear
-        print(f"{name:18s} exit {status!s:7s} {seconds:6.1f} s  {'ok ' if clear else 'BAD'} "
+        print(f"{name:18s} exit {status!s:7s} {seconds:6.1f} s ({cpu:6.1f} s CPU)  "
+              f"{'ok ' if clear else 'BAD'} "
               f"{last[:220]}")
     return 1 if bad else 0
 
