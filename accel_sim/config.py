@@ -27,6 +27,12 @@ UOP_BYTES = 4
 #: the width of every instruction word.
 INSTRUCTION_BITS = 128
 
+#: log2 of the largest on-chip buffer a config may have (16 MiB)
+MAX_LOG_BUFFER_BYTES = 24
+
+#: the config keys that bound one stream's work (instructions, DMA tiles, loop iterations).
+WORK_BUDGET_KEYS = ("max_stream_instructions", "max_stream_tiles", "max_stream_iterations")
+
 
 @dataclass(frozen=True)
 class HardwareConfig:
@@ -36,7 +42,10 @@ class HardwareConfig:
     of a ``block_out x block_in`` weight tile into a ``batch x block_out``
     accumulator tile each cycle. Buffer sizes are powers of two given as log2
     of their size in bytes. Timing parameters feed only the timing model and are
-    therefore not part of :attr:`name`.
+    therefore not part of :attr:`name`; nor are the work budget's
+    (``max_stream_*``: how many instructions, DMA tiles and GEMM/ALU iterations one
+    stream may ask for before the checker, the timing model and the simulator refuse
+    it).
     """
 
     log_batch: int = 0
@@ -58,6 +67,15 @@ class HardwareConfig:
     dram_bytes_per_cycle: int = 8
     gemm_cycles_per_iteration: int = 1
     alu_cycles_per_iteration: int = 1
+    # the clock and the host link, for time estimates (placement by cost)
+    clock_mhz: int = 100
+    link_mbytes_per_s: int = 1000
+    link_latency_ns: int = 2000
+    # the work one stream may ask for (docs/isa.md section 6, rule 9): like the timing
+    # parameters, host policy rather than hardware, so not part of the name
+    max_stream_instructions: int = 1 << 20
+    max_stream_tiles: int = 1 << 24
+    max_stream_iterations: int = 1 << 24
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -264,9 +282,18 @@ def _validate(config: HardwareConfig) -> None:
             f"hardware config bus_width_bits={config.bus_width_bits}: "
             "choose 32, 64, 128, 256 or 512"
         )
-    for key in ("token_queue_depth", "dram_bytes_per_cycle"):
+    for key in ("token_queue_depth", "dram_bytes_per_cycle", "clock_mhz",
+                "link_mbytes_per_s", *WORK_BUDGET_KEYS):
         if getattr(config, key) < 1:
             raise AcceleratorError(f"hardware config {key} must be at least 1")
+    for key in ("log_uop_buffer_bytes", "log_inp_buffer_bytes", "log_wgt_buffer_bytes",
+                "log_acc_buffer_bytes"):
+        # a config may come from a stream file's name: bound what the simulator allocates
+        if getattr(config, key) > MAX_LOG_BUFFER_BYTES:
+            raise AcceleratorError(
+                f"hardware config {key}={getattr(config, key)}: on-chip buffers are at most "
+                f"2**{MAX_LOG_BUFFER_BYTES} bytes"
+            )
     for name, depth in (
         ("uop", config.uop_depth),
         ("inp", config.inp_depth),

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from ..errors import AcceleratorError
 from .config import HardwareConfig
-from .driver import HostDram, RunStatus
-from .encoding import INSTRUCTION_BYTES, decode_stream
+from .driver import HostDram, RunStatus, read_stream
 from .simulator import RunReport, run_stream
 
 
@@ -23,8 +22,7 @@ class SimulatorDevice(HostDram):
 
     def start(self, instruction_address: int, instruction_count: int) -> None:
         """Decode the stream from DRAM, check it and run it."""
-        words = self.dram[self._span(instruction_address, instruction_count * INSTRUCTION_BYTES)]
-        instructions = decode_stream(words.tobytes(), self.config)
+        instructions = read_stream(self, instruction_address, instruction_count)
         self._last = run_stream(instructions, self.config, self.dram)
 
     def wait(self, timeout_s: float | None = None) -> RunStatus:

@@ -11,10 +11,11 @@ import numpy as np
 
 from ..errors import AcceleratorError
 from .config import HardwareConfig
-from .encoding import encode_stream
+from .encoding import INSTRUCTION_BYTES, decode_stream, encode_stream
 from .isa import DmaInstruction, Instruction, dram_unit_bytes
 from .program import Program
 from .simulator import RunReport
+from .validation import length_error
 
 #: device buffers start on multiples of this many bytes, a multiple of every tile size.
 DEVICE_ALIGNMENT = 4096
@@ -101,6 +102,17 @@ class HostDram:
     def read(self, address: int, nbytes: int) -> np.ndarray:
         """Copy bytes out of DRAM."""
         return self.dram[self._span(address, nbytes)].copy()
+
+
+def read_stream(driver: AcceleratorDriver, address: int, count: int) -> list[Instruction]:
+    """Decode the ``count`` instructions at ``address`` of a device's DRAM (what a
+    transport checks before it starts them); a count over the config's budget is
+    refused before anything is read."""
+    too_long = length_error(count, driver.config)
+    if too_long is not None:
+        raise too_long
+    words = driver.read(address, INSTRUCTION_BYTES * count)
+    return decode_stream(words.tobytes(), driver.config)
 
 
 def relocate(

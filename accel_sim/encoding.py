@@ -31,6 +31,7 @@ from .isa import (
     Opcode,
     isa_layout,
 )
+from .validation import length_error
 
 INSTRUCTION_BYTES = INSTRUCTION_BITS // 8
 _ENUM_FIELDS = {"buffer": Buffer, "alu_op": AluOp}
@@ -82,7 +83,7 @@ def decode_instruction(
         raise IllegalInstructionError(
             f"unknown opcode {raw_opcode}; known opcodes are "
             + ", ".join(f"{op.value}={op.name}" for op in Opcode),
-            index,
+            index, field="opcode", limit=max(Opcode),
         ) from None
     fields = isa_layout(config).fields(opcode)
     used = fields[-1].offset + fields[-1].width
@@ -90,7 +91,7 @@ def decode_instruction(
         raise IllegalInstructionError(
             f"{opcode.name} has reserved bits [{used}, {INSTRUCTION_BITS}) set; the word is "
             "corrupt or was encoded for another hardware config",
-            index,
+            index, field="reserved", limit=0,
         )
     values: dict[str, object] = {}
     for field in fields[1:]:
@@ -113,7 +114,7 @@ def _typed_field(opcode: Opcode, name: str, raw: int, index: int | None) -> obje
         raise IllegalInstructionError(
             f"{opcode.name} has unknown {name} {raw}; known values are "
             + ", ".join(f"{member.value}={member.name}" for member in enum_type),
-            index,
+            index, field=name, limit=max(enum_type),
         ) from None
 
 
@@ -126,12 +127,22 @@ def encode_stream(instructions: Sequence[Instruction], config: HardwareConfig) -
 
 
 def decode_stream(data: bytes, config: HardwareConfig) -> list[Instruction]:
-    """Decode a whole stream of 16-byte words (errors name the instruction index)."""
-    if len(data) % INSTRUCTION_BYTES:
-        raise AcceleratorError(
-            f"an instruction stream is a multiple of {INSTRUCTION_BYTES} bytes, got {len(data)}"
-        )
+    """Decode a whole stream of 16-byte words (errors name the instruction index).
+
+    A stream that ends inside a word, or holds more instructions than the config's
+    ``max_stream_instructions``, is refused before anything is decoded.
+    """
     size = INSTRUCTION_BYTES
+    count, rest = divmod(len(data), size)
+    if rest:
+        raise IllegalInstructionError(
+            f"the stream ends {rest} byte(s) into this instruction; an instruction stream "
+            f"is a multiple of {size} bytes, got {len(data)} (truncated?)",
+            count, field="length", limit=count * size,
+        )
+    too_long = length_error(count, config)
+    if too_long is not None:
+        raise too_long
     return [
         decode_instruction(data[start : start + size], config, start // size)
         for start in range(0, len(data), size)

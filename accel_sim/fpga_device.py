@@ -17,9 +17,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import AcceleratorError
+from ..errors import AcceleratorError, IllegalInstructionError
+from .checker import check_stream
 from .config import HardwareConfig
-from .driver import DEVICE_ALIGNMENT, RunStatus
+from .driver import DEVICE_ALIGNMENT, RunStatus, read_stream
+from .isa import DmaInstruction, Instruction
 from .rtl_device import (
     CONTROL_START,
     REG_CONFIG_ID,
@@ -34,6 +36,7 @@ from .rtl_device import (
     STATUS_ERROR,
 )
 from .rtl_header import config_id
+from .validation import dma_dram_span
 
 
 class Mmio(Protocol):
@@ -109,6 +112,22 @@ class FpgaDevice:
             "from allocate()"
         )
 
+    def _require_confined(self, instructions: list[Instruction]) -> None:
+        """Refuse a DMA whose DRAM bytes are not all inside one allocated buffer."""
+        for index, instruction in enumerate(instructions):
+            if not isinstance(instruction, DmaInstruction):
+                continue
+            first, end = dma_dram_span(instruction, self.config)
+            if first == end or any(region.address <= first and end <= region.address
+                                   + region.nbytes for region in self._regions):
+                continue
+            raise IllegalInstructionError(
+                f"{type(instruction).__name__.upper()} {instruction.buffer.name} touches "
+                f"physical bytes [{first:#x}, {end:#x}), which no buffer from allocate() "
+                "holds whole; the accelerator may only reach the host's own buffers",
+                index, field="dram_base+(y_size-1)*x_stride+x_size",
+            )
+
     def write(self, address: int, data: bytes | np.ndarray) -> None:
         """Copy host bytes into a device buffer and flush them to memory."""
         raw = np.frombuffer(data, np.uint8) if isinstance(data, bytes) else data.view(np.uint8)
@@ -123,11 +142,19 @@ class FpgaDevice:
         return np.array(region.buffer[span], dtype=np.uint8)
 
     def start(self, instruction_address: int, instruction_count: int) -> None:
-        """Program the stream's address and length and start the accelerator."""
+        """Check the stream, then program its address and length and start the accelerator.
+
+        The accelerator's DMA reaches any physical address, so the host refuses
+        (IllegalInstructionError, DeadlockError) a stream the checker refuses, and
+        one whose DMA touches memory outside the buffers from :meth:`allocate`.
+        """
         if instruction_address % 16:
             raise AcceleratorError(
                 f"instruction address {instruction_address:#x} is not 16-byte aligned"
             )
+        instructions = read_stream(self, instruction_address, instruction_count)
+        check_stream(instructions, self.config, dram_bytes=1 << 32)
+        self._require_confined(instructions)
         self.mmio.write(REG_INSN_ADDR, instruction_address)
         self.mmio.write(REG_INSN_COUNT, instruction_count)
         self.mmio.write(REG_CONTROL, CONTROL_START)

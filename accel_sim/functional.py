@@ -10,6 +10,7 @@ iterations. Accumulation wraps modulo 2**acc_bits as the hardware does.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -22,46 +23,31 @@ from .isa import (
     AluOp,
     Buffer,
     DmaInstruction,
-    Finish,
     Gemm,
     Instruction,
     Load,
-    LoopInstruction,
     Store,
-    buffer_depth,
     dram_unit_bytes,
 )
+from .validation import WorkMeter, dma_dram_span, dma_sram_tiles, instruction_errors
+
+__all__ = ["FunctionalSimulator", "alu_apply", "dma_dram_span", "dma_sram_tiles"]
 
 _LOOP_AXES = "oiu"  # outer loop, inner loop, micro-op
 _FLOAT_EXACT_LIMIT = 1 << 53
-
-
-def _require(condition: bool, message: str, index: int | None) -> None:
-    if not condition:
-        raise IllegalInstructionError(message, index)
-
-
-def dma_dram_span(instruction: DmaInstruction, config: HardwareConfig) -> tuple[int, int]:
-    """Byte range [first, end) of DRAM a transfer touches (empty when it moves no tile)."""
-    unit = dram_unit_bytes(config, instruction.buffer)
-    if instruction.y_size == 0 or instruction.x_size == 0:
-        return 0, 0
-    first = instruction.dram_base * unit
-    last_tile = instruction.dram_base + (instruction.y_size - 1) * instruction.x_stride
-    return first, (last_tile + instruction.x_size) * unit
-
-
-def dma_sram_tiles(instruction: DmaInstruction) -> int:
-    """SRAM entries a transfer covers from sram_base (padded block for a LOAD)."""
-    if isinstance(instruction, Load):
-        return instruction.padded_rows * instruction.padded_cols
-    return instruction.y_size * instruction.x_size
+_FLOAT32_EXACT_LIMIT = 1 << 24
 
 
 class FunctionalSimulator:
     """The architectural state of one accelerator and an executor for its instructions.
 
-    ``dram`` is a 1-D uint8 array the simulator reads and writes in place.
+    ``dram`` is a 1-D uint8 array the simulator reads and writes in place. Every
+    instruction is validated before it touches anything (:mod:`.validation`: its
+    fields, its SRAM range, its DRAM range against this array, and the config's work
+    budget, counted over everything this machine executes), so no instruction,
+    checked by the stream checker or not, reads or writes outside the machine's
+    arrays; tile indices that depend on micro-op contents are checked as they are
+    computed.
     """
 
     def __init__(self, config: HardwareConfig, dram: np.ndarray):
@@ -74,34 +60,36 @@ class FunctionalSimulator:
         self.acc = np.zeros((config.acc_depth, config.batch, config.block_out), config.acc_dtype)
         self.uop_words = np.zeros(config.uop_depth, np.uint32)
         self._uops = uop_fields(self.uop_words, config)
+        self._work = WorkMeter(config)
         #: multiply-accumulates performed so far (non-reset GEMM iterations).
         self.macs = 0
 
     def execute(self, instruction: Instruction, index: int | None = None) -> None:
-        """Apply one instruction to the state; errors name ``index``."""
+        """Apply one instruction to the state; errors name ``index``.
+
+        An illegal instruction (or one past the work budget) raises
+        IllegalInstructionError and leaves DRAM and the buffers untouched.
+        """
+        errors = instruction_errors(instruction, index, self.config, self.dram.size)
+        if errors:
+            raise errors[0]
+        refusal = self._work.add(instruction, index)
+        if refusal is not None:
+            raise refusal
         if isinstance(instruction, Load):
-            self._load(instruction, index)
+            self._load(instruction)
         elif isinstance(instruction, Store):
-            self._store(instruction, index)
+            self._store(instruction)
         elif isinstance(instruction, Gemm):
             self._gemm(instruction, index)
         elif isinstance(instruction, Alu):
             self._alu(instruction, index)
-        elif not isinstance(instruction, Finish):
-            raise IllegalInstructionError(f"cannot execute {type(instruction).__name__}", index)
 
-    # --- DMA ------------------------------------------------------------------------
-    def _dram_block(self, instruction: DmaInstruction, index: int | None) -> np.ndarray:
+    # --- DMA (validated: SRAM and DRAM ranges inside the arrays) -----------------------
+    def _dram_block(self, instruction: DmaInstruction) -> np.ndarray:
         """A (y_size, x_size * unit) strided view of the DRAM bytes a transfer touches."""
         unit = dram_unit_bytes(self.config, instruction.buffer)
-        first, end = dma_dram_span(instruction, self.config)
-        _require(
-            end <= self.dram.size,
-            f"{type(instruction).__name__.upper()} {instruction.buffer.name} touches DRAM bytes "
-            f"[{first}, {end}) beyond the {self.dram.size}-byte DRAM; check dram_base, "
-            "y_size, x_size and x_stride",
-            index,
-        )
+        first, _ = dma_dram_span(instruction, self.config)
         return as_strided(
             self.dram[first:],
             shape=(instruction.y_size, instruction.x_size * unit),
@@ -109,26 +97,11 @@ class FunctionalSimulator:
             writeable=isinstance(instruction, Store),
         )
 
-    def _sram_block(self, instruction: DmaInstruction, index: int | None) -> tuple[int, int]:
-        depth = buffer_depth(self.config, instruction.buffer)
-        end = instruction.sram_base + dma_sram_tiles(instruction)
-        _require(
-            end <= depth,
-            f"{type(instruction).__name__.upper()} {instruction.buffer.name} covers SRAM entries "
-            f"[{instruction.sram_base}, {end}) beyond the buffer's depth {depth}",
-            index,
-        )
-        return instruction.sram_base, end
-
-    def _load(self, instruction: Load, index: int | None) -> None:
+    def _load(self, instruction: Load) -> None:
         config = self.config
-        _require(
-            instruction.buffer != Buffer.OUT,
-            "LOAD cannot target OUT (a STORE-only view of the accumulator); load ACC instead",
-            index,
-        )
-        begin, end = self._sram_block(instruction, index)
-        raw = np.ascontiguousarray(self._dram_block(instruction, index))
+        begin = instruction.sram_base
+        end = begin + dma_sram_tiles(instruction)
+        raw = np.ascontiguousarray(self._dram_block(instruction))
         rows, cols = instruction.padded_rows, instruction.padded_cols
         interior = (
             slice(instruction.y_pad_top, instruction.y_pad_top + instruction.y_size),
@@ -151,91 +124,96 @@ class FunctionalSimulator:
             instruction.y_size, instruction.x_size, *target.shape[1:]
         )
 
-    def _store(self, instruction: Store, index: int | None) -> None:
-        _require(
-            instruction.buffer in (Buffer.OUT, Buffer.ACC),
-            f"STORE reads the accumulator as OUT or ACC, not {instruction.buffer.name}",
-            index,
-        )
-        begin, end = self._sram_block(instruction, index)
+    def _store(self, instruction: Store) -> None:
+        begin = instruction.sram_base
+        end = begin + dma_sram_tiles(instruction)
         if begin == end:
             return
         tiles = self.acc[begin:end]
         if instruction.buffer == Buffer.OUT:
             tiles = tiles.astype(self.config.out_dtype)
         data = tiles.astype(tiles.dtype.newbyteorder("<"), copy=False)
-        self._dram_block(instruction, index)[...] = data.view(np.uint8).reshape(
+        self._dram_block(instruction)[...] = data.view(np.uint8).reshape(
             instruction.y_size, instruction.x_size * data[0].nbytes
         )
 
     # --- loops ------------------------------------------------------------------------
-    def _uop_range(self, instruction: LoopInstruction, index: int | None) -> slice:
-        _require(
-            instruction.uop_begin <= instruction.uop_end <= self.config.uop_depth,
-            f"micro-op range [{instruction.uop_begin}, {instruction.uop_end}) is not inside "
-            f"the micro-op buffer [0, {self.config.uop_depth})",
-            index,
-        )
-        return slice(instruction.uop_begin, instruction.uop_end)
-
     def _index_grid(
         self,
-        instruction: LoopInstruction,
         uop_range: slice,
         uop_field: str,
         factors: tuple[int, int],
+        loops: tuple[range, range],
         depth: int,
         what: str,
         index: int | None,
     ) -> tuple[np.ndarray, str]:
-        """Tile indices ``o * f_outer + i * f_inner + uop.field`` over the axes they vary on.
+        """Tile indices ``o * f_outer + i * f_inner + uop.field`` for ``o, i`` in ``loops``,
+        over the axes they vary on.
 
         Returns the indices and the loop axes ("o", "i", "u" in that order) they
         span; an axis along which the index is constant is left out.
         """
         values = self._uops[uop_field][uop_range]
-        extents = (instruction.loop_outer, instruction.loop_inner, values.size)
+        outer, inner = loops
+        extents = (len(outer), len(inner), values.size)
         varies = (
             factors[0] != 0 and extents[0] > 1,
             factors[1] != 0 and extents[1] > 1,
             extents[2] > 1 and bool((values != values[0]).any()),
         )
-        outer = np.arange(extents[0] if varies[0] else 1).reshape(-1, 1, 1) * factors[0]
-        inner = np.arange(extents[1] if varies[1] else 1).reshape(1, -1, 1) * factors[1]
-        grid = outer + inner + (values if varies[2] else values[:1]).reshape(1, 1, -1)
+        outer_part = np.arange(outer.start, outer.stop if varies[0] else outer.start + 1)
+        inner_part = np.arange(inner.start, inner.stop if varies[1] else inner.start + 1)
+        grid = (outer_part.reshape(-1, 1, 1) * factors[0]
+                + inner_part.reshape(1, -1, 1) * factors[1]
+                + (values if varies[2] else values[:1]).reshape(1, 1, -1))
         axes = "".join(axis for axis, vary in zip(_LOOP_AXES, varies) if vary)
         highest = int(grid.max())
-        _require(
-            highest < depth,
-            f"{what} index {highest} is beyond the buffer's depth {depth} (micro-ops "
-            f"[{uop_range.start}, {uop_range.stop}) with factors {factors})",
-            index,
-        )
+        if highest >= depth:
+            raise IllegalInstructionError(
+                f"{what} index {highest} is beyond the buffer's depth {depth} (micro-ops "
+                f"[{uop_range.start}, {uop_range.stop}) with factors {factors})",
+                index, field=f"micro-op {uop_field}", limit=depth - 1,
+            )
         return grid.reshape([n for n, vary in zip(extents, varies) if vary]), axes
 
     def _gemm(self, instruction: Gemm, index: int | None) -> None:
-        config = self.config
-        uops = self._uop_range(instruction, index)
         if instruction.iterations == 0:
             return
-        extents = dict(zip(_LOOP_AXES, (instruction.loop_outer, instruction.loop_inner,
-                                        uops.stop - uops.start)))
+        uops = slice(instruction.uop_begin, instruction.uop_end)
+        config = self.config
+        # bound the gathered tiles (float64 or int64) of one piece, whatever the loops
+        per_iteration = 8 * (config.batch * config.block_in
+                             + config.block_out * config.block_in
+                             + config.batch * config.block_out)
+        for loops in _loop_pieces(instruction.loop_outer, instruction.loop_inner,
+                                  uops.stop - uops.start, _GEMM_PIECE_BYTES // per_iteration):
+            self._gemm_piece(instruction, uops, loops, index)
+        if not instruction.reset:
+            self.macs += instruction.iterations * config.macs_per_iteration
+
+    def _gemm_piece(
+        self, instruction: Gemm, uops: slice, loops: tuple[range, range], index: int | None
+    ) -> None:
+        """The iterations of ``loops`` (a block of the loop nest) of one GEMM.
+
+        Iterations that hit one accumulator tile add modulo 2**acc_bits, so blocks
+        may run one after the other."""
+        config = self.config
+        extents = dict(zip(_LOOP_AXES, (len(loops[0]), len(loops[1]), uops.stop - uops.start)))
         dst, dst_axes = self._index_grid(
-            instruction, uops, "dst",
-            (instruction.acc_factor_outer, instruction.acc_factor_inner),
+            uops, "dst", (instruction.acc_factor_outer, instruction.acc_factor_inner), loops,
             config.acc_depth, "GEMM accumulator", index,
         )
         if instruction.reset:
             self.acc[np.unique(dst)] = 0
             return
         src, src_axes = self._index_grid(
-            instruction, uops, "src",
-            (instruction.inp_factor_outer, instruction.inp_factor_inner),
+            uops, "src", (instruction.inp_factor_outer, instruction.inp_factor_inner), loops,
             config.inp_depth, "GEMM input", index,
         )
         wgt, wgt_axes = self._index_grid(
-            instruction, uops, "wgt",
-            (instruction.wgt_factor_outer, instruction.wgt_factor_inner),
+            uops, "wgt", (instruction.wgt_factor_outer, instruction.wgt_factor_inner), loops,
             config.wgt_depth, "GEMM weight", index,
         )
         read_axes = set(src_axes) | set(wgt_axes)
@@ -248,8 +226,10 @@ class FunctionalSimulator:
             config.block_in * summed * repeats
             * (1 << (config.inp_bits - 1)) * (1 << (config.wgt_bits - 1))
         )
-        # float64 reaches BLAS and is exact while every partial sum stays below 2**53
-        compute_type = np.float64 if bound < _FLOAT_EXACT_LIMIT else np.int64
+        # floats reach BLAS and are exact while every partial sum stays below 2**24
+        # (float32: half the memory traffic of the gathered tiles) or 2**53 (float64)
+        compute_type = (np.float32 if bound < _FLOAT32_EXACT_LIMIT else
+                        np.float64 if bound < _FLOAT_EXACT_LIMIT else np.int64)
         products = np.einsum(
             f"{src_axes}bk,{wgt_axes}ck->{kept}bc",
             self.inp[src].astype(compute_type),
@@ -266,20 +246,13 @@ class FunctionalSimulator:
         ).reshape(-1, config.batch, config.block_out)
         targets, sums = _sum_by_target(dst.ravel(), products)
         self.acc[targets] = (self.acc[targets].astype(np.int64) + sums).astype(config.acc_dtype)
-        self.macs += instruction.iterations * config.macs_per_iteration
 
     def _alu(self, instruction: Alu, index: int | None) -> None:
+        # validated: at most acc_depth iterations, so every array below is that small
         config = self.config
-        _require(
-            not instruction.src_inp or instruction.use_imm
-            or config.block_in == config.block_out,
-            f"ALU with src_inp needs input tiles shaped like accumulator tiles, but "
-            f"block_in={config.block_in} != block_out={config.block_out}",
-            index,
-        )
-        uops = self._uop_range(instruction, index)
         if instruction.iterations == 0:
             return
+        uops = slice(instruction.uop_begin, instruction.uop_end)
         full_shape = (instruction.loop_outer, instruction.loop_inner, uops.stop - uops.start)
         dst = self._full_indices(
             instruction, uops, "dst",
@@ -293,7 +266,7 @@ class FunctionalSimulator:
             raise IllegalInstructionError(
                 f"ALU writes accumulator tile {twice} in more than one iteration; results "
                 "would depend on execution order, so split the instruction",
-                index,
+                index, field="micro-op dst",
             )
         current = self.acc[dst].astype(np.int64)
         if instruction.use_imm:
@@ -319,7 +292,7 @@ class FunctionalSimulator:
                     f"ALU iteration {reader} reads accumulator tile {int(src[reader])} that "
                     f"iteration {int(writer[reader])} of the same instruction writes; split "
                     "the instruction so reads never depend on its own writes",
-                    index,
+                    index, field="micro-op src",
                 )
             operand = self.acc[src].astype(np.int64)
         result = alu_apply(instruction.alu_op, current, operand, config.acc_bits)
@@ -336,12 +309,33 @@ class FunctionalSimulator:
         depth: int | None = None,
         buffer: str = "accumulator",
     ) -> np.ndarray:
+        loops = (range(instruction.loop_outer), range(instruction.loop_inner))
         grid, axes = self._index_grid(
-            instruction, uops, uop_field, factors, depth or self.config.acc_depth,
+            uops, uop_field, factors, loops, depth or self.config.acc_depth,
             f"ALU {uop_field} ({buffer})", index,
         )
         shape = [n if axis in axes else 1 for n, axis in zip(full_shape, _LOOP_AXES)]
         return np.broadcast_to(grid.reshape(shape), full_shape).ravel()
+
+
+#: bytes of gathered tiles one block of a GEMM's loop nest may take (see _loop_pieces)
+_GEMM_PIECE_BYTES = 64 << 20
+
+
+def _loop_pieces(outer: int, inner: int, uops: int, limit: int
+                 ) -> Iterator[tuple[range, range]]:
+    """Split an ``outer x inner`` loop nest over ``uops`` micro-ops into blocks of at
+    most ``max(limit, uops)`` iterations (whole outer iterations where they fit)."""
+    per_outer = inner * uops
+    if per_outer <= limit:
+        step = max(1, limit // per_outer)
+        for start in range(0, outer, step):
+            yield range(start, min(start + step, outer)), range(inner)
+        return
+    step = max(1, limit // uops)
+    for o in range(outer):
+        for start in range(0, inner, step):
+            yield range(o, o + 1), range(start, min(start + step, inner))
 
 
 def alu_apply(op: AluOp, value: np.ndarray, operand: np.ndarray | int, acc_bits: int) -> np.ndarray:

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import AcceleratorError, InputError
+from .checker import check_stream
 from .config import UOP_BYTES, HardwareConfig
 from .encoding import encode_uops, format_instruction, read_stream_file
 from .functional import dma_dram_span
@@ -47,6 +48,7 @@ from .rtl_device import (
     BenchMemory,
     RtlRun,
     RtlSimulator,
+    bench_capacity_bytes,
     bench_timing_config,
 )
 from .simulator import run_stream
@@ -193,7 +195,9 @@ def compare_stream(
     """Run one stream on both sides; on a mismatch, optionally locate the divergence.
 
     The model's cycles are for the RTL on ``rtl``'s bench memory (:func:`model_timing`).
+    The stream is checked against ``dram`` first: the RTL only runs checked streams.
     """
+    check_stream(instructions, config, dram_bytes=dram.size)
     expected, model_cycles = simulate(instructions, model_timing(config, rtl), dram)
     run = RtlRun.for_stream(dram, instructions, config, max_cycles=20 * model_cycles + 10_000)
     result = rtl.run([run])[0]
@@ -214,13 +218,21 @@ def dram_for_stream(
     uops: Sequence[MicroOp],
     config: HardwareConfig,
     seed: int = 0,
+    max_bytes: int | None = None,
 ) -> np.ndarray:
     """A DRAM image for a stream file that came without one.
 
     Every byte a LOAD reads gets random data, except the words LOAD UOP reads:
     they get the file's micro-ops, in address order, which is how ProgramBuilder
-    and the compiler lay out kernels. Raises InputError when the counts disagree.
+    and the compiler lay out kernels. Raises InputError when the counts disagree,
+    and IllegalInstructionError for a stream that is not valid or would need an
+    image larger than ``max_bytes`` (by default the RTL bench memory's capacity: the
+    image's size comes from the stream's own fields, so they are bounded before
+    anything is allocated).
     """
+    if max_bytes is None:
+        max_bytes = bench_capacity_bytes(config)
+    check_stream(instructions, config, dram_bytes=max_bytes)
     rng = np.random.default_rng(seed)
     end = 0
     uop_words: set[int] = set()
@@ -261,6 +273,7 @@ def run_hil(
         dram = np.fromfile(dram_path, dtype=np.uint8)
     else:
         dram = dram_for_stream(stream.instructions, stream.uops, stream.config)
+    check_stream(stream.instructions, stream.config, dram_bytes=dram.size)
     rtl = RtlSimulator(stream.config, simulator, build_root, memory)
     return compare_stream(Path(stream_path).name, stream.instructions, stream.config, dram, rtl)
 

@@ -22,10 +22,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,13 +36,17 @@ import numpy as np
 
 from ..errors import AcceleratorError
 from .config import HardwareConfig
-from .driver import DEVICE_ALIGNMENT, HostDram, RunStatus
-from .encoding import encode_stream
+from .driver import DEVICE_ALIGNMENT, HostDram, RunStatus, read_stream
+from .encoding import INSTRUCTION_BYTES, encode_stream
 from .isa import Instruction
 from .program import Program
 from .rtl_header import RTL_DIR, config_id, rtl_sources, write_rtl_header
+from .simulator import run_stream
 
 #: hw/tb, where the cocotb benches live.
+#: progress of RTL builds and runs (the ``heterocc`` logger's INFO lines)
+_log = logging.getLogger("heterocc.rtl")
+
 BENCH_DIR = RTL_DIR.parent / "tb"
 #: default root of simulator builds (gitignored); one folder per simulator and config.
 DEFAULT_BUILD_ROOT = RTL_DIR.parent / "build"
@@ -111,6 +117,11 @@ def bench_timing_config(config: HardwareConfig, memory: BenchMemory = BENCH_MEMO
         dram_latency_cycles=memory.latency,
         dram_bytes_per_cycle=config.bus_width_bits // 8,
     )
+
+
+def bench_capacity_bytes(config: HardwareConfig) -> int:
+    """The largest DRAM image the bench memory holds for ``config`` (its bus words)."""
+    return (config.bus_width_bits // 8) << BENCH_LOG_MEM_WORDS
 
 
 @dataclass(frozen=True)
@@ -259,6 +270,9 @@ class CocotbBench:
 
     def build(self) -> None:
         """Generate the config header and compile the RTL."""
+        started = time.perf_counter()
+        _log.info(f"building the RTL ({self.toplevel}, {self.config.name}) with "
+                  f"{self.simulator} in {self.build_dir} (the first build takes minutes)")
         header = write_rtl_header(self.config, self.build_dir / "include")
         build_args = VERILATOR_BUILD_ARGS if self.simulator == "verilator" else []
         with _simulator_environment(self.simulator):
@@ -274,6 +288,7 @@ class CocotbBench:
                 log_file=self.build_dir / "build.log",
             )
         self._built = True
+        _log.info(f"RTL built in {time.perf_counter() - started:.1f} s")
 
     def test(self, test_module: str, test_dir: Path, extra_env: dict[str, str],
              plusargs: Sequence[str] = ()) -> Path:
@@ -324,7 +339,7 @@ class RtlSimulator:
     @property
     def capacity_bytes(self) -> int:
         """The largest DRAM image the bench memory holds."""
-        return (self.config.bus_width_bits // 8) << BENCH_LOG_MEM_WORDS
+        return bench_capacity_bytes(self.config)
 
     def build(self) -> None:
         """Generate the config header and compile the RTL (incremental)."""
@@ -332,6 +347,7 @@ class RtlSimulator:
 
     def run(self, runs: Sequence[RtlRun]) -> list[RtlRunResult]:
         """Run each stream on a freshly reset RTL; one simulator process for the batch."""
+        _log.info(f"running {len(runs)} stream(s) on the RTL under {self.simulator}")
         self.build_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.build_dir) as scratch:
             folder = Path(scratch)
@@ -400,13 +416,22 @@ class RtlDevice(HostDram):
         self.last_result: RtlRunResult | None = None
 
     def start(self, instruction_address: int, instruction_count: int) -> None:
-        """Hand the stream at ``instruction_address`` to the RTL (it runs in ``wait``)."""
+        """Hand the stream at ``instruction_address`` to the RTL (it runs in ``wait``).
+
+        The stream is refused first (IllegalInstructionError, DeadlockError) if the
+        checker refuses it against the DRAM shipped to the RTL, or if the simulator
+        refuses it on a copy of that DRAM (what depends on micro-op contents, such as
+        an index past a buffer, which the hardware would wrap): the RTL only ever
+        runs streams the simulator runs.
+        """
         if instruction_address % 16:
             raise AcceleratorError(
                 f"instruction address {instruction_address:#x} is not 16-byte aligned; the "
                 "RTL fetches whole instruction words"
             )
-        used = max(self._next_free, instruction_address + 16 * instruction_count)
+        instructions = read_stream(self, instruction_address, instruction_count)
+        used = max(self._next_free, instruction_address + INSTRUCTION_BYTES * instruction_count)
+        run_stream(instructions, self.config, self.dram[:used].copy())
         self._pending = RtlRun(
             self.dram[:used].copy(), instruction_address, instruction_count, self.max_cycles
         )

@@ -35,9 +35,12 @@ def run_stream(
 ) -> RunReport:
     """Execute ``instructions`` against ``dram`` (a 1-D uint8 array, modified in place).
 
-    The stream is checked first (``check=False`` skips it, for streams already
-    checked). Instructions execute in the order the timing model issues them,
-    which is the order the token protocol allows; a deadlocked stream raises
+    The stream is checked first (``check=False`` skips the checker's stream rules,
+    for streams already checked; every instruction is still validated by the timing
+    model and the simulator before it runs, so no stream reads or writes outside
+    ``dram`` or asks for more work than the config's budget). Instructions execute
+    in the order the timing model issues them, which is the order the token
+    protocol allows; a deadlocked stream raises
     DeadlockError naming each module's blocked instruction instead of hanging.
     """
     if check:

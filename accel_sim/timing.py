@@ -61,6 +61,7 @@ from .isa import (
     popped_queues,
     pushed_queues,
 )
+from .validation import validate_stream
 
 
 def transfer_bytes(instruction: DmaInstruction, config: HardwareConfig) -> int:
@@ -203,7 +204,12 @@ def schedule_stream(
     With ``cost``, every instruction instead occupies its module for ``cost(i,
     config)`` cycles and modules share nothing but tokens (each has its own DRAM
     bandwidth, fetch is free): a first-order estimate.
+
+    The stream is validated first (:func:`.validation.validate_stream`: every field,
+    SRAM range and the work budget), so what the model allocates and loops over is
+    bounded by the config's budget, never by a field's value.
     """
+    validate_stream(instructions, config)
     if cost is not None:
         return _schedule_with_costs(instructions, config, cost)
     return _SharedPortModel(instructions, config, machine or RTL_MACHINE).run()

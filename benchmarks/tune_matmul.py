@@ -23,7 +23,7 @@ from alternating import alternating_medians  # beside this script
 from heterocc import te
 from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm.schedules import matmul, matmul_function
-from heterocc.targets.llvm.tuning import schedule_matmul_tuned
+from heterocc.targets.llvm.tuning import matmul_panel, schedule_matmul_tuned
 from heterocc.tuning import (
     ApplyHistoryBest,
     MeasureOptions,
@@ -45,7 +45,7 @@ def build_applied(n: int, log: str):
     A = te.placeholder((n, n), "float32", "A")
     B = te.placeholder((n, n), "float32", "B")
     with ApplyHistoryBest(log):
-        C = matmul(A, B)
+        C = matmul(A, B, panel_of=matmul_panel)
         schedule = te.create_schedule(C)
         if not schedule_matmul_tuned(schedule, C):
             raise SystemExit(f"{log} has no applicable matmul config for {n}^3")

@@ -12,6 +12,7 @@ from .driver import CompiledModel, compile  # noqa: E402
 from .frontend.onnx import from_onnx  # noqa: E402
 from .runtime.artifact import LoadedModel  # noqa: E402
 from .runtime.artifact import load_artifact as load  # noqa: E402
+from .session import InferenceSession, NodeArg  # noqa: E402
 
-__all__ = ["CompiledModel", "LoadedModel", "__version__", "compile", "errors", "from_onnx",
-           "load"]
+__all__ = ["CompiledModel", "InferenceSession", "LoadedModel", "NodeArg", "__version__",
+           "compile", "errors", "from_onnx", "load"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from .diagnostics import Fallbacks, collecting, logger, progress, report_fallback
 from .errors import InputError, TargetError
 from .frontend.onnx import (
     DynamicShapeError,
@@ -26,13 +28,18 @@ from .ir.graph import Graph
 from .ir.types import dtype_from_onnx
 from .passes import PassRecord
 from .passes.partition import PartitionReport
-from .passes.pipeline import run_pipeline
+from .passes.pipeline import default_placement, run_pipeline
+from .quantization import QuantizationOptions, batchnorms_between_qdq
 from .runtime.artifact import export_artifact
 from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .runtime.inputs import InputSpec, name_inputs
+from .runtime.pipeline import StreamResult, run_stream
 from .targets import available_targets, get_target, parse_targets
+from .targets.registry import is_accelerator, order_targets, suggest
 from .tuning.apply import ApplyHistoryBest
 
+#: work longer than this (seconds) reports its progress as INFO lines
+PROGRESS_AFTER_S = 2.0
 #: compiled specializations kept per model (by input shapes and shape-operand values)
 MAX_SPECIALIZATIONS = 16
 
@@ -77,7 +84,15 @@ class CompiledModel:
     specialize_on: list[str] = field(default_factory=list)
     strict: bool = False
     calibration: list | None = None
+    #: the built-in quantizer's options (with ``calibration``)
+    quantization: QuantizationOptions | None = None
     tuning_log: str | None = None
+    #: the fallbacks heterocc warned about while compiling (see ``warnings``)
+    warned: Fallbacks = field(default_factory=Fallbacks)
+    #: the host CPU was added as the fallback to a list of accelerators only
+    added_fallback: bool = False
+    #: "greedy", "cost", or "auto" (cost when every target can estimate)
+    placement: str = "greedy"
     _cache: OrderedDict = field(default_factory=OrderedDict)
     _profile: dict[str, ProfileEntry] | None = None
     #: guards the cache of specializations (a build is done once, by one thread)
@@ -92,6 +107,27 @@ class CompiledModel:
         return exe.run(given)
 
     __call__ = run
+
+    def run_stream(self, inputs: Sequence[Mapping[str, np.ndarray] | Sequence[np.ndarray]]
+                   ) -> StreamResult:
+        """Run a stream of inputs with the devices overlapping: the CPU works on one
+        input while an accelerator works on another (``heterocc.runtime.pipeline``).
+        Returns a ``StreamResult``: the outputs per input (as ``run`` gives them), the
+        modelled sequential and pipelined timelines (CPU spans measured, accelerator
+        spans from the device's cycle counts at its clock) and their ``speedup``."""
+        items = [name_inputs(self.inputs, item, {}) for item in inputs]
+        if not items:
+            raise InputError("run_stream: give at least one input")
+        exe = self._executable_for(items[0])
+        args = []
+        for given in items:
+            if self._key(given) != self._key(items[0]):
+                raise InputError("run_stream: every input of a stream must have the shapes "
+                                 "(and specialized values) of the first")
+            args.append([check_input(v, given[v.name]) for v in exe.graph.inputs])
+        fallback = list(exe.targets)[-1]
+        return run_stream(exe.graph, exe.executor.kernels, exe.executor.placement,
+                          exe.targets, args, fallback)
 
     def _executable_for(self, given: Mapping[str, np.ndarray]) -> Executable:
         with self._lock:
@@ -118,7 +154,7 @@ class CompiledModel:
                given: Mapping[str, np.ndarray] | None) -> Executable:
         """Compile for ``shapes``; ``given`` holds run-time inputs to specialize on
         (None while compiling ahead of any run)."""
-        with _collector_paused():
+        with _collector_paused(), collecting(self.strict, into=self.warned):
             return self._build_now(shapes, given)
 
     def _build_now(self, shapes: Mapping[str, tuple],
@@ -140,14 +176,28 @@ class CompiledModel:
             instance = get_target(t) if isinstance(t, str) else t
             targets[instance.name] = instance
         fallback = list(targets)[-1]
+        started = time.perf_counter()
+        how = default_placement(targets) if self.placement == "auto" else self.placement
         result = run_pipeline(graph, targets, fallback, self.strict, self.calibration,
-                              self.dump_ir)
+                              self.dump_ir, self.quantization, how)
+        if time.perf_counter() - started > PROGRESS_AFTER_S:  # a large model: say so
+            logger.info(f"graph passes: {graph.num_nodes()} -> {result.graph.num_nodes()} "
+                        f"nodes in {time.perf_counter() - started:.1f} s "
+                        f"({len(result.records)} passes)")
         graph, report = result.graph, result.report
+        if report is not None:
+            _report_placement_fallbacks(self.model, report, targets, fallback,
+                                        self.added_fallback)
         placement = {n.name: n.attrs.get("target", fallback)
                      for n in graph.nodes if n.body is not None}
+        functions = [n for n in graph.nodes if n.body is not None]
         with _tuning_context(self.tuning_log):
             kernels = {n.name: targets[placement[n.name]].build(n)
-                       for n in graph.nodes if n.body is not None}
+                       for n in progress(functions, "compiling functions", len(functions),
+                                       every=PROGRESS_AFTER_S)}
+        _report_numpy_fallbacks(targets, placement)
+        if report is not None:
+            report.warnings = list(self.warned.messages)
         executor = GraphExecutor(graph, kernels, placement, self._profile)
         if report is not None:  # what the targets know of the functions they built
             report.attach_metrics({c.name: c.metrics() for k in kernels.values()
@@ -186,9 +236,35 @@ class CompiledModel:
         return dict(next(reversed(self._cache.values())).executor.kernels)
 
     @property
+    def fallbacks(self) -> dict[str, str]:
+        """The functions of the most recent specialization that run on the operators'
+        NumPy references instead of compiled code, by function node name, each with the
+        reason its target gave (what it could not express or generate); empty when
+        every function compiled. A model compiled for production should have none:
+        check it after ``compile`` (or after the first run of a model with dynamic
+        shapes)."""
+        if not self._cache:
+            raise InputError("the model has dynamic shapes and has not been run yet; "
+                             "compile it with shapes={...} or run it once")
+        exe = next(reversed(self._cache.values()))
+        functions = {n.name for n in exe.graph.nodes if n.body is not None}
+        # a target instance given by the caller serves every specialization: keep the
+        # functions of this one
+        return {name: reason for target in exe.targets.values()
+                for name, reason in getattr(target, "fallbacks", {}).items()
+                if name in functions}
+
+    @property
     def placement_report(self) -> PartitionReport | None:
         """Where every node went and why (None when compiled for one target)."""
         return next(reversed(self._cache.values())).report if self._cache else None
+
+    @property
+    def warnings(self) -> list[str]:
+        """Every fallback heterocc warned about while compiling this model, in order (a
+        target that took nothing, a float model on an int8 accelerator, a GPU emulated on
+        the CPU, functions run on NumPy, ...); ``strict=True`` makes each an error."""
+        return list(self.warned.messages)
 
     @property
     def pass_records(self) -> list[PassRecord]:
@@ -211,11 +287,88 @@ class CompiledModel:
         for exe in self._cache.values():
             exe.executor.profile = self._profile
 
+    def profile_entries(self) -> list[ProfileEntry]:
+        """The runs since :meth:`enable_profiling`, one entry per node (for
+        ``heterocc.profiling``: JSON, CSV, Chrome trace)."""
+        return list((self._profile or {}).values())
+
     def profile_report(self) -> str:
         """The runs since :meth:`enable_profiling` as a table, one row per node, slowest
         first: target, calls, time per call, share, and cycles and bytes moved per call
         where the device reports them."""
         return format_profile(list((self._profile or {}).values()))
+
+
+#: ONNX ops whose presence marks a model as quantized (or integer) already
+_QUANTIZED_OPS = ("QuantizeLinear", "DequantizeLinear", "QLinear", "Integer", "QGemm",
+                  "DynamicQuantize")
+
+
+def _is_float_model(model: onnx.ModelProto) -> bool:
+    """No quantization op and no 8-bit initializer: a model no int8 accelerator matches."""
+    eight_bit = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+    return not any(any(q in n.op_type for q in _QUANTIZED_OPS) for n in model.graph.node) \
+        and not any(t.data_type in eight_bit for t in model.graph.initializer)
+
+
+def _report_placement_fallbacks(model: onnx.ModelProto, report: PartitionReport,
+                                targets: Mapping[str, object], fallback: str,
+                                added_fallback: bool) -> None:
+    """Warn about every accelerator that took no node (with a hint to quantize a float
+    model), and, where the fallback was added for a list of accelerators only, about
+    what they could not take."""
+    placed = report.by_target()
+    for name, target in targets.items():
+        if name == fallback or not is_accelerator(target) or placed.get(name):
+            continue
+        if _is_float_model(model):
+            report_fallback(
+                f"{name} took no node: the model is float (no QuantizeLinear/"
+                f"DequantizeLinear or integer op) and {name}'s patterns match quantized "
+                f"layers, so all of it runs on {fallback}. Quantize it first: "
+                "heterocc.compile(..., calibration=samples), heterocc's --calibrate "
+                "SAMPLES.npz, `heterocc quantize`, or onnxruntime.quantization."
+                "quantize_static")
+        else:
+            report_fallback(f"{name} took no node: no layer matched its patterns, so all of "
+                            f"the model runs on {fallback} (the placement report gives the "
+                            "reason for each node)")
+    unfolded = batchnorms_between_qdq(model)
+    if unfolded and len(placed) > 1:
+        regions = {p.region for p in report.placements if p.region}
+        report_fallback(
+            f"{len(unfolded)} BatchNormalization node(s) ({', '.join(unfolded[:3])}"
+            f"{', ...' if len(unfolded) > 3 else ''}) sit between DequantizeLinear and "
+            "QuantizeLinear: the model was quantized without onnxruntime.quantization."
+            "quant_pre_process, which folds BatchNorm into the convolutions first. Folding "
+            "them now would drop the rounding of their quantized inputs and change the "
+            f"results, so they stay on {fallback} and cut the accelerated part into "
+            f"{len(regions)} regions. Run quant_pre_process(float.onnx, pre.onnx) (or "
+            "python -m onnxruntime.quantization.preprocess) before quantize_static")
+    left = [p for p in report.placements if p.target == fallback]
+    if added_fallback and left and len(left) < len(report.placements):
+        ops = sorted({p.op for p in left})
+        report_fallback(
+            f"{len(left)} of {len(report.placements)} nodes went to {fallback} because "
+            f"{', '.join(n for n in targets if n != fallback)} cannot run them (ops: "
+            f"{', '.join(ops[:12])}{', ...' if len(ops) > 12 else ''}); the placement "
+            "report gives the reason for each")
+
+
+def _report_numpy_fallbacks(targets: Mapping[str, object],
+                            placement: Mapping[str, str]) -> None:
+    """Warn about the functions a target runs on the NumPy references (its optional
+    ``fallbacks`` mapping: function name -> why), one sentence per target."""
+    for name, target in targets.items():
+        fallbacks = getattr(target, "fallbacks", None)
+        if not isinstance(fallbacks, Mapping):
+            continue
+        mine = [(f, why) for f, why in fallbacks.items() if placement.get(f) == name]
+        if mine:
+            shown = "; ".join(f"{f} ({why})" for f, why in mine[:4])
+            more = f"; and {len(mine) - 4} more" if len(mine) > 4 else ""
+            report_fallback(f"{len(mine)} function(s) on {name} run on the NumPy reference "
+                            f"implementations, not compiled code (slower): {shown}{more}")
 
 
 def _tuning_context(log: str | None):
@@ -264,7 +417,9 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
             shapes: Mapping[str, Sequence[int]] | None = None,
             dump_ir: str | None = None, check: bool = True,
             strict: bool = False, calibration=None,
-            tuning_log: str | None = None) -> CompiledModel:
+            tuning_log: str | None = None,
+            quantization: QuantizationOptions | None = None,
+            placement: str = "greedy") -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for ``target``.
 
     A model whose tensors live in external data files (``X.onnx.data``) reads them
@@ -283,16 +438,32 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     ``strict=True`` raises PartitionError instead of falling back to the CPU
     for anything a pattern matched but its target refused.
     ``calibration`` (sample inputs: dicts by name or lists in input order)
-    turns on int8 post-training quantization of convolutions and dense layers.
+    turns on int8 post-training quantization of convolutions, dense layers and
+    residual additions; ``quantization`` (a ``heterocc.quantization.QuantizationOptions``)
+    chooses per-channel weights, asymmetric activations, the calibration method and
+    nodes left float.
     ``tuning_log`` applies the best schedule per task of a tuning log
     (``heterocc tune``); tasks missing from it keep the default schedules.
+    ``placement``: with several targets, ``"greedy"`` offloads every pattern match,
+    ``"cost"`` only those the targets' time estimates say are faster offloaded
+    (transfers included; see ``docs/partitioning.md``), ``"auto"`` is ``"cost"`` when
+    every target can estimate and ``"greedy"`` otherwise.
     """
+    if placement not in ("greedy", "cost", "auto"):
+        raise InputError(f"placement {placement!r}: choose greedy, cost or auto")
     names = parse_targets(target)
     known = available_targets()
     unknown = [n for n in names if isinstance(n, str) and n not in known]
     if unknown:
-        raise TargetError(f"unknown target(s) {', '.join(unknown)}; available: "
-                          f"{', '.join(known)}")
+        raise TargetError(f"unknown target(s) {', '.join(unknown)}"
+                          f"{suggest(unknown[0], known)}; available: {', '.join(known)}")
+    order = order_targets(names)
+    for note in order.notes:
+        logger.info(note)
+    found = Fallbacks(strict)
+    with collecting(strict, into=found):
+        for warning in order.warnings:
+            report_fallback(warning)
     proto = load_model(model)
     if check:
         _check(proto)
@@ -307,9 +478,11 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     if unknown_inputs:
         raise InputError(f"shapes given for unknown input(s) {', '.join(unknown_inputs)}; "
                          f"inputs are {', '.join(s.name for s in specs)}")
-    compiled = CompiledModel(proto, names, specs, [o.name for o in proto.graph.output],
+    compiled = CompiledModel(proto, order.targets, specs,
+                             [o.name for o in proto.graph.output],
                              shapes, dump_ir, strict=strict,
                              calibration=None if calibration is None else list(calibration),
-                             tuning_log=tuning_log)
+                             quantization=quantization, tuning_log=tuning_log, warned=found,
+                             added_fallback=order.added_fallback, placement=placement)
     compiled.build_static()
     return compiled

@@ -53,6 +53,11 @@ class PartitionError(CompileError):
     """Strict partitioning refused a silent fallback to the CPU."""
 
 
+class FallbackError(PartitionError):
+    """Strict mode refused a fallback (a target taking nothing, an emulated device, an op
+    run on NumPy, ...) that heterocc would otherwise only have warned about."""
+
+
 class ArtifactError(HeteroccError):
     """An exported artifact is corrupt, tampered with, or from another format version."""
 
@@ -72,11 +77,16 @@ class AcceleratorError(HeteroccError):
 class IllegalInstructionError(AcceleratorError):
     """An instruction that cannot be encoded, decoded or executed.
 
-    ``index`` is the instruction's position in its stream (None when unknown).
+    ``index`` is the instruction's position in its stream (None when unknown);
+    ``field`` the field (or product of fields) at fault and ``limit`` the bound it
+    broke, where the refusal is about one (None otherwise).
     """
 
-    def __init__(self, message: str, index: int | None = None):
+    def __init__(self, message: str, index: int | None = None, field: str | None = None,
+                 limit: int | None = None):
         self.index = index
+        self.field = field
+        self.limit = limit
         prefix = f"instruction {index}: " if index is not None else ""
         super().__init__(prefix + message)
 

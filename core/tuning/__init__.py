@@ -9,10 +9,11 @@ that a later run resumes from and that compilation applies (:mod:`.apply`).
 """
 
 from .apply import ApplyHistoryBest, lookup
+from .extract import extract_tasks
 from .measure import InProcessMeasurer, MeasureOptions, Measurer, MeasureResult
 from .records import MeasureRecord, RecordLog, best_configs, read_records
 from .space import Config, ConfigSpace, Knob
-from .task import Task, extract_tasks, workload_key
+from .task import Task, workload_key
 from .templates import TEMPLATES, TargetTuning, Template, register_template, tuning_of
 from .tuners import (
     CostModel,

@@ -126,6 +126,18 @@ class ApplyHistoryBest:
         """The cost of task ``key``'s best config (None without a successful record)."""
         return self._current().best_cost.get(key)
 
+    def best_of(self, keys: Iterable[str]) -> tuple[str | None, Config | None]:
+        """Among tasks ``keys`` (e.g. one workload's template and auto-search keys), the
+        one whose best config is fastest, and that config; ``(None, None)`` when none
+        has a successful record. Records of the two searches time the same workload,
+        so their costs compare."""
+        found = [(cost, key) for key in keys if (cost := self.best_cost(key)) is not None]
+        for _, key in sorted(found):
+            config = self.lookup(key)
+            if config is not None:  # else its records do not fit today's space
+                return key, config
+        return None, None
+
     def __enter__(self) -> ApplyHistoryBest:
         self._token = _CURRENT.set(self)
         return self
@@ -147,16 +159,7 @@ def lookup(key: str, where: Callable[[Config], bool] | None = None) -> Config | 
 
 
 def best_of(keys: Iterable[str]) -> tuple[str | None, Config | None]:
-    """Among tasks ``keys`` (e.g. one workload's template and auto-search keys), the one
-    whose best config in the current log is fastest, and that config: ``(None, None)``
-    outside a log or when none has a successful record. Records of the two searches
-    time the same workload, so their costs compare."""
+    """:meth:`ApplyHistoryBest.best_of` of the current log; ``(None, None)`` outside
+    one."""
     context = current()
-    if context is None:
-        return None, None
-    found = [(cost, key) for key in keys if (cost := context.best_cost(key)) is not None]
-    for _, key in sorted(found):
-        config = context.lookup(key)
-        if config is not None:  # else its records do not fit today's space
-            return key, config
-    return None, None
+    return (None, None) if context is None else context.best_of(keys)

@@ -22,11 +22,12 @@ from typing import TextIO
 from ..errors import InputError
 from ..runtime.inputs import parse_shapes
 from .auto import AUTO_PREFIX, EvolutionaryTuner, is_auto
+from .extract import extract_tasks, tuning_key, tuning_target
 from .measure import CACHE_MODES, MeasureOptions, tuning_context
 from .pool import make_pool
 from .records import BASELINE, PAIRED, MeasureRecord, RecordLog, config_costs
 from .scheduler import TaskScheduler
-from .task import SEARCHES, Task, extract_tasks, tuning_key, tuning_target
+from .task import SEARCHES, Task
 from .templates import SECONDS
 from .tuners import TUNERS, CostModel, TuneProgress, make_tuner, remeasure_best, tune_task
 

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from .extract import tuning_target
 from .records import fastest
 from .space import Config
-from .task import Task, tuning_target
+from .task import Task
 from .templates import tuning_of
 
 #: how a candidate can fail

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from heterocc.targets.registry import compile_for_host
 from heterocc.tir import expr as tx
 from heterocc.tir.stmt import Allocate, BufferStore, For, ForKind, PrimFunc, SeqStmt, Stmt, seq
 from heterocc.tir.visitor import Mutator
@@ -99,15 +100,14 @@ def sequential_function(gpu: GpuFunction) -> PrimFunc:
 
 
 class EmulatedFunction:
-    """``gpu`` compiled for the host CPU by the LLVM target; call with NumPy arrays for
+    """``gpu`` compiled for the host CPU by the host target (the registry's
+    :func:`~heterocc.targets.registry.compile_for_host`); call with NumPy arrays for
     every parameter (outputs are written in place)."""
 
     def __init__(self, gpu: GpuFunction):
-        from heterocc.targets.llvm import build
-
         self.gpu = gpu
         self.function = sequential_function(gpu)
-        self.module = build(self.function, name=gpu.name)
+        self.module = compile_for_host([self.function], name=gpu.name)
 
     def __call__(self, *arrays: np.ndarray) -> None:
         self.module[self.gpu.name](*arrays)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heterocc.errors import TargetError
+from heterocc.targets.registry import compile_for_host
 
 from .emulate import kernel_function
 from .passes import GpuFunction
@@ -117,9 +118,8 @@ class HostMemoryDriver:
             raise TargetError(f"HostMemoryDriver runs kernels from their TIR: load a "
                               f"GpuFunction, not {type(image).__name__} (a cubin or PTX "
                               f"needs a GPU)")
-        from heterocc.targets.llvm import build
-
-        compiled = build([kernel_function(k) for k in image.kernels], name=image.name)
+        compiled = compile_for_host([kernel_function(k) for k in image.kernels],
+                                    name=image.name)
         return {k.name: _HostKernel(k.name, k.params, compiled[k.name]) for k in image.kernels}
 
     def function(self, module: dict[str, _HostKernel], name: str) -> _HostKernel:

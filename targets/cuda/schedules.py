@@ -14,9 +14,11 @@
   (every thread a few elements, as vectors where aligned), then every thread reads
   them from there. Barriers separate the copies from the reads (inserted by the
   pipeline).
-* :func:`schedule_for_gpu`: every stage of a fused function: injective producers
-  inlined (unless the compute library marks them ``keep``: computed once, read many times),
-  anchors (matmul, reductions), outputs and kept stages given the schedules above.
+* :func:`gpu_rules` / :func:`schedule_for_gpu`: every stage of a fused function, by
+  rules that recognise each kind by its compute's structure: injective producers
+  inlined (unless the compute library marks them ``keep``: computed once, read many
+  times), anchors (matmul, reductions), outputs and kept stages given the schedules
+  above.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from heterocc import te
 from heterocc.errors import CompileError
 from heterocc.te.tensor import Reduce, TensorLoad
-from heterocc.te_target import elementwise_epilogue
+from heterocc.te_target import ScheduleRule, schedule_by_rules
 from heterocc.tir import expr as tx
 
 #: threads per block of the one-dimensional schedules.
@@ -243,10 +245,6 @@ def schedule_matmul(schedule: te.Schedule, product: te.Tensor,
         _cooperative_copy(schedule, copy, threads, columns)
 
 
-def _is_anchor(tensor: te.Tensor) -> bool:
-    return bool(tensor.op.reduce_axis)
-
-
 def _is_matmul(tensor: te.Tensor) -> bool:
     try:
         matmul_operands(tensor)
@@ -255,45 +253,72 @@ def _is_matmul(tensor: te.Tensor) -> bool:
     return True
 
 
-def schedule_for_gpu(outputs: list[te.Tensor]) -> te.Schedule:
-    """The GPU schedule of a fused function's outputs: injective stages inlined into
-    their readers, matmuls tiled through shared memory, convolutions register-tiled,
-    other reductions one thread per output point, each with its elementwise epilogue
-    (bias, activation, residual add) computed in the same kernel where it can be: the
-    anchor's only reader, read at each element's own index and given loops of its own
-    (:func:`~heterocc.te_target.elementwise_epilogue`; an epilogue that reads two anchors
-    goes to the first, and reads the second from memory). Every remaining stage (outputs,
-    kept stages) gets one thread per element."""
-    schedule = te.create_schedule(outputs)
-    output_ids = {id(t) for t in outputs}
-    anchors, elementwise = [], []
-    for stage in list(schedule.stages):
-        if stage.is_placeholder:
-            continue
-        if _is_anchor(stage.tensor):
-            anchors.append(stage.tensor)
-        elif id(stage.tensor) in output_ids or stage.tensor.op.attrs.get("keep"):
-            elementwise.append(stage.tensor)  # kept: computed once, read several times
-        else:
-            stage.compute_inline()
-    epilogues: dict[int, te.Tensor] = {}
-    for anchor in anchors:
-        if id(anchor) in output_ids:
-            continue  # stored for the caller: its readers read it from memory
-        # only a stage with loops of its own can take an epilogue, and one taken by an
-        # anchor is no longer a candidate for the next
-        epilogue = elementwise_epilogue(schedule, anchor, outputs, takers=elementwise)
-        if epilogue is not None:
-            elementwise = [t for t in elementwise if t is not epilogue]
-            epilogues[id(anchor)] = epilogue
-    for tensor in anchors:
-        epilogue = epilogues.get(id(tensor))
-        if _is_matmul(tensor):
-            schedule_matmul(schedule, tensor, epilogue=epilogue)
-        elif _is_conv2d(tensor):
-            schedule_conv2d(schedule, tensor, epilogue)
-        else:
-            schedule_reduction(schedule, tensor, epilogue)
-    for tensor in elementwise:
+class MatmulRule(ScheduleRule):
+    """``sum(A[i, k] * B[k, j])``: tiled through shared memory, register-blocked."""
+
+    epilogue = True
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        return _is_matmul(tensor)
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_matmul(schedule, tensor, epilogue=epilogue)
+        return epilogue is not None
+
+
+class Conv2dRule(ScheduleRule):
+    """A direct NCHW convolution (four output axes, three reduction axes):
+    register-tiled over output channels."""
+
+    epilogue = True
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        return _is_conv2d(tensor)
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_conv2d(schedule, tensor, epilogue)
+        return epilogue is not None
+
+
+class ReductionRule(ScheduleRule):
+    """Any other reduction: one thread per output point."""
+
+    epilogue = True
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        return bool(tensor.op.reduce_axis)
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_reduction(schedule, tensor, epilogue)
+        return epilogue is not None
+
+
+class InjectiveRule(ScheduleRule):
+    """An output or kept stage no anchor finished: one thread per element."""
+
+    anchor = False
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        return True
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
         schedule_injective(schedule, tensor)
-    return schedule
+        return False
+
+
+def gpu_rules() -> list[ScheduleRule]:
+    """The GPU's schedule rules, in the order they are tried."""
+    return [MatmulRule(), Conv2dRule(), ReductionRule(), InjectiveRule()]
+
+
+def schedule_for_gpu(outputs: list[te.Tensor]) -> te.Schedule:
+    """The GPU schedule of a fused function's outputs (:func:`gpu_rules` applied by
+    :func:`~heterocc.te_target.schedule_by_rules`): injective stages inlined into their
+    readers, matmuls tiled through shared memory, convolutions register-tiled, other
+    reductions one thread per output point, each with its elementwise epilogue (bias,
+    activation, residual add) computed in the same kernel where it can be: the anchor's
+    only reader, read at each element's own index and given loops of its own (an output
+    or a kept stage: a kept stage launches a kernel of its own anyway; an epilogue that
+    reads two anchors goes to the first, and reads the second from memory). Every
+    remaining stage (outputs, kept stages) gets one thread per element."""
+    return schedule_by_rules(outputs, gpu_rules(), kept_take_epilogues=True)

@@ -21,16 +21,19 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from heterocc import te
+from heterocc.diagnostics import report_fallback
 from heterocc.errors import ArtifactError, TargetError
 from heterocc.ir.graph import Node
 from heterocc.runtime.files import member_path
 from heterocc.te_target import (
     CompiledFunction,
     ExpressedFunction,
+    ScheduleRule,
     TETarget,
     function_constants,
     output_specs,
@@ -43,7 +46,7 @@ from .memory import DeviceArray, DevicePool, Driver
 from .passes import GpuFunction, lower_to_kernels
 from .plan import LaunchPlan, launch_plan
 from .runtime import CudaDevice, DeviceFunction, gpu_available
-from .schedules import schedule_for_gpu
+from .schedules import gpu_rules, schedule_for_gpu
 
 RUN_MODES = ("auto", "gpu", "emulator")
 #: file of an artifact's kernel directory with every function's launch description.
@@ -171,9 +174,14 @@ class CudaTarget(TETarget):
     def _runner(self, plan: GpuFunction | LaunchPlan, image) -> DeviceFunction:
         return DeviceFunction(self.device(), plan, image, self.pool)
 
-    def schedule(self, expressed: ExpressedFunction) -> te.Schedule:
-        """The GPU schedule of a function (:func:`.schedules.schedule_for_gpu`)."""
-        return schedule_for_gpu(list(expressed.outputs))
+    #: one-element constants stay kernel arguments; a kept stage launches a kernel of
+    #: its own anyway, so it may finish an anchor's epilogue
+    folds_scalars: ClassVar[bool] = False
+    kept_take_epilogues: ClassVar[bool] = True
+
+    def schedule_rules(self) -> list[ScheduleRule]:
+        """The GPU's schedule rules (:func:`.schedules.gpu_rules`)."""
+        return gpu_rules()
 
     def lower(self, schedule: te.Schedule, expressed: ExpressedFunction,
               symbol: str) -> GpuFunction:
@@ -187,6 +195,11 @@ class CudaTarget(TETarget):
     def kernel(self, function: Node, compiled: CompiledFunction) -> CudaKernel:
         """``function`` launching its structure's kernels on this target's device."""
         on_gpu = self._on_gpu()
+        if not on_gpu and self.run_on == "auto" and self.driver is None:
+            report_fallback("cuda: the CUDA driver sees no GPU, so the CUDA kernels run on "
+                            "their CPU emulation (the same results, far slower, no GPU "
+                            "timing); run on a machine with an NVIDIA GPU, or say "
+                            "'cuda -run_on=emulator' to emulate on purpose")
         return self._kernel(function, compiled, on_gpu, run_nvcc=on_gpu or self.nvcc == "always")
 
     def _kernel(self, function: Node, compiled: CompiledFunction, on_gpu: bool,

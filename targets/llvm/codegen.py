@@ -17,7 +17,6 @@ import re
 from collections import ChainMap
 from collections.abc import Callable
 
-import numpy as np
 from llvmlite import ir
 
 from heterocc.errors import CompileError
@@ -27,6 +26,18 @@ from heterocc.tir.functor import ExprFunctor, StmtEmitter
 from heterocc.tir.simplify import structural_key
 from heterocc.tir.visitor import children
 
+from .llvm_types import (
+    I1,
+    I8,
+    I32,
+    I64,
+    PTR,
+    element_size,
+    scalar_type,
+    storage_type,
+    type_suffix,
+    value_type,
+)
 from .runtime import PARALLEL_FOR
 from .vecmath import VectorISA, vector_symbol
 
@@ -38,12 +49,6 @@ STACK_ALLOCATION_LIMIT = 256 * 1024
 #: alignment of allocated buffers: one cache line (and one AVX-512 vector).
 BUFFER_ALIGNMENT = 64
 
-I64 = ir.IntType(64)
-I32 = ir.IntType(32)
-I8 = ir.IntType(8)
-I1 = ir.IntType(1)
-PTR = ir.PointerType()
-
 _LLVM_INTRINSICS = {
     "exp": "llvm.exp", "exp2": "llvm.exp2", "log": "llvm.log", "log2": "llvm.log2",
     "log10": "llvm.log10", "sqrt": "llvm.sqrt", "fabs": "llvm.fabs", "floor": "llvm.floor",
@@ -52,45 +57,6 @@ _LLVM_INTRINSICS = {
 }
 _LIBM = ("tan", "tanh", "erf", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
          "atanh")
-
-
-def scalar_type(dtype: str) -> ir.Type:
-    """LLVM register type of a scalar dtype."""
-    base = tx.scalar_dtype(dtype)
-    if base == "bool":
-        return I1
-    if base == "float16":
-        return ir.HalfType()
-    if base == "float32":
-        return ir.FloatType()
-    if base == "float64":
-        return ir.DoubleType()
-    return ir.IntType(np.dtype(base).itemsize * 8)
-
-
-def value_type(dtype: str) -> ir.Type:
-    """LLVM register type of a (possibly vector) dtype."""
-    lanes = tx.lanes_of(dtype)
-    scalar = scalar_type(dtype)
-    return scalar if lanes == 1 else ir.VectorType(scalar, lanes)
-
-
-def storage_type(dtype: str) -> ir.Type:
-    """LLVM in-memory element type (bools take a byte, as in NumPy)."""
-    return I8 if tx.is_bool(dtype) else scalar_type(dtype)
-
-
-def _mangle(ty: ir.Type) -> str:
-    """LLVM's type suffix of overloaded intrinsics: ``f32``, ``v16f32``, ``v8i8``..."""
-    if isinstance(ty, ir.VectorType):
-        return f"v{ty.count}{_mangle(ty.element)}"
-    if isinstance(ty, ir.IntType):
-        return f"i{ty.width}"
-    return {"half": "f16", "float": "f32", "double": "f64"}[str(ty)]
-
-
-def _itemsize(dtype: str) -> int:
-    return 1 if tx.is_bool(dtype) else np.dtype(tx.scalar_dtype(dtype)).itemsize
 
 
 class FunctionEmitter(ExprFunctor, StmtEmitter):
@@ -182,7 +148,7 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         if tx.is_bool(node.buffer.dtype):
             value = self.builder.zext(value, value_type(tx.with_lanes("int8", tx.lanes_of(
                 node.value.dtype))))
-        align = _itemsize(node.buffer.dtype)
+        align = element_size(node.buffer.dtype)
         lanes = tx.lanes_of(index.dtype)
         if lanes == 1:
             self.builder.store(value, self._address(node.buffer, self.expr(index)), align=align)
@@ -294,7 +260,7 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
 
     def visit_Allocate(self, node: ts.Allocate) -> None:
         buffer = node.buffer
-        nbytes = max(buffer.size * _itemsize(buffer.dtype), 1)
+        nbytes = max(buffer.size * element_size(buffer.dtype), 1)
         element = storage_type(buffer.dtype)
         if nbytes <= STACK_ALLOCATION_LIMIT:
             # In the entry block: one slot per call, reused by every loop iteration.
@@ -405,7 +371,7 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
                                "pipeline (tir.lower_pipeline) before codegen")
         (index,) = node.indices
         element = storage_type(node.buffer.dtype)
-        align = _itemsize(node.buffer.dtype)
+        align = element_size(node.buffer.dtype)
         lanes = tx.lanes_of(index.dtype)
         mask = self.expr(node.predicate) if node.predicate is not None and lanes > 1 else None
         if guard is not None:
@@ -420,7 +386,7 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
                 value = self.builder.load(address, typ=vector_type, align=align)
             else:
                 masked_load = self._function(
-                    f"llvm.masked.load.{_mangle(vector_type)}.p0", vector_type,
+                    f"llvm.masked.load.{type_suffix(vector_type)}.p0", vector_type,
                     [PTR, I32, mask.type, vector_type])
                 value = self.builder.call(masked_load, [address, ir.Constant(I32, align), mask,
                                                         ir.Constant(vector_type, None)])
@@ -446,9 +412,9 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         pointers.type = pointers_type  # llvmlite types a vector GEP as a scalar pointer
         if mask is None:
             mask = ir.Constant(ir.VectorType(I1, lanes), [1] * lanes)
-        gather = self._function(f"llvm.masked.gather.{_mangle(vector_type)}.v{lanes}p0",
+        gather = self._function(f"llvm.masked.gather.{type_suffix(vector_type)}.v{lanes}p0",
                                 vector_type, [pointers_type, I32, mask.type, vector_type])
-        return self.builder.call(gather, [pointers, ir.Constant(I32, _itemsize(buffer.dtype)),
+        return self.builder.call(gather, [pointers, ir.Constant(I32, element_size(buffer.dtype)),
                                           mask, ir.Constant(vector_type, None)])
 
     def visit_Not(self, node: tx.Not) -> ir.Value:
@@ -516,7 +482,7 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
             return self._vector_library_call(*variant, args)
         if node.name in _LLVM_INTRINSICS:
             ty = value_type(node.dtype)
-            name = f"{_LLVM_INTRINSICS[node.name]}.{_mangle(ty)}"
+            name = f"{_LLVM_INTRINSICS[node.name]}.{type_suffix(ty)}"
             return self.builder.call(self._function(name, ty, [ty] * len(args)), args,
                                      fastmath=FLOAT_FLAGS)
         if node.name in _LIBM:
@@ -586,14 +552,14 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
             return builder.fcmp_unordered("!=", a, b)
         ty = value_type(dtype)
         if op in ("min", "max"):
-            name = f"llvm.{op}num.{_mangle(ty)}"
+            name = f"llvm.{op}num.{type_suffix(ty)}"
             return builder.call(self._function(name, ty, [ty, ty]), [a, b])
         if op == "truncdiv":
-            trunc = self._function(f"llvm.trunc.{_mangle(ty)}", ty, [ty])
+            trunc = self._function(f"llvm.trunc.{type_suffix(ty)}", ty, [ty])
             return builder.call(trunc, [builder.fdiv(a, b)])
         if op == "truncmod":
             return builder.frem(a, b)
-        floor = self._function(f"llvm.floor.{_mangle(ty)}", ty, [ty])
+        floor = self._function(f"llvm.floor.{type_suffix(ty)}", ty, [ty])
         quotient = builder.call(floor, [builder.fdiv(a, b)])
         if op == "floordiv":
             return quotient

@@ -29,79 +29,33 @@ from heterocc.errors import InputError, TargetError
 from heterocc.ir.graph import Node
 from heterocc.passes.alter_layout import alter_layout_for
 from heterocc.runtime.files import member_path
-from heterocc.te.schedule import INLINE
 from heterocc.te.schedule_reads import reads_of
 from heterocc.te_target import (
     CompiledFunction,
     ExpressedFunction,
+    ScheduleRule,
     TETarget,
-    elementwise_epilogue,
-    epilogue_chain,
-    fold_scalars,
     function_constants,
     numpy_kernel,
     output_specs,
+    schedule_by_rules,
 )
-from heterocc.tuning.apply import records_for
+from heterocc.tuning.apply import current, records_for
 
+from .cost import CpuCostModel
 from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
 from .module import build as build_module
 from .module import load_library
+from .rules import cpu_rules
 from .schedules import (
-    BlockedConvTiles,
+    PanelChoice,
     pack_columns,
     pack_matmuls,
     packed_source,
     reachable_computes,
-    schedule_conv2d_nchw,
-    schedule_injective,
-    schedule_matmul,
-    schedule_pool_nchwc,
-    schedule_reduction,
-    schedule_rows,
     use_prepacked,
 )
-from .tuning import (
-    blocked_conv_tiles,
-    function_choice,
-    function_tuned,
-    llvm_tuning,
-    schedule_blocked_conv,
-    schedule_conv_auto,
-    schedule_matmul_tuned,
-)
-
-
-def _schedule_matmul(schedule: te.Schedule, product: te.Tensor,
-                     epilogue: te.Tensor | None = None) -> bool:
-    """The tuning log's best matmul schedule for this shape when one is applied
-    (``heterocc.compile(..., tuning_log=...)``), else the default, which finishes
-    ``epilogue`` (the function's elementwise tail of the product) in its register tiles.
-    Returns whether it did."""
-    if schedule_matmul_tuned(schedule, product):
-        return False
-    schedule_matmul(schedule, product, epilogue=epilogue)
-    return epilogue is not None
-
-
-def _schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
-                           epilogue: te.Tensor | None = None,
-                           chain: Sequence[te.Tensor] = ()) -> None:
-    """The blocked convolution's schedule with the tiles of the applied tuning log's best
-    config for its workload, else the default tiles (or the auto search's schedule when
-    the log's auto record of it is faster)."""
-    if schedule_conv_auto(schedule, conv, epilogue):
-        return
-    schedule_blocked_conv(schedule, conv, blocked_conv_tiles(conv) or BlockedConvTiles(),
-                          epilogue, chain)
-
-
-#: anchor schedules, by the ``schedule`` attribute a compute puts on its output
-_ANCHOR_SCHEDULES = {"conv2d_nchw": schedule_conv2d_nchw,
-                     "conv2d_nchwc": _schedule_conv2d_nchwc,
-                     "layout_transform": schedule_rows, "pool_nchwc": schedule_pool_nchwc}
-#: anchor schedules that finish the function's elementwise epilogue in their tiles
-_EPILOGUE_SCHEDULES = ("conv2d_nchw", "conv2d_nchwc")
+from .tuning import ScheduleConfigs, function_configs, function_tuned, llvm_tuning
 
 
 def _transposed_constant(source: te.Tensor, slots: dict[int, int]
@@ -123,14 +77,17 @@ def _transposed_constant(source: te.Tensor, slots: dict[int, int]
                          for axis in axes]
 
 
-def _prepack_constants(expressed: ExpressedFunction) -> list[tuple[int, int, list | None]]:
+def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | None = None,
+                       cpu: CPUDescription | None = None
+                       ) -> list[tuple[int, int, list | None]]:
     """Products whose B is one of the function's graph constants (or a transpose of one)
     read it packed once, when the kernel is built, instead of packing it on every call:
     the constant's placeholder in ``expressed.params`` becomes one of the packed shape.
     Returns ``(constant index, panel width, axes)`` of each, the packing that
     :func:`_packed_constants` applies to ``function_constants`` (``axes``: the transpose
-    applied first, or None). A constant also read otherwise stays as it is."""
-    pack_matmuls(expressed.outputs)
+    applied first, or None). A constant also read otherwise stays as it is. ``panel_of``
+    and ``cpu``: see :func:`.schedules.pack_matmuls`."""
+    pack_matmuls(expressed.outputs, panel_of, cpu)
     first = len(expressed.params) - len(expressed.constants)
     slots = {id(p): k for k, p in
              enumerate(expressed.params[first:len(expressed.params) - len(expressed.tables)])}
@@ -155,59 +112,20 @@ def _prepack_constants(expressed: ExpressedFunction) -> list[tuple[int, int, lis
     return packings
 
 
-def _schedule(expressed: ExpressedFunction) -> te.Schedule:
-    """Inline injective stages, give anchors (convolutions, matmuls, reductions) their
-    CPU schedule (the elementwise epilogue of a convolution or a product is computed in
-    its register tiles), and vectorize / parallelize the other outputs. Products are
-    first given the CPU's packed layout of B (the compute library's are plain); a
-    product's packing of a non-constant B is its own stage, never inlined (that would
-    read B across rows in the inner loop)."""
-    pack_matmuls(expressed.outputs)
-    s = te.create_schedule(expressed.outputs)
-    fold_scalars(s, expressed.scalars)
-    outputs = {id(t) for t in expressed.outputs}
-    packings = {id(t.op.attrs["packed_B"]) for t in reachable_computes(expressed.outputs)
-                if "packed_B" in t.op.attrs}
-    anchors = []
-    for stage in list(s.stages):
-        t = stage.tensor
-        if stage.is_placeholder or id(t) in packings:
-            continue
-        if (t.op.attrs.get("schedule") in _ANCHOR_SCHEDULES
-                or t.op.attrs.get("schedule") == "matmul" or t.op.reduce_axis):
-            anchors.append(t)
-        elif id(t) not in outputs and not t.op.attrs.get("keep"):
-            stage.compute_inline()
-    scheduled = {id(t) for t in anchors}
-    for t in anchors:
-        kind = t.op.attrs.get("schedule")
-        if kind in _EPILOGUE_SCHEDULES:
-            epilogue = elementwise_epilogue(s, t, expressed.outputs)
-            chain = None if epilogue is None else epilogue_chain(s, t, epilogue)
-            if chain is None:
-                epilogue = None
-            _ANCHOR_SCHEDULES[kind](s, t, epilogue, chain or [])
-            if epilogue is not None:
-                scheduled.add(id(epilogue))
-        elif kind == "matmul":
-            epilogue = elementwise_epilogue(s, t, expressed.outputs)
-            if _schedule_matmul(s, t, epilogue):
-                scheduled.add(id(epilogue))
-        elif kind in _ANCHOR_SCHEDULES:
-            _ANCHOR_SCHEDULES[kind](s, t)
-        else:
-            schedule_reduction(s, t)
-    for t in expressed.outputs:
-        if id(t) not in scheduled:
-            schedule_injective(s, t)
-    # a materialized intermediate (``keep``: softmax's exponentials, a normalization's
-    # statistics) that no anchor scheduled runs vectorized and in parallel too
-    for stage in s.stages:
-        if (not stage.is_placeholder and stage.op.attrs.get("keep")
-                and not stage.op.reduce_axis and stage.attach != INLINE
-                and not stage.relations and not stage.loop_kinds):
-            schedule_injective(s, stage.tensor)
-    return s
+def _schedule(expressed: ExpressedFunction, cpu: CPUDescription | None = None,
+              configs: ScheduleConfigs | None = None) -> te.Schedule:
+    """The CPU's rules (:func:`.rules.cpu_rules`) applied to a function: injective
+    stages inlined, anchors (convolutions, products, reductions, layout transforms)
+    given their CPU schedule (the elementwise epilogue of a convolution or a product is
+    computed in its register tiles), the other outputs vectorized and in parallel.
+    Products are first given the CPU's packed layout of B (the compute library's are
+    plain); a product's packing of a non-constant B is its own stage, never inlined
+    (that would read B across rows in the inner loop). ``cpu``: the CPU description to
+    tile for (None: the active one); ``configs``: the tuning log's for the function
+    (None: the defaults)."""
+    configs = configs or ScheduleConfigs()
+    pack_matmuls(expressed.outputs, configs.matmul_panel, cpu)
+    return schedule_by_rules(expressed.outputs, cpu_rules(cpu, configs), expressed.scalars)
 
 
 def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]:
@@ -359,6 +277,10 @@ class LLVMTarget(TETarget):
     _libraries: dict[str, object] = field(default_factory=dict, repr=False)
     #: packings of constants chosen while scheduling, by id of the expressed function
     _packings: dict[int, list] = field(default_factory=dict, repr=False)
+    #: per thread, the tuning log's configs for the function it compiles
+    #: (:meth:`_compile_structure`; a target instance may serve racing compiles)
+    _compiling: threading.local = field(default_factory=threading.local, repr=False)
+    _cost_model: object = field(default=None, repr=False)
 
     def __post_init__(self):
         self.cpu = parse_cpu(self.cpu)
@@ -377,20 +299,38 @@ class LLVMTarget(TETarget):
         with compiling_for(self.cpu), records_for(self.tuning_key):
             yield
 
-    def schedule(self, expressed: ExpressedFunction) -> te.Schedule:
-        """The CPU schedule of a function (see :func:`_schedule`), its products reading
-        constant B operands packed at build time (:func:`_prepack_constants`); a
-        function whose auto record the applied tuning log chose (``tuning.function_choice``)
-        is scheduled by it as a whole instead (``tuning.function_tuned``)."""
-        self._packings[id(expressed)] = _prepack_constants(expressed)
-        tuned = function_tuned(expressed)
-        return tuned if tuned is not None else _schedule(expressed)
+    def schedule_rules(self) -> list[ScheduleRule]:
+        """The CPU's schedule rules (:func:`.rules.cpu_rules`) for this target's CPU,
+        with the tuning log's configs for the function compiling."""
+        return cpu_rules(self.cpu, self._configs())
+
+    def schedule(self, expressed: ExpressedFunction,
+                 configs: ScheduleConfigs | None = None) -> te.Schedule:
+        """The CPU schedule of a function (see :func:`_schedule`) with ``configs`` (by
+        default those the applied tuning log gave the function compiling), its
+        products reading constant B operands packed at build time
+        (:func:`_prepack_constants`); a function whose auto record the log chose
+        (``tuning.function_configs``) is scheduled by it as a whole instead
+        (``tuning.function_tuned``)."""
+        configs = configs or self._configs()
+        self._packings[id(expressed)] = _prepack_constants(expressed, configs.matmul_panel,
+                                                           self.cpu)
+        tuned = function_tuned(expressed, configs, self.cpu)
+        return tuned if tuned is not None else _schedule(expressed, self.cpu, configs)
 
     def _compile_structure(self, function: Node) -> CompiledFunction:
-        # the applied tuning log's choice for this function as a whole (auto record or
-        # hand schedule), which the schedules consult while it compiles
-        with function_choice(function.body):
+        # the applied tuning log read once for this function: its choice as a whole
+        # (auto record or hand schedule) and its workloads' configs, passed down to the
+        # schedules
+        self._compiling.configs = function_configs(function.body, current())
+        try:
             return super()._compile_structure(function)
+        finally:
+            del self._compiling.configs
+
+    def _configs(self) -> ScheduleConfigs:
+        """The configs of the function this thread compiles (the defaults outside one)."""
+        return getattr(self._compiling, "configs", None) or ScheduleConfigs()
 
     def lower(self, schedule: te.Schedule, expressed: ExpressedFunction, symbol: str):
         """The PrimFunc, with the packing of its constants in its ``packed_constants``
@@ -402,6 +342,11 @@ class LLVMTarget(TETarget):
     def codegen(self, lowered, symbol: str):
         """The machine-code entry of ``lowered`` (a PrimFunc), compiled by LLVM."""
         return build_module([lowered], name=symbol, cpu=self.cpu)[symbol]
+
+    def compile_host(self, funcs: Sequence, name: str):
+        """PrimFuncs compiled for this target's CPU as one module (the registry's
+        ``compile_for_host`` hook: host code for targets that need it)."""
+        return build_module(funcs, name=name, cpu=self.cpu)
 
     def kernel(self, function: Node, compiled: CompiledFunction) -> LLVMKernel:
         """``function`` calling its structure's machine code with its own constants."""
@@ -437,6 +382,13 @@ class LLVMTarget(TETarget):
         packings = info.get("packed_constants", {}).get(symbol, [])
         constants = _packed_constants(function_constants(function.body), packings)
         return LLVMKernel(function.name, library[symbol], constants, output_specs(function))
+
+    def estimate(self, function: Node):
+        """How long ``function`` takes on this CPU: measured once per workload and CPU,
+        then read from the on-disk cache (:mod:`.cost`)."""
+        if self._cost_model is None:
+            self._cost_model = CpuCostModel(self)
+        return self._cost_model.estimate(function)
 
     def graph_passes(self) -> list:
         """The CPU's layout pass (blocked NCHW[x]c convolutions, outputs padded to whole

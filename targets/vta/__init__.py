@@ -13,23 +13,29 @@ Everything else stays on the fallback (CPU) target.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from heterocc.accel_sim import HardwareConfig
+from heterocc.errors import TargetError
 from heterocc.ir.graph import Graph, Node
 from heterocc.sdk import AcceleratorBase, LayoutRegion
 
 from ..registry import register_target
 from .codegen import AcceleratorKernel, compile_composite
+from .cost import VtaCostModel, call_estimate
 from .device import VtaDevice
 from .intrin import gemm_intrin
 from .patterns import pattern_table as _pattern_table
+from .streams import write_streams
 from .tuning import vta_tuning
 
 
 @dataclass
 class VtaTarget(AcceleratorBase):
-    """``config``: a HardwareConfig or a preset name; ``virtual_threads``: 1 or 2.
+    """``config``: a HardwareConfig or a preset name; ``virtual_threads``: 1 or 2;
+    ``clock_mhz``, ``link_gbps`` (GB/s) and ``link_latency_us`` replace the config's
+    clock and host link (what time estimates use: ``vta -clock_mhz=300 -link_gbps=1``).
 
     Built on the SDK's accelerator base (``heterocc.sdk.AcceleratorBase``, which writes
     ``build``): each composite becomes one accelerator program (``compile_layer``), and
@@ -43,12 +49,21 @@ class VtaTarget(AcceleratorBase):
     #: accelerator, ``device.VtaDevice``; a ``VtaDevice`` over the RTL or a board, or a
     #: ``heterocc.sdk.MirroredDevice`` comparing one with the simulator)
     hardware: object = None
+    clock_mhz: float | str | None = None
+    link_gbps: float | str | None = None
+    link_latency_us: float | str | None = None
+    cost_model: VtaCostModel | None = field(default=None, repr=False)
 
     def __post_init__(self):
         if isinstance(self.config, str):
             self.config = HardwareConfig.preset(self.config)
+        self.config = _with_clock_and_link(self.config, self.clock_mhz, self.link_gbps,
+                                           self.link_latency_us)
+        self.virtual_threads = int(self.virtual_threads)
         if self.hardware is None:
             self.hardware = VtaDevice(self.config)
+        if self.cost_model is None:
+            self.cost_model = VtaCostModel(self.config, self.virtual_threads)
 
     def device(self):
         """The device the programs run on (``hardware``)."""
@@ -56,7 +71,20 @@ class VtaTarget(AcceleratorBase):
 
     def options(self) -> dict:
         """The hardware preset and the virtual threads (for reports)."""
-        return {"config": self.config.name, "virtual_threads": self.virtual_threads}
+        return {"config": self.config.name, "virtual_threads": self.virtual_threads,
+                "clock_mhz": self.config.clock_mhz,
+                "link_gbps": self.config.link_mbytes_per_s / 1000,
+                "link_latency_us": self.config.link_latency_ns / 1000}
+
+    def estimate(self, function: Node):
+        """How long a composite takes here: its stream's cycles in the timing model at
+        the clock, plus the host link's time for what a call copies (``cost``)."""
+        return self.cost_model.estimate(function)
+
+    def call_estimate(self, kernel):
+        """The modelled time of ``kernel``'s last call (its programs' cycle counts at the
+        clock, its copies over the link): a stream's timeline (``run_stream``)."""
+        return call_estimate(kernel, self.config)
 
     def pattern_table(self):
         return _pattern_table()
@@ -76,9 +104,17 @@ class VtaTarget(AcceleratorBase):
 
         return model_hil_command(args)
 
+    def write_streams(self, output: str) -> list:
+        """The instruction streams of every program this instance compiled (and the DRAM
+        images of their last runs) as files (``heterocc accel build``)."""
+        return write_streams(self.kernels, output)
+
     def compile_layer(self, function: Node) -> AcceleratorKernel:
         """One composite as one accelerator program (kept in ``kernels``)."""
-        kernel = compile_composite(function, self.config, self.virtual_threads)
+        kernel = self.cost_model.take(function)
+        if kernel is None:
+            kernel = compile_composite(function, self.config, self.virtual_threads)
+        kernel.name = function.name
         kernel.device = self.hardware
         self.kernels.append(kernel)
         return kernel
@@ -87,6 +123,29 @@ class VtaTarget(AcceleratorBase):
         """Tensors pass between the region's programs in the accelerator's blocked layout
         (the SDK's ``LayoutRegion``; the kernels say which of their tensors are blocked)."""
         return LayoutRegion(body, kernels)
+
+
+def _number(option: str, value: float | str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TargetError(f"vta option {option}={value!r} is not a number") from None
+    if not number > 0 and option != "link_latency_us" or number < 0:
+        raise TargetError(f"vta option {option}={value!r} must be positive")
+    return number
+
+
+def _with_clock_and_link(config: HardwareConfig, clock_mhz, link_gbps,
+                         link_latency_us) -> HardwareConfig:
+    """``config`` with the clock and host link the target's options give."""
+    changes = {}
+    if clock_mhz is not None:
+        changes["clock_mhz"] = max(1, round(_number("clock_mhz", clock_mhz)))
+    if link_gbps is not None:
+        changes["link_mbytes_per_s"] = max(1, round(_number("link_gbps", link_gbps) * 1000))
+    if link_latency_us is not None:
+        changes["link_latency_ns"] = round(_number("link_latency_us", link_latency_us) * 1000)
+    return dataclasses.replace(config, **changes) if changes else config
 
 
 register_target("vta", VtaTarget, "VTA-like int8 accelerator (DAE streams on accel_sim)")

@@ -47,6 +47,7 @@ from heterocc.ops.nn import conv_geometry
 from heterocc.ops.qnn import zero_point_bias
 from heterocc.sdk import DeviceTiming, ProgramRunner, device_lock, holds
 
+from .blocking import from_blocked, to_blocked
 from .conv import (
     MAX_CONV_CANDIDATES,
     ConvGeometry,
@@ -385,31 +386,6 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
                              tiling, threads, macs=macs,
                              timing=conv_timing(config, g, tiling, threads, signature),
                              blocked=bi == bo)
-
-
-def to_blocked(x: np.ndarray, config: HardwareConfig) -> np.ndarray:
-    """An NCHW int8 tensor in the blocked layout of direct convolutions: rows of
-    ``block_in`` channels, ordered (batch group, channel block, row, column, batch),
-    channels zero-padded to whole blocks."""
-    n, c, h, w = x.shape
-    bi, batch = config.block_in, config.batch
-    blocks = -(-c // bi)
-    padded = np.zeros((n, blocks * bi, h, w), np.int8)
-    padded[:, :c] = x
-    return padded.reshape(n // batch, batch, blocks, bi, h, w).transpose(
-        0, 2, 4, 5, 1, 3).reshape(-1, bi)
-
-
-def from_blocked(y: np.ndarray, shape: tuple[int, int, int, int],
-                 config: HardwareConfig) -> np.ndarray:
-    """The NCHW tensor of ``shape`` held by ``y``, rows of ``block_out`` channels in the
-    blocked layout (the inverse of ``to_blocked`` for outputs)."""
-    n, c, h, w = shape
-    bo, batch = config.block_out, config.batch
-    blocks = -(-c // bo)
-    tiles = y.reshape(n // batch, blocks, h, w, batch, bo)
-    return np.ascontiguousarray(tiles.transpose(0, 4, 1, 5, 2, 3).reshape(
-        n, blocks * bo, h, w)[:, :c])
 
 
 def _residual_add(function: Node, config: HardwareConfig) -> AcceleratorKernel:

@@ -7,6 +7,8 @@ simulator ran, with per-function agreement and cycles.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 import heterocc
@@ -19,6 +21,8 @@ from heterocc.accel_sim.rtl_device import (
 )
 
 from . import VtaTarget
+
+_log = logging.getLogger("heterocc.hil")
 
 
 def model_hil(model, inputs: dict | None = None, simulator: str = "verilator",
@@ -49,8 +53,14 @@ def model_hil(model, inputs: dict | None = None, simulator: str = "verilator",
     rtl = RtlSimulator(target.config, simulator, build_root, memory)
     # cycles are compared under the bench memory's timing, not the default DRAM's
     timing = bench_timing_config(target.config, memory)
-    return [compare_stream(k.name, k.program.instructions, timing, k.last_input, rtl)
-            for k in target.kernels if k.last_input is not None]
+    ran = [k for k in target.kernels if k.last_input is not None]
+    results = []
+    for index, k in enumerate(ran, 1):
+        _log.info(f"hil: function {index}/{len(ran)} ({k.name}, "
+                  f"{len(k.program.instructions)} instructions) on the RTL")
+        results.append(compare_stream(k.name, k.program.instructions, timing, k.last_input,
+                                      rtl))
+    return results
 
 
 def model_hil_command(args) -> int:

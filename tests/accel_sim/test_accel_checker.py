@@ -149,9 +149,9 @@ def test_sram_dram_and_micro_op_ranges():
     with pytest.raises(IllegalInstructionError, match=r"micro-op range \[3, 2\)"):
         check_stream(stream, CONFIG)
 
-    stream[2] = Alu(alu_op=AluOp.ADD, uop_begin=0, uop_end=1, loop_outer=CONFIG.acc_depth + 1,
-                    loop_inner=1, dst_factor_outer=0, src_factor_outer=1, pop_prev=True,
-                    push_next=True)
+    stream[2] = Alu(alu_op=AluOp.ADD, uop_begin=0, uop_end=1,
+                    loop_outer=CONFIG.acc_depth // 2 + 1, loop_inner=1, dst_factor_outer=1,
+                    src_factor_outer=2, pop_prev=True, push_next=True)
     with pytest.raises(IllegalInstructionError, match="reach accumulator source index 2048"):
         check_stream(stream, CONFIG)
 
@@ -212,8 +212,8 @@ def test_alu_input_operand_rules():
     stream[2] = Alu(**{**alu.__dict__, "use_imm": True})
     with pytest.raises(IllegalInstructionError, match="both use_imm and src_inp"):
         check_stream(stream, CONFIG)
-    stream[2] = Alu(**{**alu.__dict__, "loop_outer": CONFIG.inp_depth + 1,
-                       "src_factor_outer": 1, "dst_factor_outer": 0})
+    stream[2] = Alu(**{**alu.__dict__, "loop_outer": CONFIG.inp_depth // 2 + 1,
+                       "src_factor_outer": 2, "dst_factor_outer": 1})
     with pytest.raises(IllegalInstructionError, match="input source index"):
         check_stream(stream, CONFIG)
     narrow = HardwareConfig(log_block_in=3, log_inp_buffer_bytes=14, log_wgt_buffer_bytes=16)

@@ -201,9 +201,16 @@ def test_alu_rejects_order_dependent_iterations():
                        match="instruction 3: ALU iteration 0 reads accumulator tile 1"):
         machine.execute(Alu(alu_op=AluOp.ADD, uop_begin=0, uop_end=1, loop_outer=2,
                             loop_inner=1, dst_factor_outer=1, src_factor_outer=1), 3)
-    with pytest.raises(IllegalInstructionError, match="more than one iteration"):
+    # the fields alone show a tile written twice (its loop part repeats): refused at once
+    with pytest.raises(IllegalInstructionError, match="instruction 4: ALU destination factors"):
         machine.execute(Alu(alu_op=AluOp.ADD, use_imm=True, imm=1, uop_begin=0, uop_end=1,
                             loop_outer=2, loop_inner=1), 4)
+    # two micro-ops that name one tile: found when the indices are computed
+    machine = _machine_with_uops(config, [MicroOp(dst=5, src=0), MicroOp(dst=5, src=1)])
+    with pytest.raises(IllegalInstructionError, match="instruction 6: ALU writes accumulator "
+                       "tile 5 in more than one iteration"):
+        machine.execute(Alu(alu_op=AluOp.ADD, use_imm=True, imm=1, uop_begin=0, uop_end=2,
+                            loop_outer=1, loop_inner=1), 6)
 
 
 def test_runtime_index_beyond_buffer_names_instruction():

@@ -3,6 +3,7 @@ target, wrapping as the accelerator's ALU does."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tests.compute.test_elementwise import assert_same, check, random_array, run_compiled
@@ -36,6 +37,26 @@ def test_requantize_per_channel(rng):
     check("Requantize", [x], attrs)
     got, expected = run_compiled([("Requantize", {**attrs, "acc_limit": 2 ** 31 - 1})], [x])
     assert_same(got, expected)
+
+
+@pytest.mark.parametrize("shape,axis", [((6, 7), 1), ((1, 6, 7), 2), ((1, 6, 7), -1),
+                                        ((2, 3, 4, 7), 3), ((2, 7, 3, 3), 1)])
+def test_requantize_per_channel_along_its_axis(rng, shape, axis):
+    """A matrix product's channels are its last axis, whatever its rank."""
+    channels = shape[axis]
+    x = random_array(rng, shape, "int32", -2 ** 15, 2 ** 15)  # products fit int32
+    attrs = {"multiplier": rng.integers(1, 2 ** 15, channels).tolist(),
+             "shift": rng.integers(10, 24, channels).tolist(), "zero_point": -3,
+             "qmin": -128, "qmax": 127, "out_dtype": "int8", "acc_limit": 2 ** 31 - 1,
+             "axis": axis}
+    got, expected = run_compiled([("Requantize", attrs)], [x])
+    assert_same(got, expected)
+    multiplier = np.asarray(attrs["multiplier"], np.int64).reshape(
+        [-1 if d == axis % len(shape) else 1 for d in range(len(shape))])
+    by_hand = (x.astype(np.int64) * multiplier  # one channel's multiplier along the axis
+               + (1 << (np.asarray(attrs["shift"]).reshape(multiplier.shape) - 1))) \
+        >> np.asarray(attrs["shift"]).reshape(multiplier.shape)
+    np.testing.assert_array_equal(expected[0], np.clip(by_hand - 3, -128, 127).astype(np.int8))
 
 
 def test_requantize_shift_out_of_range_falls_back():

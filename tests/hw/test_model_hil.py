@@ -22,7 +22,9 @@ pytestmark = [pytest.mark.rtl, pytest.mark.hil]
 def test_compiled_model_streams_agree_on_the_rtl():
     require_rtl_tools("icarus")
     results = model_hil(tiny_cnn(size=8), simulator="icarus", build_root=BUILD_ROOT)
-    assert len(results) == 4  # three convolutions and the dense layer
+    # three convolutions, the residual addition (the built-in quantizer quantizes it; the
+    # ALU runs it) and the dense layer
+    assert len(results) == 5
     assert all(r.matches for r in results), [r.summary() for r in results]
     for r in results:
         assert abs(r.rtl_cycles / r.model_cycles - 1) < 0.05, r.summary()
@@ -34,7 +36,7 @@ def test_hil_command_takes_a_model(tmp_path, capsys):
     onnx.save(tiny_cnn(size=8), str(path))
     assert main(["hil", str(path), "--device", "rtl", "--simulator", "icarus",
                  "--build-dir", str(BUILD_ROOT)]) == 0
-    assert "4/4 accelerator functions agree" in capsys.readouterr().out
+    assert "5/5 accelerator functions agree" in capsys.readouterr().out
 
 
 def test_compiled_model_runs_on_the_rtl_through_the_sdk_device():
@@ -51,5 +53,5 @@ def test_compiled_model_runs_on_the_rtl_through_the_sdk_device():
     simulated = heterocc.compile(model, target="vta,reference", calibration=samples)
     np.testing.assert_array_equal(compiled.run([samples[0][0]])[0],
                                   simulated.run([samples[0][0]])[0])
-    assert len(target.kernels) == 4 and all(k.last_cycles > 0 for k in target.kernels)
+    assert len(target.kernels) == 5 and all(k.last_cycles > 0 for k in target.kernels)
     assert all(k.last_bytes_loaded == k.program.dram.nbytes for k in target.kernels)

@@ -9,6 +9,7 @@ operation wrongly, and with the real RTL on streams where both sides agree.
 from __future__ import annotations
 
 import argparse
+import tracemalloc
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -16,10 +17,13 @@ import pytest
 
 from heterocc.accel_sim import (
     AluOp,
+    Finish,
     FunctionalSimulator,
     HardwareConfig,
     SimulatorDevice,
     decode_stream,
+    encode_stream,
+    encode_uops,
     execute_program,
     schedule_stream,
     write_stream_file,
@@ -33,7 +37,7 @@ from heterocc.accel_sim.hil import (
     prefix_with_dump,
     simulate,
 )
-from heterocc.accel_sim.isa import Alu, Buffer, Load
+from heterocc.accel_sim.isa import Alu, Buffer, Gemm, Load, MicroOp, Store
 from heterocc.accel_sim.rtl_device import (
     REG_CONFIG_ID,
     REG_CONTROL,
@@ -50,7 +54,7 @@ from heterocc.accel_sim.rtl_device import (
     RtlSimulator,
 )
 from heterocc.accel_sim.rtl_header import config_id
-from heterocc.errors import AcceleratorError
+from heterocc.errors import AcceleratorError, IllegalInstructionError
 from tests.hw.conftest import BUILD_ROOT, require_rtl_tools
 from tests.hw.programs import random_program, reference_gemms, requantize
 
@@ -136,7 +140,9 @@ def test_fpga_device_refuses_a_bitstream_for_another_config():
 def test_fpga_device_reports_a_stream_that_never_finishes():
     board = _Board(CONFIG, rtl=None)
     device = FpgaDevice(CONFIG, board, board.allocate, poll_interval_s=0.001)
-    device.start(device.allocate(16), 1)
+    address = device.allocate(16)
+    device.write(address, encode_stream([Finish()], CONFIG))
+    device.start(address, 1)
     assert board.registers[REG_CONTROL] == 1
     with pytest.raises(AcceleratorError, match="did not finish"):
         device.wait(timeout_s=0.01)
@@ -151,6 +157,61 @@ def test_fpga_device_keeps_accesses_inside_allocated_buffers():
     assert board.buffers[0].flushes == 1
     with pytest.raises(AcceleratorError, match="not inside one buffer"):
         device.read(address + 90, 20)
+
+
+def test_fpga_device_confines_the_accelerators_dma_to_allocated_buffers():
+    board = _Board(CONFIG, rtl=None)
+    device = FpgaDevice(CONFIG, board, board.allocate)
+    data = device.allocate(CONFIG.acc_tile_bytes)
+    code = device.allocate(32)
+    unit = CONFIG.acc_tile_bytes
+    for address, accepted in ((0, False), (data - unit, False), (data, True)):
+        stream = [Store(buffer=Buffer.ACC, sram_base=0, dram_base=address // unit, y_size=1,
+                        x_size=1, x_stride=1), Finish()]
+        device.write(code, encode_stream(stream, CONFIG))
+        board.registers.pop(REG_CONTROL, None)
+        if accepted:
+            device.start(code, 2)
+            assert board.registers[REG_CONTROL] == 1
+        else:
+            with pytest.raises(IllegalInstructionError, match="instruction 0: STORE ACC "
+                               "touches physical bytes"):
+                device.start(code, 2)
+            assert REG_CONTROL not in board.registers
+    # a stream the checker refuses never reaches the control port either
+    board.registers.clear()
+    device.write(code, encode_stream([Gemm(uop_begin=0, uop_end=1, loop_outer=1,
+                                           loop_inner=1), Finish()], CONFIG))
+    with pytest.raises(IllegalInstructionError, match="no earlier LOAD UOP filled"):
+        device.start(code, 2)
+    assert REG_CONTROL not in board.registers
+
+
+def test_rtl_device_refuses_what_the_simulator_refuses_before_the_rtl_runs():
+    device = RtlDevice(CONFIG, "icarus", dram_bytes=1 << 16, build_root=BUILD_ROOT)
+    hostile = [Load(buffer=Buffer.INP, sram_base=0, dram_base=0, y_size=65535, x_size=65535,
+                    x_stride=65535), Finish()]
+    code = device.allocate(32)
+    device.write(code, encode_stream(hostile, CONFIG))
+    with pytest.raises(IllegalInstructionError, match="instruction 0: LOAD INP covers SRAM"):
+        device.start(code, 2)
+    # two micro-ops naming one accumulator tile: legal fields, so only running the
+    # stream shows it (the simulator refuses it; the hardware would write the tile twice)
+    uops = device.allocate(8)
+    device.write(uops, encode_uops([MicroOp(dst=5, src=0), MicroOp(dst=5, src=1)], CONFIG)
+                 .view(np.uint8))
+    stream = [Load(buffer=Buffer.UOP, sram_base=0, dram_base=uops // 4, y_size=1, x_size=2,
+                   x_stride=2),
+              Alu(alu_op=AluOp.ADD, use_imm=True, imm=1, uop_begin=0, uop_end=2,
+                  loop_outer=1, loop_inner=1),
+              Finish()]
+    code = device.allocate(16 * len(stream))
+    device.write(code, encode_stream(stream, CONFIG))
+    with pytest.raises(IllegalInstructionError, match="instruction 1: ALU writes accumulator "
+                       "tile 5 in more than one iteration"):
+        device.start(code, len(stream))
+    with pytest.raises(AcceleratorError, match="without a preceding start"):
+        device.wait()
 
 
 @pytest.mark.rtl
@@ -262,3 +323,24 @@ def test_hil_command_reports_agreement_on_the_rtl(tmp_path, capsys):
     assert args.func(args) == 0
     output = capsys.readouterr().out
     assert "DRAM agrees" in output and "RTL" in output
+
+
+def test_hil_command_refuses_a_hostile_stream_before_building_any_image(tmp_path, capsys):
+    """One LOAD of 65535 x 65535 tiles at the top of a 4 GiB DRAM: refused by the
+    checker, no DRAM image allocated for it, no RTL run."""
+    hostile = [Load(buffer=Buffer.INP, sram_base=0, dram_base=(1 << 32) - 1, y_size=65535,
+                    x_size=65535, x_stride=65535), Finish()]
+    stream_path = tmp_path / "hostile.hcas"
+    write_stream_file(stream_path, CONFIG, hostile)
+    parser = argparse.ArgumentParser()
+    add_hil_parser(parser.add_subparsers())
+    args = parser.parse_args(["hil", str(stream_path), "--build-dir", str(tmp_path)])
+    tracemalloc.start()
+    try:
+        assert args.func(args) == 2
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100 << 20
+    assert "instruction 0: LOAD INP covers SRAM entries" in capsys.readouterr().out
+    assert not any(tmp_path.glob("*_1x16x16*"))

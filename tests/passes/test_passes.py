@@ -191,4 +191,5 @@ def test_compile_tiny_cnn_matches_onnxruntime():
     (ref,) = ort.InferenceSession(model.SerializeToString(),
                                   providers=["CPUExecutionProvider"]).run(None, {"input": x})
     np.testing.assert_allclose(compiled.run([x])[0], ref, rtol=1e-4, atol=1e-6)
+    assert compiled.fallbacks == {}
     assert compiled.graph.op_counts().get("BatchNormalization", 0) == 0

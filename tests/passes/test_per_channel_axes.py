@@ -42,7 +42,8 @@ TARGETS = ("llvm", "vta,llvm", "dotprod,llvm")
 def linear_model(op: str, shape: tuple[int, ...], trans_b: int = 0, seed: int = 0):
     """``x @ W + B`` (MatMul then Add, or one Gemm) over activations ``shape`` (..., K)."""
     rng = np.random.default_rng(seed)
-    w = (rng.standard_normal((N, K) if trans_b else (K, N)) * 0.3).astype(np.float32)
+    k = shape[-1]
+    w = (rng.standard_normal((N, k) if trans_b else (k, N)) * 0.3).astype(np.float32)
     b = (rng.standard_normal(N) * 0.2).astype(np.float32)
     inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")]
     if op == "Gemm":
@@ -58,9 +59,10 @@ def linear_model(op: str, shape: tuple[int, ...], trans_b: int = 0, seed: int = 
     return model
 
 
-def quantize(model: onnx.ModelProto, directory, shape) -> onnx.ModelProto:
-    """``model`` through quantize_static: QDQ, int8 activations (asymmetric) and weights,
-    per-channel weights, calibrated on four seeded random inputs."""
+def quantize(model: onnx.ModelProto, directory, shape, **options) -> onnx.ModelProto:
+    """``model`` through quantize_static: QDQ, int8 activations (asymmetric unless
+    ``options`` say otherwise) and weights, per-channel weights, calibrated on four
+    seeded random inputs."""
     name = model.graph.input[0].name
 
     class Calibration(oq.CalibrationDataReader):
@@ -74,7 +76,8 @@ def quantize(model: onnx.ModelProto, directory, shape) -> onnx.ModelProto:
     onnx.save(model, str(directory / "float.onnx"))
     oq.quantize_static(str(directory / "float.onnx"), str(directory / "qdq.onnx"),
                        Calibration(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
-                       activation_type=oq.QuantType.QInt8, weight_type=oq.QuantType.QInt8)
+                       activation_type=oq.QuantType.QInt8, weight_type=oq.QuantType.QInt8,
+                       **options)
     return onnx.load(str(directory / "qdq.onnx"))
 
 
@@ -130,17 +133,34 @@ def test_per_channel_linear_layers_match_onnxruntime_and_the_interpreter(
         assert placed["MatMulInteger"] == "vta"
 
 
+def test_an_sdk_accelerator_takes_the_product_and_the_cpu_its_per_channel_requantization(
+        tmp_path):
+    """The example SDK target (``examples/dotprod_accel``, found by its entry point)
+    multiplies symmetric int8 with int16 accumulators: with 4 inputs per output and 7-bit
+    weights its accumulators cannot wrap, so it takes the MatMulInteger and leaves the
+    per-channel Requantize to the CPU, which applies it along the last axis."""
+    shape = (6, 4)
+    model = quantize(linear_model("MatMul", shape), tmp_path, shape, reduce_range=True,
+                     extra_options={"ActivationSymmetric": True})
+    x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    compiled = check_against_oracles(model, "dotprod,llvm", x, REWRITE_STEPS, ORT_STEPS)
+    placed = {p.op: p.target for p in compiled.placement_report.placements}
+    assert placed["MatMulInteger"] == "dotprod" and placed["Requantize"] == "llvm"
+    (requantize,) = _requantizations(compiled.graph)
+    assert requantize.attrs["axis"] == 1 and len(requantize.attrs["multiplier"]) == N
+
+
 def test_the_3d_matmul_of_the_report_is_within_one_step_of_onnxruntime(tmp_path):
     """x [1,6,32] @ W [32,48] + bias: exact on llvm, 45 steps off on vta,llvm before."""
     shape = (1, 6, K)
     model = quantize(linear_model("MatMul", shape), tmp_path, shape)
     scale = output_scale(model)
+    compiled = {t: heterocc.compile(model, target=t) for t in ("llvm", "vta,llvm")}
     for seed in range(3):
         x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
         expected = ort_reference(model, x)
-        for target in ("llvm", "vta,llvm"):
-            got = heterocc.compile(model, target=target).run([x])[0]
-            assert steps_apart(got, expected, scale) <= 1, target
+        for target, program in compiled.items():
+            assert steps_apart(program.run([x])[0], expected, scale) <= 1, target
 
 
 @pytest.mark.slow
@@ -224,3 +244,18 @@ def test_the_interpreter_catches_a_rewrite_that_type_checks_but_changes_meaning(
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
     with pytest.raises(AssertionError, match="after pass 'realize_qdq'"):
         check_every_pass(model, "vta,llvm", [x], output_scale(model), REWRITE_STEPS)
+
+
+@pytest.mark.slow
+def test_a_quantized_cnn_keeps_its_meaning_pass_by_pass(tmp_path):
+    """Convolutions' channels are axis 1 of NCHW: every pass of a per-channel QDQ CNN
+    (convolutions, a residual addition, pooling, a Gemm) under the interpreter, then
+    bit-exact with it and close to ORT on vta,llvm."""
+    from tests.targets.vta.ort_models import INPUT, small_cnn
+
+    model = quantize(small_cnn(), tmp_path, INPUT)
+    x = np.random.default_rng(4).standard_normal(INPUT).astype(np.float32)
+    compiled = check_against_oracles(model, "vta,llvm", x, rewrite_steps=1, ort_steps=1)
+    axes = {n.attrs["axis"] for n in _requantizations(compiled.graph)
+            if isinstance(n.attrs["multiplier"], list)}
+    assert axes == {1}  # the convolutions' and the 2-D Gemm's channels

@@ -87,6 +87,7 @@ def test_dynamic_model_cannot_be_exported(tmp_path):
 
 def test_llvm_artifact_carries_a_shared_library(tmp_path):
     compiled = heterocc.compile(tiny_cnn(), target="llvm")
+    assert compiled.fallbacks == {}
     path = tmp_path / "llvm_artifact"
     compiled.export(str(path))
     assert (path / "kernels" / "llvm" / "kernels.so").exists()

@@ -185,6 +185,7 @@ def test_device_kernels_get_placed_values_and_host_readers_get_numpy():
 def test_many_tiny_llvm_kernels_match_the_reference_and_keep_held_outputs():
     model = conv_chain(12, channels=8, size=6)
     compiled = heterocc.compile(model, target="llvm")
+    assert compiled.fallbacks == {}
     reference = heterocc.compile(model, target="reference")
     inputs = [RNG.standard_normal((1, 8, 6, 6)).astype(np.float32) for _ in range(3)]
     held = [compiled.run([x])[0] for x in inputs]  # each run's output kept by the caller

@@ -128,7 +128,7 @@ def test_vta_model_quantized_by_onnxruntime_from_eight_threads_matches_serial(tm
 
 def test_sdk_example_target_from_eight_threads_matches_serial():
     pytest.importorskip("dotprod_accel")
-    from examples.dotprod_accel.tests.dotprod_models import two_layer_mlp
+    from dotprod_accel.models import two_layer_mlp
 
     compiled = heterocc.compile(two_layer_mlp(), target="dotprod,llvm")
     assert any(getattr(k, "composites", ()) for k in compiled.kernels.values())

@@ -406,7 +406,7 @@ def test_compile_applies_the_faster_of_the_auto_and_template_records(auto_wins):
     B = te.placeholder((24, 40), "float32", "B")
     with ApplyHistoryBest(records):
         assert (matmul_panel(16, 40, 24, "float32") is None) == auto_wins
-        C = matmul(A, B)
+        C = matmul(A, B, panel_of=matmul_panel)
         schedule = te.create_schedule(C)
         assert schedule_matmul_tuned(schedule, C)
     stage = schedule[C]
@@ -427,7 +427,7 @@ def test_compile_fuses_a_convolutions_epilogue_by_its_auto_record(tmp_path, monk
     convolution, its epilogue computed in the convolution's tiles."""
     import heterocc
     from heterocc.targets.llvm import tuning as llvm_tuning
-    from heterocc.tuning.task import extract_tasks
+    from heterocc.tuning.extract import extract_tasks
     from tests.conftest import make_model
 
     rng = np.random.default_rng(0)
@@ -443,13 +443,13 @@ def test_compile_fuses_a_convolutions_epilogue_by_its_auto_record(tmp_path, monk
     task = Task("auto." + anchor.template, anchor.args)
     assert task.template == "auto.conv2d_nchwc"
     applied = []
-    original = llvm_tuning.schedule_conv_auto
+    original = llvm_tuning.apply_conv_auto
 
     def spy(*args, **kwargs):
         applied.append(original(*args, **kwargs))
         return applied[-1]
 
-    monkeypatch.setattr("heterocc.targets.llvm.target.schedule_conv_auto", spy)
+    monkeypatch.setattr("heterocc.targets.llvm.rules.apply_conv_auto", spy)
     x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
     expected = heterocc.compile(model).run([x])[0]
     for config in [task.default_config(), *_random_points(task.space, rng, 1)]:

@@ -15,8 +15,9 @@ from heterocc.targets.llvm.tuning import schedule_matmul_tuned
 from heterocc.targets.vta.tuning import vta_gemm_task, vta_tiling
 from heterocc.tuning.apply import ApplyHistoryBest, lookup
 from heterocc.tuning.cli import add_tune_parser
+from heterocc.tuning.extract import extract_tasks
 from heterocc.tuning.records import MeasureRecord, best_configs, read_records
-from heterocc.tuning.task import Task, extract_tasks, workload_key
+from heterocc.tuning.task import Task, workload_key
 
 
 def _model(path):

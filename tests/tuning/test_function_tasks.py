@@ -14,9 +14,10 @@ from heterocc.targets.llvm.cpu import active_cpu
 from heterocc.targets.llvm.tuning import function_body, function_keys, function_spec
 from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.auto import SearchHints, Sketch
+from heterocc.tuning.extract import extract_tasks
 from heterocc.tuning.measure import CACHE_MODES, MeasureOptions, measure_in_process, task_inputs
 from heterocc.tuning.records import MeasureRecord, RecordLog
-from heterocc.tuning.task import Task, extract_tasks
+from heterocc.tuning.task import Task
 from tests.conftest import make_model
 
 
@@ -141,19 +142,18 @@ def test_an_auto_record_applies_only_where_it_beat_the_hand_schedule(
     # a win by less than the margin is no win: timings vary by a few percent
     log = _log(tmp_path, task, config, 1.0 if auto_wins else 1.99, 2.0)
     choices = []
-    original = llvm_tuning.function_choice
+    original = llvm_tuning.function_configs
 
-    def spy(body):
-        context = original(body)
+    def spy(body, log):
         choices.append(body)
-        return context
+        return original(body, log)
 
-    monkeypatch.setattr("heterocc.targets.llvm.target.function_choice", spy)
+    monkeypatch.setattr("heterocc.targets.llvm.target.function_configs", spy)
     applied = []
     original_tuned = llvm_tuning.function_tuned
 
-    def tuned_spy(expressed):
-        schedule = original_tuned(expressed)
+    def tuned_spy(expressed, configs, cpu=None):
+        schedule = original_tuned(expressed, configs, cpu)
         applied.append(schedule is not None)
         return schedule
 
@@ -170,7 +170,7 @@ def test_an_auto_record_applies_only_where_it_beat_the_hand_schedule(
     with ApplyHistoryBest(log):
         decided = []
         for body in choices:
-            with original(body) as choice:
+            with llvm_tuning.function_choice(body) as choice:
                 decided.append(None if choice is None else choice[0])
     assert decided.count("auto" if auto_wins else "hand") == 1
 
@@ -422,7 +422,8 @@ def _timed_with(monkeypatch, task, cache):
         handed.update(call=call, flush=flush)
         return (1.0,)
 
-    monkeypatch.setattr(llvm_tuning, "time_calls", fake_time_calls)
+    # a function task is measured through the target's compile path (tuning.functions)
+    monkeypatch.setattr(llvm_tuning.functions, "time_calls", fake_time_calls)
     measure_in_process(task, task.default_config(), MeasureOptions(repeat=1, cache=cache))
     return handed
 
@@ -449,7 +450,7 @@ def test_the_rotate_mode_takes_turns_over_copies_of_constants_and_outputs(monkey
         made.append(footprint)
         return rotating(lambda: made.append(make()) or made[-1], footprint)
 
-    monkeypatch.setattr(llvm_tuning, "_rotating", spy)
+    monkeypatch.setattr(llvm_tuning.functions, "_rotating", spy)
     call = _timed_with(monkeypatch, task, "rotate")["call"]
     footprint, copies = made[0], made[1:]
     # the weights (16x32x3x3, prepacked), the bias and the 32x8x8 output, in float32

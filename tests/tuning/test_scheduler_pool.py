@@ -18,11 +18,12 @@ from heterocc.errors import InputError
 from heterocc.targets.vta.tuning import vta_gemm_task
 from heterocc.tuning.auto import EvolutionaryTuner
 from heterocc.tuning.cli import add_tune_parser, table_lines
+from heterocc.tuning.extract import extract_tasks
 from heterocc.tuning.measure import MeasureOptions, MeasureResult
 from heterocc.tuning.pool import LocalPool, RayPool
 from heterocc.tuning.records import RecordLog, read_records
 from heterocc.tuning.scheduler import TaskScheduler
-from heterocc.tuning.task import Task, extract_tasks
+from heterocc.tuning.task import Task
 from heterocc.tuning.tuners import GridTuner, RandomTuner
 from tests.conftest import make_model
 

@@ -11,9 +11,10 @@ from heterocc.errors import InputError, TargetError
 from heterocc.targets.llvm import LLVMTarget
 from heterocc.targets.registry import available_targets, get_target, register_target
 from heterocc.targets.vta import VtaTarget
+from heterocc.tuning.extract import extract_tasks
 from heterocc.tuning.measure import MeasureOptions, measure_in_process
 from heterocc.tuning.space import ConfigSpace, Knob
-from heterocc.tuning.task import Task, extract_tasks
+from heterocc.tuning.task import Task
 from heterocc.tuning.templates import TargetTuning, Template, tunable_targets, tuning_of
 from tests.conftest import make_model
 

@@ -20,9 +20,10 @@ from heterocc.targets.llvm import tuning as llvm_tuning
 from heterocc.targets.llvm.cpu import host_cpu, parse_cpu
 from heterocc.tuning.apply import ApplyHistoryBest, records_for
 from heterocc.tuning.cli import add_tune_parser
+from heterocc.tuning.extract import extract_tasks, tuning_key, tuning_target
 from heterocc.tuning.measure import MeasureOptions, measure_in_process
 from heterocc.tuning.records import MeasureRecord, RecordLog, read_records
-from heterocc.tuning.task import Task, extract_tasks, tuning_key, tuning_target
+from heterocc.tuning.task import Task
 from tests.conftest import make_model
 
 #: a description of this host's CPU other than the host's own, runnable here on any

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 from dotprod_accel import DotProdTarget, SimulatorDevice
-from dotprod_models import two_layer_mlp
+from dotprod_accel.models import two_layer_mlp
 
 import heterocc
 from heterocc import cli

@@ -9,9 +9,9 @@ import pytest
 from dotprod_accel import DotProdTarget, MachineConfig
 from dotprod_accel.codegen import generate
 from dotprod_accel.isa import DEPTH, ISA, LANES, Memory
+from dotprod_accel.models import dense_model, two_layer_mlp
 from dotprod_accel.patterns import accumulator_range
 from dotprod_accel.simulator import SimulatorDevice
-from dotprod_models import dense_model, two_layer_mlp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx.reference import ReferenceEvaluator
@@ -268,3 +268,26 @@ def test_any_accepted_dense_layer_is_bit_exact(layer):
     (expected,) = reference_outputs(composite, [x])
     np.testing.assert_array_equal(compiled.run([x])[0], expected)
     np.testing.assert_array_equal(expected, ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
+def test_cost_model_counts_the_cycles_a_run_takes(tmp_path, monkeypatch):
+    """The estimate's cycles are the device's own count of a call, and placement by cost
+    on the array and the CPU stays bit-exact."""
+    monkeypatch.setenv("HETEROCC_CACHE_DIR", str(tmp_path))
+    target = DotProdTarget(MachineConfig(clock_mhz=100.0, link_gbps=2.0))
+    compiled = heterocc.compile(two_layer_mlp(), target=[target, "reference"])
+    for composite in _offloaded(compiled):
+        estimate = target.estimate(composite)
+        kernel = target.compile_layer(composite)
+        kernel([RNG.integers(-128, 128, v.type.shape).astype(np.int8)
+                for v in composite.body.inputs])
+        assert estimate.detail["cycles"] == kernel.last_timing.cycles
+        assert estimate.compute_s == pytest.approx(kernel.last_timing.cycles / 100e6)
+        assert estimate.transfer_s > 0
+    x = RNG.integers(-128, 128, (4, 20)).astype(np.int8)
+    by_cost = heterocc.compile(two_layer_mlp(), target=[DotProdTarget(), "llvm"],
+                               placement="cost")
+    (expected,) = ReferenceEvaluator(two_layer_mlp()).run(None, {"x": x})
+    np.testing.assert_array_equal(by_cost.run([x])[0], expected)
+    assert by_cost.placement_report.plan.totals()["chosen_ms"] <= \
+        by_cost.placement_report.plan.totals()["greedy_ms"]

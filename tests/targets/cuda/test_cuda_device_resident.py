@@ -80,8 +80,7 @@ def test_chain_of_gpu_functions_copies_only_inputs_and_outputs():
     compiled.run([x])
     assert counts.uploads == 1 + 2  # x, and the two weights once for all runs
     launches_per_run, allocations = len(counts.launches), counts.allocations
-    (executable,) = compiled._cache.values()  # the one specialization: its kernels
-    resident = sum(block_size(a.nbytes) for k in executable.executor.kernels.values()
+    resident = sum(block_size(a.nbytes) for k in compiled.kernels.values()
                    if isinstance(k, CudaKernel)
                    for a in [*k.device_constants, *k.runner.workspaces])
     for _ in range(RUNS):

@@ -24,8 +24,9 @@ from heterocc.targets.llvm.tuning import (
     schedule_blocked_conv,
 )
 from heterocc.tuning.apply import ApplyHistoryBest
+from heterocc.tuning.extract import extract_tasks
 from heterocc.tuning.records import MeasureRecord, RecordLog
-from heterocc.tuning.task import Task, extract_tasks
+from heterocc.tuning.task import Task
 from heterocc.tuning.tuners import RandomTuner, resume
 
 #: 32 -> 32 channels in blocks of 16 (2 output blocks), 3x3, stride 1, pad 1, 9x10

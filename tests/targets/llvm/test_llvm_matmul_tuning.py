@@ -94,9 +94,10 @@ def test_a_lucky_first_timing_does_not_pick_the_tuned_config(tmp_path):
 
 
 def _product(panel=None):
+    """The product packed with ``panel``, else the applied log's panel for its shape."""
     A = te.placeholder((16, 24), "float32", "A")
     B = te.placeholder((24, 128), "float32", "B")
-    return A, B, matmul(A, B, panel=panel)
+    return A, B, matmul(A, B, panel=panel, panel_of=matmul_panel)
 
 
 def _run(schedule, tensors):

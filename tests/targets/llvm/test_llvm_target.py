@@ -14,6 +14,7 @@ from heterocc import te
 from heterocc.compute import compute_of
 from heterocc.ir.types import TensorType
 from heterocc.passes import fused_functions
+from heterocc.targets.llvm.rules import DirectConvRule
 from heterocc.targets.llvm.target import _schedule
 from heterocc.te.schedule import AT
 from heterocc.te_target import ExpressedFunction, elementwise_epilogue, structure_key
@@ -41,7 +42,7 @@ def _compile_and_check(model, feeds):
     expected = heterocc.compile(model, target="reference").run(feeds)
     for a, b in zip(ours, expected):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
-    assert compiled.build_static().targets["llvm"].fallbacks == {}
+    assert compiled.fallbacks == {}
     return compiled
 
 
@@ -98,7 +99,7 @@ def _conv_tensors(outputs_of):
 
 def _anchor(schedule):
     return next(s.tensor for s in schedule.stages
-                if not s.is_placeholder and s.op.attrs.get("schedule") == "conv2d_nchw")
+                if not s.is_placeholder and DirectConvRule().matches(s.tensor))
 
 
 def test_epilogue_is_computed_in_the_conv_tiles():
@@ -131,7 +132,7 @@ def test_conv_read_twice_or_reindexed_keeps_its_own_buffer():
         params, outputs = _conv_tensors(outputs_of)
         schedule = te.create_schedule(outputs)
         for stage in schedule.stages:
-            if not stage.is_placeholder and not stage.op.attrs.get("schedule") \
+            if not stage.is_placeholder and not DirectConvRule().matches(stage.tensor) \
                     and all(stage.tensor is not t for t in outputs):
                 stage.compute_inline()
         assert elementwise_epilogue(schedule, _anchor(schedule), outputs) is None

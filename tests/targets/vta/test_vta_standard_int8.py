@@ -146,7 +146,8 @@ def test_partition_json_counts_macs_per_target(tmp_path, capsys):
     model = quantize(small_cnn(), tmp_path, "QDQ", "QInt8")
     path = tmp_path / "model.onnx"
     onnx.save(model, str(path))
-    assert main(["partition", str(path), "--target", "vta,llvm", "--json"]) == 0
+    assert main(["partition", str(path), "--target", "vta,llvm", "--json",
+                 "--placement", "greedy"]) == 0
     report = json.loads(capsys.readouterr().out)
     rows = report["nodes"]
     assert {"node", "op", "target", "macs", "reason"} <= set(rows[0])

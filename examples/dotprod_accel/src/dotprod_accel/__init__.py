@@ -18,13 +18,16 @@ from heterocc.sdk import (
     AcceleratorBase,
     CompositeParts,
     CompositePattern,
+    CostEstimate,
     Device,
     Lowering,
+    Node,
     TensorIntrin,
     tir,
 )
 
 from .codegen import generate, lower_dense
+from .cost import estimate
 from .intrinsics import dot_intrinsic, vadd_intrinsic
 from .isa import MachineConfig
 from .patterns import pattern_table
@@ -66,3 +69,7 @@ class DotProdTarget(AcceleratorBase):
 
     def device(self) -> Device:
         return self.hardware
+
+    def estimate(self, function: Node) -> CostEstimate | None:
+        """How long a composite takes here (placement by cost; ``cost.py``)."""
+        return estimate(self, function)

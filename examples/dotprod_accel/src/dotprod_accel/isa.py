@@ -67,6 +67,14 @@ class MachineConfig:
     acc_depth: int = 16384
     #: bytes moved per cycle between host memory and the on-chip memories
     bus_bytes_per_cycle: int = 8
+    #: the clock and the host link, for time estimates (placement by cost)
+    clock_mhz: float = 200.0
+    link_gbps: float = 1.0
+    link_latency_us: float = 2.0
+
+    def bus_cycles(self, nbytes: int) -> int:
+        """Cycles to stage ``nbytes`` into the on-chip memories."""
+        return -(-nbytes // self.bus_bytes_per_cycle)
 
     def depth(self, memory: Memory) -> int:
         return {Memory.INP: self.inp_depth, Memory.WGT: self.wgt_depth,

@@ -74,6 +74,20 @@ def _vadd(memories, command: Command, index: int) -> None:
         acc[dst] = acc[lhs] + acc[rhs]
 
 
+def command_cycles(command: Command) -> int:
+    """Cycles one command keeps the array busy."""
+    return -(-command["count"] // LANES) if command.op == "CLEAR" else 1
+
+
+def count_cycles(words: np.ndarray) -> DeviceTiming:
+    """The cycles of a command list, per kind of command, without running it (what the
+    target's cost model reads; :func:`execute` counts the same)."""
+    busy = {fmt.name.lower(): 0 for fmt in ISA.formats}
+    for command in ISA.decode(words):
+        busy[command.op.lower()] += command_cycles(command)
+    return DeviceTiming(sum(busy.values()), busy)
+
+
 def execute(words: np.ndarray, memories: dict[Memory, np.ndarray]) -> DeviceTiming:
     """Run the encoded commands on ``memories`` (changed in place)."""
     busy = {fmt.name.lower(): 0 for fmt in ISA.formats}
@@ -81,13 +95,11 @@ def execute(words: np.ndarray, memories: dict[Memory, np.ndarray]) -> DeviceTimi
         if command.op == "CLEAR":
             memories[Memory.ACC][_span(memories, Memory.ACC, command["acc"], command["count"],
                                        index, command)] = 0
-            busy["clear"] += -(-command["count"] // LANES)
         elif command.op == "DOT":
             _dot(memories, command, index)
-            busy["dot"] += 1
         else:
             _vadd(memories, command, index)
-            busy["vadd"] += 1
+        busy[command.op.lower()] += command_cycles(command)
     return DeviceTiming(sum(busy.values()), busy)
 
 
@@ -142,7 +154,7 @@ class SimulatorDevice:
         return place
 
     def _cycles(self, nbytes: int) -> int:
-        return -(-nbytes // self.config.bus_bytes_per_cycle)
+        return self.config.bus_cycles(nbytes)
 
     def copy_in(self, program: Program, buffer: str, array: np.ndarray) -> None:
         place = self._place(program, buffer)

@@ -1,6 +1,12 @@
-"""Small int8 ONNX models for the dot-product array's tests."""
+"""Small int8 ONNX models for the dot-product array: the tutorial's ``mlp_int8.onnx``
+and the tests' models.
+
+    python -m dotprod_accel.models mlp_int8.onnx     # writes the tutorial's model
+"""
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import onnx
@@ -60,3 +66,16 @@ def dense_model(weights: np.ndarray, bias: np.ndarray | None, rows: int) -> onnx
         [helper.make_tensor_value_info("y", TensorProto.INT32, [rows, weights.shape[1]])],
         [numpy_helper.from_array(v, k) for k, v in constants.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write :func:`two_layer_mlp` to the path given (default ``mlp_int8.onnx``)."""
+    args = sys.argv[1:] if argv is None else argv
+    path = args[0] if args else "mlp_int8.onnx"
+    onnx.save(two_layer_mlp(), path)
+    print(f"wrote {path}: int8 [4, 20] -> dense -> ReLU -> dense -> dense (int32 [4, 5])")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""Placement by cost against the greedy and the all-CPU placements, on CNNs quantized by
+onnxruntime's quantize_static (QDQ, int8 activations, per-channel weights) for
+``vta,llvm``.
+
+    python benchmarks/placement.py [--models resnet18,mobilenet_v2] [--size 224]
+        [--configs 1x16x16@100,1x32x32@300] [--link-gbps 1] [--onnx-helper]
+        [--stream mobilenet_v2:1x16x16@20] [--stream-inputs 16] [--svg-dir DIR]
+
+Prints the machine, the accelerator configs with their clock and the host link; then
+per model and config:
+
+- the model's estimated end-to-end latency (one input, devices taking turns) of the
+  cost placement, all on the CPU and the greedy placement (every pattern match on the
+  accelerator), and the check that cost <= both;
+- the accelerator's estimate per region against the cycles its kernels report in a run
+  (the simulator's timing model) at the clock: the largest deviation;
+- the CPU's estimate per function placed on the CPU against the same program timed
+  again here: median and largest deviation;
+- bit-exactness: the cost placement's output against the greedy placement's and the
+  reference integer semantics of the partitioned graph (NumPy);
+- a stream of inputs through the pipelined runtime for one model and config where both
+  devices carry work: the modelled sequential and pipelined times (CPU spans measured,
+  accelerator spans from its cycle counts at the clock) and the throughput ratio;
+- compile time, each compile in a fresh interpreter: greedy, cost with an empty estimate
+  cache, cost again (cache warm): what placement adds over the greedy compile, and the
+  partition pass's share.
+
+The CPU estimates are the fastest of several calls, and so is the measurement they are
+compared with; figures depend on the load of the machine (printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from machine import describe  # noqa: E402
+from vta_resnet18 import quantized  # noqa: E402
+
+import heterocc  # noqa: E402
+from heterocc.passes.placement_picture import placement_svg  # noqa: E402
+from heterocc.runtime.interpreter import evaluate  # noqa: E402
+from heterocc.targets import get_target  # noqa: E402
+from heterocc.targets.llvm import cost as cpu_cost  # noqa: E402
+from heterocc.targets.vta import VtaTarget  # noqa: E402
+
+
+def _compile(model, vta: VtaTarget, placement: str):
+    start = time.perf_counter()
+    compiled = heterocc.compile(model, target=[vta, "llvm"], placement=placement)
+    seconds = time.perf_counter() - start
+    partition = sum(r.seconds for r in compiled.pass_records if r.name == "partition")
+    return compiled, seconds, partition
+
+
+def _timed_compile(model_bytes: bytes, text: str, link_gbps: float, placement: str,
+                   cache: str, queue) -> None:
+    """In a fresh interpreter (nothing compiled before, no warm in-process caches): one
+    compile's seconds and its partition pass's."""
+    os.environ["HETEROCC_CACHE_DIR"] = cache
+    _, seconds, partition = _compile(model_bytes, _config(text, link_gbps), placement)
+    queue.put((seconds, partition))
+
+
+def _compile_time(model, text: str, link_gbps: float, placement: str,
+                  cache: str) -> tuple[float, float]:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_timed_compile, args=(
+        model.SerializeToString(), text, link_gbps, placement, cache, queue))
+    child.start()
+    result = queue.get()
+    child.join()
+    return result
+
+
+def _accelerator_accuracy(compiled, vta: VtaTarget) -> tuple[int, float]:
+    """Regions compared, and the largest relative deviation of the estimate's cycles
+    from the cycles the region's kernels reported in the last run."""
+    ran = {k.name: k.last_cycles for k in vta.kernels}
+    regions: dict[str, list[int]] = {}
+    for p in compiled.placement_report.placements:
+        if p.target == "vta" and "vta" in p.estimates and p.function in ran:
+            sums = regions.setdefault(p.region, [0, 0])
+            sums[0] += p.estimates["vta"].detail["cycles"]
+            sums[1] += ran[p.function]
+    worst = max((abs(e - c) / c for e, c in regions.values() if c), default=0.0)
+    return len(regions), worst
+
+
+def _cpu_accuracy(report) -> list[tuple[float, float]]:
+    """(estimate, measured) seconds of each CPU-placed function, its program timed again
+    here (fastest of at least 5 calls and 0.2 s)."""
+    llvm = get_target("llvm")
+    pairs = []
+    for unit in [*report.plan.composites, *report.plan.others]:
+        if unit.chosen != "llvm" or "llvm" not in unit.candidates:
+            continue
+        run, graph = cpu_cost.cpu_program(llvm, unit.function)
+        measured = min(cpu_cost.time_call(run, cpu_cost.random_arguments(graph.inputs),
+                                          min_samples=5, min_seconds=0.2))
+        pairs.append((unit.candidates["llvm"].compute_s, measured))
+    return pairs
+
+
+def _print_cpu_accuracy(pairs: list[tuple[float, float]]) -> None:
+    for label, chosen in (("functions of 0.1 ms or more", [p for p in pairs if p[1] >= 1e-4]),
+                          ("functions under 0.1 ms", [p for p in pairs if p[1] < 1e-4])):
+        if not chosen:
+            continue
+        deviations = [abs(e - m) / m for e, m in chosen]
+        within = sum(1 for d in deviations if d <= 0.25)
+        print(f"  CPU estimate vs measured again, {label}: {len(chosen)}, median deviation "
+              f"{100 * statistics.median(deviations):.1f}%, largest {100 * max(deviations):.1f}%, "
+              f"{within} within 25%")
+    estimated, measured = sum(e for e, _ in pairs), sum(m for _, m in pairs)
+    if measured:
+        print(f"  CPU estimate vs measured again, all CPU functions together: "
+              f"{estimated * 1e3:.3f} ms vs {measured * 1e3:.3f} ms "
+              f"({100 * abs(estimated - measured) / measured:.1f}%)")
+
+
+def _stream(model, vta: VtaTarget, size: int, count: int) -> None:
+    """``count`` inputs through the pipelined runtime, cost placement."""
+    compiled = heterocc.compile(model, target=[vta, "llvm"], placement="cost")
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((1, 3, size, size)).astype(np.float32) for _ in range(count)]
+    result = compiled.run_stream([[x] for x in xs])
+    exact = all(np.array_equal(out[0], compiled.run([x])[0])
+                for x, out in zip(xs[:2], result.outputs[:2]))
+    busy = result.busy(result.sequential)
+    overlap = any(a.lane == "llvm" and b.lane == "vta" and a.start < b.end and b.start < a.end
+                  for a in result.pipelined for b in result.pipelined)
+    print(f"  stream of {count}: busy per input: " + ", ".join(
+        f"{lane} {seconds / count * 1e3:.2f} ms" for lane, seconds in busy.items()))
+    print(f"  modelled: sequential {result.makespan(result.sequential) * 1e3:.1f} ms, "
+          f"pipelined {result.makespan(result.pipelined) * 1e3:.1f} ms -> throughput "
+          f"{result.speedup:.2f}x; CPU and accelerator spans overlap: {overlap}; "
+          f"outputs bit-exact: {exact}; wall time here {result.wall_seconds:.1f} s")
+
+
+def _config(text: str, link_gbps: float) -> VtaTarget:
+    shape, _, clock = text.partition("@")
+    return VtaTarget(config=shape, clock_mhz=float(clock or 100), link_gbps=link_gbps)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="resnet18,mobilenet_v2")
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--configs", default="1x16x16@100,1x32x32@300",
+                    help="accelerator shapes and clocks (MHz), comma-separated")
+    ap.add_argument("--link-gbps", type=float, default=1.0)
+    ap.add_argument("--stream", default="mobilenet_v2:1x16x16@20",
+                    help="MODEL:CONFIG run as a stream of --stream-inputs inputs (a split "
+                         "where both devices carry work); empty: none")
+    ap.add_argument("--stream-inputs", type=int, default=16)
+    ap.add_argument("--svg-dir", help="write each placement's picture here "
+                                      "(MODEL-SHAPE@CLOCK.svg)")
+    ap.add_argument("--onnx-helper", action="store_true",
+                    help="build the models with onnx.helper instead of exporting from torch")
+    args = ap.parse_args()
+    print(describe())
+    print(f"load average at start: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
+    configs = args.configs.split(",")
+    for text in configs:
+        c = _config(text, args.link_gbps).config
+        print(f"accelerator {c.name}: {c.block_in}x{c.block_out} GEMM core at "
+              f"{c.clock_mhz} MHz; host link {c.link_mbytes_per_s / 1000:g} GB/s, "
+              f"{c.link_latency_ns / 1000:g} us per transfer")
+    failures = []
+    strictly_better = False
+    for name in args.models.split(","):
+        model = quantized(name, not args.onnx_helper, args.size, "qdq", "int8", False)
+        x = np.random.default_rng(0).standard_normal((1, 3, args.size, args.size)).astype(
+            np.float32)
+        for text in configs:
+            cache = tempfile.mkdtemp(prefix="heterocc-costs-")
+            # compile times, each in a fresh interpreter: greedy, cost with an empty
+            # estimate cache, cost again with the cache it left
+            t_greedy, _ = _compile_time(model, text, args.link_gbps, "greedy", cache)
+            t_cold, p_cold = _compile_time(model, text, args.link_gbps, "cost", cache)
+            t_warm, p_warm = _compile_time(model, text, args.link_gbps, "cost", cache)
+            os.environ["HETEROCC_CACHE_DIR"] = cache
+            greedy, _, _ = _compile(model, _config(text, args.link_gbps), "greedy")
+            vta = _config(text, args.link_gbps)
+            warm, _, _ = _compile(model, vta, "cost")
+            report = warm.placement_report
+            if args.svg_dir:
+                os.makedirs(args.svg_dir, exist_ok=True)
+                with open(os.path.join(args.svg_dir, f"{name}-{text}.svg"), "w") as f:
+                    f.write(placement_svg(report, f"{name}, vta {text} MHz + llvm"))
+            totals = report.plan.totals()
+            chosen, cpu, greedy_ms = totals["chosen_ms"], totals["all_cpu_ms"], \
+                totals["greedy_ms"]
+            ok = chosen <= cpu and chosen <= greedy_ms
+            strictly_better |= chosen < cpu and chosen < greedy_ms
+            moved = sum(1 for u in report.plan.composites if u.chosen != u.greedy)
+            print(f"\n{name} on vta {text} MHz + llvm, link {args.link_gbps:g} GB/s: "
+                  f"{len(report.plan.composites)} candidate composites, {moved} kept on "
+                  "the CPU by cost")
+            print(f"  estimated latency: cost {chosen:.2f} ms, all-CPU {cpu:.2f} ms, greedy "
+                  f"{greedy_ms:.2f} ms -> cost <= both: {ok}; vs greedy "
+                  f"{greedy_ms / chosen:.3f}x, vs all-CPU {cpu / chosen:.2f}x")
+            (out,) = warm.run([x])
+            (expected,) = greedy.run([x])
+            exact = np.array_equal(out, expected) and np.array_equal(
+                out, evaluate(warm.graph, [x])[0])
+            regions, worst = _accelerator_accuracy(warm, vta)
+            pairs = _cpu_accuracy(report)
+            print(f"  accelerator estimate vs timing model in the run: {regions} regions, "
+                  f"largest deviation {100 * worst:.2f}%")
+            _print_cpu_accuracy(pairs)
+            print(f"  bit-exact (cost vs greedy vs integer reference): {exact}")
+            print(f"  compile (each in a fresh interpreter): greedy {t_greedy:.2f} s; cost, "
+                  f"empty estimate cache {t_cold:.2f} s (+{100 * (t_cold / t_greedy - 1):.1f}% "
+                  f"over greedy; partition pass {p_cold:.2f} s, accelerator kernels it "
+                  f"compiled reused by the build); cost, cache warm {t_warm:.2f} s "
+                  f"(+{100 * (t_warm / t_greedy - 1):.1f}% over greedy; partition pass "
+                  f"{p_warm:.2f} s = {100 * p_warm / t_warm:.1f}% of the compile)")
+            if not ok or not exact:
+                failures.append(f"{name} {text}")
+    if args.stream:
+        name, _, text = args.stream.partition(":")
+        model = quantized(name, not args.onnx_helper, args.size, "qdq", "int8", False)
+        print(f"\n{name} on vta {text} MHz + llvm, cost placement, pipelined:")
+        _stream(model, _config(text, args.link_gbps), args.size, args.stream_inputs)
+    print(f"\ncost strictly better than both on at least one: {strictly_better}")
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    if failures:
+        print("FAILED:", ", ".join(failures))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

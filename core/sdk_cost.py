@@ -1,0 +1,171 @@
+"""The SDK's cost interface: how long a function takes on a target.
+
+Placement by cost (``heterocc.compile(..., placement="cost")``, ``heterocc partition
+--placement cost``) asks every target how long each candidate function would take on
+it. A target answers through one optional hook, :class:`CostTarget`::
+
+    def estimate(self, function: Node) -> CostEstimate | None
+
+returning the compute time and the time its host link spends moving the function's
+tensors (None: it cannot tell for this function, which then stays where the patterns
+put it). An accelerator derives it from its cycle model at a declared clock
+(:func:`accelerator_estimate`) and a :class:`HostLink`; a CPU from measurement.
+
+Estimates that take time to make (a kernel compiled and timed) are kept on disk by
+:class:`CostCache`, keyed by the target's own key and :func:`workload_key` (the
+function's structure: ops, attributes, types; not the contents of its weights, which
+do not change its time), so a second compile of a model measures nothing again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from .errors import TargetError
+from .ir.graph import Node
+from .targets.registry import Target
+from .te_target import structure_key
+
+#: where :class:`CostCache` keeps its file unless ``HETEROCC_CACHE_DIR`` says otherwise
+DEFAULT_CACHE_DIR = "~/.cache/heterocc"
+
+
+@dataclass(frozen=True)
+class HostLink:
+    """The connection between host memory and a device: ``gbps`` gigabytes per second,
+    and ``latency_us`` microseconds per transfer (one buffer copied in or out)."""
+
+    gbps: float = 1.0
+    latency_us: float = 2.0
+
+    def __post_init__(self):
+        if not self.gbps > 0 or self.latency_us < 0:
+            raise TargetError(f"host link of {self.gbps} GB/s and {self.latency_us} us: the "
+                              "bandwidth must be positive and the latency not negative")
+
+    def seconds(self, nbytes: int, transfers: int = 1) -> float:
+        """Time to move ``nbytes`` in ``transfers`` separate copies."""
+        return transfers * self.latency_us * 1e-6 + nbytes / (self.gbps * 1e9)
+
+
+@dataclass
+class CostEstimate:
+    """How long one call of a function takes on a target: ``compute_s`` on the device,
+    ``transfer_s`` moving its tensors over the host link (zero on the host itself);
+    ``source`` says where the figure came from ("cycle model at 100 MHz", "measured",
+    "cache") and ``detail`` anything worth reporting (cycles, bytes, samples)."""
+
+    compute_s: float
+    transfer_s: float = 0.0
+    source: str = ""
+    detail: dict = field(default_factory=dict)
+
+    @property
+    def total_s(self) -> float:
+        """Compute and transfer together: what placing the function there costs."""
+        return self.compute_s + self.transfer_s
+
+    def to_json(self) -> dict:
+        """Milliseconds, rounded to the microsecond, with the source and detail."""
+        return {"total_ms": round(self.total_s * 1e3, 4),
+                "compute_ms": round(self.compute_s * 1e3, 4),
+                "transfer_ms": round(self.transfer_s * 1e3, 4),
+                "source": self.source, **self.detail}
+
+
+@runtime_checkable
+class CostTarget(Target, Protocol):
+    """A target that can say how long a function takes on it (placement by cost)."""
+
+    def estimate(self, function: Node) -> CostEstimate | None:
+        """The time of one call of ``function`` (a composite or a single-op function
+        node) on this target, or None when it cannot tell."""
+        ...
+
+
+def can_estimate(target: object) -> bool:
+    """Whether ``target`` has the :class:`CostTarget` hook."""
+    return callable(getattr(target, "estimate", None))
+
+
+def accelerator_estimate(cycles: int, clock_mhz: float, link: HostLink, bytes_moved: int,
+                         transfers: int, source: str = "") -> CostEstimate:
+    """An accelerator's estimate: ``cycles`` of its clock, plus ``bytes_moved`` over
+    ``link`` in ``transfers`` copies."""
+    if not clock_mhz > 0:
+        raise TargetError(f"clock of {clock_mhz} MHz: give a positive clock_mhz")
+    return CostEstimate(cycles / (clock_mhz * 1e6), link.seconds(bytes_moved, transfers),
+                        source or f"cycle model at {clock_mhz:g} MHz",
+                        {"cycles": int(cycles), "bytes": int(bytes_moved)})
+
+
+def workload_key(function: Node) -> str:
+    """A short stable key of what a function's time depends on: its body's structure
+    (``structure_key``: ops, attributes, types, dataflow), not its weights' contents.
+    Remembered for the last functions asked (each target asks for every candidate)."""
+    known = _KEYS.get(id(function))
+    if known is not None and known[0] is function:
+        return known[1]
+    key = hashlib.sha1(repr(structure_key(function.body)).encode()).hexdigest()[:20]
+    if len(_KEYS) >= 512:  # a model's candidates; the functions are held until cleared
+        _KEYS.clear()
+    _KEYS[id(function)] = (function, key)
+    return key
+
+
+#: workload keys by id of the function node (kept with it, so an id is not reused)
+_KEYS: dict[int, tuple[Node, str]] = {}
+
+
+class CostCache:
+    """Estimates kept on disk (a JSON object of seconds by ``target_key/workload``), in
+    ``directory`` (default ``$HETEROCC_CACHE_DIR`` or ``~/.cache/heterocc``)."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, directory: str | os.PathLike | None = None,
+                 filename: str = "costs.json"):
+        root = directory or os.environ.get("HETEROCC_CACHE_DIR") or DEFAULT_CACHE_DIR
+        self.path = Path(root).expanduser() / filename
+        self._entries: dict[str, dict] | None = None
+
+    def _load(self) -> dict[str, dict]:
+        if self._entries is None:
+            try:
+                self._entries = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                self._entries = {}  # no cache yet, or a damaged one: measure again
+            if not isinstance(self._entries, dict):
+                self._entries = {}
+        return self._entries
+
+    def get(self, target_key: str, workload: str) -> dict | None:
+        """The entry stored for ``workload`` on ``target_key``, or None."""
+        return self._load().get(f"{target_key}/{workload}")
+
+    def put(self, target_key: str, workload: str, entry: dict) -> None:
+        """Store ``entry`` (JSON-serializable): merged into the file as it is on disk now
+        (other caches and processes write it too), under a lock. A cache that cannot be
+        written costs a measurement next time, never an error."""
+        key = f"{target_key}/{workload}"
+        with self._lock:
+            self._load()[key] = entry
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with open(self.path.with_suffix(".lock"), "w") as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                    self._entries = None
+                    entries = self._load()
+                    entries[key] = entry
+                    tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps(entries, sort_keys=True))
+                    os.replace(tmp, self.path)
+            except OSError:
+                pass

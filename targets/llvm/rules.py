@@ -1,0 +1,226 @@
+"""The CPU's schedule rules: which stages of a function get which CPU schedule, decided
+from each compute's structure (see :class:`heterocc.te_target.ScheduleRule`).
+
+In the order :func:`cpu_rules` tries them:
+
+* :class:`DirectConvRule`: an NCHW convolution (``sum(data * w[k, rc, ry, rx])`` over
+  three reduction axes), register-tiled, finishing its epilogue in the tiles;
+* :class:`BlockedConvRule`: a convolution in the blocked NCHW[x]c layout (the compute
+  carries its workload, the key of its tuning task), with the tuning log's tiles;
+* :class:`LayoutTransformRule`: a copy between the plain and the blocked channel layout,
+  run row by row (a flat vectorized loop would need vector division to recover each
+  lane's channel);
+* :class:`BlockedPoolRule`: pooling over an NCHW[x]c tensor's rows and columns, one
+  vector per pixel over the channel block;
+* :class:`MatmulRule`: a product the CPU packed (``pack_matmul``), register-tiled over B's
+  panels, finishing its epilogue in the tiles;
+* :class:`ReductionRule`: any other reduction, output points in parallel;
+* :class:`InjectiveRule`: what stays in memory without being an anchor (outputs, kept
+  stages), flat, vectorized and in parallel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from heterocc import te
+from heterocc.te.tensor import Reduce, TensorLoad
+from heterocc.te_target import ScheduleRule
+from heterocc.tir import expr as tx
+
+from .cpu import CPUDescription
+from .schedules import (
+    BlockedConvTiles,
+    schedule_conv2d_nchw,
+    schedule_injective,
+    schedule_matmul,
+    schedule_pool_nchwc,
+    schedule_reduction,
+    schedule_rows,
+)
+from .tuning import ScheduleConfigs, apply_conv_auto, apply_matmul_config, schedule_blocked_conv
+
+
+class CPURule(ScheduleRule):
+    """A rule scheduling for one CPU description (None: the active one) with the
+    configs the tuning log gives the function being compiled."""
+
+    def __init__(self, cpu: CPUDescription | None = None,
+                 configs: ScheduleConfigs | None = None):
+        self.cpu = cpu
+        self.configs = configs or ScheduleConfigs()
+
+
+def _compute(tensor: te.Tensor) -> te.ComputeOp | None:
+    return tensor.op if isinstance(tensor.op, te.ComputeOp) else None
+
+
+def _sum_of_product(op: te.ComputeOp) -> tx.Binary | None:
+    """The ``a * b`` of a compute ``sum(a * b)``, else None."""
+    body = op.body
+    if (isinstance(body, Reduce) and body.combiner == "sum"
+            and isinstance(body.source, tx.Binary) and body.source.op == "mul"):
+        return body.source
+    return None
+
+
+class DirectConvRule(CPURule):
+    """An NCHW 2-D convolution: four output axes, a sum over three reduction axes
+    ``(rc, ry, rx)`` of the (padded, phase-split or guarded) data times the weight read
+    as ``w[k, rc, ry, rx]`` (``k`` the output's channel axis)."""
+
+    epilogue = True
+    epilogue_chain = True
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        op = _compute(tensor)
+        product = None if op is None else _sum_of_product(op)
+        if product is None or len(op.axis) != 4 or len(op.body.axis) != 3:
+            return False
+        weight = product.b
+        wanted = (op.axis[1].var, *(iv.var for iv in op.body.axis))
+        return (isinstance(weight, TensorLoad) and len(weight.indices) == 4
+                and all(index is var for index, var in zip(weight.indices, wanted)))
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_conv2d_nchw(schedule, tensor, epilogue, list(chain), self.cpu)
+        return epilogue is not None
+
+
+class BlockedConvRule(CPURule):
+    """A convolution over NCHW[x]c data: the compute carries its workload
+    (``blocked_conv``, the key of its tuning task). The tiles are the applied tuning
+    log's best for the workload, else the defaults (or the auto search's schedule when
+    the log's auto record of it is faster)."""
+
+    epilogue = True
+    epilogue_chain = True
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        op = _compute(tensor)
+        return op is not None and "blocked_conv" in op.attrs and bool(op.reduce_axis)
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        if apply_conv_auto(schedule, tensor, self.configs.conv_auto(tensor), epilogue,
+                           self.cpu):
+            return epilogue is not None
+        tiles = self.configs.blocked_conv_tiles(tensor) or BlockedConvTiles()
+        schedule_blocked_conv(schedule, tensor, tiles, epilogue, list(chain), self.cpu)
+        return epilogue is not None
+
+
+def _channel(index: tx.Expr, axes: Sequence[tx.Var]) -> tx.Var | None:
+    """The output axis that ``index`` reads a channel by: the axis itself, or
+    ``outer * block + inner`` with ``inner`` the output's last axis (a blocked output)."""
+    if any(index is a for a in axes):
+        return index
+    if (isinstance(index, tx.Binary) and index.op == "add" and index.b is axes[-1]
+            and isinstance(index.a, tx.Binary) and index.a.op == "mul"
+            and any(index.a.a is a for a in axes[:-1]) and isinstance(index.a.b, tx.IntImm)):
+        return index.a.a
+    return None
+
+
+class LayoutTransformRule(CPURule):
+    """A copy between the plain NCHW and the blocked NCHW[x]c layout (either way, or
+    between two block sizes): the source read as ``x[n, c, y, x]`` or
+    ``x[n, c // b, y, x, c % b]``, where the channel ``c`` is an output axis or, for a
+    blocked output, ``outer * block + inner``; every other index one output axis."""
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        op = _compute(tensor)
+        if op is None or op.reduce_axis or not isinstance(op.body, TensorLoad):
+            return False
+        axes = [iv.var for iv in op.axis]
+        indices = list(op.body.indices)
+        if len(axes) not in (4, 5) or len(indices) not in (4, 5):
+            return False
+        channel = indices[1]
+        if len(indices) == 5:
+            first, last = indices[1], indices[4]
+            if not (isinstance(first, tx.Binary) and first.op == "floordiv"
+                    and isinstance(last, tx.Binary) and last.op == "floormod"
+                    and first.a is last.a and isinstance(first.b, tx.IntImm)
+                    and isinstance(last.b, tx.IntImm) and first.b.value == last.b.value):
+                return False
+            channel = first.a
+        outer = _channel(channel, axes)
+        if outer is None or (channel is outer and len(indices) == 4):
+            return False  # a plain copy of the same layout is no layout transform
+        rest = [indices[0], indices[2], indices[3]]
+        return all(index is axis for index, axis in zip(rest, [axes[0], axes[2], axes[3]]))
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_rows(schedule, tensor, self.cpu)
+        return False
+
+
+class BlockedPoolRule(CPURule):
+    """Pooling of an NCHW[x]c tensor: five output axes, a max or sum over a window of
+    rows and columns and a window of one over the channel block."""
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        op = _compute(tensor)
+        return (op is not None and isinstance(op.body, Reduce)
+                and op.body.combiner in ("max", "sum") and len(op.axis) == 5
+                and len(op.body.axis) == 3 and int(op.body.axis[-1].extent) == 1)
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_pool_nchwc(schedule, tensor, self.cpu)
+        return False
+
+
+class MatmulRule(CPURule):
+    """A product the CPU packed (``packed_B``: the target's rewrite of every
+    ``sum(A[..., i, k] * B[..., k, j])`` before scheduling): the applied tuning log's
+    schedule for its shape when there is one, else the default register tiles, which
+    finish the epilogue."""
+
+    epilogue = True
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        op = _compute(tensor)
+        return op is not None and "packed_B" in op.attrs
+
+    def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
+        return [tensor.op.attrs["packed_B"]]
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        if apply_matmul_config(schedule, tensor, self.configs.matmul(tensor), self.cpu):
+            return False
+        schedule_matmul(schedule, tensor, self.cpu, epilogue=epilogue)
+        return epilogue is not None
+
+
+class ReductionRule(CPURule):
+    """Any other reduction: output points in parallel, each reduced by inner loops."""
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        return bool(tensor.op.reduce_axis)
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_reduction(schedule, tensor)
+        return False
+
+
+class InjectiveRule(CPURule):
+    """An output or kept stage no anchor finished: flat, vectorized, in parallel."""
+
+    anchor = False
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        return True
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_injective(schedule, tensor, self.cpu)
+        return False
+
+
+def cpu_rules(cpu: CPUDescription | None = None,
+              configs: ScheduleConfigs | None = None) -> list[ScheduleRule]:
+    """The CPU's schedule rules for ``cpu`` (None: the active CPU) with the tuning
+    log's ``configs`` for the function (None: the defaults), in the order they are
+    tried."""
+    rules = (DirectConvRule, BlockedConvRule, LayoutTransformRule, BlockedPoolRule,
+             MatmulRule, ReductionRule, InjectiveRule)
+    return [rule(cpu, configs) for rule in rules]

@@ -1,0 +1,164 @@
+"""CPU schedules of the LLVM target.
+
+``pack_matmul`` rewrites the compute library's plain product to read B through column
+panels one register tile wide (so the micro-kernel reads B contiguously): packing is
+this target's decision, taken before scheduling. ``schedule_matmul`` gives the product
+a register-tiled, vectorized, parallel schedule: each (row tile, column panel)
+accumulates in a local ``tile_rows() x panel`` buffer that LLVM keeps in vector
+registers, with one FMA per vector per step of the reduction, and can finish each tile
+with the function's elementwise epilogue; a constant B is packed once, by NumPy, when
+the kernel is built (:func:`pack_columns`, :func:`use_prepacked`). ``schedule_conv2d_nchw``
+tiles a direct convolution the same way, over output channels and output columns
+(grouped and depthwise ones too), and can finish each tile with the function's
+elementwise epilogue.
+
+``schedule_injective`` runs an elementwise/injective stage as one flat loop cut into
+vectors (and into parallel chunks when it is large); ``schedule_reduction`` runs the
+output points of a reduction in parallel, each reduced by an inner loop that LLVM
+vectorizes (float reductions are reassociable).
+
+One module per kind: :mod:`.common` (tile sizes from the CPU description, the
+injective, row and reduction schedules), :mod:`.direct_conv` (NCHW convolutions),
+:mod:`.blocked_conv` (NCHW[x]c convolutions, dense and depthwise), :mod:`.pool`
+(NCHW[x]c pooling) and :mod:`.matmul` (packing and the products' schedules).
+"""
+
+from __future__ import annotations
+
+from .blocked_conv import (
+    BLOCKED_CONV_ACCUMULATOR_SHARE,
+    BLOCKED_CONV_MAX_CHANNEL_BLOCKS,
+    BLOCKED_CONV_MAX_COLUMNS,
+    BLOCKED_CONV_PAIRED_COLUMNS,
+    BLOCKED_CONV_WEIGHT_VECTORS,
+    DEPTHWISE_MAX_COLUMNS,
+    DEPTHWISE_MIN_COLUMNS,
+    DEPTHWISE_PARALLEL_MIN_VECTOR_MULADDS,
+    BlockedConvTiles,
+    DepthwiseConvTiles,
+    blocked_conv_columns,
+    blocked_conv_limits,
+    default_blocked_conv_tiles,
+    default_depthwise_conv_tiles,
+    dense_conv_channel_blocks,
+    dense_conv_column_limit,
+    dense_conv_reduction_blocks,
+    depthwise_conv_tile,
+    pointwise_conv_tile,
+    schedule_conv2d_nchwc,
+    schedule_depthwise_conv2d_nchwc,
+)
+from .common import (
+    OPERAND_REGISTERS,
+    PANEL_VECTORS,
+    PARALLEL_MIN_ELEMENTS,
+    TASKS_PER_CORE,
+    PanelChoice,
+    even_tiles,
+    schedule_injective,
+    schedule_reduction,
+    schedule_rows,
+    tile_rows,
+    vector_lanes,
+)
+from .common import (
+    _cpu as _cpu,
+)
+from .direct_conv import (
+    CONV_TILE_CHANNELS,
+    DEPTHWISE_TILE_CHANNELS,
+    conv_tile_channels,
+    conv_tile_columns,
+    schedule_conv2d_nchw,
+)
+from .matmul import (
+    MATMUL_UNROLLED_MULADDS,
+    default_panel,
+    matmul,
+    matmul_function,
+    matmul_tile_rows,
+    pack_columns,
+    pack_matmul,
+    pack_matmul_rows,
+    pack_matmuls,
+    packed_source,
+    panel_group,
+    panel_width,
+    ragged_panel_tail,
+    reachable_computes,
+    reduction_steps,
+    reduction_unroll_limit,
+    schedule_matmul,
+    schedule_packed_rows,
+    unroll_reduction,
+    use_prepacked,
+    vectorize_panel_columns,
+)
+from .matmul import (
+    _matmul_loads as _matmul_loads,
+)
+from .pool import (
+    schedule_pool_nchwc,
+)
+
+__all__ = [
+    "BLOCKED_CONV_ACCUMULATOR_SHARE",
+    "BLOCKED_CONV_MAX_CHANNEL_BLOCKS",
+    "BLOCKED_CONV_MAX_COLUMNS",
+    "BLOCKED_CONV_PAIRED_COLUMNS",
+    "BLOCKED_CONV_WEIGHT_VECTORS",
+    "BlockedConvTiles",
+    "CONV_TILE_CHANNELS",
+    "DEPTHWISE_MAX_COLUMNS",
+    "DEPTHWISE_MIN_COLUMNS",
+    "DEPTHWISE_PARALLEL_MIN_VECTOR_MULADDS",
+    "DEPTHWISE_TILE_CHANNELS",
+    "DepthwiseConvTiles",
+    "MATMUL_UNROLLED_MULADDS",
+    "OPERAND_REGISTERS",
+    "PANEL_VECTORS",
+    "PARALLEL_MIN_ELEMENTS",
+    "PanelChoice",
+    "TASKS_PER_CORE",
+    "blocked_conv_columns",
+    "blocked_conv_limits",
+    "conv_tile_channels",
+    "conv_tile_columns",
+    "default_blocked_conv_tiles",
+    "default_depthwise_conv_tiles",
+    "default_panel",
+    "dense_conv_channel_blocks",
+    "dense_conv_column_limit",
+    "dense_conv_reduction_blocks",
+    "depthwise_conv_tile",
+    "even_tiles",
+    "matmul",
+    "matmul_function",
+    "matmul_tile_rows",
+    "pack_columns",
+    "pack_matmul",
+    "pack_matmul_rows",
+    "pack_matmuls",
+    "packed_source",
+    "panel_group",
+    "panel_width",
+    "pointwise_conv_tile",
+    "ragged_panel_tail",
+    "reachable_computes",
+    "reduction_steps",
+    "reduction_unroll_limit",
+    "schedule_conv2d_nchw",
+    "schedule_conv2d_nchwc",
+    "schedule_depthwise_conv2d_nchwc",
+    "schedule_injective",
+    "schedule_matmul",
+    "schedule_packed_rows",
+    "schedule_pool_nchwc",
+    "schedule_reduction",
+    "schedule_rows",
+    "tile_rows",
+    "unroll_reduction",
+    "use_prepacked",
+    "vector_lanes",
+    "vectorize_panel_columns",
+]

@@ -1,0 +1,126 @@
+"""What every CPU schedule shares: tile sizes derived from the CPU description (vector
+lanes, register tiles), and the schedules of stages that are not anchors of their own
+kind: ``schedule_injective`` (one flat loop cut into vectors, and into parallel chunks
+when it is large), ``schedule_rows`` (row by row, for a stage whose flat index would need
+vector division) and ``schedule_reduction`` (output points in parallel, each reduced by
+an inner loop LLVM vectorizes)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from heterocc import te
+
+from ..cpu import CPUDescription, active_cpu
+
+#: the tuned panel width of a 2-D product ``(m, n, k, dtype)``, or None for the default
+PanelChoice = Callable[[int, int, int, str], "int | None"]
+
+#: elements below which a loop is not worth waking the thread pool for.
+PARALLEL_MIN_ELEMENTS = 1 << 14
+
+#: vector registers per row of a matmul register tile: one panel of B (:func:`panel_width`)
+PANEL_VECTORS = 2
+#: parallel tasks per core that a schedule leaves when it could make fewer, larger ones:
+#: the runtime's chunks per thread (``CHUNKS_PER_THREAD`` in ``runtime.py``), so that a
+#: core slowed by another process leaves its share to the others
+TASKS_PER_CORE = 4
+#: registers a convolution's register tile leaves for operands (weight vectors, the
+#: input's broadcast, addresses)
+OPERAND_REGISTERS = 4
+
+
+def _cpu(cpu: CPUDescription | None) -> CPUDescription:
+    """The description to tile for: ``cpu``, else the one being compiled for."""
+    return cpu or active_cpu()
+
+
+def vector_lanes(dtype: str, cpu: CPUDescription | None = None) -> int:
+    """Lanes of one vector register of ``dtype`` on ``cpu`` (default: the active CPU)."""
+    return _cpu(cpu).vector_lanes(dtype)
+
+
+def _broadcast_registers(description: CPUDescription) -> int:
+    """Vector registers that A's broadcast elements hold during a matmul register
+    tile's reduction step: one on x86 (AVX-512 folds the broadcast into the FMA's memory
+    operand, AVX2 broadcasts one row's element at a time), three on AArch64 (NEON
+    multiplies by a lane of a register, and LLVM loads the next rows' elements ahead:
+    14 two-vector rows spill there, 13 do not)."""
+    return 3 if description.arch == "aarch64" else 1
+
+
+def tile_rows(cpu: CPUDescription | None = None, rows: int | None = None,
+              panel_vectors: int = PANEL_VECTORS) -> int:
+    """Rows of C per matmul register tile on ``cpu`` (default: the active CPU): the most
+    rows whose accumulators (``panel_vectors`` vector registers per row: a panel of B)
+    fit in the vector registers beside one reduction step's operands (the panel's
+    vectors of B and A's broadcast elements, :func:`_broadcast_registers`): 14 rows of
+    a two-vector panel with AVX-512's 32 registers, 13 with NEON's 32, 6 with AVX2's 16
+    (the 6x16 tile).
+
+    Given ``rows``, the rows of C: the fewest tiles of at most that many that cover
+    them, each as narrow as that count allows (:func:`even_tiles`: 64 rows in 5 tiles
+    of 13, not 4 of 14 and a tail of 8; 1024 in 14s, a tail of 2)."""
+    description = _cpu(cpu)
+    free = (description.vector_registers - panel_vectors
+            - _broadcast_registers(description))
+    limit = max(1, free // panel_vectors)
+    return limit if rows is None else even_tiles(rows, limit)
+
+
+def even_tiles(extent: int, limit: int) -> int:
+    """The tile size that covers ``extent`` in the fewest tiles of at most ``limit``,
+    each as small as that count allows: a tail tile costs less than the extra tiles
+    that a divisor of ``extent`` would take."""
+    limit = max(1, min(extent, limit))
+    return -(-extent // -(-extent // limit))
+
+
+def schedule_injective(schedule: te.Schedule, tensor: te.Tensor,
+                       cpu: CPUDescription | None = None) -> None:
+    """Fuse all axes of ``tensor``'s stage, vectorize by register width, and run chunks
+    in parallel when there are enough elements."""
+    stage = schedule[tensor]
+    axes = list(stage.op.axis)
+    if not axes:
+        return
+    flat = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    size = int(np.prod(tensor.shape))
+    outer, lanes = stage.split(flat, factor=vector_lanes(tensor.dtype, cpu))
+    stage.vectorize(lanes)
+    if size >= PARALLEL_MIN_ELEMENTS:
+        stage.parallel(outer)
+
+
+def schedule_rows(schedule: te.Schedule, tensor: te.Tensor,
+                  cpu: CPUDescription | None = None, serial_axes: int = 0) -> None:
+    """Run ``tensor``'s stage row by row: every axis but the last fused (in parallel when
+    there are enough elements), the last cut into vectors. For a stage whose flat index
+    would need vector division to recover its coordinates (a phase-split copy).
+    ``serial_axes``: that many axes before the last stay serial loops inside each
+    parallel row instead of being fused into it."""
+    stage = schedule[tensor]
+    *axes, columns = stage.op.axis
+    rows = axes[:len(axes) - serial_axes]
+    outer, lanes = stage.split(columns, factor=min(vector_lanes(tensor.dtype, cpu),
+                                                   tensor.shape[-1]))
+    stage.vectorize(lanes)
+    if rows and int(np.prod(tensor.shape)) >= PARALLEL_MIN_ELEMENTS:
+        stage.parallel(stage.fuse(*rows) if len(rows) > 1 else rows[0])
+
+
+def schedule_reduction(schedule: te.Schedule, tensor: te.Tensor) -> None:
+    """Run the output points of reduction ``tensor`` in parallel (when there are many
+    and the reduction is large), each reduced by its inner loops."""
+    stage = schedule[tensor]
+    axes = list(stage.op.axis)
+    if not axes:
+        return
+    flat = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    work = int(np.prod(tensor.shape)) * int(np.prod([iv.extent for iv in stage.reduce_axis]))
+    if work >= PARALLEL_MIN_ELEMENTS and int(np.prod(tensor.shape)) > 1:
+        stage.parallel(flat)
+
+

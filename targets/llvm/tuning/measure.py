@@ -1,0 +1,84 @@
+"""The timing harness of a candidate: the cache flush and the rotation over copies."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from heterocc import te
+from heterocc.tuning.measure import (
+    MeasureOptions,
+)
+
+from ..cpu import CPUDescription, active_cpu
+from ..module import build
+
+# ------------------------------------------------------------------ measuring a candidate
+
+
+#: how many times the L2 caches of all cores the cache flush reads: enough that what a
+#: candidate touched is evicted from every core's L2 (to the L3, where a model's
+#: kernel finds the weights it last read a network run ago)
+FLUSH_L2_MULTIPLE = 2
+#: rows of the flush's buffer per core: the thread pool hands rows out in chunks, so
+#: each core reads its share even while another is slowed
+FLUSH_ROWS_PER_CORE = 8
+
+
+@functools.lru_cache(maxsize=4)
+def cache_flusher(cpu: CPUDescription) -> Callable[[], None]:
+    """A call that evicts what the last kernel touched from the caches of the cores of
+    ``cpu`` (see :attr:`~heterocc.tuning.measure.MeasureOptions.cache`): a sum of
+    rows of a buffer :data:`FLUSH_L2_MULTIPLE` times the L2 caches of all its cores,
+    run in parallel on the same thread pool as the kernels, so that every core running
+    a kernel's iterations reads its part of the buffer."""
+    lanes = cpu.vector_lanes("float32")
+    rows = cpu.num_cores * FLUSH_ROWS_PER_CORE
+    depth = max(1, math.ceil(FLUSH_L2_MULTIPLE * cpu.l2 * cpu.num_cores / (rows * lanes * 4)))
+    data = te.placeholder((rows, depth, lanes), "float32", name="flushed")
+    k = te.reduce_axis((0, depth), name="k")
+    sums = te.compute((rows, lanes), lambda i, v: te.sum(data[i, k, v], axis=k), name="sums")
+    schedule = te.create_schedule(sums)
+    row, lane = schedule[sums].op.axis
+    schedule[sums].reorder(row, k, lane)
+    schedule[sums].parallel(row)
+    schedule[sums].vectorize(lane)
+    function = build(te.lower(schedule, [data, sums], name="cache_flush"), cpu=cpu)["cache_flush"]
+    buffer = np.ones((rows, depth, lanes), np.float32)
+    out = np.zeros((rows, lanes), np.float32)
+    return functools.partial(function, buffer, out)
+
+
+def _flush_of(options: MeasureOptions) -> Callable[[], None] | None:
+    """The cache flush run before each timed call, where ``options`` ask for one."""
+    return cache_flusher(active_cpu()) if options.cache == "flush" else None
+
+
+#: the most copies of a candidate's constants and outputs the ``rotate`` timing takes
+#: turns over (a tiny kernel's operands in that many copies still fit the L2 caches,
+#: where in a model the rest of the network evicts them)
+MAX_ROTATION = 1024
+
+
+def rotation_count(footprint: int, cpu: CPUDescription) -> int:
+    """How many copies of ``footprint`` bytes (a kernel's constants and outputs) the
+    ``rotate`` timing takes turns over: enough that the others' copies fill
+    :data:`FLUSH_L2_MULTIPLE` times the L2 caches of all cores between two calls on
+    one copy."""
+    evicting = FLUSH_L2_MULTIPLE * cpu.l2 * cpu.num_cores
+    return max(2, min(MAX_ROTATION, 1 + math.ceil(evicting / max(footprint, 1))))
+
+
+def _rotating(make: Callable[[], Callable[[], object]], footprint: int
+              ) -> Callable[[], object]:
+    """One call that runs, in turn, each of :func:`rotation_count` calls ``make``
+    returns (each on its own copies of the operands that rotate)."""
+    calls = [make() for _ in range(rotation_count(footprint, active_cpu()))]
+    turns = itertools.cycle(calls)
+    return lambda: next(turns)()
+
+

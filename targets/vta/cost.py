@@ -1,0 +1,102 @@
+"""How long a composite takes on the accelerator: the cycles of its instruction stream
+in the timing model (``accel_sim.timing``) at the config's clock, plus the host link's
+time for the tensors a call copies in and out (the runtime writes a layer's
+activations and reads its output on every call; weights stay resident).
+
+Compiling a composite is the only way to know its stream, so :class:`VtaCostModel`
+keeps the kernels it compiled for the target to reuse when the composite stays on the
+accelerator, and the estimates on disk (:class:`heterocc.sdk.CostCache`) so a later
+compile of the same workload on the same hardware compiles nothing to estimate it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from heterocc.accel_sim import HardwareConfig
+from heterocc.errors import CompileError
+from heterocc.ir.graph import Node
+from heterocc.sdk import CostCache, CostEstimate, HostLink, accelerator_estimate, workload_key
+
+from .codegen import AcceleratorKernel, compile_composite
+
+
+def host_link(config: HardwareConfig) -> HostLink:
+    """The host link a config declares."""
+    return HostLink(config.link_mbytes_per_s / 1000, config.link_latency_ns / 1000)
+
+
+def kernel_estimate(kernel: AcceleratorKernel, config: HardwareConfig,
+                    source: str = "") -> CostEstimate:
+    """A compiled kernel's time: its modelled cycles at the clock, and the bytes the host
+    moves per call (inputs written, output read) over the link."""
+    metrics = kernel.metrics()
+    return accelerator_estimate(metrics["cycles"], config.clock_mhz, host_link(config),
+                                metrics["host_bytes"], len(kernel.input_names) + 1, source)
+
+
+def call_estimate(kernel, config: HardwareConfig) -> CostEstimate | None:
+    """The time of a region kernel's last call from the device's own counts: the cycles
+    each of its programs reported at the clock, and the bytes it copied over the link
+    (None before a call)."""
+    parts = list(getattr(kernel, "composites", ())) or [kernel]
+    if any(getattr(p, "last_timing", None) is None for p in parts):
+        return None
+    cycles = sum(p.last_cycles for p in parts)
+    moved = sum(p.last_bytes_in + p.last_bytes_out for p in parts)
+    transfers = sum(len(p.input_names) + 1 for p in parts)
+    return accelerator_estimate(cycles, config.clock_mhz, host_link(config), moved, transfers,
+                                f"device cycle count at {config.clock_mhz} MHz")
+
+
+def reuse_key(function: Node) -> tuple:
+    """Which composite a function node is, across the partitioner's rounds: its pattern
+    row and the names of its nodes (unique in a graph)."""
+    return function.attrs.get("composite"), tuple(n.name for n in function.body.nodes)
+
+
+@dataclass
+class VtaCostModel:
+    """The ``estimate`` hook of a :class:`~heterocc.targets.vta.VtaTarget`."""
+
+    config: HardwareConfig
+    virtual_threads: int
+    cache: CostCache = field(default_factory=CostCache)
+    #: kernels compiled to estimate, by :func:`reuse_key`, until ``compile_layer`` takes them
+    compiled: dict[tuple, AcceleratorKernel] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """What the cached figures depend on besides the workload: the hardware (its
+        name and its timing parameters), the virtual threads and the cost model's version."""
+        c = self.config
+        return (f"vta1/{c.name}/t{c.instruction_overhead_cycles}-{c.dram_latency_cycles}-"
+                f"{c.dram_bytes_per_cycle}-{c.gemm_cycles_per_iteration}-"
+                f"{c.alu_cycles_per_iteration}/vt{self.virtual_threads}")
+
+    def estimate(self, function: Node) -> CostEstimate | None:
+        """The composite's time on this accelerator, or None when it does not compile
+        for it (the greedy placement's build then reports why)."""
+        if "composite" not in function.attrs:
+            return None
+        workload = workload_key(function)
+        cached = self.cache.get(self.key, workload)
+        if cached is not None:
+            return accelerator_estimate(cached["cycles"], self.config.clock_mhz,
+                                        host_link(self.config), cached["bytes"],
+                                        cached["transfers"],
+                                        f"cycle model at {self.config.clock_mhz} MHz (cached)")
+        try:
+            kernel = compile_composite(function, self.config, self.virtual_threads)
+        except CompileError:
+            return None
+        self.compiled[reuse_key(function)] = kernel
+        estimate = kernel_estimate(kernel, self.config)
+        self.cache.put(self.key, workload, {"cycles": estimate.detail["cycles"],
+                                            "bytes": estimate.detail["bytes"],
+                                            "transfers": len(kernel.input_names) + 1})
+        return estimate
+
+    def take(self, function: Node) -> AcceleratorKernel | None:
+        """The kernel compiled for ``function`` while estimating, once (None if none)."""
+        return self.compiled.pop(reuse_key(function), None)

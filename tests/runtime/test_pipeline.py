@@ -1,0 +1,108 @@
+"""Devices at once: the asynchronous device queue, the modelled timelines of a stream,
+the Chrome trace, and a stream run bit-exact against one-at-a-time runs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import heterocc
+from heterocc.runtime.pipeline import DeviceQueue, StreamResult, _Task, chrome_trace, schedule
+from heterocc.targets.vta import VtaTarget
+
+pytest.importorskip("onnxruntime.quantization")
+
+from tests.targets.vta.ort_models import INPUT, quantize, small_cnn  # noqa: E402
+
+
+def test_device_queue_runs_in_order_and_raises_at_wait():
+    queue = DeviceQueue("dev")
+    seen = []
+    handles = [queue.submit(seen.append, k) for k in range(5)]
+    for h in handles:
+        DeviceQueue.wait(h)
+    assert seen == list(range(5))
+    failing = queue.submit(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        DeviceQueue.wait(failing)
+    queue.close()
+
+
+def _chain(inputs: int) -> list[_Task]:
+    """Per input: CPU pre (1 s) -> device (2 s, 0.5 s of it link) -> CPU post (1 s)."""
+    tasks = []
+    for i in range(inputs):
+        tasks += [_Task(i, 0, "cpu", (), 1.0), _Task(i, 1, "dev", (0,), 1.5, 0.5, False),
+                  _Task(i, 2, "cpu", (1,), 1.0)]
+    return tasks
+
+
+def test_pipelined_timeline_overlaps_the_devices():
+    tasks = _chain(16)
+    sequential = schedule(tasks, pipelined=False)
+    pipelined = schedule(tasks, pipelined=True)
+    assert StreamResult.makespan(sequential) == pytest.approx(16 * 4.0)
+    # the CPU (2 s per input) bounds the stream: 2 s per input after the first
+    assert StreamResult.makespan(pipelined) == pytest.approx(16 * 2.0 + 2.0)
+    result = StreamResult([], sequential, pipelined, 0.0)
+    assert result.speedup >= 1.3
+    cpu = [s for s in pipelined if s.lane == "cpu"]
+    dev = [s for s in pipelined if s.lane == "dev"]
+    assert any(c.start < d.end and d.start < c.end and c.input != d.input
+               for c in cpu for d in dev)
+    for lane in ("cpu", "dev", "dev link"):  # one call at a time per lane
+        spans = sorted((s for s in pipelined if s.lane == lane), key=lambda s: s.start)
+        assert all(a.end <= b.start + 1e-12 for a, b in zip(spans, spans[1:]))
+    # within an input, each function starts after what it reads
+    end = {(s.input, s.name): s.end for s in pipelined if s.lane != "dev link"}
+    for s in pipelined:
+        if s.name == "f2":
+            assert s.start >= end[(s.input, "f1")] - 1e-12
+    assert {s.kind for s in pipelined if s.lane == "dev"} == {"modelled"}
+    assert {s.kind for s in cpu} == {"measured"}
+
+
+def test_chrome_trace_names_lanes_and_kinds():
+    spans = schedule(_chain(2), pipelined=True)
+    trace = chrome_trace(spans, {0: "pre", 1: "conv", 2: "post"}, "demo")
+    json.dumps(trace)
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert threads == {"cpu", "dev", "dev link"} and len(events) == len(spans)
+    conv = next(e for e in events if e["name"] == "conv")
+    assert conv["dur"] == pytest.approx(1.5e6) and conv["args"]["timing"] == "modelled"
+
+
+def test_stream_is_bit_exact_and_overlaps(tmp_path):
+    model = quantize(small_cnn(), tmp_path, "QDQ", "QInt8")
+    compiled = heterocc.compile(model, target=[VtaTarget(), "llvm"])
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(INPUT).astype(np.float32) for _ in range(6)]
+    result = compiled.run_stream([[x] for x in xs])
+    for x, outputs in zip(xs, result.outputs):
+        np.testing.assert_array_equal(outputs[0], compiled.run([x])[0])
+    lanes = {s.lane for s in result.pipelined}
+    assert {"llvm", "vta", "vta link"} <= lanes
+    assert result.makespan(result.pipelined) <= result.makespan(result.sequential) + 1e-12
+    busy = result.busy(result.sequential)
+    assert busy["vta"] > 0 and busy["llvm"] > 0
+    with pytest.raises(heterocc.errors.InputError, match="at least one"):
+        compiled.run_stream([])
+
+
+def test_cli_run_stream_writes_a_trace(tmp_path, capsys):
+    import onnx
+
+    from heterocc.cli import main
+
+    path = tmp_path / "model.onnx"
+    onnx.save(quantize(small_cnn(), tmp_path, "QDQ", "QInt8"), str(path))
+    trace = tmp_path / "trace.json"
+    assert main(["run", str(path), "--target", "vta,llvm", "--stream", "4",
+                 "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "stream of 4 inputs" in out and "outputs equal to one-at-a-time runs: True" in out
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["args"]["input"] for e in events if e["ph"] == "X"} == {0, 1, 2, 3}
