@@ -43,6 +43,7 @@ from .passes.placement_picture import placement_html, placement_svg
 from .profiling import write_profile
 from .quantization import CALIBRATION_METHODS, QuantizationOptions, quantize_model
 from .runtime.artifact import load_artifact
+from .runtime.budget import current_budget
 from .runtime.inputs import load_input_files, load_samples, parse_shapes
 from .runtime.memory import plan_memory
 from .runtime.pipeline import chrome_trace
@@ -631,6 +632,13 @@ def main(argv: list[str] | None = None) -> int:
         return status
     except HeteroccError as exc:
         print(f"heterocc: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        # what the memory budget did not foresee (heterocc.runtime.budget): still a
+        # message and a failing status, never a silent or traceback-only end
+        print("heterocc: error: out of memory; lower the model's sizes or run it where "
+              f"more memory is free (budget: {current_budget():,} bytes, "
+              "HETEROCC_MEMORY_BUDGET)", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # the reader went away (`heterocc accel disasm F | head`): stop quietly, and keep

@@ -97,3 +97,8 @@ class DeadlockError(AcceleratorError):
 
 class TuningError(HeteroccError):
     """The tuner could not run, or a tuning log is unreadable."""
+
+
+class ResourceError(HeteroccError):
+    """A model needs more than a stated limit allows: a tensor larger than the memory
+    budget (``heterocc.runtime.budget``), or a graph beyond a size the compiler handles."""

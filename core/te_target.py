@@ -513,4 +513,10 @@ class TETarget(ABC):
                 code = self.codegen(lowered, symbol)
         except COMPILE_ERRORS as exc:
             return CompiledFunction(error=exc)
+        except RecursionError:
+            # a long fused chain nests its expression deeper than the recursive
+            # expression visitors go: the function runs on its NumPy reference instead
+            return CompiledFunction(error=CompileError(
+                f"function {function.name!r} ({len(function.body.nodes)} ops): its "
+                "expression is nested too deeply to compile"))
         return CompiledFunction(code, lowered, expressed.tables)

@@ -16,7 +16,8 @@ import numpy as np
 from ..errors import InputError
 from ..ir.graph import Graph, Node, Value
 from ..ops import get_op
-from .inputs import is_dtype
+from .budget import check_tensor, check_total, current_budget
+from .inputs import is_dtype, native_order
 from .memory import MemoryPlan, plan_memory
 
 Kernel = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
@@ -114,8 +115,11 @@ class GraphExecutor:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
+        check_graph_memory(self.graph)
         if self.memory is None:
             self.memory = plan_memory(self.graph)
+        check_total(self.memory.planned_bytes, f"the intermediate tensors of one run "
+                    f"({len(self.memory.slot_bytes)} planned buffers)")
         returned = set(self.graph.outputs)
         # values to drop after each node: the run never holds more than the plan
         self._dead_after: dict[int, list[Value]] = {}
@@ -284,6 +288,20 @@ def device_counters(kernel) -> dict[str, int]:
     return counters
 
 
+def check_graph_memory(graph: Graph) -> None:
+    """ResourceError naming the first input or computed tensor of ``graph`` larger than
+    the memory budget (``heterocc.runtime.budget``): checked before anything of the run
+    is allocated."""
+    budget = current_budget()
+    for v in graph.inputs:
+        check_tensor(v.name, v.type.shape, v.type.np_dtype, "input", budget)
+    for node in graph.nodes:
+        for v in node.outputs:
+            if v.type.nbytes > budget:
+                check_tensor(v.name, v.type.shape, v.type.np_dtype,
+                             f"tensor (output of {node.op} node {node.name!r})", budget)
+
+
 def _run_op(op, attrs: dict, args: Sequence) -> list[np.ndarray]:
     """A plain op node's NumPy reference on ``args``."""
     return op.run(args, attrs)
@@ -298,7 +316,9 @@ def check_input(spec: Value, array) -> np.ndarray:
     if tuple(arr.shape) != spec.type.shape:
         raise InputError(f"input {spec.name!r}: shape {tuple(arr.shape)}, the model expects "
                          f"{spec.type.shape}")
-    return np.require(arr, requirements="C")  # keeps 0-d arrays 0-d
+    # native byte order and C order (a copy where needed; keeps 0-d arrays 0-d): the
+    # kernels read an input's bytes as a contiguous array of native numbers
+    return np.require(native_order(arr), requirements="C")
 
 
 def format_profile(entries: Sequence[ProfileEntry]) -> str:

@@ -42,10 +42,19 @@ def is_dtype(array: np.ndarray, name: str) -> bool:
     return array.dtype == _dtype(name) or array.dtype.name == name
 
 
+def native_order(array: np.ndarray) -> np.ndarray:
+    """``array`` with its elements in this machine's byte order: a big-endian array on a
+    little-endian host is converted (a copy), since kernels read the bytes as native."""
+    if array.dtype.isnative or array.dtype.byteorder == "|":
+        return array
+    return array.astype(array.dtype.newbyteorder("="))
+
+
 def name_inputs(specs: Sequence[InputSpec],
                 inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | np.ndarray | None,
                 named: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Inputs by name, checked for unknown, missing, mistyped and misshapen entries.
+    """Inputs by name, checked for unknown, missing, mistyped and misshapen entries, each
+    in this machine's byte order (:func:`native_order`).
 
     ``inputs`` is a dict by name or a list in the model's input order;
     ``named`` are keyword inputs.
@@ -79,7 +88,7 @@ def name_inputs(specs: Sequence[InputSpec],
                 isinstance(d, int) and d != a for d, a in zip(spec.shape, arr.shape)):
             raise InputError(f"input {spec.name!r}: shape {tuple(arr.shape)}, the model "
                              f"expects {spec.shape}")
-        out[spec.name] = arr
+        out[spec.name] = native_order(arr)
     return out
 
 

@@ -135,3 +135,12 @@ def test_sdk_example_target_from_eight_threads_matches_serial():
     inputs = [np.random.default_rng(40 + i).integers(-20, 20, (4, 20)).astype(np.int8)
               for i in range(6)]
     assert_threaded_equals_serial(compiled.run, inputs, 10)
+
+
+@pytest.mark.slow
+def test_cuda_emulation_from_eight_threads_matches_serial():
+    """The CUDA target on the host emulator (no GPU needed): a shared device pool and
+    each function's workspaces."""
+    compiled = heterocc.compile(_float_cnn(), target="cuda")
+    assert all(type(k).__name__ == "CudaKernel" for k in compiled.kernels.values())
+    assert_threaded_equals_serial(compiled.run, _inputs(5, (2, 3, 12, 12)), 6)
