@@ -46,7 +46,13 @@ class InputError(HeteroccError):
 
 
 class CompileError(HeteroccError):
-    """A target could not compile part of the model."""
+    """A target could not compile part of the model. ``kept_files``: files the target
+    wrote for the user to finish by hand (e.g. an object file no linker here could link);
+    an artifact export that fails keeps them beside the artifact's path."""
+
+    def __init__(self, message: str = "", kept_files: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.kept_files = tuple(kept_files)
 
 
 class PartitionError(CompileError):

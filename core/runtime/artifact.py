@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ArtifactError, HeteroccError, TargetError
+from ..errors import ArtifactError, CompileError, HeteroccError, TargetError
 from ..ir.graph import Graph
 from ..ir.serialize import graph_from_json, graph_to_json
 from ..targets import get_target
@@ -86,9 +86,31 @@ def export_artifact(path: str, graph: Graph, executor: GraphExecutor,
 
             sign_artifact(staging, sign)
         _publish(staging, path)
+    except CompileError as exc:
+        kept = _keep_beside(exc.kept_files, staging, path)
+        shutil.rmtree(staging, ignore_errors=True)
+        if not kept:
+            raise
+        message = str(exc)
+        for old, new in kept.items():
+            message = message.replace(old, new)
+        raise CompileError(message, kept_files=tuple(kept.values())) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _keep_beside(files: tuple[str, ...], staging: str, path: str) -> dict[str, str]:
+    """Move the files a failed export kept for the user out of the staging directory
+    (which is removed) to ``<path>.<name>``; their old and new paths."""
+    kept = {}
+    for name in files:
+        if os.path.commonpath([os.path.abspath(name), staging]) != staging:
+            continue  # written elsewhere by the target: stays where it is
+        destination = f"{path}.{os.path.basename(name)}"
+        os.replace(name, destination)
+        kept[name] = destination
+    return kept
 
 
 def _fresh_directory(parent: str, prefix: str) -> str:

@@ -345,7 +345,8 @@ class LLVMModule(_FunctionTable):
                 f"no C compiler links {self.cpu.triple} code on this machine; the object "
                 f"file is written to {obj_path}. Install a cross compiler (Debian: apt-get "
                 f"install gcc-{self.cpu.arch.replace('_', '-')}-linux-gnu) or set "
-                f"{cross_compiler_variable(self.cpu)}, then export again")
+                f"{cross_compiler_variable(self.cpu)}, then export again",
+                kept_files=(str(obj_path),))
         with tempfile.TemporaryDirectory() as tmp:
             obj_path = self.export_object(Path(tmp) / "kernels.o")
             runtime = write_runtime_source(Path(tmp))

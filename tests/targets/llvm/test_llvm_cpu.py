@@ -212,15 +212,18 @@ def test_an_aarch64_object_is_generated_on_any_host():
 
 def test_an_aarch64_shared_library_is_exported_or_the_object_with_a_clear_error(tmp_path):
     """With a cross compiler (Debian's gcc-aarch64-linux-gnu, or HETEROCC_CC_AARCH64)
-    the model's library is linked for AArch64; without one the object file is written
-    and CompileError says what to install."""
+    the model's library is linked for AArch64; without one the object file is kept beside
+    the artifact's path (no half-written artifact) and CompileError says where and what
+    to install."""
     compiled = heterocc.compile(tiny_cnn(), target=ARM)
     out = tmp_path / "arm"
     if link_command(hcpu.parse_cpu(ARM)) is None:
-        with pytest.raises(CompileError, match="gcc-aarch64-linux-gnu"):
+        obj = tmp_path / "arm.kernels.so.o"
+        with pytest.raises(CompileError, match="gcc-aarch64-linux-gnu") as refused:
             compiled.export(str(out))
-        obj = out / "kernels" / "llvm" / "kernels.so.o"
+        assert str(obj) in str(refused.value) and refused.value.kept_files == (str(obj),)
         assert _elf_machine(obj.read_bytes()) == EM_AARCH64
+        assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [obj.name]
         return
     compiled.export(str(out))
     library = out / "kernels" / "llvm" / "kernels.so"
