@@ -77,6 +77,11 @@ class DirectConvRule(CPURule):
         product = None if op is None else _sum_of_product(op)
         if product is None or len(op.axis) != 4 or len(op.body.axis) != 3:
             return False
+        if not str(tensor.dtype).startswith("float"):
+            # the tiles are sized for floating-point multiply-add vectors; an integer
+            # convolution (ConvInteger, QLinearConv) keeps the generic reduction schedule
+            # until the CPU has integer dot-product kernels (issue #35)
+            return False
         weight = product.b
         wanted = (op.axis[1].var, *(iv.var for iv in op.body.axis))
         return (isinstance(weight, TensorLoad) and len(weight.indices) == 4
