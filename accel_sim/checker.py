@@ -3,8 +3,8 @@
 Per instruction (:mod:`.validation`, before anything else is looked at): field
 ranges, dependency flags a module has no queue for, buffer misuse, SRAM and DRAM
 ranges, micro-op ranges, the ALU's own rules and the stream's work budget. Then
-the stream rules: micro-ops never loaded, FINISH placement, token balance per
-queue and deadlock (by the timing model's token semantics). What depends on
+the stream rules: micro-ops and lookup tables never loaded, FINISH placement, token
+balance per queue and deadlock (by the timing model's token semantics). What depends on
 micro-op contents (the exact tile indices of GEMM and ALU iterations) is checked
 again by the simulator when it executes.
 
@@ -23,6 +23,9 @@ import numpy as np
 from ..errors import AcceleratorError, DeadlockError, IllegalInstructionError
 from .config import HardwareConfig
 from .isa import (
+    LUT_WORDS,
+    Alu,
+    AluOp,
     Buffer,
     Finish,
     Instruction,
@@ -96,17 +99,19 @@ def check_stream(
 
 
 class _UopTracker:
-    """The stream rule that loops use only micro-op slots an earlier LOAD UOP filled
-    (one flag per slot)."""
+    """The stream rules that loops use only micro-op slots an earlier LOAD UOP filled
+    (one flag per slot), and that an ALU LUT uses a table earlier LOAD LUTs filled
+    whole."""
 
     def __init__(self, config: HardwareConfig):
         self.loaded = np.zeros(config.uop_depth, dtype=bool)
+        self.table_loaded = np.zeros(LUT_WORDS, dtype=bool)
         self.refused = 0
 
     def __call__(self, instruction: Instruction, index: int) -> list[IllegalInstructionError]:
-        if isinstance(instruction, Load) and instruction.buffer == Buffer.UOP:
-            self.loaded[instruction.sram_base:
-                        instruction.sram_base + dma_sram_tiles(instruction)] = True
+        if isinstance(instruction, Load) and instruction.buffer in (Buffer.UOP, Buffer.LUT):
+            flags = self.loaded if instruction.buffer == Buffer.UOP else self.table_loaded
+            flags[instruction.sram_base:instruction.sram_base + dma_sram_tiles(instruction)] = True
         elif isinstance(instruction, LoopInstruction) and instruction.iterations:
             begin, end = instruction.uop_begin, instruction.uop_end
             if not self.loaded[begin:end].all():
@@ -116,6 +121,14 @@ class _UopTracker:
                     f"{type(instruction).__name__.upper()} uses micro-op slot {missing} that "
                     "no earlier LOAD UOP filled", index, field="uop_begin/uop_end",
                     limit=missing)]
+            if isinstance(instruction, Alu) and instruction.alu_op == AluOp.LUT \
+                    and not self.table_loaded.all():
+                missing = int(np.argmin(self.table_loaded))
+                self.refused += 1
+                return [IllegalInstructionError(
+                    f"ALU LUT uses lookup-table word {missing} that no earlier LOAD LUT "
+                    f"filled; load all {LUT_WORDS} words of the table first", index,
+                    field="alu_op", limit=missing)]
         return []
 
 

@@ -1,5 +1,6 @@
 """The bit-exact functional simulator: DRAM as a NumPy byte array, the four SRAM
-buffers, and the semantics of every instruction, vectorized per instruction.
+buffers, the lookup table and the semantics of every instruction, vectorized per
+instruction.
 
 A GEMM instruction becomes a few gathers and one ``einsum`` (a BLAS matrix
 product whenever the loop nest allows it) on exactly representable float64
@@ -19,6 +20,8 @@ from ..errors import AcceleratorError, IllegalInstructionError
 from .config import HardwareConfig
 from .encoding import uop_fields
 from .isa import (
+    LUT_ENTRIES,
+    LUT_WORDS,
     Alu,
     AluOp,
     Buffer,
@@ -31,7 +34,7 @@ from .isa import (
 )
 from .validation import WorkMeter, dma_dram_span, dma_sram_tiles, instruction_errors
 
-__all__ = ["FunctionalSimulator", "alu_apply", "dma_dram_span", "dma_sram_tiles"]
+__all__ = ["FunctionalSimulator", "alu_apply", "lut_apply", "dma_dram_span", "dma_sram_tiles"]
 
 _LOOP_AXES = "oiu"  # outer loop, inner loop, micro-op
 _FLOAT_EXACT_LIMIT = 1 << 53
@@ -59,6 +62,8 @@ class FunctionalSimulator:
         self.wgt = np.zeros((config.wgt_depth, config.block_out, config.block_in), config.wgt_dtype)
         self.acc = np.zeros((config.acc_depth, config.batch, config.block_out), config.acc_dtype)
         self.uop_words = np.zeros(config.uop_depth, np.uint32)
+        #: the ALU's lookup table as loaded (LUT_WORDS little-endian words)
+        self.lut_words = np.zeros(LUT_WORDS, np.uint32)
         self._uops = uop_fields(self.uop_words, config)
         self._work = WorkMeter(config)
         #: multiply-accumulates performed so far (non-reset GEMM iterations).
@@ -114,6 +119,11 @@ class FunctionalSimulator:
             fields = uop_fields(self.uop_words[begin:end], config)
             for name, values in fields.items():
                 self._uops[name][begin:end] = values
+            return
+        if instruction.buffer == Buffer.LUT:
+            words = self.lut_words[begin:end].reshape(rows, cols)
+            words[...] = 0
+            words[interior] = raw.view("<u4").reshape(instruction.y_size, instruction.x_size)
             return
         target = {Buffer.INP: self.inp, Buffer.WGT: self.wgt, Buffer.ACC: self.acc}[
             instruction.buffer
@@ -269,6 +279,9 @@ class FunctionalSimulator:
                 index, field="micro-op dst",
             )
         current = self.acc[dst].astype(np.int64)
+        if instruction.alu_op == AluOp.LUT:
+            self.acc[dst] = lut_apply(self.lut_table(), current).astype(config.acc_dtype)
+            return
         if instruction.use_imm:
             operand: np.ndarray | int = instruction.imm
         elif instruction.src_inp:
@@ -297,6 +310,10 @@ class FunctionalSimulator:
             operand = self.acc[src].astype(np.int64)
         result = alu_apply(instruction.alu_op, current, operand, config.acc_bits)
         self.acc[dst] = result.astype(config.acc_dtype)
+
+    def lut_table(self) -> np.ndarray:
+        """The lookup table's 256 int8 entries (entry j: inputs whose low 8 bits are j)."""
+        return self.lut_words.astype("<u4").view(np.int8)
 
     def _full_indices(
         self,
@@ -358,6 +375,12 @@ def alu_apply(op: AluOp, value: np.ndarray, operand: np.ndarray | int, acc_bits:
         left = np.left_shift(value, np.clip(-shift, 0, acc_bits - 1))
         return np.where(shift >= 0, right, left)
     raise IllegalInstructionError(f"unknown ALU operation {op!r}")
+
+
+def lut_apply(table: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """The ALU's LUT operation: each value's low 8 bits index the 256-entry int8
+    ``table``; the entry, sign-extended, is the result."""
+    return table.astype(np.int64)[np.bitwise_and(value, LUT_ENTRIES - 1)]
 
 
 def _sum_by_target(targets: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -36,7 +36,7 @@ from .checker import find_stream_errors
 from .config import UOP_BYTES, HardwareConfig
 from .encoding import INSTRUCTION_BYTES, decode_stream, encode_stream
 from .functional import FunctionalSimulator
-from .isa import DEPENDENCY_FLAGS, OPCODE_OF, Buffer, Instruction, Load, isa_layout
+from .isa import DEPENDENCY_FLAGS, OPCODE_OF, AluOp, Buffer, Instruction, Load, isa_layout
 from .program import Program
 from .reference_programs import (
     GemmTiling,
@@ -184,8 +184,8 @@ def _field_word(seed: Seed, rng: np.random.Generator) -> Mutant:
 
 
 def _illegal_code(seed: Seed, rng: np.random.Generator) -> Mutant:
-    """An opcode (5-7), a buffer (5-7) or an ALU op (5-7) no instruction has, or a
-    reserved bit set."""
+    """An opcode (5-7), a buffer or an ALU op code no instruction has, or a reserved
+    bit set."""
     data = _words(seed)
     word = int(rng.integers(0, len(seed.instructions)))
     choice = int(rng.integers(0, 3))
@@ -193,7 +193,9 @@ def _illegal_code(seed: Seed, rng: np.random.Generator) -> Mutant:
         _set_bits(data, word, 0, 3, int(rng.integers(5, 8)))
         return Mutant(seed, "illegal_code:opcode", words=bytes(data))
     if choice == 1:
-        _set_bits(data, word, 7, 3, int(rng.integers(5, 8)))  # buffer or alu_op
+        # bits 7-9 hold a LOAD/STORE's buffer and an ALU's alu_op: a code neither has
+        unknown = [code for code in range(8) if code not in set(Buffer) | set(AluOp)]
+        _set_bits(data, word, 7, 3, int(rng.choice(unknown)))
         return Mutant(seed, "illegal_code:buffer_or_alu_op", words=bytes(data))
     _set_bits(data, word, 127, 1, 1)
     return Mutant(seed, "illegal_code:reserved_bit", words=bytes(data))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import AcceleratorError
@@ -33,6 +34,8 @@ class Buffer(enum.IntEnum):
     ACC = 3
     #: the accumulator buffer read through the narrowing path (STORE only).
     OUT = 4
+    #: the ALU's lookup table (LOAD only): LUT_WORDS 4-byte words, 256 int8 entries.
+    LUT = 5
 
 
 class AluOp(enum.IntEnum):
@@ -43,6 +46,8 @@ class AluOp(enum.IntEnum):
     ADD = 2
     SHR = 3
     MUL = 4
+    #: ``acc = table[acc mod 256]``, the int8 entry sign-extended (no operand).
+    LUT = 7
 
 
 class Module(enum.IntEnum):
@@ -157,6 +162,9 @@ class Alu(LoopInstruction):
     sign-extended to the accumulator's width (a quantized tensor such as a residual
     shortcut, brought into the accumulators without a GEMM); it needs input tiles
     the shape of accumulator tiles (``block_in == block_out``).
+
+    ``LUT`` has no operand (it sets ``use_imm`` with ``imm == 0``): each element
+    becomes the lookup table's entry for its low 8 bits, sign-extended.
     """
 
     alu_op: AluOp
@@ -200,7 +208,7 @@ CLASS_OF: dict[Opcode, type[Instruction]] = {opcode: cls for cls, opcode in OPCO
 def module_of(instruction: Instruction) -> Module:
     """The module that executes ``instruction``.
 
-    Load: INP and WGT loads. Compute: UOP and ACC loads, GEMM, ALU, FINISH.
+    Load: INP and WGT loads. Compute: UOP, ACC and LUT loads, GEMM, ALU, FINISH.
     Store: STOREs.
     """
     if isinstance(instruction, Store):
@@ -241,9 +249,29 @@ def pushed_queues(instruction: Instruction) -> list[Queue]:
     return [q for flag, q in _PUSHES[module_of(instruction)].items() if getattr(instruction, flag)]
 
 
+#: entries of the ALU's lookup table (one per int8 input) and the bytes of one
+LUT_ENTRIES = 256
+#: the table is loaded as 4-byte words, as micro-ops are (entry j is byte j % 4,
+#: little-endian, of word j // 4)
+LUT_WORDS = LUT_ENTRIES // UOP_BYTES
+#: buffers a LOAD fills one 4-byte word per cycle (a word may straddle bus beats)
+WORD_BUFFERS = frozenset({Buffer.UOP, Buffer.LUT})
+
+
+def lut_words(table: Iterable[int]) -> list[int]:
+    """The LUT_WORDS little-endian words of a 256-entry int8 table (entry j: the
+    result for the inputs whose low 8 bits are j)."""
+    entries = [int(v) & 0xFF for v in table]
+    if len(entries) != LUT_ENTRIES:
+        raise AcceleratorError(f"a lookup table has {LUT_ENTRIES} entries, got {len(entries)}")
+    return [int.from_bytes(bytes(entries[w * 4:w * 4 + 4]), "little") for w in range(LUT_WORDS)]
+
+
 def buffer_depth(config: HardwareConfig, buffer: Buffer) -> int:
-    """Entries (tiles, or micro-ops) of an on-chip buffer; OUT is the accumulator."""
+    """Entries (tiles, micro-ops or table words) of an on-chip buffer; OUT is the
+    accumulator."""
     return {
+        Buffer.LUT: LUT_WORDS,
         Buffer.UOP: config.uop_depth,
         Buffer.INP: config.inp_depth,
         Buffer.WGT: config.wgt_depth,
@@ -256,6 +284,7 @@ def dram_unit_bytes(config: HardwareConfig, buffer: Buffer) -> int:
     """Bytes of one DRAM element of a transfer (the unit of dram_base and x_stride)."""
     return {
         Buffer.UOP: UOP_BYTES,
+        Buffer.LUT: UOP_BYTES,
         Buffer.INP: config.inp_tile_bytes,
         Buffer.WGT: config.wgt_tile_bytes,
         Buffer.ACC: config.acc_tile_bytes,
@@ -330,7 +359,7 @@ def isa_layout(config: HardwareConfig) -> IsaLayout:
     inp_bits = index_bits(config.inp_depth)
     wgt_bits = index_bits(config.wgt_depth)
     acc_bits = index_bits(config.acc_depth)
-    sram_bits = max(uop_bits, inp_bits, wgt_bits, acc_bits)
+    sram_bits = max(uop_bits, inp_bits, wgt_bits, acc_bits, index_bits(LUT_WORDS))
     head = [("opcode", 3)] + [(flag, 1) for flag in DEPENDENCY_FLAGS]
     dma = head + [
         ("buffer", 3),

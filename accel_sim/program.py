@@ -37,9 +37,11 @@ DRAM_ALIGNMENT = 64
 
 
 def tile_shape(config: HardwareConfig, buffer: Buffer) -> tuple[int, int]:
-    """Rows and columns of elements in one tile of ``buffer`` (1 x 1 for UOP words)."""
+    """Rows and columns of elements in one tile of ``buffer`` (1 x 1 for UOP and LUT
+    words)."""
     return {
         Buffer.UOP: (1, 1),
+        Buffer.LUT: (1, 1),
         Buffer.INP: (config.batch, config.block_in),
         Buffer.WGT: (config.block_out, config.block_in),
         Buffer.ACC: (config.batch, config.block_out),
@@ -51,6 +53,7 @@ def element_dtype(config: HardwareConfig, buffer: Buffer) -> np.dtype:
     """Little-endian element type of ``buffer``'s tiles in DRAM."""
     dtype = {
         Buffer.UOP: np.dtype(np.uint32),
+        Buffer.LUT: np.dtype(np.uint32),
         Buffer.INP: config.inp_dtype,
         Buffer.WGT: config.wgt_dtype,
         Buffer.ACC: config.acc_dtype,

@@ -46,8 +46,8 @@ from ..errors import DeadlockError, IllegalInstructionError
 from .config import UOP_BYTES, HardwareConfig
 from .isa import (
     OPCODE_OF,
+    WORD_BUFFERS,
     Alu,
-    Buffer,
     DmaInstruction,
     Finish,
     Gemm,
@@ -367,7 +367,7 @@ class _SharedPortModel:
         data."""
         unit = dram_unit_bytes(self.config, load.buffer)
         boundary = self.machine.boundary_bytes
-        word_mode = load.buffer == Buffer.UOP
+        word_mode = load.buffer in WORD_BUFFERS
         if word_mode:
             first, stride = (load.dram_base * unit) % boundary, (load.x_stride * unit) % boundary
         else:

@@ -302,13 +302,19 @@ class InstructionValidator:
     def _alu_errors(self, instruction: Alu, index: int | None
                     ) -> list[IllegalInstructionError]:
         """The ALU's own rules (docs/isa.md section 5): an operand is the immediate or
-        an input tile, never both; an input-tile operand needs tiles shaped alike; and
+        an input tile, never both; LUT has none (use_imm with imm 0); an input-tile
+        operand needs tiles shaped alike; and
         no accumulator tile is written by two iterations, which its fields alone
         already decide when the loop part of the destination index repeats a value
         (the same micro-op then writes one tile twice) or when there are more
         iterations than tiles."""
         errors: list[IllegalInstructionError] = []
         config = self.config
+        if instruction.alu_op == AluOp.LUT and not (
+                instruction.use_imm and instruction.imm == 0 and not instruction.src_inp):
+            errors.append(_error(
+                "ALU LUT reads no operand: set use_imm=1, imm=0 and src_inp=0",
+                index, "use_imm/imm/src_inp", 0))
         if instruction.src_inp:
             if instruction.use_imm:
                 errors.append(_error(
@@ -367,7 +373,7 @@ class InstructionValidator:
 #: instructions the validator remembers as legal (then it starts over)
 _LEGAL_CACHE_SIZE = 1 << 16
 
-_LOAD_BUFFERS = frozenset({Buffer.UOP, Buffer.INP, Buffer.WGT, Buffer.ACC})
+_LOAD_BUFFERS = frozenset({Buffer.UOP, Buffer.INP, Buffer.WGT, Buffer.ACC, Buffer.LUT})
 _STORE_BUFFERS = frozenset({Buffer.OUT, Buffer.ACC})
 
 

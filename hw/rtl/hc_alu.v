@@ -1,6 +1,7 @@
 // The ALU's arithmetic on one accumulator tile, element-wise (docs/isa.md section 5).
 // Comparisons use the wider of the accumulator and the 16-bit immediate, because
 // the ISA compares against the immediate before wrapping; results wrap to acc_bits.
+// LUT replaces each element by the table entry its low 8 bits select, sign-extended.
 `default_nettype none
 `include "hc_config.vh"
 
@@ -8,6 +9,7 @@ module hc_alu (
     input  wire [2:0]                   op,
     input  wire                         use_imm,
     input  wire [15:0]                  imm,
+    input  wire [2047:0]                table_bits,
     input  wire [`HC_ACC_TILE_BITS-1:0] x_tile,
     input  wire [`HC_ACC_TILE_BITS-1:0] y_tile,
     output wire [`HC_ACC_TILE_BITS-1:0] result
@@ -20,6 +22,7 @@ module hc_alu (
     localparam [2:0] OP_MAX = 3'd1;
     localparam [2:0] OP_ADD = 3'd2;
     localparam [2:0] OP_SHR = 3'd3;
+    localparam [2:0] OP_LUT = 3'd7;
     localparam [OPW:0] MAX_SHIFT = AB - 1;
 
     wire signed [OPW-1:0] wide_imm = {{(OPW-16){imm[15]}}, imm};
@@ -39,6 +42,7 @@ module hc_alu (
             wire [OPW-1:0] sum = wide_x + wide_y;
             wire [AB-1:0] low_y = wide_y[AB-1:0];
             wire [AB-1:0] product = x * low_y;
+            wire [7:0] entry = table_bits[{x[7:0], 3'b000} +: 8];
             reg  [AB-1:0] value;
             always @* begin
                 case (op)
@@ -46,6 +50,7 @@ module hc_alu (
                     OP_MAX: value = wide_x > wide_y ? x : wide_y[AB-1:0];
                     OP_ADD: value = sum[AB-1:0];
                     OP_SHR: value = wide_y[OPW-1] ? x << distance : x >>> distance;
+                    OP_LUT: value = {{(AB-8){entry[7]}}, entry};
                     default: value = product;
                 endcase
             end

@@ -1,4 +1,5 @@
-// The compute module: LOADs of micro-ops and accumulator tiles, GEMM, ALU and
+// The compute module: LOADs of micro-ops, accumulator tiles and the ALU's lookup
+// table, GEMM, ALU and
 // FINISH. GEMM and ALU run their loop nest through a three-stage pipeline, one
 // iteration per cycle:
 //   S0  advance (outer, inner, micro-op), read the micro-op
@@ -64,6 +65,8 @@ module hc_compute (
     localparam [2:0] OP_ALU = 3'd3;
     localparam [2:0] OP_FINISH = 3'd4;
     localparam [2:0] BUF_UOP = 3'd0;
+    localparam [2:0] BUF_LUT = 3'd5;
+    localparam integer LUT_WORDS = 64;
 
     // --- issue and completion -----------------------------------------------------
     reg        active;
@@ -71,6 +74,7 @@ module hc_compute (
     reg        push_next;
     reg        is_finish;
     reg        dma_to_uop;
+    reg        dma_to_lut;
     reg        complete_now;
     wire       dma_done;
     wire       loop_done;
@@ -107,6 +111,7 @@ module hc_compute (
                 push_next <= cmd[`HC_DMA_PUSH_NEXT_LO];
                 is_finish <= opcode == OP_FINISH;
                 dma_to_uop <= cmd[`HC_DMA_BUFFER_LO +: 3] == BUF_UOP;
+                dma_to_lut <= cmd[`HC_DMA_BUFFER_LO +: 3] == BUF_LUT;
                 // FINISH, unknown opcodes and empty loops do nothing but complete
                 complete_now <= opcode != OP_LOAD && !(cmd_is_loop && loop_has_work);
             end
@@ -163,6 +168,14 @@ module hc_compute (
         .read_addr(uop_index[UOP_IDX-1:0]),
         .read_data(uop_word)
     );
+
+    // --- lookup table: LUT_WORDS words of four int8 entries, read whole by the ALU ---
+    reg [LUT_WORDS*32-1:0] lut_table;
+    initial lut_table = {LUT_WORDS*32{1'b0}};
+    always @(posedge clk) begin
+        if (dma_write && dma_to_lut)
+            lut_table[dma_write_addr[5:0]*32 +: 32] <= dma_write_data[31:0];
+    end
 
     // --- loop nest (S0) -------------------------------------------------------------
     // GEMM and ALU carry the loop fields at different offsets
@@ -343,7 +356,8 @@ module hc_compute (
         end
     endgenerate
     hc_alu alu (
-        .op(alu_op), .use_imm(use_imm), .imm(imm), .x_tile(acc_dst_read_data),
+        .op(alu_op), .use_imm(use_imm), .imm(imm), .table_bits(lut_table),
+        .x_tile(acc_dst_read_data),
         .y_tile(alu_reads_inp ? inp_widened : acc_src_read_data), .result(alu_result)
     );
 
@@ -362,7 +376,7 @@ module hc_compute (
         alu_mode ? alu_result : reset_mode ? {`HC_ACC_TILE_BITS{1'b0}} : gemm_result;
 
     // --- accumulator write port: the loop's write-back, else the DMA's beats --------------
-    wire dma_to_acc = dma_write && !dma_to_uop;
+    wire dma_to_acc = dma_write && !dma_to_uop && !dma_to_lut;
     assign acc_write_en = s2_valid ? {`HC_ACC_TILE_BEATS{1'b1}}
                         : dma_to_acc ? `HC_ACC_TILE_BEATS'(1) << dma_write_beat
                         : {`HC_ACC_TILE_BEATS{1'b0}};

@@ -6,7 +6,8 @@
 //
 // Address requests run ahead of the data (each row split into short bursts that
 // never cross 4 KiB, hc_burst_gen) so that rows stream back to back. Tiles are whole
-// beats; micro-op words are 4 bytes and may start in the middle of a beat, so in
+// beats; micro-op and lookup-table words are 4 bytes and may start in the middle of
+// a beat, so in
 // word mode the engine writes one word per cycle and picks it from its lane.
 `default_nettype none
 `include "hc_config.vh"
@@ -48,11 +49,12 @@ module hc_dma_read (
     localparam [2:0] BUF_UOP = 3'd0;
     localparam [2:0] BUF_INP = 3'd1;
     localparam [2:0] BUF_WGT = 3'd2;
+    localparam [2:0] BUF_LUT = 3'd5;
 
     // log2 of the bytes of one DRAM element of `kind`
     function [3:0] log_unit_bytes(input [2:0] kind);
         case (kind)
-            BUF_UOP: log_unit_bytes = `HC_UOP_LOG_UNIT_BYTES;
+            BUF_UOP, BUF_LUT: log_unit_bytes = `HC_UOP_LOG_UNIT_BYTES;
             BUF_INP: log_unit_bytes = `HC_INP_LOG_UNIT_BYTES;
             BUF_WGT: log_unit_bytes = `HC_WGT_LOG_UNIT_BYTES;
             default: log_unit_bytes = `HC_ACC_LOG_UNIT_BYTES;
@@ -81,7 +83,8 @@ module hc_dma_read (
     reg [LANE_BITS-1:0]           lane_q;
 
     wire [3:0]  start_log_unit = log_unit_bytes(buffer);
-    wire        start_word_mode = buffer == BUF_UOP;
+    // the lookup table is loaded in 4-byte words, as micro-ops are
+    wire        start_word_mode = buffer == BUF_UOP || buffer == BUF_LUT;
     wire [3:0]  start_log_beats = start_word_mode ? 4'd0 : start_log_unit - LOG_BUS[3:0];
     wire [31:0] start_row_byte = dram_base << start_log_unit;
     wire [16:0] start_rows = {13'd0, y_pad_top} + {1'b0, y_size} + {13'd0, y_pad_bottom};

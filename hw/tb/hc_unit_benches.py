@@ -26,7 +26,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge, Timer
 
 from heterocc.accel_sim import AluOp, HardwareConfig
-from heterocc.accel_sim.functional import alu_apply
+from heterocc.accel_sim.functional import alu_apply, lut_apply
+from heterocc.accel_sim.isa import LUT_ENTRIES
 
 UNIT = os.environ.get("HC_UNIT", "")
 CONFIG = HardwareConfig.from_name(os.environ.get("HC_CONFIG_NAME", HardwareConfig().name))
@@ -84,10 +85,13 @@ async def gemm_core_matches_numpy(dut):
 
 @cocotb.test(skip=UNIT != "hc_alu")
 async def alu_matches_simulator(dut):
-    """Every ALU operation, immediate and tensor operand, against alu_apply."""
+    """Every ALU operation, immediate and tensor operand, against alu_apply (LUT,
+    which ignores its operand, against lut_apply with a random table)."""
     rng = np.random.default_rng(SEED)
     bits = CONFIG.acc_bits
     elements = CONFIG.batch * CONFIG.block_out
+    table = rng.integers(-128, 128, LUT_ENTRIES).astype(np.int8)
+    dut.table_bits.value = int.from_bytes(table.tobytes(), "little")
     extremes = np.array([-(1 << (bits - 1)), -1, 0, 1, (1 << (bits - 1)) - 1])
     for trial in range(12):
         x = rng.integers(-(1 << (bits - 1)), 1 << (bits - 1), elements)
@@ -110,7 +114,8 @@ async def alu_matches_simulator(dut):
                 dut.y_tile.value = _pack(y_operand, bits)
                 await Timer(1, unit="ns")
                 operand = imm if use_imm else y_operand
-                expected = _wrap(alu_apply(op, x.astype(np.int64), operand, bits), bits)
+                expected = _wrap(lut_apply(table, x.astype(np.int64)) if op == AluOp.LUT
+                                 else alu_apply(op, x.astype(np.int64), operand, bits), bits)
                 got = _unpack(int(dut.result.value), elements, bits)
                 np.testing.assert_array_equal(got, expected, err_msg=f"{op.name} imm={use_imm}")
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from heterocc.accel_sim.config import HardwareConfig
 from heterocc.accel_sim.encoding import encode_uops
-from heterocc.accel_sim.functional import FunctionalSimulator, alu_apply
+from heterocc.accel_sim.functional import FunctionalSimulator, alu_apply, lut_apply
 from heterocc.accel_sim.isa import Alu, AluOp, Buffer, Gemm, Load, MicroOp
 from heterocc.errors import IllegalInstructionError
 
@@ -30,6 +30,7 @@ def _machine(seed: int, uops: list[MicroOp]) -> FunctionalSimulator:
     machine.inp[...] = rng.integers(-128, 128, machine.inp.shape)
     machine.wgt[...] = rng.integers(-128, 128, machine.wgt.shape)
     machine.acc[...] = rng.integers(-(2**31), 2**31, machine.acc.shape)
+    machine.lut_words[...] = rng.integers(0, 2**32, machine.lut_words.shape)
     words = encode_uops(uops, CONFIG)
     machine.dram[: words.nbytes] = words.view(np.uint8)
     machine.execute(Load(buffer=Buffer.UOP, sram_base=0, dram_base=0, y_size=1,
@@ -90,9 +91,12 @@ def test_gemm_matches_sequential_model(uops, data, seed):
 def test_alu_matches_sequential_model_or_rejects_order_dependence(uops, data, seed):
     begin = data.draw(st.integers(0, len(uops)))
     end = data.draw(st.integers(begin, len(uops)))
+    op = data.draw(st.sampled_from(list(AluOp)))
+    # LUT has no operand: use_imm with imm 0
     alu = Alu(
-        alu_op=data.draw(st.sampled_from(list(AluOp))), use_imm=data.draw(st.booleans()),
-        imm=data.draw(st.integers(-(2**15), 2**15 - 1)), uop_begin=begin, uop_end=end,
+        alu_op=op, use_imm=op == AluOp.LUT or data.draw(st.booleans()),
+        imm=0 if op == AluOp.LUT else data.draw(st.integers(-(2**15), 2**15 - 1)),
+        uop_begin=begin, uop_end=end,
         loop_outer=data.draw(SMALL), loop_inner=data.draw(SMALL),
         dst_factor_outer=data.draw(SMALL), dst_factor_inner=data.draw(SMALL),
         src_factor_outer=data.draw(SMALL), src_factor_inner=data.draw(SMALL),
@@ -115,7 +119,9 @@ def test_alu_matches_sequential_model_or_rejects_order_dependence(uops, data, se
     expected = machine.acc.astype(np.int64)
     for step in steps:
         operand = alu.imm if alu.use_imm else expected[step["src"]]
-        expected[step["dst"]] = _wrap(alu_apply(alu.alu_op, expected[step["dst"]], operand, 32))
+        expected[step["dst"]] = _wrap(
+            lut_apply(machine.lut_table(), expected[step["dst"]]) if op == AluOp.LUT
+            else alu_apply(alu.alu_op, expected[step["dst"]], operand, 32))
     if order_dependent:
         try:
             machine.execute(alu, 0)

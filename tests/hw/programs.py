@@ -25,6 +25,7 @@ from heterocc.accel_sim import (
     Store,
     check_stream,
 )
+from heterocc.accel_sim.isa import LUT_ENTRIES, LUT_WORDS, lut_words
 from heterocc.accel_sim.reference_programs import (
     GemmTiling,
     Requantization,
@@ -166,6 +167,48 @@ def residual_add(config: HardwareConfig, rng: np.random.Generator) -> NamedProgr
     builder.emit(builder.store_tiles(out_t, 0, 0, 0, tiles, 1, pop_prev=True, push_prev=True))
     builder.finish(pop_next=True)
     return NamedProgram("residual_add_src_inp", builder.build())
+
+
+def lookup_table(config: HardwareConfig, rng: np.random.Generator) -> NamedProgram:
+    """A requantized GEMM whose int8 results go through the ALU's lookup table (an
+    activation), loaded in two parts, the second from a DRAM offset inside a bus beat
+    and padded (its padding words clear the table's tail)."""
+    rows, k_tiles, n_tiles = 2, 2, 2
+    a = _int8(rng, (rows * config.batch, k_tiles * config.block_in))
+    w = _int8(rng, (n_tiles * config.block_out, k_tiles * config.block_in))
+    table = rng.integers(-128, 128, LUT_ENTRIES)
+    table[-8:] = 0  # the tail the padding words write
+    builder = ProgramBuilder(config)
+    words = np.array(lut_words(table), np.uint32).reshape(-1, 1)
+    lut_t = builder.tensor("table", Buffer.LUT, data=words)
+    a_t = builder.tensor("A", Buffer.INP, data=a)
+    w_t = builder.tensor("W", Buffer.WGT, data=w)
+    out_t = builder.tensor("OUT", Buffer.OUT, shape=(rows * config.batch,
+                                                     n_tiles * config.block_out))
+    kernel = builder.uops("k", [MicroOp(0, 0, 0)] + [MicroOp(0, kk, kk) for kk in range(k_tiles)])
+    builder.emit(builder.load_uops(kernel))
+    # the second part starts in the middle of a bus beat (word 33)
+    first = LUT_WORDS // 2 + 1
+    builder.emit(builder.load_tiles(lut_t, 0, 0, 0, first, 1))
+    builder.emit(builder.load_tiles(lut_t, first, first, 0, LUT_WORDS - first - 2, 1,
+                                    pads=(0, 2, 0, 0)))
+    builder.emit(builder.load_tiles(a_t, 0, 0, 0, rows, k_tiles))
+    builder.emit(builder.load_tiles(w_t, 0, 0, 0, n_tiles, k_tiles, push_next=True))
+    tiles = dict(loop_outer=rows, loop_inner=n_tiles)
+    dst = dict(dst_factor_outer=n_tiles, dst_factor_inner=1)
+    acc = dict(acc_factor_outer=n_tiles, acc_factor_inner=1)
+    builder.emit(Gemm(reset=True, uop_begin=0, uop_end=1, **acc, **tiles))
+    builder.emit(Gemm(uop_begin=1, uop_end=1 + k_tiles, inp_factor_outer=k_tiles,
+                      wgt_factor_inner=k_tiles, pop_prev=True, **acc, **tiles))
+    for op, imm in ((AluOp.SHR, 7), (AluOp.MAX, -128), (AluOp.MIN, 127)):
+        builder.emit(Alu(alu_op=op, use_imm=True, imm=imm, uop_begin=0, uop_end=1,
+                         **dst, **tiles))
+    builder.emit(Alu(alu_op=AluOp.LUT, use_imm=True, uop_begin=0, uop_end=1, push_next=True,
+                     **dst, **tiles))
+    builder.emit(builder.store_tiles(out_t, 0, 0, 0, rows, n_tiles, pop_prev=True,
+                                     push_prev=True))
+    builder.finish(pop_next=True)
+    return NamedProgram("lookup_table_activation", builder.build())
 
 
 # --- random legal programs ---------------------------------------------------------------
@@ -347,6 +390,7 @@ def ci_programs(config: HardwareConfig, random_count: int, seed: int = 0) -> lis
     programs = reference_gemms(config, rng) + [
         requantized_gemm(config, rng), convolution(config, rng), requantize(config, rng),
         convolution(config, rng, pad_value=-7), residual_add(config, rng),
+        lookup_table(config, rng),
     ]
     programs += [random_program(config, seed=1000 + index) for index in range(random_count)]
     return programs
