@@ -8,6 +8,7 @@ from . import (  # noqa: F401  (registrations)
     elementwise,
     indexing,
     layout,
+    lookup,
     nn,
     normalization,
     qnn,

@@ -6,6 +6,7 @@ from . import (  # noqa: F401  (registration side effects)
     elementwise,
     indexing,
     layout,
+    lookup,
     nn,
     normalization,
     qlinear_contrib,

@@ -8,6 +8,7 @@ from .fold_constants import fold_constants
 from .fuse_ops import fuse_ops, fused_functions, fusion_groups, post_dominators
 from .infer_types import infer_types
 from .int8_activations import uint8_to_int8
+from .lookup_tables import lookup_tables
 from .manager import PassManager, PassRecord, get_pass, register_pass
 from .qoperator import expand_qoperator  # noqa: F401  (registers the pass)
 from .quantize import realize_qdq
@@ -20,5 +21,6 @@ DEFAULT_PIPELINE = ("infer_types", "fold_constants", "simplify", "fold_batchnorm
 __all__ = ["DEFAULT_PIPELINE", "PassManager", "PassRecord", "alter_layout", "alter_layout_for",
            "eliminate_common_subexpressions",
            "eliminate_dead_code", "fold_batchnorm", "fold_constants", "fuse_ops",
-           "fused_functions", "fusion_groups", "get_pass", "infer_types", "post_dominators",
+           "fused_functions", "fusion_groups", "get_pass", "infer_types", "lookup_tables",
+           "post_dominators",
            "realize_qdq", "register_pass", "simplify", "uint8_to_int8"]

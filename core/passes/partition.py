@@ -444,12 +444,13 @@ def _unit_edges(graph: Graph, units: Mapping[Node, int]) -> list[tuple[int, int,
 
 def _absorbed(node: Node, placed: Placement) -> list[Placement]:
     """Rows for the activations an earlier pass folded into ``node`` (a Requantize's
-    clamp): they run wherever ``node`` runs."""
+    clamp, a LookupTable's entries): they run wherever ``node`` runs."""
     rows = []
-    for entry in node.attrs.get("absorbed", ()) if node.op == "Requantize" else ():
+    where = {"Requantize": "the clamp of", "LookupTable": "the table of"}.get(node.op)
+    for entry in node.attrs.get("absorbed", ()) if where else ():
         op, _, name = entry.partition(":")
         rows.append(Placement(name, op, placed.target,
-                              f"folded into the clamp of {node.name} ({node.op})",
+                              f"folded into {where} {node.name} ({node.op})",
                               placed.composite, placed.region, function=placed.function,
                               unit=placed.unit, candidate=placed.candidate))
     return rows

@@ -91,6 +91,9 @@ def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | No
     # op's type rule refuses (a per-channel requantization on the wrong axis, a broadcast
     # that does not type-check) stops the compile there, naming the pass and the node,
     # rather than reaching a code generator that would compute something else
+    if tables:
+        # an accelerator's ALU runs quantized element-wise functions as lookup tables
+        before.insert(before.index("uint8_to_int8") + 1, "lookup_tables")
     manager = PassManager(before, dump_ir=dump_ir, check=True)
     graph = manager.run(graph)
     report = None

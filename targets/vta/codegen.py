@@ -60,6 +60,8 @@ from .conv import (
 from .dae import emit_program
 from .device import VtaDevice
 from .epilogue import EpilogueStep, plan_epilogue
+from .lookup import device_table, lookup_program
+from .lookup import unsupported as unsupported_lookup
 from .pool import max_pool_geometry, pool_program
 from .residual import add_program, quantized_add
 from .schedule import constant_blocks, packed_gemm, schedule_packed_gemm
@@ -423,6 +425,16 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
                              blocked=bi == bo)
 
 
+def _alu_tiles(function: Node, shape: tuple[int, ...], config: HardwareConfig) -> int:
+    """Tiles of a 4-D ``shape`` in the blocked layout, for an ALU program that brings
+    input tiles into the accumulators (``src_inp``)."""
+    n, c, h, w = shape
+    if n % config.batch or config.block_in != config.block_out:
+        raise CompileError(f"{function.name}: batch {n} is not a multiple of {config.batch}, "
+                           "or the input tiles are not shaped like accumulator tiles")
+    return n // config.batch * -(-c // config.block_in) * h * w
+
+
 def _residual_add(function: Node, config: HardwareConfig) -> AcceleratorKernel:
     """A quantized addition on the ALU (``residual``), its operands and result in the
     blocked layout of the convolutions around it."""
@@ -431,12 +443,7 @@ def _residual_add(function: Node, config: HardwareConfig) -> AcceleratorKernel:
         raise CompileError(f"{function.name}: {found}")
     add, casts = found
     shape = casts[0].inputs[0].type.shape
-    n, c, h, w = shape
-    if n % config.batch or config.block_in != config.block_out:
-        raise CompileError(f"{function.name}: batch {n} is not a multiple of {config.batch}, "
-                           "or the input tiles are not shaped like accumulator tiles")
-    tiles = n // config.batch * -(-c // config.block_in) * h * w
-    program = add_program(config, tiles, add)
+    program = add_program(config, _alu_tiles(function, shape, config), add)
     order = [function.body.inputs.index(cast.inputs[0]) for cast in casts]
     if sorted(order) != [0, 1]:
         raise CompileError(f"{function.name}: the addition's operands are not its two inputs")
@@ -472,6 +479,27 @@ def _max_pool(function: Node, config: HardwareConfig) -> AcceleratorKernel:
                              from_device, "X", "Y", blocked=True)
 
 
+def _lookup_table(function: Node, config: HardwareConfig) -> AcceleratorKernel:
+    """A lookup-table activation on the ALU (``lookup``), its input and output in the
+    blocked layout of the convolutions around it."""
+    node = function.body.nodes[0]
+    why = unsupported_lookup(node)
+    if why is not None:
+        raise CompileError(f"{function.name}: {why}")
+    shape = node.inputs[0].type.shape
+    tiles = _alu_tiles(function, shape, config)
+    table = device_table(node.inputs[1].data).tobytes()
+
+    def to_device(x: np.ndarray) -> np.ndarray:
+        return to_blocked(x, config)
+
+    def from_device(y: np.ndarray) -> np.ndarray:
+        return from_blocked(y, shape, config)
+
+    return AcceleratorKernel(function.name, config, lookup_program(config, tiles, table),
+                             to_device, from_device, "X", "Y", blocked=True)
+
+
 def compile_composite(function: Node, config: HardwareConfig,
                       virtual_threads: int) -> AcceleratorKernel:
     """An accelerator kernel for one composite function node."""
@@ -492,6 +520,8 @@ def _lowered_composite(function: Node, config: HardwareConfig,
         return _residual_add(function, config)
     if function.attrs.get("composite") == "max_pool":
         return _max_pool(function, config)
+    if function.attrs.get("composite") == "lookup_table":
+        return _lookup_table(function, config)
     nodes = function.body.nodes
     core = nodes[0]
     if core.op == "ConvInteger":

@@ -1,12 +1,13 @@
 """The accelerator's pattern table: integer convolutions and dense layers with
 their bias and requantization, quantized element-wise additions and integer max
-pools (what ``realize_qdq`` produces)."""
+pools (what ``realize_qdq`` produces), and lookup-table activations (``lookup_tables``)."""
 
 from __future__ import annotations
 
 from heterocc.ir.graph import Node
 from heterocc.patterns import CompositePattern, is_constant, is_op, optional, wildcard
 
+from .lookup import unsupported as unsupported_lookup
 from .pool import unsupported
 from .residual import quantized_add
 
@@ -20,6 +21,7 @@ _CAST = is_op("Cast")(wildcard())
 _SCALED = is_op("Mul")(is_op("Sub")(_CAST, is_constant()) | _CAST, is_constant())
 _SUM = is_op("Requantize")(is_op("Add")(_SCALED, _SCALED))
 _POOL = is_op("MaxPool")(wildcard())
+_TABLE = is_op("LookupTable")(wildcard(), is_constant())
 
 
 def _requantized(core):
@@ -107,8 +109,14 @@ def check_max_pool(nodes: list[Node]) -> str | None:
     return unsupported(nodes[0])
 
 
+def check_lookup_table(nodes: list[Node]) -> str | None:
+    """Why the accelerator's ALU cannot take this lookup-table activation, or None."""
+    return unsupported_lookup(nodes[0])
+
+
 def pattern_table() -> list[CompositePattern]:
     return [CompositePattern("conv2d_bias_requantize", _requantized(_CONV), check_conv),
             CompositePattern("dense_bias_requantize", _requantized(_DENSE), check_dense),
             CompositePattern("quantized_add", _SUM, check_add),
-            CompositePattern("max_pool", _POOL, check_max_pool)]
+            CompositePattern("max_pool", _POOL, check_max_pool),
+            CompositePattern("lookup_table", _TABLE, check_lookup_table)]

@@ -20,15 +20,16 @@ from tests.targets.vta.ort_models import quantize  # noqa: E402
 
 
 def conv_chain(cuts: int, convs_per_piece: int = 2, head: bool = False) -> onnx.ModelProto:
-    """``cuts + 1`` pieces of 3x3 convolutions (16 channels, 8x8), a Sigmoid between
-    consecutive pieces (the CPU's: no pattern of the accelerator takes it), and with
-    ``head`` one before the first piece too."""
+    """``cuts + 1`` pieces of 3x3 convolutions (16 channels, 8x8), a Softmax over the
+    channels between consecutive pieces (the CPU's: no pattern of the accelerator takes
+    it; an element-wise activation would become its lookup table), and with ``head``
+    one before the first piece too."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(cuts)
     nodes, inits, x = [], [], "input"
     if head:
-        nodes.append(helper.make_node("Sigmoid", [x], ["head"]))
+        nodes.append(helper.make_node("Softmax", [x], ["head"], axis=1))
         x = "head"
     for piece in range(cuts + 1):
         for k in range(convs_per_piece):
@@ -40,7 +41,7 @@ def conv_chain(cuts: int, convs_per_piece: int = 2, head: bool = False) -> onnx.
                                           pads=[1, 1, 1, 1]))
             x = f"{name}_y"
         if piece < cuts:
-            nodes.append(helper.make_node("Sigmoid", [x], [f"p{piece}_s"]))
+            nodes.append(helper.make_node("Softmax", [x], [f"p{piece}_s"], axis=1))
             x = f"p{piece}_s"
     graph = helper.make_graph(
         nodes, "chain", [helper.make_tensor_value_info("input", TensorProto.FLOAT,

@@ -1,0 +1,160 @@
+"""Lookup-table activations on the accelerator: quantized element-wise functions
+(``lookup_tables``) become one ALU LUT program (``targets/vta/lookup.py``), on models
+built with onnx.helper and quantized by ``quantize_static``."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+import heterocc
+from heterocc.accel_sim import HardwareConfig, check_stream, run_stream
+from heterocc.accel_sim.program import read_tensor
+from heterocc.ops.lookup import lookup_table
+from heterocc.runtime.interpreter import evaluate
+from heterocc.targets.vta.lookup import chunk_tiles, device_table, lookup_program
+
+pytest.importorskip("onnxruntime.quantization")
+
+from tests.targets.vta.ort_models import (  # noqa: E402
+    onnxruntime_session,
+    output_scale,
+    quantize,
+)
+
+SHAPE = (1, 8, 8, 8)
+
+
+def _activation(kind: str, x: str):
+    """Nodes and initializers computing activation ``kind`` of ``x`` into "act"."""
+    from onnx import helper, numpy_helper
+
+    def scalar(name, value):
+        return numpy_helper.from_array(np.array(value, np.float32), name)
+
+    if kind == "silu":
+        return [helper.make_node("Sigmoid", [x], ["s"]),
+                helper.make_node("Mul", [x, "s"], ["act"])], []
+    if kind == "gelu":
+        return [helper.make_node("Div", [x, "root2"], ["d"]),
+                helper.make_node("Erf", ["d"], ["e"]),
+                helper.make_node("Add", ["e", "one"], ["p"]),
+                helper.make_node("Mul", [x, "p"], ["m"]),
+                helper.make_node("Mul", ["m", "half"], ["act"])], \
+            [scalar("root2", 2 ** 0.5), scalar("one", 1.0), scalar("half", 0.5)]
+    return [helper.make_node(kind, [x], ["act"])], []
+
+
+def conv_activation_conv(kind: str, seed: int = 0) -> onnx.ModelProto:
+    """conv, the activation, conv (8 -> 16 -> 16 channels, 8x8)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    weights = [numpy_helper.from_array((rng.standard_normal((16, cin, 3, 3)) * 0.3)
+                                       .astype(np.float32), f"w{k}")
+               for k, cin in enumerate((8, 16))]
+    act, consts = _activation(kind, "c0")
+    nodes = [helper.make_node("Conv", ["input", "w0"], ["c0"], pads=[1] * 4), *act,
+             helper.make_node("Conv", ["act", "w1"], ["c1"], pads=[1] * 4)]
+    graph = helper.make_graph(
+        nodes, "conv_act_conv",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("c1", TensorProto.FLOAT, [1, 16, 8, 8])],
+        weights + consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("kind, folded", [
+    ("Sigmoid", {"Sigmoid"}), ("HardSigmoid", {"HardSigmoid"}), ("HardSwish", {"HardSwish"}),
+    ("Tanh", {"Tanh"}), ("LeakyRelu", {"LeakyRelu"}), ("silu", {"Sigmoid", "Mul"}),
+    ("gelu", {"Div", "Erf", "Add", "Mul"}),
+])
+@pytest.mark.parametrize("activations", ["QInt8", "QUInt8"])
+def test_activation_runs_as_a_lookup_table_in_one_region(tmp_path, kind, folded, activations):
+    model = quantize(conv_activation_conv(kind), tmp_path, "QDQ", activations)
+    compiled = heterocc.compile(model, target="vta,llvm")
+    report = compiled.placement_report
+    assert report.mac_share("vta") == 1.0, report.format()
+    assert report.accelerator_regions() == 1 and report.round_trips == 0, report.format()
+    tables = [p for p in report.placements if p.op == "LookupTable"]
+    assert len(tables) == 1 and tables[0].target == "vta"
+    shown = {p.op for p in report.placements if "folded into the table of" in p.reason}
+    assert shown == folded
+    session = onnxruntime_session(model, optimized=False)
+    scale = output_scale(model)
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32) * 2
+        ours = compiled.run([x])[0]
+        np.testing.assert_array_equal(ours, evaluate(compiled.graph, [x])[0])
+        theirs = session.run(None, {"input": x})[0]
+        # two requantizations and the table's: each may round by one step differently
+        # from ONNX Runtime's, and the second convolution carries the first's on
+        assert np.abs(ours - theirs).max() <= 2 * scale + 1e-6
+
+
+@pytest.mark.parametrize("kind", ["gelu", "silu"])
+@pytest.mark.parametrize("activations", ["QInt8", "QUInt8"])
+def test_the_table_is_what_the_qdq_graph_computes(tmp_path, kind, activations):
+    """The rewrite changes no result: the graph with its LookupTable equals the integer
+    QDQ graph it came from, on inputs that reach every table entry."""
+    from heterocc.frontend.onnx import from_onnx
+    from heterocc.passes import PassManager
+
+    model = quantize(conv_activation_conv(kind), tmp_path, "QDQ", activations)
+    before = PassManager(["infer_types", "realize_qdq", "uint8_to_int8"]).run(from_onnx(model))
+    after = PassManager(["lookup_tables", "infer_types"]).run(before)
+    assert [n.op for n in after.nodes].count("LookupTable") == 1
+    assert not {"Erf", "Sigmoid"} & {n.op for n in after.nodes}
+    for seed in range(4):
+        x = np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32) * 4
+        np.testing.assert_array_equal(evaluate(after, [x])[0], evaluate(before, [x])[0])
+
+
+@pytest.mark.parametrize("preset", ["1x8x8", "1x16x16"])
+@pytest.mark.parametrize("chunks", [0.5, 1, 3.5])
+def test_lookup_program_matches_the_op(preset, chunks):
+    config = HardwareConfig.preset(preset)
+    tiles = max(1, int(chunks * chunk_tiles(config)))
+    rng = np.random.default_rng(tiles)
+    table = rng.integers(-128, 128, 256).astype(np.int8)
+    program = lookup_program(config, tiles, device_table(table).tobytes())
+    check_stream(program.instructions, config, dram_bytes=program.dram.size)
+    x = rng.integers(-128, 128, (tiles * config.batch, config.block_in)).astype(np.int8)
+    dram = program.dram.copy()
+    program.write("X", x, dram)
+    run_stream(program.instructions, config, dram)
+    got = read_tensor(config, program.tensors["Y"], dram)
+    np.testing.assert_array_equal(got, lookup_table(x, table, absorbed=[]))
+
+
+def test_a_product_of_two_tensors_keeps_its_multiply(tmp_path):
+    """``a * sigmoid(b)`` of two tensors (squeeze-excite's gate) depends on two inputs: only
+    the Sigmoid becomes a table; a tensor read outside a chain stays as it is."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from heterocc.frontend.onnx import from_onnx
+    from heterocc.passes import PassManager
+
+    rng = np.random.default_rng(3)
+    weights = [numpy_helper.from_array((rng.standard_normal((8, 8, 1, 1)) * 0.3)
+                                       .astype(np.float32), f"w{k}") for k in range(2)]
+    nodes = [helper.make_node("Conv", ["input", "w0"], ["a"]),
+             helper.make_node("Conv", ["input", "w1"], ["b"]),
+             helper.make_node("Sigmoid", ["b"], ["s"]),
+             helper.make_node("Mul", ["a", "s"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "gate", [helper.make_tensor_value_info("input", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    quantized = quantize(model, tmp_path, "QDQ", "QInt8")
+    before = PassManager(["infer_types", "realize_qdq", "uint8_to_int8"]).run(
+        from_onnx(quantized))
+    after = PassManager(["lookup_tables", "infer_types"]).run(before)
+    ops = [n.op for n in after.nodes]
+    assert ops.count("LookupTable") == 1 and "Mul" in ops and "Sigmoid" not in ops
+    x = rng.standard_normal(SHAPE).astype(np.float32)
+    np.testing.assert_array_equal(evaluate(after, [x])[0], evaluate(before, [x])[0])
