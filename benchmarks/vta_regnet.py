@@ -21,37 +21,18 @@ import time
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnxruntime import quantization as oq
 
 import heterocc
 from heterocc.runtime.interpreter import evaluate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import describe  # noqa: E402
-from quantized_regions import _Samples  # noqa: E402
+from vta_zoo import torchvision_qdq  # noqa: E402
 
 
 def regnet_qdq(size: int, directory: str) -> onnx.ModelProto:
     """RegNetY-400MF, random weights, quantized as a user of ONNX Runtime would."""
-    import torch
-    import torchvision
-
-    torch.manual_seed(0)
-    model = torchvision.models.regnet_y_400mf(weights=None).eval()
-    path = os.path.join(directory, "float.onnx")
-    kwargs = {"dynamo": False} if "dynamo" in torch.onnx.export.__code__.co_varnames else {}
-    torch.onnx.export(model, (torch.randn(1, 3, size, size),), path, input_names=["input"],
-                      output_names=["logits"], opset_version=17, **kwargs)
-    pre = os.path.join(directory, "pre.onnx")
-    oq.quant_pre_process(path, pre, skip_symbolic_shape=True)
-    rng = np.random.default_rng(0)
-    batches = [{"input": rng.standard_normal((1, 3, size, size)).astype(np.float32)}
-               for _ in range(4)]
-    out = os.path.join(directory, "q.onnx")
-    oq.quantize_static(pre, out, _Samples(batches), quant_format=oq.QuantFormat.QDQ,
-                       activation_type=oq.QuantType.QInt8, weight_type=oq.QuantType.QInt8,
-                       per_channel=True)
-    return onnx.load(out)
+    return torchvision_qdq("regnet_y_400mf", size, directory)
 
 
 def main() -> int:

@@ -92,8 +92,10 @@ def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | No
     # that does not type-check) stops the compile there, naming the pass and the node,
     # rather than reaching a code generator that would compute something else
     if tables:
-        # an accelerator's ALU runs quantized element-wise functions as lookup tables
-        before.insert(before.index("uint8_to_int8") + 1, "lookup_tables")
+        # an accelerator's GEMM core runs quantized average pools as depthwise
+        # convolutions, its ALU quantized element-wise functions as lookup tables
+        at = before.index("uint8_to_int8") + 1
+        before[at:at] = ["integer_average_pools", "lookup_tables"]
     manager = PassManager(before, dump_ir=dump_ir, check=True)
     graph = manager.run(graph)
     report = None

@@ -45,6 +45,9 @@ ADD_SHIFT = 15
 _ACT = is_op("Relu")(_LINEAR) | is_op("Clip")(_LINEAR, optional(is_constant()),
                                                optional(is_constant())) | _LINEAR
 QDQ_PATTERN = is_op("QuantizeLinear")(_ACT, is_constant(), optional(is_constant()))
+_AVERAGE = is_op("GlobalAveragePool")(_DQ_X) | is_op("AveragePool")(_DQ_X) | \
+    is_op("ReduceMean")(_DQ_X, optional(is_constant()))
+AVERAGE_PATTERN = is_op("QuantizeLinear")(_AVERAGE, is_constant(), optional(is_constant()))
 
 
 @dataclass
@@ -133,6 +136,93 @@ def _chain(nodes: list[Node]) -> _Chain | None:
     absorbed = [f"{n.op}:{n.name}" for n in nodes if n.op in ("Relu", "Clip")]
     return _Chain(x_q, x_scale, x_zero, w, sw, w_zero, bias, linear, y_scale, y_zero,
                   q.outputs[0].type.dtype, clip, absorbed)
+
+
+def _average_window(pool: Node) -> dict | None:
+    """The depthwise convolution attributes (kernel, strides, pads) of an average over
+    windows of a 4-D tensor, or None where no all-ones convolution computes it: a
+    ReduceMean over other axes or without keepdims, padding left out of the count,
+    a window cut short by ceil_mode."""
+    x = pool.inputs[0].type
+    if x.ndim != 4:
+        return None
+    if pool.op in ("GlobalAveragePool", "ReduceMean"):
+        if pool.op == "ReduceMean":
+            axes = pool.attrs.get("axes")
+            if len(pool.inputs) > 1 and pool.inputs[1] is not None:
+                axes = pool.inputs[1].data.tolist()
+            if sorted(a % 4 for a in axes or ()) != [2, 3] or not pool.attrs.get("keepdims", 1):
+                return None
+        return {"kernel_shape": list(x.shape[2:]), "strides": [1, 1], "pads": [0] * 4}
+    if pool.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "") or \
+            any(d != 1 for d in pool.attrs.get("dilations") or [1, 1]):
+        return None
+    kernel = list(pool.attrs["kernel_shape"])
+    strides = list(pool.attrs.get("strides") or [1, 1])
+    pads = list(pool.attrs.get("pads") or [0] * 4)
+    if any(pads) and not pool.attrs.get("count_include_pad", 0):
+        return None
+    floor = [(x.shape[2 + i] + pads[i] + pads[i + 2] - kernel[i]) // strides[i] + 1
+             for i in range(2)]
+    if list(pool.outputs[0].type.shape[2:]) != floor:
+        return None
+    return {"kernel_shape": kernel, "strides": strides, "pads": pads}
+
+
+def _average_chain(nodes: list[Node]) -> _Chain | None:
+    """``Q(average(DQ(x)))`` as the chain of a depthwise convolution with all-ones
+    weights of scale ``1 / window``: the sum over each window is exact in int32, and the
+    division by the window joins the requantization (rounded as every Requantize)."""
+    dq, pool, q = nodes[0], nodes[1], nodes[-1]
+    window = _average_window(pool)
+    if window is None or dq.inputs[0].type.dtype not in ("int8", "uint8"):
+        return None
+    try:
+        x_scale = float(_scalar(dq.inputs[1]))
+        x_zero = int(_scalar(dq.inputs[2] if len(dq.inputs) > 2 else None))
+        y_scale = float(_scalar(q.inputs[1]))
+        y_zero = int(_scalar(q.inputs[2] if len(q.inputs) > 2 else None))
+    except ValueError:
+        return None
+    channels = dq.inputs[0].type.shape[1]
+    kh, kw = window["kernel_shape"]
+    conv = Node("Conv", list(pool.inputs[:1]), list(pool.outputs[:1]),
+                {**window, "group": channels, "dilations": [1, 1]}, pool.name)
+    return _Chain(dq.inputs[0], x_scale, x_zero, np.ones((channels, 1, kh, kw), np.int8),
+                  np.full(channels, 1.0 / (kh * kw)), None, None, conv, y_scale, y_zero,
+                  q.outputs[0].type.dtype, (-np.inf, np.inf), [])
+
+
+@register_pass("integer_average_pools")
+def integer_average_pools(graph: Graph) -> Graph:
+    """Quantized average pools ``Q(GlobalAveragePool | AveragePool | ReduceMean(DQ(x)))``
+    (over the spatial axes) as a depthwise ConvInteger with all-ones weights and a
+    Requantize (``_average_chain``), where nothing else reads the float average: the
+    integer form an accelerator's GEMM core runs with the convolutions around it."""
+    scope = NameScope.of(graph)
+    producers = graph.producers()
+    users = graph.consumers()
+    returned = set(graph.outputs)
+    replaced: dict[Node, list[Node]] = {}
+    dropped: set[Node] = set()
+    for node in graph.nodes:
+        m = match(AVERAGE_PATTERN, node.outputs[0], producers) \
+            if node.op == "QuantizeLinear" else None
+        chain = m and _average_chain(m.nodes)
+        pool = m.nodes[1] if chain else None
+        if pool is None or pool.outputs[0] in returned or \
+                any(u is not node for u in users.get(pool.outputs[0], ())):
+            continue
+        new = _rewrite(chain, node.outputs[0], scope)
+        for part in new:
+            part.attrs = get_op(part.op).normalize_attrs(part.attrs, part.name)
+        replaced[node] = new
+        dropped.add(pool)
+    if not replaced:
+        return graph
+    nodes = [part for node in graph.nodes if node not in dropped
+             for part in replaced.get(node, [node])]
+    return substitute(graph, {}, nodes)
 
 
 def _bias(nodes: list[Node], linear: Node, n_out: int):
@@ -320,7 +410,12 @@ def realize_qdq(graph: Graph) -> Graph:
             new = _rewrite_add(m.nodes, node.outputs[0], scope)
         else:
             chain = _chain(m.nodes)
-            new = None if chain is None else _rewrite(chain, node.outputs[0], scope)
+            try:
+                new = None if chain is None else _rewrite(chain, node.outputs[0], scope)
+            except ValueError:
+                # no int32 requantization of this accumulator range (a bias hundreds of
+                # millions of accumulator steps large): the chain stays as it was
+                new = None
         if new is None:
             continue
         for part in new:

@@ -91,6 +91,22 @@ def convolution(config: HardwareConfig, rng: np.random.Generator,
                                                      pad_value=pad_value))
 
 
+def _gemm(builder: ProgramBuilder, a_t, w_t, rows: int, k_tiles: int, n_tiles: int,
+          first_uop: int) -> tuple[dict, dict]:
+    """LOADs of A (``rows x k_tiles`` tiles) and W (``n_tiles x k_tiles``), then GEMMs
+    resetting (micro-op 0) and accumulating (micro-ops from ``first_uop``) the ``rows x
+    n_tiles`` accumulator tiles; the loop and ALU destination fields over them."""
+    builder.emit(builder.load_tiles(a_t, 0, 0, 0, rows, k_tiles))
+    builder.emit(builder.load_tiles(w_t, 0, 0, 0, n_tiles, k_tiles, push_next=True))
+    tiles = dict(loop_outer=rows, loop_inner=n_tiles)
+    acc = dict(acc_factor_outer=n_tiles, acc_factor_inner=1)
+    builder.emit(Gemm(reset=True, uop_begin=0, uop_end=1, **acc, **tiles))
+    builder.emit(Gemm(uop_begin=first_uop, uop_end=first_uop + k_tiles,
+                      inp_factor_outer=k_tiles, wgt_factor_inner=k_tiles, pop_prev=True,
+                      **acc, **tiles))
+    return tiles, dict(dst_factor_outer=n_tiles, dst_factor_inner=1)
+
+
 def requantize(config: HardwareConfig, rng: np.random.Generator) -> NamedProgram:
     """GEMM, bias add from an accumulator operand, shift and clamp, narrowed store."""
     rows, k_tiles, n_tiles = 2, 3, 2
@@ -110,14 +126,7 @@ def requantize(config: HardwareConfig, rng: np.random.Generator) -> NamedProgram
     )
     builder.emit(builder.load_uops(kernel))
     builder.emit(builder.load_tiles(b_t, bias_slot, 0, 0, 1, n_tiles))
-    builder.emit(builder.load_tiles(a_t, 0, 0, 0, rows, k_tiles))
-    builder.emit(builder.load_tiles(w_t, 0, 0, 0, n_tiles, k_tiles, push_next=True))
-    tiles = dict(loop_outer=rows, loop_inner=n_tiles)
-    dst = dict(dst_factor_outer=n_tiles, dst_factor_inner=1)
-    acc = dict(acc_factor_outer=n_tiles, acc_factor_inner=1)
-    builder.emit(Gemm(reset=True, uop_begin=0, uop_end=1, **acc, **tiles))
-    builder.emit(Gemm(uop_begin=2, uop_end=2 + k_tiles, inp_factor_outer=k_tiles,
-                      wgt_factor_inner=k_tiles, pop_prev=True, **acc, **tiles))
+    tiles, dst = _gemm(builder, a_t, w_t, rows, k_tiles, n_tiles, first_uop=2)
     builder.emit(Alu(alu_op=AluOp.ADD, uop_begin=1, uop_end=2, src_factor_inner=1,
                      **dst, **tiles))
     for op, imm in ((AluOp.MUL, 3), (AluOp.SHR, 6), (AluOp.MAX, -128), (AluOp.SHR, -1),
@@ -192,14 +201,7 @@ def lookup_table(config: HardwareConfig, rng: np.random.Generator) -> NamedProgr
     builder.emit(builder.load_tiles(lut_t, 0, 0, 0, first, 1))
     builder.emit(builder.load_tiles(lut_t, first, first, 0, LUT_WORDS - first - 2, 1,
                                     pads=(0, 2, 0, 0)))
-    builder.emit(builder.load_tiles(a_t, 0, 0, 0, rows, k_tiles))
-    builder.emit(builder.load_tiles(w_t, 0, 0, 0, n_tiles, k_tiles, push_next=True))
-    tiles = dict(loop_outer=rows, loop_inner=n_tiles)
-    dst = dict(dst_factor_outer=n_tiles, dst_factor_inner=1)
-    acc = dict(acc_factor_outer=n_tiles, acc_factor_inner=1)
-    builder.emit(Gemm(reset=True, uop_begin=0, uop_end=1, **acc, **tiles))
-    builder.emit(Gemm(uop_begin=1, uop_end=1 + k_tiles, inp_factor_outer=k_tiles,
-                      wgt_factor_inner=k_tiles, pop_prev=True, **acc, **tiles))
+    tiles, dst = _gemm(builder, a_t, w_t, rows, k_tiles, n_tiles, first_uop=1)
     for op, imm in ((AluOp.SHR, 7), (AluOp.MAX, -128), (AluOp.MIN, 127)):
         builder.emit(Alu(alu_op=op, use_imm=True, imm=imm, uop_begin=0, uop_end=1,
                          **dst, **tiles))

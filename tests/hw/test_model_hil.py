@@ -55,3 +55,24 @@ def test_compiled_model_runs_on_the_rtl_through_the_sdk_device():
                                   simulated.run([samples[0][0]])[0])
     assert len(target.kernels) == 5 and all(k.last_cycles > 0 for k in target.kernels)
     assert all(k.last_bytes_loaded == k.program.dram.nbytes for k in target.kernels)
+
+
+@pytest.mark.parametrize("kind", ["lookup_table", "average_pool"])
+def test_activation_and_pool_streams_agree_on_the_rtl(tmp_path, kind):
+    """The compiler's streams of a lookup-table activation (the ALU's LUT) and of an
+    average pool (a depthwise all-ones convolution) between convolutions, from a model
+    quantized by quantize_static, replayed on the RTL: bit- and cycle-exact."""
+    pytest.importorskip("onnxruntime.quantization")
+    from tests.targets.vta.ort_models import quantize
+    from tests.targets.vta.test_vta_average_pool import conv_pool
+    from tests.targets.vta.test_vta_lookup_table import conv_activation_conv
+
+    require_rtl_tools("icarus")
+    model = conv_activation_conv("silu") if kind == "lookup_table" \
+        else conv_pool("window", then_conv=True)
+    results = model_hil(quantize(model, tmp_path, "QDQ", "QInt8"), simulator="icarus",
+                        build_root=BUILD_ROOT)
+    assert len(results) == 3
+    assert all(r.matches for r in results), [r.summary() for r in results]
+    for r in results:
+        assert abs(r.rtl_cycles / r.model_cycles - 1) < 0.05, r.summary()

@@ -152,8 +152,11 @@ def test_partition_json_counts_macs_per_target(tmp_path, capsys):
     rows = report["nodes"]
     assert {"node", "op", "target", "macs", "reason"} <= set(rows[0])
     convs = [r for r in rows if r["op"] in ("ConvInteger", "MatMulInteger")]
-    assert len(convs) == 5 and all(r["target"] == "vta" and r["macs"] > 0 for r in convs)
-    expected = 16 * 16 * 16 * 3 * 9 + 8 * 8 * 32 * 16 * 9 + 8 * 8 * 32 * 32 * (9 + 1) + 320
+    # five convolutions and dense layers, and the global average pool as a depthwise
+    # all-ones convolution (integer_average_pools)
+    assert len(convs) == 6 and all(r["target"] == "vta" and r["macs"] > 0 for r in convs)
+    expected = 16 * 16 * 16 * 3 * 9 + 8 * 8 * 32 * 16 * 9 + 8 * 8 * 32 * 32 * (9 + 1) + 320 \
+        + 32 * 8 * 8
     assert report["macs_by_target"]["vta"] == expected == report["total_macs"]
     # what the accelerator reports of each function, on the row of its first node
     for row in convs:
@@ -231,8 +234,10 @@ def test_a_region_hands_tensors_over_in_the_blocked_layout(tmp_path):
     compiled = heterocc.compile(model, target="vta,llvm")
     regions = [n for n in compiled.graph.nodes if n.attrs.get("target") == "vta"]
     region = max(regions, key=lambda n: len(n.body.nodes))
+    # four convolutions, the global average pool (a depthwise all-ones convolution) and
+    # the addition
     assert sorted(c.attrs["composite"] for c in region.body.nodes) == [
-        "conv2d_bias_requantize"] * 4 + ["quantized_add"]
+        "conv2d_bias_requantize"] * 5 + ["quantized_add"]
     record: dict = {}
     evaluate(compiled.graph, [inputs(1)[0]], record=record)
     args = [record[v] for v in region.inputs]
@@ -240,6 +245,6 @@ def test_a_region_hands_tensors_over_in_the_blocked_layout(tmp_path):
     got = run(args)
     for ours, want in zip(got, evaluate(region.body, args)):
         np.testing.assert_array_equal(ours, want)
-    # c2 -> c3, c2 -> c4, c3 -> sum, c4 -> sum stay blocked; the region's input and the
-    # stem's output (an im2col GEMM's matrix) are converted
-    assert run.region.handed_over == 4 and run.region.converted == 2
+    # c2 -> c3, c2 -> c4, c3 -> sum, c4 -> sum, sum -> pool stay blocked; the region's
+    # input and the stem's output (an im2col GEMM's matrix) are converted
+    assert run.region.handed_over == 5 and run.region.converted == 2

@@ -1,0 +1,119 @@
+"""Modern torchvision networks on ``vta,llvm``: per model, the share of
+multiply-accumulates on the accelerator, its regions (those before the classifier),
+host round trips, nodes left on the CPU, compile time, bit-exactness against the
+integer reference and top-1 against ONNX Runtime.
+
+    python benchmarks/vta_zoo.py [--size 64] [--inputs 2] [--models a,b,...]
+
+Each model has random weights (``weights=None``), is exported at ``--size`` x
+``--size``, and goes through ``quant_pre_process`` and ``quantize_static`` (QDQ,
+per-channel, int8 activations, random calibration inputs), as a user of ONNX Runtime
+would quantize it. Run it with an older checkout to see what that one left on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnxruntime import quantization as oq
+
+import heterocc
+from heterocc.runtime.interpreter import evaluate
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import describe  # noqa: E402
+from quantized_regions import _Samples  # noqa: E402
+
+MODELS = ("mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0",
+          "shufflenet_v2_x1_0", "regnet_y_400mf", "densenet121", "googlenet",
+          "squeezenet1_0")
+#: constructor arguments a model needs to build without pretrained weights
+_EXTRA = {"googlenet": {"aux_logits": False, "init_weights": True}}
+#: composites of the classifier (excluded from "regions before the classifier")
+_CLASSIFIER = frozenset({"dense_bias_requantize"})
+
+
+def torchvision_qdq(name: str, size: int, directory: str) -> onnx.ModelProto:
+    """torchvision model ``name``, random weights, quantized as a user of ONNX Runtime
+    would."""
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None, **_EXTRA.get(name, {})).eval()
+    path = os.path.join(directory, f"{name}.onnx")
+    kwargs = {"dynamo": False} if "dynamo" in torch.onnx.export.__code__.co_varnames else {}
+    torch.onnx.export(model, (torch.randn(1, 3, size, size),), path, input_names=["input"],
+                      output_names=["logits"], opset_version=17, **kwargs)
+    pre = os.path.join(directory, f"{name}_pre.onnx")
+    oq.quant_pre_process(path, pre, skip_symbolic_shape=True)
+    rng = np.random.default_rng(0)
+    batches = [{"input": rng.standard_normal((1, 3, size, size)).astype(np.float32)}
+               for _ in range(4)]
+    out = os.path.join(directory, f"{name}_q.onnx")
+    oq.quantize_static(pre, out, _Samples(batches), quant_format=oq.QuantFormat.QDQ,
+                       activation_type=oq.QuantType.QInt8, weight_type=oq.QuantType.QInt8,
+                       per_channel=True)
+    return onnx.load(out)
+
+
+def measure(name: str, size: int, inputs: int) -> dict:
+    """One model's row of the table."""
+    with tempfile.TemporaryDirectory() as d:
+        qdq = torchvision_qdq(name, size, d)
+    t0 = time.perf_counter()
+    compiled = heterocc.compile(qdq, target="vta,llvm")
+    seconds = time.perf_counter() - t0
+    report = compiled.placement_report
+    regions: dict[object, set] = {}
+    for p in report.placements:
+        if p.target == "vta" and p.region is not None:
+            regions.setdefault(p.region, set()).add(p.composite)
+    before_classifier = sum(1 for composites in regions.values()
+                            if composites - _CLASSIFIER)
+    session = ort.InferenceSession(qdq.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    exact = same_top1 = 0
+    for _ in range(inputs):
+        x = rng.standard_normal((1, 3, size, size)).astype(np.float32)
+        ours = compiled.run([x])[0]
+        exact += bool(np.array_equal(ours, evaluate(compiled.graph, [x])[0]))
+        same_top1 += int(ours.argmax() == session.run(None, {"input": x})[0].argmax())
+    return {"model": name, "mac_share": report.mac_share("vta"),
+            "regions": len(regions), "before_classifier": before_classifier,
+            "round_trips": getattr(report, "round_trips", None),
+            "cpu_nodes": sum(p.target != "vta" for p in report.placements),
+            "vta_nodes": sum(p.target == "vta" for p in report.placements),
+            "compile_s": seconds, "exact": exact, "top1": same_top1, "inputs": inputs}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--inputs", type=int, default=2)
+    ap.add_argument("--models", default=",".join(MODELS))
+    args = ap.parse_args()
+    print(describe())
+    print(f"input 1x3x{args.size}x{args.size}, vta,llvm")
+    print("| model | MACs on vta | regions (before classifier) | host round trips | "
+          "nodes vta / CPU | compile | bit-exact | top-1 as ORT |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        row = measure(name, args.size, args.inputs)
+        print(f"| {name} | {100 * row['mac_share']:.2f}% | {row['regions']} "
+              f"({row['before_classifier']}) | {row['round_trips']} | "
+              f"{row['vta_nodes']} / {row['cpu_nodes']} | {row['compile_s']:.1f} s | "
+              f"{row['exact']}/{row['inputs']} | {row['top1']}/{row['inputs']} |",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
