@@ -209,3 +209,38 @@ def test_a_matmul_bias_add_is_quantized_with_its_layer_and_offloaded():
     reference = heterocc.compile(model, target="llvm").run([x])[0]
     got = compiled.run([x])[0]
     assert np.abs(got - reference).max() < 0.1 * np.abs(reference).max()
+
+
+def test_a_conv_whose_accumulators_leave_no_multiplier_keeps_its_float_chain():
+    """A bias of 2**30 accumulator steps (tiny weight scales, as random-weight exports
+    produce) leaves no int32 room for a requantization multiplier: the chain stays in
+    QDQ form instead of failing the compile, and computes what it did."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    x_scale, w_scale = 0.05, 1e-6
+    inits = [
+        numpy_helper.from_array(np.array(x_scale, np.float32), "xs"),
+        numpy_helper.from_array(np.array(0, np.int8), "xz"),
+        numpy_helper.from_array(rng.integers(-127, 128, (4, 3, 1, 1)).astype(np.int8), "wq"),
+        numpy_helper.from_array(np.array([w_scale] * 4, np.float32), "ws"),
+        numpy_helper.from_array(np.array([1 << 30, 5, -5, 0], np.int32), "bq"),
+        numpy_helper.from_array(np.array([x_scale * w_scale] * 4, np.float32), "bs"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "ys"),
+        numpy_helper.from_array(np.array(0, np.int8), "yz")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws"], ["wd"], axis=0),
+             helper.make_node("DequantizeLinear", ["bq", "bs"], ["bd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd", "bd"], ["c"]),
+             helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "big_bias", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    before = PassManager(["infer_types"]).run(from_onnx(model))
+    after = PassManager(["realize_qdq", "infer_types"]).run(before)
+    assert "Conv" in [n.op for n in after.nodes]
+    x = rng.standard_normal((1, 3, 4, 4)).astype(np.float32)
+    np.testing.assert_array_equal(evaluate(after, [x])[0], evaluate(before, [x])[0])
