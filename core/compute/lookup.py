@@ -12,5 +12,5 @@ def lookup_table(inputs, attrs, out_types):
     x, table = inputs[:2]
     offset = te.const(TABLE_OFFSET, "int32")
     return [te.compute(out_types[0].shape,
-                       lambda *i: table[te.cast("int32", x(*i)) + offset],
+                       lambda *i: table[te.cast("int32", x[i]) + offset],
                        name="lookup_table", dtype="int8")]

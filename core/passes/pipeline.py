@@ -93,9 +93,10 @@ def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | No
     # rather than reaching a code generator that would compute something else
     if tables:
         # an accelerator's GEMM core runs quantized average pools as depthwise
-        # convolutions, its ALU quantized element-wise functions as lookup tables
+        # convolutions, its ALU quantized concatenations as copies and element-wise
+        # functions as lookup tables
         at = before.index("uint8_to_int8") + 1
-        before[at:at] = ["integer_average_pools", "lookup_tables"]
+        before[at:at] = ["integer_average_pools", "integer_concats", "lookup_tables"]
     manager = PassManager(before, dump_ir=dump_ir, check=True)
     graph = manager.run(graph)
     report = None

@@ -225,6 +225,56 @@ def integer_average_pools(graph: Graph) -> Graph:
     return substitute(graph, {}, nodes)
 
 
+@register_pass("integer_concats")
+def integer_concats(graph: Graph) -> Graph:
+    """``Q(Concat(DQ(x1), DQ(x2), ...))`` (per-tensor quantization, int8) as ``Concat``
+    of the integer tensors: an input quantized as the output is taken as it is, any
+    other through ``Q(DQ(xi))`` with the output's parameters (one requantization per
+    element, which ``lookup_tables`` turns into a table). Exact: each output element is
+    the output's quantization of one input element. Where nothing else reads the float
+    concatenation."""
+    scope = NameScope.of(graph)
+    producers = graph.producers()
+    users = graph.consumers()
+    returned = set(graph.outputs)
+    replaced: dict[Node, list[Node]] = {}
+    dropped: set[Node] = set()
+    for node in graph.nodes:
+        concat = producers.get(node.inputs[0]) if node.op == "QuantizeLinear" else None
+        if concat is None or concat.op != "Concat" or node.outputs[0].type.dtype != "int8" \
+                or concat.outputs[0] in returned or len(users.get(concat.outputs[0], ())) != 1:
+            continue
+        dqs = [producers.get(v) for v in concat.inputs]
+        try:
+            _scalar(node.inputs[1]), _scalar(node.inputs[2] if len(node.inputs) > 2 else None)
+            usable = all(dq is not None and dq.op == "DequantizeLinear"
+                         and not dq.inputs[0].is_const and dq.inputs[0].type.dtype == "int8"
+                         and _scalar(dq.inputs[1]) > 0 for dq in dqs)
+        except ValueError:
+            usable = False
+        if not usable:
+            continue
+        parts, new = [], []
+        for dq in dqs:
+            if _same_quantization(dq, node):
+                parts.append(dq.inputs[0])
+                continue
+            part = Value(scope.fresh(f"{dq.inputs[0].name}_requantized"),
+                         TensorType(dq.inputs[0].type.shape, "int8"))
+            new.append(Node("QuantizeLinear", [dq.outputs[0], *node.inputs[1:]], [part],
+                            dict(node.attrs), scope.fresh(f"{node.name}_part")))
+            parts.append(part)
+        new.append(Node("Concat", parts, [node.outputs[0]], dict(concat.attrs),
+                        scope.fresh(f"{concat.name}_int")))
+        replaced[node] = new
+        dropped.add(concat)
+    if not replaced:
+        return graph
+    nodes = [part for node in graph.nodes if node not in dropped
+             for part in replaced.get(node, [node])]
+    return substitute(graph, {}, nodes)
+
+
 def _bias(nodes: list[Node], linear: Node, n_out: int):
     """The float bias per output channel, None if absent, False if unusable."""
     source = None

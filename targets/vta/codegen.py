@@ -60,7 +60,7 @@ from .conv import (
 from .dae import emit_program
 from .device import VtaDevice
 from .epilogue import EpilogueStep, plan_epilogue
-from .lookup import device_table, lookup_program
+from .lookup import concat_unsupported, copy_program, device_table, lookup_program
 from .lookup import unsupported as unsupported_lookup
 from .pool import max_pool_geometry, pool_program
 from .residual import add_program, quantized_add
@@ -497,7 +497,34 @@ def _lookup_table(function: Node, config: HardwareConfig) -> AcceleratorKernel:
         return from_blocked(y, shape, config)
 
     return AcceleratorKernel(function.name, config, lookup_program(config, tiles, table),
-                             to_device, from_device, "X", "Y", blocked=True)
+                             to_device, from_device, "X0", "Y", blocked=True)
+
+
+def _concat(function: Node, config: HardwareConfig) -> AcceleratorKernel:
+    """A channel concatenation as copies through the ALU (``lookup.copy_program``), its
+    inputs and output in the blocked layout of the convolutions around it."""
+    node = function.body.nodes[0]
+    why = concat_unsupported(node, config.block_in)
+    if why is not None or config.batch != 1:
+        raise CompileError(f"{function.name}: {why or 'the batch tile is not 1'}")
+    order = [function.body.inputs.index(v) for v in node.inputs]
+    if sorted(order) != list(range(len(order))):
+        raise CompileError(f"{function.name}: an input is concatenated twice")
+    shape = node.outputs[0].type.shape
+    sources = tuple(_alu_tiles(function, v.type.shape, config) for v in node.inputs)
+
+    def to_device(x: np.ndarray) -> np.ndarray:
+        return to_blocked(x, config)
+
+    def from_device(y: np.ndarray) -> np.ndarray:
+        return from_blocked(y, shape, config)
+
+    # the composite's inputs in its own order, each the program's tensor of its position
+    names = [f"X{node.inputs.index(v)}" for v in function.body.inputs]
+    return AcceleratorKernel(function.name, config, copy_program(config, sources), to_device,
+                             from_device, names[0], "Y",
+                             more_inputs=tuple((name, to_device) for name in names[1:]),
+                             blocked=True)
 
 
 def compile_composite(function: Node, config: HardwareConfig,
@@ -522,6 +549,8 @@ def _lowered_composite(function: Node, config: HardwareConfig,
         return _max_pool(function, config)
     if function.attrs.get("composite") == "lookup_table":
         return _lookup_table(function, config)
+    if function.attrs.get("composite") == "concat":
+        return _concat(function, config)
     nodes = function.body.nodes
     core = nodes[0]
     if core.op == "ConvInteger":

@@ -4,9 +4,14 @@ pools (what ``realize_qdq`` produces), and lookup-table activations (``lookup_ta
 
 from __future__ import annotations
 
+import functools
+import operator
+
+from heterocc.accel_sim import HardwareConfig
 from heterocc.ir.graph import Node
 from heterocc.patterns import CompositePattern, is_constant, is_op, optional, wildcard
 
+from .lookup import concat_unsupported
 from .lookup import unsupported as unsupported_lookup
 from .pool import unsupported
 from .residual import quantized_add
@@ -22,6 +27,11 @@ _SCALED = is_op("Mul")(is_op("Sub")(_CAST, is_constant()) | _CAST, is_constant()
 _SUM = is_op("Requantize")(is_op("Add")(_SCALED, _SCALED))
 _POOL = is_op("MaxPool")(wildcard())
 _TABLE = is_op("LookupTable")(wildcard(), is_constant())
+#: Concat of up to _MAX_CONCAT tensors (a DenseNet block's last concatenation has 25):
+#: one alternative per count, the longest first (a shorter one would leave inputs out)
+_MAX_CONCAT = 40
+_CONCAT = functools.reduce(operator.or_, [is_op("Concat")(*[wildcard()] * count)
+                                          for count in range(_MAX_CONCAT, 1, -1)])
 
 
 def _requantized(core):
@@ -114,9 +124,20 @@ def check_lookup_table(nodes: list[Node]) -> str | None:
     return unsupported_lookup(nodes[0])
 
 
-def pattern_table() -> list[CompositePattern]:
+def check_concat(nodes: list[Node], block: int = 16) -> str | None:
+    """Why the accelerator cannot copy this concatenation in the blocked layout of
+    ``block``-channel tiles, or None."""
+    return concat_unsupported(nodes[0], block)
+
+
+def pattern_table(config: HardwareConfig | None = None) -> list[CompositePattern]:
+    """The accelerator's patterns (``config``: the hardware whose tile shape a
+    concatenation's channels must fit; the default config's when None)."""
+    block = (config or HardwareConfig()).block_in
     return [CompositePattern("conv2d_bias_requantize", _requantized(_CONV), check_conv),
             CompositePattern("dense_bias_requantize", _requantized(_DENSE), check_dense),
             CompositePattern("quantized_add", _SUM, check_add),
             CompositePattern("max_pool", _POOL, check_max_pool),
-            CompositePattern("lookup_table", _TABLE, check_lookup_table)]
+            CompositePattern("lookup_table", _TABLE, check_lookup_table),
+            CompositePattern("concat", _CONCAT,
+                             functools.partial(check_concat, block=block))]

@@ -124,7 +124,7 @@ def test_lookup_program_matches_the_op(preset, chunks):
     check_stream(program.instructions, config, dram_bytes=program.dram.size)
     x = rng.integers(-128, 128, (tiles * config.batch, config.block_in)).astype(np.int8)
     dram = program.dram.copy()
-    program.write("X", x, dram)
+    program.write("X0", x, dram)
     run_stream(program.instructions, config, dram)
     got = read_tensor(config, program.tensors["Y"], dram)
     np.testing.assert_array_equal(got, lookup_table(x, table, absorbed=[]))
@@ -158,3 +158,29 @@ def test_a_product_of_two_tensors_keeps_its_multiply(tmp_path):
     assert ops.count("LookupTable") == 1 and "Mul" in ops and "Sigmoid" not in ops
     x = rng.standard_normal(SHAPE).astype(np.float32)
     np.testing.assert_array_equal(evaluate(after, [x])[0], evaluate(before, [x])[0])
+
+
+def test_a_table_the_accelerator_refuses_runs_compiled_on_the_cpu(tmp_path):
+    """A 2-D activation (a classifier's hardswish after a dense layer): the CPU runs the
+    LookupTable through its TE compute, as its reference does."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((32, 16)) * 0.3)
+                                     .astype(np.float32), f"w{k}") for k in range(2)]
+    inits[1] = numpy_helper.from_array((rng.standard_normal((16, 32)) * 0.3)
+                                       .astype(np.float32), "w1")
+    nodes = [helper.make_node("MatMul", ["input", "w0"], ["h"]),
+             helper.make_node("HardSwish", ["h"], ["a"]),
+             helper.make_node("MatMul", ["a", "w1"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    compiled = heterocc.compile(quantize(model, tmp_path, "QDQ", "QInt8"), target="vta,llvm")
+    (table,) = [p for p in compiled.placement_report.placements if p.op == "LookupTable"]
+    assert table.target == "llvm" and "2-D" in table.reason
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal((1, 32)).astype(np.float32) * 3
+        np.testing.assert_array_equal(compiled.run([x])[0], evaluate(compiled.graph, [x])[0])

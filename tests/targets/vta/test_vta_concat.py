@@ -1,0 +1,101 @@
+"""Channel concatenations on the accelerator: ``integer_concats`` makes a quantized
+Concat integer (inputs quantized otherwise than the output requantized through lookup
+tables), and the composite ``concat`` copies each input's channel blocks after the
+previous input's in the blocked layout (``lookup.copy_program``); models built with
+onnx.helper and quantized by ``quantize_static``."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+import heterocc
+from heterocc.accel_sim import HardwareConfig, check_stream, run_stream
+from heterocc.accel_sim.program import read_tensor
+from heterocc.runtime.interpreter import evaluate
+from heterocc.targets.vta.blocking import from_blocked, to_blocked
+from heterocc.targets.vta.lookup import chunk_tiles, copy_program
+
+pytest.importorskip("onnxruntime.quantization")
+
+from tests.targets.vta.ort_models import (  # noqa: E402
+    onnxruntime_session,
+    output_scale,
+    quantize,
+)
+
+SHAPE = (1, 8, 8, 8)
+
+
+def branches(channels_a: int, channels_b: int) -> onnx.ModelProto:
+    """conv+relu, then a 1x1 and a 3x3 branch concatenated along the channels (as a
+    SqueezeNet fire module or an Inception block), then a 1x1 conv."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def weights(name, out, cin, k):
+        return numpy_helper.from_array((rng.standard_normal((out, cin, k, k)) * 0.3)
+                                       .astype(np.float32), name)
+
+    inits = [weights("w0", 16, 8, 3), weights("wa", channels_a, 16, 1),
+             weights("wb", channels_b, 16, 3), weights("w1", 16, channels_a + channels_b, 1)]
+    nodes = [helper.make_node("Conv", ["input", "w0"], ["c0"], pads=[1] * 4),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "wa"], ["a"]),
+             helper.make_node("Conv", ["r0", "wb"], ["b"], pads=[1] * 4),
+             helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "w1"], ["c1"])]
+    graph = helper.make_graph(
+        nodes, "branches", [helper.make_tensor_value_info("input", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("c1", TensorProto.FLOAT, [1, 16, 8, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("channels", [(16, 32), (16, 8)])
+@pytest.mark.parametrize("activations", ["QInt8", "QUInt8"])
+def test_concat_runs_on_the_accelerator_in_one_region(tmp_path, channels, activations):
+    model = quantize(branches(*channels), tmp_path, "QDQ", activations)
+    compiled = heterocc.compile(model, target="vta,llvm")
+    report = compiled.placement_report
+    assert report.mac_share("vta") == 1.0
+    assert report.accelerator_regions() == 1 and report.round_trips == 0, report.format()
+    assert [p.target for p in report.placements if p.op == "Concat"] == ["vta"]
+    session = onnxruntime_session(model, optimized=False)
+    scale = output_scale(model)
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32)
+        ours = compiled.run([x])[0]
+        np.testing.assert_array_equal(ours, evaluate(compiled.graph, [x])[0])
+        assert np.abs(ours - session.run(None, {"input": x})[0]).max() <= 2 * scale + 1e-6
+
+
+def test_a_concat_whose_first_input_splits_a_tile_stays_on_the_cpu(tmp_path):
+    model = quantize(branches(8, 16), tmp_path, "QDQ", "QInt8")
+    report = heterocc.compile(model, target="vta,llvm").placement_report
+    (concat,) = [p for p in report.placements if p.op == "Concat"]
+    assert concat.target == "llvm" and "whole 16-channel tiles" in concat.reason
+
+
+@pytest.mark.parametrize("preset", ["1x8x8", "1x16x16"])
+def test_copy_program_concatenates_blocked_tensors(preset):
+    config = HardwareConfig.preset(preset)
+    block = config.block_in
+    rng = np.random.default_rng(2)
+    # a first input that takes several chunks, a small one and a partial last block
+    height = max(1, int(2.5 * chunk_tiles(config)) // 4)
+    shapes = [(1, 2 * block, height, 4), (1, block, height, 4), (1, block // 2 + 1, height, 4)]
+    xs = [rng.integers(-128, 128, shape).astype(np.int8) for shape in shapes]
+    sources = tuple(-(-s[1] // block) * s[2] * s[3] for s in shapes)
+    program = copy_program(config, sources)
+    check_stream(program.instructions, config, dram_bytes=program.dram.size)
+    dram = program.dram.copy()
+    for index, x in enumerate(xs):
+        program.write(f"X{index}", to_blocked(x, config), dram)
+    run_stream(program.instructions, config, dram)
+    expected = np.concatenate(xs, axis=1)
+    got = from_blocked(read_tensor(config, program.tensors["Y"], dram), expected.shape, config)
+    np.testing.assert_array_equal(got, expected)
