@@ -79,3 +79,30 @@ def test_a_target_without_the_hook_is_refused_by_name():
 def test_an_option_the_target_does_not_take_is_named():
     with pytest.raises(TargetError, match="'llvm' does not take the option.* config"):
         get_target("llvm", config="1x16x16")
+
+
+def test_a_modelled_cost_is_not_measured_again(tmp_path):
+    """Cycles (here "steps") from a model are the same at every measurement: remeasuring
+    the finalists would only repeat the simulator's work, so nothing is measured again
+    and the ranking is the log's."""
+    from heterocc.tuning.records import MeasureRecord, RecordLog
+    from heterocc.tuning.tuners import remeasure_best
+
+    task = Task("toy_scale", (12,))
+    log = RecordLog(str(tmp_path / "log.jsonl"))
+    for factor in (1, 2, 4):
+        config = task.space.from_values({"factor": factor})
+        log.append(MeasureRecord(task.workload_key, config.to_json(), config.index,
+                                 _measure(task, config, None)))
+
+    class Counting:
+        calls = 0
+
+        def measure_one(self, task, config):
+            Counting.calls += 1
+            raise AssertionError("a modelled cost was measured again")
+
+    finalists = remeasure_best(task, Counting(), log, count=2)
+    assert Counting.calls == 0
+    assert [c["factor"] for c in finalists] == [4, 2]
+    assert len(log.records()) == 3
