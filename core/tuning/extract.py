@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..errors import InputError, TargetError
 from ..frontend import from_onnx
 from ..ir.graph import Graph
-from ..targets.registry import get_target, parse_targets
+from ..sdk.registry import get_target, parse_targets
 from .task import SEARCHES, Task, auto_name
 from .templates import tunable_targets, tuning_of
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 import numpy as np
 
-from heterocc.errors import TargetError
-from heterocc.targets.registry import parse_target_spec
+from heterocc.sdk import TargetError
+from heterocc.sdk.registry import parse_target_spec
 
 # --- feature sets ---------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """The CPU's schedule rules: which stages of a function get which CPU schedule, decided
-from each compute's structure (see :class:`heterocc.te_target.ScheduleRule`).
+from each compute's structure (see :class:`heterocc.sdk.te_target.ScheduleRule`).
 
 In the order :func:`cpu_rules` tries them:
 
@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from heterocc import te
+from heterocc.sdk import te
+from heterocc.sdk.te_target import ScheduleRule
 from heterocc.te.tensor import Reduce, TensorLoad
-from heterocc.te_target import ScheduleRule
 from heterocc.tir import expr as tx
 
 from .cpu import CPUDescription

@@ -1,6 +1,6 @@
 """The ``llvm`` target: each fused function becomes one machine-code kernel.
 
-A TE-compiled target (:class:`heterocc.te_target.TETarget`: expressing a function op by
+A TE-compiled target (:class:`heterocc.sdk.te_target.TETarget`: expressing a function op by
 op through the compute library, the NumPy fallback listed in ``fallbacks``, kernels
 shared by functions of one structure). What is the CPU's here: the schedule (its
 intermediate elementwise/injective stages are inlined into their readers, its anchor, a
@@ -24,13 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heterocc import te
-from heterocc.errors import InputError, TargetError
 from heterocc.ir.graph import Node
-from heterocc.passes.alter_layout import alter_layout_for
-from heterocc.runtime.files import member_path
-from heterocc.te.schedule_reads import reads_of
-from heterocc.te_target import (
+from heterocc.sdk import InputError, TargetError, te
+from heterocc.sdk.graph import alter_layout_for
+from heterocc.sdk.runtime import member_path
+from heterocc.sdk.te_target import (
     CompiledFunction,
     ExpressedFunction,
     ScheduleRule,
@@ -40,7 +38,8 @@ from heterocc.te_target import (
     output_specs,
     schedule_by_rules,
 )
-from heterocc.tuning.apply import current, records_for
+from heterocc.sdk.tuning import current, records_for
+from heterocc.te.schedule_reads import reads_of
 
 from .cost import CpuCostModel
 from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu

@@ -11,9 +11,9 @@ from heterocc import te
 from heterocc.ir.graph import Graph, Node, Value
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
+from heterocc.sdk.te_target import express_function, function_constants
 from heterocc.targets.llvm.module import _generate
 from heterocc.targets.llvm.target import LLVMKernel, LLVMTarget, _schedule
-from heterocc.te_target import express_function, function_constants
 from heterocc.tir.visitor import children
 
 

@@ -17,9 +17,9 @@ from heterocc.errors import CompileError
 from heterocc.ir.graph import Graph, Node, Value
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
+from heterocc.sdk.te_target import ExpressedFunction
 from heterocc.targets.llvm.module import build as build_module
 from heterocc.targets.llvm.target import LLVMTarget, _schedule
-from heterocc.te_target import ExpressedFunction
 from tests.compute.test_elementwise import (
     assert_same,
     check,

@@ -8,8 +8,8 @@ import pytest
 
 from heterocc import sdk
 from heterocc.errors import InputError, TargetError
+from heterocc.sdk.registry import available_targets, get_target, register_target
 from heterocc.targets.llvm import LLVMTarget
-from heterocc.targets.registry import available_targets, get_target, register_target
 from heterocc.targets.vta import VtaTarget
 from heterocc.tuning.extract import extract_tasks
 from heterocc.tuning.measure import MeasureOptions, measure_in_process

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from heterocc import te
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError, te
 from heterocc.te.schedule_reads import reads_of
 
 from ..cpu import CPUDescription

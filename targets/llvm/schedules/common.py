@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from heterocc import te
+from heterocc.sdk import te
 
 from ..cpu import CPUDescription, active_cpu
 

@@ -12,9 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from heterocc import te
-from heterocc.compute.nn import matmul as plain_matmul
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError, te
+from heterocc.sdk.graph import matmul as plain_matmul
 from heterocc.te.schedule_reads import reads_of
 from heterocc.te.tensor import Reduce, TensorLoad
 from heterocc.tir import expr as tx
@@ -324,7 +323,7 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
     pack (a 1-D operand) gets the reduction schedule.
 
     ``epilogue``, when given, is the function's elementwise tail of the product (see
-    ``heterocc.te_target.elementwise_epilogue``: bias, GELU, residual add, with the stages
+    ``heterocc.sdk.te_target.elementwise_epilogue``: bias, GELU, residual add, with the stages
     between inlined into it): the tiles are then laid out on it, and each tile's sums are
     finished by it straight from registers instead of in a second pass over memory. (The
     inlined stages vary along the vector lanes, the product's columns, so they need not

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from heterocc import te
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError, te
 
 from ..cpu import CPUDescription
 from .common import PARALLEL_MIN_ELEMENTS

@@ -6,11 +6,8 @@ from __future__ import annotations
 import contextvars
 from dataclasses import dataclass
 
-from heterocc import te
-from heterocc.tuning.apply import ApplyHistoryBest, current
-from heterocc.tuning.auto import Sketch, auto_name
-from heterocc.tuning.space import Config
-from heterocc.tuning.task import workload_key
+from heterocc.sdk import te
+from heterocc.sdk.tuning import ApplyHistoryBest, Config, Sketch, auto_name, current, workload_key
 
 from ..cpu import CPUDescription
 from ..schedules import (

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import functools
 
-from heterocc import te
-from heterocc.compute.nn import matmul as plain_matmul
-from heterocc.tuning.auto import AutoWorkload, auto_template
-from heterocc.tuning.templates import Template
+from heterocc.sdk import te
+from heterocc.sdk.graph import matmul as plain_matmul
+from heterocc.sdk.tuning import AutoWorkload, Template, auto_template
 
 from ..schedules import (
     default_panel,

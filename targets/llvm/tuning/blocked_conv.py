@@ -10,11 +10,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from heterocc import te
-from heterocc.compute import compute_of
-from heterocc.ops.layout import blocked_conv_geometry, blocked_conv_input_shape, conv_nchwc
-from heterocc.tuning.space import Config, ConfigSpace, Knob, divisors
-from heterocc.tuning.templates import Template
+from heterocc.sdk import te
+from heterocc.sdk.graph import (
+    blocked_conv_geometry,
+    blocked_conv_input_shape,
+    compute_of,
+    conv_nchwc,
+)
+from heterocc.sdk.tuning import Config, ConfigSpace, Knob, Template, divisors
 
 from ..cpu import CPUDescription
 from ..schedules import (

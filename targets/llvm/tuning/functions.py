@@ -11,27 +11,33 @@ import statistics
 
 import numpy as np
 
-from heterocc import te
-from heterocc.errors import CompileError
 from heterocc.ir.graph import Graph, Node, Value
 from heterocc.ir.types import TensorType
-from heterocc.passes.pipeline import run_pipeline
-from heterocc.runtime.interpreter import evaluate
-from heterocc.targets.registry import get_target
-from heterocc.te_target import express_function, fold_scalars
-from heterocc.tuning.apply import ApplyHistoryBest, current
-from heterocc.tuning.auto import Sketch, auto_name
-from heterocc.tuning.measure import (
+from heterocc.sdk import CompileError, te
+from heterocc.sdk.graph import run_pipeline
+from heterocc.sdk.registry import get_target
+from heterocc.sdk.runtime import evaluate
+from heterocc.sdk.te_target import express_function, fold_scalars
+from heterocc.sdk.tuning import (
+    BASELINE,
+    PAIRED,
+    ApplyHistoryBest,
     CandidateError,
+    Config,
+    ConfigSpace,
+    Knob,
     MeasureOptions,
+    MeasureRecord,
+    Sketch,
+    Task,
+    Template,
+    auto_name,
     check_output,
+    current,
     task_inputs,
     time_calls,
+    workload_key,
 )
-from heterocc.tuning.records import BASELINE, PAIRED, MeasureRecord
-from heterocc.tuning.space import Config, ConfigSpace, Knob
-from heterocc.tuning.task import Task, workload_key
-from heterocc.tuning.templates import Template
 
 from ..cpu import CPUDescription, active_cpu, compiling_for
 from ..schedules import (

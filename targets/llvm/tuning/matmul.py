@@ -9,9 +9,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from heterocc import te
-from heterocc.tuning.space import Config, ConfigSpace, Knob, split_options
-from heterocc.tuning.templates import Template
+from heterocc.sdk import te
+from heterocc.sdk.tuning import Config, ConfigSpace, Knob, Template, split_options
 
 from ..schedules import (
     matmul_tile_rows,

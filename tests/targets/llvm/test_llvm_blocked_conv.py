@@ -19,6 +19,7 @@ from heterocc.ir.types import TensorType
 from heterocc.models import mobilenet_v2, resnet18, tiny_cnn
 from heterocc.ops import get_op
 from heterocc.passes import fused_functions
+from heterocc.sdk.te_target import ExpressedFunction
 from heterocc.targets.llvm import LLVMTarget
 from heterocc.targets.llvm.cpu import parse_cpu
 from heterocc.targets.llvm.module import build
@@ -32,7 +33,6 @@ from heterocc.targets.llvm.schedules import (
     schedule_conv2d_nchwc,
 )
 from heterocc.targets.llvm.target import _schedule
-from heterocc.te_target import ExpressedFunction
 from tests.conftest import conv_model, make_model
 
 RNG = np.random.default_rng(17)

@@ -14,10 +14,10 @@ from heterocc import te
 from heterocc.compute import compute_of
 from heterocc.ir.types import TensorType
 from heterocc.passes import fused_functions
+from heterocc.sdk.te_target import ExpressedFunction, elementwise_epilogue, structure_key
 from heterocc.targets.llvm.rules import DirectConvRule
 from heterocc.targets.llvm.target import _schedule
 from heterocc.te.schedule import AT
-from heterocc.te_target import ExpressedFunction, elementwise_epilogue, structure_key
 from tests.conftest import conv_model
 
 RNG = np.random.default_rng(11)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import CompileError, IllegalInstructionError
+from heterocc.errors import CompileError, IllegalInstructionError
 
 
 @dataclass(frozen=True)
