@@ -14,6 +14,7 @@ schedule both from the log's best). The log is appended to and resumed. Run:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 
@@ -44,11 +45,11 @@ def build_applied(n: int, log: str):
     schedules one."""
     A = te.placeholder((n, n), "float32", "A")
     B = te.placeholder((n, n), "float32", "B")
-    with ApplyHistoryBest(log):
-        C = matmul(A, B, panel_of=matmul_panel)
-        schedule = te.create_schedule(C)
-        if not schedule_matmul_tuned(schedule, C):
-            raise SystemExit(f"{log} has no applicable matmul config for {n}^3")
+    applied = ApplyHistoryBest(log)
+    C = matmul(A, B, panel_of=functools.partial(matmul_panel, applied))
+    schedule = te.create_schedule(C)
+    if not schedule_matmul_tuned(applied, schedule, C):
+        raise SystemExit(f"{log} has no applicable matmul config for {n}^3")
     return hllvm.build(te.lower(schedule, [A, B, C], name="tuned"))["tuned"]
 
 

@@ -1,6 +1,7 @@
 """The template-free search: sketch rules, every sketch point a correct schedule, the
 evolutionary operators, and applying an auto record at compile time."""
 
+import functools
 import itertools
 import math
 
@@ -404,11 +405,11 @@ def test_compile_applies_the_faster_of_the_auto_and_template_records(auto_wins):
                _records(template, template.default_config(), 2.0)]
     A = te.placeholder((16, 24), "float32", "A")
     B = te.placeholder((24, 40), "float32", "B")
-    with ApplyHistoryBest(records):
-        assert (matmul_panel(16, 40, 24, "float32") is None) == auto_wins
-        C = matmul(A, B, panel_of=matmul_panel)
-        schedule = te.create_schedule(C)
-        assert schedule_matmul_tuned(schedule, C)
+    log = ApplyHistoryBest(records)
+    assert (matmul_panel(log, 16, 40, 24, "float32") is None) == auto_wins
+    C = matmul(A, B, panel_of=functools.partial(matmul_panel, log))
+    schedule = te.create_schedule(C)
+    assert schedule_matmul_tuned(log, schedule, C)
     stage = schedule[C]
     # the auto point computes straight into C (no cache write); the template's default
     # accumulates in registers (a local stage)

@@ -3,7 +3,6 @@ and the hand schedule, their measurement."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
@@ -33,7 +32,6 @@ from heterocc.sdk.tuning import (
     Template,
     auto_name,
     check_output,
-    current,
     task_inputs,
     time_calls,
     workload_key,
@@ -47,7 +45,7 @@ from ..schedules import (
     reachable_computes,
     schedule_packed_rows,
 )
-from .apply import _FUNCTION_CHOICE, ScheduleConfigs
+from .apply import ScheduleConfigs
 from .common import search_hints
 from .matmul import _closest, _panel_options
 from .measure import _flush_of, _rotating
@@ -64,7 +62,7 @@ from .measure import _flush_of, _rotating
 # the sketch of the whole function; the ``function`` template has one point, the
 # target's hand schedule, which ``tune --search auto`` times on the same harness. At
 # compile time a function takes the auto record only where it beat that hand schedule
-# (:func:`function_choice`); a function without records of its own falls back to the
+# (:func:`function_configs`); a function without records of its own falls back to the
 # workload records above.
 
 #: ops whose float functions become function tasks (the anchors the sketch tiles); a
@@ -264,18 +262,6 @@ def _decide(body: Graph, context: ApplyHistoryBest | None) -> tuple | None:
         elif hand_cost is not None or config is not None:
             choice = ("hand", None)
     return choice
-
-
-@contextlib.contextmanager
-def function_choice(body: Graph):
-    """:func:`function_configs`' choice for ``body`` under the log applied here, made
-    the choice of the helpers (:func:`matmul_panel`, ...) inside the block."""
-    choice = _decide(body, current())
-    token = _FUNCTION_CHOICE.set(choice)
-    try:
-        yield choice
-    finally:
-        _FUNCTION_CHOICE.reset(token)
 
 
 def _paired_choice(context: ApplyHistoryBest, auto_key: str, hand_key: str
@@ -509,10 +495,10 @@ def _instantiate_function(args: tuple, config: Config, template: str):
     cost model's features describe)."""
     target = _llvm_target()
     body = function_body(args[1])
-    with _forced_log(template, args, config), function_choice(body), \
-            target.compile_context():
+    with target.compile_context():
         expressed = express_function(body)
-        schedule = target.schedule(expressed)
+        schedule = target.schedule(expressed,
+                                   function_configs(body, _forced_log(template, args, config)))
     target._packings.pop(id(expressed), None)
     return schedule, [*expressed.params, *expressed.outputs]
 

@@ -129,11 +129,11 @@ def test_extracted_task_is_the_compiled_workload():
     assert task == DENSE
     _, _, conv = _lowered(task, task.default_config())[1]
     plain = te.compute((4,), lambda i: te.const(0.0, "float32"), name="plain")
-    with ApplyHistoryBest(_log_preferring(task, {"columns": 4, "channel_blocks": 2,
-                                                 "reduce_order": "kernel_outer"})):
-        assert blocked_conv_tiles(conv) == BlockedConvTiles(4, 2, kernel_outer=True)
-        assert blocked_conv_tiles(plain) is None  # a compute without a workload
-    assert blocked_conv_tiles(conv) is None  # outside the log's context
+    log = ApplyHistoryBest(_log_preferring(task, {"columns": 4, "channel_blocks": 2,
+                                                  "reduce_order": "kernel_outer"}))
+    assert blocked_conv_tiles(log, conv) == BlockedConvTiles(4, 2, kernel_outer=True)
+    assert blocked_conv_tiles(log, plain) is None  # a compute without a workload
+    assert blocked_conv_tiles(None, conv) is None  # without a log
 
 
 def test_stem_task_reads_the_nchw_input_in_place():
@@ -270,10 +270,10 @@ def test_old_records_apply_with_the_new_knobs_defaults():
     chunks = dense_conv_reduction_blocks(
         conv.shape, [int(axis.extent) for axis in conv.op.reduce_axis], 4)
     default = default_depthwise_conv_tiles(depthwise_conv)
-    with ApplyHistoryBest(records):
-        assert blocked_conv_tiles(conv) == BlockedConvTiles(4, 4, reduction_blocks=chunks)
-        assert blocked_conv_tiles(depthwise_conv) == DepthwiseConvTiles(
-            4, 2, default.unroll_window, default.parallel)
+    log = ApplyHistoryBest(records)
+    assert blocked_conv_tiles(log, conv) == BlockedConvTiles(4, 4, reduction_blocks=chunks)
+    assert blocked_conv_tiles(log, depthwise_conv) == DepthwiseConvTiles(
+        4, 2, default.unroll_window, default.parallel)
     # a kernel_outer record: unchunked, as its schedule was
     kernel_outer = CHUNKED.config_of({**old, "reduce_order": "kernel_outer"})
     assert kernel_outer["reduction_blocks"] == 0 and kernel_outer["block_unroll"] is None
@@ -290,10 +290,10 @@ def test_depthwise_knobs_reach_the_compiled_schedule():
     for config in (default, flipped):
         record = MeasureRecord(SMALL_DEPTHWISE.workload_key, config.to_json(), config.index,
                                (1.0,))
-        with ApplyHistoryBest([record]):
-            schedule = te.create_schedule(conv)
-            schedule_blocked_conv(schedule, conv, blocked_conv_tiles(conv))
-            codes.append(str(te.lower(schedule, tensors, name="candidate")))
+        schedule = te.create_schedule(conv)
+        schedule_blocked_conv(schedule, conv,
+                              blocked_conv_tiles(ApplyHistoryBest([record]), conv))
+        codes.append(str(te.lower(schedule, tensors, name="candidate")))
         assert codes[-1] == str(_lowered(SMALL_DEPTHWISE, config)[0])
     assert codes[0] != codes[1]
 
