@@ -23,6 +23,7 @@ from alternating import alternating_medians  # beside this script
 
 from heterocc import te
 from heterocc.targets import llvm as hllvm
+from heterocc.targets.llvm.cpu import active_cpu
 from heterocc.targets.llvm.schedules import matmul, matmul_function
 from heterocc.targets.llvm.tuning import matmul_panel, schedule_matmul_tuned
 from heterocc.tuning import (
@@ -46,7 +47,7 @@ def build_applied(n: int, log: str):
     A = te.placeholder((n, n), "float32", "A")
     B = te.placeholder((n, n), "float32", "B")
     applied = ApplyHistoryBest(log)
-    C = matmul(A, B, panel_of=functools.partial(matmul_panel, applied))
+    C = matmul(A, B, panel_of=functools.partial(matmul_panel, applied), cpu=active_cpu())
     schedule = te.create_schedule(C)
     if not schedule_matmul_tuned(applied, schedule, C):
         raise SystemExit(f"{log} has no applicable matmul config for {n}^3")
@@ -81,7 +82,7 @@ def main() -> None:
     print(f"tuned config: {config.to_json()}{' (the default)' if is_default else ''}")
 
     tuned = build_applied(n, args.log)
-    default = hllvm.build(matmul_function(n, n, n, name="default"))["default"]
+    default = hllvm.build(matmul_function(n, n, n, name="default", cpu=active_cpu()))["default"]
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)

@@ -12,7 +12,7 @@ from .common import PARALLEL_MIN_ELEMENTS
 
 
 def schedule_pool_nchwc(schedule: te.Schedule, pool: te.Tensor,
-                        cpu: CPUDescription | None = None) -> None:
+                        cpu: CPUDescription) -> None:
     """Pooling of an NCHW[x]c tensor (``pool[n, c, y, x, b]`` reduced over a window of
     rows and columns): rows of output pixels in parallel, each pixel one vector over the
     channel block, reduced over its window with one vector max/add per tap."""

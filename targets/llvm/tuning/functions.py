@@ -327,19 +327,19 @@ def _spec_or_none(body: Graph) -> str | None:
         return None
 
 
-def _function_sketch(outputs, cpu: CPUDescription | None = None) -> Sketch:
+def _function_sketch(outputs, cpu: CPUDescription) -> Sketch:
     return Sketch(outputs, search_hints(outputs[0].dtype, cpu))
 
 
 def function_tuned(expressed, configs: ScheduleConfigs,
-                   cpu: CPUDescription | None = None) -> te.Schedule | None:
+                   cpu: CPUDescription) -> te.Schedule | None:
     """The schedule of a function (its products packed already) by its auto record when
     ``configs`` chose it (:func:`function_configs`), else None (the target's own
     schedule follows)."""
     choice = configs.choice
     if choice is None or choice[0] != "auto":
         return None
-    pack_matmuls(expressed.outputs, configs.matmul_panel, cpu)
+    pack_matmuls(expressed.outputs, configs.matmul_panel, cpu=cpu)
     sketch = _function_sketch(expressed.outputs, cpu)
     blocks = _pack_rows(sketch, expressed.outputs, choice[1])
     s = te.create_schedule(expressed.outputs)
@@ -404,7 +404,7 @@ def _auto_function_sketch(spec: str) -> Sketch:
 @functools.lru_cache(maxsize=64)
 def _auto_function_sketch_for(spec: str, cpu: CPUDescription) -> Sketch:
     with compiling_for(cpu):
-        return _function_sketch(_expressed_function(spec).outputs)
+        return _function_sketch(_expressed_function(spec).outputs, active_cpu())
 
 
 def _has_panel(spec: str) -> bool:
@@ -439,7 +439,8 @@ def _auto_function_default(args: tuple) -> dict:
     if _has_panel(args[1]):
         product = _function_product(args[1])
         shape, dtype = product.outputs[0].type.shape, product.outputs[0].type.dtype
-        values["panel"] = _closest(_panel_knob(args[1]).options, default_panel(shape[1], dtype))
+        values["panel"] = _closest(_panel_knob(args[1]).options,
+                                   default_panel(shape[1], dtype, cpu=active_cpu()))
         values["a_layout"] = "in_place"
     return values
 
