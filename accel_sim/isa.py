@@ -284,22 +284,33 @@ ALU_IMM_BITS = 16
 
 @dataclass(frozen=True)
 class Field:
-    """One bit field of an instruction or micro-op word."""
+    """One bit field of an instruction or micro-op word: the SDK's declaration of it
+    (``spec``: name, width, signedness and so its range) at bit ``offset``."""
 
-    name: str
+    spec: IsaField
     offset: int
-    width: int
-    signed: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def width(self) -> int:
+        return self.spec.bits
+
+    @property
+    def signed(self) -> bool:
+        return self.spec.signed
 
     @property
     def minimum(self) -> int:
         """Smallest encodable value."""
-        return -(1 << (self.width - 1)) if self.signed else 0
+        return self.spec.low
 
     @property
     def maximum(self) -> int:
         """Largest encodable value."""
-        return (1 << (self.width - 1)) - 1 if self.signed else (1 << self.width) - 1
+        return self.spec.high
 
 
 @dataclass(frozen=True)
@@ -329,9 +340,8 @@ def _declare(spec: list[tuple[str, int] | tuple[str, int, bool]]) -> tuple[IsaFi
 def _placed(isa: InstructionSet, name: str) -> tuple[Field, ...]:
     """The fields of ``name`` with their bit positions as ``isa`` lays them out, the
     opcode (when ``isa`` has one) first."""
-    opcode = (Field("opcode", 0, isa.opcode_bits),) if isa.opcode_bits else ()
-    return opcode + tuple(Field(spec.name, low, spec.bits, spec.signed)
-                          for spec, low in isa.layout(name))
+    opcode = (Field(IsaField("opcode", isa.opcode_bits), 0),) if isa.opcode_bits else ()
+    return opcode + tuple(Field(spec, low) for spec, low in isa.layout(name))
 
 
 @functools.lru_cache(maxsize=64)
