@@ -8,8 +8,8 @@ import pytest
 
 from heterocc import sdk
 from heterocc.errors import InputError, TargetError
+from heterocc.sdk.registry import available_targets, get_target, register_target
 from heterocc.targets.llvm import LLVMTarget
-from heterocc.targets.registry import available_targets, get_target, register_target
 from heterocc.targets.vta import VtaTarget
 from heterocc.tuning.extract import extract_tasks
 from heterocc.tuning.measure import MeasureOptions, measure_in_process
@@ -58,6 +58,23 @@ def test_a_target_from_outside_is_tuned_through_its_hook():
     assert Task.from_key(task.workload_key).definition is SCALE
     best = task.space.from_values({"factor": 4})
     assert measure_in_process(task, best, MeasureOptions()).costs == (3.0,)
+
+
+def test_the_tasks_of_a_model_carry_their_template(monkeypatch):
+    """Tuning a model's tasks looks no template up by name (which would build every
+    tunable target to collect theirs): each task carries its target's."""
+    model = make_model([], [("x", "float32", [2, 6])], [("x", "float32", [2, 6])])
+    (task,) = extract_tasks(model, target="toy_tunable")
+    assert task.bound is SCALE and task == Task("toy_scale", (12,))
+
+    def no_lookup(name):
+        raise AssertionError(f"template {name!r} looked up by name")
+
+    monkeypatch.setattr("heterocc.tuning.task.get_template", no_lookup)
+    assert task.definition is SCALE and task.weighted(3).definition is SCALE
+    assert task.default_config()["factor"] == 1 and task.space.from_values({"factor": 2})
+    with pytest.raises(AssertionError, match="looked up by name"):
+        _ = Task("toy_scale", (12,)).definition  # a task named by its key only
 
 
 def test_the_built_in_targets_declare_their_hooks():
