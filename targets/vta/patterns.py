@@ -9,7 +9,7 @@ import operator
 
 from heterocc.accel_sim import HardwareConfig
 from heterocc.ir.graph import Node
-from heterocc.patterns import CompositePattern, is_constant, is_op, optional, wildcard
+from heterocc.sdk import CompositePattern, is_constant, is_op, optional, wildcard
 
 from .lookup import concat_unsupported
 from .lookup import unsupported as unsupported_lookup
