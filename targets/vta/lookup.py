@@ -26,7 +26,7 @@ from heterocc.accel_sim import HardwareConfig
 from heterocc.accel_sim.isa import LUT_WORDS, Alu, AluOp, Buffer, Load, MicroOp, Store, lut_words
 from heterocc.accel_sim.program import Program, ProgramBuilder
 from heterocc.ir.graph import Node
-from heterocc.ops.lookup import TABLE_OFFSET
+from heterocc.sdk.graph import TABLE_OFFSET
 
 #: chunks in flight (each holds its tiles in INP and ACC)
 _SLOTS = 2
