@@ -96,7 +96,9 @@ def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | No
         # convolutions, its ALU quantized concatenations as copies and element-wise
         # functions as lookup tables
         at = before.index("uint8_to_int8") + 1
-        before[at:at] = ["integer_average_pools", "integer_concats", "lookup_tables"]
+        # (constants folded first: a normalization's dequantized parameters become floats)
+        before[at:at] = ["fold_constants", "integer_average_pools", "integer_concats",
+                         "lookup_tables"]
     manager = PassManager(before, dump_ir=dump_ir, check=True)
     graph = manager.run(graph)
     report = None

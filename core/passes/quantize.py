@@ -48,6 +48,11 @@ QDQ_PATTERN = is_op("QuantizeLinear")(_ACT, is_constant(), optional(is_constant(
 _AVERAGE = is_op("GlobalAveragePool")(_DQ_X) | is_op("AveragePool")(_DQ_X) | \
     is_op("ReduceMean")(_DQ_X, optional(is_constant()))
 AVERAGE_PATTERN = is_op("QuantizeLinear")(_AVERAGE, is_constant(), optional(is_constant()))
+_NORM = is_op("BatchNormalization")(_DQ_X, is_constant(), is_constant(), is_constant(),
+                                    is_constant()) | \
+    is_op("Add")(is_op("Mul")(_DQ_X, is_constant()), is_constant())
+AFFINE_PATTERN = is_op("QuantizeLinear")(is_op("Relu")(_NORM) | _NORM, is_constant(),
+                                         optional(is_constant()))
 
 
 @dataclass
@@ -197,8 +202,10 @@ def _average_chain(nodes: list[Node]) -> _Chain | None:
 def integer_average_pools(graph: Graph) -> Graph:
     """Quantized average pools ``Q(GlobalAveragePool | AveragePool | ReduceMean(DQ(x)))``
     (over the spatial axes) as a depthwise ConvInteger with all-ones weights and a
-    Requantize (``_average_chain``), where nothing else reads the float average: the
-    integer form an accelerator's GEMM core runs with the convolutions around it."""
+    Requantize (``_average_chain``), and quantized batch normalizations a convolution
+    did not absorb as a depthwise 1x1 one (``_affine_chain``), where nothing else reads
+    the float result: the integer form an accelerator's GEMM core runs with the
+    convolutions around it."""
     scope = NameScope.of(graph)
     producers = graph.producers()
     users = graph.consumers()
@@ -209,20 +216,69 @@ def integer_average_pools(graph: Graph) -> Graph:
         m = match(AVERAGE_PATTERN, node.outputs[0], producers) \
             if node.op == "QuantizeLinear" else None
         chain = m and _average_chain(m.nodes)
-        pool = m.nodes[1] if chain else None
-        if pool is None or pool.outputs[0] in returned or \
-                any(u is not node for u in users.get(pool.outputs[0], ())):
+        if not chain and node.op == "QuantizeLinear":
+            m = match(AFFINE_PATTERN, node.outputs[0], producers)
+            chain = m and _affine_chain(m.nodes)
+        inner = [n for n in m.nodes if n is not node and n.op != "DequantizeLinear"] \
+            if chain else []
+        if not inner or any(v in returned or any(u not in m.nodes for u in users.get(v, ()))
+                            for n in inner for v in n.outputs):
             continue
         new = _rewrite(chain, node.outputs[0], scope)
         for part in new:
             part.attrs = get_op(part.op).normalize_attrs(part.attrs, part.name)
         replaced[node] = new
-        dropped.add(pool)
+        dropped.update(inner)
     if not replaced:
         return graph
     nodes = [part for node in graph.nodes if node not in dropped
              for part in replaced.get(node, [node])]
     return substitute(graph, {}, nodes)
+
+
+def _affine_chain(nodes: list[Node]) -> _Chain | None:
+    """``Q(Relu?(BatchNormalization(DQ(x))))`` or ``Q(Relu?(DQ(x) * a + b))`` (inference,
+    per-tensor quantization, per-channel constants: a normalization no convolution
+    before it absorbed, after a concatenation) as the chain
+    of a depthwise 1x1 convolution with weights +-1 of scale ``|gamma / sqrt(var + eps)|``
+    and the normalization's shift as its bias: one requantization per channel."""
+    dq, q = nodes[0], nodes[-1]
+    norm = next(n for n in nodes if n.op in ("BatchNormalization", "Add"))
+    if dq.inputs[0].type.dtype not in ("int8", "uint8") or dq.inputs[0].type.ndim != 4 or \
+            norm.attrs.get("training_mode", 0):
+        return None
+    try:
+        x_scale = float(_scalar(dq.inputs[1]))
+        x_zero = int(_scalar(dq.inputs[2] if len(dq.inputs) > 2 else None))
+        y_scale = float(_scalar(q.inputs[1]))
+        y_zero = int(_scalar(q.inputs[2] if len(q.inputs) > 2 else None))
+    except ValueError:
+        return None
+    channels = dq.inputs[0].type.shape[1]
+    if norm.op == "BatchNormalization":
+        gamma, beta, mean, var = (v.data.astype(np.float64).reshape(-1)
+                                  for v in norm.inputs[1:])
+        slope = gamma / np.sqrt(var + norm.attrs.get("epsilon", 1e-5))
+        shift = beta - mean * slope
+    else:  # x * slope + shift, the constants one per channel (C, 1, 1) or one in all
+        mul = next(n for n in nodes if n.op == "Mul")
+        if any(v.data.ndim > 1 and v.data.shape[-2:] != (1, 1)
+               for v in (mul.inputs[1], norm.inputs[1])):
+            return None
+        slope, shift = (v.data.astype(np.float64).reshape(-1)
+                        for v in (mul.inputs[1], norm.inputs[1]))
+    if any(a.size not in (1, channels) for a in (slope, shift)):
+        return None
+    slope, shift = np.broadcast_to(slope, (channels,)), np.broadcast_to(shift, (channels,))
+    weights = np.sign(slope).astype(np.int8).reshape(channels, 1, 1, 1)
+    conv = Node("Conv", list(norm.inputs[:1]), list(norm.outputs[:1]), {
+        "kernel_shape": [1, 1], "strides": [1, 1], "pads": [0] * 4, "group": channels,
+        "dilations": [1, 1]}, norm.name)
+    clip = (0.0, np.inf) if any(n.op == "Relu" for n in nodes) else (-np.inf, np.inf)
+    absorbed = [f"{n.op}:{n.name}" for n in nodes if n.op == "Relu"]
+    return _Chain(dq.inputs[0], x_scale, x_zero, weights,
+                  np.where(slope != 0, np.abs(slope), 1.0), None, np.array(shift), conv,
+                  y_scale, y_zero, q.outputs[0].type.dtype, clip, absorbed)
 
 
 @register_pass("integer_concats")

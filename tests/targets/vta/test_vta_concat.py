@@ -99,3 +99,40 @@ def test_copy_program_concatenates_blocked_tensors(preset):
     expected = np.concatenate(xs, axis=1)
     got = from_blocked(read_tensor(config, program.tensors["Y"], dram), expected.shape, config)
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_a_normalization_after_a_concat_joins_the_region(tmp_path, relu):
+    """A DenseNet layer: concatenation, batch normalization (no convolution before it
+    absorbs it), ReLU, convolution. The normalization becomes a depthwise 1x1 convolution
+    (``integer_average_pools``), so the block is one region, bit-exact."""
+    from onnx import helper, numpy_helper
+
+    model = branches(16, 16)
+    graph = model.graph
+    rng = np.random.default_rng(4)
+    stats = {"g": rng.uniform(-1.5, 1.5, 32), "b": rng.standard_normal(32) * 0.3,
+             "m": rng.standard_normal(32) * 0.2, "v": rng.uniform(0.5, 2, 32)}
+    graph.initializer.extend(numpy_helper.from_array(v.astype(np.float32), f"bn_{k}")
+                             for k, v in stats.items())
+    last = graph.node[-1]
+    norm = [helper.make_node("BatchNormalization", ["cat"] + [f"bn_{k}" for k in "gbmv"],
+                             ["n"])]
+    if relu:
+        norm.append(helper.make_node("Relu", ["n"], ["nr"]))
+    last.input[0] = norm[-1].output[0]
+    graph.node.insert(len(graph.node) - 1, norm[0])
+    if relu:
+        graph.node.insert(len(graph.node) - 1, norm[1])
+    quantized = quantize(model, tmp_path, "QDQ", "QInt8")
+    compiled = heterocc.compile(quantized, target="vta,llvm")
+    report = compiled.placement_report
+    assert report.accelerator_regions() == 1 and report.round_trips == 0, report.format()
+    assert not any(p.op == "BatchNormalization" for p in report.placements)
+    session = onnxruntime_session(quantized, optimized=False)
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32)
+        ours = compiled.run([x])[0]
+        np.testing.assert_array_equal(ours, evaluate(compiled.graph, [x])[0])
+        theirs = session.run(None, {"input": x})[0]
+        assert np.abs(ours - theirs).max() <= 3 * output_scale(quantized) + 1e-6
