@@ -317,8 +317,13 @@ def integer_concats(graph: Graph) -> Graph:
                 continue
             part = Value(scope.fresh(f"{dq.inputs[0].name}_requantized"),
                          TensorType(dq.inputs[0].type.shape, "int8"))
-            new.append(Node("QuantizeLinear", [dq.outputs[0], *node.inputs[1:]], [part],
-                            dict(node.attrs), scope.fresh(f"{node.name}_part")))
+            # a DequantizeLinear of its own: a tensor many concatenations read (a DenseNet
+            # block's features) gives each requantization a chain of its own to tabulate
+            real = Value(scope.fresh(f"{dq.outputs[0].name}_part"), dq.outputs[0].type)
+            new += [Node("DequantizeLinear", list(dq.inputs), [real], dict(dq.attrs),
+                         scope.fresh(f"{dq.name}_part")),
+                    Node("QuantizeLinear", [real, *node.inputs[1:]], [part],
+                         dict(node.attrs), scope.fresh(f"{node.name}_part"))]
             parts.append(part)
         new.append(Node("Concat", parts, [node.outputs[0]], dict(concat.attrs),
                         scope.fresh(f"{concat.name}_int")))
