@@ -104,7 +104,7 @@ def check_against_oracles(model, target: str, x: np.ndarray, rewrite_steps: floa
     scale = output_scale(model)
     _, deviations = check_every_pass(model, target, [x], scale, rewrite_steps)
     assert [d.name for d in deviations][-1] == "fuse_ops"  # every pass was checked
-    compiled = heterocc.compile(model, target=target)
+    compiled = heterocc.compile(model, target=target, placement="greedy")
     got = compiled.run([x])[0]
     np.testing.assert_array_equal(got, evaluate(compiled.graph, [x])[0])
     assert steps_apart(got, ort_reference(model, x), scale) <= ort_steps
@@ -155,7 +155,8 @@ def test_the_3d_matmul_of_the_report_is_within_one_step_of_onnxruntime(tmp_path)
     shape = (1, 6, K)
     model = quantize(linear_model("MatMul", shape), tmp_path, shape)
     scale = output_scale(model)
-    compiled = {t: heterocc.compile(model, target=t) for t in ("llvm", "vta,llvm")}
+    compiled = {t: heterocc.compile(model, target=t, placement="greedy")
+                for t in ("llvm", "vta,llvm")}
     for seed in range(3):
         x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
         expected = ort_reference(model, x)
