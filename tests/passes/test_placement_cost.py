@@ -349,3 +349,18 @@ def test_cpu_lower_bound_from_its_fastest_measured_rate(model):
                 if f.attrs.get("composite") == "quantized_add"), None)
     if add is not None:
         assert llvm.lower_bound(add) is None
+
+
+def test_accelerator_lower_bound_is_below_its_estimate(model):
+    """vta's bound (the copies of a call's result and an input over the link) never
+    exceeds its estimate, and needs no compile."""
+    vta = VtaTarget()
+    graph = _compile(model, VtaTarget(), "greedy").graph
+    functions = [f for r in graph.nodes if r.body is not None and r.attrs.get("target") == "vta"
+                 for f in r.body.nodes]
+    assert functions
+    for function in functions:
+        seconds, how = vta.lower_bound(function)
+        assert "copied over the link" in how and not vta.cost_model.compiled
+        assert 0 < seconds <= vta.estimate(function).total_s
+        vta.cost_model.compiled.clear()
