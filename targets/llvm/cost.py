@@ -6,8 +6,10 @@ kernels are shared with the final build, one per structure) and called the way t
 runtime calls it (the graph executor, its buffers) on random inputs in this process:
 one warm-up call (caches and buffers warm), then calls until :data:`MIN_SAMPLES`
 samples and :data:`MIN_SECONDS` of calls, at most :data:`MAX_SAMPLES`; the figure is
-the median sample (a run as it typically goes; the fastest would flatter the CPU on a
-loaded machine). A function whose warm-up call takes longer than
+the fastest sample (``heterocc.tuning.records.fastest``: other processes only ever slow
+a call, in bursts, so the fastest is the one least disturbed; on a shared machine at a
+load of 8 to 12 the median of such runs was 2.8x off a second measurement, where the
+fastest agrees). A function whose warm-up call takes longer than
 :data:`LONG_CALL_SECONDS` is timed by :data:`LONG_SAMPLES` calls (compile time matters,
 and so long a call varies little).
 
@@ -40,6 +42,7 @@ from heterocc.passes.manager import PassManager
 from heterocc.passes.pipeline import target_graph_passes
 from heterocc.runtime.executor import GraphExecutor
 from heterocc.sdk import CostCache, CostEstimate, workload_key
+from heterocc.tuning.records import fastest
 
 #: samples wanted after the warm-up call, and the least time spent taking them
 MIN_SAMPLES = 5
@@ -157,7 +160,7 @@ class CpuCostModel:
     def key(self) -> str:
         """What the cached figures depend on besides the workload: the CPU description
         (as a target string) and the cost model's version."""
-        return f"llvm3/{self.target.tuning_key}"
+        return f"llvm4/{self.target.tuning_key}"
 
     def cached(self, function: Node) -> CostEstimate | None:
         """The function's time from the cache, without measuring (None if absent)."""
@@ -182,14 +185,14 @@ class CpuCostModel:
         return CostEstimate(seconds, source="measured", detail={"samples": samples})
 
     def measure(self, function: Node) -> tuple[float, int]:
-        """The median of the timed calls of ``function`` on the CPU, and their number."""
+        """The fastest of the timed calls of ``function`` on the CPU, and their number."""
         return self._time(function.body)
 
     def _time(self, body: Graph) -> tuple[float, int]:
         run, graph = cpu_program(self.target, Node("Function", [], [], name="estimate",
                                                    body=body))
         samples = time_call(run, random_arguments(graph.inputs))
-        return float(np.median(samples)), len(samples)
+        return fastest(samples), len(samples)
 
     def lower_bound(self, function: Node) -> tuple[float, str] | None:
         """The least time ``function`` could take on this CPU, and how it was bounded;
