@@ -6,7 +6,7 @@ kernels are shared with the final build, one per structure) and called the way t
 runtime calls it (the graph executor, its buffers) on random inputs in this process:
 one warm-up call (caches and buffers warm), then calls until :data:`MIN_SAMPLES`
 samples and :data:`MIN_SECONDS` of calls, at most :data:`MAX_SAMPLES`; the figure is
-the fastest sample (``heterocc.tuning.records.fastest``: other processes only ever slow
+the fastest sample (``heterocc.sdk.tuning.fastest``: other processes only ever slow
 a call, in bursts, so the fastest is the one least disturbed; on a shared machine at a
 load of 8 to 12 the median of such runs was 2.8x off a second measurement, where the
 fastest agrees). A function whose warm-up call takes longer than
@@ -33,16 +33,16 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from heterocc.errors import HeteroccError
-from heterocc.frontend.onnx import from_onnx
 from heterocc.ir.graph import Graph, Node
-from heterocc.ops.macs import multiply_accumulates
-from heterocc.passes import DEFAULT_PIPELINE
-from heterocc.passes.manager import PassManager
-from heterocc.passes.pipeline import target_graph_passes
-from heterocc.runtime.executor import GraphExecutor
-from heterocc.sdk import CostCache, CostEstimate, workload_key
-from heterocc.tuning.records import fastest
+from heterocc.sdk import CostCache, CostEstimate, HeteroccError, workload_key
+from heterocc.sdk.graph import (
+    DEFAULT_PIPELINE,
+    PassManager,
+    multiply_accumulates,
+    target_graph_passes,
+)
+from heterocc.sdk.runtime import GraphExecutor, from_onnx
+from heterocc.sdk.tuning import fastest
 
 #: samples wanted after the warm-up call, and the least time spent taking them
 MIN_SAMPLES = 5
