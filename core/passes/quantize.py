@@ -22,7 +22,7 @@ import numpy as np
 from ..ir.graph import Graph, NameScope, Node, Value, constant
 from ..ir.types import TensorType
 from ..ops import get_op
-from ..ops.qnn import MAX_MULTIPLIER_BITS, fixed_point_scale
+from ..ops.qnn import MAX_MULTIPLIER_BITS, precise_fixed_point_scale
 from ..patterns import is_constant, is_op, match, optional, wildcard
 from .manager import register_pass
 from .rewrite import substitute
@@ -180,9 +180,9 @@ def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
     scales = acc_scale / c.y_scale
     limits = np.minimum(bound, np.ceil(reach / scales) + 1).astype(np.int64)
     limits = np.minimum(limits, 2 ** 31 - 1)
-    pairs = [fixed_point_scale(float(s), int(b)) for s, b in zip(scales, limits)]
-    multipliers = [m for m, _ in pairs]
-    shifts = [s for _, s in pairs]
+    # a 31-bit multiplier on a 64-bit product: round(acc * scale) but at near-ties
+    multipliers, product_shift, shifts = precise_fixed_point_scale(scales, limits)
+    pairs = list(zip(multipliers, shifts))
     lo = max(info.min, c.y_zero + np.ceil(c.clip[0] / c.y_scale)) if np.isfinite(c.clip[0]) \
         else info.min
     hi = min(info.max, c.y_zero + np.floor(c.clip[1] / c.y_scale)) if np.isfinite(c.clip[1]) \
@@ -220,7 +220,7 @@ def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
         "shift": shifts[0] if same else shifts, "zero_point": c.y_zero,
         "qmin": int(lo), "qmax": int(hi), "out_dtype": c.y_dtype,
         "acc_limit": int(limits[0]) if same else [int(v) for v in limits],
-        "axis": axis, "absorbed": c.absorbed},
+        "axis": axis, "absorbed": c.absorbed, "product_shift": product_shift},
         scope.fresh(f"{name}_requantize")))
     return nodes
 

@@ -107,7 +107,8 @@ def _requantization(nodes: list[Node], weights: np.ndarray) -> Requantization:
     rounding = np.where(shift > 0, np.left_shift(1, np.maximum(shift - 1, 0)), 0)
     return Requantization(bias, _per_channel(a["acc_limit"], channels),
                           _per_channel(a["multiplier"], channels), rounding, shift,
-                          int(a["zero_point"]), int(a["qmin"]), int(a["qmax"]))
+                          int(a["zero_point"]), int(a["qmin"]), int(a["qmax"]),
+                          int(a.get("product_shift", 0)))
 
 
 @dataclass
@@ -574,10 +575,11 @@ def gemm_program(config: HardwareConfig, rows: int, w: np.ndarray, tiling: GemmT
 
 
 def _signature(epilogue: list[EpilogueStep] | None) -> tuple | None:
-    """What a template stream depends on of an epilogue: its steps' names and ops, and
-    which take an immediate."""
+    """What a template stream depends on of an epilogue: its steps' names and ops,
+    which take an immediate, and their product shifts (a MUL's immediate field)."""
     return None if epilogue is None else tuple(
-        (step.name, step.op, step.immediate is not None) for step in epilogue)
+        (step.name, step.op, step.immediate is not None, step.product_shift)
+        for step in epilogue)
 
 
 def _template_epilogue(signature: tuple | None, n: int) -> list[EpilogueStep] | None:
@@ -586,9 +588,10 @@ def _template_epilogue(signature: tuple | None, n: int) -> list[EpilogueStep] | 
     if signature is None:
         return None
     epilogue, count = [], itertools.count(_PLACEHOLDER)
-    for name, op, is_immediate in signature:
+    for name, op, is_immediate, product_shift in signature:
         epilogue.append(EpilogueStep(name, op, immediate=next(count)) if is_immediate
-                        else EpilogueStep(name, op, column=np.zeros(n, np.int64)))
+                        else EpilogueStep(name, op, column=np.zeros(n, np.int64),
+                                          product_shift=product_shift))
     return epilogue
 
 
@@ -713,7 +716,7 @@ def best_conv_tiling(config: HardwareConfig, g: ConvGeometry, threads: int,
     convolution with an epilogue of ``signature``'s steps, or None when no tiling fits
     the buffers. As for GEMMs (``tiling.best_tiling``), candidates are timed in the
     order of a lower bound on their cycles until no bound can beat the best."""
-    columns = sum(1 for _, _, immediate in signature or () if not immediate)
+    columns = sum(1 for _, _, immediate, _ in signature or () if not immediate)
     alu_steps = len(signature or ())
     best = None  # (cycles, tiling, threads)
     for count in dict.fromkeys((threads, 1)):
