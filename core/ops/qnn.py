@@ -72,16 +72,26 @@ def precise_fixed_point_scale(scales, max_abs_inputs) -> tuple[list[int], int, l
         while shift < 31 and (limit * scale + 1) * 2.0 ** (shift + 1) <= 2 ** _SHIFTED_OUTPUT_BITS:
             shift += 1
         shifts.append(shift)
+    product_shift = min(shifted_multiplier(v, s)[1] for v, s in zip(scales, shifts))
+    return ([_multiplier(v, s + product_shift) for v, s in zip(scales, shifts)],
+            product_shift, shifts)
+
+
+def _multiplier(scale: float, total_shift: int) -> int:
+    return max(1, min((1 << PRECISE_MULTIPLIER_BITS) - 1, round(scale * 2.0 ** total_shift)))
+
+
+def shifted_multiplier(scale: float, shift: int) -> tuple[int, int]:
+    """``(multiplier, product_shift)`` with ``multiplier / 2**(product_shift + shift) ~=
+    scale``: the largest product shift (at most 62, inside an int64) that keeps the
+    multiplier below 2**31, so that ``(a * multiplier) >> product_shift ~= a * scale *
+    2**shift`` with a multiplier of up to 31 bits. A product shift of 0 means the
+    multiplier could not take more bits than ``round(scale * 2**shift)``."""
+    if not scale > 0 or not math.isfinite(scale):
+        raise ValueError(f"requantization scale must be positive and finite, got {scale}")
     ceiling = (1 << PRECISE_MULTIPLIER_BITS) - 1
-    product_shift = min(max(0, math.floor(math.log2(ceiling / (scale * 2.0 ** shift))))
-                        for scale, shift in zip(scales, shifts))
-    # (a scale below 2**-31 would ask for more; 62 keeps the shift inside an int64)
-    product_shift = min(product_shift, 62)
-
-    def multiplier(scale, shift):
-        return max(1, min(ceiling, round(scale * 2.0 ** (shift + product_shift))))
-
-    return ([multiplier(v, s) for v, s in zip(scales, shifts)], product_shift, shifts)
+    product_shift = min(62, max(0, math.floor(math.log2(ceiling / (scale * 2.0 ** shift)))))
+    return _multiplier(scale, shift + product_shift), product_shift
 
 
 def zero_point_bias(weights: np.ndarray, zero_point) -> np.ndarray:

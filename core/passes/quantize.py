@@ -22,7 +22,7 @@ import numpy as np
 from ..ir.graph import Graph, NameScope, Node, Value, constant
 from ..ir.types import TensorType
 from ..ops import get_op
-from ..ops.qnn import MAX_MULTIPLIER_BITS, precise_fixed_point_scale
+from ..ops.qnn import precise_fixed_point_scale, shifted_multiplier
 from ..patterns import is_constant, is_op, match, optional, wildcard
 from .manager import register_pass
 from .rewrite import substitute
@@ -38,9 +38,8 @@ _LINEAR = _CONV | _GEMM | _MATMUL | is_op("Add")(_MATMUL, _BIAS)
 _SUM = is_op("Add")(_DQ_X, _DQ_X)
 ADD_PATTERN = is_op("QuantizeLinear")(is_op("Relu")(_SUM) | _SUM, is_constant(),
                                       optional(is_constant()))
-#: the integer addition's common shift: its multipliers keep 15 bits, so each operand's
-#: scaling is off by at most 255 * 0.5 / 2**15 of an output step, and its rounding
-#: constant 2**14 and multipliers fit a 16-bit ALU immediate
+#: the integer addition's common shift: each term's floor is off by at most 2**-15 of
+#: an output step, and its rounding constant 2**14 fits a 16-bit ALU immediate
 ADD_SHIFT = 15
 _ACT = is_op("Relu")(_LINEAR) | is_op("Clip")(_LINEAR, optional(is_constant()),
                                                optional(is_constant())) | _LINEAR
@@ -228,16 +227,20 @@ def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
 def _rewrite_add(nodes: list[Node], q_out: Value, scope: NameScope) -> list[Node] | None:
     """A quantized addition ``Q(DQ(a) + DQ(b))`` (optionally through a Relu) in integers::
 
-        acc = (int32(a) - za) * Ma + (int32(b) - zb) * Mb
+        ta  = Requantize(int32(a) - za; multiplier Ma, product shift ka, shift 0, int32)
+            = ((int32(a) - za) * Ma) >> ka                       (the same for tb)
+        acc = ta + tb
         y   = Requantize(acc; multiplier 1, shift s, zero point zy, clamp)
             = clamp(((acc + 2**(s-1)) >> s) + zy, qmin, qmax)
 
-    with ``Ma / 2**s ~= sa / sy`` and ``Mb / 2**s ~= sb / sy`` (one shift, multipliers of
-    at most 15 bits), so that an accelerator's ALU computes it exactly. It differs from
-    the float form (``round_half_even((sa*(a-za) + sb*(b-zb)) / sy) + zy``) by at most one
-    step, where the float value lies within ~0.008 steps of a rounding boundary (ties
-    round up here). None when the parts are not per-tensor int8/uint8 or a ratio of
-    scales needs more than 15 bits."""
+    with ``Ma / 2**(ka + s) ~= sa / sy`` and ``Mb / 2**(kb + s) ~= sb / sy`` (one shift
+    ``s``, at most 15 so that the rounding constant fits a 16-bit ALU immediate, and
+    31-bit multipliers on 64-bit products), so that an accelerator's ALU computes it
+    exactly. Each term is floored once, 2**-s of a step, so it differs from the float
+    form (``round_half_even((sa*(a-za) + sb*(b-zb)) / sy) + zy``) only where the float
+    value lies within ~2**-14 steps of a rounding boundary (ties round up here). A
+    ratio too large for a product shift keeps ``Mul(int32(a) - za, Ma)``. None when the
+    parts are not per-tensor int8/uint8."""
     q = nodes[-1]
     add = next(n for n in nodes if n.op == "Add")
     relu = next((n for n in nodes if n.op == "Relu"), None)
@@ -255,16 +258,17 @@ def _rewrite_add(nodes: list[Node], q_out: Value, scope: NameScope) -> list[Node
            for v, _, _ in parts) or y_dtype not in ("int8", "uint8"):
         return None  # broadcasting additions stay in float
     ratios = [scale / y_scale for _, scale, _ in parts]
-    shift = ADD_SHIFT
-    while shift > 0 and round(max(ratios) * (1 << shift)) >= 1 << MAX_MULTIPLIER_BITS:
-        shift -= 1
-    multipliers = [int(round(r * (1 << shift))) for r in ratios]
-    if max(multipliers) >= 1 << MAX_MULTIPLIER_BITS:
+    if not all(r > 0 and np.isfinite(r) for r in ratios):
         return None
+    shift = ADD_SHIFT
+    # both terms, centered int8 (|a - za| <= 255), and the rounding stay inside int32
+    while shift > 0 and (255 * sum(ratios) + 1) * 2.0 ** shift >= 2 ** 30:
+        shift -= 1
+    scaled = [shifted_multiplier(r, shift) for r in ratios]
     name = add.name
     i32 = TensorType(q_out.type.shape, "int32")
     out, terms = [], []
-    for index, ((v, _, zero), multiplier) in enumerate(zip(parts, multipliers)):
+    for index, ((v, _, zero), (multiplier, product_shift)) in enumerate(zip(parts, scaled)):
         wide = Value(scope.fresh(f"{name}_in{index}"), i32)
         out.append(Node("Cast", [v], [wide], {"to": 6}, scope.fresh(f"{name}_cast{index}")))
         if zero or v.type.dtype == "uint8":  # (uint8_to_int8 shifts uint8 zero points)
@@ -273,11 +277,18 @@ def _rewrite_add(nodes: list[Node], q_out: Value, scope: NameScope) -> list[Node
                                                    scope.fresh(f"{name}_z{index}"))],
                             [centered], {}, scope.fresh(f"{name}_center{index}")))
             wide = centered
-        scaled = Value(scope.fresh(f"{name}_scaled{index}"), i32)
-        out.append(Node("Mul", [wide, constant(np.array(multiplier, np.int32),
-                                               scope.fresh(f"{name}_m{index}"))],
-                        [scaled], {}, scope.fresh(f"{name}_scale{index}")))
-        terms.append(scaled)
+        term = Value(scope.fresh(f"{name}_scaled{index}"), i32)
+        if product_shift:
+            out.append(Node("Requantize", [wide], [term], {
+                "multiplier": multiplier, "shift": 0, "product_shift": product_shift,
+                "qmin": -2 ** 31, "qmax": 2 ** 31 - 1, "out_dtype": "int32"},
+                scope.fresh(f"{name}_scale{index}")))
+        else:  # a ratio of 2**(30 - s) or more: the plain product has every bit
+            multiplier = round(ratios[index] * 2 ** shift)
+            out.append(Node("Mul", [wide, constant(np.array(multiplier, np.int32),
+                                                   scope.fresh(f"{name}_m{index}"))],
+                            [term], {}, scope.fresh(f"{name}_scale{index}")))
+        terms.append(term)
     acc = Value(scope.fresh(f"{name}_acc"), i32)
     out.append(Node("Add", terms, [acc], {}, scope.fresh(f"{name}_int")))
     info = np.iinfo(y_dtype)

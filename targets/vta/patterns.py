@@ -17,7 +17,9 @@ _DENSE = is_op("MatMulInteger")(wildcard(), is_constant(), _ZERO_POINT, _ZERO_PO
 
 
 _CAST = is_op("Cast")(wildcard())
-_SCALED = is_op("Mul")(is_op("Sub")(_CAST, is_constant()) | _CAST, is_constant())
+_CENTERED = is_op("Sub")(_CAST, is_constant()) | _CAST
+# a term scaled by a constant Mul, or by a Requantize with a product shift (31 bits)
+_SCALED = is_op("Mul")(_CENTERED, is_constant()) | is_op("Requantize")(_CENTERED)
 _SUM = is_op("Requantize")(is_op("Add")(_SCALED, _SCALED))
 _POOL = is_op("MaxPool")(wildcard())
 
