@@ -61,7 +61,7 @@ from .dae import emit_program
 from .device import VtaDevice
 from .epilogue import EpilogueStep, plan_epilogue
 from .pool import max_pool_geometry, pool_program
-from .residual import add_program, quantized_add
+from .residual import add_program, quantized_add, quantized_mul
 from .schedule import constant_blocks, packed_gemm, schedule_packed_gemm
 from .tiling import best_tiling, task_threads
 from .tuning import vta_tiling
@@ -425,9 +425,13 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
 
 
 def _residual_add(function: Node, config: HardwareConfig) -> AcceleratorKernel:
-    """A quantized addition on the ALU (``residual``), its operands and result in the
-    blocked layout of the convolutions around it."""
-    found = quantized_add(function.body.nodes)
+    """A quantized addition or product on the ALU (``residual``), its operands and
+    result in the blocked layout of the convolutions around it; a product's second
+    operand that broadcasts (a squeeze-excite scale, N x C x 1 x 1) is expanded to the
+    first's shape on the host."""
+    parse = quantized_mul if function.attrs.get("composite") == "quantized_mul" \
+        else quantized_add
+    found = parse(function.body.nodes)
     if isinstance(found, str):
         raise CompileError(f"{function.name}: {found}")
     add, casts = found
@@ -445,12 +449,19 @@ def _residual_add(function: Node, config: HardwareConfig) -> AcceleratorKernel:
     def to_device(x: np.ndarray) -> np.ndarray:
         return to_blocked(x, config)
 
+    def broadcast_to_device(x: np.ndarray) -> np.ndarray:
+        return to_blocked(np.ascontiguousarray(np.broadcast_to(x, shape)), config)
+
     def from_device(y: np.ndarray) -> np.ndarray:
         return from_blocked(y, shape, config)
 
+    # operand 1 may broadcast (a product's): the function input it is expands it
+    by_operand = [to_device, to_device if casts[1].inputs[0].type.shape == shape
+                  else broadcast_to_device]
+    devices = [by_operand[order.index(j)] for j in (0, 1)]  # per function input
     names = ["A", "B"] if order == [0, 1] else ["B", "A"]
-    return AcceleratorKernel(function.name, config, program, to_device, from_device,
-                             names[0], "Y", more_inputs=((names[1], to_device),),
+    return AcceleratorKernel(function.name, config, program, devices[0], from_device,
+                             names[0], "Y", more_inputs=((names[1], devices[1]),),
                              blocked=True)
 
 
@@ -489,7 +500,7 @@ def compile_composite(function: Node, config: HardwareConfig,
 
 def _lowered_composite(function: Node, config: HardwareConfig,
                        virtual_threads: int) -> AcceleratorKernel:
-    if function.attrs.get("composite") == "quantized_add":
+    if function.attrs.get("composite") in ("quantized_add", "quantized_mul"):
         return _residual_add(function, config)
     if function.attrs.get("composite") == "max_pool":
         return _max_pool(function, config)

@@ -1,6 +1,6 @@
 """The accelerator's pattern table: integer convolutions and dense layers with
-their bias and requantization, quantized element-wise additions and integer max
-pools (what ``realize_qdq`` produces)."""
+their bias and requantization, quantized element-wise additions and products and
+integer max pools (what ``realize_qdq`` produces)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from heterocc.ir.graph import Node
 from heterocc.patterns import CompositePattern, is_constant, is_op, optional, wildcard
 
 from .pool import unsupported
-from .residual import quantized_add
+from .residual import quantized_add, quantized_mul
 
 # zero points: any (check_conv / check_dense decide, see _zero_points)
 _ZERO_POINT = optional(wildcard())
@@ -21,6 +21,7 @@ _CENTERED = is_op("Sub")(_CAST, is_constant()) | _CAST
 # a term scaled by a constant Mul, or by a Requantize with a product shift (31 bits)
 _SCALED = is_op("Mul")(_CENTERED, is_constant()) | is_op("Requantize")(_CENTERED)
 _SUM = is_op("Requantize")(is_op("Add")(_SCALED, _SCALED))
+_PRODUCT = is_op("Requantize")(is_op("Mul")(_CENTERED, _CENTERED))
 _POOL = is_op("MaxPool")(wildcard())
 
 
@@ -103,6 +104,12 @@ def check_add(nodes: list[Node]) -> str | None:
     return "both operands are one tensor" if a is b else None
 
 
+def check_mul(nodes: list[Node]) -> str | None:
+    """Why the accelerator's ALU cannot take this quantized product, or None."""
+    found = quantized_mul(nodes)
+    return found if isinstance(found, str) else None
+
+
 def check_max_pool(nodes: list[Node]) -> str | None:
     """Why the accelerator's ALU cannot take this integer max pool, or None
     (``pool.max_pool_geometry`` checks the configuration's buffers when it compiles)."""
@@ -113,4 +120,5 @@ def pattern_table() -> list[CompositePattern]:
     return [CompositePattern("conv2d_bias_requantize", _requantized(_CONV), check_conv),
             CompositePattern("dense_bias_requantize", _requantized(_DENSE), check_dense),
             CompositePattern("quantized_add", _SUM, check_add),
+            CompositePattern("quantized_mul", _PRODUCT, check_mul),
             CompositePattern("max_pool", _POOL, check_max_pool)]

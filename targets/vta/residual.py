@@ -74,6 +74,30 @@ class QuantizedAdd:
         return np.clip(((acc + rounding) >> self.shift) + self.zero_point, self.qmin, self.qmax)
 
 
+@dataclass(frozen=True)
+class QuantizedMul:
+    """The integer parameters of one quantized product (``realize_qdq``'s
+    ``_rewrite_mul``): ``clamp(((((a - za) * (b - zb) * multiplier) >> product_shift) +
+    2**(shift-1)) >> shift) + zero_point, qmin, qmax)``."""
+
+    zero_a: int
+    zero_b: int
+    multiplier: int
+    product_shift: int
+    shift: int
+    zero_point: int
+    qmin: int
+    qmax: int
+
+    def reference(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The product in NumPy (int64), as the ALU computes it."""
+        acc = (a.astype(np.int64) - self.zero_a) * (b.astype(np.int64) - self.zero_b)
+        scaled = (acc * self.multiplier) >> self.product_shift
+        rounding = (1 << (self.shift - 1)) if self.shift else 0
+        return np.clip(((scaled + rounding) >> self.shift) + self.zero_point, self.qmin,
+                       self.qmax)
+
+
 def _scalar_constant(value) -> int | None:
     if value is None or not value.is_const or value.data.size != 1:
         return None
@@ -155,8 +179,62 @@ def quantized_add(nodes: list[Node]) -> tuple[QuantizedAdd, list[Node]] | str:
                         int(a["qmax"]), ka, kb), [cast_a, cast_b]
 
 
-def _tile_multipliers(add: QuantizedAdd) -> list[tuple[int, int]]:
-    """(operand 0 or 1, multiplier) of each term that multiplies from a tile."""
+def _centered_operand(value, nodes: list[Node]) -> tuple[Node, int] | None:
+    """(the Cast, its zero point) of ``Cast(x)`` or ``Cast(x) - zero``, or None."""
+    by_output = {n.outputs[0]: n for n in nodes}
+    inner, zero = by_output.get(value), 0
+    if inner is not None and inner.op == "Sub":
+        zero = _scalar_constant(inner.inputs[1])
+        inner = by_output.get(inner.inputs[0])
+    if inner is None or inner.op != "Cast" or zero is None:
+        return None
+    return inner, zero
+
+
+def quantized_mul(nodes: list[Node]) -> tuple[QuantizedMul, list[Node]] | str:
+    """The parameters of a matched ``quantized_mul`` composite and its two Casts (in
+    operand order), or why the accelerator cannot run it. The second operand may
+    broadcast along axes of length 1 (the kernel expands it on the host)."""
+    mul = next(n for n in nodes if n.op == "Mul")
+    requant = nodes[-1]
+    operands = [_centered_operand(v, nodes) for v in mul.inputs]
+    if any(o is None for o in operands):
+        return "an operand is not an int8 tensor less a constant per-tensor zero point"
+    (cast_a, za), (cast_b, zb) = operands
+    a = requant.attrs
+    if any(isinstance(a[k], list) for k in ("multiplier", "shift", "acc_limit")):
+        return "the requantization is per channel"
+    for cast in (cast_a, cast_b):
+        if cast.inputs[0].type.dtype != "int8" or cast.outputs[0].type.dtype != "int32":
+            return (f"operand {cast.inputs[0].name} is {cast.inputs[0].type.dtype}; the ALU "
+                    "reads int8 input tiles")
+    if a["out_dtype"] != "int8":
+        return f"output type {a['out_dtype']} is not int8"
+    shape_a, shape_b = cast_a.inputs[0].type.shape, cast_b.inputs[0].type.shape
+    if len(shape_a) != 4 or len(shape_b) != 4 or any(
+            d != e and e != 1 for d, e in zip(shape_a, shape_b)):
+        return "the operands are not 4-D, the second one broadcasting to the first's shape"
+    shift, product_shift, multiplier = a["shift"], a["product_shift"], a["multiplier"]
+    rounding = (1 << (shift - 1)) if shift else 0
+    if not (0 < product_shift < 62 and 0 < multiplier < 2 ** 31 and 0 <= shift < 31):
+        return (f"multiplier {multiplier}, product shift {product_shift} or shift {shift} "
+                "is not one the ALU takes from a tile")
+    for what, values in {"zero point": (-za, -zb, a["zero_point"]),
+                         "rounding constant": (rounding,)}.items():
+        if not all(_IMMEDIATE[0] <= v <= _IMMEDIATE[1] for v in values):
+            return f"a {what} {values} does not fit the ALU's 16-bit immediate"
+    bound = ((255 * 255 * multiplier) >> product_shift) + 1 + rounding
+    if bound >= 2 ** 31 or a["acc_limit"] < 255 * 255:
+        return "the product could leave int32 or reach the requantization's accumulator clamp"
+    return QuantizedMul(za, zb, multiplier, product_shift, shift, int(a["zero_point"]),
+                        int(a["qmin"]), int(a["qmax"])), [cast_a, cast_b]
+
+
+def _tile_multipliers(add: QuantizedAdd | QuantizedMul) -> list[tuple[int, int]]:
+    """(operand 0 or 1, multiplier) of each term that multiplies from a tile (a
+    product's one multiplier scales operand 0's accumulators, holding the product)."""
+    if isinstance(add, QuantizedMul):
+        return [(0, add.multiplier)]
     return [(operand, m) for operand, (m, k) in enumerate(
         ((add.multiplier_a, add.product_shift_a), (add.multiplier_b, add.product_shift_b)))
         if k]
@@ -179,9 +257,11 @@ def _multiplier_digits(multiplier: int) -> list[int]:
 
 
 @functools.lru_cache(maxsize=64)
-def add_program(config: HardwareConfig, tiles: int, add: QuantizedAdd) -> Program:
-    """The program adding tensors "A" and "B" (``tiles`` tiles each, in rows of
-    ``batch x block_in``) into "Y" (rows of ``batch x block_out``, int8)."""
+def add_program(config: HardwareConfig, tiles: int, add: QuantizedAdd | QuantizedMul
+                ) -> Program:
+    """The program adding (a ``QuantizedAdd``) or multiplying (a ``QuantizedMul``)
+    tensors "A" and "B" (``tiles`` tiles each, in rows of ``batch x block_in``) into "Y"
+    (rows of ``batch x block_out``, int8)."""
     batch, bi, bo = config.batch, config.block_in, config.block_out
     builder = ProgramBuilder(config)
     a = builder.tensor("A", Buffer.INP, shape=(tiles * batch, bi))
@@ -247,7 +327,8 @@ def add_program(config: HardwareConfig, tiles: int, add: QuantizedAdd) -> Progra
     return builder.build()
 
 
-def _alu_steps(add: QuantizedAdd) -> list[tuple[tuple[int, int], AluOp, int | str | tuple]]:
+def _alu_steps(add: QuantizedAdd | QuantizedMul
+               ) -> list[tuple[tuple[int, int], AluOp, int | str | tuple]]:
     """The ALU passes of one chunk: (micro-op range within the slot's, op, operand: an
     immediate, "inp", "acc" or ("tile", product shift)). Micro-ops 0 and 1 address a's
     and b's accumulators (and input tiles), micro-op 2 adds b's accumulators into a's,
@@ -268,9 +349,14 @@ def _alu_steps(add: QuantizedAdd) -> list[tuple[tuple[int, int], AluOp, int | st
     else:
         steps += [(uops, AluOp.ADD, -zero) for uops, zero in
                   ((first, add.zero_a), (second, add.zero_b)) if zero]
-    steps += [scale(0, first, add.multiplier_a, add.product_shift_a),
-              scale(1, second, add.multiplier_b, add.product_shift_b),
-              (combine, AluOp.ADD, "acc")]
+    if isinstance(add, QuantizedMul):
+        # X *= Y (|X * Y| <= 255 * 255), then X = (X * M) >> k from the multiplier tile
+        steps += [(combine, AluOp.MUL, "acc"), scale(0, first, add.multiplier,
+                                                    add.product_shift)]
+    else:
+        steps += [scale(0, first, add.multiplier_a, add.product_shift_a),
+                  scale(1, second, add.multiplier_b, add.product_shift_b),
+                  (combine, AluOp.ADD, "acc")]
     if add.shift:
         steps += [(first, AluOp.ADD, 1 << (add.shift - 1)), (first, AluOp.SHR, add.shift)]
     if add.zero_point:

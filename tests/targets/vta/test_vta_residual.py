@@ -8,7 +8,7 @@ import pytest
 
 from heterocc.accel_sim import HardwareConfig, check_stream, run_stream
 from heterocc.accel_sim.program import read_tensor
-from heterocc.targets.vta.residual import QuantizedAdd, add_program, chunk_tiles
+from heterocc.targets.vta.residual import QuantizedAdd, QuantizedMul, add_program, chunk_tiles
 
 
 @pytest.mark.parametrize("preset", ["1x8x8", "1x16x16"])
@@ -20,10 +20,14 @@ from heterocc.targets.vta.residual import QuantizedAdd, add_program, chunk_tiles
     # 31-bit multipliers from tiles, their 64-bit products shifted (one or both terms)
     QuantizedAdd(-3, 1_518_500_249, 7, 2_000_000_001, 15, -5, -128, 127, 17, 19),
     QuantizedAdd(5, 21000, 0, 1_234_567_891, 15, 2, 0, 127, 0, 16),
+    # products (a squeeze-excite scale, x * sigmoid(x)): X *= Y, then the multiplier tile
+    QuantizedMul(-3, 7, 1_518_500_249, 27, 15, -5, -128, 127),
+    QuantizedMul(0, -128, 1_100_000_000, 30, 12, 0, -128, 127),
 ])
 def test_add_program_matches_its_semantics(preset, chunks, add):
     config = HardwareConfig.preset(preset)
-    reserved = sum(1 for k in (add.product_shift_a, add.product_shift_b) if k)
+    reserved = 1 if isinstance(add, QuantizedMul) else \
+        sum(1 for k in (add.product_shift_a, add.product_shift_b) if k)
     tiles = max(1, int(chunks * chunk_tiles(config, reserved)))
     program = add_program(config, tiles, add)
     check_stream(program.instructions, config, dram_bytes=program.dram.size)
