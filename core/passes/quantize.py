@@ -40,9 +40,10 @@ ADD_PATTERN = is_op("QuantizeLinear")(is_op("Relu")(_SUM) | _SUM, is_constant(),
                                       optional(is_constant()))
 MUL_PATTERN = is_op("QuantizeLinear")(is_op("Mul")(_DQ_X, _DQ_X), is_constant(),
                                       optional(is_constant()))
-#: the integer addition's common shift: each term's floor is off by at most 2**-15 of
-#: an output step, and its rounding constant 2**14 fits a 16-bit ALU immediate
-ADD_SHIFT = 15
+#: the integer addition's common shift (at most; less where the terms would leave
+#: int32): each term's floor is off by less than 2**-22 of an output step, below the
+#: float32 rounding of ONNX Runtime's own float addition
+ADD_SHIFT = 22
 _ACT = is_op("Relu")(_LINEAR) | is_op("Clip")(_LINEAR, optional(is_constant()),
                                                optional(is_constant())) | _LINEAR
 QDQ_PATTERN = is_op("QuantizeLinear")(_ACT, is_constant(), optional(is_constant()))
@@ -236,11 +237,11 @@ def _rewrite_add(nodes: list[Node], q_out: Value, scope: NameScope) -> list[Node
             = clamp(((acc + 2**(s-1)) >> s) + zy, qmin, qmax)
 
     with ``Ma / 2**(ka + s) ~= sa / sy`` and ``Mb / 2**(kb + s) ~= sb / sy`` (one shift
-    ``s``, at most 15 so that the rounding constant fits a 16-bit ALU immediate, and
-    31-bit multipliers on 64-bit products), so that an accelerator's ALU computes it
-    exactly. Each term is floored once, 2**-s of a step, so it differs from the float
-    form (``round_half_even((sa*(a-za) + sb*(b-zb)) / sy) + zy``) only where the float
-    value lies within ~2**-14 steps of a rounding boundary (ties round up here). A
+    ``s``, at most ``ADD_SHIFT``, and 31-bit multipliers on 64-bit products), so that an
+    accelerator's ALU computes it exactly. Each term is floored once, 2**-s of a step,
+    so it differs from the float form (``round_half_even((sa*(a-za) + sb*(b-zb)) / sy)
+    + zy``) only where the float value lies within ~2**-(s-1) steps of a rounding
+    boundary (ties round up here). A
     ratio too large for a product shift keeps ``Mul(int32(a) - za, Ma)``. None when the
     parts are not per-tensor int8/uint8."""
     q = nodes[-1]
@@ -322,8 +323,8 @@ def _centered_int32(v: Value, zero: int, name: str, scope: NameScope, out: list[
     return centered
 
 
-#: the integer product's shift: its rounding constant 2**14 fits a 16-bit ALU immediate
-MUL_SHIFT = 15
+#: the integer product's shift (at most): its floor is off by less than 2**-22 steps
+MUL_SHIFT = 22
 
 
 def _rewrite_mul(nodes: list[Node], q_out: Value, scope: NameScope) -> list[Node] | None:
@@ -334,7 +335,7 @@ def _rewrite_mul(nodes: list[Node], q_out: Value, scope: NameScope) -> list[Node
         y   = Requantize(acc; multiplier M, product shift k, shift s, zero point zy)
 
     with ``M / 2**(k + s) ~= sa * sb / sy`` (31-bit ``M``, ``s`` at most ``MUL_SHIFT``), so
-    that it is ``round(acc * sa * sb / sy) + zy`` but where that lies within ~2**-15 steps
+    that it is ``round(acc * sa * sb / sy) + zy`` but where that lies within ~2**-s steps
     of a rounding boundary (ties round up). The operands swap when only the second has
     the output's shape. None when the parts are not per-tensor int8/uint8, neither
     operand has the output's shape, or the scale is too large for a product shift."""

@@ -19,6 +19,9 @@ tensor):
     X = 0; X += inp[a]; X -= za; X = (X * MA) >> ka      (Y the same with b)
     X += Y; X += 2**(s-1); X >>= s; X += zy; X = max(X, qmin); X = min(X, qmax)
 
+(a shift above 15 rounds as ``X >>= s - 15; X += 2**14; X >>= 15``, the same value
+with a rounding constant that fits an immediate)
+
 A 15-bit multiplier (``ka`` 0) is an immediate. A 31-bit one multiplies from an
 accumulator tile ``MA`` holding it in every element, which the program builds once
 from 11-bit immediate digits (``MA = 0; MA += d2; MA <<= 11; MA += d1; MA <<= 11;
@@ -48,6 +51,9 @@ from heterocc.ir.graph import Node
 _IMMEDIATE = (-(1 << 15), (1 << 15) - 1)
 #: chunks in flight (each holds its two operands in INP and two tiles per element in ACC)
 _SLOTS = 2
+#: the largest rounding constant an immediate holds is 2**14: a larger shift first
+#: shifts by the excess (see _alu_steps)
+_ROUNDING_BITS = 14
 
 
 @dataclass(frozen=True)
@@ -163,7 +169,7 @@ def quantized_add(nodes: list[Node]) -> tuple[QuantizedAdd, list[Node]] | str:
     rounding = (1 << (shift - 1)) if shift else 0
     # a multiplier with a product shift multiplies from a tile; one without is immediate
     immediates = {"multiplier": tuple(m for m, k in ((ma, ka), (mb, kb)) if not k),
-                  "zero point": (-za, -zb, a["zero_point"]), "rounding constant": (rounding,)}
+                  "zero point": (-za, -zb, a["zero_point"])}
     for what, values in immediates.items():
         if not all(_IMMEDIATE[0] <= v <= _IMMEDIATE[1] for v in values):
             return f"a {what} {values} does not fit the ALU's 16-bit immediate"
@@ -219,10 +225,9 @@ def quantized_mul(nodes: list[Node]) -> tuple[QuantizedMul, list[Node]] | str:
     if not (0 < product_shift < 62 and 0 < multiplier < 2 ** 31 and 0 <= shift < 31):
         return (f"multiplier {multiplier}, product shift {product_shift} or shift {shift} "
                 "is not one the ALU takes from a tile")
-    for what, values in {"zero point": (-za, -zb, a["zero_point"]),
-                         "rounding constant": (rounding,)}.items():
-        if not all(_IMMEDIATE[0] <= v <= _IMMEDIATE[1] for v in values):
-            return f"a {what} {values} does not fit the ALU's 16-bit immediate"
+    zero_points = (-za, -zb, a["zero_point"])
+    if not all(_IMMEDIATE[0] <= v <= _IMMEDIATE[1] for v in zero_points):
+        return f"a zero point {zero_points} does not fit the ALU's 16-bit immediate"
     bound = ((255 * 255 * multiplier) >> product_shift) + 1 + rounding
     if bound >= 2 ** 31 or a["acc_limit"] < 255 * 255:
         return "the product could leave int32 or reach the requantization's accumulator clamp"
@@ -357,7 +362,13 @@ def _alu_steps(add: QuantizedAdd | QuantizedMul
         steps += [scale(0, first, add.multiplier_a, add.product_shift_a),
                   scale(1, second, add.multiplier_b, add.product_shift_b),
                   (combine, AluOp.ADD, "acc")]
-    if add.shift:
+    if add.shift > _ROUNDING_BITS + 1:
+        # (X + 2**(s-1)) >> s == ((X >> (s-15)) + 2**14) >> 15 (2**(s-1) is a multiple of
+        # 2**(s-15)): the rounding constant stays a 16-bit immediate for any shift
+        low = add.shift - _ROUNDING_BITS - 1
+        steps += [(first, AluOp.SHR, low), (first, AluOp.ADD, 1 << _ROUNDING_BITS),
+                  (first, AluOp.SHR, _ROUNDING_BITS + 1)]
+    elif add.shift:
         steps += [(first, AluOp.ADD, 1 << (add.shift - 1)), (first, AluOp.SHR, add.shift)]
     if add.zero_point:
         steps.append((first, AluOp.ADD, add.zero_point))

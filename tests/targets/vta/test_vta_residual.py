@@ -23,6 +23,9 @@ from heterocc.targets.vta.residual import QuantizedAdd, QuantizedMul, add_progra
     # products (a squeeze-excite scale, x * sigmoid(x)): X *= Y, then the multiplier tile
     QuantizedMul(-3, 7, 1_518_500_249, 27, 15, -5, -128, 127),
     QuantizedMul(0, -128, 1_100_000_000, 30, 12, 0, -128, 127),
+    # shifts above 15: the rounding constant 2**14 after a first shift by s - 15
+    QuantizedAdd(-3, 1_518_500_249, 7, 2_000_000_001, 22, -5, -128, 127, 10, 10),
+    QuantizedMul(-3, 7, 1_518_500_249, 20, 22, -5, -128, 127),
 ])
 def test_add_program_matches_its_semantics(preset, chunks, add):
     config = HardwareConfig.preset(preset)
