@@ -144,8 +144,9 @@ def tiled_gemm_program(
     builder.emit(builder.load_uops(uop_tensor))
     if epilogue is not None:
         for c, values in enumerate(epilogue.column_constants):
-            const = builder.tensor(f"epilogue{c}", Buffer.ACC,
-                                   data=np.asarray(values, np.int64).reshape(1, n))
+            # one tile row of constants: the same values in each of the batch rows
+            const = builder.tensor(f"epilogue{c}", Buffer.ACC, data=np.repeat(
+                np.asarray(values, np.int64).reshape(1, n), config.batch, axis=0))
             builder.emit(builder.load_tiles(const, const_base + c * n_tiles, 0, 0, 1, n_tiles))
 
     steps_per_task = k_tiles // k_chunk

@@ -4,6 +4,9 @@ integer max pools (what ``realize_qdq`` produces)."""
 
 from __future__ import annotations
 
+import math
+
+from heterocc.accel_sim import HardwareConfig
 from heterocc.ir.graph import Node
 from heterocc.patterns import CompositePattern, is_constant, is_op, optional, wildcard
 
@@ -116,9 +119,40 @@ def check_max_pool(nodes: list[Node]) -> str | None:
     return unsupported(nodes[0])
 
 
-def pattern_table() -> list[CompositePattern]:
-    return [CompositePattern("conv2d_bias_requantize", _requantized(_CONV), check_conv),
-            CompositePattern("dense_bias_requantize", _requantized(_DENSE), check_dense),
-            CompositePattern("quantized_add", _SUM, check_add),
-            CompositePattern("quantized_mul", _PRODUCT, check_mul),
-            CompositePattern("max_pool", _POOL, check_max_pool)]
+def _rows(nodes: list[Node]) -> int:
+    """The rows the GEMM core multiplies for a matched composite: a dense layer's
+    activation rows (leading axes folded), a convolution's output pixels over the batch,
+    an element-wise composite's or a pool's batch."""
+    core, out = nodes[0], nodes[-1].outputs[0].type
+    if core.op == "MatMulInteger":
+        return math.prod(core.inputs[0].type.shape[:-1])
+    if core.op == "ConvInteger":
+        return math.prod(out.shape) // out.shape[1]
+    return out.shape[0]
+
+
+def _fits_batch(check, config: HardwareConfig):
+    """``check`` that also refuses a composite whose rows (``_rows``) do not fill whole
+    ``batch``-row tiles of ``config``: the CPU takes it, with that reason."""
+    def checked(nodes: list[Node]) -> str | None:
+        why = check(nodes)
+        if why is not None or config.batch == 1:
+            return why
+        rows = _rows(nodes)
+        if rows % config.batch:
+            return (f"{rows} rows (batch x positions) do not fill whole {config.batch}-row "
+                    f"tiles of the hardware's batch ({config.name})")
+        return None
+    return checked
+
+
+def pattern_table(config: HardwareConfig | None = None) -> list[CompositePattern]:
+    """The composites vta runs; with a ``config`` whose batch is above 1, each refuses
+    what does not fill whole batch rows (``_fits_batch``) instead of failing at build."""
+    table = [("conv2d_bias_requantize", _requantized(_CONV), check_conv),
+             ("dense_bias_requantize", _requantized(_DENSE), check_dense),
+             ("quantized_add", _SUM, check_add), ("quantized_mul", _PRODUCT, check_mul),
+             ("max_pool", _POOL, check_max_pool)]
+    return [CompositePattern(name, pattern, check if config is None
+                             else _fits_batch(check, config))
+            for name, pattern, check in table]
