@@ -129,17 +129,10 @@ def _term_scaling(term: Node) -> tuple[int, int] | None:
 def _operand(term: Node, nodes: list[Node]) -> tuple[Node, int, int, int] | None:
     """(the Cast, its zero point, its multiplier, its product shift) of one scaled
     operand, or None."""
-    by_output = {n.outputs[0]: n for n in nodes}
-    scaling = _term_scaling(term)
-    multiplier = None if scaling is None else scaling[0]
-    inner = by_output.get(term.inputs[0])
-    zero = 0
-    if inner is not None and inner.op == "Sub":
-        zero = _scalar_constant(inner.inputs[1])
-        inner = by_output.get(inner.inputs[0])
-    if inner is None or inner.op != "Cast" or multiplier is None or zero is None:
+    scaling, centered = _term_scaling(term), _centered_operand(term.inputs[0], nodes)
+    if scaling is None or centered is None:
         return None
-    return inner, zero, multiplier, scaling[1]
+    return (*centered, *scaling)
 
 
 def quantized_add(nodes: list[Node]) -> tuple[QuantizedAdd, list[Node]] | str:
@@ -157,12 +150,9 @@ def quantized_add(nodes: list[Node]) -> tuple[QuantizedAdd, list[Node]] | str:
     if any(isinstance(a[k], list) for k in ("multiplier", "shift", "acc_limit")) or \
             a["multiplier"] != 1:
         return "the requantization is per channel or scales again (multiplier != 1)"
-    for cast in (cast_a, cast_b):
-        if cast.inputs[0].type.dtype != "int8" or cast.outputs[0].type.dtype != "int32":
-            return (f"operand {cast.inputs[0].name} is {cast.inputs[0].type.dtype}; the ALU "
-                    "reads int8 input tiles")
-    if a["out_dtype"] != "int8":
-        return f"output type {a['out_dtype']} is not int8"
+    why = _int8_operands_and_output(cast_a, cast_b, a)
+    if why is not None:
+        return why
     if cast_a.inputs[0].type.shape != cast_b.inputs[0].type.shape or \
             cast_a.inputs[0].type.ndim != 4:
         return "the operands are not two 4-D tensors of one shape (no broadcasting)"
@@ -183,6 +173,18 @@ def quantized_add(nodes: list[Node]) -> tuple[QuantizedAdd, list[Node]] | str:
         return "the sum could leave int32 or reach the requantization's accumulator clamp"
     return QuantizedAdd(za, ma, zb, mb, shift, int(a["zero_point"]), int(a["qmin"]),
                         int(a["qmax"]), ka, kb), [cast_a, cast_b]
+
+
+def _int8_operands_and_output(cast_a: Node, cast_b: Node, attrs: dict) -> str | None:
+    """Why the ALU cannot read these operands (int8 tiles widened to int32) or store
+    the requantization's output (int8), or None."""
+    for cast in (cast_a, cast_b):
+        if cast.inputs[0].type.dtype != "int8" or cast.outputs[0].type.dtype != "int32":
+            return (f"operand {cast.inputs[0].name} is {cast.inputs[0].type.dtype}; the ALU "
+                    "reads int8 input tiles")
+    if attrs["out_dtype"] != "int8":
+        return f"output type {attrs['out_dtype']} is not int8"
+    return None
 
 
 def _centered_operand(value, nodes: list[Node]) -> tuple[Node, int] | None:
@@ -210,12 +212,9 @@ def quantized_mul(nodes: list[Node]) -> tuple[QuantizedMul, list[Node]] | str:
     a = requant.attrs
     if any(isinstance(a[k], list) for k in ("multiplier", "shift", "acc_limit")):
         return "the requantization is per channel"
-    for cast in (cast_a, cast_b):
-        if cast.inputs[0].type.dtype != "int8" or cast.outputs[0].type.dtype != "int32":
-            return (f"operand {cast.inputs[0].name} is {cast.inputs[0].type.dtype}; the ALU "
-                    "reads int8 input tiles")
-    if a["out_dtype"] != "int8":
-        return f"output type {a['out_dtype']} is not int8"
+    why = _int8_operands_and_output(cast_a, cast_b, a)
+    if why is not None:
+        return why
     shape_a, shape_b = cast_a.inputs[0].type.shape, cast_b.inputs[0].type.shape
     if len(shape_a) != 4 or len(shape_b) != 4 or any(
             d != e and e != 1 for d, e in zip(shape_a, shape_b)):
