@@ -8,7 +8,7 @@ import math
 
 from heterocc.accel_sim import HardwareConfig
 from heterocc.ir.graph import Node
-from heterocc.patterns import CompositePattern, is_constant, is_op, optional, wildcard
+from heterocc.sdk import CompositePattern, is_constant, is_op, optional, wildcard
 
 from .pool import unsupported
 from .residual import quantized_add, quantized_mul
