@@ -69,7 +69,7 @@ def measure(name: str, size: int, inputs: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         qdq = torchvision_qdq(name, size, d)
     t0 = time.perf_counter()
-    compiled = heterocc.compile(qdq, target="vta,llvm")
+    compiled = heterocc.compile(qdq, target="vta,llvm", placement="greedy")
     seconds = time.perf_counter() - t0
     report = compiled.placement_report
     regions: dict[object, set] = {}

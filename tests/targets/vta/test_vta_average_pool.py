@@ -60,7 +60,7 @@ def conv_pool(kind: str, then_conv: bool) -> onnx.ModelProto:
 @pytest.mark.parametrize("activations", ["QInt8", "QUInt8"])
 def test_average_pool_runs_on_the_accelerator_within_one_step(tmp_path, kind, activations):
     model = quantize(conv_pool(kind, then_conv=False), tmp_path, "QDQ", activations)
-    compiled = heterocc.compile(model, target="vta,llvm")
+    compiled = heterocc.compile(model, target="vta,llvm", placement="greedy")
     report = compiled.placement_report
     assert report.mac_share("vta") == 1.0, report.format()
     op = POOLS[kind][0][0]
@@ -84,7 +84,7 @@ def test_average_pool_runs_on_the_accelerator_within_one_step(tmp_path, kind, ac
 @pytest.mark.parametrize("kind", ["global", "mean", "window"])
 def test_a_pool_between_convolutions_keeps_one_region(tmp_path, kind):
     model = quantize(conv_pool(kind, then_conv=True), tmp_path, "QDQ", "QInt8")
-    compiled = heterocc.compile(model, target="vta,llvm")
+    compiled = heterocc.compile(model, target="vta,llvm", placement="greedy")
     report = compiled.placement_report
     assert report.accelerator_regions() == 1 and report.round_trips == 0, report.format()
     assert report.mac_share("vta") == 1.0, report.format()
@@ -101,6 +101,7 @@ def test_padding_left_out_of_the_count_stays_a_float_pool(tmp_path):
     pool = next(n for n in model.graph.node if n.op_type == "AveragePool")
     pool.attribute.remove(next(a for a in pool.attribute if a.name == "count_include_pad"))
     pool.attribute.append(helper.make_attribute("count_include_pad", 0))
-    compiled = heterocc.compile(quantize(model, tmp_path, "QDQ", "QInt8"), target="vta,llvm")
+    compiled = heterocc.compile(quantize(model, tmp_path, "QDQ", "QInt8"), target="vta,llvm",
+                                placement="greedy")
     assert any(p.op == "AveragePool" and p.target == "llvm"
                for p in compiled.placement_report.placements)

@@ -59,7 +59,7 @@ def branches(channels_a: int, channels_b: int) -> onnx.ModelProto:
 @pytest.mark.parametrize("activations", ["QInt8", "QUInt8"])
 def test_concat_runs_on_the_accelerator_in_one_region(tmp_path, channels, activations):
     model = quantize(branches(*channels), tmp_path, "QDQ", activations)
-    compiled = heterocc.compile(model, target="vta,llvm")
+    compiled = heterocc.compile(model, target="vta,llvm", placement="greedy")
     report = compiled.placement_report
     assert report.mac_share("vta") == 1.0
     assert report.accelerator_regions() == 1 and report.round_trips == 0, report.format()
@@ -75,7 +75,7 @@ def test_concat_runs_on_the_accelerator_in_one_region(tmp_path, channels, activa
 
 def test_a_concat_whose_first_input_splits_a_tile_stays_on_the_cpu(tmp_path):
     model = quantize(branches(8, 16), tmp_path, "QDQ", "QInt8")
-    report = heterocc.compile(model, target="vta,llvm").placement_report
+    report = heterocc.compile(model, target="vta,llvm", placement="greedy").placement_report
     (concat,) = [p for p in report.placements if p.op == "Concat"]
     assert concat.target == "llvm" and "whole 16-channel tiles" in concat.reason
 
@@ -125,7 +125,7 @@ def test_a_normalization_after_a_concat_joins_the_region(tmp_path, relu):
     if relu:
         graph.node.insert(len(graph.node) - 1, norm[1])
     quantized = quantize(model, tmp_path, "QDQ", "QInt8")
-    compiled = heterocc.compile(quantized, target="vta,llvm")
+    compiled = heterocc.compile(quantized, target="vta,llvm", placement="greedy")
     report = compiled.placement_report
     assert report.accelerator_regions() == 1 and report.round_trips == 0, report.format()
     assert not any(p.op == "BatchNormalization" for p in report.placements)
