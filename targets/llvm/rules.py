@@ -15,6 +15,8 @@ In the order :func:`cpu_rules` tries them:
 * :class:`MatmulRule`: a product the CPU packed (``pack_matmul``), register-tiled over B's
   panels, finishing its epilogue in the tiles;
 * :class:`ReductionRule`: any other reduction, output points in parallel;
+* :class:`ChannelSelectRule`: an NCHW[x]c output that reads a stage choosing its source
+  by channel block (a blocked concatenation), one channel block per outer iteration;
 * :class:`InjectiveRule`: what stays in memory without being an anchor (outputs, kept
   stages), flat, vectorized and in parallel.
 """
@@ -27,10 +29,12 @@ from heterocc.sdk import te
 from heterocc.sdk.te_target import ScheduleRule
 from heterocc.te.tensor import Reduce, TensorLoad
 from heterocc.tir import expr as tx
+from heterocc.tir.visitor import collect, free_vars
 
 from .cpu import CPUDescription
 from .schedules import (
     BlockedConvTiles,
+    schedule_channel_blocks,
     schedule_conv2d_nchw,
     schedule_injective,
     schedule_matmul,
@@ -207,6 +211,50 @@ class ReductionRule(CPURule):
         return False
 
 
+def _selects_by_channel_block(op: te.ComputeOp) -> bool:
+    """Whether ``op`` (5-D) picks a value by a condition on its channel-block axis
+    alone (axis 1): a concatenation of blocked tensors."""
+    block_axis = op.axis[1].var
+    return any(isinstance(node, tx.Select) and free_vars(node.condition) == {block_axis}
+               for node in collect(op.body, lambda n: isinstance(n, tx.Select)))
+
+
+def _inlined_producers(op: te.ComputeOp) -> list[te.ComputeOp]:
+    """``op`` and the elementwise computes it reads, transitively (the stages inlined
+    into it: none of them reduces)."""
+    found, stack, seen = [], [op], set()
+    while stack:
+        current = stack.pop()
+        if id(current) in seen or current.reduce_axis:
+            continue
+        seen.add(id(current))
+        found.append(current)
+        for load in collect(current.body, lambda n: isinstance(n, TensorLoad)):
+            producer = load.tensor.op
+            if isinstance(producer, te.ComputeOp):
+                stack.append(producer)
+    return found
+
+
+class ChannelSelectRule(CPURule):
+    """An NCHW[x]c output (five axes, no reduction) computed from a stage that chooses
+    its source by the channel-block index alone, and that index only: a concatenation of
+    blocked tensors along the channels, with the elementwise ops fused after it."""
+
+    anchor = False
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        op = _compute(tensor)
+        if op is None or op.reduce_axis or len(op.axis) != 5:
+            return False
+        return any(len(p.axis) == 5 and _selects_by_channel_block(p)
+                   for p in _inlined_producers(op))
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_channel_blocks(schedule, tensor, self.cpu)
+        return False
+
+
 class InjectiveRule(CPURule):
     """An output or kept stage no anchor finished: flat, vectorized, in parallel."""
 
@@ -226,5 +274,5 @@ def cpu_rules(cpu: CPUDescription,
     log's ``configs`` for the function (None: the defaults), in the order they are
     tried."""
     rules = (DirectConvRule, BlockedConvRule, LayoutTransformRule, BlockedPoolRule,
-             MatmulRule, ReductionRule, InjectiveRule)
+             MatmulRule, ReductionRule, ChannelSelectRule, InjectiveRule)
     return [rule(cpu, configs) for rule in rules]

@@ -20,7 +20,8 @@ vectorizes (float reductions are reassociable).
 One module per kind: :mod:`.common` (tile sizes from the CPU description, the
 injective, row and reduction schedules), :mod:`.direct_conv` (NCHW convolutions),
 :mod:`.blocked_conv` (NCHW[x]c convolutions, dense and depthwise), :mod:`.pool`
-(NCHW[x]c pooling) and :mod:`.matmul` (packing and the products' schedules).
+(NCHW[x]c pooling), :mod:`.channel_blocks` (blocked concatenations and what is fused
+after them) and :mod:`.matmul` (packing and the products' schedules).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from .blocked_conv import (
     schedule_conv2d_nchwc,
     schedule_depthwise_conv2d_nchwc,
 )
+from .channel_blocks import schedule_channel_blocks
 from .common import (
     OPERAND_REGISTERS,
     PANEL_VECTORS,
@@ -144,6 +146,7 @@ __all__ = [
     "reachable_computes",
     "reduction_steps",
     "reduction_unroll_limit",
+    "schedule_channel_blocks",
     "schedule_conv2d_nchw",
     "schedule_conv2d_nchwc",
     "schedule_depthwise_conv2d_nchwc",
