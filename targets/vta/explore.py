@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import heterocc
@@ -62,12 +62,12 @@ def _kib(name: str, kib: int) -> int:
     return _log2(kib * 1024)
 
 
-def _shape_base(batch: int, block_in: int, block_out: int) -> HardwareConfig:
+def _shape_base(batch: int, block_in: int, block_out: int) -> dict[str, int]:
     try:
-        return HardwareConfig.preset(f"{batch}x{block_in}x{block_out}")
+        return HardwareConfig.preset(f"{batch}x{block_in}x{block_out}").to_dict()
     except AcceleratorError:
-        return HardwareConfig(log_batch=_log2(batch), log_block_in=_log2(block_in),
-                              log_block_out=_log2(block_out))
+        return {**HardwareConfig().to_dict(), "log_batch": _log2(batch),
+                "log_block_in": _log2(block_in), "log_block_out": _log2(block_out)}
 
 
 def sweep(gemm: Sequence[str], wgt_kib: Sequence[int] = (), acc_kib: Sequence[int] = (),
@@ -91,7 +91,7 @@ def sweep(gemm: Sequence[str], wgt_kib: Sequence[int] = (), acc_kib: Sequence[in
             changes["log_inp_buffer_bytes"] = _kib("input", inp)
         if clock is not None:
             changes["clock_mhz"] = clock
-        configs.append(replace(base, **changes))
+        configs.append(HardwareConfig.from_dict({**base, **changes}))
     return configs
 
 
