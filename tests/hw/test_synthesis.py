@@ -3,8 +3,8 @@ flow (``heterocc.accel_sim.fpga_fit``) and the design maps as intended: two int8
 multiplies per DSP48E1 in the GEMM core, none in the ALU (LUT multipliers), buffers in
 block RAM.
 
-CI synthesizes a small config (1x4x4, small buffers), which checks all of that in a
-fraction of the default config's Yosys time; the full-size figures (the default config,
+CI synthesizes a small config (1x4x4, small buffers), which checks all of that in about
+80 CPU seconds of Yosys where the default config took about 10 minutes; the full-size figures (the default config,
 the xc7z020 fit of ``pynq-z2``) come from ``python benchmarks/fpga_fit.py``.
 """
 
@@ -31,8 +31,9 @@ def test_small_config_maps_two_macs_per_dsp_and_buffers_to_block_ram(tmp_path):
     result = synthesize(SMALL, "xc7", cache=tmp_path, keep=tmp_path / "report")
     resources = result.resources
     # the GEMM core packs two weights per multiply: half a DSP48E1 per MAC; the ALU's
-    # multipliers are logic (use_dsp = "no"), so nothing else takes a DSP
-    assert resources.dsp == SMALL.macs_per_iteration // 2, resources
+    # multipliers are logic (use_dsp = "no"); one more DSP is the store's tile count
+    # (y_size * x_size, hc_store.v)
+    assert resources.dsp == SMALL.macs_per_iteration // 2 + 1, resources
     assert resources.bram36 > 0 and resources.lut > 0 and resources.ff > 0
     again = synthesize(SMALL, "xc7", cache=tmp_path)
     assert again.cached and again.resources == resources and again.key == result.key
