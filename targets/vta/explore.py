@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -240,6 +241,13 @@ def _ticks(low: float, high: float, count: int = 5) -> list[float]:
     return [low + step * i for i in range(count + 1)]
 
 
+def _short_label(config: HardwareConfig) -> str:
+    """Shape, weight and accumulator KiB, clock: what tells a sweep's points apart."""
+    return (f"{config.batch}x{config.block_in}x{config.block_out} "
+            f"w{(1 << config.log_wgt_buffer_bytes) // 1024}K "
+            f"a{(1 << config.log_acc_buffer_bytes) // 1024}K {config.clock_mhz} MHz")
+
+
 def pareto_svg(exploration: Exploration, resource: str = "lut") -> str:
     """Latency (x) against ``resource`` (y, lut or dsp) as an SVG scatter plot: every
     configuration a dot (filled when it fits the part), the Pareto front a line, the
@@ -294,9 +302,8 @@ def pareto_svg(exploration: Exploration, resource: str = "lut") -> str:
         out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="5" fill="{fill}" '
                    f'stroke="steelblue"><title>{point.config.name} at {point.config.clock_mhz}'
                    f' MHz</title></circle>')
-        short = point.config.name.split("_")[0]
-        out.append(f'<text x="{sx(x) + 7:.1f}" y="{sy(y) - 6:.1f}">{short} '
-                   f'{point.config.clock_mhz} MHz</text>')
+        out.append(f'<text x="{sx(x) + 7:.1f}" y="{sy(y) - 6:.1f}">'
+                   f'{_short_label(point.config)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -308,19 +315,19 @@ def _int_list(text: str | None) -> list[int]:
 def explore_command(args, make_target: TargetFactory) -> int:
     """``heterocc accel explore MODEL``: the sweep the arguments name, printed as a
     table and written (table, JSON, Pareto SVG) to ``args.output``."""
-    import logging
+    def say(line: str) -> None:  # progress on stderr, so the table alone is on stdout
+        print(line, file=sys.stderr, flush=True)
 
-    log = logging.getLogger("heterocc")
     try:
         configs = sweep(args.gemm.split(","), _int_list(args.wgt_kib), _int_list(args.acc_kib),
                         _int_list(args.inp_kib), _int_list(args.clock_mhz))
     except ValueError as exc:
         raise AcceleratorError(f"accel explore: {exc}; lists are comma-separated integers") \
             from exc
-    log.warning(f"exploring {len(configs)} configurations of {args.model} for {args.part}")
+    say(f"exploring {len(configs)} configurations of {args.model} for {args.part}")
     result = explore(args.model, configs, make_target, args.part, args.limit,
                      calibration=args.calibration, jobs=args.jobs,
-                     progress=lambda line: log.warning(line))
+                     progress=say)
     print(result.table())
     for path in result.write(Path(args.output), args.resource):
         print(f"wrote {path}")
