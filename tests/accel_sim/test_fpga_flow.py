@@ -155,3 +155,19 @@ def test_accel_vivado_command_writes_the_folder(tmp_path, capsys):
     with pytest.raises(SystemExit):  # argparse names the known parts
         accel_main(["vivado", "--part", "nope", "-o", str(tmp_path)])
     assert "xc7z020" in capsys.readouterr().err
+
+
+def test_accel_fit_command_reads_the_cache(tmp_path, monkeypatch, capsys):
+    """``heterocc accel fit``: exit 0 when the config fits, 1 when it does not."""
+    monkeypatch.setenv("HETEROCC_CACHE_DIR", str(tmp_path))
+    config = HardwareConfig.preset("pynq-z2")
+    folder = tmp_path / "synthesis" / synthesis_key(config, "xc7")
+    folder.mkdir(parents=True)
+    counts = {"lut": 30000, "lutram": 100, "ff": 20000, "dsp": 129, "bram36": 96.0,
+              "carry": 10}
+    (folder / "resources.json").write_text(json.dumps({"resources": counts, "seconds": 1.0}))
+    assert accel_main(["fit", "--preset", "pynq-z2", "--part", "xc7z020", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["fits"] and report["cached"] and report["resources"]["dsp"] == 129
+    assert accel_main(["fit", "--preset", "pynq-z2", "--limit", "0.5"]) == 1
+    assert "does not fit (LUT, DSP, BRAM)" in capsys.readouterr().out
