@@ -605,13 +605,19 @@ def add_accel_build_parser(accel: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=cmd_accel_build)
 
 
-def cmd_accel_build(args) -> int:
-    name, options = parse_target_spec(args.target)
+def _target_hook(spec: str, hook: str, missing: str):
+    """The target ``spec`` names and its method ``hook``; TargetError saying what the
+    target lacks (``missing``) when it has none."""
+    name, options = parse_target_spec(spec)
     target = get_target(name, **options)
-    write = getattr(target, "write_streams", None)
-    if not callable(write):
-        raise TargetError(f"target {name!r} has no instruction streams to write (no "
-                          "write_streams hook)")
+    method = getattr(target, hook, None)
+    if not callable(method):
+        raise TargetError(f"target {name!r} has no {missing} (no {hook} hook)")
+    return target, method
+
+
+def cmd_accel_build(args) -> int:
+    target, write = _target_hook(args.target, "write_streams", "instruction streams to write")
     compiled = hcompile(args.model, target=[target, "llvm"],
                         calibration=_calibration(args.calibrate))
     inputs = load_input_files(args.input) or _random_inputs(compiled)
@@ -648,12 +654,8 @@ def add_accel_explore_parser(accel: argparse.ArgumentParser) -> None:
 
 
 def cmd_accel_explore(args) -> int:
-    name, options = parse_target_spec(args.target)
-    target = get_target(name, **options)
-    explore = getattr(target, "explore_command", None)
-    if not callable(explore):
-        raise TargetError(f"target {name!r} has no hardware configurations to explore (no "
-                          "explore_command hook)")
+    _, explore = _target_hook(args.target, "explore_command",
+                              "hardware configurations to explore")
     args.calibration = _calibration(args.calibrate)
     return explore(args)
 
