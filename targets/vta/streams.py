@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from heterocc.accel_sim import write_stream_file
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError
 
 from .codegen import AcceleratorKernel
 
