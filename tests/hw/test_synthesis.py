@@ -4,8 +4,9 @@ multiplies per DSP48E1 in the GEMM core, none in the ALU (LUT multipliers), buff
 block RAM.
 
 CI synthesizes a small config (1x4x4, small buffers), which checks all of that in about
-80 CPU seconds of Yosys where the default config took about 10 minutes; the full-size figures (the default config,
-the xc7z020 fit of ``pynq-z2``) come from ``python benchmarks/fpga_fit.py``.
+80 CPU seconds of Yosys where the default config took about 10 minutes; the full-size
+figures (the default config, the xc7z020 fit of ``pynq-z2``) come from
+``python benchmarks/fpga_fit.py``.
 """
 
 from __future__ import annotations
