@@ -27,12 +27,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import heterocc
-
-from ...accel_sim import HardwareConfig
-from ...accel_sim.fpga_fit import DEFAULT_LIMIT, Fit, fit
-from ...accel_sim.timing import schedule_stream
-from ...errors import AcceleratorError
+from heterocc.accel_sim import HardwareConfig
+from heterocc.accel_sim.fpga_fit import DEFAULT_LIMIT, Fit, fit
+from heterocc.accel_sim.timing import schedule_stream
+from heterocc.sdk import AcceleratorError
+from heterocc.sdk.runtime import compile_model
 
 #: builds the accelerator target for a config (the package's VtaTarget: this module is
 #: imported by the package, so it takes the class rather than importing it)
@@ -142,7 +141,7 @@ def model_cycles(model, config: HardwareConfig, make_target: TargetFactory,
     """(accelerator functions, their timing-model cycles summed) of ``model`` compiled
     for ``config`` (the target ``make_target(config)``)."""
     target = make_target(config)
-    heterocc.compile(model, target=[target, "reference"], calibration=calibration)
+    compile_model(model, target=[target, "reference"], calibration=calibration)
     if not target.kernels:
         raise AcceleratorError(f"config {config.name}: the accelerator took no part of the "
                                "model (see heterocc partition for why)")
