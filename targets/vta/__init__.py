@@ -91,7 +91,8 @@ class VtaTarget(AcceleratorBase):
         return call_estimate(kernel, self.config)
 
     def pattern_table(self):
-        return _pattern_table()
+        """The composites this hardware runs (``patterns.pattern_table``)."""
+        return _pattern_table(self.config)
 
     def tensor_intrinsics(self) -> list:
         """The GEMM core's instruction as a TE tensor intrinsic (what the schedules
