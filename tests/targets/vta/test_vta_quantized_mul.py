@@ -69,7 +69,7 @@ def _quantized(kind: str, directory, activations: str) -> onnx.ModelProto:
 @pytest.mark.parametrize("kind", ["squeeze_excite", "swish"])
 def test_quantized_products_run_on_the_alu_bit_exactly(tmp_path, kind, activations):
     model = _quantized(kind, tmp_path, activations)
-    compiled = heterocc.compile(model, target="vta,llvm", strict=True)
+    compiled = heterocc.compile(model, target="vta,llvm", strict=True, placement="greedy")
     on_chip = [p for p in compiled.placement_report.placements
                if p.composite == "quantized_mul"]
     assert {p.op for p in on_chip} >= {"Cast", "Mul", "Requantize"}
@@ -97,7 +97,8 @@ def test_a_product_whose_first_operand_broadcasts_runs_with_its_operands_swapped
     oq.quantize_static(str(src), str(dst), _Calibration(model), quant_format=oq.QuantFormat.QDQ,
                        activation_type=oq.QuantType.QInt8)
     quantized = onnx.load(str(dst))
-    compiled = heterocc.compile(quantized, target="vta,llvm", strict=True)
+    compiled = heterocc.compile(quantized, target="vta,llvm", strict=True,
+                                placement="greedy")
     on_chip = [p for p in compiled.placement_report.placements if p.op == "Mul"]
     assert on_chip and all(p.target == "vta" and p.composite == "quantized_mul"
                            for p in on_chip)
