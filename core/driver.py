@@ -318,6 +318,17 @@ def _is_float_model(model: onnx.ModelProto) -> bool:
         and not any(t.data_type in eight_bit for t in model.graph.initializer)
 
 
+def _layers_kept_by_cost(report: PartitionReport, accelerator: str) -> int:
+    """How many candidate layers ``accelerator`` matched that placement by cost left on
+    another device because its estimate there was lower (0 under greedy placement)."""
+    if report.placement != "cost" or report.plan is None:
+        return 0
+    # from the plan: a layer decided on a lower bound has no estimate on the device it
+    # left until the report's totals ask for one
+    return sum(1 for unit in report.plan.composites
+               if unit.greedy == accelerator and unit.chosen != accelerator)
+
+
 def _report_placement_fallbacks(model: onnx.ModelProto, report: PartitionReport,
                                 targets: Mapping[str, object], fallback: str,
                                 added_fallback: bool) -> None:
@@ -336,6 +347,12 @@ def _report_placement_fallbacks(model: onnx.ModelProto, report: PartitionReport,
                 "heterocc.compile(..., calibration=samples), heterocc's --calibrate "
                 "SAMPLES.npz, `heterocc quantize`, or onnxruntime.quantization."
                 "quantize_static")
+        elif (outpaced := _layers_kept_by_cost(report, name)):
+            # a decision, not a fallback: the layers matched and were measured slower
+            logger.info(
+                f"{name} took no node: placement by cost kept the {outpaced} layer(s) it "
+                f"matched on {fallback}, where they are estimated faster (the placement "
+                f"report gives both estimates; placement='greedy' puts them on {name})")
         else:
             report_fallback(f"{name} took no node: no layer matched its patterns, so all of "
                             f"the model runs on {fallback} (the placement report gives the "

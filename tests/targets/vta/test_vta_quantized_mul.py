@@ -69,7 +69,7 @@ def _quantized(kind: str, directory, activations: str) -> onnx.ModelProto:
 @pytest.mark.parametrize("kind", ["squeeze_excite", "swish"])
 def test_quantized_products_run_on_the_alu_bit_exactly(tmp_path, kind, activations):
     model = _quantized(kind, tmp_path, activations)
-    compiled = heterocc.compile(model, target="vta,llvm", strict=True, placement="greedy")
+    compiled = heterocc.compile(model, target="vta,llvm", placement="greedy", strict=True)
     on_chip = [p for p in compiled.placement_report.placements
                if p.composite == "quantized_mul"]
     assert {p.op for p in on_chip} >= {"Cast", "Mul", "Requantize"}
@@ -97,8 +97,7 @@ def test_a_product_whose_first_operand_broadcasts_runs_with_its_operands_swapped
     oq.quantize_static(str(src), str(dst), _Calibration(model), quant_format=oq.QuantFormat.QDQ,
                        activation_type=oq.QuantType.QInt8)
     quantized = onnx.load(str(dst))
-    compiled = heterocc.compile(quantized, target="vta,llvm", strict=True,
-                                placement="greedy")
+    compiled = heterocc.compile(quantized, target="vta,llvm", placement="greedy", strict=True)
     on_chip = [p for p in compiled.placement_report.placements if p.op == "Mul"]
     assert on_chip and all(p.target == "vta" and p.composite == "quantized_mul"
                            for p in on_chip)
@@ -108,3 +107,19 @@ def test_a_product_whose_first_operand_broadcasts_runs_with_its_operands_swapped
     np.testing.assert_array_equal(got, evaluate(compiled.graph, args)[0])
     expected = onnxruntime_session(quantized, optimized=False).run(None, feeds)[0]
     assert np.abs(got - expected).max() <= output_scale(quantized) * 1.001
+
+
+def test_layers_kept_on_the_cpu_by_cost_are_a_decision_not_a_fallback(tmp_path, caplog):
+    """A squeeze-excite product alone is faster on the CPU than through the host link:
+    placement by cost keeps it there, and strict mode (no silent fallback) accepts that,
+    since vta matched the layer and lost on its estimate; the log says so and how to
+    force it."""
+    model = _quantized("squeeze_excite", tmp_path, "QInt8")
+    with caplog.at_level("INFO", logger="heterocc"):
+        compiled = heterocc.compile(model, target="vta,llvm", strict=True)
+    report = compiled.placement_report
+    assert report.placement == "cost" and not report.by_target().get("vta")
+    kept = [p for p in report.placements if p.candidate == "quantized_mul" and p.estimates]
+    assert kept and all(p.estimates["llvm"].total_s < p.estimates["vta"].total_s for p in kept)
+    assert any("placement by cost kept the 1 layer(s)" in r.getMessage()
+               and "placement='greedy'" in r.getMessage() for r in caplog.records)
