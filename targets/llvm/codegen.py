@@ -26,6 +26,7 @@ from heterocc.tir.functor import ExprFunctor, StmtEmitter
 from heterocc.tir.simplify import structural_key
 from heterocc.tir.visitor import children
 
+from .int8_dot import DOT4_CALL, Dot4Emitter
 from .llvm_types import (
     I1,
     I8,
@@ -474,6 +475,8 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         return (b.sext if signed else b.zext)(value, to_type)
 
     def visit_Call(self, node: tx.Call) -> ir.Value:
+        if node.name == DOT4_CALL:
+            return self._dot4(node)
         args = [self.expr(a) for a in node.args]
         lanes = tx.lanes_of(node.dtype)
         variant = vector_symbol(node.name, tx.scalar_dtype(node.dtype), lanes,
@@ -489,6 +492,27 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
             return self._lanes_apply(node.dtype, args, self._libm_call(node.name, node.dtype))
         raise CompileError(f"LLVM codegen: intrinsic {node.name!r} is not supported; supported: "
                            f"{', '.join(sorted([*_LLVM_INTRINSICS, *_LIBM]))}")
+
+    def _dot4(self, node: tx.Call) -> ir.Value:
+        """:data:`.int8_dot.DOT4_CALL`: its operands read from the addresses of their
+        first elements (``lanes`` int32 accumulators, then the two byte operands)."""
+        operands, counts = node.args[:3], node.args[3:]
+        if len(counts) != 2 or not all(
+                isinstance(o, tx.BufferLoad) and tx.lanes_of(o.dtype) == 1 for o in operands):
+            raise CompileError(f"{DOT4_CALL} takes (acc[0], a[0], b[0], bytes of a, bytes of "
+                               "b): scalar loads of each operand's first element and two "
+                               "counts")
+        lanes = tx.lanes_of(node.dtype)
+        loaded = []
+        for operand, count in zip(operands, (lanes, *(c.value for c in counts))):
+            (index,) = operand.indices
+            element = storage_type(operand.buffer.dtype)
+            loaded.append(self.builder.load(
+                self._address(operand.buffer, self.expr(index)),
+                typ=ir.VectorType(element, count), align=element_size(operand.buffer.dtype)))
+        emitter = Dot4Emitter(self.builder, self._function, self.codegen.features,
+                              self.codegen.arch)
+        return emitter.emit(*loaded, *(tx.is_unsigned(o.buffer.dtype) for o in operands[1:]))
 
     def _vector_library_call(self, symbol: str, width: int, args: list[ir.Value]) -> ir.Value:
         """``symbol`` (a libmvec function on ``width`` lanes) over vectors of a multiple of
@@ -634,13 +658,17 @@ class CodeGenLLVM:
     ``masked_loads``: the CPU loads a vector under a mask in one instruction (AVX-512's
     mask registers), so a padded read, ``select(c, load, 0)`` with a scalar ``c``, is a
     masked load; elsewhere (AVX2's masked loads cost an extra vector operation, NEON has
-    none) it is a branch around the load."""
+    none) it is a branch around the load. ``features`` and ``arch``: the CPU's, which pick
+    the instruction of an 8-bit dot product (:mod:`.int8_dot`)."""
 
     def __init__(self, module_name: str = "heterocc", vector_isas: tuple[VectorISA, ...] = (),
-                 masked_loads: bool = False):
+                 masked_loads: bool = False, features: frozenset[str] = frozenset(),
+                 arch: str = ""):
         self.module = ir.Module(name=module_name)
         self.vector_isas = vector_isas
         self.masked_loads = masked_loads
+        self.features = frozenset(features)
+        self.arch = arch
         self._counter = itertools.count()
 
     def fresh_name(self, prefix: str) -> str:

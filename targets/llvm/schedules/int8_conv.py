@@ -1,0 +1,223 @@
+"""Integer convolutions on the CPU's 8-bit dot product (``ConvInteger``, and what
+``realize_qdq`` makes of QDQ and QOperator convolutions).
+
+The int32 sums are computed as the dot-product instruction wants them
+(:mod:`heterocc.targets.llvm.int8_dot`): each instruction adds, to every int32 lane, four
+byte products. Here a lane is an output pixel of a row and the four bytes are four input
+channels, so that
+
+* the data is packed as ``[n, C/4, rows, column phase, columns, 4]`` bytes (the padded
+  input, its columns split by the stride's phase so a vector of output pixels reads one
+  contiguous run of ``4 * lanes`` bytes whatever the stride);
+* the weight of an output channel at one tap is four bytes broadcast to every lane;
+* the output stays NCHW (a vector of pixels of one channel's row), so the bias and the
+  ``Requantize`` after it need no layout change.
+
+x86's ``vpdpbusd`` multiplies unsigned data by signed weights: there the int8 data is
+stored plus 128 (a flip of the sign bit) and the sum corrected by
+``zero_point_bias(w, x_zero + 128)`` (:func:`heterocc.ops.qnn.zero_point_bias`'s
+identity, computed here as a per-channel sum of the weights). AArch64's ``sdot`` takes
+int8 data as it is (correction ``zero_point_bias(w, x_zero)``). Padding holds the zero
+point (a centered zero) and padded input channels have zero weights, so neither changes
+a sum. The tiles come from the CPU description: lanes of one int32 vector, output
+channels per tile from its vector registers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from heterocc import te
+from heterocc.errors import CompileError
+from heterocc.te.intrin import BufferRegion, TensorIntrin
+from heterocc.tir import expr as tx
+from heterocc.tir.stmt import BufferStore
+
+from ..cpu import CPUDescription
+from ..int8_dot import DOT4_CALL
+from .common import _cpu
+
+#: input channels one dot-product lane adds (the instruction's group of bytes)
+GROUP = 4
+
+
+def data_dtype(cpu: CPUDescription | None = None) -> str:
+    """The byte type the dot product reads data as on ``cpu``: int8 where it has a
+    signed x signed instruction (AArch64 ``sdot``), else uint8 (x86 ``vpdpbusd``, and the
+    widened paths, which take either)."""
+    description = _cpu(cpu)
+    return "int8" if description.arch == "aarch64" and "dotprod" in description.features \
+        else "uint8"
+
+
+def dot4_intrinsic(lanes: int, dtype: str) -> TensorIntrin:
+    """``acc[l] += sum_r data[l, r] * w[r]`` over ``lanes`` pixels and four channels
+    (``dtype`` data, int8 weights): one :data:`DOT4_CALL`."""
+    data = te.placeholder((lanes, GROUP), dtype, "data")
+    weight = te.placeholder((GROUP,), "int8", "weight")
+    r = te.reduce_axis(GROUP, "r")
+    acc = te.compute((lanes,), lambda lane: te.sum(
+        te.cast("int32", data[lane, r]) * te.cast("int32", weight[r]), axis=r), name="acc")
+
+    def implement(inputs: list[BufferRegion], output: BufferRegion):
+        data_region, weight_region = inputs
+        bases = list(output.bases)
+        bases[-1] = tx.Ramp(bases[-1], tx.IntImm(1), lanes)
+        total = tx.Call(DOT4_CALL, (output.load(0),
+                                    data_region.load(0, 0), weight_region.load(0),
+                                    tx.IntImm(GROUP * lanes), tx.IntImm(GROUP)),
+                        tx.with_lanes("int32", lanes))
+        return BufferStore(output.buffer, total, tuple(bases))
+
+    return TensorIntrin(f"cpu_dot4_{dtype}_{lanes}", acc, implement, {"lanes": lanes})
+
+
+@dataclass(frozen=True)
+class Int8ConvTiles:
+    """``lanes`` output pixels per vector, ``channels`` output channels per register
+    tile (``channels`` accumulator vectors live at once)."""
+
+    lanes: int
+    channels: int
+
+
+def int8_conv_tiles(filters: int, cpu: CPUDescription | None = None) -> Int8ConvTiles:
+    """Tiles from the CPU description: one int32 vector of pixels; as many output
+    channels as half the vector registers hold (the other half for the data vector, the
+    broadcast weights and the widened paths' temporaries), dividing ``filters``."""
+    description = _cpu(cpu)
+    lanes = description.vector_lanes("int32")
+    channels = max(description.vector_registers // 2, 1)
+    while filters % channels:
+        channels -= 1
+    return Int8ConvTiles(lanes, channels)
+
+
+def pack_int8_data(x: te.Tensor, x_zero: te.Tensor | None, strides, pads, out_width: int,
+                   kernel_width: int, dilation: int, lanes: int, dtype: str) -> te.Tensor:
+    """``x`` (int8 NCHW) as ``[n, C/4, padded rows, stride, columns, 4]`` ``dtype``
+    bytes (uint8: plus 128), padded with the zero point: columns enough for
+    ``out_width`` rounded up to whole vectors of ``lanes``."""
+    n, channels, height, width = x.shape
+    sy, sx = strides
+    top, left = pads[0], pads[1]
+    rows = (height + pads[0] + pads[2])
+    reach = (-(-out_width // lanes) * lanes - 1) * sx + (kernel_width - 1) * dilation + 1
+    columns = -(-reach // sx)
+    groups = -(-channels // GROUP)
+    flip = 128 if dtype == "uint8" else 0
+    zero = te.const(0, "int32") if x_zero is None else te.cast(
+        "int32", x_zero[(0,) * x_zero.ndim])
+
+    def element(b, group, row, phase, column, inner):
+        channel = group * GROUP + inner
+        y, xx = row - top, column * sx + phase - left
+        inside = te.logical_and(
+            te.logical_and(te.logical_and(y >= 0, y < height),
+                           te.logical_and(xx >= 0, xx < width)), channel < channels)
+        value = te.if_then_else(
+            inside, te.cast("int32", x[b, te.minimum(channel, channels - 1),
+                                       te.minimum(te.maximum(y, 0), height - 1),
+                                       te.minimum(te.maximum(xx, 0), width - 1)]), zero)
+        return te.cast(dtype, value + flip)
+
+    return te.compute((n, groups, rows, sx, columns, GROUP), element, name="int8_data",
+                      dtype=dtype)
+
+
+def pack_int8_weight(w: te.Tensor) -> te.Tensor:
+    """OIHW int8 weights as ``[O, C/4, KH, KW, 4]`` (input channels past C zero)."""
+    filters, channels, kh, kw = w.shape
+    groups = -(-channels // GROUP)
+
+    def element(k, group, ry, rx, inner):
+        channel = group * GROUP + inner
+        return te.if_then_else(channel < channels,
+                               w[k, te.minimum(channel, channels - 1), ry, rx],
+                               te.const(0, "int8"))
+
+    return te.compute((filters, groups, kh, kw, GROUP), element, name="int8_weight",
+                      dtype="int8")
+
+
+def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
+              cpu: CPUDescription | None = None, name: str = "conv_integer") -> te.Tensor:
+    """int32 ``sum((x - x_zero) * w)`` of a dense NCHW convolution (group 1) of int8
+    ``x`` and int8 ``w``, on the dot product: the sums of packed bytes (an anchor
+    carrying ``int8_conv``, its tiles) less each channel's zero-point bias, cropped to
+    the output's width. ``attrs``: strides, pads, dilations of the convolution."""
+    if x.dtype != "int8" or w.dtype != "int8" or x.ndim != 4 or w.ndim != 4:
+        raise CompileError(f"{name}: the dot-product convolution takes int8 NCHW data and "
+                           f"int8 OIHW weights, not {x.dtype}{list(x.shape)} and "
+                           f"{w.dtype}{list(w.shape)}")
+    if int(attrs.get("group", 1)) != 1 or w.shape[1] != x.shape[1]:
+        raise CompileError(f"{name}: the dot-product convolution is dense (group 1)")
+    n, _, height, width = x.shape
+    filters, _, kh, kw = w.shape
+    sy, sx = attrs["strides"]
+    dy, dx = attrs["dilations"]
+    pads = attrs["pads"]
+    oh = (height + pads[0] + pads[2] - (kh - 1) * dy - 1) // sy + 1
+    ow = (width + pads[1] + pads[3] - (kw - 1) * dx - 1) // sx + 1
+    dtype = data_dtype(cpu)
+    tiles = int8_conv_tiles(filters, cpu)
+    lanes = tiles.lanes
+    data = pack_int8_data(x, x_zero, (sy, sx), pads, ow, kw, dx, lanes, dtype)
+    packed_w = pack_int8_weight(w)
+    groups = data.shape[1]
+    rco = te.reduce_axis(groups, "rco")
+    ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+    rci = te.reduce_axis(GROUP, "rci")
+    padded_width = -(-ow // lanes) * lanes
+
+    def body(b, k, y, column):
+        offset = rx * dx
+        return te.sum(te.cast("int32", data[b, rco, y * sy + ry * dy, offset % sx,
+                                            column + offset // sx, rci])
+                      * te.cast("int32", packed_w[k, rco, ry, rx, rci]),
+                      axis=[rco, ry, rx, rci])
+
+    sums = te.compute((n, filters, oh, padded_width), body, name=f"{name}_dot",
+                      dtype="int32", attrs={"int8_conv": tiles})
+    r1, r2, r3 = (te.reduce_axis(extent, f"s{i}") for i, extent in
+                  enumerate(w.shape[1:]))
+    weight_sum = te.compute((filters,), lambda k: te.sum(te.cast("int32", w[k, r1, r2, r3]),
+                                                         axis=[r1, r2, r3]),
+                            name=f"{name}_weight_sum", dtype="int32")
+    zero = 0 if x_zero is None else te.cast("int32", x_zero[(0,) * x_zero.ndim])
+    offset = zero + (128 if dtype == "uint8" else 0)
+
+    # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
+    return te.compute((n, filters, oh, ow), lambda b, k, y, column: sums[b, k, y, column]
+                      - offset * weight_sum[k], name=name, dtype="int32")
+
+
+def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
+                       cpu: CPUDescription | None = None) -> None:
+    """The sums of :func:`int8_conv`: rows of output pixels split into vectors, a tile of
+    output channels accumulating in registers over the taps and channel groups, the
+    innermost pixels and four channels one dot-product instruction; batch, channel tiles
+    and rows in parallel. The packing stages run at root, in parallel."""
+    tiles: Int8ConvTiles = sums.op.attrs["int8_conv"]
+    data, packed_w = _packed_inputs(sums)
+    for stage in (data, packed_w):
+        outer = schedule[stage].op.axis
+        schedule[stage].parallel(schedule[stage].fuse(outer[0], outer[1]))
+    local = schedule.cache_write(sums, "local")
+    b, k, y, column = schedule[sums].op.axis
+    ko, ki = schedule[sums].split(k, tiles.channels)
+    co, ci = schedule[sums].split(column, tiles.lanes)
+    schedule[sums].reorder(b, ko, y, co, ki, ci)
+    schedule[sums].parallel(schedule[sums].fuse(b, ko, y))
+    schedule[sums].vectorize(ci)
+    schedule[local].compute_at(schedule[sums], co)
+    lb, lk, ly, lcol = schedule[local].op.axis
+    rco, ry, rx, rci = schedule[local].op.reduce_axis
+    schedule[local].reorder(lb, ly, rco, ry, rx, lk, lcol, rci)
+    schedule[local].unroll(lk)
+    schedule[local].tensorize(lcol, dot4_intrinsic(tiles.lanes, data.dtype))
+
+
+def _packed_inputs(sums: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
+    product = sums.op.body.source
+    return product.a.value.tensor, product.b.value.tensor
