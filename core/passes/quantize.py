@@ -296,6 +296,21 @@ def realize_qdq(graph: Graph) -> Graph:
     for QOperator models) into ConvInteger / MatMulInteger + bias Add + Requantize,
     quantized element-wise additions into integer ones (``_rewrite_add``) and quantized
     max pools into integer ones (``_integer_max_pool``)."""
+    return _realize(graph, ("Conv", "Gemm", "MatMul"))
+
+
+@register_pass("realize_qdq_convolutions")
+def realize_qdq_convolutions(graph: Graph) -> Graph:
+    """:func:`realize_qdq` for convolutions (with the additions and max pools between
+    them) only: quantized products (MatMul, Gemm) keep their float form. For a target
+    whose integer products would move a model further from the float requantization
+    than it may (a transformer's requantizations carry through Softmax, GELU and
+    LayerNorm)."""
+    return _realize(graph, ("Conv",))
+
+
+def _realize(graph: Graph, linear_ops: tuple[str, ...]) -> Graph:
+    """:func:`realize_qdq` for the chains whose linear op is one of ``linear_ops``."""
     scope = NameScope.of(graph)
     graph = _drop_roundtrips(graph)
     producers = graph.producers()
@@ -320,7 +335,8 @@ def realize_qdq(graph: Graph) -> Graph:
             new = _rewrite_add(m.nodes, node.outputs[0], scope)
         else:
             chain = _chain(m.nodes)
-            new = None if chain is None else _rewrite(chain, node.outputs[0], scope)
+            new = None if chain is None or chain.linear.op not in linear_ops else \
+                _rewrite(chain, node.outputs[0], scope)
         if new is None:
             continue
         for part in new:

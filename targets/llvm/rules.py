@@ -3,6 +3,8 @@ from each compute's structure (see :class:`heterocc.te_target.ScheduleRule`).
 
 In the order :func:`cpu_rules` tries them:
 
+* :class:`Int8ConvRule`: the sums of an integer convolution the CPU computes on its 8-bit
+  dot product (``use_int8_convs``), tensorized, with their packing stages;
 * :class:`DirectConvRule`: an NCHW convolution (``sum(data * w[k, rc, ry, rx])`` over
   three reduction axes), register-tiled, finishing its epilogue in the tiles;
 * :class:`BlockedConvRule`: a convolution in the blocked NCHW[x]c layout (the compute
@@ -31,8 +33,10 @@ from heterocc.tir import expr as tx
 from .cpu import CPUDescription
 from .schedules import (
     BlockedConvTiles,
+    int8_conv_inputs,
     schedule_conv2d_nchw,
     schedule_injective,
+    schedule_int8_conv,
     schedule_matmul,
     schedule_pool_nchwc,
     schedule_reduction,
@@ -62,6 +66,23 @@ def _sum_of_product(op: te.ComputeOp) -> tx.Binary | None:
             and isinstance(body.source, tx.Binary) and body.source.op == "mul"):
         return body.source
     return None
+
+
+class Int8ConvRule(CPURule):
+    """The sums of :func:`.schedules.int8_conv` (they carry ``int8_conv``, their tiles):
+    dot-product instructions over packed bytes; the packing of the data (and of a
+    weight not packed at build time) belongs to them."""
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        op = _compute(tensor)
+        return op is not None and "int8_conv" in op.attrs
+
+    def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
+        return [t for t in int8_conv_inputs(tensor) if isinstance(t.op, te.ComputeOp)]
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_int8_conv(schedule, tensor, self.cpu)
+        return False
 
 
 class DirectConvRule(CPURule):
@@ -226,6 +247,6 @@ def cpu_rules(cpu: CPUDescription | None = None,
     """The CPU's schedule rules for ``cpu`` (None: the active CPU) with the tuning
     log's ``configs`` for the function (None: the defaults), in the order they are
     tried."""
-    rules = (DirectConvRule, BlockedConvRule, LayoutTransformRule, BlockedPoolRule,
+    rules = (Int8ConvRule, DirectConvRule, BlockedConvRule, LayoutTransformRule, BlockedPoolRule,
              MatmulRule, ReductionRule, InjectiveRule)
     return [rule(cpu, configs) for rule in rules]

@@ -20,7 +20,8 @@ vectorizes (float reductions are reassociable).
 One module per kind: :mod:`.common` (tile sizes from the CPU description, the
 injective, row and reduction schedules), :mod:`.direct_conv` (NCHW convolutions),
 :mod:`.blocked_conv` (NCHW[x]c convolutions, dense and depthwise), :mod:`.pool`
-(NCHW[x]c pooling) and :mod:`.matmul` (packing and the products' schedules).
+(NCHW[x]c pooling), :mod:`.matmul` (packing and the products' schedules) and
+:mod:`.int8_conv` (integer convolutions on the CPU's 8-bit dot product).
 """
 
 from __future__ import annotations
@@ -71,6 +72,18 @@ from .direct_conv import (
     conv_tile_columns,
     schedule_conv2d_nchw,
 )
+from .int8_conv import (
+    Int8ConvTiles,
+    int8_conv,
+    int8_conv_inputs,
+    int8_conv_operands,
+    int8_conv_tiles,
+    pack_int8_weight_array,
+    packed_weight_shape,
+    schedule_int8_conv,
+    use_int8_conv,
+    use_int8_convs,
+)
 from .matmul import (
     MATMUL_UNROLLED_MULADDS,
     default_panel,
@@ -114,6 +127,7 @@ __all__ = [
     "DEPTHWISE_PARALLEL_MIN_VECTOR_MULADDS",
     "DEPTHWISE_TILE_CHANNELS",
     "DepthwiseConvTiles",
+    "Int8ConvTiles",
     "MATMUL_UNROLLED_MULADDS",
     "OPERAND_REGISTERS",
     "PANEL_VECTORS",
@@ -132,14 +146,20 @@ __all__ = [
     "dense_conv_reduction_blocks",
     "depthwise_conv_tile",
     "even_tiles",
+    "int8_conv",
+    "int8_conv_inputs",
+    "int8_conv_operands",
+    "int8_conv_tiles",
     "matmul",
     "matmul_function",
     "matmul_tile_rows",
     "pack_columns",
+    "pack_int8_weight_array",
     "pack_matmul",
     "pack_matmul_rows",
     "pack_matmuls",
     "packed_source",
+    "packed_weight_shape",
     "panel_group",
     "panel_width",
     "pointwise_conv_tile",
@@ -151,6 +171,7 @@ __all__ = [
     "schedule_conv2d_nchwc",
     "schedule_depthwise_conv2d_nchwc",
     "schedule_injective",
+    "schedule_int8_conv",
     "schedule_matmul",
     "schedule_packed_rows",
     "schedule_pool_nchwc",
@@ -161,4 +182,6 @@ __all__ = [
     "use_prepacked",
     "vector_lanes",
     "vectorize_panel_columns",
+    "use_int8_conv",
+    "use_int8_convs",
 ]

@@ -27,8 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from heterocc import te
 from heterocc.errors import CompileError
+from heterocc.ops.nn import conv_geometry
 from heterocc.te.intrin import BufferRegion, TensorIntrin
 from heterocc.tir import expr as tx
 from heterocc.tir.stmt import BufferStore
@@ -36,6 +39,7 @@ from heterocc.tir.stmt import BufferStore
 from ..cpu import CPUDescription
 from ..int8_dot import DOT4_CALL
 from .common import _cpu
+from .matmul import reachable_computes
 
 #: input channels one dot-product lane adds (the instruction's group of bytes)
 GROUP = 4
@@ -93,11 +97,21 @@ def int8_conv_tiles(filters: int, cpu: CPUDescription | None = None) -> Int8Conv
     return Int8ConvTiles(lanes, channels)
 
 
+def _flip(source: str, stored: str) -> int:
+    """What storing ``source`` bytes as ``stored`` ones adds (+-128: the sign bit flipped)."""
+    return (128 if stored == "uint8" else 0) - (128 if source == "uint8" else 0)
+
+
+def _zero(x_zero: te.Tensor | None):
+    return te.const(0, "int32") if x_zero is None else te.cast(
+        "int32", x_zero[(0,) * x_zero.ndim])
+
+
 def pack_int8_data(x: te.Tensor, x_zero: te.Tensor | None, strides, pads, out_width: int,
                    kernel_width: int, dilation: int, lanes: int, dtype: str) -> te.Tensor:
-    """``x`` (int8 NCHW) as ``[n, C/4, padded rows, stride, columns, 4]`` ``dtype``
-    bytes (uint8: plus 128), padded with the zero point: columns enough for
-    ``out_width`` rounded up to whole vectors of ``lanes``."""
+    """``x`` (int8 or uint8 NCHW) as ``[n, C/4, padded rows, stride, columns, 4]``
+    ``dtype`` bytes (the sign bit flipped where the types differ), padded with the zero
+    point: columns enough for ``out_width`` rounded up to whole vectors of ``lanes``."""
     n, channels, height, width = x.shape
     sy, sx = strides
     top, left = pads[0], pads[1]
@@ -105,9 +119,8 @@ def pack_int8_data(x: te.Tensor, x_zero: te.Tensor | None, strides, pads, out_wi
     reach = (-(-out_width // lanes) * lanes - 1) * sx + (kernel_width - 1) * dilation + 1
     columns = -(-reach // sx)
     groups = -(-channels // GROUP)
-    flip = 128 if dtype == "uint8" else 0
-    zero = te.const(0, "int32") if x_zero is None else te.cast(
-        "int32", x_zero[(0,) * x_zero.ndim])
+    flip = _flip(x.dtype, dtype)
+    zero = _zero(x_zero)
 
     def element(b, group, row, phase, column, inner):
         channel = group * GROUP + inner
@@ -140,30 +153,53 @@ def pack_int8_weight(w: te.Tensor) -> te.Tensor:
                       dtype="int8")
 
 
+def packed_weight_shape(w_shape) -> tuple[int, ...]:
+    """The shape :func:`pack_int8_weight` gives OIHW weights of ``w_shape``."""
+    filters, channels, kh, kw = w_shape
+    return (filters, -(-channels // GROUP), kh, kw, GROUP)
+
+
+def pack_int8_weight_array(w: np.ndarray) -> np.ndarray:
+    """NumPy's copy of :func:`pack_int8_weight`: what a constant weight is packed into
+    once, when its kernel is built."""
+    filters, channels, kh, kw = w.shape
+    padded = np.zeros((filters, -(-channels // GROUP) * GROUP, kh, kw), np.int8)
+    padded[:, :channels] = w
+    return np.ascontiguousarray(
+        padded.reshape(filters, -1, GROUP, kh, kw).transpose(0, 1, 3, 4, 2))
+
+
 def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
-              cpu: CPUDescription | None = None, name: str = "conv_integer") -> te.Tensor:
-    """int32 ``sum((x - x_zero) * w)`` of a dense NCHW convolution (group 1) of int8
-    ``x`` and int8 ``w``, on the dot product: the sums of packed bytes (an anchor
+              cpu: CPUDescription | None = None, name: str = "conv_integer",
+              packed_weight: te.Tensor | None = None) -> te.Tensor:
+    """int32 ``sum((x - x_zero) * w)`` of a dense NCHW convolution (group 1) of int8 or
+    uint8 ``x`` and int8 ``w``, on the dot product: the sums of packed bytes (an anchor
     carrying ``int8_conv``, its tiles) less each channel's zero-point bias, cropped to
-    the output's width. ``attrs``: strides, pads, dilations of the convolution."""
-    if x.dtype != "int8" or w.dtype != "int8" or x.ndim != 4 or w.ndim != 4:
-        raise CompileError(f"{name}: the dot-product convolution takes int8 NCHW data and "
+    the output's width. ``attrs``: strides, pads, dilations of the convolution.
+    ``packed_weight``: a tensor holding :func:`pack_int8_weight_array` of ``w`` (a
+    constant packed when the kernel is built), read instead of packing ``w``."""
+    if x.dtype not in ("int8", "uint8") or w.dtype != "int8" or x.ndim != 4 \
+            or w.ndim != 4:
+        raise CompileError(f"{name}: the dot-product convolution takes 8-bit NCHW data and "
                            f"int8 OIHW weights, not {x.dtype}{list(x.shape)} and "
                            f"{w.dtype}{list(w.shape)}")
     if int(attrs.get("group", 1)) != 1 or w.shape[1] != x.shape[1]:
         raise CompileError(f"{name}: the dot-product convolution is dense (group 1)")
-    n, _, height, width = x.shape
+    n = x.shape[0]
     filters, _, kh, kw = w.shape
-    sy, sx = attrs["strides"]
-    dy, dx = attrs["dilations"]
-    pads = attrs["pads"]
-    oh = (height + pads[0] + pads[2] - (kh - 1) * dy - 1) // sy + 1
-    ow = (width + pads[1] + pads[3] - (kw - 1) * dx - 1) // sx + 1
+    try:
+        _, (sy, sx), (dy, dx), pads, (oh, ow) = conv_geometry(x.shape, w.shape, attrs)
+    except ValueError as exc:
+        raise CompileError(f"{name}: {exc}") from None
     dtype = data_dtype(cpu)
     tiles = int8_conv_tiles(filters, cpu)
     lanes = tiles.lanes
     data = pack_int8_data(x, x_zero, (sy, sx), pads, ow, kw, dx, lanes, dtype)
-    packed_w = pack_int8_weight(w)
+    packed_w = pack_int8_weight(w) if packed_weight is None else packed_weight
+    if tuple(packed_w.shape) != packed_weight_shape(w.shape) or packed_w.dtype != "int8":
+        raise CompileError(f"{name}: the packed weight is {packed_w.dtype}"
+                           f"{list(packed_w.shape)}, not int8"
+                           f"{list(packed_weight_shape(w.shape))}")
     groups = data.shape[1]
     rco = te.reduce_axis(groups, "rco")
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
@@ -179,17 +215,58 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
 
     sums = te.compute((n, filters, oh, padded_width), body, name=f"{name}_dot",
                       dtype="int32", attrs={"int8_conv": tiles})
-    r1, r2, r3 = (te.reduce_axis(extent, f"s{i}") for i, extent in
-                  enumerate(w.shape[1:]))
-    weight_sum = te.compute((filters,), lambda k: te.sum(te.cast("int32", w[k, r1, r2, r3]),
-                                                         axis=[r1, r2, r3]),
-                            name=f"{name}_weight_sum", dtype="int32")
-    zero = 0 if x_zero is None else te.cast("int32", x_zero[(0,) * x_zero.ndim])
-    offset = zero + (128 if dtype == "uint8" else 0)
+    # summed from the packed weight (its padding channels are zero), so that a constant
+    # weight is read in one layout only
+    r1, r2, r3, r4 = (te.reduce_axis(extent, f"s{i}") for i, extent in
+                      enumerate(packed_w.shape[1:]))
+    weight_sum = te.compute((filters,), lambda k: te.sum(
+        te.cast("int32", packed_w[k, r1, r2, r3, r4]), axis=[r1, r2, r3, r4]),
+        name=f"{name}_weight_sum", dtype="int32")
+    offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
     # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
     return te.compute((n, filters, oh, ow), lambda b, k, y, column: sums[b, k, y, column]
                       - offset * weight_sum[k], name=name, dtype="int32")
+
+
+def int8_conv_operands(tensor: te.Tensor) -> dict | None:
+    """The operands of a ``ConvInteger`` compute (its ``conv_integer`` attribute) when
+    the dot product can compute it: 8-bit data with a per-tensor zero point, int8
+    weights with none, dense, 2-D; else None."""
+    op = tensor.op
+    described = op.attrs.get("conv_integer") if isinstance(op, te.ComputeOp) else None
+    if described is None:
+        return None
+    x, w, x_zero = described["x"], described["w"], described["x_zero"]
+    attrs = described["attrs"]
+    if (described["w_zero"] is not None or w.dtype != "int8" or x.ndim != 4 or w.ndim != 4
+            or int(attrs.get("group", 1)) != 1 or x.dtype not in ("int8", "uint8")
+            or (x_zero is not None and int(np.prod(x_zero.shape)) != 1)):
+        return None
+    return described
+
+
+def use_int8_conv(tensor: te.Tensor, cpu: CPUDescription | None = None,
+                  packed_weight: te.Tensor | None = None) -> te.Tensor:
+    """Make ``tensor`` (a ``ConvInteger`` compute :func:`int8_conv_operands` accepts)
+    compute its sums by :func:`int8_conv` on ``cpu``; returns the sums' anchor."""
+    described = int8_conv_operands(tensor)
+    if described is None:
+        raise CompileError(f"use_int8_conv: {tensor.name!r} is no ConvInteger the dot "
+                           "product computes")
+    new = int8_conv(described["x"], described["w"], described["x_zero"], described["attrs"],
+                    cpu, tensor.op.name, packed_weight)
+    tensor.op = new.op
+    return new.op.body.a.tensor
+
+
+def use_int8_convs(outputs, cpu: CPUDescription | None = None) -> None:
+    """:func:`use_int8_conv` on every ``ConvInteger`` compute that computing ``outputs``
+    reads and the dot product computes: the CPU's rewrite of a function's plain
+    computes before it is scheduled."""
+    for tensor in reachable_computes(outputs):
+        if int8_conv_operands(tensor) is not None:
+            use_int8_conv(tensor, cpu)
 
 
 def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
@@ -199,8 +276,10 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     innermost pixels and four channels one dot-product instruction; batch, channel tiles
     and rows in parallel. The packing stages run at root, in parallel."""
     tiles: Int8ConvTiles = sums.op.attrs["int8_conv"]
-    data, packed_w = _packed_inputs(sums)
+    data, packed_w = int8_conv_inputs(sums)
     for stage in (data, packed_w):
+        if not isinstance(stage.op, te.ComputeOp):
+            continue  # a constant packed at build time
         outer = schedule[stage].op.axis
         schedule[stage].parallel(schedule[stage].fuse(outer[0], outer[1]))
     local = schedule.cache_write(sums, "local")
@@ -218,6 +297,7 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     schedule[local].tensorize(lcol, dot4_intrinsic(tiles.lanes, data.dtype))
 
 
-def _packed_inputs(sums: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
+def int8_conv_inputs(sums: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
+    """The packed data and packed weight that the sums of :func:`int8_conv` read."""
     product = sums.op.body.source
     return product.a.value.tensor, product.b.value.tensor

@@ -136,3 +136,49 @@ def test_a_grouped_convolution_is_refused_by_name():
     with pytest.raises(CompileError, match="dense"):
         int8_conv(x, w, None, {"strides": (1, 1), "pads": (1, 1, 1, 1),
                                "dilations": (1, 1), "group": 8})
+
+
+@pytest.mark.parametrize("activations", ["QUInt8", "QInt8"])
+def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monkeypatch,
+                                                                  activations):
+    """An ORT-quantized QDQ CNN (per-channel weights; uint8 activations, ORT's default,
+    or int8) on ``llvm`` alone: its convolutions become ConvInteger + Requantize, each
+    computed by the dot-product schedule, bit-exact with the integer reference of the
+    compiled graph and within one step of ONNX Runtime."""
+    oq = pytest.importorskip("onnxruntime.quantization")
+    pytest.importorskip("onnxruntime")
+    import heterocc
+    import heterocc.targets.llvm.rules as rules
+    from heterocc.runtime.interpreter import evaluate
+    from tests.passes.test_per_channel_axes import ort_reference, output_scale, steps_apart
+    from tests.targets.vta.ort_models import INPUT, small_cnn
+
+    class Calibration(oq.CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"input": np.random.default_rng(10 + i).standard_normal(
+                INPUT).astype(np.float32)} for i in range(4)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    import onnx
+
+    onnx.save(small_cnn(), str(tmp_path / "float.onnx"))
+    oq.quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "qdq.onnx"),
+                       Calibration(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
+                       activation_type=getattr(oq.QuantType, activations),
+                       weight_type=oq.QuantType.QInt8)
+    model = onnx.load(str(tmp_path / "qdq.onnx"))
+
+    scheduled = []
+    original = rules.schedule_int8_conv
+    monkeypatch.setattr(rules, "schedule_int8_conv", lambda schedule, tensor, cpu=None: (
+        scheduled.append(tensor.name), original(schedule, tensor, cpu)))
+    compiled = heterocc.compile(model, target="llvm")
+    ops = [n.op for _, n in compiled.graph.walk()]
+    assert ops.count("ConvInteger") == 4 and "Conv" not in ops
+    assert len(scheduled) == 4
+    x = np.random.default_rng(4).standard_normal(INPUT).astype(np.float32)
+    got = compiled.run([x])[0]
+    np.testing.assert_array_equal(got, evaluate(compiled.graph, [x])[0])
+    assert steps_apart(got, ort_reference(model, x), output_scale(model)) <= 1
