@@ -98,10 +98,11 @@ class DirectConvRule(CPURule):
         product = None if op is None else _sum_of_product(op)
         if product is None or len(op.axis) != 4 or len(op.body.axis) != 3:
             return False
-        if not str(tensor.dtype).startswith("float"):
-            # the tiles are sized for floating-point multiply-add vectors; an integer
-            # convolution (ConvInteger, QLinearConv) keeps the generic reduction schedule
-            # until the CPU has integer dot-product kernels (issue #35)
+        if not str(tensor.dtype).startswith("float") and int(op.body.axis[0].extent) != 1:
+            # a dense integer convolution the dot product does not take (a weight zero
+            # point) keeps the generic reduction schedule; a depthwise one (one input
+            # channel per output: no four channels for a dot product) takes these
+            # tiles, one int32 vector of columns per channel, multiply and add exact
             return False
         weight = product.b
         wanted = (op.axis[1].var, *(iv.var for iv in op.body.axis))

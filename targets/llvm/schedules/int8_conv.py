@@ -8,7 +8,10 @@ channels, so that
 
 * the data is packed as ``[n, C/4, rows, column phase, columns, 4]`` bytes (the padded
   input, its columns split by the stride's phase so a vector of output pixels reads one
-  contiguous run of ``4 * lanes`` bytes whatever the stride);
+  contiguous run of ``4 * lanes`` bytes whatever the stride); with stride 1, as
+  ``[n, C/4, 1, 1, pixels, 4]``, the padded image's pixels row after row, so that a
+  vector runs on across rows (a 7x7 image fills whole vectors) and the columns past the
+  output's width are computed and dropped;
 * the weight of an output channel at one tap is four bytes broadcast to every lane;
 * the output stays NCHW (a vector of pixels of one channel's row), so the bias and the
   ``Requantize`` after it need no layout change.
@@ -138,6 +141,33 @@ def pack_int8_data(x: te.Tensor, x_zero: te.Tensor | None, strides, pads, out_wi
                       dtype=dtype)
 
 
+def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
+                   dtype: str) -> te.Tensor:
+    """``x`` (int8 or uint8 NCHW) as ``[n, C/4, 1, 1, positions, 4]`` ``dtype`` bytes:
+    the padded image's pixels numbered row after row (``row * padded width + column``),
+    padded with the zero point, also past its last row."""
+    n, channels, height, width = x.shape
+    stride_row = width + pads[1] + pads[3]
+    groups = -(-channels // GROUP)
+    flip = _flip(x.dtype, dtype)
+    zero = _zero(x_zero)
+
+    def element(b, group, _row, _phase, position, inner):
+        channel = group * GROUP + inner
+        y, xx = position // stride_row - pads[0], position % stride_row - pads[1]
+        inside = te.logical_and(
+            te.logical_and(te.logical_and(y >= 0, y < height),
+                           te.logical_and(xx >= 0, xx < width)), channel < channels)
+        value = te.if_then_else(
+            inside, te.cast("int32", x[b, te.minimum(channel, channels - 1),
+                                       te.minimum(te.maximum(y, 0), height - 1),
+                                       te.minimum(te.maximum(xx, 0), width - 1)]), zero)
+        return te.cast(dtype, value + flip)
+
+    return te.compute((n, groups, 1, 1, positions, GROUP), element, name="int8_data",
+                      dtype=dtype)
+
+
 def pack_int8_weight(w: te.Tensor) -> te.Tensor:
     """OIHW int8 weights as ``[O, C/4, KH, KW, 4]`` (input channels past C zero)."""
     filters, channels, kh, kw = w.shape
@@ -194,7 +224,17 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     dtype = data_dtype(cpu)
     tiles = int8_conv_tiles(filters, cpu)
     lanes = tiles.lanes
-    data = pack_int8_data(x, x_zero, (sy, sx), pads, ow, kw, dx, lanes, dtype)
+    flat = (sy, sx) == (1, 1)
+    if flat:
+        # stride 1: output pixels numbered over the padded width, so that a vector runs
+        # on across rows (a 7-wide image fills whole vectors; the columns past the
+        # output's width are computed and dropped)
+        stride_row = x.shape[3] + pads[1] + pads[3]
+        positions = -(-(oh * stride_row) // lanes) * lanes
+        data = pack_int8_flat(x, x_zero, pads, positions + (kh - 1) * dy * stride_row
+                              + (kw - 1) * dx, dtype)
+    else:
+        data = pack_int8_data(x, x_zero, (sy, sx), pads, ow, kw, dx, lanes, dtype)
     packed_w = pack_int8_weight(w) if packed_weight is None else packed_weight
     if tuple(packed_w.shape) != packed_weight_shape(w.shape) or packed_w.dtype != "int8":
         raise CompileError(f"{name}: the packed weight is {packed_w.dtype}"
@@ -207,14 +247,17 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     padded_width = -(-ow // lanes) * lanes
 
     def body(b, k, y, column):
-        offset = rx * dx
-        return te.sum(te.cast("int32", data[b, rco, y * sy + ry * dy, offset % sx,
-                                            column + offset // sx, rci])
-                      * te.cast("int32", packed_w[k, rco, ry, rx, rci]),
+        if flat:
+            read = data[b, rco, 0, 0, column + ry * dy * stride_row + rx * dx, rci]
+        else:
+            offset = rx * dx
+            read = data[b, rco, y * sy + ry * dy, offset % sx, column + offset // sx, rci]
+        return te.sum(te.cast("int32", read) * te.cast("int32", packed_w[k, rco, ry, rx, rci]),
                       axis=[rco, ry, rx, rci])
 
-    sums = te.compute((n, filters, oh, padded_width), body, name=f"{name}_dot",
-                      dtype="int32", attrs={"int8_conv": tiles})
+    shape = (n, filters, 1, positions) if flat else (n, filters, oh, padded_width)
+    sums = te.compute(shape, body, name=f"{name}_dot", dtype="int32",
+                      attrs={"int8_conv": tiles})
     # summed from the packed weight (its padding channels are zero), so that a constant
     # weight is read in one layout only
     r1, r2, r3, r4 = (te.reduce_axis(extent, f"s{i}") for i, extent in
@@ -224,9 +267,12 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
         name=f"{name}_weight_sum", dtype="int32")
     offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
-    # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
-    return te.compute((n, filters, oh, ow), lambda b, k, y, column: sums[b, k, y, column]
-                      - offset * weight_sum[k], name=name, dtype="int32")
+    def result(b, k, y, column):
+        at = (0, y * stride_row + column) if flat else (y, column)
+        # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
+        return sums[(b, k, *at)] - offset * weight_sum[k]
+
+    return te.compute((n, filters, oh, ow), result, name=name, dtype="int32")
 
 
 def int8_conv_operands(tensor: te.Tensor) -> dict | None:

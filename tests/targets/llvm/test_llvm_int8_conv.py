@@ -138,13 +138,46 @@ def test_a_grouped_convolution_is_refused_by_name():
                                "dilations": (1, 1), "group": 8})
 
 
+def _inverted_residual():
+    """A MobileNetV2 block on a 7x7 image: 1x1 expansion, 3x3 depthwise, 1x1 projection
+    (each with bias; Clip(0, 6) after the first two)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(8)
+    inits, nodes, x = [], [], "input"
+    for name, cin, cout, kernel, group, clip in (("expand", 8, 32, 1, 1, True),
+                                                 ("depthwise", 32, 32, 3, 32, True),
+                                                 ("project", 32, 16, 1, 1, False)):
+        inits += [numpy_helper.from_array((rng.standard_normal(
+            (cout, cin // group, kernel, kernel)) * 0.3).astype(np.float32), f"{name}_w"),
+            numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32),
+                                    f"{name}_b")]
+        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_y"],
+                                      pads=[kernel // 2] * 4, group=group))
+        x = f"{name}_y"
+        if clip:
+            nodes.append(helper.make_node("Clip", [x, "zero", "six"], [f"{name}_c"]))
+            x = f"{name}_c"
+    inits += [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+              numpy_helper.from_array(np.array(6, np.float32), "six")]
+    graph = helper.make_graph(
+        nodes, "block", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                       (1, 8, 7, 7))],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, (1, 16, 7, 7))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model, (1, 8, 7, 7), 2
+
+
+@pytest.mark.parametrize("model_of", ["small_cnn", "inverted_residual"])
 @pytest.mark.parametrize("activations", ["QUInt8", "QInt8"])
 def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monkeypatch,
-                                                                  activations):
+                                                                  activations, model_of):
     """An ORT-quantized QDQ CNN (per-channel weights; uint8 activations, ORT's default,
-    or int8) on ``llvm`` alone: its convolutions become ConvInteger + Requantize, each
-    computed by the dot-product schedule, bit-exact with the integer reference of the
-    compiled graph and within one step of ONNX Runtime."""
+    or int8) on ``llvm`` alone: its convolutions become ConvInteger + Requantize, the
+    dense ones computed by the dot-product schedule (the depthwise one by the direct
+    convolution's tiles, in int32), bit-exact with the integer reference of the compiled
+    graph and within one step of ONNX Runtime."""
     oq = pytest.importorskip("onnxruntime.quantization")
     pytest.importorskip("onnxruntime")
     import heterocc
@@ -156,14 +189,18 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
     class Calibration(oq.CalibrationDataReader):
         def __init__(self):
             self.feeds = iter([{"input": np.random.default_rng(10 + i).standard_normal(
-                INPUT).astype(np.float32)} for i in range(4)])
+                shape).astype(np.float32)} for i in range(4)])
 
         def get_next(self):
             return next(self.feeds, None)
 
     import onnx
 
-    onnx.save(small_cnn(), str(tmp_path / "float.onnx"))
+    if model_of == "small_cnn":
+        source, shape, dense = small_cnn(), INPUT, 4
+    else:
+        source, shape, dense = _inverted_residual()
+    onnx.save(source, str(tmp_path / "float.onnx"))
     oq.quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "qdq.onnx"),
                        Calibration(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
                        activation_type=getattr(oq.QuantType, activations),
@@ -176,9 +213,10 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
         scheduled.append(tensor.name), original(schedule, tensor, cpu)))
     compiled = heterocc.compile(model, target="llvm")
     ops = [n.op for _, n in compiled.graph.walk()]
-    assert ops.count("ConvInteger") == 4 and "Conv" not in ops
-    assert len(scheduled) == 4
-    x = np.random.default_rng(4).standard_normal(INPUT).astype(np.float32)
+    convolutions = sum(n.op_type == "Conv" for n in source.graph.node)
+    assert ops.count("ConvInteger") == convolutions and "Conv" not in ops
+    assert len(scheduled) == dense
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
     got = compiled.run([x])[0]
     np.testing.assert_array_equal(got, evaluate(compiled.graph, [x])[0])
     assert steps_apart(got, ort_reference(model, x), output_scale(model)) <= 1
