@@ -14,6 +14,8 @@ In the order :func:`cpu_rules` tries them:
   lane's channel);
 * :class:`BlockedPoolRule`: pooling over an NCHW[x]c tensor's rows and columns, one
   vector per pixel over the channel block;
+* :class:`PoolRule`: pooling of an NCHW tensor (an int8 model's), rows of output
+  pixels updated tap by tap over a padded copy;
 * :class:`MatmulRule`: a product the CPU packed (``pack_matmul``), register-tiled over B's
   panels, finishing its epilogue in the tiles;
 * :class:`ReductionRule`: any other reduction, output points in parallel;
@@ -29,6 +31,7 @@ from heterocc import te
 from heterocc.te.tensor import Reduce, TensorLoad
 from heterocc.te_target import ScheduleRule
 from heterocc.tir import expr as tx
+from heterocc.tir.visitor import free_vars
 
 from .cpu import CPUDescription
 from .schedules import (
@@ -38,6 +41,7 @@ from .schedules import (
     schedule_injective,
     schedule_int8_conv,
     schedule_matmul,
+    schedule_pool_nchw,
     schedule_pool_nchwc,
     schedule_reduction,
     schedule_rows,
@@ -197,6 +201,46 @@ class BlockedPoolRule(CPURule):
         return False
 
 
+def _pool_window(op: te.ComputeOp) -> TensorLoad | None:
+    """The read of a 2-D NCHW pool, ``data[n, c, y * s + ry * d, x * s + rx * d]``
+    under a max or sum over ``(ry, rx)``, else None."""
+    body = op.body
+    if not (isinstance(body, Reduce) and body.combiner in ("max", "sum")
+            and len(op.axis) == 4 and len(body.axis) == 2
+            and isinstance(body.source, TensorLoad) and len(body.source.indices) == 4):
+        return None
+    n, c, y, x = (iv.var for iv in op.axis)
+    ry, rx = (iv.var for iv in body.axis)
+    indices = body.source.indices
+    if indices[0] is not n or indices[1] is not c:
+        return None
+    for index, (axis, reduce) in zip(indices[2:], ((y, ry), (x, rx))):
+        used = free_vars(index)
+        if axis not in used or reduce not in used:
+            return None
+    return body.source
+
+
+class PoolRule(CPURule):
+    """Pooling of an NCHW tensor: a max or sum over a window of rows and columns read
+    as ``data[n, c, y * s + ry * d, x * s + rx * d]`` (an int8 model's pools, which the
+    blocked layout does not take); a padding stage it reads belongs to it."""
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        op = _compute(tensor)
+        return op is not None and _pool_window(op) is not None
+
+    def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
+        source = _pool_window(tensor.op).tensor
+        return [source] if isinstance(source.op, te.ComputeOp) else []
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        source = _pool_window(tensor.op).tensor
+        schedule_pool_nchw(schedule, tensor,
+                           source if isinstance(source.op, te.ComputeOp) else None, self.cpu)
+        return False
+
+
 class MatmulRule(CPURule):
     """A product the CPU packed (``packed_B``: the target's rewrite of every
     ``sum(A[..., i, k] * B[..., k, j])`` before scheduling): the applied tuning log's
@@ -249,5 +293,5 @@ def cpu_rules(cpu: CPUDescription | None = None,
     log's ``configs`` for the function (None: the defaults), in the order they are
     tried."""
     rules = (Int8ConvRule, DirectConvRule, BlockedConvRule, LayoutTransformRule, BlockedPoolRule,
-             MatmulRule, ReductionRule, InjectiveRule)
+             PoolRule, MatmulRule, ReductionRule, InjectiveRule)
     return [rule(cpu, configs) for rule in rules]

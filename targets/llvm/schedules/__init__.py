@@ -111,6 +111,7 @@ from .matmul import (
     _matmul_loads as _matmul_loads,
 )
 from .pool import (
+    schedule_pool_nchw,
     schedule_pool_nchwc,
 )
 
@@ -174,6 +175,7 @@ __all__ = [
     "schedule_int8_conv",
     "schedule_matmul",
     "schedule_packed_rows",
+    "schedule_pool_nchw",
     "schedule_pool_nchwc",
     "schedule_reduction",
     "schedule_rows",
