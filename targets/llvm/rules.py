@@ -5,6 +5,8 @@ In the order :func:`cpu_rules` tries them:
 
 * :class:`Int8ConvRule`: the sums of an integer convolution the CPU computes on its 8-bit
   dot product (``use_int8_convs``), tensorized, with their packing stages;
+* :class:`Int8ConvResultRule`: those sums cropped and corrected, finishing the
+  function's elementwise epilogue row by row;
 * :class:`DirectConvRule`: an NCHW convolution (``sum(data * w[k, rc, ry, rx])`` over
   three reduction axes), register-tiled, finishing its epilogue in the tiles;
 * :class:`BlockedConvRule`: a convolution in the blocked NCHW[x]c layout (the compute
@@ -40,6 +42,7 @@ from .schedules import (
     schedule_conv2d_nchw,
     schedule_injective,
     schedule_int8_conv,
+    schedule_int8_conv_result,
     schedule_matmul,
     schedule_pool_nchw,
     schedule_pool_nchwc,
@@ -87,6 +90,22 @@ class Int8ConvRule(CPURule):
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
         schedule_int8_conv(schedule, tensor, self.cpu)
         return False
+
+
+class Int8ConvResultRule(CPURule):
+    """What :func:`.schedules.int8_conv` gives a graph: its sums cropped to the output's
+    width and corrected by the zero point (``int8_conv_result``), finished with the
+    function's elementwise epilogue, row by row."""
+
+    epilogue = True
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        op = _compute(tensor)
+        return op is not None and bool(op.attrs.get("int8_conv_result"))
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_int8_conv_result(schedule, tensor, epilogue, self.cpu)
+        return epilogue is not None
 
 
 class DirectConvRule(CPURule):
@@ -292,6 +311,7 @@ def cpu_rules(cpu: CPUDescription | None = None,
     """The CPU's schedule rules for ``cpu`` (None: the active CPU) with the tuning
     log's ``configs`` for the function (None: the defaults), in the order they are
     tried."""
-    rules = (Int8ConvRule, DirectConvRule, BlockedConvRule, LayoutTransformRule, BlockedPoolRule,
-             PoolRule, MatmulRule, ReductionRule, InjectiveRule)
+    rules = (Int8ConvRule, Int8ConvResultRule, DirectConvRule, BlockedConvRule,
+             LayoutTransformRule, BlockedPoolRule, PoolRule, MatmulRule, ReductionRule,
+             InjectiveRule)
     return [rule(cpu, configs) for rule in rules]

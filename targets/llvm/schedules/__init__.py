@@ -81,6 +81,7 @@ from .int8_conv import (
     pack_int8_weight_array,
     packed_weight_shape,
     schedule_int8_conv,
+    schedule_int8_conv_result,
     use_int8_conv,
     use_int8_convs,
 )
@@ -173,6 +174,7 @@ __all__ = [
     "schedule_depthwise_conv2d_nchwc",
     "schedule_injective",
     "schedule_int8_conv",
+    "schedule_int8_conv_result",
     "schedule_matmul",
     "schedule_packed_rows",
     "schedule_pool_nchw",

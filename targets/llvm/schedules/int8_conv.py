@@ -272,7 +272,10 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
         # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
         return sums[(b, k, *at)] - offset * weight_sum[k]
 
-    return te.compute((n, filters, oh, ow), result, name=name, dtype="int32")
+    # the crop is an anchor of its own (``int8_conv_result``): its rows, finished by
+    # the function's elementwise epilogue, read the sums contiguously
+    return te.compute((n, filters, oh, ow), result, name=name, dtype="int32",
+                      attrs={"int8_conv_result": True})
 
 
 def int8_conv_operands(tensor: te.Tensor) -> dict | None:
@@ -347,3 +350,23 @@ def int8_conv_inputs(sums: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
     """The packed data and packed weight that the sums of :func:`int8_conv` read."""
     product = sums.op.body.source
     return product.a.value.tensor, product.b.value.tensor
+
+
+def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
+                              epilogue: te.Tensor | None = None,
+                              cpu: CPUDescription | None = None) -> None:
+    """The cropped, zero-point-corrected sums of :func:`int8_conv`, finished by the
+    function's elementwise ``epilogue`` when it has one (bias, ``Requantize``): output
+    rows in parallel, each a vector loop over its pixels, which read the sums in a
+    contiguous run."""
+    outer = result
+    if epilogue is not None:
+        schedule[result].compute_inline()
+        outer = epilogue
+    stage = schedule[outer]
+    n, k, y, x = stage.op.axis
+    lanes = _cpu(cpu).vector_lanes("int32")
+    if int(x.extent) > lanes:
+        _, x = stage.split(x, lanes)
+    stage.vectorize(x)
+    stage.parallel(stage.fuse(n, k, y))
