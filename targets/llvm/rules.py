@@ -38,11 +38,13 @@ from heterocc.tir.visitor import free_vars
 from .cpu import CPUDescription
 from .schedules import (
     BlockedConvTiles,
+    depthwise_data,
     int8_conv_inputs,
     schedule_conv2d_nchw,
     schedule_injective,
     schedule_int8_conv,
     schedule_int8_conv_result,
+    schedule_int8_depthwise,
     schedule_matmul,
     schedule_pool_nchw,
     schedule_pool_nchwc,
@@ -77,18 +79,25 @@ def _sum_of_product(op: te.ComputeOp) -> tx.Binary | None:
 
 class Int8ConvRule(CPURule):
     """The sums of :func:`.schedules.int8_conv` (they carry ``int8_conv``, their tiles):
-    dot-product instructions over packed bytes; the packing of the data (and of a
-    weight not packed at build time) belongs to them."""
+    dot-product instructions over packed bytes, or of
+    :func:`.schedules.int8_depthwise_conv` (``int8_depthwise``): int32 multiply-adds over
+    packed rows; the packing of the data (and of a weight not packed at build time)
+    belongs to them."""
 
     def matches(self, tensor: te.Tensor) -> bool:
         op = _compute(tensor)
-        return op is not None and "int8_conv" in op.attrs
+        return op is not None and ("int8_conv" in op.attrs or "int8_depthwise" in op.attrs)
 
     def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
+        if "int8_depthwise" in tensor.op.attrs:
+            return [depthwise_data(tensor)]
         return [t for t in int8_conv_inputs(tensor) if isinstance(t.op, te.ComputeOp)]
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        schedule_int8_conv(schedule, tensor, self.cpu)
+        if "int8_depthwise" in tensor.op.attrs:
+            schedule_int8_depthwise(schedule, tensor, self.cpu)
+        else:
+            schedule_int8_conv(schedule, tensor, self.cpu)
         return False
 
 

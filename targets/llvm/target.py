@@ -131,7 +131,8 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
             continue
         weight = described["w"]
         prepacked = None
-        if id(weight) in slots and readers.get(id(weight)) == 1:
+        if not described["depthwise"] and id(weight) in slots \
+                and readers.get(id(weight)) == 1:
             prepacked = te.placeholder(packed_weight_shape(weight.shape), "int8",
                                        f"{weight.name}.packed")
             index = slots[id(weight)]

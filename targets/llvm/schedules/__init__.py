@@ -21,7 +21,9 @@ One module per kind: :mod:`.common` (tile sizes from the CPU description, the
 injective, row and reduction schedules), :mod:`.direct_conv` (NCHW convolutions),
 :mod:`.blocked_conv` (NCHW[x]c convolutions, dense and depthwise), :mod:`.pool`
 (NCHW[x]c pooling), :mod:`.matmul` (packing and the products' schedules) and
-:mod:`.int8_conv` (integer convolutions on the CPU's 8-bit dot product).
+:mod:`.int8_conv` (integer convolutions on the CPU's 8-bit dot product),
+:mod:`.int8_depthwise` (integer depthwise ones) and :mod:`.int8_rewrite` (which
+``ConvInteger`` computes take them).
 """
 
 from __future__ import annotations
@@ -76,15 +78,20 @@ from .int8_conv import (
     Int8ConvTiles,
     int8_conv,
     int8_conv_inputs,
-    int8_conv_operands,
     int8_conv_tiles,
     pack_int8_weight_array,
     packed_weight_shape,
     schedule_int8_conv,
     schedule_int8_conv_result,
-    use_int8_conv,
-    use_int8_convs,
 )
+from .int8_depthwise import (
+    Int8DepthwiseTiles,
+    depthwise_data,
+    int8_depthwise_conv,
+    int8_depthwise_tiles,
+    schedule_int8_depthwise,
+)
+from .int8_rewrite import int8_conv_operands, use_int8_conv, use_int8_convs
 from .matmul import (
     MATMUL_UNROLLED_MULADDS,
     default_panel,
@@ -130,6 +137,7 @@ __all__ = [
     "DEPTHWISE_TILE_CHANNELS",
     "DepthwiseConvTiles",
     "Int8ConvTiles",
+    "Int8DepthwiseTiles",
     "MATMUL_UNROLLED_MULADDS",
     "OPERAND_REGISTERS",
     "PANEL_VECTORS",
@@ -147,11 +155,14 @@ __all__ = [
     "dense_conv_column_limit",
     "dense_conv_reduction_blocks",
     "depthwise_conv_tile",
+    "depthwise_data",
     "even_tiles",
     "int8_conv",
     "int8_conv_inputs",
     "int8_conv_operands",
     "int8_conv_tiles",
+    "int8_depthwise_conv",
+    "int8_depthwise_tiles",
     "matmul",
     "matmul_function",
     "matmul_tile_rows",
@@ -175,6 +186,7 @@ __all__ = [
     "schedule_injective",
     "schedule_int8_conv",
     "schedule_int8_conv_result",
+    "schedule_int8_depthwise",
     "schedule_matmul",
     "schedule_packed_rows",
     "schedule_pool_nchw",

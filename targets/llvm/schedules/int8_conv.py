@@ -42,7 +42,6 @@ from heterocc.tir.stmt import BufferStore
 from ..cpu import CPUDescription
 from ..int8_dot import DOT4_CALL
 from .common import _cpu
-from .matmul import reachable_computes
 
 #: input channels one dot-product lane adds (the instruction's group of bytes)
 GROUP = 4
@@ -110,62 +109,69 @@ def _zero(x_zero: te.Tensor | None):
         "int32", x_zero[(0,) * x_zero.ndim])
 
 
+def _packed_element(x: te.Tensor, x_zero: te.Tensor | None, dtype: str, group: int,
+                    centered: bool):
+    """``element(b, channel group, inner, y, column)``: the packed value of ``x`` at a
+    padded position (``y``, ``column`` in input coordinates): ``x`` stored as ``dtype``
+    (the sign bit flipped where the byte types differ; ``centered``: less the zero
+    point), the zero point (a centered 0) outside the image or past the channels."""
+    _, channels, height, width = x.shape
+    flip = 0 if centered else _flip(x.dtype, dtype)
+    zero = _zero(x_zero)
+
+    def element(b, channel_group, inner, y, column):
+        channel = channel_group * group + inner
+        inside = te.logical_and(
+            te.logical_and(te.logical_and(y >= 0, y < height),
+                           te.logical_and(column >= 0, column < width)), channel < channels)
+        value = te.cast("int32", x[b, te.minimum(channel, channels - 1),
+                                   te.minimum(te.maximum(y, 0), height - 1),
+                                   te.minimum(te.maximum(column, 0), width - 1)])
+        if centered:
+            value = te.if_then_else(inside, value - zero, te.const(0, "int32"))
+        else:
+            value = te.if_then_else(inside, value, zero) + flip
+        return te.cast(dtype, value)
+
+    return element
+
+
 def pack_int8_data(x: te.Tensor, x_zero: te.Tensor | None, strides, pads, out_width: int,
-                   kernel_width: int, dilation: int, lanes: int, dtype: str) -> te.Tensor:
-    """``x`` (int8 or uint8 NCHW) as ``[n, C/4, padded rows, stride, columns, 4]``
-    ``dtype`` bytes (the sign bit flipped where the types differ), padded with the zero
-    point: columns enough for ``out_width`` rounded up to whole vectors of ``lanes``."""
+                   kernel_width: int, dilation: int, lanes: int, dtype: str,
+                   group: int = GROUP, centered: bool = False) -> te.Tensor:
+    """``x`` (int8 or uint8 NCHW) as ``[n, C/group, padded rows, stride, columns,
+    group]`` ``dtype`` values (see :func:`_packed_element`), padded with the zero point:
+    columns enough for ``out_width`` rounded up to whole vectors of ``lanes``."""
     n, channels, height, width = x.shape
     sy, sx = strides
     top, left = pads[0], pads[1]
     rows = (height + pads[0] + pads[2])
     reach = (-(-out_width // lanes) * lanes - 1) * sx + (kernel_width - 1) * dilation + 1
     columns = -(-reach // sx)
-    groups = -(-channels // GROUP)
-    flip = _flip(x.dtype, dtype)
-    zero = _zero(x_zero)
+    value = _packed_element(x, x_zero, dtype, group, centered)
 
-    def element(b, group, row, phase, column, inner):
-        channel = group * GROUP + inner
-        y, xx = row - top, column * sx + phase - left
-        inside = te.logical_and(
-            te.logical_and(te.logical_and(y >= 0, y < height),
-                           te.logical_and(xx >= 0, xx < width)), channel < channels)
-        value = te.if_then_else(
-            inside, te.cast("int32", x[b, te.minimum(channel, channels - 1),
-                                       te.minimum(te.maximum(y, 0), height - 1),
-                                       te.minimum(te.maximum(xx, 0), width - 1)]), zero)
-        return te.cast(dtype, value + flip)
+    def element(b, channel_group, row, phase, column, inner):
+        return value(b, channel_group, inner, row - top, column * sx + phase - left)
 
-    return te.compute((n, groups, rows, sx, columns, GROUP), element, name="int8_data",
-                      dtype=dtype)
+    return te.compute((n, -(-channels // group), rows, sx, columns, group), element,
+                      name="int8_data", dtype=dtype)
 
 
 def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
-                   dtype: str) -> te.Tensor:
-    """``x`` (int8 or uint8 NCHW) as ``[n, C/4, 1, 1, positions, 4]`` ``dtype`` bytes:
-    the padded image's pixels numbered row after row (``row * padded width + column``),
-    padded with the zero point, also past its last row."""
+                   dtype: str, group: int = GROUP, centered: bool = False) -> te.Tensor:
+    """``x`` (int8 or uint8 NCHW) as ``[n, C/group, 1, 1, positions, group]`` ``dtype``
+    values: the padded image's pixels numbered row after row (``row * padded width +
+    column``), padded with the zero point, also past its last row."""
     n, channels, height, width = x.shape
     stride_row = width + pads[1] + pads[3]
-    groups = -(-channels // GROUP)
-    flip = _flip(x.dtype, dtype)
-    zero = _zero(x_zero)
+    value = _packed_element(x, x_zero, dtype, group, centered)
 
-    def element(b, group, _row, _phase, position, inner):
-        channel = group * GROUP + inner
-        y, xx = position // stride_row - pads[0], position % stride_row - pads[1]
-        inside = te.logical_and(
-            te.logical_and(te.logical_and(y >= 0, y < height),
-                           te.logical_and(xx >= 0, xx < width)), channel < channels)
-        value = te.if_then_else(
-            inside, te.cast("int32", x[b, te.minimum(channel, channels - 1),
-                                       te.minimum(te.maximum(y, 0), height - 1),
-                                       te.minimum(te.maximum(xx, 0), width - 1)]), zero)
-        return te.cast(dtype, value + flip)
+    def element(b, channel_group, _row, _phase, position, inner):
+        return value(b, channel_group, inner, position // stride_row - pads[0],
+                     position % stride_row - pads[1])
 
-    return te.compute((n, groups, 1, 1, positions, GROUP), element, name="int8_data",
-                      dtype=dtype)
+    return te.compute((n, -(-channels // group), 1, 1, positions, group), element,
+                      name="int8_data", dtype=dtype)
 
 
 def pack_int8_weight(w: te.Tensor) -> te.Tensor:
@@ -276,46 +282,6 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     # the function's elementwise epilogue, read the sums contiguously
     return te.compute((n, filters, oh, ow), result, name=name, dtype="int32",
                       attrs={"int8_conv_result": True})
-
-
-def int8_conv_operands(tensor: te.Tensor) -> dict | None:
-    """The operands of a ``ConvInteger`` compute (its ``conv_integer`` attribute) when
-    the dot product can compute it: 8-bit data with a per-tensor zero point, int8
-    weights with none, dense, 2-D; else None."""
-    op = tensor.op
-    described = op.attrs.get("conv_integer") if isinstance(op, te.ComputeOp) else None
-    if described is None:
-        return None
-    x, w, x_zero = described["x"], described["w"], described["x_zero"]
-    attrs = described["attrs"]
-    if (described["w_zero"] is not None or w.dtype != "int8" or x.ndim != 4 or w.ndim != 4
-            or int(attrs.get("group", 1)) != 1 or x.dtype not in ("int8", "uint8")
-            or (x_zero is not None and int(np.prod(x_zero.shape)) != 1)):
-        return None
-    return described
-
-
-def use_int8_conv(tensor: te.Tensor, cpu: CPUDescription | None = None,
-                  packed_weight: te.Tensor | None = None) -> te.Tensor:
-    """Make ``tensor`` (a ``ConvInteger`` compute :func:`int8_conv_operands` accepts)
-    compute its sums by :func:`int8_conv` on ``cpu``; returns the sums' anchor."""
-    described = int8_conv_operands(tensor)
-    if described is None:
-        raise CompileError(f"use_int8_conv: {tensor.name!r} is no ConvInteger the dot "
-                           "product computes")
-    new = int8_conv(described["x"], described["w"], described["x_zero"], described["attrs"],
-                    cpu, tensor.op.name, packed_weight)
-    tensor.op = new.op
-    return new.op.body.a.tensor
-
-
-def use_int8_convs(outputs, cpu: CPUDescription | None = None) -> None:
-    """:func:`use_int8_conv` on every ``ConvInteger`` compute that computing ``outputs``
-    reads and the dot product computes: the CPU's rewrite of a function's plain
-    computes before it is scheduled."""
-    for tensor in reachable_computes(outputs):
-        if int8_conv_operands(tensor) is not None:
-            use_int8_conv(tensor, cpu)
 
 
 def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,

@@ -6,6 +6,8 @@ elsewhere)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -19,6 +21,10 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     int8_conv,
     int8_conv_tiles,
     schedule_int8_conv,
+)
+from heterocc.targets.llvm.schedules.int8_depthwise import (
+    int8_depthwise_conv,
+    schedule_int8_depthwise,
 )
 
 #: (target, the instruction its kernels multiply bytes with)
@@ -175,8 +181,8 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
                                                                   activations, model_of):
     """An ORT-quantized QDQ CNN (per-channel weights; uint8 activations, ORT's default,
     or int8) on ``llvm`` alone: its convolutions become ConvInteger + Requantize, the
-    dense ones computed by the dot-product schedule (the depthwise one by the direct
-    convolution's tiles, in int32), bit-exact with the integer reference of the compiled
+    dense ones computed by the dot-product schedule (the depthwise one by int32
+    multiply-adds over packed rows), bit-exact with the integer reference of the compiled
     graph and within one step of ONNX Runtime."""
     oq = pytest.importorskip("onnxruntime.quantization")
     pytest.importorskip("onnxruntime")
@@ -220,3 +226,38 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
     got = compiled.run([x])[0]
     np.testing.assert_array_equal(got, evaluate(compiled.graph, [x])[0])
     assert steps_apart(got, ort_reference(model, x), output_scale(model)) <= 1
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell",
+                                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
+                         ids=["host", "avx2", "neon"])
+@pytest.mark.parametrize("data,strides,pads,dilations", [
+    ("uint8", (1, 1), (1, 1, 1, 1), (1, 1)),
+    ("int8", (2, 2), (1, 1, 1, 1), (1, 1)),
+    ("uint8", (2, 2), (0, 1, 2, 0), (2, 2)),
+], ids=["stride1", "stride2", "asym-dilated"])
+def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dilations):
+    cpu = parse_cpu(target)
+    shape, channels = (1, 24, 9, 11), 24
+    x = te.placeholder(shape, data, "x")
+    w = te.placeholder((channels, 1, 3, 3), "int8", "w")
+    zero = te.placeholder((1,), data, "zero")
+    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
+    out = int8_depthwise_conv(x, w, zero, attrs, cpu)
+    schedule = te.create_schedule(out)
+    schedule_int8_depthwise(schedule, out.op.body.tensor, cpu)
+    module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
+    if not _host_runs(cpu):
+        # cross-compiled: widening vector multiply-adds (int16 data times int8 weights)
+        assert re.search(r"\t(smlal|smlal2|mla)\tv", module.assembly())
+        return
+    rng = np.random.default_rng(5)
+    info = np.iinfo(data)
+    xs = rng.integers(info.min, info.max + 1, shape).astype(data)
+    ws = rng.integers(-128, 128, (channels, 1, 3, 3)).astype(np.int8)
+    z = np.array([info.min + 3], data)
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](xs, ws, z, got)
+    expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], int(z[0]), strides,
+                                          pads, dilations) for c in range(channels)], axis=1)
+    np.testing.assert_array_equal(got, expected)
