@@ -26,7 +26,7 @@ from heterocc.tir.functor import ExprFunctor, StmtEmitter
 from heterocc.tir.simplify import structural_key
 from heterocc.tir.visitor import children
 
-from .int8_dot import DOT4_CALL, Dot4Emitter
+from .int8_dot import DOT4_CALL, emit_dot4_call
 from .llvm_types import (
     I1,
     I8,
@@ -476,7 +476,7 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
 
     def visit_Call(self, node: tx.Call) -> ir.Value:
         if node.name == DOT4_CALL:
-            return self._dot4(node)
+            return emit_dot4_call(self, node)
         args = [self.expr(a) for a in node.args]
         lanes = tx.lanes_of(node.dtype)
         variant = vector_symbol(node.name, tx.scalar_dtype(node.dtype), lanes,
@@ -492,27 +492,6 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
             return self._lanes_apply(node.dtype, args, self._libm_call(node.name, node.dtype))
         raise CompileError(f"LLVM codegen: intrinsic {node.name!r} is not supported; supported: "
                            f"{', '.join(sorted([*_LLVM_INTRINSICS, *_LIBM]))}")
-
-    def _dot4(self, node: tx.Call) -> ir.Value:
-        """:data:`.int8_dot.DOT4_CALL`: its operands read from the addresses of their
-        first elements (``lanes`` int32 accumulators, then the two byte operands)."""
-        operands, counts = node.args[:3], node.args[3:]
-        if len(counts) != 2 or not all(
-                isinstance(o, tx.BufferLoad) and tx.lanes_of(o.dtype) == 1 for o in operands):
-            raise CompileError(f"{DOT4_CALL} takes (acc[0], a[0], b[0], bytes of a, bytes of "
-                               "b): scalar loads of each operand's first element and two "
-                               "counts")
-        lanes = tx.lanes_of(node.dtype)
-        loaded = []
-        for operand, count in zip(operands, (lanes, *(c.value for c in counts))):
-            (index,) = operand.indices
-            element = storage_type(operand.buffer.dtype)
-            loaded.append(self.builder.load(
-                self._address(operand.buffer, self.expr(index)),
-                typ=ir.VectorType(element, count), align=element_size(operand.buffer.dtype)))
-        emitter = Dot4Emitter(self.builder, self._function, self.codegen.features,
-                              self.codegen.arch)
-        return emitter.emit(*loaded, *(tx.is_unsigned(o.buffer.dtype) for o in operands[1:]))
 
     def _vector_library_call(self, symbol: str, width: int, args: list[ir.Value]) -> ir.Value:
         """``symbol`` (a libmvec function on ``width`` lanes) over vectors of a multiple of

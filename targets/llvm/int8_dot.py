@@ -32,6 +32,9 @@ from __future__ import annotations
 from llvmlite import ir
 
 from heterocc.errors import CompileError
+from heterocc.tir import expr as tx
+
+from .llvm_types import element_size, storage_type
 
 #: the TIR call the CPU's codegen lowers to its dot-product instruction
 DOT4_CALL = "cpu.dot4"
@@ -181,3 +184,25 @@ class Dot4Emitter:
             pieces = [self.builder.shuffle_vector(low, high, _mask(range(count)))
                       for low, high in zip(pieces[::2], pieces[1::2])]
         return pieces[0]
+
+
+def emit_dot4_call(emitter, node: tx.Call) -> ir.Value:
+    """:data:`DOT4_CALL` in the function ``emitter`` (the codegen's ``FunctionEmitter``)
+    emits: its operands read from the addresses of their first elements (``lanes``
+    int32 accumulators, then the two byte operands)."""
+    operands, counts = node.args[:3], node.args[3:]
+    if len(counts) != 2 or not all(
+            isinstance(o, tx.BufferLoad) and tx.lanes_of(o.dtype) == 1 for o in operands):
+        raise CompileError(f"{DOT4_CALL} takes (acc[0], a[0], b[0], bytes of a, bytes of b): "
+                           "scalar loads of each operand's first element and two counts")
+    builder = emitter.builder
+    loaded = []
+    for operand, count in zip(operands, (tx.lanes_of(node.dtype), *(c.value for c in counts))):
+        (index,) = operand.indices
+        loaded.append(builder.load(
+            emitter._address(operand.buffer, emitter.expr(index)),
+            typ=ir.VectorType(storage_type(operand.buffer.dtype), count),
+            align=element_size(operand.buffer.dtype)))
+    dot = Dot4Emitter(builder, emitter._function, emitter.codegen.features,
+                      emitter.codegen.arch)
+    return dot.emit(*loaded, *(tx.is_unsigned(o.buffer.dtype) for o in operands[1:]))

@@ -293,23 +293,36 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     tiles: Int8ConvTiles = sums.op.attrs["int8_conv"]
     data, packed_w = int8_conv_inputs(sums)
     for stage in (data, packed_w):
-        if not isinstance(stage.op, te.ComputeOp):
-            continue  # a constant packed at build time
-        outer = schedule[stage].op.axis
-        schedule[stage].parallel(schedule[stage].fuse(outer[0], outer[1]))
-    local = schedule.cache_write(sums, "local")
-    b, k, y, column = schedule[sums].op.axis
-    ko, ki = schedule[sums].split(k, tiles.channels)
-    co, ci = schedule[sums].split(column, tiles.lanes)
-    schedule[sums].reorder(b, ko, y, co, ki, ci)
-    schedule[sums].parallel(schedule[sums].fuse(b, ko, y))
-    schedule[sums].vectorize(ci)
-    schedule[local].compute_at(schedule[sums], co)
+        if isinstance(stage.op, te.ComputeOp):  # else a constant packed at build time
+            pack_in_parallel(schedule, stage)
+    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes)
     lb, lk, ly, lcol = schedule[local].op.axis
     rco, ry, rx, rci = schedule[local].op.reduce_axis
     schedule[local].reorder(lb, ly, rco, ry, rx, lk, lcol, rci)
     schedule[local].unroll(lk)
     schedule[local].tensorize(lcol, dot4_intrinsic(tiles.lanes, data.dtype))
+
+
+def pack_in_parallel(schedule: te.Schedule, packed: te.Tensor) -> None:
+    """A packing stage at root, its batch and channel groups in parallel."""
+    outer = schedule[packed].op.axis
+    schedule[packed].parallel(schedule[packed].fuse(outer[0], outer[1]))
+
+
+def register_tiles(schedule: te.Schedule, sums: te.Tensor, channels: int,
+                   lanes: int) -> te.Tensor:
+    """``sums[b, k, y, pixel]`` in tiles of ``channels`` by one vector of ``lanes``
+    pixels, batch, channel tiles and rows in parallel; returns the tile's local
+    accumulator stage (computed per tile), whose loops the caller orders."""
+    local = schedule.cache_write(sums, "local")
+    b, k, y, column = schedule[sums].op.axis
+    ko, ki = schedule[sums].split(k, channels)
+    co, ci = schedule[sums].split(column, lanes)
+    schedule[sums].reorder(b, ko, y, co, ki, ci)
+    schedule[sums].parallel(schedule[sums].fuse(b, ko, y))
+    schedule[sums].vectorize(ci)
+    schedule[local].compute_at(schedule[sums], co)
+    return local
 
 
 def int8_conv_inputs(sums: te.Tensor) -> tuple[te.Tensor, te.Tensor]:

@@ -22,7 +22,7 @@ from heterocc.ops.nn import conv_geometry
 
 from ..cpu import CPUDescription
 from .common import _cpu
-from .int8_conv import pack_int8_data, pack_int8_flat
+from .int8_conv import pack_in_parallel, pack_int8_data, pack_int8_flat, register_tiles
 
 #: the type the centered data is stored as: (x - zero point) of 8-bit x fits 9 bits
 CENTERED = "int16"
@@ -106,17 +106,8 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
     pixels accumulating in registers over the taps; batch, channel tiles and rows in
     parallel; the packing of the data at root, in parallel."""
     tiles: Int8DepthwiseTiles = sums.op.attrs["int8_depthwise"]
-    data = depthwise_data(sums)
-    outer = schedule[data].op.axis
-    schedule[data].parallel(schedule[data].fuse(outer[0], outer[1]))
-    local = schedule.cache_write(sums, "local")
-    b, c, y, column = schedule[sums].op.axis
-    co, ci = schedule[sums].split(c, tiles.channels)
-    xo, xi = schedule[sums].split(column, tiles.lanes)
-    schedule[sums].reorder(b, co, y, xo, ci, xi)
-    schedule[sums].parallel(schedule[sums].fuse(b, co, y))
-    schedule[sums].vectorize(xi)
-    schedule[local].compute_at(schedule[sums], xo)
+    pack_in_parallel(schedule, depthwise_data(sums))
+    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes)
     lb, lc, ly, lx = schedule[local].op.axis
     ry, rx = schedule[local].op.reduce_axis
     schedule[local].reorder(lb, ly, ry, rx, lc, lx)
