@@ -1,13 +1,15 @@
 """Maps the top-level folders into the single ``heterocc`` import namespace.
 
 pyproject.toml cannot compute sub-package lists for a remapped folder, so the
-mapping lives here: ``core/`` is ``heterocc``, ``targets/`` is
-``heterocc.targets`` and ``accel_sim/`` is ``heterocc.accel_sim``.
+mapping lives here: ``core/`` is ``heterocc``, ``sdk/`` is ``heterocc.sdk`` (the
+interface targets are built on), ``targets/`` is ``heterocc.targets`` and ``accel_sim/``
+is ``heterocc.accel_sim``.
 """
 
 from setuptools import find_packages, setup
 
-FOLDERS = {"heterocc": "core", "heterocc.targets": "targets", "heterocc.accel_sim": "accel_sim"}
+FOLDERS = {"heterocc": "core", "heterocc.sdk": "sdk", "heterocc.targets": "targets",
+           "heterocc.accel_sim": "accel_sim"}
 
 # Folders of data files read as package resources (jinja2's PackageLoader): Python sees
 # them as namespace packages, so they are listed as packages with their files as data

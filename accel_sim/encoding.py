@@ -2,7 +2,10 @@
 file format, and the disassembler.
 
 Words are little-endian. A field at bit offset ``o`` of width ``w`` occupies bits
-``[o, o + w)`` of the word; bits above the last field are reserved and zero.
+``[o, o + w)`` of the word; bits above the last field are reserved and zero. The SDK's
+declarative encoder (:class:`heterocc.sdk.InstructionSet`, built for each config by
+:func:`~.isa.isa_layout`) packs and unpacks the fields; this module adds the typed
+records (enums, flags), the streams and the files.
 """
 
 from __future__ import annotations
@@ -39,8 +42,6 @@ _BOOL_FIELDS = set(DEPENDENCY_FLAGS) | {"reset", "use_imm", "src_inp"}
 
 
 def _field_value(instruction: Instruction, field: Field) -> int:
-    if field.name == "opcode":
-        return int(OPCODE_OF[type(instruction)])
     value = getattr(instruction, field.name)
     return int(value) if isinstance(value, bool | int) else value
 
@@ -54,16 +55,16 @@ def encode_instruction(
             f"{type(instruction).__name__} is not an instruction type of the ISA", index
         )
     opcode = OPCODE_OF[type(instruction)]
-    word = 0
-    for field in isa_layout(config).fields(opcode):
-        value = _field_value(instruction, field)
-        if not isinstance(value, int) or not field.minimum <= value <= field.maximum:
-            raise IllegalInstructionError(
-                f"{opcode.name} field {field.name}={value!r} is outside "
-                f"[{field.minimum}, {field.maximum}] ({field.width} bits in config {config.name})",
-                index,
-            )
-        word |= (value & ((1 << field.width) - 1)) << field.offset
+    layout = isa_layout(config)
+    isa = layout.instruction_set
+    values = {field.name: _field_value(instruction, field)
+              for field in layout.fields(opcode)[1:]}
+    try:
+        word = isa.encode_word(isa.command(opcode.name, **values), index)
+    except IllegalInstructionError as error:
+        if error.index is not None or index is None:
+            raise
+        raise IllegalInstructionError(str(error), index, error.field, error.limit) from None
     return word.to_bytes(INSTRUCTION_BYTES, "little")
 
 
@@ -85,20 +86,16 @@ def decode_instruction(
             + ", ".join(f"{op.value}={op.name}" for op in Opcode),
             index, field="opcode", limit=max(Opcode),
         ) from None
-    fields = isa_layout(config).fields(opcode)
-    used = fields[-1].offset + fields[-1].width
+    isa = isa_layout(config).instruction_set
+    used = isa.used_bits(opcode.name)
     if word >> used:
         raise IllegalInstructionError(
             f"{opcode.name} has reserved bits [{used}, {INSTRUCTION_BITS}) set; the word is "
             "corrupt or was encoded for another hardware config",
             index, field="reserved", limit=0,
         )
-    values: dict[str, object] = {}
-    for field in fields[1:]:
-        raw = (word >> field.offset) & ((1 << field.width) - 1)
-        if field.signed and raw >> (field.width - 1):
-            raw -= 1 << field.width
-        values[field.name] = _typed_field(opcode, field.name, raw, index)
+    command = isa.decode_word(word, index)
+    values = {name: _typed_field(opcode, name, raw, index) for name, raw in command.values}
     return CLASS_OF[opcode](**values)
 
 

@@ -10,6 +10,9 @@ import enum
 import functools
 from dataclasses import dataclass
 
+from heterocc.sdk import Field as IsaField
+from heterocc.sdk import InstructionFormat, InstructionSet
+
 from ..errors import AcceleratorError
 from .config import INSTRUCTION_BITS, UOP_BYTES, HardwareConfig
 
@@ -281,42 +284,64 @@ ALU_IMM_BITS = 16
 
 @dataclass(frozen=True)
 class Field:
-    """One bit field of an instruction or micro-op word."""
+    """One bit field of an instruction or micro-op word: the SDK's declaration of it
+    (``spec``: name, width, signedness and so its range) at bit ``offset``."""
 
-    name: str
+    spec: IsaField
     offset: int
-    width: int
-    signed: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def width(self) -> int:
+        return self.spec.bits
+
+    @property
+    def signed(self) -> bool:
+        return self.spec.signed
 
     @property
     def minimum(self) -> int:
         """Smallest encodable value."""
-        return -(1 << (self.width - 1)) if self.signed else 0
+        return self.spec.low
 
     @property
     def maximum(self) -> int:
         """Largest encodable value."""
-        return (1 << (self.width - 1)) - 1 if self.signed else (1 << self.width) - 1
+        return self.spec.high
 
 
 @dataclass(frozen=True)
 class IsaLayout:
-    """Every field's bit position, for one config."""
+    """Every field's bit position, for one config: the instructions as the SDK's
+    declarative encoder (:class:`heterocc.sdk.InstructionSet`, which encodes and decodes
+    them), and the positions it gives each field."""
 
     instructions: dict[Opcode, tuple[Field, ...]]
     uop: tuple[Field, ...]
+    instruction_set: InstructionSet
 
     def fields(self, opcode: Opcode) -> tuple[Field, ...]:
         """Fields of an instruction word of ``opcode`` (opcode and flags first)."""
         return self.instructions[opcode]
 
 
-def _pack(spec: list[tuple[str, int] | tuple[str, int, bool]]) -> tuple[Field, ...]:
-    fields, offset = [], 0
-    for name, width, *signed in spec:
-        fields.append(Field(name, offset, width, bool(signed and signed[0])))
-        offset += width
-    return tuple(fields)
+#: bits of the opcode, the lowest of every instruction word
+OPCODE_BITS = 3
+
+
+def _declare(spec: list[tuple[str, int] | tuple[str, int, bool]]) -> tuple[IsaField, ...]:
+    return tuple(IsaField(name, width, signed=bool(signed and signed[0]))
+                 for name, width, *signed in spec)
+
+
+def _placed(isa: InstructionSet, name: str) -> tuple[Field, ...]:
+    """The fields of ``name`` with their bit positions as ``isa`` lays them out, the
+    opcode (when ``isa`` has one) first."""
+    opcode = (Field(IsaField("opcode", isa.opcode_bits), 0),) if isa.opcode_bits else ()
+    return opcode + tuple(Field(spec, low) for spec, low in isa.layout(name))
 
 
 @functools.lru_cache(maxsize=64)
@@ -331,7 +356,7 @@ def isa_layout(config: HardwareConfig) -> IsaLayout:
     wgt_bits = index_bits(config.wgt_depth)
     acc_bits = index_bits(config.acc_depth)
     sram_bits = max(uop_bits, inp_bits, wgt_bits, acc_bits)
-    head = [("opcode", 3)] + [(flag, 1) for flag in DEPENDENCY_FLAGS]
+    head = [(flag, 1) for flag in DEPENDENCY_FLAGS]
     dma = head + [
         ("buffer", 3),
         ("sram_base", sram_bits),
@@ -366,26 +391,31 @@ def isa_layout(config: HardwareConfig) -> IsaLayout:
         ("src_factor_inner", acc_bits),
         ("src_inp", 1),
     ]
-    instructions = {
-        Opcode.LOAD: _pack(dma),
-        Opcode.STORE: _pack(dma),
-        Opcode.GEMM: _pack(gemm),
-        Opcode.ALU: _pack(alu),
-        Opcode.FINISH: _pack(head),
-    }
-    for opcode, fields in instructions.items():
-        used = fields[-1].offset + fields[-1].width
+    declared = {Opcode.LOAD: dma, Opcode.STORE: dma, Opcode.GEMM: gemm, Opcode.ALU: alu,
+                Opcode.FINISH: head}
+    for opcode, fields in declared.items():
+        used = OPCODE_BITS + sum(width for _, width, *_ in fields)
         if used > INSTRUCTION_BITS:
             raise AcceleratorError(
                 f"hardware config {config.name}: a {opcode.name} instruction needs {used} bits "
                 f"(> {INSTRUCTION_BITS}); shrink the buffers (fewer index bits) to fit"
             )
-    uop = _pack([("dst", acc_bits), ("src", max(inp_bits, acc_bits)), ("wgt", wgt_bits)])
-    if uop[-1].offset + uop[-1].width > UOP_BYTES * 8:
+    isa = InstructionSet(
+        f"accelerator config {config.name}",
+        [InstructionFormat(opcode.name, int(opcode), _declare(fields))
+         for opcode, fields in declared.items()],
+        opcode_bits=OPCODE_BITS, word_bits=INSTRUCTION_BITS)
+    uop_spec = [("dst", acc_bits), ("src", max(inp_bits, acc_bits)), ("wgt", wgt_bits)]
+    uop_used = sum(width for _, width in uop_spec)
+    if uop_used > UOP_BYTES * 8:
         raise AcceleratorError(
-            f"hardware config {config.name}: a micro-op needs "
-            f"{uop[-1].offset + uop[-1].width} bits (> 32) for indices of the acc "
-            f"({acc_bits} bits), inp ({inp_bits}) and wgt ({wgt_bits}) buffers; "
-            "shrink those buffers"
+            f"hardware config {config.name}: a micro-op needs {uop_used} bits (> 32) for "
+            f"indices of the acc ({acc_bits} bits), inp ({inp_bits}) and wgt ({wgt_bits}) "
+            "buffers; shrink those buffers"
         )
-    return IsaLayout(instructions, uop)
+    # a micro-op word is fields only: one format, no opcode bits
+    uops = InstructionSet(f"micro-ops of config {config.name}",
+                          [InstructionFormat("UOP", 0, _declare(uop_spec))],
+                          opcode_bits=0, word_bits=UOP_BYTES * 8)
+    return IsaLayout({opcode: _placed(isa, opcode.name) for opcode in declared},
+                     _placed(uops, "UOP"), isa)

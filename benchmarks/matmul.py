@@ -80,7 +80,7 @@ def main() -> None:
     steps = reduction_steps(n, reduction_unroll_limit(rows, panel, "float32", cpu))
     print(f"matmul {n}x{n}x{n} fp32 (max abs error vs numpy {error:.2e}); register tile "
           f"{rows} rows x {panel} columns, panels in groups of "
-          f"{panel_group(n, n, -(-n // panel), panel, 4, 1, cpu)}, reduction unrolled "
+          f"{panel_group(n, n, -(-n // panel), panel, 4, 1, cpu=cpu)}, reduction unrolled "
           f"{steps} steps an iteration")
     print(f"heterocc: {ours:8.1f} GFLOP/s")
     print(f"numpy:    {theirs:8.1f} GFLOP/s")

@@ -14,6 +14,7 @@ schedule both from the log's best). The log is appended to and resumed. Run:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 
@@ -22,6 +23,7 @@ from alternating import alternating_medians  # beside this script
 
 from heterocc import te
 from heterocc.targets import llvm as hllvm
+from heterocc.targets.llvm.cpu import active_cpu
 from heterocc.targets.llvm.schedules import matmul, matmul_function
 from heterocc.targets.llvm.tuning import matmul_panel, schedule_matmul_tuned
 from heterocc.tuning import (
@@ -44,11 +46,11 @@ def build_applied(n: int, log: str):
     schedules one."""
     A = te.placeholder((n, n), "float32", "A")
     B = te.placeholder((n, n), "float32", "B")
-    with ApplyHistoryBest(log):
-        C = matmul(A, B, panel_of=matmul_panel)
-        schedule = te.create_schedule(C)
-        if not schedule_matmul_tuned(schedule, C):
-            raise SystemExit(f"{log} has no applicable matmul config for {n}^3")
+    applied = ApplyHistoryBest(log)
+    C = matmul(A, B, panel_of=functools.partial(matmul_panel, applied), cpu=active_cpu())
+    schedule = te.create_schedule(C)
+    if not schedule_matmul_tuned(applied, schedule, C):
+        raise SystemExit(f"{log} has no applicable matmul config for {n}^3")
     return hllvm.build(te.lower(schedule, [A, B, C], name="tuned"))["tuned"]
 
 
@@ -80,7 +82,7 @@ def main() -> None:
     print(f"tuned config: {config.to_json()}{' (the default)' if is_default else ''}")
 
     tuned = build_applied(n, args.log)
-    default = hllvm.build(matmul_function(n, n, n, name="default"))["default"]
+    default = hllvm.build(matmul_function(n, n, n, name="default", cpu=active_cpu()))["default"]
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)

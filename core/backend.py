@@ -16,7 +16,7 @@ import numpy as np
 from onnx.backend.base import Backend, BackendRep
 
 from .driver import CompiledModel, compile
-from .targets import available_targets
+from .sdk.registry import available_targets
 
 
 class HeteroccRep(BackendRep):

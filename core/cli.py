@@ -48,9 +48,8 @@ from .runtime.inputs import load_input_files, load_samples, parse_shapes
 from .runtime.memory import plan_memory
 from .runtime.pipeline import chrome_trace
 from .runtime.signing import generate_keypair
-from .sdk_hil import model_hil
-from .targets import available_targets, get_target
-from .targets.registry import parse_target_spec
+from .sdk.hil import model_hil
+from .sdk.registry import available_targets, get_target, parse_target_spec
 from .tuning.cli import add_tune_parser
 from .tuning.curve import tuning_curve_svg
 from .tuning.records import read_records
@@ -318,7 +317,7 @@ def _hil(args, stream_command) -> int:
     """``hil`` takes a stream file, or a model: the ``--target`` accelerator's own replay
     (its ``hil_command`` hook, e.g. vta's streams on the RTL) when it has one and
     ``--device`` does not say ``target``; else the model on the target's device, checked
-    layer by layer against the NumPy references (``heterocc.sdk_hil``)."""
+    layer by layer against the NumPy references (``heterocc.sdk.hil``)."""
     if not args.stream.endswith(".onnx"):
         if args.device not in (None, "rtl"):
             raise InputError(f"--device {args.device}: a stream file runs on the RTL")

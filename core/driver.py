@@ -34,8 +34,14 @@ from .runtime.artifact import export_artifact
 from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .runtime.inputs import InputSpec, name_inputs
 from .runtime.pipeline import StreamResult, run_stream
-from .targets import available_targets, get_target, parse_targets
-from .targets.registry import is_accelerator, order_targets, suggest
+from .sdk.registry import (
+    available_targets,
+    get_target,
+    is_accelerator,
+    order_targets,
+    parse_targets,
+    suggest,
+)
 from .tuning.apply import ApplyHistoryBest
 
 #: work longer than this (seconds) reports its progress as INFO lines

@@ -19,7 +19,7 @@ import pytest
 API_PAGE = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
 #: the modules whose every public name the page must cover
-COVERED_MODULES = ("heterocc.sdk", "heterocc.te", "heterocc.tir", "heterocc.te_target")
+COVERED_MODULES = ("heterocc.sdk", "heterocc.te", "heterocc.tir", "heterocc.sdk.te_target")
 
 _DIRECTIVE = re.compile(r"^::: *(?P<path>[\w.]+)[ \t]*\n(?P<options>(?:[ \t]+.*\n|\n)*)",
                         re.MULTILINE)

@@ -1,11 +1,14 @@
 """The layering of the package, checked from the source with ``ast``.
 
-* core (``heterocc`` outside ``heterocc.targets`` and ``heterocc.accel_sim``) imports no
-  particular target (every sub-package of the ``targets`` folder is one: the list is
-  read from the folders) and nothing of ``accel_sim`` (the accelerator's simulator,
-  which its target drives): the target registry (``heterocc.targets.registry``, or the
-  ``heterocc.targets`` package that loads the built-in targets) is its one seam;
+* core (``heterocc`` outside ``heterocc.targets`` and ``heterocc.accel_sim``; the SDK,
+  ``heterocc.sdk``, counts as core here) imports no particular target (every sub-package
+  of the ``targets`` folder is one: the list is read from the folders) and nothing of
+  ``accel_sim`` (the accelerator's simulator, which its target drives): the SDK's target
+  registry (``heterocc.sdk.registry``) is its one seam;
 * no target imports another: targets meet through the registry only;
+* a target imports core only through the SDK, as a target from another distribution
+  would: ``heterocc.sdk`` and its modules, and the packages it re-exports as modules
+  (``from heterocc import ir, te, tir`` in its ``__init__``: the IR, TE and TIR);
 * an import is an ``import`` statement anywhere in a module, or an ``importlib.
   import_module`` / ``__import__`` call with a constant name;
 * the modules' top-level imports form no cycle, counting what Python really runs: an
@@ -24,7 +27,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: source folder -> the import name it is mapped to (setup.py's FOLDERS)
-FOLDERS = {"core": "heterocc", "targets": "heterocc.targets", "accel_sim": "heterocc.accel_sim"}
+FOLDERS = {"core": "heterocc", "sdk": "heterocc.sdk", "targets": "heterocc.targets",
+           "accel_sim": "heterocc.accel_sim"}
+#: the package every target reaches core through
+SDK = "heterocc.sdk"
 #: core modules that may import accel_sim, with the reason
 CORE_TO_ACCEL_SIM = {
     ("heterocc.cli", "heterocc.accel_sim.cli"):
@@ -51,6 +57,9 @@ LATE_IMPORTS = {
         "the ISA's field widths derive from the config module",
     ("heterocc.tir.expr", "heterocc.tir.printer"): "the printer walks expressions",
     ("heterocc.tir.stmt", "heterocc.tir.printer"): "the printer walks statements",
+    ("heterocc.sdk.hil", "heterocc.driver"):
+        "the driver finds targets through the SDK's registry; bring-up compiles a model "
+        "through the driver",
     ("heterocc.runtime.artifact", "heterocc.runtime.signing"):
         "signing reads the artifact's manifest; writing or loading a signed artifact signs "
         "or checks it",
@@ -69,7 +78,7 @@ class SourceTree:
                 parts = path.relative_to(root / folder).with_suffix("").parts
                 if parts[-1] == "__init__":
                     parts = parts[:-1]
-                if folder == "core" and parts and parts[0] in ("targets", "accel_sim"):
+                if folder == "core" and parts and parts[0] in ("sdk", "targets", "accel_sim"):
                     continue  # not a package of core's (the names belong to other folders)
                 self.modules[".".join((prefix, *parts))] = path
         self._trees: dict[str, ast.Module] = {}
@@ -83,6 +92,23 @@ class SourceTree:
         """The particular target that module ``name`` belongs to, or None."""
         return next((t for t in self.targets() if name == t or name.startswith(t + ".")),
                     None)
+
+    def sdk_reexports(self) -> set[str]:
+        """The packages the SDK re-exports as modules (``from heterocc import ir`` in its
+        ``__init__``), which a target may import as it imports the SDK."""
+        found = set()
+        for node in self.parse(SDK).body:
+            if isinstance(node, ast.ImportFrom):
+                module = self.resolve(SDK, node.module, node.level)
+                found.update(f"{module}.{alias.name}" for alias in node.names
+                             if f"{module}.{alias.name}" in self.modules)
+        return found
+
+    def through_sdk(self, module: str) -> bool:
+        """Whether a target may import core module ``module``: the SDK, a module of it,
+        or (a module of) a package the SDK re-exports."""
+        return any(module == allowed or module.startswith(allowed + ".")
+                   for allowed in (SDK, *self.sdk_reexports()))
 
     def is_package(self, name: str) -> bool:
         return self.modules[name].name == "__init__.py"
@@ -271,7 +297,8 @@ def _is_core(name: str) -> bool:
 def layering_violations(tree: SourceTree) -> list[str]:
     """Every import (statement or call, anywhere in a module) that crosses a layer the
     wrong way: core -> a particular target, core -> accel_sim (except
-    :data:`CORE_TO_ACCEL_SIM`), a target -> another target."""
+    :data:`CORE_TO_ACCEL_SIM`), a target -> another target, a target -> core other
+    than through the SDK (:meth:`SourceTree.through_sdk`)."""
     targets = tree.targets()
     found = []
     for name in sorted(tree.modules):
@@ -287,13 +314,19 @@ def layering_violations(tree: SourceTree) -> list[str]:
                     found.append(f"{where}: core imports {module}")
                 elif own is not None and other is not None and other != own:
                     found.append(f"{where}: target {own} imports target {module}")
+                elif (own is not None and _is_core(module)
+                      and not tree.through_sdk(module)):
+                    found.append(f"{where}: target {own} imports core module {module} "
+                                 f"(not through {SDK})")
     assert targets, f"no target packages under {tree.root / 'targets'}"
     return found
 
 
 def test_the_module_inventory_covers_the_three_folders():
-    assert {"heterocc.driver", "heterocc.tuning.task", "heterocc.targets.registry",
-            "heterocc.targets.llvm.target", "heterocc.accel_sim.simulator"} <= set(MODULES)
+    assert {"heterocc.driver", "heterocc.tuning.task", "heterocc.sdk.registry",
+            "heterocc.sdk", "heterocc.targets.llvm.target",
+            "heterocc.accel_sim.simulator"} <= set(MODULES)
+    assert TREE.sdk_reexports() == {"heterocc.ir", "heterocc.te", "heterocc.tir"}
     assert {"heterocc.targets.llvm", "heterocc.targets.cuda", "heterocc.targets.vta",
             "heterocc.targets.reference"} <= set(TREE.targets())
 
@@ -306,13 +339,17 @@ def test_core_imports_no_target_nor_accel_sim_and_no_target_imports_another():
 
 
 def _fake_tree(root: Path, extra: dict[str, str]) -> SourceTree:
-    """A small tree laid out as the repository's (core, two targets, the registry,
-    accel_sim), with ``extra`` (path -> source) added."""
-    files = {"core/__init__.py": "", "core/driver.py": "from .targets import registry\n",
-             "targets/__init__.py": "", "targets/registry.py": "import importlib\n",
-             "targets/alpha/__init__.py": "from heterocc.ir import graph\n",
+    """A small tree laid out as the repository's (core, the SDK with its registry, two
+    targets, accel_sim), with ``extra`` (path -> source) added."""
+    files = {"core/__init__.py": "", "core/driver.py": "from .sdk import registry\n",
+             "core/errors.py": "", "core/passes/__init__.py": "",
+             "sdk/__init__.py": "from heterocc import ir\nfrom heterocc.errors import E\n",
+             "sdk/registry.py": "import importlib\n",
+             "targets/__init__.py": "from heterocc.sdk import registry\n",
+             "targets/alpha/__init__.py": "from heterocc.ir import graph\n"
+                                          "from heterocc.sdk import E\n",
              "targets/beta/__init__.py": "from . import kernels\n",
-             "targets/beta/kernels.py": "from heterocc.targets.registry import get_target\n",
+             "targets/beta/kernels.py": "from heterocc.sdk.registry import get_target\n",
              "accel_sim/__init__.py": "", "accel_sim/simulator.py": "",
              "core/ir/__init__.py": "", "core/ir/graph.py": "", **extra}
     for path, source in files.items():
@@ -335,6 +372,16 @@ def _fake_tree(root: Path, extra: dict[str, str]) -> SourceTree:
     ("targets/alpha/use.py", "from importlib import import_module\n\ndef f():\n"
      "    return import_module('.beta', 'heterocc.targets')\n",
      "target heterocc.targets.alpha imports target"),
+    # a target reaching into core past the SDK: absolute, relative, in a function, a call
+    ("targets/alpha/use.py", "from heterocc.errors import E\n",
+     "target heterocc.targets.alpha imports core module heterocc.errors"),
+    ("targets/alpha/use.py", "from ...passes import run\n",
+     "target heterocc.targets.alpha imports core module heterocc.passes"),
+    ("targets/beta/use.py", "def f():\n    import heterocc.driver\n",
+     "target heterocc.targets.beta imports core module heterocc.driver"),
+    ("targets/beta/use.py", "import importlib\n\ndef f():\n"
+     "    return importlib.import_module('heterocc')\n",
+     "target heterocc.targets.beta imports core module heterocc "),
 ])
 def test_the_layering_check_finds_each_kind_of_violation(tmp_path, path, source, finding):
     extra = {path: source}
@@ -397,3 +444,54 @@ def test_imports_inside_functions_are_of_optional_dependencies_or_break_a_cycle(
     assert not unexplained, "imports inside functions that belong at module level (or, " \
         "for a true cycle, in LATE_IMPORTS with the reason): " + ", ".join(unexplained)
     assert used == set(LATE_IMPORTS), f"stale LATE_IMPORTS entries: {set(LATE_IMPORTS) - used}"
+
+
+#: ``python -c`` program: imports every module of the in-tree targets and of the example
+#: target ``dotprod_accel`` with ``builtins.__import__`` watched, and prints, one a line,
+#: ``importer imported`` for every core module an import statement of theirs named
+#: (what Python really ran, relative imports resolved; not what core's own modules import)
+_IMPORT_WALK = r"""
+import builtins, importlib, importlib.util, pkgutil, sys
+seen = set()
+real = builtins.__import__
+def watch(name, globals=None, locals=None, fromlist=(), level=0):
+    module = real(name, globals, locals, fromlist, level)
+    importer = (globals or {}).get("__name__", "")
+    if importer.startswith(("heterocc.targets", "dotprod_accel")):
+        absolute = importlib.util.resolve_name("." * level + name,
+                                               (globals or {}).get("__package__")) \
+            if level else name
+        names = [absolute] + [f"{absolute}.{f}" for f in fromlist or ()
+                              if f"{absolute}.{f}" in sys.modules]
+        seen.update((importer, n) for n in names)
+    return module
+builtins.__import__ = watch
+import heterocc.targets
+for package in ("heterocc.targets", "dotprod_accel"):
+    root = importlib.import_module(package)
+    for info in pkgutil.walk_packages(root.__path__, package + "."):
+        importlib.import_module(info.name)
+for importer, name in sorted(seen):
+    if name.startswith("heterocc") and not name.startswith(("heterocc.targets",
+                                                            "heterocc.accel_sim")):
+        print(importer, name)
+"""
+
+
+def test_a_walk_of_the_targets_imports_finds_only_the_sdk_of_core():
+    """What the in-tree targets and the example target really import from core, watched
+    while Python imports every one of their modules: the SDK and the IR/TE/TIR it
+    re-exports, nothing else."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("dotprod_accel")
+    run = subprocess.run([sys.executable, "-c", _IMPORT_WALK], capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    pairs = [line.split() for line in run.stdout.splitlines()]
+    imported = {name for _, name in pairs}
+    assert "heterocc.sdk" in imported and any(n.startswith("heterocc.tir") for n in imported)
+    outside = [f"{importer} -> {name}" for importer, name in pairs
+               if not TREE.through_sdk(name)]
+    assert not outside, "target modules import core past heterocc.sdk: " + "; ".join(outside)

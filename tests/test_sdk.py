@@ -14,8 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import heterocc
 from heterocc import patterns, sdk
+from heterocc.sdk import registry
 from heterocc.targets import llvm as host_llvm
-from heterocc.targets import registry
 from heterocc.targets.reference import ReferenceTarget
 from heterocc.targets.vta import VtaTarget
 

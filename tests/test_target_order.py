@@ -17,8 +17,8 @@ import heterocc
 from heterocc.cli import main
 from heterocc.errors import FallbackError, TargetError
 from heterocc.models import tiny_cnn
+from heterocc.sdk.registry import HOST_TARGET, is_accelerator, order_targets
 from heterocc.targets import available_targets
-from heterocc.targets.registry import HOST_TARGET, is_accelerator, order_targets
 
 #: the SDK example target (examples/dotprod_accel), where it is installed
 SDK = "dotprod" if "dotprod" in available_targets() else None
@@ -163,7 +163,7 @@ def test_a_function_run_on_numpy_is_a_warning():
 
 
 def test_an_accelerator_from_a_factory_without_annotations_is_ordered_first():
-    from heterocc.targets import registry
+    from heterocc.sdk import registry
 
     if SDK is None:
         pytest.skip("the example SDK target (examples/dotprod_accel) is not installed")

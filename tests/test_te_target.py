@@ -1,4 +1,4 @@
-"""The base of TE-compiled targets (heterocc.te_target, exported by heterocc.sdk): a
+"""The base of TE-compiled targets (heterocc.sdk.te_target, exported by heterocc.sdk): a
 target that supplies only a schedule, a code generator and its kernels gets the
 expressing, the NumPy fallback with its reason, and one compile per function structure."""
 

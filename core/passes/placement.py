@@ -2,7 +2,7 @@
 
 The partitioner's annotation offers every composite a pattern matched to its target;
 this module asks that target and the fallback (the CPU) how long the composite takes
-on each (the SDK's ``estimate`` hook, ``heterocc.sdk_cost``) and keeps it on the device
+on each (the SDK's ``estimate`` hook, ``heterocc.sdk.cost``) and keeps it on the device
 where it is faster, transfers over the host link included.
 
 Why one decision per composite is the whole search: the runtime runs one function at a

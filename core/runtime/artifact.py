@@ -45,7 +45,7 @@ import numpy as np
 from ..errors import ArtifactError, CompileError, HeteroccError, TargetError
 from ..ir.graph import Graph
 from ..ir.serialize import graph_from_json, graph_to_json
-from ..targets import get_target
+from ..sdk.registry import get_target
 from .executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .files import check_member_name, member_path, sha256_file, tree_files
 from .inputs import InputSpec, name_inputs

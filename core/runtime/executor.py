@@ -253,7 +253,7 @@ class GraphExecutor:
 def profile_target(placed: str, kernel) -> str:
     """The profile's label of where a node ran: the target it was placed on, or
     ``<target>/numpy`` where that target could not compile it and its kernel is the NumPy
-    fallback (``heterocc.te_target.numpy_kernel``), so that a slow reference never
+    fallback (``heterocc.sdk.te_target.numpy_kernel``), so that a slow reference never
     passes for the target's code."""
     return f"{placed}/numpy" if getattr(kernel, "numpy_fallback", False) else placed
 

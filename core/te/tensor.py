@@ -191,7 +191,7 @@ def constant_tensor(data, name: str = "constant", dtype: str | None = None) -> T
 
     In an operator's compute the data must follow from the op's attributes and types
     alone: TE-compiled targets share one kernel, tables included, among functions of one
-    structure (``heterocc.te_target.structure_key``)."""
+    structure (``heterocc.sdk.te_target.structure_key``)."""
     array = np.array(data, dtype=None if dtype is None else normalize_dtype(dtype), order="C")
     dtype_name = normalize_dtype(array.dtype.name)
     array = np.require(array, requirements="C")

@@ -57,7 +57,9 @@ def add_tune_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=3, help="timings per candidate")
     p.add_argument("--remeasure", type=int, default=4,
                    help="measure this many best configs and the default again per task "
-                        "(twice each; 0: off), so a lucky first timing does not win")
+                        "(twice each; 0: off), so a lucky first timing does not win; "
+                        "modelled costs such as an accelerator's cycles are not measured "
+                        "again")
     p.add_argument("--early-stop", type=int, default=None,
                    help="auto: stop a task after this many trials without improvement")
     p.add_argument("--workers", type=int, default=1,

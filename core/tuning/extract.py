@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..errors import InputError, TargetError
 from ..frontend import from_onnx
 from ..ir.graph import Graph
-from ..targets.registry import get_target, parse_targets
+from ..sdk.registry import get_target, parse_targets
 from .task import SEARCHES, Task, auto_name
 from .templates import tunable_targets, tuning_of
 
@@ -32,13 +32,14 @@ def extract_tasks(model, target="llvm", preset: str | None = None,
     target = tuning_target(target, preset)
     graph = model if isinstance(model, Graph) else from_onnx(model, shapes=shapes)
     tuning = tuning_of(target)
+    # each task carries its template, from this target: none is looked up by name
+    offered = {t.name: t for t in tuning.templates}
     if search == "auto" and tuning.auto_tasks is not None:
-        return tuning.auto_tasks(graph)
-    tasks = tuning.tasks(graph)
+        return [t.binding(offered) for t in tuning.auto_tasks(graph)]
+    tasks = [t.binding(offered) for t in tuning.tasks(graph)]
     if search == "template":
         return tasks
-    offered = {t.name for t in tuning.templates}
-    return [Task(auto_name(t.template), t.args, t.weight)
+    return [Task(auto_name(t.template), t.args, t.weight).binding(offered)
             if auto_name(t.template) in offered else t for t in tasks]
 
 

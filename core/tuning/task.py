@@ -20,13 +20,17 @@ from .templates import Template, get_template
 
 @dataclass(frozen=True)
 class Task:
-    """Tune ``template`` (a registered name) on workload ``args``. ``weight``: how many
+    """Tune ``template`` (a template's name) on workload ``args``. ``weight``: how many
     times the model runs this workload per inference (the task scheduler weighs its
-    latency by it; not part of the task's identity)."""
+    latency by it; not part of the task's identity). ``bound``: the template itself, which
+    the tasks of a model carry (:func:`~.extract.extract_tasks` binds its target's), so
+    that tuning them looks nothing up; a task named only by a workload key (a log's
+    record, a measuring worker) finds it by name (:func:`~.templates.get_template`)."""
 
     template: str
     args: tuple
     weight: int = field(default=1, compare=False)
+    bound: Template | None = field(default=None, compare=False, repr=False)
 
     def weighted(self, weight: int) -> Task:
         """This task with ``weight``."""
@@ -36,9 +40,15 @@ class Task:
     def workload_key(self) -> str:
         return workload_key(self.template, self.args)
 
+    def binding(self, templates: dict[str, Template]) -> Task:
+        """This task carrying its template from ``templates`` (by name), when there."""
+        template = templates.get(self.template)
+        return self if template is None else replace(self, bound=template)
+
     @property
     def definition(self) -> Template:
-        return get_template(self.template)
+        """The template: the one carried, else the one registered under the name."""
+        return self.bound if self.bound is not None else get_template(self.template)
 
     @property
     def target(self) -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import InputError
-from ..targets.registry import available_targets, get_target
+from ..sdk.registry import available_targets, get_target
 from .space import Config, ConfigSpace
 
 if TYPE_CHECKING:

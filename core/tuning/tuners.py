@@ -25,6 +25,7 @@ from .measure import InProcessMeasurer, Measurer, MeasureResult
 from .records import MeasureRecord, RecordLog, config_costs
 from .space import Config
 from .task import Task, reindexed
+from .templates import SECONDS
 
 
 class Tuner:
@@ -379,9 +380,13 @@ def remeasure_best(task: Task, measurer: Measurer | InProcessMeasurer, log: Reco
     whose luck does not repeat drops and the next in line is measured in turn; after
     this the log's best (what compilation applies) is the fastest over repeated
     measurements. Each pass measures the unconfirmed configs one after another (a
-    change in load hits them alike); at most ``4 * count * rounds`` measurements."""
+    change in load hits them alike); at most ``4 * count * rounds`` measurements.
+
+    A modelled cost (a template whose ``cost_unit`` is not seconds, e.g. an
+    accelerator's cycles from its timing model) is the same every time it is measured:
+    nothing is measured again."""
     wanted = 1 + rounds
-    budget = 4 * count * rounds
+    budget = 4 * count * rounds if task.definition.cost_unit == SECONDS else 0
     while True:
         records = reindexed(r for r in log.records()
                             if r.workload_key == task.workload_key)

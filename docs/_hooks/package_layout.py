@@ -1,6 +1,6 @@
 """mkdocs hook: lays out the ``heterocc`` namespace for the API-reference collector.
 
-setup.py maps ``core/`` to ``heterocc`` and ``targets/`` and ``accel_sim/`` into it;
+setup.py maps ``core/`` to ``heterocc`` and ``sdk/``, ``targets/`` and ``accel_sim/`` into it;
 the collector (griffe) reads sources from folders named like the packages, does not
 follow that mapping, and does not descend into linked folders. Before the build, this
 hook mirrors the mapped folders into ``build/api-src/heterocc`` (real folders, each
@@ -16,7 +16,7 @@ from mkdocs.plugins import event_priority
 
 ROOT = Path(__file__).resolve().parents[2]
 #: package -> folder, as in setup.py
-MAPPING = {"heterocc": "core", "heterocc.targets": "targets",
+MAPPING = {"heterocc": "core", "heterocc.sdk": "sdk", "heterocc.targets": "targets",
            "heterocc.accel_sim": "accel_sim"}
 LAYOUT_ROOT = ROOT / "build" / "api-src"
 

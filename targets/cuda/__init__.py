@@ -45,6 +45,6 @@ __all__ = [
     "sequential_function",
 ]
 
-from ..registry import register_target  # noqa: E402
+from heterocc.sdk.registry import register_target  # noqa: E402
 
 register_target("cuda", CudaTarget, "NVIDIA GPUs through CUDA C (nvcc, driver API)")

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError
 
 #: default architectures: Ampere (A100) and Hopper (H100/H200).
 DEFAULT_ARCHS = ("sm_80", "sm_90")

@@ -20,7 +20,7 @@ from functools import cache
 import jinja2
 import numpy as np
 
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError
 from heterocc.tir import expr as tx
 from heterocc.tir import stmt as ts
 from heterocc.tir.functor import ExprFunctor, StmtEmitter

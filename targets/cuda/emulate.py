@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from heterocc.targets.registry import compile_for_host
+from heterocc.sdk.registry import compile_for_host
 from heterocc.tir import expr as tx
 from heterocc.tir.stmt import Allocate, BufferStore, For, ForKind, PrimFunc, SeqStmt, Stmt, seq
 from heterocc.tir.visitor import Mutator
@@ -101,7 +101,7 @@ def sequential_function(gpu: GpuFunction) -> PrimFunc:
 
 class EmulatedFunction:
     """``gpu`` compiled for the host CPU by the host target (the registry's
-    :func:`~heterocc.targets.registry.compile_for_host`); call with NumPy arrays for
+    :func:`~heterocc.sdk.registry.compile_for_host`); call with NumPy arrays for
     every parameter (outputs are written in place)."""
 
     def __init__(self, gpu: GpuFunction):

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heterocc.errors import TargetError
-from heterocc.targets.registry import compile_for_host
+from heterocc.sdk import TargetError
+from heterocc.sdk.registry import compile_for_host
 
 from .emulate import kernel_function
 from .passes import GpuFunction

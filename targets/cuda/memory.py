@@ -26,7 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
-from heterocc.runtime.executor import DeviceTensor
+from heterocc.sdk.runtime import DeviceTensor
 
 #: block sizes are rounded up to this many bytes, so that tensors of nearby sizes share
 #: blocks (and every block is aligned for vector loads).

@@ -29,7 +29,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError
 from heterocc.tir import expr as tx
 from heterocc.tir.functor import StmtFunctor
 from heterocc.tir.passes import (

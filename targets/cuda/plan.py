@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from heterocc.errors import ArtifactError
+from heterocc.sdk import ArtifactError
 from heterocc.tir import expr as tx
 from heterocc.tir.stmt import BufferStore
 from heterocc.tir.visitor import collect

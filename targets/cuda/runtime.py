@@ -25,7 +25,7 @@ from functools import cache
 
 import numpy as np
 
-from heterocc.errors import InputError, TargetError
+from heterocc.sdk import InputError, TargetError
 
 from .memory import DeviceArray, DevicePool, Driver
 from .passes import GpuFunction

@@ -26,10 +26,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from heterocc import te
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError, te
+from heterocc.sdk.te_target import ScheduleRule, schedule_by_rules
 from heterocc.te.tensor import Reduce, TensorLoad
-from heterocc.te_target import ScheduleRule, schedule_by_rules
 from heterocc.tir import expr as tx
 
 #: threads per block of the one-dimensional schedules.
@@ -83,7 +82,7 @@ def schedule_reduction(schedule: te.Schedule, tensor: te.Tensor,
                        epilogue: te.Tensor | None = None) -> None:
     """One thread per output point of reduction ``tensor``, accumulating in a register;
     with ``epilogue`` (an elementwise function of ``tensor``, see
-    :func:`~heterocc.te_target.elementwise_epilogue`) the thread applies it and stores its
+    :func:`~heterocc.sdk.te_target.elementwise_epilogue`) the thread applies it and stores its
     result instead. Call before any other schedule primitive on ``tensor``."""
     local = schedule.cache_write(tensor, "local")
     stage = _output_stage(schedule, tensor, epilogue)
@@ -112,7 +111,7 @@ def schedule_conv2d(schedule: te.Schedule, output: te.Tensor,
     each input element it loads serves the whole tile; neighbouring threads take
     neighbouring pixels (coalesced input reads) of the same channels (broadcast weight
     reads). With ``epilogue`` (bias, activation, residual add: see
-    :func:`~heterocc.te_target.elementwise_epilogue`) each thread applies it to its sums
+    :func:`~heterocc.sdk.te_target.elementwise_epilogue`) each thread applies it to its sums
     and stores that instead. Call before any other schedule primitive on ``output``."""
     channels = output.shape[1]
     tile = next((t for t in CONV_CHANNEL_TILES if channels % t == 0), 1)
@@ -198,7 +197,7 @@ def schedule_matmul(schedule: te.Schedule, product: te.Tensor,
                     epilogue: te.Tensor | None = None) -> None:
     """Shared-memory tiled, register-blocked schedule of ``product = A @ B`` (see the
     module docstring); with ``epilogue`` (see
-    :func:`~heterocc.te_target.elementwise_epilogue`) every thread applies it to its
+    :func:`~heterocc.sdk.te_target.elementwise_epilogue`) every thread applies it to its
     register tile and stores that instead of the product. Call before any other schedule
     primitive on ``product``."""
     a, b = matmul_operands(product)
@@ -313,7 +312,7 @@ def gpu_rules() -> list[ScheduleRule]:
 
 def schedule_for_gpu(outputs: list[te.Tensor]) -> te.Schedule:
     """The GPU schedule of a fused function's outputs (:func:`gpu_rules` applied by
-    :func:`~heterocc.te_target.schedule_by_rules`): injective stages inlined into their
+    :func:`~heterocc.sdk.te_target.schedule_by_rules`): injective stages inlined into their
     readers, matmuls tiled through shared memory, convolutions register-tiled, other
     reductions one thread per output point, each with its elementwise epilogue (bias,
     activation, residual add) computed in the same kernel where it can be: the anchor's

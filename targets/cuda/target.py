@@ -1,6 +1,6 @@
 """The ``cuda`` target: each fused function becomes a few CUDA kernels.
 
-A TE-compiled target (:class:`heterocc.te_target.TETarget`, as the llvm one: a function
+A TE-compiled target (:class:`heterocc.sdk.te_target.TETarget`, as the llvm one: a function
 body becomes tensor expressions through the compute library, functions of one structure
 share their kernels, and a function the compute library cannot express runs on the
 NumPy references, listed in ``fallbacks`` with the reason). What is the GPU's here: the
@@ -25,12 +25,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from heterocc import te
-from heterocc.diagnostics import report_fallback
-from heterocc.errors import ArtifactError, TargetError
 from heterocc.ir.graph import Node
-from heterocc.runtime.files import member_path
-from heterocc.te_target import (
+from heterocc.sdk import ArtifactError, TargetError, te
+from heterocc.sdk.runtime import member_path, report_fallback
+from heterocc.sdk.te_target import (
     CompiledFunction,
     ExpressedFunction,
     ScheduleRule,

@@ -48,7 +48,7 @@ def llvm_target(mcpu: str | None = None, mattr: str | None = None, mtriple: str 
     return LLVMTarget(cpu=cpu, blocked_layout=blocked_layout)
 
 
-from ..registry import register_target  # noqa: E402
+from heterocc.sdk.registry import register_target  # noqa: E402
 
 register_target("llvm", llvm_target, "a CPU through LLVM (llvmlite): llvm -mcpu=NAME "
                 "-mattr=+feat,-feat -mtriple=TRIPLE -num-cores=N; default: the host")

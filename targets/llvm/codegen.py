@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError
 from heterocc.tir import expr as tx
 from heterocc.tir import stmt as ts
 from heterocc.tir.functor import ExprFunctor, StmtEmitter

@@ -21,11 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heterocc.ir.graph import Node
-from heterocc.passes import DEFAULT_PIPELINE
-from heterocc.passes.manager import PassManager
-from heterocc.passes.pipeline import target_graph_passes
-from heterocc.runtime.executor import GraphExecutor
 from heterocc.sdk import CostCache, CostEstimate, workload_key
+from heterocc.sdk.graph import DEFAULT_PIPELINE, PassManager, target_graph_passes
+from heterocc.sdk.runtime import GraphExecutor
 
 #: samples wanted after the warm-up call, and the least time spent taking them
 MIN_SAMPLES = 3

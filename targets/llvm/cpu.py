@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 import numpy as np
 
-from heterocc.errors import TargetError
-from heterocc.targets.registry import parse_target_spec
+from heterocc.sdk import TargetError
+from heterocc.sdk.registry import parse_target_spec
 
 # --- feature sets ---------------------------------------------------------------
 
@@ -502,7 +502,8 @@ _ACTIVE: contextvars.ContextVar[CPUDescription | None] = contextvars.ContextVar(
 
 def active_cpu() -> CPUDescription:
     """The description being compiled for: the one :func:`compiling_for` set, else the
-    host. Schedules and computes that tile for the CPU read it when not given one."""
+    host. Schedules are always given theirs; the tuning templates, run under the
+    measuring harness's :func:`compiling_for`, read it here."""
     return _ACTIVE.get() or host_cpu()
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError
 from heterocc.tir import expr as tx
 
 from .llvm_types import element_size, storage_type

@@ -27,7 +27,7 @@ from pathlib import Path
 import llvmlite.binding as llvm
 import numpy as np
 
-from heterocc.errors import CompileError, InputError, TargetError
+from heterocc.sdk import CompileError, InputError, TargetError
 from heterocc.tir.stmt import BufferStore, PrimFunc
 from heterocc.tir.visitor import collect_statements
 

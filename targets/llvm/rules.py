@@ -1,5 +1,5 @@
 """The CPU's schedule rules: which stages of a function get which CPU schedule, decided
-from each compute's structure (see :class:`heterocc.te_target.ScheduleRule`).
+from each compute's structure (see :class:`heterocc.sdk.te_target.ScheduleRule`).
 
 In the order :func:`cpu_rules` tries them:
 
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from heterocc import te
+from heterocc.sdk import te
+from heterocc.sdk.te_target import ScheduleRule
 from heterocc.te.tensor import Reduce, TensorLoad
-from heterocc.te_target import ScheduleRule
 from heterocc.tir import expr as tx
 from heterocc.tir.visitor import free_vars
 
@@ -55,11 +55,10 @@ from .tuning import ScheduleConfigs, apply_conv_auto, apply_matmul_config, sched
 
 
 class CPURule(ScheduleRule):
-    """A rule scheduling for one CPU description (None: the active one) with the
-    configs the tuning log gives the function being compiled."""
+    """A rule scheduling for one CPU description with the configs the tuning log gives
+    the function being compiled."""
 
-    def __init__(self, cpu: CPUDescription | None = None,
-                 configs: ScheduleConfigs | None = None):
+    def __init__(self, cpu: CPUDescription, configs: ScheduleConfigs | None = None):
         self.cpu = cpu
         self.configs = configs or ScheduleConfigs()
 
@@ -113,7 +112,7 @@ class Int8ConvResultRule(CPURule):
         return op is not None and bool(op.attrs.get("int8_conv_result"))
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        schedule_int8_conv_result(schedule, tensor, epilogue, self.cpu)
+        schedule_int8_conv_result(schedule, tensor, epilogue, cpu=self.cpu)
         return epilogue is not None
 
 
@@ -142,7 +141,7 @@ class DirectConvRule(CPURule):
                 and all(index is var for index, var in zip(weight.indices, wanted)))
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        schedule_conv2d_nchw(schedule, tensor, epilogue, list(chain), self.cpu)
+        schedule_conv2d_nchw(schedule, tensor, epilogue, list(chain), cpu=self.cpu)
         return epilogue is not None
 
 
@@ -164,7 +163,7 @@ class BlockedConvRule(CPURule):
                            self.cpu):
             return epilogue is not None
         tiles = self.configs.blocked_conv_tiles(tensor) or BlockedConvTiles()
-        schedule_blocked_conv(schedule, tensor, tiles, epilogue, list(chain), self.cpu)
+        schedule_blocked_conv(schedule, tensor, tiles, epilogue, list(chain), cpu=self.cpu)
         return epilogue is not None
 
 
@@ -315,9 +314,9 @@ class InjectiveRule(CPURule):
         return False
 
 
-def cpu_rules(cpu: CPUDescription | None = None,
+def cpu_rules(cpu: CPUDescription,
               configs: ScheduleConfigs | None = None) -> list[ScheduleRule]:
-    """The CPU's schedule rules for ``cpu`` (None: the active CPU) with the tuning
+    """The CPU's schedule rules for ``cpu`` with the tuning
     log's ``configs`` for the function (None: the defaults), in the order they are
     tried."""
     rules = (Int8ConvRule, Int8ConvResultRule, DirectConvRule, BlockedConvRule,

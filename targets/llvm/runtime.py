@@ -45,7 +45,7 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
-from ...errors import CompileError
+from heterocc.sdk import CompileError
 
 #: microseconds a worker spins for the next parallel loop before sleeping (and the caller
 #: for the workers finishing theirs), unless ``HETEROCC_SPIN_US`` says otherwise: longer

@@ -1,6 +1,6 @@
 """The ``llvm`` target: each fused function becomes one machine-code kernel.
 
-A TE-compiled target (:class:`heterocc.te_target.TETarget`: expressing a function op by
+A TE-compiled target (:class:`heterocc.sdk.te_target.TETarget`: expressing a function op by
 op through the compute library, the NumPy fallback listed in ``fallbacks``, kernels
 shared by functions of one structure). What is the CPU's here: the schedule (its
 intermediate elementwise/injective stages are inlined into their readers, its anchor, a
@@ -24,13 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heterocc import te
-from heterocc.errors import InputError, TargetError
 from heterocc.ir.graph import Node
-from heterocc.passes.alter_layout import alter_layout_for
-from heterocc.runtime.files import member_path
-from heterocc.te.schedule_reads import reads_of
-from heterocc.te_target import (
+from heterocc.sdk import InputError, TargetError, te
+from heterocc.sdk.graph import alter_layout_for
+from heterocc.sdk.runtime import member_path
+from heterocc.sdk.te_target import (
     CompiledFunction,
     ExpressedFunction,
     ScheduleRule,
@@ -40,7 +38,8 @@ from heterocc.te_target import (
     output_specs,
     schedule_by_rules,
 )
-from heterocc.tuning.apply import current, records_for
+from heterocc.sdk.tuning import current, records_for
+from heterocc.te.schedule_reads import reads_of
 
 from .cost import CpuCostModel
 from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
@@ -82,9 +81,8 @@ def _transposed_constant(source: te.Tensor, slots: dict[int, int]
                          for axis in axes]
 
 
-def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | None = None,
-                       cpu: CPUDescription | None = None
-                       ) -> list[tuple[int, int, list | None]]:
+def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | None,
+                       cpu: CPUDescription) -> list[tuple[int, int, list | None]]:
     """Products whose B is one of the function's graph constants (or a transpose of one)
     read it packed once, when the kernel is built, instead of packing it on every call:
     the constant's placeholder in ``expressed.params`` becomes one of the packed shape.
@@ -92,7 +90,7 @@ def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | Non
     :func:`_packed_constants` applies to ``function_constants`` (``axes``: the transpose
     applied first, or None). A constant also read otherwise stays as it is. ``panel_of``
     and ``cpu``: see :func:`.schedules.pack_matmuls`."""
-    pack_matmuls(expressed.outputs, panel_of, cpu)
+    pack_matmuls(expressed.outputs, panel_of, cpu=cpu)
     first = len(expressed.params) - len(expressed.constants)
     slots = {id(p): k for k, p in
              enumerate(expressed.params[first:len(expressed.params) - len(expressed.tables)])}
@@ -119,7 +117,7 @@ def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | Non
 
 def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict[int, int],
                                readers: dict[int, int], first: int,
-                               cpu: CPUDescription | None) -> list[tuple[int, int, None]]:
+                               cpu: CPUDescription) -> list[tuple[int, int, None]]:
     """Integer convolutions the CPU computes on its dot product (``use_int8_conv``),
     reading a constant weight that nothing else reads packed once, when the kernel is
     built: ``(constant index, 0, None)`` for each (width 0: :func:`.schedules.
@@ -142,7 +140,7 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
     return packings
 
 
-def _schedule(expressed: ExpressedFunction, cpu: CPUDescription | None = None,
+def _schedule(expressed: ExpressedFunction, cpu: CPUDescription,
               configs: ScheduleConfigs | None = None) -> te.Schedule:
     """The CPU's rules (:func:`.rules.cpu_rules`) applied to a function: injective
     stages inlined, anchors (convolutions, products, reductions, layout transforms)
@@ -154,7 +152,7 @@ def _schedule(expressed: ExpressedFunction, cpu: CPUDescription | None = None,
     tile for (None: the active one); ``configs``: the tuning log's for the function
     (None: the defaults)."""
     configs = configs or ScheduleConfigs()
-    pack_matmuls(expressed.outputs, configs.matmul_panel, cpu)
+    pack_matmuls(expressed.outputs, configs.matmul_panel, cpu=cpu)
     use_int8_convs(expressed.outputs, cpu)
     return schedule_by_rules(expressed.outputs, cpu_rules(cpu, configs), expressed.scalars)
 

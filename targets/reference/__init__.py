@@ -12,9 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from heterocc.ir.graph import Node
-from heterocc.runtime.interpreter import evaluate
-
-from ..registry import Kernel, register_target
+from heterocc.sdk import Kernel, register_target
+from heterocc.sdk.runtime import evaluate
 
 
 @dataclass

@@ -17,11 +17,10 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from heterocc.accel_sim import HardwareConfig
-from heterocc.errors import TargetError
 from heterocc.ir.graph import Graph, Node
-from heterocc.sdk import AcceleratorBase, LayoutRegion
+from heterocc.sdk import AcceleratorBase, LayoutRegion, TargetError
+from heterocc.sdk.registry import register_target
 
-from ..registry import register_target
 from .codegen import AcceleratorKernel, compile_composite
 from .cost import VtaCostModel, call_estimate
 from .device import VtaDevice

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from heterocc import te, tir
 from heterocc.accel_sim import HardwareConfig, schedule_stream
 from heterocc.accel_sim.isa import Alu, Buffer, Load, Store, dram_unit_bytes
 from heterocc.accel_sim.program import (
@@ -41,11 +40,9 @@ from heterocc.accel_sim.program import (
     pack_tiles,
 )
 from heterocc.accel_sim.reference_programs import GemmTiling, Requantization
-from heterocc.errors import CompileError
 from heterocc.ir.graph import Node
-from heterocc.ops.nn import conv_geometry
-from heterocc.ops.qnn import zero_point_bias
-from heterocc.sdk import DeviceTiming, ProgramRunner, device_lock, holds
+from heterocc.sdk import CompileError, DeviceTiming, ProgramRunner, device_lock, holds, te, tir
+from heterocc.sdk.graph import conv_geometry, zero_point_bias
 
 from .blocking import from_blocked, to_blocked
 from .conv import (

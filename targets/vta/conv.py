@@ -18,11 +18,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from heterocc import te
 from heterocc.accel_sim import HardwareConfig
 from heterocc.accel_sim.isa import Alu, AluOp, Buffer, Gemm, Load, Store
 from heterocc.accel_sim.timing import instruction_cost
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError, te
 
 from .epilogue import EpilogueStep
 from .intrin import ACC_SCOPE, INP_SCOPE, WGT_SCOPE, gemm_intrin

@@ -14,9 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from heterocc.accel_sim import HardwareConfig
-from heterocc.errors import CompileError
 from heterocc.ir.graph import Node
-from heterocc.sdk import CostCache, CostEstimate, HostLink, accelerator_estimate, workload_key
+from heterocc.sdk import (
+    CompileError,
+    CostCache,
+    CostEstimate,
+    HostLink,
+    accelerator_estimate,
+    workload_key,
+)
 
 from .codegen import AcceleratorKernel, compile_composite
 

@@ -29,7 +29,6 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from heterocc import tir
 from heterocc.accel_sim import HardwareConfig
 from heterocc.accel_sim.checker import check_stream
 from heterocc.accel_sim.isa import (
@@ -45,7 +44,7 @@ from heterocc.accel_sim.isa import (
     buffer_depth,
 )
 from heterocc.accel_sim.program import DramTensor, Program, ProgramBuilder, tile_shape
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError, tir
 
 from .intrin import GEMM_CALL, SCOPE_BUFFERS
 from .tokens import Step, TileRange, insert_dependency_tokens

@@ -22,8 +22,7 @@ from heterocc.accel_sim.driver import AcceleratorDriver, relocate
 from heterocc.accel_sim.encoding import encode_stream
 from heterocc.accel_sim.program import Program, element_dtype, pack_tiles, read_tensor
 from heterocc.accel_sim.simulator import RunReport
-from heterocc.errors import AcceleratorError, InputError
-from heterocc.sdk import DeviceTiming
+from heterocc.sdk import AcceleratorError, DeviceTiming, InputError
 
 #: device DRAM of the default (simulated) device: reserved, not touched, until used
 SIMULATED_DRAM_BYTES = 1 << 30

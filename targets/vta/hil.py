@@ -24,13 +24,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-import heterocc
 from heterocc.accel_sim.hil import StreamComparison, compare_streams
 from heterocc.accel_sim.program import read_tensor
 from heterocc.accel_sim.rtl_device import BENCH_MEMORY, BenchMemory, RtlSimulator
-from heterocc.errors import InputError
-from heterocc.runtime.inputs import load_input_files
-from heterocc.sdk_hil import first_difference, reference_trace
+from heterocc.sdk import InputError
+from heterocc.sdk.hil import first_difference, reference_trace
+from heterocc.sdk.runtime import compile_model, load_input_files, load_model
 
 from . import VtaTarget
 from .codegen import AcceleratorKernel
@@ -145,7 +144,7 @@ def _compiled_on_simulator(model, inputs, calibration_samples: int, seed: int):
     """The model compiled for the simulated accelerator (a float model quantized with
     seeded random calibration samples; a QDQ model as it is), its target and inputs
     (by default seeded standard-normal ones)."""
-    proto = heterocc.frontend.load_model(model)
+    proto = load_model(model)
     rng = np.random.default_rng(seed)
     if inputs is None:
         specs = _graph_inputs(proto)
@@ -159,7 +158,7 @@ def _compiled_on_simulator(model, inputs, calibration_samples: int, seed: int):
         calibration = [{name: rng.standard_normal(shape).astype(dtype)
                         for name, shape, dtype in specs} for _ in range(calibration_samples)]
     target = VtaTarget()
-    compiled = heterocc.compile(proto, target=[target, "reference"], calibration=calibration)
+    compiled = compile_model(proto, target=[target, "reference"], calibration=calibration)
     return compiled, target, inputs
 
 

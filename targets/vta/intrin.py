@@ -9,9 +9,9 @@ accumulator tile. ``gemm_intrin`` declares exactly that in TE, so that
 
 from __future__ import annotations
 
-from heterocc import te, tir
 from heterocc.accel_sim import HardwareConfig
 from heterocc.accel_sim.isa import Buffer
+from heterocc.sdk import te, tir
 
 #: name of the TIR call that stands for one tile multiply-accumulate
 GEMM_CALL = "vta.gemm"

@@ -5,7 +5,7 @@ pools (what ``realize_qdq`` produces)."""
 from __future__ import annotations
 
 from heterocc.ir.graph import Node
-from heterocc.patterns import CompositePattern, is_constant, is_op, optional, wildcard
+from heterocc.sdk import CompositePattern, is_constant, is_op, optional, wildcard
 
 from .pool import unsupported
 from .residual import quantized_add

@@ -38,9 +38,9 @@ from heterocc.accel_sim.isa import (
     Store,
 )
 from heterocc.accel_sim.program import Program, ProgramBuilder
-from heterocc.errors import CompileError
 from heterocc.ir.graph import Node
-from heterocc.ops.nn import pool_geometry
+from heterocc.sdk import CompileError
+from heterocc.sdk.graph import pool_geometry
 
 #: chunks in flight
 _SLOTS = 2

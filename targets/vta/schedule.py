@@ -20,10 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from heterocc import te
 from heterocc.accel_sim import HardwareConfig
 from heterocc.accel_sim.reference_programs import GemmTiling
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError, te
 
 from .epilogue import EpilogueStep, column_steps
 from .intrin import ACC_SCOPE, INP_SCOPE, WGT_SCOPE, gemm_intrin

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-import heterocc
 from heterocc.accel_sim.fuzz import Seed
-from heterocc.models import tiny_cnn
+from heterocc.sdk.runtime import compile_model, tiny_cnn
 
 from . import VtaTarget
 
@@ -21,6 +20,6 @@ def tiny_cnn_seeds(size: int = 8, seed: int = 0) -> list[Seed]:
     calibration = [[rng.standard_normal((1, 3, size, size)).astype(np.float32)]
                    for _ in range(2)]
     target = VtaTarget()
-    heterocc.compile(tiny_cnn(size=size), target=[target, "reference"],
+    compile_model(tiny_cnn(size=size), target=[target, "reference"],
                      calibration=calibration)
     return [Seed.from_program(kernel.name, kernel.program) for kernel in target.kernels]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from heterocc.accel_sim import write_stream_file
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError
 
 from .codegen import AcceleratorKernel
 

@@ -30,14 +30,23 @@ from heterocc.accel_sim.reference_programs import (
     default_gemm_tiling,
     tiled_gemm_program,
 )
-from heterocc.errors import InputError
 from heterocc.ir.graph import Graph, Node
-from heterocc.ops.nn import conv_geometry
-from heterocc.tuning.apply import lookup
-from heterocc.tuning.measure import CandidateError, MeasureOptions, check_output
-from heterocc.tuning.space import Config, ConfigSpace, Knob, divisors
-from heterocc.tuning.task import Task, matmul_dims
-from heterocc.tuning.templates import TargetTuning, Template
+from heterocc.sdk import InputError
+from heterocc.sdk.graph import conv_geometry
+from heterocc.sdk.tuning import (
+    CandidateError,
+    Config,
+    ConfigSpace,
+    Knob,
+    MeasureOptions,
+    TargetTuning,
+    Task,
+    Template,
+    check_output,
+    divisors,
+    lookup,
+    matmul_dims,
+)
 
 #: fixed-point shift of the test requantization (keeps int8 results spread out)
 _SHIFT = 8

@@ -15,8 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from heterocc import tir
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError, tir
 
 
 @dataclass

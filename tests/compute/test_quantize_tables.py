@@ -11,9 +11,10 @@ from heterocc import te
 from heterocc.ir.graph import Graph, Node, Value
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
+from heterocc.sdk.te_target import express_function, function_constants
+from heterocc.targets.llvm.cpu import active_cpu
 from heterocc.targets.llvm.module import _generate
 from heterocc.targets.llvm.target import LLVMKernel, LLVMTarget, _schedule
-from heterocc.te_target import express_function, function_constants
 from heterocc.tir.visitor import children
 
 
@@ -66,7 +67,8 @@ def _tree_size(node) -> int:
 
 def _lowered(function: Node):
     expressed = express_function(function.body)
-    return te.lower(_schedule(expressed), expressed.params + expressed.outputs, name="f")
+    return te.lower(_schedule(expressed, active_cpu()), expressed.params + expressed.outputs,
+                    name="f")
 
 
 @pytest.mark.parametrize("with_bias", [False, True])

@@ -17,9 +17,10 @@ from heterocc.errors import CompileError
 from heterocc.ir.graph import Graph, Node, Value
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
+from heterocc.sdk.te_target import ExpressedFunction
+from heterocc.targets.llvm.cpu import active_cpu
 from heterocc.targets.llvm.module import build as build_module
 from heterocc.targets.llvm.target import LLVMTarget, _schedule
-from heterocc.te_target import ExpressedFunction
 from tests.compute.test_elementwise import (
     assert_same,
     check,
@@ -249,7 +250,7 @@ def _run_te(op, inputs, attrs):
     out_types = [TensorType(e.shape, e.dtype.name) for e in expected]
     params = [te.placeholder(a.shape, a.dtype.name, f"in{k}") for k, a in enumerate(inputs)]
     outputs = compute_of(op)(params, attrs, out_types)
-    schedule = _schedule(ExpressedFunction(params, [], outputs))
+    schedule = _schedule(ExpressedFunction(params, [], outputs), active_cpu())
     prim = te.lower(schedule, params + outputs, name="kernel")
     kernel = build_module([prim], name="kernel")["kernel"]
     got = [np.empty(e.shape, e.dtype) for e in expected]

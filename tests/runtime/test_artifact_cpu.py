@@ -17,6 +17,7 @@ from heterocc.models import tiny_cnn
 from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm import cpu as hcpu
 from heterocc.targets.llvm import schedules
+from heterocc.targets.llvm.cpu import active_cpu
 
 HOST = hcpu.host_cpu()
 
@@ -119,7 +120,7 @@ def test_an_artifact_of_another_architecture_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_library_without_a_cpu_record_is_refused(tmp_path):
-    module = hllvm.build(schedules.matmul_function(8, 16, 8))
+    module = hllvm.build(schedules.matmul_function(8, 16, 8, cpu=active_cpu()))
     path = module.export_library(tmp_path / "k.so")
     meta_path = tmp_path / "k.so.json"
     meta = json.loads(meta_path.read_text())

@@ -1,6 +1,7 @@
 """The template-free search: sketch rules, every sketch point a correct schedule, the
 evolutionary operators, and applying an auto record at compile time."""
 
+import functools
 import itertools
 import math
 
@@ -10,6 +11,7 @@ from onnx import helper
 
 from heterocc import te, tir
 from heterocc.compute.nn import matmul as plain_matmul
+from heterocc.targets.llvm.cpu import active_cpu
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import matmul, pack_matmuls
 from heterocc.targets.llvm.tuning import matmul_panel, schedule_matmul_tuned
@@ -29,7 +31,7 @@ def _matmul_epilogue():
     A, B = te.placeholder((24, 16), "float32", "A"), te.placeholder((16, 32), "float32", "B")
     C = plain_matmul(A, B, "C")
     scaled = te.compute(C.shape, lambda i, j: C[i, j] * 2.0, name="out")  # an epilogue
-    pack_matmuls([scaled])
+    pack_matmuls([scaled], cpu=active_cpu())
     return [A, B], [scaled]
 
 
@@ -75,7 +77,7 @@ def _ragged_matmul(rows=30, columns=32):
     B = te.placeholder((16, columns), "float32", "B")
     C = plain_matmul(A, B, "C")
     scaled = te.compute(C.shape, lambda i, j: C[i, j] * 2.0, name="out")
-    pack_matmuls([scaled])
+    pack_matmuls([scaled], cpu=active_cpu())
     return [A, B], [scaled]
 
 
@@ -131,7 +133,7 @@ def test_seeds_include_ragged_register_tiles_and_window_hints():
     hints = SearchHints(vector_lanes=16, registers=32, cores=2)
     a, b = te.placeholder((1024, 1024), name="A"), te.placeholder((1024, 1024), name="B")
     product = plain_matmul(a, b, "C")
-    pack_matmuls([product])
+    pack_matmuls([product], cpu=active_cpu())
     sketch = Sketch([product], hints)
     rows = {(seed["a0.tile.s0"], seed["a0.tile.s1"][-1]) for seed in sketch.seed_values()}
     # two vectors by 12 rows (32 registers, 8 left for operands), and cache-blocked
@@ -236,7 +238,7 @@ def test_rules_fuse_the_consumer_and_offer_producer_locations():
     # has the same places (a cache write instead of the consumer), so that a point
     # tuned without an epilogue applies to a function with one
     product = plain_matmul(*_matmul_epilogue()[0], "C")
-    pack_matmuls([product])
+    pack_matmuls([product], cpu=active_cpu())
     lone = Sketch([product], HINTS)
     assert [k.name for k in lone.space.knobs] == [k.name for k in sketch.space.knobs]
     assert knobs["a0.location"].options == ("at0", "at1", "direct")
@@ -283,7 +285,7 @@ def _classifier_head(columns=10, depth=2000):
     B = te.placeholder((depth, columns), "float32", "B")
     C = plain_matmul(A, B, "C")
     out = te.compute(C.shape, lambda i, j: C[i, j] + 1.0, name="out")
-    pack_matmuls([out])
+    pack_matmuls([out], cpu=active_cpu())
     return [A, B], [out]
 
 
@@ -404,11 +406,11 @@ def test_compile_applies_the_faster_of_the_auto_and_template_records(auto_wins):
                _records(template, template.default_config(), 2.0)]
     A = te.placeholder((16, 24), "float32", "A")
     B = te.placeholder((24, 40), "float32", "B")
-    with ApplyHistoryBest(records):
-        assert (matmul_panel(16, 40, 24, "float32") is None) == auto_wins
-        C = matmul(A, B, panel_of=matmul_panel)
-        schedule = te.create_schedule(C)
-        assert schedule_matmul_tuned(schedule, C)
+    log = ApplyHistoryBest(records)
+    assert (matmul_panel(log, 16, 40, 24, "float32") is None) == auto_wins
+    C = matmul(A, B, panel_of=functools.partial(matmul_panel, log), cpu=active_cpu())
+    schedule = te.create_schedule(C)
+    assert schedule_matmul_tuned(log, schedule, C)
     stage = schedule[C]
     # the auto point computes straight into C (no cache write); the template's default
     # accumulates in registers (a local stage)
@@ -583,7 +585,7 @@ def test_seeds_offer_three_channel_blocks_where_two_and_four_do_not_divide():
     # option of its knob, so no seed takes them
     a, b = te.placeholder((64, 256), name="A"), te.placeholder((256, 1024), name="B")
     product = plain_matmul(a, b, "C")
-    pack_matmuls([product])
+    pack_matmuls([product], cpu=active_cpu())
     assert all(s["a0.tile.s1"][-1] != 48 for s in Sketch([product], hints).seed_values())
 
 

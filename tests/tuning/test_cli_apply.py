@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from heterocc import te
 from heterocc.accel_sim import HardwareConfig
+from heterocc.targets.llvm.cpu import active_cpu
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import matmul
 from heterocc.targets.llvm.tuning import schedule_matmul_tuned
@@ -99,13 +100,13 @@ def test_applied_log_schedules_the_llvm_matmul(tmp_path):
                MeasureRecord(task.workload_key, slower.to_json(), slower.index, (2.0,))]
     A = te.placeholder((16, 24), "float32", "A")
     B = te.placeholder((24, 40), "float32", "B")
-    C = matmul(A, B)
-    assert not schedule_matmul_tuned(te.create_schedule(C), C)  # no log applied
-    with ApplyHistoryBest(records):
+    C = matmul(A, B, cpu=active_cpu())
+    assert not schedule_matmul_tuned(None, te.create_schedule(C), C)  # no log
+    with ApplyHistoryBest(records) as applied:
         assert lookup(task.workload_key).index == chosen.index
         assert lookup(workload_key("matmul", (1, 2, 3, "float32"))) is None
-        schedule = te.create_schedule(C)
-        assert schedule_matmul_tuned(schedule, C)
+    schedule = te.create_schedule(C)
+    assert schedule_matmul_tuned(applied, schedule, C)
     assert lookup(task.workload_key) is None
     module = build(te.lower(schedule, [A, B, C], name="tuned"))
     a, b = np.ones((16, 24), np.float32), np.arange(24 * 40, dtype=np.float32).reshape(24, 40)

@@ -167,11 +167,10 @@ def test_an_auto_record_applies_only_where_it_beat_the_hand_schedule(
     assert applied.count(True) == (1 if auto_wins else 0)
     np.testing.assert_allclose(compiled.run([x])[0], expected, rtol=1e-4, atol=1e-4)
     # the choice is per function: its key comes from the body as compiled
-    with ApplyHistoryBest(log):
-        decided = []
-        for body in choices:
-            with llvm_tuning.function_choice(body) as choice:
-                decided.append(None if choice is None else choice[0])
+    decided = []
+    for body in choices:
+        choice = llvm_tuning.function_configs(body, ApplyHistoryBest(log)).choice
+        decided.append(None if choice is None else choice[0])
     assert decided.count("auto" if auto_wins else "hand") == 1
 
 
@@ -188,9 +187,9 @@ def test_a_hand_win_overrides_the_bare_workloads_records(tmp_path, rng):
         records.append(MeasureRecord(bare.workload_key, config.to_json(), config.index,
                                      (0.5,)))
     body = function_body(task.args[1])
-    with ApplyHistoryBest(log), llvm_tuning.function_choice(body) as choice:
-        assert choice == ("hand", None)
-        assert llvm_tuning.matmul_panel(8, 64, 64, "float32") is None
+    configs = llvm_tuning.function_configs(body, ApplyHistoryBest(log))
+    assert configs.choice == ("hand", None)
+    assert configs.matmul_panel(8, 64, 64, "float32") is None
 
 
 def test_a_products_panel_is_a_knob_applied_to_its_prepacked_constant(tmp_path, rng):
@@ -263,9 +262,9 @@ def test_records_of_an_earlier_space_are_skipped_not_fatal(tmp_path, rng):
         log.append(MeasureRecord(task.workload_key, stale, config.index, (0.5,)))
         log.append(MeasureRecord(Task("function", task.args).workload_key,
                                  {"schedule": "hand"}, 0, (2.0,)))
-    with ApplyHistoryBest(path), \
-            llvm_tuning.function_choice(function_body(task.args[1])) as choice:
-        assert choice == ("hand", None)
+    choice = llvm_tuning.function_configs(function_body(task.args[1]),
+                                          ApplyHistoryBest(path)).choice
+    assert choice == ("hand", None)
     x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
     np.testing.assert_allclose(
         heterocc.compile(model, tuning_log=str(path)).run([x])[0],
@@ -318,9 +317,9 @@ def test_dense_batch_and_depthwise_functions_apply_their_auto_records(which, tmp
     (task,) = extract_tasks(model, search="auto")
     config = task.space.get(task.space.random_indices(rng, 1)[0])
     log = _log(tmp_path, task, config, 1.0, 2.0)
-    with ApplyHistoryBest(log), \
-            llvm_tuning.function_choice(function_body(task.args[1])) as choice:
-        assert choice[0] == "auto" and choice[1].index == config.index
+    choice = llvm_tuning.function_configs(function_body(task.args[1]),
+                                          ApplyHistoryBest(log)).choice
+    assert choice[0] == "auto" and choice[1].index == config.index
     x = rng.standard_normal(model_input_shape(model)).astype(np.float32)
     np.testing.assert_allclose(heterocc.compile(model, tuning_log=log).run([x])[0],
                                heterocc.compile(model).run([x])[0], rtol=1e-4, atol=1e-4)
@@ -344,8 +343,8 @@ def test_a_win_by_median_alone_does_not_apply_when_the_hand_was_faster_at_best(
                                      (1.0, 1.1, 1.2)))
             log.append(MeasureRecord(hand.workload_key, {"schedule": "hand"},
                                      hand.default_config().index, hand_costs))
-        with ApplyHistoryBest(path), llvm_tuning.function_choice(body) as choice:
-            assert choice[0] == expected
+        choice = llvm_tuning.function_configs(body, ApplyHistoryBest(path)).choice
+        assert choice[0] == expected
 
 
 def test_the_sketch_expresses_the_hand_depthwise_tile(rng):
@@ -396,10 +395,10 @@ def test_the_timings_paired_with_the_hand_schedule_decide(tmp_path, rng):
                 log.append(MeasureRecord(hand.workload_key, {"schedule": "hand"},
                                          hand.default_config().index, (1.5,),
                                          tuner="baseline"))
-        with ApplyHistoryBest(path), llvm_tuning.function_choice(body) as choice:
-            assert choice[0] == expected
-            if expected == "auto":
-                assert choice[1].index == finalist.index
+        choice = llvm_tuning.function_configs(body, ApplyHistoryBest(path)).choice
+        assert choice[0] == expected
+        if expected == "auto":
+            assert choice[1].index == finalist.index
 
 
 @pytest.mark.parametrize("cache", CACHE_MODES)

@@ -82,10 +82,10 @@ def test_records_name_their_cpu_and_apply_only_to_it(rng, tmp_path):
     (task,) = extract_tasks(str(path), target=ONE_CORE, search="auto")
     body = llvm_tuning.function_body(task.args[1])
     with ApplyHistoryBest(log) as applied:
-        with records_for(one_core), llvm_tuning.function_choice(body) as choice:
-            assert choice is not None  # the records are for this CPU
-        with records_for(host_cpu().spec()), llvm_tuning.function_choice(body) as choice:
-            assert choice is None  # another CPU: nothing applies
+        with records_for(one_core):  # the records are for this CPU
+            assert llvm_tuning.function_configs(body, applied).choice is not None
+        with records_for(host_cpu().spec()):  # another CPU: nothing applies
+            assert llvm_tuning.function_configs(body, applied).choice is None
             assert applied.workload_keys == []
     x = rng.standard_normal((16, 64)).astype(np.float32)
     for target in (ONE_CORE, "llvm"):

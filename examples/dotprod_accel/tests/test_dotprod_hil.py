@@ -12,9 +12,8 @@ from dotprod_accel.models import two_layer_mlp
 
 import heterocc
 from heterocc import cli
-from heterocc.sdk import MirroredDevice
-from heterocc.sdk_hil import model_hil
-from heterocc.targets import registry
+from heterocc.sdk import MirroredDevice, registry
+from heterocc.sdk.hil import model_hil
 
 RNG = np.random.default_rng(11)
 FIRST, SECOND = "dotprod_dense_bias", "dotprod_dense"

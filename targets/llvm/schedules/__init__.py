@@ -64,9 +64,6 @@ from .common import (
     tile_rows,
     vector_lanes,
 )
-from .common import (
-    _cpu as _cpu,
-)
 from .direct_conv import (
     CONV_TILE_CHANNELS,
     DEPTHWISE_TILE_CHANNELS,

@@ -11,12 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from heterocc import te
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError, te
 from heterocc.te.schedule_reads import reads_of
 
 from ..cpu import CPUDescription
-from .common import OPERAND_REGISTERS, _cpu, even_tiles, vector_lanes
+from .common import OPERAND_REGISTERS, even_tiles, vector_lanes
 from .direct_conv import _compute_tile_stages, _schedule_conv_data
 
 #: most output columns of one blocked-conv register tile: one accumulator vector each,
@@ -92,14 +91,14 @@ def _block_vectors(block_bytes: int, description: CPUDescription) -> int:
     return max(1, -(-block_bytes // description.vector_bytes))
 
 
-def dense_conv_channel_blocks(block_bytes: int, cpu: CPUDescription | None = None,
+def dense_conv_channel_blocks(block_bytes: int, cpu: CPUDescription,
                               blocks: int | None = None) -> int:
     """Output channel blocks of a default dense blocked-conv tile on ``cpu``: the fewest
     that give each broadcast input element :data:`BLOCKED_CONV_WEIGHT_VECTORS` weight
     vectors (two one-vector blocks with AVX-512; one block of 16 floats, two vectors,
     with AVX2; one of four with NEON) and divide ``blocks`` (the output's block count,
     when given), at most :data:`BLOCKED_CONV_MAX_CHANNEL_BLOCKS`; else one."""
-    vectors = _block_vectors(block_bytes, _cpu(cpu))
+    vectors = _block_vectors(block_bytes, cpu)
     for count in range(1, BLOCKED_CONV_MAX_CHANNEL_BLOCKS + 1):
         if count * vectors >= BLOCKED_CONV_WEIGHT_VECTORS and (
                 blocks is None or blocks % count == 0):
@@ -115,14 +114,14 @@ def _column_budget(block_bytes: int, description: CPUDescription) -> int:
 
 
 def dense_conv_column_limit(channel_blocks: int, block_bytes: int,
-                            cpu: CPUDescription | None = None) -> int:
+                            cpu: CPUDescription) -> int:
     """The most output columns of a dense blocked-conv tile of ``channel_blocks`` blocks
     of ``block_bytes`` on ``cpu``: a tile feeding each broadcast input element two or
     more weight vectors keeps its accumulators (one per column and weight vector) within
     :data:`BLOCKED_CONV_ACCUMULATOR_SHARE` of the registers, and takes at most
     :data:`BLOCKED_CONV_PAIRED_COLUMNS` columns; a one-vector tile takes as many as the
     registers hold, at most :data:`BLOCKED_CONV_MAX_COLUMNS`."""
-    description = _cpu(cpu)
+    description = cpu
     weights = channel_blocks * _block_vectors(block_bytes, description)
     if weights < BLOCKED_CONV_WEIGHT_VECTORS:
         return min(BLOCKED_CONV_MAX_COLUMNS, _column_budget(block_bytes, description))
@@ -130,7 +129,7 @@ def dense_conv_column_limit(channel_blocks: int, block_bytes: int,
     return max(1, min(BLOCKED_CONV_PAIRED_COLUMNS, accumulators // weights))
 
 
-def blocked_conv_limits(block_bytes: int, cpu: CPUDescription | None = None
+def blocked_conv_limits(block_bytes: int, cpu: CPUDescription
                         ) -> tuple[int, int, int]:
     """``(columns, dense columns, depthwise columns)``: the most output columns of a
     blocked-conv register tile of one channel block, of a dense tile of the channel
@@ -139,7 +138,7 @@ def blocked_conv_limits(block_bytes: int, cpu: CPUDescription | None = None
     ``cpu`` for a channel block of ``block_bytes``: the accumulators (one per column and
     vector of the block) fit the registers the operands leave, and never exceed the caps
     measured with 32 registers."""
-    description = _cpu(cpu)
+    description = cpu
     budget = _column_budget(block_bytes, description)
     pair = dense_conv_channel_blocks(block_bytes, description)
     return (min(BLOCKED_CONV_MAX_COLUMNS, budget),
@@ -148,7 +147,7 @@ def blocked_conv_limits(block_bytes: int, cpu: CPUDescription | None = None
 
 
 def pointwise_conv_tile(blocks: int, width: int, block_bytes: int,
-                        cpu: CPUDescription | None = None) -> tuple[int, int]:
+                        cpu: CPUDescription) -> tuple[int, int]:
     """``(columns, channel_blocks)`` of the register tile of a dense blocked convolution
     with no window (a 1x1 kernel: each input pixel feeds one output pixel, so a tile's
     columns share no input) whose output has ``blocks`` channel blocks of ``block_bytes``
@@ -169,7 +168,7 @@ def pointwise_conv_tile(blocks: int, width: int, block_bytes: int,
     on MobileNetV2's 1x1 convolutions with AVX-512 (3 blocks x 7 columns at 14x14, 5 x
     4 at 7x7, 4 x 5 at 14x14 with 4 blocks, 2 x 10 at 56x56); AVX2's tiles of 16-float
     blocks stay one two-vector block over 5 columns (4 in a row of 7)."""
-    description = _cpu(cpu)
+    description = cpu
     vectors = _block_vectors(block_bytes, description)
     accumulators = int(description.vector_registers * BLOCKED_CONV_ACCUMULATOR_SHARE)
     operands = description.vector_registers - accumulators
@@ -191,7 +190,7 @@ def pointwise_conv_tile(blocks: int, width: int, block_bytes: int,
 
 
 def default_blocked_conv_tiles(out_shape: Sequence[int], itemsize: int = 4,
-                               cpu: CPUDescription | None = None,
+                               *, cpu: CPUDescription,
                                windowed: bool = True) -> tuple[int, int]:
     """``(columns, channel_blocks)`` of a dense blocked convolution's tile without a
     tuning log, for its output shape ``(n, blocks, height, width, block)`` of
@@ -206,7 +205,7 @@ def default_blocked_conv_tiles(out_shape: Sequence[int], itemsize: int = 4,
         return pointwise_conv_tile(blocks, width, block_bytes, cpu)
     channel_blocks = dense_conv_channel_blocks(block_bytes, cpu, blocks)
     limit = dense_conv_column_limit(channel_blocks, block_bytes, cpu)
-    if channel_blocks * _block_vectors(block_bytes, _cpu(cpu)) < BLOCKED_CONV_WEIGHT_VECTORS:
+    if channel_blocks * _block_vectors(block_bytes, cpu) < BLOCKED_CONV_WEIGHT_VECTORS:
         return min(blocked_conv_columns(width, limit), width), 1
     # the fewest tiles covering the row, evened (56 in tiles of 5 rather than 4 columns:
     # a tail tile costs less than the extra tiles a divisor takes, measured with AVX2's
@@ -216,7 +215,7 @@ def default_blocked_conv_tiles(out_shape: Sequence[int], itemsize: int = 4,
 
 def dense_conv_reduction_blocks(out_shape: Sequence[int], reduction: Sequence[int],
                                 channel_blocks: int, itemsize: int = 4,
-                                cpu: CPUDescription | None = None) -> int:
+                                *, cpu: CPUDescription) -> int:
     """Input channel blocks per reduction chunk of a default dense blocked-conv schedule
     (0: no chunks), for its output shape ``(n, blocks, height, width, block)``, the
     extents of its reduction (input channel blocks, kernel rows, kernel columns,
@@ -236,7 +235,7 @@ def dense_conv_reduction_blocks(out_shape: Sequence[int], reduction: Sequence[in
     row to row: chunking MobileNetV2's 160->960 1x1 convolutions at 7x7, 30 KiB of
     weights per three-block tile beside 4 KiB of input rows, measured 10-20% slower
     than not, its rows no longer parallel.)"""
-    description = _cpu(cpu)
+    description = cpu
     input_blocks = reduction[0]
     block_weights = itemsize * out_shape[4] * channel_blocks * math.prod(reduction[1:])
     chunk = max(count for count in range(1, input_blocks + 1) if input_blocks % count == 0
@@ -278,7 +277,7 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
                           epilogue: te.Tensor | None = None,
                           chain: Sequence[te.Tensor] = (),
                           tiles: BlockedConvTiles = BlockedConvTiles(),
-                          cpu: CPUDescription | None = None) -> None:
+                          *, cpu: CPUDescription) -> None:
     """A register-tiled CPU schedule of a blocked convolution ``conv[n, ko, y, x, ki]``
     (NCHW[x]c output, ``ki`` the output channel block): each tile is one output row
     segment of ``tiles.columns`` pixels by one channel block, one accumulator vector per
@@ -298,7 +297,7 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     stage = schedule[conv]
     if len(stage.op.axis) == 5 and len(stage.op.reduce_axis) == 2:
         schedule_depthwise_conv2d_nchwc(schedule, conv, epilogue, chain, DepthwiseConvTiles(
-            columns=tiles.columns, channel_blocks=tiles.channel_blocks or 1), cpu)
+            columns=tiles.columns, channel_blocks=tiles.channel_blocks or 1), cpu=cpu)
         return
     if len(stage.op.axis) != 5 or len(stage.op.reduce_axis) != 4:
         raise CompileError(f"schedule_conv2d_nchwc: {conv.name!r} is not a blocked conv2d "
@@ -307,14 +306,14 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     # fused into the parallel loop, each pixel's (short) block vector paid for recovering
     # its row and column by division and for the padding test on both (the 3-channel
     # stems' padded copies took 1.5-2x as long)
-    _schedule_conv_data(schedule, reads_of(stage.body)[0], serial_axes=1)
+    _schedule_conv_data(schedule, reads_of(stage.body)[0], cpu, serial_axes=1)
     if epilogue is None:
         local, outer = schedule.cache_write(conv, "local"), conv
     else:
         local, outer = conv, epilogue
     n, ko, y, x, ki = schedule[outer].op.axis
     default_columns, default_blocks = default_blocked_conv_tiles(
-        conv.shape, np.dtype(conv.dtype).itemsize, cpu,
+        conv.shape, np.dtype(conv.dtype).itemsize, cpu=cpu,
         windowed=math.prod(axis.extent for axis in stage.op.reduce_axis[1:3]) > 1)
     columns = tiles.columns or default_columns
     channel_blocks = tiles.channel_blocks or default_blocks
@@ -330,7 +329,7 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     if chunk is None:
         chunk = dense_conv_reduction_blocks(
             conv.shape, [axis.extent for axis in stage.op.reduce_axis], channel_blocks,
-            np.dtype(conv.dtype).itemsize, cpu)
+            np.dtype(conv.dtype).itemsize, cpu=cpu)
     elif chunk and stage.op.reduce_axis[0].extent % chunk:
         raise CompileError(f"schedule_conv2d_nchwc: reduction chunks of {chunk} input "
                            f"channel blocks do not divide {stage.op.reduce_axis[0].extent}")
@@ -411,7 +410,7 @@ class DepthwiseConvTiles:
 
 
 def depthwise_conv_tile(width: int, kernel: Sequence[int], stride: int, block_bytes: int,
-                        cpu: CPUDescription | None = None) -> tuple[int, bool]:
+                        cpu: CPUDescription) -> tuple[int, bool]:
     """``(columns, unroll_window)`` of a depthwise register tile of a ``width``-column
     row on ``cpu``, for a ``kernel`` (rows, columns) at column ``stride`` and a channel
     block of ``block_bytes``.
@@ -425,7 +424,7 @@ def depthwise_conv_tile(width: int, kernel: Sequence[int], stride: int, block_by
     :data:`DEPTHWISE_MIN_COLUMNS` columns, the window is unrolled; otherwise it is looped
     over and the accumulators take the registers (:func:`blocked_conv_limits`). Within
     the budget, the widest divisor of the row (:func:`blocked_conv_columns`)."""
-    description = _cpu(cpu)
+    description = cpu
     vectors = max(1, -(-block_bytes // description.vector_bytes))
     free = description.vector_registers - OPERAND_REGISTERS
     shared = (free - int(np.prod(kernel)) * vectors) // vectors
@@ -438,7 +437,7 @@ def depthwise_conv_tile(width: int, kernel: Sequence[int], stride: int, block_by
     return min(blocked_conv_columns(width, looped), width), False
 
 
-def default_depthwise_conv_tiles(conv: te.Tensor, cpu: CPUDescription | None = None
+def default_depthwise_conv_tiles(conv: te.Tensor, cpu: CPUDescription
                                  ) -> DepthwiseConvTiles:
     """The tiles of the blocked depthwise convolution ``conv`` (a ``ConvNCHWc`` compute,
     output ``(n, blocks, height, width, block)``) without a tuning log, on ``cpu``:
@@ -460,7 +459,7 @@ def schedule_depthwise_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
                                     epilogue: te.Tensor | None = None,
                                     chain: Sequence[te.Tensor] = (),
                                     tiles: DepthwiseConvTiles = DepthwiseConvTiles(),
-                                    cpu: CPUDescription | None = None) -> None:
+                                    *, cpu: CPUDescription) -> None:
     """A register-tiled CPU schedule of a blocked depthwise convolution
     ``conv[n, c, y, x, b]`` (``ConvNCHWc`` with ``group`` = channels: reduced over kernel
     rows and columns only, each channel reading its own input channel).
@@ -488,7 +487,7 @@ def schedule_depthwise_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     columns = min(tiles.columns or default.columns, conv.shape[3])
     unroll = default.unroll_window if tiles.unroll_window is None else tiles.unroll_window
     parallel = default.parallel if tiles.parallel is None else tiles.parallel
-    _schedule_conv_data(schedule, reads_of(stage.body)[0])
+    _schedule_conv_data(schedule, reads_of(stage.body)[0], cpu)
     if epilogue is None:
         local, outer = schedule.cache_write(conv, "local"), conv
     else:

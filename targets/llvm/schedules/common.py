@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from heterocc import te
+from heterocc.sdk import te
 
-from ..cpu import CPUDescription, active_cpu
+from ..cpu import CPUDescription
 
 #: the tuned panel width of a 2-D product ``(m, n, k, dtype)``, or None for the default
 PanelChoice = Callable[[int, int, int, str], "int | None"]
@@ -32,14 +32,9 @@ TASKS_PER_CORE = 4
 OPERAND_REGISTERS = 4
 
 
-def _cpu(cpu: CPUDescription | None) -> CPUDescription:
-    """The description to tile for: ``cpu``, else the one being compiled for."""
-    return cpu or active_cpu()
-
-
-def vector_lanes(dtype: str, cpu: CPUDescription | None = None) -> int:
-    """Lanes of one vector register of ``dtype`` on ``cpu`` (default: the active CPU)."""
-    return _cpu(cpu).vector_lanes(dtype)
+def vector_lanes(dtype: str, cpu: CPUDescription) -> int:
+    """Lanes of one vector register of ``dtype`` on ``cpu``."""
+    return cpu.vector_lanes(dtype)
 
 
 def _broadcast_registers(description: CPUDescription) -> int:
@@ -51,9 +46,9 @@ def _broadcast_registers(description: CPUDescription) -> int:
     return 3 if description.arch == "aarch64" else 1
 
 
-def tile_rows(cpu: CPUDescription | None = None, rows: int | None = None,
+def tile_rows(cpu: CPUDescription, rows: int | None = None,
               panel_vectors: int = PANEL_VECTORS) -> int:
-    """Rows of C per matmul register tile on ``cpu`` (default: the active CPU): the most
+    """Rows of C per matmul register tile on ``cpu``: the most
     rows whose accumulators (``panel_vectors`` vector registers per row: a panel of B)
     fit in the vector registers beside one reduction step's operands (the panel's
     vectors of B and A's broadcast elements, :func:`_broadcast_registers`): 14 rows of
@@ -63,7 +58,7 @@ def tile_rows(cpu: CPUDescription | None = None, rows: int | None = None,
     Given ``rows``, the rows of C: the fewest tiles of at most that many that cover
     them, each as narrow as that count allows (:func:`even_tiles`: 64 rows in 5 tiles
     of 13, not 4 of 14 and a tail of 8; 1024 in 14s, a tail of 2)."""
-    description = _cpu(cpu)
+    description = cpu
     free = (description.vector_registers - panel_vectors
             - _broadcast_registers(description))
     limit = max(1, free // panel_vectors)
@@ -79,7 +74,7 @@ def even_tiles(extent: int, limit: int) -> int:
 
 
 def schedule_injective(schedule: te.Schedule, tensor: te.Tensor,
-                       cpu: CPUDescription | None = None) -> None:
+                       cpu: CPUDescription) -> None:
     """Fuse all axes of ``tensor``'s stage, vectorize by register width, and run chunks
     in parallel when there are enough elements."""
     stage = schedule[tensor]
@@ -95,7 +90,7 @@ def schedule_injective(schedule: te.Schedule, tensor: te.Tensor,
 
 
 def schedule_rows(schedule: te.Schedule, tensor: te.Tensor,
-                  cpu: CPUDescription | None = None, serial_axes: int = 0) -> None:
+                  cpu: CPUDescription, serial_axes: int = 0) -> None:
     """Run ``tensor``'s stage row by row: every axis but the last fused (in parallel when
     there are enough elements), the last cut into vectors. For a stage whose flat index
     would need vector division to recover its coordinates (a phase-split copy).

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from heterocc import te
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError, te
 from heterocc.te.schedule_reads import reads_of
 
 from ..cpu import CPUDescription
-from .common import _cpu, schedule_rows, vector_lanes
+from .common import schedule_rows, vector_lanes
 
 #: output channels of one conv2d register tile with 32 vector registers (one accumulator
 #: vector each; half as many with 16 registers, :func:`conv_tile_channels`).
@@ -22,20 +21,21 @@ DEPTHWISE_TILE_CHANNELS = 4
 
 
 def conv_tile_columns(width: int, dtype: str = "float32",
-                      cpu: CPUDescription | None = None) -> int:
+                      *, cpu: CPUDescription) -> int:
     """Output columns per conv2d register tile: one vector, or the whole row when it
     is narrower. (Splitting a wide row by a non-power-of-two divisor to avoid the tail
     measured slower: LLVM splits such vectors into uneven parts.)"""
     return min(width, vector_lanes(dtype, cpu))
 
 
-def conv_tile_channels(cpu: CPUDescription | None = None) -> int:
+def conv_tile_channels(cpu: CPUDescription) -> int:
     """Output channels (one accumulator vector each) of a conv2d register tile:
     :data:`CONV_TILE_CHANNELS` with 32 vector registers, in proportion with fewer."""
-    return max(1, CONV_TILE_CHANNELS * _cpu(cpu).vector_registers // 32)
+    return max(1, CONV_TILE_CHANNELS * cpu.vector_registers // 32)
 
 
-def _schedule_conv_data(schedule: te.Schedule, data: te.Tensor, serial_axes: int = 0) -> None:
+def _schedule_conv_data(schedule: te.Schedule, data: te.Tensor, cpu: CPUDescription,
+                        serial_axes: int = 0) -> None:
     """Materialized copies (``keep``) of a convolution's input are computed ahead row by
     row (``serial_axes`` as in :func:`schedule_rows`), and the stages they read likewise;
     any other stage is inlined."""
@@ -44,9 +44,9 @@ def _schedule_conv_data(schedule: te.Schedule, data: te.Tensor, serial_axes: int
     if not data.op.attrs.get("keep"):
         schedule[data].compute_inline()
         return
-    schedule_rows(schedule, data, serial_axes=serial_axes)
+    schedule_rows(schedule, data, cpu, serial_axes=serial_axes)
     for source in reads_of(schedule[data].body):
-        _schedule_conv_data(schedule, source)
+        _schedule_conv_data(schedule, source, cpu)
 
 
 def _compute_tile_stages(schedule: te.Schedule, tile_stages: list[te.Tensor],
@@ -64,7 +64,7 @@ def _compute_tile_stages(schedule: te.Schedule, tile_stages: list[te.Tensor],
 def schedule_conv2d_nchw(schedule: te.Schedule, conv: te.Tensor,
                          epilogue: te.Tensor | None = None,
                          chain: Sequence[te.Tensor] = (),
-                         cpu: CPUDescription | None = None) -> None:
+                         *, cpu: CPUDescription) -> None:
     """A register-tiled CPU schedule of a direct NCHW convolution: ``conv[n, k, y, x]``
     a sum over reduction axes (channel, kernel row, kernel column) of a data tensor
     (read first: the input, an inlined padding stage, or a materialized copy, which is
@@ -87,7 +87,7 @@ def schedule_conv2d_nchw(schedule: te.Schedule, conv: te.Tensor,
     if len(stage.op.axis) != 4 or len(stage.op.reduce_axis) != 3:
         raise CompileError(f"schedule_conv2d_nchw: {conv.name!r} is not an NCHW conv2d "
                            "(4 output axes, 3 reduction axes)")
-    _schedule_conv_data(schedule, reads_of(stage.body)[0])
+    _schedule_conv_data(schedule, reads_of(stage.body)[0], cpu)
     if epilogue is None:
         local, outer = schedule.cache_write(conv, "local"), conv
     else:
@@ -97,7 +97,7 @@ def schedule_conv2d_nchw(schedule: te.Schedule, conv: te.Tensor,
     k_outer, k_inner = schedule[outer].split(
         k, factor=DEPTHWISE_TILE_CHANNELS if depthwise else conv_tile_channels(cpu))
     x_outer, x_inner = schedule[outer].split(
-        x, factor=conv_tile_columns(conv.shape[3], conv.dtype, cpu))
+        x, factor=conv_tile_columns(conv.shape[3], conv.dtype, cpu=cpu))
     schedule[outer].reorder(n, k_outer, y, x_outer, k_inner, x_inner)
     schedule[outer].parallel(schedule[outer].fuse(n, k_outer, y))
     schedule[outer].unroll(k_inner)

@@ -32,26 +32,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from heterocc import te
-from heterocc.errors import CompileError
-from heterocc.ops.nn import conv_geometry
+from heterocc.sdk import CompileError, te
+from heterocc.sdk.graph import conv_geometry
 from heterocc.te.intrin import BufferRegion, TensorIntrin
 from heterocc.tir import expr as tx
 from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
 from ..int8_dot import DOT4_CALL
-from .common import _cpu
 
 #: input channels one dot-product lane adds (the instruction's group of bytes)
 GROUP = 4
 
 
-def data_dtype(cpu: CPUDescription | None = None) -> str:
+def data_dtype(cpu: CPUDescription) -> str:
     """The byte type the dot product reads data as on ``cpu``: int8 where it has a
     signed x signed instruction (AArch64 ``sdot``), else uint8 (x86 ``vpdpbusd``, and the
     widened paths, which take either)."""
-    description = _cpu(cpu)
+    description = cpu
     return "int8" if description.arch == "aarch64" and "dotprod" in description.features \
         else "uint8"
 
@@ -87,11 +85,11 @@ class Int8ConvTiles:
     channels: int
 
 
-def int8_conv_tiles(filters: int, cpu: CPUDescription | None = None) -> Int8ConvTiles:
+def int8_conv_tiles(filters: int, cpu: CPUDescription) -> Int8ConvTiles:
     """Tiles from the CPU description: one int32 vector of pixels; as many output
     channels as half the vector registers hold (the other half for the data vector, the
     broadcast weights and the widened paths' temporaries), dividing ``filters``."""
-    description = _cpu(cpu)
+    description = cpu
     lanes = description.vector_lanes("int32")
     channels = max(description.vector_registers // 2, 1)
     while filters % channels:
@@ -206,7 +204,7 @@ def pack_int8_weight_array(w: np.ndarray) -> np.ndarray:
 
 
 def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
-              cpu: CPUDescription | None = None, name: str = "conv_integer",
+              cpu: CPUDescription, name: str = "conv_integer",
               packed_weight: te.Tensor | None = None) -> te.Tensor:
     """int32 ``sum((x - x_zero) * w)`` of a dense NCHW convolution (group 1) of int8 or
     uint8 ``x`` and int8 ``w``, on the dot product: the sums of packed bytes (an anchor
@@ -285,7 +283,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
 
 
 def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
-                       cpu: CPUDescription | None = None) -> None:
+                       cpu: CPUDescription) -> None:
     """The sums of :func:`int8_conv`: rows of output pixels split into vectors, a tile of
     output channels accumulating in registers over the taps and channel groups, the
     innermost pixels and four channels one dot-product instruction; batch, channel tiles
@@ -333,7 +331,7 @@ def int8_conv_inputs(sums: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
 
 def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
                               epilogue: te.Tensor | None = None,
-                              cpu: CPUDescription | None = None) -> None:
+                              *, cpu: CPUDescription) -> None:
     """The cropped, zero-point-corrected sums of :func:`int8_conv`, finished by the
     function's elementwise ``epilogue`` when it has one (bias, ``Requantize``): output
     rows in parallel, each a vector loop over its pixels, which read the sums in a
@@ -344,7 +342,7 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
         outer = epilogue
     stage = schedule[outer]
     n, k, y, x = stage.op.axis
-    lanes = _cpu(cpu).vector_lanes("int32")
+    lanes = cpu.vector_lanes("int32")
     if int(x.extent) > lanes:
         _, x = stage.split(x, lanes)
     stage.vectorize(x)

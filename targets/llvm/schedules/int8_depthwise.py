@@ -16,12 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from heterocc import te
-from heterocc.errors import CompileError
-from heterocc.ops.nn import conv_geometry
+from heterocc.sdk import CompileError, te
+from heterocc.sdk.graph import conv_geometry
 
 from ..cpu import CPUDescription
-from .common import _cpu
 from .int8_conv import pack_in_parallel, pack_int8_data, pack_int8_flat, register_tiles
 
 #: the type the centered data is stored as: (x - zero point) of 8-bit x fits 9 bits
@@ -36,11 +34,11 @@ class Int8DepthwiseTiles:
     channels: int
 
 
-def int8_depthwise_tiles(channels: int, cpu: CPUDescription | None = None
+def int8_depthwise_tiles(channels: int, cpu: CPUDescription
                          ) -> Int8DepthwiseTiles:
     """One int32 vector of pixels; a quarter of the vector registers as channels (an
     accumulator each, beside the data vectors of the taps), dividing ``channels``."""
-    description = _cpu(cpu)
+    description = cpu
     tile = max(description.vector_registers // 4, 1)
     while channels % tile:
         tile -= 1
@@ -48,7 +46,7 @@ def int8_depthwise_tiles(channels: int, cpu: CPUDescription | None = None
 
 
 def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
-                        cpu: CPUDescription | None = None,
+                        cpu: CPUDescription,
                         name: str = "conv_integer") -> te.Tensor:
     """int32 ``sum((x - x_zero) * w)`` of a depthwise NCHW convolution (group = C = O,
     weights ``[C, 1, KH, KW]`` int8) of 8-bit ``x``: the sums (an anchor carrying
@@ -101,7 +99,7 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
 
 
 def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
-                            cpu: CPUDescription | None = None) -> None:
+                            cpu: CPUDescription) -> None:
     """The sums of :func:`int8_depthwise_conv`: a tile of channels by one vector of
     pixels accumulating in registers over the taps; batch, channel tiles and rows in
     parallel; the packing of the data at root, in parallel."""

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from heterocc import te
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError, te
 
 from ..cpu import CPUDescription
 from .int8_conv import int8_conv
@@ -36,7 +35,7 @@ def int8_conv_operands(tensor: te.Tensor) -> dict | None:
     return {**described, "depthwise": depthwise}
 
 
-def use_int8_conv(tensor: te.Tensor, cpu: CPUDescription | None = None,
+def use_int8_conv(tensor: te.Tensor, cpu: CPUDescription,
                   packed_weight: te.Tensor | None = None) -> None:
     """Make ``tensor`` (a ``ConvInteger`` compute :func:`int8_conv_operands` accepts)
     compute its sums by :func:`.int8_conv.int8_conv` (``packed_weight``: its weight
@@ -58,7 +57,7 @@ def use_int8_conv(tensor: te.Tensor, cpu: CPUDescription | None = None,
     tensor.op = new.op
 
 
-def use_int8_convs(outputs, cpu: CPUDescription | None = None) -> None:
+def use_int8_convs(outputs, cpu: CPUDescription) -> None:
     """:func:`use_int8_conv` on every ``ConvInteger`` compute that computing ``outputs``
     reads and the CPU's integer kernels compute."""
     for tensor in reachable_computes(outputs):

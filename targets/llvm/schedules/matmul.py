@@ -12,9 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from heterocc import te
-from heterocc.compute.nn import matmul as plain_matmul
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError, te
+from heterocc.sdk.graph import matmul as plain_matmul
 from heterocc.te.schedule_reads import reads_of
 from heterocc.te.tensor import Reduce, TensorLoad
 from heterocc.tir import expr as tx
@@ -24,7 +23,6 @@ from .common import (
     PANEL_VECTORS,
     TASKS_PER_CORE,
     PanelChoice,
-    _cpu,
     even_tiles,
     schedule_reduction,
     tile_rows,
@@ -32,12 +30,12 @@ from .common import (
 )
 
 
-def panel_width(dtype: str, cpu: CPUDescription | None = None) -> int:
+def panel_width(dtype: str, cpu: CPUDescription) -> int:
     """Columns of one packed panel of B: two vector registers of ``dtype`` on ``cpu``."""
     return 2 * vector_lanes(dtype, cpu)
 
 
-def default_panel(n: int, dtype: str, cpu: CPUDescription | None = None) -> int:
+def default_panel(n: int, dtype: str, cpu: CPUDescription) -> int:
     """The panel width of a product with ``n`` columns on ``cpu``: :func:`panel_width`,
     or fewer whole vectors when ``n`` is narrower (a panel past the last column only adds
     zero-padding to multiply)."""
@@ -46,7 +44,7 @@ def default_panel(n: int, dtype: str, cpu: CPUDescription | None = None) -> int:
 
 
 def matmul_tile_rows(m: int, panel: int, dtype: str,
-                     cpu: CPUDescription | None = None) -> int:
+                     cpu: CPUDescription) -> int:
     """Rows per register tile of :func:`schedule_matmul` for a product of ``m`` rows
     read through panels of ``panel`` columns: :func:`tile_rows` for ``m`` rows and the
     panel's vectors. A panel narrower than :data:`PANEL_VECTORS` vectors (a product
@@ -66,13 +64,13 @@ MATMUL_UNROLLED_MULADDS = 96
 
 
 def reduction_unroll_limit(rows: int, panel: int, dtype: str,
-                           cpu: CPUDescription | None = None) -> int:
+                           cpu: CPUDescription) -> int:
     """Steps of the reduction that one iteration of a register tile's loop should do,
     for a tile of ``rows`` rows by a panel of ``panel`` columns on ``cpu``: on x86 the
     fewest that reach :data:`MATMUL_UNROLLED_MULADDS`; elsewhere one (on AArch64 LLVM
     loads the next steps' elements of A ahead into registers, and the unrolled 13-row
     NEON tile spilled its accumulators)."""
-    description = _cpu(cpu)
+    description = cpu
     if not description.is_x86:
         return 1
     muladds = rows * -(-panel // vector_lanes(dtype, description))
@@ -99,7 +97,7 @@ def unroll_reduction(stage: te.Stage, k, extent: int, limit: int) -> list:
 
 
 def panel_group(m: int, depth: int, panels: int, panel: int, itemsize: int,
-                batch: int = 1, cpu: CPUDescription | None = None) -> int:
+                batch: int = 1, *, cpu: CPUDescription) -> int:
     """Column panels per group of :func:`schedule_matmul` (each row tile of A then meets
     a group's panels one after the other, so its rows are read from memory once per
     group, not once per panel) for a product of ``m`` rows, a reduction of ``depth``,
@@ -114,7 +112,7 @@ def panel_group(m: int, depth: int, panels: int, panel: int, itemsize: int,
     L2: 4 panels of 32 columns per group, 8 groups (A's 4 MiB read 8 times instead of
     32: +10% on one core, +6% on two, measured; groups of 8 were no faster, and a
     core slowed by another process had fewer groups to leave to the other)."""
-    description = _cpu(cpu)
+    description = cpu
     panel_bytes = depth * panel * itemsize
     if m * depth * itemsize + panel_bytes <= description.l2:
         return 1
@@ -148,7 +146,7 @@ def _matmul_loads(product: te.Tensor) -> tuple[TensorLoad, TensorLoad] | None:
 
 
 def pack_matmul(product: te.Tensor, panel: int | None = None,
-                cpu: CPUDescription | None = None,
+                *, cpu: CPUDescription,
                 panel_of: PanelChoice | None = None) -> bool:
     """Make the CPU's layout of a plain product (``heterocc.compute.nn.matmul``: a sum
     of ``A[..., i, k] * B[..., k, j]``): rewrite ``product`` in place (before any
@@ -226,7 +224,7 @@ def pack_matmul_rows(product: te.Tensor, rows: int, block: int) -> te.Tensor:
 
 
 def schedule_packed_rows(schedule: te.Schedule, blocks: te.Tensor,
-                         cpu: CPUDescription | None = None) -> None:
+                         cpu: CPUDescription) -> None:
     """The copy of :func:`pack_matmul_rows` at root: its row tiles in parallel, each
     block's rows copied a vector at a time (where the block is whole vectors)."""
     stage = schedule[blocks]
@@ -292,7 +290,7 @@ def reachable_computes(outputs: Sequence[te.Tensor]) -> list[te.Tensor]:
 
 
 def pack_matmuls(outputs: Sequence[te.Tensor], panel_of: PanelChoice | None = None,
-                 cpu: CPUDescription | None = None) -> None:
+                 *, cpu: CPUDescription) -> None:
     """:func:`pack_matmul` on every product that computing ``outputs`` reads: the CPU's
     rewrite of a function's plain computes before it is scheduled (``panel_of``: the
     tuned panel width of a shape, see :func:`pack_matmul`)."""
@@ -301,7 +299,7 @@ def pack_matmuls(outputs: Sequence[te.Tensor], panel_of: PanelChoice | None = No
 
 
 def matmul(A: te.Tensor, B: te.Tensor, name: str = "C", panel: int | None = None,
-           cpu: CPUDescription | None = None,
+           *, cpu: CPUDescription,
            panel_of: PanelChoice | None = None) -> te.Tensor:
     """``A @ B`` for 2-D ``A`` (m, k) and ``B`` (k, n) of one dtype in the CPU's layout:
     the plain product (``heterocc.compute.nn.matmul``) packed by :func:`pack_matmul`
@@ -310,12 +308,12 @@ def matmul(A: te.Tensor, B: te.Tensor, name: str = "C", panel: int | None = None
         raise CompileError(f"matmul {name!r}: needs A (m, k) and B (k, n) of one dtype, got "
                            f"{A.dtype}{list(A.shape)} and {B.dtype}{list(B.shape)}")
     C = plain_matmul(A, B, name)
-    pack_matmul(C, panel, cpu, panel_of)
+    pack_matmul(C, panel, cpu=cpu, panel_of=panel_of)
     return C
 
 
 def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
-                    cpu: CPUDescription | None = None,
+                    cpu: CPUDescription,
                     epilogue: te.Tensor | None = None) -> None:
     """The register-tiled CPU schedule of a product packed by :func:`pack_matmul`: tiles
     of :func:`matmul_tile_rows` rows (of ``cpu``) by one panel accumulate in registers,
@@ -324,7 +322,7 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
     pack (a 1-D operand) gets the reduction schedule.
 
     ``epilogue``, when given, is the function's elementwise tail of the product (see
-    ``heterocc.te_target.elementwise_epilogue``: bias, GELU, residual add, with the stages
+    ``heterocc.sdk.te_target.elementwise_epilogue``: bias, GELU, residual add, with the stages
     between inlined into it): the tiles are then laid out on it, and each tile's sums are
     finished by it straight from registers instead of in a second pass over memory. (The
     inlined stages vary along the vector lanes, the product's columns, so they need not
@@ -354,7 +352,7 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
     rows = matmul_tile_rows(m, width, packed.dtype, cpu)
     row_tile, panel_index, row, col = schedule[outer].tile(i, j, rows, width)
     group = panel_group(m, depth, -(-n // width), width, np.dtype(packed.dtype).itemsize,
-                        math.prod(C.shape[:-2]), cpu)
+                        math.prod(C.shape[:-2]), cpu=cpu)
     # Column panels (or groups of them) outermost: each thread keeps its panels of B in
     # its own cache while the rows of A stream past (a row tile meeting a group's panels
     # in turn). The batch axes run inside them, in the same parallel loop: a short last
@@ -389,7 +387,7 @@ def schedule_matmul(schedule: te.Schedule, C: te.Tensor,
 
 
 def ragged_panel_tail(n: int, width: int, dtype: str,
-                      cpu: CPUDescription | None = None) -> bool:
+                      cpu: CPUDescription) -> bool:
     """Whether the last panel of a product of ``n`` columns in panels of ``width``, cut
     short by the guard, is wider than a vector register but no whole number of them
     (20 of 32 lanes on AVX-512). One vector of that width made LLVM scalarize the tile
@@ -402,7 +400,7 @@ def ragged_panel_tail(n: int, width: int, dtype: str,
 
 
 def vectorize_panel_columns(stage, columns, ragged: bool, dtype: str,
-                            cpu: CPUDescription | None = None) -> None:
+                            cpu: CPUDescription) -> None:
     """Vectorize a register tile's loop over a panel's columns: as one vector, or
     (``ragged``, see :func:`ragged_panel_tail`) one register-wide vector at a time,
     the vectors unrolled by LLVM."""
@@ -413,9 +411,9 @@ def vectorize_panel_columns(stage, columns, ragged: bool, dtype: str,
 
 
 def matmul_function(m: int, n: int, k: int, dtype: str = "float32", name: str = "matmul",
-                    cpu: CPUDescription | None = None):
+                    *, cpu: CPUDescription):
     """Placeholders, product and schedule of an (m, k) x (k, n) matmul for ``cpu``
-    (default: the active CPU), lowered: returns the PrimFunc taking (A, B, C)."""
+    lowered: returns the PrimFunc taking (A, B, C)."""
     A = te.placeholder((m, k), dtype, "A")
     B = te.placeholder((k, n), dtype, "B")
     C = matmul(A, B, cpu=cpu)

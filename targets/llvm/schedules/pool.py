@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from heterocc import te
-from heterocc.errors import CompileError
+from heterocc.sdk import CompileError, te
 
 from ..cpu import CPUDescription
 from .common import PARALLEL_MIN_ELEMENTS
 
 
 def schedule_pool_nchwc(schedule: te.Schedule, pool: te.Tensor,
-                        cpu: CPUDescription | None = None) -> None:
+                        cpu: CPUDescription) -> None:
     """Pooling of an NCHW[x]c tensor (``pool[n, c, y, x, b]`` reduced over a window of
     rows and columns): rows of output pixels in parallel, each pixel one vector over the
     channel block, reduced over its window with one vector max/add per tap."""
@@ -32,7 +31,7 @@ def schedule_pool_nchwc(schedule: te.Schedule, pool: te.Tensor,
 
 
 def schedule_pool_nchw(schedule: te.Schedule, pool: te.Tensor, padded: te.Tensor | None,
-                       cpu: CPUDescription | None = None) -> None:
+                       cpu: CPUDescription) -> None:
     """Pooling of an NCHW tensor (``pool[n, c, y, x]`` reduced over a window of rows and
     columns): the padded input (``padded``, when the pool reads a padding stage) copied
     ahead, so the window reads need no guards; rows of output pixels in parallel, each

@@ -4,9 +4,10 @@ model as this target compiles it, and the measurement of a candidate.
 The templates cover matmul, dense (``X @ W.T``), batch matmul, the blocked NCHW[x]c
 convolution the target compiles (dense and depthwise), and the plain NCHW conv2d and
 depthwise conv2d. :class:`~heterocc.targets.llvm.target.LLVMTarget` offers them through
-its ``tuning()`` hook (:func:`llvm_tuning`); the schedules ask this module for the
-applied tuning log's best config (:func:`schedule_matmul_tuned`,
-:func:`blocked_conv_tiles`, :func:`matmul_panel`).
+its ``tuning()`` hook (:func:`llvm_tuning`); the target reads the applied tuning log
+once per function and hands the schedules its configs (:class:`ScheduleConfigs`);
+:func:`schedule_matmul_tuned`, :func:`blocked_conv_tiles` and :func:`matmul_panel` apply a
+given log to one compute.
 
 One module per concept: :mod:`.matmul` (the matmul, batch matmul and dense templates),
 :mod:`.conv` (NCHW conv2d and depthwise conv2d), :mod:`.blocked_conv` (the NCHW[x]c
@@ -19,9 +20,6 @@ candidate, the target's tuning hook).
 
 from __future__ import annotations
 
-from .apply import (
-    _FUNCTION_CHOICE as _FUNCTION_CHOICE,
-)
 from .apply import (
     ScheduleConfigs,
     apply_conv_auto,
@@ -59,7 +57,6 @@ from .functions import (
     FUNCTION_TEMPLATE,
     REDUCTION_ANCHORS,
     function_body,
-    function_choice,
     function_configs,
     function_keys,
     function_spec,
@@ -129,7 +126,6 @@ __all__ = [
     "conv2d_nchw_reference",
     "extract_tasks",
     "function_body",
-    "function_choice",
     "function_configs",
     "function_keys",
     "function_spec",

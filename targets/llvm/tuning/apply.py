@@ -1,16 +1,13 @@
 """A tuning log's configs for the schedules of one function (:class:`ScheduleConfigs`), and
-the ambient helpers for code outside a compile."""
+helpers that apply a given log to one compute, for code outside a compile (tests,
+benchmarks): every one takes the log; none reads an ambient one."""
 
 from __future__ import annotations
 
-import contextvars
 from dataclasses import dataclass
 
-from heterocc import te
-from heterocc.tuning.apply import ApplyHistoryBest, current
-from heterocc.tuning.auto import Sketch, auto_name
-from heterocc.tuning.space import Config
-from heterocc.tuning.task import workload_key
+from heterocc.sdk import te
+from heterocc.sdk.tuning import ApplyHistoryBest, Config, Sketch, auto_name, workload_key
 
 from ..cpu import CPUDescription
 from ..schedules import (
@@ -140,40 +137,28 @@ def _matmul_keys(args: tuple) -> list[str]:
     return [workload_key("matmul", args), workload_key(auto_name("matmul"), args)]
 
 
-#: the function choice of the helpers below (:func:`function_choice`): ``None`` (no
-#: records of it: the workload records apply), ``("hand", None)`` or
-#: ``("auto", config)``
-_FUNCTION_CHOICE: contextvars.ContextVar[tuple | None] = contextvars.ContextVar(
-    "heterocc_llvm_function_choice", default=None)
+def matmul_panel(log: ApplyHistoryBest | None, m: int, n: int, k: int, dtype: str
+                 ) -> int | None:
+    """:meth:`ScheduleConfigs.matmul_panel` of tuning ``log`` (None: no log, no panel)."""
+    return ScheduleConfigs(log).matmul_panel(m, n, k, dtype)
 
 
-def _ambient() -> ScheduleConfigs:
-    """The configs of the log applied here and the function choice entered here
-    (:func:`function_choice`): for the helpers below, which code outside a target's
-    compile (tests, benchmarks, the tuning templates) calls."""
-    return ScheduleConfigs(current(), _FUNCTION_CHOICE.get())
+def schedule_matmul_tuned(log: ApplyHistoryBest | None, schedule: te.Schedule, C: te.Tensor,
+                          cpu: CPUDescription | None = None) -> bool:
+    """Schedule a product made by ``schedules.matmul`` with the best config of tuning
+    ``log`` (:meth:`ScheduleConfigs.matmul`); False, touching nothing, when there is
+    none."""
+    return apply_matmul_config(schedule, C, ScheduleConfigs(log).matmul(C), cpu)
 
 
-def matmul_panel(m: int, n: int, k: int, dtype: str) -> int | None:
-    """:meth:`ScheduleConfigs.matmul_panel` of the log applied here."""
-    return _ambient().matmul_panel(m, n, k, dtype)
+def blocked_conv_tiles(log: ApplyHistoryBest | None, conv: te.Tensor
+                       ) -> BlockedConvTiles | DepthwiseConvTiles | None:
+    """:meth:`ScheduleConfigs.blocked_conv_tiles` of tuning ``log``."""
+    return ScheduleConfigs(log).blocked_conv_tiles(conv)
 
 
-def schedule_matmul_tuned(schedule: te.Schedule, C: te.Tensor) -> bool:
-    """Schedule a product made by ``schedules.matmul`` with the best config of the log
-    applied here (:meth:`ScheduleConfigs.matmul`); False, touching nothing, when there
-    is none."""
-    return apply_matmul_config(schedule, C, _ambient().matmul(C))
-
-
-def blocked_conv_tiles(conv: te.Tensor) -> BlockedConvTiles | DepthwiseConvTiles | None:
-    """:meth:`ScheduleConfigs.blocked_conv_tiles` of the log applied here."""
-    return _ambient().blocked_conv_tiles(conv)
-
-
-def schedule_conv_auto(schedule: te.Schedule, conv: te.Tensor,
-                       epilogue: te.Tensor | None = None) -> bool:
-    """:func:`apply_conv_auto` with the auto record of the log applied here."""
-    return apply_conv_auto(schedule, conv, _ambient().conv_auto(conv), epilogue)
-
-
+def schedule_conv_auto(log: ApplyHistoryBest | None, schedule: te.Schedule, conv: te.Tensor,
+                       epilogue: te.Tensor | None = None,
+                       cpu: CPUDescription | None = None) -> bool:
+    """:func:`apply_conv_auto` with the auto record of tuning ``log``."""
+    return apply_conv_auto(schedule, conv, ScheduleConfigs(log).conv_auto(conv), epilogue, cpu)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import functools
 
-from heterocc import te
-from heterocc.compute.nn import matmul as plain_matmul
-from heterocc.tuning.auto import AutoWorkload, auto_template
-from heterocc.tuning.templates import Template
+from heterocc.sdk import te
+from heterocc.sdk.graph import matmul as plain_matmul
+from heterocc.sdk.tuning import AutoWorkload, Template, auto_template
 
+from ..cpu import active_cpu
 from ..schedules import (
     default_panel,
     pack_matmul,
@@ -39,7 +39,7 @@ def _build_matmul(args: tuple):
     C = plain_matmul(A, B, "C")
     # the default panel, not a tuning log's: the auto search's sketch of this workload is
     # what a log's auto record is read back against
-    pack_matmul(C, default_panel(n, dtype))
+    pack_matmul(C, default_panel(n, dtype, cpu=active_cpu()), cpu=active_cpu())
     return [A, B], [C]
 
 
@@ -48,7 +48,7 @@ def _build_batch_matmul(args: tuple):
     A = te.placeholder((batch, m, k), dtype, "A")
     B = te.placeholder((batch, k, n), dtype, "B")
     C = plain_matmul(A, B, "C")
-    pack_matmuls([C], matmul_panel)
+    pack_matmuls([C], matmul_panel, cpu=active_cpu())
     return [A, B], [C]
 
 

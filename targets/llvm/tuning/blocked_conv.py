@@ -10,13 +10,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from heterocc import te
-from heterocc.compute import compute_of
-from heterocc.ops.layout import blocked_conv_geometry, blocked_conv_input_shape, conv_nchwc
-from heterocc.tuning.space import Config, ConfigSpace, Knob, divisors
-from heterocc.tuning.templates import Template
+from heterocc.sdk import te
+from heterocc.sdk.graph import (
+    blocked_conv_geometry,
+    blocked_conv_input_shape,
+    compute_of,
+    conv_nchwc,
+)
+from heterocc.sdk.tuning import Config, ConfigSpace, Knob, Template, divisors
 
-from ..cpu import CPUDescription
+from ..cpu import CPUDescription, active_cpu
 from ..schedules import (
     BLOCKED_CONV_MAX_COLUMNS,
     DEPTHWISE_MAX_COLUMNS,
@@ -151,7 +154,8 @@ def _dense_reduction_blocks(workload: BlockedConvWorkload, channel_blocks: int,
         return 0
     _, in_outer, kh, kw, in_block, _ = workload.weight_shape
     return dense_conv_reduction_blocks(workload.out_shape, (in_outer, kh, kw, in_block),
-                                       channel_blocks, np.dtype(workload.dtype).itemsize)
+                                       channel_blocks, np.dtype(workload.dtype).itemsize,
+                                       cpu=active_cpu())
 
 
 def _blocked_conv_default(args: tuple, depthwise: bool) -> dict:
@@ -159,13 +163,14 @@ def _blocked_conv_default(args: tuple, depthwise: bool) -> dict:
     for a depthwise convolution) without a tuning log."""
     workload = BlockedConvWorkload.from_args(args, depthwise)
     if depthwise:
-        tiles = default_depthwise_conv_tiles(_blocked_conv_compute(workload)[2])
+        tiles = default_depthwise_conv_tiles(_blocked_conv_compute(workload)[2], cpu=active_cpu())
         return {"columns": tiles.columns, "channel_blocks": tiles.channel_blocks,
                 "reduce_order": "channels_outer", "unroll_window": tiles.unroll_window,
                 "parallel": tiles.parallel}
     _, _, kh, kw, _, _ = workload.weight_shape
     columns, channel_blocks = default_blocked_conv_tiles(
-        workload.out_shape, np.dtype(workload.dtype).itemsize, windowed=kh * kw > 1)
+        workload.out_shape, np.dtype(workload.dtype).itemsize, windowed=kh * kw > 1,
+        cpu=active_cpu())
     return {"columns": columns, "channel_blocks": channel_blocks,
             "reduce_order": "channels_outer", "block_unroll": None,
             "reduction_blocks": _dense_reduction_blocks(workload, channel_blocks,
@@ -207,21 +212,21 @@ def blocked_conv_tiles_of(config: Config, depthwise: bool = False
 def schedule_blocked_conv(schedule: te.Schedule, conv: te.Tensor,
                           tiles: BlockedConvTiles | DepthwiseConvTiles,
                           epilogue: te.Tensor | None = None,
-                          chain: Sequence[te.Tensor] = (),
-                          cpu: CPUDescription | None = None) -> None:
+                          chain: Sequence[te.Tensor] = (), *,
+                          cpu: CPUDescription) -> None:
     """Schedule the blocked convolution ``conv`` with ``tiles`` (see
     :func:`blocked_conv_tiles_of`) for ``cpu``: the depthwise schedule for
     ``DepthwiseConvTiles``."""
     if isinstance(tiles, DepthwiseConvTiles):
-        schedule_depthwise_conv2d_nchwc(schedule, conv, epilogue, chain, tiles, cpu)
+        schedule_depthwise_conv2d_nchwc(schedule, conv, epilogue, chain, tiles, cpu=cpu)
     else:
-        schedule_conv2d_nchwc(schedule, conv, epilogue, chain, tiles, cpu)
+        schedule_conv2d_nchwc(schedule, conv, epilogue, chain, tiles, cpu=cpu)
 
 
 def _instantiate_blocked_conv(args: tuple, config: Config, depthwise: bool):
     data, weight, conv = _blocked_conv_compute(BlockedConvWorkload.from_args(args, depthwise))
     s = te.create_schedule(conv)
-    schedule_blocked_conv(s, conv, blocked_conv_tiles_of(config, depthwise))
+    schedule_blocked_conv(s, conv, blocked_conv_tiles_of(config, depthwise), cpu=active_cpu())
     return s, [data, weight, conv]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from heterocc.tuning.auto import SearchHints
+from heterocc.sdk.tuning import SearchHints
 
 from ..cpu import CPUDescription, active_cpu
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from heterocc import te
-from heterocc.tuning.space import Config, ConfigSpace, Knob, split_options
-from heterocc.tuning.templates import Template
+from heterocc.sdk import te
+from heterocc.sdk.tuning import Config, ConfigSpace, Knob, Template, split_options
 
 from .common import _random_inputs
 from .matmul import _closest

@@ -3,7 +3,6 @@ and the hand schedule, their measurement."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
@@ -11,27 +10,32 @@ import statistics
 
 import numpy as np
 
-from heterocc import te
-from heterocc.errors import CompileError
 from heterocc.ir.graph import Graph, Node, Value
 from heterocc.ir.types import TensorType
-from heterocc.passes.pipeline import run_pipeline
-from heterocc.runtime.interpreter import evaluate
-from heterocc.targets.registry import get_target
-from heterocc.te_target import express_function, fold_scalars
-from heterocc.tuning.apply import ApplyHistoryBest, current
-from heterocc.tuning.auto import Sketch, auto_name
-from heterocc.tuning.measure import (
+from heterocc.sdk import CompileError, te
+from heterocc.sdk.graph import run_pipeline
+from heterocc.sdk.registry import get_target
+from heterocc.sdk.runtime import evaluate
+from heterocc.sdk.te_target import express_function, fold_scalars
+from heterocc.sdk.tuning import (
+    BASELINE,
+    PAIRED,
+    ApplyHistoryBest,
     CandidateError,
+    Config,
+    ConfigSpace,
+    Knob,
     MeasureOptions,
+    MeasureRecord,
+    Sketch,
+    Task,
+    Template,
+    auto_name,
     check_output,
     task_inputs,
     time_calls,
+    workload_key,
 )
-from heterocc.tuning.records import BASELINE, PAIRED, MeasureRecord
-from heterocc.tuning.space import Config, ConfigSpace, Knob
-from heterocc.tuning.task import Task, workload_key
-from heterocc.tuning.templates import Template
 
 from ..cpu import CPUDescription, active_cpu, compiling_for
 from ..schedules import (
@@ -41,7 +45,7 @@ from ..schedules import (
     reachable_computes,
     schedule_packed_rows,
 )
-from .apply import _FUNCTION_CHOICE, ScheduleConfigs
+from .apply import ScheduleConfigs
 from .common import search_hints
 from .matmul import _closest, _panel_options
 from .measure import _flush_of, _rotating
@@ -58,7 +62,7 @@ from .measure import _flush_of, _rotating
 # the sketch of the whole function; the ``function`` template has one point, the
 # target's hand schedule, which ``tune --search auto`` times on the same harness. At
 # compile time a function takes the auto record only where it beat that hand schedule
-# (:func:`function_choice`); a function without records of its own falls back to the
+# (:func:`function_configs`); a function without records of its own falls back to the
 # workload records above.
 
 #: ops whose float functions become function tasks (the anchors the sketch tiles); a
@@ -260,18 +264,6 @@ def _decide(body: Graph, context: ApplyHistoryBest | None) -> tuple | None:
     return choice
 
 
-@contextlib.contextmanager
-def function_choice(body: Graph):
-    """:func:`function_configs`' choice for ``body`` under the log applied here, made
-    the choice of the helpers (:func:`matmul_panel`, ...) inside the block."""
-    choice = _decide(body, current())
-    token = _FUNCTION_CHOICE.set(choice)
-    try:
-        yield choice
-    finally:
-        _FUNCTION_CHOICE.reset(token)
-
-
 def _paired_choice(context: ApplyHistoryBest, auto_key: str, hand_key: str
                    ) -> tuple[Config, bool] | None:
     """The search's best as it was timed in turn with the hand schedule (the records
@@ -335,19 +327,19 @@ def _spec_or_none(body: Graph) -> str | None:
         return None
 
 
-def _function_sketch(outputs, cpu: CPUDescription | None = None) -> Sketch:
+def _function_sketch(outputs, cpu: CPUDescription) -> Sketch:
     return Sketch(outputs, search_hints(outputs[0].dtype, cpu))
 
 
 def function_tuned(expressed, configs: ScheduleConfigs,
-                   cpu: CPUDescription | None = None) -> te.Schedule | None:
+                   cpu: CPUDescription) -> te.Schedule | None:
     """The schedule of a function (its products packed already) by its auto record when
     ``configs`` chose it (:func:`function_configs`), else None (the target's own
     schedule follows)."""
     choice = configs.choice
     if choice is None or choice[0] != "auto":
         return None
-    pack_matmuls(expressed.outputs, configs.matmul_panel, cpu)
+    pack_matmuls(expressed.outputs, configs.matmul_panel, cpu=cpu)
     sketch = _function_sketch(expressed.outputs, cpu)
     blocks = _pack_rows(sketch, expressed.outputs, choice[1])
     s = te.create_schedule(expressed.outputs)
@@ -412,7 +404,7 @@ def _auto_function_sketch(spec: str) -> Sketch:
 @functools.lru_cache(maxsize=64)
 def _auto_function_sketch_for(spec: str, cpu: CPUDescription) -> Sketch:
     with compiling_for(cpu):
-        return _function_sketch(_expressed_function(spec).outputs)
+        return _function_sketch(_expressed_function(spec).outputs, active_cpu())
 
 
 def _has_panel(spec: str) -> bool:
@@ -447,7 +439,8 @@ def _auto_function_default(args: tuple) -> dict:
     if _has_panel(args[1]):
         product = _function_product(args[1])
         shape, dtype = product.outputs[0].type.shape, product.outputs[0].type.dtype
-        values["panel"] = _closest(_panel_knob(args[1]).options, default_panel(shape[1], dtype))
+        values["panel"] = _closest(_panel_knob(args[1]).options,
+                                   default_panel(shape[1], dtype, cpu=active_cpu()))
         values["a_layout"] = "in_place"
     return values
 
@@ -503,10 +496,10 @@ def _instantiate_function(args: tuple, config: Config, template: str):
     cost model's features describe)."""
     target = _llvm_target()
     body = function_body(args[1])
-    with _forced_log(template, args, config), function_choice(body), \
-            target.compile_context():
+    with target.compile_context():
         expressed = express_function(body)
-        schedule = target.schedule(expressed)
+        schedule = target.schedule(expressed,
+                                   function_configs(body, _forced_log(template, args, config)))
     target._packings.pop(id(expressed), None)
     return schedule, [*expressed.params, *expressed.outputs]
 

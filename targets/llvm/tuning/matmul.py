@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from heterocc import te
-from heterocc.tuning.space import Config, ConfigSpace, Knob, split_options
-from heterocc.tuning.templates import Template
+from heterocc.sdk import te
+from heterocc.sdk.tuning import Config, ConfigSpace, Knob, Template, split_options
 
+from ..cpu import active_cpu
 from ..schedules import (
     matmul_tile_rows,
     panel_group,
@@ -52,7 +52,7 @@ def _panel_options(n: int, dtype: str) -> tuple[int, ...]:
     """Panel widths of B: one to six vectors of the active CPU, those that divide ``n``
     (a panel that does not leaves C's column tiles a guarded tail that cannot be
     vectorized: an order of magnitude slower), or every one that fits when none does."""
-    lanes = vector_lanes(dtype)
+    lanes = vector_lanes(dtype, cpu=active_cpu())
     widths = [lanes * vectors for vectors in (1, 2, 3, 4, 6)]
     dividing = tuple(w for w in widths if n % w == 0)
     return dividing or split_options(-(-n // lanes) * lanes, widths)
@@ -76,7 +76,8 @@ def _matmul_space(args: tuple, batch: int = 1) -> ConfigSpace:
         Knob("accumulate", "order", ("registers", "memory")),
         Knob("loop_order", "order", ("panels_outer", "rows_outer")),
         Knob("panel_group", "split",
-             split_options(-(-n // vector_lanes(dtype)), (1, 2, 4, 8, default["panel_group"]))),
+             split_options(-(-n // vector_lanes(dtype, cpu=active_cpu())),
+                           (1, 2, 4, 8, default["panel_group"]))),
         Knob("parallel", "parallel", ("outer", "inner", "none")),
         Knob("unroll_rows", "unroll", (True, False)),
         Knob("unroll_k", "unroll", split_options(k, (1, 2, 4, 8, 16, default["unroll_k"]))),
@@ -87,12 +88,12 @@ def _matmul_default_tiles(args: tuple, batch: int = 1) -> dict:
     """The default schedule's panel, rows, panel group and reduction unrolling for the
     workload ``args``."""
     m, n, k, dtype = args[:4]
-    panel = _closest(_panel_options(n, dtype), panel_width(dtype))
-    rows = matmul_tile_rows(m, panel, dtype)
+    panel = _closest(_panel_options(n, dtype), panel_width(dtype, cpu=active_cpu()))
+    rows = matmul_tile_rows(m, panel, dtype, cpu=active_cpu())
     return {"panel": panel, "tile_rows": rows,
             "panel_group": panel_group(m, k, -(-n // panel), panel,
-                                       np.dtype(dtype).itemsize, batch),
-            "unroll_k": min(k, reduction_unroll_limit(rows, panel, dtype))}
+                                       np.dtype(dtype).itemsize, batch, cpu=active_cpu()),
+            "unroll_k": min(k, reduction_unroll_limit(rows, panel, dtype, cpu=active_cpu()))}
 
 
 def _matmul_default(args: tuple, batch: int = 1) -> dict:
@@ -159,10 +160,10 @@ def schedule_matmul_config(s: te.Schedule, C: te.Tensor, packed: te.Tensor,
         if config["accumulate"] == "registers":
             s[C].unroll(ii, explicit=False)
         tile_stage.unroll(tile_rows, explicit=False)
-    ragged = ragged_panel_tail(C.shape[-1], panel, C.dtype)
-    vectorize_panel_columns(tile_stage, tile_cols, ragged, C.dtype)
+    ragged = ragged_panel_tail(C.shape[-1], panel, C.dtype, cpu=active_cpu())
+    vectorize_panel_columns(tile_stage, tile_cols, ragged, C.dtype, cpu=active_cpu())
     if config["accumulate"] == "registers":
-        vectorize_panel_columns(s[C], ji, ragged, C.dtype)
+        vectorize_panel_columns(s[C], ji, ragged, C.dtype, cpu=active_cpu())
     if config["parallel"] == "outer":
         s[C].parallel(batch[0] if batch else outer[0])
     elif config["parallel"] == "inner":

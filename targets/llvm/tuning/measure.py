@@ -9,10 +9,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from heterocc import te
-from heterocc.tuning.measure import (
-    MeasureOptions,
-)
+from heterocc.sdk import te
+from heterocc.sdk.tuning import MeasureOptions
 
 from ..cpu import CPUDescription, active_cpu
 from ..module import build

@@ -7,22 +7,21 @@ import functools
 
 import numpy as np
 
-from heterocc import te
-from heterocc.errors import TargetError
 from heterocc.ir.graph import Graph, Node
-from heterocc.ops.nn import conv_geometry
-from heterocc.passes.pipeline import run_pipeline
-from heterocc.tuning.auto import auto_name
-from heterocc.tuning.measure import (
+from heterocc.sdk import TargetError, te
+from heterocc.sdk.graph import conv_geometry, run_pipeline
+from heterocc.sdk.tuning import (
     CandidateError,
+    Config,
     MeasureOptions,
+    TargetTuning,
+    Task,
+    auto_name,
     check_output,
+    matmul_dims,
     task_inputs,
     time_calls,
 )
-from heterocc.tuning.space import Config
-from heterocc.tuning.task import Task, matmul_dims
-from heterocc.tuning.templates import TargetTuning
 
 from ..cpu import active_cpu, check_runs_on
 from ..module import build

@@ -19,8 +19,9 @@ from heterocc.ir.types import TensorType
 from heterocc.models import mobilenet_v2, resnet18, tiny_cnn
 from heterocc.ops import get_op
 from heterocc.passes import fused_functions
+from heterocc.sdk.te_target import ExpressedFunction
 from heterocc.targets.llvm import LLVMTarget
-from heterocc.targets.llvm.cpu import parse_cpu
+from heterocc.targets.llvm.cpu import active_cpu, parse_cpu
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import (
     BlockedConvTiles,
@@ -32,7 +33,6 @@ from heterocc.targets.llvm.schedules import (
     schedule_conv2d_nchwc,
 )
 from heterocc.targets.llvm.target import _schedule
-from heterocc.te_target import ExpressedFunction
 from tests.conftest import conv_model, make_model
 
 RNG = np.random.default_rng(17)
@@ -167,7 +167,7 @@ def _blocked_conv_stages(group, epilogue):
 def test_blocked_schedule_computes_the_epilogue_in_its_tiles(group, epilogue):
     """The function's output is written once, by the tile loop; the sums stay local."""
     params, y = _blocked_conv_stages(group, epilogue)
-    schedule = _schedule(ExpressedFunction(params, [], [y]))
+    schedule = _schedule(ExpressedFunction(params, [], [y]), active_cpu())
     prim = te.lower(schedule, [*params, y], name="blocked")
     text = str(prim)
     # a depthwise kernel this small runs in the calling thread (not worth the pool)
@@ -190,7 +190,7 @@ def test_explicit_tile_widths_give_the_same_result(columns):
     schedule = te.create_schedule(y)
     stages = {s.tensor.name: s.tensor for s in schedule.stages if not s.is_placeholder}
     schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], y, [stages["conv_bias"]],
-                          BlockedConvTiles(columns=columns))
+                          BlockedConvTiles(columns=columns), cpu=active_cpu())
     prim = te.lower(schedule, [*params, y], name=f"tile{columns}")
     module = build([prim], name=f"tile{columns}")
     arrays = [RNG.standard_normal(p.shape, dtype=np.float32) for p in params]
@@ -210,7 +210,8 @@ def test_in_block_unroll_factors_give_the_same_result(unroll, kernel_outer):
     schedule = te.create_schedule(y)
     stages = {s.tensor.name: s.tensor for s in schedule.stages if not s.is_placeholder}
     schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], y, [stages["conv_bias"]],
-                          BlockedConvTiles(block_unroll=unroll, kernel_outer=kernel_outer))
+                          BlockedConvTiles(block_unroll=unroll, kernel_outer=kernel_outer),
+                          cpu=active_cpu())
     prim = te.lower(schedule, [*params, y], name="unrolled")
     text = str(prim)
     # the in-block channel loop (16) is gone where it is unrolled whole, split where not
@@ -231,7 +232,7 @@ def test_an_unroll_factor_must_divide_the_block():
     stages = {s.tensor.name: s.tensor for s in schedule.stages if not s.is_placeholder}
     with pytest.raises(CompileError, match="cannot unroll its input channel blocks of 16 by 6"):
         schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], y, [stages["conv_bias"]],
-                              BlockedConvTiles(block_unroll=6))
+                              BlockedConvTiles(block_unroll=6), cpu=active_cpu())
 
 
 def _chunked_conv_stages(epilogue):
@@ -293,7 +294,7 @@ def test_a_reduction_chunk_must_divide_the_blocks_and_lead_the_reduction(tiles, 
     schedule = te.create_schedule(y)
     stages = {s.tensor.name: s.tensor for s in schedule.stages if not s.is_placeholder}
     with pytest.raises(CompileError, match=message):
-        schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], None, (), tiles)
+        schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], None, (), tiles, cpu=active_cpu())
 
 
 def _described(target, l1d, cores=2):
@@ -337,7 +338,7 @@ def _described(target, l1d, cores=2):
 ])
 def test_default_reduction_chunks_follow_the_l1_and_the_cores(out_shape, reduction, blocks,
                                                               cpu, chunk):
-    assert dense_conv_reduction_blocks(out_shape, reduction, blocks, 4, cpu) == chunk
+    assert dense_conv_reduction_blocks(out_shape, reduction, blocks, 4, cpu=cpu) == chunk
 
 
 AVX512 = parse_cpu("llvm -mcpu=x86-64-v4")
@@ -366,7 +367,7 @@ NEON = parse_cpu("llvm -mtriple=aarch64-linux-gnu")
 def test_pointwise_tiles_follow_the_registers(cpu, blocks, width, block_bytes, tile):
     assert pointwise_conv_tile(blocks, width, block_bytes, cpu) == tile
     out_shape = (1, blocks, 5, width, block_bytes // 4)
-    assert default_blocked_conv_tiles(out_shape, 4, cpu, windowed=False) == tile
+    assert default_blocked_conv_tiles(out_shape, 4, cpu=cpu, windowed=False) == tile
 
 
 @pytest.mark.parametrize("cpu", [AVX512, AVX2, NEON], ids=["avx512", "avx2", "neon"])
@@ -401,8 +402,8 @@ def test_pointwise_tile_is_the_fullest_that_fits(cpu, blocks, width):
 def test_windowed_tiles_keep_the_paired_rule():
     """A kernel window keeps dense_conv_channel_blocks' pairs (the schedule passes
     windowed=False for 1x1 kernels only)."""
-    assert default_blocked_conv_tiles((1, 6, 14, 14, 16), 4, AVX512) == (7, 2)
-    assert default_blocked_conv_tiles((1, 6, 14, 14, 16), 4, AVX512, windowed=False) == (7, 3)
+    assert default_blocked_conv_tiles((1, 6, 14, 14, 16), 4, cpu=AVX512) == (7, 2)
+    assert default_blocked_conv_tiles((1, 6, 14, 14, 16), 4, cpu=AVX512, windowed=False) == (7, 3)
 
 
 @pytest.mark.parametrize("width,limit,columns", [(56, 28, 28), (112, 28, 28), (28, 28, 28),
@@ -432,7 +433,7 @@ def test_layout_transform_kernels(src, dst, shape):
     placeholder = te.placeholder(shape, "float32", "x")
     (y,) = compute_of("LayoutTransform")([placeholder], attrs,
                                          [TensorType(expected.shape, "float32")])
-    schedule = _schedule(ExpressedFunction([placeholder], [], [y]))
+    schedule = _schedule(ExpressedFunction([placeholder], [], [y]), active_cpu())
     module = build([te.lower(schedule, [placeholder, y], name="transform")], name="transform")
     out = np.empty(expected.shape, np.float32)
     module["transform"](x, out)

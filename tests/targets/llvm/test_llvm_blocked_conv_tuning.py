@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 import heterocc
 from heterocc import te
 from heterocc.targets.llvm import LLVMTarget
+from heterocc.targets.llvm.cpu import active_cpu
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import (
     BlockedConvTiles,
@@ -67,7 +68,7 @@ def test_default_config_is_the_default_schedule(task):
     tuned, tensors = _lowered(task, task.default_config())
     data, weight, conv = tensors
     schedule = te.create_schedule(conv)
-    schedule_conv2d_nchwc(schedule, conv, tiles=BlockedConvTiles())
+    schedule_conv2d_nchwc(schedule, conv, tiles=BlockedConvTiles(), cpu=active_cpu())
     default = te.lower(schedule, [data, weight, conv], name="candidate")
     assert str(tuned) == str(default)
 
@@ -129,11 +130,11 @@ def test_extracted_task_is_the_compiled_workload():
     assert task == DENSE
     _, _, conv = _lowered(task, task.default_config())[1]
     plain = te.compute((4,), lambda i: te.const(0.0, "float32"), name="plain")
-    with ApplyHistoryBest(_log_preferring(task, {"columns": 4, "channel_blocks": 2,
-                                                 "reduce_order": "kernel_outer"})):
-        assert blocked_conv_tiles(conv) == BlockedConvTiles(4, 2, kernel_outer=True)
-        assert blocked_conv_tiles(plain) is None  # a compute without a workload
-    assert blocked_conv_tiles(conv) is None  # outside the log's context
+    log = ApplyHistoryBest(_log_preferring(task, {"columns": 4, "channel_blocks": 2,
+                                                  "reduce_order": "kernel_outer"}))
+    assert blocked_conv_tiles(log, conv) == BlockedConvTiles(4, 2, kernel_outer=True)
+    assert blocked_conv_tiles(log, plain) is None  # a compute without a workload
+    assert blocked_conv_tiles(None, conv) is None  # without a log
 
 
 def test_stem_task_reads_the_nchw_input_in_place():
@@ -224,16 +225,17 @@ def test_default_config_is_the_default_schedule_and_tiles(task):
     default = task.default_config()
     depthwise = task.template == "depthwise_conv2d_nchwc"
     if depthwise:
-        assert blocked_conv_tiles_of(default, True) == default_depthwise_conv_tiles(conv)
+        assert blocked_conv_tiles_of(default, True) == default_depthwise_conv_tiles(
+            conv, cpu=active_cpu())
     else:
         tiles = blocked_conv_tiles_of(default)
         window = [int(axis.extent) for axis in conv.op.reduce_axis[1:3]]
         assert (tiles.columns, tiles.channel_blocks) == default_blocked_conv_tiles(
-            conv.shape, windowed=window != [1, 1])
+            conv.shape, windowed=window != [1, 1], cpu=active_cpu())
         assert tiles.block_unroll is None
         assert tiles.reduction_blocks == dense_conv_reduction_blocks(
             conv.shape, [int(axis.extent) for axis in conv.op.reduce_axis],
-            tiles.channel_blocks)
+            tiles.channel_blocks, cpu=active_cpu())
     if task is CHUNKED:
         assert default["reduction_blocks"] == 1  # the default schedule chunks it here
     if task is POINTWISE:
@@ -241,7 +243,7 @@ def test_default_config_is_the_default_schedule_and_tiles(task):
         assert default["channel_blocks"] in knob and {1, 2} <= set(knob)
     tuned, tensors = _lowered(task, default)
     schedule = te.create_schedule(tensors[-1])
-    schedule_conv2d_nchwc(schedule, tensors[-1])
+    schedule_conv2d_nchwc(schedule, tensors[-1], cpu=active_cpu())
     assert str(tuned) == str(te.lower(schedule, tensors, name="candidate"))
 
 
@@ -268,12 +270,12 @@ def test_old_records_apply_with_the_new_knobs_defaults():
     records = [MeasureRecord(CHUNKED.workload_key, old, 3, (1.0,)),
                MeasureRecord(DEPTHWISE.workload_key, old_depthwise, 1, (1.0,))]
     chunks = dense_conv_reduction_blocks(
-        conv.shape, [int(axis.extent) for axis in conv.op.reduce_axis], 4)
-    default = default_depthwise_conv_tiles(depthwise_conv)
-    with ApplyHistoryBest(records):
-        assert blocked_conv_tiles(conv) == BlockedConvTiles(4, 4, reduction_blocks=chunks)
-        assert blocked_conv_tiles(depthwise_conv) == DepthwiseConvTiles(
-            4, 2, default.unroll_window, default.parallel)
+        conv.shape, [int(axis.extent) for axis in conv.op.reduce_axis], 4, cpu=active_cpu())
+    default = default_depthwise_conv_tiles(depthwise_conv, cpu=active_cpu())
+    log = ApplyHistoryBest(records)
+    assert blocked_conv_tiles(log, conv) == BlockedConvTiles(4, 4, reduction_blocks=chunks)
+    assert blocked_conv_tiles(log, depthwise_conv) == DepthwiseConvTiles(
+        4, 2, default.unroll_window, default.parallel)
     # a kernel_outer record: unchunked, as its schedule was
     kernel_outer = CHUNKED.config_of({**old, "reduce_order": "kernel_outer"})
     assert kernel_outer["reduction_blocks"] == 0 and kernel_outer["block_unroll"] is None
@@ -290,10 +292,11 @@ def test_depthwise_knobs_reach_the_compiled_schedule():
     for config in (default, flipped):
         record = MeasureRecord(SMALL_DEPTHWISE.workload_key, config.to_json(), config.index,
                                (1.0,))
-        with ApplyHistoryBest([record]):
-            schedule = te.create_schedule(conv)
-            schedule_blocked_conv(schedule, conv, blocked_conv_tiles(conv))
-            codes.append(str(te.lower(schedule, tensors, name="candidate")))
+        schedule = te.create_schedule(conv)
+        schedule_blocked_conv(schedule, conv,
+                              blocked_conv_tiles(ApplyHistoryBest([record]), conv),
+                              cpu=active_cpu())
+        codes.append(str(te.lower(schedule, tensors, name="candidate")))
         assert codes[-1] == str(_lowered(SMALL_DEPTHWISE, config)[0])
     assert codes[0] != codes[1]
 

@@ -17,6 +17,7 @@ from heterocc.targets import llvm as hllvm
 from heterocc.targets import parse_targets
 from heterocc.targets.llvm import cpu as hcpu
 from heterocc.targets.llvm import schedules
+from heterocc.targets.llvm.cpu import active_cpu
 from heterocc.targets.llvm.module import link_command
 
 #: ELF header e_machine values
@@ -143,15 +144,16 @@ def test_schedules_tile_for_the_description():
     assert schedules.blocked_conv_limits(64, avx512) == (28, 8, 14)
     assert schedules.blocked_conv_limits(64, avx2) == (6, 5, 6)
     assert [schedules.dense_conv_channel_blocks(64, c) for c in (avx512, avx2, neon)] == [2, 1, 1]
-    assert schedules.default_blocked_conv_tiles((1, 4, 56, 56, 16), 4, avx512) == (8, 2)
-    assert schedules.default_blocked_conv_tiles((1, 4, 56, 56, 16), 4, avx2) == (5, 1)
+    assert schedules.default_blocked_conv_tiles((1, 4, 56, 56, 16), 4, cpu=avx512) == (8, 2)
+    assert schedules.default_blocked_conv_tiles((1, 4, 56, 56, 16), 4, cpu=avx2) == (5, 1)
     # an odd block count takes three blocks (9 of 16 floats, 3 of 8) with fewer columns,
     # the accumulators within two thirds of the registers
-    assert schedules.default_blocked_conv_tiles((1, 9, 56, 56, 16), 4, avx512) == (7, 3)
-    assert schedules.default_blocked_conv_tiles((1, 3, 56, 56, 8), 4, avx2) == (3, 3)
-    assert schedules.default_blocked_conv_tiles((1, 5, 56, 56, 16), 4, avx512) == (28, 1)
+    assert schedules.default_blocked_conv_tiles((1, 9, 56, 56, 16), 4, cpu=avx512) == (7, 3)
+    assert schedules.default_blocked_conv_tiles((1, 3, 56, 56, 8), 4, cpu=avx2) == (3, 3)
+    assert schedules.default_blocked_conv_tiles((1, 5, 56, 56, 16), 4, cpu=avx512) == (28, 1)
+    assert schedules.vector_lanes("float32", avx2) == 8
     with hcpu.compiling_for(avx2):
-        assert schedules.vector_lanes("float32") == 8 and hcpu.active_cpu() is avx2
+        assert hcpu.active_cpu() is avx2
     assert hcpu.active_cpu() is HOST
 
 
@@ -261,7 +263,7 @@ def test_the_cross_compiler_can_be_named(tmp_path, monkeypatch):
 
 
 def test_host_libraries_are_elf_for_the_host(tmp_path):
-    module = hllvm.build(schedules.matmul_function(8, 16, 8))
+    module = hllvm.build(schedules.matmul_function(8, 16, 8, cpu=active_cpu()))
     assert _elf_machine(module.object_code()) == (
         EM_X86_64 if HOST.arch == "x86_64" else EM_AARCH64)
 

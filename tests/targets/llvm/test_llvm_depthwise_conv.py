@@ -15,7 +15,7 @@ from heterocc.errors import CompileError
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
 from heterocc.targets.llvm import LLVMTarget
-from heterocc.targets.llvm.cpu import compiling_for, parse_cpu
+from heterocc.targets.llvm.cpu import active_cpu, compiling_for, parse_cpu
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import (
     BlockedConvTiles,
@@ -111,7 +111,7 @@ def test_every_depthwise_tile_gives_the_same_result(tiles, stride):
     schedule = te.create_schedule(y)
     stages = _stages_of(schedule)
     schedule_depthwise_conv2d_nchwc(schedule, stages["conv_nchwc"], y, [stages["conv_bias"]],
-                                    tiles)
+                                    tiles, cpu=active_cpu())
     _run(params, y, schedule, "dw_tiles", attrs)
 
 
@@ -122,7 +122,7 @@ def test_blocked_conv_schedule_hands_depthwise_to_its_own_with_the_tile_knobs():
     schedule = te.create_schedule(y)
     stages = _stages_of(schedule)
     schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], y, [stages["conv_bias"]],
-                          BlockedConvTiles(columns=7, channel_blocks=2))
+                          BlockedConvTiles(columns=7, channel_blocks=2), cpu=active_cpu())
     text = str(te.lower(schedule, [*params, y], name="dw_dispatch"))
     # one tile: 2 blocks x 7 columns of accumulators
     assert "conv_nchwc: float32[1, 2, 1, 7, 16]" in text
@@ -136,13 +136,13 @@ def test_depthwise_schedule_refuses_what_it_cannot_tile():
     with pytest.raises(CompileError, match="3 channel blocks per tile do not divide 2"):
         schedule_depthwise_conv2d_nchwc(schedule, stages["conv_nchwc"], y,
                                         [stages["conv_bias"]], DepthwiseConvTiles(
-                                            channel_blocks=3))
+                                            channel_blocks=3), cpu=active_cpu())
     dense = te.placeholder((1, 1, 4, 4, 16), "float32", "d")
     weights = te.placeholder((1, 1, 3, 3, 16, 16), "float32", "v")
     (conv,) = compute_of("ConvNCHWc")([dense, weights], {
         "strides": [1, 1], "pads": [1] * 4, "dilations": [1, 1], "group": 1}, None)
     with pytest.raises(CompileError, match="not a blocked depthwise conv2d"):
-        schedule_depthwise_conv2d_nchwc(te.create_schedule(conv), conv)
+        schedule_depthwise_conv2d_nchwc(te.create_schedule(conv), conv, cpu=active_cpu())
 
 
 @pytest.mark.parametrize("cpu,width,kernel,stride,block_bytes,tile", [
@@ -182,7 +182,8 @@ def test_small_depthwise_kernels_stay_in_the_calling_thread():
     params, y, _ = _depthwise_stages((1, 2, 7, 7, 16))
     schedule = te.create_schedule(y)
     stages = _stages_of(schedule)
-    schedule_depthwise_conv2d_nchwc(schedule, stages["conv_nchwc"], y, [stages["conv_bias"]])
+    schedule_depthwise_conv2d_nchwc(schedule, stages["conv_nchwc"], y, [stages["conv_bias"]],
+                                    cpu=active_cpu())
     assert "parallel" not in str(te.lower(schedule, [*params, y], name="dw_small"))
 
 
@@ -195,7 +196,7 @@ def test_padded_reads_are_masked_loads_where_the_cpu_has_mask_registers(cpu, mas
         schedule = te.create_schedule(y)
         stages = _stages_of(schedule)
         schedule_depthwise_conv2d_nchwc(schedule, stages["conv_nchwc"], y,
-                                        [stages["conv_bias"]])
+                                        [stages["conv_bias"]], cpu=cpu)
         prim = te.lower(schedule, [*params, y], name="dw_masked")
     text = str(prim)
     # the window unrolled where the weights fit the registers

@@ -141,7 +141,7 @@ def test_a_grouped_convolution_is_refused_by_name():
     w = te.placeholder((8, 1, 3, 3), "int8", "w")
     with pytest.raises(CompileError, match="dense"):
         int8_conv(x, w, None, {"strides": (1, 1), "pads": (1, 1, 1, 1),
-                               "dilations": (1, 1), "group": 8})
+                               "dilations": (1, 1), "group": 8}, parse_cpu("llvm"))
 
 
 def _inverted_residual():

@@ -3,6 +3,7 @@ until the log's best is the fastest over repeated measurements, and a log's best
 (its panel width included) applied when the product is compiled."""
 
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
@@ -93,11 +94,12 @@ def test_a_lucky_first_timing_does_not_pick_the_tuned_config(tmp_path):
     assert len(measurer.measured) == measured_before
 
 
-def _product(panel=None):
-    """The product packed with ``panel``, else the applied log's panel for its shape."""
+def _product(panel=None, log=None):
+    """The product packed with ``panel``, else tuning ``log``'s panel for its shape."""
     A = te.placeholder((16, 24), "float32", "A")
     B = te.placeholder((24, 128), "float32", "B")
-    return A, B, matmul(A, B, panel=panel, panel_of=matmul_panel)
+    return A, B, matmul(A, B, panel=panel, panel_of=functools.partial(matmul_panel, log),
+                        cpu=active_cpu())
 
 
 def _run(schedule, tensors):
@@ -114,19 +116,19 @@ def test_the_logs_panel_width_is_packed_and_its_config_applied():
     config = TASK.space.from_values({**TASK.default_config().to_json(), "panel": 64,
                                      "tile_rows": 4, "parallel": "inner"})
     records = [MeasureRecord(TASK.workload_key, config.to_json(), config.index, (1.0,))]
-    assert matmul_panel(16, 128, 24, "float32") is None
+    assert matmul_panel(None, 16, 128, 24, "float32") is None
     assert _product()[2].op.attrs["packed_B"].shape[-1] == 32  # no log: the default
-    with ApplyHistoryBest(records):
-        assert matmul_panel(16, 128, 24, "float32") == 64
-        A, B, C = _product()
-        schedule = te.create_schedule(C)
-        assert schedule_matmul_tuned(schedule, C)
+    log = ApplyHistoryBest(records)
+    assert matmul_panel(log, 16, 128, 24, "float32") == 64
+    A, B, C = _product(log=log)
+    schedule = te.create_schedule(C)
+    assert schedule_matmul_tuned(log, schedule, C)
     assert C.op.attrs["packed_B"].shape[-1] == 64
     _run(schedule, [A, B, C])
     # the default schedule follows whatever panel the product was packed with
     A, B, C = _product(panel=64)
     schedule = te.create_schedule(C)
-    schedule_matmul(schedule, C)
+    schedule_matmul(schedule, C, cpu=active_cpu())
     _run(schedule, [A, B, C])
 
 
@@ -143,9 +145,9 @@ def test_default_config_is_the_default_schedule(m, n, k, l2, grouped):
     with compiling_for(cpu):
         task = Task("matmul", (m, n, k, "float32"))
         config = task.default_config()
-        assert config["tile_rows"] == matmul_tile_rows(m, config["panel"], "float32")
+        assert config["tile_rows"] == matmul_tile_rows(m, config["panel"], "float32", cpu=cpu)
         assert config["panel_group"] == panel_group(
-            m, k, -(-n // config["panel"]), config["panel"], 4)
+            m, k, -(-n // config["panel"]), config["panel"], 4, cpu=cpu)
         assert (config["panel_group"] > 1) == grouped
         _check_default_config_is_the_default_schedule(m, n, k, config)
 
@@ -155,13 +157,13 @@ def _check_default_config_is_the_default_schedule(m, n, k, config):
     for apply_config in (True, False):
         A = te.placeholder((m, k), "float32", "A")
         B = te.placeholder((k, n), "float32", "B")
-        C = matmul(A, B)
+        C = matmul(A, B, cpu=active_cpu())
         assert C.op.attrs["packed_B"].shape[-1] == config["panel"]
         schedule = te.create_schedule(C)
         if apply_config:
             schedule_matmul_config(schedule, C, C.op.attrs["packed_B"], config)
         else:
-            schedule_matmul(schedule, C)
+            schedule_matmul(schedule, C, cpu=active_cpu())
         lowered.append(str(te.lower(schedule, [A, B, C], name="mm")))
     assert lowered[0] == lowered[1]
 

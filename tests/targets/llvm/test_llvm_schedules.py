@@ -15,6 +15,7 @@ from heterocc.compute.nn import matmul as plain_matmul
 from heterocc.errors import CompileError
 from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm import schedules
+from heterocc.targets.llvm.cpu import active_cpu
 
 RNG = np.random.default_rng(5)
 
@@ -23,7 +24,7 @@ RNG = np.random.default_rng(5)
                                    (130, 33, 64)])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_matmul_schedule_matches_numpy(m, n, k, dtype):
-    func = schedules.matmul_function(m, n, k, dtype)
+    func = schedules.matmul_function(m, n, k, dtype, cpu=active_cpu())
     a = RNG.standard_normal((m, k)).astype(dtype)
     b = RNG.standard_normal((k, n)).astype(dtype)
     c = np.full((m, n), np.nan, dtype)
@@ -32,7 +33,7 @@ def test_matmul_schedule_matches_numpy(m, n, k, dtype):
 
 
 def test_main_tiles_are_guard_free_and_vectorized():
-    func = schedules.matmul_function(37, 45, 29)
+    func = schedules.matmul_function(37, 45, 29, cpu=active_cpu())
     assert tir.collect(func.body, lambda n: isinstance(n, tir.Ramp) and n.lanes == 32)
     module = hllvm.build(func)
     assert "<32 x float>" in module.unoptimized_ir
@@ -41,13 +42,13 @@ def test_main_tiles_are_guard_free_and_vectorized():
 def test_matmul_rejects_mismatched_operands():
     A = te.placeholder((4, 5), "float32", "A")
     with pytest.raises(CompileError, match="needs A"):
-        schedules.matmul(A, te.placeholder((4, 5), "float32", "B"))
+        schedules.matmul(A, te.placeholder((4, 5), "float32", "B"), cpu=active_cpu())
 
 
 def _check_scheduled_product(A, B, C) -> None:
     """``C = A @ B`` given the CPU's matmul schedule, built, against NumPy."""
     s = te.create_schedule(C)
-    schedules.schedule_matmul(s, C)
+    schedules.schedule_matmul(s, C, cpu=active_cpu())
     module = hllvm.build(te.lower(s, [A, B, C], name="product"))
     a = RNG.standard_normal(A.shape).astype(np.float32)
     b = RNG.standard_normal(B.shape).astype(np.float32)
@@ -69,10 +70,10 @@ def test_plain_products_of_any_rank_are_packed_and_match_numpy(a_shape, b_shape)
     B = te.placeholder(b_shape, "float32", "B")
     C = plain_matmul(A, B)
     assert "packed_B" not in C.op.attrs  # plain: packing is the target's decision
-    schedules.pack_matmuls([C])
+    schedules.pack_matmuls([C], cpu=active_cpu())
     packed = C.op.attrs["packed_B"]
     assert packed.shape[:-3] == b_shape[:-2] and packed.shape[-2] == b_shape[-2]
-    assert packed.shape[-1] == schedules.default_panel(b_shape[-1], "float32")
+    assert packed.shape[-1] == schedules.default_panel(b_shape[-1], "float32", cpu=active_cpu())
     _check_scheduled_product(A, B, C)
 
 
@@ -81,7 +82,7 @@ def test_products_with_a_vector_operand_get_the_reduction_schedule(a_shape, b_sh
     A = te.placeholder(a_shape, "float32", "A")
     B = te.placeholder(b_shape, "float32", "B")
     C = plain_matmul(A, B)
-    assert not schedules.pack_matmul(C)
+    assert not schedules.pack_matmul(C, cpu=active_cpu())
     _check_scheduled_product(A, B, C)
 
 
@@ -144,7 +145,7 @@ def test_grouped_panels_are_exact(target, a_shape, b_shape):
     m, depth, n = a_shape[-2], a_shape[-1], b_shape[-1]
     panel = schedules.default_panel(n, "float32", cpu)
     group = schedules.panel_group(m, depth, -(-n // panel), panel, 4,
-                                  math.prod(a_shape[:-2]), cpu)
+                                  math.prod(a_shape[:-2]), cpu=cpu)
     assert 1 < group < -(-n // panel)
     _assert_product_exact(a_shape, b_shape, cpu)
 
@@ -180,7 +181,7 @@ def test_injective_schedule_broadcast_add(shape):
     bias = te.placeholder((shape[-1],), "float32", "bias")
     C = te.compute(shape, lambda *i: te.exp(A[i]) + bias[i[-1]], name="C")
     s = te.create_schedule(C)
-    schedules.schedule_injective(s, C)
+    schedules.schedule_injective(s, C, cpu=active_cpu())
     func = te.lower(s, [A, bias, C], name="f")
     a = RNG.standard_normal(shape).astype(np.float32)
     b = RNG.standard_normal(shape[-1]).astype(np.float32)
@@ -253,7 +254,7 @@ def test_conv2d_schedule_matches_numpy(shape, kernel, stride, padding):
     Wt = te.placeholder(kernel, "float32", "W")
     Y = conv2d_nchw(X, Wt, stride, padding)
     s = te.create_schedule(Y)
-    schedules.schedule_conv2d_nchw(s, Y)
+    schedules.schedule_conv2d_nchw(s, Y, cpu=active_cpu())
     func = te.lower(s, [X, Wt, Y], name="conv")
     assert tir.collect(func.body, lambda n: isinstance(n, tir.For) and n.kind is
                        tir.ForKind.PARALLEL)
@@ -342,14 +343,14 @@ def test_a_products_a_packed_in_row_blocks_is_exact(m, rows, block):
     k, n = 32, 48
     A = te.placeholder((m, k), "float32", "A")
     B = te.placeholder((k, n), "float32", "B")
-    C = schedules.matmul(A, B)
+    C = schedules.matmul(A, B, cpu=active_cpu())
     blocks = schedules.pack_matmul_rows(C, rows, block)
     assert C.op.attrs["packed_A"] is blocks
     assert tuple(blocks.shape) == (-(-m // rows), k // block, rows, block)
     s = te.create_schedule(C)
     packed = C.op.attrs["packed_B"]
     s[packed].parallel(s[packed].op.axis[0])
-    schedules.schedule_packed_rows(s, blocks)
+    schedules.schedule_packed_rows(s, blocks, cpu=active_cpu())
     io, jo, ii, ji = s[C].tile(*s[C].op.axis, rows, 16)
     s[C].vectorize(ji)
     lowered = te.lower(s, [A, B, C], name="f")
@@ -373,7 +374,7 @@ def test_row_blocks_need_a_packed_2d_product_and_a_dividing_block():
     B = te.placeholder((24, 16), "float32", "B")
     with pytest.raises(CompileError, match="no 2-D product"):
         schedules.pack_matmul_rows(plain_matmul(A, B, "C"), 4, 8)  # B not packed
-    C = schedules.matmul(A, B)
+    C = schedules.matmul(A, B, cpu=active_cpu())
     with pytest.raises(CompileError, match="dividing"):
         schedules.pack_matmul_rows(C, 4, 16)
     schedules.pack_matmul_rows(C, 4, 8)

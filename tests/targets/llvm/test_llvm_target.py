@@ -14,10 +14,11 @@ from heterocc import te
 from heterocc.compute import compute_of
 from heterocc.ir.types import TensorType
 from heterocc.passes import fused_functions
+from heterocc.sdk.te_target import ExpressedFunction, elementwise_epilogue, structure_key
+from heterocc.targets.llvm.cpu import active_cpu
 from heterocc.targets.llvm.rules import DirectConvRule
 from heterocc.targets.llvm.target import _schedule
 from heterocc.te.schedule import AT
-from heterocc.te_target import ExpressedFunction, elementwise_epilogue, structure_key
 from tests.conftest import conv_model
 
 RNG = np.random.default_rng(11)
@@ -99,13 +100,13 @@ def _conv_tensors(outputs_of):
 
 def _anchor(schedule):
     return next(s.tensor for s in schedule.stages
-                if not s.is_placeholder and DirectConvRule().matches(s.tensor))
+                if not s.is_placeholder and DirectConvRule(active_cpu()).matches(s.tensor))
 
 
 def test_epilogue_is_computed_in_the_conv_tiles():
     params, outputs = _conv_tensors(lambda y: [te.compute(
         y.shape, lambda *i: te.maximum(y[i], te.const(0.0, "float32")), name="act")])
-    schedule = _schedule(ExpressedFunction(params, [], outputs))
+    schedule = _schedule(ExpressedFunction(params, [], outputs), active_cpu())
     conv_stage = schedule[_anchor(schedule)]
     assert conv_stage.attach == AT and conv_stage.scope == "local"
     func = te.lower(schedule, params + outputs, name="f")
@@ -132,7 +133,7 @@ def test_conv_read_twice_or_reindexed_keeps_its_own_buffer():
         params, outputs = _conv_tensors(outputs_of)
         schedule = te.create_schedule(outputs)
         for stage in schedule.stages:
-            if not stage.is_placeholder and not DirectConvRule().matches(stage.tensor) \
+            if not stage.is_placeholder and not DirectConvRule(active_cpu()).matches(stage.tensor) \
                     and all(stage.tensor is not t for t in outputs):
                 stage.compute_inline()
         assert elementwise_epilogue(schedule, _anchor(schedule), outputs) is None
@@ -214,7 +215,7 @@ def test_one_element_constants_are_folded_so_the_epilogue_vectorizes():
         [y, low, high], {}, [TensorType(y.shape, "float32")]))
     scalars = {id(low): np.asarray(np.float32(0.0)), id(high): np.asarray(np.float32(6.0))}
     expressed = ExpressedFunction(params + [low, high], list(scalars.values()), outputs, scalars)
-    func = te.lower(_schedule(expressed), expressed.params + outputs, name="f")
+    func = te.lower(_schedule(expressed, active_cpu()), expressed.params + outputs, name="f")
     stores = tir.collect(func.body, lambda n: isinstance(n, tir.BufferStore)
                          and n.buffer.name == outputs[0].name)
     assert stores and all(isinstance(s.indices[0], tir.Ramp) for s in stores)

@@ -13,7 +13,7 @@ from heterocc.cli import main
 from heterocc.errors import PartitionError
 from heterocc.models import tiny_cnn
 from heterocc.runtime.interpreter import evaluate
-from heterocc.sdk_hil import model_hil
+from heterocc.sdk.hil import model_hil
 from heterocc.targets.vta import VtaTarget
 from heterocc.targets.vta.codegen import compile_composite
 from heterocc.targets.vta.device import VtaDevice

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from .errors import TargetError
-from .ir.graph import Node
-from .targets.registry import Target
+from heterocc.errors import TargetError
+from heterocc.ir.graph import Node
+
+from .protocols import Target
 from .te_target import structure_key
 
 #: where :class:`CostCache` keeps its file unless ``HETEROCC_CACHE_DIR`` says otherwise

@@ -27,16 +27,19 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .driver import CompiledModel
-from .driver import compile as compile_model
-from .errors import AcceleratorError, InputError
-from .ir.graph import Graph, Node, Value
-from .ops import get_op
-from .runtime.interpreter import evaluate
-from .targets.registry import get_target, parse_target_spec
+from heterocc.errors import AcceleratorError, InputError
+from heterocc.ir.graph import Graph, Node, Value
+from heterocc.ops import get_op
+from heterocc.runtime.interpreter import evaluate
+
+from .registry import get_target, parse_target_spec
+
+if TYPE_CHECKING:
+    from heterocc.driver import CompiledModel
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,11 @@ def model_hil(model, target, inputs: Mapping[str, np.ndarray] | None = None,
     reference taking the rest, and check it against the reference, layer by layer (see
     the module docstring). ``inputs`` by name default to seeded random ones (int8
     inputs over their whole range); ``calibration`` quantizes a float model first."""
+    # the driver finds targets through this package's registry: a top-level import
+    # would be a cycle
+    from heterocc.driver import CompiledModel
+    from heterocc.driver import compile as compile_model
+
     if isinstance(model, CompiledModel):
         compiled = model
         name = target if isinstance(target, str) else target.name

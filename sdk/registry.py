@@ -23,30 +23,18 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Protocol
-
-import numpy as np
+from typing import Any
 
 from heterocc.errors import TargetError
-from heterocc.ir.graph import Node
 
-Kernel = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
+from .protocols import ENTRY_POINT_GROUP, Target
 
-ENTRY_POINT_GROUP = "heterocc.targets"
-#: the built-in targets: sub-packages of ``heterocc.targets`` that register themselves
+#: the package of the in-tree targets
+BUILTIN_PACKAGE = "heterocc.targets"
+#: the built-in targets: sub-packages of :data:`BUILTIN_PACKAGE` that register themselves
 #: when imported. They are imported on first use of the registry, like plugins, so
 #: that core can import the registry without importing any particular target.
 BUILTIN_TARGETS = ("reference", "llvm", "cuda", "vta")
-
-
-class Target(Protocol):
-    """What the compiler needs from a target."""
-
-    name: str
-
-    def build(self, function: Node) -> Kernel:
-        """Compile one function node (``function.body`` is its graph) into a kernel."""
-        ...
 
 
 @dataclass
@@ -103,7 +91,7 @@ def _discover() -> None:
         return
     _discovered = True
     for name in BUILTIN_TARGETS:
-        importlib.import_module(f"{__package__}.{name}")
+        importlib.import_module(f"{BUILTIN_PACKAGE}.{name}")
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in _TARGETS:
             continue
@@ -144,7 +132,8 @@ def get_target(name: str, **options) -> Target:
     return info.factory(**options)
 
 
-#: the target that compiles code for this machine's CPU (always present)
+#: the target that compiles code for this machine's CPU (always present), and that takes
+#: what no accelerator does when a target list names only accelerators
 HOST_TARGET = "llvm"
 
 
@@ -218,11 +207,6 @@ def parse_targets(spec) -> list:
     if not targets:
         raise TargetError("no target given")
     return targets
-
-
-#: the target that takes what no accelerator does when the list names only accelerators:
-#: the host CPU
-HOST_TARGET = "llvm"
 
 
 def _target_class(target) -> object:

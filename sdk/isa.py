@@ -12,7 +12,10 @@ the ISA document.
 
 A word holds the opcode in its lowest ``opcode_bits`` bits, then the instruction's
 fields in the order declared, each from the next free bit. Fields are unsigned unless
-declared ``signed`` (two's complement in their width).
+declared ``signed`` (two's complement in their width). Words of up to 64 bits encode
+to ``uint64`` arrays (:meth:`InstructionSet.encode`); wider ones (the in-tree
+accelerator's 128-bit instructions) one at a time as Python integers
+(:meth:`InstructionSet.encode_word`, :meth:`InstructionSet.decode_word`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import CompileError, IllegalInstructionError
+from heterocc.errors import CompileError, IllegalInstructionError
 
 
 @dataclass(frozen=True)
@@ -83,16 +86,18 @@ class Command:
 
 
 class InstructionSet:
-    """Instructions of ``word_bits``-bit words (at most 64) with an ``opcode_bits``-bit
-    opcode; CompileError at construction when the declaration is inconsistent
-    (repeated names or opcodes, an opcode or the fields not fitting the word)."""
+    """Instructions of ``word_bits``-bit words with an ``opcode_bits``-bit opcode (0 bits:
+    one format, a word of fields only); CompileError at construction when the declaration
+    is inconsistent (repeated names or opcodes, an opcode or the fields not fitting the
+    word)."""
 
     def __init__(self, name: str, formats: Iterable[InstructionFormat], opcode_bits: int,
                  word_bits: int = 64):
         self.name, self.opcode_bits, self.word_bits = name, opcode_bits, word_bits
         self.formats = list(formats)
-        if not 0 < word_bits <= 64:
-            raise CompileError(f"ISA {name!r}: words of {word_bits} bits; 1 to 64 are encoded")
+        if word_bits <= 0 or opcode_bits < 0:
+            raise CompileError(f"ISA {name!r}: words of {word_bits} bits with a "
+                               f"{opcode_bits}-bit opcode; both must be positive")
         self._by_name: dict[str, InstructionFormat] = {}
         self._by_opcode: dict[int, InstructionFormat] = {}
         for fmt in self.formats:
@@ -120,49 +125,79 @@ class InstructionSet:
                                           f"{', '.join(self._by_name)}") from None
 
     def command(self, op: str, **values: int) -> Command:
-        """Instruction ``op`` with its fields by name (fields not given are 0)."""
+        """Instruction ``op`` with its fields by name (fields not given are 0);
+        IllegalInstructionError for a field it lacks or a value that is not an integer."""
         fmt = self.format(op)
         unknown = set(values) - {f.name for f in fmt.fields}
         if unknown:
             raise IllegalInstructionError(f"{op} has no field(s) {', '.join(sorted(unknown))}; "
                                           f"it has {', '.join(f.name for f in fmt.fields)}")
+        for name, value in values.items():
+            if not isinstance(value, int | np.integer):
+                raise IllegalInstructionError(f"{op} field {name}={value!r} is not an integer",
+                                              field=name)
         return Command(op, tuple((f.name, int(values.get(f.name, 0))) for f in fmt.fields))
 
+    def layout(self, op: str) -> tuple[tuple[Field, int], ...]:
+        """The fields of instruction ``op`` with the lowest bit of each, in bit order."""
+        placed, shift = [], self.opcode_bits
+        for spec in self.format(op).fields:
+            placed.append((spec, shift))
+            shift += spec.bits
+        return tuple(placed)
+
+    def used_bits(self, op: str) -> int:
+        """The bits of a word of ``op`` that the opcode and fields take (the rest are
+        reserved and zero)."""
+        return self.opcode_bits + sum(f.bits for f in self.format(op).fields)
+
+    def encode_word(self, command: Command, index: int | None = None) -> int:
+        """One command as an integer word; IllegalInstructionError naming the field that
+        does not fit (``index``: the command's position, for the message)."""
+        fmt = self.format(command.op)
+        word = fmt.opcode
+        for (spec, shift), (name, value) in zip(self.layout(command.op), command.values):
+            if not spec.low <= value <= spec.high:
+                raise IllegalInstructionError(
+                    f"{command.op} field {name}={value} does not fit {spec.bits} bits "
+                    f"({spec.low}..{spec.high}) of ISA {self.name!r}", index, field=name,
+                    limit=spec.high if value > spec.high else spec.low)
+            word |= (value & ((1 << spec.bits) - 1)) << shift
+        return word
+
+    def decode_word(self, word: int, index: int | None = None) -> Command:
+        """The command of an integer word; IllegalInstructionError on an unknown opcode."""
+        opcode = word & ((1 << self.opcode_bits) - 1)
+        fmt = self._by_opcode.get(opcode)
+        if fmt is None:
+            raise IllegalInstructionError(f"unknown opcode {opcode} in word {word:#x}", index,
+                                          field="opcode")
+        values = []
+        for spec, shift in self.layout(fmt.name):
+            raw = (word >> shift) & ((1 << spec.bits) - 1)
+            if spec.signed and raw > spec.high:
+                raw -= 1 << spec.bits
+            values.append((spec.name, raw))
+        return Command(fmt.name, tuple(values))
+
+    def _check_uint64(self) -> None:
+        if self.word_bits > 64:
+            raise CompileError(f"ISA {self.name!r}: words of {self.word_bits} bits do not fit "
+                               "uint64; encode_word / decode_word take one word at a time")
+
     def encode(self, commands: Sequence[Command]) -> np.ndarray:
-        """The commands as words (uint64); IllegalInstructionError naming the instruction
-        and the field that does not fit."""
-        words = np.zeros(len(commands), np.uint64)
-        for index, command in enumerate(commands):
-            fmt = self.format(command.op)
-            word, shift = fmt.opcode, self.opcode_bits
-            for spec, (name, value) in zip(fmt.fields, command.values):
-                if not spec.low <= value <= spec.high:
-                    raise IllegalInstructionError(
-                        f"{command.op} field {name}={value} does not fit {spec.bits} bits "
-                        f"({spec.low}..{spec.high})", index)
-                word |= (value & ((1 << spec.bits) - 1)) << shift
-                shift += spec.bits
-            words[index] = word
-        return words
+        """The commands as words (uint64, for words of at most 64 bits);
+        IllegalInstructionError naming the instruction and the field that does not fit."""
+        self._check_uint64()
+        return np.array([self.encode_word(c, index) for index, c in enumerate(commands)],
+                        np.uint64)
 
     def decode(self, words: Iterable[int] | np.ndarray) -> list[Command]:
-        """The commands of ``words``; IllegalInstructionError on an unknown opcode."""
-        commands = []
-        mask = (1 << self.opcode_bits) - 1
-        for index, word in enumerate(int(w) for w in np.asarray(words, np.uint64)):
-            fmt = self._by_opcode.get(word & mask)
-            if fmt is None:
-                raise IllegalInstructionError(f"unknown opcode {word & mask} in word "
-                                              f"{word:#x}", index)
-            values, shift = [], self.opcode_bits
-            for spec in fmt.fields:
-                raw = (word >> shift) & ((1 << spec.bits) - 1)
-                if spec.signed and raw > spec.high:
-                    raw -= 1 << spec.bits
-                values.append((spec.name, raw))
-                shift += spec.bits
-            commands.append(Command(fmt.name, tuple(values)))
-        return commands
+        """The commands of ``words`` (uint64); IllegalInstructionError on an unknown
+        opcode."""
+        self._check_uint64()
+        return [self.decode_word(int(word), index)
+                for index, word in enumerate(np.asarray(words, np.uint64))]
 
     def table(self) -> str:
         """The instructions as a Markdown table (opcode, fields with their bits, effect),
@@ -170,12 +205,11 @@ class InstructionSet:
         lines = [f"| instruction | opcode (bits 0-{self.opcode_bits - 1}) | fields | effect |",
                  "|---|---|---|---|"]
         for fmt in self.formats:
-            parts, shift = [], self.opcode_bits
-            for spec in fmt.fields:
+            parts = []
+            for spec, shift in self.layout(fmt.name):
                 sign = ", signed" if spec.signed else ""
                 doc = f": {spec.doc}" if spec.doc else ""
                 parts.append(f"`{spec.name}` {shift}-{shift + spec.bits - 1}{sign}{doc}")
-                shift += spec.bits
             lines.append(f"| {fmt.name} | {fmt.opcode} | {'<br>'.join(parts) or '-'} | "
                          f"{fmt.effect} |")
         return "\n".join(lines)

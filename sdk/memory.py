@@ -15,7 +15,7 @@ import math
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
-from .errors import CompileError
+from heterocc.errors import CompileError
 
 
 @dataclass(frozen=True)
