@@ -31,7 +31,7 @@ from .isa import (
 )
 from .validation import WorkMeter, dma_dram_span, dma_sram_tiles, instruction_errors
 
-__all__ = ["FunctionalSimulator", "alu_apply", "dma_dram_span", "dma_sram_tiles"]
+__all__ = ["FunctionalSimulator", "alu_apply", "product_shift", "dma_dram_span", "dma_sram_tiles"]
 
 _LOOP_AXES = "oiu"  # outer loop, inner loop, micro-op
 _FLOAT_EXACT_LIMIT = 1 << 53
@@ -295,7 +295,8 @@ class FunctionalSimulator:
                     index, field="micro-op src",
                 )
             operand = self.acc[src].astype(np.int64)
-        result = alu_apply(instruction.alu_op, current, operand, config.acc_bits)
+        result = alu_apply(instruction.alu_op, current, operand, config.acc_bits,
+                           product_shift(instruction))
         self.acc[dst] = result.astype(config.acc_dtype)
 
     def _full_indices(
@@ -338,11 +339,21 @@ def _loop_pieces(outer: int, inner: int, uops: int, limit: int
             yield range(o, o + 1), range(start, min(start + step, inner))
 
 
-def alu_apply(op: AluOp, value: np.ndarray, operand: np.ndarray | int, acc_bits: int) -> np.ndarray:
+def product_shift(instruction: Alu) -> int:
+    """How far a MUL shifts its exact product right: the immediate field of a MUL with a
+    tensor operand (docs/isa.md section 5), 0 for every other ALU instruction."""
+    return instruction.imm if instruction.alu_op == AluOp.MUL and not instruction.use_imm \
+        else 0
+
+
+def alu_apply(op: AluOp, value: np.ndarray, operand: np.ndarray | int, acc_bits: int,
+              shift: int = 0) -> np.ndarray:
     """One ALU operation on int64 values of accumulator width (result not yet wrapped).
 
     SHR shifts arithmetically right by a non-negative operand and left by a
-    negative one; shift distances saturate at ``acc_bits - 1``.
+    negative one; shift distances saturate at ``acc_bits - 1``. MUL shifts its exact
+    product (``2 * acc_bits`` wide, which int64 holds) arithmetically right by
+    ``shift`` (``product_shift``) before the caller wraps it to ``acc_bits``.
     """
     if op == AluOp.MIN:
         return np.minimum(value, operand)
@@ -351,7 +362,7 @@ def alu_apply(op: AluOp, value: np.ndarray, operand: np.ndarray | int, acc_bits:
     if op == AluOp.ADD:
         return value + operand
     if op == AluOp.MUL:
-        return value * operand
+        return np.right_shift(value * operand, shift)
     if op == AluOp.SHR:
         shift = np.broadcast_to(np.asarray(operand, dtype=np.int64), value.shape)
         right = np.right_shift(value, np.clip(shift, 0, acc_bits - 1))

@@ -29,10 +29,12 @@ class GemmTiling:
 
 @dataclass(frozen=True)
 class Requantization:
-    """Per output column, with ``a = clamp(acc + bias, -limit, limit)``:
-    ``clamp(((a * multiplier + rounding) >> shift) + zero_point, qmin, qmax)`` in
-    accumulator arithmetic (wrapping), then a narrowing store. ``bias``, ``limit``,
-    ``multiplier``, ``rounding`` and ``shift`` hold one value per column of C."""
+    """Per output column, with ``a = clamp(acc + bias, -limit, limit)`` and
+    ``p = (a * multiplier) >> product_shift`` (the exact product, shifted, then wrapped):
+    ``clamp(((p + rounding) >> shift) + zero_point, qmin, qmax)`` in accumulator
+    arithmetic (wrapping), then a narrowing store. ``bias``, ``limit``, ``multiplier``,
+    ``rounding`` and ``shift`` hold one value per column of C; ``product_shift`` is one
+    for all (the MUL's immediate field, docs/isa.md section 5)."""
 
     bias: np.ndarray
     limit: np.ndarray
@@ -42,6 +44,7 @@ class Requantization:
     zero_point: int
     qmin: int
     qmax: int
+    product_shift: int = 0
 
     @property
     def column_constants(self) -> tuple[np.ndarray, ...]:
@@ -141,8 +144,9 @@ def tiled_gemm_program(
     builder.emit(builder.load_uops(uop_tensor))
     if epilogue is not None:
         for c, values in enumerate(epilogue.column_constants):
-            const = builder.tensor(f"epilogue{c}", Buffer.ACC,
-                                   data=np.asarray(values, np.int64).reshape(1, n))
+            # one tile row of constants: the same values in each of the batch rows
+            const = builder.tensor(f"epilogue{c}", Buffer.ACC, data=np.repeat(
+                np.asarray(values, np.int64).reshape(1, n), config.batch, axis=0))
             builder.emit(builder.load_tiles(const, const_base + c * n_tiles, 0, 0, 1, n_tiles))
 
     steps_per_task = k_tiles // k_chunk
@@ -194,6 +198,7 @@ def _emit_epilogue(builder: ProgramBuilder, epilogue: Requantization, first_uop:
     tiles = dict(loop_outer=rows, loop_inner=cols, dst_factor_outer=cols, dst_factor_inner=1)
     for op, c in _EPILOGUE_TENSOR_STEPS:
         builder.emit(Alu(alu_op=op, uop_begin=first_uop + c, uop_end=first_uop + c + 1,
+                         imm=epilogue.product_shift if op == AluOp.MUL else 0,
                          src_factor_outer=0, src_factor_inner=1, **tiles))
     immediates = [(AluOp.ADD, epilogue.zero_point), (AluOp.MAX, epilogue.qmin),
                   (AluOp.MIN, epilogue.qmax)]

@@ -319,6 +319,12 @@ class InstructionValidator:
                     f"ALU with src_inp needs input tiles shaped like accumulator tiles, but "
                     f"{config.name} has block_in={config.block_in} != "
                     f"block_out={config.block_out}", index, "src_inp", 0))
+        if instruction.alu_op == AluOp.MUL and not instruction.use_imm and \
+                not 0 <= instruction.imm < 2 * config.acc_bits:
+            errors.append(_error(
+                f"MUL with a tensor operand shifts its {2 * config.acc_bits}-bit product "
+                f"right by imm, which must lie in [0, {2 * config.acc_bits - 1}], not "
+                f"{instruction.imm}", index, "imm", 0))
         iterations = instruction.iterations
         if not iterations:
             return errors

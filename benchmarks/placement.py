@@ -15,7 +15,8 @@ per model and config:
 - the accelerator's estimate per region against the cycles its kernels report in a run
   (the simulator's timing model) at the clock: the largest deviation;
 - the CPU's estimate per function placed on the CPU against the same program timed
-  again here: median and largest deviation;
+  again here: median and largest deviation; and the candidates offloaded on the CPU's
+  lower bound without measuring: how many the CPU runs faster than that bound;
 - bit-exactness: the cost placement's output against the greedy placement's and the
   reference integer semantics of the partitioned graph (NumPy);
 - a stream of inputs through the pipelined runtime for one model and config where both
@@ -97,19 +98,28 @@ def _accelerator_accuracy(compiled, vta: VtaTarget) -> tuple[int, float]:
     return len(regions), worst
 
 
-def _cpu_accuracy(report) -> list[tuple[float, float]]:
+def _cpu_accuracy(report) -> tuple[list[tuple[float, float]], int, int]:
     """(estimate, measured) seconds of each CPU-placed function, its program timed again
-    here (fastest of at least 5 calls and 0.2 s)."""
+    here the way the estimate times it (the graph executor's call, fastest of at least 5
+    calls and 0.2 s after a warm-up); and of the candidates the accelerator took on the
+    CPU's lower bound alone, how many and how many of them the CPU runs faster than
+    that bound (a wrong bound)."""
     llvm = get_target("llvm")
     pairs = []
+    bounded = wrong = 0
     for unit in [*report.plan.composites, *report.plan.others]:
-        if unit.chosen != "llvm" or "llvm" not in unit.candidates:
+        bound = "llvm needs at least" in unit.reason
+        if (unit.chosen != "llvm" and not bound) or "llvm" not in unit.candidates:
             continue
         run, graph = cpu_cost.cpu_program(llvm, unit.function)
         measured = min(cpu_cost.time_call(run, cpu_cost.random_arguments(graph.inputs),
                                           min_samples=5, min_seconds=0.2))
-        pairs.append((unit.candidates["llvm"].compute_s, measured))
-    return pairs
+        if bound:
+            bounded += 1
+            wrong += measured < llvm.lower_bound(unit.function)[0]
+        else:
+            pairs.append((unit.candidates["llvm"].compute_s, measured))
+    return pairs, bounded, wrong
 
 
 def _print_cpu_accuracy(pairs: list[tuple[float, float]]) -> None:
@@ -216,10 +226,12 @@ def main() -> int:
             exact = np.array_equal(out, expected) and np.array_equal(
                 out, evaluate(warm.graph, [x])[0])
             regions, worst = _accelerator_accuracy(warm, vta)
-            pairs = _cpu_accuracy(report)
+            pairs, bounded, wrong = _cpu_accuracy(report)
             print(f"  accelerator estimate vs timing model in the run: {regions} regions, "
                   f"largest deviation {100 * worst:.2f}%")
             _print_cpu_accuracy(pairs)
+            print(f"  offloaded on the CPU's lower bound, unmeasured while compiling: "
+                  f"{bounded}; of them measured here faster than the bound: {wrong}")
             print(f"  bit-exact (cost vs greedy vs integer reference): {exact}")
             print(f"  compile (each in a fresh interpreter): greedy {t_greedy:.2f} s; cost, "
                   f"empty estimate cache {t_cold:.2f} s (+{100 * (t_cold / t_greedy - 1):.1f}% "

@@ -437,8 +437,9 @@ def setup_logging(level: int) -> None:
     logger.addHandler(handler)
     logger.setLevel(level)
 PLACEMENT_HELP = ("with several targets, cost: offload a match only where the targets' time "
-                  "estimates say it is faster (transfers included); greedy (default): every "
-                  "match; auto: cost when every target can estimate (see heterocc partition)")
+                  "estimates say it is faster (transfers included); greedy: every match; "
+                  "auto (default): cost when every target can estimate (see heterocc "
+                  "partition)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -455,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
     p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
     p.add_argument("--strict", action="store_true", help=STRICT_HELP)
-    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="greedy",
+    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="auto",
                    help=PLACEMENT_HELP)
     p.add_argument("--sign", metavar="PRIVATE_KEY",
                    help="sign the artifact's manifest with this Ed25519 key (heterocc keygen)")
@@ -492,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "timeline")
     p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
     p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
-    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="greedy",
+    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="auto",
                    help=PLACEMENT_HELP)
     p.add_argument("--stream", type=int, default=0, metavar="N",
                    help="run the input N times as a stream, the devices overlapping (CPU on "

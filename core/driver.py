@@ -28,7 +28,7 @@ from .ir.graph import Graph
 from .ir.types import dtype_from_onnx
 from .passes import PassRecord
 from .passes.partition import PartitionReport
-from .passes.pipeline import default_placement, run_pipeline
+from .passes.pipeline import choose_placement, run_pipeline
 from .quantization import QuantizationOptions, batchnorms_between_qdq
 from .runtime.artifact import export_artifact
 from .runtime.executor import GraphExecutor, ProfileEntry, check_input, format_profile
@@ -98,7 +98,7 @@ class CompiledModel:
     #: the host CPU was added as the fallback to a list of accelerators only
     added_fallback: bool = False
     #: "greedy", "cost", or "auto" (cost when every target can estimate)
-    placement: str = "greedy"
+    placement: str = "auto"
     _cache: OrderedDict = field(default_factory=OrderedDict)
     _profile: dict[str, ProfileEntry] | None = None
     #: guards the cache of specializations (a build is done once, by one thread)
@@ -183,7 +183,7 @@ class CompiledModel:
             targets[instance.name] = instance
         fallback = list(targets)[-1]
         started = time.perf_counter()
-        how = default_placement(targets) if self.placement == "auto" else self.placement
+        how, why = choose_placement(self.placement, targets)
         result = run_pipeline(graph, targets, fallback, self.strict, self.calibration,
                               self.dump_ir, self.quantization, how)
         if time.perf_counter() - started > PROGRESS_AFTER_S:  # a large model: say so
@@ -192,6 +192,7 @@ class CompiledModel:
                         f"({len(result.records)} passes)")
         graph, report = result.graph, result.report
         if report is not None:
+            report.placement_reason = why
             _report_placement_fallbacks(self.model, report, targets, fallback,
                                         self.added_fallback)
         placement = {n.name: n.attrs.get("target", fallback)
@@ -317,6 +318,15 @@ def _is_float_model(model: onnx.ModelProto) -> bool:
         and not any(t.data_type in eight_bit for t in model.graph.initializer)
 
 
+def _layers_kept_by_cost(report: PartitionReport, accelerator: str) -> int:
+    """How many candidate layers ``accelerator`` matched that placement by cost left on
+    another device because its estimate there was lower (0 under greedy placement)."""
+    if report.placement != "cost":
+        return 0
+    return len({p.unit for p in report.placements
+                if p.candidate and accelerator in p.estimates and p.target != accelerator})
+
+
 def _report_placement_fallbacks(model: onnx.ModelProto, report: PartitionReport,
                                 targets: Mapping[str, object], fallback: str,
                                 added_fallback: bool) -> None:
@@ -335,6 +345,12 @@ def _report_placement_fallbacks(model: onnx.ModelProto, report: PartitionReport,
                 "heterocc.compile(..., calibration=samples), heterocc's --calibrate "
                 "SAMPLES.npz, `heterocc quantize`, or onnxruntime.quantization."
                 "quantize_static")
+        elif (outpaced := _layers_kept_by_cost(report, name)):
+            # a decision, not a fallback: the layers matched and were measured slower
+            logger.info(
+                f"{name} took no node: placement by cost kept the {outpaced} layer(s) it "
+                f"matched on {fallback}, where they are estimated faster (the placement "
+                f"report gives both estimates; placement='greedy' puts them on {name})")
         else:
             report_fallback(f"{name} took no node: no layer matched its patterns, so all of "
                             f"the model runs on {fallback} (the placement report gives the "
@@ -425,7 +441,7 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
             strict: bool = False, calibration=None,
             tuning_log: str | None = None,
             quantization: QuantizationOptions | None = None,
-            placement: str = "greedy") -> CompiledModel:
+            placement: str = "auto") -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for ``target``.
 
     A model whose tensors live in external data files (``X.onnx.data``) reads them
@@ -452,8 +468,9 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     (``heterocc tune``); tasks missing from it keep the default schedules.
     ``placement``: with several targets, ``"greedy"`` offloads every pattern match,
     ``"cost"`` only those the targets' time estimates say are faster offloaded
-    (transfers included; see ``docs/partitioning.md``), ``"auto"`` is ``"cost"`` when
-    every target can estimate and ``"greedy"`` otherwise.
+    (transfers included; see ``docs/partitioning.md``), ``"auto"`` (the default) is
+    ``"cost"`` when every target can estimate and ``"greedy"`` otherwise; the
+    placement report says which ran and why.
     """
     if placement not in ("greedy", "cost", "auto"):
         raise InputError(f"placement {placement!r}: choose greedy, cost or auto")

@@ -11,6 +11,10 @@ tensors (None: it cannot tell for this function, which then stays where the patt
 put it). An accelerator derives it from its cycle model at a declared clock
 (:func:`accelerator_estimate`) and a :class:`HostLink`; a CPU from measurement.
 
+A second optional hook, ``lower_bound(function) -> (seconds, how) | None``, bounds a
+call's time without compiling anything: the placement skips a target's ``estimate``
+where the other device's estimate already beats that bound.
+
 Estimates that take time to make (a kernel compiled and timed) are kept on disk by
 :class:`CostCache`, keyed by the target's own key and :func:`workload_key` (the
 function's structure: ops, attributes, types; not the contents of its weights, which

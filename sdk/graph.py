@@ -9,6 +9,7 @@ They are the compiler's own functions (``heterocc.passes``, ``heterocc.ops``,
 from heterocc.compute import compute_of
 from heterocc.compute.nn import matmul
 from heterocc.ops.layout import blocked_conv_geometry, blocked_conv_input_shape, conv_nchwc
+from heterocc.ops.macs import multiply_accumulates
 from heterocc.ops.nn import conv_geometry, pool_geometry
 from heterocc.ops.qnn import zero_point_bias
 from heterocc.passes import DEFAULT_PIPELINE
@@ -19,5 +20,6 @@ from heterocc.passes.pipeline import run_pipeline, target_graph_passes
 __all__ = [
     "DEFAULT_PIPELINE", "PassManager", "alter_layout_for", "blocked_conv_geometry",
     "blocked_conv_input_shape", "compute_of", "conv_geometry", "conv_nchwc", "matmul",
-    "pool_geometry", "run_pipeline", "target_graph_passes", "zero_point_bias",
+    "multiply_accumulates", "pool_geometry", "run_pipeline", "target_graph_passes",
+    "zero_point_bias",
 ]

@@ -107,3 +107,19 @@ def conv_model(rng, channels, size, filters, kernel, stride=1, group=1, pad=None
         [helper.make_tensor_value_info(f"t{len(epilogue)}", TensorProto.FLOAT, out_shape)],
         initializer=initializers)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cost_cache(tmp_path_factory):
+    """The placement's estimate cache of the test session: its own folder (placement by
+    cost is the default for vta,llvm; figures measured here stay out of the user's cache
+    and are shared by the session's tests)."""
+    import os
+
+    before = os.environ.get("HETEROCC_CACHE_DIR")
+    os.environ["HETEROCC_CACHE_DIR"] = str(tmp_path_factory.mktemp("heterocc-cache"))
+    yield
+    if before is None:
+        os.environ.pop("HETEROCC_CACHE_DIR", None)
+    else:
+        os.environ["HETEROCC_CACHE_DIR"] = before

@@ -36,7 +36,7 @@ def _ort_quantized(model, tmp_path, pre_process: bool):
 def test_batchnorm_between_qdq_pairs_names_quant_pre_process(tmp_path):
     model = _ort_quantized(tiny_cnn(), tmp_path, pre_process=False)
     assert any(n.op_type == "BatchNormalization" for n in model.graph.node)
-    compiled = heterocc.compile(model, target="vta,llvm")
+    compiled = heterocc.compile(model, target="vta,llvm", placement="greedy")
     said = [w for w in compiled.warnings if "quant_pre_process" in w]
     assert said and "BatchNormalization" in said[0]
     assert "quant_pre_process" in compiled.placement_report.format()
@@ -55,11 +55,12 @@ def test_builtin_quantizer_puts_residual_additions_on_the_accelerator_bit_exactl
     from heterocc.quantization import QuantizationOptions
 
     model, calibration = tiny_cnn(), _samples()
-    compiled = heterocc.compile(model, target="vta,llvm", calibration=calibration)
+    compiled = heterocc.compile(model, target="vta,llvm", placement="greedy",
+                                calibration=calibration)
     adds = [p for p in compiled.placement_report.placements if p.op == "Add"
             and "quantized_add" in p.composite]
     assert adds and all(p.target == "vta" for p in adds)
-    off = heterocc.compile(model, target="vta,llvm", calibration=calibration,
+    off = heterocc.compile(model, target="vta,llvm", placement="greedy", calibration=calibration,
                            quantization=QuantizationOptions(residual_adds=False))
     assert not any("quantized_add" in p.composite for p in off.placement_report.placements)
     # the same integer graph all on the CPU (the float softmax after it is the same code)
@@ -124,7 +125,7 @@ def test_a_skip_from_an_unquantized_op_read_by_a_layer_and_an_addition():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     samples = [{"input": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)}
                for _ in range(2)]
-    compiled = heterocc.compile(model, target="vta,llvm", calibration=samples)
+    compiled = heterocc.compile(model, target="vta,llvm", placement="greedy", calibration=samples)
     assert any("quantized_add" in p.composite for p in compiled.placement_report.placements)
     cpu = heterocc.compile(model, target="llvm", calibration=samples)
     np.testing.assert_array_equal(compiled.run(samples[0])[0], cpu.run(samples[0])[0])

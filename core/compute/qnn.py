@@ -17,8 +17,13 @@ from .registry import register_compute
 def requantize(inputs, attrs, out_types):
     """``clip(((clip(x, +-acc_limit) * multiplier + 2**(shift-1)) >> shift) + zero_point,
     qmin, qmax)`` in int32 with wrap-around after every step, per tensor or per channel
-    (axis 1)."""
+    (along ``axis``); with a ``product_shift`` the product is taken in int64 and shifted
+    right by it before it wraps to int32."""
     x = inputs[0]
+    product_shift = int(attrs.get("product_shift", 0))
+    if not 0 <= product_shift <= 62:
+        raise CompileError(f"Requantize product_shift {product_shift} outside [0, 62] has "
+                           "no TE compute")
     out = out_types[0].dtype
     shifts = attrs["shift"] if isinstance(attrs["shift"], list) else [attrs["shift"]]
     if any(not 0 <= int(s) <= 31 for s in shifts):
@@ -56,7 +61,11 @@ def requantize(inputs, attrs, out_types):
     def body(*index):
         channel = index[axis] if x.ndim else 0
         acc = te.minimum(te.maximum(x[index], low(channel)), high(channel))
-        y = acc * multiplier(channel)
+        if product_shift:
+            wide = te.cast("int64", acc) * te.cast("int64", multiplier(channel))
+            y = te.cast("int32", wide >> te.const(product_shift, "int64"))
+        else:
+            y = acc * multiplier(channel)
         y = y + rounding(channel)
         y = y >> shift(channel)
         y = y + zero_point

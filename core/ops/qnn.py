@@ -39,6 +39,61 @@ def fixed_point_scale(scale: float, max_abs_input: int,
     return multiplier, shift
 
 
+#: the widest multiplier of a requantization with a product shift: an int32 operand
+PRECISE_MULTIPLIER_BITS = 31
+
+#: headroom of the int32 value after the product shift: the output range (at most 2**9
+#: steps from zero point to the far end, clamps included) shifted left by the shift
+_SHIFTED_OUTPUT_BITS = 30
+
+
+def precise_fixed_point_scale(scales, max_abs_inputs) -> tuple[list[int], int, list[int]]:
+    """``(multipliers, product_shift, shifts)`` with ``multiplier / 2**(product_shift +
+    shift) ~= scale`` per channel, for ``Requantize`` with a ``product_shift``.
+
+    ``(a * multiplier) >> product_shift`` is an exact 64-bit product shifted back into
+    int32 (an accelerator ALU does it as one MUL with a shifted product), so the
+    multiplier keeps up to 31 bits whatever the accumulator's range: each ``shift`` is
+    the largest that keeps ``max_abs_input * scale * 2**shift`` (the shifted output,
+    rounding included) within 2**30, and the one ``product_shift`` (shared by every
+    channel: a hardware instruction shifts a whole tile alike) the largest that keeps
+    every multiplier below 2**31. The result differs from ``round(a * scale)`` only
+    where ``a * scale`` lies within about ``2**-shift`` of a rounding boundary.
+    """
+    scales = [float(v) for v in np.asarray(scales, np.float64).reshape(-1)]
+    limits = [max(int(v), 1) for v in np.broadcast_to(np.asarray(max_abs_inputs),
+                                                      (len(scales),))]
+    for scale in scales:
+        if not scale > 0 or not math.isfinite(scale):
+            raise ValueError(f"requantization scale must be positive and finite, got {scale}")
+    shifts = []
+    for scale, limit in zip(scales, limits):
+        shift = 0
+        while shift < 31 and (limit * scale + 1) * 2.0 ** (shift + 1) <= 2 ** _SHIFTED_OUTPUT_BITS:
+            shift += 1
+        shifts.append(shift)
+    product_shift = min(shifted_multiplier(v, s)[1] for v, s in zip(scales, shifts))
+    return ([_multiplier(v, s + product_shift) for v, s in zip(scales, shifts)],
+            product_shift, shifts)
+
+
+def _multiplier(scale: float, total_shift: int) -> int:
+    return max(1, min((1 << PRECISE_MULTIPLIER_BITS) - 1, round(scale * 2.0 ** total_shift)))
+
+
+def shifted_multiplier(scale: float, shift: int) -> tuple[int, int]:
+    """``(multiplier, product_shift)`` with ``multiplier / 2**(product_shift + shift) ~=
+    scale``: the largest product shift (at most 62, inside an int64) that keeps the
+    multiplier below 2**31, so that ``(a * multiplier) >> product_shift ~= a * scale *
+    2**shift`` with a multiplier of up to 31 bits. A product shift of 0 means the
+    multiplier could not take more bits than ``round(scale * 2**shift)``."""
+    if not scale > 0 or not math.isfinite(scale):
+        raise ValueError(f"requantization scale must be positive and finite, got {scale}")
+    ceiling = (1 << PRECISE_MULTIPLIER_BITS) - 1
+    product_shift = min(62, max(0, math.floor(math.log2(ceiling / (scale * 2.0 ** shift)))))
+    return _multiplier(scale, shift + product_shift), product_shift
+
+
 def zero_point_bias(weights: np.ndarray, zero_point) -> np.ndarray:
     """The bias that lets a symmetric integer core ignore an input zero point.
 
@@ -68,9 +123,11 @@ def _per_channel(value, ndim: int, axis: int) -> np.ndarray:
 
 
 def requantize_int(acc: np.ndarray, multiplier, shift, zero_point: int, qmin: int,
-                   qmax: int, acc_limit=2 ** 31 - 1, axis: int = 1) -> np.ndarray:
+                   qmax: int, acc_limit=2 ** 31 - 1, axis: int = 1,
+                   product_shift: int = 0) -> np.ndarray:
     """The integer pipeline in int32 with wrap-around, step by step as the ALU runs it:
-    clamp to +-acc_limit, multiply, add the rounding constant, shift, add the zero
+    clamp to +-acc_limit, multiply (the exact product shifted right by
+    ``product_shift``, then wrapped), add the rounding constant, shift, add the zero
     point, clamp to [qmin, qmax]. Per-channel ``multiplier``, ``shift`` and
     ``acc_limit`` (lists) apply along ``axis`` (negative: from the end)."""
     acc = acc.astype(np.int32)
@@ -79,7 +136,11 @@ def requantize_int(acc: np.ndarray, multiplier, shift, zero_point: int, qmin: in
     s = _per_channel(shift, acc.ndim, axis)
     limit = _per_channel(acc_limit, acc.ndim, axis)
     acc = np.clip(acc.astype(np.int64), -limit, limit)
-    y = _wrap32(acc * m)
+    if product_shift:
+        # int32 accumulator times int32 multiplier: exact in int64
+        y = _wrap32(np.right_shift(acc * _wrap32(m).astype(np.int64), int(product_shift)))
+    else:
+        y = _wrap32(acc * m)
     rounding = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
     y = _wrap32(y.astype(np.int64) + rounding)
     y = np.right_shift(y, s.astype(np.int32)).astype(np.int32)
@@ -98,6 +159,10 @@ def _infer_requantize(ctx: InferContext):
     if not info.min <= ctx.attrs["qmin"] <= ctx.attrs["qmax"] <= info.max:
         raise ctx.error(f"clamp range [{ctx.attrs['qmin']}, {ctx.attrs['qmax']}] does not fit "
                         f"{out}")
+    product_shift = ctx.attrs["product_shift"]
+    if not isinstance(product_shift, int) or not 0 <= product_shift <= 62:
+        raise ctx.error(f"product_shift {product_shift!r} is not one int in [0, 62] (it is "
+                        "the same for every channel)")
     per_channel = [k for k in ("multiplier", "shift", "acc_limit")
                    if isinstance(ctx.attrs[k], list)]
     if per_channel:
@@ -123,11 +188,20 @@ def requantize_axis(node_attrs: dict, ndim: int) -> int:
 @register_op("Requantize", infer=_infer_requantize, fusion=FusionKind.ELEMWISE,
              attrs={"multiplier": REQUIRED, "shift": REQUIRED, "zero_point": 0,
                     "qmin": REQUIRED, "qmax": REQUIRED, "out_dtype": "int8",
-                    "acc_limit": 2 ** 31 - 1, "axis": 1, "absorbed": []})
+                    "acc_limit": 2 ** 31 - 1, "axis": 1, "absorbed": [],
+                    "product_shift": 0})
 def requantize(x, *, multiplier, shift, zero_point, qmin, qmax, out_dtype, acc_limit,
-               axis, absorbed):
-    """int32 -> ``out_dtype``: with ``a = clip(x, -acc_limit, acc_limit)``,
-    ``clip(((a * multiplier + 2**(shift-1)) >> shift) + zero_point, qmin, qmax)``.
+               axis, absorbed, product_shift):
+    """int32 -> ``out_dtype``: with ``a = clip(x, -acc_limit, acc_limit)`` and
+    ``p = int32((a * multiplier) >> product_shift)``,
+    ``clip(((p + 2**(shift-1)) >> shift) + zero_point, qmin, qmax)``.
+
+    With ``product_shift`` 0 (the default) ``p`` is the int32 product with wrap-around.
+    With ``product_shift`` > 0 the product is exact (int32 times int32, in 64 bits)
+    and shifted right (floor) before it returns to int32: the multiplier then keeps up
+    to 31 bits (``precise_fixed_point_scale``), so the result is ``round(a * scale)``
+    but at near-ties, where a multiplier held in the int32 product itself keeps only
+    ``31 - log2(acc_limit)`` bits. ``product_shift`` is one int for every channel.
 
     ``multiplier``, ``shift`` and ``acc_limit`` are ints, or lists (one per channel along
     ``axis``: 1 for a convolution's NCHW output, the last for a matrix product's).
@@ -138,4 +212,4 @@ def requantize(x, *, multiplier, shift, zero_point, qmin, qmax, out_dtype, acc_l
     applies, so that placement reports still show where they ran; it changes nothing.
     """
     return requantize_int(x, multiplier, shift, zero_point, qmin, qmax,
-                          acc_limit, axis).astype(out_dtype)
+                          acc_limit, axis, product_shift).astype(out_dtype)

@@ -84,6 +84,8 @@ class PartitionReport:
     warnings: list[str] = field(default_factory=list)
     #: "greedy" or "cost"
     placement: str = "greedy"
+    #: why that placement ran ("asked for", or why the default chose it)
+    placement_reason: str = ""
     #: placement by cost: the estimates and the model's totals
     plan: CostPlan | None = None
     #: (producer unit, consumer unit, bytes) between placement units (``Placement.unit``)
@@ -155,6 +157,8 @@ class PartitionReport:
         first node), ``macs_by_target``, ``nodes_by_target``, ``total_macs``; where
         targets report them, the MAC-weighted ``utilization`` of their functions and the
         total ``host_bytes`` moved per run."""
+        if self.plan is not None:
+            self.plan.complete()  # the figures the decisions did not need
         macs = self.macs_by_target()
         report = {"nodes": [p.to_dict() for p in self.placements], "macs_by_target": macs,
                   "nodes_by_target": self.by_target(), "total_macs": sum(macs.values())}
@@ -168,6 +172,8 @@ class PartitionReport:
         if self.warnings:
             report["warnings"] = list(self.warnings)
         report["placement"] = self.placement
+        if self.placement_reason:
+            report["placement_reason"] = self.placement_reason
         report["regions"] = self.regions()
         report["accelerator_regions"] = self.accelerator_regions()
         report["host_round_trips"] = self.round_trips
@@ -180,6 +186,8 @@ class PartitionReport:
         cost), reason; then the regions (with their estimates), the estimated totals (by
         cost), the nodes and the share of multiply-accumulates on each target."""
         timed = self.plan is not None
+        if timed:
+            self.plan.complete()
         lines = [f"{'node':32s} {'op':20s} {'target':10s} {'MACs':>12s} "
                  f"{'region / composite':36s} " + (f"{'estimate ms':24s} " if timed else "")
                  + "reason"]
@@ -194,6 +202,8 @@ class PartitionReport:
                               for t, e in region["estimates"].items())
             lines.append(f"region {region['region']} on {region['target']}: "
                          f"{region['composites']} composites" + (f"; {times}" if times else ""))
+        lines.append(f"placement: {self.placement}"
+                     + (f" ({self.placement_reason})" if self.placement_reason else ""))
         lines.append(f"regions: {summary['accelerator_regions']} accelerator regions, "
                      f"{summary['host_round_trips']} host round trips")
         if timed:
@@ -392,7 +402,7 @@ def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
             placed = Placement(node.name, node.op, fallback, why,
                                macs=multiply_accumulates(node))
         if unit is not None:
-            placed.estimates = dict(unit.candidates)
+            placed.estimates = unit.candidates  # completed with the plan
         placed.unit = units[node]
         placed.candidate = candidate.get(node, "")
         report.placements.append(placed)

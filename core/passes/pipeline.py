@@ -67,8 +67,20 @@ def integer_qdq(target: object) -> str | None:
 
 def default_placement(targets: Mapping[str, object]) -> str:
     """``"cost"`` when every target can estimate a function's time, else ``"greedy"``."""
-    return "cost" if all(callable(getattr(t, "estimate", None))
-                         for t in targets.values()) else "greedy"
+    return choose_placement("auto", targets)[0]
+
+
+def choose_placement(requested: str, targets: Mapping[str, object]) -> tuple[str, str]:
+    """The placement a compile runs for ``requested`` (``"auto"``, ``"cost"`` or
+    ``"greedy"``) and why, for the report: ``"auto"`` is cost when every target can
+    estimate a function's time (the ``estimate`` hook), greedy otherwise."""
+    if requested != "auto":
+        return requested, "asked for"
+    silent = [name for name, t in targets.items() if not callable(getattr(t, "estimate", None))]
+    if silent:
+        return "greedy", (f"the default; by cost needs every target's time estimate, and "
+                          f"{', '.join(silent)} gives none (no estimate hook)")
+    return "cost", f"the default: every target ({', '.join(targets)}) estimates its time"
 
 
 def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | None = None,

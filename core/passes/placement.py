@@ -14,6 +14,17 @@ topologically ordered candidates (the best latency of a prefix, given the device
 its last producers) reduces to choosing each candidate's cheaper device: the result is
 the exact minimum under the model, and deterministic (a tie goes to the accelerator,
 as the greedy placement would have it).
+
+Estimating costs compile time (an accelerator's figure compiles the composite, the
+CPU's compiles and times it), so only what a decision needs is estimated while
+compiling. Each target may answer a cheap ``lower_bound(function)`` hook (seconds and
+how it was bounded; the CPU from its multiply-accumulates, an accelerator from the
+transfers a call cannot avoid). The device likelier to win is estimated first (the CPU
+for a composite without multiply-accumulates, else the accelerator); when its figure
+beats the other's lower bound, the other is not estimated. Nodes no pattern matched
+(on the CPU whatever the placement) are not measured at all. The figures skipped, which
+only the report's totals need, are estimated when the plan is asked for them
+(:meth:`CostPlan.complete`).
 """
 
 from __future__ import annotations
@@ -51,9 +62,25 @@ class CostPlan:
     composites: list[UnitCost]
     others: list[UnitCost]
     fallback: str
+    #: (unit, target) figures the decisions did not need, estimated by :meth:`complete`
+    pending: list[tuple[UnitCost, str]] = field(default_factory=list)
+    #: the target instances by name, whose ``estimate`` hooks make them
+    targets: Mapping[str, object] = field(default_factory=dict)
+
+    def complete(self) -> None:
+        """Estimate the figures the placement decided without (the totals and the
+        report want every unit's on each of its devices)."""
+        while self.pending:
+            unit, target = self.pending.pop(0)
+            found = _ask(self.targets.get(target), "estimate", unit.function)
+            if found is not None:
+                unit.candidates[target] = found
+                if not unit.reason:
+                    unit.reason = f"{_ms(found.total_s)} on {target}"
 
     def total(self, which: str) -> float | None:
         """``"chosen"``, ``"greedy"`` or ``"cpu"``; None when a unit has no CPU estimate."""
+        self.complete()
         total = 0.0
         for unit in [*self.composites, *self.others]:
             target = self.fallback if which == "cpu" else getattr(unit, which)
@@ -77,16 +104,27 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms"
 
 
-def _decide(unit: UnitCost, accelerator: str, fallback: str) -> None:
+def _decide(unit: UnitCost, accelerator: str, fallback: str,
+            bound: tuple[str, float, str] | None = None) -> None:
+    """Choose ``unit``'s device from its candidates' estimates, or from one estimate and
+    the other device's lower ``bound`` (that device, seconds, how it was bounded)."""
     acc = unit.candidates.get(accelerator)
     cpu = unit.candidates.get(fallback)
     unit.greedy = accelerator
+    transfer = f", {_ms(acc.transfer_s)} of it transfer" if acc and acc.transfer_s else ""
+    if bound is not None:
+        other, seconds, how = bound
+        unit.chosen = fallback if other == accelerator else accelerator
+        mine = cpu if unit.chosen == fallback else acc
+        unit.reason = (f"{'stays ' if unit.chosen == fallback else ''}on {unit.chosen}: "
+                       f"{_ms(mine.total_s)}{transfer}; {other} needs at least "
+                       f"{_ms(seconds)} ({how})")
+        return
     if acc is None or cpu is None:
         missing = accelerator if acc is None else fallback
         unit.chosen = accelerator
         unit.reason = f"on {accelerator}: {missing} gave no estimate, so the pattern decides"
         return
-    transfer = f", {_ms(acc.transfer_s)} of it transfer" if acc.transfer_s else ""
     if acc.total_s <= cpu.total_s:
         unit.chosen = accelerator
         unit.reason = (f"on {accelerator}: {_ms(acc.total_s)}{transfer} vs "
@@ -121,23 +159,64 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
     for k, nodes in enumerate(groups):
         functions[k] = by_first[nodes[0].name]
 
-    plan = CostPlan([], [], fallback)
+    plan = CostPlan([], [], fallback, targets=targets)
     cpu = targets.get(fallback)
     for k, (target, _, nodes) in enumerate(composites):
         unit = UnitCost(nodes, function=functions[k])
-        for name, estimator in ((target, targets.get(target)), (fallback, cpu)):
-            hook = getattr(estimator, "estimate", None)
-            found = hook(functions[k]) if callable(hook) else None
-            if found is not None:
-                unit.candidates[name] = found
-        _decide(unit, target, fallback)
+        bound = _estimate(unit, target, fallback, targets)
+        _decide(unit, target, fallback, bound)
+        if bound is not None:
+            plan.pending.append((unit, bound[0]))
         plan.composites.append(unit)
     for k, node in enumerate(others, start=len(composites)):
         unit = UnitCost([node], chosen=fallback, greedy=fallback, function=functions[k])
-        hook = getattr(cpu, "estimate", None)
-        found = hook(functions[k]) if callable(hook) else None
+        found = _ask(cpu, "cached", functions[k])
         if found is not None:
             unit.candidates[fallback] = found
             unit.reason = f"{_ms(found.total_s)} on {fallback}"
+        elif callable(getattr(cpu, "estimate", None)):
+            plan.pending.append((unit, fallback))
         plan.others.append(unit)
     return plan
+
+
+def _ask(target: object, hook: str, function: Node):
+    """``target.<hook>(function)``, or None where the target lacks the hook."""
+    method = getattr(target, hook, None)
+    return method(function) if callable(method) else None
+
+
+def _estimate(unit: UnitCost, accelerator: str, fallback: str,
+              targets: Mapping[str, object]) -> tuple[str, float, str] | None:
+    """Put in ``unit.candidates`` the estimates its decision needs (see the module): the
+    likelier winner's first, then the other's unless the first beats the other's lower
+    bound. Returns that bound (the device left unestimated, seconds, how) or None."""
+    function = unit.function
+    cached = _ask(targets.get(fallback), "cached", function)
+    if cached is not None:
+        unit.candidates[fallback] = cached
+    bounds = {}
+    for name in (fallback, accelerator):
+        if name not in unit.candidates:
+            found = _ask(targets.get(name), "lower_bound", function)
+            if found is not None:
+                bounds[name] = found
+    # a composite the CPU cannot be bounded on (no multiply-accumulates: element-wise
+    # work) is likelier the CPU's; else the accelerator's, which the pattern chose
+    order = (fallback, accelerator) if fallback not in bounds else (accelerator, fallback)
+    first, second = order
+    if first not in unit.candidates:
+        found = _ask(targets.get(first), "estimate", function)
+        if found is not None:
+            unit.candidates[first] = found
+    mine = unit.candidates.get(first)
+    if mine is not None and second in bounds:
+        seconds, how = bounds[second]
+        # strictly faster for the CPU, as fast for the accelerator (ties offload)
+        if mine.total_s < seconds or (first == accelerator and mine.total_s <= seconds):
+            return second, seconds, how
+    if second not in unit.candidates:
+        found = _ask(targets.get(second), "estimate", function)
+        if found is not None:
+            unit.candidates[second] = found
+    return None

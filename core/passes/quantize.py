@@ -22,7 +22,7 @@ import numpy as np
 from ..ir.graph import Graph, NameScope, Node, Value, constant
 from ..ir.types import TensorType
 from ..ops import get_op
-from ..ops.qnn import MAX_MULTIPLIER_BITS, fixed_point_scale
+from ..ops.qnn import precise_fixed_point_scale, shifted_multiplier
 from ..patterns import is_constant, is_op, match, optional, wildcard
 from .manager import register_pass
 from .rewrite import substitute
@@ -38,10 +38,12 @@ _LINEAR = _CONV | _GEMM | _MATMUL | is_op("Add")(_MATMUL, _BIAS)
 _SUM = is_op("Add")(_DQ_X, _DQ_X)
 ADD_PATTERN = is_op("QuantizeLinear")(is_op("Relu")(_SUM) | _SUM, is_constant(),
                                       optional(is_constant()))
-#: the integer addition's common shift: its multipliers keep 15 bits, so each operand's
-#: scaling is off by at most 255 * 0.5 / 2**15 of an output step, and its rounding
-#: constant 2**14 and multipliers fit a 16-bit ALU immediate
-ADD_SHIFT = 15
+MUL_PATTERN = is_op("QuantizeLinear")(is_op("Mul")(_DQ_X, _DQ_X), is_constant(),
+                                      optional(is_constant()))
+#: the integer addition's common shift (at most; less where the terms would leave
+#: int32): each term's floor is off by less than 2**-22 of an output step, below the
+#: float32 rounding of ONNX Runtime's own float addition
+ADD_SHIFT = 22
 _ACT = is_op("Relu")(_LINEAR) | is_op("Clip")(_LINEAR, optional(is_constant()),
                                                optional(is_constant())) | _LINEAR
 QDQ_PATTERN = is_op("QuantizeLinear")(_ACT, is_constant(), optional(is_constant()))
@@ -180,9 +182,9 @@ def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
     scales = acc_scale / c.y_scale
     limits = np.minimum(bound, np.ceil(reach / scales) + 1).astype(np.int64)
     limits = np.minimum(limits, 2 ** 31 - 1)
-    pairs = [fixed_point_scale(float(s), int(b)) for s, b in zip(scales, limits)]
-    multipliers = [m for m, _ in pairs]
-    shifts = [s for _, s in pairs]
+    # a 31-bit multiplier on a 64-bit product: round(acc * scale) but at near-ties
+    multipliers, product_shift, shifts = precise_fixed_point_scale(scales, limits)
+    pairs = list(zip(multipliers, shifts))
     lo = max(info.min, c.y_zero + np.ceil(c.clip[0] / c.y_scale)) if np.isfinite(c.clip[0]) \
         else info.min
     hi = min(info.max, c.y_zero + np.floor(c.clip[1] / c.y_scale)) if np.isfinite(c.clip[1]) \
@@ -220,7 +222,7 @@ def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
         "shift": shifts[0] if same else shifts, "zero_point": c.y_zero,
         "qmin": int(lo), "qmax": int(hi), "out_dtype": c.y_dtype,
         "acc_limit": int(limits[0]) if same else [int(v) for v in limits],
-        "axis": axis, "absorbed": c.absorbed},
+        "axis": axis, "absorbed": c.absorbed, "product_shift": product_shift},
         scope.fresh(f"{name}_requantize")))
     return nodes
 
@@ -228,56 +230,55 @@ def _rewrite(c: _Chain, q_out: Value, scope: NameScope) -> list[Node]:
 def _rewrite_add(nodes: list[Node], q_out: Value, scope: NameScope) -> list[Node] | None:
     """A quantized addition ``Q(DQ(a) + DQ(b))`` (optionally through a Relu) in integers::
 
-        acc = (int32(a) - za) * Ma + (int32(b) - zb) * Mb
+        ta  = Requantize(int32(a) - za; multiplier Ma, product shift ka, shift 0, int32)
+            = ((int32(a) - za) * Ma) >> ka                       (the same for tb)
+        acc = ta + tb
         y   = Requantize(acc; multiplier 1, shift s, zero point zy, clamp)
             = clamp(((acc + 2**(s-1)) >> s) + zy, qmin, qmax)
 
-    with ``Ma / 2**s ~= sa / sy`` and ``Mb / 2**s ~= sb / sy`` (one shift, multipliers of
-    at most 15 bits), so that an accelerator's ALU computes it exactly. It differs from
-    the float form (``round_half_even((sa*(a-za) + sb*(b-zb)) / sy) + zy``) by at most one
-    step, where the float value lies within ~0.008 steps of a rounding boundary (ties
-    round up here). None when the parts are not per-tensor int8/uint8 or a ratio of
-    scales needs more than 15 bits."""
+    with ``Ma / 2**(ka + s) ~= sa / sy`` and ``Mb / 2**(kb + s) ~= sb / sy`` (one shift
+    ``s``, at most ``ADD_SHIFT``, and 31-bit multipliers on 64-bit products), so that an
+    accelerator's ALU computes it exactly. Each term is floored once, 2**-s of a step,
+    so it differs from the float form (``round_half_even((sa*(a-za) + sb*(b-zb)) / sy)
+    + zy``) only where the float value lies within ~2**-(s-1) steps of a rounding
+    boundary (ties round up here). A
+    ratio too large for a product shift keeps ``Mul(int32(a) - za, Ma)``. None when the
+    parts are not per-tensor int8/uint8."""
     q = nodes[-1]
     add = next(n for n in nodes if n.op == "Add")
     relu = next((n for n in nodes if n.op == "Relu"), None)
-    dqs = [next(n for n in nodes if n.op == "DequantizeLinear" and n.outputs[0] is v)
-           for v in add.inputs]
-    try:
-        parts = [(dq.inputs[0], float(_scalar(dq.inputs[1])),
-                  int(_scalar(dq.inputs[2] if len(dq.inputs) > 2 else None))) for dq in dqs]
-        y_scale = float(_scalar(q.inputs[1]))
-        y_zero = int(_scalar(q.inputs[2] if len(q.inputs) > 2 else None))
-    except ValueError:
+    found = _elementwise_parts(nodes, add, q, q_out)
+    if found is None:
         return None
+    parts, y_scale, y_zero = found
     y_dtype = q_out.type.dtype
-    if any(v.type.dtype not in ("int8", "uint8") or v.type.shape != q_out.type.shape
-           for v, _, _ in parts) or y_dtype not in ("int8", "uint8"):
+    if any(v.type.shape != q_out.type.shape for v, _, _ in parts):
         return None  # broadcasting additions stay in float
     ratios = [scale / y_scale for _, scale, _ in parts]
-    shift = ADD_SHIFT
-    while shift > 0 and round(max(ratios) * (1 << shift)) >= 1 << MAX_MULTIPLIER_BITS:
-        shift -= 1
-    multipliers = [int(round(r * (1 << shift))) for r in ratios]
-    if max(multipliers) >= 1 << MAX_MULTIPLIER_BITS:
+    if not all(r > 0 and np.isfinite(r) for r in ratios):
         return None
+    shift = ADD_SHIFT
+    # both terms, centered int8 (|a - za| <= 255), and the rounding stay inside int32
+    while shift > 0 and (255 * sum(ratios) + 1) * 2.0 ** shift >= 2 ** 30:
+        shift -= 1
+    scaled = [shifted_multiplier(r, shift) for r in ratios]
     name = add.name
     i32 = TensorType(q_out.type.shape, "int32")
     out, terms = [], []
-    for index, ((v, _, zero), multiplier) in enumerate(zip(parts, multipliers)):
-        wide = Value(scope.fresh(f"{name}_in{index}"), i32)
-        out.append(Node("Cast", [v], [wide], {"to": 6}, scope.fresh(f"{name}_cast{index}")))
-        if zero or v.type.dtype == "uint8":  # (uint8_to_int8 shifts uint8 zero points)
-            centered = Value(scope.fresh(f"{name}_centered{index}"), i32)
-            out.append(Node("Sub", [wide, constant(np.array(zero, np.int32),
-                                                   scope.fresh(f"{name}_z{index}"))],
-                            [centered], {}, scope.fresh(f"{name}_center{index}")))
-            wide = centered
-        scaled = Value(scope.fresh(f"{name}_scaled{index}"), i32)
-        out.append(Node("Mul", [wide, constant(np.array(multiplier, np.int32),
-                                               scope.fresh(f"{name}_m{index}"))],
-                        [scaled], {}, scope.fresh(f"{name}_scale{index}")))
-        terms.append(scaled)
+    for index, ((v, _, zero), (multiplier, product_shift)) in enumerate(zip(parts, scaled)):
+        wide = _centered_int32(v, zero, f"{name}_{index}", scope, out)
+        term = Value(scope.fresh(f"{name}_scaled{index}"), i32)
+        if product_shift:
+            out.append(Node("Requantize", [wide], [term], {
+                "multiplier": multiplier, "shift": 0, "product_shift": product_shift,
+                "qmin": -2 ** 31, "qmax": 2 ** 31 - 1, "out_dtype": "int32"},
+                scope.fresh(f"{name}_scale{index}")))
+        else:  # a ratio of 2**(30 - s) or more: the plain product has every bit
+            multiplier = round(ratios[index] * 2 ** shift)
+            out.append(Node("Mul", [wide, constant(np.array(multiplier, np.int32),
+                                                   scope.fresh(f"{name}_m{index}"))],
+                            [term], {}, scope.fresh(f"{name}_scale{index}")))
+        terms.append(term)
     acc = Value(scope.fresh(f"{name}_acc"), i32)
     out.append(Node("Add", terms, [acc], {}, scope.fresh(f"{name}_int")))
     info = np.iinfo(y_dtype)
@@ -290,27 +291,109 @@ def _rewrite_add(nodes: list[Node], q_out: Value, scope: NameScope) -> list[Node
     return out
 
 
+def _elementwise_parts(nodes: list[Node], op: Node, q: Node, q_out: Value):
+    """([(int8/uint8 value, scale, zero point)] of ``op``'s two dequantized operands,
+    the output scale, the output zero point), all per tensor; None otherwise."""
+    dqs = [next(n for n in nodes if n.op == "DequantizeLinear" and n.outputs[0] is v)
+           for v in op.inputs]
+    try:
+        parts = [(dq.inputs[0], float(_scalar(dq.inputs[1])),
+                  int(_scalar(dq.inputs[2] if len(dq.inputs) > 2 else None))) for dq in dqs]
+        y_scale = float(_scalar(q.inputs[1]))
+        y_zero = int(_scalar(q.inputs[2] if len(q.inputs) > 2 else None))
+    except ValueError:
+        return None
+    if any(v.type.dtype not in ("int8", "uint8") for v, _, _ in parts) or \
+            q_out.type.dtype not in ("int8", "uint8"):
+        return None
+    return parts, y_scale, y_zero
+
+
+def _centered_int32(v: Value, zero: int, name: str, scope: NameScope, out: list[Node]
+                    ) -> Value:
+    """``int32(v) - zero`` (nodes appended to ``out``), the Sub kept for a uint8 ``v`` even
+    at zero point 0 (``uint8_to_int8`` shifts uint8 zero points)."""
+    wide = Value(scope.fresh(f"{name}_in"), TensorType(v.type.shape, "int32"))
+    out.append(Node("Cast", [v], [wide], {"to": 6}, scope.fresh(f"{name}_cast")))
+    if not zero and v.type.dtype != "uint8":
+        return wide
+    centered = Value(scope.fresh(f"{name}_centered"), wide.type)
+    out.append(Node("Sub", [wide, constant(np.array(zero, np.int32), scope.fresh(f"{name}_z"))],
+                    [centered], {}, scope.fresh(f"{name}_center")))
+    return centered
+
+
+#: the integer product's shift (at most): its floor is off by less than 2**-22 steps
+MUL_SHIFT = 22
+
+
+def _rewrite_mul(nodes: list[Node], q_out: Value, scope: NameScope) -> list[Node] | None:
+    """A quantized product ``Q(DQ(a) * DQ(b))`` (``b`` may broadcast: a squeeze-excite
+    channel scale, or ``x * sigmoid(x)``) in integers::
+
+        acc = (int32(a) - za) * (int32(b) - zb)                    (|acc| <= 255 * 255)
+        y   = Requantize(acc; multiplier M, product shift k, shift s, zero point zy)
+
+    with ``M / 2**(k + s) ~= sa * sb / sy`` (31-bit ``M``, ``s`` at most ``MUL_SHIFT``), so
+    that it is ``round(acc * sa * sb / sy) + zy`` but where that lies within ~2**-s steps
+    of a rounding boundary (ties round up). The operands swap when only the second has
+    the output's shape. None when the parts are not per-tensor int8/uint8, neither
+    operand has the output's shape, or the scale is too large for a product shift."""
+    q = nodes[-1]
+    mul = next(n for n in nodes if n.op == "Mul")
+    found = _elementwise_parts(nodes, mul, q, q_out)
+    if found is None:
+        return None
+    parts, y_scale, y_zero = found
+    if parts[0][0].type.shape != q_out.type.shape:
+        parts = parts[::-1]  # the product commutes: the broadcasting operand second
+    if parts[0][0].type.shape != q_out.type.shape:
+        return None
+    scale = parts[0][1] * parts[1][1] / y_scale
+    if not (scale > 0 and np.isfinite(scale)):
+        return None
+    shift = MUL_SHIFT
+    while shift > 0 and (255 * 255 * scale + 1) * 2.0 ** shift >= 2 ** 30:
+        shift -= 1
+    multiplier, product_shift = shifted_multiplier(scale, shift)
+    if not product_shift:
+        return None
+    out: list[Node] = []
+    name = mul.name
+    centered = [_centered_int32(v, zero, f"{name}_{index}", scope, out)
+                for index, (v, _, zero) in enumerate(parts)]
+    acc = Value(scope.fresh(f"{name}_acc"), TensorType(q_out.type.shape, "int32"))
+    out.append(Node("Mul", centered, [acc], {}, scope.fresh(f"{name}_int")))
+    info = np.iinfo(q_out.type.dtype)
+    out.append(Node("Requantize", [acc], [q_out], {
+        "multiplier": multiplier, "shift": shift, "product_shift": product_shift,
+        "zero_point": y_zero, "qmin": int(info.min), "qmax": int(info.max),
+        "out_dtype": q_out.type.dtype}, scope.fresh(f"{name}_requantize")))
+    return out
+
+
 @register_pass("realize_qdq")
 def realize_qdq(graph: Graph) -> Graph:
     """Rewrite quantized conv / dense chains (QDQ form; run ``expand_qoperator`` first
     for QOperator models) into ConvInteger / MatMulInteger + bias Add + Requantize,
-    quantized element-wise additions into integer ones (``_rewrite_add``) and quantized
-    max pools into integer ones (``_integer_max_pool``)."""
-    return _realize(graph, ("Conv", "Gemm", "MatMul"))
+    quantized element-wise additions and products into integer ones (``_rewrite_add``,
+    ``_rewrite_mul``) and quantized max pools into integer ones (``_integer_max_pool``)."""
+    return _realize(graph, ("Conv", "Gemm", "MatMul"), elementwise_products=True)
 
 
 @register_pass("realize_qdq_convolutions")
 def realize_qdq_convolutions(graph: Graph) -> Graph:
     """:func:`realize_qdq` for convolutions (with the additions and max pools between
-    them) only: quantized products (MatMul, Gemm) keep their float form. For a target
-    whose integer products would move a model further from the float requantization
-    than it may (a transformer's requantizations carry through Softmax, GELU and
-    LayerNorm)."""
-    return _realize(graph, ("Conv",))
+    them) only: quantized matrix products (MatMul, Gemm) and element-wise products keep
+    their float form. For a target whose integer products would move a model further
+    from the float requantization than it may (a transformer's requantizations carry
+    through Softmax, GELU and LayerNorm)."""
+    return _realize(graph, ("Conv",), elementwise_products=False)
 
 
-def _realize(graph: Graph, linear_ops: tuple[str, ...]) -> Graph:
-    """:func:`realize_qdq` for the chains whose linear op is one of ``linear_ops``."""
+def _realize(graph: Graph, linear_ops: tuple[str, ...], elementwise_products: bool) -> Graph:
+    """:func:`realize_qdq` for the chains whose linear op is one of ``linear_ops`` (and
+    quantized element-wise products where ``elementwise_products``)."""
     scope = NameScope.of(graph)
     graph = _drop_roundtrips(graph)
     producers = graph.producers()
@@ -321,18 +404,23 @@ def _realize(graph: Graph, linear_ops: tuple[str, ...]) -> Graph:
     for node in reversed(graph.nodes):
         if node.op != "QuantizeLinear" or node in dropped:
             continue
-        m = match(QDQ_PATTERN, node.outputs[0], producers)
-        is_sum = m is None
-        if is_sum:
-            m = match(ADD_PATTERN, node.outputs[0], producers)
+        m = rewrite = None
+        patterns = [(QDQ_PATTERN, None), (ADD_PATTERN, _rewrite_add)]
+        if elementwise_products:
+            patterns.append((MUL_PATTERN, _rewrite_mul))
+        for pattern, candidate in patterns:
+            m = match(pattern, node.outputs[0], producers)
+            if m is not None:
+                rewrite = candidate
+                break
         if m is None:
             continue
         inner = [n for n in m.nodes if n is not node and n.op != "DequantizeLinear"]
         if any(v in returned or any(u not in m.nodes for u in users.get(v, ()))
                for n in inner for v in n.outputs):
             continue  # a float intermediate is read elsewhere: keep the float chain
-        if is_sum:
-            new = _rewrite_add(m.nodes, node.outputs[0], scope)
+        if rewrite is not None:
+            new = rewrite(m.nodes, node.outputs[0], scope)
         else:
             chain = _chain(m.nodes)
             new = None if chain is None or chain.linear.op not in linear_ops else \

@@ -1,6 +1,8 @@
 // The ALU's arithmetic on one accumulator tile, element-wise (docs/isa.md section 5).
 // Comparisons use the wider of the accumulator and the 16-bit immediate, because
 // the ISA compares against the immediate before wrapping; results wrap to acc_bits.
+// MUL with a tensor operand shifts its exact 2*acc_bits-bit product right by imm
+// (arithmetic) before wrapping; with an immediate operand it shifts by 0.
 `default_nettype none
 `include "hc_config.vh"
 
@@ -21,6 +23,8 @@ module hc_alu (
     localparam [2:0] OP_ADD = 3'd2;
     localparam [2:0] OP_SHR = 3'd3;
     localparam [OPW:0] MAX_SHIFT = AB - 1;
+    localparam integer PW = 2 * AB;
+    localparam integer PRODUCT_SHIFT_BITS = $clog2(PW);
 
     wire signed [OPW-1:0] wide_imm = {{(OPW-16){imm[15]}}, imm};
 
@@ -37,8 +41,13 @@ module hc_alu (
             wire [SHIFT_BITS-1:0] distance = magnitude > MAX_SHIFT ? MAX_SHIFT[SHIFT_BITS-1:0]
                                                                    : magnitude[SHIFT_BITS-1:0];
             wire [OPW-1:0] sum = wide_x + wide_y;
-            wire [AB-1:0] low_y = wide_y[AB-1:0];
-            wire [AB-1:0] product = x * low_y;
+            wire signed [AB-1:0] low_y = wide_y[AB-1:0];
+            // the checker keeps a tensor MUL's imm in [0, 2*acc_bits - 1]
+            wire [PRODUCT_SHIFT_BITS-1:0] product_shift =
+                use_imm ? {PRODUCT_SHIFT_BITS{1'b0}} : imm[PRODUCT_SHIFT_BITS-1:0];
+            wire signed [PW-1:0] full_product = x * low_y;
+            wire signed [PW-1:0] shifted_product = full_product >>> product_shift;
+            wire [AB-1:0] product = shifted_product[AB-1:0];
             reg  [AB-1:0] value;
             always @* begin
                 case (op)

@@ -100,6 +100,10 @@ async def alu_matches_simulator(dut):
                 if op == AluOp.SHR:
                     imm = int(rng.integers(-40, 41))
                     y_operand = rng.integers(-40, 41, elements) if trial % 2 else y
+                elif op == AluOp.MUL and not use_imm:
+                    # a tensor MUL's imm: how far its 2*acc_bits-bit product shifts right
+                    imm = int(rng.integers(0, 2 * bits))
+                    y_operand = y
                 else:
                     imm = int(rng.integers(-(1 << 15), 1 << 15))
                     y_operand = y
@@ -110,7 +114,8 @@ async def alu_matches_simulator(dut):
                 dut.y_tile.value = _pack(y_operand, bits)
                 await Timer(1, unit="ns")
                 operand = imm if use_imm else y_operand
-                expected = _wrap(alu_apply(op, x.astype(np.int64), operand, bits), bits)
+                shift = imm if op == AluOp.MUL and not use_imm else 0
+                expected = _wrap(alu_apply(op, x.astype(np.int64), operand, bits, shift), bits)
                 got = _unpack(int(dut.result.value), elements, bits)
                 np.testing.assert_array_equal(got, expected, err_msg=f"{op.name} imm={use_imm}")
 

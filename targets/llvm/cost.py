@@ -2,15 +2,26 @@
 
 A function is put through what the CPU would do with it (the target's graph passes,
 its layout, then fusion), each fused function built by the target itself (so its
-kernels are shared with the final build, one per structure) and timed on random inputs
-in this process: one warm-up call, then calls until :data:`MIN_SAMPLES` samples and
-:data:`MIN_SECONDS` of calls, at most :data:`MAX_SAMPLES`; the figure is the fastest
-sample (the least disturbed by other work on the machine). A function whose first call
-takes longer than :data:`LONG_CALL_SECONDS` is timed by that call alone (compile time
-matters, and so long a call hardly differs from the next).
+kernels are shared with the final build, one per structure) and called the way the
+runtime calls it (the graph executor, its buffers) on random inputs in this process:
+one warm-up call (caches and buffers warm), then calls until :data:`MIN_SAMPLES`
+samples and :data:`MIN_SECONDS` of calls, at most :data:`MAX_SAMPLES`; the figure is
+the fastest sample (``heterocc.sdk.tuning.fastest``: other processes only ever slow
+a call, in bursts, so the fastest is the one least disturbed; on a shared machine at a
+load of 8 to 12 the median of such runs was 2.8x off a second measurement, where the
+fastest agrees). A function whose warm-up call takes longer than
+:data:`LONG_CALL_SECONDS` is timed by :data:`LONG_SAMPLES` calls (compile time matters,
+and so long a call varies little).
 
 Figures are kept on disk (:class:`heterocc.sdk.CostCache`) by the CPU description and
 the function's workload key, so a second compile of a model measures nothing.
+
+Measuring costs compile time (the function's kernels are compiled to be timed), so the
+placement first asks :meth:`CpuCostModel.lower_bound`: the least time the function
+could take here, its multiply-accumulates at :data:`CEILING_MARGIN` times the fastest
+rate this CPU has reached on such work (a reference convolution timed once per CPU and
+element type, raised by every function measured since). Where the accelerator is
+faster even than that, the function is not measured for the placement.
 """
 
 from __future__ import annotations
@@ -19,19 +30,36 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper
 
-from heterocc.ir.graph import Node
-from heterocc.sdk import CostCache, CostEstimate, workload_key
-from heterocc.sdk.graph import DEFAULT_PIPELINE, PassManager, target_graph_passes
-from heterocc.sdk.runtime import GraphExecutor
+from heterocc.ir.graph import Graph, Node
+from heterocc.sdk import CostCache, CostEstimate, HeteroccError, workload_key
+from heterocc.sdk.graph import (
+    DEFAULT_PIPELINE,
+    PassManager,
+    multiply_accumulates,
+    target_graph_passes,
+)
+from heterocc.sdk.runtime import GraphExecutor, from_onnx
+from heterocc.sdk.tuning import fastest
 
 #: samples wanted after the warm-up call, and the least time spent taking them
-MIN_SAMPLES = 3
+MIN_SAMPLES = 5
 MIN_SECONDS = 0.02
-MAX_SAMPLES = 1000
-#: a first call this long is the only sample: repeats would cost compile time and differ
-#: from it by less than the estimate needs
+MAX_SAMPLES = 200
+#: after a warm-up call this long, :data:`LONG_SAMPLES` samples: more would cost compile
+#: time and move the median less than the estimate needs
 LONG_CALL_SECONDS = 0.05
+LONG_SAMPLES = 2
+#: the lower bound assumes the CPU this many times faster than the fastest rate it has
+#: been measured at on multiply-accumulates of the element type. The bound is empirical
+#: (an analytic one, the vector units' peak, lies some hundred times above what the
+#: kernels reach and would decide nothing): rates of this CPU's int8 kernels spread
+#: about tenfold between layer shapes, the references are the fastest shapes timed, and
+#: the margin keeps a shape faster still from being offloaded on a wrong bound
+#: (``benchmarks/placement.py`` counts functions measured below their bound)
+CEILING_MARGIN = 2.0
 
 
 def random_arguments(values, seed: int = 0) -> list[np.ndarray]:
@@ -58,14 +86,10 @@ def time_call(call, args, min_samples: int = MIN_SAMPLES, min_seconds: float = M
     """Seconds per call of ``call(args)`` after one warm-up call (see the module)."""
     start = time.perf_counter()
     call(args)
-    warm_up = time.perf_counter() - start
-    if warm_up > LONG_CALL_SECONDS:
-        # what a first call does besides the kernel (its output arrays, the check of its
-        # arguments) is negligible next to this much work: the call is the sample
-        return [warm_up]
+    if time.perf_counter() - start > LONG_CALL_SECONDS:
+        min_samples, min_seconds = min(min_samples, LONG_SAMPLES), 0.0
     samples: list[float] = []
-    wanted = min_samples
-    while len(samples) < max_samples and (len(samples) < wanted
+    while len(samples) < max_samples and (len(samples) < min_samples
                                           or sum(samples) < min_seconds):
         start = time.perf_counter()
         call(args)
@@ -87,6 +111,44 @@ def cpu_program(target, function: Node):
     return executor.execute, graph
 
 
+def mac_element_type(function: Node) -> str | None:
+    """The element type of the multiplied operands of ``function``'s first node with
+    multiply-accumulates (``int8``, ``float32``, ...), or None when it has none."""
+    for node in function.body.nodes:
+        if multiply_accumulates(node):
+            return str(np.dtype(node.inputs[0].type.dtype))
+    return None
+
+
+#: (channels, image size, kernel) of the reference convolutions: the shapes this CPU's
+#: kernels multiply-accumulate fastest on among those timed (few channels, small images:
+#: the operands stay in the L1 cache; 1x1 and 3x3 windows)
+REFERENCE_SHAPES = ((32, 28, 1), (16, 28, 3))
+
+
+def reference_graph(element_type: str, channels: int = 32, size: int = 28,
+                    kernel: int = 1) -> Graph:
+    """A reference convolution (:data:`REFERENCE_SHAPES`): ``channels`` to ``channels``
+    channels on a ``size`` x ``size`` image with a ``kernel`` x ``kernel`` window (same
+    padding), integer (``ConvInteger``, int32 result) for an integer ``element_type``,
+    else ``Conv``."""
+    dtype = np.dtype(element_type)
+    onnx_type = helper.np_dtype_to_tensor_dtype(dtype)
+    integer = dtype.kind in "iu"
+    weights = np.random.default_rng(0).integers(
+        -8, 8, (channels, channels, kernel, kernel)).astype(dtype)
+    node = helper.make_node("ConvInteger" if integer else "Conv", ["x", "w"], ["y"],
+                            pads=[kernel // 2] * 4)
+    graph = helper.make_graph(
+        [node], "reference",
+        [helper.make_tensor_value_info("x", onnx_type, [1, channels, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32 if integer else onnx_type,
+                                       [1, channels, size, size])],
+        [onnx.numpy_helper.from_array(weights, "w")])
+    opset = 10 if integer else 13
+    return from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+
+
 @dataclass
 class CpuCostModel:
     """The ``estimate`` hook of an :class:`~heterocc.targets.llvm.LLVMTarget`."""
@@ -98,21 +160,78 @@ class CpuCostModel:
     def key(self) -> str:
         """What the cached figures depend on besides the workload: the CPU description
         (as a target string) and the cost model's version."""
-        return f"llvm2/{self.target.tuning_key}"
+        return f"llvm4/{self.target.tuning_key}"
+
+    def cached(self, function: Node) -> CostEstimate | None:
+        """The function's time from the cache, without measuring (None if absent)."""
+        cached = self.cache.get(self.key, workload_key(function))
+        if cached is None:
+            return None
+        return CostEstimate(cached["seconds"], source="measured (cached)",
+                            detail={"samples": cached["samples"]})
 
     def estimate(self, function: Node) -> CostEstimate:
         """The function's time on this CPU: from the cache, or measured now."""
-        workload = workload_key(function)
-        cached = self.cache.get(self.key, workload)
-        if cached is not None:
-            return CostEstimate(cached["seconds"], source="measured (cached)",
-                                detail={"samples": cached["samples"]})
+        found = self.cached(function)
+        if found is not None:
+            return found
         seconds, samples = self.measure(function)
-        self.cache.put(self.key, workload, {"seconds": seconds, "samples": samples})
+        self.cache.put(self.key, workload_key(function),
+                       {"seconds": seconds, "samples": samples})
+        macs = sum(multiply_accumulates(n) for n in function.body.nodes)
+        element = mac_element_type(function)
+        if macs and element is not None:
+            self._raise_ceiling(element, macs / seconds)
         return CostEstimate(seconds, source="measured", detail={"samples": samples})
 
     def measure(self, function: Node) -> tuple[float, int]:
         """The fastest of the timed calls of ``function`` on the CPU, and their number."""
-        run, graph = cpu_program(self.target, function)
+        return self._time(function.body)
+
+    def _time(self, body: Graph) -> tuple[float, int]:
+        run, graph = cpu_program(self.target, Node("Function", [], [], name="estimate",
+                                                   body=body))
         samples = time_call(run, random_arguments(graph.inputs))
-        return min(samples), len(samples)
+        return fastest(samples), len(samples)
+
+    def lower_bound(self, function: Node) -> tuple[float, str] | None:
+        """The least time ``function`` could take on this CPU, and how it was bounded;
+        None for a function without multiply-accumulates (only a measurement tells)."""
+        macs = sum(multiply_accumulates(n) for n in function.body.nodes)
+        element = mac_element_type(function)
+        if not macs or element is None:
+            return None
+        rate = self.ceiling(element)
+        if rate is None:
+            return None
+        fastest = CEILING_MARGIN * rate
+        return macs / fastest, (f"{macs / 1e6:.3g} M MACs at {CEILING_MARGIN:g}x the fastest "
+                                f"{element} rate measured on this CPU, {rate / 1e9:.3g} GMAC/s")
+
+    def ceiling(self, element: str) -> float | None:
+        """The fastest rate (multiply-accumulates per second) this CPU has been measured
+        at on ``element`` operands: the fastest reference convolution's, timed on first
+        use, or a faster function's since; None when no reference can be built for it."""
+        found = self.cache.get(self.key, f"ceiling-{element}")
+        if found is not None and found.get("references"):
+            return found["macs_per_s"]
+        rate = None
+        for shape in REFERENCE_SHAPES:
+            try:
+                body = reference_graph(element, *shape)
+                seconds, _ = self._time(body)
+            except (HeteroccError, ValueError, TypeError):
+                return None  # an element type no convolution is built or compiled for
+            rate = self._raise_ceiling(element, sum(map(multiply_accumulates, body.nodes))
+                                       / seconds, references=True)
+        return rate
+
+    def _raise_ceiling(self, element: str, rate: float, references: bool = False) -> float:
+        """Keep ``rate`` as the ceiling if faster; ``references``: the reference
+        convolutions have been timed (until then the ceiling is not trusted)."""
+        found = self.cache.get(self.key, f"ceiling-{element}") or {"macs_per_s": 0.0}
+        entry = {"macs_per_s": max(rate, found["macs_per_s"]),
+                 "references": references or bool(found.get("references"))}
+        if entry != found:
+            self.cache.put(self.key, f"ceiling-{element}", entry)
+        return entry["macs_per_s"]

@@ -426,9 +426,24 @@ class LLVMTarget(TETarget):
     def estimate(self, function: Node):
         """How long ``function`` takes on this CPU: measured once per workload and CPU,
         then read from the on-disk cache (:mod:`.cost`)."""
+        return self.cost_model.estimate(function)
+
+    def cached(self, function: Node):
+        """``estimate`` where the on-disk cache has the figure, else None (measures
+        nothing)."""
+        return self.cost_model.cached(function)
+
+    def lower_bound(self, function: Node):
+        """The least time ``function`` could take on this CPU and how it was bounded, or
+        None (:meth:`.cost.CpuCostModel.lower_bound`)."""
+        return self.cost_model.lower_bound(function)
+
+    @property
+    def cost_model(self) -> CpuCostModel:
+        """This target's cost model (made on first use)."""
         if self._cost_model is None:
             self._cost_model = CpuCostModel(self)
-        return self._cost_model.estimate(function)
+        return self._cost_model
 
     def graph_passes(self) -> list:
         """The CPU's layout pass (blocked NCHW[x]c convolutions, outputs padded to whole

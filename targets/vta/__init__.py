@@ -80,13 +80,19 @@ class VtaTarget(AcceleratorBase):
         the clock, plus the host link's time for what a call copies (``cost``)."""
         return self.cost_model.estimate(function)
 
+    def lower_bound(self, function: Node):
+        """The least time a call of ``function`` takes here without compiling it (the
+        copies of its result and of an input over the link; ``cost``)."""
+        return self.cost_model.lower_bound(function)
+
     def call_estimate(self, kernel):
         """The modelled time of ``kernel``'s last call (its programs' cycle counts at the
         clock, its copies over the link): a stream's timeline (``run_stream``)."""
         return call_estimate(kernel, self.config)
 
     def pattern_table(self):
-        return _pattern_table()
+        """The composites this hardware runs (``patterns.pattern_table``)."""
+        return _pattern_table(self.config)
 
     def tensor_intrinsics(self) -> list:
         """The GEMM core's instruction as a TE tensor intrinsic (what the schedules

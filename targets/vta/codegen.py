@@ -58,7 +58,7 @@ from .dae import emit_program
 from .device import VtaDevice
 from .epilogue import EpilogueStep, plan_epilogue
 from .pool import max_pool_geometry, pool_program
-from .residual import add_program, quantized_add
+from .residual import add_program, quantized_add, quantized_mul
 from .schedule import constant_blocks, packed_gemm, schedule_packed_gemm
 from .tiling import best_tiling, task_threads
 from .tuning import vta_tiling
@@ -104,7 +104,8 @@ def _requantization(nodes: list[Node], weights: np.ndarray) -> Requantization:
     rounding = np.where(shift > 0, np.left_shift(1, np.maximum(shift - 1, 0)), 0)
     return Requantization(bias, _per_channel(a["acc_limit"], channels),
                           _per_channel(a["multiplier"], channels), rounding, shift,
-                          int(a["zero_point"]), int(a["qmin"]), int(a["qmax"]))
+                          int(a["zero_point"]), int(a["qmin"]), int(a["qmax"]),
+                          int(a.get("product_shift", 0)))
 
 
 @dataclass
@@ -421,9 +422,13 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
 
 
 def _residual_add(function: Node, config: HardwareConfig) -> AcceleratorKernel:
-    """A quantized addition on the ALU (``residual``), its operands and result in the
-    blocked layout of the convolutions around it."""
-    found = quantized_add(function.body.nodes)
+    """A quantized addition or product on the ALU (``residual``), its operands and
+    result in the blocked layout of the convolutions around it; a product's second
+    operand that broadcasts (a squeeze-excite scale, N x C x 1 x 1) is expanded to the
+    first's shape on the host."""
+    parse = quantized_mul if function.attrs.get("composite") == "quantized_mul" \
+        else quantized_add
+    found = parse(function.body.nodes)
     if isinstance(found, str):
         raise CompileError(f"{function.name}: {found}")
     add, casts = found
@@ -441,12 +446,19 @@ def _residual_add(function: Node, config: HardwareConfig) -> AcceleratorKernel:
     def to_device(x: np.ndarray) -> np.ndarray:
         return to_blocked(x, config)
 
+    def broadcast_to_device(x: np.ndarray) -> np.ndarray:
+        return to_blocked(np.ascontiguousarray(np.broadcast_to(x, shape)), config)
+
     def from_device(y: np.ndarray) -> np.ndarray:
         return from_blocked(y, shape, config)
 
+    # operand 1 may broadcast (a product's): the function input it is expands it
+    by_operand = [to_device, to_device if casts[1].inputs[0].type.shape == shape
+                  else broadcast_to_device]
+    devices = [by_operand[order.index(j)] for j in (0, 1)]  # per function input
     names = ["A", "B"] if order == [0, 1] else ["B", "A"]
-    return AcceleratorKernel(function.name, config, program, to_device, from_device,
-                             names[0], "Y", more_inputs=((names[1], to_device),),
+    return AcceleratorKernel(function.name, config, program, devices[0], from_device,
+                             names[0], "Y", more_inputs=((names[1], devices[1]),),
                              blocked=True)
 
 
@@ -485,7 +497,7 @@ def compile_composite(function: Node, config: HardwareConfig,
 
 def _lowered_composite(function: Node, config: HardwareConfig,
                        virtual_threads: int) -> AcceleratorKernel:
-    if function.attrs.get("composite") == "quantized_add":
+    if function.attrs.get("composite") in ("quantized_add", "quantized_mul"):
         return _residual_add(function, config)
     if function.attrs.get("composite") == "max_pool":
         return _max_pool(function, config)
@@ -571,10 +583,11 @@ def gemm_program(config: HardwareConfig, rows: int, w: np.ndarray, tiling: GemmT
 
 
 def _signature(epilogue: list[EpilogueStep] | None) -> tuple | None:
-    """What a template stream depends on of an epilogue: its steps' names and ops, and
-    which take an immediate."""
+    """What a template stream depends on of an epilogue: its steps' names and ops,
+    which take an immediate, and their product shifts (a MUL's immediate field)."""
     return None if epilogue is None else tuple(
-        (step.name, step.op, step.immediate is not None) for step in epilogue)
+        (step.name, step.op, step.immediate is not None, step.product_shift)
+        for step in epilogue)
 
 
 def _template_epilogue(signature: tuple | None, n: int) -> list[EpilogueStep] | None:
@@ -583,9 +596,10 @@ def _template_epilogue(signature: tuple | None, n: int) -> list[EpilogueStep] | 
     if signature is None:
         return None
     epilogue, count = [], itertools.count(_PLACEHOLDER)
-    for name, op, is_immediate in signature:
+    for name, op, is_immediate, product_shift in signature:
         epilogue.append(EpilogueStep(name, op, immediate=next(count)) if is_immediate
-                        else EpilogueStep(name, op, column=np.zeros(n, np.int64)))
+                        else EpilogueStep(name, op, column=np.zeros(n, np.int64),
+                                          product_shift=product_shift))
     return epilogue
 
 
@@ -710,7 +724,7 @@ def best_conv_tiling(config: HardwareConfig, g: ConvGeometry, threads: int,
     convolution with an epilogue of ``signature``'s steps, or None when no tiling fits
     the buffers. As for GEMMs (``tiling.best_tiling``), candidates are timed in the
     order of a lower bound on their cycles until no bound can beat the best."""
-    columns = sum(1 for _, _, immediate in signature or () if not immediate)
+    columns = sum(1 for _, _, immediate, _ in signature or () if not immediate)
     alu_steps = len(signature or ())
     best = None  # (cycles, tiling, threads)
     for count in dict.fromkeys((threads, 1)):

@@ -103,6 +103,16 @@ class VtaCostModel:
                                             "transfers": len(kernel.input_names) + 1})
         return estimate
 
+    def lower_bound(self, function: Node) -> tuple[float, str] | None:
+        """The least time a call of the composite takes, without compiling it: the link's
+        time to copy its result back and, before, at least one input in (weights stay
+        resident; the compute is not counted)."""
+        if "composite" not in function.attrs:
+            return None
+        out = sum(v.type.nbytes for v in function.outputs)
+        seconds = host_link(self.config).seconds(out, transfers=2)
+        return seconds, f"its result's {out} bytes and an input copied over the link"
+
     def take(self, function: Node) -> AcceleratorKernel | None:
         """The kernel compiled for ``function`` while estimating, once (None if none)."""
         return self.compiled.pop(reuse_key(function), None)

@@ -517,11 +517,12 @@ class _StreamEmitter(tir.StmtEmitter):
         value = store.value.value if isinstance(store.value, tir.Cast) else store.value
         accumulator, steps = _epilogue_steps(value, self.sram)
         accesses = [(store.buffer, store.indices), (accumulator.buffer, accumulator.indices)]
-        accesses += [(o.buffer, o.indices) for _, o in steps if isinstance(o, tir.BufferLoad)]
+        accesses += [(o.buffer, o.indices) for _, o, _ in steps
+                     if isinstance(o, tir.BufferLoad)]
         loops = self._element_loops(nest, accesses)
         _, acc = self._tile_index(accumulator.buffer, accumulator.indices)
-        for op, operand in steps:
-            self._alu(op, operand, acc, loops, env)
+        for op, operand, product_shift in steps:
+            self._alu(op, operand, acc, loops, env, product_shift)
         kind, dram_index = self._tile_index(store.buffer, store.indices)
         for inner, at in self._transfers(loops, env):
             fields = self._dma(inner, self._affine(acc, inner, at),
@@ -532,7 +533,8 @@ class _StreamEmitter(tir.StmtEmitter):
             self.steps.append(Step(instruction, reads=[TileRange(
                 Buffer.ACC, instruction.sram_base, instruction.sram_base + tiles)]))
 
-    def _alu(self, op: str, operand, acc: tir.Expr, loops, env: dict) -> None:
+    def _alu(self, op: str, operand, acc: tir.Expr, loops, env: dict,
+             product_shift: int = 0) -> None:
         indices = {"dst": acc}
         if isinstance(operand, tir.BufferLoad):
             indices["src"] = self._tile_index(operand.buffer, operand.indices)[1]
@@ -542,7 +544,8 @@ class _StreamEmitter(tir.StmtEmitter):
         reads = [TileRange(Buffer.ACC, *spans["dst"])]
         if isinstance(operand, tir.BufferLoad):
             kernel = [MicroOp(u["dst"], u["src"], 0) for u in uops]
-            fields.update(src_factor_outer=f["src"][0], src_factor_inner=f["src"][1])
+            fields.update(src_factor_outer=f["src"][0], src_factor_inner=f["src"][1],
+                          imm=product_shift)
             reads.append(TileRange(Buffer.ACC, *spans["src"]))
         else:
             imm = operand.value
@@ -603,12 +606,34 @@ def _pad_field(tiles: int, what: str) -> int:
     return tiles
 
 
+def _shifted_product(value: tir.Expr):
+    """(x, c, k) of ``int32((int64(x) * int64(c)) >> k)`` with a constant ``k`` (a MUL
+    whose exact product shifts right by its immediate field), else None."""
+    if not (isinstance(value, tir.Cast) and isinstance(value.value, tir.Binary)
+            and value.value.op == "shr" and isinstance(value.value.b, tir.IntImm)):
+        return None
+    product = value.value.a
+    if not (isinstance(product, tir.Binary) and product.op == "mul"):
+        return None
+    x, c = (v.value if isinstance(v, tir.Cast) else v for v in (product.a, product.b))
+    return x, c, value.value.b.value
+
+
 def _epilogue_steps(value: tir.Expr, sram: dict):
-    """(the accumulator load, [(op, operand)] innermost first) of an elementwise
-    expression of one accumulator: the accumulator is the first operand of every
-    operation, the second a constant tile or an immediate."""
+    """(the accumulator load, [(op, operand, product shift)] innermost first) of an
+    elementwise expression of one accumulator: the accumulator is the first operand of
+    every operation, the second a constant tile or an immediate; a multiplication may
+    shift its 64-bit product right (``_shifted_product``)."""
     steps = []
-    while isinstance(value, tir.Binary):
+    while (shifted := _shifted_product(value)) is not None or isinstance(value, tir.Binary):
+        if shifted is not None:
+            x, c, k = shifted
+            if not isinstance(c, tir.BufferLoad):
+                raise CompileError(f"the ALU multiplies with a shifted product only by a "
+                                   f"constant tile, not {c!r}")
+            steps.append(("mul", c, k))
+            value = x
+            continue
         # the simplifier writes x + (-c) as x - c and may put an immediate first
         if value.op == "sub" and isinstance(value.b, tir.IntImm):
             value = tir.Binary("add", value.a, tir.IntImm(-value.b.value, value.b.dtype))
@@ -617,7 +642,7 @@ def _epilogue_steps(value: tir.Expr, sram: dict):
         if value.op not in _ALU_OPS or not isinstance(value.b, tir.BufferLoad | tir.IntImm):
             raise CompileError(f"the ALU cannot compute {value!r}: it applies min, max, add, "
                                "shr or mul of an accumulator and a constant tile or immediate")
-        steps.append((value.op, value.b))
+        steps.append((value.op, value.b, 0))
         value = value.a
     if not (isinstance(value, tir.BufferLoad) and value.buffer in sram):
         raise CompileError(f"a store to DRAM must read an on-chip accumulator, not {value!r}")

@@ -56,6 +56,8 @@ class EpilogueStep:
     op: str  # "add", "mul", "shr", "min" or "max"
     column: np.ndarray | None = None
     immediate: int | None = None
+    #: a "mul" by a column: how far its exact product shifts right (the MUL's imm)
+    product_shift: int = 0
 
 
 def int8_accumulator_range(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -76,9 +78,13 @@ def _pad(values, columns: int) -> np.ndarray:
     return np.concatenate([values, np.full(columns - len(values), values[0], np.int64)])
 
 
-def _step(name: str, op: str, values: np.ndarray) -> EpilogueStep | None:
+def _step(name: str, op: str, values: np.ndarray, product_shift: int = 0
+          ) -> EpilogueStep | None:
     """The step with operand ``values``: an immediate when uniform and small, None when
-    it does nothing."""
+    it does nothing. A product shift needs the operand in a column (the MUL's immediate
+    field holds the shift)."""
+    if product_shift:
+        return EpilogueStep(name, op, column=values, product_shift=product_shift)
     first = int(values[0])
     if (values == first).all():
         if (op, first) in _IDENTITIES:
@@ -88,44 +94,52 @@ def _step(name: str, op: str, values: np.ndarray) -> EpilogueStep | None:
     return EpilogueStep(name, op, column=values)
 
 
-def _full_chain(rq: Requantization) -> list[tuple[str, str, np.ndarray]]:
+def _full_chain(rq: Requantization) -> list[tuple]:
     limit = np.asarray(rq.limit, np.int64)
     return [("bias", "add", rq.bias), ("neg_limit", "max", -limit), ("limit", "min", limit),
-            ("multiplier", "mul", rq.multiplier), ("rounding", "add", rq.rounding),
+            ("multiplier", "mul", rq.multiplier, rq.product_shift),
+            ("rounding", "add", rq.rounding),
             ("shift", "shr", rq.shift), ("zero_point", "add", np.array([rq.zero_point])),
             ("qmin", "max", np.array([rq.qmin])), ("qmax", "min", np.array([rq.qmax]))]
 
 
 def _short_chain(rq: Requantization, low: np.ndarray, high: np.ndarray,
-                 acc_bits: int) -> list[tuple[str, str, np.ndarray]] | None:
+                 acc_bits: int) -> list[tuple] | None:
     """The five-pass chain (see the module docstring) for accumulators in ``[low, high]``
-    per column, or None when one of its conditions does not hold."""
+    per column, or None when one of its conditions does not hold. With a product shift
+    the bias cannot fold into the offset (the shifted product floors), so it is added
+    first: six passes."""
     int_min, int_max = -(1 << (acc_bits - 1)), (1 << (acc_bits - 1)) - 1
     bias, limit, m, r, s = (np.asarray(v, np.int64).reshape(-1) for v in (
         rq.bias, rq.limit, rq.multiplier, rq.rounding, rq.shift))
     z = int(rq.zero_point)
+    k = int(rq.product_shift)
 
     def fits(*values):
         return all(((v >= int_min) & (v <= int_max)).all() for v in values)
 
-    if not (fits(low, high, low + bias, high + bias) and (m > 0).all()
-            and ((s >= 0) & (s < acc_bits - 1)).all()):
+    if not (fits(low, high, low + bias, high + bias, m) and (m > 0).all()
+            and ((s >= 0) & (s < acc_bits - 1)).all() and 0 <= k < 2 * acc_bits):
         return None
     x_low, x_high = np.clip(low + bias, -limit, limit), np.clip(high + bias, -limit, limit)
     # every intermediate of the reference and of the short chain, at both ends of the
-    # reachable x (all are monotone in x)
-    ends = [x * m for x in (x_low, x_high)] + [x * m + r for x in (x_low, x_high)]
-    ends += [((x * m + r) >> s) + z for x in (x_low, x_high)]
-    ends += [x * m + r + (z << s) for x in (x_low, x_high)]
+    # reachable x (all are monotone in x); |x * m| < 2**62, exact in int64
+    ends = [(x * m) >> k for x in (x_low, x_high)]
+    ends += [p + r for p in ends[:2]] + [((p + r) >> s) + z for p in ends[:2]]
+    ends += [p + r + (z << s) for p in ends[:2]]
     if not fits(*ends):
         return None
 
     def f(x):
-        return ((x * m + r) >> s) + z
+        return ((((x * m) >> k) + r) >> s) + z
 
-    # the widest unsaturated x: f(x) <= qmax  <=>  x * m <= (qmax - z + 1) << s - r - 1
-    top = np.minimum(x_high, (((rq.qmax - z + 1) << s) - r - 1) // m)
-    bottom = np.maximum(x_low, -((r - ((rq.qmin - z) << s)) // m))
+    # the widest unsaturated x: f(x) <= qmax  <=>  (x * m) >> k <= B  with
+    # B = ((qmax - z + 1) << s) - r - 1  <=>  x * m <= ((B + 1) << k) - 1; and
+    # f(x) >= qmin  <=>  (x * m) >> k >= C = ((qmin - z) << s) - r  <=>  x * m >= C << k
+    above = ((rq.qmax - z + 1) << s) - r  # B + 1
+    floor = ((rq.qmin - z) << s) - r  # C
+    top = np.minimum(x_high, ((above << k) - 1) // m)
+    bottom = np.maximum(x_low, -((-(floor << k)) // m))
     saturates_exactly = ((top == x_high) | (f(top) == rq.qmax)) & \
         ((bottom == x_low) | (f(bottom) == rq.qmin))
     if not (saturates_exactly & (bottom <= top)).all():
@@ -135,6 +149,9 @@ def _short_chain(rq: Requantization, low: np.ndarray, high: np.ndarray,
         chain.append(("low", "max", bottom - bias))
     if (top - bias < high).any():
         chain.append(("high", "min", top - bias))
+    if k:
+        return chain + [("bias", "add", bias), ("multiplier", "mul", m, k),
+                        ("offset", "add", r + (z << s)), ("shift", "shr", s)]
     offset = _wrap(bias * m + r + (z << s), acc_bits)
     return chain + [("multiplier", "mul", m), ("offset", "add", offset), ("shift", "shr", s)]
 
@@ -146,7 +163,7 @@ def plan_epilogue(requantization: Requantization, w: np.ndarray, columns: int,
     n = len(np.asarray(requantization.multiplier).reshape(-1))
     low, high = int8_accumulator_range(w[:n])
     chain = _short_chain(requantization, low, high, acc_bits) or _full_chain(requantization)
-    steps = [_step(name, op, _pad(values, columns)) for name, op, values in chain]
+    steps = [_step(name, op, _pad(values, columns), *rest) for name, op, values, *rest in chain]
     return [s for s in steps if s is not None]
 
 

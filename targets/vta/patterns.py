@@ -1,14 +1,17 @@
 """The accelerator's pattern table: integer convolutions and dense layers with
-their bias and requantization, quantized element-wise additions and integer max
-pools (what ``realize_qdq`` produces)."""
+their bias and requantization, quantized element-wise additions and products and
+integer max pools (what ``realize_qdq`` produces)."""
 
 from __future__ import annotations
 
+import math
+
+from heterocc.accel_sim import HardwareConfig
 from heterocc.ir.graph import Node
 from heterocc.sdk import CompositePattern, is_constant, is_op, optional, wildcard
 
 from .pool import unsupported
-from .residual import quantized_add
+from .residual import quantized_add, quantized_mul
 
 # zero points: any (check_conv / check_dense decide, see _zero_points)
 _ZERO_POINT = optional(wildcard())
@@ -17,8 +20,11 @@ _DENSE = is_op("MatMulInteger")(wildcard(), is_constant(), _ZERO_POINT, _ZERO_PO
 
 
 _CAST = is_op("Cast")(wildcard())
-_SCALED = is_op("Mul")(is_op("Sub")(_CAST, is_constant()) | _CAST, is_constant())
+_CENTERED = is_op("Sub")(_CAST, is_constant()) | _CAST
+# a term scaled by a constant Mul, or by a Requantize with a product shift (31 bits)
+_SCALED = is_op("Mul")(_CENTERED, is_constant()) | is_op("Requantize")(_CENTERED)
 _SUM = is_op("Requantize")(is_op("Add")(_SCALED, _SCALED))
+_PRODUCT = is_op("Requantize")(is_op("Mul")(_CENTERED, _CENTERED))
 _POOL = is_op("MaxPool")(wildcard())
 
 
@@ -101,14 +107,52 @@ def check_add(nodes: list[Node]) -> str | None:
     return "both operands are one tensor" if a is b else None
 
 
+def check_mul(nodes: list[Node]) -> str | None:
+    """Why the accelerator's ALU cannot take this quantized product, or None."""
+    found = quantized_mul(nodes)
+    return found if isinstance(found, str) else None
+
+
 def check_max_pool(nodes: list[Node]) -> str | None:
     """Why the accelerator's ALU cannot take this integer max pool, or None
     (``pool.max_pool_geometry`` checks the configuration's buffers when it compiles)."""
     return unsupported(nodes[0])
 
 
-def pattern_table() -> list[CompositePattern]:
-    return [CompositePattern("conv2d_bias_requantize", _requantized(_CONV), check_conv),
-            CompositePattern("dense_bias_requantize", _requantized(_DENSE), check_dense),
-            CompositePattern("quantized_add", _SUM, check_add),
-            CompositePattern("max_pool", _POOL, check_max_pool)]
+def _rows(nodes: list[Node]) -> int:
+    """The rows the GEMM core multiplies for a matched composite: a dense layer's
+    activation rows (leading axes folded), a convolution's output pixels over the batch,
+    an element-wise composite's or a pool's batch."""
+    core, out = nodes[0], nodes[-1].outputs[0].type
+    if core.op == "MatMulInteger":
+        return math.prod(core.inputs[0].type.shape[:-1])
+    if core.op == "ConvInteger":
+        return math.prod(out.shape) // out.shape[1]
+    return out.shape[0]
+
+
+def _fits_batch(check, config: HardwareConfig):
+    """``check`` that also refuses a composite whose rows (``_rows``) do not fill whole
+    ``batch``-row tiles of ``config``: the CPU takes it, with that reason."""
+    def checked(nodes: list[Node]) -> str | None:
+        why = check(nodes)
+        if why is not None or config.batch == 1:
+            return why
+        rows = _rows(nodes)
+        if rows % config.batch:
+            return (f"{rows} rows (batch x positions) do not fill whole {config.batch}-row "
+                    f"tiles of the hardware's batch ({config.name})")
+        return None
+    return checked
+
+
+def pattern_table(config: HardwareConfig | None = None) -> list[CompositePattern]:
+    """The composites vta runs; with a ``config`` whose batch is above 1, each refuses
+    what does not fill whole batch rows (``_fits_batch``) instead of failing at build."""
+    table = [("conv2d_bias_requantize", _requantized(_CONV), check_conv),
+             ("dense_bias_requantize", _requantized(_DENSE), check_dense),
+             ("quantized_add", _SUM, check_add), ("quantized_mul", _PRODUCT, check_mul),
+             ("max_pool", _POOL, check_max_pool)]
+    return [CompositePattern(name, pattern, check if config is None
+                             else _fits_batch(check, config))
+            for name, pattern, check in table]

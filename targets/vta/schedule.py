@@ -32,6 +32,15 @@ _OPERATIONS = {"add": lambda x, c: x + c, "mul": lambda x, c: x * c,
                "shr": lambda x, c: x >> c, "min": te.minimum, "max": te.maximum}
 
 
+def _shifted_product(shift: int):
+    """``int32((int64(x) * int64(c)) >> shift)``: a MUL whose exact product shifts right
+    (the ALU's tensor MUL with ``shift`` in its immediate field)."""
+    def f(x, c):
+        wide = te.cast("int64", x) * te.cast("int64", c)
+        return te.cast("int32", wide >> te.const(shift, "int64"))
+    return f
+
+
 @dataclass
 class PackedGemm:
     """The tensors of one packed GEMM: ``out = epilogue(acc)``, ``acc = A @ W.T``."""
@@ -85,6 +94,8 @@ def epilogue_stages(acc: te.Tensor, epilogue: list[EpilogueStep], n_tiles: int,
     constants, readers, stages, current = [], [], [], acc
     for step in epilogue:
         f = _OPERATIONS[step.op]
+        if step.product_shift:
+            f = _shifted_product(step.product_shift)
         if step.column is not None:
             const = te.placeholder((n_tiles, config.batch, config.block_out), "int32",
                                    step.name)

@@ -201,6 +201,23 @@ def test_only_an_input_load_pads_with_a_value():
         check_stream(stream, CONFIG)
 
 
+def test_a_tensor_mul_shifts_its_product_by_at_most_twice_the_accumulator_width():
+    """A MUL with a tensor operand takes its product shift from imm, in [0, 63] for
+    32-bit accumulators; a MUL by an immediate takes any 16-bit value."""
+    alu = Alu(alu_op=AluOp.MUL, uop_begin=0, uop_end=1, loop_outer=1, loop_inner=1,
+              pop_prev=True, push_next=True)
+    stream = _valid_stream()
+    for imm in (0, 63):
+        stream[2] = Alu(**{**alu.__dict__, "imm": imm})
+        assert find_stream_errors(stream, CONFIG, dram_bytes=4096) == []
+    stream[2] = Alu(**{**alu.__dict__, "imm": -5, "use_imm": True})
+    assert find_stream_errors(stream, CONFIG, dram_bytes=4096) == []
+    for imm in (-1, 64):
+        stream[2] = Alu(**{**alu.__dict__, "imm": imm})
+        with pytest.raises(IllegalInstructionError, match=r"shifts its 64-bit product"):
+            check_stream(stream, CONFIG)
+
+
 def test_alu_input_operand_rules():
     """An ALU reading INP (src_inp) takes no immediate, needs block_in == block_out, and
     its source factors are bounded by the input buffer."""

@@ -169,6 +169,10 @@ def test_alu_operations_match_reference_semantics():
         alu_apply(AluOp.MUL, values, values, 32).astype(np.int32),
         (values * values).astype(np.int32),
     )
+    # a shifted product keeps the high bits an int32 product loses
+    multiplier = np.int64(1_518_500_250)
+    exact = [(int(v) * int(multiplier)) >> 40 for v in values]
+    np.testing.assert_array_equal(alu_apply(AluOp.MUL, values, multiplier, 32, 40), exact)
 
 
 def _machine_with_uops(config: HardwareConfig, uops: list[MicroOp]) -> FunctionalSimulator:

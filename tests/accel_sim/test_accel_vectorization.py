@@ -90,9 +90,14 @@ def test_gemm_matches_sequential_model(uops, data, seed):
 def test_alu_matches_sequential_model_or_rejects_order_dependence(uops, data, seed):
     begin = data.draw(st.integers(0, len(uops)))
     end = data.draw(st.integers(begin, len(uops)))
+    op, use_imm = data.draw(st.sampled_from(list(AluOp))), data.draw(st.booleans())
+    # a MUL with a tensor operand shifts its product by imm, in [0, 2 * acc_bits - 1]
+    shifts_product = op == AluOp.MUL and not use_imm
     alu = Alu(
-        alu_op=data.draw(st.sampled_from(list(AluOp))), use_imm=data.draw(st.booleans()),
-        imm=data.draw(st.integers(-(2**15), 2**15 - 1)), uop_begin=begin, uop_end=end,
+        alu_op=op, use_imm=use_imm,
+        imm=data.draw(st.integers(0, 63) if shifts_product else st.integers(-(2**15),
+                                                                            2**15 - 1)),
+        uop_begin=begin, uop_end=end,
         loop_outer=data.draw(SMALL), loop_inner=data.draw(SMALL),
         dst_factor_outer=data.draw(SMALL), dst_factor_inner=data.draw(SMALL),
         src_factor_outer=data.draw(SMALL), src_factor_inner=data.draw(SMALL),
@@ -115,7 +120,8 @@ def test_alu_matches_sequential_model_or_rejects_order_dependence(uops, data, se
     expected = machine.acc.astype(np.int64)
     for step in steps:
         operand = alu.imm if alu.use_imm else expected[step["src"]]
-        expected[step["dst"]] = _wrap(alu_apply(alu.alu_op, expected[step["dst"]], operand, 32))
+        expected[step["dst"]] = _wrap(alu_apply(alu.alu_op, expected[step["dst"]], operand, 32,
+                                                alu.imm if shifts_product else 0))
     if order_dependent:
         try:
             machine.execute(alu, 0)

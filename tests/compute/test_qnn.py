@@ -71,3 +71,30 @@ def test_requantize_shift_out_of_range_falls_back():
     target.build(Node("function", [x], [y], name="f",
                       body=Graph([x], [y], [Node("Requantize", [x], [y], attrs)])))
     assert "shift" in target.fallbacks["f"]
+
+
+@pytest.mark.parametrize("axis", [1, -1])
+def test_requantize_product_shift_is_exact_in_64_bits(rng, axis):
+    """A 31-bit multiplier with a product shift: the int64 product shifted back into
+    int32, bit-exact between the TE compute and the reference, and equal to
+    round(acc * scale) but at exact ties."""
+    from heterocc.ops.qnn import precise_fixed_point_scale
+
+    shape = (2, 5, 3, 6)
+    channels = shape[axis]
+    scales = rng.uniform(2e-5, 3e-3, channels)
+    limits = np.ceil(260 / scales).astype(np.int64)
+    multipliers, product_shift, shifts = precise_fixed_point_scale(scales, limits)
+    assert product_shift > 0 and max(multipliers) >= 1 << 29
+    x = random_array(rng, shape, "int32", -2 ** 22, 2 ** 22)
+    x.reshape(-1)[:2] = [-2 ** 31, 2 ** 31 - 1]  # clamped to +-acc_limit first
+    attrs = {"multiplier": multipliers, "shift": shifts, "zero_point": 3, "qmin": -128,
+             "qmax": 127, "out_dtype": "int8", "acc_limit": limits.tolist(), "axis": axis,
+             "product_shift": product_shift}
+    got, expected = run_compiled([("Requantize", attrs)], [x])
+    assert_same(got, expected)
+    along = [-1 if d == axis % len(shape) else 1 for d in range(len(shape))]
+    clipped = np.clip(x, -limits.reshape(along), limits.reshape(along))
+    exact = np.clip(np.floor(clipped * scales.reshape(along) + 0.5) + 3, -128, 127)
+    near_tie = np.abs(np.abs(clipped * scales.reshape(along)) % 1 - 0.5) < 1e-5
+    assert (expected[0] != exact)[~near_tie].sum() == 0

@@ -78,6 +78,25 @@ def requantized_gemm(config: HardwareConfig, rng: np.random.Generator) -> NamedP
     return NamedProgram("gemm_requantize_epilogue", program)
 
 
+def precise_requantized_gemm(config: HardwareConfig, rng: np.random.Generator
+                             ) -> NamedProgram:
+    """The requantizing epilogue with 31-bit multipliers: a MUL with a tensor operand
+    whose 64-bit product is shifted right by its immediate (docs/isa.md section 5)."""
+    k, n = 3 * config.block_in, 2 * config.block_out
+    a = _int8(rng, (2 * config.batch, k))
+    w = _int8(rng, (n, k))
+    shift = rng.integers(10, 13, n)
+    epilogue = Requantization(
+        bias=rng.integers(-3000, 3000, n), limit=np.full(n, 1 << 20),
+        multiplier=rng.integers(1 << 29, (1 << 31) - 1, n), rounding=1 << (shift - 1),
+        shift=shift, zero_point=int(rng.integers(-5, 6)), qmin=-128, qmax=127,
+        product_shift=22,
+    )
+    program = tiled_gemm_program(config, a, w, virtual_threads=2, output=Buffer.OUT,
+                                 epilogue=epilogue)
+    return NamedProgram("gemm_precise_requantize", program)
+
+
 def convolution(config: HardwareConfig, rng: np.random.Generator,
                 pad_value: int = 0) -> NamedProgram:
     """A 3x3 convolution through micro-op loops over a padded 2-D DMA (zeros, or
@@ -241,6 +260,9 @@ def _random_alu(ctx: _RandomProgramContext, kernel_base: int, kernel_size: int,
     op = AluOp(ctx.integer(0, 4))
     use_imm = ctx.integer(0, 1) == 1
     imm = ctx.integer(-40, 40) if op == AluOp.SHR else ctx.integer(-(2**15), 2**15 - 1)
+    if op == AluOp.MUL and not use_imm:
+        # a tensor MUL's imm is how far its exact product shifts right
+        imm %= 2 * ctx.config.acc_bits
     dst_inner, dst_outer = kernel_size, kernel_size * inner
     # a quarter of the tensor operands come from the input buffer (never written by an ALU)
     src_inp = not use_imm and ctx.config.block_in == ctx.config.block_out and \
@@ -347,6 +369,7 @@ def ci_programs(config: HardwareConfig, random_count: int, seed: int = 0) -> lis
     programs = reference_gemms(config, rng) + [
         requantized_gemm(config, rng), convolution(config, rng), requantize(config, rng),
         convolution(config, rng, pad_value=-7), residual_add(config, rng),
+        precise_requantized_gemm(config, rng),
     ]
     programs += [random_program(config, seed=1000 + index) for index in range(random_count)]
     return programs

@@ -12,6 +12,7 @@ import pytest
 import heterocc
 from heterocc.accel_sim import HardwareConfig
 from heterocc.errors import AcceleratorError, InputError, PartitionError, TargetError
+from heterocc.ops.macs import multiply_accumulates
 from heterocc.passes.partition import partition
 from heterocc.passes.placement_picture import placement_html, placement_svg
 from heterocc.runtime.interpreter import evaluate
@@ -257,3 +258,109 @@ def test_two_caches_on_one_file_keep_each_others_entries(cost_cache):
     second.put("llvm", "w", {"seconds": 2.0})
     fresh = CostCache()
     assert fresh.get("vta", "w") == {"cycles": 1} and fresh.get("llvm", "w") == {"seconds": 2.0}
+
+
+def test_cost_is_the_default_and_the_report_says_why(model):
+    from heterocc.passes.pipeline import choose_placement
+
+    report = heterocc.compile(model, target="vta,llvm").placement_report
+    assert report.placement == "cost" and "default" in report.placement_reason
+    assert report.to_json()["placement_reason"] == report.placement_reason
+    assert f"placement: cost ({report.placement_reason})" in report.format()
+    asked = heterocc.compile(model, target="vta,llvm", placement="greedy").placement_report
+    assert asked.placement == "greedy" and asked.placement_reason == "asked for"
+    how, why = choose_placement("auto", {"npu": object(), "llvm": get_target("llvm")})
+    assert how == "greedy" and "npu gives none" in why
+
+
+class _Counted:
+    """Fixed estimates and lower bounds by composite kind, counting the estimates made."""
+
+    def __init__(self, seconds: dict, bounds: dict):
+        self.seconds, self.bounds, self.asked = seconds, bounds, []
+
+    def estimate(self, function):
+        self.asked.append(function.attrs.get("composite", function.body.nodes[0].op))
+        value = self.seconds.get(function.attrs.get("composite", ""), self.seconds.get("*"))
+        return None if value is None else CostEstimate(value, 0.0, "fixed")
+
+    def cached(self, function):
+        return None
+
+    def lower_bound(self, function):
+        value = self.bounds.get(function.attrs.get("composite", ""))
+        return None if value is None else (value, "fixed bound")
+
+
+def test_a_lower_bound_decides_without_estimating_the_other_device(model):
+    """The accelerator beats the CPU's bound on convolutions: the CPU is not measured for
+    them; the CPU beats the accelerator's bound on additions (no multiply-accumulates,
+    so the CPU goes first): the accelerator is not asked. The report's totals estimate
+    what was skipped, once."""
+    from heterocc.frontend.onnx import from_onnx
+    from heterocc.passes.pipeline import run_pipeline
+
+    accelerator = _Counted({"conv2d_bias_requantize": 1e-3, "quantized_add": 5e-3,
+                            "dense_bias_requantize": 2e-3}, {"quantized_add": 2e-3})
+    cpu = _Counted({"conv2d_bias_requantize": 3e-3, "quantized_add": 1e-3,
+                    "dense_bias_requantize": 2.5e-3, "*": 1e-4},
+                   {"conv2d_bias_requantize": 1.5e-3})
+    targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
+    for name, fake in (("vta", accelerator), ("llvm", cpu)):
+        for hook in ("estimate", "cached", "lower_bound"):
+            setattr(targets[name], hook, getattr(fake, hook))
+    plan = run_pipeline(from_onnx(model), targets, "llvm", placement="cost").report.plan
+    kinds = {u.function.attrs["composite"]: u for u in plan.composites}
+    assert kinds["conv2d_bias_requantize"].chosen == "vta"
+    assert "llvm needs at least 1.5 ms (fixed bound)" in kinds["conv2d_bias_requantize"].reason
+    assert kinds["quantized_add"].chosen == "llvm"
+    assert "stays on llvm" in kinds["quantized_add"].reason and "vta needs at least 2 ms" \
+        in kinds["quantized_add"].reason
+    dense = kinds["dense_bias_requantize"]  # no bound: both estimated
+    assert dense.chosen == "vta" and "vs 2.5 ms on llvm" in dense.reason
+    assert "conv2d_bias_requantize" not in cpu.asked and "quantized_add" not in accelerator.asked
+    assert not any(op for op in cpu.asked if op not in kinds)  # unmatched nodes: not yet
+    totals = plan.totals()
+    assert "conv2d_bias_requantize" in cpu.asked and "quantized_add" in accelerator.asked
+    assert totals["chosen_ms"] < min(totals["greedy_ms"], totals["all_cpu_ms"])
+    asked = len(cpu.asked)
+    plan.totals()
+    assert len(cpu.asked) == asked  # completed once
+
+
+def test_cpu_lower_bound_from_its_fastest_measured_rate(model):
+    """The CPU's bound: the function's multiply-accumulates at twice the fastest rate
+    measured on it (the reference convolution's, or a faster function's since); a
+    function without multiply-accumulates has none."""
+    llvm = get_target("llvm")
+    graph = _compile(model, VtaTarget(), "greedy").graph
+    functions = [n for n in graph.nodes if n.body is not None and n.attrs.get("target") == "vta"]
+    conv = next(f for r in functions for f in r.body.nodes
+                if any(n.op == "ConvInteger" for n in f.body.nodes))
+    seconds, how = llvm.lower_bound(conv)
+    rate = llvm.cost_model.ceiling("int8")
+    macs = sum(multiply_accumulates(n) for n in conv.body.nodes)
+    assert seconds == pytest.approx(macs / (cpu_cost.CEILING_MARGIN * rate))
+    assert "fastest int8 rate measured" in how
+    measured = llvm.estimate(conv).compute_s
+    assert seconds <= measured  # a bound below the time it takes
+    assert llvm.cost_model.ceiling("int8") >= macs / measured  # raised, never lowered
+    add = next((f for r in functions for f in r.body.nodes
+                if f.attrs.get("composite") == "quantized_add"), None)
+    if add is not None:
+        assert llvm.lower_bound(add) is None
+
+
+def test_accelerator_lower_bound_is_below_its_estimate(model):
+    """vta's bound (the copies of a call's result and an input over the link) never
+    exceeds its estimate, and needs no compile."""
+    vta = VtaTarget()
+    graph = _compile(model, VtaTarget(), "greedy").graph
+    functions = [f for r in graph.nodes if r.body is not None and r.attrs.get("target") == "vta"
+                 for f in r.body.nodes]
+    assert functions
+    for function in functions:
+        seconds, how = vta.lower_bound(function)
+        assert "copied over the link" in how and not vta.cost_model.compiled
+        assert 0 < seconds <= vta.estimate(function).total_s
+        vta.cost_model.compiled.clear()

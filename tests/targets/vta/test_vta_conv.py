@@ -18,7 +18,8 @@ from tests.targets.vta.ort_models import quantize, single_conv  # noqa: E402
 
 
 def _composite(model, target):
-    compiled = heterocc.compile(model, target=[target, "llvm"], strict=True)
+    compiled = heterocc.compile(model, target=[target, "llvm"], strict=True,
+                                placement="greedy")
     (region,) = [n for n in compiled.graph.nodes if n.attrs.get("target") == "vta"]
     (composite,) = region.body.nodes
     return composite

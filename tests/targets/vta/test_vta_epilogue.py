@@ -6,7 +6,7 @@ import pytest
 from heterocc.accel_sim import HardwareConfig
 from heterocc.accel_sim.isa import Alu
 from heterocc.accel_sim.reference_programs import GemmTiling, Requantization
-from heterocc.ops.qnn import requantize_int
+from heterocc.ops.qnn import precise_fixed_point_scale, requantize_int
 from heterocc.targets.vta.codegen import gemm_program
 from heterocc.targets.vta.epilogue import int8_accumulator_range, plan_epilogue
 
@@ -26,11 +26,30 @@ def _requantization(rng, w, multiplier_bits=(12, 14), shift=22, zero_point=3, li
         zero_point=zero_point, qmin=-128, qmax=127)
 
 
+def _precise_requantization(rng, w, zero_point=3, scale=(2e-5, 4e-4)):
+    """As the quantization pass makes them now: 31-bit multipliers with a product shift
+    (``precise_fixed_point_scale``), clamped where the output saturates."""
+    n = w.shape[0]
+    scales = rng.uniform(*scale, n)
+    limit = np.ceil(260 / scales).astype(np.int64) + 1
+    multiplier, product_shift, shift = precise_fixed_point_scale(scales, limit)
+    shift = np.asarray(shift, np.int64)
+    return Requantization(
+        bias=rng.integers(-5000, 5000, n), limit=limit, multiplier=np.asarray(multiplier),
+        rounding=1 << (shift - 1), shift=shift, zero_point=zero_point, qmin=-128, qmax=127,
+        product_shift=product_shift)
+
+
+def _reference(acc, rq):
+    """requantize_int (the NumPy reference of Requantize) of int32 ``acc`` + bias."""
+    return requantize_int((acc + rq.bias).astype(np.int32), rq.multiplier.tolist(),
+                          rq.shift.tolist(), rq.zero_point, rq.qmin, rq.qmax,
+                          rq.limit.tolist(), product_shift=rq.product_shift)
+
+
 def _expected(a, w, rq):
     """The Requantize operator's int32 pipeline (the NumPy reference) after the bias add."""
-    acc = (a.astype(np.int64) @ w.astype(np.int64).T + rq.bias).astype(np.int32)
-    return requantize_int(acc, rq.multiplier.tolist(), rq.shift.tolist(), rq.zero_point,
-                          rq.qmin, rq.qmax, rq.limit.tolist())
+    return _reference(a.astype(np.int64) @ w.astype(np.int64).T, rq)
 
 
 def _run(program, a):
@@ -63,7 +82,7 @@ def _apply(steps, acc, columns):
     acc = acc.astype(np.int64)
     for step in steps:
         y = step.immediate if step.column is None else step.column[:columns]
-        acc = _ALU[step.op](acc, y)
+        acc = _ALU[step.op](acc, y) >> step.product_shift
         acc = (acc + (1 << 31)) % (1 << 32) - (1 << 31)
     return acc
 
@@ -126,8 +145,40 @@ def test_identities_vanish_and_uniform_constants_become_immediates():
                                                     ("shr", 8)]
 
 
+@pytest.mark.parametrize("seed", range(24))
+def test_precise_plans_agree_with_the_requantize_operator(seed):
+    """31-bit multipliers with a product shift: the planned chain (six passes, the bias
+    before the shifted MUL) equals the reference on every reachable accumulator."""
+    rng = np.random.default_rng(seed)
+    n, k = 24, int(rng.integers(4, 300))
+    w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    if seed % 4 == 1:
+        w //= 64
+    rq = _precise_requantization(rng, w, zero_point=int(rng.integers(-128, 128)),
+                                 scale=[(2e-5, 4e-4), (1e-3, 0.05), (1e-6, 1e-5)][seed % 3])
+    acc = _reachable_accumulators(w, rng)
+    steps = plan_epilogue(rq, w, 32)
+    np.testing.assert_array_equal(_apply(steps, acc, n), _reference(acc, rq))
+    assert [s.product_shift for s in steps if s.op == "mul"] == [rq.product_shift]
+
+
+def test_precise_requantization_rounds_as_the_float_scale():
+    """Against round(acc * scale) (the float form ORT computes): equal but at near-ties,
+    where a 15-bit multiplier in an int32 product is steps away."""
+    rng = np.random.default_rng(5)
+    w = rng.integers(-128, 128, (16, 256)).astype(np.int8)
+    rq = _precise_requantization(rng, w, zero_point=0)
+    rq = Requantization(**{**rq.__dict__, "bias": np.zeros(16, np.int64)})
+    scales = rq.multiplier / 2.0 ** (rq.product_shift + rq.shift)  # the scales it stands for
+    acc = _reachable_accumulators(w, rng)
+    exact = np.clip(np.floor(acc * scales + 0.5), -128, 127)
+    near_tie = np.abs(np.abs(acc * scales) % 1 - 0.5) < 1e-4
+    got = _apply(plan_epilogue(rq, w, 32), acc, 16)
+    assert (got != exact)[~near_tie].sum() == 0
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("case", ["saturating", "unsaturated", "overflowing"])
+@pytest.mark.parametrize("case", ["saturating", "unsaturated", "overflowing", "precise"])
 def test_planned_epilogue_is_bit_exact_on_the_simulator(case, threads):
     rng = np.random.default_rng(len(case))
     rows, k, n = 12, 96, 48
@@ -135,10 +186,12 @@ def test_planned_epilogue_is_bit_exact_on_the_simulator(case, threads):
     if case == "unsaturated":
         w //= 64
     rq = _requantization(rng, w, (24, 30), limit=1 << 20) if case == "overflowing" \
+        else _precise_requantization(rng, w) if case == "precise" \
         else _requantization(rng, w)
     a = _extreme_inputs(w, rows, rng)
     program = gemm_program(CONFIG, rows, w, GemmTiling(3, 1, 3), threads, rq)
     np.testing.assert_array_equal(_run(program, a), _expected(a, w, rq))
     alu = [i for i in program.instructions if isinstance(i, Alu)]
     tasks = (rows // 3) * (n // CONFIG.block_out)
-    assert len(alu) == tasks * {"saturating": 5, "unsaturated": 3, "overflowing": 9}[case]
+    assert len(alu) == tasks * {"saturating": 5, "unsaturated": 3, "overflowing": 9,
+                                "precise": 6}[case]

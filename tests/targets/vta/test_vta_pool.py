@@ -126,7 +126,7 @@ def test_quantized_stem_is_one_accelerator_region(tmp_path, activations):
     from tests.targets.vta.ort_models import inputs, onnxruntime_session, output_scale, quantize
 
     model = quantize(_stem(), tmp_path, "QDQ", activations)
-    compiled = heterocc.compile(model, target="vta,llvm", strict=True)
+    compiled = heterocc.compile(model, target="vta,llvm", placement="greedy", strict=True)
     report = compiled.placement_report
     pools = [p for p in report.placements if p.op == "MaxPool"]
     assert [(p.target, p.composite) for p in pools] == [("vta", "max_pool")]
@@ -185,7 +185,7 @@ def test_integer_pool_equals_the_quantized_float_pool(dtype, zero_point, ceil_mo
     model = _qdq_pool(dtype, zero_point, (1, 16, 8, 8 + ceil_mode),
                       ("out", "p") if float_output else ("out",), kernel_shape=[3, 3],
                       strides=[2, 2], pads=[1] * 4, ceil_mode=ceil_mode)
-    compiled = heterocc.compile(model, target="vta,llvm")
+    compiled = heterocc.compile(model, target="vta,llvm", placement="greedy")
     placed = {p.op: p.target for p in compiled.placement_report.placements}
     # (uint8 too: ``uint8_to_int8`` shifts the pool's input and output by -128)
     assert placed["MaxPool"] == "vta", compiled.placement_report.format()
@@ -196,7 +196,7 @@ def test_a_refused_integer_pool_runs_on_the_cpu():
     """A dilated pool stays on the CPU, named in the report, and is still exact."""
     model = _qdq_pool(TensorProto.INT8, -7, (1, 16, 12, 12), kernel_shape=[3, 3],
                       dilations=[2, 2])
-    compiled = heterocc.compile(model, target="vta,llvm")
+    compiled = heterocc.compile(model, target="vta,llvm", placement="greedy")
     (pool,) = [p for p in compiled.placement_report.placements if p.op == "MaxPool"]
     assert pool.target == "llvm" and "dilated pooling" in pool.reason
     _agrees_with_onnxruntime(model, compiled, 0)

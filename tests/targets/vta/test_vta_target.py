@@ -234,3 +234,25 @@ def test_a_mirrored_vta_board_that_differs_is_named():
     with pytest.raises(sdk.AcceleratorError, match=r"differs at 1 of \d+ elements; first at "
                                                    r"index \(0, 3\): chip"):
         compiled.run([samples[0][0]])
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_a_batch_2_accelerator_leaves_layers_of_odd_rows_to_the_cpu(tmp_path, rows):
+    """On hardware whose tiles hold 2 rows, a dense layer of 1 row goes to the CPU with
+    the reason in the placement report (it failed at build before); 2 rows run on vta,
+    bit-exact with the graph's reference."""
+    pytest.importorskip("onnxruntime.quantization")
+    from tests.passes.test_per_channel_axes import linear_model, quantize
+
+    shape = (rows, 32)
+    model = quantize(linear_model("MatMul", shape), tmp_path, shape)
+    target = VtaTarget(config=HardwareConfig(log_batch=1))
+    compiled = heterocc.compile(model, target=[target, "llvm"])
+    dense = [p for p in compiled.placement_report.placements if p.op == "MatMulInteger"]
+    if rows == 1:
+        assert dense[0].target == "llvm"
+        assert "do not fill whole 2-row tiles" in dense[0].reason
+    else:
+        assert dense[0].target == "vta"
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    np.testing.assert_array_equal(compiled.run([x])[0], evaluate(compiled.graph, [x])[0])

@@ -1,0 +1,80 @@
+"""What placement by cost adds to compile time, on a shared machine.
+
+    python benchmarks/placement_compile_time.py [--rounds 2] [--config 1x16x16@100]
+        [--models resnet18,mobilenet_v2] [--size 224]
+
+Each model (torch-exported, ``quantize_static`` QDQ per-channel, as in
+``benchmarks/placement.py``) is compiled for ``vta,llvm`` in a fresh interpreter per
+compile, round after round: greedy, cost with an empty estimate cache, cost again with
+the cache that left. Prints the medians over the rounds of the wall time and of the
+process's CPU time (user + system): other processes on a loaded machine stretch wall
+times (identical compiles here differ twofold at a load of 12) far more than the CPU
+time a compile spends, so the CPU time is the figure to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import onnx
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from machine import describe  # noqa: E402
+from vta_resnet18 import quantized  # noqa: E402
+
+CHILD = r"""
+import json, sys, time
+import onnx, heterocc
+from heterocc.targets.vta import VtaTarget
+path, placement, config = sys.argv[1:4]
+shape, _, clock = config.partition("@")
+vta = VtaTarget(config=shape, clock_mhz=float(clock or 100), link_gbps=1)
+model = onnx.load(path)
+wall, cpu = time.perf_counter(), time.process_time()
+heterocc.compile(model, target=[vta, "llvm"], placement=placement)
+print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}))
+"""
+
+
+def _compile(path: str, placement: str, config: str, cache: str) -> dict:
+    env = dict(os.environ, HETEROCC_CACHE_DIR=cache)
+    out = subprocess.run([sys.executable, "-c", CHILD, path, placement, config], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="resnet18,mobilenet_v2")
+    ap.add_argument("--config", default="1x16x16@100")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--size", type=int, default=224)
+    args = ap.parse_args()
+    print(describe())
+    for name in args.models.split(","):
+        path = os.path.join(tempfile.mkdtemp(), f"{name}.onnx")
+        onnx.save(quantized(name, True, args.size, "qdq", "int8", False), path)
+        rows: dict[str, list[dict]] = {"greedy": [], "cold": [], "warm": []}
+        for _ in range(args.rounds):
+            cache = tempfile.mkdtemp(prefix="heterocc-costs-")
+            for label, placement in (("greedy", "greedy"), ("cold", "cost"), ("warm", "cost")):
+                rows[label].append(_compile(path, placement, args.config, cache))
+        for key in ("cpu", "wall"):
+            g, c, w = (statistics.median(r[key] for r in rows[k])
+                       for k in ("greedy", "cold", "warm"))
+            print(f"{name} vta {args.config} + llvm, {key} time: greedy {g:.2f} s; cost, "
+                  f"empty estimate cache {c:.2f} s ({100 * (c / g - 1):+.1f}%); cost, cache "
+                  f"warm {w:.2f} s ({100 * (w / g - 1):+.1f}%)  (medians of {args.rounds})")
+        print(f"  load average: {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
