@@ -582,6 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
     accel = add_accel_parser(sub)
     accel.set_defaults(func=lambda args: args.handler(args))
     add_accel_build_parser(accel)
+    add_accel_explore_parser(accel)
     _add_logging_options(ap)
     return ap
 
@@ -604,13 +605,19 @@ def add_accel_build_parser(accel: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=cmd_accel_build)
 
 
-def cmd_accel_build(args) -> int:
-    name, options = parse_target_spec(args.target)
+def _target_hook(spec: str, hook: str, missing: str):
+    """The target ``spec`` names and its method ``hook``; TargetError saying what the
+    target lacks (``missing``) when it has none."""
+    name, options = parse_target_spec(spec)
     target = get_target(name, **options)
-    write = getattr(target, "write_streams", None)
-    if not callable(write):
-        raise TargetError(f"target {name!r} has no instruction streams to write (no "
-                          "write_streams hook)")
+    method = getattr(target, hook, None)
+    if not callable(method):
+        raise TargetError(f"target {name!r} has no {missing} (no {hook} hook)")
+    return target, method
+
+
+def cmd_accel_build(args) -> int:
+    target, write = _target_hook(args.target, "write_streams", "instruction streams to write")
     compiled = hcompile(args.model, target=[target, "llvm"],
                         calibration=_calibration(args.calibrate))
     inputs = load_input_files(args.input) or _random_inputs(compiled)
@@ -618,6 +625,39 @@ def cmd_accel_build(args) -> int:
     for path in write(args.output):
         print(f"wrote {path}")
     return 0
+
+
+def add_accel_explore_parser(accel: argparse.ArgumentParser) -> None:
+    """``accel explore MODEL --gemm 8x8,16x16``: model latency against FPGA resources."""
+    actions = next(a for a in accel._actions if isinstance(a, argparse._SubParsersAction))
+    p = actions.add_parser("explore", help="sweep accelerator configs: the model's latency "
+                           "(timing model) against Yosys resources on an FPGA part")
+    p.add_argument("model", help="an ONNX model (int8 QDQ/QOperator, or float with "
+                   "--calibrate)")
+    p.add_argument("--target", default="vta", help="the accelerator (default vta)")
+    p.add_argument("--gemm", default="8x8,16x16,32x32",
+                   help="GEMM shapes, BLOCK_INxBLOCK_OUT (or BATCHxINxOUT), comma-separated")
+    p.add_argument("--wgt-kib", help="weight buffer sizes in KiB (e.g. 128,256)")
+    p.add_argument("--acc-kib", help="accumulator buffer sizes in KiB (e.g. 64,128)")
+    p.add_argument("--inp-kib", help="input buffer sizes in KiB")
+    p.add_argument("--clock-mhz", help="clocks in MHz (latency only: Yosys knows no timing)")
+    p.add_argument("--part", default="xc7z020", help="FPGA part (xc7z020, xczu3eg, xczu7ev)")
+    p.add_argument("--limit", type=float, default=0.8,
+                   help="largest share of each resource that fits (default 0.8)")
+    p.add_argument("--resource", default="lut", choices=["lut", "dsp"],
+                   help="the Pareto plot's area axis")
+    p.add_argument("--jobs", type=int, default=1, help="Yosys runs at a time")
+    p.add_argument("-o", "--output", default="explore",
+                   help="folder for explore.txt, explore.json and pareto_<resource>.svg")
+    p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
+    p.set_defaults(handler=cmd_accel_explore)
+
+
+def cmd_accel_explore(args) -> int:
+    _, explore = _target_hook(args.target, "explore_command",
+                              "hardware configurations to explore")
+    args.calibration = _calibration(args.calibrate)
+    return explore(args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -321,10 +321,12 @@ def _is_float_model(model: onnx.ModelProto) -> bool:
 def _layers_kept_by_cost(report: PartitionReport, accelerator: str) -> int:
     """How many candidate layers ``accelerator`` matched that placement by cost left on
     another device because its estimate there was lower (0 under greedy placement)."""
-    if report.placement != "cost":
+    if report.placement != "cost" or report.plan is None:
         return 0
-    return len({p.unit for p in report.placements
-                if p.candidate and accelerator in p.estimates and p.target != accelerator})
+    # from the plan: a layer decided on a lower bound has no estimate on the device it
+    # left until the report's totals ask for one
+    return sum(1 for unit in report.plan.composites
+               if unit.greedy == accelerator and unit.chosen != accelerator)
 
 
 def _report_placement_fallbacks(model: onnx.ModelProto, report: PartitionReport,

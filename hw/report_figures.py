@@ -4,7 +4,8 @@ streams at two memory latencies, and synthesis resources.
 
 It reads what the test suites leave in hw/build (run them first):
 
-    python -m pytest tests/hw -m rtl            # system reports, synthesis report
+    python -m pytest tests/hw -m rtl            # system reports, synthesis of a small config
+    python benchmarks/fpga_fit.py               # synthesis of the full-size configs
     python hw/report_figures.py
 """
 
@@ -65,14 +66,16 @@ def timing_model_tables() -> list[str]:
 
 
 def synthesis_tables() -> list[str]:
-    """Resources of every synthesized config."""
+    """Resources of every config in the synthesis cache (heterocc.accel_sim.fpga_fit)."""
+    from heterocc.accel_sim.fpga_fit import cache_root
+
     lines = []
-    for path in sorted(BUILD.glob("synth_*/resources.json")):
+    for path in sorted(cache_root().glob("*/resources.json")):
         summary = json.loads(path.read_text())
         resources = summary["resources"]
         lines += [
-            f"### synthesis, {summary['config']} ({summary['device_family']}, "
-            f"{summary['seconds']} s)",
+            f"### synthesis, {summary['config']} (Yosys synth_xilinx -family "
+            f"{summary['family']}, {summary['seconds']} s)",
             "",
             "| " + " | ".join(resources) + " |",
             "|" + "---:|" * len(resources),

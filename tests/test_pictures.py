@@ -90,7 +90,8 @@ def test_a_region_profile_row_counts_its_composites():
     rng = np.random.default_rng(0)
     samples = [{"input": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}
                for _ in range(2)]
-    model = heterocc.compile(tiny_cnn(), target="vta,llvm", calibration=samples)
+    model = heterocc.compile(tiny_cnn(), target="vta,llvm", calibration=samples,
+                             placement="greedy")
     model.enable_profiling()
     model.run(samples[0])
     regions = [e for e in model.profile_entries() if e.target == "vta"]

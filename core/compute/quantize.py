@@ -131,8 +131,9 @@ def _require_bytes(tensors, op: str) -> None:
             raise CompileError(f"{op} on {t.dtype} has no TE compute (int8/uint8 only)")
 
 
-def _integer_conv(x, w, bias, attrs, name: str):
-    """int32 direct NCHW convolution of centered operands ``x`` and ``w`` (+ int32 bias)."""
+def _integer_conv(x, w, bias, attrs, name: str, described: dict | None = None):
+    """int32 direct NCHW convolution of centered operands ``x`` and ``w`` (+ int32 bias).
+    ``described``: the attribute the result carries (see :func:`conv_integer`)."""
     frame = conv_frame(x, w, attrs, name)
     # padding is applied to the centered input, so padded positions contribute 0
     data = pad(x, frame.pads[:2], frame.pads[2:], 0, f"{name}_pad")
@@ -144,7 +145,7 @@ def _integer_conv(x, w, bias, attrs, name: str):
                            column * sx + rx * dx] * w[k, rc, ry, rx], axis=[rc, ry, rx])
 
     acc = te.compute((frame.batch, frame.out_channels, *frame.out_size), body, name=name,
-                     dtype="int32")
+                     dtype="int32", attrs=described)
     if bias is None:
         return acc
     return te.compute(acc.shape, lambda b, k, y, column: acc[b, k, y, column] + bias[k],
@@ -159,12 +160,17 @@ def _matmul_zero_point_axes(a, b):
 @register_compute("ConvInteger")
 def conv_integer(inputs, attrs, out_types):
     """int32 convolution of zero-point-centered 8-bit operands (w's zero point may be
-    per output channel)."""
+    per output channel). The result carries ``conv_integer``: its uncentered operands,
+    zero points and attributes, from which a target may compute the same sums its own
+    way (the CPU's dot-product instructions: ``targets/llvm/schedules/int8_conv.py``)."""
     x, w = inputs[0], inputs[1]
     x_zero, w_zero = optional_input(inputs, 2), optional_input(inputs, 3)
     _require_bytes([x, w], "ConvInteger")
+    described = {"conv_integer": {"x": x, "w": w, "x_zero": x_zero, "w_zero": w_zero,
+                                  "attrs": dict(attrs)}}
     return [_integer_conv(_centered(x, x_zero, 1, "x_centered"),
-                          _centered(w, w_zero, 0, "w_centered"), None, attrs, "conv_integer")]
+                          _centered(w, w_zero, 0, "w_centered"), None, attrs, "conv_integer",
+                          described)]
 
 
 @register_compute("MatMulInteger")

@@ -4,7 +4,8 @@ Float32 2-D convolutions whose channel counts allow it become ``ConvNCHWc`` over
 ``NCHW{b}c`` data, with their weights packed at compile time. The blocked layout is
 carried through layout-agnostic ops (elementwise activations, binary arithmetic of two
 blocked tensors or of a blocked tensor and a per-channel or scalar constant, 2-D max and
-average pooling), so that a chain of convolutions reads and writes blocked tensors
+average pooling, a channel concatenation of tensors whose channels fill whole blocks), so
+that a chain of convolutions reads and writes blocked tensors
 throughout. A value is moved to another layout only where a reader needs it there, once
 per layout: a transform to NCHW and straight back never appears, and every op that is
 not layout-agnostic (global pooling, reshape, a graph output) reads NCHW.
@@ -327,6 +328,28 @@ class _LayoutRewriter:
                                window, node.name))
         return True
 
+    def concat(self, node: Node) -> bool:
+        """A concatenation over the channels of tensors whose channel counts are whole
+        blocks stays blocked, as the concatenation of their channel blocks (DenseNet's
+        growing feature maps): rather than each producer's output transformed to NCHW,
+        concatenated, and the result transformed back for the next convolution. The
+        block is the widest one an input already has that divides every input's
+        channels; an input carrying padding channels, or a constant, keeps it NCHW."""
+        shape = node.outputs[0].type.shape
+        if (len(shape) != 4 or node.attrs.get("axis", 0) % 4 != 1
+                or node.outputs[0].type.dtype != "float32" or len(node.outputs) != 1
+                or any(v is None or v.is_const or self.held_of(v) for v in node.inputs)):
+            return False
+        channels = [v.type.shape[1] for v in node.inputs]
+        blocks = sorted({self.block_of(v) for v in node.inputs} - {0}, reverse=True)
+        block = next((b for b in blocks if all(c % b == 0 for c in channels)), 0)
+        if not block:
+            return False
+        out = self.produce_blocked(node.outputs[0], block)
+        self.nodes.append(replace(node, inputs=[self.in_block(v, block) for v in node.inputs],
+                                  outputs=[out], attrs={**node.attrs, "axis": 1}))
+        return True
+
     def any_other(self, node: Node) -> None:
         inputs = [self.nchw(v) for v in node.inputs]
         self.nodes.append(node if inputs == node.inputs else replace(node, inputs=inputs))
@@ -353,6 +376,8 @@ def alter_layout(graph: Graph, vector_channels: int = 0) -> Graph:
         if node.body is None and node.op in POOL_OPS and rewriter.pool(node):
             continue
         if node.body is None and node.op in GLOBAL_POOL_OPS and rewriter.global_pool(node):
+            continue
+        if node.body is None and node.op == "Concat" and rewriter.concat(node):
             continue
         rewriter.any_other(node)
     outputs = [rewriter.nchw(v) for v in graph.outputs]

@@ -58,6 +58,13 @@ def target_graph_passes(target: object) -> list[GraphPass | str]:
     return list(hook()) if callable(hook) else []
 
 
+def integer_qdq(target: object) -> str | None:
+    """The pass (``realize_qdq`` or a variant) by which ``target`` computes imported QDQ
+    chains as integer ops when it runs alone (its optional ``integer_qdq`` attribute);
+    None: it runs them as written."""
+    return getattr(target, "integer_qdq", None) or None
+
+
 def default_placement(targets: Mapping[str, object]) -> str:
     """``"cost"`` when every target can estimate a function's time, else ``"greedy"``."""
     return choose_placement("auto", targets)[0]
@@ -95,10 +102,12 @@ def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | No
     before: list[GraphPass | str] = ["expand_qoperator", *DEFAULT_PIPELINE[:fuse_at]]
     if calibration is not None:
         before += _quantization_passes(list(calibration), quantization)
-    elif tables:
+    elif tables or integer_qdq(targets[fallback]):
         # imported QDQ chains become integer ops before their weights fold to float
+        # (for an accelerator's patterns, or those of a fallback computing in integers)
         at = before.index("infer_types") + 1
-        before[at:at] = ["realize_qdq", "uint8_to_int8"]
+        before[at:at] = ["realize_qdq" if tables else integer_qdq(targets[fallback]),
+                         "uint8_to_int8"]
     # every pass's result is checked (types included): a rewrite that leaves a node its
     # op's type rule refuses (a per-channel requantization on the wrong axis, a broadcast
     # that does not type-check) stops the compile there, naming the pass and the node,

@@ -579,6 +579,22 @@ def realize_qdq(graph: Graph) -> Graph:
     for QOperator models) into ConvInteger / MatMulInteger + bias Add + Requantize,
     quantized element-wise additions and products into integer ones (``_rewrite_add``,
     ``_rewrite_mul``) and quantized max pools into integer ones (``_integer_max_pool``)."""
+    return _realize(graph, ("Conv", "Gemm", "MatMul"), elementwise_products=True)
+
+
+@register_pass("realize_qdq_convolutions")
+def realize_qdq_convolutions(graph: Graph) -> Graph:
+    """:func:`realize_qdq` for convolutions (with the additions and max pools between
+    them) only: quantized matrix products (MatMul, Gemm) and element-wise products keep
+    their float form. For a target whose integer products would move a model further
+    from the float requantization than it may (a transformer's requantizations carry
+    through Softmax, GELU and LayerNorm)."""
+    return _realize(graph, ("Conv",), elementwise_products=False)
+
+
+def _realize(graph: Graph, linear_ops: tuple[str, ...], elementwise_products: bool) -> Graph:
+    """:func:`realize_qdq` for the chains whose linear op is one of ``linear_ops`` (and
+    quantized element-wise products where ``elementwise_products``)."""
     scope = NameScope.of(graph)
     graph = _drop_roundtrips(graph)
     producers = graph.producers()
@@ -590,8 +606,10 @@ def realize_qdq(graph: Graph) -> Graph:
         if node.op != "QuantizeLinear" or node in dropped:
             continue
         m = rewrite = None
-        for pattern, candidate in ((QDQ_PATTERN, None), (ADD_PATTERN, _rewrite_add),
-                                   (MUL_PATTERN, _rewrite_mul)):
+        patterns = [(QDQ_PATTERN, None), (ADD_PATTERN, _rewrite_add)]
+        if elementwise_products:
+            patterns.append((MUL_PATTERN, _rewrite_mul))
+        for pattern, candidate in patterns:
             m = match(pattern, node.outputs[0], producers)
             if m is not None:
                 rewrite = candidate
@@ -607,7 +625,8 @@ def realize_qdq(graph: Graph) -> Graph:
         else:
             chain = _chain(m.nodes)
             try:
-                new = None if chain is None else _rewrite(chain, node.outputs[0], scope)
+                new = None if chain is None or chain.linear.op not in linear_ops else \
+                    _rewrite(chain, node.outputs[0], scope)
             except ValueError:
                 # no int32 requantization of this accumulator range (a bias hundreds of
                 # millions of accumulator steps large): the chain stays as it was

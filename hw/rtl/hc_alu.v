@@ -7,6 +7,9 @@
 `default_nettype none
 `include "hc_config.vh"
 
+// LUT multipliers: the DSP48E1s go to the GEMM core (Vivado reads use_dsp; the Yosys
+// flow, hw/synth/synth_xilinx.tcl, maps the multiplies of such modules to logic).
+(* use_dsp = "no" *)
 module hc_alu (
     input  wire [2:0]                   op,
     input  wire                         use_imm,

@@ -74,6 +74,14 @@ async def gemm_core_matches_numpy(dut):
          rng.integers(low_w, high_w, (block_out, block_in)))
         for _ in range(20)
     ]
+    # extremes mixed per element: the packed multiplies (two weights of neighbouring
+    # outputs in one operand) must separate every sign combination exactly
+    extremes_i = [low_i, low_i + 1, -1, 0, 1, high_i - 2, high_i - 1]
+    extremes_w = [low_w, low_w + 1, -1, 0, 1, high_w - 2, high_w - 1]
+    cases += [
+        (rng.choice(extremes_i, (batch, block_in)), rng.choice(extremes_w, (block_out, block_in)))
+        for _ in range(40)
+    ]
     for inp, wgt in cases:
         dut.inp.value = _pack(inp, CONFIG.inp_bits)
         dut.wgt.value = _pack(wgt, CONFIG.wgt_bits)

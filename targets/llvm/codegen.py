@@ -26,6 +26,7 @@ from heterocc.tir.functor import ExprFunctor, StmtEmitter
 from heterocc.tir.simplify import structural_key
 from heterocc.tir.visitor import children
 
+from .int8_dot import DOT4_CALL, emit_dot4_call
 from .llvm_types import (
     I1,
     I8,
@@ -474,6 +475,8 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         return (b.sext if signed else b.zext)(value, to_type)
 
     def visit_Call(self, node: tx.Call) -> ir.Value:
+        if node.name == DOT4_CALL:
+            return emit_dot4_call(self, node)
         args = [self.expr(a) for a in node.args]
         lanes = tx.lanes_of(node.dtype)
         variant = vector_symbol(node.name, tx.scalar_dtype(node.dtype), lanes,
@@ -634,13 +637,17 @@ class CodeGenLLVM:
     ``masked_loads``: the CPU loads a vector under a mask in one instruction (AVX-512's
     mask registers), so a padded read, ``select(c, load, 0)`` with a scalar ``c``, is a
     masked load; elsewhere (AVX2's masked loads cost an extra vector operation, NEON has
-    none) it is a branch around the load."""
+    none) it is a branch around the load. ``features`` and ``arch``: the CPU's, which pick
+    the instruction of an 8-bit dot product (:mod:`.int8_dot`)."""
 
     def __init__(self, module_name: str = "heterocc", vector_isas: tuple[VectorISA, ...] = (),
-                 masked_loads: bool = False):
+                 masked_loads: bool = False, features: frozenset[str] = frozenset(),
+                 arch: str = ""):
         self.module = ir.Module(name=module_name)
         self.vector_isas = vector_isas
         self.masked_loads = masked_loads
+        self.features = frozenset(features)
+        self.arch = arch
         self._counter = itertools.count()
 
     def fresh_name(self, prefix: str) -> str:

@@ -165,7 +165,8 @@ def _generate(funcs: Sequence[PrimFunc], symbols: Sequence[str], module_name: st
     """Unoptimized LLVM IR of ``funcs`` for ``state``'s CPU (default: the host)."""
     state = state or host()
     codegen = CodeGenLLVM(module_name, state.isas,
-                          masked_loads="avx512f" in state.description.features)
+                          masked_loads="avx512f" in state.description.features,
+                          features=state.description.features, arch=state.description.arch)
     for func, symbol in zip(funcs, symbols):
         codegen.add_function(func, symbol)
     return codegen.ir_text()

@@ -3,6 +3,10 @@ from each compute's structure (see :class:`heterocc.sdk.te_target.ScheduleRule`)
 
 In the order :func:`cpu_rules` tries them:
 
+* :class:`Int8ConvRule`: the sums of an integer convolution the CPU computes on its 8-bit
+  dot product (``use_int8_convs``), tensorized, with their packing stages;
+* :class:`Int8ConvResultRule`: those sums cropped and corrected, finishing the
+  function's elementwise epilogue row by row;
 * :class:`DirectConvRule`: an NCHW convolution (``sum(data * w[k, rc, ry, rx])`` over
   three reduction axes), register-tiled, finishing its epilogue in the tiles;
 * :class:`BlockedConvRule`: a convolution in the blocked NCHW[x]c layout (the compute
@@ -12,9 +16,13 @@ In the order :func:`cpu_rules` tries them:
   lane's channel);
 * :class:`BlockedPoolRule`: pooling over an NCHW[x]c tensor's rows and columns, one
   vector per pixel over the channel block;
+* :class:`PoolRule`: pooling of an NCHW tensor (an int8 model's), rows of output
+  pixels updated tap by tap over a padded copy;
 * :class:`MatmulRule`: a product the CPU packed (``pack_matmul``), register-tiled over B's
   panels, finishing its epilogue in the tiles;
 * :class:`ReductionRule`: any other reduction, output points in parallel;
+* :class:`ChannelSelectRule`: an NCHW[x]c output that reads a stage choosing its source
+  by channel block (a blocked concatenation), one channel block per outer iteration;
 * :class:`InjectiveRule`: what stays in memory without being an anchor (outputs, kept
   stages), flat, vectorized and in parallel.
 """
@@ -27,13 +35,21 @@ from heterocc.sdk import te
 from heterocc.sdk.te_target import ScheduleRule
 from heterocc.te.tensor import Reduce, TensorLoad
 from heterocc.tir import expr as tx
+from heterocc.tir.visitor import collect, free_vars
 
 from .cpu import CPUDescription
 from .schedules import (
     BlockedConvTiles,
+    depthwise_data,
+    int8_conv_inputs,
+    schedule_channel_blocks,
     schedule_conv2d_nchw,
     schedule_injective,
+    schedule_int8_conv,
+    schedule_int8_conv_result,
+    schedule_int8_depthwise,
     schedule_matmul,
+    schedule_pool_nchw,
     schedule_pool_nchwc,
     schedule_reduction,
     schedule_rows,
@@ -63,6 +79,46 @@ def _sum_of_product(op: te.ComputeOp) -> tx.Binary | None:
     return None
 
 
+class Int8ConvRule(CPURule):
+    """The sums of :func:`.schedules.int8_conv` (they carry ``int8_conv``, their tiles):
+    dot-product instructions over packed bytes, or of
+    :func:`.schedules.int8_depthwise_conv` (``int8_depthwise``): int32 multiply-adds over
+    packed rows; the packing of the data (and of a weight not packed at build time)
+    belongs to them."""
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        op = _compute(tensor)
+        return op is not None and ("int8_conv" in op.attrs or "int8_depthwise" in op.attrs)
+
+    def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
+        if "int8_depthwise" in tensor.op.attrs:
+            return [depthwise_data(tensor)]
+        return [t for t in int8_conv_inputs(tensor) if isinstance(t.op, te.ComputeOp)]
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        if "int8_depthwise" in tensor.op.attrs:
+            schedule_int8_depthwise(schedule, tensor, self.cpu)
+        else:
+            schedule_int8_conv(schedule, tensor, self.cpu)
+        return False
+
+
+class Int8ConvResultRule(CPURule):
+    """What :func:`.schedules.int8_conv` gives a graph: its sums cropped to the output's
+    width and corrected by the zero point (``int8_conv_result``), finished with the
+    function's elementwise epilogue, row by row."""
+
+    epilogue = True
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        op = _compute(tensor)
+        return op is not None and bool(op.attrs.get("int8_conv_result"))
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_int8_conv_result(schedule, tensor, epilogue, cpu=self.cpu)
+        return epilogue is not None
+
+
 class DirectConvRule(CPURule):
     """An NCHW 2-D convolution: four output axes, a sum over three reduction axes
     ``(rc, ry, rx)`` of the (padded, phase-split or guarded) data times the weight read
@@ -76,10 +132,11 @@ class DirectConvRule(CPURule):
         product = None if op is None else _sum_of_product(op)
         if product is None or len(op.axis) != 4 or len(op.body.axis) != 3:
             return False
-        if not str(tensor.dtype).startswith("float"):
-            # the tiles are sized for floating-point multiply-add vectors; an integer
-            # convolution (ConvInteger, QLinearConv) keeps the generic reduction schedule
-            # until the CPU has integer dot-product kernels (issue #35)
+        if not str(tensor.dtype).startswith("float") and int(op.body.axis[0].extent) != 1:
+            # a dense integer convolution the dot product does not take (a weight zero
+            # point) keeps the generic reduction schedule; a depthwise one (one input
+            # channel per output: no four channels for a dot product) takes these
+            # tiles, one int32 vector of columns per channel, multiply and add exact
             return False
         weight = product.b
         wanted = (op.axis[1].var, *(iv.var for iv in op.body.axis))
@@ -174,6 +231,46 @@ class BlockedPoolRule(CPURule):
         return False
 
 
+def _pool_window(op: te.ComputeOp) -> TensorLoad | None:
+    """The read of a 2-D NCHW pool, ``data[n, c, y * s + ry * d, x * s + rx * d]``
+    under a max or sum over ``(ry, rx)``, else None."""
+    body = op.body
+    if not (isinstance(body, Reduce) and body.combiner in ("max", "sum")
+            and len(op.axis) == 4 and len(body.axis) == 2
+            and isinstance(body.source, TensorLoad) and len(body.source.indices) == 4):
+        return None
+    n, c, y, x = (iv.var for iv in op.axis)
+    ry, rx = (iv.var for iv in body.axis)
+    indices = body.source.indices
+    if indices[0] is not n or indices[1] is not c:
+        return None
+    for index, (axis, reduce) in zip(indices[2:], ((y, ry), (x, rx))):
+        used = free_vars(index)
+        if axis not in used or reduce not in used:
+            return None
+    return body.source
+
+
+class PoolRule(CPURule):
+    """Pooling of an NCHW tensor: a max or sum over a window of rows and columns read
+    as ``data[n, c, y * s + ry * d, x * s + rx * d]`` (an int8 model's pools, which the
+    blocked layout does not take); a padding stage it reads belongs to it."""
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        op = _compute(tensor)
+        return op is not None and _pool_window(op) is not None
+
+    def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
+        source = _pool_window(tensor.op).tensor
+        return [source] if isinstance(source.op, te.ComputeOp) else []
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        source = _pool_window(tensor.op).tensor
+        schedule_pool_nchw(schedule, tensor,
+                           source if isinstance(source.op, te.ComputeOp) else None, self.cpu)
+        return False
+
+
 class MatmulRule(CPURule):
     """A product the CPU packed (``packed_B``: the target's rewrite of every
     ``sum(A[..., i, k] * B[..., k, j])`` before scheduling): the applied tuning log's
@@ -207,6 +304,50 @@ class ReductionRule(CPURule):
         return False
 
 
+def _selects_by_channel_block(op: te.ComputeOp) -> bool:
+    """Whether ``op`` (5-D) picks a value by a condition on its channel-block axis
+    alone (axis 1): a concatenation of blocked tensors."""
+    block_axis = op.axis[1].var
+    return any(isinstance(node, tx.Select) and free_vars(node.condition) == {block_axis}
+               for node in collect(op.body, lambda n: isinstance(n, tx.Select)))
+
+
+def _inlined_producers(op: te.ComputeOp) -> list[te.ComputeOp]:
+    """``op`` and the elementwise computes it reads, transitively (the stages inlined
+    into it: none of them reduces)."""
+    found, stack, seen = [], [op], set()
+    while stack:
+        current = stack.pop()
+        if id(current) in seen or current.reduce_axis:
+            continue
+        seen.add(id(current))
+        found.append(current)
+        for load in collect(current.body, lambda n: isinstance(n, TensorLoad)):
+            producer = load.tensor.op
+            if isinstance(producer, te.ComputeOp):
+                stack.append(producer)
+    return found
+
+
+class ChannelSelectRule(CPURule):
+    """An NCHW[x]c output (five axes, no reduction) computed from a stage that chooses
+    its source by the channel-block index alone, and that index only: a concatenation of
+    blocked tensors along the channels, with the elementwise ops fused after it."""
+
+    anchor = False
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        op = _compute(tensor)
+        if op is None or op.reduce_axis or len(op.axis) != 5:
+            return False
+        return any(len(p.axis) == 5 and _selects_by_channel_block(p)
+                   for p in _inlined_producers(op))
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_channel_blocks(schedule, tensor, self.cpu)
+        return False
+
+
 class InjectiveRule(CPURule):
     """An output or kept stage no anchor finished: flat, vectorized, in parallel."""
 
@@ -225,6 +366,7 @@ def cpu_rules(cpu: CPUDescription,
     """The CPU's schedule rules for ``cpu`` with the tuning
     log's ``configs`` for the function (None: the defaults), in the order they are
     tried."""
-    rules = (DirectConvRule, BlockedConvRule, LayoutTransformRule, BlockedPoolRule,
-             MatmulRule, ReductionRule, InjectiveRule)
+    rules = (Int8ConvRule, Int8ConvResultRule, DirectConvRule, BlockedConvRule,
+             LayoutTransformRule, BlockedPoolRule, PoolRule, MatmulRule, ReductionRule,
+             ChannelSelectRule, InjectiveRule)
     return [rule(cpu, configs) for rule in rules]

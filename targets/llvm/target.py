@@ -48,10 +48,15 @@ from .module import load_library
 from .rules import cpu_rules
 from .schedules import (
     PanelChoice,
+    int8_conv_operands,
     pack_columns,
+    pack_int8_weight_array,
     pack_matmuls,
     packed_source,
+    packed_weight_shape,
     reachable_computes,
+    use_int8_conv,
+    use_int8_convs,
     use_prepacked,
 )
 from .tuning import ScheduleConfigs, function_configs, function_tuned, llvm_tuning
@@ -94,7 +99,7 @@ def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | Non
     for stage in stages:
         for source in {id(t) for t in reads_of(stage.op.body)}:
             readers[source] = readers.get(source, 0) + 1
-    packings = []
+    packings = _prepack_int8_conv_weights(expressed, stages, slots, readers, first, cpu)
     for product in stages:
         source = packed_source(product)
         found = None if source is None else _transposed_constant(source, slots)
@@ -107,6 +112,31 @@ def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | Non
         index = slots[id(constant)]
         expressed.params[first + index] = prepacked
         packings.append((index, int(packed.shape[-1]), axes))
+    return packings
+
+
+def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict[int, int],
+                               readers: dict[int, int], first: int,
+                               cpu: CPUDescription) -> list[tuple[int, int, None]]:
+    """Integer convolutions the CPU computes on its dot product (``use_int8_conv``),
+    reading a constant weight that nothing else reads packed once, when the kernel is
+    built: ``(constant index, 0, None)`` for each (width 0: :func:`.schedules.
+    pack_int8_weight_array`, see :func:`_packed_constants`)."""
+    packings = []
+    for stage in stages:
+        described = int8_conv_operands(stage)
+        if described is None:
+            continue
+        weight = described["w"]
+        prepacked = None
+        if not described["depthwise"] and id(weight) in slots \
+                and readers.get(id(weight)) == 1:
+            prepacked = te.placeholder(packed_weight_shape(weight.shape), "int8",
+                                       f"{weight.name}.packed")
+            index = slots[id(weight)]
+            expressed.params[first + index] = prepacked
+            packings.append((index, 0, None))
+        use_int8_conv(stage, cpu, prepacked)
     return packings
 
 
@@ -123,6 +153,7 @@ def _schedule(expressed: ExpressedFunction, cpu: CPUDescription,
     (None: the defaults)."""
     configs = configs or ScheduleConfigs()
     pack_matmuls(expressed.outputs, configs.matmul_panel, cpu=cpu)
+    use_int8_convs(expressed.outputs, cpu)
     return schedule_by_rules(expressed.outputs, cpu_rules(cpu, configs), expressed.scalars)
 
 
@@ -131,6 +162,9 @@ def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]
     (``(constant index, panel width, axes)``, see :func:`_prepack_constants`)."""
     constants = list(constants)
     for index, width, axes in packings:
+        if width == 0:  # an integer convolution's weight (_prepack_int8_conv_weights)
+            constants[index] = pack_int8_weight_array(constants[index])
+            continue
         operand = constants[index] if axes is None else np.transpose(constants[index], axes)
         constants[index] = pack_columns(operand, width)
     return constants
@@ -267,10 +301,18 @@ class LLVMTarget(TETarget):
     ``blocked_layout``: compile convolutions in the blocked NCHW[x]c layout (the
     ``alter_layout`` pass); False keeps every convolution in NCHW.
     ``cpu``: the CPU to generate code for (a ``cpu.CPUDescription`` or a target string
-    such as ``"llvm -mcpu=znver3 -mattr=-avx512f"``; default: the host)."""
+    such as ``"llvm -mcpu=znver3 -mattr=-avx512f"``; default: the host).
+    ``integer_qdq``: the pass by which this target, alone, computes an imported QDQ
+    model's quantized chains in integers (int8 x int8 -> int32 on the CPU's dot
+    product, then ``Requantize``: the accelerator's integer semantics):
+    ``"realize_qdq_convolutions"`` (the default: convolutions, with the additions and
+    max pools between them; products stay float, since a transformer's integer
+    requantizations move it several steps from the float form), ``"realize_qdq"``
+    (products too) or None (every chain dequantized to float as written)."""
 
     name: str = "llvm"
     blocked_layout: bool = True
+    integer_qdq: str | None = "realize_qdq_convolutions"
     cpu: CPUDescription | str | None = None
     _libraries: dict[str, object] = field(default_factory=dict, repr=False)
     #: packings of constants chosen while scheduling, by id of the expressed function

@@ -24,6 +24,7 @@ from heterocc.sdk.registry import register_target
 from .codegen import AcceleratorKernel, compile_composite
 from .cost import VtaCostModel, call_estimate
 from .device import VtaDevice
+from .explore import explore_command
 from .intrin import gemm_intrin
 from .patterns import pattern_table as _pattern_table
 from .streams import write_streams
@@ -108,6 +109,12 @@ class VtaTarget(AcceleratorBase):
         from .hil import model_hil_command  # hil builds instances of this module's class
 
         return model_hil_command(args)
+
+    def explore_command(self, args) -> int:
+        """``heterocc accel explore MODEL``: latency against FPGA resources over a sweep of
+        configs (``explore``); each config gets an instance like this one."""
+        return explore_command(args, lambda config: type(self)(
+            config=config, virtual_threads=self.virtual_threads))
 
     def write_streams(self, output: str) -> list:
         """The instruction streams of every program this instance compiled (and the DRAM

@@ -33,6 +33,7 @@ from heterocc.sdk.runtime import compile_model, load_input_files, load_model
 
 from . import VtaTarget
 from .codegen import AcceleratorKernel
+from .streams import replay_image
 
 _log = logging.getLogger("heterocc.hil")
 
@@ -180,21 +181,6 @@ def _graph_inputs(proto) -> list[tuple[str, tuple[int, ...], np.dtype]]:
     return specs
 
 
-#: what the output tensor holds before a replay: not a result any layer leaves there
-UNWRITTEN = 0xA5
-
-
-def _unwritten(kernel: AcceleratorKernel) -> np.ndarray:
-    """The kernel's DRAM image of its last run with its output tensor overwritten by
-    ``UNWRITTEN`` bytes: the device's image is read after the run, so without this an
-    RTL that stored nothing would leave the simulator's output in place and agree."""
-    image = kernel.last_input.copy()
-    if kernel.output_tensor not in kernel.input_names:
-        tensor = kernel.program.tensors[kernel.output_tensor]
-        image[tensor.byte_address:tensor.byte_address + tensor.nbytes] = UNWRITTEN
-    return image
-
-
 def _reference_check(kernel: AcceleratorKernel, dram: np.ndarray | None,
                      trace: dict) -> tuple[bool, str]:
     """The kernel's output tensor in the RTL's DRAM against the reference's output."""
@@ -249,7 +235,7 @@ def network_hil(model, inputs: dict | None = None, simulator: str = "verilator",
                   f"{comparison.cycles_per_second:,.0f} cycles/s; DRAM {verdict}")
 
     started = time.perf_counter()
-    comparisons = compare_streams([(k.name, k.program.instructions, _unwritten(k)) for k in ran],
+    comparisons = compare_streams([(k.name, k.program.instructions, replay_image(k)) for k in ran],
                                   target.config, rtl, progress, keep_dram=True)
     seconds["rtl"] = time.perf_counter() - started
     layers = []

@@ -6,10 +6,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from heterocc.accel_sim import write_stream_file
 from heterocc.sdk import CompileError
 
 from .codegen import AcceleratorKernel
+
+#: what the output tensor holds before a replay: not a result any layer leaves there
+UNWRITTEN = 0xA5
+
+
+def replay_image(kernel: AcceleratorKernel) -> np.ndarray:
+    """The kernel's DRAM image of its last run with its output tensor overwritten by
+    ``UNWRITTEN`` bytes. The image is read after the run, when the output is already
+    there: replayed as it is, a device that stored nothing would agree."""
+    image = kernel.last_input.copy()
+    if kernel.output_tensor not in kernel.input_names:
+        tensor = kernel.program.tensors[kernel.output_tensor]
+        image[tensor.byte_address:tensor.byte_address + tensor.nbytes] = UNWRITTEN
+    return image
 
 
 def stream_paths(output: str | Path, names: Sequence[str]) -> list[Path]:
@@ -25,8 +41,8 @@ def stream_paths(output: str | Path, names: Sequence[str]) -> list[Path]:
 
 def write_streams(kernels: Sequence[AcceleratorKernel], output: str | Path) -> list[Path]:
     """Write every kernel's instruction stream and micro-ops (and, for a kernel that has
-    run, the DRAM image of its last run as ``.dram``, for ``hil --dram``); returns the
-    paths written."""
+    run, the DRAM image of its last run as ``.dram``, for ``hil --dram``, its output
+    tensor overwritten: ``replay_image``); returns the paths written."""
     if not kernels:
         raise CompileError("no function of the model went to the accelerator, so there is "
                            "no stream to write (the placement report says why: heterocc "
@@ -40,6 +56,6 @@ def write_streams(kernels: Sequence[AcceleratorKernel], output: str | Path) -> l
         written.append(path)
         if kernel.last_input is not None:
             dram = path.with_suffix(".dram")
-            kernel.last_input.tofile(dram)
+            replay_image(kernel).tofile(dram)
             written.append(dram)
     return written

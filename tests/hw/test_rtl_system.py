@@ -28,8 +28,12 @@ from tests.hw.programs import ci_programs
 pytestmark = pytest.mark.rtl
 
 RANDOM_PROGRAMS = int(os.environ.get("HC_RTL_RANDOM_PROGRAMS", CI_RANDOM_PROGRAMS))
-#: (simulator, preset) pairs; 1x8x8 once, on Icarus (no C++ build), to keep CI short.
-SETUPS = [("icarus", "1x16x16"), ("verilator", "1x16x16"), ("icarus", "1x8x8")]
+#: (simulator, preset) pairs; 1x8x8 and pynq-z2 (the xc7z020 fit: smaller buffers) once,
+#: on Icarus (no C++ build), to keep CI short; HC_RTL_FULL=1 adds pynq-z2 on Verilator.
+SETUPS = [("icarus", "1x16x16"), ("verilator", "1x16x16"), ("icarus", "1x8x8"),
+          ("icarus", "pynq-z2")]
+if os.environ.get("HC_RTL_FULL"):
+    SETUPS.append(("verilator", "pynq-z2"))
 #: RTL cycles against the timing model, which models the shared read port, fetch
 #: and the bench memory (bench_timing_config): the contract is 5%
 CYCLE_TOLERANCE = 0.05

@@ -445,3 +445,41 @@ def test_layout_transform_cuts_padding_channels():
     out = get_op("LayoutTransform").run([x], {"src_layout": "NCHW16c", "dst_layout": "NCHW8c",
                                               "channels": 24})[0]
     np.testing.assert_array_equal(out, to_blocked(from_blocked(x)[:, :24], 8))
+
+
+def _concat_of_convs(filters=(16, 32), vector_channels=0):
+    inits = {f"w{i}": RNG.standard_normal((f, 8, 3, 3)).astype(np.float32) * 0.2
+             for i, f in enumerate(filters)}
+    nodes = [helper.make_node("Conv", ["x", f"w{i}"], [f"c{i}"], pads=[1] * 4)
+             for i in range(len(filters))]
+    nodes += [helper.make_node("Concat", [f"c{i}" for i in range(len(filters))], ["cat"],
+                               axis=1),
+              helper.make_node("Relu", ["cat"], ["r"]),
+              helper.make_node("Conv", ["r", "wo"], ["y"])]
+    inits["wo"] = RNG.standard_normal((16, sum(filters), 1, 1)).astype(np.float32)
+    model = make_model(nodes, [("x", "float32", [1, 8, 6, 6])], [("y", "float32", None)],
+                       inits)
+    before = _optimized(model)
+    return before, alter_layout(before, vector_channels=vector_channels)
+
+
+@pytest.mark.parametrize("filters,block,transforms", [((16, 32), 16, 2), ((8, 16), 8, 3)])
+def test_channel_concat_of_whole_blocks_stays_blocked(filters, block, transforms):
+    """In the widest block its inputs have that divides every input's channels (the
+    16-channel block of (8, 16) filters transformed to 8 channels): transforms only in,
+    out, and between blocks."""
+    before, after = _concat_of_convs(filters)
+    concat = next(n for n in after.nodes if n.op == "Concat")
+    assert concat.attrs["axis"] == 1 and concat.outputs[0].type.shape[-1] == block
+    assert len(_transforms(after)) == transforms
+    _assert_same_results(before, after)
+
+
+@pytest.mark.parametrize("filters,vector_channels", [((16, 12), 0), ((24, 16), 16)])
+def test_concat_of_partial_or_padded_blocks_reads_nchw(filters, vector_channels):
+    """12 channels fill no 8- or 16-channel block; 24 filters padded to 32 for a 16-lane
+    vector carry padding channels that a blocked concat would put between real ones."""
+    before, after = _concat_of_convs(filters, vector_channels)
+    concat = next(n for n in after.nodes if n.op == "Concat")
+    assert len(concat.outputs[0].type.shape) == 4
+    _assert_same_results(before, after)

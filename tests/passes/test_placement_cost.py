@@ -364,3 +364,13 @@ def test_accelerator_lower_bound_is_below_its_estimate(model):
         assert "copied over the link" in how and not vta.cost_model.compiled
         assert 0 < seconds <= vta.estimate(function).total_s
         vta.cost_model.compiled.clear()
+
+
+def test_strict_compile_accepts_an_accelerator_cost_placement_left_empty(model):
+    """Every layer kept on the CPU by cost (some on the accelerator's bound alone, never
+    estimated there) is a decision, not a fallback: strict mode does not refuse it."""
+    slow = VtaTarget(clock_mhz=1, link_gbps=0.001)
+    compiled = heterocc.compile(model, target=[slow, "llvm"], strict=True)
+    report = compiled.placement_report
+    assert report.by_target() == {"llvm": len(report.placements)}
+    assert any("vta needs at least" in u.reason for u in report.plan.composites)

@@ -392,9 +392,14 @@ def test_quantized_resnet18_qoperator_agrees_with_onnxruntime_on_top1(tmp_path):
     for i in range(3):
         x = np.random.default_rng(i).standard_normal((1, 3, 64, 64)).astype(F32)
         ours, theirs = compiled.run({name: x})[0], session.run(None, {name: x})[0]
+        # the CPU computes the convolutions in integers (ConvInteger on its dot
+        # product, the accelerator's fixed-point Requantize): bit-exact with the integer
+        # reference of its graph
+        np.testing.assert_array_equal(ours, evaluate(compiled.graph, [x])[0])
         assert ours.argmax() == theirs.argmax()
         # counted in output steps (a float difference of exactly 3 steps can round to a
         # hair above 3 * scale): rounding differences from ONNX Runtime's integer
-        # kernels compound over the 20 layers, as they do for the reference's
+        # kernels (float requantization) and the fixed-point multipliers compound over
+        # the 20 layers, as they do for the reference's (measured: 4)
         steps = np.rint(np.abs(ours - theirs) / output_scale(model))
-        assert steps.max() <= 3
+        assert steps.max() <= 4

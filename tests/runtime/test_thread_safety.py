@@ -121,7 +121,7 @@ def test_vta_model_quantized_by_onnxruntime_from_eight_threads_matches_serial(tm
     from tests.targets.vta.ort_models import INPUT, quantize, small_cnn
 
     model = quantize(small_cnn(), tmp_path)
-    compiled = heterocc.compile(model, target="vta,llvm")
+    compiled = heterocc.compile(model, target="vta,llvm", placement="greedy")
     assert any(k for k in compiled.kernels.values() if getattr(k, "composites", ()))
     assert_threaded_equals_serial(compiled.run, _inputs(6, INPUT), 6)
 
@@ -130,7 +130,7 @@ def test_sdk_example_target_from_eight_threads_matches_serial():
     pytest.importorskip("dotprod_accel")
     from dotprod_accel.models import two_layer_mlp
 
-    compiled = heterocc.compile(two_layer_mlp(), target="dotprod,llvm")
+    compiled = heterocc.compile(two_layer_mlp(), target="dotprod,llvm", placement="greedy")
     assert any(getattr(k, "composites", ()) for k in compiled.kernels.values())
     inputs = [np.random.default_rng(40 + i).integers(-20, 20, (4, 20)).astype(np.int8)
               for i in range(6)]

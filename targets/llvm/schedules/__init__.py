@@ -20,7 +20,11 @@ vectorizes (float reductions are reassociable).
 One module per kind: :mod:`.common` (tile sizes from the CPU description, the
 injective, row and reduction schedules), :mod:`.direct_conv` (NCHW convolutions),
 :mod:`.blocked_conv` (NCHW[x]c convolutions, dense and depthwise), :mod:`.pool`
-(NCHW[x]c pooling) and :mod:`.matmul` (packing and the products' schedules).
+(NCHW[x]c pooling), :mod:`.channel_blocks` (blocked concatenations and what is fused
+after them), :mod:`.matmul` (packing and the products' schedules),
+:mod:`.int8_conv` (integer convolutions on the CPU's 8-bit dot product),
+:mod:`.int8_depthwise` (integer depthwise ones) and :mod:`.int8_rewrite` (which
+``ConvInteger`` computes take them).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from .blocked_conv import (
     schedule_conv2d_nchwc,
     schedule_depthwise_conv2d_nchwc,
 )
+from .channel_blocks import schedule_channel_blocks
 from .common import (
     OPERAND_REGISTERS,
     PANEL_VECTORS,
@@ -68,6 +73,24 @@ from .direct_conv import (
     conv_tile_columns,
     schedule_conv2d_nchw,
 )
+from .int8_conv import (
+    Int8ConvTiles,
+    int8_conv,
+    int8_conv_inputs,
+    int8_conv_tiles,
+    pack_int8_weight_array,
+    packed_weight_shape,
+    schedule_int8_conv,
+    schedule_int8_conv_result,
+)
+from .int8_depthwise import (
+    Int8DepthwiseTiles,
+    depthwise_data,
+    int8_depthwise_conv,
+    int8_depthwise_tiles,
+    schedule_int8_depthwise,
+)
+from .int8_rewrite import int8_conv_operands, use_int8_conv, use_int8_convs
 from .matmul import (
     MATMUL_UNROLLED_MULADDS,
     default_panel,
@@ -95,6 +118,7 @@ from .matmul import (
     _matmul_loads as _matmul_loads,
 )
 from .pool import (
+    schedule_pool_nchw,
     schedule_pool_nchwc,
 )
 
@@ -111,6 +135,8 @@ __all__ = [
     "DEPTHWISE_PARALLEL_MIN_VECTOR_MULADDS",
     "DEPTHWISE_TILE_CHANNELS",
     "DepthwiseConvTiles",
+    "Int8ConvTiles",
+    "Int8DepthwiseTiles",
     "MATMUL_UNROLLED_MULADDS",
     "OPERAND_REGISTERS",
     "PANEL_VECTORS",
@@ -128,15 +154,24 @@ __all__ = [
     "dense_conv_column_limit",
     "dense_conv_reduction_blocks",
     "depthwise_conv_tile",
+    "depthwise_data",
     "even_tiles",
+    "int8_conv",
+    "int8_conv_inputs",
+    "int8_conv_operands",
+    "int8_conv_tiles",
+    "int8_depthwise_conv",
+    "int8_depthwise_tiles",
     "matmul",
     "matmul_function",
     "matmul_tile_rows",
     "pack_columns",
+    "pack_int8_weight_array",
     "pack_matmul",
     "pack_matmul_rows",
     "pack_matmuls",
     "packed_source",
+    "packed_weight_shape",
     "panel_group",
     "panel_width",
     "pointwise_conv_tile",
@@ -144,12 +179,17 @@ __all__ = [
     "reachable_computes",
     "reduction_steps",
     "reduction_unroll_limit",
+    "schedule_channel_blocks",
     "schedule_conv2d_nchw",
     "schedule_conv2d_nchwc",
     "schedule_depthwise_conv2d_nchwc",
     "schedule_injective",
+    "schedule_int8_conv",
+    "schedule_int8_conv_result",
+    "schedule_int8_depthwise",
     "schedule_matmul",
     "schedule_packed_rows",
+    "schedule_pool_nchw",
     "schedule_pool_nchwc",
     "schedule_reduction",
     "schedule_rows",
@@ -158,4 +198,6 @@ __all__ = [
     "use_prepacked",
     "vector_lanes",
     "vectorize_panel_columns",
+    "use_int8_conv",
+    "use_int8_convs",
 ]

@@ -105,3 +105,29 @@ def test_hil_command_takes_inputs(fake, tmp_path, capsys):
     assert main(["hil", str(path), "--input", f"{name}={tmp_path / 'x.npy'}"]) == 0
     assert "5/5 accelerator functions agree" in capsys.readouterr().out
     assert main(["hil", str(path), "--input", "nofile"]) == 2
+
+
+def test_accel_build_dram_images_hold_no_output(tmp_path):
+    """``accel build``'s .dram images have the output tensor overwritten (as the network
+    replay's), and running the stream from one gives the last run's image back."""
+    import heterocc
+    from heterocc.targets.vta import VtaTarget
+    from heterocc.targets.vta.streams import UNWRITTEN, write_streams
+
+    target = VtaTarget()
+    rng = np.random.default_rng(0)
+    calibration = [{"input": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+                   for _ in range(2)]
+    compiled = heterocc.compile(tiny_cnn(size=8), target=[target, "reference"],
+                                calibration=calibration)
+    compiled.run({"input": calibration[0]["input"]})
+    written = write_streams(target.kernels, tmp_path)
+    for kernel in target.kernels:
+        image = np.fromfile(tmp_path / f"{kernel.name}.dram", dtype=np.uint8)
+        tensor = kernel.program.tensors[kernel.output_tensor]
+        output = slice(tensor.byte_address, tensor.byte_address + tensor.nbytes)
+        assert (image[output] == UNWRITTEN).all()
+        assert not np.array_equal(image, kernel.last_input)
+        run_stream(kernel.program.instructions, kernel.config, image, check=False)
+        np.testing.assert_array_equal(image, kernel.last_input)
+    assert len(written) == 2 * len(target.kernels)

@@ -55,7 +55,8 @@ def conv_chain(cuts: int, convs_per_piece: int = 2, head: bool = False) -> onnx.
 @pytest.mark.parametrize("cuts", [0, 1, 2])
 def test_report_counts_regions_and_round_trips(tmp_path, cuts):
     model = quantize(conv_chain(cuts), tmp_path, "QDQ", "QInt8")
-    report = heterocc.compile(model, target="vta,llvm").placement_report
+    report = heterocc.compile(model, target="vta,llvm",
+                              placement="greedy").placement_report
     assert report.mac_share("vta") == 1.0, report.format()
     assert report.accelerator_regions() == cuts + 1
     assert report.round_trips == cuts
@@ -77,6 +78,7 @@ def test_partition_json_counts_round_trips(tmp_path, capsys):
 def test_host_work_before_the_first_region_is_no_round_trip(tmp_path):
     """Data that was never on the accelerator does not come back to it."""
     model = quantize(conv_chain(1, head=True), tmp_path, "QDQ", "QInt8")
-    report = heterocc.compile(model, target="vta,llvm").placement_report
+    report = heterocc.compile(model, target="vta,llvm",
+                              placement="greedy").placement_report
     assert report.by_target()["llvm"] > 0
     assert (report.accelerator_regions(), report.round_trips) == (2, 1)

@@ -1,0 +1,208 @@
+"""The CPU's 8-bit dot product: ``acc + sum of four byte products per int32 lane``.
+
+TIR names it with one call (:data:`DOT4_CALL`),
+``int32xL = call(acc[0], a[0], b[0], bytes of a, bytes of b)``, each operand a scalar
+load of its first element, which stands for its address (as an accelerator intrinsic's
+region does):
+
+* ``acc``: ``L`` consecutive int32 accumulators;
+* ``a``, ``b``: ``4L`` consecutive bytes
+  (lane ``l`` reads bytes ``4l .. 4l+3``), or 4, the same four bytes for every lane (a
+  broadcast operand: a weight multiplying every output pixel of a vector); the counts
+  say which;
+* lane ``l`` of the result: ``acc[l] + sum_j a[4l+j] * b[4l+j]`` in int32, exactly.
+
+:func:`emit_dot4` lowers it to the CPU description's instruction where it has one and
+otherwise to an exact alternative:
+
+* AVX-512 VNNI ``vpdpbusd`` (uint8 ``a`` x int8 ``b``, 512, 256 or 128 bits; 256 and 128
+  bits need AVX-512VL, or AVX-VNNI, which LLVM emits with the VEX encoding);
+* AArch64 ``sdot`` / ``udot`` (``+dotprod``: int8 x int8, uint8 x uint8, 128 bits);
+* ``vpmaddwd``/``pmaddwd`` (AVX-512BW, AVX2, SSE2) on operands widened to int16, then
+  adjacent int32 pairs added: exact, since a byte product and the sum of two fit in int32.
+  (``vpmaddubsw`` adds two byte products in int16 with saturation: 255 * 127 * 2 does not
+  fit, so it is not used);
+* elsewhere: widened to int32, multiplied, four lanes added (LLVM picks the instructions).
+
+The wrap-around of int32 accumulation is the same in every form (two's complement adds).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from heterocc.sdk import CompileError
+from heterocc.tir import expr as tx
+
+from .llvm_types import element_size, storage_type
+
+#: the TIR call the CPU's codegen lowers to its dot-product instruction
+DOT4_CALL = "cpu.dot4"
+
+I8 = ir.IntType(8)
+I16 = ir.IntType(16)
+I32 = ir.IntType(32)
+
+
+def _vector(element: ir.Type, lanes: int) -> ir.VectorType:
+    return ir.VectorType(element, lanes)
+
+
+def _mask(indices) -> ir.Constant:
+    return ir.Constant(_vector(I32, len(indices)), list(indices))
+
+
+def dot4_instruction(features: frozenset[str], arch: str, lanes: int, a_unsigned: bool,
+                     b_unsigned: bool) -> str:
+    """Which instruction :func:`emit_dot4` uses for ``lanes`` int32 results: ``vpdpbusd``,
+    ``sdot``, ``udot``, ``pmaddwd`` or ``generic``."""
+    if arch == "x86_64" and a_unsigned and not b_unsigned:
+        if lanes == 16 and "avx512vnni" in features:
+            return "vpdpbusd"
+        if lanes in (4, 8) and ("avxvnni" in features
+                               or {"avx512vnni", "avx512vl"} <= features):
+            return "vpdpbusd"
+    if arch == "aarch64" and "dotprod" in features and lanes % 4 == 0 \
+            and a_unsigned == b_unsigned:
+        return "udot" if a_unsigned else "sdot"
+    if arch == "x86_64" and _pmaddwd_width(features, lanes):
+        return "pmaddwd"
+    return "generic"
+
+
+def _pmaddwd_width(features: frozenset[str], lanes: int) -> int:
+    """The widest ``pmaddwd`` (int32 lanes) dividing ``2 * lanes`` that the CPU has."""
+    for width, feature in ((16, "avx512bw"), (8, "avx2"), (4, "sse2")):
+        if feature in features and (2 * lanes) % width == 0:
+            return width
+    return 0
+
+
+class Dot4Emitter:
+    """Emits :data:`DOT4_CALL` into ``builder`` for a CPU's ``features`` and ``arch``;
+    ``function(name, ret, args)`` declares an intrinsic in the module."""
+
+    def __init__(self, builder: ir.IRBuilder, function, features: frozenset[str], arch: str):
+        self.builder = builder
+        self.function = function
+        self.features = features
+        self.arch = arch
+
+    def emit(self, acc: ir.Value, a: ir.Value, b: ir.Value, a_unsigned: bool,
+             b_unsigned: bool) -> ir.Value:
+        lanes = acc.type.count if isinstance(acc.type, ir.VectorType) else 1
+        a, b = self._bytes(a, lanes, "a"), self._bytes(b, lanes, "b")
+        kind = dot4_instruction(self.features, self.arch, lanes, a_unsigned, b_unsigned)
+        if kind == "vpdpbusd":
+            return self._vpdpbusd(acc, a, b, lanes)
+        if kind in ("sdot", "udot"):
+            return self._neon_dot(kind, acc, a, b, lanes)
+        if kind == "pmaddwd":
+            return self._pmaddwd(acc, a, b, lanes, a_unsigned, b_unsigned)
+        return self._generic(acc, a, b, lanes, a_unsigned, b_unsigned)
+
+    # ------------------------------------------------------------------ operands
+
+    def _bytes(self, value: ir.Value, lanes: int, name: str) -> ir.Value:
+        """``value`` as ``<4L x i8>``: a 4-byte operand repeated for every lane."""
+        count = value.type.count if isinstance(value.type, ir.VectorType) else 1
+        if count == 4 * lanes:
+            return value
+        if count != 4:
+            raise CompileError(f"{DOT4_CALL}: operand {name} has {count} bytes; it needs "
+                               f"{4 * lanes} (four per int32 lane) or 4 (broadcast)")
+        word = self.builder.bitcast(value, I32)
+        vector = self.builder.insert_element(ir.Constant(_vector(I32, lanes), ir.Undefined),
+                                             word, ir.Constant(I32, 0))
+        vector = self.builder.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined),
+                                             _mask([0] * lanes))
+        return self.builder.bitcast(vector, _vector(I8, 4 * lanes))
+
+    # ------------------------------------------------------------------ lowerings
+
+    def _vpdpbusd(self, acc, a, b, lanes: int) -> ir.Value:
+        ty = _vector(I32, lanes)
+        name = f"llvm.x86.avx512.vpdpbusd.{lanes * 32}"
+        fn = self.function(name, ty, [ty, ty, ty])
+        return self.builder.call(fn, [acc, self.builder.bitcast(a, ty),
+                                      self.builder.bitcast(b, ty)])
+
+    def _neon_dot(self, kind: str, acc, a, b, lanes: int) -> ir.Value:
+        quad, bytes_ = _vector(I32, 4), _vector(I8, 16)
+        fn = self.function(f"llvm.aarch64.neon.{kind}.v4i32.v16i8", quad,
+                           [quad, bytes_, bytes_])
+        pieces = []
+        for start in range(0, lanes, 4):
+            part = [self._slice(v, 4 * start, 16) for v in (a, b)]
+            pieces.append(self.builder.call(fn, [self._slice(acc, start, 4), *part]))
+        return self._concat(pieces)
+
+    def _pmaddwd(self, acc, a, b, lanes: int, a_unsigned: bool, b_unsigned: bool):
+        width = _pmaddwd_width(self.features, lanes)
+        words = _vector(I16, 2 * width)
+        names = {16: "llvm.x86.avx512.pmaddw.d.512", 8: "llvm.x86.avx2.pmadd.wd",
+                 4: "llvm.x86.sse2.pmadd.wd"}
+        fn = self.function(names[width], _vector(I32, width), [words, words])
+        wide_a = self._extend(a, I16, a_unsigned)
+        wide_b = self._extend(b, I16, b_unsigned)
+        pairs = [self.builder.call(fn, [self._slice(wide_a, start, 2 * width),
+                                        self._slice(wide_b, start, 2 * width)])
+                 for start in range(0, 4 * lanes, 2 * width)]
+        pairs = self._concat(pairs)  # 2L int32: the sums of adjacent byte products
+        return self._add_groups(acc, pairs, lanes, 2)
+
+    def _generic(self, acc, a, b, lanes: int, a_unsigned: bool, b_unsigned: bool):
+        products = self.builder.mul(self._extend(a, I32, a_unsigned),
+                                    self._extend(b, I32, b_unsigned))
+        return self._add_groups(acc, products, lanes, 4)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _extend(self, value, element: ir.Type, unsigned: bool) -> ir.Value:
+        ty = _vector(element, value.type.count)
+        return (self.builder.zext if unsigned else self.builder.sext)(value, ty)
+
+    def _add_groups(self, acc, values, lanes: int, group: int) -> ir.Value:
+        """``acc[l] + sum_j values[group * l + j]``."""
+        total = acc
+        undefined = ir.Constant(values.type, ir.Undefined)
+        for j in range(group):
+            part = self.builder.shuffle_vector(values, undefined,
+                                               _mask([group * lane + j for lane in range(lanes)]))
+            total = self.builder.add(total, part)
+        return total
+
+    def _slice(self, value, start: int, count: int) -> ir.Value:
+        if value.type.count == count:
+            return value
+        return self.builder.shuffle_vector(value, ir.Constant(value.type, ir.Undefined),
+                                           _mask(range(start, start + count)))
+
+    def _concat(self, pieces: list[ir.Value]) -> ir.Value:
+        while len(pieces) > 1:
+            count = pieces[0].type.count * 2
+            pieces = [self.builder.shuffle_vector(low, high, _mask(range(count)))
+                      for low, high in zip(pieces[::2], pieces[1::2])]
+        return pieces[0]
+
+
+def emit_dot4_call(emitter, node: tx.Call) -> ir.Value:
+    """:data:`DOT4_CALL` in the function ``emitter`` (the codegen's ``FunctionEmitter``)
+    emits: its operands read from the addresses of their first elements (``lanes``
+    int32 accumulators, then the two byte operands)."""
+    operands, counts = node.args[:3], node.args[3:]
+    if len(counts) != 2 or not all(
+            isinstance(o, tx.BufferLoad) and tx.lanes_of(o.dtype) == 1 for o in operands):
+        raise CompileError(f"{DOT4_CALL} takes (acc[0], a[0], b[0], bytes of a, bytes of b): "
+                           "scalar loads of each operand's first element and two counts")
+    builder = emitter.builder
+    loaded = []
+    for operand, count in zip(operands, (tx.lanes_of(node.dtype), *(c.value for c in counts))):
+        (index,) = operand.indices
+        loaded.append(builder.load(
+            emitter._address(operand.buffer, emitter.expr(index)),
+            typ=ir.VectorType(storage_type(operand.buffer.dtype), count),
+            align=element_size(operand.buffer.dtype)))
+    dot = Dot4Emitter(builder, emitter._function, emitter.codegen.features,
+                      emitter.codegen.arch)
+    return dot.emit(*loaded, *(tx.is_unsigned(o.buffer.dtype) for o in operands[1:]))

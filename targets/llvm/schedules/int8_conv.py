@@ -1,0 +1,349 @@
+"""Integer convolutions on the CPU's 8-bit dot product (``ConvInteger``, and what
+``realize_qdq`` makes of QDQ and QOperator convolutions).
+
+The int32 sums are computed as the dot-product instruction wants them
+(:mod:`heterocc.targets.llvm.int8_dot`): each instruction adds, to every int32 lane, four
+byte products. Here a lane is an output pixel of a row and the four bytes are four input
+channels, so that
+
+* the data is packed as ``[n, C/4, rows, column phase, columns, 4]`` bytes (the padded
+  input, its columns split by the stride's phase so a vector of output pixels reads one
+  contiguous run of ``4 * lanes`` bytes whatever the stride); with stride 1, as
+  ``[n, C/4, 1, 1, pixels, 4]``, the padded image's pixels row after row, so that a
+  vector runs on across rows (a 7x7 image fills whole vectors) and the columns past the
+  output's width are computed and dropped;
+* the weight of an output channel at one tap is four bytes broadcast to every lane;
+* the output stays NCHW (a vector of pixels of one channel's row), so the bias and the
+  ``Requantize`` after it need no layout change.
+
+x86's ``vpdpbusd`` multiplies unsigned data by signed weights: there the int8 data is
+stored plus 128 (a flip of the sign bit) and the sum corrected by
+``zero_point_bias(w, x_zero + 128)`` (:func:`heterocc.ops.qnn.zero_point_bias`'s
+identity, computed here as a per-channel sum of the weights). AArch64's ``sdot`` takes
+int8 data as it is (correction ``zero_point_bias(w, x_zero)``). Padding holds the zero
+point (a centered zero) and padded input channels have zero weights, so neither changes
+a sum. The tiles come from the CPU description: lanes of one int32 vector, output
+channels per tile from its vector registers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from heterocc.sdk import CompileError, te
+from heterocc.sdk.graph import conv_geometry
+from heterocc.te.intrin import BufferRegion, TensorIntrin
+from heterocc.tir import expr as tx
+from heterocc.tir.stmt import BufferStore
+
+from ..cpu import CPUDescription
+from ..int8_dot import DOT4_CALL
+
+#: input channels one dot-product lane adds (the instruction's group of bytes)
+GROUP = 4
+
+
+def data_dtype(cpu: CPUDescription) -> str:
+    """The byte type the dot product reads data as on ``cpu``: int8 where it has a
+    signed x signed instruction (AArch64 ``sdot``), else uint8 (x86 ``vpdpbusd``, and the
+    widened paths, which take either)."""
+    description = cpu
+    return "int8" if description.arch == "aarch64" and "dotprod" in description.features \
+        else "uint8"
+
+
+def dot4_intrinsic(lanes: int, dtype: str) -> TensorIntrin:
+    """``acc[l] += sum_r data[l, r] * w[r]`` over ``lanes`` pixels and four channels
+    (``dtype`` data, int8 weights): one :data:`DOT4_CALL`."""
+    data = te.placeholder((lanes, GROUP), dtype, "data")
+    weight = te.placeholder((GROUP,), "int8", "weight")
+    r = te.reduce_axis(GROUP, "r")
+    acc = te.compute((lanes,), lambda lane: te.sum(
+        te.cast("int32", data[lane, r]) * te.cast("int32", weight[r]), axis=r), name="acc")
+
+    def implement(inputs: list[BufferRegion], output: BufferRegion):
+        data_region, weight_region = inputs
+        bases = list(output.bases)
+        bases[-1] = tx.Ramp(bases[-1], tx.IntImm(1), lanes)
+        total = tx.Call(DOT4_CALL, (output.load(0),
+                                    data_region.load(0, 0), weight_region.load(0),
+                                    tx.IntImm(GROUP * lanes), tx.IntImm(GROUP)),
+                        tx.with_lanes("int32", lanes))
+        return BufferStore(output.buffer, total, tuple(bases))
+
+    return TensorIntrin(f"cpu_dot4_{dtype}_{lanes}", acc, implement, {"lanes": lanes})
+
+
+@dataclass(frozen=True)
+class Int8ConvTiles:
+    """``lanes`` output pixels per vector, ``channels`` output channels per register
+    tile (``channels`` accumulator vectors live at once)."""
+
+    lanes: int
+    channels: int
+
+
+def int8_conv_tiles(filters: int, cpu: CPUDescription) -> Int8ConvTiles:
+    """Tiles from the CPU description: one int32 vector of pixels; as many output
+    channels as half the vector registers hold (the other half for the data vector, the
+    broadcast weights and the widened paths' temporaries), dividing ``filters``."""
+    description = cpu
+    lanes = description.vector_lanes("int32")
+    channels = max(description.vector_registers // 2, 1)
+    while filters % channels:
+        channels -= 1
+    return Int8ConvTiles(lanes, channels)
+
+
+def _flip(source: str, stored: str) -> int:
+    """What storing ``source`` bytes as ``stored`` ones adds (+-128: the sign bit flipped)."""
+    return (128 if stored == "uint8" else 0) - (128 if source == "uint8" else 0)
+
+
+def _zero(x_zero: te.Tensor | None):
+    return te.const(0, "int32") if x_zero is None else te.cast(
+        "int32", x_zero[(0,) * x_zero.ndim])
+
+
+def _packed_element(x: te.Tensor, x_zero: te.Tensor | None, dtype: str, group: int,
+                    centered: bool):
+    """``element(b, channel group, inner, y, column)``: the packed value of ``x`` at a
+    padded position (``y``, ``column`` in input coordinates): ``x`` stored as ``dtype``
+    (the sign bit flipped where the byte types differ; ``centered``: less the zero
+    point), the zero point (a centered 0) outside the image or past the channels."""
+    _, channels, height, width = x.shape
+    flip = 0 if centered else _flip(x.dtype, dtype)
+    zero = _zero(x_zero)
+
+    def element(b, channel_group, inner, y, column):
+        channel = channel_group * group + inner
+        inside = te.logical_and(
+            te.logical_and(te.logical_and(y >= 0, y < height),
+                           te.logical_and(column >= 0, column < width)), channel < channels)
+        value = te.cast("int32", x[b, te.minimum(channel, channels - 1),
+                                   te.minimum(te.maximum(y, 0), height - 1),
+                                   te.minimum(te.maximum(column, 0), width - 1)])
+        if centered:
+            value = te.if_then_else(inside, value - zero, te.const(0, "int32"))
+        else:
+            value = te.if_then_else(inside, value, zero) + flip
+        return te.cast(dtype, value)
+
+    return element
+
+
+def pack_int8_data(x: te.Tensor, x_zero: te.Tensor | None, strides, pads, out_width: int,
+                   kernel_width: int, dilation: int, lanes: int, dtype: str,
+                   group: int = GROUP, centered: bool = False) -> te.Tensor:
+    """``x`` (int8 or uint8 NCHW) as ``[n, C/group, padded rows, stride, columns,
+    group]`` ``dtype`` values (see :func:`_packed_element`), padded with the zero point:
+    columns enough for ``out_width`` rounded up to whole vectors of ``lanes``."""
+    n, channels, height, width = x.shape
+    sy, sx = strides
+    top, left = pads[0], pads[1]
+    rows = (height + pads[0] + pads[2])
+    reach = (-(-out_width // lanes) * lanes - 1) * sx + (kernel_width - 1) * dilation + 1
+    columns = -(-reach // sx)
+    value = _packed_element(x, x_zero, dtype, group, centered)
+
+    def element(b, channel_group, row, phase, column, inner):
+        return value(b, channel_group, inner, row - top, column * sx + phase - left)
+
+    return te.compute((n, -(-channels // group), rows, sx, columns, group), element,
+                      name="int8_data", dtype=dtype)
+
+
+def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
+                   dtype: str, group: int = GROUP, centered: bool = False) -> te.Tensor:
+    """``x`` (int8 or uint8 NCHW) as ``[n, C/group, 1, 1, positions, group]`` ``dtype``
+    values: the padded image's pixels numbered row after row (``row * padded width +
+    column``), padded with the zero point, also past its last row."""
+    n, channels, height, width = x.shape
+    stride_row = width + pads[1] + pads[3]
+    value = _packed_element(x, x_zero, dtype, group, centered)
+
+    def element(b, channel_group, _row, _phase, position, inner):
+        return value(b, channel_group, inner, position // stride_row - pads[0],
+                     position % stride_row - pads[1])
+
+    return te.compute((n, -(-channels // group), 1, 1, positions, group), element,
+                      name="int8_data", dtype=dtype)
+
+
+def pack_int8_weight(w: te.Tensor) -> te.Tensor:
+    """OIHW int8 weights as ``[O, C/4, KH, KW, 4]`` (input channels past C zero)."""
+    filters, channels, kh, kw = w.shape
+    groups = -(-channels // GROUP)
+
+    def element(k, group, ry, rx, inner):
+        channel = group * GROUP + inner
+        return te.if_then_else(channel < channels,
+                               w[k, te.minimum(channel, channels - 1), ry, rx],
+                               te.const(0, "int8"))
+
+    return te.compute((filters, groups, kh, kw, GROUP), element, name="int8_weight",
+                      dtype="int8")
+
+
+def packed_weight_shape(w_shape) -> tuple[int, ...]:
+    """The shape :func:`pack_int8_weight` gives OIHW weights of ``w_shape``."""
+    filters, channels, kh, kw = w_shape
+    return (filters, -(-channels // GROUP), kh, kw, GROUP)
+
+
+def pack_int8_weight_array(w: np.ndarray) -> np.ndarray:
+    """NumPy's copy of :func:`pack_int8_weight`: what a constant weight is packed into
+    once, when its kernel is built."""
+    filters, channels, kh, kw = w.shape
+    padded = np.zeros((filters, -(-channels // GROUP) * GROUP, kh, kw), np.int8)
+    padded[:, :channels] = w
+    return np.ascontiguousarray(
+        padded.reshape(filters, -1, GROUP, kh, kw).transpose(0, 1, 3, 4, 2))
+
+
+def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
+              cpu: CPUDescription, name: str = "conv_integer",
+              packed_weight: te.Tensor | None = None) -> te.Tensor:
+    """int32 ``sum((x - x_zero) * w)`` of a dense NCHW convolution (group 1) of int8 or
+    uint8 ``x`` and int8 ``w``, on the dot product: the sums of packed bytes (an anchor
+    carrying ``int8_conv``, its tiles) less each channel's zero-point bias, cropped to
+    the output's width. ``attrs``: strides, pads, dilations of the convolution.
+    ``packed_weight``: a tensor holding :func:`pack_int8_weight_array` of ``w`` (a
+    constant packed when the kernel is built), read instead of packing ``w``."""
+    if x.dtype not in ("int8", "uint8") or w.dtype != "int8" or x.ndim != 4 \
+            or w.ndim != 4:
+        raise CompileError(f"{name}: the dot-product convolution takes 8-bit NCHW data and "
+                           f"int8 OIHW weights, not {x.dtype}{list(x.shape)} and "
+                           f"{w.dtype}{list(w.shape)}")
+    if int(attrs.get("group", 1)) != 1 or w.shape[1] != x.shape[1]:
+        raise CompileError(f"{name}: the dot-product convolution is dense (group 1)")
+    n = x.shape[0]
+    filters, _, kh, kw = w.shape
+    try:
+        _, (sy, sx), (dy, dx), pads, (oh, ow) = conv_geometry(x.shape, w.shape, attrs)
+    except ValueError as exc:
+        raise CompileError(f"{name}: {exc}") from None
+    dtype = data_dtype(cpu)
+    tiles = int8_conv_tiles(filters, cpu)
+    lanes = tiles.lanes
+    flat = (sy, sx) == (1, 1)
+    if flat:
+        # stride 1: output pixels numbered over the padded width, so that a vector runs
+        # on across rows (a 7-wide image fills whole vectors; the columns past the
+        # output's width are computed and dropped)
+        stride_row = x.shape[3] + pads[1] + pads[3]
+        positions = -(-(oh * stride_row) // lanes) * lanes
+        data = pack_int8_flat(x, x_zero, pads, positions + (kh - 1) * dy * stride_row
+                              + (kw - 1) * dx, dtype)
+    else:
+        data = pack_int8_data(x, x_zero, (sy, sx), pads, ow, kw, dx, lanes, dtype)
+    packed_w = pack_int8_weight(w) if packed_weight is None else packed_weight
+    if tuple(packed_w.shape) != packed_weight_shape(w.shape) or packed_w.dtype != "int8":
+        raise CompileError(f"{name}: the packed weight is {packed_w.dtype}"
+                           f"{list(packed_w.shape)}, not int8"
+                           f"{list(packed_weight_shape(w.shape))}")
+    groups = data.shape[1]
+    rco = te.reduce_axis(groups, "rco")
+    ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+    rci = te.reduce_axis(GROUP, "rci")
+    padded_width = -(-ow // lanes) * lanes
+
+    def body(b, k, y, column):
+        if flat:
+            read = data[b, rco, 0, 0, column + ry * dy * stride_row + rx * dx, rci]
+        else:
+            offset = rx * dx
+            read = data[b, rco, y * sy + ry * dy, offset % sx, column + offset // sx, rci]
+        return te.sum(te.cast("int32", read) * te.cast("int32", packed_w[k, rco, ry, rx, rci]),
+                      axis=[rco, ry, rx, rci])
+
+    shape = (n, filters, 1, positions) if flat else (n, filters, oh, padded_width)
+    sums = te.compute(shape, body, name=f"{name}_dot", dtype="int32",
+                      attrs={"int8_conv": tiles})
+    # summed from the packed weight (its padding channels are zero), so that a constant
+    # weight is read in one layout only
+    r1, r2, r3, r4 = (te.reduce_axis(extent, f"s{i}") for i, extent in
+                      enumerate(packed_w.shape[1:]))
+    weight_sum = te.compute((filters,), lambda k: te.sum(
+        te.cast("int32", packed_w[k, r1, r2, r3, r4]), axis=[r1, r2, r3, r4]),
+        name=f"{name}_weight_sum", dtype="int32")
+    offset = _zero(x_zero) + _flip(x.dtype, dtype)
+
+    def result(b, k, y, column):
+        at = (0, y * stride_row + column) if flat else (y, column)
+        # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
+        return sums[(b, k, *at)] - offset * weight_sum[k]
+
+    # the crop is an anchor of its own (``int8_conv_result``): its rows, finished by
+    # the function's elementwise epilogue, read the sums contiguously
+    return te.compute((n, filters, oh, ow), result, name=name, dtype="int32",
+                      attrs={"int8_conv_result": True})
+
+
+def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
+                       cpu: CPUDescription) -> None:
+    """The sums of :func:`int8_conv`: rows of output pixels split into vectors, a tile of
+    output channels accumulating in registers over the taps and channel groups, the
+    innermost pixels and four channels one dot-product instruction; batch, channel tiles
+    and rows in parallel. The packing stages run at root, in parallel."""
+    tiles: Int8ConvTiles = sums.op.attrs["int8_conv"]
+    data, packed_w = int8_conv_inputs(sums)
+    for stage in (data, packed_w):
+        if isinstance(stage.op, te.ComputeOp):  # else a constant packed at build time
+            pack_in_parallel(schedule, stage)
+    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes)
+    lb, lk, ly, lcol = schedule[local].op.axis
+    rco, ry, rx, rci = schedule[local].op.reduce_axis
+    schedule[local].reorder(lb, ly, rco, ry, rx, lk, lcol, rci)
+    schedule[local].unroll(lk)
+    schedule[local].tensorize(lcol, dot4_intrinsic(tiles.lanes, data.dtype))
+
+
+def pack_in_parallel(schedule: te.Schedule, packed: te.Tensor) -> None:
+    """A packing stage at root, its batch and channel groups in parallel."""
+    outer = schedule[packed].op.axis
+    schedule[packed].parallel(schedule[packed].fuse(outer[0], outer[1]))
+
+
+def register_tiles(schedule: te.Schedule, sums: te.Tensor, channels: int,
+                   lanes: int) -> te.Tensor:
+    """``sums[b, k, y, pixel]`` in tiles of ``channels`` by one vector of ``lanes``
+    pixels, batch, channel tiles and rows in parallel; returns the tile's local
+    accumulator stage (computed per tile), whose loops the caller orders."""
+    local = schedule.cache_write(sums, "local")
+    b, k, y, column = schedule[sums].op.axis
+    ko, ki = schedule[sums].split(k, channels)
+    co, ci = schedule[sums].split(column, lanes)
+    schedule[sums].reorder(b, ko, y, co, ki, ci)
+    schedule[sums].parallel(schedule[sums].fuse(b, ko, y))
+    schedule[sums].vectorize(ci)
+    schedule[local].compute_at(schedule[sums], co)
+    return local
+
+
+def int8_conv_inputs(sums: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
+    """The packed data and packed weight that the sums of :func:`int8_conv` read."""
+    product = sums.op.body.source
+    return product.a.value.tensor, product.b.value.tensor
+
+
+def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
+                              epilogue: te.Tensor | None = None,
+                              *, cpu: CPUDescription) -> None:
+    """The cropped, zero-point-corrected sums of :func:`int8_conv`, finished by the
+    function's elementwise ``epilogue`` when it has one (bias, ``Requantize``): output
+    rows in parallel, each a vector loop over its pixels, which read the sums in a
+    contiguous run."""
+    outer = result
+    if epilogue is not None:
+        schedule[result].compute_inline()
+        outer = epilogue
+    stage = schedule[outer]
+    n, k, y, x = stage.op.axis
+    lanes = cpu.vector_lanes("int32")
+    if int(x.extent) > lanes:
+        _, x = stage.split(x, lanes)
+    stage.vectorize(x)
+    stage.parallel(stage.fuse(n, k, y))

@@ -1,0 +1,118 @@
+"""Integer depthwise convolutions on the CPU (a ``ConvInteger`` with one input channel per
+output channel, MobileNet's): no four channels to add per lane, so no dot product;
+instead int32 multiply-adds over a vector of output pixels of one channel.
+
+The data is packed as the dense integer convolution's (:mod:`.int8_conv`), one channel
+per group and centered (less its zero point, as int16, so padding is 0): with stride 1
+the padded image's pixels row after row, so a vector runs on across rows (a 7x7 image
+fills whole vectors); with a larger stride split by column phase, so a vector of output
+pixels reads one contiguous run. The weight of a channel at a tap is broadcast to the
+vector; the sums need no zero-point correction. The cropped sums are an
+``int8_conv_result`` anchor like the dense convolution's, finishing the bias and the
+``Requantize`` row by row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from heterocc.sdk import CompileError, te
+from heterocc.sdk.graph import conv_geometry
+
+from ..cpu import CPUDescription
+from .int8_conv import pack_in_parallel, pack_int8_data, pack_int8_flat, register_tiles
+
+#: the type the centered data is stored as: (x - zero point) of 8-bit x fits 9 bits
+CENTERED = "int16"
+
+
+@dataclass(frozen=True)
+class Int8DepthwiseTiles:
+    """``lanes`` output pixels per vector, ``channels`` channels per register tile."""
+
+    lanes: int
+    channels: int
+
+
+def int8_depthwise_tiles(channels: int, cpu: CPUDescription
+                         ) -> Int8DepthwiseTiles:
+    """One int32 vector of pixels; a quarter of the vector registers as channels (an
+    accumulator each, beside the data vectors of the taps), dividing ``channels``."""
+    description = cpu
+    tile = max(description.vector_registers // 4, 1)
+    while channels % tile:
+        tile -= 1
+    return Int8DepthwiseTiles(description.vector_lanes("int32"), tile)
+
+
+def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
+                        cpu: CPUDescription,
+                        name: str = "conv_integer") -> te.Tensor:
+    """int32 ``sum((x - x_zero) * w)`` of a depthwise NCHW convolution (group = C = O,
+    weights ``[C, 1, KH, KW]`` int8) of 8-bit ``x``: the sums (an anchor carrying
+    ``int8_depthwise``, its tiles) cropped to the output (``int8_conv_result``)."""
+    channels = x.shape[1]
+    if (x.dtype not in ("int8", "uint8") or w.dtype != "int8" or x.ndim != 4 or w.ndim != 4
+            or w.shape[0] != channels or w.shape[1] != 1
+            or int(attrs.get("group", 1)) != channels):
+        raise CompileError(f"{name}: the integer depthwise convolution takes 8-bit NCHW "
+                           f"data and int8 [C, 1, KH, KW] weights with group C, not "
+                           f"{x.dtype}{list(x.shape)} and {w.dtype}{list(w.shape)}")
+    n = x.shape[0]
+    _, _, kh, kw = w.shape
+    try:
+        _, (sy, sx), (dy, dx), pads, (oh, ow) = conv_geometry(x.shape, w.shape, attrs)
+    except ValueError as exc:
+        raise CompileError(f"{name}: {exc}") from None
+    tiles = int8_depthwise_tiles(channels, cpu)
+    lanes = tiles.lanes
+    flat = (sy, sx) == (1, 1)
+    ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+    if flat:
+        stride_row = x.shape[3] + pads[1] + pads[3]
+        positions = -(-(oh * stride_row) // lanes) * lanes
+        data = pack_int8_flat(x, x_zero, pads, positions + (kh - 1) * dy * stride_row
+                              + (kw - 1) * dx, CENTERED, group=1, centered=True)
+        shape = (n, channels, 1, positions)
+
+        def read(b, c, y, column):
+            return data[b, c, 0, 0, column + ry * dy * stride_row + rx * dx, 0]
+    else:
+        data = pack_int8_data(x, x_zero, (sy, sx), pads, ow, kw, dx, lanes, CENTERED,
+                              group=1, centered=True)
+        shape = (n, channels, oh, -(-ow // lanes) * lanes)
+
+        def read(b, c, y, column):
+            offset = rx * dx
+            return data[b, c, y * sy + ry * dy, offset % sx, column + offset // sx, 0]
+
+    sums = te.compute(shape, lambda b, c, y, column: te.sum(
+        te.cast("int32", read(b, c, y, column)) * te.cast("int32", w[c, 0, ry, rx]),
+        axis=[ry, rx]), name=f"{name}_depthwise", dtype="int32",
+        attrs={"int8_depthwise": tiles})
+
+    def result(b, c, y, column):
+        return sums[(b, c, 0, y * stride_row + column) if flat else (b, c, y, column)]
+
+    return te.compute((n, channels, oh, ow), result, name=name, dtype="int32",
+                      attrs={"int8_conv_result": True})
+
+
+def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
+                            cpu: CPUDescription) -> None:
+    """The sums of :func:`int8_depthwise_conv`: a tile of channels by one vector of
+    pixels accumulating in registers over the taps; batch, channel tiles and rows in
+    parallel; the packing of the data at root, in parallel."""
+    tiles: Int8DepthwiseTiles = sums.op.attrs["int8_depthwise"]
+    pack_in_parallel(schedule, depthwise_data(sums))
+    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes)
+    lb, lc, ly, lx = schedule[local].op.axis
+    ry, rx = schedule[local].op.reduce_axis
+    schedule[local].reorder(lb, ly, ry, rx, lc, lx)
+    schedule[local].unroll(lc)
+    schedule[local].vectorize(lx)
+
+
+def depthwise_data(sums: te.Tensor) -> te.Tensor:
+    """The packed data the sums of :func:`int8_depthwise_conv` read."""
+    return sums.op.body.source.a.value.tensor

@@ -1,0 +1,263 @@
+"""The CPU's 8-bit dot product and the integer convolution built on it: the instruction
+each CPU description gets (AVX-512 VNNI, AVX-VNNI, the exact ``pmaddwd`` path of AVX2 and
+AVX-512BW, AArch64 ``sdot``), and convolutions bit-exact against NumPy's int64 sums on
+every description this host runs (cross-compiled and checked by their assembly
+elsewhere)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from heterocc import te
+from heterocc.errors import CompileError
+from heterocc.targets import llvm as hllvm
+from heterocc.targets.llvm.cpu import parse_cpu
+from heterocc.targets.llvm.int8_dot import dot4_instruction
+from heterocc.targets.llvm.schedules.int8_conv import (
+    data_dtype,
+    int8_conv,
+    int8_conv_tiles,
+    schedule_int8_conv,
+)
+from heterocc.targets.llvm.schedules.int8_depthwise import (
+    int8_depthwise_conv,
+    schedule_int8_depthwise,
+)
+
+#: (target, the instruction its kernels multiply bytes with)
+DESCRIPTIONS = [
+    ("llvm -mcpu=sapphirerapids", "vpdpbusd"),  # AVX-512 VNNI, 512-bit
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512f", "vpdpbusd"),  # AVX-VNNI (VEX), 256-bit
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", "vpmaddwd"),  # AVX-512BW, no VNNI
+    ("llvm -mcpu=haswell", "vpmaddwd"),  # AVX2
+    ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "sdot"),  # NEON dotprod
+]
+
+
+def _host_runs(cpu) -> bool:
+    host = hllvm.module.host().description
+    return cpu.arch == host.arch and cpu.features <= host.features
+
+
+def _reference(x, w, zero, strides, pads, dilations):
+    """int64 sums of (x - zero) * w over a zero-padded (centered) input."""
+    n, c, h, width = x.shape
+    k, _, kh, kw = w.shape
+    padded = np.zeros((n, c, h + pads[0] + pads[2], width + pads[1] + pads[3]), np.int64)
+    padded[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + width] = x.astype(np.int64) - zero
+    (sy, sx), (dy, dx) = strides, dilations
+    oh = (padded.shape[2] - (kh - 1) * dy - 1) // sy + 1
+    ow = (padded.shape[3] - (kw - 1) * dx - 1) // sx + 1
+    out = np.zeros((n, k, oh, ow), np.int64)
+    for ry in range(kh):
+        for rx in range(kw):
+            window = padded[:, :, ry * dy:ry * dy + (oh - 1) * sy + 1:sy,
+                            rx * dx:rx * dx + (ow - 1) * sx + 1:sx]
+            out += np.einsum("nchw,kc->nkhw", window, w[:, :, ry, rx].astype(np.int64))
+    return out
+
+
+def _build(shape, filters, kernel, strides, pads, dilations, cpu):
+    x = te.placeholder(shape, "int8", "x")
+    w = te.placeholder((filters, shape[1], *kernel), "int8", "w")
+    zero = te.placeholder((1,), "int8", "zero")
+    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": 1}
+    out = int8_conv(x, w, zero, attrs, cpu)
+    schedule = te.create_schedule(out)
+    schedule_int8_conv(schedule, out.op.body.a.tensor, cpu)
+    return hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu), out
+
+
+def test_the_instruction_follows_the_description():
+    vnni = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512vnni", "avx2", "sse2"})
+    assert dot4_instruction(vnni, "x86_64", 16, True, False) == "vpdpbusd"
+    assert dot4_instruction(vnni, "x86_64", 8, True, False) == "vpdpbusd"  # AVX-512VL
+    assert dot4_instruction(vnni, "x86_64", 16, False, False) == "pmaddwd"  # s8 x s8
+    assert dot4_instruction(frozenset({"avx2", "avxvnni"}), "x86_64", 8, True,
+                            False) == "vpdpbusd"
+    assert dot4_instruction(frozenset({"avx2"}), "x86_64", 8, True, False) == "pmaddwd"
+    assert dot4_instruction(frozenset({"neon", "dotprod"}), "aarch64", 4, False,
+                            False) == "sdot"
+    assert dot4_instruction(frozenset({"neon"}), "aarch64", 4, False, False) == "generic"
+    assert data_dtype(parse_cpu("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1")) == "int8"
+    assert data_dtype(parse_cpu("llvm -mcpu=haswell")) == "uint8"
+
+
+def test_tiles_come_from_the_description():
+    assert int8_conv_tiles(64, parse_cpu("llvm -mcpu=sapphirerapids")).lanes == 16
+    assert int8_conv_tiles(64, parse_cpu("llvm -mcpu=haswell")) .lanes == 8
+    assert int8_conv_tiles(64, parse_cpu("llvm -mcpu=haswell")).channels == 8
+    assert int8_conv_tiles(24, parse_cpu("llvm -mcpu=sapphirerapids")).channels == 12
+    neon = int8_conv_tiles(64, parse_cpu("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"))
+    assert (neon.lanes, neon.channels) == (4, 16)
+
+
+@pytest.mark.parametrize("target,instruction", DESCRIPTIONS,
+                         ids=["avx512vnni", "avxvnni", "avx512bw", "avx2", "neon-sdot"])
+@pytest.mark.parametrize("shape,filters,kernel,strides,pads,dilations", [
+    ((1, 8, 9, 11), 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 3, 13, 13), 8, (3, 3), (2, 2), (1, 0, 1, 2), (1, 1)),  # 3 channels, stride 2
+    ((2, 20, 7, 7), 12, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+    ((1, 4, 10, 10), 8, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),  # dilated
+], ids=["3x3", "stride2-asym-pad", "1x1-batch2", "dilated"])
+def test_integer_convolution_is_exact(target, instruction, shape, filters, kernel, strides,
+                                      pads, dilations):
+    cpu = parse_cpu(target)
+    module, out = _build(shape, filters, kernel, strides, pads, dilations, cpu)
+    assert instruction in module.assembly()
+    if not _host_runs(cpu):
+        return  # cross-compiled: its assembly was the check
+    rng = np.random.default_rng(sum(shape) + filters)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    w = rng.integers(-128, 128, (filters, shape[1], *kernel)).astype(np.int8)
+    zero = np.array([-7], np.int8)
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](x, w, zero, got)
+    np.testing.assert_array_equal(got, _reference(x, w, -7, strides, pads, dilations))
+
+
+def test_extreme_bytes_do_not_saturate():
+    """-128 data (stored as 0 or 255 after the sign flip) times -128 weights, all taps:
+    the widened paths add byte products in int32, never in int16."""
+    for target, _ in DESCRIPTIONS[:4]:
+        cpu = parse_cpu(target)
+        if not _host_runs(cpu):
+            continue
+        module, out = _build((1, 8, 6, 6), 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), cpu)
+        for value in (-128, 127):
+            x = np.full((1, 8, 6, 6), value, np.int8)
+            w = np.full((8, 8, 3, 3), -128, np.int8)
+            got = np.zeros(out.shape, np.int32)
+            module["conv"](x, w, np.array([0], np.int8), got)
+            np.testing.assert_array_equal(
+                got, _reference(x, w, 0, (1, 1), (1, 1, 1, 1), (1, 1)))
+
+
+def test_a_grouped_convolution_is_refused_by_name():
+    x = te.placeholder((1, 8, 6, 6), "int8", "x")
+    w = te.placeholder((8, 1, 3, 3), "int8", "w")
+    with pytest.raises(CompileError, match="dense"):
+        int8_conv(x, w, None, {"strides": (1, 1), "pads": (1, 1, 1, 1),
+                               "dilations": (1, 1), "group": 8}, parse_cpu("llvm"))
+
+
+def _inverted_residual():
+    """A MobileNetV2 block on a 7x7 image: 1x1 expansion, 3x3 depthwise, 1x1 projection
+    (each with bias; Clip(0, 6) after the first two)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(8)
+    inits, nodes, x = [], [], "input"
+    for name, cin, cout, kernel, group, clip in (("expand", 8, 32, 1, 1, True),
+                                                 ("depthwise", 32, 32, 3, 32, True),
+                                                 ("project", 32, 16, 1, 1, False)):
+        inits += [numpy_helper.from_array((rng.standard_normal(
+            (cout, cin // group, kernel, kernel)) * 0.3).astype(np.float32), f"{name}_w"),
+            numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32),
+                                    f"{name}_b")]
+        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_y"],
+                                      pads=[kernel // 2] * 4, group=group))
+        x = f"{name}_y"
+        if clip:
+            nodes.append(helper.make_node("Clip", [x, "zero", "six"], [f"{name}_c"]))
+            x = f"{name}_c"
+    inits += [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+              numpy_helper.from_array(np.array(6, np.float32), "six")]
+    graph = helper.make_graph(
+        nodes, "block", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                       (1, 8, 7, 7))],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, (1, 16, 7, 7))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model, (1, 8, 7, 7), 2
+
+
+@pytest.mark.parametrize("model_of", ["small_cnn", "inverted_residual"])
+@pytest.mark.parametrize("activations", ["QUInt8", "QInt8"])
+def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monkeypatch,
+                                                                  activations, model_of):
+    """An ORT-quantized QDQ CNN (per-channel weights; uint8 activations, ORT's default,
+    or int8) on ``llvm`` alone: its convolutions become ConvInteger + Requantize, the
+    dense ones computed by the dot-product schedule (the depthwise one by int32
+    multiply-adds over packed rows), bit-exact with the integer reference of the compiled
+    graph and within one step of ONNX Runtime."""
+    oq = pytest.importorskip("onnxruntime.quantization")
+    pytest.importorskip("onnxruntime")
+    import heterocc
+    import heterocc.targets.llvm.rules as rules
+    from heterocc.runtime.interpreter import evaluate
+    from tests.passes.test_per_channel_axes import ort_reference, output_scale, steps_apart
+    from tests.targets.vta.ort_models import INPUT, small_cnn
+
+    class Calibration(oq.CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"input": np.random.default_rng(10 + i).standard_normal(
+                shape).astype(np.float32)} for i in range(4)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    import onnx
+
+    if model_of == "small_cnn":
+        source, shape, dense = small_cnn(), INPUT, 4
+    else:
+        source, shape, dense = _inverted_residual()
+    onnx.save(source, str(tmp_path / "float.onnx"))
+    oq.quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "qdq.onnx"),
+                       Calibration(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
+                       activation_type=getattr(oq.QuantType, activations),
+                       weight_type=oq.QuantType.QInt8)
+    model = onnx.load(str(tmp_path / "qdq.onnx"))
+
+    scheduled = []
+    original = rules.schedule_int8_conv
+    monkeypatch.setattr(rules, "schedule_int8_conv", lambda schedule, tensor, cpu=None: (
+        scheduled.append(tensor.name), original(schedule, tensor, cpu)))
+    compiled = heterocc.compile(model, target="llvm")
+    ops = [n.op for _, n in compiled.graph.walk()]
+    convolutions = sum(n.op_type == "Conv" for n in source.graph.node)
+    assert ops.count("ConvInteger") == convolutions and "Conv" not in ops
+    assert len(scheduled) == dense
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    got = compiled.run([x])[0]
+    np.testing.assert_array_equal(got, evaluate(compiled.graph, [x])[0])
+    assert steps_apart(got, ort_reference(model, x), output_scale(model)) <= 1
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell",
+                                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
+                         ids=["host", "avx2", "neon"])
+@pytest.mark.parametrize("data,strides,pads,dilations", [
+    ("uint8", (1, 1), (1, 1, 1, 1), (1, 1)),
+    ("int8", (2, 2), (1, 1, 1, 1), (1, 1)),
+    ("uint8", (2, 2), (0, 1, 2, 0), (2, 2)),
+], ids=["stride1", "stride2", "asym-dilated"])
+def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dilations):
+    cpu = parse_cpu(target)
+    shape, channels = (1, 24, 9, 11), 24
+    x = te.placeholder(shape, data, "x")
+    w = te.placeholder((channels, 1, 3, 3), "int8", "w")
+    zero = te.placeholder((1,), data, "zero")
+    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
+    out = int8_depthwise_conv(x, w, zero, attrs, cpu)
+    schedule = te.create_schedule(out)
+    schedule_int8_depthwise(schedule, out.op.body.tensor, cpu)
+    module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
+    if not _host_runs(cpu):
+        # cross-compiled: widening vector multiply-adds (int16 data times int8 weights)
+        assert re.search(r"\t(smlal|smlal2|mla)\tv", module.assembly())
+        return
+    rng = np.random.default_rng(5)
+    info = np.iinfo(data)
+    xs = rng.integers(info.min, info.max + 1, shape).astype(data)
+    ws = rng.integers(-128, 128, (channels, 1, 3, 3)).astype(np.int8)
+    z = np.array([info.min + 3], data)
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](xs, ws, z, got)
+    expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], int(z[0]), strides,
+                                          pads, dilations) for c in range(channels)], axis=1)
+    np.testing.assert_array_equal(got, expected)

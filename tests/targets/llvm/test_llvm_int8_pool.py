@@ -1,0 +1,49 @@
+"""An int8 model's pools on the CPU: ``realize_qdq`` pools the int8 values (exact for a
+MaxPool with a positive scale), and the pool of an NCHW tensor runs rows of output pixels
+tap by tap over a padded copy (``PoolRule``), equal to ONNX Runtime's QDQ result."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import heterocc
+import heterocc.targets.llvm.rules as rules
+
+
+def _qdq_max_pool(shape, **attrs):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [helper.make_tensor("s", TensorProto.FLOAT, [], [0.05]),
+             helper.make_tensor("z", TensorProto.UINT8, [], [120])]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("MaxPool", ["d"], ["p"], **attrs),
+             helper.make_node("QuantizeLinear", ["p", "s", "z"], ["q2"]),
+             helper.make_node("DequantizeLinear", ["q2", "s", "z"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "pool", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},  # ResNet's
+    {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},  # SqueezeNet's
+    {"kernel_shape": [2, 2], "strides": [1, 1], "dilations": [2, 2], "pads": [0, 1, 1, 0]},
+], ids=["resnet", "ceil", "dilated-asym"])
+def test_an_int8_max_pool_pools_the_int8_values(monkeypatch, attrs):
+    ort = pytest.importorskip("onnxruntime")
+    pools = []
+    original = rules.schedule_pool_nchw
+    monkeypatch.setattr(rules, "schedule_pool_nchw", lambda schedule, pool, padded, cpu=None: (
+        pools.append(pool.dtype), original(schedule, pool, padded, cpu)))
+    model = _qdq_max_pool((1, 8, 13, 13), **attrs)
+    compiled = heterocc.compile(model, target="llvm")
+    assert pools == ["uint8"] or pools == ["int8"]  # pooled before dequantizing
+    x = np.random.default_rng(1).standard_normal((1, 8, 13, 13)).astype(np.float32) * 3
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(compiled.run([x])[0], session.run(None, {"x": x})[0])
