@@ -52,14 +52,20 @@ module hc_gemm_core (
                 sum_high = {SUM_BITS{1'b0}};
                 for (k = 0; k < `HC_BLOCK_IN; k = k + 1) begin
                     if (PACKED) begin
+                        // explicit widths: each signed operand sign-extended to the
+                        // width of the operation it enters (lint-clean, same values)
                         packed_weight =
-                            ($signed(wgt[((n+1)*`HC_BLOCK_IN + k)*WB +: WB]) <<< PACK_SHIFT)
-                            + $signed(wgt[(n*`HC_BLOCK_IN + k)*WB +: WB]);
-                        packed_product = packed_weight * $signed(inp[(b*`HC_BLOCK_IN + k)*IB +: IB]);
+                            (PACKED_BITS'($signed(wgt[((n+1)*`HC_BLOCK_IN + k)*WB +: WB]))
+                             <<< PACK_SHIFT)
+                            + PACKED_BITS'($signed(wgt[(n*`HC_BLOCK_IN + k)*WB +: WB]));
+                        packed_product = packed_weight
+                            * (PACKED_BITS+IB)'($signed(inp[(b*`HC_BLOCK_IN + k)*IB +: IB]));
                         low_product = packed_product[PRODUCT_BITS-1:0];
-                        sum = sum + low_product;
-                        sum_high = sum_high + (packed_product >>> PACK_SHIFT)
-                                            + $signed({1'b0, packed_product[PACK_SHIFT-1]});
+                        sum = sum + SUM_BITS'(low_product);
+                        // the high product is below 2**(SUM_BITS-1) in magnitude:
+                        // truncating the shifted value to SUM_BITS keeps it exact
+                        sum_high = sum_high + SUM_BITS'(packed_product >>> PACK_SHIFT)
+                                            + SUM_BITS'({1'b0, packed_product[PACK_SHIFT-1]});
                     end else begin
                         sum = sum + $signed(inp[(b*`HC_BLOCK_IN + k)*IB +: IB])
                                   * $signed(wgt[(n*`HC_BLOCK_IN + k)*WB +: WB]);
