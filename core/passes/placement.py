@@ -19,9 +19,10 @@ Estimating costs compile time (an accelerator's figure compiles the composite, t
 CPU's compiles and times it), so only what a decision needs is estimated while
 compiling. Each target may answer a cheap ``lower_bound(function)`` hook (seconds and
 how it was bounded; the CPU from its multiply-accumulates, an accelerator from the
-transfers a call cannot avoid). The device likelier to win is estimated first (the CPU
-for a composite without multiply-accumulates, else the accelerator); when its figure
-beats the other's lower bound, the other is not estimated. Nodes no pattern matched
+transfers a call cannot avoid and the compute its shapes need). The device likelier
+to win is estimated first (the one with the lower bound; the CPU for a composite it
+cannot bound, without multiply-accumulates); when its figure beats the other's lower
+bound, the other is not estimated: the decision is the one both figures would give. Nodes no pattern matched
 (on the CPU whatever the placement) are not measured at all. The figures skipped, which
 only the report's totals need, are estimated when the plan is asked for them
 (:meth:`CostPlan.complete`).
@@ -201,9 +202,13 @@ def _estimate(unit: UnitCost, accelerator: str, fallback: str,
             found = _ask(targets.get(name), "lower_bound", function)
             if found is not None:
                 bounds[name] = found
-    # a composite the CPU cannot be bounded on (no multiply-accumulates: element-wise
-    # work) is likelier the CPU's; else the accelerator's, which the pattern chose
-    order = (fallback, accelerator) if fallback not in bounds else (accelerator, fallback)
+    # the device with the lower bound is the likelier winner: a bound is a device's time
+    # at its best, so the other needs more than that. A composite the CPU cannot be
+    # bounded on (no multiply-accumulates: element-wise work) is likelier the CPU's; one
+    # the accelerator cannot, or a tie, the accelerator's, which the pattern chose
+    cpu_first = fallback not in bounds or (accelerator in bounds and
+                                           bounds[fallback][0] < bounds[accelerator][0])
+    order = (fallback, accelerator) if cpu_first else (accelerator, fallback)
     first, second = order
     if first not in unit.candidates:
         found = _ask(targets.get(first), "estimate", function)

@@ -11,6 +11,7 @@ compile of the same workload on the same hardware compiles nothing to estimate i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from heterocc.accel_sim import HardwareConfig
@@ -24,7 +25,7 @@ from heterocc.sdk import (
     workload_key,
 )
 
-from .codegen import AcceleratorKernel, compile_composite
+from .codegen import AcceleratorKernel, compile_composite, direct_conv_geometry
 
 
 def host_link(config: HardwareConfig) -> HostLink:
@@ -53,6 +54,31 @@ def call_estimate(kernel, config: HardwareConfig) -> CostEstimate | None:
     transfers = sum(len(p.input_names) + 1 for p in parts)
     return accelerator_estimate(cycles, config.clock_mhz, host_link(config), moved, transfers,
                                 f"device cycle count at {config.clock_mhz} MHz")
+
+
+def gemm_iterations(function: Node, config: HardwareConfig) -> int:
+    """The GEMM iterations the composite's convolutions cannot do without, from their
+    shapes (the timing model runs the GEMM core's iterations one after another, so their
+    cycles bound the call's from below). Each output pixel row of ``batch`` pixels and
+    each output channel block meets the reduction in ``block_in`` lanes: a depthwise
+    convolution (diagonal tiles, one lane busy) once per kernel tap, any other at least
+    its input channels times taps over ``block_in`` times (im2col's folded reduction, no
+    more than the direct lowering's). Other work is not counted (0 where nothing is)."""
+    iterations = 0
+    for node in function.body.nodes:
+        if node.op != "ConvInteger" or node.outputs[0].type.ndim != 4:
+            continue
+        n, out_channels, height, width = node.outputs[0].type.shape
+        taps = math.prod(node.inputs[1].type.shape[2:])
+        g = direct_conv_geometry(node, config)
+        rows = -(-n * height * width // config.batch)
+        blocks = -(-out_channels // config.block_out)
+        if g is not None and g.depthwise:
+            reduction = taps
+        else:
+            reduction = -(-node.inputs[0].type.shape[1] * taps // config.block_in)
+        iterations += rows * blocks * reduction
+    return iterations
 
 
 def reuse_key(function: Node) -> tuple:
@@ -106,12 +132,19 @@ class VtaCostModel:
     def lower_bound(self, function: Node) -> tuple[float, str] | None:
         """The least time a call of the composite takes, without compiling it: the link's
         time to copy its result back and, before, at least one input in (weights stay
-        resident; the compute is not counted)."""
+        resident), plus the GEMM core's cycles for a convolution that runs directly on
+        chip (:func:`gemm_iterations`)."""
         if "composite" not in function.attrs:
             return None
         out = sum(v.type.nbytes for v in function.outputs)
         seconds = host_link(self.config).seconds(out, transfers=2)
-        return seconds, f"its result's {out} bytes and an input copied over the link"
+        how = f"its result's {out} bytes and an input copied over the link"
+        iterations = gemm_iterations(function, self.config)
+        if iterations:
+            cycles = iterations * self.config.gemm_cycles_per_iteration
+            seconds += cycles / (self.config.clock_mhz * 1e6)
+            how += f", {cycles} GEMM cycles at {self.config.clock_mhz:g} MHz"
+        return seconds, how
 
     def take(self, function: Node) -> AcceleratorKernel | None:
         """The kernel compiled for ``function`` while estimating, once (None if none)."""

@@ -352,8 +352,8 @@ def test_cpu_lower_bound_from_its_fastest_measured_rate(model):
 
 
 def test_accelerator_lower_bound_is_below_its_estimate(model):
-    """vta's bound (the copies of a call's result and an input over the link) never
-    exceeds its estimate, and needs no compile."""
+    """vta's bound (the copies of a call's result and an input over the link, and its
+    convolutions' GEMM cycles) never exceeds its estimate, and needs no compile."""
     vta = VtaTarget()
     graph = _compile(model, VtaTarget(), "greedy").graph
     functions = [f for r in graph.nodes if r.body is not None and r.attrs.get("target") == "vta"
@@ -364,6 +364,73 @@ def test_accelerator_lower_bound_is_below_its_estimate(model):
         assert "copied over the link" in how and not vta.cost_model.compiled
         assert 0 < seconds <= vta.estimate(function).total_s
         vta.cost_model.compiled.clear()
+
+
+def _depthwise_block(channels: int = 32, size: int = 8):
+    """A depthwise 3x3 convolution then a 1x1 one, both with ReLU (float, to quantize)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array((rng.standard_normal(shape) * 0.4).astype(np.float32),
+                                     name)
+             for name, shape in (("dw_w", (channels, 1, 3, 3)), ("dw_b", (channels,)),
+                                 ("pw_w", (channels, channels, 1, 1)), ("pw_b", (channels,)))]
+    nodes = [helper.make_node("Conv", ["input", "dw_w", "dw_b"], ["dw"], pads=[1] * 4,
+                              group=channels),
+             helper.make_node("Relu", ["dw"], ["dw_r"]),
+             helper.make_node("Conv", ["dw_r", "pw_w", "pw_b"], ["pw"]),
+             helper.make_node("Relu", ["pw"], ["output"])]
+    shape = (1, channels, size, size)
+    graph = helper.make_graph(
+        nodes, "depthwise", [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def test_accelerator_bound_counts_the_gemm_iterations_of_its_convolutions(tmp_path):
+    """vta's bound adds the GEMM core's iterations a convolution cannot do without: a
+    depthwise one's every output pixel and channel block once per tap (one lane in 16), a
+    1x1 one's once per input channel block; the bound stays below the timing model's
+    figure for each, and needs no compile."""
+    from heterocc.targets.vta.cost import gemm_iterations
+
+    model = quantize(_depthwise_block(), tmp_path, "QDQ", "QInt8")
+    vta = VtaTarget()
+    graph = _compile(model, VtaTarget(), "greedy").graph
+    functions = [f for r in graph.nodes if r.body is not None and r.attrs.get("target") == "vta"
+                 for f in r.body.nodes if any(n.op == "ConvInteger" for n in f.body.nodes)]
+    found = sorted(gemm_iterations(f, vta.config) for f in functions)
+    # 8x8 pixels, 2 output channel blocks: x 9 taps (depthwise), x 2 input blocks (1x1)
+    assert found == [64 * 2 * 2, 64 * 2 * 9]
+    for function in functions:
+        seconds, how = vta.lower_bound(function)
+        assert "GEMM cycles" in how and not vta.cost_model.compiled
+        assert seconds <= vta.estimate(function).total_s
+        vta.cost_model.compiled.clear()
+
+
+def test_the_device_with_the_lower_bound_goes_first(model):
+    """Where both devices bound a convolution, the one with the lower bound is estimated
+    first: the CPU here, whose figure beats the accelerator's bound, so the accelerator
+    compiles nothing for it; the decision is the one both figures give."""
+    from heterocc.frontend.onnx import from_onnx
+    from heterocc.passes.pipeline import run_pipeline
+
+    accelerator = _Counted({"*": 4e-3}, {"conv2d_bias_requantize": 3e-3})
+    cpu = _Counted({"conv2d_bias_requantize": 2e-3, "*": 1e-4},
+                   {"conv2d_bias_requantize": 1e-3})
+    targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
+    for name, fake in (("vta", accelerator), ("llvm", cpu)):
+        for hook in ("estimate", "cached", "lower_bound"):
+            setattr(targets[name], hook, getattr(fake, hook))
+    plan = run_pipeline(from_onnx(model), targets, "llvm", placement="cost").report.plan
+    convs = [u for u in plan.composites
+             if u.function.attrs["composite"] == "conv2d_bias_requantize"]
+    assert convs and all(u.chosen == "llvm" for u in convs)
+    assert all("vta needs at least 3 ms (fixed bound)" in u.reason for u in convs)
+    assert "conv2d_bias_requantize" not in accelerator.asked
 
 
 def test_strict_compile_accepts_an_accelerator_cost_placement_left_empty(model):
