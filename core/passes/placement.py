@@ -22,8 +22,8 @@ how it was bounded; the CPU from its multiply-accumulates, an accelerator from t
 transfers a call cannot avoid and the compute its shapes need). The device likelier
 to win is estimated first (the one with the lower bound; the CPU for a composite it
 cannot bound, without multiply-accumulates); when its figure beats the other's lower
-bound, the other is not estimated: the decision is the one both figures would give. Nodes no pattern matched
-(on the CPU whatever the placement) are not measured at all. The figures skipped, which
+bound, the other is not estimated: the decision is the one both figures would give.
+Nodes no pattern matched (on the CPU whatever the placement) are not measured at all. The figures skipped, which
 only the report's totals need, are estimated when the plan is asked for them
 (:meth:`CostPlan.complete`).
 """
