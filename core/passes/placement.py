@@ -23,9 +23,9 @@ transfers a call cannot avoid and the compute its shapes need). The device likel
 to win is estimated first (the one with the lower bound; the CPU for a composite it
 cannot bound, without multiply-accumulates); when its figure beats the other's lower
 bound, the other is not estimated: the decision is the one both figures would give.
-Nodes no pattern matched (on the CPU whatever the placement) are not measured at all. The figures skipped, which
-only the report's totals need, are estimated when the plan is asked for them
-(:meth:`CostPlan.complete`).
+Nodes no pattern matched (on the CPU whatever the placement) are not measured at all.
+The figures skipped, which only the report's totals need, are estimated when the plan
+is asked for them (:meth:`CostPlan.complete`).
 """
 
 from __future__ import annotations
