@@ -92,6 +92,12 @@ class _Chain:
         return True, None
 
     @property
+    def own(self) -> list[Node]:
+        """The chain's nodes but those computing a constant (the DequantizeLinear of a
+        quantized coefficient), which chains may share once ``cse`` merged them."""
+        return [n for n in self.nodes if any(v is not None and not v.is_const for v in n.inputs)]
+
+    @property
     def source(self) -> Value:
         return next(iter(self.sources))
 
@@ -101,7 +107,7 @@ def _closed(chain: _Chain, users: dict[Value, list[Node]], returned: set[Value],
     """Whether no tensor inside the chain (but its output) is read outside it."""
     inside = set(chain.nodes)
     return all(v is output or (v not in returned and all(u in inside for u in users.get(v, ())))
-               for node in chain.nodes for v in node.outputs)
+               for node in chain.own for v in node.outputs)
 
 
 def _table(chain: _Chain, graph_order: dict[Node, int]) -> np.ndarray | None:
@@ -130,7 +136,7 @@ def _qualifying_chain(quantize: Node, producers: dict[Value, Node],
             quantize.outputs[0].type.dtype not in dtypes:
         return None
     chain = _Chain(quantize, producers)
-    if chain.ok and len(chain.nodes) > 1 and not taken.intersection(chain.nodes) \
+    if chain.ok and len(chain.nodes) > 1 and not taken.intersection(chain.own) \
             and chain.source.type.dtype in dtypes \
             and all(v.type.shape == chain.source.type.shape or v.type.size == 1
                     for n in chain.nodes for v in n.outputs) \
@@ -152,7 +158,7 @@ def tabulable_chains(graph: Graph) -> set[Node]:
     for node in reversed(graph.nodes):
         chain = _qualifying_chain(node, producers, users, returned, taken, ("int8", "uint8"))
         if chain is not None:
-            taken.update(chain.nodes)
+            taken.update(chain.own)
     return taken
 
 
@@ -167,6 +173,7 @@ def lookup_tables(graph: Graph) -> Graph:
     order = {node: index for index, node in enumerate(graph.nodes)}
     replaced: dict[Node, Node] = {}
     dropped: set[Node] = set()
+    constants: set[Node] = set()
     for node in reversed(graph.nodes):
         chain = _qualifying_chain(node, producers, users, returned, dropped, ("int8",))
         if chain is None:
@@ -180,11 +187,23 @@ def lookup_tables(graph: Graph) -> Graph:
         replaced[node] = Node("LookupTable",
                               [chain.source, constant(table, scope.fresh(f"{name}_entries"))],
                               [node.outputs[0]], {"absorbed": absorbed}, name)
-        dropped.update(n for n in chain.nodes if n is not node)
+        dropped.update(n for n in chain.own if n is not node)
+        constants.update(n for n in chain.nodes if n not in chain.own)
     if not replaced:
         return graph
     nodes = [replaced.get(n, n) for n in graph.nodes if n not in dropped]
-    return substitute(graph, {}, nodes)
+    return substitute(graph, {}, _without_unread(nodes, constants, returned))
+
+
+def _without_unread(nodes: list[Node], candidates: set[Node], returned: set[Value]) -> list[Node]:
+    """``nodes`` less those of ``candidates`` whose outputs nothing reads any more (a
+    coefficient's DequantizeLinear that only a replaced chain read)."""
+    while True:
+        read = {v for n in nodes for v in n.inputs if v is not None} | returned
+        kept = [n for n in nodes if n not in candidates or any(v in read for v in n.outputs)]
+        if len(kept) == len(nodes):
+            return kept
+        nodes = kept
 
 
 __all__ = ["ELEMENTWISE", "lookup_tables", "tabulable_chains"]

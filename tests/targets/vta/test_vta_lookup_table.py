@@ -146,6 +146,41 @@ def test_a_whole_activation_is_one_table_within_a_step_of_onnxruntime(tmp_path, 
     _bit_exact_and_near_onnxruntime(compiled, model, steps=1, spread=3)
 
 
+def test_activations_sharing_their_constants_are_one_table_each(tmp_path):
+    """Two GELUs reading the same constants (as a torch export's do, their quantized
+    coefficients one DequantizeLinear each after ``cse``): each is still one table,
+    its ``x * 0.5`` included, although the coefficients are read outside its chain."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    weights = [numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.3)
+                                       .astype(np.float32), f"w{k}") for k in range(3)]
+    first, consts = _activation("gelu", "c0")
+    second, _ = _activation("gelu", "c1")
+    local = {o for n in second for o in n.output}
+    for n in second:  # the second GELU's own tensors renamed, its constants shared
+        n.input[:] = [f"{v}_2" if v in local else v for v in n.input]
+        n.output[:] = [f"{v}_2" for v in n.output]
+    nodes = [helper.make_node("Conv", ["input", "w0"], ["c0"], pads=[1] * 4), *first,
+             helper.make_node("Conv", ["act", "w1"], ["c1"], pads=[1] * 4), *second,
+             helper.make_node("Conv", ["act_2", "w2"], ["c2"], pads=[1] * 4)]
+    graph = helper.make_graph(
+        nodes, "two_gelus", [helper.make_tensor_value_info("input", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("c2", TensorProto.FLOAT, SHAPE)], weights + consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    model = quantize(model, tmp_path, "QDQ", "QInt8")
+    compiled = heterocc.compile(model, target="vta,llvm", placement="greedy")
+    report = compiled.placement_report
+    assert report.accelerator_regions() == 1, report.format()
+    assert [p.op for p in report.placements].count("LookupTable") == 2, report.format()
+    assert {p.op for p in report.placements if "folded into the table of" in p.reason} == \
+        {"Div", "Erf", "Add", "Mul"}
+    assert not [p for p in report.placements if p.composite == "quantized_mul"]
+    # three convolutions' requantizations and two tables' carried on
+    _bit_exact_and_near_onnxruntime(compiled, model, steps=3, spread=2)
+
+
 @pytest.mark.parametrize("kind", ["gelu", "gelu_tanh", "silu"])
 @pytest.mark.parametrize("activations", ["QInt8", "QUInt8"])
 def test_the_table_is_what_the_qdq_graph_computes(tmp_path, kind, activations):
