@@ -52,8 +52,9 @@ module hc_alu (
             wire [PRODUCT_SHIFT_BITS-1:0] product_shift =
                 use_imm ? {PRODUCT_SHIFT_BITS{1'b0}} : imm[PRODUCT_SHIFT_BITS-1:0];
             wire signed [PW-1:0] full_product = x * low_y;
-            wire signed [PW-1:0] shifted_product = full_product >>> product_shift;
-            wire [AB-1:0] product = shifted_product[AB-1:0];
+            // the shifted product wrapped to the accumulator width (its high bits
+            // are dropped, as the ISA specifies)
+            wire [AB-1:0] product = AB'(full_product >>> product_shift);
             wire [7:0] entry = table_bits[{x[7:0], 3'b000} +: 8];
             reg  [AB-1:0] value;
             always @* begin
