@@ -15,9 +15,10 @@ from heterocc.accel_sim.reference_programs import GemmTiling, Requantization, ti
 from heterocc.errors import CompileError
 from heterocc.runtime.interpreter import evaluate
 from heterocc.targets.vta import VtaTarget
-from heterocc.targets.vta.codegen import gemm_program, lower_gemm
-from heterocc.targets.vta.dae import LinearForm, MicroOpKernels, compile_index, linear_form
+from heterocc.targets.vta.dae import MicroOpKernels
+from heterocc.targets.vta.index_forms import LinearForm, compile_index, linear_form
 from heterocc.targets.vta.intrin import ACC_SCOPE, GEMM_CALL, INP_SCOPE, WGT_SCOPE, gemm_intrin
+from heterocc.targets.vta.templates import gemm_program, lower_gemm
 from heterocc.targets.vta.tokens import Step, TileRange, insert_dependency_tokens
 
 CONFIG = HardwareConfig()

@@ -7,8 +7,8 @@ from heterocc.accel_sim import HardwareConfig
 from heterocc.accel_sim.isa import Alu
 from heterocc.accel_sim.reference_programs import GemmTiling, Requantization
 from heterocc.ops.qnn import precise_fixed_point_scale, requantize_int
-from heterocc.targets.vta.codegen import gemm_program
 from heterocc.targets.vta.epilogue import int8_accumulator_range, plan_epilogue
+from heterocc.targets.vta.templates import gemm_program
 
 CONFIG = HardwareConfig()
 

@@ -17,7 +17,7 @@ from heterocc.ir.graph import Node, Value
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
 from heterocc.runtime.interpreter import evaluate
-from heterocc.targets.vta.codegen import from_blocked, to_blocked
+from heterocc.targets.vta.blocking import from_blocked, to_blocked
 from heterocc.targets.vta.patterns import check_max_pool
 from heterocc.targets.vta.pool import chunk_shape, max_pool_geometry, pool_program
 
