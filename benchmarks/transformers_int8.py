@@ -124,6 +124,9 @@ def main() -> int:
     parser.add_argument("--inputs", type=int, default=3, help="token sequences compared")
     parser.add_argument("--targets", nargs="+", default=["llvm", "vta,llvm"])
     parser.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript")
+    # greedy: every layer an accelerator's patterns take runs there, so the figures are
+    # those of its integer arithmetic (placement by cost may keep small layers on the CPU)
+    parser.add_argument("--placement", choices=["greedy", "cost", "auto"], default="greedy")
     args = parser.parse_args()
     try:
         import torch  # noqa: F401
@@ -139,10 +142,11 @@ def main() -> int:
 
     print(describe())
     print(f"{args.layers} layers, hidden {args.hidden}, {args.tokens} tokens, "
-          f"{args.inputs} random inputs, {args.exporter} export; steps off: "
-          "max |difference| / output scale")
+          f"{args.inputs} random inputs, {args.exporter} export, {args.placement} placement; "
+          "steps off: max |difference| / output scale")
     print("model        Q nodes | vs ORT, optimizations off: " + ", ".join(args.targets)
-          + " | vs ORT, optimized: " + ", ".join(args.targets) + ", ORT off")
+          + " | vs ORT, optimized: " + ", ".join(args.targets) + ", ORT off"
+          + " | nodes per target")
     with tempfile.TemporaryDirectory() as tmp:
         for name, model in _models(args.hidden, args.layers):
             float_path = os.path.join(tmp, f"{name}.onnx")
@@ -157,7 +161,8 @@ def main() -> int:
                                                     providers=["CPUExecutionProvider"]),
                         "on": ort.InferenceSession(int8_path,
                                                    providers=["CPUExecutionProvider"])}
-            compiled = {t: heterocc.compile(int8_path, target=t) for t in args.targets}
+            compiled = {t: heterocc.compile(int8_path, target=t, placement=args.placement)
+                        for t in args.targets}
             rng = np.random.default_rng(11)
             off = {(ref, t): 0 for ref in sessions for t in [*args.targets, "off"]}
             for _ in range(args.inputs):
@@ -171,8 +176,15 @@ def main() -> int:
             q_nodes = sum(n.op_type == "QuantizeLinear" for n in proto.graph.node)
             print(f"{name:11s} {q_nodes:5d}   | "
                   + ", ".join(str(off["off", t]) for t in args.targets) + " | "
-                  + ", ".join(str(off["on", t]) for t in [*args.targets, "off"]))
+                  + ", ".join(str(off["on", t]) for t in [*args.targets, "off"]) + " | "
+                  + "; ".join(_nodes_per_target(c) for c in compiled.values()))
     return 0
+
+
+def _nodes_per_target(compiled) -> str:
+    """``vta 36, llvm 310``: where the compiled model's nodes ran."""
+    counts = compiled.placement_report.by_target()
+    return ", ".join(f"{t} {n}" for t, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 if __name__ == "__main__":

@@ -36,13 +36,13 @@ class PipelineResult:
     report: PartitionReport | None = None
 
 
-def _quantization_passes(calibration: list,
-                         options: QuantizationOptions | None = None) -> list[GraphPass | str]:
+def _quantization_passes(calibration: list, options: QuantizationOptions | None = None,
+                         realize: str = "realize_qdq") -> list[GraphPass | str]:
     def quantize(graph: Graph) -> Graph:
         return quantize_graph(graph, calibration, options)
 
     quantize.pass_name = "quantize"
-    return [quantize, "realize_qdq", "uint8_to_int8", "fold_constants", "dce"]
+    return [quantize, realize, "uint8_to_int8", "fold_constants", "dce"]
 
 
 def pattern_tables(targets: Mapping[str, object], fallback: str) -> dict[str, list]:
@@ -101,12 +101,15 @@ def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | No
     fuse_at = DEFAULT_PIPELINE.index("fuse_ops")
     before: list[GraphPass | str] = ["expand_qoperator", *DEFAULT_PIPELINE[:fuse_at]]
     if calibration is not None:
-        before += _quantization_passes(list(calibration), quantization)
+        # (with an accelerator, the chains its lookup tables take stay whole)
+        before += _quantization_passes(list(calibration), quantization,
+                                       "realize_qdq_before_tables" if tables else "realize_qdq")
     elif tables or integer_qdq(targets[fallback]):
         # imported QDQ chains become integer ops before their weights fold to float
         # (for an accelerator's patterns, or those of a fallback computing in integers)
         at = before.index("infer_types") + 1
-        before[at:at] = ["realize_qdq" if tables else integer_qdq(targets[fallback]),
+        before[at:at] = ["realize_qdq_before_tables" if tables
+                         else integer_qdq(targets[fallback]),
                          "uint8_to_int8"]
     # every pass's result is checked (types included): a rewrite that leaves a node its
     # op's type rule refuses (a per-channel requantization on the wrong axis, a broadcast

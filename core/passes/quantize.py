@@ -24,6 +24,7 @@ from ..ir.types import TensorType
 from ..ops import get_op
 from ..ops.qnn import precise_fixed_point_scale, shifted_multiplier
 from ..patterns import is_constant, is_op, match, optional, wildcard
+from .lookup_tables import tabulable_chains
 from .manager import register_pass
 from .rewrite import substitute
 
@@ -592,18 +593,32 @@ def realize_qdq_convolutions(graph: Graph) -> Graph:
     return _realize(graph, ("Conv",), elementwise_products=False)
 
 
-def _realize(graph: Graph, linear_ops: tuple[str, ...], elementwise_products: bool) -> Graph:
+@register_pass("realize_qdq_before_tables")
+def realize_qdq_before_tables(graph: Graph) -> Graph:
+    """:func:`realize_qdq` for a pipeline that runs ``lookup_tables`` after it (an
+    accelerator's): the quantized element-wise functions of one tensor that will become
+    one table (``tabulable_chains``: GELU with its ``x * 0.5``, ``x * sigmoid(x)``)
+    stay whole; products of two tensors (a squeeze-excite's channel scale) become
+    integer products as in :func:`realize_qdq`."""
+    return _realize(graph, ("Conv", "Gemm", "MatMul"), elementwise_products=True,
+                    keep_tables=True)
+
+
+def _realize(graph: Graph, linear_ops: tuple[str, ...], elementwise_products: bool,
+             keep_tables: bool = False) -> Graph:
     """:func:`realize_qdq` for the chains whose linear op is one of ``linear_ops`` (and
-    quantized element-wise products where ``elementwise_products``)."""
+    quantized element-wise products where ``elementwise_products``), leaving the chains
+    of future lookup tables as they are where ``keep_tables``."""
     scope = NameScope.of(graph)
     graph = _drop_roundtrips(graph)
+    tabulable = tabulable_chains(graph) if keep_tables else set()
     producers = graph.producers()
     users = graph.consumers()
     returned = set(graph.outputs)
     replaced: dict[Node, list[Node]] = {}
     dropped: set[Node] = set()
     for node in reversed(graph.nodes):
-        if node.op != "QuantizeLinear" or node in dropped:
+        if node.op != "QuantizeLinear" or node in dropped or node in tabulable:
             continue
         m = rewrite = None
         patterns = [(QDQ_PATTERN, None), (ADD_PATTERN, _rewrite_add)]

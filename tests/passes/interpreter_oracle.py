@@ -41,7 +41,7 @@ def steps_apart(a: np.ndarray, b: np.ndarray, scale: float) -> float:
 
 #: passes that may change outputs by rounding steps (a fixed-point requantization for a
 #: float one); every other pass must keep them exactly
-QUANTIZING_PASSES = frozenset({"quantize", "realize_qdq"})
+QUANTIZING_PASSES = frozenset({"quantize", "realize_qdq", "realize_qdq_before_tables"})
 
 
 def check_every_pass(model, target: str, inputs: Sequence[np.ndarray], scale: float,

@@ -188,19 +188,39 @@ def pack_int8_weight(w: te.Tensor) -> te.Tensor:
 
 
 def packed_weight_shape(w_shape) -> tuple[int, ...]:
-    """The shape :func:`pack_int8_weight` gives OIHW weights of ``w_shape``."""
+    """The shape :func:`pack_int8_weight_array` gives OIHW weights of ``w_shape``: that
+    of :func:`pack_int8_weight` with one more channel group, the weight sums'."""
     filters, channels, kh, kw = w_shape
-    return (filters, -(-channels // GROUP), kh, kw, GROUP)
+    return (filters, -(-channels // GROUP) + 1, kh, kw, GROUP)
 
 
 def pack_int8_weight_array(w: np.ndarray) -> np.ndarray:
-    """NumPy's copy of :func:`pack_int8_weight`: what a constant weight is packed into
-    once, when its kernel is built."""
+    """NumPy's copy of :func:`pack_int8_weight`, what a constant weight is packed into
+    once, when its kernel is built, followed by one channel group holding each output
+    channel's weight sum (the zero-point correction's factor), so that no call sums
+    the weights again: its first four bytes, the int32 sum's bytes from the lowest
+    (read back by :func:`_packed_weight_sum`)."""
     filters, channels, kh, kw = w.shape
-    padded = np.zeros((filters, -(-channels // GROUP) * GROUP, kh, kw), np.int8)
+    groups = -(-channels // GROUP)
+    padded = np.zeros((filters, (groups + 1) * GROUP, kh, kw), np.int8)
     padded[:, :channels] = w
+    sums = w.astype(np.int64).reshape(filters, -1).sum(axis=1).astype("<i4")
+    padded[:, groups * GROUP:(groups + 1) * GROUP, 0, 0] = sums.view(np.int8).reshape(
+        filters, GROUP)
     return np.ascontiguousarray(
         padded.reshape(filters, -1, GROUP, kh, kw).transpose(0, 1, 3, 4, 2))
+
+
+def _packed_weight_sum(packed_w: te.Tensor, k):
+    """Output channel ``k``'s weight sum from the trailing group of
+    :func:`pack_int8_weight_array`: its four bytes as one int32 (the lower three
+    unsigned, the highest signed)."""
+    group = packed_w.shape[1] - 1
+    total = te.cast("int32", packed_w[k, group, 0, 0, GROUP - 1]) * (1 << 24)
+    for byte in range(GROUP - 1):
+        total = total + te.cast("int32", te.cast("uint8", packed_w[k, group, 0, 0, byte])) \
+            * (1 << (8 * byte))
+    return total
 
 
 def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
@@ -211,7 +231,8 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     carrying ``int8_conv``, its tiles) less each channel's zero-point bias, cropped to
     the output's width. ``attrs``: strides, pads, dilations of the convolution.
     ``packed_weight``: a tensor holding :func:`pack_int8_weight_array` of ``w`` (a
-    constant packed when the kernel is built), read instead of packing ``w``."""
+    constant packed when the kernel is built, with its weight sums), read instead of
+    packing and summing ``w``."""
     if x.dtype not in ("int8", "uint8") or w.dtype != "int8" or x.ndim != 4 \
             or w.ndim != 4:
         raise CompileError(f"{name}: the dot-product convolution takes 8-bit NCHW data and "
@@ -240,10 +261,11 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     else:
         data = pack_int8_data(x, x_zero, (sy, sx), pads, ow, kw, dx, lanes, dtype)
     packed_w = pack_int8_weight(w) if packed_weight is None else packed_weight
-    if tuple(packed_w.shape) != packed_weight_shape(w.shape) or packed_w.dtype != "int8":
+    if packed_weight is not None and (tuple(packed_w.shape) != packed_weight_shape(w.shape)
+                                      or packed_w.dtype != "int8"):
         raise CompileError(f"{name}: the packed weight is {packed_w.dtype}"
                            f"{list(packed_w.shape)}, not int8"
-                           f"{list(packed_weight_shape(w.shape))}")
+                           f"{list(packed_weight_shape(w.shape))} (pack_int8_weight_array)")
     groups = data.shape[1]
     rco = te.reduce_axis(groups, "rco")
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
@@ -262,19 +284,26 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     shape = (n, filters, 1, positions) if flat else (n, filters, oh, padded_width)
     sums = te.compute(shape, body, name=f"{name}_dot", dtype="int32",
                       attrs={"int8_conv": tiles})
-    # summed from the packed weight (its padding channels are zero), so that a constant
-    # weight is read in one layout only
-    r1, r2, r3, r4 = (te.reduce_axis(extent, f"s{i}") for i, extent in
-                      enumerate(packed_w.shape[1:]))
-    weight_sum = te.compute((filters,), lambda k: te.sum(
-        te.cast("int32", packed_w[k, r1, r2, r3, r4]), axis=[r1, r2, r3, r4]),
-        name=f"{name}_weight_sum", dtype="int32")
+    if packed_weight is None:
+        # a weight known only at run time: summed on every call, from its packing (its
+        # padding channels are zero), so that it is read in one layout only
+        r1, r2, r3, r4 = (te.reduce_axis(extent, f"s{i}") for i, extent in
+                          enumerate(packed_w.shape[1:]))
+        summed = te.compute((filters,), lambda k: te.sum(
+            te.cast("int32", packed_w[k, r1, r2, r3, r4]), axis=[r1, r2, r3, r4]),
+            name=f"{name}_weight_sum", dtype="int32")
+
+        def weight_sum(k):
+            return summed[k]
+    else:
+        def weight_sum(k):  # summed when the constant was packed
+            return _packed_weight_sum(packed_w, k)
     offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
     def result(b, k, y, column):
         at = (0, y * stride_row + column) if flat else (y, column)
         # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
-        return sums[(b, k, *at)] - offset * weight_sum[k]
+        return sums[(b, k, *at)] - offset * weight_sum(k)
 
     # the crop is an anchor of its own (``int8_conv_result``): its rows, finished by
     # the function's elementwise epilogue, read the sums contiguously

@@ -20,7 +20,8 @@ from heterocc.sdk import CompileError, te
 from heterocc.sdk.graph import conv_geometry
 
 from ..cpu import CPUDescription
-from .int8_conv import pack_in_parallel, pack_int8_data, pack_int8_flat, register_tiles
+from .common import schedule_rows
+from .int8_conv import pack_in_parallel, pack_int8_data, register_tiles
 
 #: the type the centered data is stored as: (x - zero point) of 8-bit x fits 9 bits
 CENTERED = "int16"
@@ -43,6 +44,29 @@ def int8_depthwise_tiles(channels: int, cpu: CPUDescription
     while channels % tile:
         tile -= 1
     return Int8DepthwiseTiles(description.vector_lanes("int32"), tile)
+
+
+def pack_centered_rows(x: te.Tensor, x_zero: te.Tensor | None, pads,
+                       rows: int) -> te.Tensor:
+    """``x`` (8-bit NCHW) less its zero point, as :data:`CENTERED`, padded with 0 to
+    ``[n, C, rows, padded width]`` (``rows`` past the padded image's hold 0 too). A
+    copy: each padded row reads its input row where the column is inside the image
+    (no clamped indices, no division), so the loop over a row's columns is vectorized,
+    its reads one contiguous run (masked at the borders)."""
+    n, channels, height, width = x.shape
+    top, left = pads[0], pads[1]
+    zero = te.const(0, "int32") if x_zero is None else te.cast(
+        "int32", x_zero[(0,) * x_zero.ndim])
+
+    def element(b, c, row, column):
+        y, col = row - top, column - left
+        inside = te.logical_and(te.logical_and(y >= 0, y < height),
+                                te.logical_and(col >= 0, col < width))
+        return te.cast(CENTERED, te.if_then_else(
+            inside, te.cast("int32", x[b, c, y, col]) - zero, te.const(0, "int32")))
+
+    return te.compute((n, channels, rows, width + pads[1] + pads[3]), element,
+                      name="int8_data", dtype=CENTERED)
 
 
 def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
@@ -71,12 +95,15 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
     if flat:
         stride_row = x.shape[3] + pads[1] + pads[3]
         positions = -(-(oh * stride_row) // lanes) * lanes
-        data = pack_int8_flat(x, x_zero, pads, positions + (kh - 1) * dy * stride_row
-                              + (kw - 1) * dx, CENTERED, group=1, centered=True)
+        reach = positions + (kh - 1) * dy * stride_row + (kw - 1) * dx
+        data = pack_centered_rows(x, x_zero, pads, -(-reach // stride_row))
         shape = (n, channels, 1, positions)
 
         def read(b, c, y, column):
-            return data[b, c, 0, 0, column + ry * dy * stride_row + rx * dx, 0]
+            # the padded image's pixels row after row: the flattened address of
+            # (p // width, p % width) is p itself, a contiguous run per vector
+            position = column + ry * dy * stride_row + rx * dx
+            return data[b, c, position // stride_row, position % stride_row]
     else:
         data = pack_int8_data(x, x_zero, (sy, sx), pads, ow, kw, dx, lanes, CENTERED,
                               group=1, centered=True)
@@ -102,9 +129,14 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
                             cpu: CPUDescription) -> None:
     """The sums of :func:`int8_depthwise_conv`: a tile of channels by one vector of
     pixels accumulating in registers over the taps; batch, channel tiles and rows in
-    parallel; the packing of the data at root, in parallel."""
+    parallel; the packing of the data at root, in parallel (with stride 1 a padded
+    copy, its rows vectorized)."""
     tiles: Int8DepthwiseTiles = sums.op.attrs["int8_depthwise"]
-    pack_in_parallel(schedule, depthwise_data(sums))
+    data = depthwise_data(sums)
+    if data.ndim == 4:  # pack_centered_rows
+        schedule_rows(schedule, data, cpu, serial_axes=1)
+    else:
+        pack_in_parallel(schedule, data)
     local = register_tiles(schedule, sums, tiles.channels, tiles.lanes)
     lb, lc, ly, lx = schedule[local].op.axis
     ry, rx = schedule[local].op.reduce_axis

@@ -20,6 +20,8 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     data_dtype,
     int8_conv,
     int8_conv_tiles,
+    pack_int8_weight_array,
+    packed_weight_shape,
     schedule_int8_conv,
 )
 from heterocc.targets.llvm.schedules.int8_depthwise import (
@@ -134,6 +136,40 @@ def test_extreme_bytes_do_not_saturate():
             module["conv"](x, w, np.array([0], np.int8), got)
             np.testing.assert_array_equal(
                 got, _reference(x, w, 0, (1, 1), (1, 1, 1, 1), (1, 1)))
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell",
+                                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
+                         ids=["host", "avx2", "neon"])
+@pytest.mark.parametrize("data", ["uint8", "int8"])
+def test_weight_sums_packed_at_build_time_are_exact(target, data):
+    """A constant weight packed once (``pack_int8_weight_array``) carries each output
+    channel's weight sum, the zero-point correction's factor, so no call sums it: sums
+    of every sign and size (all four bytes) give the reference's bits."""
+    cpu = parse_cpu(target)
+    shape, filters = (1, 20, 6, 7), 8
+    x = te.placeholder(shape, data, "x")
+    w = te.placeholder((filters, 20, 3, 3), "int8", "w")
+    packed = te.placeholder(packed_weight_shape(w.shape), "int8", "w.packed")
+    zero = te.placeholder((1,), data, "zero")
+    attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
+    out = int8_conv(x, w, zero, attrs, cpu, packed_weight=packed)
+    schedule = te.create_schedule(out)
+    schedule_int8_conv(schedule, out.op.body.a.tensor, cpu)
+    assert not any(stage.op.name.endswith("_weight_sum") for stage in schedule.stages)
+    module = hllvm.build(te.lower(schedule, [x, packed, zero, out], name="conv"), cpu=cpu)
+    if not _host_runs(cpu):
+        return
+    rng = np.random.default_rng(11)
+    info = np.iinfo(data)
+    xs = rng.integers(info.min, info.max + 1, shape).astype(data)
+    ws = rng.integers(-128, 128, (filters, 20, 3, 3)).astype(np.int8)
+    ws[0], ws[1], ws[2] = -128, 127, 0  # sums -23040, 22860, 0
+    z = np.array([info.min + 5], data)
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](xs, pack_int8_weight_array(ws), z, got)
+    np.testing.assert_array_equal(got, _reference(xs, ws, int(z[0]), (1, 1), (1, 1, 1, 1),
+                                                  (1, 1)))
 
 
 def test_a_grouped_convolution_is_refused_by_name():

@@ -1,6 +1,7 @@
 """Quantized element-wise products on the accelerator's ALU (``quantized_mul``): a
-squeeze-excite channel scale ``x[N,C,H,W] * s[N,C,1,1]`` and ``x * sigmoid(x)``, built
-with onnx.helper and quantized by ``quantize_static`` (QDQ) in the test.
+squeeze-excite channel scale ``x[N,C,H,W] * s[N,C,1,1]`` and a gate ``x * sigmoid(y)``
+of two tensors, built with onnx.helper and quantized by ``quantize_static`` (QDQ) in the
+test. ``x * sigmoid(x)`` (one tensor) is a lookup table instead, the product included.
 
 ``realize_qdq`` writes ``Q(DQ(a) * DQ(b))`` as ``Requantize((a - za) * (b - zb))`` with a
 31-bit multiplier on a shifted 64-bit product; vta runs it on the ALU (the product of
@@ -26,11 +27,16 @@ SHAPE = (1, 32, 8, 8)
 
 
 def _model(kind: str) -> onnx.ModelProto:
-    """``x * s`` with a per-channel ``s`` (squeeze-excite) or ``x * sigmoid(x)``."""
+    """``x * s`` with a per-channel ``s`` (squeeze-excite), ``x * sigmoid(y)`` (a gate)
+    or ``x * sigmoid(x)`` (swish)."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)
     if kind == "squeeze_excite":
         nodes = [helper.make_node("Mul", ["x", "s"], ["y"])]
         inputs = [x, helper.make_tensor_value_info("s", TensorProto.FLOAT, SHAPE[:2] + (1, 1))]
+    elif kind == "gate":
+        nodes = [helper.make_node("Sigmoid", ["g"], ["gate"]),
+                 helper.make_node("Mul", ["x", "gate"], ["y"])]
+        inputs = [x, helper.make_tensor_value_info("g", TensorProto.FLOAT, SHAPE)]
     else:
         nodes = [helper.make_node("Sigmoid", ["x"], ["gate"]),
                  helper.make_node("Mul", ["x", "gate"], ["y"])]
@@ -66,7 +72,7 @@ def _quantized(kind: str, directory, activations: str) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("activations", ["QInt8", "QUInt8"])
-@pytest.mark.parametrize("kind", ["squeeze_excite", "swish"])
+@pytest.mark.parametrize("kind", ["squeeze_excite", "gate"])
 def test_quantized_products_run_on_the_alu_bit_exactly(tmp_path, kind, activations):
     model = _quantized(kind, tmp_path, activations)
     compiled = heterocc.compile(model, target="vta,llvm", placement="greedy", strict=True)
@@ -85,6 +91,26 @@ def test_quantized_products_run_on_the_alu_bit_exactly(tmp_path, kind, activatio
         np.testing.assert_array_equal(got, evaluate(compiled.graph, args)[0])
         expected = session.run(None, feeds)[0]
         assert np.abs(got - expected).max() <= scale * 1.001  # measured: 0 steps
+
+
+@pytest.mark.parametrize("activations", ["QInt8", "QUInt8"])
+def test_swish_is_one_table_its_product_included(tmp_path, activations):
+    """``x * sigmoid(x)`` is a function of the one tensor x: realize_qdq leaves its
+    product to the lookup table, which computes the whole chain (no ALU multiply)."""
+    model = _quantized("swish", tmp_path, activations)
+    compiled = heterocc.compile(model, target="vta,llvm", placement="greedy", strict=True)
+    placements = compiled.placement_report.placements
+    assert not [p for p in placements if p.composite == "quantized_mul"]
+    (table,) = [p for p in placements if p.op == "LookupTable"]
+    assert table.target == "vta"
+    assert {p.op for p in placements if "folded into the table of" in p.reason} == \
+        {"Sigmoid", "Mul"}
+    session = onnxruntime_session(model, optimized=False)
+    for seed in range(3):
+        feeds = _feeds(model, seed)
+        got = compiled.run([feeds["x"]])[0]
+        np.testing.assert_array_equal(got, evaluate(compiled.graph, [feeds["x"]])[0])
+        assert np.abs(got - session.run(None, feeds)[0]).max() <= output_scale(model) * 1.001
 
 
 def test_a_product_whose_first_operand_broadcasts_runs_with_its_operands_swapped(tmp_path):
