@@ -177,12 +177,14 @@ def main() -> int:
             print(f"{name:11s} {q_nodes:5d}   | "
                   + ", ".join(str(off["off", t]) for t in args.targets) + " | "
                   + ", ".join(str(off["on", t]) for t in [*args.targets, "off"]) + " | "
-                  + "; ".join(_nodes_per_target(c) for c in compiled.values()))
+                  + "; ".join(_nodes_per_target(c, t) for t, c in compiled.items()))
     return 0
 
 
-def _nodes_per_target(compiled) -> str:
-    """``vta 36, llvm 310``: where the compiled model's nodes ran."""
+def _nodes_per_target(compiled, targets: str) -> str:
+    """``vta 36, llvm 310``: where the compiled model's nodes ran (one target: all)."""
+    if compiled.placement_report is None:  # nothing was partitioned
+        return f"{targets} all"
     counts = compiled.placement_report.by_target()
     return ", ".join(f"{t} {n}" for t, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
