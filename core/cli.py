@@ -591,7 +591,8 @@ def add_accel_build_parser(accel: argparse.ArgumentParser) -> None:
     """``accel build MODEL -o OUT.stream``: the model's accelerator streams as files."""
     actions = next(a for a in accel._actions if isinstance(a, argparse._SubParsersAction))
     p = actions.add_parser("build", help="compile a model and write its accelerator "
-                           "functions' instruction streams (for hil and accel disasm)")
+                           "functions' instruction streams (for hil and accel disasm); "
+                           "every layer the accelerator takes goes there (greedy placement)")
     p.add_argument("model", help="an ONNX model (int8 QDQ/QOperator, or float with "
                    "--calibrate)")
     p.add_argument("-o", "--output", required=True,
@@ -618,7 +619,9 @@ def _target_hook(spec: str, hook: str, missing: str):
 
 def cmd_accel_build(args) -> int:
     target, write = _target_hook(args.target, "write_streams", "instruction streams to write")
-    compiled = hcompile(args.model, target=[target, "llvm"],
+    # greedy: the streams of every layer the accelerator takes are what is asked for,
+    # whether or not placement by cost would run them there
+    compiled = hcompile(args.model, target=[target, "llvm"], placement="greedy",
                         calibration=_calibration(args.calibrate))
     inputs = load_input_files(args.input) or _random_inputs(compiled)
     compiled.run(inputs)  # the DRAM images of this run go beside the streams

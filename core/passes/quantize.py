@@ -177,6 +177,18 @@ def _average_window(pool: Node) -> dict | None:
     return {"kernel_shape": kernel, "strides": strides, "pads": pads}
 
 
+def _per_tensor_params(dq: Node, q: Node) -> tuple[float, int, float, int] | None:
+    """``(x_scale, x_zero, y_scale, y_zero)`` of a DequantizeLinear ``dq`` and a
+    QuantizeLinear ``q`` quantized per tensor, or None when either is per channel."""
+    try:
+        return (float(_scalar(dq.inputs[1])),
+                int(_scalar(dq.inputs[2] if len(dq.inputs) > 2 else None)),
+                float(_scalar(q.inputs[1])),
+                int(_scalar(q.inputs[2] if len(q.inputs) > 2 else None)))
+    except ValueError:
+        return None
+
+
 def _average_chain(nodes: list[Node]) -> _Chain | None:
     """``Q(average(DQ(x)))`` as the chain of a depthwise convolution with all-ones
     weights of scale ``1 / window``: the sum over each window is exact in int32, and the
@@ -185,13 +197,10 @@ def _average_chain(nodes: list[Node]) -> _Chain | None:
     window = _average_window(pool)
     if window is None or dq.inputs[0].type.dtype not in ("int8", "uint8"):
         return None
-    try:
-        x_scale = float(_scalar(dq.inputs[1]))
-        x_zero = int(_scalar(dq.inputs[2] if len(dq.inputs) > 2 else None))
-        y_scale = float(_scalar(q.inputs[1]))
-        y_zero = int(_scalar(q.inputs[2] if len(q.inputs) > 2 else None))
-    except ValueError:
+    params = _per_tensor_params(dq, q)
+    if params is None:
         return None
+    x_scale, x_zero, y_scale, y_zero = params
     channels = dq.inputs[0].type.shape[1]
     kh, kw = window["kernel_shape"]
     conv = Node("Conv", list(pool.inputs[:1]), list(pool.outputs[:1]),
@@ -250,13 +259,10 @@ def _affine_chain(nodes: list[Node]) -> _Chain | None:
     if dq.inputs[0].type.dtype not in ("int8", "uint8") or dq.inputs[0].type.ndim != 4 or \
             norm.attrs.get("training_mode", 0):
         return None
-    try:
-        x_scale = float(_scalar(dq.inputs[1]))
-        x_zero = int(_scalar(dq.inputs[2] if len(dq.inputs) > 2 else None))
-        y_scale = float(_scalar(q.inputs[1]))
-        y_zero = int(_scalar(q.inputs[2] if len(q.inputs) > 2 else None))
-    except ValueError:
+    params = _per_tensor_params(dq, q)
+    if params is None:
         return None
+    x_scale, x_zero, y_scale, y_zero = params
     channels = dq.inputs[0].type.shape[1]
     if norm.op == "BatchNormalization":
         gamma, beta, mean, var = (v.data.astype(np.float64).reshape(-1)
