@@ -228,7 +228,8 @@ def _safe(name: str) -> str:
 def cmd_inspect(args) -> int:
     proto = load_model(args.model)
     compiled = hcompile(proto, target=args.target, shapes=parse_shapes(args.shape),
-                        dump_ir=args.dump_ir, calibration=_calibration(args.calibrate))
+                        dump_ir=args.dump_ir, calibration=_calibration(args.calibrate),
+                        placement=args.placement)
     graph = compiled.graph
     functions = fused_functions(graph)
     if args.json:
@@ -510,6 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dot", help="write the fused graph as Graphviz to this file")
     p.add_argument("--dump-ir", help="directory receiving the IR after every pass")
     p.add_argument("--json", action="store_true", help="counts only, as JSON")
+    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="auto",
+                   help=PLACEMENT_HELP)
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("partition", help="show where every node goes across targets")

@@ -122,12 +122,14 @@ def test_quantize_writes_a_qdq_model_that_onnxruntime_runs(tmp_path, capsys):
 
 def test_run_and_inspect_calibrate_on_the_command_line(tmp_path, capsys):
     path, samples = _save(tmp_path), str(_calibration_npz(tmp_path))
-    assert main(["inspect", str(path), "--target", "vta,llvm", "--calibrate", samples]) == 0
+    assert main(["inspect", str(path), "--target", "vta,llvm", "--calibrate", samples,
+                 "--placement", "greedy"]) == 0
     out = capsys.readouterr().out
     assert "ConvInteger" in out and "vta" in out  # the placement report of the int8 graph
     np.save(tmp_path / "x.npy", np.zeros((1, 3, 32, 32), np.float32))
     assert main(["run", str(path), "--target", "vta,llvm", "--calibrate", samples,
-                 "--input", f"input={tmp_path / 'x.npy'}", "--profile"]) == 0
+                 "--placement", "greedy", "--input", f"input={tmp_path / 'x.npy'}",
+                 "--profile"]) == 0
     assert "conv2d_bias_requantize" in capsys.readouterr().out
 
 
@@ -142,7 +144,7 @@ def test_partition_dot_labels_functions_with_the_fallback_target(tmp_path):
     dot = tmp_path / "p.dot"
     samples = str(_calibration_npz(tmp_path))
     assert main(["inspect", str(_save(tmp_path)), "--target", "vta,llvm", "--calibrate", samples,
-                 "--dot", str(dot)]) == 0
+                 "--placement", "greedy", "--dot", str(dot)]) == 0
     text = dot.read_text()
     assert "[vta]" in text and "[llvm]" in text and "[reference]" not in text
 
