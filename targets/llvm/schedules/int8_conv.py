@@ -242,10 +242,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
         raise CompileError(f"{name}: the dot-product convolution is dense (group 1)")
     n = x.shape[0]
     filters, _, kh, kw = w.shape
-    try:
-        _, (sy, sx), (dy, dx), pads, (oh, ow) = conv_geometry(x.shape, w.shape, attrs)
-    except ValueError as exc:
-        raise CompileError(f"{name}: {exc}") from None
+    _, (sy, sx), (dy, dx), pads, (oh, ow) = checked_geometry(name, x, w, attrs)
     dtype = data_dtype(cpu)
     tiles = int8_conv_tiles(filters, cpu)
     lanes = tiles.lanes
@@ -328,6 +325,15 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     schedule[local].reorder(lb, ly, rco, ry, rx, lk, lcol, rci)
     schedule[local].unroll(lk)
     schedule[local].tensorize(lcol, dot4_intrinsic(tiles.lanes, data.dtype))
+
+
+def checked_geometry(name: str, x: te.Tensor, w: te.Tensor, attrs: dict):
+    """``conv_geometry`` of a convolution of ``x`` by ``w``, its refusal a CompileError
+    naming the function ``name``."""
+    try:
+        return conv_geometry(x.shape, w.shape, attrs)
+    except ValueError as exc:
+        raise CompileError(f"{name}: {exc}") from None
 
 
 def pack_in_parallel(schedule: te.Schedule, packed: te.Tensor) -> None:

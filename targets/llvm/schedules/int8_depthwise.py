@@ -17,11 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from heterocc.sdk import CompileError, te
-from heterocc.sdk.graph import conv_geometry
 
 from ..cpu import CPUDescription
 from .common import schedule_rows
-from .int8_conv import pack_in_parallel, pack_int8_data, register_tiles
+from .int8_conv import checked_geometry, pack_in_parallel, pack_int8_data, register_tiles
 
 #: the type the centered data is stored as: (x - zero point) of 8-bit x fits 9 bits
 CENTERED = "int16"
@@ -84,10 +83,7 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
                            f"{x.dtype}{list(x.shape)} and {w.dtype}{list(w.shape)}")
     n = x.shape[0]
     _, _, kh, kw = w.shape
-    try:
-        _, (sy, sx), (dy, dx), pads, (oh, ow) = conv_geometry(x.shape, w.shape, attrs)
-    except ValueError as exc:
-        raise CompileError(f"{name}: {exc}") from None
+    _, (sy, sx), (dy, dx), pads, (oh, ow) = checked_geometry(name, x, w, attrs)
     tiles = int8_depthwise_tiles(channels, cpu)
     lanes = tiles.lanes
     flat = (sy, sx) == (1, 1)
