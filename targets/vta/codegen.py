@@ -48,6 +48,8 @@ from .conv import (
 )
 from .device import VtaDevice
 from .epilogue import plan_epilogue
+from .gather import gather_geometry, gather_weights, identity_requantization, with_input_parts
+from .gather import unsupported as unsupported_gather
 from .lookup import concat_unsupported, copy_program, device_table, lookup_program
 from .lookup import unsupported as unsupported_lookup
 from .pool import max_pool_geometry, pool_program
@@ -382,6 +384,25 @@ def _blocked_weights(w: np.ndarray, g: ConvGeometry, config: HardwareConfig) -> 
     return padded.reshape(g.filters, bo, g.channels, bi, kh, kw).transpose(0, 2, 4, 5, 1, 3)
 
 
+def _conv_program(config: HardwareConfig, g: ConvGeometry, packed: np.ndarray,
+                  requantization: Requantization, virtual_threads: int, pad_value: int):
+    """(program, tiling, threads, epilogue signature) of the direct convolution ``g`` with
+    the blocked weights ``packed`` (``_blocked_weights``) and its ``requantization``,
+    its padded LOADs filling ``pad_value``; None when no tiling fits the buffers."""
+    bo = config.block_out
+    rows = packed.transpose(0, 4, 1, 2, 3, 5).reshape(g.filters * bo, -1)
+    epilogue = plan_epilogue(requantization, rows, g.filters * bo, config.acc_bits)
+    signature = epilogue_signature(epilogue)
+    found = best_conv_tiling(config, g, virtual_threads, signature)
+    if found is None:
+        return None
+    tiling, threads = found
+    stream = conv_stream(config, g, tiling, threads, signature)
+    program = filled_program(stream, config, {"W": packed.reshape(-1, config.block_in)},
+                             epilogue, g.filters * bo, pad_value=pad_value)
+    return program, tiling, threads, signature
+
+
 def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
                  virtual_threads: int) -> AcceleratorKernel | None:
     """The composite as a direct convolution on chip, or None when no tiling fits."""
@@ -395,16 +416,11 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
     # each row of the GEMM view: one output channel's weights, in the order they meet
     # the input (the accumulator range the epilogue plans with depends on nothing else)
     rows = packed.transpose(0, 4, 1, 2, 3, 5).reshape(g.filters * bo, -1)
-    epilogue = plan_epilogue(_requantization(nodes, rows[:o]), rows, g.filters * bo,
-                             config.acc_bits)
-    signature = epilogue_signature(epilogue)
-    found = best_conv_tiling(config, g, virtual_threads, signature)
-    if found is None:
+    built = _conv_program(config, g, packed, _requantization(nodes, rows[:o]),
+                          virtual_threads, input_zero_point(core))
+    if built is None:
         return None
-    tiling, threads = found
-    stream = conv_stream(config, g, tiling, threads, signature)
-    program = filled_program(stream, config, {"W": packed.reshape(-1, bi)}, epilogue,
-                      g.filters * bo, pad_value=input_zero_point(core))
+    program, tiling, threads, signature = built
 
     def to_device(x: np.ndarray) -> np.ndarray:
         return to_blocked(x, config)
@@ -534,6 +550,39 @@ def _concat(function: Node, config: HardwareConfig) -> AcceleratorKernel:
                              blocked=True)
 
 
+def _channel_gather(function: Node, config: HardwareConfig,
+                    virtual_threads: int) -> AcceleratorKernel:
+    """A channel gather as a 1x1 convolution with 0/1 weights on the GEMM core
+    (``gather``), its inputs and output in the blocked layout of the convolutions around
+    it; each input is written to its own part of the convolution's input tensor."""
+    node = function.body.nodes[0]
+    why = unsupported_gather(node, config)
+    if why is not None:
+        raise CompileError(f"{function.name}: {why}")
+    g = gather_geometry(node, config)
+    shape = node.outputs[0].type.shape
+    built = _conv_program(config, g, gather_weights(node, g, config),
+                          identity_requantization(shape[1]), virtual_threads, 0)
+    if built is None:
+        raise CompileError(f"{function.name}: no tiling of the {g.channels}-block gather "
+                           f"fits the buffers of {config.name}")
+    program, tiling, threads, signature = built
+
+    def to_device(x: np.ndarray) -> np.ndarray:
+        return to_blocked(x, config)
+
+    def from_device(y: np.ndarray) -> np.ndarray:
+        return from_blocked(y, shape, config)
+
+    # the composite's inputs in its own order, each the program's part of its position
+    names = [f"X{node.inputs.index(v)}" for v in function.body.inputs]
+    return AcceleratorKernel(function.name, config, with_input_parts(program, node, config),
+                             to_device, from_device, names[0], "Y", tiling, threads,
+                             timing=conv_timing(config, g, tiling, threads, signature),
+                             more_inputs=tuple((name, to_device) for name in names[1:]),
+                             blocked=True)
+
+
 def compile_composite(function: Node, config: HardwareConfig,
                       virtual_threads: int) -> AcceleratorKernel:
     """An accelerator kernel for one composite function node."""
@@ -558,6 +607,8 @@ def _lowered_composite(function: Node, config: HardwareConfig,
         return _lookup_table(function, config)
     if function.attrs.get("composite") == "concat":
         return _concat(function, config)
+    if function.attrs.get("composite") == "channel_gather":
+        return _channel_gather(function, config, virtual_threads)
     nodes = function.body.nodes
     core = nodes[0]
     if core.op == "ConvInteger":
