@@ -12,9 +12,10 @@ import pytest
 
 import heterocc
 from heterocc.accel_sim import HardwareConfig
-from heterocc.ir.graph import Node, Value
+from heterocc.ir.graph import Graph, Node, Value, constant
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
+from heterocc.passes import channel_gathers
 from heterocc.runtime.interpreter import evaluate
 from heterocc.targets.vta import VtaTarget
 from heterocc.targets.vta.gather import padded_sources
@@ -127,3 +128,29 @@ def test_channel_gather_reference_and_padded_sources():
     # b starts at the second 4-channel tile
     assert padded_sources(node, HardwareConfig.preset("1x8x8").block_in // 2).tolist() == \
         [10, 0, 8, 4, 2]
+
+
+def _moved(op: str, attrs: dict, *operands) -> tuple[Graph, Value]:
+    """An int8 (1, 6, 2, 3) input through ``op`` (its other operands constants)."""
+    x = Value("x", TensorType((1, 6, 2, 3), "int8"))
+    inputs = [x, *(constant(np.array(v, np.int64), f"c{i}") for i, v in enumerate(operands))]
+    attrs = get_op(op).normalize_attrs(attrs, "move")
+    (shape,) = [r.shape for r in get_op(op).run(
+        [np.zeros(x.type.shape, np.int8), *(v.data for v in inputs[1:])], attrs)]
+    out = Value("y", TensorType(shape, "int8"))
+    return Graph([x], [out], [Node(op, inputs, [out], attrs, "move")]), x
+
+
+def test_channel_gathers_takes_channel_moves_and_leaves_the_others():
+    """A reversal of the channels (a Slice with step -1) is a gather, checked against the
+    graph it replaces; a transpose of the spatial axes is not and stays."""
+    rng = np.random.default_rng(5)
+    x_data = rng.integers(-128, 128, (1, 6, 2, 3)).astype(np.int8)
+    graph, _ = _moved("Slice", {}, [5], [-7], [1], [-1])
+    rewritten = channel_gathers(graph)
+    assert [n.op for n in rewritten.nodes] == ["ChannelGather"]
+    assert rewritten.nodes[0].attrs["channels"] == [5, 4, 3, 2, 1, 0]
+    np.testing.assert_array_equal(evaluate(rewritten, [x_data])[0],
+                                  evaluate(graph, [x_data])[0])
+    graph, _ = _moved("Transpose", {"perm": [0, 1, 3, 2]})
+    assert [n.op for n in channel_gathers(graph).nodes] == ["Transpose"]
