@@ -163,6 +163,7 @@ def channel_gathers(graph: Graph) -> Graph:
     producers = graph.producers()
     order = {node: index for index, node in enumerate(graph.nodes)}
     gathers: dict[Node, list[Node]] = {}
+    listed: set[Node] = set()
     for value in _exits(graph):
         nodes, sources = _cluster(value, producers)
         if all(node.op == "Concat" for node in nodes):
@@ -171,7 +172,10 @@ def channel_gathers(graph: Graph) -> Graph:
         if channels is None or (len(sources) == 1 and channels == list(
                 range(sources[0].type.shape[1]))):
             continue
-        absorbed = [f"{node.op}:{node.name}" for node in sorted(nodes, key=order.__getitem__)]
+        # (a node two gathers share, a shuffle's, is listed by the first)
+        absorbed = [f"{node.op}:{node.name}" for node in sorted(nodes, key=order.__getitem__)
+                    if node not in listed]
+        listed.update(nodes)
         producer = producers[value]
         gathers.setdefault(producer, []).append(Node(
             "ChannelGather", list(sources), [value], {"channels": channels,

@@ -102,6 +102,8 @@ def test_shuffle_units_run_on_the_accelerator_in_one_region(tmp_path, preset, ha
     moved = [p for p in report.placements if p.op in MOVEMENT]
     assert moved and all(p.target == "vta" and "folded into the gather" in p.reason
                          for p in moved), report.format()
+    # each once, though a unit's two gathers share its shuffle
+    assert len({p.node for p in moved}) == len(moved), report.format()
     _check_against_references(compiled, model, (1, 3, 6, 6))
 
 
