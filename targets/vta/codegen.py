@@ -23,6 +23,7 @@ SDK's resident-device protocol); each call only writes the activations.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -68,6 +69,9 @@ from .tuning import vta_tiling
 
 #: the layout tag of tensors in the blocked layout of direct convolutions (``to_blocked``)
 BLOCKED = "blocked"
+#: the layout tag of a dense layer's activations and results: (rows, columns padded to
+#: whole tiles) matrices, tile rows in order
+ROWS = "rows"
 
 #: per-column constants of an unshortened requantization (bias, -limit, limit,
 #: multiplier, rounding, shift)
@@ -149,6 +153,9 @@ class AcceleratorKernel(ProgramRunner):
     _metrics: dict | None = None
     more_inputs: tuple = ()
     blocked: bool = False
+    #: the layout of a kernel's tensors that are not blocked (``ROWS``), or None: the
+    #: host's layout
+    matrix_layout: str | None = None
     #: where the program runs (an SDK ``ResidentDevice``: the image, weights included, is
     #: written once when loaded); by default a simulated accelerator of its own
     device: object = None
@@ -200,11 +207,12 @@ class AcceleratorKernel(ProgramRunner):
     # are dropped on the way out, so results do not depend on them.
 
     def input_layout(self, position: int) -> str | None:
-        """``"blocked"`` for a kernel whose tensors are all in the blocked layout."""
-        return BLOCKED if self.blocked else None
+        """``"blocked"`` for a kernel whose tensors are all in the blocked layout,
+        ``"rows"`` for one whose tensors are all matrices of rows (a dense layer's)."""
+        return BLOCKED if self.blocked else self.matrix_layout
 
     def output_layout(self, index: int) -> str | None:
-        return BLOCKED if self.blocked else None
+        return BLOCKED if self.blocked else self.matrix_layout
 
     def takes(self, position: int, array: np.ndarray) -> bool:
         """A blocked matrix of exactly this input tensor's tiles."""
@@ -510,8 +518,10 @@ def _lookup_table(function: Node, config: HardwareConfig) -> AcceleratorKernel:
     if why is not None:
         raise CompileError(f"{function.name}: {why}")
     shape = node.inputs[0].type.shape
-    tiles = _alu_tiles(function, shape, config)
     table = device_table(node.inputs[1].data).tobytes()
+    if len(shape) == 2:
+        return _row_lookup_table(function, shape, table, config)
+    tiles = _alu_tiles(function, shape, config)
 
     def to_device(x: np.ndarray) -> np.ndarray:
         return to_blocked(x, config)
@@ -521,6 +531,33 @@ def _lookup_table(function: Node, config: HardwareConfig) -> AcceleratorKernel:
 
     return AcceleratorKernel(function.name, config, lookup_program(config, tiles, table),
                              to_device, from_device, "X0", "Y", blocked=True)
+
+
+def _row_lookup_table(function: Node, shape: tuple[int, int], table: bytes,
+                      config: HardwareConfig) -> AcceleratorKernel:
+    """A lookup-table activation of a (rows, columns) tensor (a classifier's hidden
+    layer) in the layout of the dense layers around it: the columns padded to whole
+    tiles. The table maps each element on its own, so the program's tiles may come in
+    the matrix's order: its tensors are that matrix's."""
+    rows, columns = shape
+    if rows % config.batch or config.block_in != config.block_out:
+        raise CompileError(f"{function.name}: {rows} rows are not a multiple of the batch "
+                           f"{config.batch}, or the input tiles are not shaped like the "
+                           "output tiles")
+    padded = _round_up(columns, config.block_in)
+    program = lookup_program(config, rows // config.batch * padded // config.block_in, table)
+    tensors = {name: dataclasses.replace(program.tensors[name], rows=rows, cols=padded)
+               for name in ("X0", "Y")}
+    program = dataclasses.replace(program, tensors={**program.tensors, **tensors})
+
+    def to_device(x: np.ndarray) -> np.ndarray:
+        return np.pad(x, ((0, 0), (0, padded - columns)))
+
+    def from_device(y: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(y[:, :columns])
+
+    return AcceleratorKernel(function.name, config, program, to_device, from_device, "X0",
+                             "Y", matrix_layout=ROWS)
 
 
 def _concat(function: Node, config: HardwareConfig) -> AcceleratorKernel:
@@ -649,5 +686,8 @@ def _lowered_composite(function: Node, config: HardwareConfig,
     program = gemm_program(config, rows, w, tiling, virtual_threads, epilogue)
     # the model's multiply-accumulates (a grouped convolution's zero weights not counted)
     group = int(core.attrs.get("group", 1)) if core.op == "ConvInteger" else 1
+    # a dense layer's operands are (rows, padded columns) matrices: a lookup table
+    # between two of them takes them as they are (an im2col input is not such a matrix)
     return AcceleratorKernel(function.name, config, program, to_matrix, from_matrix, "A", "C",
-                             tiling, virtual_threads, macs=rows * k * out_channels // group)
+                             tiling, virtual_threads, macs=rows * k * out_channels // group,
+                             matrix_layout=ROWS if core.op == "MatMulInteger" else None)

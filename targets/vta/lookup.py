@@ -44,8 +44,9 @@ def unsupported(node: Node) -> str | None:
     x = node.inputs[0].type
     if x.dtype != "int8":
         return f"input is {x.dtype}, not int8"
-    if x.ndim != 4:
-        return f"a {x.ndim}-D tensor (the ALU's blocked layout holds 4-D activations)"
+    if x.ndim not in (2, 4):
+        return (f"a {x.ndim}-D tensor (the ALU takes 4-D activations in the blocked layout, "
+                "or a dense layer's 2-D ones)")
     return None
 
 
