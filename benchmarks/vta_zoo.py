@@ -37,7 +37,8 @@ MODELS = ("mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0",
           "squeezenet1_0")
 #: constructor arguments a model needs to build without pretrained weights
 _EXTRA = {"googlenet": {"aux_logits": False, "init_weights": True}}
-#: composites of the classifier (excluded from "regions before the classifier")
+#: composites of the classifier (it starts at the first: "regions before the classifier"
+#: are those entered before it)
 _CLASSIFIER = frozenset({"dense_bias_requantize"})
 
 
@@ -73,12 +74,13 @@ def measure(name: str, size: int, inputs: int) -> dict:
     compiled = heterocc.compile(qdq, target="vta,llvm", placement="greedy")
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     report = compiled.placement_report
-    regions: dict[object, set] = {}
-    for p in report.placements:
-        if p.target == "vta" and p.region is not None:
-            regions.setdefault(p.region, set()).add(p.composite)
-    before_classifier = sum(1 for composites in regions.values()
-                            if composites - _CLASSIFIER)
+    regions = {p.region for p in report.placements if p.target == "vta" and p.region}
+    # the classifier starts at the first dense layer (its activations, a hardswish
+    # table between two dense layers, belong to it)
+    first_dense = next((i for i, p in enumerate(report.placements)
+                        if p.composite in _CLASSIFIER), len(report.placements))
+    before_classifier = len({p.region for p in report.placements[:first_dense]
+                             if p.target == "vta" and p.region})
     session = ort.InferenceSession(qdq.SerializeToString(), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(1)
     exact = same_top1 = 0
