@@ -21,7 +21,7 @@ from heterocc.runtime.executor import GraphExecutor
 from heterocc.runtime.interpreter import evaluate
 from heterocc.te import TensorIntrin
 
-from .device import Device, DeviceTiming, device_lock, holds, load_program
+from .device import Device, DeviceTiming, device_lock, holds, load_program, run_on
 from .protocols import Kernel, PartitioningTarget
 
 
@@ -187,9 +187,10 @@ def reference_outputs(function: Node, args: Sequence[np.ndarray]) -> list[np.nda
 class ProgramRunner:
     """Runs one program on a device, the step every device kernel shares: load the
     program, write its buffers (constants only where the device does not keep them,
-    see :class:`ResidentDevice`), run it, read its results; counts calls, cycles and
-    bytes. A kernel class mixes it in and holds ``program`` and ``device`` and the
-    counters (:class:`DeviceKernel` shows them)."""
+    see :class:`ResidentDevice`), submit it and wait for it (:func:`run_on`: the
+    device's :class:`AsyncDevice` form, or its ``run`` wrapped), read its results;
+    counts calls, cycles and bytes. A kernel class mixes it in and holds ``program``
+    and ``device`` and the counters (:class:`DeviceKernel` shows them)."""
 
     program: Any
     device: Device
@@ -222,7 +223,7 @@ class ProgramRunner:
                 self.last_bytes_loaded += np.asarray(array).nbytes
             else:
                 self.last_bytes_in += np.asarray(array).nbytes
-        self.last_timing = self.device.run(self.program)
+        self.last_timing = run_on(self.device, self.program)
         self.calls += 1
         self.cycles += self.last_timing.cycles
         copied = [self.device.copy_out(self.program, name) for name in reads]
