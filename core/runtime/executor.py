@@ -92,9 +92,16 @@ class GraphExecutor:
     many small kernels pays little per node; assigning another ``graph`` or ``kernels``
     makes a new plan.
 
+    Functions whose kernels drive a device (``overlap.kernel_device``) run on that
+    device's lane: where the graph has independent branches on different devices, a
+    run submits the device's functions to its queue and runs the others meanwhile
+    (:meth:`execute_many`; ``overlap`` False turns it off), with the outputs of one
+    function after another.
+
     :meth:`execute` may be called from several threads at once: a run keeps its values
-    in a list of its own, the plan is made once under a lock, and the kernels keep
-    per-thread or per-device state (see ``heterocc.sdk.device_lock``). ``set_input`` /
+    in a list of its own, the plan is made once under a lock, the device lanes are
+    shared (one call at a time per device, as its lock allows anyway), and the kernels
+    keep per-thread or per-device state (see ``heterocc.sdk.device_lock``). ``set_input`` /
     ``run`` / ``get_output`` hold one run's inputs and outputs on the executor: one
     thread at a time (or one executor per thread).
     """

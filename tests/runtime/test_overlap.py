@@ -369,3 +369,37 @@ def test_one_program_in_flight_and_each_handle_waited_once():
         stuck.submit(program)
     with pytest.raises(sdk.AcceleratorError, match="did not finish"):
         stuck.wait(first)
+
+
+@pytest.mark.rtl
+@pytest.mark.hil
+def test_vta_device_submits_to_the_rtl_and_the_host_is_free_until_it_waits():
+    """The RTL transport through the vta device's submit / wait (Icarus): the RTL
+    simulates on the device's thread while this one goes on; same bytes and the RTL's
+    own cycle count."""
+    from heterocc.accel_sim.rtl_device import RtlDevice
+    from tests.hw.conftest import BUILD_ROOT, require_rtl_tools
+    from tests.hw.programs import reference_gemms
+
+    require_rtl_tools("icarus")
+    program = reference_gemms(CONFIG, np.random.default_rng(4))[1].program
+    simulated = VtaDevice(CONFIG)
+    rtl = VtaDevice(CONFIG, RtlDevice(CONFIG, "icarus", dram_bytes=1 << 22,
+                                      build_root=BUILD_ROOT), timeout_s=600)
+    images = []
+    for device in (simulated, rtl):
+        device.load(program)
+        call = device.submit(program)
+        if device is rtl:  # the simulator process takes far longer than this line
+            assert not call.done()
+        timing = device.wait(call)
+        images.append(device.image(program))
+    assert timing.cycles == rtl.driver.last_result.cycles > 0
+    np.testing.assert_array_equal(images[1], images[0])
+
+
+def test_the_overlapped_run_from_eight_threads_matches_serial_runs(branches):
+    from tests.runtime.test_thread_safety import assert_threaded_equals_serial
+
+    compiled = _compile(branches)
+    assert_threaded_equals_serial(compiled.run, _inputs(5), 4)
