@@ -26,7 +26,7 @@ from dataclasses import dataclass
 #: the lane of functions that run on the calling thread
 HOST = "host"
 
-#: the queue whose worker the current thread is (see DeviceQueue.submit)
+#: the token of the queue whose worker the current thread is (see DeviceQueue.submit)
 _WORKER = threading.local()
 
 
@@ -41,15 +41,15 @@ class DeviceQueue:
 
     def __init__(self, name: str):
         self.name = name
+        # the worker knows its queue by a token, not by the queue itself: a reference
+        # from the worker thread would keep the queue, and so the thread, alive forever
+        self._token = object()
         self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"device-{name}",
-                                           initializer=self._mark_worker)
-
-    def _mark_worker(self) -> None:
-        _WORKER.queue = self
+                                           initializer=_mark_worker, initargs=(self._token,))
 
     def submit(self, call: Callable, *args) -> cf.Future:
         """Queue ``call(*args)`` on the device; its handle."""
-        if getattr(_WORKER, "queue", None) is self:
+        if getattr(_WORKER, "token", None) is self._token:
             future: cf.Future = cf.Future()
             try:
                 future.set_result(call(*args))
@@ -66,6 +66,10 @@ class DeviceQueue:
     def close(self) -> None:
         """Finish what was submitted and stop the worker."""
         self._pool.shutdown(wait=True)
+
+
+def _mark_worker(token: object) -> None:
+    _WORKER.token = token
 
 
 def kernel_device(kernel) -> object | None:

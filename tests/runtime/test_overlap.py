@@ -56,6 +56,25 @@ def test_lanes_overlap_only_where_a_device_step_has_an_independent_peer():
     assert not plan_lanes(["vta", HOST, HOST], [(), (0,), (1,)]).overlaps
 
 
+def test_a_queue_runs_a_call_from_its_own_worker_at_once_and_its_thread_ends_with_it():
+    import gc
+
+    from heterocc.runtime.overlap import DeviceQueue
+
+    def nested() -> int:
+        queue = DeviceQueue("nested")
+        # a region's executor inside a device call submits to the same lane: it cannot
+        # wait behind the call that submits it
+        return queue.submit(lambda: queue.submit(lambda: 5).result()).result(10)
+
+    assert nested() == 5
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith("device-nested") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "a dropped queue's worker thread lives on"
+        time.sleep(0.01)
+
+
 class _Gate:
     """A stand-in device kernel that finishes only once the host kernel has started:
     run one after another it would never finish (it gives up after a while)."""
@@ -403,3 +422,16 @@ def test_the_overlapped_run_from_eight_threads_matches_serial_runs(branches):
 
     compiled = _compile(branches)
     assert_threaded_equals_serial(compiled.run, _inputs(5), 4)
+
+
+def test_a_mirrored_device_runs_both_sides_at_once_and_compares_them(branches):
+    board = _Board(CONFIG)
+    mirrored = sdk.MirroredDevice(VtaDevice(CONFIG, FpgaDevice(CONFIG, board, board.allocate,
+                                                               poll_interval_s=0.0)),
+                                  VtaDevice(CONFIG))
+    assert sdk.asynchronous(mirrored) is mirrored
+    compiled = _compile(branches, mirrored)
+    x = _inputs(1)[0]
+    for a, b in zip(compiled.run([x]), _compile(branches).run([x]), strict=True):
+        assert a.tobytes() == b.tobytes()
+    assert mirrored.reference_timing.cycles > 0
