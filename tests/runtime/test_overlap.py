@@ -1,7 +1,8 @@
 """Devices at once in a plain ``run()``: the lanes of a plan, the SDK's asynchronous
-device interface (vta's device over the simulator, the driver protocol and the PYNQ
-driver on a stand-in board), independent branches on vta and llvm run at once with the
-same bits as one after another, their timeline, and a failing device call."""
+device interface (vta's device over the simulator, the driver protocol, the PYNQ driver
+on tests/hw's stand-in board and the RTL), independent branches on vta and llvm run at
+once with the same bits as one after another, their timeline, and a failing device
+call."""
 
 from __future__ import annotations
 
@@ -15,26 +16,17 @@ from onnx import TensorProto, helper, numpy_helper
 
 import heterocc
 from heterocc import sdk
-from heterocc.accel_sim import HardwareConfig, SimulatorDevice, run_stream
-from heterocc.accel_sim.driver import read_stream
+from heterocc.accel_sim import HardwareConfig, SimulatorDevice, decode_stream
 from heterocc.accel_sim.fpga_device import FpgaDevice
-from heterocc.accel_sim.rtl_device import (
-    REG_CONFIG_ID,
-    REG_CONTROL,
-    REG_CYCLES_HI,
-    REG_CYCLES_LO,
-    REG_INSN_ADDR,
-    REG_INSN_COUNT,
-    REG_STATUS,
-    STATUS_DONE,
-)
-from heterocc.accel_sim.rtl_header import config_id
+from heterocc.accel_sim.hil import simulate
+from heterocc.accel_sim.rtl_device import RtlRun, RtlRunResult
 from heterocc.ir.graph import FUNCTION_OP, Graph, Node, Value
 from heterocc.ir.types import TensorType
 from heterocc.runtime.executor import GraphExecutor
 from heterocc.runtime.overlap import HOST, plan_lanes
 from heterocc.targets.vta import VtaTarget
 from heterocc.targets.vta.device import VtaDevice
+from tests.hw.test_transports_and_hil import _Board
 
 CONFIG = HardwareConfig()
 SHAPE = (1, 16, 8, 8)
@@ -179,66 +171,35 @@ def test_a_call_past_its_time_out_names_the_program_and_the_device():
         call.result(0.01)
 
 
-class _Board:
-    """A PYNQ stand-in (the MMIO and ``allocate`` of tests/hw's board) whose START runs
-    the stream with the simulator on the board's memory, or, ``hangs``, never finishes."""
+class _SimulatedRtl:
+    """The RTL bench's interface (``run(runs) -> results``) answered by the simulator, so
+    that tests/hw's PYNQ stand-in board, whose START runs its RTL, runs here without
+    one."""
 
-    def __init__(self, config: HardwareConfig, hangs: bool = False, size: int = 1 << 24):
+    def __init__(self, config: HardwareConfig):
         self.config = config
-        self.hangs = hangs
-        self.memory = np.zeros(size, np.uint8)
-        self.registers: dict[int, int] = {}
-        self.next_free = 0x1000
 
-    def allocate(self, shape, dtype):
-        board = self
-
-        class Buffer:
-            physical_address = self.next_free
-
-            def __init__(self):
-                self.view = board.memory[self.physical_address:self.physical_address
-                                         + shape[0]]
-
-            def __setitem__(self, index, value):
-                self.view[index] = value
-
-            def __getitem__(self, index):
-                return self.view[index]
-
-            def flush(self):
-                pass
-
-            def invalidate(self):
-                pass
-
-        buffer = Buffer()
-        self.next_free += shape[0] + 64
-        return buffer
-
-    def read(self, offset: int) -> int:
-        if offset == REG_CONFIG_ID:
-            return config_id(self.config)
-        return self.registers.get(offset, 0)
-
-    def write(self, offset: int, value: int) -> None:
-        self.registers[offset] = value
-        if offset == REG_CONTROL and value & 1 and not self.hangs:
-            view = _MemoryView(self.memory, self.config)
-            stream = read_stream(view, self.registers[REG_INSN_ADDR],
-                                 self.registers[REG_INSN_COUNT])
-            cycles = run_stream(stream, self.config, self.memory).timing.total_cycles
-            self.registers[REG_STATUS] = STATUS_DONE
-            self.registers[REG_CYCLES_LO] = cycles & 0xFFFFFFFF
-            self.registers[REG_CYCLES_HI] = cycles >> 32
+    def run(self, runs: list[RtlRun]) -> list[RtlRunResult]:
+        results = []
+        for run in runs:
+            words = run.dram[run.instruction_address:][:16 * run.instruction_count]
+            stream = decode_stream(words.tobytes(), self.config)
+            dram, cycles = simulate(stream, self.config, run.dram)
+            results.append(RtlRunResult(dram, True, False, cycles, len(stream), cycles, 0.0))
+        return results
 
 
-class _MemoryView:
-    def __init__(self, memory, config):
-        self.memory, self.config = memory, config
+def _board(config: HardwareConfig, hangs: bool = False):
+    """tests/hw's PYNQ stand-in (MMIO and ``allocate`` over one memory) with the
+    simulator behind its registers, or with nothing (a START that never finishes)."""
+    return _Board(config, None if hangs else _SimulatedRtl(config),
+                  memory=np.zeros(1 << 24, np.uint8))
 
-    def read(self, address, nbytes):
-        return self.memory[address:address + nbytes].copy()
+
+def _fpga(config: HardwareConfig, hangs: bool = False) -> FpgaDevice:
+    board = _board(config, hangs)
+    return FpgaDevice(config, board, board.allocate, poll_interval_s=0.0 if not hangs
+                      else 0.001)
 
 
 def _driver_only(config):
@@ -347,8 +308,7 @@ def test_every_transport_serves_the_overlapped_run_bit_exact(branches, transport
     """The vta device's submit / wait over the driver protocol and over the PYNQ driver
     (on a stand-in board: the board cannot run here), against the simulator in
     process."""
-    driver = _driver_only(CONFIG) if transport == "driver" else FpgaDevice(
-        CONFIG, (board := _Board(CONFIG)), board.allocate, poll_interval_s=0.0)
+    driver = _driver_only(CONFIG) if transport == "driver" else _fpga(CONFIG)
     compiled = _compile(branches, VtaDevice(CONFIG, driver, timeout_s=60))
     reference = _compile(branches)
     for x in _inputs(2):
@@ -357,9 +317,7 @@ def test_every_transport_serves_the_overlapped_run_bit_exact(branches, transport
 
 
 def test_a_failing_device_call_in_one_branch_is_a_clear_error_and_does_not_hang(branches):
-    board = _Board(CONFIG, hangs=True)
-    device = VtaDevice(CONFIG, FpgaDevice(CONFIG, board, board.allocate,
-                                          poll_interval_s=0.001), timeout_s=0.2)
+    device = VtaDevice(CONFIG, _fpga(CONFIG, hangs=True), timeout_s=0.2)
     compiled = _compile(branches, device)
     started = time.monotonic()
     with pytest.raises(sdk.AcceleratorError, match="did not finish within 0.2 s") as info:
@@ -379,9 +337,7 @@ def test_one_program_in_flight_and_each_handle_waited_once():
     assert timing.cycles > 0 and not call.future.cancelled()
     with pytest.raises(sdk.AcceleratorError, match="not the program in flight"):
         device.wait(call)
-    board = _Board(CONFIG, hangs=True)
-    stuck = VtaDevice(CONFIG, FpgaDevice(CONFIG, board, board.allocate,
-                                         poll_interval_s=0.001), timeout_s=0.05)
+    stuck = VtaDevice(CONFIG, _fpga(CONFIG, hangs=True), timeout_s=0.05)
     stuck.load(program)
     first = stuck.submit(program)
     with pytest.raises(sdk.AcceleratorError, match="still running"):
@@ -425,10 +381,7 @@ def test_the_overlapped_run_from_eight_threads_matches_serial_runs(branches):
 
 
 def test_a_mirrored_device_runs_both_sides_at_once_and_compares_them(branches):
-    board = _Board(CONFIG)
-    mirrored = sdk.MirroredDevice(VtaDevice(CONFIG, FpgaDevice(CONFIG, board, board.allocate,
-                                                               poll_interval_s=0.0)),
-                                  VtaDevice(CONFIG))
+    mirrored = sdk.MirroredDevice(VtaDevice(CONFIG, _fpga(CONFIG)), VtaDevice(CONFIG))
     assert sdk.asynchronous(mirrored) is mirrored
     compiled = _compile(branches, mirrored)
     x = _inputs(1)[0]
