@@ -51,7 +51,13 @@ from .device import VtaDevice
 from .epilogue import plan_epilogue
 from .gather import gather_geometry, gather_weights, identity_requantization, with_input_parts
 from .gather import unsupported as unsupported_gather
-from .lookup import concat_unsupported, copy_program, device_table, lookup_program
+from .lookup import (
+    concat_unsupported,
+    copy_program,
+    device_table,
+    flatten_unsupported,
+    lookup_program,
+)
 from .lookup import unsupported as unsupported_lookup
 from .pool import max_pool_geometry, pool_program
 from .residual import add_program, quantized_add, quantized_mul
@@ -156,6 +162,9 @@ class AcceleratorKernel(ProgramRunner):
     #: the layout of a kernel's tensors that are not blocked (``ROWS``), or None: the
     #: host's layout
     matrix_layout: str | None = None
+    #: the layout of the output when it differs from the inputs' (a flatten's: blocked
+    #: in, ``ROWS`` out)
+    result_layout: str | None = None
     #: where the program runs (an SDK ``ResidentDevice``: the image, weights included, is
     #: written once when loaded); by default a simulated accelerator of its own
     device: object = None
@@ -212,7 +221,7 @@ class AcceleratorKernel(ProgramRunner):
         return BLOCKED if self.blocked else self.matrix_layout
 
     def output_layout(self, index: int) -> str | None:
-        return BLOCKED if self.blocked else self.matrix_layout
+        return self.result_layout or (BLOCKED if self.blocked else self.matrix_layout)
 
     def takes(self, position: int, array: np.ndarray) -> bool:
         """A blocked matrix of exactly this input tensor's tiles."""
@@ -560,6 +569,32 @@ def _row_lookup_table(function: Node, shape: tuple[int, int], table: bytes,
                              "Y", matrix_layout=ROWS)
 
 
+def _flatten(function: Node, config: HardwareConfig) -> AcceleratorKernel:
+    """A pooled (N, C, 1, 1) tensor flattened to (N, C) before a classifier: the tiles
+    of the blocked layout (batch group, channel block) are those of the dense layer's
+    (rows, padded columns) matrix in the same order, so the program copies them through
+    the accumulators (``lookup.copy_program``) and its output is that matrix."""
+    node = function.body.nodes[0]
+    why = flatten_unsupported(node)
+    if why is not None:
+        raise CompileError(f"{function.name}: {why}")
+    n, c = node.outputs[0].type.shape
+    program = copy_program(config, (_alu_tiles(function, node.inputs[0].type.shape,
+                                                config),))
+    padded = _round_up(c, config.block_out)
+    y = dataclasses.replace(program.tensors["Y"], rows=n, cols=padded)
+    program = dataclasses.replace(program, tensors={**program.tensors, "Y": y})
+
+    def to_device(x: np.ndarray) -> np.ndarray:
+        return to_blocked(x, config)
+
+    def from_device(y: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(y[:, :c])
+
+    return AcceleratorKernel(function.name, config, program, to_device, from_device, "X0",
+                             "Y", blocked=True, result_layout=ROWS)
+
+
 def _concat(function: Node, config: HardwareConfig) -> AcceleratorKernel:
     """A channel concatenation as copies through the ALU (``lookup.copy_program``), its
     inputs and output in the blocked layout of the convolutions around it."""
@@ -646,6 +681,8 @@ def _lowered_composite(function: Node, config: HardwareConfig,
         return _concat(function, config)
     if function.attrs.get("composite") == "channel_gather":
         return _channel_gather(function, config, virtual_threads)
+    if function.attrs.get("composite") == "flatten":
+        return _flatten(function, config)
     nodes = function.body.nodes
     core = nodes[0]
     if core.op == "ConvInteger":

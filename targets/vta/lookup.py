@@ -68,6 +68,19 @@ def concat_unsupported(node: Node, block: int) -> str | None:
     return None
 
 
+def flatten_unsupported(node: Node) -> str | None:
+    """Why the accelerator cannot copy this Flatten or Reshape from the blocked layout to
+    a dense layer's matrix (``codegen._flatten``), or None: an int8 (N, C, 1, 1) tensor
+    (a pool's) to (N, C)."""
+    x, y = node.inputs[0].type, node.outputs[0].type
+    if x.dtype != "int8":
+        return f"input is {x.dtype}, not int8"
+    if x.ndim != 4 or tuple(x.shape[2:]) != (1, 1) or tuple(y.shape) != tuple(x.shape[:2]):
+        return (f"{list(x.shape)} -> {list(y.shape)} is not a pooled (N, C, 1, 1) tensor "
+                "flattened to (N, C)")
+    return None
+
+
 def chunk_tiles(config: HardwareConfig) -> int:
     """Tiles per chunk: _SLOTS chunks fit the input and the accumulator buffers."""
     return max(1, min(config.inp_depth, config.acc_depth) // _SLOTS)

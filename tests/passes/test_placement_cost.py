@@ -230,7 +230,7 @@ def test_decisions_follow_the_estimates_deterministically(model):
 
     graph = from_onnx(model)
     accelerator = _Fixed({"conv2d_bias_requantize": 1e-3, "quantized_add": 5e-3,
-                          "dense_bias_requantize": 2e-3})
+                          "dense_bias_requantize": 2e-3, "flatten": 1e-4})
     cpu = _Fixed({"conv2d_bias_requantize": 3e-3, "quantized_add": 1e-3,
                   "dense_bias_requantize": 2e-3, "*": 1e-4})
     targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
@@ -301,7 +301,8 @@ def test_a_lower_bound_decides_without_estimating_the_other_device(model):
     from heterocc.passes.pipeline import run_pipeline
 
     accelerator = _Counted({"conv2d_bias_requantize": 1e-3, "quantized_add": 5e-3,
-                            "dense_bias_requantize": 2e-3}, {"quantized_add": 2e-3})
+                            "dense_bias_requantize": 2e-3, "flatten": 1e-4},
+                           {"quantized_add": 2e-3})
     cpu = _Counted({"conv2d_bias_requantize": 3e-3, "quantized_add": 1e-3,
                     "dense_bias_requantize": 2.5e-3, "*": 1e-4},
                    {"conv2d_bias_requantize": 1.5e-3})
