@@ -109,7 +109,8 @@ def test_padding_left_out_of_the_count_stays_a_float_pool(tmp_path):
 
 def test_a_mean_without_keepdims_before_a_classifier_runs_on_the_accelerator(tmp_path):
     """ShuffleNet's head: ReduceMean over the spatial axes without keepdims, then a dense
-    layer. The mean is the depthwise all-ones convolution and a Reshape to (N, C)."""
+    layer. The mean is the depthwise all-ones convolution and a Reshape to (N, C), all in
+    one region with the convolution before and the dense layer after."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(5)
@@ -131,8 +132,10 @@ def test_a_mean_without_keepdims_before_a_classifier_runs_on_the_accelerator(tmp
     compiled = heterocc.compile(model, target="vta,llvm", placement="greedy")
     report = compiled.placement_report
     assert not any(p.op == "ReduceMean" for p in report.placements), report.format()
+    # the Reshape too (the composite flatten): the classifier joins the region
     assert all(p.target == "vta" for p in report.placements
-               if p.op in ("ConvInteger", "MatMulInteger")), report.format()
+               if p.op in ("ConvInteger", "MatMulInteger", "Reshape")), report.format()
+    assert report.accelerator_regions() == 1 and report.round_trips == 0, report.format()
     session = onnxruntime_session(model, optimized=False)
     for seed in range(3):
         x = np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32)
