@@ -446,12 +446,18 @@ class LLVMTarget(TETarget):
         return self._cost_model
 
     def graph_passes(self) -> list:
-        """The CPU's layout pass (blocked NCHW[x]c convolutions, outputs padded to whole
-        vectors of this CPU), then folding again for a transform of a constant input;
-        none when ``blocked_layout`` is off."""
+        """With ``integer_qdq``, the quantized concatenations and average pools that
+        remain between integer convolutions in integers too (``integer_concats``: copies
+        of the int8 tensors; ``integer_average_pools``: depthwise ConvInteger and
+        Requantize), so no DequantizeLinear -> float op -> QuantizeLinear glue runs
+        between them. Then the CPU's layout pass (blocked NCHW[x]c convolutions, outputs
+        padded to whole vectors of this CPU) and folding again for a transform of a
+        constant input, unless ``blocked_layout`` is off."""
+        passes = ["integer_concats", "integer_average_pools"] if self.integer_qdq else []
         if not self.blocked_layout:
-            return []
-        return [alter_layout_for(self.cpu.vector_lanes("float32")), "fold_constants"]
+            return passes
+        return [*passes, alter_layout_for(self.cpu.vector_lanes("float32")),
+                "fold_constants"]
 
     def tuning(self):
         """The CPU's tuning templates, tasks and measurement (``heterocc tune``): its
