@@ -1,6 +1,7 @@
 """Integer depthwise convolutions on the CPU (a ``ConvInteger`` with one input channel per
 output channel, MobileNet's): no four channels to add per lane, so no dot product;
-instead int32 multiply-adds over a vector of output pixels of one channel.
+instead, over a vector of output pixels of one channel, exact 16-bit products
+(centered data times the weight) widened into int32 sums.
 
 The data is packed centered (less its zero point, as int16, so padding is 0) by a
 vectorized copy: with stride 1 the padded image's pixels row after row, so a vector
@@ -153,7 +154,9 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
             return data[b, c, y * sy + ry * dy, offset % sx, column + offset // sx, 0]
 
     sums = te.compute(shape, lambda b, c, y, column: te.sum(
-        te.cast("int32", read(b, c, y, column)) * te.cast("int32", w[c, 0, ry, rx]),
+        # a 16-bit product: |x - zero| <= 255 times |w| <= 128 fits, so one 16-bit
+        # multiply per tap (a full vector of int16 lanes) before widening to the sum
+        te.cast("int32", read(b, c, y, column) * te.cast(CENTERED, w[c, 0, ry, rx])),
         axis=[ry, rx]), name=f"{name}_depthwise", dtype="int32",
         attrs={"int8_depthwise": tiles})
 
@@ -186,4 +189,4 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
 
 def depthwise_data(sums: te.Tensor) -> te.Tensor:
     """The packed data the sums of :func:`int8_depthwise_conv` read."""
-    return sums.op.body.source.a.value.tensor
+    return sums.op.body.source.value.a.tensor
