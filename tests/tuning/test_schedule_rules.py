@@ -17,9 +17,10 @@ from heterocc.errors import InputError
 from heterocc.sdk.registry import get_target
 from heterocc.targets.llvm import LLVMTarget
 from heterocc.targets.llvm.rules import InjectiveRule, ReductionRule
-from heterocc.targets.llvm.tuning import function_tasks
+from heterocc.targets.llvm.tuning import function_body, function_configs, function_tasks
+from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.cli import add_tune_parser
-from heterocc.tuning.records import config_costs, read_records
+from heterocc.tuning.records import MeasureRecord, RecordLog, config_costs, read_records
 from heterocc.tuning.task import Task, with_schedule_rules
 from heterocc.tuning.templates import tuning_of
 from tests.conftest import make_model, quantize_with_onnxruntime
@@ -142,3 +143,28 @@ def test_search_from_scratch_beats_the_generic_schedule_in_a_few_trials(rng, tmp
     tuned = heterocc.compile(model, target="llvm", schedule_rules="none", tuning_log=str(log))
     (got,) = tuned.run([x])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_auto_record_competes_with_the_baseline_of_the_rules_compiled_with(rng, tmp_path):
+    """One log, two rule sets: the auto record is slower than the hand schedule (kept
+    with the hand rules) and faster than the generic schedule (taken with them off)."""
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                       [("x", "float32", [1, 16, 8, 8])], [("y", "float32", None)],
+                       {"w": rng.standard_normal((16, 16, 3, 3)).astype(np.float32)})
+    (task,) = function_tasks(heterocc.frontend.from_onnx(model), get_target("llvm"))
+    config = task.default_config()
+    path = tmp_path / "both.jsonl"
+    with RecordLog(path) as log:
+        log.append(MeasureRecord(task.workload_key, config.to_json(), config.index, (1.0,)))
+        for template, cost in (("function", 0.5), ("function_generic", 4.0)):
+            log.append(MeasureRecord(Task(template, task.args).workload_key,
+                                     {"schedule": "hand"}, 0, (cost,)))
+    body = function_body(task.args[1])
+    applied = ApplyHistoryBest(path)
+    assert function_configs(body, applied).choice == ("hand", None)
+    assert function_configs(body, applied, "none").choice == ("auto", config)
+    x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    (want,) = heterocc.compile(model, target="reference").run([x])
+    for rules in ("hand", "none"):
+        (got,) = heterocc.compile(model, schedule_rules=rules, tuning_log=str(path)).run([x])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
