@@ -306,8 +306,11 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
     logs = {}
     for search, rules in (("from scratch", "none"), ("from hand", "hand")):
         logs[search] = os.path.join(folder, f"{rules}.jsonl")
+        # equal trials: the search from hand gets what the one from scratch spent (all
+        # of the budget unless --search-minutes stopped it), without a time limit
         found = _search_model(path, rules, budget, batch_size, workers, logs[search],
-                              minutes)
+                              minutes if search == "from scratch" else None)
+        budget = found["trials"]
         print(f"search {search} (--schedule-rules {rules}): {found['tasks']} tasks, "
               f"{found['trials']} trials in {found['search_s']:.0f} s "
               f"({found['search_s'] / max(found['trials'], 1):.2f} s per trial), "
