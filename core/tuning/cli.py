@@ -137,9 +137,12 @@ def run_tune(args, stream: TextIO | None = None) -> int:
     if getattr(args, "quiet", False):
         stream = _Discard()
     search = getattr(args, "search", "template")
-    target = tuning_target(with_schedule_rules(args.target,
-                                               getattr(args, "schedule_rules", "hand")),
-                           args.preset)
+    rules = getattr(args, "schedule_rules", "hand")
+    if rules != "hand" and search != "auto":
+        raise InputError(f"--schedule-rules {rules}: the hand-written templates are the hand "
+                         "rules' own tiles, which a model compiled without them never reads; "
+                         "tune it with --search auto")
+    target = tuning_target(with_schedule_rules(args.target, rules), args.preset)
     key = tuning_key(target)
     options = MeasureOptions(timeout_s=args.timeout, repeat=args.repeat, seed=args.seed,
                              target=key, cache=getattr(args, "cache", MeasureOptions.cache))

@@ -109,6 +109,12 @@ def _tune(argv, stream):
     return args.func(args, stream)
 
 
+def test_template_search_refuses_the_rules_off(tmp_path):
+    with pytest.raises(InputError, match="--search auto"):
+        _tune([str(tmp_path / "any.onnx"), "--schedule-rules", "none", "--log",
+               str(tmp_path / "t.jsonl")], io.StringIO())
+
+
 @pytest.mark.slow
 def test_search_from_scratch_beats_the_generic_schedule_in_a_few_trials(rng, tmp_path):
     # one convolution (16 -> 32 channels, 3x3, 28x28) with its ReLU: the generic
