@@ -41,6 +41,7 @@ the hand rules and ORT.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -66,6 +67,7 @@ from heterocc.tuning import (
 from heterocc.tuning.auto import EvolutionaryTuner
 from heterocc.tuning.cli import measure_hand_schedules
 from heterocc.tuning.pool import LocalPool
+from heterocc.tuning.records import BASELINE, PAIRED, read_records
 from heterocc.tuning.scheduler import TaskScheduler
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -237,12 +239,13 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
     key = tuning_key(target)
     tuning = tuning_of(target)
     options = MeasureOptions(repeat=3, timeout_s=15, target=key)
-    curve: list[tuple[int, float]] = []
+    curve: list[tuple[int, int, float]] = []
     start = time.perf_counter()
     deadline = math.inf if minutes is None else start + 60 * minutes
 
     def progress(scheduler: TaskScheduler) -> None:
-        curve.append((scheduler.spent, scheduler.estimated_latency()))
+        found = [s.weighted_cost for s in scheduler.states if math.isfinite(s.weighted_cost)]
+        curve.append((scheduler.spent, len(found), sum(found)))
         if time.perf_counter() > deadline:  # out of time: this batch is the last
             scheduler.trials = min(scheduler.trials, scheduler.spent)
 
@@ -262,16 +265,36 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
             "total_s": time.perf_counter() - start, "curve": curve}
 
 
-def _trend(curve: list[tuple[int, float]], budget: int) -> str:
-    """The search's estimated latency (sum over tasks of best cost x weight) at each
-    quarter of the budget."""
+def _trend(curve: list[tuple[int, int, float]], budget: int) -> str:
+    """At each quarter of the budget: the tasks with a working point so far and the sum
+    of their best costs x weights (the scheduler's estimated latency once every task
+    has one)."""
     points = []
     for quarter in (1, 2, 3, 4):
         wanted = max(1, budget * quarter // 4)
-        reached = [latency for spent, latency in curve if spent <= wanted]
+        reached = [(tasks, latency) for spent, tasks, latency in curve if spent <= wanted]
         if reached:
-            points.append(f"{wanted}: {reached[-1] * 1e3:.2f} ms")
-    return ", ".join(points)
+            tasks, latency = reached[-1]
+            points.append(f"{wanted}: {tasks} tasks, {latency * 1e3:.2f} ms")
+    return "; ".join(points)
+
+
+def _against_baselines(log_path: str) -> str:
+    """Per searched task, its baseline's median over its best's median in the timings
+    taken in turn (``paired`` and ``baseline`` records): above 1.03 the best is applied."""
+    records = read_records(log_path)
+    best: dict[str, list[float]] = {}
+    baseline: dict[str, list[float]] = {}
+    for record in records:
+        if record.ok and record.tuner in (PAIRED, BASELINE):
+            workload = json.loads(record.workload_key)[1:]  # the task's args
+            into = best if record.tuner == PAIRED else baseline
+            into.setdefault(json.dumps(workload), []).append(record.cost)
+    ratios = sorted(statistics.median(baseline[k]) / statistics.median(v)
+                    for k, v in best.items() if k in baseline)
+    applied = sum(r > 1 / 0.97 for r in ratios)
+    return (f"{applied} of {len(ratios)} searched tasks beat their baseline (baseline / "
+            f"best: {', '.join(f'{r:.2f}' for r in ratios)})")
 
 
 def _timed_rounds(engines: dict, rounds: int, block: int) -> dict[str, list[float]]:
@@ -316,8 +339,8 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
               f"({found['search_s'] / max(found['trials'], 1):.2f} s per trial), "
               f"{found['total_s']:.0f} s with the baselines timed; load average "
               f"{os.getloadavg()[0]:.2f}", flush=True)
-        print(f"  estimated latency by trials: {_trend(found['curve'], found['trials'])}",
-              flush=True)
+        print(f"  by trials: {_trend(found['curve'], found['trials'])}", flush=True)
+        print(f"  {_against_baselines(logs[search])}", flush=True)
     session_options = ort.SessionOptions()
     session_options.intra_op_num_threads = os.cpu_count() or 1
     session = ort.InferenceSession(path, session_options, providers=["CPUExecutionProvider"])
