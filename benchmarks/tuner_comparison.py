@@ -15,7 +15,7 @@ timing noise moves the 95% line a little): ``matmul`` (fp32 1024^3, the issue's 
         [--budget 64]
     python benchmarks/tuner_comparison.py --searches --model resnet18 [--budget 96]
     python benchmarks/tuner_comparison.py --rules --model resnet18 [--budget 1000]
-        [--workers 1] [--rounds 3]
+        [--workers 1] [--rounds 3] [--search-minutes 18]
 
 With ``--searches`` on a task, both searches tune the same workload (the template's
 ``matmul`` / ``conv2d_nchwc`` and its ``auto.`` twin) for ``--budget`` trials, each
