@@ -44,7 +44,7 @@ from heterocc.te.schedule_reads import reads_of
 from .cost import CpuCostModel
 from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
 from .module import build as build_module
-from .module import load_library
+from .module import build_later, load_library
 from .rules import cpu_rules
 from .schedules import (
     PanelChoice,
@@ -358,13 +358,13 @@ class LLVMTarget(TETarget):
         tuned = function_tuned(expressed, configs, self.cpu)
         return tuned if tuned is not None else _schedule(expressed, self.cpu, configs)
 
-    def _compile_structure(self, function: Node) -> CompiledFunction:
+    def _start_structure(self, function: Node):
         # the applied tuning log read once for this function: its choice as a whole
         # (auto record or hand schedule) and its workloads' configs, passed down to the
         # schedules
         self._compiling.configs = function_configs(function.body, current())
         try:
-            return super()._compile_structure(function)
+            return super()._start_structure(function)
         finally:
             del self._compiling.configs
 
@@ -382,6 +382,15 @@ class LLVMTarget(TETarget):
     def codegen(self, lowered, symbol: str):
         """The machine-code entry of ``lowered`` (a PrimFunc), compiled by LLVM."""
         return build_module([lowered], name=symbol, cpu=self.cpu)[symbol]
+
+    def codegen_later(self, lowered, symbol: str):
+        """:meth:`codegen` with LLVM's optimization and machine code generation in the
+        background (:func:`.module.build_later`); the LLVM IR is made now. Where
+        :meth:`codegen` itself was replaced (a subclass, an instance), that runs now."""
+        if "codegen" in vars(self) or type(self).codegen is not LLVMTarget.codegen:
+            return super().codegen_later(lowered, symbol)
+        module = build_later([lowered], name=symbol, cpu=self.cpu)
+        return lambda: module()[symbol]
 
     def compile_host(self, funcs: Sequence, name: str):
         """PrimFuncs compiled for this target's CPU as one module (the registry's
