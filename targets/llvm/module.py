@@ -144,19 +144,30 @@ def host() -> _Machines:
     return machines(host_cpu())
 
 
-def _optimized_module(ir_text: str, machine: llvm.TargetMachine) -> llvm.ModuleRef:
-    module = llvm.parse_assembly(ir_text)
-    module.triple = machine.triple
-    module.data_layout = str(machine.target_data)
-    try:
-        module.verify()
-    except RuntimeError as error:
-        raise CompileError(f"generated LLVM IR does not verify: {error}") from None
+@functools.cache
+def _pipeline_tuning() -> llvm.PipelineTuningOptions:
+    """The pass pipeline's options (made once: every call into LLVM made on
+    :func:`build_later`'s thread waits for the interpreter on its way back)."""
     tuning = llvm.PipelineTuningOptions(speed_level=OPT_LEVEL)
     tuning.loop_vectorization = True
     tuning.slp_vectorization = True
     tuning.loop_unrolling = True
-    builder = llvm.create_pass_builder(machine, tuning)
+    return tuning
+
+
+@functools.cache
+def _triple_and_layout(machine: llvm.TargetMachine) -> tuple[str, str]:
+    return machine.triple, str(machine.target_data)
+
+
+def _optimized_module(ir_text: str, machine: llvm.TargetMachine) -> llvm.ModuleRef:
+    module = llvm.parse_assembly(ir_text)
+    module.triple, module.data_layout = _triple_and_layout(machine)
+    try:
+        module.verify()
+    except RuntimeError as error:
+        raise CompileError(f"generated LLVM IR does not verify: {error}") from None
+    builder = llvm.create_pass_builder(machine, _pipeline_tuning())
     builder.getModulePassManager().run(module, builder)
     return module
 
