@@ -63,7 +63,7 @@ from .tuning import ScheduleConfigs, function_configs, function_tuned, llvm_tuni
 
 #: Python's thread switch interval while a model's kernels compile (see
 #: :meth:`LLVMTarget.compile_all`)
-SWITCH_INTERVAL_S = 0.0005
+SWITCH_INTERVAL_S = 0.001
 
 
 def _transposed_constant(source: te.Tensor, slots: dict[int, int]
