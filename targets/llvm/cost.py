@@ -13,6 +13,12 @@ fastest agrees). A function whose warm-up call takes longer than
 :data:`LONG_CALL_SECONDS` is timed by :data:`LONG_SAMPLES` calls (compile time matters,
 and so long a call varies little).
 
+Asked by a placement, which first says the whole graph (:meth:`CpuCostModel.within`), a
+function is timed as its share of the kernels the whole graph fuses into
+(:class:`FusedContext`): the kernels the build compiles where the placement keeps the
+part on the CPU, and what they take there. Asked about a function alone, the function
+is fused and timed alone.
+
 Figures are kept on disk (:class:`heterocc.sdk.CostCache`) by the CPU description and
 the function's workload key, so a second compile of a model measures nothing.
 
@@ -27,6 +33,7 @@ faster even than that, the function is not measured for the placement.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,6 +118,97 @@ def cpu_program(target, function: Node):
     return executor.execute, graph
 
 
+def node_weight(node: Node) -> int:
+    """How much of a fused kernel's time :class:`FusedContext` gives ``node``: its
+    multiply-accumulates plus the elements it writes (one operation each: an epilogue's
+    element-wise steps cost about that; a convolution's products dominate its kernel)."""
+    return multiply_accumulates(node) + sum(v.type.size for v in node.outputs)
+
+
+def kernel_shares(kernels: Sequence[Node], parts: Mapping[object, frozenset[str]]
+                  ) -> dict[object, list[tuple[Node, float]]]:
+    """For each part (a set of node names), the fused ``kernels`` holding its nodes and
+    the fraction of each kernel's time that is the part's: its nodes' weight
+    (:func:`node_weight`) over that of the kernel's nodes in any part (a node the CPU's
+    passes added, such as a layout transform, goes with the parts beside it). The
+    fractions of one kernel sum to one."""
+    owner = {name: part for part, names in parts.items() for name in names}
+    found: dict[object, list[tuple[Node, float]]] = {part: [] for part in parts}
+    for kernel in kernels:
+        weights: dict[object, int] = {}
+        for node in kernel.body.nodes:
+            part = owner.get(node.name)
+            if part is not None:
+                weights[part] = weights.get(part, 0) + node_weight(node)
+        total = sum(weights.values())
+        for part, weight in weights.items():
+            found[part].append((kernel, weight / total if total else 1 / len(weights)))
+    return found
+
+
+@dataclass
+class FusedContext:
+    """The functions a placement asks about as parts of the whole graph they were
+    outlined from, fused the way the CPU's build fuses it: a function's time is the
+    share of each fused kernel that holds its nodes (by :func:`node_weight`), every
+    kernel compiled and timed once.
+
+    Why not each function fused alone: the build fuses across the candidates'
+    boundaries (a residual addition into the convolution before it), so kernels
+    compiled for a function alone are of other structures than the build's and are
+    compiled again, and time other work. Here, where the placement keeps a part on the
+    CPU, the build compiles kernels of the structures timed here, which the target
+    shares (:meth:`heterocc.sdk.te_target.TETarget.compiled`), and the time estimated is
+    the one those kernels take in the model."""
+
+    target: object
+    graph: Graph
+    #: the node names of each function, by id of its function node
+    parts: dict[int, frozenset[str]]
+    #: the function nodes (so that an id is not reused while the context is held)
+    functions: list[Node] = field(default_factory=list)
+    _fused: list[Node] | None = field(default=None, repr=False)
+    #: the fused kernels holding each part's nodes, with its share (:func:`kernel_shares`)
+    _shares: dict[int, list[tuple[Node, float]]] | None = field(default=None, repr=False)
+    #: (seconds, samples) of each fused kernel timed, by its function's name
+    _timed: dict[str, tuple[float, int]] = field(default_factory=dict, repr=False)
+
+    def knows(self, function: Node) -> bool:
+        """Whether ``function`` is one of the parts of this context."""
+        return id(function) in self.parts
+
+    def kernels(self) -> list[Node]:
+        """The whole graph's fused functions (the graph fused on first use)."""
+        if self._fused is None:
+            fuse_at = DEFAULT_PIPELINE.index("fuse_ops")
+            fused = PassManager([*target_graph_passes(self.target),
+                                 *DEFAULT_PIPELINE[fuse_at:]]).run(self.graph)
+            self._fused = [n for n in fused.nodes if n.body is not None]
+        return self._fused
+
+    def measure(self, function: Node) -> tuple[float, int]:
+        """``function``'s share of the time of the fused kernels holding its nodes, and
+        the fewest samples any of them was timed by."""
+        if self._shares is None:
+            self._shares = kernel_shares(self.kernels(), self.parts)
+        seconds, samples = 0.0, MAX_SAMPLES
+        for kernel, share in self._shares[id(function)]:
+            timed = self._timed.get(kernel.name)
+            if timed is None:
+                timed = self._timed[kernel.name] = self._time(kernel)
+            seconds += share * timed[0]
+            samples = min(samples, timed[1])
+        return seconds, samples
+
+    def _time(self, kernel: Node) -> tuple[float, int]:
+        before = set(self.target.fallbacks)
+        run = self.target.build(kernel)
+        for name in set(self.target.fallbacks) - before:  # the build decides its own
+            del self.target.fallbacks[name]
+        samples = time_call(run, random_arguments(kernel.inputs))
+        return fastest(samples), len(samples)
+
+
 def mac_element_type(function: Node) -> str | None:
     """The element type of the multiplied operands of ``function``'s first node with
     multiply-accumulates (``int8``, ``float32``, ...), or None when it has none."""
@@ -155,12 +253,14 @@ class CpuCostModel:
 
     target: object
     cache: CostCache = field(default_factory=CostCache)
+    #: the graph the functions estimated were outlined from (:meth:`within`)
+    context: FusedContext | None = None
 
     @property
     def key(self) -> str:
         """What the cached figures depend on besides the workload: the CPU description
         (as a target string) and the cost model's version."""
-        return f"llvm4/{self.target.tuning_key}"
+        return f"llvm5/{self.target.tuning_key}"
 
     def cached(self, function: Node) -> CostEstimate | None:
         """The function's time from the cache, without measuring (None if absent)."""
@@ -184,8 +284,20 @@ class CpuCostModel:
             self._raise_ceiling(element, macs / seconds)
         return CostEstimate(seconds, source="measured", detail={"samples": samples})
 
+    def within(self, graph: Graph, parts: dict[Node, list[Node]]) -> None:
+        """Estimate the functions of ``parts`` (function node -> the nodes of ``graph``
+        it holds) as parts of ``graph``, fused as the build fuses it
+        (:class:`FusedContext`), until the next call; other functions are timed alone."""
+        self.context = FusedContext(self.target, graph,
+                                    {id(f): frozenset(n.name for n in nodes)
+                                     for f, nodes in parts.items()}, list(parts))
+
     def measure(self, function: Node) -> tuple[float, int]:
-        """The fastest of the timed calls of ``function`` on the CPU, and their number."""
+        """The fastest of the timed calls of ``function`` on the CPU, and their number:
+        its share of the whole graph's kernels where :meth:`within` gave it, else the
+        function fused and timed alone."""
+        if self.context is not None and self.context.knows(function):
+            return self.context.measure(function)
         return self._time(function.body)
 
     def _time(self, body: Graph) -> tuple[float, int]:
