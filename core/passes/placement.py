@@ -20,9 +20,8 @@ CPU's compiles and times it), so only what a decision needs is estimated while
 compiling. Each target may answer a cheap ``lower_bound(function)`` hook (seconds and
 how it was bounded; the CPU from its multiply-accumulates, an accelerator from the
 transfers a call cannot avoid and the compute its shapes need). The device likelier
-to win is estimated first (the one with the lower bound, each bound scaled by how far
-above it that device's estimates have come so far in the graph; the CPU for a composite
-it cannot bound, without multiply-accumulates); when its figure beats the other's lower
+to win is estimated first (the one with the lower bound; the CPU for a composite it
+cannot bound, without multiply-accumulates); when its figure beats the other's lower
 bound, the other is not estimated: the decision is the one both figures would give.
 Nodes no pattern matched (on the CPU whatever the placement) are not measured at all.
 The figures skipped, which only the report's totals need, are estimated when the plan
@@ -31,7 +30,6 @@ is asked for them (:meth:`CostPlan.complete`).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -167,10 +165,9 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
     within = getattr(cpu, "estimate_within", None)
     if callable(within):  # the CPU times its part of the graph as its build fuses it
         within(graph, {functions[k]: nodes for k, nodes in enumerate(groups)})
-    ratios: dict[str, list[float]] = {}
     for k, (target, _, nodes) in enumerate(composites):
         unit = UnitCost(nodes, function=functions[k])
-        bound = _estimate(unit, target, fallback, targets, ratios)
+        bound = _estimate(unit, target, fallback, targets)
         _decide(unit, target, fallback, bound)
         if bound is not None:
             plan.pending.append((unit, bound[0]))
@@ -193,21 +190,11 @@ def _ask(target: object, hook: str, function: Node):
     return method(function) if callable(method) else None
 
 
-def _expected(bound: tuple[float, str], ratios: list[float]) -> float:
-    """A device's likely time from its lower ``bound``: the bound times the median ratio
-    of estimate to bound seen so far on that device (the bound itself before any)."""
-    return bound[0] * (statistics.median(ratios) if ratios else 1.0)
-
-
 def _estimate(unit: UnitCost, accelerator: str, fallback: str,
-              targets: Mapping[str, object],
-              ratios: dict[str, list[float]] | None = None) -> tuple[str, float, str] | None:
+              targets: Mapping[str, object]) -> tuple[str, float, str] | None:
     """Put in ``unit.candidates`` the estimates its decision needs (see the module): the
     likelier winner's first, then the other's unless the first beats the other's lower
-    bound. Returns that bound (the device left unestimated, seconds, how) or None.
-    ``ratios``: estimate over bound of each device's earlier units, kept up to date here
-    (how far above its bound a device tends to run, for the order)."""
-    ratios = {} if ratios is None else ratios
+    bound. Returns that bound (the device left unestimated, seconds, how) or None."""
     function = unit.function
     cached = _ask(targets.get(fallback), "cached", function)
     if cached is not None:
@@ -222,25 +209,14 @@ def _estimate(unit: UnitCost, accelerator: str, fallback: str,
     # at its best, so the other needs more than that. A composite the CPU cannot be
     # bounded on (no multiply-accumulates: element-wise work) is likelier the CPU's; one
     # the accelerator cannot, or a tie, the accelerator's, which the pattern chose
-    # (each bound scaled by how far above it the device's estimates have been so far in
-    # this graph: an accelerator's bound counts its copies and GEMM cycles only, and
-    # estimating the device that then loses costs a compile for nothing)
-    cpu_first = fallback not in bounds or (accelerator in bounds and (
-        _expected(bounds[fallback], ratios.get(fallback, []))
-        < _expected(bounds[accelerator], ratios.get(accelerator, []))))
+    cpu_first = fallback not in bounds or (accelerator in bounds and
+                                           bounds[fallback][0] < bounds[accelerator][0])
     order = (fallback, accelerator) if cpu_first else (accelerator, fallback)
     first, second = order
     if first not in unit.candidates:
         found = _ask(targets.get(first), "estimate", function)
         if found is not None:
             unit.candidates[first] = found
-
-    def note(name: str) -> None:  # how far above its bound the device's estimate is
-        if name in bounds and name in unit.candidates and bounds[name][0] > 0:
-            ratios.setdefault(name, []).append(unit.candidates[name].total_s
-                                               / bounds[name][0])
-
-    note(first)
     mine = unit.candidates.get(first)
     if mine is not None and second in bounds:
         seconds, how = bounds[second]
@@ -251,5 +227,4 @@ def _estimate(unit: UnitCost, accelerator: str, fallback: str,
         found = _ask(targets.get(second), "estimate", function)
         if found is not None:
             unit.candidates[second] = found
-    note(second)
     return None
