@@ -112,16 +112,27 @@ def time_call(call, args, min_samples: int = MIN_SAMPLES, min_seconds: float = M
     return samples
 
 
+def fused_for(target, graph: Graph) -> Graph:
+    """``graph`` as the CPU's build fuses it: the target's graph passes, then fusion."""
+    fuse_at = DEFAULT_PIPELINE.index("fuse_ops")
+    return PassManager([*target_graph_passes(target), *DEFAULT_PIPELINE[fuse_at:]]).run(graph)
+
+
+def build_scratch(target, functions: Sequence[Node]) -> dict[str, object]:
+    """The kernels of ``functions`` by name, built by ``target`` for timing: the
+    fallbacks they record are left out of the target's (the build records its own)."""
+    before = set(target.fallbacks)
+    kernels = {n.name: target.build(n) for n in functions}
+    for name in set(target.fallbacks) - before:
+        del target.fallbacks[name]
+    return kernels
+
+
 def cpu_program(target, function: Node):
     """``function``'s body as the CPU runs it: the target's graph passes and fusion
     applied, every fused function built by ``target``; a callable on the body's inputs."""
-    fuse_at = DEFAULT_PIPELINE.index("fuse_ops")
-    graph = PassManager([*target_graph_passes(target),
-                         *DEFAULT_PIPELINE[fuse_at:]]).run(function.body)
-    before = set(target.fallbacks)
-    kernels = {n.name: target.build(n) for n in graph.nodes if n.body is not None}
-    for name in set(target.fallbacks) - before:  # names of this scratch graph only
-        del target.fallbacks[name]
+    graph = fused_for(target, function.body)
+    kernels = build_scratch(target, [n for n in graph.nodes if n.body is not None])
     executor = GraphExecutor(graph, kernels, {name: target.name for name in kernels})
     return executor.execute, graph
 
@@ -188,9 +199,7 @@ class FusedContext:
     def kernels(self) -> list[Node]:
         """The whole graph's fused functions (the graph fused on first use)."""
         if self._fused is None:
-            fuse_at = DEFAULT_PIPELINE.index("fuse_ops")
-            fused = PassManager([*target_graph_passes(self.target),
-                                 *DEFAULT_PIPELINE[fuse_at:]]).run(self.graph)
+            fused = fused_for(self.target, self.graph)
             self._fused = [n for n in fused.nodes if n.body is not None]
         return self._fused
 
@@ -209,10 +218,7 @@ class FusedContext:
         return seconds, samples
 
     def _time(self, kernel: Node) -> tuple[float, int]:
-        before = set(self.target.fallbacks)
-        run = self.target.build(kernel)
-        for name in set(self.target.fallbacks) - before:  # the build decides its own
-            del self.target.fallbacks[name]
+        run = build_scratch(self.target, [kernel])[kernel.name]
         samples = time_call(run, random_arguments(kernel.inputs))
         return fastest(samples), len(samples)
 
