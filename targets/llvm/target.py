@@ -479,6 +479,12 @@ class LLVMTarget(TETarget):
         nothing)."""
         return self.cost_model.cached(function)
 
+    def estimate_within(self, graph, parts: dict) -> None:
+        """The functions of ``parts`` (function node -> the nodes of ``graph`` it holds)
+        are to be estimated as the build will run them: in ``graph`` fused whole, their
+        kernels shared with the build (:meth:`.cost.CpuCostModel.within`)."""
+        self.cost_model.within(graph, parts)
+
     def lower_bound(self, function: Node):
         """The least time ``function`` could take on this CPU and how it was bounded, or
         None (:meth:`.cost.CpuCostModel.lower_bound`)."""
