@@ -4,7 +4,8 @@ onnxruntime's quantize_static (QDQ, int8 activations, per-channel weights) for
 
     python benchmarks/placement.py [--models resnet18,mobilenet_v2] [--size 224]
         [--configs 1x16x16@100,1x32x32@300] [--link-gbps 1] [--onnx-helper]
-        [--stream mobilenet_v2:1x16x16@20] [--stream-inputs 16] [--svg-dir DIR]
+        [--stream mobilenet_v2:1x16x16@100] [--stream-inputs 16]
+        [--stream-placement throughput|cost|greedy] [--svg-dir DIR]
 
 Prints the machine, the accelerator configs with their clock and the host link; then
 per model and config:
@@ -20,8 +21,9 @@ per model and config:
   runs faster than that bound;
 - bit-exactness: the cost placement's output against the greedy placement's and the
   reference integer semantics of the partitioned graph (NumPy);
-- a stream of inputs through the pipelined runtime for one model and config where both
-  devices carry work: the modelled sequential and pipelined times (CPU spans measured,
+- a stream of inputs through the pipelined runtime for one model and config, placed for
+  throughput (``--stream-placement``: the devices' time per input balanced, so both
+  carry work): the modelled sequential and pipelined times (CPU spans measured,
   accelerator spans from its cycle counts at the clock) and the throughput ratio;
 - compile time, each compile in a fresh interpreter: greedy, cost with an empty estimate
   cache, cost again (cache warm): what placement adds over the greedy compile, and the
@@ -149,9 +151,14 @@ def _print_cpu_accuracy(pairs: list[tuple[float, float]]) -> None:
               f"({100 * abs(estimated - measured) / measured:.1f}%)")
 
 
-def _stream(model, vta: VtaTarget, size: int, count: int) -> None:
-    """``count`` inputs through the pipelined runtime, cost placement."""
-    compiled = heterocc.compile(model, target=[vta, "llvm"], placement="cost")
+def _stream(model, vta: VtaTarget, size: int, count: int, placement: str) -> None:
+    """``count`` inputs through the pipelined runtime, placed by ``placement``."""
+    compiled = heterocc.compile(model, target=[vta, "llvm"], placement=placement)
+    plan = compiled.placement_report.plan
+    if plan is not None:
+        on = compiled.placement_report.by_target()
+        print(f"  placement {placement}: nodes per device {on}; estimated busy per input: "
+              + ", ".join(f"{d} {s * 1e3:.2f} ms" for d, s in sorted(plan.busy().items())))
     rng = np.random.default_rng(1)
     xs = [rng.standard_normal((1, 3, size, size)).astype(np.float32) for _ in range(count)]
     result = compiled.run_stream([[x] for x in xs])
@@ -180,10 +187,14 @@ def main() -> int:
     ap.add_argument("--configs", default="1x16x16@100,1x32x32@300",
                     help="accelerator shapes and clocks (MHz), comma-separated")
     ap.add_argument("--link-gbps", type=float, default=1.0)
-    ap.add_argument("--stream", default="mobilenet_v2:1x16x16@20",
+    ap.add_argument("--stream", default="mobilenet_v2:1x16x16@100",
                     help="MODEL:CONFIG run as a stream of --stream-inputs inputs (a split "
                          "where both devices carry work); empty: none")
     ap.add_argument("--stream-inputs", type=int, default=16)
+    ap.add_argument("--stream-placement", default="throughput",
+                    choices=["throughput", "cost", "greedy"],
+                    help="placement of the stream's model (default throughput: the devices' "
+                         "time per input balanced, since they overlap across inputs)")
     ap.add_argument("--svg-dir", help="write each placement's picture here "
                                       "(MODEL-SHAPE@CLOCK.svg)")
     ap.add_argument("--onnx-helper", action="store_true",
@@ -199,7 +210,7 @@ def main() -> int:
               f"{c.link_latency_ns / 1000:g} us per transfer")
     failures = []
     strictly_better = False
-    for name in args.models.split(","):
+    for name in [m for m in args.models.split(",") if m]:
         model = quantized(name, not args.onnx_helper, args.size, "qdq", "int8", False)
         x = np.random.default_rng(0).standard_normal((1, 3, args.size, args.size)).astype(
             np.float32)
@@ -254,8 +265,10 @@ def main() -> int:
     if args.stream:
         name, _, text = args.stream.partition(":")
         model = quantized(name, not args.onnx_helper, args.size, "qdq", "int8", False)
-        print(f"\n{name} on vta {text} MHz + llvm, cost placement, pipelined:")
-        _stream(model, _config(text, args.link_gbps), args.size, args.stream_inputs)
+        print(f"\n{name} on vta {text} MHz + llvm, {args.stream_placement} placement, "
+              "pipelined:")
+        _stream(model, _config(text, args.link_gbps), args.size, args.stream_inputs,
+                args.stream_placement)
     print(f"\ncost strictly better than both on at least one: {strictly_better}")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     if failures:

@@ -440,10 +440,12 @@ def setup_logging(level: int) -> None:
     logger.handlers[:] = [h for h in logger.handlers if not isinstance(h, _StderrHandler)]
     logger.addHandler(handler)
     logger.setLevel(level)
+PLACEMENTS = ["auto", "cost", "greedy", "throughput"]
 PLACEMENT_HELP = ("with several targets, cost: offload a match only where the targets' time "
                   "estimates say it is faster (transfers included); greedy: every match; "
-                  "auto (default): cost when every target can estimate (see heterocc "
-                  "partition)")
+                  "throughput: for a stream of inputs, balance the devices' time per input "
+                  "(they overlap across inputs); auto (default): cost when every target can "
+                  "estimate (see heterocc partition)")
 
 
 def _add_schedule_rules(p) -> None:
@@ -467,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
     p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
     p.add_argument("--strict", action="store_true", help=STRICT_HELP)
-    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="auto",
+    p.add_argument("--placement", choices=PLACEMENTS, default="auto",
                    help=PLACEMENT_HELP)
     p.add_argument("--sign", metavar="PRIVATE_KEY",
                    help="sign the artifact's manifest with this Ed25519 key (heterocc keygen)")
@@ -505,7 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "timeline")
     p.add_argument("--tuning-log", help="apply the best configs of this tuning log")
     p.add_argument("--calibrate", metavar="DIR_OR_NPZ", help=CALIBRATE_HELP)
-    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="auto",
+    p.add_argument("--placement", choices=PLACEMENTS, default="auto",
                    help=PLACEMENT_HELP)
     p.add_argument("--stream", type=int, default=0, metavar="N",
                    help="run the input N times as a stream, the devices overlapping (CPU on "
@@ -523,7 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dot", help="write the fused graph as Graphviz to this file")
     p.add_argument("--dump-ir", help="directory receiving the IR after every pass")
     p.add_argument("--json", action="store_true", help="counts only, as JSON")
-    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="auto",
+    p.add_argument("--placement", choices=PLACEMENTS, default="auto",
                    help=PLACEMENT_HELP)
     p.set_defaults(func=cmd_inspect)
 
@@ -538,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "by cost the estimates per candidate target), regions, "
                         "macs_by_target, nodes_by_target, total_macs, and by cost the "
                         "estimated totals of the chosen, all-CPU and greedy placements")
-    p.add_argument("--placement", choices=["auto", "cost", "greedy"], default="auto",
+    p.add_argument("--placement", choices=PLACEMENTS, default="auto",
                    help="cost: offload a match only where the targets' time estimates say "
                         "it is faster (transfers included); greedy: every match; auto "
                         "(default): cost when every target can estimate")

@@ -336,7 +336,7 @@ def _is_float_model(model: onnx.ModelProto) -> bool:
 def _layers_kept_by_cost(report: PartitionReport, accelerator: str) -> int:
     """How many candidate layers ``accelerator`` matched that placement by cost left on
     another device because its estimate there was lower (0 under greedy placement)."""
-    if report.placement != "cost" or report.plan is None:
+    if report.placement not in ("cost", "throughput") or report.plan is None:
         return 0
     # from the plan: a layer decided on a lower bound has no estimate on the device it
     # left until the report's totals ask for one
@@ -487,14 +487,16 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     ``"cost"`` only those the targets' time estimates say are faster offloaded
     (transfers included; see ``docs/partitioning.md``), ``"auto"`` (the default) is
     ``"cost"`` when every target can estimate and ``"greedy"`` otherwise; the
-    placement report says which ran and why.
+    placement report says which ran and why. ``"throughput"`` places for a stream of
+    inputs (:meth:`CompiledModel.run_stream`): by the same estimates, it balances the
+    devices' busy time per input, since the pipelined runtime overlaps them.
     ``schedule_rules="none"`` turns the CPU's hand schedule rules off (the last target
     named: its option ``-schedule-rules=none``): every function gets the generic
     schedule of its compute's kind, or a tuning log's auto record of it (the starting
     point of the search from scratch, ``heterocc tune --schedule-rules none``).
     """
-    if placement not in ("greedy", "cost", "auto"):
-        raise InputError(f"placement {placement!r}: choose greedy, cost or auto")
+    if placement not in ("greedy", "cost", "throughput", "auto"):
+        raise InputError(f"placement {placement!r}: choose greedy, cost, throughput or auto")
     names = parse_targets(with_schedule_rules(target, schedule_rules))
     known = available_targets()
     unknown = [n for n in names if isinstance(n, str) and n not in known]

@@ -30,11 +30,11 @@ from ..errors import PartitionError
 from ..ir.graph import Graph, NameScope, Node
 from ..ops.macs import multiply_accumulates
 from ..patterns import CompositePattern, match
-from .placement import CostPlan, plan_by_cost
+from .placement import CostPlan, balance_for_throughput, plan_by_cost
 from .rewrite import outline
 
 #: the placements ``partition`` knows
-PLACEMENTS = ("greedy", "cost")
+PLACEMENTS = ("greedy", "cost", "throughput")
 
 
 @dataclass
@@ -336,7 +336,8 @@ def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
     stays for ``fallback``. Returns the partitioned graph and the report.
     ``placement="cost"`` keeps a match on its target only where the target's estimate
     beats the fallback's (``targets``: the target instances by name, whose
-    ``estimate`` hooks answer)."""
+    ``estimate`` hooks answer); ``"throughput"`` balances the devices' time per input
+    for a pipelined stream instead (``placement.balance_for_throughput``)."""
     if placement not in PLACEMENTS:
         raise PartitionError(f"unknown placement {placement!r}; choose one of "
                              f"{', '.join(PLACEMENTS)}")
@@ -345,8 +346,10 @@ def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
     candidate = {n: name for _, name, nodes in composites for n in nodes}
     plan = None
     unit_of: dict[Node, object] = {}
-    if placement == "cost" and (composites or tables):
+    if placement in ("cost", "throughput") and (composites or tables):
         plan = plan_by_cost(graph, composites, claimed, targets or {}, fallback)
+        if placement == "throughput":
+            balance_for_throughput(plan)
         kept = []
         for (target, name, nodes), unit in zip(composites, plan.composites):
             if unit.chosen == target:

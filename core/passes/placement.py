@@ -26,10 +26,18 @@ bound, the other is not estimated: the decision is the one both figures would gi
 Nodes no pattern matched (on the CPU whatever the placement) are not measured at all.
 The figures skipped, which only the report's totals need, are estimated when the plan
 is asked for them (:meth:`CostPlan.complete`).
+
+For a stream of inputs (``placement="throughput"``) the objective is another one: the
+pipelined runtime overlaps the devices across inputs, so the time per input in steady
+state is the busiest device's time per input, not the sum. :func:`balance_for_throughput`
+starts from the latency plan and moves composites off the busiest device while that
+lowers the busiest device's time: a split where both devices carry work, which a
+latency plan rarely gives when one device is faster at nearly everything.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -67,6 +75,8 @@ class CostPlan:
     pending: list[tuple[UnitCost, str]] = field(default_factory=list)
     #: the target instances by name, whose ``estimate`` hooks make them
     targets: Mapping[str, object] = field(default_factory=dict)
+    #: "latency" (one input end to end) or "throughput" (a stream: the busiest device)
+    objective: str = "latency"
 
     def complete(self) -> None:
         """Estimate the figures the placement decided without (the totals and the
@@ -90,14 +100,32 @@ class CostPlan:
             total += unit.seconds(target)
         return total
 
+    def busy(self, which: str = "chosen") -> dict[str, float]:
+        """Seconds per input each device is busy under the ``"chosen"`` or ``"greedy"``
+        placement (units without an estimate on their device are not counted)."""
+        self.complete()
+        busy: dict[str, float] = defaultdict(float)
+        for unit in [*self.composites, *self.others]:
+            target = getattr(unit, which)
+            if target in unit.candidates:
+                busy[target] += unit.seconds(target)
+        return dict(busy)
+
     def totals(self) -> dict:
-        """The three totals in milliseconds (absent where not estimated)."""
+        """The three totals in milliseconds (absent where not estimated); for the
+        throughput objective also the busiest device's time per input, chosen and
+        greedy (the pipelined stream's period)."""
         out = {}
         for which, key in (("chosen", "chosen_ms"), ("cpu", "all_cpu_ms"),
                            ("greedy", "greedy_ms")):
             value = self.total(which)
             if value is not None:
                 out[key] = round(value * 1e3, 4)
+        if self.objective == "throughput":
+            for which in ("chosen", "greedy"):
+                busy = self.busy(which)
+                if busy:
+                    out[f"{which}_busiest_ms"] = round(max(busy.values()) * 1e3, 4)
         return out
 
 
@@ -182,6 +210,42 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
             plan.pending.append((unit, fallback))
         plan.others.append(unit)
     return plan
+
+
+def balance_for_throughput(plan: CostPlan) -> None:
+    """Re-decide ``plan``'s composites for a stream of inputs (see the module): every
+    figure is estimated, then, starting from the latency decisions, the composite whose
+    move off the busiest device lowers the busiest device's time the most is moved,
+    until no move lowers it. Each move strictly lowers that maximum, so the search
+    ends; it is deterministic (ties go to the earlier composite)."""
+    plan.objective = "throughput"
+    busy = defaultdict(float, plan.busy("chosen"))
+    movable = [u for u in plan.composites if len(u.candidates) == 2]
+    while busy:
+        peak = max(busy.values())
+        best = None
+        for unit in movable:
+            here = unit.chosen
+            if busy[here] < peak:
+                continue
+            there = unit.greedy if here == plan.fallback else plan.fallback
+            if there not in unit.candidates:
+                continue
+            after = dict(busy)
+            after[here] -= unit.seconds(here)
+            after[there] = after.get(there, 0.0) + unit.seconds(there)
+            new_peak = max(after.values())
+            if new_peak < peak * (1 - 1e-9) and (best is None or new_peak < best[0]):
+                best = (new_peak, unit, here, there)
+        if best is None:
+            return
+        new_peak, unit, here, there = best
+        busy[here] -= unit.seconds(here)
+        busy[there] += unit.seconds(there)
+        unit.chosen = there
+        unit.reason = (f"on {there} for throughput: {_ms(unit.seconds(there))} there vs "
+                       f"{_ms(unit.seconds(here))} on {here}, which was the busiest device "
+                       f"({_ms(peak)} per input, {_ms(new_peak)} after the move)")
 
 
 def _ask(target: object, hook: str, function: Node):

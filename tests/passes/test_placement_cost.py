@@ -515,3 +515,65 @@ def test_kernel_shares_split_a_kernel_by_the_weight_of_each_part():
     assert [k.name for k, _ in shares["rest"]] == ["a", "b"]
     assert shares["rest"][0][1] == pytest.approx(1 - conv_share)
     assert shares["rest"][1][1] == 1.0
+
+
+def test_throughput_placement_balances_the_devices_for_a_stream(model):
+    """An accelerator slower than the CPU on every layer gets none of them by latency;
+    for a stream, where the devices overlap across inputs, the throughput placement
+    moves layers to it while that lowers the busiest device's time per input, and no
+    single move left would lower it further."""
+    from heterocc.frontend.onnx import from_onnx
+    from heterocc.passes.pipeline import run_pipeline
+
+    accelerator = _Fixed({"conv2d_bias_requantize": 1.5e-3, "quantized_add": 5e-3,
+                          "dense_bias_requantize": 3e-3, "flatten": 2e-4})
+    cpu = _Fixed({"conv2d_bias_requantize": 1e-3, "quantized_add": 1e-3,
+                  "dense_bias_requantize": 2e-3, "*": 1e-4})
+    targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
+    targets["vta"].estimate = accelerator.estimate
+    targets["llvm"].estimate = cpu.estimate
+    graph = from_onnx(model)
+    latency = run_pipeline(graph, targets, "llvm", placement="cost").report.plan
+    assert all(u.chosen == "llvm" for u in latency.composites)
+    reports = [run_pipeline(graph, targets, "llvm", placement="throughput").report
+               for _ in range(2)]
+    assert [p.target for p in reports[0].placements] == [p.target for p in reports[1].placements]
+    report = reports[0]
+    plan = report.plan
+    moved = [u for u in plan.composites if u.chosen == "vta"]
+    assert moved and all("for throughput" in u.reason for u in moved)
+    assert report.by_target().get("vta")
+    busy = plan.busy()
+    assert set(busy) == {"vta", "llvm"}
+    assert max(busy.values()) < max(latency.busy().values())
+    peak = max(busy.values())
+    for unit in plan.composites:  # a local optimum: no single move lowers the peak
+        here = unit.chosen
+        there = "vta" if here == "llvm" else "llvm"
+        after = dict(busy)
+        after[here] -= unit.seconds(here)
+        after[there] += unit.seconds(there)
+        assert max(after.values()) >= peak * (1 - 1e-9)
+    totals = plan.totals()
+    assert totals["chosen_busiest_ms"] == pytest.approx(peak * 1e3)
+    assert totals["chosen_busiest_ms"] < totals["chosen_ms"]  # both devices carry work
+    assert totals["chosen_ms"] >= totals["all_cpu_ms"]  # latency was not the objective
+
+
+def test_a_stream_placed_for_throughput_overlaps_and_stays_bit_exact(model):
+    vta = VtaTarget()
+    cpu = get_target("llvm")
+    vta.estimate = _Fixed({"conv2d_bias_requantize": 1.5e-3, "quantized_add": 5e-3,
+                           "dense_bias_requantize": 3e-3, "flatten": 2e-4}).estimate
+    cpu.estimate = _Fixed({"conv2d_bias_requantize": 1e-3, "quantized_add": 1e-3,
+                           "dense_bias_requantize": 2e-3, "*": 1e-4}).estimate
+    compiled = heterocc.compile(model, target=[vta, cpu], placement="throughput")
+    assert compiled.placement_report.placement == "throughput"
+    assert set(compiled.placement_report.by_target()) == {"vta", "llvm"}
+    xs = inputs(3)
+    result = compiled.run_stream([[x] for x in xs])
+    greedy = _compile(model, VtaTarget(), "greedy")
+    for x, out in zip(xs, result.outputs):
+        np.testing.assert_array_equal(out[0], greedy.run([x])[0])
+    lanes = {span.lane for span in result.pipelined}
+    assert {"vta", "llvm"} <= lanes
