@@ -9,6 +9,7 @@ from functools import partial
 import numpy as np
 
 from ..ir.graph import Graph, NameScope, Node, Value, constant
+from ..ir.types import TensorType
 from .manager import register_pass
 from .rewrite import substitute
 
@@ -93,6 +94,33 @@ def _pow_by_products(node: Node, _producers, scope: NameScope | None = None
             Node("Mul", last, [out], {}, node.name)]
 
 
+def _batched_rows_as_matrix(node: Node, _producers, scope: NameScope | None = None
+                            ) -> list[Node] | None:
+    """``MatMul(A[b..., 1, K], B[K, N])``, a batch of one-row products of one matrix
+    (ViT's QKV projection of ``[tokens, 1, dim]``), as one product of the rows
+    ``A[(b...), K] x B`` reshaped back: each batch would otherwise stream all of B
+    for a single row."""
+    a, b = node.inputs
+    if (len(node.outputs) != 1 or b.type.ndim != 2 or a.type.ndim < 3
+            or a.type.shape[-2] != 1 or not a.type.dtype.startswith("float")):
+        return None
+    rows = int(np.prod(a.type.shape[:-2]))
+    if rows <= 1:
+        return None
+    fresh = scope.fresh if scope is not None else str
+    out = node.outputs[0]
+    matrix = Value(fresh(f"{a.name}_rows"), TensorType((rows, a.type.shape[-1]), a.type.dtype))
+    product = Value(fresh(f"{out.name}_rows"), TensorType((rows, b.type.shape[1]),
+                                                          out.type.dtype))
+    return [Node("Reshape", [a, constant(np.asarray(matrix.type.shape, np.int64),
+                                         fresh(f"{matrix.name}_shape"))],
+                 [matrix], {"allowzero": 0}, fresh(f"{node.name}_rows")),
+            Node("MatMul", [matrix, b], [product], {}, fresh(f"{node.name}_matrix")),
+            Node("Reshape", [product, constant(np.asarray(out.type.shape, np.int64),
+                                               fresh(f"{out.name}_shape"))],
+                 [out], {"allowzero": 0}, node.name)]
+
+
 def _single_concat(node: Node, _producers) -> Value | None:
     given = [v for v in node.inputs if v is not None]
     return given[0] if len(given) == 1 else None
@@ -118,10 +146,13 @@ RULES: dict[str, Rule] = {
 def simplify(graph: Graph) -> Graph:
     """Remove Identity, inference-mode Dropout, no-op Cast/Reshape/Expand/Transpose,
     single-input Concat; collapse chains of reshapes and of transposes; compute a
-    float Pow by a small constant integer as products."""
+    float Pow by a small constant integer as products; a batch of one-row products
+    of one matrix as one product."""
     mapping: dict[Value, Value] = {}
     producers: dict[Value, Node] = {}
-    rules = {**RULES, "Pow": partial(_pow_by_products, scope=NameScope.of(graph))}
+    scope = NameScope.of(graph)
+    rules = {**RULES, "Pow": partial(_pow_by_products, scope=scope),
+             "MatMul": partial(_batched_rows_as_matrix, scope=scope)}
     kept = []
     for node in graph.nodes:
         inputs = [mapping.get(v, v) if v is not None else None for v in node.inputs]
