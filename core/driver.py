@@ -208,6 +208,12 @@ class CompiledModel:
                      for n in graph.nodes if n.body is not None}
         functions = [n for n in graph.nodes if n.body is not None]
         with _tuning_context(self.tuning_log):
+            for name, target in targets.items():
+                # a target that can compiles its functions together first (its code
+                # generated while it lowers the next ones); build then takes that code
+                compile_all = getattr(target, "compile_all", None)
+                if compile_all is not None:
+                    compile_all([n for n in functions if placement[n.name] == name])
             kernels = {n.name: targets[placement[n.name]].build(n)
                        for n in progress(functions, "compiling functions", len(functions),
                                        every=PROGRESS_AFTER_S)}

@@ -44,7 +44,7 @@ from heterocc.te.schedule_reads import reads_of
 from .cost import CpuCostModel
 from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
 from .module import build as build_module
-from .module import load_library
+from .module import build_later, load_library
 from .rules import cpu_rules, generic_rules
 from .schedules import (
     PanelChoice,
@@ -60,6 +60,10 @@ from .schedules import (
     use_prepacked,
 )
 from .tuning import ScheduleConfigs, function_configs, function_tuned, llvm_tuning
+
+#: Python's thread switch interval while a model's kernels compile (see
+#: :meth:`LLVMTarget.compile_all`)
+SWITCH_INTERVAL_S = 0.001
 
 
 def _transposed_constant(source: te.Tensor, slots: dict[int, int]
@@ -379,13 +383,13 @@ class LLVMTarget(TETarget):
         return tuned if tuned is not None else _schedule(expressed, self.cpu, configs,
                                                          self.rules)
 
-    def _compile_structure(self, function: Node) -> CompiledFunction:
+    def _start_structure(self, function: Node):
         # the applied tuning log read once for this function: its choice as a whole
         # (auto record or hand schedule) and its workloads' configs, passed down to the
         # schedules
         self._compiling.configs = function_configs(function.body, current(), self.rules)
         try:
-            return super()._compile_structure(function)
+            return super()._start_structure(function)
         finally:
             del self._compiling.configs
 
@@ -403,6 +407,27 @@ class LLVMTarget(TETarget):
     def codegen(self, lowered, symbol: str):
         """The machine-code entry of ``lowered`` (a PrimFunc), compiled by LLVM."""
         return build_module([lowered], name=symbol, cpu=self.cpu)[symbol]
+
+    def compile_all(self, functions: Sequence[Node]) -> None:
+        """:meth:`TETarget.compile_all` with Python's thread switch interval shortened
+        meanwhile (:data:`SWITCH_INTERVAL_S`): LLVM's thread comes back from LLVM some
+        15 times per kernel (ResNet-18: 278 calls for 19 kernels) and each time waits
+        until the lowering thread lets go of the interpreter, by default after 5 ms."""
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(interval, SWITCH_INTERVAL_S))
+        try:
+            super().compile_all(functions)
+        finally:
+            sys.setswitchinterval(interval)
+
+    def codegen_later(self, lowered, symbol: str):
+        """:meth:`codegen` with LLVM's optimization and machine code generation in the
+        background (:func:`.module.build_later`); the LLVM IR is made now. Where
+        :meth:`codegen` itself was replaced (a subclass, an instance), that runs now."""
+        if "codegen" in vars(self) or type(self).codegen is not LLVMTarget.codegen:
+            return super().codegen_later(lowered, symbol)
+        module = build_later([lowered], name=symbol, cpu=self.cpu)
+        return lambda: module()[symbol]
 
     def compile_host(self, funcs: Sequence, name: str):
         """PrimFuncs compiled for this target's CPU as one module (the registry's
@@ -453,6 +478,12 @@ class LLVMTarget(TETarget):
         """``estimate`` where the on-disk cache has the figure, else None (measures
         nothing)."""
         return self.cost_model.cached(function)
+
+    def estimate_within(self, graph, parts: dict) -> None:
+        """The functions of ``parts`` (function node -> the nodes of ``graph`` it holds)
+        are to be estimated as the build will run them: in ``graph`` fused whole, their
+        kernels shared with the build (:meth:`.cost.CpuCostModel.within`)."""
+        self.cost_model.within(graph, parts)
 
     def lower_bound(self, function: Node):
         """The least time ``function`` could take on this CPU and how it was bounded, or
