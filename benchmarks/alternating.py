@@ -12,19 +12,22 @@ SWITCH_PAUSE_S = 0.5
 
 
 def alternating_samples(runs, repeat: int, block: int = 5,
-                        pause_s: float = SWITCH_PAUSE_S) -> list[list[float]]:
+                        pause_s: float = SWITCH_PAUSE_S,
+                        clock=time.perf_counter) -> list[list[float]]:
     """Seconds of every timed run of each callable, measured in alternating blocks of
     ``block`` runs (so a change in machine load affects all alike), pausing ``pause_s``
-    at every switch; each block starts with an untimed run."""
+    at every switch; each block starts with an untimed run. ``clock``: wall time by
+    default; ``time.process_time`` counts the CPU seconds of this process (every
+    thread's), which do not grow while other processes hold the cores."""
     times: list[list[float]] = [[] for _ in runs]
     while len(times[0]) < repeat:
         for run, samples in zip(runs, times):
             time.sleep(pause_s)
             run()
             for _ in range(block):
-                start = time.perf_counter()
+                start = clock()
                 run()
-                samples.append(time.perf_counter() - start)
+                samples.append(clock() - start)
     return times
 
 

@@ -3,7 +3,8 @@
 Float32 2-D convolutions whose channel counts allow it become ``ConvNCHWc`` over
 ``NCHW{b}c`` data, with their weights packed at compile time. The blocked layout is
 carried through layout-agnostic ops (elementwise activations, binary arithmetic of two
-blocked tensors or of a blocked tensor and a per-channel or scalar constant, 2-D max and
+blocked tensors (one of them possibly one value per channel, broadcast over the pixels)
+or of a blocked tensor and a per-channel or scalar constant, 2-D max and
 average pooling, a channel concatenation of tensors whose channels fill whole blocks), so
 that a chain of convolutions reads and writes blocked tensors
 throughout. A value is moved to another layout only where a reader needs it there, once
@@ -266,11 +267,15 @@ class _LayoutRewriter:
         return True
 
     def binary(self, node: Node) -> bool:
+        """Binary arithmetic of blocked tensors of the output's shape, or of one and a
+        tensor of one value per channel (``(N, C, 1, 1)``: a squeeze-excite's scale),
+        broadcast over the pixels in the blocked layout as it is in NCHW."""
         shape = node.outputs[0].type.shape
         tensors = [v for v in node.inputs if not v.is_const]
-        block = next((b for b in map(self.block_of, tensors) if b), 0)
+        full = [v for v in tensors if v.type.shape == shape]
+        block = next((b for b in map(self.block_of, full) if b), 0)
         if (not block or len(shape) != 4 or node.outputs[0].type.dtype != "float32"
-                or any(v.type.shape != shape for v in tensors)):
+                or any(v.type.shape not in (shape, (*shape[:2], 1, 1)) for v in tensors)):
             return False
         held = {self.held_of(v) for v in tensors}
         if len(held) > 1 or (held != {0} and {self.block_of(v) for v in tensors} != {block}):

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
-from ..ir.graph import Graph, Node, Value, constant
+from ..ir.graph import Graph, NameScope, Node, Value, constant
+from ..ir.types import TensorType
 from .manager import register_pass
 from .rewrite import substitute
 
 #: ops that only change the shape of a contiguous tensor
 _RESHAPE_LIKE = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
-Rule = Callable[[Node, dict[Value, Node]], "Value | Node | None"]
+Rule = Callable[[Node, dict[Value, Node]], "Value | Node | list[Node] | None"]
 
 
 def _forward_if_same_type(node: Node, _producers) -> Value | None:
@@ -62,6 +64,63 @@ def _transpose(node: Node, producers) -> Node | Value | None:
     return replace(node, inputs=[inner.inputs[0]], attrs={**node.attrs, "perm": composed})
 
 
+#: integer exponents a float Pow of a constant exponent computes by multiplications
+#: (ONNX Runtime does for 2 and 3): a vector ``pow`` call costs tens of times more
+POW_BY_PRODUCTS = (1, 2, 3, 4)
+
+
+def _pow_by_products(node: Node, _producers, scope: NameScope | None = None
+                     ) -> Value | Node | list[Node] | None:
+    """``Pow(x, n)`` of a float ``x`` and a constant one-element exponent ``n`` in
+    :data:`POW_BY_PRODUCTS` as products of ``x`` (GPT-2's tanh GELU cubes its input):
+    ``x``, ``x * x``, ``(x * x) * x``, ``(x * x) * (x * x)``."""
+    x, exponent = node.inputs
+    if (not exponent.is_const or exponent.data.size != 1 or len(node.outputs) != 1
+            or not x.type.dtype.startswith("float")
+            or node.outputs[0].type != x.type):
+        return None
+    value = float(exponent.data.reshape(()))
+    if value not in POW_BY_PRODUCTS:
+        return None
+    if value == 1:
+        return x
+    out = node.outputs[0]
+    if value == 2:
+        return Node("Mul", [x, x], [out], {}, node.name)
+    fresh = scope.fresh if scope is not None else str
+    square = Value(fresh(f"{out.name}_square"), x.type)
+    last = [x, square] if value == 3 else [square, square]
+    return [Node("Mul", [x, x], [square], {}, fresh(f"{node.name}_square")),
+            Node("Mul", last, [out], {}, node.name)]
+
+
+def _batched_rows_as_matrix(node: Node, _producers, scope: NameScope | None = None
+                            ) -> list[Node] | None:
+    """``MatMul(A[b..., 1, K], B[K, N])``, a batch of one-row products of one matrix
+    (ViT's QKV projection of ``[tokens, 1, dim]``), as one product of the rows
+    ``A[(b...), K] x B`` reshaped back: each batch would otherwise stream all of B
+    for a single row."""
+    a, b = node.inputs
+    if (len(node.outputs) != 1 or b.type.ndim != 2 or a.type.ndim < 3
+            or a.type.shape[-2] != 1 or not a.type.dtype.startswith("float")):
+        return None
+    rows = int(np.prod(a.type.shape[:-2]))
+    if rows <= 1:
+        return None
+    fresh = scope.fresh if scope is not None else str
+    out = node.outputs[0]
+    matrix = Value(fresh(f"{a.name}_rows"), TensorType((rows, a.type.shape[-1]), a.type.dtype))
+    product = Value(fresh(f"{out.name}_rows"), TensorType((rows, b.type.shape[1]),
+                                                          out.type.dtype))
+    return [Node("Reshape", [a, constant(np.asarray(matrix.type.shape, np.int64),
+                                         fresh(f"{matrix.name}_shape"))],
+                 [matrix], {"allowzero": 0}, fresh(f"{node.name}_rows")),
+            Node("MatMul", [matrix, b], [product], {}, fresh(f"{node.name}_matrix")),
+            Node("Reshape", [product, constant(np.asarray(out.type.shape, np.int64),
+                                               fresh(f"{out.name}_shape"))],
+                 [out], {"allowzero": 0}, node.name)]
+
+
 def _single_concat(node: Node, _producers) -> Value | None:
     given = [v for v in node.inputs if v is not None]
     return given[0] if len(given) == 1 else None
@@ -79,25 +138,35 @@ RULES: dict[str, Rule] = {
     "Reshape": _reshape_chain,
     "Transpose": _transpose,
     "Concat": _single_concat,
+    "Pow": _pow_by_products,
 }
 
 
 @register_pass("simplify")
 def simplify(graph: Graph) -> Graph:
     """Remove Identity, inference-mode Dropout, no-op Cast/Reshape/Expand/Transpose,
-    single-input Concat; collapse chains of reshapes and of transposes."""
+    single-input Concat; collapse chains of reshapes and of transposes; compute a
+    float Pow by a small constant integer as products; a batch of one-row products
+    of one matrix as one product."""
     mapping: dict[Value, Value] = {}
     producers: dict[Value, Node] = {}
+    scope = NameScope.of(graph)
+    rules = {**RULES, "Pow": partial(_pow_by_products, scope=scope),
+             "MatMul": partial(_batched_rows_as_matrix, scope=scope)}
     kept = []
     for node in graph.nodes:
         inputs = [mapping.get(v, v) if v is not None else None for v in node.inputs]
         if inputs != node.inputs:
             node = replace(node, inputs=inputs)
-        rule = RULES.get(node.op) if node.body is None else None
+        rule = rules.get(node.op) if node.body is None else None
         result = rule(node, producers) if rule is not None else None
         if isinstance(result, Value):
             mapping[node.outputs[0]] = result
             continue
+        if isinstance(result, list):  # nodes computing the output, the last one its
+            *before, result = result
+            kept.extend(before)
+            producers.update((v, n) for n in before for v in n.outputs)
         if isinstance(result, Node):
             node = result
         kept.append(node)

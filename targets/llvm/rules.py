@@ -24,7 +24,8 @@ In the order :func:`cpu_rules` tries them:
 * :class:`ChannelSelectRule`: an NCHW[x]c output that reads a stage choosing its source
   by channel block (a blocked concatenation), one channel block per outer iteration;
 * :class:`InjectiveRule`: what stays in memory without being an anchor (outputs, kept
-  stages), flat, vectorized and in parallel.
+  stages), flat, vectorized and in parallel; a copy that permutes or cuts outer axes
+  (a channel shuffle, a head transpose) as rows of its contiguous innermost axes.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ from .cpu import CPUDescription
 from .schedules import (
     BlockedConvTiles,
     depthwise_data,
+    injective_rows,
     int8_conv_inputs,
     schedule_channel_blocks,
+    schedule_contiguous_rows,
     schedule_conv2d_nchw,
     schedule_injective,
     schedule_int8_conv,
@@ -357,7 +360,11 @@ class InjectiveRule(CPURule):
         return True
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        schedule_injective(schedule, tensor, self.cpu)
+        inner = injective_rows(schedule, tensor, self.cpu)
+        if inner:
+            schedule_contiguous_rows(schedule, tensor, inner, self.cpu)
+        else:
+            schedule_injective(schedule, tensor, self.cpu)
         return False
 
 

@@ -483,3 +483,42 @@ def test_concat_of_partial_or_padded_blocks_reads_nchw(filters, vector_channels)
     concat = next(n for n in after.nodes if n.op == "Concat")
     assert len(concat.outputs[0].type.shape) == 4
     _assert_same_results(before, after)
+
+
+def _squeeze_excite_model(channels=32, reduced=8):
+    """EfficientNet's squeeze-excite: the image times the sigmoid of two 1x1
+    convolutions of its global average, one value per channel broadcast over pixels."""
+    inits = {"w": RNG.standard_normal((channels, 16, 3, 3)).astype(np.float32),
+             "w1": RNG.standard_normal((reduced, channels, 1, 1)).astype(np.float32),
+             "w2": RNG.standard_normal((channels, reduced, 1, 1)).astype(np.float32),
+             "w3": RNG.standard_normal((16, channels, 1, 1)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4),
+             helper.make_node("GlobalAveragePool", ["c"], ["g"]),
+             helper.make_node("Conv", ["g", "w1"], ["r"]),
+             helper.make_node("Relu", ["r"], ["rr"]),
+             helper.make_node("Conv", ["rr", "w2"], ["e"]),
+             helper.make_node("Sigmoid", ["e"], ["s"]),
+             helper.make_node("Mul", ["c", "s"], ["m"]),
+             helper.make_node("Conv", ["m", "w3"], ["y"])]
+    return make_model(nodes, [("x", "float32", [1, 16, 6, 5])], [("y", "float32", None)],
+                      inits)
+
+
+def test_squeeze_excite_scale_stays_blocked():
+    """The per-channel scale multiplies the blocked image as it is: no transform between
+    the first convolution and the last, the scale broadcast over the pixels."""
+    before = _optimized(_squeeze_excite_model())
+    after = alter_layout(before)
+    mul = next(n for n in after.nodes if n.op == "Mul")
+    assert [v.type.shape for v in mul.inputs] == [(1, 2, 6, 5, 16), (1, 2, 1, 1, 16)]
+    assert [n.attrs["dst_layout"] for n in _transforms(after)] == ["NCHW16c", "NCHW"]
+    _assert_same_results(before, after)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
+def test_squeeze_excite_matches_the_reference(target):
+    model = _squeeze_excite_model()
+    feeds = {"x": RNG.standard_normal((1, 16, 6, 5), dtype=np.float32)}
+    got = heterocc.compile(model, target=target).run(feeds)[0]
+    expected = heterocc.compile(model, target="reference").run(feeds)[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)

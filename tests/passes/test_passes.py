@@ -107,6 +107,40 @@ def test_simplify_removes_identity_dropout_and_reshape_chains(rng):
     _same_results(g, out, [rng.standard_normal((2, 3, 4)).astype(np.float32)])
 
 
+@pytest.mark.parametrize("exponent, muls", [(1.0, 0), (2.0, 1), (3.0, 2), (4.0, 2)])
+def test_simplify_computes_small_integer_powers_as_products(exponent, muls, rng):
+    nodes = [helper.make_node("Pow", ["x", "e"], ["p"]),
+             helper.make_node("Relu", ["p"], ["y"])]
+    model = make_model(nodes, [("x", "float32", [2, 5])], [("y", "float32", None)],
+                       {"e": np.array(exponent, np.float32)})
+    g = from_onnx(model)
+    out = eliminate_dead_code(simplify(g))
+    check_graph(out)
+    assert [n.op for n in out.nodes] == ["Mul"] * muls + ["Relu"]
+    _same_results(g, out, [rng.standard_normal((2, 5)).astype(np.float32)])
+
+
+@pytest.mark.parametrize("exponent", [0.5, 5.0, -1.0])
+def test_simplify_keeps_other_powers(exponent):
+    nodes = [helper.make_node("Pow", ["x", "e"], ["y"])]
+    model = make_model(nodes, [("x", "float32", [3])], [("y", "float32", None)],
+                       {"e": np.array([exponent], np.float32)})
+    assert [n.op for n in simplify(from_onnx(model)).nodes] == ["Pow"]
+
+
+def test_simplify_makes_one_product_of_a_batch_of_rows(rng):
+    """[5, 1, 8] x [8, 6] (ViT's projection of tokens one row each): one [5, 8] x [8, 6]."""
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                       [("x", "float32", [5, 1, 8])], [("y", "float32", None)],
+                       {"w": rng.standard_normal((8, 6)).astype(np.float32)})
+    g = from_onnx(model)
+    out = eliminate_dead_code(simplify(g))
+    check_graph(out)
+    assert [n.op for n in out.nodes] == ["Reshape", "MatMul", "Reshape"]
+    assert out.nodes[1].inputs[0].type.shape == (5, 8)
+    _same_results(g, out, [rng.standard_normal((5, 1, 8)).astype(np.float32)])
+
+
 def test_cse_merges_identical_nodes_and_dce_drops_the_rest(rng):
     nodes = [helper.make_node("Relu", ["x"], ["a"]),
              helper.make_node("Relu", ["x"], ["b"]),

@@ -66,6 +66,7 @@ from .common import (
     tile_rows,
     vector_lanes,
 )
+from .contiguous import contiguous_suffix, injective_rows, schedule_contiguous_rows
 from .direct_conv import (
     CONV_TILE_CHANNELS,
     DEPTHWISE_TILE_CHANNELS,
@@ -145,12 +146,14 @@ __all__ = [
     "TASKS_PER_CORE",
     "blocked_conv_columns",
     "blocked_conv_limits",
+    "contiguous_suffix",
     "conv_tile_channels",
     "conv_tile_columns",
     "default_blocked_conv_tiles",
     "default_depthwise_conv_tiles",
     "default_panel",
     "dense_conv_channel_blocks",
+    "injective_rows",
     "dense_conv_column_limit",
     "dense_conv_reduction_blocks",
     "depthwise_conv_tile",
@@ -180,6 +183,7 @@ __all__ = [
     "reduction_steps",
     "reduction_unroll_limit",
     "schedule_channel_blocks",
+    "schedule_contiguous_rows",
     "schedule_conv2d_nchw",
     "schedule_conv2d_nchwc",
     "schedule_depthwise_conv2d_nchwc",

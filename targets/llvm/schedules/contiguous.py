@@ -1,0 +1,162 @@
+"""Injective stages that move whole rows: copies through reshapes, transposes, slices
+and concatenations (ShuffleNet's channel shuffle and split, a transformer's head
+transposes), run as rows of their contiguous innermost axes.
+
+A flat vectorized loop over every output element is right for an elementwise stage:
+each vector of outputs reads a vector of each input. A copy that permutes or cuts outer
+axes breaks that: consecutive output elements cross a row of the source, so each lane
+needs its own division to find its source and the load becomes a gather. But such a copy
+usually keeps its innermost axes intact (a channel shuffle keeps every ``H x W`` image
+whole, a head transpose every head's vector), and over those the source is contiguous.
+
+:func:`contiguous_suffix` finds how many of a stage's innermost axes every value it
+reads (through its inlined producers) follows element by element, or does not depend
+on; :func:`schedule_contiguous_rows` runs the stage with those axes fused into one
+vectorized inner loop and the others fused into parallel rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from heterocc.sdk import te
+from heterocc.te.schedule import INLINE
+from heterocc.te.tensor import Reduce, TensorLoad
+from heterocc.tir import expr as tx
+from heterocc.tir.simplify import Interval, simplify
+from heterocc.tir.visitor import Mutator, collect, free_vars, substitute
+
+from ..cpu import CPUDescription
+from .common import PARALLEL_MIN_ELEMENTS, vector_lanes
+
+#: loads in a stage's expanded body beyond which the analysis is not tried (a stage that
+#: reads that many values is an elementwise chain, which the flat loop suits)
+MAX_LOADS = 64
+#: elements of a last axis that no read follows below which a stage stays one flat
+#: loop (rows of one to three lanes would waste the vector)
+MIN_ROW = 4
+
+
+class _Expander(Mutator):
+    """A body with the reads of inlined, reduction-free stages replaced by their
+    bodies (what lowering will compute), equal reads expanded once."""
+
+    def __init__(self, schedule: te.Schedule):
+        self.schedule = schedule
+
+    def visit_TensorLoad(self, node: TensorLoad) -> tx.Expr:
+        node = self.generic(node)
+        op = node.tensor.op
+        if not isinstance(op, te.ComputeOp) or op.reduce_axis:
+            return node
+        stage = self.schedule[node.tensor]
+        if stage.attach != INLINE or isinstance(stage.body, Reduce):
+            return node
+        # the stage's body, with the one-element constants folded into it
+        return self.expr(substitute(stage.body, {iv.var: index
+                                                 for iv, index in zip(op.axis, node.indices)}))
+
+
+def _follows(load: TensorLoad, inner: list[tx.Var], extents: list[int],
+             ranges: dict) -> bool:
+    """Whether ``load`` reads the ``inner`` output axes contiguously (its last indices
+    are those axes over equal extents, and its other indices use none of them) or not
+    at all (no index uses them)."""
+    indices = [simplify(i, ranges) for i in load.indices]
+    inner_set = set(inner)
+    k = len(inner)
+    shape = [int(d) for d in load.tensor.shape]
+    if not any(free_vars(i) & inner_set for i in indices):
+        return True
+    if len(indices) < k:
+        return False
+    tail, head = indices[len(indices) - k:], indices[:len(indices) - k]
+    return (all(i is v for i, v in zip(tail, inner))
+            and shape[len(shape) - k:] == extents
+            and not any(free_vars(i) & inner_set for i in head))
+
+
+def _expanded_loads(schedule: te.Schedule, tensor: te.Tensor) -> list[TensorLoad] | None:
+    """The reads of ``tensor``'s stage through its inlined producers, or None where the
+    stage reduces or reads more than :data:`MAX_LOADS` values."""
+    op = tensor.op
+    if not isinstance(op, te.ComputeOp) or op.reduce_axis:
+        return None
+    body = _Expander(schedule).expr(schedule[tensor].body)
+    loads = collect(body, lambda n: isinstance(n, TensorLoad))
+    return None if len(loads) > MAX_LOADS else loads
+
+
+def _ranges(tensor: te.Tensor) -> dict:
+    return {iv.var: Interval(0, int(e) - 1) for iv, e in zip(tensor.op.axis, tensor.shape)}
+
+
+def _elementwise(load: TensorLoad, axes: list[tx.Var], ranges: dict) -> bool:
+    """Whether ``load`` reads at the output's own coordinates, some of them broadcast:
+    each index an output axis (in the output's order) or 0."""
+    position = -1
+    for index in (simplify(i, ranges) for i in load.indices):
+        if isinstance(index, tx.IntImm) and index.value == 0:
+            continue
+        found = next((k for k, axis in enumerate(axes) if index is axis), None)
+        if found is None or found <= position:
+            return False
+        position = found
+    return True
+
+
+def contiguous_suffix(schedule: te.Schedule, tensor: te.Tensor) -> int:
+    """The most innermost axes of ``tensor``'s stage (a reduction-free compute) over
+    which every value its expanded body reads is either contiguous, in the same order
+    and extents, or constant; 0 when even the last axis is not, or the body is too
+    large to analyse."""
+    loads = _expanded_loads(schedule, tensor)
+    if loads is None:
+        return 0
+    axes = [iv.var for iv in tensor.op.axis]
+    extents = [int(d) for d in tensor.shape]
+    ranges = _ranges(tensor)
+    for k in range(len(axes), 0, -1):
+        inner = axes[len(axes) - k:]
+        if all(_follows(load, inner, extents[len(axes) - k:], ranges) for load in loads):
+            return k
+    return 0
+
+
+def injective_rows(schedule: te.Schedule, tensor: te.Tensor, cpu: CPUDescription) -> int:
+    """How many innermost axes of injective ``tensor``'s stage to run as the vectorized
+    inner loop of rows (:func:`schedule_contiguous_rows`), or 0 for one flat loop: 0
+    when every read is at the output's own coordinates, some broadcast (an elementwise
+    stage: the flat loop reads vectors, or one value per vector) or the rows would be
+    shorter than a vector; else its contiguous axes
+    (:func:`contiguous_suffix`), or, where not even the last axis is contiguous (a
+    transpose of it, a change of channel block), the last axis alone when it holds
+    :data:`MIN_ROW` elements: lanes that gather, but without the divisions that would
+    recover every lane's coordinates from a flat index."""
+    ndim = len(tensor.shape)
+    loads = _expanded_loads(schedule, tensor) if ndim > 1 else None
+    axes = [iv.var for iv in tensor.op.axis]
+    if loads is None or all(_elementwise(load, axes, _ranges(tensor)) for load in loads):
+        return 0
+    inner = contiguous_suffix(schedule, tensor)
+    if inner == ndim:
+        return 0
+    if inner == 0:
+        return 1 if int(tensor.shape[-1]) >= MIN_ROW else 0
+    return inner if int(np.prod(tensor.shape[ndim - inner:])) >= vector_lanes(
+        tensor.dtype, cpu) else 0
+
+
+def schedule_contiguous_rows(schedule: te.Schedule, tensor: te.Tensor, inner: int,
+                             cpu: CPUDescription) -> None:
+    """Run ``tensor``'s stage with its last ``inner`` axes fused into one vectorized
+    loop and the others fused into rows (in parallel when there are enough elements)."""
+    stage = schedule[tensor]
+    axes = list(stage.op.axis)
+    outer_axes, inner_axes = axes[:len(axes) - inner], axes[len(axes) - inner:]
+    row = stage.fuse(*inner_axes) if len(inner_axes) > 1 else inner_axes[0]
+    extent = int(np.prod(tensor.shape[len(axes) - inner:]))
+    _, lanes = stage.split(row, factor=min(vector_lanes(tensor.dtype, cpu), extent))
+    stage.vectorize(lanes)
+    if outer_axes and int(np.prod(tensor.shape)) >= PARALLEL_MIN_ELEMENTS:
+        stage.parallel(stage.fuse(*outer_axes) if len(outer_axes) > 1 else outer_axes[0])

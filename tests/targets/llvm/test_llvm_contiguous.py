@@ -1,0 +1,138 @@
+"""Copies that permute or cut outer axes (ShuffleNet's channel shuffle and split, a
+transformer's head transpose) run as rows of their contiguous innermost axes
+(:mod:`heterocc.targets.llvm.schedules.contiguous`): which axes each CPU's vectors take,
+the loads the rows read, and results as ONNX Runtime's on AVX-512, AVX2 and NEON code."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import helper
+
+import heterocc
+from heterocc.compute.registry import compute_of
+from heterocc.ir.types import TensorType
+from heterocc.sdk import te
+from heterocc.sdk.te_target import schedule_by_rules
+from heterocc.targets.llvm.cpu import parse_cpu
+from heterocc.targets.llvm.rules import cpu_rules
+from heterocc.targets.llvm.schedules import contiguous_suffix, injective_rows
+from heterocc.tir.printer import func_to_str
+from tests.compute.test_elementwise import random_array
+from tests.conftest import make_model
+
+ISAS = pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f"],
+                               ids=["host", "avx2"])
+AVX512 = parse_cpu("llvm -mcpu=skylake-avx512")
+AVX2 = parse_cpu("llvm -mcpu=haswell")
+NEON = parse_cpu("llvm -mtriple=aarch64-linux-gnu")
+
+
+def _shuffle_model(channels: int, size: int):
+    """ShuffleNetV2's unit without its branch: the first half of ``x`` (Slice)
+    concatenated with ``b``, then shuffled (Reshape, Transpose, Reshape)."""
+    half = channels // 2
+    inits = {"s": np.array([0], np.int64), "e": np.array([half], np.int64),
+             "ax": np.array([1], np.int64),
+             "g": np.array([1, 2, half, size, size], np.int64),
+             "flat": np.array([1, channels, size, size], np.int64)}
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "ax"], ["x1"]),
+             helper.make_node("Concat", ["x1", "b"], ["c"], axis=1),
+             helper.make_node("Reshape", ["c", "g"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["t", "flat"], ["y"])]
+    return make_model(nodes, [("x", "float32", [1, channels, size, size]),
+                              ("b", "float32", [1, half, size, size])],
+                      [("y", "float32", None)], inits)
+
+
+def _shuffle_stages(channels: int, size: int):
+    """The shuffle's TE stages (Concat, Reshape, Transpose, Reshape) of two inputs:
+    ``(output, a, b)``."""
+    half = channels // 2
+    a, b = (te.placeholder((1, half, size, size), "float32", n) for n in "ab")
+
+    def op(name, inputs, shape, **attrs):
+        return compute_of(name)(inputs, attrs, [TensorType(shape, "float32")])[0]
+
+    c = op("Concat", [a, b], (1, channels, size, size), axis=1)
+    r = op("Reshape", [c], (1, 2, half, size, size))
+    t = op("Transpose", [r], (1, half, 2, size, size), perm=[0, 2, 1, 3, 4])
+    return op("Reshape", [t], (1, channels, size, size)), a, b
+
+
+def _shuffle_compute(channels: int, size: int) -> te.Tensor:
+    return _shuffle_stages(channels, size)[0]
+
+
+def _scheduled(out: te.Tensor, cpu) -> te.Schedule:
+    return schedule_by_rules([out], cpu_rules(cpu))
+
+
+def _relu(t):
+    return te.compute(t.shape, lambda *i: te.maximum(t[i], te.const(0.0, "float32")),
+                      name="relu", dtype="float32")
+
+
+def test_a_shuffle_keeps_its_images_contiguous():
+    out = _shuffle_compute(8, 6)
+    assert contiguous_suffix(_scheduled(out, AVX512), out) == 2  # rows of 6 x 6
+
+
+def test_elementwise_follows_every_axis():
+    out = _relu(te.placeholder((1, 4, 5, 5), "float32", "x"))
+    schedule = _scheduled(out, AVX512)
+    assert contiguous_suffix(schedule, out) == 4
+    assert injective_rows(schedule, out, AVX512) == 0  # one flat loop
+
+
+def test_a_transpose_of_the_last_axis_is_not_contiguous():
+    x = te.placeholder((3, 8, 20), "float32", "x")
+    out = compute_of("Transpose")([x], {"perm": [0, 2, 1]},
+                                  [TensorType((3, 20, 8), "float32")])[0]
+    schedule = _scheduled(out, AVX512)
+    assert contiguous_suffix(schedule, out) == 0
+    assert injective_rows(schedule, out, AVX512) == 1  # gathered rows, no divisions
+
+
+def test_a_head_transpose_keeps_each_head_vector():
+    x = te.placeholder((1, 10, 4, 32), "float32", "x")
+    out = compute_of("Transpose")([x], {"perm": [0, 2, 1, 3]},
+                                  [TensorType((1, 4, 10, 32), "float32")])[0]
+    assert contiguous_suffix(_scheduled(out, AVX512), out) == 1
+
+
+@pytest.mark.parametrize("cpu, expected", [(AVX512, 0), (AVX2, 2), (NEON, 2)],
+                         ids=["avx512", "avx2", "neon"])
+def test_rows_need_a_vector_of_the_cpu(cpu, expected):
+    """3 x 3 images: shorter than AVX-512's 16 lanes (one flat loop), a row of at
+    least one vector for AVX2's 8 and NEON's 4."""
+    out = _shuffle_compute(8, 3)
+    assert injective_rows(_scheduled(out, cpu), out, cpu) == expected
+
+
+def test_the_rows_read_contiguous_vectors():
+    out, a, b = _shuffle_stages(16, 8)
+    text = func_to_str(te.lower(_scheduled(out, AVX512), [a, b, out], name="shuffle"))
+    assert "for i1 in serial(0, 16)" in text  # one row per output channel (too small
+    # to be worth the thread pool)
+    assert "a[ramp(" in text and "b[ramp(" in text  # vectors, not gathers
+    assert "% 8" not in text  # no lane's coordinates recovered by division
+
+
+@ISAS
+@pytest.mark.parametrize("channels, size", [(16, 8), (24, 7), (116, 6)])
+def test_shuffle_matches_onnxruntime(target, channels, size, rng):
+    model = _shuffle_model(channels, size)
+    x = random_array(rng, (1, channels, size, size), "float32")
+    b = random_array(rng, (1, channels // 2, size, size), "float32")
+    got = heterocc.compile(model, target=target).run([x, b])[0]
+    session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(got, session.run(None, {"x": x, "b": b})[0])
+
+
+def test_shuffle_builds_for_neon():
+    compiled = heterocc.compile(_shuffle_model(16, 8), target="llvm -mtriple=aarch64-linux-gnu")
+    assert compiled.build_static() is not None
