@@ -132,8 +132,16 @@ class CompiledModel:
                                  "(and specialized values) of the first")
             args.append([check_input(v, given[v.name]) for v in exe.graph.inputs])
         fallback = list(exe.targets)[-1]
-        return run_stream(exe.graph, exe.executor.kernels, exe.executor.placement,
-                          exe.targets, args, fallback)
+        return run_stream(exe.executor, exe.targets, args, fallback)
+
+    def run_timeline(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None,
+                     **named) -> StreamResult:
+        """One run as ``run`` makes it (independent branches on different devices at
+        once), with its timeline: a ``StreamResult`` of one input, whose ``outputs[0]``
+        are the run's outputs, ``pipelined`` the modelled timeline with the devices
+        overlapping and ``sequential`` one function after another (CPU spans measured,
+        accelerator spans from the device's cycle counts at its clock and its link)."""
+        return self.run_stream([name_inputs(self.inputs, inputs, named)])
 
     def _executable_for(self, given: Mapping[str, np.ndarray]) -> Executable:
         with self._lock:

@@ -11,7 +11,11 @@ re-exports: ``heterocc.sdk.ir``, ``.te``, ``.tir``), as the in-tree targets do. 
   :class:`HilTarget` (``hil_command``: ``heterocc hil MODEL.onnx``) and
   :class:`AcceleratorTarget` (tensor intrinsics, lowering to a schedule, codegen
   from TIR, a device);
-* the **device** protocol :class:`Device` (copy in, run, copy out, timing);
+* the **device** protocol :class:`Device` (copy in, run, copy out, timing), its
+  asynchronous form :class:`AsyncDevice` (``submit`` a program, get a
+  :class:`DeviceCall`, ``wait`` on it; :func:`asynchronous` wraps a device without
+  it) and the executor's queue of one device (:class:`DeviceQueue`): functions on
+  different devices run at once where the graph allows;
 * the **pieces** the compiler already has, re-exported: the pattern language, the
   registry, TE (with :class:`TensorIntrin`), TIR, the error hierarchy and the NumPy
   reference interpreter that is every target's oracle;
@@ -79,6 +83,7 @@ from heterocc.patterns import (
     optional,
     wildcard,
 )
+from heterocc.runtime.overlap import DeviceQueue, kernel_device
 from heterocc.te import BufferRegion, TensorIntrin
 
 from .accelerator import (
@@ -110,7 +115,20 @@ from .cost import (
     can_estimate,
     workload_key,
 )
-from .device import Device, DeviceTiming, ResidentDevice, device_lock, holds, load_program
+from .device import (
+    AsyncDevice,
+    Device,
+    DeviceCall,
+    DeviceTiming,
+    ResidentDevice,
+    SynchronousDevice,
+    asynchronous,
+    device_lock,
+    holds,
+    load_program,
+    program_name,
+    run_on,
+)
 from .hil import LayerComparison, ModelHilReport, model_hil
 from .isa import Command, Field, InstructionFormat, InstructionSet
 from .memory import Bank, MemoryPlacer, Placement
@@ -140,7 +158,9 @@ from .te_target import (
 )
 
 __all__ = [
-    "absent", "accelerator_estimate", "AcceleratorBase", "AcceleratorError", "AcceleratorTarget",
+    "absent", "accelerator_estimate", "AsyncDevice", "asynchronous", "DeviceCall",
+    "DeviceQueue", "kernel_device", "program_name", "run_on", "SynchronousDevice",
+    "AcceleratorBase", "AcceleratorError", "AcceleratorTarget",
     "ArtifactError", "available_targets", "Bank", "Binding", "BufferRegion",
     "build_accelerator_region", "can_estimate", "coalesce", "Command", "compile_composite",
     "CompiledFunction", "CompileError", "composite_parts", "CompositeParts", "CompositePattern",

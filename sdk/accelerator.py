@@ -21,7 +21,16 @@ from heterocc.runtime.executor import GraphExecutor
 from heterocc.runtime.interpreter import evaluate
 from heterocc.te import TensorIntrin
 
-from .device import Device, DeviceTiming, device_lock, holds, load_program
+from .device import (
+    Device,
+    DeviceCall,
+    DeviceTiming,
+    asynchronous,
+    device_lock,
+    holds,
+    load_program,
+    run_on,
+)
 from .protocols import Kernel, PartitioningTarget
 
 
@@ -187,9 +196,10 @@ def reference_outputs(function: Node, args: Sequence[np.ndarray]) -> list[np.nda
 class ProgramRunner:
     """Runs one program on a device, the step every device kernel shares: load the
     program, write its buffers (constants only where the device does not keep them,
-    see :class:`ResidentDevice`), run it, read its results; counts calls, cycles and
-    bytes. A kernel class mixes it in and holds ``program`` and ``device`` and the
-    counters (:class:`DeviceKernel` shows them)."""
+    see :class:`ResidentDevice`), submit it and wait for it (:func:`run_on`: the
+    device's :class:`AsyncDevice` form, or its ``run`` wrapped), read its results;
+    counts calls, cycles and bytes. A kernel class mixes it in and holds ``program``
+    and ``device`` and the counters (:class:`DeviceKernel` shows them)."""
 
     program: Any
     device: Device
@@ -222,7 +232,7 @@ class ProgramRunner:
                 self.last_bytes_loaded += np.asarray(array).nbytes
             else:
                 self.last_bytes_in += np.asarray(array).nbytes
-        self.last_timing = self.device.run(self.program)
+        self.last_timing = run_on(self.device, self.program)
         self.calls += 1
         self.cycles += self.last_timing.cycles
         copied = [self.device.copy_out(self.program, name) for name in reads]
@@ -312,12 +322,14 @@ class MirroredDevice:
     """Hardware in the loop for any target: every program runs on ``device`` (a board,
     an RTL simulation) and on ``reference`` (the simulator); each ``copy_out``
     compares the two and raises AcceleratorError at the first differing element.
-    Timings are ``device``'s; ``reference_timing`` keeps the simulator's."""
+    Timings are ``device``'s; ``reference_timing`` keeps the simulator's. It is an
+    :class:`AsyncDevice`: a submitted program runs on both sides at once."""
 
     device: Device
     reference: Device
     name: str = "mirrored"
     reference_timing: DeviceTiming | None = None
+    _reference_call: DeviceCall | None = field(default=None, repr=False)
 
     def load(self, program: Any) -> None:
         load_program(self.device, program)
@@ -338,8 +350,22 @@ class MirroredDevice:
         self.reference.copy_in(program, buffer, array)
 
     def run(self, program: Any) -> DeviceTiming:
-        self.reference_timing = self.reference.run(program)
-        return self.device.run(program)
+        return self.wait(self.submit(program))
+
+    def submit(self, program: Any) -> DeviceCall:
+        """Start ``program`` on both sides: the device's run and the simulator's go on
+        at once (each side's :class:`AsyncDevice` form, see :func:`asynchronous`)."""
+        call = asynchronous(self.device).submit(program)
+        self._reference_call = asynchronous(self.reference).submit(program)
+        return call
+
+    def wait(self, call: DeviceCall, timeout_s: float | None = None) -> DeviceTiming:
+        """Both runs' end; the device's timing (the simulator's in
+        ``reference_timing``)."""
+        reference, self._reference_call = self._reference_call, None
+        if reference is not None:
+            self.reference_timing = asynchronous(self.reference).wait(reference, timeout_s)
+        return asynchronous(self.device).wait(call, timeout_s)
 
     def copy_out(self, program: Any, buffer: str) -> np.ndarray:
         got = np.asarray(self.device.copy_out(program, buffer))

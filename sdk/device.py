@@ -1,13 +1,17 @@
 """The device protocol of SDK targets (copy in, run, copy out; optionally resident
-programs) and the lock that makes one program run on a device a unit."""
+programs; optionally a run split in submit and wait) and the lock that makes one program
+run on a device a unit."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from heterocc.errors import AcceleratorError
 
 
 @dataclass
@@ -82,6 +86,108 @@ class ResidentDevice(Device, Protocol):
     def reset(self) -> None:
         """Forget every loaded program and buffer."""
         ...
+
+
+class DeviceCall:
+    """The handle of one program submitted to a device (:meth:`AsyncDevice.submit`):
+    ``done()`` says whether it finished, ``result(timeout_s)`` waits for its
+    :class:`DeviceTiming` (raising what the run raised). Made over a
+    ``concurrent.futures.Future`` that the device completes."""
+
+    def __init__(self, device: str, program: str, future: cf.Future):
+        self.device = device
+        self.program = program
+        self.future = future
+
+    def done(self) -> bool:
+        """Whether the run finished (or failed)."""
+        return self.future.done()
+
+    def result(self, timeout_s: float | None = None) -> DeviceTiming:
+        """The run's timing once it finished; AcceleratorError if it does not finish
+        within ``timeout_s`` seconds (None: no limit)."""
+        try:
+            return self.future.result(timeout_s)
+        except cf.TimeoutError:
+            raise AcceleratorError(
+                f"program {self.program} on device {self.device} did not finish within "
+                f"{timeout_s} s (a stream that never reaches FINISH, or a longer run: give "
+                "the device a longer time-out)") from None
+
+    @classmethod
+    def finished(cls, device: str, program: str, run) -> DeviceCall:
+        """A handle of a run made at once: ``run()``'s timing, or its exception."""
+        future: cf.Future = cf.Future()
+        try:
+            future.set_result(run())
+        except BaseException as exc:  # noqa: BLE001 - raised by result()
+            future.set_exception(exc)
+        return cls(device, program, future)
+
+
+@runtime_checkable
+class AsyncDevice(Device, Protocol):
+    """A :class:`Device` whose run is split in two: ``submit(program)`` starts the
+    program (its buffers written with ``copy_in``) and returns a :class:`DeviceCall`
+    at once; ``wait(call, timeout_s)`` blocks until it finishes and returns its
+    :class:`DeviceTiming`. ``run(program)`` is ``wait(submit(program))``. One program
+    is in flight on a device at a time (one control port): submit the next after the
+    previous one's wait. The host is free between the two, to prepare another call's
+    inputs or to run CPU kernels.
+
+    Callers go through :func:`asynchronous`, which wraps a device without these
+    methods, so that an executor drives every device the same way."""
+
+    def submit(self, program: Any) -> DeviceCall:
+        """Start ``program``; its handle."""
+        ...
+
+    def wait(self, call: DeviceCall, timeout_s: float | None = None) -> DeviceTiming:
+        """The timing of a submitted run once it finished."""
+        ...
+
+
+class SynchronousDevice:
+    """A :class:`Device` without ``submit`` / ``wait`` seen as an :class:`AsyncDevice`:
+    ``submit`` runs the program to completion (``device.run``) and returns a finished
+    handle. Overlap with the host then comes from the executor, which calls a device's
+    kernels on a thread of that device's own (``heterocc.runtime.overlap``)."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.name = getattr(device, "name", type(device).__name__)
+
+    def submit(self, program: Any) -> DeviceCall:
+        """Run ``program`` now; the handle of the finished run."""
+        return DeviceCall.finished(self.name, program_name(program),
+                                   lambda: self.device.run(program))
+
+    def wait(self, call: DeviceCall, timeout_s: float | None = None) -> DeviceTiming:
+        """The run's timing (it already finished)."""
+        return call.result(timeout_s)
+
+    def __getattr__(self, attribute: str):  # the rest of the device as it is
+        return getattr(self.device, attribute)
+
+
+def asynchronous(device: Device) -> AsyncDevice:
+    """``device`` as an :class:`AsyncDevice`: itself when it has ``submit`` and
+    ``wait``, else a :class:`SynchronousDevice` over it."""
+    if callable(getattr(device, "submit", None)) and callable(getattr(device, "wait", None)):
+        return device
+    return SynchronousDevice(device)
+
+
+def run_on(device: Device, program: Any, timeout_s: float | None = None) -> DeviceTiming:
+    """Run ``program`` on ``device`` through the asynchronous interface (submit, then
+    wait up to ``timeout_s``; see :func:`asynchronous`)."""
+    device = asynchronous(device)
+    return device.wait(device.submit(program), timeout_s)
+
+
+def program_name(program: Any) -> str:
+    """A program's name for messages (its ``name``, else its type)."""
+    return str(getattr(program, "name", None) or type(program).__name__)
 
 
 def holds(device: Device, program: Any, buffer: str) -> bool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import abc
+import bisect
+import concurrent.futures as cf
 import functools
 import threading
 import time
@@ -19,6 +21,7 @@ from ..ops import get_op
 from .budget import check_tensor, check_total, current_budget
 from .inputs import is_dtype, native_order
 from .memory import MemoryPlan, plan_memory
+from .overlap import HOST, DeviceQueue, LanePlan, kernel_device, plan_lanes
 
 Kernel = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 
@@ -89,9 +92,16 @@ class GraphExecutor:
     many small kernels pays little per node; assigning another ``graph`` or ``kernels``
     makes a new plan.
 
+    Functions whose kernels drive a device (``overlap.kernel_device``) run on that
+    device's lane: where the graph has independent branches on different devices, a
+    run submits the device's functions to its queue and runs the others meanwhile
+    (:meth:`execute_many`; ``overlap`` False turns it off), with the outputs of one
+    function after another.
+
     :meth:`execute` may be called from several threads at once: a run keeps its values
-    in a list of its own, the plan is made once under a lock, and the kernels keep
-    per-thread or per-device state (see ``heterocc.sdk.device_lock``). ``set_input`` /
+    in a list of its own, the plan is made once under a lock, the device lanes are
+    shared (one call at a time per device, as its lock allows anyway), and the kernels
+    keep per-thread or per-device state (see ``heterocc.sdk.device_lock``). ``set_input`` /
     ``run`` / ``get_output`` hold one run's inputs and outputs on the executor: one
     thread at a time (or one executor per thread).
     """
@@ -103,6 +113,9 @@ class GraphExecutor:
     _inputs: dict[str, np.ndarray] = field(default_factory=dict)
     _outputs: list[np.ndarray] = field(default_factory=list)
     memory: MemoryPlan | None = None
+    #: run independent branches on different devices at once (False: one function after
+    #: another on the calling thread, in graph order; the outputs are the same bits)
+    overlap: bool = True
     #: the plan's steps and the graph and kernels it was made from (see :meth:`_plan`)
     _steps: tuple[_Step, ...] | None = field(default=None, repr=False)
     _planned: tuple = field(default=(None, None), repr=False)
@@ -113,6 +126,15 @@ class GraphExecutor:
     _output_slots: tuple[int, ...] = field(default=(), repr=False)
     #: guards making the plan and recording the profile (runs from several threads)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: the plan's lanes (see :meth:`execute_many`), and per step the slots its end
+    #: releases: each slot's readers (a run counts them down), the distinct slots the step
+    #: reads that may be dropped, and its outputs that nobody reads
+    _lanes: LanePlan | None = field(default=None, repr=False)
+    _slot_readers: list = field(default_factory=list, repr=False)
+    _released: tuple = field(default=(), repr=False)
+    _unread: tuple = field(default=(), repr=False)
+    #: one queue per device lane, made on first use and shared by every run
+    _queues: dict[str, DeviceQueue] = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         check_graph_memory(self.graph)
@@ -193,11 +215,44 @@ class GraphExecutor:
                                reads, placed, writes, drops))
         self._output_slots = tuple(slot(v) for v in self.graph.outputs)
         self._input_slots, self._initial = input_slots, initial
+        self._plan_lanes(steps, slots, returned)
         self._steps, self._planned = tuple(steps), (self.graph, self.kernels)
 
+    def _plan_lanes(self, steps: list[_Step], slots: dict[Value, int], returned: set) -> None:
+        """Each step's lane and what it waits for (:class:`LanePlan`), and which slots a
+        step's end releases when steps finish out of graph order."""
+        producer = {v: k for k, step in enumerate(steps) for v in step.node.outputs}
+        deps = [sorted({producer[v] for v in step.node.inputs if v in producer})
+                for step in steps]
+        lanes = [HOST if kernel_device(step.kernel) is None
+                 else self.placement.get(step.node.name, step.node.name) for step in steps]
+        readers = [0] * len(self._initial)
+        released, unread = [], []
+        read_anywhere = set()
+        for step in steps:
+            mine = sorted({slots[v] for v in step.node.inputs if v is not None
+                           and not v.is_const and v not in returned})
+            for s in mine:
+                readers[s] += 1
+            released.append(tuple(mine))
+            read_anywhere.update(v for v in step.node.inputs if v is not None)
+        for step in steps:
+            unread.append(tuple(slots[v] for v in step.node.outputs
+                                if v not in read_anywhere and v not in returned))
+        self._lanes = plan_lanes(lanes, deps)
+        self._slot_readers, self._released, self._unread = readers, tuple(released), \
+            tuple(unread)
+
     def execute(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Outputs for positional inputs already checked against the graph's inputs."""
+        """Outputs for positional inputs already checked against the graph's inputs.
+
+        Where the graph has independent branches on different devices (an accelerator's
+        function and a CPU function neither of which reads the other's result), they run
+        at once (:meth:`execute_many`); otherwise the steps run one after another on this
+        thread. Either way the outputs are the same bits."""
         steps = self._plan()
+        if self.overlap and self._lanes.overlaps:
+            return self.execute_many([inputs])[0]
         env = self._initial.copy()
         input_slots, output_slots = self._input_slots, self._output_slots
         for k, value in zip(input_slots, inputs):
@@ -229,6 +284,161 @@ class GraphExecutor:
                 for s in drops:
                     env[s] = None
         return [np.asarray(on_host(env[k])) for k in output_slots]
+
+    def execute_many(self, inputs: Sequence[Sequence[np.ndarray]],
+                     after_device: Callable[[Node, Kernel], object] | None = None,
+                     observe: Callable[[int, int, float, float, object], None] | None = None
+                     ) -> list[list[np.ndarray]]:
+        """Outputs for each of several positional inputs, run as a dataflow with the
+        devices working at once.
+
+        A device function (its kernel drives a device: ``overlap.kernel_device``) is
+        submitted to its device's queue (:class:`~heterocc.runtime.overlap.DeviceQueue`)
+        as soon as its inputs are ready; this thread runs the host functions that are
+        ready meanwhile, lowest input first, then graph order, and waits on a device's
+        handle only when nothing else is ready. So independent branches of one input
+        overlap, and for a stream the CPU works on input *i + 1* while an accelerator
+        works on input *i*. Every kernel computes what it would in order: the outputs
+        are those of one run after another.
+
+        ``after_device(node, kernel)`` runs on the device's thread right after each
+        device call (what the kernel reports of that call, before the next one changes
+        it); ``observe(input, step, start, seconds, reported)`` on this thread as each
+        function finishes (``start`` on ``time.perf_counter``'s clock; ``reported``:
+        ``after_device``'s value, None for a host function). A function that raises
+        stops the run: nothing more is started, the calls in flight are waited for, and
+        its exception is raised here, with a note naming the function and its device."""
+        steps = self._plan()
+        plan = self._lanes
+        lanes = plan.lanes
+        queues = self._device_queues(plan)
+        envs, missing, readers_left = [], [], []
+        for args in inputs:
+            env = self._initial.copy()
+            for k, value in zip(self._input_slots, args):
+                env[k] = value
+            envs.append(env)
+            missing.append([len(d) for d in plan.deps])
+            readers_left.append(self._slot_readers.copy())
+        ready = [(i, k) for i in range(len(inputs)) for k in range(len(steps))
+                 if not plan.deps[k]]
+        in_flight: dict[cf.Future, tuple[int, int]] = {}
+        failures: list[tuple[tuple[int, int], BaseException]] = []
+
+        def finish(i: int, k: int, results, start: float, seconds: float, reported) -> None:
+            env = envs[i]
+            for s, r in zip(steps[k].writes, results):
+                env[s] = r
+            counts = readers_left[i]
+            for s in self._released[k]:  # drop what no later reader needs
+                counts[s] -= 1
+                if counts[s] == 0:
+                    env[s] = None
+            for s in self._unread[k]:
+                env[s] = None
+            for reader in plan.readers[k]:
+                missing[i][reader] -= 1
+                if missing[i][reader] == 0:
+                    bisect.insort(ready, (i, reader))
+            if observe is not None:
+                observe(i, k, start, seconds, reported)
+
+        def collect(block: bool) -> None:
+            if not in_flight:
+                return
+            done, _ = cf.wait(list(in_flight), timeout=None if block else 0,
+                              return_when=cf.FIRST_COMPLETED)
+            for future in sorted(done, key=in_flight.__getitem__):
+                key = in_flight.pop(future)
+                try:
+                    results, start, seconds, reported = future.result()
+                except BaseException as exc:  # noqa: BLE001 - raised below, once settled
+                    failures.append((key, exc))
+                    continue
+                finish(*key, results, start, seconds, reported)
+
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            while (ready and not failures) or in_flight:
+                if failures:  # start nothing more; let what is in flight settle
+                    collect(block=True)
+                    continue
+                # device work first (submitting costs nothing), then one host function
+                for key in [key for key in ready if lanes[key[1]] != HOST]:
+                    ready.remove(key)
+                    step = steps[key[1]]
+                    args = self._arguments(step, envs[key[0]])
+                    in_flight[queues[lanes[key[1]]].submit(
+                        self._device_call, step, args, after_device)] = key
+                    args = None
+                host = next((key for key in ready if lanes[key[1]] == HOST), None)
+                if host is None:
+                    collect(block=True)
+                    continue
+                ready.remove(host)
+                step = steps[host[1]]
+                args = self._arguments(step, envs[host[0]])
+                start = time.perf_counter()
+                try:
+                    results = step.call(args)
+                except BaseException as exc:  # noqa: BLE001 - raised below, once settled
+                    failures.append((host, exc))
+                    continue
+                finally:
+                    args = None
+                seconds = time.perf_counter() - start
+                if self.profile is not None:
+                    self._record(step.node, start, seconds, step.kernel)
+                finish(*host, results, start, seconds, None)
+                results = None
+                collect(block=False)
+        if failures:
+            (_, k), exc = min(failures, key=lambda failure: failure[0])
+            node = steps[k].node
+            where = "the host" if lanes[k] == HOST else f"device lane {lanes[k]!r}"
+            exc.add_note(f"raised by function {node.name!r} ({node.op}) on {where} while "
+                         "the devices ran at once; nothing after it was started")
+            raise exc
+        return [[np.asarray(on_host(env[k])) for k in self._output_slots] for env in envs]
+
+    def _arguments(self, step: _Step, env: list) -> list:
+        """A step's arguments from a run's values (placed where its kernel places
+        them, the placed values kept for later readers), as :meth:`execute` makes them."""
+        if step.place is None:
+            return [a if type(a) is np.ndarray else on_host(a)
+                    for a in [env[k] for k in step.reads]]
+        args = [None if a is None else step.place(a) for a in [env[k] for k in step.reads]]
+        for k, s in step.placed:
+            env[s] = args[k]
+        return args
+
+    def _device_call(self, step: _Step, args: list, after_device) -> tuple:
+        """One device function on its lane's thread: its results, start, seconds and
+        what ``after_device`` reports of the call."""
+        with np.errstate(all="ignore"):
+            start = time.perf_counter()
+            results = list(step.call(args))
+            seconds = time.perf_counter() - start
+        if self.profile is not None:
+            self._record(step.node, start, seconds, step.kernel)
+        reported = after_device(step.node, step.kernel) if after_device is not None else None
+        return results, start, seconds, reported
+
+    def _device_queues(self, plan: LanePlan) -> dict[str, DeviceQueue]:
+        """The queue of every device lane of ``plan`` (made once, shared by runs)."""
+        if all(lane in self._queues for lane in plan.devices):
+            return self._queues
+        with self._lock:
+            for lane in plan.devices:
+                if lane not in self._queues:
+                    self._queues[lane] = DeviceQueue(lane)
+            return self._queues
+
+    @property
+    def lanes(self) -> LanePlan:
+        """Where each function of the plan runs (made by the first run if needed)."""
+        self._plan()
+        return self._lanes
 
     def _record(self, node: Node, start: float, seconds: float, kernel) -> None:
         with self._lock:

@@ -3,11 +3,12 @@ and its timeline.
 
 :func:`run_stream` runs a compiled model's functions for many inputs as a dataflow:
 the host thread runs CPU functions, each device (an accelerator target) has a worker
-thread that runs its functions in the order submitted (:class:`DeviceQueue`, the
-asynchronous device interface: ``submit`` returns at once, ``wait`` blocks on the
-result). A function is submitted or run as soon as its inputs are ready, lowest input
-first, so the CPU works on input *i + 1* while the accelerator works on input *i*, and
-independent branches of one input overlap too.
+thread that runs its functions in the order submitted (``overlap.DeviceQueue``:
+``submit`` returns at once, ``wait`` blocks on the result). A function is submitted or
+run as soon as its inputs are ready, lowest input first, so the CPU works on input
+*i + 1* while the accelerator works on input *i*, and independent branches of one input
+overlap too. It is the executor's own dataflow (``GraphExecutor.execute_many``), the
+one a plain ``run`` uses for a graph with independent branches on different devices.
 
 Every call leaves a span: CPU functions **measured** (wall time on the host), device
 functions **modelled** (the device's own cycle counts of that call at its clock, and the
@@ -23,41 +24,16 @@ first), and :func:`chrome_trace` writes a timeline as Chrome trace JSON
 from __future__ import annotations
 
 import bisect
-import concurrent.futures as cf
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.graph import Graph, Value
-from ..ops import get_op
-from .executor import on_host
+from .executor import GraphExecutor
+from .overlap import HOST, DeviceQueue
 
-
-class DeviceQueue:
-    """The asynchronous interface of one device: ``submit(call, args)`` queues a call
-    to run on the device's own worker thread and returns a handle at once; ``wait``
-    blocks until it is done and returns its result. Calls run one at a time, in the
-    order submitted, as a device runs programs; any transport (simulator, RTL, board)
-    is driven through it, since the calls it runs are the target's kernels."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"device-{name}")
-
-    def submit(self, call: Callable, *args) -> cf.Future:
-        """Queue ``call(*args)`` on the device; its handle."""
-        return self._pool.submit(call, *args)
-
-    @staticmethod
-    def wait(handle: cf.Future):
-        """The result of a submitted call, once done (its exception, raised here)."""
-        return handle.result()
-
-    def close(self) -> None:
-        """Finish what was submitted and stop the worker."""
-        self._pool.shutdown(wait=True)
+__all__ = ["DeviceQueue", "Span", "StreamResult", "chrome_trace", "run_stream", "schedule"]
 
 
 @dataclass
@@ -120,99 +96,38 @@ class StreamResult:
         return out
 
 
-def _dependencies(graph: Graph) -> list[tuple[int, ...]]:
-    producer = {v: k for k, n in enumerate(graph.nodes) for v in n.outputs}
-    return [tuple(sorted({producer[v] for v in n.inputs if v is not None and v in producer}))
-            for n in graph.nodes]
-
-
-def run_stream(graph: Graph, kernels: Mapping[str, Callable], placement: Mapping[str, str],
-               targets: Mapping[str, object], inputs: Sequence[Sequence[np.ndarray]],
-               host: str) -> StreamResult:
-    """Run ``graph`` (a compiled model's fused graph) on every input of ``inputs``
-    (positional arrays, checked), functions of ``placement``'s non-``host`` targets on
-    their devices' queues, the rest on this thread. ``targets`` (instances by name) give
-    each device call its modelled time (``call_estimate``)."""
-    deps = _dependencies(graph)
-    lanes = {k: placement.get(n.name, host) if n.body is not None else host
-             for k, n in enumerate(graph.nodes)}
-    queues = {lane: DeviceQueue(lane) for lane in sorted(set(lanes.values()) - {host})}
-    values: list[dict[Value, object]] = [dict(zip(graph.inputs, args)) for args in inputs]
+def run_stream(executor: GraphExecutor, targets: Mapping[str, object],
+               inputs: Sequence[Sequence[np.ndarray]], host: str) -> StreamResult:
+    """Run ``executor``'s graph (a compiled model's fused graph) on every input of
+    ``inputs`` (positional arrays, checked) as one dataflow
+    (:meth:`GraphExecutor.execute_many`: device functions on their devices' queues, the
+    rest on this thread, which ``run`` also uses for independent branches of one input).
+    ``targets`` (instances by name) give each device call its modelled time
+    (``call_estimate``); ``host`` names the lane of the functions run on this thread."""
+    graph = executor.graph
+    plan = executor.lanes
+    names = [host if lane == HOST else lane for lane in plan.lanes]
     tasks: dict[tuple[int, int], _Task] = {}
-    in_flight: dict[cf.Future, tuple[int, int]] = {}
-    readers: dict[int, list[int]] = {}
-    for k, ds in enumerate(deps):
-        for d in ds:
-            readers.setdefault(d, []).append(k)
-    missing = {(i, k): len(deps[k]) for i in range(len(inputs)) for k in range(len(deps))}
-    ready = sorted(key for key, count in missing.items() if count == 0)
 
-    def arguments(i: int, k: int) -> list:
-        env = values[i]
-        return [None if v is None else (v.data if v.is_const else on_host(env[v]))
-                for v in graph.nodes[k].inputs]
+    def modelled(node, kernel):
+        hook = getattr(targets.get(executor.placement.get(node.name)), "call_estimate", None)
+        return hook(kernel) if callable(hook) else None
 
-    def call(k: int, args: list):
-        node = graph.nodes[k]
-        if node.body is None:
-            return get_op(node.op).run(args, node.attrs)
-        return kernels[node.name](args)
-
-    def on_device(k: int, args: list):
-        results = call(k, args)
-        hook = getattr(targets.get(lanes[k]), "call_estimate", None)
-        estimate = hook(kernels[graph.nodes[k].name]) if callable(hook) else None
-        if estimate is None:
-            return results, 0.0, 0.0
-        return results, estimate.compute_s, estimate.transfer_s
-
-    def finish(i: int, k: int, results, compute_s: float, transfer_s: float) -> None:
-        values[i].update(zip(graph.nodes[k].outputs, results))
-        tasks[(i, k)] = _Task(i, k, lanes[k], deps[k], compute_s, transfer_s,
-                              lanes[k] == host)
-        for reader in readers.get(k, ()):
-            missing[(i, reader)] -= 1
-            if missing[(i, reader)] == 0:
-                bisect.insort(ready, (i, reader))
-
-    def collect(block: bool) -> None:
-        if not in_flight:
-            return
-        finished, _ = cf.wait(list(in_flight), timeout=None if block else 0,
-                              return_when=cf.FIRST_COMPLETED)
-        for future in sorted(finished, key=in_flight.__getitem__):
-            i, k = in_flight.pop(future)
-            finish(i, k, *DeviceQueue.wait(future))
+    def observe(i: int, k: int, start: float, seconds: float, estimate) -> None:
+        if plan.lanes[k] == HOST:
+            tasks[(i, k)] = _Task(i, k, names[k], plan.deps[k], seconds)
+        else:  # a device without a model of its time counts as taking none
+            tasks[(i, k)] = _Task(i, k, names[k], plan.deps[k],
+                                  0.0 if estimate is None else estimate.compute_s,
+                                  0.0 if estimate is None else estimate.transfer_s, False)
 
     start = time.perf_counter()
-    try:
-        with np.errstate(all="ignore"):
-            while ready or in_flight:
-                # device work first (submitting costs nothing), then one host function
-                for key in [key for key in ready if lanes[key[1]] != host]:
-                    ready.remove(key)
-                    in_flight[queues[lanes[key[1]]].submit(on_device, key[1],
-                                                           arguments(*key))] = key
-                host_ready = [key for key in ready if lanes[key[1]] == host]
-                if host_ready:
-                    i, k = host_ready[0]
-                    ready.remove((i, k))
-                    t0 = time.perf_counter()
-                    results = call(k, arguments(i, k))
-                    finish(i, k, results, time.perf_counter() - t0, 0.0)
-                    collect(block=False)
-                else:
-                    collect(block=True)
-    finally:
-        for queue in queues.values():
-            queue.close()
+    outputs = executor.execute_many(inputs, modelled, observe)
     wall = time.perf_counter() - start
-    outputs = [[np.asarray(on_host(values[i][v])) for v in graph.outputs]
-               for i in range(len(inputs))]
     ordered = [tasks[(i, k)] for i in range(len(inputs)) for k in range(len(graph.nodes))]
     return StreamResult(outputs, schedule(ordered, pipelined=False),
                         schedule(ordered, pipelined=True), wall,
-                        [host, *sorted(queues)])
+                        [host, *plan.devices])
 
 
 def schedule(tasks: Sequence[_Task], pipelined: bool) -> list[Span]:

@@ -132,8 +132,9 @@ class DeviceArray(DeviceTensor):
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-        self.pointer: int | None = pool.acquire(self.nbytes)
         self._host: np.ndarray | None = None
+        self.pointer: int | None = None  # set first: __del__ runs even if acquire fails
+        self.pointer = pool.acquire(self.nbytes)
 
     @classmethod
     def from_host(cls, pool: DevicePool, array: np.ndarray) -> DeviceArray:

@@ -81,7 +81,12 @@ def gpu_available() -> bool:
 
 
 class CudaDevice:
-    """One GPU, through its primary context."""
+    """One GPU, through its primary context.
+
+    A CUDA driver context is current per thread, and a compiled model may be run from
+    any thread (and a device array freed by the garbage collector in any thread), so
+    every call below makes the context current in the calling thread first (one cheap
+    driver call) rather than relying on the thread that created the device."""
 
     def __init__(self, ordinal: int = 0):
         if ordinal >= _device_count():
@@ -96,7 +101,13 @@ class CudaDevice:
         self.name = name.value.decode()
 
     def activate(self) -> None:
+        """Make this GPU's context current in the calling thread."""
         _call("cuCtxSetCurrent", self.context)
+
+    def _call(self, name: str, *args) -> None:
+        """``name(*args)`` from the driver API, in this GPU's context."""
+        self.activate()
+        _call(name, *args)
 
     @property
     def arch(self) -> str:
@@ -110,61 +121,60 @@ class CudaDevice:
 
     def load_module(self, image: bytes) -> ctypes.c_void_p:
         """A module from a cubin or NUL-terminated PTX image."""
-        self.activate()
         module = ctypes.c_void_p()
-        _call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(image))
+        self._call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(image))
         return module
 
     def function(self, module: ctypes.c_void_p, name: str) -> ctypes.c_void_p:
         handle = ctypes.c_void_p()
-        _call("cuModuleGetFunction", ctypes.byref(handle), module, name.encode())
+        self._call("cuModuleGetFunction", ctypes.byref(handle), module, name.encode())
         return handle
 
     def allocate(self, nbytes: int) -> int:
         pointer = ctypes.c_uint64()
-        _call("cuMemAlloc_v2", ctypes.byref(pointer), ctypes.c_size_t(max(int(nbytes), 1)))
+        self._call("cuMemAlloc_v2", ctypes.byref(pointer), ctypes.c_size_t(max(int(nbytes), 1)))
         return pointer.value
 
     def free(self, pointer: int) -> None:
-        _call("cuMemFree_v2", ctypes.c_uint64(pointer))
+        self._call("cuMemFree_v2", ctypes.c_uint64(pointer))
 
     def upload(self, pointer: int, array: np.ndarray) -> None:
         data = np.require(array, requirements="C")
-        _call("cuMemcpyHtoD_v2", ctypes.c_uint64(pointer),
-              data.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(data.nbytes))
+        self._call("cuMemcpyHtoD_v2", ctypes.c_uint64(pointer),
+                   data.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(data.nbytes))
 
     def download(self, array: np.ndarray, pointer: int) -> None:
         if not array.flags.c_contiguous:
             raise InputError("download needs a C-contiguous array")
-        _call("cuMemcpyDtoH_v2", array.ctypes.data_as(ctypes.c_void_p),
-              ctypes.c_uint64(pointer), ctypes.c_size_t(array.nbytes))
+        self._call("cuMemcpyDtoH_v2", array.ctypes.data_as(ctypes.c_void_p),
+                   ctypes.c_uint64(pointer), ctypes.c_size_t(array.nbytes))
 
     def synchronize(self) -> None:
-        _call("cuCtxSynchronize")
+        self._call("cuCtxSynchronize")
 
     def launch(self, function: ctypes.c_void_p, grid: Sequence[int], block: Sequence[int],
                pointers: Sequence[int]) -> None:
         values = [ctypes.c_uint64(p) for p in pointers]
         args = (ctypes.c_void_p * max(len(values), 1))(
             *[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
-        _call("cuLaunchKernel", function, *[ctypes.c_uint(int(d)) for d in grid],
-              *[ctypes.c_uint(int(d)) for d in block], ctypes.c_uint(0), ctypes.c_void_p(0),
-              args, ctypes.c_void_p(0))
+        self._call("cuLaunchKernel", function, *[ctypes.c_uint(int(d)) for d in grid],
+                   *[ctypes.c_uint(int(d)) for d in block], ctypes.c_uint(0),
+                   ctypes.c_void_p(0), args, ctypes.c_void_p(0))
 
     def time_ms(self, run, repeat: int) -> float:
         """Mean milliseconds of ``run()`` over ``repeat`` calls, timed with CUDA events."""
         start, stop = ctypes.c_void_p(), ctypes.c_void_p()
-        _call("cuEventCreate", ctypes.byref(start), 0)
-        _call("cuEventCreate", ctypes.byref(stop), 0)
-        _call("cuEventRecord", start, ctypes.c_void_p(0))
+        self._call("cuEventCreate", ctypes.byref(start), 0)
+        self._call("cuEventCreate", ctypes.byref(stop), 0)
+        self._call("cuEventRecord", start, ctypes.c_void_p(0))
         for _ in range(repeat):
             run()
-        _call("cuEventRecord", stop, ctypes.c_void_p(0))
-        _call("cuEventSynchronize", stop)
+        self._call("cuEventRecord", stop, ctypes.c_void_p(0))
+        self._call("cuEventSynchronize", stop)
         elapsed = ctypes.c_float()
-        _call("cuEventElapsedTime", ctypes.byref(elapsed), start, stop)
-        _call("cuEventDestroy_v2", start)
-        _call("cuEventDestroy_v2", stop)
+        self._call("cuEventElapsedTime", ctypes.byref(elapsed), start, stop)
+        self._call("cuEventDestroy_v2", start)
+        self._call("cuEventDestroy_v2", stop)
         return elapsed.value / repeat
 
 

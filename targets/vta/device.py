@@ -11,6 +11,7 @@ on the device for as long as the model is loaded, so they cross the bus once.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -22,7 +23,14 @@ from heterocc.accel_sim.driver import AcceleratorDriver, relocate
 from heterocc.accel_sim.encoding import encode_stream
 from heterocc.accel_sim.program import Program, element_dtype, pack_tiles, read_tensor
 from heterocc.accel_sim.simulator import RunReport
-from heterocc.sdk import AcceleratorError, DeviceTiming, InputError
+from heterocc.sdk import (
+    AcceleratorError,
+    DeviceCall,
+    DeviceQueue,
+    DeviceTiming,
+    InputError,
+    program_name,
+)
 
 #: device DRAM of the default (simulated) device: reserved, not touched, until used
 SIMULATED_DRAM_BYTES = 1 << 30
@@ -46,17 +54,29 @@ class VtaDevice:
 
     One device is one DRAM: ``lock`` (re-entrant) is what the SDK's kernels hold from a
     program's first ``copy_in`` to its last ``copy_out`` (``heterocc.sdk.device_lock``),
-    so a model may run on it from several threads; ``load`` takes it too."""
+    so a model may run on it from several threads; ``load`` takes it too.
+
+    It is an SDK ``AsyncDevice`` over every transport: ``submit`` starts a loaded
+    program (the transport's ``start``: a board runs it from there, the RTL's stream is
+    checked) and returns a handle at once; the run's completion (the simulator running
+    the stream, the RTL simulating it, the board's status polled: the transport's
+    ``wait``) goes on on the device's own thread, and ``wait`` returns its timing.
+    ``timeout_s`` bounds a run (None: no limit): past it, ``wait`` raises
+    AcceleratorError naming the program (a board's polling stops there too)."""
 
     def __init__(self, config: HardwareConfig, driver: AcceleratorDriver | None = None,
-                 name: str | None = None):
+                 name: str | None = None, timeout_s: float | None = None):
         self.config = config
         self.driver = driver if driver is not None else SimulatorDevice(config,
                                                                          SIMULATED_DRAM_BYTES)
         self.name = name or f"vta-{type(self.driver).__name__}"
+        self.timeout_s = timeout_s
         self.last_report: RunReport | None = None
         self._loaded: dict[int, _Loaded] = {}
         self.lock = threading.RLock()
+        #: where runs complete (one at a time, as the transports hold one pending run)
+        self._completions = DeviceQueue(self.name)
+        self._in_flight: DeviceCall | None = None
 
     # -- the life cycle
 
@@ -109,18 +129,50 @@ class VtaDevice:
                             tensor.tile_rows, tensor.tile_cols)
         self.driver.write(entry.base + tensor.byte_address, packed.reshape(-1).view(np.uint8))
 
-    def run(self, program: Program) -> DeviceTiming:
-        """Run the loaded stream to FINISH; the cycles of the transport's counter (the
-        simulator's timing model), its modules' busy cycles as the detail."""
+    def submit(self, program: Program) -> DeviceCall:
+        """Start the loaded ``program``; its handle (see the class). What a transport
+        refuses at its start (a stream the checker rejects) is raised here; one program
+        is in flight at a time."""
         entry = self._entry(program)
+        if self._in_flight is not None and not self._in_flight.done():
+            raise AcceleratorError(f"device {self.name}: program {self._in_flight.program} "
+                                   "is still running; wait() for it before submitting "
+                                   f"{program_name(program)}")
         if isinstance(self.driver, SimulatorDevice):
             # in process: run the decoded stream as loaded (checked when it was compiled)
-            report = run_stream(entry.instructions, self.config, self.driver.dram, check=False)
-            cycles = report.timing.total_cycles
+            complete = functools.partial(self._simulate, entry)
         else:
             self.driver.start(entry.stream_address, len(entry.instructions))
-            status = self.driver.wait()
-            report, cycles = status.report, status.cycles
+            complete = functools.partial(self._complete, self.timeout_s)
+        self._in_flight = DeviceCall(self.name, program_name(program),
+                                     self._completions.submit(complete))
+        return self._in_flight
+
+    def wait(self, call: DeviceCall, timeout_s: float | None = None) -> DeviceTiming:
+        """The timing of a submitted run once it finished (within ``timeout_s``, else
+        the device's ``timeout_s``): the cycles of the transport's counter (the
+        simulator's timing model), its modules' busy cycles as the detail."""
+        if call is not self._in_flight:
+            raise AcceleratorError(f"device {self.name}: the handle of {call.program} is not "
+                                   "the program in flight here; wait on each handle once, "
+                                   "on the device that submitted it")
+        timing = call.result(self.timeout_s if timeout_s is None else timeout_s)
+        self._in_flight = None
+        return timing
+
+    def run(self, program: Program) -> DeviceTiming:
+        """Run the loaded stream to FINISH: ``wait(submit(program))``."""
+        return self.wait(self.submit(program))
+
+    def _simulate(self, entry: _Loaded) -> DeviceTiming:
+        report = run_stream(entry.instructions, self.config, self.driver.dram, check=False)
+        return self._timing(report, report.timing.total_cycles)
+
+    def _complete(self, timeout_s: float | None) -> DeviceTiming:
+        status = self.driver.wait(timeout_s)
+        return self._timing(status.report, status.cycles)
+
+    def _timing(self, report: RunReport | None, cycles: int) -> DeviceTiming:
         self.last_report = report
         detail = {} if report is None else {
             f"{getattr(module, 'value', module)}_busy": timing.busy_cycles

@@ -161,3 +161,81 @@ def test_launch_takes_only_live_arrays_of_its_device():
     released.release()
     with pytest.raises(InputError, match="parameter 'bias' needs a live DeviceArray"):
         function.launch([DeviceArray.from_host(function.pool, x), released, out])
+
+
+class _ContextPerThreadDriverApi:
+    """A stand-in for libcuda with its one rule that matters here: a context is current
+    per thread, and memory calls fail with CUDA_ERROR_INVALID_CONTEXT in a thread where
+    none is."""
+
+    INVALID_CONTEXT = 201
+
+    def __init__(self):
+        import threading
+
+        self._current = threading.local()
+        self.next_pointer = 4096
+
+    def __getattr__(self, name):
+        def entry(*args):
+            if name == "cuDevicePrimaryCtxRetain":
+                args[0]._obj.value = 77
+            elif name == "cuCtxSetCurrent":
+                self._current.context = args[0].value
+            elif name == "cuGetErrorName":
+                args[1]._obj.value = b"CUDA_ERROR_INVALID_CONTEXT"
+            elif name.startswith("cuMem"):
+                if getattr(self._current, "context", None) != 77:
+                    return self.INVALID_CONTEXT
+                if name == "cuMemAlloc_v2":
+                    args[0]._obj.value = self.next_pointer
+                    self.next_pointer += 4096
+            return 0
+        return entry
+
+
+def test_the_gpu_context_is_made_current_in_every_calling_thread(monkeypatch):
+    """A compiled model runs from any thread and a device array may be freed by the
+    garbage collector in any thread: each driver call must first make the GPU's context
+    current there (on a real GPU, threads other than the creator's failed with
+    CUDA_ERROR_INVALID_CONTEXT)."""
+    import threading
+
+    from heterocc.targets.cuda import runtime
+
+    api = _ContextPerThreadDriverApi()
+    monkeypatch.setattr(runtime, "_library", lambda: api)
+    monkeypatch.setattr(runtime, "_device_count", lambda: 1)
+    device = runtime.CudaDevice()
+    pool = DevicePool(device)
+    errors, kept = [], []
+
+    def worker():
+        try:
+            array = DeviceArray.from_host(pool, np.arange(6, dtype=np.float32))
+            kept.append(array.pointer)
+            device.free(array.pointer)
+        except TargetError as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert errors == [] and kept == [4096]
+
+    # the stand-in does model the rule: with the context left as the thread found it,
+    # the same call fails, and the driver's error name reaches the caller
+    monkeypatch.setattr(device, "activate", lambda: None)
+    failures = []
+    thread = threading.Thread(target=lambda: failures.append(_error_of(device.allocate, 8)))
+    thread.start()
+    thread.join()
+    assert "CUDA_ERROR_INVALID_CONTEXT" in str(failures[0])
+
+
+def _error_of(call, *args) -> TargetError | None:
+    try:
+        call(*args)
+    except TargetError as error:
+        return error
+    return None
