@@ -2,18 +2,23 @@
 
     python benchmarks/compile_time.py [--torch] [--models resnet18,mobilenet_v2]
         [--quantizations float,symmetric,ort,ort-uint8] [--targets "llvm;vta,llvm"]
-        [--refuse]
+        [--placements greedy,cost] [--refuse]
 
 Each compile runs alone in a fresh process. Quantizations: ``float`` (the model as
 exported), ``symmetric`` (onnxruntime's quantize_static with symmetric activations and
 per-tensor weights), ``ort`` (quantize_static's defaults: QDQ, asymmetric int8
 activations, with per-channel weights) and ``ort-uint8`` (the same with uint8
-activations). Prints, per run: total compile seconds (wall, and the process's CPU
-seconds, steadier on a loaded machine: LLVM compiles in the process), the passes'
-seconds, and the five functions whose kernels took longest to build. ``--refuse``
-makes the accelerator refuse every layer its patterns match, so a quantized model
-compiles entirely into the CPU's integer fallback kernels (the ``vta,llvm`` rows are
-then marked ``vta!,llvm``).
+activations). Each compile starts from an empty cache (``HETEROCC_CACHE_DIR`` pointed at a new
+folder: no kernel timed for placement before). Prints, per run: total compile
+seconds (wall; the process's CPU seconds, steadier on a loaded machine: LLVM compiles
+in the process; and the CPU seconds of the compiling thread alone, beside which
+LLVM's background thread works, so that on two free cores the wall time approaches
+the larger of that and the rest), the passes' seconds, and the five functions whose
+kernels took longest to build (for TE targets such as ``llvm``: to lower, on the
+compiling thread). Targets with an accelerator compile once per placement of
+``--placements``. ``--refuse`` makes the accelerator refuse every layer its patterns
+match, so a quantized model compiles entirely into the CPU's integer fallback kernels
+(the ``vta,llvm`` rows are then marked ``vta!,llvm``).
 """
 
 from __future__ import annotations
@@ -51,12 +56,14 @@ def prepare(model: str, quantization: str, use_torch: bool, directory: str) -> s
         return path
     pre = os.path.join(directory, f"{model}_pre.onnx")
     oq.quant_pre_process(path, pre, skip_symbolic_shape=True)
-    name = onnx.load(pre).graph.input[0].name
+    first = onnx.load(pre).graph.input[0]
+    name = first.name
+    shape = tuple(d.dim_value or 1 for d in first.type.tensor_type.shape.dim)
 
     class Calibration(oq.CalibrationDataReader):
         def __init__(self):
             self.batches = iter([{name: np.random.default_rng(i).standard_normal(
-                (1, 3, 224, 224)).astype(np.float32)} for i in range(4)])
+                shape).astype(np.float32)} for i in range(4)])
 
         def get_next(self):
             return next(self.batches, None)
@@ -85,10 +92,10 @@ def _refusing(instance) -> None:
     instance.pattern_table = refused
 
 
-def measure(path: str, target: str, refuse: bool = False) -> dict:
-    """Compile ``path`` for ``target`` in this process: total seconds (wall and CPU),
-    per-pass seconds, per-function build seconds; with ``refuse``, the accelerators
-    refuse every match of their patterns."""
+def measure(path: str, target: str, refuse: bool = False, placement: str = "auto") -> dict:
+    """Compile ``path`` for ``target`` in this process: total seconds (wall, CPU, CPU of
+    this thread), per-pass seconds, per-function build seconds; with ``refuse``, the
+    accelerators refuse every match of their patterns."""
     import heterocc
     from heterocc.targets import get_target
 
@@ -98,23 +105,50 @@ def measure(path: str, target: str, refuse: bool = False) -> dict:
         instance = get_target(name)
         if refuse and hasattr(instance, "pattern_table"):
             _refusing(instance)
-        build = instance.build
+        # a TE target lowers each structure in _start_structure (its code generated
+        # beside, waited for in the callable it returns); other targets build whole
+        hook = "_start_structure" if hasattr(instance, "_start_structure") else "build"
+        original = getattr(instance, hook)
 
-        def timed(function, build=build):
+        def timed(function, original=original):
             began = time.perf_counter()
             try:
-                return build(function)
+                return original(function)
             finally:
-                builds[function.name] = time.perf_counter() - began
+                builds[function.name] = builds.get(function.name, 0.0) + (
+                    time.perf_counter() - began)
 
-        instance.build = timed
+        setattr(instance, hook, timed)
         instances.append(instance)
-    began, cpu = time.perf_counter(), time.process_time()
-    compiled = heterocc.compile(path, target=instances)
+    began, cpu, thread = time.perf_counter(), time.process_time(), time.thread_time()
+    compiled = heterocc.compile(path, target=instances, placement=placement)
     seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
-    return {"seconds": seconds, "cpu": cpu, "functions": len(builds),
+    return {"seconds": seconds, "cpu": cpu, "thread": time.thread_time() - thread,
+            "functions": len(builds),
             "passes": sum(r.seconds for r in compiled.pass_records),
             "slowest": sorted(builds.items(), key=lambda kv: -kv[1])[:5]}
+
+
+def _run(model: str, quantization: str, target: str, placement: str, path: str,
+         refuse: bool) -> None:
+    """One compile in a fresh process with an empty cache; prints its row."""
+    with tempfile.TemporaryDirectory() as cache:
+        child = subprocess.run(
+            [sys.executable, __file__, "--measure", path, target, placement,
+             *(["--refuse"] if refuse else [])],
+            capture_output=True, text=True, env=dict(os.environ, HETEROCC_CACHE_DIR=cache))
+    shown = target.replace("vta,", "vta!,") if refuse else target
+    if placement != "auto":
+        shown += f" {placement}"
+    if child.returncode:
+        print(f"{model:14s} {quantization:12s} {shown:17s} failed: "
+              f"{child.stderr.strip().splitlines()[-1]}")
+        return
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    slowest = ", ".join(f"{name} {s:.2f}" for name, s in result["slowest"])
+    print(f"{model:14s} {quantization:12s} {shown:17s} {result['seconds']:8.2f} "
+          f"{result['cpu']:6.2f} {result['thread']:6.2f} {result['passes']:7.2f} "
+          f"{result['functions']:9d}  {slowest}", flush=True)
 
 
 def main() -> int:
@@ -125,17 +159,21 @@ def main() -> int:
     ap.add_argument("--quantizations", default=",".join(QUANTIZATIONS))
     ap.add_argument("--targets", default="llvm;vta,llvm",
                     help="semicolon-separated target strings")
+    ap.add_argument("--placements", default="greedy,cost",
+                    help="placements for targets with an accelerator (comma-separated)")
     ap.add_argument("--refuse", action="store_true",
                     help="accelerators refuse every layer: the CPU's integer fallback")
-    ap.add_argument("--measure", nargs=2, metavar=("MODEL_PATH", "TARGET"),
+    ap.add_argument("--measure", nargs=3, metavar=("MODEL_PATH", "TARGET", "PLACEMENT"),
                     help=argparse.SUPPRESS)  # the child process
     args = ap.parse_args()
     if args.measure:
-        print(json.dumps(measure(*args.measure, refuse=args.refuse)))
+        print(json.dumps(measure(*args.measure[:2], refuse=args.refuse,
+                                 placement=args.measure[2])))
         return 0
     print(describe())
-    print(f"{'model':14s} {'quantization':12s} {'target':10s} {'seconds':>8s} {'cpu':>6s} "
-          f"{'passes':>7s} {'functions':>9s}  slowest functions (seconds)")
+    print(f"load average (1 min) {os.getloadavg()[0]:.2f}")
+    print(f"{'model':14s} {'quantization':12s} {'target':17s} {'seconds':>8s} {'cpu':>6s} "
+          f"{'thread':>6s} {'passes':>7s} {'functions':>9s}  slowest functions (seconds)")
     with tempfile.TemporaryDirectory() as directory:
         for model in args.models.split(","):
             for quantization in args.quantizations.split(","):
@@ -143,20 +181,10 @@ def main() -> int:
                 for target in args.targets.split(";"):
                     if target != "llvm" and quantization == "float":
                         continue  # nothing for the accelerator in a float model
-                    child = subprocess.run(
-                        [sys.executable, __file__, "--measure", path, target,
-                         *(["--refuse"] if args.refuse else [])],
-                        capture_output=True, text=True)
-                    shown = target.replace("vta,", "vta!,") if args.refuse else target
-                    if child.returncode:
-                        print(f"{model:14s} {quantization:12s} {shown:10s} failed: "
-                              f"{child.stderr.strip().splitlines()[-1]}")
-                        continue
-                    result = json.loads(child.stdout.strip().splitlines()[-1])
-                    slowest = ", ".join(f"{name} {s:.2f}" for name, s in result["slowest"])
-                    print(f"{model:14s} {quantization:12s} {shown:10s} "
-                          f"{result['seconds']:8.2f} {result['cpu']:6.2f} "
-                          f"{result['passes']:7.2f} {result['functions']:9d}  {slowest}")
+                    placements = args.placements.split(",") if "," in target else ["auto"]
+                    for placement in placements:
+                        _run(model, quantization, target, placement, path, args.refuse)
+    print(f"load average (1 min) {os.getloadavg()[0]:.2f} at the end")
     return 0
 
 

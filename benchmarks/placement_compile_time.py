@@ -1,12 +1,14 @@
 """What placement by cost adds to compile time, on a shared machine.
 
     python benchmarks/placement_compile_time.py [--rounds 2] [--config 1x16x16@100]
-        [--models resnet18,mobilenet_v2] [--size 224]
+        [--models resnet18,mobilenet_v2] [--size 224] [--alone]
 
 Each model (torch-exported, ``quantize_static`` QDQ per-channel, as in
 ``benchmarks/placement.py``) is compiled for ``vta,llvm`` in a fresh interpreter per
 compile, round after round: greedy, cost with an empty estimate cache, cost again with
-the cache that left. Prints the medians over the rounds of the wall time and of the
+the cache that left; ``--alone`` adds, before them, cost with an empty cache where the CPU
+times each candidate fused alone (without ``estimate_within``: its kernels are not the
+build's). Prints the medians over the rounds of the wall time and of the
 process's CPU time (user + system): other processes on a loaded machine stretch wall
 times (identical compiles here differ twofold at a load of 12) far more than the CPU
 time a compile spends, so the CPU time is the figure to compare.
@@ -34,6 +36,10 @@ import json, sys, time
 import onnx, heterocc
 from heterocc.targets.vta import VtaTarget
 path, placement, config = sys.argv[1:4]
+if placement == "alone":  # the CPU times each candidate fused alone, as before the hook
+    from heterocc.targets.llvm.target import LLVMTarget
+    del LLVMTarget.estimate_within
+    placement = "cost"
 shape, _, clock = config.partition("@")
 vta = VtaTarget(config=shape, clock_mhz=float(clock or 100), link_gbps=1)
 model = onnx.load(path)
@@ -56,22 +62,33 @@ def main() -> int:
     ap.add_argument("--config", default="1x16x16@100")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--alone", action="store_true",
+                    help="also cost with an empty cache, each candidate timed alone")
     args = ap.parse_args()
     print(describe())
     for name in args.models.split(","):
         path = os.path.join(tempfile.mkdtemp(), f"{name}.onnx")
         onnx.save(quantized(name, True, args.size, "qdq", "int8", False), path)
-        rows: dict[str, list[dict]] = {"greedy": [], "cold": [], "warm": []}
+        rows: dict[str, list[dict]] = {"greedy": [], "cold": [], "warm": [], "alone": []}
+        arms = [("greedy", "greedy"), ("cold", "cost"), ("warm", "cost")]
+        if args.alone:
+            arms.insert(1, ("alone", "alone"))
         for _ in range(args.rounds):
             cache = tempfile.mkdtemp(prefix="heterocc-costs-")
-            for label, placement in (("greedy", "greedy"), ("cold", "cost"), ("warm", "cost")):
-                rows[label].append(_compile(path, placement, args.config, cache))
+            for label, placement in arms:
+                where = tempfile.mkdtemp(prefix="heterocc-costs-") if label == "alone" \
+                    else cache
+                rows[label].append(_compile(path, placement, args.config, where))
         for key in ("cpu", "wall"):
             g, c, w = (statistics.median(r[key] for r in rows[k])
                        for k in ("greedy", "cold", "warm"))
             print(f"{name} vta {args.config} + llvm, {key} time: greedy {g:.2f} s; cost, "
                   f"empty estimate cache {c:.2f} s ({100 * (c / g - 1):+.1f}%); cost, cache "
                   f"warm {w:.2f} s ({100 * (w / g - 1):+.1f}%)  (medians of {args.rounds})")
+            if rows["alone"]:
+                a = statistics.median(r[key] for r in rows["alone"])
+                print(f"  {key} time, cost, empty cache, each candidate timed alone: "
+                      f"{a:.2f} s ({100 * (a / g - 1):+.1f}%)")
         print(f"  load average: {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -14,6 +14,8 @@ timing noise moves the 95% line a little): ``matmul`` (fp32 1024^3, the issue's 
     python benchmarks/tuner_comparison.py --searches [--task matmul256|matmul|conv_layer]
         [--budget 64]
     python benchmarks/tuner_comparison.py --searches --model resnet18 [--budget 96]
+    python benchmarks/tuner_comparison.py --rules --model resnet18 [--budget 1000]
+        [--workers 1] [--rounds 3] [--search-minutes 18]
 
 With ``--searches`` on a task, both searches tune the same workload (the template's
 ``matmul`` / ``conv2d_nchwc`` and its ``auto.`` twin) for ``--budget`` trials, each
@@ -22,11 +24,25 @@ final best. On a model, each search gets ``--budget`` trials for the whole model
 template search splits them evenly over the tasks, the auto search lets its task
 scheduler spread them), then the model compiled with each log is timed against the
 untuned one (median of ``--runs`` calls, alternating).
+
+With ``--rules`` (issue #35's comparison, float, llvm): the template-free search from
+scratch (``heterocc tune --search auto --schedule-rules none``: the hand schedule rules
+off, random first points, no seeds from the hand schedules, the generic schedule as the
+baseline) against the same search from the hand rules (``--search auto``: seeded, the
+hand schedule as the baseline), ``--budget`` trials each for the whole model; then, in
+alternating rounds in this process, the model under the hand rules, with the rules off
+untuned, from scratch after the budget, from hand after the budget, and ONNX Runtime
+(``--model`` resnet18 or mobilenet_v2: torchvision's export when torch is installed,
+else ``heterocc.models``'). Printed: seconds per trial, the estimated latency of the
+search at quarters of its budget (its trend), and each engine's median latency against
+the hand rules and ORT.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import statistics
 import sys
@@ -51,6 +67,7 @@ from heterocc.tuning import (
 from heterocc.tuning.auto import EvolutionaryTuner
 from heterocc.tuning.cli import measure_hand_schedules
 from heterocc.tuning.pool import LocalPool
+from heterocc.tuning.records import BASELINE, PAIRED, read_records
 from heterocc.tuning.scheduler import TaskScheduler
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -186,6 +203,175 @@ def compare_searches_on_model(name: str, budget: int, batch_size: int, runs: int
         print(f"{key:>8}: {median * 1e3:.2f} ms ({base / median:.2f}x untuned)")
 
 
+def _rules_model(name: str, folder: str) -> tuple[str, str]:
+    """An ONNX file of ``name`` and where it came from: torchvision's export (as
+    ``benchmarks/zoo.py`` makes it) when torch is installed, else ``heterocc.models``."""
+    import onnx
+
+    from heterocc import models
+
+    path = os.path.join(folder, f"{name}.onnx")
+    try:
+        from zoo import export  # the zoo benchmark beside this script
+        skipped = export(name, path)
+    except ImportError as error:
+        skipped = str(error)
+    if skipped is None:
+        return path, "torchvision export"
+    onnx.save(getattr(models, name)(), path)
+    return path, f"heterocc.models ({skipped})"
+
+
+def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: int,
+                  log_path: str, minutes: float | None = None) -> dict:
+    """The auto search on the model at ``path`` as ``heterocc tune --search auto
+    --schedule-rules RULES`` runs it: ``budget`` trials for the whole model (or as many
+    as ``minutes`` allow: the batch under way when they are up is the last), then each
+    task's best timed in turn with its baseline (hand or generic schedule)."""
+    from heterocc.sdk.registry import get_target
+    from heterocc.tuning.cli import first_configs
+    from heterocc.tuning.extract import tuning_key
+    from heterocc.tuning.measure import tuning_context
+    from heterocc.tuning.pool import make_pool
+    from heterocc.tuning.templates import tuning_of
+
+    target = get_target("llvm", schedule_rules=rules)
+    key = tuning_key(target)
+    tuning = tuning_of(target)
+    options = MeasureOptions(repeat=3, timeout_s=15, target=key)
+    curve: list[tuple[int, int, float]] = []
+    start = time.perf_counter()
+    deadline = math.inf if minutes is None else start + 60 * minutes
+
+    def progress(scheduler: TaskScheduler) -> None:
+        found = [s.weighted_cost for s in scheduler.states if math.isfinite(s.weighted_cost)]
+        curve.append((scheduler.spent, len(found), sum(found)))
+        if time.perf_counter() > deadline:  # out of time: this batch is the last
+            scheduler.trials = min(scheduler.trials, scheduler.spent)
+
+    with tuning_context(key):
+        tasks = extract_tasks(path, target=target, search="auto")
+        with make_pool(options, workers) as pool, RecordLog(log_path, target=key) as log:
+            model = CostModel(seed=0)
+            tuners = [EvolutionaryTuner(t, seed=0, model=model) for t in tasks]
+            scheduler = TaskScheduler(
+                tasks, tuners, pool, budget, log, batch_size=batch_size,
+                first=first_configs(tasks, tuning),
+                callback=progress)
+            scheduler.run()
+            searched_s = time.perf_counter() - start
+            measure_hand_schedules(tasks, pool, log, baseline=tuning.baseline)
+    return {"tasks": len(tasks), "trials": scheduler.spent, "search_s": searched_s,
+            "total_s": time.perf_counter() - start, "curve": curve}
+
+
+def _trend(curve: list[tuple[int, int, float]], budget: int) -> str:
+    """At each quarter of the budget: the tasks with a working point so far and the sum
+    of their best costs x weights (the scheduler's estimated latency once every task
+    has one)."""
+    points = []
+    for quarter in (1, 2, 3, 4):
+        wanted = max(1, budget * quarter // 4)
+        reached = [(tasks, latency) for spent, tasks, latency in curve if spent <= wanted]
+        if reached:
+            tasks, latency = reached[-1]
+            points.append(f"{wanted}: {tasks} tasks, {latency * 1e3:.2f} ms")
+    return "; ".join(points)
+
+
+def _against_baselines(log_path: str) -> str:
+    """Per searched task, its baseline's median over its best's median in the timings
+    taken in turn (``paired`` and ``baseline`` records): above 1.03 the best is applied."""
+    records = read_records(log_path)
+    best: dict[str, list[float]] = {}
+    baseline: dict[str, list[float]] = {}
+    for record in records:
+        if record.ok and record.tuner in (PAIRED, BASELINE):
+            workload = json.loads(record.workload_key)[1:]  # the task's args
+            into = best if record.tuner == PAIRED else baseline
+            into.setdefault(json.dumps(workload), []).append(record.cost)
+    ratios = sorted(statistics.median(baseline[k]) / statistics.median(v)
+                    for k, v in best.items() if k in baseline)
+    applied = sum(r > 1 / 0.97 for r in ratios)
+    return (f"{applied} of {len(ratios)} searched tasks beat their baseline (baseline / "
+            f"best: {', '.join(f'{r:.2f}' for r in ratios)})")
+
+
+def _timed_rounds(engines: dict, rounds: int, block: int) -> dict[str, list[float]]:
+    """Seconds of each engine's calls in alternating rounds: a warm-up call, then
+    ``block`` timed calls (one where a call takes over a second: the generic schedules
+    of a whole model)."""
+    samples: dict[str, list[float]] = {name: [] for name in engines}
+    for _ in range(rounds):
+        for name, run in engines.items():
+            time.sleep(0.2)
+            begin = time.perf_counter()
+            run()  # warm-up
+            calls = 1 if time.perf_counter() - begin > 1.0 else block
+            for _ in range(calls):
+                begin = time.perf_counter()
+                run()
+                samples[name].append(time.perf_counter() - begin)
+    return samples
+
+
+def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int,
+                           rounds: int, block: int, minutes: float | None = None) -> None:
+    """Hand rules vs the search from scratch vs the search from hand on one model."""
+    import onnxruntime as ort
+
+    import heterocc
+
+    folder = tempfile.mkdtemp()
+    path, source = _rules_model(name, folder)
+    print(f"{name}: {source}; budget {budget} trials per search, {workers} measuring "
+          f"worker(s); load average {os.getloadavg()[0]:.2f}", flush=True)
+    logs = {}
+    for search, rules in (("from scratch", "none"), ("from hand", "hand")):
+        logs[search] = os.path.join(folder, f"{rules}.jsonl")
+        # equal trials: the search from hand gets what the one from scratch spent (all
+        # of the budget unless --search-minutes stopped it), without a time limit
+        found = _search_model(path, rules, budget, batch_size, workers, logs[search],
+                              minutes if search == "from scratch" else None)
+        budget = found["trials"]
+        print(f"search {search} (--schedule-rules {rules}): {found['tasks']} tasks, "
+              f"{found['trials']} trials in {found['search_s']:.0f} s "
+              f"({found['search_s'] / max(found['trials'], 1):.2f} s per trial), "
+              f"{found['total_s']:.0f} s with the baselines timed; load average "
+              f"{os.getloadavg()[0]:.2f}", flush=True)
+        print(f"  by trials: {_trend(found['curve'], found['trials'])}", flush=True)
+        print(f"  {_against_baselines(logs[search])}", flush=True)
+    session_options = ort.SessionOptions()
+    session_options.intra_op_num_threads = os.cpu_count() or 1
+    session = ort.InferenceSession(path, session_options, providers=["CPUExecutionProvider"])
+    feed = {i.name: np.random.default_rng(1).standard_normal(
+        [d if isinstance(d, int) else 1 for d in i.shape]).astype(np.float32)
+        for i in session.get_inputs()}
+    (expected,) = session.run(None, feed)[:1]
+    compiled = {
+        "hand rules": heterocc.compile(path, target="llvm"),
+        "rules off, untuned": heterocc.compile(path, target="llvm", schedule_rules="none"),
+        "from scratch, tuned": heterocc.compile(
+            path, target="llvm", schedule_rules="none", tuning_log=logs["from scratch"]),
+        "from hand, tuned": heterocc.compile(
+            path, target="llvm", tuning_log=logs["from hand"]),
+    }
+    for key, model in compiled.items():
+        error = float(np.max(np.abs(model.run(feed)[0] - expected)))
+        print(f"  {key}: max |difference| from ORT {error:.2g}", flush=True)
+    engines = {key: (lambda m=model: m.run(feed)) for key, model in compiled.items()}
+    engines["ONNX Runtime"] = lambda: session.run(None, feed)
+    samples = _timed_rounds(engines, rounds, block)
+    medians = {key: statistics.median(times) for key, times in samples.items()}
+    hand, theirs = medians["hand rules"], medians["ONNX Runtime"]
+    print(f"{name} latency (median, alternating rounds; load average "
+          f"{os.getloadavg()[0]:.2f}):")
+    print(f"  {'engine':<28} {'ms':>9} {'runs':>5} {'speed vs hand':>14} {'x ORT':>7}")
+    for key, median in medians.items():
+        print(f"  {key:<28} {median * 1e3:9.2f} {len(samples[key]):5d} "
+              f"{hand / median:13.2f}x {median / theirs:6.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(TASKS), default="vta")
@@ -197,7 +383,26 @@ def main() -> None:
     parser.add_argument("--model", help="with --searches: a model of heterocc.models "
                                         "(resnet18) tuned and timed end to end")
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--rules", action="store_true",
+                        help="with --model: hand rules vs search from scratch vs search "
+                             "from hand, and ORT")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="with --rules: measuring processes")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="with --rules: alternating timing rounds")
+    parser.add_argument("--search-minutes", type=float, default=None,
+                        help="with --rules: stop each search after this many minutes "
+                             "(the trials done are printed)")
+    parser.add_argument("--block", type=int, default=5,
+                        help="with --rules: timed calls per engine and round")
     args = parser.parse_args()
+    if args.rules:
+        if not args.model:
+            parser.error("--rules compares on a model: give --model resnet18 or mobilenet_v2")
+        print(describe("llvm"))
+        compare_rules_on_model(args.model, args.budget, args.batch_size, args.workers,
+                               args.rounds, args.block, args.search_minutes)
+        return
     if args.searches:
         print(describe("llvm"))
         if args.model:

@@ -53,6 +53,7 @@ from .sdk.registry import available_targets, get_target, parse_target_spec
 from .tuning.cli import add_tune_parser
 from .tuning.curve import tuning_curve_svg
 from .tuning.records import read_records
+from .tuning.task import SCHEDULE_RULES
 
 
 def _random_inputs(compiled) -> dict[str, np.ndarray]:
@@ -76,7 +77,7 @@ def cmd_compile(args) -> int:
     compiled = hcompile(args.model, target=args.target, shapes=parse_shapes(args.shape),
                         dump_ir=args.dump_ir, tuning_log=args.tuning_log,
                         calibration=_calibration(args.calibrate), strict=args.strict,
-                        placement=args.placement)
+                        placement=args.placement, schedule_rules=args.schedule_rules)
     elapsed = time.perf_counter() - t0
     export = getattr(compiled, "export", None)
     if args.output:
@@ -103,7 +104,9 @@ def cmd_run(args) -> int:
         # artifacts come with the CPU code generator
         compiled = load_artifact(path, verify=args.verify)
         for flag, value in (("--target", args.target), ("--tuning-log", args.tuning_log),
-                            ("--calibrate", args.calibrate)):
+                            ("--calibrate", args.calibrate),
+                            ("--schedule-rules",
+                             None if args.schedule_rules == "hand" else args.schedule_rules)):
             if value is not None:
                 message = (f"{flag} does not apply to an artifact, which runs the code it "
                            f"was compiled to "
@@ -120,7 +123,7 @@ def cmd_run(args) -> int:
         compiled = hcompile(path, target=args.target or "llvm",
                             shapes=parse_shapes(args.shape), tuning_log=args.tuning_log,
                             calibration=_calibration(args.calibrate), strict=args.strict,
-                            placement=args.placement)
+                            placement=args.placement, schedule_rules=args.schedule_rules)
     inputs = load_input_files(args.input, args.inputs)
     if not inputs:
         inputs = _random_inputs(compiled)
@@ -443,6 +446,13 @@ PLACEMENT_HELP = ("with several targets, cost: offload a match only where the ta
                   "partition)")
 
 
+def _add_schedule_rules(p) -> None:
+    p.add_argument("--schedule-rules", choices=SCHEDULE_RULES, default="hand",
+                   help="none: the CPU's hand schedule rules off, every function on the "
+                        "generic schedule of its compute's kind or a tuning log's auto "
+                        "record (-schedule-rules=none in the CPU's target string)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(prog="heterocc", description="heterocc deep-learning compiler")
     ap.add_argument("--version", action="version", version=f"heterocc {__version__}")
@@ -461,6 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=PLACEMENT_HELP)
     p.add_argument("--sign", metavar="PRIVATE_KEY",
                    help="sign the artifact's manifest with this Ed25519 key (heterocc keygen)")
+    _add_schedule_rules(p)
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("keygen", help="write a new Ed25519 key pair for signing artifacts")
@@ -500,6 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the input N times as a stream, the devices overlapping (CPU on "
                         "one input while the accelerator works on another); prints the "
                         "modelled sequential and pipelined times")
+    _add_schedule_rules(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("inspect", help="show the graph after the passes")

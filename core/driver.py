@@ -43,6 +43,7 @@ from .sdk.registry import (
     suggest,
 )
 from .tuning.apply import ApplyHistoryBest
+from .tuning.task import with_schedule_rules
 
 #: work longer than this (seconds) reports its progress as INFO lines
 PROGRESS_AFTER_S = 2.0
@@ -207,6 +208,12 @@ class CompiledModel:
                      for n in graph.nodes if n.body is not None}
         functions = [n for n in graph.nodes if n.body is not None]
         with _tuning_context(self.tuning_log):
+            for name, target in targets.items():
+                # a target that can compiles its functions together first (its code
+                # generated while it lowers the next ones); build then takes that code
+                compile_all = getattr(target, "compile_all", None)
+                if compile_all is not None:
+                    compile_all([n for n in functions if placement[n.name] == name])
             kernels = {n.name: targets[placement[n.name]].build(n)
                        for n in progress(functions, "compiling functions", len(functions),
                                        every=PROGRESS_AFTER_S)}
@@ -451,7 +458,7 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
             strict: bool = False, calibration=None,
             tuning_log: str | None = None,
             quantization: QuantizationOptions | None = None,
-            placement: str = "auto") -> CompiledModel:
+            placement: str = "auto", schedule_rules: str = "hand") -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for ``target``.
 
     A model whose tensors live in external data files (``X.onnx.data``) reads them
@@ -481,10 +488,14 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     (transfers included; see ``docs/partitioning.md``), ``"auto"`` (the default) is
     ``"cost"`` when every target can estimate and ``"greedy"`` otherwise; the
     placement report says which ran and why.
+    ``schedule_rules="none"`` turns the CPU's hand schedule rules off (the last target
+    named: its option ``-schedule-rules=none``): every function gets the generic
+    schedule of its compute's kind, or a tuning log's auto record of it (the starting
+    point of the search from scratch, ``heterocc tune --schedule-rules none``).
     """
     if placement not in ("greedy", "cost", "auto"):
         raise InputError(f"placement {placement!r}: choose greedy, cost or auto")
-    names = parse_targets(target)
+    names = parse_targets(with_schedule_rules(target, schedule_rules))
     known = available_targets()
     unknown = [n for n in names if isinstance(n, str) and n not in known]
     if unknown:

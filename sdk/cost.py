@@ -15,6 +15,12 @@ A second optional hook, ``lower_bound(function) -> (seconds, how) | None``, boun
 call's time without compiling anything: the placement skips a target's ``estimate``
 where the other device's estimate already beats that bound.
 
+A third, ``estimate_within(graph, parts)``, tells a target, before it is asked, the
+whole graph the functions were outlined from (``parts``: each function node and the
+nodes of ``graph`` it holds): a target whose build fuses across the functions'
+boundaries (the CPU) estimates each as a share of the kernels its build will compile,
+and compiles those kernels once for both.
+
 Estimates that take time to make (a kernel compiled and timed) are kept on disk by
 :class:`CostCache`, keyed by the target's own key and :func:`workload_key` (the
 function's structure: ops, attributes, types; not the contents of its weights, which

@@ -29,6 +29,7 @@ compile once.
 from __future__ import annotations
 
 import contextlib
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ import numpy as np
 
 from heterocc import te
 from heterocc.compute import compute_of
+from heterocc.diagnostics import progress
 from heterocc.errors import CompileError, TypeInferenceError
 from heterocc.ir.graph import Node, Value
 from heterocc.runtime.interpreter import evaluate
@@ -462,6 +464,15 @@ class TETarget(ABC):
     def codegen(self, lowered, symbol: str):
         """The target's code of ``lowered`` (kept in :attr:`CompiledFunction.code`)."""
 
+    def codegen_later(self, lowered, symbol: str) -> Callable[[], Any]:
+        """:meth:`codegen` of ``lowered`` as a callable that returns the code, or
+        raises what codegen raised. By default codegen runs at once; a target whose
+        code generator works outside Python (LLVM, a vendor compiler) may start it in
+        the background and wait in the callable, so that :meth:`compile_all` lowers the
+        next functions meanwhile."""
+        code = self.codegen(lowered, symbol)
+        return lambda: code
+
     @abstractmethod
     def kernel(self, function: Node, compiled: CompiledFunction):
         """The callable that runs ``function`` with ``compiled`` (its structure's code)."""
@@ -477,6 +488,20 @@ class TETarget(ABC):
         """The kernel of ``function``, or its NumPy fallback where it cannot be
         compiled (the reason is kept in ``fallbacks``)."""
         return self.build_with(function, self.kernel)
+
+    def compile_all(self, functions: Sequence[Node]) -> None:
+        """Compile the structures of ``functions`` ahead of :meth:`build`, each one's
+        code generated while the next ones are lowered (:meth:`codegen_later`): the
+        same code and errors as compiling them one by one, in less time where codegen
+        runs outside Python."""
+        pending: dict[tuple, Callable[[], CompiledFunction]] = {}
+        for function in progress(functions, f"{self.name}: lowering functions",
+                                 len(functions)):
+            key = structure_key(function.body)
+            if key not in self._compiled and key not in pending:
+                pending[key] = self._start_structure(function)
+        for key, finish in pending.items():
+            self._compiled[key] = finish()
 
     def build_with(self, function: Node,
                    make_kernel: Callable[[Node, CompiledFunction], Any]):
@@ -505,18 +530,29 @@ class TETarget(ABC):
         return contextlib.nullcontext()
 
     def _compile_structure(self, function: Node) -> CompiledFunction:
+        return self._start_structure(function)()
+
+    def _start_structure(self, function: Node) -> Callable[[], CompiledFunction]:
+        """Express, schedule and lower ``function`` now, start its codegen
+        (:meth:`codegen_later`); the callable returned waits for the code."""
         try:
             with self.compile_context():
                 expressed = express_function(function.body)
                 symbol = kernel_symbol(function)
                 lowered = self.lower(self.schedule(expressed), expressed, symbol)
-                code = self.codegen(lowered, symbol)
+                code = self.codegen_later(lowered, symbol)
         except COMPILE_ERRORS as exc:
-            return CompiledFunction(error=exc)
+            return functools.partial(CompiledFunction, error=exc)
         except RecursionError:
             # a long fused chain nests its expression deeper than the recursive
             # expression visitors go: the function runs on its NumPy reference instead
-            return CompiledFunction(error=CompileError(
+            return functools.partial(CompiledFunction, error=CompileError(
                 f"function {function.name!r} ({len(function.body.nodes)} ops): its "
                 "expression is nested too deeply to compile"))
-        return CompiledFunction(code, lowered, expressed.tables)
+
+        def finish() -> CompiledFunction:
+            try:
+                return CompiledFunction(code(), lowered, expressed.tables)
+            except COMPILE_ERRORS as exc:
+                return CompiledFunction(error=exc)
+        return finish

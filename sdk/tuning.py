@@ -16,12 +16,13 @@ from heterocc.tuning.measure import (
 )
 from heterocc.tuning.records import BASELINE, PAIRED, MeasureRecord, fastest
 from heterocc.tuning.space import Config, ConfigSpace, Knob, divisors, split_options
-from heterocc.tuning.task import Task, matmul_dims, workload_key
+from heterocc.tuning.task import SCHEDULE_RULES, Task, matmul_dims, workload_key
 from heterocc.tuning.templates import SECONDS, TargetTuning, Template
 
 __all__ = [
-    "BASELINE", "PAIRED", "SECONDS", "ApplyHistoryBest", "AutoWorkload", "CandidateError",
-    "Config", "ConfigSpace", "Knob", "MeasureOptions", "MeasureRecord", "SearchHints", "Sketch",
+    "BASELINE", "PAIRED", "SCHEDULE_RULES", "SECONDS", "ApplyHistoryBest", "AutoWorkload",
+    "CandidateError", "Config", "ConfigSpace", "Knob", "MeasureOptions", "MeasureRecord",
+    "SearchHints", "Sketch",
     "TargetTuning", "Task", "Template", "auto_name", "auto_template", "check_output",
     "current", "divisors", "fastest", "lookup", "matmul_dims", "records_for", "split_options",
     "task_inputs", "time_calls", "workload_key",

@@ -108,6 +108,44 @@ def test_a_function_the_target_cannot_generate_runs_on_numpy_and_is_not_retried(
     assert set(target.fallbacks) == {"scaled", "other"} and len(target.scheduled) == 1
 
 
+def test_compile_all_generates_code_while_it_lowers_and_keeps_build_s_results():
+    """Each structure's code waited for only after every structure was lowered; the
+    kernels, the sharing of a structure and the fallbacks are those of build alone."""
+    events = []
+
+    @dataclass
+    class Later(MiniTarget):
+        def codegen_later(self, lowered, symbol):
+            events.append(("started", symbol))
+
+            def finish():
+                events.append(("waited", symbol))
+                if symbol == "refused":
+                    raise sdk.CompileError(f"{symbol}: not generated here")
+                return self.codegen(lowered, symbol)
+            return finish
+
+    rng = np.random.default_rng(1)
+    functions = [_scale_and_shift(n, rng.standard_normal(8))[0] for n in ("a", "b")]
+    functions.append(_scale_and_shift("halves", np.full(8, 0.5), dtype="float16")[0])
+    functions.append(_scale_and_shift("refused", np.full(8, 0.5), op="Sub")[0])
+    target = Later()
+    target.compile_all(functions)
+    # "halves" cannot be expressed (float16): never lowered; "b" shares "a"'s code
+    assert events == [("started", "a"), ("started", "refused"), ("waited", "a"),
+                      ("waited", "refused")]
+    assert target.distinct_kernels == 1 and len(target.scheduled) == 2
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    for function in functions[:2]:
+        np.testing.assert_allclose(target.build(function)([x])[0],
+                                   x * function.body.nodes[0].inputs[1].data + 1, rtol=1e-6)
+    np.testing.assert_array_equal(target.build(functions[3])([x])[0], x - np.float32(0.5) + 1)
+    assert target.fallbacks["refused"].endswith("not generated here")
+    assert target.build(functions[2])([x.astype(np.float16)])[0].dtype == np.float16
+    assert set(target.fallbacks) == {"halves", "refused"}
+    assert len(events) == 4  # build compiled nothing more
+
+
 def test_constants_come_in_first_use_order_then_the_tables():
     function, _ = _scale_and_shift("f", np.arange(8.0))
     constants = sdk.function_constants(function.body)

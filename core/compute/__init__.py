@@ -5,6 +5,7 @@ Importing this package registers every compute (on ``OpDef.te_compute``).
 
 from . import (  # noqa: F401  (registrations)
     activation,
+    channel_gather,
     elementwise,
     indexing,
     layout,

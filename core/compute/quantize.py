@@ -43,14 +43,28 @@ def _param_at(param, index: Sequence, axis: int, block_size: int):
 
 
 def _saturating_cast(value, dtype: str):
-    """Float64 ``value`` (integral already) clamped to integer ``dtype``'s range and
+    """Float ``value`` (integral already) clamped to integer ``dtype``'s range and
     converted, as ``np.clip(...).astype(dtype)``.
 
     NaN has no defined integer result (NumPy gives whatever the C cast does), so the
     clamp need not propagate it and ``value`` is read once instead of four times."""
     info = np.iinfo(dtype)
-    low, high = te.const(float(info.min), "float64"), te.const(float(info.max), "float64")
+    low, high = te.const(float(info.min), value.dtype), te.const(float(info.max), value.dtype)
     return te.cast(dtype, te.minimum(te.maximum(value, low), high))
+
+
+#: integer types whose every value (and every difference of two) float32 holds exactly
+_NARROW = ("int8", "uint8", "int16", "uint16")
+
+
+def _quantize_tail_dtype(work: str, out: str, zero_dtype: str | None) -> str:
+    """The float type ``round(x / scale) + zero_point`` and its clamp run in: float32
+    where the quotient is float32 and the output and zero point narrow integers, else
+    float64 (the reference's). Exact: below 2**24 the float32 sum of the integral
+    quotient and the zero point is the integer itself; from there on both types give
+    sums beyond every narrow type's range, which the clamp saturates alike."""
+    narrow = out in _NARROW and (zero_dtype is None or zero_dtype in _NARROW)
+    return "float32" if work == "float32" and narrow else "float64"
 
 
 @register_compute("QuantizeLinear")
@@ -70,14 +84,16 @@ def quantize_linear(inputs, attrs, out_types):
     axis = attrs["axis"] % max(x.ndim, 1)
     block_size = attrs["block_size"]
 
+    tail = _quantize_tail_dtype(work, out, None if zero_point is None else zero_point.dtype)
+
     def body(*index):
         # the operands pass through the precision dtype first, as the reference casts them
         numerator = te.cast(work, te.cast(x_dtype, x[index]))
         denominator = te.cast(work, te.cast(scale_dtype,
                                             _param_at(scale, index, axis, block_size)))
-        q = te.cast("float64", te.call_intrin("round", numerator / denominator))
+        q = te.cast(tail, te.call_intrin("round", numerator / denominator))
         if zero_point is not None:
-            q = q + te.cast("float64", _param_at(zero_point, index, axis, block_size))
+            q = q + te.cast(tail, _param_at(zero_point, index, axis, block_size))
         return _saturating_cast(q, out)
 
     return [te.compute(tuple(out_types[0].shape), body, name="quantize", dtype=out)]
@@ -98,6 +114,8 @@ def dequantize_linear(inputs, attrs, out_types):
         if zero_point is not None:
             centered = centered - te.cast("int64", _param_at(zero_point, index, axis,
                                                              block_size))
+        # (float64, then rounded: a float32 product would be exact too, but the codegen
+        # contracts float32 arithmetic into FMA with the ops a function fuses after it)
         product = te.cast("float64", centered) * te.cast(
             "float64", _param_at(scale, index, axis, block_size))
         return te.cast(out, product)

@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401  (registration side effects)
     activation,
+    channel_gather,
     control_flow,
     elementwise,
     indexing,

@@ -1,6 +1,7 @@
 """Graph passes: each a named function ``Graph -> Graph``, run by a PassManager."""
 
 from .alter_layout import alter_layout, alter_layout_for
+from .channel_gathers import channel_gathers
 from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .fold_batchnorm import fold_batchnorm
@@ -19,6 +20,7 @@ DEFAULT_PIPELINE = ("infer_types", "fold_constants", "simplify", "fold_batchnorm
                     "fold_constants", "cse", "dce", "fuse_ops")
 
 __all__ = ["DEFAULT_PIPELINE", "PassManager", "PassRecord", "alter_layout", "alter_layout_for",
+           "channel_gathers",
            "eliminate_common_subexpressions",
            "eliminate_dead_code", "fold_batchnorm", "fold_constants", "fuse_ops",
            "fused_functions", "fusion_groups", "get_pass", "infer_types",

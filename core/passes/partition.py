@@ -454,9 +454,11 @@ def _unit_edges(graph: Graph, units: Mapping[Node, int]) -> list[tuple[int, int,
 
 def _absorbed(node: Node, placed: Placement) -> list[Placement]:
     """Rows for the activations an earlier pass folded into ``node`` (a Requantize's
-    clamp, a LookupTable's entries): they run wherever ``node`` runs."""
+    clamp, a LookupTable's entries, a ChannelGather's map): they run wherever ``node``
+    runs."""
     rows = []
-    where = {"Requantize": "the clamp of", "LookupTable": "the table of"}.get(node.op)
+    where = {"Requantize": "the clamp of", "LookupTable": "the table of",
+             "ChannelGather": "the gather of"}.get(node.op)
     for entry in node.attrs.get("absorbed", ()) if where else ():
         op, _, name = entry.partition(":")
         rows.append(Placement(name, op, placed.target,

@@ -118,11 +118,11 @@ def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | No
     if tables:
         # an accelerator's GEMM core runs quantized average pools as depthwise
         # convolutions, its ALU quantized concatenations as copies and element-wise
-        # functions as lookup tables
+        # functions as lookup tables, channel shuffles and splits as gathers
         at = before.index("uint8_to_int8") + 1
         # (constants folded first: a normalization's dequantized parameters become floats)
         before[at:at] = ["fold_constants", "integer_average_pools", "integer_concats",
-                         "lookup_tables"]
+                         "lookup_tables", "channel_gathers"]
     manager = PassManager(before, dump_ir=dump_ir, check=True)
     graph = manager.run(graph)
     report = None

@@ -162,6 +162,9 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
 
     plan = CostPlan([], [], fallback, targets=targets)
     cpu = targets.get(fallback)
+    within = getattr(cpu, "estimate_within", None)
+    if callable(within):  # the CPU times its part of the graph as its build fuses it
+        within(graph, {functions[k]: nodes for k, nodes in enumerate(groups)})
     for k, (target, _, nodes) in enumerate(composites):
         unit = UnitCost(nodes, function=functions[k])
         bound = _estimate(unit, target, fallback, targets)

@@ -149,8 +149,8 @@ def _chain(nodes: list[Node]) -> _Chain | None:
 def _average_window(pool: Node) -> dict | None:
     """The depthwise convolution attributes (kernel, strides, pads) of an average over
     windows of a 4-D tensor, or None where no all-ones convolution computes it: a
-    ReduceMean over other axes or without keepdims, padding left out of the count,
-    a window cut short by ceil_mode."""
+    ReduceMean over other axes, padding left out of the count, a window cut short by
+    ceil_mode. (A ReduceMean without keepdims is the convolution and a Reshape.)"""
     x = pool.inputs[0].type
     if x.ndim != 4:
         return None
@@ -159,7 +159,7 @@ def _average_window(pool: Node) -> dict | None:
             axes = pool.attrs.get("axes")
             if len(pool.inputs) > 1 and pool.inputs[1] is not None:
                 axes = pool.inputs[1].data.tolist()
-            if sorted(a % 4 for a in axes or ()) != [2, 3] or not pool.attrs.get("keepdims", 1):
+            if sorted(a % 4 for a in axes or ()) != [2, 3]:
                 return None
         return {"kernel_shape": list(x.shape[2:]), "strides": [1, 1], "pads": [0] * 4}
     if pool.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "") or \
@@ -236,7 +236,15 @@ def integer_average_pools(graph: Graph) -> Graph:
         if not inner or any(v in returned or any(u not in m.nodes for u in users.get(v, ()))
                             for n in inner for v in n.outputs):
             continue
-        new = _rewrite(chain, node.outputs[0], scope)
+        out = node.outputs[0]
+        pooled = out if out.type.ndim == 4 else Value(  # a ReduceMean without keepdims
+            scope.fresh(f"{out.name}_4d"), TensorType((*out.type.shape[:2], 1, 1),
+                                                     out.type.dtype))
+        new = _rewrite(chain, pooled, scope)
+        if pooled is not out:
+            new.append(Node("Reshape", [pooled, constant(np.array(out.type.shape, np.int64),
+                                                         scope.fresh(f"{out.name}_shape"))],
+                            [out], {}, scope.fresh(f"{node.name}_reshape")))
         for part in new:
             part.attrs = get_op(part.op).normalize_attrs(part.attrs, part.name)
         replaced[node] = new

@@ -32,6 +32,7 @@ from .expr import (
     Var,
     is_bool,
     is_float,
+    is_int,
     lanes_of,
     scalar_dtype,
 )
@@ -587,6 +588,9 @@ class Simplifier(Mutator):
         a, b = node.a, node.b
         if isinstance(a, Broadcast) and isinstance(b, Broadcast) and a.lanes == b.lanes:
             return Broadcast(self._binary(Binary(node.op, a.value, b.value)), a.lanes)
+        ramp = self._ramp_arithmetic(node)
+        if ramp is not None:
+            return ramp
         if node.op not in ("floordiv", "floormod") or not (
                 isinstance(b, Broadcast) and isinstance(b.value, IntImm) and b.value.value > 0):
             return node
@@ -614,6 +618,27 @@ class Simplifier(Mutator):
         if node.op == "floordiv":
             return quotients
         return Binary("sub", Ramp(a.base, a.stride, a.lanes), Binary("mul", quotients, b))
+
+    def _ramp_arithmetic(self, node: Binary) -> Ramp | None:
+        """An integer ramp plus or minus a broadcast or another ramp, or times a
+        broadcast, as one ramp (None for other forms): an index a code generator then
+        reads or writes as one contiguous vector, not lane by lane."""
+        a, b = node.a, node.b
+        if not is_int(node.dtype) or node.op not in ("add", "sub", "mul"):
+            return None
+        if node.op == "add" and isinstance(a, Broadcast) and isinstance(b, Ramp):
+            a, b = b, a
+        if not isinstance(a, Ramp) or lanes_of(b.dtype) != a.lanes:
+            return None
+        if isinstance(b, Broadcast):
+            base = self._binary(Binary(node.op, a.base, b.value))
+            stride = a.stride if node.op != "mul" else self._binary(
+                Binary("mul", a.stride, b.value))
+            return Ramp(base, stride, a.lanes)
+        if isinstance(b, Ramp) and node.op != "mul":
+            return Ramp(self._binary(Binary(node.op, a.base, b.base)),
+                        self._binary(Binary(node.op, a.stride, b.stride)), a.lanes)
+        return None
 
     def _in_one_period(self, base: Expr, span: int, divisor: int) -> bool:
         """Whether ``base`` and ``base + span`` always have one quotient by ``divisor``:

@@ -27,8 +27,8 @@ from .measure import CACHE_MODES, MeasureOptions, tuning_context
 from .pool import make_pool
 from .records import BASELINE, PAIRED, MeasureRecord, RecordLog, config_costs
 from .scheduler import TaskScheduler
-from .task import SEARCHES, Task
-from .templates import SECONDS
+from .task import SCHEDULE_RULES, SEARCHES, Task, with_schedule_rules
+from .templates import SECONDS, TargetTuning, tuning_of
 from .tuners import TUNERS, CostModel, TuneProgress, make_tuner, remeasure_best, tune_task
 
 BAR_WIDTH = 24
@@ -43,6 +43,10 @@ def add_tune_parser(subparsers) -> argparse.ArgumentParser:
                    help="a target with tuning templates (llvm, vta), with its options: "
                         "'llvm -mattr=-avx512f' tunes the AVX2 code (timed on this host, "
                         "which must run it)")
+    p.add_argument("--schedule-rules", choices=SCHEDULE_RULES, default="hand",
+                   help="none: the target's hand schedule rules off (-schedule-rules=none "
+                        "in its target string): the auto search starts from scratch, from "
+                        "random points, and its records compete with the generic schedules")
     p.add_argument("--search", default="template", choices=SEARCHES,
                    help="template: the targets' hand-written templates, --trials per task; "
                         "auto: sketches derived from the computes, --trials for the whole "
@@ -133,7 +137,12 @@ def run_tune(args, stream: TextIO | None = None) -> int:
     if getattr(args, "quiet", False):
         stream = _Discard()
     search = getattr(args, "search", "template")
-    target = tuning_target(args.target, args.preset)
+    rules = getattr(args, "schedule_rules", "hand")
+    if rules != "hand" and search != "auto":
+        raise InputError(f"--schedule-rules {rules}: the hand-written templates are the hand "
+                         "rules' own tiles, which a model compiled without them never reads; "
+                         "tune it with --search auto")
+    target = tuning_target(with_schedule_rules(args.target, rules), args.preset)
     key = tuning_key(target)
     options = MeasureOptions(timeout_s=args.timeout, repeat=args.repeat, seed=args.seed,
                              target=key, cache=getattr(args, "cache", MeasureOptions.cache))
@@ -143,18 +152,18 @@ def run_tune(args, stream: TextIO | None = None) -> int:
                               search=search)
         print(f"{len(tasks)} tasks in {args.model} for {key or args.target} ({search} search)",
               file=stream)
-        _tune(args, search, tasks, options, stream)
+        _tune(args, search, tasks, options, stream, tuning_of(target))
     print(f"log: {args.log}", file=stream)
     return 0
 
 
 def _tune(args, search: str, tasks: list[Task], options: MeasureOptions,
-          stream: TextIO) -> None:
+          stream: TextIO, tuning: TargetTuning) -> None:
     model = CostModel(seed=args.seed)
     with make_pool(options, getattr(args, "workers", 1), getattr(args, "ray", None)) as pool, \
             RecordLog(args.log, target=options.target) as log:
         if search == "auto":
-            _run_auto(args, tasks, pool, log, model, stream)
+            _run_auto(args, tasks, pool, log, model, stream, tuning)
         else:
             _run_templates(args, tasks, pool, log, model, stream)
 
@@ -173,39 +182,53 @@ def _run_templates(args, tasks, pool, log: RecordLog, model: CostModel, stream) 
               f"({time.perf_counter() - show.start:.1f} s)", file=stream)
 
 
-def _run_auto(args, tasks, pool, log: RecordLog, model: CostModel, stream) -> None:
+def _run_auto(args, tasks, pool, log: RecordLog, model: CostModel, stream,
+              tuning: TargetTuning) -> None:
     start = time.perf_counter()
     table = LiveTable(stream)
     tuners = [EvolutionaryTuner(task, seed=args.seed, model=model) for task in tasks]
     scheduler = TaskScheduler(
         tasks, tuners, pool, args.trials, log, batch_size=args.batch_size,
-        early_stop=args.early_stop,
-        first={task.workload_key: task.definition.first_configs(task.args) for task in tasks},
-        callback=table)
+        early_stop=args.early_stop, first=first_configs(tasks, tuning), callback=table)
     scheduler.run()
     for task in tasks:  # each task's best and its hand schedule timed close together
         if args.remeasure > 0:
             remeasure_best(task, pool, log, count=args.remeasure)
-        measure_hand_schedules([task], pool, log)
+        measure_hand_schedules([task], pool, log, baseline=tuning.baseline)
     table(scheduler, final=True)
     print(f"tuned in {time.perf_counter() - start:.1f} s", file=stream)
     for task in tasks:
         print(f"  {task.workload_key}: {_summary(task, log)}", file=stream)
 
 
-def measure_hand_schedules(tasks, pool, log: RecordLog, rounds: int = 3) -> None:
+def first_configs(tasks, tuning: TargetTuning) -> dict[str, list]:
+    """What the auto search measures first per task (by workload key): each template's
+    default and seeds, or nothing where the target's search starts from scratch
+    (:attr:`.templates.TargetTuning.seeded` False: random points only)."""
+    if not tuning.seeded:
+        return {}
+    return {task.workload_key: task.definition.first_configs(task.args) for task in tasks}
+
+
+def measure_hand_schedules(tasks, pool, log: RecordLog, rounds: int = 3,
+                           baseline=None) -> None:
     """Each auto task's hand-written schedule (its template's default config), timed
     ``rounds`` times on the same harness and logged under the template's key, each time
     right after the search's best so far is timed again (a change in load hits both
     alike; the records are tagged :data:`.records.PAIRED` and
     :data:`.records.BASELINE`): compile applies the faster of the
     two searches' records per workload, so it keeps the hand schedule wherever the
-    search found nothing faster."""
+    search found nothing faster. ``baseline(task)``: the task compile falls back to
+    (:attr:`.templates.TargetTuning.baseline`; None: the template of the auto task's
+    name without ``auto.``)."""
     for task in tasks:
         if not is_auto(task.template):
             continue
         try:
-            hand = Task(task.template[len(AUTO_PREFIX):], task.args)
+            hand = (baseline(task) if baseline is not None
+                    else Task(task.template[len(AUTO_PREFIX):], task.args))
+            if hand is None:
+                continue
             default = hand.default_config()
         except InputError:  # no template for this workload: nothing to compare with
             continue

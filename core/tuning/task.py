@@ -133,6 +133,27 @@ def matmul_dims(node) -> tuple[int, int, int] | None:
 
 #: the searches: hand-written templates (AutoTVM) or sketches from the compute (Ansor)
 SEARCHES = ("template", "auto")
+#: the schedule rules a target with hand rules compiles with: its own (``hand``) or
+#: none but the generic ones (``none``: where the auto search from scratch starts),
+#: its option ``-schedule-rules``
+SCHEDULE_RULES = ("hand", "none")
+
+
+def with_schedule_rules(target, rules: str):
+    """``target`` (a target string, comma-separated list, list or instance) with
+    schedule ``rules``: ``"hand"`` leaves it as it is; ``"none"`` gives the last target
+    (in a list, the CPU that takes what the others do not) the option
+    ``-schedule-rules=none``; a target instance says its own (e.g.
+    ``LLVMTarget(rules="none")``) and is left as it is."""
+    if rules not in SCHEDULE_RULES:
+        raise InputError(f"schedule rules {rules!r}: choose {' or '.join(SCHEDULE_RULES)}")
+    if rules == "hand":
+        return target
+    if isinstance(target, str):
+        return f"{target} -schedule-rules={rules}"
+    if isinstance(target, list | tuple) and target:
+        return [*target[:-1], with_schedule_rules(target[-1], rules)]
+    return target
 
 
 def auto_name(template: str) -> str:

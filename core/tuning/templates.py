@@ -99,6 +99,13 @@ class TargetTuning:
     #: (e.g. whole fused functions, measured as the model compiles them); None: each
     #: task of ``tasks`` becomes its ``auto.`` twin where the target offers one
     auto_tasks: Callable[[Graph], list[Task]] | None = None
+    #: ``baseline(auto_task)``: the task whose default config is what compile does with
+    #: the workload when no auto record wins (timed beside the search's best); None:
+    #: the template of the auto task's name without its ``auto.`` prefix
+    baseline: Callable[[Task], Task | None] | None = None
+    #: whether the auto search measures each template's default and seeds first (its
+    #: hand knowledge); False: it starts from scratch, from random points of the sketch
+    seeded: bool = True
 
 
 #: templates registered directly, by name (they take precedence over the targets')

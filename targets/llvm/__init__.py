@@ -39,16 +39,19 @@ from .cpu import describe_cpu  # noqa: E402
 
 def llvm_target(mcpu: str | None = None, mattr: str | None = None, mtriple: str | None = None,
                 num_cores: int | str | None = None, cpu: CPUDescription | str | None = None,
-                blocked_layout: bool = True) -> LLVMTarget:
+                blocked_layout: bool = True, schedule_rules: str = "hand") -> LLVMTarget:
     """The ``llvm`` target for the CPU the options of its target string describe
     (``llvm -mcpu=znver3 -mattr=+avx2,-avx512f -mtriple=... -num-cores=N``; what is left
-    out is the host's), or for ``cpu`` (a description or a target string)."""
+    out is the host's), or for ``cpu`` (a description or a target string).
+    ``schedule_rules`` (``-schedule-rules=none``): ``"none"`` turns the hand schedule
+    rules off (see ``LLVMTarget.rules``)."""
     if cpu is None and any(v is not None for v in (mcpu, mattr, mtriple, num_cores)):
         cpu = describe_cpu(mcpu, mattr, mtriple, num_cores)
-    return LLVMTarget(cpu=cpu, blocked_layout=blocked_layout)
+    return LLVMTarget(cpu=cpu, blocked_layout=blocked_layout, rules=schedule_rules)
 
 
 from heterocc.sdk.registry import register_target  # noqa: E402
 
 register_target("llvm", llvm_target, "a CPU through LLVM (llvmlite): llvm -mcpu=NAME "
-                "-mattr=+feat,-feat -mtriple=TRIPLE -num-cores=N; default: the host")
+                "-mattr=+feat,-feat -mtriple=TRIPLE -num-cores=N -schedule-rules=none; "
+                "default: the host")

@@ -391,11 +391,54 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
                     [PTR, I32, mask.type, vector_type])
                 value = self.builder.call(masked_load, [address, ir.Constant(I32, align), mask,
                                                         ir.Constant(vector_type, None)])
+        elif (isinstance(index, tx.Ramp) and _small_stride(index.stride)
+              and self._wide_masked_loads(node.buffer.dtype)):
+            value = self._strided_load(node.buffer, self.expr(index.base),
+                                       index.stride.value, lanes, mask)
         else:
             value = self._gather(node.buffer, self.expr(index), lanes, mask)
         if tx.is_bool(node.buffer.dtype):
             value = self.builder.trunc(value, value_type(node.dtype))
         return value
+
+    def _wide_masked_loads(self, dtype: str) -> bool:
+        """Whether the CPU loads a vector of ``dtype`` under a mask in one instruction
+        (AVX-512; bytes and 16-bit words need its BW extension): elsewhere LLVM loads a
+        masked vector lane by lane, and a gather of the strided lanes reads fewer."""
+        return self.codegen.masked_loads and (
+            element_size(dtype) >= 4 or "avx512bw" in self.codegen.features)
+
+    def _strided_load(self, buffer: tx.Buffer, base: ir.Value, stride: int, lanes: int,
+                      mask: ir.Value | None) -> ir.Value:
+        """Lanes ``stride`` elements apart from ``base`` (a phase-split copy's reads) as
+        one masked load of the ``lanes * stride`` contiguous elements and a shuffle
+        picking every ``stride``-th: the backend's wide masked move and a permute where
+        a gather would load lane by lane. The elements between the lanes, and those of
+        lanes whose ``mask`` bit is clear, are masked off, so nothing outside the lanes'
+        own elements is read (the last lane's stride - 1 followers may lie past the
+        buffer)."""
+        element = storage_type(buffer.dtype)
+        width = lanes * stride
+        wide_type = ir.VectorType(element, width)
+        wide_mask_type = ir.VectorType(I1, width)
+        if mask is None:
+            wide_mask = ir.Constant(wide_mask_type, [p % stride == 0 for p in range(width)])
+        else:
+            # lane i's bit at position i * stride, a clear bit (the constant's) elsewhere
+            wide_mask = self.builder.shuffle_vector(
+                mask, ir.Constant(mask.type, [0] * lanes),
+                ir.Constant(ir.VectorType(I32, width),
+                            [p // stride if p % stride == 0 else lanes
+                             for p in range(width)]))
+        masked_load = self._function(
+            f"llvm.masked.load.{type_suffix(wide_type)}.p0", wide_type,
+            [PTR, I32, wide_mask_type, wide_type])
+        wide = self.builder.call(masked_load, [
+            self._address(buffer, base), ir.Constant(I32, element_size(buffer.dtype)),
+            wide_mask, ir.Constant(wide_type, None)])
+        return self.builder.shuffle_vector(
+            wide, ir.Constant(wide_type, ir.Undefined),
+            ir.Constant(ir.VectorType(I32, lanes), list(range(0, width, stride))))
 
     def _gather(self, buffer: tx.Buffer, offsets: ir.Value, lanes: int,
                 mask: ir.Value | None) -> ir.Value:
@@ -612,6 +655,15 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
 
 def _is_one(expr: tx.Expr) -> bool:
     return isinstance(expr, tx.IntImm) and expr.value == 1
+
+
+#: the largest stride :meth:`_strided_load` loads as one wide vector (a convolution's or
+#: pool's phase split); a larger one gathers
+MAX_WIDE_STRIDE = 4
+
+
+def _small_stride(expr: tx.Expr) -> bool:
+    return isinstance(expr, tx.IntImm) and 1 < expr.value <= MAX_WIDE_STRIDE
 
 
 def _guarded_vector_load(node: tx.Select) -> tx.BufferLoad | None:

@@ -1,17 +1,23 @@
 """How long a function takes on the CPU, by measurement.
 
-A function is put through what the CPU would do with it (the target's graph passes,
-its layout, then fusion), each fused function built by the target itself (so its
-kernels are shared with the final build, one per structure) and called the way the
-runtime calls it (the graph executor, its buffers) on random inputs in this process:
-one warm-up call (caches and buffers warm), then calls until :data:`MIN_SAMPLES`
-samples and :data:`MIN_SECONDS` of calls, at most :data:`MAX_SAMPLES`; the figure is
-the fastest sample (``heterocc.sdk.tuning.fastest``: other processes only ever slow
-a call, in bursts, so the fastest is the one least disturbed; on a shared machine at a
-load of 8 to 12 the median of such runs was 2.8x off a second measurement, where the
-fastest agrees). A function whose warm-up call takes longer than
-:data:`LONG_CALL_SECONDS` is timed by :data:`LONG_SAMPLES` calls (compile time matters,
-and so long a call varies little).
+A function is put through what the CPU would do with it (the target's graph passes, its
+layout, then fusion), each fused function built by the target itself (so its kernels are
+shared with the final build, one per structure) and called the way the runtime calls it
+(the graph executor, its buffers) on random inputs in this process: warm-up calls
+(:data:`WARM_UP_SECONDS`: caches and buffers warm), then calls until :data:`MIN_SAMPLES`
+samples and :data:`MIN_SECONDS` of calls, at most :data:`MAX_SAMPLES`; the figure is the
+fastest sample (``heterocc.sdk.tuning.fastest``: other processes only ever slow a call,
+in bursts, so the fastest is the one least disturbed; on a shared machine at a load of 8
+to 12 the median of such runs was 2.8x off a second measurement, where the fastest
+agrees). A function whose first call takes longer than :data:`LONG_CALL_SECONDS` is
+timed by :data:`LONG_SAMPLES` calls (compile time matters, and so long a call varies
+little).
+
+Asked by a placement, which first says the whole graph (:meth:`CpuCostModel.within`), a
+function is timed as its share of the kernels the whole graph fuses into
+(:class:`FusedContext`): the kernels the build compiles where the placement keeps the
+part on the CPU, and what they take there. Asked about a function alone, the function
+is fused and timed alone.
 
 Figures are kept on disk (:class:`heterocc.sdk.CostCache`) by the CPU description and
 the function's workload key, so a second compile of a model measures nothing.
@@ -27,6 +33,7 @@ faster even than that, the function is not measured for the placement.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,6 +55,11 @@ from heterocc.sdk.tuning import fastest
 MIN_SAMPLES = 5
 MIN_SECONDS = 0.02
 MAX_SAMPLES = 200
+#: the warm-up: calls until this long (at least one). A kernel compiled just before is
+#: slower for its first few calls than a single warm-up call shows: timed against the
+#: same kernel timed for 0.2 s, 11 and 15 of ResNet-18's 19 kernels of 0.1 ms or more
+#: were within 25% after one warm-up call, 17 and 16 after 10 ms (load 16-18)
+WARM_UP_SECONDS = 0.01
 #: after a warm-up call this long, :data:`LONG_SAMPLES` samples: more would cost compile
 #: time and move the median less than the estimate needs
 LONG_CALL_SECONDS = 0.05
@@ -83,11 +95,14 @@ def random_arguments(values, seed: int = 0) -> list[np.ndarray]:
 
 def time_call(call, args, min_samples: int = MIN_SAMPLES, min_seconds: float = MIN_SECONDS,
               max_samples: int = MAX_SAMPLES) -> list[float]:
-    """Seconds per call of ``call(args)`` after one warm-up call (see the module)."""
+    """Seconds per call of ``call(args)`` after the warm-up (see the module)."""
     start = time.perf_counter()
     call(args)
-    if time.perf_counter() - start > LONG_CALL_SECONDS:
+    first = time.perf_counter() - start
+    if first > LONG_CALL_SECONDS:
         min_samples, min_seconds = min(min_samples, LONG_SAMPLES), 0.0
+    while time.perf_counter() - start < WARM_UP_SECONDS:
+        call(args)
     samples: list[float] = []
     while len(samples) < max_samples and (len(samples) < min_samples
                                           or sum(samples) < min_seconds):
@@ -97,18 +112,115 @@ def time_call(call, args, min_samples: int = MIN_SAMPLES, min_seconds: float = M
     return samples
 
 
+def fused_for(target, graph: Graph) -> Graph:
+    """``graph`` as the CPU's build fuses it: the target's graph passes, then fusion."""
+    fuse_at = DEFAULT_PIPELINE.index("fuse_ops")
+    return PassManager([*target_graph_passes(target), *DEFAULT_PIPELINE[fuse_at:]]).run(graph)
+
+
+def build_scratch(target, functions: Sequence[Node]) -> dict[str, object]:
+    """The kernels of ``functions`` by name, built by ``target`` for timing: the
+    fallbacks they record are left out of the target's (the build records its own)."""
+    before = set(target.fallbacks)
+    kernels = {n.name: target.build(n) for n in functions}
+    for name in set(target.fallbacks) - before:
+        del target.fallbacks[name]
+    return kernels
+
+
 def cpu_program(target, function: Node):
     """``function``'s body as the CPU runs it: the target's graph passes and fusion
     applied, every fused function built by ``target``; a callable on the body's inputs."""
-    fuse_at = DEFAULT_PIPELINE.index("fuse_ops")
-    graph = PassManager([*target_graph_passes(target),
-                         *DEFAULT_PIPELINE[fuse_at:]]).run(function.body)
-    before = set(target.fallbacks)
-    kernels = {n.name: target.build(n) for n in graph.nodes if n.body is not None}
-    for name in set(target.fallbacks) - before:  # names of this scratch graph only
-        del target.fallbacks[name]
+    graph = fused_for(target, function.body)
+    kernels = build_scratch(target, [n for n in graph.nodes if n.body is not None])
     executor = GraphExecutor(graph, kernels, {name: target.name for name in kernels})
     return executor.execute, graph
+
+
+def node_weight(node: Node) -> int:
+    """How much of a fused kernel's time :class:`FusedContext` gives ``node``: its
+    multiply-accumulates plus the elements it writes (one operation each: an epilogue's
+    element-wise steps cost about that; a convolution's products dominate its kernel)."""
+    return multiply_accumulates(node) + sum(v.type.size for v in node.outputs)
+
+
+def kernel_shares(kernels: Sequence[Node], parts: Mapping[object, frozenset[str]]
+                  ) -> dict[object, list[tuple[Node, float]]]:
+    """For each part (a set of node names), the fused ``kernels`` holding its nodes and
+    the fraction of each kernel's time that is the part's: its nodes' weight
+    (:func:`node_weight`) over that of the kernel's nodes in any part (a node the CPU's
+    passes added, such as a layout transform, goes with the parts beside it). The
+    fractions of one kernel sum to one."""
+    owner = {name: part for part, names in parts.items() for name in names}
+    found: dict[object, list[tuple[Node, float]]] = {part: [] for part in parts}
+    for kernel in kernels:
+        weights: dict[object, int] = {}
+        for node in kernel.body.nodes:
+            part = owner.get(node.name)
+            if part is not None:
+                weights[part] = weights.get(part, 0) + node_weight(node)
+        total = sum(weights.values())
+        for part, weight in weights.items():
+            found[part].append((kernel, weight / total if total else 1 / len(weights)))
+    return found
+
+
+@dataclass
+class FusedContext:
+    """The functions a placement asks about as parts of the whole graph they were
+    outlined from, fused the way the CPU's build fuses it: a function's time is the
+    share of each fused kernel that holds its nodes (by :func:`node_weight`), every
+    kernel compiled and timed once.
+
+    Why not each function fused alone: the build fuses across the candidates'
+    boundaries (a residual addition into the convolution before it), so kernels
+    compiled for a function alone are of other structures than the build's and are
+    compiled again, and time other work. Here, where the placement keeps a part on the
+    CPU, the build compiles kernels of the structures timed here, which the target
+    shares (:meth:`heterocc.sdk.te_target.TETarget.compiled`), and the time estimated is
+    the one those kernels take in the model."""
+
+    target: object
+    graph: Graph
+    #: the node names of each function, by id of its function node
+    parts: dict[int, frozenset[str]]
+    #: the function nodes (so that an id is not reused while the context is held)
+    functions: list[Node] = field(default_factory=list)
+    _fused: list[Node] | None = field(default=None, repr=False)
+    #: the fused kernels holding each part's nodes, with its share (:func:`kernel_shares`)
+    _shares: dict[int, list[tuple[Node, float]]] | None = field(default=None, repr=False)
+    #: (seconds, samples) of each fused kernel timed, by its function's name
+    _timed: dict[str, tuple[float, int]] = field(default_factory=dict, repr=False)
+
+    def knows(self, function: Node) -> bool:
+        """Whether ``function`` is one of the parts of this context."""
+        return id(function) in self.parts
+
+    def kernels(self) -> list[Node]:
+        """The whole graph's fused functions (the graph fused on first use)."""
+        if self._fused is None:
+            fused = fused_for(self.target, self.graph)
+            self._fused = [n for n in fused.nodes if n.body is not None]
+        return self._fused
+
+    def measure(self, function: Node) -> tuple[float, int]:
+        """``function``'s share of the time of the fused kernels holding its nodes, and
+        the fewest samples any of them was timed by."""
+        if self._shares is None:
+            self._shares = kernel_shares(self.kernels(), self.parts)
+        seconds, samples = 0.0, MAX_SAMPLES
+        for kernel, share in self._shares[id(function)]:
+            timed = self._timed.get(kernel.name)
+            if timed is None:
+                timed = self._timed[kernel.name] = self._time(kernel)
+            seconds += share * timed[0]
+            samples = min(samples, timed[1])
+        return seconds, samples
+
+    def _time(self, kernel: Node) -> tuple[float, int]:
+        run = build_scratch(self.target, [kernel])[kernel.name]
+        samples = time_call(run, random_arguments(kernel.inputs))
+        return fastest(samples), len(samples)
 
 
 def mac_element_type(function: Node) -> str | None:
@@ -155,12 +267,14 @@ class CpuCostModel:
 
     target: object
     cache: CostCache = field(default_factory=CostCache)
+    #: the graph the functions estimated were outlined from (:meth:`within`)
+    context: FusedContext | None = None
 
     @property
     def key(self) -> str:
         """What the cached figures depend on besides the workload: the CPU description
         (as a target string) and the cost model's version."""
-        return f"llvm4/{self.target.tuning_key}"
+        return f"llvm5/{self.target.tuning_key}"
 
     def cached(self, function: Node) -> CostEstimate | None:
         """The function's time from the cache, without measuring (None if absent)."""
@@ -184,8 +298,20 @@ class CpuCostModel:
             self._raise_ceiling(element, macs / seconds)
         return CostEstimate(seconds, source="measured", detail={"samples": samples})
 
+    def within(self, graph: Graph, parts: dict[Node, list[Node]]) -> None:
+        """Estimate the functions of ``parts`` (function node -> the nodes of ``graph``
+        it holds) as parts of ``graph``, fused as the build fuses it
+        (:class:`FusedContext`), until the next call; other functions are timed alone."""
+        self.context = FusedContext(self.target, graph,
+                                    {id(f): frozenset(n.name for n in nodes)
+                                     for f, nodes in parts.items()}, list(parts))
+
     def measure(self, function: Node) -> tuple[float, int]:
-        """The fastest of the timed calls of ``function`` on the CPU, and their number."""
+        """The fastest of the timed calls of ``function`` on the CPU, and their number:
+        its share of the whole graph's kernels where :meth:`within` gave it, else the
+        function fused and timed alone."""
+        if self.context is not None and self.context.knows(function):
+            return self.context.measure(function)
         return self._time(function.body)
 
     def _time(self, body: Graph) -> tuple[float, int]:

@@ -20,7 +20,8 @@ import shutil
 import struct
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,19 +144,30 @@ def host() -> _Machines:
     return machines(host_cpu())
 
 
-def _optimized_module(ir_text: str, machine: llvm.TargetMachine) -> llvm.ModuleRef:
-    module = llvm.parse_assembly(ir_text)
-    module.triple = machine.triple
-    module.data_layout = str(machine.target_data)
-    try:
-        module.verify()
-    except RuntimeError as error:
-        raise CompileError(f"generated LLVM IR does not verify: {error}") from None
+@functools.cache
+def _pipeline_tuning() -> llvm.PipelineTuningOptions:
+    """The pass pipeline's options (made once: every call into LLVM made on
+    :func:`build_later`'s thread waits for the interpreter on its way back)."""
     tuning = llvm.PipelineTuningOptions(speed_level=OPT_LEVEL)
     tuning.loop_vectorization = True
     tuning.slp_vectorization = True
     tuning.loop_unrolling = True
-    builder = llvm.create_pass_builder(machine, tuning)
+    return tuning
+
+
+@functools.cache
+def _triple_and_layout(machine: llvm.TargetMachine) -> tuple[str, str]:
+    return machine.triple, str(machine.target_data)
+
+
+def _optimized_module(ir_text: str, machine: llvm.TargetMachine) -> llvm.ModuleRef:
+    module = llvm.parse_assembly(ir_text)
+    module.triple, module.data_layout = _triple_and_layout(machine)
+    try:
+        module.verify()
+    except RuntimeError as error:
+        raise CompileError(f"generated LLVM IR does not verify: {error}") from None
+    builder = llvm.create_pass_builder(machine, _pipeline_tuning())
     builder.getModulePassManager().run(module, builder)
     return module
 
@@ -283,6 +295,12 @@ class LLVMModule(_FunctionTable):
 
     def __init__(self, funcs: Sequence[PrimFunc], name: str = "heterocc",
                  cpu: CPUDescription | None = None):
+        self._generate(funcs, name, cpu)
+        self._compile()
+
+    def _generate(self, funcs: Sequence[PrimFunc], name: str,
+                  cpu: CPUDescription | None) -> None:
+        """The first half of the build, in Python: the unoptimized LLVM IR."""
         funcs = list(funcs)
         _check_names(funcs)
         self.cpu = cpu or host_cpu()
@@ -290,13 +308,18 @@ class LLVMModule(_FunctionTable):
         self.name = name
         self.funcs = funcs
         module_id = state.next_module_id()
-        symbols = [f"{f.name}__hcc{module_id}" for f in funcs]
-        self.unoptimized_ir = _generate(funcs, symbols, name, state)
+        self._symbols = [f"{f.name}__hcc{module_id}" for f in funcs]
+        self.unoptimized_ir = _generate(funcs, self._symbols, name, state)
+        self._signatures = [FunctionSignature.of(f) for f in funcs]
+
+    def _compile(self) -> None:
+        """The second half, in LLVM: optimization, machine code, loading (JIT). Little
+        Python runs here: on :func:`build_later`'s thread, every return from LLVM waits
+        for the thread that lowers to let go of the interpreter."""
+        state, symbols, signatures = machines(self.cpu), self._symbols, self._signatures
         self._llvm_module = _optimized_module(self.unoptimized_ir, state.jit_machine)
-        self.ir = str(self._llvm_module)
         if not state.runnable:
-            self.functions = {f.name: _ForeignFunction(FunctionSignature.of(f), self.cpu)
-                              for f in funcs}
+            self.functions = {s.name: _ForeignFunction(s, self.cpu) for s in signatures}
             return
         if PARALLEL_FOR in self.unoptimized_ir:
             load_runtime()  # only kernels with parallel loops need the C runtime (and cc)
@@ -306,8 +329,13 @@ class LLVMModule(_FunctionTable):
             state.engine.add_module(self._llvm_module)
             state.engine.finalize_object()
             addresses = [state.engine.get_function_address(symbol) for symbol in symbols]
-        self.functions = {f.name: CompiledFunction(FunctionSignature.of(f), address, self)
-                          for f, address in zip(funcs, addresses)}
+        self.functions = {s.name: CompiledFunction(s, address, self)
+                          for s, address in zip(signatures, addresses)}
+
+    @functools.cached_property
+    def ir(self) -> str:
+        """The optimized LLVM IR (printed when first asked for)."""
+        return str(self._llvm_module)
 
     def assembly(self) -> str:
         """Assembly of the optimized module for its CPU (for inspection)."""
@@ -467,6 +495,29 @@ def build(funcs: PrimFunc | Sequence[PrimFunc], name: str = "heterocc",
     target string such as ``"llvm -mattr=-avx512f"``; default: the host) and JIT-load
     them where this machine can run them."""
     return LLVMModule([funcs] if isinstance(funcs, PrimFunc) else funcs, name, parse_cpu(cpu))
+
+
+@functools.cache
+def _llvm_thread() -> ThreadPoolExecutor:
+    """The thread on which :func:`build_later` runs LLVM. One is all LLVM can use:
+    llvmlite serializes every call into LLVM behind one lock (and releases Python's
+    while LLVM works), so this thread overlaps LLVM with Python, not LLVM with LLVM."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="heterocc-llvm")
+
+
+def build_later(funcs: PrimFunc | Sequence[PrimFunc], name: str = "heterocc",
+                cpu: CPUDescription | str | None = None) -> Callable[[], LLVMModule]:
+    """:func:`build` in two halves: the LLVM IR now, on this thread; LLVM's optimization
+    and machine code on a background thread. The callable returned waits for the module
+    (raising what the build raised), so a compiler lowers its next function meanwhile."""
+    module = LLVMModule.__new__(LLVMModule)
+    module._generate([funcs] if isinstance(funcs, PrimFunc) else funcs, name, parse_cpu(cpu))
+    future = _llvm_thread().submit(module._compile)
+
+    def result() -> LLVMModule:
+        future.result()
+        return module
+    return result
 
 
 def load_library(path: str | Path) -> LoadedLibrary:

@@ -370,3 +370,15 @@ def cpu_rules(cpu: CPUDescription,
              LayoutTransformRule, BlockedPoolRule, PoolRule, MatmulRule, ReductionRule,
              ChannelSelectRule, InjectiveRule)
     return [rule(cpu, configs) for rule in rules]
+
+
+def generic_rules(cpu: CPUDescription,
+                  configs: ScheduleConfigs | None = None) -> list[ScheduleRule]:
+    """The rules of the target with its hand rules off (``schedule_rules="none"``):
+    where TVM's and Ansor's searches start, every stage scheduled by its compute's kind
+    alone. A reduction of any kind (convolution, product, pool) runs its output points
+    in parallel, each reduced by plain inner loops (:class:`ReductionRule`); what stays
+    in memory otherwise is flat, vectorized and parallel (:class:`InjectiveRule`). No
+    register tiles, packing of data, epilogue in the tiles or tuning-log tiles: only a
+    tuning log's auto record of a whole function schedules it otherwise."""
+    return [rule(cpu, configs) for rule in (ReductionRule, InjectiveRule)]

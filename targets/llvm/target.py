@@ -38,14 +38,14 @@ from heterocc.sdk.te_target import (
     output_specs,
     schedule_by_rules,
 )
-from heterocc.sdk.tuning import current, records_for
+from heterocc.sdk.tuning import SCHEDULE_RULES, current, records_for
 from heterocc.te.schedule_reads import reads_of
 
 from .cost import CpuCostModel
 from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
 from .module import build as build_module
-from .module import load_library
-from .rules import cpu_rules
+from .module import build_later, load_library
+from .rules import cpu_rules, generic_rules
 from .schedules import (
     PanelChoice,
     int8_conv_operands,
@@ -60,6 +60,10 @@ from .schedules import (
     use_prepacked,
 )
 from .tuning import ScheduleConfigs, function_configs, function_tuned, llvm_tuning
+
+#: Python's thread switch interval while a model's kernels compile (see
+#: :meth:`LLVMTarget.compile_all`)
+SWITCH_INTERVAL_S = 0.001
 
 
 def _transposed_constant(source: te.Tensor, slots: dict[int, int]
@@ -82,14 +86,17 @@ def _transposed_constant(source: te.Tensor, slots: dict[int, int]
 
 
 def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | None,
-                       cpu: CPUDescription) -> list[tuple[int, int, list | None]]:
+                       cpu: CPUDescription, int8: bool = True
+                       ) -> list[tuple[int, int, list | None]]:
     """Products whose B is one of the function's graph constants (or a transpose of one)
     read it packed once, when the kernel is built, instead of packing it on every call:
     the constant's placeholder in ``expressed.params`` becomes one of the packed shape.
     Returns ``(constant index, panel width, axes)`` of each, the packing that
     :func:`_packed_constants` applies to ``function_constants`` (``axes``: the transpose
     applied first, or None). A constant also read otherwise stays as it is. ``panel_of``
-    and ``cpu``: see :func:`.schedules.pack_matmuls`."""
+    and ``cpu``: see :func:`.schedules.pack_matmuls`. ``int8``: integer convolutions
+    take the CPU's dot product (False: they stay the plain integer computes, as with
+    the hand rules off)."""
     pack_matmuls(expressed.outputs, panel_of, cpu=cpu)
     first = len(expressed.params) - len(expressed.constants)
     slots = {id(p): k for k, p in
@@ -99,7 +106,8 @@ def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | Non
     for stage in stages:
         for source in {id(t) for t in reads_of(stage.op.body)}:
             readers[source] = readers.get(source, 0) + 1
-    packings = _prepack_int8_conv_weights(expressed, stages, slots, readers, first, cpu)
+    packings = (_prepack_int8_conv_weights(expressed, stages, slots, readers, first, cpu)
+                if int8 else [])
     for product in stages:
         source = packed_source(product)
         found = None if source is None else _transposed_constant(source, slots)
@@ -141,7 +149,7 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
 
 
 def _schedule(expressed: ExpressedFunction, cpu: CPUDescription,
-              configs: ScheduleConfigs | None = None) -> te.Schedule:
+              configs: ScheduleConfigs | None = None, rules: str = "hand") -> te.Schedule:
     """The CPU's rules (:func:`.rules.cpu_rules`) applied to a function: injective
     stages inlined, anchors (convolutions, products, reductions, layout transforms)
     given their CPU schedule (the elementwise epilogue of a convolution or a product is
@@ -150,9 +158,14 @@ def _schedule(expressed: ExpressedFunction, cpu: CPUDescription,
     plain); a product's packing of a non-constant B is its own stage, never inlined
     (that would read B across rows in the inner loop). ``cpu``: the CPU description to
     tile for (None: the active one); ``configs``: the tuning log's for the function
-    (None: the defaults)."""
+    (None: the defaults). ``rules="none"``: the generic rules
+    (:func:`.rules.generic_rules`) instead of the hand rules; products are packed all
+    the same (the compute the auto search's sketches are derived from)."""
     configs = configs or ScheduleConfigs()
     pack_matmuls(expressed.outputs, configs.matmul_panel, cpu=cpu)
+    if rules == "none":
+        return schedule_by_rules(expressed.outputs, generic_rules(cpu, configs),
+                                 expressed.scalars)
     use_int8_convs(expressed.outputs, cpu)
     return schedule_by_rules(expressed.outputs, cpu_rules(cpu, configs), expressed.scalars)
 
@@ -308,12 +321,17 @@ class LLVMTarget(TETarget):
     ``"realize_qdq_convolutions"`` (the default: convolutions, with the additions and
     max pools between them; products stay float, since a transformer's integer
     requantizations move it several steps from the float form), ``"realize_qdq"``
-    (products too) or None (every chain dequantized to float as written)."""
+    (products too) or None (every chain dequantized to float as written).
+    ``rules``: the schedule rules, ``"hand"`` (the CPU's own, :func:`.rules.cpu_rules`:
+    the default) or ``"none"`` (the generic ones, :func:`.rules.generic_rules`: where the
+    auto search from scratch starts; a tuning log's auto records of whole functions
+    still apply). The target string's option ``-schedule-rules=none``."""
 
     name: str = "llvm"
     blocked_layout: bool = True
     integer_qdq: str | None = "realize_qdq_convolutions"
     cpu: CPUDescription | str | None = None
+    rules: str = "hand"
     _libraries: dict[str, object] = field(default_factory=dict, repr=False)
     #: packings of constants chosen while scheduling, by id of the expressed function
     _packings: dict[int, list] = field(default_factory=dict, repr=False)
@@ -323,6 +341,10 @@ class LLVMTarget(TETarget):
     _cost_model: object = field(default=None, repr=False)
 
     def __post_init__(self):
+        if self.rules not in SCHEDULE_RULES:
+            raise InputError(f"llvm target: schedule rules {self.rules!r}; choose "
+                             f"{' or '.join(SCHEDULE_RULES)} (none: the generic schedules "
+                             "the auto search starts from)")
         self.cpu = parse_cpu(self.cpu)
 
     @property
@@ -341,8 +363,10 @@ class LLVMTarget(TETarget):
 
     def schedule_rules(self) -> list[ScheduleRule]:
         """The CPU's schedule rules (:func:`.rules.cpu_rules`) for this target's CPU,
-        with the tuning log's configs for the function compiling."""
-        return cpu_rules(self.cpu, self._configs())
+        with the tuning log's configs for the function compiling (the generic rules,
+        :func:`.rules.generic_rules`, with ``rules="none"``)."""
+        made = generic_rules if self.rules == "none" else cpu_rules
+        return made(self.cpu, self._configs())
 
     def schedule(self, expressed: ExpressedFunction,
                  configs: ScheduleConfigs | None = None) -> te.Schedule:
@@ -353,18 +377,19 @@ class LLVMTarget(TETarget):
         (``tuning.function_configs``) is scheduled by it as a whole instead
         (``tuning.function_tuned``)."""
         configs = configs or self._configs()
-        self._packings[id(expressed)] = _prepack_constants(expressed, configs.matmul_panel,
-                                                           self.cpu)
+        self._packings[id(expressed)] = _prepack_constants(
+            expressed, configs.matmul_panel, self.cpu, int8=self.rules == "hand")
         tuned = function_tuned(expressed, configs, self.cpu)
-        return tuned if tuned is not None else _schedule(expressed, self.cpu, configs)
+        return tuned if tuned is not None else _schedule(expressed, self.cpu, configs,
+                                                         self.rules)
 
-    def _compile_structure(self, function: Node) -> CompiledFunction:
+    def _start_structure(self, function: Node):
         # the applied tuning log read once for this function: its choice as a whole
         # (auto record or hand schedule) and its workloads' configs, passed down to the
         # schedules
-        self._compiling.configs = function_configs(function.body, current())
+        self._compiling.configs = function_configs(function.body, current(), self.rules)
         try:
-            return super()._compile_structure(function)
+            return super()._start_structure(function)
         finally:
             del self._compiling.configs
 
@@ -382,6 +407,27 @@ class LLVMTarget(TETarget):
     def codegen(self, lowered, symbol: str):
         """The machine-code entry of ``lowered`` (a PrimFunc), compiled by LLVM."""
         return build_module([lowered], name=symbol, cpu=self.cpu)[symbol]
+
+    def compile_all(self, functions: Sequence[Node]) -> None:
+        """:meth:`TETarget.compile_all` with Python's thread switch interval shortened
+        meanwhile (:data:`SWITCH_INTERVAL_S`): LLVM's thread comes back from LLVM some
+        15 times per kernel (ResNet-18: 278 calls for 19 kernels) and each time waits
+        until the lowering thread lets go of the interpreter, by default after 5 ms."""
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(interval, SWITCH_INTERVAL_S))
+        try:
+            super().compile_all(functions)
+        finally:
+            sys.setswitchinterval(interval)
+
+    def codegen_later(self, lowered, symbol: str):
+        """:meth:`codegen` with LLVM's optimization and machine code generation in the
+        background (:func:`.module.build_later`); the LLVM IR is made now. Where
+        :meth:`codegen` itself was replaced (a subclass, an instance), that runs now."""
+        if "codegen" in vars(self) or type(self).codegen is not LLVMTarget.codegen:
+            return super().codegen_later(lowered, symbol)
+        module = build_later([lowered], name=symbol, cpu=self.cpu)
+        return lambda: module()[symbol]
 
     def compile_host(self, funcs: Sequence, name: str):
         """PrimFuncs compiled for this target's CPU as one module (the registry's
@@ -433,6 +479,12 @@ class LLVMTarget(TETarget):
         nothing)."""
         return self.cost_model.cached(function)
 
+    def estimate_within(self, graph, parts: dict) -> None:
+        """The functions of ``parts`` (function node -> the nodes of ``graph`` it holds)
+        are to be estimated as the build will run them: in ``graph`` fused whole, their
+        kernels shared with the build (:meth:`.cost.CpuCostModel.within`)."""
+        self.cost_model.within(graph, parts)
+
     def lower_bound(self, function: Node):
         """The least time ``function`` could take on this CPU and how it was bounded, or
         None (:meth:`.cost.CpuCostModel.lower_bound`)."""
@@ -446,12 +498,18 @@ class LLVMTarget(TETarget):
         return self._cost_model
 
     def graph_passes(self) -> list:
-        """The CPU's layout pass (blocked NCHW[x]c convolutions, outputs padded to whole
-        vectors of this CPU), then folding again for a transform of a constant input;
-        none when ``blocked_layout`` is off."""
+        """With ``integer_qdq``, the quantized concatenations and average pools that
+        remain between integer convolutions in integers too (``integer_concats``: copies
+        of the int8 tensors; ``integer_average_pools``: depthwise ConvInteger and
+        Requantize), so no DequantizeLinear -> float op -> QuantizeLinear glue runs
+        between them. Then the CPU's layout pass (blocked NCHW[x]c convolutions, outputs
+        padded to whole vectors of this CPU) and folding again for a transform of a
+        constant input, unless ``blocked_layout`` is off."""
+        passes = ["integer_concats", "integer_average_pools"] if self.integer_qdq else []
         if not self.blocked_layout:
-            return []
-        return [alter_layout_for(self.cpu.vector_lanes("float32")), "fold_constants"]
+            return passes
+        return [*passes, alter_layout_for(self.cpu.vector_lanes("float32")),
+                "fold_constants"]
 
     def tuning(self):
         """The CPU's tuning templates, tasks and measurement (``heterocc tune``): its

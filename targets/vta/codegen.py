@@ -23,6 +23,7 @@ SDK's resident-device protocol); each call only writes the activations.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -48,7 +49,15 @@ from .conv import (
 )
 from .device import VtaDevice
 from .epilogue import plan_epilogue
-from .lookup import concat_unsupported, copy_program, device_table, lookup_program
+from .gather import gather_geometry, gather_weights, identity_requantization, with_input_parts
+from .gather import unsupported as unsupported_gather
+from .lookup import (
+    concat_unsupported,
+    copy_program,
+    device_table,
+    flatten_unsupported,
+    lookup_program,
+)
 from .lookup import unsupported as unsupported_lookup
 from .pool import max_pool_geometry, pool_program
 from .residual import add_program, quantized_add, quantized_mul
@@ -66,6 +75,9 @@ from .tuning import vta_tiling
 
 #: the layout tag of tensors in the blocked layout of direct convolutions (``to_blocked``)
 BLOCKED = "blocked"
+#: the layout tag of a dense layer's activations and results: (rows, columns padded to
+#: whole tiles) matrices, tile rows in order
+ROWS = "rows"
 
 #: per-column constants of an unshortened requantization (bias, -limit, limit,
 #: multiplier, rounding, shift)
@@ -147,6 +159,12 @@ class AcceleratorKernel(ProgramRunner):
     _metrics: dict | None = None
     more_inputs: tuple = ()
     blocked: bool = False
+    #: the layout of a kernel's tensors that are not blocked (``ROWS``), or None: the
+    #: host's layout
+    matrix_layout: str | None = None
+    #: the layout of the output when it differs from the inputs' (a flatten's: blocked
+    #: in, ``ROWS`` out)
+    result_layout: str | None = None
     #: where the program runs (an SDK ``ResidentDevice``: the image, weights included, is
     #: written once when loaded); by default a simulated accelerator of its own
     device: object = None
@@ -198,11 +216,12 @@ class AcceleratorKernel(ProgramRunner):
     # are dropped on the way out, so results do not depend on them.
 
     def input_layout(self, position: int) -> str | None:
-        """``"blocked"`` for a kernel whose tensors are all in the blocked layout."""
-        return BLOCKED if self.blocked else None
+        """``"blocked"`` for a kernel whose tensors are all in the blocked layout,
+        ``"rows"`` for one whose tensors are all matrices of rows (a dense layer's)."""
+        return BLOCKED if self.blocked else self.matrix_layout
 
     def output_layout(self, index: int) -> str | None:
-        return BLOCKED if self.blocked else None
+        return self.result_layout or (BLOCKED if self.blocked else self.matrix_layout)
 
     def takes(self, position: int, array: np.ndarray) -> bool:
         """A blocked matrix of exactly this input tensor's tiles."""
@@ -382,6 +401,25 @@ def _blocked_weights(w: np.ndarray, g: ConvGeometry, config: HardwareConfig) -> 
     return padded.reshape(g.filters, bo, g.channels, bi, kh, kw).transpose(0, 2, 4, 5, 1, 3)
 
 
+def _conv_program(config: HardwareConfig, g: ConvGeometry, packed: np.ndarray,
+                  requantization: Requantization, virtual_threads: int, pad_value: int):
+    """(program, tiling, threads, epilogue signature) of the direct convolution ``g`` with
+    the blocked weights ``packed`` (``_blocked_weights``) and its ``requantization``,
+    its padded LOADs filling ``pad_value``; None when no tiling fits the buffers."""
+    bo = config.block_out
+    rows = packed.transpose(0, 4, 1, 2, 3, 5).reshape(g.filters * bo, -1)
+    epilogue = plan_epilogue(requantization, rows, g.filters * bo, config.acc_bits)
+    signature = epilogue_signature(epilogue)
+    found = best_conv_tiling(config, g, virtual_threads, signature)
+    if found is None:
+        return None
+    tiling, threads = found
+    stream = conv_stream(config, g, tiling, threads, signature)
+    program = filled_program(stream, config, {"W": packed.reshape(-1, config.block_in)},
+                             epilogue, g.filters * bo, pad_value=pad_value)
+    return program, tiling, threads, signature
+
+
 def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
                  virtual_threads: int) -> AcceleratorKernel | None:
     """The composite as a direct convolution on chip, or None when no tiling fits."""
@@ -395,16 +433,11 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
     # each row of the GEMM view: one output channel's weights, in the order they meet
     # the input (the accumulator range the epilogue plans with depends on nothing else)
     rows = packed.transpose(0, 4, 1, 2, 3, 5).reshape(g.filters * bo, -1)
-    epilogue = plan_epilogue(_requantization(nodes, rows[:o]), rows, g.filters * bo,
-                             config.acc_bits)
-    signature = epilogue_signature(epilogue)
-    found = best_conv_tiling(config, g, virtual_threads, signature)
-    if found is None:
+    built = _conv_program(config, g, packed, _requantization(nodes, rows[:o]),
+                          virtual_threads, input_zero_point(core))
+    if built is None:
         return None
-    tiling, threads = found
-    stream = conv_stream(config, g, tiling, threads, signature)
-    program = filled_program(stream, config, {"W": packed.reshape(-1, bi)}, epilogue,
-                      g.filters * bo, pad_value=input_zero_point(core))
+    program, tiling, threads, signature = built
 
     def to_device(x: np.ndarray) -> np.ndarray:
         return to_blocked(x, config)
@@ -494,8 +527,10 @@ def _lookup_table(function: Node, config: HardwareConfig) -> AcceleratorKernel:
     if why is not None:
         raise CompileError(f"{function.name}: {why}")
     shape = node.inputs[0].type.shape
-    tiles = _alu_tiles(function, shape, config)
     table = device_table(node.inputs[1].data).tobytes()
+    if len(shape) == 2:
+        return _row_lookup_table(function, shape, table, config)
+    tiles = _alu_tiles(function, shape, config)
 
     def to_device(x: np.ndarray) -> np.ndarray:
         return to_blocked(x, config)
@@ -505,6 +540,59 @@ def _lookup_table(function: Node, config: HardwareConfig) -> AcceleratorKernel:
 
     return AcceleratorKernel(function.name, config, lookup_program(config, tiles, table),
                              to_device, from_device, "X0", "Y", blocked=True)
+
+
+def _row_lookup_table(function: Node, shape: tuple[int, int], table: bytes,
+                      config: HardwareConfig) -> AcceleratorKernel:
+    """A lookup-table activation of a (rows, columns) tensor (a classifier's hidden
+    layer) in the layout of the dense layers around it: the columns padded to whole
+    tiles. The table maps each element on its own, so the program's tiles may come in
+    the matrix's order: its tensors are that matrix's."""
+    rows, columns = shape
+    if rows % config.batch or config.block_in != config.block_out:
+        raise CompileError(f"{function.name}: {rows} rows are not a multiple of the batch "
+                           f"{config.batch}, or the input tiles are not shaped like the "
+                           "output tiles")
+    padded = _round_up(columns, config.block_in)
+    program = lookup_program(config, rows // config.batch * padded // config.block_in, table)
+    tensors = {name: dataclasses.replace(program.tensors[name], rows=rows, cols=padded)
+               for name in ("X0", "Y")}
+    program = dataclasses.replace(program, tensors={**program.tensors, **tensors})
+
+    def to_device(x: np.ndarray) -> np.ndarray:
+        return np.pad(x, ((0, 0), (0, padded - columns)))
+
+    def from_device(y: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(y[:, :columns])
+
+    return AcceleratorKernel(function.name, config, program, to_device, from_device, "X0",
+                             "Y", matrix_layout=ROWS)
+
+
+def _flatten(function: Node, config: HardwareConfig) -> AcceleratorKernel:
+    """A pooled (N, C, 1, 1) tensor flattened to (N, C) before a classifier: the tiles
+    of the blocked layout (batch group, channel block) are those of the dense layer's
+    (rows, padded columns) matrix in the same order, so the program copies them through
+    the accumulators (``lookup.copy_program``) and its output is that matrix."""
+    node = function.body.nodes[0]
+    why = flatten_unsupported(node)
+    if why is not None:
+        raise CompileError(f"{function.name}: {why}")
+    n, c = node.outputs[0].type.shape
+    program = copy_program(config, (_alu_tiles(function, node.inputs[0].type.shape,
+                                                config),))
+    padded = _round_up(c, config.block_out)
+    y = dataclasses.replace(program.tensors["Y"], rows=n, cols=padded)
+    program = dataclasses.replace(program, tensors={**program.tensors, "Y": y})
+
+    def to_device(x: np.ndarray) -> np.ndarray:
+        return to_blocked(x, config)
+
+    def from_device(y: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(y[:, :c])
+
+    return AcceleratorKernel(function.name, config, program, to_device, from_device, "X0",
+                             "Y", blocked=True, result_layout=ROWS)
 
 
 def _concat(function: Node, config: HardwareConfig) -> AcceleratorKernel:
@@ -534,6 +622,39 @@ def _concat(function: Node, config: HardwareConfig) -> AcceleratorKernel:
                              blocked=True)
 
 
+def _channel_gather(function: Node, config: HardwareConfig,
+                    virtual_threads: int) -> AcceleratorKernel:
+    """A channel gather as a 1x1 convolution with 0/1 weights on the GEMM core
+    (``gather``), its inputs and output in the blocked layout of the convolutions around
+    it; each input is written to its own part of the convolution's input tensor."""
+    node = function.body.nodes[0]
+    why = unsupported_gather(node, config)
+    if why is not None:
+        raise CompileError(f"{function.name}: {why}")
+    g = gather_geometry(node, config)
+    shape = node.outputs[0].type.shape
+    built = _conv_program(config, g, gather_weights(node, g, config),
+                          identity_requantization(shape[1]), virtual_threads, 0)
+    if built is None:
+        raise CompileError(f"{function.name}: no tiling of the {g.channels}-block gather "
+                           f"fits the buffers of {config.name}")
+    program, tiling, threads, signature = built
+
+    def to_device(x: np.ndarray) -> np.ndarray:
+        return to_blocked(x, config)
+
+    def from_device(y: np.ndarray) -> np.ndarray:
+        return from_blocked(y, shape, config)
+
+    # the composite's inputs in its own order, each the program's part of its position
+    names = [f"X{node.inputs.index(v)}" for v in function.body.inputs]
+    return AcceleratorKernel(function.name, config, with_input_parts(program, node, config),
+                             to_device, from_device, names[0], "Y", tiling, threads,
+                             timing=conv_timing(config, g, tiling, threads, signature),
+                             more_inputs=tuple((name, to_device) for name in names[1:]),
+                             blocked=True)
+
+
 def compile_composite(function: Node, config: HardwareConfig,
                       virtual_threads: int) -> AcceleratorKernel:
     """An accelerator kernel for one composite function node."""
@@ -558,6 +679,10 @@ def _lowered_composite(function: Node, config: HardwareConfig,
         return _lookup_table(function, config)
     if function.attrs.get("composite") == "concat":
         return _concat(function, config)
+    if function.attrs.get("composite") == "channel_gather":
+        return _channel_gather(function, config, virtual_threads)
+    if function.attrs.get("composite") == "flatten":
+        return _flatten(function, config)
     nodes = function.body.nodes
     core = nodes[0]
     if core.op == "ConvInteger":
@@ -598,5 +723,8 @@ def _lowered_composite(function: Node, config: HardwareConfig,
     program = gemm_program(config, rows, w, tiling, virtual_threads, epilogue)
     # the model's multiply-accumulates (a grouped convolution's zero weights not counted)
     group = int(core.attrs.get("group", 1)) if core.op == "ConvInteger" else 1
+    # a dense layer's operands are (rows, padded columns) matrices: a lookup table
+    # between two of them takes them as they are (an im2col input is not such a matrix)
     return AcceleratorKernel(function.name, config, program, to_matrix, from_matrix, "A", "C",
-                             tiling, virtual_threads, macs=rows * k * out_channels // group)
+                             tiling, virtual_threads, macs=rows * k * out_channels // group,
+                             matrix_layout=ROWS if core.op == "MatMulInteger" else None)

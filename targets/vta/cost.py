@@ -131,14 +131,18 @@ class VtaCostModel:
 
     def lower_bound(self, function: Node) -> tuple[float, str] | None:
         """The least time a call of the composite takes, without compiling it: the link's
-        time to copy its result back and, before, at least one input in (weights stay
+        time to copy its result back and, before, its smallest input in (weights stay
         resident), plus the GEMM core's cycles for a convolution that runs directly on
         chip (:func:`gemm_iterations`)."""
         if "composite" not in function.attrs:
             return None
         out = sum(v.type.nbytes for v in function.outputs)
-        seconds = host_link(self.config).seconds(out, transfers=2)
-        how = f"its result's {out} bytes and an input copied over the link"
+        # and the smallest activation it reads, at a byte an element (the device's int8
+        # inputs; its layouts only pad): a composite's estimate copies every input
+        inp = min((v.type.size for v in function.inputs if v is not None and not v.is_const),
+                  default=0)
+        seconds = host_link(self.config).seconds(out + inp, transfers=2)
+        how = f"its result's {out} bytes and an input's {inp} copied over the link"
         iterations = gemm_iterations(function, self.config)
         if iterations:
             cycles = iterations * self.config.gemm_cycles_per_iteration

@@ -44,8 +44,9 @@ def unsupported(node: Node) -> str | None:
     x = node.inputs[0].type
     if x.dtype != "int8":
         return f"input is {x.dtype}, not int8"
-    if x.ndim != 4:
-        return f"a {x.ndim}-D tensor (the ALU's blocked layout holds 4-D activations)"
+    if x.ndim not in (2, 4):
+        return (f"a {x.ndim}-D tensor (the ALU takes 4-D activations in the blocked layout, "
+                "or a dense layer's 2-D ones)")
     return None
 
 
@@ -64,6 +65,19 @@ def concat_unsupported(node: Node, block: int) -> str | None:
     if any(shape[1] % block for shape in shapes[:-1]):
         return (f"channels {[shape[1] for shape in shapes]}: every input but the last must "
                 f"fill whole {block}-channel tiles for its blocks to follow the previous ones")
+    return None
+
+
+def flatten_unsupported(node: Node) -> str | None:
+    """Why the accelerator cannot copy this Flatten or Reshape from the blocked layout to
+    a dense layer's matrix (``codegen._flatten``), or None: an int8 (N, C, 1, 1) tensor
+    (a pool's) to (N, C)."""
+    x, y = node.inputs[0].type, node.outputs[0].type
+    if x.dtype != "int8":
+        return f"input is {x.dtype}, not int8"
+    if x.ndim != 4 or tuple(x.shape[2:]) != (1, 1) or tuple(y.shape) != tuple(x.shape[:2]):
+        return (f"{list(x.shape)} -> {list(y.shape)} is not a pooled (N, C, 1, 1) tensor "
+                "flattened to (N, C)")
     return None
 
 

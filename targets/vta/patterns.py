@@ -1,7 +1,8 @@
 """The accelerator's pattern table: integer convolutions and dense layers with
 their bias and requantization, quantized element-wise additions and products and
 integer max pools (what ``realize_qdq`` produces), lookup-table activations
-(``lookup_tables``) and channel concatenations (``integer_concats``)."""
+(``lookup_tables``), channel concatenations (``integer_concats``) and channel gathers
+(``channel_gathers``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from heterocc.accel_sim import HardwareConfig
 from heterocc.ir.graph import Node
 from heterocc.sdk import CompositePattern, is_constant, is_op, optional, wildcard
 
-from .lookup import concat_unsupported
+from .gather import unsupported as unsupported_gather
+from .lookup import concat_unsupported, flatten_unsupported
 from .lookup import unsupported as unsupported_lookup
 from .pool import unsupported
 from .residual import quantized_add, quantized_mul
@@ -37,6 +39,9 @@ _TABLE = is_op("LookupTable")(wildcard(), is_constant())
 _MAX_CONCAT = 40
 _CONCAT = functools.reduce(operator.or_, [is_op("Concat")(*[wildcard()] * count)
                                           for count in range(_MAX_CONCAT, 1, -1)])
+_FLATTEN = is_op("Flatten")(wildcard()) | is_op("Reshape")(wildcard(), is_constant())
+_GATHER = functools.reduce(operator.or_, [is_op("ChannelGather")(*[wildcard()] * count)
+                                          for count in range(_MAX_CONCAT, 0, -1)])
 
 
 def _requantized(core):
@@ -141,6 +146,17 @@ def check_concat(nodes: list[Node], block: int = 16) -> str | None:
     return concat_unsupported(nodes[0], block)
 
 
+def check_channel_gather(nodes: list[Node], config: HardwareConfig | None = None
+                         ) -> str | None:
+    """Why the GEMM core cannot run this channel gather, or None."""
+    return unsupported_gather(nodes[0], config or HardwareConfig())
+
+
+def check_flatten(nodes: list[Node]) -> str | None:
+    """Why the accelerator cannot hand this flattened pool to a dense layer, or None."""
+    return flatten_unsupported(nodes[0])
+
+
 def _rows(nodes: list[Node]) -> int:
     """The rows the GEMM core multiplies for a matched composite: a dense layer's
     activation rows (leading axes folded), a convolution's output pixels over the batch,
@@ -177,7 +193,10 @@ def pattern_table(config: HardwareConfig | None = None) -> list[CompositePattern
              ("max_pool", _POOL, check_max_pool),
              ("lookup_table", _TABLE, check_lookup_table),
              ("concat", _CONCAT, functools.partial(
-                 check_concat, block=(config or HardwareConfig()).block_in))]
+                 check_concat, block=(config or HardwareConfig()).block_in)),
+             ("channel_gather", _GATHER, functools.partial(check_channel_gather,
+                                                           config=config)),
+             ("flatten", _FLATTEN, check_flatten)]
     return [CompositePattern(name, pattern, check if config is None
                              else _fits_batch(check, config))
             for name, pattern, check in table]

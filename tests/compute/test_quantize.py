@@ -66,6 +66,20 @@ def test_quantize_integer_input_divides_in_float64(rng):
     check("QuantizeLinear", [x, np.array(3.5, np.float32)], {"output_dtype": TensorProto.INT16})
 
 
+@pytest.mark.parametrize("out_dtype,zero", [("int8", -7), ("uint8", 250), ("int16", -32000),
+                                            ("uint16", 5)])
+def test_quantize_float32_tail_is_the_float64_one(out_dtype, zero):
+    """Narrow outputs add the zero point and clamp in float32: exact for every quotient,
+    those near 2**24 (where float32 stops holding integers) and far past it included."""
+    scale = np.float32(0.5)
+    near = np.float32(2 ** 24) * np.array([-1, 1], np.float32)
+    quotients = np.concatenate([np.arange(-70000, 70000, 13, dtype=np.float32),
+                                near[:, None] + np.arange(-300, 300, dtype=np.float32),
+                                [-3e38, 3e38, -2.0 ** 31, 2.0 ** 31]], axis=None)
+    x = (quotients * scale + np.float32(0.25)).astype(np.float32)
+    check("QuantizeLinear", [x, np.array(scale), np.array(zero, out_dtype)], rtol=0, atol=0)
+
+
 # ---------------------------------------------------------------- DequantizeLinear
 
 

@@ -76,3 +76,21 @@ def test_activation_and_pool_streams_agree_on_the_rtl(tmp_path, kind):
     assert all(r.matches for r in results), [r.summary() for r in results]
     for r in results:
         assert abs(r.rtl_cycles / r.model_cycles - 1) < 0.05, r.summary()
+
+
+def test_channel_shuffle_streams_agree_on_the_rtl(tmp_path):
+    """The compiler's streams of a ShuffleNet unit's channel gathers (1x1 convolutions
+    with 0/1 weights whose inputs are written to consecutive parts of one tensor, the
+    identity epilogue leaving no ALU step) between convolutions, from a model quantized
+    by quantize_static, replayed on the RTL: bit- and cycle-exact."""
+    pytest.importorskip("onnxruntime.quantization")
+    from tests.targets.vta.ort_models import quantize
+    from tests.targets.vta.test_vta_channel_shuffle import shuffle_units
+
+    require_rtl_tools("icarus")
+    model = quantize(shuffle_units(10, size=4), tmp_path, "QDQ", "QInt8")
+    results = model_hil(model, simulator="icarus", build_root=BUILD_ROOT)
+    assert sum("gather" in r.name for r in results) == 5, [r.name for r in results]
+    assert all(r.matches for r in results), [r.summary() for r in results]
+    for r in results:
+        assert abs(r.rtl_cycles / r.model_cycles - 1) < 0.05, r.summary()

@@ -230,7 +230,7 @@ def test_decisions_follow_the_estimates_deterministically(model):
 
     graph = from_onnx(model)
     accelerator = _Fixed({"conv2d_bias_requantize": 1e-3, "quantized_add": 5e-3,
-                          "dense_bias_requantize": 2e-3})
+                          "dense_bias_requantize": 2e-3, "flatten": 1e-4})
     cpu = _Fixed({"conv2d_bias_requantize": 3e-3, "quantized_add": 1e-3,
                   "dense_bias_requantize": 2e-3, "*": 1e-4})
     targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
@@ -301,7 +301,8 @@ def test_a_lower_bound_decides_without_estimating_the_other_device(model):
     from heterocc.passes.pipeline import run_pipeline
 
     accelerator = _Counted({"conv2d_bias_requantize": 1e-3, "quantized_add": 5e-3,
-                            "dense_bias_requantize": 2e-3}, {"quantized_add": 2e-3})
+                            "dense_bias_requantize": 2e-3, "flatten": 1e-4},
+                           {"quantized_add": 2e-3})
     cpu = _Counted({"conv2d_bias_requantize": 3e-3, "quantized_add": 1e-3,
                     "dense_bias_requantize": 2.5e-3, "*": 1e-4},
                    {"conv2d_bias_requantize": 1.5e-3})
@@ -441,3 +442,76 @@ def test_strict_compile_accepts_an_accelerator_cost_placement_left_empty(model):
     report = compiled.placement_report
     assert report.by_target() == {"llvm": len(report.placements)}
     assert any("vta needs at least" in u.reason for u in report.plan.composites)
+
+
+def test_kernels_timed_for_the_placement_are_the_builds(model, monkeypatch):
+    """Asked by the placement, the CPU times the kernels its build compiles (the whole
+    graph fused, not each candidate alone): with every layer kept on the CPU, each
+    kernel compiled while placing is one the build uses, and compiled once; each
+    unit's estimate is its share of the kernels holding it, so the estimates of all
+    units add up to the kernels' times."""
+    from heterocc.sdk.te_target import structure_key
+    from heterocc.targets.llvm.target import LLVMTarget
+
+    get_target("llvm").cost_model.ceiling("int8")  # the reference kernels, on disk now
+    compiled_when: list[tuple[bool, tuple]] = []
+    placing = [False]
+    original = LLVMTarget._compile_structure
+
+    def compile_structure(self, function):
+        compiled_when.append((placing[0], structure_key(function.body)))
+        return original(self, function)
+
+    import heterocc.passes.partition as partition_module
+
+    plan_by_cost = partition_module.plan_by_cost
+
+    def plan(*args):
+        placing[0] = True
+        try:
+            return plan_by_cost(*args)
+        finally:
+            placing[0] = False
+
+    monkeypatch.setattr(LLVMTarget, "_compile_structure", compile_structure)
+    monkeypatch.setattr(partition_module, "plan_by_cost", plan)
+    slow = VtaTarget(clock_mhz=1, link_gbps=0.001)  # every layer stays on the CPU
+    compiled = heterocc.compile(model, target=[slow, "llvm"], placement="cost")
+    plan_ = compiled.placement_report.plan
+    assert all(u.chosen == "llvm" for u in plan_.composites)
+    built = {structure_key(n.body) for n in compiled.graph.nodes if n.body is not None}
+    timed = [key for when, key in compiled_when if when]
+    assert timed and set(timed) <= built
+    assert len(compiled_when) == len({key for _, key in compiled_when})  # each once
+    plan_.complete()  # the nodes no pattern matched: what the report's totals want
+    context = plan_.targets["llvm"].cost_model.context
+    measured = [u.candidates["llvm"].compute_s for u in [*plan_.composites, *plan_.others]
+                if u.candidates["llvm"].source == "measured"]
+    assert len(measured) == len(plan_.composites) + len(plan_.others)
+    assert sum(measured) == pytest.approx(sum(s for s, _ in context._timed.values()))
+
+
+def test_kernel_shares_split_a_kernel_by_the_weight_of_each_part():
+    """A kernel holding a convolution of one part and the element-wise epilogue of
+    another gives each its nodes' weight (multiply-accumulates + elements written);
+    a part in two kernels gets a share of each."""
+    from heterocc.frontend.onnx import from_onnx
+    from heterocc.ir.graph import Graph, Node
+
+    graph = from_onnx(small_cnn())
+    nodes = graph.nodes
+    conv = next(n for n in nodes if n.op == "Conv")
+    rest = [n for n in nodes if n is not conv]
+    kernel_a = Node("Function", [], [], name="a", body=Graph([], [], [conv, rest[0]]))
+    kernel_b = Node("Function", [], [], name="b", body=Graph([], [], rest[1:3]))
+    parts = {"conv": frozenset({conv.name}),
+             "rest": frozenset(n.name for n in rest)}
+    shares = cpu_cost.kernel_shares([kernel_a, kernel_b], parts)
+    weight = cpu_cost.node_weight
+    assert weight(conv) == multiply_accumulates(conv) + conv.outputs[0].type.size
+    (a, conv_share), = shares["conv"]
+    assert a is kernel_a
+    assert conv_share == pytest.approx(weight(conv) / (weight(conv) + weight(rest[0])))
+    assert [k.name for k, _ in shares["rest"]] == ["a", "b"]
+    assert shares["rest"][0][1] == pytest.approx(1 - conv_share)
+    assert shares["rest"][1][1] == 1.0

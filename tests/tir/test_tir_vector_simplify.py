@@ -150,3 +150,25 @@ def test_broadcast_operands_and_a_load_at_one_index_become_scalar():
     masked = BufferLoad(table, (Broadcast(i, 4),), Broadcast(IntImm(1, "bool"), 4))
     assert isinstance(simplify(masked), BufferLoad)
     np.testing.assert_equal(simplify(masked).dtype, "int32x4")
+
+
+@pytest.mark.parametrize("form", ["broadcast+ramp", "ramp+broadcast", "ramp-broadcast",
+                                  "ramp*broadcast", "ramp+ramp", "ramp-ramp"])
+def test_a_ramp_offset_scaled_or_added_to_a_ramp_stays_one_ramp(form):
+    """(An int8 convolution's accumulator row was stored at ``broadcast(0) + ramp(0, 1,
+    16)``, which the code generator wrote lane by lane: 16 scalar stores for LLVM to
+    merge again.)"""
+    o, c = Var("o"), Var("c")
+    lanes = 16
+    ramp, other = Ramp(o * 16, IntImm(1), lanes), Ramp(c, IntImm(3), lanes)
+    offset = Broadcast(c + 2, lanes)
+    expr = {"broadcast+ramp": Binary("add", offset, ramp),
+            "ramp+broadcast": Binary("add", ramp, offset),
+            "ramp-broadcast": Binary("sub", ramp, offset),
+            "ramp*broadcast": Binary("mul", ramp, offset),
+            "ramp+ramp": Binary("add", ramp, other),
+            "ramp-ramp": Binary("sub", ramp, other)}[form]
+    simplified = simplify(expr, {o: Interval(0, 10), c: Interval(0, 5)})
+    assert isinstance(simplified, Ramp) and simplified.lanes == lanes
+    for env in ({o: 0, c: 0}, {o: 3, c: 5}, {o: 10, c: 2}):
+        assert _lanes_of(simplified, env) == _lanes_of(expr, env)

@@ -144,9 +144,9 @@ def test_an_auto_record_applies_only_where_it_beat_the_hand_schedule(
     choices = []
     original = llvm_tuning.function_configs
 
-    def spy(body, log):
+    def spy(body, log, *rules):
         choices.append(body)
-        return original(body, log)
+        return original(body, log, *rules)
 
     monkeypatch.setattr("heterocc.targets.llvm.target.function_configs", spy)
     applied = []

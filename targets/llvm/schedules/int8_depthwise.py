@@ -1,15 +1,16 @@
 """Integer depthwise convolutions on the CPU (a ``ConvInteger`` with one input channel per
 output channel, MobileNet's): no four channels to add per lane, so no dot product;
-instead int32 multiply-adds over a vector of output pixels of one channel.
+instead, over a vector of output pixels of one channel, exact 16-bit products
+(centered data times the weight) widened into int32 sums.
 
-The data is packed as the dense integer convolution's (:mod:`.int8_conv`), one channel
-per group and centered (less its zero point, as int16, so padding is 0): with stride 1
-the padded image's pixels row after row, so a vector runs on across rows (a 7x7 image
-fills whole vectors); with a larger stride split by column phase, so a vector of output
-pixels reads one contiguous run. The weight of a channel at a tap is broadcast to the
-vector; the sums need no zero-point correction. The cropped sums are an
-``int8_conv_result`` anchor like the dense convolution's, finishing the bias and the
-``Requantize`` row by row.
+The data is packed centered (less its zero point, as int16, so padding is 0) by a
+vectorized copy: with stride 1 the padded image's pixels row after row, so a vector
+runs on across rows (a 7x7 image fills whole vectors); with a larger stride each row
+split by column phase, so a vector of output pixels reads one contiguous run (on
+AVX-512BW; elsewhere a scalar copy, :func:`.int8_conv.pack_int8_data`). The weight of a
+channel at a tap is broadcast to the vector; the sums need no zero-point correction.
+The cropped sums are an ``int8_conv_result`` anchor like the dense convolution's,
+finishing the bias and the ``Requantize`` row by row.
 """
 
 from __future__ import annotations
@@ -45,14 +46,11 @@ def int8_depthwise_tiles(channels: int, cpu: CPUDescription
     return Int8DepthwiseTiles(description.vector_lanes("int32"), tile)
 
 
-def pack_centered_rows(x: te.Tensor, x_zero: te.Tensor | None, pads,
-                       rows: int) -> te.Tensor:
-    """``x`` (8-bit NCHW) less its zero point, as :data:`CENTERED`, padded with 0 to
-    ``[n, C, rows, padded width]`` (``rows`` past the padded image's hold 0 too). A
-    copy: each padded row reads its input row where the column is inside the image
-    (no clamped indices, no division), so the loop over a row's columns is vectorized,
-    its reads one contiguous run (masked at the borders)."""
-    n, channels, height, width = x.shape
+def _centered_element(x: te.Tensor, x_zero: te.Tensor | None, pads):
+    """``element(b, c, row, column)``: ``x`` at a padded position less its zero point,
+    as :data:`CENTERED`, 0 outside the image. The read is guarded, not clamped, so a
+    vector of columns reads one run of the row (masked at the borders)."""
+    _, _, height, width = x.shape
     top, left = pads[0], pads[1]
     zero = te.const(0, "int32") if x_zero is None else te.cast(
         "int32", x_zero[(0,) * x_zero.ndim])
@@ -64,8 +62,45 @@ def pack_centered_rows(x: te.Tensor, x_zero: te.Tensor | None, pads,
         return te.cast(CENTERED, te.if_then_else(
             inside, te.cast("int32", x[b, c, y, col]) - zero, te.const(0, "int32")))
 
+    return element
+
+
+def pack_centered_rows(x: te.Tensor, x_zero: te.Tensor | None, pads,
+                       rows: int) -> te.Tensor:
+    """``x`` (8-bit NCHW) less its zero point, as :data:`CENTERED`, padded with 0 to
+    ``[n, C, rows, padded width]`` (``rows`` past the padded image's hold 0 too). A
+    copy: each padded row reads its input row where the column is inside the image
+    (no clamped indices, no division), so the loop over a row's columns is vectorized,
+    its reads one contiguous run (masked at the borders)."""
+    n, channels, _, width = x.shape
+    element = _centered_element(x, x_zero, pads)
     return te.compute((n, channels, rows, width + pads[1] + pads[3]), element,
                       name="int8_data", dtype=CENTERED)
+
+
+def pack_centered_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, stride: int,
+                         columns: int) -> te.Tensor:
+    """``x`` (8-bit NCHW) centered and padded as :func:`pack_centered_rows`, each padded
+    row split by column phase: ``[n, C, padded rows, stride, columns]``, holding the
+    padded row's column ``column * stride + phase`` (0 past it). A vector of columns
+    reads input elements ``stride`` apart: one wide masked load and a shuffle (see the
+    codegen's strided loads), so the copy runs at vector speed like the stride-1 one."""
+    n, channels, height, _ = x.shape
+    element = _centered_element(x, x_zero, pads)
+
+    def phased(b, c, row, phase, column):
+        return element(b, c, row, column * stride + phase)
+
+    return te.compute((n, channels, height + pads[0] + pads[2], stride, columns), phased,
+                      name="int8_data", dtype=CENTERED)
+
+
+def strided_copy_vectorizes(cpu: CPUDescription) -> bool:
+    """Whether a vector of 8-bit elements a stride apart loads as one masked move and a
+    shuffle on ``cpu`` (AVX-512BW; see the codegen's strided loads): elsewhere a
+    vectorized phase-split copy loads lane by lane, slower than a scalar copy with
+    clamped reads (:func:`.int8_conv.pack_int8_data`)."""
+    return {"avx512f", "avx512bw"} <= cpu.features
 
 
 def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
@@ -100,6 +135,15 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
             # (p // width, p % width) is p itself, a contiguous run per vector
             position = column + ry * dy * stride_row + rx * dx
             return data[b, c, position // stride_row, position % stride_row]
+    elif strided_copy_vectorizes(cpu):
+        columns = -(-ow // lanes) * lanes
+        reach = (columns - 1) * sx + (kw - 1) * dx + 1
+        data = pack_centered_phases(x, x_zero, pads, sx, -(-reach // sx))
+        shape = (n, channels, oh, columns)
+
+        def read(b, c, y, column):
+            offset = rx * dx
+            return data[b, c, y * sy + ry * dy, offset % sx, column + offset // sx]
     else:
         data = pack_int8_data(x, x_zero, (sy, sx), pads, ow, kw, dx, lanes, CENTERED,
                               group=1, centered=True)
@@ -110,7 +154,9 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
             return data[b, c, y * sy + ry * dy, offset % sx, column + offset // sx, 0]
 
     sums = te.compute(shape, lambda b, c, y, column: te.sum(
-        te.cast("int32", read(b, c, y, column)) * te.cast("int32", w[c, 0, ry, rx]),
+        # a 16-bit product: |x - zero| <= 255 times |w| <= 128 fits, so one 16-bit
+        # multiply per tap (a full vector of int16 lanes) before widening to the sum
+        te.cast("int32", read(b, c, y, column) * te.cast(CENTERED, w[c, 0, ry, rx])),
         axis=[ry, rx]), name=f"{name}_depthwise", dtype="int32",
         attrs={"int8_depthwise": tiles})
 
@@ -129,10 +175,10 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
     copy, its rows vectorized)."""
     tiles: Int8DepthwiseTiles = sums.op.attrs["int8_depthwise"]
     data = depthwise_data(sums)
-    if data.ndim == 4:  # pack_centered_rows
-        schedule_rows(schedule, data, cpu, serial_axes=1)
-    else:
+    if data.ndim == 6:  # pack_int8_data: a scalar copy
         pack_in_parallel(schedule, data)
+    else:  # pack_centered_rows (stride 1) or pack_centered_phases: rows of a channel serial
+        schedule_rows(schedule, data, cpu, serial_axes=data.ndim - 3)
     local = register_tiles(schedule, sums, tiles.channels, tiles.lanes)
     lb, lc, ly, lx = schedule[local].op.axis
     ry, rx = schedule[local].op.reduce_axis
@@ -143,4 +189,4 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
 
 def depthwise_data(sums: te.Tensor) -> te.Tensor:
     """The packed data the sums of :func:`int8_depthwise_conv` read."""
-    return sums.op.body.source.a.value.tensor
+    return sums.op.body.source.value.a.tensor

@@ -221,10 +221,18 @@ def _function_reference(args: tuple, inputs: list[np.ndarray]) -> list[np.ndarra
     return evaluate(function_body(args[1]), inputs)
 
 
-def function_keys(spec: str, kind: str) -> tuple[str, str]:
-    """The workload keys of a function's hand-schedule and auto-search tasks."""
-    return (workload_key(FUNCTION, (kind, spec)),
+def function_keys(spec: str, kind: str, rules: str = "hand") -> tuple[str, str]:
+    """The workload keys of a function's baseline and auto-search tasks: the baseline
+    is its hand schedule, or with ``rules="none"`` its generic schedule
+    (:data:`GENERIC_FUNCTION`)."""
+    return (workload_key(baseline_template(rules), (kind, spec)),
             workload_key(auto_name(FUNCTION), (kind, spec)))
+
+
+def baseline_template(rules: str) -> str:
+    """The template whose one point is what the target compiles a function to without
+    an auto record, under its schedule ``rules`` (``LLVMTarget.rules``)."""
+    return GENERIC_FUNCTION if rules == "none" else FUNCTION
 
 
 def _function_kind(body: Graph) -> str | None:
@@ -236,22 +244,26 @@ def _function_kind(body: Graph) -> str | None:
     return kinds[0] if len(kinds) == 1 else None
 
 
-def function_configs(body: Graph, log: ApplyHistoryBest | None) -> ScheduleConfigs:
+def function_configs(body: Graph, log: ApplyHistoryBest | None,
+                     rules: str = "hand") -> ScheduleConfigs:
     """The configs of one function's schedules from the applied tuning ``log``: whether
     it takes its auto record as a whole (only where that was measured faster than the
     hand schedule of the same function on the same harness, by
     :data:`FUNCTION_MARGIN`) or keeps the hand schedule; functions the log has no
-    records of keep the workload records' say (see :func:`function_tuned`)."""
-    return ScheduleConfigs(log, _decide(body, log))
+    records of keep the workload records' say (see :func:`function_tuned`). With the
+    target's ``rules="none"`` the baseline the record must have beaten is the generic
+    schedule (:func:`baseline_template`)."""
+    return ScheduleConfigs(log, _decide(body, log, rules))
 
 
-def _decide(body: Graph, context: ApplyHistoryBest | None) -> tuple | None:
+def _decide(body: Graph, context: ApplyHistoryBest | None, rules: str = "hand"
+            ) -> tuple | None:
     """:attr:`ScheduleConfigs.choice` of the function ``body`` under log ``context``."""
     choice = None
     kind = _function_kind(body) if context is not None else None
     spec = _spec_or_none(body) if kind is not None else None
     if spec is not None:
-        hand_key, auto_key = function_keys(spec, kind)
+        hand_key, auto_key = function_keys(spec, kind, rules)
         hand_cost, config = context.best_cost(hand_key), context.lookup(auto_key)
         paired = _paired_choice(context, auto_key, hand_key)
         if paired is not None:
@@ -377,10 +389,12 @@ def _pack_rows(sketch: Sketch, outputs, config: Config) -> list[te.Tensor]:
     return blocks
 
 
-def _llvm_target():
+def _llvm_target(template: str | None = None):
     """A fresh instance of this target for the active CPU (through the registry: the
-    target's module builds on this one)."""
-    return get_target("llvm", cpu=active_cpu())
+    target's module builds on this one), with the generic rules for the
+    :data:`GENERIC_FUNCTION` template's candidates."""
+    rules = "none" if template == GENERIC_FUNCTION else "hand"
+    return get_target("llvm", cpu=active_cpu(), schedule_rules=rules)
 
 
 def _expressed_function(spec: str):
@@ -484,7 +498,7 @@ def _hand_function_space(args: tuple) -> ConfigSpace:
 def _forced_log(template: str, args: tuple, config: Config) -> ApplyHistoryBest:
     """A log whose only record makes ``config`` the choice of this function (an empty
     one for the hand schedule: no outer log's records apply either)."""
-    if template == FUNCTION:
+    if template in (FUNCTION, GENERIC_FUNCTION):
         return ApplyHistoryBest([])
     record = MeasureRecord(workload_key(template, args), config.to_json(), config.index,
                            (0.0,), tuner="forced")
@@ -494,7 +508,7 @@ def _forced_log(template: str, args: tuple, config: Config) -> ApplyHistoryBest:
 def _instantiate_function(args: tuple, config: Config, template: str):
     """The function scheduled by ``config`` through the target's own schedule (what the
     cost model's features describe)."""
-    target = _llvm_target()
+    target = _llvm_target(template)
     body = function_body(args[1])
     with target.compile_context():
         expressed = express_function(body)
@@ -510,7 +524,7 @@ def _measure_function(task: Task, config: Config, options: MeasureOptions
     the epilogue in the tiles), check every output against the NumPy references, time
     the kernel as the graph executor calls it."""
     node = _function_node(task.args[1])
-    target = _llvm_target()
+    target = _llvm_target(task.template)
     try:
         with _forced_log(task.template, task.args, config):
             kernel = target.kernel(node, target.compiled(node))
@@ -535,12 +549,22 @@ def _measure_function(task: Task, config: Config, options: MeasureOptions
 
 
 FUNCTION = "function"
+#: a fused function under the target's generic schedule (its hand rules off), the
+#: baseline of the search from scratch
+GENERIC_FUNCTION = "function_generic"
 
 #: a fused function under the target's hand schedule (one point: what compile does
 #: without a log), the baseline its auto twin must beat to be applied
 FUNCTION_TEMPLATE = Template(
     FUNCTION, "llvm", _hand_function_space, lambda args: {"schedule": "hand"},
     functools.partial(_instantiate_function, template=FUNCTION), _function_inputs,
+    _function_reference, _function_flops)
+
+#: a fused function under the generic rules (one point: what compile does with
+#: ``rules="none"`` and no auto record), the baseline of the search from scratch
+GENERIC_FUNCTION_TEMPLATE = Template(
+    GENERIC_FUNCTION, "llvm", _hand_function_space, lambda args: {"schedule": "hand"},
+    functools.partial(_instantiate_function, template=GENERIC_FUNCTION), _function_inputs,
     _function_reference, _function_flops)
 
 #: a fused function searched by the sketch rules of its whole compute

@@ -32,7 +32,10 @@ from .functions import (
     AUTO_FUNCTION_TEMPLATE,
     FUNCTION,
     FUNCTION_TEMPLATE,
+    GENERIC_FUNCTION,
+    GENERIC_FUNCTION_TEMPLATE,
     _measure_function,
+    baseline_template,
     function_tasks,
 )
 from .matmul import BATCH_MATMUL, DENSE, MATMUL
@@ -57,7 +60,7 @@ def measure_candidate(task: Task, config: Config, options: MeasureOptions
         check_runs_on(active_cpu(), what="code tuned for this target")
     except TargetError as error:
         raise CandidateError("runtime", f"this worker cannot run it: {error}") from None
-    if task.template in (FUNCTION, auto_name(FUNCTION)):
+    if task.template in (FUNCTION, GENERIC_FUNCTION, auto_name(FUNCTION)):
         return _measure_function(task, config, options)
     try:
         schedule, tensors = task.definition.instantiate(task.args, config)
@@ -146,9 +149,26 @@ def extract_tasks(graph: Graph, target) -> list[Task]:
 
 def llvm_tuning(target) -> TargetTuning:
     """The tuning hook of ``target`` (an LLVMTarget): the auto search tunes whole fused
-    functions (:func:`function_tasks`)."""
-    return TargetTuning(TEMPLATES + AUTO_TEMPLATES + (FUNCTION_TEMPLATE, AUTO_FUNCTION_TEMPLATE),
+    functions (:func:`function_tasks`). With the target's hand rules off
+    (``rules="none"``) the search starts from scratch: no seeds from the hand
+    schedules, and each function's generic schedule is the baseline its best is timed
+    beside (:func:`_baseline_task`)."""
+    rules = getattr(target, "rules", "hand")
+    return TargetTuning(TEMPLATES + AUTO_TEMPLATES + (FUNCTION_TEMPLATE, AUTO_FUNCTION_TEMPLATE,
+                                                      GENERIC_FUNCTION_TEMPLATE),
                         functools.partial(extract_tasks, target=target), measure_candidate,
-                        functools.partial(function_tasks, target=target))
+                        functools.partial(function_tasks, target=target),
+                        baseline=functools.partial(_baseline_task, rules=rules),
+                        seeded=rules == "hand")
+
+
+def _baseline_task(task: Task, rules: str) -> Task | None:
+    """What compile gives ``task``'s workload without its auto record under the
+    target's schedule ``rules``: a function's hand or generic schedule, a workload's
+    template (its default config); None for a task of no auto search."""
+    if task.template == auto_name(FUNCTION):
+        return Task(baseline_template(rules), task.args)
+    plain = next((t.name for t in TEMPLATES if auto_name(t.name) == task.template), None)
+    return None if plain is None else Task(plain, task.args)
 
 

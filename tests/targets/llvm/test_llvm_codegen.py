@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import math
 import mmap
+import threading
 
 import numpy as np
 import pytest
@@ -274,6 +275,33 @@ def test_argument_checks():
         module["f"](good, readonly)
     with pytest.raises(CompileError, match="no function"):
         module["g"]
+
+
+def test_build_later_runs_llvm_on_its_own_thread_and_raises_through_the_wait(monkeypatch):
+    from heterocc.targets.llvm import module as llvm_module
+
+    threads = []
+    optimize = llvm_module._optimized_module
+
+    def spy(ir_text, machine):
+        threads.append(threading.current_thread().name)
+        return optimize(ir_text, machine)
+
+    monkeypatch.setattr(llvm_module, "_optimized_module", spy)
+    A = te.placeholder((4, 8), "float32", "A")
+    B = te.compute((4, 8), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+    wait = llvm_module.build_later(te.lower(te.create_schedule(B), [A, B], name="f"))
+    a = RNG.standard_normal((4, 8)).astype(np.float32)
+    np.testing.assert_allclose(call(wait(), B, a), a * 2 + 1, rtol=1e-6)
+    assert threads and threads[0].startswith("heterocc-llvm")
+
+    def refuse(ir_text, machine):
+        raise CompileError("generated LLVM IR does not verify: (as if)")
+
+    monkeypatch.setattr(llvm_module, "_optimized_module", refuse)
+    wait = llvm_module.build_later(te.lower(te.create_schedule(B), [A, B], name="f"))
+    with pytest.raises(CompileError, match="does not verify"):
+        wait()
 
 
 def test_unflattened_function_is_refused():

@@ -211,7 +211,36 @@ def _inverted_residual():
     return model, (1, 8, 7, 7), 2
 
 
-@pytest.mark.parametrize("model_of", ["small_cnn", "inverted_residual"])
+def _fire_and_pool():
+    """A SqueezeNet fire module on a 9x9 image (1x1 squeeze, then 1x1 and 3x3 expansions
+    concatenated), a 1x1 convolution and a global average pool."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(9)
+    inits, nodes = [], []
+    for name, source, cin, cout, kernel in (("squeeze", "input", 8, 4, 1),
+                                            ("left", "squeeze_c", 4, 8, 1),
+                                            ("right", "squeeze_c", 4, 8, 3),
+                                            ("head", "joined", 16, 12, 1)):
+        inits += [numpy_helper.from_array((rng.standard_normal(
+            (cout, cin, kernel, kernel)) * 0.4).astype(np.float32), f"{name}_w"),
+            numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32),
+                                    f"{name}_b")]
+        nodes += [helper.make_node("Conv", [source, f"{name}_w", f"{name}_b"], [f"{name}_y"],
+                                   pads=[kernel // 2] * 4),
+                  helper.make_node("Relu", [f"{name}_y"], [f"{name}_c"])]
+    nodes.insert(6, helper.make_node("Concat", ["left_c", "right_c"], ["joined"], axis=1))
+    nodes.append(helper.make_node("GlobalAveragePool", ["head_c"], ["pooled"]))
+    graph = helper.make_graph(
+        nodes, "fire", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                      (1, 8, 9, 9))],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, (1, 12, 1, 1))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model, (1, 8, 9, 9), 4
+
+
+@pytest.mark.parametrize("model_of", ["small_cnn", "inverted_residual", "fire_and_pool"])
 @pytest.mark.parametrize("activations", ["QUInt8", "QInt8"])
 def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monkeypatch,
                                                                   activations, model_of):
@@ -219,7 +248,8 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
     or int8) on ``llvm`` alone: its convolutions become ConvInteger + Requantize, the
     dense ones computed by the dot-product schedule (the depthwise one by int32
     multiply-adds over packed rows), bit-exact with the integer reference of the compiled
-    graph and within one step of ONNX Runtime."""
+    graph and within one step of ONNX Runtime. Concatenations and average pools between
+    them stay in integers."""
     oq = pytest.importorskip("onnxruntime.quantization")
     pytest.importorskip("onnxruntime")
     import heterocc
@@ -240,6 +270,8 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
 
     if model_of == "small_cnn":
         source, shape, dense = small_cnn(), INPUT, 4
+    elif model_of == "fire_and_pool":
+        source, shape, dense = _fire_and_pool()
     else:
         source, shape, dense = _inverted_residual()
     onnx.save(source, str(tmp_path / "float.onnx"))
@@ -254,9 +286,14 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
     monkeypatch.setattr(rules, "schedule_int8_conv", lambda schedule, tensor, cpu=None: (
         scheduled.append(tensor.name), original(schedule, tensor, cpu)))
     compiled = heterocc.compile(model, target="llvm")
-    ops = [n.op for _, n in compiled.graph.walk()]
-    convolutions = sum(n.op_type == "Conv" for n in source.graph.node)
+    nodes = [n for _, n in compiled.graph.walk()]
+    ops = [n.op for n in nodes]
+    # a global average pool is a depthwise ConvInteger (integer_average_pools)
+    convolutions = sum(n.op_type in ("Conv", "GlobalAveragePool") for n in source.graph.node)
     assert ops.count("ConvInteger") == convolutions and "Conv" not in ops
+    # a concatenation copies the int8 tensors (integer_concats), no float glue around it
+    concats = [n.outputs[0].type.dtype for n in nodes if n.op == "Concat"]
+    assert concats == (["int8"] if model_of == "fire_and_pool" else [])
     assert len(scheduled) == dense
     x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
     got = compiled.run([x])[0]
@@ -284,8 +321,11 @@ def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dil
     schedule_int8_depthwise(schedule, out.op.body.tensor, cpu)
     module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
     if not _host_runs(cpu):
-        # cross-compiled: widening vector multiply-adds (int16 data times int8 weights)
-        assert re.search(r"\t(smlal|smlal2|mla)\tv", module.assembly())
+        # cross-compiled: 16-bit vector products (int16 data times int8 weights) added
+        # into the int32 sums by widening adds
+        assembly = module.assembly()
+        assert re.search(r"\tmul\tv\d+\.(8h|4h)", assembly)
+        assert re.search(r"\tsaddw2?\tv", assembly)
         return
     rng = np.random.default_rng(5)
     info = np.iinfo(data)

@@ -105,3 +105,41 @@ def test_padding_left_out_of_the_count_stays_a_float_pool(tmp_path):
                                 placement="greedy")
     assert any(p.op == "AveragePool" and p.target == "llvm"
                for p in compiled.placement_report.placements)
+
+
+def test_a_mean_without_keepdims_before_a_classifier_runs_on_the_accelerator(tmp_path):
+    """ShuffleNet's head: ReduceMean over the spatial axes without keepdims, then a dense
+    layer. The mean is the depthwise all-ones convolution and a Reshape to (N, C), all in
+    one region with the convolution before and the dense layer after."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 8, 3, 3)) * 0.3)
+                                     .astype(np.float32), "w0"),
+             numpy_helper.from_array((rng.standard_normal((10, 16)) * 0.3)
+                                     .astype(np.float32), "fc"),
+             numpy_helper.from_array(np.array([2, 3], np.int64), "axes")]
+    nodes = [helper.make_node("Conv", ["input", "w0"], ["c0"], pads=[1] * 4),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("ReduceMean", ["r0", "axes"], ["mean"], keepdims=0),
+             helper.make_node("Gemm", ["mean", "fc"], ["logits"], transB=1)]
+    graph = helper.make_graph(
+        nodes, "mean_head", [helper.make_tensor_value_info("input", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    model = quantize(model, tmp_path, "QDQ", "QInt8")
+    compiled = heterocc.compile(model, target="vta,llvm", placement="greedy")
+    report = compiled.placement_report
+    assert not any(p.op == "ReduceMean" for p in report.placements), report.format()
+    # the Reshape too (the composite flatten): the classifier joins the region
+    assert all(p.target == "vta" for p in report.placements
+               if p.op in ("ConvInteger", "MatMulInteger", "Reshape")), report.format()
+    assert report.accelerator_regions() == 1 and report.round_trips == 0, report.format()
+    session = onnxruntime_session(model, optimized=False)
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32)
+        ours = compiled.run([x])[0]
+        np.testing.assert_array_equal(ours, evaluate(compiled.graph, [x])[0])
+        assert np.abs(ours - session.run(None, {"input": x})[0]).max() <= \
+            3 * output_scale(model) + 1e-6

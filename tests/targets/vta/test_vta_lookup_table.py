@@ -254,28 +254,36 @@ def test_a_product_of_two_tensors_keeps_its_multiply(tmp_path):
         np.testing.assert_array_equal(evaluate(after, [x])[0], evaluate(before, [x])[0])
 
 
-def test_a_table_the_accelerator_refuses_runs_compiled_on_the_cpu(tmp_path):
-    """A 2-D activation (a classifier's hardswish after a dense layer): the CPU runs the
-    LookupTable through its TE compute, as its reference does."""
+@pytest.mark.parametrize("shape", [(1, 32), (1, 2, 32)])
+def test_a_table_between_dense_layers(tmp_path, shape):
+    """A classifier's hardswish after a dense layer: on a 2-D tensor the ALU maps it in
+    the dense layers' own (rows, columns) layout, one region with them; a 3-D one (a
+    sequence model's) the accelerator refuses, and the CPU runs the LookupTable through
+    its TE compute, as its reference does. Bit-exact either way."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array((rng.standard_normal((32, 16)) * 0.3)
-                                     .astype(np.float32), f"w{k}") for k in range(2)]
-    inits[1] = numpy_helper.from_array((rng.standard_normal((16, 32)) * 0.3)
-                                       .astype(np.float32), "w1")
+                                     .astype(np.float32), "w0"),
+             numpy_helper.from_array((rng.standard_normal((16, 32)) * 0.3)
+                                     .astype(np.float32), "w1")]
     nodes = [helper.make_node("MatMul", ["input", "w0"], ["h"]),
              helper.make_node("HardSwish", ["h"], ["a"]),
              helper.make_node("MatMul", ["a", "w1"], ["y"])]
     graph = helper.make_graph(
-        nodes, "mlp", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], inits)
+        nodes, "mlp", [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*shape[:-1], 16])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     compiled = heterocc.compile(quantize(model, tmp_path, "QDQ", "QInt8"), target="vta,llvm",
                                 placement="greedy")
-    (table,) = [p for p in compiled.placement_report.placements if p.op == "LookupTable"]
-    assert table.target == "llvm" and "2-D" in table.reason
+    report = compiled.placement_report
+    (table,) = [p for p in report.placements if p.op == "LookupTable"]
+    if len(shape) == 2:
+        assert table.target == "vta", report.format()
+        assert report.accelerator_regions() == 1 and report.round_trips == 0, report.format()
+    else:
+        assert table.target == "llvm" and "3-D" in table.reason
     for seed in range(3):
-        x = np.random.default_rng(seed).standard_normal((1, 32)).astype(np.float32) * 3
+        x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * 3
         np.testing.assert_array_equal(compiled.run([x])[0], evaluate(compiled.graph, [x])[0])

@@ -227,19 +227,19 @@ def test_quantized_addition_runs_on_the_alu_within_one_step(tmp_path, activation
 
 
 def test_a_region_hands_tensors_over_in_the_blocked_layout(tmp_path):
-    """The small CNN's convolutions and residual addition form one region; inside it the
-    direct convolutions and the addition pass their tensors as blocked tiles (no host
-    layout conversion), and the region's results equal its reference."""
+    """The small CNN is one region; inside it the direct convolutions and the addition
+    pass their tensors as blocked tiles, the pool's flatten hands the dense layer its
+    matrix (no host layout conversion), and the region's results equal its reference."""
     from heterocc.targets.vta import VtaTarget
 
     model = quantize(small_cnn(), tmp_path, "QDQ", "QInt8")
     compiled = heterocc.compile(model, target="vta,llvm", placement="greedy")
     regions = [n for n in compiled.graph.nodes if n.attrs.get("target") == "vta"]
     region = max(regions, key=lambda n: len(n.body.nodes))
-    # four convolutions, the global average pool (a depthwise all-ones convolution) and
-    # the addition
+    # four convolutions, the global average pool (a depthwise all-ones convolution), the
+    # addition, the flatten and the dense layer
     assert sorted(c.attrs["composite"] for c in region.body.nodes) == [
-        "conv2d_bias_requantize"] * 5 + ["quantized_add"]
+        "conv2d_bias_requantize"] * 5 + ["dense_bias_requantize", "flatten", "quantized_add"]
     record: dict = {}
     evaluate(compiled.graph, [inputs(1)[0]], record=record)
     args = [record[v] for v in region.inputs]
@@ -247,6 +247,7 @@ def test_a_region_hands_tensors_over_in_the_blocked_layout(tmp_path):
     got = run(args)
     for ours, want in zip(got, evaluate(region.body, args)):
         np.testing.assert_array_equal(ours, want)
-    # c2 -> c3, c2 -> c4, c3 -> sum, c4 -> sum, sum -> pool stay blocked; the region's
-    # input and the stem's output (an im2col GEMM's matrix) are converted
-    assert run.region.handed_over == 5 and run.region.converted == 2
+    # c2 -> c3, c2 -> c4, c3 -> sum, c4 -> sum, sum -> pool, pool -> flatten stay
+    # blocked, flatten -> dense is the dense layer's matrix; the region's input and the
+    # stem's output (an im2col GEMM's matrix) are converted
+    assert run.region.handed_over == 7 and run.region.converted == 2
