@@ -656,7 +656,8 @@ def add_accel_explore_parser(accel: argparse.ArgumentParser) -> None:
                    "--calibrate)")
     p.add_argument("--target", default="vta", help="the accelerator (default vta)")
     p.add_argument("--gemm", default="8x8,16x16,32x32",
-                   help="GEMM shapes, BLOCK_INxBLOCK_OUT (or BATCHxINxOUT), comma-separated")
+                   help="GEMM shapes, BLOCK_INxBLOCK_OUT (or BATCHxINxOUT), or preset names "
+                   "(pynq-z2), comma-separated")
     p.add_argument("--wgt-kib", help="weight buffer sizes in KiB (e.g. 128,256)")
     p.add_argument("--acc-kib", help="accumulator buffer sizes in KiB (e.g. 64,128)")
     p.add_argument("--inp-kib", help="input buffer sizes in KiB")

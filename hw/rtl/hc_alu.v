@@ -4,17 +4,24 @@
 // MUL with a tensor operand shifts its exact 2*acc_bits-bit product right by imm
 // (arithmetic) before wrapping; with an immediate operand it shifts by 0.
 // LUT replaces each element by the table entry its low 8 bits select, sign-extended.
+//
+// Sized for the xc7z020 (docs/fpga.md): each lane's product is two DSPs and a
+// 32 x 8 logic multiply (hc_alu_product), its table a LUTRAM copy (hc_alu_table),
+// and one 2*acc_bits-bit arithmetic right shifter serves MUL and both directions of
+// SHR: x >> d shifts sign-extended x by d, x << d shifts {x, acc_bits zeros} right
+// by acc_bits - d and keeps the low acc_bits.
 `default_nettype none
 `include "hc_config.vh"
 
-// LUT multipliers: the DSP48E1s go to the GEMM core (Vivado reads use_dsp; the Yosys
-// flow, hw/synth/synth_xilinx.tcl, maps the multiplies of such modules to logic).
-(* use_dsp = "no" *)
 module hc_alu (
     input  wire [2:0]                   op,
     input  wire                         use_imm,
     input  wire [15:0]                  imm,
-    input  wire [2047:0]                table_bits,
+    input  wire                         clk,
+    // a word of the lookup table (four entries), written into every lane's copy
+    input  wire                         table_write,
+    input  wire [5:0]                   table_word,
+    input  wire [31:0]                  table_data,
     input  wire [`HC_ACC_TILE_BITS-1:0] x_tile,
     input  wire [`HC_ACC_TILE_BITS-1:0] y_tile,
     output wire [`HC_ACC_TILE_BITS-1:0] result
@@ -51,20 +58,31 @@ module hc_alu (
             // the checker keeps a tensor MUL's imm in [0, 2*acc_bits - 1]
             wire [PRODUCT_SHIFT_BITS-1:0] product_shift =
                 use_imm ? {PRODUCT_SHIFT_BITS{1'b0}} : imm[PRODUCT_SHIFT_BITS-1:0];
-            wire signed [PW-1:0] full_product = x * low_y;
-            // the shifted product wrapped to the accumulator width (its high bits
-            // are dropped, as the ISA specifies)
-            wire [AB-1:0] product = AB'(full_product >>> product_shift);
-            wire [7:0] entry = table_bits[{x[7:0], 3'b000} +: 8];
+            wire signed [PW-1:0] full_product;
+            hc_alu_product #(.AB(AB)) multiply (.x(x), .y(low_y), .product(full_product));
+            // the one shifter: MUL's product, or x for SHR (left: negative operand)
+            wire shift_left = wide_y[OPW-1];
+            wire signed [PW-1:0] shift_in = op != OP_SHR ? full_product
+                : shift_left ? {x, {AB{1'b0}}} : PW'(x);
+            wire [PRODUCT_SHIFT_BITS-1:0] shift_amount = op != OP_SHR ? product_shift
+                : shift_left ? PRODUCT_SHIFT_BITS'(AB - {1'b0, distance})
+                             : PRODUCT_SHIFT_BITS'(distance);
+            // the shifted value wrapped to the accumulator width (its high bits are
+            // dropped, as the ISA specifies)
+            wire [AB-1:0] shifted = AB'(shift_in >>> shift_amount);
+            wire [7:0] entry;
+            hc_alu_table table_copy (
+                .clk(clk), .write(table_write), .write_word(table_word),
+                .write_data(table_data), .index(x[7:0]), .entry(entry));
             reg  [AB-1:0] value;
             always @* begin
                 case (op)
                     OP_MIN: value = wide_x < wide_y ? x : wide_y[AB-1:0];
                     OP_MAX: value = wide_x > wide_y ? x : wide_y[AB-1:0];
                     OP_ADD: value = sum[AB-1:0];
-                    OP_SHR: value = wide_y[OPW-1] ? x << distance : x >>> distance;
+                    OP_SHR: value = shifted;
                     OP_LUT: value = {{(AB-8){entry[7]}}, entry};
-                    default: value = product;
+                    default: value = shifted;
                 endcase
             end
             assign result[e*AB +: AB] = value;

@@ -66,7 +66,6 @@ module hc_compute (
     localparam [2:0] OP_FINISH = 3'd4;
     localparam [2:0] BUF_UOP = 3'd0;
     localparam [2:0] BUF_LUT = 3'd5;
-    localparam integer LUT_WORDS = 64;
 
     // --- issue and completion -----------------------------------------------------
     reg        active;
@@ -169,13 +168,9 @@ module hc_compute (
         .read_data(uop_word)
     );
 
-    // --- lookup table: LUT_WORDS words of four int8 entries, read whole by the ALU ---
-    reg [LUT_WORDS*32-1:0] lut_table;
-    initial lut_table = {LUT_WORDS*32{1'b0}};
-    always @(posedge clk) begin
-        if (dma_write && dma_to_lut)
-            lut_table[dma_write_addr[5:0]*32 +: 32] <= dma_write_data[31:0];
-    end
+    // --- lookup table: 64 words of four int8 entries, each written into the ALU
+    // lanes' copies (hc_alu_table) ---
+    wire lut_write = dma_write && dma_to_lut;
 
     // --- loop nest (S0) -------------------------------------------------------------
     // GEMM and ALU carry the loop fields at different offsets
@@ -356,7 +351,8 @@ module hc_compute (
         end
     endgenerate
     hc_alu alu (
-        .op(alu_op), .use_imm(use_imm), .imm(imm), .table_bits(lut_table),
+        .op(alu_op), .use_imm(use_imm), .imm(imm), .clk(clk), .table_write(lut_write),
+        .table_word(dma_write_addr[5:0]), .table_data(dma_write_data[31:0]),
         .x_tile(acc_dst_read_data),
         .y_tile(alu_reads_inp ? inp_widened : acc_src_read_data), .result(alu_result)
     );

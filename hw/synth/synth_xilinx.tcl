@@ -12,9 +12,10 @@ foreach source $::env(HC_SOURCES) {
 }
 hierarchy -top hc_top
 yosys proc
-# Modules marked (* use_dsp = "no" *) (the ALU) get their multiplies as logic, as
-# Vivado does for that attribute: the DSP48E1s are kept for the GEMM core. alumacc
-# and maccmap build a carry-save tree of the product bits the result keeps.
+# Modules marked (* use_dsp = "no" *) (the top 32 x 8 part of each ALU lane's
+# product, hc_alu_lut_product) get their multiplies as logic, as Vivado does for that
+# attribute: the DSPs go to the GEMM core and two per ALU lane. alumacc and maccmap
+# build a carry-save tree of the product bits.
 alumacc A:use_dsp=no t:\$mul %i
 maccmap A:use_dsp=no t:\$macc %i
 # -flatten lets the DSP and BRAM mappers see the whole datapath; the family's

@@ -99,7 +99,15 @@ async def alu_matches_simulator(dut):
     bits = CONFIG.acc_bits
     elements = CONFIG.batch * CONFIG.block_out
     table = rng.integers(-128, 128, LUT_ENTRIES).astype(np.int8)
-    dut.table_bits.value = int.from_bytes(table.tobytes(), "little")
+    # the table goes in as the compute module loads it: a word of four entries a cycle
+    Clock(dut.clk, 10, unit="ns").start()
+    words = np.frombuffer(table.tobytes(), "<u4")
+    dut.table_write.value = 1
+    for index, word in enumerate(words):
+        dut.table_word.value = index
+        dut.table_data.value = int(word)
+        await RisingEdge(dut.clk)
+    dut.table_write.value = 0
     extremes = np.array([-(1 << (bits - 1)), -1, 0, 1, (1 << (bits - 1)) - 1])
     for trial in range(12):
         x = rng.integers(-(1 << (bits - 1)), 1 << (bits - 1), elements)

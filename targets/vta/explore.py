@@ -70,18 +70,30 @@ def _shape_base(batch: int, block_in: int, block_out: int) -> dict[str, int]:
                 "log_block_in": _log2(block_in), "log_block_out": _log2(block_out)}
 
 
+def _start(shape: str) -> dict[str, int]:
+    """The config a sweep entry starts from: a named preset (``pynq-z2``) as it is, or
+    a GEMM shape's starting point."""
+    if any(ch.isalpha() and ch != "x" for ch in shape.lower()):
+        try:
+            return HardwareConfig.preset(shape).to_dict()
+        except AcceleratorError as exc:
+            raise AcceleratorError(f"sweep entry {shape!r} is no GEMM shape (e.g. 16x16) "
+                                   f"and {exc}") from None
+    return _shape_base(*parse_gemm(shape))
+
+
 def sweep(gemm: Sequence[str], wgt_kib: Sequence[int] = (), acc_kib: Sequence[int] = (),
           inp_kib: Sequence[int] = (), clocks_mhz: Sequence[int] = ()) -> list[HardwareConfig]:
     """Every combination of the GEMM shapes, buffer sizes and clocks as configs.
 
     A shape starts from its preset (``1x8x8`` keeps its smaller buffers) or, without
-    one, from the default config reshaped; an empty buffer or clock list keeps that
-    starting point's value."""
+    one, from the default config reshaped; an entry may also name a preset outright
+    (``pynq-z2``: 1x16x16 with the buffers that fit the xc7z020). An empty buffer or
+    clock list keeps that starting point's value."""
     configs = []
     for shape, wgt, acc, inp, clock in itertools.product(
             gemm, wgt_kib or [None], acc_kib or [None], inp_kib or [None], clocks_mhz or [None]):
-        batch, block_in, block_out = parse_gemm(shape)
-        base = _shape_base(batch, block_in, block_out)
+        base = _start(shape)
         changes = {}
         if wgt is not None:
             changes["log_wgt_buffer_bytes"] = _kib("weight", wgt)

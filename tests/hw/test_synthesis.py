@@ -1,7 +1,7 @@
 """Yosys synthesizes the accelerator for a Xilinx 7-series device through the fit
 flow (``heterocc.accel_sim.fpga_fit``) and the design maps as intended: two int8
-multiplies per DSP48E1 in the GEMM core, none in the ALU (LUT multipliers), buffers in
-block RAM.
+multiplies per DSP48E1 in the GEMM core, two DSPs per ALU lane (the rest of its 64-bit
+product in logic, hw/rtl/hc_alu_product.v), buffers in block RAM.
 
 CI synthesizes a small config (1x4x4, small buffers), which checks all of that in about
 80 CPU seconds of Yosys where the default config took about 10 minutes; the full-size
@@ -26,15 +26,16 @@ SMALL = HardwareConfig(log_block_in=2, log_block_out=2, bus_width_bits=32,
                        log_wgt_buffer_bytes=12, log_acc_buffer_bytes=12)
 
 
-def test_small_config_maps_two_macs_per_dsp_and_buffers_to_block_ram(tmp_path):
+def test_small_config_maps_two_macs_per_dsp_two_dsps_per_alu_lane_and_buffers_to_bram(tmp_path):
     if shutil.which("yosys") is None:
         pytest.fail("yosys is missing; run bash hw/install_tools.sh")
     result = synthesize(SMALL, "xc7", cache=tmp_path, keep=tmp_path / "report")
     resources = result.resources
-    # the GEMM core packs two weights per multiply: half a DSP48E1 per MAC; the ALU's
-    # multipliers are logic (use_dsp = "no"); one more DSP is the store's tile count
-    # (y_size * x_size, hc_store.v)
-    assert resources.dsp == SMALL.macs_per_iteration // 2 + 1, resources
+    # the GEMM core packs two weights per multiply: half a DSP48E1 per MAC; each ALU
+    # lane takes x * y[23:0] on two DSPs and x * y[31:24] in logic; one more DSP is
+    # the store's tile count (y_size * x_size, hc_store.v)
+    lanes = SMALL.batch * SMALL.block_out
+    assert resources.dsp == SMALL.macs_per_iteration // 2 + 2 * lanes + 1, resources
     assert resources.bram36 > 0 and resources.lut > 0 and resources.ff > 0
     again = synthesize(SMALL, "xc7", cache=tmp_path)
     assert again.cached and again.resources == resources and again.key == result.key

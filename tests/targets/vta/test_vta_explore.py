@@ -41,6 +41,18 @@ def test_sweep_crosses_shapes_buffers_and_clocks():
         explore.sweep(["8x8"], wgt_kib=[96])
 
 
+def test_sweep_takes_named_presets_as_they_are():
+    """``--gemm 8x8,pynq-z2``: a preset by name keeps its buffers (the xc7z020 fit), so
+    its synthesis is the one ``accel fit --preset pynq-z2`` cached."""
+    configs = explore.sweep(["8x8", "pynq-z2"], clocks_mhz=[100, 150])
+    pynq = HardwareConfig.preset("pynq-z2")
+    assert [c.block_in for c in configs] == [8, 8, 16, 16]
+    assert configs[2].name == pynq.name and configs[3].clock_mhz == 150
+    assert {**configs[2].to_dict(), "clock_mhz": pynq.clock_mhz} == pynq.to_dict()
+    with pytest.raises(AcceleratorError, match="no GEMM shape .*pynq-z2"):
+        explore.sweep(["pynq-z9"])
+
+
 def test_model_cycles_sum_the_timing_model_over_the_compiled_functions():
     """Each config compiles the model anew: the latency follows the config's shape."""
     results = {}
