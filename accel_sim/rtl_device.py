@@ -411,6 +411,99 @@ class RtlSimulator:
             ]
 
 
+    @contextlib.contextmanager
+    def session(self, idle_s: float = 3600.0) -> Iterator[RtlSession]:
+        """One simulator process that runs streams as they come (:class:`RtlSession`):
+        what to run next may depend on what the RTL wrote before (DRAM carried from
+        layer to layer through the host's steps). The bench waits in wall time between
+        runs, so no simulated cycles pass; it gives up after ``idle_s`` seconds without
+        a run (a host that died)."""
+        self.bench.ensure_built()
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.build_dir) as scratch:
+            folder = Path(scratch)
+            job = {"config_id": config_id(self.config),
+                   "bus_bytes": self.config.bus_width_bits // 8,
+                   "latency": self.memory.latency, "queue": str(folder), "idle_s": idle_s}
+            (folder / "job.json").write_text(json.dumps(job))
+            failure: list[BaseException] = []
+
+            def simulate() -> None:
+                try:
+                    self.bench.test(
+                        "hc_system_bench", folder, {"HC_RTL_JOB": str(folder / "job.json")},
+                        plusargs=[f"+hc_mem_in={folder / 'hc_mem_in.hex'}",
+                                  f"+hc_mem_out={folder / 'hc_mem_out.hex'}"])
+                except BaseException as exc:  # handed to the host's thread by RtlSession
+                    failure.append(exc)
+
+            _log.info(f"starting an RTL session under {self.simulator}")
+            process = threading.Thread(target=simulate, name="rtl-session", daemon=True)
+            process.start()
+            session = RtlSession(self, folder, process, failure)
+            try:
+                yield session
+            finally:
+                session.end()
+                process.join()
+
+
+class RtlSession:
+    """Runs on one simulator process of :meth:`RtlSimulator.session`, one at a time, each
+    on a freshly reset RTL with its own DRAM image (as :meth:`RtlSimulator.run`)."""
+
+    def __init__(self, simulator: RtlSimulator, folder: Path, process: threading.Thread,
+                 failure: list[BaseException], poll_s: float = 0.002):
+        self.simulator = simulator
+        self.folder = folder
+        self._process = process
+        self._failure = failure
+        self._poll_s = poll_s
+        self._index = 0
+        self._ended = False
+
+    def _post(self, entry: dict) -> None:
+        partial = self.folder / f"run{self._index}.json.part"
+        partial.write_text(json.dumps(entry))
+        partial.rename(self.folder / f"run{self._index}.json")  # whole when the bench sees it
+
+    def run(self, run: RtlRun) -> RtlRunResult:
+        """Run ``run`` on the RTL and return what the bench read back."""
+        if self._ended:
+            raise AcceleratorError("the RTL session has ended; start another")
+        image = np.ascontiguousarray(run.dram, dtype=np.uint8).ravel()
+        if image.size > self.simulator.capacity_bytes:
+            raise AcceleratorError(
+                f"a DRAM image of {image.size} bytes does not fit the bench memory "
+                f"({self.simulator.capacity_bytes} bytes; BENCH_LOG_MEM_WORDS)")
+        index = self._index
+        np.save(self.folder / f"image{index}.npy", image)
+        self._post({"image": str(self.folder / f"image{index}.npy"),
+                    "result_image": str(self.folder / f"result{index}.npy"),
+                    "insn_addr": run.instruction_address,
+                    "insn_count": run.instruction_count, "max_cycles": run.max_cycles})
+        self._index += 1
+        reading = self.folder / f"reading{index}.json"
+        while not reading.exists():
+            if not self._process.is_alive() and not reading.exists():
+                detail = f": {self._failure[0]}" if self._failure else ""
+                raise AcceleratorError(
+                    f"the RTL simulator ended during run {index}{detail}; see "
+                    f"{self.simulator.build_dir / 'run.log'}")
+            time.sleep(self._poll_s)
+        result = RtlRunResult(dram=np.load(self.folder / f"result{index}.npy"),
+                              **json.loads(reading.read_text()))
+        for name in (f"image{index}.npy", f"result{index}.npy"):
+            (self.folder / name).unlink()
+        return result
+
+    def end(self) -> None:
+        """Tell the bench there are no more runs (the simulator process then exits)."""
+        if not self._ended:
+            self._ended = True
+            self._post({"end": True})
+
+
 @contextlib.contextmanager
 def _watch_progress(path: Path, progress: Callable[[int, dict], None] | None,
                     poll_s: float = 0.25) -> Iterator[None]:

@@ -15,6 +15,12 @@ uint8), the stream's address and length, and a cycle budget. For each run it
 writes the DRAM image after the run and the register readings to the run's result
 file (and, when the job names a ``progress`` file, appends the readings to it as one
 JSON line as soon as the run ends); the comparison with the simulator happens in the host.
+
+A job with ``"queue"`` instead of ``"runs"`` is a session: the runs are not known in
+advance (the next one's DRAM holds what the RTL wrote for the previous ones, after the
+host's own steps in between). The bench waits (in wall time: no simulated time passes)
+for ``run<i>.json`` in the queue folder, runs it, writes ``reading<i>.json``, and ends at
+a run file that says ``{"end": true}`` or after ``idle_s`` seconds without one.
 """
 
 from __future__ import annotations
@@ -167,6 +173,33 @@ async def _run_one(dut, host: AxiLiteHost, run: dict, folder: Path, bus_bytes: i
     }
 
 
+def _next_run(queue: Path, index: int, idle_s: float) -> dict | None:
+    """The queue's run ``index`` once the host has written it (None: the session ended,
+    or the host wrote nothing for ``idle_s`` seconds). The host renames a finished file
+    into place, so a file that exists is whole."""
+    path = queue / f"run{index}.json"
+    deadline = time.monotonic() + idle_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.002)
+    run = json.loads(path.read_text())
+    return None if run.get("end") else run
+
+
+async def _serve_queue(dut, host: AxiLiteHost, job: dict, folder: Path) -> None:
+    """Run the queue's runs one by one as the host writes them (see the module's
+    docstring); each run's readings go to ``reading<i>.json`` once its DRAM is saved."""
+    queue = Path(job["queue"])
+    index = 0
+    while (run := _next_run(queue, index, job.get("idle_s", 3600.0))) is not None:
+        reading = await _run_one(dut, host, run, folder, job["bus_bytes"])
+        partial = queue / f"reading{index}.json.part"
+        partial.write_text(json.dumps(reading))
+        partial.rename(queue / f"reading{index}.json")
+        index += 1
+
+
 @cocotb.test()
 async def run_job(dut):
     """Run every stream of the job file and record DRAM and registers after each."""
@@ -186,6 +219,9 @@ async def run_job(dut):
         f"the RTL was built for config ID {config_id:#010x}, the job expects "
         f"{job['config_id']:#010x}; rebuild the RTL for this HardwareConfig"
     )
+    if "queue" in job:
+        await _serve_queue(dut, host, job, job_path.parent)
+        return
     results = []
     progress = job.get("progress")
     for run in job["runs"]:

@@ -21,7 +21,13 @@ def replay_image(kernel: AcceleratorKernel) -> np.ndarray:
     """The kernel's DRAM image of its last run with its output tensor overwritten by
     ``UNWRITTEN`` bytes. The image is read after the run, when the output is already
     there: replayed as it is, a device that stored nothing would agree."""
-    image = kernel.last_input.copy()
+    return unwritten_output(kernel, kernel.last_input.copy())
+
+
+def unwritten_output(kernel: AcceleratorKernel, image: np.ndarray) -> np.ndarray:
+    """``image`` (the kernel's program's DRAM) with its output tensor overwritten by
+    ``UNWRITTEN`` bytes, in place (unless the output is also an input): a run that
+    stores nothing then leaves it so."""
     if kernel.output_tensor not in kernel.input_names:
         tensor = kernel.program.tensors[kernel.output_tensor]
         image[tensor.byte_address:tensor.byte_address + tensor.nbytes] = UNWRITTEN

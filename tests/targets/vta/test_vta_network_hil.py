@@ -1,8 +1,11 @@
 """``network_hil``'s bookkeeping without an HDL simulator: an RTL stand-in that runs the
-functional simulator (every layer agrees, progress and the table follow), and one that
+functional simulator (every layer agrees, progress and the table follow), one that
 stores nothing (every layer must differ, although the device's image of the run already
-holds the simulator's outputs). The real RTL runs in tests/hw/test_network_hil.py."""
+holds the simulator's outputs), and one that corrupts a byte of the first layer's output
+(the next layer must read it: the DRAM is carried). The real RTL runs in
+tests/hw/test_network_hil.py."""
 
+import contextlib
 import logging
 
 import numpy as np
@@ -45,6 +48,41 @@ class FakeRtl:
                 progress(index, results[-1])
         return results
 
+    @contextlib.contextmanager
+    def session(self):
+        """One process for the whole model: runs one at a time as the model calls."""
+        yield Session(self)
+
+
+class Session:
+    def __init__(self, rtl):
+        self.rtl = rtl
+
+    def run(self, run):
+        return self.rtl.run([run])[0]
+
+
+class CorruptingRtl(FakeRtl):
+    """Flips the top bit of the first byte the first run of a session writes (an element
+    of the first layer's output tensor: the output is written from its first tile)."""
+
+    @contextlib.contextmanager
+    def session(self):
+        rtl = self
+
+        class Corrupting(Session):
+            runs = 0
+
+            def run(self, run):
+                result = rtl.run([run])[0]
+                if Corrupting.runs == 0:
+                    written = np.flatnonzero(result.dram[:run.dram.size] != run.dram)[0]
+                    result.dram[written] ^= 0x80
+                Corrupting.runs += 1
+                return result
+
+        yield Corrupting(self)
+
 
 class LazyRtl(FakeRtl):
     stores = False
@@ -72,7 +110,9 @@ def test_every_layer_agrees_with_progress_and_a_table(fake, caplog):
     assert total[1:4] == [str(sum(layer.comparison.instructions for layer in report.layers)),
                           str(report.rtl_cycles), str(report.model_cycles)]
     assert total[-2:] == ["5/5", "5/5"]
-    assert table[-1].startswith("tiny on the verilator RTL: 5/5 accelerator functions agree")
+    assert table[-1].startswith("tiny on the verilator RTL, DRAM carried: 5/5 accelerator "
+                                "functions agree")
+    assert "outputs agree with the simulator's and agree with the reference" in table[-1]
 
 
 def test_an_rtl_that_stores_nothing_differs_everywhere(fake):
@@ -87,6 +127,21 @@ def test_an_rtl_that_stores_nothing_differs_everywhere(fake):
     assert "differs" in first.reference_detail
     assert "DIFFERS" in report.table()
     assert report.rtl_cycles == 0 and report.deviation == -1
+
+
+def test_the_dram_is_carried_from_layer_to_layer(fake):
+    """A byte the RTL wrote wrong in layer 1 is what layer 2 reads: layer 2's RTL and
+    simulator agree on that input, and both differ from the reference; the model's
+    outputs differ from the simulator-run model's."""
+    fake(CorruptingRtl)
+    report = hil.network_hil(tiny_cnn(size=8), name="tiny", locate=False)
+    first, second = report.layers[:2]
+    assert not first.comparison.matches and not first.reference_matches
+    assert second.comparison.matches
+    assert not second.reference_matches, "layer 2 did not read layer 1's RTL output"
+    assert "differs" in second.reference_detail
+    assert not report.outputs_match_simulator and not report.agrees
+    assert "DIFFER from the simulator's" in report.table()
 
 
 def test_hil_command_takes_inputs(fake, tmp_path, capsys):
