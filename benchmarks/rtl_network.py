@@ -1,9 +1,10 @@
 """Whole networks on the accelerator RTL: ResNet-18 and MobileNetV2 (torch export,
-onnxruntime ``quantize_static`` QDQ with per-channel weights, 224x224) with every
-accelerator function run on the Verilator RTL, layer after layer, in one HDL simulator
-process, each bit-exact against the simulator and the integer reference and its cycles
-against the timing model (``heterocc.targets.vta.hil.network_hil``, what
-``heterocc hil MODEL`` runs).
+onnxruntime ``quantize_static`` QDQ with per-channel weights, 224x224) run with every
+accelerator function on the Verilator RTL, layer after layer, in one HDL simulator
+process, each layer reading the DRAM the RTL wrote for the layers before it; each layer
+bit-exact against the simulator and the integer reference and its cycles against the
+timing model, and the model's outputs against the simulator-run model's
+(``heterocc.targets.vta.hil.network_hil``, what ``heterocc hil MODEL`` runs).
 
     python benchmarks/rtl_network.py [--models resnet18 mobilenet_v2] [--size 224]
         [--simulator verilator|icarus] [--table]
@@ -127,8 +128,10 @@ def main() -> int:
                   f"{report.rtl_wall_seconds:.1f} s of simulation: {rate:,.0f} cycles/s")
             print(f"  bit-exact: {agree_sim}/{len(report.layers)} layers with the simulator, "
                   f"{agree_ref}/{len(report.layers)} with the integer reference; the model's "
-                  f"outputs {'agree with' if report.outputs_match else 'DIFFER from'} the "
-                  "reference")
+                  f"outputs (DRAM carried) "
+                  f"{'agree with' if report.outputs_match_simulator else 'DIFFER from'} the "
+                  f"simulator-run model's and "
+                  f"{'agree with' if report.outputs_match else 'DIFFER from'} the reference")
             print(f"  cycles: RTL {report.rtl_cycles:,}, timing model "
                   f"{report.model_cycles:,} ({100 * report.deviation:+.3f}%); largest layer "
                   f"deviation {100 * report.max_deviation:.3f}%")

@@ -1,6 +1,8 @@
-"""Whole networks on the RTL: every accelerator function of a real network, quantized by
-onnxruntime, run on the Verilator RTL layer after layer, bit-exact with the simulator and
-the integer reference, and cycle-exact (within 1%) with the timing model."""
+"""Whole networks on the RTL: a real network, quantized by onnxruntime, run with every
+accelerator function on the Verilator RTL layer after layer, the RTL's DRAM carried from
+one layer to the next; each layer bit-exact with the simulator and the integer reference,
+and cycle-exact (within 1%) with the timing model, and the model's outputs equal to the
+simulator-run model's."""
 
 import numpy as np
 import onnx
@@ -55,6 +57,7 @@ def test_resnet18_runs_on_the_verilator_rtl(resnet18_32, caplog):
     assert all(layer.comparison.matches and layer.reference_matches
                for layer in report.layers), table
     assert report.max_deviation <= 0.01, table
+    assert report.outputs_match_simulator and report.outputs_match, table
     assert report.rtl_cycles > 100_000
     # progress as it goes: one line per layer, numbered, with cycles and the rate
     progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("layer ")]
