@@ -186,3 +186,29 @@ def test_accel_build_dram_images_hold_no_output(tmp_path):
         run_stream(kernel.program.instructions, kernel.config, image, check=False)
         np.testing.assert_array_equal(image, kernel.last_input)
     assert len(written) == 2 * len(target.kernels)
+
+
+def test_an_rtl_session_whose_simulator_died_says_so(tmp_path):
+    """A run posted to a session whose HDL simulator has exited raises, naming the run and
+    the simulator's error, instead of waiting for a reading that never comes; ``end``
+    posts the end marker the bench stops at."""
+    import json
+    import threading
+
+    from heterocc.accel_sim import HardwareConfig
+    from heterocc.accel_sim.rtl_device import RtlRun, RtlSession, RtlSimulator
+    from heterocc.errors import AcceleratorError
+
+    config = HardwareConfig.preset("1x16x16")
+    simulator = RtlSimulator(config, "verilator", tmp_path)
+    process = threading.Thread(target=lambda: None)
+    process.start()
+    process.join()
+    session = RtlSession(simulator, tmp_path, process, [RuntimeError("segfault")])
+    with pytest.raises(AcceleratorError, match="ended during run 0: segfault"):
+        session.run(RtlRun(np.zeros(64, np.uint8), 0, 1))
+    assert json.loads((tmp_path / "run0.json").read_text())["insn_count"] == 1
+    session.end()
+    assert json.loads((tmp_path / "run1.json").read_text()) == {"end": True}
+    with pytest.raises(AcceleratorError, match="ended"):
+        session.run(RtlRun(np.zeros(64, np.uint8), 0, 1))
