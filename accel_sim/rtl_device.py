@@ -58,8 +58,11 @@ TOP_LEVEL = "hc_top"
 BENCH_TOP_LEVEL = "hc_bench_top"
 #: the harness: the bench's DRAM, then the top level around hc_top
 BENCH_SOURCES = (BENCH_DIR / "hc_bench_memory.v", BENCH_DIR / "hc_bench_top.v")
-#: the bench memory holds 2**BENCH_LOG_MEM_WORDS bus words (32 MiB on a 64-bit bus)
-BENCH_LOG_MEM_WORDS = 22
+#: the bench memory holds 2**BENCH_LOG_MEM_WORDS[simulator] bus words: 128 MiB on a
+#: 64-bit bus under Verilator (a network's largest layer image, MobileNetV2's classifier
+#: with the average pool folded into its weights, is 80 MB), 32 MiB under Icarus, whose
+#: four-valued memory costs four times as much to hold
+BENCH_LOG_MEM_WORDS = {"verilator": 24, "icarus": 22}
 
 # Register map of the AXI4-Lite control port (hw/rtl/hc_ctrl.v).
 REG_CONTROL = 0x00
@@ -120,9 +123,12 @@ def bench_timing_config(config: HardwareConfig, memory: BenchMemory = BENCH_MEMO
     )
 
 
-def bench_capacity_bytes(config: HardwareConfig) -> int:
-    """The largest DRAM image the bench memory holds for ``config`` (its bus words)."""
-    return (config.bus_width_bits // 8) << BENCH_LOG_MEM_WORDS
+def bench_capacity_bytes(config: HardwareConfig, simulator: str | None = None) -> int:
+    """The largest DRAM image the bench memory holds for ``config`` (its bus words) under
+    ``simulator`` (None: under every simulator)."""
+    words = (BENCH_LOG_MEM_WORDS[simulator] if simulator in BENCH_LOG_MEM_WORDS
+             else min(BENCH_LOG_MEM_WORDS.values()))
+    return (config.bus_width_bits // 8) << words
 
 
 @dataclass(frozen=True)
@@ -337,14 +343,14 @@ class RtlSimulator:
         self.build_dir = root / f"{simulator}_{config.name}"
         self.bench = CocotbBench(
             config, simulator, BENCH_TOP_LEVEL, self.build_dir,
-            parameters={"LOG_MEM_WORDS": BENCH_LOG_MEM_WORDS},
+            parameters={"LOG_MEM_WORDS": BENCH_LOG_MEM_WORDS.get(simulator, 22)},
             extra_sources=BENCH_SOURCES, public=False,
         )
 
     @property
     def capacity_bytes(self) -> int:
         """The largest DRAM image the bench memory holds."""
-        return bench_capacity_bytes(self.config)
+        return bench_capacity_bytes(self.config, self.simulator)
 
     def build(self) -> None:
         """Generate the config header and compile the RTL (incremental)."""
