@@ -505,6 +505,11 @@ def _llvm_thread() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="heterocc-llvm")
 
 
+# A forked child inherits the executor but not its thread: work submitted there would wait
+# forever. The child makes its own on first use.
+os.register_at_fork(after_in_child=_llvm_thread.cache_clear)
+
+
 def build_later(funcs: PrimFunc | Sequence[PrimFunc], name: str = "heterocc",
                 cpu: CPUDescription | str | None = None) -> Callable[[], LLVMModule]:
     """:func:`build` in two halves: the LLVM IR now, on this thread; LLVM's optimization

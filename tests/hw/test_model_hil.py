@@ -57,8 +57,9 @@ def test_compiled_model_runs_on_the_rtl_through_the_sdk_device():
     assert all(k.last_bytes_loaded == k.program.dram.nbytes for k in target.kernels)
 
 
+@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
 @pytest.mark.parametrize("kind", ["lookup_table", "average_pool"])
-def test_activation_and_pool_streams_agree_on_the_rtl(tmp_path, kind):
+def test_activation_and_pool_streams_agree_on_the_rtl(tmp_path, kind, simulator):
     """The compiler's streams of a lookup-table activation (the ALU's LUT) and of an
     average pool (a depthwise all-ones convolution) between convolutions, from a model
     quantized by quantize_static, replayed on the RTL: bit- and cycle-exact."""
@@ -67,10 +68,10 @@ def test_activation_and_pool_streams_agree_on_the_rtl(tmp_path, kind):
     from tests.targets.vta.test_vta_average_pool import conv_pool
     from tests.targets.vta.test_vta_lookup_table import conv_activation_conv
 
-    require_rtl_tools("icarus")
+    require_rtl_tools(simulator)
     model = conv_activation_conv("silu") if kind == "lookup_table" \
         else conv_pool("window", then_conv=True)
-    results = model_hil(quantize(model, tmp_path, "QDQ", "QInt8"), simulator="icarus",
+    results = model_hil(quantize(model, tmp_path, "QDQ", "QInt8"), simulator=simulator,
                         build_root=BUILD_ROOT)
     assert len(results) == 3
     assert all(r.matches for r in results), [r.summary() for r in results]
@@ -78,7 +79,8 @@ def test_activation_and_pool_streams_agree_on_the_rtl(tmp_path, kind):
         assert abs(r.rtl_cycles / r.model_cycles - 1) < 0.05, r.summary()
 
 
-def test_channel_shuffle_streams_agree_on_the_rtl(tmp_path):
+@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+def test_channel_shuffle_streams_agree_on_the_rtl(tmp_path, simulator):
     """The compiler's streams of a ShuffleNet unit's channel gathers (1x1 convolutions
     with 0/1 weights whose inputs are written to consecutive parts of one tensor, the
     identity epilogue leaving no ALU step) between convolutions, from a model quantized
@@ -87,9 +89,9 @@ def test_channel_shuffle_streams_agree_on_the_rtl(tmp_path):
     from tests.targets.vta.ort_models import quantize
     from tests.targets.vta.test_vta_channel_shuffle import shuffle_units
 
-    require_rtl_tools("icarus")
+    require_rtl_tools(simulator)
     model = quantize(shuffle_units(10, size=4), tmp_path, "QDQ", "QInt8")
-    results = model_hil(model, simulator="icarus", build_root=BUILD_ROOT)
+    results = model_hil(model, simulator=simulator, build_root=BUILD_ROOT)
     assert sum("gather" in r.name for r in results) == 5, [r.name for r in results]
     assert all(r.matches for r in results), [r.summary() for r in results]
     for r in results:

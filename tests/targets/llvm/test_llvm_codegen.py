@@ -304,6 +304,38 @@ def test_build_later_runs_llvm_on_its_own_thread_and_raises_through_the_wait(mon
         wait()
 
 
+def _build_later_in_child(connection):
+    from heterocc.targets.llvm import module as llvm_module
+
+    A = te.placeholder((4,), "float32", "A")
+    B = te.compute((4,), lambda i: A[i] + 1.0, name="B")
+    wait = llvm_module.build_later(te.lower(te.create_schedule(B), [A, B], name="f"))
+    a = np.arange(4, dtype=np.float32)
+    connection.send(call(wait(), B, a).tolist())
+
+
+def test_build_later_works_in_a_forked_child():
+    """A child forked after the LLVM thread started inherits the executor without its
+    thread: without a fresh one, its builds waited forever (concurrent exports from
+    forked workers hung)."""
+    import multiprocessing
+
+    from heterocc.targets.llvm import module as llvm_module
+
+    A = te.placeholder((4,), "float32", "A")
+    B = te.compute((4,), lambda i: A[i] * 3.0, name="B")
+    llvm_module.build_later(te.lower(te.create_schedule(B), [A, B], name="f"))()
+    context = multiprocessing.get_context("fork")
+    parent, child = context.Pipe()
+    worker = context.Process(target=_build_later_in_child, args=(child,))
+    worker.start()
+    worker.join(60)
+    if worker.exitcode is None:
+        worker.kill()
+    assert worker.exitcode == 0
+    assert parent.recv() == [1.0, 2.0, 3.0, 4.0]
+
+
 def test_unflattened_function_is_refused():
     A = te.placeholder((4, 4), "float32", "A")
     B = te.compute((4, 4), lambda i, j: A[i, j], name="B")
