@@ -418,7 +418,7 @@ class RtlSimulator:
 
 
     @contextlib.contextmanager
-    def session(self, idle_s: float = 3600.0) -> Iterator[RtlSession]:
+    def session(self, idle_s: float = 600.0) -> Iterator[RtlSession]:
         """One simulator process that runs streams as they come (:class:`RtlSession`):
         what to run next may depend on what the RTL wrote before (DRAM carried from
         layer to layer through the host's steps). The bench waits in wall time between

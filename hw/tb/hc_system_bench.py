@@ -192,7 +192,7 @@ async def _serve_queue(dut, host: AxiLiteHost, job: dict, folder: Path) -> None:
     docstring); each run's readings go to ``reading<i>.json`` once its DRAM is saved."""
     queue = Path(job["queue"])
     index = 0
-    while (run := _next_run(queue, index, job.get("idle_s", 3600.0))) is not None:
+    while (run := _next_run(queue, index, job.get("idle_s", 600.0))) is not None:
         reading = await _run_one(dut, host, run, folder, job["bus_bytes"])
         partial = queue / f"reading{index}.json.part"
         partial.write_text(json.dumps(reading))
