@@ -19,6 +19,7 @@ directly or not): a chain of functions runs on the calling thread as before.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,7 +45,12 @@ class DeviceQueue:
         # the worker knows its queue by a token, not by the queue itself: a reference
         # from the worker thread would keep the queue, and so the thread, alive forever
         self._token = object()
-        self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"device-{name}",
+        self._start_pool()
+
+    def _start_pool(self) -> None:
+        self._pid = os.getpid()
+        self._pool = cf.ThreadPoolExecutor(max_workers=1,
+                                           thread_name_prefix=f"device-{self.name}",
                                            initializer=_mark_worker, initargs=(self._token,))
 
     def submit(self, call: Callable, *args) -> cf.Future:
@@ -56,6 +62,10 @@ class DeviceQueue:
             except BaseException as exc:  # noqa: BLE001 - handed to the waiter
                 future.set_exception(exc)
             return future
+        if self._pid != os.getpid():
+            # a forked child inherits the pool without its worker thread: calls queued on
+            # it would wait forever, so the child starts a worker of its own
+            self._start_pool()
         return self._pool.submit(call, *args)
 
     @staticmethod

@@ -67,6 +67,31 @@ def test_a_queue_runs_a_call_from_its_own_worker_at_once_and_its_thread_ends_wit
         time.sleep(0.01)
 
 
+def _submit_in_child(queue, connection):
+    connection.send(queue.submit(lambda: 7).result(30))
+
+
+def test_a_queue_used_before_a_fork_serves_the_child():
+    """A forked child inherits the queue without its worker thread; its calls must not
+    wait forever (a compiled model shared with forked workers)."""
+    import multiprocessing
+
+    from heterocc.runtime.overlap import DeviceQueue
+
+    queue = DeviceQueue("forked")
+    assert queue.submit(lambda: 1).result(10) == 1  # the worker thread is running
+    context = multiprocessing.get_context("fork")
+    parent, child = context.Pipe()
+    worker = context.Process(target=_submit_in_child, args=(queue, child))
+    worker.start()
+    worker.join(60)
+    if worker.exitcode is None:
+        worker.kill()
+    assert worker.exitcode == 0 and parent.recv() == 7
+    assert queue.submit(lambda: 2).result(10) == 2  # the parent's worker is untouched
+    queue.close()
+
+
 class _Gate:
     """A stand-in device kernel that finishes only once the host kernel has started:
     run one after another it would never finish (it gives up after a while)."""
