@@ -72,8 +72,10 @@ def test_the_llvm_target_declares_its_layout_pass():
     from heterocc.targets.llvm import LLVMTarget
 
     for spec, lanes in (("llvm -mcpu=x86-64-v4", 16), ("llvm -mcpu=x86-64-v3", 8)):
-        layout, fold = LLVMTarget(cpu=spec).graph_passes()
+        *integer, layout, fold = LLVMTarget(cpu=spec).graph_passes()
+        # quantized concatenations stay in integers between integer convolutions
+        assert integer == ["integer_concats"]
         # the layout pass pads convolution outputs to the target's vectors
         assert (pass_name(layout), fold) == ("alter_layout", "fold_constants")
         assert layout.keywords == {"vector_channels": lanes}
-    assert LLVMTarget(blocked_layout=False).graph_passes() == []
+    assert LLVMTarget(blocked_layout=False).graph_passes() == integer

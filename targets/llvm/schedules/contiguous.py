@@ -37,14 +37,24 @@ MAX_LOADS = 64
 MIN_ROW = 4
 
 
+class _TooManyLoads(Exception):
+    """The expansion passed its budget of reads."""
+
+
 class _Expander(Mutator):
     """A body with the reads of inlined, reduction-free stages replaced by their
-    bodies (what lowering will compute), equal reads expanded once."""
+    bodies (what lowering will compute). Expanded as a tree, a chain of stages that each
+    read their input twice (``x * x``) grows exponentially, so the expansion stops at
+    ``budget`` reads visited (:class:`_TooManyLoads`)."""
 
-    def __init__(self, schedule: te.Schedule):
+    def __init__(self, schedule: te.Schedule, budget: int):
         self.schedule = schedule
+        self.budget = budget
 
     def visit_TensorLoad(self, node: TensorLoad) -> tx.Expr:
+        self.budget -= 1
+        if self.budget < 0:
+            raise _TooManyLoads
         node = self.generic(node)
         op = node.tensor.op
         if not isinstance(op, te.ComputeOp) or op.reduce_axis:
@@ -82,7 +92,12 @@ def _expanded_loads(schedule: te.Schedule, tensor: te.Tensor) -> list[TensorLoad
     op = tensor.op
     if not isinstance(op, te.ComputeOp) or op.reduce_axis:
         return None
-    body = _Expander(schedule).expr(schedule[tensor].body)
+    try:
+        # reads of the inlined stages are visited too: a budget of a few times the reads
+        # allowed keeps long single-read chains analysed and stops doubling ones early
+        body = _Expander(schedule, 4 * MAX_LOADS).expr(schedule[tensor].body)
+    except _TooManyLoads:
+        return None
     loads = collect(body, lambda n: isinstance(n, TensorLoad))
     return None if len(loads) > MAX_LOADS else loads
 
