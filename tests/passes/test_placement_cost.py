@@ -224,18 +224,29 @@ class _Fixed:
         return None if value is None else CostEstimate(value, 0.0, "fixed")
 
 
+_THROUGHPUT_ACCELERATOR = {"conv2d_bias_requantize": 1.5e-3, "quantized_add": 5e-3,
+                           "dense_bias_requantize": 3e-3, "flatten": 2e-4}
+_THROUGHPUT_CPU = {"conv2d_bias_requantize": 1e-3, "quantized_add": 1e-3,
+                   "dense_bias_requantize": 2e-3, "*": 1e-4}
+
+
+def _fixed_targets(accelerator: dict, cpu: dict) -> dict:
+    """vta and llvm whose estimates are ``_Fixed`` times per composite kind."""
+    targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
+    targets["vta"].estimate = _Fixed(accelerator).estimate
+    targets["llvm"].estimate = _Fixed(cpu).estimate
+    return targets
+
+
 def test_decisions_follow_the_estimates_deterministically(model):
     from heterocc.frontend.onnx import from_onnx
     from heterocc.passes.pipeline import run_pipeline
 
     graph = from_onnx(model)
-    accelerator = _Fixed({"conv2d_bias_requantize": 1e-3, "quantized_add": 5e-3,
-                          "dense_bias_requantize": 2e-3, "flatten": 1e-4})
-    cpu = _Fixed({"conv2d_bias_requantize": 3e-3, "quantized_add": 1e-3,
-                  "dense_bias_requantize": 2e-3, "*": 1e-4})
-    targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
-    targets["vta"].estimate = accelerator.estimate
-    targets["llvm"].estimate = cpu.estimate
+    targets = _fixed_targets({"conv2d_bias_requantize": 1e-3, "quantized_add": 5e-3,
+                              "dense_bias_requantize": 2e-3, "flatten": 1e-4},
+                             {"conv2d_bias_requantize": 3e-3, "quantized_add": 1e-3,
+                              "dense_bias_requantize": 2e-3, "*": 1e-4})
     reports = [run_pipeline(graph, targets, "llvm", placement="cost").report for _ in range(2)]
     assert [p.target for p in reports[0].placements] == [p.target for p in reports[1].placements]
     for unit in reports[0].plan.composites:
@@ -525,13 +536,7 @@ def test_throughput_placement_balances_the_devices_for_a_stream(model):
     from heterocc.frontend.onnx import from_onnx
     from heterocc.passes.pipeline import run_pipeline
 
-    accelerator = _Fixed({"conv2d_bias_requantize": 1.5e-3, "quantized_add": 5e-3,
-                          "dense_bias_requantize": 3e-3, "flatten": 2e-4})
-    cpu = _Fixed({"conv2d_bias_requantize": 1e-3, "quantized_add": 1e-3,
-                  "dense_bias_requantize": 2e-3, "*": 1e-4})
-    targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
-    targets["vta"].estimate = accelerator.estimate
-    targets["llvm"].estimate = cpu.estimate
+    targets = _fixed_targets(_THROUGHPUT_ACCELERATOR, _THROUGHPUT_CPU)
     graph = from_onnx(model)
     latency = run_pipeline(graph, targets, "llvm", placement="cost").report.plan
     assert all(u.chosen == "llvm" for u in latency.composites)
@@ -561,13 +566,8 @@ def test_throughput_placement_balances_the_devices_for_a_stream(model):
 
 
 def test_a_stream_placed_for_throughput_overlaps_and_stays_bit_exact(model):
-    vta = VtaTarget()
-    cpu = get_target("llvm")
-    vta.estimate = _Fixed({"conv2d_bias_requantize": 1.5e-3, "quantized_add": 5e-3,
-                           "dense_bias_requantize": 3e-3, "flatten": 2e-4}).estimate
-    cpu.estimate = _Fixed({"conv2d_bias_requantize": 1e-3, "quantized_add": 1e-3,
-                           "dense_bias_requantize": 2e-3, "*": 1e-4}).estimate
-    compiled = heterocc.compile(model, target=[vta, cpu], placement="throughput")
+    targets = _fixed_targets(_THROUGHPUT_ACCELERATOR, _THROUGHPUT_CPU)
+    compiled = heterocc.compile(model, target=list(targets.values()), placement="throughput")
     assert compiled.placement_report.placement == "throughput"
     assert set(compiled.placement_report.by_target()) == {"vta", "llvm"}
     xs = inputs(3)
