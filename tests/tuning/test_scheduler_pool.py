@@ -277,7 +277,7 @@ def test_the_tune_command_times_in_the_cache_mode_it_is_given(tmp_path, monkeypa
 
     path, log = _model_path(tmp_path), tmp_path / "cache.jsonl"
     seen = []
-    monkeypatch.setattr(cli, "_tune", lambda args, search, tasks, options, stream:
+    monkeypatch.setattr(cli, "_tune", lambda args, search, tasks, options, stream, tuning:
                         seen.append(options))
     for extra in ([], ["--cache", "hot"], ["--cache", "rotate"]):
         _tune([str(path), "--search", "auto", "--log", str(log), "--quiet", *extra],
