@@ -146,6 +146,13 @@ def test_layers_kept_on_the_cpu_by_cost_are_a_decision_not_a_fallback(tmp_path, 
     report = compiled.placement_report
     assert report.placement == "cost" and not report.by_target().get("vta")
     kept = [p for p in report.placements if p.candidate == "quantized_mul" and p.estimates]
-    assert kept and all(p.estimates["llvm"].total_s < p.estimates["vta"].total_s for p in kept)
+    assert kept
+    for p in kept:
+        # decided on both estimates, or on the CPU's estimate against vta's lower bound
+        # (vta then not estimated: its link time alone exceeds the CPU's figure)
+        if "vta" in p.estimates:
+            assert p.estimates["llvm"].total_s < p.estimates["vta"].total_s
+        else:
+            assert "vta needs at least" in p.reason, p.reason
     assert any("placement by cost kept the 1 layer(s)" in r.getMessage()
                and "placement='greedy'" in r.getMessage() for r in caplog.records)
