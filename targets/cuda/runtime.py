@@ -232,7 +232,6 @@ class DeviceFunction:
         # launch runs to completion, so two threads would write one workspace at once)
         with self._launching:
             pointers = [a.pointer for a in arrays] + [w.pointer for w in self.workspaces]
-            self.device.activate()
             for launch, function in zip(self.plan.launches, self.functions):
                 self.device.launch(function, launch.grid, launch.block,
                                    [pointers[a] for a in launch.args])
