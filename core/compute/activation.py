@@ -118,7 +118,12 @@ def _hard_sigmoid(dtype, attrs):
 
 def _hard_swish(dtype, attrs):
     sixth, half = te.const(1.0 / 6.0, dtype), te.const(0.5, dtype)
-    return lambda x: x * clamp(x * sixth + half, te.const(0.0, dtype), te.const(1.0, dtype))
+    zero, one = te.const(0.0, dtype), te.const(1.0, dtype)
+    # maxnum/minnum (which drop a NaN) are exact here: the factor is NaN only where x is,
+    # and the product with x is NaN there anyway; the factor x / 6 + 1/2 is never -0.
+    # Reading x twice (NumPy's clamp reads its argument four times) lets the function
+    # stay one expression, which a convolution finishes in its register tile.
+    return lambda x: x * te.minimum(te.maximum(x * sixth + half, zero), one)
 
 
 def _elu(dtype, attrs):
@@ -183,7 +188,7 @@ _FLOAT_ACTIVATIONS = {
 }
 
 #: activations whose scalar function reads its argument more than twice
-_READ_INPUT_OFTEN = frozenset({"HardSwish", "Softplus", "Elu", "Selu", "Celu", "Gelu", "Mish"})
+_READ_INPUT_OFTEN = frozenset({"Softplus", "Elu", "Selu", "Celu", "Gelu", "Mish"})
 
 for _op, _make in _FLOAT_ACTIVATIONS.items():
     register_compute(_op)(_float_activation(_op, _make,

@@ -43,7 +43,7 @@ IN_BLOCKS = (16, 8, 4, 3, 2, 1)
 #: ops computing each element from the same element of their one tensor input (other
 #: inputs, when present, must be one-element constants: Clip's bounds)
 UNARY_OPS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu",
-                       "Tanh", "Elu", "Softplus", "Neg", "Abs", "Exp"})
+                       "Tanh", "Elu", "Softplus", "Neg", "Abs", "Exp", "Swish"})
 #: binary elementwise ops carried in the blocked layout
 BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div"})
 #: 2-D pooling, carried as 3-D pooling of the blocked tensor with a window of one over

@@ -121,6 +121,23 @@ def _batched_rows_as_matrix(node: Node, _producers, scope: NameScope | None = No
                  [out], {"allowzero": 0}, node.name)]
 
 
+def _swish(node: Node, producers) -> Node | None:
+    """``Mul(x, Sigmoid(x))`` (SiLU, as torch exports it: EfficientNet's activation) as
+    one ``Swish(x)``: a function of one read of ``x``, which a convolution then finishes
+    in its register tile (a Sigmoid read beside ``x`` by the Mul is a branch in the
+    function, which the convolution's epilogue does not take). The Sigmoid stays for
+    any other reader (``dce`` drops it otherwise). Same float32 operations, same bits."""
+    if len(node.outputs) != 1 or len(node.inputs) != 2:
+        return None
+    for x, other in (node.inputs, node.inputs[::-1]):
+        sigmoid = producers.get(other)
+        if (sigmoid is not None and sigmoid.op == "Sigmoid" and sigmoid.body is None
+                and sigmoid.inputs[0] is x and x.type.dtype.startswith("float")
+                and node.outputs[0].type == x.type):
+            return Node("Swish", [x], list(node.outputs), {"alpha": 1.0}, node.name)
+    return None
+
+
 def _single_concat(node: Node, _producers) -> Value | None:
     given = [v for v in node.inputs if v is not None]
     return given[0] if len(given) == 1 else None
@@ -139,6 +156,7 @@ RULES: dict[str, Rule] = {
     "Transpose": _transpose,
     "Concat": _single_concat,
     "Pow": _pow_by_products,
+    "Mul": _swish,
 }
 
 
@@ -147,7 +165,7 @@ def simplify(graph: Graph) -> Graph:
     """Remove Identity, inference-mode Dropout, no-op Cast/Reshape/Expand/Transpose,
     single-input Concat; collapse chains of reshapes and of transposes; compute a
     float Pow by a small constant integer as products; a batch of one-row products
-    of one matrix as one product."""
+    of one matrix as one product; ``x * Sigmoid(x)`` as ``Swish(x)``."""
     mapping: dict[Value, Value] = {}
     producers: dict[Value, Node] = {}
     scope = NameScope.of(graph)

@@ -141,6 +141,36 @@ def test_simplify_makes_one_product_of_a_batch_of_rows(rng):
     _same_results(g, out, [rng.standard_normal((5, 1, 8)).astype(np.float32)])
 
 
+@pytest.mark.parametrize("operands", [["x", "s"], ["s", "x"]])
+def test_simplify_makes_silu_one_swish(operands, rng):
+    """x * Sigmoid(x) (torch's SiLU), in either operand order: one Swish, bit for bit
+    the two ops' float32 results."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]),
+             helper.make_node("Mul", operands, ["y"])]
+    g = from_onnx(make_model(nodes, [("x", "float32", [2, 7])], [("y", "float32", None)]))
+    out = eliminate_dead_code(simplify(g))
+    check_graph(out)
+    assert [(n.op, n.attrs.get("alpha")) for n in out.nodes] == [("Swish", 1.0)]
+    x = (rng.standard_normal((2, 7)) * 8).astype(np.float32)
+    x[0, :4] = [np.inf, -np.inf, 0.0, -100.0]
+    (before,), (after,) = evaluate(g, [x]), evaluate(out, [x])
+    np.testing.assert_array_equal(after, before)
+
+
+def test_simplify_keeps_a_sigmoid_read_elsewhere_and_other_products():
+    """A Sigmoid that another node reads stays beside the Swish; Sigmoid(x) * y is no
+    SiLU and stays a product."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]),
+             helper.make_node("Mul", ["x", "s"], ["silu"]),
+             helper.make_node("Mul", ["s", "z"], ["gated"]),
+             helper.make_node("Add", ["silu", "gated"], ["y"])]
+    g = from_onnx(make_model(nodes, [("x", "float32", [3]), ("z", "float32", [3])],
+                             [("y", "float32", None)]))
+    out = eliminate_dead_code(simplify(g))
+    check_graph(out)
+    assert [n.op for n in out.nodes] == ["Sigmoid", "Swish", "Mul", "Add"]
+
+
 def test_cse_merges_identical_nodes_and_dce_drops_the_rest(rng):
     nodes = [helper.make_node("Relu", ["x"], ["a"]),
              helper.make_node("Relu", ["x"], ["b"]),
