@@ -168,7 +168,7 @@ def test_global_pool_of_a_padded_value_cuts_the_padding_after_pooling(pool):
 
 def test_input_block_follows_the_producer_when_it_divides():
     """A 24-filter conv writes NCHW8c; the next conv reads it in 8-channel blocks. (The
-    first reads its 12-channel NCHW input in the widest block dividing 12.)"""
+    first reads its 12-channel NCHW input in place: no block of 8 or more divides 12.)"""
     inits = {"w1": RNG.standard_normal((24, 12, 1, 1)).astype(np.float32),
              "w2": RNG.standard_normal((32, 24, 3, 3)).astype(np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"]),
@@ -178,9 +178,10 @@ def test_input_block_follows_the_producer_when_it_divides():
     before = _optimized(model)
     after = alter_layout(before)
     convs = [n for n in after.nodes if n.op == "ConvNCHWc"]
-    assert [c.inputs[0].type.shape[-1] for c in convs] == [4, 8]
+    assert convs[0].inputs[0] is after.inputs[0]
+    assert convs[1].inputs[0].type.shape[-1] == 8
     assert [c.outputs[0].type.shape[-1] for c in convs] == [8, 16]
-    assert len(_transforms(after)) == 2
+    assert len(_transforms(after)) == 1
     _assert_same_results(before, after)
 
 
@@ -401,6 +402,56 @@ def test_llvm_pads_to_its_own_vectors_and_matches_the_reference(target):
     expected = heterocc.compile(model, target="reference").run(feeds)
     for ours, theirs in zip(compiled.run(feeds), expected):
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+    assert llvm.fallbacks == {}
+
+
+def _shuffle_branch_model(channels=58, size=6):
+    """ShuffleNetV2's branch: a 1x1 conv (+ReLU), a 3x3 depthwise conv, a 1x1 conv
+    (+ReLU), on ``channels`` channels that no block divides."""
+    inits = {"w1": RNG.standard_normal((channels, channels, 1, 1)).astype(np.float32) * 0.2,
+             "b1": RNG.standard_normal(channels).astype(np.float32),
+             "wd": RNG.standard_normal((channels, 1, 3, 3)).astype(np.float32),
+             "bd": RNG.standard_normal(channels).astype(np.float32),
+             "w2": RNG.standard_normal((channels, channels, 1, 1)).astype(np.float32) * 0.2,
+             "b2": RNG.standard_normal(channels).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "wd", "bd"], ["d"], group=channels, pads=[1] * 4),
+             helper.make_node("Conv", ["d", "w2", "b2"], ["c2"]),
+             helper.make_node("Relu", ["c2"], ["y"])]
+    return make_model(nodes, [("x", "float32", [1, channels, size, size])],
+                      [("y", "float32", None)], inits)
+
+
+@pytest.mark.parametrize("vector,held", [(16, 64), (8, 64)])
+def test_channels_no_block_divides_are_padded_to_vectors(vector, held):
+    """58 channels (ShuffleNetV2's): every convolution blocked, the outputs padded to
+    whole vectors (64), the first reading its NCHW input in place (no transform in: no
+    block of 8 or more divides 58), one transform out cutting the padding."""
+    before = _optimized(_shuffle_branch_model())
+    after = alter_layout_for(vector)(before)
+    convs = [n for n in after.nodes if n.op == "ConvNCHWc"]
+    assert len(convs) == 3 and not [n for n in after.nodes if n.op == "Conv"]
+    assert convs[0].inputs[0] is after.inputs[0]
+    assert all(c.outputs[0].type.shape[1] * c.outputs[0].type.shape[-1] == held
+               for c in convs)
+    assert convs[1].attrs["group"] == held  # the depthwise conv carries the padding on
+    (transform,) = _transforms(after)
+    assert transform.attrs["channels"] == 58
+    _assert_same_results(before, after)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
+def test_padded_shuffle_branch_matches_the_reference(target):
+    model = _shuffle_branch_model(channels=116, size=7)
+    llvm = LLVMTarget(cpu=target)
+    compiled = heterocc.compile(model, target=[llvm])
+    assert "Conv" not in {n.op for f in compiled.graph.nodes if f.body is not None
+                          for n in f.body.nodes}
+    feeds = {"x": RNG.standard_normal((1, 116, 7, 7), dtype=np.float32)}
+    (expected,) = heterocc.compile(model, target="reference").run(feeds)
+    (ours,) = compiled.run(feeds)
+    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
     assert llvm.fallbacks == {}
 
 
