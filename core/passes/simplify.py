@@ -121,6 +121,40 @@ def _batched_rows_as_matrix(node: Node, _producers, scope: NameScope | None = No
                  [out], {"allowzero": 0}, node.name)]
 
 
+def _product_between_reshapes(node: Node, producers, uses: dict[Value, int],
+                              scope: NameScope | None = None) -> list[Node] | None:
+    """``Reshape(Gemm(Reshape(x[..., K]) -> [M, K], W[K, N], bias[N])) -> [..., N]`` (a
+    ``torch`` ``addmm`` of flattened rows: GPT-2's layers) as ``MatMul(x, W) + bias``
+    on ``x`` as it is: the reshapes between the product and what follows it (GPT-2's
+    GELU, a residual Add) kept those out of the product's function, each a pass of its
+    own over the product's output."""
+    gemm = producers.get(node.inputs[0])
+    if (gemm is None or gemm.op != "Gemm" or gemm.body is not None
+            or uses.get(node.inputs[0], 0) != 1 or len(node.outputs) != 1
+            or gemm.attrs.get("alpha", 1.0) != 1.0 or gemm.attrs.get("beta", 1.0) != 1.0
+            or gemm.attrs.get("transA", 0) or gemm.attrs.get("transB", 0)):
+        return None
+    a, w = gemm.inputs[:2]
+    bias = gemm.inputs[2] if len(gemm.inputs) > 2 else None
+    flatten = producers.get(a)
+    if flatten is None or flatten.op not in _RESHAPE_LIKE:
+        return None
+    x, out = flatten.inputs[0], node.outputs[0]
+    lead, n = x.type.shape[:-1], w.type.shape[1]
+    if (x.type.ndim < 3 or not x.type.dtype.startswith("float")
+            or a.type.shape != (int(np.prod(lead)), x.type.shape[-1])
+            or out.type.shape != (*lead, n) or out.type.dtype != x.type.dtype
+            or (bias is not None and not (bias.is_const and bias.data.size == n))):
+        return None
+    fresh = scope.fresh if scope is not None else str
+    if bias is None:
+        return [Node("MatMul", [x, w], [out], {}, gemm.name)]
+    product = Value(fresh(f"{out.name}_product"), out.type)
+    return [Node("MatMul", [x, w], [product], {}, gemm.name),
+            Node("Add", [product, constant(bias.data.reshape(n), fresh(f"{bias.name}_row"))],
+                 [out], {}, node.name)]
+
+
 def _swish(node: Node, producers) -> Node | None:
     """``Mul(x, Sigmoid(x))`` (SiLU, as torch exports it: EfficientNet's activation) as
     one ``Swish(x)``: a function of one read of ``x``, which a convolution then finishes
@@ -165,12 +199,22 @@ def simplify(graph: Graph) -> Graph:
     """Remove Identity, inference-mode Dropout, no-op Cast/Reshape/Expand/Transpose,
     single-input Concat; collapse chains of reshapes and of transposes; compute a
     float Pow by a small constant integer as products; a batch of one-row products
-    of one matrix as one product; ``x * Sigmoid(x)`` as ``Swish(x)``."""
+    of one matrix as one product; ``x * Sigmoid(x)`` as ``Swish(x)``; a Gemm of
+    flattened rows reshaped back as a MatMul and an Add of the rows as they are."""
     mapping: dict[Value, Value] = {}
     producers: dict[Value, Node] = {}
     scope = NameScope.of(graph)
+    uses: dict[Value, int] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            if v is not None:
+                uses[v] = uses.get(v, 0) + 1
+    for v in graph.outputs:
+        uses[v] = uses.get(v, 0) + 1
+    product = partial(_product_between_reshapes, uses=uses, scope=scope)
     rules = {**RULES, "Pow": partial(_pow_by_products, scope=scope),
-             "MatMul": partial(_batched_rows_as_matrix, scope=scope)}
+             "MatMul": partial(_batched_rows_as_matrix, scope=scope),
+             "Reshape": lambda node, p: product(node, p) or _reshape_chain(node, p)}
     kept = []
     for node in graph.nodes:
         inputs = [mapping.get(v, v) if v is not None else None for v in node.inputs]

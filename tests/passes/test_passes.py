@@ -171,6 +171,40 @@ def test_simplify_keeps_a_sigmoid_read_elsewhere_and_other_products():
     assert [n.op for n in out.nodes] == ["Sigmoid", "Swish", "Mul", "Add"]
 
 
+def _rows_product_model(rng, trans_b=0, also_read=False):
+    """GPT-2's ``Conv1D``: x[1, 5, 8] flattened to [5, 8], Gemm with W[8, 6] and a bias,
+    reshaped back to [1, 5, 6], then Tanh (``also_read``: the Gemm's output is also an
+    output)."""
+    w = rng.standard_normal((6, 8) if trans_b else (8, 6)).astype(np.float32)
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["rows"]),
+             helper.make_node("Gemm", ["rows", "w", "b"], ["g"], transB=trans_b),
+             helper.make_node("Reshape", ["g", "back"], ["r"]),
+             helper.make_node("Tanh", ["r"], ["y"])]
+    outputs = [("y", "float32", None)] + ([("g", "float32", None)] if also_read else [])
+    return make_model(nodes, [("x", "float32", [1, 5, 8])], outputs,
+                      {"w": w, "b": rng.standard_normal(6).astype(np.float32),
+                       "flat": np.array([5, 8], np.int64),
+                       "back": np.array([1, 5, 6], np.int64)})
+
+
+def test_simplify_makes_a_gemm_between_reshapes_one_matmul_and_add(rng):
+    """So the Tanh after it joins the product's function (GPT-2's GELU)."""
+    g = from_onnx(_rows_product_model(rng))
+    out = eliminate_dead_code(simplify(g))
+    check_graph(out)
+    assert [n.op for n in out.nodes] == ["MatMul", "Add", "Tanh"]
+    assert out.nodes[0].inputs[0] is out.inputs[0]
+    _same_results(g, out, [rng.standard_normal((1, 5, 8)).astype(np.float32)])
+    functions = fused_functions(fuse_ops(out))
+    assert [[n.op for n in f.body.nodes] for f in functions] == [["MatMul", "Add", "Tanh"]]
+
+
+@pytest.mark.parametrize("trans_b,also_read", [(1, False), (0, True)])
+def test_simplify_keeps_a_gemm_it_cannot_rewrite(trans_b, also_read, rng):
+    g = from_onnx(_rows_product_model(rng, trans_b, also_read))
+    assert "Gemm" in [n.op for n in eliminate_dead_code(simplify(g)).nodes]
+
+
 def test_cse_merges_identical_nodes_and_dce_drops_the_rest(rng):
     nodes = [helper.make_node("Relu", ["x"], ["a"]),
              helper.make_node("Relu", ["x"], ["b"]),
