@@ -70,7 +70,8 @@ def test_chrome_trace_names_lanes_and_kinds():
     json.dumps(trace)
     events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
-    assert threads == {"cpu", "dev", "dev link"} and len(events) == len(spans)
+    assert threads == {"cpu (measured)", "dev (modelled)", "dev link (modelled)"}
+    assert len(events) == len(spans) and "measured spans" in trace["otherData"]
     conv = next(e for e in events if e["name"] == "conv")
     assert conv["dur"] == pytest.approx(1.5e6) and conv["args"]["timing"] == "modelled"
 

@@ -1,0 +1,198 @@
+"""A stream's host time measured without the accelerator beside it: record the device's
+runs, then replay them.
+
+On this machine the accelerator is a simulator: Python and NumPy on the same cores as
+the CPU's functions, holding the interpreter lock while it runs. CPU functions timed
+while it runs beside them measure that contention, not the CPU (a MobileNetV2 stream:
+27 ms of CPU spans per input against 9 ms alone). A real accelerator computes on its
+own silicon and takes no host CPU, so a stream's modelled timeline takes its host spans
+from a second pass, the **replay**:
+
+1. the live run (the devices working at once, as ``execute_many`` runs them) goes
+   through a :class:`ReplayDevice` put in front of every device its kernels drive
+   (:func:`recording`), which passes every call on and keeps, per device call of the
+   executor, each program run's timing and what the host read back (``copy_out``);
+2. the replay runs the same inputs again, one function after another on this thread
+   (``GraphExecutor.execute_timed``), timing each function. A CPU function runs its
+   kernel; a device function runs its kernel too (its host part: layout conversions,
+   packing the tiles it writes, the driver's calls), but the device serves each
+   program run from the record instead of simulating it: ``submit`` / ``wait`` return
+   the recorded timing at once, ``copy_out`` the recorded result.
+
+The replay's outputs must be the live run's bits (the host functions are deterministic
+and the device's results are the ones recorded); the stream reports whether they are.
+A device function whose kernel does not drive its device through ``copy_in`` / ``run``
+/ ``copy_out`` (no ``device`` attribute on its parts) is replayed whole: its recorded
+outputs are returned and its host part is not measured.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import AcceleratorError
+
+
+@dataclass
+class DeviceRun:
+    """One program run as the live pass saw it: the program's name, the device's
+    timing, and the arrays the host read back after it (``copy_out``, in order)."""
+
+    program: str
+    timing: object
+    outputs: list[np.ndarray] = field(default_factory=list)
+
+
+class ReplayDevice:
+    """A device in front of ``device`` (an SDK device) that records or replays its runs.
+
+    ``mode == "record"``: every call goes to ``device``; each run (``submit`` + ``wait``,
+    or ``run``) and what ``copy_out`` reads after it is kept per calling thread until
+    :meth:`take` hands them over. ``mode == "replay"``: the runs given to :meth:`serve`
+    are played back in order: ``submit`` / ``wait`` / ``run`` return the recorded timing
+    without running anything, ``copy_out`` the recorded arrays; ``load``, ``resident``
+    and ``copy_in`` still go to ``device`` (writing a tensor's tiles is host work a real
+    transport does too). A run of another program than the record's next raises
+    AcceleratorError (the replay left the recorded path). Anything else (``image``,
+    ``last_report``, ``name``) is ``device``'s; the lock is ``device``'s lock."""
+
+    def __init__(self, device):
+        from heterocc.sdk.device import device_lock
+
+        self.device = device
+        self.lock = device_lock(device)
+        self.mode = "record"
+        self._recorded: dict[int, list[DeviceRun]] = {}
+        self._served: list[DeviceRun] = []
+        self._current: DeviceRun | None = None
+        self._submitted: dict[int, str] = {}
+
+    def __getattr__(self, name: str):
+        # only reached for what this class does not define: the wrapped device's
+        return getattr(self.__dict__["device"], name)
+
+    # -- what the executor asks of it
+
+    def take(self) -> list[DeviceRun]:
+        """The runs recorded on this thread since the last ``take`` (record mode)."""
+        return self._recorded.pop(threading.get_ident(), [])
+
+    def serve(self, runs: Sequence[DeviceRun]) -> None:
+        """Replay ``runs`` on the next calls (replay mode)."""
+        self.mode = "replay"
+        # copies: a replay pops what it plays, and the record may be served again
+        self._served = [DeviceRun(r.program, r.timing, list(r.outputs)) for r in runs]
+        self._current = None
+
+    def left(self) -> int:
+        """Runs served and not replayed yet."""
+        return len(self._served)
+
+    # -- the device protocol
+
+    def load(self, program) -> None:
+        from heterocc.sdk.device import load_program
+
+        load_program(self.device, program)
+
+    def resident(self, program, buffer: str) -> bool:
+        from heterocc.sdk.device import holds
+
+        return holds(self.device, program, buffer)
+
+    def copy_in(self, program, buffer: str, array: np.ndarray) -> None:
+        self.device.copy_in(program, buffer, array)
+
+    def submit(self, program):
+        if self.mode == "replay":
+            return self._next(program)
+        from heterocc.sdk.device import asynchronous
+
+        self._submitted[threading.get_ident()] = _name(program)
+        return asynchronous(self.device).submit(program)
+
+    def wait(self, call, timeout_s: float | None = None):
+        if self.mode == "replay":
+            self._current = call
+            return call.timing
+        from heterocc.sdk.device import asynchronous
+
+        timing = asynchronous(self.device).wait(call, timeout_s)
+        run = DeviceRun(self._submitted.pop(threading.get_ident(), ""), timing)
+        self._recorded.setdefault(threading.get_ident(), []).append(run)
+        self._current = run
+        return timing
+
+    def run(self, program):
+        return self.wait(self.submit(program))
+
+    def copy_out(self, program, buffer: str) -> np.ndarray:
+        if self.mode == "replay":
+            if self._current is None or not self._current.outputs:
+                raise AcceleratorError(f"replay of {self._name()}: program "
+                                       f"{_name(program)} reads {buffer!r} more often than "
+                                       "it did in the recorded run")
+            return self._current.outputs.pop(0)
+        array = self.device.copy_out(program, buffer)
+        if self._current is not None:
+            self._current.outputs.append(np.array(array, copy=True))
+        return array
+
+    def _next(self, program) -> DeviceRun:
+        if not self._served:
+            raise AcceleratorError(f"replay of {self._name()}: program {_name(program)} runs "
+                                   "more often than it did in the recorded run")
+        run = self._served.pop(0)
+        if run.program != _name(program):
+            raise AcceleratorError(f"replay of {self._name()}: program {_name(program)} runs "
+                                   f"where the recorded run ran {run.program}; the replay "
+                                   "left the recorded path")
+        return run
+
+    def _name(self) -> str:
+        return str(getattr(self.device, "name", type(self.device).__name__))
+
+
+def _name(program) -> str:
+    from heterocc.sdk.device import program_name
+
+    return program_name(program)
+
+
+def device_parts(kernel) -> list:
+    """The parts of a device function's kernel that drive a device through the SDK
+    protocol (each has a ``device``): the kernel's ``composites``, or the kernel itself;
+    empty where one of them does not (it is replayed whole)."""
+    parts = list(getattr(kernel, "composites", ())) or [kernel]
+    if all(getattr(p, "device", None) is not None and not callable(p.device)
+           and callable(getattr(p, "run_program", None)) for p in parts):
+        return parts
+    return []
+
+
+@contextmanager
+def recording(kernels: Sequence) -> Iterator[dict[int, ReplayDevice]]:
+    """Put a :class:`ReplayDevice` in front of the device of every part of ``kernels``
+    (device functions' kernels; one wrapper per device, shared by its parts) for the
+    duration; yields the wrappers by ``id`` of the device they wrap. The parts get
+    their own devices back on exit, whatever happened."""
+    wrappers: dict[int, ReplayDevice] = {}
+    swapped = []
+    try:
+        for kernel in kernels:
+            for part in device_parts(kernel):
+                device = part.device
+                wrapper = wrappers.get(id(device))
+                if wrapper is None:
+                    wrapper = wrappers[id(device)] = ReplayDevice(device)
+                swapped.append((part, device))
+                part.device = wrapper
+        yield wrappers
+    finally:
+        for part, device in swapped:
+            part.device = device
