@@ -40,10 +40,11 @@ from ..errors import AcceleratorError
 
 @dataclass
 class DeviceRun:
-    """One program run as the live pass saw it: the program's name, the device's
-    timing, and the arrays the host read back after it (``copy_out``, in order)."""
+    """One program run as the live pass saw it: the program (the object the device
+    ran), the device's timing, and the arrays the host read back after it
+    (``copy_out``, in order)."""
 
-    program: str
+    program: object
     timing: object
     outputs: list[np.ndarray] = field(default_factory=list)
 
@@ -70,7 +71,7 @@ class ReplayDevice:
         self._recorded: dict[int, list[DeviceRun]] = {}
         self._served: list[DeviceRun] = []
         self._current: DeviceRun | None = None
-        self._submitted: dict[int, str] = {}
+        self._submitted: dict[int, object] = {}
 
     def __getattr__(self, name: str):
         # only reached for what this class does not define: the wrapped device's
@@ -113,7 +114,7 @@ class ReplayDevice:
             return self._next(program)
         from heterocc.sdk.device import asynchronous
 
-        self._submitted[threading.get_ident()] = _name(program)
+        self._submitted[threading.get_ident()] = program
         return asynchronous(self.device).submit(program)
 
     def wait(self, call, timeout_s: float | None = None):
@@ -123,7 +124,7 @@ class ReplayDevice:
         from heterocc.sdk.device import asynchronous
 
         timing = asynchronous(self.device).wait(call, timeout_s)
-        run = DeviceRun(self._submitted.pop(threading.get_ident(), ""), timing)
+        run = DeviceRun(self._submitted.pop(threading.get_ident(), None), timing)
         self._recorded.setdefault(threading.get_ident(), []).append(run)
         self._current = run
         return timing
@@ -148,10 +149,11 @@ class ReplayDevice:
             raise AcceleratorError(f"replay of {self._name()}: program {_name(program)} runs "
                                    "more often than it did in the recorded run")
         run = self._served.pop(0)
-        if run.program != _name(program):
+        if run.program is not program:
             raise AcceleratorError(f"replay of {self._name()}: program {_name(program)} runs "
-                                   f"where the recorded run ran {run.program}; the replay "
-                                   "left the recorded path")
+                                   f"where the recorded run ran another program "
+                                   f"({_name(run.program)}); the replay left the recorded "
+                                   "path")
         return run
 
     def _name(self) -> str:

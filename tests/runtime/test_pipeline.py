@@ -109,3 +109,87 @@ def test_cli_run_stream_writes_a_trace(tmp_path, capsys):
     assert "stream of 4 inputs" in out and "outputs equal to one-at-a-time runs: True" in out
     events = json.loads(trace.read_text())["traceEvents"]
     assert {e["args"]["input"] for e in events if e["ph"] == "X"} == {0, 1, 2, 3}
+
+
+def _diamond(inputs: int) -> list[_Task]:
+    """Per input: CPU f0 (1 s) feeds a device f1 (host part 0.5 s, link 0.5 s, compute
+    2 s) and a CPU f2 (3 s); CPU f3 (1 s) reads both."""
+    tasks = []
+    for i in range(inputs):
+        tasks += [_Task(i, 0, "cpu", (), 1.0),
+                  _Task(i, 1, "dev", (0,), 2.0, 0.5, False, 0.5),
+                  _Task(i, 2, "cpu", (0,), 3.0),
+                  _Task(i, 3, "cpu", (1, 2), 1.0)]
+    return tasks
+
+
+def test_the_pipelined_schedule_of_a_small_graph_has_the_known_start_times():
+    spans = schedule(_diamond(2), pipelined=True)
+    start = {(s.lane, s.input, s.name): (s.start, s.seconds) for s in spans}
+    assert start == pytest.approx({
+        ("cpu", 0, "f0"): (0.0, 1.0),
+        ("dev host", 0, "f1"): (1.0, 0.5), ("dev link", 0, "f1"): (1.5, 0.5),
+        ("dev", 0, "f1"): (2.0, 2.0),
+        ("cpu", 0, "f2"): (1.0, 3.0), ("cpu", 0, "f3"): (4.0, 1.0),
+        ("cpu", 1, "f0"): (5.0, 1.0),
+        ("dev host", 1, "f1"): (6.0, 0.5), ("dev link", 1, "f1"): (6.5, 0.5),
+        ("dev", 1, "f1"): (7.0, 2.0),
+        ("cpu", 1, "f2"): (6.0, 3.0), ("cpu", 1, "f3"): (9.0, 1.0)})
+    assert StreamResult.makespan(schedule(_diamond(2), pipelined=False)) == pytest.approx(16.0)
+    # whatever the graph: a function starts after everything it reads, and a device (its
+    # host part, link and compute together) and the CPU each run one function at a time
+    tasks = _diamond(5)
+    spans = schedule(tasks, pipelined=True)
+    first = {}
+    last = {}
+    for s in spans:
+        key = (s.input, s.name)
+        first[key] = min(first.get(key, s.start), s.start)
+        last[key] = max(last.get(key, s.end), s.end)
+    for t in tasks:
+        for d in t.deps:
+            assert first[(t.input, f"f{t.index}")] >= last[(t.input, f"f{d}")] - 1e-12
+    for lane in ("cpu", "dev"):
+        calls = sorted((first[k], last[k]) for k in first
+                       if (lane == "dev") == (k[1] == "f1"))
+        assert all(a[1] <= b[0] + 1e-12 for a, b in zip(calls, calls[1:]))
+    assert {s.kind for s in spans if s.lane == "dev host"} == {"measured"}
+
+
+def test_the_stream_replays_the_device_and_gets_the_same_bits(tmp_path):
+    from heterocc.errors import AcceleratorError
+    from heterocc.runtime.replay import ReplayDevice, recording
+
+    model = quantize(small_cnn(), tmp_path, "QDQ", "QInt8")
+    vta = VtaTarget()
+    compiled = heterocc.compile(model, target=[vta, "llvm"], placement="greedy")
+    rng = np.random.default_rng(4)
+    xs = [rng.standard_normal(INPUT).astype(np.float32) for _ in range(3)]
+    result = compiled.run_stream([[x] for x in xs])
+    assert result.replay_bit_exact and result.live_seconds["llvm"] > 0
+    host = [s for s in result.pipelined if s.lane == "vta host"]
+    assert host and {s.kind for s in host} == {"measured"} and all(s.seconds > 0 for s in host)
+    # the kernels have their own device back, and the recorded runs replay by program
+    region = next(n for n in compiled.graph.nodes if n.attrs.get("target") == "vta")
+    layer = region.body.nodes[0]
+    kernel = next(k for k in vta.kernels if k.name == layer.name)
+    x = rng.integers(-128, 128, layer.inputs[0].type.shape).astype(
+        layer.inputs[0].type.np_dtype)
+    assert kernel.device is vta.hardware
+    with recording([kernel]) as wrappers:
+        wrapper = wrappers[id(vta.hardware)]
+        assert kernel.device is wrapper
+        (first,) = kernel([x])  # a composite's kernel takes its own input
+        runs = wrapper.take()
+        assert [r.program for r in runs] == [kernel.program] and runs[0].timing.cycles
+        wrapper.serve(runs)
+        (again,) = kernel([x])
+        assert again.tobytes() == first.tobytes() and wrapper.left() == 0
+        with pytest.raises(AcceleratorError, match="more often than it did"):
+            kernel([x])
+        other = [type(runs[0])(vta.kernels[-1].program, runs[0].timing, runs[0].outputs)]
+        assert other[0].program is not kernel.program
+        wrapper.serve(other)
+        with pytest.raises(AcceleratorError, match="where the recorded run ran another program"):
+            kernel([x])
+    assert kernel.device is vta.hardware and isinstance(wrapper, ReplayDevice)
