@@ -193,3 +193,16 @@ def test_the_stream_replays_the_device_and_gets_the_same_bits(tmp_path):
         with pytest.raises(AcceleratorError, match="where the recorded run ran another program"):
             kernel([x])
     assert kernel.device is vta.hardware and isinstance(wrapper, ReplayDevice)
+
+
+def test_a_kernels_last_image_is_built_from_its_tensors_not_copied_per_call(tmp_path):
+    """What hardware in the loop replays (``last_input``) is the device's image after the
+    call, though a call reads back only its tensors' bytes, not the whole image."""
+    model = quantize(small_cnn(), tmp_path, "QDQ", "QInt8")
+    vta = VtaTarget()
+    compiled = heterocc.compile(model, target=[vta, "llvm"], placement="greedy")
+    compiled.run([np.random.default_rng(6).standard_normal(INPUT).astype(np.float32)])
+    assert vta.kernels and len({id(k.program) for k in vta.kernels}) == len(vta.kernels)
+    for kernel in vta.kernels:
+        assert kernel._last_image is None
+        np.testing.assert_array_equal(kernel.last_input, vta.hardware.image(kernel.program))
