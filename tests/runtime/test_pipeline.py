@@ -153,6 +153,9 @@ def test_the_pipelined_schedule_of_a_small_graph_has_the_known_start_times():
         calls = sorted((first[k], last[k]) for k in first
                        if (lane == "dev") == (k[1] == "f1"))
         assert all(a[1] <= b[0] + 1e-12 for a, b in zip(calls, calls[1:]))
+    for name in ("f0", "f1", "f2", "f3"):  # each function takes the inputs in order
+        order = sorted((first[k], k[0]) for k in first if k[1] == name)
+        assert [i for _, i in order] == list(range(5))
     assert {s.kind for s in spans if s.lane == "dev host"} == {"measured"}
 
 
