@@ -60,7 +60,10 @@ class ReplayDevice:
     and ``copy_in`` still go to ``device`` (writing a tensor's tiles is host work a real
     transport does too). A run of another program than the record's next raises
     AcceleratorError (the replay left the recorded path). Anything else (``image``,
-    ``last_report``, ``name``) is ``device``'s; the lock is ``device``'s lock."""
+    ``tensor_bytes``, ``last_report``, ``name``) is ``device``'s; the lock is
+    ``device``'s lock. What the kernels keep of their last call (a vta kernel's
+    ``last_input``, its utilization) is, after a replay, the replayed call's, read from
+    the wrapped device's memory where the replay wrote only the inputs."""
 
     def __init__(self, device):
         from heterocc.sdk.device import device_lock
@@ -97,19 +100,23 @@ class ReplayDevice:
     # -- the device protocol
 
     def load(self, program) -> None:
+        """Load ``program`` on the wrapped device (where it has ``load``)."""
         from heterocc.sdk.device import load_program
 
         load_program(self.device, program)
 
     def resident(self, program, buffer: str) -> bool:
+        """Whether the wrapped device keeps ``buffer`` across runs."""
         from heterocc.sdk.device import holds
 
         return holds(self.device, program, buffer)
 
     def copy_in(self, program, buffer: str, array: np.ndarray) -> None:
+        """Write the buffer on the wrapped device, in both modes."""
         self.device.copy_in(program, buffer, array)
 
     def submit(self, program):
+        """Start ``program`` (record) or take the next recorded run (replay)."""
         if self.mode == "replay":
             return self._next(program)
         from heterocc.sdk.device import asynchronous
@@ -118,6 +125,7 @@ class ReplayDevice:
         return asynchronous(self.device).submit(program)
 
     def wait(self, call, timeout_s: float | None = None):
+        """The run's timing: the device's, recorded (record), or the record's (replay)."""
         if self.mode == "replay":
             self._current = call
             return call.timing
@@ -130,9 +138,12 @@ class ReplayDevice:
         return timing
 
     def run(self, program):
+        """``wait(submit(program))``."""
         return self.wait(self.submit(program))
 
     def copy_out(self, program, buffer: str) -> np.ndarray:
+        """The buffer after the run: the device's, a copy kept (record), or the
+        record's next array (replay)."""
         if self.mode == "replay":
             if self._current is None or not self._current.outputs:
                 raise AcceleratorError(f"replay of {self._name()}: program "
