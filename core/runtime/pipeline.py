@@ -148,16 +148,16 @@ def run_stream(executor: GraphExecutor, targets: Mapping[str, object],
     kernels = {k: executor.kernels[graph.nodes[k].name]
                for k, lane in enumerate(plan.lanes) if lane != HOST}
     estimates: dict[tuple[int, int], object] = {}
-    runs: dict[tuple[int, int], list[DeviceRun]] = {}
+    runs: dict[tuple[int, int], dict[int, list[DeviceRun]]] = {}
     whole: dict[tuple[int, int], list] = {}
     live: dict[str, float] = {}
 
-    with recording(list(kernels.values())) as wrappers:
+    with recording(list(kernels.values())):
         def after_device(node, kernel):  # on the device's thread, right after its call
             hook = getattr(targets.get(executor.placement.get(node.name)), "call_estimate",
                            None)
             parts = device_parts(kernel)
-            taken = wrappers[id(parts[0].device.device)].take() if parts else None
+            taken = {id(w): w.take() for w in _wrappers(parts)} if parts else None
             return (hook(kernel) if callable(hook) else None), taken
 
         def observe(i: int, k: int, start: float, seconds: float, reported, results) -> None:
@@ -173,8 +173,7 @@ def run_stream(executor: GraphExecutor, targets: Mapping[str, object],
         start = time.perf_counter()
         outputs = executor.execute_many(inputs, after_device, observe)
         wall = time.perf_counter() - start
-        best, exact = _replay(executor, inputs, outputs, kernels, wrappers, runs, whole,
-                              replays)
+        best, exact = _replay(executor, inputs, outputs, kernels, runs, whole, replays)
     tasks = []
     for i in range(len(inputs)):
         for k in range(len(graph.nodes)):
@@ -191,7 +190,12 @@ def run_stream(executor: GraphExecutor, targets: Mapping[str, object],
                         live, exact)
 
 
-def _replay(executor: GraphExecutor, inputs, outputs, kernels, wrappers, runs, whole,
+def _wrappers(parts) -> list:
+    """The distinct replay devices in front of ``parts`` (while ``recording``)."""
+    return list({id(p.device): p.device for p in parts}.values())
+
+
+def _replay(executor: GraphExecutor, inputs, outputs, kernels, runs, whole,
             replays: int) -> tuple[list[list[float]], bool]:
     """The replay passes (see the module): per input and function the fastest seconds,
     and whether every pass gave the live run's outputs bit for bit."""
@@ -203,7 +207,8 @@ def _replay(executor: GraphExecutor, inputs, outputs, kernels, wrappers, runs, w
                 if (i, k) in whole:
                     return whole[(i, k)]
                 if (i, k) in runs:
-                    wrappers[id(device_parts(kernels[k])[0].device.device)].serve(runs[(i, k)])
+                    for wrapper in _wrappers(device_parts(kernels[k])):
+                        wrapper.serve(runs[(i, k)][id(wrapper)])
                 return None
 
             replayed, seconds = executor.execute_timed(args, given)

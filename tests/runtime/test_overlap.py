@@ -416,3 +416,33 @@ def test_a_mirrored_device_runs_both_sides_at_once_and_compares_them(branches):
     for a, b in zip(compiled.run([x]), _compile(branches).run([x]), strict=True):
         assert a.tobytes() == b.tobytes()
     assert mirrored.reference_timing.cycles > 0
+
+
+def test_a_device_function_without_sdk_device_calls_is_replayed_whole():
+    """A device kernel that does not drive its device through copy in / run / copy out
+    (no ``run_program``) is replayed as a whole function: its recorded outputs, no host
+    part measured; the host functions are timed in the replay and the bits agree."""
+    from heterocc.runtime.pipeline import run_stream
+
+    calls = []
+
+    class Opaque:
+        device = "opaque-device"
+
+        def __call__(self, args):
+            calls.append(1)
+            return [args[0] + 1]
+
+    executor = GraphExecutor(_two_branches(), {"f_dev": Opaque(), "f_cpu": lambda a: [a[0] * 2]},
+                             {"f_dev": "dev", "f_cpu": "llvm"})
+    xs = [np.full(4, float(i), np.float32) for i in range(3)]
+    result = run_stream(executor, {}, [[x] for x in xs], "llvm", replays=2)
+    assert len(calls) == 3  # the live run only: the replays never call the device
+    assert result.replay_bit_exact
+    for x, (dev, cpu) in zip(xs, result.outputs):
+        np.testing.assert_array_equal(dev, x + 1)
+        np.testing.assert_array_equal(cpu, x * 2)
+    assert {s.lane for s in result.pipelined} == {"llvm", "dev"}
+    assert all(s.seconds == 0 for s in result.pipelined if s.lane == "dev")
+    with pytest.raises(heterocc.errors.InputError, match="replays=0"):
+        run_stream(executor, {}, [[xs[0]]], "llvm", replays=0)
