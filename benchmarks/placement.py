@@ -191,6 +191,10 @@ def _stream(model, vta: VtaTarget, size: int, count: int, placement: str,
           f"outputs bit-exact against one run after another: {exact}; wall time here "
           f"{result.wall_seconds:.1f} s, CPU time of the live run and replays "
           f"{cpu_seconds:.1f} s")
+    bound = result.makespan(result.host_parts_on("llvm"))
+    print(f"  with the accelerator calls' host part on the CPU's lane instead (the driver's "
+          f"conversions waiting for the CPU's functions): pipelined {bound * 1e3:.1f} ms -> "
+          f"{result.makespan(result.sequential) / bound:.2f}x")
     if trace:
         names = {k: n.name for k, n in enumerate(compiled.graph.nodes)}
         with open(trace, "w") as f:

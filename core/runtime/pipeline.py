@@ -37,6 +37,7 @@ The CPU times of the live run itself (with the simulator beside them) are kept a
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -91,6 +92,24 @@ class _Task:
     measured: bool = True
     #: a device function's host part (measured): conversions and driver calls
     host_s: float = 0.0
+    #: the function's span name, where it is not ``f<index>``
+    label: str = ""
+
+
+def host_parts_on(tasks: Sequence[_Task], lane: str) -> list[_Task]:
+    """``tasks`` with each device function's host part made a task of its own on
+    ``lane`` (the CPU's), just before the device's part: the timeline of a host whose
+    cores the CPU functions take, so that a device's driver work waits for them."""
+    out = []
+    for t in tasks:
+        if not t.host_s:
+            out.append(t)
+            continue
+        # a negative index: unique within the input, and no function reads it but this one
+        part = -1 - t.index
+        out.append(_Task(t.input, part, lane, t.deps, t.host_s, label=f"f{t.index} host part"))
+        out.append(dataclasses.replace(t, deps=(part,), host_s=0.0))
+    return out
 
 
 @dataclass
@@ -108,6 +127,15 @@ class StreamResult:
     lanes: list[str] = field(default_factory=list)
     live_seconds: dict[str, float] = field(default_factory=dict)
     replay_bit_exact: bool = True
+    #: what the timelines were scheduled from (see :meth:`host_parts_on`)
+    tasks: list = field(default_factory=list, repr=False)
+
+    def host_parts_on(self, lane: str) -> list[Span]:
+        """The pipelined timeline with the host part of every device function run on
+        ``lane`` (the CPU's) instead of its device's lane: where the CPU's functions
+        take every core, the driver's conversions wait for them. A bound on the other
+        side of the default, which counts them on a thread beside the CPU's."""
+        return schedule(host_parts_on(self.tasks, lane), pipelined=True)
 
     @staticmethod
     def makespan(spans: Sequence[Span]) -> float:
@@ -187,7 +215,7 @@ def run_stream(executor: GraphExecutor, targets: Mapping[str, object],
                                best[i][k]))
     return StreamResult(outputs, schedule(tasks, pipelined=False),
                         schedule(tasks, pipelined=True), wall, [host, *plan.devices],
-                        live, exact)
+                        live, exact, tasks)
 
 
 def _wrappers(parts) -> list:
@@ -262,7 +290,7 @@ def schedule(tasks: Sequence[_Task], pipelined: bool) -> list[Span]:
 
 
 def _emit(spans: list[Span], task: _Task, start: float) -> float:
-    name = f"f{task.index}"
+    name = task.label or f"f{task.index}"
     if task.host_s:
         spans.append(Span(f"{task.lane} host", name, task.input, start, task.host_s))
         start += task.host_s
@@ -289,8 +317,9 @@ def chrome_trace(spans: Sequence[Span], names: Mapping[int, str] | None = None,
                 "args": {"name": f"{lane} ({kinds[lane]})"}} for k, lane in enumerate(lanes)]
     for s in spans:
         label = s.name
-        if names is not None and s.name.startswith("f") and s.name[1:].isdigit():
-            label = names.get(int(s.name[1:]), s.name)
+        function, _, rest = s.name.partition(" ")  # "f12", or "f12 host part"
+        if names is not None and function.startswith("f") and function[1:].isdigit():
+            label = " ".join([names.get(int(function[1:]), function), *filter(None, [rest])])
         if s.lane.endswith(" link"):
             label += " (transfer)"
         elif s.lane.endswith(" host"):

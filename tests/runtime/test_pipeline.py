@@ -209,3 +209,24 @@ def test_a_kernels_last_image_is_built_from_its_tensors_not_copied_per_call(tmp_
     for kernel in vta.kernels:
         assert kernel._last_image is None
         np.testing.assert_array_equal(kernel.last_input, vta.hardware.image(kernel.program))
+
+
+def test_host_parts_on_the_cpu_lane_wait_for_the_cpu():
+    """The bound where the device's host part runs on the CPU's lane: it becomes a CPU
+    span of its own just before the device's part, one CPU function at a time."""
+    from heterocc.runtime.pipeline import host_parts_on
+
+    tasks = host_parts_on(_diamond(2), "cpu")
+    spans = schedule(tasks, pipelined=True)
+    cpu = sorted((s for s in spans if s.lane == "cpu"), key=lambda s: s.start)
+    assert all(a.end <= b.start + 1e-12 for a, b in zip(cpu, cpu[1:]))
+    assert not [s for s in spans if s.lane == "dev host"]
+    part = {s.input: s for s in cpu if s.name == "f1 host part"}
+    dev = {s.input: s for s in spans if s.lane == "dev link"}
+    assert set(part) == {0, 1} and all(dev[i].start >= part[i].end - 1e-12 for i in (0, 1))
+    # the same work, so one after another takes as long; overlapped, the CPU carries more
+    assert StreamResult.makespan(schedule(tasks, pipelined=False)) == pytest.approx(16.0)
+    assert StreamResult.makespan(spans) >= StreamResult.makespan(
+        schedule(_diamond(2), pipelined=True)) - 1e-12
+    trace = chrome_trace(spans, {0: "pre", 1: "conv", 2: "side", 3: "post"})
+    assert "conv host part" in {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
