@@ -286,11 +286,13 @@ class GraphExecutor:
         return [np.asarray(on_host(env[k])) for k in output_slots]
 
     def execute_timed(self, inputs: Sequence[np.ndarray],
-                      given: Callable[[int], Sequence | None] | None = None
-                      ) -> tuple[list[np.ndarray], list[float]]:
+                      given: Callable[[int], Sequence | None] | None = None,
+                      clocks: Sequence[Callable[[], float]] = (time.perf_counter,)
+                      ) -> tuple[list[np.ndarray], list[list[float]]]:
         """Outputs for positional inputs, running one function after another on this
-        thread in graph order (no device lanes), and the seconds each function took
-        (making its arguments and calling its kernel; ``time.perf_counter``).
+        thread in graph order (no device lanes), and per clock of ``clocks`` the
+        seconds each function took (making its arguments and calling its kernel; wall
+        time by default, ``time.process_time``: this process's CPU seconds).
         ``given(step)``, called before each function and not timed, may return that
         function's results instead of running it (a replayed device function: its
         seconds are then 0); None runs it."""
@@ -298,19 +300,21 @@ class GraphExecutor:
         env = self._initial.copy()
         for k, value in zip(self._input_slots, inputs):
             env[k] = value
-        seconds = []
+        seconds: list[list[float]] = [[] for _ in clocks]
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore", RuntimeWarning)
             for k, step in enumerate(steps):
                 results = None if given is None else given(k)
                 if results is None:
-                    start = time.perf_counter()
+                    start = [clock() for clock in clocks]
                     args = self._arguments(step, env)
                     results = step.call(args)
-                    seconds.append(time.perf_counter() - start)
+                    for out, clock, begun in zip(seconds, clocks, start):
+                        out.append(clock() - begun)
                     args = None
                 else:
-                    seconds.append(0.0)
+                    for out in seconds:
+                        out.append(0.0)
                 for s, r in zip(step.writes, results):
                     env[s] = r
                 results = None

@@ -49,13 +49,14 @@ from .executor import GraphExecutor
 from .overlap import HOST, DeviceQueue
 from .replay import DeviceRun, device_parts, recording
 
-__all__ = ["SPAN_SOURCES", "DeviceQueue", "Span", "StreamResult", "chrome_trace", "run_stream",
-           "schedule"]
+__all__ = ["CLOCKS", "SPAN_SOURCES", "DeviceQueue", "Span", "StreamResult", "chrome_trace",
+           "run_stream", "schedule"]
 
 
 #: what each kind of span's duration is (the Chrome trace's ``otherData``)
 SPAN_SOURCES = {
-    "measured": "wall time on the host, timed in a replay pass without the simulated "
+    "measured": "time on the host (wall time, or with run_stream(clock='cpu') this "
+                "process's CPU seconds), timed in a replay pass without the simulated "
                 "accelerator beside it (device results replayed); fastest of the passes",
     "modelled": "device compute: the device's cycle count of that call at its clock; "
                 "link: the bytes the call copied over the declared host link",
@@ -96,7 +97,7 @@ class _Task:
     label: str = ""
 
 
-def host_parts_on(tasks: Sequence[_Task], lane: str) -> list[_Task]:
+def _host_parts_on(tasks: Sequence[_Task], lane: str) -> list[_Task]:
     """``tasks`` with each device function's host part made a task of its own on
     ``lane`` (the CPU's), just before the device's part: the timeline of a host whose
     cores the CPU functions take, so that a device's driver work waits for them."""
@@ -127,15 +128,31 @@ class StreamResult:
     lanes: list[str] = field(default_factory=list)
     live_seconds: dict[str, float] = field(default_factory=dict)
     replay_bit_exact: bool = True
-    #: what the timelines were scheduled from (see :meth:`host_parts_on`)
-    tasks: list = field(default_factory=list, repr=False)
+    #: what the timelines are scheduled from, by the clock of their measured spans
+    #: (every clock of :data:`CLOCKS`, all taken in the same replay passes)
+    tasks: dict = field(default_factory=dict, repr=False)
+    #: the clock of ``sequential`` and ``pipelined``'s measured spans
+    clock: str = "wall"
 
-    def host_parts_on(self, lane: str) -> list[Span]:
-        """The pipelined timeline with the host part of every device function run on
-        ``lane`` (the CPU's) instead of its device's lane: where the CPU's functions
-        take every core, the driver's conversions wait for them. A bound on the other
-        side of the default, which counts them on a thread beside the CPU's."""
-        return schedule(host_parts_on(self.tasks, lane), pipelined=True)
+    def timeline(self, pipelined: bool = True, clock: str | None = None,
+                 host_parts_on: str | None = None) -> list[Span]:
+        """A timeline of the stream: ``pipelined`` or not, its measured spans on
+        ``clock`` (default: this result's), and with ``host_parts_on`` a lane (the
+        CPU's) the host part of every device function run on that lane instead of the
+        device's: where the CPU's functions take every core, the driver's conversions
+        wait for them (a bound on the other side of the default, which counts them on
+        a thread beside the CPU's)."""
+        tasks = self.tasks[clock or self.clock]
+        if host_parts_on is not None:
+            tasks = _host_parts_on(tasks, host_parts_on)
+        return schedule(tasks, pipelined)
+
+    def speedup_of(self, clock: str | None = None, host_parts_on: str | None = None
+                   ) -> float:
+        """The modelled throughput ratio (pipelined over sequential) of :meth:`timeline`."""
+        sequential = self.makespan(self.timeline(False, clock, host_parts_on))
+        pipelined = self.makespan(self.timeline(True, clock, host_parts_on))
+        return sequential / pipelined if pipelined else 1.0
 
     @staticmethod
     def makespan(spans: Sequence[Span]) -> float:
@@ -156,9 +173,16 @@ class StreamResult:
         return out
 
 
+#: what a measured span's seconds are read from (``run_stream(clock=...)``; the replay
+#: reads both): wall time, or this process's CPU seconds (not slowed by other processes,
+#: but a kernel's threads counted together: a parallel kernel's CPU seconds exceed its
+#: wall time alone)
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
 def run_stream(executor: GraphExecutor, targets: Mapping[str, object],
                inputs: Sequence[Sequence[np.ndarray]], host: str,
-               replays: int = 3) -> StreamResult:
+               replays: int = 3, clock: str = "wall") -> StreamResult:
     """Run ``executor``'s graph (a compiled model's fused graph) on every input of
     ``inputs`` (positional arrays, checked) as one dataflow
     (:meth:`GraphExecutor.execute_many`: device functions on their devices' queues, the
@@ -166,7 +190,10 @@ def run_stream(executor: GraphExecutor, targets: Mapping[str, object],
     then ``replays`` times one function after another with the devices' results
     replayed (see the module), for the measured spans. ``targets`` (instances by name)
     give each device call its modelled time (``call_estimate``); ``host`` names the lane
-    of the functions run on this thread."""
+    of the functions run on this thread; ``clock`` (:data:`CLOCKS`) what the measured
+    spans are timed by."""
+    if clock not in CLOCKS:
+        raise InputError(f"run_stream: clock {clock!r}; give one of {', '.join(CLOCKS)}")
     if replays < 1:
         raise InputError(f"run_stream: replays={replays}; the timeline needs at least one "
                          "replay pass to measure the host's spans")
@@ -202,20 +229,24 @@ def run_stream(executor: GraphExecutor, targets: Mapping[str, object],
         outputs = executor.execute_many(inputs, after_device, observe)
         wall = time.perf_counter() - start
         best, exact = _replay(executor, inputs, outputs, kernels, runs, whole, replays)
-    tasks = []
-    for i in range(len(inputs)):
-        for k in range(len(graph.nodes)):
-            if plan.lanes[k] == HOST:
-                tasks.append(_Task(i, k, names[k], plan.deps[k], best[i][k]))
-                continue
-            estimate = estimates.get((i, k))  # a device without a time model: none
-            tasks.append(_Task(i, k, names[k], plan.deps[k],
-                               0.0 if estimate is None else estimate.compute_s,
-                               0.0 if estimate is None else estimate.transfer_s, False,
-                               best[i][k]))
+    by_clock = {}
+    for name, seconds in zip(CLOCKS, best):
+        tasks = []
+        for i in range(len(inputs)):
+            for k in range(len(graph.nodes)):
+                if plan.lanes[k] == HOST:
+                    tasks.append(_Task(i, k, names[k], plan.deps[k], seconds[i][k]))
+                    continue
+                estimate = estimates.get((i, k))  # a device without a time model: none
+                tasks.append(_Task(i, k, names[k], plan.deps[k],
+                                   0.0 if estimate is None else estimate.compute_s,
+                                   0.0 if estimate is None else estimate.transfer_s, False,
+                                   seconds[i][k]))
+        by_clock[name] = tasks
+    tasks = by_clock[clock]
     return StreamResult(outputs, schedule(tasks, pipelined=False),
                         schedule(tasks, pipelined=True), wall, [host, *plan.devices],
-                        live, exact, tasks)
+                        live, exact, by_clock, clock)
 
 
 def _wrappers(parts) -> list:
@@ -224,10 +255,12 @@ def _wrappers(parts) -> list:
 
 
 def _replay(executor: GraphExecutor, inputs, outputs, kernels, runs, whole,
-            replays: int) -> tuple[list[list[float]], bool]:
-    """The replay passes (see the module): per input and function the fastest seconds,
-    and whether every pass gave the live run's outputs bit for bit."""
-    best: list[list[float]] = []
+            replays: int) -> tuple[list[list[list[float]]], bool]:
+    """The replay passes (see the module): per clock of :data:`CLOCKS`, per input and
+    function, the fastest seconds; and whether every pass gave the live run's outputs
+    bit for bit."""
+    clocks = tuple(CLOCKS.values())
+    best: list[list[list[float]]] = [[] for _ in clocks]
     exact = True
     for _ in range(replays):
         for i, args in enumerate(inputs):
@@ -239,13 +272,14 @@ def _replay(executor: GraphExecutor, inputs, outputs, kernels, runs, whole,
                         wrapper.serve(runs[(i, k)][id(wrapper)])
                 return None
 
-            replayed, seconds = executor.execute_timed(args, given)
+            replayed, seconds = executor.execute_timed(args, given, clocks)
             exact &= all(a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
                          for a, b in zip(replayed, outputs[i], strict=True))
-            if len(best) <= i:
-                best.append(seconds)
-            else:
-                best[i] = [min(a, b) for a, b in zip(best[i], seconds)]
+            for fastest, measured in zip(best, seconds):
+                if len(fastest) <= i:
+                    fastest.append(measured)
+                else:
+                    fastest[i] = [min(a, b) for a, b in zip(fastest[i], measured)]
     return best, exact
 
 

@@ -172,6 +172,14 @@ def test_the_stream_replays_the_device_and_gets_the_same_bits(tmp_path):
     assert result.replay_bit_exact and result.live_seconds["llvm"] > 0
     host = [s for s in result.pipelined if s.lane == "vta host"]
     assert host and {s.kind for s in host} == {"measured"} and all(s.seconds > 0 for s in host)
+    # the same replay read on both clocks; the timelines differ only in measured spans
+    assert set(result.tasks) == {"wall", "cpu"} and result.clock == "wall"
+    assert result.speedup_of() == pytest.approx(result.speedup)
+    def modelled(spans):
+        return sorted((s.input, s.name, s.lane, s.seconds) for s in spans if s.kind == "modelled")
+
+    assert modelled(result.timeline(True, "cpu")) == modelled(result.pipelined)
+    assert result.speedup_of("cpu") > 0 and result.speedup_of(host_parts_on="llvm") > 0
     # the kernels have their own device back, and the recorded runs replay by program
     region = next(n for n in compiled.graph.nodes if n.attrs.get("target") == "vta")
     layer = region.body.nodes[0]
@@ -214,9 +222,9 @@ def test_a_kernels_last_image_is_built_from_its_tensors_not_copied_per_call(tmp_
 def test_host_parts_on_the_cpu_lane_wait_for_the_cpu():
     """The bound where the device's host part runs on the CPU's lane: it becomes a CPU
     span of its own just before the device's part, one CPU function at a time."""
-    from heterocc.runtime.pipeline import host_parts_on
+    from heterocc.runtime.pipeline import _host_parts_on
 
-    tasks = host_parts_on(_diamond(2), "cpu")
+    tasks = _host_parts_on(_diamond(2), "cpu")
     spans = schedule(tasks, pipelined=True)
     cpu = sorted((s for s in spans if s.lane == "cpu"), key=lambda s: s.start)
     assert all(a.end <= b.start + 1e-12 for a, b in zip(cpu, cpu[1:]))
