@@ -52,29 +52,32 @@ class DeviceRun:
 class ReplayDevice:
     """A device in front of ``device`` (an SDK device) that records or replays its runs.
 
-    ``mode == "record"``: every call goes to ``device``; each run (``submit`` + ``wait``,
-    or ``run``) and what ``copy_out`` reads after it is kept per calling thread until
-    :meth:`take` hands them over. ``mode == "replay"``: the runs given to :meth:`serve`
-    are played back in order: ``submit`` / ``wait`` / ``run`` return the recorded timing
-    without running anything, ``copy_out`` the recorded arrays; ``load``, ``resident``
-    and ``copy_in`` still go to ``device`` (writing a tensor's tiles is host work a real
-    transport does too). A run of another program than the record's next raises
-    AcceleratorError (the replay left the recorded path). Anything else (``image``,
-    ``tensor_bytes``, ``last_report``, ``name``) is ``device``'s; the lock is
-    ``device``'s lock. What the kernels keep of their last call (a vta kernel's
-    ``last_input``, its utilization) is, after a replay, the replayed call's, read from
-    the wrapped device's memory where the replay wrote only the inputs."""
+    On a thread that has not called :meth:`serve`, it **records**: every call goes to
+    ``device``, and each run (``submit`` + ``wait``, or ``run``) with what ``copy_out``
+    reads after it is kept for that thread until :meth:`take` hands them over. On a
+    thread that has (until :meth:`stop`), it **replays** the runs served, in order:
+    ``submit`` / ``wait`` / ``run`` return the recorded timing without running anything,
+    ``copy_out`` the recorded arrays; ``load``, ``resident`` and ``copy_in`` still go to
+    ``device`` (writing a tensor's tiles is host work a real transport does too). A run
+    of another program than the record's next raises AcceleratorError (the replay left
+    the recorded path). Other threads' calls (a plain run beside the stream) go to the
+    device all the while. Anything else (``image``, ``tensor_bytes``, ``last_report``,
+    ``name``) is ``device``'s; the lock is ``device``'s lock. What the kernels keep of
+    their last call (a vta kernel's ``last_input``, its utilization) is, after a replay,
+    the replayed call's, read from the wrapped device's memory where the replay wrote
+    only the inputs."""
 
     def __init__(self, device):
         from heterocc.sdk.device import device_lock
 
         self.device = device
         self.lock = device_lock(device)
-        self.mode = "record"
+        # per thread (by ``threading.get_ident``): runs recorded and not taken, runs
+        # served and not replayed, the program submitted, the run copy_out reads from
         self._recorded: dict[int, list[DeviceRun]] = {}
-        self._served: list[DeviceRun] = []
-        self._current: DeviceRun | None = None
+        self._served: dict[int, list[DeviceRun]] = {}
         self._submitted: dict[int, object] = {}
+        self._current: dict[int, DeviceRun] = {}
 
     def __getattr__(self, name: str):
         # only reached for what this class does not define: the wrapped device's
@@ -83,19 +86,23 @@ class ReplayDevice:
     # -- what the executor asks of it
 
     def take(self) -> list[DeviceRun]:
-        """The runs recorded on this thread since the last ``take`` (record mode)."""
+        """The runs recorded on this thread since the last ``take``."""
         return self._recorded.pop(threading.get_ident(), [])
 
     def serve(self, runs: Sequence[DeviceRun]) -> None:
-        """Replay ``runs`` on the next calls (replay mode)."""
-        self.mode = "replay"
+        """Replay ``runs`` on this thread's next calls."""
         # copies: a replay pops what it plays, and the record may be served again
-        self._served = [DeviceRun(r.program, r.timing, list(r.outputs)) for r in runs]
-        self._current = None
+        me = threading.get_ident()
+        self._served[me] = [DeviceRun(r.program, r.timing, list(r.outputs)) for r in runs]
+        self._current.pop(me, None)
+
+    def stop(self) -> None:
+        """This thread records again (its calls go to the device)."""
+        self._served.pop(threading.get_ident(), None)
 
     def left(self) -> int:
-        """Runs served and not replayed yet."""
-        return len(self._served)
+        """Runs served to this thread and not replayed yet."""
+        return len(self._served.get(threading.get_ident(), ()))
 
     # -- the device protocol
 
@@ -112,29 +119,32 @@ class ReplayDevice:
         return holds(self.device, program, buffer)
 
     def copy_in(self, program, buffer: str, array: np.ndarray) -> None:
-        """Write the buffer on the wrapped device, in both modes."""
+        """Write the buffer on the wrapped device, recording or replaying."""
         self.device.copy_in(program, buffer, array)
 
     def submit(self, program):
-        """Start ``program`` (record) or take the next recorded run (replay)."""
-        if self.mode == "replay":
-            return self._next(program)
+        """Start ``program`` (recording) or take the next run served (replaying)."""
+        me = threading.get_ident()
+        if me in self._served:
+            return self._next(program, self._served[me])
         from heterocc.sdk.device import asynchronous
 
-        self._submitted[threading.get_ident()] = program
+        self._submitted[me] = program
         return asynchronous(self.device).submit(program)
 
     def wait(self, call, timeout_s: float | None = None):
-        """The run's timing: the device's, recorded (record), or the record's (replay)."""
-        if self.mode == "replay":
-            self._current = call
+        """The run's timing: the device's, recorded (recording), or the record's
+        (replaying)."""
+        me = threading.get_ident()
+        if me in self._served:
+            self._current[me] = call
             return call.timing
         from heterocc.sdk.device import asynchronous
 
         timing = asynchronous(self.device).wait(call, timeout_s)
-        run = DeviceRun(self._submitted.pop(threading.get_ident(), None), timing)
-        self._recorded.setdefault(threading.get_ident(), []).append(run)
-        self._current = run
+        run = DeviceRun(self._submitted.pop(me, None), timing)
+        self._recorded.setdefault(me, []).append(run)
+        self._current[me] = run
         return timing
 
     def run(self, program):
@@ -142,24 +152,26 @@ class ReplayDevice:
         return self.wait(self.submit(program))
 
     def copy_out(self, program, buffer: str) -> np.ndarray:
-        """The buffer after the run: the device's, a copy kept (record), or the
-        record's next array (replay)."""
-        if self.mode == "replay":
-            if self._current is None or not self._current.outputs:
+        """The buffer after the run: the device's, a copy kept (recording), or the
+        record's next array (replaying)."""
+        me = threading.get_ident()
+        current = self._current.get(me)
+        if me in self._served:
+            if current is None or not current.outputs:
                 raise AcceleratorError(f"replay of {self._name()}: program "
                                        f"{_name(program)} reads {buffer!r} more often than "
                                        "it did in the recorded run")
-            return self._current.outputs.pop(0)
+            return current.outputs.pop(0)
         array = self.device.copy_out(program, buffer)
-        if self._current is not None:
-            self._current.outputs.append(np.array(array, copy=True))
+        if current is not None:
+            current.outputs.append(np.array(array, copy=True))
         return array
 
-    def _next(self, program) -> DeviceRun:
-        if not self._served:
+    def _next(self, program, served: list[DeviceRun]) -> DeviceRun:
+        if not served:
             raise AcceleratorError(f"replay of {self._name()}: program {_name(program)} runs "
                                    "more often than it did in the recorded run")
-        run = self._served.pop(0)
+        run = served.pop(0)
         if run.program is not program:
             raise AcceleratorError(f"replay of {self._name()}: program {_name(program)} runs "
                                    f"where the recorded run ran another program "

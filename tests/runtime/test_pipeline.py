@@ -3,6 +3,7 @@ the Chrome trace, and a stream run bit-exact against one-at-a-time runs."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 
 import numpy as np
@@ -203,6 +204,15 @@ def test_the_stream_replays_the_device_and_gets_the_same_bits(tmp_path):
         wrapper.serve(other)
         with pytest.raises(AcceleratorError, match="where the recorded run ran another program"):
             kernel([x])
+        # another thread meanwhile runs on the device, and records
+        wrapper.serve(runs)
+        beside = concurrent.futures.ThreadPoolExecutor(1)
+        assert beside.submit(kernel, [x]).result()[0].tobytes() == first.tobytes()
+        assert wrapper.left() == 1 and beside.submit(wrapper.take).result()
+        beside.shutdown()
+        wrapper.stop()
+        kernel([x])  # this thread records again
+        assert len(wrapper.take()) == 1
     assert kernel.device is vta.hardware and isinstance(wrapper, ReplayDevice)
 
 
