@@ -108,8 +108,16 @@ def test_cli_run_stream_writes_a_trace(tmp_path, capsys):
                  "--trace", str(trace)]) == 0
     out = capsys.readouterr().out
     assert "stream of 4 inputs" in out and "outputs equal to one-at-a-time runs: True" in out
-    events = json.loads(trace.read_text())["traceEvents"]
+    data = json.loads(trace.read_text())
+    events = data["traceEvents"]
     assert {e["args"]["input"] for e in events if e["ph"] == "X"} == {0, 1, 2, 3}
+    # each lane says how its spans were timed; the trace says what each kind means
+    threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert {"llvm (measured)", "vta host (measured)", "vta link (modelled)",
+            "vta (modelled)"} <= threads
+    assert "replay" in data["otherData"]["measured spans"]
+    assert "cycle count" in data["otherData"]["modelled spans"]
+    assert "replay bit-exact: True" in out
 
 
 def _diamond(inputs: int) -> list[_Task]:
