@@ -342,6 +342,9 @@ def test_every_transport_serves_the_overlapped_run_bit_exact(branches, transport
     for x in _inputs(2):
         for a, b in zip(compiled.run([x]), reference.run([x]), strict=True):
             assert a.tobytes() == b.tobytes()
+    # a stream's replay serves every transport's recorded runs back
+    stream = compiled.run_stream([[x] for x in _inputs(2)], replays=1)
+    assert stream.replay_bit_exact and any(s.lane == "vta host" for s in stream.pipelined)
 
 
 def test_a_failing_device_call_in_one_branch_is_a_clear_error_and_does_not_hang(branches):
