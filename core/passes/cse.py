@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 
 import numpy as np
 
@@ -35,7 +36,13 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
     inputs, and constants with identical contents."""
     mapping: dict[Value, Value] = {}
     seen_consts: dict = {}
-    for v in graph.constants():
+    constants = graph.constants()
+    # only a constant whose type another one has can have a twin: the others' contents
+    # (most of a model's bytes: its weights) need no hashing
+    types = Counter(v.type for v in constants)
+    for v in constants:
+        if types[v.type] < 2:
+            continue
         key = _constant_key(v)
         if key in seen_consts:
             mapping[v] = seen_consts[key]
