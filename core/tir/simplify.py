@@ -767,18 +767,12 @@ class Simplifier(Mutator):
         lo, extent = self.expr(node.min), self.expr(node.extent)
         if isinstance(extent, IntImm) and extent.value <= 0:
             return SeqStmt(())
-        # the rewritings under the enclosing ranges, valid again after the loop where
-        # its variable had no range before it (the usual case: each loop binds its own),
-        # so that the statements after an inner loop reuse what those before it made
-        outer = self._rewritten if node.var not in self.ranges else None
         if isinstance(lo, IntImm) and isinstance(extent, IntImm):
             if extent.value == 1 and node.thread_tag is None:
                 return self.stmt(substitute(node.body, {node.var: lo}))
             self._set_range(node.var, Interval(lo.value, lo.value + extent.value - 1))
         body = self.stmt(node.body)
         self._set_range(node.var, None)
-        if outer is not None:
-            self._rewritten = outer
         if isinstance(body, SeqStmt) and not body.stmts:
             return body
         if lo is node.min and extent is node.extent and body is node.body:

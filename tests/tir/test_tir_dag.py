@@ -121,34 +121,3 @@ def test_structural_keys_tell_signed_zeros_apart_and_take_every_nan_as_one():
     assert structural_key(FloatImm(float("nan"), "float32")) == structural_key(
         FloatImm(float("nan"), "float32"))
     assert structural_key(FloatImm(1.5, "float32")) == structural_key(FloatImm(1.5, "float32"))
-
-
-def test_simplifier_reuses_its_rewritings_after_an_inner_loop():
-    """The statements after an inner loop reuse what the simplifier made of the shared
-    sub-expressions before it (the ranges are those of before the loop again), and a
-    loop that rebinds an enclosing loop's variable still leaves it unbound after."""
-    from heterocc.tir.simplify import simplify_stmt
-    from heterocc.tir.stmt import seq
-
-    i, j = Var("i", "int64"), Var("j", "int64")
-    out = Buffer("out", (64,), "float32")
-    index = i * 4 + j * 0 + 3 - 3  # simplified into a new node, i * 4
-    before = BufferStore(out, FloatImm(1.0, "float32"), (index,))
-    inner = For(j, 0, 4, ForKind.SERIAL,
-                BufferStore(out, FloatImm(2.0, "float32"), (i * 4 + j,)))
-    after = BufferStore(out, FloatImm(3.0, "float32"), (index,))
-    body = simplify_stmt(For(i, 0, 16, ForKind.SERIAL, seq([before, inner, after]))).body
-    first, _, last = body.stmts
-    assert structural_key(first.indices[0]) is structural_key(i * 4)
-    assert last.indices[0] is first.indices[0]
-    # i rebound by an inner loop: after it, i is unbound as before this change (its
-    # rewritings are not reused: they were made with i's range)
-    rebound = For(i, 0, 2, ForKind.SERIAL, BufferStore(out, FloatImm(2.0, "float32"), (i,)))
-    guard = Binary("lt", i, IntImm(16, "int64"))
-    body = simplify_stmt(For(i, 0, 16, ForKind.SERIAL, seq([
-        BufferStore(out, Select(guard, FloatImm(1.0, "float32"), FloatImm(0.0, "float32")),
-                    (i,)), rebound,
-        BufferStore(out, Select(guard, FloatImm(1.0, "float32"), FloatImm(0.0, "float32")),
-                    (i,))]))).body
-    assert isinstance(body.stmts[0].value, FloatImm)
-    assert isinstance(body.stmts[-1].value, Select)
