@@ -25,6 +25,15 @@ def _freeze(value):
     return value
 
 
+def _start_key(v: Value):
+    """The type and the first elements of a constant: what two equal constants share."""
+    return v.type, np.asarray(v.data).flat[:_START_ELEMENTS].tobytes()
+
+
+#: elements compared before two constants of one type are hashed whole
+_START_ELEMENTS = 16
+
+
 def _constant_key(v: Value):
     digest = hashlib.blake2b(v.data.tobytes(), digest_size=16).digest()
     return (v.type, digest)
@@ -37,11 +46,12 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
     mapping: dict[Value, Value] = {}
     seen_consts: dict = {}
     constants = graph.constants()
-    # only a constant whose type another one has can have a twin: the others' contents
-    # (most of a model's bytes: its weights) need no hashing
-    types = Counter(v.type for v in constants)
+    # only a constant whose type and first elements another one has can have a twin:
+    # the others' contents (most of a model's bytes: its weights) need no hashing
+    starts = {v: _start_key(v) for v in constants}
+    shared = Counter(starts.values())
     for v in constants:
-        if types[v.type] < 2:
+        if shared[starts[v]] < 2:
             continue
         key = _constant_key(v)
         if key in seen_consts:
