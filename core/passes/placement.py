@@ -37,11 +37,13 @@ latency plan rarely gives when one device is faster at nearly everything.
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, NameScope, Node
+from ..tuning.apply import current
 from .rewrite import outline
 
 
@@ -77,17 +79,23 @@ class CostPlan:
     targets: Mapping[str, object] = field(default_factory=dict)
     #: "latency" (one input end to end) or "throughput" (a stream: the busiest device)
     objective: str = "latency"
+    #: the tuning log applied while placing (its kernels' times are the estimates'),
+    #: applied again to the figures :meth:`complete` makes after the compile
+    tuning_log: object = None
 
     def complete(self) -> None:
         """Estimate the figures the placement decided without (the totals and the
         report want every unit's on each of its devices)."""
-        while self.pending:
-            unit, target = self.pending.pop(0)
-            found = _ask(self.targets.get(target), "estimate", unit.function)
-            if found is not None:
-                unit.candidates[target] = found
-                if not unit.reason:
-                    unit.reason = f"{_ms(found.total_s)} on {target}"
+        log = self.tuning_log
+        applied = contextlib.nullcontext() if log is None or current() is log else log
+        with applied:
+            while self.pending:
+                unit, target = self.pending.pop(0)
+                found = _ask(self.targets.get(target), "estimate", unit.function)
+                if found is not None:
+                    unit.candidates[target] = found
+                    if not unit.reason:
+                        unit.reason = f"{_ms(found.total_s)} on {target}"
 
     def total(self, which: str) -> float | None:
         """``"chosen"``, ``"greedy"`` or ``"cpu"``; None when a unit has no CPU estimate."""
@@ -188,7 +196,7 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
     for k, nodes in enumerate(groups):
         functions[k] = by_first[nodes[0].name]
 
-    plan = CostPlan([], [], fallback, targets=targets)
+    plan = CostPlan([], [], fallback, targets=targets, tuning_log=current())
     cpu = targets.get(fallback)
     within = getattr(cpu, "estimate_within", None)
     if callable(within):  # the CPU times its part of the graph as its build fuses it
