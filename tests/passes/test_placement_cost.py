@@ -424,6 +424,48 @@ def test_accelerator_bound_counts_the_gemm_iterations_of_its_convolutions(tmp_pa
         vta.cost_model.compiled.clear()
 
 
+def _dense(inputs: int = 256, outputs: int = 128):
+    """A fully connected layer with ReLU (float, to quantize): weights far larger than
+    its activations."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array((rng.standard_normal((outputs, inputs)) * 0.1)
+                                     .astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(outputs).astype(np.float32), "b")]
+    nodes = [helper.make_node("Gemm", ["input", "w", "b"], ["fc"], transB=1),
+             helper.make_node("Relu", ["fc"], ["output"])]
+    graph = helper.make_graph(
+        nodes, "dense", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                       (1, inputs))],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, (1, outputs))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def test_accelerator_bound_counts_a_dense_layers_weight_loads(tmp_path):
+    """A dense layer's weights pass the accelerator's one DRAM port on every call (they
+    stay in its DRAM, not on chip): its bound is their DRAM cycles, far above its GEMM
+    iterations, below the timing model's figure and close to it."""
+    from heterocc.targets.vta.cost import dram_cycles, gemm_iterations
+
+    model = quantize(_dense(), tmp_path, "QDQ", "QInt8")
+    vta = VtaTarget()
+    graph = _compile(model, VtaTarget(), "greedy").graph
+    (function,) = [f for r in graph.nodes if r.body is not None
+                   and r.attrs.get("target") == "vta" for f in r.body.nodes
+                   if any(n.op == "MatMulInteger" for n in f.body.nodes)]
+    # one row, 128 / 16 output blocks, 256 / 16 input blocks
+    assert gemm_iterations(function, vta.config) == 8 * 16
+    # 256 x 128 weights and 128 results, a byte each, 8 bytes a beat
+    assert dram_cycles(function, vta.config) == (256 * 128 + 128) // 8
+    seconds, how = vta.lower_bound(function)
+    assert "DRAM (weights and result) cycles" in how and not vta.cost_model.compiled
+    estimate = vta.estimate(function).total_s
+    assert 0.5 * estimate < seconds <= estimate
+
+
 def test_the_device_with_the_lower_bound_goes_first(model):
     """Where both devices bound a convolution, the one with the lower bound is estimated
     first: the CPU here, whose figure beats the accelerator's bound, so the accelerator
