@@ -131,7 +131,8 @@ def _cpu_accuracy(compiled, report) -> tuple[list[tuple[float, float]], int, int
                                               min_samples=5, min_seconds=0.2))
             wrong += measured < llvm.lower_bound(unit.function)[0]
         elif unit.chosen == "llvm" and "llvm" in unit.candidates and shares[k]:
-            pairs.append((unit.candidates["llvm"].compute_s,
+            # the estimate of the unit as placed (its neighbours offloaded) where made
+            pairs.append(((unit.as_placed or unit.candidates["llvm"]).compute_s,
                           sum(share * timed[n.name] for n, share in shares[k])))
     return pairs, bounded, wrong
 

@@ -27,6 +27,14 @@ Nodes no pattern matched (on the CPU whatever the placement) are not measured at
 The figures skipped, which only the report's totals need, are estimated when the plan
 is asked for them (:meth:`CostPlan.complete`).
 
+Where composites are offloaded, the CPU's build fuses what stays on it otherwise than
+the whole graph its estimates timed (a kernel that held an offloaded layer's neighbour
+is another kernel then), so the CPU is asked once more (the optional
+``estimate_placed`` hook) for the units it keeps, as shares of the kernels of that
+fusion: the chosen placement's total is made of those (:attr:`UnitCost.as_placed`).
+Where they cost more than the offloads saved, the offloads are undone and everything
+stays on the CPU, whose whole-graph figures are then the placement's.
+
 For a stream of inputs (``placement="throughput"``) the objective is another one: the
 pipelined runtime overlaps the devices across inputs, so the time per input in steady
 state is the busiest device's time per input, not the sum. :func:`balance_for_throughput`
@@ -59,10 +67,23 @@ class UnitCost:
     reason: str = ""
     #: the function node the estimates were made for (the unit outlined)
     function: Node | None = None
+    #: the fallback's estimate once the chosen placement's other units run where they
+    #: were placed (the fallback's build fuses around them), where it differs from the
+    #: whole graph's (``candidates``, the all-fallback placement's)
+    as_placed: object = None
+    #: the lower bound (seconds) of the device a decision was made without estimating
+    bound_s: float | None = None
 
     def seconds(self, target: str) -> float:
         """The unit's estimated time on ``target``, transfers included."""
         return self.candidates[target].total_s
+
+    def placed_seconds(self, target: str) -> float:
+        """The unit's time on ``target`` in the chosen placement: :attr:`as_placed`
+        where the fallback's build fuses it otherwise there, else :meth:`seconds`."""
+        if self.as_placed is not None and target == self.chosen:
+            return self.as_placed.total_s
+        return self.seconds(target)
 
 
 @dataclass
@@ -91,6 +112,8 @@ class CostPlan:
         with applied:
             while self.pending:
                 unit, target = self.pending.pop(0)
+                if target in unit.candidates:
+                    continue
                 found = _ask(self.targets.get(target), "estimate", unit.function)
                 if found is not None:
                     unit.candidates[target] = found
@@ -101,22 +124,32 @@ class CostPlan:
         """``"chosen"``, ``"greedy"`` or ``"cpu"``; None when a unit has no CPU estimate."""
         self.complete()
         total = 0.0
+        placed = self._as_placed(which)
         for unit in [*self.composites, *self.others]:
             target = self.fallback if which == "cpu" else getattr(unit, which)
             if target not in unit.candidates:
                 return None
-            total += unit.seconds(target)
+            total += unit.placed_seconds(target) if placed else unit.seconds(target)
         return total
+
+    def _as_placed(self, which: str) -> bool:
+        """Whether placement ``which`` splits the graph as the chosen one does, so that
+        the fallback's figures as placed (:attr:`UnitCost.as_placed`) are its figures;
+        else its units' whole-graph figures are used."""
+        return which == "chosen" or (which == "greedy" and all(
+            u.chosen == u.greedy for u in self.composites))
 
     def busy(self, which: str = "chosen") -> dict[str, float]:
         """Seconds per input each device is busy under the ``"chosen"`` or ``"greedy"``
         placement (units without an estimate on their device are not counted)."""
         self.complete()
         busy: dict[str, float] = defaultdict(float)
+        placed = self._as_placed(which)
         for unit in [*self.composites, *self.others]:
             target = getattr(unit, which)
             if target in unit.candidates:
-                busy[target] += unit.seconds(target)
+                busy[target] += (unit.placed_seconds(target) if placed
+                                 else unit.seconds(target))
         return dict(busy)
 
     def totals(self) -> dict:
@@ -207,6 +240,7 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
         _decide(unit, target, fallback, bound)
         if bound is not None:
             plan.pending.append((unit, bound[0]))
+            unit.bound_s = bound[1]
         plan.composites.append(unit)
     for k, node in enumerate(others, start=len(composites)):
         unit = UnitCost([node], chosen=fallback, greedy=fallback, function=functions[k])
@@ -217,7 +251,50 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
         elif callable(getattr(cpu, "estimate", None)):
             plan.pending.append((unit, fallback))
         plan.others.append(unit)
+    _estimate_as_placed(plan, graph, cpu)
     return plan
+
+
+def _estimate_as_placed(plan: CostPlan, graph: Graph, cpu: object) -> None:
+    """The fallback's figures of the units it keeps, as its build fuses the graph once
+    the offloaded composites leave it (the SDK's optional ``estimate_placed`` hook; a
+    kernel that held an offloaded layer's neighbour is another kernel then). Should the
+    kept units then take longer than the offloaded composites save, the offloads are
+    undone: the whole graph on the fallback is then the faster placement (the
+    offloaded composites' fallback figures, or their lower bounds where a decision was
+    made without one)."""
+    hook = getattr(cpu, "estimate_placed", None)
+    offloaded = [u for u in plan.composites if u.chosen != plan.fallback]
+    if not callable(hook) or not offloaded:
+        return
+    kept = [u for u in [*plan.composites, *plan.others] if u.chosen == plan.fallback]
+    found = hook(graph, {u.function: u.nodes for u in kept},
+                 [(u.nodes, u.chosen) for u in offloaded])
+    before = after = 0.0
+    for unit in kept:
+        placed = found.get(unit.function)
+        if placed is None:
+            continue
+        unit.as_placed = placed
+        whole = unit.candidates.get(plan.fallback)
+        if whole is not None:  # else not estimated yet: a node no pattern matched
+            before += whole.total_s
+            after += placed.total_s
+    saved = 0.0
+    for unit in offloaded:
+        cpu_s = (unit.seconds(plan.fallback) if plan.fallback in unit.candidates
+                 else unit.bound_s)
+        if cpu_s is None:
+            return  # an offload decided without a CPU figure or bound: the pattern's
+        saved += cpu_s - unit.seconds(unit.chosen)
+    if after - before > saved:
+        for unit in kept:
+            unit.as_placed = None
+        for unit in offloaded:
+            unit.chosen = plan.fallback
+            unit.reason = (f"stays on {plan.fallback}: offloading saved "
+                           f"{_ms(saved)} but the kernels around the offloaded layers took "
+                           f"{_ms(after - before)} longer")
 
 
 def balance_for_throughput(plan: CostPlan) -> None:
@@ -227,6 +304,8 @@ def balance_for_throughput(plan: CostPlan) -> None:
     until no move lowers it. Each move strictly lowers that maximum, so the search
     ends; it is deterministic (ties go to the earlier composite)."""
     plan.objective = "throughput"
+    for unit in [*plan.composites, *plan.others]:
+        unit.as_placed = None  # figures of the latency placement's split: moves change it
     busy = defaultdict(float, plan.busy("chosen"))
     movable = [u for u in plan.composites if len(u.candidates) == 2]
     while busy:

@@ -47,7 +47,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from heterocc.ir.graph import Graph, Node
+from heterocc.ir.graph import Graph, NameScope, Node
+from heterocc.passes.rewrite import outline
 from heterocc.sdk import CostCache, CostEstimate, HeteroccError, workload_key
 from heterocc.sdk.graph import (
     DEFAULT_PIPELINE,
@@ -56,6 +57,7 @@ from heterocc.sdk.graph import (
     target_graph_passes,
 )
 from heterocc.sdk.runtime import GraphExecutor, from_onnx
+from heterocc.sdk.te_target import structure_key
 from heterocc.sdk.tuning import current, fastest, records_for
 
 from .tuning import logged_seconds
@@ -269,6 +271,12 @@ class FusedContext:
     parts: dict[int, frozenset[str]]
     #: the function nodes (so that an id is not reused while the context is held)
     functions: list[Node] = field(default_factory=list)
+    #: kernels timed before (another context of the same model) by structure: not
+    #: compiled or timed again
+    known: dict[tuple, tuple[float, int, str]] = field(default_factory=dict, repr=False)
+    #: time every part's kernels together at the first ask (else only the candidate
+    #: composites', the others' when asked)
+    every_part: bool = False
     _fused: list[Node] | None = field(default=None, repr=False)
     #: the fused kernels holding each part's nodes, with its share (:func:`kernel_shares`)
     _shares: dict[int, list[tuple[Node, float]]] | None = field(default=None, repr=False)
@@ -312,13 +320,16 @@ class FusedContext:
         want them; a placement decides nothing with them)."""
         wanted: dict[str, Node] = {}
         for function in self.functions:
-            if "composite" in function.attrs:
+            if self.every_part or "composite" in function.attrs:
                 for kernel, _ in self._shares[id(function)]:
                     wanted.setdefault(kernel.name, kernel)
         rest = []
         for name, kernel in wanted.items():
-            logged = logged_time(self.target, kernel.body)
-            if logged is not None:
+            known = self.known.get(structure_key(kernel.body))
+            logged = logged_time(self.target, kernel.body) if known is None else None
+            if known is not None:
+                self._timed[name] = known
+            elif logged is not None:
                 self._timed[name] = (logged, 1, LOGGED)
             else:
                 rest.append(kernel)
@@ -331,7 +342,16 @@ class FusedContext:
         for name, (seconds, samples) in timed.items():
             self._timed[name] = (seconds, samples, MEASURED)
 
+    def timed_structures(self) -> dict[tuple, tuple[float, int, str]]:
+        """The kernels timed so far (seconds, samples, source) by their structure."""
+        by_name = {k.name: k for k in self.kernels()}
+        return {structure_key(by_name[name].body): timed
+                for name, timed in self._timed.items()}
+
     def _time(self, kernel: Node) -> tuple[float, int, str]:
+        known = self.known.get(structure_key(kernel.body))
+        if known is not None:
+            return known
         logged = logged_time(self.target, kernel.body)
         if logged is not None:
             return logged, 1, LOGGED
@@ -392,6 +412,8 @@ class CpuCostModel:
     cache: CostCache = field(default_factory=CostCache)
     #: the graph the functions estimated were outlined from (:meth:`within`)
     context: FusedContext | None = None
+    #: that graph with the placement's offloaded groups outlined (:meth:`placed`)
+    placed_context: FusedContext | None = None
 
     @property
     def base_key(self) -> str:
@@ -436,6 +458,39 @@ class CpuCostModel:
         self.context = FusedContext(self.target, graph,
                                     {id(f): frozenset(n.name for n in nodes)
                                      for f, nodes in parts.items()}, list(parts))
+
+    def placed(self, graph: Graph, kept: Mapping[Node, Sequence[Node]],
+               offloaded: Sequence[tuple[Sequence[Node], str]]) -> dict[Node, CostEstimate]:
+        """The estimates of the functions ``kept`` on the CPU (function node -> its
+        nodes of ``graph``, the graph :meth:`within` was given) once the ``offloaded``
+        groups of nodes run on other targets (nodes, target name): the build fuses the
+        CPU's part of such a graph otherwise than the whole graph (a residual addition
+        whose convolution left cannot join it), so the kernels of that fusion are timed
+        (those of a structure timed for the whole graph are not timed again) and each
+        kept function gets its share of them. Not cached: a function's share depends on
+        where its neighbours run."""
+        if not offloaded:
+            return {}
+        scope = NameScope.of(graph)
+        target_of = {id(n): target for nodes, target in offloaded for n in nodes}
+
+        def call(nodes, body):
+            target = target_of[id(nodes[0])]
+            return scope.fresh(f"{target}_placed"), {"target": target}
+
+        split = outline(graph, [list(nodes) for nodes, _ in offloaded], call)
+        known = self.context.timed_structures() if self.context is not None else {}
+        context = FusedContext(self.target, split,
+                               {id(f): frozenset(n.name for n in nodes)
+                                for f, nodes in kept.items()}, list(kept), known=known,
+                               every_part=True)
+        self.placed_context = context
+        found = {}
+        for function in kept:
+            seconds, samples, source = context.measure(function)
+            found[function] = CostEstimate(seconds, source=f"{source}, as placed",
+                                           detail={"samples": samples})
+        return found
 
     def measure(self, function: Node) -> tuple[float, int, str]:
         """The fastest of the timed calls of ``function`` on the CPU, their number and

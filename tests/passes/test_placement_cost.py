@@ -545,6 +545,29 @@ def test_kernels_timed_for_the_placement_are_the_builds(model, monkeypatch):
     assert sum(measured) == pytest.approx(sum(s for s, *_ in context._timed.values()))
 
 
+def test_cpu_estimates_as_placed_time_the_kernels_the_build_fuses(model):
+    """Once layers are offloaded, the CPU's build fuses its part otherwise than the
+    whole graph (the dense layer's dequantization no longer joins it): the units kept on
+    the CPU are estimated again as shares of the kernels of that fusion, each of which
+    the build compiles; the chosen placement's total is theirs."""
+    from heterocc.sdk.te_target import structure_key
+
+    vta = VtaTarget(clock_mhz=300, link_gbps=1000, link_latency_us=0)
+    compiled = _compile(model, vta, "cost")
+    plan = compiled.placement_report.plan
+    assert any(u.chosen == "vta" for u in plan.composites)
+    kept = [u for u in [*plan.composites, *plan.others] if u.chosen == "llvm"]
+    assert kept and all(u.as_placed is not None and u.as_placed.source.endswith("as placed")
+                        for u in kept)
+    context = plan.targets["llvm"].cost_model.placed_context
+    built = {structure_key(n.body) for n in compiled.graph.nodes
+             if n.body is not None and "target" not in n.attrs}
+    assert set(context.timed_structures()) <= built
+    chosen = sum(u.placed_seconds(u.chosen) for u in [*plan.composites, *plan.others])
+    assert plan.totals()["chosen_ms"] == pytest.approx(chosen * 1e3, abs=1e-4)
+    assert plan.totals()["chosen_ms"] <= plan.totals()["all_cpu_ms"]
+
+
 def test_kernel_shares_split_a_kernel_by_the_weight_of_each_part():
     """A kernel holding a convolution of one part and the element-wise epilogue of
     another gives each its nodes' weight (multiply-accumulates + elements written);
