@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
 
 import heterocc
 from heterocc.targets import parse_targets
@@ -14,7 +13,7 @@ from heterocc.targets.llvm import cost as cpu_cost
 from heterocc.tuning.extract import extract_tasks
 from heterocc.tuning.records import MeasureRecord, RecordLog
 from heterocc.tuning.task import Task
-from tests.conftest import make_model
+from tests.tuning.test_function_tasks import _conv_model as conv_model
 
 
 @pytest.fixture(autouse=True)
@@ -25,14 +24,7 @@ def cost_cache(tmp_path, monkeypatch):
 
 def _conv_model():
     """Conv + bias + ReLU6: one fused CPU function with a function tuning task."""
-    rng = np.random.default_rng(0)
-    return make_model(
-        [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1, 1, 1, 1]),
-         helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
-        [("x", "float32", [1, 16, 8, 8])], [("y", "float32", None)],
-        {"w": rng.standard_normal((32, 16, 3, 3)).astype(np.float32),
-         "bias": rng.standard_normal(32).astype(np.float32),
-         "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)})
+    return conv_model(np.random.default_rng(0))
 
 
 def _log(path, model, costs, target: str = ""):
