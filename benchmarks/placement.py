@@ -5,7 +5,7 @@ onnxruntime's quantize_static (QDQ, int8 activations, per-channel weights) for
     python benchmarks/placement.py [--models resnet18,mobilenet_v2] [--size 224]
         [--configs 1x16x16@100,1x32x32@300] [--link-gbps 1] [--onnx-helper]
         [--stream mobilenet_v2:1x16x16@100] [--stream-inputs 16]
-        [--stream-placement throughput|cost|greedy] [--svg-dir DIR]
+        [--stream-placement throughput|cost|greedy] [--svg-dir DIR] [--no-compile-time]
 
 Prints the machine, the accelerator configs with their clock and the host link; then
 per model and config:
@@ -198,6 +198,10 @@ def main() -> int:
                     choices=["throughput", "cost", "greedy"],
                     help="placement of the stream's model (default throughput: the devices' "
                          "time per input balanced, since they overlap across inputs)")
+    ap.add_argument("--no-compile-time", dest="compile_time", action="store_false",
+                    help="skip the compile times (three compiles in fresh interpreters per "
+                         "model and config; benchmarks/placement_compile_time.py measures "
+                         "them in CPU time)")
     ap.add_argument("--svg-dir", help="write each placement's picture here "
                                       "(MODEL-SHAPE@CLOCK.svg)")
     ap.add_argument("--onnx-helper", action="store_true",
@@ -221,9 +225,10 @@ def main() -> int:
             cache = tempfile.mkdtemp(prefix="heterocc-costs-")
             # compile times, each in a fresh interpreter: greedy, cost with an empty
             # estimate cache, cost again with the cache it left
-            t_greedy, _ = _compile_time(model, text, args.link_gbps, "greedy", cache)
-            t_cold, p_cold = _compile_time(model, text, args.link_gbps, "cost", cache)
-            t_warm, p_warm = _compile_time(model, text, args.link_gbps, "cost", cache)
+            if args.compile_time:
+                t_greedy, _ = _compile_time(model, text, args.link_gbps, "greedy", cache)
+                t_cold, p_cold = _compile_time(model, text, args.link_gbps, "cost", cache)
+                t_warm, p_warm = _compile_time(model, text, args.link_gbps, "cost", cache)
             os.environ["HETEROCC_CACHE_DIR"] = cache
             greedy, _, _ = _compile(model, _config(text, args.link_gbps), "greedy")
             vta = _config(text, args.link_gbps)
@@ -257,12 +262,14 @@ def main() -> int:
             print(f"  offloaded on the CPU's lower bound, unmeasured while compiling: "
                   f"{bounded}; of them measured here faster than the bound: {wrong}")
             print(f"  bit-exact (cost vs greedy vs integer reference): {exact}")
-            print(f"  compile (each in a fresh interpreter): greedy {t_greedy:.2f} s; cost, "
-                  f"empty estimate cache {t_cold:.2f} s (+{100 * (t_cold / t_greedy - 1):.1f}% "
-                  f"over greedy; partition pass {p_cold:.2f} s, accelerator kernels it "
-                  f"compiled reused by the build); cost, cache warm {t_warm:.2f} s "
-                  f"(+{100 * (t_warm / t_greedy - 1):.1f}% over greedy; partition pass "
-                  f"{p_warm:.2f} s = {100 * p_warm / t_warm:.1f}% of the compile)")
+            if args.compile_time:
+                print(f"  compile (each in a fresh interpreter): greedy {t_greedy:.2f} s; cost, "
+                      f"empty estimate cache {t_cold:.2f} s "
+                      f"(+{100 * (t_cold / t_greedy - 1):.1f}% over greedy; partition pass "
+                      f"{p_cold:.2f} s, accelerator kernels it compiled reused by the "
+                      f"build); cost, cache warm {t_warm:.2f} s "
+                      f"(+{100 * (t_warm / t_greedy - 1):.1f}% over greedy; partition pass "
+                      f"{p_warm:.2f} s = {100 * p_warm / t_warm:.1f}% of the compile)")
             if not ok or not exact:
                 failures.append(f"{name} {text}")
     if args.stream:

@@ -58,6 +58,9 @@ class Placement:
     estimates: dict = field(default_factory=dict)
     #: the placement unit (a candidate composite, or the node alone) the node belongs to
     unit: int = -1
+    #: placement by cost: the unit's cost entry (``UnitCost``), whose ``as_placed`` is
+    #: its CPU estimate as the build fuses it where neighbours were offloaded
+    cost: object = field(default=None, repr=False)
     #: the pattern row of the candidate composite the node was part of (kept or not)
     candidate: str = ""
 
@@ -67,12 +70,17 @@ class Placement:
                "function": self.function, "unit": self.unit, **self.metrics}
         if self.estimates:
             row["estimates"] = {t: e.to_json() for t, e in self.estimates.items()}
+            placed = getattr(self.cost, "as_placed", None)
+            if placed is not None:
+                row["as_placed"] = placed.to_json()
         return row
 
     def estimate_text(self) -> str:
         """``vta 0.64 / llvm 0.21`` (milliseconds; the chosen target first)."""
         order = sorted(self.estimates, key=lambda t: t != self.target)
-        return " / ".join(f"{t} {self.estimates[t].total_s * 1e3:.3g}" for t in order)
+        text = " / ".join(f"{t} {self.estimates[t].total_s * 1e3:.3g}" for t in order)
+        placed = getattr(self.cost, "as_placed", None)
+        return text if placed is None else f"{text} (as placed {placed.total_s * 1e3:.3g})"
 
 
 @dataclass
@@ -406,6 +414,7 @@ def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
                                macs=multiply_accumulates(node))
         if unit is not None:
             placed.estimates = unit.candidates  # completed with the plan
+            placed.cost = unit
         placed.unit = units[node]
         placed.candidate = candidate.get(node, "")
         report.placements.append(placed)

@@ -268,6 +268,11 @@ def _estimate_as_placed(plan: CostPlan, graph: Graph, cpu: object) -> None:
     if not callable(hook) or not offloaded:
         return
     kept = [u for u in [*plan.composites, *plan.others] if u.chosen == plan.fallback]
+    for unit in kept:  # the whole graph's figures first: the comparison below needs them
+        if plan.fallback not in unit.candidates:
+            whole = _ask(cpu, "estimate", unit.function)
+            if whole is not None:
+                unit.candidates[plan.fallback] = whole
     found = hook(graph, {u.function: u.nodes for u in kept},
                  [(u.nodes, u.chosen) for u in offloaded])
     before = after = 0.0
@@ -277,7 +282,7 @@ def _estimate_as_placed(plan: CostPlan, graph: Graph, cpu: object) -> None:
             continue
         unit.as_placed = placed
         whole = unit.candidates.get(plan.fallback)
-        if whole is not None:  # else not estimated yet: a node no pattern matched
+        if whole is not None:
             before += whole.total_s
             after += placed.total_s
     saved = 0.0

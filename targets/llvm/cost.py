@@ -468,9 +468,24 @@ class CpuCostModel:
         whose convolution left cannot join it), so the kernels of that fusion are timed
         (those of a structure timed for the whole graph are not timed again) and each
         kept function gets its share of them. Not cached: a function's share depends on
-        where its neighbours run."""
+        where its neighbours run: cached by the split (the offloaded groups' nodes) and
+        the function's nodes, so a second compile of the model times nothing."""
         if not offloaded:
             return {}
+        split = hashlib.sha1(repr(sorted((target, tuple(n.name for n in nodes))
+                                         for nodes, target in offloaded)).encode())
+        keys = {f: "placed-" + hashlib.sha1(
+            (split.hexdigest() + repr([n.name for n in nodes])).encode()).hexdigest()[:20]
+            for f, nodes in kept.items()}
+        found = {}
+        for function, key in keys.items():
+            cached = self.cache.get(self.key, key)
+            if cached is not None:
+                found[function] = CostEstimate(
+                    cached["seconds"], source=f"{cached['source']}, as placed (cached)",
+                    detail={"samples": cached["samples"]})
+        if len(found) == len(kept):
+            return found
         scope = NameScope.of(graph)
         target_of = {id(n): target for nodes, target in offloaded for n in nodes}
 
@@ -485,11 +500,14 @@ class CpuCostModel:
                                 for f, nodes in kept.items()}, list(kept), known=known,
                                every_part=True)
         self.placed_context = context
-        found = {}
         for function in kept:
+            if function in found:
+                continue
             seconds, samples, source = context.measure(function)
             found[function] = CostEstimate(seconds, source=f"{source}, as placed",
                                            detail={"samples": samples})
+            self.cache.put(self.key, keys[function],
+                           {"seconds": seconds, "samples": samples, "source": source})
         return found
 
     def measure(self, function: Node) -> tuple[float, int, str]:
