@@ -71,8 +71,6 @@ class UnitCost:
     #: were placed (the fallback's build fuses around them), where it differs from the
     #: whole graph's (``candidates``, the all-fallback placement's)
     as_placed: object = None
-    #: the lower bound (seconds) of the device a decision was made without estimating
-    bound_s: float | None = None
 
     def seconds(self, target: str) -> float:
         """The unit's estimated time on ``target``, transfers included."""
@@ -240,7 +238,6 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
         _decide(unit, target, fallback, bound)
         if bound is not None:
             plan.pending.append((unit, bound[0]))
-            unit.bound_s = bound[1]
         plan.composites.append(unit)
     for k, node in enumerate(others, start=len(composites)):
         unit = UnitCost([node], chosen=fallback, greedy=fallback, function=functions[k])
@@ -259,47 +256,38 @@ def _estimate_as_placed(plan: CostPlan, graph: Graph, cpu: object) -> None:
     """The fallback's figures of the units it keeps, as its build fuses the graph once
     the offloaded composites leave it (the SDK's optional ``estimate_placed`` hook; a
     kernel that held an offloaded layer's neighbour is another kernel then). Should the
-    kept units then take longer than the offloaded composites save, the offloads are
-    undone: the whole graph on the fallback is then the faster placement (the
-    offloaded composites' fallback figures, or their lower bounds where a decision was
-    made without one)."""
+    placement then be slower than the whole graph on the fallback, the offloads are
+    undone. Every unit's fallback figure is made first (the comparison needs them; the
+    CPU timed the kernels of every candidate already: only kernels of nodes no pattern
+    matched are timed here, and their build compiles them anyway)."""
     hook = getattr(cpu, "estimate_placed", None)
     offloaded = [u for u in plan.composites if u.chosen != plan.fallback]
     if not callable(hook) or not offloaded:
         return
-    kept = [u for u in [*plan.composites, *plan.others] if u.chosen == plan.fallback]
-    for unit in kept:  # the whole graph's figures first: the comparison below needs them
+    units = [*plan.composites, *plan.others]
+    for unit in units:
         if plan.fallback not in unit.candidates:
             whole = _ask(cpu, "estimate", unit.function)
             if whole is not None:
                 unit.candidates[plan.fallback] = whole
+    kept = [u for u in units if u.chosen == plan.fallback]
     found = hook(graph, {u.function: u.nodes for u in kept},
                  [(u.nodes, u.chosen) for u in offloaded])
-    before = after = 0.0
     for unit in kept:
-        placed = found.get(unit.function)
-        if placed is None:
-            continue
-        unit.as_placed = placed
-        whole = unit.candidates.get(plan.fallback)
-        if whole is not None:
-            before += whole.total_s
-            after += placed.total_s
-    saved = 0.0
-    for unit in offloaded:
-        cpu_s = (unit.seconds(plan.fallback) if plan.fallback in unit.candidates
-                 else unit.bound_s)
-        if cpu_s is None:
-            return  # an offload decided without a CPU figure or bound: the pattern's
-        saved += cpu_s - unit.seconds(unit.chosen)
-    if after - before > saved:
+        unit.as_placed = found.get(unit.function)
+    if any(plan.fallback not in u.candidates for u in units):
+        return  # no whole-graph total to compare with
+    chosen = sum(u.placed_seconds(u.chosen) for u in units)
+    whole = sum(u.seconds(plan.fallback) for u in units)
+    if chosen > whole:
         for unit in kept:
             unit.as_placed = None
         for unit in offloaded:
             unit.chosen = plan.fallback
-            unit.reason = (f"stays on {plan.fallback}: offloading saved "
-                           f"{_ms(saved)} but the kernels around the offloaded layers took "
-                           f"{_ms(after - before)} longer")
+            unit.reason = (f"stays on {plan.fallback}: with the layers cost would offload "
+                           f"({len(offloaded)}), the kernels the CPU keeps take longer than "
+                           f"the offloads save ({_ms(chosen)} in all against {_ms(whole)} "
+                           f"all on {plan.fallback})")
 
 
 def balance_for_throughput(plan: CostPlan) -> None:

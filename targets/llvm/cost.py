@@ -274,9 +274,9 @@ class FusedContext:
     #: kernels timed before (another context of the same model) by structure: not
     #: compiled or timed again
     known: dict[tuple, tuple[float, int, str]] = field(default_factory=dict, repr=False)
-    #: time every part's kernels together at the first ask (else only the candidate
-    #: composites', the others' when asked)
-    every_part: bool = False
+    #: the parts (ids of their functions) whose kernels are timed together at the first
+    #: ask; None: the candidate composites' (the others' are timed when asked)
+    upfront: frozenset[int] | None = None
     _fused: list[Node] | None = field(default=None, repr=False)
     #: the fused kernels holding each part's nodes, with its share (:func:`kernel_shares`)
     _shares: dict[int, list[tuple[Node, float]]] | None = field(default=None, repr=False)
@@ -299,7 +299,7 @@ class FusedContext:
         """``function``'s share of the time of the fused kernels holding its nodes, the
         fewest samples any of them was timed by, and where the times came from."""
         if self._shares is None:
-            self._shares = kernel_shares(self.kernels(), self.parts)
+            self.shares()
             self._time_candidates()
         seconds, samples, sources = 0.0, MAX_SAMPLES, set()
         for kernel, share in self._shares[id(function)]:
@@ -320,7 +320,8 @@ class FusedContext:
         want them; a placement decides nothing with them)."""
         wanted: dict[str, Node] = {}
         for function in self.functions:
-            if self.every_part or "composite" in function.attrs:
+            if (id(function) in self.upfront if self.upfront is not None
+                    else "composite" in function.attrs):
                 for kernel, _ in self._shares[id(function)]:
                     wanted.setdefault(kernel.name, kernel)
         rest = []
@@ -341,6 +342,19 @@ class FusedContext:
                                 for k in rest})
         for name, (seconds, samples) in timed.items():
             self._timed[name] = (seconds, samples, MEASURED)
+
+    def shares(self) -> dict[int, list[tuple[Node, float]]]:
+        """The fused kernels holding each part's nodes with the part's share of each
+        (:func:`kernel_shares`), by id of the part's function; nothing compiled."""
+        if self._shares is None:
+            self._shares = kernel_shares(self.kernels(), self.parts)
+        return self._shares
+
+    def kernels_of(self, function: Node) -> list[tuple[tuple, float]]:
+        """The structures of the kernels holding ``function``'s nodes, with its share
+        of each: two contexts that give a function the same run it the same."""
+        return sorted((structure_key(k.body), round(share, 9))
+                      for k, share in self.shares()[id(function)])
 
     def timed_structures(self) -> dict[tuple, tuple[float, int, str]]:
         """The kernels timed so far (seconds, samples, source) by their structure."""
@@ -469,7 +483,9 @@ class CpuCostModel:
         (those of a structure timed for the whole graph are not timed again) and each
         kept function gets its share of them. Not cached: a function's share depends on
         where its neighbours run: cached by the split (the offloaded groups' nodes) and
-        the function's nodes, so a second compile of the model times nothing."""
+        the function's nodes, so a second compile of the model times nothing. Functions
+        whose kernels and shares are those of the whole graph's fusion are left out
+        (their estimate stands)."""
         if not offloaded:
             return {}
         split = hashlib.sha1(repr(sorted((target, tuple(n.name for n in nodes))
@@ -477,14 +493,16 @@ class CpuCostModel:
         keys = {f: "placed-" + hashlib.sha1(
             (split.hexdigest() + repr([n.name for n in nodes])).encode()).hexdigest()[:20]
             for f, nodes in kept.items()}
-        found = {}
+        found, same = {}, set()
         for function, key in keys.items():
             cached = self.cache.get(self.key, key)
-            if cached is not None:
+            if cached is not None and cached.get("same"):
+                same.add(function)
+            elif cached is not None:
                 found[function] = CostEstimate(
                     cached["seconds"], source=f"{cached['source']}, as placed (cached)",
                     detail={"samples": cached["samples"]})
-        if len(found) == len(kept):
+        if len(found) + len(same) == len(kept):
             return found
         scope = NameScope.of(graph)
         target_of = {id(n): target for nodes, target in offloaded for n in nodes}
@@ -493,16 +511,21 @@ class CpuCostModel:
             target = target_of[id(nodes[0])]
             return scope.fresh(f"{target}_placed"), {"target": target}
 
-        split = outline(graph, [list(nodes) for nodes, _ in offloaded], call)
+        remaining = outline(graph, [list(nodes) for nodes, _ in offloaded], call)
         known = self.context.timed_structures() if self.context is not None else {}
-        context = FusedContext(self.target, split,
+        context = FusedContext(self.target, remaining,
                                {id(f): frozenset(n.name for n in nodes)
-                                for f, nodes in kept.items()}, list(kept), known=known,
-                               every_part=True)
+                                for f, nodes in kept.items()}, list(kept), known=known)
         self.placed_context = context
+        whole = self.context
+        changed = [f for f in kept if f not in found and f not in same
+                   and not (whole is not None and whole.knows(f)
+                            and whole.kernels_of(f) == context.kernels_of(f))]
         for function in kept:
-            if function in found:
-                continue
+            if function not in found and function not in changed and function not in same:
+                self.cache.put(self.key, keys[function], {"same": True})
+        context.upfront = frozenset(id(f) for f in changed)
+        for function in changed:
             seconds, samples, source = context.measure(function)
             found[function] = CostEstimate(seconds, source=f"{source}, as placed",
                                            detail={"samples": samples})

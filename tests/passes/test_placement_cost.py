@@ -235,6 +235,7 @@ def _fixed_targets(accelerator: dict, cpu: dict) -> dict:
     targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
     targets["vta"].estimate = _Fixed(accelerator).estimate
     targets["llvm"].estimate = _Fixed(cpu).estimate
+    targets["llvm"].estimate_placed = None  # the fixed figures hold whatever the split
     return targets
 
 
@@ -321,6 +322,9 @@ def test_a_lower_bound_decides_without_estimating_the_other_device(model):
     for name, fake in (("vta", accelerator), ("llvm", cpu)):
         for hook in ("estimate", "cached", "lower_bound"):
             setattr(targets[name], hook, getattr(fake, hook))
+    # the fixed figures hold whatever the split: no estimates as placed (which would
+    # also ask the CPU for every unit once something is offloaded)
+    targets["llvm"].estimate_placed = None
     plan = run_pipeline(from_onnx(model), targets, "llvm", placement="cost").report.plan
     kinds = {u.function.attrs["composite"]: u for u in plan.composites}
     assert kinds["conv2d_bias_requantize"].chosen == "vta"
@@ -548,8 +552,8 @@ def test_kernels_timed_for_the_placement_are_the_builds(model, monkeypatch):
 def test_cpu_estimates_as_placed_time_the_kernels_the_build_fuses(model):
     """Once layers are offloaded, the CPU's build fuses its part otherwise than the
     whole graph (the dense layer's dequantization no longer joins it): the units kept on
-    the CPU are estimated again as shares of the kernels of that fusion, each of which
-    the build compiles; the chosen placement's total is theirs."""
+    the CPU whose kernels changed are estimated again as shares of the kernels of that
+    fusion, each of which the build compiles; the chosen placement's total is theirs."""
     from heterocc.sdk.te_target import structure_key
 
     vta = VtaTarget(clock_mhz=300, link_gbps=1000, link_latency_us=0)
@@ -557,9 +561,14 @@ def test_cpu_estimates_as_placed_time_the_kernels_the_build_fuses(model):
     plan = compiled.placement_report.plan
     assert any(u.chosen == "vta" for u in plan.composites)
     kept = [u for u in [*plan.composites, *plan.others] if u.chosen == "llvm"]
-    assert kept and all(u.as_placed is not None and u.as_placed.source.endswith("as placed")
-                        for u in kept)
-    context = plan.targets["llvm"].cost_model.placed_context
+    placed = [u for u in kept if u.as_placed is not None]
+    assert placed and all(u.as_placed.source.endswith("as placed") for u in placed)
+    model_ = plan.targets["llvm"].cost_model
+    context = model_.placed_context
+    # the others run in kernels of the whole graph's structures, with the same shares
+    for unit in kept:
+        same = model_.context.kernels_of(unit.function) == context.kernels_of(unit.function)
+        assert same == (unit.as_placed is None)
     built = {structure_key(n.body) for n in compiled.graph.nodes
              if n.body is not None and "target" not in n.attrs}
     assert set(context.timed_structures()) <= built
