@@ -76,11 +76,22 @@ class Placement:
         return row
 
     def estimate_text(self) -> str:
-        """``vta 0.64 / llvm 0.21`` (milliseconds; the chosen target first)."""
-        order = sorted(self.estimates, key=lambda t: t != self.target)
-        text = " / ".join(f"{t} {self.estimates[t].total_s * 1e3:.3g}" for t in order)
+        """``vta 0.64 / llvm 0.21`` (milliseconds; the chosen target first; ``*``: the
+        estimate as placed, :meth:`reason_text`)."""
         placed = getattr(self.cost, "as_placed", None)
-        return text if placed is None else f"{text} (as placed {placed.total_s * 1e3:.3g})"
+        order = sorted(self.estimates, key=lambda t: t != self.target)
+        return " / ".join(f"{t} {placed.total_s * 1e3:.3g}*" if placed is not None
+                          and t == self.target else f"{t} {self.estimates[t].total_s * 1e3:.3g}"
+                          for t in order)
+
+    def reason_text(self) -> str:
+        """The reason, with the estimate as placed where it differs (``*``)."""
+        placed = getattr(self.cost, "as_placed", None)
+        if placed is None or self.target not in self.estimates:
+            return self.reason
+        return (f"{self.reason}; *as placed (beside offloaded layers): "
+                f"{placed.total_s * 1e3:.3g} ms, in the whole graph "
+                f"{self.estimates[self.target].total_s * 1e3:.3g} ms")
 
 
 @dataclass
@@ -203,7 +214,7 @@ class PartitionReport:
             where = f"{p.region}/{p.composite}" if p.region else ""
             times = f"{p.estimate_text()[:24]:24s} " if timed else ""
             lines.append(f"{p.node[:32]:32s} {p.op[:20]:20s} {p.target:10s} {p.macs:12d} "
-                         f"{where[:36]:36s} {times}{p.reason}")
+                         f"{where[:36]:36s} {times}{p.reason_text()}")
         summary = self.to_json()
         for region in summary["regions"]:
             times = ", ".join(f"{t} {e['total_ms']:.3g} ms ({e['transfer_ms']:.3g} transfer)"

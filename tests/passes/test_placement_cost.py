@@ -577,7 +577,7 @@ def test_cpu_estimates_as_placed_time_the_kernels_the_build_fuses(model):
     assert plan.totals()["chosen_ms"] <= plan.totals()["all_cpu_ms"]
     rows = [r for r in compiled.placement_report.to_json()["nodes"] if "as_placed" in r]
     assert rows and all(r["target"] == "llvm" for r in rows)
-    assert "(as placed " in compiled.placement_report.format()
+    assert "*as placed (beside offloaded layers)" in compiled.placement_report.format()
 
 
 def test_kernel_shares_split_a_kernel_by_the_weight_of_each_part():
