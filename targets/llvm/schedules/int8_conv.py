@@ -129,6 +129,18 @@ def row_blocks(out_height: int, row_length: int, out_width: int, lanes: int,
     return best
 
 
+def block_of_rows(blocks: RowBlocks, row_length: int, y, column) -> tuple:
+    """Where output pixel (``y``, ``column``) lies in sums cut into ``blocks``: (block,
+    position in it), its rows ``row_length`` positions apart. The ``% extent``
+    changes no value (a row's columns lie in its block) but makes the region of the
+    sums that a block of output rows reads the block's whole extent, whole vectors
+    (bound inference takes [0, extent) for it)."""
+    column = column % blocks.extent
+    if blocks.rows == 1:
+        return y, column
+    return y // blocks.rows, y % blocks.rows * row_length + column
+
+
 def _flip(source: str, stored: str) -> int:
     """What storing ``source`` bytes as ``stored`` ones adds (+-128: the sign bit flipped)."""
     return (128 if stored == "uint8" else 0) - (128 if source == "uint8" else 0)
@@ -333,14 +345,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
     def result(b, k, y, column):
-        # ``% extent`` changes no value (a row's columns lie in its block) but makes
-        # the region of the sums that a block of output rows reads the block's whole
-        # extent, whole vectors (bound inference takes [0, extent) for it)
-        column = column % blocks.extent
-        if blocks.rows == 1:
-            at = (y, column)
-        else:
-            at = (y // blocks.rows, y % blocks.rows * stride_row + column)
+        at = block_of_rows(blocks, stride_row if flat else 0, y, column)
         # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
         return sums[(b, k, *at)] - offset * weight_sum(k)
 
@@ -416,8 +421,8 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
     """The cropped, zero-point-corrected sums of :func:`int8_conv` (or of a depthwise
     convolution), finished by the function's elementwise ``epilogue`` when it has one
     (bias, ``Requantize``): output rows in parallel, each a vector loop over its pixels,
-    which read the sums in a contiguous run. A dense convolution's sums are computed
-    block by block inside that loop (a tile of output channels by a block of rows,
+    which read the sums in a contiguous run. The sums are computed block by block
+    inside that loop (a tile of output channels by a block of rows,
     :class:`RowBlocks`), so that they are finished while in cache rather than written
     to memory whole and read back."""
     outer = result
@@ -427,14 +432,8 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
     stage = schedule[outer]
     n, k, y, x = stage.op.axis
     lanes = cpu.vector_lanes("int32")
-    sums = next((t for t in reads_of(result.op.body) if "int8_rows" in t.op.attrs), None)
-    if sums is None:
-        if int(x.extent) > lanes:
-            _, x = stage.split(x, lanes)
-        stage.vectorize(x)
-        stage.parallel(stage.fuse(n, k, y))
-        return
-    tiles: Int8ConvTiles = sums.op.attrs["int8_conv"]
+    sums = next(t for t in reads_of(result.op.body) if "int8_rows" in t.op.attrs)
+    tiles = sums.op.attrs.get("int8_conv") or sums.op.attrs["int8_depthwise"]
     blocks: RowBlocks = sums.op.attrs["int8_rows"]
     ko, ki = stage.split(k, tiles.channels)
     yo, yi = stage.split(y, blocks.rows)

@@ -23,6 +23,7 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     pack_int8_weight_array,
     packed_weight_shape,
     schedule_int8_conv,
+    schedule_int8_conv_result,
 )
 from heterocc.targets.llvm.schedules.int8_depthwise import (
     int8_depthwise_conv,
@@ -317,9 +318,15 @@ def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dil
     zero = te.placeholder((1,), data, "zero")
     attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
     out = int8_depthwise_conv(x, w, zero, attrs, cpu)
+    sums = out.op.body.tensor
     schedule = te.create_schedule(out)
-    schedule_int8_depthwise(schedule, out.op.body.tensor, cpu)
-    module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
+    schedule_int8_depthwise(schedule, sums, cpu)
+    schedule_int8_conv_result(schedule, out, cpu=cpu)
+    func = te.lower(schedule, [x, w, zero, out], name="conv")
+    # each block of rows summed inside the finishing loop, in a buffer of one block
+    block, tile = sums.op.attrs["int8_rows"], sums.op.attrs["int8_depthwise"].channels
+    assert _allocated_in_parallel_loop(func, sums.name) == [tile * block.extent]
+    module = hllvm.build(func, cpu=cpu)
     if not _host_runs(cpu):
         # cross-compiled: 16-bit vector products (int16 data times int8 weights) added
         # into the int32 sums by widening adds
@@ -365,8 +372,6 @@ def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filt
     """The finishing stage (here the sums times 3 plus the channel) runs over blocks of
     output rows in parallel and computes each block's sums inside (a buffer of one
     block, never the whole output's sums in memory), bit-exact on every description."""
-    from heterocc.targets.llvm.schedules.int8_conv import schedule_int8_conv_result
-
     cpu = parse_cpu(target)
     x = te.placeholder(shape, "uint8", "x")
     w = te.placeholder((filters, shape[1], *kernel), "int8", "w")
