@@ -167,10 +167,14 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
             offset = rx * dx
             return data[b, c, y * sy + ry * dy, offset % sx, column + offset // sx, 0]
 
+    # each tap's weight as a vector of int16 lanes (the product's operand as it is in
+    # memory: no byte load and broadcast per tap and channel in the inner loop)
+    weight = te.compute((channels, kh, kw, lanes), lambda c, i, j, lane: te.cast(
+        CENTERED, w[c, 0, i, j]), name="int8_weight_lanes", dtype=CENTERED)
     sums = te.compute(shape, lambda b, c, y, column: te.sum(
         # a 16-bit product: |x - zero| <= 255 times |w| <= 128 fits, so one 16-bit
         # multiply per tap (a full vector of int16 lanes) before widening to the sum
-        te.cast("int32", read(b, c, y, column) * te.cast(CENTERED, w[c, 0, ry, rx])),
+        te.cast("int32", read(b, c, y, column) * weight[c, ry, rx, column % lanes]),
         axis=[ry, rx]), name=f"{name}_depthwise", dtype="int32",
         attrs={"int8_depthwise": tiles, "int8_rows": blocks})
 
@@ -186,10 +190,11 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
     """The sums of :func:`int8_depthwise_conv`: a tile of channels by one vector of
     pixels accumulating in registers over the taps, computed block by block inside the
     finishing stage's parallel loop (:func:`.int8_conv.schedule_int8_conv_result`); the
-    packing of the data at root, in parallel (with stride 1 a padded
-    copy, its rows vectorized)."""
+    packing of the data and the weight's int16 vectors at root, in parallel (with
+    stride 1 a padded copy, its rows vectorized)."""
     tiles: Int8DepthwiseTiles = sums.op.attrs["int8_depthwise"]
     data = depthwise_data(sums)
+    schedule_rows(schedule, depthwise_weight(sums), cpu, serial_axes=2)
     if data.ndim == 6:  # pack_int8_data: a scalar copy
         pack_in_parallel(schedule, data)
     else:  # pack_centered_rows (stride 1) or pack_centered_phases: rows of a channel serial
@@ -205,3 +210,9 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
 def depthwise_data(sums: te.Tensor) -> te.Tensor:
     """The packed data the sums of :func:`int8_depthwise_conv` read."""
     return sums.op.body.source.value.a.tensor
+
+
+def depthwise_weight(sums: te.Tensor) -> te.Tensor:
+    """The weight, in vectors of int16 lanes, that the sums of
+    :func:`int8_depthwise_conv` read."""
+    return sums.op.body.source.value.b.tensor
