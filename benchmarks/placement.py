@@ -4,8 +4,8 @@ onnxruntime's quantize_static (QDQ, int8 activations, per-channel weights) for
 
     python benchmarks/placement.py [--models resnet18,mobilenet_v2] [--size 224]
         [--configs 1x16x16@100,1x32x32@300] [--link-gbps 1] [--onnx-helper]
-        [--stream mobilenet_v2:1x16x16@100] [--stream-inputs 16]
-        [--stream-placement throughput|cost|greedy] [--svg-dir DIR]
+        [--stream mobilenet_v2:1x16x16@100[,MODEL:CONFIG...]] [--stream-inputs 16]
+        [--stream-placement throughput|cost|greedy] [--stream-trace-dir DIR] [--svg-dir DIR]
 
 Prints the machine, the accelerator configs with their clock and the host link; then
 per model and config:
@@ -23,8 +23,10 @@ per model and config:
   reference integer semantics of the partitioned graph (NumPy);
 - a stream of inputs through the pipelined runtime for one model and config, placed for
   throughput (``--stream-placement``: the devices' time per input balanced, so both
-  carry work): the modelled sequential and pipelined times (CPU spans measured,
-  accelerator spans from its cycle counts at the clock) and the throughput ratio;
+  carry work): the modelled sequential and pipelined times (CPU spans and the host part
+  of accelerator calls measured in a replay pass without the simulator beside them,
+  accelerator spans from its cycle counts at the clock, transfers from the link) and the
+  throughput ratio, and the CPU time per input in the live run beside the simulator;
 - compile time, each compile in a fresh interpreter: greedy, cost with an empty estimate
   cache, cost again (cache warm): what placement adds over the greedy compile, and the
   partition pass's share.
@@ -36,6 +38,7 @@ compared with; figures depend on the load of the machine (printed).
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import statistics
@@ -53,6 +56,7 @@ from vta_resnet18 import quantized  # noqa: E402
 import heterocc  # noqa: E402
 from heterocc.passes.placement_picture import placement_svg  # noqa: E402
 from heterocc.runtime.interpreter import evaluate  # noqa: E402
+from heterocc.runtime.pipeline import chrome_trace  # noqa: E402
 from heterocc.targets import get_target  # noqa: E402
 from heterocc.targets.llvm import cost as cpu_cost  # noqa: E402
 from heterocc.targets.vta import VtaTarget  # noqa: E402
@@ -151,8 +155,10 @@ def _print_cpu_accuracy(pairs: list[tuple[float, float]]) -> None:
               f"({100 * abs(estimated - measured) / measured:.1f}%)")
 
 
-def _stream(model, vta: VtaTarget, size: int, count: int, placement: str) -> None:
-    """``count`` inputs through the pipelined runtime, placed by ``placement``."""
+def _stream(model, vta: VtaTarget, size: int, count: int, placement: str,
+            trace: str | None = None) -> bool:
+    """``count`` inputs through the pipelined runtime, placed by ``placement``; whether
+    the stream's outputs are the bits of one run after another."""
     compiled = heterocc.compile(model, target=[vta, "llvm"], placement=placement)
     plan = compiled.placement_report.plan
     if plan is not None:
@@ -161,18 +167,46 @@ def _stream(model, vta: VtaTarget, size: int, count: int, placement: str) -> Non
               + ", ".join(f"{d} {s * 1e3:.2f} ms" for d, s in sorted(plan.busy().items())))
     rng = np.random.default_rng(1)
     xs = [rng.standard_normal((1, 3, size, size)).astype(np.float32) for _ in range(count)]
-    result = compiled.run_stream([[x] for x in xs])
+    start = time.process_time()
+    result = compiled.run_stream([[x] for x in xs], replays=5)
+    cpu_seconds = time.process_time() - start
     exact = all(np.array_equal(out[0], compiled.run([x])[0])
-                for x, out in zip(xs[:2], result.outputs[:2]))
+                for x, out in zip(xs, result.outputs))
     busy = result.busy(result.sequential)
-    overlap = any(a.lane == "llvm" and b.lane == "vta" and a.start < b.end and b.start < a.end
-                  for a in result.pipelined for b in result.pipelined)
-    print(f"  stream of {count}: busy per input: " + ", ".join(
-        f"{lane} {seconds / count * 1e3:.2f} ms" for lane, seconds in busy.items()))
+    device = [s for s in result.pipelined if s.lane == "vta"]
+    cpu = [s for s in result.pipelined if s.lane == "llvm"]
+    overlap = sum(1 for a in cpu if any(a.start < b.end and b.start < a.end and a.input != b.input
+                                        for b in device))
+    print(f"  stream of {count}: per input, CPU functions {busy.get('llvm', 0) / count * 1e3:.2f} "
+          f"ms measured in the replay (accelerator results replayed, fastest of 5 passes; "
+          f"{result.live_seconds.get('llvm', 0) / count * 1e3:.2f} ms in the live run beside "
+          "the simulator); vta: host part "
+          f"{busy.get('vta host', 0) / count * 1e3:.2f} ms measured, link "
+          f"{busy.get('vta link', 0) / count * 1e3:.2f} ms and compute "
+          f"{busy.get('vta', 0) / count * 1e3:.2f} ms modelled")
     print(f"  modelled: sequential {result.makespan(result.sequential) * 1e3:.1f} ms, "
           f"pipelined {result.makespan(result.pipelined) * 1e3:.1f} ms -> throughput "
-          f"{result.speedup:.2f}x; CPU and accelerator spans overlap: {overlap}; "
-          f"outputs bit-exact: {exact}; wall time here {result.wall_seconds:.1f} s")
+          f"{result.speedup:.2f}x; CPU spans overlapping another input's accelerator "
+          f"compute: {overlap} of {len(cpu)}; replay bit-exact: {result.replay_bit_exact}; "
+          f"outputs bit-exact against one run after another: {exact}; wall time here "
+          f"{result.wall_seconds:.1f} s, CPU time of the live run and replays "
+          f"{cpu_seconds:.1f} s")
+    busy_cpu = result.busy(result.timeline(False, clock="cpu"))
+    print(f"  the same replay timed by this process's CPU seconds instead of wall time "
+          f"(other processes do not slow it; a parallel kernel's threads counted together): "
+          f"CPU functions {busy_cpu.get('llvm', 0) / count * 1e3:.2f} ms, vta host part "
+          f"{busy_cpu.get('vta host', 0) / count * 1e3:.2f} ms per input -> throughput "
+          f"{result.speedup_of('cpu'):.2f}x")
+    print(f"  with the accelerator calls' host part on the CPU's lane instead (the driver's "
+          f"conversions waiting for the CPU's functions): "
+          f"{result.speedup_of(host_parts_on='llvm'):.2f}x (wall), "
+          f"{result.speedup_of('cpu', 'llvm'):.2f}x (CPU seconds)")
+    if trace:
+        names = {k: n.name for k, n in enumerate(compiled.graph.nodes)}
+        with open(trace, "w") as f:
+            json.dump(chrome_trace(result.pipelined, names, "pipelined (modelled)"), f)
+        print(f"  wrote {trace}")
+    return exact and result.replay_bit_exact
 
 
 def _config(text: str, link_gbps: float) -> VtaTarget:
@@ -188,9 +222,12 @@ def main() -> int:
                     help="accelerator shapes and clocks (MHz), comma-separated")
     ap.add_argument("--link-gbps", type=float, default=1.0)
     ap.add_argument("--stream", default="mobilenet_v2:1x16x16@100",
-                    help="MODEL:CONFIG run as a stream of --stream-inputs inputs (a split "
-                         "where both devices carry work); empty: none")
+                    help="MODEL:CONFIG[,MODEL:CONFIG...] each run as a stream of "
+                         "--stream-inputs inputs (a split where both devices carry work); "
+                         "empty: none")
     ap.add_argument("--stream-inputs", type=int, default=16)
+    ap.add_argument("--stream-trace-dir", help="write each stream's pipelined timeline here "
+                                               "as Chrome trace JSON (MODEL-CONFIG.json)")
     ap.add_argument("--stream-placement", default="throughput",
                     choices=["throughput", "cost", "greedy"],
                     help="placement of the stream's model (default throughput: the devices' "
@@ -262,13 +299,18 @@ def main() -> int:
                   f"{p_warm:.2f} s = {100 * p_warm / t_warm:.1f}% of the compile)")
             if not ok or not exact:
                 failures.append(f"{name} {text}")
-    if args.stream:
-        name, _, text = args.stream.partition(":")
+    for stream in [item for item in args.stream.split(",") if item]:
+        name, _, text = stream.partition(":")
         model = quantized(name, not args.onnx_helper, args.size, "qdq", "int8", False)
         print(f"\n{name} on vta {text} MHz + llvm, {args.stream_placement} placement, "
-              "pipelined:")
-        _stream(model, _config(text, args.link_gbps), args.size, args.stream_inputs,
-                args.stream_placement)
+              f"pipelined (load {os.getloadavg()[0]:.2f}):")
+        trace = os.path.join(args.stream_trace_dir, f"{name}-{text}.json") \
+            if args.stream_trace_dir else None
+        if args.stream_trace_dir:
+            os.makedirs(args.stream_trace_dir, exist_ok=True)
+        if not _stream(model, _config(text, args.link_gbps), args.size, args.stream_inputs,
+                       args.stream_placement, trace):
+            failures.append(f"stream {stream}")
     print(f"\ncost strictly better than both on at least one: {strictly_better}")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     if failures:
