@@ -6,6 +6,7 @@ onnxruntime's quantize_static (QDQ, int8 activations, per-channel weights) for
         [--configs 1x16x16@100,1x32x32@300] [--link-gbps 1] [--onnx-helper]
         [--stream mobilenet_v2:1x16x16@100[,MODEL:CONFIG...]] [--stream-inputs 16]
         [--stream-placement throughput|cost|greedy] [--stream-trace-dir DIR] [--svg-dir DIR]
+        [--no-compile-time]
 
 Prints the machine, the accelerator configs with their clock and the host link; then
 per model and config:
@@ -108,8 +109,9 @@ def _accelerator_accuracy(compiled, vta: VtaTarget) -> tuple[int, float]:
 def _cpu_accuracy(compiled, report) -> tuple[list[tuple[float, float]], int, int]:
     """(estimate, measured) seconds of each unit the placement keeps on the CPU: measured
     is its share (``kernel_shares``, as the estimate divides the kernels it times) of
-    the compiled model's own CPU kernels, each timed here the way the estimate times
-    (fastest of at least 5 calls and 0.2 s after a warm-up); and of the candidates the
+    the compiled model's own CPU kernels, timed here the way the estimate times them
+    (``time_in_rounds``: alternating rounds, the fastest call; here 5 rounds of at least
+    5 calls and 40 ms per kernel); and of the candidates the
     accelerator took on the CPU's lower bound alone, how many and how many of them the
     CPU runs faster than that bound (a wrong bound), each fused and timed alone."""
     llvm = get_target("llvm")
@@ -119,10 +121,11 @@ def _cpu_accuracy(compiled, report) -> tuple[list[tuple[float, float]], int, int
               if n.body is not None and "target" not in n.attrs and n.name in kernels]
     shares = cpu_cost.kernel_shares(on_cpu, {k: frozenset(n.name for n in unit.nodes)
                                              for k, unit in enumerate(units)})
-    timed = {n.name: min(cpu_cost.time_call(kernels[n.name],
-                                            cpu_cost.random_arguments(n.inputs),
-                                            min_samples=5, min_seconds=0.2))
-             for n in on_cpu}
+    # every kernel timed the way the estimate times them (alternating rounds, the
+    # fastest call), in more and longer rounds
+    timed = {name: seconds for name, (seconds, _) in cpu_cost.time_in_rounds(
+        {n.name: (kernels[n.name], cpu_cost.random_arguments(n.inputs)) for n in on_cpu},
+        rounds=5, min_samples=5, min_seconds=0.04).items()}
     pairs = []
     bounded = wrong = 0
     for k, unit in enumerate(units):
@@ -133,7 +136,8 @@ def _cpu_accuracy(compiled, report) -> tuple[list[tuple[float, float]], int, int
                                               min_samples=5, min_seconds=0.2))
             wrong += measured < llvm.lower_bound(unit.function)[0]
         elif unit.chosen == "llvm" and "llvm" in unit.candidates and shares[k]:
-            pairs.append((unit.candidates["llvm"].compute_s,
+            # the estimate of the unit as placed (its neighbours offloaded) where made
+            pairs.append(((unit.as_placed or unit.candidates["llvm"]).compute_s,
                           sum(share * timed[n.name] for n, share in shares[k])))
     return pairs, bounded, wrong
 
@@ -232,6 +236,10 @@ def main() -> int:
                     choices=["throughput", "cost", "greedy"],
                     help="placement of the stream's model (default throughput: the devices' "
                          "time per input balanced, since they overlap across inputs)")
+    ap.add_argument("--no-compile-time", dest="compile_time", action="store_false",
+                    help="skip the compile times (three compiles in fresh interpreters per "
+                         "model and config; benchmarks/placement_compile_time.py measures "
+                         "them in CPU time)")
     ap.add_argument("--svg-dir", help="write each placement's picture here "
                                       "(MODEL-SHAPE@CLOCK.svg)")
     ap.add_argument("--onnx-helper", action="store_true",
@@ -255,9 +263,10 @@ def main() -> int:
             cache = tempfile.mkdtemp(prefix="heterocc-costs-")
             # compile times, each in a fresh interpreter: greedy, cost with an empty
             # estimate cache, cost again with the cache it left
-            t_greedy, _ = _compile_time(model, text, args.link_gbps, "greedy", cache)
-            t_cold, p_cold = _compile_time(model, text, args.link_gbps, "cost", cache)
-            t_warm, p_warm = _compile_time(model, text, args.link_gbps, "cost", cache)
+            if args.compile_time:
+                t_greedy, _ = _compile_time(model, text, args.link_gbps, "greedy", cache)
+                t_cold, p_cold = _compile_time(model, text, args.link_gbps, "cost", cache)
+                t_warm, p_warm = _compile_time(model, text, args.link_gbps, "cost", cache)
             os.environ["HETEROCC_CACHE_DIR"] = cache
             greedy, _, _ = _compile(model, _config(text, args.link_gbps), "greedy")
             vta = _config(text, args.link_gbps)
@@ -291,12 +300,14 @@ def main() -> int:
             print(f"  offloaded on the CPU's lower bound, unmeasured while compiling: "
                   f"{bounded}; of them measured here faster than the bound: {wrong}")
             print(f"  bit-exact (cost vs greedy vs integer reference): {exact}")
-            print(f"  compile (each in a fresh interpreter): greedy {t_greedy:.2f} s; cost, "
-                  f"empty estimate cache {t_cold:.2f} s (+{100 * (t_cold / t_greedy - 1):.1f}% "
-                  f"over greedy; partition pass {p_cold:.2f} s, accelerator kernels it "
-                  f"compiled reused by the build); cost, cache warm {t_warm:.2f} s "
-                  f"(+{100 * (t_warm / t_greedy - 1):.1f}% over greedy; partition pass "
-                  f"{p_warm:.2f} s = {100 * p_warm / t_warm:.1f}% of the compile)")
+            if args.compile_time:
+                print(f"  compile (each in a fresh interpreter): greedy {t_greedy:.2f} s; cost, "
+                      f"empty estimate cache {t_cold:.2f} s "
+                      f"(+{100 * (t_cold / t_greedy - 1):.1f}% over greedy; partition pass "
+                      f"{p_cold:.2f} s, accelerator kernels it compiled reused by the "
+                      f"build); cost, cache warm {t_warm:.2f} s "
+                      f"(+{100 * (t_warm / t_greedy - 1):.1f}% over greedy; partition pass "
+                      f"{p_warm:.2f} s = {100 * p_warm / t_warm:.1f}% of the compile)")
             if not ok or not exact:
                 failures.append(f"{name} {text}")
     for stream in [item for item in args.stream.split(",") if item]:

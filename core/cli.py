@@ -262,7 +262,8 @@ def cmd_inspect(args) -> int:
 
 def cmd_partition(args) -> int:
     compiled = hcompile(args.model, target=args.target, shapes=parse_shapes(args.shape),
-                        strict=args.strict, placement=args.placement)
+                        strict=args.strict, placement=args.placement,
+                        tuning_log=args.tuning_log)
     report = compiled.placement_report
     for path, write in ((args.svg, placement_svg), (args.html, placement_html)):
         if path and report is not None:
@@ -548,6 +549,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default): cost when every target can estimate")
     p.add_argument("--svg", help="write a picture of the placement (SVG) to this file")
     p.add_argument("--html", help="write the picture and the table (HTML) to this file")
+    p.add_argument("--tuning-log", help="apply the best configs of this tuning log (placement "
+                                        "by cost reads the CPU kernels' times from it)")
     p.set_defaults(func=cmd_partition)
 
     p = sub.add_parser("quantize", help="quantize a float model to int8 QDQ ONNX with the "

@@ -196,8 +196,9 @@ class CompiledModel:
         fallback = list(targets)[-1]
         started = time.perf_counter()
         how, why = choose_placement(self.placement, targets)
-        result = run_pipeline(graph, targets, fallback, self.strict, self.calibration,
-                              self.dump_ir, self.quantization, how)
+        with _tuning_context(self.tuning_log):  # placement by cost estimates tuned kernels
+            result = run_pipeline(graph, targets, fallback, self.strict, self.calibration,
+                                  self.dump_ir, self.quantization, how)
         if time.perf_counter() - started > PROGRESS_AFTER_S:  # a large model: say so
             logger.info(f"graph passes: {graph.num_nodes()} -> {result.graph.num_nodes()} "
                         f"nodes in {time.perf_counter() - started:.1f} s "
