@@ -8,10 +8,12 @@ the CPU (``llvm``), run with the branches overlapping and one function after ano
 Prints the CPU, the placement, the wall time per run of both ways (medians over
 alternating rounds in one process, and their ratio), whether the outputs are the same
 bits, and the modelled timeline of one run (``CompiledModel.run_timeline``: accelerator
-spans from the device's cycle counts at ``--clock-mhz``, CPU spans measured): one
-function after another against the devices overlapping. The accelerator here is the
-simulator, so the wall times say how much of the simulator's and the CPU kernels' work
-overlaps on this machine; the modelled timeline says what the hardware would do.
+spans from the device's cycle counts at ``--clock-mhz`` and its link, CPU spans and the
+host part of the accelerator's calls measured in a replay pass without the simulator
+beside them): one function after another against the devices overlapping. The
+accelerator here is the simulator, so the wall times say how much of the simulator's and
+the CPU kernels' work overlaps on this machine; the modelled timeline says what the
+hardware would do.
 """
 
 from __future__ import annotations

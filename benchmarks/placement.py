@@ -4,8 +4,9 @@ onnxruntime's quantize_static (QDQ, int8 activations, per-channel weights) for
 
     python benchmarks/placement.py [--models resnet18,mobilenet_v2] [--size 224]
         [--configs 1x16x16@100,1x32x32@300] [--link-gbps 1] [--onnx-helper]
-        [--stream mobilenet_v2:1x16x16@100] [--stream-inputs 16]
-        [--stream-placement throughput|cost|greedy] [--svg-dir DIR]
+        [--stream mobilenet_v2:1x16x16@100[,MODEL:CONFIG...]] [--stream-inputs 16]
+        [--stream-placement throughput|cost|greedy] [--stream-trace-dir DIR] [--svg-dir DIR]
+        [--no-compile-time]
 
 Prints the machine, the accelerator configs with their clock and the host link; then
 per model and config:
@@ -23,8 +24,10 @@ per model and config:
   reference integer semantics of the partitioned graph (NumPy);
 - a stream of inputs through the pipelined runtime for one model and config, placed for
   throughput (``--stream-placement``: the devices' time per input balanced, so both
-  carry work): the modelled sequential and pipelined times (CPU spans measured,
-  accelerator spans from its cycle counts at the clock) and the throughput ratio;
+  carry work): the modelled sequential and pipelined times (CPU spans and the host part
+  of accelerator calls measured in a replay pass without the simulator beside them,
+  accelerator spans from its cycle counts at the clock, transfers from the link) and the
+  throughput ratio, and the CPU time per input in the live run beside the simulator;
 - compile time, each compile in a fresh interpreter: greedy, cost with an empty estimate
   cache, cost again (cache warm): what placement adds over the greedy compile, and the
   partition pass's share.
@@ -36,6 +39,7 @@ compared with; figures depend on the load of the machine (printed).
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import statistics
@@ -53,6 +57,7 @@ from vta_resnet18 import quantized  # noqa: E402
 import heterocc  # noqa: E402
 from heterocc.passes.placement_picture import placement_svg  # noqa: E402
 from heterocc.runtime.interpreter import evaluate  # noqa: E402
+from heterocc.runtime.pipeline import chrome_trace  # noqa: E402
 from heterocc.targets import get_target  # noqa: E402
 from heterocc.targets.llvm import cost as cpu_cost  # noqa: E402
 from heterocc.targets.vta import VtaTarget  # noqa: E402
@@ -104,8 +109,9 @@ def _accelerator_accuracy(compiled, vta: VtaTarget) -> tuple[int, float]:
 def _cpu_accuracy(compiled, report) -> tuple[list[tuple[float, float]], int, int]:
     """(estimate, measured) seconds of each unit the placement keeps on the CPU: measured
     is its share (``kernel_shares``, as the estimate divides the kernels it times) of
-    the compiled model's own CPU kernels, each timed here the way the estimate times
-    (fastest of at least 5 calls and 0.2 s after a warm-up); and of the candidates the
+    the compiled model's own CPU kernels, timed here the way the estimate times them
+    (``time_in_rounds``: alternating rounds, the fastest call; here 5 rounds of at least
+    5 calls and 40 ms per kernel); and of the candidates the
     accelerator took on the CPU's lower bound alone, how many and how many of them the
     CPU runs faster than that bound (a wrong bound), each fused and timed alone."""
     llvm = get_target("llvm")
@@ -115,10 +121,11 @@ def _cpu_accuracy(compiled, report) -> tuple[list[tuple[float, float]], int, int
               if n.body is not None and "target" not in n.attrs and n.name in kernels]
     shares = cpu_cost.kernel_shares(on_cpu, {k: frozenset(n.name for n in unit.nodes)
                                              for k, unit in enumerate(units)})
-    timed = {n.name: min(cpu_cost.time_call(kernels[n.name],
-                                            cpu_cost.random_arguments(n.inputs),
-                                            min_samples=5, min_seconds=0.2))
-             for n in on_cpu}
+    # every kernel timed the way the estimate times them (alternating rounds, the
+    # fastest call), in more and longer rounds
+    timed = {name: seconds for name, (seconds, _) in cpu_cost.time_in_rounds(
+        {n.name: (kernels[n.name], cpu_cost.random_arguments(n.inputs)) for n in on_cpu},
+        rounds=5, min_samples=5, min_seconds=0.04).items()}
     pairs = []
     bounded = wrong = 0
     for k, unit in enumerate(units):
@@ -129,7 +136,8 @@ def _cpu_accuracy(compiled, report) -> tuple[list[tuple[float, float]], int, int
                                               min_samples=5, min_seconds=0.2))
             wrong += measured < llvm.lower_bound(unit.function)[0]
         elif unit.chosen == "llvm" and "llvm" in unit.candidates and shares[k]:
-            pairs.append((unit.candidates["llvm"].compute_s,
+            # the estimate of the unit as placed (its neighbours offloaded) where made
+            pairs.append(((unit.as_placed or unit.candidates["llvm"]).compute_s,
                           sum(share * timed[n.name] for n, share in shares[k])))
     return pairs, bounded, wrong
 
@@ -151,8 +159,10 @@ def _print_cpu_accuracy(pairs: list[tuple[float, float]]) -> None:
               f"({100 * abs(estimated - measured) / measured:.1f}%)")
 
 
-def _stream(model, vta: VtaTarget, size: int, count: int, placement: str) -> None:
-    """``count`` inputs through the pipelined runtime, placed by ``placement``."""
+def _stream(model, vta: VtaTarget, size: int, count: int, placement: str,
+            trace: str | None = None) -> bool:
+    """``count`` inputs through the pipelined runtime, placed by ``placement``; whether
+    the stream's outputs are the bits of one run after another."""
     compiled = heterocc.compile(model, target=[vta, "llvm"], placement=placement)
     plan = compiled.placement_report.plan
     if plan is not None:
@@ -161,18 +171,46 @@ def _stream(model, vta: VtaTarget, size: int, count: int, placement: str) -> Non
               + ", ".join(f"{d} {s * 1e3:.2f} ms" for d, s in sorted(plan.busy().items())))
     rng = np.random.default_rng(1)
     xs = [rng.standard_normal((1, 3, size, size)).astype(np.float32) for _ in range(count)]
-    result = compiled.run_stream([[x] for x in xs])
+    start = time.process_time()
+    result = compiled.run_stream([[x] for x in xs], replays=5)
+    cpu_seconds = time.process_time() - start
     exact = all(np.array_equal(out[0], compiled.run([x])[0])
-                for x, out in zip(xs[:2], result.outputs[:2]))
+                for x, out in zip(xs, result.outputs))
     busy = result.busy(result.sequential)
-    overlap = any(a.lane == "llvm" and b.lane == "vta" and a.start < b.end and b.start < a.end
-                  for a in result.pipelined for b in result.pipelined)
-    print(f"  stream of {count}: busy per input: " + ", ".join(
-        f"{lane} {seconds / count * 1e3:.2f} ms" for lane, seconds in busy.items()))
+    device = [s for s in result.pipelined if s.lane == "vta"]
+    cpu = [s for s in result.pipelined if s.lane == "llvm"]
+    overlap = sum(1 for a in cpu if any(a.start < b.end and b.start < a.end and a.input != b.input
+                                        for b in device))
+    print(f"  stream of {count}: per input, CPU functions {busy.get('llvm', 0) / count * 1e3:.2f} "
+          f"ms measured in the replay (accelerator results replayed, fastest of 5 passes; "
+          f"{result.live_seconds.get('llvm', 0) / count * 1e3:.2f} ms in the live run beside "
+          "the simulator); vta: host part "
+          f"{busy.get('vta host', 0) / count * 1e3:.2f} ms measured, link "
+          f"{busy.get('vta link', 0) / count * 1e3:.2f} ms and compute "
+          f"{busy.get('vta', 0) / count * 1e3:.2f} ms modelled")
     print(f"  modelled: sequential {result.makespan(result.sequential) * 1e3:.1f} ms, "
           f"pipelined {result.makespan(result.pipelined) * 1e3:.1f} ms -> throughput "
-          f"{result.speedup:.2f}x; CPU and accelerator spans overlap: {overlap}; "
-          f"outputs bit-exact: {exact}; wall time here {result.wall_seconds:.1f} s")
+          f"{result.speedup:.2f}x; CPU spans overlapping another input's accelerator "
+          f"compute: {overlap} of {len(cpu)}; replay bit-exact: {result.replay_bit_exact}; "
+          f"outputs bit-exact against one run after another: {exact}; wall time here "
+          f"{result.wall_seconds:.1f} s, CPU time of the live run and replays "
+          f"{cpu_seconds:.1f} s")
+    busy_cpu = result.busy(result.timeline(False, clock="cpu"))
+    print(f"  the same replay timed by this process's CPU seconds instead of wall time "
+          f"(other processes do not slow it; a parallel kernel's threads counted together): "
+          f"CPU functions {busy_cpu.get('llvm', 0) / count * 1e3:.2f} ms, vta host part "
+          f"{busy_cpu.get('vta host', 0) / count * 1e3:.2f} ms per input -> throughput "
+          f"{result.speedup_of('cpu'):.2f}x")
+    print(f"  with the accelerator calls' host part on the CPU's lane instead (the driver's "
+          f"conversions waiting for the CPU's functions): "
+          f"{result.speedup_of(host_parts_on='llvm'):.2f}x (wall), "
+          f"{result.speedup_of('cpu', 'llvm'):.2f}x (CPU seconds)")
+    if trace:
+        names = {k: n.name for k, n in enumerate(compiled.graph.nodes)}
+        with open(trace, "w") as f:
+            json.dump(chrome_trace(result.pipelined, names, "pipelined (modelled)"), f)
+        print(f"  wrote {trace}")
+    return exact and result.replay_bit_exact
 
 
 def _config(text: str, link_gbps: float) -> VtaTarget:
@@ -188,13 +226,20 @@ def main() -> int:
                     help="accelerator shapes and clocks (MHz), comma-separated")
     ap.add_argument("--link-gbps", type=float, default=1.0)
     ap.add_argument("--stream", default="mobilenet_v2:1x16x16@100",
-                    help="MODEL:CONFIG run as a stream of --stream-inputs inputs (a split "
-                         "where both devices carry work); empty: none")
+                    help="MODEL:CONFIG[,MODEL:CONFIG...] each run as a stream of "
+                         "--stream-inputs inputs (a split where both devices carry work); "
+                         "empty: none")
     ap.add_argument("--stream-inputs", type=int, default=16)
+    ap.add_argument("--stream-trace-dir", help="write each stream's pipelined timeline here "
+                                               "as Chrome trace JSON (MODEL-CONFIG.json)")
     ap.add_argument("--stream-placement", default="throughput",
                     choices=["throughput", "cost", "greedy"],
                     help="placement of the stream's model (default throughput: the devices' "
                          "time per input balanced, since they overlap across inputs)")
+    ap.add_argument("--no-compile-time", dest="compile_time", action="store_false",
+                    help="skip the compile times (three compiles in fresh interpreters per "
+                         "model and config; benchmarks/placement_compile_time.py measures "
+                         "them in CPU time)")
     ap.add_argument("--svg-dir", help="write each placement's picture here "
                                       "(MODEL-SHAPE@CLOCK.svg)")
     ap.add_argument("--onnx-helper", action="store_true",
@@ -218,9 +263,10 @@ def main() -> int:
             cache = tempfile.mkdtemp(prefix="heterocc-costs-")
             # compile times, each in a fresh interpreter: greedy, cost with an empty
             # estimate cache, cost again with the cache it left
-            t_greedy, _ = _compile_time(model, text, args.link_gbps, "greedy", cache)
-            t_cold, p_cold = _compile_time(model, text, args.link_gbps, "cost", cache)
-            t_warm, p_warm = _compile_time(model, text, args.link_gbps, "cost", cache)
+            if args.compile_time:
+                t_greedy, _ = _compile_time(model, text, args.link_gbps, "greedy", cache)
+                t_cold, p_cold = _compile_time(model, text, args.link_gbps, "cost", cache)
+                t_warm, p_warm = _compile_time(model, text, args.link_gbps, "cost", cache)
             os.environ["HETEROCC_CACHE_DIR"] = cache
             greedy, _, _ = _compile(model, _config(text, args.link_gbps), "greedy")
             vta = _config(text, args.link_gbps)
@@ -254,21 +300,28 @@ def main() -> int:
             print(f"  offloaded on the CPU's lower bound, unmeasured while compiling: "
                   f"{bounded}; of them measured here faster than the bound: {wrong}")
             print(f"  bit-exact (cost vs greedy vs integer reference): {exact}")
-            print(f"  compile (each in a fresh interpreter): greedy {t_greedy:.2f} s; cost, "
-                  f"empty estimate cache {t_cold:.2f} s (+{100 * (t_cold / t_greedy - 1):.1f}% "
-                  f"over greedy; partition pass {p_cold:.2f} s, accelerator kernels it "
-                  f"compiled reused by the build); cost, cache warm {t_warm:.2f} s "
-                  f"(+{100 * (t_warm / t_greedy - 1):.1f}% over greedy; partition pass "
-                  f"{p_warm:.2f} s = {100 * p_warm / t_warm:.1f}% of the compile)")
+            if args.compile_time:
+                print(f"  compile (each in a fresh interpreter): greedy {t_greedy:.2f} s; cost, "
+                      f"empty estimate cache {t_cold:.2f} s "
+                      f"(+{100 * (t_cold / t_greedy - 1):.1f}% over greedy; partition pass "
+                      f"{p_cold:.2f} s, accelerator kernels it compiled reused by the "
+                      f"build); cost, cache warm {t_warm:.2f} s "
+                      f"(+{100 * (t_warm / t_greedy - 1):.1f}% over greedy; partition pass "
+                      f"{p_warm:.2f} s = {100 * p_warm / t_warm:.1f}% of the compile)")
             if not ok or not exact:
                 failures.append(f"{name} {text}")
-    if args.stream:
-        name, _, text = args.stream.partition(":")
+    for stream in [item for item in args.stream.split(",") if item]:
+        name, _, text = stream.partition(":")
         model = quantized(name, not args.onnx_helper, args.size, "qdq", "int8", False)
         print(f"\n{name} on vta {text} MHz + llvm, {args.stream_placement} placement, "
-              "pipelined:")
-        _stream(model, _config(text, args.link_gbps), args.size, args.stream_inputs,
-                args.stream_placement)
+              f"pipelined (load {os.getloadavg()[0]:.2f}):")
+        trace = os.path.join(args.stream_trace_dir, f"{name}-{text}.json") \
+            if args.stream_trace_dir else None
+        if args.stream_trace_dir:
+            os.makedirs(args.stream_trace_dir, exist_ok=True)
+        if not _stream(model, _config(text, args.link_gbps), args.size, args.stream_inputs,
+                       args.stream_placement, trace):
+            failures.append(f"stream {stream}")
     print(f"\ncost strictly better than both on at least one: {strictly_better}")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     if failures:

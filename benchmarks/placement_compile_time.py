@@ -6,12 +6,14 @@
 Each model (torch-exported, ``quantize_static`` QDQ per-channel, as in
 ``benchmarks/placement.py``) is compiled for ``vta,llvm`` in a fresh interpreter per
 compile, round after round: greedy, cost with an empty estimate cache, cost again with
-the cache that left; ``--alone`` adds, before them, cost with an empty cache where the CPU
-times each candidate fused alone (without ``estimate_within``: its kernels are not the
-build's). Prints the medians over the rounds of the wall time and of the
-process's CPU time (user + system): other processes on a loaded machine stretch wall
-times (identical compiles here differ twofold at a load of 12) far more than the CPU
-time a compile spends, so the CPU time is the figure to compare.
+the cache that left (and how many accelerator kernels a cost compile compiled only to
+estimate them, left unused by its build); ``--alone`` adds, before them, cost with an
+empty cache where the CPU times each candidate fused alone (without
+``estimate_within``: its kernels are not the build's). Prints the medians over the
+rounds of the wall time and of the process's CPU time (user + system): other processes
+on a loaded machine stretch wall times (identical compiles here differ twofold at a load
+of 12) far more than the CPU time a compile spends, so the CPU time is the figure to
+compare.
 """
 
 from __future__ import annotations
@@ -44,8 +46,13 @@ shape, _, clock = config.partition("@")
 vta = VtaTarget(config=shape, clock_mhz=float(clock or 100), link_gbps=1)
 model = onnx.load(path)
 wall, cpu = time.perf_counter(), time.process_time()
-heterocc.compile(model, target=[vta, "llvm"], placement=placement)
-print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}))
+compiled = heterocc.compile(model, target=[vta, "llvm"], placement=placement)
+wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+plan = compiled.placement_report.plan
+print(json.dumps({"wall": wall, "cpu": cpu,
+                  # accelerator kernels compiled to be estimated that the build left
+                  "unused_vta": len(vta.cost_model.compiled),
+                  "offloaded": sum(u.chosen == "vta" for u in plan.composites) if plan else None}))
 """
 
 
@@ -89,6 +96,10 @@ def main() -> int:
                 a = statistics.median(r[key] for r in rows["alone"])
                 print(f"  {key} time, cost, empty cache, each candidate timed alone: "
                       f"{a:.2f} s ({100 * (a / g - 1):+.1f}%)")
+        for label in ("cold", "warm"):
+            print(f"  cost, {label}: candidates offloaded {rows[label][-1]['offloaded']}, "
+                  f"accelerator kernels compiled to estimate and left unused by the build "
+                  f"{rows[label][-1]['unused_vta']}")
         print(f"  load average: {os.getloadavg()[0]:.2f}")
     return 0
 

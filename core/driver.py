@@ -115,13 +115,16 @@ class CompiledModel:
 
     __call__ = run
 
-    def run_stream(self, inputs: Sequence[Mapping[str, np.ndarray] | Sequence[np.ndarray]]
-                   ) -> StreamResult:
+    def run_stream(self, inputs: Sequence[Mapping[str, np.ndarray] | Sequence[np.ndarray]],
+                   replays: int = 3, clock: str = "wall") -> StreamResult:
         """Run a stream of inputs with the devices overlapping: the CPU works on one
         input while an accelerator works on another (``heterocc.runtime.pipeline``).
         Returns a ``StreamResult``: the outputs per input (as ``run`` gives them), the
-        modelled sequential and pipelined timelines (CPU spans measured, accelerator
-        spans from the device's cycle counts at its clock) and their ``speedup``."""
+        modelled sequential and pipelined timelines and their ``speedup``: CPU spans
+        and the host part of device calls measured in ``replays`` passes with the
+        device's results replayed (no simulator beside them; the fastest per call, on
+        ``clock``: ``"wall"`` or ``"cpu"``, this process's CPU seconds), accelerator
+        spans from the device's cycle counts at its clock, transfers from its link."""
         items = [name_inputs(self.inputs, item, {}) for item in inputs]
         if not items:
             raise InputError("run_stream: give at least one input")
@@ -133,7 +136,7 @@ class CompiledModel:
                                  "(and specialized values) of the first")
             args.append([check_input(v, given[v.name]) for v in exe.graph.inputs])
         fallback = list(exe.targets)[-1]
-        return run_stream(exe.executor, exe.targets, args, fallback)
+        return run_stream(exe.executor, exe.targets, args, fallback, replays, clock)
 
     def run_timeline(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None,
                      **named) -> StreamResult:
@@ -193,8 +196,9 @@ class CompiledModel:
         fallback = list(targets)[-1]
         started = time.perf_counter()
         how, why = choose_placement(self.placement, targets)
-        result = run_pipeline(graph, targets, fallback, self.strict, self.calibration,
-                              self.dump_ir, self.quantization, how)
+        with _tuning_context(self.tuning_log):  # placement by cost estimates tuned kernels
+            result = run_pipeline(graph, targets, fallback, self.strict, self.calibration,
+                                  self.dump_ir, self.quantization, how)
         if time.perf_counter() - started > PROGRESS_AFTER_S:  # a large model: say so
             logger.info(f"graph passes: {graph.num_nodes()} -> {result.graph.num_nodes()} "
                         f"nodes in {time.perf_counter() - started:.1f} s "

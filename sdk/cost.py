@@ -19,7 +19,11 @@ A third, ``estimate_within(graph, parts)``, tells a target, before it is asked, 
 whole graph the functions were outlined from (``parts``: each function node and the
 nodes of ``graph`` it holds): a target whose build fuses across the functions'
 boundaries (the CPU) estimates each as a share of the kernels its build will compile,
-and compiles those kernels once for both.
+and compiles those kernels once for both. With it, a fourth, ``estimate_placed(graph,
+kept, offloaded) -> {function: CostEstimate}``, asked once the placement has decided
+(``kept``: the functions it keeps on the target, each with its nodes of ``graph``;
+``offloaded``: the ``(nodes, target)`` groups that leave it), gives those functions'
+estimates as the target's build fuses the graph then.
 
 Estimates that take time to make (a kernel compiled and timed) are kept on disk by
 :class:`CostCache`, keyed by the target's own key and :func:`workload_key` (the

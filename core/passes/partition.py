@@ -58,6 +58,9 @@ class Placement:
     estimates: dict = field(default_factory=dict)
     #: the placement unit (a candidate composite, or the node alone) the node belongs to
     unit: int = -1
+    #: placement by cost: the unit's cost entry (``UnitCost``), whose ``as_placed`` is
+    #: its CPU estimate as the build fuses it where neighbours were offloaded
+    cost: object = field(default=None, repr=False)
     #: the pattern row of the candidate composite the node was part of (kept or not)
     candidate: str = ""
 
@@ -67,12 +70,28 @@ class Placement:
                "function": self.function, "unit": self.unit, **self.metrics}
         if self.estimates:
             row["estimates"] = {t: e.to_json() for t, e in self.estimates.items()}
+            placed = getattr(self.cost, "as_placed", None)
+            if placed is not None:
+                row["as_placed"] = placed.to_json()
         return row
 
     def estimate_text(self) -> str:
-        """``vta 0.64 / llvm 0.21`` (milliseconds; the chosen target first)."""
+        """``vta 0.64 / llvm 0.21`` (milliseconds; the chosen target first; ``*``: the
+        estimate as placed, :meth:`reason_text`)."""
+        placed = getattr(self.cost, "as_placed", None)
         order = sorted(self.estimates, key=lambda t: t != self.target)
-        return " / ".join(f"{t} {self.estimates[t].total_s * 1e3:.3g}" for t in order)
+        return " / ".join(f"{t} {placed.total_s * 1e3:.3g}*" if placed is not None
+                          and t == self.target else f"{t} {self.estimates[t].total_s * 1e3:.3g}"
+                          for t in order)
+
+    def reason_text(self) -> str:
+        """The reason, with the estimate as placed where it differs (``*``)."""
+        placed = getattr(self.cost, "as_placed", None)
+        if placed is None or self.target not in self.estimates:
+            return self.reason
+        return (f"{self.reason}; *as placed (beside offloaded layers): "
+                f"{placed.total_s * 1e3:.3g} ms, in the whole graph "
+                f"{self.estimates[self.target].total_s * 1e3:.3g} ms")
 
 
 @dataclass
@@ -195,7 +214,7 @@ class PartitionReport:
             where = f"{p.region}/{p.composite}" if p.region else ""
             times = f"{p.estimate_text()[:24]:24s} " if timed else ""
             lines.append(f"{p.node[:32]:32s} {p.op[:20]:20s} {p.target:10s} {p.macs:12d} "
-                         f"{where[:36]:36s} {times}{p.reason}")
+                         f"{where[:36]:36s} {times}{p.reason_text()}")
         summary = self.to_json()
         for region in summary["regions"]:
             times = ", ".join(f"{t} {e['total_ms']:.3g} ms ({e['transfer_ms']:.3g} transfer)"
@@ -406,6 +425,7 @@ def partition(graph: Graph, tables: Mapping[str, Sequence[CompositePattern]],
                                macs=multiply_accumulates(node))
         if unit is not None:
             placed.estimates = unit.candidates  # completed with the plan
+            placed.cost = unit
         placed.unit = units[node]
         placed.candidate = candidate.get(node, "")
         report.placements.append(placed)

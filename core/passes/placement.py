@@ -27,6 +27,14 @@ Nodes no pattern matched (on the CPU whatever the placement) are not measured at
 The figures skipped, which only the report's totals need, are estimated when the plan
 is asked for them (:meth:`CostPlan.complete`).
 
+Where composites are offloaded, the CPU's build fuses what stays on it otherwise than
+the whole graph its estimates timed (a kernel that held an offloaded layer's neighbour
+is another kernel then), so the CPU is asked once more (the optional
+``estimate_placed`` hook) for the units it keeps, as shares of the kernels of that
+fusion: the chosen placement's total is made of those (:attr:`UnitCost.as_placed`).
+Where they cost more than the offloads saved, the offloads are undone and everything
+stays on the CPU, whose whole-graph figures are then the placement's.
+
 For a stream of inputs (``placement="throughput"``) the objective is another one: the
 pipelined runtime overlaps the devices across inputs, so the time per input in steady
 state is the busiest device's time per input, not the sum. :func:`balance_for_throughput`
@@ -37,11 +45,13 @@ latency plan rarely gives when one device is faster at nearly everything.
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, NameScope, Node
+from ..tuning.apply import current
 from .rewrite import outline
 
 
@@ -57,10 +67,21 @@ class UnitCost:
     reason: str = ""
     #: the function node the estimates were made for (the unit outlined)
     function: Node | None = None
+    #: the fallback's estimate once the chosen placement's other units run where they
+    #: were placed (the fallback's build fuses around them), where it differs from the
+    #: whole graph's (``candidates``, the all-fallback placement's)
+    as_placed: object = None
 
     def seconds(self, target: str) -> float:
         """The unit's estimated time on ``target``, transfers included."""
         return self.candidates[target].total_s
+
+    def placed_seconds(self, target: str) -> float:
+        """The unit's time on ``target`` in the chosen placement: :attr:`as_placed`
+        where the fallback's build fuses it otherwise there, else :meth:`seconds`."""
+        if self.as_placed is not None and target == self.chosen:
+            return self.as_placed.total_s
+        return self.seconds(target)
 
 
 @dataclass
@@ -77,38 +98,56 @@ class CostPlan:
     targets: Mapping[str, object] = field(default_factory=dict)
     #: "latency" (one input end to end) or "throughput" (a stream: the busiest device)
     objective: str = "latency"
+    #: the tuning log applied while placing (its kernels' times are the estimates'),
+    #: applied again to the figures :meth:`complete` makes after the compile
+    tuning_log: object = None
 
     def complete(self) -> None:
         """Estimate the figures the placement decided without (the totals and the
         report want every unit's on each of its devices)."""
-        while self.pending:
-            unit, target = self.pending.pop(0)
-            found = _ask(self.targets.get(target), "estimate", unit.function)
-            if found is not None:
-                unit.candidates[target] = found
-                if not unit.reason:
-                    unit.reason = f"{_ms(found.total_s)} on {target}"
+        log = self.tuning_log
+        applied = contextlib.nullcontext() if log is None or current() is log else log
+        with applied:
+            while self.pending:
+                unit, target = self.pending.pop(0)
+                if target in unit.candidates:
+                    continue
+                found = _ask(self.targets.get(target), "estimate", unit.function)
+                if found is not None:
+                    unit.candidates[target] = found
+                    if not unit.reason:
+                        unit.reason = f"{_ms(found.total_s)} on {target}"
 
     def total(self, which: str) -> float | None:
         """``"chosen"``, ``"greedy"`` or ``"cpu"``; None when a unit has no CPU estimate."""
         self.complete()
         total = 0.0
+        placed = self._as_placed(which)
         for unit in [*self.composites, *self.others]:
             target = self.fallback if which == "cpu" else getattr(unit, which)
             if target not in unit.candidates:
                 return None
-            total += unit.seconds(target)
+            total += unit.placed_seconds(target) if placed else unit.seconds(target)
         return total
+
+    def _as_placed(self, which: str) -> bool:
+        """Whether placement ``which`` splits the graph as the chosen one does, so that
+        the fallback's figures as placed (:attr:`UnitCost.as_placed`) are its figures;
+        else its units' whole-graph figures are used."""
+        return which == "chosen" or (which == "greedy" and all(
+            u.chosen == u.greedy for u in self.composites))
 
     def busy(self, which: str = "chosen") -> dict[str, float]:
         """Seconds per input each device is busy under the ``"chosen"`` or ``"greedy"``
         placement (units without an estimate on their device are not counted)."""
         self.complete()
         busy: dict[str, float] = defaultdict(float)
+        placed = self._as_placed(which)
         for unit in [*self.composites, *self.others]:
             target = getattr(unit, which)
             if target in unit.candidates:
-                busy[target] += unit.seconds(target)
+                busy[target] += (unit.placed_seconds(target) if placed
+                                 else unit.seconds(target))
         return dict(busy)
 
     def totals(self) -> dict:
@@ -188,7 +227,7 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
     for k, nodes in enumerate(groups):
         functions[k] = by_first[nodes[0].name]
 
-    plan = CostPlan([], [], fallback, targets=targets)
+    plan = CostPlan([], [], fallback, targets=targets, tuning_log=current())
     cpu = targets.get(fallback)
     within = getattr(cpu, "estimate_within", None)
     if callable(within):  # the CPU times its part of the graph as its build fuses it
@@ -209,7 +248,46 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
         elif callable(getattr(cpu, "estimate", None)):
             plan.pending.append((unit, fallback))
         plan.others.append(unit)
+    _estimate_as_placed(plan, graph, cpu)
     return plan
+
+
+def _estimate_as_placed(plan: CostPlan, graph: Graph, cpu: object) -> None:
+    """The fallback's figures of the units it keeps, as its build fuses the graph once
+    the offloaded composites leave it (the SDK's optional ``estimate_placed`` hook; a
+    kernel that held an offloaded layer's neighbour is another kernel then). Should the
+    placement then be slower than the whole graph on the fallback, the offloads are
+    undone. Every unit's fallback figure is made first (the comparison needs them; the
+    CPU timed the kernels of every candidate already: only kernels of nodes no pattern
+    matched are timed here, and their build compiles them anyway)."""
+    hook = getattr(cpu, "estimate_placed", None)
+    offloaded = [u for u in plan.composites if u.chosen != plan.fallback]
+    if not callable(hook) or not offloaded:
+        return
+    units = [*plan.composites, *plan.others]
+    for unit in units:
+        if plan.fallback not in unit.candidates:
+            whole = _ask(cpu, "estimate", unit.function)
+            if whole is not None:
+                unit.candidates[plan.fallback] = whole
+    kept = [u for u in units if u.chosen == plan.fallback]
+    found = hook(graph, {u.function: u.nodes for u in kept},
+                 [(u.nodes, u.chosen) for u in offloaded])
+    for unit in kept:
+        unit.as_placed = found.get(unit.function)
+    if any(plan.fallback not in u.candidates for u in units):
+        return  # no whole-graph total to compare with
+    chosen = sum(u.placed_seconds(u.chosen) for u in units)
+    whole = sum(u.seconds(plan.fallback) for u in units)
+    if chosen > whole:
+        for unit in kept:
+            unit.as_placed = None
+        for unit in offloaded:
+            unit.chosen = plan.fallback
+            unit.reason = (f"stays on {plan.fallback}: with the layers cost would offload "
+                           f"({len(offloaded)}), the kernels the CPU keeps take longer than "
+                           f"the offloads save ({_ms(chosen)} in all against {_ms(whole)} "
+                           f"all on {plan.fallback})")
 
 
 def balance_for_throughput(plan: CostPlan) -> None:
@@ -219,6 +297,8 @@ def balance_for_throughput(plan: CostPlan) -> None:
     until no move lowers it. Each move strictly lowers that maximum, so the search
     ends; it is deterministic (ties go to the earlier composite)."""
     plan.objective = "throughput"
+    for unit in [*plan.composites, *plan.others]:
+        unit.as_placed = None  # figures of the latency placement's split: moves change it
     busy = defaultdict(float, plan.busy("chosen"))
     movable = [u for u in plan.composites if len(u.candidates) == 2]
     while busy:

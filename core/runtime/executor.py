@@ -285,10 +285,47 @@ class GraphExecutor:
                     env[s] = None
         return [np.asarray(on_host(env[k])) for k in output_slots]
 
+    def execute_timed(self, inputs: Sequence[np.ndarray],
+                      given: Callable[[int], Sequence | None] | None = None,
+                      clocks: Sequence[Callable[[], float]] = (time.perf_counter,)
+                      ) -> tuple[list[np.ndarray], list[list[float]]]:
+        """Outputs for positional inputs, running one function after another on this
+        thread in graph order (no device lanes), and per clock of ``clocks`` the
+        seconds each function took (making its arguments and calling its kernel; wall
+        time by default, ``time.process_time``: this process's CPU seconds).
+        ``given(step)``, called before each function and not timed, may return that
+        function's results instead of running it (a replayed device function: its
+        seconds are then 0); None runs it."""
+        steps = self._plan()
+        env = self._initial.copy()
+        for k, value in zip(self._input_slots, inputs):
+            env[k] = value
+        seconds: list[list[float]] = [[] for _ in clocks]
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for k, step in enumerate(steps):
+                results = None if given is None else given(k)
+                if results is None:
+                    start = [clock() for clock in clocks]
+                    args = self._arguments(step, env)
+                    results = step.call(args)
+                    for out, clock, begun in zip(seconds, clocks, start):
+                        out.append(clock() - begun)
+                    args = None
+                else:
+                    for out in seconds:
+                        out.append(0.0)
+                for s, r in zip(step.writes, results):
+                    env[s] = r
+                results = None
+                for s in step.drops:
+                    env[s] = None
+        return [np.asarray(on_host(env[k])) for k in self._output_slots], seconds
+
     def execute_many(self, inputs: Sequence[Sequence[np.ndarray]],
                      after_device: Callable[[Node, Kernel], object] | None = None,
-                     observe: Callable[[int, int, float, float, object], None] | None = None
-                     ) -> list[list[np.ndarray]]:
+                     observe: Callable[[int, int, float, float, object, list], None] | None
+                     = None) -> list[list[np.ndarray]]:
         """Outputs for each of several positional inputs, run as a dataflow with the
         devices working at once.
 
@@ -303,11 +340,12 @@ class GraphExecutor:
 
         ``after_device(node, kernel)`` runs on the device's thread right after each
         device call (what the kernel reports of that call, before the next one changes
-        it); ``observe(input, step, start, seconds, reported)`` on this thread as each
-        function finishes (``start`` on ``time.perf_counter``'s clock; ``reported``:
-        ``after_device``'s value, None for a host function). A function that raises
-        stops the run: nothing more is started, the calls in flight are waited for, and
-        its exception is raised here, with a note naming the function and its device."""
+        it); ``observe(input, step, start, seconds, reported, results)`` on this thread
+        as each function finishes (``start`` on ``time.perf_counter``'s clock;
+        ``reported``: ``after_device``'s value, None for a host function; ``results``: its
+        outputs). A function that raises stops the run: nothing more is started, the
+        calls in flight are waited for, and its exception is raised here, with a note
+        naming the function and its device."""
         steps = self._plan()
         plan = self._lanes
         lanes = plan.lanes
@@ -341,7 +379,7 @@ class GraphExecutor:
                 if missing[i][reader] == 0:
                     bisect.insort(ready, (i, reader))
             if observe is not None:
-                observe(i, k, start, seconds, reported)
+                observe(i, k, start, seconds, reported, results)
 
         def collect(block: bool) -> None:
             if not in_flight:

@@ -19,8 +19,14 @@ function is timed as its share of the kernels the whole graph fuses into
 part on the CPU, and what they take there. Asked about a function alone, the function
 is fused and timed alone.
 
-Figures are kept on disk (:class:`heterocc.sdk.CostCache`) by the CPU description and
-the function's workload key, so a second compile of a model measures nothing.
+Where a tuning log is applied (``heterocc.compile(..., tuning_log=...)``, the log
+``heterocc tune`` writes), a fused kernel the log measured (a function task's record of
+the schedule compile will use under that log, :func:`.tuning.logged_seconds`) is
+neither compiled nor timed: its time is the log's (:func:`logged_time`).
+
+Figures are kept on disk (:class:`heterocc.sdk.CostCache`) by the CPU description, the
+applied tuning log's records (:func:`log_key`) and the function's workload key, so a
+second compile of a model measures nothing.
 
 Measuring costs compile time (the function's kernels are compiled to be timed), so the
 placement first asks :meth:`CpuCostModel.lower_bound`: the least time the function
@@ -32,6 +38,7 @@ faster even than that, the function is not measured for the placement.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +47,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from heterocc.ir.graph import Graph, Node
+from heterocc.ir.graph import Graph, NameScope, Node
+from heterocc.passes.rewrite import outline
 from heterocc.sdk import CostCache, CostEstimate, HeteroccError, workload_key
 from heterocc.sdk.graph import (
     DEFAULT_PIPELINE,
@@ -49,7 +57,10 @@ from heterocc.sdk.graph import (
     target_graph_passes,
 )
 from heterocc.sdk.runtime import GraphExecutor, from_onnx
-from heterocc.sdk.tuning import fastest
+from heterocc.sdk.te_target import structure_key
+from heterocc.sdk.tuning import current, fastest, records_for
+
+from .tuning import logged_seconds
 
 #: samples wanted after the warm-up call, and the least time spent taking them
 MIN_SAMPLES = 5
@@ -110,6 +121,80 @@ def time_call(call, args, min_samples: int = MIN_SAMPLES, min_seconds: float = M
         call(args)
         samples.append(time.perf_counter() - start)
     return samples
+
+
+#: the source of a figure read from the applied tuning log, and of one measured here
+LOGGED, MEASURED = "tuning log", "measured"
+
+
+def logged_time(target, body: Graph) -> float | None:
+    """Seconds per call of the function ``body`` as the applied tuning log measured it
+    for ``target``'s CPU (:func:`.tuning.logged_seconds`); None outside a log, or where
+    it holds no record of the schedule compile will use for ``body``."""
+    log = current()
+    if log is None:
+        return None
+    with records_for(target.tuning_key):
+        return logged_seconds(body, log, getattr(target, "rules", "hand"))
+
+
+def log_key(target) -> str:
+    """A short key of the applied tuning log's records for ``target``'s CPU (empty
+    outside a log): figures made under a log are cached apart from others."""
+    log = current()
+    if log is None:
+        return ""
+    known = _LOG_KEYS.get(id(log))
+    if known is None or known[0] is not log:
+        with records_for(target.tuning_key):
+            records = [(key, [(r.config_index, r.costs) for r in log.records(key)])
+                       for key in sorted(log.workload_keys)]
+        digest = hashlib.sha1(repr(records).encode()).hexdigest()[:12]
+        _LOG_KEYS.clear()  # one log per compile: keep the last
+        known = _LOG_KEYS[id(log)] = (log, f"/log-{digest}")
+    return known[1]
+
+
+#: :func:`log_key` by id of the log (kept with it, so an id is not reused)
+_LOG_KEYS: dict[int, tuple[object, str]] = {}
+
+
+#: alternating rounds :func:`time_in_rounds` times each kernel in, and each round's
+#: least samples and seconds per kernel (after the first round's warm-up). Why rounds: a
+#: kernel timed in one stretch of 30 ms under load is timed while another process holds
+#: a core, every sample of it (MobileNetV2's first layers' estimates were 1.5x to 1.7x
+#: their time in the model at a load of 6, the same kernels re-timed three times agreeing
+#: within 5%); rounds spread each kernel's samples over the whole timing
+ROUNDS = 3
+ROUND_SAMPLES = 3
+ROUND_SECONDS = 0.005
+
+
+def time_in_rounds(calls: Mapping[str, tuple], rounds: int = ROUNDS,
+                   min_samples: int = ROUND_SAMPLES, min_seconds: float = ROUND_SECONDS
+                   ) -> dict[str, tuple[float, int]]:
+    """The fastest call and the number of timed calls of each of ``calls`` (name ->
+    (callable, arguments)), timed in ``rounds`` alternating rounds: every callable in
+    turn, then again (the first round warms each up as :func:`time_call` does; a call
+    longer than :data:`LONG_CALL_SECONDS` is timed in the first round only)."""
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for round_ in range(rounds):
+        for name, (call, args) in calls.items():
+            if round_ == 0:
+                samples[name] = time_call(call, args, min_samples, min_seconds)
+            elif min(samples[name]) <= LONG_CALL_SECONDS:
+                samples[name] += _samples(call, args, min_samples, min_seconds)
+    return {name: (fastest(found), len(found)) for name, found in samples.items()}
+
+
+def _samples(call, args, count: int, seconds: float) -> list[float]:
+    """Timed calls of ``call(args)`` until ``count`` of them and ``seconds`` in all."""
+    found: list[float] = []
+    while len(found) < count or sum(found) < seconds:
+        start = time.perf_counter()
+        call(args)
+        found.append(time.perf_counter() - start)
+    return found
 
 
 def fused_for(target, graph: Graph) -> Graph:
@@ -186,11 +271,18 @@ class FusedContext:
     parts: dict[int, frozenset[str]]
     #: the function nodes (so that an id is not reused while the context is held)
     functions: list[Node] = field(default_factory=list)
+    #: kernels timed before (another context of the same model) by structure: not
+    #: compiled or timed again
+    known: dict[tuple, tuple[float, int, str]] = field(default_factory=dict, repr=False)
+    #: the parts (ids of their functions) whose kernels are timed together at the first
+    #: ask; None: the candidate composites' (the others' are timed when asked)
+    upfront: frozenset[int] | None = None
     _fused: list[Node] | None = field(default=None, repr=False)
     #: the fused kernels holding each part's nodes, with its share (:func:`kernel_shares`)
     _shares: dict[int, list[tuple[Node, float]]] | None = field(default=None, repr=False)
-    #: (seconds, samples) of each fused kernel timed, by its function's name
-    _timed: dict[str, tuple[float, int]] = field(default_factory=dict, repr=False)
+    #: (seconds, samples, source) of each fused kernel timed or read from the tuning
+    #: log (:data:`LOGGED`, :data:`MEASURED`), by its function's name
+    _timed: dict[str, tuple[float, int, str]] = field(default_factory=dict, repr=False)
 
     def knows(self, function: Node) -> bool:
         """Whether ``function`` is one of the parts of this context."""
@@ -203,24 +295,89 @@ class FusedContext:
             self._fused = [n for n in fused.nodes if n.body is not None]
         return self._fused
 
-    def measure(self, function: Node) -> tuple[float, int]:
-        """``function``'s share of the time of the fused kernels holding its nodes, and
-        the fewest samples any of them was timed by."""
+    def measure(self, function: Node) -> tuple[float, int, str]:
+        """``function``'s share of the time of the fused kernels holding its nodes, the
+        fewest samples any of them was timed by, and where the times came from."""
         if self._shares is None:
-            self._shares = kernel_shares(self.kernels(), self.parts)
-        seconds, samples = 0.0, MAX_SAMPLES
+            self.shares()
+            self._time_candidates()
+        seconds, samples, sources = 0.0, MAX_SAMPLES, set()
         for kernel, share in self._shares[id(function)]:
             timed = self._timed.get(kernel.name)
             if timed is None:
                 timed = self._timed[kernel.name] = self._time(kernel)
             seconds += share * timed[0]
             samples = min(samples, timed[1])
-        return seconds, samples
+            sources.add(timed[2])
+        return seconds, samples, source_of(sources)
 
-    def _time(self, kernel: Node) -> tuple[float, int]:
+    def _time_candidates(self) -> None:
+        """Compile together (the target's ``compile_all``: code generated while the
+        next kernels are lowered) every kernel holding nodes of a candidate composite
+        (a function with a ``composite`` attribute) and time them in alternating rounds
+        (:func:`time_in_rounds`); the kernels the tuning log measured are read from it.
+        Kernels of nodes no pattern matched are timed when asked (the report's totals
+        want them; a placement decides nothing with them)."""
+        wanted: dict[str, Node] = {}
+        for function in self.functions:
+            if (id(function) in self.upfront if self.upfront is not None
+                    else "composite" in function.attrs):
+                for kernel, _ in self._shares[id(function)]:
+                    wanted.setdefault(kernel.name, kernel)
+        rest = []
+        for name, kernel in wanted.items():
+            known = self.known.get(structure_key(kernel.body))
+            logged = logged_time(self.target, kernel.body) if known is None else None
+            if known is not None:
+                self._timed[name] = known
+            elif logged is not None:
+                self._timed[name] = (logged, 1, LOGGED)
+            else:
+                rest.append(kernel)
+        compile_all = getattr(self.target, "compile_all", None)
+        if callable(compile_all):
+            compile_all(rest)
+        runs = build_scratch(self.target, rest)
+        timed = time_in_rounds({k.name: (runs[k.name], random_arguments(k.inputs))
+                                for k in rest})
+        for name, (seconds, samples) in timed.items():
+            self._timed[name] = (seconds, samples, MEASURED)
+
+    def shares(self) -> dict[int, list[tuple[Node, float]]]:
+        """The fused kernels holding each part's nodes with the part's share of each
+        (:func:`kernel_shares`), by id of the part's function; nothing compiled."""
+        if self._shares is None:
+            self._shares = kernel_shares(self.kernels(), self.parts)
+        return self._shares
+
+    def kernels_of(self, function: Node) -> list[tuple[tuple, float]]:
+        """The structures of the kernels holding ``function``'s nodes, with its share
+        of each: two contexts that give a function the same run it the same."""
+        return sorted((structure_key(k.body), round(share, 9))
+                      for k, share in self.shares()[id(function)])
+
+    def timed_structures(self) -> dict[tuple, tuple[float, int, str]]:
+        """The kernels timed so far (seconds, samples, source) by their structure."""
+        by_name = {k.name: k for k in self.kernels()}
+        return {structure_key(by_name[name].body): timed
+                for name, timed in self._timed.items()}
+
+    def _time(self, kernel: Node) -> tuple[float, int, str]:
+        known = self.known.get(structure_key(kernel.body))
+        if known is not None:
+            return known
+        logged = logged_time(self.target, kernel.body)
+        if logged is not None:
+            return logged, 1, LOGGED
         run = build_scratch(self.target, [kernel])[kernel.name]
         samples = time_call(run, random_arguments(kernel.inputs))
-        return fastest(samples), len(samples)
+        return fastest(samples), len(samples), MEASURED
+
+
+def source_of(sources: set[str]) -> str:
+    """How an estimate made of kernels timed or read from the log (``sources``) was
+    made: ``"measured"``, ``"tuning log"`` or both."""
+    return ", ".join(s for s in (LOGGED, MEASURED) if s in sources) or MEASURED
 
 
 def mac_element_type(function: Node) -> str | None:
@@ -269,34 +426,44 @@ class CpuCostModel:
     cache: CostCache = field(default_factory=CostCache)
     #: the graph the functions estimated were outlined from (:meth:`within`)
     context: FusedContext | None = None
+    #: that graph with the placement's offloaded groups outlined (:meth:`placed`)
+    placed_context: FusedContext | None = None
+
+    @property
+    def base_key(self) -> str:
+        """What every cached figure depends on besides the workload: the CPU
+        description (as a target string) and the cost model's version."""
+        return f"llvm5/{self.target.tuning_key}"
 
     @property
     def key(self) -> str:
-        """What the cached figures depend on besides the workload: the CPU description
-        (as a target string) and the cost model's version."""
-        return f"llvm5/{self.target.tuning_key}"
+        """What a function's cached figure depends on besides the workload: the
+        :attr:`base_key` and the applied tuning log's records (:func:`log_key`)."""
+        return self.base_key + log_key(self.target)
 
     def cached(self, function: Node) -> CostEstimate | None:
         """The function's time from the cache, without measuring (None if absent)."""
         cached = self.cache.get(self.key, workload_key(function))
         if cached is None:
             return None
-        return CostEstimate(cached["seconds"], source="measured (cached)",
+        return CostEstimate(cached["seconds"],
+                            source=f"{cached.get('source', MEASURED)} (cached)",
                             detail={"samples": cached["samples"]})
 
     def estimate(self, function: Node) -> CostEstimate:
-        """The function's time on this CPU: from the cache, or measured now."""
+        """The function's time on this CPU: from the cache, or measured now (the kernels
+        an applied tuning log measured read from it)."""
         found = self.cached(function)
         if found is not None:
             return found
-        seconds, samples = self.measure(function)
+        seconds, samples, source = self.measure(function)
         self.cache.put(self.key, workload_key(function),
-                       {"seconds": seconds, "samples": samples})
+                       {"seconds": seconds, "samples": samples, "source": source})
         macs = sum(multiply_accumulates(n) for n in function.body.nodes)
         element = mac_element_type(function)
         if macs and element is not None:
             self._raise_ceiling(element, macs / seconds)
-        return CostEstimate(seconds, source="measured", detail={"samples": samples})
+        return CostEstimate(seconds, source=source, detail={"samples": samples})
 
     def within(self, graph: Graph, parts: dict[Node, list[Node]]) -> None:
         """Estimate the functions of ``parts`` (function node -> the nodes of ``graph``
@@ -306,13 +473,80 @@ class CpuCostModel:
                                     {id(f): frozenset(n.name for n in nodes)
                                      for f, nodes in parts.items()}, list(parts))
 
-    def measure(self, function: Node) -> tuple[float, int]:
-        """The fastest of the timed calls of ``function`` on the CPU, and their number:
-        its share of the whole graph's kernels where :meth:`within` gave it, else the
-        function fused and timed alone."""
+    def placed(self, graph: Graph, kept: Mapping[Node, Sequence[Node]],
+               offloaded: Sequence[tuple[Sequence[Node], str]]) -> dict[Node, CostEstimate]:
+        """The estimates of the functions ``kept`` on the CPU (function node -> its
+        nodes of ``graph``, the graph :meth:`within` was given) once the ``offloaded``
+        groups of nodes run on other targets (nodes, target name): the build fuses the
+        CPU's part of such a graph otherwise than the whole graph (a residual addition
+        whose convolution left cannot join it), so the kernels of that fusion are timed
+        (those of a structure timed for the whole graph are not timed again) and each
+        kept function gets its share of them. Not cached: a function's share depends on
+        where its neighbours run: cached by the split (the offloaded groups' nodes) and
+        the function's nodes, so a second compile of the model times nothing. Functions
+        whose kernels and shares are those of the whole graph's fusion are left out
+        (their estimate stands)."""
+        if not offloaded:
+            return {}
+        split = hashlib.sha1(repr(sorted((target, tuple(n.name for n in nodes))
+                                         for nodes, target in offloaded)).encode())
+        keys = {f: "placed-" + hashlib.sha1(
+            (split.hexdigest() + repr([n.name for n in nodes])).encode()).hexdigest()[:20]
+            for f, nodes in kept.items()}
+        found, same = {}, set()
+        for function, key in keys.items():
+            cached = self.cache.get(self.key, key)
+            if cached is not None and cached.get("same"):
+                same.add(function)
+            elif cached is not None:
+                found[function] = CostEstimate(
+                    cached["seconds"], source=f"{cached['source']}, as placed (cached)",
+                    detail={"samples": cached["samples"]})
+        if len(found) + len(same) == len(kept):
+            return found
+        scope = NameScope.of(graph)
+        target_of = {id(n): target for nodes, target in offloaded for n in nodes}
+
+        def call(nodes, body):
+            target = target_of[id(nodes[0])]
+            return scope.fresh(f"{target}_placed"), {"target": target}
+
+        remaining = outline(graph, [list(nodes) for nodes, _ in offloaded], call)
+        known = self.context.timed_structures() if self.context is not None else {}
+        context = FusedContext(self.target, remaining,
+                               {id(f): frozenset(n.name for n in nodes)
+                                for f, nodes in kept.items()}, list(kept), known=known)
+        self.placed_context = context
+        whole = self.context
+        changed = [f for f in kept if f not in found and f not in same
+                   and not (whole is not None and whole.knows(f)
+                            and whole.kernels_of(f) == context.kernels_of(f))]
+        for function in kept:
+            if function not in found and function not in changed and function not in same:
+                self.cache.put(self.key, keys[function], {"same": True})
+        context.upfront = frozenset(id(f) for f in changed)
+        for function in changed:
+            seconds, samples, source = context.measure(function)
+            found[function] = CostEstimate(seconds, source=f"{source}, as placed",
+                                           detail={"samples": samples})
+            self.cache.put(self.key, keys[function],
+                           {"seconds": seconds, "samples": samples, "source": source})
+        return found
+
+    def measure(self, function: Node) -> tuple[float, int, str]:
+        """The fastest of the timed calls of ``function`` on the CPU, their number and
+        the figure's source: its share of the whole graph's kernels where
+        :meth:`within` gave it, else the function fused and timed alone (read from the
+        applied tuning log where it holds every one of the fused kernels)."""
         if self.context is not None and self.context.knows(function):
             return self.context.measure(function)
-        return self._time(function.body)
+        if current() is not None:
+            fused = fused_for(self.target, function.body)
+            logged = [logged_time(self.target, n.body) for n in fused.nodes
+                      if n.body is not None]
+            if logged and None not in logged:
+                return sum(logged), 1, LOGGED
+        return (*self._time(function.body), MEASURED)
 
     def _time(self, body: Graph) -> tuple[float, int]:
         run, graph = cpu_program(self.target, Node("Function", [], [], name="estimate",
@@ -338,7 +572,7 @@ class CpuCostModel:
         """The fastest rate (multiply-accumulates per second) this CPU has been measured
         at on ``element`` operands: the fastest reference convolution's, timed on first
         use, or a faster function's since; None when no reference can be built for it."""
-        found = self.cache.get(self.key, f"ceiling-{element}")
+        found = self.cache.get(self.base_key, f"ceiling-{element}")
         if found is not None and found.get("references"):
             return found["macs_per_s"]
         rate = None
@@ -355,9 +589,9 @@ class CpuCostModel:
     def _raise_ceiling(self, element: str, rate: float, references: bool = False) -> float:
         """Keep ``rate`` as the ceiling if faster; ``references``: the reference
         convolutions have been timed (until then the ceiling is not trusted)."""
-        found = self.cache.get(self.key, f"ceiling-{element}") or {"macs_per_s": 0.0}
+        found = self.cache.get(self.base_key, f"ceiling-{element}") or {"macs_per_s": 0.0}
         entry = {"macs_per_s": max(rate, found["macs_per_s"]),
                  "references": references or bool(found.get("references"))}
         if entry != found:
-            self.cache.put(self.key, f"ceiling-{element}", entry)
+            self.cache.put(self.base_key, f"ceiling-{element}", entry)
         return entry["macs_per_s"]

@@ -485,6 +485,13 @@ class LLVMTarget(TETarget):
         kernels shared with the build (:meth:`.cost.CpuCostModel.within`)."""
         self.cost_model.within(graph, parts)
 
+    def estimate_placed(self, graph, kept: dict, offloaded: list) -> dict:
+        """The estimates of the functions ``kept`` on this CPU (function node -> its
+        nodes of ``graph``) once the ``offloaded`` groups ((nodes, target) pairs) run
+        elsewhere, as the build then fuses the graph
+        (:meth:`.cost.CpuCostModel.placed`)."""
+        return self.cost_model.placed(graph, kept, offloaded)
+
     def lower_bound(self, function: Node):
         """The least time ``function`` could take on this CPU and how it was bounded, or
         None (:meth:`.cost.CpuCostModel.lower_bound`)."""

@@ -149,7 +149,8 @@ class AcceleratorKernel(ProgramRunner):
     last_timing: DeviceTiming | None = None
     utilization: float = 0.0
     macs: int = 0
-    last_input: np.ndarray | None = None
+    #: the DRAM image of the last call (see ``last_input``), once built
+    _last_image: np.ndarray | None = None
     #: the composite's own activations: its input and output tensors, unpadded
     input_bytes: int = 0
     output_bytes: int = 0
@@ -173,6 +174,25 @@ class AcceleratorKernel(ProgramRunner):
     last_bytes_out: int = 0
     #: bytes of the program's image (weights, constants, micro-ops) the last call loaded
     last_bytes_loaded: int = 0
+    #: the bytes of the last call's input and output tensors as the device held them
+    #: after the run, by tensor name (see ``last_input``)
+    _last_tensors: dict | None = None
+
+    @property
+    def last_input(self) -> np.ndarray | None:
+        """The program's DRAM image after the last call (what hardware in the loop
+        replays on the RTL: this call's inputs, weights and constants, and its output;
+        the run changes only the output tensor), None before a call or from a device
+        that cannot tell. Built on first use from the program's image and the tensors
+        the call wrote and read, not copied from the device on every call (an image
+        holds the weights: megabytes per call)."""
+        if self._last_image is None and self._last_tensors is not None:
+            image = self.program.dram.copy()
+            for name, raw in self._last_tensors.items():
+                start = self.program.tensors[name].byte_address
+                image[start:start + raw.size] = raw
+            self._last_image = image
+        return self._last_image
 
     def metrics(self) -> dict:
         """What the placement report shows for this composite: modelled ``cycles`` and
@@ -270,9 +290,17 @@ class AcceleratorKernel(ProgramRunner):
         if fresh:
             self.last_bytes_loaded = self.program.dram.nbytes
         # what hardware in the loop replays on the RTL (from a device that can tell): the
-        # image with this call's inputs (the run changed only the output tensor)
-        image = getattr(self.device, "image", None)
-        self.last_input = image(self.program) if callable(image) else None
+        # image with this call's inputs (the run changed only the output tensor), kept
+        # as the bytes of the tensors the call wrote and read (``last_input``)
+        self._last_image = self._last_tensors = None
+        tensor_bytes = getattr(self.device, "tensor_bytes", None)
+        if callable(tensor_bytes):
+            self._last_tensors = {name: tensor_bytes(self.program, name)
+                                  for name in dict.fromkeys([*self.input_names,
+                                                             self.output_tensor])}
+        else:
+            image = getattr(self.device, "image", None)
+            self._last_image = image(self.program) if callable(image) else None
         report = getattr(self.device, "last_report", None)
         if report is not None:
             self.utilization = report.timing.gemm_utilization

@@ -63,9 +63,18 @@ def gemm_iterations(function: Node, config: HardwareConfig) -> int:
     each output channel block meets the reduction in ``block_in`` lanes: a depthwise
     convolution (diagonal tiles, one lane busy) once per kernel tap, any other at least
     its input channels times taps over ``block_in`` times (im2col's folded reduction, no
-    more than the direct lowering's). Other work is not counted (0 where nothing is)."""
+    more than the direct lowering's); a dense layer's row blocks meet each weight block
+    once. Other work is not counted (0 where nothing is)."""
     iterations = 0
     for node in function.body.nodes:
+        if node.op == "MatMulInteger" and node.inputs[1].type.ndim == 2:
+            # a dense layer: every row block of ``batch`` rows meets every block of
+            # ``block_in`` x ``block_out`` weights once
+            k, n = node.inputs[1].type.shape
+            m = node.outputs[0].type.size // n
+            iterations += (-(-m // config.batch) * -(-n // config.block_out)
+                           * -(-k // config.block_in))
+            continue
         if node.op != "ConvInteger" or node.outputs[0].type.ndim != 4:
             continue
         n, out_channels, height, width = node.outputs[0].type.shape
@@ -79,6 +88,24 @@ def gemm_iterations(function: Node, config: HardwareConfig) -> int:
             reduction = -(-node.inputs[0].type.shape[1] * taps // config.block_in)
         iterations += rows * blocks * reduction
     return iterations
+
+
+def dram_cycles(function: Node, config: HardwareConfig) -> int:
+    """The cycles the accelerator's one DRAM port needs at least for a call of the
+    composite: its convolutions' and dense layers' weights loaded once (they stay in
+    DRAM between calls, not on chip) and its result stored once, at a byte an element,
+    one bus beat per ``bus_width_bits`` (the timing model moves padded tiles, never
+    fewer bytes). The dense layers' weights make this the larger bound (ResNet-18's
+    classifier: 512 KB, 64 K cycles, against 2 K GEMM cycles on the 32x32 core)."""
+    weights = sum(node.inputs[1].type.size for node in function.body.nodes
+                  if node.op in ("ConvInteger", "MatMulInteger")
+                  and node.inputs[1] is not None and node.inputs[1].is_const)
+    if not weights:
+        return 0
+    moved = weights + sum(v.type.size for v in function.outputs)
+    bus = config.bus_width_bits // 8
+    beat = max(1, -(-bus // config.dram_bytes_per_cycle))
+    return -(-moved // bus) * beat
 
 
 def reuse_key(function: Node) -> tuple:
@@ -132,8 +159,9 @@ class VtaCostModel:
     def lower_bound(self, function: Node) -> tuple[float, str] | None:
         """The least time a call of the composite takes, without compiling it: the link's
         time to copy its result back and, before, its smallest input in (weights stay
-        resident), plus the GEMM core's cycles for a convolution that runs directly on
-        chip (:func:`gemm_iterations`)."""
+        resident in the device's DRAM), plus the larger of the GEMM core's cycles
+        (:func:`gemm_iterations`) and the DRAM port's for its weights and result
+        (:func:`dram_cycles`): the two run at once, each bounds the call."""
         if "composite" not in function.attrs:
             return None
         out = sum(v.type.nbytes for v in function.outputs)
@@ -143,11 +171,13 @@ class VtaCostModel:
                   default=0)
         seconds = host_link(self.config).seconds(out + inp, transfers=2)
         how = f"its result's {out} bytes and an input's {inp} copied over the link"
-        iterations = gemm_iterations(function, self.config)
-        if iterations:
-            cycles = iterations * self.config.gemm_cycles_per_iteration
+        gemm = gemm_iterations(function, self.config) * self.config.gemm_cycles_per_iteration
+        dram = dram_cycles(function, self.config)
+        if gemm or dram:
+            cycles = max(gemm, dram)
             seconds += cycles / (self.config.clock_mhz * 1e6)
-            how += f", {cycles} GEMM cycles at {self.config.clock_mhz:g} MHz"
+            what = "GEMM" if gemm >= dram else "DRAM (weights and result)"
+            how += f", {cycles} {what} cycles at {self.config.clock_mhz:g} MHz"
         return seconds, how
 
     def take(self, function: Node) -> AcceleratorKernel | None:

@@ -188,6 +188,12 @@ class VtaDevice:
         local[tensor.byte_address:] = raw
         return read_tensor(self.config, tensor, local)
 
+    def tensor_bytes(self, program: Program, buffer: str) -> np.ndarray:
+        """Tensor ``buffer``'s bytes as the device holds them (its tiles, unconverted)."""
+        entry = self._entry(program, buffer)
+        tensor = program.tensors[buffer]
+        return self.driver.read(entry.base + tensor.byte_address, tensor.nbytes)
+
     def image(self, program: Program) -> np.ndarray:
         """The program's DRAM image as the device holds it now (what hardware in the
         loop replays on the RTL)."""

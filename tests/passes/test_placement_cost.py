@@ -235,6 +235,7 @@ def _fixed_targets(accelerator: dict, cpu: dict) -> dict:
     targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
     targets["vta"].estimate = _Fixed(accelerator).estimate
     targets["llvm"].estimate = _Fixed(cpu).estimate
+    targets["llvm"].estimate_placed = None  # the fixed figures hold whatever the split
     return targets
 
 
@@ -321,6 +322,9 @@ def test_a_lower_bound_decides_without_estimating_the_other_device(model):
     for name, fake in (("vta", accelerator), ("llvm", cpu)):
         for hook in ("estimate", "cached", "lower_bound"):
             setattr(targets[name], hook, getattr(fake, hook))
+    # the fixed figures hold whatever the split: no estimates as placed (which would
+    # also ask the CPU for every unit once something is offloaded)
+    targets["llvm"].estimate_placed = None
     plan = run_pipeline(from_onnx(model), targets, "llvm", placement="cost").report.plan
     kinds = {u.function.attrs["composite"]: u for u in plan.composites}
     assert kinds["conv2d_bias_requantize"].chosen == "vta"
@@ -418,9 +422,52 @@ def test_accelerator_bound_counts_the_gemm_iterations_of_its_convolutions(tmp_pa
     assert found == [64 * 2 * 2, 64 * 2 * 9]
     for function in functions:
         seconds, how = vta.lower_bound(function)
-        assert "GEMM cycles" in how and not vta.cost_model.compiled
+        assert ("GEMM cycles" in how or "DRAM (weights and result) cycles" in how) \
+            and not vta.cost_model.compiled
         assert seconds <= vta.estimate(function).total_s
         vta.cost_model.compiled.clear()
+
+
+def _dense(inputs: int = 256, outputs: int = 128):
+    """A fully connected layer with ReLU (float, to quantize): weights far larger than
+    its activations."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array((rng.standard_normal((outputs, inputs)) * 0.1)
+                                     .astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(outputs).astype(np.float32), "b")]
+    nodes = [helper.make_node("Gemm", ["input", "w", "b"], ["fc"], transB=1),
+             helper.make_node("Relu", ["fc"], ["output"])]
+    graph = helper.make_graph(
+        nodes, "dense", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                       (1, inputs))],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, (1, outputs))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def test_accelerator_bound_counts_a_dense_layers_weight_loads(tmp_path):
+    """A dense layer's weights pass the accelerator's one DRAM port on every call (they
+    stay in its DRAM, not on chip): its bound is their DRAM cycles, far above its GEMM
+    iterations, below the timing model's figure and close to it."""
+    from heterocc.targets.vta.cost import dram_cycles, gemm_iterations
+
+    model = quantize(_dense(), tmp_path, "QDQ", "QInt8")
+    vta = VtaTarget()
+    graph = _compile(model, VtaTarget(), "greedy").graph
+    (function,) = [f for r in graph.nodes if r.body is not None
+                   and r.attrs.get("target") == "vta" for f in r.body.nodes
+                   if any(n.op == "MatMulInteger" for n in f.body.nodes)]
+    # one row, 128 / 16 output blocks, 256 / 16 input blocks
+    assert gemm_iterations(function, vta.config) == 8 * 16
+    # 256 x 128 weights and 128 results, a byte each, 8 bytes a beat
+    assert dram_cycles(function, vta.config) == (256 * 128 + 128) // 8
+    seconds, how = vta.lower_bound(function)
+    assert "DRAM (weights and result) cycles" in how and not vta.cost_model.compiled
+    estimate = vta.estimate(function).total_s
+    assert 0.5 * estimate < seconds <= estimate
 
 
 def test_the_device_with_the_lower_bound_goes_first(model):
@@ -467,9 +514,9 @@ def test_kernels_timed_for_the_placement_are_the_builds(model, monkeypatch):
     get_target("llvm").cost_model.ceiling("int8")  # the reference kernels, on disk now
     compiled_when: list[tuple[bool, tuple]] = []
     placing = [False]
-    original = LLVMTarget._compile_structure
+    original = LLVMTarget._start_structure
 
-    def compile_structure(self, function):
+    def start_structure(self, function):  # every compile, one by one or together
         compiled_when.append((placing[0], structure_key(function.body)))
         return original(self, function)
 
@@ -484,7 +531,7 @@ def test_kernels_timed_for_the_placement_are_the_builds(model, monkeypatch):
         finally:
             placing[0] = False
 
-    monkeypatch.setattr(LLVMTarget, "_compile_structure", compile_structure)
+    monkeypatch.setattr(LLVMTarget, "_start_structure", start_structure)
     monkeypatch.setattr(partition_module, "plan_by_cost", plan)
     slow = VtaTarget(clock_mhz=1, link_gbps=0.001)  # every layer stays on the CPU
     compiled = heterocc.compile(model, target=[slow, "llvm"], placement="cost")
@@ -499,7 +546,38 @@ def test_kernels_timed_for_the_placement_are_the_builds(model, monkeypatch):
     measured = [u.candidates["llvm"].compute_s for u in [*plan_.composites, *plan_.others]
                 if u.candidates["llvm"].source == "measured"]
     assert len(measured) == len(plan_.composites) + len(plan_.others)
-    assert sum(measured) == pytest.approx(sum(s for s, _ in context._timed.values()))
+    assert sum(measured) == pytest.approx(sum(s for s, *_ in context._timed.values()))
+
+
+def test_cpu_estimates_as_placed_time_the_kernels_the_build_fuses(model):
+    """Once layers are offloaded, the CPU's build fuses its part otherwise than the
+    whole graph (the dense layer's dequantization no longer joins it): the units kept on
+    the CPU whose kernels changed are estimated again as shares of the kernels of that
+    fusion, each of which the build compiles; the chosen placement's total is theirs."""
+    from heterocc.sdk.te_target import structure_key
+
+    vta = VtaTarget(clock_mhz=300, link_gbps=1000, link_latency_us=0)
+    compiled = _compile(model, vta, "cost")
+    plan = compiled.placement_report.plan
+    assert any(u.chosen == "vta" for u in plan.composites)
+    kept = [u for u in [*plan.composites, *plan.others] if u.chosen == "llvm"]
+    placed = [u for u in kept if u.as_placed is not None]
+    assert placed and all(u.as_placed.source.endswith("as placed") for u in placed)
+    model_ = plan.targets["llvm"].cost_model
+    context = model_.placed_context
+    # the others run in kernels of the whole graph's structures, with the same shares
+    for unit in kept:
+        same = model_.context.kernels_of(unit.function) == context.kernels_of(unit.function)
+        assert same == (unit.as_placed is None)
+    built = {structure_key(n.body) for n in compiled.graph.nodes
+             if n.body is not None and "target" not in n.attrs}
+    assert set(context.timed_structures()) <= built
+    chosen = sum(u.placed_seconds(u.chosen) for u in [*plan.composites, *plan.others])
+    assert plan.totals()["chosen_ms"] == pytest.approx(chosen * 1e3, abs=1e-4)
+    assert plan.totals()["chosen_ms"] <= plan.totals()["all_cpu_ms"]
+    rows = [r for r in compiled.placement_report.to_json()["nodes"] if "as_placed" in r]
+    assert rows and all(r["target"] == "llvm" for r in rows)
+    assert "*as placed (beside offloaded layers)" in compiled.placement_report.format()
 
 
 def test_kernel_shares_split_a_kernel_by_the_weight_of_each_part():

@@ -305,16 +305,19 @@ def test_branches_on_vta_and_llvm_overlap_with_the_bits_of_a_sequential_run(bran
         got = compiled.run([x])
         for a, b in zip(got, _sequential(compiled, x), strict=True):
             assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
-    # the timeline of one run: the vta function's span (modelled from its cycles at the
-    # clock) overlaps the llvm function's (measured)
+    # the timeline of one run: the vta function (its host part measured in the replay,
+    # its transfer and compute modelled from its bytes and cycles at the clock) overlaps
+    # the llvm function's (measured)
     x = _inputs(1)[0]
     result = compiled.run_timeline([x])
+    assert result.replay_bit_exact
     assert all(a.tobytes() == b.tobytes()
                for a, b in zip(result.outputs[0], _sequential(compiled, x), strict=True))
-    vta = [s for s in result.pipelined if s.lane == "vta"]
+    vta = [s for s in result.pipelined if s.lane.startswith("vta")]
     cpu = [s for s in result.pipelined if s.lane == "llvm"]
-    assert vta and cpu and {s.kind for s in vta} == {"modelled"}
-    assert {s.kind for s in cpu} == {"measured"}
+    assert vta and cpu and {s.kind for s in vta if s.lane != "vta host"} == {"modelled"}
+    assert {s.kind for s in cpu} == {s.kind for s in vta if s.lane == "vta host"} \
+        == {"measured"}
     assert any(c.start < d.end and d.start < c.end for c in cpu for d in vta)
     assert result.makespan(result.pipelined) < result.makespan(result.sequential)
     trace = sdk_trace(result, compiled)
@@ -339,6 +342,9 @@ def test_every_transport_serves_the_overlapped_run_bit_exact(branches, transport
     for x in _inputs(2):
         for a, b in zip(compiled.run([x]), reference.run([x]), strict=True):
             assert a.tobytes() == b.tobytes()
+    # a stream's replay serves every transport's recorded runs back
+    stream = compiled.run_stream([[x] for x in _inputs(2)], replays=1)
+    assert stream.replay_bit_exact and any(s.lane == "vta host" for s in stream.pipelined)
 
 
 def test_a_failing_device_call_in_one_branch_is_a_clear_error_and_does_not_hang(branches):
@@ -413,3 +419,33 @@ def test_a_mirrored_device_runs_both_sides_at_once_and_compares_them(branches):
     for a, b in zip(compiled.run([x]), _compile(branches).run([x]), strict=True):
         assert a.tobytes() == b.tobytes()
     assert mirrored.reference_timing.cycles > 0
+
+
+def test_a_device_function_without_sdk_device_calls_is_replayed_whole():
+    """A device kernel that does not drive its device through copy in / run / copy out
+    (no ``run_program``) is replayed as a whole function: its recorded outputs, no host
+    part measured; the host functions are timed in the replay and the bits agree."""
+    from heterocc.runtime.pipeline import run_stream
+
+    calls = []
+
+    class Opaque:
+        device = "opaque-device"
+
+        def __call__(self, args):
+            calls.append(1)
+            return [args[0] + 1]
+
+    executor = GraphExecutor(_two_branches(), {"f_dev": Opaque(), "f_cpu": lambda a: [a[0] * 2]},
+                             {"f_dev": "dev", "f_cpu": "llvm"})
+    xs = [np.full(4, float(i), np.float32) for i in range(3)]
+    result = run_stream(executor, {}, [[x] for x in xs], "llvm", replays=2)
+    assert len(calls) == 3  # the live run only: the replays never call the device
+    assert result.replay_bit_exact
+    for x, (dev, cpu) in zip(xs, result.outputs):
+        np.testing.assert_array_equal(dev, x + 1)
+        np.testing.assert_array_equal(cpu, x * 2)
+    assert {s.lane for s in result.pipelined} == {"llvm", "dev"}
+    assert all(s.seconds == 0 for s in result.pipelined if s.lane == "dev")
+    with pytest.raises(heterocc.errors.InputError, match="replays=0"):
+        run_stream(executor, {}, [[xs[0]]], "llvm", replays=0)

@@ -62,6 +62,7 @@ from .functions import (
     function_spec,
     function_tasks,
     function_tuned,
+    logged_seconds,
 )
 from .functions import (
     _auto_function_seeds as _auto_function_seeds,
@@ -131,6 +132,7 @@ __all__ = [
     "function_spec",
     "function_tasks",
     "function_tuned",
+    "logged_seconds",
     "llvm_tuning",
     "matmul_panel",
     "measure_candidate",

@@ -256,6 +256,25 @@ def function_configs(body: Graph, log: ApplyHistoryBest | None,
     return ScheduleConfigs(log, _decide(body, log, rules))
 
 
+def logged_seconds(body: Graph, log: ApplyHistoryBest | None, rules: str = "hand"
+                   ) -> float | None:
+    """The seconds per call the applied tuning ``log`` measured for the function
+    ``body`` as compile will build it under that log (:func:`function_configs`): the
+    fastest timing of its auto record where that was chosen, else of its hand schedule;
+    None where the log has no record of the schedule compile will use (a measurement
+    must tell)."""
+    choice = _decide(body, log, rules)
+    if choice is None:
+        return None
+    hand_key, auto_key = function_keys(function_spec(body), _function_kind(body), rules)
+    if choice[0] == "auto":
+        key, index = auto_key, choice[1].index
+    else:
+        key, index = hand_key, FUNCTION_TEMPLATE.default_config(()).index
+    floor = log.floor_cost(key, index)
+    return floor if floor is not None and math.isfinite(floor) else None
+
+
 def _decide(body: Graph, context: ApplyHistoryBest | None, rules: str = "hand"
             ) -> tuple | None:
     """:attr:`ScheduleConfigs.choice` of the function ``body`` under log ``context``."""
