@@ -58,10 +58,12 @@ def candidate_tilings(config: HardwareConfig, m_tiles: int, n_tiles: int, k_tile
 
 
 def busy_cycles_bound(config: HardwareConfig, m_tiles: int, n_tiles: int, k_tiles: int,
-                      tiling: GemmTiling, alu_steps: int) -> int:
+                      tiling: GemmTiling, alu_steps: int, threads: int = 2) -> int:
     """A lower bound on the modelled cycles of ``tiling``'s program: the cycles the
     compute module (resets, GEMMs, ``alu_steps`` ALU passes per block) or the load
-    module (input and weight chunks) is busy, whichever is more, whatever the threads."""
+    module (input and weight chunks) is busy, whichever is more. A program of one
+    ``threads`` has one slot per buffer: each chunk's LOADs overwrite what the GEMM
+    before them read, so they wait for it, and LOADs and GEMMs take turns."""
     rows, cols, k_chunk = tiling.block_rows, tiling.block_cols, tiling.k_chunk
     tasks = (m_tiles // rows) * (n_tiles // cols)
     steps = k_tiles // k_chunk
@@ -74,6 +76,8 @@ def busy_cycles_bound(config: HardwareConfig, m_tiles: int, n_tiles: int, k_tile
     load = sum(load_cycles_bound(Load(buffer=buffer, sram_base=0, dram_base=0, y_size=size,
                                       x_size=k_chunk, x_stride=k_tiles), config)
                for buffer, size in ((Buffer.INP, rows), (Buffer.WGT, cols)))
+    if threads == 1:
+        return tasks * max(compute, steps * (load + instruction_cost(gemm, config)))
     return tasks * max(compute, steps * load)
 
 
@@ -120,7 +124,8 @@ def best_tiling(config: HardwareConfig, rows: int, k: int, n: int, threads: int,
     alu_steps = len(epilogue.column_constants) + 2 if epilogue is not None else 0
     m_tiles, k_tiles = rows // config.batch, k // config.block_in
     candidates = candidate_tilings(config, m_tiles, n_tiles, k_tiles, threads, const_tiles)
-    bounds = [busy_cycles_bound(config, m_tiles, n_tiles, k_tiles, t, alu_steps)
+    bounds = [busy_cycles_bound(config, m_tiles, n_tiles, k_tiles, t, alu_steps,
+                                task_threads(m_tiles, n_tiles, t, threads))
               for t in candidates]
     # branch and bound: time the candidates by increasing bound until none can beat
     # the best; ties go to the earlier candidate, as in an exhaustive search
