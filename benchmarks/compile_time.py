@@ -13,12 +13,16 @@ folder: no kernel timed for placement before). Prints, per run: total compile
 seconds (wall; the process's CPU seconds, steadier on a loaded machine: LLVM compiles
 in the process; and the CPU seconds of the compiling thread alone, beside which
 LLVM's background thread works, so that on two free cores the wall time approaches
-the larger of that and the rest), the passes' seconds, and the five functions whose
-kernels took longest to build (for TE targets such as ``llvm``: to lower, on the
-compiling thread). Targets with an accelerator compile once per placement of
-``--placements``. ``--refuse`` makes the accelerator refuse every layer its patterns
-match, so a quantized model compiles entirely into the CPU's integer fallback kernels
-(the ``vta,llvm`` rows are then marked ``vta!,llvm``).
+the larger of that and the rest), the passes' seconds, the CPU seconds of each step
+of a TE target's functions (``expr``: expressing them in TE; ``sched``: scheduling;
+``lower``: TE to TIR and the TIR passes; ``ir``: the code generator's part on the
+compiling thread, LLVM IR for ``llvm``; ``llvm``: LLVM's optimization and machine code,
+on its own thread), and the five functions whose kernels took longest to build (for TE
+targets such as ``llvm``: to lower, on the compiling thread). Targets with an
+accelerator compile once per placement of ``--placements``. ``--refuse`` makes the
+accelerator refuse every layer its patterns match, so a quantized model compiles
+entirely into the CPU's integer fallback kernels (the ``vta,llvm`` rows are then marked
+``vta!,llvm``).
 """
 
 from __future__ import annotations
@@ -92,10 +96,40 @@ def _refusing(instance) -> None:
     instance.pattern_table = refused
 
 
+def _timed_stages(instances) -> dict[str, float]:
+    """Thread CPU seconds of each step of a TE target's compile, summed over functions
+    (filled in while compiling): ``express``, ``schedule``, ``lower`` (TE to TIR and the
+    TIR passes) and ``ir`` (the code generator's work on the compiling thread: LLVM IR
+    for ``llvm``), and ``llvm`` (optimization and machine code, on LLVM's thread)."""
+    from heterocc.sdk import te_target
+    from heterocc.targets.llvm import module as llvm_module
+
+    stages = dict.fromkeys(("express", "schedule", "lower", "ir", "llvm"), 0.0)
+
+    def timing(stage, original):
+        def timed(*args, **kwargs):
+            began = time.thread_time()  # the calling thread's CPU: LLVM runs beside it
+            try:
+                return original(*args, **kwargs)
+            finally:
+                stages[stage] += time.thread_time() - began
+        return timed
+
+    te_target.express_function = timing("express", te_target.express_function)
+    llvm_module.LLVMModule._compile = timing("llvm", llvm_module.LLVMModule._compile)
+    for instance in instances:
+        for stage, method in (("schedule", "schedule"), ("lower", "lower"),
+                              ("ir", "codegen_later")):
+            if hasattr(instance, method):
+                setattr(instance, method, timing(stage, getattr(instance, method)))
+    return stages
+
+
 def measure(path: str, target: str, refuse: bool = False, placement: str = "auto") -> dict:
     """Compile ``path`` for ``target`` in this process: total seconds (wall, CPU, CPU of
-    this thread), per-pass seconds, per-function build seconds; with ``refuse``, the
-    accelerators refuse every match of their patterns."""
+    this thread), per-pass seconds, per-function build seconds, CPU seconds per step
+    (:func:`_timed_stages`); with ``refuse``, the accelerators refuse every match of
+    their patterns."""
     import heterocc
     from heterocc.targets import get_target
 
@@ -120,12 +154,14 @@ def measure(path: str, target: str, refuse: bool = False, placement: str = "auto
 
         setattr(instance, hook, timed)
         instances.append(instance)
+    stages = _timed_stages([i for i in instances if hasattr(i, "_start_structure")])
     began, cpu, thread = time.perf_counter(), time.process_time(), time.thread_time()
     compiled = heterocc.compile(path, target=instances, placement=placement)
     seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
     return {"seconds": seconds, "cpu": cpu, "thread": time.thread_time() - thread,
             "functions": len(builds),
             "passes": sum(r.seconds for r in compiled.pass_records),
+            "stages": stages,
             "slowest": sorted(builds.items(), key=lambda kv: -kv[1])[:5]}
 
 
@@ -146,9 +182,10 @@ def _run(model: str, quantization: str, target: str, placement: str, path: str,
         return
     result = json.loads(child.stdout.strip().splitlines()[-1])
     slowest = ", ".join(f"{name} {s:.2f}" for name, s in result["slowest"])
+    stages = " ".join(f"{s:5.2f}" for s in result["stages"].values())
     print(f"{model:14s} {quantization:12s} {shown:17s} {result['seconds']:8.2f} "
           f"{result['cpu']:6.2f} {result['thread']:6.2f} {result['passes']:7.2f} "
-          f"{result['functions']:9d}  {slowest}", flush=True)
+          f"{result['functions']:9d}  {stages}  {slowest}", flush=True)
 
 
 def main() -> int:
@@ -173,7 +210,9 @@ def main() -> int:
     print(describe())
     print(f"load average (1 min) {os.getloadavg()[0]:.2f}")
     print(f"{'model':14s} {'quantization':12s} {'target':17s} {'seconds':>8s} {'cpu':>6s} "
-          f"{'thread':>6s} {'passes':>7s} {'functions':>9s}  slowest functions (seconds)")
+          f"{'thread':>6s} {'passes':>7s} {'functions':>9s}  "
+          f"{'expr':>5s} {'sched':>5s} {'lower':>5s} {'ir':>5s} {'llvm':>5s}  "
+          "slowest functions (seconds)")
     with tempfile.TemporaryDirectory() as directory:
         for model in args.models.split(","):
             for quantization in args.quantizations.split(","):

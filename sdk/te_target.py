@@ -348,11 +348,17 @@ def schedule_by_rules(outputs: Sequence[te.Tensor], rules: Sequence[ScheduleRule
 # ----------------------------------------------------------------------------- structure keys
 
 
+#: attribute values that are their own key
+_PLAIN = frozenset((int, float, str, bool))
+
+
 def _frozen(value) -> object:
     """A hashable stand-in for an attribute value (arrays by content)."""
     if isinstance(value, np.ndarray):
         return ("array", value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, list | tuple):
+        if all(type(v) in _PLAIN for v in value):  # per-channel lists: thousands of ints
+            return tuple(value)
         return tuple(_frozen(v) for v in value)
     if isinstance(value, dict):
         return tuple(sorted((k, _frozen(v)) for k, v in value.items()))

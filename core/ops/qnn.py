@@ -60,21 +60,27 @@ def precise_fixed_point_scale(scales, max_abs_inputs) -> tuple[list[int], int, l
     every multiplier below 2**31. The result differs from ``round(a * scale)`` only
     where ``a * scale`` lies within about ``2**-shift`` of a rounding boundary.
     """
-    scales = [float(v) for v in np.asarray(scales, np.float64).reshape(-1)]
-    limits = [max(int(v), 1) for v in np.broadcast_to(np.asarray(max_abs_inputs),
-                                                      (len(scales),))]
-    for scale in scales:
-        if not scale > 0 or not math.isfinite(scale):
-            raise ValueError(f"requantization scale must be positive and finite, got {scale}")
-    shifts = []
-    for scale, limit in zip(scales, limits):
-        shift = 0
-        while shift < 31 and (limit * scale + 1) * 2.0 ** (shift + 1) <= 2 ** _SHIFTED_OUTPUT_BITS:
-            shift += 1
-        shifts.append(shift)
-    product_shift = min(shifted_multiplier(v, s)[1] for v, s in zip(scales, shifts))
-    return ([_multiplier(v, s + product_shift) for v, s in zip(scales, shifts)],
-            product_shift, shifts)
+    scales = np.asarray(scales, np.float64).reshape(-1)
+    limits = np.maximum(np.broadcast_to(np.asarray(max_abs_inputs), scales.shape)
+                        .astype(np.int64), 1)
+    bad = ~((scales > 0) & np.isfinite(scales))
+    if bad.any():
+        raise ValueError("requantization scale must be positive and finite, got "
+                         f"{scales[bad][0]}")
+    # Per channel (a network has tens of thousands: array arithmetic, no Python loop):
+    # the largest shift in [0, 31] with (limit * scale + 1) * 2**shift <= 2**30. Scaling
+    # by a power of two is exact, so that is x <= 2**(30 - shift) for x = limit * scale
+    # + 1 >= 1, read off x's binary exponent (x = m * 2**e, 0.5 <= m < 1).
+    mantissas, exponents = np.frexp(limits * scales + 1)
+    shifts = np.clip(np.where(mantissas == 0.5, 31, 30) - exponents, 0, 31).astype(np.int64)
+    # the product shift each channel's multiplier could take (shifted_multiplier's,
+    # monotone in ceiling / (scale * 2**shift)): the smallest is that of the smallest
+    ceiling = (1 << PRECISE_MULTIPLIER_BITS) - 1
+    headroom = ceiling / (scales * np.ldexp(1.0, shifts))
+    product_shift = min(62, max(0, math.floor(math.log2(float(headroom.min())))))
+    # round() and np.rint both round half to even; the scaling by 2**k is exact
+    multipliers = np.clip(np.rint(np.ldexp(scales, shifts + product_shift)), 1, ceiling)
+    return multipliers.astype(np.int64).tolist(), product_shift, shifts.tolist()
 
 
 def _multiplier(scale: float, total_shift: int) -> int:

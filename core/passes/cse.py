@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 
 import numpy as np
 
@@ -24,6 +25,15 @@ def _freeze(value):
     return value
 
 
+def _start_key(v: Value):
+    """The type and the first elements of a constant: what two equal constants share."""
+    return v.type, np.asarray(v.data).flat[:_START_ELEMENTS].tobytes()
+
+
+#: elements compared before two constants of one type are hashed whole
+_START_ELEMENTS = 16
+
+
 def _constant_key(v: Value):
     digest = hashlib.blake2b(v.data.tobytes(), digest_size=16).digest()
     return (v.type, digest)
@@ -35,7 +45,14 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
     inputs, and constants with identical contents."""
     mapping: dict[Value, Value] = {}
     seen_consts: dict = {}
-    for v in graph.constants():
+    constants = graph.constants()
+    # only a constant whose type and first elements another one has can have a twin:
+    # the others' contents (most of a model's bytes: its weights) need no hashing
+    starts = {v: _start_key(v) for v in constants}
+    shared = Counter(starts.values())
+    for v in constants:
+        if shared[starts[v]] < 2:
+            continue
         key = _constant_key(v)
         if key in seen_consts:
             mapping[v] = seen_consts[key]

@@ -42,6 +42,7 @@ from .cpu import CPUDescription
 from .schedules import (
     BlockedConvTiles,
     depthwise_data,
+    depthwise_weight,
     injective_rows,
     int8_conv_inputs,
     schedule_channel_blocks,
@@ -95,7 +96,7 @@ class Int8ConvRule(CPURule):
 
     def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
         if "int8_depthwise" in tensor.op.attrs:
-            return [depthwise_data(tensor)]
+            return [depthwise_data(tensor), depthwise_weight(tensor)]
         return [t for t in int8_conv_inputs(tensor) if isinstance(t.op, te.ComputeOp)]
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:

@@ -98,3 +98,42 @@ def test_requantize_product_shift_is_exact_in_64_bits(rng, axis):
     exact = np.clip(np.floor(clipped * scales.reshape(along) + 0.5) + 3, -128, 127)
     near_tie = np.abs(np.abs(clipped * scales.reshape(along)) % 1 - 0.5) < 1e-5
     assert (expected[0] != exact)[~near_tie].sum() == 0
+
+
+def _precise_scale_by_definition(scales, limits):
+    """``precise_fixed_point_scale`` channel by channel, as its docstring defines it:
+    each shift the largest in [0, 31] keeping (limit * scale + 1) * 2**shift <= 2**30,
+    the product shift the smallest that ``shifted_multiplier`` allows any channel."""
+    from heterocc.ops.qnn import PRECISE_MULTIPLIER_BITS, shifted_multiplier
+
+    shifts = []
+    for scale, limit in zip(scales, limits):
+        shift = 0
+        while shift < 31 and (max(int(limit), 1) * scale + 1) * 2.0 ** (shift + 1) <= 2 ** 30:
+            shift += 1
+        shifts.append(shift)
+    product_shift = min(shifted_multiplier(s, k)[1] for s, k in zip(scales, shifts))
+    ceiling = (1 << PRECISE_MULTIPLIER_BITS) - 1
+    return ([max(1, min(ceiling, round(s * 2.0 ** (k + product_shift))))
+             for s, k in zip(scales, shifts)], product_shift, shifts)
+
+
+def test_precise_fixed_point_scale_matches_its_definition_channel_by_channel(rng):
+    """The per-channel shifts and multipliers, computed on arrays (a network has tens of
+    thousands of channels), equal the channel-by-channel definition, including scales
+    and limits at powers of two (where the shift's bound is met exactly)."""
+    from heterocc.ops.qnn import precise_fixed_point_scale
+
+    for trial in range(300):
+        count = int(rng.integers(1, 20))
+        scales = np.exp(rng.uniform(np.log(1e-9), np.log(1e3), count))
+        limits = rng.integers(1, 2 ** 31 - 1, count)
+        if trial % 3 == 0:
+            scales = np.ldexp(rng.choice([1.0, 0.75, 0.5], count), rng.integers(-30, 5, count))
+            limits = np.left_shift(1, rng.integers(0, 30, count)) - rng.integers(0, 2, count)
+        got = precise_fixed_point_scale(scales, limits)
+        assert got == _precise_scale_by_definition(scales.tolist(), limits.tolist())
+        assert all(type(v) is int for v in got[0] + got[2]) and type(got[1]) is int
+    assert precise_fixed_point_scale(0.01, 100) == ([1374389535], 8, [29])
+    with pytest.raises(ValueError, match="positive and finite, got nan"):
+        precise_fixed_point_scale([0.5, np.nan], [3, 3])

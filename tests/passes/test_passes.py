@@ -153,6 +153,35 @@ def test_cse_merges_identical_nodes_and_dce_drops_the_rest(rng):
     _same_results(g, out, [rng.standard_normal(3).astype(np.float32)])
 
 
+def test_cse_merges_equal_constants_hashing_only_possible_twins(rng, monkeypatch):
+    """Constants of equal contents and type merge; a constant whose type and first
+    elements no other has is never hashed (a model's weights are most of its bytes)."""
+    from heterocc.passes import cse
+
+    hashed = []
+    key = cse._constant_key
+    monkeypatch.setattr(cse, "_constant_key", lambda v: hashed.append(v.name) or key(v))
+    w = rng.standard_normal((4, 8)).astype(np.float32)  # more than the 16 compared
+    late = w.copy()
+    late[-1, -1] += 1  # the same type and first elements: hashed, and kept apart
+    inits = {"w1": w, "w2": w.copy(), "w3": rng.standard_normal((4, 8)).astype(np.float32),
+             "w4": late,
+             "big": rng.standard_normal((8, 5)).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", name], [f"m{k}"])
+             for k, name in enumerate(("w1", "w2", "w3", "w4"))]
+    nodes += [helper.make_node("Sum", ["m0", "m1", "m2", "m3"], ["s"]),
+              helper.make_node("MatMul", ["s", "big"], ["y"])]
+    g = from_onnx(make_model(nodes, [("x", "float32", [2, 4])], [("y", "float32", None)],
+                             inits))
+    out = eliminate_dead_code(eliminate_common_subexpressions(g))
+    assert sorted(hashed) == ["w1", "w2", "w4"]
+    assert [n.op for n in out.nodes].count("MatMul") == 4
+    total = next(n for n in out.nodes if n.op == "Sum")
+    assert total.inputs[0] is total.inputs[1]
+    assert len({id(v) for v in total.inputs}) == 3
+    _same_results(g, out, [rng.standard_normal((2, 4)).astype(np.float32)])
+
+
 def _residual_block(rng):
     inits = {"w1": rng.standard_normal((4, 4, 3, 3)).astype(np.float32),
              "w2": rng.standard_normal((4, 4, 3, 3)).astype(np.float32)}

@@ -87,6 +87,7 @@ from .int8_conv import (
 from .int8_depthwise import (
     Int8DepthwiseTiles,
     depthwise_data,
+    depthwise_weight,
     int8_depthwise_conv,
     int8_depthwise_tiles,
     schedule_int8_depthwise,
@@ -158,6 +159,7 @@ __all__ = [
     "dense_conv_reduction_blocks",
     "depthwise_conv_tile",
     "depthwise_data",
+    "depthwise_weight",
     "even_tiles",
     "int8_conv",
     "int8_conv_inputs",

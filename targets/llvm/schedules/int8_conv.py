@@ -35,6 +35,7 @@ import numpy as np
 from heterocc.sdk import CompileError, te
 from heterocc.sdk.graph import conv_geometry
 from heterocc.te.intrin import BufferRegion, TensorIntrin
+from heterocc.te.schedule_reads import reads_of
 from heterocc.tir import expr as tx
 from heterocc.tir.stmt import BufferStore
 
@@ -95,6 +96,49 @@ def int8_conv_tiles(filters: int, cpu: CPUDescription) -> Int8ConvTiles:
     while filters % channels:
         channels -= 1
     return Int8ConvTiles(lanes, channels)
+
+
+@dataclass(frozen=True)
+class RowBlocks:
+    """How the sums of a stride-1 convolution are cut so that each block of ``rows``
+    output rows is summed and finished while it is in the L1 cache: a block is
+    ``extent`` consecutive flat positions (``rows`` padded rows, the last one's output
+    columns, rounded up to whole vectors)."""
+
+    rows: int
+    extent: int
+
+
+def row_blocks(out_height: int, row_length: int, out_width: int, lanes: int,
+               channels: int, cpu: CPUDescription) -> RowBlocks:
+    """The blocks of :class:`RowBlocks` for an output of ``out_height`` rows of
+    ``out_width`` pixels, ``row_length`` flat positions apart: the row count dividing
+    the height that computes fewest positions per output pixel (the padding columns
+    between rows and the last vector's tail are computed and dropped), fewer rows on a
+    tie, a block's ``channels`` rows of int32 sums within half the L1 data cache (one
+    row always: a block must hold whole rows)."""
+    best = None
+    for rows in range(1, out_height + 1):
+        if out_height % rows:
+            continue
+        extent = -(-((rows - 1) * row_length + out_width) // lanes) * lanes
+        if rows > 1 and channels * extent * 4 > cpu.l1d // 2:
+            break
+        if best is None or extent * best.rows < best.extent * rows:
+            best = RowBlocks(rows, extent)
+    return best
+
+
+def block_of_rows(blocks: RowBlocks, row_length: int, y, column) -> tuple:
+    """Where output pixel (``y``, ``column``) lies in sums cut into ``blocks``: (block,
+    position in it), its rows ``row_length`` positions apart. The ``% extent``
+    changes no value (a row's columns lie in its block) but makes the region of the
+    sums that a block of output rows reads the block's whole extent, whole vectors
+    (bound inference takes [0, extent) for it)."""
+    column = column % blocks.extent
+    if blocks.rows == 1:
+        return y, column
+    return y // blocks.rows, y % blocks.rows * row_length + column
 
 
 def _flip(source: str, stored: str) -> int:
@@ -250,12 +294,16 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     if flat:
         # stride 1: output pixels numbered over the padded width, so that a vector runs
         # on across rows (a 7-wide image fills whole vectors; the columns past the
-        # output's width are computed and dropped)
+        # output's width are computed and dropped), in blocks of rows summed and
+        # finished while in cache (:func:`row_blocks`)
         stride_row = x.shape[3] + pads[1] + pads[3]
-        positions = -(-(oh * stride_row) // lanes) * lanes
+        blocks = row_blocks(oh, stride_row, ow, lanes, tiles.channels, cpu)
+        span = blocks.rows * stride_row
+        positions = (oh // blocks.rows - 1) * span + blocks.extent
         data = pack_int8_flat(x, x_zero, pads, positions + (kh - 1) * dy * stride_row
                               + (kw - 1) * dx, dtype)
     else:
+        blocks = RowBlocks(1, -(-ow // lanes) * lanes)
         data = pack_int8_data(x, x_zero, (sy, sx), pads, ow, kw, dx, lanes, dtype)
     packed_w = pack_int8_weight(w) if packed_weight is None else packed_weight
     if packed_weight is not None and (tuple(packed_w.shape) != packed_weight_shape(w.shape)
@@ -267,20 +315,19 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     rco = te.reduce_axis(groups, "rco")
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
     rci = te.reduce_axis(GROUP, "rci")
-    padded_width = -(-ow // lanes) * lanes
-
     def body(b, k, y, column):
         if flat:
-            read = data[b, rco, 0, 0, column + ry * dy * stride_row + rx * dx, rci]
+            read = data[b, rco, 0, 0, y * span + column + ry * dy * stride_row + rx * dx,
+                        rci]
         else:
             offset = rx * dx
             read = data[b, rco, y * sy + ry * dy, offset % sx, column + offset // sx, rci]
         return te.sum(te.cast("int32", read) * te.cast("int32", packed_w[k, rco, ry, rx, rci]),
                       axis=[rco, ry, rx, rci])
 
-    shape = (n, filters, 1, positions) if flat else (n, filters, oh, padded_width)
+    shape = (n, filters, oh // blocks.rows, blocks.extent)
     sums = te.compute(shape, body, name=f"{name}_dot", dtype="int32",
-                      attrs={"int8_conv": tiles})
+                      attrs={"int8_conv": tiles, "int8_rows": blocks})
     if packed_weight is None:
         # a weight known only at run time: summed on every call, from its packing (its
         # padding channels are zero), so that it is read in one layout only
@@ -298,12 +345,12 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
     def result(b, k, y, column):
-        at = (0, y * stride_row + column) if flat else (y, column)
+        at = block_of_rows(blocks, stride_row if flat else 0, y, column)
         # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
         return sums[(b, k, *at)] - offset * weight_sum(k)
 
-    # the crop is an anchor of its own (``int8_conv_result``): its rows, finished by
-    # the function's elementwise epilogue, read the sums contiguously
+    # the crop is an anchor of its own (``int8_conv_result``), finished by the
+    # function's elementwise epilogue; its blocks of rows compute their sums first
     return te.compute((n, filters, oh, ow), result, name=name, dtype="int32",
                       attrs={"int8_conv_result": True})
 
@@ -312,14 +359,16 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
                        cpu: CPUDescription) -> None:
     """The sums of :func:`int8_conv`: rows of output pixels split into vectors, a tile of
     output channels accumulating in registers over the taps and channel groups, the
-    innermost pixels and four channels one dot-product instruction; batch, channel tiles
-    and rows in parallel. The packing stages run at root, in parallel."""
+    innermost pixels and four channels one dot-product instruction. The sums of a block
+    of rows are computed inside the finishing stage's loop over blocks
+    (:func:`schedule_int8_conv_result`), which runs in parallel. The packing stages run
+    at root, in parallel."""
     tiles: Int8ConvTiles = sums.op.attrs["int8_conv"]
     data, packed_w = int8_conv_inputs(sums)
     for stage in (data, packed_w):
         if isinstance(stage.op, te.ComputeOp):  # else a constant packed at build time
             pack_in_parallel(schedule, stage)
-    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes)
+    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes, parallel=False)
     lb, lk, ly, lcol = schedule[local].op.axis
     rco, ry, rx, rci = schedule[local].op.reduce_axis
     schedule[local].reorder(lb, ly, rco, ry, rx, lk, lcol, rci)
@@ -343,16 +392,18 @@ def pack_in_parallel(schedule: te.Schedule, packed: te.Tensor) -> None:
 
 
 def register_tiles(schedule: te.Schedule, sums: te.Tensor, channels: int,
-                   lanes: int) -> te.Tensor:
+                   lanes: int, parallel: bool = True) -> te.Tensor:
     """``sums[b, k, y, pixel]`` in tiles of ``channels`` by one vector of ``lanes``
-    pixels, batch, channel tiles and rows in parallel; returns the tile's local
+    pixels, batch, channel tiles and rows in parallel (``parallel``; else serial, for
+    sums computed inside a parallel loop of their reader); returns the tile's local
     accumulator stage (computed per tile), whose loops the caller orders."""
     local = schedule.cache_write(sums, "local")
     b, k, y, column = schedule[sums].op.axis
     ko, ki = schedule[sums].split(k, channels)
     co, ci = schedule[sums].split(column, lanes)
     schedule[sums].reorder(b, ko, y, co, ki, ci)
-    schedule[sums].parallel(schedule[sums].fuse(b, ko, y))
+    if parallel:
+        schedule[sums].parallel(schedule[sums].fuse(b, ko, y))
     schedule[sums].vectorize(ci)
     schedule[local].compute_at(schedule[sums], co)
     return local
@@ -367,10 +418,13 @@ def int8_conv_inputs(sums: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
 def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
                               epilogue: te.Tensor | None = None,
                               *, cpu: CPUDescription) -> None:
-    """The cropped, zero-point-corrected sums of :func:`int8_conv`, finished by the
-    function's elementwise ``epilogue`` when it has one (bias, ``Requantize``): output
-    rows in parallel, each a vector loop over its pixels, which read the sums in a
-    contiguous run."""
+    """The cropped, zero-point-corrected sums of :func:`int8_conv` (or of a depthwise
+    convolution), finished by the function's elementwise ``epilogue`` when it has one
+    (bias, ``Requantize``): output rows in parallel, each a vector loop over its pixels,
+    which read the sums in a contiguous run. The sums are computed block by block
+    inside that loop (a tile of output channels by a block of rows,
+    :class:`RowBlocks`), so that they are finished while in cache rather than written
+    to memory whole and read back."""
     outer = result
     if epilogue is not None:
         schedule[result].compute_inline()
@@ -378,7 +432,16 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
     stage = schedule[outer]
     n, k, y, x = stage.op.axis
     lanes = cpu.vector_lanes("int32")
+    sums = next(t for t in reads_of(result.op.body) if "int8_rows" in t.op.attrs)
+    tiles = sums.op.attrs.get("int8_conv") or sums.op.attrs["int8_depthwise"]
+    blocks: RowBlocks = sums.op.attrs["int8_rows"]
+    ko, ki = stage.split(k, tiles.channels)
+    yo, yi = stage.split(y, blocks.rows)
+    inner = [x]
     if int(x.extent) > lanes:
-        _, x = stage.split(x, lanes)
-    stage.vectorize(x)
-    stage.parallel(stage.fuse(n, k, y))
+        inner = list(stage.split(x, lanes))
+    stage.reorder(n, ko, yo, ki, yi, *inner)
+    stage.vectorize(inner[-1])
+    block = stage.fuse(n, ko, yo)
+    stage.parallel(block)
+    schedule[sums].compute_at(stage, block)

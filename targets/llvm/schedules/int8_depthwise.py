@@ -21,7 +21,15 @@ from heterocc.sdk import CompileError, te
 
 from ..cpu import CPUDescription
 from .common import schedule_rows
-from .int8_conv import checked_geometry, pack_in_parallel, pack_int8_data, register_tiles
+from .int8_conv import (
+    RowBlocks,
+    block_of_rows,
+    checked_geometry,
+    pack_in_parallel,
+    pack_int8_data,
+    register_tiles,
+    row_blocks,
+)
 
 #: the type the centered data is stored as: (x - zero point) of 8-bit x fits 9 bits
 CENTERED = "int16"
@@ -124,19 +132,24 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
     flat = (sy, sx) == (1, 1)
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
     if flat:
+        # output pixels numbered over the padded width in blocks of rows, as the dense
+        # convolution's (:func:`.int8_conv.row_blocks`)
         stride_row = x.shape[3] + pads[1] + pads[3]
-        positions = -(-(oh * stride_row) // lanes) * lanes
-        reach = positions + (kh - 1) * dy * stride_row + (kw - 1) * dx
+        blocks = row_blocks(oh, stride_row, ow, lanes, tiles.channels, cpu)
+        span = blocks.rows * stride_row
+        reach = (oh // blocks.rows - 1) * span + blocks.extent \
+            + (kh - 1) * dy * stride_row + (kw - 1) * dx
         data = pack_centered_rows(x, x_zero, pads, -(-reach // stride_row))
-        shape = (n, channels, 1, positions)
+        shape = (n, channels, oh // blocks.rows, blocks.extent)
 
         def read(b, c, y, column):
             # the padded image's pixels row after row: the flattened address of
             # (p // width, p % width) is p itself, a contiguous run per vector
-            position = column + ry * dy * stride_row + rx * dx
+            position = y * span + column + ry * dy * stride_row + rx * dx
             return data[b, c, position // stride_row, position % stride_row]
     elif strided_copy_vectorizes(cpu):
         columns = -(-ow // lanes) * lanes
+        blocks = RowBlocks(1, columns)
         reach = (columns - 1) * sx + (kw - 1) * dx + 1
         data = pack_centered_phases(x, x_zero, pads, sx, -(-reach // sx))
         shape = (n, channels, oh, columns)
@@ -148,20 +161,25 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
         data = pack_int8_data(x, x_zero, (sy, sx), pads, ow, kw, dx, lanes, CENTERED,
                               group=1, centered=True)
         shape = (n, channels, oh, -(-ow // lanes) * lanes)
+        blocks = RowBlocks(1, shape[3])
 
         def read(b, c, y, column):
             offset = rx * dx
             return data[b, c, y * sy + ry * dy, offset % sx, column + offset // sx, 0]
 
+    # each tap's weight as a vector of int16 lanes (the product's operand as it is in
+    # memory: no byte load and broadcast per tap and channel in the inner loop)
+    weight = te.compute((channels, kh, kw, lanes), lambda c, i, j, lane: te.cast(
+        CENTERED, w[c, 0, i, j]), name="int8_weight_lanes", dtype=CENTERED)
     sums = te.compute(shape, lambda b, c, y, column: te.sum(
         # a 16-bit product: |x - zero| <= 255 times |w| <= 128 fits, so one 16-bit
         # multiply per tap (a full vector of int16 lanes) before widening to the sum
-        te.cast("int32", read(b, c, y, column) * te.cast(CENTERED, w[c, 0, ry, rx])),
+        te.cast("int32", read(b, c, y, column) * weight[c, ry, rx, column % lanes]),
         axis=[ry, rx]), name=f"{name}_depthwise", dtype="int32",
-        attrs={"int8_depthwise": tiles})
+        attrs={"int8_depthwise": tiles, "int8_rows": blocks})
 
     def result(b, c, y, column):
-        return sums[(b, c, 0, y * stride_row + column) if flat else (b, c, y, column)]
+        return sums[(b, c, *block_of_rows(blocks, stride_row if flat else 0, y, column))]
 
     return te.compute((n, channels, oh, ow), result, name=name, dtype="int32",
                       attrs={"int8_conv_result": True})
@@ -170,16 +188,18 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
 def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
                             cpu: CPUDescription) -> None:
     """The sums of :func:`int8_depthwise_conv`: a tile of channels by one vector of
-    pixels accumulating in registers over the taps; batch, channel tiles and rows in
-    parallel; the packing of the data at root, in parallel (with stride 1 a padded
-    copy, its rows vectorized)."""
+    pixels accumulating in registers over the taps, computed block by block inside the
+    finishing stage's parallel loop (:func:`.int8_conv.schedule_int8_conv_result`); the
+    packing of the data and the weight's int16 vectors at root, in parallel (with
+    stride 1 a padded copy, its rows vectorized)."""
     tiles: Int8DepthwiseTiles = sums.op.attrs["int8_depthwise"]
     data = depthwise_data(sums)
+    schedule_rows(schedule, depthwise_weight(sums), cpu, serial_axes=2)
     if data.ndim == 6:  # pack_int8_data: a scalar copy
         pack_in_parallel(schedule, data)
     else:  # pack_centered_rows (stride 1) or pack_centered_phases: rows of a channel serial
         schedule_rows(schedule, data, cpu, serial_axes=data.ndim - 3)
-    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes)
+    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes, parallel=False)
     lb, lc, ly, lx = schedule[local].op.axis
     ry, rx = schedule[local].op.reduce_axis
     schedule[local].reorder(lb, ly, ry, rx, lc, lx)
@@ -190,3 +210,9 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
 def depthwise_data(sums: te.Tensor) -> te.Tensor:
     """The packed data the sums of :func:`int8_depthwise_conv` read."""
     return sums.op.body.source.value.a.tensor
+
+
+def depthwise_weight(sums: te.Tensor) -> te.Tensor:
+    """The weight, in vectors of int16 lanes, that the sums of
+    :func:`int8_depthwise_conv` read."""
+    return sums.op.body.source.value.b.tensor

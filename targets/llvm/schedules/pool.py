@@ -10,7 +10,8 @@ import numpy as np
 from heterocc.sdk import CompileError, te
 
 from ..cpu import CPUDescription
-from .common import PARALLEL_MIN_ELEMENTS
+from .common import PARALLEL_MIN_ELEMENTS, schedule_rows, vector_lanes
+from .int8_depthwise import strided_copy_vectorizes
 
 
 def schedule_pool_nchwc(schedule: te.Schedule, pool: te.Tensor,
@@ -34,18 +35,25 @@ def schedule_pool_nchw(schedule: te.Schedule, pool: te.Tensor, padded: te.Tensor
                        cpu: CPUDescription) -> None:
     """Pooling of an NCHW tensor (``pool[n, c, y, x]`` reduced over a window of rows and
     columns): the padded input (``padded``, when the pool reads a padding stage) copied
-    ahead, so the window reads need no guards; rows of output pixels in parallel, each
-    row updated tap by tap over all its pixels, a loop LLVM vectorizes (a strided
-    window's reads are interleaved loads)."""
+    ahead row by row, each row a vector loop, so the window reads need no guards; rows of
+    output pixels in parallel, each row updated tap by tap over all its pixels: one
+    vector per tap where a strided window's bytes load as one masked load and a shuffle
+    (AVX-512BW), else a loop left to LLVM."""
     stage = schedule[pool]
     if len(stage.op.axis) != 4 or len(stage.op.reduce_axis) != 2:
         raise CompileError(f"schedule_pool_nchw: {pool.name!r} is not a 2-D NCHW pool")
     if padded is not None:
-        pad_stage = schedule[padded]
-        pad_stage.compute_root()
-        n, c, *_ = pad_stage.op.axis
-        pad_stage.parallel(pad_stage.fuse(n, c))
+        schedule[padded].compute_root()
+        # row by row, each row a vector loop (its reads inside the image one run)
+        schedule_rows(schedule, padded, cpu, serial_axes=1)
     n, c, y, x = stage.op.axis
     stage.reorder(n, c, y, *stage.op.reduce_axis, x)
+    if strided_copy_vectorizes(cpu):
+        # a row of pixels one vector per tap: a strided window's reads load as one wide
+        # masked load and a shuffle (LLVM leaves such a loop of bytes scalar)
+        lanes = vector_lanes(pool.dtype, cpu)
+        if int(x.extent) > lanes:
+            _, x = stage.split(x, lanes)
+        stage.vectorize(x)
     if int(np.prod(pool.shape)) >= PARALLEL_MIN_ELEMENTS:
         stage.parallel(stage.fuse(n, c, y))

@@ -23,6 +23,7 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     pack_int8_weight_array,
     packed_weight_shape,
     schedule_int8_conv,
+    schedule_int8_conv_result,
 )
 from heterocc.targets.llvm.schedules.int8_depthwise import (
     int8_depthwise_conv,
@@ -317,9 +318,15 @@ def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dil
     zero = te.placeholder((1,), data, "zero")
     attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
     out = int8_depthwise_conv(x, w, zero, attrs, cpu)
+    sums = out.op.body.tensor
     schedule = te.create_schedule(out)
-    schedule_int8_depthwise(schedule, out.op.body.tensor, cpu)
-    module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
+    schedule_int8_depthwise(schedule, sums, cpu)
+    schedule_int8_conv_result(schedule, out, cpu=cpu)
+    func = te.lower(schedule, [x, w, zero, out], name="conv")
+    # each block of rows summed inside the finishing loop, in a buffer of one block
+    block, tile = sums.op.attrs["int8_rows"], sums.op.attrs["int8_depthwise"].channels
+    assert _allocated_in_parallel_loop(func, sums.name) == [tile * block.extent]
+    module = hllvm.build(func, cpu=cpu)
     if not _host_runs(cpu):
         # cross-compiled: 16-bit vector products (int16 data times int8 weights) added
         # into the int32 sums by widening adds
@@ -337,3 +344,76 @@ def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dil
     expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], int(z[0]), strides,
                                           pads, dilations) for c in range(channels)], axis=1)
     np.testing.assert_array_equal(got, expected)
+
+
+def _allocated_in_parallel_loop(func, name: str) -> list[int]:
+    """The sizes of the buffers called ``name`` that ``func`` allocates inside a
+    parallel loop."""
+    from heterocc.tir.stmt import Allocate, For, ForKind
+    from heterocc.tir.visitor import collect
+
+    return [a.buffer.size for loop in collect(func.body, lambda n: isinstance(n, For)
+                                              and n.kind == ForKind.PARALLEL)
+            for a in collect(loop.body, lambda n: isinstance(n, Allocate))
+            if a.buffer.name == name]
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell",
+                                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
+                         ids=["host", "avx2", "neon"])
+@pytest.mark.parametrize("shape,filters,kernel,strides,pads", [
+    ((1, 8, 14, 14), 32, (1, 1), (1, 1), (0, 0, 0, 0)),  # blocks of several rows
+    ((1, 6, 7, 7), 32, (3, 3), (1, 1), (1, 1, 1, 1)),  # padding columns between rows
+    ((2, 4, 20, 20), 8, (1, 1), (1, 1), (0, 0, 0, 0)),  # one row a block, batch 2
+    ((1, 8, 15, 15), 16, (3, 3), (2, 2), (1, 1, 1, 1)),  # stride 2: one row a block
+], ids=["1x1-rows", "3x3-7x7", "1x1-batch2", "stride2"])
+def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filters, kernel,
+                                                             strides, pads):
+    """The finishing stage (here the sums times 3 plus the channel) runs over blocks of
+    output rows in parallel and computes each block's sums inside (a buffer of one
+    block, never the whole output's sums in memory), bit-exact on every description."""
+    cpu = parse_cpu(target)
+    x = te.placeholder(shape, "uint8", "x")
+    w = te.placeholder((filters, shape[1], *kernel), "int8", "w")
+    zero = te.placeholder((1,), "uint8", "zero")
+    attrs = {"strides": strides, "pads": pads, "dilations": (1, 1), "group": 1}
+    result = int8_conv(x, w, zero, attrs, cpu)
+    out = te.compute(result.shape, lambda b, k, y, c: result[b, k, y, c] * 3 + k, name="out",
+                     dtype="int32")
+    sums = result.op.body.a.tensor
+    schedule = te.create_schedule(out)
+    schedule_int8_conv(schedule, sums, cpu)
+    schedule_int8_conv_result(schedule, result, out, cpu=cpu)
+    func = te.lower(schedule, [x, w, zero, out], name="conv")
+    block = sums.op.attrs["int8_rows"]
+    channels = sums.op.attrs["int8_conv"].channels
+    assert _allocated_in_parallel_loop(func, sums.name) == [channels * block.extent]
+    assert sums.shape[2] * block.rows == result.shape[2] and block.extent % cpu.vector_lanes(
+        "int32") == 0
+    module = hllvm.build(func, cpu=cpu)
+    if not _host_runs(cpu):
+        return
+    rng = np.random.default_rng(12)
+    xs = rng.integers(0, 256, shape).astype(np.uint8)
+    ws = rng.integers(-128, 128, (filters, shape[1], *kernel)).astype(np.int8)
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](xs, ws, np.array([131], np.uint8), got)
+    expected = _reference(xs, ws, 131, strides, pads, (1, 1)) * 3 \
+        + np.arange(filters)[None, :, None, None]
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_row_blocks_drop_fewest_positions_within_half_the_l1_cache():
+    """A 14x14 1x1 convolution sums all 14 rows at once (208 positions for 196 pixels);
+    a 112-wide one a row at a time (whole vectors already); a 56-wide 3x3 one (58
+    positions a row) the rows that waste least; every block within half of L1d."""
+    from heterocc.targets.llvm.schedules.int8_conv import RowBlocks, row_blocks
+
+    cpu = parse_cpu("llvm -mcpu=sapphirerapids")
+    assert row_blocks(14, 14, 14, 16, 16, cpu) == RowBlocks(14, 208)
+    assert row_blocks(112, 112, 112, 16, 16, cpu) == RowBlocks(1, 112)
+    for height, length, width in ((56, 58, 56), (28, 30, 28), (7, 9, 7), (56, 56, 56)):
+        blocks = row_blocks(height, length, width, 16, 16, cpu)
+        assert height % blocks.rows == 0 and blocks.extent % 16 == 0
+        assert 16 * blocks.extent * 4 <= cpu.l1d // 2 or blocks.rows == 1
+        assert blocks.extent >= (blocks.rows - 1) * length + width

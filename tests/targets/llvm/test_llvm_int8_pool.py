@@ -34,16 +34,26 @@ def _qdq_max_pool(shape, **attrs):
     {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},  # SqueezeNet's
     {"kernel_shape": [2, 2], "strides": [1, 1], "dilations": [2, 2], "pads": [0, 1, 1, 0]},
 ], ids=["resnet", "ceil", "dilated-asym"])
-def test_an_int8_max_pool_pools_the_int8_values(monkeypatch, attrs):
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"], ids=["host", "avx2"])
+def test_an_int8_max_pool_pools_the_int8_values(monkeypatch, attrs, target):
+    """On AVX-512BW a row of output pixels is one vector per tap (a strided window's
+    bytes one masked load and a shuffle); on AVX2 the loop LLVM makes of it."""
     ort = pytest.importorskip("onnxruntime")
     pools = []
     original = rules.schedule_pool_nchw
     monkeypatch.setattr(rules, "schedule_pool_nchw", lambda schedule, pool, padded, cpu=None: (
         pools.append(pool.dtype), original(schedule, pool, padded, cpu)))
     model = _qdq_max_pool((1, 8, 13, 13), **attrs)
-    compiled = heterocc.compile(model, target="llvm")
+    compiled = heterocc.compile(model, target=target)
     assert pools == ["uint8"] or pools == ["int8"]  # pooled before dequantizing
     x = np.random.default_rng(1).standard_normal((1, 8, 13, 13)).astype(np.float32) * 3
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(compiled.run([x])[0], session.run(None, {"x": x})[0])
+
+
+def test_an_int8_max_pool_builds_for_neon():
+    compiled = heterocc.compile(_qdq_max_pool((1, 8, 13, 13), kernel_shape=[3, 3],
+                                              strides=[2, 2], pads=[1, 1, 1, 1]),
+                                target="llvm -mtriple=aarch64-linux-gnu")
+    assert compiled.build_static() is not None

@@ -192,6 +192,22 @@ def test_structure_key_ignores_constant_values_not_attributes():
     assert key(a) != key(c)
 
 
+def test_structure_key_attribute_values_flat_and_nested():
+    """Flat lists of plain values (per-channel requantization lists) are their own key;
+    nested lists and arrays are frozen as before: equal values, equal keys."""
+    from heterocc.sdk.te_target import _frozen
+
+    channels = list(range(1000))
+    assert _frozen(channels) == tuple(channels)
+    assert _frozen([1, 2.5, "a", True]) == (1, 2.5, "a", True)
+    assert _frozen([1, [2, 3]]) == (1, (2, 3))
+    assert _frozen([np.int64(3)]) == (3,)
+    nested = _frozen([np.arange(3), {"b": [1], "a": 2}])
+    assert nested == (("array", np.arange(3).dtype.str, (3,), np.arange(3).tobytes()),
+                      (("a", 2), ("b", (1,))))
+    assert _frozen(channels) != _frozen(channels[:-1] + [7])
+
+
 def test_recycled_outputs_never_overwrite_held_results():
     model = _conv_model(4, 10, 4, 3, epilogue=("relu",))
     compiled = heterocc.compile(model, target="llvm")
