@@ -23,6 +23,7 @@ the program is returned.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -145,6 +146,9 @@ class _StreamEmitter(tir.StmtEmitter):
         self.top = dict.fromkeys(SCOPE_BUFFERS.values(), 0)
         self.steps: list[Step] = []
         self.kernel_of: dict[int, tuple[MicroOp, ...]] = {}
+        self._built_kernels: dict[tuple, tuple[MicroOp, ...]] = {}
+        self._splits: dict[tuple, tuple] = {}
+        self._tile_loops: dict[int, tuple[tir.Stmt, int]] = {}
         self._offsets: dict = {}
 
     # ------------------------------------------------------------------ walking
@@ -212,11 +216,14 @@ class _StreamEmitter(tir.StmtEmitter):
             return kind, offset_of.shifted(base)
         return kind, lambda env: base + offset_of(env)
 
-    @staticmethod
-    def _affine(address: Callable, loops, env: dict) -> _Affine:
+    def _affine(self, address: Callable, loops, env: dict) -> _Affine:
         if isinstance(address, LinearForm):  # affine in every variable: no probing
-            return _Affine(address.at_zero(env, loops),
-                           tuple(address.coeffs.get(var, 0) for var, _ in loops))
+            coeffs, outside = self._split(address.coeffs, loops)
+            try:
+                return _Affine(address.constant + sum(c * env[v] for v, c in outside), coeffs)
+            except KeyError as exc:
+                raise CompileError(f"index variable {exc.args[0].name!r} is not bound here") \
+                    from None
         zero = {**env, **{var: 0 for var, _ in loops}}
         base = address(zero)
         coeffs = tuple(address({**zero, var: 1}) - base for var, _ in loops)
@@ -227,10 +234,26 @@ class _StreamEmitter(tir.StmtEmitter):
                                f"operation (loops {', '.join(v.name for v, _ in loops)})")
         return form
 
-    @staticmethod
-    def _element_loops(nest: _Nest, accesses) -> list:
+    def _split(self, coeffs: dict, loops) -> tuple[tuple[int, ...], tuple]:
+        """(the coefficients of ``loops``' variables, (variable, coefficient) of the
+        others) of an affine form's ``coeffs``: the same for every iteration of the loops
+        around an operation, so found once per form and loop nest."""
+        key = (id(coeffs), tuple(var for var, _ in loops))
+        found = self._splits.get(key)
+        if found is None or found[0] is not coeffs:  # (the form is kept: its id is its own)
+            inner = set(key[1])
+            found = (coeffs, tuple(coeffs.get(var, 0) for var in key[1]),
+                     tuple((v, c) for v, c in coeffs.items() if v not in inner))
+            self._splits[key] = found
+        return found[1], found[2]
+
+    def _element_loops(self, nest: _Nest, accesses) -> list:
         """The nest's tile loops, after checking that its innermost loops walk the
-        elements of one tile in every access (a unit tile dimension has no loop)."""
+        elements of one tile in every access (a unit tile dimension has no loop); the
+        check depends on the operation alone, so it runs once per operation."""
+        checked = self._tile_loops.get(id(nest.leaf))
+        if checked is not None and checked[0] is nest.leaf:
+            return nest.loops[:checked[1]]
         first, indices = accesses[0]
         tile = tuple(first.shape[-2:])
         walked = [None if dim == 1 and isinstance(index, tir.IntImm) and index.value == 0
@@ -246,6 +269,7 @@ class _StreamEmitter(tir.StmtEmitter):
         if not ok:
             raise CompileError(f"an access to {first.name!r} does not cover whole tiles with the "
                                "innermost loops of its operation")
+        self._tile_loops[id(nest.leaf)] = (nest.leaf, len(nest.loops) - len(tail))
         return nest.loops[:len(nest.loops) - len(tail)]
 
     # ------------------------------------------------------------------ operations
@@ -346,35 +370,52 @@ class _StreamEmitter(tir.StmtEmitter):
                     x_pad_left=_pad_field(left, what), x_pad_right=_pad_field(cols - right, what))
 
     def _loop_instruction(self, loops, indices: dict[str, Callable], env: dict):
-        """(outer extent, inner extent, {name: (factor_outer, factor_inner)}, micro-ops as
-        {name: value} per iteration of the loops beyond the outer two, {name: span})."""
+        """(outer extent, inner extent, {name: (factor_outer, factor_inner)}, {name:
+        (base, coefficients and extents of the loops beyond the outer two)}, {name: span}).
+        The micro-ops (one per iteration of the loops beyond the outer two) are built
+        from the second by ``_micro_ops``."""
         hardware = list(loops[:2])
         while len(hardware) < 2:
             hardware.insert(0, (tir.Var("unit"), 1))
-        uop_loops = loops[2:]
-        factors, uops = {}, []
-        forms = {name: self._affine(expr, hardware + uop_loops, env)
-                 for name, expr in indices.items()}
-        for name, form in forms.items():
+        everything = hardware + list(loops[2:])
+        extents = [e for _, e in everything]
+        uop_extents = tuple(extents[2:])
+        factors, columns, spans = {}, {}, {}
+        for name, expr in indices.items():
+            form = self._affine(expr, everything, env)
             factors[name] = form.coeffs[:2]
-        for point in itertools.product(*(range(e) for _, e in uop_loops)):
-            uops.append({name: form.at((0, 0, *point)) for name, form in forms.items()})
-        extents = [e for _, e in hardware + uop_loops]
-        spans = {name: form.span(extents) for name, form in forms.items()}
-        return hardware[0][1], hardware[1][1], factors, uops, spans
+            columns[name] = (form.base, form.coeffs[2:], uop_extents)
+            spans[name] = form.span(extents)
+        return hardware[0][1], hardware[1][1], factors, columns, spans
 
-    def _kernel(self, uops: list[MicroOp]) -> tuple[int, int]:
+    def _micro_ops(self, dst: tuple, src: tuple | None = None, wgt: tuple | None = None
+                   ) -> tuple[MicroOp, ...]:
+        """The micro-op kernel whose fields walk the columns ``dst``, ``src`` and ``wgt``
+        of ``_loop_instruction`` (0 where None). Kernels recur with every task, so each
+        distinct one is built once per stream and shared."""
+        key = (dst, src, wgt)
+        kernel = self._built_kernels.get(key)
+        if kernel is None:
+            fields = [_column(column) if column is not None else None
+                      for column in (dst, src, wgt)]
+            size = len(fields[0])
+            fields = [f if f is not None else (0,) * size for f in fields]
+            kernel = tuple(map(MicroOp, *fields))
+            self._built_kernels[key] = kernel
+        return kernel
+
+    def _kernel(self, uops: tuple[MicroOp, ...]) -> tuple[int, int]:
         """Records the micro-op kernel of the next step; its on-chip range is chosen
         once the whole stream is known (``_place_kernels``)."""
-        self.kernel_of[len(self.steps)] = tuple(uops)
+        self.kernel_of[len(self.steps)] = uops
         return 0, len(uops)
 
     def _reset(self, nest: _Nest, env: dict) -> None:
         store = nest.leaf
         loops = self._element_loops(nest, [(store.buffer, store.indices)])
         _, acc = self._tile_index(store.buffer, store.indices)
-        outer, inner, factors, uops, spans = self._loop_instruction(loops, {"acc": acc}, env)
-        begin, end = self._kernel([MicroOp(u["acc"], 0, 0) for u in uops])
+        outer, inner, factors, columns, spans = self._loop_instruction(loops, {"acc": acc}, env)
+        begin, end = self._kernel(self._micro_ops(columns["acc"]))
         gemm = Gemm(reset=True, uop_begin=begin, uop_end=end, loop_outer=outer, loop_inner=inner,
                     acc_factor_outer=factors["acc"][0], acc_factor_inner=factors["acc"][1])
         self.steps.append(Step(gemm, writes=[TileRange(Buffer.ACC, *spans["acc"])]))
@@ -383,8 +424,9 @@ class _StreamEmitter(tir.StmtEmitter):
         out, inp, wgt = nest.leaf.value.args
         indices = {name: self._tile_index(load.buffer, load.indices)[1]
                    for name, load in (("acc", out), ("inp", inp), ("wgt", wgt))}
-        outer, inner, f, uops, spans = self._loop_instruction(nest.loops, indices, env)
-        begin, end = self._kernel([MicroOp(u["acc"], u["inp"], u["wgt"]) for u in uops])
+        outer, inner, f, columns, spans = self._loop_instruction(nest.loops, indices, env)
+        begin, end = self._kernel(self._micro_ops(columns["acc"], columns["inp"],
+                                                  columns["wgt"]))
         gemm = Gemm(uop_begin=begin, uop_end=end, loop_outer=outer, loop_inner=inner,
                     acc_factor_outer=f["acc"][0], acc_factor_inner=f["acc"][1],
                     inp_factor_outer=f["inp"][0], inp_factor_inner=f["inp"][1],
@@ -420,12 +462,12 @@ class _StreamEmitter(tir.StmtEmitter):
         indices = {"dst": acc}
         if isinstance(operand, tir.BufferLoad):
             indices["src"] = self._tile_index(operand.buffer, operand.indices)[1]
-        outer, inner, f, uops, spans = self._loop_instruction(loops, indices, env)
+        outer, inner, f, columns, spans = self._loop_instruction(loops, indices, env)
         fields = dict(alu_op=_ALU_OPS[op], loop_outer=outer, loop_inner=inner,
                       dst_factor_outer=f["dst"][0], dst_factor_inner=f["dst"][1])
         reads = [TileRange(Buffer.ACC, *spans["dst"])]
         if isinstance(operand, tir.BufferLoad):
-            kernel = [MicroOp(u["dst"], u["src"], 0) for u in uops]
+            kernel = self._micro_ops(columns["dst"], columns["src"])
             fields.update(src_factor_outer=f["src"][0], src_factor_inner=f["src"][1],
                           imm=product_shift)
             reads.append(TileRange(Buffer.ACC, *spans["src"]))
@@ -433,11 +475,28 @@ class _StreamEmitter(tir.StmtEmitter):
             imm = operand.value
             if not -(1 << 15) <= imm < (1 << 15):
                 raise CompileError(f"ALU immediate {imm} does not fit 16 signed bits")
-            kernel = [MicroOp(u["dst"], 0, 0) for u in uops]
+            kernel = self._micro_ops(columns["dst"])
             fields.update(use_imm=True, imm=imm)
         begin, end = self._kernel(kernel)
         self.steps.append(Step(Alu(uop_begin=begin, uop_end=end, **fields), reads=reads,
                                writes=[TileRange(Buffer.ACC, *spans["dst"])]))
+
+
+@functools.lru_cache(maxsize=1024)
+def _offsets(coeffs: tuple[int, ...], extents: tuple[int, ...]) -> tuple[int, ...]:
+    """``sum(c * p)`` at every point ``p`` of loops of ``extents``, the first loop
+    outermost (the order ``itertools.product`` walks them)."""
+    offsets = [0]
+    for coeff, extent in zip(coeffs, extents):
+        offsets = [o + coeff * i for o in offsets for i in range(extent)]
+    return tuple(offsets)
+
+
+def _column(column: tuple) -> list[int]:
+    """The values of one micro-op field: (base, coefficients, extents) of
+    ``_loop_instruction``."""
+    base, coeffs, extents = column
+    return [base + o for o in _offsets(coeffs, extents)]
 
 
 def _copied_tensor(value: tir.Expr, tensors: dict) -> tir.BufferLoad | None:
@@ -556,9 +615,12 @@ def _place_kernels(steps: list[Step], kernel_of: dict[int, tuple[MicroOp, ...]],
 
 
 def emit_program(func: tir.PrimFunc, config: HardwareConfig, builder: ProgramBuilder,
-                 tensors: dict[str, DramTensor]) -> Program:
+                 tensors: dict[str, DramTensor], check: bool = True) -> Program:
     """The program of ``func`` (lowered, thread-interleaved): ``tensors`` names the DRAM
-    tensor of each parameter, already placed by ``builder``."""
+    tensor of each parameter, already placed by ``builder``. With ``check=False`` the
+    stream checker is left to the caller (a candidate stream that is only timed: the
+    timing model validates every instruction itself, and the stream chosen is checked
+    before it is used)."""
     by_buffer = {}
     for param in func.params:
         if param.name not in tensors:
@@ -579,5 +641,11 @@ def emit_program(func: tir.PrimFunc, config: HardwareConfig, builder: ProgramBui
     for instruction in insert_dependency_tokens(steps, config):
         builder.emit(instruction)
     program = builder.build()
-    check_stream(program.instructions, config, dram_bytes=len(program.dram))
+    if check:
+        check_program(program, config)
     return program
+
+
+def check_program(program: Program, config: HardwareConfig) -> None:
+    """The stream checker on ``program``'s stream, its DRAM ranges included."""
+    check_stream(program.instructions, config, dram_bytes=len(program.dram))

@@ -37,7 +37,7 @@ from .conv import (
     packed_conv2d,
     schedule_packed_conv2d,
 )
-from .dae import emit_program
+from .dae import check_program, emit_program
 from .epilogue import EpilogueStep, plan_epilogue
 from .schedule import constant_blocks, packed_gemm, schedule_packed_gemm
 from .tiling import task_threads
@@ -173,7 +173,7 @@ def _stream(config: HardwareConfig, rows: int, k: int, n: int, tiling: GemmTilin
 
 def _emit(func: tir.PrimFunc, args: list[te.Tensor], config: HardwareConfig,
           builder: ProgramBuilder, tensors: dict[str, DramTensor], output: str,
-          output_shape: tuple[int, int], columns: int) -> Program:
+          output_shape: tuple[int, int], columns: int, check: bool = True) -> Program:
     """The program of ``func``: ``tensors`` holds the input and weight tensors; the
     epilogue's constants (``args[2:-1]``, one per each of ``columns`` output channels)
     and the output (as ``output``: int8 after an epilogue, else the accumulators) are
@@ -183,7 +183,7 @@ def _emit(func: tir.PrimFunc, args: list[te.Tensor], config: HardwareConfig,
                                               shape=(config.batch, columns))
     kind = Buffer.OUT if args[-1].dtype == "int8" else Buffer.ACC
     tensors[args[-1].name] = builder.tensor(output, kind, shape=output_shape)
-    return emit_program(func, config, builder, tensors)
+    return emit_program(func, config, builder, tensors, check)
 
 
 @functools.lru_cache(maxsize=64)
@@ -191,7 +191,17 @@ def conv_stream(config: HardwareConfig, g: ConvGeometry, tiling: ConvTiling,
                 virtual_threads: int, signature: tuple | None) -> Program:
     """The program of a direct convolution with zero weights, zero column constants and
     zero padding (see ``_stream``; ``filled_program`` sets each layer's own): tensors "X"
-    (blocked input), "W" (blocked weights) and "Y"."""
+    (blocked input), "W" (blocked weights) and "Y". Its stream has passed the checker."""
+    program = _candidate_conv_stream(config, g, tiling, virtual_threads, signature)
+    check_program(program, config)
+    return program
+
+
+@functools.lru_cache(maxsize=64)
+def _candidate_conv_stream(config: HardwareConfig, g: ConvGeometry, tiling: ConvTiling,
+                           virtual_threads: int, signature: tuple | None) -> Program:
+    """``conv_stream``'s program before the stream checker: what a candidate tiling is
+    timed by (``conv_timing``), so only the tiling chosen pays for the checker."""
     bi, bo, batch = config.block_in, config.block_out, config.batch
     epilogue = _template_epilogue(signature, g.filters * bo)
     conv = packed_conv2d(config, g, epilogue)
@@ -204,15 +214,18 @@ def conv_stream(config: HardwareConfig, g: ConvGeometry, tiling: ConvTiling,
     outputs = g.batches * g.filters * g.out_height * g.out_width * batch
     tensors = {"X": builder.tensor("X", Buffer.INP, shape=(inputs, bi)),
                "W": builder.tensor("W", Buffer.WGT, shape=(weights, bi))}
-    return _emit(func, conv.args, config, builder, tensors, "Y", (outputs, bo), g.filters * bo)
+    return _emit(func, conv.args, config, builder, tensors, "Y", (outputs, bo), g.filters * bo,
+                 check=False)
 
 
 @functools.lru_cache(maxsize=64)
 def conv_timing(config: HardwareConfig, g: ConvGeometry, tiling: ConvTiling,
                 virtual_threads: int, signature: tuple | None):
     """The timing model's report of ``conv_stream``'s program (the same for every layer
-    that shares the stream: timing does not depend on weights, constants or padding)."""
-    stream = conv_stream(config, g, tiling, virtual_threads, signature)
+    that shares the stream: timing does not depend on weights, constants or padding).
+    The timing model validates each instruction; the stream checker's further rules are
+    left to ``conv_stream``, which the chosen tiling's program comes from."""
+    stream = _candidate_conv_stream(config, g, tiling, virtual_threads, signature)
     return schedule_stream(stream.instructions, config)
 
 

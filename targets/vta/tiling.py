@@ -20,9 +20,9 @@ import itertools
 import numpy as np
 
 from heterocc.accel_sim import HardwareConfig, schedule_stream
-from heterocc.accel_sim.isa import Alu, AluOp, Buffer, Gemm, Load
+from heterocc.accel_sim.isa import Alu, AluOp, Buffer, Gemm, Load, dram_unit_bytes
 from heterocc.accel_sim.reference_programs import GemmTiling, Requantization, tiled_gemm_program
-from heterocc.accel_sim.timing import instruction_cost
+from heterocc.accel_sim.timing import RTL_MACHINE, MachineTiming, instruction_cost
 
 #: at most this many candidates are considered per shape (the largest blocks first)
 MAX_CANDIDATES = 24
@@ -58,10 +58,12 @@ def candidate_tilings(config: HardwareConfig, m_tiles: int, n_tiles: int, k_tile
 
 
 def busy_cycles_bound(config: HardwareConfig, m_tiles: int, n_tiles: int, k_tiles: int,
-                      tiling: GemmTiling, alu_steps: int) -> int:
+                      tiling: GemmTiling, alu_steps: int, threads: int = 2) -> int:
     """A lower bound on the modelled cycles of ``tiling``'s program: the cycles the
     compute module (resets, GEMMs, ``alu_steps`` ALU passes per block) or the load
-    module (input and weight chunks) is busy, whichever is more, whatever the threads."""
+    module (input and weight chunks) is busy, whichever is more. A program of one
+    ``threads`` has one slot per buffer: each chunk's LOADs overwrite what the GEMM
+    before them read, so they wait for it, and LOADs and GEMMs take turns."""
     rows, cols, k_chunk = tiling.block_rows, tiling.block_cols, tiling.k_chunk
     tasks = (m_tiles // rows) * (n_tiles // cols)
     steps = k_tiles // k_chunk
@@ -71,10 +73,37 @@ def busy_cycles_bound(config: HardwareConfig, m_tiles: int, n_tiles: int, k_tile
     alu = Alu(alu_op=AluOp.ADD, uop_end=1, **block)
     compute = (instruction_cost(reset, config) + steps * instruction_cost(gemm, config)
                + alu_steps * instruction_cost(alu, config))
-    load = sum(instruction_cost(Load(buffer=buffer, sram_base=0, dram_base=0, y_size=size,
-                                     x_size=k_chunk, x_stride=k_tiles), config)
+    load = sum(load_cycles_bound(Load(buffer=buffer, sram_base=0, dram_base=0, y_size=size,
+                                      x_size=k_chunk, x_stride=k_tiles), config)
                for buffer, size in ((Buffer.INP, rows), (Buffer.WGT, cols)))
+    if threads == 1:
+        return tasks * max(compute, steps * (load + instruction_cost(gemm, config)))
     return tasks * max(compute, steps * load)
+
+
+def load_cycles_bound(load: Load, config: HardwareConfig,
+                      machine: MachineTiming = RTL_MACHINE) -> int:
+    """A lower bound on the cycles a LOAD of tiles holds the load module in the timing
+    model: its cost alone (``instruction_cost``), or, for a LOAD of many short rows,
+    what the read port's limit of bursts in flight allows. Every row is at least one
+    burst (of at most ``burst_beats`` beats), and a burst is granted only after the
+    one ``outstanding_reads`` before it has its last beat, a DRAM latency after its
+    own address: so each further ``outstanding_reads`` bursts take another latency.
+    Without it a tiling of one-tile rows looks as cheap as one of long rows, and the
+    search times many tilings the port makes slow.
+
+    In the model a burst's address handshake comes at least two edges after the last
+    beat of the burst ``outstanding_reads`` before it (the arbiter chooses after that
+    beat, the handshake follows), its first beat at least the latency and an edge after
+    its handshake, so each window of ``outstanding_reads`` bursts adds at least
+    ``latency + 3`` cycles, the first (from the LOAD's issue) ``latency + 1``."""
+    unit = dram_unit_bytes(config, load.buffer)
+    bus_bytes = config.bus_width_bits // 8
+    row_beats = -(-load.x_size * unit // bus_bytes)
+    bursts = load.y_size * -(-row_beats // machine.burst_beats)
+    windows = (bursts - 1) // machine.outstanding_reads if bursts else -1
+    in_flight = (windows + 1) * (config.dram_latency_cycles + 1) + 2 * windows
+    return max(instruction_cost(load, config), in_flight)
 
 
 @functools.lru_cache(maxsize=256)
@@ -95,7 +124,8 @@ def best_tiling(config: HardwareConfig, rows: int, k: int, n: int, threads: int,
     alu_steps = len(epilogue.column_constants) + 2 if epilogue is not None else 0
     m_tiles, k_tiles = rows // config.batch, k // config.block_in
     candidates = candidate_tilings(config, m_tiles, n_tiles, k_tiles, threads, const_tiles)
-    bounds = [busy_cycles_bound(config, m_tiles, n_tiles, k_tiles, t, alu_steps)
+    bounds = [busy_cycles_bound(config, m_tiles, n_tiles, k_tiles, t, alu_steps,
+                                task_threads(m_tiles, n_tiles, t, threads))
               for t in candidates]
     # branch and bound: time the candidates by increasing bound until none can beat
     # the best; ties go to the earlier candidate, as in an exhaustive search

@@ -2,6 +2,8 @@
 virtual-thread interleaving, micro-op kernels, dependency tokens, and bit-exact
 results against NumPy int8 references and the hand-written reference programs."""
 
+import itertools
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -247,3 +249,23 @@ def test_index_functors_evaluate_affine_and_refuse_what_is_not_integer_arithmeti
         compile_index(i + j)({i: 0})
     with pytest.raises(CompileError, match="is not integer arithmetic"):
         compile_index(tir.FloatImm(1.5))
+
+
+def test_micro_op_offsets_walk_the_loops_as_nested_loops():
+    from heterocc.targets.vta.dae import _offsets
+    coeffs, extents = (7, 3, 1), (2, 3, 2)
+    walked = [sum(c * p for c, p in zip(coeffs, point))
+              for point in itertools.product(*(range(e) for e in extents))]
+    assert list(_offsets(coeffs, extents)) == walked
+    assert _offsets((), ()) == (0,)
+
+
+def test_the_chosen_conv_stream_is_the_timed_one_and_passes_the_checker():
+    from heterocc.targets.vta.conv import ConvGeometry
+    from heterocc.targets.vta.templates import best_conv_tiling, conv_stream, conv_timing
+    g = ConvGeometry(1, 4, 12, 12, 2, (3, 3), (1, 1), (1, 1, 1, 1))
+    tiling, threads = best_conv_tiling(CONFIG, g, 2, None)
+    program = conv_stream(CONFIG, g, tiling, threads, None)
+    check_stream(program.instructions, CONFIG, dram_bytes=len(program.dram))
+    assert conv_timing(CONFIG, g, tiling, threads, None).total_cycles == \
+        schedule_stream(program.instructions, CONFIG).total_cycles

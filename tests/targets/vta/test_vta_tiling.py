@@ -4,12 +4,13 @@ import numpy as np
 import pytest
 
 from heterocc.accel_sim import HardwareConfig, schedule_stream
-from heterocc.accel_sim.isa import Buffer
+from heterocc.accel_sim.isa import Buffer, Finish, Load
 from heterocc.accel_sim.reference_programs import GemmTiling, Requantization, tiled_gemm_program
 from heterocc.targets.vta.tiling import (
     best_tiling,
     busy_cycles_bound,
     candidate_tilings,
+    load_cycles_bound,
     task_threads,
 )
 
@@ -57,9 +58,33 @@ def test_bounded_search_matches_the_exhaustive_one(shape, threads):
     m_tiles, n_tiles, k_tiles = rows // CONFIG.batch, n // CONFIG.block_out, k // CONFIG.block_in
     timed = []
     for tiling in candidate_tilings(CONFIG, m_tiles, n_tiles, k_tiles, threads, 6 * n_tiles):
-        cycles = _modelled_cycles(rows, k, n, tiling, task_threads(m_tiles, n_tiles, tiling,
-                                                                   threads))
+        runs_with = task_threads(m_tiles, n_tiles, tiling, threads)
+        cycles = _modelled_cycles(rows, k, n, tiling, runs_with)
         assert busy_cycles_bound(CONFIG, m_tiles, n_tiles, k_tiles, tiling, 8) <= cycles
+        assert busy_cycles_bound(CONFIG, m_tiles, n_tiles, k_tiles, tiling, 8,
+                                 runs_with) <= cycles
         timed.append((cycles, tiling))
     cycles, tiling = min(timed, key=lambda c: c[0])
     assert best_tiling(CONFIG, rows, k, n, threads, 6) == (tiling, cycles)
+
+
+@pytest.mark.parametrize("shape", [(12544, 160, 64), (12544, 32, 16), (1, 4096, 144)])
+def test_bounded_search_matches_the_exhaustive_one_on_network_stems(shape):
+    # a 224x224 network's first convolution as an im2col GEMM: tilings of one-tile
+    # rows are bound by the read port's bursts in flight, which the bound counts; a
+    # matrix-vector product (one task, one thread: LOADs and GEMMs take turns)
+    test_bounded_search_matches_the_exhaustive_one(shape, 2)
+
+
+@pytest.mark.parametrize("buffer", [Buffer.INP, Buffer.WGT])
+@pytest.mark.parametrize("rows", [1, 17, 448])
+@pytest.mark.parametrize("cols", [1, 2, 16, 40])
+def test_load_bound_never_exceeds_the_modelled_load(buffer, rows, cols):
+    for dram_base in (0, 7, 250):
+        load = Load(buffer=buffer, sram_base=0, dram_base=dram_base, y_size=rows, x_size=cols,
+                    x_stride=cols + 3)
+        if rows * cols > (CONFIG.inp_depth if buffer == Buffer.INP else CONFIG.wgt_depth):
+            continue
+        report = schedule_stream([load, Finish()], CONFIG)
+        issued = next(s for s in report.schedule if s.index == 0)
+        assert load_cycles_bound(load, CONFIG) <= issued.end - issued.start
