@@ -5,11 +5,21 @@ process, which depend less on the machine's load), bit-exactness against the int
 reference and top-1 against ONNX Runtime.
 
     python benchmarks/vta_zoo.py [--size 64] [--inputs 2] [--models a,b,...]
+        [--bn-stats default|calibrated]
 
 Each model has random weights (``weights=None``), is exported at ``--size`` x
 ``--size``, and goes through ``quant_pre_process`` and ``quantize_static`` (QDQ,
 per-channel, int8 activations, random calibration inputs), as a user of ONNX Runtime
 would quantize it. Run it with an older checkout to see what that one left on the CPU.
+
+``--bn-stats calibrated`` keeps the random weights but sets every batch normalization's
+running statistics from 8 batches of random inputs (as training would) before export.
+Why: with torchvision's initial statistics (mean 0, variance 1) some networks' signals
+fade layer after layer (EfficientNet-B0's logits at 64x64 span 1e-14, their quantization
+step 3e-16), so the top-2 logits of an input are often 0-1 steps apart and top-1 is a
+coin toss between any two exact-to-an-LSB implementations (ORT's optimized and
+unoptimized sessions disagree there too); calibrated statistics give logits spread over
+their whole quantized range.
 """
 
 from __future__ import annotations
@@ -42,14 +52,34 @@ _EXTRA = {"googlenet": {"aux_logits": False, "init_weights": True}}
 _CLASSIFIER = frozenset({"dense_bias_requantize"})
 
 
-def torchvision_qdq(name: str, size: int, directory: str) -> onnx.ModelProto:
+def calibrate_batch_norms(model, size: int, batches: int = 8) -> None:
+    """Set ``model``'s batch normalization statistics from ``batches`` batches of random
+    inputs (cumulative averages, as training sets them); the weights stay as they are."""
+    import torch
+
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None
+    model.train()
+    with torch.no_grad():
+        for _ in range(batches):
+            model(torch.randn(4, 3, size, size))
+    model.eval()
+
+
+def torchvision_qdq(name: str, size: int, directory: str,
+                    bn_stats: str = "default") -> onnx.ModelProto:
     """torchvision model ``name``, random weights, quantized as a user of ONNX Runtime
-    would."""
+    would; ``bn_stats="calibrated"``: its batch normalizations' statistics set from random
+    inputs first (:func:`calibrate_batch_norms`)."""
     import torch
     import torchvision
 
     torch.manual_seed(0)
     model = getattr(torchvision.models, name)(weights=None, **_EXTRA.get(name, {})).eval()
+    if bn_stats == "calibrated":
+        calibrate_batch_norms(model, size)
     path = os.path.join(directory, f"{name}.onnx")
     kwargs = {"dynamo": False} if "dynamo" in torch.onnx.export.__code__.co_varnames else {}
     torch.onnx.export(model, (torch.randn(1, 3, size, size),), path, input_names=["input"],
@@ -66,10 +96,10 @@ def torchvision_qdq(name: str, size: int, directory: str) -> onnx.ModelProto:
     return onnx.load(out)
 
 
-def measure(name: str, size: int, inputs: int) -> dict:
+def measure(name: str, size: int, inputs: int, bn_stats: str = "default") -> dict:
     """One model's row of the table."""
     with tempfile.TemporaryDirectory() as d:
-        qdq = torchvision_qdq(name, size, d)
+        qdq = torchvision_qdq(name, size, d, bn_stats)
     t0, c0 = time.perf_counter(), time.process_time()
     compiled = heterocc.compile(qdq, target="vta,llvm", placement="greedy")
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
@@ -103,14 +133,17 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--inputs", type=int, default=2)
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--bn-stats", choices=("default", "calibrated"), default="default",
+                    help="batch normalization statistics: torchvision's initial ones, or "
+                         "set from random inputs before export (see the module's doc)")
     args = ap.parse_args()
     print(describe())
-    print(f"input 1x3x{args.size}x{args.size}, vta,llvm")
+    print(f"input 1x3x{args.size}x{args.size}, vta,llvm, batch norm statistics: {args.bn_stats}")
     print("| model | MACs on vta | regions (before classifier) | host round trips | "
           "nodes vta / CPU | compile (CPU s) | bit-exact | top-1 as ORT |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
-        row = measure(name, args.size, args.inputs)
+        row = measure(name, args.size, args.inputs, args.bn_stats)
         print(f"| {name} | {100 * row['mac_share']:.2f}% | {row['regions']} "
               f"({row['before_classifier']}) | {row['round_trips']} | "
               f"{row['vta_nodes']} / {row['cpu_nodes']} | {row['compile_s']:.1f} s "

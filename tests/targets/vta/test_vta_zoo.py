@@ -42,3 +42,26 @@ def test_mobilenet_v3_small_activations_and_pools_run_on_the_accelerator():
     np.testing.assert_array_equal(ours, evaluate(compiled.graph, [x])[0])
     expected = onnxruntime_session(model, optimized=False).run(None, {"input": x})[0]
     assert ours.argmax() == expected.argmax()
+
+
+def test_calibrated_batch_norm_statistics_keep_the_weights_and_spread_the_logits():
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.mobilenet_v3_small(weights=None).eval()
+    weights = {k: v.clone() for k, v in model.state_dict().items()
+               if not k.endswith(("running_mean", "running_var", "num_batches_tracked"))}
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        before = model(x)
+    vta_zoo.calibrate_batch_norms(model, 32)
+    assert not model.training
+    state = model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in weights.items())
+    norm = next(m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert not torch.allclose(norm.running_var, torch.ones_like(norm.running_var))
+    with torch.no_grad():
+        after = model(x)
+    # the statistics normalize what reaches the classifier: its logits spread wider
+    assert float(after.std()) > 2 * float(before.std())
