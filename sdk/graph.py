@@ -2,7 +2,8 @@
 pass manager (a target's ``graph_passes`` run in it), the layout pass a target chooses its
 layout with, the TE computes of the op inventory, and the geometry helpers of the ops a
 target lowers (convolution, pooling, blocked convolution, quantized zero points, the
-order of a LookupTable's entries).
+order of a LookupTable's entries), and ``outline`` (nodes made one function node, as the
+compiler's fusion makes them: a cost model times what the build will compile).
 
 They are the compiler's own functions (``heterocc.passes``, ``heterocc.ops``,
 ``heterocc.compute``), gathered here so that a target imports them from the SDK."""
@@ -18,10 +19,11 @@ from heterocc.passes import DEFAULT_PIPELINE
 from heterocc.passes.alter_layout import alter_layout_for
 from heterocc.passes.manager import PassManager
 from heterocc.passes.pipeline import run_pipeline, target_graph_passes
+from heterocc.passes.rewrite import outline
 
 __all__ = [
     "DEFAULT_PIPELINE", "TABLE_OFFSET", "PassManager", "alter_layout_for", "blocked_conv_geometry",
     "blocked_conv_input_shape", "compute_of", "conv_geometry", "conv_nchwc", "matmul",
-    "multiply_accumulates", "pool_geometry", "run_pipeline", "target_graph_passes",
+    "multiply_accumulates", "outline", "pool_geometry", "run_pipeline", "target_graph_passes",
     "zero_point_bias",
 ]

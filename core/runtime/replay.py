@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import AcceleratorError
+from ..sdk.device import asynchronous, device_lock, holds, load_program, program_name
 
 
 @dataclass
@@ -68,8 +69,6 @@ class ReplayDevice:
     only the inputs."""
 
     def __init__(self, device):
-        from heterocc.sdk.device import device_lock
-
         self.device = device
         self.lock = device_lock(device)
         # per thread (by ``threading.get_ident``): runs recorded and not taken, runs
@@ -108,14 +107,10 @@ class ReplayDevice:
 
     def load(self, program) -> None:
         """Load ``program`` on the wrapped device (where it has ``load``)."""
-        from heterocc.sdk.device import load_program
-
         load_program(self.device, program)
 
     def resident(self, program, buffer: str) -> bool:
         """Whether the wrapped device keeps ``buffer`` across runs."""
-        from heterocc.sdk.device import holds
-
         return holds(self.device, program, buffer)
 
     def copy_in(self, program, buffer: str, array: np.ndarray) -> None:
@@ -127,7 +122,6 @@ class ReplayDevice:
         me = threading.get_ident()
         if me in self._served:
             return self._next(program, self._served[me])
-        from heterocc.sdk.device import asynchronous
 
         self._submitted[me] = program
         return asynchronous(self.device).submit(program)
@@ -139,7 +133,6 @@ class ReplayDevice:
         if me in self._served:
             self._current[me] = call
             return call.timing
-        from heterocc.sdk.device import asynchronous
 
         timing = asynchronous(self.device).wait(call, timeout_s)
         run = DeviceRun(self._submitted.pop(me, None), timing)
@@ -184,8 +177,6 @@ class ReplayDevice:
 
 
 def _name(program) -> str:
-    from heterocc.sdk.device import program_name
-
     return program_name(program)
 
 

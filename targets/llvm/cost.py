@@ -48,12 +48,12 @@ import onnx
 from onnx import TensorProto, helper
 
 from heterocc.ir.graph import Graph, NameScope, Node
-from heterocc.passes.rewrite import outline
 from heterocc.sdk import CostCache, CostEstimate, HeteroccError, workload_key
 from heterocc.sdk.graph import (
     DEFAULT_PIPELINE,
     PassManager,
     multiply_accumulates,
+    outline,
     target_graph_passes,
 )
 from heterocc.sdk.runtime import GraphExecutor, from_onnx
