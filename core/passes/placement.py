@@ -33,7 +33,8 @@ is another kernel then), so the CPU is asked once more (the optional
 ``estimate_placed`` hook) for the units it keeps, as shares of the kernels of that
 fusion: the chosen placement's total is made of those (:attr:`UnitCost.as_placed`).
 Where they cost more than the offloads saved, the offloads are undone and everything
-stays on the CPU, whose whole-graph figures are then the placement's.
+stays on the CPU, whose whole-graph figures are then the placement's; where they make
+the split slower than the greedy placement, every match is offloaded instead.
 
 For a stream of inputs (``placement="throughput"``) the objective is another one: the
 pipelined runtime overlaps the devices across inputs, so the time per input in steady
@@ -257,7 +258,8 @@ def _estimate_as_placed(plan: CostPlan, graph: Graph, cpu: object) -> None:
     the offloaded composites leave it (the SDK's optional ``estimate_placed`` hook; a
     kernel that held an offloaded layer's neighbour is another kernel then). Should the
     placement then be slower than the whole graph on the fallback, the offloads are
-    undone. Every unit's fallback figure is made first (the comparison needs them; the
+    undone; should it be slower than the greedy placement (every match offloaded), that one
+    is taken. Every unit's fallback figure is made first (the comparison needs them; the
     CPU timed the kernels of every candidate already: only kernels of nodes no pattern
     matched are timed here, and their build compiles them anyway)."""
     hook = getattr(cpu, "estimate_placed", None)
@@ -279,7 +281,9 @@ def _estimate_as_placed(plan: CostPlan, graph: Graph, cpu: object) -> None:
         return  # no whole-graph total to compare with
     chosen = sum(u.placed_seconds(u.chosen) for u in units)
     whole = sum(u.seconds(plan.fallback) for u in units)
-    if chosen > whole:
+    greedy = sum(u.seconds(u.greedy) for u in units) \
+        if all(u.greedy in u.candidates for u in units) else None
+    if chosen > whole and (greedy is None or whole <= greedy):
         for unit in kept:
             unit.as_placed = None
         for unit in offloaded:
@@ -288,6 +292,17 @@ def _estimate_as_placed(plan: CostPlan, graph: Graph, cpu: object) -> None:
                            f"({len(offloaded)}), the kernels the CPU keeps take longer than "
                            f"the offloads save ({_ms(chosen)} in all against {_ms(whole)} "
                            f"all on {plan.fallback})")
+    elif greedy is not None and chosen > greedy:
+        # the kept kernels as placed cost more than the split's estimate said, by more
+        # than the greedy placement's margin: every match goes to its accelerator
+        for unit in kept:
+            unit.as_placed = None
+        for unit in plan.composites:
+            if unit.chosen != unit.greedy:
+                unit.chosen = unit.greedy
+                unit.reason = (f"on {unit.greedy}: the split cost chose estimates "
+                               f"{_ms(chosen)} in all once the CPU's kernels are as placed, "
+                               f"the greedy placement {_ms(greedy)}")
 
 
 def balance_for_throughput(plan: CostPlan) -> None:

@@ -556,7 +556,10 @@ def test_cpu_estimates_as_placed_time_the_kernels_the_build_fuses(model):
     fusion, each of which the build compiles; the chosen placement's total is theirs."""
     from heterocc.sdk.te_target import structure_key
 
+    # the convolutions go to vta and the rest stays on the CPU on any machine (with vta's
+    # own estimates at 300 MHz a quiet CPU kept them all); the CPU's figures are measured
     vta = VtaTarget(clock_mhz=300, link_gbps=1000, link_latency_us=0)
+    vta.estimate = _Fixed({"conv2d_bias_requantize": 1e-9, "*": 10.0}).estimate
     compiled = _compile(model, vta, "cost")
     plan = compiled.placement_report.plan
     assert any(u.chosen == "vta" for u in plan.composites)
@@ -655,3 +658,31 @@ def test_a_stream_placed_for_throughput_overlaps_and_stays_bit_exact(model):
         np.testing.assert_array_equal(out[0], greedy.run([x])[0])
     lanes = {span.lane for span in result.pipelined}
     assert {"vta", "llvm"} <= lanes
+
+
+def test_a_split_slower_as_placed_than_greedy_takes_the_greedy_placement(model):
+    """The CPU keeps the additions by a small margin of its whole-graph estimates; asked
+    again as placed, its kept kernels take twice as long, so the split would be slower than
+    offloading every match: the greedy placement is taken, and the chosen total is never
+    above it."""
+    from heterocc.frontend.onnx import from_onnx
+    from heterocc.passes.pipeline import run_pipeline
+
+    cpu = {"conv2d_bias_requantize": 3e-3, "quantized_add": 1e-3,
+           "dense_bias_requantize": 2e-3, "*": 1e-4}
+    targets = _fixed_targets({"conv2d_bias_requantize": 1e-3, "quantized_add": 1.1e-3,
+                              "dense_bias_requantize": 2e-3, "flatten": 1e-4}, cpu)
+    fixed = _Fixed(cpu)
+
+    def twice_as_long(graph, kept, offloaded):
+        return {f: CostEstimate(2 * fixed.estimate(f).compute_s, 0.0, "fixed as placed")
+                for f in kept if fixed.estimate(f) is not None}
+
+    targets["llvm"].estimate_placed = twice_as_long
+    report = run_pipeline(from_onnx(model), targets, "llvm", placement="cost").report
+    adds = [u for u in report.plan.composites
+            if u.function.attrs["composite"] == "quantized_add"]
+    assert adds and all(u.chosen == "vta" and "greedy placement" in u.reason for u in adds)
+    assert all(u.chosen == u.greedy for u in report.plan.composites)
+    totals = report.plan.totals()
+    assert totals["chosen_ms"] <= totals["greedy_ms"]
