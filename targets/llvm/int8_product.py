@@ -32,11 +32,10 @@ I64 = ir.IntType(64)
 
 
 def shifted_product_operands(node: tx.Cast) -> tuple[tx.Expr, tx.Expr, int] | None:
-    """``(a, m, s)`` where ``node`` is ``int32((int64(a) * int64(m)) >> s)`` on vectors of
-    an even number of lanes, ``a`` and ``m`` signed int32 and ``s`` a constant in [0, 63];
-    otherwise None."""
+    """``(a, m, s)`` where ``node`` is ``int32((int64(a) * int64(m)) >> s)`` on vectors,
+    ``a`` and ``m`` int32 and ``s`` a constant in [0, 63]; otherwise None."""
     lanes = tx.lanes_of(node.dtype)
-    if lanes < 2 or lanes % 2 or tx.scalar_dtype(node.dtype) != "int32":
+    if lanes < 2 or tx.scalar_dtype(node.dtype) != "int32":
         return None
     shifted = node.value
     if not (isinstance(shifted, tx.Binary) and shifted.op == "shr"
@@ -47,13 +46,24 @@ def shifted_product_operands(node: tx.Cast) -> tuple[tx.Expr, tx.Expr, int] | No
     if not (isinstance(amount, tx.IntImm) and 0 <= amount.value <= 63
             and isinstance(product, tx.Binary) and product.op == "mul"):
         return None
-    operands = []
-    for side in (product.a, product.b):
-        if not (isinstance(side, tx.Cast)
-                and tx.scalar_dtype(side.value.dtype) == "int32"):
-            return None
-        operands.append(side.value)
+    operands = [_widened_int32(side) for side in (product.a, product.b)]
+    if operands[0] is None or operands[1] is None:
+        return None
     return operands[0], operands[1], int(amount.value)
+
+
+def _widened_int32(side: tx.Expr) -> tx.Expr | None:
+    """The int32 vector ``side`` widens to int64: ``int64(x)``, ``broadcast(int64(s))``
+    (the vectorizer's form of a widened scalar: ``broadcast(s)``) or the broadcast of an
+    int64 immediate within int32; else None."""
+    if isinstance(side, tx.Broadcast):
+        inner = _widened_int32(side.value)
+        return None if inner is None else tx.Broadcast(inner, side.lanes)
+    if isinstance(side, tx.Cast) and tx.scalar_dtype(side.value.dtype) == "int32":
+        return side.value
+    if isinstance(side, tx.IntImm) and -2 ** 31 <= side.value < 2 ** 31:
+        return tx.IntImm(side.value, "int32")  # a multiplier folded into an immediate
+    return None
 
 
 def even_odd_products(features: frozenset[str], arch: str) -> bool:
@@ -64,11 +74,20 @@ def even_odd_products(features: frozenset[str], arch: str) -> bool:
 def emit_shifted_product(builder: ir.IRBuilder, a: ir.Value, m: ir.Value,
                          shift: int) -> ir.Value:
     """``int32((int64(a) * int64(m)) >> shift)`` lane by lane for ``<L x i32>`` ``a`` and
-    ``m`` (``L`` even, ``shift`` in [0, 63]), as even and odd ``pmuldq`` products and one
+    ``m`` (``shift`` in [0, 63]), as even and odd ``pmuldq`` products and one
     blend (see the module's docstring)."""
     if shift == 0:
         return builder.mul(a, m)  # the low 32 bits of the product: int32's wrapping one
     lanes = a.type.count
+    if lanes % 2:
+        # one lane more (undefined, dropped after): a 7-pixel row's vector
+        wider = ir.Constant(ir.VectorType(I32, lanes + 1), list(range(lanes + 1)))
+        a, m = (builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), wider)
+                for v in (a, m))
+        product = emit_shifted_product(builder, a, m, shift)
+        return builder.shuffle_vector(product, ir.Constant(product.type, ir.Undefined),
+                                      ir.Constant(ir.VectorType(I32, lanes),
+                                                  list(range(lanes))))
     half = ir.VectorType(I64, lanes // 2)
 
     def splat(value: int) -> ir.Constant:

@@ -13,6 +13,7 @@ import pytest
 from heterocc import te
 from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm.cpu import parse_cpu
+from heterocc.targets.llvm.int8_product import even_odd_products
 
 #: (target, lanes of the vector loop, whether it uses the even/odd form)
 DESCRIPTIONS = [
@@ -22,6 +23,9 @@ DESCRIPTIONS = [
     ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", 4, False),  # NEON
 ]
 SHIFTS = [0, 1, 19, 31, 32, 33, 47, 62, 63]
+ROWS = 3
+#: a multiplier folded into an immediate (31 bits, as ``precise_fixed_point_scale``'s)
+IMMEDIATE = 1382408162
 
 
 def _host_runs(cpu) -> bool:
@@ -29,18 +33,26 @@ def _host_runs(cpu) -> bool:
     return cpu.arch == host.arch and cpu.features <= host.features
 
 
-def _build(cpu, lanes: int, shifts: list[int], n: int):
-    """One function per shift: ``out[s][i] = int32((int64(a[i]) * int64(m[i])) >> s)``,
-    the loop over ``i`` vectorized by ``lanes``."""
-    a = te.placeholder((n,), "int32", "a")
-    m = te.placeholder((n,), "int32", "m")
+def _build(cpu, lanes: int, shifts: list[int], n: int, multiplier: str = "vector"):
+    """One function per shift: ``out[r, i] = int32((int64(a[r, i]) * int64(m)) >> s)``,
+    the loop over ``i`` vectorized by ``lanes``; ``m``: ``m[r, i]`` (``"vector"``),
+    ``m[r, 0]`` (``"broadcast"``: one multiplier per row, as a channel's) or an
+    immediate (``"immediate"``)."""
+    a = te.placeholder((ROWS, n), "int32", "a")
+    m = te.placeholder((ROWS, n), "int32", "m")
+
+    def wide_multiplier(r, i):
+        if multiplier == "immediate":
+            return te.const(IMMEDIATE, "int64")
+        return te.cast("int64", m[r, i if multiplier == "vector" else 0])
+
     funcs = []
     for shift in shifts:
-        out = te.compute((n,), lambda i, s=shift: te.cast("int32", (
-            te.cast("int64", a[i]) * te.cast("int64", m[i])) >> te.const(s, "int64")),
+        out = te.compute((ROWS, n), lambda r, i, s=shift: te.cast("int32", (
+            te.cast("int64", a[r, i]) * wide_multiplier(r, i)) >> te.const(s, "int64")),
             name="out", dtype="int32")
         schedule = te.create_schedule(out)
-        _, inner = schedule[out].split(schedule[out].op.axis[0], factor=lanes)
+        _, inner = schedule[out].split(schedule[out].op.axis[1], factor=lanes)
         schedule[out].vectorize(inner)
         funcs.append(te.lower(schedule, [a, m, out], name=f"product{shift}"))
     return hllvm.build(funcs, cpu=cpu)
@@ -49,13 +61,19 @@ def _build(cpu, lanes: int, shifts: list[int], n: int):
 def _operands(n: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(35)
     info = np.iinfo(np.int32)
-    a = rng.integers(info.min, info.max, n, endpoint=True, dtype=np.int64)
-    m = rng.integers(info.min, info.max, n, endpoint=True, dtype=np.int64)
+    a = rng.integers(info.min, info.max, (ROWS, n), endpoint=True, dtype=np.int64)
+    m = rng.integers(info.min, info.max, (ROWS, n), endpoint=True, dtype=np.int64)
     # the extremes in both lanes of a pair, and small values of either sign
     edge = [info.min, info.max, -1, 0, 1, info.min, info.max, -7]
-    a[:8], m[:8] = edge, edge[::-1]
-    a[8:16], m[8:16] = rng.integers(-300, 300, 8), [info.max] * 4 + [info.min] * 4
+    a[0, :8], m[0, :8] = edge, edge[::-1]
+    a[1, :8], m[1, :8] = rng.integers(-300, 300, 8), [info.max] * 4 + [info.min] * 4
+    m[2, 0] = info.min
     return a.astype(np.int32), m.astype(np.int32)
+
+
+def _expected(a, m, multiplier: str, shift: int) -> np.ndarray:
+    wide = {"vector": m, "broadcast": m[:, :1], "immediate": IMMEDIATE}[multiplier]
+    return ((a.astype(np.int64) * np.asarray(wide, np.int64)) >> shift).astype(np.int32)
 
 
 @pytest.mark.parametrize("target,lanes,even_odd", DESCRIPTIONS,
@@ -74,20 +92,35 @@ def test_shifted_product_is_exact_for_every_shift(target, lanes, even_odd):
     if not _host_runs(cpu):
         return
     a, m = _operands(n)
-    wide = a.astype(np.int64) * m.astype(np.int64)
     for shift in SHIFTS:
-        got = np.zeros(n, np.int32)
+        got = np.zeros((ROWS, n), np.int32)
         module[f"product{shift}"](a, m, got)
-        np.testing.assert_array_equal(got, (wide >> shift).astype(np.int32),
+        np.testing.assert_array_equal(got, _expected(a, m, "vector", shift),
                                       err_msg=f"shift {shift} on {target}")
+
+
+@pytest.mark.parametrize("multiplier", ["broadcast", "immediate"])
+@pytest.mark.parametrize("lanes", [16, 7], ids=["even", "odd"])
+def test_a_channels_multiplier_and_odd_vectors(multiplier, lanes):
+    """A multiplier broadcast over the vector (a channel's, read once: the vectorizer
+    widens the scalar before broadcasting it) or an immediate, and a vector of 7 lanes
+    (a 7x7 image's row), take the same form on the host, with the same bits."""
+    cpu = parse_cpu("llvm")
+    n, shifts = 5 * lanes, [17, 32, 40]
+    module = _build(cpu, lanes, shifts, n, multiplier)
+    if even_odd_products(cpu.features, cpu.arch):
+        assert re.search(r"\tv?pmuldq\t", module.assembly())
+    a, m = _operands(n)
+    for shift in shifts:
+        got = np.zeros((ROWS, n), np.int32)
+        module[f"product{shift}"](a, m, got)
+        np.testing.assert_array_equal(got, _expected(a, m, multiplier, shift))
 
 
 def test_only_the_exact_product_pattern_is_rewritten():
     """A product of int32 operands widened from int16, or one shifted by a run-time
     amount, keeps the widened form and its result."""
     cpu = parse_cpu("llvm")
-    if cpu.arch != "x86_64" or "sse4.1" not in cpu.features:
-        pytest.skip("the even/odd form is x86's (pmuldq)")
     n = 32
     a = te.placeholder((n,), "int16", "a")
     m = te.placeholder((n,), "int32", "m")
