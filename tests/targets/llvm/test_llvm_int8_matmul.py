@@ -38,14 +38,23 @@ def _mlp(rows: int, transposed: bool):
     return model
 
 
-@pytest.mark.parametrize("rows,transposed", [(1, True), (3, True), (2, False)],
-                         ids=["gemm-1row", "gemm-3rows", "matmul-2rows"])
-def test_the_last_product_runs_in_integers_as_a_convolution(tmp_path, rows, transposed):
+@pytest.mark.parametrize("rows,transposed,target", [
+    (1, True, "llvm"), (3, True, "llvm"), (2, False, "llvm"),
+    (1, True, "llvm -mattr=-avx512f"),
+    (3, True, "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"),
+], ids=["gemm-1row", "gemm-3rows", "matmul-2rows", "gemm-avx2", "gemm-neon"])
+def test_the_last_product_runs_in_integers_as_a_convolution(tmp_path, rows, transposed,
+                                                            target):
+    """On the host, AVX2 (run here) and AArch64 (built: the product's kernel compiled
+    for NEON's ``sdot``, none left to NumPy)."""
     oq = pytest.importorskip("onnxruntime.quantization")
     import onnx
 
     import heterocc
     from heterocc.runtime.interpreter import evaluate
+    from heterocc.targets.llvm.cpu import parse_cpu
+    from heterocc.targets.llvm.module import host
+    from heterocc.targets.llvm.target import LLVMTarget
     from tests.passes.test_per_channel_axes import ort_reference, output_scale, steps_apart
 
     class Calibration(oq.CalibrationDataReader):
@@ -61,11 +70,16 @@ def test_the_last_product_runs_in_integers_as_a_convolution(tmp_path, rows, tran
                        Calibration(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
                        activation_type=oq.QuantType.QUInt8, weight_type=oq.QuantType.QInt8)
     model = onnx.load(str(tmp_path / "qdq.onnx"))
-    compiled = heterocc.compile(model, target="llvm")
+    llvm = LLVMTarget(cpu=target)
+    compiled = heterocc.compile(model, target=[llvm])
     ops = [n.op for _, n in compiled.graph.walk()]
     # the hidden layer's result is read by the next product: it stays float
     assert ops.count("Gemm") == 1 and ops.count("ConvInteger") == 1
     assert "MatMulInteger" not in ops and "MatMul" not in ops
+    assert not llvm.fallbacks
+    cpu = parse_cpu(target)
+    if cpu.arch != host().description.arch or not cpu.features <= host().description.features:
+        return
     x = np.random.default_rng(7).standard_normal((rows, 24)).astype(np.float32)
     got = compiled.run([x])[0]
     np.testing.assert_array_equal(got, evaluate(compiled.graph, [x])[0])
