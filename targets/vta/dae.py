@@ -93,6 +93,20 @@ class _Affine:
         return low, high + 1
 
 
+class _Kernel(tuple):
+    """A micro-op kernel (a tuple of ``MicroOp``) that hashes once: kernels key the
+    placement's dicts (distinct, resident) at every GEMM and ALU step of a stream, and
+    a tuple of dataclasses rehashes every element each time."""
+
+    def __new__(cls, uops):
+        kernel = super().__new__(cls, uops)
+        kernel._hash = tuple.__hash__(kernel)
+        return kernel
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 class MicroOpKernels:
     """Distinct micro-op kernels (one DRAM block each) and which are resident on chip."""
 
@@ -206,11 +220,7 @@ class _StreamEmitter(tir.StmtEmitter):
             raise CompileError(f"buffer {buffer.name!r} is neither on chip nor a DRAM tensor")
         key = (buffer, id(indices))
         if key not in self._offsets:  # the indices object is kept, so its id stays unique
-            offset: tir.Expr = tir.IntImm(0)
-            for index, dim in zip(indices[:-2], buffer.shape[:-2]):
-                offset = offset * dim + index
-            linear = linear_form(offset)
-            self._offsets[key] = (compile_index(offset) if linear is None else linear, indices)
+            self._offsets[key] = (_tile_offset(indices[:-2], buffer.shape[:-2]), indices)
         offset_of = self._offsets[key][0]
         if isinstance(offset_of, LinearForm):
             return kind, offset_of.shifted(base)
@@ -400,7 +410,7 @@ class _StreamEmitter(tir.StmtEmitter):
                       for column in (dst, src, wgt)]
             size = len(fields[0])
             fields = [f if f is not None else (0,) * size for f in fields]
-            kernel = tuple(map(MicroOp, *fields))
+            kernel = _Kernel(map(MicroOp, *fields))
             self._built_kernels[key] = kernel
         return kernel
 
@@ -480,6 +490,27 @@ class _StreamEmitter(tir.StmtEmitter):
         begin, end = self._kernel(kernel)
         self.steps.append(Step(Alu(uop_begin=begin, uop_end=end, **fields), reads=reads,
                                writes=[TileRange(Buffer.ACC, *spans["dst"])]))
+
+
+def _tile_offset(indices, shape) -> LinearForm | Callable:
+    """The row-major tile offset of ``indices`` in a buffer of ``shape`` (its tile
+    dimensions left out): a LinearForm when every index is affine (combined from the
+    indices' own forms, without building the expression), else a compiled evaluator."""
+    forms = [linear_form(index) for index in indices]
+    if all(form is not None for form in forms):
+        constant, coeffs = 0, {}
+        for form, dim in zip(forms, shape):
+            constant = constant * dim + form.constant
+            coeffs = {v: c * dim for v, c in coeffs.items()}
+            for v, c in form.coeffs.items():
+                coeffs[v] = coeffs.get(v, 0) + c
+            coeffs = {v: c for v, c in coeffs.items() if c}
+        return LinearForm(constant, coeffs)
+    offset: tir.Expr = tir.IntImm(0)
+    for index, dim in zip(indices, shape):
+        offset = offset * dim + index
+    linear = linear_form(offset)
+    return compile_index(offset) if linear is None else linear
 
 
 @functools.lru_cache(maxsize=1024)
