@@ -28,6 +28,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from heterocc.accel_sim import HardwareConfig
 from heterocc.accel_sim.checker import check_stream
@@ -76,9 +77,9 @@ def _nest(stmt: tir.Stmt) -> _Nest:
     return _Nest(loops, stmt)
 
 
-@dataclass(frozen=True)
-class _Affine:
-    """``base + sum(coeff * loop)`` over a nest's tile loops."""
+class _Affine(NamedTuple):
+    """``base + sum(coeff * loop)`` over a nest's tile loops (a named tuple: one is made
+    per access of every unrolled operation, and a frozen dataclass builds slower)."""
 
     base: int
     coeffs: tuple[int, ...]
@@ -164,6 +165,7 @@ class _StreamEmitter(tir.StmtEmitter):
         self._splits: dict[tuple, tuple] = {}
         self._tile_loops: dict[int, tuple[tir.Stmt, int]] = {}
         self._offsets: dict = {}
+        self._shifted: dict = {}
 
     # ------------------------------------------------------------------ walking
 
@@ -223,7 +225,10 @@ class _StreamEmitter(tir.StmtEmitter):
             self._offsets[key] = (_tile_offset(indices[:-2], buffer.shape[:-2]), indices)
         offset_of = self._offsets[key][0]
         if isinstance(offset_of, LinearForm):
-            return kind, offset_of.shifted(base)
+            shifted = self._shifted.get((key, base))
+            if shifted is None:  # the same on every iteration: made once
+                shifted = self._shifted[(key, base)] = offset_of.shifted(base)
+            return kind, shifted
         return kind, lambda env: base + offset_of(env)
 
     def _affine(self, address: Callable, loops, env: dict) -> _Affine:
