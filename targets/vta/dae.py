@@ -28,6 +28,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from heterocc.accel_sim import HardwareConfig
 from heterocc.accel_sim.checker import check_stream
@@ -76,9 +77,9 @@ def _nest(stmt: tir.Stmt) -> _Nest:
     return _Nest(loops, stmt)
 
 
-@dataclass(frozen=True)
-class _Affine:
-    """``base + sum(coeff * loop)`` over a nest's tile loops."""
+class _Affine(NamedTuple):
+    """``base + sum(coeff * loop)`` over a nest's tile loops (a named tuple: one is made
+    per access of every unrolled operation, and a frozen dataclass builds slower)."""
 
     base: int
     coeffs: tuple[int, ...]
@@ -91,6 +92,20 @@ class _Affine:
         low = self.base + sum(min(0, c * (e - 1)) for c, e in zip(self.coeffs, extents))
         high = self.base + sum(max(0, c * (e - 1)) for c, e in zip(self.coeffs, extents))
         return low, high + 1
+
+
+class _Kernel(tuple):
+    """A micro-op kernel (a tuple of ``MicroOp``) that hashes once: kernels key the
+    placement's dicts (distinct, resident) at every GEMM and ALU step of a stream, and
+    a tuple of dataclasses rehashes every element each time."""
+
+    def __new__(cls, uops):
+        kernel = super().__new__(cls, uops)
+        kernel._hash = tuple.__hash__(kernel)
+        return kernel
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 class MicroOpKernels:
@@ -150,6 +165,7 @@ class _StreamEmitter(tir.StmtEmitter):
         self._splits: dict[tuple, tuple] = {}
         self._tile_loops: dict[int, tuple[tir.Stmt, int]] = {}
         self._offsets: dict = {}
+        self._shifted: dict = {}
 
     # ------------------------------------------------------------------ walking
 
@@ -206,14 +222,13 @@ class _StreamEmitter(tir.StmtEmitter):
             raise CompileError(f"buffer {buffer.name!r} is neither on chip nor a DRAM tensor")
         key = (buffer, id(indices))
         if key not in self._offsets:  # the indices object is kept, so its id stays unique
-            offset: tir.Expr = tir.IntImm(0)
-            for index, dim in zip(indices[:-2], buffer.shape[:-2]):
-                offset = offset * dim + index
-            linear = linear_form(offset)
-            self._offsets[key] = (compile_index(offset) if linear is None else linear, indices)
+            self._offsets[key] = (_tile_offset(indices[:-2], buffer.shape[:-2]), indices)
         offset_of = self._offsets[key][0]
         if isinstance(offset_of, LinearForm):
-            return kind, offset_of.shifted(base)
+            shifted = self._shifted.get((key, base))
+            if shifted is None:  # the same on every iteration: made once
+                shifted = self._shifted[(key, base)] = offset_of.shifted(base)
+            return kind, shifted
         return kind, lambda env: base + offset_of(env)
 
     def _affine(self, address: Callable, loops, env: dict) -> _Affine:
@@ -400,7 +415,7 @@ class _StreamEmitter(tir.StmtEmitter):
                       for column in (dst, src, wgt)]
             size = len(fields[0])
             fields = [f if f is not None else (0,) * size for f in fields]
-            kernel = tuple(map(MicroOp, *fields))
+            kernel = _Kernel(map(MicroOp, *fields))
             self._built_kernels[key] = kernel
         return kernel
 
@@ -480,6 +495,27 @@ class _StreamEmitter(tir.StmtEmitter):
         begin, end = self._kernel(kernel)
         self.steps.append(Step(Alu(uop_begin=begin, uop_end=end, **fields), reads=reads,
                                writes=[TileRange(Buffer.ACC, *spans["dst"])]))
+
+
+def _tile_offset(indices, shape) -> LinearForm | Callable:
+    """The row-major tile offset of ``indices`` in a buffer of ``shape`` (its tile
+    dimensions left out): a LinearForm when every index is affine (combined from the
+    indices' own forms, without building the expression), else a compiled evaluator."""
+    forms = [linear_form(index) for index in indices]
+    if all(form is not None for form in forms):
+        constant, coeffs = 0, {}
+        for form, dim in zip(forms, shape):
+            constant = constant * dim + form.constant
+            coeffs = {v: c * dim for v, c in coeffs.items()}
+            for v, c in form.coeffs.items():
+                coeffs[v] = coeffs.get(v, 0) + c
+            coeffs = {v: c for v, c in coeffs.items() if c}
+        return LinearForm(constant, coeffs)
+    offset: tir.Expr = tir.IntImm(0)
+    for index, dim in zip(indices, shape):
+        offset = offset * dim + index
+    linear = linear_form(offset)
+    return compile_index(offset) if linear is None else linear
 
 
 @functools.lru_cache(maxsize=1024)

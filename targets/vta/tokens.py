@@ -22,7 +22,6 @@ from heterocc.accel_sim.isa import Buffer, Instruction, Module, buffer_depth, mo
 
 _NEIGHBOURS = {Module.LOAD: (Module.COMPUTE,), Module.COMPUTE: (Module.LOAD, Module.STORE),
                Module.STORE: (Module.COMPUTE,)}
-_TRACKED = (Buffer.INP, Buffer.WGT, Buffer.ACC)
 
 
 @dataclass(frozen=True)
@@ -50,29 +49,44 @@ def _flags(producer: Module, consumer: Module) -> tuple[str, str]:
 
 def insert_dependency_tokens(steps: list[Step], config: HardwareConfig) -> list[Instruction]:
     """The instructions of ``steps`` with the push/pop flags their dependencies need."""
-    def last_access():
-        return {m: {b: np.full(buffer_depth(config, b), -1) for b in _TRACKED} for m in Module}
+    # last_read[module][buffer][tile]: the index of the module's last step that read the
+    # tile (-1: none); a table is made when its module first touches that buffer (a
+    # missing one reads as all -1: most modules touch one or two of the buffers, and a
+    # stream has a step per instruction)
+    last_read: dict[Module, dict[Buffer, np.ndarray]] = {m: {} for m in Module}
+    last_write: dict[Module, dict[Buffer, np.ndarray]] = {m: {} for m in Module}
 
-    last_read, last_write = last_access(), last_access()
+    def latest(tables: dict[Buffer, np.ndarray], r: TileRange) -> int:
+        table = tables.get(r.buffer)
+        return -1 if table is None or r.end <= r.begin else int(table[r.begin:r.end].max())
+
+    def record(tables: dict[Buffer, np.ndarray], r: TileRange, index: int) -> None:
+        table = tables.get(r.buffer)
+        if table is None:
+            table = tables[r.buffer] = np.full(buffer_depth(config, r.buffer), -1)
+        table[r.begin:r.end] = index
+
     waited = {(y, x): -1 for x in Module for y in _NEIGHBOURS[x]}
     flags: list[dict[str, bool]] = [{} for _ in steps]
     for index, step in enumerate(steps):
         module = module_of(step.instruction)
         for other in _NEIGHBOURS[module]:
             need = -1
-            for r in step.reads:
-                need = max(need, int(last_write[other][r.buffer][r.begin:r.end].max(initial=-1)))
-            for w in step.writes:
-                need = max(need, int(last_read[other][w.buffer][w.begin:w.end].max(initial=-1)),
-                           int(last_write[other][w.buffer][w.begin:w.end].max(initial=-1)))
+            written, read = last_write[other], last_read[other]
+            if written:
+                for r in step.reads:
+                    need = max(need, latest(written, r))
+            if written or read:
+                for w in step.writes:
+                    need = max(need, latest(read, w), latest(written, w))
             if need > waited[(other, module)]:
                 push, pop = _flags(other, module)
                 flags[need][push] = True
                 flags[index][pop] = True
                 waited[(other, module)] = need
         for r in step.reads:
-            last_read[module][r.buffer][r.begin:r.end] = index
+            record(last_read[module], r, index)
         for w in step.writes:
-            last_write[module][w.buffer][w.begin:w.end] = index
+            record(last_write[module], w, index)
     return [dataclasses.replace(step.instruction, **f) if f else step.instruction
             for step, f in zip(steps, flags)]
