@@ -38,7 +38,9 @@ the split slower than the greedy placement, every match is offloaded instead.
 
 For a stream of inputs (``placement="throughput"``) the objective is another one: the
 pipelined runtime overlaps the devices across inputs, so the time per input in steady
-state is the busiest device's time per input, not the sum. :func:`balance_for_throughput`
+state is the busiest device's time per input, not the sum (an accelerator call's host
+part, the host laying its operands out, counts on the host's CPU).
+:func:`balance_for_throughput`
 starts from the latency plan and moves composites off the busiest device while that
 lowers the busiest device's time: a split where both devices carry work, which a
 latency plan rarely gives when one device is faster at nearly everything.
@@ -147,8 +149,9 @@ class CostPlan:
         for unit in [*self.composites, *self.others]:
             target = getattr(unit, which)
             if target in unit.candidates:
-                busy[target] += (unit.placed_seconds(target) if placed
-                                 else unit.seconds(target))
+                for device, seconds in _lanes(unit, target, self.fallback,
+                                              placed).items():
+                    busy[device] += seconds
         return dict(busy)
 
     def totals(self) -> dict:
@@ -169,6 +172,18 @@ class CostPlan:
         return out
 
 
+def _lanes(unit: UnitCost, target: str, fallback: str, placed: bool = False
+           ) -> dict[str, float]:
+    """The seconds per input ``unit`` keeps each device busy on ``target``: all of its
+    time, except an accelerator call's host part (``host_s``: operands laid out by the
+    host's CPU), which is the fallback's (the host's) work, not the accelerator's."""
+    seconds = unit.placed_seconds(target) if placed else unit.seconds(target)
+    host = getattr(unit.candidates[target], "host_s", 0.0) if target != fallback else 0.0
+    if not host:
+        return {target: seconds}
+    return {target: seconds - host, fallback: host}
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms"
 
@@ -181,6 +196,9 @@ def _decide(unit: UnitCost, accelerator: str, fallback: str,
     cpu = unit.candidates.get(fallback)
     unit.greedy = accelerator
     transfer = f", {_ms(acc.transfer_s)} of it transfer" if acc and acc.transfer_s else ""
+    if acc and acc.host_s:  # the host's own work on the call (layouts, im2col)
+        transfer += (f" and {_ms(acc.host_s)} host work" if transfer
+                     else f", {_ms(acc.host_s)} of it host work")
     if bound is not None:
         other, seconds, how = bound
         unit.chosen = fallback if other == accelerator else accelerator
@@ -326,21 +344,30 @@ def balance_for_throughput(plan: CostPlan) -> None:
             there = unit.greedy if here == plan.fallback else plan.fallback
             if there not in unit.candidates:
                 continue
-            after = dict(busy)
-            after[here] -= unit.seconds(here)
-            after[there] = after.get(there, 0.0) + unit.seconds(there)
+            after = _moved(busy, unit, here, there, plan.fallback)
             new_peak = max(after.values())
             if new_peak < peak * (1 - 1e-9) and (best is None or new_peak < best[0]):
                 best = (new_peak, unit, here, there)
         if best is None:
             return
         new_peak, unit, here, there = best
-        busy[here] -= unit.seconds(here)
-        busy[there] += unit.seconds(there)
+        busy = defaultdict(float, _moved(busy, unit, here, there, plan.fallback))
         unit.chosen = there
         unit.reason = (f"on {there} for throughput: {_ms(unit.seconds(there))} there vs "
                        f"{_ms(unit.seconds(here))} on {here}, which was the busiest device "
                        f"({_ms(peak)} per input, {_ms(new_peak)} after the move)")
+
+
+def _moved(busy: Mapping[str, float], unit: UnitCost, here: str, there: str,
+           fallback: str) -> dict[str, float]:
+    """``busy`` (seconds per input by device) once ``unit`` moves from ``here`` to
+    ``there`` (:func:`_lanes`: an accelerator's host part stays on the host)."""
+    after = dict(busy)
+    for device, seconds in _lanes(unit, here, fallback).items():
+        after[device] = after.get(device, 0.0) - seconds
+    for device, seconds in _lanes(unit, there, fallback).items():
+        after[device] = after.get(device, 0.0) + seconds
+    return after
 
 
 def _ask(target: object, hook: str, function: Node):

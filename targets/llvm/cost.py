@@ -49,6 +49,7 @@ from onnx import TensorProto, helper
 
 from heterocc.ir.graph import Graph, NameScope, Node
 from heterocc.sdk import CostCache, CostEstimate, HeteroccError, workload_key
+from heterocc.sdk.cost import random_arguments
 from heterocc.sdk.graph import (
     DEFAULT_PIPELINE,
     PassManager,
@@ -83,25 +84,6 @@ LONG_SAMPLES = 2
 #: the margin keeps a shape faster still from being offloaded on a wrong bound
 #: (``benchmarks/placement.py`` counts functions measured below their bound)
 CEILING_MARGIN = 2.0
-
-
-def random_arguments(values, seed: int = 0) -> list[np.ndarray]:
-    """Inputs of the values' types: integers over their dtype's range (int8 over all
-    256 values), floats standard normal."""
-    rng = np.random.default_rng(seed)
-    args = []
-    for value in values:
-        dtype = np.dtype(value.type.dtype)
-        shape = value.type.shape
-        if dtype.kind in "iu":
-            info = np.iinfo(dtype)
-            args.append(rng.integers(max(info.min, -128), min(info.max, 127) + 1, shape,
-                                     dtype=dtype))
-        elif dtype.kind == "b":
-            args.append(rng.integers(0, 2, shape).astype(bool))
-        else:
-            args.append(rng.standard_normal(shape).astype(dtype))
-    return args
 
 
 def time_call(call, args, min_samples: int = MIN_SAMPLES, min_seconds: float = MIN_SECONDS,

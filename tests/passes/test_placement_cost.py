@@ -34,6 +34,16 @@ def cost_cache(tmp_path, monkeypatch):
     return directory
 
 
+@pytest.fixture
+def no_host_part(monkeypatch):
+    """vta's estimates without the host's part of a call (its operands laid out by the
+    host's CPU, tens of microseconds on the small CNN's layers): a test whose
+    accelerator is made very fast to take every layer times the device alone."""
+    from heterocc.targets.vta import cost as vta_cost
+
+    monkeypatch.setattr(vta_cost, "host_seconds", lambda kernel, function: 0.0)
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     return quantize(small_cnn(), tmp_path_factory.mktemp("model"), "QDQ", "QInt8")
@@ -86,7 +96,7 @@ def test_unknown_placement_is_refused(model):
         partition(from_onnx(model), {}, "llvm", placement="fastest")
 
 
-def test_cost_follows_the_clock_and_stays_bit_exact(model):
+def test_cost_follows_the_clock_and_stays_bit_exact(model, no_host_part):
     """A very slow accelerator keeps everything on the CPU, a very fast one takes every
     match; both compute the integers of the greedy placement exactly."""
     x = inputs(1)[0]
@@ -108,7 +118,7 @@ def test_cost_follows_the_clock_and_stays_bit_exact(model):
     assert totals["chosen_ms"] == totals["all_cpu_ms"] < totals["greedy_ms"]
 
 
-def test_report_in_time(model, capsys):
+def test_report_in_time(model, capsys, no_host_part):
     from heterocc.cli import main
 
     vta = VtaTarget(clock_mhz=1_000_000, link_gbps=1_000_000, link_latency_us=0)
@@ -158,7 +168,7 @@ def test_picture_has_a_box_per_unit_coloured_by_device(model):
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "estimated" in page
 
 
-def test_accelerator_estimate_matches_the_cycles_of_a_run(model):
+def test_accelerator_estimate_matches_the_cycles_of_a_run(model, no_host_part):
     """Per region, the estimate's cycles against the device's own cycle counts in a run
     (the simulator's timing model): within 10% (the same model: equal)."""
     vta = VtaTarget(clock_mhz=1_000_000, link_gbps=1_000_000, link_latency_us=0)
@@ -209,7 +219,69 @@ def test_cpu_estimate_agrees_with_a_measurement_of_the_same_program(model):
 def test_cost_estimate_json():
     est = CostEstimate(1e-3, 5e-4, "measured", {"samples": 3})
     assert est.to_json() == {"total_ms": 1.5, "compute_ms": 1.0, "transfer_ms": 0.5,
-                             "source": "measured", "samples": 3}
+                             "host_ms": 0.0, "source": "measured", "samples": 3}
+    hosted = accelerator_estimate(100_000, 100, HostLink(1.0, 0.0), 0, 0, host_s=2e-4)
+    assert hosted.total_s == pytest.approx(1e-3 + 2e-4)
+    assert hosted.to_json()["host_ms"] == pytest.approx(0.2)
+
+
+def test_vta_estimate_has_the_host_part_of_its_calls(model, cost_cache):
+    """vta's estimate carries the host's own work on a call (its operands laid out and
+    packed, its output unpacked), timed once at compile time and cached with the cycles;
+    the report gives it apart from the transfer, as the totals count it."""
+    from heterocc.targets.vta import cost as vta_cost
+
+    vta = VtaTarget(config="1x32x32", clock_mhz=300)
+    compiled = _compile(model, vta, "cost")
+    units = [u for u in compiled.placement_report.plan.composites if "vta" in u.candidates]
+    assert units
+    for unit in units:
+        est = unit.candidates["vta"]
+        assert est.host_s > 0
+        assert est.total_s == pytest.approx(est.compute_s + est.transfer_s + est.host_s)
+        assert "host work" in unit.reason or unit.chosen != "vta" or "throughput" in unit.reason
+    # the term is what the host's steps take: timed again, the same order of magnitude
+    function = units[0].function
+    kernel = vta_cost.compile_composite(function, vta.config, vta.virtual_threads)
+    again = vta_cost.host_seconds(kernel, function)
+    assert 0.2 * again <= units[0].candidates["vta"].host_s <= 5 * again
+    # cached: a second compile reads the same host part
+    cached = _compile(model, VtaTarget(config="1x32x32", clock_mhz=300), "cost")
+    first = {u.nodes[0].name: u.candidates["vta"].host_s for u in units}
+    for unit in cached.placement_report.plan.composites:
+        if unit.nodes[0].name in first and "vta" in unit.candidates:
+            assert "cached" in unit.candidates["vta"].source
+            assert unit.candidates["vta"].host_s == first[unit.nodes[0].name]
+    regions = compiled.placement_report.to_json()["regions"]
+    for region in regions:
+        if "vta" in region["estimates"]:
+            assert region["estimates"]["vta"]["host_ms"] > 0
+
+
+def test_a_streams_busiest_device_counts_the_host_part_on_the_host(model):
+    """For a stream, an accelerator call's host part keeps the host's CPU busy, not
+    the accelerator: the throughput placement's busy times put it on the CPU."""
+    from heterocc.frontend.onnx import from_onnx
+    from heterocc.passes.pipeline import run_pipeline
+
+    targets = _fixed_targets(_THROUGHPUT_ACCELERATOR, _THROUGHPUT_CPU)
+    host = 4e-4
+
+    def with_host(function):
+        kind = function.attrs.get("composite", "")
+        value = _THROUGHPUT_ACCELERATOR.get(kind)
+        return None if value is None else CostEstimate(value - host, 0.0, "fixed",
+                                                       host_s=host)
+
+    targets["vta"].estimate = with_host
+    plan = run_pipeline(from_onnx(model), targets, "llvm", placement="throughput").report.plan
+    moved = [u for u in plan.composites if u.chosen == "vta"]
+    assert moved
+    on_cpu = sum(u.seconds("llvm") for u in [*plan.composites, *plan.others]
+                 if u.chosen == "llvm")
+    busy = plan.busy()
+    assert busy["llvm"] == pytest.approx(on_cpu + host * len(moved))
+    assert busy["vta"] == pytest.approx(sum(u.seconds("vta") - host for u in moved))
 
 
 class _Fixed:
@@ -466,8 +538,8 @@ def test_accelerator_bound_counts_a_dense_layers_weight_loads(tmp_path):
     assert dram_cycles(function, vta.config) == (256 * 128 + 128) // 8
     seconds, how = vta.lower_bound(function)
     assert "DRAM (weights and result) cycles" in how and not vta.cost_model.compiled
-    estimate = vta.estimate(function).total_s
-    assert 0.5 * estimate < seconds <= estimate
+    estimate = vta.estimate(function)
+    assert 0.5 * (estimate.total_s - estimate.host_s) < seconds <= estimate.total_s
 
 
 def test_the_device_with_the_lower_bound_goes_first(model):
