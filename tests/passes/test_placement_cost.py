@@ -655,6 +655,32 @@ def test_cpu_estimates_as_placed_time_the_kernels_the_build_fuses(model):
     assert "*as placed (beside offloaded layers)" in compiled.placement_report.format()
 
 
+def test_kernels_are_timed_in_graph_order_one_call_each_per_round(monkeypatch):
+    """``time_in_chains`` calls each kernel once per round, in the order given (as a
+    model calls them), the warm-up rounds untimed; a long kernel only as often as it
+    must be; each figure is the fastest of its timed calls."""
+    clock = [0.0]
+    monkeypatch.setattr(cpu_cost.time, "perf_counter", lambda: clock[0])
+    calls = []
+
+    def kernel(name, seconds):
+        def call(args):
+            calls.append(name)
+            clock[0] += seconds.pop(0) if isinstance(seconds, list) else seconds
+        return call
+
+    timed = cpu_cost.time_in_chains(
+        {"a": (kernel("a", [5e-3, 5e-3, 2e-3, 1e-3, 3e-3, 1e-3, 1e-3]), ()),
+         "b": (kernel("b", 1e-4), ()), "long": (kernel("long", 0.2), ())},
+        min_rounds=5, max_rounds=5, warm_up=2)
+    assert calls[:6] == ["a", "b", "long", "a", "b", "long"]  # the untimed rounds
+    assert calls[6:9] == ["a", "b", "long"] and calls[9:12] == ["a", "b", "long"]
+    assert calls[12:] == ["a", "b"] * 3  # the long kernel: LONG_SAMPLES calls timed
+    assert timed["a"] == (pytest.approx(1e-3), 5)
+    assert timed["b"] == (pytest.approx(1e-4), 5)
+    assert timed["long"] == (pytest.approx(0.2), cpu_cost.LONG_SAMPLES)
+
+
 def test_kernel_shares_split_a_kernel_by_the_weight_of_each_part():
     """A kernel holding a convolution of one part and the element-wise epilogue of
     another gives each its nodes' weight (multiply-accumulates + elements written);
