@@ -297,6 +297,17 @@ def main() -> int:
             print(f"  accelerator estimate vs timing model in the run: {regions} regions, "
                   f"largest deviation {100 * worst:.2f}%")
             _print_cpu_accuracy(pairs)
+            hosted = [u.candidates["vta"] for u in report.plan.composites
+                      if "vta" in u.candidates]
+            if hosted:
+                on_vta = [u.candidates["vta"] for u in report.plan.composites
+                          if u.chosen == "vta" and "vta" in u.candidates]
+                print(f"  accelerator host part (layouts, packing: CPU time per call): "
+                      f"{1e3 * sum(e.host_s for e in hosted):.3f} ms over the {len(hosted)} "
+                      f"candidates estimated on vta (their transfers "
+                      f"{1e3 * sum(e.transfer_s for e in hosted):.3f} ms, device "
+                      f"{1e3 * sum(e.compute_s for e in hosted):.3f} ms); of the layers "
+                      f"offloaded {1e3 * sum(e.host_s for e in on_vta):.3f} ms")
             print(f"  offloaded on the CPU's lower bound, unmeasured while compiling: "
                   f"{bounded}; of them measured here faster than the bound: {wrong}")
             print(f"  bit-exact (cost vs greedy vs integer reference): {exact}")
