@@ -331,9 +331,10 @@ class Measurer:
 
     def _start(self) -> None:
         parent, child = self._context.Pipe()
-        self._process = self._context.Process(target=_worker_main,
-                                              args=(child, self.setup_modules), daemon=True)
-        self._process.start()
+        process = self._context.Process(target=_worker_main,
+                                        args=(child, self.setup_modules), daemon=True)
+        process.start()
+        self._process = process  # only a started process is stopped (killed) later
         child.close()
         self._connection = parent
         if not parent.poll(self.start_timeout_s):

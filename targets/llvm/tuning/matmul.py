@@ -75,13 +75,22 @@ def _matmul_space(args: tuple, batch: int = 1) -> ConfigSpace:
         Knob("k_chunk", "split", split_options(k, (16, 64, 128, 256, 512, k))),
         Knob("accumulate", "order", ("registers", "memory")),
         Knob("loop_order", "order", ("panels_outer", "rows_outer")),
-        Knob("panel_group", "split",
-             split_options(-(-n // vector_lanes(dtype, cpu=active_cpu())),
-                           (1, 2, 4, 8, default["panel_group"]))),
+        Knob("panel_group", "split", _panel_group_options(n, dtype, default["panel_group"])),
         Knob("parallel", "parallel", ("outer", "inner", "none")),
         Knob("unroll_rows", "unroll", (True, False)),
         Knob("unroll_k", "unroll", split_options(k, (1, 2, 4, 8, 16, default["unroll_k"]))),
     ))
+
+
+def _panel_group_options(n: int, dtype: str, default: int) -> tuple[int, ...]:
+    """Panels per group: 1, 2, 4 or 8 where they divide the panel count of the narrowest
+    panel (one vector), and the default's. A group that leaves a ragged last group
+    lowers its columns as a guarded scalar loop: slow to run, and with the tile's rows and
+    reduction unrolled LLVM takes minutes to optimize it (a [64, 48] x [48, 40] product in
+    groups of 2 of 3 panels: over 60 s)."""
+    panels = -(-n // vector_lanes(dtype, cpu=active_cpu()))
+    dividing = [g for g in (1, 2, 4, 8) if panels % g == 0]
+    return split_options(panels, (*dividing, default))
 
 
 def _matmul_default_tiles(args: tuple, batch: int = 1) -> dict:

@@ -16,6 +16,7 @@ from heterocc.targets.llvm.schedules import (
     matmul_tile_rows,
     panel_group,
     schedule_matmul,
+    vector_lanes,
 )
 from heterocc.targets.llvm.tuning import (
     MATMUL,
@@ -184,6 +185,18 @@ def test_panel_options_divide_the_columns_when_some_do():
     assert MATMUL.space((8, 40, 8, "float32")).knobs[1].options == (16, 32, 48)
     parallel = {k.name: k.options for k in TASK.space.knobs}["parallel"]
     assert parallel == ("outer", "inner", "none")
+
+
+def test_panel_groups_leave_no_ragged_group_beside_the_default():
+    """A group that does not divide the panels lowers its last group as a guarded scalar
+    loop that LLVM took over a minute to optimize (tile rows and reduction unrolled)."""
+    for n in (40, 48, 120, 1000):
+        args = (64, n, 48, "float32")
+        lanes = vector_lanes("float32", cpu=active_cpu())
+        panels = -(-n // lanes)
+        options = {k.name: k.options for k in MATMUL.space(args).knobs}["panel_group"]
+        default = MATMUL.default_config(args)["panel_group"]
+        assert options and all(panels % g == 0 or g == default for g in options)
 
 
 def test_the_reference_is_computed_once_per_task_and_its_inputs_are_read_only():
