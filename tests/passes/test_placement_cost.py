@@ -416,6 +416,34 @@ def test_a_lower_bound_decides_without_estimating_the_other_device(model):
     assert len(cpu.asked) == asked  # completed once
 
 
+def test_an_accelerator_that_could_save_little_is_not_compiled_to_find_out(model):
+    """Where the CPU's figure is within MIN_GAIN of the accelerator's lower bound, the
+    composite stays on the CPU without an accelerator estimate (offloading could save
+    less than the CPU's measurement noise); a bound further below is estimated."""
+    from heterocc.frontend.onnx import from_onnx
+    from heterocc.passes.pipeline import run_pipeline
+    from heterocc.passes.placement import MIN_GAIN
+
+    cpu_s = 1e-3
+    accelerator = _Counted({"conv2d_bias_requantize": 0.97e-3, "quantized_add": 0.5e-3,
+                            "*": 1e-4},
+                           {"conv2d_bias_requantize": cpu_s * (1 - MIN_GAIN / 2),
+                            "quantized_add": cpu_s * (1 - 2 * MIN_GAIN)})
+    cpu = _Counted({"conv2d_bias_requantize": cpu_s, "quantized_add": cpu_s, "*": 1e-4}, {})
+    targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
+    for name, fake in (("vta", accelerator), ("llvm", cpu)):
+        for hook in ("estimate", "cached", "lower_bound"):
+            setattr(targets[name], hook, getattr(fake, hook))
+    targets["llvm"].estimate_placed = None
+    plan = run_pipeline(from_onnx(model), targets, "llvm", placement="cost").report.plan
+    kinds = {u.function.attrs["composite"]: u for u in plan.composites}
+    conv = kinds["conv2d_bias_requantize"]
+    assert conv.chosen == "llvm" and "not worth compiling" in conv.reason
+    assert "conv2d_bias_requantize" not in accelerator.asked
+    add = kinds["quantized_add"]  # could save 20%: estimated, and it does
+    assert add.chosen == "vta" and "quantized_add" in accelerator.asked
+
+
 def test_cpu_lower_bound_from_its_fastest_measured_rate(model):
     """The CPU's bound: the function's multiply-accumulates at twice the fastest rate
     measured on it (the reference convolution's, or a faster function's since); a
