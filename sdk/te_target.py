@@ -45,7 +45,14 @@ from heterocc.ir.graph import Node, Value
 from heterocc.runtime.interpreter import evaluate
 from heterocc.te.schedule import INLINE
 from heterocc.te.schedule_reads import reads_of
+from heterocc.tir import expr as tx
 from heterocc.tir.visitor import Mutator, collect
+
+#: how many times a broadcast must repeat each element of a costly stage before the stage is
+#: computed once in memory rather than inlined (:func:`repeated_costly_stages`)
+REPEAT_TO_KEEP = 2
+#: float operations that make a stage costly without a math call or a division
+COSTLY_OPERATIONS = 3
 
 #: what "this function cannot be compiled" raises; anything else is a bug and propagates
 COMPILE_ERRORS = (CompileError, TypeInferenceError, NotImplementedError)
@@ -239,6 +246,57 @@ def epilogue_chain(schedule: te.Schedule, anchor: te.Tensor,
         chain.append(current)
 
 
+def _costly(expr) -> bool:
+    """Whether ``expr`` calls a math function (``exp``, ``tanh``...), divides floats or
+    takes :data:`COSTLY_OPERATIONS` or more float operations (a HardSigmoid's multiply,
+    add and two clamps): more work than a store and a load of its result."""
+    operations = 0
+    for node in collect(expr, lambda n: isinstance(n, tx.Call | tx.Binary | tx.Select)):
+        if isinstance(node, tx.Call):
+            return True
+        if isinstance(node, tx.Binary) and node.op == "div" and "float" in node.dtype:
+            return True
+        operations += "float" in node.dtype
+    return operations >= COSTLY_OPERATIONS
+
+
+def _elements(tensor: te.Tensor) -> int:
+    return int(np.prod([int(d) for d in tensor.shape]))
+
+
+def repeated_costly_stages(schedule: te.Schedule,
+                           inlinable: Callable[[te.Tensor], bool]) -> list[te.Tensor]:
+    """The stages that would be inlined (``inlinable``) into a reduction-free reader
+    at least :data:`REPEAT_TO_KEEP` times their size (a broadcast: a squeeze-excite's
+    ``x * Sigmoid(s)`` reads each of ``Sigmoid(s)``'s channels ``H x W`` times) and that
+    compute a math function, a division or several float operations (:func:`_costly`),
+    themselves or through the stages inlined into them. Inlined, such a stage would
+    compute each element once per read, so it is better computed once, in memory."""
+    costly: dict[int, bool] = {}
+
+    def costly_through(tensor: te.Tensor) -> bool:
+        if id(tensor) not in costly:
+            costly[id(tensor)] = False  # a cycle cannot occur; this bounds the recursion
+            op = tensor.op
+            costly[id(tensor)] = _costly(op.body) or any(
+                costly_through(t) for t in reads_of(op.body)
+                if isinstance(t.op, te.ComputeOp) and inlinable(t) and not t.op.reduce_axis)
+        return costly[id(tensor)]
+
+    found: dict[int, te.Tensor] = {}
+    for stage in schedule.stages:
+        reader = stage.tensor
+        if stage.is_placeholder or reader.op.reduce_axis:
+            continue
+        for source in reads_of(reader.op.body):
+            if (isinstance(source.op, te.ComputeOp) and not source.op.reduce_axis
+                    and inlinable(source)
+                    and _elements(reader) >= REPEAT_TO_KEEP * _elements(source)
+                    and costly_through(source)):
+                found.setdefault(id(source), source)
+    return list(found.values())
+
+
 # ----------------------------------------------------------------------------- schedule rules
 
 
@@ -289,12 +347,13 @@ def schedule_by_rules(outputs: Sequence[te.Tensor], rules: Sequence[ScheduleRule
     the one place that finds the anchors, gives them their epilogues and inlines the
     rest: one-element constants are folded into the code (``scalars``,
     :func:`fold_scalars`); every stage that an anchor rule matches is an anchor, every
-    other stage is inlined into its readers unless it is an output or kept; each anchor
+    other stage is inlined into its readers unless it is an output, kept, or a costly
+    stage that a broadcast would recompute (:func:`repeated_costly_stages`); each anchor
     that takes an epilogue is given its elementwise epilogue where it has one
-    (:func:`elementwise_epilogue`: an output, or with ``kept_take_epilogues`` also a
-    kept stage, and each taken by one anchor only); the anchors are scheduled by their
-    rules, then the outputs and kept stages that no anchor finished by the first
-    non-anchor rule that matches them."""
+    (:func:`elementwise_epilogue`: an output or a repeated costly stage, or with
+    ``kept_take_epilogues`` also a kept stage, and each taken by one anchor only); the
+    anchors are scheduled by their rules, then the outputs and kept stages that no
+    anchor finished by the first non-anchor rule that matches them."""
     outputs = list(outputs)
     schedule = te.create_schedule(outputs)
     fold_scalars(schedule, scalars or {})
@@ -309,16 +368,22 @@ def schedule_by_rules(outputs: Sequence[te.Tensor], rules: Sequence[ScheduleRule
             anchors.append((stage.tensor, rule))
             owned.update(id(t) for t in rule.owned(stage.tensor))
     anchor_ids = {id(t) for t, _ in anchors}
+    repeated = {id(t) for t in repeated_costly_stages(
+        schedule, lambda t: not (id(t) in anchor_ids or id(t) in owned
+                                 or id(t) in output_ids or t.op.attrs.get("keep")))}
     stays: list[te.Tensor] = []  # outputs and kept stages: in memory, not anchors
     for stage in list(schedule.stages):
         t = stage.tensor
         if stage.is_placeholder or id(t) in anchor_ids or id(t) in owned:
             continue
-        if id(t) in output_ids or t.op.attrs.get("keep"):
+        if id(t) in output_ids or t.op.attrs.get("keep") or id(t) in repeated:
             stays.append(t)
         else:
             stage.compute_inline()
-    takers = [t for t in stays if kept_take_epilogues or id(t) in output_ids]
+    # a repeated costly stage is an anchor's elementwise tail at the anchor's own size
+    # (a squeeze-excite's bias and Sigmoid after its 1x1 convolution): its tile takes it
+    takers = [t for t in stays
+              if kept_take_epilogues or id(t) in output_ids or id(t) in repeated]
     epilogues: dict[int, tuple[te.Tensor, list[te.Tensor]]] = {}
     for anchor, rule in anchors:
         if not rule.epilogue:

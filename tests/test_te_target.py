@@ -13,7 +13,9 @@ from heterocc import sdk, te
 from heterocc.ir.graph import Graph, Node, Value
 from heterocc.ir.types import TensorType
 from heterocc.ops import get_op
+from heterocc.sdk.te_target import repeated_costly_stages
 from heterocc.targets.llvm.module import build as build_module
+from heterocc.te.schedule import INLINE
 
 
 @dataclass
@@ -183,3 +185,30 @@ def test_an_anchor_read_across_elements_has_no_epilogue():
     assert sdk.elementwise_epilogue(schedule, rows, [shifted]) is None
     same = te.compute((4,), lambda i: rows[i] + 1.0, name="same")
     assert sdk.elementwise_epilogue(te.create_schedule([same]), rows, [same]) is same
+
+
+def _squeeze_excite(activation):
+    """out[c, p] = x[c, p] * activation(s[c] + 1): the activation's stage, one value per
+    channel, read by a stage 16 times its size (a squeeze-excite's scale)."""
+    x = te.placeholder((4, 16), "float32", "x")
+    s = te.placeholder((4,), "float32", "s")
+    shifted = te.compute((4,), lambda c: s[c] + 1.0, name="shifted")
+    gate = te.compute((4,), lambda c: activation(shifted[c]), name="gate")
+    out = te.compute((4, 16), lambda c, p: x[c, p] * gate[c], name="out")
+    return x, s, gate, out
+
+
+def test_a_costly_stage_that_a_broadcast_repeats_is_computed_once():
+    """A math function read by a broadcast stays in memory, with its cheap producers
+    inlined into it; a cheap stage, or one read at its own size, is inlined."""
+    _, _, gate, out = _squeeze_excite(lambda v: 1.0 / (1.0 + te.exp(0.0 - v)))
+    schedule = sdk.schedule_by_rules([out], [])
+    assert repeated_costly_stages(schedule, lambda t: t is not out) == [gate]
+    assert [s.tensor.name for s in schedule.stages
+            if not s.is_placeholder and s.attach != INLINE] == ["gate", "out"]
+    _, _, cheap, cheap_out = _squeeze_excite(lambda v: v * 2.0)
+    assert repeated_costly_stages(te.create_schedule([cheap_out]), lambda t: True) == []
+    x = te.placeholder((4,), "float32", "x")
+    same = te.compute((4,), lambda c: te.exp(x[c]), name="same")
+    reader = te.compute((4,), lambda c: same[c] * x[c], name="reader")
+    assert repeated_costly_stages(te.create_schedule([reader]), lambda t: True) == []

@@ -615,8 +615,11 @@ def realize_qdq_convolutions(graph: Graph) -> Graph:
     them) only: quantized matrix products (MatMul, Gemm) and element-wise products keep
     their float form. For a target whose integer products would move a model further
     from the float requantization than it may (a transformer's requantizations carry
-    through Softmax, GELU and LayerNorm)."""
-    return _realize(graph, ("Conv",), elementwise_products=False)
+    through Softmax, GELU and LayerNorm). A product whose quantized result is only
+    dequantized into the graph's outputs (a classifier's last layer) is the exception:
+    no later requantization carries its rounding on, and as an integer product it
+    reads its int8 weight rather than one dequantized to four times the bytes."""
+    return _realize(graph, ("Conv",), elementwise_products=False, final_products=True)
 
 
 @register_pass("realize_qdq_before_tables")
@@ -631,10 +634,11 @@ def realize_qdq_before_tables(graph: Graph) -> Graph:
 
 
 def _realize(graph: Graph, linear_ops: tuple[str, ...], elementwise_products: bool,
-             keep_tables: bool = False) -> Graph:
+             keep_tables: bool = False, final_products: bool = False) -> Graph:
     """:func:`realize_qdq` for the chains whose linear op is one of ``linear_ops`` (and
     quantized element-wise products where ``elementwise_products``), leaving the chains
-    of future lookup tables as they are where ``keep_tables``."""
+    of future lookup tables as they are where ``keep_tables``; with ``final_products``,
+    also the matrix products whose quantized result only :func:`_dequantized_to_outputs`."""
     scope = NameScope.of(graph)
     graph = _drop_roundtrips(graph)
     tabulable = tabulable_chains(graph) if keep_tables else set()
@@ -665,9 +669,10 @@ def _realize(graph: Graph, linear_ops: tuple[str, ...], elementwise_products: bo
             new = rewrite(m.nodes, node.outputs[0], scope)
         else:
             chain = _chain(m.nodes)
+            wanted = chain is not None and (chain.linear.op in linear_ops or (
+                final_products and _dequantized_to_outputs(node, users, returned)))
             try:
-                new = None if chain is None or chain.linear.op not in linear_ops else \
-                    _rewrite(chain, node.outputs[0], scope)
+                new = _rewrite(chain, node.outputs[0], scope) if wanted else None
             except ValueError:
                 # no int32 requantization of this accumulator range (a bias hundreds of
                 # millions of accumulator steps large): the chain stays as it was
@@ -684,6 +689,15 @@ def _realize(graph: Graph, linear_ops: tuple[str, ...], elementwise_products: bo
             continue
         nodes.extend(replaced.get(node, [node]))
     return _integer_max_pool(_absorb_quantized_relu(substitute(graph, {}, nodes)))
+
+
+def _dequantized_to_outputs(q: Node, users, returned: set) -> bool:
+    """Whether ``q``'s result is read only by DequantizeLinear nodes whose results are
+    graph outputs read by nothing else."""
+    readers = users.get(q.outputs[0], ())
+    return q.outputs[0] not in returned and bool(readers) and all(
+        r.op == "DequantizeLinear" and r.outputs[0] in returned
+        and not users.get(r.outputs[0]) for r in readers)
 
 
 _ROUNDTRIP = is_op("QuantizeLinear")(_DQ_X, is_constant(), optional(is_constant()))

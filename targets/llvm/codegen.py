@@ -27,6 +27,7 @@ from heterocc.tir.simplify import structural_key
 from heterocc.tir.visitor import children
 
 from .int8_dot import DOT4_CALL, emit_dot4_call
+from .int8_product import emit_shifted_product, even_odd_products, shifted_product_operands
 from .llvm_types import (
     I1,
     I8,
@@ -491,6 +492,11 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
                                    self.expr(node.false_value))
 
     def visit_Cast(self, node: tx.Cast) -> ir.Value:
+        if even_odd_products(self.codegen.features, self.codegen.arch):
+            product = shifted_product_operands(node)
+            if product is not None:  # a requantization's exact product (.int8_product)
+                a, m, shift = product
+                return emit_shifted_product(self.builder, self.expr(a), self.expr(m), shift)
         value = self.expr(node.value)
         source, target = node.value.dtype, node.dtype
         to_type = value_type(target)

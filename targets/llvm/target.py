@@ -43,6 +43,7 @@ from heterocc.te.schedule_reads import reads_of
 
 from .cost import CpuCostModel
 from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
+from .int8_matmul import integer_products_as_convolutions
 from .module import build as build_module
 from .module import build_later, load_library
 from .rules import cpu_rules, generic_rules
@@ -508,13 +509,15 @@ class LLVMTarget(TETarget):
         """With ``integer_qdq``, the quantized concatenations that remain between
         integer convolutions in integers too (``integer_concats``: copies of the int8
         tensors), so no DequantizeLinear -> float op -> QuantizeLinear glue runs around
-        them. Average pools stay float between Q and DQ: in integers
-        (``integer_average_pools``, the accelerator's form) they round once more than
-        ONNX Runtime's and moved a QOperator ResNet-18's logits from 0 to 5 steps of
-        ORT's, for no measured speed. Then the CPU's layout pass (blocked NCHW[x]c
+        them, and integer matrix products as 1x1 integer convolutions on the dot product
+        (``integer_products_as_convolutions``). Average pools stay float between Q and
+        DQ: in integers (``integer_average_pools``, the accelerator's form) they round
+        once more than ONNX Runtime's and moved a QOperator ResNet-18's logits from 0
+        to 5 steps of ORT's, for no measured speed. Then the CPU's layout pass (blocked NCHW[x]c
         convolutions, outputs padded to whole vectors of this CPU) and folding again for
         a transform of a constant input, unless ``blocked_layout`` is off."""
-        passes = ["integer_concats"] if self.integer_qdq else []
+        passes = ["integer_concats", integer_products_as_convolutions] \
+            if self.integer_qdq else []
         if not self.blocked_layout:
             return passes
         return [*passes, alter_layout_for(self.cpu.vector_lanes("float32")),

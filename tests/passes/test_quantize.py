@@ -89,7 +89,9 @@ def test_built_in_post_training_quantization_keeps_top1():
                    for _ in range(4)]
     quantized = heterocc.compile(model, calibration=calibration)
     counts = quantized.graph.op_counts()
-    assert counts["ConvInteger"] == 3 and counts["MatMulInteger"] == 1
+    # 3 convolutions and the classifier's MatMulInteger, which the llvm target computes
+    # as a 1x1 ConvInteger (integer_products_as_convolutions)
+    assert counts["ConvInteger"] == 4 and "MatMulInteger" not in counts
     assert "quantize" in [r.name for r in quantized.pass_records]
     reference = heterocc.compile(model)
     agree = 0

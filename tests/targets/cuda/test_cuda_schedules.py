@@ -184,3 +184,22 @@ def test_fused_epilogues_compile_with_nvcc():
     compiled = compile_cuda(cuda_source("epilogues", fused), "epilogues", ("sm_80",))
     for kernel in fused:
         assert f".entry {kernel.name}(" in compiled.ptx
+
+
+def test_a_broadcast_gate_is_computed_once_per_channel():
+    """A squeeze-excite's gate, ``Sigmoid`` of a per-channel sum, read by a broadcast
+    scale: one kernel computes the sums and their gates, one per channel, the next
+    scales; the result matches NumPy."""
+    x = te.placeholder((8, 64), "float32", "x")
+    s = te.placeholder((8, 4), "float32", "s")
+    w = te.placeholder((4,), "float32", "w")
+    k = te.reduce_axis(4, "k")
+    z = te.compute((8,), lambda c: te.sum(s[c, k] * w[k], axis=k), name="z")
+    gate = te.compute((8,), lambda c: 1.0 / (1.0 + te.exp(0.0 - z[c])), name="gate")
+    out = te.compute((8, 64), lambda c, p: x[c, p] * gate[c], name="out")
+    gpu = lower_for_gpu([out], [x, s, w], "se")
+    gate_kernel, scale_kernel = gpu.kernels
+    assert gate_kernel.block[0] * gate_kernel.grid[0] == 8
+    assert "exp" in str(gate_kernel.body) and "exp" not in str(scale_kernel.body)
+    _run(kernels.Case("se", [x, s, w], [out],
+                      lambda a, b, c: [a / (1 + np.exp(-(b @ c)))[:, None]]), gpu)

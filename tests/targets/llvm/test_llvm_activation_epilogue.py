@@ -113,3 +113,76 @@ def test_the_fused_activation_builds_for_aarch64(activation):
     assert "fmla" in assembly
     if activation == "HardSwish":
         assert "fmaxnm" in assembly and "fminnm" in assembly
+
+
+def _squeeze_excite_model(channels=32, size=14):
+    """A squeeze-excite block as torchvision writes it: depthwise convolution + SiLU,
+    global average pool, 1x1 convolution + SiLU, 1x1 convolution + Sigmoid, and the
+    scale ``x * Sigmoid(s)``, one gate per channel broadcast over the image."""
+    rng = np.random.default_rng(7)
+    squeezed = 8
+
+    def weight(*shape):
+        return (rng.standard_normal(shape) * 0.3).astype(np.float32)
+
+    initializers = {"w": weight(channels, 1, 3, 3), "b": weight(channels),
+                    "w1": weight(squeezed, channels, 1, 1), "b1": weight(squeezed),
+                    "w2": weight(channels, squeezed, 1, 1), "b2": weight(channels)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1], group=channels),
+             *_activation("SiLU", "c"),
+             helper.make_node("GlobalAveragePool", ["y"], ["p"]),
+             helper.make_node("Conv", ["p", "w1", "b1"], ["q"], kernel_shape=[1, 1]),
+             helper.make_node("Sigmoid", ["q"], ["qs"]),
+             helper.make_node("Mul", ["q", "qs"], ["q2"]),
+             helper.make_node("Conv", ["q2", "w2", "b2"], ["r"], kernel_shape=[1, 1]),
+             helper.make_node("Sigmoid", ["r"], ["gate"]),
+             helper.make_node("Mul", ["y", "gate"], ["out"])]
+    return make_model(nodes, [("x", "float32", [1, channels, size, size])],
+                      [("out", "float32", [1, channels, size, size])], initializers)
+
+
+def _scale_function(llvm: LLVMTarget):
+    (lowered,) = [c.lowered for c in llvm._compiled.values()
+                  if c.lowered is not None and c.lowered.name.endswith("sigmoid_mul")]
+    return lowered
+
+
+def _exp_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "exp(" in line]
+
+
+@pytest.mark.parametrize("target", ISAS)
+def test_the_squeeze_excite_gate_is_computed_once_per_channel(target):
+    """The gate's Sigmoid is computed once per channel, by the convolution that makes
+    it (in its tile), not once per pixel inside the scale's loop (14 x 14 times as
+    many exponentials); the block matches ONNX Runtime."""
+    model = _squeeze_excite_model()
+    llvm = LLVMTarget(cpu=target)
+    compiled = heterocc.compile(model, target=[llvm])
+    text = str(_scale_function(llvm))
+    loop = text[text.index("parallel("):] if "parallel(" in text else text[
+        text.rindex("for "):]
+    assert _exp_lines(text) and not _exp_lines(loop), text
+    x = np.random.default_rng(2).standard_normal((1, 32, 14, 14)).astype(np.float32)
+    got = compiled.run({"x": x})[0]
+    assert llvm.fallbacks == {}
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_squeeze_excite_gate_builds_for_aarch64():
+    """The same scale function cross-compiled for NEON: the exponentials before the
+    scale's loop, the scale a multiply of four-lane vectors."""
+    description = "llvm -mtriple=aarch64-linux-gnu"
+    llvm = LLVMTarget(cpu=description)
+    heterocc.compile(_squeeze_excite_model(), target=[llvm])
+    function = _scale_function(llvm)
+    text = str(function)
+    assert _exp_lines(text) and not _exp_lines(text[text.rindex("for "):]), text
+    cpu = parse_cpu(description)
+    with compiling_for(cpu):
+        assembly = build([function], name="scale", cpu=cpu).assembly()
+    assert any(line.split()[:1] == ["fmul"] and ".4s" in line
+               for line in assembly.splitlines())

@@ -246,7 +246,8 @@ def _fire_and_pool():
 def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monkeypatch,
                                                                   activations, model_of):
     """An ORT-quantized QDQ CNN (per-channel weights; uint8 activations, ORT's default,
-    or int8) on ``llvm`` alone: its convolutions become ConvInteger + Requantize, the
+    or int8) on ``llvm`` alone: its convolutions (and its classifier's Gemm, as a 1x1
+    one) become ConvInteger + Requantize, the
     dense ones computed by the dot-product schedule (the depthwise one by int32
     multiply-adds over packed rows), bit-exact with the integer reference of the compiled
     graph and within one step of ONNX Runtime. Concatenations and average pools between
@@ -289,13 +290,16 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
     compiled = heterocc.compile(model, target="llvm")
     nodes = [n for _, n in compiled.graph.walk()]
     ops = [n.op for n in nodes]
-    # a global average pool stays float between DQ and Q (see LLVMTarget.graph_passes)
-    convolutions = sum(n.op_type == "Conv" for n in source.graph.node)
+    # a global average pool stays float between DQ and Q (see LLVMTarget.graph_passes);
+    # a classifier's Gemm becomes a 1x1 ConvInteger (integer_products_as_convolutions)
+    classifiers = sum(n.op_type == "Gemm" for n in source.graph.node)
+    convolutions = sum(n.op_type == "Conv" for n in source.graph.node) + classifiers
     assert ops.count("ConvInteger") == convolutions and "Conv" not in ops
+    assert "Gemm" not in ops and "MatMulInteger" not in ops
     # a concatenation copies the int8 tensors (integer_concats), no float glue around it
     concats = [n.outputs[0].type.dtype for n in nodes if n.op == "Concat"]
     assert concats == (["int8"] if model_of == "fire_and_pool" else [])
-    assert len(scheduled) == dense
+    assert len(scheduled) == dense + classifiers
     x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
     got = compiled.run([x])[0]
     np.testing.assert_array_equal(got, evaluate(compiled.graph, [x])[0])
