@@ -231,31 +231,33 @@ def test_vta_estimate_has_the_host_part_of_its_calls(model, cost_cache):
     the report gives it apart from the transfer, as the totals count it."""
     from heterocc.targets.vta import cost as vta_cost
 
+    # the candidate composites (a placement's units) ...
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(vta_cost, "host_seconds", lambda kernel, function: 0.0)
+        fast = VtaTarget(clock_mhz=1_000_000, link_gbps=1_000_000, link_latency_us=0)
+        plan = _compile(model, fast, "cost").placement_report.plan
+    functions = [u.function for u in plan.composites]
+    assert functions
+    # ... each estimated with its host part
     vta = VtaTarget(config="1x32x32", clock_mhz=300)
-    compiled = _compile(model, vta, "cost")
-    units = [u for u in compiled.placement_report.plan.composites if "vta" in u.candidates]
-    assert units
-    for unit in units:
-        est = unit.candidates["vta"]
-        assert est.host_s > 0
+    estimates = [vta.estimate(f) for f in functions]
+    for est in estimates:
+        assert est.host_s > 0 and est.to_json()["host_ms"] > 0
         assert est.total_s == pytest.approx(est.compute_s + est.transfer_s + est.host_s)
-        assert "host work" in unit.reason or unit.chosen != "vta" or "throughput" in unit.reason
     # the term is what the host's steps take: timed again, the same order of magnitude
-    function = units[0].function
-    kernel = vta_cost.compile_composite(function, vta.config, vta.virtual_threads)
-    again = vta_cost.host_seconds(kernel, function)
-    assert 0.2 * again <= units[0].candidates["vta"].host_s <= 5 * again
-    # cached: a second compile reads the same host part
-    cached = _compile(model, VtaTarget(config="1x32x32", clock_mhz=300), "cost")
-    first = {u.nodes[0].name: u.candidates["vta"].host_s for u in units}
-    for unit in cached.placement_report.plan.composites:
-        if unit.nodes[0].name in first and "vta" in unit.candidates:
-            assert "cached" in unit.candidates["vta"].source
-            assert unit.candidates["vta"].host_s == first[unit.nodes[0].name]
-    regions = compiled.placement_report.to_json()["regions"]
-    for region in regions:
-        if "vta" in region["estimates"]:
-            assert region["estimates"]["vta"]["host_ms"] > 0
+    kernel = vta_cost.compile_composite(functions[0], vta.config, vta.virtual_threads)
+    again = vta_cost.host_seconds(kernel, functions[0])
+    assert 0.2 * again <= estimates[0].host_s <= 5 * again
+    # cached: another target of the same hardware reads the same host part
+    for function, est in zip(functions, estimates):
+        cached = VtaTarget(config="1x32x32", clock_mhz=300).estimate(function)
+        assert "cached" in cached.source and cached.host_s == est.host_s
+    # a decision's reason gives it apart from the transfer
+    from heterocc.passes.placement import UnitCost, _decide
+
+    unit = UnitCost([], {"vta": estimates[0], "llvm": CostEstimate(1.0)})
+    _decide(unit, "vta", "llvm")
+    assert unit.chosen == "vta" and "host work" in unit.reason
 
 
 def test_a_streams_busiest_device_counts_the_host_part_on_the_host(model):
@@ -376,20 +378,13 @@ class _Counted:
         return None if value is None else (value, "fixed bound")
 
 
-def test_a_lower_bound_decides_without_estimating_the_other_device(model):
-    """The accelerator beats the CPU's bound on convolutions: the CPU is not measured for
-    them; the CPU beats the accelerator's bound on additions (no multiply-accumulates,
-    so the CPU goes first): the accelerator is not asked. The report's totals estimate
-    what was skipped, once."""
+def _counted_plan(model, accelerator: _Counted, cpu: _Counted) -> tuple:
+    """The cost placement of ``model`` with vta's and llvm's estimates, caches and
+    bounds from ``accelerator`` and ``cpu``: the plan and its composites' units by
+    kind."""
     from heterocc.frontend.onnx import from_onnx
     from heterocc.passes.pipeline import run_pipeline
 
-    accelerator = _Counted({"conv2d_bias_requantize": 1e-3, "quantized_add": 5e-3,
-                            "dense_bias_requantize": 2e-3, "flatten": 1e-4},
-                           {"quantized_add": 2e-3})
-    cpu = _Counted({"conv2d_bias_requantize": 3e-3, "quantized_add": 1e-3,
-                    "dense_bias_requantize": 2.5e-3, "*": 1e-4},
-                   {"conv2d_bias_requantize": 1.5e-3})
     targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
     for name, fake in (("vta", accelerator), ("llvm", cpu)):
         for hook in ("estimate", "cached", "lower_bound"):
@@ -398,7 +393,22 @@ def test_a_lower_bound_decides_without_estimating_the_other_device(model):
     # also ask the CPU for every unit once something is offloaded)
     targets["llvm"].estimate_placed = None
     plan = run_pipeline(from_onnx(model), targets, "llvm", placement="cost").report.plan
-    kinds = {u.function.attrs["composite"]: u for u in plan.composites}
+    return plan, {u.function.attrs["composite"]: u for u in plan.composites}
+
+
+def test_a_lower_bound_decides_without_estimating_the_other_device(model):
+    """The accelerator beats the CPU's bound on convolutions: the CPU is not measured for
+    them; the CPU beats the accelerator's bound on additions (no multiply-accumulates,
+    so the CPU goes first): the accelerator is not asked. The report's totals estimate
+    what was skipped, once."""
+
+    accelerator = _Counted({"conv2d_bias_requantize": 1e-3, "quantized_add": 5e-3,
+                            "dense_bias_requantize": 2e-3, "flatten": 1e-4},
+                           {"quantized_add": 2e-3})
+    cpu = _Counted({"conv2d_bias_requantize": 3e-3, "quantized_add": 1e-3,
+                    "dense_bias_requantize": 2.5e-3, "*": 1e-4},
+                   {"conv2d_bias_requantize": 1.5e-3})
+    plan, kinds = _counted_plan(model, accelerator, cpu)
     assert kinds["conv2d_bias_requantize"].chosen == "vta"
     assert "llvm needs at least 1.5 ms (fixed bound)" in kinds["conv2d_bias_requantize"].reason
     assert kinds["quantized_add"].chosen == "llvm"
@@ -420,8 +430,6 @@ def test_an_accelerator_that_could_save_little_is_not_compiled_to_find_out(model
     """Where the CPU's figure is within MIN_GAIN of the accelerator's lower bound, the
     composite stays on the CPU without an accelerator estimate (offloading could save
     less than the CPU's measurement noise); a bound further below is estimated."""
-    from heterocc.frontend.onnx import from_onnx
-    from heterocc.passes.pipeline import run_pipeline
     from heterocc.passes.placement import MIN_GAIN
 
     cpu_s = 1e-3
@@ -430,13 +438,7 @@ def test_an_accelerator_that_could_save_little_is_not_compiled_to_find_out(model
                            {"conv2d_bias_requantize": cpu_s * (1 - MIN_GAIN / 2),
                             "quantized_add": cpu_s * (1 - 2 * MIN_GAIN)})
     cpu = _Counted({"conv2d_bias_requantize": cpu_s, "quantized_add": cpu_s, "*": 1e-4}, {})
-    targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
-    for name, fake in (("vta", accelerator), ("llvm", cpu)):
-        for hook in ("estimate", "cached", "lower_bound"):
-            setattr(targets[name], hook, getattr(fake, hook))
-    targets["llvm"].estimate_placed = None
-    plan = run_pipeline(from_onnx(model), targets, "llvm", placement="cost").report.plan
-    kinds = {u.function.attrs["composite"]: u for u in plan.composites}
+    _, kinds = _counted_plan(model, accelerator, cpu)
     conv = kinds["conv2d_bias_requantize"]
     assert conv.chosen == "llvm" and "not worth compiling" in conv.reason
     assert "conv2d_bias_requantize" not in accelerator.asked
