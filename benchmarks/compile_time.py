@@ -10,16 +10,17 @@ per-tensor weights), ``ort`` (quantize_static's defaults: QDQ, asymmetric int8
 activations, with per-channel weights) and ``ort-uint8`` (the same with uint8
 activations). Each compile starts from an empty cache (``HETEROCC_CACHE_DIR`` pointed at a new
 folder: no kernel timed for placement before). Prints, per run: total compile
-seconds (wall; the process's CPU seconds, steadier on a loaded machine: LLVM compiles
-in the process; and the CPU seconds of the compiling thread alone, beside which
-LLVM's background thread works, so that on two free cores the wall time approaches
-the larger of that and the rest), the passes' seconds, the CPU seconds of each step
-of a TE target's functions (``expr``: expressing them in TE; ``sched``: scheduling;
-``lower``: TE to TIR and the TIR passes; ``ir``: the code generator's part on the
-compiling thread, LLVM IR for ``llvm``; ``llvm``: LLVM's optimization and machine code,
-on its own thread), and the five functions whose kernels took longest to build (for TE
-targets such as ``llvm``: to lower, on the compiling thread). Targets with an
-accelerator compile once per placement of ``--placements``. ``--refuse`` makes the
+seconds (wall; CPU seconds, steadier on a loaded machine: the process's and those
+LLVM's worker processes spent on its modules (not their start-up); and the CPU seconds
+of the compiling thread alone, beside which LLVM works on its threads and workers
+(``HETEROCC_LLVM_JOBS`` of them), so that on free cores the wall time approaches the
+larger of that and the rest shared among the cores), the passes' seconds, the CPU
+seconds of each step of a TE target's functions (``expr``: expressing them in TE;
+``sched``: scheduling; ``lower``: TE to TIR and the TIR passes; ``ir``: the code
+generator's part on the compiling thread, LLVM IR for ``llvm``; ``llvm``: LLVM's
+optimization and machine code, beside it), and the five functions whose kernels took
+longest to build (for TE targets such as ``llvm``: to lower, on the compiling thread).
+Targets with an accelerator compile once per placement of ``--placements``. ``--refuse`` makes the
 accelerator refuse every layer its patterns match, so a quantized model compiles
 entirely into the CPU's integer fallback kernels (the ``vta,llvm`` rows are then marked
 ``vta!,llvm``).
@@ -33,6 +34,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -97,14 +99,18 @@ def _refusing(instance) -> None:
 
 
 def _timed_stages(instances) -> dict[str, float]:
-    """Thread CPU seconds of each step of a TE target's compile, summed over functions
-    (filled in while compiling): ``express``, ``schedule``, ``lower`` (TE to TIR and the
-    TIR passes) and ``ir`` (the code generator's work on the compiling thread: LLVM IR
-    for ``llvm``), and ``llvm`` (optimization and machine code, on LLVM's thread)."""
+    """CPU seconds of each step of a TE target's compile, summed over functions (filled
+    in while compiling): ``express``, ``schedule``, ``lower`` (TE to TIR and the TIR
+    passes) and ``ir`` (the code generator's work on the compiling thread: LLVM IR for
+    ``llvm``), each on the calling thread, and ``llvm`` (optimization and machine code,
+    on LLVM's threads and worker processes: ``LLVMModule.llvm_cpu_seconds``), of which
+    ``workers`` in worker processes (not in this process's CPU time)."""
     from heterocc.sdk import te_target
     from heterocc.targets.llvm import module as llvm_module
 
     stages = dict.fromkeys(("express", "schedule", "lower", "ir", "llvm"), 0.0)
+    stages["workers"] = 0.0
+    lock = threading.Lock()
 
     def timing(stage, original):
         def timed(*args, **kwargs):
@@ -112,11 +118,19 @@ def _timed_stages(instances) -> dict[str, float]:
             try:
                 return original(*args, **kwargs)
             finally:
-                stages[stage] += time.thread_time() - began
+                with lock:
+                    stages[stage] += time.thread_time() - began
         return timed
 
+    def llvm_timed(module, *args, original=llvm_module.LLVMModule._compile):
+        began = time.thread_time()
+        original(module, *args)
+        with lock:
+            stages["llvm"] += module.llvm_cpu_seconds
+            stages["workers"] += module.llvm_cpu_seconds - (time.thread_time() - began)
+
     te_target.express_function = timing("express", te_target.express_function)
-    llvm_module.LLVMModule._compile = timing("llvm", llvm_module.LLVMModule._compile)
+    llvm_module.LLVMModule._compile = llvm_timed
     for instance in instances:
         for stage, method in (("schedule", "schedule"), ("lower", "lower"),
                               ("ir", "codegen_later")):
@@ -158,6 +172,7 @@ def measure(path: str, target: str, refuse: bool = False, placement: str = "auto
     began, cpu, thread = time.perf_counter(), time.process_time(), time.thread_time()
     compiled = heterocc.compile(path, target=instances, placement=placement)
     seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
+    cpu += stages.pop("workers")  # LLVM's worker processes
     return {"seconds": seconds, "cpu": cpu, "thread": time.thread_time() - thread,
             "functions": len(builds),
             "passes": sum(r.seconds for r in compiled.pass_records),

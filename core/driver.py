@@ -38,6 +38,7 @@ from .sdk.registry import (
     available_targets,
     get_target,
     is_accelerator,
+    is_registered,
     order_targets,
     parse_targets,
     suggest,
@@ -502,9 +503,9 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     if placement not in ("greedy", "cost", "throughput", "auto"):
         raise InputError(f"placement {placement!r}: choose greedy, cost, throughput or auto")
     names = parse_targets(with_schedule_rules(target, schedule_rules))
-    known = available_targets()
-    unknown = [n for n in names if isinstance(n, str) and n not in known]
+    unknown = [n for n in names if isinstance(n, str) and not is_registered(n)]
     if unknown:
+        known = available_targets()
         raise TargetError(f"unknown target(s) {', '.join(unknown)}"
                           f"{suggest(unknown[0], known)}; available: {', '.join(known)}")
     order = order_targets(names)

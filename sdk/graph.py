@@ -2,7 +2,8 @@
 pass manager (a target's ``graph_passes`` run in it), the layout pass a target chooses its
 layout with, the TE computes of the op inventory, and the geometry helpers of the ops a
 target lowers (convolution, pooling, blocked convolution, quantized zero points, the
-order of a LookupTable's entries), and ``outline`` (nodes made one function node, as the
+order of a LookupTable's entries), an op's definition (``get_op``: its attributes
+normalized as the importer does), and ``outline`` (nodes made one function node, as the
 compiler's fusion makes them: a cost model times what the build will compile).
 
 They are the compiler's own functions (``heterocc.passes``, ``heterocc.ops``,
@@ -10,6 +11,7 @@ They are the compiler's own functions (``heterocc.passes``, ``heterocc.ops``,
 
 from heterocc.compute import compute_of
 from heterocc.compute.nn import matmul
+from heterocc.ops import get_op
 from heterocc.ops.layout import blocked_conv_geometry, blocked_conv_input_shape, conv_nchwc
 from heterocc.ops.lookup import TABLE_OFFSET
 from heterocc.ops.macs import multiply_accumulates
@@ -23,7 +25,7 @@ from heterocc.passes.rewrite import outline
 
 __all__ = [
     "DEFAULT_PIPELINE", "TABLE_OFFSET", "PassManager", "alter_layout_for", "blocked_conv_geometry",
-    "blocked_conv_input_shape", "compute_of", "conv_geometry", "conv_nchwc", "matmul",
+    "blocked_conv_input_shape", "compute_of", "conv_geometry", "conv_nchwc", "get_op", "matmul",
     "multiply_accumulates", "outline", "pool_geometry", "run_pipeline", "target_graph_passes",
     "zero_point_bias",
 ]

@@ -1,10 +1,11 @@
 """The target registry: the one place core meets a particular target.
 
 A target compiles the functions the partitioner gives it into kernels: callables
-from a list of NumPy arrays to a list of NumPy arrays. Built-in targets
-(:data:`BUILTIN_TARGETS`) register here when the registry is first asked for a
-target; targets from other packages are found through the entry-point group
-``heterocc.targets`` (each entry point names a Target class or factory).
+from a list of NumPy arrays to a list of NumPy arrays. A built-in target
+(:data:`BUILTIN_TARGETS`) registers here when the registry is first asked for it;
+targets from other packages are found through the entry-point group
+``heterocc.targets`` (each entry point names a Target class or factory) when the
+registry is asked for another name or for the list of all.
 
 Besides ``name`` and ``build`` a target may offer optional hooks, looked up by
 the compiler where it needs them (``heterocc.sdk`` documents each as a protocol):
@@ -105,6 +106,23 @@ def _discover() -> None:
                                        from_entry_point=True)
 
 
+def _registered(name: str) -> TargetInfo | None:
+    """``name``'s registration or None. A built-in name imports only its own package
+    (built-ins win over entry points of their name, so the others need not be
+    imported: a compile for ``llvm`` skips the accelerators' packages); any other name
+    discovers every target."""
+    if name not in _TARGETS and name in BUILTIN_TARGETS:
+        importlib.import_module(f"{BUILTIN_PACKAGE}.{name}")
+    if name not in _TARGETS:
+        _discover()
+    return _TARGETS.get(name)
+
+
+def is_registered(name: str) -> bool:
+    """Whether a target ``name`` is registered (built-in, in process or by entry point)."""
+    return _registered(name) is not None
+
+
 def available_targets() -> dict[str, TargetInfo]:
     """Every registered target (built-in and from entry points) by name."""
     _discover()
@@ -113,10 +131,9 @@ def available_targets() -> dict[str, TargetInfo]:
 
 def get_target(name: str, **options) -> Target:
     """An instance of target ``name``; TargetError naming the known ones otherwise."""
-    _discover()
-    try:
-        info = _TARGETS[name]
-    except KeyError:
+    info = _registered(name)
+    if info is None:
+        _discover()
         raise TargetError(f"unknown target {name!r}{suggest(name, _TARGETS)}; available: "
                           f"{', '.join(sorted(_TARGETS))}") from None
     if options:
@@ -213,7 +230,7 @@ def _target_class(target) -> object:
     """The class (for a name) or instance whose hooks say what kind of target it is."""
     if not isinstance(target, str):
         return target
-    made = available_targets()[target].target_class
+    made = _registered(target).target_class
     # a factory that does not say what it makes: ask an instance
     return made if made is not None else get_target(target)
 

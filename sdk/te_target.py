@@ -39,6 +39,7 @@ import numpy as np
 
 from heterocc import te
 from heterocc.compute import compute_of
+from heterocc.compute.registry import code_key_of
 from heterocc.diagnostics import progress
 from heterocc.errors import CompileError, TypeInferenceError
 from heterocc.ir.graph import Node, Value
@@ -71,8 +72,9 @@ class ExpressedFunction:
     #: one-element constants, by id of their placeholder: folded into the code
     scalars: dict[int, np.ndarray] = field(default_factory=dict)
     #: the constant tables the computes embed (``te.constant_tensor``), the last entries
-    #: of ``constants``; fixed by the ops' attributes and types, so functions of one
-    #: :func:`structure_key` have equal tables
+    #: of ``constants``; fixed by the ops' attributes and types (functions of one
+    #: :func:`structure_key` have tables of equal shapes, equal where :func:`tables_key`
+    #: is: ``CompiledFunction.tables_for``)
     tables: list[np.ndarray] = field(default_factory=list)
 
 
@@ -435,8 +437,10 @@ def _frozen(value) -> object:
 def structure_key(body) -> tuple:
     """What the kernel of a function body depends on: its ops, attributes, value types
     and dataflow, and the values of its one-element constants (folded into the code),
-    but not the contents of larger constants, which the kernel takes as arguments.
-    Functions with equal keys share one compiled kernel."""
+    but not the contents of larger constants, which the kernel takes as arguments, nor
+    of attributes that a compute passes as tables (its ``code_key``: each function
+    gets its own, :func:`tables_key`). Functions with equal keys share one compiled
+    kernel."""
     refs: dict[Value, tuple] = {v: ("input", k, v.type.shape, v.type.dtype)
                                 for k, v in enumerate(body.inputs)}
     nodes = []
@@ -450,8 +454,16 @@ def structure_key(body) -> tuple:
             args.append(None if v is None else refs[v])
         for k, v in enumerate(node.outputs):
             refs[v] = ("node", len(nodes), k, v.type.shape, v.type.dtype)
-        nodes.append((node.op, _frozen(node.attrs), tuple(args)))
+        code_key = code_key_of(node.op)
+        attrs = code_key(node.attrs) if code_key else _frozen(node.attrs)
+        nodes.append((node.op, attrs, tuple(args)))
     return tuple(nodes), tuple(refs.get(v) for v in body.outputs)
+
+
+def tables_key(body) -> tuple:
+    """What, beyond :func:`structure_key`, a function's tables depend on: the attributes
+    of its ops whose computes pass attributes as tables."""
+    return tuple(_frozen(node.attrs) for node in body.nodes if code_key_of(node.op))
 
 
 # ----------------------------------------------------------------------------- the base
@@ -488,6 +500,15 @@ class CompiledFunction:
     lowered: Any = None  #: what it was made from (a TIR PrimFunc, the GPU kernels)
     tables: list[np.ndarray] = field(default_factory=list)  #: the computes' tables
     error: Exception | None = None
+    #: :func:`tables_key` of the function compiled, whose :attr:`tables` these are
+    tables_of: tuple = ()
+
+    def tables_for(self, body) -> list[np.ndarray]:
+        """The computes' tables of ``body``, a function of this structure: :attr:`tables`
+        where its attributes are those compiled, else its own (expressed again)."""
+        if tables_key(body) == self.tables_of:
+            return self.tables
+        return express_function(body).tables
 
 
 @dataclass(kw_only=True)
@@ -623,7 +644,8 @@ class TETarget(ABC):
 
         def finish() -> CompiledFunction:
             try:
-                return CompiledFunction(code(), lowered, expressed.tables)
+                return CompiledFunction(code(), lowered, expressed.tables,
+                                        tables_of=tables_key(function.body))
             except COMPILE_ERRORS as exc:
                 return CompiledFunction(error=exc)
         return finish

@@ -504,3 +504,37 @@ def test_layout_region_hands_device_tensors_between_layers():
     # converted from the host's layout
     assert region.region.handed_over == 1 and region.region.converted == 1
     assert all(isinstance(k, sdk.LayoutKernel) for k in region.composites)
+
+
+_LAZY_DISCOVERY = """
+import sys
+import numpy as np
+from onnx import TensorProto, helper
+import heterocc
+from heterocc.sdk import registry
+
+graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+compiled = heterocc.compile(model, target="llvm")
+assert compiled.run([np.array([-1, 0, 2, -3], np.float32)])[0].tolist() == [0, 0, 2, 0]
+imported = sorted(m for m in ("heterocc.targets.vta", "heterocc.targets.cuda")
+                  if m in sys.modules)
+assert registry.is_registered("llvm") and not registry.is_registered("no-such-target")
+print(imported, sorted(registry.available_targets()))
+"""
+
+
+def test_a_builtin_target_imports_only_its_own_package():
+    """Compiling for llvm in a fresh process leaves the accelerators' packages
+    unimported (their import is a share of a small compile's time); an unknown name,
+    and the list of targets, still discover them all."""
+    import subprocess
+
+    child = subprocess.run([sys.executable, "-c", _LAZY_DISCOVERY], capture_output=True,
+                           text=True, timeout=300)
+    assert child.returncode == 0, child.stderr
+    imported, available = child.stdout.strip().splitlines()[-1].split("] [")
+    assert imported == "["
+    assert all(f"'{name}'" in available for name in registry.BUILTIN_TARGETS)

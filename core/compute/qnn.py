@@ -20,32 +20,16 @@ def requantize(inputs, attrs, out_types):
     (along ``axis``); with a ``product_shift`` the product is taken in int64 and shifted
     right by it before it wraps to int32."""
     x = inputs[0]
+    error = _range_error(attrs)
+    if error:
+        raise CompileError(error)
     product_shift = int(attrs.get("product_shift", 0))
-    if not 0 <= product_shift <= 62:
-        raise CompileError(f"Requantize product_shift {product_shift} outside [0, 62] has "
-                           "no TE compute")
     out = out_types[0].dtype
-    shifts = attrs["shift"] if isinstance(attrs["shift"], list) else [attrs["shift"]]
-    if any(not 0 <= int(s) <= 31 for s in shifts):
-        raise CompileError(f"Requantize shift {attrs['shift']} outside [0, 31] has no TE "
-                           "compute")
-    limits = attrs["acc_limit"] if isinstance(attrs["acc_limit"], list) else \
-        [attrs["acc_limit"]]
-    if any(int(limit) < 0 for limit in limits):
-        raise CompileError(f"Requantize acc_limit {attrs['acc_limit']} must be >= 0")
-    int32_min, int32_max = -2 ** 31, 2 ** 31 - 1
-    # NumPy multiplies in int64 and wraps to int32; multiplying int32 operands that were
-    # wrapped first gives the same bits
-    multiplier = _per_channel_constant(_per_channel(attrs["multiplier"], _wrap_int32),
-                                       "requantize_multiplier")
-    shift = _per_channel_constant(_per_channel(attrs["shift"], int), "requantize_shift")
-    rounding = _per_channel_constant(_per_channel(
-        attrs["shift"], lambda s: _wrap_int32(1 << (s - 1)) if s else 0), "requantize_rounding")
-    # the clamp to +-acc_limit, with bounds beyond int32 (which clamp nothing) tightened
-    low = _per_channel_constant(_per_channel(attrs["acc_limit"], lambda v: max(-v, int32_min)),
-                                "requantize_low")
-    high = _per_channel_constant(_per_channel(attrs["acc_limit"], lambda v: min(v, int32_max)),
-                                 "requantize_high")
+    constants = {name: _per_channel_constant(values, name)
+                 for name, values in _per_channel_values(attrs).items()}
+    multiplier, shift, rounding = (constants[f"requantize_{k}"]
+                                   for k in ("multiplier", "shift", "rounding"))
+    low, high = constants["requantize_low"], constants["requantize_high"]
     zero_point = te.const(_wrap_int32(int(attrs["zero_point"])), "int32")
     qmin, qmax = te.const(int(attrs["qmin"]), "int32"), te.const(int(attrs["qmax"]), "int32")
     axis = requantize_axis(attrs, x.ndim)
@@ -79,11 +63,74 @@ def _wrap_int32(value: int) -> int:
     return (value + 2 ** 31) % 2 ** 32 - 2 ** 31
 
 
+#: the per-channel attributes, read from tables where their values differ by channel
+_PER_CHANNEL = ("multiplier", "shift", "acc_limit")
+
+
+def _range_error(attrs) -> str | None:
+    """Why Requantize with ``attrs`` has no TE compute, or None."""
+    product_shift = int(attrs.get("product_shift", 0))
+    if not 0 <= product_shift <= 62:
+        return f"Requantize product_shift {product_shift} outside [0, 62] has no TE compute"
+    shifts = attrs["shift"] if isinstance(attrs["shift"], list) else [attrs["shift"]]
+    if any(not 0 <= int(s) <= 31 for s in shifts):
+        return f"Requantize shift {attrs['shift']} outside [0, 31] has no TE compute"
+    limits = attrs["acc_limit"] if isinstance(attrs["acc_limit"], list) else \
+        [attrs["acc_limit"]]
+    if any(int(limit) < 0 for limit in limits):
+        return f"Requantize acc_limit {attrs['acc_limit']} must be >= 0"
+    return None
+
+
+def _per_channel_values(attrs) -> dict[str, int | list[int]]:
+    """The int32 constants of the pipeline by table name: an int, or one per channel."""
+    int32_min, int32_max = -2 ** 31, 2 ** 31 - 1
+    shift, limit = attrs["shift"], attrs["acc_limit"]
+    return {
+        # NumPy multiplies in int64 and wraps to int32; multiplying int32 operands that
+        # were wrapped first gives the same bits
+        "requantize_multiplier": _per_channel(attrs["multiplier"], _wrap_int32),
+        "requantize_shift": _per_channel(shift, int),
+        "requantize_rounding": _per_channel(
+            shift, lambda s: _wrap_int32(1 << (s - 1)) if s else 0),
+        # the clamp to +-acc_limit, with bounds beyond int32 (which clamp nothing) tightened
+        "requantize_low": _per_channel(limit, lambda v: max(-v, int32_min)),
+        "requantize_high": _per_channel(limit, lambda v: min(v, int32_max)),
+    }
+
+
+def _is_table(values) -> bool:
+    return isinstance(values, list) and len(set(values)) > 1
+
+
+def _hashable(value):
+    return tuple(_hashable(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+def _code_key(attrs) -> tuple:
+    """What of Requantize's attributes its code depends on: the values of its
+    per-channel constants where they are immediates, only the length of a table (its
+    contents are the kernel's arguments), and every other attribute; all of them where
+    the compute refuses the values (lengths too: the compute checks them against the
+    channels)."""
+    if _range_error(attrs):
+        return ("refused", tuple(sorted((k, _hashable(v)) for k, v in attrs.items())))
+    others = tuple(sorted((k, _hashable(v)) for k, v in attrs.items()
+                          if k not in _PER_CHANNEL))
+    constants = tuple((name, ("table", len(values)) if _is_table(values) else
+                       ("list", len(values), values[0]) if isinstance(values, list) else values)
+                      for name, values in _per_channel_values(attrs).items())
+    return others, constants
+
+
+requantize.code_key = _code_key
+
+
 def _per_channel_constant(values, name: str):
     """``lambda channel: the int32 constant of values for channel``: ``values`` is an int,
     or a list (one per channel) read from a constant table (one load, a vector load where
     channels are vectorized); a list of one value throughout is an immediate."""
-    if isinstance(values, list) and len(set(values)) > 1:
+    if _is_table(values):
         table = te.constant_tensor(np.array(values, np.int32), name)
         return lambda channel: table[channel]
     value = te.const(values[0] if isinstance(values, list) else values, "int32")

@@ -49,6 +49,16 @@ def has_compute(op_name: str) -> bool:
     return has_op(op_name) and get_op(op_name).te_compute is not None
 
 
+def code_key_of(op_name: str) -> Callable[[dict[str, Any]], Any] | None:
+    """What of an op's attributes its compute's code depends on, where the compute
+    declares it (``compute.code_key``, a function of the attributes): a compute that
+    passes attribute values to the kernel as tables (``te.constant_tensor``) leaves
+    their contents out, so that functions differing only there share one kernel, each
+    with its own tables. None where the code depends on every attribute value."""
+    compute = get_op(op_name).te_compute if has_op(op_name) else None
+    return getattr(compute, "code_key", None)
+
+
 def compute_of(op_name: str) -> TeCompute:
     op = get_op(op_name)
     if op.te_compute is None:

@@ -190,8 +190,9 @@ def constant_tensor(data, name: str = "constant", dtype: str | None = None) -> T
     array is copied, so later changes to ``data`` do not reach it.
 
     In an operator's compute the data must follow from the op's attributes and types
-    alone: TE-compiled targets share one kernel, tables included, among functions of one
-    structure (``heterocc.sdk.te_target.structure_key``)."""
+    alone: TE-compiled targets share one kernel among functions of one structure
+    (``heterocc.sdk.te_target.structure_key``), tables included unless the compute's
+    ``code_key`` leaves their contents out of it (then each function passes its own)."""
     array = np.array(data, dtype=None if dtype is None else normalize_dtype(dtype), order="C")
     dtype_name = normalize_dtype(array.dtype.name)
     array = np.require(array, requirements="C")

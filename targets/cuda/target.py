@@ -212,7 +212,7 @@ class CudaTarget(TETarget):
         # the host driver's module image is the kernels' TIR
         image = module.image_for(self.device().arch) if on_gpu else module.gpu
         return CudaKernel(function.name, module, self._runner(module.gpu, image),
-                          function_constants(function.body, compiled.tables),
+                          function_constants(function.body, compiled.tables_for(function.body)),
                           output_specs(function))
 
     def compile_module(self, gpu: GpuFunction, run_nvcc: bool = True) -> CudaModule:

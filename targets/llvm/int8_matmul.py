@@ -16,7 +16,7 @@ import numpy as np
 
 from heterocc.ir.graph import Graph, NameScope, Node, Value, constant
 from heterocc.ir.types import TensorType
-from heterocc.ops import get_op
+from heterocc.sdk.graph import get_op
 
 PASS_NAME = "integer_products_as_convolutions"
 

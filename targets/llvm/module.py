@@ -18,8 +18,11 @@ import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,6 +35,7 @@ from heterocc.sdk import CompileError, InputError, TargetError
 from heterocc.tir.stmt import BufferStore, PrimFunc
 from heterocc.tir.visitor import collect_statements
 
+from . import llvm_worker
 from .codegen import CodeGenLLVM
 from .cpu import (
     CPUDescription,
@@ -41,11 +45,13 @@ from .cpu import (
     runs_on_host,
     triple_system,
 )
+from .llvm_worker import OPT_LEVEL, InvalidIR, jit_target_machine, optimized_module
 from .runtime import PARALLEL_FOR, compiler, load_runtime, run_compiler, write_runtime_source
 from .vecmath import host_isas, libmvec_name, uses_libmvec
 
-#: LLVM optimization level of the pass pipeline and of machine code generation.
-OPT_LEVEL = 3
+#: environment variable: how many modules LLVM compiles at once (1: only on the LLVM
+#: thread of this process; default: one per core this process may run on, at most 4)
+JOBS_VARIABLE = "HETEROCC_LLVM_JOBS"
 
 
 @dataclass(frozen=True)
@@ -111,9 +117,7 @@ class _Machines:
             cpu=self.cpu, features=self.features, opt=OPT_LEVEL, reloc="pic", codemodel="default")
         self.runnable = runs_on_host(description)
         if self.runnable:
-            self.jit_machine = target.create_target_machine(
-                cpu=self.cpu, features=self.features, opt=OPT_LEVEL, codemodel="jitdefault",
-                jit=True)
+            self.jit_machine = jit_target_machine(target, self.cpu, self.features)
             self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.jit_machine)
         else:
             self.jit_machine = self.export_machine
@@ -121,6 +125,9 @@ class _Machines:
         #: serializes additions to the engine (builds may run on several Python threads)
         self.engine_lock = threading.Lock()
         self._module_ids = itertools.count()
+        #: what a worker process needs to make :attr:`jit_machine` (see llvm_worker)
+        self.worker_header = llvm_worker.machine_header(description.triple, self.cpu,
+                                                        self.features)
 
     def next_module_id(self) -> int:
         return next(self._module_ids)
@@ -144,32 +151,11 @@ def host() -> _Machines:
     return machines(host_cpu())
 
 
-@functools.cache
-def _pipeline_tuning() -> llvm.PipelineTuningOptions:
-    """The pass pipeline's options (made once: every call into LLVM made on
-    :func:`build_later`'s thread waits for the interpreter on its way back)."""
-    tuning = llvm.PipelineTuningOptions(speed_level=OPT_LEVEL)
-    tuning.loop_vectorization = True
-    tuning.slp_vectorization = True
-    tuning.loop_unrolling = True
-    return tuning
-
-
-@functools.cache
-def _triple_and_layout(machine: llvm.TargetMachine) -> tuple[str, str]:
-    return machine.triple, str(machine.target_data)
-
-
 def _optimized_module(ir_text: str, machine: llvm.TargetMachine) -> llvm.ModuleRef:
-    module = llvm.parse_assembly(ir_text)
-    module.triple, module.data_layout = _triple_and_layout(machine)
     try:
-        module.verify()
-    except RuntimeError as error:
+        return optimized_module(ir_text, machine)
+    except InvalidIR as error:
         raise CompileError(f"generated LLVM IR does not verify: {error}") from None
-    builder = llvm.create_pass_builder(machine, _pipeline_tuning())
-    builder.getModulePassManager().run(module, builder)
-    return module
 
 
 def _generate(funcs: Sequence[PrimFunc], symbols: Sequence[str], module_name: str,
@@ -312,29 +298,51 @@ class LLVMModule(_FunctionTable):
         self.unoptimized_ir = _generate(funcs, self._symbols, name, state)
         self._signatures = [FunctionSignature.of(f) for f in funcs]
 
-    def _compile(self) -> None:
-        """The second half, in LLVM: optimization, machine code, loading (JIT). Little
-        Python runs here: on :func:`build_later`'s thread, every return from LLVM waits
-        for the thread that lowers to let go of the interpreter."""
+    def _compile(self, worker: _Worker | None = None) -> None:
+        """The second half, in LLVM: optimization, machine code, loading (JIT), here or,
+        given a ``worker``, in that process (its object code loaded here: the same
+        bytes). Little Python runs here: on :func:`build_later`'s threads, every return
+        from LLVM waits for the thread that lowers to let go of the interpreter.
+        Records :attr:`llvm_cpu_seconds`."""
+        began = time.thread_time()
         state, symbols, signatures = machines(self.cpu), self._symbols, self._signatures
-        self._llvm_module = _optimized_module(self.unoptimized_ir, state.jit_machine)
+        worker_seconds, obj = 0.0, None
+        if worker is not None and state.runnable:
+            obj, worker_seconds = worker.compile(state.worker_header, self.unoptimized_ir,
+                                                 self.name)
+        else:
+            self._llvm_module = _optimized_module(self.unoptimized_ir, state.jit_machine)
         if not state.runnable:
             self.functions = {s.name: _ForeignFunction(s, self.cpu) for s in signatures}
+            self.llvm_cpu_seconds = time.thread_time() - began
             return
         if PARALLEL_FOR in self.unoptimized_ir:
             load_runtime()  # only kernels with parallel loops need the C runtime (and cc)
         if uses_libmvec(self.unoptimized_ir):
             llvm.load_library_permanently(libmvec_name())
         with state.engine_lock:
-            state.engine.add_module(self._llvm_module)
+            if obj is None:
+                state.engine.add_module(self._llvm_module)
+            else:
+                state.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             state.engine.finalize_object()
             addresses = [state.engine.get_function_address(symbol) for symbol in symbols]
+        missing = [s for s, address in zip(symbols, addresses) if not address]
+        if missing:
+            raise CompileError(f"module {self.name!r}: LLVM produced no code for "
+                               f"{', '.join(missing)}")
         self.functions = {s.name: CompiledFunction(s, address, self)
                           for s, address in zip(signatures, addresses)}
+        #: CPU seconds LLVM took for this module (in a worker: its own, plus loading here)
+        self.llvm_cpu_seconds = time.thread_time() - began + worker_seconds
 
     @functools.cached_property
     def ir(self) -> str:
-        """The optimized LLVM IR (printed when first asked for)."""
+        """The optimized LLVM IR (printed when first asked for; made again here where a
+        worker process compiled the module: the optimization is deterministic)."""
+        if not hasattr(self, "_llvm_module"):
+            self._llvm_module = _optimized_module(self.unoptimized_ir,
+                                                  machines(self.cpu).jit_machine)
         return str(self._llvm_module)
 
     def assembly(self) -> str:
@@ -497,27 +505,139 @@ def build(funcs: PrimFunc | Sequence[PrimFunc], name: str = "heterocc",
     return LLVMModule([funcs] if isinstance(funcs, PrimFunc) else funcs, name, parse_cpu(cpu))
 
 
+def llvm_jobs() -> int:
+    """How many modules :func:`build_later` has LLVM compile at once: the environment's
+    :data:`JOBS_VARIABLE`, else one per core this process may run on (at most 4)."""
+    given = os.environ.get(JOBS_VARIABLE)
+    if given is None:
+        return max(1, min(len(os.sched_getaffinity(0)), 4))
+    try:
+        jobs = int(given)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise CompileError(f"{JOBS_VARIABLE}={given!r}: give a whole number of modules "
+                           "LLVM compiles at once, 1 or more")
+    return jobs
+
+
+class _Worker:
+    """A process running ``llvm_worker.py``: LLVM IR in, object code out. It uses a
+    core of its own, where LLVM's threads in this process share one lock."""
+
+    SCRIPT = Path(__file__).with_name("llvm_worker.py")
+
+    def __init__(self):
+        self._stderr = tempfile.TemporaryFile()
+        # -P: the script's folder (this package) does not shadow modules it imports
+        self._process = subprocess.Popen(
+            [sys.executable, "-P", str(self.SCRIPT)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self._stderr)
+
+    def compile(self, header: bytes, ir_text: str, name: str) -> tuple[bytes, float]:
+        """Object code of ``ir_text`` for the machine ``header`` names and the worker's
+        CPU seconds; CompileError as in-process (IR that does not verify) or naming
+        module ``name`` and what the worker printed when it failed or died."""
+        ir = ir_text.encode()
+        try:
+            self._process.stdin.write(llvm_worker.REQUEST.pack(len(header), len(ir)))
+            self._process.stdin.write(header)
+            self._process.stdin.write(ir)
+            self._process.stdin.flush()
+            reply = self._process.stdout.read(llvm_worker.REPLY.size)
+            status, seconds, size = llvm_worker.REPLY.unpack(reply)
+            payload = self._process.stdout.read(size)
+            if len(payload) != size:
+                raise EOFError
+        except (OSError, EOFError, struct.error):
+            raise CompileError(f"module {name!r}: LLVM's worker process ({self.SCRIPT.name}) "
+                               f"{self._death()}; compile with {JOBS_VARIABLE}=1 to run "
+                               "LLVM in this process") from None
+        if status == llvm_worker.INVALID_IR:
+            raise CompileError(f"generated LLVM IR does not verify: {payload.decode()}")
+        if status != llvm_worker.OK:
+            raise CompileError(f"module {name!r}: LLVM failed in its worker process: "
+                               f"{payload.decode()}")
+        return payload, seconds
+
+    def _death(self) -> str:
+        """How the worker ended, with the end of what it wrote to stderr."""
+        code = self._process.wait(timeout=10)
+        self._stderr.seek(0)
+        printed = self._stderr.read().decode(errors="replace").strip()[-2000:]
+        return f"exited with status {code}" + (f": {printed}" if printed else "")
+
+    @property
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def close(self) -> None:
+        """End the worker (it exits when its input closes) and wait for it."""
+        try:
+            self._process.stdin.close()
+        except BrokenPipeError:  # it had died with a request unread
+            pass
+        self._process.wait()
+        self._stderr.close()
+
+
+class _LLVMPool:
+    """:func:`build_later`'s LLVM: :func:`llvm_jobs` threads; the first compiles in
+    this process, each other one through a worker process of its own, started when
+    that thread first gets a module (a backlog), so that LLVM's modules compile on
+    several cores while the compiling thread lowers. Where a worker cannot start, its
+    thread compiles in this process."""
+
+    def __init__(self, jobs: int):
+        self.executor = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="heterocc-llvm")
+        self._slots = itertools.count()
+        self._local = threading.local()
+        self._workers: list[_Worker] = []
+
+    def _worker(self) -> _Worker | None:
+        local = self._local
+        if not hasattr(local, "slot"):
+            local.slot, local.worker = next(self._slots), None
+        if local.slot == 0:
+            return None
+        if local.worker is None or not local.worker.alive:
+            try:
+                local.worker = _Worker()
+                self._workers.append(local.worker)
+            except OSError:
+                local.worker = None
+        return local.worker
+
+    def compile(self, module: LLVMModule) -> None:
+        module._compile(self._worker())
+
+    def shutdown(self) -> None:
+        """Wait for the modules submitted, then end the threads and worker processes."""
+        self.executor.shutdown(wait=True)
+        for worker in self._workers:
+            worker.close()
+
+
 @functools.cache
-def _llvm_thread() -> ThreadPoolExecutor:
-    """The thread on which :func:`build_later` runs LLVM. One is all LLVM can use:
-    llvmlite serializes every call into LLVM behind one lock (and releases Python's
-    while LLVM works), so this thread overlaps LLVM with Python, not LLVM with LLVM."""
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="heterocc-llvm")
+def _llvm_pool() -> _LLVMPool:
+    return _LLVMPool(llvm_jobs())
 
 
-# A forked child inherits the executor but not its thread: work submitted there would wait
-# forever. The child makes its own on first use.
-os.register_at_fork(after_in_child=_llvm_thread.cache_clear)
+# A forked child inherits the executor but not its threads (nor may it share the parent's
+# workers): work submitted there would wait forever. The child makes its own on first use.
+os.register_at_fork(after_in_child=_llvm_pool.cache_clear)
 
 
 def build_later(funcs: PrimFunc | Sequence[PrimFunc], name: str = "heterocc",
                 cpu: CPUDescription | str | None = None) -> Callable[[], LLVMModule]:
     """:func:`build` in two halves: the LLVM IR now, on this thread; LLVM's optimization
-    and machine code on a background thread. The callable returned waits for the module
-    (raising what the build raised), so a compiler lowers its next function meanwhile."""
+    and machine code in the background (:class:`_LLVMPool`). The callable returned waits
+    for the module (raising what the build raised), so a compiler lowers its next
+    function meanwhile."""
     module = LLVMModule.__new__(LLVMModule)
     module._generate([funcs] if isinstance(funcs, PrimFunc) else funcs, name, parse_cpu(cpu))
-    future = _llvm_thread().submit(module._compile)
+    pool = _llvm_pool()
+    future = pool.executor.submit(pool.compile, module)
 
     def result() -> LLVMModule:
         future.result()

@@ -437,8 +437,8 @@ class LLVMTarget(TETarget):
 
     def kernel(self, function: Node, compiled: CompiledFunction) -> LLVMKernel:
         """``function`` calling its structure's machine code with its own constants."""
-        constants = _packed_constants(function_constants(function.body, compiled.tables),
-                                      compiled.lowered.attrs["packed_constants"])
+        own = function_constants(function.body, compiled.tables_for(function.body))
+        constants = _packed_constants(own, compiled.lowered.attrs["packed_constants"])
         return LLVMKernel(function.name, compiled.code, constants,
                           output_specs(function), compiled.lowered)
 

@@ -137,3 +137,42 @@ def test_precise_fixed_point_scale_matches_its_definition_channel_by_channel(rng
     assert precise_fixed_point_scale(0.01, 100) == ([1374389535], 8, [29])
     with pytest.raises(ValueError, match="positive and finite, got nan"):
         precise_fixed_point_scale([0.5, np.nan], [3, 3])
+
+
+def test_requantize_functions_differing_only_in_tables_share_one_kernel_with_their_own(rng):
+    """A per-channel multiplier, shift or accumulator limit whose values differ by channel
+    reaches the kernel as a table: functions differing only there compile once, each
+    kernel called with its own tables (bit-exact); an immediate (one value throughout),
+    another zero point or values the compute refuses give a kernel of their own."""
+    from heterocc.ir.graph import Graph, Node, Value
+    from heterocc.ir.types import TensorType
+    from heterocc.ops import get_op
+    from heterocc.targets.llvm.target import LLVMKernel, LLVMTarget
+
+    channels = 6
+    x = random_array(rng, (1, channels, 4, 4), "int32", -2 ** 20, 2 ** 20)
+
+    def per_channel(low, high):
+        return rng.integers(low, high, channels).tolist()
+
+    def attrs(**changes):
+        return {"multiplier": per_channel(1, 2 ** 15), "shift": per_channel(8, 24),
+                "zero_point": 3, "qmin": -128, "qmax": 127, "out_dtype": "int8",
+                "acc_limit": per_channel(2 ** 18, 2 ** 21), **changes}
+
+    cases = [attrs(), attrs(), attrs(), attrs(shift=[12] * channels), attrs(zero_point=-4),
+             attrs(shift=[40] + [12] * (channels - 1))]
+    target = LLVMTarget()
+    for k, case in enumerate(cases):
+        case = get_op("Requantize").normalize_attrs(case)
+        v, y = Value("x", TensorType(x.shape, "int32")), Value("y", TensorType(x.shape, "int8"))
+        function = Node("function", [v], [y], name=f"f{k}",
+                        body=Graph([v], [y], [Node("Requantize", [v], [y], case)]))
+        kernel = target.build(function)
+        if k == len(cases) - 1:
+            assert "shift" in target.fallbacks[f"f{k}"]
+            continue
+        assert isinstance(kernel, LLVMKernel), target.fallbacks
+        (expected,) = get_op("Requantize").run([x], case)
+        assert_same(kernel([x]), [expected])
+    assert target.distinct_kernels == 3  # the tables; shifts as immediates; zero point -4

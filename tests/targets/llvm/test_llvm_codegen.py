@@ -277,9 +277,11 @@ def test_argument_checks():
         module["g"]
 
 
-def test_build_later_runs_llvm_on_its_own_thread_and_raises_through_the_wait(monkeypatch):
+def test_build_later_runs_llvm_on_its_own_thread_and_raises_through_the_wait(monkeypatch,
+                                                                            llvm_jobs):
     from heterocc.targets.llvm import module as llvm_module
 
+    llvm_jobs(1)  # one thread, in this process (workers: test_llvm_workers.py)
     threads = []
     optimize = llvm_module._optimized_module
 
