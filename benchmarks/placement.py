@@ -110,8 +110,8 @@ def _cpu_accuracy(compiled, report) -> tuple[list[tuple[float, float]], int, int
     """(estimate, measured) seconds of each unit the placement keeps on the CPU: measured
     is its share (``kernel_shares``, as the estimate divides the kernels it times) of
     the compiled model's own CPU kernels, timed here the way the estimate times them
-    (``time_in_rounds``: alternating rounds, the fastest call; here 5 rounds of at least
-    5 calls and 40 ms per kernel); and of the candidates the
+    (``time_in_chains``: in graph order, one call of each kernel per round, the fastest
+    call; here 10 to 60 rounds, 0.5 s of calls); and of the candidates the
     accelerator took on the CPU's lower bound alone, how many and how many of them the
     CPU runs faster than that bound (a wrong bound), each fused and timed alone."""
     llvm = get_target("llvm")
@@ -121,11 +121,11 @@ def _cpu_accuracy(compiled, report) -> tuple[list[tuple[float, float]], int, int
               if n.body is not None and "target" not in n.attrs and n.name in kernels]
     shares = cpu_cost.kernel_shares(on_cpu, {k: frozenset(n.name for n in unit.nodes)
                                              for k, unit in enumerate(units)})
-    # every kernel timed the way the estimate times them (alternating rounds, the
-    # fastest call), in more and longer rounds
-    timed = {name: seconds for name, (seconds, _) in cpu_cost.time_in_rounds(
+    # every kernel timed the way the estimate times them (in graph order, one call of
+    # each per round, the fastest call), in more rounds
+    timed = {name: seconds for name, (seconds, _) in cpu_cost.time_in_chains(
         {n.name: (kernels[n.name], cpu_cost.random_arguments(n.inputs)) for n in on_cpu},
-        rounds=5, min_samples=5, min_seconds=0.04).items()}
+        min_rounds=10, max_rounds=60, seconds=0.5).items()}
     pairs = []
     bounded = wrong = 0
     for k, unit in enumerate(units):
@@ -297,6 +297,17 @@ def main() -> int:
             print(f"  accelerator estimate vs timing model in the run: {regions} regions, "
                   f"largest deviation {100 * worst:.2f}%")
             _print_cpu_accuracy(pairs)
+            hosted = [u.candidates["vta"] for u in report.plan.composites
+                      if "vta" in u.candidates]
+            if hosted:
+                on_vta = [u.candidates["vta"] for u in report.plan.composites
+                          if u.chosen == "vta" and "vta" in u.candidates]
+                print(f"  accelerator host part (layouts, packing: CPU time per call): "
+                      f"{1e3 * sum(e.host_s for e in hosted):.3f} ms over the {len(hosted)} "
+                      f"candidates estimated on vta (their transfers "
+                      f"{1e3 * sum(e.transfer_s for e in hosted):.3f} ms, device "
+                      f"{1e3 * sum(e.compute_s for e in hosted):.3f} ms); of the layers "
+                      f"offloaded {1e3 * sum(e.host_s for e in on_vta):.3f} ms")
             print(f"  offloaded on the CPU's lower bound, unmeasured while compiling: "
                   f"{bounded}; of them measured here faster than the bound: {wrong}")
             print(f"  bit-exact (cost vs greedy vs integer reference): {exact}")

@@ -7,7 +7,11 @@ Each model (torch-exported, ``quantize_static`` QDQ per-channel, as in
 ``benchmarks/placement.py``) is compiled for ``vta,llvm`` in a fresh interpreter per
 compile, round after round: greedy, cost with an empty estimate cache, cost again with
 the cache that left (and how many accelerator kernels a cost compile compiled only to
-estimate them, left unused by its build); ``--alone`` adds, before them, cost with an
+estimate them, left unused by its build), and the split the cold cost compile chose
+built directly, its decisions given and nothing estimated ("pinned"): the cost compile's
+time over that one's is what the placement itself adds (over greedy, the build of
+another split is in the difference too: an int8 layer kept on the CPU compiles slower
+than its accelerator stream); ``--alone`` adds, before them, cost with an
 empty cache where the CPU times each candidate fused alone (without
 ``estimate_within``: its kernels are not the build's). Prints the medians over the
 rounds of the wall time and of the process's CPU time (user + system): other processes
@@ -42,6 +46,20 @@ if placement == "alone":  # the CPU times each candidate fused alone, as before 
     from heterocc.targets.llvm.target import LLVMTarget
     del LLVMTarget.estimate_within
     placement = "cost"
+elif placement.startswith("pinned="):  # the split a cost compile chose, built directly:
+    # the decisions (the first node of each composite offloaded) given, nothing estimated
+    import heterocc.passes.partition as partition
+    from heterocc.passes.placement import CostPlan, UnitCost
+    offloaded = set(json.loads(placement[len("pinned="):]))
+
+    def pinned(graph, composites, claimed, targets, fallback):
+        units = [UnitCost(nodes, greedy=target, reason="pinned",
+                          chosen=target if nodes[0].name in offloaded else fallback)
+                 for target, _, nodes in composites]
+        return CostPlan(units, [], fallback)
+
+    partition.plan_by_cost = pinned
+    placement = "cost"
 shape, _, clock = config.partition("@")
 vta = VtaTarget(config=shape, clock_mhz=float(clock or 100), link_gbps=1)
 model = onnx.load(path)
@@ -52,7 +70,9 @@ plan = compiled.placement_report.plan
 print(json.dumps({"wall": wall, "cpu": cpu,
                   # accelerator kernels compiled to be estimated that the build left
                   "unused_vta": len(vta.cost_model.compiled),
-                  "offloaded": sum(u.chosen == "vta" for u in plan.composites) if plan else None}))
+                  "offloaded": sum(u.chosen == "vta" for u in plan.composites) if plan else None,
+                  "split": [u.nodes[0].name for u in plan.composites if u.chosen == "vta"]
+                  if plan else []}))
 """
 
 
@@ -80,18 +100,27 @@ def main() -> int:
         arms = [("greedy", "greedy"), ("cold", "cost"), ("warm", "cost")]
         if args.alone:
             arms.insert(1, ("alone", "alone"))
+        rows["pinned"] = []
         for _ in range(args.rounds):
             cache = tempfile.mkdtemp(prefix="heterocc-costs-")
             for label, placement in arms:
                 where = tempfile.mkdtemp(prefix="heterocc-costs-") if label == "alone" \
                     else cache
                 rows[label].append(_compile(path, placement, args.config, where))
+            # the split the cold compile chose, built directly (nothing estimated): what
+            # the placement itself adds is the cost compile's time over this one's
+            split = "pinned=" + json.dumps(rows["cold"][-1]["split"])
+            rows["pinned"].append(_compile(path, split, args.config,
+                                           tempfile.mkdtemp(prefix="heterocc-costs-")))
         for key in ("cpu", "wall"):
-            g, c, w = (statistics.median(r[key] for r in rows[k])
-                       for k in ("greedy", "cold", "warm"))
+            g, c, w, p = (statistics.median(r[key] for r in rows[k])
+                          for k in ("greedy", "cold", "warm", "pinned"))
             print(f"{name} vta {args.config} + llvm, {key} time: greedy {g:.2f} s; cost, "
                   f"empty estimate cache {c:.2f} s ({100 * (c / g - 1):+.1f}%); cost, cache "
                   f"warm {w:.2f} s ({100 * (w / g - 1):+.1f}%)  (medians of {args.rounds})")
+            print(f"  {key} time, the cost placement's split built directly (no estimates) "
+                  f"{p:.2f} s: cost adds {100 * (c / p - 1):+.1f}% with an empty estimate "
+                  f"cache, {100 * (w / p - 1):+.1f}% with it warm")
             if rows["alone"]:
                 a = statistics.median(r[key] for r in rows["alone"])
                 print(f"  {key} time, cost, empty cache, each candidate timed alone: "

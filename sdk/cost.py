@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
 from heterocc.errors import TargetError
 from heterocc.ir.graph import Node
 
@@ -73,25 +75,31 @@ class HostLink:
 @dataclass
 class CostEstimate:
     """How long one call of a function takes on a target: ``compute_s`` on the device,
-    ``transfer_s`` moving its tensors over the host link (zero on the host itself);
-    ``source`` says where the figure came from ("cycle model at 100 MHz", "measured",
-    "cache") and ``detail`` anything worth reporting (cycles, bytes, samples)."""
+    ``transfer_s`` moving its tensors over the host link (zero on the host itself),
+    ``host_s`` the host CPU's own work on a device's call (laying its operands out in
+    the device's layout and back, e.g. an accelerator's im2col: zero on the host
+    itself, whose kernels take their operands as they are); ``source`` says where the
+    figure came from ("cycle model at 100 MHz", "measured", "cache") and ``detail``
+    anything worth reporting (cycles, bytes, samples)."""
 
     compute_s: float
     transfer_s: float = 0.0
     source: str = ""
     detail: dict = field(default_factory=dict)
+    host_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        """Compute and transfer together: what placing the function there costs."""
-        return self.compute_s + self.transfer_s
+        """Compute, transfer and the host's part together: what placing the function
+        there costs one input end to end."""
+        return self.compute_s + self.transfer_s + self.host_s
 
     def to_json(self) -> dict:
         """Milliseconds, rounded to the microsecond, with the source and detail."""
         return {"total_ms": round(self.total_s * 1e3, 4),
                 "compute_ms": round(self.compute_s * 1e3, 4),
                 "transfer_ms": round(self.transfer_s * 1e3, 4),
+                "host_ms": round(self.host_s * 1e3, 4),
                 "source": self.source, **self.detail}
 
 
@@ -111,14 +119,35 @@ def can_estimate(target: object) -> bool:
 
 
 def accelerator_estimate(cycles: int, clock_mhz: float, link: HostLink, bytes_moved: int,
-                         transfers: int, source: str = "") -> CostEstimate:
+                         transfers: int, source: str = "", host_s: float = 0.0
+                         ) -> CostEstimate:
     """An accelerator's estimate: ``cycles`` of its clock, plus ``bytes_moved`` over
-    ``link`` in ``transfers`` copies."""
+    ``link`` in ``transfers`` copies, plus ``host_s`` of the host's own work per call
+    (:attr:`CostEstimate.host_s`)."""
     if not clock_mhz > 0:
         raise TargetError(f"clock of {clock_mhz} MHz: give a positive clock_mhz")
     return CostEstimate(cycles / (clock_mhz * 1e6), link.seconds(bytes_moved, transfers),
                         source or f"cycle model at {clock_mhz:g} MHz",
-                        {"cycles": int(cycles), "bytes": int(bytes_moved)})
+                        {"cycles": int(cycles), "bytes": int(bytes_moved)}, host_s)
+
+
+def random_arguments(values, seed: int = 0) -> list[np.ndarray]:
+    """Inputs of the values' types: integers over their dtype's range (int8 over all
+    256 values), floats standard normal."""
+    rng = np.random.default_rng(seed)
+    args = []
+    for value in values:
+        dtype = np.dtype(value.type.dtype)
+        shape = value.type.shape
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            args.append(rng.integers(max(info.min, -128), min(info.max, 127) + 1, shape,
+                                     dtype=dtype))
+        elif dtype.kind == "b":
+            args.append(rng.integers(0, 2, shape).astype(bool))
+        else:
+            args.append(rng.standard_normal(shape).astype(dtype))
+    return args
 
 
 def workload_key(function: Node) -> str:

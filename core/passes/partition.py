@@ -132,9 +132,11 @@ class PartitionReport:
                 entry["composites"] += 1
                 for t, e in p.estimates.items():
                     sums = entry["estimates"].setdefault(t, {"total_ms": 0.0,
-                                                             "transfer_ms": 0.0})
+                                                             "transfer_ms": 0.0,
+                                                             "host_ms": 0.0})
                     sums["total_ms"] = round(sums["total_ms"] + e.total_s * 1e3, 4)
                     sums["transfer_ms"] = round(sums["transfer_ms"] + e.transfer_s * 1e3, 4)
+                    sums["host_ms"] = round(sums["host_ms"] + e.host_s * 1e3, 4)
             elif p.function and not any(q.function == p.function
                                         for q in self.placements[:self.placements.index(p)]):
                 entry["composites"] += 1
@@ -217,7 +219,8 @@ class PartitionReport:
                          f"{where[:36]:36s} {times}{p.reason_text()}")
         summary = self.to_json()
         for region in summary["regions"]:
-            times = ", ".join(f"{t} {e['total_ms']:.3g} ms ({e['transfer_ms']:.3g} transfer)"
+            times = ", ".join(f"{t} {e['total_ms']:.3g} ms ({e['transfer_ms']:.3g} transfer"
+                              + (f", {e['host_ms']:.3g} host" if e["host_ms"] else "") + ")"
                               for t, e in region["estimates"].items())
             lines.append(f"region {region['region']} on {region['target']}: "
                          f"{region['composites']} composites" + (f"; {times}" if times else ""))

@@ -34,8 +34,10 @@ def _time(unit: dict) -> str:
         return f"{unit['ops']} op(s)"
     own = est[unit["target"]]
     text = f"{own.total_s * 1e3:.3g} ms"
-    if own.transfer_s:
-        text += f" ({own.transfer_s * 1e3:.2g} link)"
+    if own.transfer_s or own.host_s:
+        parts = [f"{own.transfer_s * 1e3:.2g} link"] if own.transfer_s else []
+        parts += [f"{own.host_s * 1e3:.2g} host"] if own.host_s else []
+        text += f" ({', '.join(parts)})"
     others = [f"{t} {e.total_s * 1e3:.3g}" for t, e in est.items() if t != unit["target"]]
     return text + (f" | {', '.join(others)}" if others else "")
 

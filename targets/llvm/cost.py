@@ -16,8 +16,11 @@ little).
 Asked by a placement, which first says the whole graph (:meth:`CpuCostModel.within`), a
 function is timed as its share of the kernels the whole graph fuses into
 (:class:`FusedContext`): the kernels the build compiles where the placement keeps the
-part on the CPU, and what they take there. Asked about a function alone, the function
-is fused and timed alone.
+part on the CPU, and what they take there, timed as the model calls them
+(:func:`time_in_chains`: in graph order, one call of each kernel per round; hot, many
+calls of one kernel in a row, a kernel took 30% less than one call between the others,
+and ``benchmarks/placement.py`` measures the compiled model's kernels in chains too).
+Asked about a function alone, the function is fused and timed alone.
 
 Where a tuning log is applied (``heterocc.compile(..., tuning_log=...)``, the log
 ``heterocc tune`` writes), a fused kernel the log measured (a function task's record of
@@ -49,6 +52,7 @@ from onnx import TensorProto, helper
 
 from heterocc.ir.graph import Graph, NameScope, Node
 from heterocc.sdk import CostCache, CostEstimate, HeteroccError, workload_key
+from heterocc.sdk.cost import random_arguments
 from heterocc.sdk.graph import (
     DEFAULT_PIPELINE,
     PassManager,
@@ -83,25 +87,6 @@ LONG_SAMPLES = 2
 #: the margin keeps a shape faster still from being offloaded on a wrong bound
 #: (``benchmarks/placement.py`` counts functions measured below their bound)
 CEILING_MARGIN = 2.0
-
-
-def random_arguments(values, seed: int = 0) -> list[np.ndarray]:
-    """Inputs of the values' types: integers over their dtype's range (int8 over all
-    256 values), floats standard normal."""
-    rng = np.random.default_rng(seed)
-    args = []
-    for value in values:
-        dtype = np.dtype(value.type.dtype)
-        shape = value.type.shape
-        if dtype.kind in "iu":
-            info = np.iinfo(dtype)
-            args.append(rng.integers(max(info.min, -128), min(info.max, 127) + 1, shape,
-                                     dtype=dtype))
-        elif dtype.kind == "b":
-            args.append(rng.integers(0, 2, shape).astype(bool))
-        else:
-            args.append(rng.standard_normal(shape).astype(dtype))
-    return args
 
 
 def time_call(call, args, min_samples: int = MIN_SAMPLES, min_seconds: float = MIN_SECONDS,
@@ -159,42 +144,52 @@ def log_key(target) -> str:
 _LOG_KEYS: dict[int, tuple[object, str]] = {}
 
 
-#: alternating rounds :func:`time_in_rounds` times each kernel in, and each round's
-#: least samples and seconds per kernel (after the first round's warm-up). Why rounds: a
-#: kernel timed in one stretch of 30 ms under load is timed while another process holds
-#: a core, every sample of it (MobileNetV2's first layers' estimates were 1.5x to 1.7x
-#: their time in the model at a load of 6, the same kernels re-timed three times agreeing
-#: within 5%); rounds spread each kernel's samples over the whole timing
-ROUNDS = 3
-ROUND_SAMPLES = 3
-ROUND_SECONDS = 0.005
+#: :func:`time_in_chains`: untimed rounds first (a kernel compiled just before is slower
+#: for its first calls: its code and constants paged in), then timed rounds, at least
+#: :data:`CHAIN_MIN_ROUNDS`, then more while the timed rounds took under
+#: :data:`CHAIN_SECONDS`, at most :data:`CHAIN_MAX_ROUNDS`. Why that many: the fastest
+#: of few rounds under load lies above the fastest of many (a parallel kernel is
+#: undisturbed only while no other process holds either core): ResNet-18's kernels, 5
+#: to 7 rounds in 0.1 s, were estimated 24% to 104% above the benchmark's 30 rounds at
+#: a load of 10 to 12, MobileNetV2's, 12 rounds, 5% to 18% either way
+CHAIN_WARM_UP_ROUNDS = 2
+CHAIN_MIN_ROUNDS = 10
+CHAIN_MAX_ROUNDS = 40
+CHAIN_SECONDS = 0.25
 
 
-def time_in_rounds(calls: Mapping[str, tuple], rounds: int = ROUNDS,
-                   min_samples: int = ROUND_SAMPLES, min_seconds: float = ROUND_SECONDS
-                   ) -> dict[str, tuple[float, int]]:
+def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUNDS,
+                   max_rounds: int = CHAIN_MAX_ROUNDS, seconds: float = CHAIN_SECONDS,
+                   warm_up: int = CHAIN_WARM_UP_ROUNDS) -> dict[str, tuple[float, int]]:
     """The fastest call and the number of timed calls of each of ``calls`` (name ->
-    (callable, arguments)), timed in ``rounds`` alternating rounds: every callable in
-    turn, then again (the first round warms each up as :func:`time_call` does; a call
-    longer than :data:`LONG_CALL_SECONDS` is timed in the first round only)."""
+    (callable, arguments), in graph order), timed the way a model calls its kernels:
+    one call of each in turn, round after round (see the constants above), so that a
+    kernel is timed with its caches as the kernels before it left them, never hot from
+    calls of its own. Why the fastest: other processes only ever slow a call, in
+    bursts; rounds spread each kernel's calls over the whole timing, so a burst
+    stretches one sample of each kernel, not every sample of one. A call longer than
+    :data:`LONG_CALL_SECONDS` is timed :data:`LONG_SAMPLES` times only (so long a
+    call varies little, and compile time matters)."""
     samples: dict[str, list[float]] = {name: [] for name in calls}
-    for round_ in range(rounds):
+    long: set[str] = set()
+    for _ in range(warm_up):
         for name, (call, args) in calls.items():
-            if round_ == 0:
-                samples[name] = time_call(call, args, min_samples, min_seconds)
-            elif min(samples[name]) <= LONG_CALL_SECONDS:
-                samples[name] += _samples(call, args, min_samples, min_seconds)
+            start = time.perf_counter()
+            call(args)
+            if time.perf_counter() - start > LONG_CALL_SECONDS:
+                long.add(name)
+    spent, rounds = 0.0, 0
+    while rounds < min_rounds or (rounds < max_rounds and spent < seconds):
+        for name, (call, args) in calls.items():
+            if name in long and len(samples[name]) >= LONG_SAMPLES:
+                continue
+            start = time.perf_counter()
+            call(args)
+            took = time.perf_counter() - start
+            samples[name].append(took)
+            spent += took
+        rounds += 1
     return {name: (fastest(found), len(found)) for name, found in samples.items()}
-
-
-def _samples(call, args, count: int, seconds: float) -> list[float]:
-    """Timed calls of ``call(args)`` until ``count`` of them and ``seconds`` in all."""
-    found: list[float] = []
-    while len(found) < count or sum(found) < seconds:
-        start = time.perf_counter()
-        call(args)
-        found.append(time.perf_counter() - start)
-    return found
 
 
 def fused_for(target, graph: Graph) -> Graph:
@@ -303,42 +298,57 @@ class FusedContext:
             self._time_candidates()
         seconds, samples, sources = 0.0, MAX_SAMPLES, set()
         for kernel, share in self._shares[id(function)]:
-            timed = self._timed.get(kernel.name)
-            if timed is None:
-                timed = self._timed[kernel.name] = self._time(kernel)
+            if kernel.name not in self._timed:
+                self._time_rest()
+            timed = self._timed[kernel.name]
             seconds += share * timed[0]
             samples = min(samples, timed[1])
             sources.add(timed[2])
         return seconds, samples, source_of(sources)
 
     def _time_candidates(self) -> None:
-        """Compile together (the target's ``compile_all``: code generated while the
-        next kernels are lowered) every kernel holding nodes of a candidate composite
-        (a function with a ``composite`` attribute) and time them in alternating rounds
-        (:func:`time_in_rounds`); the kernels the tuning log measured are read from it.
-        Kernels of nodes no pattern matched are timed when asked (the report's totals
-        want them; a placement decides nothing with them)."""
+        """Time every kernel holding nodes of a candidate composite (a function with a
+        ``composite`` attribute; or of the parts in :attr:`upfront`) together
+        (:meth:`_time_kernels`). Kernels of nodes no pattern matched are timed when
+        first asked, all of them together (the report's totals want them; a placement
+        decides nothing with them)."""
         wanted: dict[str, Node] = {}
         for function in self.functions:
             if (id(function) in self.upfront if self.upfront is not None
                     else "composite" in function.attrs):
                 for kernel, _ in self._shares[id(function)]:
                     wanted.setdefault(kernel.name, kernel)
+        self._time_kernels(wanted.values())
+
+    def _time_rest(self) -> None:
+        """Time the kernels of every part not timed yet, together."""
+        self._time_kernels(k for parts in self._shares.values() for k, _ in parts
+                           if k.name not in self._timed)
+
+    def _time_kernels(self, kernels) -> None:
+        """Compile ``kernels`` together (the target's ``compile_all``: code generated
+        while the next kernels are lowered) and time them in graph order, one call of
+        each per round (:func:`time_in_chains`); a kernel timed before (:attr:`known`)
+        or that the tuning log measured is neither compiled nor timed."""
+        order = {k.name: i for i, k in enumerate(self.kernels())}
         rest = []
-        for name, kernel in wanted.items():
+        for kernel in sorted({k.name: k for k in kernels}.values(),
+                             key=lambda k: order.get(k.name, len(order))):
             known = self.known.get(structure_key(kernel.body))
             logged = logged_time(self.target, kernel.body) if known is None else None
             if known is not None:
-                self._timed[name] = known
+                self._timed[kernel.name] = known
             elif logged is not None:
-                self._timed[name] = (logged, 1, LOGGED)
+                self._timed[kernel.name] = (logged, 1, LOGGED)
             else:
                 rest.append(kernel)
+        if not rest:
+            return
         compile_all = getattr(self.target, "compile_all", None)
         if callable(compile_all):
             compile_all(rest)
         runs = build_scratch(self.target, rest)
-        timed = time_in_rounds({k.name: (runs[k.name], random_arguments(k.inputs))
+        timed = time_in_chains({k.name: (runs[k.name], random_arguments(k.inputs))
                                 for k in rest})
         for name, (seconds, samples) in timed.items():
             self._timed[name] = (seconds, samples, MEASURED)
@@ -361,17 +371,6 @@ class FusedContext:
         by_name = {k.name: k for k in self.kernels()}
         return {structure_key(by_name[name].body): timed
                 for name, timed in self._timed.items()}
-
-    def _time(self, kernel: Node) -> tuple[float, int, str]:
-        known = self.known.get(structure_key(kernel.body))
-        if known is not None:
-            return known
-        logged = logged_time(self.target, kernel.body)
-        if logged is not None:
-            return logged, 1, LOGGED
-        run = build_scratch(self.target, [kernel])[kernel.name]
-        samples = time_call(run, random_arguments(kernel.inputs))
-        return fastest(samples), len(samples), MEASURED
 
 
 def source_of(sources: set[str]) -> str:

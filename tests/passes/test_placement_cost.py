@@ -34,6 +34,16 @@ def cost_cache(tmp_path, monkeypatch):
     return directory
 
 
+@pytest.fixture
+def no_host_part(monkeypatch):
+    """vta's estimates without the host's part of a call (its operands laid out by the
+    host's CPU, tens of microseconds on the small CNN's layers): a test whose
+    accelerator is made very fast to take every layer times the device alone."""
+    from heterocc.targets.vta import cost as vta_cost
+
+    monkeypatch.setattr(vta_cost, "host_seconds", lambda kernel, function: 0.0)
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     return quantize(small_cnn(), tmp_path_factory.mktemp("model"), "QDQ", "QInt8")
@@ -86,7 +96,7 @@ def test_unknown_placement_is_refused(model):
         partition(from_onnx(model), {}, "llvm", placement="fastest")
 
 
-def test_cost_follows_the_clock_and_stays_bit_exact(model):
+def test_cost_follows_the_clock_and_stays_bit_exact(model, no_host_part):
     """A very slow accelerator keeps everything on the CPU, a very fast one takes every
     match; both compute the integers of the greedy placement exactly."""
     x = inputs(1)[0]
@@ -108,7 +118,7 @@ def test_cost_follows_the_clock_and_stays_bit_exact(model):
     assert totals["chosen_ms"] == totals["all_cpu_ms"] < totals["greedy_ms"]
 
 
-def test_report_in_time(model, capsys):
+def test_report_in_time(model, capsys, no_host_part):
     from heterocc.cli import main
 
     vta = VtaTarget(clock_mhz=1_000_000, link_gbps=1_000_000, link_latency_us=0)
@@ -158,7 +168,7 @@ def test_picture_has_a_box_per_unit_coloured_by_device(model):
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "estimated" in page
 
 
-def test_accelerator_estimate_matches_the_cycles_of_a_run(model):
+def test_accelerator_estimate_matches_the_cycles_of_a_run(model, no_host_part):
     """Per region, the estimate's cycles against the device's own cycle counts in a run
     (the simulator's timing model): within 10% (the same model: equal)."""
     vta = VtaTarget(clock_mhz=1_000_000, link_gbps=1_000_000, link_latency_us=0)
@@ -209,7 +219,71 @@ def test_cpu_estimate_agrees_with_a_measurement_of_the_same_program(model):
 def test_cost_estimate_json():
     est = CostEstimate(1e-3, 5e-4, "measured", {"samples": 3})
     assert est.to_json() == {"total_ms": 1.5, "compute_ms": 1.0, "transfer_ms": 0.5,
-                             "source": "measured", "samples": 3}
+                             "host_ms": 0.0, "source": "measured", "samples": 3}
+    hosted = accelerator_estimate(100_000, 100, HostLink(1.0, 0.0), 0, 0, host_s=2e-4)
+    assert hosted.total_s == pytest.approx(1e-3 + 2e-4)
+    assert hosted.to_json()["host_ms"] == pytest.approx(0.2)
+
+
+def test_vta_estimate_has_the_host_part_of_its_calls(model, cost_cache):
+    """vta's estimate carries the host's own work on a call (its operands laid out and
+    packed, its output unpacked), timed once at compile time and cached with the cycles;
+    the report gives it apart from the transfer, as the totals count it."""
+    from heterocc.targets.vta import cost as vta_cost
+
+    # the candidate composites (a placement's units) ...
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(vta_cost, "host_seconds", lambda kernel, function: 0.0)
+        fast = VtaTarget(clock_mhz=1_000_000, link_gbps=1_000_000, link_latency_us=0)
+        plan = _compile(model, fast, "cost").placement_report.plan
+    functions = [u.function for u in plan.composites]
+    assert functions
+    # ... each estimated with its host part
+    vta = VtaTarget(config="1x32x32", clock_mhz=300)
+    estimates = [vta.estimate(f) for f in functions]
+    for est in estimates:
+        assert est.host_s > 0 and est.to_json()["host_ms"] > 0
+        assert est.total_s == pytest.approx(est.compute_s + est.transfer_s + est.host_s)
+    # the term is what the host's steps take: timed again, the same order of magnitude
+    kernel = vta_cost.compile_composite(functions[0], vta.config, vta.virtual_threads)
+    again = vta_cost.host_seconds(kernel, functions[0])
+    assert 0.2 * again <= estimates[0].host_s <= 5 * again
+    # cached: another target of the same hardware reads the same host part
+    for function, est in zip(functions, estimates):
+        cached = VtaTarget(config="1x32x32", clock_mhz=300).estimate(function)
+        assert "cached" in cached.source and cached.host_s == est.host_s
+    # a decision's reason gives it apart from the transfer
+    from heterocc.passes.placement import UnitCost, _decide
+
+    unit = UnitCost([], {"vta": estimates[0], "llvm": CostEstimate(1.0)})
+    _decide(unit, "vta", "llvm")
+    assert unit.chosen == "vta" and "host work" in unit.reason
+
+
+def test_a_streams_busiest_device_counts_the_host_part_on_the_host(model):
+    """For a stream, an accelerator call's host part keeps the host's CPU busy, not
+    the accelerator: the throughput placement's busy times put it on the CPU."""
+    from heterocc.frontend.onnx import from_onnx
+    from heterocc.passes.pipeline import run_pipeline
+
+    targets = _fixed_targets(_THROUGHPUT_ACCELERATOR, _THROUGHPUT_CPU)
+    host = 4e-4
+
+    def with_host(function):
+        kind = function.attrs.get("composite", "")
+        value = _THROUGHPUT_ACCELERATOR.get(kind)
+        return None if value is None else CostEstimate(value - host, 0.0, "fixed",
+                                                       host_s=host)
+
+    targets["vta"].estimate = with_host
+    plan = run_pipeline(from_onnx(model), targets, "llvm", placement="throughput").report.plan
+    moved = [u for u in plan.composites if u.chosen == "vta"]
+    assert moved
+    on_cpu = sum(u.seconds("llvm") for u in [*plan.composites, *plan.others]
+                 if u.chosen == "llvm")
+    busy = plan.busy()
+    assert busy["llvm"] == pytest.approx(on_cpu + host * len(moved))
+    assert busy["vta"] == pytest.approx(sum(u.seconds("vta") - host for u in moved))
 
 
 class _Fixed:
@@ -304,20 +378,13 @@ class _Counted:
         return None if value is None else (value, "fixed bound")
 
 
-def test_a_lower_bound_decides_without_estimating_the_other_device(model):
-    """The accelerator beats the CPU's bound on convolutions: the CPU is not measured for
-    them; the CPU beats the accelerator's bound on additions (no multiply-accumulates,
-    so the CPU goes first): the accelerator is not asked. The report's totals estimate
-    what was skipped, once."""
+def _counted_plan(model, accelerator: _Counted, cpu: _Counted) -> tuple:
+    """The cost placement of ``model`` with vta's and llvm's estimates, caches and
+    bounds from ``accelerator`` and ``cpu``: the plan and its composites' units by
+    kind."""
     from heterocc.frontend.onnx import from_onnx
     from heterocc.passes.pipeline import run_pipeline
 
-    accelerator = _Counted({"conv2d_bias_requantize": 1e-3, "quantized_add": 5e-3,
-                            "dense_bias_requantize": 2e-3, "flatten": 1e-4},
-                           {"quantized_add": 2e-3})
-    cpu = _Counted({"conv2d_bias_requantize": 3e-3, "quantized_add": 1e-3,
-                    "dense_bias_requantize": 2.5e-3, "*": 1e-4},
-                   {"conv2d_bias_requantize": 1.5e-3})
     targets = {"vta": VtaTarget(), "llvm": get_target("llvm")}
     for name, fake in (("vta", accelerator), ("llvm", cpu)):
         for hook in ("estimate", "cached", "lower_bound"):
@@ -326,7 +393,22 @@ def test_a_lower_bound_decides_without_estimating_the_other_device(model):
     # also ask the CPU for every unit once something is offloaded)
     targets["llvm"].estimate_placed = None
     plan = run_pipeline(from_onnx(model), targets, "llvm", placement="cost").report.plan
-    kinds = {u.function.attrs["composite"]: u for u in plan.composites}
+    return plan, {u.function.attrs["composite"]: u for u in plan.composites}
+
+
+def test_a_lower_bound_decides_without_estimating_the_other_device(model):
+    """The accelerator beats the CPU's bound on convolutions: the CPU is not measured for
+    them; the CPU beats the accelerator's bound on additions (no multiply-accumulates,
+    so the CPU goes first): the accelerator is not asked. The report's totals estimate
+    what was skipped, once."""
+
+    accelerator = _Counted({"conv2d_bias_requantize": 1e-3, "quantized_add": 5e-3,
+                            "dense_bias_requantize": 2e-3, "flatten": 1e-4},
+                           {"quantized_add": 2e-3})
+    cpu = _Counted({"conv2d_bias_requantize": 3e-3, "quantized_add": 1e-3,
+                    "dense_bias_requantize": 2.5e-3, "*": 1e-4},
+                   {"conv2d_bias_requantize": 1.5e-3})
+    plan, kinds = _counted_plan(model, accelerator, cpu)
     assert kinds["conv2d_bias_requantize"].chosen == "vta"
     assert "llvm needs at least 1.5 ms (fixed bound)" in kinds["conv2d_bias_requantize"].reason
     assert kinds["quantized_add"].chosen == "llvm"
@@ -342,6 +424,26 @@ def test_a_lower_bound_decides_without_estimating_the_other_device(model):
     asked = len(cpu.asked)
     plan.totals()
     assert len(cpu.asked) == asked  # completed once
+
+
+def test_an_accelerator_that_could_save_little_is_not_compiled_to_find_out(model):
+    """Where the CPU's figure is within MIN_GAIN of the accelerator's lower bound, the
+    composite stays on the CPU without an accelerator estimate (offloading could save
+    less than the CPU's measurement noise); a bound further below is estimated."""
+    from heterocc.passes.placement import MIN_GAIN
+
+    cpu_s = 1e-3
+    accelerator = _Counted({"conv2d_bias_requantize": 0.97e-3, "quantized_add": 0.5e-3,
+                            "*": 1e-4},
+                           {"conv2d_bias_requantize": cpu_s * (1 - MIN_GAIN / 2),
+                            "quantized_add": cpu_s * (1 - 2 * MIN_GAIN)})
+    cpu = _Counted({"conv2d_bias_requantize": cpu_s, "quantized_add": cpu_s, "*": 1e-4}, {})
+    _, kinds = _counted_plan(model, accelerator, cpu)
+    conv = kinds["conv2d_bias_requantize"]
+    assert conv.chosen == "llvm" and "not worth compiling" in conv.reason
+    assert "conv2d_bias_requantize" not in accelerator.asked
+    add = kinds["quantized_add"]  # could save 20%: estimated, and it does
+    assert add.chosen == "vta" and "quantized_add" in accelerator.asked
 
 
 def test_cpu_lower_bound_from_its_fastest_measured_rate(model):
@@ -466,8 +568,8 @@ def test_accelerator_bound_counts_a_dense_layers_weight_loads(tmp_path):
     assert dram_cycles(function, vta.config) == (256 * 128 + 128) // 8
     seconds, how = vta.lower_bound(function)
     assert "DRAM (weights and result) cycles" in how and not vta.cost_model.compiled
-    estimate = vta.estimate(function).total_s
-    assert 0.5 * estimate < seconds <= estimate
+    estimate = vta.estimate(function)
+    assert 0.5 * (estimate.total_s - estimate.host_s) < seconds <= estimate.total_s
 
 
 def test_the_device_with_the_lower_bound_goes_first(model):
@@ -581,6 +683,32 @@ def test_cpu_estimates_as_placed_time_the_kernels_the_build_fuses(model):
     rows = [r for r in compiled.placement_report.to_json()["nodes"] if "as_placed" in r]
     assert rows and all(r["target"] == "llvm" for r in rows)
     assert "*as placed (beside offloaded layers)" in compiled.placement_report.format()
+
+
+def test_kernels_are_timed_in_graph_order_one_call_each_per_round(monkeypatch):
+    """``time_in_chains`` calls each kernel once per round, in the order given (as a
+    model calls them), the warm-up rounds untimed; a long kernel only as often as it
+    must be; each figure is the fastest of its timed calls."""
+    clock = [0.0]
+    monkeypatch.setattr(cpu_cost.time, "perf_counter", lambda: clock[0])
+    calls = []
+
+    def kernel(name, seconds):
+        def call(args):
+            calls.append(name)
+            clock[0] += seconds.pop(0) if isinstance(seconds, list) else seconds
+        return call
+
+    timed = cpu_cost.time_in_chains(
+        {"a": (kernel("a", [5e-3, 5e-3, 2e-3, 1e-3, 3e-3, 1e-3, 1e-3]), ()),
+         "b": (kernel("b", 1e-4), ()), "long": (kernel("long", 0.2), ())},
+        min_rounds=5, max_rounds=5, warm_up=2)
+    assert calls[:6] == ["a", "b", "long", "a", "b", "long"]  # the untimed rounds
+    assert calls[6:9] == ["a", "b", "long"] and calls[9:12] == ["a", "b", "long"]
+    assert calls[12:] == ["a", "b"] * 3  # the long kernel: LONG_SAMPLES calls timed
+    assert timed["a"] == (pytest.approx(1e-3), 5)
+    assert timed["b"] == (pytest.approx(1e-4), 5)
+    assert timed["long"] == (pytest.approx(0.2), cpu_cost.LONG_SAMPLES)
 
 
 def test_kernel_shares_split_a_kernel_by_the_weight_of_each_part():
