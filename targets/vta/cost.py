@@ -10,8 +10,14 @@ out. :func:`host_seconds` times those steps once per compiled kernel on random i
 (the fastest of a few calls, as the CPU's kernels are timed): the replayed stream
 measured 0.6-5.7 ms of it per input for MobileNetV2 and ResNet-18, as much as the
 accelerator's own time on the 32x32 core. Where a region hands blocked tensors from
-kernel to kernel, the conversions between them are skipped: the term, made for each
-composite at its boundary, is then above what the region's calls take.
+kernel to kernel, the conversions between them are skipped, so the term, made for each
+composite at its boundary, counts conversions a region's call does not make; but the
+replay's host part also counts every kernel's tiles written into the device's memory
+through the driver, which the term leaves to the link. Summed over a region's kernels,
+the term was 0.85-1.9x the replayed region's host part on ResNet-18 and MobileNetV2 at
+224 (both configs of ``benchmarks/placement.py``), 0.4-0.6x on small layers
+(``benchmarks/placement_host_check.py``, which also times :func:`region_host_seconds`:
+the region's runner without the device, conversions only where it makes them).
 
 Compiling a composite is the only way to know its stream, so :class:`VtaCostModel`
 keeps the kernels it compiled for the target to reuse when the composite stays on the
@@ -36,6 +42,7 @@ from heterocc.sdk import (
     CostCache,
     CostEstimate,
     HostLink,
+    LayoutRegion,
     accelerator_estimate,
     workload_key,
 )
@@ -66,31 +73,63 @@ HOST_SAMPLES = 3
 HOST_SECONDS = 0.005
 
 
+def _device_side(kernel: AcceleratorKernel):
+    """What the host does around ``kernel``'s device run on a call, without the run:
+    the input matrices packed into tiles (the transport's write), the output tensor's
+    tiles unpacked into its matrix (the read); takes and returns what
+    ``run_on_device`` does."""
+    config, tensors = kernel.config, kernel.program.tensors
+    out = dataclasses.replace(tensors[kernel.output_tensor], byte_address=0)  # alone
+    raw = np.zeros(out.nbytes, np.uint8)
+
+    def run(matrices):
+        for name, matrix in zip(kernel.input_names, matrices):
+            t = tensors[name]
+            pack_tiles(np.asarray(matrix, element_dtype(config, t.buffer)),
+                       t.tile_rows, t.tile_cols)
+        return [read_tensor(config, out, raw)]
+
+    return run
+
+
 def host_steps(kernel: AcceleratorKernel, function: Node):
     """A callable doing what the host does on a call of ``kernel`` besides the device's
     run (the module): the composite's inputs (random, of ``function``'s input types)
     laid out and packed into tiles, the output tensor's tiles unpacked and laid back out
     (the transport's copy itself is the link's term)."""
-    config, tensors = kernel.config, kernel.program.tensors
     args = random_arguments([v for v in function.inputs if v is not None and not v.is_const])
-    out = tensors[kernel.output_tensor]
-    out = dataclasses.replace(out, byte_address=0)  # the tensor alone, not the image
-    raw = np.zeros(out.nbytes, np.uint8)
+    device = _device_side(kernel)
 
     def call():
-        for name, matrix in zip(kernel.input_names, kernel.device_inputs(args)):
-            t = tensors[name]
-            pack_tiles(np.asarray(matrix, element_dtype(config, t.buffer)),
-                       t.tile_rows, t.tile_cols)
-        kernel.from_device(read_tensor(config, out, raw))
+        kernel.from_device(device(kernel.device_inputs(args))[0])
 
     return call
 
 
-def host_seconds(kernel: AcceleratorKernel, function: Node) -> float:
-    """The host's CPU seconds per call of ``kernel`` (:func:`host_steps`): the fastest
-    of :data:`HOST_SAMPLES` calls or more (until :data:`HOST_SECONDS`), after one."""
-    call = host_steps(kernel, function)
+class _HostOnly:
+    """A region's kernel as the host sees it (:func:`region_host_steps`): its layouts
+    and conversions, the tiles it writes and reads, no device run."""
+
+    def __init__(self, kernel: AcceleratorKernel):
+        self.kernel = kernel
+        self.run_on_device = _device_side(kernel)
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__["kernel"], name)
+
+
+def region_host_steps(region, function: Node):
+    """A callable doing what the host does on a call of a region's runner ``region``
+    (the SDK's ``LayoutRegion`` of ``function``, a region of composites): every kernel's
+    tiles packed and unpacked, layouts converted only where the runner converts them
+    (the region's boundary, or where two kernels' layouts disagree)."""
+    args = random_arguments([v for v in function.inputs if v is not None and not v.is_const])
+    runner = LayoutRegion(region.body, {name: _HostOnly(k)
+                                        for name, k in region.kernels.items()})
+    return lambda: runner(args)
+
+
+def _fastest(call) -> float:
     call()
     samples: list[float] = []
     while len(samples) < HOST_SAMPLES or sum(samples) < HOST_SECONDS:
@@ -98,6 +137,18 @@ def host_seconds(kernel: AcceleratorKernel, function: Node) -> float:
         call()
         samples.append(time.perf_counter() - start)
     return min(samples)
+
+
+def host_seconds(kernel: AcceleratorKernel, function: Node) -> float:
+    """The host's CPU seconds per call of ``kernel`` (:func:`host_steps`): the fastest
+    of :data:`HOST_SAMPLES` calls or more (until :data:`HOST_SECONDS`), after one."""
+    return _fastest(host_steps(kernel, function))
+
+
+def region_host_seconds(region, function: Node) -> float:
+    """The host's CPU seconds per call of a region (:func:`region_host_steps`), timed as
+    :func:`host_seconds` times a kernel's."""
+    return _fastest(region_host_steps(region, function))
 
 
 def call_estimate(kernel, config: HardwareConfig) -> CostEstimate | None:
