@@ -834,7 +834,9 @@ def test_vta_host_part_against_the_replay(model, config):
     compiled = _compile(model, VtaTarget(config=config), "greedy")
     result = compiled.run_stream([[x] for x in inputs(2)], replays=3)
     measured: dict[int, float] = {}
-    for task in result.tasks["wall"]:
+    # the replay's spans in this process's CPU seconds: a pass preempted by other work
+    # on the machine does not count its wait (the estimate keeps the fastest of many calls)
+    for task in result.tasks["cpu"]:
         if task.lane == "vta":
             measured[task.index] = min(measured.get(task.index, np.inf), task.host_s)
     assert measured and result.replay_bit_exact
