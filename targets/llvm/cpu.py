@@ -315,7 +315,8 @@ def _host_feature_map() -> dict[str, bool]:
     return dict(llvm.get_host_cpu_features())
 
 
-def _host_cores() -> int:
+def host_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells it)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -418,7 +419,7 @@ def describe_cpu(mcpu: str | None = None, mattr: str | Iterable[str] | None = No
         caches = family.l1d, family.l2, family.l3
     added, removed = _parse_mattr(mattr)
     features = without_dependents(with_requirements(features | added), removed)
-    cores = _host_cores() if num_cores is None else num_cores
+    cores = host_cores() if num_cores is None else num_cores
     try:
         cores = int(cores)
     except (TypeError, ValueError):

@@ -40,6 +40,7 @@ from .codegen import CodeGenLLVM
 from .cpu import (
     CPUDescription,
     check_runs_on,
+    host_cores,
     host_cpu,
     parse_cpu,
     runs_on_host,
@@ -510,7 +511,7 @@ def llvm_jobs() -> int:
     :data:`JOBS_VARIABLE`, else one per core this process may run on (at most 4)."""
     given = os.environ.get(JOBS_VARIABLE)
     if given is None:
-        return max(1, min(len(os.sched_getaffinity(0)), 4))
+        return max(1, min(host_cores(), 4))
     try:
         jobs = int(given)
     except ValueError:
