@@ -123,6 +123,15 @@ def is_registered(name: str) -> bool:
     return _registered(name) is not None
 
 
+def _registration(name: str) -> TargetInfo:
+    """``name``'s registration; TargetError naming the known targets otherwise."""
+    info = _registered(name)
+    if info is None:  # _registered has discovered every target
+        raise TargetError(f"unknown target {name!r}{suggest(name, _TARGETS)}; available: "
+                          f"{', '.join(sorted(_TARGETS))}")
+    return info
+
+
 def available_targets() -> dict[str, TargetInfo]:
     """Every registered target (built-in and from entry points) by name."""
     _discover()
@@ -131,11 +140,7 @@ def available_targets() -> dict[str, TargetInfo]:
 
 def get_target(name: str, **options) -> Target:
     """An instance of target ``name``; TargetError naming the known ones otherwise."""
-    info = _registered(name)
-    if info is None:
-        _discover()
-        raise TargetError(f"unknown target {name!r}{suggest(name, _TARGETS)}; available: "
-                          f"{', '.join(sorted(_TARGETS))}") from None
+    info = _registration(name)
     if options:
         try:
             inspect.signature(info.factory).bind(**options)
@@ -230,7 +235,7 @@ def _target_class(target) -> object:
     """The class (for a name) or instance whose hooks say what kind of target it is."""
     if not isinstance(target, str):
         return target
-    made = _registered(target).target_class
+    made = _registration(target).target_class
     # a factory that does not say what it makes: ask an instance
     return made if made is not None else get_target(target)
 
