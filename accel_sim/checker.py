@@ -35,7 +35,7 @@ from .isa import (
     popped_queues,
     pushed_queues,
 )
-from .timing import _schedule_with_costs
+from .timing import schedule_with_costs
 from .validation import (
     dma_sram_tiles,
     first_errors,
@@ -76,7 +76,7 @@ def _stream_errors(
         # tokens alone decide whether a stream deadlocks: time it at one cycle each (every
         # instruction passed validation above: the timing model's own entry check, which
         # schedule_stream would run again, is skipped)
-        _schedule_with_costs(instructions, config, _unit_cost)
+        schedule_with_costs(instructions, config, _unit_cost)
     except DeadlockError as deadlock:
         yield deadlock
 

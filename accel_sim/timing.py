@@ -211,15 +211,18 @@ def schedule_stream(
     """
     validate_stream(instructions, config)
     if cost is not None:
-        return _schedule_with_costs(instructions, config, cost)
+        return schedule_with_costs(instructions, config, cost)
     return _SharedPortModel(instructions, config, machine or RTL_MACHINE).run()
 
 
-def _schedule_with_costs(
+def schedule_with_costs(
     instructions: Sequence[Instruction],
     config: HardwareConfig,
     cost: CostFunction,
 ) -> TimingReport:
+    """:func:`schedule_stream` with ``cost`` for a stream its caller has validated
+    already (:func:`.validation.validate_stream`), which is not validated again: the
+    bounds that validation gives are this function's precondition."""
     programs = {module: [] for module in Module}
     for index, instruction in enumerate(instructions):
         programs[module_of(instruction)].append(index)
@@ -391,7 +394,7 @@ class _SharedPortModel:
         # cost-only model raises DeadlockError otherwise): the stream needs more
         # look-ahead than the command queues hold, and would stall the RTL's fetch.
         # Time it as if the queues were unbounded.
-        _schedule_with_costs(self.instructions, self.config, instruction_cost)
+        schedule_with_costs(self.instructions, self.config, instruction_cost)
         unbounded = dataclasses.replace(self.machine, command_queue_depth=1 << 30,
                                         staging_depth=1 << 30)
         return _PortRun(self, unbounded).run()
