@@ -228,8 +228,9 @@ class HardwareConfig:
 
     @classmethod
     def preset(cls, shape: str) -> HardwareConfig:
-        """One of the shipped configs: the shapes ``"1x8x8"``, ``"1x16x16"`` (default) and
-        ``"1x32x32"``, and ``"pynq-z2"`` (1x16x16 sized for the xc7z020, docs/fpga.md)."""
+        """One of the shipped configs: the shapes ``"1x8x8"``, ``"1x16x16"`` (default),
+        ``"1x32x32"`` and ``"1x64x64"`` (larger buffers and a 128-bit memory port), and
+        ``"pynq-z2"`` (1x16x16 sized for the xc7z020, docs/fpga.md)."""
         try:
             return cls(**_PRESETS[shape])
         except KeyError:
@@ -258,6 +259,17 @@ _PRESETS: dict[str, dict[str, int]] = {
         "log_acc_buffer_bytes": 16,
     },
     "1x32x32": {"log_block_in": 5, "log_block_out": 5},
+    # 4096 int8 multiply-accumulates a cycle, the size class of the large FPGA DPUs
+    # (Xilinx's B4096 on a Zynq UltraScale+ does 2048 a cycle at 300 MHz and more,
+    # data-center cards several times that). Buffers grown with the tiles so a layer's
+    # tiling is like the 16x16's: 2048 input tiles of 64 B (128 KB), 128 weight tiles of
+    # 4 KB (512 KB: a 3x3 layer of 128 channels in full), 1024 accumulator tiles of
+    # 256 B (256 KB): about 0.9 MB on chip, what a ZU7-ZU9 part holds in block and
+    # UltraRAM. The memory port is 128 bits wide (an UltraScale+ HP port) and moves
+    # 16 bytes a cycle.
+    "1x64x64": {"log_block_in": 6, "log_block_out": 6, "log_inp_buffer_bytes": 17,
+                "log_wgt_buffer_bytes": 19, "log_acc_buffer_bytes": 18,
+                "bus_width_bits": 128, "dram_bytes_per_cycle": 16},
     # The default shape on a PYNQ-Z2's xc7z020 within 80% of its block RAMs: half the
     # weight and accumulator buffers (the accumulator is held three times, once per read
     # port), 32 + 3 x 16 + 8 + 8 = 96 RAMB36 of 140 (docs/fpga.md); ResNet-18's cycles

@@ -157,13 +157,22 @@ class Program:
             packed, np.uint8)
 
 
-def read_tensor(config: HardwareConfig, tensor: DramTensor, dram: np.ndarray) -> np.ndarray:
-    """Unpack a tensor's matrix from a DRAM byte array."""
-    raw = dram[tensor.byte_address : tensor.byte_address + tensor.nbytes]
-    tiles = raw.view(element_dtype(config, tensor.buffer)).reshape(
+def tensor_matrix(config: HardwareConfig, tensor: DramTensor, raw: np.ndarray) -> np.ndarray:
+    """The matrix a tensor's own bytes ``raw`` (from its first tile on, e.g. what a
+    device's read returned) hold: a view of them where the tiles are the matrix's rows
+    (one-row tiles: the batch-1 configs), else their tiles unpacked into a new array."""
+    tiles = raw[:tensor.nbytes].view(element_dtype(config, tensor.buffer)).reshape(
         tensor.grid_rows, tensor.grid_cols, tensor.tile_rows, tensor.tile_cols
     )
-    return unpack_tiles(tiles).astype(element_dtype(config, tensor.buffer).newbyteorder("="))
+    native = element_dtype(config, tensor.buffer).newbyteorder("=")
+    return unpack_tiles(tiles).astype(native, copy=False)
+
+
+def read_tensor(config: HardwareConfig, tensor: DramTensor, dram: np.ndarray) -> np.ndarray:
+    """Unpack a tensor's matrix from a DRAM byte array (a new array: later writes to
+    ``dram`` do not change it)."""
+    matrix = tensor_matrix(config, tensor, dram[tensor.byte_address:])
+    return matrix.copy() if np.may_share_memory(matrix, dram) else matrix
 
 
 class ProgramBuilder:

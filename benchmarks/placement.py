@@ -3,7 +3,7 @@ onnxruntime's quantize_static (QDQ, int8 activations, per-channel weights) for
 ``vta,llvm``.
 
     python benchmarks/placement.py [--models resnet18,mobilenet_v2] [--size 224]
-        [--configs 1x16x16@100,1x32x32@300] [--link-gbps 1] [--onnx-helper]
+        [--configs 1x16x16@100,1x32x32@300,1x64x64@300] [--link-gbps 1] [--onnx-helper]
         [--stream mobilenet_v2:1x16x16@100[,MODEL:CONFIG...]] [--stream-inputs 16]
         [--stream-placement throughput|cost|greedy] [--stream-trace-dir DIR] [--svg-dir DIR]
         [--no-compile-time]
@@ -62,6 +62,12 @@ from heterocc.targets import get_target  # noqa: E402
 from heterocc.targets.llvm import cost as cpu_cost  # noqa: E402
 from heterocc.targets.vta import VtaTarget  # noqa: E402
 
+#: the issue's two configs (the default 16x16 at an FPGA-like 100 MHz; a 32x32 at
+#: 300 MHz) and a larger one the compiler and simulator support end to end: the 64x64
+#: preset (4096 MACs a cycle, 0.9 MB of buffers, a 128-bit memory port; see
+#: ``HardwareConfig.preset``) at 300 MHz, on the same 1 GB/s link
+DEFAULT_CONFIGS = "1x16x16@100,1x32x32@300,1x64x64@300"
+
 
 def _compile(model, vta: VtaTarget, placement: str):
     start = time.perf_counter()
@@ -76,7 +82,7 @@ def _timed_compile(model_bytes: bytes, text: str, link_gbps: float, placement: s
     """In a fresh interpreter (nothing compiled before, no warm in-process caches): one
     compile's seconds and its partition pass's."""
     os.environ["HETEROCC_CACHE_DIR"] = cache
-    _, seconds, partition = _compile(model_bytes, _config(text, link_gbps), placement)
+    _, seconds, partition = _compile(model_bytes, vta_config(text, link_gbps), placement)
     queue.put((seconds, partition))
 
 
@@ -213,17 +219,22 @@ def _stream(model, vta: VtaTarget, size: int, count: int, placement: str,
     return exact and result.replay_bit_exact
 
 
-def _config(text: str, link_gbps: float) -> VtaTarget:
+def vta_config(text: str, link_gbps: float) -> VtaTarget:
+    """``SHAPE@CLOCK[/LINK]``: a preset shape at CLOCK MHz behind a LINK GB/s host link
+    (default ``link_gbps``)."""
+    text, _, link = text.partition("/")
     shape, _, clock = text.partition("@")
-    return VtaTarget(config=shape, clock_mhz=float(clock or 100), link_gbps=link_gbps)
+    return VtaTarget(config=shape, clock_mhz=float(clock or 100),
+                     link_gbps=float(link) if link else link_gbps)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="resnet18,mobilenet_v2")
     ap.add_argument("--size", type=int, default=224)
-    ap.add_argument("--configs", default="1x16x16@100,1x32x32@300",
-                    help="accelerator shapes and clocks (MHz), comma-separated")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS,
+                    help="accelerator shapes and clocks (MHz), comma-separated, each "
+                         "optionally with its own host link: SHAPE@MHZ/GBPS")
     ap.add_argument("--link-gbps", type=float, default=1.0)
     ap.add_argument("--stream", default="mobilenet_v2:1x16x16@100",
                     help="MODEL:CONFIG[,MODEL:CONFIG...] each run as a stream of "
@@ -249,7 +260,7 @@ def main() -> int:
     print(f"load average at start: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
     configs = args.configs.split(",")
     for text in configs:
-        c = _config(text, args.link_gbps).config
+        c = vta_config(text, args.link_gbps).config
         print(f"accelerator {c.name}: {c.block_in}x{c.block_out} GEMM core at "
               f"{c.clock_mhz} MHz; host link {c.link_mbytes_per_s / 1000:g} GB/s, "
               f"{c.link_latency_ns / 1000:g} us per transfer")
@@ -268,13 +279,14 @@ def main() -> int:
                 t_cold, p_cold = _compile_time(model, text, args.link_gbps, "cost", cache)
                 t_warm, p_warm = _compile_time(model, text, args.link_gbps, "cost", cache)
             os.environ["HETEROCC_CACHE_DIR"] = cache
-            greedy, _, _ = _compile(model, _config(text, args.link_gbps), "greedy")
-            vta = _config(text, args.link_gbps)
+            greedy, _, _ = _compile(model, vta_config(text, args.link_gbps), "greedy")
+            vta = vta_config(text, args.link_gbps)
             warm, _, _ = _compile(model, vta, "cost")
             report = warm.placement_report
             if args.svg_dir:
                 os.makedirs(args.svg_dir, exist_ok=True)
-                with open(os.path.join(args.svg_dir, f"{name}-{text}.svg"), "w") as f:
+                svg = os.path.join(args.svg_dir, f"{name}-{text.replace('/', '-')}.svg")
+                with open(svg, "w") as f:
                     f.write(placement_svg(report, f"{name}, vta {text} MHz + llvm"))
             totals = report.plan.totals()
             chosen, cpu, greedy_ms = totals["chosen_ms"], totals["all_cpu_ms"], \
@@ -282,7 +294,8 @@ def main() -> int:
             ok = chosen <= cpu and chosen <= greedy_ms
             strictly_better |= chosen < cpu and chosen < greedy_ms
             moved = sum(1 for u in report.plan.composites if u.chosen != u.greedy)
-            print(f"\n{name} on vta {text} MHz + llvm, link {args.link_gbps:g} GB/s: "
+            print(f"\n{name} on vta {text} MHz + llvm, link "
+                  f"{vta.config.link_mbytes_per_s / 1000:g} GB/s: "
                   f"{len(report.plan.composites)} candidate composites, {moved} kept on "
                   "the CPU by cost")
             print(f"  estimated latency: cost {chosen:.2f} ms, all-CPU {cpu:.2f} ms, greedy "
@@ -326,11 +339,12 @@ def main() -> int:
         model = quantized(name, not args.onnx_helper, args.size, "qdq", "int8", False)
         print(f"\n{name} on vta {text} MHz + llvm, {args.stream_placement} placement, "
               f"pipelined (load {os.getloadavg()[0]:.2f}):")
-        trace = os.path.join(args.stream_trace_dir, f"{name}-{text}.json") \
+        trace = os.path.join(args.stream_trace_dir,
+                             f"{name}-{text.replace('/', '-')}.json") \
             if args.stream_trace_dir else None
         if args.stream_trace_dir:
             os.makedirs(args.stream_trace_dir, exist_ok=True)
-        if not _stream(model, _config(text, args.link_gbps), args.size, args.stream_inputs,
+        if not _stream(model, vta_config(text, args.link_gbps), args.size, args.stream_inputs,
                        args.stream_placement, trace):
             failures.append(f"stream {stream}")
     print(f"\ncost strictly better than both on at least one: {strictly_better}")

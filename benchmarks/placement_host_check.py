@@ -1,7 +1,7 @@
 """vta's host-part estimate against the host part the stream replay measures, per region.
 
     python benchmarks/placement_host_check.py [--models resnet18,mobilenet_v2] [--size 224]
-        [--configs 1x16x16@100,1x32x32@300] [--inputs 2] [--replays 3]
+        [--configs 1x16x16@100,1x32x32@300,1x64x64@300] [--inputs 2] [--replays 3]
 
 Compiles each model with the greedy placement (every pattern match on vta), runs a short
 stream with replays (``CompiledModel.run_stream``: the host part of every vta call timed
@@ -25,17 +25,17 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from machine import describe  # noqa: E402
+from placement import DEFAULT_CONFIGS, vta_config  # noqa: E402
 from vta_resnet18 import quantized  # noqa: E402
 
 import heterocc  # noqa: E402
-from heterocc.targets.vta import VtaTarget  # noqa: E402
 from heterocc.targets.vta.cost import host_seconds, region_host_seconds  # noqa: E402
 
 
-def _closest(model, shape: str, clock: float, count: int) -> None:
+def _closest(model, text: str, count: int) -> None:
     """The cost placement's ``count`` candidates nearest to a win on vta (every figure
     estimated: ``CostPlan.complete``)."""
-    vta = VtaTarget(config=shape, clock_mhz=clock, link_gbps=1.0)
+    vta = vta_config(text, 1.0)
     plan = heterocc.compile(model, target=[vta, "llvm"],
                             placement="cost").placement_report.plan
     plan.complete()
@@ -57,7 +57,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="resnet18,mobilenet_v2")
     ap.add_argument("--size", type=int, default=224)
-    ap.add_argument("--configs", default="1x16x16@100,1x32x32@300")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS,
+                    help="SHAPE@MHZ[/LINK_GBPS], comma-separated (link default 1 GB/s)")
     ap.add_argument("--inputs", type=int, default=2)
     ap.add_argument("--replays", type=int, default=3)
     ap.add_argument("--layers", type=int, default=6,
@@ -68,8 +69,7 @@ def main() -> int:
     for name in args.models.split(","):
         model = quantized(name, True, args.size, "qdq", "int8", False)
         for text in args.configs.split(","):
-            shape, _, clock = text.partition("@")
-            vta = VtaTarget(config=shape, clock_mhz=float(clock), link_gbps=1.0)
+            vta = vta_config(text, 1.0)
             compiled = heterocc.compile(model, target=[vta, "llvm"], placement="greedy")
             rng = np.random.default_rng(1)
             xs = [[rng.standard_normal((1, 3, args.size, args.size)).astype(np.float32)]
@@ -102,7 +102,7 @@ def main() -> int:
             print(f"  total: measured {m * 1e3:.3f} ms, per-kernel estimate {e * 1e3:.3f} ms "
                   f"({e / m:.2f}x), region estimate {g * 1e3:.3f} ms ({g / m:.2f}x)")
             if args.layers:
-                _closest(model, shape, float(clock), args.layers)
+                _closest(model, text, args.layers)
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -6,11 +6,12 @@ accelerator with the tiling the timing model finds fastest (or a tuning log's),
 lowered to TIR, its virtual threads interleaved (``vthreads``), and generated
 into a DAE instruction stream (``dae.emit_program``):
 
-- a convolution with at least ``block_in`` input channels runs directly on chip
+- a convolution with at least ``block_in`` input channels (or a 1x1 one) runs directly on chip
   (``conv.packed_conv2d``): the host writes the input once in the blocked layout,
   the LOADs pad it with its zero point, and micro-ops walk the kernel window;
-- a dense layer, and a convolution with fewer channels (a network's first layer,
-  whose channels would mostly be padding in the blocked layout), is a packed
+- a dense layer, and a convolution with fewer channels whose taps the GEMM does
+  in fewer iterations folded together (a network's first layer, whose channels
+  would mostly be padding in the blocked layout), is a packed
   GEMM (``schedule.packed_gemm``); for such a convolution the host lays the input
   windows out as the A matrix (im2col).
 
@@ -42,7 +43,7 @@ from heterocc.ir.graph import Node
 from heterocc.sdk import CompileError, DeviceTiming, ProgramRunner, device_lock, holds
 from heterocc.sdk.graph import conv_geometry, zero_point_bias
 
-from .blocking import from_blocked, to_blocked
+from .blocking import HostBuffers, blocked_input, from_blocked
 from .conv import (
     ConvGeometry,
     ConvTiling,
@@ -174,24 +175,32 @@ class AcceleratorKernel(ProgramRunner):
     last_bytes_out: int = 0
     #: bytes of the program's image (weights, constants, micro-ops) the last call loaded
     last_bytes_loaded: int = 0
-    #: the bytes of the last call's input and output tensors as the device held them
-    #: after the run, by tensor name (see ``last_input``)
-    _last_tensors: dict | None = None
+    #: the device of the last call, whose memory ``last_input`` reads
+    _last_device: object = None
 
     @property
     def last_input(self) -> np.ndarray | None:
         """The program's DRAM image after the last call (what hardware in the loop
         replays on the RTL: this call's inputs, weights and constants, and its output;
         the run changes only the output tensor), None before a call or from a device
-        that cannot tell. Built on first use from the program's image and the tensors
-        the call wrote and read, not copied from the device on every call (an image
-        holds the weights: megabytes per call)."""
-        if self._last_image is None and self._last_tensors is not None:
-            image = self.program.dram.copy()
-            for name, raw in self._last_tensors.items():
-                start = self.program.tensors[name].byte_address
-                image[start:start + raw.size] = raw
-            self._last_image = image
+        that cannot tell. Read from the device when first asked (only this kernel's
+        calls write its program's tensors there), not on every call: an image holds the
+        weights, megabytes, and even the call's own tensors would double the bytes a
+        call copies."""
+        device = self._last_device
+        if self._last_image is None and device is not None:
+            with device_lock(device):
+                tensor_bytes = getattr(device, "tensor_bytes", None)
+                if callable(tensor_bytes):
+                    image = self.program.dram.copy()
+                    for name in dict.fromkeys([*self.input_names, self.output_tensor]):
+                        start = self.program.tensors[name].byte_address
+                        raw = tensor_bytes(self.program, name)
+                        image[start:start + raw.size] = raw
+                    self._last_image = image
+                else:
+                    image = getattr(device, "image", None)
+                    self._last_image = image(self.program) if callable(image) else None
         return self._last_image
 
     def metrics(self) -> dict:
@@ -289,18 +298,8 @@ class AcceleratorKernel(ProgramRunner):
         (output,) = self.run_program(writes, [self.output_tensor])
         if fresh:
             self.last_bytes_loaded = self.program.dram.nbytes
-        # what hardware in the loop replays on the RTL (from a device that can tell): the
-        # image with this call's inputs (the run changed only the output tensor), kept
-        # as the bytes of the tensors the call wrote and read (``last_input``)
-        self._last_image = self._last_tensors = None
-        tensor_bytes = getattr(self.device, "tensor_bytes", None)
-        if callable(tensor_bytes):
-            self._last_tensors = {name: tensor_bytes(self.program, name)
-                                  for name in dict.fromkeys([*self.input_names,
-                                                             self.output_tensor])}
-        else:
-            image = getattr(self.device, "image", None)
-            self._last_image = image(self.program) if callable(image) else None
+        # what hardware in the loop replays on the RTL, read when asked (``last_input``)
+        self._last_image, self._last_device = None, self.device
         report = getattr(self.device, "last_report", None)
         if report is not None:
             self.utilization = report.timing.gemm_utilization
@@ -333,6 +332,15 @@ def ungrouped_weights(conv: Node) -> np.ndarray:
     return dense
 
 
+def _as_view(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``array`` reshaped without a copy (its axes split in place), to be written
+    through."""
+    view = array.reshape(shape)
+    if not np.may_share_memory(view, array):
+        raise CompileError(f"a {array.shape} array cannot be viewed as {shape}")
+    return view
+
+
 def _conv_lowering(conv: Node, k_padded: int):
     x, w = conv.inputs[0].type, ungrouped_weights(conv)
     n, c, h, wd = x.shape
@@ -341,19 +349,43 @@ def _conv_lowering(conv: Node, k_padded: int):
     # a padded position holds the input's zero point: it contributes nothing once the
     # zero point's term is folded into the bias (``_requantization``)
     fill = input_zero_point(conv)
+    buffers = HostBuffers()
+    k = c * kh * kw
 
     def to_matrix(arr: np.ndarray) -> np.ndarray:
-        padded = np.pad(arr, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])),
-                        constant_values=fill)
+        # the input written into the middle of a buffer whose border holds the zero
+        # point from its creation, its windows copied once into the matrix's first k
+        # columns (the padding columns stay zero)
+        padded = buffers.get("padded", (n, c, h + pads[0] + pads[2], wd + pads[1] + pads[3]),
+                             np.int8, fill)
+        padded[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + wd] = arr
         win = np.lib.stride_tricks.sliding_window_view(padded, (kh, kw), axis=(2, 3))
         win = win[:, :, :oh * strides[0]:strides[0], :ow * strides[1]:strides[1]]
-        a = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * kh * kw)
-        return np.pad(a, ((0, 0), (0, k_padded - a.shape[1])))
+        matrix = buffers.get("matrix", (n * oh * ow, k_padded), np.int8)
+        _as_view(matrix[:, :k], (n, oh, ow, c, kh, kw))[...] = win.transpose(0, 2, 3, 1, 4, 5)
+        return matrix
 
     def from_matrix(cmat: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(cmat[:, :o].reshape(n, oh, ow, o).transpose(0, 3, 1, 2))
 
     return w.reshape(o, -1), to_matrix, from_matrix, n * oh * ow
+
+
+def _padded_columns(rows: int, columns: int, padded: int):
+    """The host step that lays a (..., columns) tensor out as a (rows, padded) matrix:
+    the tensor itself where no column is padded, else copied once into a per-thread
+    buffer whose padding columns stay zero."""
+    buffers = HostBuffers()
+
+    def to_matrix(a: np.ndarray) -> np.ndarray:
+        a = a.reshape(rows, columns)
+        if padded == columns:
+            return a
+        matrix = buffers.get("matrix", (rows, padded), np.int8)
+        matrix[:, :columns] = a
+        return matrix
+
+    return to_matrix
 
 
 def _dense_lowering(dense: Node, k_padded: int):
@@ -365,25 +397,29 @@ def _dense_lowering(dense: Node, k_padded: int):
     out_shape = dense.outputs[0].type.shape
     rows = math.prod(dense.inputs[0].type.shape[:-1])
 
-    def to_matrix(a: np.ndarray) -> np.ndarray:
-        return np.pad(a.reshape(rows, k), ((0, 0), (0, k_padded - k)))
-
     def from_matrix(cmat: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(cmat[:, :n_out]).reshape(out_shape)
 
-    return w.T, to_matrix, from_matrix, rows
+    return w.T, _padded_columns(rows, k, k_padded), from_matrix, rows
 
 
 def direct_conv_geometry(conv: Node, config: HardwareConfig) -> ConvGeometry | None:
     """The convolution in tiles when it runs directly on chip (None: as an im2col GEMM):
-    2-D, undilated, at least ``block_in`` input channels, whole batches. A depthwise
+    2-D, undilated, whole batches, at least ``block_in`` input channels or as few GEMM
+    iterations as the im2col GEMM's (1x1 kernels). A depthwise
     convolution uses diagonal weight tiles; any other grouped one runs as the ungrouped
     convolution of its block-diagonal weights (``ungrouped_weights``)."""
     x, w = conv.inputs[0].type, conv.inputs[1].type
     if x.ndim != 4 or x.shape[0] % config.batch:
         return None
     depthwise = _tile_holds_whole_groups(conv, config)
-    if not depthwise and x.shape[1] < config.block_in:
+    taps = math.prod(w.shape[2:])
+    if not depthwise and x.shape[1] < config.block_in and \
+            taps * -(-x.shape[1] // config.block_in) > -(-x.shape[1] * taps // config.block_in):
+        # fewer channels than a block: the direct lowering pads them to a whole block at
+        # every tap, the im2col GEMM folds the taps into its reduction first; direct only
+        # where that costs no GEMM iterations (a 1x1 convolution: the host then writes
+        # the input once, not an im2col matrix, and a region keeps it blocked)
         return None
     kernel, strides, dilations, pads, _ = conv_geometry(x.shape, w.shape, conv.attrs)
     if any(d != 1 for d in dilations) or max(pads) > max(kernel):
@@ -467,8 +503,7 @@ def _direct_conv(function: Node, g: ConvGeometry, config: HardwareConfig,
         return None
     program, tiling, threads, signature = built
 
-    def to_device(x: np.ndarray) -> np.ndarray:
-        return to_blocked(x, config)
+    to_device = blocked_input(config)
 
     def from_device(y: np.ndarray) -> np.ndarray:
         return from_blocked(y, (n, o, g.out_height, g.out_width), config)
@@ -509,18 +544,15 @@ def _residual_add(function: Node, config: HardwareConfig) -> AcceleratorKernel:
     if sorted(order) != [0, 1]:
         raise CompileError(f"{function.name}: the addition's operands are not its two inputs")
 
-    def to_device(x: np.ndarray) -> np.ndarray:
-        return to_blocked(x, config)
-
-    def broadcast_to_device(x: np.ndarray) -> np.ndarray:
-        return to_blocked(np.ascontiguousarray(np.broadcast_to(x, shape)), config)
+    to_device = blocked_input(config)
 
     def from_device(y: np.ndarray) -> np.ndarray:
         return from_blocked(y, shape, config)
 
     # operand 1 may broadcast (a product's): the function input it is expands it
-    by_operand = [to_device, to_device if casts[1].inputs[0].type.shape == shape
-                  else broadcast_to_device]
+    # each operand its own buffer (both are laid out before either is written)
+    by_operand = [to_device, blocked_input(config, None if casts[1].inputs[0].type.shape
+                                           == shape else shape)]
     devices = [by_operand[order.index(j)] for j in (0, 1)]  # per function input
     names = ["A", "B"] if order == [0, 1] else ["B", "A"]
     return AcceleratorKernel(function.name, config, program, devices[0], from_device,
@@ -537,8 +569,7 @@ def _max_pool(function: Node, config: HardwareConfig) -> AcceleratorKernel:
         raise CompileError(f"{function.name}: {geometry}")
     shape = pool.outputs[0].type.shape
 
-    def to_device(x: np.ndarray) -> np.ndarray:
-        return to_blocked(x, config)
+    to_device = blocked_input(config)
 
     def from_device(y: np.ndarray) -> np.ndarray:
         return from_blocked(y, shape, config)
@@ -560,8 +591,7 @@ def _lookup_table(function: Node, config: HardwareConfig) -> AcceleratorKernel:
         return _row_lookup_table(function, shape, table, config)
     tiles = _alu_tiles(function, shape, config)
 
-    def to_device(x: np.ndarray) -> np.ndarray:
-        return to_blocked(x, config)
+    to_device = blocked_input(config)
 
     def from_device(y: np.ndarray) -> np.ndarray:
         return from_blocked(y, shape, config)
@@ -587,8 +617,7 @@ def _row_lookup_table(function: Node, shape: tuple[int, int], table: bytes,
                for name in ("X0", "Y")}
     program = dataclasses.replace(program, tensors={**program.tensors, **tensors})
 
-    def to_device(x: np.ndarray) -> np.ndarray:
-        return np.pad(x, ((0, 0), (0, padded - columns)))
+    to_device = _padded_columns(rows, columns, padded)
 
     def from_device(y: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(y[:, :columns])
@@ -613,8 +642,7 @@ def _flatten(function: Node, config: HardwareConfig) -> AcceleratorKernel:
     y = dataclasses.replace(program.tensors["Y"], rows=n, cols=padded)
     program = dataclasses.replace(program, tensors={**program.tensors, "Y": y})
 
-    def to_device(x: np.ndarray) -> np.ndarray:
-        return to_blocked(x, config)
+    to_device = blocked_input(config)
 
     def from_device(y: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(y[:, :c])
@@ -636,8 +664,7 @@ def _concat(function: Node, config: HardwareConfig) -> AcceleratorKernel:
     shape = node.outputs[0].type.shape
     sources = tuple(_alu_tiles(function, v.type.shape, config) for v in node.inputs)
 
-    def to_device(x: np.ndarray) -> np.ndarray:
-        return to_blocked(x, config)
+    to_device = blocked_input(config)
 
     def from_device(y: np.ndarray) -> np.ndarray:
         return from_blocked(y, shape, config)
@@ -646,7 +673,8 @@ def _concat(function: Node, config: HardwareConfig) -> AcceleratorKernel:
     names = [f"X{node.inputs.index(v)}" for v in function.body.inputs]
     return AcceleratorKernel(function.name, config, copy_program(config, sources), to_device,
                              from_device, names[0], "Y",
-                             more_inputs=tuple((name, to_device) for name in names[1:]),
+                             more_inputs=tuple((name, blocked_input(config))
+                                               for name in names[1:]),
                              blocked=True)
 
 
@@ -668,8 +696,7 @@ def _channel_gather(function: Node, config: HardwareConfig,
                            f"fits the buffers of {config.name}")
     program, tiling, threads, signature = built
 
-    def to_device(x: np.ndarray) -> np.ndarray:
-        return to_blocked(x, config)
+    to_device = blocked_input(config)
 
     def from_device(y: np.ndarray) -> np.ndarray:
         return from_blocked(y, shape, config)
@@ -679,7 +706,8 @@ def _channel_gather(function: Node, config: HardwareConfig,
     return AcceleratorKernel(function.name, config, with_input_parts(program, node, config),
                              to_device, from_device, names[0], "Y", tiling, threads,
                              timing=conv_timing(config, g, tiling, threads, signature),
-                             more_inputs=tuple((name, to_device) for name in names[1:]),
+                             more_inputs=tuple((name, blocked_input(config))
+                                               for name in names[1:]),
                              blocked=True)
 
 

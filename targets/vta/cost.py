@@ -27,7 +27,6 @@ compile of the same workload on the same hardware compiles nothing to estimate i
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heterocc.accel_sim import HardwareConfig
-from heterocc.accel_sim.program import element_dtype, pack_tiles, read_tensor
+from heterocc.accel_sim.program import element_dtype, pack_tiles, tensor_matrix
 from heterocc.ir.graph import Node
 from heterocc.sdk import (
     CompileError,
@@ -79,7 +78,7 @@ def _device_side(kernel: AcceleratorKernel):
     tiles unpacked into its matrix (the read); takes and returns what
     ``run_on_device`` does."""
     config, tensors = kernel.config, kernel.program.tensors
-    out = dataclasses.replace(tensors[kernel.output_tensor], byte_address=0)  # alone
+    out = tensors[kernel.output_tensor]
     raw = np.zeros(out.nbytes, np.uint8)
 
     def run(matrices):
@@ -87,7 +86,7 @@ def _device_side(kernel: AcceleratorKernel):
             t = tensors[name]
             pack_tiles(np.asarray(matrix, element_dtype(config, t.buffer)),
                        t.tile_rows, t.tile_cols)
-        return [read_tensor(config, out, raw)]
+        return [tensor_matrix(config, out, raw)]
 
     return run
 

@@ -21,7 +21,7 @@ from heterocc.accel_sim import HardwareConfig, run_stream
 from heterocc.accel_sim.device import SimulatorDevice
 from heterocc.accel_sim.driver import AcceleratorDriver, relocate
 from heterocc.accel_sim.encoding import encode_stream
-from heterocc.accel_sim.program import Program, element_dtype, pack_tiles, read_tensor
+from heterocc.accel_sim.program import Program, element_dtype, pack_tiles, tensor_matrix
 from heterocc.accel_sim.simulator import RunReport
 from heterocc.sdk import (
     AcceleratorError,
@@ -183,10 +183,10 @@ class VtaDevice:
         """Tensor ``buffer``'s matrix."""
         entry = self._entry(program, buffer)
         tensor = program.tensors[buffer]
-        raw = self.driver.read(entry.base + tensor.byte_address, tensor.nbytes)
-        local = np.zeros(tensor.byte_address + tensor.nbytes, np.uint8)
-        local[tensor.byte_address:] = raw
-        return read_tensor(self.config, tensor, local)
+        # the transport's read is the one copy: the matrix is a view of it (batch-1
+        # tiles are the matrix's rows)
+        return tensor_matrix(self.config, tensor,
+                             self.driver.read(entry.base + tensor.byte_address, tensor.nbytes))
 
     def tensor_bytes(self, program: Program, buffer: str) -> np.ndarray:
         """Tensor ``buffer``'s bytes as the device holds them (its tiles, unconverted)."""

@@ -37,7 +37,7 @@ from heterocc.accel_sim.isa import (
 )
 from heterocc.errors import AcceleratorError, IllegalInstructionError
 
-PRESETS = [HardwareConfig.preset(name) for name in ("1x8x8", "1x16x16", "1x32x32")]
+PRESETS = [HardwareConfig.preset(name) for name in ("1x8x8", "1x16x16", "1x32x32", "1x64x64")]
 _ENUMS = {"buffer": Buffer, "alu_op": AluOp}
 _BOOLS = {"pop_prev", "pop_next", "push_prev", "push_next", "reset", "use_imm"}
 

@@ -117,3 +117,45 @@ def test_depthwise_convolution_is_bit_exact(tmp_path, stride, kernel, channels, 
         np.testing.assert_array_equal(kernel_([x])[0], expected)
     assert kernel_.macs == channels * kernel * kernel * (
         (size + 2 * (kernel // 2) - kernel) // stride + 1) ** 2
+
+
+@pytest.mark.parametrize("kernel, channels", [(1, 12), (3, 3)])
+def test_fewer_channels_than_a_block_run_direct_where_it_costs_no_gemm_iterations(
+        tmp_path, kernel, channels):
+    """A 1x1 convolution with fewer channels than a block runs directly (the same GEMM
+    iterations as im2col, the input written once, not as a matrix); a 3x3 one keeps
+    im2col (its 9 taps fold into one block); both bit-exact, call after call."""
+    model = quantize(single_conv(kernel + channels, 1, kernel, channels, 20, 9), tmp_path,
+                     "QDQ", "QInt8")
+    target = VtaTarget()
+    composite = _composite(model, target)
+    kernel_ = compile_composite(composite, target.config, 2)
+    assert kernel_.input_tensor == ("X" if kernel == 1 else "A")
+    rng = np.random.default_rng(channels)
+    for _ in range(3):  # a call's buffers reused by the next
+        x = rng.integers(-128, 128, composite.body.inputs[0].type.shape).astype(np.int8)
+        (expected,) = evaluate(composite.body, [x])
+        np.testing.assert_array_equal(kernel_([x])[0], expected)
+
+
+def test_a_kernel_called_from_threads_at_once_is_bit_exact(tmp_path):
+    """Each thread lays its inputs out in its own buffers: calls from two threads at
+    once (an im2col and a direct convolution) give each its own result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    target = VtaTarget()
+    kernels = []
+    for kernel, channels in ((3, 3), (3, 16)):
+        model = quantize(single_conv(5, 2, kernel, channels, 16, 10), tmp_path, "QDQ", "QInt8")
+        composite = _composite(model, target)
+        kernels.append((composite, compile_composite(composite, target.config, 2)))
+    rng = np.random.default_rng(3)
+    jobs = []
+    for composite, kernel_ in kernels:
+        for _ in range(6):
+            x = rng.integers(-128, 128, composite.body.inputs[0].type.shape).astype(np.int8)
+            jobs.append((kernel_, x, evaluate(composite.body, [x])[0]))
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda job: job[0]([job[1]])[0], jobs))
+    for (_, _, expected), result in zip(jobs, got):
+        np.testing.assert_array_equal(result, expected)

@@ -29,7 +29,7 @@ def _composites(compiled):
             for c in region.body.nodes]
 
 
-@pytest.mark.parametrize("preset", ["1x8x8", "1x16x16", "1x32x32"])
+@pytest.mark.parametrize("preset", ["1x8x8", "1x16x16", "1x32x32", "1x64x64"])
 def test_every_accelerator_function_is_bit_exact(qdq_model, preset):
     target = VtaTarget(config=preset)
     compiled = heterocc.compile(qdq_model, target=[target, "reference"])
