@@ -7,7 +7,7 @@ import pytest
 
 from heterocc.accel_sim.config import HardwareConfig
 from heterocc.accel_sim.isa import Buffer, MicroOp
-from heterocc.accel_sim.program import ProgramBuilder
+from heterocc.accel_sim.program import ProgramBuilder, read_tensor, tensor_matrix
 from heterocc.errors import AcceleratorError
 
 
@@ -43,3 +43,23 @@ def test_builder_rejects_bad_tensors():
     c = builder.build().tensors["C"]
     with pytest.raises(AcceleratorError, match="outside tensor 'C'"):
         c.tile(1, 0)
+
+
+@pytest.mark.parametrize("config", [HardwareConfig(), HardwareConfig(log_batch=1)],
+                         ids=["batch1", "batch2"])
+def test_a_tensors_own_bytes_read_as_its_matrix(config):
+    """``tensor_matrix`` reads a tensor from its own bytes (a device's read), without a
+    copy where one-row tiles are the matrix's rows; ``read_tensor`` always copies (the
+    image changes under it)."""
+    builder = ProgramBuilder(config)
+    builder.tensor("pad", Buffer.INP, shape=(2, 16))
+    matrix = np.arange(4 * 32).reshape(4, 32).astype(np.int8)
+    tensor = builder.tensor("A", Buffer.INP, data=matrix)
+    program = builder.build()
+    raw = program.dram[tensor.byte_address:tensor.byte_address + tensor.nbytes].copy()
+    viewed = tensor_matrix(config, tensor, raw)
+    np.testing.assert_array_equal(viewed, matrix)
+    assert np.shares_memory(viewed, raw) == (config.batch == 1)
+    read = read_tensor(config, tensor, program.dram)
+    np.testing.assert_array_equal(read, matrix)
+    assert not np.shares_memory(read, program.dram)
