@@ -80,10 +80,13 @@ def dot4_intrinsic(lanes: int, dtype: str) -> TensorIntrin:
 @dataclass(frozen=True)
 class Int8ConvTiles:
     """``lanes`` output pixels per vector, ``channels`` output channels per register
-    tile (``channels`` accumulator vectors live at once)."""
+    tile and ``vectors`` vectors of pixels per channel (``channels * vectors``
+    accumulator vectors live at once): each broadcast weight multiplies ``vectors``
+    data vectors and each data vector ``channels`` weights."""
 
     lanes: int
     channels: int
+    vectors: int = 1
 
 
 def int8_conv_tiles(filters: int, cpu: CPUDescription) -> Int8ConvTiles:
@@ -96,6 +99,35 @@ def int8_conv_tiles(filters: int, cpu: CPUDescription) -> Int8ConvTiles:
     while filters % channels:
         channels -= 1
     return Int8ConvTiles(lanes, channels)
+
+
+#: the most vectors of pixels one register tile of :class:`Int8ConvTiles` holds
+MAX_TILE_VECTORS = 4
+
+
+def tile_candidates(filters: int, cpu: CPUDescription) -> list[Int8ConvTiles]:
+    """The register tiles a dense convolution of ``filters`` output channels may take
+    on ``cpu``: ``vectors`` of 1 to :data:`MAX_TILE_VECTORS` data vectors by the most
+    output channels dividing ``filters`` whose accumulators, with those data vectors
+    and one broadcast weight, fit the vector registers less four (the widened paths'
+    temporaries); one vector by :func:`int8_conv_tiles`' channels always."""
+    base = int8_conv_tiles(filters, cpu)
+    found = [base]
+    budget = cpu.vector_registers - 4
+    for vectors in range(2, MAX_TILE_VECTORS + 1):
+        channels = (budget - vectors - 1) // vectors
+        while channels > 1 and filters % channels:
+            channels -= 1
+        if channels >= 2:
+            found.append(Int8ConvTiles(base.lanes, channels, vectors))
+    return found
+
+
+def tile_loads(tiles: Int8ConvTiles) -> float:
+    """Cache-line reads per dot-product instruction of a tile: per ``channels *
+    vectors`` instructions, ``vectors`` data vectors (two lines each: a run of pixels
+    starts anywhere in a line) and ``channels`` broadcast weights (one each)."""
+    return (2 * tiles.vectors + tiles.channels) / (tiles.vectors * tiles.channels)
 
 
 @dataclass(frozen=True)
@@ -127,6 +159,27 @@ def row_blocks(out_height: int, row_length: int, out_width: int, lanes: int,
         if best is None or extent * best.rows < best.extent * rows:
             best = RowBlocks(rows, extent)
     return best
+
+
+def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int | None,
+                cpu: CPUDescription) -> tuple[Int8ConvTiles, RowBlocks]:
+    """The register tile (:func:`tile_candidates`) and the blocks of rows of a dense
+    convolution's sums: the pair that computes fewest positions, weighted by the tile's
+    loads per instruction (``1 + tile_loads``): more data vectors per tile read each
+    broadcast weight for more pixels, but round each block up to more whole vectors.
+    ``row_length``: the flat positions between output rows of a stride-1 convolution
+    (:func:`row_blocks`); None for one output row a block, its columns in whole tiles."""
+    best = None
+    for tiles in tile_candidates(filters, cpu):
+        unit = tiles.lanes * tiles.vectors
+        if row_length is None:
+            blocks = RowBlocks(1, -(-out_width // unit) * unit)
+        else:
+            blocks = row_blocks(out_height, row_length, out_width, unit, tiles.channels, cpu)
+        cost = out_height // blocks.rows * blocks.extent * (1 + tile_loads(tiles))
+        if best is None or cost < best[0]:
+            best = (cost, tiles, blocks)
+    return best[1], best[2]
 
 
 def block_of_rows(blocks: RowBlocks, row_length: int, y, column) -> tuple:
@@ -288,23 +341,22 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     filters, _, kh, kw = w.shape
     _, (sy, sx), (dy, dx), pads, (oh, ow) = checked_geometry(name, x, w, attrs)
     dtype = data_dtype(cpu)
-    tiles = int8_conv_tiles(filters, cpu)
-    lanes = tiles.lanes
     flat = (sy, sx) == (1, 1)
+    # stride 1: output pixels numbered over the padded width, so that a vector runs on
+    # across rows (a 7-wide image fills whole vectors; the columns past the output's
+    # width are computed and dropped), in blocks of rows summed and finished while in
+    # cache (:func:`row_blocks`)
+    stride_row = x.shape[3] + pads[1] + pads[3] if flat else None
+    tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
+    lanes = tiles.lanes
     if flat:
-        # stride 1: output pixels numbered over the padded width, so that a vector runs
-        # on across rows (a 7-wide image fills whole vectors; the columns past the
-        # output's width are computed and dropped), in blocks of rows summed and
-        # finished while in cache (:func:`row_blocks`)
-        stride_row = x.shape[3] + pads[1] + pads[3]
-        blocks = row_blocks(oh, stride_row, ow, lanes, tiles.channels, cpu)
         span = blocks.rows * stride_row
         positions = (oh // blocks.rows - 1) * span + blocks.extent
         data = pack_int8_flat(x, x_zero, pads, positions + (kh - 1) * dy * stride_row
                               + (kw - 1) * dx, dtype)
     else:
-        blocks = RowBlocks(1, -(-ow // lanes) * lanes)
-        data = pack_int8_data(x, x_zero, (sy, sx), pads, ow, kw, dx, lanes, dtype)
+        data = pack_int8_data(x, x_zero, (sy, sx), pads, ow, kw, dx, lanes * tiles.vectors,
+                              dtype)
     packed_w = pack_int8_weight(w) if packed_weight is None else packed_weight
     if packed_weight is not None and (tuple(packed_w.shape) != packed_weight_shape(w.shape)
                                       or packed_w.dtype != "int8"):
@@ -368,11 +420,15 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     for stage in (data, packed_w):
         if isinstance(stage.op, te.ComputeOp):  # else a constant packed at build time
             pack_in_parallel(schedule, stage)
-    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes, parallel=False)
+    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes * tiles.vectors,
+                           parallel=False)
     lb, lk, ly, lcol = schedule[local].op.axis
     rco, ry, rx, rci = schedule[local].op.reduce_axis
-    schedule[local].reorder(lb, ly, rco, ry, rx, lk, lcol, rci)
+    # each broadcast weight (lk) multiplies the tile's data vectors (lv), loaded once
+    lv, lcol = schedule[local].split(lcol, tiles.lanes)
+    schedule[local].reorder(lb, ly, rco, ry, rx, lk, lv, lcol, rci)
     schedule[local].unroll(lk)
+    schedule[local].unroll(lv)
     schedule[local].tensorize(lcol, dot4_intrinsic(tiles.lanes, data.dtype))
 
 
