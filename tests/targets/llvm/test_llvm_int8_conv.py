@@ -20,6 +20,7 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     conv_tiling,
     data_dtype,
     int8_conv,
+    int8_conv_inputs,
     int8_conv_tiles,
     pack_int8_weight_array,
     packed_weight_shape,
@@ -451,3 +452,30 @@ def test_register_tiles_fit_the_registers_and_share_each_weight(target):
         assembly = module.assembly()
         # the 8 x 2 tile: one broadcast per weight, two instructions per broadcast
         assert assembly.count("vpdpbusd") >= 2 * assembly.count("vpbroadcastd") > 0
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"], ids=["host", "avx2"])
+@pytest.mark.parametrize("shape,filters,kernel,strides,pads,dilations,phases", [
+    ((1, 8, 14, 14), 16, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), (1, 1)),  # downsample
+    ((1, 3, 17, 17), 8, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), (2, 2)),  # a stem
+    ((1, 5, 16, 13), 8, (3, 2), (3, 2), (1, 0, 2, 1), (2, 1), (3, 2)),  # stride 3, dilated
+], ids=["1x1-s2", "7x7-s2", "s3x2-dilated"])
+def test_strided_convolutions_read_the_stride_phases_flat(target, shape, filters, kernel,
+                                                          strides, pads, dilations, phases):
+    """A strided convolution's data is packed by the stride's phases, each phase's
+    pixels numbered row after row, so that its vectors run on across rows as with
+    stride 1; only the phases the taps read are packed (one for a 1x1); bit-exact."""
+    cpu = parse_cpu(target)
+    module, out = _build(shape, filters, kernel, strides, pads, dilations, cpu)
+    sums = out.op.body.a.tensor
+    data, _ = int8_conv_inputs(sums)
+    assert tuple(data.shape[2:4]) == phases
+    assert data.shape[4] % data.op.attrs["int8_row"] == 0
+    if not _host_runs(cpu):
+        return
+    rng = np.random.default_rng(sum(shape) + filters)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    w = rng.integers(-128, 128, (filters, shape[1], *kernel)).astype(np.int8)
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](x, w, np.array([5], np.int8), got)
+    np.testing.assert_array_equal(got, _reference(x, w, 5, strides, pads, dilations))
