@@ -6,12 +6,12 @@ The int32 sums are computed as the dot-product instruction wants them
 byte products. Here a lane is an output pixel of a row and the four bytes are four input
 channels, so that
 
-* the data is packed as ``[n, C/4, rows, column phase, columns, 4]`` bytes (the padded
-  input, its columns split by the stride's phase so a vector of output pixels reads one
-  contiguous run of ``4 * lanes`` bytes whatever the stride); with stride 1, as
-  ``[n, C/4, 1, 1, pixels, 4]``, the padded image's pixels row after row, so that a
-  vector runs on across rows (a 7x7 image fills whole vectors) and the columns past the
-  output's width are computed and dropped;
+* the data is packed as ``[n, C/4, row phases, column phases, positions, 4]`` bytes:
+  the padded image split by the stride's phases (one with stride 1), each phase's
+  pixels numbered row after row, so that a vector of output pixels, at any tap, reads
+  one contiguous run of ``4 * lanes`` bytes of one phase and runs on across rows (a
+  7x7 image fills whole vectors; the columns past the output's width are computed and
+  dropped);
 * the weight of an output channel at one tap is four bytes broadcast to every lane;
 * the output stays NCHW (a vector of pixels of one channel's row), so the bias and the
   ``Requantize`` after it need no layout change.
@@ -80,10 +80,13 @@ def dot4_intrinsic(lanes: int, dtype: str) -> TensorIntrin:
 @dataclass(frozen=True)
 class Int8ConvTiles:
     """``lanes`` output pixels per vector, ``channels`` output channels per register
-    tile (``channels`` accumulator vectors live at once)."""
+    tile and ``vectors`` vectors of pixels per channel (``channels * vectors``
+    accumulator vectors live at once): each broadcast weight multiplies ``vectors``
+    data vectors and each data vector ``channels`` weights."""
 
     lanes: int
     channels: int
+    vectors: int = 1
 
 
 def int8_conv_tiles(filters: int, cpu: CPUDescription) -> Int8ConvTiles:
@@ -96,6 +99,35 @@ def int8_conv_tiles(filters: int, cpu: CPUDescription) -> Int8ConvTiles:
     while filters % channels:
         channels -= 1
     return Int8ConvTiles(lanes, channels)
+
+
+#: the most vectors of pixels one register tile of :class:`Int8ConvTiles` holds
+MAX_TILE_VECTORS = 4
+
+
+def tile_candidates(filters: int, cpu: CPUDescription) -> list[Int8ConvTiles]:
+    """The register tiles a dense convolution of ``filters`` output channels may take
+    on ``cpu``: ``vectors`` of 1 to :data:`MAX_TILE_VECTORS` data vectors by the most
+    output channels dividing ``filters`` whose accumulators, with those data vectors
+    and one broadcast weight, fit the vector registers less four (the widened paths'
+    temporaries); one vector by :func:`int8_conv_tiles`' channels always."""
+    base = int8_conv_tiles(filters, cpu)
+    found = [base]
+    budget = cpu.vector_registers - 4
+    for vectors in range(2, MAX_TILE_VECTORS + 1):
+        channels = (budget - vectors - 1) // vectors
+        while channels > 1 and filters % channels:
+            channels -= 1
+        if channels >= 2:
+            found.append(Int8ConvTiles(base.lanes, channels, vectors))
+    return found
+
+
+def tile_loads(tiles: Int8ConvTiles) -> float:
+    """Cache-line reads per dot-product instruction of a tile: per ``channels *
+    vectors`` instructions, ``vectors`` data vectors (two lines each: a run of pixels
+    starts anywhere in a line) and ``channels`` broadcast weights (one each)."""
+    return (2 * tiles.vectors + tiles.channels) / (tiles.vectors * tiles.channels)
 
 
 @dataclass(frozen=True)
@@ -127,6 +159,23 @@ def row_blocks(out_height: int, row_length: int, out_width: int, lanes: int,
         if best is None or extent * best.rows < best.extent * rows:
             best = RowBlocks(rows, extent)
     return best
+
+
+def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int,
+                cpu: CPUDescription) -> tuple[Int8ConvTiles, RowBlocks]:
+    """The register tile (:func:`tile_candidates`) and the blocks of rows of a dense
+    convolution's sums: the pair that computes fewest positions, weighted by the tile's
+    loads per instruction (``1 + tile_loads``): more data vectors per tile read each
+    broadcast weight for more pixels, but round each block up to more whole vectors.
+    ``row_length``: the flat positions between output rows (:func:`row_blocks`)."""
+    best = None
+    for tiles in tile_candidates(filters, cpu):
+        blocks = row_blocks(out_height, row_length, out_width, tiles.lanes * tiles.vectors,
+                            tiles.channels, cpu)
+        cost = out_height // blocks.rows * blocks.extent * (1 + tile_loads(tiles))
+        if best is None or cost < best[0]:
+            best = (cost, tiles, blocks)
+    return best[1], best[2]
 
 
 def block_of_rows(blocks: RowBlocks, row_length: int, y, column) -> tuple:
@@ -200,20 +249,34 @@ def pack_int8_data(x: te.Tensor, x_zero: te.Tensor | None, strides, pads, out_wi
 
 
 def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
-                   dtype: str, group: int = GROUP, centered: bool = False) -> te.Tensor:
-    """``x`` (int8 or uint8 NCHW) as ``[n, C/group, 1, 1, positions, group]`` ``dtype``
-    values: the padded image's pixels numbered row after row (``row * padded width +
-    column``), padded with the zero point, also past its last row."""
+                   dtype: str, group: int = GROUP, centered: bool = False,
+                   strides=(1, 1), phases=(1, 1)) -> te.Tensor:
+    """``x`` (int8 or uint8 NCHW) as ``[n, C/group, row phases, column phases,
+    positions, group]`` ``dtype`` values: the padded image split by the ``strides``'
+    phases (phase (``py``, ``px``) holds padded pixels (``sy * row + py``, ``sx *
+    column + px``); ``phases`` of them, from 0, in each direction), each phase's pixels
+    numbered row after row (``row * ceil(padded width / sx) + column``), padded with the
+    zero point, also past its last row. With stride 1, one phase: the padded image."""
     n, channels, height, width = x.shape
-    stride_row = width + pads[1] + pads[3]
+    sy, sx = strides
+    stride_row = -(-(width + pads[1] + pads[3]) // sx)
     value = _packed_element(x, x_zero, dtype, group, centered)
 
-    def element(b, channel_group, _row, _phase, position, inner):
-        return value(b, channel_group, inner, position // stride_row - pads[0],
-                     position % stride_row - pads[1])
+    def element(b, channel_group, row_phase, column_phase, position, inner):
+        return value(b, channel_group, inner,
+                     position // stride_row * sy + row_phase - pads[0],
+                     position % stride_row * sx + column_phase - pads[1])
 
-    return te.compute((n, -(-channels // group), 1, 1, positions, group), element,
-                      name="int8_data", dtype=dtype)
+    return te.compute((n, -(-channels // group), *phases, positions, group), element,
+                      name="int8_data", dtype=dtype, attrs={"int8_row": stride_row})
+
+
+def _tap(r, dilation: int, stride: int) -> tuple:
+    """Where tap ``r`` of a kernel reads in :func:`pack_int8_flat`'s phases: (phase,
+    rows or columns past the output pixel's)."""
+    if stride == 1:
+        return 0, r * dilation
+    return r * dilation % stride, r * dilation // stride
 
 
 def pack_int8_weight(w: te.Tensor) -> te.Tensor:
@@ -288,23 +351,22 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     filters, _, kh, kw = w.shape
     _, (sy, sx), (dy, dx), pads, (oh, ow) = checked_geometry(name, x, w, attrs)
     dtype = data_dtype(cpu)
-    tiles = int8_conv_tiles(filters, cpu)
-    lanes = tiles.lanes
-    flat = (sy, sx) == (1, 1)
-    if flat:
-        # stride 1: output pixels numbered over the padded width, so that a vector runs
-        # on across rows (a 7-wide image fills whole vectors; the columns past the
-        # output's width are computed and dropped), in blocks of rows summed and
-        # finished while in cache (:func:`row_blocks`)
-        stride_row = x.shape[3] + pads[1] + pads[3]
-        blocks = row_blocks(oh, stride_row, ow, lanes, tiles.channels, cpu)
-        span = blocks.rows * stride_row
-        positions = (oh // blocks.rows - 1) * span + blocks.extent
-        data = pack_int8_flat(x, x_zero, pads, positions + (kh - 1) * dy * stride_row
-                              + (kw - 1) * dx, dtype)
-    else:
-        blocks = RowBlocks(1, -(-ow // lanes) * lanes)
-        data = pack_int8_data(x, x_zero, (sy, sx), pads, ow, kw, dx, lanes, dtype)
+    # output pixels numbered over the width of the padded image's stride phases (the
+    # whole padded image with stride 1), so that a vector runs on across rows (a 7-wide
+    # image fills whole vectors; the columns past the output's width are computed and
+    # dropped) and each tap reads a contiguous run of one phase, in blocks of rows
+    # summed and finished while in cache (:func:`row_blocks`)
+    stride_row = -(-(x.shape[3] + pads[1] + pads[3]) // sx)
+    tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
+    span = blocks.rows * stride_row
+    positions = (oh // blocks.rows - 1) * span + blocks.extent
+    reach = (kh - 1) * dy // sy * stride_row + (kw - 1) * dx // sx
+    phases = (min(sy, (kh - 1) * dy + 1), min(sx, (kw - 1) * dx + 1))
+    # whole rows, so that the packing's loop over positions splits into rows and
+    # columns (no division per byte, :func:`pack_in_parallel`)
+    rows = -(-(positions + reach) // stride_row)
+    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, strides=(sy, sx),
+                          phases=phases)
     packed_w = pack_int8_weight(w) if packed_weight is None else packed_weight
     if packed_weight is not None and (tuple(packed_w.shape) != packed_weight_shape(w.shape)
                                       or packed_w.dtype != "int8"):
@@ -316,12 +378,8 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
     rci = te.reduce_axis(GROUP, "rci")
     def body(b, k, y, column):
-        if flat:
-            read = data[b, rco, 0, 0, y * span + column + ry * dy * stride_row + rx * dx,
-                        rci]
-        else:
-            offset = rx * dx
-            read = data[b, rco, y * sy + ry * dy, offset % sx, column + offset // sx, rci]
+        (py, oy), (px, ox) = _tap(ry, dy, sy), _tap(rx, dx, sx)
+        read = data[b, rco, py, px, y * span + column + oy * stride_row + ox, rci]
         return te.sum(te.cast("int32", read) * te.cast("int32", packed_w[k, rco, ry, rx, rci]),
                       axis=[rco, ry, rx, rci])
 
@@ -345,7 +403,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
     def result(b, k, y, column):
-        at = block_of_rows(blocks, stride_row if flat else 0, y, column)
+        at = block_of_rows(blocks, stride_row, y, column)
         # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
         return sums[(b, k, *at)] - offset * weight_sum(k)
 
@@ -368,11 +426,15 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     for stage in (data, packed_w):
         if isinstance(stage.op, te.ComputeOp):  # else a constant packed at build time
             pack_in_parallel(schedule, stage)
-    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes, parallel=False)
+    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes * tiles.vectors,
+                           parallel=False)
     lb, lk, ly, lcol = schedule[local].op.axis
     rco, ry, rx, rci = schedule[local].op.reduce_axis
-    schedule[local].reorder(lb, ly, rco, ry, rx, lk, lcol, rci)
+    # each broadcast weight (lk) multiplies the tile's data vectors (lv), loaded once
+    lv, lcol = schedule[local].split(lcol, tiles.lanes)
+    schedule[local].reorder(lb, ly, rco, ry, rx, lk, lv, lcol, rci)
     schedule[local].unroll(lk)
+    schedule[local].unroll(lv)
     schedule[local].tensorize(lcol, dot4_intrinsic(tiles.lanes, data.dtype))
 
 
@@ -386,9 +448,14 @@ def checked_geometry(name: str, x: te.Tensor, w: te.Tensor, attrs: dict):
 
 
 def pack_in_parallel(schedule: te.Schedule, packed: te.Tensor) -> None:
-    """A packing stage at root, its batch and channel groups in parallel."""
-    outer = schedule[packed].op.axis
-    schedule[packed].parallel(schedule[packed].fuse(outer[0], outer[1]))
+    """A packing stage at root, its batch and channel groups in parallel; the flat
+    positions of :func:`pack_int8_flat` split into its rows and columns."""
+    stage = schedule[packed]
+    outer = stage.op.axis
+    stage.parallel(stage.fuse(outer[0], outer[1]))
+    row = packed.op.attrs.get("int8_row")
+    if row is not None and int(outer[4].extent) % row == 0:
+        stage.split(outer[4], row)
 
 
 def register_tiles(schedule: te.Schedule, sums: te.Tensor, channels: int,

@@ -17,13 +17,17 @@ from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm.cpu import parse_cpu
 from heterocc.targets.llvm.int8_dot import dot4_instruction
 from heterocc.targets.llvm.schedules.int8_conv import (
+    conv_tiling,
     data_dtype,
     int8_conv,
+    int8_conv_inputs,
     int8_conv_tiles,
     pack_int8_weight_array,
     packed_weight_shape,
+    row_blocks,
     schedule_int8_conv,
     schedule_int8_conv_result,
+    tile_candidates,
 )
 from heterocc.targets.llvm.schedules.int8_depthwise import (
     int8_depthwise_conv,
@@ -411,7 +415,7 @@ def test_row_blocks_drop_fewest_positions_within_half_the_l1_cache():
     """A 14x14 1x1 convolution sums all 14 rows at once (208 positions for 196 pixels);
     a 112-wide one a row at a time (whole vectors already); a 56-wide 3x3 one (58
     positions a row) the rows that waste least; every block within half of L1d."""
-    from heterocc.targets.llvm.schedules.int8_conv import RowBlocks, row_blocks
+    from heterocc.targets.llvm.schedules.int8_conv import RowBlocks
 
     cpu = parse_cpu("llvm -mcpu=sapphirerapids")
     assert row_blocks(14, 14, 14, 16, 16, cpu) == RowBlocks(14, 208)
@@ -421,3 +425,57 @@ def test_row_blocks_drop_fewest_positions_within_half_the_l1_cache():
         assert height % blocks.rows == 0 and blocks.extent % 16 == 0
         assert 16 * blocks.extent * 4 <= cpu.l1d // 2 or blocks.rows == 1
         assert blocks.extent >= (blocks.rows - 1) * length + width
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell",
+                                    "llvm -mcpu=sapphirerapids -mattr=-avx512f",
+                                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
+                         ids=["avx512", "avx2", "avxvnni", "neon"])
+def test_register_tiles_fit_the_registers_and_share_each_weight(target):
+    """Every candidate tile's accumulators, data vectors and broadcast weight fit the
+    description's vector registers (less four); a ResNet-18 3x3 convolution takes a tile
+    of several data vectors, each broadcast weight read once for all of them; a 7x7
+    output is not rounded past the vectors one-vector tiles would compute."""
+    cpu = parse_cpu(target)
+    for filters in (8, 12, 64, 96, 512):
+        for tiles in tile_candidates(filters, cpu):
+            assert filters % tiles.channels == 0
+            assert tiles.vectors == 1 or \
+                tiles.channels * tiles.vectors + tiles.vectors + 1 <= cpu.vector_registers - 4
+    tiles, blocks = conv_tiling(256, 14, 14, 16, cpu)
+    assert tiles.vectors >= 2 and blocks.extent % (tiles.lanes * tiles.vectors) == 0
+    single = row_blocks(7, 9, 7, tiles.lanes, 16, cpu)
+    tiles, blocks = conv_tiling(512, 7, 7, 9, cpu)
+    assert 7 // blocks.rows * blocks.extent <= 7 // single.rows * single.extent
+    if cpu.arch == "x86_64" and "avx512f" in cpu.features:
+        module, _ = _build((1, 64, 14, 14), 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), cpu)
+        assembly = module.assembly()
+        # the 8 x 2 tile: one broadcast per weight, two instructions per broadcast
+        assert assembly.count("vpdpbusd") >= 2 * assembly.count("vpbroadcastd") > 0
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"], ids=["host", "avx2"])
+@pytest.mark.parametrize("shape,filters,kernel,strides,pads,dilations,phases", [
+    ((1, 8, 14, 14), 16, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), (1, 1)),  # downsample
+    ((1, 3, 17, 17), 8, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), (2, 2)),  # a stem
+    ((1, 5, 16, 13), 8, (3, 2), (3, 2), (1, 0, 2, 1), (2, 1), (3, 2)),  # stride 3, dilated
+], ids=["1x1-s2", "7x7-s2", "s3x2-dilated"])
+def test_strided_convolutions_read_the_stride_phases_flat(target, shape, filters, kernel,
+                                                          strides, pads, dilations, phases):
+    """A strided convolution's data is packed by the stride's phases, each phase's
+    pixels numbered row after row, so that its vectors run on across rows as with
+    stride 1; only the phases the taps read are packed (one for a 1x1); bit-exact."""
+    cpu = parse_cpu(target)
+    module, out = _build(shape, filters, kernel, strides, pads, dilations, cpu)
+    sums = out.op.body.a.tensor
+    data, _ = int8_conv_inputs(sums)
+    assert tuple(data.shape[2:4]) == phases
+    assert data.shape[4] % data.op.attrs["int8_row"] == 0
+    if not _host_runs(cpu):
+        return
+    rng = np.random.default_rng(sum(shape) + filters)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    w = rng.integers(-128, 128, (filters, shape[1], *kernel)).astype(np.int8)
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](x, w, np.array([5], np.int8), got)
+    np.testing.assert_array_equal(got, _reference(x, w, 5, strides, pads, dilations))
