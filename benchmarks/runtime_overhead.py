@@ -6,7 +6,9 @@ figures that matter for networks of many small layers:
   costs: waking or reaching the workers, and waiting for them);
 - the graph executor's cost per node: a chain of tiny Conv+Relu functions run by the
   executor, against the same kernels' machine code called back to back with the same
-  buffers (the difference, per node, is the Python between two kernels).
+  buffers (the difference, per node, is the Python between two kernels), with the chain
+  called as one native run (``heterocc.runtime.native``: the default) and with one call
+  per function (``native_runs=False``: what profiling runs).
 
     python benchmarks/runtime_overhead.py [--nodes 200] [--blocks 20]
 
@@ -76,12 +78,17 @@ def pool_hand_off(blocks: int) -> None:
 def executor_per_node(nodes: int, blocks: int) -> None:
     import heterocc
     from heterocc.models import conv_chain
+    from heterocc.runtime.executor import GraphExecutor
+    from heterocc.runtime.native import NativeRun
 
     model = conv_chain(nodes)
     x = np.random.default_rng(0).standard_normal((1, 8, 8, 8)).astype(np.float32)
     executor = heterocc.compile(model, target="llvm").build_static().executor
+    per_node = GraphExecutor(executor.graph, executor.kernels, executor.placement,
+                             native_runs=False)
     expected = heterocc.compile(model, target="reference").run([x])[0]
     np.testing.assert_allclose(executor.execute([x])[0], expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(per_node.execute([x])[0], executor.execute([x])[0])
     # each kernel's machine code called directly, on copies of the inputs it had in that
     # run and outputs of its own (holding the run's arrays would keep the kernels from
     # recycling theirs)
@@ -110,14 +117,19 @@ def executor_per_node(nodes: int, blocks: int) -> None:
 
     count = len(executor.graph.nodes)
     # one run per sample: on a loaded machine the mean of a block is mostly preemptions
-    (e_min, e_med), (m_min, m_med) = _alternate(
-        [lambda: executor.execute([x]), machine_code], 10 * blocks, 1)
-    print(f"{count} nodes, executor:      min {e_min / count:6.2f}  median {e_med / count:6.2f} "
-          "us/node")
-    print(f"{count} nodes, machine code:  min {m_min / count:6.2f}  median {m_med / count:6.2f} "
-          "us/node")
-    print(f"executor's cost per node:    min {(e_min - m_min) / count:6.2f}  median "
-          f"{(e_med - m_med) / count:6.2f} us/node")
+    (e_min, e_med), (p_min, p_med), (m_min, m_med) = _alternate(
+        [lambda: executor.execute([x]), lambda: per_node.execute([x]), machine_code],
+        10 * blocks, 1)
+    runs = sum(isinstance(step.kernel, NativeRun) for step in executor._native_steps)
+    for what, low, mid in (("executor, native runs", e_min, e_med),
+                           ("executor, one call each", p_min, p_med),
+                           ("machine code", m_min, m_med)):
+        print(f"{count} nodes, {what + ':':24s} min {low / count:6.2f}  median "
+              f"{mid / count:6.2f} us/node")
+    print(f"executor's cost per node, native runs ({runs} run(s)):  min "
+          f"{(e_min - m_min) / count:6.2f}  median {(e_med - m_med) / count:6.2f} us/node")
+    print(f"executor's cost per node, one call each:     min {(p_min - m_min) / count:6.2f}  "
+          f"median {(p_med - m_med) / count:6.2f} us/node")
 
 
 def main() -> None:
