@@ -11,6 +11,11 @@ figures that matter for networks of many small layers:
   per function (``native_runs=False``: what profiling runs).
 
     python benchmarks/runtime_overhead.py [--nodes 200] [--blocks 20]
+        [--models efficientnet_b0 mobilenet_v2 --precision float|int8 --rounds 6]
+
+``--models``: whole zoo models (``zoo.py``'s torchvision exports; int8: quantized as
+there) run by the executor with native runs and with one call per function, in
+alternating blocks of 5 runs on one thread, timed in CPU seconds of this process.
 
 Both peers are measured in the same run, in alternating blocks, so a change in machine
 load affects both alike; the load average is printed with the figures.
@@ -31,6 +36,9 @@ def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=200, help="Conv+Relu functions in the chain")
     parser.add_argument("--blocks", type=int, default=20, help="alternating blocks per figure")
+    parser.add_argument("--models", nargs="*", default=[], help="zoo models to time whole")
+    parser.add_argument("--precision", choices=("float", "int8"), default="float")
+    parser.add_argument("--rounds", type=int, default=6, help="alternating blocks per model")
     return parser.parse_args()
 
 
@@ -132,9 +140,65 @@ def executor_per_node(nodes: int, blocks: int) -> None:
           f"median {(p_med - m_med) / count:6.2f} us/node")
 
 
+def whole_models(names: list[str], precision: str, rounds: int) -> None:
+    import tempfile
+
+    import onnxruntime as ort
+    from alternating import alternating_samples
+    from ort_quantize import quantize_qdq
+    from zoo import CALIBRATION_INPUTS, export, random_feed
+
+    import heterocc
+    from heterocc.runtime.executor import GraphExecutor
+    from heterocc.runtime.native import NativeRun
+
+    for name in names:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, f"{name}.onnx")
+            why = export(name, path)
+            if why:
+                print(f"{name}: skipped: {why}")
+                continue
+            session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            rng = np.random.default_rng(1)
+            feed = random_feed(session, rng)
+            if precision == "int8":
+                quantized = os.path.join(tmp, f"{name}.int8.onnx")
+                quantize_qdq(path, quantized, [random_feed(session, rng)
+                                               for _ in range(CALIBRATION_INPUTS)])
+                path = quantized
+            executor = heterocc.compile(path, target="llvm").build_static().executor
+        per_node = GraphExecutor(executor.graph, executor.kernels, executor.placement,
+                                 native_runs=False)
+        x = [feed[k] for k in executor.input_names]
+        for got, want in zip(executor.execute(x), per_node.execute(x)):
+            np.testing.assert_array_equal(got, want)
+        runs = [step.kernel for step in executor._native_steps
+                if isinstance(step.kernel, NativeRun)]
+        inside = sum(run.last - run.first + 1 for run in runs)
+        native, one_each = alternating_samples(
+            [lambda e=executor, x=x: e.execute(x), lambda e=per_node, x=x: e.execute(x)],
+            5 * rounds, 5,
+            pause_s=0.1, clock=time.process_time)
+        n_med, o_med = statistics.median(native) * 1e3, statistics.median(one_each) * 1e3
+        n_min, o_min = min(native) * 1e3, min(one_each) * 1e3
+        count = len(executor.graph.nodes)
+        print(f"{name} {precision}: {count} functions, {inside} in {len(runs)} native "
+              f"run(s); CPU ms/run native {n_med:.3f} (best {n_min:.3f}), one call each "
+              f"{o_med:.3f} (best {o_min:.3f}): saved {o_med - n_med:.3f} ms "
+              f"({(o_med - n_med) / count * 1e3:.2f} us/function), ratio "
+              f"{n_med / o_med:.3f} (best-of {n_min / o_min:.3f})", flush=True)
+
+
 def main() -> None:
     args = _parse()
     print(describe())
+    if args.models:
+        os.environ.setdefault("HETEROCC_NUM_THREADS", "1")
+        print(f"load average {os.getloadavg()[0]:.2f}")
+        whole_models(args.models, args.precision, args.rounds)
+        print(f"load average {os.getloadavg()[0]:.2f}")
+        return
     pool_hand_off(args.blocks)
     executor_per_node(args.nodes, args.blocks)
     print(f"load average {os.getloadavg()[0]:.2f}")
