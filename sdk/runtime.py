@@ -1,6 +1,7 @@
 """The run-time pieces a target's kernels, artifacts and bring-up use: the graph executor
-and its device tensors, the NumPy reference interpreter, artifact member paths, the
-reader of ``--input`` files, the fallback report, and the compiler's front door
+and its device tensors, the NumPy reference interpreter, what a kernel offers to be
+called in a native run (:class:`NativeEntry`, :class:`SequencePlan`), artifact member
+paths, the reader of ``--input`` files, the fallback report, and the compiler's front door
 (:func:`compile_model`, for a target's bring-up and search seeds; :func:`load_model`, an
 ONNX model from a path or bytes, and :func:`from_onnx`, its Graph IR; :func:`tiny_cnn`, a
 small model to run them on).
@@ -18,8 +19,10 @@ from heterocc.runtime.executor import DeviceTensor, GraphExecutor
 from heterocc.runtime.files import member_path
 from heterocc.runtime.inputs import load_input_files
 from heterocc.runtime.interpreter import evaluate
+from heterocc.runtime.native import NativeEntry, SequencePlan
 
 __all__ = [
     "CompiledModel", "DeviceTensor", "GraphExecutor", "compile_model", "evaluate", "from_onnx",
-    "load_input_files", "load_model", "member_path", "report_fallback", "tiny_cnn",
+    "NativeEntry", "SequencePlan", "load_input_files", "load_model", "member_path",
+    "report_fallback", "tiny_cnn",
 ]

@@ -21,6 +21,7 @@ from ..ops import get_op
 from .budget import check_tensor, check_total, current_budget
 from .inputs import is_dtype, native_order
 from .memory import MemoryPlan, plan_memory
+from .native import NativeRun, find_runs
 from .overlap import HOST, DeviceQueue, LanePlan, kernel_device, plan_lanes
 
 Kernel = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
@@ -135,6 +136,12 @@ class GraphExecutor:
     _unread: tuple = field(default=(), repr=False)
     #: one queue per device lane, made on first use and shared by every run
     _queues: dict[str, DeviceQueue] = field(default_factory=dict, repr=False)
+    #: call runs of consecutive kernels that offer native entries as one (see
+    #: :mod:`~heterocc.runtime.native`) when a run is neither profiled nor overlapped
+    #: (False: one call per function; the outputs are the same bits)
+    native_runs: bool = True
+    #: the plan's steps with those runs each one step (:meth:`_with_native_runs`)
+    _native_steps: tuple[_Step, ...] = field(default=(), repr=False)
 
     def __post_init__(self):
         check_graph_memory(self.graph)
@@ -216,7 +223,27 @@ class GraphExecutor:
         self._output_slots = tuple(slot(v) for v in self.graph.outputs)
         self._input_slots, self._initial = input_slots, initial
         self._plan_lanes(steps, slots, returned)
+        self._native_steps = self._with_native_runs(steps) if self.native_runs else tuple(steps)
         self._steps, self._planned = tuple(steps), (self.graph, self.kernels)
+
+    def _with_native_runs(self, steps: list[_Step]) -> tuple[_Step, ...]:
+        """``steps`` with every run of consecutive native kernels (:func:`find_runs`)
+        replaced by one step calling it: it reads the run's inputs, writes the values
+        read after it and drops what its steps would have dropped of its inputs."""
+        runs = find_runs(steps, self._initial, set(self._output_slots))
+        merged, k = [], 0
+        for run in runs:
+            merged.extend(steps[k:run.first])
+            members = tuple(steps[run.first:run.last + 1])
+            inputs = set(run.reads)
+            drops = tuple(dict.fromkeys(s for step in members for s in step.drops
+                                        if s in inputs))
+            merged.append(_Step(members[0].node, run,
+                                functools.partial(_call_run, run, members, self._initial),
+                                None, run.reads, (), run.writes, drops))
+            k = run.last + 1
+        merged.extend(steps[k:])
+        return tuple(merged)
 
     def _plan_lanes(self, steps: list[_Step], slots: dict[Value, int], returned: set) -> None:
         """Each step's lane and what it waits for (:class:`LanePlan`), and which slots a
@@ -258,6 +285,8 @@ class GraphExecutor:
         for k, value in zip(input_slots, inputs):
             env[k] = value
         profile = self.profile
+        if profile is None:  # per-function times need one call per function
+            steps = self._native_steps
         ndarray = np.ndarray
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -548,6 +577,24 @@ def check_graph_memory(graph: Graph) -> None:
             if v.type.nbytes > budget:
                 check_tensor(v.name, v.type.shape, v.type.np_dtype,
                              f"tensor (output of {node.op} node {node.name!r})", budget)
+
+
+def _call_run(run: NativeRun, steps: Sequence[_Step], initial: list, args: list) -> list:
+    """A native run's outputs for its inputs ``args``; where the run cannot take them
+    (an input of another spec or layout), its steps one by one, whose kernels' checks
+    then say what is wrong, with a note naming the function that raised."""
+    results = run.native(args)
+    if results is not None:
+        return results
+    env = dict(zip(run.reads, args))
+    for step in steps:
+        try:
+            results = step.call([env[s] if s in env else initial[s] for s in step.reads])
+        except Exception as exc:
+            exc.add_note(f"raised by function {step.node.name!r} ({step.node.op})")
+            raise
+        env.update(zip(step.writes, results))
+    return [env[s] for s in run.writes]
 
 
 def _run_op(op, attrs: dict, args: Sequence) -> list[np.ndarray]:

@@ -44,32 +44,68 @@ def plan_memory(graph: Graph) -> MemoryPlan:
         for v in node.inputs:
             if v is not None and not v.is_const:
                 plan.last_use[v] = index
-    free: list[int] = []  # slots whose tenant is dead
-    ending: dict[int, list[Value]] = {}
-    for v, last in plan.last_use.items():
-        ending.setdefault(last, []).append(v)
-    for index, node in enumerate(graph.nodes):
-        for v in node.outputs:
-            size = v.type.nbytes
-            plan.naive_bytes += size
-            if v in returned or v not in plan.last_use:
-                plan.slot_of[v] = len(plan.slot_bytes)
-                plan.slot_bytes.append(size)
-                continue
-            fitting = [s for s in free if plan.slot_bytes[s] >= size]
-            if fitting:
-                slot = min(fitting, key=lambda s: plan.slot_bytes[s])
-            elif free:  # grow the largest free slot rather than adding one
-                slot = max(free, key=lambda s: plan.slot_bytes[s])
-                plan.slot_bytes[slot] = size
-            else:
-                slot = len(plan.slot_bytes)
-                plan.slot_bytes.append(size)
-                plan.slot_of[v] = slot
-                continue
-            free.remove(slot)
-            plan.slot_of[v] = slot
-        for v in ending.get(index, []):
-            if v in plan.slot_of and v not in returned:
-                free.append(plan.slot_of[v])
+    produced = [(index, v) for index, node in enumerate(graph.nodes) for v in node.outputs]
+    # a returned value, or one nobody reads, has a slot of its own
+    slots, plan.slot_bytes = assign_slots([
+        Lifetime(index, None if v in returned or v not in plan.last_use
+                 else plan.last_use[v], v.type.nbytes) for index, v in produced])
+    plan.slot_of = {v: slot for (_, v), slot in zip(produced, slots)}
+    plan.naive_bytes = sum(v.type.nbytes for _, v in produced)
     return plan
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    """A buffer written at step ``first`` and last read at step ``last`` (both
+    included; None: it keeps a slot of its own, never shared), of ``nbytes``."""
+
+    first: int
+    last: int | None
+    nbytes: int
+
+
+def assign_slots(lifetimes: list[Lifetime]) -> tuple[list[int], list[int]]:
+    """The slot of each buffer (in the order given, which is by ``first``) and the size
+    of each slot: a buffer takes a slot whose tenant was last read at an earlier step
+    (the smallest that fits, else the largest free one, grown), so two buffers share a
+    slot only if their lifetimes do not overlap; the outputs of a step never share with
+    its inputs."""
+    slot_of: list[int] = []
+    slot_bytes: list[int] = []
+    free: list[int] = []  # slots whose tenant is dead
+    ending: dict[int, list[int]] = {}
+    step = None
+    for life in lifetimes:
+        if life.first != step:  # free what earlier steps were the last to read
+            for s in sorted(e for e in ending if step is None or e < life.first):
+                free.extend(ending.pop(s))
+            step = life.first
+        size = life.nbytes
+        fitting = [s for s in free if slot_bytes[s] >= size] if life.last is not None else []
+        if fitting:
+            slot = min(fitting, key=lambda s: slot_bytes[s])
+        elif free and life.last is not None:  # grow the largest free slot, not add one
+            slot = max(free, key=lambda s: slot_bytes[s])
+            slot_bytes[slot] = size
+        else:
+            slot = len(slot_bytes)
+            slot_bytes.append(size)
+            slot_of.append(slot)
+            if life.last is not None:
+                ending.setdefault(life.last, []).append(slot)
+            continue
+        free.remove(slot)
+        slot_of.append(slot)
+        ending.setdefault(life.last, []).append(slot)
+    return slot_of, slot_bytes
+
+
+def arena_offsets(lifetimes: list[Lifetime], alignment: int = 64) -> tuple[list[int], int]:
+    """Byte offsets of buffers in one arena, and the arena's size: the buffers share
+    memory as :func:`assign_slots` lets them, each slot starting on ``alignment`` bytes."""
+    slots, sizes = assign_slots(lifetimes)
+    starts, total = [], 0
+    for size in sizes:
+        starts.append(total)
+        total += -(-size // alignment) * alignment
+    return [starts[s] for s in slots], total

@@ -189,6 +189,8 @@ class CompiledFunction:
     def __init__(self, signature: FunctionSignature, address: int, owner: object):
         self.signature = signature
         self._owner = owner  # keeps the code (JIT module or loaded library) alive
+        #: the machine code's entry (C ABI: one data pointer per parameter)
+        self.address = address
         prototype = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(signature.params)))
         self._call = prototype(address)
 
@@ -225,6 +227,11 @@ class CompiledFunction:
     def __call__(self, *arrays: np.ndarray) -> None:
         self.check(arrays)
         self._call(*(a.ctypes.data for a in arrays))
+
+    @property
+    def owner(self) -> object:
+        """What holds the code: the :class:`LLVMModule` (JIT) or :class:`LoadedLibrary`."""
+        return self._owner
 
     def call_addresses(self, *addresses: int) -> None:
         """Call with the data addresses of the buffers, unchecked: for a caller that has
@@ -446,6 +453,14 @@ class LoadedLibrary(_FunctionTable):
                 raise CompileError(f"library {path} has no function {signature.name!r}") from None
             address = ctypes.cast(symbol, ctypes.c_void_p).value
             self.functions[signature.name] = CompiledFunction(signature, address, self)
+
+    def symbol_address(self, name: str) -> int | None:
+        """The address of the library's symbol ``name``, or None where it has none (a
+        library exported before the runtime had it)."""
+        try:
+            return ctypes.cast(getattr(self._library, name), ctypes.c_void_p).value
+        except AttributeError:
+            return None
 
 
 #: ELF identification and the fields of the 64-bit header read by check_shared_object

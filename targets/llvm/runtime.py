@@ -316,10 +316,53 @@ int heterocc_parallel_for(heterocc_task task, void *closure, int64_t n) {
     pthread_mutex_unlock(&region_lock);
     return 0;
 }
-""".replace("HETEROCC_DEFAULT_SPIN_US", str(DEFAULT_SPIN_US))
+"""
+
+#: the most parameters a kernel may have to be called by :data:`RUN_SEQUENCE` (kernels
+#: with more are called one by one from Python)
+SEQUENCE_MAX_ARGS = 64
+
+
+def _sequence_source(max_args: int) -> str:
+    """The C of ``heterocc_run_sequence``: kernels called one after another, each with its
+    data pointers gathered from a table of values; one ``case`` per parameter count, since
+    C calls a function pointer only through a prototype of its own arity."""
+    cases = []
+    for n in range(max_args + 1):
+        params = ", ".join(["void *"] * n) or "void"
+        args = ", ".join(f"a[{k}]" for k in range(n))
+        cases.append(f"        case {n}: ((void (*)({params}))functions[c])({args}); break;")
+    return r"""
+/* A run of consecutive kernels of a network in one call from Python: call c gets
+   arities[c] data pointers, values[arguments[...]] in order (the table holds the run's
+   inputs, outputs, constants and the buffers of its own intermediate tensors). Returns 0,
+   or 1 + the index of a call whose arity has no case (nothing from it on was run). */
+int heterocc_run_sequence(int64_t calls, void *const *functions, const int32_t *arities,
+                          const int32_t *arguments, void *const *values) {
+    void *a[HETEROCC_SEQUENCE_MAX_ARGS + 1];
+    for (int64_t c = 0; c < calls; ++c) {
+        int n = arities[c];
+        if (n < 0 || n > HETEROCC_SEQUENCE_MAX_ARGS) return (int)c + 1;
+        for (int k = 0; k < n; ++k) a[k] = values[arguments[k]];
+        arguments += n;
+        switch (n) {
+""" + "\n".join(cases) + r"""
+        default: return (int)c + 1;
+        }
+    }
+    return 0;
+}
+"""
+
+
+RUNTIME_SOURCE = (RUNTIME_SOURCE + _sequence_source(SEQUENCE_MAX_ARGS)).replace(
+    "HETEROCC_DEFAULT_SPIN_US", str(DEFAULT_SPIN_US)).replace(
+    "HETEROCC_SEQUENCE_MAX_ARGS", str(SEQUENCE_MAX_ARGS))
 
 #: symbols generated code may call besides libm and libc.
 PARALLEL_FOR = "heterocc_parallel_for"
+#: the runtime's entry that runs a sequence of kernels (see ``_sequence_source``)
+RUN_SEQUENCE = "heterocc_run_sequence"
 
 
 def _cache_dir() -> Path:

@@ -27,7 +27,7 @@ import numpy as np
 from heterocc.ir.graph import Node
 from heterocc.sdk import InputError, TargetError, te
 from heterocc.sdk.graph import alter_layout_for
-from heterocc.sdk.runtime import member_path
+from heterocc.sdk.runtime import NativeEntry, member_path
 from heterocc.sdk.te_target import (
     CompiledFunction,
     ExpressedFunction,
@@ -274,6 +274,24 @@ class LLVMKernel:
             # else a function that cannot run here: its own call says why
             self._threads = threading.local()
             return self._threads
+
+    def native_entry(self):
+        """The kernel's machine code for a native run of consecutive kernels
+        (``heterocc.runtime.native``, called through :mod:`.sequence`), or None where it
+        cannot be called so (code for another CPU, no runtime with the entry)."""
+        from .sequence import runner_of
+
+        runner = runner_of(self.function)
+        if runner is None:
+            return None
+        if self._threads is None:
+            self._prepare()
+        if self._inputs is None:
+            return None
+        return NativeEntry(self.function.address, tuple(self._inputs),
+                           self._constant_addresses,
+                           tuple((tuple(shape), np.dtype(dtype))
+                                 for shape, dtype in self.out_specs), runner)
 
     def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
         threads = self._threads

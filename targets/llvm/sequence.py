@@ -1,0 +1,159 @@
+"""The CPU's native runs: consecutive LLVM kernels of a network called in one call
+from Python, through the C runtime's ``heterocc_run_sequence`` (``runtime.py``).
+
+A :class:`SequenceRunner` wraps that entry of one copy of the runtime: the one loaded
+for JIT-compiled kernels, or the one linked into a loaded artifact's library (a library
+exported before the runtime had the entry has no runner: its kernels are called one by
+one). It turns the executor's :class:`~heterocc.runtime.native.SequencePlan` into a
+:class:`_Sequence`, which keeps per calling thread its table of data pointers, its
+arena (the run's own intermediate tensors) and its output arrays.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+import weakref
+from collections.abc import Sequence
+
+import numpy as np
+
+from heterocc.sdk import CompileError
+from heterocc.sdk.runtime import SequencePlan
+
+from .module import LoadedLibrary
+from .runtime import RUN_SEQUENCE, SEQUENCE_MAX_ARGS, load_runtime
+from .target import _Outputs
+
+_RUN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                        ctypes.c_void_p, ctypes.c_void_p)
+#: bytes of an arena's start skipped to align it (NumPy aligns less than a cache line)
+_ALIGNMENT = 64
+
+
+class SequenceRunner:
+    """Calls sequences of kernels through ``heterocc_run_sequence`` at ``address``;
+    ``owner`` keeps the code holding it alive."""
+
+    max_arguments = SEQUENCE_MAX_ARGS
+
+    def __init__(self, address: int, owner: object):
+        self._run = _RUN(address)
+        self._owner = owner
+
+    def sequence(self, plan: SequencePlan) -> _Sequence:
+        """The callable running ``plan`` (see ``NativeRunner.sequence``)."""
+        return _Sequence(self._run, plan)
+
+
+class _Sequence:
+    """One native run: its tables, shared and only read, and per calling thread a table
+    of values (the run's inputs, outputs, constants and arena buffers), an arena and
+    output arrays (recycled as a kernel's are: ``target._Outputs``)."""
+
+    def __init__(self, run, plan: SequencePlan):
+        self._call = run
+        self.plan = plan
+        calls = len(plan.functions)
+        flat = [k for arguments in plan.arguments for k in arguments]
+        self._functions = (ctypes.c_void_p * calls)(*plan.functions)
+        self._arities = (ctypes.c_int32 * calls)(*(len(a) for a in plan.arguments))
+        self._arguments = (ctypes.c_int32 * max(len(flat), 1))(*flat)
+        self._tables = (calls, ctypes.addressof(self._functions),
+                        ctypes.addressof(self._arities), ctypes.addressof(self._arguments))
+        self._inputs = [(tuple(shape), np.dtype(dtype)) for shape, dtype in plan.inputs]
+        self._outputs = [(tuple(shape), np.dtype(dtype)) for shape, dtype in plan.outputs]
+        self._threads = threading.local()
+
+    def _thread_state(self) -> _ThreadState:
+        plan = self.plan
+        arena = np.empty(plan.arena_bytes + _ALIGNMENT, np.uint8)
+        base = arena.ctypes.data
+        base += -base % _ALIGNMENT
+        inputs, outputs = len(plan.inputs), len(plan.outputs)
+        values = (ctypes.c_void_p * (inputs + outputs + len(plan.constants)
+                                     + len(plan.buffers)))()
+        first = inputs + outputs
+        values[first:first + len(plan.constants)] = plan.constants
+        values[first + len(plan.constants):] = [base + offset for offset in plan.buffers]
+        state = _ThreadState(arena, values, ctypes.addressof(values),
+                             _Outputs(self._outputs))
+        self._threads.state = state
+        return state
+
+    def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+        try:
+            state = self._threads.state
+        except AttributeError:  # this thread's first call
+            state = self._thread_state()
+        values = state.values
+        for k, (a, (shape, dtype)) in enumerate(zip(args, self._inputs)):
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype \
+                    or not a.flags.c_contiguous:
+                return None
+            values[k] = _address(a)
+        outs, addresses = state.outputs.recycled()
+        if addresses is not state.addresses:
+            first = len(self._inputs)
+            values[first:first + len(addresses)] = addresses
+            state.addresses = addresses
+        failed = self._call(*self._tables, state.values_address)
+        if failed:  # the planner keeps arities within SEQUENCE_MAX_ARGS
+            raise CompileError(f"heterocc_run_sequence: call {failed - 1} of a run has "
+                               f"{len(self.plan.arguments[failed - 1])} parameters, more "
+                               f"than the runtime's {SEQUENCE_MAX_ARGS}")
+        return outs
+
+
+class _ThreadState:
+    """A thread's arena, table of values (and its address) and outputs for one run."""
+
+    __slots__ = ("arena", "values", "values_address", "outputs", "addresses")
+
+    def __init__(self, arena, values, values_address: int, outputs: _Outputs):
+        self.arena, self.values, self.values_address = arena, values, values_address
+        self.outputs, self.addresses = outputs, None
+
+
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
+
+def _address(array: np.ndarray) -> int:
+    """The data address of a C-contiguous array (``ctypes.c_char.from_buffer``: a third
+    of ``array.ctypes.data``'s time; read-only arrays and empty ones take the latter)."""
+    try:
+        return _addressof(_from_buffer(array))
+    except (TypeError, ValueError):
+        return array.ctypes.data
+
+
+@functools.cache
+def jit_runner() -> SequenceRunner | None:
+    """The runner of JIT-compiled kernels: the runtime loaded into this process (None
+    where it cannot be built: no C compiler; the kernels are then called one by one)."""
+    try:
+        library = load_runtime()
+    except CompileError:
+        return None
+    return SequenceRunner(ctypes.cast(getattr(library, RUN_SEQUENCE), ctypes.c_void_p).value,
+                          library)
+
+
+_LIBRARY_RUNNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def runner_of(function) -> SequenceRunner | None:
+    """The runner that can call ``function`` (a ``module.CompiledFunction``): the
+    runtime linked into its loaded library, or the process's for JIT code; None for
+    anything else, or a library without the entry."""
+    owner = getattr(function, "owner", None)
+    if owner is None or getattr(function, "address", None) is None:
+        return None
+    if not isinstance(owner, LoadedLibrary):
+        return jit_runner()
+    if owner not in _LIBRARY_RUNNERS:
+        address = owner.symbol_address(RUN_SEQUENCE)
+        _LIBRARY_RUNNERS[owner] = None if address is None else SequenceRunner(address, owner)
+    return _LIBRARY_RUNNERS[owner]
