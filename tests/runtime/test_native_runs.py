@@ -17,10 +17,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 import heterocc
 from heterocc.errors import InputError
+from heterocc.ir.graph import FUNCTION_OP, Graph, Node, Value, constant
+from heterocc.ir.types import TensorType
 from heterocc.models import conv_chain
 from heterocc.runtime.executor import GraphExecutor
 from heterocc.runtime.memory import Lifetime, arena_offsets, assign_slots
-from heterocc.runtime.native import NativeRun
+from heterocc.runtime.native import NativeEntry, NativeRun
 from heterocc.targets.llvm import sequence
 
 RNG = np.random.default_rng(7)
@@ -187,3 +189,86 @@ def test_buffers_share_arena_bytes_only_when_their_lifetimes_do_not_overlap():
     assert slots[2] == slots[0]  # the first buffer's slot is free again at step 2
     assert len(sizes) < len(lifetimes) and total < sum(-(-x.nbytes // 64) * 64
                                                        for x in lifetimes)
+
+
+class _TableRunner:
+    """A runner that follows a SequencePlan in Python: its "addresses" are keys of the
+    kernels and constants it was given, its arena a byte array (float32 views): it
+    checks the planner's table of values, independent of any target."""
+
+    max_arguments = 8
+
+    def __init__(self):
+        self.code, self.constants, self.calls = {}, {}, 0
+
+    def sequence(self, plan):
+        def run(args):
+            arena = np.zeros(plan.arena_bytes, np.uint8)
+            outputs = [np.empty(shape, dtype) for shape, dtype in plan.outputs]
+            table = [*args, *outputs, *(self.constants[a] for a in plan.constants),
+                     *(arena[o:o + 16].view(np.float32) for o in plan.buffers)]
+            for function, arguments in zip(plan.functions, plan.arguments):
+                self.code[function]([table[k] for k in arguments])
+            self.calls += 1
+            return outputs
+        return run
+
+
+class _Double:
+    """A kernel ``fn`` of (4,) float32 arrays offering a native entry of ``runner``."""
+
+    def __init__(self, runner, fn, inputs, outputs):
+        self.runner, self.fn, self.inputs, self.outputs = runner, fn, inputs, outputs
+        runner.code[id(self)] = self._native
+
+    def __call__(self, args):
+        return [np.asarray(r, np.float32) for r in self.fn(*args)]
+
+    def _native(self, buffers):
+        for out, value in zip(buffers[self.inputs:], self.fn(*buffers[:self.inputs])):
+            out[...] = value
+
+    def native_entry(self):
+        spec = ((4,), np.dtype(np.float32))
+        return NativeEntry(id(self), (spec,) * self.inputs, (), (spec,) * self.outputs,
+                           self.runner)
+
+
+def test_the_plan_maps_constants_multiple_outputs_and_later_reads():
+    """x -> a = f(x, w) -> (b, unused) = g(a) -> c = h(b, a) -> y = k(c); the graph
+    returns y and b: a graph constant, an output nobody reads, a value read twice,
+    a returned value in the middle of the run."""
+    runner = _TableRunner()
+    t = TensorType((4,), "float32")
+    x = Value("x", t)
+    w = constant(np.arange(4, dtype=np.float32), "w")
+    runner.constants[w.data.ctypes.data] = w.data
+    a, b, unused, c, y = (Value(n, t) for n in ("a", "b", "unused", "c", "y"))
+
+    def function(name, inputs, outputs):
+        body = Graph([Value(f"{name}_p{k}", t) for k in range(len(inputs))],
+                     [Value(f"{name}_r{k}", t) for k in range(len(outputs))], [])
+        return Node(FUNCTION_OP, inputs, outputs, name=name, body=body)
+
+    nodes = [function("f", [x, w], [a]), function("g", [a], [b, unused]),
+             function("h", [b, a], [c]), function("k", [c], [y])]
+    kernels = {"f": _Double(runner, lambda x, w: [x + w], 2, 1),
+               "g": _Double(runner, lambda a: [a * 2, a * 0 - 1], 1, 2),
+               "h": _Double(runner, lambda b, a: [b - 3 * a], 2, 1),
+               "k": _Double(runner, lambda c: [c * c], 1, 1)}
+    graph = Graph([x], [y, b], nodes)
+    executor = GraphExecutor(graph, kernels)
+    (run,) = _runs(executor)
+    assert (run.first, run.last) == (0, 3) and len(run.plan.outputs) == 2
+    # a, unused and c in the arena; c takes the bytes of unused (dead after g), not a's
+    # (h reads a while it writes c)
+    assert len(run.plan.buffers) == 3 and run.plan.arena_bytes == 2 * 64
+    xs = RNG.standard_normal(4).astype(np.float32)
+    got = executor.execute([xs])
+    assert runner.calls == 1
+    want = GraphExecutor(graph, kernels, native_runs=False).execute([xs])
+    for g, v in zip(got, want):
+        np.testing.assert_array_equal(g, v)
+    a_ = xs + np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(got[1], a_ * 2)
+    np.testing.assert_array_equal(got[0], (a_ * 2 - 3 * a_) ** 2)
