@@ -9,6 +9,7 @@ entry splits the runs."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import onnx
@@ -54,8 +55,7 @@ def _executor(model) -> GraphExecutor:
 
 
 def _runs(executor: GraphExecutor) -> list[NativeRun]:
-    executor.lanes  # noqa: B018 - makes the plan
-    return [step.kernel for step in executor._native_steps if isinstance(step.kernel, NativeRun)]
+    return executor.runs
 
 
 def _one_call_each(executor: GraphExecutor) -> GraphExecutor:
@@ -120,16 +120,39 @@ def test_runs_from_many_threads_at_once_match_serial_runs():
         np.testing.assert_array_equal(out, serial[k])
 
 
-def test_profiling_keeps_one_entry_per_function():
+def test_profiling_times_each_function_inside_the_run():
     compiled = heterocc.compile(conv_chain(6, channels=8, size=6), target="llvm")
     x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
     plain = compiled.run([x])[0]
     compiled.enable_profiling()
+    begun = time.perf_counter()
+    np.testing.assert_array_equal(compiled.run([x])[0], plain)
+    ended = time.perf_counter()
+    executor = compiled.build_static().executor
+    assert len(executor.runs) == 1
+    entries = {e.node: e for e in compiled.profile_entries()}
+    functions = [n.name for n in executor.graph.nodes]
+    assert sorted(entries) == sorted(functions)
+    assert all(e.calls == 1 and len(e.spans) == 1 and e.target == "llvm"
+               for e in entries.values())
+    # the kernels' spans, one after another, inside the run
+    spans = [entries[name].spans[0] for name in functions]
+    assert begun <= spans[0][0] and spans[-1][0] + spans[-1][1] <= ended
+    for (start, seconds), (after, _) in zip(spans, spans[1:]):
+        assert seconds > 0 and start + seconds <= after
+
+
+def test_a_runner_that_cannot_time_profiles_function_by_function(monkeypatch):
+    compiled = heterocc.compile(conv_chain(4, channels=8, size=6), target="llvm")
+    x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    plain = compiled.run([x])[0]
+    (run,) = compiled.build_static().executor.runs
+    monkeypatch.setattr(run.native, "_call_timed", None)
+    compiled.enable_profiling()
     np.testing.assert_array_equal(compiled.run([x])[0], plain)
     entries = compiled.profile_entries()
-    functions = [n.name for n in compiled.build_static().executor.graph.nodes]
-    assert sorted(e.node for e in entries) == sorted(functions)
-    assert all(e.calls == 1 and len(e.spans) == 1 and e.target == "llvm" for e in entries)
+    assert len(entries) == len(compiled.build_static().executor.graph.nodes)
+    assert all(e.calls == 1 and e.seconds > 0 for e in entries)
 
 
 def test_a_loaded_artifact_runs_on_its_own_librarys_runtime(tmp_path, monkeypatch):
