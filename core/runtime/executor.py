@@ -91,7 +91,8 @@ class GraphExecutor:
     The first run makes a plan from ``graph`` and ``kernels`` (each node's kernel and the
     slots of the values it reads and writes) that later runs follow, so a network of
     many small kernels pays little per node; assigning another ``graph`` or ``kernels``
-    makes a new plan.
+    makes a new plan. Consecutive functions whose kernels offer native entries run as
+    one call of their target's runtime (``native_runs``; :mod:`~heterocc.runtime.native`).
 
     Functions whose kernels drive a device (``overlap.kernel_device``) run on that
     device's lane: where the graph has independent branches on different devices, a
