@@ -120,6 +120,33 @@ def test_runs_from_many_threads_at_once_match_serial_runs():
         np.testing.assert_array_equal(out, serial[k])
 
 
+def _run_in_child(executor, x, connection):
+    connection.send(executor.execute([x])[0])
+    connection.close()
+
+
+def test_a_forked_child_runs_the_run_its_parent_ran():
+    """The child inherits the parent thread's arena and outputs (copied on write) and
+    the runtime's pool rebuilt after fork: its results are its own and right."""
+    import multiprocessing
+
+    executor = _executor(conv_chain(6, channels=8, size=6))
+    x, other = (RNG.standard_normal((1, 8, 6, 6)).astype(np.float32) for _ in range(2))
+    expected = executor.execute([x])[0].copy()
+    held = executor.execute([other])[0]  # the parent's, held across the fork
+    context = multiprocessing.get_context("fork")
+    parent, child = context.Pipe()
+    worker = context.Process(target=_run_in_child, args=(executor, x, child))
+    worker.start()
+    got = parent.recv() if parent.poll(60) else None
+    worker.join(60)
+    if worker.exitcode is None:
+        worker.kill()
+    assert worker.exitcode == 0
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(held, _one_call_each(executor).execute([other])[0])
+
+
 def test_profiling_times_each_function_inside_the_run():
     compiled = heterocc.compile(conv_chain(6, channels=8, size=6), target="llvm")
     x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
