@@ -120,7 +120,7 @@ class GraphExecutor:
     overlap: bool = True
     #: the plan's steps and the graph and kernels it was made from (see :meth:`_plan`)
     _steps: tuple[_Step, ...] | None = field(default=None, repr=False)
-    _planned: tuple = field(default=(None, None), repr=False)
+    _planned: tuple = field(default=(None, None, None), repr=False)
     #: the value list a run starts from (constants in their slots) and the slots of the
     #: graph's inputs and outputs
     _initial: list = field(default_factory=list, repr=False)
@@ -177,18 +177,23 @@ class GraphExecutor:
         return self._outputs[index]
 
     def _plan(self) -> tuple[_Step, ...]:
-        """The steps of a run (made on the first run, and again for another graph or
-        kernels): every value gets a slot in one list, constants are put in theirs once,
-        and each node's kernel, argument slots, output slots and dead slots are found
-        here rather than by name and by value on every run."""
-        if self._steps is not None and self._planned[0] is self.graph \
-                and self._planned[1] is self.kernels:
+        """The steps of a run (made on the first run, and again for another graph,
+        kernels or ``native_runs``): every value gets a slot in one list, constants are
+        put in theirs once, and each node's kernel, argument slots, output slots and
+        dead slots are found here rather than by name and by value on every run."""
+        if self._plan_is_current():
             return self._steps
         with self._lock:  # one thread makes it; the others wait and take it
-            if self._steps is None or self._planned[0] is not self.graph \
-                    or self._planned[1] is not self.kernels:
+            if not self._plan_is_current():
                 self._make_plan()
             return self._steps
+
+    def _plan_is_current(self) -> bool:
+        """Whether the plan was made from this graph, these kernels and this choice of
+        native runs (each may be assigned since)."""
+        graph, kernels, native = self._planned
+        return self._steps is not None and graph is self.graph and kernels is self.kernels \
+            and native is self.native_runs
 
     def _make_plan(self) -> None:
         slots: dict[Value, int] = {}
@@ -225,7 +230,7 @@ class GraphExecutor:
         self._input_slots, self._initial = input_slots, initial
         self._plan_lanes(steps, slots, returned)
         self._native_steps = self._with_native_runs(steps) if self.native_runs else tuple(steps)
-        self._steps, self._planned = tuple(steps), (self.graph, self.kernels)
+        self._steps, self._planned = tuple(steps), (self.graph, self.kernels, self.native_runs)
 
     def _with_native_runs(self, steps: list[_Step]) -> tuple[_Step, ...]:
         """``steps`` with every run of consecutive native kernels (:func:`find_runs`)

@@ -79,6 +79,9 @@ def test_a_chain_runs_as_one_call_with_the_bits_of_one_call_per_function():
     for x, out in zip(inputs, held):
         np.testing.assert_array_equal(out, _one_call_each(executor).execute([x])[0])
         np.testing.assert_allclose(out, reference.run([x])[0], rtol=1e-4, atol=1e-5)
+    executor.native_runs = False  # a new plan, one call per function
+    assert executor.runs == []
+    np.testing.assert_array_equal(executor.execute([inputs[0]])[0], held[0])
 
 
 def test_a_value_read_after_the_run_or_returned_is_one_of_its_outputs():
