@@ -150,7 +150,11 @@ def test_a_forked_child_runs_the_run_its_parent_ran():
     np.testing.assert_array_equal(held, _one_call_each(executor).execute([other])[0])
 
 
-def test_profiling_times_each_function_inside_the_run():
+@pytest.mark.parametrize("same_clock", [True, False])
+def test_profiling_times_each_function_inside_the_run(same_clock, monkeypatch):
+    # where perf_counter is another clock than the runtime's, the spans are placed from
+    # the call's perf_counter time
+    monkeypatch.setattr(sequence, "_SAME_CLOCK", same_clock and sequence._SAME_CLOCK)
     compiled = heterocc.compile(conv_chain(6, channels=8, size=6), target="llvm")
     x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
     plain = compiled.run([x])[0]
