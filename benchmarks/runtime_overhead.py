@@ -87,7 +87,6 @@ def executor_per_node(nodes: int, blocks: int) -> None:
     import heterocc
     from heterocc.models import conv_chain
     from heterocc.runtime.executor import GraphExecutor
-    from heterocc.runtime.native import NativeRun
 
     model = conv_chain(nodes)
     x = np.random.default_rng(0).standard_normal((1, 8, 8, 8)).astype(np.float32)
@@ -128,7 +127,7 @@ def executor_per_node(nodes: int, blocks: int) -> None:
     (e_min, e_med), (p_min, p_med), (m_min, m_med) = _alternate(
         [lambda: executor.execute([x]), lambda: per_node.execute([x]), machine_code],
         10 * blocks, 1)
-    runs = sum(isinstance(step.kernel, NativeRun) for step in executor._native_steps)
+    runs = len(executor.runs)
     for what, low, mid in (("executor, native runs", e_min, e_med),
                            ("executor, one call each", p_min, p_med),
                            ("machine code", m_min, m_med)):
@@ -150,7 +149,6 @@ def whole_models(names: list[str], precision: str, rounds: int) -> None:
 
     import heterocc
     from heterocc.runtime.executor import GraphExecutor
-    from heterocc.runtime.native import NativeRun
 
     for name in names:
         with tempfile.TemporaryDirectory() as tmp:
@@ -173,8 +171,7 @@ def whole_models(names: list[str], precision: str, rounds: int) -> None:
         x = [feed[k] for k in executor.input_names]
         for got, want in zip(executor.execute(x), per_node.execute(x)):
             np.testing.assert_array_equal(got, want)
-        runs = [step.kernel for step in executor._native_steps
-                if isinstance(step.kernel, NativeRun)]
+        runs = executor.runs
         inside = sum(run.last - run.first + 1 for run in runs)
         native, one_each = alternating_samples(
             [lambda e=executor, x=x: e.execute(x), lambda e=per_node, x=x: e.execute(x)],

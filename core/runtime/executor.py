@@ -91,7 +91,8 @@ class GraphExecutor:
     The first run makes a plan from ``graph`` and ``kernels`` (each node's kernel and the
     slots of the values it reads and writes) that later runs follow, so a network of
     many small kernels pays little per node; assigning another ``graph`` or ``kernels``
-    makes a new plan.
+    makes a new plan. Consecutive functions whose kernels offer native entries run as
+    one call of their target's runtime (``native_runs``; :mod:`~heterocc.runtime.native`).
 
     Functions whose kernels drive a device (``overlap.kernel_device``) run on that
     device's lane: where the graph has independent branches on different devices, a
@@ -119,7 +120,7 @@ class GraphExecutor:
     overlap: bool = True
     #: the plan's steps and the graph and kernels it was made from (see :meth:`_plan`)
     _steps: tuple[_Step, ...] | None = field(default=None, repr=False)
-    _planned: tuple = field(default=(None, None), repr=False)
+    _planned: tuple = field(default=(None, None, None), repr=False)
     #: the value list a run starts from (constants in their slots) and the slots of the
     #: graph's inputs and outputs
     _initial: list = field(default_factory=list, repr=False)
@@ -137,8 +138,8 @@ class GraphExecutor:
     #: one queue per device lane, made on first use and shared by every run
     _queues: dict[str, DeviceQueue] = field(default_factory=dict, repr=False)
     #: call runs of consecutive kernels that offer native entries as one (see
-    #: :mod:`~heterocc.runtime.native`) when a run is neither profiled nor overlapped
-    #: (False: one call per function; the outputs are the same bits)
+    #: :mod:`~heterocc.runtime.native`; a profile times each kernel inside the run) where
+    #: devices do not overlap (False: one call per function; the outputs are the same bits)
     native_runs: bool = True
     #: the plan's steps with those runs each one step (:meth:`_with_native_runs`)
     _native_steps: tuple[_Step, ...] = field(default=(), repr=False)
@@ -176,18 +177,23 @@ class GraphExecutor:
         return self._outputs[index]
 
     def _plan(self) -> tuple[_Step, ...]:
-        """The steps of a run (made on the first run, and again for another graph or
-        kernels): every value gets a slot in one list, constants are put in theirs once,
-        and each node's kernel, argument slots, output slots and dead slots are found
-        here rather than by name and by value on every run."""
-        if self._steps is not None and self._planned[0] is self.graph \
-                and self._planned[1] is self.kernels:
+        """The steps of a run (made on the first run, and again for another graph,
+        kernels or ``native_runs``): every value gets a slot in one list, constants are
+        put in theirs once, and each node's kernel, argument slots, output slots and
+        dead slots are found here rather than by name and by value on every run."""
+        if self._plan_is_current():
             return self._steps
         with self._lock:  # one thread makes it; the others wait and take it
-            if self._steps is None or self._planned[0] is not self.graph \
-                    or self._planned[1] is not self.kernels:
+            if not self._plan_is_current():
                 self._make_plan()
             return self._steps
+
+    def _plan_is_current(self) -> bool:
+        """Whether the plan was made from this graph, these kernels and this choice of
+        native runs (each may be assigned since)."""
+        graph, kernels, native = self._planned
+        return self._steps is not None and graph is self.graph and kernels is self.kernels \
+            and native is self.native_runs
 
     def _make_plan(self) -> None:
         slots: dict[Value, int] = {}
@@ -224,7 +230,7 @@ class GraphExecutor:
         self._input_slots, self._initial = input_slots, initial
         self._plan_lanes(steps, slots, returned)
         self._native_steps = self._with_native_runs(steps) if self.native_runs else tuple(steps)
-        self._steps, self._planned = tuple(steps), (self.graph, self.kernels)
+        self._steps, self._planned = tuple(steps), (self.graph, self.kernels, self.native_runs)
 
     def _with_native_runs(self, steps: list[_Step]) -> tuple[_Step, ...]:
         """``steps`` with every run of consecutive native kernels (:func:`find_runs`)
@@ -238,9 +244,9 @@ class GraphExecutor:
             inputs = set(run.reads)
             drops = tuple(dict.fromkeys(s for step in members for s in step.drops
                                         if s in inputs))
-            merged.append(_Step(members[0].node, run,
-                                functools.partial(_call_run, run, members, self._initial),
-                                None, run.reads, (), run.writes, drops))
+            call = _RunCall(run, members, self._initial)
+            merged.append(_Step(members[0].node, call, call, None, run.reads, (), run.writes,
+                                drops))
             k = run.last + 1
         merged.extend(steps[k:])
         return tuple(merged)
@@ -285,8 +291,7 @@ class GraphExecutor:
         for k, value in zip(input_slots, inputs):
             env[k] = value
         profile = self.profile
-        if profile is None:  # per-function times need one call per function
-            steps = self._native_steps
+        steps = self._native_steps
         ndarray = np.ndarray
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -301,6 +306,8 @@ class GraphExecutor:
                         env[s] = args[k]
                 if profile is None:
                     results = call(args)
+                elif type(call) is _RunCall:  # it records each of its functions
+                    results = call(args, self._record)
                 else:
                     t0 = time.perf_counter()
                     results = call(args)
@@ -502,6 +509,13 @@ class GraphExecutor:
             return self._queues
 
     @property
+    def runs(self) -> list[NativeRun]:
+        """The plan's native runs (:mod:`~heterocc.runtime.native`; made by the first run
+        if needed): which consecutive functions :meth:`execute` calls as one."""
+        self._plan()
+        return [step.call.run for step in self._native_steps if type(step.call) is _RunCall]
+
+    @property
     def lanes(self) -> LanePlan:
         """Where each function of the plan runs (made by the first run if needed)."""
         self._plan()
@@ -579,22 +593,46 @@ def check_graph_memory(graph: Graph) -> None:
                              f"tensor (output of {node.op} node {node.name!r})", budget)
 
 
-def _call_run(run: NativeRun, steps: Sequence[_Step], initial: list, args: list) -> list:
-    """A native run's outputs for its inputs ``args``; where the run cannot take them
-    (an input of another spec or layout), its steps one by one, whose kernels' checks
-    then say what is wrong, with a note naming the function that raised."""
-    results = run.native(args)
-    if results is not None:
-        return results
-    env = dict(zip(run.reads, args))
-    for step in steps:
-        try:
-            results = step.call([env[s] if s in env else initial[s] for s in step.reads])
-        except Exception as exc:
-            exc.add_note(f"raised by function {step.node.name!r} ({step.node.op})")
-            raise
-        env.update(zip(step.writes, results))
-    return [env[s] for s in run.writes]
+@dataclass(frozen=True)
+class _RunCall:
+    """A plan's step calling a native run (its steps ``steps``)."""
+
+    run: NativeRun
+    steps: tuple[_Step, ...]
+    initial: list
+
+    def __call__(self, args: list, record: Callable | None = None) -> list:
+        """The run's outputs for its inputs ``args``; with ``record`` (a profile's
+        ``record(node, start, seconds, kernel)``), the time of each function, timed
+        inside the run where its runner can (``native(...).timed``). Where the run
+        cannot take ``args`` (an input of another spec or layout), its steps one by
+        one, whose kernels' checks then say what is wrong, with a note naming the
+        function that raised."""
+        if record is None:
+            results = self.run.native(args)
+            if results is not None:
+                return results
+        else:
+            timed = getattr(self.run.native, "timed", None)
+            got = timed(args) if timed is not None else None
+            if got is not None:
+                results, spans = got
+                for step, (start, seconds) in zip(self.steps, spans):
+                    record(step.node, start, seconds, step.kernel)
+                return results
+        env = dict(zip(self.run.reads, args))
+        for step in self.steps:
+            step_args = [env[s] if s in env else self.initial[s] for s in step.reads]
+            start = time.perf_counter()
+            try:
+                results = step.call(step_args)
+            except Exception as exc:
+                exc.add_note(f"raised by function {step.node.name!r} ({step.node.op})")
+                raise
+            if record is not None:
+                record(step.node, start, time.perf_counter() - start, step.kernel)
+            env.update(zip(step.writes, results))
+        return [env[s] for s in self.run.writes]
 
 
 def _run_op(op, attrs: dict, args: Sequence) -> list[np.ndarray]:

@@ -39,7 +39,9 @@ class NativeRunner(Protocol):
         ``plan.inputs``' specs) and returning its outputs (``plan.outputs``; arrays
         nobody else writes while the caller holds them), or None, having run nothing,
         where an input is not a C-contiguous array of its spec. It may be called from
-        several threads at once."""
+        several threads at once. The callable may offer ``timed(inputs)``: the outputs
+        and each kernel's (start, seconds), start on ``time.perf_counter``'s clock (or
+        None as above), which a profile then records per function."""
 
 
 @dataclass(frozen=True)

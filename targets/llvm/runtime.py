@@ -335,22 +335,37 @@ def _sequence_source(max_args: int) -> str:
     return r"""
 /* A run of consecutive kernels of a network in one call from Python: call c gets
    arities[c] data pointers, values[arguments[...]] in order (the table holds the run's
-   inputs, outputs, constants and the buffers of its own intermediate tensors). Returns 0,
-   or 1 + the index of a call whose arity has no case (nothing from it on was run). */
-int heterocc_run_sequence(int64_t calls, void *const *functions, const int32_t *arities,
-                          const int32_t *arguments, void *const *values) {
+   inputs, outputs, constants and the buffers of its own intermediate tensors). With
+   `times`, call c's start and end on CLOCK_MONOTONIC (ns) go to times[2c], times[2c+1]
+   (a profile). Returns 0, or 1 + the index of a call whose arity has no case (nothing
+   from it on was run). */
+static int run_sequence(int64_t calls, void *const *functions, const int32_t *arities,
+                        const int32_t *arguments, void *const *values, int64_t *times) {
     void *a[HETEROCC_SEQUENCE_MAX_ARGS + 1];
     for (int64_t c = 0; c < calls; ++c) {
         int n = arities[c];
         if (n < 0 || n > HETEROCC_SEQUENCE_MAX_ARGS) return (int)c + 1;
         for (int k = 0; k < n; ++k) a[k] = values[arguments[k]];
         arguments += n;
+        if (times) times[2 * c] = now_ns();
         switch (n) {
 """ + "\n".join(cases) + r"""
         default: return (int)c + 1;
         }
+        if (times) times[2 * c + 1] = now_ns();
     }
     return 0;
+}
+
+int heterocc_run_sequence(int64_t calls, void *const *functions, const int32_t *arities,
+                          const int32_t *arguments, void *const *values) {
+    return run_sequence(calls, functions, arities, arguments, values, NULL);
+}
+
+int heterocc_run_sequence_timed(int64_t calls, void *const *functions,
+                                const int32_t *arities, const int32_t *arguments,
+                                void *const *values, int64_t *times) {
+    return run_sequence(calls, functions, arities, arguments, values, times);
 }
 """
 
@@ -361,8 +376,10 @@ RUNTIME_SOURCE = (RUNTIME_SOURCE + _sequence_source(SEQUENCE_MAX_ARGS)).replace(
 
 #: symbols generated code may call besides libm and libc.
 PARALLEL_FOR = "heterocc_parallel_for"
-#: the runtime's entry that runs a sequence of kernels (see ``_sequence_source``)
+#: the runtime's entries that run a sequence of kernels, and one timing each kernel
+#: (see ``_sequence_source``)
 RUN_SEQUENCE = "heterocc_run_sequence"
+RUN_SEQUENCE_TIMED = "heterocc_run_sequence_timed"
 
 
 def _cache_dir() -> Path:

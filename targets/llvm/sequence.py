@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 
@@ -23,28 +24,37 @@ from heterocc.sdk import CompileError
 from heterocc.sdk.runtime import SequencePlan
 
 from .module import LoadedLibrary
-from .runtime import RUN_SEQUENCE, SEQUENCE_MAX_ARGS, load_runtime
+from .runtime import RUN_SEQUENCE, RUN_SEQUENCE_TIMED, SEQUENCE_MAX_ARGS, load_runtime
 from .target import _Outputs
 
 _RUN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                         ctypes.c_void_p, ctypes.c_void_p)
+_RUN_TIMED = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+#: whether time.perf_counter reads the runtime's clock (CLOCK_MONOTONIC), so that the
+#: spans the runtime times are on the profile's clock as they are; elsewhere they are
+#: placed from the perf_counter time of the call
+_SAME_CLOCK = time.get_clock_info("perf_counter").implementation == \
+    "clock_gettime(CLOCK_MONOTONIC)"
 #: bytes of an arena's start skipped to align it (NumPy aligns less than a cache line)
 _ALIGNMENT = 64
 
 
 class SequenceRunner:
-    """Calls sequences of kernels through ``heterocc_run_sequence`` at ``address``;
-    ``owner`` keeps the code holding it alive."""
+    """Calls sequences of kernels through ``heterocc_run_sequence`` at ``address`` (and
+    ``heterocc_run_sequence_timed`` at ``timed``, for profiles); ``owner`` keeps the
+    code holding them alive."""
 
     max_arguments = SEQUENCE_MAX_ARGS
 
-    def __init__(self, address: int, owner: object):
+    def __init__(self, address: int, timed: int | None, owner: object):
         self._run = _RUN(address)
+        self._timed = None if timed is None else _RUN_TIMED(timed)
         self._owner = owner
 
     def sequence(self, plan: SequencePlan) -> _Sequence:
         """The callable running ``plan`` (see ``NativeRunner.sequence``)."""
-        return _Sequence(self._run, plan)
+        return _Sequence(self._run, self._timed, plan)
 
 
 class _Sequence:
@@ -52,8 +62,9 @@ class _Sequence:
     of values (the run's inputs, outputs, constants and arena buffers), an arena and
     output arrays (recycled as a kernel's are: ``target._Outputs``)."""
 
-    def __init__(self, run, plan: SequencePlan):
+    def __init__(self, run, timed, plan: SequencePlan):
         self._call = run
+        self._call_timed = timed
         self.plan = plan
         calls = len(plan.functions)
         flat = [k for arguments in plan.arguments for k in arguments]
@@ -82,7 +93,9 @@ class _Sequence:
         self._threads.state = state
         return state
 
-    def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+    def _ready(self, args: Sequence[np.ndarray]):
+        """This thread's state with ``args`` and the outputs in its table, and the
+        outputs; None where an input does not fit."""
         try:
             state = self._threads.state
         except AttributeError:  # this thread's first call
@@ -98,12 +111,39 @@ class _Sequence:
             first = len(self._inputs)
             values[first:first + len(addresses)] = addresses
             state.addresses = addresses
-        failed = self._call(*self._tables, state.values_address)
+        return state, outs
+
+    def __call__(self, args: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+        ready = self._ready(args)
+        if ready is None:
+            return None
+        state, outs = ready
+        self._check(self._call(*self._tables, state.values_address))
+        return outs
+
+    def timed(self, args: Sequence[np.ndarray]
+              ) -> tuple[list[np.ndarray], list[tuple[float, float]]] | None:
+        """As a call, with the (start, seconds) of each kernel, start on
+        ``time.perf_counter``'s clock; None also where the runtime cannot time."""
+        if self._call_timed is None:
+            return None
+        ready = self._ready(args)
+        if ready is None:
+            return None
+        state, outs = ready
+        times = (ctypes.c_int64 * (2 * len(self.plan.functions)))()
+        called = time.perf_counter()
+        self._check(self._call_timed(*self._tables, state.values_address,
+                                     ctypes.addressof(times)))
+        shift = 0.0 if _SAME_CLOCK or not times else called - times[0] * 1e-9
+        return outs, [(times[2 * k] * 1e-9 + shift, (times[2 * k + 1] - times[2 * k]) * 1e-9)
+                      for k in range(len(self.plan.functions))]
+
+    def _check(self, failed: int) -> None:
         if failed:  # the planner keeps arities within SEQUENCE_MAX_ARGS
             raise CompileError(f"heterocc_run_sequence: call {failed - 1} of a run has "
                                f"{len(self.plan.arguments[failed - 1])} parameters, more "
                                f"than the runtime's {SEQUENCE_MAX_ARGS}")
-        return outs
 
 
 class _ThreadState:
@@ -137,8 +177,9 @@ def jit_runner() -> SequenceRunner | None:
         library = load_runtime()
     except CompileError:
         return None
-    return SequenceRunner(ctypes.cast(getattr(library, RUN_SEQUENCE), ctypes.c_void_p).value,
-                          library)
+    def address(name):
+        return ctypes.cast(getattr(library, name), ctypes.c_void_p).value
+    return SequenceRunner(address(RUN_SEQUENCE), address(RUN_SEQUENCE_TIMED), library)
 
 
 _LIBRARY_RUNNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -155,5 +196,6 @@ def runner_of(function) -> SequenceRunner | None:
         return jit_runner()
     if owner not in _LIBRARY_RUNNERS:
         address = owner.symbol_address(RUN_SEQUENCE)
-        _LIBRARY_RUNNERS[owner] = None if address is None else SequenceRunner(address, owner)
+        _LIBRARY_RUNNERS[owner] = None if address is None else SequenceRunner(
+            address, owner.symbol_address(RUN_SEQUENCE_TIMED), owner)
     return _LIBRARY_RUNNERS[owner]

@@ -275,11 +275,11 @@ class LLVMKernel:
             self._threads = threading.local()
             return self._threads
 
-    def native_entry(self):
+    def native_entry(self) -> NativeEntry | None:
         """The kernel's machine code for a native run of consecutive kernels
         (``heterocc.runtime.native``, called through :mod:`.sequence`), or None where it
         cannot be called so (code for another CPU, no runtime with the entry)."""
-        from .sequence import runner_of
+        from .sequence import runner_of  # here: .sequence imports this module
 
         runner = runner_of(self.function)
         if runner is None:

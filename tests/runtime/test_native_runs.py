@@ -9,6 +9,7 @@ entry splits the runs."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import onnx
@@ -17,10 +18,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 import heterocc
 from heterocc.errors import InputError
+from heterocc.ir.graph import FUNCTION_OP, Graph, Node, Value, constant
+from heterocc.ir.types import TensorType
 from heterocc.models import conv_chain
 from heterocc.runtime.executor import GraphExecutor
 from heterocc.runtime.memory import Lifetime, arena_offsets, assign_slots
-from heterocc.runtime.native import NativeRun
+from heterocc.runtime.native import NativeEntry, NativeRun
 from heterocc.targets.llvm import sequence
 
 RNG = np.random.default_rng(7)
@@ -52,8 +55,7 @@ def _executor(model) -> GraphExecutor:
 
 
 def _runs(executor: GraphExecutor) -> list[NativeRun]:
-    executor.lanes  # noqa: B018 - makes the plan
-    return [step.kernel for step in executor._native_steps if isinstance(step.kernel, NativeRun)]
+    return executor.runs
 
 
 def _one_call_each(executor: GraphExecutor) -> GraphExecutor:
@@ -77,6 +79,9 @@ def test_a_chain_runs_as_one_call_with_the_bits_of_one_call_per_function():
     for x, out in zip(inputs, held):
         np.testing.assert_array_equal(out, _one_call_each(executor).execute([x])[0])
         np.testing.assert_allclose(out, reference.run([x])[0], rtol=1e-4, atol=1e-5)
+    executor.native_runs = False  # a new plan, one call per function
+    assert executor.runs == []
+    np.testing.assert_array_equal(executor.execute([inputs[0]])[0], held[0])
 
 
 def test_a_value_read_after_the_run_or_returned_is_one_of_its_outputs():
@@ -118,16 +123,70 @@ def test_runs_from_many_threads_at_once_match_serial_runs():
         np.testing.assert_array_equal(out, serial[k])
 
 
-def test_profiling_keeps_one_entry_per_function():
+def _run_in_child(executor, x, connection):
+    connection.send(executor.execute([x])[0])
+    connection.close()
+
+
+def test_a_forked_child_runs_the_run_its_parent_ran():
+    """The child inherits the parent thread's arena and outputs (copied on write) and
+    the runtime's pool rebuilt after fork: its results are its own and right."""
+    import multiprocessing
+
+    executor = _executor(conv_chain(6, channels=8, size=6))
+    x, other = (RNG.standard_normal((1, 8, 6, 6)).astype(np.float32) for _ in range(2))
+    expected = executor.execute([x])[0].copy()
+    held = executor.execute([other])[0]  # the parent's, held across the fork
+    context = multiprocessing.get_context("fork")
+    parent, child = context.Pipe()
+    worker = context.Process(target=_run_in_child, args=(executor, x, child))
+    worker.start()
+    got = parent.recv() if parent.poll(60) else None
+    worker.join(60)
+    if worker.exitcode is None:
+        worker.kill()
+    assert worker.exitcode == 0
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(held, _one_call_each(executor).execute([other])[0])
+
+
+@pytest.mark.parametrize("same_clock", [True, False])
+def test_profiling_times_each_function_inside_the_run(same_clock, monkeypatch):
+    # where perf_counter is another clock than the runtime's, the spans are placed from
+    # the call's perf_counter time
+    monkeypatch.setattr(sequence, "_SAME_CLOCK", same_clock and sequence._SAME_CLOCK)
     compiled = heterocc.compile(conv_chain(6, channels=8, size=6), target="llvm")
     x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
     plain = compiled.run([x])[0]
     compiled.enable_profiling()
+    begun = time.perf_counter()
+    np.testing.assert_array_equal(compiled.run([x])[0], plain)
+    ended = time.perf_counter()
+    executor = compiled.build_static().executor
+    assert len(executor.runs) == 1
+    entries = {e.node: e for e in compiled.profile_entries()}
+    functions = [n.name for n in executor.graph.nodes]
+    assert sorted(entries) == sorted(functions)
+    assert all(e.calls == 1 and len(e.spans) == 1 and e.target == "llvm"
+               for e in entries.values())
+    # the kernels' spans, one after another, inside the run
+    spans = [entries[name].spans[0] for name in functions]
+    assert begun <= spans[0][0] and spans[-1][0] + spans[-1][1] <= ended
+    for (start, seconds), (after, _) in zip(spans, spans[1:]):
+        assert seconds > 0 and start + seconds <= after
+
+
+def test_a_runner_that_cannot_time_profiles_function_by_function(monkeypatch):
+    compiled = heterocc.compile(conv_chain(4, channels=8, size=6), target="llvm")
+    x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    plain = compiled.run([x])[0]
+    (run,) = compiled.build_static().executor.runs
+    monkeypatch.setattr(run.native, "_call_timed", None)
+    compiled.enable_profiling()
     np.testing.assert_array_equal(compiled.run([x])[0], plain)
     entries = compiled.profile_entries()
-    functions = [n.name for n in compiled.build_static().executor.graph.nodes]
-    assert sorted(e.node for e in entries) == sorted(functions)
-    assert all(e.calls == 1 and len(e.spans) == 1 and e.target == "llvm" for e in entries)
+    assert len(entries) == len(compiled.build_static().executor.graph.nodes)
+    assert all(e.calls == 1 and e.seconds > 0 for e in entries)
 
 
 def test_a_loaded_artifact_runs_on_its_own_librarys_runtime(tmp_path, monkeypatch):
@@ -187,3 +246,86 @@ def test_buffers_share_arena_bytes_only_when_their_lifetimes_do_not_overlap():
     assert slots[2] == slots[0]  # the first buffer's slot is free again at step 2
     assert len(sizes) < len(lifetimes) and total < sum(-(-x.nbytes // 64) * 64
                                                        for x in lifetimes)
+
+
+class _TableRunner:
+    """A runner that follows a SequencePlan in Python: its "addresses" are keys of the
+    kernels and constants it was given, its arena a byte array (float32 views): it
+    checks the planner's table of values, independent of any target."""
+
+    max_arguments = 8
+
+    def __init__(self):
+        self.code, self.constants, self.calls = {}, {}, 0
+
+    def sequence(self, plan):
+        def run(args):
+            arena = np.zeros(plan.arena_bytes, np.uint8)
+            outputs = [np.empty(shape, dtype) for shape, dtype in plan.outputs]
+            table = [*args, *outputs, *(self.constants[a] for a in plan.constants),
+                     *(arena[o:o + 16].view(np.float32) for o in plan.buffers)]
+            for function, arguments in zip(plan.functions, plan.arguments):
+                self.code[function]([table[k] for k in arguments])
+            self.calls += 1
+            return outputs
+        return run
+
+
+class _Double:
+    """A kernel ``fn`` of (4,) float32 arrays offering a native entry of ``runner``."""
+
+    def __init__(self, runner, fn, inputs, outputs):
+        self.runner, self.fn, self.inputs, self.outputs = runner, fn, inputs, outputs
+        runner.code[id(self)] = self._native
+
+    def __call__(self, args):
+        return [np.asarray(r, np.float32) for r in self.fn(*args)]
+
+    def _native(self, buffers):
+        for out, value in zip(buffers[self.inputs:], self.fn(*buffers[:self.inputs])):
+            out[...] = value
+
+    def native_entry(self):
+        spec = ((4,), np.dtype(np.float32))
+        return NativeEntry(id(self), (spec,) * self.inputs, (), (spec,) * self.outputs,
+                           self.runner)
+
+
+def test_the_plan_maps_constants_multiple_outputs_and_later_reads():
+    """x -> a = f(x, w) -> (b, unused) = g(a) -> c = h(b, a) -> y = k(c); the graph
+    returns y and b: a graph constant, an output nobody reads, a value read twice,
+    a returned value in the middle of the run."""
+    runner = _TableRunner()
+    t = TensorType((4,), "float32")
+    x = Value("x", t)
+    w = constant(np.arange(4, dtype=np.float32), "w")
+    runner.constants[w.data.ctypes.data] = w.data
+    a, b, unused, c, y = (Value(n, t) for n in ("a", "b", "unused", "c", "y"))
+
+    def function(name, inputs, outputs):
+        body = Graph([Value(f"{name}_p{k}", t) for k in range(len(inputs))],
+                     [Value(f"{name}_r{k}", t) for k in range(len(outputs))], [])
+        return Node(FUNCTION_OP, inputs, outputs, name=name, body=body)
+
+    nodes = [function("f", [x, w], [a]), function("g", [a], [b, unused]),
+             function("h", [b, a], [c]), function("k", [c], [y])]
+    kernels = {"f": _Double(runner, lambda x, w: [x + w], 2, 1),
+               "g": _Double(runner, lambda a: [a * 2, a * 0 - 1], 1, 2),
+               "h": _Double(runner, lambda b, a: [b - 3 * a], 2, 1),
+               "k": _Double(runner, lambda c: [c * c], 1, 1)}
+    graph = Graph([x], [y, b], nodes)
+    executor = GraphExecutor(graph, kernels)
+    (run,) = _runs(executor)
+    assert (run.first, run.last) == (0, 3) and len(run.plan.outputs) == 2
+    # a, unused and c in the arena; c takes the bytes of unused (dead after g), not a's
+    # (h reads a while it writes c)
+    assert len(run.plan.buffers) == 3 and run.plan.arena_bytes == 2 * 64
+    xs = RNG.standard_normal(4).astype(np.float32)
+    got = executor.execute([xs])
+    assert runner.calls == 1
+    want = GraphExecutor(graph, kernels, native_runs=False).execute([xs])
+    for g, v in zip(got, want):
+        np.testing.assert_array_equal(g, v)
+    a_ = xs + np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(got[1], a_ * 2)
+    np.testing.assert_array_equal(got[0], (a_ * 2 - 3 * a_) ** 2)
