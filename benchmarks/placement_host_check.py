@@ -2,6 +2,7 @@
 
     python benchmarks/placement_host_check.py [--models resnet18,mobilenet_v2] [--size 224]
         [--configs 1x16x16@100,1x32x32@300,1x64x64@300] [--inputs 2] [--replays 3]
+        [--host-only CALLS]
 
 Compiles each model with the greedy placement (every pattern match on vta), runs a short
 stream with replays (``CompiledModel.run_stream``: the host part of every vta call timed
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -29,7 +31,12 @@ from placement import DEFAULT_CONFIGS, vta_config  # noqa: E402
 from vta_resnet18 import quantized  # noqa: E402
 
 import heterocc  # noqa: E402
-from heterocc.targets.vta.cost import host_seconds, region_host_seconds  # noqa: E402
+from heterocc.targets.vta.cost import (  # noqa: E402
+    host_seconds,
+    host_steps,
+    region_host_seconds,
+    region_host_steps,
+)
 
 
 def _closest(model, text: str, count: int) -> None:
@@ -53,6 +60,38 @@ def _closest(model, text: str, count: int) -> None:
               f"{a.total_s / c.total_s:.2f}")
 
 
+def _fastest(call, calls: int) -> float:
+    call()
+    best = np.inf
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _host_only(compiled, label: str, calls: int) -> None:
+    """The host steps of every vta kernel (``host_steps``), summed, and of every vta
+    region's call (``region_host_steps``: conversions only at its boundary), each the
+    fastest of ``calls`` calls; their sums by composite kind."""
+    kinds: dict[str, float] = {}
+    regions = 0.0
+    for node in compiled.graph.nodes:
+        kernel = compiled.kernels.get(node.name)
+        parts = list(getattr(kernel, "composites", ()) or ())
+        if not parts:
+            continue
+        body = node.body.nodes if "composite" not in node.attrs else [node]
+        for part, composite in zip(parts, body):
+            kind = composite.attrs.get("composite")
+            kinds[kind] = kinds.get(kind, 0.0) + _fastest(host_steps(part, composite), calls)
+        if "composite" not in node.attrs:
+            regions += _fastest(region_host_steps(kernel.region, node), calls)
+    print(f"{label}: vta kernels' host steps summed {sum(kinds.values()) * 1e3:.2f} ms ("
+          + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in sorted(kinds.items()))
+          + f"), regions' calls {regions * 1e3:.2f} ms (load {os.getloadavg()[0]:.2f})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="resnet18,mobilenet_v2")
@@ -63,6 +102,10 @@ def main() -> int:
     ap.add_argument("--replays", type=int, default=3)
     ap.add_argument("--layers", type=int, default=6,
                     help="print the cost placement's N composites closest to a win on vta")
+    ap.add_argument("--host-only", type=int, metavar="CALLS", default=0,
+                    help="only time the host steps of the greedy compile's vta kernels "
+                         "(each kernel's, summed, and the region's), the fastest of CALLS "
+                         "calls each: no stream, no cost placement")
     args = ap.parse_args()
     print(describe())
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
@@ -71,6 +114,9 @@ def main() -> int:
         for text in args.configs.split(","):
             vta = vta_config(text, 1.0)
             compiled = heterocc.compile(model, target=[vta, "llvm"], placement="greedy")
+            if args.host_only:
+                _host_only(compiled, f"{name} vta {text} MHz", args.host_only)
+                continue
             rng = np.random.default_rng(1)
             xs = [[rng.standard_normal((1, 3, args.size, args.size)).astype(np.float32)]
                   for _ in range(args.inputs)]
