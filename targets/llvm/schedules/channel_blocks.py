@@ -127,19 +127,28 @@ class _SelectSplitter(StmtMutator):
                 node, min=IntImm(low), extent=IntImm(high - low),
                 body=self.stmt(_Resolver(node.var, low, high - 1).stmt(node.body)))
                 for low, high in parts])
-        # One parallel loop (one start of the thread pool), its body a branch per piece
-        # on the loop variable; each piece reads the variable clamped into its range,
-        # so that bound analysis after this sees its loads in bounds.
-        body = None
-        for low, high in reversed(parts):
+        # One parallel loop (one start of the thread pool), its body a balanced tree of
+        # branches on the loop variable down to the pieces (log2 of their number compares
+        # per iteration); each piece reads the variable clamped into its range, so that
+        # bound analysis after this sees its loads in bounds.
+        pieces = []
+        for low, high in parts:
             clamped = maximum(minimum(node.var, IntImm(high - 1, node.var.dtype)),
                               IntImm(low, node.var.dtype))
-            piece = substitute(_Resolver(node.var, low, high - 1).stmt(node.body),
-                               {node.var: clamped})
-            piece = self.stmt(piece)
-            body = piece if body is None else IfThenElse(
-                Binary("lt", node.var, IntImm(high, node.var.dtype)), piece, body)
-        return dataclasses.replace(node, body=body)
+            pieces.append(self.stmt(substitute(
+                _Resolver(node.var, low, high - 1).stmt(node.body), {node.var: clamped})))
+        return dataclasses.replace(node, body=_branches(node.var, parts, pieces))
+
+
+def _branches(var: Var, parts: list[tuple[int, int]], pieces: list) -> object:
+    """``pieces[i]`` where ``var`` is in ``parts[i]`` (consecutive ranges), as a balanced
+    tree of branches."""
+    if len(pieces) == 1:
+        return pieces[0]
+    middle = len(pieces) // 2
+    return IfThenElse(Binary("lt", var, IntImm(parts[middle][0], var.dtype)),
+                      _branches(var, parts[:middle], pieces[:middle]),
+                      _branches(var, parts[middle:], pieces[middle:]))
 
 
 def _is_select(node) -> bool:
