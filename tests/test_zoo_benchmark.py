@@ -30,6 +30,14 @@ def test_ops_of_both_engines_compare_by_base_op():
     assert zoo.anchor_op("Transpose+MatMul x2+Add") == "MatMul"  # a repeated op's count
 
 
+def test_a_batchnorm_that_onnxruntime_runs_as_a_convolution_counts_as_batchnorm():
+    name = "/features/denseblock1/denselayer1/norm1/BatchNormalization_output_0_bn_nchwc"
+    assert zoo.ort_kernel_op("Conv", name + "_kernel_time") == "BatchNormalization"
+    assert zoo.ort_kernel_op("Conv", "/features/conv0/Conv_output_0_nchwc") == "Conv"
+    assert zoo.ort_kernel_op("FusedConv", "/layer1/conv1/Conv") == "Conv"
+    assert zoo.ort_kernel_op("Concat", "/features/denseblock1/Concat") == "Concat"
+
+
 def test_profiles_of_a_small_model(tmp_path):
     rng = np.random.default_rng(0)
     w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)

@@ -40,13 +40,14 @@ from heterocc.sdk.te_target import (
 )
 from heterocc.sdk.tuning import SCHEDULE_RULES, current, records_for
 from heterocc.te.schedule_reads import reads_of
+from heterocc.tir import lower_pipeline
 
 from .cost import CpuCostModel
 from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
 from .int8_matmul import integer_products_as_convolutions
 from .module import build as build_module
 from .module import build_later, load_library
-from .rules import cpu_rules, generic_rules
+from .rules import ChannelSelectRule, cpu_rules, generic_rules
 from .schedules import (
     PanelChoice,
     int8_conv_operands,
@@ -56,6 +57,7 @@ from .schedules import (
     packed_source,
     packed_weight_shape,
     reachable_computes,
+    split_at_channel_selects,
     use_int8_conv,
     use_int8_convs,
     use_prepacked,
@@ -419,7 +421,15 @@ class LLVMTarget(TETarget):
     def lower(self, schedule: te.Schedule, expressed: ExpressedFunction, symbol: str):
         """The PrimFunc, with the packing of its constants in its ``packed_constants``
         attribute: ``(constant index, panel width, axes)``, applied by :meth:`kernel`."""
-        lowered = super().lower(schedule, expressed, symbol)
+        rule = ChannelSelectRule(self.cpu)
+        if any(rule.matches(t) for t in expressed.outputs):
+            # a blocked concatenation: its choice of source resolved per piece of the
+            # channel-block loop before the pipeline vectorizes (.channel_blocks)
+            lowered = te.lower(schedule, expressed.params + expressed.outputs, name=symbol,
+                               optimize=False)
+            lowered = lower_pipeline(split_at_channel_selects(lowered))
+        else:
+            lowered = super().lower(schedule, expressed, symbol)
         lowered.attrs["packed_constants"] = self._packings.pop(id(expressed), [])
         return lowered
 

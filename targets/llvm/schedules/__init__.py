@@ -52,7 +52,7 @@ from .blocked_conv import (
     schedule_conv2d_nchwc,
     schedule_depthwise_conv2d_nchwc,
 )
-from .channel_blocks import schedule_channel_blocks
+from .channel_blocks import schedule_channel_blocks, split_at_channel_selects
 from .common import (
     OPERAND_REGISTERS,
     PANEL_VECTORS,
@@ -199,6 +199,7 @@ __all__ = [
     "schedule_pool_nchwc",
     "schedule_reduction",
     "schedule_rows",
+    "split_at_channel_selects",
     "tile_rows",
     "unroll_reduction",
     "use_prepacked",

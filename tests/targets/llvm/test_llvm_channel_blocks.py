@@ -1,6 +1,8 @@
 """A channel concatenation of blocked tensors (DenseNet's growing feature maps) stays in
 the NCHW[x]c layout and runs one channel block per outer iteration
-(:class:`ChannelSelectRule`): results as ONNX Runtime's on AVX-512 and AVX2 code."""
+(:class:`ChannelSelectRule`), its block loop cut where the sources meet
+(:func:`split_at_channel_selects`): results as ONNX Runtime's and NumPy's on AVX-512 and
+AVX2 code."""
 
 from __future__ import annotations
 
@@ -15,6 +17,16 @@ from heterocc.ir.types import TensorType
 from heterocc.sdk import te
 from heterocc.targets.llvm.cpu import active_cpu
 from heterocc.targets.llvm.rules import ChannelSelectRule
+from heterocc.targets.llvm.schedules import split_at_channel_selects
+from heterocc.tir import (
+    BufferLoad,
+    BufferStore,
+    For,
+    ForKind,
+    collect,
+    collect_statements,
+    func_to_str,
+)
 from tests.compute.test_elementwise import random_array
 from tests.conftest import make_model
 
@@ -104,3 +116,60 @@ def _concat_model(blocks):
              helper.make_node("Relu", ["c"], ["y"])]
     return make_model(nodes, [(n, "float32", [1, b, 5, 5, 16]) for n, b in zip(names, blocks)],
                       [("y", "float32", None)])
+
+
+def _lowered_concat(blocks, size, split=True):
+    """relu(concat) of 5-D sources of ``blocks`` channel blocks, scheduled by the rule
+    and lowered through the TIR pipeline (with or without the split)."""
+    from heterocc.te.lower import lower
+    from heterocc.tir import lower_pipeline
+
+    tensors = [_blocked(f"t{i}", b, size) for i, b in enumerate(blocks)]
+    concat = _concat(*tensors)
+    relu = _relu(concat)
+    schedule = te.create_schedule([relu])
+    schedule[concat].compute_inline()
+    ChannelSelectRule(active_cpu()).apply(schedule, relu)
+    func = lower(schedule, [*tensors, relu], optimize=False)
+    return tensors, lower_pipeline(split_at_channel_selects(func) if split else func)
+
+
+@pytest.mark.parametrize("size,kind", [(4, ForKind.SERIAL), (16, ForKind.PARALLEL)])
+def test_each_piece_of_the_block_loop_reads_one_source(size, kind):
+    """Cut at every source's first block, the loop's stores each read one source and no
+    select on the block index is left (a small tensor: serial loops one per piece; a
+    large one: one parallel loop branching to its pieces)."""
+    blocks = (2, 1, 3, 1)
+    tensors, func = _lowered_concat(blocks, size)
+    (outer,) = [s for s in collect_statements(func.body, lambda n: isinstance(n, For))
+                if s.kind is kind][:1] or [None]
+    assert outer is not None, func_to_str(func)
+    stores = collect_statements(func.body, lambda n: isinstance(n, BufferStore))
+    assert len(stores) == len(blocks)
+    read = [{load.buffer.name for load in collect(s.value, lambda n: isinstance(n, BufferLoad))}
+            for s in stores]
+    assert sorted(name for names in read for name in names) == sorted(t.name for t in tensors)
+    assert all(len(names) == 1 for names in read)
+
+
+def test_without_the_split_every_vector_walks_the_chain():
+    """The case the split removes: one store reading every source through selects."""
+    tensors, func = _lowered_concat((2, 1, 3, 1), 16, split=False)
+    (store,) = collect_statements(func.body, lambda n: isinstance(n, BufferStore))
+    assert {load.buffer.name for load in collect(store.value, lambda n: isinstance(n, BufferLoad))
+            } == {t.name for t in tensors}
+
+
+@ISAS
+@pytest.mark.parametrize("blocks,size", [((1,) * 9, 3), ((2, 1, 1, 3, 1, 2, 1, 1, 2), 14)])
+def test_many_sources_match_numpy(target, blocks, size, rng):
+    """Nine sources (DenseNet's later concatenations have up to 25), serial and parallel
+    forms, against NumPy."""
+    arrays = [random_array(rng, (1, b, size, size, 16), "float32") for b in blocks]
+    names = [f"t{i}" for i in range(len(blocks))]
+    nodes = [helper.make_node("Concat", names, ["c"], axis=1),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = make_model(nodes, [(n, "float32", [1, b, size, size, 16])
+                               for n, b in zip(names, blocks)], [("y", "float32", None)])
+    got = heterocc.compile(model, target=target).run(arrays)[0]
+    np.testing.assert_array_equal(got, np.maximum(np.concatenate(arrays, axis=1), 0))
