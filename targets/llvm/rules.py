@@ -96,7 +96,8 @@ class Int8ConvRule(CPURule):
 
     def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
         if "int8_depthwise" in tensor.op.attrs:
-            return [depthwise_data(tensor), depthwise_weight(tensor)]
+            return [t for t in (depthwise_data(tensor), depthwise_weight(tensor))
+                    if isinstance(t.op, te.ComputeOp)]
         return [t for t in int8_conv_inputs(tensor) if isinstance(t.op, te.ComputeOp)]
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:

@@ -49,11 +49,13 @@ from .module import build as build_module
 from .module import build_later, load_library
 from .rules import ChannelSelectRule, cpu_rules, generic_rules
 from .schedules import (
+    CENTERED,
     PanelChoice,
     int8_conv_operands,
     pack_columns,
     pack_int8_weight_array,
     pack_matmuls,
+    pack_weight_lanes_array,
     packed_source,
     packed_weight_shape,
     reachable_computes,
@@ -61,6 +63,7 @@ from .schedules import (
     use_int8_conv,
     use_int8_convs,
     use_prepacked,
+    weight_lanes_shape,
 )
 from .tuning import ScheduleConfigs, function_configs, function_tuned, llvm_tuning
 
@@ -132,7 +135,8 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
     """Integer convolutions the CPU computes on its dot product (``use_int8_conv``),
     reading a constant weight that nothing else reads packed once, when the kernel is
     built: ``(constant index, 0, None)`` for each (width 0: :func:`.schedules.
-    pack_int8_weight_array`, see :func:`_packed_constants`)."""
+    pack_int8_weight_array`, see :func:`_packed_constants`); a depthwise one's
+    ``(constant index, -lanes, None)`` (:func:`.schedules.pack_weight_lanes_array`)."""
     packings = []
     for stage in stages:
         described = int8_conv_operands(stage)
@@ -140,13 +144,16 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
             continue
         weight = described["w"]
         prepacked = None
-        if not described["depthwise"] and id(weight) in slots \
-                and readers.get(id(weight)) == 1:
-            prepacked = te.placeholder(packed_weight_shape(weight.shape), "int8",
-                                       f"{weight.name}.packed")
-            index = slots[id(weight)]
-            expressed.params[first + index] = prepacked
-            packings.append((index, 0, None))
+        if id(weight) in slots and readers.get(id(weight)) == 1:
+            if described["depthwise"]:
+                shape = weight_lanes_shape(weight.shape, cpu)
+                prepacked = te.placeholder(shape, CENTERED, f"{weight.name}.packed")
+                packings.append((slots[id(weight)], -shape[-1], None))
+            else:
+                prepacked = te.placeholder(packed_weight_shape(weight.shape), "int8",
+                                           f"{weight.name}.packed")
+                packings.append((slots[id(weight)], 0, None))
+            expressed.params[first + slots[id(weight)]] = prepacked
         use_int8_conv(stage, cpu, prepacked)
     return packings
 
@@ -180,6 +187,9 @@ def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]
     for index, width, axes in packings:
         if width == 0:  # an integer convolution's weight (_prepack_int8_conv_weights)
             constants[index] = pack_int8_weight_array(constants[index])
+            continue
+        if width < 0:  # a depthwise one's, in vectors of -width int16 lanes
+            constants[index] = pack_weight_lanes_array(constants[index], -width)
             continue
         operand = constants[index] if axes is None else np.transpose(constants[index], axes)
         constants[index] = pack_columns(operand, width)

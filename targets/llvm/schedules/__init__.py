@@ -85,12 +85,15 @@ from .int8_conv import (
     schedule_int8_conv_result,
 )
 from .int8_depthwise import (
+    CENTERED,
     Int8DepthwiseTiles,
     depthwise_data,
     depthwise_weight,
     int8_depthwise_conv,
     int8_depthwise_tiles,
+    pack_weight_lanes_array,
     schedule_int8_depthwise,
+    weight_lanes_shape,
 )
 from .int8_rewrite import int8_conv_operands, use_int8_conv, use_int8_convs
 from .matmul import (
@@ -160,6 +163,9 @@ __all__ = [
     "depthwise_conv_tile",
     "depthwise_data",
     "depthwise_weight",
+    "CENTERED",
+    "pack_weight_lanes_array",
+    "weight_lanes_shape",
     "even_tiles",
     "int8_conv",
     "int8_conv_inputs",

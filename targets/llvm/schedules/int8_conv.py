@@ -447,14 +447,22 @@ def checked_geometry(name: str, x: te.Tensor, w: te.Tensor, attrs: dict):
         raise CompileError(f"{name}: {exc}") from None
 
 
+#: the shortest row of :func:`pack_int8_flat` that its packing loops over as rows of
+#: columns rather than as flat positions: a loop per row of 7-9 positions costs more
+#: than the division it saves (2-3x slower packing of 7x7 images; 14 and wider rows
+#: 0.5-0.9x, AVX-512, load 6)
+MIN_SPLIT_ROW = 12
+
+
 def pack_in_parallel(schedule: te.Schedule, packed: te.Tensor) -> None:
     """A packing stage at root, its batch and channel groups in parallel; the flat
-    positions of :func:`pack_int8_flat` split into its rows and columns."""
+    positions of :func:`pack_int8_flat` split into its rows and columns where the rows
+    are long (:data:`MIN_SPLIT_ROW`)."""
     stage = schedule[packed]
     outer = stage.op.axis
     stage.parallel(stage.fuse(outer[0], outer[1]))
     row = packed.op.attrs.get("int8_row")
-    if row is not None and int(outer[4].extent) % row == 0:
+    if row is not None and row >= MIN_SPLIT_ROW and int(outer[4].extent) % row == 0:
         stage.split(outer[4], row)
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from heterocc.sdk import CompileError, te
 
 from ..cpu import CPUDescription
@@ -111,12 +113,31 @@ def strided_copy_vectorizes(cpu: CPUDescription) -> bool:
     return {"avx512f", "avx512bw"} <= cpu.features
 
 
+def weight_lanes_shape(w_shape, cpu: CPUDescription) -> tuple[int, ...]:
+    """The shape of a depthwise weight of ``w_shape`` (``[C, 1, KH, KW]``) in vectors
+    of int16 lanes (:func:`pack_weight_lanes_array`) on ``cpu``."""
+    channels, _, kh, kw = w_shape
+    return (channels, kh, kw, int8_depthwise_tiles(channels, cpu).lanes)
+
+
+def pack_weight_lanes_array(w: np.ndarray, lanes: int) -> np.ndarray:
+    """NumPy's copy of the weight's int16 vectors that :func:`int8_depthwise_conv`
+    reads (each tap's weight repeated over ``lanes``), what a constant weight is packed
+    into once, when its kernel is built, rather than on every call."""
+    channels, _, kh, kw = w.shape
+    return np.ascontiguousarray(np.broadcast_to(
+        w[:, 0, :, :, None].astype(np.int16), (channels, kh, kw, lanes)))
+
+
 def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
-                        cpu: CPUDescription,
-                        name: str = "conv_integer") -> te.Tensor:
+                        cpu: CPUDescription, name: str = "conv_integer",
+                        packed_weight: te.Tensor | None = None) -> te.Tensor:
     """int32 ``sum((x - x_zero) * w)`` of a depthwise NCHW convolution (group = C = O,
     weights ``[C, 1, KH, KW]`` int8) of 8-bit ``x``: the sums (an anchor carrying
-    ``int8_depthwise``, its tiles) cropped to the output (``int8_conv_result``)."""
+    ``int8_depthwise``, its tiles) cropped to the output (``int8_conv_result``).
+    ``packed_weight``: a tensor holding :func:`pack_weight_lanes_array` of ``w`` (a
+    constant packed when the kernel is built), read instead of repeating ``w`` into
+    vectors on every call."""
     channels = x.shape[1]
     if (x.dtype not in ("int8", "uint8") or w.dtype != "int8" or x.ndim != 4 or w.ndim != 4
             or w.shape[0] != channels or w.shape[1] != 1
@@ -169,8 +190,17 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
 
     # each tap's weight as a vector of int16 lanes (the product's operand as it is in
     # memory: no byte load and broadcast per tap and channel in the inner loop)
-    weight = te.compute((channels, kh, kw, lanes), lambda c, i, j, lane: te.cast(
-        CENTERED, w[c, 0, i, j]), name="int8_weight_lanes", dtype=CENTERED)
+    if packed_weight is None:
+        weight = te.compute((channels, kh, kw, lanes), lambda c, i, j, lane: te.cast(
+            CENTERED, w[c, 0, i, j]), name="int8_weight_lanes", dtype=CENTERED)
+    elif tuple(packed_weight.shape) != weight_lanes_shape(w.shape, cpu) \
+            or packed_weight.dtype != CENTERED:
+        raise CompileError(f"{name}: the packed depthwise weight is {packed_weight.dtype}"
+                           f"{list(packed_weight.shape)}, not {CENTERED}"
+                           f"{list(weight_lanes_shape(w.shape, cpu))} "
+                           "(pack_weight_lanes_array)")
+    else:
+        weight = packed_weight
     sums = te.compute(shape, lambda b, c, y, column: te.sum(
         # a 16-bit product: |x - zero| <= 255 times |w| <= 128 fits, so one 16-bit
         # multiply per tap (a full vector of int16 lanes) before widening to the sum
@@ -194,7 +224,9 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
     stride 1 a padded copy, its rows vectorized)."""
     tiles: Int8DepthwiseTiles = sums.op.attrs["int8_depthwise"]
     data = depthwise_data(sums)
-    schedule_rows(schedule, depthwise_weight(sums), cpu, serial_axes=2)
+    weight = depthwise_weight(sums)
+    if isinstance(weight.op, te.ComputeOp):  # else a constant packed at build time
+        schedule_rows(schedule, weight, cpu, serial_axes=2)
     if data.ndim == 6:  # pack_int8_data: a scalar copy
         pack_in_parallel(schedule, data)
     else:  # pack_centered_rows (stride 1) or pack_centered_phases: rows of a channel serial

@@ -38,8 +38,9 @@ def int8_conv_operands(tensor: te.Tensor) -> dict | None:
 def use_int8_conv(tensor: te.Tensor, cpu: CPUDescription,
                   packed_weight: te.Tensor | None = None) -> None:
     """Make ``tensor`` (a ``ConvInteger`` compute :func:`int8_conv_operands` accepts)
-    compute its sums by :func:`.int8_conv.int8_conv` (``packed_weight``: its weight
-    packed at build time) or, depthwise, :func:`.int8_depthwise.int8_depthwise_conv`
+    compute its sums by :func:`.int8_conv.int8_conv` or, depthwise,
+    :func:`.int8_depthwise.int8_depthwise_conv` (``packed_weight``: its weight packed at
+    build time, by ``pack_int8_weight_array`` or ``pack_weight_lanes_array``)
     on ``cpu``."""
     described = int8_conv_operands(tensor)
     if described is None:
@@ -48,10 +49,7 @@ def use_int8_conv(tensor: te.Tensor, cpu: CPUDescription,
     operands = (described["x"], described["w"], described["x_zero"], described["attrs"],
                 cpu, tensor.op.name)
     if described["depthwise"]:
-        if packed_weight is not None:
-            raise CompileError(f"use_int8_conv: the depthwise {tensor.name!r} reads its "
-                               "weight as it is")
-        new = int8_depthwise_conv(*operands)
+        new = int8_depthwise_conv(*operands, packed_weight)
     else:
         new = int8_conv(*operands, packed_weight)
     tensor.op = new.op

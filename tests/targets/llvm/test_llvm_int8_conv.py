@@ -245,6 +245,28 @@ def _fire_and_pool():
     return model, (1, 8, 9, 9), 4
 
 
+def _quantized(source, shape, activations: str, tmp_path):
+    """``source`` quantized by ONNX Runtime (QDQ, per-channel int8 weights,
+    ``activations``: ``QUInt8`` or ``QInt8``), calibrated on four random inputs."""
+    import onnx
+    import onnxruntime.quantization as oq
+
+    class Calibration(oq.CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"input": np.random.default_rng(10 + i).standard_normal(
+                shape).astype(np.float32)} for i in range(4)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    onnx.save(source, str(tmp_path / "float.onnx"))
+    oq.quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "qdq.onnx"),
+                       Calibration(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
+                       activation_type=getattr(oq.QuantType, activations),
+                       weight_type=oq.QuantType.QInt8)
+    return onnx.load(str(tmp_path / "qdq.onnx"))
+
+
 @pytest.mark.parametrize("model_of", ["small_cnn", "inverted_residual", "fire_and_pool"])
 @pytest.mark.parametrize("activations", ["QUInt8", "QInt8"])
 def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monkeypatch,
@@ -256,23 +278,12 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
     multiply-adds over packed rows), bit-exact with the integer reference of the compiled
     graph and within one step of ONNX Runtime. Concatenations and average pools between
     them stay in integers."""
-    oq = pytest.importorskip("onnxruntime.quantization")
-    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime.quantization")
     import heterocc
     import heterocc.targets.llvm.rules as rules
     from heterocc.runtime.interpreter import evaluate
     from tests.passes.test_per_channel_axes import ort_reference, output_scale, steps_apart
     from tests.targets.vta.ort_models import INPUT, small_cnn
-
-    class Calibration(oq.CalibrationDataReader):
-        def __init__(self):
-            self.feeds = iter([{"input": np.random.default_rng(10 + i).standard_normal(
-                shape).astype(np.float32)} for i in range(4)])
-
-        def get_next(self):
-            return next(self.feeds, None)
-
-    import onnx
 
     if model_of == "small_cnn":
         source, shape, dense = small_cnn(), INPUT, 4
@@ -280,12 +291,7 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
         source, shape, dense = _fire_and_pool()
     else:
         source, shape, dense = _inverted_residual()
-    onnx.save(source, str(tmp_path / "float.onnx"))
-    oq.quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "qdq.onnx"),
-                       Calibration(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
-                       activation_type=getattr(oq.QuantType, activations),
-                       weight_type=oq.QuantType.QInt8)
-    model = onnx.load(str(tmp_path / "qdq.onnx"))
+    model = _quantized(source, shape, activations, tmp_path)
 
     scheduled = []
     original = rules.schedule_int8_conv
@@ -479,3 +485,36 @@ def test_strided_convolutions_read_the_stride_phases_flat(target, shape, filters
     got = np.zeros(out.shape, np.int32)
     module["conv"](x, w, np.array([5], np.int8), got)
     np.testing.assert_array_equal(got, _reference(x, w, 5, strides, pads, dilations))
+
+
+def test_a_constant_depthwise_weight_is_packed_when_the_kernel_is_built(tmp_path):
+    """A depthwise convolution's constant weight is repeated into its int16 vectors once,
+    when the kernel is built (``pack_weight_lanes_array``), not on every call: the
+    kernel holds the packed constant, and the model (and its exported artifact, which
+    packs it again on load) gives the integer reference's bits."""
+    pytest.importorskip("onnxruntime.quantization")
+    import heterocc
+    from heterocc.runtime.interpreter import evaluate
+    from heterocc.targets.llvm.schedules import pack_weight_lanes_array, weight_lanes_shape
+
+    source, shape, _ = _inverted_residual()
+    compiled = heterocc.compile(_quantized(source, shape, "QUInt8", tmp_path),
+                                target="llvm")
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    got = compiled.run([x])[0]
+    np.testing.assert_array_equal(got, evaluate(compiled.graph, [x])[0])
+    cpu = hllvm.module.host().description
+    lanes_shape = weight_lanes_shape((32, 1, 3, 3), cpu)
+    kernels = [k for _, n in compiled.graph.walk() if n.body is not None
+               for k in [n] if any(b.op == "ConvInteger" and b.attrs.get("group") == 32
+                                   for b in n.body.nodes)]
+    assert len(kernels) == 1
+    executor = next(iter(compiled._cache.values())).executor
+    constants = executor.kernels[kernels[0].name].constants
+    packed = [c for c in constants if c.shape == lanes_shape]
+    assert len(packed) == 1 and packed[0].dtype == np.int16
+    weight = packed[0][:, :, :, :1].reshape(32, 1, 3, 3).astype(np.int8)
+    np.testing.assert_array_equal(packed[0], pack_weight_lanes_array(weight, lanes_shape[-1]))
+    compiled.export(str(tmp_path / "artifact"))
+    loaded = heterocc.load(str(tmp_path / "artifact"))
+    np.testing.assert_array_equal(loaded.run([x])[0], got)
