@@ -33,10 +33,11 @@ second compile of a model measures nothing.
 
 Measuring costs compile time (the function's kernels are compiled to be timed), so the
 placement first asks :meth:`CpuCostModel.lower_bound`: the least time the function
-could take here, its multiply-accumulates at :data:`CEILING_MARGIN` times the fastest
-rate this CPU has reached on such work (a reference convolution timed once per CPU and
-element type, raised by every function measured since). Where the accelerator is
-faster even than that, the function is not measured for the placement.
+could take here, its multiply-accumulates at the peak of this CPU's vector units
+(:mod:`.peak`: a multiply-add loop on registers timed for a few milliseconds once per
+CPU, scaled to the element type and the cores; raised by any function measured faster,
+which none should be). Where the accelerator is faster even than that, the function is
+not measured for the placement.
 """
 
 from __future__ import annotations
@@ -47,11 +48,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper
 
 from heterocc.ir.graph import Graph, NameScope, Node
-from heterocc.sdk import CostCache, CostEstimate, HeteroccError, workload_key
+from heterocc.sdk import CostCache, CostEstimate, workload_key
 from heterocc.sdk.cost import random_arguments
 from heterocc.sdk.graph import (
     DEFAULT_PIPELINE,
@@ -60,10 +59,11 @@ from heterocc.sdk.graph import (
     outline,
     target_graph_passes,
 )
-from heterocc.sdk.runtime import GraphExecutor, from_onnx
+from heterocc.sdk.runtime import GraphExecutor
 from heterocc.sdk.te_target import structure_key
 from heterocc.sdk.tuning import current, fastest, records_for
 
+from .peak import multiply_accumulate_peak, multiply_add_rate
 from .tuning import logged_seconds
 
 #: samples wanted after the warm-up call, and the least time spent taking them
@@ -79,14 +79,6 @@ WARM_UP_SECONDS = 0.01
 #: time and move the median less than the estimate needs
 LONG_CALL_SECONDS = 0.05
 LONG_SAMPLES = 2
-#: the lower bound assumes the CPU this many times faster than the fastest rate it has
-#: been measured at on multiply-accumulates of the element type. The bound is empirical
-#: (an analytic one, the vector units' peak, lies some hundred times above what the
-#: kernels reach and would decide nothing): rates of this CPU's int8 kernels spread
-#: about tenfold between layer shapes, the references are the fastest shapes timed, and
-#: the margin keeps a shape faster still from being offloaded on a wrong bound
-#: (``benchmarks/placement.py`` counts functions measured below their bound)
-CEILING_MARGIN = 2.0
 
 
 def time_call(call, args, min_samples: int = MIN_SAMPLES, min_seconds: float = MIN_SECONDS,
@@ -270,7 +262,7 @@ class FusedContext:
     #: compiled or timed again
     known: dict[tuple, tuple[float, int, str]] = field(default_factory=dict, repr=False)
     #: the parts (ids of their functions) whose kernels are timed together at the first
-    #: ask; None: the candidate composites' (the others' are timed when asked)
+    #: ask; None: every part's (the whole graph's kernels, as the model calls them)
     upfront: frozenset[int] | None = None
     _fused: list[Node] | None = field(default=None, repr=False)
     #: the fused kernels holding each part's nodes, with its share (:func:`kernel_shares`)
@@ -307,15 +299,16 @@ class FusedContext:
         return seconds, samples, source_of(sources)
 
     def _time_candidates(self) -> None:
-        """Time every kernel holding nodes of a candidate composite (a function with a
-        ``composite`` attribute; or of the parts in :attr:`upfront`) together
-        (:meth:`_time_kernels`). Kernels of nodes no pattern matched are timed when
-        first asked, all of them together (the report's totals want them; a placement
-        decides nothing with them)."""
+        """Time the kernels of every part (or of the parts in :attr:`upfront`) together
+        (:meth:`_time_kernels`): the whole graph's kernels in one chain, those of nodes
+        no pattern matched with the candidates'. Why them too: each kernel is timed
+        after the one the model runs before it, as ``benchmarks/placement.py`` times
+        the model's kernels (a chain of the candidates' kernels alone ran some after
+        another predecessor, their caches otherwise warm), and the build compiles them
+        anyway (those nodes stay on the CPU whatever the placement)."""
         wanted: dict[str, Node] = {}
         for function in self.functions:
-            if (id(function) in self.upfront if self.upfront is not None
-                    else "composite" in function.attrs):
+            if self.upfront is None or id(function) in self.upfront:
                 for kernel, _ in self._shares[id(function)]:
                     wanted.setdefault(kernel.name, kernel)
         self._time_kernels(wanted.values())
@@ -386,35 +379,6 @@ def mac_element_type(function: Node) -> str | None:
         if multiply_accumulates(node):
             return str(np.dtype(node.inputs[0].type.dtype))
     return None
-
-
-#: (channels, image size, kernel) of the reference convolutions: the shapes this CPU's
-#: kernels multiply-accumulate fastest on among those timed (few channels, small images:
-#: the operands stay in the L1 cache; 1x1 and 3x3 windows)
-REFERENCE_SHAPES = ((32, 28, 1), (16, 28, 3))
-
-
-def reference_graph(element_type: str, channels: int = 32, size: int = 28,
-                    kernel: int = 1) -> Graph:
-    """A reference convolution (:data:`REFERENCE_SHAPES`): ``channels`` to ``channels``
-    channels on a ``size`` x ``size`` image with a ``kernel`` x ``kernel`` window (same
-    padding), integer (``ConvInteger``, int32 result) for an integer ``element_type``,
-    else ``Conv``."""
-    dtype = np.dtype(element_type)
-    onnx_type = helper.np_dtype_to_tensor_dtype(dtype)
-    integer = dtype.kind in "iu"
-    weights = np.random.default_rng(0).integers(
-        -8, 8, (channels, channels, kernel, kernel)).astype(dtype)
-    node = helper.make_node("ConvInteger" if integer else "Conv", ["x", "w"], ["y"],
-                            pads=[kernel // 2] * 4)
-    graph = helper.make_graph(
-        [node], "reference",
-        [helper.make_tensor_value_info("x", onnx_type, [1, channels, size, size])],
-        [helper.make_tensor_value_info("y", TensorProto.INT32 if integer else onnx_type,
-                                       [1, channels, size, size])],
-        [onnx.numpy_helper.from_array(weights, "w")])
-    opset = 10 if integer else 13
-    return from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
 
 
 @dataclass
@@ -554,8 +518,10 @@ class CpuCostModel:
         return fastest(samples), len(samples)
 
     def lower_bound(self, function: Node) -> tuple[float, str] | None:
-        """The least time ``function`` could take on this CPU, and how it was bounded;
-        None for a function without multiply-accumulates (only a measurement tells)."""
+        """The least time ``function`` could take on this CPU, and how it was bounded:
+        its multiply-accumulates at the peak of this CPU's vector units on their element
+        type (:meth:`ceiling`); None for a function without multiply-accumulates (only
+        a measurement tells) or where the peak cannot be measured here."""
         macs = sum(multiply_accumulates(n) for n in function.body.nodes)
         element = mac_element_type(function)
         if not macs or element is None:
@@ -563,34 +529,38 @@ class CpuCostModel:
         rate = self.ceiling(element)
         if rate is None:
             return None
-        fastest = CEILING_MARGIN * rate
-        return macs / fastest, (f"{macs / 1e6:.3g} M MACs at {CEILING_MARGIN:g}x the fastest "
-                                f"{element} rate measured on this CPU, {rate / 1e9:.3g} GMAC/s")
+        return macs / rate, (f"{macs / 1e6:.3g} M MACs at this CPU's {element} vector "
+                             f"peak, {rate / 1e9:.3g} GMAC/s")
 
     def ceiling(self, element: str) -> float | None:
-        """The fastest rate (multiply-accumulates per second) this CPU has been measured
-        at on ``element`` operands: the fastest reference convolution's, timed on first
-        use, or a faster function's since; None when no reference can be built for it."""
+        """The most multiply-accumulates per second this CPU reaches on ``element``
+        operands: its vector units' peak (:func:`.peak.multiply_accumulate_peak`, the
+        peak loop timed on first use and cached by CPU), or a function's measured rate
+        should one have been faster; None for an element type that is not a number or
+        a CPU whose code does not run here."""
         found = self.cache.get(self.base_key, f"ceiling-{element}")
-        if found is not None and found.get("references"):
+        if found is not None and found.get("peak"):
             return found["macs_per_s"]
-        rate = None
-        for shape in REFERENCE_SHAPES:
-            try:
-                body = reference_graph(element, *shape)
-                seconds, _ = self._time(body)
-            except (HeteroccError, ValueError, TypeError):
-                return None  # an element type no convolution is built or compiled for
-            rate = self._raise_ceiling(element, sum(map(multiply_accumulates, body.nodes))
-                                       / seconds, references=True)
-        return rate
+        try:
+            np.dtype(element)
+        except TypeError:
+            return None
+        per_core = self.cache.get(self.base_key, "multiply-add-peak")
+        if per_core is None:
+            rate = multiply_add_rate(self.target.cpu)
+            if rate is None:
+                return None
+            per_core = {"per_core": rate}
+            self.cache.put(self.base_key, "multiply-add-peak", per_core)
+        peak = multiply_accumulate_peak(self.target.cpu, element, per_core["per_core"])
+        return self._raise_ceiling(element, peak, peak=True)
 
-    def _raise_ceiling(self, element: str, rate: float, references: bool = False) -> float:
-        """Keep ``rate`` as the ceiling if faster; ``references``: the reference
-        convolutions have been timed (until then the ceiling is not trusted)."""
+    def _raise_ceiling(self, element: str, rate: float, peak: bool = False) -> float:
+        """Keep ``rate`` as the ceiling if faster; ``peak``: the vector peak has been
+        measured (until then the ceiling is not trusted)."""
         found = self.cache.get(self.base_key, f"ceiling-{element}") or {"macs_per_s": 0.0}
         entry = {"macs_per_s": max(rate, found["macs_per_s"]),
-                 "references": references or bool(found.get("references"))}
+                 "peak": peak or bool(found.get("peak"))}
         if entry != found:
             self.cache.put(self.base_key, f"ceiling-{element}", entry)
         return entry["macs_per_s"]
