@@ -20,6 +20,10 @@ part on the CPU, and what they take there, timed as the model calls them
 (:func:`time_in_chains`: in graph order, one call of each kernel per round; hot, many
 calls of one kernel in a row, a kernel took 30% less than one call between the others,
 and ``benchmarks/placement.py`` measures the compiled model's kernels in chains too).
+A call's time there is the CPU seconds of the threads it runs on over their number:
+the time it takes with its cores to itself, which another process on one of the two
+cores does not double (its wall time, the old figure, moved some 35% between
+compiles a minute apart on a quiet machine).
 Asked about a function alone, the function is fused and timed alone.
 
 Where a tuning log is applied (``heterocc.compile(..., tuning_log=...)``, the log
@@ -43,6 +47,8 @@ not measured for the placement.
 from __future__ import annotations
 
 import hashlib
+import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,8 +68,11 @@ from heterocc.sdk.graph import (
 from heterocc.sdk.runtime import GraphExecutor
 from heterocc.sdk.te_target import structure_key
 from heterocc.sdk.tuning import current, fastest, records_for
+from heterocc.tir.stmt import For, ForKind
+from heterocc.tir.visitor import collect_statements
 
 from .peak import multiply_accumulate_peak, multiply_add_rate
+from .runtime import num_threads
 from .tuning import logged_seconds
 
 #: samples wanted after the warm-up call, and the least time spent taking them
@@ -140,8 +149,7 @@ _LOG_KEYS: dict[int, tuple[object, str]] = {}
 #: for its first calls: its code and constants paged in), then timed rounds, at least
 #: :data:`CHAIN_MIN_ROUNDS`, then more while the timed rounds took under
 #: :data:`CHAIN_SECONDS`, at most :data:`CHAIN_MAX_ROUNDS`. Why that many: the fastest
-#: of few rounds under load lies above the fastest of many (a parallel kernel is
-#: undisturbed only while no other process holds either core): ResNet-18's kernels, 5
+#: of few rounds under load lies above the fastest of many: ResNet-18's kernels, 5
 #: to 7 rounds in 0.1 s, were estimated 24% to 104% above the benchmark's 30 rounds at
 #: a load of 10 to 12, MobileNetV2's, 12 rounds, 5% to 18% either way
 CHAIN_WARM_UP_ROUNDS = 2
@@ -150,9 +158,59 @@ CHAIN_MAX_ROUNDS = 40
 CHAIN_SECONDS = 0.25
 
 
+def kernel_threads(call) -> int | None:
+    """How many threads a call of ``call`` runs on: the runtime's pool for a compiled
+    kernel with a parallel loop, one for a kernel without; None where ``call`` is not a
+    compiled kernel (its threads are not known)."""
+    prim = getattr(call, "prim", None)
+    body = getattr(prim, "body", None)
+    if body is None:
+        return None
+    key = id(prim)
+    if key not in _THREADS or _THREADS[key][0] is not prim:
+        parallel = collect_statements(
+            body, lambda s: isinstance(s, For) and s.kind is ForKind.PARALLEL)
+        _THREADS[key] = (prim, num_threads() if parallel else 1)
+    return _THREADS[key][1]
+
+
+#: :func:`kernel_threads` by id of the kernel's PrimFunc (kept with it)
+_THREADS: dict[int, tuple[object, int]] = {}
+
+
+def pool_clocks() -> list[int] | None:
+    """The CPU-time clocks of the threads a kernel's call runs on: this thread's and
+    those of the runtime's pool (Linux's per-thread clocks of the process's threads that
+    are not Python's: the pool's are C threads); None where the system has none."""
+    try:
+        tids = {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return None
+    python = {t.native_id for t in threading.enumerate()} - {threading.get_native_id()}
+    # Linux's clock id of a thread's CPU time: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
+    clocks = [(~tid << 3) | 6 for tid in sorted(tids - python)]
+    try:
+        for clock in clocks:
+            time.clock_gettime(clock)
+    except OSError:
+        return None
+    return clocks
+
+
+def _cpu_seconds(clocks: Sequence[int]) -> float:
+    total = 0.0
+    for clock in clocks:
+        try:
+            total += time.clock_gettime(clock)
+        except OSError:  # a thread that ended
+            pass
+    return total
+
+
 def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUNDS,
                    max_rounds: int = CHAIN_MAX_ROUNDS, seconds: float = CHAIN_SECONDS,
-                   warm_up: int = CHAIN_WARM_UP_ROUNDS) -> dict[str, tuple[float, int]]:
+                   warm_up: int = CHAIN_WARM_UP_ROUNDS, clock: str = "cpu"
+                   ) -> dict[str, tuple[float, int]]:
     """The fastest call and the number of timed calls of each of ``calls`` (name ->
     (callable, arguments), in graph order), timed the way a model calls its kernels:
     one call of each in turn, round after round (see the constants above), so that a
@@ -161,7 +219,18 @@ def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUND
     bursts; rounds spread each kernel's calls over the whole timing, so a burst
     stretches one sample of each kernel, not every sample of one. A call longer than
     :data:`LONG_CALL_SECONDS` is timed :data:`LONG_SAMPLES` times only (so long a
-    call varies little, and compile time matters)."""
+    call varies little, and compile time matters).
+
+    What a call's time is (``clock``): ``"cpu"`` (the default), the time the call
+    takes with the cores it runs on to itself: the CPU seconds of its threads
+    (:func:`pool_clocks`) over their number (:func:`kernel_threads`), the calling
+    thread's alone for a kernel without a parallel loop. A parallel kernel waits for
+    its slowest thread, so where another process holds one of the two cores its wall
+    time doubles (ResNet-18's kernels, fastest of 40 rounds: 5.7, 6.0 and 9.8 ms in
+    three chains one after another at a load of 9) while its threads' CPU seconds do
+    not (4.97, 4.91, 4.96 ms over two threads). A call that is not a compiled kernel,
+    or a system without per-thread clocks, is timed on the wall clock, as is every
+    call with ``clock="wall"``."""
     samples: dict[str, list[float]] = {name: [] for name in calls}
     long: set[str] = set()
     for _ in range(warm_up):
@@ -170,15 +239,25 @@ def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUND
             call(args)
             if time.perf_counter() - start > LONG_CALL_SECONDS:
                 long.add(name)
+    clocks = pool_clocks() if clock == "cpu" else None  # the pool started by now
+    threads = {name: kernel_threads(call) if clocks else None
+               for name, (call, _) in calls.items()}
     spent, rounds = 0.0, 0
     while rounds < min_rounds or (rounds < max_rounds and spent < seconds):
         for name, (call, args) in calls.items():
             if name in long and len(samples[name]) >= LONG_SAMPLES:
                 continue
+            count = threads[name]
+            busy = _cpu_seconds(clocks) if count and count > 1 else time.thread_time()
             start = time.perf_counter()
             call(args)
             took = time.perf_counter() - start
-            samples[name].append(took)
+            if count is None:
+                samples[name].append(took)
+            elif count > 1:
+                samples[name].append((_cpu_seconds(clocks) - busy) / count)
+            else:
+                samples[name].append(time.thread_time() - busy)
             spent += took
         rounds += 1
     return {name: (fastest(found), len(found)) for name, found in samples.items()}
@@ -396,7 +475,7 @@ class CpuCostModel:
     def base_key(self) -> str:
         """What every cached figure depends on besides the workload: the CPU
         description (as a target string) and the cost model's version."""
-        return f"llvm5/{self.target.tuning_key}"
+        return f"llvm6/{self.target.tuning_key}"
 
     @property
     def key(self) -> str:

@@ -750,6 +750,49 @@ def test_kernels_are_timed_in_graph_order_one_call_each_per_round(monkeypatch):
     assert timed["long"] == (pytest.approx(0.2), cpu_cost.LONG_SAMPLES)
 
 
+def test_chains_time_a_kernel_by_the_cpu_seconds_of_its_threads(model):
+    """The default clock: a compiled kernel's call counts the CPU seconds of the threads
+    it runs on over their number (a kernel with a parallel loop: the runtime's pool; one
+    without: the calling thread alone), so a core another process holds does not
+    stretch it; what is not a compiled kernel is timed on the wall clock. A sleeping
+    call with one thread takes no CPU time; a kernel's figure stays about its wall
+    time, never far above it."""
+    import time
+
+    from heterocc.targets.llvm.runtime import num_threads
+    from heterocc.tir.stmt import ForKind, SeqStmt
+
+    compiled = heterocc.compile(model, target="llvm")
+    kernels = {n.name: compiled.kernels[n.name] for n in compiled.graph.nodes
+               if n.body is not None and n.name in compiled.kernels}
+    threads = {name: cpu_cost.kernel_threads(k) for name, k in kernels.items()}
+    for name, kernel in kernels.items():
+        parallel = any(getattr(s, "kind", None) is ForKind.PARALLEL
+                       for s in cpu_cost.collect_statements(kernel.prim.body, lambda s: True))
+        assert threads[name] == (num_threads() if parallel else 1)
+    assert cpu_cost.kernel_threads(lambda args: None) is None
+    inputs = {n.name: n.inputs for n in compiled.graph.nodes if n.name in kernels}
+    calls = {name: (k, cpu_cost.random_arguments(inputs[name])) for name, k in kernels.items()}
+    cpu = cpu_cost.time_in_chains(calls, min_rounds=10, max_rounds=10)
+    wall = cpu_cost.time_in_chains(calls, min_rounds=10, max_rounds=10, clock="wall")
+    assert sum(s for s, _ in cpu.values()) <= 1.5 * sum(s for s, _ in wall.values())
+    assert all(s > 0 for s, _ in cpu.values())
+
+    class Sleeper:  # a "kernel" without a parallel loop that waits, using no CPU
+        prim = type("Prim", (), {"body": SeqStmt(())})()
+
+        def __call__(self, args):
+            time.sleep(0.002)
+
+    sleeper = Sleeper()
+    assert cpu_cost.kernel_threads(sleeper) == 1
+    timed = cpu_cost.time_in_chains({"s": (sleeper, ())}, min_rounds=3, max_rounds=3)
+    assert timed["s"][0] < 1e-3
+    timed = cpu_cost.time_in_chains({"s": (sleeper, ())}, min_rounds=3, max_rounds=3,
+                                    clock="wall")
+    assert timed["s"][0] >= 2e-3
+
+
 def test_kernel_shares_split_a_kernel_by_the_weight_of_each_part():
     """A kernel holding a convolution of one part and the element-wise epilogue of
     another gives each its nodes' weight (multiply-accumulates + elements written);
