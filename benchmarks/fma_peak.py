@@ -22,49 +22,7 @@ import llvmlite.binding as llvm
 from machine import cpu_target, describe  # beside this script
 
 from heterocc.targets.llvm.module import machines
-
-
-def peak_kernel_ir(lanes: int, chains: int, fma: bool) -> str:
-    """LLVM IR of ``float peak(i64 count, float seed)``: ``count`` iterations, each
-    advancing ``chains`` independent ``<lanes x float>`` accumulators by one multiply-add
-    (an ``llvm.fma`` call, or a multiply and an add where the CPU has no FMA); returns a
-    sum of the accumulators so that none is dead code."""
-    vector = f"<{lanes} x float>"
-    step = []
-    for c in range(chains):
-        if fma:
-            step.append(f"  %n{c} = call {vector} @llvm.fma.v{lanes}f32({vector} %a{c}, "
-                        f"{vector} %x, {vector} %y)")
-        else:
-            step.append(f"  %m{c} = fmul {vector} %a{c}, %x")
-            step.append(f"  %n{c} = fadd {vector} %m{c}, %y")
-    phis = [f"  %a{c} = phi {vector} [ %x, %entry ], [ %n{c}, %loop ]" for c in range(chains)]
-    total, sums = "%n0", []
-    for c in range(1, chains):
-        sums.append(f"  %s{c} = fadd {vector} {total}, %n{c}")
-        total = f"%s{c}"
-    newline = "\n"
-    return f"""
-declare {vector} @llvm.fma.v{lanes}f32({vector}, {vector}, {vector})
-define float @peak(i64 %count, float %seed) {{
-entry:
-  %x0 = insertelement {vector} undef, float %seed, i32 0
-  %x = shufflevector {vector} %x0, {vector} undef, <{lanes} x i32> zeroinitializer
-  %y = fmul {vector} %x, %x
-  br label %loop
-loop:
-{newline.join(phis)}
-  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
-{newline.join(step)}
-  %i1 = add i64 %i, 1
-  %more = icmp ult i64 %i1, %count
-  br i1 %more, label %loop, label %done
-done:
-{newline.join(sums)}
-  %r = extractelement {vector} {total}, i32 0
-  ret float %r
-}}
-"""
+from heterocc.targets.llvm.peak import peak_kernel_ir
 
 
 def main() -> None:

@@ -117,7 +117,7 @@ def _cpu_accuracy(compiled, report) -> tuple[list[tuple[float, float]], int, int
     is its share (``kernel_shares``, as the estimate divides the kernels it times) of
     the compiled model's own CPU kernels, timed here the way the estimate times them
     (``time_in_chains``: in graph order, one call of each kernel per round, the fastest
-    call; here 10 to 60 rounds, 0.5 s of calls); and of the candidates the
+    call, as many rounds); and of the candidates the
     accelerator took on the CPU's lower bound alone, how many and how many of them the
     CPU runs faster than that bound (a wrong bound), each fused and timed alone."""
     llvm = get_target("llvm")
@@ -128,10 +128,11 @@ def _cpu_accuracy(compiled, report) -> tuple[list[tuple[float, float]], int, int
     shares = cpu_cost.kernel_shares(on_cpu, {k: frozenset(n.name for n in unit.nodes)
                                              for k, unit in enumerate(units)})
     # every kernel timed the way the estimate times them (in graph order, one call of
-    # each per round, the fastest call), in more rounds
+    # each per round, the fastest call), in as many rounds: the fastest of more rounds
+    # lies lower, so more here would measure something else than the estimate
     timed = {name: seconds for name, (seconds, _) in cpu_cost.time_in_chains(
-        {n.name: (kernels[n.name], cpu_cost.random_arguments(n.inputs)) for n in on_cpu},
-        min_rounds=10, max_rounds=60, seconds=0.5).items()}
+        {n.name: (kernels[n.name], cpu_cost.random_arguments(n.inputs))
+         for n in on_cpu}).items()}
     pairs = []
     bounded = wrong = 0
     for k, unit in enumerate(units):

@@ -25,9 +25,10 @@ cannot bound, without multiply-accumulates); when its figure beats the other's l
 bound, the other is not estimated: the decision is the one both figures would give;
 nor is the accelerator where the CPU's figure is within :data:`MIN_GAIN` of its bound
 (the unit stays on the CPU: what offloading could save is within the measurement's noise).
-Nodes no pattern matched (on the CPU whatever the placement) are not measured at all.
-The figures skipped, which only the report's totals need, are estimated when the plan
-is asked for them (:meth:`CostPlan.complete`).
+Nodes no pattern matched (on the CPU whatever the placement) are not asked about
+(a CPU that times the whole graph's kernels at once, as the llvm target does, has
+their figures already). The figures skipped, which only the report's totals need, are
+estimated when the plan is asked for them (:meth:`CostPlan.complete`).
 
 Where composites are offloaded, the CPU's build fuses what stays on it otherwise than
 the whole graph its estimates timed (a kernel that held an offloaded layer's neighbour

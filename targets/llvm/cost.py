@@ -20,6 +20,10 @@ part on the CPU, and what they take there, timed as the model calls them
 (:func:`time_in_chains`: in graph order, one call of each kernel per round; hot, many
 calls of one kernel in a row, a kernel took 30% less than one call between the others,
 and ``benchmarks/placement.py`` measures the compiled model's kernels in chains too).
+A call's time there is the CPU seconds of the threads it runs on over their number:
+the time it takes with its cores to itself, which another process on one of the two
+cores does not double (its wall time, the old figure, moved some 35% between
+compiles a minute apart on a quiet machine).
 Asked about a function alone, the function is fused and timed alone.
 
 Where a tuning log is applied (``heterocc.compile(..., tuning_log=...)``, the log
@@ -33,25 +37,26 @@ second compile of a model measures nothing.
 
 Measuring costs compile time (the function's kernels are compiled to be timed), so the
 placement first asks :meth:`CpuCostModel.lower_bound`: the least time the function
-could take here, its multiply-accumulates at :data:`CEILING_MARGIN` times the fastest
-rate this CPU has reached on such work (a reference convolution timed once per CPU and
-element type, raised by every function measured since). Where the accelerator is
-faster even than that, the function is not measured for the placement.
+could take here, its multiply-accumulates at the peak of this CPU's vector units
+(:mod:`.peak`: a multiply-add loop on registers timed for a few milliseconds once per
+CPU, scaled to the element type and the cores; raised by any function measured faster,
+which none should be). Where the accelerator is faster even than that, the function is
+not measured for the placement.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper
 
 from heterocc.ir.graph import Graph, NameScope, Node
-from heterocc.sdk import CostCache, CostEstimate, HeteroccError, workload_key
+from heterocc.sdk import CostCache, CostEstimate, workload_key
 from heterocc.sdk.cost import random_arguments
 from heterocc.sdk.graph import (
     DEFAULT_PIPELINE,
@@ -60,10 +65,14 @@ from heterocc.sdk.graph import (
     outline,
     target_graph_passes,
 )
-from heterocc.sdk.runtime import GraphExecutor, from_onnx
+from heterocc.sdk.runtime import GraphExecutor
 from heterocc.sdk.te_target import structure_key
 from heterocc.sdk.tuning import current, fastest, records_for
+from heterocc.tir.stmt import For, ForKind
+from heterocc.tir.visitor import collect_statements
 
+from .peak import multiply_accumulate_peak, multiply_add_rate
+from .runtime import num_threads
 from .tuning import logged_seconds
 
 #: samples wanted after the warm-up call, and the least time spent taking them
@@ -79,14 +88,6 @@ WARM_UP_SECONDS = 0.01
 #: time and move the median less than the estimate needs
 LONG_CALL_SECONDS = 0.05
 LONG_SAMPLES = 2
-#: the lower bound assumes the CPU this many times faster than the fastest rate it has
-#: been measured at on multiply-accumulates of the element type. The bound is empirical
-#: (an analytic one, the vector units' peak, lies some hundred times above what the
-#: kernels reach and would decide nothing): rates of this CPU's int8 kernels spread
-#: about tenfold between layer shapes, the references are the fastest shapes timed, and
-#: the margin keeps a shape faster still from being offloaded on a wrong bound
-#: (``benchmarks/placement.py`` counts functions measured below their bound)
-CEILING_MARGIN = 2.0
 
 
 def time_call(call, args, min_samples: int = MIN_SAMPLES, min_seconds: float = MIN_SECONDS,
@@ -148,8 +149,7 @@ _LOG_KEYS: dict[int, tuple[object, str]] = {}
 #: for its first calls: its code and constants paged in), then timed rounds, at least
 #: :data:`CHAIN_MIN_ROUNDS`, then more while the timed rounds took under
 #: :data:`CHAIN_SECONDS`, at most :data:`CHAIN_MAX_ROUNDS`. Why that many: the fastest
-#: of few rounds under load lies above the fastest of many (a parallel kernel is
-#: undisturbed only while no other process holds either core): ResNet-18's kernels, 5
+#: of few rounds under load lies above the fastest of many: ResNet-18's kernels, 5
 #: to 7 rounds in 0.1 s, were estimated 24% to 104% above the benchmark's 30 rounds at
 #: a load of 10 to 12, MobileNetV2's, 12 rounds, 5% to 18% either way
 CHAIN_WARM_UP_ROUNDS = 2
@@ -158,9 +158,59 @@ CHAIN_MAX_ROUNDS = 40
 CHAIN_SECONDS = 0.25
 
 
+def kernel_threads(call) -> int | None:
+    """How many threads a call of ``call`` runs on: the runtime's pool for a compiled
+    kernel with a parallel loop, one for a kernel without; None where ``call`` is not a
+    compiled kernel (its threads are not known)."""
+    prim = getattr(call, "prim", None)
+    body = getattr(prim, "body", None)
+    if body is None:
+        return None
+    key = id(prim)
+    if key not in _THREADS or _THREADS[key][0] is not prim:
+        parallel = collect_statements(
+            body, lambda s: isinstance(s, For) and s.kind is ForKind.PARALLEL)
+        _THREADS[key] = (prim, num_threads() if parallel else 1)
+    return _THREADS[key][1]
+
+
+#: :func:`kernel_threads` by id of the kernel's PrimFunc (kept with it)
+_THREADS: dict[int, tuple[object, int]] = {}
+
+
+def pool_clocks() -> list[int] | None:
+    """The CPU-time clocks of the threads a kernel's call runs on: this thread's and
+    those of the runtime's pool (Linux's per-thread clocks of the process's threads that
+    are not Python's: the pool's are C threads); None where the system has none."""
+    try:
+        tids = {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return None
+    python = {t.native_id for t in threading.enumerate()} - {threading.get_native_id()}
+    # Linux's clock id of a thread's CPU time: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
+    clocks = [(~tid << 3) | 6 for tid in sorted(tids - python)]
+    try:
+        for clock in clocks:
+            time.clock_gettime(clock)
+    except OSError:
+        return None
+    return clocks
+
+
+def _cpu_seconds(clocks: Sequence[int]) -> float:
+    total = 0.0
+    for clock in clocks:
+        try:
+            total += time.clock_gettime(clock)
+        except OSError:  # a thread that ended
+            pass
+    return total
+
+
 def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUNDS,
                    max_rounds: int = CHAIN_MAX_ROUNDS, seconds: float = CHAIN_SECONDS,
-                   warm_up: int = CHAIN_WARM_UP_ROUNDS) -> dict[str, tuple[float, int]]:
+                   warm_up: int = CHAIN_WARM_UP_ROUNDS, clock: str = "cpu"
+                   ) -> dict[str, tuple[float, int]]:
     """The fastest call and the number of timed calls of each of ``calls`` (name ->
     (callable, arguments), in graph order), timed the way a model calls its kernels:
     one call of each in turn, round after round (see the constants above), so that a
@@ -169,7 +219,18 @@ def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUND
     bursts; rounds spread each kernel's calls over the whole timing, so a burst
     stretches one sample of each kernel, not every sample of one. A call longer than
     :data:`LONG_CALL_SECONDS` is timed :data:`LONG_SAMPLES` times only (so long a
-    call varies little, and compile time matters)."""
+    call varies little, and compile time matters).
+
+    What a call's time is (``clock``): ``"cpu"`` (the default), the time the call
+    takes with the cores it runs on to itself: the CPU seconds of its threads
+    (:func:`pool_clocks`) over their number (:func:`kernel_threads`), the calling
+    thread's alone for a kernel without a parallel loop. A parallel kernel waits for
+    its slowest thread, so where another process holds one of the two cores its wall
+    time doubles (ResNet-18's kernels, fastest of 40 rounds: 5.7, 6.0 and 9.8 ms in
+    three chains one after another at a load of 9) while its threads' CPU seconds do
+    not (4.97, 4.91, 4.96 ms over two threads). A call that is not a compiled kernel,
+    or a system without per-thread clocks, is timed on the wall clock, as is every
+    call with ``clock="wall"``."""
     samples: dict[str, list[float]] = {name: [] for name in calls}
     long: set[str] = set()
     for _ in range(warm_up):
@@ -178,15 +239,25 @@ def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUND
             call(args)
             if time.perf_counter() - start > LONG_CALL_SECONDS:
                 long.add(name)
+    clocks = pool_clocks() if clock == "cpu" else None  # the pool started by now
+    threads = {name: kernel_threads(call) if clocks else None
+               for name, (call, _) in calls.items()}
     spent, rounds = 0.0, 0
     while rounds < min_rounds or (rounds < max_rounds and spent < seconds):
         for name, (call, args) in calls.items():
             if name in long and len(samples[name]) >= LONG_SAMPLES:
                 continue
+            count = threads[name]
+            busy = _cpu_seconds(clocks) if count and count > 1 else time.thread_time()
             start = time.perf_counter()
             call(args)
             took = time.perf_counter() - start
-            samples[name].append(took)
+            if count is None:
+                samples[name].append(took)
+            elif count > 1:
+                samples[name].append((_cpu_seconds(clocks) - busy) / count)
+            else:
+                samples[name].append(time.thread_time() - busy)
             spent += took
         rounds += 1
     return {name: (fastest(found), len(found)) for name, found in samples.items()}
@@ -270,7 +341,7 @@ class FusedContext:
     #: compiled or timed again
     known: dict[tuple, tuple[float, int, str]] = field(default_factory=dict, repr=False)
     #: the parts (ids of their functions) whose kernels are timed together at the first
-    #: ask; None: the candidate composites' (the others' are timed when asked)
+    #: ask; None: every part's (the whole graph's kernels, as the model calls them)
     upfront: frozenset[int] | None = None
     _fused: list[Node] | None = field(default=None, repr=False)
     #: the fused kernels holding each part's nodes, with its share (:func:`kernel_shares`)
@@ -307,15 +378,16 @@ class FusedContext:
         return seconds, samples, source_of(sources)
 
     def _time_candidates(self) -> None:
-        """Time every kernel holding nodes of a candidate composite (a function with a
-        ``composite`` attribute; or of the parts in :attr:`upfront`) together
-        (:meth:`_time_kernels`). Kernels of nodes no pattern matched are timed when
-        first asked, all of them together (the report's totals want them; a placement
-        decides nothing with them)."""
+        """Time the kernels of every part (or of the parts in :attr:`upfront`) together
+        (:meth:`_time_kernels`): the whole graph's kernels in one chain, those of nodes
+        no pattern matched with the candidates'. Why them too: each kernel is timed
+        after the one the model runs before it, as ``benchmarks/placement.py`` times
+        the model's kernels (a chain of the candidates' kernels alone ran some after
+        another predecessor, their caches otherwise warm), and the build compiles them
+        anyway (those nodes stay on the CPU whatever the placement)."""
         wanted: dict[str, Node] = {}
         for function in self.functions:
-            if (id(function) in self.upfront if self.upfront is not None
-                    else "composite" in function.attrs):
+            if self.upfront is None or id(function) in self.upfront:
                 for kernel, _ in self._shares[id(function)]:
                     wanted.setdefault(kernel.name, kernel)
         self._time_kernels(wanted.values())
@@ -388,35 +460,6 @@ def mac_element_type(function: Node) -> str | None:
     return None
 
 
-#: (channels, image size, kernel) of the reference convolutions: the shapes this CPU's
-#: kernels multiply-accumulate fastest on among those timed (few channels, small images:
-#: the operands stay in the L1 cache; 1x1 and 3x3 windows)
-REFERENCE_SHAPES = ((32, 28, 1), (16, 28, 3))
-
-
-def reference_graph(element_type: str, channels: int = 32, size: int = 28,
-                    kernel: int = 1) -> Graph:
-    """A reference convolution (:data:`REFERENCE_SHAPES`): ``channels`` to ``channels``
-    channels on a ``size`` x ``size`` image with a ``kernel`` x ``kernel`` window (same
-    padding), integer (``ConvInteger``, int32 result) for an integer ``element_type``,
-    else ``Conv``."""
-    dtype = np.dtype(element_type)
-    onnx_type = helper.np_dtype_to_tensor_dtype(dtype)
-    integer = dtype.kind in "iu"
-    weights = np.random.default_rng(0).integers(
-        -8, 8, (channels, channels, kernel, kernel)).astype(dtype)
-    node = helper.make_node("ConvInteger" if integer else "Conv", ["x", "w"], ["y"],
-                            pads=[kernel // 2] * 4)
-    graph = helper.make_graph(
-        [node], "reference",
-        [helper.make_tensor_value_info("x", onnx_type, [1, channels, size, size])],
-        [helper.make_tensor_value_info("y", TensorProto.INT32 if integer else onnx_type,
-                                       [1, channels, size, size])],
-        [onnx.numpy_helper.from_array(weights, "w")])
-    opset = 10 if integer else 13
-    return from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
-
-
 @dataclass
 class CpuCostModel:
     """The ``estimate`` hook of an :class:`~heterocc.targets.llvm.LLVMTarget`."""
@@ -432,7 +475,7 @@ class CpuCostModel:
     def base_key(self) -> str:
         """What every cached figure depends on besides the workload: the CPU
         description (as a target string) and the cost model's version."""
-        return f"llvm5/{self.target.tuning_key}"
+        return f"llvm6/{self.target.tuning_key}"
 
     @property
     def key(self) -> str:
@@ -554,8 +597,10 @@ class CpuCostModel:
         return fastest(samples), len(samples)
 
     def lower_bound(self, function: Node) -> tuple[float, str] | None:
-        """The least time ``function`` could take on this CPU, and how it was bounded;
-        None for a function without multiply-accumulates (only a measurement tells)."""
+        """The least time ``function`` could take on this CPU, and how it was bounded:
+        its multiply-accumulates at the peak of this CPU's vector units on their element
+        type (:meth:`ceiling`); None for a function without multiply-accumulates (only
+        a measurement tells) or where the peak cannot be measured here."""
         macs = sum(multiply_accumulates(n) for n in function.body.nodes)
         element = mac_element_type(function)
         if not macs or element is None:
@@ -563,34 +608,38 @@ class CpuCostModel:
         rate = self.ceiling(element)
         if rate is None:
             return None
-        fastest = CEILING_MARGIN * rate
-        return macs / fastest, (f"{macs / 1e6:.3g} M MACs at {CEILING_MARGIN:g}x the fastest "
-                                f"{element} rate measured on this CPU, {rate / 1e9:.3g} GMAC/s")
+        return macs / rate, (f"{macs / 1e6:.3g} M MACs at this CPU's {element} vector "
+                             f"peak, {rate / 1e9:.3g} GMAC/s")
 
     def ceiling(self, element: str) -> float | None:
-        """The fastest rate (multiply-accumulates per second) this CPU has been measured
-        at on ``element`` operands: the fastest reference convolution's, timed on first
-        use, or a faster function's since; None when no reference can be built for it."""
+        """The most multiply-accumulates per second this CPU reaches on ``element``
+        operands: its vector units' peak (:func:`.peak.multiply_accumulate_peak`, the
+        peak loop timed on first use and cached by CPU), or a function's measured rate
+        should one have been faster; None for an element type that is not a number or
+        a CPU whose code does not run here."""
         found = self.cache.get(self.base_key, f"ceiling-{element}")
-        if found is not None and found.get("references"):
+        if found is not None and found.get("peak"):
             return found["macs_per_s"]
-        rate = None
-        for shape in REFERENCE_SHAPES:
-            try:
-                body = reference_graph(element, *shape)
-                seconds, _ = self._time(body)
-            except (HeteroccError, ValueError, TypeError):
-                return None  # an element type no convolution is built or compiled for
-            rate = self._raise_ceiling(element, sum(map(multiply_accumulates, body.nodes))
-                                       / seconds, references=True)
-        return rate
+        try:
+            np.dtype(element)
+        except TypeError:
+            return None
+        per_core = self.cache.get(self.base_key, "multiply-add-peak")
+        if per_core is None:
+            rate = multiply_add_rate(self.target.cpu)
+            if rate is None:
+                return None
+            per_core = {"per_core": rate}
+            self.cache.put(self.base_key, "multiply-add-peak", per_core)
+        peak = multiply_accumulate_peak(self.target.cpu, element, per_core["per_core"])
+        return self._raise_ceiling(element, peak, peak=True)
 
-    def _raise_ceiling(self, element: str, rate: float, references: bool = False) -> float:
-        """Keep ``rate`` as the ceiling if faster; ``references``: the reference
-        convolutions have been timed (until then the ceiling is not trusted)."""
+    def _raise_ceiling(self, element: str, rate: float, peak: bool = False) -> float:
+        """Keep ``rate`` as the ceiling if faster; ``peak``: the vector peak has been
+        measured (until then the ceiling is not trusted)."""
         found = self.cache.get(self.base_key, f"ceiling-{element}") or {"macs_per_s": 0.0}
         entry = {"macs_per_s": max(rate, found["macs_per_s"]),
-                 "references": references or bool(found.get("references"))}
+                 "peak": peak or bool(found.get("peak"))}
         if entry != found:
             self.cache.put(self.base_key, f"ceiling-{element}", entry)
         return entry["macs_per_s"]
