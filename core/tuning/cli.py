@@ -23,7 +23,7 @@ from ..errors import InputError
 from ..runtime.inputs import parse_shapes
 from .auto import AUTO_PREFIX, EvolutionaryTuner, is_auto
 from .extract import extract_tasks, tuning_key, tuning_target
-from .measure import CACHE_MODES, MeasureOptions, tuning_context
+from .measure import CACHE_MODES, MeasureOptions, candidate_limits, tuning_context
 from .pool import make_pool
 from .records import BASELINE, PAIRED, MeasureRecord, RecordLog, config_costs
 from .scheduler import TaskScheduler
@@ -194,7 +194,10 @@ def _run_auto(args, tasks, pool, log: RecordLog, model: CostModel, stream,
     for task in tasks:  # each task's best and its hand schedule timed close together
         if args.remeasure > 0:
             remeasure_best(task, pool, log, count=args.remeasure)
-        measure_hand_schedules([task], pool, log, baseline=tuning.baseline)
+        # remeasuring off: each timed once (from scratch, the generic baselines are
+        # many times slower than the search's best and take seconds each)
+        measure_hand_schedules([task], pool, log, rounds=max(1, min(3, args.remeasure)),
+                               baseline=tuning.baseline)
     table(scheduler, final=True)
     print(f"tuned in {time.perf_counter() - start:.1f} s", file=stream)
     for task in tasks:
@@ -234,13 +237,18 @@ def measure_hand_schedules(tasks, pool, log: RecordLog, rounds: int = 3,
             continue
         costs = config_costs(log.records()).get(task.workload_key, {})
         best = task.space.get(min(costs, key=costs.get)) if costs else None
+        # a baseline far slower than the best is timed by one call
+        limited = getattr(pool, "options", None)
+        if limited is not None and best is not None:
+            limited = candidate_limits(limited, costs[best.index], 0.0)
         for _ in range(rounds):
             if best is not None:
                 result = pool.measure_one(task, best)
                 log.append(MeasureRecord(task.workload_key, best.to_json(), best.index,
                                          result.costs, result.error, result.message,
                                          PAIRED))
-            result = pool.measure_one(hand, default)
+            result = (pool.measure_one(hand, default) if limited is None
+                      else pool.measure_one(hand, default, limited))
             log.append(MeasureRecord(hand.workload_key, default.to_json(), default.index,
                                      result.costs, result.error, result.message, BASELINE))
 
