@@ -3,6 +3,7 @@ the live table, and resuming an auto search after kill -9."""
 
 import argparse
 import io
+import math
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from onnx import helper
 
 from heterocc.errors import InputError
 from heterocc.targets.vta.tuning import vta_gemm_task
+from heterocc.tuning import measure
 from heterocc.tuning.auto import EvolutionaryTuner
 from heterocc.tuning.cli import add_tune_parser, table_lines
 from heterocc.tuning.extract import extract_tasks
@@ -79,6 +81,41 @@ def test_scheduler_spends_the_budget_where_latency_falls_most(tmp_path):
     assert latency == pytest.approx(4 * states[0].progress.best_cost + 1.0)
     lines = table_lines(scheduler)
     assert "share" in lines[0] and lines[-1].startswith("total: 24/24 trials")
+
+
+class LimitedPool(CostPool):
+    """A pool with options: records the options each batch is measured under."""
+
+    def __init__(self, cost, elapsed_s):
+        super().__init__(cost)
+        self.options, self.elapsed_s, self.batches = MeasureOptions(timeout_s=20.0), elapsed_s, []
+
+    def measure_batch(self, task, configs, on_result=None, options=None):
+        self.batches.append(options)
+        results = [MeasureResult(costs=(self.cost(task, c),), elapsed_s=self.elapsed_s)
+                   for c in configs]
+        self.calls.append([r.cost for r in results])
+        for config, result in zip(configs, results):
+            if on_result is not None:
+                on_result(config, result)
+        return results
+
+
+def test_scheduler_measures_a_timed_task_under_its_limits():
+    task = Task("auto.matmul", (16, 32, 16, "float32"))
+    pool = LimitedPool(lambda task, config: 0.001 * (1 + config.index % 7), elapsed_s=3.0)
+    TaskScheduler([task], [RandomTuner(task)], pool, trials=8, batch_size=4).run()
+    first, second = pool.batches
+    # nothing known yet: no cutoff, the floor's time-out (a tiny task's calls are short)
+    assert math.isinf(first.cutoff_s) and first.timeout_s == measure.TIMEOUT_FLOOR_S
+    # then: one call settles a candidate 4x slower than the best; 4x the slowest success
+    assert second.cutoff_s == pytest.approx(measure.CUTOFF_MULTIPLE * min(pool.calls[0]))
+    assert second.timeout_s == pytest.approx(measure.TIMEOUT_MULTIPLE * 3.0)
+    # a modelled cost (cycles) is measured as the pool's options say
+    heavy, _ = _tasks()
+    modelled = LimitedPool(_cost, elapsed_s=3.0)
+    TaskScheduler([heavy], [RandomTuner(heavy)], modelled, trials=8, batch_size=4).run()
+    assert modelled.batches == [None, None]
 
 
 def test_scheduler_resumes_from_the_log(tmp_path):
