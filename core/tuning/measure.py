@@ -349,11 +349,14 @@ class InProcessMeasurer:
 
     def measure_batch(self, task: Task, configs: Sequence[Config],
                       on_result: Callable[[Config, MeasureResult], None] | None = None,
-                      options: MeasureOptions | None = None) -> list[MeasureResult]:
-        """Measure ``configs`` one after another (the interface of the pools; a
-        time-out in ``options`` cannot stop a call here)."""
-        return measure_in_order(lambda t, c: self.measure_one(t, c, options), task, configs,
-                                on_result)
+                      options=None) -> list[MeasureResult]:
+        """Measure ``configs`` one after another (the interface of the pools, ``options``
+        as theirs; a time-out cannot stop a call here)."""
+        def measure_one(task: Task, config: Config) -> MeasureResult:
+            now = options() if callable(options) else options
+            return self.measure_one(task, config, now)
+
+        return measure_in_order(measure_one, task, configs, on_result)
 
     def close(self) -> None:
         """Nothing to release (the interface of :class:`Measurer`)."""

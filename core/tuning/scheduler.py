@@ -12,9 +12,10 @@ trials and ``forward`` an optimistic guess that the next trials gain as much as 
 trials did on average so far (``best / trials``). A task whose best has not improved for
 ``early_stop`` trials, or whose space is exhausted, gets no more.
 
-A pool that exposes its ``options`` measures each batch of a timed task under its
-:func:`~.measure.candidate_limits`: candidates far slower than the task's best are timed
-by one call, and the time-out follows what the task's candidates take.
+A pool that exposes its ``options`` measures each candidate of a timed task under its
+:func:`~.measure.candidate_limits` as the candidate starts: candidates far slower than
+the task's best so far are timed by one call, and the time-out follows what the task's
+candidates take.
 """
 
 from __future__ import annotations
@@ -148,8 +149,10 @@ class TaskScheduler:
         if options is None or task.definition.cost_unit != SECONDS:  # modelled: no limits
             results = self.pool.measure_batch(task, batch, arrived)
         else:
-            limits = candidate_limits(options, state.progress.best_cost, state.slowest_s,
-                                      task.flops)
+            def limits():  # as each candidate starts: the batch's earlier ones count
+                return candidate_limits(options, state.progress.best_cost, state.slowest_s,
+                                        task.flops)
+
             results = self.pool.measure_batch(task, batch, arrived, options=limits)
         tuner.update(batch, [r.cost for r in results])
         if self.early_stop is not None and state.stalled >= self.early_stop:

@@ -91,13 +91,14 @@ class LimitedPool(CostPool):
         self.options, self.elapsed_s, self.batches = MeasureOptions(timeout_s=20.0), elapsed_s, []
 
     def measure_batch(self, task, configs, on_result=None, options=None):
-        self.batches.append(options)
-        results = [MeasureResult(costs=(self.cost(task, c),), elapsed_s=self.elapsed_s)
-                   for c in configs]
-        self.calls.append([r.cost for r in results])
-        for config, result in zip(configs, results):
+        results = []
+        for config in configs:
+            self.batches.append(options() if callable(options) else options)
+            results.append(MeasureResult(costs=(self.cost(task, config),),
+                                         elapsed_s=self.elapsed_s))
             if on_result is not None:
-                on_result(config, result)
+                on_result(config, results[-1])
+        self.calls.append([r.cost for r in results])
         return results
 
 
@@ -105,17 +106,20 @@ def test_scheduler_measures_a_timed_task_under_its_limits():
     task = Task("auto.matmul", (16, 32, 16, "float32"))
     pool = LimitedPool(lambda task, config: 0.001 * (1 + config.index % 7), elapsed_s=3.0)
     TaskScheduler([task], [RandomTuner(task)], pool, trials=8, batch_size=4).run()
-    first, second = pool.batches
+    first, second, *_, last = pool.batches
     # nothing known yet: no cutoff, the floor's time-out (a tiny task's calls are short)
     assert math.isinf(first.cutoff_s) and first.timeout_s == measure.TIMEOUT_FLOOR_S
-    # then: one call settles a candidate 4x slower than the best; 4x the slowest success
-    assert second.cutoff_s == pytest.approx(measure.CUTOFF_MULTIPLE * min(pool.calls[0]))
+    # from the second candidate on (within the first batch too): one call settles a
+    # candidate 4x slower than the best so far; 4x the slowest success
+    assert second.cutoff_s == pytest.approx(measure.CUTOFF_MULTIPLE * pool.calls[0][0])
     assert second.timeout_s == pytest.approx(measure.TIMEOUT_MULTIPLE * 3.0)
+    measured = pool.calls[0] + pool.calls[1][:-1]
+    assert last.cutoff_s == pytest.approx(measure.CUTOFF_MULTIPLE * min(measured))
     # a modelled cost (cycles) is measured as the pool's options say
     heavy, _ = _tasks()
     modelled = LimitedPool(_cost, elapsed_s=3.0)
     TaskScheduler([heavy], [RandomTuner(heavy)], modelled, trials=8, batch_size=4).run()
-    assert modelled.batches == [None, None]
+    assert modelled.batches == [None] * 8
 
 
 def test_scheduler_resumes_from_the_log(tmp_path):
