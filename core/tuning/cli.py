@@ -23,7 +23,7 @@ from ..errors import InputError
 from ..runtime.inputs import parse_shapes
 from .auto import AUTO_PREFIX, EvolutionaryTuner, is_auto
 from .extract import extract_tasks, tuning_key, tuning_target
-from .measure import CACHE_MODES, MeasureOptions, candidate_limits, tuning_context
+from .measure import CACHE_MODES, MeasureOptions, tuning_context
 from .pool import make_pool
 from .records import BASELINE, PAIRED, MeasureRecord, RecordLog, config_costs
 from .scheduler import TaskScheduler
@@ -237,18 +237,13 @@ def measure_hand_schedules(tasks, pool, log: RecordLog, rounds: int = 3,
             continue
         costs = config_costs(log.records()).get(task.workload_key, {})
         best = task.space.get(min(costs, key=costs.get)) if costs else None
-        # a baseline far slower than the best is timed by one call
-        limited = getattr(pool, "options", None)
-        if limited is not None and best is not None:
-            limited = candidate_limits(limited, costs[best.index], 0.0)
         for _ in range(rounds):
             if best is not None:
                 result = pool.measure_one(task, best)
                 log.append(MeasureRecord(task.workload_key, best.to_json(), best.index,
                                          result.costs, result.error, result.message,
                                          PAIRED))
-            result = (pool.measure_one(hand, default) if limited is None
-                      else pool.measure_one(hand, default, limited))
+            result = pool.measure_one(hand, default)
             log.append(MeasureRecord(hand.workload_key, default.to_json(), default.index,
                                      result.costs, result.error, result.message, BASELINE))
 

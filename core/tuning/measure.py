@@ -55,8 +55,9 @@ class MeasureOptions:
     are taken, each of at least ``min_repeat_s`` of calls (batched to reach it).
     ``cache`` is what the timed calls find in the caches (see :data:`CACHE_MODES`;
     a target that cannot arrange it, such as a timing model, ignores it).
-    ``cutoff_s``: a candidate whose first timed call takes longer is timed no further
-    (that call is its cost: far slower than the task's best, its rank is settled; see
+    ``cutoff_s``: a candidate whose first timed call takes longer is timed by one call
+    more only (far slower than the task's best, its rank is settled; the faster of the
+    two counts, so one call slowed by another process does not discard it; see
     :func:`candidate_limits`)."""
 
     timeout_s: float = 20.0
@@ -79,7 +80,7 @@ class MeasureOptions:
 
 
 #: a candidate whose first call takes longer than this many times the task's best cost
-#: so far is timed no further (:attr:`MeasureOptions.cutoff_s`)
+#: so far is timed by one call more only (:attr:`MeasureOptions.cutoff_s`)
 CUTOFF_MULTIPLE = 4.0
 #: a task's candidates get this many times the longest a successful one of the task
 #: took to build, check and time ...
@@ -98,7 +99,7 @@ def candidate_limits(options: MeasureOptions, best_cost: float, slowest_s: float
     """``options`` for the next candidates of a task of ``flops`` operations per call
     whose best cost so far is ``best_cost`` (seconds per call; infinite: none yet) and
     whose slowest successful measurement took ``slowest_s`` (0: none yet): timing stops
-    after the first call beyond :data:`CUTOFF_MULTIPLE` times the best, and the
+    after two calls where the first is beyond :data:`CUTOFF_MULTIPLE` times the best, and the
     time-out is :data:`TIMEOUT_MULTIPLE` times the slowest success, or before any,
     what building and :data:`FIRST_CALLS` calls at :data:`SLOWEST_RATE` take (at least
     :data:`TIMEOUT_FLOOR_S`, at most ``options.timeout_s``). A search spends most of its
@@ -203,8 +204,10 @@ def _time_calls(call: Callable[[], None], options: MeasureOptions,
     if flush is not None:
         flush()
     once = _time_once(call)
-    if once > options.cutoff_s:  # far slower than the best: one call settles its rank
-        return (once,)
+    if once > options.cutoff_s:  # far slower than the best: a second call settles it
+        if flush is not None:
+            flush()
+        return (once, _time_once(call))
     if flush is None:
         return _time_batches(call, options, once)
     number = _calls_per_sample(once, options, FLUSHED_CALLS)
