@@ -194,7 +194,10 @@ def _run_auto(args, tasks, pool, log: RecordLog, model: CostModel, stream,
     for task in tasks:  # each task's best and its hand schedule timed close together
         if args.remeasure > 0:
             remeasure_best(task, pool, log, count=args.remeasure)
-        measure_hand_schedules([task], pool, log, baseline=tuning.baseline)
+        # remeasuring off: each timed once (from scratch, the generic baselines are
+        # many times slower than the search's best and take seconds each)
+        measure_hand_schedules([task], pool, log, rounds=max(1, min(3, args.remeasure)),
+                               baseline=tuning.baseline)
     table(scheduler, final=True)
     print(f"tuned in {time.perf_counter() - start:.1f} s", file=stream)
     for task in tasks:

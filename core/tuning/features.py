@@ -102,8 +102,11 @@ def _offset(buffer: tx.Buffer, indices: tuple[tx.Expr, ...], env: dict) -> int:
     return offset
 
 
-def _stride(buffer: tx.Buffer, indices: tuple[tx.Expr, ...], var: tx.Var) -> int:
-    return abs(_offset(buffer, indices, {var: 1}) - _offset(buffer, indices, {}))
+def _strides(buffer: tx.Buffer, indices: tuple[tx.Expr, ...], loops) -> dict:
+    """Elements the access moves by per step of each of ``loops`` (by loop variable;
+    the offset at zero evaluated once for all)."""
+    base = _offset(buffer, indices, {})
+    return {loop.var: abs(_offset(buffer, indices, {loop.var: 1}) - base) for loop in loops}
 
 
 def _stride_class(stride: int) -> int:
@@ -134,11 +137,12 @@ def _store_features(store: BufferStore, loops: tuple[_Loop, ...], guarded: bool
     reuse = touched = chunk = 0.0
     for buffer, indices in accesses:
         itemsize = np.dtype(tx.scalar_dtype(buffer.dtype)).itemsize
+        strides = _strides(buffer, indices, loops)
         if innermost is not None:
-            inner_classes[_stride_class(_stride(buffer, indices, innermost.var))] += 1
+            inner_classes[_stride_class(strides[innermost.var])] += 1
         if vectorized:
-            vector_classes[_stride_class(_stride(buffer, indices, vectorized[-1].var))] += 1
-        moving = [loop for loop in loops if _stride(buffer, indices, loop.var)]
+            vector_classes[_stride_class(strides[vectorized[-1].var])] += 1
+        moving = [loop for loop in loops if strides[loop.var]]
         distinct = math.prod(loop.extent for loop in moving)
         reuse += iterations / max(distinct, 1)
         touched += min(distinct, buffer.size) * itemsize

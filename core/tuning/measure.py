@@ -13,6 +13,7 @@ model's cycles.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import functools
 import importlib
@@ -53,7 +54,11 @@ class MeasureOptions:
     """``timeout_s`` bounds one candidate (build + check + timing); ``repeat`` timings
     are taken, each of at least ``min_repeat_s`` of calls (batched to reach it).
     ``cache`` is what the timed calls find in the caches (see :data:`CACHE_MODES`;
-    a target that cannot arrange it, such as a timing model, ignores it)."""
+    a target that cannot arrange it, such as a timing model, ignores it).
+    ``cutoff_s``: a candidate whose first timed call takes longer is timed by one call
+    more only (far slower than the task's best, its rank is settled; the faster of the
+    two counts, so one call slowed by another process does not discard it; see
+    :func:`candidate_limits`)."""
 
     timeout_s: float = 20.0
     repeat: int = 3
@@ -66,11 +71,48 @@ class MeasureOptions:
     #: registered (the host)
     target: str = ""
     cache: str = "flush"
+    cutoff_s: float = math.inf
 
     def __post_init__(self):
         if self.cache not in CACHE_MODES:
             raise InputError(f"measure option cache={self.cache!r}: one of "
                              f"{', '.join(CACHE_MODES)}")
+
+
+#: a candidate whose first call takes longer than this many times the task's best cost
+#: so far is timed by one call more only (:attr:`MeasureOptions.cutoff_s`)
+CUTOFF_MULTIPLE = 4.0
+#: a task's candidates get this many times the longest a successful one of the task
+#: took to build, check and time ...
+TIMEOUT_MULTIPLE = 4.0
+#: ... but never less than this (the first build in a fresh worker, a loaded machine)
+TIMEOUT_FLOOR_S = 8.0
+#: before any success, a candidate gets the floor plus :data:`FIRST_CALLS` calls of its
+#: task at this rate (floating-point operations per second: a scalar loop's)
+SLOWEST_RATE = 0.5e9
+#: calls of a candidate before its timing is cut short: the check and the first timed
+FIRST_CALLS = 2
+
+
+def candidate_limits(options: MeasureOptions, best_cost: float, slowest_s: float,
+                     flops: float = 0.0) -> MeasureOptions:
+    """``options`` for the next candidates of a task of ``flops`` operations per call
+    whose best cost so far is ``best_cost`` (seconds per call; infinite: none yet) and
+    whose slowest successful measurement took ``slowest_s`` (0: none yet): timing stops
+    after two calls where the first is beyond :data:`CUTOFF_MULTIPLE` times the best, and the
+    time-out is :data:`TIMEOUT_MULTIPLE` times the slowest success, or before any,
+    what building and :data:`FIRST_CALLS` calls at :data:`SLOWEST_RATE` take (at least
+    :data:`TIMEOUT_FLOOR_S`, at most ``options.timeout_s``). A search spends most of its
+    trials on candidates far from the best; without limits a few slow or huge ones
+    (an unrolled body LLVM takes a minute to optimize) cost more than the rest."""
+    cutoff = CUTOFF_MULTIPLE * best_cost if math.isfinite(best_cost) else options.cutoff_s
+    if slowest_s > 0:
+        expected = TIMEOUT_MULTIPLE * slowest_s
+    else:
+        expected = FIRST_CALLS * flops / SLOWEST_RATE if flops > 0 else math.inf
+    timeout = min(options.timeout_s, max(TIMEOUT_FLOOR_S, expected))
+    return dataclasses.replace(options, cutoff_s=min(cutoff, options.cutoff_s),
+                               timeout_s=timeout)
 
 
 def tuning_context(target: str) -> contextlib.AbstractContextManager:
@@ -159,10 +201,16 @@ def time_calls(call: Callable[[], None], options: MeasureOptions,
 
 def _time_calls(call: Callable[[], None], options: MeasureOptions,
                 flush: Callable[[], None] | None = None) -> tuple[float, ...]:
+    if flush is not None:
+        flush()
+    once = _time_once(call)
+    if once > options.cutoff_s:  # far slower than the best: a second call settles it
+        if flush is not None:
+            flush()
+        return (once, _time_once(call))
     if flush is None:
-        return _time_batches(call, options)
-    flush()
-    number = _calls_per_sample(call, options, FLUSHED_CALLS)
+        return _time_batches(call, options, once)
+    number = _calls_per_sample(once, options, FLUSHED_CALLS)
     samples = []
     for _ in range(options.repeat):
         total = 0.0
@@ -181,9 +229,11 @@ def _time_calls(call: Callable[[], None], options: MeasureOptions,
 FLUSHED_CALLS = 100
 
 
-def _time_batches(call: Callable[[], None], options: MeasureOptions) -> tuple[float, ...]:
-    """Samples of calls run back to back, each batch timed as a whole."""
-    number = _calls_per_sample(call, options, BATCHED_CALLS)
+def _time_batches(call: Callable[[], None], options: MeasureOptions,
+                  once: float) -> tuple[float, ...]:
+    """Samples of calls run back to back, each batch timed as a whole (``once``: the
+    seconds of one call, timed before)."""
+    number = _calls_per_sample(once, options, BATCHED_CALLS)
     samples = []
     for _ in range(options.repeat):
         start = time.perf_counter()
@@ -197,12 +247,16 @@ def _time_batches(call: Callable[[], None], options: MeasureOptions) -> tuple[fl
 BATCHED_CALLS = 1000
 
 
-def _calls_per_sample(call: Callable[[], None], options: MeasureOptions, limit: int) -> int:
-    """Calls (one timed call first, for its length) that one sample of ``call`` averages
-    to last ``options.min_repeat_s``: at least one, at most ``limit``."""
+def _time_once(call: Callable[[], None]) -> float:
+    """Seconds of one call (the first of a timing: its length sets the batching)."""
     start = time.perf_counter()
     call()
-    once = max(time.perf_counter() - start, 1e-7)
+    return max(time.perf_counter() - start, 1e-7)
+
+
+def _calls_per_sample(once: float, options: MeasureOptions, limit: int) -> int:
+    """Calls that one sample of a call lasting ``once`` seconds averages to last
+    ``options.min_repeat_s``: at least one, at most ``limit``."""
     return max(1, min(limit, math.ceil(options.min_repeat_s / once)))
 
 
@@ -292,14 +346,20 @@ class InProcessMeasurer:
     def __init__(self, options: MeasureOptions | None = None):
         self.options = options or MeasureOptions()
 
-    def measure_one(self, task: Task, config: Config) -> MeasureResult:
-        return measure_in_process(task, config, self.options)
+    def measure_one(self, task: Task, config: Config,
+                    options: MeasureOptions | None = None) -> MeasureResult:
+        return measure_in_process(task, config, options or self.options)
 
     def measure_batch(self, task: Task, configs: Sequence[Config],
-                      on_result: Callable[[Config, MeasureResult], None] | None = None
-                      ) -> list[MeasureResult]:
-        """Measure ``configs`` one after another (the interface of the pools)."""
-        return measure_in_order(self.measure_one, task, configs, on_result)
+                      on_result: Callable[[Config, MeasureResult], None] | None = None,
+                      options=None) -> list[MeasureResult]:
+        """Measure ``configs`` one after another (the interface of the pools, ``options``
+        as theirs; a time-out cannot stop a call here)."""
+        def measure_one(task: Task, config: Config) -> MeasureResult:
+            now = options() if callable(options) else options
+            return self.measure_one(task, config, now)
+
+        return measure_in_order(measure_one, task, configs, on_result)
 
     def close(self) -> None:
         """Nothing to release (the interface of :class:`Measurer`)."""
@@ -360,17 +420,20 @@ class Measurer:
         """Measure ``configs`` of ``task`` one after another."""
         return [self.measure_one(task, config) for config in configs]
 
-    def measure_one(self, task: Task, config: Config) -> MeasureResult:
-        """Measure one candidate in the worker; crashes and hangs become errors."""
+    def measure_one(self, task: Task, config: Config,
+                    options: MeasureOptions | None = None) -> MeasureResult:
+        """Measure one candidate in the worker (under ``options``, default this
+        measurer's); crashes and hangs become errors."""
+        options = options or self.options
         if self._process is None:
             self._start()
         start = time.perf_counter()
         try:
-            self._connection.send((task.workload_key, config.to_json(), self.options))
-            if not self._connection.poll(self.options.timeout_s + self.wait_s):
+            self._connection.send((task.workload_key, config.to_json(), options))
+            if not self._connection.poll(options.timeout_s + self.wait_s):
                 self._stop()
                 return MeasureResult(error="timeout", message=(
-                    f"no result within {self.options.timeout_s + self.wait_s} s"),
+                    f"no result within {options.timeout_s + self.wait_s:.3g} s"),
                     elapsed_s=time.perf_counter() - start)
             return self._connection.recv()
         except (EOFError, ConnectionError):

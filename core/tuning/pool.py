@@ -34,6 +34,16 @@ from .task import Task
 
 #: called with each candidate's result as soon as it is measured
 OnResult = Callable[[Config, MeasureResult], None]
+#: what a batch is measured under: options, or a call giving each candidate's as it
+#: starts (limits that follow the results of the batch's earlier candidates)
+BatchOptions = MeasureOptions | Callable[[], MeasureOptions] | None
+
+
+def options_now(options: BatchOptions, default: MeasureOptions) -> MeasureOptions:
+    """The options a candidate starting now is measured under."""
+    if options is None:
+        return default
+    return options() if callable(options) else options
 
 
 class LocalPool:
@@ -54,16 +64,21 @@ class LocalPool:
     def workers(self) -> int:
         return len(self.measurers)
 
-    def measure_one(self, task: Task, config: Config) -> MeasureResult:
-        return self.measurers[0].measure_one(task, config)
+    def measure_one(self, task: Task, config: Config,
+                    options: MeasureOptions | None = None) -> MeasureResult:
+        return self.measurers[0].measure_one(task, config, options)
 
     def measure_batch(self, task: Task, configs: Sequence[Config],
-                      on_result: OnResult | None = None) -> list[MeasureResult]:
-        """Measure ``configs`` on the workers; ``on_result`` is called (in this thread's
-        order of arrival, one call at a time) as each finishes. Results in the order of
-        ``configs``."""
+                      on_result: OnResult | None = None,
+                      options: BatchOptions = None) -> list[MeasureResult]:
+        """Measure ``configs`` on the workers (under ``options``, see
+        :data:`BatchOptions`; default the pool's); ``on_result`` is called (in this
+        thread's order of arrival, one call at a time) as each finishes. Results in the
+        order of ``configs``."""
         if len(self.measurers) == 1 or len(configs) <= 1:
-            return measure_in_order(self.measure_one, task, configs, on_result)
+            return measure_in_order(
+                lambda t, c: self.measure_one(t, c, options_now(options, self.options)),
+                task, configs, on_result)
         pending: queue.Queue = queue.Queue()
         for position, config in enumerate(configs):
             pending.put((position, config))
@@ -76,7 +91,8 @@ class LocalPool:
                 except queue.Empty:
                     return
                 try:
-                    done.put((position, config, measurer.measure_one(task, config)))
+                    done.put((position, config, measurer.measure_one(
+                        task, config, options_now(options, self.options))))
                 except Exception as error:  # a worker that cannot start: the run's error
                     done.put((position, config, error))
 
@@ -151,32 +167,37 @@ class RayPool:
     def workers(self) -> int:
         return self.max_in_flight
 
-    def measure_one(self, task: Task, config: Config) -> MeasureResult:
-        return self.measure_batch(task, [config])[0]
+    def measure_one(self, task: Task, config: Config,
+                    options: MeasureOptions | None = None) -> MeasureResult:
+        return self.measure_batch(task, [config], options=options)[0]
 
     def measure_batch(self, task: Task, configs: Sequence[Config],
-                      on_result: OnResult | None = None) -> list[MeasureResult]:
-        """Measure ``configs`` as Ray tasks, at most ``max_in_flight`` at a time;
+                      on_result: OnResult | None = None,
+                      options: BatchOptions = None) -> list[MeasureResult]:
+        """Measure ``configs`` as Ray tasks (under ``options``, see
+        :data:`BatchOptions`; default the pool's), at most ``max_in_flight`` at a time;
         ``on_result`` is called as each finishes. Results in the order of ``configs``."""
         ray = self._ray
         nodes = max(1, len([n for n in ray.nodes() if n.get("Alive")]))
-        limit = self.options.timeout_s * max(1, -(-self.max_in_flight // nodes))
+        queued = max(1, -(-self.max_in_flight // nodes))  # candidates per node's slot
         results: list[MeasureResult | None] = [None] * len(configs)
         waiting = list(enumerate(configs))
         running: dict = {}
         while waiting or running:
             while waiting and len(running) < self.max_in_flight:
                 position, config = waiting.pop(0)
-                ref = self._remote.remote(task.workload_key, config.to_json(), self.options,
+                now = options_now(options, self.options)
+                ref = self._remote.remote(task.workload_key, config.to_json(), now,
                                           self.setup_modules)
-                running[ref] = (position, config, time.perf_counter())
+                running[ref] = (position, config, time.perf_counter(),
+                                now.timeout_s * queued)
             ready, _ = ray.wait(list(running), num_returns=1, timeout=0.2)
             finished = []
             for ref in ready:
-                position, config, start = running.pop(ref)
+                position, config, start, _ = running.pop(ref)
                 finished.append((position, config, self._result(ref, start)))
             now = time.perf_counter()
-            for ref, (position, config, start) in list(running.items()):
+            for ref, (position, config, start, limit) in list(running.items()):
                 if now - start > limit:
                     ray.cancel(ref, force=True)
                     running.pop(ref)

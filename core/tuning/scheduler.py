@@ -11,6 +11,11 @@ where ``backward`` is how much its best cost fell per trial over its last ``wind
 trials and ``forward`` an optimistic guess that the next trials gain as much as its
 trials did on average so far (``best / trials``). A task whose best has not improved for
 ``early_stop`` trials, or whose space is exhausted, gets no more.
+
+A pool that exposes its ``options`` measures each candidate of a timed task under its
+:func:`~.measure.candidate_limits` as the candidate starts: candidates far slower than
+the task's best so far are timed by one call, and the time-out follows what the task's
+candidates take.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .measure import MeasureResult
+from .measure import MeasureResult, candidate_limits
 from .records import MeasureRecord, RecordLog
 from .space import Config
 from .task import Task
+from .templates import SECONDS
 from .tuners import TuneProgress, Tuner, account, resume
 
 
@@ -36,6 +42,8 @@ class TaskState:
     best_history: list[float] = field(default_factory=list)
     stalled: int = 0
     done: bool = False
+    #: seconds the slowest successful measurement of the task took (build included)
+    slowest_s: float = 0.0
 
     @property
     def weighted_cost(self) -> float:
@@ -128,6 +136,8 @@ class TaskScheduler:
                 self.log.append(MeasureRecord(task.workload_key, config.to_json(),
                                               config.index, result.costs, result.error,
                                               result.message, tuner.name))
+            if result.ok:
+                state.slowest_s = max(state.slowest_s, result.elapsed_s)
             before = state.progress.best_cost
             account(state.progress, config, result.cost, result.error is not None)
             state.best_history.append(state.progress.best_cost)
@@ -135,7 +145,15 @@ class TaskScheduler:
             if self.callback is not None:
                 self.callback(self)
 
-        results = self.pool.measure_batch(task, batch, arrived)
+        options = getattr(self.pool, "options", None)
+        if options is None or task.definition.cost_unit != SECONDS:  # modelled: no limits
+            results = self.pool.measure_batch(task, batch, arrived)
+        else:
+            def limits():  # as each candidate starts: the batch's earlier ones count
+                return candidate_limits(options, state.progress.best_cost, state.slowest_s,
+                                        task.flops)
+
+            results = self.pool.measure_batch(task, batch, arrived, options=limits)
         tuner.update(batch, [r.cost for r in results])
         if self.early_stop is not None and state.stalled >= self.early_stop:
             state.done = True

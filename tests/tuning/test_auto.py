@@ -223,6 +223,19 @@ def test_a_tile_size_mutation_reaches_ragged_register_tiles():
     assert reached & {12, 14} and reached & {4, 16}
 
 
+def test_the_first_random_points_are_parallel_and_vectorized():
+    task = Task("auto.matmul", (1024, 64, 32, "float32"))
+    tuner = EvolutionaryTuner(task, seed=0)
+    first = [config.to_json() for config in tuner.next_batch(8)]
+    annotations = [k.name for k in tuner.space.knobs if k.kind in ("parallel", "vectorize")]
+    assert annotations and all(point[name] is True for point in first for name in annotations)
+    assert len({tuple(sorted(point.items())) for point in first}) == 8  # still random
+    # a plain random point (exploration later) may lack them: the space keeps both
+    drawn = {tuner.space.get(tuner.random_index()).to_json()[annotations[-1]]
+             for _ in range(64)}
+    assert drawn == {True, False}
+
+
 def test_rules_fuse_the_consumer_and_offer_producer_locations():
     _, outputs = _matmul_epilogue()
     sketch = Sketch(outputs, HINTS)

@@ -88,6 +88,36 @@ def test_flushed_samples_time_at_most_a_bounded_number_of_calls(monkeypatch):
     assert clock.events.count("flush") == clock.events.count("call")
 
 
+@pytest.mark.parametrize("cache", ["hot", "flush"])
+def test_a_call_beyond_the_cutoff_is_timed_once_more_only(monkeypatch, cache):
+    clock = _FakeClock()
+    monkeypatch.setattr(measure, "time", clock)
+    options = MeasureOptions(repeat=3, min_repeat_s=2.5, cache=cache, cutoff_s=0.5)
+    flush = clock.flush if cache == "flush" else None
+    assert measure._time_calls(clock.call, options, flush) == (1.0, 1.0)
+    assert clock.events == (["flush", "call"] if flush else ["call"]) * 2
+    within = MeasureOptions(repeat=3, min_repeat_s=2.5, cache=cache, cutoff_s=1.5)
+    assert measure._time_calls(clock.call, within, flush) == (1.0, 1.0, 1.0)
+
+
+def test_candidate_limits_follow_the_tasks_best_and_slowest_success():
+    options = MeasureOptions(timeout_s=20.0)
+    first = measure.candidate_limits(options, math.inf, 0.0)
+    assert first.timeout_s == 20.0 and math.isinf(first.cutoff_s)
+    limits = measure.candidate_limits(options, 0.010, 1.0)
+    assert limits.cutoff_s == pytest.approx(measure.CUTOFF_MULTIPLE * 0.010)
+    assert limits.timeout_s == measure.TIMEOUT_FLOOR_S  # 4 x 1 s is below the floor
+    assert measure.candidate_limits(options, 0.010, 3.0).timeout_s == pytest.approx(
+        measure.TIMEOUT_MULTIPLE * 3.0)
+    assert measure.candidate_limits(options, 0.010, 30.0).timeout_s == 20.0  # never more
+    # before any success: the floor plus two calls of the task's work at a scalar rate
+    small = measure.candidate_limits(options, math.inf, 0.0, flops=1e6)
+    assert small.timeout_s == measure.TIMEOUT_FLOOR_S and math.isinf(small.cutoff_s)
+    assert measure.candidate_limits(options, math.inf, 0.0, flops=4e9).timeout_s == \
+        pytest.approx(2 * 4e9 / measure.SLOWEST_RATE)
+    assert limits.repeat == options.repeat and limits.cache == options.cache
+
+
 def test_a_hot_timing_runs_the_calls_back_to_back(monkeypatch):
     clock = _FakeClock()
     monkeypatch.setattr(measure, "time", clock)

@@ -4,7 +4,10 @@ Each batch starts from a population of the best measured points and fresh random
 (random annotation: every knob drawn uniformly), then runs a few generations of
 mutations and crossover, keeping the points the cost model (:class:`..tuners.CostModel`,
 retrained on every measured batch, on features of the lowered TIR) ranks highest; the
-best unmeasured ones are measured, with a few random points for exploration.
+best unmeasured ones are measured, with a few random points for exploration. The
+first points, measured before the model has learnt anything, are random but annotated
+(parallel tile loops, a vectorized inner loop wherever the sketch offers them), as
+Ansor's initial population is.
 
 Mutations follow the Ansor paper: a **tile-size** mutation moves a prime factor of one
 loop's tile from one level to another (the loop's extent is kept), or resizes its
@@ -39,6 +42,11 @@ def _prime_factors(value: int) -> list[int]:
     return found
 
 
+#: knob kinds of the annotations a random first point always takes (see
+#: :meth:`EvolutionaryTuner.random_index`)
+ANNOTATIONS = ("parallel", "vectorize")
+
+
 class EvolutionaryTuner(ModelGuidedTuner):
     """The auto search's tuner (see the module docstring). ``population`` points evolve
     for ``generations`` per batch; the first ``initial`` measurements are random."""
@@ -67,17 +75,25 @@ class EvolutionaryTuner(ModelGuidedTuner):
 
     # ------------------------------------------------------------------ points
 
-    def random_index(self) -> int:
-        """A uniformly random point (every knob drawn independently)."""
-        return self.space.index_of_digits([int(self.rng.integers(r))
-                                           for r in self.space.radices])
+    def random_index(self, annotated: bool = False) -> int:
+        """A uniformly random point (every knob drawn independently); ``annotated``:
+        its tile loops parallel and its inner loop vectorized wherever the sketch
+        offers it (the annotations every fast CPU point has: a first point without them
+        only teaches the model that scalar code is slow)."""
+        digits = [int(self.rng.integers(r)) for r in self.space.radices]
+        if annotated:
+            for position, knob in enumerate(self.space.knobs):
+                if knob.kind in ANNOTATIONS and True in knob.options:
+                    digits[position] = knob.options.index(True)
+        return self.space.index_of_digits(digits)
 
-    def _random_unvisited(self, count: int, exclude: set[int]) -> list[int]:
+    def _random_unvisited(self, count: int, exclude: set[int],
+                          annotated: bool = False) -> list[int]:
         found: list[int] = []
         for _ in range(20 * count):
             if len(found) >= count:
                 break
-            index = self.random_index()
+            index = self.random_index(annotated)
             if index not in self.visited and index not in exclude and index not in found:
                 found.append(index)
         return found
@@ -139,7 +155,7 @@ class EvolutionaryTuner(ModelGuidedTuner):
 
     def _propose(self, size: int) -> list[int]:
         if len(self.costs) < self.initial or not self.model.trained:
-            return self._random_unvisited(size, set())
+            return self._random_unvisited(size, set(), annotated=True)
         measured = sorted((c, i) for i, c in self.costs.items() if math.isfinite(c))
         population = [i for _, i in measured[:self.population // 2]]
         population += self._random_unvisited(self.population - len(population), set(population))
