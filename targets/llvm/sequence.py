@@ -24,8 +24,8 @@ from heterocc.sdk import CompileError
 from heterocc.sdk.runtime import SequencePlan
 
 from .module import LoadedLibrary
+from .outputs import OutputArrays
 from .runtime import RUN_SEQUENCE, RUN_SEQUENCE_TIMED, SEQUENCE_MAX_ARGS, load_runtime
-from .target import _Outputs
 
 _RUN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                         ctypes.c_void_p, ctypes.c_void_p)
@@ -60,7 +60,7 @@ class SequenceRunner:
 class _Sequence:
     """One native run: its tables, shared and only read, and per calling thread a table
     of values (the run's inputs, outputs, constants and arena buffers), an arena and
-    output arrays (recycled as a kernel's are: ``target._Outputs``)."""
+    output arrays (recycled as a kernel's are: ``outputs.OutputArrays``)."""
 
     def __init__(self, run, timed, plan: SequencePlan):
         self._call = run
@@ -89,7 +89,7 @@ class _Sequence:
         values[first:first + len(plan.constants)] = plan.constants
         values[first + len(plan.constants):] = [base + offset for offset in plan.buffers]
         state = _ThreadState(arena, values, ctypes.addressof(values),
-                             _Outputs(self._outputs))
+                             OutputArrays(self._outputs))
         self._threads.state = state
         return state
 
@@ -151,7 +151,7 @@ class _ThreadState:
 
     __slots__ = ("arena", "values", "values_address", "outputs", "addresses")
 
-    def __init__(self, arena, values, values_address: int, outputs: _Outputs):
+    def __init__(self, arena, values, values_address: int, outputs: OutputArrays):
         self.arena, self.values, self.values_address = arena, values, values_address
         self.outputs, self.addresses = outputs, None
 

@@ -47,6 +47,7 @@ from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
 from .int8_matmul import integer_products_as_convolutions
 from .module import build as build_module
 from .module import build_later, load_library
+from .outputs import OutputArrays
 from .rules import ChannelSelectRule, cpu_rules, generic_rules
 from .schedules import (
     CENTERED,
@@ -65,6 +66,7 @@ from .schedules import (
     use_prepacked,
     weight_lanes_shape,
 )
+from .sequence import runner_of
 from .tuning import ScheduleConfigs, function_configs, function_tuned, llvm_tuning
 
 #: Python's thread switch interval while a model's kernels compile (see
@@ -196,44 +198,6 @@ def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]
     return constants
 
 
-#: references to an array that ``_Outputs.recycled`` itself holds while counting: its
-#: list slot and ``sys.getrefcount``'s argument.
-_OWN_REFERENCES = 2
-
-
-@dataclass
-class _Outputs:
-    """Output arrays of a kernel in one thread, recycled across that thread's calls: an
-    array from the last call is written again once nothing else refers to it (the
-    executor dropped an intermediate after its last reader). Fresh arrays cost page
-    faults on every call, which on a loaded machine can take longer than the kernel
-    itself. The arrays' data addresses are kept with them: reading one from NumPy costs
-    about a microsecond.
-
-    One per thread (``LLVMKernel`` keeps them in a ``threading.local``): the reference
-    count says nothing about another thread that is about to claim the same arrays, so
-    two threads sharing one set would write each other's results."""
-
-    specs: list[tuple[tuple[int, ...], str]]
-    last: list[np.ndarray] = field(default_factory=list)
-    addresses: tuple[int, ...] = ()
-
-    def recycled(self) -> tuple[list[np.ndarray], tuple[int, ...]]:
-        """The arrays to write this call and their data addresses."""
-        last = self.last
-        if last:
-            getrefcount = sys.getrefcount
-            for array in last:
-                if getrefcount(array) > _OWN_REFERENCES + 1:  # + the loop's variable
-                    break
-            else:
-                return last.copy(), self.addresses
-        arrays = [np.empty(shape, dtype) for shape, dtype in self.specs]
-        self.addresses = tuple(a.ctypes.data for a in arrays)
-        self.last = arrays
-        return arrays.copy(), self.addresses
-
-
 #: serializes the first call's preparation of every LLVMKernel (once per kernel)
 _PREPARING = threading.Lock()
 
@@ -250,7 +214,7 @@ class LLVMKernel:
     run. An input that fails the quick test takes the full check, which names it.
 
     A kernel may be called from several threads at once: the constants are only read,
-    and every thread writes output arrays of its own (:class:`_Outputs`)."""
+    and every thread writes output arrays of its own (:class:`~.outputs.OutputArrays`)."""
 
     name: str
     function: object
@@ -291,8 +255,6 @@ class LLVMKernel:
         """The kernel's machine code for a native run of consecutive kernels
         (``heterocc.runtime.native``, called through :mod:`.sequence`), or None where it
         cannot be called so (code for another CPU, no runtime with the entry)."""
-        from .sequence import runner_of  # here: .sequence imports this module
-
         runner = runner_of(self.function)
         if runner is None:
             return None
@@ -312,7 +274,7 @@ class LLVMKernel:
         try:
             outputs = threads.outputs
         except AttributeError:  # this thread's first call
-            outputs = threads.outputs = _Outputs(self.out_specs)
+            outputs = threads.outputs = OutputArrays(self.out_specs)
         outs, out_addresses = outputs.recycled()
         inputs = self._inputs
         if inputs is not None and len(args) == len(inputs):
