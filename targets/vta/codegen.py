@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +74,10 @@ from .templates import (
 )
 from .tiling import best_tiling
 from .tuning import vta_tiling
+
+#: held while a kernel without a device makes its own on its first call: two threads
+#: calling it first at once would each make one and run on either
+_MAKING_DEVICE = threading.Lock()
 
 #: the layout tag of tensors in the blocked layout of direct convolutions (``to_blocked``)
 BLOCKED = "blocked"
@@ -285,7 +290,9 @@ class AcceleratorKernel(ProgramRunner):
         ``heterocc.sdk.device_lock``): the image and report read after the run are this
         call's."""
         if self.device is None:
-            self.device = VtaDevice(self.config)
+            with _MAKING_DEVICE:
+                if self.device is None:
+                    self.device = VtaDevice(self.config)
         with device_lock(self.device):
             return self._run_device(matrices)
 

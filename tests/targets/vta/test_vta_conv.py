@@ -159,3 +159,43 @@ def test_a_kernel_called_from_threads_at_once_is_bit_exact(tmp_path):
         got = list(pool.map(lambda job: job[0]([job[1]])[0], jobs))
     for (_, _, expected), result in zip(jobs, got):
         np.testing.assert_array_equal(result, expected)
+
+
+def test_threads_calling_a_kernel_first_at_once_share_the_device_it_makes(tmp_path,
+                                                                          monkeypatch):
+    """A kernel compiled without a device makes one on its first call: two threads making
+    that call at once (held together while the device is made) get one device between
+    them, and each its own result."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from heterocc.targets.vta import codegen
+
+    made = []
+
+    class SlowToMake(codegen.VtaDevice):
+        def __init__(self, config):
+            time.sleep(0.05)  # the window in which another thread's first call arrives
+            super().__init__(config)
+            made.append(self)
+
+    monkeypatch.setattr(codegen, "VtaDevice", SlowToMake)
+    target = VtaTarget()
+    model = quantize(single_conv(5, 2, 3, 16, 16, 10), tmp_path, "QDQ", "QInt8")
+    composite = _composite(model, target)
+    kernel = compile_composite(composite, target.config, 2)
+    rng = np.random.default_rng(5)
+    inputs = [rng.integers(-128, 128, composite.body.inputs[0].type.shape).astype(np.int8)
+              for _ in range(2)]
+    start = threading.Barrier(2)
+
+    def call(x):
+        start.wait()
+        return kernel([x])[0]
+
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(call, inputs))
+    assert len(made) == 1
+    for x, result in zip(inputs, got):
+        np.testing.assert_array_equal(result, evaluate(composite.body, [x])[0])
