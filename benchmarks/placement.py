@@ -6,7 +6,7 @@ onnxruntime's quantize_static (QDQ, int8 activations, per-channel weights) for
         [--configs 1x16x16@100,1x32x32@300,1x64x64@300] [--link-gbps 1] [--onnx-helper]
         [--stream mobilenet_v2:1x16x16@100[,MODEL:CONFIG...]] [--stream-inputs 16]
         [--stream-placement throughput|cost|greedy] [--stream-trace-dir DIR] [--svg-dir DIR]
-        [--no-compile-time]
+        [--no-compile-time] [--cpu "llvm -mattr=-avx512f,-avxvnni"]
 
 Prints the machine, the accelerator configs with their clock and the host link; then
 per model and config:
@@ -58,6 +58,7 @@ import heterocc  # noqa: E402
 from heterocc.passes.placement_picture import placement_svg  # noqa: E402
 from heterocc.runtime.interpreter import evaluate  # noqa: E402
 from heterocc.runtime.pipeline import chrome_trace  # noqa: E402
+from heterocc.sdk.registry import parse_targets  # noqa: E402
 from heterocc.targets import get_target  # noqa: E402
 from heterocc.targets.llvm import cost as cpu_cost  # noqa: E402
 from heterocc.targets.vta import VtaTarget  # noqa: E402
@@ -69,29 +70,29 @@ from heterocc.targets.vta import VtaTarget  # noqa: E402
 DEFAULT_CONFIGS = "1x16x16@100,1x32x32@300,1x64x64@300"
 
 
-def _compile(model, vta: VtaTarget, placement: str):
+def _compile(model, vta: VtaTarget, placement: str, cpu: str = "llvm"):
     start = time.perf_counter()
-    compiled = heterocc.compile(model, target=[vta, "llvm"], placement=placement)
+    compiled = heterocc.compile(model, target=[vta, cpu], placement=placement)
     seconds = time.perf_counter() - start
     partition = sum(r.seconds for r in compiled.pass_records if r.name == "partition")
     return compiled, seconds, partition
 
 
 def _timed_compile(model_bytes: bytes, text: str, link_gbps: float, placement: str,
-                   cache: str, queue) -> None:
+                   cache: str, cpu: str, queue) -> None:
     """In a fresh interpreter (nothing compiled before, no warm in-process caches): one
     compile's seconds and its partition pass's."""
     os.environ["HETEROCC_CACHE_DIR"] = cache
-    _, seconds, partition = _compile(model_bytes, vta_config(text, link_gbps), placement)
+    _, seconds, partition = _compile(model_bytes, vta_config(text, link_gbps), placement, cpu)
     queue.put((seconds, partition))
 
 
 def _compile_time(model, text: str, link_gbps: float, placement: str,
-                  cache: str) -> tuple[float, float]:
+                  cache: str, cpu: str = "llvm") -> tuple[float, float]:
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     child = context.Process(target=_timed_compile, args=(
-        model.SerializeToString(), text, link_gbps, placement, cache, queue))
+        model.SerializeToString(), text, link_gbps, placement, cache, cpu, queue))
     child.start()
     result = queue.get()
     child.join()
@@ -112,7 +113,8 @@ def _accelerator_accuracy(compiled, vta: VtaTarget) -> tuple[int, float]:
     return len(regions), worst
 
 
-def _cpu_accuracy(compiled, report) -> tuple[list[tuple[float, float]], int, int]:
+def _cpu_accuracy(compiled, report, cpu: str = "llvm"
+                  ) -> tuple[list[tuple[float, float]], int, int]:
     """(estimate, measured) seconds of each unit the placement keeps on the CPU: measured
     is its share (``kernel_shares``, as the estimate divides the kernels it times) of
     the compiled model's own CPU kernels, timed here the way the estimate times them
@@ -120,7 +122,8 @@ def _cpu_accuracy(compiled, report) -> tuple[list[tuple[float, float]], int, int
     call, as many rounds); and of the candidates the
     accelerator took on the CPU's lower bound alone, how many and how many of them the
     CPU runs faster than that bound (a wrong bound), each fused and timed alone."""
-    llvm = get_target("llvm")
+    (llvm,) = parse_targets(cpu)
+    llvm = get_target(llvm) if isinstance(llvm, str) else llvm
     units = [*report.plan.composites, *report.plan.others]
     kernels = compiled.kernels
     on_cpu = [n for n in compiled.graph.nodes
@@ -167,10 +170,10 @@ def _print_cpu_accuracy(pairs: list[tuple[float, float]]) -> None:
 
 
 def _stream(model, vta: VtaTarget, size: int, count: int, placement: str,
-            trace: str | None = None) -> bool:
+            trace: str | None = None, cpu: str = "llvm") -> bool:
     """``count`` inputs through the pipelined runtime, placed by ``placement``; whether
     the stream's outputs are the bits of one run after another."""
-    compiled = heterocc.compile(model, target=[vta, "llvm"], placement=placement)
+    compiled = heterocc.compile(model, target=[vta, cpu], placement=placement)
     plan = compiled.placement_report.plan
     if plan is not None:
         on = compiled.placement_report.by_target()
@@ -254,10 +257,15 @@ def main() -> int:
                          "them in CPU time)")
     ap.add_argument("--svg-dir", help="write each placement's picture here "
                                       "(MODEL-SHAPE@CLOCK.svg)")
+    ap.add_argument("--cpu", default="llvm",
+                    help="the CPU target with its options, e.g. \"llvm -mattr=-avx512f,-avxvnni\" "
+                         "(AVX2 code without the integer dot products, as on CPUs that lack "
+                         "them) (default: llvm, the host)")
     ap.add_argument("--onnx-helper", action="store_true",
                     help="build the models with onnx.helper instead of exporting from torch")
     args = ap.parse_args()
     print(describe())
+    print(f"CPU target: {args.cpu}")
     print(f"load average at start: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
     configs = args.configs.split(",")
     for text in configs:
@@ -276,13 +284,17 @@ def main() -> int:
             # compile times, each in a fresh interpreter: greedy, cost with an empty
             # estimate cache, cost again with the cache it left
             if args.compile_time:
-                t_greedy, _ = _compile_time(model, text, args.link_gbps, "greedy", cache)
-                t_cold, p_cold = _compile_time(model, text, args.link_gbps, "cost", cache)
-                t_warm, p_warm = _compile_time(model, text, args.link_gbps, "cost", cache)
+                t_greedy, _ = _compile_time(model, text, args.link_gbps, "greedy", cache,
+                                            args.cpu)
+                t_cold, p_cold = _compile_time(model, text, args.link_gbps, "cost", cache,
+                                               args.cpu)
+                t_warm, p_warm = _compile_time(model, text, args.link_gbps, "cost", cache,
+                                               args.cpu)
             os.environ["HETEROCC_CACHE_DIR"] = cache
-            greedy, _, _ = _compile(model, vta_config(text, args.link_gbps), "greedy")
+            greedy, _, _ = _compile(model, vta_config(text, args.link_gbps), "greedy",
+                                    args.cpu)
             vta = vta_config(text, args.link_gbps)
-            warm, _, _ = _compile(model, vta, "cost")
+            warm, _, _ = _compile(model, vta, "cost", args.cpu)
             report = warm.placement_report
             if args.svg_dir:
                 os.makedirs(args.svg_dir, exist_ok=True)
@@ -307,7 +319,7 @@ def main() -> int:
             exact = np.array_equal(out, expected) and np.array_equal(
                 out, evaluate(warm.graph, [x])[0])
             regions, worst = _accelerator_accuracy(warm, vta)
-            pairs, bounded, wrong = _cpu_accuracy(warm, report)
+            pairs, bounded, wrong = _cpu_accuracy(warm, report, args.cpu)
             print(f"  accelerator estimate vs timing model in the run: {regions} regions, "
                   f"largest deviation {100 * worst:.2f}%")
             _print_cpu_accuracy(pairs)
@@ -346,7 +358,7 @@ def main() -> int:
         if args.stream_trace_dir:
             os.makedirs(args.stream_trace_dir, exist_ok=True)
         if not _stream(model, vta_config(text, args.link_gbps), args.size, args.stream_inputs,
-                       args.stream_placement, trace):
+                       args.stream_placement, trace, args.cpu):
             failures.append(f"stream {stream}")
     print(f"\ncost strictly better than both on at least one: {strictly_better}")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
