@@ -7,7 +7,8 @@ A call also takes the host's own CPU time (:attr:`heterocc.sdk.CostEstimate.host
 the composite's inputs laid out as the program's matrices (an im2col for a convolution
 not lowered directly), packed into tiles and written, its output unpacked and laid back
 out. :func:`host_seconds` times those steps once per compiled kernel on random inputs
-(the fastest of a few calls, as the CPU's kernels are timed): the replayed stream
+(the fastest of a few calls on the calling thread's CPU clock, as the CPU's kernels
+are timed): the replayed stream
 measured 0.6-5.7 ms of it per input for MobileNetV2 and ResNet-18, as much as the
 accelerator's own time on the 32x32 core. Where a region hands blocked tensors from
 kernel to kernel, the conversions between them are skipped, so the term, made for each
@@ -70,6 +71,8 @@ def kernel_estimate(kernel: AcceleratorKernel, config: HardwareConfig,
 #: until this long (after one untimed call)
 HOST_SAMPLES = 3
 HOST_SECONDS = 0.005
+#: whether the thread CPU clock resolves the host steps (a microsecond or better)
+_THREAD_CLOCK_USABLE = time.get_clock_info("thread_time").resolution <= 1e-6
 
 
 def _device_side(kernel: AcceleratorKernel):
@@ -129,12 +132,18 @@ def region_host_steps(region, function: Node):
 
 
 def _fastest(call) -> float:
+    # the calling thread's CPU clock: the host steps are NumPy copies on this thread, and
+    # a wait for the interpreter's lock (another thread busy in Python: up to the 5 ms
+    # switch interval per call) or for the core is not their cost (a CI run timed a small
+    # region's steps at 5.4 ms on the wall clock, 9x its replay; they take ~0.3 ms); a
+    # clock too coarse for it (not Linux's) falls back
+    clock = time.thread_time if _THREAD_CLOCK_USABLE else time.perf_counter
     call()
     samples: list[float] = []
     while len(samples) < HOST_SAMPLES or sum(samples) < HOST_SECONDS:
-        start = time.perf_counter()
+        start = clock()
         call()
-        samples.append(time.perf_counter() - start)
+        samples.append(clock() - start)
     return min(samples)
 
 
@@ -237,7 +246,7 @@ class VtaCostModel:
         """What the cached figures depend on besides the workload: the hardware (its
         name and its timing parameters), the virtual threads and the cost model's version."""
         c = self.config
-        return (f"vta2/{c.name}/t{c.instruction_overhead_cycles}-{c.dram_latency_cycles}-"
+        return (f"vta3/{c.name}/t{c.instruction_overhead_cycles}-{c.dram_latency_cycles}-"
                 f"{c.dram_bytes_per_cycle}-{c.gemm_cycles_per_iteration}-"
                 f"{c.alu_cycles_per_iteration}/vt{self.virtual_threads}")
 
