@@ -58,7 +58,7 @@ import heterocc  # noqa: E402
 from heterocc.passes.placement_picture import placement_svg  # noqa: E402
 from heterocc.runtime.interpreter import evaluate  # noqa: E402
 from heterocc.runtime.pipeline import chrome_trace  # noqa: E402
-from heterocc.sdk.registry import parse_targets  # noqa: E402
+from heterocc.sdk.registry import parse_target_spec  # noqa: E402
 from heterocc.targets import get_target  # noqa: E402
 from heterocc.targets.llvm import cost as cpu_cost  # noqa: E402
 from heterocc.targets.vta import VtaTarget  # noqa: E402
@@ -122,8 +122,8 @@ def _cpu_accuracy(compiled, report, cpu: str = "llvm"
     call, as many rounds); and of the candidates the
     accelerator took on the CPU's lower bound alone, how many and how many of them the
     CPU runs faster than that bound (a wrong bound), each fused and timed alone."""
-    (llvm,) = parse_targets(cpu)
-    llvm = get_target(llvm) if isinstance(llvm, str) else llvm
+    name, options = parse_target_spec(cpu)
+    llvm = get_target(name, **options)
     units = [*report.plan.composites, *report.plan.others]
     kernels = compiled.kernels
     on_cpu = [n for n in compiled.graph.nodes
