@@ -4,6 +4,7 @@ and the host-side routine that runs a :class:`Program` through any of them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
@@ -13,7 +14,7 @@ from ..errors import AcceleratorError
 from .config import HardwareConfig
 from .encoding import INSTRUCTION_BYTES, decode_stream, encode_stream
 from .isa import DmaInstruction, Instruction, dram_unit_bytes
-from .program import Program
+from .program import DramTensor, Program
 from .simulator import RunReport
 from .validation import length_error
 
@@ -132,6 +133,65 @@ def relocate(
             instruction = replace(instruction, dram_base=shifted)
         relocated.append(instruction)
     return relocated
+
+
+def relocate_tensors(
+    instructions: list[Instruction], config: HardwareConfig, byte_offset: int,
+    tensors: Mapping[str, DramTensor], moved: Mapping[str, int],
+) -> list[Instruction]:
+    """:func:`relocate`, except that every transfer of a tensor named in ``moved`` goes
+    to that tensor's new byte address instead (a tensor kept elsewhere in the device's
+    DRAM: another program's output that this one reads where it was written, so it
+    never crosses the host link). A transfer must lie within one tensor of ``tensors``
+    to be moved with it; the moved addresses must be multiples of the tiles' sizes."""
+    spans = [(tensors[name], address) for name, address in moved.items()]
+    relocated = []
+    for index, instruction in enumerate(instructions):
+        if isinstance(instruction, DmaInstruction):
+            found = _moved_transfer(index, instruction, config, spans)
+            if found is not None:
+                relocated.append(replace(instruction, dram_base=found))
+                continue
+        relocated.extend(relocate([instruction], config, byte_offset))
+    return relocated
+
+
+def movable_tensor(instructions: list[Instruction], config: HardwareConfig,
+                   tensor: DramTensor) -> bool:
+    """Whether every transfer that starts in ``tensor`` lies within it (its tiles'
+    size), so that :func:`relocate_tensors` can move the tensor elsewhere."""
+    try:
+        for index, instruction in enumerate(instructions):
+            if isinstance(instruction, DmaInstruction):
+                _moved_transfer(index, instruction, config, [(tensor, 0)])
+    except AcceleratorError:
+        return False
+    return True
+
+
+def _moved_transfer(index: int, instruction: DmaInstruction, config: HardwareConfig,
+                    spans: list[tuple[DramTensor, int]]) -> int | None:
+    """The new ``dram_base`` of a transfer into a moved tensor (None: in none)."""
+    unit = dram_unit_bytes(config, instruction.buffer)
+    start = instruction.dram_base * unit
+    for tensor, address in spans:
+        if not tensor.byte_address <= start < tensor.byte_address + tensor.nbytes:
+            continue
+        last = instruction.dram_base + max(0, (instruction.y_size - 1) * instruction.x_stride
+                                           + instruction.x_size - 1)
+        if tensor.unit_bytes != unit or (last + 1) * unit > tensor.byte_address + tensor.nbytes:
+            raise AcceleratorError(
+                f"instruction {index}: its {instruction.buffer.name} transfer of tiles "
+                f"{instruction.dram_base}..{last} does not lie within tensor "
+                f"{tensor.name!r} in its {tensor.unit_bytes}-byte tiles, so it cannot move "
+                "with it; keep the tensor in the program's image")
+        target = address + start - tensor.byte_address
+        if target % unit:
+            raise AcceleratorError(
+                f"instruction {index}: tensor {tensor.name!r} moved to byte {address}, not "
+                f"a multiple of its {unit}-byte tiles")
+        return target // unit
+    return None
 
 
 def execute_program(

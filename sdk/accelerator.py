@@ -211,31 +211,34 @@ class ProgramRunner:
     last_bytes_loaded: int
 
     def run_program(self, writes: Sequence[tuple[str, Callable[[], np.ndarray], bool]],
-                    reads: Sequence[str]) -> list[np.ndarray]:
+                    reads: Sequence[str], program: Any = None) -> list[np.ndarray]:
         """Write each ``(buffer, contents, constant)`` (``contents()`` gives the array;
         a ``constant`` one is skipped while the device holds it), run, and read the
         ``reads`` buffers, all under the device's lock (:func:`device_lock`): calls
-        from several threads take the device in turn, each reading its own results."""
+        from several threads take the device in turn, each reading its own results.
+        ``program``: another form of the kernel's program to run (e.g. one whose
+        tensors a region keeps in the device's memory); by default ``self.program``."""
         with device_lock(self.device):
-            return self._run_program(writes, reads)
+            return self._run_program(writes, reads,
+                                     self.program if program is None else program)
 
     def _run_program(self, writes: Sequence[tuple[str, Callable[[], np.ndarray], bool]],
-                     reads: Sequence[str]) -> list[np.ndarray]:
+                     reads: Sequence[str], program: Any) -> list[np.ndarray]:
         self.last_bytes_in = self.last_bytes_loaded = 0
-        load_program(self.device, self.program)
+        load_program(self.device, program)
         for name, contents, constant in writes:
-            if constant and holds(self.device, self.program, name):
+            if constant and holds(self.device, program, name):
                 continue
             array = contents()
-            self.device.copy_in(self.program, name, array)
-            if constant and holds(self.device, self.program, name):
+            self.device.copy_in(program, name, array)
+            if constant and holds(self.device, program, name):
                 self.last_bytes_loaded += np.asarray(array).nbytes
             else:
                 self.last_bytes_in += np.asarray(array).nbytes
-        self.last_timing = run_on(self.device, self.program)
+        self.last_timing = run_on(self.device, program)
         self.calls += 1
         self.cycles += self.last_timing.cycles
-        copied = [self.device.copy_out(self.program, name) for name in reads]
+        copied = [self.device.copy_out(program, name) for name in reads]
         self.last_bytes_out = sum(np.asarray(array).nbytes for array in copied)
         return copied
 

@@ -72,6 +72,20 @@ class HostLink:
         return transfers * self.latency_us * 1e-6 + nbytes / (self.gbps * 1e9)
 
 
+@dataclass(frozen=True)
+class Port:
+    """One tensor a device's call copies over the host link: ``seconds`` the call spends
+    on it (the copy, and the host's work laying it out), and ``key``, the form the
+    device holds it in (None: it can only come from, or go to, the host). Where a
+    producer's output and its consumer's input have equal keys and both run on one
+    device, the device hands the tensor over in its own memory and neither side
+    spends its port's seconds (placement by cost counts that: see
+    ``docs/add-a-target.md``)."""
+
+    key: str | None
+    seconds: float
+
+
 @dataclass
 class CostEstimate:
     """How long one call of a function takes on a target: ``compute_s`` on the device,
@@ -87,6 +101,11 @@ class CostEstimate:
     source: str = ""
     detail: dict = field(default_factory=dict)
     host_s: float = 0.0
+    #: a device's estimate only: what the call spends on each input (in the function's
+    #: input order) and on its output, and in what form the device holds them
+    #: (:class:`Port`); empty where the device cannot keep a tensor between calls
+    inputs: tuple[Port, ...] = ()
+    output: Port | None = None
 
     @property
     def total_s(self) -> float:

@@ -7,7 +7,8 @@ convolution and GEMM streams are generated from TE through TIR: ``intrin`` (the 
 intrinsic), ``schedule`` (packed GEMM + epilogue and its schedule), ``vthreads``,
 ``dae`` (TIR -> instructions) and ``tokens`` (dependency tokens); additions are ALU
 streams (``residual``); a region passes tensors between its kernels in the blocked
-layout (the SDK's ``LayoutRegion``); see ``docs/vta.md``.
+layout, kept in its DRAM where two programs share the tiles (``region``); see
+``docs/vta.md``.
 Everything else stays on the fallback (CPU) target.
 """
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 from heterocc.accel_sim import HardwareConfig
 from heterocc.ir.graph import Graph, Node
-from heterocc.sdk import AcceleratorBase, LayoutRegion, TargetError
+from heterocc.sdk import AcceleratorBase, TargetError
 from heterocc.sdk.registry import register_target
 
 from .codegen import AcceleratorKernel, compile_composite
@@ -27,6 +28,7 @@ from .device import VtaDevice
 from .explore import explore_command
 from .intrin import gemm_intrin
 from .patterns import pattern_table as _pattern_table
+from .region import DeviceRegion
 from .streams import write_streams
 from .tuning import vta_tuning
 
@@ -131,10 +133,12 @@ class VtaTarget(AcceleratorBase):
         self.kernels.append(kernel)
         return kernel
 
-    def region(self, body: Graph, kernels: dict[str, AcceleratorKernel]) -> LayoutRegion:
+    def region(self, body: Graph, kernels: dict[str, AcceleratorKernel]) -> DeviceRegion:
         """Tensors pass between the region's programs in the accelerator's blocked layout
-        (the SDK's ``LayoutRegion``; the kernels say which of their tensors are blocked)."""
-        return LayoutRegion(body, kernels)
+        and stay in its DRAM where both programs hold them in the same tiles
+        (``region.DeviceRegion``, over the SDK's ``LayoutRegion``; the kernels say which of
+        their tensors are blocked)."""
+        return DeviceRegion(body, kernels)
 
 
 def _number(option: str, value: float | str) -> float:

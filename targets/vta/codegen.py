@@ -182,6 +182,8 @@ class AcceleratorKernel(ProgramRunner):
     last_bytes_loaded: int = 0
     #: the device of the last call, whose memory ``last_input`` reads
     _last_device: object = None
+    #: the program the last call ran (``program`` or a region's linked form of it)
+    _last_program: object = None
 
     @property
     def last_input(self) -> np.ndarray | None:
@@ -198,9 +200,11 @@ class AcceleratorKernel(ProgramRunner):
                 tensor_bytes = getattr(device, "tensor_bytes", None)
                 if callable(tensor_bytes):
                     image = self.program.dram.copy()
+                    ran = self._last_program or self.program
                     for name in dict.fromkeys([*self.input_names, self.output_tensor]):
                         start = self.program.tensors[name].byte_address
-                        raw = tensor_bytes(self.program, name)
+                        # where the last run read and wrote it (a region's shared tensor)
+                        raw = tensor_bytes(ran, name)
                         image[start:start + raw.size] = raw
                     self._last_image = image
                 else:
@@ -232,7 +236,7 @@ class AcceleratorKernel(ProgramRunner):
     def host_bytes(self) -> int:
         """Bytes the host moves per call: the input tensor it writes and the output
         tensor it reads (an im2col input holds each input element up to KH x KW times)."""
-        return sum(_tensor_bytes(self.config, self.program.tensors[name])
+        return sum(matrix_bytes(self.config, self.program.tensors[name])
                    for name in (*self.input_names, self.output_tensor))
 
     @property
@@ -289,34 +293,45 @@ class AcceleratorKernel(ProgramRunner):
         tensor's matrix. The device's lock is held throughout (see
         ``heterocc.sdk.device_lock``): the image and report read after the run are this
         call's."""
+        self._ensure_device()
+        with device_lock(self.device):
+            return self.run_linked(self.program, list(zip(self.input_names, matrices)),
+                                   True)
+
+    def _ensure_device(self) -> None:
         if self.device is None:
             with _MAKING_DEVICE:
                 if self.device is None:
                     self.device = VtaDevice(self.config)
-        with device_lock(self.device):
-            return self._run_device(matrices)
 
-    def _run_device(self, matrices: list[np.ndarray]) -> np.ndarray:
-        fresh = not holds(self.device, self.program, self.output_tensor)
+    def run_linked(self, program, inputs: list[tuple[str, np.ndarray]],
+                   read: bool) -> np.ndarray | None:
+        """Run ``program`` (this kernel's, or its ``LinkedProgram`` form in a region:
+        some tensors kept in the device's memory) after writing only ``inputs`` (tensor
+        name, matrix); the output tensor's matrix where ``read``, else None (it stays on
+        the device for the next program). The caller holds the device's lock."""
+        fresh = not holds(self.device, program, self.output_tensor)
         tensors = self.program.tensors
         writes = [(name, functools.partial(np.asarray, matrix,
                                            element_dtype(self.config, tensors[name].buffer)),
-                   False) for name, matrix in zip(self.input_names, matrices)]
-        (output,) = self.run_program(writes, [self.output_tensor])
+                   False) for name, matrix in inputs]
+        found = self.run_program(writes, [self.output_tensor] if read else [], program)
         if fresh:
             self.last_bytes_loaded = self.program.dram.nbytes
         # what hardware in the loop replays on the RTL, read when asked (``last_input``)
         self._last_image, self._last_device = None, self.device
+        self._last_program = program
         report = getattr(self.device, "last_report", None)
         if report is not None:
             self.utilization = report.timing.gemm_utilization
-        return output
+        return found[0] if read else None
 
     def __call__(self, args):
         return [self.from_device(self.run_device(self.device_inputs(args)))]
 
 
-def _tensor_bytes(config: HardwareConfig, tensor: DramTensor) -> int:
+def matrix_bytes(config: HardwareConfig, tensor: DramTensor) -> int:
+    """Bytes of a tensor's matrix (its padded extents), what a copy of it moves."""
     return tensor.rows * tensor.cols * element_dtype(config, tensor.buffer).itemsize
 
 

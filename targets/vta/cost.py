@@ -43,12 +43,14 @@ from heterocc.sdk import (
     CostEstimate,
     HostLink,
     LayoutRegion,
+    Port,
     accelerator_estimate,
     workload_key,
 )
 from heterocc.sdk.cost import random_arguments
 
-from .codegen import AcceleratorKernel, compile_composite, direct_conv_geometry
+from .codegen import AcceleratorKernel, matrix_bytes, compile_composite, direct_conv_geometry
+from .region import port_key
 
 
 def host_link(config: HardwareConfig) -> HostLink:
@@ -60,11 +62,42 @@ def kernel_estimate(kernel: AcceleratorKernel, config: HardwareConfig,
                     source: str = "", host_s: float = 0.0) -> CostEstimate:
     """A compiled kernel's time: its modelled cycles at the clock, the bytes the host
     moves per call (inputs written, output read) over the link, and ``host_s`` of the
-    host's own work per call (:func:`host_seconds`)."""
+    host's own work per call (:func:`host_seconds`); with what each input and the
+    output take of it (:func:`kernel_ports`)."""
     metrics = kernel.metrics()
-    return accelerator_estimate(metrics["cycles"], config.clock_mhz, host_link(config),
-                                metrics["host_bytes"], len(kernel.input_names) + 1, source,
-                                host_s)
+    estimate = accelerator_estimate(metrics["cycles"], config.clock_mhz, host_link(config),
+                                    metrics["host_bytes"], len(kernel.input_names) + 1,
+                                    source, host_s)
+    return with_ports(estimate, kernel_ports(kernel), config)
+
+
+def kernel_ports(kernel: AcceleratorKernel) -> dict:
+    """Each input's and the output's key (``region.port_key``: where a neighbour on the
+    device holds the tensor in the same tiles, it stays in the device's DRAM) and the
+    bytes its copy moves: ``{"inputs": [[key, bytes], ...], "output": [key, bytes]}``
+    (what the cache keeps)."""
+    tensors = kernel.program.tensors
+    return {"inputs": [[port_key(kernel, k), matrix_bytes(kernel.config, tensors[name])]
+                       for k, name in enumerate(kernel.input_names)],
+            "output": [port_key(kernel, None),
+                       matrix_bytes(kernel.config, tensors[kernel.output_tensor])]}
+
+
+def with_ports(estimate: CostEstimate, ports: dict, config: HardwareConfig) -> CostEstimate:
+    """``estimate`` with its ports (:class:`heterocc.sdk.Port`): each copy's time over
+    the link, and its share of the host's part by the bytes it moves (the host's steps
+    are copies, their time in proportion to the bytes; im2col inputs excepted, which
+    are never shared)."""
+    link = host_link(config)
+    moved = sum(b for _, b in ports["inputs"]) + ports["output"][1]
+
+    def port(key, nbytes) -> Port:
+        share = estimate.host_s * nbytes / moved if moved else 0.0
+        return Port(key, link.seconds(nbytes, 1) + share)
+
+    estimate.inputs = tuple(port(k, b) for k, b in ports["inputs"])
+    estimate.output = port(*ports["output"])
+    return estimate
 
 
 #: :func:`host_seconds` keeps the fastest of at least this many timed calls, and calls
@@ -246,7 +279,7 @@ class VtaCostModel:
         """What the cached figures depend on besides the workload: the hardware (its
         name and its timing parameters), the virtual threads and the cost model's version."""
         c = self.config
-        return (f"vta3/{c.name}/t{c.instruction_overhead_cycles}-{c.dram_latency_cycles}-"
+        return (f"vta4/{c.name}/t{c.instruction_overhead_cycles}-{c.dram_latency_cycles}-"
                 f"{c.dram_bytes_per_cycle}-{c.gemm_cycles_per_iteration}-"
                 f"{c.alu_cycles_per_iteration}/vt{self.virtual_threads}")
 
@@ -258,11 +291,11 @@ class VtaCostModel:
         workload = workload_key(function)
         cached = self.cache.get(self.key, workload)
         if cached is not None:
-            return accelerator_estimate(cached["cycles"], self.config.clock_mhz,
-                                        host_link(self.config), cached["bytes"],
-                                        cached["transfers"],
-                                        f"cycle model at {self.config.clock_mhz} MHz (cached)",
-                                        cached["host_s"])
+            return with_ports(accelerator_estimate(
+                cached["cycles"], self.config.clock_mhz, host_link(self.config),
+                cached["bytes"], cached["transfers"],
+                f"cycle model at {self.config.clock_mhz} MHz (cached)", cached["host_s"]),
+                cached["ports"], self.config)
         try:
             kernel = compile_composite(function, self.config, self.virtual_threads)
         except CompileError:
@@ -272,7 +305,8 @@ class VtaCostModel:
         self.cache.put(self.key, workload, {"cycles": estimate.detail["cycles"],
                                             "bytes": estimate.detail["bytes"],
                                             "transfers": len(kernel.input_names) + 1,
-                                            "host_s": estimate.host_s})
+                                            "host_s": estimate.host_s,
+                                            "ports": kernel_ports(kernel)})
         return estimate
 
     def lower_bound(self, function: Node) -> tuple[float, str] | None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from heterocc.accel_sim import HardwareConfig, run_stream
 from heterocc.accel_sim.device import SimulatorDevice
-from heterocc.accel_sim.driver import AcceleratorDriver, relocate
+from heterocc.accel_sim.driver import AcceleratorDriver, relocate, relocate_tensors
 from heterocc.accel_sim.encoding import encode_stream
 from heterocc.accel_sim.program import Program, element_dtype, pack_tiles, tensor_matrix
 from heterocc.accel_sim.simulator import RunReport
@@ -38,12 +38,57 @@ SIMULATED_DRAM_BYTES = 1 << 30
 
 @dataclass
 class _Loaded:
-    """A program resident on the device: where its image and its stream are."""
+    """A program resident on the device: where its image and its stream are, and where
+    each of its tensors is (in its image, or in a region's shared tensors)."""
 
     program: Program
     base: int
     stream_address: int
     instructions: list
+    addresses: dict[str, int]
+
+
+@dataclass(frozen=True, eq=False)
+class SharedTensors:
+    """Tensors a region's programs hand to each other in the device's DRAM (``nbytes``
+    by name): a device allocates them once, on the first program linked to them, and
+    keeps them while the model is loaded. A region's call holds the device from its
+    first program to its last (``heterocc.sdk.device_lock``), so two calls never
+    interleave their writes to them."""
+
+    name: str
+    nbytes: dict[str, int]
+
+
+@dataclass(frozen=True, eq=False)
+class LinkedProgram:
+    """``program`` with some of its tensors (``links``: the program's tensor name ->
+    a tensor of ``shared``) read and written where ``shared`` keeps them instead of in
+    its own image: a producer's output and its consumer's input linked to one shared
+    tensor pass from one program to the next without the host. Its stream is the
+    program's, each transfer of a linked tensor pointed at the shared one when loaded
+    (``accel_sim.driver.relocate_tensors``); its image (weights) is the program's,
+    written once however many links it has."""
+
+    program: Program
+    shared: SharedTensors
+    links: dict[str, str]
+
+    @property
+    def config(self) -> HardwareConfig:
+        return self.program.config
+
+    @property
+    def tensors(self) -> dict:
+        return self.program.tensors
+
+    @property
+    def dram(self) -> np.ndarray:
+        return self.program.dram
+
+    @property
+    def instructions(self) -> list:
+        return self.program.instructions
 
 
 class VtaDevice:
@@ -64,6 +109,10 @@ class VtaDevice:
     ``timeout_s`` bounds a run (None: no limit): past it, ``wait`` raises
     AcceleratorError naming the program (a board's polling stops there too)."""
 
+    #: whether a region may keep tensors in this device's DRAM between its programs
+    #: (``LinkedProgram``; a device that replays each program on its own image says no)
+    shares_tensors = True
+
     def __init__(self, config: HardwareConfig, driver: AcceleratorDriver | None = None,
                  name: str | None = None, timeout_s: float | None = None):
         self.config = config
@@ -73,6 +122,8 @@ class VtaDevice:
         self.timeout_s = timeout_s
         self.last_report: RunReport | None = None
         self._loaded: dict[int, _Loaded] = {}
+        #: a region's shared tensors' addresses, by id of its SharedTensors (kept too)
+        self._shared: dict[int, tuple[SharedTensors, dict[str, int]]] = {}
         self.lock = threading.RLock()
         #: where runs complete (one at a time, as the transports hold one pending run)
         self._completions = DeviceQueue(self.name)
@@ -88,17 +139,44 @@ class VtaDevice:
             if id(program) not in self._loaded:
                 self._load(program)
 
-    def _load(self, program: Program) -> None:
+    def _load(self, program: Program | LinkedProgram) -> None:
         if program.config.name != self.config.name:
             raise AcceleratorError(f"the program was built for {program.config.name} but the "
                                    f"device is {self.config.name}")
-        base = self.driver.allocate(program.dram.size)
-        self.driver.write(base, program.dram)
-        instructions = relocate(program.instructions, program.config, base)
+        if isinstance(program, LinkedProgram):
+            # the image (weights) is the program's own, written once for both forms
+            self.load(program.program)
+            base = self._loaded[id(program.program)].base
+            moved = {name: self._shared_address(program.shared, shared)
+                     for name, shared in program.links.items()}
+            instructions = relocate_tensors(program.instructions, program.config, base,
+                                            program.tensors, moved)
+        else:
+            base = self.driver.allocate(program.dram.size)
+            self.driver.write(base, program.dram)
+            instructions = relocate(program.instructions, program.config, base)
+            moved = {}
         stream = encode_stream(instructions, program.config)
         stream_address = self.driver.allocate(len(stream))
         self.driver.write(stream_address, stream)
-        self._loaded[id(program)] = _Loaded(program, base, stream_address, instructions)
+        addresses = {name: base + tensor.byte_address
+                     for name, tensor in program.tensors.items()}
+        addresses.update(moved)
+        self._loaded[id(program)] = _Loaded(program, base, stream_address, instructions,
+                                            addresses)
+
+    def _shared_address(self, shared: SharedTensors, name: str) -> int:
+        """Where the device keeps tensor ``name`` of ``shared`` (allocated on first use)."""
+        found = self._shared.get(id(shared))
+        if found is None:
+            found = self._shared[id(shared)] = (shared, {})
+        addresses = found[1]
+        if name not in addresses:
+            if name not in shared.nbytes:
+                raise AcceleratorError(f"region {shared.name!r} shares no tensor {name!r}; "
+                                       f"it shares {', '.join(shared.nbytes)}")
+            addresses[name] = self.driver.allocate(shared.nbytes[name])
+        return addresses[name]
 
     def resident(self, program: Program, buffer: str) -> bool:
         """Every tensor of a loaded program stays where it is between runs."""
@@ -108,6 +186,7 @@ class VtaDevice:
         """Forget every loaded program (their DRAM is not reclaimed: the transports'
         allocators only grow)."""
         self._loaded.clear()
+        self._shared.clear()
 
     def _entry(self, program: Program, buffer: str | None = None) -> _Loaded:
         entry = self._loaded.get(id(program))
@@ -127,7 +206,7 @@ class VtaDevice:
         tensor = program.tensors[buffer]
         packed = pack_tiles(np.asarray(array, element_dtype(self.config, tensor.buffer)),
                             tensor.tile_rows, tensor.tile_cols)
-        self.driver.write(entry.base + tensor.byte_address, packed.reshape(-1).view(np.uint8))
+        self.driver.write(entry.addresses[buffer], packed.reshape(-1).view(np.uint8))
 
     def submit(self, program: Program) -> DeviceCall:
         """Start the loaded ``program``; its handle (see the class). What a transport
@@ -186,13 +265,13 @@ class VtaDevice:
         # the transport's read is the one copy: the matrix is a view of it (batch-1
         # tiles are the matrix's rows)
         return tensor_matrix(self.config, tensor,
-                             self.driver.read(entry.base + tensor.byte_address, tensor.nbytes))
+                             self.driver.read(entry.addresses[buffer], tensor.nbytes))
 
     def tensor_bytes(self, program: Program, buffer: str) -> np.ndarray:
         """Tensor ``buffer``'s bytes as the device holds them (its tiles, unconverted)."""
         entry = self._entry(program, buffer)
         tensor = program.tensors[buffer]
-        return self.driver.read(entry.base + tensor.byte_address, tensor.nbytes)
+        return self.driver.read(entry.addresses[buffer], tensor.nbytes)
 
     def image(self, program: Program) -> np.ndarray:
         """The program's DRAM image as the device holds it now (what hardware in the

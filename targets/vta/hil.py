@@ -222,6 +222,9 @@ class CarriedRtlDevice(VtaDevice):
     tensor poisoned first, ``UNWRITTEN``), its output tensor against the reference's, its
     cycles against the timing model (``progress`` gets each :class:`StreamComparison`)."""
 
+    #: each layer runs on the RTL on its own program's image (its tensors in it)
+    shares_tensors = False
+
     def __init__(self, config, kernels, session, timing, trace,
                  progress=None):
         super().__init__(config, name="vta-rtl-carried")

@@ -227,7 +227,11 @@ def test_the_stream_replays_the_device_and_gets_the_same_bits(tmp_path):
 
 def test_a_kernels_last_image_is_built_from_its_tensors_not_copied_per_call(tmp_path):
     """What hardware in the loop replays (``last_input``) is the device's image after the
-    call, though a call reads back only its tensors' bytes, not the whole image."""
+    call, though a call reads back only its tensors' bytes, not the whole image: the
+    program's stream replayed on it computes the output it holds (where a region kept
+    a kernel's tensors in the device's DRAM, they are read from there)."""
+    from heterocc.accel_sim import run_stream as simulate
+
     model = quantize(small_cnn(), tmp_path, "QDQ", "QInt8")
     vta = VtaTarget()
     compiled = heterocc.compile(model, target=[vta, "llvm"], placement="greedy")
@@ -235,7 +239,17 @@ def test_a_kernels_last_image_is_built_from_its_tensors_not_copied_per_call(tmp_
     assert vta.kernels and len({id(k.program) for k in vta.kernels}) == len(vta.kernels)
     for kernel in vta.kernels:
         assert kernel._last_image is None
-        np.testing.assert_array_equal(kernel.last_input, vta.hardware.image(kernel.program))
+        image = kernel.last_input
+        replayed = image.copy()
+        simulate(kernel.program.instructions, kernel.config, replayed)
+        np.testing.assert_array_equal(replayed, image)
+        weights = vta.hardware.image(kernel.program)
+        inside = [kernel.program.tensors[n] for n in (*kernel.input_names,
+                                                      kernel.output_tensor)]
+        keep = np.ones(image.size, bool)
+        for t in inside:
+            keep[t.byte_address:t.byte_address + t.nbytes] = False
+        np.testing.assert_array_equal(image[keep], weights[keep])
 
 
 def test_host_parts_on_the_cpu_lane_wait_for_the_cpu():

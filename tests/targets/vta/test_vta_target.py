@@ -200,9 +200,11 @@ def test_weights_are_loaded_once_and_any_transport_serves(qdq_model):
     target = VtaTarget()
     compiled = heterocc.compile(qdq_model, target=[target, "reference"])
     first = compiled.run([x])[0]
+    # activations cross the link only at a region's boundary: the first program
+    # writes, the last reads, the tensors between them stay in the device's DRAM
     assert target.kernels and all(
-        k.last_bytes_loaded == k.program.dram.nbytes and k.last_bytes_in > 0
-        and k.last_bytes_out > 0 for k in target.kernels)
+        k.last_bytes_loaded == k.program.dram.nbytes for k in target.kernels)
+    assert target.kernels[0].last_bytes_in > 0 and target.kernels[-1].last_bytes_out > 0
     moved = [(k.last_bytes_in, k.last_bytes_out) for k in target.kernels]
     np.testing.assert_array_equal(compiled.run([x])[0], first)
     assert all(k.last_bytes_loaded == 0 for k in target.kernels)
