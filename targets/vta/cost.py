@@ -49,7 +49,7 @@ from heterocc.sdk import (
 )
 from heterocc.sdk.cost import random_arguments
 
-from .codegen import AcceleratorKernel, matrix_bytes, compile_composite, direct_conv_geometry
+from .codegen import AcceleratorKernel, compile_composite, direct_conv_geometry, matrix_bytes
 from .region import port_key
 
 
