@@ -107,6 +107,10 @@ class CostPlan:
     #: the tuning log applied while placing (its kernels' times are the estimates'),
     #: applied again to the figures :meth:`complete` makes after the compile
     tuning_log: object = None
+    #: tensors from a candidate to another of the same accelerator (:class:`Handover`),
+    #: and the producers' handovers where they are all their output's readers
+    handovers: list = field(default_factory=list)
+    exclusive: list = field(default_factory=list)
 
     def complete(self) -> None:
         """Estimate the figures the placement decided without (the totals and the
@@ -134,7 +138,7 @@ class CostPlan:
             if target not in unit.candidates:
                 return None
             total += unit.placed_seconds(target) if placed else unit.seconds(target)
-        return total
+        return total - _kept_seconds(self, which)
 
     def _as_placed(self, which: str) -> bool:
         """Whether placement ``which`` splits the graph as the chosen one does, so that
@@ -261,6 +265,8 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
         if bound is not None:
             plan.pending.append((unit, bound[0]))
         plan.composites.append(unit)
+    _handovers(plan, graph)
+    _couple(plan, targets)
     for k, node in enumerate(others, start=len(composites)):
         unit = UnitCost([node], chosen=fallback, greedy=fallback, function=functions[k])
         found = _ask(cpu, "cached", functions[k])
@@ -300,9 +306,9 @@ def _estimate_as_placed(plan: CostPlan, graph: Graph, cpu: object) -> None:
         unit.as_placed = found.get(unit.function)
     if any(plan.fallback not in u.candidates for u in units):
         return  # no whole-graph total to compare with
-    chosen = sum(u.placed_seconds(u.chosen) for u in units)
+    chosen = sum(u.placed_seconds(u.chosen) for u in units) - _kept_seconds(plan, "chosen")
     whole = sum(u.seconds(plan.fallback) for u in units)
-    greedy = sum(u.seconds(u.greedy) for u in units) \
+    greedy = sum(u.seconds(u.greedy) for u in units) - _kept_seconds(plan, "greedy") \
         if all(u.greedy in u.candidates for u in units) else None
     if chosen > whole and (greedy is None or whole <= greedy):
         for unit in kept:
@@ -431,3 +437,231 @@ def _estimate(unit: UnitCost, accelerator: str, fallback: str,
         if found is not None:
             unit.candidates[second] = found
     return None
+
+
+# -- tensors kept on the accelerator between neighbours: the decisions coupled
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A tensor from one candidate composite to another of the same accelerator: the
+    consumer's input ``position`` is the producer's output. Where both run there and
+    their estimates' ports (``CostEstimate.inputs`` / ``output``) have equal keys, the
+    device keeps the tensor in its memory: the consumer does not copy it in, and, where
+    every reader of it does so, the producer does not copy it out."""
+
+    producer: UnitCost
+    consumer: UnitCost
+    position: int
+
+
+def _unit_signature(nodes: list[Node], graph: Graph,
+                    users: Mapping) -> tuple[list, list]:
+    """A group's inputs (non-constant values produced outside it, in first use order:
+    the outlined function's parameters) and its outputs (values read outside it or
+    returned), as ``rewrite.outline`` makes them."""
+    inside = set(nodes)
+    produced = {v for n in nodes for v in n.outputs}
+    inputs: list = []
+    for node in nodes:
+        for v in node.inputs:
+            if v is not None and not v.is_const and v not in produced and v not in inputs:
+                inputs.append(v)
+    returned = set(graph.outputs)
+    outputs = [v for n in nodes for v in n.outputs
+               if v in returned or any(u not in inside for u in users.get(v, ()))]
+    return inputs, outputs
+
+
+def _handovers(plan: CostPlan, graph: Graph) -> None:
+    """Find the candidates' tensors to one another on one accelerator (``handovers``)
+    and the producers all of whose output's readers are such candidates (``exclusive``:
+    only then can the output stay on the device)."""
+    users = graph.consumers()
+    signature = {id(u): _unit_signature(u.nodes, graph, users) for u in plan.composites}
+    made = {}
+    for unit in plan.composites:
+        for value in signature[id(unit)][1]:
+            made[value] = unit
+    readers: dict = defaultdict(list)
+    for consumer in plan.composites:
+        for position, value in enumerate(signature[id(consumer)][0]):
+            producer = made.get(value)
+            if producer is not None and producer.greedy == consumer.greedy:
+                edge = Handover(producer, consumer, position)
+                plan.handovers.append(edge)
+                readers[value].append(edge)
+    returned = set(graph.outputs)
+    for value, edges in readers.items():
+        producer = edges[0].producer
+        outside = {n for n in users.get(value, ()) if n not in producer.nodes}
+        inside = {n for e in edges for n in e.consumer.nodes}
+        if value not in returned and outside <= inside \
+                and len(signature[id(producer)][1]) == 1:
+            plan.exclusive.append(edges)
+
+
+def _port_seconds(edge: Handover, side: str) -> float | None:
+    """What ``edge``'s consumer (``side="in"``) or producer (``"out"``) saves where the
+    accelerator keeps the tensor: its port's seconds, None where the two estimates'
+    ports do not match (or either device was not estimated)."""
+    target = edge.producer.greedy
+    made = edge.producer.candidates.get(target)
+    used = edge.consumer.candidates.get(target)
+    if made is None or used is None or made.output is None \
+            or len(used.inputs) <= edge.position:
+        return None
+    key = made.output.key
+    if key is None or used.inputs[edge.position].key != key:
+        return None
+    return used.inputs[edge.position].seconds if side == "in" else made.output.seconds
+
+
+def _saving_terms(plan: CostPlan) -> list[tuple[float, list[UnitCost]]]:
+    """The coupled terms of the model's latency: ``(seconds, units)``, seconds saved
+    where every unit of ``units`` runs on the accelerator."""
+    terms = []
+    for edge in plan.handovers:
+        seconds = _port_seconds(edge, "in")
+        if seconds:
+            terms.append((seconds, [edge.producer, edge.consumer]))
+    for edges in plan.exclusive:
+        seconds = [_port_seconds(e, "out") for e in edges]
+        if all(s is not None for s in seconds) and seconds[0]:
+            readers = list({id(e.consumer): e.consumer for e in edges}.values())
+            terms.append((seconds[0], [edges[0].producer, *readers]))
+    return terms
+
+
+def _kept_seconds(plan: CostPlan, which: str) -> float:
+    """Seconds the accelerators save by keeping tensors between neighbours under
+    placement ``which`` (``"chosen"``, ``"greedy"``; nothing all on the CPU)."""
+    if which == "cpu":
+        return 0.0
+    return sum(seconds for seconds, units in _saving_terms(plan)
+               if all(getattr(u, which) == u.greedy for u in units))
+
+
+def _couple(plan: CostPlan, targets: Mapping[str, object]) -> None:
+    """Re-decide the composites with their neighbours (see the module): the exact
+    minimum of the latency with the handover terms, over the composites estimated on
+    both devices (a minimum cut); a composite left on the CPU by the accelerator's
+    lower bound alone is estimated there once a neighbour goes to the accelerator (its
+    bound assumed it copies everything), and the cut is made again."""
+    if not plan.handovers:
+        return
+    while True:
+        before = {id(u): u.chosen for u in plan.composites}
+        _cut(plan)
+        grown = False
+        for edge in plan.handovers:
+            for unit, other in ((edge.producer, edge.consumer),
+                                (edge.consumer, edge.producer)):
+                target = unit.greedy
+                if other.chosen == target and target not in unit.candidates \
+                        and plan.fallback in unit.candidates \
+                        and _can_keep(other.candidates.get(target), edge, other):
+                    found = _ask(targets.get(target), "estimate", unit.function)
+                    if found is not None:
+                        unit.candidates[target] = found
+                        grown = True
+        for unit in plan.composites:
+            if unit.chosen != before[id(unit)] and unit.chosen == unit.greedy:
+                unit.reason = _coupled_reason(plan, unit)
+        if not grown:
+            return
+
+
+def _can_keep(estimate, edge: Handover, unit: UnitCost) -> bool:
+    """Whether ``unit``'s side of ``edge`` (its estimate there) says the device may keep
+    the tensor (a port with a key): only then is the other side worth estimating."""
+    if estimate is None:
+        return False
+    if unit is edge.producer:
+        return estimate.output is not None and estimate.output.key is not None
+    ports = estimate.inputs
+    return len(ports) > edge.position and ports[edge.position].key is not None
+
+
+def _coupled_reason(plan: CostPlan, unit: UnitCost) -> str:
+    mine, cpu = unit.candidates[unit.chosen], unit.candidates[plan.fallback]
+    kept = sum(s for s, units in _saving_terms(plan)
+               if any(u is unit for u in units) and all(u.chosen == u.greedy for u in units))
+    return (f"on {unit.chosen} with its neighbours: {_ms(mine.total_s)} alone vs "
+            f"{_ms(cpu.total_s)} on {plan.fallback}, but {_ms(kept)} of copies and "
+            f"layouts saved where tensors stay in {unit.chosen}'s memory")
+
+
+def _cut(plan: CostPlan) -> None:
+    """Set ``chosen`` of the composites estimated on both devices to the placement of
+    least latency (fixed units as they are): a minimum s-t cut (source side: the CPU)
+    of the function ``sum(unit's time) - sum(saving terms)``, each term ``-s * x1 *
+    ... * xk`` (``x`` = 1 on the accelerator) by an extra node ``w``: ``-s * w + s * w
+    * sum(1 - xi)`` (Kolmogorov and Zabih's construction for submodular functions).
+    Ties go to the accelerator (the least source side: what the source reaches)."""
+    free = [u for u in plan.composites
+            if u.greedy in u.candidates and plan.fallback in u.candidates]
+    index = {id(u): k + 2 for k, u in enumerate(free)}  # 0 source, 1 sink
+    graph: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+
+    def ps(seconds: float) -> int:  # picoseconds: integer capacities, exact sums
+        return round(seconds * 1e12)
+
+    for unit in free:
+        alpha = ps(unit.seconds(unit.greedy)) - ps(unit.seconds(plan.fallback))
+        _unary(graph, index[id(unit)], alpha)
+    nodes = len(free) + 2
+    for seconds, units in _saving_terms(plan):
+        if any(id(u) not in index and u.chosen != u.greedy for u in units):
+            continue  # a unit fixed on the CPU: the term never applies
+        variables = [index[id(u)] for u in units if id(u) in index]
+        if not variables:
+            continue
+        if len(variables) == 1:
+            _unary(graph, variables[0], -ps(seconds))
+            continue
+        w, nodes = nodes, nodes + 1
+        graph[w][1] += ps(seconds)  # -s*w == -s + s*(1 - w): cut when w on the source side
+        for x in variables:
+            graph[x][w] += ps(seconds)  # s * w * (1 - x): x on the source side, w not
+    source_side = _residual_reach(graph, 0, 1)
+    for unit in free:
+        unit.chosen = plan.fallback if index[id(unit)] in source_side else unit.greedy
+
+
+def _unary(graph, node: int, alpha: int) -> None:
+    """``alpha * x`` (x = 1 on the sink side) as an edge."""
+    if alpha > 0:
+        graph[0][node] += alpha  # cut when the node is on the sink side
+    elif alpha < 0:
+        graph[node][1] += -alpha  # alpha + (-alpha) * (1 - x): cut on the source side
+
+
+def _residual_reach(graph, source: int, sink: int) -> set[int]:
+    """The nodes the source reaches in the residual graph of a maximum flow
+    (Edmonds-Karp: shortest augmenting paths, in a fixed order)."""
+    residual: dict[int, dict[int, int]] = defaultdict(dict)
+    for a, edges in graph.items():
+        for b, capacity in edges.items():
+            residual[a][b] = residual[a].get(b, 0) + capacity
+            residual[b].setdefault(a, 0)
+    while True:
+        parent = {source: None}
+        queue = [source]
+        for a in queue:
+            for b in sorted(residual[a]):
+                if b not in parent and residual[a][b] > 0:
+                    parent[b] = a
+                    queue.append(b)
+            if sink in parent:
+                break
+        if sink not in parent:
+            return set(parent)
+        path, b = [], sink
+        while parent[b] is not None:
+            path.append((parent[b], b))
+            b = parent[b]
+        flow = min(residual[a][b] for a, b in path)
+        for a, b in path:
+            residual[a][b] -= flow
+            residual[b][a] += flow

@@ -184,6 +184,9 @@ class AcceleratorKernel(ProgramRunner):
     _last_device: object = None
     #: the program the last call ran (``program`` or a region's linked form of it)
     _last_program: object = None
+    #: copies over the link the last call made (its inputs written, its output read;
+    #: fewer in a region that keeps tensors in the device's DRAM)
+    last_copies: int = 0
 
     @property
     def last_input(self) -> np.ndarray | None:
@@ -316,6 +319,7 @@ class AcceleratorKernel(ProgramRunner):
                                            element_dtype(self.config, tensors[name].buffer)),
                    False) for name, matrix in inputs]
         found = self.run_program(writes, [self.output_tensor] if read else [], program)
+        self.last_copies = len(writes) + bool(read)
         if fresh:
             self.last_bytes_loaded = self.program.dram.nbytes
         # what hardware in the loop replays on the RTL, read when asked (``last_input``)

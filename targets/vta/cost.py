@@ -194,14 +194,15 @@ def region_host_seconds(region, function: Node) -> float:
 
 def call_estimate(kernel, config: HardwareConfig) -> CostEstimate | None:
     """The time of a region kernel's last call from the device's own counts: the cycles
-    each of its programs reported at the clock, and the bytes it copied over the link
-    (None before a call)."""
+    each of its programs reported at the clock, and the bytes and copies that crossed
+    the link (a region's tensors kept in the device's DRAM do not; None before a
+    call)."""
     parts = list(getattr(kernel, "composites", ())) or [kernel]
     if any(getattr(p, "last_timing", None) is None for p in parts):
         return None
     cycles = sum(p.last_cycles for p in parts)
     moved = sum(p.last_bytes_in + p.last_bytes_out for p in parts)
-    transfers = sum(len(p.input_names) + 1 for p in parts)
+    transfers = sum(getattr(p, "last_copies", len(p.input_names) + 1) for p in parts)
     return accelerator_estimate(cycles, config.clock_mhz, host_link(config), moved, transfers,
                                 f"device cycle count at {config.clock_mhz} MHz")
 
