@@ -5,15 +5,21 @@ this module asks that target and the fallback (the CPU) how long the composite t
 on each (the SDK's ``estimate`` hook, ``heterocc.sdk.cost``) and keeps it on the device
 where it is faster, transfers over the host link included.
 
-Why one decision per composite is the whole search: the runtime runs one function at a
-time and an accelerator call copies its activations in and its result out on every
-call (weights stay resident), so a placement's end-to-end latency is the sum of
-its functions' times on their devices, transfers included, plus the CPU's work on what
-no pattern matched. No term couples two decisions, so the dynamic programme over the
-topologically ordered candidates (the best latency of a prefix, given the devices of
-its last producers) reduces to choosing each candidate's cheaper device: the result is
-the exact minimum under the model, and deterministic (a tie goes to the accelerator,
-as the greedy placement would have it).
+The decisions are coupled by the accelerator's memory: the runtime runs one function
+at a time, and an accelerator call copies its activations in and its result out over
+the host link (weights stay resident), except where a region keeps a tensor in the
+device's memory between two of its composites (``vta``: its programs share the
+tensor's tiles in its DRAM). An estimate says what each of its copies costs and in
+what form the device holds the tensor (``CostEstimate.inputs`` / ``output``, the SDK's
+``Port``); where a producer and its consumer run on the accelerator with equal keys,
+the consumer's copy in is saved, and the producer's copy out where every reader of its
+output takes it so (:class:`Handover`). The model's latency is then the sum of the
+units' times on their devices less those saved copies: each saving is minus a
+constant times a product of "on the accelerator" variables, a submodular function,
+so a minimum s-t cut over the candidates gives its exact minimum (:func:`_cut`;
+deterministic, a tie to the accelerator, as the greedy placement would have it).
+Without ports (a target whose region copies everything) no term couples two
+decisions and the cut keeps each candidate on its cheaper device.
 
 Estimating costs compile time (an accelerator's figure compiles the composite, the
 CPU's compiles and times it), so only what a decision needs is estimated while
@@ -22,7 +28,10 @@ how it was bounded; the CPU from its multiply-accumulates, an accelerator from t
 transfers a call cannot avoid and the compute its shapes need). The device likelier
 to win is estimated first (the one with the lower bound; the CPU for a composite it
 cannot bound, without multiply-accumulates); when its figure beats the other's lower
-bound, the other is not estimated: the decision is the one both figures would give;
+bound, the other is not estimated: the decision is the one both figures would give
+(the accelerator's bound counts the copies a call makes alone, so a composite kept on
+the CPU by it is estimated after all once a neighbour on the accelerator could keep a
+tensor with it: :func:`_couple`);
 nor is the accelerator where the CPU's figure is within :data:`MIN_GAIN` of its bound
 (the unit stays on the CPU: what offloading could save is within the measurement's noise).
 Nodes no pattern matched (on the CPU whatever the placement) are not asked about
@@ -258,14 +267,15 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
     within = getattr(cpu, "estimate_within", None)
     if callable(within):  # the CPU times its part of the graph as its build fuses it
         within(graph, {functions[k]: nodes for k, nodes in enumerate(groups)})
-    for k, (target, _, nodes) in enumerate(composites):
-        unit = UnitCost(nodes, function=functions[k])
-        bound = _estimate(unit, target, fallback, targets)
-        _decide(unit, target, fallback, bound)
+    plan.composites = [UnitCost(nodes, greedy=target, function=functions[k])
+                       for k, (target, _, nodes) in enumerate(composites)]
+    _handovers(plan, graph)
+    coupled = {id(u) for e in plan.handovers for u in (e.producer, e.consumer)}
+    for unit in plan.composites:
+        bound = _estimate(unit, unit.greedy, fallback, targets, id(unit) in coupled)
+        _decide(unit, unit.greedy, fallback, bound)
         if bound is not None:
             plan.pending.append((unit, bound[0]))
-        plan.composites.append(unit)
-    _handovers(plan, graph)
     _couple(plan, targets)
     for k, node in enumerate(others, start=len(composites)):
         unit = UnitCost([node], chosen=fallback, greedy=fallback, function=functions[k])
@@ -395,10 +405,14 @@ MIN_GAIN = 0.1
 
 
 def _estimate(unit: UnitCost, accelerator: str, fallback: str,
-              targets: Mapping[str, object]) -> tuple[str, float, str] | None:
+              targets: Mapping[str, object], coupled: bool = False
+              ) -> tuple[str, float, str] | None:
     """Put in ``unit.candidates`` the estimates its decision needs (see the module): the
     likelier winner's first, then the other's unless the first beats the other's lower
-    bound. Returns that bound (the device left unestimated, seconds, how) or None."""
+    bound. Returns that bound (the device left unestimated, seconds, how) or None.
+    ``coupled``: a neighbour on the accelerator could keep a tensor with the unit, so
+    the accelerator's bound is its ``lower_bound_kept`` where it has one (without the
+    copies a neighbour could save)."""
     function = unit.function
     cached = _ask(targets.get(fallback), "cached", function)
     if cached is not None:
@@ -406,7 +420,11 @@ def _estimate(unit: UnitCost, accelerator: str, fallback: str,
     bounds = {}
     for name in (fallback, accelerator):
         if name not in unit.candidates:
-            found = _ask(targets.get(name), "lower_bound", function)
+            hook = "lower_bound"
+            if coupled and name == accelerator and callable(
+                    getattr(targets.get(name), "lower_bound_kept", None)):
+                hook = "lower_bound_kept"
+            found = _ask(targets.get(name), hook, function)
             if found is not None:
                 bounds[name] = found
     # the device with the lower bound is the likelier winner: a bound is a device's time

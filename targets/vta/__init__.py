@@ -88,6 +88,12 @@ class VtaTarget(AcceleratorBase):
         copies of its result and of an input over the link; ``cost``)."""
         return self.cost_model.lower_bound(function)
 
+    def lower_bound_kept(self, function: Node):
+        """The least time of a call of ``function`` whose tensors stay in the device's
+        DRAM between it and its neighbours (``cost``): placement's bound where a
+        neighbour on the accelerator could share a tensor with it."""
+        return self.cost_model.lower_bound_kept(function)
+
     def call_estimate(self, kernel):
         """The modelled time of ``kernel``'s last call (its programs' cycle counts at the
         clock, its copies over the link): a stream's timeline (``run_stream``)."""

@@ -28,6 +28,7 @@ compile of the same workload on the same hardware compiles nothing to estimate i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -259,6 +260,11 @@ def dram_cycles(function: Node, config: HardwareConfig) -> int:
     return -(-moved // bus) * beat
 
 
+#: the link of :meth:`VtaCostModel.lower_bound_kept`: a petabyte a second, so that the
+#: bound's copies round to nothing
+KEPT_LINK_MBYTES_PER_S = 10**12
+
+
 def reuse_key(function: Node) -> tuple:
     """Which composite a function node is, across the partitioner's rounds: its pattern
     row and the names of its nodes (unique in a graph)."""
@@ -333,6 +339,19 @@ class VtaCostModel:
             what = "GEMM" if gemm >= dram else "DRAM (weights and result)"
             how += f", {cycles} {what} cycles at {self.config.clock_mhz:g} MHz"
         return seconds, how
+
+    def lower_bound_kept(self, function: Node) -> tuple[float, str] | None:
+        """:meth:`lower_bound` of a call whose tensors all stay in the device's DRAM (its
+        neighbours in a region keep them there: ``region.DeviceRegion``): the GEMM and
+        DRAM cycles alone, the link free. What placement bounds a composite with where
+        a neighbour of the same accelerator could share a tensor with it."""
+        free = dataclasses.replace(self.config, link_mbytes_per_s=KEPT_LINK_MBYTES_PER_S,
+                                   link_latency_ns=0)
+        found = VtaCostModel(free, self.virtual_threads, self.cache).lower_bound(function)
+        if found is None:
+            return None
+        seconds, how = found
+        return seconds, f"its tensors kept in the device; {how.split(', ', 1)[-1]}"
 
     def take(self, function: Node) -> AcceleratorKernel | None:
         """The kernel compiled for ``function`` while estimating, once (None if none)."""

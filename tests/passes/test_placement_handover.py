@@ -1,0 +1,121 @@
+"""Placement with tensors kept on the accelerator between neighbours: the minimum cut
+is the exact minimum of the latency with the handover terms (checked against every
+assignment of small graphs), ties go to the accelerator, a neighbour the bound kept on
+the CPU is estimated once the other side could keep the tensor, and the totals count
+the copies saved."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from heterocc.passes.placement import CostPlan, Handover, UnitCost, _couple, _kept_seconds
+from heterocc.sdk import CostEstimate, Port
+
+
+def _unit(cpu: float | None, vta: float | None, ins: list, out) -> UnitCost:
+    unit = UnitCost([], greedy="vta", chosen="llvm")
+    if cpu is not None:
+        unit.candidates["llvm"] = CostEstimate(cpu)
+    if vta is not None:
+        unit.candidates["vta"] = CostEstimate(vta, inputs=tuple(Port(k, s) for k, s in ins),
+                                              output=Port(*out))
+    return unit
+
+
+def _plan(units, edges, exclusive) -> CostPlan:
+    plan = CostPlan(units, [], "llvm")
+    plan.handovers = [Handover(units[a], units[b], k) for a, b, k in edges]
+    plan.exclusive = [[e for e in plan.handovers if e.producer is units[a]]
+                      for a in exclusive]
+    return plan
+
+
+def _latency(plan: CostPlan) -> float:
+    return sum(u.seconds(u.chosen) for u in plan.composites) - _kept_seconds(plan, "chosen")
+
+
+def _brute_force(plan: CostPlan) -> tuple[float, list[set[int]]]:
+    """The least latency over every assignment, and the accelerator sets reaching it."""
+    best, sets = None, []
+    for bits in itertools.product((0, 1), repeat=len(plan.composites)):
+        for unit, bit in zip(plan.composites, bits):
+            unit.chosen = "vta" if bit else "llvm"
+        value = round(_latency(plan) * 1e12)
+        chosen = {k for k, bit in enumerate(bits) if bit}
+        if best is None or value < best:
+            best, sets = value, [chosen]
+        elif value == best:
+            sets.append(chosen)
+    return best, sets
+
+
+def test_a_chain_slower_offloaded_layer_by_layer_moves_as_a_whole():
+    # each layer alone is slower on vta (1.0 against 0.8-0.9 ms), the chain is faster:
+    # its three middle tensors stay in the device's memory
+    units = [_unit(0.8, 1.0, [(None, 0.1)], ("k", 0.4)),
+             _unit(0.8, 1.0, [("k", 0.4)], ("k", 0.4)),
+             _unit(0.9, 1.0, [("k", 0.4)], (None, 0.4))]
+    plan = _plan(units, [(0, 1, 0), (1, 2, 0)], [0, 1])
+    _couple(plan, {})
+    assert [u.chosen for u in units] == ["vta"] * 3
+    assert _latency(plan) == 3.0 - 4 * 0.4
+    assert plan.total("chosen") == 3.0 - 1.6 and plan.total("cpu") == 2.5
+    assert "saved where tensors stay in vta's memory" in units[1].reason
+    # keys that differ (another layout) keep nothing: each stays where it is faster
+    units[1].candidates["vta"] = CostEstimate(1.0, inputs=(Port("other", 0.4),),
+                                              output=Port("other", 0.4))
+    for unit in units:
+        unit.chosen = "llvm"
+    _couple(plan, {})
+    assert [u.chosen for u in units] == ["llvm"] * 3
+
+
+def test_the_cut_is_the_exact_minimum_and_ties_go_to_the_accelerator():
+    rng = np.random.default_rng(3)
+    # a diamond with a tail: 0 -> 1, 0 -> 2, 1 -> 3, 2 -> 3 (an addition), 3 -> 4
+    edges = [(0, 1, 0), (0, 2, 0), (1, 3, 0), (2, 3, 1), (3, 4, 0)]
+    for trial in range(40):
+        keys = rng.choice(["k", "k", "k", None], 8)
+        units = []
+        for k in range(5):
+            cpu = float(rng.integers(1, 12))  # integers: ties happen
+            vta = float(rng.integers(1, 12))
+            ins = [(keys[k], float(rng.integers(0, 4))), (keys[k + 1], float(rng.integers(0, 4)))]
+            units.append(_unit(cpu, vta, ins, (keys[k + 2], float(rng.integers(0, 4)))))
+        plan = _plan(units, edges, [0, 1, 2, 3])
+        best, optimal = _brute_force(plan)
+        for unit in units:
+            unit.chosen = "llvm"
+        _couple(plan, {})
+        chosen = {k for k, u in enumerate(units) if u.chosen == "vta"}
+        assert round(_latency(plan) * 1e12) == best, trial
+        assert all(s <= chosen for s in optimal), trial  # the largest optimal offload
+        again = [u.chosen for u in units]
+        _couple(plan, {})
+        assert [u.chosen for u in units] == again  # deterministic
+
+
+def test_a_neighbour_the_bound_kept_on_the_cpu_is_estimated_when_it_could_share():
+    asked = []
+
+    class Accelerator:
+        def estimate(self, function):
+            asked.append(function)
+            return CostEstimate(1.0, inputs=(Port("k", 0.5),), output=Port(None, 0.1))
+
+    first = _unit(2.0, 1.0, [(None, 0.1)], ("k", 0.5))  # faster on vta alone
+    second = _unit(1.2, None, [], (None, 0.0))  # its bound said vta loses (copies counted)
+    second.function = "second"
+    plan = _plan([first, second], [(0, 1, 0)], [0])
+    _couple(plan, {"vta": Accelerator()})
+    assert asked == ["second"]
+    # 1.0 + 1.0 - 0.5 (second reads it there) - 0.5 (first does not copy it out)
+    assert first.chosen == second.chosen == "vta" and _latency(plan) == 1.0
+    # a neighbour whose side cannot keep the tensor (no key) is not estimated for it
+    asked.clear()
+    third = _unit(1.2, None, [], (None, 0.0))
+    lone = _unit(2.0, 1.0, [(None, 0.1)], (None, 0.5))
+    _couple(_plan([lone, third], [(0, 1, 0)], [0]), {"vta": Accelerator()})
+    assert asked == [] and third.chosen == "llvm"
