@@ -55,6 +55,7 @@ from machine import describe  # noqa: E402
 from vta_resnet18 import quantized  # noqa: E402
 
 import heterocc  # noqa: E402
+from heterocc.passes.placement import saved_ports  # noqa: E402
 from heterocc.passes.placement_picture import placement_svg  # noqa: E402
 from heterocc.runtime.interpreter import evaluate  # noqa: E402
 from heterocc.runtime.pipeline import chrome_trace  # noqa: E402
@@ -62,6 +63,7 @@ from heterocc.sdk.registry import parse_target_spec  # noqa: E402
 from heterocc.targets import get_target  # noqa: E402
 from heterocc.targets.llvm import cost as cpu_cost  # noqa: E402
 from heterocc.targets.vta import VtaTarget  # noqa: E402
+from heterocc.targets.vta.cost import host_link  # noqa: E402
 
 #: the issue's two configs (the default 16x16 at an FPGA-like 100 MHz; a 32x32 at
 #: 300 MHz) and a larger one the compiler and simulator support end to end: the 64x64
@@ -111,6 +113,21 @@ def _accelerator_accuracy(compiled, vta: VtaTarget) -> tuple[int, float]:
             sums[1] += ran[p.function]
     worst = max((abs(e - c) / c for e, c in regions.values() if c), default=0.0)
     return len(regions), worst
+
+
+def _link_accuracy(compiled, vta: VtaTarget) -> tuple[float, float]:
+    """The offloaded composites' link time as estimated (their copies, less those of
+    the tensors the placement counts as kept in the device's DRAM) and as the run made
+    them (the bytes and copies each kernel's last call moved), seconds."""
+    plan = compiled.placement_report.plan
+    link = host_link(vta.config)
+    estimated = sum(u.candidates["vta"].transfer_s for u in plan.composites
+                    if u.chosen == "vta" and "vta" in u.candidates)
+    estimated -= sum(port.link_s for port in saved_ports(plan, "chosen"))
+    ran = {p.function for p in compiled.placement_report.placements if p.target == "vta"}
+    made = sum(link.seconds(k.last_bytes_in + k.last_bytes_out, k.last_copies)
+               for k in vta.kernels if k.name in ran and k.last_timing is not None)
+    return estimated, made
 
 
 def _cpu_accuracy(compiled, report, cpu: str = "llvm"
@@ -322,6 +339,9 @@ def main() -> int:
             pairs, bounded, wrong = _cpu_accuracy(warm, report, args.cpu)
             print(f"  accelerator estimate vs timing model in the run: {regions} regions, "
                   f"largest deviation {100 * worst:.2f}%")
+            linked, copied = _link_accuracy(warm, vta)
+            print(f"  accelerator link, estimated (tensors kept in its DRAM not copied) vs "
+                  f"the run's copies: {1e3 * linked:.3f} vs {1e3 * copied:.3f} ms")
             _print_cpu_accuracy(pairs)
             hosted = [u.candidates["vta"] for u in report.plan.composites
                       if "vta" in u.candidates]

@@ -74,8 +74,8 @@ class HostLink:
 
 @dataclass(frozen=True)
 class Port:
-    """One tensor a device's call copies over the host link: ``seconds`` the call spends
-    on it (the copy, and the host's work laying it out), and ``key``, the form the
+    """One tensor a device's call copies over the host link: ``link_s`` and ``host_s``
+    the call spends on it (the copy, and the host's work laying it out), and ``key``, the form the
     device holds it in (None: it can only come from, or go to, the host). Where a
     producer's output and its consumer's input have equal keys and both run on one
     device, the device hands the tensor over in its own memory and neither side
@@ -83,7 +83,14 @@ class Port:
     ``docs/add-a-target.md``)."""
 
     key: str | None
-    seconds: float
+    #: the copy's time over the link, and the host's work on the tensor
+    link_s: float
+    host_s: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        """What the call spends on the tensor: its copy and the host's work."""
+        return self.link_s + self.host_s
 
 
 @dataclass

@@ -519,10 +519,10 @@ def _handovers(plan: CostPlan, graph: Graph) -> None:
             plan.exclusive.append(edges)
 
 
-def _port_seconds(edge: Handover, side: str) -> float | None:
-    """What ``edge``'s consumer (``side="in"``) or producer (``"out"``) saves where the
-    accelerator keeps the tensor: its port's seconds, None where the two estimates'
-    ports do not match (or either device was not estimated)."""
+def _port(edge: Handover, side: str):
+    """The port ``edge``'s consumer (``side="in"``) or producer (``"out"``) saves where
+    the accelerator keeps the tensor (``CostEstimate.inputs`` / ``output``), None where
+    the two estimates' ports do not match (or either device was not estimated)."""
     target = edge.producer.greedy
     made = edge.producer.candidates.get(target)
     used = edge.consumer.candidates.get(target)
@@ -532,32 +532,40 @@ def _port_seconds(edge: Handover, side: str) -> float | None:
     key = made.output.key
     if key is None or used.inputs[edge.position].key != key:
         return None
-    return used.inputs[edge.position].seconds if side == "in" else made.output.seconds
+    return used.inputs[edge.position] if side == "in" else made.output
 
 
-def _saving_terms(plan: CostPlan) -> list[tuple[float, list[UnitCost]]]:
-    """The coupled terms of the model's latency: ``(seconds, units)``, seconds saved
-    where every unit of ``units`` runs on the accelerator."""
+def saving_terms(plan: CostPlan) -> list[tuple[object, list[UnitCost]]]:
+    """The coupled terms of the model's latency: ``(port, units)``, the port's seconds
+    saved where every unit of ``units`` runs on the accelerator (the consumer's copy in
+    of a tensor its producer there holds in the same form; the producer's copy out
+    where every reader of its output does)."""
     terms = []
     for edge in plan.handovers:
-        seconds = _port_seconds(edge, "in")
-        if seconds:
-            terms.append((seconds, [edge.producer, edge.consumer]))
+        port = _port(edge, "in")
+        if port is not None and port.seconds:
+            terms.append((port, [edge.producer, edge.consumer]))
     for edges in plan.exclusive:
-        seconds = [_port_seconds(e, "out") for e in edges]
-        if all(s is not None for s in seconds) and seconds[0]:
+        ports = [_port(e, "out") for e in edges]
+        if all(p is not None for p in ports) and ports[0].seconds:
             readers = list({id(e.consumer): e.consumer for e in edges}.values())
-            terms.append((seconds[0], [edges[0].producer, *readers]))
+            terms.append((ports[0], [edges[0].producer, *readers]))
     return terms
+
+
+def saved_ports(plan: CostPlan, which: str) -> list:
+    """The ports (``heterocc.sdk.Port``) whose copies placement ``which`` (``"chosen"``,
+    ``"greedy"``; none all on the CPU) saves: the tensors kept on the accelerator."""
+    if which == "cpu":
+        return []
+    return [port for port, units in saving_terms(plan)
+            if all(getattr(u, which) == u.greedy for u in units)]
 
 
 def _kept_seconds(plan: CostPlan, which: str) -> float:
     """Seconds the accelerators save by keeping tensors between neighbours under
-    placement ``which`` (``"chosen"``, ``"greedy"``; nothing all on the CPU)."""
-    if which == "cpu":
-        return 0.0
-    return sum(seconds for seconds, units in _saving_terms(plan)
-               if all(getattr(u, which) == u.greedy for u in units))
+    placement ``which``."""
+    return sum(port.seconds for port in saved_ports(plan, which))
 
 
 def _couple(plan: CostPlan, targets: Mapping[str, object]) -> None:
@@ -603,7 +611,7 @@ def _can_keep(estimate, edge: Handover, unit: UnitCost) -> bool:
 
 def _coupled_reason(plan: CostPlan, unit: UnitCost) -> str:
     mine, cpu = unit.candidates[unit.chosen], unit.candidates[plan.fallback]
-    kept = sum(s for s, units in _saving_terms(plan)
+    kept = sum(p.seconds for p, units in saving_terms(plan)
                if any(u is unit for u in units) and all(u.chosen == u.greedy for u in units))
     return (f"on {unit.chosen} with its neighbours: {_ms(mine.total_s)} alone vs "
             f"{_ms(cpu.total_s)} on {plan.fallback}, but {_ms(kept)} of copies and "
@@ -629,7 +637,8 @@ def _cut(plan: CostPlan) -> None:
         alpha = ps(unit.seconds(unit.greedy)) - ps(unit.seconds(plan.fallback))
         _unary(graph, index[id(unit)], alpha)
     nodes = len(free) + 2
-    for seconds, units in _saving_terms(plan):
+    for port, units in saving_terms(plan):
+        seconds = port.seconds
         if any(id(u) not in index and u.chosen != u.greedy for u in units):
             continue  # a unit fixed on the CPU: the term never applies
         variables = [index[id(u)] for u in units if id(u) in index]

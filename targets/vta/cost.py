@@ -94,7 +94,7 @@ def with_ports(estimate: CostEstimate, ports: dict, config: HardwareConfig) -> C
 
     def port(key, nbytes) -> Port:
         share = estimate.host_s * nbytes / moved if moved else 0.0
-        return Port(key, link.seconds(nbytes, 1) + share)
+        return Port(key, link.seconds(nbytes, 1), share)
 
     estimate.inputs = tuple(port(k, b) for k, b in ports["inputs"])
     estimate.output = port(*ports["output"])
