@@ -1,15 +1,17 @@
 """What placement by cost adds to compile time, on a shared machine.
 
-    python benchmarks/placement_compile_time.py [--rounds 2] [--config 1x16x16@100]
+    python benchmarks/placement_compile_time.py [--rounds 3] [--config 1x16x16@100]
         [--models resnet18,mobilenet_v2] [--size 224] [--alone]
 
 Each model (torch-exported, ``quantize_static`` QDQ per-channel, as in
 ``benchmarks/placement.py``) is compiled for ``vta,llvm`` in a fresh interpreter per
-compile, round after round: greedy, cost with an empty estimate cache, cost again with
-the cache that left (and how many accelerator kernels a cost compile compiled only to
-estimate them, left unused by its build), and the split the cold cost compile chose
-built directly, its decisions given and nothing estimated ("pinned"): the cost compile's
-time over that one's is what the placement itself adds (over greedy, the build of
+compile, round after round: cost with an empty estimate cache (and how many
+accelerator kernels it compiled only to estimate them, left unused by its build), the
+split it chose built directly, its decisions given and nothing estimated ("pinned"),
+cost again with the cache the first left, and greedy: the cost compile's time over the
+pinned one's is what the placement itself adds, printed as the ratio of the medians and
+as each round's ratio (compiles next to each other in time; the load drifts) with their
+median (over greedy, the build of
 another split is in the difference too: an int8 layer kept on the CPU compiles slower
 than its accelerator stream); ``--alone`` adds, before them, cost with an
 empty cache where the CPU times each candidate fused alone (without
@@ -97,7 +99,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="resnet18,mobilenet_v2")
     ap.add_argument("--config", default="1x16x16@100")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--alone", action="store_true",
                     help="also cost with an empty cache, each candidate timed alone")
@@ -106,22 +108,24 @@ def main() -> int:
     for name in args.models.split(","):
         path = os.path.join(tempfile.mkdtemp(), f"{name}.onnx")
         onnx.save(quantized(name, True, args.size, "qdq", "int8", False), path)
-        rows: dict[str, list[dict]] = {"greedy": [], "cold": [], "warm": [], "alone": []}
-        arms = [("greedy", "greedy"), ("cold", "cost"), ("warm", "cost")]
+        load = os.getloadavg()[0]
+        rows: dict[str, list[dict]] = {"greedy": [], "cold": [], "warm": [], "alone": [],
+                                       "pinned": []}
+        # in each round the pinned compile (the split the cold compile chose, built
+        # directly, nothing estimated: what the placement itself adds is the cost
+        # compile's time over this one's) runs between the cold and the warm compile, so
+        # that each is compared with a compile next to it in time (the load drifts)
+        arms = [("cold", "cost"), ("pinned", None), ("warm", "cost"), ("greedy", "greedy")]
         if args.alone:
-            arms.insert(1, ("alone", "alone"))
-        rows["pinned"] = []
+            arms.insert(0, ("alone", "alone"))
         for _ in range(args.rounds):
             cache = tempfile.mkdtemp(prefix="heterocc-costs-")
             for label, placement in arms:
-                where = tempfile.mkdtemp(prefix="heterocc-costs-") if label == "alone" \
-                    else cache
+                where = tempfile.mkdtemp(prefix="heterocc-costs-") \
+                    if label in ("alone", "pinned") else cache
+                if label == "pinned":
+                    placement = "pinned=" + json.dumps(rows["cold"][-1]["split"])
                 rows[label].append(_compile(path, placement, args.config, where))
-            # the split the cold compile chose, built directly (nothing estimated): what
-            # the placement itself adds is the cost compile's time over this one's
-            split = "pinned=" + json.dumps(rows["cold"][-1]["split"])
-            rows["pinned"].append(_compile(path, split, args.config,
-                                           tempfile.mkdtemp(prefix="heterocc-costs-")))
         for key in ("cpu", "wall"):
             g, c, w, p = (statistics.median(r[key] for r in rows[k])
                           for k in ("greedy", "cold", "warm", "pinned"))
@@ -131,6 +135,13 @@ def main() -> int:
             print(f"  {key} time, the cost placement's split built directly (no estimates) "
                   f"{p:.2f} s: cost adds {100 * (c / p - 1):+.1f}% with an empty estimate "
                   f"cache, {100 * (w / p - 1):+.1f}% with it warm")
+            paired = [[100 * (r[key] / q[key] - 1) for r, q in zip(rows[label], rows["pinned"])]
+                      for label in ("cold", "warm")]
+            print(f"  {key} time over the pinned compile of the same round: cold "
+                  + ", ".join(f"{v:+.1f}%" for v in paired[0])
+                  + f" (median {statistics.median(paired[0]):+.1f}%); warm "
+                  + ", ".join(f"{v:+.1f}%" for v in paired[1])
+                  + f" (median {statistics.median(paired[1]):+.1f}%)")
             if rows["alone"]:
                 a = statistics.median(r[key] for r in rows["alone"])
                 print(f"  {key} time, cost, empty cache, each candidate timed alone: "
@@ -139,7 +150,7 @@ def main() -> int:
             print(f"  cost, {label}: candidates offloaded {rows[label][-1]['offloaded']}, "
                   f"accelerator kernels compiled to estimate and left unused by the build "
                   f"{rows[label][-1]['unused_vta']}")
-        print(f"  load average: {os.getloadavg()[0]:.2f}")
+        print(f"  load average: {os.getloadavg()[0]:.2f} (at the start {load:.2f})")
     return 0
 
 

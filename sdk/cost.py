@@ -23,7 +23,9 @@ and compiles those kernels once for both. With it, a fourth, ``estimate_placed(g
 kept, offloaded) -> {function: CostEstimate}``, asked once the placement has decided
 (``kept``: the functions it keeps on the target, each with its nodes of ``graph``;
 ``offloaded``: the ``(nodes, target)`` groups that leave it), gives those functions'
-estimates as the target's build fuses the graph then.
+estimates as the target's build fuses the graph then and as its kernels run then (the
+CPU's one after another without the offloaded layers between them); a function left
+out keeps its estimate.
 
 Estimates that take time to make (a kernel compiled and timed) are kept on disk by
 :class:`CostCache`, keyed by the target's own key and :func:`workload_key` (the

@@ -337,12 +337,6 @@ class FusedContext:
     parts: dict[int, frozenset[str]]
     #: the function nodes (so that an id is not reused while the context is held)
     functions: list[Node] = field(default_factory=list)
-    #: kernels timed before (another context of the same model) by structure: not
-    #: compiled or timed again
-    known: dict[tuple, tuple[float, int, str]] = field(default_factory=dict, repr=False)
-    #: the parts (ids of their functions) whose kernels are timed together at the first
-    #: ask; None: every part's (the whole graph's kernels, as the model calls them)
-    upfront: frozenset[int] | None = None
     _fused: list[Node] | None = field(default=None, repr=False)
     #: the fused kernels holding each part's nodes, with its share (:func:`kernel_shares`)
     _shares: dict[int, list[tuple[Node, float]]] | None = field(default=None, repr=False)
@@ -378,18 +372,17 @@ class FusedContext:
         return seconds, samples, source_of(sources)
 
     def _time_candidates(self) -> None:
-        """Time the kernels of every part (or of the parts in :attr:`upfront`) together
-        (:meth:`_time_kernels`): the whole graph's kernels in one chain, those of nodes
-        no pattern matched with the candidates'. Why them too: each kernel is timed
+        """Time the kernels of every part together (:meth:`_time_kernels`): the whole
+        graph's kernels in one chain, those of nodes no pattern matched with the
+        candidates'. Why them too: each kernel is timed
         after the one the model runs before it, as ``benchmarks/placement.py`` times
         the model's kernels (a chain of the candidates' kernels alone ran some after
         another predecessor, their caches otherwise warm), and the build compiles them
         anyway (those nodes stay on the CPU whatever the placement)."""
         wanted: dict[str, Node] = {}
         for function in self.functions:
-            if self.upfront is None or id(function) in self.upfront:
-                for kernel, _ in self._shares[id(function)]:
-                    wanted.setdefault(kernel.name, kernel)
+            for kernel, _ in self._shares[id(function)]:
+                wanted.setdefault(kernel.name, kernel)
         self._time_kernels(wanted.values())
 
     def _time_rest(self) -> None:
@@ -400,17 +393,14 @@ class FusedContext:
     def _time_kernels(self, kernels) -> None:
         """Compile ``kernels`` together (the target's ``compile_all``: code generated
         while the next kernels are lowered) and time them in graph order, one call of
-        each per round (:func:`time_in_chains`); a kernel timed before (:attr:`known`)
-        or that the tuning log measured is neither compiled nor timed."""
+        each per round (:func:`time_in_chains`); a kernel the tuning log measured is
+        neither compiled nor timed."""
         order = {k.name: i for i, k in enumerate(self.kernels())}
         rest = []
         for kernel in sorted({k.name: k for k in kernels}.values(),
                              key=lambda k: order.get(k.name, len(order))):
-            known = self.known.get(structure_key(kernel.body))
-            logged = logged_time(self.target, kernel.body) if known is None else None
-            if known is not None:
-                self._timed[kernel.name] = known
-            elif logged is not None:
+            logged = logged_time(self.target, kernel.body)
+            if logged is not None:
                 self._timed[kernel.name] = (logged, 1, LOGGED)
             else:
                 rest.append(kernel)
@@ -431,12 +421,6 @@ class FusedContext:
         if self._shares is None:
             self._shares = kernel_shares(self.kernels(), self.parts)
         return self._shares
-
-    def kernels_of(self, function: Node) -> list[tuple[tuple, float]]:
-        """The structures of the kernels holding ``function``'s nodes, with its share
-        of each: two contexts that give a function the same run it the same."""
-        return sorted((structure_key(k.body), round(share, 9))
-                      for k, share in self.shares()[id(function)])
 
     def timed_structures(self) -> dict[tuple, tuple[float, int, str]]:
         """The kernels timed so far (seconds, samples, source) by their structure."""
@@ -519,15 +503,21 @@ class CpuCostModel:
                offloaded: Sequence[tuple[Sequence[Node], str]]) -> dict[Node, CostEstimate]:
         """The estimates of the functions ``kept`` on the CPU (function node -> its
         nodes of ``graph``, the graph :meth:`within` was given) once the ``offloaded``
-        groups of nodes run on other targets (nodes, target name): the build fuses the
-        CPU's part of such a graph otherwise than the whole graph (a residual addition
-        whose convolution left cannot join it), so the kernels of that fusion are timed
-        (those of a structure timed for the whole graph are not timed again) and each
-        kept function gets its share of them. Not cached: a function's share depends on
-        where its neighbours run: cached by the split (the offloaded groups' nodes) and
-        the function's nodes, so a second compile of the model times nothing. Functions
-        whose kernels and shares are those of the whole graph's fusion are left out
-        (their estimate stands)."""
+        groups of nodes run on other targets (nodes, target name). Two things change
+        for them: the build fuses the CPU's part of such a graph otherwise than the
+        whole graph (a residual addition whose convolution left cannot join it), and
+        the chain of the CPU's kernels skips the offloaded ones, so a kernel runs with
+        the caches as other kernels left them (ResNet-18 split on AVX2 code: its last
+        small kernels, pooling, flatten, the logits' dequantization, took 25-56% less
+        than in the whole graph's chain, where the big convolutions before them had
+        streamed megabytes of weights through the caches; unchanged kernels and
+        immediate predecessors). So the kept kernels of that fusion are timed again in
+        one chain in graph order, as placed (what ``benchmarks/placement.py`` measures
+        of the compiled model's CPU kernels), and every kept function gets its share of
+        them (kernels of structures compiled for the whole graph are not compiled
+        again). Not cached by workload: a function's figure depends on where the others
+        run; cached by the split (the offloaded groups' nodes) and the function's
+        nodes, so a second compile of the model times nothing."""
         if not offloaded:
             return {}
         split = hashlib.sha1(repr(sorted((target, tuple(n.name for n in nodes))
@@ -535,16 +525,14 @@ class CpuCostModel:
         keys = {f: "placed-" + hashlib.sha1(
             (split.hexdigest() + repr([n.name for n in nodes])).encode()).hexdigest()[:20]
             for f, nodes in kept.items()}
-        found, same = {}, set()
+        found = {}
         for function, key in keys.items():
             cached = self.cache.get(self.key, key)
-            if cached is not None and cached.get("same"):
-                same.add(function)
-            elif cached is not None:
+            if cached is not None and "seconds" in cached:
                 found[function] = CostEstimate(
                     cached["seconds"], source=f"{cached['source']}, as placed (cached)",
                     detail={"samples": cached["samples"]})
-        if len(found) + len(same) == len(kept):
+        if len(found) == len(kept):
             return found
         scope = NameScope.of(graph)
         target_of = {id(n): target for nodes, target in offloaded for n in nodes}
@@ -554,20 +542,13 @@ class CpuCostModel:
             return scope.fresh(f"{target}_placed"), {"target": target}
 
         remaining = outline(graph, [list(nodes) for nodes, _ in offloaded], call)
-        known = self.context.timed_structures() if self.context is not None else {}
         context = FusedContext(self.target, remaining,
                                {id(f): frozenset(n.name for n in nodes)
-                                for f, nodes in kept.items()}, list(kept), known=known)
+                                for f, nodes in kept.items()}, list(kept))
         self.placed_context = context
-        whole = self.context
-        changed = [f for f in kept if f not in found and f not in same
-                   and not (whole is not None and whole.knows(f)
-                            and whole.kernels_of(f) == context.kernels_of(f))]
         for function in kept:
-            if function not in found and function not in changed and function not in same:
-                self.cache.put(self.key, keys[function], {"same": True})
-        context.upfront = frozenset(id(f) for f in changed)
-        for function in changed:
+            if function in found:
+                continue
             seconds, samples, source = context.measure(function)
             found[function] = CostEstimate(seconds, source=f"{source}, as placed",
                                            detail={"samples": samples})

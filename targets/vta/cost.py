@@ -242,16 +242,43 @@ def gemm_iterations(function: Node, config: HardwareConfig) -> int:
     return iterations
 
 
+def weight_tile_bytes(node: Node, config: HardwareConfig) -> int:
+    """The bytes of a convolution's or dense layer's weights as the GEMM core reads
+    them (0 for another node): whole ``block_out x block_in`` tiles, a byte an element,
+    zero-padded. A depthwise convolution's tiles are diagonal (``direct_conv_geometry``:
+    one filter per channel), one per output channel block and kernel tap, so it moves
+    ``block_in`` times its weights' bytes (a 7x7 global pooling as a depthwise
+    convolution of 512 channels: 784 KB of tiles for 25 KB of weights); any other moves
+    at least its output channel blocks times its folded reduction's input blocks (the
+    im2col GEMM's count; the direct lowering's, a block per tap, is no smaller)."""
+    w = node.inputs[1] if len(node.inputs) > 1 else None
+    if w is None or not w.is_const:
+        return 0
+    tile = config.block_in * config.block_out
+    if node.op == "MatMulInteger" and w.type.ndim == 2:
+        k, n = w.type.shape
+        return -(-n // config.block_out) * -(-k // config.block_in) * tile
+    if node.op != "ConvInteger" or node.outputs[0].type.ndim != 4:
+        return 0
+    filters, per_group = w.type.shape[:2]
+    taps = math.prod(w.type.shape[2:])
+    blocks = -(-filters // config.block_out)
+    g = direct_conv_geometry(node, config)
+    if g is not None and g.depthwise:
+        return blocks * taps * tile
+    return blocks * -(-per_group * taps // config.block_in) * tile
+
+
 def dram_cycles(function: Node, config: HardwareConfig) -> int:
     """The cycles the accelerator's one DRAM port needs at least for a call of the
-    composite: its convolutions' and dense layers' weights loaded once (they stay in
-    DRAM between calls, not on chip) and its result stored once, at a byte an element,
-    one bus beat per ``bus_width_bits`` (the timing model moves padded tiles, never
-    fewer bytes). The dense layers' weights make this the larger bound (ResNet-18's
-    classifier: 512 KB, 64 K cycles, against 2 K GEMM cycles on the 32x32 core)."""
-    weights = sum(node.inputs[1].type.size for node in function.body.nodes
-                  if node.op in ("ConvInteger", "MatMulInteger")
-                  and node.inputs[1] is not None and node.inputs[1].is_const)
+    composite: its convolutions' and dense layers' weights loaded once as the tiles
+    the GEMM core reads (:func:`weight_tile_bytes`; they stay in DRAM between calls,
+    not on chip) and its result stored once, at a byte an element, one bus beat per
+    ``bus_width_bits`` (the timing model moves padded tiles, never fewer bytes). The
+    dense layers' weights make this the larger bound (ResNet-18's classifier: 512 KB,
+    64 K cycles, against 2 K GEMM cycles on the 32x32 core), and so do depthwise
+    convolutions' diagonal tiles."""
+    weights = sum(weight_tile_bytes(node, config) for node in function.body.nodes)
     if not weights:
         return 0
     moved = weights + sum(v.type.size for v in function.outputs)

@@ -551,9 +551,10 @@ def _depthwise_block(channels: int = 32, size: int = 8):
 def test_accelerator_bound_counts_the_gemm_iterations_of_its_convolutions(tmp_path):
     """vta's bound adds the GEMM core's iterations a convolution cannot do without: a
     depthwise one's every output pixel and channel block once per tap (one lane in 16), a
-    1x1 one's once per input channel block; the bound stays below the timing model's
-    figure for each, and needs no compile."""
-    from heterocc.targets.vta.cost import gemm_iterations
+    1x1 one's once per input channel block; and the DRAM port's cycles for its weights as
+    tiles (a depthwise one's are diagonal: 16 times its weights' bytes); the bound stays
+    below the timing model's figure for each, and needs no compile."""
+    from heterocc.targets.vta.cost import gemm_iterations, weight_tile_bytes
 
     model = quantize(_depthwise_block(), tmp_path, "QDQ", "QInt8")
     vta = VtaTarget()
@@ -563,6 +564,11 @@ def test_accelerator_bound_counts_the_gemm_iterations_of_its_convolutions(tmp_pa
     found = sorted(gemm_iterations(f, vta.config) for f in functions)
     # 8x8 pixels, 2 output channel blocks: x 9 taps (depthwise), x 2 input blocks (1x1)
     assert found == [64 * 2 * 2, 64 * 2 * 9]
+    # the weights as the tiles the GEMM core reads: the depthwise one's diagonal tiles,
+    # one per channel block and tap (16 times its 32 x 9 bytes), the 1x1 one's 2 x 2
+    tiles = sorted(weight_tile_bytes(n, vta.config) for f in functions for n in f.body.nodes
+                   if n.op == "ConvInteger")
+    assert tiles == [2 * 2 * 256, 2 * 9 * 256]
     for function in functions:
         seconds, how = vta.lower_bound(function)
         assert ("GEMM cycles" in how or "DRAM (weights and result) cycles" in how) \
@@ -695,9 +701,10 @@ def test_kernels_timed_for_the_placement_are_the_builds(model, monkeypatch):
 
 def test_cpu_estimates_as_placed_time_the_kernels_the_build_fuses(model):
     """Once layers are offloaded, the CPU's build fuses its part otherwise than the
-    whole graph (the dense layer's dequantization no longer joins it): the units kept on
-    the CPU whose kernels changed are estimated again as shares of the kernels of that
-    fusion, each of which the build compiles; the chosen placement's total is theirs."""
+    whole graph (the dense layer's dequantization no longer joins it) and calls its
+    kernels in another chain: the units kept on the CPU are estimated again as shares
+    of the kernels of that fusion, timed in one chain, each of which the build
+    compiles; the chosen placement's total is theirs."""
     from heterocc.sdk.te_target import structure_key
 
     # the convolutions go to vta and the rest stays on the CPU on any machine (with vta's
@@ -712,10 +719,15 @@ def test_cpu_estimates_as_placed_time_the_kernels_the_build_fuses(model):
     assert placed and all(u.as_placed.source.endswith("as placed") for u in placed)
     model_ = plan.targets["llvm"].cost_model
     context = model_.placed_context
-    # the others run in kernels of the whole graph's structures, with the same shares
-    for unit in kept:
-        same = model_.context.kernels_of(unit.function) == context.kernels_of(unit.function)
-        assert same == (unit.as_placed is None)
+    # every kept unit is timed again in the chain of the kernels the CPU keeps (a kernel
+    # after an offloaded layer runs with other caches than in the whole graph's chain)
+    assert all(u.as_placed is not None for u in kept)
+    assert context.parts == {id(u.function): frozenset(n.name for n in u.nodes)
+                             for u in kept}
+    assert model_.context.kernels() != context.kernels()
+    # each timed kernel's time shared out among the kept units
+    assert sum(u.as_placed.compute_s for u in kept) == pytest.approx(
+        sum(seconds for seconds, *_ in context._timed.values()))
     built = {structure_key(n.body) for n in compiled.graph.nodes
              if n.body is not None and "target" not in n.attrs}
     assert set(context.timed_structures()) <= built
