@@ -1,5 +1,5 @@
 """The CPU's 8-bit dot product and the integer convolution built on it: the instruction
-each CPU description gets (AVX-512 VNNI, AVX-VNNI, the exact ``pmaddwd`` path of AVX2 and
+each CPU description gets (AVX-512 VNNI, AVX-VNNI, the exact ``pmaddubsw`` path of AVX2 and
 AVX-512BW, AArch64 ``sdot``), and convolutions bit-exact against NumPy's int64 sums on
 every description this host runs (cross-compiled and checked by their assembly
 elsewhere)."""
@@ -38,8 +38,8 @@ from heterocc.targets.llvm.schedules.int8_depthwise import (
 DESCRIPTIONS = [
     ("llvm -mcpu=sapphirerapids", "vpdpbusd"),  # AVX-512 VNNI, 512-bit
     ("llvm -mcpu=sapphirerapids -mattr=-avx512f", "vpdpbusd"),  # AVX-VNNI (VEX), 256-bit
-    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", "vpmaddwd"),  # AVX-512BW, no VNNI
-    ("llvm -mcpu=haswell", "vpmaddwd"),  # AVX2
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", "vpmaddubsw"),  # AVX-512BW, no VNNI
+    ("llvm -mcpu=haswell", "vpmaddubsw"),  # AVX2
     ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "sdot"),  # NEON dotprod
 ]
 
@@ -85,7 +85,10 @@ def test_the_instruction_follows_the_description():
     assert dot4_instruction(vnni, "x86_64", 16, False, False) == "pmaddwd"  # s8 x s8
     assert dot4_instruction(frozenset({"avx2", "avxvnni"}), "x86_64", 8, True,
                             False) == "vpdpbusd"
-    assert dot4_instruction(frozenset({"avx2"}), "x86_64", 8, True, False) == "pmaddwd"
+    assert dot4_instruction(frozenset({"avx2", "ssse3", "sse2"}), "x86_64", 8, True,
+                            False) == "pmaddubsw"
+    # uint8 x int8 on a split weight; without SSSE3 (or for int8 data) widened to int16
+    assert dot4_instruction(frozenset({"sse2"}), "x86_64", 4, True, False) == "pmaddwd"
     assert dot4_instruction(frozenset({"neon", "dotprod"}), "aarch64", 4, False,
                             False) == "sdot"
     assert dot4_instruction(frozenset({"neon"}), "aarch64", 4, False, False) == "generic"
@@ -127,20 +130,22 @@ def test_integer_convolution_is_exact(target, instruction, shape, filters, kerne
 
 
 def test_extreme_bytes_do_not_saturate():
-    """-128 data (stored as 0 or 255 after the sign flip) times -128 weights, all taps:
-    the widened paths add byte products in int32, never in int16."""
+    """Extreme data (-128 or 127, stored as 0 or 255 after the sign flip) times extreme
+    weights (-128, 127, -1), all taps: the widened paths add byte products in int32,
+    and ``vpmaddubsw``'s int16 pair sums of the split weight's halves never saturate."""
     for target, _ in DESCRIPTIONS[:4]:
         cpu = parse_cpu(target)
         if not _host_runs(cpu):
             continue
         module, out = _build((1, 8, 6, 6), 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), cpu)
         for value in (-128, 127):
-            x = np.full((1, 8, 6, 6), value, np.int8)
-            w = np.full((8, 8, 3, 3), -128, np.int8)
-            got = np.zeros(out.shape, np.int32)
-            module["conv"](x, w, np.array([0], np.int8), got)
-            np.testing.assert_array_equal(
-                got, _reference(x, w, 0, (1, 1), (1, 1, 1, 1), (1, 1)))
+            for weight in (-128, 127, -1):
+                x = np.full((1, 8, 6, 6), value, np.int8)
+                w = np.full((8, 8, 3, 3), weight, np.int8)
+                got = np.zeros(out.shape, np.int32)
+                module["conv"](x, w, np.array([0], np.int8), got)
+                np.testing.assert_array_equal(
+                    got, _reference(x, w, 0, (1, 1), (1, 1, 1, 1), (1, 1)))
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell",
