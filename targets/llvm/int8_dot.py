@@ -12,17 +12,35 @@ region does):
   say which;
 * lane ``l`` of the result: ``acc[l] + sum_j a[4l+j] * b[4l+j]`` in int32, exactly.
 
+With int16 operands the group is two elements (``2L`` or 2 of each; the same four bytes
+per lane), each lane ``acc[l] + a[2l] * b[2l] + a[2l+1] * b[2l+1]``: a depthwise
+convolution's pair of taps (:mod:`.schedules.int8_depthwise`).
+
 :func:`emit_dot4` lowers it to the CPU description's instruction where it has one and
 otherwise to an exact alternative:
 
 * AVX-512 VNNI ``vpdpbusd`` (uint8 ``a`` x int8 ``b``, 512, 256 or 128 bits; 256 and 128
   bits need AVX-512VL, or AVX-VNNI, which LLVM emits with the VEX encoding);
 * AArch64 ``sdot`` / ``udot`` (``+dotprod``: int8 x int8, uint8 x uint8, 128 bits);
+* ``vpmaddubsw``/``pmaddubsw`` (AVX-512BW, AVX2, SSSE3; uint8 ``a`` x int8 ``b``) on
+  the data split in two, ``a = 128 * hi + lo`` with ``lo = a & 127`` and ``hi = a >> 7``
+  (0 or 1): each adds two byte products in int16 with saturation, which ``a * b``
+  itself could reach (255 * -128 * 2) but ``lo * b`` (at most 127 * 128 * 2 = 32512
+  in magnitude) and ``hi * b`` never do; then ``vpmaddwd`` adds each lane's two int16
+  sums into int32, by 1 and by 128: exact, no shuffle, and the split is made once per
+  data vector, which a register tile multiplies by several weights (splitting the
+  weight instead costs a byte shift, four instructions, per broadcast weight).
+  Kernel against the widened ``pmaddwd`` form (``benchmarks/int8_pmaddubsw.py``):
+  AVX2 0.66-0.76x, AVX-512BW 0.80-0.99x over two runs at load 11-15;
 * ``vpmaddwd``/``pmaddwd`` (AVX-512BW, AVX2, SSE2) on operands widened to int16, then
-  adjacent int32 pairs added: exact, since a byte product and the sum of two fit in int32.
-  (``vpmaddubsw`` adds two byte products in int16 with saturation: 255 * 127 * 2 does not
-  fit, so it is not used);
+  adjacent int32 pairs added: exact, since a byte product and the sum of two fit in int32
+  (int8 x int8, or uint8 x uint8);
 * elsewhere: widened to int32, multiplied, four lanes added (LLVM picks the instructions).
+
+and int16 pairs to ``vpdpwssd`` (AVX-512 VNNI, AVX-VNNI), else ``vpmaddwd``/``pmaddwd``
+as they are and one add (exact: the pair sum of two int16 products fits in int32 but for
+``-32768 * -32768 * 2``, which the operands here, 9-bit data and 8-bit weights, never
+reach), else the widened form.
 
 The wrap-around of int32 accumulation is the same in every form (two's complement adds).
 """
@@ -53,27 +71,54 @@ def _mask(indices) -> ir.Constant:
 
 
 def dot4_instruction(features: frozenset[str], arch: str, lanes: int, a_unsigned: bool,
-                     b_unsigned: bool) -> str:
+                     b_unsigned: bool, element_bits: int = 8) -> str:
     """Which instruction :func:`emit_dot4` uses for ``lanes`` int32 results: ``vpdpbusd``,
-    ``sdot``, ``udot``, ``pmaddwd`` or ``generic``."""
-    if arch == "x86_64" and a_unsigned and not b_unsigned:
-        if lanes == 16 and "avx512vnni" in features:
-            return "vpdpbusd"
-        if lanes in (4, 8) and ("avxvnni" in features
-                               or {"avx512vnni", "avx512vl"} <= features):
-            return "vpdpbusd"
+    ``sdot``, ``udot``, ``pmaddwd`` or ``generic``; with int16 operands
+    (``element_bits`` 16, signed) ``vpdpwssd``, ``pmaddwd`` or ``generic``."""
+    if element_bits == 16:
+        if arch == "x86_64" and not (a_unsigned or b_unsigned):
+            if _vnni_width(features, lanes):
+                return "vpdpwssd"
+            if _pmaddwd_width(features, lanes):
+                return "pmaddwd"
+        return "generic"
+    if arch == "x86_64" and a_unsigned and not b_unsigned and _vnni_width(features, lanes):
+        return "vpdpbusd"
+    if arch == "x86_64" and a_unsigned and not b_unsigned and _pmaddubsw_width(features,
+                                                                               lanes):
+        return "pmaddubsw"
     if arch == "aarch64" and "dotprod" in features and lanes % 4 == 0 \
             and a_unsigned == b_unsigned:
         return "udot" if a_unsigned else "sdot"
-    if arch == "x86_64" and _pmaddwd_width(features, lanes):
+    if arch == "x86_64" and _pmaddwd_width(features, 2 * lanes):
         return "pmaddwd"
     return "generic"
 
 
-def _pmaddwd_width(features: frozenset[str], lanes: int) -> int:
-    """The widest ``pmaddwd`` (int32 lanes) dividing ``2 * lanes`` that the CPU has."""
+def _vnni_width(features: frozenset[str], lanes: int) -> bool:
+    """Whether the CPU has the VNNI instructions (``vpdpbusd``, ``vpdpwssd``) for
+    ``lanes`` int32 results: 512 bits with AVX-512 VNNI, 256 or 128 with AVX-VNNI or
+    AVX-512 VNNI and VL."""
+    if lanes == 16:
+        return "avx512vnni" in features
+    return lanes in (4, 8) and ("avxvnni" in features
+                                or {"avx512vnni", "avx512vl"} <= features)
+
+
+def _pmaddubsw_width(features: frozenset[str], lanes: int) -> int:
+    """The widest ``pmaddubsw`` (int32 lanes of four bytes) dividing ``lanes`` that
+    the CPU has, with the ``pmaddwd`` of the same width."""
+    for width, feature in ((16, "avx512bw"), (8, "avx2"), (4, "ssse3")):
+        if feature in features and "sse2" in features and lanes % width == 0:
+            return width
+    return 0
+
+
+def _pmaddwd_width(features: frozenset[str], pairs: int) -> int:
+    """The widest ``pmaddwd`` (int32 lanes) dividing ``pairs`` (the pair sums to make:
+    two per lane of bytes, one per lane of int16 pairs) that the CPU has."""
     for width, feature in ((16, "avx512bw"), (8, "avx2"), (4, "sse2")):
-        if feature in features and (2 * lanes) % width == 0:
+        if feature in features and pairs % width == 0:
             return width
     return 0
 
@@ -91,38 +136,51 @@ class Dot4Emitter:
     def emit(self, acc: ir.Value, a: ir.Value, b: ir.Value, a_unsigned: bool,
              b_unsigned: bool) -> ir.Value:
         lanes = acc.type.count if isinstance(acc.type, ir.VectorType) else 1
-        a, b = self._bytes(a, lanes, "a"), self._bytes(b, lanes, "b")
-        kind = dot4_instruction(self.features, self.arch, lanes, a_unsigned, b_unsigned)
-        if kind == "vpdpbusd":
-            return self._vpdpbusd(acc, a, b, lanes)
+        element = a.type.element if isinstance(a.type, ir.VectorType) else a.type
+        bits = element.width
+        group = 32 // bits  # elements per int32 lane: four bytes or two int16
+        if bits not in (8, 16) or _element_bits(b) != bits:
+            raise CompileError(f"{DOT4_CALL}: operands of {bits} and {_element_bits(b)} bits; it "
+                               "takes two byte or two int16 operands")
+        a, b = self._group(a, lanes, group, "a"), self._group(b, lanes, group, "b")
+        kind = dot4_instruction(self.features, self.arch, lanes, a_unsigned, b_unsigned,
+                                bits)
+        if kind in ("vpdpbusd", "vpdpwssd"):
+            return self._vnni(kind, acc, a, b, lanes)
         if kind in ("sdot", "udot"):
             return self._neon_dot(kind, acc, a, b, lanes)
+        if kind == "pmaddubsw":
+            return self._pmaddubsw(acc, a, b, lanes)
+        if kind == "pmaddwd" and bits == 16:
+            return self._pmaddwd_pairs(acc, a, b, lanes)
         if kind == "pmaddwd":
             return self._pmaddwd(acc, a, b, lanes, a_unsigned, b_unsigned)
-        return self._generic(acc, a, b, lanes, a_unsigned, b_unsigned)
+        return self._generic(acc, a, b, lanes, a_unsigned, b_unsigned, group)
 
     # ------------------------------------------------------------------ operands
 
-    def _bytes(self, value: ir.Value, lanes: int, name: str) -> ir.Value:
-        """``value`` as ``<4L x i8>``: a 4-byte operand repeated for every lane."""
+    def _group(self, value: ir.Value, lanes: int, group: int, name: str) -> ir.Value:
+        """``value`` as ``group * L`` elements: a one-group operand (four bytes or two
+        int16, one int32 word) repeated for every lane."""
         count = value.type.count if isinstance(value.type, ir.VectorType) else 1
-        if count == 4 * lanes:
+        if count == group * lanes:
             return value
-        if count != 4:
-            raise CompileError(f"{DOT4_CALL}: operand {name} has {count} bytes; it needs "
-                               f"{4 * lanes} (four per int32 lane) or 4 (broadcast)")
+        if count != group:
+            raise CompileError(f"{DOT4_CALL}: operand {name} has {count} elements; it needs "
+                               f"{group * lanes} ({group} per int32 lane) or {group} "
+                               "(broadcast)")
         word = self.builder.bitcast(value, I32)
         vector = self.builder.insert_element(ir.Constant(_vector(I32, lanes), ir.Undefined),
                                              word, ir.Constant(I32, 0))
         vector = self.builder.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined),
                                              _mask([0] * lanes))
-        return self.builder.bitcast(vector, _vector(I8, 4 * lanes))
+        return self.builder.bitcast(vector, _vector(value.type.element, group * lanes))
 
     # ------------------------------------------------------------------ lowerings
 
-    def _vpdpbusd(self, acc, a, b, lanes: int) -> ir.Value:
+    def _vnni(self, kind: str, acc, a, b, lanes: int) -> ir.Value:
         ty = _vector(I32, lanes)
-        name = f"llvm.x86.avx512.vpdpbusd.{lanes * 32}"
+        name = f"llvm.x86.avx512.{kind}.{lanes * 32}"
         fn = self.function(name, ty, [ty, ty, ty])
         return self.builder.call(fn, [acc, self.builder.bitcast(a, ty),
                                       self.builder.bitcast(b, ty)])
@@ -138,7 +196,7 @@ class Dot4Emitter:
         return self._concat(pieces)
 
     def _pmaddwd(self, acc, a, b, lanes: int, a_unsigned: bool, b_unsigned: bool):
-        width = _pmaddwd_width(self.features, lanes)
+        width = _pmaddwd_width(self.features, 2 * lanes)
         words = _vector(I16, 2 * width)
         names = {16: "llvm.x86.avx512.pmaddw.d.512", 8: "llvm.x86.avx2.pmadd.wd",
                  4: "llvm.x86.sse2.pmadd.wd"}
@@ -151,10 +209,48 @@ class Dot4Emitter:
         pairs = self._concat(pairs)  # 2L int32: the sums of adjacent byte products
         return self._add_groups(acc, pairs, lanes, 2)
 
-    def _generic(self, acc, a, b, lanes: int, a_unsigned: bool, b_unsigned: bool):
+    def _pmaddubsw(self, acc, a, b, lanes: int):
+        """uint8 ``a`` x int8 ``b``: ``pmaddubsw`` of each half of the split data (see
+        the module's docstring) by ``b``, ``pmaddwd`` by 1 and by 128, two adds."""
+        width = _pmaddubsw_width(self.features, lanes)
+        bytes_, words, ints = (_vector(I8, 4 * width), _vector(I16, 2 * width),
+                               _vector(I32, width))
+        names = {16: ("llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512"),
+                 8: ("llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd"),
+                 4: ("llvm.x86.ssse3.pmadd.ub.sw.128", "llvm.x86.sse2.pmadd.wd")}
+        bytes_fn = self.function(names[width][0], words, [bytes_, bytes_])
+        words_fn = self.function(names[width][1], ints, [words, words])
+        low = self.builder.and_(a, ir.Constant(a.type, [127] * a.type.count))
+        high = self.builder.lshr(a, ir.Constant(a.type, [7] * a.type.count))
+        ones, scale_high = (ir.Constant(words, [k] * (2 * width)) for k in (1, 128))
+        pieces = []
+        for start in range(0, 4 * lanes, 4 * width):
+            weight = self._slice(b, start, 4 * width)
+            total = self._slice(acc, start // 4, width)
+            for half, scale in ((low, ones), (high, scale_high)):
+                pairs = self.builder.call(bytes_fn, [self._slice(half, start, 4 * width),
+                                                     weight])
+                total = self.builder.add(total, self.builder.call(words_fn, [pairs, scale]))
+            pieces.append(total)
+        return self._concat(pieces)
+
+    def _pmaddwd_pairs(self, acc, a, b, lanes: int):
+        """int16 pairs: ``pmaddwd`` on the operands as they are, one add."""
+        width = _pmaddwd_width(self.features, lanes)
+        words = _vector(I16, 2 * width)
+        names = {16: "llvm.x86.avx512.pmaddw.d.512", 8: "llvm.x86.avx2.pmadd.wd",
+                 4: "llvm.x86.sse2.pmadd.wd"}
+        fn = self.function(names[width], _vector(I32, width), [words, words])
+        pairs = [self.builder.call(fn, [self._slice(a, start, 2 * width),
+                                        self._slice(b, start, 2 * width)])
+                 for start in range(0, 2 * lanes, 2 * width)]
+        return self.builder.add(acc, self._concat(pairs))
+
+    def _generic(self, acc, a, b, lanes: int, a_unsigned: bool, b_unsigned: bool,
+                 group: int = 4):
         products = self.builder.mul(self._extend(a, I32, a_unsigned),
                                     self._extend(b, I32, b_unsigned))
-        return self._add_groups(acc, products, lanes, 4)
+        return self._add_groups(acc, products, lanes, group)
 
     # ------------------------------------------------------------------ helpers
 
@@ -184,6 +280,11 @@ class Dot4Emitter:
             pieces = [self.builder.shuffle_vector(low, high, _mask(range(count)))
                       for low, high in zip(pieces[::2], pieces[1::2])]
         return pieces[0]
+
+
+def _element_bits(value: ir.Value) -> int:
+    """The bits of ``value``'s elements."""
+    return (value.type.element if isinstance(value.type, ir.VectorType) else value.type).width
 
 
 def emit_dot4_call(emitter, node: tx.Call) -> ir.Value:

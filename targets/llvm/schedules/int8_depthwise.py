@@ -11,6 +11,17 @@ AVX-512BW; elsewhere a scalar copy, :func:`.int8_conv.pack_int8_data`). The weig
 channel at a tap is broadcast to the vector; the sums need no zero-point correction.
 The cropped sums are an ``int8_conv_result`` anchor like the dense convolution's,
 finishing the bias and the ``Requantize`` row by row.
+
+With column stride 2 (MobileNet's downsampling depthwise convolutions) and a CPU with an
+int16 pair product (``vpdpwssd``, ``pmaddwd``: :func:`pairs_apply`), the two taps of a
+pair of neighbouring columns are one instruction: output pixel ``x`` reads padded
+columns ``2x + rx``, so the int32 lane of a vector of ``2L`` int16 data at ``2x + 2j``
+holds the data of taps ``2j`` and ``2j + 1``, multiplied by the pair of their weights
+(the last one 0 for an odd kernel width) and added into the sum: a 3x3 kernel takes six
+instructions per vector, not nine products, widenings and adds. The data is a centered
+copy of the rows split by row phase only (each phase's rows one after another, so that
+vectors run on across rows and a 7x7 output fills whole vectors), which is also cheaper
+to make than a copy split by column phase.
 """
 
 from __future__ import annotations
@@ -20,9 +31,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from heterocc.sdk import CompileError, te
+from heterocc.te.intrin import BufferRegion, TensorIntrin
+from heterocc.te.schedule_reads import reads_of
+from heterocc.tir import expr as tx
+from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
-from .common import schedule_rows
+from ..int8_dot import DOT4_CALL, dot4_instruction
+from .common import schedule_rows, vector_lanes
 from .int8_conv import (
     RowBlocks,
     block_of_rows,
@@ -105,6 +121,110 @@ def pack_centered_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, stride: i
                       name="int8_data", dtype=CENTERED)
 
 
+def pairs_apply(strides, dilations, cpu: CPUDescription) -> bool:
+    """Whether a depthwise convolution of ``strides`` and ``dilations`` takes its taps
+    in pairs of columns (the module's docstring): column stride 2, column dilation 1, on
+    a CPU whose dot product of int16 pairs is one instruction (elsewhere the widened
+    form would cost more than the 16-bit products it replaces) and whose guarded
+    vector copy of bytes is a masked move (:func:`strided_copy_vectorizes`: AVX-512BW;
+    on AVX2 the row copy loads byte by byte, and the kernel measured 1.0-2.3x slower
+    than the column-phase one, load 10)."""
+    lanes = cpu.vector_lanes("int32")
+    return (int(strides[1]), int(dilations[1])) == (2, 1) and strided_copy_vectorizes(cpu) \
+        and dot4_instruction(cpu.features, cpu.arch, lanes, False, False, 16) in (
+            "vpdpwssd", "pmaddwd")
+
+
+def dot2_intrinsic(lanes: int) -> TensorIntrin:
+    """``acc[l] += data[2l] * w[0] + data[2l + 1] * w[1]`` over ``lanes`` pixels (int16
+    data and weights): one :data:`.int8_dot.DOT4_CALL` on int16 pairs."""
+    data = te.placeholder((2 * lanes,), CENTERED, "data")
+    weight = te.placeholder((2,), CENTERED, "weight")
+    r = te.reduce_axis(2, "r")
+    acc = te.compute((lanes,), lambda lane: te.sum(
+        te.cast("int32", data[2 * lane + r]) * te.cast("int32", weight[r]), axis=r),
+        name="acc")
+
+    def implement(inputs: list[BufferRegion], output: BufferRegion):
+        data_region, weight_region = inputs
+        bases = list(output.bases)
+        bases[-1] = tx.Ramp(bases[-1], tx.IntImm(1), lanes)
+        total = tx.Call(DOT4_CALL, (output.load(0), data_region.load(0),
+                                    weight_region.load(0), tx.IntImm(2 * lanes),
+                                    tx.IntImm(2)), tx.with_lanes("int32", lanes))
+        return BufferStore(output.buffer, total, tuple(bases))
+
+    return TensorIntrin(f"cpu_dot2_{lanes}", acc, implement, {"lanes": lanes})
+
+
+def pack_centered_row_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, stride: int,
+                             phases: int, row_length: int, rows: int) -> te.Tensor:
+    """``x`` (8-bit NCHW) centered and padded as :func:`pack_centered_rows`, split by
+    row phase: ``[n, C, phases, rows * row_length]``, phase ``p``'s padded rows
+    ``stride * r + p`` one after another, each ``row_length`` columns (0 past the padded
+    width and past the image). The flat axis carries ``int8_row`` (its row length), so
+    that its schedule loops over rows and columns (no division)."""
+    n, channels, _, _ = x.shape
+    element = _centered_element(x, x_zero, pads)
+
+    def phased(b, c, phase, position):
+        return element(b, c, position // row_length * stride + phase,
+                       position % row_length)
+
+    return te.compute((n, channels, phases, rows * row_length), phased, name="int8_data",
+                      dtype=CENTERED, attrs={"int8_row": row_length})
+
+
+def _paired_weight(w: te.Tensor, packed_weight: te.Tensor | None) -> te.Tensor:
+    """``[C, KH, ceil(KW / 2), 2]`` int16: the weights of taps ``2j`` and ``2j + 1``
+    of each row (0 past the kernel's width), from ``w`` or its int16 vectors
+    (:func:`pack_weight_lanes_array`)."""
+    channels, _, kh, kw = w.shape
+
+    def element(c, i, j, k):
+        rx = te.minimum(2 * j + k, kw - 1)
+        value = te.cast(CENTERED, w[c, 0, i, rx]) if packed_weight is None \
+            else packed_weight[c, i, rx, 0]
+        return te.if_then_else(2 * j + k < kw, value, te.const(0, CENTERED))
+
+    return te.compute((channels, kh, -(-kw // 2), 2), element, name="int8_weight_pairs",
+                      dtype=CENTERED)
+
+
+def _paired_sums(x, w, x_zero, pads, strides, dilations, out_size, tiles, cpu, name,
+                 packed_weight):
+    """The sums of :func:`int8_depthwise_conv` with taps in column pairs
+    (:func:`pairs_apply`), numbered as the dense convolution's over row blocks:
+    ``(sums, blocks, positions per output row)``."""
+    n, channels, _, width = x.shape
+    _, _, kh, kw = w.shape
+    (sy, _), (dy, _), (oh, ow) = strides, dilations, out_size
+    row_length = -(-(width + pads[1] + pads[3]) // 2) * 2  # whole pairs per row
+    half = row_length // 2  # output positions per row: one per pair of columns
+    blocks = row_blocks(oh, half, ow, tiles.lanes, tiles.channels, cpu)
+    span = blocks.rows * half
+    phases = min(sy, (kh - 1) * dy + 1)
+    last = 2 * ((oh // blocks.rows - 1) * span + blocks.extent) - 1 \
+        + (kh - 1) * dy // sy * row_length + 2 * (-(-kw // 2) - 1) + 1
+    data = pack_centered_row_phases(x, x_zero, pads, sy, phases, row_length,
+                                    -(-(last + 1) // row_length))
+    weight = _paired_weight(w, packed_weight)
+    ry = te.reduce_axis(kh, "ry")
+    rx = te.reduce_axis(-(-kw // 2), "rx")
+    pair = te.reduce_axis(2, "pair")
+
+    def body(b, c, y, column):
+        position = 2 * (y * span + column) + ry * dy // sy * row_length + 2 * rx + pair
+        return te.sum(te.cast("int32", data[b, c, ry * dy % sy, position])
+                      * te.cast("int32", weight[c, ry, rx, pair]), axis=[ry, rx, pair])
+
+    sums = te.compute((n, channels, oh // blocks.rows, blocks.extent), body,
+                      name=f"{name}_depthwise", dtype="int32",
+                      attrs={"int8_depthwise": tiles, "int8_rows": blocks,
+                             "int8_pairs": True})
+    return sums, blocks, half
+
+
 def strided_copy_vectorizes(cpu: CPUDescription) -> bool:
     """Whether a vector of 8-bit elements a stride apart loads as one masked move and a
     shuffle on ``cpu`` (AVX-512BW; see the codegen's strided loads): elsewhere a
@@ -151,6 +271,21 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
     tiles = int8_depthwise_tiles(channels, cpu)
     lanes = tiles.lanes
     flat = (sy, sx) == (1, 1)
+    if packed_weight is not None and (tuple(packed_weight.shape) != weight_lanes_shape(
+            w.shape, cpu) or packed_weight.dtype != CENTERED):
+        raise CompileError(f"{name}: the packed depthwise weight is {packed_weight.dtype}"
+                           f"{list(packed_weight.shape)}, not {CENTERED}"
+                           f"{list(weight_lanes_shape(w.shape, cpu))} "
+                           "(pack_weight_lanes_array)")
+    if pairs_apply((sy, sx), (dy, dx), cpu):
+        sums, blocks, half = _paired_sums(x, w, x_zero, pads, (sy, sx), (dy, dx), (oh, ow),
+                                          tiles, cpu, name, packed_weight)
+
+        def paired(b, c, y, column):
+            return sums[(b, c, *block_of_rows(blocks, half, y, column))]
+
+        return te.compute((n, channels, oh, ow), paired, name=name, dtype="int32",
+                          attrs={"int8_conv_result": True})
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
     if flat:
         # output pixels numbered over the padded width in blocks of rows, as the dense
@@ -193,12 +328,6 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
     if packed_weight is None:
         weight = te.compute((channels, kh, kw, lanes), lambda c, i, j, lane: te.cast(
             CENTERED, w[c, 0, i, j]), name="int8_weight_lanes", dtype=CENTERED)
-    elif tuple(packed_weight.shape) != weight_lanes_shape(w.shape, cpu) \
-            or packed_weight.dtype != CENTERED:
-        raise CompileError(f"{name}: the packed depthwise weight is {packed_weight.dtype}"
-                           f"{list(packed_weight.shape)}, not {CENTERED}"
-                           f"{list(weight_lanes_shape(w.shape, cpu))} "
-                           "(pack_weight_lanes_array)")
     else:
         weight = packed_weight
     sums = te.compute(shape, lambda b, c, y, column: te.sum(
@@ -227,6 +356,9 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
     weight = depthwise_weight(sums)
     if isinstance(weight.op, te.ComputeOp):  # else a constant packed at build time
         schedule_rows(schedule, weight, cpu, serial_axes=2)
+    if sums.op.attrs.get("int8_pairs"):
+        _schedule_paired(schedule, sums, data, tiles, cpu)
+        return
     if data.ndim == 6:  # pack_int8_data: a scalar copy
         pack_in_parallel(schedule, data)
     else:  # pack_centered_rows (stride 1) or pack_centered_phases: rows of a channel serial
@@ -239,12 +371,32 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
     schedule[local].vectorize(lx)
 
 
+def _schedule_paired(schedule: te.Schedule, sums: te.Tensor, data: te.Tensor,
+                     tiles: Int8DepthwiseTiles, cpu: CPUDescription) -> None:
+    """:func:`schedule_int8_depthwise` for taps in column pairs: the row-phase copy
+    row by row (its columns vectorized), channels in parallel; the sums' tile of
+    channels one pair product per tap pair and vector."""
+    stage = schedule[data]
+    b, c, phase, position = stage.op.axis
+    row = data.op.attrs["int8_row"]
+    _, columns = stage.split(position, row)
+    _, inner = stage.split(columns, min(vector_lanes(CENTERED, cpu), row))
+    stage.vectorize(inner)
+    stage.parallel(stage.fuse(b, c))
+    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes, parallel=False)
+    lb, lc, ly, lx = schedule[local].op.axis
+    ry, rx, pair = schedule[local].op.reduce_axis
+    schedule[local].reorder(lb, ly, ry, rx, lc, lx, pair)
+    schedule[local].unroll(lc)
+    schedule[local].tensorize(lx, dot2_intrinsic(tiles.lanes))
+
+
 def depthwise_data(sums: te.Tensor) -> te.Tensor:
     """The packed data the sums of :func:`int8_depthwise_conv` read."""
-    return sums.op.body.source.value.a.tensor
+    return reads_of(sums.op.body)[0]
 
 
 def depthwise_weight(sums: te.Tensor) -> te.Tensor:
-    """The weight, in vectors of int16 lanes, that the sums of
+    """The weight (in vectors of int16 lanes, or in pairs of taps) that the sums of
     :func:`int8_depthwise_conv` read."""
-    return sums.op.body.source.value.b.tensor
+    return reads_of(sums.op.body)[1]

@@ -1,5 +1,5 @@
 """The CPU's 8-bit dot product and the integer convolution built on it: the instruction
-each CPU description gets (AVX-512 VNNI, AVX-VNNI, the exact ``pmaddwd`` path of AVX2 and
+each CPU description gets (AVX-512 VNNI, AVX-VNNI, the exact ``pmaddubsw`` path of AVX2 and
 AVX-512BW, AArch64 ``sdot``), and convolutions bit-exact against NumPy's int64 sums on
 every description this host runs (cross-compiled and checked by their assembly
 elsewhere)."""
@@ -38,8 +38,8 @@ from heterocc.targets.llvm.schedules.int8_depthwise import (
 DESCRIPTIONS = [
     ("llvm -mcpu=sapphirerapids", "vpdpbusd"),  # AVX-512 VNNI, 512-bit
     ("llvm -mcpu=sapphirerapids -mattr=-avx512f", "vpdpbusd"),  # AVX-VNNI (VEX), 256-bit
-    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", "vpmaddwd"),  # AVX-512BW, no VNNI
-    ("llvm -mcpu=haswell", "vpmaddwd"),  # AVX2
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", "vpmaddubsw"),  # AVX-512BW, no VNNI
+    ("llvm -mcpu=haswell", "vpmaddubsw"),  # AVX2
     ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "sdot"),  # NEON dotprod
 ]
 
@@ -85,7 +85,10 @@ def test_the_instruction_follows_the_description():
     assert dot4_instruction(vnni, "x86_64", 16, False, False) == "pmaddwd"  # s8 x s8
     assert dot4_instruction(frozenset({"avx2", "avxvnni"}), "x86_64", 8, True,
                             False) == "vpdpbusd"
-    assert dot4_instruction(frozenset({"avx2"}), "x86_64", 8, True, False) == "pmaddwd"
+    assert dot4_instruction(frozenset({"avx2", "ssse3", "sse2"}), "x86_64", 8, True,
+                            False) == "pmaddubsw"
+    # uint8 x int8 on a split weight; without SSSE3 (or for int8 data) widened to int16
+    assert dot4_instruction(frozenset({"sse2"}), "x86_64", 4, True, False) == "pmaddwd"
     assert dot4_instruction(frozenset({"neon", "dotprod"}), "aarch64", 4, False,
                             False) == "sdot"
     assert dot4_instruction(frozenset({"neon"}), "aarch64", 4, False, False) == "generic"
@@ -127,20 +130,22 @@ def test_integer_convolution_is_exact(target, instruction, shape, filters, kerne
 
 
 def test_extreme_bytes_do_not_saturate():
-    """-128 data (stored as 0 or 255 after the sign flip) times -128 weights, all taps:
-    the widened paths add byte products in int32, never in int16."""
+    """Extreme data (-128 or 127, stored as 0 or 255 after the sign flip) times extreme
+    weights (-128, 127, -1), all taps: the widened paths add byte products in int32,
+    and ``vpmaddubsw``'s int16 pair sums of the split weight's halves never saturate."""
     for target, _ in DESCRIPTIONS[:4]:
         cpu = parse_cpu(target)
         if not _host_runs(cpu):
             continue
         module, out = _build((1, 8, 6, 6), 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), cpu)
         for value in (-128, 127):
-            x = np.full((1, 8, 6, 6), value, np.int8)
-            w = np.full((8, 8, 3, 3), -128, np.int8)
-            got = np.zeros(out.shape, np.int32)
-            module["conv"](x, w, np.array([0], np.int8), got)
-            np.testing.assert_array_equal(
-                got, _reference(x, w, 0, (1, 1), (1, 1, 1, 1), (1, 1)))
+            for weight in (-128, 127, -1):
+                x = np.full((1, 8, 6, 6), value, np.int8)
+                w = np.full((8, 8, 3, 3), weight, np.int8)
+                got = np.zeros(out.shape, np.int32)
+                module["conv"](x, w, np.array([0], np.int8), got)
+                np.testing.assert_array_equal(
+                    got, _reference(x, w, 0, (1, 1), (1, 1, 1, 1), (1, 1)))
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell",
@@ -185,9 +190,9 @@ def test_a_grouped_convolution_is_refused_by_name():
                                "dilations": (1, 1), "group": 8}, parse_cpu("llvm"))
 
 
-def _inverted_residual():
-    """A MobileNetV2 block on a 7x7 image: 1x1 expansion, 3x3 depthwise, 1x1 projection
-    (each with bias; Clip(0, 6) after the first two)."""
+def _inverted_residual(stride: int = 1):
+    """A MobileNetV2 block on a 7x7 image: 1x1 expansion, 3x3 depthwise (of ``stride``),
+    1x1 projection (each with bias; Clip(0, 6) after the first two)."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(8)
@@ -200,7 +205,8 @@ def _inverted_residual():
             numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32),
                                     f"{name}_b")]
         nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_y"],
-                                      pads=[kernel // 2] * 4, group=group))
+                                      pads=[kernel // 2] * 4, group=group,
+                                      strides=[stride if group > 1 else 1] * 2))
         x = f"{name}_y"
         if clip:
             nodes.append(helper.make_node("Clip", [x, "zero", "six"], [f"{name}_c"]))
@@ -210,7 +216,8 @@ def _inverted_residual():
     graph = helper.make_graph(
         nodes, "block", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
                                                        (1, 8, 7, 7))],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, (1, 16, 7, 7))], inits)
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT,
+                                       (1, 16, *[(7 - 1) // stride + 1] * 2))], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     return model, (1, 8, 7, 7), 2
@@ -487,17 +494,77 @@ def test_strided_convolutions_read_the_stride_phases_flat(target, shape, filters
     np.testing.assert_array_equal(got, _reference(x, w, 5, strides, pads, dilations))
 
 
-def test_a_constant_depthwise_weight_is_packed_when_the_kernel_is_built(tmp_path):
+def test_int16_pairs_take_the_pair_product_instruction():
+    """The dot product of int16 pairs (a depthwise convolution's pair of taps) is
+    ``vpdpwssd`` with AVX-512 VNNI or AVX-VNNI, ``vpmaddwd`` on AVX-512BW and AVX2, the
+    widened form elsewhere (and for unsigned operands, which it never gets)."""
+    expected = ["vpdpwssd", "vpdpwssd", "pmaddwd", "pmaddwd", "generic"]
+    for (target, _), instruction in zip(DESCRIPTIONS, expected):
+        cpu = parse_cpu(target)
+        lanes = cpu.vector_lanes("int32")
+        assert dot4_instruction(cpu.features, cpu.arch, lanes, False, False, 16) \
+            == instruction, target
+        assert dot4_instruction(cpu.features, cpu.arch, lanes, True, False, 16) == "generic"
+
+
+@pytest.mark.parametrize("target,instruction", [
+    ("llvm -mcpu=sapphirerapids", "vpdpwssd"),
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", "vpmaddwd"),
+    ("llvm -mcpu=haswell", None),  # AVX2: the column-phase kernel (pairs_apply)
+], ids=["vnni", "avx512bw", "avx2"])
+@pytest.mark.parametrize("shape,kernel,strides,pads,dilations", [
+    ((1, 24, 9, 11), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    ((1, 16, 14, 14), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # 7x7 out: vectors span rows
+    ((1, 8, 13, 12), (5, 2), (3, 2), (2, 0, 1, 1), (2, 1)),  # even width, row stride 3
+    ((1, 8, 6, 9), (1, 5), (1, 2), (0, 2, 0, 2), (1, 1)),
+], ids=["3x3", "14to7", "5x2-s3x2-dilated", "1x5-s1x2"])
+def test_a_depthwise_convolution_of_column_stride_2_takes_its_taps_in_pairs(
+        target, instruction, shape, kernel, strides, pads, dilations):
+    """With column stride 2 (and column dilation 1) on AVX-512BW, a depthwise
+    convolution's neighbouring column taps are one pair product per vector
+    (``vpdpwssd``, or ``vpmaddwd`` without VNNI) over rows copied by row phase;
+    bit-exact against int64 sums for odd and even kernel widths, row strides and
+    dilations; AVX2 keeps the column-phase kernel."""
+    cpu = parse_cpu(target)
+    channels = shape[1]
+    x = te.placeholder(shape, "uint8", "x")
+    w = te.placeholder((channels, 1, *kernel), "int8", "w")
+    zero = te.placeholder((1,), "uint8", "zero")
+    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
+    out = int8_depthwise_conv(x, w, zero, attrs, cpu)
+    sums = out.op.body.tensor
+    assert bool(sums.op.attrs.get("int8_pairs")) == (instruction is not None)
+    schedule = te.create_schedule(out)
+    schedule_int8_depthwise(schedule, sums, cpu)
+    schedule_int8_conv_result(schedule, out, cpu=cpu)
+    module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
+    if instruction is not None:
+        assert re.search(rf"\t(\{{vex\}}\t)?{instruction}\t", module.assembly())
+    if not _host_runs(cpu):
+        return
+    rng = np.random.default_rng(sum(shape))
+    xs = rng.integers(0, 256, shape).astype(np.uint8)
+    ws = rng.integers(-128, 128, (channels, 1, *kernel)).astype(np.int8)
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](xs, ws, np.array([200], np.uint8), got)
+    expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], 200, strides, pads,
+                                          dilations) for c in range(channels)], axis=1)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_constant_depthwise_weight_is_packed_when_the_kernel_is_built(tmp_path, stride):
     """A depthwise convolution's constant weight is repeated into its int16 vectors once,
     when the kernel is built (``pack_weight_lanes_array``), not on every call: the
     kernel holds the packed constant, and the model (and its exported artifact, which
-    packs it again on load) gives the integer reference's bits."""
+    packs it again on load) gives the integer reference's bits; with stride 2 too (on
+    AVX-512BW its taps in column pairs, read from that constant)."""
     pytest.importorskip("onnxruntime.quantization")
     import heterocc
     from heterocc.runtime.interpreter import evaluate
     from heterocc.targets.llvm.schedules import pack_weight_lanes_array, weight_lanes_shape
 
-    source, shape, _ = _inverted_residual()
+    source, shape, _ = _inverted_residual(stride)
     compiled = heterocc.compile(_quantized(source, shape, "QUInt8", tmp_path),
                                 target="llvm")
     x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)

@@ -1,0 +1,109 @@
+"""int8 convolutions on CPUs without VNNI: the split-data ``vpmaddubsw`` dot product
+against the widened ``vpmaddwd`` form it replaces (:mod:`heterocc.targets.llvm.int8_dot`),
+in alternating rounds in one process, on the CPU clock.
+
+    python benchmarks/int8_pmaddubsw.py [--rounds 6]
+
+Prints, per CPU description (AVX2, AVX-512BW without VNNI) and layer, each kernel's
+median ms per call (int32 sums, no epilogue), its GMAC/s and new / old; the two give the
+same bits (checked). Both descriptions must run on this host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+#: CPU descriptions whose dot product is ``vpmaddubsw`` (no VNNI)
+TARGETS = ("llvm -mcpu=haswell", "llvm -mcpu=sapphirerapids -mattr=-avx512vnni")
+#: (input shape, filters, kernel size): ResNet-18 3x3s, MobileNetV2's 16->96 1x1
+LAYERS = (((1, 64, 56, 56), 64, 3), ((1, 256, 14, 14), 256, 3), ((1, 16, 112, 112), 96, 1))
+
+
+def build(cpu, shape, filters: int, kernel: int, split: bool):
+    """The compiled convolution (stride 1, same padding), its dot product the split-data
+    ``pmaddubsw`` (``split``) or the widened ``pmaddwd``."""
+    from heterocc import te
+    from heterocc.targets import llvm as hllvm
+    from heterocc.targets.llvm import int8_dot
+    from heterocc.targets.llvm.schedules.int8_conv import (
+        int8_conv,
+        schedule_int8_conv,
+        schedule_int8_conv_result,
+    )
+
+    chosen = int8_dot.dot4_instruction
+
+    def widened(*args, **kwargs):
+        kind = chosen(*args, **kwargs)
+        return "pmaddwd" if kind == "pmaddubsw" else kind
+
+    x = te.placeholder(shape, "uint8", "x")
+    w = te.placeholder((filters, shape[1], kernel, kernel), "int8", "w")
+    zero = te.placeholder((1,), "uint8", "zero")
+    attrs = {"strides": (1, 1), "pads": (kernel // 2,) * 4, "dilations": (1, 1), "group": 1}
+    out = int8_conv(x, w, zero, attrs, cpu)
+    schedule = te.create_schedule(out)
+    schedule_int8_conv(schedule, out.op.body.a.tensor, cpu)
+    schedule_int8_conv_result(schedule, out, cpu=cpu)
+    if not split:
+        int8_dot.dot4_instruction = widened
+    try:
+        module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
+    finally:
+        int8_dot.dot4_instruction = chosen
+    return module["conv"], tuple(out.shape)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--calls", type=int, default=5, help="calls per timed block")
+    args = parser.parse_args()
+    os.environ.setdefault("HETEROCC_NUM_THREADS", "1")
+    from heterocc.targets import llvm as hllvm
+    from heterocc.targets.llvm.cpu import parse_cpu
+
+    host = hllvm.module.host().description
+    print(f"load average (1 min) {os.getloadavg()[0]:.2f}; {args.rounds} alternating rounds "
+          f"of {args.calls} calls; CPU clock, 1 thread")
+    rng = np.random.default_rng(0)
+    for target in TARGETS:
+        cpu = parse_cpu(target)
+        if not (cpu.arch == host.arch and cpu.features <= host.features):
+            print(f"{target}: skipped, this host cannot run it")
+            continue
+        for shape, filters, kernel in LAYERS:
+            kernels = [build(cpu, shape, filters, kernel, split) for split in (False, True)]
+            x = rng.integers(0, 256, shape).astype(np.uint8)
+            w = rng.integers(-128, 128, (filters, shape[1], kernel, kernel)).astype(np.int8)
+            zero = np.array([7], np.uint8)
+            outs = [np.zeros(out_shape, np.int32) for _, out_shape in kernels]
+            samples: list[list[float]] = [[], []]
+            for _ in range(args.rounds):
+                for (function, _), out, times in zip(kernels, outs, samples):
+                    function(x, w, zero, out)
+                    start = time.process_time()
+                    for _ in range(args.calls):
+                        function(x, w, zero, out)
+                    times.append((time.process_time() - start) / args.calls)
+            if not np.array_equal(outs[0], outs[1]):
+                print(f"{target} {shape}: the kernels differ")
+                return 1
+            old, new = (statistics.median(times) for times in samples)
+            macs = int(np.prod(outs[0].shape)) * shape[1] * kernel * kernel
+            print(f"{target:46s} {kernel}x{kernel} {shape[1]:3d}->{filters:3d} at "
+                  f"{shape[2]:3d}x{shape[3]:<3d}: vpmaddwd {old * 1e3:.3f} ms "
+                  f"({macs / old / 1e9:.1f} GMAC/s), vpmaddubsw {new * 1e3:.3f} ms "
+                  f"({macs / new / 1e9:.1f} GMAC/s), {new / old:.2f}x")
+    print(f"load average (1 min) {os.getloadavg()[0]:.2f} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
