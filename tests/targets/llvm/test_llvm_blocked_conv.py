@@ -5,6 +5,7 @@ compiled with the blocked layout must match ONNX Runtime."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import onnxruntime as ort
@@ -21,13 +22,14 @@ from heterocc.ops import get_op
 from heterocc.passes import fused_functions
 from heterocc.sdk.te_target import ExpressedFunction
 from heterocc.targets.llvm import LLVMTarget
-from heterocc.targets.llvm.cpu import active_cpu, parse_cpu
+from heterocc.targets.llvm.cpu import active_cpu, compiling_for, parse_cpu
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import (
     BlockedConvTiles,
     blocked_conv_columns,
     default_blocked_conv_tiles,
     dense_conv_reduction_blocks,
+    dense_conv_row_reduction_blocks,
     even_tiles,
     pointwise_conv_tile,
     schedule_conv2d_nchwc,
@@ -261,27 +263,12 @@ def test_reduction_chunks_give_the_same_result(cpu, chunk, columns, epilogue):
     """The reduction run in chunks of input blocks over the whole image (partial sums in
     the output buffer, the bias, residual and ReLU after the last chunk) matches NumPy,
     with and without tail tiles, on each ISA; a chunk of every block is one chunk."""
-    params, y, attrs = _chunked_conv_stages(epilogue)
-    description = parse_cpu(cpu)
-    schedule = te.create_schedule(y)
-    stages = {s.tensor.name: s.tensor for s in schedule.stages if not s.is_placeholder}
-    chain = [stages["conv_bias"]] + ([stages["add"]] if epilogue else [])
-    schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], y if epilogue else None,
-                          chain if epilogue else (),
-                          BlockedConvTiles(columns=columns, reduction_blocks=chunk),
-                          cpu=description)
-    name = f"chunk{chunk}"
-    prim = te.lower(schedule, [*params, y], name=name)
-    # chunked: the partial sums span all rows, the rows run inside the chunk loop
-    assert ("rco.outer in serial(0, " in str(prim)) == (chunk not in (0, 4))
-    module = build([prim], name=name, cpu=description)
-    arrays = [RNG.standard_normal(p.shape, dtype=np.float32) for p in params]
-    out = np.empty(y.shape, np.float32)
-    module[name](*arrays, out)
-    expected = get_op("ConvNCHWc").run(arrays[:3], attrs)[0]
-    if epilogue:
-        expected = np.maximum(expected + arrays[3], 0)
-    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    prim = _check_chunked(epilogue, BlockedConvTiles(columns=columns, reduction_blocks=chunk),
+                          parse_cpu(cpu))
+    # chunked: the partial sums span all rows, the rows run inside the chunk loop (0, no
+    # whole-image chunks, leaves the rows' default chunks, tested below)
+    if chunk:
+        assert ("rco.outer in serial(0, " in str(prim)) == (chunk != 4)
 
 
 @pytest.mark.parametrize("tiles,message", [
@@ -339,6 +326,135 @@ def _described(target, l1d, cores=2):
 def test_default_reduction_chunks_follow_the_l1_and_the_cores(out_shape, reduction, blocks,
                                                               cpu, chunk):
     assert dense_conv_reduction_blocks(out_shape, reduction, blocks, 4, cpu=cpu) == chunk
+
+
+def _schedule_chunked(params, y, epilogue, tiles, description):
+    """``y`` of :func:`_chunked_conv_stages` scheduled with ``tiles``, lowered."""
+    schedule = te.create_schedule(y)
+    stages = {s.tensor.name: s.tensor for s in schedule.stages if not s.is_placeholder}
+    chain = [stages["conv_bias"]] + ([stages["add"]] if epilogue else [])
+    schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], y if epilogue else None,
+                          chain if epilogue else (), tiles, cpu=description)
+    return te.lower(schedule, [*params, y], name="chunked")
+
+
+def _check_chunked(epilogue, tiles, description):
+    """The convolution of :func:`_chunked_conv_stages` with ``tiles`` on ``description``
+    (built and run) against NumPy; returns its TIR."""
+    params, y, attrs = _chunked_conv_stages(epilogue)
+    prim = _schedule_chunked(params, y, epilogue, tiles, description)
+    module = build([prim], name="chunked", cpu=description)
+    arrays = [RNG.standard_normal(p.shape, dtype=np.float32) for p in params]
+    out = np.empty(y.shape, np.float32)
+    module["chunked"](*arrays, out)
+    expected = get_op("ConvNCHWc").run(arrays[:3], attrs)[0]
+    if epilogue:
+        expected = np.maximum(expected + arrays[3], 0)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    return prim
+
+
+@pytest.mark.parametrize("cpu", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
+@pytest.mark.parametrize("chunk,columns,epilogue", [(1, None, True), (2, 5, False),
+                                                    (1, 4, True), (4, None, True)])
+def test_row_reduction_chunks_give_the_same_result(cpu, chunk, columns, epilogue):
+    """The reduction run in chunks of input blocks inside each output row (the row's
+    partial sums in a buffer, each chunk over every tile of the row, columns outside the
+    channel blocks in the tile; bias, residual and ReLU after the last chunk) matches
+    NumPy, with and without tail tiles, on each ISA; the rows stay parallel."""
+    text = str(_check_chunked(
+        epilogue, BlockedConvTiles(columns=columns, row_reduction_blocks=chunk), parse_cpu(cpu)))
+    assert ("rco.outer in serial(0, " in text) == (chunk != 4)
+    assert "parallel" in text.split("rco")[0]  # the rows, outside the chunks
+
+
+def test_row_reduction_chunks_build_for_neon():
+    """The same tiles cross-compiled for AArch64: four-lane vector multiply-adds (the
+    row's partial sums live on the stack between chunks, so stack stores are expected),
+    one per column and vector of the block and input channel: 5 columns x 4 vectors x
+    16 channels in the unrolled block."""
+    params, y, _ = _chunked_conv_stages(True)
+    description = parse_cpu("llvm -mtriple=aarch64-linux-gnu")
+    prim = _schedule_chunked(params, y, True,
+                             BlockedConvTiles(row_reduction_blocks=2), description)
+    with compiling_for(description):
+        assembly = build([prim], name="chunked", cpu=description).assembly()
+    assert len(re.findall(r"\bfmla\s+v\d+\.4s", assembly)) >= 5 * 4 * 16
+
+
+@pytest.mark.parametrize("tiles,message", [
+    (BlockedConvTiles(row_reduction_blocks=3), "row reduction chunks of 3 input channel "
+                                               "blocks do not divide 4"),
+    (BlockedConvTiles(row_reduction_blocks=2, reduction_blocks=2), "takes neither"),
+    (BlockedConvTiles(row_reduction_blocks=2, kernel_outer=True), "takes neither"),
+])
+def test_a_row_reduction_chunk_must_divide_the_blocks_and_stand_alone(tiles, message):
+    params, y, _ = _chunked_conv_stages(False)
+    with pytest.raises(CompileError, match=message):
+        _schedule_chunked(params, y, False, tiles, active_cpu())
+
+
+@pytest.mark.parametrize("out_shape,reduction,blocks,cpu,chunk", [
+    # DenseNet's 512->128 1x1 at 28x28, four blocks per tile: 128 KiB of weights, 4 KiB
+    # per input block, four to a chunk in a 48 KiB L1 beside a row's 7 KiB of sums
+    ((1, 8, 28, 28, 16), (32, 1, 1, 16), 4, _described("llvm -mcpu=skylake-avx512", 48 << 10),
+     4),
+    # ... also in a 32 KiB L1: a chunk of 16 KiB, the row's 7 KiB of sums and 7 KiB of
+    # the chunk's inputs in the other half
+    ((1, 8, 28, 28, 16), (32, 1, 1, 16), 4, _described("llvm -mcpu=skylake-avx512", 32 << 10),
+     4),
+    # at 56x56 (192 -> 128 channels) the row's 14 KiB of sums and 14 KiB of the chunk's
+    # inputs exceed the half of a 48 KiB L1 that the weights leave: not chunked
+    ((1, 8, 56, 56, 16), (12, 1, 1, 16), 4, _described("llvm -mcpu=skylake-avx512", 48 << 10),
+     0),
+    # DenseNet's 128->32 3x3 at 56x56: 18 KiB of weights per input block, one to a chunk
+    ((1, 2, 56, 56, 16), (8, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 48 << 10),
+     1),
+    # AVX2's one 16-float block per tile over 512 channels: 1 KiB of weights per input
+    # block, sixteen to a chunk in a 32 KiB L1, whose 28 KiB of input rows overflow the
+    # other half: not chunked (measured 0.99 chunked)
+    ((1, 8, 28, 28, 16), (32, 1, 1, 16), 1, _described("llvm -mcpu=haswell", 32 << 10), 0),
+    # where the whole image's chunks apply (ResNet-18's 3x3 at 7x7), not row by row
+    ((1, 32, 7, 7, 16), (32, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 48 << 10),
+     0),
+    # weights that stay in the L1 beside the input rows: nothing to chunk
+    ((1, 60, 7, 7, 16), (10, 1, 1, 16), 3, _described("llvm -mcpu=skylake-avx512", 48 << 10),
+     0),
+])
+def test_default_row_reduction_chunks_follow_the_l1(out_shape, reduction, blocks, cpu, chunk):
+    assert dense_conv_row_reduction_blocks(out_shape, reduction, blocks, 4, cpu=cpu) == chunk
+
+
+def test_a_default_schedule_chunks_densenets_wide_1x1_row_by_row():
+    """With no tiles given, a 1x1 convolution whose weights overflow the L1 and whose
+    output does not fit it (512 -> 64 channels at 28x28) takes the row-by-row chunks
+    and matches NumPy, also with a tuning config's ``reduction_blocks=0`` (no whole-image
+    chunks); ``row_reduction_blocks=0`` takes none."""
+    x = te.placeholder((1, 32, 28, 28, 16), "float32", "x")
+    w = te.placeholder((4, 32, 1, 1, 16, 16), "float32", "w")
+    b = te.placeholder((4, 16), "float32", "b")
+    attrs = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1}
+    (y,) = compute_of("ConvNCHWc")([x, w, b], attrs,
+                                   [TensorType((1, 4, 28, 28, 16), "float32")])
+    description = _described("llvm", 48 << 10)
+    texts = []
+    for tiles in (BlockedConvTiles(), BlockedConvTiles(reduction_blocks=0),
+                  BlockedConvTiles(row_reduction_blocks=0)):
+        schedule = te.create_schedule(y)
+        conv = next(s.tensor for s in schedule.stages if s.tensor.name == "conv_nchwc")
+        schedule_conv2d_nchwc(schedule, conv, None, (), tiles, cpu=description)
+        texts.append(str(te.lower(schedule, [x, w, b, y], name="wide")))
+    assert texts[0] == texts[1] and "rco.outer" in texts[0] and "rco.outer" not in texts[2]
+    schedule = te.create_schedule(y)
+    conv = next(s.tensor for s in schedule.stages if s.tensor.name == "conv_nchwc")
+    schedule_conv2d_nchwc(schedule, conv, None, (), BlockedConvTiles(), cpu=description)
+    module = build([te.lower(schedule, [x, w, b, y], name="wide")], name="wide",
+                   cpu=description)
+    arrays = [RNG.standard_normal(t.shape, dtype=np.float32) for t in (x, w, b)]
+    out = np.empty(y.shape, np.float32)
+    module["wide"](*arrays, out)
+    np.testing.assert_allclose(out, get_op("ConvNCHWc").run(arrays, attrs)[0],
+                               rtol=1e-4, atol=1e-4)
 
 
 AVX512 = parse_cpu("llvm -mcpu=x86-64-v4")
