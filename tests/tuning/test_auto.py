@@ -585,11 +585,12 @@ def _blocked_conv3x3(in_blocks: int, out_blocks: int, width: int):
 
 
 def test_hinted_window_loops_stay_within_the_unrolled_body_limit():
-    """A tile the TIR unrolls 128 ways with the window handed to LLVM's unroller: only
-    the innermost reduction loops whose copies stay within MAX_UNROLLED_BODY are hinted
-    (16 channel steps, not the 3x3 window around them: 128 x 288 copies took LLVM past
-    a trial's time-out at 512 ways); a small tile keeps its whole window hinted; both
-    compute the convolution."""
+    """Tiles the TIR unrolls 128, 8 and 1 ways with the window handed to LLVM's unroller:
+    only the innermost reduction loops whose copies stay within MAX_UNROLLED_BODY are
+    hinted (none beside 128 copies, the 16 channel steps and the row of taps beside 8,
+    the whole window with its 2 channel blocks beside 1; an 84-way tile with a hinted
+    window of 24 taps kept LLVM busy past a trial's time-out); each point computes the
+    convolution."""
     from heterocc.tuning.auto.sketch import MAX_UNROLLED_BODY
 
     hints = SearchHints(vector_lanes=16, registers=32, cores=2)
@@ -598,20 +599,21 @@ def test_hinted_window_loops_stay_within_the_unrolled_body_limit():
     weight = rng.standard_normal((2, 2, 3, 3, 16, 16)).astype(np.float32)
     windows = np.lib.stride_tricks.sliding_window_view(data, (3, 3), axis=(2, 3))
     expected = np.einsum("ncyxbij,kcijbo->nkyxo", windows, weight)
-    for rows, columns, extents in ((8, 8, [16]), (2, 2, [2, 3, 3, 16])):
+    for blocks, rows, columns, extents in ((2, 8, 8, []), (2, 2, 2, [3, 16]),
+                                           (1, 1, 1, [2, 3, 3, 16])):
         placeholders = _blocked_conv3x3(2, 2, 8)
         sketch = Sketch([placeholders[-1]], hints)
         config = sketch.space.from_values({
-            **sketch.default_values(), "a0.tile.s1": (1, 1, 2), "a0.tile.s2": (1, 1, rows),
-            "a0.tile.s3": (1, 1, columns), "a0.tile.r0": 2, "a0.unroll": 512,
-            "a0.reduce_unroll": "hint"})
+            **sketch.default_values(), "a0.tile.s1": (1, 1, blocks),
+            "a0.tile.s2": (1, 1, rows), "a0.tile.s3": (1, 1, columns), "a0.tile.r0": 2,
+            "a0.unroll": 512, "a0.reduce_unroll": "hint"})
         lowered = te.lower(sketch.apply([placeholders[-1]], config), list(placeholders),
                            name="f")
         hinted = [loop.extent.value for loop in tir.collect(
             lowered.body, lambda n: isinstance(n, tir.For)
             and n.kind is tir.ForKind.UNROLL_HINT)]
         assert hinted == extents
-        assert 2 * rows * columns * math.prod(hinted) <= MAX_UNROLLED_BODY
+        assert blocks * rows * columns * math.prod(hinted) <= MAX_UNROLLED_BODY
         out = np.zeros((1, 2, 8, 8, 16), np.float32)
         build(lowered)["f"](data, weight, out)
         np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-3)

@@ -80,12 +80,13 @@ RAGGED_ROWS = 8
 #: a reduction of no loop longer than this is a window (a convolution's taps)
 WINDOW = 7
 #: the most copies of a tile's body that the TIR's unrolling and LLVM's (the hinted
-#: reduction loops) make together: a hint unrolls its loop inside every copy the TIR
-#: made, so a 512-way unrolled tile with a hinted 3x3 window over a 16-channel chunk was
-#: 73,728 copies, which LLVM took past a trial's time-out to compile (about 30% of a
-#: search from scratch went on such trials); a register tile's full window (28
-#: accumulators x 144 taps) stays within it
-MAX_UNROLLED_BODY = 4096
+#: reduction loops) make together, the largest unroll limit offered: a hint unrolls its
+#: loop inside every copy the TIR made, so a 512-way unrolled tile with a hinted 3x3
+#: window over 4 channel blocks was 294,912 copies, and an 84-way one with a hinted
+#: window of 24 taps (2,016 copies of scalar code) kept LLVM busy past 200 s; those
+#: trials timed out, about 30% of a search from scratch. The seeds' hinted windows (a
+#: depthwise 3x3 under a register tile) stay well within it.
+MAX_UNROLLED_BODY = UNROLL_LIMITS[-1]
 #: the rfactor rule's options: none (the tiled nest), vector partials, parallel chunks
 RFACTOR_OPTIONS = ("none", "vector", "parallel")
 #: vectors of partials per output point of a ``vector`` rfactor: independent
