@@ -39,7 +39,7 @@ import numpy as np
 
 from heterocc import te
 from heterocc.compute import compute_of
-from heterocc.compute.registry import code_key_of
+from heterocc.compute.registry import code_key_of, unfolded_scalars_of
 from heterocc.diagnostics import progress
 from heterocc.errors import CompileError, TypeInferenceError
 from heterocc.ir.graph import Node, Value
@@ -100,6 +100,13 @@ def function_constants(body, tables: Sequence[np.ndarray] | None = None) -> list
     return [_contiguous(v.data) for v in seen] + list(tables)
 
 
+def _folded(op: str, position: int, value: Value) -> bool:
+    """Whether the constant ``value``, first read as input ``position`` of an ``op``
+    node, is folded into the code (:func:`fold_scalars`): one element, and no input the
+    op's compute reads as an argument (:func:`unfolded_scalars_of`)."""
+    return np.size(value.data) == 1 and position not in unfolded_scalars_of(op)
+
+
 def express_function(body) -> ExpressedFunction:
     """A function body as tensor expressions, op by op through the compute library;
     CompileError where an op has no compute."""
@@ -113,14 +120,14 @@ def express_function(body) -> ExpressedFunction:
         if node.body is not None:
             raise CompileError(f"nested function {node.name!r}")
         args = []
-        for v in node.inputs:
+        for k, v in enumerate(node.inputs):
             if v is not None and v not in tensors:
                 if not v.is_const:
                     raise CompileError(f"value {v.name!r} is not defined in the function")
                 tensors[v] = te.placeholder(v.type.shape, v.type.dtype, f"c{len(constants)}")
                 params.append(tensors[v])
                 constants.append(_contiguous(v.data))
-                if constants[-1].size == 1:
+                if _folded(node.op, k, v):
                     scalars[id(tensors[v])] = constants[-1]
             args.append(tensors[v] if v is not None else None)
         outs = compute_of(node.op)(args, node.attrs, [v.type for v in node.outputs])
@@ -446,9 +453,9 @@ def structure_key(body) -> tuple:
     nodes = []
     for node in body.nodes:
         args = []
-        for v in node.inputs:
+        for k, v in enumerate(node.inputs):
             if v is not None and v not in refs:
-                folded = v.data.tobytes() if v.is_const and np.size(v.data) == 1 else None
+                folded = v.data.tobytes() if v.is_const and _folded(node.op, k, v) else None
                 refs[v] = ("constant" if v.is_const else "undefined", len(refs),
                            v.type.shape, v.type.dtype, folded)
             args.append(None if v is None else refs[v])

@@ -191,6 +191,12 @@ def conv_integer(inputs, attrs, out_types):
                           described)]
 
 
+# the input zero point, the one value in which quantized layers of one shape differ
+# beside their weights and requantization tables, is read by the kernel (once per
+# call), so that those layers share a kernel
+conv_integer.unfolded_scalars = (2,)
+
+
 @register_compute("MatMulInteger")
 def matmul_integer(inputs, attrs, out_types):
     """int32 matmul of zero-point-centered 8-bit operands (A's zero point may be per row,

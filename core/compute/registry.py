@@ -59,6 +59,16 @@ def code_key_of(op_name: str) -> Callable[[dict[str, Any]], Any] | None:
     return getattr(compute, "code_key", None)
 
 
+def unfolded_scalars_of(op_name: str) -> tuple[int, ...]:
+    """Positions of an op's inputs whose one-element constants its kernel reads as
+    arguments instead of having them folded into its code, where its compute declares
+    them (``compute.unfolded_scalars``): a value that differs between layers otherwise
+    alike (a quantized convolution's input zero point), so that they share one kernel.
+    Empty by default (every one-element constant folded)."""
+    compute = get_op(op_name).te_compute if has_op(op_name) else None
+    return getattr(compute, "unfolded_scalars", ())
+
+
 def compute_of(op_name: str) -> TeCompute:
     op = get_op(op_name)
     if op.te_compute is None:

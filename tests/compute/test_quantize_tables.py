@@ -121,3 +121,28 @@ def test_tables_are_taken_by_shared_and_exported_kernels(tmp_path):
     loaded = LLVMTarget().load_kernel(function, str(tmp_path), info)
     np.testing.assert_array_equal(loaded(inputs)[0], expected)
     assert len(function_constants(function.body)) == len(loaded.constants) > 3
+
+
+def test_layers_differing_in_the_input_zero_point_share_one_kernel(tmp_path):
+    """The input zero point of ConvInteger is read by the kernel, not folded into it:
+    two layers that differ only there (and in their weights) share one kernel, each
+    bit-exact with its own zero point, also through an exported artifact."""
+    from heterocc.sdk.te_target import structure_key
+
+    rng = np.random.default_rng(7)
+    function, inputs, expected = _function(24, rng, True)
+    other = _function(24, np.random.default_rng(7), True)[0]
+    (zero,) = [v for v in other.body.nodes[0].inputs if v.name == "x_zero"]
+    zero.data = np.array(-7, np.int8)
+    assert structure_key(function.body) == structure_key(other.body)
+    assert not express_function(other.body).scalars  # the zero point is an argument
+    target = LLVMTarget()
+    kernels = {function.name: target.build(function), "other": target.build(other)}
+    np.testing.assert_array_equal(kernels[function.name](inputs)[0], expected)
+    other_expected = _reference(other.body, inputs)
+    assert not np.array_equal(other_expected, expected)
+    np.testing.assert_array_equal(kernels["other"](inputs)[0], other_expected)
+    assert target.distinct_kernels == 1
+    info = target.save_kernels({"other": kernels["other"]}, str(tmp_path))
+    loaded = LLVMTarget().load_kernel(other, str(tmp_path), info)
+    np.testing.assert_array_equal(loaded(inputs)[0], other_expected)

@@ -572,6 +572,53 @@ def _pointwise_conv(in_blocks: int, out_blocks: int, width: int) -> te.Tensor:
         axis=[rc, ry, rx, rb]), name="conv")
 
 
+def _blocked_conv3x3(in_blocks: int, out_blocks: int, width: int):
+    """Placeholders and a blocked 3x3 convolution (16-channel blocks, no padding)."""
+    data = te.placeholder((1, in_blocks, width + 2, width + 2, 16), name="data")
+    weight = te.placeholder((out_blocks, in_blocks, 3, 3, 16, 16), name="w")
+    rc, ry, rx, rb = (te.reduce_axis(in_blocks, "rc"), te.reduce_axis(3, "ry"),
+                      te.reduce_axis(3, "rx"), te.reduce_axis(16, "rb"))
+    conv = te.compute((1, out_blocks, width, width, 16), lambda n, c, y, x, k: te.sum(
+        data[n, rc, y + ry, x + rx, rb] * weight[c, rc, ry, rx, rb, k],
+        axis=[rc, ry, rx, rb]), name="conv")
+    return data, weight, conv
+
+
+def test_hinted_window_loops_stay_within_the_unrolled_body_limit():
+    """Tiles the TIR unrolls 128, 8 and 1 ways with the window handed to LLVM's unroller:
+    only the innermost reduction loops whose copies stay within MAX_UNROLLED_BODY are
+    hinted (none beside 128 copies, the 16 channel steps and the row of taps beside 8,
+    the whole window with its 2 channel blocks beside 1; an 84-way tile with a hinted
+    window of 24 taps kept LLVM busy past a trial's time-out); each point computes the
+    convolution."""
+    from heterocc.tuning.auto.sketch import MAX_UNROLLED_BODY
+
+    hints = SearchHints(vector_lanes=16, registers=32, cores=2)
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((1, 2, 10, 10, 16)).astype(np.float32)
+    weight = rng.standard_normal((2, 2, 3, 3, 16, 16)).astype(np.float32)
+    windows = np.lib.stride_tricks.sliding_window_view(data, (3, 3), axis=(2, 3))
+    expected = np.einsum("ncyxbij,kcijbo->nkyxo", windows, weight)
+    for blocks, rows, columns, extents in ((2, 8, 8, []), (2, 2, 2, [3, 16]),
+                                           (1, 1, 1, [2, 3, 3, 16])):
+        placeholders = _blocked_conv3x3(2, 2, 8)
+        sketch = Sketch([placeholders[-1]], hints)
+        config = sketch.space.from_values({
+            **sketch.default_values(), "a0.tile.s1": (1, 1, blocks),
+            "a0.tile.s2": (1, 1, rows), "a0.tile.s3": (1, 1, columns), "a0.tile.r0": 2,
+            "a0.unroll": 512, "a0.reduce_unroll": "hint"})
+        lowered = te.lower(sketch.apply([placeholders[-1]], config), list(placeholders),
+                           name="f")
+        hinted = [loop.extent.value for loop in tir.collect(
+            lowered.body, lambda n: isinstance(n, tir.For)
+            and n.kind is tir.ForKind.UNROLL_HINT)]
+        assert hinted == extents
+        assert blocks * rows * columns * math.prod(hinted) <= MAX_UNROLLED_BODY
+        out = np.zeros((1, 2, 8, 8, 16), np.float32)
+        build(lowered)["f"](data, weight, out)
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-3)
+
+
 def test_seeds_offer_register_tiles_leaving_four_or_a_third_of_the_registers():
     """A 1x1 convolution's reduction (no window): the dividing register tiles whose
     accumulators leave a third of the registers for operands are seeds beside those

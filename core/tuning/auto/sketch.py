@@ -79,6 +79,14 @@ TILE_VECTORS = (1, 2, 3, 4)
 RAGGED_ROWS = 8
 #: a reduction of no loop longer than this is a window (a convolution's taps)
 WINDOW = 7
+#: the most copies of a tile's body that the TIR's unrolling and LLVM's (the hinted
+#: reduction loops) make together, the largest unroll limit offered: a hint unrolls its
+#: loop inside every copy the TIR made, so a 512-way unrolled tile with a hinted 3x3
+#: window over 4 channel blocks was 294,912 copies, and an 84-way one with a hinted
+#: window of 24 taps (2,016 copies of scalar code) kept LLVM busy past 200 s; those
+#: trials timed out, about 30% of a search from scratch. The seeds' hinted windows (a
+#: depthwise 3x3 under a register tile) stay well within it.
+MAX_UNROLLED_BODY = UNROLL_LIMITS[-1]
 #: the rfactor rule's options: none (the tiled nest), vector partials, parallel chunks
 RFACTOR_OPTIONS = ("none", "vector", "parallel")
 #: vectors of partials per output point of a ``vector`` rfactor: independent
@@ -570,12 +578,17 @@ class Sketch:
             hinted, r1 = True, []
         unrolled = 1
         for iv in [*reversed(s3[:-1]), *(() if hinted else reversed(r1))] if limit else ():
-            unrolled *= extents[id(iv)]
-            if unrolled > limit:
+            if unrolled * extents[id(iv)] > limit:
                 break
+            unrolled *= extents[id(iv)]
             if extents[id(iv)] > 1:
                 compute_stage.unroll(iv)
-        for iv in r1 if hinted else ():
+        # the hinted reduction loops, innermost first, while the copies of the body that
+        # both unrollings make stay within MAX_UNROLLED_BODY; the rest stay loops
+        for iv in reversed(r1) if hinted else ():
+            if unrolled * extents[id(iv)] > MAX_UNROLLED_BODY:
+                break
+            unrolled *= extents[id(iv)]
             if extents[id(iv)] > 1:
                 compute_stage.unroll(iv, explicit=False)
         if config[f"{p}.parallel"] and outer_stage is None:
