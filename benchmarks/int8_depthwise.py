@@ -11,12 +11,14 @@ Prints, per layer (channels, input size, stride), each kernel's median ms per ca
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
 import time
 
 import numpy as np
+from alternating import alternating_samples
 
 #: (channels, input height and width, stride) of MobileNetV2's strided depthwise layers
 LAYERS = ((96, 112, 2), (144, 56, 2), (192, 28, 2), (576, 14, 2))
@@ -60,7 +62,8 @@ def main() -> int:
 
     cpu = parse_cpu(args.target)
     print(f"{args.target}: load average (1 min) {os.getloadavg()[0]:.2f}; "
-          f"{args.rounds} alternating rounds of {args.calls} calls; CPU clock, 1 thread")
+          f"{args.rounds} alternating rounds of {args.calls} calls, each timed; CPU clock, "
+          "1 thread")
     rng = np.random.default_rng(0)
     for channels, size, stride in LAYERS:
         kernels = [build(channels, size, stride, cpu, pairs) for pairs in (False, True)]
@@ -68,14 +71,9 @@ def main() -> int:
         w = rng.integers(-128, 128, (channels, 1, 3, 3)).astype(np.int8)
         zero = np.array([7], np.uint8)
         outs = [np.zeros(shape, np.int32) for _, shape in kernels]
-        samples: list[list[float]] = [[], []]
-        for _ in range(args.rounds):
-            for (kernel, _), out, times in zip(kernels, outs, samples):
-                kernel(x, w, zero, out)
-                start = time.process_time()
-                for _ in range(args.calls):
-                    kernel(x, w, zero, out)
-                times.append((time.process_time() - start) / args.calls)
+        samples = alternating_samples(
+            [functools.partial(k, x, w, zero, out) for (k, _), out in zip(kernels, outs)],
+            args.rounds * args.calls, args.calls, pause_s=0.0, clock=time.process_time)
         if not np.array_equal(outs[0], outs[1]):
             print(f"{channels} channels at {size}x{size}: the kernels differ")
             return 1

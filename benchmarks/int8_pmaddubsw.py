@@ -12,12 +12,14 @@ same bits (checked). Both descriptions must run on this host.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
 import time
 
 import numpy as np
+from alternating import alternating_samples
 
 #: CPU descriptions whose dot product is ``vpmaddubsw`` (no VNNI)
 TARGETS = ("llvm -mcpu=haswell", "llvm -mcpu=sapphirerapids -mattr=-avx512vnni")
@@ -84,14 +86,9 @@ def main() -> int:
             w = rng.integers(-128, 128, (filters, shape[1], kernel, kernel)).astype(np.int8)
             zero = np.array([7], np.uint8)
             outs = [np.zeros(out_shape, np.int32) for _, out_shape in kernels]
-            samples: list[list[float]] = [[], []]
-            for _ in range(args.rounds):
-                for (function, _), out, times in zip(kernels, outs, samples):
-                    function(x, w, zero, out)
-                    start = time.process_time()
-                    for _ in range(args.calls):
-                        function(x, w, zero, out)
-                    times.append((time.process_time() - start) / args.calls)
+            samples = alternating_samples(
+                [functools.partial(k, x, w, zero, out) for (k, _), out in zip(kernels, outs)],
+                args.rounds * args.calls, args.calls, pause_s=0.0, clock=time.process_time)
             if not np.array_equal(outs[0], outs[1]):
                 print(f"{target} {shape}: the kernels differ")
                 return 1

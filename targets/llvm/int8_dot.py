@@ -31,7 +31,7 @@ otherwise to an exact alternative:
   data vector, which a register tile multiplies by several weights (splitting the
   weight instead costs a byte shift, four instructions, per broadcast weight).
   Kernel against the widened ``pmaddwd`` form (``benchmarks/int8_pmaddubsw.py``):
-  AVX2 0.66-0.76x, AVX-512BW 0.80-0.99x over two runs at load 11-15;
+  AVX2 0.66-0.92x, AVX-512BW 0.80-1.02x over four runs at load 8-15;
 * ``vpmaddwd``/``pmaddwd`` (AVX-512BW, AVX2, SSE2) on operands widened to int16, then
   adjacent int32 pairs added: exact, since a byte product and the sum of two fit in int32
   (int8 x int8, or uint8 x uint8);
