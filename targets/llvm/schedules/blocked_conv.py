@@ -299,9 +299,13 @@ def dense_conv_row_reduction_blocks(out_shape: Sequence[int], reduction: Sequenc
     3-10): 512->128 1x1 at 28x28 0.74-0.75, 1024->128 at 14x14 0.86, 224->128 at 28x28
     0.94-0.95, DenseNet's 128->32 3x3 at 56x56 0.95-0.97, ResNet-18's 64->64 3x3 at
     56x56 0.99-1.0; with AVX2 (one two-vector block of 5 columns per tile) 512->128 at
-    28x28 0.99."""
+    28x28 0.99. Only convolutions without a window (1x1) take them: a kernel window's
+    tile reuses each weight vector over its columns and taps, and whole models with the
+    3x3 layers chunked measured no better (ResNet-18 1.007-1.011, DenseNet-121 0.97-1.0,
+    load 12-15)."""
     plan = _reduction_chunk(out_shape, reduction, channel_blocks, itemsize, cpu)
-    if (not plan.overflows or plan.row + plan.row_inputs > cpu.l1d // 2
+    if (math.prod(reduction[1:3]) > 1 or not plan.overflows
+            or plan.row + plan.row_inputs > cpu.l1d // 2
             or dense_conv_reduction_blocks(out_shape, reduction, channel_blocks, itemsize,
                                            cpu=cpu)):
         return 0
