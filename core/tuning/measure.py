@@ -373,8 +373,9 @@ class InProcessMeasurer:
 
 class Measurer:
     """Measures candidates in an isolated worker process that is replaced after a crash
-    or a time-out. ``setup_modules`` are imported in the worker first (e.g. to register
-    extra templates). Use as a context manager, or call :meth:`close`."""
+    or a time-out (the successor spawned at once, so that it starts up while the tuner
+    works on its next candidates). ``setup_modules`` are imported in the worker first
+    (e.g. to register extra templates). Use as a context manager, or call :meth:`close`."""
 
     def __init__(self, options: MeasureOptions | None = None,
                  setup_modules: Sequence[str] = (), start_timeout_s: float = 120.0,
@@ -388,8 +389,11 @@ class Measurer:
         self._context = multiprocessing.get_context("spawn")
         self._process = None
         self._connection = None
+        self._ready = False
 
-    def _start(self) -> None:
+    def _spawn(self) -> None:
+        """Start a worker process without waiting for it to be ready (it imports the
+        compiler and the setup modules meanwhile: several seconds)."""
         parent, child = self._context.Pipe()
         process = self._context.Process(target=_worker_main,
                                         args=(child, self.setup_modules), daemon=True)
@@ -397,6 +401,16 @@ class Measurer:
         self._process = process  # only a started process is stopped (killed) later
         child.close()
         self._connection = parent
+        self._ready = False
+
+    def _start(self) -> None:
+        """A worker ready for a candidate: the one spawned before (a standby), else a
+        new one."""
+        if self._process is None:
+            self._spawn()
+        if self._ready:
+            return
+        parent = self._connection
         if not parent.poll(self.start_timeout_s):
             self._stop()
             raise InputError(f"tuning worker did not start within {self.start_timeout_s} s")
@@ -406,6 +420,16 @@ class Measurer:
             self._stop()
             raise InputError("tuning worker exited while starting (a setup module failed "
                              "to import?)") from None
+        self._ready = True
+
+    def _replace(self) -> None:
+        """The worker stopped and its successor spawned at once (a standby), so that it
+        starts while the tuner chooses the next candidates, not after."""
+        self._stop()
+        try:
+            self._spawn()
+        except OSError:  # no process now: the next candidate starts one (or says why)
+            self._stop()
 
     def _stop(self) -> None:
         if self._process is not None:
@@ -425,13 +449,12 @@ class Measurer:
         """Measure one candidate in the worker (under ``options``, default this
         measurer's); crashes and hangs become errors."""
         options = options or self.options
-        if self._process is None:
-            self._start()
+        self._start()
         start = time.perf_counter()
         try:
             self._connection.send((task.workload_key, config.to_json(), options))
             if not self._connection.poll(options.timeout_s + self.wait_s):
-                self._stop()
+                self._replace()
                 return MeasureResult(error="timeout", message=(
                     f"no result within {options.timeout_s + self.wait_s:.3g} s"),
                     elapsed_s=time.perf_counter() - start)
@@ -439,7 +462,7 @@ class Measurer:
         except (EOFError, ConnectionError):
             self._process.join(timeout=5)
             exitcode = self._process.exitcode
-            self._stop()
+            self._replace()
             return MeasureResult(error="crash", message=(
                 f"the worker process died (exit code {exitcode})"),
                 elapsed_s=time.perf_counter() - start)

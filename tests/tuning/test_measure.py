@@ -33,6 +33,21 @@ def test_errors_are_recorded_and_measurement_goes_on(measurer):
     assert math.isinf(by_behavior["hang"][0].cost)
 
 
+def test_a_crashed_worker_is_replaced_at_once_by_a_standby():
+    """After a candidate kills its worker, the successor is spawned before the next
+    candidate comes (it starts while the tuner works), then measures it; closing the
+    measurer ends the standby too."""
+    task = Task("faulty_matmul", (8, 8, 8, "float32"))
+    with Measurer(MeasureOptions(timeout_s=8, repeat=1), setup_modules=SETUP) as m:
+        crashed = m.measure_one(task, task.space.from_values({"behavior": "crash"}))
+        assert crashed.error == "crash"
+        standby = m._process
+        assert standby is not None and standby.is_alive() and not m._ready
+        assert m.measure_one(task, task.space.from_values({"behavior": "ok"})).ok
+        assert m._process is standby  # the standby measured it, no other was started
+    assert m._process is None and not standby.is_alive()
+
+
 def test_accelerator_candidates_are_checked_and_overflows_are_build_errors():
     from heterocc.targets.vta.tuning import VTA_GEMM  # noqa: F401
 
