@@ -10,11 +10,11 @@ out. :func:`host_seconds` times those steps once per compiled kernel on random i
 (the fastest of a few calls on the calling thread's CPU clock, as the CPU's kernels
 are timed): the replayed stream
 measured 0.6-5.7 ms of it per input for MobileNetV2 and ResNet-18, as much as the
-accelerator's own time on the 32x32 core. Where a region hands blocked tensors from
-kernel to kernel, the conversions between them are skipped, so the term, made for each
-composite at its boundary, counts conversions a region's call does not make; but the
-replay's host part also counts every kernel's tiles written into the device's memory
-through the driver, which the term leaves to the link. Summed over a region's kernels,
+accelerator's own time on the 32x32 core. A region keeps the tensors its kernels hand
+to each other in the device's DRAM (``region.DeviceRegion``): neither copied nor
+converted nor packed; the estimate gives each input's and the output's share (its copy
+over the link and, by bytes, of the host part: :func:`with_ports`) and the placement
+takes off those of the tensors it counts as kept. Summed over a region's kernels,
 the term was 0.85-1.9x the replayed region's host part on ResNet-18 and MobileNetV2 at
 224 (both configs of ``benchmarks/placement.py``), 0.4-0.6x on small layers
 (``benchmarks/placement_host_check.py``, which also times :func:`region_host_seconds`:
