@@ -55,7 +55,9 @@ part, the host laying its operands out, counts on the host's CPU).
 :func:`balance_for_throughput`
 starts from the latency plan and moves composites off the busiest device while that
 lowers the busiest device's time: a split where both devices carry work, which a
-latency plan rarely gives when one device is faster at nearly everything.
+latency plan rarely gives when one device is faster at nearly everything. Its lanes
+count each composite's copies as if it ran alone (the copies a region saves are not
+taken off them), so it errs towards the CPU.
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ out. :func:`host_seconds` times those steps once per compiled kernel on random i
 (the fastest of a few calls on the calling thread's CPU clock, as the CPU's kernels
 are timed): the replayed stream
 measured 0.6-5.7 ms of it per input for MobileNetV2 and ResNet-18, as much as the
-accelerator's own time on the 32x32 core. Where a region hands blocked tensors from
-kernel to kernel, the conversions between them are skipped, so the term, made for each
-composite at its boundary, counts conversions a region's call does not make; but the
-replay's host part also counts every kernel's tiles written into the device's memory
-through the driver, which the term leaves to the link. Summed over a region's kernels,
+accelerator's own time on the 32x32 core. A region keeps the tensors its kernels hand
+to each other in the device's DRAM (``region.DeviceRegion``): neither copied nor
+converted nor packed; the estimate gives each input's and the output's share (its copy
+over the link and, by bytes, of the host part: :func:`with_ports`) and the placement
+takes off those of the tensors it counts as kept. Summed over a region's kernels,
 the term was 0.85-1.9x the replayed region's host part on ResNet-18 and MobileNetV2 at
 224 (both configs of ``benchmarks/placement.py``), 0.4-0.6x on small layers
 (``benchmarks/placement_host_check.py``, which also times :func:`region_host_seconds`:
@@ -43,7 +43,6 @@ from heterocc.sdk import (
     CostCache,
     CostEstimate,
     HostLink,
-    LayoutRegion,
     Port,
     accelerator_estimate,
     workload_key,
@@ -51,7 +50,7 @@ from heterocc.sdk import (
 from heterocc.sdk.cost import random_arguments
 
 from .codegen import AcceleratorKernel, compile_composite, direct_conv_geometry, matrix_bytes
-from .region import port_key
+from .region import DeviceRegion, port_key
 
 
 def host_link(config: HardwareConfig) -> HostLink:
@@ -109,17 +108,18 @@ HOST_SECONDS = 0.005
 _THREAD_CLOCK_USABLE = time.get_clock_info("thread_time").resolution <= 1e-6
 
 
-def _device_side(kernel: AcceleratorKernel):
+def _device_side(kernel: AcceleratorKernel, names: list[str] | None = None):
     """What the host does around ``kernel``'s device run on a call, without the run:
-    the input matrices packed into tiles (the transport's write), the output tensor's
-    tiles unpacked into its matrix (the read); takes and returns what
-    ``run_on_device`` does."""
+    the input matrices packed into tiles (the transport's write; of the tensors
+    ``names``, by default all its inputs), the output tensor's tiles unpacked into its
+    matrix (the read); takes and returns what ``run_on_device`` does."""
     config, tensors = kernel.config, kernel.program.tensors
     out = tensors[kernel.output_tensor]
     raw = np.zeros(out.nbytes, np.uint8)
+    names = kernel.input_names if names is None else names
 
     def run(matrices):
-        for name, matrix in zip(kernel.input_names, matrices):
+        for name, matrix in zip(names, matrices):
             t = tensors[name]
             pack_tiles(np.asarray(matrix, element_dtype(config, t.buffer)),
                        t.tile_rows, t.tile_cols)
@@ -142,27 +142,21 @@ def host_steps(kernel: AcceleratorKernel, function: Node):
     return call
 
 
-class _HostOnly:
-    """A region's kernel as the host sees it (:func:`region_host_steps`): its layouts
-    and conversions, the tiles it writes and reads, no device run."""
-
-    def __init__(self, kernel: AcceleratorKernel):
-        self.kernel = kernel
-        self.run_on_device = _device_side(kernel)
-
-    def __getattr__(self, name: str):
-        return getattr(self.__dict__["kernel"], name)
-
-
 def region_host_steps(region, function: Node):
     """A callable doing what the host does on a call of a region's runner ``region``
-    (the SDK's ``LayoutRegion`` of ``function``, a region of composites): every kernel's
-    tiles packed and unpacked, layouts converted only where the runner converts them
-    (the region's boundary, or where two kernels' layouts disagree)."""
+    (the SDK's ``LayoutRegion`` of ``function``, a region of composites): layouts
+    converted only where the runner converts them (the region's boundary, or where two
+    kernels' layouts disagree), and the tiles packed and unpacked only of the tensors
+    that cross the link (``region.DeviceRegion`` keeps the others in the device)."""
     args = random_arguments([v for v in function.inputs if v is not None and not v.is_const])
-    runner = LayoutRegion(region.body, {name: _HostOnly(k)
-                                        for name, k in region.kernels.items()})
-    return lambda: runner(args)
+    runner = DeviceRegion(region.body, region.kernels)
+
+    def host_only(kernel, program, writes, read):
+        matrix = _device_side(kernel, [name for name, _ in writes])(
+            [array for _, array in writes])[0]
+        return matrix if read else None
+
+    return lambda: runner.run_with(args, host_only)
 
 
 def _fastest(call) -> float:

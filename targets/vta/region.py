@@ -137,27 +137,37 @@ class DeviceRegion(LayoutRegion):
         device = self._device()
         if device is None or not self.on_device:
             return super().__call__(args)
+        # the region's call holds the device from its first program to its last: its
+        # shared tensors are one per device, so two calls must not interleave
+        with device_lock(device):
+            return self.run_with(args, _run_linked)
+
+    def run_with(self, args: Sequence[np.ndarray], run) -> list[np.ndarray]:
+        """The region's call with each program run by ``run(kernel, program, writes,
+        read)`` (the device's, or the host's steps alone: ``cost.region_host_steps``):
+        ``writes`` the (tensor, matrix) pairs that cross the link, ``read`` whether the
+        output does; it returns the output's matrix where read."""
         host: dict[Value, np.ndarray] = dict(zip(self.body.inputs, args))
         arrays: dict[Value, np.ndarray] = {}
         self.handed_over = self.converted = self.kept_on_device = 0
         self.bytes_in = self.bytes_out = 0
-        # the region's call holds the device from its first program to its last: its
-        # shared tensors are one per device, so two calls must not interleave
-        with device_lock(device):
-            for node in self.body.nodes:
-                kernel = self.kernels[node.name]
-                writes = []
-                for position, value in enumerate(node.inputs):
-                    if (node.name, position) in self.on_device:
-                        self.handed_over += 1
-                        self.kept_on_device += 1
-                        continue
-                    writes.append((kernel.input_names[position],
-                                   self._input(kernel, position, value, host, arrays)))
-                found = kernel.run_linked(self.programs[node.name], writes,
-                                          self.reads[node.name])
-                self.bytes_in += kernel.last_bytes_in
-                self.bytes_out += kernel.last_bytes_out
-                if found is not None:
-                    arrays[node.outputs[0]] = found
+        for node in self.body.nodes:
+            kernel = self.kernels[node.name]
+            writes = []
+            for position, value in enumerate(node.inputs):
+                if (node.name, position) in self.on_device:
+                    self.handed_over += 1
+                    self.kept_on_device += 1
+                    continue
+                writes.append((kernel.input_names[position],
+                               self._input(kernel, position, value, host, arrays)))
+            found = run(kernel, self.programs[node.name], writes, self.reads[node.name])
+            self.bytes_in += getattr(kernel, "last_bytes_in", 0)
+            self.bytes_out += getattr(kernel, "last_bytes_out", 0)
+            if found is not None:
+                arrays[node.outputs[0]] = found
         return [self._host(value, host, arrays) for value in self.body.outputs]
+
+
+def _run_linked(kernel: AcceleratorKernel, program, writes, read: bool):
+    return kernel.run_linked(program, writes, read)
