@@ -11,7 +11,9 @@ split it chose built directly, its decisions given and nothing estimated ("pinne
 cost again with the cache the first left, and greedy: the cost compile's time over the
 pinned one's is what the placement itself adds, printed as the ratio of the medians and
 as each round's ratio (compiles next to each other in time; the load drifts) with their
-median (over greedy, the build of
+median; and, a figure the load moves far less, the placement's own work inside the cold
+compile: its pass's CPU seconds less those of the CPU kernels it compiles for the build
+(which takes them), over the pinned compile's (over greedy, the build of
 another split is in the difference too: an int8 layer kept on the CPU compiles slower
 than its accelerator stream); ``--alone`` adds, before them, cost with an
 empty cache where the CPU times each candidate fused alone (without
@@ -63,6 +65,30 @@ elif placement.startswith("pinned="):  # the split a cost compile chose, built d
 
     partition.plan_by_cost = pinned
     placement = "cost"
+else:  # the placement's own CPU seconds: its pass less the CPU kernels it compiles for
+    # the build (compile_all inside it: the build takes them), LLVM's own threads included
+    import heterocc.passes.partition as partition
+    from heterocc.targets.llvm.target import LLVMTarget
+    spent = {"placing": 0.0, "kernels": 0.0, "inside": False}
+    plan_by_cost, compile_all = partition.plan_by_cost, LLVMTarget.compile_all
+
+    def placing(*args):
+        start, spent["inside"] = time.process_time(), True
+        try:
+            return plan_by_cost(*args)
+        finally:
+            spent["placing"] += time.process_time() - start
+            spent["inside"] = False
+
+    def compiling(self, functions):
+        start = time.process_time()
+        try:
+            return compile_all(self, functions)
+        finally:
+            if spent["inside"]:
+                spent["kernels"] += time.process_time() - start
+
+    partition.plan_by_cost, LLVMTarget.compile_all = placing, compiling
 shape, _, clock = config.partition("@")
 vta = VtaTarget(config=shape, clock_mhz=float(clock or 100), link_gbps=1)
 model = onnx.load(path)
@@ -79,7 +105,8 @@ from heterocc.targets.llvm.module import _llvm_pool
 _llvm_pool().shutdown()
 cpu += children() - workers
 plan = compiled.placement_report.plan
-print(json.dumps({"wall": wall, "cpu": cpu,
+own = spent["placing"] - spent["kernels"] if "spent" in globals() else 0.0
+print(json.dumps({"wall": wall, "cpu": cpu, "own": own,
                   # accelerator kernels compiled to be estimated that the build left
                   "unused_vta": len(vta.cost_model.compiled),
                   "offloaded": sum(u.chosen == "vta" for u in plan.composites) if plan else None,
@@ -146,6 +173,13 @@ def main() -> int:
                 a = statistics.median(r[key] for r in rows["alone"])
                 print(f"  {key} time, cost, empty cache, each candidate timed alone: "
                       f"{a:.2f} s ({100 * (a / g - 1):+.1f}%)")
+        own = [r["own"] / q["cpu"] for r, q in zip(rows["cold"], rows["pinned"])]
+        print("  the placement's own work in the cold compile (its pass's CPU seconds less "
+              "the CPU kernels it compiles for the build): "
+              + ", ".join(f"{r['own']:.2f}" for r in rows["cold"])
+              + " s, over the pinned compile of the same round "
+              + ", ".join(f"{100 * v:+.1f}%" for v in own)
+              + f" (median {100 * statistics.median(own):+.1f}%)")
         for label in ("cold", "warm"):
             print(f"  cost, {label}: candidates offloaded {rows[label][-1]['offloaded']}, "
                   f"accelerator kernels compiled to estimate and left unused by the build "
