@@ -78,17 +78,18 @@ def first_convolution(model, target: str, high_word: bool):
     import heterocc
     from heterocc.compute import qnn
 
-    allowed = qnn._high_product_form
+    allowed = qnn._high_product_form, qnn._clamp_implied
     if not high_word:
-        qnn._high_product_form = lambda attrs: False
+        qnn._high_product_form = qnn._clamp_implied = lambda attrs: False
     try:
         compiled = heterocc.compile(model, target=target)
     finally:
-        qnn._high_product_form = allowed
+        qnn._high_product_form, qnn._clamp_implied = allowed
     (node,) = [n for n in compiled.graph.nodes if n.body is not None
                and "Requantize" in [b.op for b in n.body.nodes]
                and n.outputs[0].type.dtype != "float32"]
-    forms = [qnn._high_product_form(b.attrs) for b in node.body.nodes if b.op == "Requantize"]
+    forms = [(qnn._high_product_form(b.attrs), qnn._clamp_implied(b.attrs))
+             for b in node.body.nodes if b.op == "Requantize"]
     return compiled.kernels[node.name], node.inputs[0].type, forms
 
 
@@ -108,7 +109,7 @@ def main() -> int:
             model = quantized_layer(cin, cout, size, kernel, Path(directory))
         (old, in_type, _), (new, _, forms) = (first_convolution(model, args.target, high)
                                               for high in (False, True))
-        if not all(forms):
+        if not all(high for high, _ in forms):
             print(f"{cin}->{cout} at {size}x{size}: the high-word form does not apply")
             continue
         info = np.iinfo(in_type.dtype)
@@ -122,7 +123,8 @@ def main() -> int:
         before, after = (statistics.median(times) for times in samples)
         ratios.append(after / before)
         print(f"{kernel}x{kernel} {cin:3d}->{cout:3d} at {size:3d}x{size:<3d}: stepwise "
-              f"{before * 1e3:.3f} ms, high word {after * 1e3:.3f} ms, {after / before:.2f}x")
+              f"{before * 1e3:.3f} ms, high word {after * 1e3:.3f} ms, {after / before:.2f}x "
+              f"(clamp to the limit {'skipped' if all(c for _, c in forms) else 'kept'})")
     print(f"load average (1 min) {os.getloadavg()[0]:.2f} at the end")
     return 0
 

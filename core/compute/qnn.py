@@ -30,7 +30,7 @@ def requantize(inputs, attrs, out_types):
     multiplier, shift, rounding = (constants[f"requantize_{k}"]
                                    for k in ("multiplier", "shift", "rounding"))
     low, high = constants["requantize_low"], constants["requantize_high"]
-    high_word = _high_product_form(attrs)
+    high_word, clamp_implied = _high_product_form(attrs), _clamp_implied(attrs)
     zero_point = te.const(0 if high_word else _wrap_int32(int(attrs["zero_point"])), "int32")
     qmin, qmax = te.const(int(attrs["qmin"]), "int32"), te.const(int(attrs["qmax"]), "int32")
     axis = requantize_axis(attrs, x.ndim)
@@ -45,7 +45,8 @@ def requantize(inputs, attrs, out_types):
 
     def body(*index):
         channel = index[axis] if x.ndim else 0
-        acc = te.minimum(te.maximum(x[index], low(channel)), high(channel))
+        acc = x[index] if clamp_implied else \
+            te.minimum(te.maximum(x[index], low(channel)), high(channel))
         # the high-word form keeps the product's bits [32, 64); the rest of the shift, its
         # rounding and the zero point follow in int32 (see _high_product_form)
         product_bits = 32 if high_word else product_shift
@@ -105,28 +106,59 @@ def _high_product_form(attrs) -> bool:
     2**32, so the product's low word (below 1 once divided) drops out of the floor. So
     the form holds where no step of either form wraps, which the clamped accumulator's
     bound ``|a| <= acc_limit`` decides per channel."""
-    if int(attrs.get("product_shift", 0)) == 0 or _range_error(attrs):
-        return False
-    lists = [attrs[k] for k in _PER_CHANNEL if isinstance(attrs[k], list)]
-    channels = max((len(v) for v in lists), default=1)
-    if any(len(v) not in (1, channels) for v in lists):
+    channels = _channel_values(attrs)
+    if channels is None:
         return False
     k, zero = int(attrs["product_shift"]), _wrap_int32(int(attrs["zero_point"]))
-    limit32 = 2 ** 31
-    for m, s, limit in zip(_channel_list(attrs, "multiplier", channels),
-                           _channel_list(attrs, "shift", channels),
-                           _channel_list(attrs, "acc_limit", channels)):
-        m, limit, t = _wrap_int32(m), min(limit, limit32), k + s
+    for m, s, limit in channels:
+        t = k + s
         if not 33 <= t <= 63:  # the rest of the shift, t - 32, within int32's
             return False
         bound = limit * abs(m)  # |a * m|
         rounding = 1 << (s - 1) if s else 0
         # the reference: the shifted product, its rounding, the zero point
-        if (bound >> k) + 1 + rounding >= limit32 or (bound >> t) + 1 + abs(zero) >= limit32:
+        if (bound >> k) + 1 + rounding >= 2 ** 31 or (bound >> t) + 1 + abs(zero) >= 2 ** 31:
             return False
-        # this form: the high word, its rounding and the zero point scaled up
-        high_rounding = 1 << (t - 33) if s else 0
-        if (bound >> 32) + 1 + high_rounding + abs(zero) * (1 << (t - 32)) >= limit32:
+        if not _high_word_fits(m, s, limit, k, zero):
+            return False
+    return True
+
+
+def _channel_values(attrs) -> list[tuple[int, int, int]] | None:
+    """``(multiplier, shift, acc_limit)`` of every channel (the multiplier wrapped to
+    int32, the limit at most 2**31), or None without a product shift or a TE compute."""
+    if int(attrs.get("product_shift", 0)) == 0 or _range_error(attrs):
+        return None
+    lists = [attrs[k] for k in _PER_CHANNEL if isinstance(attrs[k], list)]
+    channels = max((len(v) for v in lists), default=1)
+    if any(len(v) not in (1, channels) for v in lists):
+        return None
+    return [(_wrap_int32(m), s, min(limit, 2 ** 31)) for m, s, limit in zip(
+        *(_channel_list(attrs, key, channels) for key in ("multiplier", "shift", "acc_limit")))]
+
+
+def _high_word_fits(m: int, s: int, limit: int, k: int, zero: int) -> bool:
+    """Whether the high-word form's int32 steps stay in int32 for ``|a| <= limit``."""
+    t = k + s
+    high_rounding = 1 << (t - 33) if s else 0
+    return (limit * abs(m) >> 32) + 1 + high_rounding + abs(zero) * (1 << (t - 32)) < 2 ** 31
+
+
+def _clamp_implied(attrs) -> bool:
+    """Whether the high-word form may skip the clamp to +-acc_limit: every multiplier is
+    positive (the result grows with the accumulator), the form stays in int32 for every
+    int32 accumulator, and the output at +-acc_limit already reaches qmax/qmin, so an
+    accumulator beyond the limit gives qmax/qmin either way."""
+    if not _high_product_form(attrs):
+        return False
+    k, zero = int(attrs["product_shift"]), _wrap_int32(int(attrs["zero_point"]))
+    qmin, qmax = int(attrs["qmin"]), int(attrs["qmax"])
+    for m, s, limit in _channel_values(attrs):
+        t, rounding = k + s, (1 << (k + s - 1)) if s else 0
+        if m <= 0 or not _high_word_fits(m, s, 2 ** 31, k, zero):
+            return False
+        if ((limit * m + rounding) >> t) + zero < qmax or \
+                ((-limit * m + rounding) >> t) + zero > qmin:
             return False
     return True
 
@@ -181,7 +213,7 @@ def _code_key(attrs) -> tuple:
     constants = tuple((name, ("table", len(values)) if _is_table(values) else
                        ("list", len(values), values[0]) if isinstance(values, list) else values)
                       for name, values in _per_channel_values(attrs).items())
-    return others, constants, _high_product_form(attrs)
+    return others, constants, _high_product_form(attrs), _clamp_implied(attrs)
 
 
 requantize.code_key = _code_key

@@ -112,3 +112,36 @@ def test_the_stepwise_form_stays_where_a_step_could_wrap(changes, why, rng):
     x = np.repeat(_accumulators(rng, 2 ** 30 - 1), channels, axis=1)
     got, expected = _run("llvm", x, attrs)
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["host", "avx2"])
+@pytest.mark.parametrize("out_dtype,zero,qmin,qmax", [
+    ("uint8", 0, 0, 255), ("uint8", 0, 0, 153),  # ReLU6 at scale 6/153
+    ("int8", -128, -128, 127), ("int8", 3, -128, 127)])
+def test_the_clamp_to_the_limit_goes_where_the_output_saturates_there(
+        target, out_dtype, zero, qmin, qmax, rng):
+    """With the accumulator limit where the output saturates (as the quantizer sets it)
+    and positive multipliers, the high-word form skips the clamp to +-acc_limit:
+    accumulators over all of int32, beyond the limit included, give the same bits."""
+    from heterocc.compute.qnn import _clamp_implied
+    from heterocc.ops.qnn import precise_fixed_point_scale
+
+    channels = 6
+    scales = rng.uniform(2e-5, 3e-3, channels)
+    reach = max(np.iinfo(out_dtype).max - zero, zero - np.iinfo(out_dtype).min) + 2
+    limits = np.ceil(reach / scales).astype(np.int64) + 1  # the quantizer's rule
+    multipliers, product_shift, shifts = precise_fixed_point_scale(scales, limits)
+    attrs = get_op("Requantize").normalize_attrs({
+        "multiplier": multipliers, "shift": shifts, "zero_point": zero, "qmin": qmin,
+        "qmax": qmax, "out_dtype": out_dtype, "acc_limit": limits.tolist(),
+        "product_shift": product_shift})
+    assert _clamp_implied(attrs)
+    x = np.concatenate([_accumulators(rng, int(limit))[0, 0, -2 ** 15:] for limit in limits])
+    x = np.stack([x] * channels).reshape(1, channels, 1, -1)
+    got, expected = _run(target, x, attrs)
+    np.testing.assert_array_equal(got, expected)
+    # a limit below saturation keeps the clamp (and the bits)
+    attrs["acc_limit"] = (limits // 4).tolist()
+    assert _high_product_form(attrs) and not _clamp_implied(attrs)
+    got, expected = _run(target, x, attrs)
+    np.testing.assert_array_equal(got, expected)
