@@ -5,12 +5,14 @@ product shift and rounded in the steps the reference takes, in alternating round
 process, on the CPU clock.
 
     python benchmarks/int8_requantize.py [--rounds 6] [--target "llvm -mattr=-avx512f"]
+    python benchmarks/int8_requantize.py --model mobilenet_v2 [--rounds 6]
 
 Each layer is an ONNX Runtime-quantized (QDQ, per-channel int8 weights, uint8
 activations) 1x1 convolution with ReLU6 followed by a 1x1 projection, so that the
 measured kernel (the first convolution, its requantization fused) writes uint8 as in
 MobileNetV2. Prints each kernel's median ms per call and new / old; both give the same
-bits (checked).
+bits (checked). With ``--model``, the zoo's int8 model of that name instead (exported
+and quantized as ``benchmarks/zoo.py`` does), whole runs compared.
 """
 
 from __future__ import annotations
@@ -72,9 +74,8 @@ def quantized_layer(cin: int, cout: int, size: int, kernel: int, directory: Path
     return onnx.load(str(directory / "qdq.onnx"))
 
 
-def first_convolution(model, target: str, high_word: bool):
-    """The compiled kernel of the model's first convolution and its input's type, the
-    high-word form allowed or not."""
+def compiled_model(model, target: str, high_word: bool):
+    """``model`` compiled for ``target``, the high-word form allowed or not."""
     import heterocc
     from heterocc.compute import qnn
 
@@ -82,9 +83,55 @@ def first_convolution(model, target: str, high_word: bool):
     if not high_word:
         qnn._high_product_form = qnn._clamp_implied = lambda attrs: False
     try:
-        compiled = heterocc.compile(model, target=target)
+        return heterocc.compile(model, target=target)
     finally:
         qnn._high_product_form, qnn._clamp_implied = allowed
+
+
+def whole_model(name: str, args) -> int:
+    """The zoo's int8 ``name`` (see the module's docstring), both forms in alternating
+    rounds of whole runs."""
+    import onnxruntime as ort
+    from ort_quantize import quantize_qdq
+    from zoo import CALIBRATION_INPUTS, export, random_feed
+
+    from heterocc.compute import qnn
+
+    with tempfile.TemporaryDirectory() as directory:
+        float_path, path = (os.path.join(directory, f"{name}{k}.onnx") for k in ("", ".int8"))
+        why = export(name, float_path)
+        if why:
+            print(f"{name}: {why}")
+            return 1
+        session = ort.InferenceSession(float_path, providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(2)
+        quantize_qdq(float_path, path, [random_feed(session, rng)
+                                        for _ in range(CALIBRATION_INPUTS)])
+        feed = random_feed(session, np.random.default_rng(1))
+        old, new = (compiled_model(path, args.target, high) for high in (False, True))
+    requantizes = [b.attrs for n in new.graph.nodes if n.body is not None
+                   for b in n.body.nodes if b.op == "Requantize"]
+    print(f"{name}: {len(requantizes)} requantizations, "
+          f"{sum(map(qnn._high_product_form, requantizes))} from the high word, "
+          f"{sum(map(qnn._clamp_implied, requantizes))} of them without the clamp")
+    if not np.array_equal(old.run(feed)[0], new.run(feed)[0]):
+        print(f"{name}: the two forms differ")
+        return 1
+    samples = alternating_samples([functools.partial(m.run, feed) for m in (old, new)],
+                                  args.rounds * args.calls, args.calls, pause_s=0.0,
+                                  clock=time.process_time)
+    before, after = (statistics.median(times) for times in samples)
+    print(f"{name} int8 on {args.target}: stepwise {before * 1e3:.2f} ms, high word "
+          f"{after * 1e3:.2f} ms, {after / before:.3f}x")
+    return 0
+
+
+def first_convolution(model, target: str, high_word: bool):
+    """The compiled kernel of the model's first convolution and its input's type, the
+    high-word form allowed or not."""
+    from heterocc.compute import qnn
+
+    compiled = compiled_model(model, target, high_word)
     (node,) = [n for n in compiled.graph.nodes if n.body is not None
                and "Requantize" in [b.op for b in n.body.nodes]
                and n.outputs[0].type.dtype != "float32"]
@@ -98,8 +145,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--calls", type=int, default=5, help="calls per timed block")
     parser.add_argument("--target", default="llvm")
+    parser.add_argument("--model", help="a zoo model (e.g. mobilenet_v2) instead of layers")
     args = parser.parse_args()
     os.environ.setdefault("HETEROCC_NUM_THREADS", "1")
+    if args.model:
+        print(f"load average (1 min) {os.getloadavg()[0]:.2f}; {args.rounds} alternating "
+              f"rounds of {args.calls} runs; CPU clock, 1 thread")
+        code = whole_model(args.model, args)
+        print(f"load average (1 min) {os.getloadavg()[0]:.2f} at the end")
+        return code
     print(f"{args.target}; load average (1 min) {os.getloadavg()[0]:.2f}; {args.rounds} "
           f"alternating rounds of {args.calls} calls; CPU clock, 1 thread")
     rng = np.random.default_rng(1)

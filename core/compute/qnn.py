@@ -18,7 +18,10 @@ def requantize(inputs, attrs, out_types):
     """``clip(((clip(x, +-acc_limit) * multiplier + 2**(shift-1)) >> shift) + zero_point,
     qmin, qmax)`` in int32 with wrap-around after every step, per tensor or per channel
     (along ``axis``); with a ``product_shift`` the product is taken in int64 and shifted
-    right by it before it wraps to int32."""
+    right by it before it wraps to int32. Where no step can wrap and the total shift is
+    33..63, the same bits come from the product's high word (:func:`_high_product_form`),
+    and where the output saturates at the accumulator limit anyway, without the clamp
+    to it (:func:`_clamp_implied`)."""
     x = inputs[0]
     error = _range_error(attrs)
     if error:
