@@ -38,8 +38,8 @@ LAYERS = ((16, 96, 112, 1), (24, 144, 56, 1), (32, 192, 28, 1), (96, 576, 14, 1)
 def quantized_layer(cin: int, cout: int, size: int, kernel: int, directory: Path):
     """The QDQ model of one layer (see the module's docstring)."""
     import onnx
-    import onnxruntime.quantization as oq
     from onnx import TensorProto, helper, numpy_helper
+    from ort_quantize import quantize_qdq
 
     rng = np.random.default_rng(0)
     shape = (1, cin, size, size)
@@ -59,18 +59,10 @@ def quantized_layer(cin: int, cout: int, size: int, kernel: int, directory: Path
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
 
-    class Calibration(oq.CalibrationDataReader):
-        def __init__(self):
-            self.feeds = iter([{"input": np.random.default_rng(i).standard_normal(shape)
-                                .astype(np.float32)} for i in range(2)])
-
-        def get_next(self):
-            return next(self.feeds, None)
-
     onnx.save(model, str(directory / "float.onnx"))
-    oq.quantize_static(str(directory / "float.onnx"), str(directory / "qdq.onnx"),
-                       Calibration(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
-                       activation_type=oq.QuantType.QUInt8, weight_type=oq.QuantType.QInt8)
+    quantize_qdq(str(directory / "float.onnx"), str(directory / "qdq.onnx"),
+                 [{"input": np.random.default_rng(i).standard_normal(shape).astype(np.float32)}
+                  for i in range(2)])
     return onnx.load(str(directory / "qdq.onnx"))
 
 
