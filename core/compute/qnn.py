@@ -18,7 +18,10 @@ def requantize(inputs, attrs, out_types):
     """``clip(((clip(x, +-acc_limit) * multiplier + 2**(shift-1)) >> shift) + zero_point,
     qmin, qmax)`` in int32 with wrap-around after every step, per tensor or per channel
     (along ``axis``); with a ``product_shift`` the product is taken in int64 and shifted
-    right by it before it wraps to int32."""
+    right by it before it wraps to int32. Where no step can wrap and the total shift is
+    33..63, the same bits come from the product's high word (:func:`_high_product_form`),
+    and where the output saturates at the accumulator limit anyway, without the clamp
+    to it (:func:`_clamp_implied`)."""
     x = inputs[0]
     error = _range_error(attrs)
     if error:
@@ -30,7 +33,8 @@ def requantize(inputs, attrs, out_types):
     multiplier, shift, rounding = (constants[f"requantize_{k}"]
                                    for k in ("multiplier", "shift", "rounding"))
     low, high = constants["requantize_low"], constants["requantize_high"]
-    zero_point = te.const(_wrap_int32(int(attrs["zero_point"])), "int32")
+    high_word, clamp_implied = _high_product_form(attrs), _clamp_implied(attrs)
+    zero_point = te.const(0 if high_word else _wrap_int32(int(attrs["zero_point"])), "int32")
     qmin, qmax = te.const(int(attrs["qmin"]), "int32"), te.const(int(attrs["qmax"]), "int32")
     axis = requantize_axis(attrs, x.ndim)
     channels = x.shape[axis] if x.ndim else 1
@@ -44,15 +48,20 @@ def requantize(inputs, attrs, out_types):
 
     def body(*index):
         channel = index[axis] if x.ndim else 0
-        acc = te.minimum(te.maximum(x[index], low(channel)), high(channel))
-        if product_shift:
+        acc = x[index] if clamp_implied else \
+            te.minimum(te.maximum(x[index], low(channel)), high(channel))
+        # the high-word form keeps the product's bits [32, 64); the rest of the shift, its
+        # rounding and the zero point follow in int32 (see _high_product_form)
+        product_bits = 32 if high_word else product_shift
+        if product_bits:
             wide = te.cast("int64", acc) * te.cast("int64", multiplier(channel))
-            y = te.cast("int32", wide >> te.const(product_shift, "int64"))
+            y = te.cast("int32", wide >> te.const(product_bits, "int64"))
         else:
             y = acc * multiplier(channel)
         y = y + rounding(channel)
         y = y >> shift(channel)
-        y = y + zero_point
+        if not high_word:
+            y = y + zero_point
         return te.cast(out, te.minimum(te.maximum(y, qmin), qmax))
 
     return [te.compute(tuple(out_types[0].shape), body, name="requantize", dtype=out)]
@@ -82,10 +91,96 @@ def _range_error(attrs) -> str | None:
     return None
 
 
+def _channel_list(attrs, key: str, channels: int) -> list[int]:
+    value = attrs[key]
+    return [int(v) for v in value] * (channels if len(value) == 1 else 1) \
+        if isinstance(value, list) else [int(value)] * channels
+
+
+def _high_product_form(attrs) -> bool:
+    """Whether Requantize's product shift ``k`` and shift ``s`` (total ``t = k + s >= 33``
+    on every channel) can be computed from the exact product's high word ``h`` (bits
+    ``[32, 64)``, one multiply-high) as ``(h + 2**(t-33) + zero_point * 2**(t-32)) >>
+    (t - 32)`` in int32, with the same bits as the reference.
+
+    Without wrap-around the reference is ``floor((a*m + r) / 2**t) + zero_point`` with
+    ``r = 2**(t-1)`` (0 where ``s`` is 0): the floor of a floor by a power of two is one
+    floor, and an integer added before a floor moves out of it. ``r`` is a multiple of
+    2**32, so the product's low word (below 1 once divided) drops out of the floor. So
+    the form holds where no step of either form wraps, which the clamped accumulator's
+    bound ``|a| <= acc_limit`` decides per channel."""
+    channels = _channel_values(attrs)
+    if channels is None:
+        return False
+    k, zero = int(attrs["product_shift"]), _wrap_int32(int(attrs["zero_point"]))
+    for m, s, limit in channels:
+        t = k + s
+        if not 33 <= t <= 63:  # the rest of the shift, t - 32, within int32's
+            return False
+        bound = limit * abs(m)  # |a * m|
+        rounding = 1 << (s - 1) if s else 0
+        # the reference: the shifted product, its rounding, the zero point
+        if (bound >> k) + 1 + rounding >= 2 ** 31 or (bound >> t) + 1 + abs(zero) >= 2 ** 31:
+            return False
+        if not _high_word_fits(m, s, limit, k, zero):
+            return False
+    return True
+
+
+def _channel_values(attrs) -> list[tuple[int, int, int]] | None:
+    """``(multiplier, shift, acc_limit)`` of every channel (the multiplier wrapped to
+    int32, the limit at most 2**31), or None without a product shift or a TE compute."""
+    if int(attrs.get("product_shift", 0)) == 0 or _range_error(attrs):
+        return None
+    lists = [attrs[k] for k in _PER_CHANNEL if isinstance(attrs[k], list)]
+    channels = max((len(v) for v in lists), default=1)
+    if any(len(v) not in (1, channels) for v in lists):
+        return None
+    return [(_wrap_int32(m), s, min(limit, 2 ** 31)) for m, s, limit in zip(
+        *(_channel_list(attrs, key, channels) for key in ("multiplier", "shift", "acc_limit")))]
+
+
+def _high_word_fits(m: int, s: int, limit: int, k: int, zero: int) -> bool:
+    """Whether the high-word form's int32 steps stay in int32 for ``|a| <= limit``."""
+    t = k + s
+    high_rounding = 1 << (t - 33) if s else 0
+    return (limit * abs(m) >> 32) + 1 + high_rounding + abs(zero) * (1 << (t - 32)) < 2 ** 31
+
+
+def _clamp_implied(attrs) -> bool:
+    """Whether the high-word form may skip the clamp to +-acc_limit: every multiplier is
+    positive (the result grows with the accumulator), the form stays in int32 for every
+    int32 accumulator, and the output at +-acc_limit already reaches qmax/qmin, so an
+    accumulator beyond the limit gives qmax/qmin either way."""
+    if not _high_product_form(attrs):
+        return False
+    k, zero = int(attrs["product_shift"]), _wrap_int32(int(attrs["zero_point"]))
+    qmin, qmax = int(attrs["qmin"]), int(attrs["qmax"])
+    for m, s, limit in _channel_values(attrs):
+        t, rounding = k + s, (1 << (k + s - 1)) if s else 0
+        if m <= 0 or not _high_word_fits(m, s, 2 ** 31, k, zero):
+            return False
+        if ((limit * m + rounding) >> t) + zero < qmax or \
+                ((-limit * m + rounding) >> t) + zero > qmin:
+            return False
+    return True
+
+
 def _per_channel_values(attrs) -> dict[str, int | list[int]]:
-    """The int32 constants of the pipeline by table name: an int, or one per channel."""
+    """The int32 constants of the pipeline by table name: an int, or one per channel.
+    In the high-word form (:func:`_high_product_form`) the shift is what remains after
+    the high word's 32 bits and the rounding takes the zero point in."""
     int32_min, int32_max = -2 ** 31, 2 ** 31 - 1
     shift, limit = attrs["shift"], attrs["acc_limit"]
+    high_word = {}
+    if _high_product_form(attrs):
+        rest = int(attrs["product_shift"]) - 32
+        zero = _wrap_int32(int(attrs["zero_point"]))
+        high_word = {
+            "requantize_shift": _per_channel(shift, lambda s: s + rest),
+            "requantize_rounding": _per_channel(
+                shift, lambda s: ((1 << (s + rest - 1)) if s else 0) + (zero << (s + rest))),
+        }
     return {
         # NumPy multiplies in int64 and wraps to int32; multiplying int32 operands that
         # were wrapped first gives the same bits
@@ -96,6 +191,7 @@ def _per_channel_values(attrs) -> dict[str, int | list[int]]:
         # the clamp to +-acc_limit, with bounds beyond int32 (which clamp nothing) tightened
         "requantize_low": _per_channel(limit, lambda v: max(-v, int32_min)),
         "requantize_high": _per_channel(limit, lambda v: min(v, int32_max)),
+        **high_word,
     }
 
 
@@ -120,7 +216,7 @@ def _code_key(attrs) -> tuple:
     constants = tuple((name, ("table", len(values)) if _is_table(values) else
                        ("list", len(values), values[0]) if isinstance(values, list) else values)
                       for name, values in _per_channel_values(attrs).items())
-    return others, constants
+    return others, constants, _high_product_form(attrs), _clamp_implied(attrs)
 
 
 requantize.code_key = _code_key

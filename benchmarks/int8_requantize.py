@@ -1,0 +1,179 @@
+"""The requantization of int8 convolutions from the exact product's high word (one
+multiply-high, then the rest of the shift with the rounding and the zero point in int32;
+:func:`heterocc.compute.qnn._high_product_form`) against the product shifted by the
+product shift and rounded in the steps the reference takes, in alternating rounds in one
+process, on the CPU clock.
+
+    python benchmarks/int8_requantize.py [--rounds 6] [--target "llvm -mattr=-avx512f"]
+    python benchmarks/int8_requantize.py --model mobilenet_v2 [--rounds 6]
+
+Each layer is an ONNX Runtime-quantized (QDQ, per-channel int8 weights, uint8
+activations) 1x1 convolution with ReLU6 followed by a 1x1 projection, so that the
+measured kernel (the first convolution, its requantization fused) writes uint8 as in
+MobileNetV2. Prints each kernel's median ms per call and new / old; both give the same
+bits (checked). With ``--model``, the zoo's int8 model of that name instead (exported
+and quantized as ``benchmarks/zoo.py`` does), whole runs compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from alternating import alternating_samples
+
+#: (input channels, output channels, size, kernel): MobileNetV2's expansions with few
+#: input channels, one with more, and a ResNet-18 3x3
+LAYERS = ((16, 96, 112, 1), (24, 144, 56, 1), (32, 192, 28, 1), (96, 576, 14, 1),
+          (64, 64, 56, 3))
+
+
+def quantized_layer(cin: int, cout: int, size: int, kernel: int, directory: Path):
+    """The QDQ model of one layer (see the module's docstring)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from ort_quantize import quantize_qdq
+
+    rng = np.random.default_rng(0)
+    shape = (1, cin, size, size)
+    weights = rng.standard_normal((cout, cin, kernel, kernel)) / np.sqrt(cin * kernel * kernel)
+    inits = [numpy_helper.from_array(weights.astype(np.float32), "w"),
+             numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array(0, np.float32), "low"),
+             numpy_helper.from_array(np.array(6, np.float32), "high"),
+             numpy_helper.from_array((rng.standard_normal((cin, cout, 1, 1))
+                                      * (1 / np.sqrt(cout))).astype(np.float32), "project")]
+    nodes = [helper.make_node("Conv", ["input", "w", "b"], ["y"], pads=[kernel // 2] * 4),
+             helper.make_node("Clip", ["y", "low", "high"], ["relu6"]),
+             helper.make_node("Conv", ["relu6", "project"], ["output"])]
+    graph = helper.make_graph(
+        nodes, "layer", [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+
+    onnx.save(model, str(directory / "float.onnx"))
+    quantize_qdq(str(directory / "float.onnx"), str(directory / "qdq.onnx"),
+                 [{"input": np.random.default_rng(i).standard_normal(shape).astype(np.float32)}
+                  for i in range(2)])
+    return onnx.load(str(directory / "qdq.onnx"))
+
+
+def compiled_model(model, target: str, high_word: bool):
+    """``model`` compiled for ``target``, the high-word form allowed or not."""
+    import heterocc
+    from heterocc.compute import qnn
+
+    allowed = qnn._high_product_form, qnn._clamp_implied
+    if not high_word:
+        qnn._high_product_form = qnn._clamp_implied = lambda attrs: False
+    try:
+        return heterocc.compile(model, target=target)
+    finally:
+        qnn._high_product_form, qnn._clamp_implied = allowed
+
+
+def whole_model(name: str, args) -> int:
+    """The zoo's int8 ``name`` (see the module's docstring), both forms in alternating
+    rounds of whole runs."""
+    import onnxruntime as ort
+    from ort_quantize import quantize_qdq
+    from zoo import CALIBRATION_INPUTS, export, random_feed
+
+    from heterocc.compute import qnn
+
+    with tempfile.TemporaryDirectory() as directory:
+        float_path, path = (os.path.join(directory, f"{name}{k}.onnx") for k in ("", ".int8"))
+        why = export(name, float_path)
+        if why:
+            print(f"{name}: {why}")
+            return 1
+        session = ort.InferenceSession(float_path, providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(2)
+        quantize_qdq(float_path, path, [random_feed(session, rng)
+                                        for _ in range(CALIBRATION_INPUTS)])
+        feed = random_feed(session, np.random.default_rng(1))
+        old, new = (compiled_model(path, args.target, high) for high in (False, True))
+    requantizes = [b.attrs for n in new.graph.nodes if n.body is not None
+                   for b in n.body.nodes if b.op == "Requantize"]
+    print(f"{name}: {len(requantizes)} requantizations, "
+          f"{sum(map(qnn._high_product_form, requantizes))} from the high word, "
+          f"{sum(map(qnn._clamp_implied, requantizes))} of them without the clamp")
+    if not np.array_equal(old.run(feed)[0], new.run(feed)[0]):
+        print(f"{name}: the two forms differ")
+        return 1
+    samples = alternating_samples([functools.partial(m.run, feed) for m in (old, new)],
+                                  args.rounds * args.calls, args.calls, pause_s=0.0,
+                                  clock=time.process_time)
+    before, after = (statistics.median(times) for times in samples)
+    print(f"{name} int8 on {args.target}: stepwise {before * 1e3:.2f} ms, high word "
+          f"{after * 1e3:.2f} ms, {after / before:.3f}x")
+    return 0
+
+
+def first_convolution(model, target: str, high_word: bool):
+    """The compiled kernel of the model's first convolution and its input's type, the
+    high-word form allowed or not."""
+    from heterocc.compute import qnn
+
+    compiled = compiled_model(model, target, high_word)
+    (node,) = [n for n in compiled.graph.nodes if n.body is not None
+               and "Requantize" in [b.op for b in n.body.nodes]
+               and n.outputs[0].type.dtype != "float32"]
+    forms = [(qnn._high_product_form(b.attrs), qnn._clamp_implied(b.attrs))
+             for b in node.body.nodes if b.op == "Requantize"]
+    return compiled.kernels[node.name], node.inputs[0].type, forms
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--calls", type=int, default=5, help="calls per timed block")
+    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--model", help="a zoo model (e.g. mobilenet_v2) instead of layers")
+    args = parser.parse_args()
+    os.environ.setdefault("HETEROCC_NUM_THREADS", "1")
+    if args.model:
+        print(f"load average (1 min) {os.getloadavg()[0]:.2f}; {args.rounds} alternating "
+              f"rounds of {args.calls} runs; CPU clock, 1 thread")
+        code = whole_model(args.model, args)
+        print(f"load average (1 min) {os.getloadavg()[0]:.2f} at the end")
+        return code
+    print(f"{args.target}; load average (1 min) {os.getloadavg()[0]:.2f}; {args.rounds} "
+          f"alternating rounds of {args.calls} calls; CPU clock, 1 thread")
+    rng = np.random.default_rng(1)
+    ratios = []
+    for cin, cout, size, kernel in LAYERS:
+        with tempfile.TemporaryDirectory() as directory:
+            model = quantized_layer(cin, cout, size, kernel, Path(directory))
+        (old, in_type, _), (new, _, forms) = (first_convolution(model, args.target, high)
+                                              for high in (False, True))
+        if not all(high for high, _ in forms):
+            print(f"{cin}->{cout} at {size}x{size}: the high-word form does not apply")
+            continue
+        info = np.iinfo(in_type.dtype)
+        x = rng.integers(info.min, info.max + 1, in_type.shape).astype(in_type.dtype)
+        if not np.array_equal(old([x])[0], new([x])[0]):
+            print(f"{cin}->{cout} at {size}x{size}: the kernels differ")
+            return 1
+        samples = alternating_samples([functools.partial(k, [x]) for k in (old, new)],
+                                      args.rounds * args.calls, args.calls, pause_s=0.0,
+                                      clock=time.process_time)
+        before, after = (statistics.median(times) for times in samples)
+        ratios.append(after / before)
+        print(f"{kernel}x{kernel} {cin:3d}->{cout:3d} at {size:3d}x{size:<3d}: stepwise "
+              f"{before * 1e3:.3f} ms, high word {after * 1e3:.3f} ms, {after / before:.2f}x "
+              f"(clamp to the limit {'skipped' if all(c for _, c in forms) else 'kept'})")
+    print(f"load average (1 min) {os.getloadavg()[0]:.2f} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
