@@ -612,19 +612,39 @@ def _couple(plan: CostPlan, targets: Mapping[str, object]) -> None:
 
     A unit no pattern-matched device gave a figure for (asked, None) is left where the
     pattern put it, as the greedy placement would."""
+    fallback = plan.fallback
     while True:
         _cut(plan)
         todo = [u for u in plan.composites
                 if u.chosen not in u.candidates and u.chosen not in u.no_estimate]
         if not todo:
             break
-        unit = max(todo, key=lambda u: _figure(u, u.chosen, plan.fallback)
-                   - _figure(u, _other(u, plan.fallback), plan.fallback))
-        found = _ask(targets.get(unit.chosen), "estimate", unit.function)
-        if found is None:
-            unit.no_estimate.add(unit.chosen)
-        else:
+        # estimated this round: on the CPU, all it asks for (the llvm target times the
+        # whole graph's kernels on the first); on the accelerator, those every later cut
+        # puts there too until they are estimated (their figure for the cut within their
+        # CPU one: savings only lower it, and an estimate of the CPU only raises a bound),
+        # else one, the likeliest to lose (the most above its other device's figure
+        # there: it leans on its neighbours' savings)
+        batch = [u for u in todo if u.chosen == fallback
+                 or _figure(u, u.chosen, fallback) <= _figure(u, fallback, fallback)]
+        if not batch:
+            batch = [max(todo, key=lambda u: _figure(u, u.chosen, fallback)
+                         - _figure(u, _other(u, fallback), fallback))]
+        for unit in batch:
+            if unit.chosen in unit.candidates:  # answered by the cache meanwhile
+                continue
+            device = targets.get(unit.chosen)
+            found = _ask(device, "estimate", unit.function)
+            if found is None:
+                unit.no_estimate.add(unit.chosen)
+                continue
             unit.candidates[unit.chosen] = found
+            for other in plan.composites:  # what the target measured with it
+                if unit.chosen in (other.greedy, fallback) \
+                        and unit.chosen not in other.candidates:
+                    cached = _ask(device, "cached", other.function)
+                    if cached is not None:
+                        other.candidates[unit.chosen] = cached
     for unit in plan.composites:
         _explain(unit, plan)
         for device in (unit.greedy, plan.fallback):
@@ -735,11 +755,12 @@ def _residual_reach(graph, source: int, sink: int) -> set[int]:
         for b, capacity in edges.items():
             residual[a][b] = residual[a].get(b, 0) + capacity
             residual[b].setdefault(a, 0)
+    order = {a: sorted(edges) for a, edges in residual.items()}  # a fixed order
     while True:
         parent = {source: None}
         queue = [source]
         for a in queue:
-            for b in sorted(residual[a]):
+            for b in order.get(a, ()):
                 if b not in parent and residual[a][b] > 0:
                     parent[b] = a
                     queue.append(b)
