@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from heterocc.passes.placement import CostPlan, Handover, UnitCost, _couple, _kept_seconds
 from heterocc.sdk import CostEstimate, Port
@@ -203,3 +204,41 @@ def test_the_bounded_search_places_as_the_search_over_every_figure():
         assert round(_latency(plan) * 1e12) == best, trial
     print(f"{made} of {possible} figures estimated to decide")
     assert made < 0.85 * possible, (made, possible)  # the figures the bounds saved (296 of 368)
+
+
+def test_a_bound_just_under_the_cpu_is_estimated_and_decides():
+    # the exact minimum: no margin below which an offload is not looked for (0.97 ms
+    # against 1.0 on the CPU offloads), nor an estimate where the bound settles it
+    vta = _Device({0: CostEstimate(0.97e-3), 1: CostEstimate(1.2e-3)})
+    units = [_unit(1e-3, None, [], (None, 0.0)) for _ in range(2)]
+    for k, (unit, bound) in enumerate(zip(units, (0.95e-3, 1.01e-3))):
+        unit.function, unit.bounds["vta"] = k, (bound, "test")
+    plan = _plan(units, [], [])
+    _couple(plan, {"vta": vta})
+    assert vta.asked == [0] and [u.chosen for u in units] == ["vta", "llvm"]
+    assert "vta needs at least 1.01 ms (test)" in units[1].reason
+
+
+def test_vta_bounds_of_a_kept_call_and_its_copies_are_below_its_estimate(tmp_path, monkeypatch):
+    """The premise of the bounded search: vta's ``lower_bound_kept`` plus its
+    ``port_bounds`` never exceed its estimate, and each copy's bound its port's seconds."""
+    pytest.importorskip("onnxruntime.quantization")
+    import heterocc
+    from heterocc.targets.vta import VtaTarget
+    from tests.targets.vta.ort_models import quantize, small_cnn
+
+    monkeypatch.setenv("HETEROCC_CACHE_DIR", str(tmp_path / "cache"))
+    model = quantize(small_cnn(), tmp_path, "QDQ", "QInt8")
+    for vta in (VtaTarget(), VtaTarget(config="1x32x32", clock_mhz=300)):
+        graph = heterocc.compile(model, target=[vta, "llvm"], placement="greedy").graph
+        functions = [f for r in graph.nodes if r.body is not None
+                     and r.attrs.get("target") == "vta" for f in r.body.nodes]
+        assert functions
+        for function in functions:
+            kept, _ = vta.lower_bound_kept(function)
+            inputs, output = vta.port_bounds(function)
+            estimate = vta.estimate(function)
+            assert len(inputs) == len(estimate.inputs)
+            assert all(b <= p.seconds for b, p in zip(inputs, estimate.inputs))
+            assert output <= estimate.output.seconds
+            assert kept + sum(inputs) + output <= estimate.total_s
