@@ -690,8 +690,12 @@ def _explain(unit: UnitCost, plan: CostPlan) -> None:
     other = _other(unit, fallback)
     if chosen in unit.candidates and other not in unit.candidates \
             and other not in unit.no_estimate:
-        seconds, how = unit.bounds.get(other, (0.0, "not estimated"))
-        _decide(unit, unit.greedy, fallback, (other, seconds, how))
+        if other in unit.bounds:
+            _decide(unit, unit.greedy, fallback, (other, *unit.bounds[other]))
+            return
+        _decide(unit, unit.greedy, fallback, (other, 0.0, ""))
+        unit.reason = (unit.reason.split(";")[0] + f"; {other} not estimated: with the "
+                       f"copies its neighbours keep, this is the least whatever its figure")
         return
     _decide(unit, unit.greedy, fallback)
     unit.chosen = chosen

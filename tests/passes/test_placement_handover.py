@@ -242,3 +242,18 @@ def test_vta_bounds_of_a_kept_call_and_its_copies_are_below_its_estimate(tmp_pat
             assert all(b <= p.seconds for b, p in zip(inputs, estimate.inputs))
             assert output <= estimate.output.seconds
             assert kept + sum(inputs) + output <= estimate.total_s
+
+
+def test_a_unit_offloaded_with_its_neighbours_needs_no_cpu_figure():
+    # two layers that keep their tensor: together 1.0 + 0.8 - 0.9 on vta, less than the
+    # first's 2.0 on the CPU whatever the second's time there (no bound for it:
+    # element-wise work), so the CPU is not asked
+    cpu = _Device({1: CostEstimate(0.5)})
+    first = _unit(2.0, 1.0, [(None, 0.1)], ("k", 0.5))
+    second = _unit(None, 0.8, [("k", 0.4)], (None, 0.1))
+    second.function = 1
+    plan = _plan([first, second], [(0, 1, 0)], [0])
+    _couple(plan, {"llvm": cpu})
+    assert cpu.asked == [] and [u.chosen for u in plan.composites] == ["vta", "vta"]
+    assert "llvm not estimated: with the copies its neighbours keep" in second.reason
+    assert plan.pending == [(second, "llvm")]
