@@ -589,9 +589,12 @@ def _couple(plan: CostPlan, targets: Mapping[str, object]) -> None:
        saving one. Call this relaxed latency ``g``, the true one ``f``.
     2. The minimum cut of ``g`` (:func:`_cut`: the largest minimizer, ties to the
        accelerator) puts each unit on a device. If every unit is on a device it was
-       estimated on, that is the decision; else one of those that are not (the likeliest
-       to lose: the largest excess of its figure there over the other device's) is
-       estimated, and the cut made again. Each round estimates a new figure, so it ends.
+       estimated on, that is the decision; else some of those that are not are
+       estimated and the cut made again: those on the CPU, and those on the
+       accelerator every later cut would put there too (their figure for the cut
+       within their CPU one), or else one, the likeliest to lose (the largest excess of
+       its figure there over its CPU one). Each round estimates a new figure, so it
+       ends.
 
     Why the final cut is ``f``'s exact minimum, and the one estimating everything gives:
     ``g <= f`` for every assignment ``x``. A unit's time on the CPU is its figure or a
