@@ -22,18 +22,20 @@ Without ports (a target whose region copies everything) no term couples two
 decisions and the cut keeps each candidate on its cheaper device.
 
 Estimating costs compile time (an accelerator's figure compiles the composite, the
-CPU's compiles and times it), so only what a decision needs is estimated while
+CPU's compiles and times it), so only what the decision needs is estimated while
 compiling. Each target may answer a cheap ``lower_bound(function)`` hook (seconds and
 how it was bounded; the CPU from its multiply-accumulates, an accelerator from the
-transfers a call cannot avoid and the compute its shapes need). The device likelier
-to win is estimated first (the one with the lower bound; the CPU for a composite it
-cannot bound, without multiply-accumulates); when its figure beats the other's lower
-bound, the other is not estimated: the decision is the one both figures would give
-(the accelerator's bound counts the copies a call makes alone, so a composite kept on
-the CPU by it is estimated after all once a neighbour on the accelerator could keep a
-tensor with it: :func:`_couple`);
-nor is the accelerator where the CPU's figure is within :data:`MIN_GAIN` of its bound
-(the unit stays on the CPU: what offloading could save is within the measurement's noise).
+transfers a call cannot avoid and the compute its shapes need); where a neighbour on
+the accelerator could keep a tensor with the composite, the accelerator's bound is its
+``lower_bound_kept`` (the call with its tensors kept) plus each copy's least time
+(``port_bounds``), which the cut takes off only where that neighbour runs there too.
+The cut is made with every figure not estimated at its bound, and a handover whose
+side is not estimated counted as if it matched; only what that optimistic cut puts on
+a device it has no figure for is estimated, and the cut made again, until every unit
+sits on a device it was estimated on: then it is the exact minimum, the one estimating
+every figure gives (a branch and bound: :func:`_couple` proves it). A decision the
+bounds settled is explained by them ("stays on llvm: 0.21 ms; vta needs at least
+0.3 ms (...)").
 Nodes no pattern matched (on the CPU whatever the placement) are not asked about
 (a CPU that times the whole graph's kernels at once, as the llvm target does, has
 their figures already). The figures skipped, which only the report's totals need, are
@@ -68,6 +70,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, NameScope, Node
+from ..sdk.cost import Port
 from ..tuning.apply import current
 from .rewrite import outline
 
@@ -88,6 +91,14 @@ class UnitCost:
     #: were placed (the fallback's build fuses around them), where it differs from the
     #: whole graph's (``candidates``, the all-fallback placement's)
     as_placed: object = None
+    #: lower bounds ``(seconds, how)`` on the devices not estimated (see :func:`_bound`)
+    bounds: dict[str, tuple[float, str]] = field(default_factory=dict)
+    #: where the accelerator's bound is of a call with its tensors kept on the device:
+    #: the least each of its copies takes (its inputs in order, its output), in the
+    #: bound, which a neighbour there saves (the target's ``port_bounds``)
+    copy_bounds: tuple | None = None
+    #: devices asked for an estimate that gave none (the pattern decides the unit)
+    no_estimate: set = field(default_factory=set)
 
     def seconds(self, target: str) -> float:
         """The unit's estimated time on ``target``, transfers included."""
@@ -274,10 +285,7 @@ def plan_by_cost(graph: Graph, composites: list[tuple[str, str, list[Node]]],
     _handovers(plan, graph)
     coupled = {id(u) for e in plan.handovers for u in (e.producer, e.consumer)}
     for unit in plan.composites:
-        bound = _estimate(unit, unit.greedy, fallback, targets, id(unit) in coupled)
-        _decide(unit, unit.greedy, fallback, bound)
-        if bound is not None:
-            plan.pending.append((unit, bound[0]))
+        _bound(unit, fallback, targets, id(unit) in coupled)
     _couple(plan, targets)
     for k, node in enumerate(others, start=len(composites)):
         unit = UnitCost([node], chosen=fallback, greedy=fallback, function=functions[k])
@@ -397,66 +405,35 @@ def _ask(target: object, hook: str, function: Node):
     return method(function) if callable(method) else None
 
 
-#: a composite the CPU was measured on stays there, its accelerator unestimated, where
-#: the accelerator's lower bound is within this fraction of the CPU's figure: the most
-#: offloading it could save is under the CPU's own measurement noise on a shared machine
-#: (estimates of one kernel 20% apart between compiles at a load of 8 to 10), and finding
-#: out compiles the composite for the accelerator (ResNet-18 on a 32x32 core at 300 MHz:
-#: up to 11 of its 32 candidates compiled for both devices, one of the two unused)
-MIN_GAIN = 0.1
-
-
-def _estimate(unit: UnitCost, accelerator: str, fallback: str,
-              targets: Mapping[str, object], coupled: bool = False
-              ) -> tuple[str, float, str] | None:
-    """Put in ``unit.candidates`` the estimates its decision needs (see the module): the
-    likelier winner's first, then the other's unless the first beats the other's lower
-    bound. Returns that bound (the device left unestimated, seconds, how) or None.
-    ``coupled``: a neighbour on the accelerator could keep a tensor with the unit, so
-    the accelerator's bound is its ``lower_bound_kept`` where it has one (without the
-    copies a neighbour could save)."""
-    function = unit.function
-    cached = _ask(targets.get(fallback), "cached", function)
+def _bound(unit: UnitCost, fallback: str, targets: Mapping[str, object],
+           coupled: bool = False) -> None:
+    """Put in ``unit.candidates`` the CPU's cached figure (the llvm target timed the whole
+    graph's kernels at once) and in ``unit.bounds`` a lower bound of each device without
+    a figure (its ``lower_bound`` hook; none: nothing known, zero). ``coupled``: a
+    neighbour on the accelerator could keep a tensor with the unit, so the accelerator's
+    bound is its ``lower_bound_kept`` (the call with its copies free) plus, where it has
+    a ``port_bounds`` hook, the least of each copy (:attr:`UnitCost.copy_bounds`), which
+    the cut takes off only where the neighbour runs there too."""
+    cached = _ask(targets.get(fallback), "cached", unit.function)
     if cached is not None:
         unit.candidates[fallback] = cached
-    bounds = {}
-    for name in (fallback, accelerator):
-        if name not in unit.candidates:
-            hook = "lower_bound"
-            if coupled and name == accelerator and callable(
-                    getattr(targets.get(name), "lower_bound_kept", None)):
-                hook = "lower_bound_kept"
-            found = _ask(targets.get(name), hook, function)
-            if found is not None:
-                bounds[name] = found
-    # the device with the lower bound is the likelier winner: a bound is a device's time
-    # at its best, so the other needs more than that. A composite the CPU cannot be
-    # bounded on (no multiply-accumulates: element-wise work) is likelier the CPU's; one
-    # the accelerator cannot, or a tie, the accelerator's, which the pattern chose
-    cpu_first = fallback not in bounds or (accelerator in bounds and
-                                           bounds[fallback][0] < bounds[accelerator][0])
-    order = (fallback, accelerator) if cpu_first else (accelerator, fallback)
-    first, second = order
-    if first not in unit.candidates:
-        found = _ask(targets.get(first), "estimate", function)
+    for name in (fallback, unit.greedy):
+        if name in unit.candidates:
+            continue
+        target = targets.get(name)
+        found = None
+        if coupled and name == unit.greedy:
+            found = _ask(target, "lower_bound_kept", unit.function)
+            copies = _ask(target, "port_bounds", unit.function) if found else None
+            if copies is not None:
+                inputs, output = copies
+                unit.copy_bounds = (tuple(inputs), output)
+                found = (found[0] + sum(inputs) + output,
+                         f"{found[1]}; its copies at least {_ms(sum(inputs) + output)}")
+        if found is None:
+            found = _ask(target, "lower_bound", unit.function)
         if found is not None:
-            unit.candidates[first] = found
-    mine = unit.candidates.get(first)
-    if mine is not None and second in bounds:
-        seconds, how = bounds[second]
-        # strictly faster for the CPU, as fast for the accelerator (ties offload)
-        if mine.total_s < seconds or (first == accelerator and mine.total_s <= seconds):
-            return second, seconds, how
-        if first == fallback and seconds > mine.total_s * (1 - MIN_GAIN):
-            # the accelerator could save less than MIN_GAIN of the CPU's time: not
-            # worth compiling it to find out (the unit stays where it runs anyway)
-            return second, seconds, (f"{how}; less than {MIN_GAIN:.0%} to gain, not "
-                                     f"worth compiling it to know")
-    if second not in unit.candidates:
-        found = _ask(targets.get(second), "estimate", function)
-        if found is not None:
-            unit.candidates[second] = found
-    return None
+            unit.bounds[name] = found
 
 
 # -- tensors kept on the accelerator between neighbours: the decisions coupled
@@ -521,34 +498,64 @@ def _handovers(plan: CostPlan, graph: Graph) -> None:
             plan.exclusive.append(edges)
 
 
-def _port(edge: Handover, side: str):
+#: a side of a handover whose unit is not estimated on the accelerator yet (it may be)
+_OPEN = object()
+
+
+def _side(unit: UnitCost, edge: Handover, side: str, optimistic: bool):
+    """``unit``'s port on ``edge`` (``side`` "in": its input, "out": its output) from its
+    accelerator estimate; ``_OPEN`` where it has none yet but may (``optimistic`` only);
+    else None."""
+    estimate = unit.candidates.get(unit.greedy)
+    if estimate is not None:
+        if side == "out":
+            return estimate.output
+        return estimate.inputs[edge.position] if len(estimate.inputs) > edge.position \
+            else None
+    if not optimistic or unit.greedy in unit.no_estimate:
+        return None
+    return _OPEN
+
+
+def _port(edge: Handover, side: str, optimistic: bool = False):
     """The port ``edge``'s consumer (``side="in"``) or producer (``"out"``) saves where
     the accelerator keeps the tensor (``CostEstimate.inputs`` / ``output``), None where
-    the two estimates' ports do not match (or either device was not estimated)."""
-    target = edge.producer.greedy
-    made = edge.producer.candidates.get(target)
-    used = edge.consumer.candidates.get(target)
-    if made is None or used is None or made.output is None \
-            or len(used.inputs) <= edge.position:
+    the two estimates' ports do not match (or either device was not estimated).
+    ``optimistic``: a side not estimated yet matches any key, and where it is the
+    saving one, saves its bound (:attr:`UnitCost.copy_bounds`; a port without a key)."""
+    made = _side(edge.producer, edge, "out", optimistic)
+    used = _side(edge.consumer, edge, "in", optimistic)
+    mine, theirs = (used, made) if side == "in" else (made, used)
+    if mine is None or theirs is None:
         return None
-    key = made.output.key
-    if key is None or used.inputs[edge.position].key != key:
+    if mine is _OPEN:
+        owner = edge.consumer if side == "in" else edge.producer
+        bounds = owner.copy_bounds
+        if bounds is None or (theirs is not _OPEN and theirs.key is None):
+            return None
+        if side == "out":
+            return Port(None, bounds[1])
+        return Port(None, bounds[0][edge.position]) if len(bounds[0]) > edge.position \
+            else None
+    if mine.key is None or (theirs is not _OPEN and theirs.key != mine.key):
         return None
-    return used.inputs[edge.position] if side == "in" else made.output
+    return mine
 
 
-def saving_terms(plan: CostPlan) -> list[tuple[object, list[UnitCost]]]:
+def saving_terms(plan: CostPlan, optimistic: bool = False
+                 ) -> list[tuple[object, list[UnitCost]]]:
     """The coupled terms of the model's latency: ``(port, units)``, the port's seconds
     saved where every unit of ``units`` runs on the accelerator (the consumer's copy in
     of a tensor its producer there holds in the same form; the producer's copy out
-    where every reader of its output does)."""
+    where every reader of its output does). ``optimistic``: also the terms the units
+    not estimated yet could make (:func:`_port`)."""
     terms = []
     for edge in plan.handovers:
-        port = _port(edge, "in")
+        port = _port(edge, "in", optimistic)
         if port is not None and port.seconds:
             terms.append((port, [edge.producer, edge.consumer]))
     for edges in plan.exclusive:
-        ports = [_port(e, "out") for e in edges]
+        ports = [_port(e, "out", optimistic) for e in edges]
         if all(p is not None for p in ports) and ports[0].seconds:
             readers = list({id(e.consumer): e.consumer for e in edges}.values())
             terms.append((ports[0], [edges[0].producer, *readers]))
@@ -571,44 +578,133 @@ def _kept_seconds(plan: CostPlan, which: str) -> float:
 
 
 def _couple(plan: CostPlan, targets: Mapping[str, object]) -> None:
-    """Re-decide the composites with their neighbours (see the module): the exact
-    minimum of the latency with the handover terms, over the composites estimated on
-    both devices (a minimum cut); a composite left on the CPU by the accelerator's
-    lower bound alone is estimated there once a neighbour goes to the accelerator (its
-    bound assumed it copies everything), and the cut is made again."""
-    if not plan.handovers:
-        return
+    """Decide the composites: the exact minimum of the model's latency (the units'
+    times on their devices less the copies kept between neighbours), estimating only
+    what that minimum needs. A branch and bound over the cut:
+
+    1. Every figure not estimated is replaced by an optimistic one: the device's lower
+       bound (:func:`_bound`; zero without one), and a neighbour's handover with a unit
+       not estimated counted as if their ports matched (:func:`saving_terms` with
+       ``optimistic``), saving the bound of the copy where the unestimated side is the
+       saving one. Call this relaxed latency ``g``, the true one ``f``.
+    2. The minimum cut of ``g`` (:func:`_cut`: the largest minimizer, ties to the
+       accelerator) puts each unit on a device. If every unit is on a device it was
+       estimated on, that is the decision; else some of those that are not are
+       estimated and the cut made again: those on the CPU, and those on the
+       accelerator every later cut would put there too (their figure for the cut
+       within their CPU one), or else one, the likeliest to lose (the largest excess of
+       its figure there over its CPU one). Each round estimates a new figure, so it
+       ends.
+
+    Why the final cut is ``f``'s exact minimum, and the one estimating everything gives:
+    ``g <= f`` for every assignment ``x``. A unit's time on the CPU is its figure or a
+    lower bound of it. On the accelerator, charge each saving term to the unit whose
+    port it saves (each port is in at most one term: a consumer's input has one
+    producer, a producer one output): an estimated unit's time and its terms are exact
+    in ``g`` save that ``g`` has more terms (a port not estimated matches any key); an
+    unestimated unit's time less the copies it saves under ``x`` is its compute time
+    plus its other copies, at least ``lower_bound_kept`` plus those copies'
+    ``copy_bounds``, which is its relaxed time less the bounds of the terms that apply in
+    ``g`` (a superset of ``f``'s). Now let ``x*`` be the cut's assignment with every unit
+    on an estimated device: every term that applies involves only units on the
+    accelerator, all estimated, so ``g(x*) = f(x*)``; and for any ``x``,
+    ``f(x) >= g(x) >= g(x*) = f(x*)``: ``x*`` minimizes ``f``. It is also ``f``'s
+    largest minimizer (the cut over every figure): a minimizer ``y`` of ``f`` has
+    ``g(y) <= f(y) = f(x*) = g(x*)``, so ``y`` minimizes ``g`` and lies within ``x*``
+    (minimizers of a submodular function are closed under union; the cut gives the
+    largest). Bounds are compared in whole picoseconds, as the cut counts, less a
+    picosecond per rounded term (:func:`_figure`), so rounding keeps ``g <= f``.
+
+    A unit no pattern-matched device gave a figure for (asked, None) is left where the
+    pattern put it, as the greedy placement would."""
+    fallback = plan.fallback
     while True:
-        before = {id(u): u.chosen for u in plan.composites}
         _cut(plan)
-        grown = False
-        for edge in plan.handovers:
-            for unit, other in ((edge.producer, edge.consumer),
-                                (edge.consumer, edge.producer)):
-                target = unit.greedy
-                if other.chosen == target and target not in unit.candidates \
-                        and plan.fallback in unit.candidates \
-                        and _can_keep(other.candidates.get(target), edge, other):
-                    found = _ask(targets.get(target), "estimate", unit.function)
-                    if found is not None:
-                        unit.candidates[target] = found
-                        grown = True
-        for unit in plan.composites:
-            if unit.chosen != before[id(unit)] and unit.chosen == unit.greedy:
-                unit.reason = _coupled_reason(plan, unit)
-        if not grown:
+        todo = [u for u in plan.composites
+                if u.chosen not in u.candidates and u.chosen not in u.no_estimate]
+        if not todo:
+            break
+        # estimated this round: on the CPU, all it asks for (the llvm target times the
+        # whole graph's kernels on the first); on the accelerator, those every later cut
+        # puts there too until they are estimated (their figure for the cut within their
+        # CPU one: savings only lower it, and an estimate of the CPU only raises a bound),
+        # else one, the likeliest to lose (the most above its other device's figure
+        # there: it leans on its neighbours' savings)
+        excess = {id(u): _excess(u, fallback) for u in todo}
+        batch = [u for u in todo if u.chosen == fallback or excess[id(u)] is None
+                 or excess[id(u)] <= 0]
+        if not batch:
+            batch = [max(todo, key=lambda u: excess[id(u)])]
+        for unit in batch:
+            if unit.chosen in unit.candidates:  # answered by the cache meanwhile
+                continue
+            device = targets.get(unit.chosen)
+            found = _ask(device, "estimate", unit.function)
+            if found is None:
+                unit.no_estimate.add(unit.chosen)
+                continue
+            unit.candidates[unit.chosen] = found
+            for other in plan.composites:  # what the target measured with it
+                if unit.chosen in (other.greedy, fallback) \
+                        and unit.chosen not in other.candidates:
+                    cached = _ask(device, "cached", other.function)
+                    if cached is not None:
+                        other.candidates[unit.chosen] = cached
+    for unit in plan.composites:
+        _explain(unit, plan)
+        for device in (unit.greedy, plan.fallback):
+            if device not in unit.candidates and device not in unit.no_estimate:
+                plan.pending.append((unit, device))
+
+
+def _other(unit: UnitCost, fallback: str) -> str:
+    return fallback if unit.chosen == unit.greedy else unit.greedy
+
+
+def _ps(seconds: float) -> int:  # picoseconds: integer capacities, exact sums
+    return round(seconds * 1e12)
+
+
+def _figure(unit: UnitCost, device: str, fallback: str) -> int | None:
+    """``unit``'s time on ``device`` in picoseconds for the cut: its estimate, else its
+    lower bound (zero without one) less the rounding of its terms (see :func:`_couple`);
+    None where the device was asked and gave no figure."""
+    if device in unit.candidates:
+        return _ps(unit.seconds(device))
+    if device in unit.no_estimate:
+        return None
+    bound = unit.bounds.get(device)
+    if bound is None:
+        return 0
+    ports = len(unit.copy_bounds[0]) + 1 if device != fallback and unit.copy_bounds else 0
+    return max(0, _ps(bound[0]) - 2 * (ports + 1))
+
+
+def _excess(unit: UnitCost, fallback: str) -> int | None:
+    """How much longer the cut counts ``unit`` on the accelerator than on the CPU
+    (picoseconds; None where a device gave no figure: the unit is fixed there)."""
+    there, here = _figure(unit, unit.greedy, fallback), _figure(unit, fallback, fallback)
+    return None if there is None or here is None else there - here
+
+
+def _explain(unit: UnitCost, plan: CostPlan) -> None:
+    """``unit.reason`` for the device the cut chose (kept as chosen)."""
+    chosen, fallback = unit.chosen, plan.fallback
+    other = _other(unit, fallback)
+    if chosen in unit.candidates and other not in unit.candidates \
+            and other not in unit.no_estimate:
+        if other in unit.bounds:
+            _decide(unit, unit.greedy, fallback, (other, *unit.bounds[other]))
             return
-
-
-def _can_keep(estimate, edge: Handover, unit: UnitCost) -> bool:
-    """Whether ``unit``'s side of ``edge`` (its estimate there) says the device may keep
-    the tensor (a port with a key): only then is the other side worth estimating."""
-    if estimate is None:
-        return False
-    if unit is edge.producer:
-        return estimate.output is not None and estimate.output.key is not None
-    ports = estimate.inputs
-    return len(ports) > edge.position and ports[edge.position].key is not None
+        _decide(unit, unit.greedy, fallback, (other, 0.0, ""))
+        unit.reason = (unit.reason.split(";")[0] + f"; {other} not estimated: with the "
+                       f"copies its neighbours keep, this is the least whatever its figure")
+        return
+    _decide(unit, unit.greedy, fallback)
+    unit.chosen = chosen
+    both = unit.greedy in unit.candidates and fallback in unit.candidates
+    if both and chosen == unit.greedy and unit.seconds(chosen) > unit.seconds(fallback):
+        unit.reason = _coupled_reason(plan, unit)
 
 
 def _coupled_reason(plan: CostPlan, unit: UnitCost) -> str:
@@ -621,38 +717,39 @@ def _coupled_reason(plan: CostPlan, unit: UnitCost) -> str:
 
 
 def _cut(plan: CostPlan) -> None:
-    """Set ``chosen`` of the composites estimated on both devices to the placement of
-    least latency (fixed units as they are): a minimum s-t cut (source side: the CPU)
-    of the function ``sum(unit's time) - sum(saving terms)``, each term ``-s * x1 *
-    ... * xk`` (``x`` = 1 on the accelerator) by an extra node ``w``: ``-s * w + s * w
-    * sum(1 - xi)`` (Kolmogorov and Zabih's construction for submodular functions).
-    Ties go to the accelerator (the least source side: what the source reaches)."""
-    free = [u for u in plan.composites
-            if u.greedy in u.candidates and plan.fallback in u.candidates]
+    """Set ``chosen`` of the composites to the placement of least latency, their figures
+    estimated or optimistic (:func:`_couple`; a unit with a device that gave no figure
+    stays where the pattern put it): a minimum s-t cut (source side: the CPU) of the
+    function ``sum(unit's time) - sum(saving terms)``, each term ``-s * x1 * ... * xk``
+    (``x`` = 1 on the accelerator) by an extra node ``w``: ``-s * w + s * w * sum(1 -
+    xi)`` (Kolmogorov and Zabih's construction for submodular functions). Ties go to
+    the accelerator (the least source side: what the source reaches)."""
+    free = []
+    for unit in plan.composites:
+        if _figure(unit, unit.greedy, plan.fallback) is None \
+                or _figure(unit, plan.fallback, plan.fallback) is None:
+            unit.chosen = unit.greedy
+        else:
+            free.append(unit)
     index = {id(u): k + 2 for k, u in enumerate(free)}  # 0 source, 1 sink
     graph: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-
-    def ps(seconds: float) -> int:  # picoseconds: integer capacities, exact sums
-        return round(seconds * 1e12)
-
     for unit in free:
-        alpha = ps(unit.seconds(unit.greedy)) - ps(unit.seconds(plan.fallback))
+        alpha = _figure(unit, unit.greedy, plan.fallback) \
+            - _figure(unit, plan.fallback, plan.fallback)
         _unary(graph, index[id(unit)], alpha)
     nodes = len(free) + 2
-    for port, units in saving_terms(plan):
-        seconds = port.seconds
-        if any(id(u) not in index and u.chosen != u.greedy for u in units):
-            continue  # a unit fixed on the CPU: the term never applies
-        variables = [index[id(u)] for u in units if id(u) in index]
+    for port, units in saving_terms(plan, optimistic=True):
+        seconds = _ps(port.seconds)
+        variables = [index[id(u)] for u in units if id(u) in index]  # others: on it
         if not variables:
             continue
         if len(variables) == 1:
-            _unary(graph, variables[0], -ps(seconds))
+            _unary(graph, variables[0], -seconds)
             continue
         w, nodes = nodes, nodes + 1
-        graph[w][1] += ps(seconds)  # -s*w == -s + s*(1 - w): cut when w on the source side
+        graph[w][1] += seconds  # -s*w == -s + s*(1 - w): cut when w on the source side
         for x in variables:
-            graph[x][w] += ps(seconds)  # s * w * (1 - x): x on the source side, w not
+            graph[x][w] += seconds  # s * w * (1 - x): x on the source side, w not
     source_side = _residual_reach(graph, 0, 1)
     for unit in free:
         unit.chosen = plan.fallback if index[id(unit)] in source_side else unit.greedy
@@ -674,11 +771,12 @@ def _residual_reach(graph, source: int, sink: int) -> set[int]:
         for b, capacity in edges.items():
             residual[a][b] = residual[a].get(b, 0) + capacity
             residual[b].setdefault(a, 0)
+    order = {a: sorted(edges) for a, edges in residual.items()}  # a fixed order
     while True:
         parent = {source: None}
         queue = [source]
         for a in queue:
-            for b in sorted(residual[a]):
+            for b in order.get(a, ()):
                 if b not in parent and residual[a][b] > 0:
                     parent[b] = a
                     queue.append(b)
