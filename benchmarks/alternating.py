@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
+
+import numpy as np
 
 #: pause when switching between the measured libraries: OpenBLAS's (and ONNX Runtime's)
 #: worker threads busy-wait for a while after each call and would otherwise steal cores
@@ -36,3 +39,16 @@ def alternating_medians(runs, repeat: int, block: int = 5,
     """Median seconds of each callable, measured by :func:`alternating_samples`."""
     return [statistics.median(samples)
             for samples in alternating_samples(runs, repeat, block, pause_s)]
+
+
+def same_bits_medians(kernels, arguments, outputs, repeat: int,
+                      block: int) -> list[float] | None:
+    """Median CPU seconds of each kernel called on ``arguments`` and its own array of
+    ``outputs`` (the variants of one kernel a benchmark compares), in alternating blocks
+    on this process's CPU clock; None when their outputs differ (a variant that is
+    faster but wrong is no result)."""
+    runs = [functools.partial(kernel, *arguments, out) for kernel, out in zip(kernels, outputs)]
+    samples = alternating_samples(runs, repeat, block, pause_s=0.0, clock=time.process_time)
+    if not all(np.array_equal(outputs[0], out) for out in outputs[1:]):
+        return None
+    return [statistics.median(times) for times in samples]

@@ -11,14 +11,11 @@ Prints, per layer (channels, input size, stride), each kernel's median ms per ca
 from __future__ import annotations
 
 import argparse
-import functools
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
-from alternating import alternating_samples
+from alternating import same_bits_medians
 
 #: (channels, input height and width, stride) of MobileNetV2's strided depthwise layers
 LAYERS = ((96, 112, 2), (144, 56, 2), (192, 28, 2), (576, 14, 2))
@@ -71,13 +68,12 @@ def main() -> int:
         w = rng.integers(-128, 128, (channels, 1, 3, 3)).astype(np.int8)
         zero = np.array([7], np.uint8)
         outs = [np.zeros(shape, np.int32) for _, shape in kernels]
-        samples = alternating_samples(
-            [functools.partial(k, x, w, zero, out) for (k, _), out in zip(kernels, outs)],
-            args.rounds * args.calls, args.calls, pause_s=0.0, clock=time.process_time)
-        if not np.array_equal(outs[0], outs[1]):
+        medians = same_bits_medians([k for k, _ in kernels], (x, w, zero), outs,
+                                    args.rounds * args.calls, args.calls)
+        if medians is None:
             print(f"{channels} channels at {size}x{size}: the kernels differ")
             return 1
-        old, new = (statistics.median(times) * 1e3 for times in samples)
+        old, new = (seconds * 1e3 for seconds in medians)
         print(f"{channels:4d} channels {size:3d}x{size:<3d} stride {stride}: column phases "
               f"{old:.4f} ms, column pairs {new:.4f} ms, {new / old:.2f}x")
     print(f"load average (1 min) {os.getloadavg()[0]:.2f} at the end")

@@ -12,14 +12,11 @@ same bits (checked). Both descriptions must run on this host.
 from __future__ import annotations
 
 import argparse
-import functools
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
-from alternating import alternating_samples
+from alternating import same_bits_medians
 
 #: CPU descriptions whose dot product is ``vpmaddubsw`` (no VNNI)
 TARGETS = ("llvm -mcpu=haswell", "llvm -mcpu=sapphirerapids -mattr=-avx512vnni")
@@ -86,13 +83,12 @@ def main() -> int:
             w = rng.integers(-128, 128, (filters, shape[1], kernel, kernel)).astype(np.int8)
             zero = np.array([7], np.uint8)
             outs = [np.zeros(out_shape, np.int32) for _, out_shape in kernels]
-            samples = alternating_samples(
-                [functools.partial(k, x, w, zero, out) for (k, _), out in zip(kernels, outs)],
-                args.rounds * args.calls, args.calls, pause_s=0.0, clock=time.process_time)
-            if not np.array_equal(outs[0], outs[1]):
+            medians = same_bits_medians([k for k, _ in kernels], (x, w, zero), outs,
+                                        args.rounds * args.calls, args.calls)
+            if medians is None:
                 print(f"{target} {shape}: the kernels differ")
                 return 1
-            old, new = (statistics.median(times) for times in samples)
+            old, new = medians
             macs = int(np.prod(outs[0].shape)) * shape[1] * kernel * kernel
             print(f"{target:46s} {kernel}x{kernel} {shape[1]:3d}->{filters:3d} at "
                   f"{shape[2]:3d}x{shape[3]:<3d}: vpmaddwd {old * 1e3:.3f} ms "
