@@ -37,13 +37,14 @@ BLOCKED_CONV_MAX_CHANNEL_BLOCKS = 4
 #: share of the vector registers a default dense tile's accumulators may take (the rest
 #: hold its weight vectors, broadcast inputs and what LLVM's scheduling keeps live): 21
 #: of AVX-512's 32 (2 blocks x 8 columns, 3 x 7; 24 accumulators, 2 x 12 or 3 x 8,
-#: measured 20-60% slower), 10 of AVX2's 16 (one two-vector block of 5 columns; 6
-#: columns measured 5% slower). LLVM loads each column's broadcast input once per step
-#: and keeps it live across the tile's weight vectors, so a tile of several weight
-#: vectors needs an accumulator per column and vector, a register per column and one
-#: for the weight: 3 x 7 takes 29 of 32 registers, 3 x 8 would take 33 and spills
-#: broadcasts to the stack inside its reduction loop (its AVX-512 code stores 59 and
-#: reloads 43 vectors there, 3 x 7 none)
+#: measured 20-60% slower). LLVM loads each column's broadcast input once per step
+#: and keeps it live across the tile's channel blocks, so a tile of several blocks
+#: needs an accumulator per column and vector, a register per column and one for the
+#: weight: 3 x 7 takes 29 of 32 registers, 3 x 8 would take 33 and spills broadcasts
+#: to the stack inside its reduction loop (its AVX-512 code stores 59 and reloads 43
+#: vectors there, 3 x 7 none). A tile of one block of several vectors (AVX2's and
+#: NEON's 16-float blocks) multiplies each broadcast by the block's vectors at once and
+#: keeps one live: :func:`one_block_columns` instead.
 BLOCKED_CONV_ACCUMULATOR_SHARE = 2 / 3
 #: the same for a depthwise tile, whose every multiply-add loads its own input vector
 #: (wider tiles measured slower: the loads and accumulators no longer fit the registers)
@@ -120,18 +121,38 @@ def _column_budget(block_bytes: int, description: CPUDescription) -> int:
     return max(1, (description.vector_registers - OPERAND_REGISTERS) // vectors)
 
 
+def one_block_columns(vectors: int, cpu: CPUDescription) -> int:
+    """The most output columns of a dense blocked-conv tile of one channel block of
+    ``vectors`` (two or more) vector registers on ``cpu``: its accumulators (one per
+    column and vector) beside the block's weight vectors, one broadcast input and one
+    register for LLVM's next load. On x86 each column's broadcast is used by the block's
+    vectors at once, then dead; AArch64's multiply-add takes its multiplier from a lane
+    of a register (``fmla`` by element), so LLVM loads each column's inputs of four
+    channels as one vector and keeps it live: a register per column more. AVX2's
+    16-float blocks take 6 columns (12 accumulators + 2 + 1 + 1 = 16 registers, no
+    stack traffic; 7 reload 74 vectors from the stack), measured 3-11% faster than 5 on
+    ResNet-18's 3x3 layers and 2-5% on 1x1 layers of 96-256 channels (kernels alone,
+    alternating, load 7.5-8.5); NEON's 16-float blocks (four vectors) take 5 (6 reload
+    32 vectors from the stack)."""
+    per_column = vectors + (1 if cpu.arch == "aarch64" else 0)
+    return max(1, (cpu.vector_registers - vectors - 2) // per_column)
+
+
 def dense_conv_column_limit(channel_blocks: int, block_bytes: int,
                             cpu: CPUDescription) -> int:
     """The most output columns of a dense blocked-conv tile of ``channel_blocks`` blocks
-    of ``block_bytes`` on ``cpu``: a tile feeding each broadcast input element two or
-    more weight vectors keeps its accumulators (one per column and weight vector) within
-    :data:`BLOCKED_CONV_ACCUMULATOR_SHARE` of the registers, and takes at most
-    :data:`BLOCKED_CONV_PAIRED_COLUMNS` columns; a one-vector tile takes as many as the
-    registers hold, at most :data:`BLOCKED_CONV_MAX_COLUMNS`."""
+    of ``block_bytes`` on ``cpu``: a tile of several blocks keeps its accumulators (one
+    per column and weight vector) within :data:`BLOCKED_CONV_ACCUMULATOR_SHARE` of the
+    registers; one block of several vectors, :func:`one_block_columns`; either takes at
+    most :data:`BLOCKED_CONV_PAIRED_COLUMNS` columns. A one-vector tile takes as many as
+    the registers hold, at most :data:`BLOCKED_CONV_MAX_COLUMNS`."""
     description = cpu
-    weights = channel_blocks * _block_vectors(block_bytes, description)
+    vectors = _block_vectors(block_bytes, description)
+    weights = channel_blocks * vectors
     if weights < BLOCKED_CONV_WEIGHT_VECTORS:
         return min(BLOCKED_CONV_MAX_COLUMNS, _column_budget(block_bytes, description))
+    if channel_blocks == 1:
+        return min(BLOCKED_CONV_PAIRED_COLUMNS, one_block_columns(vectors, description))
     accumulators = int(description.vector_registers * BLOCKED_CONV_ACCUMULATOR_SHARE)
     return max(1, min(BLOCKED_CONV_PAIRED_COLUMNS, accumulators // weights))
 
@@ -174,7 +195,8 @@ def pointwise_conv_tile(blocks: int, width: int, block_bytes: int,
     :data:`BLOCKED_CONV_PAIRED_COLUMNS` columns, this measured 2-10% faster per layer
     on MobileNetV2's 1x1 convolutions with AVX-512 (3 blocks x 7 columns at 14x14, 5 x
     4 at 7x7, 4 x 5 at 14x14 with 4 blocks, 2 x 10 at 56x56); AVX2's tiles of 16-float
-    blocks stay one two-vector block over 5 columns (4 in a row of 7)."""
+    blocks stay one two-vector block, over :func:`one_block_columns` (6; 4 in a row of
+    7): one block keeps one broadcast live, not one per column."""
     description = cpu
     vectors = _block_vectors(block_bytes, description)
     accumulators = int(description.vector_registers * BLOCKED_CONV_ACCUMULATOR_SHARE)
@@ -184,7 +206,9 @@ def pointwise_conv_tile(blocks: int, width: int, block_bytes: int,
         weights = count * vectors
         if blocks % count or weights > accumulators or weights >= operands:
             continue
-        columns = even_tiles(width, accumulators // weights)
+        limit = (one_block_columns(vectors, description) if count == 1 and vectors > 1
+                 else accumulators // weights)
+        columns = even_tiles(width, limit)
         tiles = -(-width // columns)
         # weight vectors per broadcast, multiply-adds per step of a row's mean tile,
         # then per vector loaded (weights + width / tiles broadcasts): exact ratios,

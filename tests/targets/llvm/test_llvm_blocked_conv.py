@@ -31,6 +31,7 @@ from heterocc.targets.llvm.schedules import (
     dense_conv_reduction_blocks,
     dense_conv_row_reduction_blocks,
     even_tiles,
+    one_block_columns,
     pointwise_conv_tile,
     schedule_conv2d_nchwc,
 )
@@ -92,6 +93,7 @@ DENSE_TILE_GEOMETRIES = [
     (48, 14, 24, 1, 1, 0, ("residual",)),
     (24, 14, 32, 1, 2, 0, ()),
     (16, 13, 32, 1, 1, 1, ("relu",)),
+    (16, 12, 32, 3, 1, 1, ("residual", "relu")),  # AVX2: two tiles of 6 columns
     # 1x1 tiles of several blocks over few columns (pointwise_conv_tile on AVX-512):
     # 20 blocks in fives over 4 columns (a tail of 3) with the reduction chunked; 4
     # blocks over 5, 5 and 3 of 13 columns; 6 blocks in threes at stride 2; 60 blocks
@@ -118,7 +120,7 @@ DENSE_TILE_GEOMETRIES = [
                          DENSE_TILE_GEOMETRIES)
 def test_dense_blocked_tiles_match_onnxruntime_on_each_isa(cpu, channels, size, filters,
                                                            kernel, stride, pad, epilogue):
-    """The default dense tiles of each CPU description (AVX2's one two-vector block of 5
+    """The default dense tiles of each CPU description (AVX2's one two-vector block of 6
     columns, AVX-512's two blocks of up to 8, with their tail tiles) against ORT."""
     model = _conv_model(channels, size, filters, kernel, stride, 1, pad=pad,
                         epilogue=epilogue)
@@ -491,15 +493,25 @@ def test_pointwise_tiles_follow_the_registers(cpu, blocks, width, block_bytes, t
                                           for w in (1, 3, 7, 13, 14, 28, 41, 56, 112)])
 def test_pointwise_tile_is_the_fullest_that_fits(cpu, blocks, width):
     """Against every (blocks, columns) that divides the blocks and keeps its
-    accumulators within two thirds of the registers and its weight vectors and a
+    accumulators within two thirds of the registers (one block of several vectors: all
+    of them but its weights, a broadcast and a spare) and its weight vectors and a
     broadcast within the rest: none of the same class (two or more weight vectors per
     broadcast, or not) does more multiply-adds per step averaged over a row's tiles,
     and the class of two or more is taken where it has a member."""
     vectors = max(1, 64 // cpu.vector_bytes)
     columns, count = pointwise_conv_tile(blocks, width, 64, cpu)
     accumulators = cpu.vector_registers * 2 // 3
+
+    def fits(count, columns):
+        # one block of several vectors keeps one broadcast live: its accumulators, its
+        # weight vectors, a broadcast and a spare register within all of them
+        if count == 1 and vectors > 1:
+            per_column = vectors + (cpu.arch == "aarch64")  # its inputs as one vector
+            return columns * per_column + vectors + 2 <= cpu.vector_registers
+        return count * vectors * columns <= accumulators
+
     assert blocks % count == 0 and 1 <= columns <= width
-    assert count == 1 or count * vectors * columns <= accumulators
+    assert count == 1 or fits(count, columns)
     assert count == 1 or count * vectors < cpu.vector_registers - accumulators
 
     def mean(count, columns):
@@ -507,7 +519,7 @@ def test_pointwise_tile_is_the_fullest_that_fits(cpu, blocks, width):
 
     legal = [(c, k) for k in range(1, blocks + 1) if blocks % k == 0
              and k * vectors < cpu.vector_registers - accumulators
-             for c in range(1, width + 1) if k * vectors * c <= accumulators]
+             for c in range(1, width + 1) if fits(k, c)]
     paired = [(c, k) for c, k in legal if k * vectors >= 2]
     if paired:
         assert count * vectors >= 2
@@ -593,3 +605,47 @@ def test_pooling_a_blocked_tensor_matches_reference(pool):
     compiled = _compile_blocked_and_check(model, _feeds(model))
     ops = compiled.graph.op_counts()
     assert ops["LayoutTransform"] == 2 and ops[pool.op_type] == 1
+
+
+def _one_block_tile_assembly(cpu, width, columns=None):
+    """A 3x3 conv of 4 blocks of 16 channels to 4 over a 7 x ``width`` image, scheduled
+    with ``columns`` (None: the default tile) and built for ``cpu``: its assembly."""
+    x = te.placeholder((1, 4, 7, width, 16), "float32", "x")
+    w = te.placeholder((4, 4, 3, 3, 16, 16), "float32", "w")
+    b = te.placeholder((4, 16), "float32", "b")
+    attrs = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": 1}
+    (y,) = compute_of("ConvNCHWc")([x, w, b], attrs,
+                                   [TensorType((1, 4, 7, width, 16), "float32")])
+    schedule = te.create_schedule(y)
+    stages = {s.tensor.name: s.tensor for s in schedule.stages if not s.is_placeholder}
+    schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], y,  # y: the bias epilogue
+                          tiles=BlockedConvTiles(columns=columns), cpu=cpu)
+    with compiling_for(cpu):
+        return build([te.lower(schedule, [x, w, b, y], name="tile")], name="tile",
+                     cpu=cpu).assembly()
+
+
+#: vector reloads from the stack (a spilled register) in AVX2 and NEON assembly
+_STACK_VECTORS = re.compile(r"\(%rsp\).*%ymm|\b(?:ldr|ldp)\s+q\d+.*\[sp")
+
+
+@pytest.mark.parametrize("cpu,default,wider", [
+    (AVX2, 6, 7),  # 12 accumulators + 2 weight vectors + a broadcast + a spare
+    (NEON, 5, 6),  # 20 + 4 + a live input vector per column (fmla by element) + 2
+])
+def test_one_block_tiles_fill_the_registers_without_spilling(cpu, default, wider):
+    """A tile of one channel block of several vectors (:func:`one_block_columns`) takes
+    the most columns whose registers fit: its code keeps every vector in registers, and
+    one column more spills to the stack (the register model's prediction, checked in
+    the generated code, whatever machine runs the test)."""
+    vectors = 64 // cpu.vector_bytes
+    assert one_block_columns(vectors, cpu) == default
+    assert default_blocked_conv_tiles((1, 4, 7, 2 * default, 16), 4, cpu=cpu) == (default, 1)
+    fits = _one_block_tile_assembly(cpu, 2 * default)
+    spills = _one_block_tile_assembly(cpu, 2 * wider, columns=wider)
+    muladds = r"vfmadd\w+\s+.*%ymm" if cpu.is_x86 else r"\bfmla\s+v\d+\.4s"
+    # every column and vector of the tile, every input channel of the unrolled block
+    assert len(re.findall(muladds, fits)) >= default * vectors * 16
+    # (LLVM's AArch64 code parks one pair of vectors on the stack outside the loop)
+    assert len(_STACK_VECTORS.findall(fits)) <= 1
+    assert len(_STACK_VECTORS.findall(spills)) > 16
