@@ -32,6 +32,7 @@ from heterocc.targets.llvm.schedules import (
     dense_conv_row_reduction_blocks,
     even_tiles,
     one_block_columns,
+    one_block_tile_columns,
     pointwise_conv_tile,
     schedule_conv2d_nchwc,
 )
@@ -476,6 +477,8 @@ NEON = parse_cpu("llvm -mtriple=aarch64-linux-gnu")
     # AVX2 (16 registers, 10 accumulators): a 16-float block is two vectors
     (AVX2, 6, 14, 64, (5, 1)),
     (AVX2, 10, 7, 64, (4, 1)),
+    (AVX2, 4, 56, 64, (6, 1)),       # 9 tiles of 6 and one of 2
+    (AVX2, 4, 55, 64, (5, 1)),       # 11 of 5, not 9 of 6 and one of 1
     # ... an 8-float block one: three of them, not one over 10 columns
     (AVX2, 3, 56, 32, (3, 3)),
     # NEON's 4-float vectors: a 16-float block is four; a 4-float block one
@@ -649,3 +652,16 @@ def test_one_block_tiles_fill_the_registers_without_spilling(cpu, default, wider
     # (LLVM's AArch64 code parks one pair of vectors on the stack outside the loop)
     assert len(_STACK_VECTORS.findall(fits)) <= 1
     assert len(_STACK_VECTORS.findall(spills)) > 16
+
+
+@pytest.mark.parametrize("width,columns", [(56, 6), (55, 5), (28, 6), (27, 6), (14, 5),
+                                           (7, 4), (25, 5), (43, 5), (61, 6), (6, 6)])
+def test_one_block_tiles_leave_no_one_column_tail(width, columns):
+    """AVX2's one-block tiles (6 columns at most) cover a row in the fewest tiles, but
+    not with a last tile of one column where one column fewer takes at most one tile
+    more (43 in 9 tiles of 5, not 8 of 6; 61 = 10 x 6 + 1 stays: tiles of 5 would
+    take 13, not 11)."""
+    assert one_block_tile_columns(width, 2, AVX2) == columns
+    out_shape = (1, 4, 3, width, 16)
+    assert default_blocked_conv_tiles(out_shape, 4, cpu=AVX2) == (columns, 1)
+    assert default_blocked_conv_tiles(out_shape, 4, cpu=AVX2, windowed=False) == (columns, 1)
