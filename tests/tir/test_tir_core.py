@@ -191,6 +191,15 @@ def test_partition_loops_splits_off_the_guarded_tail():
     ]
 
 
+def test_partition_loops_returns_a_function_with_nothing_to_split_as_it_is():
+    # no likely guard: nothing split, and no second simplification of what
+    # remove_true_guards has just simplified (lower_pipeline runs it before)
+    A = _buffer("A", (8,))
+    i = tir.Var("i")
+    func = tir.PrimFunc("f", (A,), _loop(i, 8, tir.BufferStore(A, tir.const(1.0), (i + 0,))))
+    assert tir.partition_loops(func) is func
+
+
 def test_partition_loops_peels_a_tail_reached_through_a_fused_loop():
     # 10 rows in tiles of 4 (the last cut short) times 2 column tiles, the two tile
     # loops fused: the row tile is fused // 2, which grows with the fused loop, so the
