@@ -212,3 +212,30 @@ def test_a_costly_stage_that_a_broadcast_repeats_is_computed_once():
     same = te.compute((4,), lambda c: te.exp(x[c]), name="same")
     reader = te.compute((4,), lambda c: same[c] * x[c], name="reader")
     assert repeated_costly_stages(te.create_schedule([reader]), lambda t: True) == []
+
+
+def test_a_code_key_is_computed_once_per_op_and_attribute_values():
+    from heterocc.sdk import te_target
+
+    calls = []
+
+    def code_key(attrs):
+        calls.append(attrs)
+        return ("key", len(attrs["multiplier"]))
+
+    te_target._CODE_KEYS.clear()
+    first = {"multiplier": [3, 5, 7], "table": np.arange(4, dtype=np.int32), "zero_point": 1}
+    same = {"multiplier": [3, 5, 7], "table": np.arange(4, dtype=np.int32), "zero_point": 1}
+    assert te_target._code_key("Requantize", code_key, first) == ("key", 3)
+    assert te_target._code_key("Requantize", code_key, same) == ("key", 3)
+    assert len(calls) == 1  # equal values, not the same dict: remembered
+    te_target._code_key("Requantize", code_key, {**first, "zero_point": 2})
+    te_target._code_key("OtherOp", code_key, first)
+    assert len(calls) == 3
+    # an attribute that is an object is keyed by identity, which a later object may
+    # reuse: never remembered
+    holder = {"multiplier": [1], "callback": object()}
+    te_target._code_key("Requantize", code_key, holder)
+    te_target._code_key("Requantize", code_key, holder)
+    assert len(calls) == 5
+    te_target._CODE_KEYS.clear()

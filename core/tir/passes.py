@@ -306,8 +306,14 @@ class _LoopPartitioner(StmtMutator):
 def partition_loops(func: PrimFunc) -> PrimFunc:
     """Loops whose iterations make a likely guard (a split tail, a region clip) fail only
     from some point on are split there: the main part runs without the guard (removed by
-    :func:`remove_true_guards`, so it can be vectorized), the tail keeps it."""
-    return dataclasses.replace(func, body=simplify_stmt(_LoopPartitioner().stmt(func.body)))
+    :func:`remove_true_guards`, so it can be vectorized), the tail keeps it. Where no
+    loop is split the function is returned as it is (the parts of a split loop are
+    simplified under their narrower ranges; the rest is as the last simplification left
+    it, in :func:`lower_pipeline`)."""
+    body = _LoopPartitioner().stmt(func.body)
+    if body is func.body:
+        return func
+    return dataclasses.replace(func, body=simplify_stmt(body))
 
 
 class _BufferRenamer(Mutator):

@@ -38,7 +38,7 @@ from .expr import (
 )
 from .functor import ExprFunctor
 from .stmt import For, IfThenElse, SeqStmt, Stmt, seq
-from .visitor import Mutator, collect_statements, field_names, substitute
+from .visitor import Mutator, collect_statements, field_names
 
 
 @dataclass(frozen=True)
@@ -524,6 +524,8 @@ class Simplifier(Mutator):
     def __init__(self, ranges: Ranges | None = None):
         self.ranges: dict[Var, Interval] = dict(ranges or {})
         self._rewritten: dict[int, tuple[Expr, Expr]] = {}
+        #: the variables of the single-iteration loops around, each by its one value
+        self._values: dict[Var, Expr] = {}
 
     def expr(self, node: Expr) -> Expr:
         hit = self._rewritten.get(id(node))
@@ -769,7 +771,7 @@ class Simplifier(Mutator):
             return SeqStmt(())
         if isinstance(lo, IntImm) and isinstance(extent, IntImm):
             if extent.value == 1 and node.thread_tag is None:
-                return self.stmt(substitute(node.body, {node.var: lo}))
+                return self._with_value(node.var, lo, node.body)
             self._set_range(node.var, Interval(lo.value, lo.value + extent.value - 1))
         body = self.stmt(node.body)
         self._set_range(node.var, None)
@@ -778,6 +780,22 @@ class Simplifier(Mutator):
         if lo is node.min and extent is node.extent and body is node.body:
             return node
         return dataclasses.replace(node, min=lo, extent=extent, body=body)
+
+    def _with_value(self, var: Var, value: Expr, body: Stmt) -> Stmt:
+        """``body`` simplified with ``var`` read as ``value`` (a single-iteration
+        loop's body): what simplifying ``substitute(body, {var: value})`` gives, without
+        first walking the body to copy what uses ``var``. Rewritings made without the
+        binding (or with it) do not hold on the other side of it."""
+        self._values[var] = value
+        self._rewritten = {}
+        try:
+            return self.stmt(body)
+        finally:
+            del self._values[var]
+            self._rewritten = {}
+
+    def visit_Var(self, node: Var) -> Expr:
+        return self._values.get(node, node)
 
     def visit_IfThenElse(self, node: IfThenElse) -> Stmt:
         condition = self.expr(node.condition)

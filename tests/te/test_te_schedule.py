@@ -347,3 +347,22 @@ def test_scalar_and_empty_tensors():
     s = te.create_schedule(F)
     s[F].vectorize(s[F].op.axis[1])
     assert run(s, [E, F], np.zeros((0, 5), np.float32)).shape == (0, 5)
+
+
+def test_reads_of_answers_each_body_once_and_forgets_it_with_the_body():
+    import gc
+
+    from heterocc.te import schedule_reads
+
+    x = te.placeholder((4, 3), "float32", "x")
+    w = te.placeholder((3,), "float32", "w")
+    y = te.compute((4, 3), lambda i, j: x[i, j] * w[j] + x[i, j], name="y")
+    first = schedule_reads.reads_of(y.op.body)
+    assert first == [x, w]
+    first.append(y)  # the caller's list is its own: the remembered answer unchanged
+    assert schedule_reads.reads_of(y.op.body) == [x, w]
+    assert y.op.body in schedule_reads._READS
+    size = len(schedule_reads._READS)
+    del y, first
+    gc.collect()
+    assert len(schedule_reads._READS) == size - 1  # nothing kept alive by the memo

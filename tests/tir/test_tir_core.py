@@ -191,6 +191,15 @@ def test_partition_loops_splits_off_the_guarded_tail():
     ]
 
 
+def test_partition_loops_returns_a_function_with_nothing_to_split_as_it_is():
+    # no likely guard: nothing split, and no second simplification of what
+    # remove_true_guards has just simplified (lower_pipeline runs it before)
+    A = _buffer("A", (8,))
+    i = tir.Var("i")
+    func = tir.PrimFunc("f", (A,), _loop(i, 8, tir.BufferStore(A, tir.const(1.0), (i + 0,))))
+    assert tir.partition_loops(func) is func
+
+
 def test_partition_loops_peels_a_tail_reached_through_a_fused_loop():
     # 10 rows in tiles of 4 (the last cut short) times 2 column tiles, the two tile
     # loops fused: the row tile is fused // 2, which grows with the fused loop, so the
@@ -362,3 +371,39 @@ def test_vectorizing_before_unrolling_gives_the_code_of_vectorizing_after():
         lowered = tir.lower_pipeline(func)
         assert str(lowered) == str(_unrolled_first(func))
         assert "ramp(" in str(lowered) and "vectorized" not in str(lowered)
+
+
+def test_a_single_iteration_loop_simplifies_as_its_body_with_the_value_substituted():
+    # the simplifier reads the variable of a loop of one iteration as its value instead
+    # of copying the body with it substituted first: the same result, for nested unit
+    # loops, a guard they decide, and a sibling loop over the same variable (whose
+    # rewritings must not leak into the unit loop's, nor the other way)
+    from heterocc.tir.simplify import simplify_stmt
+    from heterocc.tir.visitor import substitute
+
+    A = _buffer("A", (64,))
+    i, j, k = tir.Var("i"), tir.Var("j"), tir.Var("k")
+    index = (i * 8 + j) * 2 + k // 4
+    store = tir.BufferStore(A, tir.const(1.0), (index,))
+    guarded = tir.IfThenElse(i * 8 + j < 20, store, likely=True)
+    body = tir.SeqStmt((
+        _loop(k, 4, tir.BufferStore(A, tir.const(2.0), (index,))),  # i, j free here
+        tir.For(i, tir.const(2), tir.const(1), tir.ForKind.SERIAL,
+                tir.For(j, tir.const(3), tir.const(1), tir.ForKind.SERIAL,
+                        _loop(k, 4, guarded))),
+        _loop(i, 2, _loop(k, 4, tir.BufferStore(A, tir.const(3.0), (index,)))),
+    ))
+    expected = tir.SeqStmt((
+        simplify_stmt(body.stmts[0]),
+        simplify_stmt(substitute(substitute(body.stmts[1].body.body, {j: tir.const(3)}),
+                                 {i: tir.const(2)})),
+        simplify_stmt(body.stmts[2]),
+    ))
+    assert str(simplify_stmt(body)) == str(expected)
+    # i = 2, j = 3: the guard (19 < 20) removed, the index (2*8 + 3)*2 + k // 4 is 38
+    unit = tir.PrimFunc("f", (A,), simplify_stmt(body.stmts[1]))
+    assert str(unit).splitlines() == [
+        "def f(A: float32[64]):",
+        "  for k in serial(0, 4):",
+        "    A[38] = 1.0",
+    ]
