@@ -11,6 +11,7 @@ from .. import te
 from ..errors import CompileError
 from ..ops.qnn import requantize_axis
 from .registry import register_compute
+from .value_range import value_range
 
 
 @register_compute("Requantize")
@@ -21,7 +22,9 @@ def requantize(inputs, attrs, out_types):
     right by it before it wraps to int32. Where no step can wrap and the total shift is
     33..63, the same bits come from the product's high word (:func:`_high_product_form`),
     and where the output saturates at the accumulator limit anyway, without the clamp
-    to it (:func:`_clamp_implied`)."""
+    to it (:func:`_clamp_implied`). Where the computes producing ``x`` bound it (a
+    residual addition's term, an int8 operand less its zero point), the product shift's
+    step takes int32 products only (:func:`_split_product_form`)."""
     x = inputs[0]
     error = _range_error(attrs)
     if error:
@@ -34,6 +37,7 @@ def requantize(inputs, attrs, out_types):
                                    for k in ("multiplier", "shift", "rounding"))
     low, high = constants["requantize_low"], constants["requantize_high"]
     high_word, clamp_implied = _high_product_form(attrs), _clamp_implied(attrs)
+    split = None if high_word else _split_product_form(attrs, _magnitude(value_range(x)))
     zero_point = te.const(0 if high_word else _wrap_int32(int(attrs["zero_point"])), "int32")
     qmin, qmax = te.const(int(attrs["qmin"]), "int32"), te.const(int(attrs["qmax"]), "int32")
     axis = requantize_axis(attrs, x.ndim)
@@ -53,7 +57,12 @@ def requantize(inputs, attrs, out_types):
         # the high-word form keeps the product's bits [32, 64); the rest of the shift, its
         # rounding and the zero point follow in int32 (see _high_product_form)
         product_bits = 32 if high_word else product_shift
-        if product_bits:
+        if split is not None:
+            # x*m >> k as x*(m >> k) + (x*(m mod 2**k) >> k): int32 products only (see
+            # _split_product_form)
+            quotient, remainder = (te.const(v, "int32") for v in split)
+            y = acc * quotient + ((acc * remainder) >> te.const(product_shift, "int32"))
+        elif product_bits:
             wide = te.cast("int64", acc) * te.cast("int64", multiplier(channel))
             y = te.cast("int32", wide >> te.const(product_bits, "int64"))
         else:
@@ -65,6 +74,11 @@ def requantize(inputs, attrs, out_types):
         return te.cast(out, te.minimum(te.maximum(y, qmin), qmax))
 
     return [te.compute(tuple(out_types[0].shape), body, name="requantize", dtype=out)]
+
+
+def _magnitude(bounds: tuple[int, int] | None) -> int | None:
+    """The largest ``|v|`` of an inclusive range (None for None)."""
+    return None if bounds is None else max(-bounds[0], bounds[1])
 
 
 def _wrap_int32(value: int) -> int:
@@ -125,6 +139,33 @@ def _high_product_form(attrs) -> bool:
         if not _high_word_fits(m, s, limit, k, zero):
             return False
     return True
+
+
+def _split_product_form(attrs, bound: int | None) -> tuple[int, int] | None:
+    """``(q, r)`` with ``m = q * 2**k + r`` (``0 <= r < 2**k``) for the multiplier ``m``
+    and product shift ``k``, where the accumulator's ``bound`` (``|a| <= bound``, from
+    the computes that produce it: :func:`~.value_range.value_range`) proves the
+    reference's 64-bit step ``(a * m) >> k`` equal to ``a * q + ((a * r) >> k)`` in int32
+    with wrap-around; None where it does not (no bound, no product shift, or the values
+    differ by channel: a shared kernel reads those from tables it must not depend on).
+
+    ``a * m / 2**k = a * q + a * r / 2**k`` and ``a * q`` is an integer, so it moves out
+    of the floor; ``a * r`` must be exact (``|a| * r < 2**31``), the rest may wrap: the
+    reference wraps its result to int32 too, and a sum and product modulo 2**32 are the
+    sum and product of the operands modulo 2**32. A residual addition's terms (an int8
+    operand less its zero point, ``|a| <= 255``, product shift ~10, shift 0) take it:
+    two 32-bit products (the second one a 16-bit ``vpmaddwd`` where ``r < 2**15``) in
+    place of 64-bit ones and their interleaving."""
+    channels = _channel_values(attrs)
+    if channels is None or bound is None or any(
+            _is_table(attrs[key]) for key in ("multiplier", "acc_limit")):
+        return None
+    k = int(attrs["product_shift"])
+    m, _, limit = channels[0]
+    q, r = m >> k, m & ((1 << k) - 1)
+    if min(bound, limit) * r >= 2 ** 31:
+        return None
+    return _wrap_int32(q), r
 
 
 def _channel_values(attrs) -> list[tuple[int, int, int]] | None:
