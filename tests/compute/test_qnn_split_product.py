@@ -204,3 +204,57 @@ def test_an_ort_quantized_residual_addition_takes_the_form_bit_exact(
     rng = np.random.default_rng(5)
     feed = [rng.standard_normal(shape).astype(np.float32) * s for s in (2, 0.7)]
     np.testing.assert_array_equal(compiled.run(feed)[0], evaluate(compiled.graph, feed)[0])
+
+
+def _residual_graph(skip_first: bool):
+    """``Requantize(term(conv) + term(skip))`` in integers as ``_rewrite_add`` makes it,
+    the skip's term listed before or after the convolution's chain (the node order that
+    left ResNet's identity skips as functions of their own writing int32)."""
+    from heterocc.ir.graph import Graph as G
+
+    rng = np.random.default_rng(0)
+    shape = (1, 8, 6, 6)
+    x, skip = Value("x", TensorType(shape, "int8")), Value("skip", TensorType(shape, "int8"))
+    acc, q = Value("acc", TensorType(shape, "int32")), Value("q", TensorType(shape, "int8"))
+    weight = constant(rng.integers(-127, 128, (8, 8, 1, 1)).astype(np.int8), "w")
+    requantize = get_op("Requantize").normalize_attrs
+    conv = [Node("ConvInteger", [x, weight], [acc], get_op("ConvInteger").normalize_attrs({}),
+                 "conv"),
+            Node("Requantize", [acc], [q], requantize({
+                "multiplier": 1_234_567, "shift": 20, "qmin": -128, "qmax": 127,
+                "out_dtype": "int8"}), "conv_rq")]
+    chains, terms = [], []
+    for name, v in (("c", q), ("s", skip)):
+        wide, centered, term = (Value(f"{name}{k}", TensorType(shape, "int32")) for k in "wct")
+        chains.append([
+            Node("Cast", [v], [wide], get_op("Cast").normalize_attrs({"to": 6}), f"{name}cast"),
+            Node("Sub", [wide, constant(np.array(3, np.int32), f"{name}z")], [centered], {},
+                 f"{name}sub"),
+            Node("Requantize", [centered], [term], requantize({
+                "multiplier": 1_180_929_605, "shift": 0, "product_shift": 9, "qmin": -2 ** 31,
+                "qmax": 2 ** 31 - 1, "out_dtype": "int32"}), f"{name}rq")])
+        terms.append(term)
+    total, y = Value("total", TensorType(shape, "int32")), Value("y", TensorType(shape, "int8"))
+    tail = [Node("Add", terms, [total], {}, "add"),
+            Node("Requantize", [total], [y], requantize({
+                "multiplier": 1, "shift": 20, "zero_point": -128, "qmin": -128, "qmax": 127,
+                "out_dtype": "int8"}), "rq")]
+    body = (chains[1] + conv + chains[0]) if skip_first else (conv + chains[0] + chains[1])
+    return G([x, skip], [y], body + tail)
+
+
+@pytest.mark.parametrize("skip_first", [True, False], ids=["skip-first", "conv-first"])
+def test_the_skips_term_joins_the_convolutions_epilogue_in_either_order(skip_first):
+    """Whichever comes first in the node order, the skip's integer term joins the
+    convolution's epilogue (one function reading the int8 skip), with the reference's
+    bits on llvm."""
+    from heterocc.passes import fuse_ops, fused_functions
+
+    graph = _residual_graph(skip_first)
+    (function,) = fused_functions(fuse_ops(graph))
+    assert [v.type.dtype for v in function.inputs] == ["int8", "int8"]
+    rng = np.random.default_rng(1)
+    feed = [rng.integers(-128, 128, (1, 8, 6, 6)).astype(np.int8) for _ in range(2)]
+    arrays = dict(zip(graph.inputs, feed))  # the function takes them in its own order
+    got = _compile("llvm", function)([arrays[v] for v in function.inputs])[0]
+    np.testing.assert_array_equal(got, evaluate(graph, feed)[0])
