@@ -120,11 +120,13 @@ def compiled_model(model, target: str, allowed: bool, form: str = "high-word"):
     if not allowed:
         for name, refused in FORMS[form].items():
             setattr(qnn, name, functools.partial(lambda refused, *args: refused, refused))
+    qnn._FORMS.clear()  # the forms decided per attributes, with the functions as set now
     try:
         return heterocc.compile(model, target=target)
     finally:
         for name, function in saved.items():
             setattr(qnn, name, function)
+        qnn._FORMS.clear()
 
 
 def whole_model(name: str, args) -> int:

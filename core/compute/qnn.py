@@ -5,6 +5,8 @@ pipeline wraps step by step as the accelerator's ALU does, bit-exact with the re
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import te
@@ -31,12 +33,13 @@ def requantize(inputs, attrs, out_types):
         raise CompileError(error)
     product_shift = int(attrs.get("product_shift", 0))
     out = out_types[0].dtype
+    forms = _forms(attrs)
     constants = {name: _per_channel_constant(values, name)
-                 for name, values in _per_channel_values(attrs).items()}
+                 for name, values in forms.values.items()}
     multiplier, shift, rounding = (constants[f"requantize_{k}"]
                                    for k in ("multiplier", "shift", "rounding"))
     low, high = constants["requantize_low"], constants["requantize_high"]
-    high_word, clamp_implied = _high_product_form(attrs), _clamp_implied(attrs)
+    high_word, clamp_implied = forms.high_word, forms.clamp_implied
     split = None if high_word else _split_product_form(attrs, _magnitude(value_range(x)))
     zero_point = te.const(0 if high_word else _wrap_int32(int(attrs["zero_point"])), "int32")
     qmin, qmax = te.const(int(attrs["qmin"]), "int32"), te.const(int(attrs["qmax"]), "int32")
@@ -188,12 +191,13 @@ def _high_word_fits(m: int, s: int, limit: int, k: int, zero: int) -> bool:
     return (limit * abs(m) >> 32) + 1 + high_rounding + abs(zero) * (1 << (t - 32)) < 2 ** 31
 
 
-def _clamp_implied(attrs) -> bool:
+def _clamp_implied(attrs, high_word: bool | None = None) -> bool:
     """Whether the high-word form may skip the clamp to +-acc_limit: every multiplier is
     positive (the result grows with the accumulator), the form stays in int32 for every
     int32 accumulator, and the output at +-acc_limit already reaches qmax/qmin, so an
-    accumulator beyond the limit gives qmax/qmin either way."""
-    if not _high_product_form(attrs):
+    accumulator beyond the limit gives qmax/qmin either way. ``high_word``:
+    :func:`_high_product_form` of ``attrs`` where the caller has it."""
+    if not (_high_product_form(attrs) if high_word is None else high_word):
         return False
     k, zero = int(attrs["product_shift"]), _wrap_int32(int(attrs["zero_point"]))
     qmin, qmax = int(attrs["qmin"]), int(attrs["qmax"])
@@ -207,17 +211,19 @@ def _clamp_implied(attrs) -> bool:
     return True
 
 
-def _per_channel_values(attrs) -> dict[str, int | list[int]]:
+def _per_channel_values(attrs, high_word: bool | None = None
+                        ) -> dict[str, int | list[int]]:
     """The int32 constants of the pipeline by table name: an int, or one per channel.
     In the high-word form (:func:`_high_product_form`) the shift is what remains after
-    the high word's 32 bits and the rounding takes the zero point in."""
+    the high word's 32 bits and the rounding takes the zero point in (``high_word``: as
+    in :func:`_clamp_implied`)."""
     int32_min, int32_max = -2 ** 31, 2 ** 31 - 1
     shift, limit = attrs["shift"], attrs["acc_limit"]
-    high_word = {}
-    if _high_product_form(attrs):
+    high_word_values = {}
+    if _high_product_form(attrs) if high_word is None else high_word:
         rest = int(attrs["product_shift"]) - 32
         zero = _wrap_int32(int(attrs["zero_point"]))
-        high_word = {
+        high_word_values = {
             "requantize_shift": _per_channel(shift, lambda s: s + rest),
             "requantize_rounding": _per_channel(
                 shift, lambda s: ((1 << (s + rest - 1)) if s else 0) + (zero << (s + rest))),
@@ -232,8 +238,41 @@ def _per_channel_values(attrs) -> dict[str, int | list[int]]:
         # the clamp to +-acc_limit, with bounds beyond int32 (which clamp nothing) tightened
         "requantize_low": _per_channel(limit, lambda v: max(-v, int32_min)),
         "requantize_high": _per_channel(limit, lambda v: min(v, int32_max)),
-        **high_word,
+        **high_word_values,
     }
+
+
+@dataclass(frozen=True)
+class _Forms:
+    """What :func:`_forms` finds for one set of Requantize attributes."""
+
+    high_word: bool
+    clamp_implied: bool
+    #: :func:`_per_channel_values` (read only: shared by every caller)
+    values: dict
+
+
+#: :func:`_forms` by attributes (a network's requantizations repeat: one entry each)
+_FORMS: dict[str, _Forms] = {}
+_FORMS_KEPT = 4096
+
+
+def _forms(attrs) -> _Forms:
+    """The forms and constants of Requantize with ``attrs``, decided once per distinct
+    attributes: each decision walks every channel in Python (a network's ~250
+    decisions took ~0.7 of its ~10 CPU-s compile), and the compute and its code key
+    both ask for them."""
+    # ints, strings and lists of them: equal reprs are equal values (a list's repr
+    # costs a fraction of walking it in Python)
+    key = repr(sorted(attrs.items()))
+    found = _FORMS.get(key)
+    if found is None:
+        if len(_FORMS) >= _FORMS_KEPT:
+            _FORMS.clear()
+        high_word = _high_product_form(attrs)
+        found = _FORMS[key] = _Forms(high_word, _clamp_implied(attrs, high_word),
+                                     _per_channel_values(attrs, high_word))
+    return found
 
 
 def _is_table(values) -> bool:
@@ -254,10 +293,11 @@ def _code_key(attrs) -> tuple:
         return ("refused", tuple(sorted((k, _hashable(v)) for k, v in attrs.items())))
     others = tuple(sorted((k, _hashable(v)) for k, v in attrs.items()
                           if k not in _PER_CHANNEL))
+    forms = _forms(attrs)
     constants = tuple((name, ("table", len(values)) if _is_table(values) else
                        ("list", len(values), values[0]) if isinstance(values, list) else values)
-                      for name, values in _per_channel_values(attrs).items())
-    return others, constants, _high_product_form(attrs), _clamp_implied(attrs)
+                      for name, values in forms.values.items())
+    return others, constants, forms.high_word, forms.clamp_implied
 
 
 requantize.code_key = _code_key
