@@ -6,13 +6,15 @@ process, on the CPU clock.
 
     python benchmarks/int8_requantize.py [--rounds 6] [--target "llvm -mattr=-avx512f"]
     python benchmarks/int8_requantize.py --model mobilenet_v2 [--rounds 6] [--form split]
+                                         [--kernels]
     python benchmarks/int8_requantize.py --residual [--rounds 6] [--target ...]
 
 ``--residual``: residual additions instead, each a quantized convolution (MobileNetV2's
 1x1 projections, ResNet-18's 3x3) whose output is added to a skip input, the addition's
 two terms (an int8 operand less its zero point, product shift ~10, shift 0) requantized
 in int32 products (:func:`heterocc.compute.qnn._split_product_form`) against the 64-bit
-step; ``--form split`` compares whole models that way.
+step; ``--form split`` compares whole models that way, ``--kernels`` the kernels it
+changes one by one.
 
 Each layer is an ONNX Runtime-quantized (QDQ, per-channel int8 weights, uint8
 activations) 1x1 convolution with ReLU6 followed by a 1x1 projection, so that the
@@ -161,12 +163,48 @@ def whole_model(name: str, args) -> int:
     if not np.array_equal(old.run(feed)[0], new.run(feed)[0]):
         print(f"{name}: the two forms differ")
         return 1
+    if args.kernels:
+        return kernels_of(old, new, args)
     samples = alternating_samples([functools.partial(m.run, feed) for m in (old, new)],
                                   args.rounds * args.calls, args.calls, pause_s=0.0,
                                   clock=time.process_time)
     before, after = (statistics.median(times) for times in samples)
     print(f"{name} int8 on {args.target}: without the {args.form} form {before * 1e3:.2f} "
           f"ms, with it {after * 1e3:.2f} ms, {after / before:.3f}x")
+    return 0
+
+
+def kernels_of(old, new, args) -> int:
+    """Each function of a compiled model that holds a residual addition (three
+    Requantize or more) or a requantization from the high word, by ``args.form``, timed
+    alone in both compilations (random inputs, alternating rounds): the whole model's
+    ratio drowns a few kernels' change in the other core's noise."""
+    from heterocc.compute import qnn
+
+    def takes(node) -> bool:
+        requantizes = [b.attrs for b in node.body.nodes if b.op == "Requantize"]
+        if args.form == "split":
+            return len(requantizes) >= 3
+        return any(qnn._high_product_form(a) for a in requantizes)
+
+    rng = np.random.default_rng(0)
+    totals = [0.0, 0.0]
+    for node in [n for n in new.graph.nodes if n.body is not None and takes(n)]:
+        inputs = [rng.integers(np.iinfo(v.type.dtype).min, np.iinfo(v.type.dtype).max + 1,
+                               v.type.shape).astype(v.type.dtype) for v in node.inputs]
+        kernels = [m.kernels[node.name] for m in (old, new)]
+        if not np.array_equal(kernels[0](inputs)[0], kernels[1](inputs)[0]):
+            print(f"{node.name}: the kernels differ")
+            return 1
+        samples = alternating_samples([functools.partial(k, inputs) for k in kernels],
+                                      args.rounds * args.calls, args.calls, pause_s=0.0,
+                                      clock=time.process_time)
+        before, after = (statistics.median(times) for times in samples)
+        totals = [totals[0] + before, totals[1] + after]
+        print(f"{node.name} {[v.type.shape for v in node.inputs]}: {before * 1e3:.4f} -> "
+              f"{after * 1e3:.4f} ms, {after / before:.3f}x")
+    print(f"these kernels together: without the {args.form} form {totals[0] * 1e3:.3f} ms, "
+          f"with it {totals[1] * 1e3:.3f} ms, {totals[1] / max(totals[0], 1e-12):.3f}x")
     return 0
 
 
@@ -217,6 +255,8 @@ def main() -> int:
     parser.add_argument("--model", help="a zoo model (e.g. mobilenet_v2) instead of layers")
     parser.add_argument("--form", choices=sorted(FORMS), default="high-word",
                         help="with --model: the form compared (default high-word)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="with --model: time the kernels the form changes one by one")
     parser.add_argument("--residual", action="store_true",
                         help="convolutions with a residual addition, the split form")
     args = parser.parse_args()
