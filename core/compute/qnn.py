@@ -166,7 +166,8 @@ def _split_product_form(attrs, bound: int | None) -> tuple[int, int] | None:
     k = int(attrs["product_shift"])
     m, _, limit = channels[0]
     q, r = m >> k, m & ((1 << k) - 1)
-    if min(bound, limit) * r >= 2 ** 31:
+    # an int32 shift by k (then r < 2**31 too: an int32 constant), a * r exact
+    if k > 31 or min(bound, limit) * r >= 2 ** 31:
         return None
     return _wrap_int32(q), r
 

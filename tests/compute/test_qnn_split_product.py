@@ -145,6 +145,10 @@ def test_the_form_is_refused_where_the_remainders_product_could_wrap(monkeypatch
     assert qnn._split_product_form(
         {"multiplier": 2 ** 31 - 1, "shift": 0, "product_shift": 16, "acc_limit": 2 ** 15,
          "zero_point": 0}, 2 ** 20) == (2 ** 15 - 1, 2 ** 16 - 1)
+    # an int32 shift takes at most 31, even where the input is always 0
+    assert qnn._split_product_form(
+        {"multiplier": 2 ** 31 - 1, "shift": 0, "product_shift": 32, "acc_limit": 2 ** 31 - 1,
+         "zero_point": 0}, 0) is None
     chosen = _split_taken(monkeypatch)
     shape = (1, 2, 16, 16)
     a, b = (Value(n, TensorType(shape, "uint8")) for n in "ab")
