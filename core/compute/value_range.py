@@ -61,5 +61,8 @@ def value_range(tensor: Tensor) -> tuple[int, int] | None:
     for a tensor of another dtype."""
     if not is_int(tensor.dtype) or tensor.dtype == "bool":
         return None
-    bound = _ValueBounds().tensor(tensor)
+    try:
+        bound = _ValueBounds().tensor(tensor)
+    except RecursionError:  # a chain of computes too deep to walk: its dtype's range
+        bound = _dtype_range(tensor.dtype)
     return int(bound.lo), int(bound.hi)

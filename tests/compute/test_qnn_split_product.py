@@ -262,3 +262,11 @@ def test_the_skips_term_joins_the_convolutions_epilogue_in_either_order(skip_fir
     arrays = dict(zip(graph.inputs, feed))  # the function takes them in its own order
     got = _compile("llvm", function)([arrays[v] for v in function.inputs])[0]
     np.testing.assert_array_equal(got, evaluate(graph, feed)[0])
+
+
+def test_value_range_of_a_chain_too_deep_to_walk_is_its_dtypes():
+    x = te.placeholder((4,), "int8", "x")
+    t = te.compute((4,), lambda i: te.cast("int32", x[i]), name="wide")
+    for k in range(2000):
+        t = te.compute((4,), lambda i, t=t: t[i] + te.const(0, "int32"), name=f"s{k}")
+    assert value_range(t) == (-2 ** 31, 2 ** 31 - 1)
