@@ -174,6 +174,27 @@ def whole_model(name: str, args) -> int:
     return 0
 
 
+def random_input(rng, tensor_type) -> np.ndarray:
+    """Random data of a kernel input's type: every value of an integer dtype, or normal."""
+    dtype = np.dtype(tensor_type.dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max + 1, tensor_type.shape).astype(dtype)
+    return rng.standard_normal(tensor_type.shape).astype(dtype)
+
+
+def kernel_medians(kernels, inputs, args) -> tuple[float, float] | None:
+    """Median CPU seconds per call of the two compiled kernels (without, with a form) on
+    ``inputs``, in alternating rounds; None when their outputs differ."""
+    if not np.array_equal(kernels[0](inputs)[0], kernels[1](inputs)[0]):
+        return None
+    samples = alternating_samples([functools.partial(k, inputs) for k in kernels],
+                                  args.rounds * args.calls, args.calls, pause_s=0.0,
+                                  clock=time.process_time)
+    before, after = (statistics.median(times) for times in samples)
+    return before, after
+
+
 def kernels_of(old, new, args) -> int:
     """Each function of a compiled model that holds a residual addition (three
     Requantize or more) or a requantization from the high word, by ``args.form``, timed
@@ -190,16 +211,12 @@ def kernels_of(old, new, args) -> int:
     rng = np.random.default_rng(0)
     totals = [0.0, 0.0]
     for node in [n for n in new.graph.nodes if n.body is not None and takes(n)]:
-        inputs = [rng.integers(np.iinfo(v.type.dtype).min, np.iinfo(v.type.dtype).max + 1,
-                               v.type.shape).astype(v.type.dtype) for v in node.inputs]
-        kernels = [m.kernels[node.name] for m in (old, new)]
-        if not np.array_equal(kernels[0](inputs)[0], kernels[1](inputs)[0]):
+        inputs = [random_input(rng, v.type) for v in node.inputs]
+        medians = kernel_medians([m.kernels[node.name] for m in (old, new)], inputs, args)
+        if medians is None:
             print(f"{node.name}: the kernels differ")
             return 1
-        samples = alternating_samples([functools.partial(k, inputs) for k in kernels],
-                                      args.rounds * args.calls, args.calls, pause_s=0.0,
-                                      clock=time.process_time)
-        before, after = (statistics.median(times) for times in samples)
+        before, after = medians
         totals = [totals[0] + before, totals[1] + after]
         print(f"{node.name} {[v.type.shape for v in node.inputs]}: {before * 1e3:.4f} -> "
               f"{after * 1e3:.4f} ms, {after / before:.3f}x")
@@ -231,15 +248,12 @@ def residual_layers(args) -> list[float]:
             model = residual_layer(cin, cout, size, kernel, Path(directory))
         (old, types, _), (new, _, _) = (first_convolution(model, args.target, allowed, "split")
                                         for allowed in (False, True))
-        inputs = [rng.integers(np.iinfo(t.dtype).min, np.iinfo(t.dtype).max + 1, t.shape)
-                  .astype(t.dtype) for t in types]
-        if not np.array_equal(old(inputs)[0], new(inputs)[0]):
+        inputs = [random_input(rng, t) for t in types]
+        medians = kernel_medians((old, new), inputs, args)
+        if medians is None:
             print(f"{cin}->{cout} at {size}x{size}: the kernels differ")
             return []
-        samples = alternating_samples([functools.partial(k, inputs) for k in (old, new)],
-                                      args.rounds * args.calls, args.calls, pause_s=0.0,
-                                      clock=time.process_time)
-        before, after = (statistics.median(times) for times in samples)
+        before, after = medians
         ratios.append(after / before)
         print(f"{kernel}x{kernel} {cin:3d}->{cout:3d} at {size:3d}x{size:<3d} + skip: 64-bit "
               f"terms {before * 1e3:.3f} ms, int32 terms {after * 1e3:.3f} ms, "
@@ -286,13 +300,11 @@ def main() -> int:
         (in_type,) = in_type
         info = np.iinfo(in_type.dtype)
         x = rng.integers(info.min, info.max + 1, in_type.shape).astype(in_type.dtype)
-        if not np.array_equal(old([x])[0], new([x])[0]):
+        medians = kernel_medians((old, new), [x], args)
+        if medians is None:
             print(f"{cin}->{cout} at {size}x{size}: the kernels differ")
             return 1
-        samples = alternating_samples([functools.partial(k, [x]) for k in (old, new)],
-                                      args.rounds * args.calls, args.calls, pause_s=0.0,
-                                      clock=time.process_time)
-        before, after = (statistics.median(times) for times in samples)
+        before, after = medians
         ratios.append(after / before)
         print(f"{kernel}x{kernel} {cin:3d}->{cout:3d} at {size:3d}x{size:<3d}: stepwise "
               f"{before * 1e3:.3f} ms, high word {after * 1e3:.3f} ms, {after / before:.2f}x "

@@ -154,7 +154,9 @@ def fusion_groups(graph: Graph) -> list[int]:
 
 
 def _integer(node: Node) -> bool:
-    return all(v.type.dtype.startswith(("int", "uint")) for v in node.outputs)
+    """Whether every input and output of ``node`` is an integer tensor."""
+    return all(v.type.dtype.startswith(("int", "uint"))
+               for v in (*node.inputs, *node.outputs) if v is not None)
 
 
 def _side_chain_of_epilogue(nodes: list[Node], groups: _Groups, i: int, p: int,
