@@ -84,7 +84,8 @@ def quantized_layer(cin: int, cout: int, size: int, kernel: int, directory: Path
 
 
 def residual_layer(cin: int, cout: int, size: int, kernel: int, directory: Path):
-    """The QDQ model of ``relu(conv(input) + skip)`` (see the module's docstring)."""
+    """The QDQ model of ``project(relu(conv(input) + skip))`` (see the module's
+    docstring)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
     from ort_quantize import quantize_qdq
@@ -93,10 +94,14 @@ def residual_layer(cin: int, cout: int, size: int, kernel: int, directory: Path)
     shape, out_shape = (1, cin, size, size), (1, cout, size, size)
     weights = rng.standard_normal((cout, cin, kernel, kernel)) / np.sqrt(cin * kernel * kernel)
     inits = [numpy_helper.from_array(weights.astype(np.float32), "w"),
-             numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), "b")]
+             numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), "b"),
+             numpy_helper.from_array((rng.standard_normal((cout, cout, 1, 1))
+                                      * (1 / np.sqrt(cout))).astype(np.float32), "project")]
+    # the projection after the sum keeps the measured kernel's output int8, as in a model
     nodes = [helper.make_node("Conv", ["input", "w", "b"], ["y"], pads=[kernel // 2] * 4),
              helper.make_node("Add", ["y", "skip"], ["sum"]),
-             helper.make_node("Relu", ["sum"], ["output"])]
+             helper.make_node("Relu", ["sum"], ["relu"]),
+             helper.make_node("Conv", ["relu", "project"], ["output"])]
     graph = helper.make_graph(
         nodes, "residual", [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape),
                             helper.make_tensor_value_info("skip", TensorProto.FLOAT, out_shape)],
