@@ -124,11 +124,14 @@ def express_function(body) -> ExpressedFunction:
             if v is not None and v not in tensors:
                 if not v.is_const:
                     raise CompileError(f"value {v.name!r} is not defined in the function")
-                tensors[v] = te.placeholder(v.type.shape, v.type.dtype, f"c{len(constants)}")
+                data = _contiguous(v.data)
+                folded = data if _folded(node.op, k, v) else None
+                tensors[v] = te.placeholder(v.type.shape, v.type.dtype, f"c{len(constants)}",
+                                            folded=folded)
                 params.append(tensors[v])
-                constants.append(_contiguous(v.data))
-                if _folded(node.op, k, v):
-                    scalars[id(tensors[v])] = constants[-1]
+                constants.append(data)
+                if folded is not None:
+                    scalars[id(tensors[v])] = data
             args.append(tensors[v] if v is not None else None)
         outs = compute_of(node.op)(args, node.attrs, [v.type for v in node.outputs])
         for v, t in zip(node.outputs, outs):

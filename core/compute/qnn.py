@@ -5,12 +5,15 @@ pipeline wraps step by step as the accelerator's ALU does, bit-exact with the re
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import te
 from ..errors import CompileError
 from ..ops.qnn import requantize_axis
 from .registry import register_compute
+from .value_range import value_range
 
 
 @register_compute("Requantize")
@@ -21,19 +24,23 @@ def requantize(inputs, attrs, out_types):
     right by it before it wraps to int32. Where no step can wrap and the total shift is
     33..63, the same bits come from the product's high word (:func:`_high_product_form`),
     and where the output saturates at the accumulator limit anyway, without the clamp
-    to it (:func:`_clamp_implied`)."""
+    to it (:func:`_clamp_implied`). Where the computes producing ``x`` bound it (a
+    residual addition's term, an int8 operand less its zero point), the product shift's
+    step takes int32 products only (:func:`_split_product_form`)."""
     x = inputs[0]
     error = _range_error(attrs)
     if error:
         raise CompileError(error)
     product_shift = int(attrs.get("product_shift", 0))
     out = out_types[0].dtype
+    forms = _forms(attrs)
     constants = {name: _per_channel_constant(values, name)
-                 for name, values in _per_channel_values(attrs).items()}
+                 for name, values in forms.values.items()}
     multiplier, shift, rounding = (constants[f"requantize_{k}"]
                                    for k in ("multiplier", "shift", "rounding"))
     low, high = constants["requantize_low"], constants["requantize_high"]
-    high_word, clamp_implied = _high_product_form(attrs), _clamp_implied(attrs)
+    high_word, clamp_implied = forms.high_word, forms.clamp_implied
+    split = None if high_word else _split_product_form(attrs, _magnitude(value_range(x)))
     zero_point = te.const(0 if high_word else _wrap_int32(int(attrs["zero_point"])), "int32")
     qmin, qmax = te.const(int(attrs["qmin"]), "int32"), te.const(int(attrs["qmax"]), "int32")
     axis = requantize_axis(attrs, x.ndim)
@@ -53,7 +60,12 @@ def requantize(inputs, attrs, out_types):
         # the high-word form keeps the product's bits [32, 64); the rest of the shift, its
         # rounding and the zero point follow in int32 (see _high_product_form)
         product_bits = 32 if high_word else product_shift
-        if product_bits:
+        if split is not None:
+            # x*m >> k as x*(m >> k) + (x*(m mod 2**k) >> k): int32 products only (see
+            # _split_product_form)
+            quotient, remainder = (te.const(v, "int32") for v in split)
+            y = acc * quotient + ((acc * remainder) >> te.const(product_shift, "int32"))
+        elif product_bits:
             wide = te.cast("int64", acc) * te.cast("int64", multiplier(channel))
             y = te.cast("int32", wide >> te.const(product_bits, "int64"))
         else:
@@ -65,6 +77,11 @@ def requantize(inputs, attrs, out_types):
         return te.cast(out, te.minimum(te.maximum(y, qmin), qmax))
 
     return [te.compute(tuple(out_types[0].shape), body, name="requantize", dtype=out)]
+
+
+def _magnitude(bounds: tuple[int, int] | None) -> int | None:
+    """The largest ``|v|`` of an inclusive range (None for None)."""
+    return None if bounds is None else max(-bounds[0], bounds[1])
 
 
 def _wrap_int32(value: int) -> int:
@@ -127,6 +144,34 @@ def _high_product_form(attrs) -> bool:
     return True
 
 
+def _split_product_form(attrs, bound: int | None) -> tuple[int, int] | None:
+    """``(q, r)`` with ``m = q * 2**k + r`` (``0 <= r < 2**k``) for the multiplier ``m``
+    and product shift ``k``, where the accumulator's ``bound`` (``|a| <= bound``, from
+    the computes that produce it: :func:`~.value_range.value_range`) proves the
+    reference's 64-bit step ``(a * m) >> k`` equal to ``a * q + ((a * r) >> k)`` in int32
+    with wrap-around; None where it does not (no bound, no product shift, or the values
+    differ by channel: a shared kernel reads those from tables it must not depend on).
+
+    ``a * m / 2**k = a * q + a * r / 2**k`` and ``a * q`` is an integer, so it moves out
+    of the floor; ``a * r`` must be exact (``|a| * r < 2**31``), the rest may wrap: the
+    reference wraps its result to int32 too, and a sum and product modulo 2**32 are the
+    sum and product of the operands modulo 2**32. A residual addition's terms (an int8
+    operand less its zero point, ``|a| <= 255``, product shift ~10, shift 0) take it:
+    two 32-bit products (the second one a 16-bit ``vpmaddwd`` where ``r < 2**15``) in
+    place of 64-bit ones and their interleaving."""
+    channels = _channel_values(attrs)
+    if channels is None or bound is None or any(
+            _is_table(attrs[key]) for key in ("multiplier", "acc_limit")):
+        return None
+    k = int(attrs["product_shift"])
+    m, _, limit = channels[0]
+    q, r = m >> k, m & ((1 << k) - 1)
+    # an int32 shift by k (then r < 2**31 too: an int32 constant), a * r exact
+    if k > 31 or min(bound, limit) * r >= 2 ** 31:
+        return None
+    return _wrap_int32(q), r
+
+
 def _channel_values(attrs) -> list[tuple[int, int, int]] | None:
     """``(multiplier, shift, acc_limit)`` of every channel (the multiplier wrapped to
     int32, the limit at most 2**31), or None without a product shift or a TE compute."""
@@ -147,12 +192,13 @@ def _high_word_fits(m: int, s: int, limit: int, k: int, zero: int) -> bool:
     return (limit * abs(m) >> 32) + 1 + high_rounding + abs(zero) * (1 << (t - 32)) < 2 ** 31
 
 
-def _clamp_implied(attrs) -> bool:
+def _clamp_implied(attrs, high_word: bool | None = None) -> bool:
     """Whether the high-word form may skip the clamp to +-acc_limit: every multiplier is
     positive (the result grows with the accumulator), the form stays in int32 for every
     int32 accumulator, and the output at +-acc_limit already reaches qmax/qmin, so an
-    accumulator beyond the limit gives qmax/qmin either way."""
-    if not _high_product_form(attrs):
+    accumulator beyond the limit gives qmax/qmin either way. ``high_word``:
+    :func:`_high_product_form` of ``attrs`` where the caller has it."""
+    if not (_high_product_form(attrs) if high_word is None else high_word):
         return False
     k, zero = int(attrs["product_shift"]), _wrap_int32(int(attrs["zero_point"]))
     qmin, qmax = int(attrs["qmin"]), int(attrs["qmax"])
@@ -166,17 +212,19 @@ def _clamp_implied(attrs) -> bool:
     return True
 
 
-def _per_channel_values(attrs) -> dict[str, int | list[int]]:
+def _per_channel_values(attrs, high_word: bool | None = None
+                        ) -> dict[str, int | list[int]]:
     """The int32 constants of the pipeline by table name: an int, or one per channel.
     In the high-word form (:func:`_high_product_form`) the shift is what remains after
-    the high word's 32 bits and the rounding takes the zero point in."""
+    the high word's 32 bits and the rounding takes the zero point in (``high_word``: as
+    in :func:`_clamp_implied`)."""
     int32_min, int32_max = -2 ** 31, 2 ** 31 - 1
     shift, limit = attrs["shift"], attrs["acc_limit"]
-    high_word = {}
-    if _high_product_form(attrs):
+    high_word_values = {}
+    if _high_product_form(attrs) if high_word is None else high_word:
         rest = int(attrs["product_shift"]) - 32
         zero = _wrap_int32(int(attrs["zero_point"]))
-        high_word = {
+        high_word_values = {
             "requantize_shift": _per_channel(shift, lambda s: s + rest),
             "requantize_rounding": _per_channel(
                 shift, lambda s: ((1 << (s + rest - 1)) if s else 0) + (zero << (s + rest))),
@@ -191,8 +239,41 @@ def _per_channel_values(attrs) -> dict[str, int | list[int]]:
         # the clamp to +-acc_limit, with bounds beyond int32 (which clamp nothing) tightened
         "requantize_low": _per_channel(limit, lambda v: max(-v, int32_min)),
         "requantize_high": _per_channel(limit, lambda v: min(v, int32_max)),
-        **high_word,
+        **high_word_values,
     }
+
+
+@dataclass(frozen=True)
+class _Forms:
+    """What :func:`_forms` finds for one set of Requantize attributes."""
+
+    high_word: bool
+    clamp_implied: bool
+    #: :func:`_per_channel_values` (read only: shared by every caller)
+    values: dict
+
+
+#: :func:`_forms` by attributes (a network's requantizations repeat: one entry each)
+_FORMS: dict[str, _Forms] = {}
+_FORMS_KEPT = 4096
+
+
+def _forms(attrs) -> _Forms:
+    """The forms and constants of Requantize with ``attrs``, decided once per distinct
+    attributes: each decision walks every channel in Python (a network's ~250
+    decisions took ~0.7 of its ~10 CPU-s compile), and the compute and its code key
+    both ask for them."""
+    # ints, strings and lists of them: equal reprs are equal values (a list's repr
+    # costs a fraction of walking it in Python)
+    key = repr(sorted(attrs.items()))
+    found = _FORMS.get(key)
+    if found is None:
+        if len(_FORMS) >= _FORMS_KEPT:
+            _FORMS.clear()
+        high_word = _high_product_form(attrs)
+        found = _FORMS[key] = _Forms(high_word, _clamp_implied(attrs, high_word),
+                                     _per_channel_values(attrs, high_word))
+    return found
 
 
 def _is_table(values) -> bool:
@@ -213,10 +294,11 @@ def _code_key(attrs) -> tuple:
         return ("refused", tuple(sorted((k, _hashable(v)) for k, v in attrs.items())))
     others = tuple(sorted((k, _hashable(v)) for k, v in attrs.items()
                           if k not in _PER_CHANNEL))
+    forms = _forms(attrs)
     constants = tuple((name, ("table", len(values)) if _is_table(values) else
                        ("list", len(values), values[0]) if isinstance(values, list) else values)
-                      for name, values in _per_channel_values(attrs).items())
-    return others, constants, _high_product_form(attrs), _clamp_implied(attrs)
+                      for name, values in forms.values.items())
+    return others, constants, forms.high_word, forms.clamp_implied
 
 
 requantize.code_key = _code_key

@@ -8,7 +8,9 @@ from the node to the graph's outputs passes through ``p``), fusing the node,
   broadcast epilogue (a residual Add included): the paths and ``p`` must be
   elementwise or broadcast;
 * an elementwise or broadcast group fuses forward into ``p`` when the paths
-  are injective at most and ``p`` is at most a reduction;
+  are injective at most and ``p`` is at most a reduction; an integer one also
+  where ``p`` is an elementwise step of an out-fusable group's epilogue and the
+  paths are broadcast at most (a quantized residual addition's other term);
 * an injective group does the same, in a second phase, so that out-fusable
   ops have taken their epilogues first; reductions thus take injective inputs;
 * opaque ops stand alone.
@@ -143,9 +145,31 @@ def fusion_groups(graph: Graph) -> list[int]:
                     try_fuse(i, p, FusionKind.BROADCAST, FusionKind.BROADCAST)
             elif kind <= FusionKind.BROADCAST:
                 try_fuse(i, p, FusionKind.INJECTIVE, FusionKind.REDUCTION)
+                if groups.find(i) != groups.find(p) and _side_chain_of_epilogue(
+                        nodes, groups, i, p, kinds):
+                    try_fuse(i, p, FusionKind.BROADCAST, FusionKind.OUT_FUSABLE)
             elif kind == FusionKind.INJECTIVE and phase == 1:
                 try_fuse(i, p, FusionKind.INJECTIVE, FusionKind.REDUCTION)
     return [groups.find(i) for i in range(n)]
+
+
+def _integer(node: Node) -> bool:
+    """Whether every input and output of ``node`` is an integer tensor."""
+    return all(v.type.dtype.startswith(("int", "uint"))
+               for v in (*node.inputs, *node.outputs) if v is not None)
+
+
+def _side_chain_of_epilogue(nodes: list[Node], groups: _Groups, i: int, p: int,
+                            kinds: list[FusionKind]) -> bool:
+    """Whether ``i``'s group is an integer elementwise chain whose post-dominator ``p``
+    is an elementwise step of an out-fusable group's epilogue (a quantized residual
+    addition's other term: ``Requantize(int32(skip) - zero)``). The chain then joins
+    that epilogue, which reads the int8 operand, whichever of the two the node order
+    reached first (else the chain is a function of its own writing int32)."""
+    if groups.kind(p) != FusionKind.OUT_FUSABLE or kinds[p] > FusionKind.BROADCAST:
+        return False
+    root = groups.find(i)
+    return all(_integer(nodes[j]) for j in range(len(nodes)) if groups.find(j) == root)
 
 
 def _function_name(ops: list[str], scope: NameScope) -> str:

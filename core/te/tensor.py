@@ -56,9 +56,12 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
 
 @dataclass(eq=False)
 class PlaceholderOp:
-    """An input tensor; its data comes from the caller."""
+    """An input tensor; its data comes from the caller. ``folded``: the value of a
+    one-element constant that the code takes as an immediate (``fold_scalars`` of the
+    SDK), so that a compute may read its range at build time; None for a true input."""
 
     name: str
+    folded: np.ndarray | None = field(default=None, kw_only=True, repr=False)
 
 
 @dataclass(eq=False)
@@ -177,10 +180,12 @@ def _static_shape(shape, what: str) -> tuple[int, ...]:
     return dims
 
 
-def placeholder(shape: Sequence[int], dtype: str = "float32", name: str = "placeholder") -> Tensor:
-    """An input tensor of static ``shape`` and ``dtype``."""
+def placeholder(shape: Sequence[int], dtype: str = "float32", name: str = "placeholder",
+                folded: np.ndarray | None = None) -> Tensor:
+    """An input tensor of static ``shape`` and ``dtype`` (``folded``: see
+    :class:`PlaceholderOp`)."""
     shape = _static_shape(shape, f"placeholder {name!r}")
-    return Tensor(name, shape, normalize_dtype(dtype), PlaceholderOp(name))
+    return Tensor(name, shape, normalize_dtype(dtype), PlaceholderOp(name, folded=folded))
 
 
 def constant_tensor(data, name: str = "constant", dtype: str | None = None) -> Tensor:
