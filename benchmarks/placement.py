@@ -153,8 +153,13 @@ def _cpu_accuracy(compiled, report, cpu: str = "llvm"
     # the reference kernel after them in each round, normalised by it (``time_chain``)
     chain, slower = cpu_cost.time_chain(
         llvm, {n.name: (kernels[n.name], cpu_cost.random_arguments(n.inputs)) for n in on_cpu})
+    model = report.plan.targets["llvm"].cost_model
+    compiled_chains = [f"{x:.2f}x" for c in (model.context, model.placed_context) if c
+                       for x in c.slowdowns if x is not None]
     if slower is not None:
-        print(f"  the check's chain: the reference kernel {slower:.2f}x its baseline's time")
+        print(f"  the machine's speed by the reference kernel against its baseline: the "
+              f"compile's chains {', '.join(compiled_chains) or 'none (figures cached)'}; "
+              f"the check's {slower:.2f}x (figures normalised by it)")
     timed = {name: seconds for name, (seconds, _) in chain.items()}
     pairs = []
     bounded = wrong = 0

@@ -437,6 +437,9 @@ class FusedContext:
     #: (seconds, samples, source) of each fused kernel timed or read from the tuning
     #: log (:data:`LOGGED`, :data:`MEASURED`), by its function's name
     _timed: dict[str, tuple[float, int, str]] = field(default_factory=dict, repr=False)
+    #: how much slower than its baseline the reference kernel ran in each chain timed
+    #: here (:func:`time_chain`; None without a reference), for the report
+    slowdowns: list[float | None] = field(default_factory=list, repr=False)
 
     def knows(self, function: Node) -> bool:
         """Whether ``function`` is one of the parts of this context."""
@@ -504,8 +507,10 @@ class FusedContext:
         if callable(compile_all):
             compile_all(rest)
         runs = build_scratch(self.target, rest)
-        timed, _ = time_chain(self.target, {k.name: (runs[k.name], random_arguments(k.inputs))
-                                            for k in rest})
+        timed, slower = time_chain(self.target,
+                                   {k.name: (runs[k.name], random_arguments(k.inputs))
+                                    for k in rest})
+        self.slowdowns.append(slower)
         for name, (seconds, samples) in timed.items():
             self._timed[name] = (seconds, samples, MEASURED)
 

@@ -18,9 +18,13 @@ import numpy as np
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 #: the reference convolution: 3x3, this many channels in and out, on a square image of
-#: this side (a ResNet's middle layers: 29 M multiply-accumulates, 144 KB of weights;
-#: some 60 us on AVX-512 VNNI over two cores)
-REFERENCE_CHANNELS = 128
+#: this side (a ResNet's third stage: 116 M multiply-accumulates, 576 KB of weights;
+#: 0.23 to 0.38 ms in a chain on AVX-512 VNNI over two cores). Why so large: over 35 windows of
+#: ResNet-18's chain (load 13), its kernels within 25% between two windows were 89%
+#: raw, 89% divided by a 3x3 of 128 channels on 14x14, 90% by 256 on 7x7, 93% by this
+#: one, 87% by 64 on 28x28: the kernels whose weights the caches do not hold move most
+#: with the machine's phases
+REFERENCE_CHANNELS = 256
 REFERENCE_SIZE = 14
 
 

@@ -890,7 +890,7 @@ def test_the_reference_kernel_is_compiled_code_built_once(monkeypatch):
     assert reference is not None and reference.seconds is None  # no chain timed yet
     run, args = reference.calls[cpu_cost.REFERENCE]
     assert cpu_cost.kernel_threads(run) is not None and len(args) == 1
-    assert args[0].dtype == np.int8 and args[0].shape == (1, 128, 14, 14)
+    assert args[0].dtype == np.int8 and args[0].shape == (1, 256, 14, 14)
     assert llvm.fallbacks == {} and llvm.distinct_kernels == 0
     monkeypatch.setattr(cpu_cost, "_reference_calls", lambda target: pytest.fail("built again"))
     assert cpu_cost.chain_reference(get_target("llvm")).calls is reference.calls
