@@ -24,6 +24,12 @@ A call's time there is the CPU seconds of the threads it runs on over their numb
 the time it takes with its cores to itself, which another process on one of the two
 cores does not double (its wall time, the old figure, moved some 35% between
 compiles a minute apart on a quiet machine).
+Every such chain has a fixed reference kernel after its kernels in every round
+(:func:`time_chain`, :mod:`.reference_kernel`), and its figures are normalised by it:
+this shared machine runs whole chains up to 1.8x slower for seconds at a time, which
+put every figure of a compile off by one factor against a check a minute later; the
+reference slows with them, so the figures stay in the unit of the first chain timed
+against the cache.
 Asked about a function alone, the function is fused and timed alone.
 
 Where a tuning log is applied (``heterocc.compile(..., tuning_log=...)``, the log
@@ -297,11 +303,20 @@ def chain_reference(target) -> ChainReference | None:
         _REFERENCES[key] = _reference_calls(target)
     if _REFERENCES[key] is None:
         return None
-    found = model.cache.get(model.base_key, "chain-reference")
+    found = model.cache.get(model.base_key, _baseline_key(target))
     return ChainReference(_REFERENCES[key], found["seconds"] if found else None)
 
 
+def _baseline_key(target) -> str:
+    """The cost cache's entry of the reference's baseline (by the schedule rules, which
+    build another kernel)."""
+    return f"chain-reference-{getattr(target, 'rules', 'hand')}"
+
+
 def _reference_calls(target) -> dict[str, tuple] | None:
+    """The calls :func:`chain_reference` appends to a chain: a write of
+    :data:`EVICT_BYTES`, then the reference kernel compiled for ``target``'s CPU on its
+    random input; None where that CPU's code does not run here."""
     from heterocc.frontend.onnx import from_onnx
     from heterocc.passes.pipeline import run_pipeline
 
@@ -353,7 +368,7 @@ def time_chain(target, calls: Mapping[str, tuple], **options
     if baseline is None:
         baseline = timed[REFERENCE][0]
         model = target.cost_model
-        model.cache.put(model.base_key, "chain-reference", {"seconds": baseline})
+        model.cache.put(model.base_key, _baseline_key(target), {"seconds": baseline})
     return normalised(timed, baseline), timed[REFERENCE][0] / baseline
 
 
