@@ -149,10 +149,18 @@ def _cpu_accuracy(compiled, report, cpu: str = "llvm"
                                              for k, unit in enumerate(units)})
     # every kernel timed the way the estimate times them (in graph order, one call of
     # each per round, the fastest call), in as many rounds: the fastest of more rounds
-    # lies lower, so more here would measure something else than the estimate
-    timed = {name: seconds for name, (seconds, _) in cpu_cost.time_in_chains(
-        {n.name: (kernels[n.name], cpu_cost.random_arguments(n.inputs))
-         for n in on_cpu}).items()}
+    # lies lower, so more here would measure something else than the estimate; with
+    # the reference kernel after them in each round, normalised by it (``time_chain``)
+    chain, slower = cpu_cost.time_chain(
+        llvm, {n.name: (kernels[n.name], cpu_cost.random_arguments(n.inputs)) for n in on_cpu})
+    model = report.plan.targets["llvm"].cost_model
+    compiled_chains = [f"{x:.2f}x" for c in (model.context, model.placed_context) if c
+                       for x in c.slowdowns if x is not None]
+    if slower is not None:
+        print(f"  the machine's speed by the reference kernel against its baseline: the "
+              f"compile's chains {', '.join(compiled_chains) or 'none (figures cached)'}; "
+              f"the check's {slower:.2f}x (figures normalised by it)")
+    timed = {name: seconds for name, (seconds, _) in chain.items()}
     pairs = []
     bounded = wrong = 0
     for k, unit in enumerate(units):

@@ -24,6 +24,12 @@ A call's time there is the CPU seconds of the threads it runs on over their numb
 the time it takes with its cores to itself, which another process on one of the two
 cores does not double (its wall time, the old figure, moved some 35% between
 compiles a minute apart on a quiet machine).
+Every such chain has a fixed reference kernel after its kernels in every round
+(:func:`time_chain`, :mod:`.reference_kernel`), and its figures are normalised by it:
+this shared machine runs whole chains up to 1.8x slower for seconds at a time, which
+put every figure of a compile off by one factor against a check a minute later; the
+reference slows with them, so the figures stay in the unit of the first chain timed
+against the cache.
 Asked about a function alone, the function is fused and timed alone.
 
 Where a tuning log is applied (``heterocc.compile(..., tuning_log=...)``, the log
@@ -71,7 +77,7 @@ from heterocc.sdk.tuning import current, fastest, records_for
 from heterocc.tir.stmt import For, ForKind
 from heterocc.tir.visitor import collect_statements
 
-from .peak import multiply_accumulate_peak, multiply_add_rate
+from .peak import multiply_accumulate_peak, multiply_add_rate, peak_kernel
 from .runtime import num_threads
 from .tuning import logged_seconds
 
@@ -263,6 +269,109 @@ def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUND
     return {name: (fastest(found), len(found)) for name, found in samples.items()}
 
 
+#: :func:`time_chain`: the reference's two calls appended to every round of a chain
+#: (their names no kernel takes: kernels are named by the graph's name scope)
+EVICT, REFERENCE = "<evict caches>", "<reference kernel>"
+#: bytes written before each call of the reference kernel: more than a core's
+#: second-level cache, so that it starts from caches as cold whatever chain it follows
+EVICT_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class ChainReference:
+    """The reference kernel (:mod:`.reference_kernel`) built for one CPU: its calls to
+    append to a chain (the caches evicted, then the kernel) and ``seconds``, its
+    baseline: its time in the first chain timed against this cost cache for this CPU
+    (None before that chain), kept with the figures, so that every chain timed against
+    the cache (a compile's, a later compile's, the benchmark's check) is put in the same
+    unit: the machine's speed in that first chain."""
+
+    calls: dict[str, tuple]
+    seconds: float | None
+
+
+def chain_reference(target) -> ChainReference | None:
+    """The reference kernel of ``target``'s CPU (built once per process and CPU, on a
+    target of its own so that nothing of it reaches the build), with its baseline from
+    ``target``'s cost cache; None where the CPU's code does not run here or the target
+    has no cost model."""
+    model = getattr(target, "cost_model", None)
+    if model is None:
+        return None
+    key = (target.tuning_key, getattr(target, "rules", "hand"))
+    if key not in _REFERENCES:
+        _REFERENCES[key] = _reference_calls(target)
+    if _REFERENCES[key] is None:
+        return None
+    found = model.cache.get(model.base_key, _baseline_key(target))
+    return ChainReference(_REFERENCES[key], found["seconds"] if found else None)
+
+
+def _baseline_key(target) -> str:
+    """The cost cache's entry of the reference's baseline (by the schedule rules, which
+    build another kernel)."""
+    return f"chain-reference-{getattr(target, 'rules', 'hand')}"
+
+
+def _reference_calls(target) -> dict[str, tuple] | None:
+    """The calls :func:`chain_reference` appends to a chain: a write of
+    :data:`EVICT_BYTES`, then the reference kernel compiled for ``target``'s CPU on its
+    random input; None where that CPU's code does not run here."""
+    from heterocc.frontend.onnx import from_onnx
+    from heterocc.passes.pipeline import run_pipeline
+
+    from .reference_kernel import reference_model
+
+    if peak_kernel(target.cpu) is None:  # code for a CPU that does not run here
+        return None
+    own = type(target)(cpu=target.cpu, rules=getattr(target, "rules", "hand"))
+    graph = run_pipeline(from_onnx(reference_model()), {own.name: own}).graph
+    (kernel,) = [n for n in graph.nodes if n.body is not None]
+    run = own.build(kernel)
+    if getattr(run, "prim", None) is None:  # run on NumPy: nothing like the model's code
+        return None
+    memory = np.zeros(EVICT_BYTES, np.uint8)
+    return {EVICT: (lambda args: memory.fill(1), ()),
+            REFERENCE: (run, random_arguments(kernel.inputs))}
+
+
+#: :func:`_reference_calls` by CPU description and schedule rules
+_REFERENCES: dict[tuple[str, str], dict[str, tuple] | None] = {}
+
+
+def normalised(timed: Mapping[str, tuple[float, int]], baseline: float
+               ) -> dict[str, tuple[float, int]]:
+    """The figures of a chain timed with the reference (:func:`time_chain`) in the
+    reference's unit: each kernel's time scaled by the reference's ``baseline`` over its
+    time in this chain, the reference's entries left out. A window in which the machine
+    ran 1.3x slower, the reference with it, leaves the figures where they were."""
+    factor = baseline / timed[REFERENCE][0]
+    return {name: (seconds * factor, samples) for name, (seconds, samples) in timed.items()
+            if name not in (EVICT, REFERENCE)}
+
+
+def time_chain(target, calls: Mapping[str, tuple], **options
+               ) -> tuple[dict[str, tuple[float, int]], float | None]:
+    """The figures of ``calls`` (name -> (callable, arguments), in graph order) timed in
+    one chain (:func:`time_in_chains`, ``options`` passed on) with ``target``'s
+    reference kernel after them in every round, normalised by it
+    (:func:`normalised`): what the cost model's estimates and
+    ``benchmarks/placement.py``'s check of them both measure; and how much slower than
+    its baseline the reference ran in this chain. The first chain timed against the
+    cost cache sets the baseline (its figures are its own). Without a reference
+    (:func:`chain_reference`), the chain's own figures and None."""
+    reference = chain_reference(target)
+    if reference is None:
+        return time_in_chains(calls, **options), None
+    timed = time_in_chains({**calls, **reference.calls}, **options)
+    baseline = reference.seconds
+    if baseline is None:
+        baseline = timed[REFERENCE][0]
+        model = target.cost_model
+        model.cache.put(model.base_key, _baseline_key(target), {"seconds": baseline})
+    return normalised(timed, baseline), timed[REFERENCE][0] / baseline
+
+
 def fused_for(target, graph: Graph) -> Graph:
     """``graph`` as the CPU's build fuses it: the target's graph passes, then fusion."""
     fuse_at = DEFAULT_PIPELINE.index("fuse_ops")
@@ -343,6 +452,9 @@ class FusedContext:
     #: (seconds, samples, source) of each fused kernel timed or read from the tuning
     #: log (:data:`LOGGED`, :data:`MEASURED`), by its function's name
     _timed: dict[str, tuple[float, int, str]] = field(default_factory=dict, repr=False)
+    #: how much slower than its baseline the reference kernel ran in each chain timed
+    #: here (:func:`time_chain`; None without a reference), for the report
+    slowdowns: list[float | None] = field(default_factory=list, repr=False)
 
     def knows(self, function: Node) -> bool:
         """Whether ``function`` is one of the parts of this context."""
@@ -410,8 +522,10 @@ class FusedContext:
         if callable(compile_all):
             compile_all(rest)
         runs = build_scratch(self.target, rest)
-        timed = time_in_chains({k.name: (runs[k.name], random_arguments(k.inputs))
-                                for k in rest})
+        timed, slower = time_chain(self.target,
+                                   {k.name: (runs[k.name], random_arguments(k.inputs))
+                                    for k in rest})
+        self.slowdowns.append(slower)
         for name, (seconds, samples) in timed.items():
             self._timed[name] = (seconds, samples, MEASURED)
 
@@ -459,7 +573,7 @@ class CpuCostModel:
     def base_key(self) -> str:
         """What every cached figure depends on besides the workload: the CPU
         description (as a target string) and the cost model's version."""
-        return f"llvm6/{self.target.tuning_key}"
+        return f"llvm7/{self.target.tuning_key}"
 
     @property
     def key(self) -> str:

@@ -652,6 +652,7 @@ def test_kernels_timed_for_the_placement_are_the_builds(model, monkeypatch):
     from heterocc.targets.llvm.target import LLVMTarget
 
     get_target("llvm").cost_model.ceiling("int8")  # the vector peak, on disk now
+    cpu_cost.chain_reference(get_target("llvm"))  # the reference kernel, built now
     compiled_when: list[tuple[bool, tuple]] = []
     placing = [False]
     original = LLVMTarget._start_structure
@@ -800,6 +801,112 @@ def test_chains_time_a_kernel_by_the_cpu_seconds_of_its_threads(model):
     timed = cpu_cost.time_in_chains({"s": (sleeper, ())}, min_rounds=3, max_rounds=3,
                                     clock="wall")
     assert timed["s"][0] >= 2e-3
+
+
+def _slowed_chain(monkeypatch):
+    """Kernels and a reference on a fake wall clock whose every call takes its seconds
+    times ``speed[0]`` (a phase of the machine slowing everything at once)."""
+    clock, speed = [0.0], [1.0]
+    monkeypatch.setattr(cpu_cost.time, "perf_counter", lambda: clock[0])
+
+    def kernel(seconds):
+        def call(args):
+            clock[0] += seconds * speed[0]
+        return call
+
+    calls = {"conv": (kernel(1e-3), ()), "pool": (kernel(2e-5), ())}
+    reference = cpu_cost.ChainReference(
+        {cpu_cost.EVICT: (kernel(1e-4), ()), cpu_cost.REFERENCE: (kernel(5e-5), ())}, 5e-5)
+    return calls, reference, speed
+
+
+def test_a_slowed_window_does_not_move_the_normalised_figures(monkeypatch):
+    """``normalised``: a chain's figures over the reference kernel timed in its rounds,
+    times the reference's baseline. A window in which every call takes 1.4x as long
+    (the reference too) gives the same figures as a window at the baseline's speed;
+    the reference's own entries are left out."""
+    calls, reference, speed = _slowed_chain(monkeypatch)
+    both = {**calls, **reference.calls}
+    usual = cpu_cost.time_in_chains(both, clock="wall")
+    speed[0] = 1.4
+    slowed = cpu_cost.time_in_chains(both, clock="wall")
+    assert slowed["conv"][0] == pytest.approx(1.4e-3)  # the raw figure moved
+    for window in (usual, slowed):
+        figures = cpu_cost.normalised(window, reference.seconds)
+        assert set(figures) == {"conv", "pool"}
+        assert figures["conv"][0] == pytest.approx(1e-3)
+        assert figures["pool"][0] == pytest.approx(2e-5)
+        assert figures["conv"][1] == window["conv"][1]
+
+
+def _traced(calls, order):
+    def trace(name, call):
+        return lambda args: order.append(name) or call(args)
+    return {name: (trace(name, call), args) for name, (call, args) in calls.items()}
+
+
+def test_time_chain_runs_the_reference_in_every_round(monkeypatch):
+    """``time_chain`` (what the estimate and the benchmark's check call): the reference's
+    calls after the kernels in every round; the first chain sets the reference's
+    baseline in the cost cache (its figures its own), a later chain in a window 1.25x
+    as slow gets the same figures and says how much slower it ran; without a reference,
+    the chain's own figures."""
+    calls, reference, speed = _slowed_chain(monkeypatch)
+    order = []
+    calls, traced = _traced(calls, order), _traced(reference.calls, order)
+
+    class Cpu:  # a target with a cost model and its cache, and no code
+        tuning_key = "llvm -mcpu=test"
+
+    target = Cpu()
+    target.cost_model = cpu_cost.CpuCostModel(target, CostCache())
+    monkeypatch.setattr(cpu_cost, "_reference_calls", lambda target: traced)
+    cpu_cost._REFERENCES.clear()
+    options = {"min_rounds": 3, "max_rounds": 3, "warm_up": 1, "clock": "wall"}
+    first, slower = cpu_cost.time_chain(target, calls, **options)
+    assert order == ["conv", "pool", cpu_cost.EVICT, cpu_cost.REFERENCE] * 4
+    assert slower == 1.0 and first["conv"][0] == pytest.approx(1e-3)
+    assert cpu_cost.chain_reference(target).seconds == pytest.approx(5e-5)
+    speed[0] = 1.25
+    figures, slower = cpu_cost.time_chain(target, calls, **options)
+    assert slower == pytest.approx(1.25)
+    assert set(figures) == {"conv", "pool"} and figures["conv"][1] == 3
+    assert figures["conv"][0] == pytest.approx(1e-3)
+    assert figures["pool"][0] == pytest.approx(2e-5)
+    monkeypatch.setattr(cpu_cost, "chain_reference", lambda target: None)
+    figures, slower = cpu_cost.time_chain(target, calls, **options)
+    assert slower is None and figures["conv"][0] == pytest.approx(1.25e-3)
+    cpu_cost._REFERENCES.clear()
+
+
+def test_the_reference_kernel_is_compiled_code_built_once(monkeypatch):
+    """The reference: the target's own int8 convolution (a compiled kernel, on the
+    runtime's threads where it has a parallel loop), built on a target of its own (the
+    build's target compiles nothing for it) once per process and CPU; a chain's figures
+    are its raw figures over the reference's slowdown exactly."""
+    llvm = get_target("llvm")
+    cpu_cost._REFERENCES.clear()
+    reference = cpu_cost.chain_reference(llvm)
+    assert reference is not None and reference.seconds is None  # no chain timed yet
+    run, args = reference.calls[cpu_cost.REFERENCE]
+    assert cpu_cost.kernel_threads(run) is not None and len(args) == 1
+    assert args[0].dtype == np.int8 and args[0].shape == (1, 256, 14, 14)
+    assert llvm.fallbacks == {} and llvm.distinct_kernels == 0
+    monkeypatch.setattr(cpu_cost, "_reference_calls", lambda target: pytest.fail("built again"))
+    assert cpu_cost.chain_reference(get_target("llvm")).calls is reference.calls
+    compiled = heterocc.compile(small_cnn(), target=[llvm])
+    first = next(n for n in compiled.graph.nodes if n.name in compiled.kernels)
+    calls = {first.name: (compiled.kernels[first.name], cpu_cost.random_arguments(first.inputs))}
+    original, raw = cpu_cost.time_in_chains, []
+    monkeypatch.setattr(cpu_cost, "time_in_chains",
+                        lambda *a, **k: raw.append(original(*a, **k)) or raw[-1])
+    cpu_cost.time_chain(llvm, calls, min_rounds=3, max_rounds=3)  # sets the baseline
+    baseline = cpu_cost.chain_reference(llvm).seconds
+    assert baseline == raw[0][cpu_cost.REFERENCE][0]
+    figures, slower = cpu_cost.time_chain(llvm, calls, min_rounds=3, max_rounds=3)
+    assert set(figures) == {first.name} and set(raw[1]) == {first.name, *reference.calls}
+    assert slower == pytest.approx(raw[1][cpu_cost.REFERENCE][0] / baseline)
+    assert figures[first.name][0] == pytest.approx(raw[1][first.name][0] / slower)
 
 
 def test_kernel_shares_split_a_kernel_by_the_weight_of_each_part():
