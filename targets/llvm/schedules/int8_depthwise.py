@@ -48,6 +48,7 @@ from .int8_conv import (
     register_tiles,
     row_blocks,
 )
+from .int8_depthwise_quads import quad_depthwise_conv, quads_apply, schedule_quad_depthwise
 
 #: the type the centered data is stored as: (x - zero point) of 8-bit x fits 9 bits
 CENTERED = "int16"
@@ -277,6 +278,10 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
                            f"{list(packed_weight.shape)}, not {CENTERED}"
                            f"{list(weight_lanes_shape(w.shape, cpu))} "
                            "(pack_weight_lanes_array)")
+    padded_size = (x.shape[2] + pads[0] + pads[2], x.shape[3] + pads[1] + pads[3])
+    if quads_apply((sy, sx), channels, padded_size, kw, cpu):
+        return quad_depthwise_conv(x, w, x_zero, ((sy, sx), (dy, dx), pads, (oh, ow)), tiles,
+                                   cpu, name, packed_weight)
     if pairs_apply((sy, sx), (dy, dx), cpu):
         sums, blocks, half = _paired_sums(x, w, x_zero, pads, (sy, sx), (dy, dx), (oh, ow),
                                           tiles, cpu, name, packed_weight)
@@ -351,6 +356,9 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
     finishing stage's parallel loop (:func:`.int8_conv.schedule_int8_conv_result`); the
     packing of the data and the weight's int16 vectors at root, in parallel (with
     stride 1 a padded copy, its rows vectorized)."""
+    if sums.op.attrs.get("int8_quads"):
+        schedule_quad_depthwise(schedule, sums, cpu)
+        return
     tiles: Int8DepthwiseTiles = sums.op.attrs["int8_depthwise"]
     data = depthwise_data(sums)
     weight = depthwise_weight(sums)

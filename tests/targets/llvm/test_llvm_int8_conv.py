@@ -339,7 +339,7 @@ def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dil
     zero = te.placeholder((1,), data, "zero")
     attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
     out = int8_depthwise_conv(x, w, zero, attrs, cpu)
-    sums = out.op.body.tensor
+    sums = _depthwise_sums(out)
     schedule = te.create_schedule(out)
     schedule_int8_depthwise(schedule, sums, cpu)
     schedule_int8_conv_result(schedule, out, cpu=cpu)
@@ -349,9 +349,12 @@ def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dil
     assert _allocated_in_parallel_loop(func, sums.name) == [tile * block.extent]
     module = hllvm.build(func, cpu=cpu)
     if not _host_runs(cpu):
+        assembly = module.assembly()
+        if sums.op.attrs.get("int8_quads"):  # a kernel row per sdot (quads_apply)
+            assert re.search(r"\tsdot\tv", assembly)
+            return
         # cross-compiled: 16-bit vector products (int16 data times int8 weights) added
         # into the int32 sums by widening adds
-        assembly = module.assembly()
         assert re.search(r"\tmul\tv\d+\.(8h|4h)", assembly)
         assert re.search(r"\tsaddw2?\tv", assembly)
         return
@@ -365,6 +368,13 @@ def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dil
     expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], int(z[0]), strides,
                                           pads, dilations) for c in range(channels)], axis=1)
     np.testing.assert_array_equal(got, expected)
+
+
+def _depthwise_sums(out: te.Tensor) -> te.Tensor:
+    """The sums (the ``int8_rows`` stage) that a depthwise convolution's result reads."""
+    from heterocc.te.schedule_reads import reads_of
+
+    return next(t for t in reads_of(out.op.body) if "int8_rows" in t.op.attrs)
 
 
 def _allocated_in_parallel_loop(func, name: str) -> list[int]:
@@ -532,7 +542,7 @@ def test_a_depthwise_convolution_of_column_stride_2_takes_its_taps_in_pairs(
     zero = te.placeholder((1,), "uint8", "zero")
     attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
     out = int8_depthwise_conv(x, w, zero, attrs, cpu)
-    sums = out.op.body.tensor
+    sums = _depthwise_sums(out)
     assert bool(sums.op.attrs.get("int8_pairs")) == (instruction is not None)
     schedule = te.create_schedule(out)
     schedule_int8_depthwise(schedule, sums, cpu)
@@ -585,3 +595,71 @@ def test_a_constant_depthwise_weight_is_packed_when_the_kernel_is_built(tmp_path
     compiled.export(str(tmp_path / "artifact"))
     loaded = heterocc.load(str(tmp_path / "artifact"))
     np.testing.assert_array_equal(loaded.run([x])[0], got)
+
+
+@pytest.mark.parametrize("target,instruction", [
+    ("llvm -mcpu=sapphirerapids", "vpdpbusd"),
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", None),  # AVX-512BW: 16-bit products
+    ("llvm -mcpu=haswell", None),
+    ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "sdot"),
+], ids=["vnni", "avx512bw", "avx2", "neon"])
+@pytest.mark.parametrize("shape,kernel,pads,dilations,data", [
+    ((1, 24, 9, 11), (3, 3), (1, 1, 1, 1), (1, 1), "uint8"),
+    ((2, 16, 12, 12), (3, 3), (0, 2, 1, 0), (1, 1), "int8"),  # batch 2, uneven pads
+    ((1, 8, 14, 14), (5, 5), (2, 2, 2, 2), (1, 1), "uint8"),  # two quads a kernel row
+    ((1, 8, 10, 13), (2, 3), (1, 2, 0, 1), (2, 2), "int8"),  # dilated, even height
+], ids=["3x3", "batch2-pads", "5x5", "dilated"])
+def test_a_stride_1_depthwise_convolution_takes_a_kernel_row_per_dot_product(
+        target, instruction, shape, kernel, pads, dilations, data):
+    """With stride 1 and the 8-bit dot product itself (``vpdpbusd``, ``sdot``), a
+    depthwise convolution's kernel row is one instruction per vector of pixels, over
+    quads of padded columns (``quads_apply``); bit-exact against int64 sums for uint8
+    and int8 data, batch 2, uneven padding, two quads a row and dilation; elsewhere the
+    16-bit products."""
+    cpu = parse_cpu(target)
+    channels = shape[1]
+    x = te.placeholder(shape, data, "x")
+    w = te.placeholder((channels, 1, *kernel), "int8", "w")
+    zero = te.placeholder((1,), data, "zero")
+    attrs = {"strides": (1, 1), "pads": pads, "dilations": dilations, "group": channels}
+    out = int8_depthwise_conv(x, w, zero, attrs, cpu)
+    sums = _depthwise_sums(out)
+    assert bool(sums.op.attrs.get("int8_quads")) == (instruction is not None)
+    schedule = te.create_schedule(out)
+    schedule_int8_depthwise(schedule, sums, cpu)
+    schedule_int8_conv_result(schedule, out, cpu=cpu)
+    module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
+    if instruction is not None:
+        assert re.search(rf"\t{instruction}\t", module.assembly())
+    if not _host_runs(cpu):
+        return
+    rng = np.random.default_rng(sum(shape))
+    info = np.iinfo(data)
+    xs = rng.integers(info.min, info.max + 1, shape).astype(data)
+    ws = rng.integers(-128, 128, (channels, 1, *kernel)).astype(np.int8)
+    ws[0] = -128  # the extremes: a channel of -128 weights over the widest data
+    z = np.array([info.min + 5], data)
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](xs, ws, z, got)
+    expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], int(z[0]), (1, 1),
+                                          pads, dilations) for c in range(channels)], axis=1)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_the_quads_take_stride_1_rows_that_are_not_short_and_copies_that_stay_in_l2():
+    """``quads_apply``: stride 1 only, padded rows of MIN_SPLIT_ROW or more, both copies
+    within half the L2 (MobileNetV2's 28x28 and 14x14 layers yes; 112x112, 56x56 and
+    7x7 no), and only where the CPU has the 8-bit dot product."""
+    from heterocc.targets.llvm.schedules.int8_depthwise_quads import quads_apply
+
+    vnni = parse_cpu("llvm -mcpu=sapphirerapids")  # 2 MB L2
+    assert quads_apply((1, 1), 192, (30, 30), 3, vnni)
+    assert quads_apply((1, 1), 576, (16, 16), 3, vnni)
+    assert not quads_apply((2, 2), 192, (30, 30), 3, vnni)
+    assert not quads_apply((1, 1), 960, (9, 9), 3, vnni)  # rows too short
+    assert not quads_apply((1, 1), 144, (58, 58), 3, vnni)  # 2.4 MB of copies
+    assert not quads_apply((1, 1), 32, (114, 114), 3, vnni)
+    assert quads_apply((1, 1), 96, (30, 30), 5, vnni)
+    assert not quads_apply((1, 1), 192, (30, 30), 3, parse_cpu(
+        "llvm -mcpu=sapphirerapids -mattr=-avx512vnni"))
+    assert not quads_apply((1, 1), 192, (30, 30), 3, parse_cpu("llvm -mcpu=haswell"))
