@@ -278,8 +278,7 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
                            f"{list(packed_weight.shape)}, not {CENTERED}"
                            f"{list(weight_lanes_shape(w.shape, cpu))} "
                            "(pack_weight_lanes_array)")
-    padded_size = (x.shape[2] + pads[0] + pads[2], x.shape[3] + pads[1] + pads[3])
-    if quads_apply((sy, sx), channels, padded_size, kw, cpu):
+    if quads_apply((sy, sx), (dy, dx), ow, cpu):
         return quad_depthwise_conv(x, w, x_zero, ((sy, sx), (dy, dx), pads, (oh, ow)), tiles,
                                    cpu, name, packed_weight)
     if pairs_apply((sy, sx), (dy, dx), cpu):

@@ -1,72 +1,111 @@
 """Integer depthwise convolutions on the CPU's 8-bit dot product: the taps of a kernel
-row in groups of four bytes.
+row in groups of four bytes, gathered in registers.
 
 A depthwise convolution has no four input channels to add per int32 lane, but a kernel
 row has three (or more) taps: output pixel ``x`` reads padded columns ``x * sx + rx *
-dx``. So the data is copied as quads, ``quad[x] = (column x * sx, + dx, + 2 dx, + 3 dx)``
-of one padded row (a second quad per pixel for taps 4-7, and so on), and one
-dot-product instruction (:data:`.int8_dot.DOT4_CALL`) adds a whole kernel row of a
-vector of output pixels: a 3x3 kernel takes three ``vpdpbusd`` (or ``sdot``) per vector
-of output pixels, where the 16-bit products take nine multiplies, widenings and adds
-and the column pairs six pair products. The fourth tap's weight is 0.
+dx``. So one load of a padded row's bytes and one byte shuffle (``vpermb``, AArch64's
+``tbl``) make, for each lane of a vector of output pixels, its quad ``(x * sx, + dx,
++ 2 dx, + 3 dx)`` (a second quad per pixel for taps 4-7, and so on), and one
+dot-product instruction (:data:`.int8_dot.DOT4_CALL` in its window form) adds a whole
+kernel row: a 3x3 kernel takes three loads, shuffles and ``vpdpbusd`` (or ``sdot``) per
+vector of output pixels, where the 16-bit products take nine multiplies, widenings and
+adds and the column pairs six pair products over an int16 copy twice the size. The
+fourth tap's weight is 0.
 
-The data is stored as the dense convolution's is (:func:`.int8_conv.data_dtype`:
-uint8, the sign bit flipped from int8, for ``vpdpbusd``; int8 for ``sdot``), padded with
-the zero point, so the sums are corrected by ``(zero point + flip) * sum(w)`` per
-channel, the identity of :func:`heterocc.ops.qnn.zero_point_bias`. Two copies make the
-quads: the padded image (a vector copy, masked at the borders) and the quads from it
-(no guard: a plain interleaving loop that LLVM vectorizes into shuffles).
-
-With row stride 1 the quads of the padded rows are numbered row after row, so that a
-vector of output pixels runs on across rows (as the dense convolution's,
-:func:`.int8_conv.row_blocks`); with a larger row stride, a row per block.
+The data is a padded byte copy stored as the dense convolution's is
+(:func:`.int8_conv.data_dtype`: uint8, the sign bit flipped from int8, for ``vpdpbusd``;
+int8 for ``sdot``), padded with the zero point, so the sums are corrected by ``(zero
+point + flip) * sum(w)`` per channel, the identity of
+:func:`heterocc.ops.qnn.zero_point_bias`. With stride 1 the output pixels are numbered
+over the padded rows, so that a vector runs on across rows (as the dense convolution's,
+:func:`.int8_conv.row_blocks`); with a larger stride, a row per block.
 """
 
 from __future__ import annotations
 
 from heterocc.sdk import te
+from heterocc.te.intrin import BufferRegion, TensorIntrin
+from heterocc.tir import expr as tx
+from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
-from ..int8_dot import dot4_instruction
+from ..int8_dot import DOT4_CALL, dot4_instruction
 from .common import vector_lanes
 from .int8_conv import (
     GROUP,
-    MIN_SPLIT_ROW,
+    RowBlocks,
     _flip,
     _zero,
     block_of_rows,
     data_dtype,
-    dot4_intrinsic,
     register_tiles,
     row_blocks,
 )
 
 
-def quads_apply(strides, channels: int, padded_size, kernel_width: int,
-                cpu: CPUDescription) -> bool:
-    """Whether a depthwise convolution of ``strides`` over ``channels`` padded images of
-    ``padded_size`` (rows, columns) takes a kernel row per dot-product instruction on
+def window_bytes(lanes: int, stride: int, dilation: int) -> int:
+    """The bytes one window load of :func:`dot4_window_intrinsic` spans."""
+    return stride * (lanes - 1) + (GROUP - 1) * dilation + 1
+
+
+#: the most output pixels of a strided depthwise convolution's row that the window
+#: kernel's vectors may compute and drop, as a share of those computed: its rows are
+#: one block each (a 7-wide output in 16 lanes drops 9 of 16, and measured slower than
+#: the column pairs, whose vectors run on across rows; 14 in 16 drops 2)
+MAX_DROPPED_SHARE = 0.25
+
+
+def quads_apply(strides, dilations, out_width: int, cpu: CPUDescription) -> bool:
+    """Whether a depthwise convolution of ``strides`` and ``dilations`` (and
+    ``out_width`` output columns) takes a kernel row per dot-product instruction on
     ``cpu``:
 
-    * where it has the 8-bit dot product itself (``vpdpbusd``, ``sdot``); its exact
-      stand-ins (``vpmaddubsw`` on split data, widened ``pmaddwd``) cost more per data
-      vector than the 16-bit products they would replace, since a depthwise data vector
-      multiplies one channel's weights only;
-    * stride 1 (a strided convolution's quads would need a copy per phase);
-    * padded rows of at least :data:`.int8_conv.MIN_SPLIT_ROW` (the copies loop per row:
-      7x7 images' 9-pixel rows took longer to copy than the products saved);
-    * the two copies (a byte per padded pixel, four per quad) within half the L2 cache,
-      so that the sums read them from it: a 112x112 or 56x56 layer's 2 MB of quads,
-      written and read back from memory, cost more than they saved (MobileNetV2, load 9:
-      0.25 -> 0.35 ms at 32x112x112, 0.29 -> 0.46 at 144x56x56; 0.11 -> 0.09 at
-      192x28x28, 0.097 -> 0.085 at 576x14x14)."""
+    * where it has the 8-bit dot product itself (``vpdpbusd``, ``sdot``): its exact
+      stand-ins, ``vpmaddubsw`` on split data and widened ``pmaddwd``, cost more per
+      data vector than the 16-bit products they would replace, since a depthwise data
+      vector multiplies one channel's weights only;
+    * and a byte shuffle across the whole vector (x86: AVX-512 VBMI's ``vpermb``;
+      without it a byte permute across 128-bit lanes takes several shuffles);
+    * where one window of a vector of pixels fits one vector of bytes;
+    * with a stride, where a row's vectors drop at most :data:`MAX_DROPPED_SHARE` of
+      the pixels they compute."""
     lanes = cpu.vector_lanes("int32")
     unsigned = data_dtype(cpu) == "uint8"
     instruction = dot4_instruction(cpu.features, cpu.arch, lanes, unsigned, False)
-    rows, columns = padded_size
-    copies = channels * rows * columns * (GROUP * -(-kernel_width // GROUP) + 1)
-    return (tuple(int(s) for s in strides) == (1, 1) and instruction in ("vpdpbusd", "sdot")
-            and columns >= MIN_SPLIT_ROW and copies <= cpu.l2 // 2)
+    shuffles = cpu.arch == "aarch64" or "avx512vbmi" in cpu.features
+    computed = -(-out_width // lanes) * lanes
+    rows_apart = tuple(int(s) for s in strides) != (1, 1) and \
+        computed - out_width > MAX_DROPPED_SHARE * computed
+    return instruction in ("vpdpbusd", "sdot") and shuffles and not rows_apart \
+        and window_bytes(lanes, int(strides[1]), int(dilations[1])) <= cpu.vector_lanes(
+            "uint8")
+
+
+def dot4_window_intrinsic(lanes: int, dtype: str, stride: int,
+                          dilation: int) -> TensorIntrin:
+    """``acc[l] += sum_j data[stride * l + dilation * j] * w[j]`` over ``lanes`` pixels
+    and four taps (``dtype`` data, int8 weights): one :data:`.int8_dot.DOT4_CALL` in its
+    window form (a load of the span, a byte shuffle, the dot product)."""
+    span = window_bytes(lanes, stride, dilation)
+    data = te.placeholder((span,), dtype, "data")
+    weight = te.placeholder((GROUP,), "int8", "weight")
+    r = te.reduce_axis(GROUP, "r")
+    acc = te.compute((lanes,), lambda lane: te.sum(
+        te.cast("int32", data[stride * lane + dilation * r]) * te.cast("int32", weight[r]),
+        axis=r), name="acc")
+
+    def implement(inputs: list[BufferRegion], output: BufferRegion):
+        data_region, weight_region = inputs
+        bases = list(output.bases)
+        bases[-1] = tx.Ramp(bases[-1], tx.IntImm(1), lanes)
+        total = tx.Call(DOT4_CALL, (output.load(0), data_region.load(0),
+                                    weight_region.load(0), tx.IntImm(span),
+                                    tx.IntImm(GROUP), tx.IntImm(stride),
+                                    tx.IntImm(dilation)), tx.with_lanes("int32", lanes))
+        return BufferStore(output.buffer, total, tuple(bases))
+
+    return TensorIntrin(f"cpu_dot4_window_{dtype}_{lanes}_{stride}_{dilation}", acc,
+                        implement, {"lanes": lanes})
 
 
 def pack_padded(x: te.Tensor, x_zero: te.Tensor | None, pads, rows: int,
@@ -92,21 +131,6 @@ def pack_padded(x: te.Tensor, x_zero: te.Tensor | None, pads, rows: int,
 
     return te.compute((n, channels, rows * row_length), element, name="int8_padded",
                       dtype=dtype, attrs={"int8_row": row_length})
-
-
-def pack_quads(padded: te.Tensor, quads: int, positions: int, dilation: int) -> te.Tensor:
-    """``[n, C, quads, positions, 4]``: at flat position ``p`` and quad ``q``, the four
-    padded pixels ``p + (4 q + j) * dilation`` (``j`` 0..3) of :func:`pack_padded`'s
-    rows. A quad of a pixel near a row's end runs into the next row, but only where its
-    weight is 0 or the pixel is a padding column's, computed and dropped (the kernel's
-    taps of an output pixel lie in its row). A plain interleaving copy, no guard."""
-    n, channels, _ = padded.shape
-
-    def element(b, c, q, position, j):
-        return padded[b, c, position + (GROUP * q + j) * dilation]
-
-    return te.compute((n, channels, quads, positions, GROUP), element, name="int8_quads",
-                      dtype=padded.dtype)
 
 
 def _tap_weight(w: te.Tensor, packed_weight: te.Tensor | None, c, i, j):
@@ -151,32 +175,34 @@ def quad_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, ge
     corrected by the zero point and cropped (``int8_conv_result``)."""
     n, channels, height, width = x.shape
     _, _, kh, kw = w.shape
-    (dy, dx), pads, (oh, ow) = geometry[1:]
+    (sy, sx), (dy, dx), pads, (oh, ow) = geometry
     dtype = data_dtype(cpu)
     quads = -(-kw // GROUP)
-    # output pixels numbered over the padded rows, a vector running on across rows
     row_length = width + pads[1] + pads[3]
-    blocks = row_blocks(oh, row_length, ow, tiles.lanes, tiles.channels, cpu)
-    span = blocks.rows * row_length
-    positions = (oh // blocks.rows - 1) * span + blocks.extent + (kh - 1) * dy * row_length
-    # the last quad's last tap, in whole rows
-    rows = -(-(positions + (GROUP * quads - 1) * dx) // row_length)
-    padded = pack_padded(x, x_zero, pads, rows, dtype)
-    data = pack_quads(padded, quads, positions, dx)
+    if (sy, sx) == (1, 1):
+        # output pixels numbered over the padded rows, a vector running on across rows
+        blocks = row_blocks(oh, row_length, ow, tiles.lanes, tiles.channels, cpu)
+    else:  # the next output row is sy padded rows on: a row per block
+        blocks = RowBlocks(1, -(-ow // tiles.lanes) * tiles.lanes)
+    span = blocks.rows * sy * row_length
+    # the last byte a window load reads (a whole vector of bytes), in whole rows
+    last = (oh // blocks.rows - 1) * span + (blocks.extent - 1) * sx \
+        + (kh - 1) * dy * row_length + (GROUP * quads - 1) * dx + cpu.vector_lanes("uint8")
+    data = pack_padded(x, x_zero, pads, -(-(last + 1) // row_length), dtype)
     weight = quad_weight(w, packed_weight)
     summed = weight_sums(w, packed_weight)
     ry, rq = te.reduce_axis(kh, "ry"), te.reduce_axis(quads, "rq")
     rj = te.reduce_axis(GROUP, "rj")
 
     def body(b, c, y, column):
-        position = y * span + column + ry * dy * row_length
-        return te.sum(te.cast("int32", data[b, c, rq, position, rj])
+        position = y * span + column * sx + ry * dy * row_length + (GROUP * rq + rj) * dx
+        return te.sum(te.cast("int32", data[b, c, position])
                       * te.cast("int32", weight[c, ry, rq, rj]), axis=[ry, rq, rj])
 
     sums = te.compute((n, channels, oh // blocks.rows, blocks.extent), body,
                       name=f"{name}_depthwise", dtype="int32",
                       attrs={"int8_depthwise": tiles, "int8_rows": blocks,
-                             "int8_quads": True})
+                             "int8_quads": (sx, dx)})
     offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
     def result(b, c, y, column):
@@ -188,40 +214,38 @@ def quad_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, ge
 
 
 def quad_stages(sums: te.Tensor) -> dict[str, te.Tensor]:
-    """The stages the sums of :func:`quad_depthwise_conv` read, directly or not:
-    ``quads``, ``padded`` and ``weight`` (the weight quads). (The weight sums are the
-    result's: :func:`weight_sum_stages`.)"""
+    """The stages the sums of :func:`quad_depthwise_conv` read: ``padded`` (the data)
+    and ``weight`` (the weight quads). (The weight sums are the result's:
+    :func:`weight_sum_stages`.)"""
     from heterocc.te.schedule_reads import reads_of
 
     data, weight = reads_of(sums.op.body)[:2]
-    return {"quads": data, "padded": reads_of(data.op.body)[0], "weight": weight}
+    return {"padded": data, "weight": weight}
 
 
 def schedule_quad_depthwise(schedule: te.Schedule, sums: te.Tensor,
                             cpu: CPUDescription) -> None:
     """The sums of :func:`quad_depthwise_conv`: a tile of channels by one vector of
-    pixels accumulating in registers over the kernel rows and quads, one dot product
-    per (channel, kernel row, quad); the padded copy row by row (vectorized), the quads
-    copy per row of quads (LLVM vectorizes the interleaving), both at root, channels
-    in parallel."""
+    pixels accumulating in registers over the kernel rows and quads, one window dot
+    product per (channel, kernel row, quad); the padded copy at root row by row
+    (vectorized), channels in parallel."""
     tiles = sums.op.attrs["int8_depthwise"]
-    stages = quad_stages(sums)
-    row = stages["padded"].op.attrs["int8_row"]
-    padded = schedule[stages["padded"]]
-    b, c, position = padded.op.axis
-    _, columns = padded.split(position, row)
-    _, inner = padded.split(columns, min(vector_lanes(stages["padded"].dtype, cpu), row))
-    padded.vectorize(inner)
-    padded.parallel(padded.fuse(b, c))
-    quads = schedule[stages["quads"]]
-    b, c, *_ = quads.op.axis
-    quads.parallel(quads.fuse(b, c))
+    stride, dilation = sums.op.attrs["int8_quads"]
+    padded = quad_stages(sums)["padded"]
+    row = padded.op.attrs["int8_row"]
+    stage = schedule[padded]
+    b, c, position = stage.op.axis
+    _, columns = stage.split(position, row)
+    _, inner = stage.split(columns, min(vector_lanes(padded.dtype, cpu), row))
+    stage.vectorize(inner)
+    stage.parallel(stage.fuse(b, c))
     local = register_tiles(schedule, sums, tiles.channels, tiles.lanes, parallel=False)
     lb, lc, ly, lx = schedule[local].op.axis
     ry, rq, rj = schedule[local].op.reduce_axis
     schedule[local].reorder(lb, ly, ry, rq, lc, lx, rj)
     schedule[local].unroll(lc)
-    schedule[local].tensorize(lx, dot4_intrinsic(tiles.lanes, stages["quads"].dtype))
+    schedule[local].tensorize(lx, dot4_window_intrinsic(tiles.lanes, padded.dtype, stride,
+                                                        dilation))
 
 
 def weight_sum_stages(result: te.Tensor) -> list[te.Tensor]:

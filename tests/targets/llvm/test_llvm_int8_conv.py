@@ -518,7 +518,7 @@ def test_int16_pairs_take_the_pair_product_instruction():
 
 
 @pytest.mark.parametrize("target,instruction", [
-    ("llvm -mcpu=sapphirerapids", "vpdpwssd"),
+    ("llvm -mcpu=cascadelake", "vpdpwssd"),  # VBMI's byte shuffle: the window kernel
     ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", "vpmaddwd"),
     ("llvm -mcpu=haswell", None),  # AVX2: the column-phase kernel (pairs_apply)
 ], ids=["vnni", "avx512bw", "avx2"])
@@ -599,29 +599,33 @@ def test_a_constant_depthwise_weight_is_packed_when_the_kernel_is_built(tmp_path
 
 @pytest.mark.parametrize("target,instruction", [
     ("llvm -mcpu=sapphirerapids", "vpdpbusd"),
+    ("llvm -mcpu=cascadelake", None),  # VNNI without VBMI's byte shuffle: 16-bit products
     ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", None),  # AVX-512BW: 16-bit products
     ("llvm -mcpu=haswell", None),
     ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "sdot"),
-], ids=["vnni", "avx512bw", "avx2", "neon"])
-@pytest.mark.parametrize("shape,kernel,pads,dilations,data", [
-    ((1, 24, 9, 11), (3, 3), (1, 1, 1, 1), (1, 1), "uint8"),
-    ((2, 16, 12, 12), (3, 3), (0, 2, 1, 0), (1, 1), "int8"),  # batch 2, uneven pads
-    ((1, 8, 14, 14), (5, 5), (2, 2, 2, 2), (1, 1), "uint8"),  # two quads a kernel row
-    ((1, 8, 10, 13), (2, 3), (1, 2, 0, 1), (2, 2), "int8"),  # dilated, even height
-], ids=["3x3", "batch2-pads", "5x5", "dilated"])
-def test_a_stride_1_depthwise_convolution_takes_a_kernel_row_per_dot_product(
-        target, instruction, shape, kernel, pads, dilations, data):
-    """With stride 1 and the 8-bit dot product itself (``vpdpbusd``, ``sdot``), a
-    depthwise convolution's kernel row is one instruction per vector of pixels, over
-    quads of padded columns (``quads_apply``); bit-exact against int64 sums for uint8
-    and int8 data, batch 2, uneven padding, two quads a row and dilation; elsewhere the
-    16-bit products."""
+], ids=["vnni", "vnni-no-vbmi", "avx512bw", "avx2", "neon"])
+@pytest.mark.parametrize("shape,kernel,strides,pads,dilations,data", [
+    ((1, 24, 9, 11), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "uint8"),
+    ((2, 16, 12, 12), (3, 3), (1, 1), (0, 2, 1, 0), (1, 1), "int8"),  # batch 2, uneven pads
+    ((1, 8, 14, 14), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), "uint8"),  # two quads a row
+    ((1, 8, 10, 13), (2, 3), (1, 1), (1, 2, 0, 1), (2, 2), "int8"),  # dilated
+    ((1, 8, 9, 28), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "uint8"),  # stride 2: 14 wide
+    ((1, 8, 11, 30), (3, 3), (3, 2), (0, 1, 2, 2), (1, 2), "int8"),  # strided, dilated
+], ids=["3x3", "batch2-pads", "5x5", "dilated", "stride2", "s3x2-dilated"])
+def test_a_depthwise_convolution_takes_a_kernel_row_per_window_dot_product(
+        target, instruction, shape, kernel, strides, pads, dilations, data):
+    """Where the CPU has the 8-bit dot product and a whole-vector byte shuffle, a
+    depthwise convolution's kernel row is one window load, shuffle and dot product per
+    vector of pixels (``quads_apply``): bit-exact against int64 sums for uint8 and int8
+    data, batch 2, uneven padding, two quads a row, dilations and strides (and the
+    extremes: a channel of -128 weights); elsewhere the 16-bit products or the column
+    pairs."""
     cpu = parse_cpu(target)
     channels = shape[1]
     x = te.placeholder(shape, data, "x")
     w = te.placeholder((channels, 1, *kernel), "int8", "w")
     zero = te.placeholder((1,), data, "zero")
-    attrs = {"strides": (1, 1), "pads": pads, "dilations": dilations, "group": channels}
+    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
     out = int8_depthwise_conv(x, w, zero, attrs, cpu)
     sums = _depthwise_sums(out)
     assert bool(sums.op.attrs.get("int8_quads")) == (instruction is not None)
@@ -630,7 +634,9 @@ def test_a_stride_1_depthwise_convolution_takes_a_kernel_row_per_dot_product(
     schedule_int8_conv_result(schedule, out, cpu=cpu)
     module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
     if instruction is not None:
-        assert re.search(rf"\t{instruction}\t", module.assembly())
+        assembly = module.assembly()
+        assert re.search(rf"\t{instruction}\t", assembly)
+        assert re.search(r"\tvperm[bw]\t|\ttbl\t", assembly)  # the window's shuffle
     if not _host_runs(cpu):
         return
     rng = np.random.default_rng(sum(shape))
@@ -641,25 +647,27 @@ def test_a_stride_1_depthwise_convolution_takes_a_kernel_row_per_dot_product(
     z = np.array([info.min + 5], data)
     got = np.zeros(out.shape, np.int32)
     module["conv"](xs, ws, z, got)
-    expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], int(z[0]), (1, 1),
+    expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], int(z[0]), strides,
                                           pads, dilations) for c in range(channels)], axis=1)
     np.testing.assert_array_equal(got, expected)
 
 
-def test_the_quads_take_stride_1_rows_that_are_not_short_and_copies_that_stay_in_l2():
-    """``quads_apply``: stride 1 only, padded rows of MIN_SPLIT_ROW or more, both copies
-    within half the L2 (MobileNetV2's 28x28 and 14x14 layers yes; 112x112, 56x56 and
-    7x7 no), and only where the CPU has the 8-bit dot product."""
+def test_the_window_kernel_needs_the_dot_product_a_byte_shuffle_and_few_dropped_pixels():
+    """``quads_apply``: the 8-bit dot product and a whole-vector byte shuffle (VBMI on
+    x86), a window within one vector of bytes, and with a stride at most a quarter of a
+    row's computed pixels dropped (MobileNetV2's 56x56 and 14x14 outputs yes, 7x7 no)."""
     from heterocc.targets.llvm.schedules.int8_depthwise_quads import quads_apply
 
-    vnni = parse_cpu("llvm -mcpu=sapphirerapids")  # 2 MB L2
-    assert quads_apply((1, 1), 192, (30, 30), 3, vnni)
-    assert quads_apply((1, 1), 576, (16, 16), 3, vnni)
-    assert not quads_apply((2, 2), 192, (30, 30), 3, vnni)
-    assert not quads_apply((1, 1), 960, (9, 9), 3, vnni)  # rows too short
-    assert not quads_apply((1, 1), 144, (58, 58), 3, vnni)  # 2.4 MB of copies
-    assert not quads_apply((1, 1), 32, (114, 114), 3, vnni)
-    assert quads_apply((1, 1), 96, (30, 30), 5, vnni)
-    assert not quads_apply((1, 1), 192, (30, 30), 3, parse_cpu(
+    vnni = parse_cpu("llvm -mcpu=sapphirerapids")  # 16 int32 lanes
+    assert quads_apply((1, 1), (1, 1), 7, vnni)  # stride 1: vectors run on across rows
+    assert quads_apply((2, 2), (1, 1), 56, vnni)
+    assert quads_apply((2, 2), (1, 1), 14, vnni)
+    assert not quads_apply((2, 2), (1, 1), 7, vnni)
+    assert quads_apply((1, 1), (8, 8), 30, vnni)  # 15 + 24 + 1 = 40 bytes
+    assert not quads_apply((1, 1), (20, 20), 30, vnni)  # 76 bytes: past one vector
+    assert not quads_apply((1, 1), (1, 1), 28, parse_cpu("llvm -mcpu=cascadelake"))
+    assert not quads_apply((1, 1), (1, 1), 28, parse_cpu(
         "llvm -mcpu=sapphirerapids -mattr=-avx512vnni"))
-    assert not quads_apply((1, 1), 192, (30, 30), 3, parse_cpu("llvm -mcpu=haswell"))
+    assert not quads_apply((1, 1), (1, 1), 28, parse_cpu("llvm -mcpu=haswell"))
+    assert quads_apply((1, 1), (1, 1), 28, parse_cpu(
+        "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"))
