@@ -278,7 +278,7 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
                            f"{list(packed_weight.shape)}, not {CENTERED}"
                            f"{list(weight_lanes_shape(w.shape, cpu))} "
                            "(pack_weight_lanes_array)")
-    if quads_apply((sy, sx), (dy, dx), ow, cpu):
+    if quads_apply((sy, sx), (dy, dx), cpu):
         return quad_depthwise_conv(x, w, x_zero, ((sy, sx), (dy, dx), pads, (oh, ow)), tiles,
                                    cpu, name, packed_weight)
     if pairs_apply((sy, sx), (dy, dx), cpu):

@@ -16,9 +16,12 @@ The data is a padded byte copy stored as the dense convolution's is
 (:func:`.int8_conv.data_dtype`: uint8, the sign bit flipped from int8, for ``vpdpbusd``;
 int8 for ``sdot``), padded with the zero point, so the sums are corrected by ``(zero
 point + flip) * sum(w)`` per channel, the identity of
-:func:`heterocc.ops.qnn.zero_point_bias`. With stride 1 the output pixels are numbered
-over the padded rows, so that a vector runs on across rows (as the dense convolution's,
-:func:`.int8_conv.row_blocks`); with a larger stride, a row per block.
+:func:`heterocc.ops.qnn.zero_point_bias`. The copy is split by row phase (each phase's
+padded rows one after another, a row a whole number of column strides long), and the
+output pixels are numbered over rows of ``row length / column stride`` positions, so
+that the window of output position ``q`` starts at byte ``q * column stride`` of its
+phase and a vector runs on across rows (a 7x7 output fills whole vectors), in blocks of
+rows as the dense convolution's (:func:`.int8_conv.row_blocks`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from ..int8_dot import DOT4_CALL, dot4_instruction
 from .common import vector_lanes
 from .int8_conv import (
     GROUP,
-    RowBlocks,
     _flip,
     _zero,
     block_of_rows,
@@ -48,17 +50,9 @@ def window_bytes(lanes: int, stride: int, dilation: int) -> int:
     return stride * (lanes - 1) + (GROUP - 1) * dilation + 1
 
 
-#: the most output pixels of a strided depthwise convolution's row that the window
-#: kernel's vectors may compute and drop, as a share of those computed: its rows are
-#: one block each (a 7-wide output in 16 lanes drops 9 of 16, and measured slower than
-#: the column pairs, whose vectors run on across rows; 14 in 16 drops 2)
-MAX_DROPPED_SHARE = 0.25
-
-
-def quads_apply(strides, dilations, out_width: int, cpu: CPUDescription) -> bool:
-    """Whether a depthwise convolution of ``strides`` and ``dilations`` (and
-    ``out_width`` output columns) takes a kernel row per dot-product instruction on
-    ``cpu``:
+def quads_apply(strides, dilations, cpu: CPUDescription) -> bool:
+    """Whether a depthwise convolution of ``strides`` and ``dilations`` takes a kernel
+    row per dot-product instruction on ``cpu``:
 
     * where it has the 8-bit dot product itself (``vpdpbusd``, ``sdot``): its exact
       stand-ins, ``vpmaddubsw`` on split data and widened ``pmaddwd``, cost more per
@@ -66,17 +60,12 @@ def quads_apply(strides, dilations, out_width: int, cpu: CPUDescription) -> bool
       vector multiplies one channel's weights only;
     * and a byte shuffle across the whole vector (x86: AVX-512 VBMI's ``vpermb``;
       without it a byte permute across 128-bit lanes takes several shuffles);
-    * where one window of a vector of pixels fits one vector of bytes;
-    * with a stride, where a row's vectors drop at most :data:`MAX_DROPPED_SHARE` of
-      the pixels they compute."""
+    * where one window of a vector of pixels fits one vector of bytes."""
     lanes = cpu.vector_lanes("int32")
     unsigned = data_dtype(cpu) == "uint8"
     instruction = dot4_instruction(cpu.features, cpu.arch, lanes, unsigned, False)
     shuffles = cpu.arch == "aarch64" or "avx512vbmi" in cpu.features
-    computed = -(-out_width // lanes) * lanes
-    rows_apart = tuple(int(s) for s in strides) != (1, 1) and \
-        computed - out_width > MAX_DROPPED_SHARE * computed
-    return instruction in ("vpdpbusd", "sdot") and shuffles and not rows_apart \
+    return instruction in ("vpdpbusd", "sdot") and shuffles \
         and window_bytes(lanes, int(strides[1]), int(dilations[1])) <= cpu.vector_lanes(
             "uint8")
 
@@ -108,29 +97,30 @@ def dot4_window_intrinsic(lanes: int, dtype: str, stride: int,
                         implement, {"lanes": lanes})
 
 
-def pack_padded(x: te.Tensor, x_zero: te.Tensor | None, pads, rows: int,
-                dtype: str) -> te.Tensor:
+def pack_padded(x: te.Tensor, x_zero: te.Tensor | None, pads, stride: int, phases: int,
+                row_length: int, rows: int, dtype: str) -> te.Tensor:
     """``x`` (8-bit NCHW) stored as ``dtype`` (the sign bit flipped where the byte types
-    differ), padded with the zero point, its ``rows`` padded rows (past the padded image
-    too) one after another: ``[n, C, rows * padded width]``. The flat axis carries
-    ``int8_row`` (the padded width), so that its schedule loops over rows and columns
-    (no division); the reads are guarded, not clamped, so a row is one vector copy
-    masked at the borders."""
+    differ), padded with the zero point, split by row phase: ``[n, C, phases, rows *
+    row_length]``, phase ``p``'s padded rows ``stride * r + p`` one after another, each
+    ``row_length`` columns (the zero point past the padded image). The flat axis carries
+    ``int8_row`` (the row length), so that its schedule loops over rows and columns (no
+    division); the reads are guarded, not clamped, so a row is one vector copy masked at
+    the borders."""
     n, channels, height, width = x.shape
     top, left = pads[0], pads[1]
-    row_length = width + pads[1] + pads[3]
     flip = _flip(x.dtype, dtype)
     zero = _zero(x_zero)
 
-    def element(b, c, position):
-        y, col = position // row_length - top, position % row_length - left
+    def element(b, c, phase, position):
+        y = position // row_length * stride + phase - top
+        col = position % row_length - left
         inside = te.logical_and(te.logical_and(y >= 0, y < height),
                                 te.logical_and(col >= 0, col < width))
         return te.cast(dtype, te.if_then_else(inside, te.cast("int32", x[b, c, y, col]),
                                               zero) + flip)
 
-    return te.compute((n, channels, rows * row_length), element, name="int8_padded",
-                      dtype=dtype, attrs={"int8_row": row_length})
+    return te.compute((n, channels, phases, rows * row_length), element,
+                      name="int8_padded", dtype=dtype, attrs={"int8_row": row_length})
 
 
 def _tap_weight(w: te.Tensor, packed_weight: te.Tensor | None, c, i, j):
@@ -178,25 +168,29 @@ def quad_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, ge
     (sy, sx), (dy, dx), pads, (oh, ow) = geometry
     dtype = data_dtype(cpu)
     quads = -(-kw // GROUP)
-    row_length = width + pads[1] + pads[3]
-    if (sy, sx) == (1, 1):
-        # output pixels numbered over the padded rows, a vector running on across rows
-        blocks = row_blocks(oh, row_length, ow, tiles.lanes, tiles.channels, cpu)
-    else:  # the next output row is sy padded rows on: a row per block
-        blocks = RowBlocks(1, -(-ow // tiles.lanes) * tiles.lanes)
-    span = blocks.rows * sy * row_length
+    # output pixels numbered over rows of row_length / sx positions, so that a vector
+    # runs on across rows and output position q's window starts at byte q * sx of its
+    # row phase (the padded rows of one phase one after another)
+    row_length = -(-(width + pads[1] + pads[3]) // sx) * sx
+    out_row = row_length // sx
+    blocks = row_blocks(oh, out_row, ow, tiles.lanes, tiles.channels, cpu)
+    span = blocks.rows * out_row
+    phases = min(sy, (kh - 1) * dy + 1)
     # the last byte a window load reads (a whole vector of bytes), in whole rows
-    last = (oh // blocks.rows - 1) * span + (blocks.extent - 1) * sx \
-        + (kh - 1) * dy * row_length + (GROUP * quads - 1) * dx + cpu.vector_lanes("uint8")
-    data = pack_padded(x, x_zero, pads, -(-(last + 1) // row_length), dtype)
+    last = ((oh // blocks.rows - 1) * span + blocks.extent - 1) * sx \
+        + (kh - 1) * dy // sy * row_length + (GROUP * quads - 1) * dx \
+        + cpu.vector_lanes("uint8")
+    data = pack_padded(x, x_zero, pads, sy, phases, row_length,
+                       -(-(last + 1) // row_length), dtype)
     weight = quad_weight(w, packed_weight)
     summed = weight_sums(w, packed_weight)
     ry, rq = te.reduce_axis(kh, "ry"), te.reduce_axis(quads, "rq")
     rj = te.reduce_axis(GROUP, "rj")
 
     def body(b, c, y, column):
-        position = y * span + column * sx + ry * dy * row_length + (GROUP * rq + rj) * dx
-        return te.sum(te.cast("int32", data[b, c, position])
+        position = (y * span + column) * sx + ry * dy // sy * row_length \
+            + (GROUP * rq + rj) * dx
+        return te.sum(te.cast("int32", data[b, c, ry * dy % sy, position])
                       * te.cast("int32", weight[c, ry, rq, rj]), axis=[ry, rq, rj])
 
     sums = te.compute((n, channels, oh // blocks.rows, blocks.extent), body,
@@ -206,7 +200,7 @@ def quad_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, ge
     offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
     def result(b, c, y, column):
-        at = block_of_rows(blocks, row_length, y, column)
+        at = block_of_rows(blocks, out_row, y, column)
         return sums[(b, c, *at)] - offset * summed[c]
 
     return te.compute((n, channels, oh, ow), result, name=name, dtype="int32",
@@ -234,7 +228,7 @@ def schedule_quad_depthwise(schedule: te.Schedule, sums: te.Tensor,
     padded = quad_stages(sums)["padded"]
     row = padded.op.attrs["int8_row"]
     stage = schedule[padded]
-    b, c, position = stage.op.axis
+    b, c, _, position = stage.op.axis
     _, columns = stage.split(position, row)
     _, inner = stage.split(columns, min(vector_lanes(padded.dtype, cpu), row))
     stage.vectorize(inner)

@@ -652,22 +652,21 @@ def test_a_depthwise_convolution_takes_a_kernel_row_per_window_dot_product(
     np.testing.assert_array_equal(got, expected)
 
 
-def test_the_window_kernel_needs_the_dot_product_a_byte_shuffle_and_few_dropped_pixels():
+def test_the_window_kernel_needs_the_dot_product_and_a_byte_shuffle():
     """``quads_apply``: the 8-bit dot product and a whole-vector byte shuffle (VBMI on
-    x86), a window within one vector of bytes, and with a stride at most a quarter of a
-    row's computed pixels dropped (MobileNetV2's 56x56 and 14x14 outputs yes, 7x7 no)."""
+    x86), and a window within one vector of bytes; any stride."""
     from heterocc.targets.llvm.schedules.int8_depthwise_quads import quads_apply
 
     vnni = parse_cpu("llvm -mcpu=sapphirerapids")  # 16 int32 lanes
-    assert quads_apply((1, 1), (1, 1), 7, vnni)  # stride 1: vectors run on across rows
-    assert quads_apply((2, 2), (1, 1), 56, vnni)
-    assert quads_apply((2, 2), (1, 1), 14, vnni)
-    assert not quads_apply((2, 2), (1, 1), 7, vnni)
-    assert quads_apply((1, 1), (8, 8), 30, vnni)  # 15 + 24 + 1 = 40 bytes
-    assert not quads_apply((1, 1), (20, 20), 30, vnni)  # 76 bytes: past one vector
-    assert not quads_apply((1, 1), (1, 1), 28, parse_cpu("llvm -mcpu=cascadelake"))
-    assert not quads_apply((1, 1), (1, 1), 28, parse_cpu(
+    assert quads_apply((1, 1), (1, 1), vnni)
+    assert quads_apply((2, 2), (1, 1), vnni)
+    assert quads_apply((1, 1), (8, 8), vnni)  # 15 + 24 + 1 = 40 bytes
+    assert not quads_apply((1, 1), (20, 20), vnni)  # 76 bytes: past one vector
+    assert quads_apply((1, 4), (1, 1), vnni)  # 60 + 3 + 1 = 64 bytes
+    assert not quads_apply((1, 5), (1, 1), vnni)  # 79 bytes
+    assert not quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=cascadelake"))
+    assert not quads_apply((1, 1), (1, 1), parse_cpu(
         "llvm -mcpu=sapphirerapids -mattr=-avx512vnni"))
-    assert not quads_apply((1, 1), (1, 1), 28, parse_cpu("llvm -mcpu=haswell"))
-    assert quads_apply((1, 1), (1, 1), 28, parse_cpu(
+    assert not quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=haswell"))
+    assert quads_apply((1, 1), (1, 1), parse_cpu(
         "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"))
