@@ -38,7 +38,7 @@ from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
 from ..int8_dot import DOT4_CALL, dot4_instruction
-from .common import schedule_rows, vector_lanes
+from .common import schedule_rows
 from .int8_conv import (
     RowBlocks,
     block_of_rows,
@@ -47,6 +47,8 @@ from .int8_conv import (
     pack_int8_data,
     register_tiles,
     row_blocks,
+    schedule_phase_rows,
+    tensorized_channel_tiles,
 )
 from .int8_depthwise_quads import quad_depthwise_conv, quads_apply, schedule_quad_depthwise
 
@@ -383,19 +385,9 @@ def _schedule_paired(schedule: te.Schedule, sums: te.Tensor, data: te.Tensor,
     """:func:`schedule_int8_depthwise` for taps in column pairs: the row-phase copy
     row by row (its columns vectorized), channels in parallel; the sums' tile of
     channels one pair product per tap pair and vector."""
-    stage = schedule[data]
-    b, c, phase, position = stage.op.axis
-    row = data.op.attrs["int8_row"]
-    _, columns = stage.split(position, row)
-    _, inner = stage.split(columns, min(vector_lanes(CENTERED, cpu), row))
-    stage.vectorize(inner)
-    stage.parallel(stage.fuse(b, c))
-    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes, parallel=False)
-    lb, lc, ly, lx = schedule[local].op.axis
-    ry, rx, pair = schedule[local].op.reduce_axis
-    schedule[local].reorder(lb, ly, ry, rx, lc, lx, pair)
-    schedule[local].unroll(lc)
-    schedule[local].tensorize(lx, dot2_intrinsic(tiles.lanes))
+    schedule_phase_rows(schedule, data, cpu)
+    tensorized_channel_tiles(schedule, sums, tiles.channels, tiles.lanes,
+                             dot2_intrinsic(tiles.lanes))
 
 
 def depthwise_data(sums: te.Tensor) -> te.Tensor:

@@ -33,15 +33,15 @@ from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
 from ..int8_dot import DOT4_CALL, dot4_instruction
-from .common import vector_lanes
 from .int8_conv import (
     GROUP,
     _flip,
     _zero,
     block_of_rows,
     data_dtype,
-    register_tiles,
     row_blocks,
+    schedule_phase_rows,
+    tensorized_channel_tiles,
 )
 
 
@@ -226,20 +226,10 @@ def schedule_quad_depthwise(schedule: te.Schedule, sums: te.Tensor,
     tiles = sums.op.attrs["int8_depthwise"]
     stride, dilation = sums.op.attrs["int8_quads"]
     padded = quad_stages(sums)["padded"]
-    row = padded.op.attrs["int8_row"]
-    stage = schedule[padded]
-    b, c, _, position = stage.op.axis
-    _, columns = stage.split(position, row)
-    _, inner = stage.split(columns, min(vector_lanes(padded.dtype, cpu), row))
-    stage.vectorize(inner)
-    stage.parallel(stage.fuse(b, c))
-    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes, parallel=False)
-    lb, lc, ly, lx = schedule[local].op.axis
-    ry, rq, rj = schedule[local].op.reduce_axis
-    schedule[local].reorder(lb, ly, ry, rq, lc, lx, rj)
-    schedule[local].unroll(lc)
-    schedule[local].tensorize(lx, dot4_window_intrinsic(tiles.lanes, padded.dtype, stride,
-                                                        dilation))
+    schedule_phase_rows(schedule, padded, cpu)
+    tensorized_channel_tiles(schedule, sums, tiles.channels, tiles.lanes,
+                             dot4_window_intrinsic(tiles.lanes, padded.dtype, stride,
+                                                   dilation))
 
 
 def weight_sum_stages(result: te.Tensor) -> list[te.Tensor]:

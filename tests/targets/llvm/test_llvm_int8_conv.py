@@ -334,16 +334,7 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
 def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dilations):
     cpu = parse_cpu(target)
     shape, channels = (1, 24, 9, 11), 24
-    x = te.placeholder(shape, data, "x")
-    w = te.placeholder((channels, 1, 3, 3), "int8", "w")
-    zero = te.placeholder((1,), data, "zero")
-    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
-    out = int8_depthwise_conv(x, w, zero, attrs, cpu)
-    sums = _depthwise_sums(out)
-    schedule = te.create_schedule(out)
-    schedule_int8_depthwise(schedule, sums, cpu)
-    schedule_int8_conv_result(schedule, out, cpu=cpu)
-    func = te.lower(schedule, [x, w, zero, out], name="conv")
+    sums, func = _lowered_depthwise(cpu, shape, (3, 3), strides, pads, dilations, data)
     # each block of rows summed inside the finishing loop, in a buffer of one block
     block, tile = sums.op.attrs["int8_rows"], sums.op.attrs["int8_depthwise"].channels
     assert _allocated_in_parallel_loop(func, sums.name) == [tile * block.extent]
@@ -363,7 +354,7 @@ def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dil
     xs = rng.integers(info.min, info.max + 1, shape).astype(data)
     ws = rng.integers(-128, 128, (channels, 1, 3, 3)).astype(np.int8)
     z = np.array([info.min + 3], data)
-    got = np.zeros(out.shape, np.int32)
+    got = np.zeros(_depthwise_out(shape, (3, 3), strides, pads, dilations), np.int32)
     module["conv"](xs, ws, z, got)
     expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], int(z[0]), strides,
                                           pads, dilations) for c in range(channels)], axis=1)
@@ -375,6 +366,28 @@ def _depthwise_sums(out: te.Tensor) -> te.Tensor:
     from heterocc.te.schedule_reads import reads_of
 
     return next(t for t in reads_of(out.op.body) if "int8_rows" in t.op.attrs)
+
+
+def _depthwise_out(shape, kernel, strides, pads, dilations) -> tuple[int, ...]:
+    """The output shape of a depthwise convolution."""
+    sizes = [(shape[2 + i] + pads[i] + pads[2 + i] - dilations[i] * (kernel[i] - 1) - 1)
+             // strides[i] + 1 for i in range(2)]
+    return (shape[0], shape[1], *sizes)
+
+
+def _lowered_depthwise(cpu, shape, kernel, strides, pads, dilations, data="uint8"):
+    """A depthwise convolution's sums and its function (scheduled as the rules do)."""
+    channels = shape[1]
+    x = te.placeholder(shape, data, "x")
+    w = te.placeholder((channels, 1, *kernel), "int8", "w")
+    zero = te.placeholder((1,), data, "zero")
+    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
+    out = int8_depthwise_conv(x, w, zero, attrs, cpu)
+    sums = _depthwise_sums(out)
+    schedule = te.create_schedule(out)
+    schedule_int8_depthwise(schedule, sums, cpu)
+    schedule_int8_conv_result(schedule, out, cpu=cpu)
+    return sums, te.lower(schedule, [x, w, zero, out], name="conv")
 
 
 def _allocated_in_parallel_loop(func, name: str) -> list[int]:
@@ -537,17 +550,9 @@ def test_a_depthwise_convolution_of_column_stride_2_takes_its_taps_in_pairs(
     dilations; AVX2 keeps the column-phase kernel."""
     cpu = parse_cpu(target)
     channels = shape[1]
-    x = te.placeholder(shape, "uint8", "x")
-    w = te.placeholder((channels, 1, *kernel), "int8", "w")
-    zero = te.placeholder((1,), "uint8", "zero")
-    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
-    out = int8_depthwise_conv(x, w, zero, attrs, cpu)
-    sums = _depthwise_sums(out)
+    sums, func = _lowered_depthwise(cpu, shape, kernel, strides, pads, dilations)
+    module = hllvm.build(func, cpu=cpu)
     assert bool(sums.op.attrs.get("int8_pairs")) == (instruction is not None)
-    schedule = te.create_schedule(out)
-    schedule_int8_depthwise(schedule, sums, cpu)
-    schedule_int8_conv_result(schedule, out, cpu=cpu)
-    module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
     if instruction is not None:
         assert re.search(rf"\t(\{{vex\}}\t)?{instruction}\t", module.assembly())
     if not _host_runs(cpu):
@@ -555,7 +560,7 @@ def test_a_depthwise_convolution_of_column_stride_2_takes_its_taps_in_pairs(
     rng = np.random.default_rng(sum(shape))
     xs = rng.integers(0, 256, shape).astype(np.uint8)
     ws = rng.integers(-128, 128, (channels, 1, *kernel)).astype(np.int8)
-    got = np.zeros(out.shape, np.int32)
+    got = np.zeros(_depthwise_out(shape, kernel, strides, pads, dilations), np.int32)
     module["conv"](xs, ws, np.array([200], np.uint8), got)
     expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], 200, strides, pads,
                                           dilations) for c in range(channels)], axis=1)
@@ -622,17 +627,9 @@ def test_a_depthwise_convolution_takes_a_kernel_row_per_window_dot_product(
     pairs."""
     cpu = parse_cpu(target)
     channels = shape[1]
-    x = te.placeholder(shape, data, "x")
-    w = te.placeholder((channels, 1, *kernel), "int8", "w")
-    zero = te.placeholder((1,), data, "zero")
-    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
-    out = int8_depthwise_conv(x, w, zero, attrs, cpu)
-    sums = _depthwise_sums(out)
+    sums, func = _lowered_depthwise(cpu, shape, kernel, strides, pads, dilations, data)
+    module = hllvm.build(func, cpu=cpu)
     assert bool(sums.op.attrs.get("int8_quads")) == (instruction is not None)
-    schedule = te.create_schedule(out)
-    schedule_int8_depthwise(schedule, sums, cpu)
-    schedule_int8_conv_result(schedule, out, cpu=cpu)
-    module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
     if instruction is not None:
         assembly = module.assembly()
         assert re.search(rf"\t{instruction}\t", assembly)
@@ -645,7 +642,7 @@ def test_a_depthwise_convolution_takes_a_kernel_row_per_window_dot_product(
     ws = rng.integers(-128, 128, (channels, 1, *kernel)).astype(np.int8)
     ws[0] = -128  # the extremes: a channel of -128 weights over the widest data
     z = np.array([info.min + 5], data)
-    got = np.zeros(out.shape, np.int32)
+    got = np.zeros(_depthwise_out(shape, kernel, strides, pads, dilations), np.int32)
     module["conv"](xs, ws, z, got)
     expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], int(z[0]), strides,
                                           pads, dilations) for c in range(channels)], axis=1)
