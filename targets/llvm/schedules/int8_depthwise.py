@@ -22,6 +22,10 @@ instructions per vector, not nine products, widenings and adds. The data is a ce
 copy of the rows split by row phase only (each phase's rows one after another, so that
 vectors run on across rows and a 7x7 output fills whole vectors), which is also cheaper
 to make than a copy split by column phase.
+
+Where the CPU has the 8-bit dot product itself and a whole-vector byte shuffle (AVX-512
+VNNI with VBMI, NEON ``sdot``), a kernel row is one dot product per vector instead, at
+any stride (:mod:`.int8_depthwise_quads`, :func:`.int8_depthwise_quads.quads_apply`).
 """
 
 from __future__ import annotations
