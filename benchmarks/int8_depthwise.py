@@ -1,51 +1,80 @@
-"""int8 depthwise kernels of MobileNetV2's downsampling layers: the column-pair kernel
-(taps in pairs of columns on one int16 pair product, ``pairs_apply``) against the
-column-phase one it replaces, in alternating rounds in one process, on the CPU clock.
+"""int8 depthwise kernels of MobileNetV2's layers, each kernel against the ones it
+replaces, in alternating rounds in one process, on the CPU clock:
+
+* ``phases``: 16-bit products (the data centered as int16; strided: split by column
+  phase), what a CPU without a pair product gets;
+* ``pairs``: strided layers' neighbouring column taps on one int16 pair product
+  (``pairs_apply``: AVX-512BW);
+* ``windows``: a kernel row per 8-bit dot product over quads gathered in registers by a
+  byte shuffle (``quads_apply``: VNNI with VBMI, NEON ``sdot``).
 
     python benchmarks/int8_depthwise.py [--target "llvm -mattr=-avx512f"] [--rounds 10]
 
-Prints, per layer (channels, input size, stride), each kernel's median ms per call
-(int32 sums, no epilogue) and new / old; the two give the same bits (checked).
+Prints, per layer (channels, input size, stride), the median ms per call (int32 sums,
+no epilogue) of each kernel the target can build and each one / ``phases``; all give the
+same bits (checked).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
 import numpy as np
 from alternating import same_bits_medians
 
-#: (channels, input height and width, stride) of MobileNetV2's strided depthwise layers
-LAYERS = ((96, 112, 2), (144, 56, 2), (192, 28, 2), (576, 14, 2))
+#: (channels, input height and width, stride) of MobileNetV2's depthwise layers
+LAYERS = ((32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1),
+          (192, 28, 2), (384, 14, 1), (576, 14, 1), (576, 14, 2), (960, 7, 1))
+
+#: each kernel, by the choices that select it (pairs_apply, quads_apply)
+KERNELS = {"phases": (False, False), "pairs": (True, False), "windows": (True, True)}
 
 
-def build(channels: int, size: int, stride: int, cpu, pairs: bool):
-    """The compiled depthwise kernel of one layer (3x3, pad 1), with the column-pair
-    kernel where it applies (``pairs``) or the column-phase one."""
+@contextlib.contextmanager
+def _choices(pairs: bool, windows: bool):
+    """``int8_depthwise_conv`` with the column pairs and the window kernel allowed or
+    not (where allowed, each still applies only where its own test says)."""
+    from heterocc.targets.llvm.schedules import int8_depthwise as dw
+
+    saved = dw.pairs_apply, dw.quads_apply
+    if not pairs:
+        dw.pairs_apply = lambda *args: False
+    if not windows:
+        dw.quads_apply = lambda *args: False
+    try:
+        yield
+    finally:
+        dw.pairs_apply, dw.quads_apply = saved
+
+
+def build(channels: int, size: int, stride: int, cpu, kernel: str):
+    """The compiled depthwise kernel of one layer (3x3, pad 1) built with ``kernel``'s
+    choices, and the kind its sums carry (``kernel`` itself, or the one it fell back
+    to)."""
     from heterocc import te
     from heterocc.targets import llvm as hllvm
     from heterocc.targets.llvm.schedules import int8_depthwise as dw
     from heterocc.targets.llvm.schedules.int8_conv import schedule_int8_conv_result
+    from heterocc.te.schedule_reads import reads_of
 
-    applies = dw.pairs_apply
-    if not pairs:
-        dw.pairs_apply = lambda *args: False
-    try:
+    with _choices(*KERNELS[kernel]):
         x = te.placeholder((1, channels, size, size), "uint8", "x")
         w = te.placeholder((channels, 1, 3, 3), "int8", "w")
         zero = te.placeholder((1,), "uint8", "zero")
         attrs = {"strides": (stride, stride), "pads": (1, 1, 1, 1), "dilations": (1, 1),
                  "group": channels}
         out = dw.int8_depthwise_conv(x, w, zero, attrs, cpu)
-    finally:
-        dw.pairs_apply = applies
+    sums = next(t for t in reads_of(out.op.body) if "int8_rows" in t.op.attrs)
+    built = "windows" if sums.op.attrs.get("int8_quads") else \
+        "pairs" if sums.op.attrs.get("int8_pairs") else "phases"
     schedule = te.create_schedule(out)
-    dw.schedule_int8_depthwise(schedule, out.op.body.tensor, cpu)
+    dw.schedule_int8_depthwise(schedule, sums, cpu)
     schedule_int8_conv_result(schedule, out, cpu=cpu)
     module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
-    return module["conv"], tuple(out.shape)
+    return module["conv"], tuple(out.shape), built
 
 
 def main() -> int:
@@ -58,24 +87,25 @@ def main() -> int:
     from heterocc.targets.llvm.cpu import parse_cpu
 
     cpu = parse_cpu(args.target)
-    print(f"{args.target}: load average (1 min) {os.getloadavg()[0]:.2f}; "
-          f"{args.rounds} alternating rounds of {args.calls} calls, each timed; CPU clock, "
-          "1 thread")
+    print(f"{args.target}: load average (1 min) {os.getloadavg()[0]:.2f}; {args.rounds} "
+          f"alternating rounds of {args.calls} calls, each timed; CPU clock, 1 thread")
     rng = np.random.default_rng(0)
     for channels, size, stride in LAYERS:
-        kernels = [build(channels, size, stride, cpu, pairs) for pairs in (False, True)]
+        built = [build(channels, size, stride, cpu, kernel) for kernel in KERNELS]
+        kernels = {kind: (function, shape) for function, shape, kind in built}
         x = rng.integers(0, 256, (1, channels, size, size)).astype(np.uint8)
         w = rng.integers(-128, 128, (channels, 1, 3, 3)).astype(np.int8)
         zero = np.array([7], np.uint8)
-        outs = [np.zeros(shape, np.int32) for _, shape in kernels]
-        medians = same_bits_medians([k for k, _ in kernels], (x, w, zero), outs,
+        outs = [np.zeros(shape, np.int32) for _, shape in kernels.values()]
+        medians = same_bits_medians([f for f, _ in kernels.values()], (x, w, zero), outs,
                                     args.rounds * args.calls, args.calls)
         if medians is None:
             print(f"{channels} channels at {size}x{size}: the kernels differ")
             return 1
-        old, new = (seconds * 1e3 for seconds in medians)
-        print(f"{channels:4d} channels {size:3d}x{size:<3d} stride {stride}: column phases "
-              f"{old:.4f} ms, column pairs {new:.4f} ms, {new / old:.2f}x")
+        base = medians[0]
+        figures = ", ".join(f"{kind} {seconds * 1e3:.4f} ms ({seconds / base:.2f}x)"
+                            for kind, seconds in zip(kernels, medians))
+        print(f"{channels:4d} channels {size:3d}x{size:<3d} stride {stride}: {figures}")
     print(f"load average (1 min) {os.getloadavg()[0]:.2f} at the end")
     return 0
 

@@ -290,20 +290,35 @@ def _element_bits(value: ir.Value) -> int:
 def emit_dot4_call(emitter, node: tx.Call) -> ir.Value:
     """:data:`DOT4_CALL` in the function ``emitter`` (the codegen's ``FunctionEmitter``)
     emits: its operands read from the addresses of their first elements (``lanes``
-    int32 accumulators, then the two byte operands)."""
+    int32 accumulators, then the two byte operands). The window form (two more
+    arguments, ``stride`` and ``dilation``) reads ``a`` as a window: lane ``l``'s four
+    bytes are ``a[stride * l + dilation * j]``, gathered from one load of the span
+    (rounded up to a power of two bytes, which the buffer must hold) by one byte
+    shuffle."""
     operands, counts = node.args[:3], node.args[3:]
-    if len(counts) != 2 or not all(
+    if len(counts) not in (2, 4) or not all(
             isinstance(o, tx.BufferLoad) and tx.lanes_of(o.dtype) == 1 for o in operands):
-        raise CompileError(f"{DOT4_CALL} takes (acc[0], a[0], b[0], bytes of a, bytes of b): "
-                           "scalar loads of each operand's first element and two counts")
+        raise CompileError(f"{DOT4_CALL} takes (acc[0], a[0], b[0], bytes of a, bytes of b"
+                           "[, window stride, window dilation]): scalar loads of each "
+                           "operand's first element and two (or four) counts")
+    lanes = tx.lanes_of(node.dtype)
+    window = tuple(c.value for c in counts[2:])
+    sizes = [lanes, *(c.value for c in counts[:2])]
+    if window:
+        sizes[1] = 1 << (sizes[1] - 1).bit_length()  # the span, a whole vector
     builder = emitter.builder
     loaded = []
-    for operand, count in zip(operands, (tx.lanes_of(node.dtype), *(c.value for c in counts))):
+    for operand, count in zip(operands, sizes):
         (index,) = operand.indices
         loaded.append(builder.load(
             emitter._address(operand.buffer, emitter.expr(index)),
             typ=ir.VectorType(storage_type(operand.buffer.dtype), count),
             align=element_size(operand.buffer.dtype)))
+    if window:
+        stride, dilation = window
+        loaded[1] = builder.shuffle_vector(
+            loaded[1], ir.Constant(loaded[1].type, ir.Undefined),
+            _mask([stride * lane + dilation * j for lane in range(lanes) for j in range(4)]))
     dot = Dot4Emitter(builder, emitter._function, emitter.codegen.features,
                       emitter.codegen.arch)
     return dot.emit(*loaded, *(tx.is_unsigned(o.buffer.dtype) for o in operands[1:]))

@@ -58,6 +58,7 @@ from .schedules import (
     schedule_reduction,
     schedule_rows,
 )
+from .schedules.int8_depthwise_quads import quad_stages, weight_sum_stages
 from .tuning import ScheduleConfigs, apply_conv_auto, apply_matmul_config, schedule_blocked_conv
 
 
@@ -95,6 +96,8 @@ class Int8ConvRule(CPURule):
         return op is not None and ("int8_conv" in op.attrs or "int8_depthwise" in op.attrs)
 
     def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
+        if tensor.op.attrs.get("int8_quads"):
+            return [t for t in quad_stages(tensor).values() if isinstance(t.op, te.ComputeOp)]
         if "int8_depthwise" in tensor.op.attrs:
             return [t for t in (depthwise_data(tensor), depthwise_weight(tensor))
                     if isinstance(t.op, te.ComputeOp)]
@@ -118,6 +121,9 @@ class Int8ConvResultRule(CPURule):
     def matches(self, tensor: te.Tensor) -> bool:
         op = _compute(tensor)
         return op is not None and bool(op.attrs.get("int8_conv_result"))
+
+    def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
+        return weight_sum_stages(tensor)  # at root, once per call
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
         schedule_int8_conv_result(schedule, tensor, epilogue, cpu=self.cpu)

@@ -41,6 +41,7 @@ from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
 from ..int8_dot import DOT4_CALL
+from .common import vector_lanes
 
 #: input channels one dot-product lane adds (the instruction's group of bytes)
 GROUP = 4
@@ -464,6 +465,34 @@ def pack_in_parallel(schedule: te.Schedule, packed: te.Tensor) -> None:
     row = packed.op.attrs.get("int8_row")
     if row is not None and row >= MIN_SPLIT_ROW and int(outer[4].extent) % row == 0:
         stage.split(outer[4], row)
+
+
+def schedule_phase_rows(schedule: te.Schedule, data: te.Tensor, cpu: CPUDescription) -> None:
+    """A copy split by row phase, ``[n, C, phases, rows * row length]`` (its flat axis
+    carrying ``int8_row``), at root: row by row, each row's columns in vectors, batch
+    and channels in parallel."""
+    stage = schedule[data]
+    b, c, _, position = stage.op.axis
+    row = data.op.attrs["int8_row"]
+    _, columns = stage.split(position, row)
+    _, inner = stage.split(columns, min(vector_lanes(data.dtype, cpu), row))
+    stage.vectorize(inner)
+    stage.parallel(stage.fuse(b, c))
+
+
+def tensorized_channel_tiles(schedule: te.Schedule, sums: te.Tensor, channels: int,
+                             lanes: int, intrinsic) -> None:
+    """A depthwise convolution's sums in register tiles of ``channels`` by one vector of
+    ``lanes`` pixels (:func:`register_tiles`), computed inside their reader's loop: the
+    outer reduction axes (kernel rows, column groups), then the tile's channels
+    (unrolled), then one ``intrinsic`` over the vector and the innermost reduction axis
+    (the taps it adds per lane)."""
+    local = register_tiles(schedule, sums, channels, lanes, parallel=False)
+    lb, lc, ly, lx = schedule[local].op.axis
+    *outer, innermost = schedule[local].op.reduce_axis
+    schedule[local].reorder(lb, ly, *outer, lc, lx, innermost)
+    schedule[local].unroll(lc)
+    schedule[local].tensorize(lx, intrinsic)
 
 
 def register_tiles(schedule: te.Schedule, sums: te.Tensor, channels: int,

@@ -22,6 +22,10 @@ instructions per vector, not nine products, widenings and adds. The data is a ce
 copy of the rows split by row phase only (each phase's rows one after another, so that
 vectors run on across rows and a 7x7 output fills whole vectors), which is also cheaper
 to make than a copy split by column phase.
+
+Where the CPU has the 8-bit dot product itself and a whole-vector byte shuffle (AVX-512
+VNNI with VBMI, NEON ``sdot``), a kernel row is one dot product per vector instead, at
+any stride (:mod:`.int8_depthwise_quads`, :func:`.int8_depthwise_quads.quads_apply`).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
 from ..int8_dot import DOT4_CALL, dot4_instruction
-from .common import schedule_rows, vector_lanes
+from .common import schedule_rows
 from .int8_conv import (
     RowBlocks,
     block_of_rows,
@@ -47,7 +51,10 @@ from .int8_conv import (
     pack_int8_data,
     register_tiles,
     row_blocks,
+    schedule_phase_rows,
+    tensorized_channel_tiles,
 )
+from .int8_depthwise_quads import quad_depthwise_conv, quads_apply, schedule_quad_depthwise
 
 #: the type the centered data is stored as: (x - zero point) of 8-bit x fits 9 bits
 CENTERED = "int16"
@@ -277,6 +284,9 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
                            f"{list(packed_weight.shape)}, not {CENTERED}"
                            f"{list(weight_lanes_shape(w.shape, cpu))} "
                            "(pack_weight_lanes_array)")
+    if quads_apply((sy, sx), (dy, dx), cpu):
+        return quad_depthwise_conv(x, w, x_zero, ((sy, sx), (dy, dx), pads, (oh, ow)), tiles,
+                                   cpu, name, packed_weight)
     if pairs_apply((sy, sx), (dy, dx), cpu):
         sums, blocks, half = _paired_sums(x, w, x_zero, pads, (sy, sx), (dy, dx), (oh, ow),
                                           tiles, cpu, name, packed_weight)
@@ -351,6 +361,9 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
     finishing stage's parallel loop (:func:`.int8_conv.schedule_int8_conv_result`); the
     packing of the data and the weight's int16 vectors at root, in parallel (with
     stride 1 a padded copy, its rows vectorized)."""
+    if sums.op.attrs.get("int8_quads"):
+        schedule_quad_depthwise(schedule, sums, cpu)
+        return
     tiles: Int8DepthwiseTiles = sums.op.attrs["int8_depthwise"]
     data = depthwise_data(sums)
     weight = depthwise_weight(sums)
@@ -376,19 +389,9 @@ def _schedule_paired(schedule: te.Schedule, sums: te.Tensor, data: te.Tensor,
     """:func:`schedule_int8_depthwise` for taps in column pairs: the row-phase copy
     row by row (its columns vectorized), channels in parallel; the sums' tile of
     channels one pair product per tap pair and vector."""
-    stage = schedule[data]
-    b, c, phase, position = stage.op.axis
-    row = data.op.attrs["int8_row"]
-    _, columns = stage.split(position, row)
-    _, inner = stage.split(columns, min(vector_lanes(CENTERED, cpu), row))
-    stage.vectorize(inner)
-    stage.parallel(stage.fuse(b, c))
-    local = register_tiles(schedule, sums, tiles.channels, tiles.lanes, parallel=False)
-    lb, lc, ly, lx = schedule[local].op.axis
-    ry, rx, pair = schedule[local].op.reduce_axis
-    schedule[local].reorder(lb, ly, ry, rx, lc, lx, pair)
-    schedule[local].unroll(lc)
-    schedule[local].tensorize(lx, dot2_intrinsic(tiles.lanes))
+    schedule_phase_rows(schedule, data, cpu)
+    tensorized_channel_tiles(schedule, sums, tiles.channels, tiles.lanes,
+                             dot2_intrinsic(tiles.lanes))
 
 
 def depthwise_data(sums: te.Tensor) -> te.Tensor:

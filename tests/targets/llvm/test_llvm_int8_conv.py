@@ -334,24 +334,18 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
 def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dilations):
     cpu = parse_cpu(target)
     shape, channels = (1, 24, 9, 11), 24
-    x = te.placeholder(shape, data, "x")
-    w = te.placeholder((channels, 1, 3, 3), "int8", "w")
-    zero = te.placeholder((1,), data, "zero")
-    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
-    out = int8_depthwise_conv(x, w, zero, attrs, cpu)
-    sums = out.op.body.tensor
-    schedule = te.create_schedule(out)
-    schedule_int8_depthwise(schedule, sums, cpu)
-    schedule_int8_conv_result(schedule, out, cpu=cpu)
-    func = te.lower(schedule, [x, w, zero, out], name="conv")
+    sums, func = _lowered_depthwise(cpu, shape, (3, 3), strides, pads, dilations, data)
     # each block of rows summed inside the finishing loop, in a buffer of one block
     block, tile = sums.op.attrs["int8_rows"], sums.op.attrs["int8_depthwise"].channels
     assert _allocated_in_parallel_loop(func, sums.name) == [tile * block.extent]
     module = hllvm.build(func, cpu=cpu)
     if not _host_runs(cpu):
+        assembly = module.assembly()
+        if sums.op.attrs.get("int8_quads"):  # a kernel row per sdot (quads_apply)
+            assert re.search(r"\tsdot\tv", assembly)
+            return
         # cross-compiled: 16-bit vector products (int16 data times int8 weights) added
         # into the int32 sums by widening adds
-        assembly = module.assembly()
         assert re.search(r"\tmul\tv\d+\.(8h|4h)", assembly)
         assert re.search(r"\tsaddw2?\tv", assembly)
         return
@@ -360,11 +354,40 @@ def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dil
     xs = rng.integers(info.min, info.max + 1, shape).astype(data)
     ws = rng.integers(-128, 128, (channels, 1, 3, 3)).astype(np.int8)
     z = np.array([info.min + 3], data)
-    got = np.zeros(out.shape, np.int32)
+    got = np.zeros(_depthwise_out(shape, (3, 3), strides, pads, dilations), np.int32)
     module["conv"](xs, ws, z, got)
     expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], int(z[0]), strides,
                                           pads, dilations) for c in range(channels)], axis=1)
     np.testing.assert_array_equal(got, expected)
+
+
+def _depthwise_sums(out: te.Tensor) -> te.Tensor:
+    """The sums (the ``int8_rows`` stage) that a depthwise convolution's result reads."""
+    from heterocc.te.schedule_reads import reads_of
+
+    return next(t for t in reads_of(out.op.body) if "int8_rows" in t.op.attrs)
+
+
+def _depthwise_out(shape, kernel, strides, pads, dilations) -> tuple[int, ...]:
+    """The output shape of a depthwise convolution."""
+    sizes = [(shape[2 + i] + pads[i] + pads[2 + i] - dilations[i] * (kernel[i] - 1) - 1)
+             // strides[i] + 1 for i in range(2)]
+    return (shape[0], shape[1], *sizes)
+
+
+def _lowered_depthwise(cpu, shape, kernel, strides, pads, dilations, data="uint8"):
+    """A depthwise convolution's sums and its function (scheduled as the rules do)."""
+    channels = shape[1]
+    x = te.placeholder(shape, data, "x")
+    w = te.placeholder((channels, 1, *kernel), "int8", "w")
+    zero = te.placeholder((1,), data, "zero")
+    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
+    out = int8_depthwise_conv(x, w, zero, attrs, cpu)
+    sums = _depthwise_sums(out)
+    schedule = te.create_schedule(out)
+    schedule_int8_depthwise(schedule, sums, cpu)
+    schedule_int8_conv_result(schedule, out, cpu=cpu)
+    return sums, te.lower(schedule, [x, w, zero, out], name="conv")
 
 
 def _allocated_in_parallel_loop(func, name: str) -> list[int]:
@@ -508,7 +531,7 @@ def test_int16_pairs_take_the_pair_product_instruction():
 
 
 @pytest.mark.parametrize("target,instruction", [
-    ("llvm -mcpu=sapphirerapids", "vpdpwssd"),
+    ("llvm -mcpu=cascadelake", "vpdpwssd"),  # VBMI's byte shuffle: the window kernel
     ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", "vpmaddwd"),
     ("llvm -mcpu=haswell", None),  # AVX2: the column-phase kernel (pairs_apply)
 ], ids=["vnni", "avx512bw", "avx2"])
@@ -527,17 +550,9 @@ def test_a_depthwise_convolution_of_column_stride_2_takes_its_taps_in_pairs(
     dilations; AVX2 keeps the column-phase kernel."""
     cpu = parse_cpu(target)
     channels = shape[1]
-    x = te.placeholder(shape, "uint8", "x")
-    w = te.placeholder((channels, 1, *kernel), "int8", "w")
-    zero = te.placeholder((1,), "uint8", "zero")
-    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
-    out = int8_depthwise_conv(x, w, zero, attrs, cpu)
-    sums = out.op.body.tensor
+    sums, func = _lowered_depthwise(cpu, shape, kernel, strides, pads, dilations)
+    module = hllvm.build(func, cpu=cpu)
     assert bool(sums.op.attrs.get("int8_pairs")) == (instruction is not None)
-    schedule = te.create_schedule(out)
-    schedule_int8_depthwise(schedule, sums, cpu)
-    schedule_int8_conv_result(schedule, out, cpu=cpu)
-    module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
     if instruction is not None:
         assert re.search(rf"\t(\{{vex\}}\t)?{instruction}\t", module.assembly())
     if not _host_runs(cpu):
@@ -545,7 +560,7 @@ def test_a_depthwise_convolution_of_column_stride_2_takes_its_taps_in_pairs(
     rng = np.random.default_rng(sum(shape))
     xs = rng.integers(0, 256, shape).astype(np.uint8)
     ws = rng.integers(-128, 128, (channels, 1, *kernel)).astype(np.int8)
-    got = np.zeros(out.shape, np.int32)
+    got = np.zeros(_depthwise_out(shape, kernel, strides, pads, dilations), np.int32)
     module["conv"](xs, ws, np.array([200], np.uint8), got)
     expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], 200, strides, pads,
                                           dilations) for c in range(channels)], axis=1)
@@ -585,3 +600,70 @@ def test_a_constant_depthwise_weight_is_packed_when_the_kernel_is_built(tmp_path
     compiled.export(str(tmp_path / "artifact"))
     loaded = heterocc.load(str(tmp_path / "artifact"))
     np.testing.assert_array_equal(loaded.run([x])[0], got)
+
+
+@pytest.mark.parametrize("target,instruction", [
+    ("llvm -mcpu=sapphirerapids", "vpdpbusd"),
+    ("llvm -mcpu=cascadelake", None),  # VNNI without VBMI's byte shuffle: 16-bit products
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", None),  # AVX-512BW: 16-bit products
+    ("llvm -mcpu=haswell", None),
+    ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "sdot"),
+], ids=["vnni", "vnni-no-vbmi", "avx512bw", "avx2", "neon"])
+@pytest.mark.parametrize("shape,kernel,strides,pads,dilations,data", [
+    ((1, 24, 9, 11), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "uint8"),
+    ((2, 16, 12, 12), (3, 3), (1, 1), (0, 2, 1, 0), (1, 1), "int8"),  # batch 2, uneven pads
+    ((1, 8, 14, 14), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), "uint8"),  # two quads a row
+    ((1, 8, 10, 13), (2, 3), (1, 1), (1, 2, 0, 1), (2, 2), "int8"),  # dilated
+    ((1, 8, 9, 28), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "uint8"),  # stride 2: 14 wide
+    ((1, 8, 11, 30), (3, 3), (3, 2), (0, 1, 2, 2), (1, 2), "int8"),  # strided, dilated
+], ids=["3x3", "batch2-pads", "5x5", "dilated", "stride2", "s3x2-dilated"])
+def test_a_depthwise_convolution_takes_a_kernel_row_per_window_dot_product(
+        target, instruction, shape, kernel, strides, pads, dilations, data):
+    """Where the CPU has the 8-bit dot product and a whole-vector byte shuffle, a
+    depthwise convolution's kernel row is one window load, shuffle and dot product per
+    vector of pixels (``quads_apply``): bit-exact against int64 sums for uint8 and int8
+    data, batch 2, uneven padding, two quads a row, dilations and strides (and the
+    extremes: a channel of -128 weights); elsewhere the 16-bit products or the column
+    pairs."""
+    cpu = parse_cpu(target)
+    channels = shape[1]
+    sums, func = _lowered_depthwise(cpu, shape, kernel, strides, pads, dilations, data)
+    module = hllvm.build(func, cpu=cpu)
+    assert bool(sums.op.attrs.get("int8_quads")) == (instruction is not None)
+    if instruction is not None:
+        assembly = module.assembly()
+        assert re.search(rf"\t{instruction}\t", assembly)
+        assert re.search(r"\tvperm[bw]\t|\ttbl\t", assembly)  # the window's shuffle
+    if not _host_runs(cpu):
+        return
+    rng = np.random.default_rng(sum(shape))
+    info = np.iinfo(data)
+    xs = rng.integers(info.min, info.max + 1, shape).astype(data)
+    ws = rng.integers(-128, 128, (channels, 1, *kernel)).astype(np.int8)
+    ws[0] = -128  # the extremes: a channel of -128 weights over the widest data
+    z = np.array([info.min + 5], data)
+    got = np.zeros(_depthwise_out(shape, kernel, strides, pads, dilations), np.int32)
+    module["conv"](xs, ws, z, got)
+    expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], int(z[0]), strides,
+                                          pads, dilations) for c in range(channels)], axis=1)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_the_window_kernel_needs_the_dot_product_and_a_byte_shuffle():
+    """``quads_apply``: the 8-bit dot product and a whole-vector byte shuffle (VBMI on
+    x86), and a window within one vector of bytes; any stride."""
+    from heterocc.targets.llvm.schedules.int8_depthwise_quads import quads_apply
+
+    vnni = parse_cpu("llvm -mcpu=sapphirerapids")  # 16 int32 lanes
+    assert quads_apply((1, 1), (1, 1), vnni)
+    assert quads_apply((2, 2), (1, 1), vnni)
+    assert quads_apply((1, 1), (8, 8), vnni)  # 15 + 24 + 1 = 40 bytes
+    assert not quads_apply((1, 1), (20, 20), vnni)  # 76 bytes: past one vector
+    assert quads_apply((1, 4), (1, 1), vnni)  # 60 + 3 + 1 = 64 bytes
+    assert not quads_apply((1, 5), (1, 1), vnni)  # 79 bytes
+    assert not quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=cascadelake"))
+    assert not quads_apply((1, 1), (1, 1), parse_cpu(
+        "llvm -mcpu=sapphirerapids -mattr=-avx512vnni"))
+    assert not quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=haswell"))
+    assert quads_apply((1, 1), (1, 1), parse_cpu(
+        "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"))

@@ -1,0 +1,241 @@
+"""Integer depthwise convolutions on the CPU's 8-bit dot product: the taps of a kernel
+row in groups of four bytes, gathered in registers.
+
+A depthwise convolution has no four input channels to add per int32 lane, but a kernel
+row has three (or more) taps: output pixel ``x`` reads padded columns ``x * sx + rx *
+dx``. So one load of a padded row's bytes and one byte shuffle (``vpermb``, AArch64's
+``tbl``) make, for each lane of a vector of output pixels, its quad ``(x * sx, + dx,
++ 2 dx, + 3 dx)`` (a second quad per pixel for taps 4-7, and so on), and one
+dot-product instruction (:data:`.int8_dot.DOT4_CALL` in its window form) adds a whole
+kernel row: a 3x3 kernel takes three loads, shuffles and ``vpdpbusd`` (or ``sdot``) per
+vector of output pixels, where the 16-bit products take nine multiplies, widenings and
+adds and the column pairs six pair products over an int16 copy twice the size. The
+fourth tap's weight is 0.
+
+The data is a padded byte copy stored as the dense convolution's is
+(:func:`.int8_conv.data_dtype`: uint8, the sign bit flipped from int8, for ``vpdpbusd``;
+int8 for ``sdot``), padded with the zero point, so the sums are corrected by ``(zero
+point + flip) * sum(w)`` per channel, the identity of
+:func:`heterocc.ops.qnn.zero_point_bias`. The copy is split by row phase (each phase's
+padded rows one after another, a row a whole number of column strides long), and the
+output pixels are numbered over rows of ``row length / column stride`` positions, so
+that the window of output position ``q`` starts at byte ``q * column stride`` of its
+phase and a vector runs on across rows (a 7x7 output fills whole vectors), in blocks of
+rows as the dense convolution's (:func:`.int8_conv.row_blocks`).
+"""
+
+from __future__ import annotations
+
+from heterocc.sdk import te
+from heterocc.te.intrin import BufferRegion, TensorIntrin
+from heterocc.tir import expr as tx
+from heterocc.tir.stmt import BufferStore
+
+from ..cpu import CPUDescription
+from ..int8_dot import DOT4_CALL, dot4_instruction
+from .int8_conv import (
+    GROUP,
+    _flip,
+    _zero,
+    block_of_rows,
+    data_dtype,
+    row_blocks,
+    schedule_phase_rows,
+    tensorized_channel_tiles,
+)
+
+
+def window_bytes(lanes: int, stride: int, dilation: int) -> int:
+    """The bytes one window load of :func:`dot4_window_intrinsic` spans."""
+    return stride * (lanes - 1) + (GROUP - 1) * dilation + 1
+
+
+def quads_apply(strides, dilations, cpu: CPUDescription) -> bool:
+    """Whether a depthwise convolution of ``strides`` and ``dilations`` takes a kernel
+    row per dot-product instruction on ``cpu``:
+
+    * where it has the 8-bit dot product itself (``vpdpbusd``, ``sdot``): its exact
+      stand-ins, ``vpmaddubsw`` on split data and widened ``pmaddwd``, cost more per
+      data vector than the 16-bit products they would replace, since a depthwise data
+      vector multiplies one channel's weights only;
+    * and a byte shuffle across the whole vector (x86: AVX-512 VBMI's ``vpermb``;
+      without it a byte permute across 128-bit lanes takes several shuffles);
+    * where one window of a vector of pixels fits one vector of bytes."""
+    lanes = cpu.vector_lanes("int32")
+    unsigned = data_dtype(cpu) == "uint8"
+    instruction = dot4_instruction(cpu.features, cpu.arch, lanes, unsigned, False)
+    shuffles = cpu.arch == "aarch64" or "avx512vbmi" in cpu.features
+    return instruction in ("vpdpbusd", "sdot") and shuffles \
+        and window_bytes(lanes, int(strides[1]), int(dilations[1])) <= cpu.vector_lanes(
+            "uint8")
+
+
+def dot4_window_intrinsic(lanes: int, dtype: str, stride: int,
+                          dilation: int) -> TensorIntrin:
+    """``acc[l] += sum_j data[stride * l + dilation * j] * w[j]`` over ``lanes`` pixels
+    and four taps (``dtype`` data, int8 weights): one :data:`.int8_dot.DOT4_CALL` in its
+    window form (a load of the span, a byte shuffle, the dot product)."""
+    span = window_bytes(lanes, stride, dilation)
+    data = te.placeholder((span,), dtype, "data")
+    weight = te.placeholder((GROUP,), "int8", "weight")
+    r = te.reduce_axis(GROUP, "r")
+    acc = te.compute((lanes,), lambda lane: te.sum(
+        te.cast("int32", data[stride * lane + dilation * r]) * te.cast("int32", weight[r]),
+        axis=r), name="acc")
+
+    def implement(inputs: list[BufferRegion], output: BufferRegion):
+        data_region, weight_region = inputs
+        bases = list(output.bases)
+        bases[-1] = tx.Ramp(bases[-1], tx.IntImm(1), lanes)
+        total = tx.Call(DOT4_CALL, (output.load(0), data_region.load(0),
+                                    weight_region.load(0), tx.IntImm(span),
+                                    tx.IntImm(GROUP), tx.IntImm(stride),
+                                    tx.IntImm(dilation)), tx.with_lanes("int32", lanes))
+        return BufferStore(output.buffer, total, tuple(bases))
+
+    return TensorIntrin(f"cpu_dot4_window_{dtype}_{lanes}_{stride}_{dilation}", acc,
+                        implement, {"lanes": lanes})
+
+
+def pack_padded(x: te.Tensor, x_zero: te.Tensor | None, pads, stride: int, phases: int,
+                row_length: int, rows: int, dtype: str) -> te.Tensor:
+    """``x`` (8-bit NCHW) stored as ``dtype`` (the sign bit flipped where the byte types
+    differ), padded with the zero point, split by row phase: ``[n, C, phases, rows *
+    row_length]``, phase ``p``'s padded rows ``stride * r + p`` one after another, each
+    ``row_length`` columns (the zero point past the padded image). The flat axis carries
+    ``int8_row`` (the row length), so that its schedule loops over rows and columns (no
+    division); the reads are guarded, not clamped, so a row is one vector copy masked at
+    the borders."""
+    n, channels, height, width = x.shape
+    top, left = pads[0], pads[1]
+    flip = _flip(x.dtype, dtype)
+    zero = _zero(x_zero)
+
+    def element(b, c, phase, position):
+        y = position // row_length * stride + phase - top
+        col = position % row_length - left
+        inside = te.logical_and(te.logical_and(y >= 0, y < height),
+                                te.logical_and(col >= 0, col < width))
+        return te.cast(dtype, te.if_then_else(inside, te.cast("int32", x[b, c, y, col]),
+                                              zero) + flip)
+
+    return te.compute((n, channels, phases, rows * row_length), element,
+                      name="int8_padded", dtype=dtype, attrs={"int8_row": row_length})
+
+
+def _tap_weight(w: te.Tensor, packed_weight: te.Tensor | None, c, i, j):
+    """Weight ``w[c, 0, i, j]`` as int32, from ``w`` or its int16 vectors
+    (:func:`.int8_depthwise.pack_weight_lanes_array`)."""
+    if packed_weight is None:
+        return te.cast("int32", w[c, 0, i, j])
+    return te.cast("int32", packed_weight[c, i, j, 0])
+
+
+def quad_weight(w: te.Tensor, packed_weight: te.Tensor | None) -> te.Tensor:
+    """``[C, KH, quads, 4]`` int8: the weights of taps ``4 q + j`` of each kernel row
+    (0 past its width)."""
+    channels, _, kh, kw = w.shape
+
+    def element(c, i, q, j):
+        tap = GROUP * q + j
+        value = _tap_weight(w, packed_weight, c, i, te.minimum(tap, kw - 1))
+        return te.cast("int8", te.if_then_else(tap < kw, value, te.const(0, "int32")))
+
+    return te.compute((channels, kh, -(-kw // GROUP), GROUP), element,
+                      name="int8_weight_quads", dtype="int8")
+
+
+def weight_sums(w: te.Tensor, packed_weight: te.Tensor | None) -> te.Tensor:
+    """``[C]`` int32: each channel's sum of weights (the zero-point correction's
+    factor)."""
+    channels, _, kh, kw = w.shape
+    ry, rx = te.reduce_axis(kh, "wy"), te.reduce_axis(kw, "wx")
+    return te.compute((channels,), lambda c: te.sum(
+        _tap_weight(w, packed_weight, c, ry, rx), axis=[ry, rx]),
+        name="int8_depthwise_weight_sum", dtype="int32", attrs={"int8_weight_sum": True})
+
+
+def quad_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, geometry,
+                        tiles, cpu: CPUDescription, name: str,
+                        packed_weight: te.Tensor | None) -> te.Tensor:
+    """int32 ``sum((x - x_zero) * w)`` of a depthwise convolution (checked by
+    :func:`.int8_depthwise.int8_depthwise_conv`, ``geometry``: its strides, dilations,
+    pads and output size) with a kernel row's taps per dot product (the module's
+    docstring): the sums (an anchor carrying ``int8_depthwise`` and ``int8_quads``),
+    corrected by the zero point and cropped (``int8_conv_result``)."""
+    n, channels, height, width = x.shape
+    _, _, kh, kw = w.shape
+    (sy, sx), (dy, dx), pads, (oh, ow) = geometry
+    dtype = data_dtype(cpu)
+    quads = -(-kw // GROUP)
+    # output pixels numbered over rows of row_length / sx positions, so that a vector
+    # runs on across rows and output position q's window starts at byte q * sx of its
+    # row phase (the padded rows of one phase one after another)
+    row_length = -(-(width + pads[1] + pads[3]) // sx) * sx
+    out_row = row_length // sx
+    blocks = row_blocks(oh, out_row, ow, tiles.lanes, tiles.channels, cpu)
+    span = blocks.rows * out_row
+    phases = min(sy, (kh - 1) * dy + 1)
+    # the last byte a window load reads (a whole vector of bytes), in whole rows
+    last = ((oh // blocks.rows - 1) * span + blocks.extent - 1) * sx \
+        + (kh - 1) * dy // sy * row_length + (GROUP * quads - 1) * dx \
+        + cpu.vector_lanes("uint8")
+    data = pack_padded(x, x_zero, pads, sy, phases, row_length,
+                       -(-(last + 1) // row_length), dtype)
+    weight = quad_weight(w, packed_weight)
+    summed = weight_sums(w, packed_weight)
+    ry, rq = te.reduce_axis(kh, "ry"), te.reduce_axis(quads, "rq")
+    rj = te.reduce_axis(GROUP, "rj")
+
+    def body(b, c, y, column):
+        position = (y * span + column) * sx + ry * dy // sy * row_length \
+            + (GROUP * rq + rj) * dx
+        return te.sum(te.cast("int32", data[b, c, ry * dy % sy, position])
+                      * te.cast("int32", weight[c, ry, rq, rj]), axis=[ry, rq, rj])
+
+    sums = te.compute((n, channels, oh // blocks.rows, blocks.extent), body,
+                      name=f"{name}_depthwise", dtype="int32",
+                      attrs={"int8_depthwise": tiles, "int8_rows": blocks,
+                             "int8_quads": (sx, dx)})
+    offset = _zero(x_zero) + _flip(x.dtype, dtype)
+
+    def result(b, c, y, column):
+        at = block_of_rows(blocks, out_row, y, column)
+        return sums[(b, c, *at)] - offset * summed[c]
+
+    return te.compute((n, channels, oh, ow), result, name=name, dtype="int32",
+                      attrs={"int8_conv_result": True})
+
+
+def quad_stages(sums: te.Tensor) -> dict[str, te.Tensor]:
+    """The stages the sums of :func:`quad_depthwise_conv` read: ``padded`` (the data)
+    and ``weight`` (the weight quads). (The weight sums are the result's:
+    :func:`weight_sum_stages`.)"""
+    from heterocc.te.schedule_reads import reads_of
+
+    data, weight = reads_of(sums.op.body)[:2]
+    return {"padded": data, "weight": weight}
+
+
+def schedule_quad_depthwise(schedule: te.Schedule, sums: te.Tensor,
+                            cpu: CPUDescription) -> None:
+    """The sums of :func:`quad_depthwise_conv`: a tile of channels by one vector of
+    pixels accumulating in registers over the kernel rows and quads, one window dot
+    product per (channel, kernel row, quad); the padded copy at root row by row
+    (vectorized), channels in parallel."""
+    tiles = sums.op.attrs["int8_depthwise"]
+    stride, dilation = sums.op.attrs["int8_quads"]
+    padded = quad_stages(sums)["padded"]
+    schedule_phase_rows(schedule, padded, cpu)
+    tensorized_channel_tiles(schedule, sums, tiles.channels, tiles.lanes,
+                             dot4_window_intrinsic(tiles.lanes, padded.dtype, stride,
+                                                   dilation))
+
+
+def weight_sum_stages(result: te.Tensor) -> list[te.Tensor]:
+    """The per-channel weight sums (``int8_weight_sum``) that an ``int8_conv_result``
+    stage reads: computed once per call at root, never inlined into every output."""
+    from heterocc.te.schedule_reads import reads_of
+
+    return [t for t in reads_of(result.op.body)
+            if isinstance(t.op, te.ComputeOp) and t.op.attrs.get("int8_weight_sum")]
