@@ -58,6 +58,7 @@ from .codegen import (
 )
 from .epilogue import column_steps
 from .region import DeviceRegion, port_key
+from .residual import alu_iterations_per_tile, quantized_add, quantized_mul
 
 
 def host_link(config: HardwareConfig) -> HostLink:
@@ -322,6 +323,27 @@ def _read_elements(node: Node) -> int:
 _ELEMENTWISE = ("quantized_add", "quantized_mul")
 
 
+def _elementwise_alu_cycles(function: Node, config: HardwareConfig) -> int:
+    """The compute module's cycles for an addition's or product's ALU passes
+    (``residual.add_program``): its passes' iterations over every tile of the first
+    operand, and an instruction's overhead for each pass (0 where the composite does not
+    parse, as the lowering then refuses it)."""
+    parse = quantized_mul if function.attrs.get("composite") == "quantized_mul" \
+        else quantized_add
+    found = parse(function.body.nodes)
+    if isinstance(found, str):
+        return 0
+    add, casts = found
+    shape = casts[0].inputs[0].type.shape
+    if len(shape) != 4:
+        return 0
+    n, c, h, w = shape
+    tiles = -(-n // config.batch) * -(-c // config.block_in) * h * w
+    per_tile, passes = alu_iterations_per_tile(add)
+    return tiles * per_tile * config.alu_cycles_per_iteration \
+        + passes * config.instruction_overhead_cycles
+
+
 @dataclass(frozen=True)
 class CycleBound:
     """The least cycles a call of a composite takes in the timing model
@@ -334,7 +356,8 @@ class CycleBound:
       iterations no lowering goes without (:func:`gemm_iterations`), the reset of every
       output tile (an iteration each), a pass over every output tile per step of the
       requantizing epilogue (``codegen.planned_epilogue``), and an instruction's
-      overhead for the GEMMs, the resets and each step;
+      overhead for the GEMMs, the resets and each step; an addition's or product's
+      ALU passes (:func:`_elementwise_alu_cycles`);
     - ``reads``: the one read channel moves every byte a LOAD brings on chip, at least
       a cycle a beat (``bus_width_bits``), the first a DRAM latency after the request:
       the weights as the tiles the GEMM core reads (:func:`weight_tile_bytes`; they
@@ -386,6 +409,7 @@ def cycle_bound(function: Node, config: HardwareConfig) -> CycleBound:
     if function.attrs.get("composite") in _ELEMENTWISE:
         read_bytes += sum(v.type.size for v in function.inputs
                           if v is not None and not v.is_const)
+        compute += _elementwise_alu_cycles(function, config)
     bus = config.bus_width_bits // 8
     latency = config.dram_latency_cycles
     reads = latency + -(-read_bytes // bus) if read_bytes else 0

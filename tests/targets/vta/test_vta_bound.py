@@ -27,8 +27,8 @@ def _weights(rng, name, shape, scale=0.4):
 
 def mobile_block(seed: int = 0) -> onnx.ModelProto:
     """A MobileNet's layer kinds: a strided stem, a max pool, a depthwise 3x3, a 1x1
-    expansion, a strided 1x1 shortcut added to a 3x3 branch, a global pool and a dense
-    layer."""
+    expansion, a strided 1x1 shortcut added to a 3x3 branch, a squeeze-excite product,
+    a global pool and a dense layer."""
     rng = np.random.default_rng(seed)
     inits, nodes = [], []
 
@@ -53,7 +53,11 @@ def mobile_block(seed: int = 0) -> onnx.ModelProto:
     b = conv("shortcut", x, 32, 32, 1, 2, relu=False)
     nodes += [helper.make_node("Add", [a, b], ["sum"]),
               helper.make_node("Relu", ["sum"], ["act"]),
-              helper.make_node("GlobalAveragePool", ["act"], ["gap"]),
+              # squeeze-excite: the channels scaled by a sigmoid of their means
+              helper.make_node("GlobalAveragePool", ["act"], ["means"]),
+              helper.make_node("Sigmoid", ["means"], ["scale"]),
+              helper.make_node("Mul", ["act", "scale"], ["excited"]),
+              helper.make_node("GlobalAveragePool", ["excited"], ["gap"]),
               helper.make_node("Flatten", ["gap"], ["flat"]),
               helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1)]
     inits += [_weights(rng, "fc_w", (10, 32), 0.3), _weights(rng, "fc_b", (10,), 1.0)]
@@ -128,8 +132,8 @@ def test_the_bound_never_exceeds_the_timing_model(estimated):
         assert "cycles of" in how and "copies over the link" in how
         kinds.add(function.attrs["composite"])
     # every kind of composite the two networks offer was checked
-    assert {"conv2d_bias_requantize", "dense_bias_requantize", "quantized_add", "max_pool",
-            "flatten"} <= kinds, kinds
+    assert {"conv2d_bias_requantize", "dense_bias_requantize", "quantized_add",
+            "quantized_mul", "max_pool", "flatten"} <= kinds, kinds
     depthwise = [f for _, _, f, _ in estimated if f.body.nodes[0].attrs.get("group", 1) > 1]
     assert depthwise
 
