@@ -24,6 +24,10 @@ Compiling a composite is the only way to know its stream, so :class:`VtaCostMode
 keeps the kernels it compiled for the target to reuse when the composite stays on the
 accelerator, and the estimates on disk (:class:`heterocc.sdk.CostCache`) so a later
 compile of the same workload on the same hardware compiles nothing to estimate it.
+Placement compiles only the composites whose bound does not settle them: the bound
+(:class:`CycleBound`) is the least work the timing model's compute module, read channel
+and write channel must each do for any stream of the composite, from its shapes and
+weights, with each copy's least time over the link (:meth:`VtaCostModel.port_bounds`).
 """
 
 from __future__ import annotations
