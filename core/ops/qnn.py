@@ -109,8 +109,8 @@ def zero_point_bias(weights: np.ndarray, zero_point) -> np.ndarray:
     stored activations gives the product of the centered ones. A padded position must
     then hold ``zero_point`` (it contributes ``(zero_point - zero_point) * w == 0``).
     """
-    w = np.asarray(weights, np.int64).reshape(np.shape(weights)[0], -1)
-    return -np.int64(zero_point) * w.sum(axis=1)
+    w = np.asarray(weights).reshape(np.shape(weights)[0], -1)
+    return -np.int64(zero_point) * w.sum(axis=1, dtype=np.int64)
 
 
 def _wrap32(values: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ from heterocc.sdk import AcceleratorBase, TargetError
 from heterocc.sdk.registry import register_target
 
 from .codegen import AcceleratorKernel, compile_composite
-from .cost import VtaCostModel, call_estimate, host_link
+from .cost import VtaCostModel, call_estimate
 from .device import VtaDevice
 from .explore import explore_command
 from .intrin import gemm_intrin
@@ -95,17 +95,10 @@ class VtaTarget(AcceleratorBase):
         return self.cost_model.lower_bound_kept(function)
 
     def port_bounds(self, function: Node):
-        """The least time each copy a call of ``function`` makes over the link takes:
-        each activation input's (in the composite's input order, as the estimate's
-        ``inputs``) and its result's, at a byte an element (the device's tiles only pad
-        them): placement's bound of the copies a neighbour on the device could save, over
-        ``lower_bound_kept`` (the call without them)."""
-        if "composite" not in function.attrs:
-            return None
-        link = host_link(self.config)
-        inputs = tuple(link.seconds(v.type.size) for v in function.inputs
-                       if v is not None and not v.is_const)
-        return inputs, link.seconds(sum(v.type.size for v in function.outputs))
+        """The least time each copy a call of ``function`` makes over the link takes
+        (``cost``): placement's bound of the copies a neighbour on the device could save,
+        over ``lower_bound_kept`` (the call without them)."""
+        return self.cost_model.port_bounds(function)
 
     def call_estimate(self, kernel):
         """The modelled time of ``kernel``'s last call (its programs' cycle counts at the

@@ -126,6 +126,24 @@ def _requantization(nodes: list[Node], weights: np.ndarray) -> Requantization:
                           int(a.get("product_shift", 0)))
 
 
+def planned_epilogue(function: Node, config: HardwareConfig) -> list:
+    """The ALU steps (``epilogue.plan_epilogue``) the lowering of a convolution or dense
+    composite gives its requantization, from its weights alone (nothing compiled): each
+    is one ALU pass over every output tile. The plan depends on each output channel's
+    weights only through the sums of their positive and of their negative values (the
+    accumulators' range, the input zero point's bias term), so a filter's own weights
+    give the plan the direct and the im2col lowerings make of their packed rows (a
+    grouped convolution's zeros outside the group, the padding, add nothing)."""
+    nodes = function.body.nodes
+    core = nodes[0]
+    if core.op == "ConvInteger":
+        weights = core.inputs[1].data.reshape(core.inputs[1].type.shape[0], -1)
+    else:
+        weights = core.inputs[1].data.T
+    columns = _round_up(weights.shape[0], config.block_out)
+    return plan_epilogue(_requantization(nodes, weights), weights, columns, config.acc_bits)
+
+
 @dataclass
 class AcceleratorKernel(ProgramRunner):
     """One composite compiled for the accelerator; call it with the composite's inputs.

@@ -24,11 +24,14 @@ Compiling a composite is the only way to know its stream, so :class:`VtaCostMode
 keeps the kernels it compiled for the target to reuse when the composite stays on the
 accelerator, and the estimates on disk (:class:`heterocc.sdk.CostCache`) so a later
 compile of the same workload on the same hardware compiles nothing to estimate it.
+Placement compiles only the composites whose bound does not settle them: the bound
+(:class:`CycleBound`) is the least work the timing model's compute module, read channel
+and write channel must each do for any stream of the composite, from its shapes and
+weights, with each copy's least time over the link (:meth:`VtaCostModel.port_bounds`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -48,9 +51,18 @@ from heterocc.sdk import (
     workload_key,
 )
 from heterocc.sdk.cost import random_arguments
+from heterocc.sdk.graph import conv_geometry
 
-from .codegen import AcceleratorKernel, compile_composite, direct_conv_geometry, matrix_bytes
+from .codegen import (
+    AcceleratorKernel,
+    compile_composite,
+    direct_conv_geometry,
+    matrix_bytes,
+    planned_epilogue,
+)
+from .epilogue import column_steps
 from .region import DeviceRegion, port_key
+from .residual import alu_iterations_per_tile, quantized_add, quantized_mul
 
 
 def host_link(config: HardwareConfig) -> HostLink:
@@ -202,6 +214,29 @@ def call_estimate(kernel, config: HardwareConfig) -> CostEstimate | None:
                                 f"device cycle count at {config.clock_mhz} MHz")
 
 
+def _output_tiles(node: Node, config: HardwareConfig) -> int:
+    """The accumulator tiles (``batch`` rows of ``block_out`` output channels) a
+    convolution's or dense layer's result fills: each is reset once and passed over
+    once by every step of its epilogue."""
+    if node.op == "MatMulInteger":
+        n = node.inputs[1].type.shape[1]
+        rows = node.outputs[0].type.size // n
+    else:
+        batches, n, height, width = node.outputs[0].type.shape
+        rows = batches * height * width
+    return -(-rows // config.batch) * -(-n // config.block_out)
+
+
+def _gemm_node(node: Node) -> bool:
+    """Whether ``node`` is a convolution or dense layer the GEMM core runs (constant
+    weights, a 2-D convolution or a (K, N) matrix)."""
+    if len(node.inputs) < 2 or node.inputs[1] is None or not node.inputs[1].is_const:
+        return False
+    if node.op == "MatMulInteger":
+        return node.inputs[1].type.ndim == 2
+    return node.op == "ConvInteger" and node.outputs[0].type.ndim == 4
+
+
 def gemm_iterations(function: Node, config: HardwareConfig) -> int:
     """The GEMM iterations the composite's convolutions cannot do without, from their
     shapes (the timing model runs the GEMM core's iterations one after another, so their
@@ -210,29 +245,20 @@ def gemm_iterations(function: Node, config: HardwareConfig) -> int:
     convolution (diagonal tiles, one lane busy) once per kernel tap, any other at least
     its input channels times taps over ``block_in`` times (im2col's folded reduction, no
     more than the direct lowering's); a dense layer's row blocks meet each weight block
-    once. Other work is not counted (0 where nothing is)."""
+    once (its output tiles times its input blocks). Resets and other work are not
+    counted (0 where nothing is)."""
     iterations = 0
     for node in function.body.nodes:
-        if node.op == "MatMulInteger" and node.inputs[1].type.ndim == 2:
-            # a dense layer: every row block of ``batch`` rows meets every block of
-            # ``block_in`` x ``block_out`` weights once
-            k, n = node.inputs[1].type.shape
-            m = node.outputs[0].type.size // n
-            iterations += (-(-m // config.batch) * -(-n // config.block_out)
-                           * -(-k // config.block_in))
+        if not _gemm_node(node):
             continue
-        if node.op != "ConvInteger" or node.outputs[0].type.ndim != 4:
-            continue
-        n, out_channels, height, width = node.outputs[0].type.shape
-        taps = math.prod(node.inputs[1].type.shape[2:])
-        g = direct_conv_geometry(node, config)
-        rows = -(-n * height * width // config.batch)
-        blocks = -(-out_channels // config.block_out)
-        if g is not None and g.depthwise:
-            reduction = taps
+        if node.op == "MatMulInteger":
+            reduction = -(-node.inputs[1].type.shape[0] // config.block_in)
         else:
-            reduction = -(-node.inputs[0].type.shape[1] * taps // config.block_in)
-        iterations += rows * blocks * reduction
+            taps = math.prod(node.inputs[1].type.shape[2:])
+            g = direct_conv_geometry(node, config)
+            reduction = taps if g is not None and g.depthwise \
+                else -(-node.inputs[0].type.shape[1] * taps // config.block_in)
+        iterations += _output_tiles(node, config) * reduction
     return iterations
 
 
@@ -245,15 +271,13 @@ def weight_tile_bytes(node: Node, config: HardwareConfig) -> int:
     convolution of 512 channels: 784 KB of tiles for 25 KB of weights); any other moves
     at least its output channel blocks times its folded reduction's input blocks (the
     im2col GEMM's count; the direct lowering's, a block per tap, is no smaller)."""
-    w = node.inputs[1] if len(node.inputs) > 1 else None
-    if w is None or not w.is_const:
+    if not _gemm_node(node):
         return 0
+    w = node.inputs[1]
     tile = config.block_in * config.block_out
-    if node.op == "MatMulInteger" and w.type.ndim == 2:
+    if node.op == "MatMulInteger":
         k, n = w.type.shape
         return -(-n // config.block_out) * -(-k // config.block_in) * tile
-    if node.op != "ConvInteger" or node.outputs[0].type.ndim != 4:
-        return 0
     filters, per_group = w.type.shape[:2]
     taps = math.prod(w.type.shape[2:])
     blocks = -(-filters // config.block_out)
@@ -263,27 +287,140 @@ def weight_tile_bytes(node: Node, config: HardwareConfig) -> int:
     return blocks * -(-per_group * taps // config.block_in) * tile
 
 
-def dram_cycles(function: Node, config: HardwareConfig) -> int:
-    """The cycles the accelerator's one DRAM port needs at least for a call of the
-    composite: its convolutions' and dense layers' weights loaded once as the tiles
-    the GEMM core reads (:func:`weight_tile_bytes`; they stay in DRAM between calls,
-    not on chip) and its result stored once, at a byte an element, one bus beat per
-    ``bus_width_bits`` (the timing model moves padded tiles, never fewer bytes). The
-    dense layers' weights make this the larger bound (ResNet-18's classifier: 512 KB,
-    64 K cycles, against 2 K GEMM cycles on the 32x32 core), and so do depthwise
-    convolutions' diagonal tiles."""
-    weights = sum(weight_tile_bytes(node, config) for node in function.body.nodes)
-    if not weights:
+def _touched(length: int, kernel: int, stride: int, pad: int, outputs: int) -> int:
+    """How many of an axis's ``length`` input positions some window of a convolution or
+    pooling reads (output ``o`` reads ``o * stride - pad`` to ``+ kernel - 1``): all of
+    them unless the stride skips some (a 1x1 convolution of stride 2 reads a quarter)."""
+    touched, end = 0, 0  # positions below ``end`` counted
+    for o in range(outputs):
+        first = max(o * stride - pad, end, 0)
+        last = min(o * stride - pad + kernel, length)
+        if last > first:
+            touched += last - first
+            end = last
+    return touched
+
+
+def _read_elements(node: Node) -> int:
+    """The activation elements a convolution, dense layer or max pool reads from the
+    device's DRAM at least once (its windows' input positions, every channel), 0 for
+    another node."""
+    if node.op == "MatMulInteger" and _gemm_node(node):
+        return node.inputs[0].type.size
+    if node.op == "MaxPool" and node.inputs[0].type.ndim == 4:
+        kernel_shape = node.attrs["kernel_shape"]
+    elif node.op == "ConvInteger" and _gemm_node(node):
+        kernel_shape = node.inputs[1].type.shape[2:]
+    else:
         return 0
-    moved = weights + sum(v.type.size for v in function.outputs)
+    x = node.inputs[0].type.shape
+    kernel, strides, dilations, pads, out = conv_geometry(x, (0, 0, *kernel_shape),
+                                                          node.attrs)
+    if any(d != 1 for d in dilations):
+        return 0
+    return x[0] * x[1] * math.prod(_touched(x[2 + i], kernel[i], strides[i], pads[i], out[i])
+                                   for i in range(2))
+
+
+#: composites whose ALU reads every element of every activation input (the host expands
+#: a product's broadcast operand first)
+_ELEMENTWISE = ("quantized_add", "quantized_mul")
+
+
+def _elementwise_alu_cycles(function: Node, config: HardwareConfig) -> int:
+    """The compute module's cycles for an addition's or product's ALU passes
+    (``residual.add_program``): its passes' iterations over every tile of the first
+    operand, and an instruction's overhead for each pass (0 where the composite does not
+    parse, as the lowering then refuses it)."""
+    parse = quantized_mul if function.attrs.get("composite") == "quantized_mul" \
+        else quantized_add
+    found = parse(function.body.nodes)
+    if isinstance(found, str):
+        return 0
+    add, casts = found
+    shape = casts[0].inputs[0].type.shape
+    if len(shape) != 4:
+        return 0
+    n, c, h, w = shape
+    tiles = -(-n // config.batch) * -(-c // config.block_in) * h * w
+    per_tile, passes = alu_iterations_per_tile(add)
+    return tiles * per_tile * config.alu_cycles_per_iteration \
+        + passes * config.instruction_overhead_cycles
+
+
+@dataclass(frozen=True)
+class CycleBound:
+    """The least cycles a call of a composite takes in the timing model
+    (``accel_sim.timing``), from its shapes and weights, without compiling it: the
+    modules run at once, so each of three resources bounds the call by the work it must
+    do alone (:attr:`cycles`, the largest).
+
+    - ``compute``: the compute module runs its GEMM and ALU instructions one after
+      another, each ``instruction_overhead_cycles`` plus its iterations: the GEMM
+      iterations no lowering goes without (:func:`gemm_iterations`), the reset of every
+      output tile (an iteration each), a pass over every output tile per step of the
+      requantizing epilogue (``codegen.planned_epilogue``), and an instruction's
+      overhead for the GEMMs, the resets and each step; an addition's or product's
+      ALU passes (:func:`_elementwise_alu_cycles`);
+    - ``reads``: the one read channel moves every byte a LOAD brings on chip, at least
+      a cycle a beat (``bus_width_bits``), the first a DRAM latency after the request:
+      the weights as the tiles the GEMM core reads (:func:`weight_tile_bytes`; they
+      stay in DRAM between calls, not on chip), each activation element some window
+      reads, at a byte an element (:func:`_read_elements`; an addition's inputs whole),
+      and the epilogue's per-channel constants (an accumulator word per channel);
+    - ``writes``: the write channel stores the result, a byte an element, a beat each
+      ``bus / dram_bytes_per_cycle`` cycles, the last answered a DRAM latency later.
+
+    A tile a tiling loads twice is counted once, padding, micro-ops and instruction
+    fetch not at all: what is counted, every stream of the composite does, so the bound
+    never exceeds the timing model's cycles (``tests/targets/vta/test_vta_bound.py``
+    checks it on every composite of small quantized networks)."""
+
+    compute: int = 0
+    reads: int = 0
+    writes: int = 0
+
+    @property
+    def cycles(self) -> int:
+        """The call's least cycles: the busiest resource's."""
+        return max(self.compute, self.reads, self.writes)
+
+    def describe(self, clock_mhz: float) -> str:
+        """Which resource bounds the call, in words."""
+        if not self.cycles:
+            return "no accelerator work counted"
+        what = max((self.compute, "compute (GEMM, resets, epilogue)"),
+                   (self.reads, "DRAM reads (weights, activations, constants)"),
+                   (self.writes, "DRAM writes (result)"))[1]
+        return f"{self.cycles} cycles of {what} at {clock_mhz:g} MHz"
+
+
+def cycle_bound(function: Node, config: HardwareConfig) -> CycleBound:
+    """:class:`CycleBound` of a call of the composite ``function`` on ``config``."""
+    overhead = config.instruction_overhead_cycles
+    nodes = function.body.nodes
+    compute = gemm_iterations(function, config) * config.gemm_cycles_per_iteration
+    read_bytes = sum(weight_tile_bytes(n, config) + _read_elements(n) for n in nodes)
+    core = nodes[0]
+    if _gemm_node(core):
+        steps = planned_epilogue(function, config)
+        tiles = _output_tiles(core, config)
+        compute += tiles * (config.gemm_cycles_per_iteration
+                            + len(steps) * config.alu_cycles_per_iteration)
+        compute += overhead * (2 + len(steps))  # a GEMM, a reset, the steps
+        channels = core.outputs[0].type.shape[1 if core.op == "ConvInteger" else -1]
+        read_bytes += len(column_steps(steps)) * channels * (config.acc_bits // 8)
+    if function.attrs.get("composite") in _ELEMENTWISE:
+        read_bytes += sum(v.type.size for v in function.inputs
+                          if v is not None and not v.is_const)
+        compute += _elementwise_alu_cycles(function, config)
     bus = config.bus_width_bits // 8
+    latency = config.dram_latency_cycles
+    reads = latency + -(-read_bytes // bus) if read_bytes else 0
     beat = max(1, -(-bus // config.dram_bytes_per_cycle))
-    return -(-moved // bus) * beat
-
-
-#: the link of :meth:`VtaCostModel.lower_bound_kept`: a petabyte a second, so that the
-#: bound's copies round to nothing
-KEPT_LINK_MBYTES_PER_S = 10**12
+    out = sum(v.type.size for v in function.outputs)
+    writes = latency + -(-out // bus) * beat if out else 0
+    return CycleBound(compute, reads, writes)
 
 
 def reuse_key(function: Node) -> tuple:
@@ -338,41 +475,41 @@ class VtaCostModel:
         return estimate
 
     def lower_bound(self, function: Node) -> tuple[float, str] | None:
-        """The least time a call of the composite takes, without compiling it: the link's
-        time to copy its result back and, before, its smallest input in (weights stay
-        resident in the device's DRAM), plus the larger of the GEMM core's cycles
-        (:func:`gemm_iterations`) and the DRAM port's for its weights and result
-        (:func:`dram_cycles`): the two run at once, each bounds the call."""
+        """The least time a call of the composite takes, without compiling it: its
+        cycles' bound (:func:`cycle_bound`) at the clock, and the least time of every
+        copy it makes over the link (:meth:`port_bounds`: each activation input in, its
+        result out; weights stay resident in the device's DRAM)."""
         if "composite" not in function.attrs:
             return None
-        out = sum(v.type.nbytes for v in function.outputs)
-        # and the smallest activation it reads, at a byte an element (the device's int8
-        # inputs; its layouts only pad): a composite's estimate copies every input
-        inp = min((v.type.size for v in function.inputs if v is not None and not v.is_const),
-                  default=0)
-        seconds = host_link(self.config).seconds(out + inp, transfers=2)
-        how = f"its result's {out} bytes and an input's {inp} copied over the link"
-        gemm = gemm_iterations(function, self.config) * self.config.gemm_cycles_per_iteration
-        dram = dram_cycles(function, self.config)
-        if gemm or dram:
-            cycles = max(gemm, dram)
-            seconds += cycles / (self.config.clock_mhz * 1e6)
-            what = "GEMM" if gemm >= dram else "DRAM (weights and result)"
-            how += f", {cycles} {what} cycles at {self.config.clock_mhz:g} MHz"
-        return seconds, how
+        bound = cycle_bound(function, self.config)
+        inputs, output = self.port_bounds(function)
+        copies = sum(inputs) + output
+        return (bound.cycles / (self.config.clock_mhz * 1e6) + copies,
+                f"{bound.describe(self.config.clock_mhz)}; its {len(inputs) + 1} copies "
+                f"over the link at least {copies * 1e3:.3g} ms")
 
     def lower_bound_kept(self, function: Node) -> tuple[float, str] | None:
         """:meth:`lower_bound` of a call whose tensors all stay in the device's DRAM (its
-        neighbours in a region keep them there: ``region.DeviceRegion``): the GEMM and
-        DRAM cycles alone, the link free. What placement bounds a composite with where
-        a neighbour of the same accelerator could share a tensor with it."""
-        free = dataclasses.replace(self.config, link_mbytes_per_s=KEPT_LINK_MBYTES_PER_S,
-                                   link_latency_ns=0)
-        found = VtaCostModel(free, self.virtual_threads, self.cache).lower_bound(function)
-        if found is None:
+        neighbours in a region keep them there: ``region.DeviceRegion``): its cycles'
+        bound alone, no copy. What placement bounds a composite with where a neighbour
+        of the same accelerator could share a tensor with it."""
+        if "composite" not in function.attrs:
             return None
-        seconds, how = found
-        return seconds, f"its tensors kept in the device; {how.split(', ', 1)[-1]}"
+        bound = cycle_bound(function, self.config)
+        return (bound.cycles / (self.config.clock_mhz * 1e6),
+                f"its tensors kept in the device; {bound.describe(self.config.clock_mhz)}")
+
+    def port_bounds(self, function: Node) -> tuple[tuple[float, ...], float] | None:
+        """The least time each copy a call of the composite makes over the link takes:
+        each activation input's (in the composite's input order, as the estimate's
+        ``inputs``) and its result's, at a byte an element (the device's tiles only pad
+        them)."""
+        if "composite" not in function.attrs:
+            return None
+        link = host_link(self.config)
+        inputs = tuple(link.seconds(v.type.size) for v in function.inputs
+                       if v is not None and not v.is_const)
+        return inputs, link.seconds(sum(v.type.size for v in function.outputs))
 
     def take(self, function: Node) -> AcceleratorKernel | None:
         """The kernel compiled for ``function`` while estimating, once (None if none)."""

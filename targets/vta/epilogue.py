@@ -63,8 +63,11 @@ class EpilogueStep:
 def int8_accumulator_range(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(lowest, highest) value per row of ``w`` (N x K int8) that ``a @ w.T`` can take
     for any int8 vector ``a``."""
-    w = w.astype(np.int64)
-    positive, negative = np.maximum(w, 0).sum(axis=1), np.minimum(w, 0).sum(axis=1)
+    # summed in int64 without an int64 copy of the weights (placement plans the epilogue
+    # of every candidate to bound its cycles: ResNet-18's 11 MB of weights)
+    w = np.asarray(w)
+    positive = np.maximum(w, 0).sum(axis=1, dtype=np.int64)
+    negative = np.minimum(w, 0).sum(axis=1, dtype=np.int64)
     return -128 * positive + 127 * negative, 127 * positive - 128 * negative
 
 

@@ -331,6 +331,15 @@ def add_program(config: HardwareConfig, tiles: int, add: QuantizedAdd | Quantize
     return builder.build()
 
 
+def alu_iterations_per_tile(add: QuantizedAdd | QuantizedMul) -> tuple[int, int]:
+    """(ALU iterations over each output tile, ALU instructions per chunk of tiles) of
+    :func:`add_program`: every pass of :func:`_alu_steps` runs once per tile and
+    micro-op of its range (the multiplier tiles' own set-up, once a program, not
+    counted)."""
+    steps = _alu_steps(add)
+    return sum(end - begin for (begin, end), _, _ in steps), len(steps)
+
+
 def _alu_steps(add: QuantizedAdd | QuantizedMul
                ) -> list[tuple[tuple[int, int], AluOp, int | str | tuple]]:
     """The ALU passes of one chunk: (micro-op range within the slot's, op, operand: an
