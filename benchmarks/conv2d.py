@@ -74,13 +74,19 @@ def conv_kernel(compiled):
     return lambda: kernel(args)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_layer_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that say one convolution layer: input channels, square input size,
+    filters, square kernel size and stride (shared with ``conv_tiles.py``)."""
     parser.add_argument("--channels", type=int, default=64)
     parser.add_argument("--size", type=int, default=56)
     parser.add_argument("--filters", type=int, default=64)
     parser.add_argument("--kernel", type=int, default=3)
     parser.add_argument("--stride", type=int, default=1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_layer_arguments(parser)
     parser.add_argument("--group", type=int, default=1)
     parser.add_argument("--epilogue", choices=("none", "bias", "relu"), default="none")
     parser.add_argument("--repeat", type=int, default=20)

@@ -25,7 +25,7 @@ os.environ.setdefault("HETEROCC_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 from alternating import alternating_samples  # noqa: E402  (beside this script)
-from conv2d import conv_kernel, conv_model  # noqa: E402
+from conv2d import add_layer_arguments, conv_kernel, conv_model  # noqa: E402
 from machine import cpu_target, describe  # noqa: E402
 
 import heterocc  # noqa: E402
@@ -68,11 +68,7 @@ class FixedTilesTarget(hllvm.LLVMTarget):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--channels", type=int, default=64)
-    parser.add_argument("--size", type=int, default=56)
-    parser.add_argument("--filters", type=int, default=64)
-    parser.add_argument("--kernel", type=int, default=3)
-    parser.add_argument("--stride", type=int, default=1)
+    add_layer_arguments(parser)
     parser.add_argument("--target", default="llvm")
     parser.add_argument("--variants", default="default")
     parser.add_argument("--repeat", type=int, default=40)
