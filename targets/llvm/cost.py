@@ -69,15 +69,17 @@ from heterocc.sdk.graph import (
     PassManager,
     multiply_accumulates,
     outline,
+    run_pipeline,
     target_graph_passes,
 )
-from heterocc.sdk.runtime import GraphExecutor
+from heterocc.sdk.runtime import GraphExecutor, from_onnx
 from heterocc.sdk.te_target import structure_key
 from heterocc.sdk.tuning import current, fastest, records_for
 from heterocc.tir.stmt import For, ForKind
 from heterocc.tir.visitor import collect_statements
 
 from .peak import multiply_accumulate_peak, multiply_add_rate, peak_kernel
+from .reference_kernel import reference_model
 from .runtime import num_threads
 from .tuning import logged_seconds
 
@@ -317,11 +319,6 @@ def _reference_calls(target) -> dict[str, tuple] | None:
     """The calls :func:`chain_reference` appends to a chain: a write of
     :data:`EVICT_BYTES`, then the reference kernel compiled for ``target``'s CPU on its
     random input; None where that CPU's code does not run here."""
-    from heterocc.frontend.onnx import from_onnx
-    from heterocc.passes.pipeline import run_pipeline
-
-    from .reference_kernel import reference_model
-
     if peak_kernel(target.cpu) is None:  # code for a CPU that does not run here
         return None
     own = type(target)(cpu=target.cpu, rules=getattr(target, "rules", "hand"))

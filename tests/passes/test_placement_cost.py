@@ -488,8 +488,13 @@ def test_the_vector_peak_is_measured_once_per_cpu_in_milliseconds(monkeypatch):
     rate = llvm.cost_model.ceiling("int8")
     assert time.process_time() - began < 1.0 and compiled == []
     per_core = peak.multiply_add_rate(llvm.cpu)
-    longer = max(peak.multiply_add_rate(llvm.cpu, iterations=200_000, runs=3)
-                 for _ in range(2))
+    # the longer runs (some 5 ms each) are preempted beside a busy core (CI, session 16:
+    # their fastest 27 G/s against the short runs' 72): the fastest of up to six windows
+    longer = 0.0
+    for _ in range(6):
+        longer = max(longer, peak.multiply_add_rate(llvm.cpu, iterations=200_000, runs=3))
+        if per_core == pytest.approx(longer, rel=0.5):
+            break
     assert per_core == pytest.approx(longer, rel=0.5)
     measured = []
     monkeypatch.setattr(peak, "multiply_add_rate",

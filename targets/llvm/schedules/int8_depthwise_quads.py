@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from heterocc.sdk import te
 from heterocc.te.intrin import BufferRegion, TensorIntrin
+from heterocc.te.schedule_reads import reads_of
 from heterocc.tir import expr as tx
 from heterocc.tir.stmt import BufferStore
 
@@ -211,7 +212,6 @@ def quad_stages(sums: te.Tensor) -> dict[str, te.Tensor]:
     """The stages the sums of :func:`quad_depthwise_conv` read: ``padded`` (the data)
     and ``weight`` (the weight quads). (The weight sums are the result's:
     :func:`weight_sum_stages`.)"""
-    from heterocc.te.schedule_reads import reads_of
 
     data, weight = reads_of(sums.op.body)[:2]
     return {"padded": data, "weight": weight}
@@ -235,7 +235,6 @@ def schedule_quad_depthwise(schedule: te.Schedule, sums: te.Tensor,
 def weight_sum_stages(result: te.Tensor) -> list[te.Tensor]:
     """The per-channel weight sums (``int8_weight_sum``) that an ``int8_conv_result``
     stage reads: computed once per call at root, never inlined into every output."""
-    from heterocc.te.schedule_reads import reads_of
 
     return [t for t in reads_of(result.op.body)
             if isinstance(t.op, te.ComputeOp) and t.op.attrs.get("int8_weight_sum")]
