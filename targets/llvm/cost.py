@@ -81,7 +81,7 @@ from heterocc.tir.visitor import collect_statements
 from .peak import multiply_accumulate_peak, multiply_add_rate, peak_kernel
 from .reference_kernel import reference_model
 from .runtime import num_threads
-from .tuning import logged_seconds
+from .tuning import cache_flusher, logged_seconds
 
 #: samples wanted after the warm-up call, and the least time spent taking them
 MIN_SAMPLES = 5
@@ -272,11 +272,10 @@ def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUND
 
 
 #: :func:`time_chain`: the reference's two calls appended to every round of a chain
-#: (their names no kernel takes: kernels are named by the graph's name scope)
+#: (their names no kernel takes: kernels are named by the graph's name scope): the
+#: tuning's cache flush (:func:`.tuning.cache_flusher`, sized to the CPU's caches), so
+#: that the reference starts from caches as cold whatever chain it follows, then it
 EVICT, REFERENCE = "<evict caches>", "<reference kernel>"
-#: bytes written before each call of the reference kernel: more than a core's
-#: second-level cache, so that it starts from caches as cold whatever chain it follows
-EVICT_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -316,9 +315,9 @@ def _baseline_key(target) -> str:
 
 
 def _reference_calls(target) -> dict[str, tuple] | None:
-    """The calls :func:`chain_reference` appends to a chain: a write of
-    :data:`EVICT_BYTES`, then the reference kernel compiled for ``target``'s CPU on its
-    random input; None where that CPU's code does not run here."""
+    """The calls :func:`chain_reference` appends to a chain: the cache flush of
+    ``target``'s CPU, then the reference kernel compiled for that CPU on its random
+    input; None where that CPU's code does not run here."""
     if peak_kernel(target.cpu) is None:  # code for a CPU that does not run here
         return None
     own = type(target)(cpu=target.cpu, rules=getattr(target, "rules", "hand"))
@@ -327,8 +326,8 @@ def _reference_calls(target) -> dict[str, tuple] | None:
     run = own.build(kernel)
     if getattr(run, "prim", None) is None:  # run on NumPy: nothing like the model's code
         return None
-    memory = np.zeros(EVICT_BYTES, np.uint8)
-    return {EVICT: (lambda args: memory.fill(1), ()),
+    flush = cache_flusher(target.cpu)
+    return {EVICT: (lambda args: flush(), ()),
             REFERENCE: (run, random_arguments(kernel.inputs))}
 
 
