@@ -282,6 +282,13 @@ class Dot4Emitter:
         return pieces[0]
 
 
+def window_load_bytes(span: int) -> int:
+    """The bytes the window form of :data:`DOT4_CALL` loads for a window of ``span``
+    bytes: one vector, the span rounded up to a power of two (the buffer must hold them
+    all)."""
+    return 1 << (span - 1).bit_length()
+
+
 def _element_bits(value: ir.Value) -> int:
     """The bits of ``value``'s elements."""
     return (value.type.element if isinstance(value.type, ir.VectorType) else value.type).width
@@ -305,7 +312,7 @@ def emit_dot4_call(emitter, node: tx.Call) -> ir.Value:
     window = tuple(c.value for c in counts[2:])
     sizes = [lanes, *(c.value for c in counts[:2])]
     if window:
-        sizes[1] = 1 << (sizes[1] - 1).bit_length()  # the span, a whole vector
+        sizes[1] = window_load_bytes(sizes[1])
     builder = emitter.builder
     loaded = []
     for operand, count in zip(operands, sizes):

@@ -33,7 +33,7 @@ from heterocc.tir import expr as tx
 from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
-from ..int8_dot import DOT4_CALL, dot4_instruction
+from ..int8_dot import DOT4_CALL, dot4_instruction, window_load_bytes
 from .int8_conv import (
     GROUP,
     _flip,
@@ -177,10 +177,12 @@ def quad_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, ge
     blocks = row_blocks(oh, out_row, ow, tiles.lanes, tiles.channels, cpu)
     span = blocks.rows * out_row
     phases = min(sy, (kh - 1) * dy + 1)
-    # the last byte a window load reads (a whole vector of bytes), in whole rows
-    last = ((oh // blocks.rows - 1) * span + blocks.extent - 1) * sx \
-        + (kh - 1) * dy // sy * row_length + (GROUP * quads - 1) * dx \
-        + cpu.vector_lanes("uint8")
+    # the last byte a window load reads (the last vector's, at the last kernel row and
+    # quad, rounded up to a power of two bytes), in whole rows: the bytes past the
+    # padded image only feed the positions past the output, which are dropped
+    last = ((oh // blocks.rows - 1) * span + blocks.extent - tiles.lanes) * sx \
+        + (kh - 1) * dy // sy * row_length + GROUP * (quads - 1) * dx \
+        + window_load_bytes(window_bytes(tiles.lanes, sx, dx)) - 1
     data = pack_padded(x, x_zero, pads, sy, phases, row_length,
                        -(-(last + 1) // row_length), dtype)
     weight = quad_weight(w, packed_weight)

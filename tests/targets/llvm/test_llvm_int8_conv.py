@@ -667,3 +667,70 @@ def test_the_window_kernel_needs_the_dot_product_and_a_byte_shuffle():
     assert not quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=haswell"))
     assert quads_apply((1, 1), (1, 1), parse_cpu(
         "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"))
+
+
+def _window_reads(func) -> list[tuple[str, int, int]]:
+    """``(buffer, its size, the last element a window load reads)`` for every window
+    dot product (:data:`.int8_dot.DOT4_CALL` with a stride and a dilation) of ``func``,
+    the load's index evaluated at every value of the loops around it."""
+    import itertools
+
+    from heterocc.targets.llvm.int8_dot import DOT4_CALL, window_load_bytes
+    from heterocc.tir import expr as tx
+    from heterocc.tir.simplify import simplify
+    from heterocc.tir.stmt import BufferStore, For
+    from heterocc.tir.visitor import children, collect, free_vars, substitute
+
+    found = []
+
+    def visit(node, loops: dict):
+        if isinstance(node, For):
+            loops = {**loops, node.var: range(node.min.value, node.min.value + node.extent.value)}
+        if isinstance(node, BufferStore):
+            for call in collect(node.value, lambda n: isinstance(n, tx.Call)
+                                and n.name == DOT4_CALL and len(n.args) == 7):
+                data = call.args[1]
+                (index,) = data.indices
+                names = sorted(free_vars(index), key=lambda v: v.name)
+                last = max(simplify(substitute(index, dict(zip(names, map(tx.IntImm, values)))))
+                           .value for values in itertools.product(*(loops[v] for v in names)))
+                found.append((data.buffer.name, data.buffer.size,
+                              last + window_load_bytes(call.args[3].value) - 1))
+            return
+        for child in children(node):
+            if not isinstance(child, tx.Expr):
+                visit(child, loops)
+
+    visit(func.body, {})
+    return found
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids",
+                                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
+                         ids=["vnni", "neon"])
+@pytest.mark.parametrize("shape,kernel,strides,pads,dilations", [
+    ((1, 8, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # MobileNetV2's last layers
+    ((1, 8, 14, 14), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # its 14x14 stride 2
+    ((1, 8, 14, 14), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),  # MNASNet's 5x5, two quads
+    ((1, 8, 11, 30), (3, 3), (3, 2), (0, 1, 2, 2), (1, 2)),  # strided, dilated
+], ids=["7x7", "14x14-s2", "5x5", "s3x2-dilated"])
+def test_the_window_loads_stay_in_the_padded_copy_and_it_holds_no_whole_spare_row(
+        target, shape, kernel, strides, pads, dilations):
+    """The padded copy of the window kernel holds every byte a window load reads (a
+    whole vector of bytes, past the last output position: those lanes are dropped) and
+    less than one row more, so that no spare row of the zero point is written on every
+    call."""
+    from heterocc.targets.llvm.schedules.int8_depthwise_quads import quad_stages
+
+    cpu = parse_cpu(target)
+    sums, func = _lowered_depthwise(cpu, shape, kernel, strides, pads, dilations)
+    assert sums.op.attrs.get("int8_quads")
+    reads = _window_reads(func)
+    assert reads
+    padded = quad_stages(sums)["padded"]
+    row, phases = padded.op.attrs["int8_row"], padded.shape[2]
+    for buffer, size, last in reads:
+        assert last < size, f"{buffer}: a window load reads byte {last} of {size}"
+    # the last channel's last row phase: the rows of every phase are as many as the
+    # furthest-reaching phase needs, less than one row past its reads
+    assert max(last for _, _, last in reads) >= reads[0][1] - phases * row
