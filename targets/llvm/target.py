@@ -50,13 +50,14 @@ from .module import build_later, load_library
 from .outputs import OutputArrays
 from .rules import ChannelSelectRule, cpu_rules, generic_rules
 from .schedules import (
-    CENTERED,
+    WEIGHT_QUADS,
     PanelChoice,
+    depthwise_weight_packing,
     int8_conv_operands,
     pack_columns,
+    pack_depthwise_weight_array,
     pack_int8_weight_array,
     pack_matmuls,
-    pack_weight_lanes_array,
     packed_source,
     packed_weight_shape,
     reachable_computes,
@@ -64,7 +65,6 @@ from .schedules import (
     use_int8_conv,
     use_int8_convs,
     use_prepacked,
-    weight_lanes_shape,
 )
 from .sequence import runner_of
 from .tuning import ScheduleConfigs, function_configs, function_tuned, llvm_tuning
@@ -138,7 +138,8 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
     reading a constant weight that nothing else reads packed once, when the kernel is
     built: ``(constant index, 0, None)`` for each (width 0: :func:`.schedules.
     pack_int8_weight_array`, see :func:`_packed_constants`); a depthwise one's
-    ``(constant index, -lanes, None)`` (:func:`.schedules.pack_weight_lanes_array`)."""
+    ``(constant index, packing, None)`` (:func:`.schedules.depthwise_weight_packing`: its
+    quads, or ``-lanes``, its int16 vectors)."""
     packings = []
     for stage in stages:
         described = int8_conv_operands(stage)
@@ -148,9 +149,10 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
         prepacked = None
         if id(weight) in slots and readers.get(id(weight)) == 1:
             if described["depthwise"]:
-                shape = weight_lanes_shape(weight.shape, cpu)
-                prepacked = te.placeholder(shape, CENTERED, f"{weight.name}.packed")
-                packings.append((slots[id(weight)], -shape[-1], None))
+                shape, dtype, packing = depthwise_weight_packing(weight.shape,
+                                                                 described["attrs"], cpu)
+                prepacked = te.placeholder(shape, dtype, f"{weight.name}.packed")
+                packings.append((slots[id(weight)], packing, None))
             else:
                 prepacked = te.placeholder(packed_weight_shape(weight.shape), "int8",
                                            f"{weight.name}.packed")
@@ -190,8 +192,8 @@ def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]
         if width == 0:  # an integer convolution's weight (_prepack_int8_conv_weights)
             constants[index] = pack_int8_weight_array(constants[index])
             continue
-        if width < 0:  # a depthwise one's, in vectors of -width int16 lanes
-            constants[index] = pack_weight_lanes_array(constants[index], -width)
+        if width == WEIGHT_QUADS or width < 0:  # a depthwise one's: quads, or int16 lanes
+            constants[index] = pack_depthwise_weight_array(constants[index], width)
             continue
         operand = constants[index] if axes is None else np.transpose(constants[index], axes)
         constants[index] = pack_columns(operand, width)

@@ -54,7 +54,13 @@ from .int8_conv import (
     schedule_phase_rows,
     tensorized_channel_tiles,
 )
-from .int8_depthwise_quads import quad_depthwise_conv, quads_apply, schedule_quad_depthwise
+from .int8_depthwise_quads import (
+    pack_weight_quads_array,
+    quad_depthwise_conv,
+    quads_apply,
+    schedule_quad_depthwise,
+    weight_quads_shape,
+)
 
 #: the type the centered data is stored as: (x - zero point) of 8-bit x fits 9 bits
 CENTERED = "int16"
@@ -247,6 +253,32 @@ def weight_lanes_shape(w_shape, cpu: CPUDescription) -> tuple[int, ...]:
     return (channels, kh, kw, int8_depthwise_tiles(channels, cpu).lanes)
 
 
+#: the packing code (:func:`depthwise_weight_packing`) of the weight quads
+WEIGHT_QUADS = "depthwise_quads"
+
+
+def depthwise_weight_packing(w_shape, attrs, cpu: CPUDescription
+                             ) -> tuple[tuple[int, ...], str, int | str]:
+    """``(shape, dtype, packing)`` of a constant depthwise weight of ``w_shape`` packed
+    when the kernel of a convolution with ``attrs`` is built on ``cpu``: the weight
+    quads where the window kernel takes it (:func:`.int8_depthwise_quads.quads_apply`:
+    packing :data:`WEIGHT_QUADS`), else its int16 vectors (packing ``-lanes``);
+    :func:`pack_depthwise_weight_array` applies the packing."""
+    strides = tuple(attrs.get("strides") or (1, 1))  # ONNX's defaults, where unset
+    dilations = tuple(attrs.get("dilations") or (1, 1))
+    if quads_apply(strides, dilations, cpu):
+        return weight_quads_shape(w_shape), "int8", WEIGHT_QUADS
+    shape = weight_lanes_shape(w_shape, cpu)
+    return shape, CENTERED, -shape[-1]
+
+
+def pack_depthwise_weight_array(w: np.ndarray, packing: int | str) -> np.ndarray:
+    """``w`` packed as :func:`depthwise_weight_packing` said (``packing``)."""
+    if packing == WEIGHT_QUADS:
+        return pack_weight_quads_array(w)
+    return pack_weight_lanes_array(w, -int(packing))
+
+
 def pack_weight_lanes_array(w: np.ndarray, lanes: int) -> np.ndarray:
     """NumPy's copy of the weight's int16 vectors that :func:`int8_depthwise_conv`
     reads (each tap's weight repeated over ``lanes``), what a constant weight is packed
@@ -264,7 +296,8 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
     ``int8_depthwise``, its tiles) cropped to the output (``int8_conv_result``).
     ``packed_weight``: a tensor holding :func:`pack_weight_lanes_array` of ``w`` (a
     constant packed when the kernel is built), read instead of repeating ``w`` into
-    vectors on every call."""
+    vectors on every call; the weight quads where the window kernel takes the
+    convolution: :func:`depthwise_weight_packing`)."""
     channels = x.shape[1]
     if (x.dtype not in ("int8", "uint8") or w.dtype != "int8" or x.ndim != 4 or w.ndim != 4
             or w.shape[0] != channels or w.shape[1] != 1
@@ -278,12 +311,12 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
     tiles = int8_depthwise_tiles(channels, cpu)
     lanes = tiles.lanes
     flat = (sy, sx) == (1, 1)
-    if packed_weight is not None and (tuple(packed_weight.shape) != weight_lanes_shape(
-            w.shape, cpu) or packed_weight.dtype != CENTERED):
-        raise CompileError(f"{name}: the packed depthwise weight is {packed_weight.dtype}"
-                           f"{list(packed_weight.shape)}, not {CENTERED}"
-                           f"{list(weight_lanes_shape(w.shape, cpu))} "
-                           "(pack_weight_lanes_array)")
+    if packed_weight is not None:
+        shape, dtype, _ = depthwise_weight_packing(w.shape, attrs, cpu)
+        if (tuple(packed_weight.shape), packed_weight.dtype) != (shape, dtype):
+            raise CompileError(f"{name}: the packed depthwise weight is {packed_weight.dtype}"
+                               f"{list(packed_weight.shape)}, not {dtype}{list(shape)} "
+                               "(depthwise_weight_packing)")
     if quads_apply((sy, sx), (dy, dx), cpu):
         return quad_depthwise_conv(x, w, x_zero, ((sy, sx), (dy, dx), pads, (oh, ow)), tiles,
                                    cpu, name, packed_weight)

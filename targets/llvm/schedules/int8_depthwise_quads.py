@@ -26,6 +26,8 @@ rows as the dense convolution's (:func:`.int8_conv.row_blocks`).
 
 from __future__ import annotations
 
+import numpy as np
+
 from heterocc.sdk import te
 from heterocc.te.intrin import BufferRegion, TensorIntrin
 from heterocc.te.schedule_reads import reads_of
@@ -132,27 +134,53 @@ def _tap_weight(w: te.Tensor, packed_weight: te.Tensor | None, c, i, j):
     return te.cast("int32", packed_weight[c, i, j, 0])
 
 
+def weight_quads_shape(w_shape) -> tuple[int, ...]:
+    """The shape of the weight quads (:func:`quad_weight`) of a depthwise weight of
+    ``w_shape`` (``[C, 1, KH, KW]``)."""
+    channels, _, kh, kw = w_shape
+    return (channels, kh, -(-kw // GROUP), GROUP)
+
+
+def pack_weight_quads_array(w: np.ndarray) -> np.ndarray:
+    """NumPy's copy of :func:`quad_weight` of a constant depthwise weight ``w``, what it
+    is packed into once, when its kernel is built, rather than on every call."""
+    quads = np.zeros(weight_quads_shape(w.shape), np.int8)
+    kw = w.shape[3]
+    quads.reshape(*quads.shape[:2], -1)[:, :, :kw] = w[:, 0]
+    return quads
+
+
+def is_weight_quads(packed_weight: te.Tensor | None) -> bool:
+    """Whether ``packed_weight`` holds the weight quads themselves
+    (:func:`pack_weight_quads_array`), not the weight's int16 vectors."""
+    return packed_weight is not None and packed_weight.dtype == "int8"
+
+
 def quad_weight(w: te.Tensor, packed_weight: te.Tensor | None) -> te.Tensor:
     """``[C, KH, quads, 4]`` int8: the weights of taps ``4 q + j`` of each kernel row
-    (0 past its width)."""
-    channels, _, kh, kw = w.shape
+    (0 past its width); ``packed_weight`` itself where it holds them
+    (:func:`is_weight_quads`)."""
+    if is_weight_quads(packed_weight):
+        return packed_weight
+    _, _, _, kw = w.shape
 
     def element(c, i, q, j):
         tap = GROUP * q + j
         value = _tap_weight(w, packed_weight, c, i, te.minimum(tap, kw - 1))
         return te.cast("int8", te.if_then_else(tap < kw, value, te.const(0, "int32")))
 
-    return te.compute((channels, kh, -(-kw // GROUP), GROUP), element,
-                      name="int8_weight_quads", dtype="int8")
+    return te.compute(weight_quads_shape(w.shape), element, name="int8_weight_quads",
+                      dtype="int8")
 
 
-def weight_sums(w: te.Tensor, packed_weight: te.Tensor | None) -> te.Tensor:
-    """``[C]`` int32: each channel's sum of weights (the zero-point correction's
-    factor)."""
-    channels, _, kh, kw = w.shape
-    ry, rx = te.reduce_axis(kh, "wy"), te.reduce_axis(kw, "wx")
+def weight_sums(weight: te.Tensor) -> te.Tensor:
+    """``[C]`` int32: each channel's sum of its weight quads (``weight``, compact: a
+    channel's taps in one run of bytes), the zero-point correction's factor."""
+    channels, kh, quads, _ = weight.shape
+    ry, rq, rj = (te.reduce_axis(n, name) for n, name in ((kh, "wy"), (quads, "wq"),
+                                                          (GROUP, "wj")))
     return te.compute((channels,), lambda c: te.sum(
-        _tap_weight(w, packed_weight, c, ry, rx), axis=[ry, rx]),
+        te.cast("int32", weight[c, ry, rq, rj]), axis=[ry, rq, rj]),
         name="int8_depthwise_weight_sum", dtype="int32", attrs={"int8_weight_sum": True})
 
 
@@ -163,7 +191,9 @@ def quad_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, ge
     :func:`.int8_depthwise.int8_depthwise_conv`, ``geometry``: its strides, dilations,
     pads and output size) with a kernel row's taps per dot product (the module's
     docstring): the sums (an anchor carrying ``int8_depthwise`` and ``int8_quads``),
-    corrected by the zero point and cropped (``int8_conv_result``)."""
+    corrected by the zero point and cropped (``int8_conv_result``). ``packed_weight``:
+    the weight quads packed when the kernel is built (:func:`pack_weight_quads_array`),
+    or the weight's int16 vectors, or None."""
     n, channels, height, width = x.shape
     _, _, kh, kw = w.shape
     (sy, sx), (dy, dx), pads, (oh, ow) = geometry
@@ -186,7 +216,7 @@ def quad_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, ge
     data = pack_padded(x, x_zero, pads, sy, phases, row_length,
                        -(-(last + 1) // row_length), dtype)
     weight = quad_weight(w, packed_weight)
-    summed = weight_sums(w, packed_weight)
+    summed = weight_sums(weight)
     ry, rq = te.reduce_axis(kh, "ry"), te.reduce_axis(quads, "rq")
     rj = te.reduce_axis(GROUP, "rj")
 

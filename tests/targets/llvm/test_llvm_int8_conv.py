@@ -569,15 +569,19 @@ def test_a_depthwise_convolution_of_column_stride_2_takes_its_taps_in_pairs(
 
 @pytest.mark.parametrize("stride", [1, 2])
 def test_a_constant_depthwise_weight_is_packed_when_the_kernel_is_built(tmp_path, stride):
-    """A depthwise convolution's constant weight is repeated into its int16 vectors once,
-    when the kernel is built (``pack_weight_lanes_array``), not on every call: the
-    kernel holds the packed constant, and the model (and its exported artifact, which
-    packs it again on load) gives the integer reference's bits; with stride 2 too (on
-    AVX-512BW its taps in column pairs, read from that constant)."""
+    """A depthwise convolution's constant weight is packed once, when the kernel is
+    built (``depthwise_weight_packing``: its quads where the window kernel takes it,
+    else repeated into its int16 vectors), not on every call: the kernel holds the
+    packed constant, and the model (and its exported artifact, which packs it again on
+    load) gives the integer reference's bits; with stride 2 too (on AVX-512BW without
+    VBMI its taps in column pairs, read from that constant)."""
     pytest.importorskip("onnxruntime.quantization")
     import heterocc
     from heterocc.runtime.interpreter import evaluate
-    from heterocc.targets.llvm.schedules import pack_weight_lanes_array, weight_lanes_shape
+    from heterocc.targets.llvm.schedules import (
+        depthwise_weight_packing,
+        pack_depthwise_weight_array,
+    )
 
     source, shape, _ = _inverted_residual(stride)
     compiled = heterocc.compile(_quantized(source, shape, "QUInt8", tmp_path),
@@ -586,17 +590,20 @@ def test_a_constant_depthwise_weight_is_packed_when_the_kernel_is_built(tmp_path
     got = compiled.run([x])[0]
     np.testing.assert_array_equal(got, evaluate(compiled.graph, [x])[0])
     cpu = hllvm.module.host().description
-    lanes_shape = weight_lanes_shape((32, 1, 3, 3), cpu)
+    attrs = {"strides": (stride, stride), "dilations": (1, 1)}
+    packed_shape, dtype, packing = depthwise_weight_packing((32, 1, 3, 3), attrs, cpu)
     kernels = [k for _, n in compiled.graph.walk() if n.body is not None
                for k in [n] if any(b.op == "ConvInteger" and b.attrs.get("group") == 32
                                    for b in n.body.nodes)]
     assert len(kernels) == 1
     executor = next(iter(compiled._cache.values())).executor
     constants = executor.kernels[kernels[0].name].constants
-    packed = [c for c in constants if c.shape == lanes_shape]
-    assert len(packed) == 1 and packed[0].dtype == np.int16
-    weight = packed[0][:, :, :, :1].reshape(32, 1, 3, 3).astype(np.int8)
-    np.testing.assert_array_equal(packed[0], pack_weight_lanes_array(weight, lanes_shape[-1]))
+    packed = [c for c in constants if c.shape == packed_shape]
+    assert len(packed) == 1 and packed[0].dtype == np.dtype(dtype)
+    # the weight itself: each tap's first lane, or the quads' taps before the zeros
+    weight = (packed[0][:, :, 0, :3].reshape(32, 1, 3, 3) if dtype == "int8" else
+              packed[0][:, :, :, :1].reshape(32, 1, 3, 3).astype(np.int8))
+    np.testing.assert_array_equal(packed[0], pack_depthwise_weight_array(weight, packing))
     compiled.export(str(tmp_path / "artifact"))
     loaded = heterocc.load(str(tmp_path / "artifact"))
     np.testing.assert_array_equal(loaded.run([x])[0], got)
@@ -734,3 +741,55 @@ def test_the_window_loads_stay_in_the_padded_copy_and_it_holds_no_whole_spare_ro
     # the last channel's last row phase: the rows of every phase are as many as the
     # furthest-reaching phase needs, less than one row past its reads
     assert max(last for _, _, last in reads) >= reads[0][1] - phases * row
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids",
+                                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
+                         ids=["vnni", "neon"])
+@pytest.mark.parametrize("kernel,strides", [((3, 3), (1, 1)), ((5, 5), (2, 2)),
+                                            ((3, 7), (1, 1))], ids=["3x3", "5x5-s2", "3x7"])
+def test_the_window_kernel_reads_its_weight_quads_packed_at_build_time(target, kernel,
+                                                                       strides):
+    """A constant weight packed into its quads when the kernel is built
+    (``pack_weight_quads_array``: each kernel row's taps in groups of four, zeros past
+    its width) is what the window kernel would make of the weight on every call: the
+    same sums, bit-exact against int64 sums, where the host runs the code; the packed
+    placeholder is read as it is (no quads stage per call)."""
+    from heterocc.targets.llvm.schedules.int8_depthwise import (
+        WEIGHT_QUADS,
+        depthwise_weight_packing,
+        pack_depthwise_weight_array,
+    )
+    from heterocc.te.schedule_reads import reads_of
+
+    cpu = parse_cpu(target)
+    shape, channels = (1, 16, 13, 15), 16
+    attrs = {"strides": strides, "pads": (1, 2, 2, 1), "dilations": (1, 1),
+             "group": channels}
+    packed_shape, dtype, packing = depthwise_weight_packing((channels, 1, *kernel), attrs,
+                                                            cpu)
+    assert packing == WEIGHT_QUADS and dtype == "int8"
+    x = te.placeholder(shape, "uint8", "x")
+    w = te.placeholder((channels, 1, *kernel), "int8", "w")
+    zero = te.placeholder((1,), "uint8", "zero")
+    packed = te.placeholder(packed_shape, dtype, "w.packed")
+    out = int8_depthwise_conv(x, w, zero, attrs, cpu, packed_weight=packed)
+    sums = _depthwise_sums(out)
+    assert reads_of(sums.op.body)[1] is packed
+    schedule = te.create_schedule(out)
+    schedule_int8_depthwise(schedule, sums, cpu)
+    schedule_int8_conv_result(schedule, out, cpu=cpu)
+    module = hllvm.build(te.lower(schedule, [x, packed, zero, out], name="conv"), cpu=cpu)
+    if not _host_runs(cpu):
+        return
+    rng = np.random.default_rng(3)
+    xs = rng.integers(0, 256, shape).astype(np.uint8)
+    ws = rng.integers(-128, 128, (channels, 1, *kernel)).astype(np.int8)
+    ws[1] = -128
+    z = np.array([201], np.uint8)
+    pads = attrs["pads"]
+    got = np.zeros(_depthwise_out(shape, kernel, strides, pads, (1, 1)), np.int32)
+    module["conv"](xs, pack_depthwise_weight_array(ws, packing), z, got)
+    expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], 201, strides, pads,
+                                          (1, 1)) for c in range(channels)], axis=1)
+    np.testing.assert_array_equal(got, expected)
