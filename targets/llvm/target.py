@@ -50,6 +50,7 @@ from .module import build_later, load_library
 from .outputs import OutputArrays
 from .rules import ChannelSelectRule, cpu_rules, generic_rules
 from .schedules import (
+    WEIGHT_PAIRS,
     WEIGHT_QUADS,
     PanelChoice,
     depthwise_weight_packing,
@@ -139,7 +140,7 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
     built: ``(constant index, 0, None)`` for each (width 0: :func:`.schedules.
     pack_int8_weight_array`, see :func:`_packed_constants`); a depthwise one's
     ``(constant index, packing, None)`` (:func:`.schedules.depthwise_weight_packing`: its
-    quads, or ``-lanes``, its int16 vectors)."""
+    quads, its pairs of taps, or ``-lanes``, its int16 vectors)."""
     packings = []
     for stage in stages:
         described = int8_conv_operands(stage)
@@ -192,7 +193,7 @@ def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]
         if width == 0:  # an integer convolution's weight (_prepack_int8_conv_weights)
             constants[index] = pack_int8_weight_array(constants[index])
             continue
-        if width == WEIGHT_QUADS or width < 0:  # a depthwise one's: quads, or int16 lanes
+        if width in (WEIGHT_QUADS, WEIGHT_PAIRS) or width < 0:  # a depthwise one's
             constants[index] = pack_depthwise_weight_array(constants[index], width)
             continue
         operand = constants[index] if axes is None else np.transpose(constants[index], axes)

@@ -89,6 +89,7 @@ from .int8_conv import (
 )
 from .int8_depthwise import (
     CENTERED,
+    WEIGHT_PAIRS,
     WEIGHT_QUADS,
     Int8DepthwiseTiles,
     depthwise_data,
@@ -175,6 +176,7 @@ __all__ = [
     "pack_depthwise_weight_array",
     "depthwise_weight_packing",
     "WEIGHT_QUADS",
+    "WEIGHT_PAIRS",
     "weight_lanes_shape",
     "even_tiles",
     "int8_conv",

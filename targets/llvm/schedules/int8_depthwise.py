@@ -191,8 +191,12 @@ def pack_centered_row_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, strid
 def _paired_weight(w: te.Tensor, packed_weight: te.Tensor | None) -> te.Tensor:
     """``[C, KH, ceil(KW / 2), 2]`` int16: the weights of taps ``2j`` and ``2j + 1``
     of each row (0 past the kernel's width), from ``w`` or its int16 vectors
-    (:func:`pack_weight_lanes_array`)."""
+    (:func:`pack_weight_lanes_array`); ``packed_weight`` itself where it holds the pairs
+    (:func:`pack_weight_pairs_array`)."""
     channels, _, kh, kw = w.shape
+    if packed_weight is not None and tuple(packed_weight.shape) == weight_pairs_shape(
+            w.shape):
+        return packed_weight
 
     def element(c, i, j, k):
         rx = te.minimum(2 * j + k, kw - 1)
@@ -253,21 +257,26 @@ def weight_lanes_shape(w_shape, cpu: CPUDescription) -> tuple[int, ...]:
     return (channels, kh, kw, int8_depthwise_tiles(channels, cpu).lanes)
 
 
-#: the packing code (:func:`depthwise_weight_packing`) of the weight quads
+#: the packing codes (:func:`depthwise_weight_packing`) of the weight quads and pairs
 WEIGHT_QUADS = "depthwise_quads"
+WEIGHT_PAIRS = "depthwise_pairs"
 
 
 def depthwise_weight_packing(w_shape, attrs, cpu: CPUDescription
                              ) -> tuple[tuple[int, ...], str, int | str]:
     """``(shape, dtype, packing)`` of a constant depthwise weight of ``w_shape`` packed
-    when the kernel of a convolution with ``attrs`` is built on ``cpu``: the weight
-    quads where the window kernel takes it (:func:`.int8_depthwise_quads.quads_apply`:
-    packing :data:`WEIGHT_QUADS`), else its int16 vectors (packing ``-lanes``);
-    :func:`pack_depthwise_weight_array` applies the packing."""
+    when the kernel of a convolution with ``attrs`` is built on ``cpu``, as its kernel
+    reads it: the weight quads where the window kernel takes it
+    (:func:`.int8_depthwise_quads.quads_apply`: packing :data:`WEIGHT_QUADS`), the pairs
+    of taps where the column pairs do (:func:`pairs_apply`: :data:`WEIGHT_PAIRS`), else
+    its int16 vectors (packing ``-lanes``); :func:`pack_depthwise_weight_array` applies
+    the packing."""
     strides = tuple(attrs.get("strides") or (1, 1))  # ONNX's defaults, where unset
     dilations = tuple(attrs.get("dilations") or (1, 1))
     if quads_apply(strides, dilations, cpu):
         return weight_quads_shape(w_shape), "int8", WEIGHT_QUADS
+    if pairs_apply(strides, dilations, cpu):
+        return weight_pairs_shape(w_shape), CENTERED, WEIGHT_PAIRS
     shape = weight_lanes_shape(w_shape, cpu)
     return shape, CENTERED, -shape[-1]
 
@@ -276,7 +285,24 @@ def pack_depthwise_weight_array(w: np.ndarray, packing: int | str) -> np.ndarray
     """``w`` packed as :func:`depthwise_weight_packing` said (``packing``)."""
     if packing == WEIGHT_QUADS:
         return pack_weight_quads_array(w)
+    if packing == WEIGHT_PAIRS:
+        return pack_weight_pairs_array(w)
     return pack_weight_lanes_array(w, -int(packing))
+
+
+def weight_pairs_shape(w_shape) -> tuple[int, ...]:
+    """The shape of the weight's pairs of taps (:func:`_paired_weight`) of a depthwise
+    weight of ``w_shape`` (``[C, 1, KH, KW]``)."""
+    channels, _, kh, kw = w_shape
+    return (channels, kh, -(-kw // 2), 2)
+
+
+def pack_weight_pairs_array(w: np.ndarray) -> np.ndarray:
+    """NumPy's copy of :func:`_paired_weight` of a constant depthwise weight ``w``, what
+    it is packed into once, when its kernel is built, rather than on every call."""
+    pairs = np.zeros(weight_pairs_shape(w.shape), np.int16)
+    pairs.reshape(*pairs.shape[:2], -1)[:, :, :w.shape[3]] = w[:, 0]
+    return pairs
 
 
 def pack_weight_lanes_array(w: np.ndarray, lanes: int) -> np.ndarray:

@@ -743,19 +743,25 @@ def test_the_window_loads_stay_in_the_padded_copy_and_it_holds_no_whole_spare_ro
     assert max(last for _, _, last in reads) >= reads[0][1] - phases * row
 
 
-@pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids",
-                                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
-                         ids=["vnni", "neon"])
+@pytest.mark.parametrize("target,packings", [
+    ("llvm -mcpu=sapphirerapids", ("quads", "quads")),
+    ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", ("quads", "quads")),
+    ("llvm -mcpu=cascadelake", ("lanes", "pairs")),  # VNNI without VBMI
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", ("lanes", "pairs")),  # AVX-512BW
+    ("llvm -mcpu=haswell", ("lanes", "lanes")),
+], ids=["vnni", "neon", "vnni-no-vbmi", "avx512bw", "avx2"])
 @pytest.mark.parametrize("kernel,strides", [((3, 3), (1, 1)), ((5, 5), (2, 2)),
-                                            ((3, 7), (1, 1))], ids=["3x3", "5x5-s2", "3x7"])
-def test_the_window_kernel_reads_its_weight_quads_packed_at_build_time(target, kernel,
-                                                                       strides):
-    """A constant weight packed into its quads when the kernel is built
-    (``pack_weight_quads_array``: each kernel row's taps in groups of four, zeros past
-    its width) is what the window kernel would make of the weight on every call: the
-    same sums, bit-exact against int64 sums, where the host runs the code; the packed
-    placeholder is read as it is (no quads stage per call)."""
+                                            ((3, 7), (2, 2))], ids=["3x3", "5x5-s2", "3x7-s2"])
+def test_a_depthwise_kernel_reads_its_constant_weight_as_packed_at_build_time(
+        target, packings, kernel, strides):
+    """A constant weight packed when the kernel is built (``depthwise_weight_packing``:
+    the window kernel's quads, each kernel row's taps in groups of four with zeros past
+    its width; the column pairs' pairs of taps; else each tap's int16 vector) is what
+    the kernel would make of the weight on every call: the same sums, bit-exact against
+    int64 sums, where the host runs the code; the packed weight is the operand the sums
+    read (no stage repacks it per call)."""
     from heterocc.targets.llvm.schedules.int8_depthwise import (
+        WEIGHT_PAIRS,
         WEIGHT_QUADS,
         depthwise_weight_packing,
         pack_depthwise_weight_array,
@@ -768,14 +774,15 @@ def test_the_window_kernel_reads_its_weight_quads_packed_at_build_time(target, k
              "group": channels}
     packed_shape, dtype, packing = depthwise_weight_packing((channels, 1, *kernel), attrs,
                                                             cpu)
-    assert packing == WEIGHT_QUADS and dtype == "int8"
+    kind = {WEIGHT_QUADS: "quads", WEIGHT_PAIRS: "pairs"}.get(packing, "lanes")
+    assert kind == packings[strides[1] - 1]
     x = te.placeholder(shape, "uint8", "x")
     w = te.placeholder((channels, 1, *kernel), "int8", "w")
     zero = te.placeholder((1,), "uint8", "zero")
     packed = te.placeholder(packed_shape, dtype, "w.packed")
     out = int8_depthwise_conv(x, w, zero, attrs, cpu, packed_weight=packed)
     sums = _depthwise_sums(out)
-    assert reads_of(sums.op.body)[1] is packed
+    assert reads_of(sums.op.body)[1] is packed  # the operand itself: no stage repacks it
     schedule = te.create_schedule(out)
     schedule_int8_depthwise(schedule, sums, cpu)
     schedule_int8_conv_result(schedule, out, cpu=cpu)
