@@ -12,13 +12,16 @@ replaces, in alternating rounds in one process, on the CPU clock:
 
 Prints, per layer (channels, input size, stride), the median ms per call (int32 sums,
 no epilogue) of each kernel the target can build and each one / ``phases``; all give the
-same bits (checked).
+same bits (checked). Each kernel reads its constant weight packed once beforehand, as a
+model's kernel does (``depthwise_weight_packing``: the window kernel's quads, the column
+pairs' pairs of taps, else each tap's int16 vector).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 
@@ -52,8 +55,9 @@ def _choices(pairs: bool, windows: bool):
 
 def build(channels: int, size: int, stride: int, cpu, kernel: str):
     """The compiled depthwise kernel of one layer (3x3, pad 1) built with ``kernel``'s
-    choices, and the kind its sums carry (``kernel`` itself, or the one it fell back
-    to)."""
+    choices, its weight a constant packed beforehand as a model's kernel reads it
+    (``depthwise_weight_packing``), the kind its sums carry (``kernel`` itself, or the
+    one it fell back to) and the weight's packing."""
     from heterocc import te
     from heterocc.targets import llvm as hllvm
     from heterocc.targets.llvm.schedules import int8_depthwise as dw
@@ -62,19 +66,26 @@ def build(channels: int, size: int, stride: int, cpu, kernel: str):
 
     with _choices(*KERNELS[kernel]):
         x = te.placeholder((1, channels, size, size), "uint8", "x")
-        w = te.placeholder((channels, 1, 3, 3), "int8", "w")
         zero = te.placeholder((1,), "uint8", "zero")
         attrs = {"strides": (stride, stride), "pads": (1, 1, 1, 1), "dilations": (1, 1),
                  "group": channels}
-        out = dw.int8_depthwise_conv(x, w, zero, attrs, cpu)
+        shape, dtype, packing = dw.depthwise_weight_packing((channels, 1, 3, 3), attrs, cpu)
+        w = te.placeholder((channels, 1, 3, 3), "int8", "w")
+        packed = te.placeholder(shape, dtype, "w.packed")
+        out = dw.int8_depthwise_conv(x, w, zero, attrs, cpu, packed_weight=packed)
     sums = next(t for t in reads_of(out.op.body) if "int8_rows" in t.op.attrs)
     built = "windows" if sums.op.attrs.get("int8_quads") else \
         "pairs" if sums.op.attrs.get("int8_pairs") else "phases"
     schedule = te.create_schedule(out)
     dw.schedule_int8_depthwise(schedule, sums, cpu)
     schedule_int8_conv_result(schedule, out, cpu=cpu)
-    module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
-    return module["conv"], tuple(out.shape), built
+    module = hllvm.build(te.lower(schedule, [x, packed, zero, out], name="conv"), cpu=cpu)
+    return module["conv"], tuple(out.shape), built, packing
+
+
+def _with_weight(function, packed_weight, x, zero, out):
+    """``function`` called with its packed weight between the data and the zero point."""
+    return function(x, packed_weight, zero, out)
 
 
 def main() -> int:
@@ -85,6 +96,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("HETEROCC_NUM_THREADS", "1")
     from heterocc.targets.llvm.cpu import parse_cpu
+    from heterocc.targets.llvm.schedules import int8_depthwise as dw
 
     cpu = parse_cpu(args.target)
     print(f"{args.target}: load average (1 min) {os.getloadavg()[0]:.2f}; {args.rounds} "
@@ -92,12 +104,15 @@ def main() -> int:
     rng = np.random.default_rng(0)
     for channels, size, stride in LAYERS:
         built = [build(channels, size, stride, cpu, kernel) for kernel in KERNELS]
-        kernels = {kind: (function, shape) for function, shape, kind in built}
         x = rng.integers(0, 256, (1, channels, size, size)).astype(np.uint8)
         w = rng.integers(-128, 128, (channels, 1, 3, 3)).astype(np.int8)
         zero = np.array([7], np.uint8)
+        # each kernel with its own packing of the weight, made once (as a model's is)
+        kernels = {kind: (functools.partial(_with_weight, function,
+                                            dw.pack_depthwise_weight_array(w, packing)), shape)
+                   for function, shape, kind, packing in built}
         outs = [np.zeros(shape, np.int32) for _, shape in kernels.values()]
-        medians = same_bits_medians([f for f, _ in kernels.values()], (x, w, zero), outs,
+        medians = same_bits_medians([f for f, _ in kernels.values()], (x, zero), outs,
                                     args.rounds * args.calls, args.calls)
         if medians is None:
             print(f"{channels} channels at {size}x{size}: the kernels differ")
