@@ -26,6 +26,15 @@ from .schedule_reads import reads_of
 from .tensor import REDUCE, ConstantOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad
 from .tensorize_check import check_tensorize
 
+#: a compute's attribute: how many elements past its region (in its last axis) a vector
+#: read of its readers may load, whose lanes they drop; a stage computed at a loop gets
+#: them allocated (never computed), so the read stays inside its buffer
+READ_SLACK = "read_slack"
+#: a compute's attribute: the region of its last axis that a stage computed at a loop
+#: computes is rounded up to a multiple of this (a flat axis of rows: whole rows, each
+#: one vector loop, no partial last row)
+REGION_MULTIPLE = "region_multiple"
+
 
 @dataclass
 class _Realization:
@@ -247,12 +256,26 @@ class _Lowerer:
                     f"stage {stage.name!r} is attached at {iv.name!r} of {parent.name!r}, which "
                     "is no longer one of its loops (inlined, split or fused afterwards)")
             readers = self._readers(stage.tensor)
-            if [r is parent for r in readers] != [True]:
+            if len(readers) != 1 or not self._runs_inside(readers[0], parent, iv):
                 names = ", ".join(r.name for r in readers) or "nobody"
                 raise CompileError(
                     f"stage {stage.name!r} is computed at {parent.name!r} but read by {names}; "
-                    "compute_at needs the attachment stage to be its only reader")
+                    "compute_at needs its only reader to be the attachment stage or a "
+                    "stage computed inside that loop (attached there, or to a stage that is)")
             self.attached.setdefault((id(parent), id(iv)), []).append(stage)
+
+    @staticmethod
+    def _runs_inside(stage: Stage, parent: Stage, iv: IterVar) -> bool:
+        """Whether ``stage`` is ``parent`` or runs inside its loop ``iv``: attached at
+        ``iv`` or a loop within it, or to a stage that is (a chain of attachments)."""
+        while stage is not parent:
+            if stage.attach != AT:
+                return False
+            if stage.attach_stage is parent:
+                leafs = parent.leaf_iter_vars
+                return leafs.index(stage.attach_iter_var) >= leafs.index(iv)
+            stage = stage.attach_stage
+        return True
 
     # ------------------------------------------------------------------ emission
 
@@ -417,18 +440,59 @@ class _Lowerer:
         leafs = parent.leaf_iter_vars
         inner_leafs = leafs[leafs.index(iv) + 1:]
         relaxed = {leaf.var: nest.extents[leaf] for leaf in inner_leafs}
-        loads = [load for load in collect(parent_body, lambda n: isinstance(n, TensorLoad))
-                 if load.tensor is child.tensor]
+        (reader,) = self._readers(child.tensor)
+        body = parent_body
+        if reader is not parent:  # a stage computed inside the loop reads it
+            body, relaxed = self._body_inside(reader, parent, parent_body, relaxed)
+        bases, extents = self._read_region(child, body, relaxed)
+        attrs = child.tensor.op.attrs
+        multiple = int(attrs.get(REGION_MULTIPLE, 1))
+        if extents and multiple > 1:  # whole rows of a flat axis: no partial last row
+            extents[-1] = min(-(-extents[-1] // multiple) * multiple,
+                              int(child.tensor.shape[-1]))
+        # elements past the region that a vector read may load (its lanes past the
+        # region dropped): allocated, never computed
+        slack = int(attrs.get(READ_SLACK, 0))
+        shape = (*extents[:-1], extents[-1] + slack) if extents else ()
+        buffer = tx.Buffer(child.name, shape, child.tensor.dtype, child.scope)
+        self.realized[id(child.tensor)] = _Realization(buffer, tuple(bases))
+        stmt = self._emit_stage(child, list(zip(bases, extents)), attached=True)
+        return buffer, stmt
+
+    def _read_region(self, stage: Stage, body: tx.Expr, relaxed: dict[tx.Var, int]
+                     ) -> tuple[list[tx.Expr], list[int]]:
+        """(bases, extents) of the region of ``stage``'s tensor that ``body`` reads while
+        the ``relaxed`` variables range over ``[0, extent)``."""
+        loads = [load for load in collect(body, lambda n: isinstance(n, TensorLoad))
+                 if load.tensor is stage.tensor]
         bases, extents = [], []
-        for dim, shape in enumerate(child.tensor.shape):
+        for dim, shape in enumerate(stage.tensor.shape):
             base, extent = self._region(
                 [symbolic_bounds(load.indices[dim], relaxed) for load in loads], shape)
             bases.append(base)
             extents.append(extent)
-        buffer = tx.Buffer(child.name, tuple(extents), child.tensor.dtype, child.scope)
-        self.realized[id(child.tensor)] = _Realization(buffer, tuple(bases))
-        stmt = self._emit_stage(child, list(zip(bases, extents)), attached=True)
-        return buffer, stmt
+        return bases, extents
+
+    def _body_inside(self, stage: Stage, parent: Stage, parent_body: tx.Expr,
+                     relaxed: dict[tx.Var, int]) -> tuple[tx.Expr, dict[tx.Var, int]]:
+        """``stage``'s body as it runs inside one iteration of ``parent``'s loop (whose
+        inner loop variables ``relaxed`` ranges over; ``parent_body``: the parent's body
+        in its loop variables), with what else it ranges over: each axis its region
+        there (the reads of the stage it is attached to, itself found so where that is
+        not ``parent``) as base + a variable over the region's extent, each reduction
+        axis its own range."""
+        holder = stage.attach_stage
+        holder_body, ranges = (parent_body, relaxed) if holder is parent else \
+            self._body_inside(holder, parent, parent_body, relaxed)
+        bases, extents = self._read_region(stage, holder_body, ranges)
+        ranges, mapping = dict(ranges), {}
+        for iv, base, extent in zip(stage.axis, bases, extents):
+            offset = tx.Var(f"{iv.var.name}.inside", iv.var.dtype)
+            mapping[iv.var], ranges[offset] = base + offset, extent
+        for iv in stage.reduce_axis:
+            offset = tx.Var(f"{iv.var.name}.inside", iv.var.dtype)
+            mapping[iv.var], ranges[offset] = iv.min + offset, iv.extent
+        return substitute(self.bodies[id(stage.tensor)], mapping), ranges
 
     def _region(self, bounds: list, shape: int) -> tuple[tx.Expr, int]:
         """(base, extent) of the union of per-access bounds, clipped to the tensor."""

@@ -58,7 +58,11 @@ from .schedules import (
     schedule_reduction,
     schedule_rows,
 )
-from .schedules.int8_depthwise_quads import quad_stages, weight_sum_stages
+from .schedules.int8_depthwise_quads import (
+    attach_copies_in_blocks,
+    quad_stages,
+    weight_sum_stages,
+)
 from .tuning import ScheduleConfigs, apply_conv_auto, apply_matmul_config, schedule_blocked_conv
 
 
@@ -127,6 +131,9 @@ class Int8ConvResultRule(CPURule):
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
         schedule_int8_conv_result(schedule, tensor, epilogue, cpu=self.cpu)
+        # the parallel loop over blocks of the sums is the stage's first
+        stage = schedule[epilogue if epilogue is not None else tensor]
+        attach_copies_in_blocks(schedule, tensor, stage, stage.leaf_iter_vars[0])
         return epilogue is not None
 
 

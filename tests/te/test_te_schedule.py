@@ -366,3 +366,65 @@ def test_reads_of_answers_each_body_once_and_forgets_it_with_the_body():
     del y, first
     gc.collect()
     assert len(schedule_reads._READS) == size - 1  # nothing kept alive by the memo
+
+
+def _stencil_chain():
+    """``D = 2 * C``, ``C[i, j] = B[i, j] + B[i + 1, j + 2]``, ``B = A + 1``: B read only
+    by C, C only by D."""
+    A = te.placeholder((10, 12), "float32", "A")
+    B = te.compute((10, 12), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((9, 10), lambda i, j: B[i, j] + B[i + 1, j + 2], name="C")
+    D = te.compute((9, 10), lambda i, j: C[i, j] * 2.0, name="D")
+    return A, B, C, D
+
+
+@pytest.mark.parametrize("c_at_outer", [True, False], ids=["reader-at-same-loop",
+                                                          "reader-at-inner-loop"])
+def test_compute_at_a_loop_its_reader_runs_inside(c_at_outer):
+    """A stage may be computed at a loop of a stage that does not read it, where its only
+    reader runs inside that loop (attached there or within it): it computes the region
+    that reader reads in one iteration, found through the reader's own region; the
+    values stay NumPy's (with a non-dividing split)."""
+    A, B, C, D = _stencil_chain()
+    s = te.create_schedule(D)
+    io, ii = s[D].split(s[D].op.axis[0], factor=4)
+    s[C].compute_at(s[D], io if c_at_outer else ii)
+    s[B].compute_at(s[D], io)
+    func = te.lower(s, [A, D], name="kernel")
+    b = next(a for a in tir.collect(func.body, lambda n: isinstance(n, tir.Allocate))
+             if a.buffer.name == "B")
+    assert b.buffer.size == 5 * 12  # 4 rows of C read 5 rows of B (not all 10)
+    a = rand(10, 12)
+    bb = a + 1.0
+    np.testing.assert_allclose(run(s, [A, D], a), 2.0 * (bb[:-1, :-2] + bb[1:, 2:]),
+                               rtol=1e-6)
+
+
+def test_compute_at_refuses_a_loop_inside_the_readers():
+    """Where the only reader runs outside the loop (attached at an outer one), the stage
+    computed inside it would not exist when read: refused."""
+    A, B, C, D = _stencil_chain()
+    s = te.create_schedule(D)
+    io, ii = s[D].split(s[D].op.axis[0], factor=4)
+    s[C].compute_at(s[D], io)
+    s[B].compute_at(s[D], ii)
+    with pytest.raises(CompileError, match="only reader"):
+        te.lower(s, [A, D])
+
+
+def test_a_stage_computed_at_a_loop_rounds_its_region_and_allocates_read_slack():
+    """``REGION_MULTIPLE``: the region of the last axis rounded up to whole multiples
+    (whole rows of a flat axis); ``READ_SLACK``: that many more elements allocated past
+    it, never computed (a vector read's dropped lanes)."""
+    A = te.placeholder((4, 40), "float32", "A")
+    B = te.compute((4, 40), lambda i, j: A[i, j] * 3.0, name="B",
+                   attrs={te.REGION_MULTIPLE: 8, te.READ_SLACK: 5})
+    C = te.compute((4, 10), lambda i, j: B[i, j] + B[i, j + 2], name="C")
+    s = te.create_schedule(C)
+    s[B].compute_at(s[C], s[C].op.axis[0])
+    func = te.lower(s, [A, C], name="kernel")
+    b = next(a for a in tir.collect(func.body, lambda n: isinstance(n, tir.Allocate))
+             if a.buffer.name == "B")
+    assert tuple(b.buffer.shape) == (1, 16 + 5)  # 12 read -> 16 computed, + 5
+    a = rand(4, 40)
+    np.testing.assert_allclose(run(s, [A, C], a), 3.0 * (a[:, :10] + a[:, 2:12]), rtol=1e-6)

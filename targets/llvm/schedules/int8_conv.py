@@ -467,17 +467,20 @@ def pack_in_parallel(schedule: te.Schedule, packed: te.Tensor) -> None:
         stage.split(outer[4], row)
 
 
-def schedule_phase_rows(schedule: te.Schedule, data: te.Tensor, cpu: CPUDescription) -> None:
+def schedule_phase_rows(schedule: te.Schedule, data: te.Tensor, cpu: CPUDescription,
+                        parallel: bool = True) -> None:
     """A copy split by row phase, ``[n, C, phases, rows * row length]`` (its flat axis
-    carrying ``int8_row``), at root: row by row, each row's columns in vectors, batch
-    and channels in parallel."""
+    carrying ``int8_row``): row by row, each row's columns in vectors, batch and
+    channels in parallel (``parallel``; else serial, for a copy computed inside a
+    parallel loop of its reader's)."""
     stage = schedule[data]
     b, c, _, position = stage.op.axis
     row = data.op.attrs["int8_row"]
     _, columns = stage.split(position, row)
     _, inner = stage.split(columns, min(vector_lanes(data.dtype, cpu), row))
     stage.vectorize(inner)
-    stage.parallel(stage.fuse(b, c))
+    if parallel:
+        stage.parallel(stage.fuse(b, c))
 
 
 def tensorized_channel_tiles(schedule: te.Schedule, sums: te.Tensor, channels: int,

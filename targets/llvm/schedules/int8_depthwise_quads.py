@@ -100,8 +100,22 @@ def dot4_window_intrinsic(lanes: int, dtype: str, stride: int,
                         implement, {"lanes": lanes})
 
 
+#: a padded copy's attribute: it is made block by block inside the result's parallel
+#: loop (:func:`copy_in_blocks`, :func:`attach_copies_in_blocks`)
+IN_BLOCKS = "int8_copy_in_blocks"
+
+
+def copy_in_blocks(nbytes: int, cpu: CPUDescription) -> bool:
+    """Whether a padded copy of ``nbytes`` is made block by block, each block's
+    channels and rows (with the rows its windows reach past them) inside the result's
+    parallel loop, just before its sums read them: where the whole copy would not stay
+    in half the L2 cache (MobileNetV2's 96-channel 112x112 stride-2 layer: 1.27 MB),
+    so that it would be written out to memory and read back."""
+    return nbytes > cpu.l2 // 2
+
+
 def pack_padded(x: te.Tensor, x_zero: te.Tensor | None, pads, stride: int, phases: int,
-                row_length: int, rows: int, dtype: str) -> te.Tensor:
+                row_length: int, rows: int, dtype: str, attrs=None) -> te.Tensor:
     """``x`` (8-bit NCHW) stored as ``dtype`` (the sign bit flipped where the byte types
     differ), padded with the zero point, split by row phase: ``[n, C, phases, rows *
     row_length]``, phase ``p``'s padded rows ``stride * r + p`` one after another, each
@@ -123,7 +137,8 @@ def pack_padded(x: te.Tensor, x_zero: te.Tensor | None, pads, stride: int, phase
                                               zero) + flip)
 
     return te.compute((n, channels, phases, rows * row_length), element,
-                      name="int8_padded", dtype=dtype, attrs={"int8_row": row_length})
+                      name="int8_padded", dtype=dtype,
+                      attrs={"int8_row": row_length, **(attrs or {})})
 
 
 def _tap_weight(w: te.Tensor, packed_weight: te.Tensor | None, c, i, j):
@@ -213,8 +228,14 @@ def quad_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, ge
     last = ((oh // blocks.rows - 1) * span + blocks.extent - tiles.lanes) * sx \
         + (kh - 1) * dy // sy * row_length + GROUP * (quads - 1) * dx \
         + window_load_bytes(window_bytes(tiles.lanes, sx, dx)) - 1
-    data = pack_padded(x, x_zero, pads, sy, phases, row_length,
-                       -(-(last + 1) // row_length), dtype)
+    rows = -(-(last + 1) // row_length)
+    span_bytes = window_bytes(tiles.lanes, sx, dx)
+    # made in blocks, a block's copy is whole rows, allocated with the bytes a window
+    # load reads past the last window
+    blocked = {IN_BLOCKS: True, te.REGION_MULTIPLE: row_length,
+               te.READ_SLACK: window_load_bytes(span_bytes) - span_bytes} \
+        if copy_in_blocks(n * channels * phases * rows * row_length, cpu) else None
+    data = pack_padded(x, x_zero, pads, sy, phases, row_length, rows, dtype, blocked)
     weight = quad_weight(w, packed_weight)
     summed = weight_sums(weight)
     ry, rq = te.reduce_axis(kh, "ry"), te.reduce_axis(quads, "rq")
@@ -253,12 +274,13 @@ def schedule_quad_depthwise(schedule: te.Schedule, sums: te.Tensor,
                             cpu: CPUDescription) -> None:
     """The sums of :func:`quad_depthwise_conv`: a tile of channels by one vector of
     pixels accumulating in registers over the kernel rows and quads, one window dot
-    product per (channel, kernel row, quad); the padded copy at root row by row
-    (vectorized), channels in parallel."""
+    product per (channel, kernel row, quad); the padded copy row by row (vectorized):
+    at root, channels in parallel, or, made in blocks (:data:`IN_BLOCKS`), serial, for
+    :func:`attach_copies_in_blocks` to place."""
     tiles = sums.op.attrs["int8_depthwise"]
     stride, dilation = sums.op.attrs["int8_quads"]
     padded = quad_stages(sums)["padded"]
-    schedule_phase_rows(schedule, padded, cpu)
+    schedule_phase_rows(schedule, padded, cpu, parallel=not padded.op.attrs.get(IN_BLOCKS))
     tensorized_channel_tiles(schedule, sums, tiles.channels, tiles.lanes,
                              dot4_window_intrinsic(tiles.lanes, padded.dtype, stride,
                                                    dilation))
@@ -270,3 +292,23 @@ def weight_sum_stages(result: te.Tensor) -> list[te.Tensor]:
 
     return [t for t in reads_of(result.op.body)
             if isinstance(t.op, te.ComputeOp) and t.op.attrs.get("int8_weight_sum")]
+
+
+def attach_copies_in_blocks(schedule: te.Schedule, result: te.Tensor, stage: te.Stage,
+                            block: te.IterVar) -> None:
+    """The padded copies made in blocks (:data:`IN_BLOCKS`) that the sums of an
+    ``int8_conv_result`` stage ``result`` read computed at ``block``, the parallel loop
+    of ``stage`` (the result's, or its epilogue's) whose iterations compute the sums
+    block by block: each block copies the channels and rows it reads."""
+    seen, frontier = set(), [result]
+    while frontier:
+        tensor = frontier.pop()
+        for read in reads_of(tensor.op.body) if isinstance(tensor.op, te.ComputeOp) else ():
+            if id(read) in seen:
+                continue
+            seen.add(id(read))
+            if isinstance(read.op, te.ComputeOp) and read.op.attrs.get(IN_BLOCKS):
+                schedule[read].compute_at(stage, block)
+            elif not (isinstance(read.op, te.ComputeOp)
+                      and read.op.attrs.get("int8_conv_result")):  # another's: not ours
+                frontier.append(read)

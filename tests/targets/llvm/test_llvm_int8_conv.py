@@ -800,3 +800,62 @@ def test_a_depthwise_kernel_reads_its_constant_weight_as_packed_at_build_time(
     expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], 201, strides, pads,
                                           (1, 1)) for c in range(channels)], axis=1)
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids",
+                                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
+                         ids=["vnni", "neon"])
+@pytest.mark.parametrize("shape,kernel,strides,pads,dilations", [
+    ((1, 16, 20, 20), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 16, 28, 28), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # MobileNetV2's stride 2
+    ((2, 8, 14, 14), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),  # batch 2, two quads a row
+    ((1, 8, 11, 30), (3, 3), (3, 2), (0, 1, 2, 2), (1, 2)),  # strided, dilated
+], ids=["3x3", "s2", "5x5-batch2", "s3x2-dilated"])
+def test_a_padded_copy_past_half_the_l2_is_made_block_by_block(target, shape, kernel,
+                                                               strides, pads, dilations):
+    """Where the window kernel's padded copy would not stay in half the L2 cache
+    (``copy_in_blocks``; here a CPU of a 1 KiB L2), each block of the result's parallel
+    loop copies the channels and whole rows its sums read, just before them
+    (``attach_copies_in_blocks``): allocated inside that loop with the bytes a window
+    load reads past them, and bit-exact against int64 sums where the host runs it."""
+    import dataclasses
+
+    from heterocc.targets.llvm.schedules.int8_depthwise_quads import (
+        IN_BLOCKS,
+        attach_copies_in_blocks,
+        quad_stages,
+    )
+
+    cpu = dataclasses.replace(parse_cpu(target), l2=1024)
+    channels = shape[1]
+    x = te.placeholder(shape, "uint8", "x")
+    w = te.placeholder((channels, 1, *kernel), "int8", "w")
+    zero = te.placeholder((1,), "uint8", "zero")
+    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
+    out = int8_depthwise_conv(x, w, zero, attrs, cpu)
+    sums = _depthwise_sums(out)
+    padded = quad_stages(sums)["padded"]
+    assert padded.op.attrs.get(IN_BLOCKS)
+    schedule = te.create_schedule(out)
+    schedule_int8_depthwise(schedule, sums, cpu)
+    schedule_int8_conv_result(schedule, out, cpu=cpu)
+    attach_copies_in_blocks(schedule, out, schedule[out], schedule[out].leaf_iter_vars[0])
+    func = te.lower(schedule, [x, w, zero, out], name="conv")
+    sizes = _allocated_in_parallel_loop(func, "int8_padded")  # (a partitioned loop: two)
+    assert sizes and all(size < padded.shape[1] * padded.shape[2] * padded.shape[3]
+                         for size in sizes)
+    for buffer, allocated, last in _window_reads(func):
+        assert last < allocated, f"{buffer}: a window load reads byte {last} of {allocated}"
+    module = hllvm.build(func, cpu=cpu)
+    if not _host_runs(cpu):
+        return
+    rng = np.random.default_rng(sum(shape))
+    xs = rng.integers(0, 256, shape).astype(np.uint8)
+    ws = rng.integers(-128, 128, (channels, 1, *kernel)).astype(np.int8)
+    ws[0] = -128
+    z = np.array([9], np.uint8)
+    got = np.zeros(_depthwise_out(shape, kernel, strides, pads, dilations), np.int32)
+    module["conv"](xs, ws, z, got)
+    expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], 9, strides, pads,
+                                          dilations) for c in range(channels)], axis=1)
+    np.testing.assert_array_equal(got, expected)
