@@ -188,6 +188,8 @@ class _Lowerer:
         self.params = self._params(args)
         self.bodies = self._inline_bodies()
         self.attached: dict[tuple[int, int], list[Stage]] = {}
+        #: the only reader of each stage computed at a loop (checked once)
+        self.reader_of: dict[int, Stage] = {}
         self._check_attachments()
 
     def _params(self, args: list[Tensor]) -> list[tx.Buffer]:
@@ -263,6 +265,7 @@ class _Lowerer:
                     "compute_at needs its only reader to be the attachment stage or a "
                     "stage computed inside that loop (attached there, or to a stage that is)")
             self.attached.setdefault((id(parent), id(iv)), []).append(stage)
+            self.reader_of[id(stage)] = readers[0]
 
     @staticmethod
     def _runs_inside(stage: Stage, parent: Stage, iv: IterVar) -> bool:
@@ -440,7 +443,7 @@ class _Lowerer:
         leafs = parent.leaf_iter_vars
         inner_leafs = leafs[leafs.index(iv) + 1:]
         relaxed = {leaf.var: nest.extents[leaf] for leaf in inner_leafs}
-        (reader,) = self._readers(child.tensor)
+        reader = self.reader_of[id(child)]
         body = parent_body
         if reader is not parent:  # a stage computed inside the loop reads it
             body, relaxed = self._body_inside(reader, parent, parent_body, relaxed)
