@@ -306,14 +306,20 @@ def dense_conv_reduction_blocks(out_shape: Sequence[int], reduction: Sequence[in
     channel blocks waiting in a buffer. Chosen when the chunk is not the whole
     reduction, the weights and the input rows that one output row reads (each kernel
     row's, of every input channel) overflow the L1 together, that buffer and a chunk fit
-    the L1 together, and the images times the channel block groups (the parallel tasks
-    left) keep every core busy. (Weights that fit beside those rows stay in the L1 from
-    row to row: chunking MobileNetV2's 160->960 1x1 convolutions at 7x7, 30 KiB of
-    weights per three-block tile beside 4 KiB of input rows, measured 10-20% slower
-    than not, its rows no longer parallel.)"""
+    the L1 together, the chunk fits the half of the L1 it is sized for, and the images
+    times the channel block groups (the parallel tasks left) keep every core busy. (A
+    chunk of one input block whose weights alone exceed that half stays no better in the
+    L1 from row to row than the whole reduction, and pays its partial sums' round trip
+    per block: AVX-512's two-block tiles of ResNet-18's 512-channel 3x3 at 7x7, 18 KiB
+    per input block with a 32 KiB L1, measured 5% faster per kernel unchunked, the
+    whole model 3-5% (one thread, CPU clock, alternating, load 24-27); AVX2's one-block
+    tiles, 9 KiB per input block, keep their chunks.) (Weights that fit beside those
+    rows stay in the L1 from row to row: chunking MobileNetV2's 160->960 1x1
+    convolutions at 7x7, 30 KiB of weights per three-block tile beside 4 KiB of input
+    rows, measured 10-20% slower than not, its rows no longer parallel.)"""
     plan = _reduction_chunk(out_shape, reduction, channel_blocks, itemsize, cpu)
     if (not plan.overflows or plan.region + plan.weights > cpu.l1d
-            or plan.tasks < cpu.num_cores):
+            or plan.weights > cpu.l1d // 2 or plan.tasks < cpu.num_cores):
         return 0
     return plan.blocks
 

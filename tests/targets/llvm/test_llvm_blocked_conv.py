@@ -297,9 +297,12 @@ def _described(target, l1d, cores=2):
     # per input block, a chunk of one in a 48 KiB L1, the 6 KiB of sums beside it
     ((1, 32, 7, 7, 16), (32, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 48 << 10),
      1),
-    # ... also with a 32 KiB L1 (the chunk exceeds half of it, but not with the sums)
+    # ... not with a 32 KiB L1: one input block's weights exceed half of it, no chunk
+    # keeps them there
     ((1, 32, 7, 7, 16), (32, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 32 << 10),
-     1),
+     0),
+    # AVX2's one 16-float block per tile at 7x7 with a 32 KiB L1: 9 KiB, one to a chunk
+    ((1, 32, 7, 7, 16), (32, 3, 3, 16), 1, _described("llvm -mcpu=haswell", 32 << 10), 1),
     # 14x14: 25 KiB of sums fit beside one chunk in 48 KiB, not in 32
     ((1, 16, 14, 14, 16), (16, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 48 << 10),
      1),
