@@ -8,7 +8,9 @@ thread. Prints each variant's median, GFLOP/s and ratio to the first. Run:
 
 A variant is ``default`` (the schedule's own tiles) or ``columns,channel_blocks``
 (``BlockedConvTiles``' fields: output columns per register tile, output channel blocks
-per tile), optionally ``,reduction_blocks,row_reduction_blocks`` (-1: the default).
+per tile), optionally ``,reduction_blocks,row_reduction_blocks`` and then
+``,block_unroll`` (-1: the default), e.g. ``8,2,-1,-1,16``: AVX-512's 2 x 8 tile with the
+whole 16-channel input block unrolled per step.
 Every variant's output is checked against the first's. The variants reach the
 schedule as a tuning log's configs would.
 """
@@ -39,11 +41,14 @@ def tiles_of(variant: str) -> BlockedConvTiles | None:
     if variant == "default":
         return None
     fields = [int(f) for f in variant.split(",")]
-    if len(fields) not in (2, 4):
-        raise SystemExit(f"variant {variant!r}: columns,blocks[,reduction,row_reduction]")
-    chunks = [None if f < 0 else f for f in fields[2:]] or [None, None]
+    if len(fields) not in (2, 4, 5):
+        raise SystemExit(f"variant {variant!r}: "
+                         "columns,blocks[,reduction,row_reduction[,block_unroll]]")
+    extra = [None if f < 0 else f for f in fields[2:]]
+    extra += [None] * (3 - len(extra))
     return BlockedConvTiles(columns=fields[0], channel_blocks=fields[1],
-                            reduction_blocks=chunks[0], row_reduction_blocks=chunks[1])
+                            reduction_blocks=extra[0], row_reduction_blocks=extra[1],
+                            block_unroll=extra[2])
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from .blocked_conv import (
     BLOCKED_CONV_ACCUMULATOR_SHARE,
+    BLOCKED_CONV_BROADCASTS_PER_REGISTER,
     BLOCKED_CONV_MAX_CHANNEL_BLOCKS,
     BLOCKED_CONV_MAX_COLUMNS,
     BLOCKED_CONV_PAIRED_COLUMNS,
@@ -42,6 +43,7 @@ from .blocked_conv import (
     DepthwiseConvTiles,
     blocked_conv_columns,
     blocked_conv_limits,
+    default_block_unroll,
     default_blocked_conv_tiles,
     default_depthwise_conv_tiles,
     dense_conv_channel_blocks,
@@ -136,6 +138,7 @@ from .pool import (
 
 __all__ = [
     "BLOCKED_CONV_ACCUMULATOR_SHARE",
+    "BLOCKED_CONV_BROADCASTS_PER_REGISTER",
     "BLOCKED_CONV_MAX_CHANNEL_BLOCKS",
     "BLOCKED_CONV_MAX_COLUMNS",
     "BLOCKED_CONV_PAIRED_COLUMNS",
@@ -160,6 +163,7 @@ __all__ = [
     "contiguous_suffix",
     "conv_tile_channels",
     "conv_tile_columns",
+    "default_block_unroll",
     "default_blocked_conv_tiles",
     "default_depthwise_conv_tiles",
     "default_panel",

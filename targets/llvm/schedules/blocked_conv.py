@@ -46,6 +46,16 @@ BLOCKED_CONV_MAX_CHANNEL_BLOCKS = 4
 #: NEON's 16-float blocks) multiplies each broadcast by the block's vectors at once and
 #: keeps one live: :func:`one_block_columns` instead.
 BLOCKED_CONV_ACCUMULATOR_SHARE = 2 / 3
+#: broadcast input elements per vector register that one step of a dense tile of several
+#: channel blocks may load: the channels of an input block unrolled per step
+#: (:func:`default_block_unroll`) times the tile's columns. Each broadcast there feeds
+#: every block's weight vector, so x86 code keeps it in a register rather than folding it
+#: into one multiply-add, and LLVM's scheduler issues a step's broadcasts ahead of their
+#: multiply-adds: AVX-512 code of 2 blocks x 8 columns with the whole 16-channel block
+#: unrolled (128 broadcasts a step) reloads 133 vectors from the stack in its loop, 2 x 7
+#: (112) 77, 2 x 10 at 1x1 (160) 36; 6 x 4 (96), 2 x 8 or 2 x 10 with 8 channels a step
+#: (64, 80) none. Unrolled so, ResNet-18's 3x3 kernels measured 6-22% faster.
+BLOCKED_CONV_BROADCASTS_PER_REGISTER = 3
 #: the same for a depthwise tile, whose every multiply-add loads its own input vector
 #: (wider tiles measured slower: the loads and accumulators no longer fit the registers)
 DEPTHWISE_MAX_COLUMNS = 14
@@ -81,9 +91,10 @@ class BlockedConvTiles:
     take no other chunks or order (no whole-image chunks, ``kernel_outer`` unset).
     ``block_unroll``: channels of a dense convolution's innermost reduction (the
     channels of one input block) unrolled per step, a divisor of the input block;
-    None: the whole block (a serial loop over it measured 5-13% slower in-model, on
-    AVX-512 and AVX2 code alike: its per-step overhead rivals the tile's multiply-adds);
-    1: not unrolled.
+    None: :func:`default_block_unroll` (the whole block, unless the tile's broadcasts
+    would overflow the registers; a serial loop over it measured 5-13% slower in-model,
+    on AVX-512 and AVX2 code alike: its per-step overhead rivals the tile's
+    multiply-adds); 1: not unrolled.
     """
 
     columns: int | None = None
@@ -92,6 +103,21 @@ class BlockedConvTiles:
     block_unroll: int | None = None
     reduction_blocks: int | None = None
     row_reduction_blocks: int | None = None
+
+
+def default_block_unroll(columns: int, channel_blocks: int, block: int,
+                         cpu: CPUDescription) -> int:
+    """Channels of an input block of ``block`` unrolled per step of a dense blocked
+    conv's reduction (``BlockedConvTiles.block_unroll``'s default) for a tile of
+    ``columns`` output columns by ``channel_blocks`` channel blocks on ``cpu``: the whole
+    block for a tile of one channel block; for several, the most channels (a divisor of
+    the block) whose broadcasts, one per column and channel, stay within
+    :data:`BLOCKED_CONV_BROADCASTS_PER_REGISTER` per vector register."""
+    if channel_blocks == 1:
+        return block
+    budget = BLOCKED_CONV_BROADCASTS_PER_REGISTER * cpu.vector_registers
+    return max(d for d in range(1, block + 1)
+               if block % d == 0 and (d == 1 or columns * d <= budget))
 
 
 def _block_vectors(block_bytes: int, description: CPUDescription) -> int:
@@ -280,14 +306,20 @@ def dense_conv_reduction_blocks(out_shape: Sequence[int], reduction: Sequence[in
     channel blocks waiting in a buffer. Chosen when the chunk is not the whole
     reduction, the weights and the input rows that one output row reads (each kernel
     row's, of every input channel) overflow the L1 together, that buffer and a chunk fit
-    the L1 together, and the images times the channel block groups (the parallel tasks
-    left) keep every core busy. (Weights that fit beside those rows stay in the L1 from
-    row to row: chunking MobileNetV2's 160->960 1x1 convolutions at 7x7, 30 KiB of
-    weights per three-block tile beside 4 KiB of input rows, measured 10-20% slower
-    than not, its rows no longer parallel.)"""
+    the L1 together, the chunk fits the half of the L1 it is sized for, and the images
+    times the channel block groups (the parallel tasks left) keep every core busy. (A
+    chunk of one input block whose weights alone exceed that half stays no better in the
+    L1 from row to row than the whole reduction, and pays its partial sums' round trip
+    per block: AVX-512's two-block tiles of ResNet-18's 512-channel 3x3 at 7x7, 18 KiB
+    per input block with a 32 KiB L1, measured 5% faster per kernel unchunked, the
+    whole model 3-5% (one thread, CPU clock, alternating, load 24-27); AVX2's one-block
+    tiles, 9 KiB per input block, keep their chunks.) (Weights that fit beside those
+    rows stay in the L1 from row to row: chunking MobileNetV2's 160->960 1x1
+    convolutions at 7x7, 30 KiB of weights per three-block tile beside 4 KiB of input
+    rows, measured 10-20% slower than not, its rows no longer parallel.)"""
     plan = _reduction_chunk(out_shape, reduction, channel_blocks, itemsize, cpu)
     if (not plan.overflows or plan.region + plan.weights > cpu.l1d
-            or plan.tasks < cpu.num_cores):
+            or plan.weights > cpu.l1d // 2 or plan.tasks < cpu.num_cores):
         return 0
     return plan.blocks
 
@@ -492,7 +524,11 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     if tiles.kernel_outer:
         channel_outer, row, column, channel_inner = reduction
         reduction = [row, column, channel_outer, channel_inner]
-    reduction = _unroll_block_reduction(schedule[local], reduction, tiles.block_unroll,
+    block_unroll = tiles.block_unroll
+    if block_unroll is None:
+        block_unroll = default_block_unroll(columns, channel_blocks,
+                                            int(reduction[-1].extent), cpu)
+    reduction = _unroll_block_reduction(schedule[local], reduction, block_unroll,
                                         conv.name)
     if chunk:
         chunk_outer, chunk_inner = schedule[local].split(reduction[0], factor=chunk)

@@ -27,6 +27,7 @@ from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import (
     BlockedConvTiles,
     blocked_conv_columns,
+    default_block_unroll,
     default_blocked_conv_tiles,
     dense_conv_reduction_blocks,
     dense_conv_row_reduction_blocks,
@@ -296,9 +297,12 @@ def _described(target, l1d, cores=2):
     # per input block, a chunk of one in a 48 KiB L1, the 6 KiB of sums beside it
     ((1, 32, 7, 7, 16), (32, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 48 << 10),
      1),
-    # ... also with a 32 KiB L1 (the chunk exceeds half of it, but not with the sums)
+    # ... not with a 32 KiB L1: one input block's weights exceed half of it, no chunk
+    # keeps them there
     ((1, 32, 7, 7, 16), (32, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 32 << 10),
-     1),
+     0),
+    # AVX2's one 16-float block per tile at 7x7 with a 32 KiB L1: 9 KiB, one to a chunk
+    ((1, 32, 7, 7, 16), (32, 3, 3, 16), 1, _described("llvm -mcpu=haswell", 32 << 10), 1),
     # 14x14: 25 KiB of sums fit beside one chunk in 48 KiB, not in 32
     ((1, 16, 14, 14, 16), (16, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 48 << 10),
      1),
@@ -610,9 +614,11 @@ def test_pooling_a_blocked_tensor_matches_reference(pool):
     assert ops["LayoutTransform"] == 2 and ops[pool.op_type] == 1
 
 
-def _one_block_tile_assembly(cpu, width, columns=None):
+def _one_block_tile_assembly(cpu, width, columns=None, channel_blocks=None,
+                             block_unroll=None):
     """A 3x3 conv of 4 blocks of 16 channels to 4 over a 7 x ``width`` image, scheduled
-    with ``columns`` (None: the default tile) and built for ``cpu``: its assembly."""
+    with ``columns``, ``channel_blocks`` and ``block_unroll`` (None: the default tile)
+    and built for ``cpu``: its assembly."""
     x = te.placeholder((1, 4, 7, width, 16), "float32", "x")
     w = te.placeholder((4, 4, 3, 3, 16, 16), "float32", "w")
     b = te.placeholder((4, 16), "float32", "b")
@@ -622,7 +628,8 @@ def _one_block_tile_assembly(cpu, width, columns=None):
     schedule = te.create_schedule(y)
     stages = {s.tensor.name: s.tensor for s in schedule.stages if not s.is_placeholder}
     schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], y,  # y: the bias epilogue
-                          tiles=BlockedConvTiles(columns=columns), cpu=cpu)
+                          tiles=BlockedConvTiles(columns=columns, channel_blocks=channel_blocks,
+                                                 block_unroll=block_unroll), cpu=cpu)
     with compiling_for(cpu):
         return build([te.lower(schedule, [x, w, b, y], name="tile")], name="tile",
                      cpu=cpu).assembly()
@@ -665,3 +672,46 @@ def test_one_block_tiles_leave_no_one_column_tail(width, columns):
     out_shape = (1, 4, 3, width, 16)
     assert default_blocked_conv_tiles(out_shape, 4, cpu=AVX2) == (columns, 1)
     assert default_blocked_conv_tiles(out_shape, 4, cpu=AVX2, windowed=False) == (columns, 1)
+
+
+#: an AVX-512 CPU whose LLVM scheduling model issues a step's broadcasts ahead of their
+#: multiply-adds (Intel models interleave them and never spill these tiles)
+ZEN4 = parse_cpu("llvm -mcpu=znver4")
+
+
+def _hot_loop(assembly: str) -> str:
+    """The basic block of ``assembly`` with the most multiply-adds: a tile's reduction."""
+    blocks = re.split(r"\n(?=\.LBB\d+_\d+:)", assembly)
+    return max(blocks, key=lambda block: len(re.findall(r"vfmadd|fmla", block)))
+
+
+@pytest.mark.parametrize("cpu,columns,channel_blocks,block,unroll", [
+    (ZEN4, 8, 2, 16, 8),    # AVX-512's 3x3 tiles at 56x56: 8 x 16 = 128 broadcasts > 96
+    (ZEN4, 7, 2, 16, 8),    # at 28x28, 14x14, 7x7
+    (ZEN4, 10, 2, 16, 8),   # a 1x1 tile at 56x56
+    (ZEN4, 6, 4, 16, 16),   # 96 broadcasts: the whole block
+    (ZEN4, 4, 4, 16, 16),
+    (ZEN4, 28, 1, 16, 16),  # one channel block: each broadcast folds into its multiply-add
+    (AVX2, 6, 1, 16, 16),   # one two-vector block: each broadcast used by both at once
+    (AVX2, 3, 3, 8, 8),     # 8-float blocks on MobileNetV2's 24 channels: 24 <= 48
+    (AVX2, 10, 2, 8, 4),    # 80 > 48
+])
+def test_default_block_unroll_bounds_a_steps_broadcasts(cpu, columns, channel_blocks, block,
+                                                         unroll):
+    assert default_block_unroll(columns, channel_blocks, block, cpu) == unroll
+
+
+def test_several_block_tiles_unroll_no_more_broadcasts_than_the_registers_take():
+    """A tile of two one-vector channel blocks by 8 columns (AVX-512's default 3x3 tile
+    of a 56-wide row) unrolls 8 channels of its 16-channel input blocks per step: its
+    reduction loop keeps every vector in registers, where the whole block unrolled
+    (128 broadcasts a step) reloads vectors from the stack on every step (LLVM's znver4
+    scheduling model; generated code, whatever machine runs the test)."""
+    assert default_blocked_conv_tiles((1, 4, 56, 56, 16), 4, cpu=ZEN4) == (8, 2)
+    default = _hot_loop(_one_block_tile_assembly(ZEN4, 56))
+    whole = _hot_loop(_one_block_tile_assembly(ZEN4, 56, 8, 2, block_unroll=16))
+    stack = r"\(%rsp\)"
+    assert len(re.findall(r"vfmadd\w+\s+.*%zmm", default)) == 8 * 2 * 8
+    assert len(re.findall(stack, default)) <= 4  # the loop's own counters, no vectors
+    assert not re.findall(r"\(%rsp\).*%zmm|%zmm.*\(%rsp\)", default)
+    assert len(re.findall(r"\(%rsp\).*%zmm|%zmm.*\(%rsp\)", whole)) > 32
