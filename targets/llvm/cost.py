@@ -69,17 +69,16 @@ from heterocc.sdk.graph import (
     PassManager,
     multiply_accumulates,
     outline,
-    run_pipeline,
     target_graph_passes,
 )
-from heterocc.sdk.runtime import GraphExecutor, from_onnx
+from heterocc.sdk.runtime import GraphExecutor
 from heterocc.sdk.te_target import structure_key
 from heterocc.sdk.tuning import current, fastest, records_for
 from heterocc.tir.stmt import For, ForKind
 from heterocc.tir.visitor import collect_statements
 
 from .peak import multiply_accumulate_peak, multiply_add_rate, peak_kernel
-from .reference_kernel import reference_model
+from .reference_kernel import reference_kernel
 from .runtime import num_threads
 from .tuning import cache_flusher, logged_seconds
 
@@ -169,7 +168,12 @@ CHAIN_SECONDS = 0.25
 def kernel_threads(call) -> int | None:
     """How many threads a call of ``call`` runs on: the runtime's pool for a compiled
     kernel with a parallel loop, one for a kernel without; None where ``call`` is not a
-    compiled kernel (its threads are not known)."""
+    compiled kernel (its threads are not known). A kernel that says whether it has a
+    parallel loop (``parallel``: the reference kernel, whose code may come from a cache
+    without its loops) is taken at its word."""
+    parallel = getattr(call, "parallel", None)
+    if isinstance(parallel, bool):
+        return num_threads() if parallel else 1
     prim = getattr(call, "prim", None)
     body = getattr(prim, "body", None)
     if body is None:
@@ -317,18 +321,16 @@ def _baseline_key(target) -> str:
 def _reference_calls(target) -> dict[str, tuple] | None:
     """The calls :func:`chain_reference` appends to a chain: the cache flush of
     ``target``'s CPU, then the reference kernel compiled for that CPU on its random
-    input; None where that CPU's code does not run here."""
+    input (:func:`.reference_kernel.reference_kernel`: its code kept beside the cost
+    cache, so a process does not build it again); None where that CPU's code does not
+    run here."""
     if peak_kernel(target.cpu) is None:  # code for a CPU that does not run here
         return None
-    own = type(target)(cpu=target.cpu, rules=getattr(target, "rules", "hand"))
-    graph = run_pipeline(from_onnx(reference_model()), {own.name: own}).graph
-    (kernel,) = [n for n in graph.nodes if n.body is not None]
-    run = own.build(kernel)
-    if getattr(run, "prim", None) is None:  # run on NumPy: nothing like the model's code
+    kernel = reference_kernel(target, target.cost_model.cache.path.parent)
+    if kernel is None:  # it does not compile: NumPy is nothing like the model's code
         return None
     flush = cache_flusher(target.cpu)
-    return {EVICT: (lambda args: flush(), ()),
-            REFERENCE: (run, random_arguments(kernel.inputs))}
+    return {EVICT: (lambda args: flush(), ()), REFERENCE: (kernel, kernel.arguments)}
 
 
 #: :func:`_reference_calls` by CPU description and schedule rules
