@@ -155,14 +155,23 @@ _LOG_KEYS: dict[int, tuple[object, str]] = {}
 #: :func:`time_in_chains`: untimed rounds first (a kernel compiled just before is slower
 #: for its first calls: its code and constants paged in), then timed rounds, at least
 #: :data:`CHAIN_MIN_ROUNDS`, then more while the timed rounds took under
-#: :data:`CHAIN_SECONDS`, at most :data:`CHAIN_MAX_ROUNDS`. Why that many: the fastest
+#: :data:`CHAIN_CPU_SECONDS` of this process's CPU time (its threads: the calls' and the
+#: runtime pool's), at most :data:`CHAIN_MAX_ROUNDS`. Why that many: the fastest
 #: of few rounds under load lies above the fastest of many: ResNet-18's kernels, 5
 #: to 7 rounds in 0.1 s, were estimated 24% to 104% above the benchmark's 30 rounds at
-#: a load of 10 to 12, MobileNetV2's, 12 rounds, 5% to 18% either way
+#: a load of 10 to 12 (on the wall clock), MobileNetV2's, 12 rounds, 5% to 18% either
+#: way. On the threads' CPU clock (and normalised by the reference kernel) fewer rounds
+#: do: against the fastest of 6 chains of 40 rounds (load 15-18), the fastest of the
+#: first 10 rounds of a chain was off by 1.5% (median) and 7.4% (90th percentile) for
+#: ResNet-18's 26 kernels, 1.6% and 8.5% for MobileNetV2's 57 (of 40: 0.7% and 3.8%,
+#: 1.2% and 5.7%), each round 14 and 7.5 ms of CPU time. Why a budget of CPU time
+#: and not of the calls' wall time (0.25 s before): compile time is CPU time, and a
+#: quiet machine, whose rounds are quickest, ran the most of them (ResNet-18: some 35
+#: rounds, 0.58 of the placement's 0.89 CPU-s), a loaded one about 10
 CHAIN_WARM_UP_ROUNDS = 2
 CHAIN_MIN_ROUNDS = 10
 CHAIN_MAX_ROUNDS = 40
-CHAIN_SECONDS = 0.25
+CHAIN_CPU_SECONDS = 0.1
 
 
 def kernel_threads(call) -> int | None:
@@ -220,7 +229,7 @@ def _cpu_seconds(clocks: Sequence[int]) -> float:
 
 
 def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUNDS,
-                   max_rounds: int = CHAIN_MAX_ROUNDS, seconds: float = CHAIN_SECONDS,
+                   max_rounds: int = CHAIN_MAX_ROUNDS, seconds: float = CHAIN_CPU_SECONDS,
                    warm_up: int = CHAIN_WARM_UP_ROUNDS, clock: str = "cpu"
                    ) -> dict[str, tuple[float, int]]:
     """The fastest call and the number of timed calls of each of ``calls`` (name ->
@@ -254,8 +263,9 @@ def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUND
     clocks = pool_clocks() if clock == "cpu" else None  # the pool started by now
     threads = {name: kernel_threads(call) if clocks else None
                for name, (call, _) in calls.items()}
-    spent, rounds = 0.0, 0
-    while rounds < min_rounds or (rounds < max_rounds and spent < seconds):
+    began, rounds = time.process_time(), 0
+    while rounds < min_rounds or (rounds < max_rounds
+                                  and time.process_time() - began < seconds):
         for name, (call, args) in calls.items():
             if name in long and len(samples[name]) >= LONG_SAMPLES:
                 continue
@@ -270,7 +280,6 @@ def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUND
                 samples[name].append((_cpu_seconds(clocks) - busy) / count)
             else:
                 samples[name].append(time.thread_time() - busy)
-            spent += took
         rounds += 1
     return {name: (fastest(found), len(found)) for name, found in samples.items()}
 
