@@ -1,28 +1,45 @@
 """What placement by cost adds to compile time, on a shared machine.
 
-    python benchmarks/placement_compile_time.py [--rounds 3] [--config 1x16x16@100]
-        [--models resnet18,mobilenet_v2] [--size 224] [--alone]
+    python benchmarks/placement_compile_time.py [--rounds 5] [--config 1x16x16@100]
+        [--models resnet18,mobilenet_v2] [--size 224] [--arms cold,pinned,warm,greedy]
+        [--first] [--alone] [--compare PYTHON]
 
 Each model (torch-exported, ``quantize_static`` QDQ per-channel, as in
 ``benchmarks/placement.py``) is compiled for ``vta,llvm`` in a fresh interpreter per
-compile, round after round: cost with an empty estimate cache (and how many
-accelerator kernels it compiled only to estimate them, left unused by its build), the
-split it chose built directly, its decisions given and nothing estimated ("pinned"),
-cost again with the cache the first left, and greedy: the cost compile's time over the
-pinned one's is what the placement itself adds, printed as the ratio of the medians and
-as each round's ratio (compiles next to each other in time; the load drifts) with their
-median; and, a figure the load moves far less, the placement's own work inside the cold
-compile: its pass's CPU seconds less those of the CPU kernels it compiles for the build
-(which takes them), over the pinned compile's (over greedy, the build of
-another split is in the difference too: an int8 layer kept on the CPU compiles slower
-than its accelerator stream); ``--alone`` adds, before them, cost with an
-empty cache where the CPU times each candidate fused alone (without
-``estimate_within``: its kernels are not the build's). Prints the medians over the
-rounds of the wall time and of the compile's CPU time (user + system, its LLVM worker
-processes' included): other processes
-on a loaded machine stretch wall times (identical compiles here differ twofold at a load
-of 12) far more than the CPU time a compile spends, so the CPU time is the figure to
-compare.
+compile, round after round. The arms:
+
+- ``cold``: ``--placement cost`` with an empty estimate cache: every figure it needs
+  measured (the CPU's kernels compiled and timed, the accelerator's compiled), the
+  whole compile with them. What the cache holds is the reference kernel's code
+  (``targets/llvm/reference_kernel.py``: one fixed convolution, the same for every
+  model, built by the first compile on the machine and kept beside the estimates), as
+  a new model's first compile finds it; ``--first`` adds ``first``, the same with
+  nothing cached at all (the first compile on the machine);
+- ``pinned``: the split the cold compile chose, built directly: its decisions given,
+  nothing estimated. What the placement adds is the cold compile's time over this one's;
+- ``warm``: cost again with the cache the cold compile left (estimates nothing);
+- ``greedy``: every pattern match on the accelerator (another split: an int8 layer
+  kept on the CPU compiles slower than its accelerator stream, so not a baseline of
+  what placing costs).
+
+The figure is CPU time: user + system seconds of the compiling process and of the
+processes it waited for (LLVM's worker processes: a second core's code generation),
+since other processes on a loaded machine stretch wall times (identical compiles
+differ twofold at a load of 12) far more than the CPU time a compile spends. Even
+that moves 10-40% between identical compiles on a busy machine, so: the cold and the
+pinned compile run next to each other, their order alternating from round to round
+(cold first, then pinned first: a drift of the load favours neither), and the
+figure is the median over the rounds of each round's ratio cold / pinned. Beside it,
+a figure the load moves far less: the placement's own work inside the cold compile,
+its pass's CPU seconds less those of the CPU kernels it compiles that the build then
+takes (the kernels it compiles that the build does not take stay counted: their
+lowering and LLVM's seconds, which every kernel records), over the pinned compile's
+CPU seconds. ``--alone`` adds, before them, cost with an empty cache where the CPU
+times each candidate fused alone (without ``estimate_within``: its kernels are not
+the build's). Wall times are printed too, for what they are worth at the load printed.
+``--compare PYTHON``: the same with another interpreter's heterocc (a tree before a
+change) in every round, the two taking turns to go first, and this one's cold compile
+over the other's, round by round.
 """
 
 from __future__ import annotations
@@ -30,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -46,6 +64,7 @@ CHILD = r"""
 import json, resource, sys, time
 import onnx, heterocc
 from heterocc.targets.vta import VtaTarget
+from heterocc.sdk.te_target import TETarget, structure_key
 path, placement, config = sys.argv[1:4]
 if placement == "alone":  # the CPU times each candidate fused alone, as before the hook
     from heterocc.targets.llvm.target import LLVMTarget
@@ -65,12 +84,15 @@ elif placement.startswith("pinned="):  # the split a cost compile chose, built d
 
     partition.plan_by_cost = pinned
     placement = "cost"
-else:  # the placement's own CPU seconds: its pass less the CPU kernels it compiles for
-    # the build (compile_all inside it: the build takes them), LLVM's own threads included
+else:  # the placement's own CPU seconds: its pass less the CPU kernels it compiles that
+    # the build takes (compile_all inside it), LLVM's own threads included
     import heterocc.passes.partition as partition
     from heterocc.targets.llvm.target import LLVMTarget
     spent = {"placing": 0.0, "kernels": 0.0, "inside": False}
+    lowering = {}  # (target, structure key) -> CPU seconds lowering it here, while placing
+    used = set()  # structure keys the build asked for
     plan_by_cost, compile_all = partition.plan_by_cost, LLVMTarget.compile_all
+    start_structure, compiled_of = LLVMTarget._start_structure, TETarget.compiled
 
     def placing(*args):
         start, spent["inside"] = time.process_time(), True
@@ -88,13 +110,28 @@ else:  # the placement's own CPU seconds: its pass less the CPU kernels it compi
             if spent["inside"]:
                 spent["kernels"] += time.process_time() - start
 
+    def starting(self, function):
+        start = time.thread_time()
+        try:
+            return start_structure(self, function)
+        finally:
+            if spent["inside"]:
+                key = (id(self), structure_key(function.body))
+                lowering[key] = lowering.get(key, 0.0) + time.thread_time() - start
+
+    def asked(self, function):
+        if not spent["inside"] and isinstance(self, LLVMTarget):
+            used.add(structure_key(function.body))
+        return compiled_of(self, function)
+
     partition.plan_by_cost, LLVMTarget.compile_all = placing, compiling
+    LLVMTarget._start_structure, TETarget.compiled = starting, asked
 shape, _, clock = config.partition("@")
 vta = VtaTarget(config=shape, clock_mhz=float(clock or 100), link_gbps=1)
 model = onnx.load(path)
 def children():  # CPU seconds of the processes this one started and waited for
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
+    used_ = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used_.ru_utime + used_.ru_stime
 wall, cpu, workers = time.perf_counter(), time.process_time(), children()
 compiled = heterocc.compile(model, target=[vta, "llvm"], placement=placement)
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -105,8 +142,19 @@ from heterocc.targets.llvm.module import _llvm_pool
 _llvm_pool().shutdown()
 cpu += children() - workers
 plan = compiled.placement_report.plan
-own = spent["placing"] - spent["kernels"] if "spent" in globals() else 0.0
-print(json.dumps({"wall": wall, "cpu": cpu, "own": own,
+own = unused = 0
+if "spent" in globals():
+    own = spent["placing"] - spent["kernels"]
+    llvm = compiled.placement_report.plan.targets["llvm"]
+    # kernels compiled while placing that the build did not take: their lowering and
+    # LLVM's CPU seconds (each module records them) are the placement's work too
+    for (target, key), seconds in lowering.items():
+        if target != id(llvm) or key in used:
+            continue  # the reference kernel's own target is counted in the pass already
+        unused += 1
+        code = llvm._compiled[key].code
+        own += seconds + getattr(getattr(code, "owner", None), "llvm_cpu_seconds", 0.0)
+print(json.dumps({"wall": wall, "cpu": cpu, "own": own, "unused_cpu": unused,
                   # accelerator kernels compiled to be estimated that the build left
                   "unused_vta": len(vta.cost_model.compiled),
                   "offloaded": sum(u.chosen == "vta" for u in plan.composites) if plan else None,
@@ -114,77 +162,152 @@ print(json.dumps({"wall": wall, "cpu": cpu, "own": own,
                   if plan else []}))
 """
 
+#: builds the reference kernel's code into a cache folder (what a first compile on the
+#: machine leaves there for every later one); a compiler that keeps none (before session
+#: 17, for ``--compare``) leaves nothing
+SEED = r"""
+import sys
+from heterocc.targets.llvm.target import LLVMTarget
+try:
+    from heterocc.targets.llvm.reference_kernel import reference_kernel
+except ImportError:
+    sys.exit()
+reference_kernel(LLVMTarget(), sys.argv[1])
+"""
 
-def _compile(path: str, placement: str, config: str, cache: str) -> dict:
+
+def _run(python: str, code: str, args: list[str], cache: str) -> str:
     env = dict(os.environ, HETEROCC_CACHE_DIR=cache)
-    out = subprocess.run([sys.executable, "-c", CHILD, path, placement, config], env=env,
-                         capture_output=True, text=True, check=True).stdout
+    return subprocess.run([python, "-c", code, *args], env=env, capture_output=True,
+                          text=True, check=True).stdout
+
+
+def _compile(python: str, path: str, placement: str, config: str, cache: str) -> dict:
+    out = _run(python, CHILD, [path, placement, config], cache)
     return json.loads(out.strip().splitlines()[-1])
+
+
+def _cache(seed: str | None = None) -> str:
+    """A new cache folder: empty, or holding only what ``seed`` holds (the reference
+    kernel's code, no estimate)."""
+    cache = tempfile.mkdtemp(prefix="heterocc-costs-")
+    for name in os.listdir(seed) if seed else ():
+        shutil.copy2(os.path.join(seed, name), cache)  # its owner-only mode kept
+    return cache
+
+
+def _pct(ratio: float) -> str:
+    return f"{100 * (ratio - 1):+.1f}%"
+
+
+class Compiler:
+    """One interpreter's heterocc (this one, or ``--compare``'s) and its figures."""
+
+    def __init__(self, python: str, arms: list[str]):
+        self.python = python
+        self.seed = _cache()
+        _run(python, SEED, [self.seed], self.seed)
+        self.rows: dict[str, list[dict]] = {k: [] for k in ("cold", "pinned", *arms)}
+        self.split: list[str] | None = None
+        self.changed = 0
+
+    def round(self, path: str, config: str, cold_first: bool, arms: list[str]) -> None:
+        """The cold and the pinned compile (in the order given; the pinned one needs a
+        split: the first round starts cold), then the other arms."""
+        cache = _cache(self.seed)
+        order = ["cold", "pinned"] if cold_first or self.split is None else ["pinned", "cold"]
+        for label in order + arms:
+            if label == "cold":
+                row = _compile(self.python, path, "cost", config, cache)
+                if self.split is not None and row["split"] != self.split:
+                    self.changed += 1  # the pinned compile beside it built another split
+                self.split = row["split"]
+            elif label == "pinned":
+                row = _compile(self.python, path, "pinned=" + json.dumps(self.split), config,
+                               _cache())
+            elif label == "warm":
+                row = _compile(self.python, path, "cost", config, cache)
+            elif label == "greedy":
+                row = _compile(self.python, path, "greedy", config, _cache())
+            else:  # first, alone: nothing cached
+                row = _compile(self.python, path, "cost" if label == "first" else "alone",
+                               config, _cache())
+            self.rows[label].append(row)
+
+    def report(self) -> None:
+        rows, pinned = self.rows, self.rows["pinned"]
+        for key in ("cpu", "wall"):
+            p = statistics.median(q[key] for q in pinned)
+            print(f"  {key} time, pinned (the cost placement's split built directly) "
+                  f"{p:.2f} s (each round: " + ", ".join(f"{q[key]:.2f}" for q in pinned)
+                  + ")")
+            for label in rows:
+                if label == "pinned":
+                    continue
+                ratios = [row[key] / q[key] for row, q in zip(rows[label], pinned)]
+                print(f"    {label:6s} {statistics.median(row[key] for row in rows[label]):.2f}"
+                      f" s, over the pinned compile of its round: median "
+                      f"{_pct(statistics.median(ratios))} (each: "
+                      + ", ".join(_pct(v) for v in ratios) + ")")
+        own = [row["own"] / q["cpu"] for row, q in zip(rows["cold"], pinned)]
+        print("  the placement's own work in the cold compile (its pass's CPU seconds less "
+              "the CPU kernels it compiles that the build takes): "
+              + ", ".join(f"{row['own']:.2f}" for row in rows["cold"])
+              + " s; over the pinned compile of its round: median "
+              + f"{100 * statistics.median(own):+.1f}% (each: "
+              + ", ".join(f"{100 * v:+.1f}%" for v in own) + ")")
+        last = rows["cold"][-1]
+        print(f"  cold: candidates offloaded {last['offloaded']}; kernels compiled while "
+              f"placing that the build left: {last['unused_vta']} accelerator, "
+              f"{last['unused_cpu']} CPU" + (f"; the split changed in {self.changed} of "
+                                              f"{len(pinned) - 1} rounds" if self.changed
+                                              else ""))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="resnet18,mobilenet_v2")
     ap.add_argument("--config", default="1x16x16@100")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--arms", default="cold,pinned,warm,greedy",
+                    help="which compiles besides cold and pinned (warm, greedy)")
+    ap.add_argument("--first", action="store_true",
+                    help="also cost with nothing cached, the reference kernel's code neither")
     ap.add_argument("--alone", action="store_true",
                     help="also cost with an empty cache, each candidate timed alone")
+    ap.add_argument("--compare", metavar="PYTHON",
+                    help="an interpreter with another heterocc (before a change): each "
+                         "round compiles with both, their order alternating")
     args = ap.parse_args()
+    arms = [a for a in args.arms.split(",") if a in ("warm", "greedy")]
+    if args.first:
+        arms.append("first")
+    if args.alone:
+        arms.append("alone")
     print(describe())
+    pythons = [sys.executable] + ([args.compare] if args.compare else [])
     for name in args.models.split(","):
         path = os.path.join(tempfile.mkdtemp(), f"{name}.onnx")
         onnx.save(quantized(name, True, args.size, "qdq", "int8", False), path)
-        load = os.getloadavg()[0]
-        rows: dict[str, list[dict]] = {"greedy": [], "cold": [], "warm": [], "alone": [],
-                                       "pinned": []}
-        # in each round the pinned compile (the split the cold compile chose, built
-        # directly, nothing estimated: what the placement itself adds is the cost
-        # compile's time over this one's) runs between the cold and the warm compile, so
-        # that each is compared with a compile next to it in time (the load drifts)
-        arms = [("cold", "cost"), ("pinned", None), ("warm", "cost"), ("greedy", "greedy")]
-        if args.alone:
-            arms.insert(0, ("alone", "alone"))
-        for _ in range(args.rounds):
-            cache = tempfile.mkdtemp(prefix="heterocc-costs-")
-            for label, placement in arms:
-                where = tempfile.mkdtemp(prefix="heterocc-costs-") \
-                    if label in ("alone", "pinned") else cache
-                if label == "pinned":
-                    placement = "pinned=" + json.dumps(rows["cold"][-1]["split"])
-                rows[label].append(_compile(path, placement, args.config, where))
-        for key in ("cpu", "wall"):
-            g, c, w, p = (statistics.median(r[key] for r in rows[k])
-                          for k in ("greedy", "cold", "warm", "pinned"))
-            print(f"{name} vta {args.config} + llvm, {key} time: greedy {g:.2f} s; cost, "
-                  f"empty estimate cache {c:.2f} s ({100 * (c / g - 1):+.1f}%); cost, cache "
-                  f"warm {w:.2f} s ({100 * (w / g - 1):+.1f}%)  (medians of {args.rounds})")
-            print(f"  {key} time, the cost placement's split built directly (no estimates) "
-                  f"{p:.2f} s: cost adds {100 * (c / p - 1):+.1f}% with an empty estimate "
-                  f"cache, {100 * (w / p - 1):+.1f}% with it warm")
-            paired = [[100 * (r[key] / q[key] - 1) for r, q in zip(rows[label], rows["pinned"])]
-                      for label in ("cold", "warm")]
-            print(f"  {key} time over the pinned compile of the same round: cold "
-                  + ", ".join(f"{v:+.1f}%" for v in paired[0])
-                  + f" (median {statistics.median(paired[0]):+.1f}%); warm "
-                  + ", ".join(f"{v:+.1f}%" for v in paired[1])
-                  + f" (median {statistics.median(paired[1]):+.1f}%)")
-            if rows["alone"]:
-                a = statistics.median(r[key] for r in rows["alone"])
-                print(f"  {key} time, cost, empty cache, each candidate timed alone: "
-                      f"{a:.2f} s ({100 * (a / g - 1):+.1f}%)")
-        own = [r["own"] / q["cpu"] for r, q in zip(rows["cold"], rows["pinned"])]
-        print("  the placement's own work in the cold compile (its pass's CPU seconds less "
-              "the CPU kernels it compiles for the build): "
-              + ", ".join(f"{r['own']:.2f}" for r in rows["cold"])
-              + " s, over the pinned compile of the same round "
-              + ", ".join(f"{100 * v:+.1f}%" for v in own)
-              + f" (median {100 * statistics.median(own):+.1f}%)")
-        for label in ("cold", "warm"):
-            print(f"  cost, {label}: candidates offloaded {rows[label][-1]['offloaded']}, "
-                  f"accelerator kernels compiled to estimate and left unused by the build "
-                  f"{rows[label][-1]['unused_vta']}")
-        print(f"  load average: {os.getloadavg()[0]:.2f} (at the start {load:.2f})")
+        loads = [os.getloadavg()[0]]
+        compilers = [Compiler(python, arms) for python in pythons]
+        for r in range(args.rounds):
+            for compiler in compilers if r % 2 == 0 else compilers[::-1]:
+                compiler.round(path, args.config, r % 2 == 0, arms)
+            loads.append(os.getloadavg()[0])
+        print(f"{name} vta {args.config} + llvm, {args.rounds} rounds (cold and pinned "
+              f"alternating first), load {min(loads):.1f} to {max(loads):.1f}:")
+        for compiler in compilers:
+            if len(compilers) > 1:
+                print(f" {compiler.python}:")
+            compiler.report()
+        if len(compilers) > 1:
+            mine, other = compilers
+            ratios = [a["cpu"] / b["cpu"] for a, b in zip(mine.rows["cold"], other.rows["cold"])]
+            print(f"  cold compile's CPU time, this heterocc over --compare's in each round: "
+                  f"median {_pct(statistics.median(ratios))} (each: "
+                  + ", ".join(_pct(v) for v in ratios) + ")")
     return 0
 
 

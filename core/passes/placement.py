@@ -772,6 +772,17 @@ def _residual_reach(graph, source: int, sink: int) -> set[int]:
             residual[a][b] = residual[a].get(b, 0) + capacity
             residual[b].setdefault(a, 0)
     order = {a: sorted(edges) for a, edges in residual.items()}  # a fixed order
+    # the paths source -> x -> sink first, without a search: each unit's two figures
+    # give one, most of a model's augmenting paths (a search per path took ResNet-18's
+    # cut 15-25 ms). Any maximum flow leaves the same nodes reachable from the source
+    # (the least minimum cut), so the result is the one the searches alone give
+    for x in order.get(source, ()):
+        flow = min(residual[source][x], residual[x].get(sink, 0))
+        if flow > 0:
+            residual[source][x] -= flow
+            residual[x][source] += flow
+            residual[x][sink] -= flow
+            residual[sink][x] += flow
     while True:
         parent = {source: None}
         queue = [source]

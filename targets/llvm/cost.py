@@ -69,17 +69,16 @@ from heterocc.sdk.graph import (
     PassManager,
     multiply_accumulates,
     outline,
-    run_pipeline,
     target_graph_passes,
 )
-from heterocc.sdk.runtime import GraphExecutor, from_onnx
+from heterocc.sdk.runtime import GraphExecutor
 from heterocc.sdk.te_target import structure_key
 from heterocc.sdk.tuning import current, fastest, records_for
 from heterocc.tir.stmt import For, ForKind
 from heterocc.tir.visitor import collect_statements
 
 from .peak import multiply_accumulate_peak, multiply_add_rate, peak_kernel
-from .reference_kernel import reference_model
+from .reference_kernel import reference_kernel
 from .runtime import num_threads
 from .tuning import cache_flusher, logged_seconds
 
@@ -156,20 +155,34 @@ _LOG_KEYS: dict[int, tuple[object, str]] = {}
 #: :func:`time_in_chains`: untimed rounds first (a kernel compiled just before is slower
 #: for its first calls: its code and constants paged in), then timed rounds, at least
 #: :data:`CHAIN_MIN_ROUNDS`, then more while the timed rounds took under
-#: :data:`CHAIN_SECONDS`, at most :data:`CHAIN_MAX_ROUNDS`. Why that many: the fastest
+#: :data:`CHAIN_CPU_SECONDS` of this process's CPU time (its threads: the calls' and the
+#: runtime pool's), at most :data:`CHAIN_MAX_ROUNDS`. Why that many: the fastest
 #: of few rounds under load lies above the fastest of many: ResNet-18's kernels, 5
 #: to 7 rounds in 0.1 s, were estimated 24% to 104% above the benchmark's 30 rounds at
-#: a load of 10 to 12, MobileNetV2's, 12 rounds, 5% to 18% either way
+#: a load of 10 to 12 (on the wall clock), MobileNetV2's, 12 rounds, 5% to 18% either
+#: way. On the threads' CPU clock (and normalised by the reference kernel) fewer rounds
+#: do: against the fastest of 6 chains of 40 rounds (load 15-18), the fastest of the
+#: first 10 rounds of a chain was off by 1.5% (median) and 7.4% (90th percentile) for
+#: ResNet-18's 26 kernels, 1.6% and 8.5% for MobileNetV2's 57 (of 40: 0.7% and 3.8%,
+#: 1.2% and 5.7%), each round 14 and 7.5 ms of CPU time. Why a budget of CPU time
+#: and not of the calls' wall time (0.25 s before): compile time is CPU time, and a
+#: quiet machine, whose rounds are quickest, ran the most of them (ResNet-18: some 35
+#: rounds, 0.58 of the placement's 0.89 CPU-s), a loaded one about 10
 CHAIN_WARM_UP_ROUNDS = 2
 CHAIN_MIN_ROUNDS = 10
 CHAIN_MAX_ROUNDS = 40
-CHAIN_SECONDS = 0.25
+CHAIN_CPU_SECONDS = 0.1
 
 
 def kernel_threads(call) -> int | None:
     """How many threads a call of ``call`` runs on: the runtime's pool for a compiled
     kernel with a parallel loop, one for a kernel without; None where ``call`` is not a
-    compiled kernel (its threads are not known)."""
+    compiled kernel (its threads are not known). A kernel that says whether it has a
+    parallel loop (``parallel``: the reference kernel, whose code may come from a cache
+    without its loops) is taken at its word."""
+    parallel = getattr(call, "parallel", None)
+    if isinstance(parallel, bool):
+        return num_threads() if parallel else 1
     prim = getattr(call, "prim", None)
     body = getattr(prim, "body", None)
     if body is None:
@@ -216,7 +229,7 @@ def _cpu_seconds(clocks: Sequence[int]) -> float:
 
 
 def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUNDS,
-                   max_rounds: int = CHAIN_MAX_ROUNDS, seconds: float = CHAIN_SECONDS,
+                   max_rounds: int = CHAIN_MAX_ROUNDS, seconds: float = CHAIN_CPU_SECONDS,
                    warm_up: int = CHAIN_WARM_UP_ROUNDS, clock: str = "cpu"
                    ) -> dict[str, tuple[float, int]]:
     """The fastest call and the number of timed calls of each of ``calls`` (name ->
@@ -250,8 +263,9 @@ def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUND
     clocks = pool_clocks() if clock == "cpu" else None  # the pool started by now
     threads = {name: kernel_threads(call) if clocks else None
                for name, (call, _) in calls.items()}
-    spent, rounds = 0.0, 0
-    while rounds < min_rounds or (rounds < max_rounds and spent < seconds):
+    began, rounds = time.process_time(), 0
+    while rounds < min_rounds or (rounds < max_rounds
+                                  and time.process_time() - began < seconds):
         for name, (call, args) in calls.items():
             if name in long and len(samples[name]) >= LONG_SAMPLES:
                 continue
@@ -266,7 +280,6 @@ def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUND
                 samples[name].append((_cpu_seconds(clocks) - busy) / count)
             else:
                 samples[name].append(time.thread_time() - busy)
-            spent += took
         rounds += 1
     return {name: (fastest(found), len(found)) for name, found in samples.items()}
 
@@ -317,18 +330,16 @@ def _baseline_key(target) -> str:
 def _reference_calls(target) -> dict[str, tuple] | None:
     """The calls :func:`chain_reference` appends to a chain: the cache flush of
     ``target``'s CPU, then the reference kernel compiled for that CPU on its random
-    input; None where that CPU's code does not run here."""
+    input (:func:`.reference_kernel.reference_kernel`: its code kept beside the cost
+    cache, so a process does not build it again); None where that CPU's code does not
+    run here."""
     if peak_kernel(target.cpu) is None:  # code for a CPU that does not run here
         return None
-    own = type(target)(cpu=target.cpu, rules=getattr(target, "rules", "hand"))
-    graph = run_pipeline(from_onnx(reference_model()), {own.name: own}).graph
-    (kernel,) = [n for n in graph.nodes if n.body is not None]
-    run = own.build(kernel)
-    if getattr(run, "prim", None) is None:  # run on NumPy: nothing like the model's code
+    kernel = reference_kernel(target, target.cost_model.cache.path.parent)
+    if kernel is None:  # it does not compile: NumPy is nothing like the model's code
         return None
     flush = cache_flusher(target.cpu)
-    return {EVICT: (lambda args: flush(), ()),
-            REFERENCE: (run, random_arguments(kernel.inputs))}
+    return {EVICT: (lambda args: flush(), ()), REFERENCE: (kernel, kernel.arguments)}
 
 
 #: :func:`_reference_calls` by CPU description and schedule rules

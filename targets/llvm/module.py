@@ -661,6 +661,54 @@ def build_later(funcs: PrimFunc | Sequence[PrimFunc], name: str = "heterocc",
     return result
 
 
+@dataclass(frozen=True)
+class JitObject:
+    """Object code for the JIT engine of a CPU description (:func:`jit_object`): the
+    bytes, each function's signature and symbol, and what the code calls outside
+    itself (the runtime's parallel loop, libmvec). Bytes that can be kept (a cache on
+    disk) and loaded again by :func:`load_jit_object` in a later process."""
+
+    code: bytes
+    signatures: tuple[FunctionSignature, ...]
+    symbols: tuple[str, ...]
+    needs_runtime: bool
+    needs_libmvec: bool
+
+
+def jit_object(funcs: Sequence[PrimFunc], symbols: Sequence[str],
+               cpu: CPUDescription) -> JitObject:
+    """``funcs`` compiled for ``cpu``'s JIT target machine (what a worker process
+    returns, :mod:`.llvm_worker`), each function under the matching name of
+    ``symbols`` (the caller keeps them unique in the process)."""
+    _check_names(funcs)
+    state = machines(cpu)
+    ir_text = _generate(funcs, symbols, "jit_object", state)
+    code = state.jit_machine.emit_object(_optimized_module(ir_text, state.jit_machine))
+    return JitObject(code, tuple(FunctionSignature.of(f) for f in funcs), tuple(symbols),
+                     PARALLEL_FOR in ir_text, uses_libmvec(ir_text))
+
+
+def load_jit_object(made: JitObject, cpu: CPUDescription) -> dict[str, CompiledFunction]:
+    """The functions of ``made`` (:func:`jit_object`, in this process or an earlier one
+    on this machine) loaded into ``cpu``'s engine, by name; TargetError where code for
+    ``cpu`` does not run here. The bytes are trusted: check where they came from
+    first."""
+    state = machines(cpu)
+    check_runs_on(cpu, what="object code")
+    if made.needs_runtime:
+        load_runtime()
+    if made.needs_libmvec:
+        llvm.load_library_permanently(libmvec_name())
+    with state.engine_lock:
+        state.engine.add_object_file(llvm.ObjectFileRef.from_data(made.code))
+        state.engine.finalize_object()
+        addresses = [state.engine.get_function_address(s) for s in made.symbols]
+    if not all(addresses):
+        raise CompileError(f"object code without its functions {', '.join(made.symbols)}")
+    return {s.name: CompiledFunction(s, address, made)
+            for s, address in zip(made.signatures, addresses)}
+
+
 def load_library(path: str | Path) -> LoadedLibrary:
     """Load a library exported by :meth:`LLVMModule.export_library`."""
     return LoadedLibrary(path)
