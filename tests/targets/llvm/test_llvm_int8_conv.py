@@ -6,6 +6,7 @@ elsewhere)."""
 
 from __future__ import annotations
 
+import importlib
 import re
 
 import numpy as np
@@ -409,7 +410,7 @@ def _allocated_in_parallel_loop(func, name: str) -> list[int]:
     ((1, 8, 14, 14), 32, (1, 1), (1, 1), (0, 0, 0, 0)),  # blocks of several rows
     ((1, 6, 7, 7), 32, (3, 3), (1, 1), (1, 1, 1, 1)),  # padding columns between rows
     ((2, 4, 20, 20), 8, (1, 1), (1, 1), (0, 0, 0, 0)),  # one row a block, batch 2
-    ((1, 8, 15, 15), 16, (3, 3), (2, 2), (1, 1, 1, 1)),  # stride 2: one row a block
+    ((1, 8, 15, 15), 32, (3, 3), (2, 2), (1, 1, 1, 1)),  # stride 2
 ], ids=["1x1-rows", "3x3-7x7", "1x1-batch2", "stride2"])
 def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filters, kernel,
                                                              strides, pads):
@@ -467,27 +468,48 @@ def test_row_blocks_drop_fewest_positions_within_half_the_l1_cache():
                                     "llvm -mcpu=sapphirerapids -mattr=-avx512f",
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
                          ids=["avx512", "avx2", "avxvnni", "neon"])
-def test_register_tiles_fit_the_registers_and_share_each_weight(target):
+def test_register_tiles_fit_the_registers_and_share_each_weight(target, monkeypatch):
     """Every candidate tile's accumulators, data vectors and broadcast weight fit the
-    description's vector registers (less four); a ResNet-18 3x3 convolution takes a tile
-    of several data vectors, each broadcast weight read once for all of them; a 7x7
-    output is not rounded past the vectors one-vector tiles would compute."""
+    description's vector registers (less four); a ResNet-50 1x1 convolution at 14x14
+    takes one vector of the most channels (fewest positions, each data vector read by
+    most instructions); a 7x7 output is not rounded past the vectors one-vector tiles
+    would compute; a tile of several data vectors (forced here) reads each broadcast
+    weight once for all of them, bit-exact."""
     cpu = parse_cpu(target)
     for filters in (8, 12, 64, 96, 512):
         for tiles in tile_candidates(filters, cpu):
             assert filters % tiles.channels == 0
             assert tiles.vectors == 1 or \
                 tiles.channels * tiles.vectors + tiles.vectors + 1 <= cpu.vector_registers - 4
-    tiles, blocks = conv_tiling(256, 14, 14, 16, cpu)
-    assert tiles.vectors >= 2 and blocks.extent % (tiles.lanes * tiles.vectors) == 0
+    tiles, blocks = conv_tiling(256, 14, 14, 14, cpu)
+    assert (tiles.channels, tiles.vectors) == (int8_conv_tiles(256, cpu).channels, 1)
+    assert blocks.extent % tiles.lanes == 0
     single = row_blocks(7, 9, 7, tiles.lanes, 16, cpu)
     tiles, blocks = conv_tiling(512, 7, 7, 9, cpu)
     assert 7 // blocks.rows * blocks.extent <= 7 // single.rows * single.extent
+    widest = max(tile_candidates(64, cpu), key=lambda t: t.vectors)
+    assert widest.vectors > 1
+
+    def forced(filters, out_height, out_width, row_length, cpu):
+        return widest, row_blocks(out_height, row_length, out_width,
+                                  widest.lanes * widest.vectors, widest.channels, cpu)
+
+    monkeypatch.setattr(importlib.import_module(int8_conv.__module__), "conv_tiling", forced)
+    shape, kernel, pads = (1, 64, 14, 14), (3, 3), (1, 1, 1, 1)
+    module, out = _build(shape, 64, kernel, (1, 1), pads, (1, 1), cpu)
+    assert out.op.body.a.tensor.op.attrs["int8_conv"] == widest
     if cpu.arch == "x86_64" and "avx512f" in cpu.features:
-        module, _ = _build((1, 64, 14, 14), 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), cpu)
         assembly = module.assembly()
-        # the 8 x 2 tile: one broadcast per weight, two instructions per broadcast
+        # one broadcast per weight, an instruction per data vector for each (and a few
+        # broadcasts outside the tile)
         assert assembly.count("vpdpbusd") >= 2 * assembly.count("vpbroadcastd") > 0
+    if _host_runs(cpu):
+        rng = np.random.default_rng(5)
+        xs = rng.integers(-128, 128, shape).astype(np.int8)
+        ws = rng.integers(-128, 128, (64, 64, *kernel)).astype(np.int8)
+        got = np.zeros(out.shape, np.int32)
+        module["conv"](xs, ws, np.array([-3], np.int8), got)
+        np.testing.assert_array_equal(got, _reference(xs, ws, -3, (1, 1), pads, (1, 1)))
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"], ids=["host", "avx2"])
