@@ -52,6 +52,7 @@ from .rules import ChannelSelectRule, cpu_rules, generic_rules
 from .schedules import (
     CENTERED,
     PanelChoice,
+    channel_lanes_tiles,
     int8_conv_operands,
     pack_columns,
     pack_int8_weight_array,
@@ -136,8 +137,9 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
                                cpu: CPUDescription) -> list[tuple[int, int, None]]:
     """Integer convolutions the CPU computes on its dot product (``use_int8_conv``),
     reading a constant weight that nothing else reads packed once, when the kernel is
-    built: ``(constant index, 0, None)`` for each (width 0: :func:`.schedules.
-    pack_int8_weight_array`, see :func:`_packed_constants`); a depthwise one's
+    built: ``(constant index, 0, lanes)`` for each (width 0: :func:`.schedules.
+    pack_int8_weight_array`, see :func:`_packed_constants`; ``lanes``: its vectors of
+    output channels where it takes channel lanes, else 0); a depthwise one's
     ``(constant index, -lanes, None)`` (:func:`.schedules.pack_weight_lanes_array`)."""
     packings = []
     for stage in stages:
@@ -151,10 +153,13 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
                 shape = weight_lanes_shape(weight.shape, cpu)
                 prepacked = te.placeholder(shape, CENTERED, f"{weight.name}.packed")
                 packings.append((slots[id(weight)], -shape[-1], None))
-            else:
-                prepacked = te.placeholder(packed_weight_shape(weight.shape), "int8",
+            else:  # axes: the vectors of output channels of channel lanes (or 0)
+                tiles = channel_lanes_tiles(described["x"].shape, weight.shape,
+                                            described["attrs"], cpu)
+                lanes = tiles.lanes if tiles is not None else 0
+                prepacked = te.placeholder(packed_weight_shape(weight.shape, lanes), "int8",
                                            f"{weight.name}.packed")
-                packings.append((slots[id(weight)], 0, None))
+                packings.append((slots[id(weight)], 0, lanes))
             expressed.params[first + slots[id(weight)]] = prepacked
         use_int8_conv(stage, cpu, prepacked)
     return packings
@@ -188,7 +193,7 @@ def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]
     constants = list(constants)
     for index, width, axes in packings:
         if width == 0:  # an integer convolution's weight (_prepack_int8_conv_weights)
-            constants[index] = pack_int8_weight_array(constants[index])
+            constants[index] = pack_int8_weight_array(constants[index], axes)
             continue
         if width < 0:  # a depthwise one's, in vectors of -width int16 lanes
             constants[index] = pack_weight_lanes_array(constants[index], -width)
