@@ -251,7 +251,8 @@ def channel_tiling(filters: int, out_height: int, out_width: int,
     tile with the widest divisor of the row (up to :data:`MAX_TILE_PIXELS`) fits the
     registers less four with its weight vectors and one broadcast; fewest loads per
     instruction (``(pixels + vectors) / (pixels * vectors)``) among them; the most rows
-    whose sums fit half the L1 data cache."""
+    whose sums fit half the L1 data cache and leave a block for each core (DenseNet's
+    32 filters at 7x7 are one tile: a block per row then), else the fewest."""
     lanes = cpu.vector_lanes("int32")
     if filters % lanes:
         return None
@@ -270,9 +271,11 @@ def channel_tiling(filters: int, out_height: int, out_width: int,
     if best is None:
         return None
     _, vectors, pixels = best
-    rows = max((r for r in range(1, out_height + 1) if out_height % r == 0
-                and lanes * vectors * r * out_width * 4 <= cpu.l1d // 2), default=1)
-    return Int8ChannelTiles(lanes, vectors, pixels, rows)
+    fitting = [r for r in range(1, out_height + 1) if out_height % r == 0
+               and lanes * vectors * r * out_width * 4 <= cpu.l1d // 2] or [1]
+    tiles = filters // (lanes * vectors)
+    enough = [r for r in fitting if tiles * (out_height // r) >= cpu.num_cores]
+    return Int8ChannelTiles(lanes, vectors, pixels, max(enough) if enough else min(fitting))
 
 
 def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription

@@ -168,6 +168,23 @@ def test_channel_lanes_are_exact(target, instruction, shape, kernel, strides, pa
         np.testing.assert_array_equal(got, _reference(x, w, zero, strides, pads, dilations))
 
 
+def test_channel_lanes_leave_a_block_for_each_core():
+    """Channel tiles take the most rows per block whose sums fit half the L1 data cache
+    while the blocks (tiles of channels by rows) still number the cores: 512 filters at
+    7x7 in whole images, DenseNet's 32 at 7x7 (one tile) a row at a time on two cores,
+    whole on one."""
+    from heterocc.targets.llvm.schedules.int8_conv import channel_tiling
+
+    two = parse_cpu("llvm -mcpu=sapphirerapids -num-cores=2")
+    tiles = channel_tiling(512, 7, 7, two)
+    assert tiles.rows == 7 and 512 // tiles.channels >= 2
+    tiles = channel_tiling(32, 7, 7, two)
+    assert tiles.channels == 32 and tiles.rows == 1
+    assert channel_tiling(32, 7, 7, parse_cpu("llvm -mcpu=sapphirerapids -num-cores=1")
+                          ).rows == 7
+    assert channel_tiling(24, 7, 7, two) is None  # 24 channels fill no 16-lane vectors
+
+
 def test_extreme_bytes_do_not_saturate():
     """Extreme data (-128 or 127, stored as 0 or 255 after the sign flip) times extreme
     weights (-128, 127, -1), all taps: the widened paths add byte products in int32,
