@@ -16,6 +16,13 @@ channels, so that
 * the output stays NCHW (a vector of pixels of one channel's row), so the bias and the
   ``Requantize`` after it need no layout change.
 
+Where the output's rows fill vectors of pixels badly (a 7x7 output: 49 pixels in 64
+positions; 61 with a 3x3 kernel's padding columns), the output channels are the lanes
+instead (:class:`Int8ChannelTiles`, :func:`channel_lanes_tiles`): the same packed data,
+each output pixel's four bytes broadcast to a vector of output channels' weights
+(packed ``[O/lanes, C/4, KH, KW, lanes, 4]``), only the output's pixels computed, the
+sums ``[n, O/lanes, oh, ow, lanes]`` read strided by the finishing stage.
+
 x86's ``vpdpbusd`` multiplies unsigned data by signed weights: there the int8 data is
 stored plus 128 (a flip of the sign bit) and the sum corrected by
 ``zero_point_bias(w, x_zero + 128)`` (:func:`heterocc.ops.qnn.zero_point_bias`'s
