@@ -248,6 +248,15 @@ MAX_TILE_PIXELS = 8
 #: register (an instruction of its own, where a broadcast weight sits in the dot
 #: product's memory operand), and their finishing stage reads the sums strided
 CHANNEL_LANES_GAIN = 1.1
+#: the fewest pixels per tile and dot-product instructions per accumulator (channel
+#: groups times taps) that channel lanes take: a tile's accumulators are zeroed,
+#: stored and read back strided once per reduction, and a tile of one pixel reloads its
+#: weight vectors for each (AVX-512 VNNI, channel lanes / vectors of pixels: SqueezeNet's
+#: 3x3 16->64 at 55x55, 36 instructions, 1.42x; 48->192 at 13x13 (one pixel a tile)
+#: 1.71x; 32->128 at 14x14, 72, 1.09x; 64->256 at 14x14, 144, 1.0x; 128->128 at 7x7,
+#: 288, 0.81x; ResNet's 512->512 at 7x7, 1152, 0.78x)
+MIN_CHANNEL_PIXELS = 4
+MIN_CHANNEL_REDUCTION = 128
 
 
 def channel_tiling(filters: int, out_height: int, out_width: int,
@@ -291,11 +300,14 @@ def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription
     takes on ``cpu`` (:func:`int8_conv`), or None where it takes vectors of pixels:
     channel lanes where vectors of pixels would compute :data:`CHANNEL_LANES_GAIN`
     times the output's pixels or more (a 7x7 output: 64 positions, or 61 rows of 9
-    with a 3x3 kernel's padding, for 49 pixels), and its channels fill whole vectors."""
+    with a 3x3 kernel's padding, for 49 pixels), its channels fill whole vectors, and
+    its tile and reduction are long enough (:data:`MIN_CHANNEL_PIXELS`,
+    :data:`MIN_CHANNEL_REDUCTION`)."""
     _, (sy, sx), _, pads, (oh, ow) = conv_geometry(x_shape, w_shape, attrs)
-    filters = w_shape[0]
+    filters, channels, kh, kw = w_shape
     tiles = channel_tiling(filters, oh, ow, cpu)
-    if tiles is None:
+    if (tiles is None or tiles.pixels < MIN_CHANNEL_PIXELS
+            or -(-channels // GROUP) * kh * kw < MIN_CHANNEL_REDUCTION):
         return None
     stride_row = -(-(x_shape[3] + pads[1] + pads[3]) // sx)
     pixel_tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)

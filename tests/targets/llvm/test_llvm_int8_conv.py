@@ -135,10 +135,10 @@ def test_integer_convolution_is_exact(target, instruction, shape, filters, kerne
 @pytest.mark.parametrize("target,instruction", DESCRIPTIONS,
                          ids=["avx512vnni", "avxvnni", "avx512bw", "avx2", "neon-sdot"])
 @pytest.mark.parametrize("shape,kernel,strides,pads,dilations", [
-    ((1, 24, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # ResNet's last stage
-    ((1, 40, 5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # 25 pixels
-    ((2, 8, 14, 14), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # into 7x7, batch 2
-    ((1, 6, 9, 10), (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),  # dilated, 9x10 -> 9x10
+    ((1, 60, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # ResNet's last stage
+    ((1, 512, 5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # 25 pixels
+    ((2, 64, 14, 14), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # into 7x7, batch 2
+    ((1, 62, 5, 5), (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),  # dilated, 5x5 -> 5x5
 ], ids=["3x3", "1x1", "stride2-batch2", "dilated"])
 def test_channel_lanes_are_exact(target, instruction, shape, kernel, strides, pads,
                                  dilations):
@@ -216,9 +216,9 @@ def test_weight_sums_packed_at_build_time_are_exact(target, data, filters):
     weight sum, the zero-point correction's factor, so no call sums it: sums of every
     sign and size (all four bytes) give the reference's bits."""
     cpu = parse_cpu(target)
-    shape = (1, 20, 6, 7)
+    shape = (1, 60, 6, 7)
     x = te.placeholder(shape, data, "x")
-    w = te.placeholder((filters, 20, 3, 3), "int8", "w")
+    w = te.placeholder((filters, 60, 3, 3), "int8", "w")
     attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
     tiles = channel_lanes_tiles(shape, w.shape, attrs, cpu)
     assert (tiles is not None) == (filters % cpu.vector_lanes("int32") == 0)
@@ -235,8 +235,8 @@ def test_weight_sums_packed_at_build_time_are_exact(target, data, filters):
     rng = np.random.default_rng(11)
     info = np.iinfo(data)
     xs = rng.integers(info.min, info.max + 1, shape).astype(data)
-    ws = rng.integers(-128, 128, (filters, 20, 3, 3)).astype(np.int8)
-    ws[0], ws[1], ws[2] = -128, 127, 0  # sums -23040, 22860, 0
+    ws = rng.integers(-128, 128, (filters, 60, 3, 3)).astype(np.int8)
+    ws[0], ws[1], ws[2] = -128, 127, 0  # sums -69120, 68580, 0
     z = np.array([info.min + 5], data)
     got = np.zeros(out.shape, np.int32)
     module["conv"](xs, pack_int8_weight_array(ws, lanes), z, got)
@@ -469,9 +469,9 @@ def _allocated_in_parallel_loop(func, name: str) -> list[int]:
                          ids=["host", "avx2", "neon"])
 @pytest.mark.parametrize("shape,filters,kernel,strides,pads", [
     ((1, 8, 14, 14), 32, (1, 1), (1, 1), (0, 0, 0, 0)),  # blocks of several rows
-    ((1, 6, 7, 7), 64, (3, 3), (1, 1), (1, 1, 1, 1)),  # channel lanes
+    ((1, 60, 7, 7), 64, (3, 3), (1, 1), (1, 1, 1, 1)),  # channel lanes
     ((2, 4, 20, 20), 8, (1, 1), (1, 1), (0, 0, 0, 0)),  # one row a block, batch 2
-    ((1, 8, 15, 15), 128, (3, 3), (2, 2), (1, 1, 1, 1)),  # stride 2
+    ((1, 60, 15, 15), 128, (3, 3), (2, 2), (1, 1, 1, 1)),  # stride 2
 ], ids=["1x1-rows", "3x3-7x7", "1x1-batch2", "stride2"])
 def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filters, kernel,
                                                              strides, pads):
