@@ -53,6 +53,7 @@ from .schedules import (
     WEIGHT_PAIRS,
     WEIGHT_QUADS,
     PanelChoice,
+    channel_lanes_tiles,
     depthwise_weight_packing,
     int8_conv_operands,
     pack_columns,
@@ -134,11 +135,12 @@ def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | Non
 
 def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict[int, int],
                                readers: dict[int, int], first: int,
-                               cpu: CPUDescription) -> list[tuple[int, int, None]]:
+                               cpu: CPUDescription) -> list[tuple[int, int | str, int | None]]:
     """Integer convolutions the CPU computes on its dot product (``use_int8_conv``),
     reading a constant weight that nothing else reads packed once, when the kernel is
-    built: ``(constant index, 0, None)`` for each (width 0: :func:`.schedules.
-    pack_int8_weight_array`, see :func:`_packed_constants`); a depthwise one's
+    built: ``(constant index, 0, lanes)`` for each (width 0: :func:`.schedules.
+    pack_int8_weight_array`, see :func:`_packed_constants`; ``lanes``: its vectors of
+    output channels where it takes channel lanes, else 0); a depthwise one's
     ``(constant index, packing, None)`` (:func:`.schedules.depthwise_weight_packing`: its
     quads, its pairs of taps, or ``-lanes``, its int16 vectors)."""
     packings = []
@@ -154,10 +156,13 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
                                                                  described["attrs"], cpu)
                 prepacked = te.placeholder(shape, dtype, f"{weight.name}.packed")
                 packings.append((slots[id(weight)], packing, None))
-            else:
-                prepacked = te.placeholder(packed_weight_shape(weight.shape), "int8",
+            else:  # axes: the vectors of output channels of channel lanes (or 0)
+                tiles = channel_lanes_tiles(described["x"].shape, weight.shape,
+                                            described["attrs"], cpu)
+                lanes = tiles.lanes if tiles is not None else 0
+                prepacked = te.placeholder(packed_weight_shape(weight.shape, lanes), "int8",
                                            f"{weight.name}.packed")
-                packings.append((slots[id(weight)], 0, None))
+                packings.append((slots[id(weight)], 0, lanes))
             expressed.params[first + slots[id(weight)]] = prepacked
         use_int8_conv(stage, cpu, prepacked)
     return packings
@@ -191,7 +196,7 @@ def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]
     constants = list(constants)
     for index, width, axes in packings:
         if width == 0:  # an integer convolution's weight (_prepack_int8_conv_weights)
-            constants[index] = pack_int8_weight_array(constants[index])
+            constants[index] = pack_int8_weight_array(constants[index], axes)
             continue
         if width in (WEIGHT_QUADS, WEIGHT_PAIRS) or width < 0:  # a depthwise one's
             constants[index] = pack_depthwise_weight_array(constants[index], width)

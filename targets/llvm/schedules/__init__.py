@@ -80,7 +80,9 @@ from .direct_conv import (
     schedule_conv2d_nchw,
 )
 from .int8_conv import (
+    Int8ChannelTiles,
     Int8ConvTiles,
+    channel_lanes_tiles,
     int8_conv,
     int8_conv_inputs,
     int8_conv_tiles,
@@ -196,6 +198,8 @@ __all__ = [
     "one_block_tile_columns",
     "pack_columns",
     "pack_int8_weight_array",
+    "channel_lanes_tiles",
+    "Int8ChannelTiles",
     "pack_matmul",
     "pack_matmul_rows",
     "pack_matmuls",

@@ -16,6 +16,13 @@ channels, so that
 * the output stays NCHW (a vector of pixels of one channel's row), so the bias and the
   ``Requantize`` after it need no layout change.
 
+Where the output's rows fill vectors of pixels badly (a 7x7 output: 49 pixels in 64
+positions; 61 with a 3x3 kernel's padding columns), the output channels are the lanes
+instead (:class:`Int8ChannelTiles`, :func:`channel_lanes_tiles`): the same packed data,
+each output pixel's four bytes broadcast to a vector of output channels' weights
+(packed ``[O/lanes, C/4, KH, KW, lanes, 4]``), only the output's pixels computed, the
+sums ``[n, O/lanes, oh, ow, lanes]`` read strided by the finishing stage.
+
 x86's ``vpdpbusd`` multiplies unsigned data by signed weights: there the int8 data is
 stored plus 128 (a flip of the sign bit) and the sum corrected by
 ``zero_point_bias(w, x_zero + 128)`` (:func:`heterocc.ops.qnn.zero_point_bias`'s
@@ -28,6 +35,7 @@ channels per tile from its vector registers.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +86,30 @@ def dot4_intrinsic(lanes: int, dtype: str) -> TensorIntrin:
     return TensorIntrin(f"cpu_dot4_{dtype}_{lanes}", acc, implement, {"lanes": lanes})
 
 
+def dot4_channels_intrinsic(lanes: int, dtype: str) -> TensorIntrin:
+    """``acc[l] += sum_r data[r] * w[l, r]`` over ``lanes`` output channels and four
+    input channels (``dtype`` data, int8 weights): one :data:`DOT4_CALL`, the data's
+    four bytes broadcast to every lane, the weights a vector of ``4 * lanes`` bytes."""
+    data = te.placeholder((GROUP,), dtype, "data")
+    weight = te.placeholder((lanes, GROUP), "int8", "weight")
+    r = te.reduce_axis(GROUP, "r")
+    acc = te.compute((lanes,), lambda lane: te.sum(
+        te.cast("int32", data[r]) * te.cast("int32", weight[lane, r]), axis=r), name="acc")
+
+    def implement(inputs: list[BufferRegion], output: BufferRegion):
+        data_region, weight_region = inputs
+        bases = list(output.bases)
+        bases[-1] = tx.Ramp(bases[-1], tx.IntImm(1), lanes)
+        total = tx.Call(DOT4_CALL, (output.load(0), data_region.load(0),
+                                    weight_region.load(0, 0), tx.IntImm(GROUP),
+                                    tx.IntImm(GROUP * lanes)),
+                        tx.with_lanes("int32", lanes))
+        return BufferStore(output.buffer, total, tuple(bases))
+
+    return TensorIntrin(f"cpu_dot4_channels_{dtype}_{lanes}", acc, implement,
+                        {"lanes": lanes})
+
+
 @dataclass(frozen=True)
 class Int8ConvTiles:
     """``lanes`` output pixels per vector, ``channels`` output channels per register
@@ -124,11 +156,16 @@ def tile_candidates(filters: int, cpu: CPUDescription) -> list[Int8ConvTiles]:
     return found
 
 
-def tile_loads(tiles: Int8ConvTiles) -> float:
-    """Cache-line reads per dot-product instruction of a tile: per ``channels *
-    vectors`` instructions, ``vectors`` data vectors (two lines each: a run of pixels
-    starts anywhere in a line) and ``channels`` broadcast weights (one each)."""
-    return (2 * tiles.vectors + tiles.channels) / (tiles.vectors * tiles.channels)
+def data_loads(tiles: Int8ConvTiles) -> float:
+    """Cache-line reads of data per dot-product instruction of a tile: per ``channels *
+    vectors`` instructions, ``vectors`` data vectors of two lines each (a run of pixels
+    starts anywhere in a line). The broadcast weights are not counted: they come from
+    the L1 cache and sit in the instruction's memory operand, and kernels whose tiles
+    read more of them per instruction run in the time of their positions alone
+    (ResNet-50's 1x1 convolutions at 14x14, AVX-512 VNNI: 16 channels by one vector,
+    8 by two, 8 by three, 4 by four take 1.245, 1.241, 1.242, 1.234 ns per computed
+    position and channel group)."""
+    return 2 / tiles.channels
 
 
 @dataclass(frozen=True)
@@ -166,17 +203,116 @@ def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int,
                 cpu: CPUDescription) -> tuple[Int8ConvTiles, RowBlocks]:
     """The register tile (:func:`tile_candidates`) and the blocks of rows of a dense
     convolution's sums: the pair that computes fewest positions, weighted by the tile's
-    loads per instruction (``1 + tile_loads``): more data vectors per tile read each
-    broadcast weight for more pixels, but round each block up to more whole vectors.
-    ``row_length``: the flat positions between output rows (:func:`row_blocks`)."""
+    data reads per instruction (``1 + data_loads``): more data vectors per tile round
+    each block up to more whole vectors, and fewer channels per tile read each data
+    vector for fewer instructions. ``row_length``: the flat positions between output
+    rows (:func:`row_blocks`).
+
+    Weighting by the broadcast weights' reads too (a 16-channel tile reads 1.1 lines per
+    instruction, 8 channels by 3 vectors 0.6) chose the multi-vector tiles, whose
+    rounding computes up to 22% more positions at 14x14: ResNet-50's 1x1 layers ran
+    1.04-1.15x the one-vector tile's time (AVX-512 VNNI), 1.0-1.09x on AVX2."""
     best = None
     for tiles in tile_candidates(filters, cpu):
         blocks = row_blocks(out_height, row_length, out_width, tiles.lanes * tiles.vectors,
                             tiles.channels, cpu)
-        cost = out_height // blocks.rows * blocks.extent * (1 + tile_loads(tiles))
+        cost = out_height // blocks.rows * blocks.extent * (1 + data_loads(tiles))
         if best is None or cost < best[0]:
             best = (cost, tiles, blocks)
     return best[1], best[2]
+
+
+@dataclass(frozen=True)
+class Int8ChannelTiles:
+    """Output channels as the lanes (for images whose rows fill no vector of pixels):
+    ``lanes`` channels per int32 vector, a register tile of ``vectors`` vectors of
+    channels by ``pixels`` output pixels of a row (``pixels * vectors`` accumulators),
+    each pixel's four bytes broadcast to every lane; ``rows`` output rows per block
+    summed and finished while in cache."""
+
+    lanes: int
+    vectors: int
+    pixels: int
+    rows: int
+
+    @property
+    def channels(self) -> int:
+        """Output channels per tile (and per block of the finishing stage)."""
+        return self.lanes * self.vectors
+
+
+#: the most pixels of a row one :class:`Int8ChannelTiles` register tile holds
+MAX_TILE_PIXELS = 8
+#: how much fewer positions channel lanes must compute than vectors of pixels would
+#: for a convolution to take them: their tile broadcasts each pixel's bytes into a
+#: register (an instruction of its own, where a broadcast weight sits in the dot
+#: product's memory operand), and their finishing stage reads the sums strided
+CHANNEL_LANES_GAIN = 1.1
+#: the fewest pixels per tile and dot-product instructions per accumulator (channel
+#: groups times taps) that channel lanes take: a tile's accumulators are zeroed,
+#: stored and read back strided once per reduction, and a tile of one pixel reloads its
+#: weight vectors for each (AVX-512 VNNI, channel lanes / vectors of pixels: SqueezeNet's
+#: 3x3 16->64 at 55x55, 36 instructions, 1.42x; 48->192 at 13x13 (one pixel a tile)
+#: 1.71x; 32->128 at 14x14, 72, 1.09x; 64->256 at 14x14, 144, 1.0x; 128->128 at 7x7,
+#: 288, 0.81x; ResNet's 512->512 at 7x7, 1152, 0.78x)
+MIN_CHANNEL_PIXELS = 4
+MIN_CHANNEL_REDUCTION = 128
+
+
+def channel_tiling(filters: int, out_height: int, out_width: int,
+                   cpu: CPUDescription) -> Int8ChannelTiles | None:
+    """The tile of :class:`Int8ChannelTiles` for ``filters`` output channels of
+    ``out_height`` x ``out_width`` pixels on ``cpu``, or None where ``filters`` fill no
+    whole vectors: the most vectors of channels (up to 4, dividing the vectors) whose
+    tile with the widest divisor of the row (up to :data:`MAX_TILE_PIXELS`) fits the
+    registers less four with its weight vectors and one broadcast; fewest loads per
+    instruction (``(pixels + vectors) / (pixels * vectors)``) among them; the most rows
+    whose sums fit half the L1 data cache and leave a block for each core (DenseNet's
+    32 filters at 7x7 are one tile: a block per row then), else the fewest."""
+    lanes = cpu.vector_lanes("int32")
+    if filters % lanes:
+        return None
+    budget = cpu.vector_registers - 4
+    best = None
+    for vectors in range(1, 5):
+        if filters // lanes % vectors:
+            continue
+        pixels = next((p for p in range(min(out_width, MAX_TILE_PIXELS), 0, -1)
+                       if out_width % p == 0 and p * vectors + vectors + 1 <= budget), 0)
+        if not pixels:
+            continue
+        loads = (pixels + vectors) / (pixels * vectors)
+        if best is None or loads < best[0]:
+            best = (loads, vectors, pixels)
+    if best is None:
+        return None
+    _, vectors, pixels = best
+    fitting = [r for r in range(1, out_height + 1) if out_height % r == 0
+               and lanes * vectors * r * out_width * 4 <= cpu.l1d // 2] or [1]
+    tiles = filters // (lanes * vectors)
+    enough = [r for r in fitting if tiles * (out_height // r) >= cpu.num_cores]
+    return Int8ChannelTiles(lanes, vectors, pixels, max(enough) if enough else min(fitting))
+
+
+def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription
+                        ) -> Int8ChannelTiles | None:
+    """The channel tiles a dense convolution of data ``x_shape`` by weights ``w_shape``
+    takes on ``cpu`` (:func:`int8_conv`), or None where it takes vectors of pixels:
+    channel lanes where vectors of pixels would compute :data:`CHANNEL_LANES_GAIN`
+    times the output's pixels or more (a 7x7 output: 64 positions, or 61 rows of 9
+    with a 3x3 kernel's padding, for 49 pixels), its channels fill whole vectors, and
+    its tile and reduction are long enough (:data:`MIN_CHANNEL_PIXELS`,
+    :data:`MIN_CHANNEL_REDUCTION`)."""
+    _, (sy, sx), _, pads, (oh, ow) = conv_geometry(x_shape, w_shape, attrs)
+    filters, channels, kh, kw = w_shape
+    tiles = channel_tiling(filters, oh, ow, cpu)
+    if (tiles is None or tiles.pixels < MIN_CHANNEL_PIXELS
+            or -(-channels // GROUP) * kh * kw < MIN_CHANNEL_REDUCTION):
+        return None
+    stride_row = -(-(x_shape[3] + pads[1] + pads[3]) // sx)
+    pixel_tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
+    computed = oh // blocks.rows * blocks.extent
+    return tiles if computed >= CHANNEL_LANES_GAIN * oh * ow else None
 
 
 def block_of_rows(blocks: RowBlocks, row_length: int, y, column) -> tuple:
@@ -295,19 +431,39 @@ def pack_int8_weight(w: te.Tensor) -> te.Tensor:
                       dtype="int8")
 
 
-def packed_weight_shape(w_shape) -> tuple[int, ...]:
+def pack_int8_weight_lanes(w: te.Tensor, lanes: int) -> te.Tensor:
+    """OIHW int8 weights as ``[O/lanes, C/4, KH, KW, lanes, 4]``: each tap's four input
+    channels of ``lanes`` output channels one vector (input channels past C zero)."""
+    filters, channels, kh, kw = w.shape
+    groups = -(-channels // GROUP)
+
+    def element(ko, group, ry, rx, lane, inner):
+        channel = group * GROUP + inner
+        return te.if_then_else(channel < channels,
+                               w[ko * lanes + lane, te.minimum(channel, channels - 1), ry, rx],
+                               te.const(0, "int8"))
+
+    return te.compute((filters // lanes, groups, kh, kw, lanes, GROUP), element,
+                      name="int8_weight", dtype="int8")
+
+
+def packed_weight_shape(w_shape, lanes: int = 0) -> tuple[int, ...]:
     """The shape :func:`pack_int8_weight_array` gives OIHW weights of ``w_shape``: that
-    of :func:`pack_int8_weight` with one more channel group, the weight sums'."""
+    of :func:`pack_int8_weight` (``lanes`` 0) or :func:`pack_int8_weight_lanes` with one
+    more channel group, the weight sums'."""
     filters, channels, kh, kw = w_shape
+    if lanes:
+        return (filters // lanes, -(-channels // GROUP) + 1, kh, kw, lanes, GROUP)
     return (filters, -(-channels // GROUP) + 1, kh, kw, GROUP)
 
 
-def pack_int8_weight_array(w: np.ndarray) -> np.ndarray:
-    """NumPy's copy of :func:`pack_int8_weight`, what a constant weight is packed into
-    once, when its kernel is built, followed by one channel group holding each output
-    channel's weight sum (the zero-point correction's factor), so that no call sums
-    the weights again: its first four bytes, the int32 sum's bytes from the lowest
-    (read back by :func:`_packed_weight_sum`)."""
+def pack_int8_weight_array(w: np.ndarray, lanes: int = 0) -> np.ndarray:
+    """NumPy's copy of :func:`pack_int8_weight` (``lanes`` 0) or
+    :func:`pack_int8_weight_lanes`, what a constant weight is packed into once, when its
+    kernel is built, followed by one channel group holding each output channel's weight
+    sum (the zero-point correction's factor), so that no call sums the weights again:
+    its first four bytes, the int32 sum's bytes from the lowest (read back by
+    :func:`_packed_weight_sum`)."""
     filters, channels, kh, kw = w.shape
     groups = -(-channels // GROUP)
     padded = np.zeros((filters, (groups + 1) * GROUP, kh, kw), np.int8)
@@ -315,20 +471,102 @@ def pack_int8_weight_array(w: np.ndarray) -> np.ndarray:
     sums = w.astype(np.int64).reshape(filters, -1).sum(axis=1).astype("<i4")
     padded[:, groups * GROUP:(groups + 1) * GROUP, 0, 0] = sums.view(np.int8).reshape(
         filters, GROUP)
-    return np.ascontiguousarray(
-        padded.reshape(filters, -1, GROUP, kh, kw).transpose(0, 1, 3, 4, 2))
+    # [O, groups, 4, KH, KW] -> [O, groups, KH, KW, 4]
+    packed = padded.reshape(filters, -1, GROUP, kh, kw).transpose(0, 1, 3, 4, 2)
+    if lanes:  # [O/L, L, groups, KH, KW, 4] -> [O/L, groups, KH, KW, L, 4]
+        packed = packed.reshape(filters // lanes, lanes, -1, kh, kw, GROUP).transpose(
+            0, 2, 3, 4, 1, 5)
+    return np.ascontiguousarray(packed)
 
 
 def _packed_weight_sum(packed_w: te.Tensor, k):
     """Output channel ``k``'s weight sum from the trailing group of
-    :func:`pack_int8_weight_array`: its four bytes as one int32 (the lower three
-    unsigned, the highest signed)."""
+    :func:`pack_int8_weight_array` (of either layout): its four bytes as one int32 (the
+    lower three unsigned, the highest signed)."""
     group = packed_w.shape[1] - 1
-    total = te.cast("int32", packed_w[k, group, 0, 0, GROUP - 1]) * (1 << 24)
-    for byte in range(GROUP - 1):
-        total = total + te.cast("int32", te.cast("uint8", packed_w[k, group, 0, 0, byte])) \
-            * (1 << (8 * byte))
+    if packed_w.ndim == 6:
+        lanes = packed_w.shape[4]
+
+        def byte(index):
+            return packed_w[k // lanes, group, 0, 0, k % lanes, index]
+    else:
+        def byte(index):
+            return packed_w[k, group, 0, 0, index]
+    total = te.cast("int32", byte(GROUP - 1)) * (1 << 24)
+    for index in range(GROUP - 1):
+        total = total + te.cast("int32", te.cast("uint8", byte(index))) * (1 << (8 * index))
     return total
+
+
+def _weight_sums(packed_w: te.Tensor, prepacked: bool, filters: int, name: str):
+    """``weight_sum(k)``: output channel ``k``'s weight sum, read from a weight packed
+    with its sums (``prepacked``) or, for a weight known only at run time, summed on
+    every call from its packing (its padding channels are zero), so that it is read in
+    one layout only."""
+    if prepacked:
+        return functools.partial(_packed_weight_sum, packed_w)
+    axes = [te.reduce_axis(extent, f"s{i}") for i, extent in enumerate(packed_w.shape[1:])]
+    if packed_w.ndim == 6:  # [O/L, groups, KH, KW, L, 4]
+        lanes = packed_w.shape[4]
+        r1, r2, r3, r4 = axes[0], axes[1], axes[2], axes[4]
+        axes = [r1, r2, r3, r4]
+
+        def element(k):
+            return packed_w[k // lanes, r1, r2, r3, k % lanes, r4]
+    else:
+        def element(k):
+            return packed_w[(k, *axes)]
+    summed = te.compute((filters,), lambda k: te.sum(te.cast("int32", element(k)), axis=axes),
+                        name=f"{name}_weight_sum", dtype="int32")
+    return lambda k: summed[k]
+
+
+def _int8_conv_channel_lanes(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
+                             cpu: CPUDescription, name: str,
+                             packed_weight: te.Tensor | None,
+                             tiles: Int8ChannelTiles) -> te.Tensor:
+    """:func:`int8_conv` with output channels as the lanes (:class:`Int8ChannelTiles`):
+    sums ``[n, O/lanes, oh, ow, lanes]``, each output pixel's bytes of four input
+    channels broadcast, the weights packed ``[O/lanes, C/4, KH, KW, lanes, 4]``; the
+    data packed as for vectors of pixels (:func:`pack_int8_flat`), a tap at a fixed
+    offset from the pixel's position. Only the output's pixels are computed."""
+    n = x.shape[0]
+    filters, _, kh, kw = w.shape
+    _, (sy, sx), (dy, dx), pads, (oh, ow) = checked_geometry(name, x, w, attrs)
+    dtype = data_dtype(cpu)
+    stride_row = -(-(x.shape[3] + pads[1] + pads[3]) // sx)
+    reach = (kh - 1) * dy // sy * stride_row + (kw - 1) * dx // sx
+    phases = (min(sy, (kh - 1) * dy + 1), min(sx, (kw - 1) * dx + 1))
+    positions = (oh - 1) * stride_row + ow + reach
+    rows = -(-positions // stride_row)
+    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, strides=(sy, sx),
+                          phases=phases)
+    lanes = tiles.lanes
+    packed_w = pack_int8_weight_lanes(w, lanes) if packed_weight is None else packed_weight
+    rco = te.reduce_axis(data.shape[1], "rco")
+    ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+    rci = te.reduce_axis(GROUP, "rci")
+
+    def body(b, ko, y, column, lane):
+        (py, oy), (px, ox) = _tap(ry, dy, sy), _tap(rx, dx, sx)
+        read = data[b, rco, py, px, (y + oy) * stride_row + column + ox, rci]
+        return te.sum(te.cast("int32", read)
+                      * te.cast("int32", packed_w[ko, rco, ry, rx, lane, rci]),
+                      axis=[rco, ry, rx, rci])
+
+    sums = te.compute((n, filters // lanes, oh, ow, lanes), body, name=f"{name}_dot",
+                      dtype="int32",
+                      attrs={"int8_conv": tiles,
+                             "int8_rows": RowBlocks(tiles.rows, tiles.rows * ow)})
+    weight_sum = _weight_sums(packed_w, packed_weight is not None, filters, name)
+    offset = _zero(x_zero) + _flip(x.dtype, dtype)
+
+    def result(b, k, y, column):
+        # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
+        return sums[b, k // lanes, y, column, k % lanes] - offset * weight_sum(k)
+
+    return te.compute((n, filters, oh, ow), result, name=name, dtype="int32",
+                      attrs={"int8_conv_result": True})
 
 
 def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
@@ -352,6 +590,18 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     filters, _, kh, kw = w.shape
     _, (sy, sx), (dy, dx), pads, (oh, ow) = checked_geometry(name, x, w, attrs)
     dtype = data_dtype(cpu)
+    channel_tiles = channel_lanes_tiles(x.shape, w.shape, attrs, cpu)
+    lanes = channel_tiles.lanes if channel_tiles is not None else 0
+    if packed_weight is not None and (
+            tuple(packed_weight.shape) != packed_weight_shape(w.shape, lanes)
+            or packed_weight.dtype != "int8"):
+        raise CompileError(f"{name}: the packed weight is {packed_weight.dtype}"
+                           f"{list(packed_weight.shape)}, not int8"
+                           f"{list(packed_weight_shape(w.shape, lanes))} "
+                           f"(pack_int8_weight_array with lanes={lanes})")
+    if channel_tiles is not None:
+        return _int8_conv_channel_lanes(x, w, x_zero, attrs, cpu, name, packed_weight,
+                                        channel_tiles)
     # output pixels numbered over the width of the padded image's stride phases (the
     # whole padded image with stride 1), so that a vector runs on across rows (a 7-wide
     # image fills whole vectors; the columns past the output's width are computed and
@@ -369,11 +619,6 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, strides=(sy, sx),
                           phases=phases)
     packed_w = pack_int8_weight(w) if packed_weight is None else packed_weight
-    if packed_weight is not None and (tuple(packed_w.shape) != packed_weight_shape(w.shape)
-                                      or packed_w.dtype != "int8"):
-        raise CompileError(f"{name}: the packed weight is {packed_w.dtype}"
-                           f"{list(packed_w.shape)}, not int8"
-                           f"{list(packed_weight_shape(w.shape))} (pack_int8_weight_array)")
     groups = data.shape[1]
     rco = te.reduce_axis(groups, "rco")
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
@@ -387,20 +632,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     shape = (n, filters, oh // blocks.rows, blocks.extent)
     sums = te.compute(shape, body, name=f"{name}_dot", dtype="int32",
                       attrs={"int8_conv": tiles, "int8_rows": blocks})
-    if packed_weight is None:
-        # a weight known only at run time: summed on every call, from its packing (its
-        # padding channels are zero), so that it is read in one layout only
-        r1, r2, r3, r4 = (te.reduce_axis(extent, f"s{i}") for i, extent in
-                          enumerate(packed_w.shape[1:]))
-        summed = te.compute((filters,), lambda k: te.sum(
-            te.cast("int32", packed_w[k, r1, r2, r3, r4]), axis=[r1, r2, r3, r4]),
-            name=f"{name}_weight_sum", dtype="int32")
-
-        def weight_sum(k):
-            return summed[k]
-    else:
-        def weight_sum(k):  # summed when the constant was packed
-            return _packed_weight_sum(packed_w, k)
+    weight_sum = _weight_sums(packed_w, packed_weight is not None, filters, name)
     offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
     def result(b, k, y, column):
@@ -422,11 +654,14 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     of rows are computed inside the finishing stage's loop over blocks
     (:func:`schedule_int8_conv_result`), which runs in parallel. The packing stages run
     at root, in parallel."""
-    tiles: Int8ConvTiles = sums.op.attrs["int8_conv"]
+    tiles = sums.op.attrs["int8_conv"]
     data, packed_w = int8_conv_inputs(sums)
     for stage in (data, packed_w):
         if isinstance(stage.op, te.ComputeOp):  # else a constant packed at build time
             pack_in_parallel(schedule, stage)
+    if isinstance(tiles, Int8ChannelTiles):
+        _schedule_channel_lanes(schedule, sums, tiles, data.dtype)
+        return
     local = register_tiles(schedule, sums, tiles.channels, tiles.lanes * tiles.vectors,
                            parallel=False)
     lb, lk, ly, lcol = schedule[local].op.axis
@@ -437,6 +672,27 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     schedule[local].unroll(lk)
     schedule[local].unroll(lv)
     schedule[local].tensorize(lcol, dot4_intrinsic(tiles.lanes, data.dtype))
+
+
+def _schedule_channel_lanes(schedule: te.Schedule, sums: te.Tensor,
+                            tiles: Int8ChannelTiles, dtype: str) -> None:
+    """The sums of :func:`_int8_conv_channel_lanes`: a register tile of ``vectors``
+    vectors of channels by ``pixels`` pixels of a row accumulating over the channel
+    groups and taps; per tap, each pixel's bytes broadcast once for the tile's weight
+    vectors (loaded once for all its pixels); one dot-product instruction per vector."""
+    local = schedule.cache_write(sums, "local")
+    b, ko, y, column, lane = schedule[sums].op.axis
+    koo, koi = schedule[sums].split(ko, tiles.vectors)
+    xo, xi = schedule[sums].split(column, tiles.pixels)
+    schedule[sums].reorder(b, koo, y, xo, koi, xi, lane)
+    schedule[sums].vectorize(lane)
+    schedule[local].compute_at(schedule[sums], xo)
+    lb, lko, ly, lx, llane = schedule[local].op.axis
+    rco, ry, rx, rci = schedule[local].op.reduce_axis
+    schedule[local].reorder(lb, ly, rco, ry, rx, lx, lko, llane, rci)
+    schedule[local].unroll(lx)
+    schedule[local].unroll(lko)
+    schedule[local].tensorize(llane, dot4_channels_intrinsic(tiles.lanes, dtype))
 
 
 def checked_geometry(name: str, x: te.Tensor, w: te.Tensor, attrs: dict):

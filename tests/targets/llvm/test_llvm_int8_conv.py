@@ -6,6 +6,7 @@ elsewhere)."""
 
 from __future__ import annotations
 
+import importlib
 import re
 
 import numpy as np
@@ -17,6 +18,8 @@ from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm.cpu import parse_cpu
 from heterocc.targets.llvm.int8_dot import dot4_instruction
 from heterocc.targets.llvm.schedules.int8_conv import (
+    Int8ChannelTiles,
+    channel_lanes_tiles,
     conv_tiling,
     data_dtype,
     int8_conv,
@@ -129,6 +132,59 @@ def test_integer_convolution_is_exact(target, instruction, shape, filters, kerne
     np.testing.assert_array_equal(got, _reference(x, w, -7, strides, pads, dilations))
 
 
+@pytest.mark.parametrize("target,instruction", DESCRIPTIONS,
+                         ids=["avx512vnni", "avxvnni", "avx512bw", "avx2", "neon-sdot"])
+@pytest.mark.parametrize("shape,kernel,strides,pads,dilations", [
+    ((1, 60, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # ResNet's last stage
+    ((1, 512, 5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # 25 pixels
+    ((2, 64, 14, 14), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # into 7x7, batch 2
+    ((1, 62, 5, 5), (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),  # dilated, 5x5 -> 5x5
+], ids=["3x3", "1x1", "stride2-batch2", "dilated"])
+def test_channel_lanes_are_exact(target, instruction, shape, kernel, strides, pads,
+                                 dilations):
+    """Small outputs take output channels as the lanes (vectors of pixels would
+    compute a 7x7 output's 49 pixels in 64 positions), each pixel's bytes broadcast to
+    the weight vectors, on every description's instruction: bit-exact, extreme bytes
+    (every product at -128 x -128 or 127 x -128, the ``vpmaddubsw`` path's split of the
+    broadcast data) too."""
+    cpu = parse_cpu(target)
+    filters = 32
+    module, out = _build(shape, filters, kernel, strides, pads, dilations, cpu)
+    tiles = out.op.body.a.tensor.op.attrs["int8_conv"]
+    assert isinstance(tiles, Int8ChannelTiles) and tiles.lanes == cpu.vector_lanes("int32")
+    assert tiles.pixels * tiles.vectors + tiles.vectors + 1 <= cpu.vector_registers - 4
+    assert instruction in module.assembly()
+    if not _host_runs(cpu):
+        return  # cross-compiled: its assembly was the check
+    rng = np.random.default_rng(sum(shape))
+    w_shape = (filters, shape[1], *kernel)
+    cases = [(rng.integers(-128, 128, shape), rng.integers(-128, 128, w_shape), -7),
+             (np.full(shape, -128), np.full(w_shape, -128), 0),
+             (np.full(shape, 127), np.full(w_shape, -128), 5)]
+    for x, w, zero in cases:
+        x, w = x.astype(np.int8), w.astype(np.int8)
+        got = np.zeros(out.shape, np.int32)
+        module["conv"](x, w, np.array([zero], np.int8), got)
+        np.testing.assert_array_equal(got, _reference(x, w, zero, strides, pads, dilations))
+
+
+def test_channel_lanes_leave_a_block_for_each_core():
+    """Channel tiles take the most rows per block whose sums fit half the L1 data cache
+    while the blocks (tiles of channels by rows) still number the cores: 512 filters at
+    7x7 in whole images, DenseNet's 32 at 7x7 (one tile) a row at a time on two cores,
+    whole on one."""
+    from heterocc.targets.llvm.schedules.int8_conv import channel_tiling
+
+    two = parse_cpu("llvm -mcpu=sapphirerapids -num-cores=2")
+    tiles = channel_tiling(512, 7, 7, two)
+    assert tiles.rows == 7 and 512 // tiles.channels >= 2
+    tiles = channel_tiling(32, 7, 7, two)
+    assert tiles.channels == 32 and tiles.rows == 1
+    assert channel_tiling(32, 7, 7, parse_cpu("llvm -mcpu=sapphirerapids -num-cores=1")
+                          ).rows == 7
+    assert channel_tiling(24, 7, 7, two) is None  # 24 channels fill no 16-lane vectors
+
+
 def test_extreme_bytes_do_not_saturate():
     """Extreme data (-128 or 127, stored as 0 or 255 after the sign flip) times extreme
     weights (-128, 127, -1), all taps: the widened paths add byte products in int32,
@@ -152,17 +208,23 @@ def test_extreme_bytes_do_not_saturate():
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
                          ids=["host", "avx2", "neon"])
 @pytest.mark.parametrize("data", ["uint8", "int8"])
-def test_weight_sums_packed_at_build_time_are_exact(target, data):
-    """A constant weight packed once (``pack_int8_weight_array``) carries each output
-    channel's weight sum, the zero-point correction's factor, so no call sums it: sums
-    of every sign and size (all four bytes) give the reference's bits."""
+@pytest.mark.parametrize("filters", [8, 32])
+def test_weight_sums_packed_at_build_time_are_exact(target, data, filters):
+    """A constant weight packed once (``pack_int8_weight_array``, in vectors of output
+    channels where the convolution takes channel lanes: 32 filters of a 6x7 output on
+    every description, 8 where they fill int32 vectors) carries each output channel's
+    weight sum, the zero-point correction's factor, so no call sums it: sums of every
+    sign and size (all four bytes) give the reference's bits."""
     cpu = parse_cpu(target)
-    shape, filters = (1, 20, 6, 7), 8
+    shape = (1, 60, 6, 7)
     x = te.placeholder(shape, data, "x")
-    w = te.placeholder((filters, 20, 3, 3), "int8", "w")
-    packed = te.placeholder(packed_weight_shape(w.shape), "int8", "w.packed")
-    zero = te.placeholder((1,), data, "zero")
+    w = te.placeholder((filters, 60, 3, 3), "int8", "w")
     attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
+    tiles = channel_lanes_tiles(shape, w.shape, attrs, cpu)
+    assert (tiles is not None) == (filters % cpu.vector_lanes("int32") == 0)
+    lanes = tiles.lanes if tiles is not None else 0
+    packed = te.placeholder(packed_weight_shape(w.shape, lanes), "int8", "w.packed")
+    zero = te.placeholder((1,), data, "zero")
     out = int8_conv(x, w, zero, attrs, cpu, packed_weight=packed)
     schedule = te.create_schedule(out)
     schedule_int8_conv(schedule, out.op.body.a.tensor, cpu)
@@ -173,11 +235,11 @@ def test_weight_sums_packed_at_build_time_are_exact(target, data):
     rng = np.random.default_rng(11)
     info = np.iinfo(data)
     xs = rng.integers(info.min, info.max + 1, shape).astype(data)
-    ws = rng.integers(-128, 128, (filters, 20, 3, 3)).astype(np.int8)
-    ws[0], ws[1], ws[2] = -128, 127, 0  # sums -23040, 22860, 0
+    ws = rng.integers(-128, 128, (filters, 60, 3, 3)).astype(np.int8)
+    ws[0], ws[1], ws[2] = -128, 127, 0  # sums -69120, 68580, 0
     z = np.array([info.min + 5], data)
     got = np.zeros(out.shape, np.int32)
-    module["conv"](xs, pack_int8_weight_array(ws), z, got)
+    module["conv"](xs, pack_int8_weight_array(ws, lanes), z, got)
     np.testing.assert_array_equal(got, _reference(xs, ws, int(z[0]), (1, 1), (1, 1, 1, 1),
                                                   (1, 1)))
 
@@ -407,9 +469,9 @@ def _allocated_in_parallel_loop(func, name: str) -> list[int]:
                          ids=["host", "avx2", "neon"])
 @pytest.mark.parametrize("shape,filters,kernel,strides,pads", [
     ((1, 8, 14, 14), 32, (1, 1), (1, 1), (0, 0, 0, 0)),  # blocks of several rows
-    ((1, 6, 7, 7), 32, (3, 3), (1, 1), (1, 1, 1, 1)),  # padding columns between rows
+    ((1, 60, 7, 7), 64, (3, 3), (1, 1), (1, 1, 1, 1)),  # channel lanes
     ((2, 4, 20, 20), 8, (1, 1), (1, 1), (0, 0, 0, 0)),  # one row a block, batch 2
-    ((1, 8, 15, 15), 16, (3, 3), (2, 2), (1, 1, 1, 1)),  # stride 2: one row a block
+    ((1, 60, 15, 15), 128, (3, 3), (2, 2), (1, 1, 1, 1)),  # stride 2
 ], ids=["1x1-rows", "3x3-7x7", "1x1-batch2", "stride2"])
 def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filters, kernel,
                                                              strides, pads):
@@ -430,10 +492,14 @@ def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filt
     schedule_int8_conv_result(schedule, result, out, cpu=cpu)
     func = te.lower(schedule, [x, w, zero, out], name="conv")
     block = sums.op.attrs["int8_rows"]
-    channels = sums.op.attrs["int8_conv"].channels
-    assert _allocated_in_parallel_loop(func, sums.name) == [channels * block.extent]
-    assert sums.shape[2] * block.rows == result.shape[2] and block.extent % cpu.vector_lanes(
-        "int32") == 0
+    tiles = sums.op.attrs["int8_conv"]
+    assert _allocated_in_parallel_loop(func, sums.name) == [tiles.channels * block.extent]
+    if isinstance(tiles, Int8ChannelTiles):  # only the output's pixels, rows of them
+        assert tuple(sums.shape[2:4]) == tuple(result.shape[2:])
+        assert block.extent == block.rows * result.shape[3]
+    else:
+        assert sums.shape[2] * block.rows == result.shape[2]
+        assert block.extent % cpu.vector_lanes("int32") == 0
     module = hllvm.build(func, cpu=cpu)
     if not _host_runs(cpu):
         return
@@ -467,27 +533,50 @@ def test_row_blocks_drop_fewest_positions_within_half_the_l1_cache():
                                     "llvm -mcpu=sapphirerapids -mattr=-avx512f",
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
                          ids=["avx512", "avx2", "avxvnni", "neon"])
-def test_register_tiles_fit_the_registers_and_share_each_weight(target):
+def test_register_tiles_fit_the_registers_and_share_each_weight(target, monkeypatch):
     """Every candidate tile's accumulators, data vectors and broadcast weight fit the
-    description's vector registers (less four); a ResNet-18 3x3 convolution takes a tile
-    of several data vectors, each broadcast weight read once for all of them; a 7x7
-    output is not rounded past the vectors one-vector tiles would compute."""
+    description's vector registers (less four); a ResNet-50 1x1 convolution at 14x14
+    takes one vector of the most channels (fewest positions, each data vector read by
+    most instructions); a 7x7 output is not rounded past the vectors one-vector tiles
+    would compute; a tile of several data vectors (forced here) reads each broadcast
+    weight once for all of them, bit-exact."""
     cpu = parse_cpu(target)
     for filters in (8, 12, 64, 96, 512):
         for tiles in tile_candidates(filters, cpu):
             assert filters % tiles.channels == 0
             assert tiles.vectors == 1 or \
                 tiles.channels * tiles.vectors + tiles.vectors + 1 <= cpu.vector_registers - 4
-    tiles, blocks = conv_tiling(256, 14, 14, 16, cpu)
-    assert tiles.vectors >= 2 and blocks.extent % (tiles.lanes * tiles.vectors) == 0
+    tiles, blocks = conv_tiling(256, 14, 14, 14, cpu)
+    assert (tiles.channels, tiles.vectors) == (int8_conv_tiles(256, cpu).channels, 1)
+    assert blocks.extent % tiles.lanes == 0
     single = row_blocks(7, 9, 7, tiles.lanes, 16, cpu)
     tiles, blocks = conv_tiling(512, 7, 7, 9, cpu)
     assert 7 // blocks.rows * blocks.extent <= 7 // single.rows * single.extent
+    widest = max(tile_candidates(64, cpu), key=lambda t: t.vectors)
+    assert widest.vectors > 1
+
+    def forced(filters, out_height, out_width, row_length, cpu):
+        return widest, row_blocks(out_height, row_length, out_width,
+                                  widest.lanes * widest.vectors, widest.channels, cpu)
+
+    module = importlib.import_module(int8_conv.__module__)
+    monkeypatch.setattr(module, "conv_tiling", forced)
+    monkeypatch.setattr(module, "channel_lanes_tiles", lambda *args: None)
+    shape, kernel, pads = (1, 64, 14, 14), (3, 3), (1, 1, 1, 1)
+    module, out = _build(shape, 64, kernel, (1, 1), pads, (1, 1), cpu)
+    assert out.op.body.a.tensor.op.attrs["int8_conv"] == widest
     if cpu.arch == "x86_64" and "avx512f" in cpu.features:
-        module, _ = _build((1, 64, 14, 14), 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), cpu)
         assembly = module.assembly()
-        # the 8 x 2 tile: one broadcast per weight, two instructions per broadcast
+        # one broadcast per weight, an instruction per data vector for each (and a few
+        # broadcasts outside the tile)
         assert assembly.count("vpdpbusd") >= 2 * assembly.count("vpbroadcastd") > 0
+    if _host_runs(cpu):
+        rng = np.random.default_rng(5)
+        xs = rng.integers(-128, 128, shape).astype(np.int8)
+        ws = rng.integers(-128, 128, (64, 64, *kernel)).astype(np.int8)
+        got = np.zeros(out.shape, np.int32)
+        module["conv"](xs, ws, np.array([-3], np.int8), got)
+        np.testing.assert_array_equal(got, _reference(xs, ws, -3, (1, 1), pads, (1, 1)))
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"], ids=["host", "avx2"])
