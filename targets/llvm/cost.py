@@ -335,37 +335,98 @@ def _reference_calls(target) -> dict[str, tuple] | None:
 _REFERENCES: dict[tuple[str, str], dict[str, tuple] | None] = {}
 
 
-def normalised(timed: Mapping[str, tuple[float, int]], baseline: float
-               ) -> dict[str, tuple[float, int]]:
+def normalised(timed: Mapping[str, tuple[float, int]], baseline: float,
+               speed: float | None = None) -> dict[str, tuple[float, int]]:
     """The figures of a chain timed with the reference (:func:`time_chain`) in the
-    reference's unit: each kernel's time scaled by the reference's ``baseline`` over its
-    time in this chain, the reference's entries left out. A window in which the machine
-    ran 1.3x slower, the reference with it, leaves the figures where they were."""
-    factor = baseline / timed[REFERENCE][0]
-    return {name: (seconds * factor, samples) for name, (seconds, samples) in timed.items()
+    reference's unit: each kernel's time over the machine's ``speed`` in the chain (how
+    much slower than at the baseline it ran; default: the reference's time in this
+    chain over its ``baseline``), the reference's entries left out. A window in which
+    the machine ran 1.3x slower, the reference with it, leaves the figures where they
+    were."""
+    if speed is None:
+        speed = timed[REFERENCE][0] / baseline
+    return {name: (seconds / speed, samples) for name, (seconds, samples) in timed.items()
             if name not in (EVICT, REFERENCE)}
 
 
-def time_chain(target, calls: Mapping[str, tuple], **options
-               ) -> tuple[dict[str, tuple[float, int]], float | None]:
+#: :func:`witnessed_speed`: the fewest kernels with a figure from an earlier chain that
+#: may say how fast the machine ran in a chain (their median; fewer say nothing), and
+#: how far the reference's slowdown and theirs may lie apart before the two disagree
+MIN_WITNESSES = 3
+WITNESS_TOLERANCE = 1.25
+
+
+def witnessed_speed(timed: Mapping[str, tuple[float, int]], known: Mapping[str, float]
+                    ) -> float | None:
+    """How much slower than at the baseline the machine ran in a chain by its kernels
+    that have a figure from an earlier chain (``known``, name -> seconds in the
+    baseline's unit): the median of their times here over those figures; None for
+    fewer than :data:`MIN_WITNESSES` of them."""
+    ratios = [timed[name][0] / seconds for name, seconds in known.items()
+              if name in timed and seconds > 0]
+    if len(ratios) < MIN_WITNESSES:
+        return None
+    return float(np.median(ratios))
+
+
+#: :func:`time_chain`: windows timed at most where the reference and the kernels with
+#: earlier figures disagree the way a baseline taken in a bad window shows (the second
+#: window tells that from kernels slowed alone in the first)
+WITNESS_WINDOWS = 2
+
+
+def time_chain(target, calls: Mapping[str, tuple], known: Mapping[str, float] | None = None,
+               **options) -> tuple[dict[str, tuple[float, int]], float | None]:
     """The figures of ``calls`` (name -> (callable, arguments), in graph order) timed in
     one chain (:func:`time_in_chains`, ``options`` passed on) with ``target``'s
     reference kernel after them in every round, normalised by it
     (:func:`normalised`): what the cost model's estimates and
     ``benchmarks/placement.py``'s check of them both measure; and how much slower than
-    its baseline the reference ran in this chain. The first chain timed against the
-    cost cache sets the baseline (its figures are its own). Without a reference
-    (:func:`chain_reference`), the chain's own figures and None."""
+    its baseline the machine ran in this chain. The first chain timed against the
+    cost cache on the CPU's clock sets the baseline (its figures are its own); a chain
+    on the wall clock (``clock="wall"``: a function that is not one kernel) is
+    normalised by the reference timed on the wall clock in its rounds, which puts it in
+    the baseline's unit too (a chain of the reference alone sets the baseline first).
+
+    ``known``: figures of some of ``calls`` from earlier chains against this cache
+    (name -> seconds in the baseline's unit), the witnesses of the machine's speed
+    besides the reference (:func:`witnessed_speed`). Why: one kernel's time says how
+    fast the machine ran only while that kernel is slowed as the others are; on a
+    shared machine the reference alone once ran 2.3x slower for a whole chain while the
+    model's kernels ran 1.2x, and as that chain set the baseline every later figure
+    was 1.9x off. Where the reference's slowdown and the witnesses' median agree
+    (within :data:`WITNESS_TOLERANCE`), the reference's stands. Where the reference
+    ran slower than the witnesses say, it was slowed alone in this chain: the
+    witnesses' speed stands. Where it ran faster, either the baseline was taken in a
+    window that slowed the reference alone, or the kernels here were slowed alone: a
+    second window is timed (:data:`WITNESS_WINDOWS`), and where it says the same, the
+    baseline is re-anchored (the reference's time in it over the witnesses' speed), so
+    later chains, the benchmark's check included, are put in the unit of the figures
+    already made. Without a reference (:func:`chain_reference`), the chain's own
+    figures and None."""
     reference = chain_reference(target)
     if reference is None:
         return time_in_chains(calls, **options), None
-    timed = time_in_chains({**calls, **reference.calls}, **options)
-    baseline = reference.seconds
-    if baseline is None:
-        baseline = timed[REFERENCE][0]
-        model = target.cost_model
-        model.cache.put(model.base_key, _baseline_key(target), {"seconds": baseline})
-    return normalised(timed, baseline), timed[REFERENCE][0] / baseline
+    if reference.seconds is None and options.get("clock", "cpu") != "cpu":
+        time_chain(target, {})  # the baseline on the CPU's clock first
+        reference = chain_reference(target)
+    model = target.cost_model
+    for _ in range(WITNESS_WINDOWS):
+        timed = time_in_chains({**calls, **reference.calls}, **options)
+        if reference.seconds is None:
+            model.cache.put(model.base_key, _baseline_key(target),
+                            {"seconds": timed[REFERENCE][0]})
+            return normalised(timed, timed[REFERENCE][0]), 1.0
+        slower = timed[REFERENCE][0] / reference.seconds
+        witnessed = witnessed_speed(timed, known or {})
+        if witnessed is None or witnessed / WITNESS_TOLERANCE <= slower \
+                <= witnessed * WITNESS_TOLERANCE:
+            return normalised(timed, reference.seconds), slower
+        if slower > witnessed:  # the reference slowed alone here
+            return normalised(timed, reference.seconds, witnessed), witnessed
+    model.cache.put(model.base_key, _baseline_key(target),
+                    {"seconds": timed[REFERENCE][0] / witnessed})
+    return normalised(timed, reference.seconds, witnessed), witnessed
 
 
 def fused_for(target, graph: Graph) -> Graph:
@@ -451,6 +512,10 @@ class FusedContext:
     #: how much slower than its baseline the reference kernel ran in each chain timed
     #: here (:func:`time_chain`; None without a reference), for the report
     slowdowns: list[float | None] = field(default_factory=list, repr=False)
+    #: seconds of kernels measured in an earlier chain against the cache, by structure
+    #: (:func:`heterocc.sdk.te_target.structure_key`): the witnesses of the machine's
+    #: speed in the chains timed here besides the reference (:func:`time_chain`)
+    known: Mapping[tuple, float] = field(default_factory=dict, repr=False)
 
     def knows(self, function: Node) -> bool:
         """Whether ``function`` is one of the parts of this context."""
@@ -518,9 +583,15 @@ class FusedContext:
         if callable(compile_all):
             compile_all(rest)
         runs = build_scratch(self.target, rest)
+        known = {}
+        if self.known:
+            for kernel in rest:
+                seconds = self.known.get(structure_key(kernel.body))
+                if seconds is not None:
+                    known[kernel.name] = seconds
         timed, slower = time_chain(self.target,
                                    {k.name: (runs[k.name], random_arguments(k.inputs))
-                                    for k in rest})
+                                    for k in rest}, known)
         self.slowdowns.append(slower)
         for name, (seconds, samples) in timed.items():
             self._timed[name] = (seconds, samples, MEASURED)
@@ -537,6 +608,12 @@ class FusedContext:
         by_name = {k.name: k for k in self.kernels()}
         return {structure_key(by_name[name].body): timed
                 for name, timed in self._timed.items()}
+
+    def measured_structures(self) -> dict[tuple, float]:
+        """The seconds of the kernels measured here (not read from a tuning log) by
+        their structure: what a later chain's ``known`` takes."""
+        return {key: seconds for key, (seconds, _, source) in self.timed_structures().items()
+                if source == MEASURED}
 
 
 def source_of(sources: set[str]) -> str:
@@ -654,7 +731,9 @@ class CpuCostModel:
         remaining = outline(graph, [list(nodes) for nodes, _ in offloaded], call)
         context = FusedContext(self.target, remaining,
                                {id(f): frozenset(n.name for n in nodes)
-                                for f, nodes in kept.items()}, list(kept))
+                                for f, nodes in kept.items()}, list(kept),
+                               known=self.context.measured_structures()
+                               if self.context is not None else {})
         self.placed_context = context
         for function in kept:
             if function in found:
@@ -682,10 +761,16 @@ class CpuCostModel:
         return (*self._time(function.body), MEASURED)
 
     def _time(self, body: Graph) -> tuple[float, int]:
+        """``body`` fused and built as the CPU runs it, called alone, round after round
+        with the reference kernel (:func:`time_chain` on the wall clock: the program's
+        kernels run on threads that a call of it does not name), so that its figure is
+        in the unit of the chains' figures, whatever the machine's speed in its
+        window."""
         run, graph = cpu_program(self.target, Node("Function", [], [], name="estimate",
                                                    body=body))
-        samples = time_call(run, random_arguments(graph.inputs))
-        return fastest(samples), len(samples)
+        timed, _ = time_chain(self.target, {"estimate": (run, random_arguments(graph.inputs))},
+                              clock="wall")
+        return timed["estimate"]
 
     def lower_bound(self, function: Node) -> tuple[float, str] | None:
         """The least time ``function`` could take on this CPU, and how it was bounded:
