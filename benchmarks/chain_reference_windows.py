@@ -31,6 +31,8 @@ from heterocc.sdk.cost import random_arguments
 from heterocc.sdk.registry import parse_target_spec
 from heterocc.targets import get_target
 from heterocc.targets.llvm import cost as cpu_cost
+from heterocc.targets.llvm.peak import PEAK_ITERATIONS, peak_kernel
+from heterocc.tir.stmt import SeqStmt
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,6 +40,23 @@ from machine import describe  # noqa: E402
 from vta_resnet18 import quantized  # noqa: E402
 
 BEFORE_EVICT, BEFORE = "<evict before>", "<reference before>"
+HOT, PEAK = "<reference hot>", "<peak loop>"
+
+
+class _Peak:
+    """The vector peak loop as a one-thread call (timed on its thread's CPU clock)."""
+
+    prim = type("Prim", (), {"body": SeqStmt(())})()
+
+    def __init__(self, call):
+        self.call = call
+
+    def __call__(self, args):
+        self.call(PEAK_ITERATIONS, 0.999)
+
+
+def peak_call(llvm):
+    return _Peak(peak_kernel(llvm.cpu)[0])
 
 
 def timed_samples(calls) -> dict[str, list[float]]:
@@ -80,6 +99,7 @@ def main() -> int:
     reference = cpu_cost.chain_reference(llvm)
     ref_calls = reference.calls
     evict = ref_calls[cpu_cost.EVICT]
+    peak = peak_call(llvm)
     study = {}
     for model_name in args.models.split(","):
         model = quantized(model_name, True, args.size, "qdq", "int8", False)
@@ -90,7 +110,8 @@ def main() -> int:
         chains = []
         for k in range(args.chains):
             samples = timed_samples({BEFORE_EVICT: evict, BEFORE: ref_calls[cpu_cost.REFERENCE],
-                                     **calls, **ref_calls})
+                                     **calls, **ref_calls, HOT: ref_calls[cpu_cost.REFERENCE],
+                                     PEAK: (peak, ())})
             chains.append({"load": os.getloadavg()[0], "time": time.time(),
                            "samples": samples})
             fast = {n: min(s) for n, s in samples.items()}
@@ -114,11 +135,27 @@ def report(model_name: str, names: list[str], chains: list[dict]) -> None:
         print(f"  chain {k}: kernels {kernels_total[k] / first:.2f}x, reference after "
               f"{f[cpu_cost.REFERENCE] / fast[0][cpu_cost.REFERENCE]:.2f}x, before "
               f"{f[BEFORE] / fast[0][BEFORE]:.2f}x")
+    for label, voter in (("evict", cpu_cost.EVICT), ("hot", HOT), ("peak", PEAK),
+                         ("cold", cpu_cost.REFERENCE)):
+        errors = []
+        for i, j in itertools.permutations(range(len(fast)), 2):
+            kernels = statistics.median(fast[j][n] / fast[i][n] for n in names
+                                        if fast[j][n] >= 1e-4)
+            errors.append((fast[j][voter] / fast[i][voter]) / kernels)
+        print(f"  voter {label}: its slowdown over the kernels' median slowdown, pairs of "
+              f"chains: {min(errors):.2f} to {max(errors):.2f}, "
+              f"{sum(abs(e - 1) > 0.1 for e in errors)}/{len(errors)} off by >10%")
     schemes = {
         "raw": lambda f: 1.0,
         "reference after": lambda f: f[cpu_cost.REFERENCE],
         "reference before+after (fastest)": lambda f: min(f[cpu_cost.REFERENCE], f[BEFORE]),
         "reference before+after (mean)": lambda f: (f[cpu_cost.REFERENCE] + f[BEFORE]) / 2,
+        "median of cold, hot, peak": lambda f: statistics.median(
+            (f[cpu_cost.REFERENCE] / fast[0][cpu_cost.REFERENCE], f[HOT] / fast[0][HOT],
+             f[PEAK] / fast[0][PEAK])),
+        "median of cold, evict, peak": lambda f: statistics.median(
+            (f[cpu_cost.REFERENCE] / fast[0][cpu_cost.REFERENCE],
+             f[cpu_cost.EVICT] / fast[0][cpu_cost.EVICT], f[PEAK] / fast[0][PEAK])),
     }
     for label, speed in schemes.items():
         within = total = 0
