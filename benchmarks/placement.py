@@ -108,10 +108,9 @@ def disturb_first_chains(times: int) -> None:
 
 
 def normalise_by_reference_alone() -> None:
-    """The normalisation before the voters and witnesses (for an A/B): each chain by
-    the reference kernel from cold caches alone."""
+    """The normalisation before the voters (for an A/B): each chain by the reference
+    kernel from cold caches alone."""
     cpu_cost.VOTERS = (cpu_cost.REFERENCE,)
-    cpu_cost.MIN_WITNESSES = sys.maxsize
 
 
 def _compile(model, vta: VtaTarget, placement: str, cpu: str = "llvm"):
@@ -196,8 +195,7 @@ def _cpu_accuracy(compiled, report, cpu: str = "llvm"
     # lies lower, so more here would measure something else than the estimate; with
     # the reference kernel after them in each round, normalised by it (``time_chain``)
     # in CHECK_WINDOWS windows, each kernel's median: one window whose reference calls
-    # ran apart from the kernels moves no figure (the witnesses of ``time_chain`` are
-    # left out here: the check is measured apart from the estimates)
+    # ran apart from the kernels moves no figure
     calls = {n.name: (kernels[n.name], cpu_cost.random_arguments(n.inputs)) for n in on_cpu}
     chains, speeds = [], []
     for _ in range(CHECK_WINDOWS):
@@ -352,9 +350,9 @@ def main() -> int:
                          "reference kernel from cold caches N times a call: a phase that "
                          "slows it alone while the baselines are set (default 1: none)")
     ap.add_argument("--normalise", choices=["voters", "reference"], default="voters",
-                    help="voters (default): the median of the reference calls' slowdowns, "
-                         "the placed chain's kernels as witnesses; reference: the reference "
-                         "kernel from cold caches alone (the earlier design, for an A/B)")
+                    help="voters (default): the median of the reference calls' slowdowns; "
+                         "reference: the reference kernel from cold caches alone (the "
+                         "earlier design, for an A/B)")
     args = ap.parse_args()
     if args.disturb_first_chain > 1:
         disturb_first_chains(args.disturb_first_chain)

@@ -34,10 +34,7 @@ machine ran whole chains up to 1.8x slower for seconds at a time, which put ever
 figure of a compile off by one factor against a check a minute later; the reference
 calls slow with them, so the figures stay in the unit of the first chain. Why three:
 one of them once ran 2.3x slower alone (the kernels 1.2x) for the whole first chain,
-and every later figure came out 1.9x off. A chain whose kernels were timed before (the
-chain as placed, :meth:`CpuCostModel.placed`) has them as witnesses too: where they
-and the reference calls disagree, they tell which of the two was slowed alone, and a
-baseline taken in a bad window is re-anchored.
+and every later figure came out 1.9x off.
 Asked about a function alone, the function is fused and timed alone, with the same
 reference calls (on the wall clock, as the program is timed), in the same unit.
 
@@ -446,34 +443,8 @@ def chain_speed(timed: Mapping[str, tuple[float, int]], baselines: Mapping[str, 
                             if name in timed and name in baselines]))
 
 
-#: :func:`witnessed_speed`: the fewest kernels with a figure from an earlier chain that
-#: may say how fast the machine ran in a chain (their median; fewer say nothing), and
-#: how far the reference's slowdown and theirs may lie apart before the two disagree
-MIN_WITNESSES = 3
-WITNESS_TOLERANCE = 1.25
-
-
-def witnessed_speed(timed: Mapping[str, tuple[float, int]], known: Mapping[str, float]
-                    ) -> float | None:
-    """How much slower than at the baseline the machine ran in a chain by its kernels
-    that have a figure from an earlier chain (``known``, name -> seconds in the
-    baseline's unit): the median of their times here over those figures; None for
-    fewer than :data:`MIN_WITNESSES` of them."""
-    ratios = [timed[name][0] / seconds for name, seconds in known.items()
-              if name in timed and seconds > 0]
-    if len(ratios) < MIN_WITNESSES:
-        return None
-    return float(np.median(ratios))
-
-
-#: :func:`time_chain`: windows timed at most where the reference and the kernels with
-#: earlier figures disagree the way a baseline taken in a bad window shows (the second
-#: window tells that from kernels slowed alone in the first)
-WITNESS_WINDOWS = 2
-
-
-def time_chain(target, calls: Mapping[str, tuple], known: Mapping[str, float] | None = None,
-               **options) -> tuple[dict[str, tuple[float, int]], float | None]:
+def time_chain(target, calls: Mapping[str, tuple], **options
+               ) -> tuple[dict[str, tuple[float, int]], float | None]:
     """The figures of ``calls`` (name -> (callable, arguments), in graph order) timed in
     one chain (:func:`time_in_chains`, ``options`` passed on) with ``target``'s
     reference calls after them in every round (:func:`chain_reference`), normalised by
@@ -485,46 +456,25 @@ def time_chain(target, calls: Mapping[str, tuple], known: Mapping[str, float] | 
     on the wall clock (``clock="wall"``: a function that is not one kernel) is
     normalised by the voters timed on the wall clock in its rounds, which puts it in
     the baselines' unit too (a chain of the reference calls alone sets them first).
-
-    ``known``: figures of some of ``calls`` from earlier chains against this cache
-    (name -> seconds in the baselines' unit), the witnesses of the machine's speed
-    besides the voters (:func:`witnessed_speed`; the placed chain has the whole graph's
-    figures). Where the voters' speed and the witnesses' agree (within
-    :data:`WITNESS_TOLERANCE`), the voters' stands. Where the voters ran slower than
-    the witnesses say, they were slowed apart from the kernels in this chain: the
-    witnesses' speed stands. Where they ran faster, either the baselines were taken in
-    a window that slowed the voters apart from the kernels, or the kernels here were
-    slowed alone: a second window is timed (:data:`WITNESS_WINDOWS`), and where it says
-    the same, the baselines are re-anchored (each voter's time in it over the
-    witnesses' speed), so later chains, the benchmark's check included, are put in the
-    unit of the figures already made. Without a reference, the chain's own figures and
-    None."""
+    One voter slowed apart from the kernels, in this chain or in the baselines', moves
+    no figure. Without a reference, the chain's own figures and None."""
     reference = chain_reference(target)
     if reference is None:
         return time_in_chains(calls, **options), None
     if reference.seconds is None and options.get("clock", "cpu") != "cpu":
         time_chain(target, {})  # the baseline on the CPU's clock first
         reference = chain_reference(target)
-    for _ in range(WITNESS_WINDOWS):
-        timed = time_in_chains({**calls, **reference.calls}, sparse=set(reference.calls),
-                               **options)
-        missing = {name: timed[name][0] for name in VOTERS
-                   if name in timed and name not in reference.baselines}
-        if missing:  # the first chain against the cache: its figures are its own
-            _keep_baselines(target, {**reference.baselines, **missing})
-            if reference.seconds is None:
-                return normalised(timed, timed[REFERENCE][0], 1.0), 1.0
-            reference = chain_reference(target)
-        speed = chain_speed(timed, reference.baselines)
-        witnessed = witnessed_speed(timed, known or {})
-        if witnessed is None or witnessed / WITNESS_TOLERANCE <= speed \
-                <= witnessed * WITNESS_TOLERANCE:
-            return normalised(timed, reference.seconds, speed), speed
-        if speed > witnessed:  # the reference calls slowed alone here
-            return normalised(timed, reference.seconds, witnessed), witnessed
-    _keep_baselines(target, {name: timed[name][0] / witnessed for name in VOTERS
-                             if name in timed})
-    return normalised(timed, reference.seconds, witnessed), witnessed
+    timed = time_in_chains({**calls, **reference.calls}, sparse=set(reference.calls),
+                           **options)
+    missing = {name: timed[name][0] for name in VOTERS
+               if name in timed and name not in reference.baselines}
+    if missing:  # the first chain against the cache: its figures are its own
+        _keep_baselines(target, {**reference.baselines, **missing})
+        if reference.seconds is None:
+            return normalised(timed, timed[REFERENCE][0], 1.0), 1.0
+        reference = chain_reference(target)
+    speed = chain_speed(timed, reference.baselines)
+    return normalised(timed, reference.seconds, speed), speed
 
 
 def _keep_baselines(target, baselines: Mapping[str, float]) -> None:
@@ -620,13 +570,6 @@ class FusedContext:
     #: how much slower than its baseline the reference kernel ran in each chain timed
     #: here (:func:`time_chain`; None without a reference), for the report
     slowdowns: list[float | None] = field(default_factory=list, repr=False)
-    #: seconds of kernels measured in an earlier chain against the cache, by the
-    #: structure of the kernel before them in it and their own
-    #: (:meth:`measured_structures`): the witnesses of the machine's speed in the
-    #: chains timed here besides the reference calls (:func:`time_chain`)
-    known: Mapping[tuple, float] = field(default_factory=dict, repr=False)
-    #: the structures of each kernel measured here and of the one before it in its chain
-    _chained: dict[str, tuple] = field(default_factory=dict, repr=False)
 
     def knows(self, function: Node) -> bool:
         """Whether ``function`` is one of the parts of this context."""
@@ -694,17 +637,12 @@ class FusedContext:
         if callable(compile_all):
             compile_all(rest)
         runs = build_scratch(self.target, rest)
-        structures = [structure_key(k.body) for k in rest]
-        chained = {k.name: (before, key)
-                   for k, before, key in zip(rest, [None, *structures], structures)}
-        known = {name: self.known[key] for name, key in chained.items() if key in self.known}
         timed, slower = time_chain(self.target,
                                    {k.name: (runs[k.name], random_arguments(k.inputs))
-                                    for k in rest}, known)
+                                    for k in rest})
         self.slowdowns.append(slower)
         for name, (seconds, samples) in timed.items():
             self._timed[name] = (seconds, samples, MEASURED)
-            self._chained[name] = chained[name]
 
     def shares(self) -> dict[int, list[tuple[Node, float]]]:
         """The fused kernels holding each part's nodes with the part's share of each
@@ -718,17 +656,6 @@ class FusedContext:
         by_name = {k.name: k for k in self.kernels()}
         return {structure_key(by_name[name].body): timed
                 for name, timed in self._timed.items()}
-
-    def measured_structures(self) -> dict[tuple, float]:
-        """The seconds of the kernels measured here (not read from a tuning log) by
-        their structure and that of the kernel before them in their chain (None for the
-        first): what a later chain's ``known`` takes. Why the one before too: a kernel
-        after another predecessor meets other caches and takes another time (ResNet-18's
-        tail behind an offloaded layer, 25-56% less on AVX2), which no phase of the
-        machine explains; behind the same one, it takes the same."""
-        return {self._chained[name]: seconds
-                for name, (seconds, _, source) in self._timed.items()
-                if source == MEASURED and name in self._chained}
 
 
 def source_of(sources: set[str]) -> str:
@@ -846,9 +773,7 @@ class CpuCostModel:
         remaining = outline(graph, [list(nodes) for nodes, _ in offloaded], call)
         context = FusedContext(self.target, remaining,
                                {id(f): frozenset(n.name for n in nodes)
-                                for f, nodes in kept.items()}, list(kept),
-                               known=self.context.measured_structures()
-                               if self.context is not None else {})
+                                for f, nodes in kept.items()}, list(kept))
         self.placed_context = context
         for function in kept:
             if function in found:
