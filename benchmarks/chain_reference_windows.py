@@ -2,7 +2,7 @@
 window to the next, on a shared machine.
 
     python benchmarks/chain_reference_windows.py [--models resnet18,mobilenet_v2]
-        [--chains 12] [--cpu llvm] [--json FILE]
+        [--chains 12] [--cpu llvm] [--json FILE] [--cost N]
 
 Each model (torch-exported, ``quantize_static`` QDQ per-channel, as in
 ``benchmarks/placement.py``) is compiled for the CPU alone and its kernels are timed in
@@ -92,6 +92,11 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--cpu", default="llvm")
     ap.add_argument("--json", help="write every chain's samples here")
+    ap.add_argument("--cost", type=int, default=0, metavar="N",
+                    help="instead: the CPU seconds of a chain of the model's kernels alone, "
+                         "with the reference from cold caches every round (the earlier "
+                         "design) and with time_chain's reference calls, N times each in "
+                         "alternating order")
     args = ap.parse_args()
     print(describe())
     name, options = parse_target_spec(args.cpu)
@@ -107,10 +112,14 @@ def main() -> int:
         kernels = compiled.kernels
         calls = {n.name: (kernels[n.name], random_arguments(n.inputs))
                  for n in compiled.graph.nodes if n.body is not None and n.name in kernels}
+        if args.cost:
+            cost(model_name, calls, ref_calls, args.cost)
+            continue
         chains = []
         for k in range(args.chains):
+            cold = {cpu_cost.EVICT: evict, cpu_cost.REFERENCE: ref_calls[cpu_cost.REFERENCE]}
             samples = timed_samples({BEFORE_EVICT: evict, BEFORE: ref_calls[cpu_cost.REFERENCE],
-                                     **calls, **ref_calls, HOT: ref_calls[cpu_cost.REFERENCE],
+                                     **calls, **cold, HOT: ref_calls[cpu_cost.REFERENCE],
                                      PEAK: (peak, ())})
             chains.append({"load": os.getloadavg()[0], "time": time.time(),
                            "samples": samples})
@@ -124,6 +133,27 @@ def main() -> int:
         with open(args.json, "w") as f:
             json.dump(study, f)
     return 0
+
+
+def cost(model_name: str, calls: dict, ref_calls: dict, times: int) -> None:
+    """The CPU seconds (this process's, every thread) of one chain of ``calls`` three
+    ways, in alternating order: alone; with the reference from cold caches in every
+    round; with every reference call, sparse as ``time_chain`` runs them."""
+    cold = {name: ref_calls[name] for name in (cpu_cost.EVICT, cpu_cost.REFERENCE)}
+    ways = {"kernels alone": ({**calls}, ()),
+            "reference from cold caches, every round": ({**calls, **cold}, ()),
+            "the voters, sparse": ({**calls, **ref_calls}, set(ref_calls))}
+    spent: dict[str, list[float]] = {way: [] for way in ways}
+    for _ in range(times):
+        for way, (chain, sparse) in ways.items():
+            start = time.process_time()
+            cpu_cost.time_in_chains(chain, sparse=sparse)
+            spent[way].append(time.process_time() - start)
+    alone = statistics.median(spent["kernels alone"])
+    for way, found in spent.items():
+        print(f"{model_name}: {way}: median {statistics.median(found):.3f} CPU-s a chain "
+              f"(+{statistics.median(found) - alone:.3f} over the kernels alone; "
+              f"load {os.getloadavg()[0]:.1f})", flush=True)
 
 
 def report(model_name: str, names: list[str], chains: list[dict]) -> None:
