@@ -183,7 +183,7 @@ SPARSE_SHARE = 0.1
 
 
 def sparse_every(warm: Mapping[str, float], sparse: Collection[str], min_rounds: int) -> int:
-    """In how many rounds one the ``sparse`` calls are timed (:data:`SPARSE_SHARE`),
+    """Every how many rounds the ``sparse`` calls are timed (:data:`SPARSE_SHARE`),
     by ``warm``, each call's time in the warm-up rounds."""
     spare = sum(seconds for name, seconds in warm.items() if name in sparse)
     rest = sum(seconds for name, seconds in warm.items() if name not in sparse)
@@ -348,8 +348,7 @@ class OneThreadCall:
 class ChainReference:
     """The reference calls built for one CPU (:data:`VOTERS`, after the cache flush)
     and their baselines: each one's time in the first chain timed against this cost
-    cache for this CPU (or where a chain re-anchored them, :func:`time_chain`), kept
-    with the figures, so that every chain timed against the cache (a compile's, a later
+    cache for this CPU, kept with the figures, so that every chain timed against the cache (a compile's, a later
     compile's, the benchmark's check) is put in the same unit: the machine's speed in
     that first chain. ``seconds``: the reference kernel's baseline (None before that
     chain); ``baselines``: every voter's, by name."""
@@ -468,7 +467,8 @@ def time_chain(target, calls: Mapping[str, tuple], **options
                            **options)
     missing = {name: timed[name][0] for name in VOTERS
                if name in timed and name not in reference.baselines}
-    if missing:  # the first chain against the cache: its figures are its own
+    if missing:  # the first chain against the cache (its figures are its own), or a
+        # cache written before a voter was: its baseline from this chain
         _keep_baselines(target, {**reference.baselines, **missing})
         if reference.seconds is None:
             return normalised(timed, timed[REFERENCE][0], 1.0), 1.0
@@ -802,7 +802,7 @@ class CpuCostModel:
 
     def _time(self, body: Graph) -> tuple[float, int]:
         """``body`` fused and built as the CPU runs it, called alone, round after round
-        with the reference kernel (:func:`time_chain` on the wall clock: the program's
+        with the reference calls (:func:`time_chain` on the wall clock: the program's
         kernels run on threads that a call of it does not name), so that its figure is
         in the unit of the chains' figures, whatever the machine's speed in its
         window."""
