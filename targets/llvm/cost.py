@@ -348,10 +348,10 @@ class OneThreadCall:
 class ChainReference:
     """The reference calls built for one CPU (:data:`VOTERS`, after the cache flush)
     and their baselines: each one's time in the first chain timed against this cost
-    cache for this CPU, kept with the figures, so that every chain timed against the cache (a compile's, a later
-    compile's, the benchmark's check) is put in the same unit: the machine's speed in
-    that first chain. ``seconds``: the reference kernel's baseline (None before that
-    chain); ``baselines``: every voter's, by name."""
+    cache for this CPU, kept with the figures, so that every chain timed against the
+    cache (a compile's, a later compile's, the benchmark's check) is put in the same
+    unit: the machine's speed in that first chain. ``seconds``: the reference kernel's
+    baseline (None before that chain); ``baselines``: every voter's, by name."""
 
     calls: dict[str, tuple]
     seconds: float | None
