@@ -24,13 +24,19 @@ A call's time there is the CPU seconds of the threads it runs on over their numb
 the time it takes with its cores to itself, which another process on one of the two
 cores does not double (its wall time, the old figure, moved some 35% between
 compiles a minute apart on a quiet machine).
-Every such chain has a fixed reference kernel after its kernels in every round
-(:func:`time_chain`, :mod:`.reference_kernel`), and its figures are normalised by it:
-this shared machine runs whole chains up to 1.8x slower for seconds at a time, which
-put every figure of a compile off by one factor against a check a minute later; the
-reference slows with them, so the figures stay in the unit of the first chain timed
-against the cache.
-Asked about a function alone, the function is fused and timed alone.
+Every such chain has fixed reference calls after its kernels in every round
+(:func:`time_chain`: the caches flushed, a fixed reference kernel, :mod:`.reference_kernel`,
+the same kernel again with its caches warm, the vector peak loop; every other round
+where they would cost more than a tenth of a round), and its figures are normalised by
+the machine's speed in the chain, the median of the three calls' times over their
+baselines (their times in the first chain timed against the cost cache): a shared
+machine ran whole chains up to 1.8x slower for seconds at a time, which put every
+figure of a compile off by one factor against a check a minute later; the reference
+calls slow with them, so the figures stay in the unit of the first chain. Why three:
+one of them once ran 2.3x slower alone (the kernels 1.2x) for the whole first chain,
+and every later figure came out 1.9x off.
+Asked about a function alone, the function is fused and timed alone, with the same
+reference calls (on the wall clock, as the program is timed), in the same unit.
 
 Where a tuning log is applied (``heterocc.compile(..., tuning_log=...)``, the log
 ``heterocc tune`` writes), a fused kernel the log measured (a function task's record of
@@ -53,10 +59,11 @@ not measured for the placement.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,7 +84,7 @@ from heterocc.sdk.tuning import current, fastest, records_for
 from heterocc.tir.stmt import For, ForKind
 from heterocc.tir.visitor import collect_statements
 
-from .peak import multiply_accumulate_peak, multiply_add_rate, peak_kernel
+from .peak import PEAK_ITERATIONS, multiply_accumulate_peak, multiply_add_rate, peak_kernel
 from .reference_kernel import reference_kernel
 from .runtime import num_threads
 from .tuning import cache_flusher, logged_seconds
@@ -174,12 +181,36 @@ CHAIN_MAX_ROUNDS = 40
 CHAIN_CPU_SECONDS = 0.1
 
 
+#: :func:`time_in_chains`: the most of a round's time the ``sparse`` calls (the
+#: reference calls of :func:`time_chain`) may take; where they would take more, they
+#: are called in every k-th round only, k the least that keeps them within it but no
+#: more than leaves them :data:`MIN_SAMPLES` samples in the least rounds (2 with the
+#: defaults). Why: they run in every chain, so they are compile time (AVX2 code: the
+#: reference 1.3 to 2.1 ms a call, MobileNetV2's kernels 6.2 ms a round)
+SPARSE_SHARE = 0.1
+
+
+def sparse_every(warm: Mapping[str, float], sparse: Collection[str], min_rounds: int) -> int:
+    """Every how many rounds the ``sparse`` calls are timed (:data:`SPARSE_SHARE`),
+    by ``warm``, each call's time in the warm-up rounds."""
+    spare = sum(seconds for name, seconds in warm.items() if name in sparse)
+    rest = sum(seconds for name, seconds in warm.items() if name not in sparse)
+    if not spare or spare <= SPARSE_SHARE * rest:
+        return 1
+    return max(1, min(math.ceil(spare / (SPARSE_SHARE * rest)) if rest else 1,
+                      min_rounds // MIN_SAMPLES))
+
+
 def kernel_threads(call) -> int | None:
     """How many threads a call of ``call`` runs on: the runtime's pool for a compiled
     kernel with a parallel loop, one for a kernel without; None where ``call`` is not a
-    compiled kernel (its threads are not known). A kernel that says whether it has a
-    parallel loop (``parallel``: the reference kernel, whose code may come from a cache
-    without its loops) is taken at its word."""
+    compiled kernel (its threads are not known). A call that says how many threads it
+    runs on (a ``threads`` attribute: :class:`OneThreadCall`) is taken at its word, as
+    is a kernel that says whether it has a parallel loop (``parallel``: the reference
+    kernel, whose code may come from a cache without its loops)."""
+    declared = getattr(call, "threads", None)
+    if declared is not None:
+        return declared
     parallel = getattr(call, "parallel", None)
     if isinstance(parallel, bool):
         return num_threads() if parallel else 1
@@ -230,8 +261,8 @@ def _cpu_seconds(clocks: Sequence[int]) -> float:
 
 def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUNDS,
                    max_rounds: int = CHAIN_MAX_ROUNDS, seconds: float = CHAIN_CPU_SECONDS,
-                   warm_up: int = CHAIN_WARM_UP_ROUNDS, clock: str = "cpu"
-                   ) -> dict[str, tuple[float, int]]:
+                   warm_up: int = CHAIN_WARM_UP_ROUNDS, clock: str = "cpu",
+                   sparse: Collection[str] = ()) -> dict[str, tuple[float, int]]:
     """The fastest call and the number of timed calls of each of ``calls`` (name ->
     (callable, arguments), in graph order), timed the way a model calls its kernels:
     one call of each in turn, round after round (see the constants above), so that a
@@ -251,15 +282,20 @@ def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUND
     three chains one after another at a load of 9) while its threads' CPU seconds do
     not (4.97, 4.91, 4.96 ms over two threads). A call that is not a compiled kernel,
     or a system without per-thread clocks, is timed on the wall clock, as is every
-    call with ``clock="wall"``."""
+    call with ``clock="wall"``. The calls named in ``sparse`` are called in every
+    round of the warm-up and then in every k-th round only (:func:`sparse_every`)."""
     samples: dict[str, list[float]] = {name: [] for name in calls}
     long: set[str] = set()
+    warm: dict[str, float] = {}
     for _ in range(warm_up):
         for name, (call, args) in calls.items():
             start = time.perf_counter()
             call(args)
-            if time.perf_counter() - start > LONG_CALL_SECONDS:
+            took = time.perf_counter() - start
+            warm[name] = min(took, warm.get(name, took))
+            if took > LONG_CALL_SECONDS:
                 long.add(name)
+    every = sparse_every(warm, sparse, min_rounds)
     clocks = pool_clocks() if clock == "cpu" else None  # the pool started by now
     threads = {name: kernel_threads(call) if clocks else None
                for name, (call, _) in calls.items()}
@@ -268,6 +304,8 @@ def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUND
                                   and time.process_time() - began < seconds):
         for name, (call, args) in calls.items():
             if name in long and len(samples[name]) >= LONG_SAMPLES:
+                continue
+            if name in sparse and rounds % every:
                 continue
             count = threads[name]
             busy = _cpu_seconds(clocks) if count and count > 1 else time.thread_time()
@@ -284,31 +322,61 @@ def time_in_chains(calls: Mapping[str, tuple], min_rounds: int = CHAIN_MIN_ROUND
     return {name: (fastest(found), len(found)) for name, found in samples.items()}
 
 
-#: :func:`time_chain`: the reference's two calls appended to every round of a chain
-#: (their names no kernel takes: kernels are named by the graph's name scope): the
-#: tuning's cache flush (:func:`.tuning.cache_flusher`, sized to the CPU's caches), so
-#: that the reference starts from caches as cold whatever chain it follows, then it
+#: :func:`time_chain`: the calls appended to every round of a chain (their names no
+#: kernel takes: kernels are named by the graph's name scope): the tuning's cache flush
+#: (:func:`.tuning.cache_flusher`, sized to the CPU's caches), so that the reference
+#: starts from caches as cold whatever chain it follows; the reference kernel; the
+#: reference again, its caches warm; the vector peak loop (:mod:`.peak`, on registers)
 EVICT, REFERENCE = "<evict caches>", "<reference kernel>"
+HOT_REFERENCE, PEAK_LOOP = "<reference kernel, caches warm>", "<vector peak loop>"
+#: the calls among them whose times say how fast the machine ran in a chain (its
+#: speed: the median of their times over their baselines, :func:`chain_speed`). Why
+#: three of different kinds, not one: one call's time tracks the kernels only while it
+#: is slowed as they are, and on a shared machine the reference alone once ran 2.3x
+#: slower for a whole chain while the model's kernels ran 1.2x; that chain set the
+#: baseline, and every later figure was 1.9x off. The reference from cold caches moves
+#: most with the machine's phases, as the kernels whose weights the caches do not hold
+#: do (:mod:`.reference_kernel`); warm, it leaves the memory out; the peak loop moves
+#: with the cores alone. A phase that slows them all moves the median with them; one
+#: that slows one alone, in any chain, the baseline's included, does not.
+VOTERS = (REFERENCE, HOT_REFERENCE, PEAK_LOOP)
+#: every call :func:`time_chain` appends (none of them a figure of the chain)
+REFERENCE_CALLS = (EVICT, REFERENCE, HOT_REFERENCE, PEAK_LOOP)
+
+
+class OneThreadCall:
+    """A call of ``function(*arguments)`` that runs on the calling thread alone (so a
+    chain times it on that thread's CPU clock, :func:`kernel_threads`)."""
+
+    threads = 1
+
+    def __init__(self, function, *arguments):
+        self.function, self.arguments = function, arguments
+
+    def __call__(self, args) -> None:
+        self.function(*self.arguments)
 
 
 @dataclass(frozen=True)
 class ChainReference:
-    """The reference kernel (:mod:`.reference_kernel`) built for one CPU: its calls to
-    append to a chain (the caches evicted, then the kernel) and ``seconds``, its
-    baseline: its time in the first chain timed against this cost cache for this CPU
-    (None before that chain), kept with the figures, so that every chain timed against
-    the cache (a compile's, a later compile's, the benchmark's check) is put in the same
-    unit: the machine's speed in that first chain."""
+    """The reference calls built for one CPU (:data:`VOTERS`, after the cache flush)
+    and their baselines: each one's time in the first chain timed against this cost
+    cache for this CPU, kept with the figures, so that every chain timed against the
+    cache (a compile's, a later compile's, the benchmark's check) is put in the same
+    unit: the machine's speed in that first chain. ``seconds``: the reference kernel's
+    baseline (None before that chain); ``baselines``: every voter's, by name."""
 
     calls: dict[str, tuple]
     seconds: float | None
+    baselines: Mapping[str, float] = field(default_factory=dict)
 
 
 def chain_reference(target) -> ChainReference | None:
-    """The reference kernel of ``target``'s CPU (built once per process and CPU, on a
-    target of its own so that nothing of it reaches the build), with its baseline from
-    ``target``'s cost cache; None where the CPU's code does not run here or the target
-    has no cost model."""
+    """The reference calls of ``target``'s CPU (the reference kernel built once per
+    process and CPU, on a target of its own so that nothing of it reaches the build;
+    the peak loop compiled once per process), with their baselines from ``target``'s
+    cost cache; None where the CPU's code does not run here or the target has no cost
+    model."""
     model = getattr(target, "cost_model", None)
     if model is None:
         return None
@@ -317,8 +385,25 @@ def chain_reference(target) -> ChainReference | None:
         _REFERENCES[key] = _reference_calls(target)
     if _REFERENCES[key] is None:
         return None
-    found = model.cache.get(model.base_key, _baseline_key(target))
-    return ChainReference(_REFERENCES[key], found["seconds"] if found else None)
+    built = _REFERENCES[key]
+    if key not in _CHAIN_CALLS or _CHAIN_CALLS[key][0] is not built:
+        calls = {**built, HOT_REFERENCE: built[REFERENCE]}
+        peak = peak_kernel(target.cpu) if hasattr(target, "cpu") else None
+        if peak is not None:
+            calls[PEAK_LOOP] = (OneThreadCall(peak[0], PEAK_ITERATIONS, 0.999), ())
+        _CHAIN_CALLS[key] = (built, calls)
+    calls = _CHAIN_CALLS[key][1]
+    found = model.cache.get(model.base_key, _baseline_key(target)) or {}
+    baselines = {name: seconds for name, seconds in found.get("voters", {}).items()
+                 if name in calls}
+    if "seconds" in found:
+        baselines[REFERENCE] = found["seconds"]
+    return ChainReference(calls, found.get("seconds"), baselines)
+
+
+#: :func:`chain_reference`'s calls by CPU description and schedule rules, with the
+#: :func:`_reference_calls` they were made of
+_CHAIN_CALLS: dict[tuple[str, str], tuple[dict, dict[str, tuple]]] = {}
 
 
 def _baseline_key(target) -> str:
@@ -346,37 +431,71 @@ def _reference_calls(target) -> dict[str, tuple] | None:
 _REFERENCES: dict[tuple[str, str], dict[str, tuple] | None] = {}
 
 
-def normalised(timed: Mapping[str, tuple[float, int]], baseline: float
-               ) -> dict[str, tuple[float, int]]:
+def normalised(timed: Mapping[str, tuple[float, int]], baseline: float,
+               speed: float | None = None) -> dict[str, tuple[float, int]]:
     """The figures of a chain timed with the reference (:func:`time_chain`) in the
-    reference's unit: each kernel's time scaled by the reference's ``baseline`` over its
-    time in this chain, the reference's entries left out. A window in which the machine
-    ran 1.3x slower, the reference with it, leaves the figures where they were."""
-    factor = baseline / timed[REFERENCE][0]
-    return {name: (seconds * factor, samples) for name, (seconds, samples) in timed.items()
-            if name not in (EVICT, REFERENCE)}
+    reference's unit: each kernel's time over the machine's ``speed`` in the chain (how
+    much slower than at the baseline it ran, :func:`chain_speed`; default: the
+    reference kernel's time in this chain over its ``baseline``), the reference calls'
+    entries left out. A window in which the machine ran 1.3x slower, the reference with
+    it, leaves the figures where they were."""
+    if speed is None:
+        speed = timed[REFERENCE][0] / baseline
+    return {name: (seconds / speed, samples) for name, (seconds, samples) in timed.items()
+            if name not in REFERENCE_CALLS}
+
+
+def chain_speed(timed: Mapping[str, tuple[float, int]], baselines: Mapping[str, float]
+                ) -> float:
+    """How much slower than at its baselines the machine ran in a chain: the median,
+    over the :data:`VOTERS` timed in it that have a baseline, of their time over it."""
+    return float(np.median([timed[name][0] / baselines[name] for name in VOTERS
+                            if name in timed and name in baselines]))
 
 
 def time_chain(target, calls: Mapping[str, tuple], **options
                ) -> tuple[dict[str, tuple[float, int]], float | None]:
     """The figures of ``calls`` (name -> (callable, arguments), in graph order) timed in
     one chain (:func:`time_in_chains`, ``options`` passed on) with ``target``'s
-    reference kernel after them in every round, normalised by it
-    (:func:`normalised`): what the cost model's estimates and
-    ``benchmarks/placement.py``'s check of them both measure; and how much slower than
-    its baseline the reference ran in this chain. The first chain timed against the
-    cost cache sets the baseline (its figures are its own). Without a reference
-    (:func:`chain_reference`), the chain's own figures and None."""
+    reference calls after them in every round (:func:`chain_reference`), normalised by
+    the machine's speed in the chain (:func:`chain_speed`, the median of the
+    :data:`VOTERS`' slowdowns): what the cost model's estimates and
+    ``benchmarks/placement.py``'s check of them both measure; and that speed (how much
+    slower than at the baselines the machine ran). The first chain timed against the
+    cost cache on the CPU's clock sets the baselines (its figures are its own); a chain
+    on the wall clock (``clock="wall"``: a function that is not one kernel) is
+    normalised by the voters timed on the wall clock in its rounds, which puts it in
+    the baselines' unit too (a chain of the reference calls alone sets them first).
+    One voter slowed apart from the kernels, in this chain or in the baselines', moves
+    no figure. Without a reference, the chain's own figures and None."""
     reference = chain_reference(target)
     if reference is None:
         return time_in_chains(calls, **options), None
-    timed = time_in_chains({**calls, **reference.calls}, **options)
-    baseline = reference.seconds
-    if baseline is None:
-        baseline = timed[REFERENCE][0]
-        model = target.cost_model
-        model.cache.put(model.base_key, _baseline_key(target), {"seconds": baseline})
-    return normalised(timed, baseline), timed[REFERENCE][0] / baseline
+    if reference.seconds is None and options.get("clock", "cpu") != "cpu":
+        time_chain(target, {})  # the baseline on the CPU's clock first
+        reference = chain_reference(target)
+    timed = time_in_chains({**calls, **reference.calls}, sparse=set(reference.calls),
+                           **options)
+    missing = {name: timed[name][0] for name in VOTERS
+               if name in timed and name not in reference.baselines}
+    if missing:  # the first chain against the cache (its figures are its own), or a
+        # cache written before a voter was: its baseline from this chain
+        _keep_baselines(target, {**reference.baselines, **missing})
+        if reference.seconds is None:
+            return normalised(timed, timed[REFERENCE][0], 1.0), 1.0
+        reference = chain_reference(target)
+    speed = chain_speed(timed, reference.baselines)
+    return normalised(timed, reference.seconds, speed), speed
+
+
+def _keep_baselines(target, baselines: Mapping[str, float]) -> None:
+    """Put the voters' ``baselines`` in ``target``'s cost cache (:func:`chain_reference`
+    reads them)."""
+    model = target.cost_model
+    model.cache.put(model.base_key, _baseline_key(target),
+                    {"seconds": baselines[REFERENCE],
+                     "voters": {name: seconds for name, seconds in baselines.items()
+                                if name != REFERENCE}})
 
 
 def fused_for(target, graph: Graph) -> Graph:
@@ -693,10 +812,16 @@ class CpuCostModel:
         return (*self._time(function.body), MEASURED)
 
     def _time(self, body: Graph) -> tuple[float, int]:
+        """``body`` fused and built as the CPU runs it, called alone, round after round
+        with the reference calls (:func:`time_chain` on the wall clock: the program's
+        kernels run on threads that a call of it does not name), so that its figure is
+        in the unit of the chains' figures, whatever the machine's speed in its
+        window."""
         run, graph = cpu_program(self.target, Node("Function", [], [], name="estimate",
                                                    body=body))
-        samples = time_call(run, random_arguments(graph.inputs))
-        return fastest(samples), len(samples)
+        timed, _ = time_chain(self.target, {"estimate": (run, random_arguments(graph.inputs))},
+                              clock="wall")
+        return timed["estimate"]
 
     def lower_bound(self, function: Node) -> tuple[float, str] | None:
         """The least time ``function`` could take on this CPU, and how it was bounded:
