@@ -464,43 +464,10 @@ def structure_key(body) -> tuple:
             args.append(None if v is None else refs[v])
         for k, v in enumerate(node.outputs):
             refs[v] = ("node", len(nodes), k, v.type.shape, v.type.dtype)
-        code_key = code_key_of(node.op)
-        attrs = _code_key(node.op, code_key, node.attrs) if code_key else _frozen(node.attrs)
+        code_key = code_key_of(node.op)  # a costly one remembers its keys (code_key_of)
+        attrs = code_key(node.attrs) if code_key else _frozen(node.attrs)
         nodes.append((node.op, attrs, tuple(args)))
     return tuple(nodes), tuple(refs.get(v) for v in body.outputs)
-
-
-#: ``code_key`` results by op and frozen attributes (a code_key is a function of the
-#: attributes): structure_key runs more than once per function (compile_all, then
-#: compiled; the placement's cost), and a requantization's code_key walks every channel
-#: in Python several times (0.45 CPU-s of MobileNetV2 int8's 5 on the compiling thread)
-_CODE_KEYS: dict[tuple, object] = {}
-_CODE_KEYS_LIMIT = 4096
-
-
-def _code_key(op: str, code_key: Callable[[dict], object], attrs: dict) -> object:
-    """``code_key(attrs)``, remembered for attributes made only of values, lists and
-    arrays (one holding another object is keyed by identity in :func:`_frozen`: not
-    remembered, as a later object may reuse the identity)."""
-    frozen = _frozen(attrs)
-    if not _by_value(frozen):
-        return code_key(attrs)
-    key = (op, frozen)
-    hit = _CODE_KEYS.get(key)
-    if hit is None:
-        if len(_CODE_KEYS) >= _CODE_KEYS_LIMIT:
-            _CODE_KEYS.clear()
-        hit = _CODE_KEYS[key] = code_key(attrs)
-    return hit
-
-
-def _by_value(frozen) -> bool:
-    """Whether a :func:`_frozen` key holds no object keyed by its identity."""
-    if isinstance(frozen, tuple):
-        if frozen[:1] == ("object",):
-            return False
-        return all(_by_value(v) for v in frozen if isinstance(v, tuple))
-    return True
 
 
 def tables_key(body) -> tuple:

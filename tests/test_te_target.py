@@ -214,28 +214,30 @@ def test_a_costly_stage_that_a_broadcast_repeats_is_computed_once():
     assert repeated_costly_stages(te.create_schedule([reader]), lambda t: True) == []
 
 
-def test_a_code_key_is_computed_once_per_op_and_attribute_values():
-    from heterocc.sdk import te_target
+def test_requantize_decides_its_forms_and_code_key_once_per_attribute_values(monkeypatch):
+    """Requantize's forms and code key (asked by the compute and, for every function, by
+    structure_key) are decided once per attribute values, in one memo (qnn._forms)."""
+    from heterocc.compute import qnn
+    from heterocc.compute.registry import code_key_of
+    from heterocc.ops import get_op
 
-    calls = []
-
-    def code_key(attrs):
-        calls.append(attrs)
-        return ("key", len(attrs["multiplier"]))
-
-    te_target._CODE_KEYS.clear()
-    first = {"multiplier": [3, 5, 7], "table": np.arange(4, dtype=np.int32), "zero_point": 1}
-    same = {"multiplier": [3, 5, 7], "table": np.arange(4, dtype=np.int32), "zero_point": 1}
-    assert te_target._code_key("Requantize", code_key, first) == ("key", 3)
-    assert te_target._code_key("Requantize", code_key, same) == ("key", 3)
-    assert len(calls) == 1  # equal values, not the same dict: remembered
-    te_target._code_key("Requantize", code_key, {**first, "zero_point": 2})
-    te_target._code_key("OtherOp", code_key, first)
-    assert len(calls) == 3
-    # an attribute that is an object is keyed by identity, which a later object may
-    # reuse: never remembered
-    holder = {"multiplier": [1], "callback": object()}
-    te_target._code_key("Requantize", code_key, holder)
-    te_target._code_key("Requantize", code_key, holder)
-    assert len(calls) == 5
-    te_target._CODE_KEYS.clear()
+    decided = []
+    original = qnn._per_channel_values
+    monkeypatch.setattr(qnn, "_per_channel_values",
+                        lambda *args: decided.append(1) or original(*args))
+    monkeypatch.setattr(qnn, "_FORMS", {})
+    code_key = code_key_of("Requantize")
+    attrs = get_op("Requantize").normalize_attrs(
+        {"multiplier": [1_234_567_891, 1_100_000_000, 987_654_321], "shift": [5, 6, 7],
+         "product_shift": 31, "zero_point": 3, "qmin": -128, "qmax": 127, "axis": 1})
+    key = code_key(attrs)
+    assert code_key({k: list(v) if isinstance(v, list) else v for k, v in attrs.items()}) \
+        is key  # equal values, not the same dict or lists: remembered
+    assert qnn._forms(attrs).code_key is key and len(decided) == 1
+    # a table's contents are the kernel's arguments, not its code
+    assert code_key({**attrs, "multiplier": [1_234_567_890, 1_100_000_001, 987_654_320]}) == key
+    assert code_key({**attrs, "zero_point": 2}) != key
+    assert len(decided) == 3
+    refused = {**attrs, "shift": [40, 6, 7]}
+    assert code_key(refused)[0] == "refused" and code_key(dict(refused)) is code_key(refused)
+    assert len(decided) == 3  # refused values: no forms decided

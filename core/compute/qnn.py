@@ -251,6 +251,8 @@ class _Forms:
     clamp_implied: bool
     #: :func:`_per_channel_values` (read only: shared by every caller)
     values: dict
+    #: what of the attributes the code depends on (:func:`_code_key`)
+    code_key: tuple
 
 
 #: :func:`_forms` by attributes (a network's requantizations repeat: one entry each)
@@ -259,10 +261,11 @@ _FORMS_KEPT = 4096
 
 
 def _forms(attrs) -> _Forms:
-    """The forms and constants of Requantize with ``attrs``, decided once per distinct
-    attributes: each decision walks every channel in Python (a network's ~250
-    decisions took ~0.7 of its ~10 CPU-s compile), and the compute and its code key
-    both ask for them."""
+    """The forms, constants and code key of Requantize with ``attrs``, decided once per
+    distinct attributes (the one memo of them): each decision walks every channel in
+    Python (a network's ~250 decisions took ~0.7 of its ~10 CPU-s compile), and the
+    compute and the structure key of every function (more than once each) ask for
+    them. Attributes the compute refuses get their code key only."""
     # ints, strings and lists of them: equal reprs are equal values (a list's repr
     # costs a fraction of walking it in Python)
     key = repr(sorted(attrs.items()))
@@ -270,9 +273,15 @@ def _forms(attrs) -> _Forms:
     if found is None:
         if len(_FORMS) >= _FORMS_KEPT:
             _FORMS.clear()
+        if _range_error(attrs):
+            refused = ("refused", tuple(sorted((k, _hashable(v)) for k, v in attrs.items())))
+            found = _FORMS[key] = _Forms(False, False, {}, refused)
+            return found
         high_word = _high_product_form(attrs)
-        found = _FORMS[key] = _Forms(high_word, _clamp_implied(attrs, high_word),
-                                     _per_channel_values(attrs, high_word))
+        clamp_implied = _clamp_implied(attrs, high_word)
+        values = _per_channel_values(attrs, high_word)
+        found = _FORMS[key] = _Forms(high_word, clamp_implied, values,
+                                     _forms_code_key(attrs, high_word, clamp_implied, values))
     return found
 
 
@@ -289,16 +298,18 @@ def _code_key(attrs) -> tuple:
     per-channel constants where they are immediates, only the length of a table (its
     contents are the kernel's arguments), and every other attribute; all of them where
     the compute refuses the values (lengths too: the compute checks them against the
-    channels)."""
-    if _range_error(attrs):
-        return ("refused", tuple(sorted((k, _hashable(v)) for k, v in attrs.items())))
+    channels). Remembered with the forms (:func:`_forms`)."""
+    return _forms(attrs).code_key
+
+
+def _forms_code_key(attrs, high_word: bool, clamp_implied: bool, values: dict) -> tuple:
+    """:func:`_code_key` of accepted ``attrs`` whose forms and constants are these."""
     others = tuple(sorted((k, _hashable(v)) for k, v in attrs.items()
                           if k not in _PER_CHANNEL))
-    forms = _forms(attrs)
-    constants = tuple((name, ("table", len(values)) if _is_table(values) else
-                       ("list", len(values), values[0]) if isinstance(values, list) else values)
-                      for name, values in forms.values.items())
-    return others, constants, forms.high_word, forms.clamp_implied
+    constants = tuple((name, ("table", len(v)) if _is_table(v) else
+                       ("list", len(v), v[0]) if isinstance(v, list) else v)
+                      for name, v in values.items())
+    return others, constants, high_word, clamp_implied
 
 
 requantize.code_key = _code_key

@@ -54,7 +54,11 @@ def code_key_of(op_name: str) -> Callable[[dict[str, Any]], Any] | None:
     declares it (``compute.code_key``, a function of the attributes): a compute that
     passes attribute values to the kernel as tables (``te.constant_tensor``) leaves
     their contents out, so that functions differing only there share one kernel, each
-    with its own tables. None where the code depends on every attribute value."""
+    with its own tables. None where the code depends on every attribute value.
+
+    The key is asked for each function's structure, more than once per compile: a
+    compute whose key walks its attributes in Python remembers it (Requantize keeps it
+    with the forms it decides per attribute values, ``qnn._forms``)."""
     compute = get_op(op_name).te_compute if has_op(op_name) else None
     return getattr(compute, "code_key", None)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..te.tensor import ComputeOp, ConstantOp, Tensor, TensorLoad
+from ..tir import Interval, IntervalAnalysis
 from ..tir.expr import is_int
-from ..tir.simplify import Interval, _Bounds
 
 
 def _dtype_range(dtype: str) -> Interval:
@@ -21,7 +21,7 @@ def _dtype_range(dtype: str) -> Interval:
     return Interval(int(info.min), int(info.max))
 
 
-class _ValueBounds(_Bounds):
+class _ValueBounds(IntervalAnalysis):
     """Interval analysis through tensor reads: a read of a computed tensor takes the
     bound of that tensor's body, a read of a constant (a table, or a scalar folded into
     the code) its data's, any other read (an input) its dtype's."""

@@ -71,12 +71,13 @@ def post_dominators(graph: Graph) -> list[int]:
 
 
 class _Groups:
-    """Union-find over node indices with each group's pattern and size."""
+    """Union-find over node indices with each group's pattern and members (by root;
+    empty for a node that is no longer a root)."""
 
     def __init__(self, kinds: list[FusionKind]):
         self.parent = list(range(len(kinds)))
         self.pattern = list(kinds)
-        self.size = [1] * len(kinds)
+        self.members = [[i] for i in range(len(kinds))]
 
     def find(self, i: int) -> int:
         while self.parent[i] != i:
@@ -92,7 +93,16 @@ class _Groups:
             ra, rb = rb, ra
         self.parent[rb] = ra
         self.pattern[ra] = max(self.pattern[ra], self.pattern[rb])
-        self.size[ra] += self.size[rb]
+        # the shorter list appended to the longer: each node moves O(log n) times
+        kept, moved = self.members[ra], self.members[rb]
+        if len(kept) < len(moved):
+            kept, moved = moved, kept
+        kept.extend(moved)
+        self.members[ra], self.members[rb] = kept, []
+
+    def size(self, i: int) -> int:
+        """The number of nodes in ``i``'s group."""
+        return len(self.members[self.find(i)])
 
     def kind(self, i: int) -> FusionKind:
         return self.pattern[self.find(i)]
@@ -127,7 +137,7 @@ def fusion_groups(graph: Graph) -> list[int]:
         if any(groups.kind(j) > path_max for j in between) or groups.kind(p) > sink_max:
             return
         members = {groups.find(j) for j in between | {i, p}}
-        if sum(groups.size[r] for r in members) > MAX_FUSED_OPS:
+        if sum(groups.size(r) for r in members) > MAX_FUSED_OPS:
             return
         for j in between | {p}:
             groups.union(i, j)
@@ -168,8 +178,7 @@ def _side_chain_of_epilogue(nodes: list[Node], groups: _Groups, i: int, p: int,
     reached first (else the chain is a function of its own writing int32)."""
     if groups.kind(p) != FusionKind.OUT_FUSABLE or kinds[p] > FusionKind.BROADCAST:
         return False
-    root = groups.find(i)
-    return all(_integer(nodes[j]) for j in range(len(nodes)) if groups.find(j) == root)
+    return all(_integer(nodes[j]) for j in groups.members[groups.find(i)])
 
 
 def _function_name(ops: list[str], scope: NameScope) -> str:

@@ -66,7 +66,15 @@ from .passes import (
     vectorize_loops,
 )
 from .printer import expr_to_str, func_to_str, stmt_to_str
-from .simplify import Interval, const_bound, prove, simplify, simplify_stmt, structurally_equal
+from .simplify import (
+    Interval,
+    IntervalAnalysis,
+    const_bound,
+    prove,
+    simplify,
+    simplify_stmt,
+    structurally_equal,
+)
 from .stmt import (
     THREAD_TAGS,
     Allocate,
@@ -89,7 +97,8 @@ __all__ = [
     "Expr",
     "expr_to_str", "ExprFunctor", "fabs", "flatten_buffers", "FloatImm", "floor", "For", "ForKind",
     "free_vars", "func_to_str", "Functor", "guard_load_bounds", "IfThenElse", "INDEX_DTYPE",
-    "inject_virtual_threads", "Interval", "IntImm", "INTRINSICS", "IRBuilder", "lanes_of",
+    "inject_virtual_threads", "Interval", "IntervalAnalysis", "IntImm", "INTRINSICS", "IRBuilder",
+    "lanes_of",
     "log", "logical_and", "logical_or", "lower_pipeline", "maximum", "minimum", "Mutator",
     "Not", "not_equal", "partition_loops", "power", "PrimFunc", "prove", "Ramp",
     "remove_true_guards", "scalar_dtype", "Select", "select", "seq", "SeqStmt", "simplify",

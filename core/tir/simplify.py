@@ -93,18 +93,25 @@ def const_bound(expr: Expr, ranges: Ranges) -> Interval:
         return Interval.point(expr.value)
     if isinstance(expr, Var):
         return ranges.get(expr, UNBOUNDED)
-    return _Bounds(ranges).expr(expr)
+    return IntervalAnalysis(ranges).expr(expr)
 
 
-class _Bounds(ExprFunctor):
-    """Interval analysis of one expression: a rule per node class that bounds it from
-    the bounds of its operands (each distinct node bounded once)."""
+class IntervalAnalysis(ExprFunctor):
+    """Interval analysis of integer expressions: a ``visit_<Class>`` rule per node class
+    bounds a node from the bounds of its operands (:meth:`expr`: each distinct node
+    bounded once, leaves by their value or by ``ranges``); a node of a class with no
+    rule is unbounded (a bool: ``[0, 1]``).
+
+    Public so that a layer above TIR can bound its own expressions: a subclass adds
+    rules for node classes of its own (TE's tensor reads, by what the tensor holds:
+    :mod:`heterocc.compute.value_range`) and may narrow :meth:`expr`'s result."""
 
     def __init__(self, ranges: Ranges):
         self.ranges = ranges
         self.memo: dict[int, tuple[Expr, Interval]] = {}
 
     def expr(self, node: Expr) -> Interval:
+        """The bounds of ``node`` (each distinct node analysed once)."""
         if isinstance(node, IntImm):  # leaves need no memo
             return Interval.point(node.value)
         if isinstance(node, Var):

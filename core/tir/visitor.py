@@ -43,38 +43,58 @@ def rebuild(node, names: tuple[str, ...], values: list):
     return dataclasses.replace(node, **dict(zip(names, values)))
 
 
+#: what :func:`children` yields (a tuple: ``isinstance`` with it is faster than with the
+#: union ``Node``, which the walks ask for every field of every node)
+_NODE_CLASSES = (Expr, Stmt)
+
+
 def children(node) -> Iterator[Node]:
     """The Expr/Stmt children of ``node`` in field order."""
-    for name in field_names(node):
+    return iter(child_list(node))
+
+
+def child_list(node) -> list[Node]:
+    """:func:`children` as a list (the walks' form: no generator per node)."""
+    names = _FIELD_NAMES.get(type(node))
+    if names is None:
+        names = field_names(node)
+    found = []
+    for name in names:
         value = getattr(node, name)
-        if isinstance(value, Expr | Stmt):
-            yield value
+        if isinstance(value, _NODE_CLASSES):
+            found.append(value)
         elif isinstance(value, tuple):
-            yield from (v for v in value if isinstance(v, Expr | Stmt))
+            found.extend([v for v in value if isinstance(v, _NODE_CLASSES)])
+    return found
 
 
 def walk(node: Node, visit: Callable[[Node], None]) -> None:
     """Call ``visit`` on ``node`` and every descendant, parents first; a sub-tree shared
     by several parents (expressions are DAGs) is visited once, at its first place."""
-    for current in _distinct_preorder(node, children):
+    for current in _distinct_preorder(node, child_list):
         visit(current)
 
 
-def _distinct_preorder(root: Node, children_of: Callable[[Node], Iterable[Node]]
+def _distinct_preorder(root: Node, children_of: Callable[[Node], list[Node]]
                        ) -> Iterator[Node]:
-    """``root`` and every node reached through ``children_of``, parents first, each
-    distinct node (by identity) once, at its first place."""
+    """``root`` and every node reached through ``children_of`` (a list, in order),
+    parents first, each distinct node (by identity) once, at its first place."""
     seen: set[int] = set()
     keep: list[Node] = []  # holds every visited node, so no id is reused meanwhile
     stack = [root]
+    pop, push, mark, hold = stack.pop, stack.extend, seen.add, keep.append
     while stack:
-        current = stack.pop()
-        if id(current) in seen:
+        current = pop()
+        key = id(current)
+        if key in seen:
             continue
-        seen.add(id(current))
-        keep.append(current)
+        mark(key)
+        hold(current)
         yield current
-        stack.extend(reversed(list(children_of(current))))
+        found = children_of(current)
+        if found:
+            found.reverse()
+            push(found)
 
 
 def collect(node: Node, predicate: Callable[[Node], bool]) -> list[Node]:
@@ -91,7 +111,7 @@ def collect_statements(stmt: Stmt, predicate: Callable[[Stmt], bool]) -> list[St
     walking the expressions (which hold no statements; they are most of a lowered
     function's nodes)."""
     def child_statements(node: Node) -> list[Node]:
-        return [c for c in children(node) if isinstance(c, Stmt)]
+        return [c for c in child_list(node) if isinstance(c, Stmt)]
 
     return [s for s in _distinct_preorder(stmt, child_statements) if predicate(s)]
 
@@ -192,7 +212,7 @@ class _Substituter(Mutator):
             found = node in self.mapping
         else:
             found = False
-            for child in children(node):
+            for child in child_list(node):
                 if self._uses(child):
                     found = True
                     break

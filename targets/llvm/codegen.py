@@ -24,7 +24,7 @@ from heterocc.tir import expr as tx
 from heterocc.tir import stmt as ts
 from heterocc.tir.functor import ExprFunctor, StmtEmitter
 from heterocc.tir.simplify import structural_key
-from heterocc.tir.visitor import children
+from heterocc.tir.visitor import child_list
 
 from .int8_dot import DOT4_CALL, emit_dot4_call
 from .int8_product import emit_shifted_product, even_odd_products, shifted_product_operands
@@ -117,11 +117,12 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
                                 source_etype=storage_type(buffer.dtype))
 
     def _broadcast(self, value: ir.Value, lanes: int) -> ir.Value:
+        constant = self.codegen.constant
         vector_type = ir.VectorType(value.type, lanes)
-        one = self.builder.insert_element(ir.Constant(vector_type, ir.Undefined), value,
-                                          ir.Constant(I32, 0))
-        mask = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
-        return self.builder.shuffle_vector(one, ir.Constant(vector_type, ir.Undefined), mask)
+        undefined = constant(vector_type, ir.Undefined)
+        one = self.builder.insert_element(undefined, value, constant(I32, 0))
+        mask = constant(ir.VectorType(I32, lanes), [0] * lanes)
+        return self.builder.shuffle_vector(one, undefined, mask)
 
     def _lanes_apply(self, dtype: str, operands: list[ir.Value],
                      scalar_op: Callable[..., ir.Value]) -> ir.Value:
@@ -194,7 +195,7 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         self.builder.position_at_end(loop_body)
         self.vars[var] = index
         self._in_region(body)
-        step = self.builder.add(index, ir.Constant(I64, 1), flags=["nsw"])
+        step = self.builder.add(index, self.codegen.constant(I64, 1), flags=["nsw"])
         index.add_incoming(step, self.builder.block)
         latch = self.builder.branch(header)
         if unroll:
@@ -337,14 +338,14 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         hit = self._reads.get(id(node))
         if hit is None:
             hit = self._reads[id(node)] = (node, any(
-                self._reads_memory(child) for child in children(node)))
+                self._reads_memory(child) for child in child_list(node)))
         return hit[1]
 
     def visit_IntImm(self, node: tx.IntImm) -> ir.Value:
-        return ir.Constant(scalar_type(node.dtype), node.value)
+        return self.codegen.constant(scalar_type(node.dtype), node.value)
 
     def visit_FloatImm(self, node: tx.FloatImm) -> ir.Value:
-        return ir.Constant(scalar_type(node.dtype), node.value)
+        return self.codegen.constant(scalar_type(node.dtype), node.value)
 
     def visit_Var(self, node: tx.Var) -> ir.Value:
         try:
@@ -356,7 +357,7 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         base = self._broadcast(self.expr(node.base), node.lanes)
         stride = self._broadcast(self.expr(node.stride), node.lanes)
         element = scalar_type(node.base.dtype)
-        steps = ir.Constant(ir.VectorType(element, node.lanes), list(range(node.lanes)))
+        steps = self.codegen.constant(ir.VectorType(element, node.lanes), list(range(node.lanes)))
         return self.builder.add(base, self.builder.mul(stride, steps))
 
     def visit_Broadcast(self, node: tx.Broadcast) -> ir.Value:
@@ -685,6 +686,23 @@ def _guarded_vector_load(node: tx.Select) -> tx.BufferLoad | None:
     return load if isinstance(value, tx.IntImm) and value.value == 0 else None
 
 
+def _constant_key(value) -> object:
+    """A key of an ``ir.Constant`` value that tells apart what prints differently (floats
+    by their bits: ``-0.0`` from ``0.0``; ``True`` from ``1``; lists lane by lane), or
+    None for a value of another kind (not remembered)."""
+    kind = type(value)
+    if kind is int or kind is bool:
+        return kind, value
+    if kind is float:
+        return kind, value.hex()
+    if value is None or value is ir.Undefined:
+        return value
+    if kind is list:
+        keys = tuple(_constant_key(v) for v in value)
+        return None if None in keys else keys
+    return None
+
+
 #: the text of a loop ID placeholder (see :meth:`CodeGenLLVM.full_unroll_id`)
 _UNROLL_PLACEHOLDER = "heterocc.unroll.full."
 
@@ -707,6 +725,20 @@ class CodeGenLLVM:
         self.features = frozenset(features)
         self.arch = arch
         self._counter = itertools.count()
+        self._constants: dict[tuple, ir.Constant] = {}
+
+    def constant(self, ty: ir.Type, value) -> ir.Constant:
+        """``ir.Constant(ty, value)``, made once per module for each type and value (a
+        constant has no place in the IR, so one object serves every use; making them
+        anew, vectors lane by lane, was a tenth of the IR emission)."""
+        value_key = _constant_key(value)
+        if value_key is None and value is not None:
+            return ir.Constant(ty, value)
+        key = (ty, value_key)
+        found = self._constants.get(key)
+        if found is None:
+            found = self._constants[key] = ir.Constant(ty, value)
+        return found
 
     def fresh_name(self, prefix: str) -> str:
         return f"{prefix}{next(self._counter)}"

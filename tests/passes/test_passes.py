@@ -285,6 +285,23 @@ def test_fusion_follows_the_rules(rng):
     _same_results(g, fused, [x])
 
 
+def test_fusion_groups_keep_their_members():
+    """The union-find behind fusion keeps each group's members (the side-chain rule reads
+    them instead of scanning every node): after any unions, a root's members are exactly
+    the nodes whose root it is, and its size their count."""
+    from heterocc.ops import FusionKind
+    from heterocc.passes.fuse_ops import _Groups
+
+    groups = _Groups([FusionKind.ELEMWISE] * 12)
+    for a, b in [(3, 4), (5, 4), (0, 11), (4, 11), (7, 8), (8, 8), (9, 7)]:
+        groups.union(a, b)
+    for i in range(12):
+        root = groups.find(i)
+        assert sorted(groups.members[root]) == [j for j in range(12) if groups.find(j) == root]
+        assert groups.size(i) == len(groups.members[root])
+    assert sum(len(m) for m in groups.members) == 12  # non-roots hold none
+
+
 def test_opaque_ops_stand_alone(rng):
     nodes = [helper.make_node("Relu", ["x"], ["r"]),
              helper.make_node("TopK", ["r", "k"], ["v", "i"]),

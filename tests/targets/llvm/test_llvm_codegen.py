@@ -545,3 +545,22 @@ def test_statements_of_a_region_share_index_arithmetic_where_it_dominates():
     expected[:, 3], expected[:, 4], expected[:, 9] = a[:, 3] * 2, a[:, 4] * 3, a[:, 8] * 6
     expected[:4, 8] = a[:4, 8] * 5
     np.testing.assert_array_equal(b, expected)
+
+
+def test_a_module_makes_each_constant_once_and_tells_apart_what_prints_differently():
+    """CodeGenLLVM.constant shares one object per type and value within a module, but
+    never across values that print differently (-0.0 and 0.0, lists by lane)."""
+    from llvmlite import ir
+
+    from heterocc.targets.llvm.codegen import CodeGenLLVM
+
+    codegen = CodeGenLLVM()
+    f32, i32 = ir.FloatType(), ir.IntType(32)
+    assert codegen.constant(i32, 3) is codegen.constant(i32, 3)
+    assert codegen.constant(i32, 3) is not codegen.constant(ir.IntType(64), 3)
+    assert str(codegen.constant(f32, -0.0)) != str(codegen.constant(f32, 0.0))
+    lanes = ir.VectorType(i32, 4)
+    assert codegen.constant(lanes, [0, 1, 2, 3]) is codegen.constant(lanes, [0, 1, 2, 3])
+    assert str(codegen.constant(lanes, [0, 1, 2, 3])) != str(codegen.constant(lanes, [3, 2, 1, 0]))
+    assert codegen.constant(lanes, ir.Undefined) is codegen.constant(lanes, ir.Undefined)
+    assert CodeGenLLVM().constant(i32, 3) is not codegen.constant(i32, 3)  # per module
