@@ -376,14 +376,6 @@ class _Lowerer:
         for buffer in reversed(buffers):
             loop_body = Allocate(buffer, loop_body)
         kind, tag = stage.loop_kinds.get(iv, (ForKind.SERIAL, None))
-        if (not with_children and kind is ForKind.SERIAL and position == len(leafs) - 1
-                and _inside_tensorized(stage, iv)):
-            # a tensorized reduction's init: its innermost loop, which the intrinsic
-            # covers in the update (so no schedule annotates it), stores the identity as
-            # one vector; LLVM formed the same store from a loop per tile row, each
-            # vectorized and unrolled (MobileNetV2 int8: 13% of LLVM's time, the same
-            # machine code)
-            kind = ForKind.VECTORIZED
         return For(iv.var, tx.IntImm(0), tx.IntImm(extent), kind, loop_body, tag)
 
     def _tensorize(self, stage: Stage, nest: _LoopNest, body: tx.Expr, iv: IterVar,
@@ -522,16 +514,6 @@ class _Lowerer:
         if extent >= shape:
             return tx.IntImm(0), shape
         return low, max(extent, 1)
-
-
-def _inside_tensorized(stage: Stage, iv: IterVar) -> bool:
-    """Whether ``iv`` is one of the loops a tensorize of ``stage`` replaces (at or inside
-    its tensorize point)."""
-    if not stage.tensorized:
-        return False
-    leafs = stage.leaf_iter_vars
-    return iv in leafs and any(leafs.index(point) <= leafs.index(iv)
-                               for point in stage.tensorized if point in leafs)
 
 
 def lower(schedule: Schedule, args: list[Tensor], name: str = "main",
