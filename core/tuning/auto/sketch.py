@@ -341,11 +341,11 @@ class Sketch:
         where it is narrower than one vector), and the innermost tiles of the other
         axes, drawn in random order, each among the sizes whose accumulators (the
         tile's vectors times its rows) still fit the vector registers but
-        :data:`OPERAND_REGISTERS`, with an unroll limit that unrolls the whole tile. Each
-        tile is drawn by its innermost size first, then its outer levels. Drawn uniformly, almost every point's tile is partial vectors
-        (1 in 35 of a 16-lane channel block's tiles is one whole vector) or spills its
-        accumulators, and the first measurements teach the cost model only that such
-        code is slow."""
+        :data:`OPERAND_REGISTERS`, with an unroll limit that unrolls the whole tile.
+        Each tile is drawn by its innermost size first, then its outer levels. Drawn
+        uniformly, almost every point's tile is partial vectors (1 in 35 of a 16-lane
+        channel block's tiles is one whole vector) or spills its accumulators, and the
+        first measurements teach the cost model only that such code is slow."""
         lanes = self.hints.vector_lanes
         values: dict = {}
         for knob in self.space.knobs:
