@@ -241,13 +241,10 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
     key = tuning_key(target)
     tuning = tuning_of(target)
     options = MeasureOptions(repeat=3, timeout_s=15, target=key)
-    curve: list[tuple[int, int, float]] = []
     start = time.perf_counter()
     deadline = math.inf if minutes is None else start + 60 * minutes
 
     def progress(scheduler: TaskScheduler) -> None:
-        found = [s.weighted_cost for s in scheduler.states if math.isfinite(s.weighted_cost)]
-        curve.append((scheduler.spent, len(found), sum(found)))
         if time.perf_counter() > deadline:  # out of time: this batch is the last
             scheduler.trials = min(scheduler.trials, scheduler.spent)
 
@@ -260,11 +257,37 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
                 tasks, tuners, pool, budget, log, batch_size=batch_size,
                 first=first_configs(tasks, tuning),
                 callback=progress)
+            resumed = scheduler.spent
             scheduler.run()
             searched_s = time.perf_counter() - start
             measure_hand_schedules(tasks, pool, log, baseline=tuning.baseline)
+    curve, errors, log_s = _log_curve(log_path, tasks)
     return {"tasks": len(tasks), "trials": scheduler.spent, "search_s": searched_s,
-            "total_s": time.perf_counter() - start, "curve": curve}
+            "resumed": resumed, "total_s": time.perf_counter() - start, "curve": curve,
+            "errors": errors, "log_s": log_s}
+
+
+def _log_curve(log_path: str, tasks) -> tuple[list[tuple[int, int, float]], dict, float]:
+    """The search's progress as its log holds it (a resumed run's earlier trials too):
+    after each trial, the tasks with a working point and the sum of their best costs x
+    weights; the failed trials by kind; seconds from its first to its last trial."""
+    weights = {task.workload_key: task.weight for task in tasks}
+    best: dict[str, float] = {}
+    curve: list[tuple[int, int, float]] = []
+    errors: dict[str, int] = {}
+    times = []
+    for record in read_records(log_path):
+        if record.workload_key not in weights or record.tuner in (PAIRED, BASELINE):
+            continue
+        times.append(record.timestamp)
+        if record.ok:
+            best[record.workload_key] = min(best.get(record.workload_key, math.inf),
+                                            record.cost)
+        else:
+            errors[record.error] = errors.get(record.error, 0) + 1
+        curve.append((len(curve) + 1, len(best),
+                      sum(weights[key] * cost for key, cost in best.items())))
+    return curve, errors, (max(times) - min(times)) if times else 0.0
 
 
 def _trend(curve: list[tuple[int, int, float]], budget: int) -> str:
@@ -367,10 +390,13 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
         found = _search_model(path, rules, budget, batch_size, workers, logs[search],
                               minutes if search == "from scratch" else None)
         budget = found["trials"]
+        ran = found["trials"] - found["resumed"]
         print(f"search {search} (--schedule-rules {rules}): {found['tasks']} tasks, "
-              f"{found['trials']} trials in {found['search_s']:.0f} s "
-              f"({found['search_s'] / max(found['trials'], 1):.2f} s per trial), "
-              f"{found['total_s']:.0f} s with the baselines timed; load average "
+              f"{found['trials']} trials ({found['resumed']} resumed from the log; its "
+              f"trials span {found['log_s']:.0f} s, "
+              f"{found['log_s'] / max(found['trials'], 1):.2f} s per trial), this run "
+              f"{ran} in {found['search_s']:.0f} s, {found['total_s']:.0f} s with the "
+              f"baselines timed; failed trials {found['errors'] or 'none'}; load average "
               f"{os.getloadavg()[0]:.2f}", flush=True)
         print(f"  by trials: {_trend(found['curve'], found['trials'])}", flush=True)
         print(f"  {_against_baselines(logs[search])}", flush=True)
