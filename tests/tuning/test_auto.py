@@ -399,8 +399,9 @@ def test_the_search_learns_and_proposes_unmeasured_points():
     task = Task("auto.matmul", (16, 16, 16, "float32"))
     tuner = EvolutionaryTuner(task, seed=0, initial=4, population=8, generations=2)
     configs = tuner.next_batch(4)
-    # a made-up cost: faster with wider innermost tiles (the model must learn it)
-    tuner.update(configs, [1.0 / (1 + c["a0.tile.s1"][-1]) for c in configs])
+    # a made-up cost: faster with taller register tiles (the model must learn it; the
+    # first points are all one vector wide, the sampling rules' whole vectors)
+    tuner.update(configs, [1.0 / (1 + c["a0.tile.s0"][-1] + c["a0.unroll"]) for c in configs])
     assert tuner.model.trained
     batch = tuner.next_batch(4)
     assert len(batch) == 4 and not {c.index for c in batch} & {c.index for c in configs}
