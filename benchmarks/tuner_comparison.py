@@ -15,7 +15,7 @@ timing noise moves the 95% line a little): ``matmul`` (fp32 1024^3, the issue's 
         [--budget 64]
     python benchmarks/tuner_comparison.py --searches --model resnet18 [--budget 96]
     python benchmarks/tuner_comparison.py --rules --model resnet18 [--budget 1000]
-        [--workers 1] [--rounds 3] [--search-minutes 18]
+        [--workers 1] [--rounds 3] [--search-minutes 18] [--log-dir DIR] [--scratch-only]
 
 With ``--searches`` on a task, both searches tune the same workload (the template's
 ``matmul`` / ``conv2d_nchwc`` and its ``auto.`` twin) for ``--budget`` trials, each
@@ -211,6 +211,8 @@ def _rules_model(name: str, folder: str) -> tuple[str, str]:
     from heterocc import models
 
     path = os.path.join(folder, f"{name}.onnx")
+    if os.path.exists(path):  # a resumed run: the model its logs were tuned on
+        return path, f"{path}, kept from an earlier run"
     try:
         from zoo import export  # the zoo benchmark beside this script
         skipped = export(name, path)
@@ -239,13 +241,10 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
     key = tuning_key(target)
     tuning = tuning_of(target)
     options = MeasureOptions(repeat=3, timeout_s=15, target=key)
-    curve: list[tuple[int, int, float]] = []
     start = time.perf_counter()
     deadline = math.inf if minutes is None else start + 60 * minutes
 
     def progress(scheduler: TaskScheduler) -> None:
-        found = [s.weighted_cost for s in scheduler.states if math.isfinite(s.weighted_cost)]
-        curve.append((scheduler.spent, len(found), sum(found)))
         if time.perf_counter() > deadline:  # out of time: this batch is the last
             scheduler.trials = min(scheduler.trials, scheduler.spent)
 
@@ -258,11 +257,37 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
                 tasks, tuners, pool, budget, log, batch_size=batch_size,
                 first=first_configs(tasks, tuning),
                 callback=progress)
+            resumed = scheduler.spent
             scheduler.run()
             searched_s = time.perf_counter() - start
             measure_hand_schedules(tasks, pool, log, baseline=tuning.baseline)
+    curve, errors, log_s = _log_curve(log_path, tasks)
     return {"tasks": len(tasks), "trials": scheduler.spent, "search_s": searched_s,
-            "total_s": time.perf_counter() - start, "curve": curve}
+            "resumed": resumed, "total_s": time.perf_counter() - start, "curve": curve,
+            "errors": errors, "log_s": log_s}
+
+
+def _log_curve(log_path: str, tasks) -> tuple[list[tuple[int, int, float]], dict, float]:
+    """The search's progress as its log holds it (a resumed run's earlier trials too):
+    after each trial, the tasks with a working point and the sum of their best costs x
+    weights; the failed trials by kind; seconds from its first to its last trial."""
+    weights = {task.workload_key: task.weight for task in tasks}
+    best: dict[str, float] = {}
+    curve: list[tuple[int, int, float]] = []
+    errors: dict[str, int] = {}
+    times = []
+    for record in read_records(log_path):
+        if record.workload_key not in weights or record.tuner in (PAIRED, BASELINE):
+            continue
+        times.append(record.timestamp)
+        if record.ok:
+            best[record.workload_key] = min(best.get(record.workload_key, math.inf),
+                                            record.cost)
+        else:
+            errors[record.error] = errors.get(record.error, 0) + 1
+        curve.append((len(curve) + 1, len(best),
+                      sum(weights[key] * cost for key, cost in best.items())))
+    return curve, errors, (max(times) - min(times)) if times else 0.0
 
 
 def _trend(curve: list[tuple[int, int, float]], budget: int) -> str:
@@ -315,29 +340,63 @@ def _timed_rounds(engines: dict, rounds: int, block: int) -> dict[str, list[floa
     return samples
 
 
+def _profile_gaps(models: dict, feed: dict, rounds: int, shown: int = 12) -> None:
+    """Per function, its time under the hand rules and tuned from scratch (profiled in
+    alternating rounds), the functions with the largest gap first: where the search from
+    scratch falls short."""
+    names = list(models)
+    for model in models.values():
+        model.enable_profiling()
+    for _ in range(rounds):
+        for model in models.values():
+            model.run(feed)
+    per_call = {key: {e.node: (e.seconds / max(e.calls, 1), e.op)
+                      for e in model.profile_entries()} for key, model in models.items()}
+    hand, scratch = (per_call[key] for key in names)
+    rows = sorted(((scratch.get(node, (math.nan,))[0] - seconds, node, seconds, op)
+                   for node, (seconds, op) in hand.items()), reverse=True)
+    total = {key: sum(seconds for seconds, _ in found.values())
+             for key, found in per_call.items()}
+    print(f"  per function ({rounds} profiled runs each; totals: "
+          + ", ".join(f"{key} {seconds * 1e3:.2f} ms" for key, seconds in total.items())
+          + "), largest gaps first:")
+    for gap, _node, seconds, op in rows[:shown]:
+        print(f"    {op[:44]:<44} {names[0]} {seconds * 1e3:8.3f} ms, {names[1]} "
+              f"{(seconds + gap) * 1e3:8.3f} ms, gap {gap * 1e3:+8.3f} ms")
+
+
 def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int,
-                           rounds: int, block: int, minutes: float | None = None) -> None:
-    """Hand rules vs the search from scratch vs the search from hand on one model."""
+                           rounds: int, block: int, minutes: float | None = None,
+                           log_dir: str | None = None, from_hand: bool = True) -> None:
+    """Hand rules vs the search from scratch vs the search from hand on one model.
+    ``log_dir``: where the searches' logs are kept (resumed when there already: a
+    killed run goes on where it stopped); ``from_hand`` False: the search from scratch
+    only."""
     import onnxruntime as ort
 
     import heterocc
 
-    folder = tempfile.mkdtemp()
+    folder = log_dir or tempfile.mkdtemp()
+    os.makedirs(folder, exist_ok=True)
     path, source = _rules_model(name, folder)
     print(f"{name}: {source}; budget {budget} trials per search, {workers} measuring "
-          f"worker(s); load average {os.getloadavg()[0]:.2f}", flush=True)
+          f"worker(s); logs in {folder}; load average {os.getloadavg()[0]:.2f}", flush=True)
     logs = {}
-    for search, rules in (("from scratch", "none"), ("from hand", "hand")):
-        logs[search] = os.path.join(folder, f"{rules}.jsonl")
+    searches = (("from scratch", "none"), ("from hand", "hand"))[:2 if from_hand else 1]
+    for search, rules in searches:
+        logs[search] = os.path.join(folder, f"{name}_{rules}.jsonl")
         # equal trials: the search from hand gets what the one from scratch spent (all
         # of the budget unless --search-minutes stopped it), without a time limit
         found = _search_model(path, rules, budget, batch_size, workers, logs[search],
                               minutes if search == "from scratch" else None)
         budget = found["trials"]
+        ran = found["trials"] - found["resumed"]
         print(f"search {search} (--schedule-rules {rules}): {found['tasks']} tasks, "
-              f"{found['trials']} trials in {found['search_s']:.0f} s "
-              f"({found['search_s'] / max(found['trials'], 1):.2f} s per trial), "
-              f"{found['total_s']:.0f} s with the baselines timed; load average "
+              f"{found['trials']} trials ({found['resumed']} resumed from the log; its "
+              f"trials span {found['log_s']:.0f} s, "
+              f"{found['log_s'] / max(found['trials'], 1):.2f} s per trial), this run "
+              f"{ran} in {found['search_s']:.0f} s, {found['total_s']:.0f} s with the "
+              f"baselines timed; failed trials {found['errors'] or 'none'}; load average "
               f"{os.getloadavg()[0]:.2f}", flush=True)
         print(f"  by trials: {_trend(found['curve'], found['trials'])}", flush=True)
         print(f"  {_against_baselines(logs[search])}", flush=True)
@@ -353,9 +412,10 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
         "rules off, untuned": heterocc.compile(path, target="llvm", schedule_rules="none"),
         "from scratch, tuned": heterocc.compile(
             path, target="llvm", schedule_rules="none", tuning_log=logs["from scratch"]),
-        "from hand, tuned": heterocc.compile(
-            path, target="llvm", tuning_log=logs["from hand"]),
     }
+    if "from hand" in logs:
+        compiled["from hand, tuned"] = heterocc.compile(path, target="llvm",
+                                                        tuning_log=logs["from hand"])
     for key, model in compiled.items():
         error = float(np.max(np.abs(model.run(feed)[0] - expected)))
         print(f"  {key}: max |difference| from ORT {error:.2g}", flush=True)
@@ -370,6 +430,8 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
     for key, median in medians.items():
         print(f"  {key:<28} {median * 1e3:9.2f} {len(samples[key]):5d} "
               f"{hand / median:13.2f}x {median / theirs:6.2f}x")
+    _profile_gaps({"hand": compiled["hand rules"], "scratch": compiled["from scratch, tuned"]},
+                  feed, rounds * block)
 
 
 def main() -> None:
@@ -395,13 +457,21 @@ def main() -> None:
                              "(the trials done are printed)")
     parser.add_argument("--block", type=int, default=5,
                         help="with --rules: timed calls per engine and round")
+    parser.add_argument("--log-dir",
+                        help="with --rules: keep the searches' logs here (MODEL_none.jsonl, "
+                             "MODEL_hand.jsonl) and resume them: run the command again after "
+                             "a kill and it goes on where it stopped")
+    parser.add_argument("--scratch-only", action="store_true",
+                        help="with --rules: the search from scratch only (no search from "
+                             "the hand rules)")
     args = parser.parse_args()
     if args.rules:
         if not args.model:
             parser.error("--rules compares on a model: give --model resnet18 or mobilenet_v2")
         print(describe("llvm"))
         compare_rules_on_model(args.model, args.budget, args.batch_size, args.workers,
-                               args.rounds, args.block, args.search_minutes)
+                               args.rounds, args.block, args.search_minutes, args.log_dir,
+                               from_hand=not args.scratch_only)
         return
     if args.searches:
         print(describe("llvm"))

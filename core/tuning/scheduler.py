@@ -12,6 +12,9 @@ trials and ``forward`` an optimistic guess that the next trials gain as much as 
 trials did on average so far (``best / trials``). A task whose best has not improved for
 ``early_stop`` trials, or whose space is exhausted, gets no more.
 
+The next batch is proposed (its candidates scored by the cost model) while the last one
+is measured, for another task (:meth:`TaskScheduler.run`).
+
 A pool that exposes its ``options`` measures each candidate of a timed task under its
 :func:`~.measure.candidate_limits` as the candidate starts: candidates far slower than
 the task's best so far are timed by one call, and the time-out follows what the task's
@@ -20,8 +23,10 @@ candidates take.
 
 from __future__ import annotations
 
+import contextvars
 import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .measure import MeasureResult, candidate_limits
@@ -97,9 +102,10 @@ class TaskScheduler:
         forward = best / len(history)
         return state.task.weight * (self.alpha * backward + (1 - self.alpha) * forward)
 
-    def next_state(self) -> TaskState | None:
-        """The task that gets the next batch (None when every task is done)."""
-        live = [s for s in self.states if not s.done]
+    def next_state(self, busy: TaskState | None = None) -> TaskState | None:
+        """The task that gets the next batch (None when every task is done); ``busy``:
+        a task whose batch is being measured, which waits for its results."""
+        live = [s for s in self.states if not s.done and s is not busy]
         if not live:
             return None
         untried = [s for s in live if s.progress.trials == 0]
@@ -110,15 +116,48 @@ class TaskScheduler:
     # ------------------------------------------------------------------ running
 
     def run(self) -> list[TaskState]:
-        """Measure until the budget is spent or every task is done; returns the states."""
-        while self.spent < self.trials:
-            state = self.next_state()
-            if state is None:
-                break
-            self._round(state, min(self.batch_size, self.trials - self.spent))
+        """Measure until the budget is spent or every task is done; returns the states.
+
+        The next batch is proposed while the last one is measured (in a thread of this
+        process; the candidates build and run in the pool's workers): a model-guided
+        proposal scores a hundred candidates or more, about as long as measuring a
+        batch takes, and the two overlapped spend each trial's time once. The proposal
+        goes to another task than the one being measured (that one waits for its
+        results), chosen on the results in so far, and its tuner's cost model has not
+        yet learnt from the batch in flight: one batch behind, as Ansor's measurements
+        are."""
+        flight: tuple[TaskState, list[Config], Future] | None = None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="measure") as measuring:
+            while True:
+                state, batch = self._proposal(flight)
+                if flight is not None:
+                    self._finish(*flight)
+                if not batch:
+                    if flight is None:
+                        break
+                    flight = None  # its results may free a task or the budget
+                    continue
+                run = contextvars.copy_context().run  # the tuning context, in the thread
+                flight = (state, batch, measuring.submit(run, self._measure, state, batch))
         return self.states
 
-    def _round(self, state: TaskState, size: int) -> None:
+    def _proposal(self, flight) -> tuple[TaskState | None, list[Config]]:
+        """The next task and its batch, the budget of the batch in ``flight`` held back;
+        no batch when the budget is spent or no other task can take one now."""
+        busy, holding = (flight[0], len(flight[1])) if flight is not None else (None, 0)
+        while True:
+            left = self.trials - self.spent - holding
+            state = self.next_state(busy) if left > 0 else None
+            if state is None:
+                return None, []
+            batch = self._batch(state, min(self.batch_size, left))
+            if batch:
+                return state, batch
+            state.done = True
+
+    def _batch(self, state: TaskState, size: int) -> list[Config]:
+        """The task's configs to measure first (``first``) not yet measured, then its
+        tuner's proposals, ``size`` in all."""
         tuner, task = state.tuner, state.task
         queued = [c for c in dict.fromkeys(self.first.get(task.workload_key, ()))
                   if c.index not in tuner.visited]
@@ -127,9 +166,12 @@ class TaskScheduler:
             tuner.visited.update(c.index for c in batch)
         if len(batch) < size and tuner.has_next():
             batch += tuner.next_batch(size - len(batch))
-        if not batch:
-            state.done = True
-            return
+        return batch
+
+    def _measure(self, state: TaskState, batch: list[Config]) -> list[MeasureResult]:
+        """Measure ``batch`` of ``state``'s task through the pool, logging and accounting
+        each result as it arrives."""
+        tuner, task = state.tuner, state.task
 
         def arrived(config: Config, result: MeasureResult) -> None:
             if self.log is not None:
@@ -147,15 +189,19 @@ class TaskScheduler:
 
         options = getattr(self.pool, "options", None)
         if options is None or task.definition.cost_unit != SECONDS:  # modelled: no limits
-            results = self.pool.measure_batch(task, batch, arrived)
-        else:
-            def limits():  # as each candidate starts: the batch's earlier ones count
-                return candidate_limits(options, state.progress.best_cost, state.slowest_s,
-                                        task.flops)
+            return self.pool.measure_batch(task, batch, arrived)
 
-            results = self.pool.measure_batch(task, batch, arrived, options=limits)
-        tuner.update(batch, [r.cost for r in results])
+        def limits():  # as each candidate starts: the batch's earlier ones count
+            return candidate_limits(options, state.progress.best_cost, state.slowest_s,
+                                    task.flops)
+
+        return self.pool.measure_batch(task, batch, arrived, options=limits)
+
+    def _finish(self, state: TaskState, batch: list[Config], measured: Future) -> None:
+        """Wait for the batch's results and teach the task's tuner."""
+        results = measured.result()
+        state.tuner.update(batch, [r.cost for r in results])
         if self.early_stop is not None and state.stalled >= self.early_stop:
             state.done = True
-        if not tuner.has_next():
+        if not state.tuner.has_next():
             state.done = True

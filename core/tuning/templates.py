@@ -59,6 +59,10 @@ class Template:
     #: to the space after it was written (each given the option the schedule took
     #: without it), so that an older log still applies; None: records name every knob
     upgrade: Callable[[tuple, dict], dict] | None = None
+    #: ``sample(args, rng)``: a random point by knob values, drawn by the space's own
+    #: sampling rules (an auto template's sketch: annotated, register tiles that fit the
+    #: CPU); None: a search draws every knob uniformly
+    sample: Callable[[tuple, np.random.Generator], dict] | None = None
 
     def default_config(self, args: tuple) -> Config:
         """The config matching the target's hand-written schedule."""

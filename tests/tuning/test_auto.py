@@ -15,9 +15,10 @@ from heterocc.targets.llvm.cpu import active_cpu
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import matmul, pack_matmuls
 from heterocc.targets.llvm.tuning import matmul_panel, schedule_matmul_tuned
+from heterocc.targets.llvm.tuning.common import search_hints
 from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.auto import EvolutionaryTuner, SearchHints, Sketch, tile_options
-from heterocc.tuning.auto.sketch import PARALLEL_ONLY_WORK, register_rows
+from heterocc.tuning.auto.sketch import OPERAND_REGISTERS, PARALLEL_ONLY_WORK, register_rows
 from heterocc.tuning.measure import MeasureOptions, measure_in_process
 from heterocc.tuning.records import MeasureRecord, RecordLog
 from heterocc.tuning.task import Task
@@ -398,8 +399,9 @@ def test_the_search_learns_and_proposes_unmeasured_points():
     task = Task("auto.matmul", (16, 16, 16, "float32"))
     tuner = EvolutionaryTuner(task, seed=0, initial=4, population=8, generations=2)
     configs = tuner.next_batch(4)
-    # a made-up cost: faster with wider innermost tiles (the model must learn it)
-    tuner.update(configs, [1.0 / (1 + c["a0.tile.s1"][-1]) for c in configs])
+    # a made-up cost: faster with taller register tiles (the model must learn it; the
+    # first points are all one vector wide, the sampling rules' whole vectors)
+    tuner.update(configs, [1.0 / (1 + c["a0.tile.s0"][-1] + c["a0.unroll"]) for c in configs])
     assert tuner.model.trained
     batch = tuner.next_batch(4)
     assert len(batch) == 4 and not {c.index for c in batch} & {c.index for c in configs}
@@ -660,3 +662,50 @@ def test_auto_records_are_read_back_by_their_values_not_their_index():
     assert context.lookup(task.workload_key).index == config.index
     assert context.floor_cost(task.workload_key, config.index) == 0.5
     assert context.floor_cost(task.workload_key, config.index + 1) is None
+
+
+@pytest.mark.parametrize("hints", [HINTS, SearchHints(vector_lanes=4, registers=32, cores=2)])
+def test_sampled_points_fill_the_registers_with_whole_vectors(hints):
+    # the search from scratch draws its first points by the sampling rules: register
+    # tiles of whole vectors whose accumulators fit the CPU's registers, unrolled whole
+    _, outputs = _matmul_epilogue()
+    sketch = Sketch(outputs, hints)
+    rng = np.random.default_rng(0)
+    options = {knob.name: knob.options for knob in sketch.space.knobs}
+    tiles = set()
+    for _ in range(64):
+        values = sketch.sample_values(rng)
+        assert all(values[name] in options[name] for name in options)
+        assert values["a0.parallel"] is True and values["a0.vectorize"] is True
+        rows, columns = values["a0.tile.s0"][-1], values["a0.tile.s1"][-1]
+        assert columns % hints.vector_lanes == 0
+        assert rows * columns // hints.vector_lanes <= hints.registers - OPERAND_REGISTERS
+        assert values["a0.unroll"] >= rows
+        tiles.add((values["a0.tile.s0"], values["a0.tile.s1"]))
+    assert len(tiles) > 8  # still random: tiles of several shapes and outer levels
+
+
+def test_sampled_points_of_a_channel_block_take_the_whole_block():
+    # a blocked convolution's last axis is a channel block of fewer lanes than a
+    # vector: the tile takes it whole, the other accumulators from the outer axes
+    task = Task("auto.conv2d_nchwc", (1, 2, 8, 8, 4, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1,
+                                      "float32"))
+    hints = search_hints("float32", active_cpu())
+    rng = np.random.default_rng(1)
+    for _ in range(32):
+        values = task.definition.sample(task.args, rng)
+        inner = [values[f"a0.tile.s{axis}"][-1] for axis in range(5)]
+        assert inner[-1] == 4  # narrower than a vector of any CPU it runs on
+        assert math.prod(inner[:-1]) <= hints.registers - OPERAND_REGISTERS
+
+
+def test_the_search_from_scratch_starts_from_sampled_points_and_explores_uniformly():
+    task = Task("auto.matmul", (256, 64, 64, "float32"))
+    tuner = EvolutionaryTuner(task, seed=0)
+    first = [config.to_json() for config in tuner.next_batch(8)]
+    widths = {tuple(point["a0.tile.s1"]) for point in first}
+    assert all(width[-1] % 4 == 0 for width in widths)  # whole vectors on any x86/NEON CPU
+    # exploration points stay uniform: they reach partial vectors too
+    explored = {tuner.space.get(tuner.random_index()).to_json()["a0.tile.s1"][-1]
+                for _ in range(64)}
+    assert any(width % 4 for width in explored)

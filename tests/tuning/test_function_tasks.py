@@ -102,9 +102,23 @@ def _reduce_model(rng):
         {"axes": np.array([1], np.int64)})
 
 
+def _max_pool_model(rng):
+    return make_model(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                          pads=[1, 1, 1, 1])],
+        [("x", "float32", [1, 16, 9, 9])], [("y", "float32", None)], {})
+
+
+def _average_pool_model(rng):
+    return make_model(
+        [helper.make_node("GlobalAveragePool", ["x"], ["y"])],
+        [("x", "float32", [1, 32, 7, 7])], [("y", "float32", None)], {})
+
+
 MODELS = {"conv": _conv_model, "matmul": _matmul_model, "dense": _dense_model,
           "batch_matmul": _batch_model, "depthwise": _depthwise_model,
-          "reduce": _reduce_model}
+          "reduce": _reduce_model, "max_pool": _max_pool_model,
+          "average_pool": _average_pool_model}
 
 
 @pytest.mark.parametrize("which", sorted(MODELS))
@@ -115,6 +129,9 @@ def test_function_candidates_are_built_by_the_target_and_checked(which, rng):
     options = MeasureOptions(repeat=1)
     configs = task.definition.first_configs(task.args)
     configs += [task.space.get(i) for i in task.space.random_indices(rng, 3)]
+    # the points a search from scratch draws first (the sketch's sampling rules)
+    configs += [task.space.from_values(task.definition.sample(task.args, rng))
+                for _ in range(2)]
     assert measure_in_process(hand, hand.default_config(), options).ok
     for config in configs:
         result = measure_in_process(task, config, options)
@@ -495,3 +512,22 @@ def test_a_products_a_layout_is_a_knob_of_its_function(layout, tmp_path, rng):
     chunked = [c for c in seeds if c["a0.tile.r0"] < 1024]
     assert {c["a_layout"] for c in chunked} == {"in_place", "row_blocks"}
     assert all(c["a_layout"] == "in_place" for c in seeds if c not in chunked)
+
+
+def test_the_pools_of_a_blocked_model_are_tasks_of_their_own(rng):
+    # with the hand rules off a pool's generic schedule is scalar: the search from
+    # scratch tunes it like a convolution, in the blocked layout the model uses
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                          pads=[1, 1, 1, 1])],
+        [("x", "float32", [1, 16, 8, 8])], [("y", "float32", None)],
+        {"w": rng.standard_normal((32, 16, 3, 3)).astype(np.float32)})
+    target = LLVMTarget(rules="none")
+    tasks = extract_tasks(model, target=target, search="auto")
+    assert sorted(task.args[0] for task in tasks) == ["conv2d_nchwc", "pool"]
+    (pool,) = [task for task in tasks if task.args[0] == "pool"]
+    (node,) = function_body(pool.args[1]).nodes
+    assert node.op == "MaxPool" and len(node.inputs[0].type.shape) == 5
+    assert pool.flops == 32 * 4 * 4 * 9  # an operation per tap of each window

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -81,6 +82,65 @@ def test_scheduler_spends_the_budget_where_latency_falls_most(tmp_path):
     assert latency == pytest.approx(4 * states[0].progress.best_cost + 1.0)
     lines = table_lines(scheduler)
     assert "share" in lines[0] and lines[-1].startswith("total: 24/24 trials")
+
+
+class OverlapPool(CostPool):
+    """Measures a batch only once a batch proposed after it (of another task) exists,
+    unless the budget leaves none to propose: the next proposal must be made while this
+    batch is in flight. Records which tasks had a batch in flight at each proposal."""
+
+    def __init__(self, cost, trials):
+        super().__init__(cost)
+        self.trials, self.proposals, self.numbers = trials, 0, {}
+        self.changed, self.in_flight, self.overlapped = threading.Condition(), set(), 0
+
+    def proposed(self, task, batch):
+        with self.changed:
+            self.proposals += 1
+            self.numbers[task.workload_key, tuple(c.index for c in batch)] = self.proposals
+            self.changed.notify_all()
+
+    def measure_batch(self, task, configs, on_result=None):
+        number = self.numbers[task.workload_key, tuple(c.index for c in configs)]
+        self.in_flight.add(task.workload_key)
+        if len(self.calls) + len(configs) < self.trials:  # a successor is due
+            with self.changed:
+                if self.changed.wait_for(lambda: self.proposals > number, timeout=60):
+                    self.overlapped += 1
+        self.in_flight.discard(task.workload_key)
+        return super().measure_batch(task, configs, on_result)
+
+
+class WatchedTuner(GridTuner):
+    """A grid tuner that tells the pool of its proposals, noting whether its own task had
+    a batch in flight then."""
+
+    def __init__(self, task, pool):
+        super().__init__(task)
+        self.pool, self.proposed_while_measuring = pool, []
+
+    def next_batch(self, size):
+        self.proposed_while_measuring.append(self.task.workload_key in self.pool.in_flight)
+        batch = super().next_batch(size)
+        self.pool.proposed(self.task, batch)
+        return batch
+
+
+def test_the_next_batch_is_proposed_while_the_last_is_measured(tmp_path):
+    heavy, light = _tasks()
+    pool = OverlapPool(_cost, trials=16)
+    tuners = [WatchedTuner(heavy, pool), WatchedTuner(light, pool)]
+    with RecordLog(tmp_path / "log.jsonl") as log:
+        scheduler = TaskScheduler([heavy, light], tuners, pool, trials=16, log=log,
+                                  batch_size=4)
+        scheduler.run()
+    assert scheduler.spent == 16 and len(read_records(tmp_path / "log.jsonl")) == 16
+    # every batch but the last (the budget leaves it no successor) overlapped the
+    # proposal of the next, which went to the other task
+    assert pool.overlapped == 3
+    assert [key == heavy.workload_key for key in pool.calls[::4]] == [True, False] * 2
+    # a task never proposes while its own batch is measured: it waits for its results
+    assert not any(flag for tuner in tuners for flag in tuner.proposed_while_measuring)
 
 
 class LimitedPool(CostPool):

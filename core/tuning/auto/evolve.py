@@ -5,9 +5,11 @@ Each batch starts from a population of the best measured points and fresh random
 mutations and crossover, keeping the points the cost model (:class:`..tuners.CostModel`,
 retrained on every measured batch, on features of the lowered TIR) ranks highest; the
 best unmeasured ones are measured, with a few random points for exploration. The
-first points, measured before the model has learnt anything, are random but annotated
-(parallel tile loops, a vectorized inner loop wherever the sketch offers them), as
-Ansor's initial population is.
+first points, measured before the model has learnt anything, and the random half of
+every population are drawn by the sketch's sampling rules (parallel tile loops, a
+vectorized inner loop wherever the sketch offers them, as Ansor's initial population,
+and register tiles that fit the CPU's vector registers); the exploration points stay
+uniform.
 
 Mutations follow the Ansor paper: a **tile-size** mutation moves a prime factor of one
 loop's tile from one level to another (the loop's extent is kept), or resizes its
@@ -77,9 +79,14 @@ class EvolutionaryTuner(ModelGuidedTuner):
 
     def random_index(self, annotated: bool = False) -> int:
         """A uniformly random point (every knob drawn independently); ``annotated``:
-        its tile loops parallel and its inner loop vectorized wherever the sketch
-        offers it (the annotations every fast CPU point has: a first point without them
-        only teaches the model that scalar code is slow)."""
+        drawn by the template's sampling rules where it has them (a sketch's
+        :meth:`~.sketch.Sketch.sample_values`: annotated, register tiles that fit the
+        CPU), else with its tile loops parallel and its inner loop vectorized wherever
+        the sketch offers it (the annotations every fast CPU point has: a first point
+        without them only teaches the model that scalar code is slow)."""
+        sample = self.task.definition.sample
+        if annotated and sample is not None:
+            return self.space.from_values(sample(self.task.args, self.rng)).index
         digits = [int(self.rng.integers(r)) for r in self.space.radices]
         if annotated:
             for position, knob in enumerate(self.space.knobs):
@@ -158,7 +165,8 @@ class EvolutionaryTuner(ModelGuidedTuner):
             return self._random_unvisited(size, set(), annotated=True)
         measured = sorted((c, i) for i, c in self.costs.items() if math.isfinite(c))
         population = [i for _, i in measured[:self.population // 2]]
-        population += self._random_unvisited(self.population - len(population), set(population))
+        population += self._random_unvisited(self.population - len(population),
+                                             set(population), annotated=True)
         scores = dict(zip(population, self.model.predict(self.features(population))))
         for _ in range(self.generations):
             ranked = sorted(scores, key=scores.get, reverse=True)[:self.population]

@@ -43,6 +43,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from ... import te
 from ...errors import InputError
 from ...te.schedule_reads import reads_of
@@ -87,6 +89,9 @@ WINDOW = 7
 #: trials timed out, about 30% of a search from scratch. The seeds' hinted windows (a
 #: depthwise 3x3 under a register tile) stay well within it.
 MAX_UNROLLED_BODY = UNROLL_LIMITS[-1]
+#: vector registers a sampled register tile leaves for operands (the broadcast input,
+#: the weights' vectors): its accumulators take the rest (:meth:`Sketch.sample_values`)
+OPERAND_REGISTERS = 4
 #: the rfactor rule's options: none (the tiled nest), vector partials, parallel chunks
 RFACTOR_OPTIONS = ("none", "vector", "parallel")
 #: vectors of partials per output point of a ``vector`` rfactor: independent
@@ -326,6 +331,50 @@ class Sketch:
 
     def default_config(self) -> Config:
         return self.space.from_values(self.default_values())
+
+    def sample_values(self, rng: np.random.Generator) -> dict:
+        """A random point drawn by the sketch's sampling rules (the first points of a
+        search from scratch, as Ansor's initial population): every knob uniformly, but
+        annotated (the tile loops parallel and the inner loop vectorized wherever the
+        sketch offers it) and each anchor's register tile one the CPU description
+        allows: the innermost tile of the vectorized axis whole vectors (the whole axis
+        where it is narrower than one vector), and the innermost tiles of the other
+        axes, drawn in random order, each among the sizes whose accumulators (the
+        tile's vectors times its rows) still fit the vector registers but
+        :data:`OPERAND_REGISTERS`, with an unroll limit that unrolls the whole tile.
+        Each tile is drawn by its innermost size first, then its outer levels. Drawn
+        uniformly, almost every point's tile is partial vectors (1 in 35 of a 16-lane
+        channel block's tiles is one whole vector) or spills its accumulators, and the
+        first measurements teach the cost model only that such code is slow."""
+        lanes = self.hints.vector_lanes
+        values: dict = {}
+        for knob in self.space.knobs:
+            if knob.kind in ("parallel", "vectorize") and True in knob.options:
+                values[knob.name] = True
+            else:
+                values[knob.name] = knob.options[int(rng.integers(len(knob.options)))]
+        options = {knob.name: knob.options for knob in self.space.knobs}
+        for number, anchor in enumerate(self.anchors):
+            p = f"a{number}"
+            *others, last = range(len(anchor.spatial))
+            name, extent = f"{p}.tile.s{last}", anchor.spatial[last]
+            whole = [o for o in options[name]
+                     if (o[-1] % lanes == 0 if extent >= lanes else o[-1] == extent)]
+            values[name] = _draw_tile(whole or options[name], rng)
+            budget = max(1, (self.hints.registers - OPERAND_REGISTERS)
+                         // -(-values[name][-1] // lanes))
+            for axis in rng.permutation(others):
+                name = f"{p}.tile.s{axis}"
+                fitting = [o for o in options[name] if o[-1] <= budget]
+                values[name] = _draw_tile(fitting or options[name], rng)
+                budget = max(1, budget // values[name][-1])
+            # an unroll limit that unrolls the whole register tile, so that its
+            # accumulators have constant indices and stay in registers
+            rows = math.prod(values[f"{p}.tile.s{axis}"][-1] for axis in others)
+            limits = [limit for limit in options[f"{p}.unroll"] if limit >= rows]
+            values[f"{p}.unroll"] = (limits[int(rng.integers(len(limits)))] if limits
+                                     else max(options[f"{p}.unroll"]))
+        return values
 
     def seed_values(self) -> list[dict]:
         """Points to measure first besides :meth:`default_values`: each register tile
@@ -626,6 +675,18 @@ class Sketch:
         # the final reduction over the partials is short and stays serial
         if anchor.fusable:
             _schedule_flat(s[by_name[anchor.outer]], lanes)
+
+
+def _draw_tile(options: Sequence[tuple[int, ...]], rng: np.random.Generator
+               ) -> tuple[int, ...]:
+    """One of a loop's tile ``options`` (inner factors, innermost last): its innermost
+    size uniformly among those offered, then its outer levels uniformly (drawn
+    uniformly, a tile size offered under many outer levels, a small one, would be drawn
+    that much more often)."""
+    sizes = sorted({option[-1] for option in options})
+    size = sizes[int(rng.integers(len(sizes)))]
+    under = [option for option in options if option[-1] == size]
+    return under[int(rng.integers(len(under)))]
 
 
 def _unroll_writeback(stage, loops: list, sizes: list[int], limit: int) -> None:

@@ -79,6 +79,9 @@ def auto_template(workload: AutoWorkload, target: str) -> Template:
         # reduction's step unrolling, renumbers every point after it)
         return values
 
+    def sample(args: tuple, rng: np.random.Generator) -> dict:
+        return sketch(args).sample_values(rng)
+
     return Template(auto_name(workload.kind), target, space, default, instantiate,
                     workload.inputs, workload.reference, workload.flops, seeds=seeds,
-                    upgrade=upgrade)
+                    upgrade=upgrade, sample=sample)

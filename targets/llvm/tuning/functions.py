@@ -69,8 +69,12 @@ from .measure import _flush_of, _rotating
 #: reduction's task is where the sketch's rfactor rule applies (few output points)
 REDUCTION_ANCHORS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare",
                      "ReduceL1", "ReduceL2")
+#: pools (of a blocked layout too: a window over its rows, columns and channel lanes):
+#: with the hand rules off their generic schedule is scalar, 5% of ResNet-18's time
+POOL_ANCHORS = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
 FUNCTION_ANCHORS = {"ConvNCHWc": "conv2d_nchwc", "MatMul": "matmul", "Gemm": "matmul",
-                    **{op: "reduce" for op in REDUCTION_ANCHORS}}
+                    **{op: "reduce" for op in REDUCTION_ANCHORS},
+                    **{op: "pool" for op in POOL_ANCHORS}}
 #: how much faster than the hand schedule a function's auto record must have been
 #: measured to be applied (timings on a shared machine vary by a few percent, and the
 #: best of many candidates is the one most flattered by that)
@@ -196,11 +200,14 @@ def _function_node(spec: str) -> Node:
 
 def _function_flops(args: tuple) -> int:
     """Multiply-adds x 2 of the function's convolutions and products, plus one
-    operation per element its reductions read."""
+    operation per element its reductions read and per tap of its pools' windows."""
     total = 0
     for node in function_body(args[1]).nodes:
-        if node.op in REDUCTION_ANCHORS:
+        if node.op in REDUCTION_ANCHORS or node.op.startswith("Global"):
             total += math.prod(node.inputs[0].type.shape)
+        elif node.op in POOL_ANCHORS:
+            window = math.prod(node.attrs.get("kernel_shape") or (1,))
+            total += math.prod(node.outputs[0].type.shape) * window
         elif node.op == "ConvNCHWc":
             _, per_group, kh, kw, block, _ = node.inputs[1].type.shape
             total += 2 * math.prod(node.outputs[0].type.shape) * per_group * block * kh * kw
@@ -504,6 +511,20 @@ def _auto_function_seeds(args: tuple) -> list[dict]:
     return found
 
 
+def _auto_function_sample(args: tuple, rng: np.random.Generator) -> dict:
+    """A random point of a function's space by its sketch's sampling rules; a product's
+    B packed in panels of its register tile's width where that is a panel width offered
+    (else a random one: a panel narrower or wider than the tile splits or straddles its
+    vectors' loads), its A read in place or in row blocks at random."""
+    values = _auto_function_sketch(args[1]).sample_values(rng)
+    if _has_panel(args[1]):
+        widths = _panel_knob(args[1]).options
+        tile = values["a0.tile.s1"][-1]
+        values["panel"] = tile if tile in widths else widths[int(rng.integers(len(widths)))]
+        values["a_layout"] = A_LAYOUTS[int(rng.integers(len(A_LAYOUTS)))]
+    return values
+
+
 def _function_depth(product: Node) -> int:
     """The reduction length of a function's MatMul or Gemm node."""
     a = product.inputs[0].type.shape
@@ -591,7 +612,7 @@ AUTO_FUNCTION_TEMPLATE = Template(
     auto_name(FUNCTION), "llvm", _auto_function_space, _auto_function_default,
     functools.partial(_instantiate_function, template=auto_name(FUNCTION)),
     _function_inputs, _function_reference, _function_flops, seeds=_auto_function_seeds,
-    upgrade=_auto_function_upgrade)
+    upgrade=_auto_function_upgrade, sample=_auto_function_sample)
 
 
 def function_tasks(graph: Graph, target) -> list[Task]:
