@@ -376,6 +376,12 @@ class _Lowerer:
         for buffer in reversed(buffers):
             loop_body = Allocate(buffer, loop_body)
         kind, tag = stage.loop_kinds.get(iv, (ForKind.SERIAL, None))
+        if (stage.vectorize_init and not with_children and kind is ForKind.SERIAL
+                and position == len(leafs) - 1 and _inside_tensorized(stage, iv)):
+            # a tensorized reduction's init, where its schedule asks (Stage.tensorize's
+            # vectorize_init): its innermost loop, which the intrinsic covers in the
+            # update (so no schedule annotates it), stores the identity as one vector
+            kind = ForKind.VECTORIZED
         return For(iv.var, tx.IntImm(0), tx.IntImm(extent), kind, loop_body, tag)
 
     def _tensorize(self, stage: Stage, nest: _LoopNest, body: tx.Expr, iv: IterVar,
@@ -514,6 +520,16 @@ class _Lowerer:
         if extent >= shape:
             return tx.IntImm(0), shape
         return low, max(extent, 1)
+
+
+def _inside_tensorized(stage: Stage, iv: IterVar) -> bool:
+    """Whether ``iv`` is one of the loops a tensorize of ``stage`` replaces (at or inside
+    its tensorize point)."""
+    if not stage.tensorized:
+        return False
+    leafs = stage.leaf_iter_vars
+    return iv in leafs and any(leafs.index(point) <= leafs.index(iv)
+                               for point in stage.tensorized if point in leafs)
 
 
 def lower(schedule: Schedule, args: list[Tensor], name: str = "main",

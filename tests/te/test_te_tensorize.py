@@ -79,6 +79,57 @@ def test_tensorize_reduction_accumulates(inner_reduction_only):
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
 
+def lanes_dot_intrin(lanes: int, steps: int) -> te.TensorIntrin:
+    """out[v] += sum(a[k] * b[v, k]) for ``lanes`` outputs over ``steps`` (a dot-product
+    instruction's shape: the lanes and the reduction both inside the intrinsic)."""
+    a = te.placeholder((steps,), "float32", "a")
+    b = te.placeholder((lanes, steps), "float32", "b")
+    k = te.reduce_axis(steps, "k")
+    out = te.compute((lanes,), lambda v: te.sum(a[k] * b[v, k], axis=k), name="out")
+
+    def implement(inputs, output):
+        lane, step = tir.Var("lane"), tir.Var("step")
+        ra, rb = inputs
+        accumulated = output.load(lane) + ra.load(step) * rb.load(lane, step)
+        return tir.For(lane, 0, lanes, tir.ForKind.SERIAL, tir.For(
+            step, 0, steps, tir.ForKind.UNROLLED, output.store(accumulated, lane)))
+
+    return te.TensorIntrin("lanes_dot", out, implement)
+
+
+@pytest.mark.parametrize("vectorize_init", [True, False])
+def test_a_tensorized_reductions_init_stores_its_identity_as_one_vector(vectorize_init):
+    """The init of a reduction whose update is tensorized at a spatial loop, where the
+    schedule asks (``vectorize_init``, the CPU's schedules): that loop (covered by the
+    intrinsic in the update, annotated by no schedule) is vectorized in the init, one
+    vector store of the identity per tile row; by default the init stays scalar loops
+    (what an accelerator's code generator recognises as clearing accumulators). The
+    results are the same either way."""
+    A = te.placeholder((3, 8), "float32", "A")
+    B = te.placeholder((16, 8), "float32", "B")
+    r = te.reduce_axis(8, "r")
+    C = te.compute((3, 16), lambda i, j: te.sum(A[i, r] * B[j, r], axis=r), name="C")
+    s = te.create_schedule(C)
+    i, j = C.op.axis
+    jo, ji = s[C].split(j, factor=8)
+    ro, ri = s[C].split(r, factor=2)
+    s[C].reorder(i, jo, ro, ji, ri)
+    s[C].tensorize(ji, lanes_dot_intrin(8, 2), vectorize_init=vectorize_init)
+    func = te.lower(s, [A, B, C], name="f")
+    vector_stores = [n for n in tir.collect(func.body, lambda n: isinstance(n, tir.BufferStore))
+                     if isinstance(n.value, tir.Broadcast)]
+    if vectorize_init:
+        assert vector_stores and all(isinstance(n.indices[0], tir.Ramp)
+                                     and n.indices[0].lanes == 8 for n in vector_stores)
+    else:
+        assert not vector_stores
+    a = RNG.standard_normal((3, 8)).astype(np.float32)
+    b = RNG.standard_normal((16, 8)).astype(np.float32)
+    c = np.full((3, 16), 9.0, np.float32)
+    hllvm.build(func)["f"](a, b, c)
+    np.testing.assert_allclose(c, a @ b.T, rtol=1e-5, atol=1e-5)
+
+
 def test_tensorize_refuses_mismatched_shape_and_tails():
     A = te.placeholder((6, 30), "float32", "A")
     B = te.placeholder((6, 30), "float32", "B")

@@ -671,7 +671,8 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     schedule[local].reorder(lb, ly, rco, ry, rx, lk, lv, lcol, rci)
     schedule[local].unroll(lk)
     schedule[local].unroll(lv)
-    schedule[local].tensorize(lcol, dot4_intrinsic(tiles.lanes, data.dtype))
+    schedule[local].tensorize(lcol, dot4_intrinsic(tiles.lanes, data.dtype),
+                               vectorize_init=True)
 
 
 def _schedule_channel_lanes(schedule: te.Schedule, sums: te.Tensor,
@@ -692,7 +693,8 @@ def _schedule_channel_lanes(schedule: te.Schedule, sums: te.Tensor,
     schedule[local].reorder(lb, ly, rco, ry, rx, lx, lko, llane, rci)
     schedule[local].unroll(lx)
     schedule[local].unroll(lko)
-    schedule[local].tensorize(llane, dot4_channels_intrinsic(tiles.lanes, dtype))
+    schedule[local].tensorize(llane, dot4_channels_intrinsic(tiles.lanes, dtype),
+                               vectorize_init=True)
 
 
 def checked_geometry(name: str, x: te.Tensor, w: te.Tensor, attrs: dict):
@@ -751,7 +753,7 @@ def tensorized_channel_tiles(schedule: te.Schedule, sums: te.Tensor, channels: i
     *outer, innermost = schedule[local].op.reduce_axis
     schedule[local].reorder(lb, ly, *outer, lc, lx, innermost)
     schedule[local].unroll(lc)
-    schedule[local].tensorize(lx, intrinsic)
+    schedule[local].tensorize(lx, intrinsic, vectorize_init=True)
 
 
 def register_tiles(schedule: te.Schedule, sums: te.Tensor, channels: int,
