@@ -112,7 +112,8 @@ def _blocked_conv_space(args: tuple, depthwise: bool) -> ConfigSpace:
     tile (each broadcast input element then feeds that many weight vectors; those of
     :data:`_CHANNEL_BLOCKS` dividing the block count, the default). A dense convolution also
     chooses its reduction order, the channels of an input block unrolled per step
-    (``block_unroll``: None, the whole block, or a smaller divisor of it) and the input
+    (``block_unroll``: None, the schedule's default (``schedules.default_block_unroll``),
+    or a divisor of the block, the whole block included) and the input
     blocks per reduction chunk (``reduction_blocks``: 0, none, or a divisor of the
     input block count; with ``kernel_outer`` the reduction is never chunked, see
     :func:`blocked_conv_tiles_of`). A depthwise one chooses whether its kernel window
@@ -141,7 +142,7 @@ def _blocked_conv_space(args: tuple, depthwise: bool) -> ConfigSpace:
     else:
         _, in_outer, _, _, in_block, _ = workload.weight_shape
         knobs += [Knob("block_unroll", "unroll",
-                       (None, *(d for d in divisors(in_block) if d < in_block))),
+                       (None, *divisors(in_block))),
                   Knob("reduction_blocks", "split", (0, *divisors(in_outer)))]
     return ConfigSpace(tuple(knobs))
 

@@ -208,12 +208,13 @@ SMALL_DEPTHWISE = Task("depthwise_conv2d_nchwc", (1, 3, 6, 5, 4, 3, 3, 1, 1, 1, 
 
 def test_new_knobs_offer_only_valid_options():
     knobs = {k.name: k.options for k in CHUNKED.space.knobs}
-    assert knobs["block_unroll"] == (None, 1, 2, 4, 8)  # None: the whole block of 16
+    # None: the schedule's default (default_block_unroll); 16: the whole block
+    assert knobs["block_unroll"] == (None, 1, 2, 4, 8, 16)
     assert knobs["reduction_blocks"] == (0, 1, 2, 4, 8)  # divisors of the 8 input blocks
     assert knobs["channel_blocks"] == (1, 2, 4)
     small = {k.name: k.options for k in SMALL_DENSE.space.knobs}
     assert small["channel_blocks"] == (1, 3)  # 3 output blocks: 3 per tile offered
-    assert small["block_unroll"] == (None, 1, 2)
+    assert small["block_unroll"] == (None, 1, 2, 4)
     assert small["reduction_blocks"] == (0, 1, 2)
     depthwise = {k.name: k.options for k in SMALL_DEPTHWISE.space.knobs}
     assert depthwise["channel_blocks"] == (1, 3)
