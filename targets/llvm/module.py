@@ -324,21 +324,15 @@ class LLVMModule(_FunctionTable):
             self.functions = {s.name: _ForeignFunction(s, self.cpu) for s in signatures}
             self.llvm_cpu_seconds = time.thread_time() - began
             return
-        if PARALLEL_FOR in self.unoptimized_ir:
-            load_runtime()  # only kernels with parallel loops need the C runtime (and cc)
-        if uses_libmvec(self.unoptimized_ir):
-            llvm.load_library_permanently(libmvec_name())
-        with state.engine_lock:
-            if obj is None:
-                state.engine.add_module(self._llvm_module)
-            else:
-                state.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-            state.engine.finalize_object()
-            addresses = [state.engine.get_function_address(symbol) for symbol in symbols]
-        missing = [s for s, address in zip(symbols, addresses) if not address]
-        if missing:
-            raise CompileError(f"module {self.name!r}: LLVM produced no code for "
-                               f"{', '.join(missing)}")
+        if obj is None:
+            def add(engine):
+                engine.add_module(self._llvm_module)
+        else:
+            def add(engine):
+                engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        addresses = _load_into_engine(state, add, symbols, PARALLEL_FOR in self.unoptimized_ir,
+                                      uses_libmvec(self.unoptimized_ir),
+                                      f"module {self.name!r}")
         self.functions = {s.name: CompiledFunction(s, address, self)
                           for s, address in zip(signatures, addresses)}
         #: CPU seconds LLVM took for this module (in a worker: its own, plus loading here)
@@ -695,18 +689,31 @@ def load_jit_object(made: JitObject, cpu: CPUDescription) -> dict[str, CompiledF
     first."""
     state = machines(cpu)
     check_runs_on(cpu, what="object code")
-    if made.needs_runtime:
-        load_runtime()
-    if made.needs_libmvec:
-        llvm.load_library_permanently(libmvec_name())
-    with state.engine_lock:
-        state.engine.add_object_file(llvm.ObjectFileRef.from_data(made.code))
-        state.engine.finalize_object()
-        addresses = [state.engine.get_function_address(s) for s in made.symbols]
-    if not all(addresses):
-        raise CompileError(f"object code without its functions {', '.join(made.symbols)}")
+    addresses = _load_into_engine(
+        state, lambda engine: engine.add_object_file(llvm.ObjectFileRef.from_data(made.code)),
+        made.symbols, made.needs_runtime, made.needs_libmvec, "object code")
     return {s.name: CompiledFunction(s, address, made)
             for s, address in zip(made.signatures, addresses)}
+
+
+def _load_into_engine(state, add, symbols: Sequence[str], needs_runtime: bool,
+                      needs_libmvec: bool, what: str) -> list[int]:
+    """The addresses of ``symbols`` once ``add(engine)`` has put their code into
+    ``state``'s JIT engine, with what the code calls outside itself loaded first (the
+    C runtime only where a kernel has a parallel loop: it needs cc; libmvec);
+    CompileError naming ``what`` where LLVM produced no code for one."""
+    if needs_runtime:
+        load_runtime()
+    if needs_libmvec:
+        llvm.load_library_permanently(libmvec_name())
+    with state.engine_lock:
+        add(state.engine)
+        state.engine.finalize_object()
+        addresses = [state.engine.get_function_address(symbol) for symbol in symbols]
+    missing = [s for s, address in zip(symbols, addresses) if not address]
+    if missing:
+        raise CompileError(f"{what}: LLVM produced no code for {', '.join(missing)}")
+    return addresses
 
 
 def load_library(path: str | Path) -> LoadedLibrary:
