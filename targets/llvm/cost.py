@@ -363,12 +363,16 @@ class ChainReference:
     and their baselines: each one's time in the first chain timed against this cost
     cache for this CPU, kept with the figures, so that every chain timed against the
     cache (a compile's, a later compile's, the benchmark's check) is put in the same
-    unit: the machine's speed in that first chain. ``seconds``: the reference kernel's
-    baseline (None before that chain); ``baselines``: every voter's, by name."""
+    unit: the machine's speed in that first chain. ``baselines``: every voter's, by
+    name (none before that chain)."""
 
     calls: dict[str, tuple]
-    seconds: float | None
     baselines: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float | None:
+        """The reference kernel's baseline (None before the first chain)."""
+        return self.baselines.get(REFERENCE)
 
 
 def chain_reference(target) -> ChainReference | None:
@@ -382,28 +386,29 @@ def chain_reference(target) -> ChainReference | None:
         return None
     key = (target.tuning_key, getattr(target, "rules", "hand"))
     if key not in _REFERENCES:
-        _REFERENCES[key] = _reference_calls(target)
-    if _REFERENCES[key] is None:
+        _REFERENCES[key] = _voter_calls(target)
+    calls = _REFERENCES[key]
+    if calls is None:
         return None
-    built = _REFERENCES[key]
-    if key not in _CHAIN_CALLS or _CHAIN_CALLS[key][0] is not built:
-        calls = {**built, HOT_REFERENCE: built[REFERENCE]}
-        peak = peak_kernel(target.cpu) if hasattr(target, "cpu") else None
-        if peak is not None:
-            calls[PEAK_LOOP] = (OneThreadCall(peak[0], PEAK_ITERATIONS, 0.999), ())
-        _CHAIN_CALLS[key] = (built, calls)
-    calls = _CHAIN_CALLS[key][1]
     found = model.cache.get(model.base_key, _baseline_key(target)) or {}
     baselines = {name: seconds for name, seconds in found.get("voters", {}).items()
                  if name in calls}
     if "seconds" in found:
         baselines[REFERENCE] = found["seconds"]
-    return ChainReference(calls, found.get("seconds"), baselines)
+    return ChainReference(calls, baselines)
 
 
-#: :func:`chain_reference`'s calls by CPU description and schedule rules, with the
-#: :func:`_reference_calls` they were made of
-_CHAIN_CALLS: dict[tuple[str, str], tuple[dict, dict[str, tuple]]] = {}
+def _voter_calls(target) -> dict[str, tuple] | None:
+    """:func:`_reference_calls` and the voters made of what it built: the reference
+    kernel again (its caches warm) and the vector peak loop; None where it is None."""
+    built = _reference_calls(target)
+    if built is None:
+        return None
+    calls = {**built, HOT_REFERENCE: built[REFERENCE]}
+    peak = peak_kernel(target.cpu) if hasattr(target, "cpu") else None
+    if peak is not None:
+        calls[PEAK_LOOP] = (OneThreadCall(peak[0], PEAK_ITERATIONS, 0.999), ())
+    return calls
 
 
 def _baseline_key(target) -> str:
@@ -427,7 +432,7 @@ def _reference_calls(target) -> dict[str, tuple] | None:
     return {EVICT: (lambda args: flush(), ()), REFERENCE: (kernel, kernel.arguments)}
 
 
-#: :func:`_reference_calls` by CPU description and schedule rules
+#: :func:`_voter_calls` by CPU description and schedule rules
 _REFERENCES: dict[tuple[str, str], dict[str, tuple] | None] = {}
 
 

@@ -844,7 +844,8 @@ def _slowed_chain(monkeypatch):
 
     calls = {"conv": (kernel(1e-3), ()), "pool": (kernel(2e-5), ())}
     reference = cpu_cost.ChainReference(
-        {cpu_cost.EVICT: (kernel(1e-4), ()), cpu_cost.REFERENCE: (kernel(5e-5), ())}, 5e-5)
+        {cpu_cost.EVICT: (kernel(1e-4), ()), cpu_cost.REFERENCE: (kernel(5e-5), ())},
+        {cpu_cost.REFERENCE: 5e-5})
     return calls, reference, speed
 
 
