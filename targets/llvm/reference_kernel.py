@@ -21,6 +21,7 @@ import json
 import os
 import secrets
 import stat
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -262,23 +263,25 @@ def reference_kernel(target, directory: str | os.PathLike) -> ReferenceKernel | 
     if not runs_on_host(target.cpu):
         return None
     key = reference_key(target)
-    if key in _KERNELS:
-        return _KERNELS[key]
-    symbol = "heterocc_reference_" + hashlib.sha256(key.encode()).hexdigest()[:16]
-    cache = ReferenceCodeCache(directory)
-    found = cache.load(key)
-    kernel = None
-    if found is not None:
-        kernel = _loaded(found, symbol, target.cpu)
-    if kernel is None:
-        kernel = _built(target, symbol, key, cache)
-    _KERNELS[key] = kernel
-    return kernel
+    with _KERNELS_LOCK:  # two compiling threads must not load one symbol twice
+        if key in _KERNELS:
+            return _KERNELS[key]
+        symbol = "heterocc_reference_" + hashlib.sha256(key.encode()).hexdigest()[:16]
+        cache = ReferenceCodeCache(directory)
+        found = cache.load(key)
+        kernel = None
+        if found is not None:
+            kernel = _loaded(found, symbol, target.cpu)
+        if kernel is None:
+            kernel = _built(target, symbol, key, cache)
+        _KERNELS[key] = kernel
+        return kernel
 
 
 #: :func:`reference_kernel` by :func:`reference_key` (its code stays in the engine, and
-#: a symbol is loaded into an engine once)
+#: a symbol is loaded into an engine once), filled under :data:`_KERNELS_LOCK`
 _KERNELS: dict[str, ReferenceKernel | None] = {}
+_KERNELS_LOCK = threading.Lock()
 
 
 def _loaded(found: tuple[dict, dict[str, np.ndarray]], symbol: str, cpu
