@@ -81,11 +81,9 @@ from heterocc.sdk.graph import (
 from heterocc.sdk.runtime import GraphExecutor
 from heterocc.sdk.te_target import structure_key
 from heterocc.sdk.tuning import current, fastest, records_for
-from heterocc.tir.stmt import For, ForKind
-from heterocc.tir.visitor import collect_statements
 
 from .peak import PEAK_ITERATIONS, multiply_accumulate_peak, multiply_add_rate, peak_kernel
-from .reference_kernel import reference_kernel
+from .reference_kernel import has_parallel_loop, reference_kernel
 from .runtime import num_threads
 from .tuning import cache_flusher, logged_seconds
 
@@ -220,9 +218,7 @@ def kernel_threads(call) -> int | None:
         return None
     key = id(prim)
     if key not in _THREADS or _THREADS[key][0] is not prim:
-        parallel = collect_statements(
-            body, lambda s: isinstance(s, For) and s.kind is ForKind.PARALLEL)
-        _THREADS[key] = (prim, num_threads() if parallel else 1)
+        _THREADS[key] = (prim, num_threads() if has_parallel_loop(body) else 1)
     return _THREADS[key][1]
 
 

@@ -301,6 +301,13 @@ def _loaded(found: tuple[dict, dict[str, np.ndarray]], symbol: str, cpu
         return None
 
 
+def has_parallel_loop(body) -> bool:
+    """Whether a kernel's TIR ``body`` has a parallel loop (so a call runs on the
+    runtime's thread pool, not on the calling thread alone)."""
+    return bool(collect_statements(
+        body, lambda s: isinstance(s, For) and s.kind is ForKind.PARALLEL))
+
+
 def _built(target, symbol: str, key: str, cache: ReferenceCodeCache) -> ReferenceKernel | None:
     own = type(target)(cpu=target.cpu, rules=getattr(target, "rules", "hand"))
     graph = run_pipeline(from_onnx(reference_model()), {own.name: own}).graph
@@ -317,8 +324,7 @@ def _built(target, symbol: str, key: str, cache: ReferenceCodeCache) -> Referenc
     except COMPILE_ERRORS:
         return None
     kernel = own.kernel(node, compiled)
-    parallel = bool(collect_statements(
-        compiled.lowered.body, lambda s: isinstance(s, For) and s.kind is ForKind.PARALLEL))
+    parallel = has_parallel_loop(compiled.lowered.body)
     reference = ReferenceKernel(kernel.function, kernel.constants, kernel.out_specs, parallel)
     (code,) = made
     cache.store(key, {"signature": code.signatures[0].to_json(), "runtime": code.needs_runtime,

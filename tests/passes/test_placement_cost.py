@@ -799,6 +799,7 @@ def test_chains_time_a_kernel_by_the_cpu_seconds_of_its_threads(model):
 
     from heterocc.targets.llvm.runtime import num_threads
     from heterocc.tir.stmt import ForKind, SeqStmt
+    from heterocc.tir.visitor import collect_statements
 
     compiled = heterocc.compile(model, target="llvm")
     kernels = {n.name: compiled.kernels[n.name] for n in compiled.graph.nodes
@@ -806,7 +807,7 @@ def test_chains_time_a_kernel_by_the_cpu_seconds_of_its_threads(model):
     threads = {name: cpu_cost.kernel_threads(k) for name, k in kernels.items()}
     for name, kernel in kernels.items():
         parallel = any(getattr(s, "kind", None) is ForKind.PARALLEL
-                       for s in cpu_cost.collect_statements(kernel.prim.body, lambda s: True))
+                       for s in collect_statements(kernel.prim.body, lambda s: True))
         assert threads[name] == (num_threads() if parallel else 1)
     assert cpu_cost.kernel_threads(lambda args: None) is None
     inputs = {n.name: n.inputs for n in compiled.graph.nodes if n.name in kernels}
