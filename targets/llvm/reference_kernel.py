@@ -102,23 +102,35 @@ class ReferenceKernel:
     parallel: bool
     loaded: bool = False
     arguments: list[np.ndarray] = field(default_factory=list)
-    _outputs: list[np.ndarray] = field(default_factory=list, repr=False)
-    _addresses: tuple[int, ...] = field(default=(), repr=False)
+    _constant_addresses: tuple[int, ...] = field(default=(), repr=False)
+    _per_thread: threading.local = field(default_factory=threading.local, repr=False)
 
     def __post_init__(self):
         count = len(self.function.signature.params) - len(self.constants) - len(self.out_specs)
         inputs = [Value(p.name, TensorType(p.shape, p.dtype))
                   for p in self.function.signature.params[:count]]
         self.arguments = random_arguments(inputs)
-        self._outputs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
         # every argument checked once (count, shapes, types, overlap), as LLVMKernel does
-        self.function.check([*self.arguments, *self.constants, *self._outputs])
-        self._addresses = tuple(a.ctypes.data for a in [*self.constants, *self._outputs])
+        self.function.check([*self.arguments, *self.constants, *self._outputs()])
+        self._constant_addresses = tuple(c.ctypes.data for c in self.constants)
+
+    def _outputs(self) -> list[np.ndarray]:
+        """This thread's output arrays: the kernel is shared by the process (one per CPU),
+        and two threads timing it at once must not write into the same arrays."""
+        outputs = getattr(self._per_thread, "outputs", None)
+        if outputs is None:
+            outputs = [np.empty(shape, dtype) for shape, dtype in self.out_specs]
+            self._per_thread.outputs = outputs
+            self._per_thread.addresses = tuple(o.ctypes.data for o in outputs)
+        return outputs
 
     def __call__(self, args) -> list[np.ndarray]:
-        """One call on ``args`` (arrays of :attr:`arguments`' types, unchecked)."""
-        self.function.call_addresses(*(a.ctypes.data for a in args), *self._addresses)
-        return self._outputs
+        """One call on ``args`` (arrays of :attr:`arguments`' types, unchecked), into
+        this thread's outputs."""
+        outputs = self._outputs()
+        self.function.call_addresses(*(a.ctypes.data for a in args), *self._constant_addresses,
+                                     *self._per_thread.addresses)
+        return outputs
 
 
 def source_digest() -> str:

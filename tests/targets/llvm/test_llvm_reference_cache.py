@@ -131,3 +131,25 @@ def test_a_second_process_loads_the_code_and_a_damaged_entry_is_rebuilt(tmp_path
     third = _child(tmp_path)
     assert not third["loaded"] and third == {**first, "loaded": False}
     assert _child(tmp_path)["loaded"]
+
+
+@pytest.mark.skipif(not runs_on_host(host_cpu()), reason="needs code that runs here")
+def test_threads_timing_the_shared_reference_write_their_own_outputs(tmp_path, monkeypatch):
+    """The reference kernel is one per process; each thread calling it gets outputs of
+    its own, equal to those of another thread for the same arguments."""
+    import threading
+
+    from heterocc.targets.llvm.target import LLVMTarget
+
+    monkeypatch.setenv("HETEROCC_CACHE_DIR", str(tmp_path))
+    kernel = rk.reference_kernel(LLVMTarget(), str(tmp_path))
+    here = kernel(kernel.arguments)
+    there: list = []
+    thread = threading.Thread(target=lambda: there.append(kernel(kernel.arguments)))
+    thread.start()
+    thread.join()
+    (theirs,) = there
+    assert all(a is not b for a, b in zip(here, theirs))
+    for a, b in zip(here, theirs):
+        np.testing.assert_array_equal(a, b)
+    assert kernel(kernel.arguments)[0] is here[0]  # a thread keeps its arrays
