@@ -48,7 +48,7 @@ from heterocc.tir import expr as tx
 from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
-from ..int8_dot import DOT4_CALL
+from ..int8_dot import DOT4_CALL, INTERLEAVE_CALL
 from .common import vector_lanes
 
 #: input channels one dot-product lane adds (the instruction's group of bytes)
@@ -386,26 +386,103 @@ def pack_int8_data(x: te.Tensor, x_zero: te.Tensor | None, strides, pads, out_wi
 
 
 def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
-                   dtype: str, group: int = GROUP, centered: bool = False,
-                   strides=(1, 1), phases=(1, 1)) -> te.Tensor:
-    """``x`` (int8 or uint8 NCHW) as ``[n, C/group, row phases, column phases,
-    positions, group]`` ``dtype`` values: the padded image split by the ``strides``'
-    phases (phase (``py``, ``px``) holds padded pixels (``sy * row + py``, ``sx *
-    column + px``); ``phases`` of them, from 0, in each direction), each phase's pixels
-    numbered row after row (``row * ceil(padded width / sx) + column``), padded with the
-    zero point, also past its last row. With stride 1, one phase: the padded image."""
-    n, channels, height, width = x.shape
-    sy, sx = strides
-    stride_row = -(-(width + pads[1] + pads[3]) // sx)
-    value = _packed_element(x, x_zero, dtype, group, centered)
+                   dtype: str, cpu: CPUDescription, strides=(1, 1),
+                   phases=(1, 1)) -> te.Tensor:
+    """``x`` (int8 or uint8 NCHW) as ``[n, C/4, row phases, column phases, positions',
+    4]`` ``dtype`` values: the padded image split by the ``strides``' phases (phase
+    (``py``, ``px``) holds padded pixels (``sy * row + py``, ``sx * column + px``);
+    ``phases`` of them, from 0, in each direction), each phase's pixels numbered row
+    after row (``row * ceil(padded width / sx) + column``), padded with the zero point,
+    also past its last row and in the channels past C. ``positions'``: ``positions``
+    rounded up to whole runs of :func:`interleave_run` (the packing's vector step).
+
+    Made in two vector passes (:func:`schedule_int8_flat`) rather than byte by byte: a
+    copy of each channel, padded and split by phase (:func:`pack_int8_phases`, its
+    rows contiguous vectors, masked at the borders), then four channels' runs
+    interleaved into groups of four bytes (:func:`interleave_intrinsic`)."""
+    n, channels = x.shape[:2]
+    run = interleave_run(dtype, cpu)
+    positions = -(-positions // run) * run
+    phased = pack_int8_phases(x, x_zero, pads, positions, dtype, strides, phases)
+    column_phases = phases[1]
 
     def element(b, channel_group, row_phase, column_phase, position, inner):
-        return value(b, channel_group, inner,
-                     position // stride_row * sy + row_phase - pads[0],
-                     position % stride_row * sx + column_phase - pads[1])
+        return phased[b, channel_group * GROUP + inner,
+                      row_phase * column_phases + column_phase, position]
 
-    return te.compute((n, -(-channels // group), *phases, positions, group), element,
-                      name="int8_data", dtype=dtype, attrs={"int8_row": stride_row})
+    return te.compute((n, -(-channels // GROUP), *phases, positions, GROUP), element,
+                      name="int8_data", dtype=dtype, attrs={"int8_interleaved": run})
+
+
+def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
+                     dtype: str, strides=(1, 1), phases=(1, 1)) -> te.Tensor:
+    """The first pass of :func:`pack_int8_flat`: ``x`` stored as ``dtype`` (the sign bit
+    flipped where the byte types differ), padded with the zero point, as ``[n, C
+    rounded up to 4, row phases x column phases, rows * row length]``: phase (``py``,
+    ``px``)'s pixels row after row, whole rows covering ``positions``. The reads are
+    guarded, not clamped, so that a row is one vector copy masked at the borders; the
+    flat axis carries ``int8_row`` (the row length), so that its schedule loops over rows
+    and columns (no division per byte)."""
+    n, channels, height, width = x.shape
+    sy, sx = strides
+    top, left = pads[0], pads[1]
+    stride_row = -(-(width + pads[1] + pads[3]) // sx)
+    rows = -(-positions // stride_row)
+    flip = _flip(x.dtype, dtype)
+    zero = _zero(x_zero)
+    column_phases = phases[1]
+
+    def element(b, channel, phase, position):
+        y = position // stride_row * sy + phase // column_phases - top
+        column = position % stride_row * sx + phase % column_phases - left
+        inside = te.logical_and(
+            te.logical_and(te.logical_and(y >= 0, y < height),
+                           te.logical_and(column >= 0, column < width)), channel < channels)
+        return te.cast(dtype, te.if_then_else(inside, te.cast("int32", x[b, channel, y, column]),
+                                              zero) + flip)
+
+    return te.compute((n, -(-channels // GROUP) * GROUP, phases[0] * phases[1],
+                       rows * stride_row), element, name="int8_phases", dtype=dtype,
+                      attrs={"int8_row": stride_row})
+
+
+def interleave_run(dtype: str, cpu: CPUDescription) -> int:
+    """The elements of each channel that one step of :func:`pack_int8_flat`'s interleave
+    takes: one vector register of ``dtype`` (four registers of groups out)."""
+    return vector_lanes(dtype, cpu)
+
+
+def interleave_intrinsic(run: int, dtype: str, groups: int = GROUP) -> TensorIntrin:
+    """``out[p, g] = src[g, p]`` for ``groups`` runs of ``run`` ``dtype`` elements: one
+    :data:`INTERLEAVE_CALL` and one vector store of ``groups * run`` elements."""
+    source = te.placeholder((groups, run), dtype, "src")
+    out = te.compute((run, groups), lambda p, g: source[g, p], name="interleaved")
+
+    def implement(inputs: list[BufferRegion], output: BufferRegion):
+        (region,) = inputs
+        bases = list(output.bases)
+        bases[-1] = tx.Ramp(bases[-1], tx.IntImm(1), groups * run)
+        value = tx.Call(INTERLEAVE_CALL, (*(region.load(g, 0) for g in range(groups)),
+                                          tx.IntImm(run)),
+                        tx.with_lanes(dtype, groups * run))
+        return BufferStore(output.buffer, value, tuple(bases))
+
+    return TensorIntrin(f"cpu_interleave_{dtype}_{groups}x{run}", out, implement,
+                        {"run": run})
+
+
+def schedule_int8_flat(schedule: te.Schedule, data: te.Tensor, cpu: CPUDescription) -> None:
+    """The two passes of :func:`pack_int8_flat` at root: the padded, phase-split copy
+    row by row in vectors (:func:`schedule_phase_rows`), then the interleave, each
+    step one :func:`interleave_intrinsic`; batch and channels in parallel in both."""
+    (phased,) = reads_of(data.op.body)
+    schedule_phase_rows(schedule, phased, cpu)
+    stage = schedule[data]
+    b, group, _, _, position, _ = stage.op.axis
+    stage.parallel(stage.fuse(b, group))
+    run = data.op.attrs["int8_interleaved"]
+    _, inner = stage.split(position, run)
+    stage.tensorize(inner, interleave_intrinsic(run, data.dtype))
 
 
 def _tap(r, dilation: int, stride: int) -> tuple:
@@ -539,7 +616,7 @@ def _int8_conv_channel_lanes(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | Non
     phases = (min(sy, (kh - 1) * dy + 1), min(sx, (kw - 1) * dx + 1))
     positions = (oh - 1) * stride_row + ow + reach
     rows = -(-positions // stride_row)
-    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, strides=(sy, sx),
+    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, cpu, strides=(sy, sx),
                           phases=phases)
     lanes = tiles.lanes
     packed_w = pack_int8_weight_lanes(w, lanes) if packed_weight is None else packed_weight
@@ -616,7 +693,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     # whole rows, so that the packing's loop over positions splits into rows and
     # columns (no division per byte, :func:`pack_in_parallel`)
     rows = -(-(positions + reach) // stride_row)
-    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, strides=(sy, sx),
+    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, cpu, strides=(sy, sx),
                           phases=phases)
     packed_w = pack_int8_weight(w) if packed_weight is None else packed_weight
     groups = data.shape[1]
@@ -656,9 +733,9 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     at root, in parallel."""
     tiles = sums.op.attrs["int8_conv"]
     data, packed_w = int8_conv_inputs(sums)
-    for stage in (data, packed_w):
-        if isinstance(stage.op, te.ComputeOp):  # else a constant packed at build time
-            pack_in_parallel(schedule, stage)
+    schedule_int8_flat(schedule, data, cpu)
+    if isinstance(packed_w.op, te.ComputeOp):  # else a constant packed at build time
+        pack_in_parallel(schedule, packed_w)
     if isinstance(tiles, Int8ChannelTiles):
         _schedule_channel_lanes(schedule, sums, tiles, data.dtype)
         return
@@ -778,6 +855,15 @@ def int8_conv_inputs(sums: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
     """The packed data and packed weight that the sums of :func:`int8_conv` read."""
     product = sums.op.body.source
     return product.a.value.tensor, product.b.value.tensor
+
+
+def int8_conv_packings(sums: te.Tensor) -> list[te.Tensor]:
+    """The stages :func:`schedule_int8_conv` schedules beside the sums: the data's two
+    packing passes (:func:`pack_int8_flat`) and the weight's packing where it is not a
+    constant packed at build time."""
+    data, packed_w = int8_conv_inputs(sums)
+    return [t for t in (data, *reads_of(data.op.body), packed_w)
+            if isinstance(t.op, te.ComputeOp)]
 
 
 def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,

@@ -36,6 +36,7 @@ from heterocc.targets.llvm.schedules.int8_depthwise import (
     int8_depthwise_conv,
     schedule_int8_depthwise,
 )
+from heterocc.te.schedule_reads import reads_of
 
 #: (target, the instruction its kernels multiply bytes with)
 DESCRIPTIONS = [
@@ -595,7 +596,11 @@ def test_strided_convolutions_read_the_stride_phases_flat(target, shape, filters
     sums = out.op.body.a.tensor
     data, _ = int8_conv_inputs(sums)
     assert tuple(data.shape[2:4]) == phases
-    assert data.shape[4] % data.op.attrs["int8_row"] == 0
+    # the padded copy holds whole rows; the interleaved data whole runs of its vector step
+    (copy,) = reads_of(data.op.body)
+    assert copy.shape[2] == phases[0] * phases[1]
+    assert copy.shape[3] % copy.op.attrs["int8_row"] == 0
+    assert data.shape[4] % data.op.attrs["int8_interleaved"] == 0
     if not _host_runs(cpu):
         return
     rng = np.random.default_rng(sum(shape) + filters)
