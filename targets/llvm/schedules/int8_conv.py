@@ -48,7 +48,7 @@ from heterocc.tir import expr as tx
 from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
-from ..int8_dot import DOT4_CALL, INTERLEAVE_CALL
+from ..int8_dot import DOT4_CALL, INTERLEAVE_CALL, dot4_instruction
 from .common import vector_lanes
 
 #: input channels one dot-product lane adds (the instruction's group of bytes)
@@ -264,7 +264,7 @@ MIN_CHANNEL_REDUCTION = 128
 
 
 def channel_tiling(filters: int, out_height: int, out_width: int,
-                   cpu: CPUDescription) -> Int8ChannelTiles | None:
+                   cpu: CPUDescription, tiny: bool = False) -> Int8ChannelTiles | None:
     """The tile of :class:`Int8ChannelTiles` for ``filters`` output channels of
     ``out_height`` x ``out_width`` pixels on ``cpu``, or None where ``filters`` fill no
     whole vectors: the most vectors of channels (up to 4, dividing the vectors) whose
@@ -272,13 +272,20 @@ def channel_tiling(filters: int, out_height: int, out_width: int,
     registers less four with its weight vectors and one broadcast; fewest loads per
     instruction (``(pixels + vectors) / (pixels * vectors)``) among them; the most rows
     whose sums fit half the L1 data cache and leave a block for each core (DenseNet's
-    32 filters at 7x7 are one tile: a block per row then), else the fewest."""
-    lanes = cpu.vector_lanes("int32")
-    if filters % lanes:
+    32 filters at 7x7 are one tile: a block per row then), else the fewest.
+
+    ``tiny``: an output that vectors of pixels would mostly waste (a classifier's 1x1
+    image): vectors of channels as narrow as the dot product's instruction allows where
+    ``filters`` fill no whole register (1000 classes: 125 vectors of 8), and up to
+    :data:`MAX_TINY_VECTORS` of them, so that a tile of one pixel still has that many
+    independent sums in flight."""
+    lanes = next((width for width in channel_lane_widths(cpu, tiny) if filters % width == 0),
+                 None)
+    if lanes is None:
         return None
     budget = cpu.vector_registers - 4
     best = None
-    for vectors in range(1, 5):
+    for vectors in range(1, (MAX_TINY_VECTORS if tiny else 4) + 1):
         if filters // lanes % vectors:
             continue
         pixels = next((p for p in range(min(out_width, MAX_TILE_PIXELS), 0, -1)
@@ -298,6 +305,34 @@ def channel_tiling(filters: int, out_height: int, out_width: int,
     return Int8ChannelTiles(lanes, vectors, pixels, max(enough) if enough else min(fitting))
 
 
+#: the most vectors of channels a tile of :func:`channel_tiling` holds for a tiny output
+MAX_TINY_VECTORS = 8
+#: how many times its pixels vectors of pixels must compute for an output to be tiny
+#: (:func:`channel_lanes_tiles`): a classifier's 1x1 image computes 16 positions for 1
+TINY_OUTPUT_WASTE = 4
+
+
+#: the dot product's instructions, best first (:func:`.int8_dot.dot4_instruction`)
+DOT4_RANK = {"vpdpbusd": 0, "sdot": 0, "udot": 0, "pmaddubsw": 1, "pmaddwd": 2, "generic": 3}
+
+
+def channel_lane_widths(cpu: CPUDescription, narrow: bool) -> list[int]:
+    """The int32 lanes a vector of channels may have on ``cpu``: a whole register's and,
+    with ``narrow``, halves of it down to four while the dot product's instruction at
+    that width is no worse (AVX-512VL's 256-bit ``vpdpbusd``; AVX-VNNI's beside
+    AVX-512BW's ``vpmaddubsw``)."""
+    full = cpu.vector_lanes("int32")
+    unsigned = data_dtype(cpu) == "uint8"
+
+    def rank(lanes: int) -> int:
+        return DOT4_RANK[dot4_instruction(cpu.features, cpu.arch, lanes, unsigned, False)]
+
+    widths = [full]
+    while narrow and widths[-1] // 2 >= 4 and rank(widths[-1] // 2) <= rank(full):
+        widths.append(widths[-1] // 2)
+    return widths
+
+
 def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription
                         ) -> Int8ChannelTiles | None:
     """The channel tiles a dense convolution of data ``x_shape`` by weights ``w_shape``
@@ -306,16 +341,21 @@ def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription
     times the output's pixels or more (a 7x7 output: 64 positions, or 61 rows of 9
     with a 3x3 kernel's padding, for 49 pixels), its channels fill whole vectors, and
     its tile and reduction are long enough (:data:`MIN_CHANNEL_PIXELS`,
-    :data:`MIN_CHANNEL_REDUCTION`)."""
+    :data:`MIN_CHANNEL_REDUCTION`); always where they would compute
+    :data:`TINY_OUTPUT_WASTE` times its pixels (:func:`channel_tiling`'s ``tiny``
+    tiles)."""
     _, (sy, sx), _, pads, (oh, ow) = conv_geometry(x_shape, w_shape, attrs)
     filters, channels, kh, kw = w_shape
+    stride_row = -(-(x_shape[3] + pads[1] + pads[3]) // sx)
+    pixel_tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
+    computed = oh // blocks.rows * blocks.extent
+    if computed >= TINY_OUTPUT_WASTE * oh * ow:
+        # whatever the tile: vectors of pixels would compute mostly padding
+        return channel_tiling(filters, oh, ow, cpu, tiny=True)
     tiles = channel_tiling(filters, oh, ow, cpu)
     if (tiles is None or tiles.pixels < MIN_CHANNEL_PIXELS
             or -(-channels // GROUP) * kh * kw < MIN_CHANNEL_REDUCTION):
         return None
-    stride_row = -(-(x_shape[3] + pads[1] + pads[3]) // sx)
-    pixel_tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
-    computed = oh // blocks.rows * blocks.extent
     return tiles if computed >= CHANNEL_LANES_GAIN * oh * ow else None
 
 

@@ -219,6 +219,57 @@ def test_channel_lanes_are_exact(target, instruction, shape, kernel, strides, pa
         np.testing.assert_array_equal(got, _reference(x, w, zero, strides, pads, dilations))
 
 
+@pytest.mark.parametrize("target,instruction", DESCRIPTIONS,
+                         ids=["avx512vnni", "avxvnni", "avx512bw", "avx2", "neon-sdot"])
+@pytest.mark.parametrize("shape,filters,kernel,prepacked", [
+    ((1, 40, 1, 1), 40, (1, 1), True),  # a classifier on a pooled image
+    ((2, 36, 3, 3), 24, (3, 3), False),  # a 3x3 into one pixel, batch 2
+], ids=["classifier", "3x3-to-1x1"])
+def test_a_one_pixel_output_takes_narrow_channel_lanes(target, instruction, shape, filters,
+                                                      kernel, prepacked):
+    """An output of one pixel (a classifier's convolution on a pooled image) would waste
+    15 of 16 lanes of a vector of pixels: it takes output channels as the lanes, in
+    vectors as narrow as the dot product's instruction allows where the filters fill
+    no whole register (40 filters: five vectors of 8 int32, 10 of 4 on NEON), five of
+    them in flight a tile; bit-exact, its weight prepacked in that layout too."""
+    cpu = parse_cpu(target)
+    attrs = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "group": 1}
+    w_shape = (filters, shape[1], *kernel)
+    tiles = channel_lanes_tiles(shape, w_shape, attrs, cpu)
+    full = cpu.vector_lanes("int32")
+    assert isinstance(tiles, Int8ChannelTiles) and tiles.pixels == 1
+    assert tiles.lanes == (full if filters % full == 0 else full // 2)
+    assert tiles.vectors > 1
+    assert tiles.vectors + tiles.vectors + 1 <= cpu.vector_registers - 4
+    x = te.placeholder(shape, "int8", "x")
+    w = te.placeholder(w_shape, "int8", "w")
+    zero = te.placeholder((1,), "int8", "zero")
+    packed = te.placeholder(packed_weight_shape(w_shape, tiles.lanes), "int8", "w.packed") \
+        if prepacked else None
+    out = int8_conv(x, w, zero, attrs, cpu, packed_weight=packed)
+    assert out.op.body.a.tensor.op.attrs["int8_conv"] == tiles
+    schedule = te.create_schedule(out)
+    schedule_int8_conv(schedule, out.op.body.a.tensor, cpu)
+    module = hllvm.build(te.lower(schedule, [x, packed if prepacked else w, zero, out],
+                                  name="conv"), cpu=cpu)
+    # the narrow width's instruction (AVX-VNNI's beside AVX-512BW's vpmaddubsw)
+    unsigned = data_dtype(cpu) == "uint8"
+    narrow = dot4_instruction(cpu.features, cpu.arch, tiles.lanes, unsigned, False)
+    assert narrow in module.assembly() and (narrow == instruction.lstrip("v")
+                                             or narrow == "vpdpbusd")
+    if not _host_runs(cpu):
+        return  # cross-compiled: its assembly was the check
+    rng = np.random.default_rng(sum(shape))
+    for xs, ws, z in [(rng.integers(-128, 128, shape), rng.integers(-128, 128, w_shape), -7),
+                      (np.full(shape, -128), np.full(w_shape, -128), 0)]:
+        xs, ws = xs.astype(np.int8), ws.astype(np.int8)
+        got = np.zeros(out.shape, np.int32)
+        weight = pack_int8_weight_array(ws, tiles.lanes) if prepacked else ws
+        module["conv"](xs, weight, np.array([z], np.int8), got)
+        np.testing.assert_array_equal(got, _reference(xs, ws, z, (1, 1), (0, 0, 0, 0),
+                                                      (1, 1)))
+
+
 def test_channel_lanes_leave_a_block_for_each_core():
     """Channel tiles take the most rows per block whose sums fit half the L1 data cache
     while the blocks (tiles of channels by rows) still number the cores: 512 filters at
