@@ -507,9 +507,10 @@ def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: in
     def element(b, channel, phase, position):
         y = position // stride_row * sy + phase // column_phases - top
         column = position % stride_row * sx + phase % column_phases - left
-        inside = te.logical_and(
-            te.logical_and(te.logical_and(y >= 0, y < height),
-                           te.logical_and(column >= 0, column < width)), channel < channels)
+        inside = te.logical_and(te.logical_and(y >= 0, y < height),
+                                te.logical_and(column >= 0, column < width))
+        if channels % GROUP:  # padding channels past the last group's
+            inside = te.logical_and(inside, channel < channels)
         return te.cast(dtype, te.if_then_else(inside, te.cast("int32", x[b, channel, y, column]),
                                               zero) + flip)
 
