@@ -443,16 +443,18 @@ def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
     Made in two vector passes (:func:`schedule_int8_flat`) rather than byte by byte: a
     copy of each channel, padded and split by phase (:func:`pack_int8_phases`, its
     rows contiguous vectors, masked at the borders), then four channels' runs
-    interleaved into groups of four bytes (:func:`interleave_intrinsic`). An image
-    without padding, or with rows shorter than :data:`MIN_SPLIT_ROW` (a 7x7 image's),
-    is packed in one pass (:func:`pack_int8_bytes`): without padding no guard is left
+    interleaved into groups of four bytes (:func:`interleave_intrinsic`), where the CPU
+    loads bytes under a mask (:func:`masked_byte_loads`). An image without padding, or
+    with rows shorter than :data:`MIN_SPLIT_ROW` (a 7x7 image's), is packed in one pass
+    (:func:`pack_int8_bytes`): without padding no guard is left
     in its loops and LLVM vectorizes it as it is (interleaved stores; the two passes
     took 1.03-1.07x its time on MobileNetV2's 1x1 convolutions at 112x112 and 56x56),
     and copied row by row, each a partial vector, MobileNetV2's 1x1 convolutions at
     7x7 took 1.16-1.31x the time (AVX-512 VNNI). A padded image's single pass keeps a
     guard per byte and stays scalar (3x3 at 56x56: 0.93x its time in two passes)."""
     n, channels, _, width = x.shape
-    if not any(pads) or -(-(width + pads[1] + pads[3]) // strides[1]) < MIN_SPLIT_ROW:
+    if (not any(pads) or -(-(width + pads[1] + pads[3]) // strides[1]) < MIN_SPLIT_ROW
+            or not masked_byte_loads(cpu)):
         return pack_int8_bytes(x, x_zero, pads, positions, dtype, strides, phases)
     run = interleave_run(dtype, cpu)
     positions = -(-positions // run) * run
@@ -465,6 +467,14 @@ def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
 
     return te.compute((n, -(-channels // GROUP), *phases, positions, GROUP), element,
                       name="int8_data", dtype=dtype, attrs={"int8_interleaved": run})
+
+
+def masked_byte_loads(cpu: CPUDescription) -> bool:
+    """Whether ``cpu`` loads a vector of bytes under a mask in one instruction (AVX-512BW),
+    so that :func:`pack_int8_flat`'s padded copy is a vector per row: elsewhere the
+    codegen loads a guarded byte vector lane by lane, and the two passes took 1.06x
+    (3x3 at 56x56, stride 1) to 1.5x (stride 2) the one-pass packing's time (AVX2)."""
+    return {"avx512f", "avx512bw"} <= cpu.features
 
 
 def pack_int8_bytes(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
