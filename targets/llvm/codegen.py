@@ -26,7 +26,7 @@ from heterocc.tir.functor import ExprFunctor, StmtEmitter
 from heterocc.tir.simplify import structural_key
 from heterocc.tir.visitor import child_list
 
-from .int8_dot import DOT4_CALL, emit_dot4_call
+from .int8_dot import DOT4_CALL, INTERLEAVE_CALL, emit_dot4_call, emit_interleave_call
 from .int8_product import emit_shifted_product, even_odd_products, shifted_product_operands
 from .llvm_types import (
     I1,
@@ -527,6 +527,8 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
     def visit_Call(self, node: tx.Call) -> ir.Value:
         if node.name == DOT4_CALL:
             return emit_dot4_call(self, node)
+        if node.name == INTERLEAVE_CALL:
+            return emit_interleave_call(self, node)
         args = [self.expr(a) for a in node.args]
         lanes = tx.lanes_of(node.dtype)
         variant = vector_symbol(node.name, tx.scalar_dtype(node.dtype), lanes,

@@ -329,3 +329,49 @@ def emit_dot4_call(emitter, node: tx.Call) -> ir.Value:
     dot = Dot4Emitter(builder, emitter._function, emitter.codegen.features,
                       emitter.codegen.arch)
     return dot.emit(*loaded, *(tx.is_unsigned(o.buffer.dtype) for o in operands[1:]))
+
+
+#: the TIR call the CPU's codegen lowers to a byte interleave (a transpose of ``G`` runs
+#: of ``N`` elements into ``N`` groups of ``G``): the data packing of the dot-product
+#: convolutions (:func:`.schedules.int8_conv.pack_int8_flat`)
+INTERLEAVE_CALL = "cpu.interleave"
+
+
+def interleave_mask(groups: int, count: int) -> list[int]:
+    """The shuffle mask interleaving ``groups`` concatenated runs of ``count`` elements:
+    element ``g`` of group ``p`` (result lane ``groups * p + g``) is run ``g``'s element
+    ``p``."""
+    return [g * count + p for p in range(count) for g in range(groups)]
+
+
+def emit_interleave_call(emitter, node: tx.Call) -> ir.Value:
+    """:data:`INTERLEAVE_CALL` ``(src_0[0], ..., src_G-1[0], N)`` in the function
+    ``emitter`` (the codegen's ``FunctionEmitter``) emits: ``G`` vectors of ``N``
+    elements loaded from the addresses of the runs' first elements (scalar loads), and
+    one shuffle interleaving them, ``result[G * p + g] = src_g[p]``. Stored whole, it is
+    the pattern LLVM's interleaved-access lowering turns into unpack instructions (x86)
+    or one ``st4`` (AArch64) rather than ``G * N`` byte moves."""
+    *operands, count = node.args
+    if not isinstance(count, tx.IntImm) or len(operands) < 2 or not all(
+            isinstance(o, tx.BufferLoad) and tx.lanes_of(o.dtype) == 1 for o in operands):
+        raise CompileError(f"{INTERLEAVE_CALL} takes (src_0[0], ..., src_G-1[0], N): scalar "
+                           "loads of each run's first element (two or more) and the run's "
+                           "length")
+    groups, length = len(operands), count.value
+    if tx.lanes_of(node.dtype) != groups * length:
+        raise CompileError(f"{INTERLEAVE_CALL}: {groups} runs of {length} make "
+                           f"{groups * length} lanes, not {tx.lanes_of(node.dtype)}")
+    builder = emitter.builder
+    runs = []
+    for operand in operands:
+        (index,) = operand.indices
+        runs.append(builder.load(emitter._address(operand.buffer, emitter.expr(index)),
+                                 typ=ir.VectorType(storage_type(operand.buffer.dtype), length),
+                                 align=element_size(operand.buffer.dtype)))
+    dot = Dot4Emitter(builder, emitter._function, emitter.codegen.features,
+                      emitter.codegen.arch)
+    while len(runs) & (len(runs) - 1):  # a power of two of runs for the pairwise concat
+        runs.append(ir.Constant(runs[0].type, ir.Undefined))
+    whole = dot._concat(runs)
+    return builder.shuffle_vector(whole, ir.Constant(whole.type, ir.Undefined),
+                                  _mask(interleave_mask(groups, length)))

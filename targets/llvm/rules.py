@@ -44,7 +44,7 @@ from .schedules import (
     depthwise_data,
     depthwise_weight,
     injective_rows,
-    int8_conv_inputs,
+    int8_conv_packings,
     schedule_channel_blocks,
     schedule_contiguous_rows,
     schedule_conv2d_nchw,
@@ -105,7 +105,7 @@ class Int8ConvRule(CPURule):
         if "int8_depthwise" in tensor.op.attrs:
             return [t for t in (depthwise_data(tensor), depthwise_weight(tensor))
                     if isinstance(t.op, te.ComputeOp)]
-        return [t for t in int8_conv_inputs(tensor) if isinstance(t.op, te.ComputeOp)]
+        return int8_conv_packings(tensor)
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
         if "int8_depthwise" in tensor.op.attrs:

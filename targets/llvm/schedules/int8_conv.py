@@ -48,7 +48,7 @@ from heterocc.tir import expr as tx
 from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
-from ..int8_dot import DOT4_CALL
+from ..int8_dot import DOT4_CALL, INTERLEAVE_CALL, dot4_instruction
 from .common import vector_lanes
 
 #: input channels one dot-product lane adds (the instruction's group of bytes)
@@ -180,19 +180,20 @@ class RowBlocks:
 
 
 def row_blocks(out_height: int, row_length: int, out_width: int, lanes: int,
-               channels: int, cpu: CPUDescription) -> RowBlocks:
+               channels: int, cpu: CPUDescription, budget: int | None = None) -> RowBlocks:
     """The blocks of :class:`RowBlocks` for an output of ``out_height`` rows of
     ``out_width`` pixels, ``row_length`` flat positions apart: the row count dividing
     the height that computes fewest positions per output pixel (the padding columns
     between rows and the last vector's tail are computed and dropped), fewer rows on a
-    tie, a block's ``channels`` rows of int32 sums within half the L1 data cache (one
-    row always: a block must hold whole rows)."""
+    tie, a block's ``channels`` rows of int32 sums within ``budget`` bytes (default half
+    the L1 data cache; one row always: a block must hold whole rows)."""
+    budget = cpu.l1d // 2 if budget is None else budget
     best = None
     for rows in range(1, out_height + 1):
         if out_height % rows:
             continue
         extent = -(-((rows - 1) * row_length + out_width) // lanes) * lanes
-        if rows > 1 and channels * extent * 4 > cpu.l1d // 2:
+        if rows > 1 and channels * extent * 4 > budget:
             break
         if best is None or extent * best.rows < best.extent * rows:
             best = RowBlocks(rows, extent)
@@ -206,7 +207,10 @@ def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int,
     data reads per instruction (``1 + data_loads``): more data vectors per tile round
     each block up to more whole vectors, and fewer channels per tile read each data
     vector for fewer instructions. ``row_length``: the flat positions between output
-    rows (:func:`row_blocks`).
+    rows (:func:`row_blocks`). A block's sums may fill the L1 data cache (written once
+    by the tile, read once by the finishing stage): a 3x3 convolution at 56x56 then
+    sums blocks of 8 rows, 464 positions for 448 pixels, not 4 rows in 240 positions
+    for 224 (0.97x the kernel's time, AVX-512 VNNI, Zen 4).
 
     Weighting by the broadcast weights' reads too (a 16-channel tile reads 1.1 lines per
     instruction, 8 channels by 3 vectors 0.6) chose the multi-vector tiles, whose
@@ -215,7 +219,7 @@ def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int,
     best = None
     for tiles in tile_candidates(filters, cpu):
         blocks = row_blocks(out_height, row_length, out_width, tiles.lanes * tiles.vectors,
-                            tiles.channels, cpu)
+                            tiles.channels, cpu, budget=cpu.l1d)
         cost = out_height // blocks.rows * blocks.extent * (1 + data_loads(tiles))
         if best is None or cost < best[0]:
             best = (cost, tiles, blocks)
@@ -260,7 +264,7 @@ MIN_CHANNEL_REDUCTION = 128
 
 
 def channel_tiling(filters: int, out_height: int, out_width: int,
-                   cpu: CPUDescription) -> Int8ChannelTiles | None:
+                   cpu: CPUDescription, tiny: bool = False) -> Int8ChannelTiles | None:
     """The tile of :class:`Int8ChannelTiles` for ``filters`` output channels of
     ``out_height`` x ``out_width`` pixels on ``cpu``, or None where ``filters`` fill no
     whole vectors: the most vectors of channels (up to 4, dividing the vectors) whose
@@ -268,13 +272,20 @@ def channel_tiling(filters: int, out_height: int, out_width: int,
     registers less four with its weight vectors and one broadcast; fewest loads per
     instruction (``(pixels + vectors) / (pixels * vectors)``) among them; the most rows
     whose sums fit half the L1 data cache and leave a block for each core (DenseNet's
-    32 filters at 7x7 are one tile: a block per row then), else the fewest."""
-    lanes = cpu.vector_lanes("int32")
-    if filters % lanes:
+    32 filters at 7x7 are one tile: a block per row then), else the fewest.
+
+    ``tiny``: an output that vectors of pixels would mostly waste (a classifier's 1x1
+    image): vectors of channels as narrow as the dot product's instruction allows where
+    ``filters`` fill no whole register (1000 classes: 125 vectors of 8), and up to
+    :data:`MAX_TINY_VECTORS` of them, so that a tile of one pixel still has that many
+    independent sums in flight."""
+    lanes = next((width for width in channel_lane_widths(cpu, tiny) if filters % width == 0),
+                 None)
+    if lanes is None:
         return None
     budget = cpu.vector_registers - 4
     best = None
-    for vectors in range(1, 5):
+    for vectors in range(1, (MAX_TINY_VECTORS if tiny else 4) + 1):
         if filters // lanes % vectors:
             continue
         pixels = next((p for p in range(min(out_width, MAX_TILE_PIXELS), 0, -1)
@@ -294,6 +305,34 @@ def channel_tiling(filters: int, out_height: int, out_width: int,
     return Int8ChannelTiles(lanes, vectors, pixels, max(enough) if enough else min(fitting))
 
 
+#: the most vectors of channels a tile of :func:`channel_tiling` holds for a tiny output
+MAX_TINY_VECTORS = 8
+#: how many times its pixels vectors of pixels must compute for an output to be tiny
+#: (:func:`channel_lanes_tiles`): a classifier's 1x1 image computes 16 positions for 1
+TINY_OUTPUT_WASTE = 4
+
+
+#: the dot product's instructions, best first (:func:`.int8_dot.dot4_instruction`)
+DOT4_RANK = {"vpdpbusd": 0, "sdot": 0, "udot": 0, "pmaddubsw": 1, "pmaddwd": 2, "generic": 3}
+
+
+def channel_lane_widths(cpu: CPUDescription, narrow: bool) -> list[int]:
+    """The int32 lanes a vector of channels may have on ``cpu``: a whole register's and,
+    with ``narrow``, halves of it down to four while the dot product's instruction at
+    that width is no worse (AVX-512VL's 256-bit ``vpdpbusd``; AVX-VNNI's beside
+    AVX-512BW's ``vpmaddubsw``)."""
+    full = cpu.vector_lanes("int32")
+    unsigned = data_dtype(cpu) == "uint8"
+
+    def rank(lanes: int) -> int:
+        return DOT4_RANK[dot4_instruction(cpu.features, cpu.arch, lanes, unsigned, False)]
+
+    widths = [full]
+    while narrow and widths[-1] // 2 >= 4 and rank(widths[-1] // 2) <= rank(full):
+        widths.append(widths[-1] // 2)
+    return widths
+
+
 def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription
                         ) -> Int8ChannelTiles | None:
     """The channel tiles a dense convolution of data ``x_shape`` by weights ``w_shape``
@@ -302,16 +341,21 @@ def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription
     times the output's pixels or more (a 7x7 output: 64 positions, or 61 rows of 9
     with a 3x3 kernel's padding, for 49 pixels), its channels fill whole vectors, and
     its tile and reduction are long enough (:data:`MIN_CHANNEL_PIXELS`,
-    :data:`MIN_CHANNEL_REDUCTION`)."""
+    :data:`MIN_CHANNEL_REDUCTION`); always where they would compute
+    :data:`TINY_OUTPUT_WASTE` times its pixels (:func:`channel_tiling`'s ``tiny``
+    tiles)."""
     _, (sy, sx), _, pads, (oh, ow) = conv_geometry(x_shape, w_shape, attrs)
     filters, channels, kh, kw = w_shape
+    stride_row = -(-(x_shape[3] + pads[1] + pads[3]) // sx)
+    pixel_tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
+    computed = oh // blocks.rows * blocks.extent
+    if computed >= TINY_OUTPUT_WASTE * oh * ow:
+        # whatever the tile: vectors of pixels would compute mostly padding
+        return channel_tiling(filters, oh, ow, cpu, tiny=True)
     tiles = channel_tiling(filters, oh, ow, cpu)
     if (tiles is None or tiles.pixels < MIN_CHANNEL_PIXELS
             or -(-channels // GROUP) * kh * kw < MIN_CHANNEL_REDUCTION):
         return None
-    stride_row = -(-(x_shape[3] + pads[1] + pads[3]) // sx)
-    pixel_tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
-    computed = oh // blocks.rows * blocks.extent
     return tiles if computed >= CHANNEL_LANES_GAIN * oh * ow else None
 
 
@@ -386,26 +430,146 @@ def pack_int8_data(x: te.Tensor, x_zero: te.Tensor | None, strides, pads, out_wi
 
 
 def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
-                   dtype: str, group: int = GROUP, centered: bool = False,
-                   strides=(1, 1), phases=(1, 1)) -> te.Tensor:
-    """``x`` (int8 or uint8 NCHW) as ``[n, C/group, row phases, column phases,
-    positions, group]`` ``dtype`` values: the padded image split by the ``strides``'
-    phases (phase (``py``, ``px``) holds padded pixels (``sy * row + py``, ``sx *
-    column + px``); ``phases`` of them, from 0, in each direction), each phase's pixels
-    numbered row after row (``row * ceil(padded width / sx) + column``), padded with the
-    zero point, also past its last row. With stride 1, one phase: the padded image."""
+                   dtype: str, cpu: CPUDescription, strides=(1, 1),
+                   phases=(1, 1)) -> te.Tensor:
+    """``x`` (int8 or uint8 NCHW) as ``[n, C/4, row phases, column phases, positions',
+    4]`` ``dtype`` values: the padded image split by the ``strides``' phases (phase
+    (``py``, ``px``) holds padded pixels (``sy * row + py``, ``sx * column + px``);
+    ``phases`` of them, from 0, in each direction), each phase's pixels numbered row
+    after row (``row * ceil(padded width / sx) + column``), padded with the zero point,
+    also past its last row and in the channels past C. ``positions'``: ``positions``
+    rounded up to whole runs of :func:`interleave_run` (the packing's vector step).
+
+    Made in two vector passes (:func:`schedule_int8_flat`) rather than byte by byte: a
+    copy of each channel, padded and split by phase (:func:`pack_int8_phases`, its
+    rows contiguous vectors, masked at the borders), then four channels' runs
+    interleaved into groups of four bytes (:func:`interleave_intrinsic`), where the CPU
+    loads bytes under a mask (:func:`masked_byte_loads`). An image without padding, or
+    with rows shorter than :data:`MIN_SPLIT_ROW` (a 7x7 image's), is packed in one pass
+    (:func:`pack_int8_bytes`): without padding no guard is left
+    in its loops and LLVM vectorizes it as it is (interleaved stores; the two passes
+    took 1.03-1.07x its time on MobileNetV2's 1x1 convolutions at 112x112 and 56x56),
+    and copied row by row, each a partial vector, MobileNetV2's 1x1 convolutions at
+    7x7 took 1.16-1.31x the time (AVX-512 VNNI). A padded image's single pass keeps a
+    guard per byte and stays scalar (3x3 at 56x56: 0.93x its time in two passes)."""
+    n, channels, _, width = x.shape
+    if (not any(pads) or -(-(width + pads[1] + pads[3]) // strides[1]) < MIN_SPLIT_ROW
+            or not masked_byte_loads(cpu)):
+        return pack_int8_bytes(x, x_zero, pads, positions, dtype, strides, phases)
+    run = interleave_run(dtype, cpu)
+    positions = -(-positions // run) * run
+    phased = pack_int8_phases(x, x_zero, pads, positions, dtype, strides, phases)
+    column_phases = phases[1]
+
+    def element(b, channel_group, row_phase, column_phase, position, inner):
+        return phased[b, channel_group * GROUP + inner,
+                      row_phase * column_phases + column_phase, position]
+
+    return te.compute((n, -(-channels // GROUP), *phases, positions, GROUP), element,
+                      name="int8_data", dtype=dtype, attrs={"int8_interleaved": run})
+
+
+def masked_byte_loads(cpu: CPUDescription) -> bool:
+    """Whether ``cpu`` loads a vector of bytes under a mask in one instruction (AVX-512BW),
+    so that :func:`pack_int8_flat`'s padded copy is a vector per row: elsewhere the
+    codegen loads a guarded byte vector lane by lane, and the two passes took 1.06x
+    (3x3 at 56x56, stride 1) to 1.5x (stride 2) the one-pass packing's time (AVX2)."""
+    return {"avx512f", "avx512bw"} <= cpu.features
+
+
+def pack_int8_bytes(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
+                    dtype: str, strides=(1, 1), phases=(1, 1)) -> te.Tensor:
+    """:func:`pack_int8_flat`'s layout (``positions`` as they are) in one pass, each
+    byte read from the image where it lies (the zero point outside it): for images
+    whose rows are too short to copy in vectors (:data:`MIN_SPLIT_ROW`)."""
     n, channels, height, width = x.shape
     sy, sx = strides
     stride_row = -(-(width + pads[1] + pads[3]) // sx)
-    value = _packed_element(x, x_zero, dtype, group, centered)
+    value = _packed_element(x, x_zero, dtype, GROUP, False)
 
     def element(b, channel_group, row_phase, column_phase, position, inner):
         return value(b, channel_group, inner,
                      position // stride_row * sy + row_phase - pads[0],
                      position % stride_row * sx + column_phase - pads[1])
 
-    return te.compute((n, -(-channels // group), *phases, positions, group), element,
+    return te.compute((n, -(-channels // GROUP), *phases, positions, GROUP), element,
                       name="int8_data", dtype=dtype, attrs={"int8_row": stride_row})
+
+
+def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
+                     dtype: str, strides=(1, 1), phases=(1, 1)) -> te.Tensor:
+    """The first pass of :func:`pack_int8_flat`: ``x`` stored as ``dtype`` (the sign bit
+    flipped where the byte types differ), padded with the zero point, as ``[n, C
+    rounded up to 4, row phases x column phases, rows * row length]``: phase (``py``,
+    ``px``)'s pixels row after row, whole rows covering ``positions``. The reads are
+    guarded, not clamped, so that a row is one vector copy masked at the borders; the
+    flat axis carries ``int8_row`` (the row length), so that its schedule loops over rows
+    and columns (no division per byte)."""
+    n, channels, height, width = x.shape
+    sy, sx = strides
+    top, left = pads[0], pads[1]
+    stride_row = -(-(width + pads[1] + pads[3]) // sx)
+    rows = -(-positions // stride_row)
+    flip = _flip(x.dtype, dtype)
+    zero = _zero(x_zero)
+    column_phases = phases[1]
+
+    def element(b, channel, phase, position):
+        y = position // stride_row * sy + phase // column_phases - top
+        column = position % stride_row * sx + phase % column_phases - left
+        inside = te.logical_and(te.logical_and(y >= 0, y < height),
+                                te.logical_and(column >= 0, column < width))
+        if channels % GROUP:  # padding channels past the last group's
+            inside = te.logical_and(inside, channel < channels)
+        return te.cast(dtype, te.if_then_else(inside, te.cast("int32", x[b, channel, y, column]),
+                                              zero) + flip)
+
+    return te.compute((n, -(-channels // GROUP) * GROUP, phases[0] * phases[1],
+                       rows * stride_row), element, name="int8_phases", dtype=dtype,
+                      attrs={"int8_row": stride_row, te.REGION_MULTIPLE: stride_row})
+
+
+def interleave_run(dtype: str, cpu: CPUDescription) -> int:
+    """The elements of each channel that one step of :func:`pack_int8_flat`'s interleave
+    takes: one vector register of ``dtype`` (four registers of groups out)."""
+    return vector_lanes(dtype, cpu)
+
+
+def interleave_intrinsic(run: int, dtype: str, groups: int = GROUP) -> TensorIntrin:
+    """``out[p, g] = src[g, p]`` for ``groups`` runs of ``run`` ``dtype`` elements: one
+    :data:`INTERLEAVE_CALL` and one vector store of ``groups * run`` elements."""
+    source = te.placeholder((groups, run), dtype, "src")
+    out = te.compute((run, groups), lambda p, g: source[g, p], name="interleaved")
+
+    def implement(inputs: list[BufferRegion], output: BufferRegion):
+        (region,) = inputs
+        bases = list(output.bases)
+        bases[-1] = tx.Ramp(bases[-1], tx.IntImm(1), groups * run)
+        value = tx.Call(INTERLEAVE_CALL, (*(region.load(g, 0) for g in range(groups)),
+                                          tx.IntImm(run)),
+                        tx.with_lanes(dtype, groups * run))
+        return BufferStore(output.buffer, value, tuple(bases))
+
+    return TensorIntrin(f"cpu_interleave_{dtype}_{groups}x{run}", out, implement,
+                        {"run": run})
+
+
+def schedule_int8_flat(schedule: te.Schedule, data: te.Tensor, cpu: CPUDescription) -> None:
+    """The two passes of :func:`pack_int8_flat` in one parallel loop over batch and
+    channel groups: each group's four channels copied padded and phase-split, row by
+    row in vectors (:func:`schedule_phase_rows`), then interleaved while in cache, each
+    step one :func:`interleave_intrinsic` (one parallel loop: one wait for the threads
+    per call, not two)."""
+    (phased,) = reads_of(data.op.body)
+    stage = schedule[data]
+    b, group, _, _, position, _ = stage.op.axis
+    block = stage.fuse(b, group)
+    stage.parallel(block)
+    run = data.op.attrs["int8_interleaved"]
+    _, inner = stage.split(position, run)
+    stage.tensorize(inner, interleave_intrinsic(run, data.dtype))
+    schedule_phase_rows(schedule, phased, cpu, parallel=False)
+    schedule[phased].compute_at(stage, block)
 
 
 def _tap(r, dilation: int, stride: int) -> tuple:
@@ -539,7 +703,7 @@ def _int8_conv_channel_lanes(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | Non
     phases = (min(sy, (kh - 1) * dy + 1), min(sx, (kw - 1) * dx + 1))
     positions = (oh - 1) * stride_row + ow + reach
     rows = -(-positions // stride_row)
-    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, strides=(sy, sx),
+    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, cpu, strides=(sy, sx),
                           phases=phases)
     lanes = tiles.lanes
     packed_w = pack_int8_weight_lanes(w, lanes) if packed_weight is None else packed_weight
@@ -616,7 +780,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     # whole rows, so that the packing's loop over positions splits into rows and
     # columns (no division per byte, :func:`pack_in_parallel`)
     rows = -(-(positions + reach) // stride_row)
-    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, strides=(sy, sx),
+    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, cpu, strides=(sy, sx),
                           phases=phases)
     packed_w = pack_int8_weight(w) if packed_weight is None else packed_weight
     groups = data.shape[1]
@@ -631,7 +795,8 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
 
     shape = (n, filters, oh // blocks.rows, blocks.extent)
     sums = te.compute(shape, body, name=f"{name}_dot", dtype="int32",
-                      attrs={"int8_conv": tiles, "int8_rows": blocks})
+                      attrs={"int8_conv": tiles, "int8_rows": blocks,
+                             "int8_row_length": stride_row})
     weight_sum = _weight_sums(packed_w, packed_weight is not None, filters, name)
     offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
@@ -656,9 +821,12 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     at root, in parallel."""
     tiles = sums.op.attrs["int8_conv"]
     data, packed_w = int8_conv_inputs(sums)
-    for stage in (data, packed_w):
-        if isinstance(stage.op, te.ComputeOp):  # else a constant packed at build time
-            pack_in_parallel(schedule, stage)
+    if "int8_interleaved" in data.op.attrs:
+        schedule_int8_flat(schedule, data, cpu)
+    else:  # pack_int8_bytes
+        pack_in_parallel(schedule, data)
+    if isinstance(packed_w.op, te.ComputeOp):  # else a constant packed at build time
+        pack_in_parallel(schedule, packed_w)
     if isinstance(tiles, Int8ChannelTiles):
         _schedule_channel_lanes(schedule, sums, tiles, data.dtype)
         return
@@ -780,6 +948,15 @@ def int8_conv_inputs(sums: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
     return product.a.value.tensor, product.b.value.tensor
 
 
+def int8_conv_packings(sums: te.Tensor) -> list[te.Tensor]:
+    """The stages :func:`schedule_int8_conv` schedules beside the sums: the data's two
+    packing passes (:func:`pack_int8_flat`) and the weight's packing where it is not a
+    constant packed at build time."""
+    data, packed_w = int8_conv_inputs(sums)
+    return [t for t in (data, *reads_of(data.op.body), packed_w)
+            if isinstance(t.op, te.ComputeOp)]
+
+
 def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
                               epilogue: te.Tensor | None = None,
                               *, cpu: CPUDescription) -> None:
@@ -802,10 +979,20 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
     blocks: RowBlocks = sums.op.attrs["int8_rows"]
     ko, ki = stage.split(k, tiles.channels)
     yo, yi = stage.split(y, blocks.rows)
-    inner = [x]
-    if int(x.extent) > lanes:
-        inner = list(stage.split(x, lanes))
-    stage.reorder(n, ko, yo, ki, yi, *inner)
+    if (sums.op.attrs.get("int8_row_length") == int(x.extent) < lanes
+            and blocks.rows > 1):
+        # a block's rows lie back to back in the sums as in the output (a 1x1
+        # convolution without padding) and each is shorter than a vector: its pixels
+        # in whole vectors across rows, one partial vector per block rather than one
+        # per row (MobileNetV2's 1x1 convolutions at 14x14 and 7x7: 0.93-0.95x the
+        # time; at 55x55, rows of three vectors and a part, 1.3x: not taken)
+        stage.reorder(n, ko, yo, ki, yi, x)
+        inner = list(stage.split(stage.fuse(yi, x), lanes))
+    else:
+        inner = [x]
+        if int(x.extent) > lanes:
+            inner = list(stage.split(x, lanes))
+        stage.reorder(n, ko, yo, ki, yi, *inner)
     stage.vectorize(inner[-1])
     block = stage.fuse(n, ko, yo)
     stage.parallel(block)

@@ -25,6 +25,8 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     int8_conv,
     int8_conv_inputs,
     int8_conv_tiles,
+    interleave_intrinsic,
+    masked_byte_loads,
     pack_int8_weight_array,
     packed_weight_shape,
     row_blocks,
@@ -36,6 +38,7 @@ from heterocc.targets.llvm.schedules.int8_depthwise import (
     int8_depthwise_conv,
     schedule_int8_depthwise,
 )
+from heterocc.te.schedule_reads import reads_of
 
 #: (target, the instruction its kernels multiply bytes with)
 DESCRIPTIONS = [
@@ -132,6 +135,85 @@ def test_integer_convolution_is_exact(target, instruction, shape, filters, kerne
     np.testing.assert_array_equal(got, _reference(x, w, -7, strides, pads, dilations))
 
 
+#: (target, an instruction of its byte interleave): unpacks of bytes and words on x86
+#: (LLVM's interleaved-store lowering), one four-register store on AArch64
+INTERLEAVES = [
+    ("llvm -mcpu=sapphirerapids", "vpunpcklbw"),
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512f", "vpunpcklbw"),
+    ("llvm -mcpu=haswell", "vpunpcklbw"),
+    ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "st4"),
+]
+
+
+@pytest.mark.parametrize("target,instruction", INTERLEAVES,
+                         ids=["avx512", "avx2-vnni", "avx2", "neon"])
+def test_the_byte_interleave_intrinsic_is_one_shuffle_and_exact(target, instruction):
+    """``cpu.interleave`` (:func:`interleave_intrinsic`): four runs of a register's bytes
+    into groups of four, ``out[p, g] = src[g, p]``, lowered to the CPU's unpacks or
+    ``st4``; exact where the host runs it."""
+    cpu = parse_cpu(target)
+    run = cpu.vector_lanes("uint8")
+    src = te.placeholder((8, 3 * run), "uint8", "src")
+    out = te.compute((2, 3 * run, 4), lambda g, p, i: src[4 * g + i, p], name="out")
+    schedule = te.create_schedule(out)
+    stage = schedule[out]
+    _, inner = stage.split(stage.op.axis[1], run)
+    stage.tensorize(inner, interleave_intrinsic(run, "uint8"))
+    module = hllvm.build(te.lower(schedule, [src, out], name="interleave"), cpu=cpu)
+    assert instruction in module.assembly()
+    if not _host_runs(cpu):
+        return  # cross-compiled: its assembly was the check
+    data = np.random.default_rng(3).integers(0, 256, (8, 3 * run)).astype(np.uint8)
+    got = np.zeros((2, 3 * run, 4), np.uint8)
+    module["interleave"](data, got)
+    np.testing.assert_array_equal(got, data.reshape(2, 4, 3 * run).transpose(0, 2, 1))
+
+
+@pytest.mark.parametrize("target", [
+    "llvm", "llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell",
+    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"], ids=["host", "avx512", "avx2", "neon"])
+@pytest.mark.parametrize("data", ["uint8", "int8"])
+@pytest.mark.parametrize("shape,kernel,strides,pads", [
+    ((1, 6, 14, 15), (3, 3), (1, 1), (1, 1, 1, 1)),  # 6 channels: a padded group
+    ((1, 3, 23, 23), (7, 7), (2, 2), (3, 3, 3, 3)),  # a stem: four phases
+], ids=["3x3", "stem"])
+def test_a_padded_image_is_packed_by_a_vector_byte_interleave(target, data, shape, kernel,
+                                                             strides, pads):
+    """Where the CPU loads bytes under a mask (AVX-512BW), a padded image is packed in
+    two vector passes: a padded, phase-split copy of each channel, then four channels'
+    runs interleaved by one ``cpu.interleave`` a step (unpacks in the assembly) into the
+    dot product's groups of four bytes; elsewhere byte by byte in one pass. Bit-exact
+    either way, extreme bytes and zero point included."""
+    cpu = parse_cpu(target)
+    x = te.placeholder(shape, data, "x")
+    w = te.placeholder((16, shape[1], *kernel), "int8", "w")
+    zero = te.placeholder((1,), data, "zero")
+    attrs = {"strides": strides, "pads": pads, "dilations": (1, 1), "group": 1}
+    out = int8_conv(x, w, zero, attrs, cpu)
+    sums = out.op.body.a.tensor
+    packed, _ = int8_conv_inputs(sums)
+    interleaved = masked_byte_loads(cpu)
+    assert packed.op.attrs.get("int8_interleaved") == (
+        cpu.vector_lanes(packed.dtype) if interleaved else None)
+    schedule = te.create_schedule(out)
+    schedule_int8_conv(schedule, sums, cpu)
+    module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
+    if interleaved:
+        assert "vpunpcklbw" in module.assembly()
+    if not _host_runs(cpu):
+        return  # cross-compiled: its assembly was the check
+    info = np.iinfo(data)
+    rng = np.random.default_rng(sum(shape))
+    xs = rng.integers(info.min, info.max + 1, shape).astype(data)
+    xs[0, 0, 0, :3] = (info.min, info.max, info.min)
+    ws = rng.integers(-128, 128, (16, shape[1], *kernel)).astype(np.int8)
+    ws[0, 0, 0, :3] = (-128, -128, 127)
+    z = info.max if data == "uint8" else info.min
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](xs, ws, np.array([z], data), got)
+    np.testing.assert_array_equal(got, _reference(xs, ws, z, strides, pads, (1, 1)))
+
+
 @pytest.mark.parametrize("target,instruction", DESCRIPTIONS,
                          ids=["avx512vnni", "avxvnni", "avx512bw", "avx2", "neon-sdot"])
 @pytest.mark.parametrize("shape,kernel,strides,pads,dilations", [
@@ -166,6 +248,57 @@ def test_channel_lanes_are_exact(target, instruction, shape, kernel, strides, pa
         got = np.zeros(out.shape, np.int32)
         module["conv"](x, w, np.array([zero], np.int8), got)
         np.testing.assert_array_equal(got, _reference(x, w, zero, strides, pads, dilations))
+
+
+@pytest.mark.parametrize("target,instruction", DESCRIPTIONS,
+                         ids=["avx512vnni", "avxvnni", "avx512bw", "avx2", "neon-sdot"])
+@pytest.mark.parametrize("shape,filters,kernel,prepacked", [
+    ((1, 40, 1, 1), 40, (1, 1), True),  # a classifier on a pooled image
+    ((2, 36, 3, 3), 24, (3, 3), False),  # a 3x3 into one pixel, batch 2
+], ids=["classifier", "3x3-to-1x1"])
+def test_a_one_pixel_output_takes_narrow_channel_lanes(target, instruction, shape, filters,
+                                                      kernel, prepacked):
+    """An output of one pixel (a classifier's convolution on a pooled image) would waste
+    15 of 16 lanes of a vector of pixels: it takes output channels as the lanes, in
+    vectors as narrow as the dot product's instruction allows where the filters fill
+    no whole register (40 filters: five vectors of 8 int32, 10 of 4 on NEON), five of
+    them in flight a tile; bit-exact, its weight prepacked in that layout too."""
+    cpu = parse_cpu(target)
+    attrs = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "group": 1}
+    w_shape = (filters, shape[1], *kernel)
+    tiles = channel_lanes_tiles(shape, w_shape, attrs, cpu)
+    full = cpu.vector_lanes("int32")
+    assert isinstance(tiles, Int8ChannelTiles) and tiles.pixels == 1
+    assert tiles.lanes == (full if filters % full == 0 else full // 2)
+    assert tiles.vectors > 1
+    assert tiles.vectors + tiles.vectors + 1 <= cpu.vector_registers - 4
+    x = te.placeholder(shape, "int8", "x")
+    w = te.placeholder(w_shape, "int8", "w")
+    zero = te.placeholder((1,), "int8", "zero")
+    packed = te.placeholder(packed_weight_shape(w_shape, tiles.lanes), "int8", "w.packed") \
+        if prepacked else None
+    out = int8_conv(x, w, zero, attrs, cpu, packed_weight=packed)
+    assert out.op.body.a.tensor.op.attrs["int8_conv"] == tiles
+    schedule = te.create_schedule(out)
+    schedule_int8_conv(schedule, out.op.body.a.tensor, cpu)
+    module = hllvm.build(te.lower(schedule, [x, packed if prepacked else w, zero, out],
+                                  name="conv"), cpu=cpu)
+    # the narrow width's instruction (AVX-VNNI's beside AVX-512BW's vpmaddubsw)
+    unsigned = data_dtype(cpu) == "uint8"
+    narrow = dot4_instruction(cpu.features, cpu.arch, tiles.lanes, unsigned, False)
+    assert narrow in module.assembly() and (narrow == instruction.lstrip("v")
+                                             or narrow == "vpdpbusd")
+    if not _host_runs(cpu):
+        return  # cross-compiled: its assembly was the check
+    rng = np.random.default_rng(sum(shape))
+    for xs, ws, z in [(rng.integers(-128, 128, shape), rng.integers(-128, 128, w_shape), -7),
+                      (np.full(shape, -128), np.full(w_shape, -128), 0)]:
+        xs, ws = xs.astype(np.int8), ws.astype(np.int8)
+        got = np.zeros(out.shape, np.int32)
+        weight = pack_int8_weight_array(ws, tiles.lanes) if prepacked else ws
+        module["conv"](xs, weight, np.array([z], np.int8), got)
+        np.testing.assert_array_equal(got, _reference(xs, ws, z, (1, 1), (0, 0, 0, 0),
+                                                      (1, 1)))
 
 
 def test_channel_lanes_leave_a_block_for_each_core():
@@ -501,6 +634,12 @@ def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filt
         assert sums.shape[2] * block.rows == result.shape[2]
         assert block.extent % cpu.vector_lanes("int32") == 0
     module = hllvm.build(func, cpu=cpu)
+    if kernel == (1, 1) and not any(pads) and block.rows > 1 \
+            and shape[3] < cpu.vector_lanes("int32"):
+        # a block's rows lie back to back in the sums as in the output, each shorter
+        # than a vector: finished in whole vectors across rows, never a partial
+        # vector per row of 14 pixels
+        assert f"<{shape[3]} x i32>" not in module.ir
     if not _host_runs(cpu):
         return
     rng = np.random.default_rng(12)
@@ -527,6 +666,9 @@ def test_row_blocks_drop_fewest_positions_within_half_the_l1_cache():
         assert height % blocks.rows == 0 and blocks.extent % 16 == 0
         assert 16 * blocks.extent * 4 <= cpu.l1d // 2 or blocks.rows == 1
         assert blocks.extent >= (blocks.rows - 1) * length + width
+    # a dense convolution's blocks may fill the whole L1d: 8 rows of a 56-wide 3x3
+    assert row_blocks(56, 58, 56, 16, 16, cpu, budget=cpu.l1d) == RowBlocks(8, 464)
+    assert conv_tiling(64, 56, 56, 58, cpu)[1] == RowBlocks(8, 464)
 
 
 @pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell",
@@ -595,7 +737,15 @@ def test_strided_convolutions_read_the_stride_phases_flat(target, shape, filters
     sums = out.op.body.a.tensor
     data, _ = int8_conv_inputs(sums)
     assert tuple(data.shape[2:4]) == phases
-    assert data.shape[4] % data.op.attrs["int8_row"] == 0
+    if "int8_interleaved" in data.op.attrs:
+        # the padded copy holds whole rows; the interleaved data whole runs of its
+        # vector step
+        (copy,) = reads_of(data.op.body)
+        assert copy.shape[2] == phases[0] * phases[1]
+        assert copy.shape[3] % copy.op.attrs["int8_row"] == 0
+        assert data.shape[4] % data.op.attrs["int8_interleaved"] == 0
+    else:  # rows too short to copy in vectors: packed byte by byte, whole rows
+        assert data.shape[4] % data.op.attrs["int8_row"] == 0
     if not _host_runs(cpu):
         return
     rng = np.random.default_rng(sum(shape) + filters)
