@@ -87,8 +87,15 @@ class BlockedConvTiles:
     reduction run output row by output row: each chunk over every tile of the row before
     the next (partial sums in a buffer of one row of the tile's channel blocks, the
     epilogue after the last chunk); rows stay parallel. A divisor of the input block
-    count; 0: not chunked; None: :func:`dense_conv_row_reduction_blocks` where the tiles
-    take no other chunks or order (no whole-image chunks, ``kernel_outer`` unset).
+    count, with neither whole-image chunks nor ``kernel_outer``; 0 or None: not chunked.
+    No default takes them: against the unchunked tiles, with AVX-512 on a 32 KiB L1 (Zen
+    4, kernel alone, alternating, load 7), 1x1 convolutions measured 4-38% slower chunked
+    (512->128 at 28x28 by 1, 2, 4, 8 input blocks: 1.28, 1.10, 1.06, 1.04; 128->512 at
+    28x28: 1.38, 1.23, 1.21, 1.18 — a chunk of all 8 blocks, no chunking at all, still
+    pays the row's partial sums in a buffer and the epilogue out of it), and whole models
+    faster without them: ResNet-50 0.965, GoogLeNet 0.969, DenseNet-121 0.978 (the
+    default they took until then: 4-block chunks where a tile's weights overflowed the
+    L1, measured 0.75-0.95 of unchunked on an earlier host, load 3-10).
     ``block_unroll``: channels of a dense convolution's innermost reduction (the
     channels of one input block) unrolled per step, a divisor of the input block;
     None: :func:`default_block_unroll` (the whole block, unless the tile's broadcasts
@@ -333,8 +340,6 @@ class _ChunkPlan:
     overflows: bool  #: the chunk is not the whole reduction, and all the weights and
     #: the input rows one output row reads overflow the L1 together
     region: int  #: bytes of the tile's channel blocks' whole output
-    row: int  #: bytes of one output row of them
-    row_inputs: int  #: bytes of the input rows one output row reads from one chunk
     tasks: int  #: images times channel block groups
 
 
@@ -348,65 +353,24 @@ def _reduction_chunk(out_shape: Sequence[int], reduction: Sequence[int],
     row_inputs = itemsize * input_blocks * reduction[1] * reduction[3] * out_shape[3]
     overflows = (chunk < input_blocks
                  and input_blocks * block_weights + row_inputs > cpu.l1d)
-    return _ChunkPlan(chunk, chunk * block_weights, overflows, row * out_shape[2], row,
-                      row_inputs * chunk // input_blocks,
+    return _ChunkPlan(chunk, chunk * block_weights, overflows, row * out_shape[2],
                       out_shape[0] * (out_shape[1] // channel_blocks))
 
 
-def dense_conv_row_reduction_blocks(out_shape: Sequence[int], reduction: Sequence[int],
-                                    channel_blocks: int, itemsize: int = 4,
-                                    *, cpu: CPUDescription) -> int:
-    """Input channel blocks per reduction chunk run row by row
-    (``BlockedConvTiles.row_reduction_blocks``) of a default dense blocked-conv schedule
-    that :func:`dense_conv_reduction_blocks` does not chunk (0: none); arguments as
-    there.
-
-    Where a tile's weights and the input rows one output row reads overflow the L1 but
-    the partial sums of the whole output do not fit it beside a chunk (DenseNet's 1x1
-    convolutions of 512 and 1024 channels at 28x28 and 14x14: 128 KiB of weights per
-    four-block tile of 5 columns, each weight vector fetched from L2 for five
-    multiply-adds), the chunks run inside each output row: a chunk's weights (at most
-    half the L1) serve every tile of the row from the L1, and rows stay parallel. The
-    row's partial sums and the chunk's input rows must fit the half of the L1 the
-    weights leave: at 56x56 a 1x1 of 192 -> 128 channels (14 KiB of sums, 14 KiB of
-    inputs beside 16 KiB of weights in a 48 KiB L1) measured 10-15% slower chunked.
-    Measured with AVX-512 against the unchunked tiles (kernel alone, alternating, load
-    3-10): 512->128 1x1 at 28x28 0.74-0.75, 1024->128 at 14x14 0.86, 224->128 at 28x28
-    0.94-0.95, DenseNet's 128->32 3x3 at 56x56 0.95-0.97, ResNet-18's 64->64 3x3 at
-    56x56 0.99-1.0; with AVX2 (one two-vector block of 5 columns per tile) 512->128 at
-    28x28 0.99. Only convolutions without a window (1x1) take them: a kernel window's
-    tile reuses each weight vector over its columns and taps, and whole models with the
-    3x3 layers chunked measured no better (ResNet-18 1.007-1.011, DenseNet-121 0.97-1.0,
-    load 12-15)."""
-    plan = _reduction_chunk(out_shape, reduction, channel_blocks, itemsize, cpu)
-    if (math.prod(reduction[1:3]) > 1 or not plan.overflows
-            or plan.row + plan.row_inputs > cpu.l1d // 2
-            or dense_conv_reduction_blocks(out_shape, reduction, channel_blocks, itemsize,
-                                           cpu=cpu)):
-        return 0
-    return plan.blocks
-
-
-def _row_chunk(conv: te.Tensor, tiles: BlockedConvTiles, channel_blocks: int, chunk: int,
-               cpu: CPUDescription) -> int:
+def _row_chunk(conv: te.Tensor, tiles: BlockedConvTiles, chunk: int) -> int:
     """The input blocks per row-by-row reduction chunk of ``conv``'s schedule
-    (``tiles.row_reduction_blocks``, or its default), checked against the rest of the
-    tiles; 0: none."""
+    (``tiles.row_reduction_blocks``; ``chunk``: its whole-image chunks), checked against
+    the rest of the tiles; 0: none."""
     reduction = [int(axis.extent) for axis in conv.op.reduce_axis]
     row_chunk = tiles.row_reduction_blocks
-    if row_chunk is None:
-        # (a tuning config's reduction_blocks of 0, no whole-image chunks, keeps the
-        # default: the tuner measures a config's kernel as a compile applies it)
-        if chunk or tiles.kernel_outer:
-            return 0
-        return dense_conv_row_reduction_blocks(conv.shape, reduction, channel_blocks,
-                                               np.dtype(conv.dtype).itemsize, cpu=cpu)
-    if row_chunk and (chunk or tiles.kernel_outer):
+    if not row_chunk:
+        return 0
+    if chunk or tiles.kernel_outer:
         raise CompileError(f"schedule_conv2d_nchwc: {conv.name!r} chunks its reduction "
                            "row by row or over the image, with the input channel blocks "
                            "outermost: row_reduction_blocks takes neither reduction_blocks "
                            "nor kernel_outer")
-    if row_chunk < 0 or (row_chunk and reduction[0] % row_chunk):
+    if row_chunk < 0 or reduction[0] % row_chunk:
         raise CompileError(f"schedule_conv2d_nchwc: row reduction chunks of {row_chunk} "
                            f"input channel blocks do not divide {reduction[0]}")
     return row_chunk
@@ -495,7 +459,7 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     elif chunk and stage.op.reduce_axis[0].extent % chunk:
         raise CompileError(f"schedule_conv2d_nchwc: reduction chunks of {chunk} input "
                            f"channel blocks do not divide {stage.op.reduce_axis[0].extent}")
-    row_chunk = _row_chunk(conv, tiles, channel_blocks, chunk, cpu)
+    row_chunk = _row_chunk(conv, tiles, chunk)
     columns = min(columns, conv.shape[3])
     ko_outer, ko_inner = schedule[outer].split(ko, factor=channel_blocks)
     x_outer, x_inner = schedule[outer].split(x, factor=columns)

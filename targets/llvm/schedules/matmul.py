@@ -24,6 +24,7 @@ from .common import (
     TASKS_PER_CORE,
     PanelChoice,
     even_tiles,
+    panel_vectors,
     schedule_reduction,
     tile_rows,
     vector_lanes,
@@ -31,16 +32,26 @@ from .common import (
 
 
 def panel_width(dtype: str, cpu: CPUDescription) -> int:
-    """Columns of one packed panel of B: two vector registers of ``dtype`` on ``cpu``."""
-    return 2 * vector_lanes(dtype, cpu)
+    """Columns of one packed panel of B: :func:`panel_vectors` vector registers of
+    ``dtype`` on ``cpu``."""
+    return panel_vectors(cpu) * vector_lanes(dtype, cpu)
 
 
 def default_panel(n: int, dtype: str, cpu: CPUDescription) -> int:
     """The panel width of a product with ``n`` columns on ``cpu``: :func:`panel_width`,
-    or fewer whole vectors when ``n`` is narrower (a panel past the last column only adds
-    zero-padding to multiply)."""
+    or, when ``n`` is narrower, the most vectors that ``n`` fills or needs, a power of
+    two (a panel past the last column only adds zero-padding to multiply; a panel of
+    three AVX-512 vectors, 48 floats, ran 5x slower than one of two or four:
+    [197, 3072] x [3072, 768]); halved, down to :data:`PANEL_VECTORS` vectors, while it
+    leaves a last panel that must run a vector at a time (:func:`ragged_panel_tail`:
+    a tail of 20 floats in a panel of 64 left 4 of them to a guarded scalar loop,
+    where a panel of 32 runs them as one short vector)."""
     lanes = vector_lanes(dtype, cpu)
-    return min(panel_width(dtype, cpu), -(-n // lanes) * lanes)
+    vectors = -(-n // lanes)
+    width = min(panel_width(dtype, cpu), (1 << (vectors.bit_length() - 1)) * lanes)
+    while width > PANEL_VECTORS * lanes and ragged_panel_tail(n, width, dtype, cpu):
+        width //= 2
+    return width
 
 
 def matmul_tile_rows(m: int, panel: int, dtype: str,
@@ -393,10 +404,12 @@ def ragged_panel_tail(n: int, width: int, dtype: str,
     (20 of 32 lanes on AVX-512). One vector of that width made LLVM scalarize the tile
     and spill its accumulators (512x512x500: 71 GFLOP/s, NumPy 320); a vector at a
     time (:func:`vectorize_panel_columns`), the tail is a whole vector and a short one
-    (16 + 4: 253 GFLOP/s). Other tails keep one vector per row: the split costs a
-    full panel's tile 4-7% (1024x1024x1000)."""
+    (16 + 4: 253 GFLOP/s); so is a tail of whole vectors that are no power of two in
+    number (48 of 64 lanes: three vectors; see :func:`default_panel`). Other tails keep
+    one vector per row: the split costs a full panel's tile 4-7% (1024x1024x1000)."""
     lanes, tail = vector_lanes(dtype, cpu), n % width
-    return tail > lanes and tail % lanes != 0
+    vectors = tail // lanes
+    return tail > lanes and (tail % lanes != 0 or vectors & (vectors - 1) != 0)
 
 
 def vectorize_panel_columns(stage, columns, ragged: bool, dtype: str,

@@ -14,9 +14,9 @@ from heterocc.sdk.tuning import Config, ConfigSpace, Knob, Template, split_optio
 
 from ..cpu import active_cpu
 from ..schedules import (
+    default_panel,
     matmul_tile_rows,
     panel_group,
-    panel_width,
     ragged_panel_tail,
     reduction_unroll_limit,
     unroll_reduction,
@@ -51,11 +51,13 @@ def _pack_columns(read_b: Callable, n: int, depth: int, panel: int, dtype: str,
 def _panel_options(n: int, dtype: str) -> tuple[int, ...]:
     """Panel widths of B: one to six vectors of the active CPU, those that divide ``n``
     (a panel that does not leaves C's column tiles a guarded tail that cannot be
-    vectorized: an order of magnitude slower), or every one that fits when none does."""
+    vectorized: an order of magnitude slower), or every one that fits when none does;
+    and the default schedule's (``schedules.default_panel``)."""
     lanes = vector_lanes(dtype, cpu=active_cpu())
     widths = [lanes * vectors for vectors in (1, 2, 3, 4, 6)]
     dividing = tuple(w for w in widths if n % w == 0)
-    return dividing or split_options(-(-n // lanes) * lanes, widths)
+    options = dividing or split_options(-(-n // lanes) * lanes, widths)
+    return tuple(sorted({*options, default_panel(n, dtype, cpu=active_cpu())}))
 
 
 def _matmul_space(args: tuple, batch: int = 1) -> ConfigSpace:
@@ -97,7 +99,7 @@ def _matmul_default_tiles(args: tuple, batch: int = 1) -> dict:
     """The default schedule's panel, rows, panel group and reduction unrolling for the
     workload ``args``."""
     m, n, k, dtype = args[:4]
-    panel = _closest(_panel_options(n, dtype), panel_width(dtype, cpu=active_cpu()))
+    panel = default_panel(n, dtype, cpu=active_cpu())
     rows = matmul_tile_rows(m, panel, dtype, cpu=active_cpu())
     return {"panel": panel, "tile_rows": rows,
             "panel_group": panel_group(m, k, -(-n // panel), panel,

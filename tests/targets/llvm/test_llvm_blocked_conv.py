@@ -30,7 +30,6 @@ from heterocc.targets.llvm.schedules import (
     default_block_unroll,
     default_blocked_conv_tiles,
     dense_conv_reduction_blocks,
-    dense_conv_row_reduction_blocks,
     even_tiles,
     one_block_columns,
     one_block_tile_columns,
@@ -401,67 +400,34 @@ def test_a_row_reduction_chunk_must_divide_the_blocks_and_stand_alone(tiles, mes
         _schedule_chunked(params, y, False, tiles, active_cpu())
 
 
-@pytest.mark.parametrize("out_shape,reduction,blocks,cpu,chunk", [
-    # DenseNet's 512->128 1x1 at 28x28, four blocks per tile: 128 KiB of weights, 4 KiB
-    # per input block, four to a chunk in a 48 KiB L1 beside a row's 7 KiB of sums
-    ((1, 8, 28, 28, 16), (32, 1, 1, 16), 4, _described("llvm -mcpu=skylake-avx512", 48 << 10),
-     4),
-    # ... also in a 32 KiB L1: a chunk of 16 KiB, the row's 7 KiB of sums and 7 KiB of
-    # the chunk's inputs in the other half
-    ((1, 8, 28, 28, 16), (32, 1, 1, 16), 4, _described("llvm -mcpu=skylake-avx512", 32 << 10),
-     4),
-    # at 56x56 (192 -> 128 channels) the row's 14 KiB of sums and 14 KiB of the chunk's
-    # inputs exceed the half of a 48 KiB L1 that the weights leave: not chunked
-    ((1, 8, 56, 56, 16), (12, 1, 1, 16), 4, _described("llvm -mcpu=skylake-avx512", 48 << 10),
-     0),
-    # DenseNet's 128->32 3x3 at 56x56 (147 KiB of weights): a kernel window, not chunked
-    ((1, 2, 56, 56, 16), (8, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 48 << 10),
-     0),
-    # AVX2's one 16-float block per tile over 512 channels: 1 KiB of weights per input
-    # block, sixteen to a chunk in a 32 KiB L1, whose 28 KiB of input rows overflow the
-    # other half: not chunked (measured 0.99 chunked)
-    ((1, 8, 28, 28, 16), (32, 1, 1, 16), 1, _described("llvm -mcpu=haswell", 32 << 10), 0),
-    # where the whole image's chunks apply (ResNet-18's 3x3 at 7x7), not row by row
-    ((1, 32, 7, 7, 16), (32, 3, 3, 16), 2, _described("llvm -mcpu=skylake-avx512", 48 << 10),
-     0),
-    # weights that stay in the L1 beside the input rows: nothing to chunk
-    ((1, 60, 7, 7, 16), (10, 1, 1, 16), 3, _described("llvm -mcpu=skylake-avx512", 48 << 10),
-     0),
-])
-def test_default_row_reduction_chunks_follow_the_l1(out_shape, reduction, blocks, cpu, chunk):
-    assert dense_conv_row_reduction_blocks(out_shape, reduction, blocks, 4, cpu=cpu) == chunk
-
-
-def test_a_default_schedule_chunks_densenets_wide_1x1_row_by_row():
+@pytest.mark.parametrize("l1d", [32 << 10, 48 << 10])
+def test_a_default_schedule_reduces_densenets_wide_1x1_per_tile(l1d):
     """With no tiles given, a 1x1 convolution whose weights overflow the L1 and whose
-    output does not fit it (512 -> 64 channels at 28x28) takes the row-by-row chunks
-    and matches NumPy, also with a tuning config's ``reduction_blocks=0`` (no whole-image
-    chunks); ``row_reduction_blocks=0`` takes none."""
+    output does not fit it (512 -> 64 channels at 28x28) reduces each tile at once, as
+    with ``row_reduction_blocks=0`` (row-by-row chunks measured slower), and takes the
+    row-by-row chunks only when the tiles ask for them: both match NumPy."""
     x = te.placeholder((1, 32, 28, 28, 16), "float32", "x")
     w = te.placeholder((4, 32, 1, 1, 16, 16), "float32", "w")
     b = te.placeholder((4, 16), "float32", "b")
     attrs = {"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1}
     (y,) = compute_of("ConvNCHWc")([x, w, b], attrs,
                                    [TensorType((1, 4, 28, 28, 16), "float32")])
-    description = _described("llvm", 48 << 10)
+    description = _described("llvm", l1d)
+    arrays = [RNG.standard_normal(t.shape, dtype=np.float32) for t in (x, w, b)]
+    expected = get_op("ConvNCHWc").run(arrays, attrs)[0]
     texts = []
-    for tiles in (BlockedConvTiles(), BlockedConvTiles(reduction_blocks=0),
-                  BlockedConvTiles(row_reduction_blocks=0)):
+    for tiles in (BlockedConvTiles(), BlockedConvTiles(row_reduction_blocks=0),
+                  BlockedConvTiles(row_reduction_blocks=4)):
         schedule = te.create_schedule(y)
         conv = next(s.tensor for s in schedule.stages if s.tensor.name == "conv_nchwc")
         schedule_conv2d_nchwc(schedule, conv, None, (), tiles, cpu=description)
-        texts.append(str(te.lower(schedule, [x, w, b, y], name="wide")))
-    assert texts[0] == texts[1] and "rco.outer" in texts[0] and "rco.outer" not in texts[2]
-    schedule = te.create_schedule(y)
-    conv = next(s.tensor for s in schedule.stages if s.tensor.name == "conv_nchwc")
-    schedule_conv2d_nchwc(schedule, conv, None, (), BlockedConvTiles(), cpu=description)
-    module = build([te.lower(schedule, [x, w, b, y], name="wide")], name="wide",
-                   cpu=description)
-    arrays = [RNG.standard_normal(t.shape, dtype=np.float32) for t in (x, w, b)]
-    out = np.empty(y.shape, np.float32)
-    module["wide"](*arrays, out)
-    np.testing.assert_allclose(out, get_op("ConvNCHWc").run(arrays, attrs)[0],
-                               rtol=1e-4, atol=1e-4)
+        prim = te.lower(schedule, [x, w, b, y], name="wide")
+        texts.append(str(prim))
+        module = build([prim], name="wide", cpu=description)
+        out = np.empty(y.shape, np.float32)
+        module["wide"](*arrays, out)
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    assert texts[0] == texts[1] and "rco.outer" not in texts[0] and "rco.outer" in texts[2]
 
 
 AVX512 = parse_cpu("llvm -mcpu=x86-64-v4")

@@ -136,7 +136,12 @@ def test_schedules_tile_for_the_description():
     avx512 = hcpu.parse_cpu("llvm -mcpu=x86-64-v4")
     avx2 = hcpu.parse_cpu("llvm -mcpu=x86-64-v3")
     neon = hcpu.parse_cpu("llvm -mtriple=aarch64-linux-gnu")
-    assert [schedules.panel_width("float32", c) for c in (avx512, avx2, neon)] == [32, 16, 8]
+    # the panel of the fewest loads per multiply-add: 6 rows of 4 vectors with 32
+    # registers, 6 of 2 with AVX2's 16
+    assert [schedules.panel_width("float32", c) for c in (avx512, avx2, neon)] == [64, 16, 16]
+    assert [schedules.panel_vectors(c) for c in (avx512, avx2, neon)] == [4, 2, 4]
+    assert [schedules.matmul_tile_rows(1024, schedules.panel_width("float32", c),
+                                       "float32", c) for c in (avx512, avx2, neon)] == [6, 6, 6]
     assert [schedules.tile_rows(c) for c in (avx512, avx2, neon)] == [14, 6, 13]
     # a product's tiles are evened over its rows: the fewest tiles, each as short as
     # they allow (64 rows in 5 tiles of 13 with AVX-512; 13 in 3 of 5 with AVX2)

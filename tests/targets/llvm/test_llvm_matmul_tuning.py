@@ -12,6 +12,7 @@ from heterocc import te
 from heterocc.targets.llvm.cpu import active_cpu, compiling_for
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules import (
+    default_panel,
     matmul,
     matmul_tile_rows,
     panel_group,
@@ -114,20 +115,22 @@ def _run(schedule, tensors):
 
 
 def test_the_logs_panel_width_is_packed_and_its_config_applied():
-    config = TASK.space.from_values({**TASK.default_config().to_json(), "panel": 64,
+    default = default_panel(128, "float32", cpu=active_cpu())
+    tuned = 64 if default != 64 else 32
+    config = TASK.space.from_values({**TASK.default_config().to_json(), "panel": tuned,
                                      "tile_rows": 4, "parallel": "inner"})
     records = [MeasureRecord(TASK.workload_key, config.to_json(), config.index, (1.0,))]
     assert matmul_panel(None, 16, 128, 24, "float32") is None
-    assert _product()[2].op.attrs["packed_B"].shape[-1] == 32  # no log: the default
+    assert _product()[2].op.attrs["packed_B"].shape[-1] == default  # no log
     log = ApplyHistoryBest(records)
-    assert matmul_panel(log, 16, 128, 24, "float32") == 64
+    assert matmul_panel(log, 16, 128, 24, "float32") == tuned
     A, B, C = _product(log=log)
     schedule = te.create_schedule(C)
     assert schedule_matmul_tuned(log, schedule, C)
-    assert C.op.attrs["packed_B"].shape[-1] == 64
+    assert C.op.attrs["packed_B"].shape[-1] == tuned
     _run(schedule, [A, B, C])
     # the default schedule follows whatever panel the product was packed with
-    A, B, C = _product(panel=64)
+    A, B, C = _product(panel=tuned)
     schedule = te.create_schedule(C)
     schedule_matmul(schedule, C, cpu=active_cpu())
     _run(schedule, [A, B, C])
@@ -136,12 +139,15 @@ def test_the_logs_panel_width_is_packed_and_its_config_applied():
 @pytest.mark.parametrize("m,n,k,l2,grouped", [
     (100, 96, 64, None, False), (1024, 64, 48, None, False), (1, 64, 7, None, False),
     (13, 32, 29, None, False),
-    (200, 512, 64, 32768, True),  # A (50 KiB) does not fit the L2: panel groups
+    # A (50 KiB) does not fit an L2 of four panels: panel groups
+    (200, 1024, 64, "four panels", True),
 ])
 def test_default_config_is_the_default_schedule(m, n, k, l2, grouped):
     """Without a log a product's schedule is exactly the matmul template's default
     config (its rows those of the evened register tile, 13 for 100 rows; its panels
     grouped when A does not fit the L2) applied to it."""
+    if l2 == "four panels":
+        l2 = 4 * k * default_panel(n, "float32", cpu=active_cpu()) * 4
     cpu = dataclasses.replace(active_cpu(), l2=l2 or active_cpu().l2, num_cores=2)
     with compiling_for(cpu):
         task = Task("matmul", (m, n, k, "float32"))

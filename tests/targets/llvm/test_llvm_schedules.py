@@ -15,7 +15,8 @@ from heterocc.compute.nn import matmul as plain_matmul
 from heterocc.errors import CompileError
 from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm import schedules
-from heterocc.targets.llvm.cpu import active_cpu
+from heterocc.targets.llvm.cpu import active_cpu, compiling_for
+from heterocc.targets.llvm.module import build
 
 RNG = np.random.default_rng(5)
 
@@ -96,6 +97,37 @@ def _small_integers(shape) -> np.ndarray:
 ISAS = pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
 
 
+#: vector multiply-adds, and vector loads or stores on the stack (a spilled register)
+_MULADDS = re.compile(r"\bfmla\s+v\d+\.4s|\bvfmadd\w+\s")
+_STACK = re.compile(r"\b(?:ldr|ldp|str|stp)\s+q\d+.*\[sp|\(%rsp\).*%[xyz]mm|%[xyz]mm.*\(%rsp\)")
+
+
+@pytest.mark.parametrize("target,vectors,rows", [
+    ("llvm -mcpu=znver4", 4, 6),                # AVX-512: 6 rows of 64 floats
+    ("llvm -mcpu=skylake-avx512", 4, 6),
+    ("llvm -mcpu=x86-64-v3", 2, 6),             # AVX2: the 6x16 tile
+    ("llvm -mtriple=aarch64-linux-gnu", 4, 6),  # NEON: 6 rows of 16 floats
+])
+def test_the_default_panel_loads_least_per_muladd_and_fits_the_registers(target, vectors,
+                                                                          rows):
+    """The default register tile (:func:`schedules.panel_vectors` vectors of B by the
+    rows the registers leave) is the one of fewest loads per multiply-add; its code
+    (whatever machine runs the test) does every multiply-add of an unrolled step from
+    registers, with no vector spilled to the stack."""
+    cpu = hllvm.parse_cpu(target)
+    assert schedules.panel_vectors(cpu) == vectors
+    panel = schedules.default_panel(1024, "float32", cpu)
+    assert panel == vectors * cpu.vector_lanes("float32")
+    assert schedules.matmul_tile_rows(96, panel, "float32", cpu) == rows
+    with compiling_for(cpu):
+        assembly = build([schedules.matmul_function(96, 2 * panel, 256, cpu=cpu)],
+                         name="tile", cpu=cpu).assembly()
+    steps = schedules.reduction_steps(256, schedules.reduction_unroll_limit(
+        rows, panel, "float32", cpu))
+    assert len(_MULADDS.findall(assembly)) >= rows * vectors * steps
+    assert not _STACK.findall(assembly)
+
+
 @ISAS
 @pytest.mark.parametrize("m,n,k", [(1, 45, 29), (13, 100, 64), (100, 70, 31),
                                    (1000, 33, 96)])
@@ -103,9 +135,11 @@ def test_register_tiles_of_any_row_count_are_exact(target, m, n, k):
     """Row counts that no tile divides (the tiles are evened over the rows, the last one
     shorter) and columns that no panel divides, in the code of either ISA."""
     cpu = hllvm.parse_cpu(target)
-    rows = schedules.matmul_tile_rows(m, schedules.default_panel(n, "float32", cpu),
-                                      "float32", cpu)
-    assert -(-m // rows) == -(-m // schedules.tile_rows(cpu))  # no more tiles than needed
+    panel = schedules.default_panel(n, "float32", cpu)
+    rows = schedules.matmul_tile_rows(m, panel, "float32", cpu)
+    vectors = max(schedules.PANEL_VECTORS, panel // cpu.vector_lanes("float32"))
+    # no more tiles than the panel's register tile needs
+    assert -(-m // rows) == -(-m // schedules.tile_rows(cpu, None, vectors))
     a, b = _small_integers((m, k)), _small_integers((k, n))
     c = np.full((m, n), np.nan, np.float32)
     hllvm.build(schedules.matmul_function(m, n, k, cpu=cpu), cpu=cpu)(a, b, c)
@@ -135,15 +169,17 @@ def _assert_product_exact(a_shape, b_shape, cpu):
 
 @ISAS
 @pytest.mark.parametrize("a_shape,b_shape", [
-    ((200, 64), (64, 526)),         # groups of panels, the last group and panel short
-    ((2, 180, 48), (2, 48, 520)),   # batched
+    ((200, 64), (64, 1100)),        # groups of panels, the last group and panel short
+    ((2, 200, 64), (2, 64, 520)),   # batched
 ])
 def test_grouped_panels_are_exact(target, a_shape, b_shape):
     """With an L2 too small for A, a row tile meets a group of panels in turn
     (:func:`schedules.panel_group`); groups and panels that do not divide are exact."""
-    cpu = dataclasses.replace(hllvm.parse_cpu(target), l2=32768, num_cores=2)
+    cpu = dataclasses.replace(hllvm.parse_cpu(target), num_cores=2)
     m, depth, n = a_shape[-2], a_shape[-1], b_shape[-1]
     panel = schedules.default_panel(n, "float32", cpu)
+    # an L2 of four panels: two to a group, A (50 KiB) and a panel overflow it
+    cpu = dataclasses.replace(cpu, l2=4 * depth * panel * 4)
     group = schedules.panel_group(m, depth, -(-n // panel), panel, 4,
                                   math.prod(a_shape[:-2]), cpu=cpu)
     assert 1 < group < -(-n // panel)
