@@ -151,8 +151,11 @@ class _LoadBoundsGuard(Mutator):
         if const_bound(simplify(expr, self.ranges), self.ranges).lo >= 0:
             return True
         self._fact_uses += 1  # decided by the facts (other facts may decide otherwise)
+        # the innermost facts first: a load under a chain of selects (a concatenation of
+        # many inputs) is bounded by the conditions of the selects nearest it, so the
+        # search stops after one or two facts instead of trying every enclosing one
         return any(const_bound(simplify(expr - fact, self.ranges), self.ranges).lo >= 0
-                   for fact in self.facts)
+                   for fact in reversed(self.facts))
 
     def visit_For(self, node: For) -> Stmt:
         bound = loop_range(node)
