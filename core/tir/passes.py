@@ -148,7 +148,10 @@ class _LoadBoundsGuard(Mutator):
         return result
 
     def _nonnegative(self, expr: Expr) -> bool:
-        if const_bound(simplify(expr, self.ranges), self.ranges).lo >= 0:
+        # the expression's bounds as it is first (most loads are proven so, without
+        # simplifying), then those of its simplified form (terms that cancel)
+        if const_bound(expr, self.ranges).lo >= 0 \
+                or const_bound(simplify(expr, self.ranges), self.ranges).lo >= 0:
             return True
         self._fact_uses += 1  # decided by the facts (other facts may decide otherwise)
         # the innermost facts first: a load under a chain of selects (a concatenation of
