@@ -176,8 +176,15 @@ class _LoadsToBuffers(Mutator):
             raise CompileError(
                 f"tensor {node.tensor.name!r} is read but never computed: pass it in args "
                 "(placeholders and outputs) or keep its stage in the schedule")
-        indices = tuple(simplify(i - b) for i, b in zip(node.indices, realization.bases))
+        # a buffer of the whole tensor (bases 0) is read at the tensor's own indices:
+        # the TIR pipeline simplifies them with the rest of the function
+        indices = tuple(i if _is_zero(b) else simplify(i - b)
+                        for i, b in zip(node.indices, realization.bases))
         return tx.BufferLoad(realization.buffer, indices)
+
+
+def _is_zero(expr: tx.Expr) -> bool:
+    return isinstance(expr, tx.IntImm) and expr.value == 0
 
 
 class _Lowerer:
