@@ -584,8 +584,9 @@ def lower_pipeline(func: PrimFunc) -> PrimFunc:
     # Vectorized loops inside unrolled ones (a register tile's rows) are vectorized once,
     # before unrolling copies them: the vectorizer's rewriting is structural, the same
     # on each copy (one whose result would depend on the copy is left for after).
-    func = unroll_loops(_Vectorizer(before_unrolling=True).func(func))
-    func = remove_true_guards(func)
+    unrolled = unroll_loops(_Vectorizer(before_unrolling=True).func(func))
+    if unrolled is not func:  # else it is as the simplification above left it
+        func = remove_true_guards(unrolled)
     if collect_statements(func.body, lambda n: isinstance(n, For)
                           and n.kind is ForKind.VECTORIZED):
         func = remove_true_guards(vectorize_loops(func))
