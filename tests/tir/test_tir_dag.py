@@ -163,3 +163,33 @@ def test_load_guards_of_a_long_concatenation_cost_linear_in_its_inputs(monkeypat
                    and not (isinstance(load.indices[0], Binary)
                             and load.indices[0].op in ("min", "max")) for load in loads)
     assert counts[1] <= 2.2 * counts[0], counts
+
+
+def test_the_pipeline_simplifies_again_after_unrolling_only_what_unrolling_changed(monkeypatch):
+    """Where neither the vectorizer nor unrolling changes a function, the pipeline does
+    not simplify it a third time: it is as the simplification before left it."""
+    import heterocc.tir.passes as passes
+
+    runs = []
+    simplify_function = passes.remove_true_guards
+
+    def counted(func):
+        runs.append(func)
+        return simplify_function(func)
+
+    monkeypatch.setattr(passes, "remove_true_guards", counted)
+    i, j = Var("i"), Var("j")
+    x, y = Buffer("x", (4, 8), "float32"), Buffer("y", (4, 8), "float32")
+    store = BufferStore(y, Binary("mul", BufferLoad(x, (i, j)), FloatImm(2.0)), (i, j))
+
+    def nest(inner_kind: ForKind) -> PrimFunc:
+        return PrimFunc("f", (x, y), For(i, IntImm(0), IntImm(4), ForKind.SERIAL,
+                                         For(j, IntImm(0), IntImm(8), inner_kind, store)))
+
+    passes.lower_pipeline(nest(ForKind.SERIAL))
+    assert len(runs) == 2
+    runs.clear()
+    unrolled = passes.lower_pipeline(nest(ForKind.UNROLLED))
+    assert len(runs) == 3
+    stores = collect(unrolled.body, lambda n: isinstance(n, BufferStore))
+    assert len(stores) == 8
