@@ -162,8 +162,13 @@ class _InlineExpander(Mutator):
 
 
 class _LoadsToBuffers(Mutator):
-    def __init__(self, realized: dict[int, _Realization]):
+    """Reads of tensors as reads of the buffers they are realized in, each index
+    simplified; with ``whole_kept``, the indices of a buffer holding its whole tensor
+    (bases 0) kept as they are (for a caller whose pipeline simplifies them after)."""
+
+    def __init__(self, realized: dict[int, _Realization], whole_kept: bool = False):
         self.realized = realized
+        self.whole_kept = whole_kept
 
     def visit_TensorLoad(self, node: TensorLoad) -> tx.Expr:
         node = self.generic(node)
@@ -176,13 +181,21 @@ class _LoadsToBuffers(Mutator):
             raise CompileError(
                 f"tensor {node.tensor.name!r} is read but never computed: pass it in args "
                 "(placeholders and outputs) or keep its stage in the schedule")
-        indices = tuple(simplify(i - b) for i, b in zip(node.indices, realization.bases))
+        indices = tuple(i if self.whole_kept and _is_zero(b) else simplify(i - b)
+                        for i, b in zip(node.indices, realization.bases))
         return tx.BufferLoad(realization.buffer, indices)
 
 
+def _is_zero(expr: tx.Expr) -> bool:
+    return isinstance(expr, tx.IntImm) and expr.value == 0
+
+
 class _Lowerer:
-    def __init__(self, schedule: Schedule, args: list[Tensor]):
+    def __init__(self, schedule: Schedule, args: list[Tensor], simplified_after: bool = False):
         self.schedule = schedule
+        #: whether the TIR pipeline simplifies the function after (reads of whole
+        #: tensors then keep their indices as they are: it simplifies them with the rest)
+        self.simplified_after = simplified_after
         self.realized: dict[int, _Realization] = {}
         self.ranges: dict[tx.Var, Interval] = {}
         self.params = self._params(args)
@@ -327,7 +340,7 @@ class _Lowerer:
             return IfThenElse(condition, stmt, likely=True)
 
         def to_buffers(expr: tx.Expr) -> tx.Expr:
-            return _LoadsToBuffers(self.realized).expr(expr)
+            return _LoadsToBuffers(self.realized, self.simplified_after).expr(expr)
 
         if not isinstance(body, Reduce):
             def store() -> Stmt:
@@ -537,6 +550,6 @@ def lower(schedule: Schedule, args: list[Tensor], name: str = "main",
     """The PrimFunc computing ``schedule``; its parameters are the buffers of ``args``
     (placeholders and outputs, in that order of the call). ``optimize`` runs the TIR
     pipeline (guard removal, flatten, unroll, vectorize)."""
-    lowerer = _Lowerer(schedule, list(args))
+    lowerer = _Lowerer(schedule, list(args), simplified_after=optimize)
     func = PrimFunc(name, tuple(lowerer.params), lowerer.run())
     return lower_pipeline(func) if optimize else func

@@ -148,11 +148,17 @@ class _LoadBoundsGuard(Mutator):
         return result
 
     def _nonnegative(self, expr: Expr) -> bool:
-        if const_bound(simplify(expr, self.ranges), self.ranges).lo >= 0:
+        # the expression's bounds as it is first (most loads are proven so, without
+        # simplifying), then those of its simplified form (terms that cancel)
+        if const_bound(expr, self.ranges).lo >= 0 \
+                or const_bound(simplify(expr, self.ranges), self.ranges).lo >= 0:
             return True
         self._fact_uses += 1  # decided by the facts (other facts may decide otherwise)
+        # the innermost facts first: a load under a chain of selects (a concatenation of
+        # many inputs) is bounded by the conditions of the selects nearest it, so the
+        # search stops after one or two facts instead of trying every enclosing one
         return any(const_bound(simplify(expr - fact, self.ranges), self.ranges).lo >= 0
-                   for fact in self.facts)
+                   for fact in reversed(self.facts))
 
     def visit_For(self, node: For) -> Stmt:
         bound = loop_range(node)
@@ -578,8 +584,9 @@ def lower_pipeline(func: PrimFunc) -> PrimFunc:
     # Vectorized loops inside unrolled ones (a register tile's rows) are vectorized once,
     # before unrolling copies them: the vectorizer's rewriting is structural, the same
     # on each copy (one whose result would depend on the copy is left for after).
-    func = unroll_loops(_Vectorizer(before_unrolling=True).func(func))
-    func = remove_true_guards(func)
+    unrolled = unroll_loops(_Vectorizer(before_unrolling=True).func(func))
+    if unrolled is not func:  # else it is as the simplification above left it
+        func = remove_true_guards(unrolled)
     if collect_statements(func.body, lambda n: isinstance(n, For)
                           and n.kind is ForKind.VECTORIZED):
         func = remove_true_guards(vectorize_loops(func))

@@ -121,3 +121,75 @@ def test_structural_keys_tell_signed_zeros_apart_and_take_every_nan_as_one():
     assert structural_key(FloatImm(float("nan"), "float32")) == structural_key(
         FloatImm(float("nan"), "float32"))
     assert structural_key(FloatImm(1.5, "float32")) == structural_key(FloatImm(1.5, "float32"))
+
+
+def _concatenation(parts: int) -> tuple[PrimFunc, list[Buffer]]:
+    """``out[c] = in_k[c - 4k]`` for ``c`` in part ``k`` of ``parts`` parts of 4, as the
+    chain of selects a concatenation lowers to (the last part first)."""
+    c = Var("c")
+    inputs = [Buffer(f"in{k}", (4,), "float32") for k in range(parts)]
+    out = Buffer("out", (4 * parts,), "float32")
+    value = BufferLoad(inputs[0], (c,))
+    for k in range(1, parts):
+        value = Select(Binary("ge", c, IntImm(4 * k)),
+                       BufferLoad(inputs[k], (Binary("sub", c, IntImm(4 * k)),)), value)
+    body = For(c, IntImm(0), IntImm(4 * parts), ForKind.SERIAL, BufferStore(out, value, (c,)))
+    return PrimFunc("concat", (*inputs, out), body), inputs
+
+
+def test_load_guards_of_a_long_concatenation_cost_linear_in_its_inputs(monkeypatch):
+    """Each load of a chain of selects is bounded by the conditions of the selects
+    nearest it: the guard tries those first, so the simplifications it makes grow
+    linearly with the number of inputs (DenseNet's concatenations of 30-49 inputs
+    were quadratic), and every load is proven in bounds (no clamp)."""
+    import heterocc.tir.passes as passes
+
+    calls = []
+
+    def counted(expr, ranges=None):
+        calls.append(expr)
+        return simplify(expr, ranges)
+
+    monkeypatch.setattr(passes, "simplify", counted)
+    counts = []
+    for parts in (16, 32):
+        func, inputs = _concatenation(parts)
+        calls.clear()
+        guarded = guard_load_bounds(func)
+        counts.append(len(calls))
+        loads = collect(guarded.body, lambda n: isinstance(n, BufferLoad))
+        assert len(loads) == parts
+        assert all(isinstance(load.indices[0], Var | Binary)
+                   and not (isinstance(load.indices[0], Binary)
+                            and load.indices[0].op in ("min", "max")) for load in loads)
+    assert counts[1] <= 2.2 * counts[0], counts
+
+
+def test_the_pipeline_simplifies_again_after_unrolling_only_what_unrolling_changed(monkeypatch):
+    """Where neither the vectorizer nor unrolling changes a function, the pipeline does
+    not simplify it a third time: it is as the simplification before left it."""
+    import heterocc.tir.passes as passes
+
+    runs = []
+    simplify_function = passes.remove_true_guards
+
+    def counted(func):
+        runs.append(func)
+        return simplify_function(func)
+
+    monkeypatch.setattr(passes, "remove_true_guards", counted)
+    i, j = Var("i"), Var("j")
+    x, y = Buffer("x", (4, 8), "float32"), Buffer("y", (4, 8), "float32")
+    store = BufferStore(y, Binary("mul", BufferLoad(x, (i, j)), FloatImm(2.0)), (i, j))
+
+    def nest(inner_kind: ForKind) -> PrimFunc:
+        return PrimFunc("f", (x, y), For(i, IntImm(0), IntImm(4), ForKind.SERIAL,
+                                         For(j, IntImm(0), IntImm(8), inner_kind, store)))
+
+    passes.lower_pipeline(nest(ForKind.SERIAL))
+    assert len(runs) == 2
+    runs.clear()
+    unrolled = passes.lower_pipeline(nest(ForKind.UNROLLED))
+    assert len(runs) == 3
+    stores = collect(unrolled.body, lambda n: isinstance(n, BufferStore))
+    assert len(stores) == 8
