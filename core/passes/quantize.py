@@ -317,7 +317,8 @@ def integer_concats(graph: Graph) -> Graph:
     other through ``Q(DQ(xi))`` with the output's parameters (one requantization per
     element, which ``lookup_tables`` turns into a table). Exact: each output element is
     the output's quantization of one input element. Where nothing else reads the float
-    concatenation."""
+    concatenation. The dequantizations the concatenation read go with it where nothing
+    else reads them."""
     scope = NameScope.of(graph)
     producers = graph.producers()
     users = graph.consumers()
@@ -358,6 +359,13 @@ def integer_concats(graph: Graph) -> Graph:
                         scope.fresh(f"{concat.name}_int")))
         replaced[node] = new
         dropped.add(concat)
+        # the float glue once nothing else reads it (its dequantizations, replaced by
+        # the parts' own): left in, each would become a function with no output, a
+        # kernel compiled and called on every run for nothing
+        for dq in dqs:
+            if all(v not in returned and all(u in dropped for u in users.get(v, ()))
+                   for v in dq.outputs):
+                dropped.add(dq)
     if not replaced:
         return graph
     nodes = [part for node in graph.nodes if node not in dropped
