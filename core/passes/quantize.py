@@ -270,12 +270,11 @@ def integer_global_average_pools(graph: Graph) -> Graph:
         y   = QuantizeLinear(float32(sum) * scale, 1, y_zero)      (half to even)
 
     with ``scale = x_scale / (y_scale * N)`` (N pixels) in float32, as ONNX Runtime
-    computes it:
-    the same bits as its kernel, where the integer form of ``integer_average_pools``
-    (a depthwise convolution and ``Requantize``) rounds once more than it does. The
-    convolution before the pool then writes 8-bit values, not dequantized floats four
-    times their size, and the pool reads those. Where nothing else reads the float
-    tensors."""
+    computes it: the same bits as its kernel, where the integer form of
+    ``integer_average_pools`` (a depthwise convolution and ``Requantize``) rounds once
+    more than it does. The convolution before the pool then writes 8-bit values, not
+    dequantized floats four times their size, and the pool reads those. Where nothing
+    else reads the float tensors."""
     scope = NameScope.of(graph)
     producers = graph.producers()
     users = graph.consumers()
