@@ -210,6 +210,17 @@ def _average_chain(nodes: list[Node]) -> _Chain | None:
                   q.outputs[0].type.dtype, (-np.inf, np.inf), [])
 
 
+def _with_replacements(graph: Graph, replaced: dict[Node, list[Node]],
+                       dropped: set[Node]) -> Graph:
+    """``graph`` with each node of ``replaced`` replaced by its list of nodes in place and
+    the nodes of ``dropped`` left out (the graph itself where nothing is replaced)."""
+    if not replaced:
+        return graph
+    nodes = [part for node in graph.nodes if node not in dropped
+             for part in replaced.get(node, [node])]
+    return substitute(graph, {}, nodes)
+
+
 @register_pass("integer_average_pools")
 def integer_average_pools(graph: Graph) -> Graph:
     """Quantized average pools ``Q(GlobalAveragePool | AveragePool | ReduceMean(DQ(x)))``
@@ -249,11 +260,7 @@ def integer_average_pools(graph: Graph) -> Graph:
             part.attrs = get_op(part.op).normalize_attrs(part.attrs, part.name)
         replaced[node] = new
         dropped.update(inner)
-    if not replaced:
-        return graph
-    nodes = [part for node in graph.nodes if node not in dropped
-             for part in replaced.get(node, [node])]
-    return substitute(graph, {}, nodes)
+    return _with_replacements(graph, replaced, dropped)
 
 
 _GLOBAL_AVERAGE = is_op("QuantizeLinear")(is_op("GlobalAveragePool")(_DQ_X), is_constant(),
@@ -326,14 +333,10 @@ def integer_global_average_pools(graph: Graph) -> Graph:
                                              scope.fresh(f"{name}_zero"))],
                  [out], {}, scope.fresh(f"{name}_quantize"))]
         dropped.update((dq, pool))
-    if not replaced:
-        return graph
     for new in replaced.values():
         for part in new:
             part.attrs = get_op(part.op).normalize_attrs(part.attrs, part.name)
-    nodes = [part for node in graph.nodes if node not in dropped
-             for part in replaced.get(node, [node])]
-    return substitute(graph, {}, nodes)
+    return _with_replacements(graph, replaced, dropped)
 
 
 #: the magnitude of an affine chain's weights. Why not 1: the shift becomes an integer
@@ -446,11 +449,7 @@ def integer_concats(graph: Graph) -> Graph:
             if all(v not in returned and all(u in dropped for u in users.get(v, ()))
                    for v in dq.outputs):
                 dropped.add(dq)
-    if not replaced:
-        return graph
-    nodes = [part for node in graph.nodes if node not in dropped
-             for part in replaced.get(node, [node])]
-    return substitute(graph, {}, nodes)
+    return _with_replacements(graph, replaced, dropped)
 
 
 def _bias(nodes: list[Node], linear: Node, n_out: int):
