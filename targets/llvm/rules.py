@@ -22,8 +22,7 @@ In the order :func:`cpu_rules` tries them:
   panels, finishing its epilogue in the tiles;
 * :class:`ReductionRule`: any other reduction, output points in parallel;
 * :class:`ChannelSelectRule`: an NCHW[x]c output that reads a stage choosing its source
-  by channel block (a blocked concatenation), one channel block per outer iteration; an
-  NCHW one reading an int8 concatenation, one channel per outer iteration;
+  by channel block (a blocked concatenation), one channel block per outer iteration;
 * :class:`InjectiveRule`: what stays in memory without being an anchor (outputs, kept
   stages), flat, vectorized and in parallel; a copy that permutes or cuts outer axes
   (a channel shuffle, a head transpose) as rows of its contiguous innermost axes.
@@ -351,20 +350,15 @@ def _inlined_producers(op: te.ComputeOp) -> list[te.ComputeOp]:
 class ChannelSelectRule(CPURule):
     """An NCHW[x]c output (five axes, no reduction) computed from a stage that chooses
     its source by the channel-block index alone, and that index only: a concatenation of
-    blocked tensors along the channels, with the elementwise ops fused after it. Also an
-    NCHW output (four axes) computed from a concatenation of 8-bit tensors along the
-    channels (an int8 model's, which stays in NCHW: DenseNet's, each of its sources
-    requantized on the way, and the quantized normalization after it): one channel per
-    outer iteration, its pixels one vectorized loop."""
+    blocked tensors along the channels, with the elementwise ops fused after it."""
 
     anchor = False
 
     def matches(self, tensor: te.Tensor) -> bool:
         op = _compute(tensor)
-        if op is None or op.reduce_axis or len(op.axis) not in (4, 5):
+        if op is None or op.reduce_axis or len(op.axis) != 5:
             return False
-        return any(len(p.axis) == len(op.axis) and _selects_by_channel_block(p)
-                   and (len(p.axis) == 5 or p.body.dtype in ("int8", "uint8"))
+        return any(len(p.axis) == 5 and _selects_by_channel_block(p)
                    for p in _inlined_producers(op))
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
