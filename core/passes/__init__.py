@@ -12,7 +12,12 @@ from .int8_activations import uint8_to_int8
 from .lookup_tables import lookup_tables
 from .manager import PassManager, PassRecord, get_pass, register_pass
 from .qoperator import expand_qoperator  # noqa: F401  (registers the pass)
-from .quantize import integer_average_pools, integer_concats, realize_qdq
+from .quantize import (
+    integer_average_pools,
+    integer_concats,
+    integer_global_average_pools,
+    realize_qdq,
+)
 from .simplify import simplify
 
 #: the default optimization pipeline, up to fusion
@@ -24,6 +29,7 @@ __all__ = ["DEFAULT_PIPELINE", "PassManager", "PassRecord", "alter_layout", "alt
            "eliminate_common_subexpressions",
            "eliminate_dead_code", "fold_batchnorm", "fold_constants", "fuse_ops",
            "fused_functions", "fusion_groups", "get_pass", "infer_types",
-           "integer_average_pools", "integer_concats", "lookup_tables",
+           "integer_average_pools", "integer_concats", "integer_global_average_pools",
+           "lookup_tables",
            "post_dominators",
            "realize_qdq", "register_pass", "simplify", "uint8_to_int8"]

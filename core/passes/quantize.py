@@ -210,6 +210,17 @@ def _average_chain(nodes: list[Node]) -> _Chain | None:
                   q.outputs[0].type.dtype, (-np.inf, np.inf), [])
 
 
+def _with_replacements(graph: Graph, replaced: dict[Node, list[Node]],
+                       dropped: set[Node]) -> Graph:
+    """``graph`` with each node of ``replaced`` replaced by its list of nodes in place and
+    the nodes of ``dropped`` left out (the graph itself where nothing is replaced)."""
+    if not replaced:
+        return graph
+    nodes = [part for node in graph.nodes if node not in dropped
+             for part in replaced.get(node, [node])]
+    return substitute(graph, {}, nodes)
+
+
 @register_pass("integer_average_pools")
 def integer_average_pools(graph: Graph) -> Graph:
     """Quantized average pools ``Q(GlobalAveragePool | AveragePool | ReduceMean(DQ(x)))``
@@ -249,11 +260,83 @@ def integer_average_pools(graph: Graph) -> Graph:
             part.attrs = get_op(part.op).normalize_attrs(part.attrs, part.name)
         replaced[node] = new
         dropped.update(inner)
-    if not replaced:
-        return graph
-    nodes = [part for node in graph.nodes if node not in dropped
-             for part in replaced.get(node, [node])]
-    return substitute(graph, {}, nodes)
+    return _with_replacements(graph, replaced, dropped)
+
+
+_GLOBAL_AVERAGE = is_op("QuantizeLinear")(is_op("GlobalAveragePool")(_DQ_X), is_constant(),
+                                          optional(is_constant()))
+
+
+@register_pass("integer_global_average_pools")
+def integer_global_average_pools(graph: Graph) -> Graph:
+    """Quantized global average pools ``Q(GlobalAveragePool(DQ(x)))`` of an 8-bit NCHW
+    ``x`` (per-tensor quantization) in ONNX Runtime's form of them (its
+    ``QLinearGlobalAveragePool``, which it fuses such a chain into)::
+
+        sum = ConvInteger(x, ones, x_zero)      (depthwise over the whole image: exact)
+        y   = QuantizeLinear(float32(sum) * scale, 1, y_zero)      (half to even)
+
+    with ``scale = x_scale / (y_scale * N)`` (N pixels) in float32, as ONNX Runtime
+    computes it: the same bits as its kernel, where the integer form of
+    ``integer_average_pools`` (a depthwise convolution and ``Requantize``) rounds once
+    more than it does. The convolution before the pool then writes 8-bit values, not
+    dequantized floats four times their size, and the pool reads those. Where nothing
+    else reads the float tensors."""
+    scope = NameScope.of(graph)
+    producers = graph.producers()
+    users = graph.consumers()
+    returned = set(graph.outputs)
+    replaced: dict[Node, list[Node]] = {}
+    dropped: set[Node] = set()
+    for node in graph.nodes:
+        m = match(_GLOBAL_AVERAGE, node.outputs[0], producers) \
+            if node.op == "QuantizeLinear" else None
+        if m is None:
+            continue
+        dq, pool = m.nodes[0], m.nodes[1]
+        x, out = dq.inputs[0], node.outputs[0]
+        params = _per_tensor_params(dq, node)
+        if params is None or x.type.ndim != 4 or x.type.dtype not in ("int8", "uint8") \
+                or out.type.dtype not in ("int8", "uint8") or params[0] <= 0 or params[2] <= 0:
+            continue
+        if any(v in returned or any(u is not pool for u in users.get(v, ()))
+               for v in dq.outputs) or pool.outputs[0] in returned \
+                or any(u is not node for u in users.get(pool.outputs[0], ())):
+            continue
+        x_scale, x_zero, y_scale, y_zero = params
+        pixels = int(np.prod(x.type.shape[2:]))
+        name = pool.name or "global_average_pool"
+        channels = x.type.shape[1]
+        shape = (*x.type.shape[:2], 1, 1)
+        centered, real, scaled = (
+            Value(scope.fresh(f"{name}_{part}"), TensorType(shape, dtype))
+            for part, dtype in (("sum", "int32"), ("real", "float32"), ("scaled", "float32")))
+        scale = np.float32(x_scale) / (np.float32(y_scale) * np.float32(pixels))
+        # the sum of x - x_zero over each channel's image: a depthwise integer
+        # convolution by ones over the whole image (an anchor: the convolution before it
+        # keeps its 8-bit result, which a plain Cast would join as its epilogue)
+        window = {"kernel_shape": list(x.type.shape[2:]), "strides": [1, 1],
+                  "pads": [0] * 4, "dilations": [1, 1], "group": channels}
+        replaced[node] = [
+            Node("ConvInteger", [x, constant(np.ones((channels, 1, *x.type.shape[2:]),
+                                                     np.int8), scope.fresh(f"{name}_ones")),
+                                 constant(np.array(x_zero, x.type.dtype),
+                                          scope.fresh(f"{name}_xz"))],
+                 [centered], window, scope.fresh(f"{name}_sum")),
+            Node("Cast", [centered], [real], {"to": 1}, scope.fresh(f"{name}_real")),
+            Node("Mul", [real, constant(np.array(scale, np.float32),
+                                        scope.fresh(f"{name}_scale"))],
+                 [scaled], {}, scope.fresh(f"{name}_scaled")),
+            Node("QuantizeLinear", [scaled, constant(np.array(1.0, np.float32),
+                                                     scope.fresh(f"{name}_unit")),
+                                    constant(np.array(y_zero, out.type.dtype),
+                                             scope.fresh(f"{name}_zero"))],
+                 [out], {}, scope.fresh(f"{name}_quantize"))]
+        dropped.update((dq, pool))
+    for new in replaced.values():
+        for part in new:
+            part.attrs = get_op(part.op).normalize_attrs(part.attrs, part.name)
+    return _with_replacements(graph, replaced, dropped)
 
 
 #: the magnitude of an affine chain's weights. Why not 1: the shift becomes an integer
@@ -317,7 +400,8 @@ def integer_concats(graph: Graph) -> Graph:
     other through ``Q(DQ(xi))`` with the output's parameters (one requantization per
     element, which ``lookup_tables`` turns into a table). Exact: each output element is
     the output's quantization of one input element. Where nothing else reads the float
-    concatenation."""
+    concatenation. The dequantizations the concatenation read go with it where nothing
+    else reads them."""
     scope = NameScope.of(graph)
     producers = graph.producers()
     users = graph.consumers()
@@ -358,11 +442,14 @@ def integer_concats(graph: Graph) -> Graph:
                         scope.fresh(f"{concat.name}_int")))
         replaced[node] = new
         dropped.add(concat)
-    if not replaced:
-        return graph
-    nodes = [part for node in graph.nodes if node not in dropped
-             for part in replaced.get(node, [node])]
-    return substitute(graph, {}, nodes)
+        # the float glue once nothing else reads it (its dequantizations, replaced by
+        # the parts' own): left in, each would become a function with no output, a
+        # kernel compiled and called on every run for nothing
+        for dq in dqs:
+            if all(v not in returned and all(u in dropped for u in users.get(v, ()))
+                   for v in dq.outputs):
+                dropped.add(dq)
+    return _with_replacements(graph, replaced, dropped)
 
 
 def _bias(nodes: list[Node], linear: Node, n_out: int):

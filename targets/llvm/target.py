@@ -518,14 +518,18 @@ class LLVMTarget(TETarget):
         integer convolutions in integers too (``integer_concats``: copies of the int8
         tensors), so no DequantizeLinear -> float op -> QuantizeLinear glue runs around
         them, and integer matrix products as 1x1 integer convolutions on the dot product
-        (``integer_products_as_convolutions``). Average pools stay float between Q and
-        DQ: in integers (``integer_average_pools``, the accelerator's form) they round
-        once more than ONNX Runtime's and moved a QOperator ResNet-18's logits from 0
-        to 5 steps of ORT's, for no measured speed. Then the CPU's layout pass (blocked NCHW[x]c
-        convolutions, outputs padded to whole vectors of this CPU) and folding again for
-        a transform of a constant input, unless ``blocked_layout`` is off."""
-        passes = ["integer_concats", integer_products_as_convolutions] \
-            if self.integer_qdq else []
+        (``integer_products_as_convolutions``). Global average pools are summed in
+        integers and scaled in float32 as ONNX Runtime's ``QLinearGlobalAveragePool``
+        does (``integer_global_average_pools``: its bits; the convolution before one
+        writes 8-bit values instead of floats). Other average pools stay float between
+        Q and DQ: in integers (``integer_average_pools``, the accelerator's form) they
+        round once more than ONNX Runtime's and moved a QOperator ResNet-18's logits
+        from 0 to 5 steps of ORT's, for no measured speed. Then the CPU's layout pass
+        (blocked NCHW[x]c convolutions, outputs padded to whole vectors of this CPU) and
+        folding again for a transform of a constant input, unless ``blocked_layout`` is
+        off."""
+        passes = ["integer_concats", "integer_global_average_pools",
+                  integer_products_as_convolutions] if self.integer_qdq else []
         if not self.blocked_layout:
             return passes
         return [*passes, alter_layout_for(self.cpu.vector_lanes("float32")),

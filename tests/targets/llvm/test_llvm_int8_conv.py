@@ -478,8 +478,8 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
     one) become ConvInteger + Requantize, the
     dense ones computed by the dot-product schedule (the depthwise one by int32
     multiply-adds over packed rows), bit-exact with the integer reference of the compiled
-    graph and within one step of ONNX Runtime. Concatenations and average pools between
-    them stay in integers."""
+    graph and within one step of ONNX Runtime. Concatenations and global average pools
+    between them stay in integers."""
     pytest.importorskip("onnxruntime.quantization")
     import heterocc
     import heterocc.targets.llvm.rules as rules
@@ -502,11 +502,14 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
     compiled = heterocc.compile(model, target="llvm")
     nodes = [n for _, n in compiled.graph.walk()]
     ops = [n.op for n in nodes]
-    # a global average pool stays float between DQ and Q (see LLVMTarget.graph_passes);
-    # a classifier's Gemm becomes a 1x1 ConvInteger (integer_products_as_convolutions)
+    # a global average pool sums its integers as a depthwise ConvInteger by ones
+    # (integer_global_average_pools); a classifier's Gemm becomes a 1x1 ConvInteger
+    # (integer_products_as_convolutions)
     classifiers = sum(n.op_type == "Gemm" for n in source.graph.node)
+    pools = sum(n.op_type == "GlobalAveragePool" for n in source.graph.node)
     convolutions = sum(n.op_type == "Conv" for n in source.graph.node) + classifiers
-    assert ops.count("ConvInteger") == convolutions and "Conv" not in ops
+    assert ops.count("ConvInteger") == convolutions + pools and "Conv" not in ops
+    assert "GlobalAveragePool" not in ops
     assert "Gemm" not in ops and "MatMulInteger" not in ops
     # a concatenation copies the int8 tensors (integer_concats), no float glue around it
     concats = [n.outputs[0].type.dtype for n in nodes if n.op == "Concat"]

@@ -11,22 +11,31 @@ from onnx import TensorProto, helper
 
 import heterocc
 import heterocc.targets.llvm.rules as rules
+from heterocc.runtime.interpreter import evaluate
 
 
-def _qdq_max_pool(shape, **attrs):
+def _qdq_pool(op: str, shape, x_quantization=(0.05, 120), y_quantization=(0.05, 120),
+              **attrs):
+    """``Q(op(DQ(Q(x))))``, each quantization ``(scale, uint8 zero point)``."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    inits = [helper.make_tensor("s", TensorProto.FLOAT, [], [0.05]),
-             helper.make_tensor("z", TensorProto.UINT8, [], [120])]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
-             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
-             helper.make_node("MaxPool", ["d"], ["p"], **attrs),
-             helper.make_node("QuantizeLinear", ["p", "s", "z"], ["q2"]),
-             helper.make_node("DequantizeLinear", ["q2", "s", "z"], ["y"])]
+    inits = [helper.make_tensor("sx", TensorProto.FLOAT, [], [x_quantization[0]]),
+             helper.make_tensor("zx", TensorProto.UINT8, [], [x_quantization[1]]),
+             helper.make_tensor("sy", TensorProto.FLOAT, [], [y_quantization[0]]),
+             helper.make_tensor("zy", TensorProto.UINT8, [], [y_quantization[1]])]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "sx", "zx"], ["d"]),
+             helper.make_node(op, ["d"], ["p"], **attrs),
+             helper.make_node("QuantizeLinear", ["p", "sy", "zy"], ["q2"]),
+             helper.make_node("DequantizeLinear", ["q2", "sy", "zy"], ["y"])]
     model = helper.make_model(helper.make_graph(nodes, "pool", [x], [y], inits),
                               opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     return onnx.shape_inference.infer_shapes(model)
+
+
+def _qdq_max_pool(shape, **attrs):
+    return _qdq_pool("MaxPool", shape, **attrs)
 
 
 @pytest.mark.parametrize("attrs", [
@@ -57,3 +66,32 @@ def test_an_int8_max_pool_builds_for_neon():
                                               strides=[2, 2], pads=[1, 1, 1, 1]),
                                 target="llvm -mtriple=aarch64-linux-gnu")
     assert compiled.build_static() is not None
+
+
+@pytest.mark.parametrize("shape,x_zero,y_zero,y_scale", [
+    ((1, 40, 7, 7), 120, 128, 0.013),  # MobileNetV2's and ResNet's, 7x7
+    ((2, 24, 5, 3), 0, 3, 0.0031),  # a batch, a small odd image, a fine output scale
+], ids=["7x7", "batch2-5x3"])
+@pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f",
+                                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
+                         ids=["host", "avx2", "neon"])
+def test_an_int8_global_average_pool_has_onnxruntimes_bits(target, shape, x_zero, y_zero,
+                                                          y_scale):
+    """``integer_global_average_pools``: the integer sum of each channel, scaled in float32
+    and rounded half to even (ONNX Runtime's ``QLinearGlobalAveragePool``, which it fuses
+    the QDQ chain into): no float pool left, the integer reference's bits, and ORT's
+    (the NEON code built)."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _qdq_pool("GlobalAveragePool", shape, (0.05, x_zero), (y_scale, y_zero))
+    compiled = heterocc.compile(model, target=target)
+    ops = [m.op for n in compiled.graph.nodes for m in (n.body.nodes if n.body else [n])]
+    assert "GlobalAveragePool" not in ops and "ConvInteger" in ops
+    assert not compiled.fallbacks
+    if "aarch64" in target:  # built (cross): nothing to run here
+        return
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32) * 3
+    got = compiled.run([x])[0]
+    np.testing.assert_array_equal(got, evaluate(compiled.graph, [x])[0])
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(got, session.run(None, {"x": x})[0])
