@@ -16,6 +16,7 @@ timing noise moves the 95% line a little): ``matmul`` (fp32 1024^3, the issue's 
     python benchmarks/tuner_comparison.py --searches --model resnet18 [--budget 96]
     python benchmarks/tuner_comparison.py --rules --model resnet18 [--budget 1000]
         [--workers 1] [--rounds 3] [--search-minutes 18] [--log-dir DIR] [--scratch-only]
+        [--remeasure 4]
 
 With ``--searches`` on a task, both searches tune the same workload (the template's
 ``matmul`` / ``conv2d_nchwc`` and its ``auto.`` twin) for ``--budget`` trials, each
@@ -62,12 +63,13 @@ from heterocc.tuning import (
     Task,
     XGBTuner,
     extract_tasks,
+    remeasure_best,
     tune_task,
 )
 from heterocc.tuning.auto import EvolutionaryTuner
 from heterocc.tuning.cli import measure_hand_schedules
 from heterocc.tuning.pool import LocalPool
-from heterocc.tuning.records import BASELINE, PAIRED, read_records
+from heterocc.tuning.records import BASELINE, PAIRED, REMEASURED, read_records
 from heterocc.tuning.scheduler import TaskScheduler
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -225,11 +227,13 @@ def _rules_model(name: str, folder: str) -> tuple[str, str]:
 
 
 def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: int,
-                  log_path: str, minutes: float | None = None) -> dict:
+                  log_path: str, minutes: float | None = None, remeasure: int = 4) -> dict:
     """The auto search on the model at ``path`` as ``heterocc tune --search auto
     --schedule-rules RULES`` runs it: ``budget`` trials for the whole model (or as many
     as ``minutes`` allow: the batch under way when they are up is the last), then each
-    task's best timed in turn with its baseline (hand or generic schedule)."""
+    task's ``remeasure`` best measured again (single calls, see ``remeasure_best``; no
+    trials of their own) and its best timed in turn with its baseline (hand or generic
+    schedule)."""
     from heterocc.sdk.registry import get_target
     from heterocc.tuning.cli import first_configs
     from heterocc.tuning.extract import tuning_key
@@ -260,10 +264,14 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
             resumed = scheduler.spent
             scheduler.run()
             searched_s = time.perf_counter() - start
+            for task in tasks if remeasure > 0 else ():
+                remeasure_best(task, pool, log, count=remeasure)
+            remeasured_s = time.perf_counter() - start - searched_s
             measure_hand_schedules(tasks, pool, log, baseline=tuning.baseline)
     curve, errors, log_s = _log_curve(log_path, tasks)
     return {"tasks": len(tasks), "trials": scheduler.spent, "search_s": searched_s,
-            "resumed": resumed, "total_s": time.perf_counter() - start, "curve": curve,
+            "resumed": resumed, "remeasured_s": remeasured_s,
+            "total_s": time.perf_counter() - start, "curve": curve,
             "errors": errors, "log_s": log_s}
 
 
@@ -277,7 +285,8 @@ def _log_curve(log_path: str, tasks) -> tuple[list[tuple[int, int, float]], dict
     errors: dict[str, int] = {}
     times = []
     for record in read_records(log_path):
-        if record.workload_key not in weights or record.tuner in (PAIRED, BASELINE):
+        if record.workload_key not in weights or record.tuner in (PAIRED, BASELINE,
+                                                                  REMEASURED):
             continue
         times.append(record.timestamp)
         if record.ok:
@@ -367,11 +376,12 @@ def _profile_gaps(models: dict, feed: dict, rounds: int, shown: int = 12) -> Non
 
 def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int,
                            rounds: int, block: int, minutes: float | None = None,
-                           log_dir: str | None = None, from_hand: bool = True) -> None:
+                           log_dir: str | None = None, from_hand: bool = True,
+                           remeasure: int = 4) -> None:
     """Hand rules vs the search from scratch vs the search from hand on one model.
     ``log_dir``: where the searches' logs are kept (resumed when there already: a
     killed run goes on where it stopped); ``from_hand`` False: the search from scratch
-    only."""
+    only; ``remeasure``: finalists per task measured again after each search."""
     import onnxruntime as ort
 
     import heterocc
@@ -388,14 +398,15 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
         # equal trials: the search from hand gets what the one from scratch spent (all
         # of the budget unless --search-minutes stopped it), without a time limit
         found = _search_model(path, rules, budget, batch_size, workers, logs[search],
-                              minutes if search == "from scratch" else None)
+                              minutes if search == "from scratch" else None, remeasure)
         budget = found["trials"]
         ran = found["trials"] - found["resumed"]
         print(f"search {search} (--schedule-rules {rules}): {found['tasks']} tasks, "
               f"{found['trials']} trials ({found['resumed']} resumed from the log; its "
               f"trials span {found['log_s']:.0f} s, "
               f"{found['log_s'] / max(found['trials'], 1):.2f} s per trial), this run "
-              f"{ran} in {found['search_s']:.0f} s, {found['total_s']:.0f} s with the "
+              f"{ran} in {found['search_s']:.0f} s, its {remeasure} best per task measured "
+              f"again in {found['remeasured_s']:.0f} s, {found['total_s']:.0f} s with the "
               f"baselines timed; failed trials {found['errors'] or 'none'}; load average "
               f"{os.getloadavg()[0]:.2f}", flush=True)
         print(f"  by trials: {_trend(found['curve'], found['trials'])}", flush=True)
@@ -464,6 +475,9 @@ def main() -> None:
     parser.add_argument("--scratch-only", action="store_true",
                         help="with --rules: the search from scratch only (no search from "
                              "the hand rules)")
+    parser.add_argument("--remeasure", type=int, default=4,
+                        help="with --rules: each task's best configs measured again after "
+                             "its search, as `heterocc tune --remeasure` does (0: off)")
     args = parser.parse_args()
     if args.rules:
         if not args.model:
@@ -471,7 +485,7 @@ def main() -> None:
         print(describe("llvm"))
         compare_rules_on_model(args.model, args.budget, args.batch_size, args.workers,
                                args.rounds, args.block, args.search_minutes, args.log_dir,
-                               from_hand=not args.scratch_only)
+                               from_hand=not args.scratch_only, remeasure=args.remeasure)
         return
     if args.searches:
         print(describe("llvm"))
