@@ -699,6 +699,41 @@ def test_sampled_points_of_a_channel_block_take_the_whole_block():
         assert math.prod(inner[:-1]) <= hints.registers - OPERAND_REGISTERS
 
 
+
+def _blocked_depthwise3x3(blocks: int, width: int) -> te.Tensor:
+    """A blocked depthwise 3x3 convolution (16-channel blocks, no padding)."""
+    data = te.placeholder((1, blocks, width + 2, width + 2, 16), name="data")
+    weight = te.placeholder((blocks, 1, 3, 3, 1, 16), name="w")
+    ry, rx = te.reduce_axis(3, "ry"), te.reduce_axis(3, "rx")
+    return te.compute((1, blocks, width, width, 16), lambda n, c, y, x, k: te.sum(
+        data[n, c, y + ry, x + rx, k] * weight[c, 0, ry, rx, 0, k], axis=[ry, rx]),
+        name="dwconv")
+
+
+def test_sampled_points_of_a_window_keep_its_reused_operand_in_registers():
+    # a depthwise window's weights are read by channel, not by row or column: a
+    # register tile reuses them across its rows and columns, nine vectors per channel
+    # vector, which the sampled tiles leave registers for beside the accumulators
+    hints = SearchHints(vector_lanes=16, registers=32, cores=2)
+    sketch = Sketch([_blocked_depthwise3x3(blocks=6, width=28)], hints)
+    assert sketch.anchors[0].held_axes == (1, 4)  # channel blocks, lanes
+    rng = np.random.default_rng(0)
+    free = hints.registers - OPERAND_REGISTERS
+    tiles = set()
+    for _ in range(64):
+        values = sketch.sample_values(rng)
+        n, blocks, rows, columns, lanes = (values[f"a0.tile.s{axis}"][-1] for axis in range(5))
+        assert lanes == 16
+        assert n * blocks * rows * columns + 9 * blocks <= free
+        tiles.add((blocks, rows, columns))
+    assert len(tiles) > 8
+    # a reduction that is no window (a 1x1 convolution's channels) keeps the rule of
+    # the accumulators alone
+    pointwise = Sketch([_pointwise_conv(in_blocks=2, out_blocks=9, width=28)], hints)
+    assert any(math.prod(pointwise.sample_values(rng)[f"a0.tile.s{axis}"][-1]
+                         for axis in range(4)) > free - 9 for _ in range(64))
+
+
 def test_the_search_from_scratch_starts_from_sampled_points_and_explores_uniformly():
     task = Task("auto.matmul", (256, 64, 64, "float32"))
     tuner = EvolutionaryTuner(task, seed=0)
