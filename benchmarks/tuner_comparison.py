@@ -16,7 +16,7 @@ timing noise moves the 95% line a little): ``matmul`` (fp32 1024^3, the issue's 
     python benchmarks/tuner_comparison.py --searches --model resnet18 [--budget 96]
     python benchmarks/tuner_comparison.py --rules --model resnet18 [--budget 1000]
         [--workers 1] [--rounds 3] [--search-minutes 18] [--log-dir DIR] [--scratch-only]
-        [--remeasure 4]
+        [--remeasure 4] [--timing single|averaged]
 
 With ``--searches`` on a task, both searches tune the same workload (the template's
 ``matmul`` / ``conv2d_nchwc`` and its ``auto.`` twin) for ``--budget`` trials, each
@@ -68,6 +68,7 @@ from heterocc.tuning import (
 )
 from heterocc.tuning.auto import EvolutionaryTuner
 from heterocc.tuning.cli import measure_hand_schedules
+from heterocc.tuning.measure import single_call_timing
 from heterocc.tuning.pool import LocalPool
 from heterocc.tuning.records import BASELINE, PAIRED, REMEASURED, read_records
 from heterocc.tuning.scheduler import TaskScheduler
@@ -227,13 +228,16 @@ def _rules_model(name: str, folder: str) -> tuple[str, str]:
 
 
 def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: int,
-                  log_path: str, minutes: float | None = None, remeasure: int = 4) -> dict:
+                  log_path: str, minutes: float | None = None, remeasure: int = 4,
+                  timing: str = "single") -> dict:
     """The auto search on the model at ``path`` as ``heterocc tune --search auto
     --schedule-rules RULES`` runs it: ``budget`` trials for the whole model (or as many
     as ``minutes`` allow: the batch under way when they are up is the last), then each
     task's ``remeasure`` best measured again (single calls, see ``remeasure_best``; no
     trials of their own) and its best timed in turn with its baseline (hand or generic
-    schedule)."""
+    schedule). ``timing`` ``single``: each candidate timed by single calls, the fastest
+    counting (``single_call_timing``: what it costs quiet, on a loaded machine too);
+    ``averaged``: by samples averaging calls (``heterocc tune``'s default)."""
     from heterocc.sdk.registry import get_target
     from heterocc.tuning.cli import first_configs
     from heterocc.tuning.extract import tuning_key
@@ -245,6 +249,8 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
     key = tuning_key(target)
     tuning = tuning_of(target)
     options = MeasureOptions(repeat=3, timeout_s=15, target=key)
+    if timing == "single":
+        options = single_call_timing(options)
     start = time.perf_counter()
     deadline = math.inf if minutes is None else start + 60 * minutes
 
@@ -377,11 +383,12 @@ def _profile_gaps(models: dict, feed: dict, rounds: int, shown: int = 12) -> Non
 def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int,
                            rounds: int, block: int, minutes: float | None = None,
                            log_dir: str | None = None, from_hand: bool = True,
-                           remeasure: int = 4) -> None:
+                           remeasure: int = 4, timing: str = "single") -> None:
     """Hand rules vs the search from scratch vs the search from hand on one model.
     ``log_dir``: where the searches' logs are kept (resumed when there already: a
     killed run goes on where it stopped); ``from_hand`` False: the search from scratch
-    only; ``remeasure``: finalists per task measured again after each search."""
+    only; ``remeasure``: finalists per task measured again after each search;
+    ``timing``: how the searches time candidates (see ``_search_model``)."""
     import onnxruntime as ort
 
     import heterocc
@@ -390,7 +397,8 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
     os.makedirs(folder, exist_ok=True)
     path, source = _rules_model(name, folder)
     print(f"{name}: {source}; budget {budget} trials per search, {workers} measuring "
-          f"worker(s); logs in {folder}; load average {os.getloadavg()[0]:.2f}", flush=True)
+          f"worker(s), {timing} timing; logs in {folder}; load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
     logs = {}
     searches = (("from scratch", "none"), ("from hand", "hand"))[:2 if from_hand else 1]
     for search, rules in searches:
@@ -398,7 +406,8 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
         # equal trials: the search from hand gets what the one from scratch spent (all
         # of the budget unless --search-minutes stopped it), without a time limit
         found = _search_model(path, rules, budget, batch_size, workers, logs[search],
-                              minutes if search == "from scratch" else None, remeasure)
+                              minutes if search == "from scratch" else None, remeasure,
+                              timing)
         budget = found["trials"]
         ran = found["trials"] - found["resumed"]
         print(f"search {search} (--schedule-rules {rules}): {found['tasks']} tasks, "
@@ -478,6 +487,10 @@ def main() -> None:
     parser.add_argument("--remeasure", type=int, default=4,
                         help="with --rules: each task's best configs measured again after "
                              "its search, as `heterocc tune --remeasure` does (0: off)")
+    parser.add_argument("--timing", choices=("single", "averaged"), default="single",
+                        help="with --rules: candidates timed by single calls, the fastest "
+                             "counting (right on a loaded machine too), or by samples "
+                             "averaging calls")
     args = parser.parse_args()
     if args.rules:
         if not args.model:
@@ -485,7 +498,8 @@ def main() -> None:
         print(describe("llvm"))
         compare_rules_on_model(args.model, args.budget, args.batch_size, args.workers,
                                args.rounds, args.block, args.search_minutes, args.log_dir,
-                               from_hand=not args.scratch_only, remeasure=args.remeasure)
+                               from_hand=not args.scratch_only, remeasure=args.remeasure,
+                               timing=args.timing)
         return
     if args.searches:
         print(describe("llvm"))
