@@ -16,7 +16,7 @@ timing noise moves the 95% line a little): ``matmul`` (fp32 1024^3, the issue's 
     python benchmarks/tuner_comparison.py --searches --model resnet18 [--budget 96]
     python benchmarks/tuner_comparison.py --rules --model resnet18 [--budget 1000]
         [--workers 1] [--rounds 3] [--search-minutes 18] [--log-dir DIR] [--scratch-only]
-        [--remeasure 4] [--timing single|averaged]
+        [--remeasure 4] [--timing single|averaged] [--kernel-sums]
 
 With ``--searches`` on a task, both searches tune the same workload (the template's
 ``matmul`` / ``conv2d_nchwc`` and its ``auto.`` twin) for ``--budget`` trials, each
@@ -380,15 +380,64 @@ def _profile_gaps(models: dict, feed: dict, rounds: int, shown: int = 12) -> Non
               f"{(seconds + gap) * 1e3:8.3f} ms, gap {gap * 1e3:+8.3f} ms")
 
 
+def _kernel_sums(path: str, logs: dict[str, str], rounds: int = 3) -> None:
+    """Per function of the model at ``path`` (rules off), its hand schedule and the
+    config each log (by label) makes compile apply (the best last timed beside its
+    baseline, else the log's best), each built and timed by single calls (the fastest
+    of 15, ``single_call_timing``) in alternating rounds in this process; printed: the
+    sums over the functions x how often the model runs them. An estimate of the
+    model's kernel time that a loaded machine disturbs far less than timing the model
+    (for kernels under a millisecond or so: a longer single call is itself often
+    preempted)."""
+    from heterocc.sdk.registry import get_target
+    from heterocc.targets.llvm.tuning import FUNCTION
+    from heterocc.tuning.extract import tuning_key
+    from heterocc.tuning.measure import measure_in_process, tuning_context
+    from heterocc.tuning.records import best_records
+
+    target = get_target("llvm", schedule_rules="none")
+    key = tuning_key(target)
+    options = single_call_timing(MeasureOptions(target=key, timeout_s=60))
+    with tuning_context(key):
+        tasks = extract_tasks(path, target=target, search="auto")
+    picks = {}
+    for label, log in logs.items():
+        records = read_records(log)
+        picks[label] = {key: record.config_index for key, record in best_records(
+            r for r in records if r.tuner != PAIRED).items()}
+        picks[label].update({r.workload_key: r.config_index for r in records
+                             if r.tuner == PAIRED})
+    sums = dict.fromkeys(["hand rules", *logs], 0.0)
+    for task in tasks:
+        hand = Task(FUNCTION, task.args)
+        candidates = {"hand rules": (hand, hand.default_config())}
+        candidates.update({label: (task, task.space.get(picks[label][task.workload_key]))
+                           for label in logs if task.workload_key in picks[label]})
+        fastest = dict.fromkeys(candidates, math.inf)
+        for _ in range(rounds):
+            for label, (timed, config) in candidates.items():
+                fastest[label] = min(fastest[label],
+                                     measure_in_process(timed, config, options).cost)
+        for label, seconds in fastest.items():
+            sums[label] += task.weight * seconds
+    hand_sum = sums["hand rules"]
+    print(f"  kernels, fastest single calls summed over {len(tasks)} functions x runs "
+          f"({rounds} alternating rounds; load average {os.getloadavg()[0]:.2f}): "
+          + ", ".join(f"{label} {seconds * 1e3:.2f} ms ({hand_sum / seconds:.2f}x the hand "
+                      "rules' speed)" for label, seconds in sums.items()), flush=True)
+
+
 def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int,
                            rounds: int, block: int, minutes: float | None = None,
                            log_dir: str | None = None, from_hand: bool = True,
-                           remeasure: int = 4, timing: str = "single") -> None:
+                           remeasure: int = 4, timing: str = "single",
+                           kernel_sums: bool = False) -> None:
     """Hand rules vs the search from scratch vs the search from hand on one model.
     ``log_dir``: where the searches' logs are kept (resumed when there already: a
     killed run goes on where it stopped); ``from_hand`` False: the search from scratch
     only; ``remeasure``: finalists per task measured again after each search;
-    ``timing``: how the searches time candidates (see ``_search_model``)."""
+    ``timing``: how the searches time candidates (see ``_search_model``);
+    ``kernel_sums``: also the functions' fastest single calls summed (``_kernel_sums``)."""
     import onnxruntime as ort
 
     import heterocc
@@ -452,6 +501,8 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
               f"{hand / median:13.2f}x {median / theirs:6.2f}x")
     _profile_gaps({"hand": compiled["hand rules"], "scratch": compiled["from scratch, tuned"]},
                   feed, rounds * block)
+    if kernel_sums:
+        _kernel_sums(path, {"from scratch": logs["from scratch"]})
 
 
 def main() -> None:
@@ -491,6 +542,10 @@ def main() -> None:
                         help="with --rules: candidates timed by single calls, the fastest "
                              "counting (right on a loaded machine too), or by samples "
                              "averaging calls")
+    parser.add_argument("--kernel-sums", action="store_true",
+                        help="with --rules: also each function's hand schedule and the "
+                             "search from scratch's pick timed by single calls, summed (an "
+                             "estimate a loaded machine disturbs less than the model's time)")
     args = parser.parse_args()
     if args.rules:
         if not args.model:
@@ -499,7 +554,7 @@ def main() -> None:
         compare_rules_on_model(args.model, args.budget, args.batch_size, args.workers,
                                args.rounds, args.block, args.search_minutes, args.log_dir,
                                from_hand=not args.scratch_only, remeasure=args.remeasure,
-                               timing=args.timing)
+                               timing=args.timing, kernel_sums=args.kernel_sums)
         return
     if args.searches:
         print(describe("llvm"))
