@@ -36,7 +36,11 @@ untuned, from scratch after the budget, from hand after the budget, and ONNX Run
 (``--model`` resnet18 or mobilenet_v2: torchvision's export when torch is installed,
 else ``heterocc.models``'). Printed: seconds per trial, the estimated latency of the
 search at quarters of its budget (its trend), and each engine's median latency against
-the hand rules and ORT.
+the hand rules and ORT. The searches time candidates by single calls (``--timing
+single``: the fastest of 15, what a kernel costs quiet, on a shared machine too) and
+measure each task's ``--remeasure`` best again after the search; ``--kernel-sums``
+also sums each function's fastest single calls, hand schedule against the pick from
+scratch (an estimate a loaded machine disturbs less than timing the whole model).
 """
 
 from __future__ import annotations
