@@ -16,6 +16,7 @@ timing noise moves the 95% line a little): ``matmul`` (fp32 1024^3, the issue's 
     python benchmarks/tuner_comparison.py --searches --model resnet18 [--budget 96]
     python benchmarks/tuner_comparison.py --rules --model resnet18 [--budget 1000]
         [--workers 1] [--rounds 3] [--search-minutes 18] [--log-dir DIR] [--scratch-only]
+        [--remeasure 4] [--timing single|averaged] [--kernel-sums]
 
 With ``--searches`` on a task, both searches tune the same workload (the template's
 ``matmul`` / ``conv2d_nchwc`` and its ``auto.`` twin) for ``--budget`` trials, each
@@ -35,7 +36,11 @@ untuned, from scratch after the budget, from hand after the budget, and ONNX Run
 (``--model`` resnet18 or mobilenet_v2: torchvision's export when torch is installed,
 else ``heterocc.models``'). Printed: seconds per trial, the estimated latency of the
 search at quarters of its budget (its trend), and each engine's median latency against
-the hand rules and ORT.
+the hand rules and ORT. The searches time candidates by single calls (``--timing
+single``: the fastest of 15, what a kernel costs quiet, on a shared machine too) and
+measure each task's ``--remeasure`` best again after the search; ``--kernel-sums``
+also sums each function's fastest single calls, hand schedule against the pick from
+scratch (an estimate a loaded machine disturbs less than timing the whole model).
 """
 
 from __future__ import annotations
@@ -62,12 +67,14 @@ from heterocc.tuning import (
     Task,
     XGBTuner,
     extract_tasks,
+    remeasure_best,
     tune_task,
 )
 from heterocc.tuning.auto import EvolutionaryTuner
 from heterocc.tuning.cli import measure_hand_schedules
+from heterocc.tuning.measure import single_call_timing
 from heterocc.tuning.pool import LocalPool
-from heterocc.tuning.records import BASELINE, PAIRED, read_records
+from heterocc.tuning.records import BASELINE, PAIRED, REMEASURED, read_records
 from heterocc.tuning.scheduler import TaskScheduler
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -225,11 +232,16 @@ def _rules_model(name: str, folder: str) -> tuple[str, str]:
 
 
 def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: int,
-                  log_path: str, minutes: float | None = None) -> dict:
+                  log_path: str, minutes: float | None = None, remeasure: int = 4,
+                  timing: str = "single") -> dict:
     """The auto search on the model at ``path`` as ``heterocc tune --search auto
     --schedule-rules RULES`` runs it: ``budget`` trials for the whole model (or as many
     as ``minutes`` allow: the batch under way when they are up is the last), then each
-    task's best timed in turn with its baseline (hand or generic schedule)."""
+    task's ``remeasure`` best measured again (single calls, see ``remeasure_best``; no
+    trials of their own) and its best timed in turn with its baseline (hand or generic
+    schedule). ``timing`` ``single``: each candidate timed by single calls, the fastest
+    counting (``single_call_timing``: what it costs quiet, on a loaded machine too);
+    ``averaged``: by samples averaging calls (``heterocc tune``'s default)."""
     from heterocc.sdk.registry import get_target
     from heterocc.tuning.cli import first_configs
     from heterocc.tuning.extract import tuning_key
@@ -241,6 +253,8 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
     key = tuning_key(target)
     tuning = tuning_of(target)
     options = MeasureOptions(repeat=3, timeout_s=15, target=key)
+    if timing == "single":
+        options = single_call_timing(options)
     start = time.perf_counter()
     deadline = math.inf if minutes is None else start + 60 * minutes
 
@@ -260,10 +274,14 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
             resumed = scheduler.spent
             scheduler.run()
             searched_s = time.perf_counter() - start
+            for task in tasks if remeasure > 0 else ():
+                remeasure_best(task, pool, log, count=remeasure)
+            remeasured_s = time.perf_counter() - start - searched_s
             measure_hand_schedules(tasks, pool, log, baseline=tuning.baseline)
     curve, errors, log_s = _log_curve(log_path, tasks)
     return {"tasks": len(tasks), "trials": scheduler.spent, "search_s": searched_s,
-            "resumed": resumed, "total_s": time.perf_counter() - start, "curve": curve,
+            "resumed": resumed, "remeasured_s": remeasured_s,
+            "total_s": time.perf_counter() - start, "curve": curve,
             "errors": errors, "log_s": log_s}
 
 
@@ -277,7 +295,8 @@ def _log_curve(log_path: str, tasks) -> tuple[list[tuple[int, int, float]], dict
     errors: dict[str, int] = {}
     times = []
     for record in read_records(log_path):
-        if record.workload_key not in weights or record.tuner in (PAIRED, BASELINE):
+        if record.workload_key not in weights or record.tuner in (PAIRED, BASELINE,
+                                                                  REMEASURED):
             continue
         times.append(record.timestamp)
         if record.ok:
@@ -365,13 +384,64 @@ def _profile_gaps(models: dict, feed: dict, rounds: int, shown: int = 12) -> Non
               f"{(seconds + gap) * 1e3:8.3f} ms, gap {gap * 1e3:+8.3f} ms")
 
 
+def _kernel_sums(path: str, logs: dict[str, str], rounds: int = 3) -> None:
+    """Per function of the model at ``path`` (rules off), its hand schedule and the
+    config each log (by label) makes compile apply (the best last timed beside its
+    baseline, else the log's best), each built and timed by single calls (the fastest
+    of 15, ``single_call_timing``) in alternating rounds in this process; printed: the
+    sums over the functions x how often the model runs them. An estimate of the
+    model's kernel time that a loaded machine disturbs far less than timing the model
+    (for kernels under a millisecond or so: a longer single call is itself often
+    preempted)."""
+    from heterocc.sdk.registry import get_target
+    from heterocc.targets.llvm.tuning import FUNCTION
+    from heterocc.tuning.extract import tuning_key
+    from heterocc.tuning.measure import measure_in_process, tuning_context
+    from heterocc.tuning.records import best_records
+
+    target = get_target("llvm", schedule_rules="none")
+    key = tuning_key(target)
+    options = single_call_timing(MeasureOptions(target=key, timeout_s=60))
+    with tuning_context(key):
+        tasks = extract_tasks(path, target=target, search="auto")
+    picks = {}
+    for label, log in logs.items():
+        records = read_records(log)
+        picks[label] = {key: record.config_index for key, record in best_records(
+            r for r in records if r.tuner != PAIRED).items()}
+        picks[label].update({r.workload_key: r.config_index for r in records
+                             if r.tuner == PAIRED})
+    sums = dict.fromkeys(["hand rules", *logs], 0.0)
+    for task in tasks:
+        hand = Task(FUNCTION, task.args)
+        candidates = {"hand rules": (hand, hand.default_config())}
+        candidates.update({label: (task, task.space.get(picks[label][task.workload_key]))
+                           for label in logs if task.workload_key in picks[label]})
+        fastest = dict.fromkeys(candidates, math.inf)
+        for _ in range(rounds):
+            for label, (timed, config) in candidates.items():
+                fastest[label] = min(fastest[label],
+                                     measure_in_process(timed, config, options).cost)
+        for label, seconds in fastest.items():
+            sums[label] += task.weight * seconds
+    hand_sum = sums["hand rules"]
+    print(f"  kernels, fastest single calls summed over {len(tasks)} functions x runs "
+          f"({rounds} alternating rounds; load average {os.getloadavg()[0]:.2f}): "
+          + ", ".join(f"{label} {seconds * 1e3:.2f} ms ({hand_sum / seconds:.2f}x the hand "
+                      "rules' speed)" for label, seconds in sums.items()), flush=True)
+
+
 def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int,
                            rounds: int, block: int, minutes: float | None = None,
-                           log_dir: str | None = None, from_hand: bool = True) -> None:
+                           log_dir: str | None = None, from_hand: bool = True,
+                           remeasure: int = 4, timing: str = "single",
+                           kernel_sums: bool = False) -> None:
     """Hand rules vs the search from scratch vs the search from hand on one model.
     ``log_dir``: where the searches' logs are kept (resumed when there already: a
     killed run goes on where it stopped); ``from_hand`` False: the search from scratch
-    only."""
+    only; ``remeasure``: finalists per task measured again after each search;
+    ``timing``: how the searches time candidates (see ``_search_model``);
+    ``kernel_sums``: also the functions' fastest single calls summed (``_kernel_sums``)."""
     import onnxruntime as ort
 
     import heterocc
@@ -380,7 +450,8 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
     os.makedirs(folder, exist_ok=True)
     path, source = _rules_model(name, folder)
     print(f"{name}: {source}; budget {budget} trials per search, {workers} measuring "
-          f"worker(s); logs in {folder}; load average {os.getloadavg()[0]:.2f}", flush=True)
+          f"worker(s), {timing} timing; logs in {folder}; load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
     logs = {}
     searches = (("from scratch", "none"), ("from hand", "hand"))[:2 if from_hand else 1]
     for search, rules in searches:
@@ -388,14 +459,16 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
         # equal trials: the search from hand gets what the one from scratch spent (all
         # of the budget unless --search-minutes stopped it), without a time limit
         found = _search_model(path, rules, budget, batch_size, workers, logs[search],
-                              minutes if search == "from scratch" else None)
+                              minutes if search == "from scratch" else None, remeasure,
+                              timing)
         budget = found["trials"]
         ran = found["trials"] - found["resumed"]
         print(f"search {search} (--schedule-rules {rules}): {found['tasks']} tasks, "
               f"{found['trials']} trials ({found['resumed']} resumed from the log; its "
               f"trials span {found['log_s']:.0f} s, "
               f"{found['log_s'] / max(found['trials'], 1):.2f} s per trial), this run "
-              f"{ran} in {found['search_s']:.0f} s, {found['total_s']:.0f} s with the "
+              f"{ran} in {found['search_s']:.0f} s, its {remeasure} best per task measured "
+              f"again in {found['remeasured_s']:.0f} s, {found['total_s']:.0f} s with the "
               f"baselines timed; failed trials {found['errors'] or 'none'}; load average "
               f"{os.getloadavg()[0]:.2f}", flush=True)
         print(f"  by trials: {_trend(found['curve'], found['trials'])}", flush=True)
@@ -432,6 +505,8 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
               f"{hand / median:13.2f}x {median / theirs:6.2f}x")
     _profile_gaps({"hand": compiled["hand rules"], "scratch": compiled["from scratch, tuned"]},
                   feed, rounds * block)
+    if kernel_sums:
+        _kernel_sums(path, {"from scratch": logs["from scratch"]})
 
 
 def main() -> None:
@@ -464,6 +539,17 @@ def main() -> None:
     parser.add_argument("--scratch-only", action="store_true",
                         help="with --rules: the search from scratch only (no search from "
                              "the hand rules)")
+    parser.add_argument("--remeasure", type=int, default=4,
+                        help="with --rules: each task's best configs measured again after "
+                             "its search, as `heterocc tune --remeasure` does (0: off)")
+    parser.add_argument("--timing", choices=("single", "averaged"), default="single",
+                        help="with --rules: candidates timed by single calls, the fastest "
+                             "counting (right on a loaded machine too), or by samples "
+                             "averaging calls")
+    parser.add_argument("--kernel-sums", action="store_true",
+                        help="with --rules: also each function's hand schedule and the "
+                             "search from scratch's pick timed by single calls, summed (an "
+                             "estimate a loaded machine disturbs less than the model's time)")
     args = parser.parse_args()
     if args.rules:
         if not args.model:
@@ -471,7 +557,8 @@ def main() -> None:
         print(describe("llvm"))
         compare_rules_on_model(args.model, args.budget, args.batch_size, args.workers,
                                args.rounds, args.block, args.search_minutes, args.log_dir,
-                               from_hand=not args.scratch_only)
+                               from_hand=not args.scratch_only, remeasure=args.remeasure,
+                               timing=args.timing, kernel_sums=args.kernel_sums)
         return
     if args.searches:
         print(describe("llvm"))

@@ -23,7 +23,7 @@ from ..errors import InputError
 from ..runtime.inputs import parse_shapes
 from .auto import AUTO_PREFIX, EvolutionaryTuner, is_auto
 from .extract import extract_tasks, tuning_key, tuning_target
-from .measure import CACHE_MODES, MeasureOptions, tuning_context
+from .measure import CACHE_MODES, MeasureOptions, single_call_timing, tuning_context
 from .pool import make_pool
 from .records import BASELINE, PAIRED, MeasureRecord, RecordLog, config_costs
 from .scheduler import TaskScheduler
@@ -32,6 +32,8 @@ from .templates import SECONDS, TargetTuning, tuning_of
 from .tuners import TUNERS, CostModel, TuneProgress, make_tuner, remeasure_best, tune_task
 
 BAR_WIDTH = 24
+#: how ``heterocc tune`` times a candidate (``--timing``)
+TIMINGS = ("averaged", "single")
 
 
 def add_tune_parser(subparsers) -> argparse.ArgumentParser:
@@ -59,6 +61,11 @@ def add_tune_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--timeout", type=float, default=20.0, help="seconds per candidate")
     p.add_argument("--repeat", type=int, default=3, help="timings per candidate")
+    p.add_argument("--timing", choices=TIMINGS, default="averaged",
+                   help="averaged: each timing averages enough calls to last a few "
+                        "milliseconds; single: each candidate timed by single calls, the "
+                        "fastest counting (what it costs quiet: on a loaded machine a "
+                        "sample of many calls almost always includes a preempted one)")
     p.add_argument("--remeasure", type=int, default=4,
                    help="measure this many best configs and the default again per task "
                         "(twice each; 0: off), so a lucky first timing does not win; "
@@ -146,6 +153,8 @@ def run_tune(args, stream: TextIO | None = None) -> int:
     key = tuning_key(target)
     options = MeasureOptions(timeout_s=args.timeout, repeat=args.repeat, seed=args.seed,
                              target=key, cache=getattr(args, "cache", MeasureOptions.cache))
+    if getattr(args, "timing", "averaged") == "single":
+        options = single_call_timing(options)
     # the spaces, records and candidates all belong to the tuned target's hardware
     with tuning_context(key):
         tasks = extract_tasks(args.model, target=target, shapes=parse_shapes(args.shape),

@@ -34,6 +34,9 @@ RECORD_VERSION = 1
 #: decides between the two by (timings taken at other times met other loads)
 PAIRED = "paired"
 BASELINE = "baseline"
+#: tuner tag of the records that measure a search's finalists again
+#: (``tuners.remeasure_best``): no trials of their own
+REMEASURED = "remeasure"
 
 
 def fastest(costs: Sequence[float]) -> float:

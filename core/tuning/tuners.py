@@ -21,8 +21,14 @@ import numpy as np
 
 from ..errors import InputError
 from .features import candidate_features
-from .measure import InProcessMeasurer, Measurer, MeasureResult
-from .records import MeasureRecord, RecordLog, config_costs
+from .measure import (
+    InProcessMeasurer,
+    MeasureOptions,
+    Measurer,
+    MeasureResult,
+    single_call_timing,
+)
+from .records import REMEASURED, MeasureRecord, RecordLog, config_costs
 from .space import Config
 from .task import Task, reindexed
 from .templates import SECONDS
@@ -368,8 +374,8 @@ def tune_task(task: Task, tuner: Tuner, measurer: Measurer | InProcessMeasurer, 
 
 
 def remeasure_best(task: Task, measurer: Measurer | InProcessMeasurer, log: RecordLog,
-                   count: int = 4, rounds: int = 2, include: Sequence[Config] = ()
-                   ) -> list[Config]:
+                   count: int = 4, rounds: int = 2, include: Sequence[Config] = (),
+                   options: MeasureOptions | None = None) -> list[Config]:
     """Measure the fastest configs of ``task`` in ``log`` again until each of the
     ``count`` best ranked (and each of ``include``, e.g. the default) has ``rounds``
     more records than its first, appending every record; returns the final top
@@ -382,11 +388,19 @@ def remeasure_best(task: Task, measurer: Measurer | InProcessMeasurer, log: Reco
     measurements. Each pass measures the unconfirmed configs one after another (a
     change in load hits them alike); at most ``4 * count * rounds`` measurements.
 
+    ``options``: how the finalists are timed; default the measurer's own options
+    timing single calls (:func:`.measure.single_call_timing`: on a loaded machine the
+    fastest of many single calls is what a kernel costs quiet, where the search's
+    averaged samples rank its points by the load they met).
+
     A modelled cost (a template whose ``cost_unit`` is not seconds, e.g. an
     accelerator's cycles from its timing model) is the same every time it is measured:
     nothing is measured again."""
     wanted = 1 + rounds
     budget = 4 * count * rounds if task.definition.cost_unit == SECONDS else 0
+    own = getattr(measurer, "options", None)
+    if options is None and own is not None:
+        options = single_call_timing(own)
     while True:
         records = reindexed(r for r in log.records()
                             if r.workload_key == task.workload_key)
@@ -400,9 +414,10 @@ def remeasure_best(task: Task, measurer: Measurer | InProcessMeasurer, log: Reco
             return [task.space.get(index) for index in ranked[:count]]
         for index in pending[:budget]:
             config = task.space.get(index)
-            result = measurer.measure_one(task, config)
+            result = (measurer.measure_one(task, config) if options is None
+                      else measurer.measure_one(task, config, options))
             log.append(MeasureRecord(task.workload_key, config.to_json(), index,
-                                     result.costs, result.error, result.message, "remeasure"))
+                                     result.costs, result.error, result.message, REMEASURED))
             budget -= 1
 
 

@@ -699,6 +699,49 @@ def test_sampled_points_of_a_channel_block_take_the_whole_block():
         assert math.prod(inner[:-1]) <= hints.registers - OPERAND_REGISTERS
 
 
+
+def _blocked_depthwise3x3(blocks: int, width: int) -> te.Tensor:
+    """A blocked depthwise 3x3 convolution (16-channel blocks, no padding)."""
+    data = te.placeholder((1, blocks, width + 2, width + 2, 16), name="data")
+    weight = te.placeholder((blocks, 1, 3, 3, 1, 16), name="w")
+    ry, rx = te.reduce_axis(3, "ry"), te.reduce_axis(3, "rx")
+    return te.compute((1, blocks, width, width, 16), lambda n, c, y, x, k: te.sum(
+        data[n, c, y + ry, x + rx, k] * weight[c, 0, ry, rx, 0, k], axis=[ry, rx]),
+        name="dwconv")
+
+
+@pytest.mark.parametrize("hints", [
+    SearchHints(vector_lanes=16, registers=32, cores=2),  # AVX-512
+    SearchHints(vector_lanes=8, registers=16, cores=2),  # AVX2: a block is two vectors
+    SearchHints(vector_lanes=4, registers=32, cores=2)])  # NEON: four
+def test_sampled_points_of_a_window_keep_its_reused_operand_in_registers(hints):
+    # a depthwise window's weights are read by channel, not by row or column: a
+    # register tile reuses them across its rows and columns, nine vectors per channel
+    # vector, which the sampled tiles leave registers for beside the accumulators
+    # where they fit at all (not four vectors' 36 weights in 32 registers)
+    sketch = Sketch([_blocked_depthwise3x3(blocks=6, width=28)], hints)
+    assert sketch.anchors[0].held_axes == (1, 4)  # channel blocks, lanes
+    rng = np.random.default_rng(0)
+    free = hints.registers - OPERAND_REGISTERS
+    tiles = set()
+    for _ in range(64):
+        values = sketch.sample_values(rng)
+        n, blocks, rows, columns, lanes = (values[f"a0.tile.s{axis}"][-1] for axis in range(5))
+        assert lanes % hints.vector_lanes == 0
+        vectors = lanes // hints.vector_lanes
+        held = 9 * vectors if 10 * vectors <= free else 0
+        assert n * blocks * rows * columns * vectors + held * blocks <= free
+        tiles.add((blocks, rows, columns))
+    assert len(tiles) > 3
+    # a reduction that is no window (a 1x1 convolution's channels) keeps the rule of
+    # the accumulators alone: its tiles reach past what a window's weights would leave
+    pointwise = Sketch([_pointwise_conv(in_blocks=2, out_blocks=9, width=28)], hints)
+    widest = max(math.prod(values[f"a0.tile.s{axis}"][-1] for axis in range(4))
+                 * values["a0.tile.s4"][-1] // hints.vector_lanes
+                 for values in (pointwise.sample_values(rng) for _ in range(64)))
+    assert free - 9 < widest <= free
+
+
 def test_the_search_from_scratch_starts_from_sampled_points_and_explores_uniformly():
     task = Task("auto.matmul", (256, 64, 64, "float32"))
     tuner = EvolutionaryTuner(task, seed=0)

@@ -17,6 +17,7 @@ from heterocc.targets.vta.tuning import vta_gemm_task, vta_tiling
 from heterocc.tuning.apply import ApplyHistoryBest, lookup
 from heterocc.tuning.cli import add_tune_parser
 from heterocc.tuning.extract import extract_tasks
+from heterocc.tuning.measure import SINGLE_CALL_SAMPLES
 from heterocc.tuning.records import MeasureRecord, best_configs, read_records
 from heterocc.tuning.task import Task, workload_key
 
@@ -88,7 +89,22 @@ def test_tune_command_measures_the_finalists_again(tmp_path):
         default = task.default_config().index
         assert sum(r.config_index == default for r in mine) == 3
         assert any(r.tuner == "remeasure" for r in mine)
+        # the finalists are timed by single calls whatever --repeat asked of the trials
+        assert {len(r.costs) for r in mine if r.tuner == "remeasure"} == {SINGLE_CALL_SAMPLES}
+        assert {len(r.costs) for r in mine if r.tuner == "random"} == {1}
     assert out.getvalue().count(", default ") == 3
+
+
+def test_tune_command_times_single_calls_when_asked(tmp_path):
+    model, log = _model(tmp_path / "m.onnx"), tmp_path / "tune.jsonl"
+    parser = argparse.ArgumentParser()
+    add_tune_parser(parser.add_subparsers())
+    args = parser.parse_args(["tune", str(model), "--trials", "1", "--log", str(log),
+                              "--tuner", "random", "--remeasure", "0", "--timing", "single"])
+    assert args.func(args, stream=io.StringIO()) == 0
+    records = read_records(log)
+    assert len(records) == 3
+    assert {len(r.costs) for r in records} == {SINGLE_CALL_SAMPLES}
 
 
 def test_applied_log_schedules_the_llvm_matmul(tmp_path):

@@ -144,3 +144,21 @@ def test_a_hot_timing_runs_the_calls_back_to_back(monkeypatch):
 def test_an_unknown_cache_mode_is_refused():
     with pytest.raises(InputError, match="cache='cold'.*hot, flush, rotate"):
         MeasureOptions(cache="cold")
+
+
+@pytest.mark.parametrize("cache", ["hot", "flush"])
+def test_a_single_call_timing_times_each_call_alone(monkeypatch, cache):
+    """Finalists are measured again by single calls (the fastest of several counts): a
+    short call often runs whole between other processes' time slices on a loaded
+    machine, a sample averaging many calls almost never does."""
+    clock = _FakeClock()
+    monkeypatch.setattr(measure, "time", clock)
+    options = measure.single_call_timing(MeasureOptions(repeat=3, min_repeat_s=2.5,
+                                                        cache=cache))
+    assert options.repeat == measure.SINGLE_CALL_SAMPLES and options.cache == cache
+    flush = clock.flush if cache == "flush" else None
+    samples = measure._time_calls(clock.call, options, flush)
+    assert samples == (1.0,) * measure.SINGLE_CALL_SAMPLES
+    # the untimed first call, then one call per sample (where 2.5 s asked for three)
+    per_call = ["flush", "call"] if flush else ["call"]
+    assert clock.events == per_call * (1 + measure.SINGLE_CALL_SAMPLES)

@@ -48,6 +48,8 @@ import numpy as np
 from ... import te
 from ...errors import InputError
 from ...te.schedule_reads import reads_of
+from ...tir import expr as tx
+from ...tir.visitor import collect
 from ..space import Config, ConfigSpace, Knob, divisors
 
 #: levels of a spatial loop (S0 outermost .. S3 innermost; a reduction loop has two)
@@ -162,6 +164,10 @@ class AnchorRule:
     fusable: bool
     spatial: tuple[int, ...]
     reduce: tuple[int, ...]
+    #: the spatial axes (by position) that index the operands read with the reduction
+    #: but not along every spatial axis (a depthwise convolution's weights: by channel,
+    #: not by row or column), the operands a register tile reuses; empty where none is
+    held_axes: tuple[int, ...] = ()
 
 
 class Sketch:
@@ -192,7 +198,8 @@ class Sketch:
             self.anchors.append(AnchorRule(
                 tensor.name, outer, outer != tensor.name,
                 tuple(int(iv.extent) for iv in stage.op.axis),
-                tuple(int(iv.extent) for iv in stage.op.reduce_axis)))
+                tuple(int(iv.extent) for iv in stage.op.reduce_axis),
+                _held_operand_axes(stage.op)))
             anchor_reads |= {t.name for t in reads_of(stage.op.body)}
         if not self.anchors:
             raise InputError("auto schedule: the compute has no reduction to tile (only "
@@ -361,13 +368,24 @@ class Sketch:
             whole = [o for o in options[name]
                      if (o[-1] % lanes == 0 if extent >= lanes else o[-1] == extent)]
             values[name] = _draw_tile(whole or options[name], rng)
-            budget = max(1, (self.hints.registers - OPERAND_REGISTERS)
-                         // -(-values[name][-1] // lanes))
+            vectors = -(-values[name][-1] // lanes)
+            # a window's reused operand (its taps x the tile's vectors along the axes
+            # that index it) stays in registers beside the accumulators once the
+            # window is unrolled, where it fits (a depthwise 3x3's nine weight vectors)
+            free = self.hints.registers - OPERAND_REGISTERS
+            held = (math.prod(anchor.reduce) * (vectors if last in anchor.held_axes else 1)
+                    if anchor.held_axes and max(anchor.reduce) <= WINDOW else 0)
+            if held + vectors > free:
+                held = 0  # no room for them: the accumulators alone
+            accumulators = vectors
             for axis in rng.permutation(others):
                 name = f"{p}.tile.s{axis}"
-                fitting = [o for o in options[name] if o[-1] <= budget]
+                grows = axis in anchor.held_axes
+                fitting = [o for o in options[name]
+                           if accumulators * o[-1] + held * (o[-1] if grows else 1) <= free]
                 values[name] = _draw_tile(fitting or options[name], rng)
-                budget = max(1, budget // values[name][-1])
+                accumulators *= values[name][-1]
+                held *= values[name][-1] if grows else 1
             # an unroll limit that unrolls the whole register tile, so that its
             # accumulators have constant indices and stay in registers
             rows = math.prod(values[f"{p}.tile.s{axis}"][-1] for axis in others)
@@ -675,6 +693,22 @@ class Sketch:
         # the final reduction over the partials is short and stays serial
         if anchor.fusable:
             _schedule_flat(s[by_name[anchor.outer]], lanes)
+
+
+def _held_operand_axes(op: te.ComputeOp) -> tuple[int, ...]:
+    """The spatial axes (by position) indexing the operands that ``op`` reads with its
+    reduction but not along all its spatial axes: a register tile reuses such an
+    operand's values across the axes that do not index it (see
+    :attr:`AnchorRule.held_axes`)."""
+    spatial = [iv.var for iv in op.axis]
+    reduce = {id(iv.var) for iv in op.reduce_axis}
+    held: set[int] = set()
+    for load in collect(op.body, lambda n: isinstance(n, te.TensorLoad)):
+        used = {id(v) for index in load.indices
+                for v in collect(index, lambda n: isinstance(n, tx.Var))}
+        if used & reduce and not all(id(v) in used for v in spatial):
+            held |= {axis for axis, v in enumerate(spatial) if id(v) in used}
+    return tuple(sorted(held))
 
 
 def _draw_tile(options: Sequence[tuple[int, ...]], rng: np.random.Generator

@@ -27,9 +27,11 @@ from heterocc.targets.llvm.tuning import (
 )
 from heterocc.tuning.apply import ApplyHistoryBest
 from heterocc.tuning.measure import (
+    SINGLE_CALL_SAMPLES,
     MeasureOptions,
     MeasureResult,
     measure_in_process,
+    single_call_timing,
     task_inputs,
 )
 from heterocc.tuning.records import MeasureRecord, RecordLog, config_costs, read_records
@@ -94,6 +96,34 @@ def test_a_lucky_first_timing_does_not_pick_the_tuned_config(tmp_path):
     assert progress.resumed == progress.trials == 4
     assert progress.best_config.index == steady.index and progress.best_cost == 1.5
     assert len(measurer.measured) == measured_before
+
+
+
+def test_finalists_are_measured_again_by_single_calls(tmp_path):
+    """A pool's finalists are timed by single calls, the fastest counting
+    (``single_call_timing`` of the pool's options), not by the search's averaged
+    samples; options given to ``remeasure_best`` are used as given."""
+    class Recording(ScriptedMeasurer):
+        options = MeasureOptions(repeat=3, min_repeat_s=0.002, timeout_s=9.0)
+
+        def measure_one(self, task, config, options=None):
+            self.given.append(options)
+            return super().measure_one(task, config)
+
+    measurer = Recording({})
+    measurer.given = []
+    with RecordLog(tmp_path / "t.jsonl") as log:
+        tune_task(TASK, RandomTuner(TASK, seed=1), measurer, 3, log=log)
+        searched = len(measurer.given)
+        remeasure_best(TASK, measurer, log, count=2, rounds=1)
+        again = measurer.given[searched:]
+        assert len(again) == 2
+        assert all(o == single_call_timing(Recording.options) for o in again)
+        assert again[0].repeat == SINGLE_CALL_SAMPLES and again[0].min_repeat_s == 0
+        assert again[0].timeout_s == 9.0
+        given = MeasureOptions(repeat=5)
+        remeasure_best(TASK, measurer, log, count=3, rounds=1, options=given)
+    assert measurer.given[searched + 2:] == [given]  # the third config's one timing
 
 
 def _product(panel=None, log=None):
