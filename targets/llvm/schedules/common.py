@@ -7,7 +7,7 @@ an inner loop LLVM vectorizes)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -132,10 +132,15 @@ def schedule_rows(schedule: te.Schedule, tensor: te.Tensor,
         stage.parallel(stage.fuse(*rows) if len(rows) > 1 else rows[0])
 
 
-def schedule_reduction(schedule: te.Schedule, tensor: te.Tensor) -> None:
+def schedule_reduction(schedule: te.Schedule, tensor: te.Tensor,
+                       blocks: Sequence[int] = ()) -> None:
     """Run the output points of reduction ``tensor`` in parallel (when there are many
-    and the reduction is large), each reduced by its inner loops."""
+    and the reduction is large), each reduced by its inner loops; a reduction axis
+    with a block above 1 in ``blocks`` (one per reduction axis) is split by it."""
     stage = schedule[tensor]
+    for iv, block in zip(list(stage.reduce_axis), blocks):
+        if block > 1:
+            stage.split(iv, factor=block)
     axes = list(stage.op.axis)
     if not axes:
         return

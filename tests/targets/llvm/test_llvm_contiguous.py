@@ -5,6 +5,8 @@ the loads the rows read, and results as ONNX Runtime's on AVX-512, AVX2 and NEON
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnxruntime
 import pytest
@@ -16,8 +18,9 @@ from heterocc.ir.types import TensorType
 from heterocc.sdk import te
 from heterocc.sdk.te_target import schedule_by_rules
 from heterocc.targets.llvm.cpu import parse_cpu
+from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.rules import cpu_rules
-from heterocc.targets.llvm.schedules import contiguous_suffix, injective_rows
+from heterocc.targets.llvm.schedules import contiguous_suffix, injective_rows, reduction_blocks
 from heterocc.tir.printer import func_to_str
 from tests.compute.test_elementwise import random_array
 from tests.conftest import make_model
@@ -136,3 +139,53 @@ def test_shuffle_matches_onnxruntime(target, channels, size, rng):
 def test_shuffle_builds_for_neon():
     compiled = heterocc.compile(_shuffle_model(16, 8), target="llvm -mtriple=aarch64-linux-gnu")
     assert compiled.build_static() is not None
+
+
+def _channels_last_norm(blocks: int, block: int, size: int):
+    """ConvNeXt's LayerNorm as alter_layout gives it: an ``NCHW{block}c`` tensor moved
+    to channels last with its blocks kept innermost (Transpose, Reshape), normalized
+    over the channels. ``(output, [inputs])``."""
+    channels = blocks * block
+    x = te.placeholder((1, blocks, size, size, block), "float32", "x")
+    g, beta = (te.placeholder((channels,), "float32", n) for n in ("g", "beta"))
+
+    def op(name, inputs, shape, **attrs):
+        return compute_of(name)(inputs, attrs, [TensorType(shape, "float32")])[0]
+
+    t = op("Transpose", [x], (1, size, size, blocks, block), perm=[0, 2, 3, 1, 4])
+    r = op("Reshape", [t], (1, size, size, channels))
+    y = op("LayerNormalization", [r, g, beta], (1, size, size, channels), axis=-1,
+           epsilon=1e-6, stash_type=1)
+    return y, [x, g, beta]
+
+
+@pytest.mark.parametrize("cpu", [AVX512, AVX2, NEON], ids=["avx512", "avx2", "neon"])
+def test_channels_last_statistics_reduce_whole_blocks(cpu):
+    """The LayerNorm's sums over 48 channels read in blocks of 16 split their reduction
+    by 16: an inner loop over one block's contiguous channels, no division left."""
+    out, inputs = _channels_last_norm(3, 16, 5)
+    schedule = _scheduled(out, cpu)
+    sums = [s for s in schedule.stages if s.reduce_axis]
+    assert len(sums) == 2  # the mean's and the variance's
+    assert all(reduction_blocks(schedule, s.tensor) == [16] for s in sums)
+    text = func_to_str(te.lower(schedule, [*inputs, out], name="norm"))
+    assert text.count("r3.inner in serial(0, 16)") == 2
+    assert not re.search(r"r3[.\w]* (//|%)", text)  # no channel recovered by division
+
+
+def test_a_reduction_read_unblocked_is_not_split():
+    x = te.placeholder((4, 48), "float32", "x")
+    out = compute_of("ReduceSum")([x], {"axes": [1], "keepdims": 1},
+                                  [TensorType((4, 1), "float32")])[0]
+    schedule = _scheduled(out, AVX512)
+    assert reduction_blocks(schedule, out) == [1]
+
+
+@pytest.mark.parametrize("cpu", [AVX512, AVX2, NEON], ids=["avx512", "avx2", "neon"])
+def test_channels_last_statistics_sum_vectors(cpu):
+    """Each block's 16 contiguous channels are summed with vector adds (LLVM vectorizes
+    the inner loop), where the divided indices kept the sums scalar."""
+    out, inputs = _channels_last_norm(3, 16, 5)
+    func = te.lower(_scheduled(out, cpu), [*inputs, out], name="norm")
+    asm = build(func, name="norm", cpu=cpu).assembly()
+    assert ("fadd\tv" if cpu is NEON else "vaddps") in asm
