@@ -319,7 +319,7 @@ class ReductionRule(CPURule):
         return bool(tensor.op.reduce_axis)
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        schedule_reduction(schedule, tensor, reduction_blocks(schedule, tensor))
+        schedule_reduction(schedule, tensor, reduction_blocks(schedule, tensor), self.cpu)
         return False
 
 

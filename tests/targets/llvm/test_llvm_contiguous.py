@@ -160,17 +160,33 @@ def _channels_last_norm(blocks: int, block: int, size: int):
 
 
 @pytest.mark.parametrize("cpu", [AVX512, AVX2, NEON], ids=["avx512", "avx2", "neon"])
-def test_channels_last_statistics_reduce_whole_blocks(cpu):
-    """The LayerNorm's sums over 48 channels read in blocks of 16 split their reduction
-    by 16: an inner loop over one block's contiguous channels, no division left."""
+def test_channels_last_statistics_reduce_blocks_into_vector_partials(cpu):
+    """The LayerNorm's sums over 48 channels read in blocks of 16 (whole vectors on
+    every ISA) accumulate one vector partial per block lane over the 3 blocks, then
+    reduce the 16 partials once per pixel: no division left, no scalar read of the
+    input."""
     out, inputs = _channels_last_norm(3, 16, 5)
     schedule = _scheduled(out, cpu)
-    sums = [s for s in schedule.stages if s.reduce_axis]
+    sums = [s for s in schedule.stages if s.reduce_axis and not s.name.endswith(".rf")]
     assert len(sums) == 2  # the mean's and the variance's
-    assert all(reduction_blocks(schedule, s.tensor) == [16] for s in sums)
     text = func_to_str(te.lower(schedule, [*inputs, out], name="norm"))
-    assert text.count("r3.inner in serial(0, 16)") == 2
+    for name in ("layernorm_sum", "layernorm_var"):
+        assert f"{name}.rf[ramp(" in text  # vector accumulators
+        assert f"allocate {name}.rf: float32[1, 1, 1, 1, 16]" in text  # one pixel's
+    assert text.count("r3.outer in serial(0, 3)") == 2
     assert not re.search(r"r3[.\w]* (//|%)", text)  # no channel recovered by division
+
+
+def test_blocks_narrower_than_a_vector_are_split():
+    """Blocks of 8 on AVX-512 (16 lanes) are no whole vector: the axis is split by
+    them, its inner loop reading 8 contiguous channels."""
+    out, inputs = _channels_last_norm(3, 8, 5)
+    schedule = _scheduled(out, AVX512)
+    sums = [s for s in schedule.stages if s.reduce_axis]
+    assert all(reduction_blocks(schedule, s.tensor) == [8] for s in sums)
+    text = func_to_str(te.lower(schedule, [*inputs, out], name="norm"))
+    assert text.count("r3.inner in serial(0, 8)") == 2 and ".rf" not in text
+    assert not re.search(r"r3[.\w]* (//|%)", text)
 
 
 def test_a_reduction_read_unblocked_is_not_split():
@@ -183,9 +199,10 @@ def test_a_reduction_read_unblocked_is_not_split():
 
 @pytest.mark.parametrize("cpu", [AVX512, AVX2, NEON], ids=["avx512", "avx2", "neon"])
 def test_channels_last_statistics_sum_vectors(cpu):
-    """Each block's 16 contiguous channels are summed with vector adds (LLVM vectorizes
-    the inner loop), where the divided indices kept the sums scalar."""
+    """The partials are summed with vector adds, where the divided indices kept the
+    sums scalar (and LLVM gathered across pixels)."""
     out, inputs = _channels_last_norm(3, 16, 5)
     func = te.lower(_scheduled(out, cpu), [*inputs, out], name="norm")
     asm = build(func, name="norm", cpu=cpu).assembly()
     assert ("fadd\tv" if cpu is NEON else "vaddps") in asm
+    assert "gather" not in asm
