@@ -443,16 +443,23 @@ def test_channels_no_block_divides_are_padded_to_vectors(vector, held):
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
 def test_padded_shuffle_branch_matches_the_reference(target):
-    model = _shuffle_branch_model(channels=116, size=7)
-    llvm = LLVMTarget(cpu=target)
-    compiled = heterocc.compile(model, target=[llvm])
+    compiled = _llvm_matches_the_reference(_shuffle_branch_model(channels=116, size=7),
+                                           target, (1, 116, 7, 7))
     assert "Conv" not in {n.op for f in compiled.graph.nodes if f.body is not None
                           for n in f.body.nodes}
-    feeds = {"x": RNG.standard_normal((1, 116, 7, 7), dtype=np.float32)}
+
+
+def _llvm_matches_the_reference(model, target, shape):
+    """``model`` compiled for ``target`` (no fallback), checked against the reference
+    on a random input ``x`` of ``shape``; returns the compiled model."""
+    llvm = LLVMTarget(cpu=target)
+    compiled = heterocc.compile(model, target=[llvm])
+    feeds = {"x": RNG.standard_normal(shape, dtype=np.float32)}
     (expected,) = heterocc.compile(model, target="reference").run(feeds)
     (ours,) = compiled.run(feeds)
     np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
     assert llvm.fallbacks == {}
+    return compiled
 
 
 def test_padding_stays_finite():
@@ -634,11 +641,7 @@ def test_transpose_of_a_padded_value_cuts_the_padding_in_nchw():
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
 def test_channels_last_layer_norm_matches_the_reference(target):
-    model = _channels_last_norm_model(channels=48, size=9)
-    llvm = LLVMTarget(cpu=target)
-    compiled = heterocc.compile(model, target=[llvm])
-    feeds = {"x": RNG.standard_normal((1, 48, 9, 9), dtype=np.float32)}
-    (expected,) = heterocc.compile(model, target="reference").run(feeds)
-    (ours,) = compiled.run(feeds)
-    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
-    assert llvm.fallbacks == {}
+    compiled = _llvm_matches_the_reference(_channels_last_norm_model(channels=48, size=9),
+                                           target, (1, 48, 9, 9))
+    body = [n.op for f in compiled.graph.nodes if f.body is not None for n in f.body.nodes]
+    assert "Transpose" in body and body.count("LayoutTransform") == 1  # only the input's
