@@ -369,6 +369,31 @@ class _LayoutRewriter:
                                   outputs=[out], attrs={**node.attrs, "axis": 1}))
         return True
 
+    def to_channels_last(self, node: Node) -> bool:
+        """A Transpose of a blocked tensor to channels last (``perm`` (0, 2, 3, 1):
+        ConvNeXt's NCHW -> NHWC before its LayerNorm) reads the blocked tensor with its
+        block kept innermost, ``NCHW{b}c`` -> ``NHW(C/b)(b)``, reshaped to ``NHWC``:
+        every pixel's channel blocks are whole vectors, so the copy moves vectors and
+        its readers (a LayerNorm's statistics over the channels) read contiguous
+        channels, where a transform to NCHW followed by the transpose gathers twice.
+        A tensor carrying padding channels keeps the NCHW route (its padding cut off)."""
+        x = node.inputs[0]
+        block = self.block_of(x)
+        perm = node.attrs.get("perm")
+        if (not block or self.held_of(x) or x.type.ndim != 4 or len(node.outputs) != 1
+                or perm is None or list(perm) != [0, 2, 3, 1]):
+            return False
+        n, channels, h, w = x.type.shape
+        out = node.outputs[0]
+        blocks_last = Value(self.scope.fresh(f"{out.name}_blocks_last"),
+                            TensorType((n, h, w, channels // block, block), x.type.dtype))
+        self.nodes.append(Node("Transpose", [self.in_block(x, block)], [blocks_last],
+                               {"perm": [0, 2, 3, 1, 4]}, node.name))
+        shape = constant(np.array(out.type.shape, np.int64), self.scope.fresh(f"{out.name}_shape"))
+        self.nodes.append(Node("Reshape", [blocks_last, shape], [out], {"allowzero": 0},
+                               self.scope.fresh(f"{node.name}_channels_last")))
+        return True
+
     def any_other(self, node: Node) -> None:
         inputs = [self.nchw(v) for v in node.inputs]
         self.nodes.append(node if inputs == node.inputs else replace(node, inputs=inputs))
@@ -397,6 +422,8 @@ def alter_layout(graph: Graph, vector_channels: int = 0) -> Graph:
         if node.body is None and node.op in GLOBAL_POOL_OPS and rewriter.global_pool(node):
             continue
         if node.body is None and node.op == "Concat" and rewriter.concat(node):
+            continue
+        if node.body is None and node.op == "Transpose" and rewriter.to_channels_last(node):
             continue
         rewriter.any_other(node)
     outputs = [rewriter.nchw(v) for v in graph.outputs]

@@ -45,6 +45,7 @@ from .schedules import (
     depthwise_weight,
     injective_rows,
     int8_conv_packings,
+    reduction_blocks,
     schedule_channel_blocks,
     schedule_contiguous_rows,
     schedule_conv2d_nchw,
@@ -318,7 +319,7 @@ class ReductionRule(CPURule):
         return bool(tensor.op.reduce_axis)
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        schedule_reduction(schedule, tensor)
+        schedule_reduction(schedule, tensor, reduction_blocks(schedule, tensor), self.cpu)
         return False
 
 

@@ -443,16 +443,23 @@ def test_channels_no_block_divides_are_padded_to_vectors(vector, held):
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
 def test_padded_shuffle_branch_matches_the_reference(target):
-    model = _shuffle_branch_model(channels=116, size=7)
-    llvm = LLVMTarget(cpu=target)
-    compiled = heterocc.compile(model, target=[llvm])
+    compiled = _llvm_matches_the_reference(_shuffle_branch_model(channels=116, size=7),
+                                           target, (1, 116, 7, 7))
     assert "Conv" not in {n.op for f in compiled.graph.nodes if f.body is not None
                           for n in f.body.nodes}
-    feeds = {"x": RNG.standard_normal((1, 116, 7, 7), dtype=np.float32)}
+
+
+def _llvm_matches_the_reference(model, target, shape):
+    """``model`` compiled for ``target`` (no fallback), checked against the reference
+    on a random input ``x`` of ``shape``; returns the compiled model."""
+    llvm = LLVMTarget(cpu=target)
+    compiled = heterocc.compile(model, target=[llvm])
+    feeds = {"x": RNG.standard_normal(shape, dtype=np.float32)}
     (expected,) = heterocc.compile(model, target="reference").run(feeds)
     (ours,) = compiled.run(feeds)
     np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
     assert llvm.fallbacks == {}
+    return compiled
 
 
 def test_padding_stays_finite():
@@ -573,3 +580,68 @@ def test_squeeze_excite_matches_the_reference(target):
     got = heterocc.compile(model, target=target).run(feeds)[0]
     expected = heterocc.compile(model, target="reference").run(feeds)[0]
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def _channels_last_norm_model(channels=32, size=5):
+    """ConvNeXt's block start: a depthwise 7x7 convolution, a transpose to channels last,
+    a LayerNorm over the channels."""
+    inits = {"w": RNG.standard_normal((channels, 1, 7, 7)).astype(np.float32) * 0.1,
+             "b": RNG.standard_normal(channels).astype(np.float32),
+             "g": RNG.standard_normal(channels).astype(np.float32),
+             "beta": RNG.standard_normal(channels).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=channels, pads=[3] * 4),
+             helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("LayerNormalization", ["t", "g", "beta"], ["y"], axis=-1,
+                              epsilon=1e-6)]
+    return make_model(nodes, [("x", "float32", [1, channels, size, size])],
+                      [("y", "float32", None)], inits)
+
+
+def test_transpose_to_channels_last_reads_the_blocks_in_place():
+    """NCHW16c -> NHWC is the blocked tensor with its channel blocks moved after the
+    pixels (the block kept innermost) and reshaped: no transform back to NCHW."""
+    before = _optimized(_channels_last_norm_model())
+    after = alter_layout(before)
+    assert [n.op for n in after.nodes] == ["LayoutTransform", "ConvNCHWc", "Transpose",
+                                           "Reshape", "LayerNormalization"]
+    transpose = next(n for n in after.nodes if n.op == "Transpose")
+    assert transpose.attrs["perm"] == [0, 2, 3, 1, 4]
+    assert transpose.inputs[0].type.shape == (1, 2, 5, 5, 16)
+    assert transpose.outputs[0].type.shape == (1, 5, 5, 2, 16)
+    _assert_same_results(before, after)
+
+
+@pytest.mark.parametrize("perm", [[0, 3, 2, 1], [0, 2, 1, 3]])
+def test_other_transposes_of_blocked_values_read_nchw(perm):
+    """Only the move of the channels last keeps the blocks; any other permutation reads
+    the tensor in NCHW."""
+    inits = {"w": RNG.standard_normal((16, 1, 3, 3)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], group=16, pads=[1] * 4),
+             helper.make_node("Transpose", ["c"], ["y"], perm=perm)]
+    before = _optimized(make_model(nodes, [("x", "float32", [1, 16, 4, 6])],
+                                   [("y", "float32", None)], inits))
+    after = alter_layout(before)
+    assert [n.op for n in after.nodes] == ["LayoutTransform", "ConvNCHWc", "LayoutTransform",
+                                           "Transpose"]
+    _assert_same_results(before, after)
+
+
+def test_transpose_of_a_padded_value_cuts_the_padding_in_nchw():
+    """24 channels padded to 32 take the NCHW route, which cuts the padding off."""
+    inits = {"w": RNG.standard_normal((24, 16, 1, 1)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("Transpose", ["c"], ["y"], perm=[0, 2, 3, 1])]
+    before = _optimized(make_model(nodes, [("x", "float32", [1, 16, 4, 4])],
+                                   [("y", "float32", None)], inits))
+    after = alter_layout_for(16)(before)
+    assert [n.op for n in after.nodes][-2:] == ["LayoutTransform", "Transpose"]
+    assert _transforms(after)[-1].attrs["channels"] == 24
+    _assert_same_results(before, after)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
+def test_channels_last_layer_norm_matches_the_reference(target):
+    compiled = _llvm_matches_the_reference(_channels_last_norm_model(channels=48, size=9),
+                                           target, (1, 48, 9, 9))
+    body = [n.op for f in compiled.graph.nodes if f.body is not None for n in f.body.nodes]
+    assert "Transpose" in body and body.count("LayoutTransform") == 1  # only the input's

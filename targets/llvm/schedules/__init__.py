@@ -71,7 +71,12 @@ from .common import (
     tile_rows,
     vector_lanes,
 )
-from .contiguous import contiguous_suffix, injective_rows, schedule_contiguous_rows
+from .contiguous import (
+    contiguous_suffix,
+    injective_rows,
+    reduction_blocks,
+    schedule_contiguous_rows,
+)
 from .direct_conv import (
     CONV_TILE_CHANNELS,
     DEPTHWISE_TILE_CHANNELS,
@@ -172,6 +177,7 @@ __all__ = [
     "default_panel",
     "dense_conv_channel_blocks",
     "injective_rows",
+    "reduction_blocks",
     "dense_conv_column_limit",
     "dense_conv_reduction_blocks",
     "depthwise_conv_tile",

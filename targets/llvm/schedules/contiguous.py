@@ -138,6 +138,34 @@ def contiguous_suffix(schedule: te.Schedule, tensor: te.Tensor) -> int:
     return 0
 
 
+def reduction_blocks(schedule: te.Schedule, tensor: te.Tensor) -> list[int]:
+    """For each reduction axis of ``tensor``'s stage, the block its expanded source reads
+    it in (1: none): the largest constant ``b`` dividing the axis's extent that the
+    source divides the axis by (``r // b`` or ``r % b``: a channel of a blocked
+    ``NCHW{b}c`` tensor read through a transpose, ConvNeXt's LayerNorm). Split by ``b``,
+    the axis's inner loop reads ``b`` contiguous values, which LLVM vectorizes, where
+    the divisions kept every read scalar."""
+    op = tensor.op
+    body = schedule[tensor].body
+    if not isinstance(op, te.ComputeOp) or not isinstance(body, Reduce):
+        return []
+    try:
+        source = _Expander(schedule, 4 * MAX_LOADS).expr(body.source)
+    except _TooManyLoads:
+        return [1] * len(body.axis)
+    ranges = {**_ranges(tensor),
+              **{iv.var: Interval(0, int(iv.extent) - 1) for iv in body.axis}}
+    divisions = collect(simplify(source, ranges), lambda n: isinstance(n, tx.Binary)
+                        and n.op in ("floordiv", "floormod") and isinstance(n.b, tx.IntImm))
+    blocks = []
+    for iv in body.axis:
+        extent = int(iv.extent)
+        found = [d.b.value for d in divisions if d.a is iv.var and 1 < d.b.value < extent
+                 and extent % d.b.value == 0]
+        blocks.append(max(found, default=1))
+    return blocks
+
+
 def injective_rows(schedule: te.Schedule, tensor: te.Tensor, cpu: CPUDescription) -> int:
     """How many innermost axes of injective ``tensor``'s stage to run as the vectorized
     inner loop of rows (:func:`schedule_contiguous_rows`), or 0 for one flat loop: 0

@@ -181,10 +181,20 @@ def pack_matmul(product: te.Tensor, panel: int | None = None,
     width = panel or default_panel(n, B.dtype, cpu)
     zero = te.const(0, B.dtype)
 
+    full_panels = n // width
+
     def element(*index):
         *batch, p, k, c = index
         column = p * width + c
-        return te.if_then_else(column < n, B[(*batch, k, te.minimum(column, n - 1))], zero)
+        padded = te.if_then_else(column < n, B[(*batch, k, te.minimum(column, n - 1))], zero)
+        if full_panels == -(-n // width):
+            return padded
+        # a full panel reads its row as it is, a contiguous vector (its panel clamped
+        # so that the read is in bounds as written); the guard on the panel (one per
+        # vector) branches, where the clamped columns of every panel gathered lane by
+        # lane
+        full = te.minimum(p, full_panels - 1) * width + c
+        return te.if_then_else(p < full_panels, B[(*batch, k, full)], padded)
 
     packed = te.compute((*B.shape[:-2], -(-n // width), depth, width), element,
                         name=f"{product.name}.packed_B", dtype=B.dtype)

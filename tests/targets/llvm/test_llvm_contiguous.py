@@ -5,6 +5,8 @@ the loads the rows read, and results as ONNX Runtime's on AVX-512, AVX2 and NEON
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnxruntime
 import pytest
@@ -16,8 +18,9 @@ from heterocc.ir.types import TensorType
 from heterocc.sdk import te
 from heterocc.sdk.te_target import schedule_by_rules
 from heterocc.targets.llvm.cpu import parse_cpu
+from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.rules import cpu_rules
-from heterocc.targets.llvm.schedules import contiguous_suffix, injective_rows
+from heterocc.targets.llvm.schedules import contiguous_suffix, injective_rows, reduction_blocks
 from heterocc.tir.printer import func_to_str
 from tests.compute.test_elementwise import random_array
 from tests.conftest import make_model
@@ -136,3 +139,70 @@ def test_shuffle_matches_onnxruntime(target, channels, size, rng):
 def test_shuffle_builds_for_neon():
     compiled = heterocc.compile(_shuffle_model(16, 8), target="llvm -mtriple=aarch64-linux-gnu")
     assert compiled.build_static() is not None
+
+
+def _channels_last_norm(blocks: int, block: int, size: int):
+    """ConvNeXt's LayerNorm as alter_layout gives it: an ``NCHW{block}c`` tensor moved
+    to channels last with its blocks kept innermost (Transpose, Reshape), normalized
+    over the channels. ``(output, [inputs])``."""
+    channels = blocks * block
+    x = te.placeholder((1, blocks, size, size, block), "float32", "x")
+    g, beta = (te.placeholder((channels,), "float32", n) for n in ("g", "beta"))
+
+    def op(name, inputs, shape, **attrs):
+        return compute_of(name)(inputs, attrs, [TensorType(shape, "float32")])[0]
+
+    t = op("Transpose", [x], (1, size, size, blocks, block), perm=[0, 2, 3, 1, 4])
+    r = op("Reshape", [t], (1, size, size, channels))
+    y = op("LayerNormalization", [r, g, beta], (1, size, size, channels), axis=-1,
+           epsilon=1e-6, stash_type=1)
+    return y, [x, g, beta]
+
+
+@pytest.mark.parametrize("cpu", [AVX512, AVX2, NEON], ids=["avx512", "avx2", "neon"])
+def test_channels_last_statistics_reduce_blocks_into_vector_partials(cpu):
+    """The LayerNorm's sums over 48 channels read in blocks of 16 (whole vectors on
+    every ISA) accumulate one vector partial per block lane over the 3 blocks, then
+    reduce the 16 partials once per pixel: no division left, no scalar read of the
+    input."""
+    out, inputs = _channels_last_norm(3, 16, 5)
+    schedule = _scheduled(out, cpu)
+    sums = [s for s in schedule.stages if s.reduce_axis and not s.name.endswith(".rf")]
+    assert len(sums) == 2  # the mean's and the variance's
+    text = func_to_str(te.lower(schedule, [*inputs, out], name="norm"))
+    for name in ("layernorm_sum", "layernorm_var"):
+        assert f"{name}.rf[ramp(" in text  # vector accumulators
+        assert f"allocate {name}.rf: float32[1, 1, 1, 1, 16]" in text  # one pixel's
+    assert text.count("r3.outer in serial(0, 3)") == 2
+    assert not re.search(r"r3[.\w]* (//|%)", text)  # no channel recovered by division
+
+
+def test_blocks_narrower_than_a_vector_are_split():
+    """Blocks of 8 on AVX-512 (16 lanes) are no whole vector: the axis is split by
+    them, its inner loop reading 8 contiguous channels."""
+    out, inputs = _channels_last_norm(3, 8, 5)
+    schedule = _scheduled(out, AVX512)
+    sums = [s for s in schedule.stages if s.reduce_axis]
+    assert all(reduction_blocks(schedule, s.tensor) == [8] for s in sums)
+    text = func_to_str(te.lower(schedule, [*inputs, out], name="norm"))
+    assert text.count("r3.inner in serial(0, 8)") == 2 and ".rf" not in text
+    assert not re.search(r"r3[.\w]* (//|%)", text)
+
+
+def test_a_reduction_read_unblocked_is_not_split():
+    x = te.placeholder((4, 48), "float32", "x")
+    out = compute_of("ReduceSum")([x], {"axes": [1], "keepdims": 1},
+                                  [TensorType((4, 1), "float32")])[0]
+    schedule = _scheduled(out, AVX512)
+    assert reduction_blocks(schedule, out) == [1]
+
+
+@pytest.mark.parametrize("cpu", [AVX512, AVX2, NEON], ids=["avx512", "avx2", "neon"])
+def test_channels_last_statistics_sum_vectors(cpu):
+    """The partials are summed with vector adds, where the divided indices kept the
+    sums scalar (and LLVM gathered across pixels)."""
+    out, inputs = _channels_last_norm(3, 16, 5)
+    func = te.lower(_scheduled(out, cpu), [*inputs, out], name="norm")
+    asm = build(func, name="norm", cpu=cpu).assembly()
+    assert ("fadd\tv" if cpu is NEON else "vaddps") in asm
+    assert "gather" not in asm
