@@ -20,14 +20,26 @@ def test_ops_of_both_engines_compare_by_base_op():
     assert [zoo.base_op(op) for op in ("ConvNCHWc", "FusedConv", "QLinearConv",
                                        "MatMulInteger", "QLinearMatMul", "Conv", "NhwcMaxPool",
                                        "GlobalAveragePool", "QGemm", "MatMulIntegerToFloat",
-                                       "QuantizeLinear")] == \
-        ["Conv", "Conv", "Conv", "MatMul", "MatMul", "Conv", "MaxPool", "AveragePool", "Gemm",
-         "MatMul", "QuantizeLinear"]
+                                       "QuantizeLinear", "Gemm", "ReorderInput",
+                                       "ReorderOutput")] == \
+        ["Conv", "Conv", "Conv", "MatMul", "MatMul", "Conv", "MaxPool", "AveragePool", "MatMul",
+         "MatMul", "QuantizeLinear", "MatMul", "LayoutTransform", "LayoutTransform"]
     assert zoo.anchor_op("LayoutTransform+ConvNCHWc+Relu") == "Conv"
     assert zoo.anchor_op("DequantizeLinear+MatMul+Add") == "MatMul"
     assert zoo.anchor_op("Relu+MaxPool") == "MaxPool"
     assert zoo.anchor_op("Add+Relu") == "Add"
     assert zoo.anchor_op("Transpose+MatMul x2+Add") == "MatMul"  # a repeated op's count
+    # a quantized function's (de)quantizations are its edges, not what it computes
+    assert zoo.anchor_op("DequantizeLinear+Concat+Mul+Add+Relu+QuantizeLinear") == "Concat"
+    assert zoo.anchor_op("DequantizeLinear+QuantizeLinear") == "DequantizeLinear"
+
+
+def test_the_worst_op_is_the_one_furthest_over_onnxruntimes_time():
+    assert zoo.worst_op({"Conv": 5.0, "MaxPool": 1.0}, {"Conv": 4.5, "MaxPool": 0.2}) == \
+        "MaxPool 1.00 vs 0.20"
+    assert zoo.worst_op({"Slice": 0.4}, {"Conv": 1.0}) == "Slice 0.40 vs 0.00"
+    assert zoo.worst_op({"Conv": 1.0, "Reshape": 0.0}, {"Conv": 2.0, "Reshape": 0.0}) == \
+        "none: every op within ORT's time"
 
 
 def test_a_batchnorm_that_onnxruntime_runs_as_a_convolution_counts_as_batchnorm():
