@@ -17,10 +17,9 @@ from ONNX Runtime's, the median and best latency of heterocc and of ONNX Runtime
 ``--block`` runs, their ratio, and the worst op: the op (a function's anchor, e.g. its
 Conv or MaxPool; ONNX Runtime's fused kernels by their base op) where heterocc's per-op
 profile exceeds ONNX Runtime's profiler most, in ms per run ("none" where no op's
-exceeds it), with the share of
-heterocc's time its slowest function takes and where that ran (``llvm/numpy``: a NumPy
-fallback), and how many functions ran on NumPy fallbacks. The first lines name the CPU
-and ISA and the load.
+exceeds it), with the share of heterocc's time its slowest function takes and where that
+ran (``llvm/numpy``: a NumPy fallback), and how many functions ran on NumPy fallbacks.
+The first lines name the CPU and ISA and the load.
 
 torch, torchvision and transformers are optional (``pip install heterocc[zoo]``): a model
 whose libraries are missing is listed as skipped, with why, and the script exits 0. It
