@@ -18,8 +18,10 @@ from ONNX Runtime's, the median and best latency of heterocc and of ONNX Runtime
 Conv or MaxPool; ONNX Runtime's fused kernels by their base op) where heterocc's per-op
 profile exceeds ONNX Runtime's profiler most, in ms per run ("none" where no op's
 exceeds it), with the share of heterocc's time its slowest function takes and where that
-ran (``llvm/numpy``: a NumPy fallback), and how many functions ran on NumPy fallbacks.
-The first lines name the CPU and ISA and the load.
+ran (``llvm/numpy``: a NumPy fallback), and how many functions ran on NumPy fallbacks;
+with ``--reference``, whether the output equals heterocc's NumPy reference of the
+compiled graph (for int8: the integer reference, bit for bit). The first lines name the
+CPU and ISA and the load.
 
 torch, torchvision and transformers are optional (``pip install heterocc[zoo]``): a model
 whose libraries are missing is listed as skipped, with why, and the script exits 0. It
@@ -278,12 +280,15 @@ class Row:
     ort_ms: tuple[float, float] = (0.0, 0.0)
     worst: str = ""
     slowest: str = ""
+    reference: str = ""  #: against heterocc's NumPy reference, where ``--reference`` asks
+
 
     def line(self) -> str:
         ratio = self.ms[0] / self.ort_ms[0]
         return (f"{self.model:19s} {self.precision:5s} {self.compile_s:7.2f} "
                 f"{self.diff:9.2e} {self.ms[0]:8.2f} {self.ms[1]:8.2f} {self.ort_ms[0]:8.2f} "
-                f"{self.ort_ms[1]:8.2f} {ratio:6.2f}x  {self.worst}  | {self.slowest}")
+                f"{self.ort_ms[1]:8.2f} {ratio:6.2f}x  {self.worst}  | {self.slowest}"
+                + (f" | reference: {self.reference}" if self.reference else ""))
 
 
 HEADER = (f"{'model':19s} {'prec':5s} {'comp_s':>7s} {'max|diff|':>9s} {'med_ms':>8s} "
@@ -318,7 +323,21 @@ def measure(name: str, precision: str, path: str, args, directory: str) -> Row:
     theirs_by_op = ort_profile(path, args.threads, feed, PROFILE_RUNS, directory)
     row.worst = worst_op(ours_by_op, theirs_by_op)
     row.slowest = f"{ops[:40]} ({target}, {100 * share:.0f}%); {on_numpy} on NumPy"
+    if args.reference:
+        row.reference = against_reference(compiled, feed, ours)
     return row
+
+
+def against_reference(compiled, feed: dict, output: np.ndarray) -> str:
+    """How the compiled model's first output compares with the same graph evaluated op by
+    op by heterocc's NumPy reference (for an int8 model, the integer semantics the CPU
+    and the accelerator must reproduce bit for bit)."""
+    from heterocc.runtime.interpreter import evaluate
+
+    expected = evaluate(compiled.graph, [feed[v.name] for v in compiled.graph.inputs])[0]
+    if np.array_equal(output, expected):
+        return "bit-exact"
+    return f"max|diff| {float(np.max(np.abs(output.astype(np.float64) - expected))):.3g}"
 
 
 def main() -> int:
@@ -334,6 +353,10 @@ def main() -> int:
                              "threads (with --threads 1, a figure that a loaded machine "
                              "does not inflate; with more, it counts threads that wait "
                              "busily)")
+    parser.add_argument("--reference", action="store_true",
+                        help="also compare each model's output with heterocc's NumPy "
+                             "reference of the compiled graph (int8: the integer semantics, "
+                             "bit-exact or not); slow for large models")
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument("--float", action="store_true", help="float models only")
     precision.add_argument("--int8", action="store_true", help="int8 (QDQ) models only")

@@ -79,3 +79,28 @@ def test_a_model_whose_libraries_are_missing_is_skipped(monkeypatch, capsys):
     assert zoo.main() == 0
     out = capsys.readouterr().out
     assert out.count("skipped: torch is not installed") == 2 and "2 skipped, 0 failed" in out
+
+
+def test_a_quantized_model_compares_bit_for_bit_with_the_integer_reference(tmp_path):
+    """``--reference``: an int8 model's output against heterocc's NumPy evaluation of the
+    compiled graph: equal, and a changed output is reported with its difference."""
+    from onnx import TensorProto
+
+    rng = np.random.default_rng(0)
+    w = rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"]),
+             helper.make_node("DequantizeLinear", ["w", "ws"], ["dw"]),
+             helper.make_node("Conv", ["dq", "dw"], ["c"]),
+             helper.make_node("QuantizeLinear", ["c", "s2", "z"], ["y"])]
+    model = make_model(nodes, [("x", "float32", [1, 3, 8, 8])], [("y", "uint8", None)],
+                       {"w": w, "ws": np.float32(0.02), "s": np.float32(0.05),
+                        "z": np.uint8(128), "s2": np.float32(0.1)})
+    assert model.graph.output[0].type.tensor_type.elem_type == TensorProto.UINT8
+    compiled = heterocc.compile(model, target="llvm")
+    feed = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    out = compiled.run(feed)[0]
+    assert zoo.against_reference(compiled, feed, out) == "bit-exact"
+    changed = out.copy()
+    changed.flat[0] ^= 1
+    assert zoo.against_reference(compiled, feed, changed) == "max|diff| 1"
