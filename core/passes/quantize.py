@@ -210,6 +210,14 @@ def _average_chain(nodes: list[Node]) -> _Chain | None:
                   q.outputs[0].type.dtype, (-np.inf, np.inf), [])
 
 
+def _read_only_within(nodes, members, users, returned: set) -> bool:
+    """Whether every output of ``nodes`` is read by ``members`` alone (no other node
+    reads it and the graph does not return it): a matched chain's intermediate values,
+    which a rewrite of the chain may drop."""
+    return not any(v in returned or any(u not in members for u in users.get(v, ()))
+                   for n in nodes for v in n.outputs)
+
+
 def _with_replacements(graph: Graph, replaced: dict[Node, list[Node]],
                        dropped: set[Node]) -> Graph:
     """``graph`` with each node of ``replaced`` replaced by its list of nodes in place and
@@ -244,8 +252,7 @@ def integer_average_pools(graph: Graph) -> Graph:
             chain = m and _affine_chain(m.nodes)
         inner = [n for n in m.nodes if n is not node and n.op != "DequantizeLinear"] \
             if chain else []
-        if not inner or any(v in returned or any(u not in m.nodes for u in users.get(v, ()))
-                            for n in inner for v in n.outputs):
+        if not inner or not _read_only_within(inner, m.nodes, users, returned):
             continue
         out = node.outputs[0]
         pooled = out if out.type.ndim == 4 else Value(  # a ReduceMean without keepdims
@@ -299,9 +306,7 @@ def integer_global_average_pools(graph: Graph) -> Graph:
         if params is None or x.type.ndim != 4 or x.type.dtype not in ("int8", "uint8") \
                 or out.type.dtype not in ("int8", "uint8") or params[0] <= 0 or params[2] <= 0:
             continue
-        if any(v in returned or any(u is not pool for u in users.get(v, ()))
-               for v in dq.outputs) or pool.outputs[0] in returned \
-                or any(u is not node for u in users.get(pool.outputs[0], ())):
+        if not _read_only_within((dq, pool), m.nodes, users, returned):
             continue
         x_scale, x_zero, y_scale, y_zero = params
         pixels = int(np.prod(x.type.shape[2:]))
@@ -749,8 +754,7 @@ def _realize(graph: Graph, linear_ops: tuple[str, ...], elementwise_products: bo
         if m is None:
             continue
         inner = [n for n in m.nodes if n is not node and n.op != "DequantizeLinear"]
-        if any(v in returned or any(u not in m.nodes for u in users.get(v, ()))
-               for n in inner for v in n.outputs):
+        if not _read_only_within(inner, m.nodes, users, returned):
             continue  # a float intermediate is read elsewhere: keep the float chain
         if rewrite is not None:
             new = rewrite(m.nodes, node.outputs[0], scope)
