@@ -275,11 +275,17 @@ class Dot4Emitter:
                                            _mask(range(start, start + count)))
 
     def _concat(self, pieces: list[ir.Value]) -> ir.Value:
-        while len(pieces) > 1:
-            count = pieces[0].type.count * 2
-            pieces = [self.builder.shuffle_vector(low, high, _mask(range(count)))
-                      for low, high in zip(pieces[::2], pieces[1::2])]
-        return pieces[0]
+        return concat_vectors(self.builder, pieces)
+
+
+def concat_vectors(builder: ir.IRBuilder, pieces: list[ir.Value]) -> ir.Value:
+    """One vector of ``pieces`` (a power of two of vectors of one type) end to end, by
+    shuffles of neighbouring pairs."""
+    while len(pieces) > 1:
+        count = pieces[0].type.count * 2
+        pieces = [builder.shuffle_vector(low, high, _mask(range(count)))
+                  for low, high in zip(pieces[::2], pieces[1::2])]
+    return pieces[0]
 
 
 def window_load_bytes(span: int) -> int:
@@ -292,6 +298,16 @@ def window_load_bytes(span: int) -> int:
 def _element_bits(value: ir.Value) -> int:
     """The bits of ``value``'s elements."""
     return (value.type.element if isinstance(value.type, ir.VectorType) else value.type).width
+
+
+def _load_run(emitter, operand: tx.BufferLoad, count: int) -> ir.Value:
+    """A vector of ``count`` elements of ``operand``'s buffer, loaded from the address of
+    ``operand`` (a scalar load of the run's first element) in the function ``emitter``
+    emits."""
+    (index,) = operand.indices
+    return emitter.builder.load(emitter._address(operand.buffer, emitter.expr(index)),
+                                typ=ir.VectorType(storage_type(operand.buffer.dtype), count),
+                                align=element_size(operand.buffer.dtype))
 
 
 def emit_dot4_call(emitter, node: tx.Call) -> ir.Value:
@@ -314,13 +330,7 @@ def emit_dot4_call(emitter, node: tx.Call) -> ir.Value:
     if window:
         sizes[1] = window_load_bytes(sizes[1])
     builder = emitter.builder
-    loaded = []
-    for operand, count in zip(operands, sizes):
-        (index,) = operand.indices
-        loaded.append(builder.load(
-            emitter._address(operand.buffer, emitter.expr(index)),
-            typ=ir.VectorType(storage_type(operand.buffer.dtype), count),
-            align=element_size(operand.buffer.dtype)))
+    loaded = [_load_run(emitter, operand, count) for operand, count in zip(operands, sizes)]
     if window:
         stride, dilation = window
         loaded[1] = builder.shuffle_vector(
@@ -362,16 +372,9 @@ def emit_interleave_call(emitter, node: tx.Call) -> ir.Value:
         raise CompileError(f"{INTERLEAVE_CALL}: {groups} runs of {length} make "
                            f"{groups * length} lanes, not {tx.lanes_of(node.dtype)}")
     builder = emitter.builder
-    runs = []
-    for operand in operands:
-        (index,) = operand.indices
-        runs.append(builder.load(emitter._address(operand.buffer, emitter.expr(index)),
-                                 typ=ir.VectorType(storage_type(operand.buffer.dtype), length),
-                                 align=element_size(operand.buffer.dtype)))
-    dot = Dot4Emitter(builder, emitter._function, emitter.codegen.features,
-                      emitter.codegen.arch)
+    runs = [_load_run(emitter, operand, length) for operand in operands]
     while len(runs) & (len(runs) - 1):  # a power of two of runs for the pairwise concat
         runs.append(ir.Constant(runs[0].type, ir.Undefined))
-    whole = dot._concat(runs)
+    whole = concat_vectors(builder, runs)
     return builder.shuffle_vector(whole, ir.Constant(whole.type, ir.Undefined),
                                   _mask(interleave_mask(groups, length)))
