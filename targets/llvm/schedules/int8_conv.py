@@ -470,10 +470,14 @@ def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
 
 
 def masked_byte_loads(cpu: CPUDescription) -> bool:
-    """Whether ``cpu`` loads a vector of bytes under a mask in one instruction (AVX-512BW),
-    so that :func:`pack_int8_flat`'s padded copy is a vector per row: elsewhere the
-    codegen loads a guarded byte vector lane by lane, and the two passes took 1.06x
-    (3x3 at 56x56, stride 1) to 1.5x (stride 2) the one-pass packing's time (AVX2)."""
+    """Whether ``cpu`` loads a vector of bytes under a mask in one instruction (AVX-512BW).
+    Then :func:`pack_int8_flat`'s padded copy is a vector per row, and a vector of bytes a
+    stride apart one masked move and a shuffle (the codegen's strided loads: the phase-
+    split copies of strided depthwise convolutions and pools). Elsewhere the codegen
+    loads a guarded or strided byte vector lane by lane: the two-pass packing took 1.06x
+    (3x3 at 56x56, stride 1) to 1.5x (stride 2) the one-pass packing's time (AVX2), and a
+    vectorized phase-split copy is slower than a scalar copy with clamped reads
+    (:func:`pack_int8_data`)."""
     return {"avx512f", "avx512bw"} <= cpu.features
 
 

@@ -47,6 +47,7 @@ from .int8_conv import (
     RowBlocks,
     block_of_rows,
     checked_geometry,
+    masked_byte_loads,
     pack_in_parallel,
     pack_int8_data,
     register_tiles,
@@ -139,11 +140,11 @@ def pairs_apply(strides, dilations, cpu: CPUDescription) -> bool:
     in pairs of columns (the module's docstring): column stride 2, column dilation 1, on
     a CPU whose dot product of int16 pairs is one instruction (elsewhere the widened
     form would cost more than the 16-bit products it replaces) and whose guarded
-    vector copy of bytes is a masked move (:func:`strided_copy_vectorizes`: AVX-512BW;
+    vector copy of bytes is a masked move (:func:`masked_byte_loads`: AVX-512BW;
     on AVX2 the row copy loads byte by byte, and the kernel measured 1.0-2.3x slower
     than the column-phase one, load 10)."""
     lanes = cpu.vector_lanes("int32")
-    return (int(strides[1]), int(dilations[1])) == (2, 1) and strided_copy_vectorizes(cpu) \
+    return (int(strides[1]), int(dilations[1])) == (2, 1) and masked_byte_loads(cpu) \
         and dot4_instruction(cpu.features, cpu.arch, lanes, False, False, 16) in (
             "vpdpwssd", "pmaddwd")
 
@@ -240,14 +241,6 @@ def _paired_sums(x, w, x_zero, pads, strides, dilations, out_size, tiles, cpu, n
                       attrs={"int8_depthwise": tiles, "int8_rows": blocks,
                              "int8_pairs": True})
     return sums, blocks, half
-
-
-def strided_copy_vectorizes(cpu: CPUDescription) -> bool:
-    """Whether a vector of 8-bit elements a stride apart loads as one masked move and a
-    shuffle on ``cpu`` (AVX-512BW; see the codegen's strided loads): elsewhere a
-    vectorized phase-split copy loads lane by lane, slower than a scalar copy with
-    clamped reads (:func:`.int8_conv.pack_int8_data`)."""
-    return {"avx512f", "avx512bw"} <= cpu.features
 
 
 def weight_lanes_shape(w_shape, cpu: CPUDescription) -> tuple[int, ...]:
@@ -372,7 +365,7 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
             # (p // width, p % width) is p itself, a contiguous run per vector
             position = y * span + column + ry * dy * stride_row + rx * dx
             return data[b, c, position // stride_row, position % stride_row]
-    elif strided_copy_vectorizes(cpu):
+    elif masked_byte_loads(cpu):
         columns = -(-ow // lanes) * lanes
         blocks = RowBlocks(1, columns)
         reach = (columns - 1) * sx + (kw - 1) * dx + 1

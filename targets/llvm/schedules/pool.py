@@ -11,7 +11,7 @@ from heterocc.sdk import CompileError, te
 
 from ..cpu import CPUDescription
 from .common import PARALLEL_MIN_ELEMENTS, schedule_rows, vector_lanes
-from .int8_depthwise import strided_copy_vectorizes
+from .int8_conv import masked_byte_loads
 
 
 def schedule_pool_nchwc(schedule: te.Schedule, pool: te.Tensor,
@@ -48,7 +48,7 @@ def schedule_pool_nchw(schedule: te.Schedule, pool: te.Tensor, padded: te.Tensor
         schedule_rows(schedule, padded, cpu, serial_axes=1)
     n, c, y, x = stage.op.axis
     stage.reorder(n, c, y, *stage.op.reduce_axis, x)
-    if strided_copy_vectorizes(cpu):
+    if masked_byte_loads(cpu):
         # a row of pixels one vector per tap: a strided window's reads load as one wide
         # masked load and a shuffle (LLVM leaves such a loop of bytes scalar)
         lanes = vector_lanes(pool.dtype, cpu)
