@@ -35,6 +35,7 @@ do not change its time), so a second compile of a model measures nothing again.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -196,9 +197,23 @@ def workload_key(function: Node) -> str:
 _KEYS: dict[int, tuple[Node, str]] = {}
 
 
+#: a journal longer than this (and than the object it follows) is merged into the object
+JOURNAL_COMPACT_BYTES = 64 * 1024
+
+
 class CostCache:
-    """Estimates kept on disk (a JSON object of seconds by ``target_key/workload``), in
-    ``directory`` (default ``$HETEROCC_CACHE_DIR`` or ``~/.cache/heterocc``)."""
+    """Estimates kept on disk, in ``directory`` (default ``$HETEROCC_CACHE_DIR`` or
+    ``~/.cache/heterocc``), by ``target_key/workload``.
+
+    Two files: ``costs.json``, a JSON object of entries, and ``costs.jsonl``, a journal of
+    the entries stored since, one JSON line each, read after the object (a later line
+    wins). Storing an entry appends one line, so its cost does not grow with everything
+    the cache ever measured (rewriting the object for every entry did: quadratic over a
+    cold compile once the cache is large). The journal is merged into the object once it
+    outgrows both :data:`JOURNAL_COMPACT_BYTES` and the object, so rewrites cost a
+    constant factor of the appends. Several processes share the files under a lock
+    (``costs.lock``); a damaged object or line, or a cache that cannot be written, costs a
+    measurement next time, never an error."""
 
     _lock = threading.Lock()
 
@@ -206,38 +221,99 @@ class CostCache:
                  filename: str = "costs.json"):
         root = directory or os.environ.get("HETEROCC_CACHE_DIR") or DEFAULT_CACHE_DIR
         self.path = Path(root).expanduser() / filename
+        self.journal = self.path.with_suffix(".jsonl")
         self._entries: dict[str, dict] | None = None
 
     def _load(self) -> dict[str, dict]:
         if self._entries is None:
             try:
-                self._entries = json.loads(self.path.read_text())
-            except (OSError, ValueError):
-                self._entries = {}  # no cache yet, or a damaged one: measure again
-            if not isinstance(self._entries, dict):
-                self._entries = {}
+                with _file_lock(self.path.with_suffix(".lock"), fcntl.LOCK_SH):
+                    self._entries = self._read()
+            except OSError:
+                self._entries = self._read()  # a read-only cache directory: no lock file
         return self._entries
+
+    def _read(self) -> dict[str, dict]:
+        entries = _read_object(self.path)
+        entries.update(_read_journal(self.journal))
+        return entries
 
     def get(self, target_key: str, workload: str) -> dict | None:
         """The entry stored for ``workload`` on ``target_key``, or None."""
         return self._load().get(f"{target_key}/{workload}")
 
     def put(self, target_key: str, workload: str, entry: dict) -> None:
-        """Store ``entry`` (JSON-serializable): merged into the file as it is on disk now
-        (other caches and processes write it too), under a lock. A cache that cannot be
-        written costs a measurement next time, never an error."""
+        """Store ``entry`` (JSON-serializable): one line appended to the journal under the
+        lock (other caches and processes write the same files), the journal merged into
+        the object when it has grown large."""
         key = f"{target_key}/{workload}"
+        line = json.dumps({"key": key, "entry": entry}, sort_keys=True) + "\n"
         with self._lock:
             self._load()[key] = entry
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.path.with_suffix(".lock"), "w") as lock:
-                    fcntl.flock(lock, fcntl.LOCK_EX)
-                    self._entries = None
-                    entries = self._load()
-                    entries[key] = entry
-                    tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-                    tmp.write_text(json.dumps(entries, sort_keys=True))
-                    os.replace(tmp, self.path)
+                with _file_lock(self.path.with_suffix(".lock"), fcntl.LOCK_EX):
+                    with open(self.journal, "ab+") as journal:
+                        if journal.seek(0, os.SEEK_END) and _last_byte(journal) != b"\n":
+                            line = "\n" + line  # after a line cut short, on a line of its own
+                        journal.write(line.encode())
+                        journal_bytes = journal.tell()
+                    if journal_bytes > max(JOURNAL_COMPACT_BYTES, _size(self.path)):
+                        self._compact()
             except OSError:
                 pass
+
+    def _compact(self) -> None:
+        """Merge the journal into the object (under the exclusive lock): the object is
+        replaced whole before the journal is emptied, so a crash between the two leaves
+        lines that repeat what the object holds, never a lost entry."""
+        entries = self._read()
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(entries, sort_keys=True))
+        os.replace(tmp, self.path)
+        with open(self.journal, "w"):
+            pass
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, operation: int):
+    with open(path, "a") as lock:
+        fcntl.flock(lock, operation)
+        yield
+
+
+def _last_byte(file) -> bytes:
+    file.seek(-1, os.SEEK_END)
+    return file.read(1)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _read_object(path: Path) -> dict[str, dict]:
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # no cache yet, or a damaged one: measure again
+    return entries if isinstance(entries, dict) else {}
+
+
+def _read_journal(path: Path) -> dict[str, dict]:
+    """The journal's entries in order; a line that does not parse (cut short by a killed
+    process, or edited) is skipped."""
+    entries: dict[str, dict] = {}
+    try:
+        text = path.read_text()
+    except (OSError, ValueError):
+        return entries
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+            entries[str(record["key"])] = record["entry"]
+        except (ValueError, KeyError, TypeError):
+            continue
+    return entries

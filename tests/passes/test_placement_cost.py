@@ -17,6 +17,7 @@ from heterocc.passes.partition import partition
 from heterocc.passes.placement_picture import placement_html, placement_svg
 from heterocc.runtime.interpreter import evaluate
 from heterocc.sdk import CostCache, CostEstimate, HostLink, accelerator_estimate, workload_key
+from heterocc.sdk import cost as sdk_cost
 from heterocc.targets import get_target, parse_targets
 from heterocc.targets.llvm import cost as cpu_cost
 from heterocc.targets.vta import VtaTarget
@@ -83,8 +84,36 @@ def test_cost_cache_round_trip_and_a_damaged_file(cost_cache):
     cache = CostCache()
     cache.put("cpu", "abc", {"seconds": 0.5})
     assert CostCache().get("cpu", "abc") == {"seconds": 0.5}
+    (cost_cache / "costs.jsonl").write_text('{"key": "cpu/abc", "entr')  # cut short
     (cost_cache / "costs.json").write_text("{not json")
     assert CostCache().get("cpu", "abc") is None  # measured again, never an error
+    cache = CostCache()
+    cache.put("cpu", "abc", {"seconds": 0.25})  # after the damaged line, on its own line
+    assert CostCache().get("cpu", "abc") == {"seconds": 0.25}
+
+
+def test_cost_cache_appends_and_merges_its_journal_once_it_is_large(cost_cache, monkeypatch):
+    monkeypatch.setattr(sdk_cost, "JOURNAL_COMPACT_BYTES", 2_000)
+    cache = CostCache()
+    sizes = []
+    for i in range(200):
+        cache.put("cpu", f"w{i}", {"seconds": i / 1000})
+        sizes.append((cost_cache / "costs.jsonl").stat().st_size)
+    # each entry appended a line; the journal was merged and emptied whenever it outgrew
+    # the limit and the object, so it never held more than one entry past the larger
+    merged = [i for i in range(1, 200) if sizes[i] < sizes[i - 1]]
+    assert len(merged) >= 2
+    assert max(sizes) <= max(2_000, (cost_cache / "costs.json").stat().st_size) + 100
+    fresh = CostCache()
+    assert all(fresh.get("cpu", f"w{i}") == {"seconds": i / 1000} for i in range(200))
+
+
+def test_a_later_journal_line_wins_over_the_object(cost_cache):
+    cost_cache.mkdir(parents=True)
+    (cost_cache / "costs.json").write_text(json.dumps({"cpu/w": {"seconds": 1.0}}))
+    (cost_cache / "costs.jsonl").write_text(
+        json.dumps({"key": "cpu/w", "entry": {"seconds": 2.0}}) + "\n")
+    assert CostCache().get("cpu", "w") == {"seconds": 2.0}
 
 
 def test_unknown_placement_is_refused(model):
