@@ -492,15 +492,15 @@ def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
     rows contiguous vectors, masked at the borders), then four channels' runs
     interleaved into groups of four bytes (:func:`interleave_intrinsic`), where the CPU
     loads bytes under a mask (:func:`masked_byte_loads`). An image without padding, or
-    with rows shorter than :data:`MIN_SPLIT_ROW` (a 7x7 image's), is packed in one pass
-    (:func:`pack_int8_bytes`): without padding no guard is left
-    in its loops and LLVM vectorizes it as it is (interleaved stores; the two passes
-    took 1.03-1.07x its time on MobileNetV2's 1x1 convolutions at 112x112 and 56x56),
-    and copied row by row, each a partial vector, MobileNetV2's 1x1 convolutions at
-    7x7 took 1.16-1.31x the time (AVX-512 VNNI). A padded image's single pass keeps a
-    guard per byte and stays scalar (3x3 at 56x56: 0.93x its time in two passes)."""
+    whose padded (phase) rows are shorter than :data:`MIN_COPIED_ROW`, is packed in one
+    pass (:func:`pack_int8_bytes`): without padding no guard is left in its loops and
+    LLVM vectorizes it as it is (interleaved stores; the two passes took 1.03-1.07x its
+    time on MobileNetV2's 1x1 convolutions at 112x112 and 56x56, and, copied row by
+    row, each a partial vector, 1.16-1.31x on its 1x1 convolutions at 7x7; AVX-512
+    VNNI). A padded image's single pass keeps a guard per byte and stays scalar (3x3
+    at 56x56: 0.93x its time in two passes; rows of 9 at 7x7 0.82x)."""
     n, channels, _, width = x.shape
-    if (not any(pads) or -(-(width + pads[1] + pads[3]) // strides[1]) < MIN_SPLIT_ROW
+    if (not any(pads) or -(-(width + pads[1] + pads[3]) // strides[1]) < MIN_COPIED_ROW
             or not masked_byte_loads(cpu)):
         return pack_int8_bytes(x, x_zero, pads, positions, dtype, strides, phases)
     run = interleave_run(dtype, cpu)
@@ -931,6 +931,12 @@ def checked_geometry(name: str, x: te.Tensor, w: te.Tensor, attrs: dict):
 #: than the division it saves (2-3x slower packing of 7x7 images; 14 and wider rows
 #: 0.5-0.9x, AVX-512, load 6)
 MIN_SPLIT_ROW = 12
+#: the shortest row (of a stride phase) of a padded image that :func:`pack_int8_flat`
+#: copies in vectors and interleaves rather than packs byte by byte: the packing alone
+#: of ResNet's 512->512 3x3 at 7x7 (rows of 9) took 0.82x the byte-by-byte pass's time,
+#: its 256->512 3x3 of stride 2 at 14x14 (phase rows of 8) 0.70x (AVX-512 VNNI); a
+#: padded image's single pass keeps a guard per byte. Shorter rows keep it.
+MIN_COPIED_ROW = 8
 
 
 #: the outer axes of :func:`pack_int8_flat`'s layout its packing runs in parallel:

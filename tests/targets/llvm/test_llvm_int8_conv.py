@@ -176,7 +176,8 @@ def test_the_byte_interleave_intrinsic_is_one_shuffle_and_exact(target, instruct
 @pytest.mark.parametrize("shape,kernel,strides,pads", [
     ((1, 6, 14, 15), (3, 3), (1, 1), (1, 1, 1, 1)),  # 6 channels: a padded group
     ((1, 3, 23, 23), (7, 7), (2, 2), (3, 3, 3, 3)),  # a stem: four phases
-], ids=["3x3", "stem"])
+    ((1, 8, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1)),  # rows of 9 (MIN_COPIED_ROW)
+], ids=["3x3", "stem", "7x7"])
 def test_a_padded_image_is_packed_by_a_vector_byte_interleave(target, data, shape, kernel,
                                                              strides, pads):
     """Where the CPU loads bytes under a mask (AVX-512BW), a padded image is packed in
