@@ -143,9 +143,15 @@ def tile_candidates(filters: int, cpu: CPUDescription) -> list[Int8ConvTiles]:
     on ``cpu``: ``vectors`` of 1 to :data:`MAX_TILE_VECTORS` data vectors by the most
     output channels dividing ``filters`` whose accumulators, with those data vectors
     and one broadcast weight, fit the vector registers less four (the widened paths'
-    temporaries); one vector by :func:`int8_conv_tiles`' channels always."""
+    temporaries); one vector by :func:`int8_conv_tiles`' channels always, and by each
+    divisor of ``filters`` down to half of those (fewer channels a tile, more tiles:
+    ResNet's and SqueezeNet's 48 filters in four tiles of 12 share two cores evenly,
+    three tiles of 16 do not; :func:`conv_tiling` weighs it)."""
     base = int8_conv_tiles(filters, cpu)
     found = [base]
+    found += [Int8ConvTiles(base.lanes, channels)
+              for channels in range(base.channels - 1, max(base.channels // 2, 1) - 1, -1)
+              if filters % channels == 0]
     budget = cpu.vector_registers - 4
     for vectors in range(2, MAX_TILE_VECTORS + 1):
         channels = (budget - vectors - 1) // vectors
@@ -187,17 +193,34 @@ def row_blocks(out_height: int, row_length: int, out_width: int, lanes: int,
     between rows and the last vector's tail are computed and dropped), fewer rows on a
     tie, a block's ``channels`` rows of int32 sums within ``budget`` bytes (default half
     the L1 data cache; one row always: a block must hold whole rows)."""
-    budget = cpu.l1d // 2 if budget is None else budget
     best = None
+    for blocks in row_block_candidates(out_height, row_length, out_width, lanes, channels,
+                                       cpu.l1d // 2 if budget is None else budget):
+        if best is None or blocks.extent * best.rows < best.extent * blocks.rows:
+            best = blocks
+    return best
+
+
+def row_block_candidates(out_height: int, row_length: int, out_width: int, lanes: int,
+                         channels: int, budget: int) -> list[RowBlocks]:
+    """Every :class:`RowBlocks` of :func:`row_blocks`' output whose row count divides
+    the height and whose ``channels`` rows of int32 sums fit ``budget`` bytes (one row
+    always), fewest rows first."""
+    found = []
     for rows in range(1, out_height + 1):
         if out_height % rows:
             continue
         extent = -(-((rows - 1) * row_length + out_width) // lanes) * lanes
         if rows > 1 and channels * extent * 4 > budget:
             break
-        if best is None or extent * best.rows < best.extent * rows:
-            best = RowBlocks(rows, extent)
-    return best
+        found.append(RowBlocks(rows, extent))
+    return found
+
+
+def per_core(tasks: int, cores: int) -> int:
+    """The tasks the busiest of ``cores`` runs when ``tasks`` equal iterations of a
+    parallel loop are shared out: the loop's time in tasks."""
+    return -(-tasks // cores)
 
 
 def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int,
@@ -215,15 +238,34 @@ def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int,
     Weighting by the broadcast weights' reads too (a 16-channel tile reads 1.1 lines per
     instruction, 8 channels by 3 vectors 0.6) chose the multi-vector tiles, whose
     rounding computes up to 22% more positions at 14x14: ResNet-50's 1x1 layers ran
-    1.04-1.15x the one-vector tile's time (AVX-512 VNNI), 1.0-1.09x on AVX2."""
-    best = None
+    1.04-1.15x the one-vector tile's time (AVX-512 VNNI), 1.0-1.09x on AVX2.
+
+    The cost is the busiest core's (:func:`per_core`): the blocks (a tile of channels by
+    a block of rows) run in parallel, so where they would not share ``cpu.num_cores``
+    evenly, fewer channels a tile or fewer rows a block may finish sooner although they
+    compute more (SqueezeNet's 384->48 at 13x13 on two cores: four tiles of 12
+    channels, not three of 16), taken where the busiest core's cost falls by
+    :data:`BALANCE_GAIN` (the cost is a model: a choice that computes more for a few
+    percent less on paper is not worth it)."""
+    choices = []
     for tiles in tile_candidates(filters, cpu):
-        blocks = row_blocks(out_height, row_length, out_width, tiles.lanes * tiles.vectors,
-                            tiles.channels, cpu, budget=cpu.l1d)
-        cost = out_height // blocks.rows * blocks.extent * (1 + data_loads(tiles))
-        if best is None or cost < best[0]:
-            best = (cost, tiles, blocks)
-    return best[1], best[2]
+        for blocks in row_block_candidates(out_height, row_length, out_width,
+                                           tiles.lanes * tiles.vectors, tiles.channels,
+                                           cpu.l1d):
+            tasks = filters // tiles.channels * (out_height // blocks.rows)
+            work = blocks.extent * tiles.channels * (1 + data_loads(tiles))
+            choices.append((tasks * work, per_core(tasks, cpu.num_cores) * work,
+                            tiles, blocks))
+    # least work; among equal work (a tile's blocks), fewest positions per row
+    fewest = min(choices, key=lambda c: (c[0], c[3].extent / c[3].rows))
+    balanced = min(choices, key=lambda c: (c[1], c[0]))
+    best = balanced if balanced[1] * BALANCE_GAIN <= fewest[1] else fewest
+    return best[2], best[3]
+
+
+#: how much less time the busiest core must take for :func:`conv_tiling` to choose
+#: tiles and blocks that share the cores better over those that compute least
+BALANCE_GAIN = 1.1
 
 
 @dataclass(frozen=True)
@@ -270,9 +312,12 @@ def channel_tiling(filters: int, out_height: int, out_width: int,
     whole vectors: the most vectors of channels (up to 4, dividing the vectors) whose
     tile with the widest divisor of the row (up to :data:`MAX_TILE_PIXELS`) fits the
     registers less four with its weight vectors and one broadcast; fewest loads per
-    instruction (``(pixels + vectors) / (pixels * vectors)``) among them; the most rows
-    whose sums fit half the L1 data cache and leave a block for each core (DenseNet's
-    32 filters at 7x7 are one tile: a block per row then), else the fewest.
+    instruction (``(pixels + vectors) / (pixels * vectors)``) among them; the rows per
+    block, among those whose sums fit half the L1 data cache, that give the busiest core
+    fewest rows (:func:`per_core`: MobileNetV2's 960->160 at 7x7, five tiles, on two
+    cores: blocks of one row, 18 rows on the busiest core, not blocks of seven, 21;
+    DenseNet's 32 filters at 7x7 are one tile: a block per row), the most rows among
+    those (with one core: all of them).
 
     ``tiny``: an output that vectors of pixels would mostly waste (a classifier's 1x1
     image): vectors of channels as narrow as the dot product's instruction allows where
@@ -301,8 +346,10 @@ def channel_tiling(filters: int, out_height: int, out_width: int,
     fitting = [r for r in range(1, out_height + 1) if out_height % r == 0
                and lanes * vectors * r * out_width * 4 <= cpu.l1d // 2] or [1]
     tiles = filters // (lanes * vectors)
-    enough = [r for r in fitting if tiles * (out_height // r) >= cpu.num_cores]
-    return Int8ChannelTiles(lanes, vectors, pixels, max(enough) if enough else min(fitting))
+    # the busiest core's rows, fewest first, then the most rows a block
+    rows = min(fitting, key=lambda r: (per_core(tiles * (out_height // r), cpu.num_cores) * r,
+                                       -r))
+    return Int8ChannelTiles(lanes, vectors, pixels, rows)
 
 
 #: the most vectors of channels a tile of :func:`channel_tiling` holds for a tiny output
@@ -445,15 +492,15 @@ def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
     rows contiguous vectors, masked at the borders), then four channels' runs
     interleaved into groups of four bytes (:func:`interleave_intrinsic`), where the CPU
     loads bytes under a mask (:func:`masked_byte_loads`). An image without padding, or
-    with rows shorter than :data:`MIN_SPLIT_ROW` (a 7x7 image's), is packed in one pass
-    (:func:`pack_int8_bytes`): without padding no guard is left
-    in its loops and LLVM vectorizes it as it is (interleaved stores; the two passes
-    took 1.03-1.07x its time on MobileNetV2's 1x1 convolutions at 112x112 and 56x56),
-    and copied row by row, each a partial vector, MobileNetV2's 1x1 convolutions at
-    7x7 took 1.16-1.31x the time (AVX-512 VNNI). A padded image's single pass keeps a
-    guard per byte and stays scalar (3x3 at 56x56: 0.93x its time in two passes)."""
+    whose padded (phase) rows are shorter than :data:`MIN_COPIED_ROW`, is packed in one
+    pass (:func:`pack_int8_bytes`): without padding no guard is left in its loops and
+    LLVM vectorizes it as it is (interleaved stores; the two passes took 1.03-1.07x its
+    time on MobileNetV2's 1x1 convolutions at 112x112 and 56x56, and, copied row by
+    row, each a partial vector, 1.16-1.31x on its 1x1 convolutions at 7x7; AVX-512
+    VNNI). A padded image's single pass keeps a guard per byte and stays scalar (3x3
+    at 56x56: 0.93x its time in two passes; rows of 9 at 7x7 0.82x)."""
     n, channels, _, width = x.shape
-    if (not any(pads) or -(-(width + pads[1] + pads[3]) // strides[1]) < MIN_SPLIT_ROW
+    if (not any(pads) or -(-(width + pads[1] + pads[3]) // strides[1]) < MIN_COPIED_ROW
             or not masked_byte_loads(cpu)):
         return pack_int8_bytes(x, x_zero, pads, positions, dtype, strides, phases)
     run = interleave_run(dtype, cpu)
@@ -559,15 +606,16 @@ def interleave_intrinsic(run: int, dtype: str, groups: int = GROUP) -> TensorInt
 
 
 def schedule_int8_flat(schedule: te.Schedule, data: te.Tensor, cpu: CPUDescription) -> None:
-    """The two passes of :func:`pack_int8_flat` in one parallel loop over batch and
-    channel groups: each group's four channels copied padded and phase-split, row by
-    row in vectors (:func:`schedule_phase_rows`), then interleaved while in cache, each
-    step one :func:`interleave_intrinsic` (one parallel loop: one wait for the threads
-    per call, not two)."""
+    """The two passes of :func:`pack_int8_flat` in one parallel loop over batch,
+    channel groups and stride phases (:data:`PACKED_DATA_PARALLEL_AXES`): each group's
+    four channels copied padded at one phase, row by row in vectors
+    (:func:`schedule_phase_rows`), then interleaved while in cache, each step one
+    :func:`interleave_intrinsic` (one parallel loop: one wait for the threads per call,
+    not two)."""
     (phased,) = reads_of(data.op.body)
     stage = schedule[data]
-    b, group, _, _, position, _ = stage.op.axis
-    block = stage.fuse(b, group)
+    *outer, position, _ = stage.op.axis
+    block = stage.fuse(*outer[:PACKED_DATA_PARALLEL_AXES])
     stage.parallel(block)
     run = data.op.attrs["int8_interleaved"]
     _, inner = stage.split(position, run)
@@ -828,7 +876,7 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     if "int8_interleaved" in data.op.attrs:
         schedule_int8_flat(schedule, data, cpu)
     else:  # pack_int8_bytes
-        pack_in_parallel(schedule, data)
+        pack_in_parallel(schedule, data, parallel_axes=PACKED_DATA_PARALLEL_AXES)
     if isinstance(packed_w.op, te.ComputeOp):  # else a constant packed at build time
         pack_in_parallel(schedule, packed_w)
     if isinstance(tiles, Int8ChannelTiles):
@@ -883,15 +931,29 @@ def checked_geometry(name: str, x: te.Tensor, w: te.Tensor, attrs: dict):
 #: than the division it saves (2-3x slower packing of 7x7 images; 14 and wider rows
 #: 0.5-0.9x, AVX-512, load 6)
 MIN_SPLIT_ROW = 12
+#: the shortest row (of a stride phase) of a padded image that :func:`pack_int8_flat`
+#: copies in vectors and interleaves rather than packs byte by byte: the packing alone
+#: of ResNet's 512->512 3x3 at 7x7 (rows of 9) took 0.82x the byte-by-byte pass's time,
+#: its 256->512 3x3 of stride 2 at 14x14 (phase rows of 8) 0.70x (AVX-512 VNNI); a
+#: padded image's single pass keeps a guard per byte. Shorter rows keep it.
+MIN_COPIED_ROW = 8
 
 
-def pack_in_parallel(schedule: te.Schedule, packed: te.Tensor) -> None:
-    """A packing stage at root, its batch and channel groups in parallel; the flat
-    positions of :func:`pack_int8_flat` split into its rows and columns where the rows
-    are long (:data:`MIN_SPLIT_ROW`)."""
+#: the outer axes of :func:`pack_int8_flat`'s layout its packing runs in parallel:
+#: batch, channel groups and both stride phases, so that an image of one channel group
+#: (every network's stem: three channels) is still packed by more than one core when
+#: it is strided (four phases with stride 2)
+PACKED_DATA_PARALLEL_AXES = 4
+
+
+def pack_in_parallel(schedule: te.Schedule, packed: te.Tensor,
+                     parallel_axes: int = 2) -> None:
+    """A packing stage at root, its ``parallel_axes`` outer axes (batch and channel
+    groups) in parallel; the flat positions of :func:`pack_int8_flat` split into its
+    rows and columns where the rows are long (:data:`MIN_SPLIT_ROW`)."""
     stage = schedule[packed]
     outer = stage.op.axis
-    stage.parallel(stage.fuse(outer[0], outer[1]))
+    stage.parallel(stage.fuse(*outer[:parallel_axes]))
     row = packed.op.attrs.get("int8_row")
     if row is not None and row >= MIN_SPLIT_ROW and int(outer[4].extent) % row == 0:
         stage.split(outer[4], row)

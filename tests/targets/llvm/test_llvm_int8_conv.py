@@ -176,7 +176,8 @@ def test_the_byte_interleave_intrinsic_is_one_shuffle_and_exact(target, instruct
 @pytest.mark.parametrize("shape,kernel,strides,pads", [
     ((1, 6, 14, 15), (3, 3), (1, 1), (1, 1, 1, 1)),  # 6 channels: a padded group
     ((1, 3, 23, 23), (7, 7), (2, 2), (3, 3, 3, 3)),  # a stem: four phases
-], ids=["3x3", "stem"])
+    ((1, 8, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1)),  # rows of 9 (MIN_COPIED_ROW)
+], ids=["3x3", "stem", "7x7"])
 def test_a_padded_image_is_packed_by_a_vector_byte_interleave(target, data, shape, kernel,
                                                              strides, pads):
     """Where the CPU loads bytes under a mask (AVX-512BW), a padded image is packed in
@@ -757,6 +758,100 @@ def test_strided_convolutions_read_the_stride_phases_flat(target, shape, filters
     got = np.zeros(out.shape, np.int32)
     module["conv"](x, w, np.array([5], np.int8), got)
     np.testing.assert_array_equal(got, _reference(x, w, 5, strides, pads, dilations))
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell",
+                                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
+                         ids=["host", "avx2", "neon"])
+@pytest.mark.parametrize("shape,kernel,strides,pads,phases", [
+    ((1, 3, 30, 30), (7, 7), (2, 2), (3, 3, 3, 3), 4),  # a stem: one channel group
+    ((1, 3, 31, 31), (3, 3), (2, 2), (0, 0, 0, 0), 4),  # SqueezeNet's, unpadded
+    ((1, 8, 16, 16), (3, 3), (1, 1), (1, 1, 1, 1), 1),  # stride 1: groups alone
+], ids=["stem", "stem-unpadded", "3x3"])
+def test_the_packing_runs_each_stride_phase_in_parallel(target, shape, kernel, strides,
+                                                        pads, phases):
+    """The data's packing runs batch, channel groups and stride phases as one parallel
+    loop, so that a stem's three channels (one group) are packed by more than one core
+    where the stride splits them in phases; bit-exact."""
+    from heterocc.tir.stmt import For, ForKind
+    from heterocc.tir.visitor import collect
+
+    cpu = parse_cpu(target)
+    x = te.placeholder(shape, "uint8", "x")
+    w = te.placeholder((16, shape[1], *kernel), "int8", "w")
+    zero = te.placeholder((1,), "uint8", "zero")
+    attrs = {"strides": strides, "pads": pads, "dilations": (1, 1), "group": 1}
+    out = int8_conv(x, w, zero, attrs, cpu)
+    sums = out.op.body.a.tensor
+    data, _ = int8_conv_inputs(sums)
+    schedule = te.create_schedule(out)
+    schedule_int8_conv(schedule, sums, cpu)
+    schedule_int8_conv_result(schedule, out, cpu=cpu)
+    func = te.lower(schedule, [x, w, zero, out], name="conv")
+    groups = -(-shape[1] // 4)
+    packing = [loop for loop in collect(func.body, lambda n: isinstance(n, For)
+                                        and n.kind == ForKind.PARALLEL)
+               if data.op.name in str(loop.body)
+               and not any(t.op.name in str(loop.body) for t in (sums, out))]
+    assert [loop.extent.value for loop in packing] == [groups * phases]
+    module = hllvm.build(func, cpu=cpu)
+    if not _host_runs(cpu):
+        return
+    rng = np.random.default_rng(sum(shape))
+    xs = rng.integers(0, 256, shape).astype(np.uint8)
+    ws = rng.integers(-128, 128, (16, shape[1], *kernel)).astype(np.int8)
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](xs, ws, np.array([200], np.uint8), got)
+    np.testing.assert_array_equal(got, _reference(xs, ws, 200, strides, pads, (1, 1)))
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell",
+                                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
+                         ids=["avx512", "avx2", "neon"])
+def test_blocks_are_shared_evenly_by_the_cores(target):
+    """The tiles and blocks of rows are chosen for the busiest core's time: SqueezeNet's
+    384->48 1x1 at 13x13 on two cores of AVX-512 or NEON takes four tiles of 12 channels
+    (three of 16 leave one core half the time idle) but three of 16 on one core (least
+    work); MobileNetV2's 960->160 at 7x7 on channel lanes (five tiles) takes blocks of a
+    row on two cores, of the whole image on one; ResNet's layers keep their tiles. The
+    12-channel tile is bit-exact."""
+    from heterocc.targets.llvm.schedules.int8_conv import channel_tiling
+
+    one, two = (parse_cpu(f"{target} -num-cores={cores}") for cores in (1, 2))
+    base = int8_conv_tiles(48, one).channels
+    tiles, blocks = conv_tiling(48, 13, 13, 13, one)
+    assert (tiles.channels, blocks.rows) == (base, 13)
+    tiles, blocks = conv_tiling(48, 13, 13, 13, two)
+    if base == 16:  # AVX-512, NEON: 3 tiles of 16 -> 4 of 12
+        assert (tiles.channels, tiles.vectors, blocks.rows) == (12, 1, 13)
+    else:  # AVX2: 6 tiles of 8 already share two cores
+        assert tiles.channels == base
+    assert conv_tiling(64, 56, 56, 58, two) == conv_tiling(64, 56, 56, 58, one)
+    lanes = channel_tiling(160, 7, 7, two)
+    if 160 // lanes.channels % 2:
+        assert lanes.rows == 1
+    assert channel_tiling(160, 7, 7, one).rows == 7
+    if not _host_runs(two):
+        return
+    shape = (1, 384, 13, 13)
+    x = te.placeholder(shape, "uint8", "x")
+    w = te.placeholder((48, 384, 1, 1), "int8", "w")
+    zero = te.placeholder((1,), "uint8", "zero")
+    attrs = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "group": 1}
+    out = int8_conv(x, w, zero, attrs, two)
+    sums = out.op.body.a.tensor
+    assert sums.op.attrs["int8_conv"].channels == tiles.channels
+    schedule = te.create_schedule(out)
+    schedule_int8_conv(schedule, sums, two)
+    schedule_int8_conv_result(schedule, out, cpu=two)
+    module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=two)
+    rng = np.random.default_rng(13)
+    xs = rng.integers(0, 256, shape).astype(np.uint8)
+    ws = rng.integers(-128, 128, (48, 384, 1, 1)).astype(np.int8)
+    xs[0, :4, 0, 0], ws[0, :4, 0, 0] = 255, -128
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](xs, ws, np.array([7], np.uint8), got)
+    np.testing.assert_array_equal(got, _reference(xs, ws, 7, (1, 1), (0, 0, 0, 0), (1, 1)))
 
 
 def test_int16_pairs_take_the_pair_product_instruction():
