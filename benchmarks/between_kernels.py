@@ -9,8 +9,11 @@ runs.
   microseconds a run, is below what two medians of separate runs can tell apart);
 - **kernels in the run**: the sum of each kernel's time inside the native run, timed by
   the runtime (``heterocc_run_sequence_cpu_timed``); that call's own time minus it, in the
-  same run: the cost between kernels (the runtime's table walk and indirect calls), here
-  with the runtime's two clock reads per kernel taken out (their cost measured apart);
+  same run, less the runtime's two clock reads per kernel (as Python's reads cost them):
+  at most the cost between kernels (the runtime's table walk and indirect calls; each
+  clock read is a system call whose cost on a loaded virtual machine varies, so this is
+  an upper bound: ``runtime_overhead.py`` puts a chain of tiny kernels in a native run at
+  under half a microsecond per kernel, the kernel's work included);
 - **kernels alone**: the sum of each kernel's machine code called again right after
   itself (through ctypes, about a microsecond a call), on the arguments it had in the run
   (warm caches); in the run minus alone: what following another kernel costs a kernel
@@ -40,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402  (beside this script)
 from machine import describe  # noqa: E402
 from ort_quantize import quantize_qdq  # noqa: E402
+from runtime_overhead import machine_code_calls  # noqa: E402
 
 
 def _thread_seconds() -> float:
@@ -70,33 +74,6 @@ def _compile(name: str, int8: bool, target: str):
     return executor, [feed[name] for name in executor.input_names]
 
 
-def _kernel_calls(executor, inputs) -> list:
-    """Each function's machine code with the data addresses of copies of the arguments it
-    had in a run, its constants and outputs of its own, in order: (call, addresses,
-    the arrays behind them)."""
-    from heterocc.runtime.executor import GraphExecutor
-
-    seen = []
-
-    def recording(kernel):
-        def run(args):
-            seen.append((kernel, [a.copy() for a in args]))
-            return kernel(args)
-        return run
-
-    one_by_one = GraphExecutor(executor.graph, {name: recording(kernel) for name, kernel
-                                                in executor.kernels.items()},
-                               executor.placement, native_runs=False)
-    one_by_one.execute(inputs)
-    calls = []
-    for kernel, arguments in seen:
-        outputs = [np.empty(shape, dtype) for shape, dtype in kernel.out_specs]
-        arrays = [*arguments, *kernel.constants, *outputs]
-        calls.append((kernel.function.call_addresses, [a.ctypes.data for a in arrays],
-                      arrays))
-    return calls
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", choices=[*zoo.VISION, *zoo.TEXT])
@@ -120,7 +97,7 @@ def main() -> int:
     if run.native.cpu_timed(run_inputs) is None:
         print(f"{args.model}: its runtime cannot time kernels on the CPU clock")
         return 1
-    alone_calls = _kernel_calls(executor, inputs)
+    alone_calls = machine_code_calls(executor, inputs)
     whole, native, between = [], [], []
     inside, alone = [[] for _ in nodes], [[] for _ in nodes]
     for _ in range(args.runs):
@@ -158,7 +135,7 @@ def main() -> int:
     print(f"  native call                 {median(native) * 1e3:9.3f}  (fastest "
           f"{min(native) * 1e3:.3f})")
     print(f"  kernels in the run, summed  {in_run * 1e3:9.3f}  (between kernels, in the "
-          f"same runs: {max(median(between) - clocks, 0.0) * 1e3:.3f}, after "
+          f"same runs: at most {max(median(between) - clocks, 0.0) * 1e3:.3f}, after "
           f"{clocks * 1e3:.3f} of clock reads)")
     print(f"  kernels alone, summed       {by_itself * 1e3:9.3f}  (in the run minus alone: "
           f"{(in_run - by_itself) * 1e3:+.3f})")
