@@ -96,30 +96,10 @@ def executor_per_node(nodes: int, blocks: int) -> None:
     expected = heterocc.compile(model, target="reference").run([x])[0]
     np.testing.assert_allclose(executor.execute([x])[0], expected, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(per_node.execute([x])[0], executor.execute([x])[0])
-    # each kernel's machine code called directly, on copies of the inputs it had in that
-    # run and outputs of its own (holding the run's arrays would keep the kernels from
-    # recycling theirs)
-    seen = []
-
-    def recording(kernel):
-        def run(args):
-            seen.append((kernel, [a.copy() for a in args]))
-            return kernel(args)
-        return run
-
-    kernels = executor.kernels
-    executor.kernels = {name: recording(k) for name, k in kernels.items()}
-    executor.execute([x])
-    executor.kernels = kernels
-    buffers, direct = [], []
-    for kernel, args in seen:
-        outs = [np.empty(shape, dtype) for shape, dtype in kernel.out_specs]
-        buffers += [*args, *outs]
-        direct.append((kernel.function.call_addresses,
-                       [*(a.ctypes.data for a in [*args, *kernel.constants, *outs])]))
+    direct = machine_code_calls(executor, [x])
 
     def machine_code():
-        for call, addresses in direct:
+        for call, addresses, _ in direct:
             call(*addresses)
 
     count = len(executor.graph.nodes)
@@ -137,6 +117,34 @@ def executor_per_node(nodes: int, blocks: int) -> None:
           f"{(e_min - m_min) / count:6.2f}  median {(e_med - m_med) / count:6.2f} us/node")
     print(f"executor's cost per node, one call each:     min {(p_min - m_min) / count:6.2f}  "
           f"median {(p_med - m_med) / count:6.2f} us/node")
+
+
+def machine_code_calls(executor, inputs: list[np.ndarray]) -> list:
+    """Each function of ``executor``'s graph as its machine code called directly: (call,
+    data addresses, the arrays behind them) with copies of the arguments it had in a run
+    on ``inputs``, its constants and outputs of its own (holding the run's arrays would
+    keep the kernels from recycling theirs), in order."""
+    from heterocc.runtime.executor import GraphExecutor
+
+    seen = []
+
+    def recording(kernel):
+        def run(args):
+            seen.append((kernel, [a.copy() for a in args]))
+            return kernel(args)
+        return run
+
+    one_by_one = GraphExecutor(executor.graph, {name: recording(kernel) for name, kernel
+                                                in executor.kernels.items()},
+                               executor.placement, native_runs=False)
+    one_by_one.execute(inputs)
+    calls = []
+    for kernel, arguments in seen:
+        outputs = [np.empty(shape, dtype) for shape, dtype in kernel.out_specs]
+        arrays = [*arguments, *kernel.constants, *outputs]
+        calls.append((kernel.function.call_addresses, [a.ctypes.data for a in arrays],
+                      arrays))
+    return calls
 
 
 def whole_models(names: list[str], precision: str, rounds: int) -> None:

@@ -2,7 +2,7 @@
 
 Every value a node produces lives from its producer to its last reader. The
 planner assigns each one a storage slot, reusing a slot once its previous
-tenant is dead (best fit by size), so the planned peak is the sum of the slot
+tenant is dead (the one freed last that fits), so the planned peak is the sum of the slot
 sizes rather than the sum of all intermediate tensors.
 """
 
@@ -67,23 +67,27 @@ class Lifetime:
 def assign_slots(lifetimes: list[Lifetime]) -> tuple[list[int], list[int]]:
     """The slot of each buffer (in the order given, which is by ``first``) and the size
     of each slot: a buffer takes a slot whose tenant was last read at an earlier step
-    (the smallest that fits, else the largest free one, grown), so two buffers share a
-    slot only if their lifetimes do not overlap; the outputs of a step never share with
-    its inputs."""
+    (of those that fit, the one freed last, whose lines the caches likeliest still hold:
+    a kernel writing its output there finds it warm; of those freed at one step, the
+    smallest; else the largest free one, grown), so two buffers share a slot only if
+    their lifetimes do not overlap; the outputs of a step never share with its inputs."""
     slot_of: list[int] = []
     slot_bytes: list[int] = []
     free: list[int] = []  # slots whose tenant is dead
+    freed_at: dict[int, int] = {}  # free slot -> the step that last read its tenant
     ending: dict[int, list[int]] = {}
     step = None
     for life in lifetimes:
         if life.first != step:  # free what earlier steps were the last to read
             for s in sorted(e for e in ending if step is None or e < life.first):
-                free.extend(ending.pop(s))
+                for slot in ending.pop(s):
+                    freed_at[slot] = s
+                    free.append(slot)
             step = life.first
         size = life.nbytes
         fitting = [s for s in free if slot_bytes[s] >= size] if life.last is not None else []
         if fitting:
-            slot = min(fitting, key=lambda s: slot_bytes[s])
+            slot = max(fitting, key=lambda s: (freed_at[s], -slot_bytes[s]))
         elif free and life.last is not None:  # grow the largest free slot, not add one
             slot = max(free, key=lambda s: slot_bytes[s])
             slot_bytes[slot] = size

@@ -118,11 +118,13 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static int64_t now_ns(void) {
+static int64_t clock_ns(clockid_t clock) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(clock, &t);
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
+
+static int64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 
 /* Spin until done(word, value), for at most spin_ns and while the thread keeps its
    core; returns whether it came true. */
@@ -336,36 +338,47 @@ def _sequence_source(max_args: int) -> str:
 /* A run of consecutive kernels of a network in one call from Python: call c gets
    arities[c] data pointers, values[arguments[...]] in order (the table holds the run's
    inputs, outputs, constants and the buffers of its own intermediate tensors). With
-   `times`, call c's start and end on CLOCK_MONOTONIC (ns) go to times[2c], times[2c+1]
-   (a profile). Returns 0, or 1 + the index of a call whose arity has no case (nothing
+   `times`, call c's start and end on `clock` (ns) go to times[2c], times[2c+1] (a
+   profile). Returns 0, or 1 + the index of a call whose arity has no case (nothing
    from it on was run). */
 static int run_sequence(int64_t calls, void *const *functions, const int32_t *arities,
-                        const int32_t *arguments, void *const *values, int64_t *times) {
+                        const int32_t *arguments, void *const *values, int64_t *times,
+                        clockid_t clock) {
     void *a[HETEROCC_SEQUENCE_MAX_ARGS + 1];
     for (int64_t c = 0; c < calls; ++c) {
         int n = arities[c];
         if (n < 0 || n > HETEROCC_SEQUENCE_MAX_ARGS) return (int)c + 1;
         for (int k = 0; k < n; ++k) a[k] = values[arguments[k]];
         arguments += n;
-        if (times) times[2 * c] = now_ns();
+        if (times) times[2 * c] = clock_ns(clock);
         switch (n) {
 """ + "\n".join(cases) + r"""
         default: return (int)c + 1;
         }
-        if (times) times[2 * c + 1] = now_ns();
+        if (times) times[2 * c + 1] = clock_ns(clock);
     }
     return 0;
 }
 
 int heterocc_run_sequence(int64_t calls, void *const *functions, const int32_t *arities,
                           const int32_t *arguments, void *const *values) {
-    return run_sequence(calls, functions, arities, arguments, values, NULL);
+    return run_sequence(calls, functions, arities, arguments, values, NULL, CLOCK_MONOTONIC);
 }
 
 int heterocc_run_sequence_timed(int64_t calls, void *const *functions,
                                 const int32_t *arities, const int32_t *arguments,
                                 void *const *values, int64_t *times) {
-    return run_sequence(calls, functions, arities, arguments, values, times);
+    return run_sequence(calls, functions, arities, arguments, values, times, CLOCK_MONOTONIC);
+}
+
+/* As heterocc_run_sequence_timed, on the calling thread's CPU clock: the CPU time of
+   each kernel, which other processes taking the core do not inflate (a kernel's worker
+   threads are not counted: a figure for one thread). */
+int heterocc_run_sequence_cpu_timed(int64_t calls, void *const *functions,
+                                    const int32_t *arities, const int32_t *arguments,
+                                    void *const *values, int64_t *times) {
+    return run_sequence(calls, functions, arities, arguments, values, times,
+                        CLOCK_THREAD_CPUTIME_ID);
 }
 """
 
@@ -376,10 +389,12 @@ RUNTIME_SOURCE = (RUNTIME_SOURCE + _sequence_source(SEQUENCE_MAX_ARGS)).replace(
 
 #: symbols generated code may call besides libm and libc.
 PARALLEL_FOR = "heterocc_parallel_for"
-#: the runtime's entries that run a sequence of kernels, and one timing each kernel
-#: (see ``_sequence_source``)
+#: the runtime's entries that run a sequence of kernels, and one timing each kernel on
+#: CLOCK_MONOTONIC (see ``_sequence_source``)
 RUN_SEQUENCE = "heterocc_run_sequence"
 RUN_SEQUENCE_TIMED = "heterocc_run_sequence_timed"
+#: the entry timing each kernel of a sequence on the calling thread's CPU clock
+RUN_SEQUENCE_CPU_TIMED = "heterocc_run_sequence_cpu_timed"
 
 
 def _cache_dir() -> Path:

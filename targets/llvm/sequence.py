@@ -25,7 +25,13 @@ from heterocc.sdk.runtime import SequencePlan
 
 from .module import LoadedLibrary
 from .outputs import OutputArrays
-from .runtime import RUN_SEQUENCE, RUN_SEQUENCE_TIMED, SEQUENCE_MAX_ARGS, load_runtime
+from .runtime import (
+    RUN_SEQUENCE,
+    RUN_SEQUENCE_CPU_TIMED,
+    RUN_SEQUENCE_TIMED,
+    SEQUENCE_MAX_ARGS,
+    load_runtime,
+)
 
 _RUN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                         ctypes.c_void_p, ctypes.c_void_p)
@@ -42,19 +48,22 @@ _ALIGNMENT = 64
 
 class SequenceRunner:
     """Calls sequences of kernels through ``heterocc_run_sequence`` at ``address`` (and
-    ``heterocc_run_sequence_timed`` at ``timed``, for profiles); ``owner`` keeps the
-    code holding them alive."""
+    ``heterocc_run_sequence_timed`` at ``timed``, for profiles, and
+    ``heterocc_run_sequence_cpu_timed`` at ``cpu_timed``, for each kernel's CPU time);
+    ``owner`` keeps the code holding them alive."""
 
     max_arguments = SEQUENCE_MAX_ARGS
 
-    def __init__(self, address: int, timed: int | None, owner: object):
+    def __init__(self, address: int, timed: int | None, owner: object,
+                 cpu_timed: int | None = None):
         self._run = _RUN(address)
         self._timed = None if timed is None else _RUN_TIMED(timed)
+        self._cpu_timed = None if cpu_timed is None else _RUN_TIMED(cpu_timed)
         self._owner = owner
 
     def sequence(self, plan: SequencePlan) -> _Sequence:
         """The callable running ``plan`` (see ``NativeRunner.sequence``)."""
-        return _Sequence(self._run, self._timed, plan)
+        return _Sequence(self._run, self._timed, plan, self._cpu_timed)
 
 
 class _Sequence:
@@ -62,9 +71,10 @@ class _Sequence:
     of values (the run's inputs, outputs, constants and arena buffers), an arena and
     output arrays (recycled as a kernel's are: ``outputs.OutputArrays``)."""
 
-    def __init__(self, run, timed, plan: SequencePlan):
+    def __init__(self, run, timed, plan: SequencePlan, cpu_timed=None):
         self._call = run
         self._call_timed = timed
+        self._call_cpu_timed = cpu_timed
         self.plan = plan
         calls = len(plan.functions)
         flat = [k for arguments in plan.arguments for k in arguments]
@@ -125,19 +135,40 @@ class _Sequence:
               ) -> tuple[list[np.ndarray], list[tuple[float, float]]] | None:
         """As a call, with the (start, seconds) of each kernel, start on
         ``time.perf_counter``'s clock; None also where the runtime cannot time."""
-        if self._call_timed is None:
+        called = time.perf_counter()
+        got = self._timed_call(self._call_timed, args)
+        if got is None:
+            return None
+        outs, times = got
+        shift = 0.0 if _SAME_CLOCK or not times else called - times[0] * 1e-9
+        return outs, [(times[2 * k] * 1e-9 + shift, (times[2 * k + 1] - times[2 * k]) * 1e-9)
+                      for k in range(len(self.plan.functions))]
+
+    def cpu_timed(self, args: Sequence[np.ndarray]
+                  ) -> tuple[list[np.ndarray], list[float]] | None:
+        """As a call, with the seconds of the calling thread's CPU time each kernel took
+        (what other processes taking the core do not inflate; a kernel's worker threads
+        are not counted, so a figure for one thread); None where the runtime cannot
+        (a library exported before it could) or an input does not fit."""
+        got = self._timed_call(self._call_cpu_timed, args)
+        if got is None:
+            return None
+        outs, times = got
+        return outs, [(times[2 * k + 1] - times[2 * k]) * 1e-9
+                      for k in range(len(self.plan.functions))]
+
+    def _timed_call(self, entry, args: Sequence[np.ndarray]):
+        """The outputs and the table of each kernel's start and end (ns) of a run
+        through the timing ``entry``; None where there is none or an input does not fit."""
+        if entry is None:
             return None
         ready = self._ready(args)
         if ready is None:
             return None
         state, outs = ready
         times = (ctypes.c_int64 * (2 * len(self.plan.functions)))()
-        called = time.perf_counter()
-        self._check(self._call_timed(*self._tables, state.values_address,
-                                     ctypes.addressof(times)))
-        shift = 0.0 if _SAME_CLOCK or not times else called - times[0] * 1e-9
-        return outs, [(times[2 * k] * 1e-9 + shift, (times[2 * k + 1] - times[2 * k]) * 1e-9)
-                      for k in range(len(self.plan.functions))]
+        self._check(entry(*self._tables, state.values_address, ctypes.addressof(times)))
+        return outs, times
 
     def _check(self, failed: int) -> None:
         if failed:  # the planner keeps arities within SEQUENCE_MAX_ARGS
@@ -179,7 +210,8 @@ def jit_runner() -> SequenceRunner | None:
         return None
     def address(name):
         return ctypes.cast(getattr(library, name), ctypes.c_void_p).value
-    return SequenceRunner(address(RUN_SEQUENCE), address(RUN_SEQUENCE_TIMED), library)
+    return SequenceRunner(address(RUN_SEQUENCE), address(RUN_SEQUENCE_TIMED), library,
+                          address(RUN_SEQUENCE_CPU_TIMED))
 
 
 _LIBRARY_RUNNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -197,5 +229,6 @@ def runner_of(function) -> SequenceRunner | None:
     if owner not in _LIBRARY_RUNNERS:
         address = owner.symbol_address(RUN_SEQUENCE)
         _LIBRARY_RUNNERS[owner] = None if address is None else SequenceRunner(
-            address, owner.symbol_address(RUN_SEQUENCE_TIMED), owner)
+            address, owner.symbol_address(RUN_SEQUENCE_TIMED), owner,
+            owner.symbol_address(RUN_SEQUENCE_CPU_TIMED))
     return _LIBRARY_RUNNERS[owner]

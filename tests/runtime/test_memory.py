@@ -3,7 +3,7 @@ import pytest
 
 import heterocc
 from heterocc.models import resnet18, tiny_cnn
-from heterocc.runtime.memory import plan_memory
+from heterocc.runtime.memory import Lifetime, assign_slots, plan_memory
 
 
 @pytest.mark.slow  # ResNet-18 compiled end to end
@@ -33,3 +33,15 @@ def test_executor_drops_dead_intermediates_and_still_matches():
     b = compiled.run([x])[0]
     np.testing.assert_array_equal(a, b)
     assert "planned peak" in executor.memory.summary()
+
+
+def test_a_buffer_takes_the_fitting_slot_freed_last():
+    # the slot whose tenant was read last is the likeliest still in the caches: the
+    # kernel writing the new buffer finds it warm; of slots freed at one step, the
+    # smallest that fits (the arena stays as small as best fit would make it there)
+    slots, sizes = assign_slots([Lifetime(0, 1, 100), Lifetime(0, 2, 100),
+                                 Lifetime(3, 4, 100)])
+    assert slots == [0, 1, 1] and sizes == [100, 100]
+    slots, sizes = assign_slots([Lifetime(0, 1, 200), Lifetime(0, 1, 100),
+                                 Lifetime(0, 3, 300), Lifetime(2, 4, 50)])
+    assert slots == [0, 1, 2, 1] and sizes == [200, 100, 300]

@@ -189,6 +189,22 @@ def test_a_runner_that_cannot_time_profiles_function_by_function(monkeypatch):
     assert all(e.calls == 1 and e.seconds > 0 for e in entries)
 
 
+def test_a_run_times_each_kernel_on_the_threads_cpu_clock():
+    # the figure benchmarks/between_kernels.py compares with the whole run: each kernel's
+    # CPU time, a part of the CPU time of the call around them all
+    executor = _executor(conv_chain(5, channels=8, size=6))
+    x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    plain = executor.execute([x])[0]
+    (run,) = executor.runs
+    before = time.clock_gettime(time.CLOCK_THREAD_CPUTIME_ID)
+    outputs, seconds = run.native.cpu_timed([x])
+    after = time.clock_gettime(time.CLOCK_THREAD_CPUTIME_ID)
+    np.testing.assert_array_equal(outputs[run.writes.index(executor._output_slots[0])], plain)
+    assert len(seconds) == len(run.plan.functions) == len(executor.graph.nodes)
+    assert all(s > 0 for s in seconds) and sum(seconds) <= after - before
+    assert run.native.cpu_timed([x.astype(np.float64)]) is None  # an input it cannot take
+
+
 def test_a_loaded_artifact_runs_on_its_own_librarys_runtime(tmp_path, monkeypatch):
     model = conv_chain(5, channels=8, size=6)
     heterocc.compile(model, target="llvm").export(str(tmp_path / "a"))
@@ -202,6 +218,7 @@ def test_a_loaded_artifact_runs_on_its_own_librarys_runtime(tmp_path, monkeypatc
     kernel = next(iter(executor.kernels.values()))
     assert sequence.runner_of(kernel.function) is not sequence.jit_runner()
     # a library exported before the runtime had the entry: one call per function
+    assert runs[0].native.cpu_timed([x]) is not None  # the library's runtime has the entry
     monkeypatch.setattr(type(kernel.function.owner), "symbol_address", lambda self, name: None)
     older = heterocc.load(str(tmp_path / "a"))
     executor = older.executor
