@@ -270,8 +270,9 @@ def integer_average_pools(graph: Graph) -> Graph:
     return _with_replacements(graph, replaced, dropped)
 
 
-_GLOBAL_AVERAGE = is_op("QuantizeLinear")(is_op("GlobalAveragePool")(_DQ_X), is_constant(),
-                                          optional(is_constant()))
+_GLOBAL_AVERAGE = is_op("QuantizeLinear")(
+    is_op("GlobalAveragePool")(_DQ_X) | is_op("AveragePool")(_DQ_X), is_constant(),
+    optional(is_constant()))
 
 
 @register_pass("integer_global_average_pools")
@@ -288,7 +289,13 @@ def integer_global_average_pools(graph: Graph) -> Graph:
     ``integer_average_pools`` (a depthwise convolution and ``Requantize``) rounds once
     more than it does. The convolution before the pool then writes 8-bit values, not
     dequantized floats four times their size, and the pool reads those. Where nothing
-    else reads the float tensors."""
+    else reads the float tensors.
+
+    Average pools over windows (``Q(AveragePool(DQ(x)))``, every window counted whole:
+    :func:`_average_window`, N the window's size) take the same form: the sum of a
+    window in integers is exact, so no order of a float sum (a vectorized one's
+    against the reference's) moves an output step, as a float pool between DQ and Q
+    did (DenseNet-121's transitions)."""
     scope = NameScope.of(graph)
     producers = graph.producers()
     users = graph.consumers()
@@ -308,22 +315,24 @@ def integer_global_average_pools(graph: Graph) -> Graph:
             continue
         if not _read_only_within((dq, pool), m.nodes, users, returned):
             continue
+        window = _average_window(pool)
+        if window is None:
+            continue
         x_scale, x_zero, y_scale, y_zero = params
-        pixels = int(np.prod(x.type.shape[2:]))
-        name = pool.name or "global_average_pool"
+        pixels = int(np.prod(window["kernel_shape"]))
+        name = pool.name or "average_pool"
         channels = x.type.shape[1]
-        shape = (*x.type.shape[:2], 1, 1)
+        shape = pool.outputs[0].type.shape
         centered, real, scaled = (
             Value(scope.fresh(f"{name}_{part}"), TensorType(shape, dtype))
             for part, dtype in (("sum", "int32"), ("real", "float32"), ("scaled", "float32")))
         scale = np.float32(x_scale) / (np.float32(y_scale) * np.float32(pixels))
-        # the sum of x - x_zero over each channel's image: a depthwise integer
-        # convolution by ones over the whole image (an anchor: the convolution before it
-        # keeps its 8-bit result, which a plain Cast would join as its epilogue)
-        window = {"kernel_shape": list(x.type.shape[2:]), "strides": [1, 1],
-                  "pads": [0] * 4, "dilations": [1, 1], "group": channels}
+        # the sum of x - x_zero over each window: a depthwise integer convolution by
+        # ones (an anchor: the convolution before it keeps its 8-bit result, which a
+        # plain Cast would join as its epilogue); padding is x_zero, which adds 0
+        window = {**window, "dilations": [1, 1], "group": channels}
         replaced[node] = [
-            Node("ConvInteger", [x, constant(np.ones((channels, 1, *x.type.shape[2:]),
+            Node("ConvInteger", [x, constant(np.ones((channels, 1, *window["kernel_shape"]),
                                                      np.int8), scope.fresh(f"{name}_ones")),
                                  constant(np.array(x_zero, x.type.dtype),
                                           scope.fresh(f"{name}_xz"))],
@@ -331,12 +340,25 @@ def integer_global_average_pools(graph: Graph) -> Graph:
             Node("Cast", [centered], [real], {"to": 1}, scope.fresh(f"{name}_real")),
             Node("Mul", [real, constant(np.array(scale, np.float32),
                                         scope.fresh(f"{name}_scale"))],
-                 [scaled], {}, scope.fresh(f"{name}_scaled")),
+                 [scaled], {}, scope.fresh(f"{name}_scaled"))]
+        rounded_zero = y_zero
+        if pool.op == "AveragePool":
+            # ONNX Runtime's QLinearAveragePool adds the zero point in float32 before it
+            # rounds (nearbyintf(y / y_scale + y_zero)): so here, which leaves one value
+            # in ~800 a step from its result where the zero point after rounding left one
+            # in ~50 (a 2x2 pool of uint8, zero point 125)
+            shifted = Value(scope.fresh(f"{name}_shifted"), scaled.type)
+            replaced[node].append(Node(
+                "Add", [scaled, constant(np.array(y_zero, np.float32),
+                                         scope.fresh(f"{name}_zero_real"))],
+                [shifted], {}, scope.fresh(f"{name}_shift")))
+            scaled, rounded_zero = shifted, 0
+        replaced[node].append(
             Node("QuantizeLinear", [scaled, constant(np.array(1.0, np.float32),
                                                      scope.fresh(f"{name}_unit")),
-                                    constant(np.array(y_zero, out.type.dtype),
+                                    constant(np.array(rounded_zero, out.type.dtype),
                                              scope.fresh(f"{name}_zero"))],
-                 [out], {}, scope.fresh(f"{name}_quantize"))]
+                 [out], {}, scope.fresh(f"{name}_quantize")))
         dropped.update((dq, pool))
     for new in replaced.values():
         for part in new:

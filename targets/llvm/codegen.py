@@ -46,6 +46,10 @@ from .vecmath import VectorISA, vector_symbol
 #: fast-math flags of float arithmetic: contraction into FMA and reassociation (for
 #: vectorized reductions), but no assumptions about NaN or infinity.
 FLOAT_FLAGS = ("contract", "reassoc", "nsz")
+#: PrimFunc attribute: its float arithmetic rounds as written (no fast-math flags), for
+#: float steps whose result is rounded to integers (an int8 model's float glue before a
+#: QuantizeLinear), where one contracted or reordered sum moves an output step
+EXACT_FLOAT = "exact_float"
 #: allocations up to this size live on the stack (per thread), larger ones on the heap.
 STACK_ALLOCATION_LIMIT = 256 * 1024
 #: alignment of allocated buffers: one cache line (and one AVX-512 vector).
@@ -539,7 +543,7 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
             ty = value_type(node.dtype)
             name = f"{_LLVM_INTRINSICS[node.name]}.{type_suffix(ty)}"
             return self.builder.call(self._function(name, ty, [ty] * len(args)), args,
-                                     fastmath=FLOAT_FLAGS)
+                                     fastmath=self.codegen.float_flags)
         if node.name in _LIBM:
             return self._lanes_apply(node.dtype, args, self._libm_call(node.name, node.dtype))
         raise CompileError(f"LLVM codegen: intrinsic {node.name!r} is not supported; supported: "
@@ -598,7 +602,7 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
                       "div": builder.fdiv}
         if op in arithmetic:
             result = arithmetic[op](a, b)
-            result.flags.extend(FLOAT_FLAGS)
+            result.flags.extend(self.codegen.float_flags)
             return result
         compare = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=="}
         if op in compare:
@@ -728,6 +732,8 @@ class CodeGenLLVM:
         self.arch = arch
         self._counter = itertools.count()
         self._constants: dict[tuple, ir.Constant] = {}
+        #: fast-math flags of the function being emitted (:data:`EXACT_FLOAT`)
+        self.float_flags = FLOAT_FLAGS
 
     def constant(self, ty: ir.Type, value) -> ir.Constant:
         """``ir.Constant(ty, value)``, made once per module for each type and value (a
@@ -773,6 +779,7 @@ class CodeGenLLVM:
         function = ir.Function(self.module, ir.FunctionType(
             ir.VoidType(), [PTR] * len(func.params)), symbol)
         function.attributes.add("nounwind")
+        self.float_flags = () if func.attrs.get(EXACT_FLOAT) else FLOAT_FLAGS
         emitter = FunctionEmitter(self, function, in_parallel=False)
         for buffer, arg in zip(func.params, function.args):
             arg.name = buffer.name

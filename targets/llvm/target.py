@@ -42,6 +42,7 @@ from heterocc.sdk.tuning import SCHEDULE_RULES, current, records_for
 from heterocc.te.schedule_reads import reads_of
 from heterocc.tir import lower_pipeline
 
+from .codegen import EXACT_FLOAT
 from .cost import CpuCostModel
 from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
 from .int8_matmul import integer_products_as_convolutions
@@ -389,10 +390,13 @@ class LLVMTarget(TETarget):
         # (auto record or hand schedule) and its workloads' configs, passed down to the
         # schedules
         self._compiling.configs = function_configs(function.body, current(), self.rules)
+        # float steps rounded to integers by a QuantizeLinear (an int8 model's float glue)
+        # are computed as the reference computes them, step by step (see EXACT_FLOAT)
+        self._compiling.exact_float = any(n.op == "QuantizeLinear" for n in function.body.nodes)
         try:
             return super()._start_structure(function)
         finally:
-            del self._compiling.configs
+            del self._compiling.configs, self._compiling.exact_float
 
     def _configs(self) -> ScheduleConfigs:
         """The configs of the function this thread compiles (the defaults outside one)."""
@@ -411,6 +415,8 @@ class LLVMTarget(TETarget):
         else:
             lowered = super().lower(schedule, expressed, symbol)
         lowered.attrs["packed_constants"] = self._packings.pop(id(expressed), [])
+        if getattr(self._compiling, "exact_float", False):
+            lowered.attrs[EXACT_FLOAT] = True
         return lowered
 
     def codegen(self, lowered, symbol: str):
