@@ -527,10 +527,13 @@ class LLVMTarget(TETarget):
         (``integer_products_as_convolutions``). Global average pools are summed in
         integers and scaled in float32 as ONNX Runtime's ``QLinearGlobalAveragePool``
         does (``integer_global_average_pools``: its bits; the convolution before one
-        writes 8-bit values instead of floats). Other average pools stay float between
-        Q and DQ: in integers (``integer_average_pools``, the accelerator's form) they
-        round once more than ONNX Runtime's and moved a QOperator ResNet-18's logits
-        from 0 to 5 steps of ORT's, for no measured speed. Then the CPU's layout pass
+        writes 8-bit values instead of floats), and average pools over windows the same
+        way, their zero point added before rounding as ORT's ``QLinearAveragePool``
+        adds it (an integer sum: no order of a float sum moves an output step). Not in
+        the accelerator's form (``integer_average_pools``): it rounds once more than
+        ONNX Runtime's and moved a QOperator ResNet-18's logits from 0 to 5 steps of
+        ORT's, for no measured speed. Float steps left between DQ and Q are compiled
+        without fast-math flags (``EXACT_FLOAT``). Then the CPU's layout pass
         (blocked NCHW[x]c convolutions, outputs padded to whole vectors of this CPU) and
         folding again for a transform of a constant input, unless ``blocked_layout`` is
         off."""
