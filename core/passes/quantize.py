@@ -22,6 +22,7 @@ import numpy as np
 from ..ir.graph import Graph, NameScope, Node, Value, constant
 from ..ir.types import TensorType
 from ..ops import get_op
+from ..ops.lookup import TABLE_ENTRIES, TABLE_OFFSET
 from ..ops.qnn import precise_fixed_point_scale, shifted_multiplier
 from ..patterns import is_constant, is_op, match, optional, wildcard
 from .lookup_tables import tabulable_chains
@@ -420,15 +421,25 @@ def _affine_chain(nodes: list[Node]) -> _Chain | None:
                   y_scale, y_zero, q.outputs[0].type.dtype, clip, absorbed)
 
 
+def _requantization_table(dq: Node, q: Node) -> np.ndarray:
+    """``Q(DQ(v))`` of the 256 int8 values ``v`` in ``LookupTable``'s order, computed by
+    the two ops' NumPy references (the integer reference's bits)."""
+    values = np.arange(-TABLE_OFFSET, TABLE_ENTRIES - TABLE_OFFSET, dtype=np.int8)
+    real = get_op("DequantizeLinear").run(
+        [values, *(v.data if v is not None else None for v in dq.inputs[1:])], dq.attrs)[0]
+    return get_op("QuantizeLinear").run(
+        [real, *(v.data if v is not None else None for v in q.inputs[1:])], q.attrs)[0]
+
+
 @register_pass("integer_concats")
 def integer_concats(graph: Graph) -> Graph:
     """``Q(Concat(DQ(x1), DQ(x2), ...))`` (per-tensor quantization, int8) as ``Concat``
     of the integer tensors: an input quantized as the output is taken as it is, any
-    other through ``Q(DQ(xi))`` with the output's parameters (one requantization per
-    element, which ``lookup_tables`` turns into a table). Exact: each output element is
-    the output's quantization of one input element. Where nothing else reads the float
-    concatenation. The dequantizations the concatenation read go with it where nothing
-    else reads them."""
+    other through ``LookupTable(xi)``, its 256 entries ``Q(DQ(v))`` with the output's
+    parameters (one requantization per element, computed by the ops' references).
+    Exact: each output element is the output's quantization of one input element.
+    Where nothing else reads the float concatenation. The dequantizations the
+    concatenation read go with it where nothing else reads them."""
     scope = NameScope.of(graph)
     producers = graph.producers()
     users = graph.consumers()
@@ -457,13 +468,13 @@ def integer_concats(graph: Graph) -> Graph:
                 continue
             part = Value(scope.fresh(f"{dq.inputs[0].name}_requantized"),
                          TensorType(dq.inputs[0].type.shape, "int8"))
-            # a DequantizeLinear of its own: a tensor many concatenations read (a DenseNet
-            # block's features) gives each requantization a chain of its own to tabulate
-            real = Value(scope.fresh(f"{dq.outputs[0].name}_part"), dq.outputs[0].type)
-            new += [Node("DequantizeLinear", list(dq.inputs), [real], dict(dq.attrs),
-                         scope.fresh(f"{dq.name}_part")),
-                    Node("QuantizeLinear", [real, *node.inputs[1:]], [part],
-                         dict(node.attrs), scope.fresh(f"{node.name}_part"))]
+            # the requantization Q(DQ(v)) of each of the 256 int8 values, by the ops'
+            # own references: a table (exact by construction), which a CPU with a byte
+            # permute reads in registers
+            name = scope.fresh(f"{node.name}_part")
+            new.append(Node("LookupTable", [dq.inputs[0], constant(
+                _requantization_table(dq, node), scope.fresh(f"{name}_entries"))], [part],
+                {"absorbed": []}, name))
             parts.append(part)
         new.append(Node("Concat", parts, [node.outputs[0]], dict(concat.attrs),
                         scope.fresh(f"{concat.name}_int")))

@@ -26,6 +26,7 @@ from heterocc.tir.functor import ExprFunctor, StmtEmitter
 from heterocc.tir.simplify import structural_key
 from heterocc.tir.visitor import child_list
 
+from .byte_table import byte_table_index, byte_table_lanes, emit_byte_table_lookup
 from .int8_dot import DOT4_CALL, INTERLEAVE_CALL, emit_dot4_call, emit_interleave_call
 from .int8_product import emit_shifted_product, even_odd_products, shifted_product_operands
 from .llvm_types import (
@@ -401,11 +402,24 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
               and self._wide_masked_loads(node.buffer.dtype)):
             value = self._strided_load(node.buffer, self.expr(index.base),
                                        index.stride.value, lanes, mask)
+        elif mask is None and self._byte_table_lanes(node.buffer, index):
+            value = emit_byte_table_lookup(
+                self.builder, self._function, self.buffers[node.buffer],
+                self.expr(byte_table_index(node.buffer, index)), lanes,
+                self._byte_table_lanes(node.buffer, index))
         else:
             value = self._gather(node.buffer, self.expr(index), lanes, mask)
         if tx.is_bool(node.buffer.dtype):
             value = self.builder.trunc(value, value_type(node.dtype))
         return value
+
+    def _byte_table_lanes(self, buffer: tx.Buffer, index: tx.Expr) -> int:
+        """Lanes of this CPU's table lookup where ``buffer[index]`` reads a 256-entry
+        byte table at an int8 vector's values (``LookupTable``), else 0: the load is
+        then lookups in registers (:mod:`.byte_table`), not a gather."""
+        if byte_table_index(buffer, index) is None:
+            return 0
+        return byte_table_lanes(self.codegen.features, self.codegen.arch)
 
     def _wide_masked_loads(self, dtype: str) -> bool:
         """Whether the CPU loads a vector of ``dtype`` under a mask in one instruction
