@@ -6,7 +6,8 @@ from the node to the graph's outputs passes through ``p``), fusing the node,
 
 * an out-fusable group (conv2d, dense, matmul) takes its elementwise and
   broadcast epilogue (a residual Add included): the paths and ``p`` must be
-  elementwise or broadcast;
+  elementwise or broadcast; of two convolutions whose quantized outputs are
+  added, the first stops at its 8-bit output (the other's epilogue widens it);
 * an elementwise or broadcast group fuses forward into ``p`` when the paths
   are injective at most and ``p`` is at most a reduction; an integer one also
   where ``p`` is an elementwise step of an out-fusable group's epilogue and the
