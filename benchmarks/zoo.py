@@ -187,7 +187,9 @@ _SAME_OP = {"Gemm": "MatMul", "ReorderInput": "LayoutTransform",
 _ANCHOR_RANK = {"OUT_FUSABLE": 3, "REDUCTION": 2, "OPAQUE": 1}
 
 #: the conversions at a quantized function's edges: the op between them is what it computes
-_QUANTIZATION_GLUE = frozenset({"DequantizeLinear", "QuantizeLinear", "Requantize", "Cast"})
+#: (a LookupTable requantizes a concatenation's part, as ORT's QLinearConcat does inside)
+_QUANTIZATION_GLUE = frozenset({"DequantizeLinear", "QuantizeLinear", "Requantize", "Cast",
+                                "LookupTable"})
 
 
 def anchor_op(ops: str) -> str:

@@ -6,7 +6,8 @@ from the node to the graph's outputs passes through ``p``), fusing the node,
 
 * an out-fusable group (conv2d, dense, matmul) takes its elementwise and
   broadcast epilogue (a residual Add included): the paths and ``p`` must be
-  elementwise or broadcast;
+  elementwise or broadcast; of two convolutions whose quantized outputs are
+  added, the first stops at its 8-bit output (the other's epilogue widens it);
 * an elementwise or broadcast group fuses forward into ``p`` when the paths
   are injective at most and ``p`` is at most a reduction; an integer one also
   where ``p`` is an elementwise step of an out-fusable group's epilogue and the
@@ -151,7 +152,8 @@ def fusion_groups(graph: Graph) -> list[int]:
             if kind == FusionKind.OPAQUE:
                 continue
             if kind == FusionKind.OUT_FUSABLE:
-                if phase == 0:
+                if phase == 0 and not _widens_for_a_later_epilogue(nodes, kinds, succ, ipdom,
+                                                                   index, p):
                     try_fuse(i, p, FusionKind.BROADCAST, FusionKind.BROADCAST)
             elif kind <= FusionKind.BROADCAST:
                 try_fuse(i, p, FusionKind.INJECTIVE, FusionKind.REDUCTION)
@@ -167,6 +169,60 @@ def _integer(node: Node) -> bool:
     """Whether every input and output of ``node`` is an integer tensor."""
     return all(v.type.dtype.startswith(("int", "uint"))
                for v in (*node.inputs, *node.outputs) if v is not None)
+
+
+def _is_byte_widening(node: Node) -> bool:
+    """Whether ``node`` casts an 8-bit integer tensor to a wider integer one."""
+    return node.op == "Cast" and node.inputs[0].type.dtype in ("int8", "uint8") and \
+        _integer(node) and node.outputs[0].type.dtype not in ("int8", "uint8")
+
+
+def _widens_for_a_later_epilogue(nodes: list[Node], kinds: list[FusionKind],
+                                 succ: list[list[int]], ipdom: list[int], index: dict,
+                                 p: int) -> bool:
+    """Whether ``p``, reached by an out-fusable group's epilogue, widens its 8-bit
+    output into an integer chain that ends in an addition whose other term comes, along
+    a chain of its own, from an out-fusable op later in the graph (a quantized residual
+    addition of two convolutions' outputs: a ResNet's downsampling skip). The epilogue
+    then stops at its 8-bit value, which the later op's epilogue reads, rather than
+    writing the int32 term (4x the bytes) for it to read. Of two such terms exactly one
+    stops: the one whose out-fusable op comes first."""
+    n = len(nodes)
+    if not _is_byte_widening(nodes[p]):
+        return False
+    last = j = p
+    while j < n and _single_integer_step(nodes[j], kinds[j], succ[j]):
+        last, j = j, ipdom[j]
+    if j == n or kinds[j] > FusionKind.BROADCAST or not _integer(nodes[j]):
+        return False
+    operands = _tensor_inputs(nodes[j])
+    if len(operands) != 2:
+        return False
+    producers = {v: index[node] for node in nodes for v in node.outputs}
+    starts, own = [], None
+    for operand in operands:
+        if producers.get(operand) == last:
+            own = len(starts)
+        # walk the term back to where it starts, through single-reader integer steps
+        k = producers.get(operand)
+        while k is not None and _single_integer_step(nodes[k], kinds[k], succ[k]):
+            k = producers.get(_tensor_inputs(nodes[k])[0])
+        if k is None or kinds[k] != FusionKind.OUT_FUSABLE:
+            return False
+        starts.append(k)
+    return own is not None and starts[own] < starts[1 - own]
+
+
+def _single_integer_step(node: Node, kind: FusionKind, readers: list[int]) -> bool:
+    """Whether ``node`` is an elementwise or broadcast integer step of one tensor
+    operand (other operands constants) read by one node."""
+    return kind <= FusionKind.BROADCAST and _integer(node) and \
+        len(_tensor_inputs(node)) == 1 and len(readers) == 1
+
+
+def _tensor_inputs(node: Node) -> list:
+    """``node``'s inputs that are not constants."""
+    return [v for v in node.inputs if v is not None and not v.is_const]
 
 
 def _side_chain_of_epilogue(nodes: list[Node], groups: _Groups, i: int, p: int,

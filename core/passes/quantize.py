@@ -22,6 +22,7 @@ import numpy as np
 from ..ir.graph import Graph, NameScope, Node, Value, constant
 from ..ir.types import TensorType
 from ..ops import get_op
+from ..ops.lookup import TABLE_ENTRIES, TABLE_OFFSET
 from ..ops.qnn import precise_fixed_point_scale, shifted_multiplier
 from ..patterns import is_constant, is_op, match, optional, wildcard
 from .lookup_tables import tabulable_chains
@@ -270,8 +271,9 @@ def integer_average_pools(graph: Graph) -> Graph:
     return _with_replacements(graph, replaced, dropped)
 
 
-_GLOBAL_AVERAGE = is_op("QuantizeLinear")(is_op("GlobalAveragePool")(_DQ_X), is_constant(),
-                                          optional(is_constant()))
+_GLOBAL_AVERAGE = is_op("QuantizeLinear")(
+    is_op("GlobalAveragePool")(_DQ_X) | is_op("AveragePool")(_DQ_X), is_constant(),
+    optional(is_constant()))
 
 
 @register_pass("integer_global_average_pools")
@@ -288,7 +290,13 @@ def integer_global_average_pools(graph: Graph) -> Graph:
     ``integer_average_pools`` (a depthwise convolution and ``Requantize``) rounds once
     more than it does. The convolution before the pool then writes 8-bit values, not
     dequantized floats four times their size, and the pool reads those. Where nothing
-    else reads the float tensors."""
+    else reads the float tensors.
+
+    Average pools over windows (``Q(AveragePool(DQ(x)))``, every window counted whole:
+    :func:`_average_window`, N the window's size) take the same form: the sum of a
+    window in integers is exact, so no order of a float sum (a vectorized one's
+    against the reference's) moves an output step, as a float pool between DQ and Q
+    did (DenseNet-121's transitions)."""
     scope = NameScope.of(graph)
     producers = graph.producers()
     users = graph.consumers()
@@ -308,22 +316,24 @@ def integer_global_average_pools(graph: Graph) -> Graph:
             continue
         if not _read_only_within((dq, pool), m.nodes, users, returned):
             continue
+        window = _average_window(pool)
+        if window is None:
+            continue
         x_scale, x_zero, y_scale, y_zero = params
-        pixels = int(np.prod(x.type.shape[2:]))
-        name = pool.name or "global_average_pool"
+        pixels = int(np.prod(window["kernel_shape"]))
+        name = pool.name or "average_pool"
         channels = x.type.shape[1]
-        shape = (*x.type.shape[:2], 1, 1)
+        shape = pool.outputs[0].type.shape
         centered, real, scaled = (
             Value(scope.fresh(f"{name}_{part}"), TensorType(shape, dtype))
             for part, dtype in (("sum", "int32"), ("real", "float32"), ("scaled", "float32")))
         scale = np.float32(x_scale) / (np.float32(y_scale) * np.float32(pixels))
-        # the sum of x - x_zero over each channel's image: a depthwise integer
-        # convolution by ones over the whole image (an anchor: the convolution before it
-        # keeps its 8-bit result, which a plain Cast would join as its epilogue)
-        window = {"kernel_shape": list(x.type.shape[2:]), "strides": [1, 1],
-                  "pads": [0] * 4, "dilations": [1, 1], "group": channels}
+        # the sum of x - x_zero over each window: a depthwise integer convolution by
+        # ones (an anchor: the convolution before it keeps its 8-bit result, which a
+        # plain Cast would join as its epilogue); padding is x_zero, which adds 0
+        window = {**window, "dilations": [1, 1], "group": channels}
         replaced[node] = [
-            Node("ConvInteger", [x, constant(np.ones((channels, 1, *x.type.shape[2:]),
+            Node("ConvInteger", [x, constant(np.ones((channels, 1, *window["kernel_shape"]),
                                                      np.int8), scope.fresh(f"{name}_ones")),
                                  constant(np.array(x_zero, x.type.dtype),
                                           scope.fresh(f"{name}_xz"))],
@@ -331,12 +341,25 @@ def integer_global_average_pools(graph: Graph) -> Graph:
             Node("Cast", [centered], [real], {"to": 1}, scope.fresh(f"{name}_real")),
             Node("Mul", [real, constant(np.array(scale, np.float32),
                                         scope.fresh(f"{name}_scale"))],
-                 [scaled], {}, scope.fresh(f"{name}_scaled")),
+                 [scaled], {}, scope.fresh(f"{name}_scaled"))]
+        rounded_zero = y_zero
+        if pool.op == "AveragePool":
+            # ONNX Runtime's QLinearAveragePool adds the zero point in float32 before it
+            # rounds (nearbyintf(y / y_scale + y_zero)): so here, which leaves one value
+            # in ~800 a step from its result where the zero point after rounding left one
+            # in ~50 (a 2x2 pool of uint8, zero point 125)
+            shifted = Value(scope.fresh(f"{name}_shifted"), scaled.type)
+            replaced[node].append(Node(
+                "Add", [scaled, constant(np.array(y_zero, np.float32),
+                                         scope.fresh(f"{name}_zero_real"))],
+                [shifted], {}, scope.fresh(f"{name}_shift")))
+            scaled, rounded_zero = shifted, 0
+        replaced[node].append(
             Node("QuantizeLinear", [scaled, constant(np.array(1.0, np.float32),
                                                      scope.fresh(f"{name}_unit")),
-                                    constant(np.array(y_zero, out.type.dtype),
+                                    constant(np.array(rounded_zero, out.type.dtype),
                                              scope.fresh(f"{name}_zero"))],
-                 [out], {}, scope.fresh(f"{name}_quantize"))]
+                 [out], {}, scope.fresh(f"{name}_quantize")))
         dropped.update((dq, pool))
     for new in replaced.values():
         for part in new:
@@ -398,15 +421,25 @@ def _affine_chain(nodes: list[Node]) -> _Chain | None:
                   y_scale, y_zero, q.outputs[0].type.dtype, clip, absorbed)
 
 
+def _requantization_table(dq: Node, q: Node) -> np.ndarray:
+    """``Q(DQ(v))`` of the 256 int8 values ``v`` in ``LookupTable``'s order, computed by
+    the two ops' NumPy references (the integer reference's bits)."""
+    values = np.arange(-TABLE_OFFSET, TABLE_ENTRIES - TABLE_OFFSET, dtype=np.int8)
+    real = get_op("DequantizeLinear").run(
+        [values, *(v.data if v is not None else None for v in dq.inputs[1:])], dq.attrs)[0]
+    return get_op("QuantizeLinear").run(
+        [real, *(v.data if v is not None else None for v in q.inputs[1:])], q.attrs)[0]
+
+
 @register_pass("integer_concats")
 def integer_concats(graph: Graph) -> Graph:
     """``Q(Concat(DQ(x1), DQ(x2), ...))`` (per-tensor quantization, int8) as ``Concat``
     of the integer tensors: an input quantized as the output is taken as it is, any
-    other through ``Q(DQ(xi))`` with the output's parameters (one requantization per
-    element, which ``lookup_tables`` turns into a table). Exact: each output element is
-    the output's quantization of one input element. Where nothing else reads the float
-    concatenation. The dequantizations the concatenation read go with it where nothing
-    else reads them."""
+    other through ``LookupTable(xi)``, its 256 entries ``Q(DQ(v))`` with the output's
+    parameters (one requantization per element, computed by the ops' references).
+    Exact: each output element is the output's quantization of one input element.
+    Where nothing else reads the float concatenation. The dequantizations the
+    concatenation read go with it where nothing else reads them."""
     scope = NameScope.of(graph)
     producers = graph.producers()
     users = graph.consumers()
@@ -435,13 +468,13 @@ def integer_concats(graph: Graph) -> Graph:
                 continue
             part = Value(scope.fresh(f"{dq.inputs[0].name}_requantized"),
                          TensorType(dq.inputs[0].type.shape, "int8"))
-            # a DequantizeLinear of its own: a tensor many concatenations read (a DenseNet
-            # block's features) gives each requantization a chain of its own to tabulate
-            real = Value(scope.fresh(f"{dq.outputs[0].name}_part"), dq.outputs[0].type)
-            new += [Node("DequantizeLinear", list(dq.inputs), [real], dict(dq.attrs),
-                         scope.fresh(f"{dq.name}_part")),
-                    Node("QuantizeLinear", [real, *node.inputs[1:]], [part],
-                         dict(node.attrs), scope.fresh(f"{node.name}_part"))]
+            # the requantization Q(DQ(v)) of each of the 256 int8 values, by the ops'
+            # own references: a table (exact by construction), which a CPU with a byte
+            # permute reads in registers
+            name = scope.fresh(f"{node.name}_part")
+            new.append(Node("LookupTable", [dq.inputs[0], constant(
+                _requantization_table(dq, node), scope.fresh(f"{name}_entries"))], [part],
+                {"absorbed": []}, name))
             parts.append(part)
         new.append(Node("Concat", parts, [node.outputs[0]], dict(concat.attrs),
                         scope.fresh(f"{concat.name}_int")))

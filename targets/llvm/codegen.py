@@ -26,6 +26,7 @@ from heterocc.tir.functor import ExprFunctor, StmtEmitter
 from heterocc.tir.simplify import structural_key
 from heterocc.tir.visitor import child_list
 
+from .byte_table import byte_table_index, byte_table_lanes, emit_byte_table_lookup
 from .int8_dot import DOT4_CALL, INTERLEAVE_CALL, emit_dot4_call, emit_interleave_call
 from .int8_product import emit_shifted_product, even_odd_products, shifted_product_operands
 from .llvm_types import (
@@ -46,6 +47,10 @@ from .vecmath import VectorISA, vector_symbol
 #: fast-math flags of float arithmetic: contraction into FMA and reassociation (for
 #: vectorized reductions), but no assumptions about NaN or infinity.
 FLOAT_FLAGS = ("contract", "reassoc", "nsz")
+#: PrimFunc attribute: its float arithmetic rounds as written (no fast-math flags), for
+#: float steps whose result is rounded to integers (an int8 model's float glue before a
+#: QuantizeLinear), where one contracted or reordered sum moves an output step
+EXACT_FLOAT = "exact_float"
 #: allocations up to this size live on the stack (per thread), larger ones on the heap.
 STACK_ALLOCATION_LIMIT = 256 * 1024
 #: alignment of allocated buffers: one cache line (and one AVX-512 vector).
@@ -397,11 +402,24 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
               and self._wide_masked_loads(node.buffer.dtype)):
             value = self._strided_load(node.buffer, self.expr(index.base),
                                        index.stride.value, lanes, mask)
+        elif mask is None and self._byte_table_lanes(node.buffer, index):
+            value = emit_byte_table_lookup(
+                self.builder, self._function, self.buffers[node.buffer],
+                self.expr(byte_table_index(node.buffer, index)), lanes,
+                self._byte_table_lanes(node.buffer, index))
         else:
             value = self._gather(node.buffer, self.expr(index), lanes, mask)
         if tx.is_bool(node.buffer.dtype):
             value = self.builder.trunc(value, value_type(node.dtype))
         return value
+
+    def _byte_table_lanes(self, buffer: tx.Buffer, index: tx.Expr) -> int:
+        """Lanes of this CPU's table lookup where ``buffer[index]`` reads a 256-entry
+        byte table at an int8 vector's values (``LookupTable``), else 0: the load is
+        then lookups in registers (:mod:`.byte_table`), not a gather."""
+        if byte_table_index(buffer, index) is None:
+            return 0
+        return byte_table_lanes(self.codegen.features, self.codegen.arch)
 
     def _wide_masked_loads(self, dtype: str) -> bool:
         """Whether the CPU loads a vector of ``dtype`` under a mask in one instruction
@@ -539,7 +557,7 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
             ty = value_type(node.dtype)
             name = f"{_LLVM_INTRINSICS[node.name]}.{type_suffix(ty)}"
             return self.builder.call(self._function(name, ty, [ty] * len(args)), args,
-                                     fastmath=FLOAT_FLAGS)
+                                     fastmath=self.codegen.float_flags)
         if node.name in _LIBM:
             return self._lanes_apply(node.dtype, args, self._libm_call(node.name, node.dtype))
         raise CompileError(f"LLVM codegen: intrinsic {node.name!r} is not supported; supported: "
@@ -598,7 +616,7 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
                       "div": builder.fdiv}
         if op in arithmetic:
             result = arithmetic[op](a, b)
-            result.flags.extend(FLOAT_FLAGS)
+            result.flags.extend(self.codegen.float_flags)
             return result
         compare = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=="}
         if op in compare:
@@ -728,6 +746,8 @@ class CodeGenLLVM:
         self.arch = arch
         self._counter = itertools.count()
         self._constants: dict[tuple, ir.Constant] = {}
+        #: fast-math flags of the function being emitted (:data:`EXACT_FLOAT`)
+        self.float_flags = FLOAT_FLAGS
 
     def constant(self, ty: ir.Type, value) -> ir.Constant:
         """``ir.Constant(ty, value)``, made once per module for each type and value (a
@@ -773,6 +793,7 @@ class CodeGenLLVM:
         function = ir.Function(self.module, ir.FunctionType(
             ir.VoidType(), [PTR] * len(func.params)), symbol)
         function.attributes.add("nounwind")
+        self.float_flags = () if func.attrs.get(EXACT_FLOAT) else FLOAT_FLAGS
         emitter = FunctionEmitter(self, function, in_parallel=False)
         for buffer, arg in zip(func.params, function.args):
             arg.name = buffer.name

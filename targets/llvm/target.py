@@ -42,6 +42,7 @@ from heterocc.sdk.tuning import SCHEDULE_RULES, current, records_for
 from heterocc.te.schedule_reads import reads_of
 from heterocc.tir import lower_pipeline
 
+from .codegen import EXACT_FLOAT
 from .cost import CpuCostModel
 from .cpu import CPUDescription, check_runs_on, compiling_for, parse_cpu
 from .int8_matmul import integer_products_as_convolutions
@@ -389,10 +390,13 @@ class LLVMTarget(TETarget):
         # (auto record or hand schedule) and its workloads' configs, passed down to the
         # schedules
         self._compiling.configs = function_configs(function.body, current(), self.rules)
+        # float steps rounded to integers by a QuantizeLinear (an int8 model's float glue)
+        # are computed as the reference computes them, step by step (see EXACT_FLOAT)
+        self._compiling.exact_float = any(n.op == "QuantizeLinear" for n in function.body.nodes)
         try:
             return super()._start_structure(function)
         finally:
-            del self._compiling.configs
+            del self._compiling.configs, self._compiling.exact_float
 
     def _configs(self) -> ScheduleConfigs:
         """The configs of the function this thread compiles (the defaults outside one)."""
@@ -411,6 +415,8 @@ class LLVMTarget(TETarget):
         else:
             lowered = super().lower(schedule, expressed, symbol)
         lowered.attrs["packed_constants"] = self._packings.pop(id(expressed), [])
+        if getattr(self._compiling, "exact_float", False):
+            lowered.attrs[EXACT_FLOAT] = True
         return lowered
 
     def codegen(self, lowered, symbol: str):
@@ -521,10 +527,13 @@ class LLVMTarget(TETarget):
         (``integer_products_as_convolutions``). Global average pools are summed in
         integers and scaled in float32 as ONNX Runtime's ``QLinearGlobalAveragePool``
         does (``integer_global_average_pools``: its bits; the convolution before one
-        writes 8-bit values instead of floats). Other average pools stay float between
-        Q and DQ: in integers (``integer_average_pools``, the accelerator's form) they
-        round once more than ONNX Runtime's and moved a QOperator ResNet-18's logits
-        from 0 to 5 steps of ORT's, for no measured speed. Then the CPU's layout pass
+        writes 8-bit values instead of floats), and average pools over windows the same
+        way, their zero point added before rounding as ORT's ``QLinearAveragePool``
+        adds it (an integer sum: no order of a float sum moves an output step). Not in
+        the accelerator's form (``integer_average_pools``): it rounds once more than
+        ONNX Runtime's and moved a QOperator ResNet-18's logits from 0 to 5 steps of
+        ORT's, for no measured speed. Float steps left between DQ and Q are compiled
+        without fast-math flags (``EXACT_FLOAT``). Then the CPU's layout pass
         (blocked NCHW[x]c convolutions, outputs padded to whole vectors of this CPU) and
         folding again for a transform of a constant input, unless ``blocked_layout`` is
         off."""
