@@ -22,6 +22,11 @@ output pixels are numbered over rows of ``row length / column stride`` positions
 that the window of output position ``q`` starts at byte ``q * column stride`` of its
 phase and a vector runs on across rows (a 7x7 output fills whole vectors), in blocks of
 rows as the dense convolution's (:func:`.int8_conv.row_blocks`).
+
+A call is one parallel loop: each iteration copies the padded rows of its channels that
+its blocks read, then sums and finishes them (:func:`blocks_per_task`); a constant
+weight carries its per-channel sums, packed with it when the kernel is built
+(:func:`pack_weight_quads_array`), so nothing runs serially around the loop.
 """
 
 from __future__ import annotations
