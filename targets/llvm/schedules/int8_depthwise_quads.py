@@ -110,35 +110,55 @@ def dot4_window_intrinsic(lanes: int, dtype: str, stride: int,
 #: loop (:func:`blocks_per_task`, :func:`attach_copies_in_blocks`)
 IN_BLOCKS = "int8_copy_in_blocks"
 
-#: parallel tasks per core that :func:`blocks_per_task` keeps at least, where a
-#: convolution has that many blocks: the runtime's thread pool hands each thread a few
-#: chunks of a loop's iterations (four), so that a thread slowed by another process
-#: takes fewer
-TASKS_PER_CORE = 4
+#: how many chunks the runtime's thread pool cuts a parallel loop into per thread (its
+#: ``CHUNKS_PER_THREAD``): contiguous runs of iterations that the threads take in turn
+POOL_CHUNKS_PER_THREAD = 4
+#: how much longer than an even split :func:`blocks_per_task` lets the threads' shares of
+#: whole chunks run (:func:`pool_makespan`)
+TASK_BALANCE = 1.05
+
+
+def pool_makespan(tasks: int, threads: int) -> float:
+    """How long ``threads`` threads take over ``tasks`` equal iterations cut into the
+    thread pool's chunks (:data:`POOL_CHUNKS_PER_THREAD` a thread, as the runtime cuts
+    them), each chunk taken by the first thread free, relative to an even split: 12
+    tasks on two threads are chunks of 1 and 2 tasks, 1.17x; 24 are chunks of 3, 1.0x."""
+    chunks = POOL_CHUNKS_PER_THREAD * threads
+    free = [0] * threads
+    for chunk in range(chunks):
+        size = tasks * (chunk + 1) // chunks - tasks * chunk // chunks
+        free[free.index(min(free))] += size
+    return max(free) * threads / tasks
 
 
 def blocks_per_task(blocks: int, tiles: int, cpu: CPUDescription) -> int:
     """How many of a channel tile's ``blocks`` of rows one iteration of the result's
     parallel loop computes (``tiles`` channel tiles in all, batch included), the padded
     copy of its channels and rows made in that iteration, just before its sums read
-    them (:data:`IN_BLOCKS`): all of them, the tile's whole image, unless that leaves
-    fewer than :data:`TASKS_PER_CORE` tasks per core; then the most that leave enough
-    (a divisor of ``blocks``).
+    them (:data:`IN_BLOCKS`): the most (a divisor of ``blocks``; all of them, the tile's
+    whole image, where they can) whose tasks the thread pool shares out evenly over the
+    CPU's cores (:func:`pool_makespan` within :data:`TASK_BALANCE`), else the most
+    even split.
 
     One parallel loop, not a copy's loop at root and then the sums' (two hand-offs to
     the thread pool per call): MobileNetV2's stride-2 depthwise layers did not run
-    faster on two threads than on one. A copy per channel tile's image rather than per
-    block of rows: a block's copy repeats the rows its windows reach past it (a 14x14
-    stride-2 output row per block copies three padded rows for two, 1.25-1.3x the
-    kernel's time); a tile's 8 channels at 112x112 stay in the L2 (104 KB), where the
-    whole image's copy at root did not (1.27 MB for 96 channels)."""
-    wanted = TASKS_PER_CORE * cpu.num_cores
-    per = blocks
-    while per > 1 and tiles * (blocks // per) < wanted:
-        per -= 1
-        while blocks % per:
-            per -= 1
-    return per
+    faster on two threads than on one. Large tasks rather than a block of rows each: a
+    block's copy repeats the rows its windows reach past it (a 14x14 output, one row a
+    block: 1.2-1.3x the kernel's time on one thread); a tile's 8 channels at 112x112
+    stay in the L2 (104 KB), where the whole image's copy at root did not (1.27 MB for 96
+    channels). But an uneven split costs as much: a tile a task, MobileNetV2's 96x112
+    stride-2 layer (12 tasks) ran 1.15x and its 144x56 one (18) 1.09x slower on two
+    threads than with the copy at root."""
+    best = None
+    for per in range(blocks, 0, -1):
+        if blocks % per:
+            continue
+        makespan = pool_makespan(tiles * (blocks // per), max(cpu.num_cores, 1))
+        if makespan <= TASK_BALANCE:
+            return per
+        if best is None or makespan < best[0]:
+            best = (makespan, per)
+    return best[1]
 
 
 def pack_padded(x: te.Tensor, x_zero: te.Tensor | None, pads, stride: int, phases: int,

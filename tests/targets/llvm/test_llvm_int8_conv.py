@@ -1049,22 +1049,36 @@ def test_a_depthwise_kernel_reads_its_constant_weight_as_packed_at_build_time(
     np.testing.assert_array_equal(got, expected)
 
 
+def test_the_pool_makespan_follows_the_runtimes_chunks():
+    """``pool_makespan``: the thread pool's chunks (four a thread) of equal tasks, each
+    taken by the first thread free, against an even split."""
+    from heterocc.targets.llvm.schedules.int8_depthwise_quads import pool_makespan
+
+    assert pool_makespan(12, 2) == pytest.approx(7 / 6)  # chunks of 1, 2, 1, 2, ...
+    assert pool_makespan(24, 2) == 1.0  # chunks of 3
+    assert pool_makespan(4, 2) == 1.0  # four chunks of one, four empty
+    assert pool_makespan(18, 2) == pytest.approx(10 / 9)
+    assert pool_makespan(7, 1) == 1.0
+
+
 @pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids",
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
                          ids=["vnni", "neon"])
 @pytest.mark.parametrize("shape,kernel,strides,pads,dilations,cores,whole", [
-    ((1, 16, 20, 20), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2, False),  # 2 tiles
+    ((1, 16, 20, 20), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2, True),  # 2 tiles
     ((1, 64, 28, 28), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 2, True),  # 8 tiles
-    ((1, 64, 28, 28), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 4, False),
-    ((2, 8, 14, 14), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 2, False),  # batch 2
-    ((1, 8, 11, 30), (3, 3), (3, 2), (0, 1, 2, 2), (1, 2), 1, False),  # strided, dilated
-], ids=["3x3", "s2", "s2-4cores", "5x5-batch2", "s3x2-dilated"])
+    # 12 tiles: chunks of 1 and 2 tasks; two tasks a tile, chunks of 3
+    ((1, 96, 28, 28), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 2, False),
+    ((2, 8, 14, 14), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 2, True),  # batch 2
+    ((1, 8, 11, 30), (3, 3), (3, 2), (0, 1, 2, 2), (1, 2), 2, False),  # 1 tile: split
+], ids=["3x3", "s2", "s2-12tiles", "5x5-batch2", "s3x2-dilated"])
 def test_the_window_kernel_is_one_parallel_loop_copying_per_task(
         target, shape, kernel, strides, pads, dilations, cores, whole):
     """The window kernel is one parallel loop (one hand-off to the thread pool per
     call): each iteration copies the channels and whole rows its sums read, just before
     them (``attach_copies_in_blocks``, ``blocks_per_task`` blocks of rows: a channel
-    tile's whole image unless that leaves fewer than ``TASKS_PER_CORE`` tasks a core),
+    tile's whole image unless the thread pool's chunks of such tasks would not share
+    out evenly over the cores),
     allocated inside that loop with the bytes a window load reads past them; no weight
     sums at root (the constant weight's sums are packed with it). Bit-exact against
     int64 sums where the host runs it."""
@@ -1074,6 +1088,10 @@ def test_the_window_kernel_is_one_parallel_loop_copying_per_task(
     from heterocc.targets.llvm.schedules.int8_depthwise import (
         depthwise_weight_packing,
         pack_depthwise_weight_array,
+    )
+    from heterocc.targets.llvm.schedules.int8_depthwise_quads import (
+        TASK_BALANCE,
+        pool_makespan,
     )
     from heterocc.tir.stmt import For, ForKind
     from heterocc.tir.visitor import collect
@@ -1092,13 +1110,14 @@ def test_the_window_kernel_is_one_parallel_loop_copying_per_task(
     padded = quad_stages(sums)["padded"]
     assert padded.op.attrs.get(IN_BLOCKS)
     # each task a channel tile's whole image (``whole``), or the most blocks of rows
-    # that leave four tasks per core
+    # whose tasks the pool shares out evenly
     blocks, tiles = sums.shape[2], shape[0] * channels // sums.op.attrs[
         "int8_depthwise"].channels
     per_task = sums.op.attrs[INT8_BLOCKS_PER_TASK]
-    assert (per_task == blocks) == whole
-    assert max(p for p in range(1, blocks + 1) if blocks % p == 0
-               and (p == 1 or tiles * blocks // p >= 4 * cores)) == per_task
+    assert (per_task == blocks) == whole and blocks % per_task == 0
+    even = [p for p in range(1, blocks + 1) if blocks % p == 0
+            and pool_makespan(tiles * blocks // p, cores) <= TASK_BALANCE]
+    assert per_task == max(even, default=per_task)
     schedule = te.create_schedule(out)
     schedule_int8_depthwise(schedule, sums, cpu)
     schedule_int8_conv_result(schedule, out, cpu=cpu)
@@ -1108,8 +1127,9 @@ def test_the_window_kernel_is_one_parallel_loop_copying_per_task(
     (parallel,) = [loop for loop in loops if loop.kind == ForKind.PARALLEL]
     assert len(collect(parallel.body, lambda n: isinstance(n, For))) == len(loops) - 1
     sizes = _allocated_in_parallel_loop(func, "int8_padded")
-    assert sizes and all(size < padded.shape[1] * padded.shape[2] * padded.shape[3]
-                         for size in sizes)
+    # a task's channels (or rows), not the whole copy (every case has two tasks or more)
+    whole_copy = padded.shape[0] * padded.shape[1] * padded.shape[2] * padded.shape[3]
+    assert sizes and all(size < whole_copy for size in sizes)
     for buffer, allocated, last in _window_reads(func):
         assert last < allocated, f"{buffer}: a window load reads byte {last} of {allocated}"
     module = hllvm.build(func, cpu=cpu)
