@@ -55,13 +55,15 @@ def _choices(pairs: bool, windows: bool):
 
 def build(channels: int, size: int, stride: int, cpu, kernel: str):
     """The compiled depthwise kernel of one layer (3x3, pad 1) built with ``kernel``'s
-    choices, its weight a constant packed beforehand as a model's kernel reads it
+    choices and scheduled as a model's (the window kernel's copy inside the result's
+    parallel loop), its weight a constant packed beforehand as a model's kernel reads it
     (``depthwise_weight_packing``), the kind its sums carry (``kernel`` itself, or the
     one it fell back to) and the weight's packing."""
     from heterocc import te
     from heterocc.targets import llvm as hllvm
     from heterocc.targets.llvm.schedules import int8_depthwise as dw
     from heterocc.targets.llvm.schedules.int8_conv import schedule_int8_conv_result
+    from heterocc.targets.llvm.schedules.int8_depthwise_quads import attach_copies_in_blocks
     from heterocc.te.schedule_reads import reads_of
 
     with _choices(*KERNELS[kernel]):
@@ -79,6 +81,7 @@ def build(channels: int, size: int, stride: int, cpu, kernel: str):
     schedule = te.create_schedule(out)
     dw.schedule_int8_depthwise(schedule, sums, cpu)
     schedule_int8_conv_result(schedule, out, cpu=cpu)
+    attach_copies_in_blocks(schedule, out, schedule[out], schedule[out].leaf_iter_vars[0])
     module = hllvm.build(te.lower(schedule, [x, packed, zero, out], name="conv"), cpu=cpu)
     return module["conv"], tuple(out.shape), built, packing
 

@@ -1023,6 +1023,11 @@ def int8_conv_packings(sums: te.Tensor) -> list[te.Tensor]:
             if isinstance(t.op, te.ComputeOp)]
 
 
+#: a sums stage's attribute: how many of its blocks of rows one parallel iteration of
+#: :func:`schedule_int8_conv_result` computes (a divisor of the blocks per channel tile)
+INT8_BLOCKS_PER_TASK = "int8_blocks_per_task"
+
+
 def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
                               epilogue: te.Tensor | None = None,
                               *, cpu: CPUDescription) -> None:
@@ -1060,6 +1065,10 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
             inner = list(stage.split(x, lanes))
         stage.reorder(n, ko, yo, ki, yi, *inner)
     stage.vectorize(inner[-1])
-    block = stage.fuse(n, ko, yo)
-    stage.parallel(block)
-    schedule[sums].compute_at(stage, block)
+    # a sums stage may ask for several blocks per parallel iteration (a depthwise one
+    # whose padded copy is made per iteration: INT8_BLOCKS_PER_TASK)
+    per_task = sums.op.attrs.get(INT8_BLOCKS_PER_TASK, 1)
+    yo, block = stage.split(yo, per_task) if per_task > 1 else (yo, None)
+    task = stage.fuse(n, ko, yo)
+    stage.parallel(task)
+    schedule[sums].compute_at(stage, block or task)

@@ -22,6 +22,11 @@ output pixels are numbered over rows of ``row length / column stride`` positions
 that the window of output position ``q`` starts at byte ``q * column stride`` of its
 phase and a vector runs on across rows (a 7x7 output fills whole vectors), in blocks of
 rows as the dense convolution's (:func:`.int8_conv.row_blocks`).
+
+A call is one parallel loop: each iteration copies the padded rows of its channels that
+its blocks read, then sums and finishes them (:func:`blocks_per_task`); a constant
+weight carries its per-channel sums, packed with it when the kernel is built
+(:func:`pack_weight_quads_array`), so nothing runs serially around the loop.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from ..cpu import CPUDescription
 from ..int8_dot import DOT4_CALL, dot4_instruction, window_load_bytes
 from .int8_conv import (
     GROUP,
+    INT8_BLOCKS_PER_TASK,
     _flip,
     _zero,
     block_of_rows,
@@ -100,18 +106,59 @@ def dot4_window_intrinsic(lanes: int, dtype: str, stride: int,
                         implement, {"lanes": lanes})
 
 
-#: a padded copy's attribute: it is made block by block inside the result's parallel
-#: loop (:func:`copy_in_blocks`, :func:`attach_copies_in_blocks`)
+#: a padded copy's attribute: it is made task by task inside the result's parallel
+#: loop (:func:`blocks_per_task`, :func:`attach_copies_in_blocks`)
 IN_BLOCKS = "int8_copy_in_blocks"
 
+#: how many chunks the runtime's thread pool cuts a parallel loop into per thread (its
+#: ``CHUNKS_PER_THREAD``): contiguous runs of iterations that the threads take in turn
+POOL_CHUNKS_PER_THREAD = 4
+#: how much longer than an even split :func:`blocks_per_task` lets the threads' shares of
+#: whole chunks run (:func:`pool_makespan`)
+TASK_BALANCE = 1.05
 
-def copy_in_blocks(nbytes: int, cpu: CPUDescription) -> bool:
-    """Whether a padded copy of ``nbytes`` is made block by block, each block's
-    channels and rows (with the rows its windows reach past them) inside the result's
-    parallel loop, just before its sums read them: where the whole copy would not stay
-    in half the L2 cache (MobileNetV2's 96-channel 112x112 stride-2 layer: 1.27 MB),
-    so that it would be written out to memory and read back."""
-    return nbytes > cpu.l2 // 2
+
+def pool_makespan(tasks: int, threads: int) -> float:
+    """How long ``threads`` threads take over ``tasks`` equal iterations cut into the
+    thread pool's chunks (:data:`POOL_CHUNKS_PER_THREAD` a thread, as the runtime cuts
+    them), each chunk taken by the first thread free, relative to an even split: 12
+    tasks on two threads are chunks of 1 and 2 tasks, 1.17x; 24 are chunks of 3, 1.0x."""
+    chunks = POOL_CHUNKS_PER_THREAD * threads
+    free = [0] * threads
+    for chunk in range(chunks):
+        size = tasks * (chunk + 1) // chunks - tasks * chunk // chunks
+        free[free.index(min(free))] += size
+    return max(free) * threads / tasks
+
+
+def blocks_per_task(blocks: int, tiles: int, cpu: CPUDescription) -> int:
+    """How many of a channel tile's ``blocks`` of rows one iteration of the result's
+    parallel loop computes (``tiles`` channel tiles in all, batch included), the padded
+    copy of its channels and rows made in that iteration, just before its sums read
+    them (:data:`IN_BLOCKS`): the most (a divisor of ``blocks``; all of them, the tile's
+    whole image, where they can) whose tasks the thread pool shares out evenly over the
+    CPU's cores (:func:`pool_makespan` within :data:`TASK_BALANCE`), else the most
+    even split.
+
+    One parallel loop, not a copy's loop at root and then the sums' (two hand-offs to
+    the thread pool per call): MobileNetV2's stride-2 depthwise layers did not run
+    faster on two threads than on one. Large tasks rather than a block of rows each: a
+    block's copy repeats the rows its windows reach past it (a 14x14 output, one row a
+    block: 1.2-1.3x the kernel's time on one thread); a tile's 8 channels at 112x112
+    stay in the L2 (104 KB), where the whole image's copy at root did not (1.27 MB for 96
+    channels). But an uneven split costs as much: a tile a task, MobileNetV2's 96x112
+    stride-2 layer (12 tasks) ran 1.15x and its 144x56 one (18) 1.09x slower on two
+    threads than with the copy at root."""
+    best = None
+    for per in range(blocks, 0, -1):
+        if blocks % per:
+            continue
+        makespan = pool_makespan(tiles * (blocks // per), max(cpu.num_cores, 1))
+        if makespan <= TASK_BALANCE:
+            return per
+        if best is None or makespan < best[0]:
+            best = (makespan, per)
+    return best[1]
 
 
 def pack_padded(x: te.Tensor, x_zero: te.Tensor | None, pads, stride: int, phases: int,
@@ -150,19 +197,26 @@ def _tap_weight(w: te.Tensor, packed_weight: te.Tensor | None, c, i, j):
 
 
 def weight_quads_shape(w_shape) -> tuple[int, ...]:
-    """The shape of the weight quads (:func:`quad_weight`) of a depthwise weight of
-    ``w_shape`` (``[C, 1, KH, KW]``)."""
+    """The shape of a constant depthwise weight of ``w_shape`` (``[C, 1, KH, KW]``)
+    packed into its quads (:func:`pack_weight_quads_array`): :func:`quad_weight`'s
+    ``[C, KH, quads, 4]`` with one more kernel row, the channel's weight sum's."""
     channels, _, kh, kw = w_shape
-    return (channels, kh, -(-kw // GROUP), GROUP)
+    return (channels, kh + 1, -(-kw // GROUP), GROUP)
 
 
 def pack_weight_quads_array(w: np.ndarray) -> np.ndarray:
     """NumPy's copy of :func:`quad_weight` of a constant depthwise weight ``w``, what it
-    is packed into once, when its kernel is built, rather than on every call."""
-    quads = np.zeros(weight_quads_shape(w.shape), np.int8)
-    kw = w.shape[3]
-    quads.reshape(*quads.shape[:2], -1)[:, :, :kw] = w[:, 0]
-    return quads
+    is packed into once, when its kernel is built, rather than on every call, followed
+    by one kernel row whose first four bytes hold each channel's weight sum (the
+    zero-point correction's factor; the int32's bytes from the lowest, read back by
+    :func:`quad_weight_sum`), so that no call sums the weight again."""
+    channels, _, kh, kw = w.shape
+    shape = weight_quads_shape(w.shape)
+    rows = np.zeros((channels, kh + 1, shape[2] * GROUP), np.int8)  # a row's taps, flat
+    rows[:, :kh, :kw] = w[:, 0]
+    sums = w.astype(np.int64).reshape(channels, -1).sum(axis=1).astype("<i4")
+    rows[:, kh, :GROUP] = sums.view(np.int8).reshape(channels, GROUP)
+    return rows.reshape(shape)
 
 
 def is_weight_quads(packed_weight: te.Tensor | None) -> bool:
@@ -174,23 +228,44 @@ def is_weight_quads(packed_weight: te.Tensor | None) -> bool:
 def quad_weight(w: te.Tensor, packed_weight: te.Tensor | None) -> te.Tensor:
     """``[C, KH, quads, 4]`` int8: the weights of taps ``4 q + j`` of each kernel row
     (0 past its width); ``packed_weight`` itself where it holds them
-    (:func:`is_weight_quads`)."""
+    (:func:`is_weight_quads`, with its row of weight sums after them)."""
     if is_weight_quads(packed_weight):
         return packed_weight
-    _, _, _, kw = w.shape
+    channels, _, kh, kw = w.shape
 
     def element(c, i, q, j):
         tap = GROUP * q + j
         value = _tap_weight(w, packed_weight, c, i, te.minimum(tap, kw - 1))
         return te.cast("int8", te.if_then_else(tap < kw, value, te.const(0, "int32")))
 
-    return te.compute(weight_quads_shape(w.shape), element, name="int8_weight_quads",
-                      dtype="int8")
+    return te.compute((channels, kh, -(-kw // GROUP), GROUP), element,
+                      name="int8_weight_quads", dtype="int8")
+
+
+def quad_weight_sum(weight: te.Tensor, kh: int):
+    """``weight_sum(c)``: channel ``c``'s weight sum (the zero-point correction's
+    factor) for the quads ``weight`` of a kernel ``kh`` rows high: read from the row
+    after the kernel's where the weight was packed with its sums when the kernel was
+    built (:func:`pack_weight_quads_array`: its four bytes as one int32, the lower three
+    unsigned, the highest signed), else summed once per call (:func:`weight_sums`)."""
+    if int(weight.shape[1]) == kh:
+        summed = weight_sums(weight)
+        return lambda c: summed[c]
+
+    def weight_sum(c):
+        total = te.cast("int32", weight[c, kh, 0, GROUP - 1]) * (1 << 24)
+        for index in range(GROUP - 1):
+            total = total + te.cast("int32", te.cast("uint8", weight[c, kh, 0, index])) \
+                * (1 << (8 * index))
+        return total
+
+    return weight_sum
 
 
 def weight_sums(weight: te.Tensor) -> te.Tensor:
     """``[C]`` int32: each channel's sum of its weight quads (``weight``, compact: a
-    channel's taps in one run of bytes), the zero-point correction's factor."""
+    channel's taps in one run of bytes, computed from a weight known only at run time),
+    the zero-point correction's factor."""
     channels, kh, quads, _ = weight.shape
     ry, rq, rj = (te.reduce_axis(n, name) for n, name in ((kh, "wy"), (quads, "wq"),
                                                           (GROUP, "wj")))
@@ -230,14 +305,13 @@ def quad_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, ge
         + window_load_bytes(window_bytes(tiles.lanes, sx, dx)) - 1
     rows = -(-(last + 1) // row_length)
     span_bytes = window_bytes(tiles.lanes, sx, dx)
-    # made in blocks, a block's copy is whole rows, allocated with the bytes a window
-    # load reads past the last window
+    # made per parallel task (blocks_per_task), a task's copy is whole rows, allocated
+    # with the bytes a window load reads past the last window
     blocked = {IN_BLOCKS: True, te.REGION_MULTIPLE: row_length,
-               te.READ_SLACK: window_load_bytes(span_bytes) - span_bytes} \
-        if copy_in_blocks(n * channels * phases * rows * row_length, cpu) else None
+               te.READ_SLACK: window_load_bytes(span_bytes) - span_bytes}
     data = pack_padded(x, x_zero, pads, sy, phases, row_length, rows, dtype, blocked)
     weight = quad_weight(w, packed_weight)
-    summed = weight_sums(weight)
+    weight_sum = quad_weight_sum(weight, kh)
     ry, rq = te.reduce_axis(kh, "ry"), te.reduce_axis(quads, "rq")
     rj = te.reduce_axis(GROUP, "rj")
 
@@ -250,12 +324,14 @@ def quad_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, ge
     sums = te.compute((n, channels, oh // blocks.rows, blocks.extent), body,
                       name=f"{name}_depthwise", dtype="int32",
                       attrs={"int8_depthwise": tiles, "int8_rows": blocks,
-                             "int8_quads": (sx, dx)})
+                             "int8_quads": (sx, dx),
+                             INT8_BLOCKS_PER_TASK: blocks_per_task(
+                                 oh // blocks.rows, n * channels // tiles.channels, cpu)})
     offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
     def result(b, c, y, column):
         at = block_of_rows(blocks, out_row, y, column)
-        return sums[(b, c, *at)] - offset * summed[c]
+        return sums[(b, c, *at)] - offset * weight_sum(c)
 
     return te.compute((n, channels, oh, ow), result, name=name, dtype="int32",
                       attrs={"int8_conv_result": True})
@@ -274,9 +350,9 @@ def schedule_quad_depthwise(schedule: te.Schedule, sums: te.Tensor,
                             cpu: CPUDescription) -> None:
     """The sums of :func:`quad_depthwise_conv`: a tile of channels by one vector of
     pixels accumulating in registers over the kernel rows and quads, one window dot
-    product per (channel, kernel row, quad); the padded copy row by row (vectorized):
-    at root, channels in parallel, or, made in blocks (:data:`IN_BLOCKS`), serial, for
-    :func:`attach_copies_in_blocks` to place."""
+    product per (channel, kernel row, quad); the padded copy row by row (vectorized),
+    serial: made task by task (:data:`IN_BLOCKS`) where :func:`attach_copies_in_blocks`
+    places it."""
     tiles = sums.op.attrs["int8_depthwise"]
     stride, dilation = sums.op.attrs["int8_quads"]
     padded = quad_stages(sums)["padded"]
@@ -296,10 +372,11 @@ def weight_sum_stages(result: te.Tensor) -> list[te.Tensor]:
 
 def attach_copies_in_blocks(schedule: te.Schedule, result: te.Tensor, stage: te.Stage,
                             block: te.IterVar) -> None:
-    """The padded copies made in blocks (:data:`IN_BLOCKS`) that the sums of an
+    """The padded copies made task by task (:data:`IN_BLOCKS`) that the sums of an
     ``int8_conv_result`` stage ``result`` read computed at ``block``, the parallel loop
     of ``stage`` (the result's, or its epilogue's) whose iterations compute the sums
-    block by block: each block copies the channels and rows it reads."""
+    (:func:`blocks_per_task` blocks of rows each): each iteration copies the channels
+    and rows it reads."""
     seen, frontier = set(), [result]
     while frontier:
         tensor = frontier.pop()

@@ -38,6 +38,11 @@ from heterocc.targets.llvm.schedules.int8_depthwise import (
     int8_depthwise_conv,
     schedule_int8_depthwise,
 )
+from heterocc.targets.llvm.schedules.int8_depthwise_quads import (
+    IN_BLOCKS,
+    attach_copies_in_blocks,
+    quad_stages,
+)
 from heterocc.te.schedule_reads import reads_of
 
 #: (target, the instruction its kernels multiply bytes with)
@@ -586,6 +591,7 @@ def _lowered_depthwise(cpu, shape, kernel, strides, pads, dilations, data="uint8
     schedule = te.create_schedule(out)
     schedule_int8_depthwise(schedule, sums, cpu)
     schedule_int8_conv_result(schedule, out, cpu=cpu)
+    attach_copies_in_blocks(schedule, out, schedule[out], schedule[out].leaf_iter_vars[0])
     return sums, te.lower(schedule, [x, w, zero, out], name="conv")
 
 
@@ -938,7 +944,8 @@ def test_a_constant_depthwise_weight_is_packed_when_the_kernel_is_built(tmp_path
     packed = [c for c in constants if c.shape == packed_shape]
     assert len(packed) == 1 and packed[0].dtype == np.dtype(dtype)
     # the weight itself: each tap's first lane, or the quads' taps before the zeros
-    weight = (packed[0][:, :, 0, :3].reshape(32, 1, 3, 3) if dtype == "int8" else
+    # (and before the row of weight sums)
+    weight = (packed[0][:, :3, 0, :3].reshape(32, 1, 3, 3) if dtype == "int8" else
               packed[0][:, :, :, :1].reshape(32, 1, 3, 3).astype(np.int8))
     np.testing.assert_array_equal(packed[0], pack_depthwise_weight_array(weight, packing))
     compiled.export(str(tmp_path / "artifact"))
@@ -1064,8 +1071,6 @@ def test_the_window_loads_stay_in_the_padded_copy_and_it_holds_no_whole_spare_ro
     whole vector of bytes, past the last output position: those lanes are dropped) and
     less than one row more, so that no spare row of the zero point is written on every
     call."""
-    from heterocc.targets.llvm.schedules.int8_depthwise_quads import quad_stages
-
     cpu = parse_cpu(target)
     sums, func = _lowered_depthwise(cpu, shape, kernel, strides, pads, dilations)
     assert sums.op.attrs.get("int8_quads")
@@ -1139,48 +1144,87 @@ def test_a_depthwise_kernel_reads_its_constant_weight_as_packed_at_build_time(
     np.testing.assert_array_equal(got, expected)
 
 
+def test_the_pool_makespan_follows_the_runtimes_chunks():
+    """``pool_makespan``: the thread pool's chunks (four a thread) of equal tasks, each
+    taken by the first thread free, against an even split."""
+    from heterocc.targets.llvm.schedules.int8_depthwise_quads import pool_makespan
+
+    assert pool_makespan(12, 2) == pytest.approx(7 / 6)  # chunks of 1, 2, 1, 2, ...
+    assert pool_makespan(24, 2) == 1.0  # chunks of 3
+    assert pool_makespan(4, 2) == 1.0  # four chunks of one, four empty
+    assert pool_makespan(18, 2) == pytest.approx(10 / 9)
+    assert pool_makespan(7, 1) == 1.0
+
+
 @pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids",
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
                          ids=["vnni", "neon"])
-@pytest.mark.parametrize("shape,kernel,strides,pads,dilations", [
-    ((1, 16, 20, 20), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
-    ((1, 16, 28, 28), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # MobileNetV2's stride 2
-    ((2, 8, 14, 14), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),  # batch 2, two quads a row
-    ((1, 8, 11, 30), (3, 3), (3, 2), (0, 1, 2, 2), (1, 2)),  # strided, dilated
-], ids=["3x3", "s2", "5x5-batch2", "s3x2-dilated"])
-def test_a_padded_copy_past_half_the_l2_is_made_block_by_block(target, shape, kernel,
-                                                               strides, pads, dilations):
-    """Where the window kernel's padded copy would not stay in half the L2 cache
-    (``copy_in_blocks``; here a CPU of a 1 KiB L2), each block of the result's parallel
-    loop copies the channels and whole rows its sums read, just before them
-    (``attach_copies_in_blocks``): allocated inside that loop with the bytes a window
-    load reads past them, and bit-exact against int64 sums where the host runs it."""
+@pytest.mark.parametrize("shape,kernel,strides,pads,dilations,cores,whole", [
+    ((1, 16, 20, 20), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2, True),  # 2 tiles
+    ((1, 64, 28, 28), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 2, True),  # 8 tiles
+    # 12 tiles: chunks of 1 and 2 tasks; two tasks a tile, chunks of 3
+    ((1, 96, 28, 28), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 2, False),
+    ((2, 8, 14, 14), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 2, True),  # batch 2
+    ((1, 8, 11, 30), (3, 3), (3, 2), (0, 1, 2, 2), (1, 2), 2, False),  # 1 tile: split
+], ids=["3x3", "s2", "s2-12tiles", "5x5-batch2", "s3x2-dilated"])
+def test_the_window_kernel_is_one_parallel_loop_copying_per_task(
+        target, shape, kernel, strides, pads, dilations, cores, whole):
+    """The window kernel is one parallel loop (one hand-off to the thread pool per
+    call): each iteration copies the channels and whole rows its sums read, just before
+    them (``attach_copies_in_blocks``, ``blocks_per_task`` blocks of rows: a channel
+    tile's whole image unless the thread pool's chunks of such tasks would not share
+    out evenly over the cores),
+    allocated inside that loop with the bytes a window load reads past them; no weight
+    sums at root (the constant weight's sums are packed with it). Bit-exact against
+    int64 sums where the host runs it."""
     import dataclasses
 
-    from heterocc.targets.llvm.schedules.int8_depthwise_quads import (
-        IN_BLOCKS,
-        attach_copies_in_blocks,
-        quad_stages,
+    from heterocc.targets.llvm.schedules.int8_conv import INT8_BLOCKS_PER_TASK
+    from heterocc.targets.llvm.schedules.int8_depthwise import (
+        depthwise_weight_packing,
+        pack_depthwise_weight_array,
     )
+    from heterocc.targets.llvm.schedules.int8_depthwise_quads import (
+        TASK_BALANCE,
+        pool_makespan,
+    )
+    from heterocc.tir.stmt import For, ForKind
+    from heterocc.tir.visitor import collect
 
-    cpu = dataclasses.replace(parse_cpu(target), l2=1024)
+    cpu = dataclasses.replace(parse_cpu(target), num_cores=cores)
     channels = shape[1]
     x = te.placeholder(shape, "uint8", "x")
-    w = te.placeholder((channels, 1, *kernel), "int8", "w")
     zero = te.placeholder((1,), "uint8", "zero")
     attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": channels}
-    out = int8_depthwise_conv(x, w, zero, attrs, cpu)
+    packed_shape, dtype, packing = depthwise_weight_packing((channels, 1, *kernel), attrs,
+                                                            cpu)
+    w = te.placeholder((channels, 1, *kernel), "int8", "w")
+    packed = te.placeholder(packed_shape, dtype, "w.packed")
+    out = int8_depthwise_conv(x, w, zero, attrs, cpu, packed_weight=packed)
     sums = _depthwise_sums(out)
     padded = quad_stages(sums)["padded"]
     assert padded.op.attrs.get(IN_BLOCKS)
+    # each task a channel tile's whole image (``whole``), or the most blocks of rows
+    # whose tasks the pool shares out evenly
+    blocks, tiles = sums.shape[2], shape[0] * channels // sums.op.attrs[
+        "int8_depthwise"].channels
+    per_task = sums.op.attrs[INT8_BLOCKS_PER_TASK]
+    assert (per_task == blocks) == whole and blocks % per_task == 0
+    even = [p for p in range(1, blocks + 1) if blocks % p == 0
+            and pool_makespan(tiles * blocks // p, cores) <= TASK_BALANCE]
+    assert per_task == max(even, default=per_task)
     schedule = te.create_schedule(out)
     schedule_int8_depthwise(schedule, sums, cpu)
     schedule_int8_conv_result(schedule, out, cpu=cpu)
     attach_copies_in_blocks(schedule, out, schedule[out], schedule[out].leaf_iter_vars[0])
-    func = te.lower(schedule, [x, w, zero, out], name="conv")
-    sizes = _allocated_in_parallel_loop(func, "int8_padded")  # (a partitioned loop: two)
-    assert sizes and all(size < padded.shape[1] * padded.shape[2] * padded.shape[3]
-                         for size in sizes)
+    func = te.lower(schedule, [x, packed, zero, out], name="conv")
+    loops = collect(func.body, lambda n: isinstance(n, For))
+    (parallel,) = [loop for loop in loops if loop.kind == ForKind.PARALLEL]
+    assert len(collect(parallel.body, lambda n: isinstance(n, For))) == len(loops) - 1
+    sizes = _allocated_in_parallel_loop(func, "int8_padded")
+    # a task's channels (or rows), not the whole copy (every case has two tasks or more)
+    whole_copy = padded.shape[0] * padded.shape[1] * padded.shape[2] * padded.shape[3]
+    assert sizes and all(size < whole_copy for size in sizes)
     for buffer, allocated, last in _window_reads(func):
         assert last < allocated, f"{buffer}: a window load reads byte {last} of {allocated}"
     module = hllvm.build(func, cpu=cpu)
@@ -1192,7 +1236,7 @@ def test_a_padded_copy_past_half_the_l2_is_made_block_by_block(target, shape, ke
     ws[0] = -128
     z = np.array([9], np.uint8)
     got = np.zeros(_depthwise_out(shape, kernel, strides, pads, dilations), np.int32)
-    module["conv"](xs, ws, z, got)
+    module["conv"](xs, pack_depthwise_weight_array(ws, packing), z, got)
     expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], 9, strides, pads,
                                           dilations) for c in range(channels)], axis=1)
     np.testing.assert_array_equal(got, expected)
