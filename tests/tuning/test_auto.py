@@ -1,7 +1,6 @@
 """The template-free search: sketch rules, every sketch point a correct schedule, the
 evolutionary operators, and applying an auto record at compile time."""
 
-import collections
 import functools
 import itertools
 import math
@@ -741,40 +740,6 @@ def test_sampled_points_of_a_window_keep_its_reused_operand_in_registers(hints):
                  * values["a0.tile.s4"][-1] // hints.vector_lanes
                  for values in (pointwise.sample_values(rng) for _ in range(64)))
     assert free - 9 < widest <= free
-
-
-@pytest.mark.parametrize("hints", [
-    SearchHints(vector_lanes=16, registers=32, cores=2),  # AVX-512
-    SearchHints(vector_lanes=8, registers=16, cores=2),  # AVX2: a block is two vectors
-    SearchHints(vector_lanes=4, registers=32, cores=2)])  # NEON: four
-def test_sampled_points_of_a_dense_convolution_draw_its_channel_blocks_first(hints):
-    # a dense convolution's input value is broadcast across the lanes and serves every
-    # output channel block of the tile: the blocks are drawn first, uniformly among the
-    # sizes whose accumulators fit, and the columns and rows take what they leave
-    sketch = Sketch([_pointwise_conv(in_blocks=2, out_blocks=9, width=28)], hints)
-    assert sketch.anchors[0].broadcast_sharing_axes == (1,)  # output channel blocks
-    free = hints.registers - OPERAND_REGISTERS
-    options = next(k.options for k in sketch.space.knobs if k.name == "a0.tile.s1")
-    rng = np.random.default_rng(0)
-    drawn = [sketch.sample_values(rng) for _ in range(256)]
-    for values in drawn:  # the others fit beside them
-        vectors = values["a0.tile.s4"][-1] // hints.vector_lanes
-        assert math.prod(values[f"a0.tile.s{axis}"][-1] for axis in range(4)) * vectors <= free
-    # of the points whose lanes tile is the whole block (a vector, or several)
-    vectors = 16 // hints.vector_lanes
-    sizes = {option[-1] for option in options if vectors * option[-1] <= free}
-    counts = collections.Counter(values["a0.tile.s1"][-1] for values in drawn
-                                 if values["a0.tile.s4"][-1] == 16)
-    assert set(counts) == sizes
-    assert min(counts.values()) >= counts.total() / len(sizes) / 2
-    # a product's broadcast operand (the rows' values) is indexed by its only other
-    # axis, and a depthwise convolution reads no operand across the lanes: no such axis
-    assert Sketch([_blocked_depthwise3x3(blocks=6, width=28)],
-                  hints).anchors[0].broadcast_sharing_axes == ()
-    a, b = te.placeholder((64, 32), name="a"), te.placeholder((32, 48), name="b")
-    k = te.reduce_axis(32, "k")
-    product = te.compute((64, 48), lambda i, j: te.sum(a[i, k] * b[k, j], axis=[k]), name="c")
-    assert Sketch([product], hints).anchors[0].broadcast_sharing_axes == ()
 
 
 def test_the_search_from_scratch_starts_from_sampled_points_and_explores_uniformly():

@@ -168,11 +168,6 @@ class AnchorRule:
     #: but not along every spatial axis (a depthwise convolution's weights: by channel,
     #: not by row or column), the operands a register tile reuses; empty where none is
     held_axes: tuple[int, ...] = ()
-    #: the spatial axes but the vectorized one that do not index an operand read with
-    #: the reduction and without the vectorized axis (a broadcast: a dense
-    #: convolution's input value, shared by the tile's vectors of every output channel
-    #: block); empty where none is (a product's rows index its broadcast operand)
-    broadcast_sharing_axes: tuple[int, ...] = ()
 
 
 class Sketch:
@@ -204,7 +199,7 @@ class Sketch:
                 tensor.name, outer, outer != tensor.name,
                 tuple(int(iv.extent) for iv in stage.op.axis),
                 tuple(int(iv.extent) for iv in stage.op.reduce_axis),
-                _held_operand_axes(stage.op), _broadcast_sharing_axes(stage.op)))
+                _held_operand_axes(stage.op)))
             anchor_reads |= {t.name for t in reads_of(stage.op.body)}
         if not self.anchors:
             raise InputError("auto schedule: the compute has no reduction to tile (only "
@@ -383,12 +378,7 @@ class Sketch:
             if held + vectors > free:
                 held = 0  # no room for them: the accumulators alone
             accumulators = vectors
-            # the axes that share a broadcast operand first (a dense convolution's
-            # output channel blocks: each input value broadcast once serves all of
-            # them), then the others in random order
-            sharing = [axis for axis in others if axis in anchor.broadcast_sharing_axes]
-            rest = [axis for axis in others if axis not in anchor.broadcast_sharing_axes]
-            for axis in [*rng.permutation(sharing), *rng.permutation(rest)]:
+            for axis in rng.permutation(others):
                 name = f"{p}.tile.s{axis}"
                 grows = axis in anchor.held_axes
                 fitting = [o for o in options[name]
@@ -719,21 +709,6 @@ def _held_operand_axes(op: te.ComputeOp) -> tuple[int, ...]:
         if used & reduce and not all(id(v) in used for v in spatial):
             held |= {axis for axis, v in enumerate(spatial) if id(v) in used}
     return tuple(sorted(held))
-
-
-def _broadcast_sharing_axes(op: te.ComputeOp) -> tuple[int, ...]:
-    """The spatial axes (by position, the vectorized last one aside) that do not index
-    an operand which ``op`` reads with its reduction but not along its last axis (see
-    :attr:`AnchorRule.broadcast_sharing_axes`)."""
-    *outer, last = [iv.var for iv in op.axis]
-    reduce = {id(iv.var) for iv in op.reduce_axis}
-    sharing: set[int] = set()
-    for load in collect(op.body, lambda n: isinstance(n, te.TensorLoad)):
-        used = {id(v) for index in load.indices
-                for v in collect(index, lambda n: isinstance(n, tx.Var))}
-        if used & reduce and id(last) not in used:
-            sharing |= {axis for axis, v in enumerate(outer) if id(v) not in used}
-    return tuple(sorted(sharing))
 
 
 def _draw_tile(options: Sequence[tuple[int, ...]], rng: np.random.Generator
