@@ -17,6 +17,7 @@ timing noise moves the 95% line a little): ``matmul`` (fp32 1024^3, the issue's 
     python benchmarks/tuner_comparison.py --rules --model resnet18 [--budget 1000]
         [--workers 1] [--rounds 3] [--search-minutes 18] [--log-dir DIR] [--scratch-only]
         [--remeasure 4] [--timing single|averaged] [--kernel-sums]
+        [--other-log LABEL=PATH ...]
 
 With ``--searches`` on a task, both searches tune the same workload (the template's
 ``matmul`` / ``conv2d_nchwc`` and its ``auto.`` twin) for ``--budget`` trials, each
@@ -435,13 +436,16 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
                            rounds: int, block: int, minutes: float | None = None,
                            log_dir: str | None = None, from_hand: bool = True,
                            remeasure: int = 4, timing: str = "single",
-                           kernel_sums: bool = False) -> None:
+                           kernel_sums: bool = False,
+                           other_logs: dict[str, str] | None = None) -> None:
     """Hand rules vs the search from scratch vs the search from hand on one model.
     ``log_dir``: where the searches' logs are kept (resumed when there already: a
     killed run goes on where it stopped); ``from_hand`` False: the search from scratch
     only; ``remeasure``: finalists per task measured again after each search;
     ``timing``: how the searches time candidates (see ``_search_model``);
-    ``kernel_sums``: also the functions' fastest single calls summed (``_kernel_sums``)."""
+    ``kernel_sums``: also the functions' fastest single calls summed (``_kernel_sums``);
+    ``other_logs``: more logs from scratch (by label), e.g. earlier searches, compiled
+    and timed in the same rounds (the spread between searches of equal trials)."""
     import onnxruntime as ort
 
     import heterocc
@@ -486,6 +490,9 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
         "from scratch, tuned": heterocc.compile(
             path, target="llvm", schedule_rules="none", tuning_log=logs["from scratch"]),
     }
+    for label, log in (other_logs or {}).items():
+        compiled[f"from scratch, {label}"] = heterocc.compile(
+            path, target="llvm", schedule_rules="none", tuning_log=log)
     if "from hand" in logs:
         compiled["from hand, tuned"] = heterocc.compile(path, target="llvm",
                                                         tuning_log=logs["from hand"])
@@ -497,12 +504,16 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
     samples = _timed_rounds(engines, rounds, block)
     medians = {key: statistics.median(times) for key, times in samples.items()}
     hand, theirs = medians["hand rules"], medians["ONNX Runtime"]
+    fastest = {key: min(times) for key, times in samples.items()}
     print(f"{name} latency (median, alternating rounds; load average "
-          f"{os.getloadavg()[0]:.2f}):")
-    print(f"  {'engine':<28} {'ms':>9} {'runs':>5} {'speed vs hand':>14} {'x ORT':>7}")
+          f"{os.getloadavg()[0]:.2f}; fastest call beside it, the nearer to a quiet "
+          "machine's figure on a loaded one):")
+    print(f"  {'engine':<28} {'ms':>9} {'runs':>5} {'speed vs hand':>14} {'x ORT':>7} "
+          f"{'fastest ms':>11} {'vs hand':>8}")
     for key, median in medians.items():
         print(f"  {key:<28} {median * 1e3:9.2f} {len(samples[key]):5d} "
-              f"{hand / median:13.2f}x {median / theirs:6.2f}x")
+              f"{hand / median:13.2f}x {median / theirs:6.2f}x "
+              f"{fastest[key] * 1e3:11.2f} {fastest['hand rules'] / fastest[key]:7.2f}x")
     _profile_gaps({"hand": compiled["hand rules"], "scratch": compiled["from scratch, tuned"]},
                   feed, rounds * block)
     if kernel_sums:
@@ -550,6 +561,9 @@ def main() -> None:
                         help="with --rules: also each function's hand schedule and the "
                              "search from scratch's pick timed by single calls, summed (an "
                              "estimate a loaded machine disturbs less than the model's time)")
+    parser.add_argument("--other-log", action="append", default=[], metavar="LABEL=PATH",
+                        help="with --rules: another log from scratch (e.g. an earlier "
+                             "search's) timed in the same rounds; repeatable")
     args = parser.parse_args()
     if args.rules:
         if not args.model:
@@ -558,7 +572,8 @@ def main() -> None:
         compare_rules_on_model(args.model, args.budget, args.batch_size, args.workers,
                                args.rounds, args.block, args.search_minutes, args.log_dir,
                                from_hand=not args.scratch_only, remeasure=args.remeasure,
-                               timing=args.timing, kernel_sums=args.kernel_sums)
+                               timing=args.timing, kernel_sums=args.kernel_sums,
+                               other_logs=dict(item.split("=", 1) for item in args.other_log))
         return
     if args.searches:
         print(describe("llvm"))

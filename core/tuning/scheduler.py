@@ -8,9 +8,17 @@ each round goes to the task with the largest estimated gain per trial,
     weight * (alpha * backward + (1 - alpha) * forward)
 
 where ``backward`` is how much its best cost fell per trial over its last ``window``
-trials and ``forward`` an optimistic guess that the next trials gain as much as its
-trials did on average so far (``best / trials``). A task whose best has not improved for
-``early_stop`` trials, or whose space is exhausted, gets no more.
+trials and ``forward`` an optimistic guess: the larger of what its trials gained on
+average so far (``best / trials``) and how far its best is from the cost it would have
+at ``1 / beta`` of the best throughput a similar task (the same template and kind of
+workload, e.g. another depthwise convolution) has reached so far
+(``best - beta * flops / peak``), spread over a ``window`` of trials (Ansor's rounds)
+or over the trials since the task last improved where those are more. The second term
+is Ansor's: a task whose best is far below what its kind reaches elsewhere has room
+left, however many trials it has had (a cheap task, given few trials by the first
+term, whose first points were poor); it fades while the task finds nothing better. A
+task whose best has not improved for ``early_stop`` trials, or whose space is
+exhausted, gets no more.
 
 The next batch is proposed (its candidates scored by the cost model) while the last one
 is measured, for another task (:meth:`TaskScheduler.run`).
@@ -36,6 +44,10 @@ from .task import Task
 from .templates import SECONDS
 from .tuners import TuneProgress, Tuner, account, resume
 
+#: Ansor's beta: a task is expected to reach at least ``1 / PEAK_BETA`` of the best
+#: throughput (flops per unit of cost) that a similar task has reached
+PEAK_BETA = 2.0
+
 
 @dataclass
 class TaskState:
@@ -49,10 +61,26 @@ class TaskState:
     done: bool = False
     #: seconds the slowest successful measurement of the task took (build included)
     slowest_s: float = 0.0
+    #: the task's flops (``Task.flops``, counted once: a function task's reads its graph)
+    flops: int = 0
 
     @property
     def weighted_cost(self) -> float:
         return self.task.weight * self.progress.best_cost
+
+    @property
+    def throughput(self) -> float:
+        """Flops per unit of cost of the task's best point (0 where unknown)."""
+        best = self.progress.best_cost
+        return self.flops / best if self.flops > 0 and 0 < best < math.inf else 0.0
+
+
+def similarity(task: Task) -> tuple:
+    """Which tasks are alike for the scheduler's expected peak: the same template and,
+    where its first argument names the kind of workload (a function task's op, e.g.
+    ``depthwise_conv2d_nchwc``), the same kind."""
+    kind = task.args[0] if task.args and isinstance(task.args[0], str) else None
+    return task.template, kind
 
 
 class TaskScheduler:
@@ -76,7 +104,7 @@ class TaskScheduler:
         self.states = []
         for task, tuner in zip(tasks, tuners):
             progress = resume(task, tuner, log, trials, records)
-            state = TaskState(task, tuner, progress)
+            state = TaskState(task, tuner, progress, flops=task.flops)
             state.best_history = [progress.best_cost] * progress.trials
             self.states.append(state)
 
@@ -100,7 +128,18 @@ class TaskScheduler:
         steps = min(self.window, len(history) - 1) or 1
         backward = (then - best) / steps if math.isfinite(then) else best / len(history)
         forward = best / len(history)
+        peak = self.peak_throughput(state)
+        if peak > 0:
+            gap = best - PEAK_BETA * state.flops / peak
+            forward = max(forward, gap / max(self.window, state.stalled))
         return state.task.weight * (self.alpha * backward + (1 - self.alpha) * forward)
+
+    def peak_throughput(self, state: TaskState) -> float:
+        """The best throughput a task similar to ``state``'s (:func:`similarity`; itself
+        included) has reached; 0 where none is known (no flops, no result yet)."""
+        kind = similarity(state.task)
+        return max((other.throughput for other in self.states
+                    if similarity(other.task) == kind), default=0.0)
 
     def next_state(self, busy: TaskState | None = None) -> TaskState | None:
         """The task that gets the next batch (None when every task is done); ``busy``:

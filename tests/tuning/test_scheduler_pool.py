@@ -84,6 +84,36 @@ def test_scheduler_spends_the_budget_where_latency_falls_most(tmp_path):
     assert "share" in lines[0] and lines[-1].startswith("total: 24/24 trials")
 
 
+def test_a_task_far_below_the_throughput_of_a_similar_one_gets_more_trials():
+    # three tasks, each with a flat cost (more trials find nothing better): a large
+    # product fast per flop, a small one of the same template 32x slower per flop, and
+    # a third as slow per flop but of another template (no similar task to compare to)
+    large = Task("auto.matmul", (64, 64, 64, "float32"))
+    small = Task("auto.matmul", (16, 32, 16, "float32"))
+    other = Task("matmul", (16, 32, 16, "float32"))
+    costs = {large.workload_key: 1e-4, small.workload_key: 1e-4, other.workload_key: 1e-4}
+    tasks = [large, small, other]
+    scheduler = TaskScheduler(tasks, [RandomTuner(t) for t in tasks],
+                              CostPool(lambda task, config: costs[task.workload_key]),
+                              trials=24, batch_size=8)
+    states = scheduler.run()
+    assert [s.progress.trials for s in states] == [8, 8, 8]
+    large_state, small_state, other_state = states
+    assert scheduler.peak_throughput(small_state) == pytest.approx(large.flops / 1e-4)
+    assert scheduler.peak_throughput(other_state) == pytest.approx(other.flops / 1e-4)
+    # as if each had had 64 trials, its last point the best: by its trials alone each
+    # would expect 1e-4 / 64 s per trial; the small product is 1e-4 s from the
+    # 2 * 16384 / 5.2e9 s its kind reaches elsewhere, expected over a window of 8
+    for state in states:
+        state.best_history, state.stalled = [1e-4] * 64, 0
+    gains = [scheduler.gradient(s) for s in states]
+    assert gains[1] > gains[0] == pytest.approx(gains[2])
+    assert scheduler.next_state() is small_state
+    # the term fades while the task finds nothing better
+    small_state.stalled = 64
+    assert scheduler.gradient(small_state) < gains[1]
+
+
 class OverlapPool(CostPool):
     """Measures a batch only once a batch proposed after it (of another task) exists,
     unless the budget leaves none to propose: the next proposal must be made while this
