@@ -290,7 +290,8 @@ def integer_global_average_pools(graph: Graph) -> Graph:
     ``integer_average_pools`` (a depthwise convolution and ``Requantize``) rounds once
     more than it does. The convolution before the pool then writes 8-bit values, not
     dequantized floats four times their size, and the pool reads those. Where nothing
-    else reads the float tensors.
+    else reads the pool's float result; a dequantization of ``x`` that others read too
+    (a squeeze-excite's input, which its gate multiplies) stays for them.
 
     Average pools over windows (``Q(AveragePool(DQ(x)))``, every window counted whole:
     :func:`_average_window`, N the window's size) take the same form: the sum of a
@@ -314,8 +315,11 @@ def integer_global_average_pools(graph: Graph) -> Graph:
         if params is None or x.type.ndim != 4 or x.type.dtype not in ("int8", "uint8") \
                 or out.type.dtype not in ("int8", "uint8") or params[0] <= 0 or params[2] <= 0:
             continue
-        if not _read_only_within((dq, pool), m.nodes, users, returned):
+        if not _read_only_within((pool,), m.nodes, users, returned):
             continue
+        # a DequantizeLinear that others read too (a squeeze-excite's: its gate's
+        # product reads the same floats) stays for them; the pool reads the 8-bit x
+        shared = not _read_only_within((dq,), m.nodes, users, returned)
         window = _average_window(pool)
         if window is None:
             continue
@@ -360,7 +364,7 @@ def integer_global_average_pools(graph: Graph) -> Graph:
                                     constant(np.array(rounded_zero, out.type.dtype),
                                              scope.fresh(f"{name}_zero"))],
                  [out], {}, scope.fresh(f"{name}_quantize")))
-        dropped.update((dq, pool))
+        dropped.update((pool,) if shared else (dq, pool))
     for new in replaced.values():
         for part in new:
             part.attrs = get_op(part.op).normalize_attrs(part.attrs, part.name)

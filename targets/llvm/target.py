@@ -523,7 +523,11 @@ class LLVMTarget(TETarget):
         """With ``integer_qdq``, the quantized concatenations that remain between
         integer convolutions in integers too (``integer_concats``: copies of the int8
         tensors), so no DequantizeLinear -> float op -> QuantizeLinear glue runs around
-        them, and integer matrix products as 1x1 integer convolutions on the dot product
+        them; the quantized element-wise functions of one 8-bit tensor (SiLU, HardSwish,
+        HardSigmoid, GELU, ...: ``lookup_tables``) become 256-entry byte tables, exact by
+        construction, which the producing convolution's epilogue reads in registers
+        (``byte_table.py``) instead of computing the chain in float; and integer matrix
+        products as 1x1 integer convolutions on the dot product
         (``integer_products_as_convolutions``). Global average pools are summed in
         integers and scaled in float32 as ONNX Runtime's ``QLinearGlobalAveragePool``
         does (``integer_global_average_pools``: its bits; the convolution before one
@@ -537,7 +541,7 @@ class LLVMTarget(TETarget):
         (blocked NCHW[x]c convolutions, outputs padded to whole vectors of this CPU) and
         folding again for a transform of a constant input, unless ``blocked_layout`` is
         off."""
-        passes = ["integer_concats", "integer_global_average_pools",
+        passes = ["integer_concats", "lookup_tables", "integer_global_average_pools",
                   integer_products_as_convolutions] if self.integer_qdq else []
         if not self.blocked_layout:
             return passes

@@ -73,11 +73,11 @@ def test_the_llvm_target_declares_its_layout_pass():
 
     for spec, lanes in (("llvm -mcpu=x86-64-v4", 16), ("llvm -mcpu=x86-64-v3", 8)):
         *integer, layout, fold = LLVMTarget(cpu=spec).graph_passes()
-        # quantized concatenations stay in integers between integer convolutions, global
-        # average pools sum integers, and integer matrix products run as 1x1 integer
-        # convolutions
+        # quantized concatenations stay in integers between integer convolutions,
+        # element-wise functions of one int8 tensor become tables, global average pools
+        # sum integers, and integer matrix products run as 1x1 integer convolutions
         assert [p if isinstance(p, str) else pass_name(p) for p in integer] == [
-            "integer_concats", "integer_global_average_pools",
+            "integer_concats", "lookup_tables", "integer_global_average_pools",
             "integer_products_as_convolutions"]
         # the layout pass pads convolution outputs to the target's vectors
         assert (pass_name(layout), fold) == ("alter_layout", "fold_constants")

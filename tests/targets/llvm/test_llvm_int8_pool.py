@@ -125,3 +125,44 @@ def test_an_int8_average_pool_sums_its_windows_in_integers(target, shape, attrs)
         got, theirs = results
         steps = np.abs(got - theirs) / np.float32(0.021)
         assert np.max(steps) < 1.01 and np.mean(steps > 0.5) < 0.01
+
+
+def _squeeze_excite(shape):
+    """A squeeze-excite gate of a quantized ``x``: ``Q(DQ(x) * DQ(Q(Sigmoid(DQ(Q(
+    GlobalAveragePool(DQ(x))))))))``, the one DequantizeLinear of ``x`` read by the pool
+    and by the gate's product (EfficientNet's, MobileNetV3's)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    quantization = {"x": (0.05, 120), "p": (0.02, 100), "s": (1 / 256, 0), "y": (0.03, 110)}
+    inits = [tensor for name, (scale, zero) in quantization.items() for tensor in (
+        helper.make_tensor(f"s{name}", TensorProto.FLOAT, [], [scale]),
+        helper.make_tensor(f"z{name}", TensorProto.UINT8, [], [zero]))]
+
+    def qdq(value, name):
+        return [helper.make_node("QuantizeLinear", [value, f"s{name}", f"z{name}"], [f"q{name}"]),
+                helper.make_node("DequantizeLinear", [f"q{name}", f"s{name}", f"z{name}"],
+                                 [f"d{name}"])]
+
+    nodes = [*qdq("x", "x"), helper.make_node("GlobalAveragePool", ["dx"], ["pool"]),
+             *qdq("pool", "p"), helper.make_node("Sigmoid", ["dp"], ["sigmoid"]),
+             *qdq("sigmoid", "s"), helper.make_node("Mul", ["dx", "ds"], ["gated"]),
+             *qdq("gated", "y")]
+    nodes[-1].output[0] = "y"
+    model = helper.make_model(helper.make_graph(nodes, "squeeze_excite", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f",
+                                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
+                         ids=["host", "avx2", "neon"])
+def test_a_squeeze_excites_pool_sums_the_int8_values(target):
+    """The pool's DequantizeLinear is also the gate product's operand: it stays for the
+    product, and the pool sums the 8-bit tensor (no float pool reading floats four times
+    its size); the integer reference's bits, ONNX Runtime's result within a step."""
+    shape = (1, 32, 7, 7)
+    results = _integer_pool_results(_squeeze_excite(shape), "GlobalAveragePool", shape, target)
+    if results is not None:
+        got, theirs = results
+        assert np.abs(got - theirs).max() <= 0.03 * 1.0001
