@@ -263,11 +263,15 @@ def ort_kernel_op(op_name: str, node_name: str) -> str:
     return op
 
 
+#: the column's resolution (ms per run): an op over ORT's time by less is within it
+WORST_OP_RESOLUTION_MS = 0.005
+
+
 def worst_op(ours: dict[str, float], theirs: dict[str, float]) -> str:
     """The op whose time (ms per run, by base op) exceeds ONNX Runtime's most, with both
-    figures; where none exceeds it, says so."""
+    figures; where none exceeds it by what the column can show, says so."""
     worst = max(set(ours) | set(theirs), key=lambda op: ours.get(op, 0.0) - theirs.get(op, 0.0))
-    if ours.get(worst, 0.0) <= theirs.get(worst, 0.0):
+    if ours.get(worst, 0.0) - theirs.get(worst, 0.0) < WORST_OP_RESOLUTION_MS:
         return "none: every op within ORT's time"
     return f"{worst} {ours[worst]:.2f} vs {theirs.get(worst, 0.0):.2f}"
 

@@ -40,6 +40,9 @@ def test_the_worst_op_is_the_one_furthest_over_onnxruntimes_time():
     assert zoo.worst_op({"Slice": 0.4}, {"Conv": 1.0}) == "Slice 0.40 vs 0.00"
     assert zoo.worst_op({"Conv": 1.0, "Reshape": 0.0}, {"Conv": 2.0, "Reshape": 0.0}) == \
         "none: every op within ORT's time"
+    # over ORT's time by less than the two decimals print: "Reshape 0.00 vs 0.00" said nothing
+    assert zoo.worst_op({"Conv": 1.0, "Reshape": 0.004}, {"Conv": 2.0, "Reshape": 0.001}) == \
+        "none: every op within ORT's time"
 
 
 def test_a_batchnorm_that_onnxruntime_runs_as_a_convolution_counts_as_batchnorm():
