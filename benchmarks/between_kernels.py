@@ -42,7 +42,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import zoo  # noqa: E402  (beside this script)
 from machine import describe  # noqa: E402
-from ort_quantize import quantize_qdq  # noqa: E402
 from runtime_overhead import machine_code_calls  # noqa: E402
 
 
@@ -66,9 +65,7 @@ def _compile(name: str, int8: bool, target: str):
         feed = zoo.random_feed(session, rng)
         if int8:
             quantized = os.path.join(tmp, f"{name}.int8.onnx")
-            with zoo._quiet():
-                quantize_qdq(path, quantized, [zoo.random_feed(session, rng)
-                                               for _ in range(zoo.CALIBRATION_INPUTS)])
+            zoo.quantize(path, quantized)
             path = quantized
         executor = heterocc.compile(path, target=target).build_static().executor
     return executor, [feed[name] for name in executor.input_names]
@@ -76,10 +73,7 @@ def _compile(name: str, int8: bool, target: str):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", choices=[*zoo.VISION, *zoo.TEXT])
-    parser.add_argument("--int8", action="store_true", help="the ORT-quantized QDQ model")
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--target", default="llvm")
+    zoo.model_arguments(parser)
     parser.add_argument("--top", type=int, default=8,
                         help="kernels listed whose time in the run exceeds alone the most")
     args = parser.parse_args()

@@ -152,8 +152,7 @@ def whole_models(names: list[str], precision: str, rounds: int) -> None:
 
     import onnxruntime as ort
     from alternating import alternating_samples
-    from ort_quantize import quantize_qdq
-    from zoo import CALIBRATION_INPUTS, export, random_feed
+    from zoo import export, quantize, random_feed
 
     import heterocc
     from heterocc.runtime.executor import GraphExecutor
@@ -170,8 +169,7 @@ def whole_models(names: list[str], precision: str, rounds: int) -> None:
             feed = random_feed(session, rng)
             if precision == "int8":
                 quantized = os.path.join(tmp, f"{name}.int8.onnx")
-                quantize_qdq(path, quantized, [random_feed(session, rng)
-                                               for _ in range(CALIBRATION_INPUTS)])
+                quantize(path, quantized)
                 path = quantized
             executor = heterocc.compile(path, target="llvm").build_static().executor
         per_node = GraphExecutor(executor.graph, executor.kernels, executor.placement,

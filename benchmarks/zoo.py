@@ -146,6 +146,28 @@ def export(name: str, path: str) -> str | None:
     return None
 
 
+def quantize(float_path: str, path: str) -> None:
+    """``float_path``'s int8 form at ``path`` as this benchmark makes it: ONNX Runtime's
+    ``quantize_static`` (QDQ, per channel), calibrated on :data:`CALIBRATION_INPUTS`
+    random feeds (seed 2), so that every script studying a zoo model quantizes the same."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(float_path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(2)
+    with _quiet():
+        quantize_qdq(float_path, path, [random_feed(session, rng)
+                                        for _ in range(CALIBRATION_INPUTS)])
+
+
+def model_arguments(parser) -> None:
+    """The arguments of a script that studies one zoo model: the model, ``--int8``,
+    ``--runs`` and ``--target``."""
+    parser.add_argument("model", choices=[*VISION, *TEXT])
+    parser.add_argument("--int8", action="store_true", help="the ORT-quantized QDQ model")
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--target", default="llvm")
+
+
 def random_feed(session, rng) -> dict:
     """A random input for each of ``session``'s inputs (token ids below VOCAB)."""
     feed = {}
@@ -393,15 +415,8 @@ def main() -> int:
             for precision in precisions:
                 path = float_path
                 if precision == "int8":
-                    import onnxruntime as ort
-
                     path = os.path.join(tmp, f"{name}.int8.onnx")
-                    session = ort.InferenceSession(float_path,
-                                                   providers=["CPUExecutionProvider"])
-                    rng = np.random.default_rng(2)
-                    with _quiet():
-                        quantize_qdq(float_path, path, [random_feed(session, rng)
-                                                        for _ in range(CALIBRATION_INPUTS)])
+                    quantize(float_path, path)
                 try:
                     row = measure(name, precision, path, args, tmp)
                 except Exception as exc:

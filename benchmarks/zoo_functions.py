@@ -26,15 +26,11 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import zoo  # noqa: E402  (beside this script)
-from ort_quantize import quantize_qdq  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", choices=[*zoo.VISION, *zoo.TEXT])
-    parser.add_argument("--int8", action="store_true", help="the ORT-quantized QDQ model")
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--target", default="llvm")
+    zoo.model_arguments(parser)
     args = parser.parse_args()
     os.environ.setdefault("HETEROCC_NUM_THREADS", "1")
     import onnxruntime as ort
@@ -48,12 +44,8 @@ def main() -> int:
             print(f"skipped: {why}")
             return 0
         if args.int8:
-            session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-            rng = np.random.default_rng(2)
             quantized = os.path.join(tmp, f"{args.model}.int8.onnx")
-            with zoo._quiet():
-                quantize_qdq(path, quantized, [zoo.random_feed(session, rng)
-                                               for _ in range(zoo.CALIBRATION_INPUTS)])
+            zoo.quantize(path, quantized)
             path = quantized
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
