@@ -131,6 +131,7 @@ def fusion_groups(graph: Graph) -> list[int]:
     index = {node: i for i, node in enumerate(nodes)}
     users = graph.consumers()
     succ = [sorted({index[u] for v in node.outputs for u in users.get(v, ())}) for node in nodes]
+    producer = {v: i for i, node in enumerate(nodes) for v in node.outputs}
     groups = _Groups(kinds)
 
     def try_fuse(i: int, p: int, path_max: FusionKind, sink_max: FusionKind) -> None:
@@ -153,7 +154,7 @@ def fusion_groups(graph: Graph) -> list[int]:
                 continue
             if kind == FusionKind.OUT_FUSABLE:
                 if phase == 0 and not _widens_for_a_later_epilogue(nodes, kinds, succ, ipdom,
-                                                                   index, p):
+                                                                   producer, p):
                     try_fuse(i, p, FusionKind.BROADCAST, FusionKind.BROADCAST)
             elif kind <= FusionKind.BROADCAST:
                 try_fuse(i, p, FusionKind.INJECTIVE, FusionKind.REDUCTION)
@@ -178,15 +179,16 @@ def _is_byte_widening(node: Node) -> bool:
 
 
 def _widens_for_a_later_epilogue(nodes: list[Node], kinds: list[FusionKind],
-                                 succ: list[list[int]], ipdom: list[int], index: dict,
-                                 p: int) -> bool:
+                                 succ: list[list[int]], ipdom: list[int],
+                                 producer: dict, p: int) -> bool:
     """Whether ``p``, reached by an out-fusable group's epilogue, widens its 8-bit
     output into an integer chain that ends in an addition whose other term comes, along
     a chain of its own, from an out-fusable op later in the graph (a quantized residual
     addition of two convolutions' outputs: a ResNet's downsampling skip). The epilogue
     then stops at its 8-bit value, which the later op's epilogue reads, rather than
     writing the int32 term (4x the bytes) for it to read. Of two such terms exactly one
-    stops: the one whose out-fusable op comes first."""
+    stops: the one whose out-fusable op comes first. ``producer``: the index of each
+    value's producer."""
     n = len(nodes)
     if not _is_byte_widening(nodes[p]):
         return False
@@ -198,15 +200,14 @@ def _widens_for_a_later_epilogue(nodes: list[Node], kinds: list[FusionKind],
     operands = _tensor_inputs(nodes[j])
     if len(operands) != 2:
         return False
-    producers = {v: index[node] for node in nodes for v in node.outputs}
     starts, own = [], None
     for operand in operands:
-        if producers.get(operand) == last:
+        if producer.get(operand) == last:
             own = len(starts)
         # walk the term back to where it starts, through single-reader integer steps
-        k = producers.get(operand)
+        k = producer.get(operand)
         while k is not None and _single_integer_step(nodes[k], kinds[k], succ[k]):
-            k = producers.get(_tensor_inputs(nodes[k])[0])
+            k = producer.get(_tensor_inputs(nodes[k])[0])
         if k is None or kinds[k] != FusionKind.OUT_FUSABLE:
             return False
         starts.append(k)
