@@ -13,7 +13,7 @@ from heterocc.compute import compute_of
 from heterocc.compute.nn import matmul
 from heterocc.ops import get_op
 from heterocc.ops.layout import blocked_conv_geometry, blocked_conv_input_shape, conv_nchwc
-from heterocc.ops.lookup import TABLE_OFFSET
+from heterocc.ops.lookup import TABLE_ENTRIES, TABLE_OFFSET
 from heterocc.ops.macs import multiply_accumulates
 from heterocc.ops.nn import conv_geometry, pool_geometry
 from heterocc.ops.qnn import zero_point_bias
@@ -24,8 +24,9 @@ from heterocc.passes.pipeline import run_pipeline, target_graph_passes
 from heterocc.passes.rewrite import outline
 
 __all__ = [
-    "DEFAULT_PIPELINE", "TABLE_OFFSET", "PassManager", "alter_layout_for", "blocked_conv_geometry",
-    "blocked_conv_input_shape", "compute_of", "conv_geometry", "conv_nchwc", "get_op", "matmul",
+    "DEFAULT_PIPELINE", "TABLE_ENTRIES", "TABLE_OFFSET", "PassManager", "alter_layout_for",
+    "blocked_conv_geometry", "blocked_conv_input_shape", "compute_of", "conv_geometry",
+    "conv_nchwc", "get_op", "matmul",
     "multiply_accumulates", "outline", "pool_geometry", "run_pipeline", "target_graph_passes",
     "zero_point_bias",
 ]

@@ -13,21 +13,17 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from heterocc.sdk.graph import TABLE_ENTRIES, TABLE_OFFSET
 from heterocc.tir import expr as tx
 
 from .llvm_types import I8, I32
-
-#: entries of a byte table, one per 8-bit index
-TABLE_BYTES = 256
-#: the offset ``LookupTable`` adds to an int8 value to index its table
-INDEX_OFFSET = 128
 
 
 def byte_table_index(buffer: tx.Buffer, index: tx.Expr) -> tx.Expr | None:
     """The int8 vector ``x`` whose lookups ``buffer[index]`` reads, where ``buffer`` is a
     256-entry byte table and ``index`` is ``int32(x) + 128`` (``LookupTable``'s read);
     None for any other load."""
-    if buffer.size != TABLE_BYTES or buffer.dtype not in ("int8", "uint8"):
+    if buffer.size != TABLE_ENTRIES or buffer.dtype not in ("int8", "uint8"):
         return None
     index = _unclamped(index)
     if not isinstance(index, tx.Binary) or index.op != "add":
@@ -35,7 +31,7 @@ def byte_table_index(buffer: tx.Buffer, index: tx.Expr) -> tx.Expr | None:
     for cast, offset in ((index.a, index.b), (index.b, index.a)):
         if isinstance(cast, tx.Cast) and tx.scalar_dtype(cast.value.dtype) == "int8" \
                 and isinstance(offset, tx.Broadcast) and isinstance(offset.value, tx.IntImm) \
-                and offset.value.value == INDEX_OFFSET:
+                and offset.value.value == TABLE_OFFSET:
             return cast.value
     return None
 
@@ -46,7 +42,7 @@ def _unclamped(index: tx.Expr) -> tx.Expr:
     while True:
         if isinstance(index, tx.Binary) and index.op in ("max", "min") and \
                 isinstance(index.b, tx.Broadcast) and isinstance(index.b.value, tx.IntImm) \
-                and index.b.value.value == (0 if index.op == "max" else TABLE_BYTES - 1):
+                and index.b.value.value == (0 if index.op == "max" else TABLE_ENTRIES - 1):
             index = index.a
         elif isinstance(index, tx.Cast) and tx.scalar_dtype(index.value.dtype) in ("int32",
                                                                                    "int64"):
@@ -71,11 +67,11 @@ def emit_byte_table_lookup(builder: ir.IRBuilder, function_of, table: ir.Value,
     ``function_of(name, ret, args)`` declares an intrinsic."""
     vector = ir.VectorType(I8, width)
     # x + 128 as an unsigned byte: the top bit flipped
-    flip = ir.Constant(ir.VectorType(I8, lanes), [INDEX_OFFSET] * lanes)
+    flip = ir.Constant(ir.VectorType(I8, lanes), [TABLE_OFFSET] * lanes)
     index = builder.xor(x, flip)
     entries = [builder.load(builder.gep(table, [ir.Constant(I32, start)], inbounds=True,
                                         source_etype=I8), typ=vector, align=1)
-               for start in range(0, TABLE_BYTES, width)]
+               for start in range(0, TABLE_ENTRIES, width)]
     lookup = _vbmi_lookup if width == 64 else _tbl_lookup
     pieces = []
     for start in range(0, lanes, width):

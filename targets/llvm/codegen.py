@@ -402,24 +402,26 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
               and self._wide_masked_loads(node.buffer.dtype)):
             value = self._strided_load(node.buffer, self.expr(index.base),
                                        index.stride.value, lanes, mask)
-        elif mask is None and self._byte_table_lanes(node.buffer, index):
-            value = emit_byte_table_lookup(
-                self.builder, self._function, self.buffers[node.buffer],
-                self.expr(byte_table_index(node.buffer, index)), lanes,
-                self._byte_table_lanes(node.buffer, index))
+        elif mask is None and (table := self._byte_table_read(node.buffer, index)):
+            indices, width = table
+            value = emit_byte_table_lookup(self.builder, self._function,
+                                           self.buffers[node.buffer], self.expr(indices),
+                                           lanes, width)
         else:
             value = self._gather(node.buffer, self.expr(index), lanes, mask)
         if tx.is_bool(node.buffer.dtype):
             value = self.builder.trunc(value, value_type(node.dtype))
         return value
 
-    def _byte_table_lanes(self, buffer: tx.Buffer, index: tx.Expr) -> int:
-        """Lanes of this CPU's table lookup where ``buffer[index]`` reads a 256-entry
-        byte table at an int8 vector's values (``LookupTable``), else 0: the load is
-        then lookups in registers (:mod:`.byte_table`), not a gather."""
-        if byte_table_index(buffer, index) is None:
-            return 0
-        return byte_table_lanes(self.codegen.features, self.codegen.arch)
+    def _byte_table_read(self, buffer: tx.Buffer, index: tx.Expr
+                         ) -> tuple[tx.Expr, int] | None:
+        """Where ``buffer[index]`` reads a 256-entry byte table at an int8 vector's values
+        (``LookupTable``) and this CPU has a table lookup instruction: that vector and the
+        lanes one lookup returns (the load is then lookups in registers,
+        :mod:`.byte_table`, not a gather); else None."""
+        width = byte_table_lanes(self.codegen.features, self.codegen.arch)
+        indices = byte_table_index(buffer, index) if width else None
+        return None if indices is None else (indices, width)
 
     def _wide_masked_loads(self, dtype: str) -> bool:
         """Whether the CPU loads a vector of ``dtype`` under a mask in one instruction
