@@ -708,6 +708,13 @@ def _packed_weight_sum(packed_w: te.Tensor, k):
     else:
         def byte(index):
             return packed_w[k, group, 0, 0, index]
+    return int32_of_bytes(byte)
+
+
+def int32_of_bytes(byte) -> te.Expr:
+    """The int32 whose four bytes, lowest first, ``byte(0)`` to ``byte(3)`` read (8-bit
+    values: the lower three taken unsigned, the highest signed): a sum packed into a
+    constant weight's bytes when its kernel was built."""
     total = te.cast("int32", byte(GROUP - 1)) * (1 << 24)
     for index in range(GROUP - 1):
         total = total + te.cast("int32", te.cast("uint8", byte(index))) * (1 << (8 * index))

@@ -48,6 +48,7 @@ from .int8_conv import (
     _zero,
     block_of_rows,
     data_dtype,
+    int32_of_bytes,
     row_blocks,
     schedule_phase_rows,
     tensorized_channel_tiles,
@@ -252,14 +253,7 @@ def quad_weight_sum(weight: te.Tensor, kh: int):
         summed = weight_sums(weight)
         return lambda c: summed[c]
 
-    def weight_sum(c):
-        total = te.cast("int32", weight[c, kh, 0, GROUP - 1]) * (1 << 24)
-        for index in range(GROUP - 1):
-            total = total + te.cast("int32", te.cast("uint8", weight[c, kh, 0, index])) \
-                * (1 << (8 * index))
-        return total
-
-    return weight_sum
+    return lambda c: int32_of_bytes(lambda index: weight[c, kh, 0, index])
 
 
 def weight_sums(weight: te.Tensor) -> te.Tensor:
@@ -356,7 +350,7 @@ def schedule_quad_depthwise(schedule: te.Schedule, sums: te.Tensor,
     tiles = sums.op.attrs["int8_depthwise"]
     stride, dilation = sums.op.attrs["int8_quads"]
     padded = quad_stages(sums)["padded"]
-    schedule_phase_rows(schedule, padded, cpu, parallel=not padded.op.attrs.get(IN_BLOCKS))
+    schedule_phase_rows(schedule, padded, cpu, parallel=False)  # inside the result's loop
     tensorized_channel_tiles(schedule, sums, tiles.channels, tiles.lanes,
                              dot4_window_intrinsic(tiles.lanes, padded.dtype, stride,
                                                    dilation))
