@@ -222,12 +222,13 @@ class CostCache:
         root = directory or os.environ.get("HETEROCC_CACHE_DIR") or DEFAULT_CACHE_DIR
         self.path = Path(root).expanduser() / filename
         self.journal = self.path.with_suffix(".jsonl")
+        self.lock = self.path.with_suffix(".lock")
         self._entries: dict[str, dict] | None = None
 
     def _load(self) -> dict[str, dict]:
         if self._entries is None:
             try:
-                with _file_lock(self.path.with_suffix(".lock"), fcntl.LOCK_SH):
+                with _file_lock(self.lock, fcntl.LOCK_SH):
                     self._entries = self._read()
             except OSError:
                 self._entries = self._read()  # a read-only cache directory: no lock file
@@ -252,7 +253,7 @@ class CostCache:
             self._load()[key] = entry
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                with _file_lock(self.path.with_suffix(".lock"), fcntl.LOCK_EX):
+                with _file_lock(self.lock, fcntl.LOCK_EX):
                     with open(self.journal, "ab+") as journal:
                         if journal.seek(0, os.SEEK_END) and _last_byte(journal) != b"\n":
                             line = "\n" + line  # after a line cut short, on a line of its own
