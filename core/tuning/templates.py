@@ -63,6 +63,10 @@ class Template:
     #: sampling rules (an auto template's sketch: annotated, register tiles that fit the
     #: CPU); None: a search draws every knob uniformly
     sample: Callable[[tuple, np.random.Generator], dict] | None = None
+    #: ``admissible(args, values)``: whether a point keeps the space's sampling rules,
+    #: which a search's mutations and crossovers may break (such children are dropped);
+    #: None: every point is
+    admissible: Callable[[tuple, dict], bool] | None = None
 
     def default_config(self, args: tuple) -> Config:
         """The config matching the target's hand-written schedule."""

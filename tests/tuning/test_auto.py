@@ -278,6 +278,51 @@ def test_a_large_anchor_on_several_cores_is_always_parallel():
     assert parallel_options(1024, cores=1) == (True, False)  # nothing to split over
 
 
+def test_a_point_gives_every_core_a_parallel_iteration_and_unrolls_its_tile():
+    a, b = te.placeholder((512, 512), name="A"), te.placeholder((512, 512), name="B")
+    sketch = Sketch([plain_matmul(a, b, "C")], SearchHints(vector_lanes=16, registers=32,
+                                                             cores=2))
+    assert sketch.space.knobs[[k.name for k in sketch.space.knobs].index("a0.parallel")
+                              ].options == (True,)
+    base = {**sketch.default_values(), "a0.tile.s0": (8, 8, 8), "a0.unroll": 64}
+    # all 512 rows in one outer tile: the columns' outer tiles are the parallel loop
+    assert sketch.admissible({**base, "a0.tile.s1": (1, 8, 32)})  # 2 iterations
+    assert not sketch.admissible({**base, "a0.tile.s1": (4, 4, 32)})  # 1: a serial nest
+    for order in ("natural", "reversed"):  # whichever axis the nest walks outermost
+        assert sketch.admissible({**base, "a0.order": order, "a0.tile.s0": (4, 8, 8),
+                                  "a0.tile.s1": (4, 4, 32)})
+    # a register tile of 8 rows with an unroll limit below them keeps its accumulators
+    # in memory; a single row has nothing to unroll
+    assert not sketch.admissible({**base, "a0.tile.s1": (1, 8, 32), "a0.unroll": 0})
+    assert sketch.admissible({**base, "a0.tile.s0": (8, 64, 1), "a0.tile.s1": (1, 8, 32),
+                              "a0.unroll": 0})
+    rng = np.random.default_rng(0)
+    assert all(sketch.admissible(sketch.sample_values(rng)) for _ in range(64))
+    # a small product may run serially: any split is admissible
+    small = Sketch([plain_matmul(te.placeholder((64, 64), name="A"),
+                                 te.placeholder((64, 64), name="B"), "C")],
+                   SearchHints(vector_lanes=16, registers=32, cores=2))
+    assert small.admissible({**small.default_values(), "a0.tile.s0": (1, 8, 8),
+                             "a0.tile.s1": (1, 2, 32), "a0.parallel": False})
+
+
+def test_the_search_drops_children_that_break_the_sampling_rules():
+    task = Task("auto.matmul", (64, 64, 64, "float32"))
+    tuner = EvolutionaryTuner(task, seed=0, initial=4, population=16, generations=3,
+                              epsilon=0.0)
+
+    def cost(config):  # made up: taller register tiles and less unrolling look faster,
+        # which leads the model to tiles of many rows not unrolled, were they proposed
+        return (1 + config["a0.unroll"]) / (1 + config["a0.tile.s0"][-1])
+
+    configs = tuner.next_batch(4)
+    tuner.update(configs, [cost(c) for c in configs])
+    for _ in range(4):
+        batch = tuner.next_batch(8)
+        assert all(task.definition.admissible(task.args, c.values) for c in batch)
+        tuner.update(batch, [cost(c) for c in batch])
+
+
 def test_every_sketch_point_computes_the_product_with_its_epilogue():
     rng = np.random.default_rng(0)
     a = rng.standard_normal((24, 16)).astype(np.float32)

@@ -19,7 +19,9 @@ prime move leads from 8 to 12 within the loop's divisors); an **annotation**
 mutation changes a parallel / vectorize / unroll choice; a **compute-location**
 mutation moves a stage (inline, root, the tile level it is computed at). Crossover
 takes each stage's decisions (its knobs, by their ``a<n>.`` / ``p<n>.`` prefix) from
-one of two parents.
+one of two parents. A child that breaks the sketch's sampling rules (a parallel loop
+of fewer iterations than cores, a register tile not unrolled whole: see
+:meth:`~.sketch.Sketch.admissible`) is dropped.
 """
 
 from __future__ import annotations
@@ -93,6 +95,12 @@ class EvolutionaryTuner(ModelGuidedTuner):
                 if knob.kind in ANNOTATIONS and True in knob.options:
                     digits[position] = knob.options.index(True)
         return self.space.index_of_digits(digits)
+
+    def _admissible(self, index: int) -> bool:
+        """Whether the point keeps the template's sampling rules (see
+        :attr:`~..templates.Template.admissible`)."""
+        rule = self.task.definition.admissible
+        return rule is None or rule(self.task.args, self.space.get(index).values)
 
     def _random_unvisited(self, count: int, exclude: set[int],
                           annotated: bool = False) -> list[int]:
@@ -180,7 +188,7 @@ class EvolutionaryTuner(ModelGuidedTuner):
                     child = self.crossover(parent, other)
                 else:
                     child = self.mutate(parent)
-                if child not in scores:
+                if child not in scores and self._admissible(child):
                     children.append(child)
             children = list(dict.fromkeys(children))
             if children:

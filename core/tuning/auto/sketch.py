@@ -100,6 +100,9 @@ RFACTOR_OPTIONS = ("none", "vector", "parallel")
 #: accumulators, so that each add does not wait for the one before it (an add's latency
 #: is several of its issue slots)
 RFACTOR_VECTORS = 4
+#: draws of :meth:`Sketch.sample_values` before it gives a point that is not admissible
+#: (a sketch whose every point breaks a rule still gives points to measure)
+SAMPLE_ATTEMPTS = 32
 #: chunks per core of a ``parallel`` rfactor (uneven progress of the cores evens out)
 RFACTOR_CHUNKS_PER_CORE = 4
 
@@ -300,6 +303,34 @@ class Sketch:
             return (True,)
         return (True, False)
 
+    def admissible(self, values: dict) -> bool:
+        """Whether a point keeps the rules :meth:`sample_values` draws by, which a
+        mutation or a crossover may break: an anchor that must run in parallel
+        (:meth:`_parallel_options`) has at least one parallel iteration per core (a
+        parallel loop of one iteration is a serial nest, which times as fast as a
+        parallel one while the other cores are busy, so a search on a shared machine
+        would keep it), and each register tile is unrolled whole (an unroll limit below
+        its rows leaves the accumulators in memory: a MobileNetV2 search from scratch
+        spent 25 trials on a 3 x 7 tile with no unrolling)."""
+        cores = self.hints.cores
+        for number, anchor in enumerate(self.anchors):
+            p = f"a{number}"
+            if values.get(f"{p}.rfactor", "none") != "none":
+                continue
+            tiles = [values[f"{p}.tile.s{axis}"] for axis in range(len(anchor.spatial))]
+            rows = math.prod(tile[-1] for tile in tiles[:-1])
+            if rows > 1 and values[f"{p}.unroll"] < min(rows, max(UNROLL_LIMITS)):
+                return False
+            if self._parallel_options(anchor) == (True,):
+                trips = [(-(-extent // math.prod(tile)), bool(extent % math.prod(tile)))
+                         for extent, tile in zip(anchor.spatial, tiles)]
+                if values[f"{p}.order"] == "reversed":
+                    trips.reverse()
+                start, cut = _fused_span(trips)
+                if math.prod(trip for trip, _ in trips[start:cut]) < cores:
+                    return False
+        return True
+
     def default_values(self) -> dict:
         """A reasonable first point: a register tile of up to two vectors by as many
         rows as the accumulators leave registers for (four kept for operands), as the
@@ -352,7 +383,17 @@ class Sketch:
         Each tile is drawn by its innermost size first, then its outer levels. Drawn
         uniformly, almost every point's tile is partial vectors (1 in 35 of a 16-lane
         channel block's tiles is one whole vector) or spills its accumulators, and the
-        first measurements teach the cost model only that such code is slow."""
+        first measurements teach the cost model only that such code is slow. A point
+        that is not :meth:`admissible` (a parallel loop with fewer iterations than
+        cores) is drawn again, up to :data:`SAMPLE_ATTEMPTS` times."""
+        for _ in range(SAMPLE_ATTEMPTS - 1):
+            values = self._draw_values(rng)
+            if self.admissible(values):
+                return values
+        return self._draw_values(rng)
+
+    def _draw_values(self, rng: np.random.Generator) -> dict:
+        """One draw of :meth:`sample_values`' rules."""
         lanes = self.hints.vector_lanes
         values: dict = {}
         for knob in self.space.knobs:
@@ -747,19 +788,25 @@ def _ragged(outermost: list, extents: Sequence[int], tiles: list[tuple[int, ...]
 
 
 def _parallel_loops(top: list, outermost: dict[int, tuple[int, bool]]) -> list:
-    """The outermost tile loops fused into the parallel loop: all of them but leading
-    ones of one trip (left outside, where they vanish), and but those from a ragged loop
-    (see :func:`_ragged`) on when one comes after the first fused. The fused index
-    reaches the first loop's variable as ``fused // c``, which grows with it, so the
-    TIR's loop partition still peels the cut-short tiles off the parallel loop; a later
-    loop's variable is ``(fused // c) % n``, which it cannot, and its guards would stay
-    in every tile of the hot loop. Left serial, that loop is partitioned inside each
-    parallel iteration instead."""
-    start = next((k for k, loop in enumerate(top) if outermost[id(loop)][0] > 1),
-                 len(top) - 1)
-    top = top[start:]
-    cut = next((k for k, loop in enumerate(top) if k and outermost[id(loop)][1]), len(top))
-    return top[:cut]
+    """The outermost tile loops fused into the parallel loop (see :func:`_fused_span`)."""
+    start, cut = _fused_span([outermost[id(loop)] for loop in top])
+    return top[start:cut]
+
+
+def _fused_span(trips: Sequence[tuple[int, bool]]) -> tuple[int, int]:
+    """Which of the outermost tile loops, given in nest order by (trip count, ragged)
+    (see :func:`_ragged`), are fused into the parallel loop, as a slice: all of them but
+    leading ones of one trip (left outside, where they vanish), and but those from a
+    ragged loop on when one comes after the first fused. The fused index reaches the
+    first loop's variable as ``fused // c``, which grows with it, so the TIR's loop
+    partition still peels the cut-short tiles off the parallel loop; a later loop's
+    variable is ``(fused // c) % n``, which it cannot, and its guards would stay in every
+    tile of the hot loop. Left serial, that loop is partitioned inside each parallel
+    iteration instead."""
+    start = next((k for k, (trip, _) in enumerate(trips) if trip > 1), len(trips) - 1)
+    cut = next((k for k, (_, ragged) in enumerate(trips) if k > start and ragged),
+               len(trips))
+    return start, cut
 
 
 def _largest_inner(extent: int, limit: int) -> int:

@@ -82,6 +82,9 @@ def auto_template(workload: AutoWorkload, target: str) -> Template:
     def sample(args: tuple, rng: np.random.Generator) -> dict:
         return sketch(args).sample_values(rng)
 
+    def admissible(args: tuple, values: dict) -> bool:
+        return sketch(args).admissible(values)
+
     return Template(auto_name(workload.kind), target, space, default, instantiate,
                     workload.inputs, workload.reference, workload.flops, seeds=seeds,
-                    upgrade=upgrade, sample=sample)
+                    upgrade=upgrade, sample=sample, admissible=admissible)
