@@ -1,0 +1,234 @@
+"""How fast a zoo model's int8 form could run on this CPU's 8-bit dot product at best,
+next to ONNX Runtime: whether a latency target (0.8x ORT's) is within reach of faster
+kernels at all, or needs fewer multiplies.
+
+1. The peak of the dot product the llvm target emits for the CPU (``Dot4Emitter``: AVX-512
+   VNNI ``vpdpbusd``, AVX-VNNI, the exact ``vpmaddubsw`` form on plain AVX2, NEON
+   ``udot``/``sdot``): independent accumulator chains on registers, no memory, timed on
+   one thread, then on every core at once (the best of several runs).
+2. The model's multiply-accumulates the dot product takes: its dense and grouped
+   convolutions and its products (Gemm, MatMul), counted from the exported graph with
+   the reduction rounded up to whole groups of four bytes (a 3-channel stem costs four),
+   as a direct (im2col-free or not) convolution multiplies them. Depthwise convolutions
+   are counted apart and left out of the bound, like everything else a model runs
+   besides (requantization, pooling, residual adds, packing): they only add time.
+3. Their time at one core's peak times the threads: a lower bound of any kernel that
+   multiplies them on that instruction. Then ONNX Runtime's median latency on the same
+   int8 model (as
+   ``benchmarks/zoo.py`` makes it: ``quantize_static`` QDQ, per channel) at the same
+   thread count, and bound / ORT: above 0.8, "0.8x ORT" is out of reach of any kernel
+   of the direct convolution's arithmetic on this CPU.
+
+    python benchmarks/int8_bound.py [--models resnet18 resnet50] [--threads 2]
+                                    [--target "llvm -mattr=-avx512f"] [--runs 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import llvmlite.binding as llvm
+import numpy as np
+import onnx
+from llvmlite import ir
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from machine import cpu_target, describe  # noqa: E402  (beside this script)
+from zoo import export, quantize, random_feed  # noqa: E402  (beside this script)
+
+from heterocc.targets.llvm.int8_dot import Dot4Emitter  # noqa: E402
+from heterocc.targets.llvm.module import machines  # noqa: E402
+
+#: bytes per int32 lane of the dot product: the reduction is multiplied in groups of four
+GROUP = 4
+#: accumulator chains the peak loop keeps (every vector register but four, at least 8)
+OPERAND_REGISTERS = 4
+#: the peak loop's symbol in the target's engine (beside its kernels)
+PEAK_FUNCTION = "heterocc_bench_dot_peak"
+
+
+def dot_peak_ir(description, lanes: int, chains: int) -> str:
+    """LLVM IR of ``i32 PEAK_FUNCTION(i64 count, i32 seed)``: ``count`` iterations, each
+    advancing ``chains`` independent ``<lanes x i32>`` accumulators by one dot product of
+    uint8 by int8 bytes as the target emits it for ``description``."""
+    module = ir.Module(name="dot_peak")
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    words = ir.VectorType(i32, lanes)
+    function = ir.Function(module, ir.FunctionType(i32, [i64, i32]), name=PEAK_FUNCTION)
+    count, seed = function.args
+    entry, loop, done = (function.append_basic_block(n) for n in ("entry", "loop", "done"))
+    builder = ir.IRBuilder(entry)
+    broadcast = builder.insert_element(ir.Constant(words, ir.Undefined), seed,
+                                       ir.Constant(i32, 0))
+    broadcast = builder.shuffle_vector(broadcast, ir.Constant(words, ir.Undefined),
+                                       ir.Constant(words, [0] * lanes))
+    data_bytes = ir.VectorType(ir.IntType(8), GROUP * lanes)
+    a = builder.bitcast(broadcast, data_bytes)
+    b = builder.bitcast(builder.mul(broadcast, broadcast), data_bytes)
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    index = builder.phi(i64)
+    accumulators = [builder.phi(words) for _ in range(chains)]
+
+    def declare(name, ret, args):
+        existing = module.globals.get(name)
+        return existing or ir.Function(module, ir.FunctionType(ret, args), name=name)
+
+    emitter = Dot4Emitter(builder, declare, description.features, description.arch)
+    updated = [emitter.emit(acc, a, b, True, False) for acc in accumulators]
+    step = builder.add(index, ir.Constant(i64, 1))
+    builder.cbranch(builder.icmp_unsigned("<", step, count), loop, done)
+    index.add_incoming(ir.Constant(i64, 0), entry)
+    index.add_incoming(step, loop)
+    for phi, new in zip(accumulators, updated):
+        phi.add_incoming(broadcast, entry)
+        phi.add_incoming(new, loop)
+    builder.position_at_end(done)
+    total = updated[0]
+    for value in updated[1:]:
+        total = builder.add(total, value)
+    builder.ret(builder.extract_element(total, ir.Constant(i32, 0)))
+    return str(module)
+
+
+def dot_peak(description, runs: int, seconds: float) -> tuple[float, float]:
+    """Byte multiply-accumulates per second of the dot-product peak loop: one thread,
+    and every core at once (the best of ``runs`` runs of about ``seconds`` each)."""
+    state = machines(description)
+    if state.engine is None:
+        raise SystemExit(f"code for {description.triple} does not run on this machine")
+    lanes = description.vector_bytes // 4
+    chains = max(8, description.vector_registers - OPERAND_REGISTERS)
+    module = llvm.parse_assembly(dot_peak_ir(description, lanes, chains))
+    module.verify()
+    with state.engine_lock:  # the engine the target's kernels are loaded into
+        state.engine.add_module(module)
+        state.engine.finalize_object()
+        address = state.engine.get_function_address(PEAK_FUNCTION)
+    # ctypes releases the GIL during the call: the threads run the loop side by side
+    loop = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_int32)(address)
+    start = time.perf_counter()
+    loop(100_000, 3)
+    count = max(1, int(100_000 * seconds / (time.perf_counter() - start)))
+    per_call = count * chains * lanes * GROUP
+    rates = []
+    for threads in (1, os.cpu_count() or 1):
+        best = 0.0
+        with ThreadPoolExecutor(threads) as pool:
+            for _ in range(runs):
+                start = time.perf_counter()
+                list(pool.map(lambda _: loop(count, 3), range(threads)))
+                best = max(best, threads * per_call / (time.perf_counter() - start))
+        rates.append(best)
+    return rates[0], rates[1]
+
+
+def _ceil_group(value: int) -> int:
+    return -(-value // GROUP) * GROUP
+
+
+def model_macs(path: str) -> tuple[int, int]:
+    """(multiply-accumulates of the dense and grouped convolutions and products, with each
+    reduction rounded up to whole groups of four; those of the depthwise convolutions)
+    of the float model at ``path``, from its inferred shapes."""
+    model = onnx.shape_inference.infer_shapes(onnx.load(path))
+    graph = model.graph
+    shapes = {init.name: tuple(init.dims) for init in graph.initializer}
+    for info in [*graph.value_info, *graph.input, *graph.output]:
+        dims = info.type.tensor_type.shape.dim
+        shapes[info.name] = tuple(d.dim_value or 1 for d in dims)
+    dense = depthwise = 0
+    for node in graph.node:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "Conv":
+            k, per_group, *window = shapes[node.input[1]]
+            n, _, *spatial = shapes[node.output[0]]
+            points = n * k * int(np.prod(spatial)) * int(np.prod(window))
+            if attrs.get("group", 1) > 1 and per_group == 1:
+                depthwise += points
+            else:
+                dense += points * _ceil_group(per_group)
+        elif node.op_type == "Gemm":
+            a, b = shapes[node.input[0]], shapes[node.input[1]]
+            rows = a[1] if attrs.get("transA", 0) else a[0]
+            depth = a[0] if attrs.get("transA", 0) else a[1]
+            columns = b[0] if attrs.get("transB", 0) else b[1]
+            dense += rows * columns * _ceil_group(depth)
+        elif node.op_type == "MatMul":
+            a, b = shapes[node.input[0]], shapes[node.input[1]]
+            batch = int(np.prod(shapes[node.output[0]][:-2]))
+            dense += batch * a[-2] * b[-1] * _ceil_group(a[-1])
+    return dense, depthwise
+
+
+def ort_latency(path: str, threads: int, runs: int) -> float:
+    """ONNX Runtime's median seconds per run of the model at ``path`` on ``threads``
+    intra-op threads."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    feed = random_feed(session, np.random.default_rng(0))
+    for _ in range(5):
+        session.run(None, feed)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        session.run(None, feed)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["resnet18", "resnet50"])
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--target", default="llvm",
+                        help='the CPU whose dot product bounds, e.g. "llvm -mattr=-avx512f"')
+    parser.add_argument("--runs", type=int, default=50, help="ONNX Runtime runs per model")
+    parser.add_argument("--peak-runs", type=int, default=100)
+    parser.add_argument("--peak-seconds", type=float, default=0.002,
+                        help="length of one peak run: short runs, the best of many, are "
+                             "the ones no other process preempted")
+    args = parser.parse_args()
+    print(describe(args.target))
+    print(f"load: {os.getloadavg()[0]:.1f}")
+    one, every = dot_peak(cpu_target(args.target), args.peak_runs, args.peak_seconds)
+    cores = os.cpu_count() or 1
+    # the bound at --threads threads: one core's peak times the threads (cores running
+    # at once never beat it: their clocks only drop; a busy machine preempts the
+    # all-cores run more than the one-core one, which would loosen a bound taken there)
+    peak = one * min(args.threads, cores)
+    print(f"8-bit dot product peak: {one / 1e9:.1f} G byte-MAC/s on one core, "
+          f"{every / 1e9:.1f} on {cores} cores at once; the bound at {args.threads} "
+          f"threads takes {peak / 1e9:.1f}")
+    print(f"{'model':<20}{'dense GMAC':>11}{'depthwise':>11}{'bound ms':>10}{'ORT ms':>9}"
+          f"{'bound/ORT':>11}")
+    with tempfile.TemporaryDirectory() as directory:
+        for name in args.models:
+            float_path = os.path.join(directory, f"{name}.onnx")
+            skipped = export(name, float_path)
+            if skipped:
+                print(f"{name:<20}skipped: {skipped}")
+                continue
+            int8_path = os.path.join(directory, f"{name}.int8.onnx")
+            quantize(float_path, int8_path)
+            dense, depthwise = model_macs(float_path)
+            bound = dense / peak
+            ort_seconds = ort_latency(int8_path, args.threads, args.runs)
+            print(f"{name:<20}{dense / 1e9:>11.3f}{depthwise / 1e9:>11.3f}"
+                  f"{bound * 1e3:>10.2f}{ort_seconds * 1e3:>9.2f}{bound / ort_seconds:>11.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
