@@ -46,6 +46,7 @@ from zoo import export, quantize, random_feed  # noqa: E402  (beside this script
 
 from heterocc.targets.llvm.int8_dot import Dot4Emitter  # noqa: E402
 from heterocc.targets.llvm.module import machines  # noqa: E402
+from heterocc.targets.llvm.schedules.int8_conv import data_dtype  # noqa: E402
 
 #: bytes per int32 lane of the dot product: the reduction is multiplied in groups of four
 GROUP = 4
@@ -58,7 +59,8 @@ PEAK_FUNCTION = "heterocc_bench_dot_peak"
 def dot_peak_ir(description, lanes: int, chains: int) -> str:
     """LLVM IR of ``i32 PEAK_FUNCTION(i64 count, i32 seed)``: ``count`` iterations, each
     advancing ``chains`` independent ``<lanes x i32>`` accumulators by one dot product of
-    uint8 by int8 bytes as the target emits it for ``description``."""
+    data bytes (as the CPU's convolutions store them: :func:`data_dtype`) by int8 weights
+    as the target emits it for ``description``."""
     module = ir.Module(name="dot_peak")
     i32, i64 = ir.IntType(32), ir.IntType(64)
     words = ir.VectorType(i32, lanes)
@@ -72,7 +74,6 @@ def dot_peak_ir(description, lanes: int, chains: int) -> str:
                                        ir.Constant(words, [0] * lanes))
     data_bytes = ir.VectorType(ir.IntType(8), GROUP * lanes)
     a = builder.bitcast(broadcast, data_bytes)
-    b = builder.bitcast(builder.mul(broadcast, broadcast), data_bytes)
     builder.branch(loop)
     builder.position_at_end(loop)
     index = builder.phi(i64)
@@ -83,7 +84,15 @@ def dot_peak_ir(description, lanes: int, chains: int) -> str:
         return existing or ir.Function(module, ir.FunctionType(ret, args), name=name)
 
     emitter = Dot4Emitter(builder, declare, description.features, description.arch)
-    updated = [emitter.emit(acc, a, b, True, False) for acc in accumulators]
+    # the data's byte type as the convolutions read it (int8 for AArch64's sdot)
+    unsigned_data = data_dtype(description) == "uint8"
+    # each chain's weights are the next chain's accumulator of the last iteration, so
+    # that no product is loop-invariant (hoisted, or one computed for every chain);
+    # the data stays invariant, as a register tile reuses a data vector (the exact
+    # AVX2 form splits it once) across several weights
+    updated = [emitter.emit(acc, a, builder.bitcast(accumulators[(c + 1) % chains],
+                                                    data_bytes), unsigned_data, False)
+               for c, acc in enumerate(accumulators)]
     step = builder.add(index, ir.Constant(i64, 1))
     builder.cbranch(builder.icmp_unsigned("<", step, count), loop, done)
     index.add_incoming(ir.Constant(i64, 0), entry)

@@ -6,14 +6,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import llvmlite.binding as llvm
 import numpy as np
+import onnx
 from onnx import helper
 
 import heterocc
+from heterocc.targets.llvm.cpu import parse_cpu
+from heterocc.targets.llvm.module import machines
 from tests.conftest import make_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import zoo  # noqa: E402  (benchmarks/, put on the path above)
+import int8_bound  # noqa: E402  (benchmarks/, put on the path above)
+import zoo  # noqa: E402
 
 
 def test_ops_of_both_engines_compare_by_base_op():
@@ -107,3 +112,47 @@ def test_a_quantized_model_compares_bit_for_bit_with_the_integer_reference(tmp_p
     changed = out.copy()
     changed.flat[0] ^= 1
     assert zoo.against_reference(compiled, feed, changed) == "max|diff| 1"
+
+
+def test_the_int8_bound_counts_the_dot_products_multiply_accumulates():
+    rng = np.random.default_rng(0)
+
+    def weight(name, *shape):
+        return onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),  # 3 -> 8, 3x3
+        helper.make_node("Conv", ["c1", "w2"], ["c2"], group=8, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c2", "w3"], ["c3"], group=2),  # 4 per group -> 6, 1x1
+        helper.make_node("GlobalAveragePool", ["c3"], ["pooled"]),
+        helper.make_node("Flatten", ["pooled"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "w4"], ["y"], transB=1),  # 6 -> 10
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 10])],
+        [weight("w1", 8, 3, 3, 3), weight("w2", 8, 1, 3, 3), weight("w3", 6, 4, 1, 1),
+         weight("w4", 10, 6)])
+    path = Path(__file__).resolve().parent / ".int8_bound_model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    try:
+        dense, depthwise = int8_bound.model_macs(str(path))
+    finally:
+        path.unlink()
+    # the stem's 3 channels cost a group of 4; the grouped 1x1 its 4 per group; the
+    # product's 6 inputs two groups of 4
+    assert dense == 8 * 25 * 9 * 4 + 6 * 25 * 4 + 10 * 8
+    assert depthwise == 8 * 25 * 9
+
+
+def test_the_int8_bound_loop_is_the_targets_dot_product_on_each_cpu():
+    for spec, instruction in (("llvm -mcpu=znver4", "vpdpbusd"),
+                              ("llvm -mcpu=haswell", "vpmaddubsw"),
+                              ("llvm -mtriple=aarch64-linux-gnu -mattr=+dotprod", "sdot")):
+        description = parse_cpu(spec)
+        lanes = description.vector_bytes // 4
+        module = llvm.parse_assembly(int8_bound.dot_peak_ir(description, lanes, 8))
+        module.verify()
+        assembly = machines(description).export_machine.emit_assembly(module)
+        # one per chain and iteration (none hoisted out of the loop or shared)
+        assert assembly.count(instruction) >= 8, spec
