@@ -42,7 +42,7 @@ from llvmlite import ir
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from machine import cpu_target, describe  # noqa: E402  (beside this script)
-from zoo import export, quantize, random_feed  # noqa: E402  (beside this script)
+from zoo import TEXT, VISION, export, quantize, random_feed  # noqa: E402  (beside this script)
 
 from heterocc.targets.llvm.int8_dot import Dot4Emitter  # noqa: E402
 from heterocc.targets.llvm.module import machines  # noqa: E402
@@ -199,7 +199,8 @@ def ort_latency(path: str, threads: int, runs: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["resnet18", "resnet50"])
+    parser.add_argument("--models", nargs="+", default=["resnet18", "resnet50"],
+                        choices=[*VISION, *TEXT])
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--target", default="llvm",
                         help='the CPU whose dot product bounds, e.g. "llvm -mattr=-avx512f"')

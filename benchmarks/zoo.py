@@ -112,7 +112,7 @@ def _text(name: str, path: str) -> None:
     torch.manual_seed(0)
     if name == "bert_layer":
         model = tf.BertModel(tf.BertConfig(num_hidden_layers=1, vocab_size=VOCAB))
-    else:
+    else:  # gpt2_layer (export checked the name)
         model = tf.GPT2Model(tf.GPT2Config(n_layer=1, vocab_size=VOCAB, bos_token_id=0,
                                            eos_token_id=0))
     model.config.return_dict = False
@@ -137,7 +137,11 @@ def _quiet():
 
 
 def export(name: str, path: str) -> str | None:
-    """Export ``name`` to ``path``; None, or why it was skipped."""
+    """Export ``name`` to ``path``; None, or why it was skipped. A name that is no zoo
+    model is an error (not some other model benchmarked under it)."""
+    if name not in VISION and name not in TEXT:
+        raise ValueError(f"no zoo model is named {name!r}; the zoo has "
+                         f"{', '.join([*VISION, *TEXT])}")
     needed = ("torch", "torchvision") if name in VISION else ("torch", "transformers")
     missing = _missing(*needed)
     if missing:

@@ -9,6 +9,7 @@ from pathlib import Path
 import llvmlite.binding as llvm
 import numpy as np
 import onnx
+import pytest
 from onnx import helper
 
 import heterocc
@@ -156,3 +157,9 @@ def test_the_int8_bound_loop_is_the_targets_dot_product_on_each_cpu():
         assembly = machines(description).export_machine.emit_assembly(module)
         # one per chain and iteration (none hoisted out of the loop or shared)
         assert assembly.count(instruction) >= 8, spec
+
+
+def test_an_unknown_zoo_name_is_an_error_not_another_model(tmp_path):
+    # a mistyped name once benchmarked GPT-2 under it
+    with pytest.raises(ValueError, match="'resnet_18'.*resnet18"):
+        zoo.export("resnet_18", str(tmp_path / "m.onnx"))
