@@ -107,6 +107,32 @@ def test_vector_math_calls_libmvec_when_available():
     np.testing.assert_allclose(call(module, B, a), np.tanh(a), rtol=2e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
+@pytest.mark.parametrize("vector", [8, 16, 32])
+def test_vector_exp_of_far_arguments_matches_numpy(vector, target):
+    """float32 exp of whole vectors over the range where glibc's vector expf would hand
+    lanes to scalar expf (|x| > 87.3: a causal mask's scores), computed as a halved
+    exponent squared: 0 and infinity where NumPy gives them, NaN kept, and the rest
+    within a few ulps (denormal results within one of the smallest normal's ulps)."""
+    A = te.placeholder((64,), "float32", "A")
+    B = te.compute((64,), lambda i: te.exp(A[i]), name="B")
+    schedule = te.create_schedule(B)
+    schedule[B].vectorize(schedule[B].split(B.op.axis[0], factor=vector)[1])
+    module = hllvm.build(te.lower(schedule, [A, B], name="f"), cpu=target)
+    a = np.concatenate([np.linspace(-120, 100, 54),
+                        [-3.4e38, -1e4, -103.9, -87.5, -80.01, 80.01, 88.5, 88.8, np.inf,
+                         np.nan]]).astype(np.float32)
+    got = call(module, B, a)
+    with np.errstate(over="ignore", under="ignore"):
+        expected = np.exp(a.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    np.testing.assert_array_equal(got == 0, expected == 0)
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(expected))
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(got[finite], expected[finite], rtol=1e-6,
+                               atol=np.finfo(np.float32).tiny * 1e-6)
+
+
 def test_pow_min_max_select_compare():
     A = te.placeholder((16,), "float32", "A")
     B = te.placeholder((16,), "float32", "B")
