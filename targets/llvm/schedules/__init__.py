@@ -55,6 +55,7 @@ from .blocked_conv import (
     pointwise_conv_tile,
     schedule_conv2d_nchwc,
     schedule_depthwise_conv2d_nchwc,
+    window_shares_inputs,
 )
 from .channel_blocks import schedule_channel_blocks, split_at_channel_selects
 from .common import (
@@ -203,6 +204,7 @@ __all__ = [
     "matmul_tile_rows",
     "one_block_columns",
     "one_block_tile_columns",
+    "window_shares_inputs",
     "pack_columns",
     "pack_int8_weight_array",
     "channel_lanes_tiles",
