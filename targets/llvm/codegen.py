@@ -43,6 +43,7 @@ from .llvm_types import (
 )
 from .runtime import PARALLEL_FOR
 from .vecmath import VectorISA, vector_symbol
+from .vector_exp import emit_vector_exp
 
 #: fast-math flags of float arithmetic: contraction into FMA and reassociation (for
 #: vectorized reductions), but no assumptions about NaN or infinity.
@@ -64,13 +65,6 @@ _LLVM_INTRINSICS = {
 }
 _LIBM = ("tan", "tanh", "erf", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
          "atanh")
-#: |x| beyond which a float32 vector exp is computed as exp(x / 2) squared: glibc's vector
-#: expf leaves every lane of |x| > 87.3 (an underflow or overflow) to scalar expf, one call
-#: per lane (a causal mask's -inf-like scores made a softmax 10x ORT's, on AVX2 and
-#: AVX-512 alike); halved, such a lane stays on its fast path
-EXP_HALVED_BEYOND = 80.0
-#: where a halved exp's argument is clamped: exp(-55)^2 and exp(50)^2 are still 0 and inf
-EXP_HALVED_CLAMP = (-110.0, 100.0)
 
 
 class FunctionEmitter(ExprFunctor, StmtEmitter):
@@ -560,8 +554,9 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         lanes = tx.lanes_of(node.dtype)
         variant = vector_symbol(node.name, tx.scalar_dtype(node.dtype), lanes,
                                 self.codegen.vector_isas) if lanes > 1 else None
-        if variant is not None and node.name == "exp" and tx.scalar_dtype(node.dtype) == "float32":
-            return self._vector_exp(*variant, args[0])
+        if node.name == "exp" and lanes > 1 and tx.scalar_dtype(node.dtype) == "float32":
+            return emit_vector_exp(self.builder, args[0],
+                                   ("contract",) if self.codegen.float_flags else ())
         if variant is not None:
             return self._vector_library_call(*variant, args)
         if node.name in _LLVM_INTRINSICS:
@@ -596,26 +591,6 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
             pieces = [builder.shuffle_vector(low, high, lanes_mask(0, count))
                       for low, high in zip(pieces[::2], pieces[1::2])]
         return pieces[0]
-
-    def _vector_exp(self, symbol: str, width: int, x: ir.Value) -> ir.Value:
-        """exp of a float32 vector ``x`` by libmvec's ``symbol``, its lanes of |x| beyond
-        :data:`EXP_HALVED_BEYOND` computed as exp(x / 2) squared (the argument clamped to
-        :data:`EXP_HALVED_CLAMP` first), so no lane takes libmvec's scalar path; a NaN
-        lane stays NaN. (No fast-math flags: the squares reach 0 and infinity.)"""
-        builder = self.builder
-
-        def splat(value: float) -> ir.Constant:
-            return ir.Constant(x.type, [value] * x.type.count)
-
-        fabs = self._function(f"llvm.fabs.{type_suffix(x.type)}", x.type, [x.type])
-        far = builder.fcmp_ordered(">", builder.call(fabs, [x]), splat(EXP_HALVED_BEYOND))
-        low, high = EXP_HALVED_CLAMP
-        clamped = builder.select(builder.fcmp_ordered("<", x, splat(low)), splat(low), x)
-        clamped = builder.select(builder.fcmp_ordered(">", clamped, splat(high)), splat(high),
-                                 clamped)
-        argument = builder.select(far, builder.fmul(clamped, splat(0.5)), x)
-        result = self._vector_library_call(symbol, width, [argument])
-        return builder.select(far, builder.fmul(result, result), result)
 
     def _libm_call(self, name: str, dtype: str) -> Callable[..., ir.Value]:
         base = tx.scalar_dtype(dtype)
