@@ -43,6 +43,7 @@ from .llvm_types import (
 )
 from .runtime import PARALLEL_FOR
 from .vecmath import VectorISA, vector_symbol
+from .vector_exp import emit_vector_exp
 
 #: fast-math flags of float arithmetic: contraction into FMA and reassociation (for
 #: vectorized reductions), but no assumptions about NaN or infinity.
@@ -553,6 +554,9 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         lanes = tx.lanes_of(node.dtype)
         variant = vector_symbol(node.name, tx.scalar_dtype(node.dtype), lanes,
                                 self.codegen.vector_isas) if lanes > 1 else None
+        if node.name == "exp" and lanes > 1 and tx.scalar_dtype(node.dtype) == "float32":
+            return emit_vector_exp(self.builder, args[0],
+                                   ("contract",) if self.codegen.float_flags else ())
         if variant is not None:
             return self._vector_library_call(*variant, args)
         if node.name in _LLVM_INTRINSICS:

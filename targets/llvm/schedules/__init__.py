@@ -50,11 +50,13 @@ from .blocked_conv import (
     dense_conv_column_limit,
     dense_conv_reduction_blocks,
     depthwise_conv_tile,
+    looped_window_columns,
     one_block_columns,
     one_block_tile_columns,
     pointwise_conv_tile,
     schedule_conv2d_nchwc,
     schedule_depthwise_conv2d_nchwc,
+    window_shares_inputs,
 )
 from .channel_blocks import schedule_channel_blocks, split_at_channel_selects
 from .common import (
@@ -202,7 +204,9 @@ __all__ = [
     "matmul_function",
     "matmul_tile_rows",
     "one_block_columns",
+    "looped_window_columns",
     "one_block_tile_columns",
+    "window_shares_inputs",
     "pack_columns",
     "pack_int8_weight_array",
     "channel_lanes_tiles",

@@ -154,7 +154,7 @@ def _column_budget(block_bytes: int, description: CPUDescription) -> int:
     return max(1, (description.vector_registers - OPERAND_REGISTERS) // vectors)
 
 
-def one_block_columns(vectors: int, cpu: CPUDescription) -> int:
+def one_block_columns(vectors: int, cpu: CPUDescription, shared_inputs: bool = False) -> int:
     """The most output columns of a dense blocked-conv tile of one channel block of
     ``vectors`` (two or more) vector registers on ``cpu``: its accumulators (one per
     column and vector) beside the block's weight vectors, one broadcast input and one
@@ -166,20 +166,33 @@ def one_block_columns(vectors: int, cpu: CPUDescription) -> int:
     stack traffic; 7 reload 74 vectors from the stack), measured 3-11% faster than 5 on
     ResNet-18's 3x3 layers and 2-5% on 1x1 layers of 96-256 channels (kernels alone,
     alternating, load 7.5-8.5); NEON's 16-float blocks (four vectors) take 5 (6 reload
-    32 vectors from the stack)."""
+    32 vectors from the stack).
+
+    ``shared_inputs``: the tile reads an input block of one channel (a stem's NCHW
+    image) through a window wider than its stride, so the step LLVM unrolls is the
+    window's row, in which neighbouring columns read the same inputs: LLVM loads each
+    broadcast once and keeps it live from one column's tap to its neighbour's, one
+    register more. AVX2 then takes 5 columns: MobileNetV3-S's stem (3->16, 3x3, stride
+    2, HardSwish) 0.134 ms against 0.227 with 6 (whose code moves 16 vectors to and from
+    the stack per window row), MobileNetV2's (3->32) 0.88 of 6; ResNet's 7x7 stem
+    (stride 2, 49 taps per channel) the same with 5 or 6 (1.01; 4: 1.09) (one thread,
+    alternating, load 4-6)."""
     per_column = vectors + (1 if cpu.arch == "aarch64" else 0)
-    return max(1, (cpu.vector_registers - vectors - 2) // per_column)
+    spare = 2 + (1 if shared_inputs else 0)
+    return max(1, (cpu.vector_registers - vectors - spare) // per_column)
 
 
-def one_block_tile_columns(width: int, vectors: int, cpu: CPUDescription) -> int:
+def one_block_tile_columns(width: int, vectors: int, cpu: CPUDescription,
+                           shared_inputs: bool = False) -> int:
     """Columns of a dense tile of one channel block of ``vectors`` (two or more) over a
     row of ``width``: the fewest tiles of at most :func:`one_block_columns`, evened
     (:func:`even_tiles`), unless that leaves a last tile of one column (``vectors``
     accumulators, whose multiply-adds wait on each other's latency) where one column
     fewer covers the row in at most one tile more without one: SqueezeNet's 55 columns
     in 11 tiles of 5 rather than 9 of 6 and one of 1 (AVX2, a 16->64 1x1 measured 3-4%
-    faster so, load 15-18); 56 stays in tiles of 6 (a last tile of 2)."""
-    limit = min(BLOCKED_CONV_PAIRED_COLUMNS, one_block_columns(vectors, cpu))
+    faster so, load 15-18); 56 stays in tiles of 6 (a last tile of 2). ``shared_inputs``
+    as in :func:`one_block_columns`."""
+    limit = min(BLOCKED_CONV_PAIRED_COLUMNS, one_block_columns(vectors, cpu, shared_inputs))
     columns = even_tiles(width, limit)
     if width > columns and width % columns == 1 and limit > 1:
         narrower = even_tiles(width, limit - 1)
@@ -271,14 +284,16 @@ def pointwise_conv_tile(blocks: int, width: int, block_bytes: int,
 
 
 def default_blocked_conv_tiles(out_shape: Sequence[int], itemsize: int = 4,
-                               *, cpu: CPUDescription,
-                               windowed: bool = True) -> tuple[int, int]:
+                               *, cpu: CPUDescription, windowed: bool = True,
+                               shared_inputs: bool = False) -> tuple[int, int]:
     """``(columns, channel_blocks)`` of a dense blocked convolution's tile without a
     tuning log, for its output shape ``(n, blocks, height, width, block)`` of
     ``itemsize``-byte elements on ``cpu``: with a kernel window (``windowed``, a kernel
     of more than one pixel), :func:`dense_conv_channel_blocks` channel blocks over a
     short row segment (or, when no such count divides the block count, one block over a
-    longer one); without one, :func:`pointwise_conv_tile`. A depthwise one's:
+    longer one); without one, :func:`pointwise_conv_tile`. ``shared_inputs``
+    (:func:`window_shares_inputs`): a one-block tile takes
+    :func:`one_block_columns`' for it. A depthwise one's:
     :func:`default_depthwise_conv_tiles`."""
     blocks, width = out_shape[1], out_shape[3]
     block_bytes = out_shape[4] * itemsize
@@ -289,11 +304,20 @@ def default_blocked_conv_tiles(out_shape: Sequence[int], itemsize: int = 4,
     if channel_blocks * _block_vectors(block_bytes, cpu) < BLOCKED_CONV_WEIGHT_VECTORS:
         return min(blocked_conv_columns(width, limit), width), 1
     if channel_blocks == 1:
-        return one_block_tile_columns(width, _block_vectors(block_bytes, cpu), cpu), 1
+        return one_block_tile_columns(width, _block_vectors(block_bytes, cpu), cpu,
+                                      shared_inputs), 1
     # the fewest tiles covering the row, evened (56 in tiles of 5 rather than 4 columns:
     # a tail tile costs less than the extra tiles a divisor takes, measured with AVX2's
     # 5-column tiles)
     return even_tiles(width, limit), channel_blocks
+
+
+def window_shares_inputs(input_block: int, kernel_columns: int, stride: int) -> bool:
+    """Whether a dense blocked convolution's tile reads each broadcast input at more than
+    one tap of its window row (:func:`one_block_columns`' ``shared_inputs``): an input
+    block of one channel (nothing else to unroll per step) and a window wider than the
+    column stride."""
+    return input_block == 1 and kernel_columns > stride
 
 
 def dense_conv_reduction_blocks(out_shape: Sequence[int], reduction: Sequence[int],
@@ -438,9 +462,13 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     else:
         local, outer = conv, epilogue
     n, ko, y, x, ki = schedule[outer].op.axis
+    _, kernel_rows, kernel_columns, input_block = (int(axis.extent)
+                                                   for axis in stage.op.reduce_axis)
+    stride = int((conv.op.attrs.get("blocked_conv") or {}).get("strides", (1, 1))[1])
     default_columns, default_blocks = default_blocked_conv_tiles(
         conv.shape, np.dtype(conv.dtype).itemsize, cpu=cpu,
-        windowed=math.prod(axis.extent for axis in stage.op.reduce_axis[1:3]) > 1)
+        windowed=kernel_rows * kernel_columns > 1,
+        shared_inputs=window_shares_inputs(input_block, kernel_columns, stride))
     columns = tiles.columns or default_columns
     channel_blocks = tiles.channel_blocks or default_blocks
     if conv.shape[1] % channel_blocks:
@@ -560,8 +588,11 @@ def depthwise_conv_tile(width: int, kernel: Sequence[int], stride: int, block_by
     whole: one tile per row, with no loop over tiles, measured faster than two narrower
     ones without spilling). Where that leaves at least
     :data:`DEPTHWISE_MIN_COLUMNS` columns, the window is unrolled; otherwise it is looped
-    over and the accumulators take the registers (:func:`blocked_conv_limits`). Within
-    the budget, the widest divisor of the row (:func:`blocked_conv_columns`)."""
+    over (:func:`looped_window_columns`). Within the budget, the widest divisor of the row
+    (:func:`blocked_conv_columns`); a looped tile of a block of several vectors, whose
+    budget is a few columns, covers the row in the fewest tiles instead (a divisor would
+    leave 2 columns of AVX2's 16-float block at 56 and 112: 4 accumulator chains, too few
+    for the multiply-add's latency; measured 1.2x the time of 3 with a tail)."""
     description = cpu
     vectors = max(1, -(-block_bytes // description.vector_bytes))
     free = description.vector_registers - OPERAND_REGISTERS
@@ -571,8 +602,28 @@ def depthwise_conv_tile(width: int, kernel: Sequence[int], stride: int, block_by
         if width <= shared:
             return width, True
         return min(blocked_conv_columns(width, resident), width), True
-    looped = blocked_conv_limits(block_bytes, description)[2]
+    looped = looped_window_columns(vectors, description)
+    if vectors > 1:
+        return even_tiles(width, looped), False
     return min(blocked_conv_columns(width, looped), width), False
+
+
+def looped_window_columns(vectors: int, cpu: CPUDescription) -> int:
+    """The most output columns of a depthwise tile whose window is looped over, for a
+    channel block of ``vectors`` vector registers on ``cpu``: the accumulators (one per
+    column and vector) take half the registers less one column's; the other half holds
+    what LLVM keeps live of the kernel row it unrolls (a short loop of constant trip
+    count): the taps' weight vectors and the input vectors neighbouring columns share.
+    At most :data:`DEPTHWISE_MAX_COLUMNS`. So AVX2's and NEON's 16-float blocks (two and
+    four vectors) take 3 columns, whose code keeps every vector in registers with a 3x3
+    or a 5x5 kernel where 4 moves 5-9 vectors to and from the stack per kernel row
+    (AVX2; NEON 7) and 5 19-58; AVX2's 8-float blocks 7 (8: one, 9: 14). Measured on
+    AVX2 against the accumulators' share of the registers alone (4 columns; one thread,
+    alternating, load 6): EfficientNet-B0's 32-channel 3x3 at 112x112 0.086 ms against
+    0.125 (AVX-512's code 0.076), its 144-channel one at 56x56 0.097 against 0.137, a
+    240-channel 5x5 at 28x28 0.110 against 0.116, a 144-channel 5x5 of stride 2 0.073
+    against 0.092."""
+    return max(1, min(DEPTHWISE_MAX_COLUMNS, (cpu.vector_registers // 2 - vectors) // vectors))
 
 
 def default_depthwise_conv_tiles(conv: te.Tensor, cpu: CPUDescription

@@ -30,6 +30,7 @@ from ..schedules import (
     dense_conv_reduction_blocks,
     schedule_conv2d_nchwc,
     schedule_depthwise_conv2d_nchwc,
+    window_shares_inputs,
 )
 from .common import _random_inputs
 
@@ -168,9 +169,10 @@ def _blocked_conv_default(args: tuple, depthwise: bool) -> dict:
         return {"columns": tiles.columns, "channel_blocks": tiles.channel_blocks,
                 "reduce_order": "channels_outer", "unroll_window": tiles.unroll_window,
                 "parallel": tiles.parallel}
-    _, _, kh, kw, _, _ = workload.weight_shape
+    _, _, kh, kw, in_block, _ = workload.weight_shape
     columns, channel_blocks = default_blocked_conv_tiles(
         workload.out_shape, np.dtype(workload.dtype).itemsize, windowed=kh * kw > 1,
+        shared_inputs=window_shares_inputs(in_block, kw, workload.attrs["strides"][1]),
         cpu=active_cpu())
     return {"columns": columns, "channel_blocks": channel_blocks,
             "reduce_order": "channels_outer", "block_unroll": None,

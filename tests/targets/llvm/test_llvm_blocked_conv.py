@@ -35,6 +35,7 @@ from heterocc.targets.llvm.schedules import (
     one_block_tile_columns,
     pointwise_conv_tile,
     schedule_conv2d_nchwc,
+    window_shares_inputs,
 )
 from heterocc.targets.llvm.target import _schedule
 from tests.conftest import conv_model, make_model
@@ -541,9 +542,9 @@ def test_layout_transform_kernels(src, dst, shape):
     np.testing.assert_array_equal(out, expected)
 
 
-def _check_against_ort(model, rtol=1e-3, atol=1e-3):
+def _check_against_ort(model, rtol=1e-3, atol=1e-3, target="llvm"):
     feeds = _feeds(model)
-    compiled = heterocc.compile(model, target="llvm")
+    compiled = heterocc.compile(model, target=target)
     assert compiled.graph.op_counts().get("ConvNCHWc")
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
@@ -638,6 +639,53 @@ def test_one_block_tiles_leave_no_one_column_tail(width, columns):
     out_shape = (1, 4, 3, width, 16)
     assert default_blocked_conv_tiles(out_shape, 4, cpu=AVX2) == (columns, 1)
     assert default_blocked_conv_tiles(out_shape, 4, cpu=AVX2, windowed=False) == (columns, 1)
+
+
+def _stem_tile_assembly(cpu, columns=None):
+    """A stem's 3x3 stride-2 convolution of a 3-channel NCHW image (read in place: input
+    blocks of one channel) to 32 channels, 30 output columns, scheduled with ``columns``
+    (None: the default) for ``cpu``: its assembly."""
+    x = te.placeholder((1, 3, 7, 60), "float32", "x")
+    w = te.placeholder((2, 3, 3, 3, 1, 16), "float32", "w")
+    b = te.placeholder((2, 16), "float32", "b")
+    attrs = {"strides": [2, 2], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": 1}
+    (y,) = compute_of("ConvNCHWc")([x, w, b], attrs,
+                                   [TensorType((1, 2, 4, 30, 16), "float32")])
+    schedule = te.create_schedule(y)
+    stages = {s.tensor.name: s.tensor for s in schedule.stages if not s.is_placeholder}
+    schedule_conv2d_nchwc(schedule, stages["conv_nchwc"], y,
+                          tiles=BlockedConvTiles(columns=columns), cpu=cpu)
+    with compiling_for(cpu):
+        return build([te.lower(schedule, [x, w, b, y], name="stem")], name="stem",
+                     cpu=cpu).assembly()
+
+
+def test_a_stems_one_block_tile_leaves_a_register_for_shared_inputs():
+    """A tile reading a one-channel input block through a window wider than its stride
+    (a stem's NCHW image) keeps each broadcast live from one column's tap to its
+    neighbour's: :func:`one_block_columns` leaves it a register (AVX2's 16-float
+    blocks: 5 columns, not 6; NEON's four-vector blocks keep 5), and AVX2's code of
+    the default tile moves fewer vectors through the stack per multiply-add than 6
+    columns' does."""
+    assert window_shares_inputs(1, 3, 2) and window_shares_inputs(1, 7, 2)
+    assert not window_shares_inputs(1, 1, 1) and not window_shares_inputs(1, 3, 3)
+    assert not window_shares_inputs(16, 3, 1)
+    assert one_block_columns(2, AVX2, shared_inputs=True) == 5
+    assert one_block_columns(2, AVX2) == 6
+    assert one_block_columns(4, NEON, shared_inputs=True) == one_block_columns(4, NEON) == 5
+    for width in (10, 112):
+        assert default_blocked_conv_tiles((1, 2, 4, width, 16), 4, cpu=AVX2,
+                                          shared_inputs=True) == (5, 1)
+    default = _stem_tile_assembly(AVX2)
+    wider = _stem_tile_assembly(AVX2, columns=6)
+
+    def stack_moves_per_muladd(assembly):
+        hot = _hot_loop(assembly)
+        return (len(_STACK_VECTORS.findall(hot))
+                / len(re.findall(r"vfmadd\w+\s+.*%ymm", hot)))
+
+    assert stack_moves_per_muladd(default) < stack_moves_per_muladd(wider) / 2
+    _check_against_ort(_conv_model(3, 20, 32, 3, 2), target="llvm -mattr=-avx512f")
 
 
 #: an AVX-512 CPU whose LLVM scheduling model issues a step's broadcasts ahead of their

@@ -5,6 +5,8 @@ reads as masked loads only where the CPU has mask registers."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -22,6 +24,7 @@ from heterocc.targets.llvm.schedules import (
     DepthwiseConvTiles,
     default_depthwise_conv_tiles,
     depthwise_conv_tile,
+    looped_window_columns,
     schedule_conv2d_nchwc,
     schedule_depthwise_conv2d_nchwc,
 )
@@ -32,6 +35,7 @@ AVX2 = "llvm -mattr=-avx512f"
 #: descriptions to tile for (their code is only inspected, never run)
 AVX512_CPU = parse_cpu("llvm -mcpu=x86-64-v4")
 AVX2_CPU = parse_cpu("llvm -mcpu=x86-64-v3")
+NEON_CPU = parse_cpu("llvm -mtriple=aarch64-linux-gnu")
 
 
 def _check_model(model, target: str) -> None:
@@ -156,15 +160,56 @@ def test_depthwise_schedule_refuses_what_it_cannot_tile():
     (AVX512_CPU, 14, (3, 3), 2, 64, (14, True)),
     # 5x5: 25 weight vectors leave too few registers; the window is looped over
     (AVX512_CPU, 56, (5, 5), 1, 64, (14, False)),
-    # AVX2: a 16-channel block is two vectors; 16 registers hold no 3x3 window
-    (AVX2_CPU, 56, (3, 3), 1, 64, (4, False)),
-    (AVX2_CPU, 7, (3, 3), 1, 64, (6, False)),
-    # AVX2 with an 8-channel block: one vector per column, 9 weights + 3 columns only
-    (AVX2_CPU, 56, (3, 3), 1, 32, (8, False)),
+    # AVX2: a 16-channel block is two vectors; 16 registers hold no 3x3 window: it is
+    # looped over, 3 columns (half the registers less one column), the row in the fewest
+    # tiles
+    (AVX2_CPU, 56, (3, 3), 1, 64, (3, False)),
+    (AVX2_CPU, 7, (3, 3), 1, 64, (3, False)),
+    (AVX2_CPU, 56, (5, 5), 2, 64, (3, False)),
+    # AVX2 with an 8-channel block: one vector per column, 9 weights + 3 columns only;
+    # looped, 7 columns (a divisor of the row)
+    (AVX2_CPU, 56, (3, 3), 1, 32, (7, False)),
+    # NEON: a 16-channel block is four vectors
+    (NEON_CPU, 56, (3, 3), 1, 64, (3, False)),
 ])
 def test_depthwise_tiles_follow_the_cpu_description(cpu, width, kernel, stride, block_bytes,
                                                     tile):
     assert depthwise_conv_tile(width, kernel, stride, block_bytes, cpu) == tile
+
+
+#: vector moves to and from the stack (a spilled register) in AVX2 and NEON assembly
+_STACK_VECTORS = re.compile(r"\(%rsp\).*%ymm|%ymm.*\(%rsp\)|\b(?:ldr|ldp|str|stp)\s+q\d+.*\[sp")
+
+
+def _looped_window_stack_moves(cpu, kernel, columns):
+    """Stack moves in the hot loop (the most multiply-adds) of a looped-window depthwise
+    tile of ``columns`` over 16-channel blocks with a ``kernel`` x ``kernel`` window."""
+    params, y, _ = _depthwise_stages((1, 2, 9, 56, 16), kernel=kernel, pads=(kernel // 2,) * 4)
+    schedule = te.create_schedule(y)
+    stages = _stages_of(schedule)
+    schedule_depthwise_conv2d_nchwc(schedule, stages["conv_nchwc"], y, [stages["conv_bias"]],
+                                    DepthwiseConvTiles(columns=columns, unroll_window=False),
+                                    cpu=cpu)
+    with compiling_for(cpu):
+        assembly = build([te.lower(schedule, [*params, y], name="dw")], name="dw",
+                         cpu=cpu).assembly()
+    blocks = re.split(r"\n(?=\.?LBB\d+_\d+:)", assembly)
+    hot = max(blocks, key=lambda block: len(re.findall(r"vfmadd|fmla", block)))
+    return len(_STACK_VECTORS.findall(hot))
+
+
+@pytest.mark.parametrize("cpu", [AVX2_CPU, NEON_CPU], ids=["avx2", "neon"])
+@pytest.mark.parametrize("kernel", [3, 5])
+def test_looped_windows_take_the_columns_whose_registers_fit(cpu, kernel):
+    """A looped window's tile (:func:`looped_window_columns`: 3 columns of a 16-channel
+    block with AVX2's 16 and NEON's 32 registers) keeps its kernel row's code in
+    registers, and one column more moves vectors through the stack (the register
+    model's prediction, checked in the generated code; NEON's a cross build)."""
+    vectors = 64 // cpu.vector_bytes
+    columns = looped_window_columns(vectors, cpu)
+    assert columns == 3
+    assert _looped_window_stack_moves(cpu, kernel, columns) == 0
+    assert _looped_window_stack_moves(cpu, kernel, columns + 1) > 0
 
 
 def test_small_depthwise_kernels_stay_in_the_calling_thread():
