@@ -100,6 +100,7 @@ from .int8_conv import (
 from .int8_depthwise import (
     CENTERED,
     WEIGHT_PAIRS,
+    WEIGHT_PLANE,
     WEIGHT_QUADS,
     Int8DepthwiseTiles,
     depthwise_data,
@@ -189,6 +190,7 @@ __all__ = [
     "depthwise_weight_packing",
     "WEIGHT_QUADS",
     "WEIGHT_PAIRS",
+    "WEIGHT_PLANE",
     "weight_lanes_shape",
     "even_tiles",
     "int8_conv",
