@@ -29,11 +29,9 @@ import numpy as np
 from heterocc.sdk import te
 from heterocc.te.intrin import BufferRegion, TensorIntrin
 from heterocc.te.schedule_reads import reads_of
-from heterocc.tir import expr as tx
-from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
-from ..int8_dot import DOT4_CALL, dot4_instruction
+from ..int8_dot import dot4_instruction
 from .common import schedule_rows, vector_lanes
 from .int8_conv import (
     GROUP,
@@ -43,6 +41,7 @@ from .int8_conv import (
     _zero,
     data_dtype,
     int32_of_bytes,
+    store_dot4,
     tensorized_channel_tiles,
 )
 from .int8_depthwise_quads import IN_BLOCKS, pack_padded
@@ -123,12 +122,8 @@ def dot4_vectors_intrinsic(lanes: int, dtype: str) -> TensorIntrin:
 
     def implement(inputs: list[BufferRegion], output: BufferRegion):
         data_region, weight_region = inputs
-        bases = list(output.bases)
-        bases[-1] = tx.Ramp(bases[-1], tx.IntImm(1), lanes)
-        total = tx.Call(DOT4_CALL, (output.load(0), data_region.load(0),
-                                    weight_region.load(0, 0), tx.IntImm(GROUP * lanes),
-                                    tx.IntImm(GROUP * lanes)), tx.with_lanes("int32", lanes))
-        return BufferStore(output.buffer, total, tuple(bases))
+        return store_dot4(output, data_region.load(0), weight_region.load(0, 0),
+                          (GROUP * lanes, GROUP * lanes), lanes)
 
     return TensorIntrin(f"cpu_dot4_vectors_{dtype}_{lanes}", acc, implement,
                         {"lanes": lanes})
