@@ -52,6 +52,7 @@ from .outputs import OutputArrays
 from .rules import ChannelSelectRule, cpu_rules, generic_rules
 from .schedules import (
     WEIGHT_PAIRS,
+    WEIGHT_PLANE,
     WEIGHT_QUADS,
     PanelChoice,
     channel_lanes_tiles,
@@ -142,8 +143,9 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
     built: ``(constant index, 0, lanes)`` for each (width 0: :func:`.schedules.
     pack_int8_weight_array`, see :func:`_packed_constants`; ``lanes``: its vectors of
     output channels where it takes channel lanes, else 0); a depthwise one's
-    ``(constant index, packing, None)`` (:func:`.schedules.depthwise_weight_packing`: its
-    quads, its pairs of taps, or ``-lanes``, its int16 vectors)."""
+    ``(constant index, packing, lanes)`` (:func:`.schedules.depthwise_weight_packing`:
+    flat for a whole-image window, its quads, its pairs of taps, or ``-lanes``, its int16
+    vectors; ``lanes``: the CPU's int32 lanes, which the flat packing pads to)."""
     packings = []
     for stage in stages:
         described = int8_conv_operands(stage)
@@ -153,10 +155,10 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
         prepacked = None
         if id(weight) in slots and readers.get(id(weight)) == 1:
             if described["depthwise"]:
-                shape, dtype, packing = depthwise_weight_packing(weight.shape,
-                                                                 described["attrs"], cpu)
+                shape, dtype, packing = depthwise_weight_packing(
+                    weight.shape, described["attrs"], cpu, described["x"].shape)
                 prepacked = te.placeholder(shape, dtype, f"{weight.name}.packed")
-                packings.append((slots[id(weight)], packing, None))
+                packings.append((slots[id(weight)], packing, cpu.vector_lanes("int32")))
             else:  # axes: the vectors of output channels of channel lanes (or 0)
                 tiles = channel_lanes_tiles(described["x"].shape, weight.shape,
                                             described["attrs"], cpu)
@@ -199,8 +201,8 @@ def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]
         if width == 0:  # an integer convolution's weight (_prepack_int8_conv_weights)
             constants[index] = pack_int8_weight_array(constants[index], axes)
             continue
-        if width in (WEIGHT_QUADS, WEIGHT_PAIRS) or width < 0:  # a depthwise one's
-            constants[index] = pack_depthwise_weight_array(constants[index], width)
+        if width in (WEIGHT_QUADS, WEIGHT_PAIRS, WEIGHT_PLANE) or width < 0:  # depthwise
+            constants[index] = pack_depthwise_weight_array(constants[index], width, axes)
             continue
         operand = constants[index] if axes is None else np.transpose(constants[index], axes)
         constants[index] = pack_columns(operand, width)

@@ -102,6 +102,7 @@ from .int8_conv import (
 from .int8_depthwise import (
     CENTERED,
     WEIGHT_PAIRS,
+    WEIGHT_PLANE,
     WEIGHT_QUADS,
     Int8DepthwiseTiles,
     depthwise_data,
@@ -191,6 +192,7 @@ __all__ = [
     "depthwise_weight_packing",
     "WEIGHT_QUADS",
     "WEIGHT_PAIRS",
+    "WEIGHT_PLANE",
     "weight_lanes_shape",
     "even_tiles",
     "int8_conv",

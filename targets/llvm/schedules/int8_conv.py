@@ -64,6 +64,18 @@ def data_dtype(cpu: CPUDescription) -> str:
         else "uint8"
 
 
+def store_dot4(output: BufferRegion, a, b, counts: tuple[int, ...], lanes: int
+               ) -> BufferStore:
+    """The body of a dot-product intrinsic: ``output``'s ``lanes`` int32 accumulators
+    plus one :data:`DOT4_CALL` of ``a`` and ``b`` (scalar loads of the operands' first
+    elements), ``counts`` its byte counts (and window stride and dilation), stored back."""
+    bases = list(output.bases)
+    bases[-1] = tx.Ramp(bases[-1], tx.IntImm(1), lanes)
+    total = tx.Call(DOT4_CALL, (output.load(0), a, b, *(tx.IntImm(c) for c in counts)),
+                    tx.with_lanes("int32", lanes))
+    return BufferStore(output.buffer, total, tuple(bases))
+
+
 def dot4_intrinsic(lanes: int, dtype: str) -> TensorIntrin:
     """``acc[l] += sum_r data[l, r] * w[r]`` over ``lanes`` pixels and four channels
     (``dtype`` data, int8 weights): one :data:`DOT4_CALL`."""
@@ -75,13 +87,8 @@ def dot4_intrinsic(lanes: int, dtype: str) -> TensorIntrin:
 
     def implement(inputs: list[BufferRegion], output: BufferRegion):
         data_region, weight_region = inputs
-        bases = list(output.bases)
-        bases[-1] = tx.Ramp(bases[-1], tx.IntImm(1), lanes)
-        total = tx.Call(DOT4_CALL, (output.load(0),
-                                    data_region.load(0, 0), weight_region.load(0),
-                                    tx.IntImm(GROUP * lanes), tx.IntImm(GROUP)),
-                        tx.with_lanes("int32", lanes))
-        return BufferStore(output.buffer, total, tuple(bases))
+        return store_dot4(output, data_region.load(0, 0), weight_region.load(0),
+                          (GROUP * lanes, GROUP), lanes)
 
     return TensorIntrin(f"cpu_dot4_{dtype}_{lanes}", acc, implement, {"lanes": lanes})
 
@@ -98,13 +105,8 @@ def dot4_channels_intrinsic(lanes: int, dtype: str) -> TensorIntrin:
 
     def implement(inputs: list[BufferRegion], output: BufferRegion):
         data_region, weight_region = inputs
-        bases = list(output.bases)
-        bases[-1] = tx.Ramp(bases[-1], tx.IntImm(1), lanes)
-        total = tx.Call(DOT4_CALL, (output.load(0), data_region.load(0),
-                                    weight_region.load(0, 0), tx.IntImm(GROUP),
-                                    tx.IntImm(GROUP * lanes)),
-                        tx.with_lanes("int32", lanes))
-        return BufferStore(output.buffer, total, tuple(bases))
+        return store_dot4(output, data_region.load(0), weight_region.load(0, 0),
+                          (GROUP, GROUP * lanes), lanes)
 
     return TensorIntrin(f"cpu_dot4_channels_{dtype}_{lanes}", acc, implement,
                         {"lanes": lanes})

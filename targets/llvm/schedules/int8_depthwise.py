@@ -55,6 +55,14 @@ from .int8_conv import (
     schedule_phase_rows,
     tensorized_channel_tiles,
 )
+from .int8_depthwise_plane import (
+    INT8_PLANE,
+    pack_weight_plane_array,
+    plane_applies,
+    plane_depthwise_conv,
+    schedule_plane_depthwise,
+    weight_plane_shape,
+)
 from .int8_depthwise_quads import (
     pack_weight_quads_array,
     quad_depthwise_conv,
@@ -250,22 +258,28 @@ def weight_lanes_shape(w_shape, cpu: CPUDescription) -> tuple[int, ...]:
     return (channels, kh, kw, int8_depthwise_tiles(channels, cpu).lanes)
 
 
-#: the packing codes (:func:`depthwise_weight_packing`) of the weight quads and pairs
+#: the packing codes (:func:`depthwise_weight_packing`) of the weight quads and pairs,
+#: and of a whole-image window's flat weight
 WEIGHT_QUADS = "depthwise_quads"
 WEIGHT_PAIRS = "depthwise_pairs"
+WEIGHT_PLANE = "depthwise_plane"
 
 
-def depthwise_weight_packing(w_shape, attrs, cpu: CPUDescription
+def depthwise_weight_packing(w_shape, attrs, cpu: CPUDescription, x_shape=None
                              ) -> tuple[tuple[int, ...], str, int | str]:
     """``(shape, dtype, packing)`` of a constant depthwise weight of ``w_shape`` packed
-    when the kernel of a convolution with ``attrs`` is built on ``cpu``, as its kernel
-    reads it: the weight quads where the window kernel takes it
+    when the kernel of a convolution with ``attrs`` (of data ``x_shape``, where known)
+    is built on ``cpu``, as its kernel reads it: flat where its window is the whole
+    image (:func:`.int8_depthwise_plane.plane_applies`: :data:`WEIGHT_PLANE`), the
+    weight quads where the window kernel takes it
     (:func:`.int8_depthwise_quads.quads_apply`: packing :data:`WEIGHT_QUADS`), the pairs
     of taps where the column pairs do (:func:`pairs_apply`: :data:`WEIGHT_PAIRS`), else
     its int16 vectors (packing ``-lanes``); :func:`pack_depthwise_weight_array` applies
     the packing."""
     strides = tuple(attrs.get("strides") or (1, 1))  # ONNX's defaults, where unset
     dilations = tuple(attrs.get("dilations") or (1, 1))
+    if plane_applies(x_shape, w_shape, attrs, cpu):
+        return weight_plane_shape(w_shape, cpu), "int8", WEIGHT_PLANE
     if quads_apply(strides, dilations, cpu):
         return weight_quads_shape(w_shape), "int8", WEIGHT_QUADS
     if pairs_apply(strides, dilations, cpu):
@@ -274,8 +288,12 @@ def depthwise_weight_packing(w_shape, attrs, cpu: CPUDescription
     return shape, CENTERED, -shape[-1]
 
 
-def pack_depthwise_weight_array(w: np.ndarray, packing: int | str) -> np.ndarray:
-    """``w`` packed as :func:`depthwise_weight_packing` said (``packing``)."""
+def pack_depthwise_weight_array(w: np.ndarray, packing: int | str,
+                                lanes: int | None = None) -> np.ndarray:
+    """``w`` packed as :func:`depthwise_weight_packing` said (``packing``; ``lanes``, the
+    CPU's int32 lanes, for :data:`WEIGHT_PLANE`)."""
+    if packing == WEIGHT_PLANE:
+        return pack_weight_plane_array(w, lanes)
     if packing == WEIGHT_QUADS:
         return pack_weight_quads_array(w)
     if packing == WEIGHT_PAIRS:
@@ -331,11 +349,13 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
     lanes = tiles.lanes
     flat = (sy, sx) == (1, 1)
     if packed_weight is not None:
-        shape, dtype, _ = depthwise_weight_packing(w.shape, attrs, cpu)
+        shape, dtype, _ = depthwise_weight_packing(w.shape, attrs, cpu, x.shape)
         if (tuple(packed_weight.shape), packed_weight.dtype) != (shape, dtype):
             raise CompileError(f"{name}: the packed depthwise weight is {packed_weight.dtype}"
                                f"{list(packed_weight.shape)}, not {dtype}{list(shape)} "
                                "(depthwise_weight_packing)")
+    if plane_applies(x.shape, w.shape, attrs, cpu):
+        return plane_depthwise_conv(x, w, x_zero, tiles, cpu, name, packed_weight)
     if quads_apply((sy, sx), (dy, dx), cpu):
         return quad_depthwise_conv(x, w, x_zero, ((sy, sx), (dy, dx), pads, (oh, ow)), tiles,
                                    cpu, name, packed_weight)
@@ -413,6 +433,9 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
     finishing stage's parallel loop (:func:`.int8_conv.schedule_int8_conv_result`); the
     packing of the data and the weight's int16 vectors at root, in parallel (with
     stride 1 a padded copy, its rows vectorized)."""
+    if sums.op.attrs.get(INT8_PLANE):
+        schedule_plane_depthwise(schedule, sums, cpu)
+        return
     if sums.op.attrs.get("int8_quads"):
         schedule_quad_depthwise(schedule, sums, cpu)
         return

@@ -36,11 +36,9 @@ import numpy as np
 from heterocc.sdk import te
 from heterocc.te.intrin import BufferRegion, TensorIntrin
 from heterocc.te.schedule_reads import reads_of
-from heterocc.tir import expr as tx
-from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
-from ..int8_dot import DOT4_CALL, dot4_instruction, window_load_bytes
+from ..int8_dot import dot4_instruction, window_load_bytes
 from .int8_conv import (
     GROUP,
     INT8_BLOCKS_PER_TASK,
@@ -51,6 +49,7 @@ from .int8_conv import (
     int32_of_bytes,
     row_blocks,
     schedule_phase_rows,
+    store_dot4,
     tensorized_channel_tiles,
 )
 
@@ -95,13 +94,8 @@ def dot4_window_intrinsic(lanes: int, dtype: str, stride: int,
 
     def implement(inputs: list[BufferRegion], output: BufferRegion):
         data_region, weight_region = inputs
-        bases = list(output.bases)
-        bases[-1] = tx.Ramp(bases[-1], tx.IntImm(1), lanes)
-        total = tx.Call(DOT4_CALL, (output.load(0), data_region.load(0),
-                                    weight_region.load(0), tx.IntImm(span),
-                                    tx.IntImm(GROUP), tx.IntImm(stride),
-                                    tx.IntImm(dilation)), tx.with_lanes("int32", lanes))
-        return BufferStore(output.buffer, total, tuple(bases))
+        return store_dot4(output, data_region.load(0), weight_region.load(0),
+                          (span, GROUP, stride, dilation), lanes)
 
     return TensorIntrin(f"cpu_dot4_window_{dtype}_{lanes}_{stride}_{dilation}", acc,
                         implement, {"lanes": lanes})
