@@ -190,19 +190,23 @@ def constants_in_reading_order(graph: Graph) -> list[Value]:
     return list(seen)
 
 
-def pool_graph_constants(graph: Graph) -> None:
+def pool_graph_constants(graph: Graph, least: int = HUGE_PAGE_BYTES) -> None:
     """Every constant array of more than one element that ``graph`` reads copied, in
     reading order, into one :func:`pooled` buffer, its value's ``data`` now that copy
-    (single elements are folded into the code; arrays of objects stay as they are).
+    (single elements are folded into the code; arrays of objects stay as they are), where
+    they hold ``least`` bytes or more.
 
     A run of a network streams all its weights once (EfficientNet-B0: 21 MB in 150
     arrays), each kernel's from wherever NumPy put them: thousands of 4 KiB pages, more
     than the TLB covers, so each kernel pays page walks for weights the kernels before
-    it evicted; in one buffer of 2 MiB pages they take a few dozen TLB entries. The
+    it evicted; in one buffer of 2 MiB pages they take a few dozen TLB entries (the
+    copy costs a compile 10-40 ms for ResNet-18's 45 MB, mostly page faults). The
     contents, shapes and dtypes stay the same; only where the bytes live changes (the
     arrays replaced are freed with their last reference), so kernels built afterwards,
     which take their constants from the graph, read the pool."""
     values = [v for v in constants_in_reading_order(graph)
               if v.data.size > 1 and v.data.dtype.kind in _POOLED_KINDS]
+    if sum(v.data.nbytes for v in values) < least:
+        return  # on fewer pages than a huge page: a copy (and its page faults) for nothing
     for v, copy in zip(values, pooled([v.data for v in values])):
         v.data = copy

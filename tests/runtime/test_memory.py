@@ -93,10 +93,14 @@ def test_a_buffer_spanning_huge_pages_starts_on_one():
         assert large.ctypes.data % HUGE_PAGE_BYTES == 0
 
 
+#: a model whose weights span huge pages (two 3x3 convolutions of 256 channels: 4.7 MB)
+WIDE_CNN = dict(channels=256, size=8)
+
+
 def test_a_compiled_models_kernels_read_its_constants_from_one_pool():
-    model = tiny_cnn()
+    model = tiny_cnn(**WIDE_CNN)
     compiled = heterocc.compile(model, target="llvm")
-    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
     expected = heterocc.compile(model, target="reference").run([x])[0]
     np.testing.assert_allclose(compiled.run([x])[0], expected, rtol=1e-4, atol=1e-5)
     graph = compiled.graph
@@ -117,11 +121,17 @@ def test_a_compiled_models_kernels_read_its_constants_from_one_pool():
 
 
 def test_a_loaded_artifacts_constants_are_pooled_as_a_compiles(tmp_path):
-    model = tiny_cnn()
+    model = tiny_cnn(**WIDE_CNN)
     heterocc.compile(model, target="llvm").export(str(tmp_path / "a"))
     loaded = heterocc.load(str(tmp_path / "a"))
-    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
     expected = heterocc.compile(model, target="reference").run([x])[0]
     np.testing.assert_allclose(loaded.run([x])[0], expected, rtol=1e-4, atol=1e-5)
     values = [v for v in constants_in_reading_order(loaded.graph) if v.data.size > 1]
     assert values and len({id(_root(v.data)) for v in values}) == 1
+
+
+def test_constants_under_a_huge_page_stay_where_they_are():
+    compiled = heterocc.compile(tiny_cnn(), target="llvm")  # 0.1 MB of weights
+    values = [v for v in constants_in_reading_order(compiled.graph) if v.data.size > 1]
+    assert len({id(_root(v.data)) for v in values}) == len(values)
