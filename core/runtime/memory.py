@@ -171,12 +171,23 @@ def pooled(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 #: dtype kinds a pool holds (bool, integers, floats, complex): plain bytes
 _POOLED_KINDS = "biufc"
+#: ops whose constant operands kernels read in a packing of their own (a matrix
+#: product's B in the CPU's panels, uploaded to a device's memory), never as the graph
+#: holds them: a pool's copy of one would cost a compile its page faults for nothing
+#: (ViT-B/16: 340 MB of such weights, 2 s)
+REPACKED_BY_KERNELS = frozenset({"MatMul", "Gemm"})
 
 
 def constants_in_reading_order(graph: Graph) -> list[Value]:
     """The constants ``graph``'s nodes read (through function bodies, nested ones
     included), each once, in the order they are first read."""
-    seen: dict[Value, None] = {}
+    return list(_constant_readers(graph))
+
+
+def _constant_readers(graph: Graph) -> dict[Value, set[str]]:
+    """The ops reading each constant of ``graph`` (through function bodies), the
+    constants in the order they are first read."""
+    readers: dict[Value, set[str]] = {}
 
     def walk(g: Graph) -> None:
         for node in g.nodes:
@@ -184,17 +195,18 @@ def constants_in_reading_order(graph: Graph) -> list[Value]:
                 walk(node.body)
             for v in node.inputs:
                 if v is not None and v.is_const:
-                    seen.setdefault(v, None)
+                    readers.setdefault(v, set()).add(node.op)
 
     walk(graph)
-    return list(seen)
+    return readers
 
 
 def pool_graph_constants(graph: Graph, least: int = HUGE_PAGE_BYTES) -> None:
     """Every constant array of more than one element that ``graph`` reads copied, in
     reading order, into one :func:`pooled` buffer, its value's ``data`` now that copy
-    (single elements are folded into the code; arrays of objects stay as they are), where
-    they hold ``least`` bytes or more.
+    (single elements are folded into the code; arrays of objects stay as they are, and
+    so do the operands of :data:`REPACKED_BY_KERNELS`), where they hold ``least`` bytes
+    or more.
 
     A run of a network streams all its weights once (EfficientNet-B0: 21 MB in 150
     arrays), each kernel's from wherever NumPy put them: thousands of 4 KiB pages, more
@@ -204,8 +216,9 @@ def pool_graph_constants(graph: Graph, least: int = HUGE_PAGE_BYTES) -> None:
     contents, shapes and dtypes stay the same; only where the bytes live changes (the
     arrays replaced are freed with their last reference), so kernels built afterwards,
     which take their constants from the graph, read the pool."""
-    values = [v for v in constants_in_reading_order(graph)
-              if v.data.size > 1 and v.data.dtype.kind in _POOLED_KINDS]
+    values = [v for v, ops in _constant_readers(graph).items()
+              if v.data.size > 1 and v.data.dtype.kind in _POOLED_KINDS
+              and not ops & REPACKED_BY_KERNELS]
     if sum(v.data.nbytes for v in values) < least:
         return  # on fewer pages than a huge page: a copy (and its page faults) for nothing
     for v, copy in zip(values, pooled([v.data for v in values])):
