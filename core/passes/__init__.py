@@ -11,6 +11,7 @@ from .infer_types import infer_types
 from .int8_activations import uint8_to_int8
 from .lookup_tables import lookup_tables
 from .manager import PassManager, PassRecord, get_pass, register_pass
+from .pool_constants import pool_constants
 from .qoperator import expand_qoperator  # noqa: F401  (registers the pass)
 from .quantize import (
     integer_average_pools,
@@ -30,6 +31,6 @@ __all__ = ["DEFAULT_PIPELINE", "PassManager", "PassRecord", "alter_layout", "alt
            "eliminate_dead_code", "fold_batchnorm", "fold_constants", "fuse_ops",
            "fused_functions", "fusion_groups", "get_pass", "infer_types",
            "integer_average_pools", "integer_concats", "integer_global_average_pools",
-           "lookup_tables",
+           "lookup_tables", "pool_constants",
            "post_dominators",
            "realize_qdq", "register_pass", "simplify", "uint8_to_int8"]

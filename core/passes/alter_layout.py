@@ -51,6 +51,8 @@ BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div"})
 POOL_OPS = frozenset({"MaxPool", "AveragePool"})
 #: global pools carried in the blocked layout as the pool of their whole image
 GLOBAL_POOL_OPS = {"GlobalAveragePool": "AveragePool", "GlobalMaxPool": "MaxPool"}
+#: reductions that, over a 4-D tensor's image (axes 2 and 3), are its global pool
+IMAGE_REDUCTION_OPS = {"ReduceMean": "GlobalAveragePool", "ReduceMax": "GlobalMaxPool"}
 #: unary ops that could make a padding channel infinite (a few nested Exp of 0
 #: overflow), which a reader's zero weight would turn into NaN: they read no padding
 UNBOUNDED_UNARY_OPS = frozenset({"Exp"})
@@ -347,6 +349,35 @@ class _LayoutRewriter:
                                window, node.name))
         return True
 
+    def image_reduction(self, node: Node) -> bool:
+        """A ReduceMean or ReduceMax over the image (axes 2 and 3) of a blocked 4-D
+        tensor is its global pool (MNASNet's and ShuffleNetV2's heads, ``x.mean([2,
+        3])``), kept blocked as :meth:`global_pool` keeps one, rather than the whole
+        tensor transformed to NCHW to be reduced one channel at a time; without
+        ``keepdims``, the pooled ``[N, C, 1, 1]`` (C numbers back in NCHW) reshaped to
+        the reduction's ``[N, C]``."""
+        x = node.inputs[0]
+        if not self.block_of(x) or x.type.ndim != 4 or len(node.outputs) != 1:
+            return False
+        axes = node.attrs.get("axes")
+        if len(node.inputs) > 1 and node.inputs[1] is not None:
+            if not node.inputs[1].is_const:
+                return False
+            axes = node.inputs[1].data.reshape(-1).tolist()
+        if sorted(int(a) % 4 for a in axes or ()) != [2, 3]:
+            return False
+        out = node.outputs[0]
+        kept = bool(node.attrs.get("keepdims", 1))
+        pooled = out if kept else Value(self.scope.fresh(f"{out.name}_pooled"),
+                                        TensorType((*x.type.shape[:2], 1, 1), out.type.dtype))
+        self.global_pool(Node(IMAGE_REDUCTION_OPS[node.op], [x], [pooled], {}, node.name))
+        if not kept:
+            shape = constant(np.array(out.type.shape, np.int64),
+                             self.scope.fresh(f"{out.name}_shape"))
+            self.nodes.append(Node("Reshape", [self.nchw(pooled), shape], [out],
+                                   {"allowzero": 0}, self.scope.fresh(f"{node.name}_flat")))
+        return True
+
     def concat(self, node: Node) -> bool:
         """A concatenation over the channels of tensors whose channel counts are whole
         blocks stays blocked, as the concatenation of their channel blocks (DenseNet's
@@ -420,6 +451,9 @@ def alter_layout(graph: Graph, vector_channels: int = 0) -> Graph:
         if node.body is None and node.op in POOL_OPS and rewriter.pool(node):
             continue
         if node.body is None and node.op in GLOBAL_POOL_OPS and rewriter.global_pool(node):
+            continue
+        if node.body is None and node.op in IMAGE_REDUCTION_OPS \
+                and rewriter.image_reduction(node):
             continue
         if node.body is None and node.op == "Concat" and rewriter.concat(node):
             continue

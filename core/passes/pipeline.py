@@ -11,7 +11,9 @@ runs to see the workloads the kernels really have. Its order:
 4. the graph passes the fallback target contributes (its ``graph_passes`` hook, e.g.
    the CPU's blocked layout): after quantization and partitioning, so they see only
    the nodes left to it;
-5. fusion.
+5. fusion;
+6. the constants moved into one buffer on huge pages, in the order the functions read
+   them (``pool_constants``), which the kernels built from the graph then read.
 """
 
 from __future__ import annotations
@@ -131,5 +133,5 @@ def run_pipeline(graph: Graph, targets: Mapping[str, object], fallback: str | No
             "partition", lambda g: partition(g, tables, fallback, strict, placement, targets),
             graph)
     graph = manager.run_passes([*target_graph_passes(targets[fallback]),
-                                *DEFAULT_PIPELINE[fuse_at:]], graph)
+                                *DEFAULT_PIPELINE[fuse_at:], "pool_constants"], graph)
     return PipelineResult(graph, manager.records, report)

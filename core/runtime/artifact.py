@@ -49,6 +49,7 @@ from ..sdk.registry import get_target
 from .executor import GraphExecutor, ProfileEntry, check_input, format_profile
 from .files import check_member_name, member_path, sha256_file, tree_files
 from .inputs import InputSpec, name_inputs
+from .memory import pool_graph_constants
 
 #: bumped whenever the artifact layout changes incompatibly (2: CPU kernels record the
 #: CPU description they were compiled for)
@@ -337,6 +338,8 @@ def _load_verified(path: str, manifest: dict) -> LoadedModel:
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise ArtifactError(f"params.npz is corrupt or holds objects: {exc}") from None
     graph = graph_from_json(doc, params)
+    del params
+    pool_graph_constants(graph)  # as a compile leaves them (``pool_constants``)
     placement = manifest["placement"]
     targets: dict[str, object] = {}
     kernels = {}

@@ -146,6 +146,51 @@ def test_global_pools_of_blocked_values_stay_blocked(pool):
     _assert_same_results(before, after)
 
 
+def _image_reduction_model(op: str, keepdims: int, axes: list[int]):
+    inits = {"w": RNG.standard_normal((32, 8, 3, 3)).astype(np.float32),
+             "axes": np.array(axes, np.int64)}  # (an input since opset 18)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node(op, ["r", "axes"], ["y"], keepdims=keepdims)]
+    return make_model(nodes, [("x", "float32", [1, 8, 7, 5])], [("y", "float32", None)],
+                      inits)
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceMax"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("axes", [[2, 3], [-1, -2]])
+def test_reductions_over_the_image_are_blocked_global_pools(op, keepdims, axes):
+    """x.mean([2, 3]) of a blocked tensor (MNASNet's and ShuffleNetV2's heads) is its
+    global pool on the blocked tensor, only the 1x1 result transformed back (and, without
+    keepdims, reshaped to [N, C])."""
+    before = _optimized(_image_reduction_model(op, keepdims, axes))
+    after = alter_layout(before)
+    pool = {"ReduceMean": "AveragePool", "ReduceMax": "MaxPool"}[op]
+    assert [n.op for n in after.nodes] == ["LayoutTransform", "ConvNCHWc", "Relu", pool,
+                                           "LayoutTransform", *(["Reshape"] * (1 - keepdims))]
+    pooled = next(n for n in after.nodes if n.op == pool)
+    assert pooled.attrs["kernel_shape"] == [7, 5, 1]
+    assert pooled.outputs[0].type.shape == (1, 2, 1, 1, 16)
+    assert _transforms(after)[-1].inputs == pooled.outputs
+    assert after.outputs[0].type.shape == ((1, 32, 1, 1) if keepdims else (1, 32))
+    _assert_same_results(before, after)
+
+
+def test_other_reductions_of_blocked_values_read_nchw():
+    before = _optimized(_image_reduction_model("ReduceMean", 1, [1, 2, 3]))
+    after = alter_layout(before)
+    assert [n.op for n in after.nodes][-2:] == ["LayoutTransform", "ReduceMean"]
+    _assert_same_results(before, after)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
+def test_image_reductions_compile_to_the_references_results(target):
+    for keepdims in (0, 1):
+        compiled = _llvm_matches_the_reference(
+            _image_reduction_model("ReduceMean", keepdims, [2, 3]), target, (1, 8, 7, 5))
+        assert not any("reducemean" in n.name for n in compiled.graph.nodes)
+
+
 @pytest.mark.parametrize("pool", ["GlobalAveragePool", "GlobalMaxPool"])
 def test_global_pool_of_a_padded_value_cuts_the_padding_after_pooling(pool):
     """24 filters padded to 32 channels: the pool keeps the padding (one block of
