@@ -1,0 +1,471 @@
+"""Winograd convolutions F(m x m, 3 x 3) of blocked NCHW[x]c data (Lavin & Gray, "Fast
+Algorithms for Convolutional Neural Networks", 2015), for the dense 3x3 stride-1
+convolutions whose channels pay for the transforms.
+
+Each output tile of ``m x m`` pixels comes from an input tile of ``a x a`` (``a = m +
+2``) as ``Y = Aᵀ [ (G g Gᵀ) ⊙ (Bᵀ d B) ] A``: ``a²`` products per channel pair and
+tile where the direct convolution does ``9 m²`` (F(2,3): 16 for 36, F(4,3): 36 for 144).
+The stages, each a TE compute the CPU schedules (:func:`schedule_winograd_conv`):
+
+* ``winograd_pad``: the input, zero-padded to whole tiles (a ragged last tile reads
+  zeros);
+* ``winograd_rows`` and ``winograd_data``: the input tiles in the Winograd domain,
+  ``Bᵀ d B`` as two passes of ``Bᵀ`` (rows, then columns), ``(a, a, C/ib, T, ib)``
+  with ``T`` the tiles of every image, one vector per tile and channel block;
+* ``winograd_product``: per point of the domain, the product over the input channels
+  ``M[p, q, k, t, :] = sum_c V[p, q, c, t] U[p, q, k, c, :]``, register-tiled as a 1x1
+  convolution of a ``T``-pixel image (vectorized over the output channel block);
+* ``winograd_columns`` and the convolution itself: ``Aᵀ M A`` as two passes, computed
+  per output tile in registers, the function's epilogue (bias, residual add,
+  activation) finished there.
+
+The weight's transform ``U = G g Gᵀ`` is done once, by NumPy in float64, when the
+kernel is built (:func:`transform_weight_array`): the weight is a constant.
+The transforms' matrices come from the interpolation points (Cook-Toom), each a
+coefficient in the code: ``0, ±1, ±1/2`` for F(2,3)'s ``{0, 1, -1}``, and ``{0, ±1, ±2}``
+for F(4,3), whose sums grow the rounding error by about ten times F(2,3)'s (both well
+inside what the float models' tests and the zoo's ORT comparison accept; see the
+tests)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from heterocc.sdk import CompileError, te
+from heterocc.te.schedule_reads import reads_of
+from heterocc.tir import expr as tx
+
+from ..cpu import CPUDescription
+from .blocked_conv import _unroll_block_reduction, pointwise_conv_tile
+from .common import schedule_rows
+
+#: the kernel size a Winograd convolution here computes
+KERNEL = 3
+#: output tile sizes offered (F(2,3), F(4,3)), with their interpolation points
+#: (the point at infinity is implied)
+TILE_POINTS = {2: (0, 1, -1), 4: (0, 1, -1, 2, -2)}
+WINOGRAD_TILES = tuple(TILE_POINTS)
+#: the attribute of a Winograd convolution's product (owned by its output's rule)
+WINOGRAD_PRODUCT = "winograd_product"
+#: a kernel's packing of a constant weight transformed by :func:`transform_weight_array`
+WINOGRAD_PACKING = "winograd"
+
+
+@dataclass(frozen=True)
+class WinogradMatrices:
+    """The transforms of F(m x m, 3 x 3), exact fractions: ``AT`` (m x a) takes an
+    ``a``-point product back to ``m`` outputs, ``G`` (a x 3) a kernel row into the
+    domain, ``BT`` (a x a) an ``a``-element input row."""
+
+    m: int
+    AT: tuple[tuple[Fraction, ...], ...]
+    G: tuple[tuple[Fraction, ...], ...]
+    BT: tuple[tuple[Fraction, ...], ...]
+
+    @property
+    def alpha(self) -> int:
+        """Input tile size ``m + 2``."""
+        return self.m + KERNEL - 1
+
+
+def _poly_mul(a: list[Fraction], b: list[Fraction]) -> list[Fraction]:
+    out = [Fraction(0)] * (len(a) + len(b) - 1)
+    for i, x in enumerate(a):
+        for j, y in enumerate(b):
+            out[i + j] += x * y
+    return out
+
+
+@functools.cache
+def winograd_matrices(m: int) -> WinogradMatrices:
+    """The Cook-Toom transforms of F(m, 3) at :data:`TILE_POINTS`'s points ``p_i`` and
+    infinity, for a correlation (a convolution layer's sum): ``AT[j][i] = p_iʲ`` (the
+    point at infinity feeds the last output only); ``G[i] = (p_iᵏ / N_i)_k`` with ``N_i
+    = prod_{l != i} (p_i - p_l)`` and ``G[∞] = (0, 0, 1)``; row ``i`` of ``BT`` the
+    coefficients of ``prod_{l != i} (x - p_l)`` (length a - 1, then 0), ``BT[∞]`` those
+    of ``prod_l (x - p_l)``, each reversed into a correlation's order. Checked
+    against the direct sum by the tests."""
+    if m not in TILE_POINTS:
+        raise CompileError(f"winograd: no F({m}, 3) (offered: {sorted(TILE_POINTS)})")
+    points = [Fraction(p) for p in TILE_POINTS[m]]
+    finite = len(points)  # alpha - 1
+    alpha = finite + 1
+    at = [[p ** j for p in points] + [Fraction(1 if j == m - 1 else 0)] for j in range(m)]
+    g = []
+    for i, p in enumerate(points):
+        norm = Fraction(1)
+        for q_index, q in enumerate(points):
+            if q_index != i:
+                norm *= p - q
+        g.append([p ** k / norm for k in range(KERNEL)])
+    g.append([Fraction(0)] * (KERNEL - 1) + [Fraction(1)])
+    bt = []
+    for i in range(finite):
+        poly = [Fraction(1)]
+        for q_index, q in enumerate(points):
+            if q_index != i:
+                poly = _poly_mul(poly, [-q, Fraction(1)])
+        bt.append(poly + [Fraction(0)] * (alpha - len(poly)))
+    poly = [Fraction(1)]
+    for q in points:
+        poly = _poly_mul(poly, [-q, Fraction(1)])
+    bt.append(poly)
+    return WinogradMatrices(m, tuple(map(tuple, at)), tuple(map(tuple, g)),
+                            tuple(map(tuple, bt)))
+
+
+def _as_array(rows) -> np.ndarray:
+    return np.array([[float(v) for v in row] for row in rows], dtype=np.float64)
+
+
+def transform_weight_array(packed: np.ndarray, m: int) -> np.ndarray:
+    """A blocked convolution's packed 3x3 weight ``(O/ob, C/ib, 3, 3, ib, ob)`` in the
+    Winograd domain of F(m, 3), ``U = G g Gᵀ``: ``(a, a, O/ob, C/ib, ib, ob)`` float32
+    (transformed in float64, rounded once)."""
+    if packed.ndim != 6 or packed.shape[2:4] != (KERNEL, KERNEL):
+        raise CompileError(f"winograd: weight of shape {packed.shape} is no packed 3x3 one")
+    g = _as_array(winograd_matrices(m).G)
+    transformed = np.einsum("pr,kcrsio,qs->pqkcio", g, packed.astype(np.float64), g,
+                            optimize=True)
+    return np.ascontiguousarray(transformed.astype(np.float32))
+
+
+def transformed_weight_shape(weight_shape, m: int) -> tuple[int, ...]:
+    """The shape :func:`transform_weight_array` gives a packed weight of
+    ``weight_shape``."""
+    alpha = m + KERNEL - 1
+    return (alpha, alpha, *weight_shape[:2], *weight_shape[4:])
+
+
+def _combination(coefficients, loads) -> tx.Expr:
+    """``sum_i coefficients[i] * loads(i)`` over the nonzero coefficients, a ±1 as an
+    addition or subtraction (no multiply)."""
+    expr = None
+    for index, c in enumerate(coefficients):
+        if c == 0:
+            continue
+        load = loads(index)
+        magnitude = abs(c)
+        term = load if magnitude == 1 else tx.const(float(magnitude), "float32") * load
+        if expr is None:
+            expr = term if c > 0 else tx.const(0.0, "float32") - term
+        else:
+            expr = expr + term if c > 0 else expr - term
+    return expr if expr is not None else tx.const(0.0, "float32")
+
+
+def _by_index(index, rows, loads) -> tx.Expr:
+    """The combination of ``rows[i]`` for the value ``i`` of ``index`` (an axis that an
+    unrolled loop makes a constant: the selects fold away)."""
+    expr = _combination(rows[-1], loads)
+    for i in range(len(rows) - 2, -1, -1):
+        expr = te.if_then_else(te.equal(index, i), _combination(rows[i], loads), expr)
+    return expr
+
+
+@dataclass(frozen=True)
+class WinogradShape:
+    """Where the tiles of a Winograd convolution lie: ``images``, output
+    ``height x width``, tiles ``rows x columns`` per image of ``m x m`` pixels."""
+
+    m: int
+    images: int
+    height: int
+    width: int
+
+    @property
+    def alpha(self) -> int:
+        return self.m + KERNEL - 1
+
+    @property
+    def rows(self) -> int:
+        return -(-self.height // self.m)
+
+    @property
+    def columns(self) -> int:
+        return -(-self.width // self.m)
+
+    @property
+    def tiles(self) -> int:
+        return self.images * self.rows * self.columns
+
+
+def winograd_conv(x: te.Tensor, u: te.Tensor, pads, out_shape, m: int,
+                  name: str = "conv_nchwc") -> te.Tensor:
+    """The stages of a dense 3x3 stride-1 convolution of blocked ``x`` ``(N, C/ib, H, W,
+    ib)`` by F(m, 3), ``u`` the weight in the domain (:func:`transform_weight_array`),
+    ``pads`` (top, left, bottom, right), to ``out_shape`` ``(N, O/ob, OH, OW, ob)``.
+    Returns the output (named ``name``, attribute ``winograd_conv``: its F(m, 3))."""
+    n_images, in_blocks, height, width, in_block = x.shape
+    _, out_blocks, out_h, out_w, out_block = out_shape
+    shape = WinogradShape(m, n_images, out_h, out_w)
+    matrices = winograd_matrices(m)
+    alpha = shape.alpha
+    top, left = pads[0], pads[1]
+    padded_h, padded_w = shape.rows * m + KERNEL - 1, shape.columns * m + KERNEL - 1
+
+    def padded(n, c, yy, xx, i):
+        inside = tx.logical_and(
+            tx.logical_and(yy >= top, yy < top + height),
+            tx.logical_and(xx >= left, xx < left + width))
+        return te.if_then_else(inside, x[n, c, yy - top, xx - left, i],
+                               tx.const(0.0, x.dtype))
+
+    data = te.compute((n_images, in_blocks, padded_h, padded_w, in_block), padded,
+                      name="winograd_pad", dtype=x.dtype)
+    per_image = shape.rows * shape.columns
+
+    def tile_origin(t):
+        return t // per_image, (t // shape.columns) % shape.rows * m, t % shape.columns * m
+
+    bt = matrices.BT
+
+    def rows_body(p, s, c, t, i):
+        n, y0, x0 = tile_origin(t)
+        return _by_index(p, bt, lambda r: data[n, c, y0 + r, x0 + s, i])
+
+    rows = te.compute((alpha, alpha, in_blocks, shape.tiles, in_block), rows_body,
+                      name="winograd_rows", dtype=x.dtype)
+    transformed = te.compute(
+        (alpha, alpha, in_blocks, shape.tiles, in_block),
+        lambda p, q, c, t, i: _by_index(q, bt, lambda s: rows[p, s, c, t, i]),
+        name="winograd_data", dtype=x.dtype)
+    rco = te.reduce_axis(in_blocks, "rco")
+    rci = te.reduce_axis(in_block, "rci")
+    product = te.compute(
+        (alpha, alpha, out_blocks, shape.tiles, out_block),
+        lambda p, q, k, t, o: te.sum(transformed[p, q, rco, t, rci] * u[p, q, k, rco, rci, o],
+                                     axis=[rco, rci]),
+        name="winograd_product", dtype=x.dtype, attrs={WINOGRAD_PRODUCT: True})
+    at = matrices.AT
+
+    def columns_body(n, k, ty, tx_, j, q, o):
+        t = (n * shape.rows + ty) * shape.columns + tx_
+        return _by_index(j, at, lambda p: product[p, q, k, t, o])
+
+    columns = te.compute((n_images, out_blocks, shape.rows, shape.columns, m, alpha,
+                          out_block), columns_body, name="winograd_columns", dtype=x.dtype)
+
+    def output(n, k, yy, xx, o):
+        return _by_index(xx % m, at,
+                         lambda q: columns[n, k, yy // m, xx // m, yy % m, q, o])
+
+    return te.compute(out_shape, output, name=name, dtype=x.dtype,
+                      attrs={"winograd_conv": {"m": m}})
+
+
+def winograd_stages(conv: te.Tensor) -> dict[str, te.Tensor]:
+    """The stages of a :func:`winograd_conv` output, by name: ``columns``, ``product``,
+    ``data``, ``rows``, ``pad``."""
+    found = {}
+    stack = [conv]
+    names = {"winograd_columns": "columns", "winograd_product": "product",
+             "winograd_data": "data", "winograd_rows": "rows", "winograd_pad": "pad"}
+    seen = set()
+    while stack:
+        tensor = stack.pop()
+        if id(tensor) in seen or not isinstance(tensor.op, te.ComputeOp):
+            continue
+        seen.add(id(tensor))
+        key = names.get(tensor.op.name)
+        if key is not None and key not in found:
+            found[key] = tensor
+        stack.extend(reads_of(tensor.op.body))
+    if len(found) != len(names):
+        raise CompileError(f"winograd: {conv.name!r} lacks stages "
+                           f"{sorted(set(names.values()) - set(found))}")
+    return found
+
+
+
+
+def winograd_operands(conv: te.Tensor) -> dict | None:
+    """``{"x", "w", "pads"}`` of a blocked convolution compute (its ``blocked_conv``
+    workload) that F(m, 3) computes: dense (group 1), a 3x3 kernel at stride 1 and
+    dilation 1, a blocked input (5-D) and float32; else None."""
+    op = conv.op
+    workload = op.attrs.get("blocked_conv") if isinstance(op, te.ComputeOp) else None
+    if (workload is None or conv.dtype != "float32" or workload["group"] != 1
+            or len(workload["input_shape"]) != 5
+            or tuple(workload["weight_shape"][2:4]) != (KERNEL, KERNEL)
+            or tuple(workload["strides"]) != (1, 1) or tuple(workload["dilations"]) != (1, 1)
+            or len(op.reduce_axis) != 4):
+        return None
+    reads = reads_of(op.body)
+    if len(reads) != 2:
+        return None
+    data, weight = reads
+    x = data
+    if tuple(data.shape) != tuple(workload["input_shape"]):  # the padded copy's source
+        sources = reads_of(data.op.body) if isinstance(data.op, te.ComputeOp) else []
+        if len(sources) != 1:
+            return None
+        x = sources[0]
+    if tuple(x.shape) != tuple(workload["input_shape"]):
+        return None
+    return {"x": x, "w": weight, "pads": tuple(workload["pads"])}
+
+
+def _nonzeros(rows) -> int:
+    return sum(1 for row in rows for value in row if value != 0)
+
+
+def winograd_vector_operations(conv_shape, in_channels: int, m: int, lanes: int) -> float:
+    """Vector operations of a Winograd convolution F(m, 3) of ``in_channels`` input
+    channels to the blocked output ``conv_shape`` ``(N, O/ob, OH, OW, ob)``, ``lanes``
+    floats per vector: the product's multiply-adds over whole tiles (a ragged tile
+    costs a whole one), the transforms' additions and multiplies (a term per nonzero
+    coefficient of ``Bᵀ`` over both passes of an input tile, of ``Aᵀ`` over both passes
+    of an output tile), and a store and a load of each vector of the transformed input
+    and of the product."""
+    n, out_blocks, height, width, out_block = conv_shape
+    out_channels = out_blocks * out_block
+    shape = WinogradShape(m, n, height, width)
+    matrices = winograd_matrices(m)
+    points = shape.tiles * shape.alpha ** 2
+    product = points * in_channels * out_channels / lanes
+    input_transform = shape.tiles * in_channels / lanes * 2 * shape.alpha * _nonzeros(
+        matrices.BT)
+    output_transform = shape.tiles * out_channels / lanes * (
+        shape.alpha * _nonzeros(matrices.AT) + m * _nonzeros(matrices.AT))
+    traffic = 2 * points * (in_channels + out_channels) / lanes
+    return product + input_transform + output_transform + traffic
+
+
+def direct_vector_operations(conv_shape, in_channels: int, lanes: int) -> float:
+    """Vector multiply-adds of the direct 3x3 convolution to ``conv_shape`` (see
+    :func:`winograd_vector_operations`)."""
+    n, out_blocks, height, width, out_block = conv_shape
+    return n * height * width * KERNEL * KERNEL * in_channels * out_blocks * out_block / lanes
+
+
+def winograd_tile(conv: te.Tensor, cpu: CPUDescription) -> int:
+    """The output tile ``m`` of F(m, 3) for the blocked convolution ``conv`` on ``cpu``,
+    or 0 (the direct convolution): of :data:`WINOGRAD_TILES`, the one of the fewest
+    vector operations (:func:`winograd_vector_operations`) when they are fewer than the
+    direct convolution's multiply-adds. (Counted so, F(4,3) takes every 3x3 layer of
+    the zoo's models: measured 1.4-3.5x faster than the direct tiles on ResNet-18's
+    3x3 layers and 1.4-2.7x on 8-128-channel ones, with AVX-512 and AVX2 alike;
+    ``benchmarks/winograd_conv.py``.)"""
+    operands = winograd_operands(conv)
+    if operands is None:
+        return 0
+    _, in_blocks, _, _, in_block = operands["x"].shape
+    lanes = cpu.vector_lanes(conv.dtype)
+    channels = in_blocks * in_block
+    best, best_count = 0, direct_vector_operations(conv.shape, channels, lanes)
+    for m in WINOGRAD_TILES:
+        count = winograd_vector_operations(conv.shape, channels, m, lanes)
+        if count < best_count:
+            best, best_count = m, count
+    return best
+
+
+def use_winograd_conv(conv: te.Tensor, weight: te.Tensor, m: int) -> None:
+    """Make ``conv`` (a blocked convolution :func:`winograd_operands` accepts) compute
+    by F(m, 3) (:func:`winograd_conv`), reading ``weight``, its weight in the domain
+    (:func:`transform_weight_array`, done when the kernel is built)."""
+    operands = winograd_operands(conv)
+    if operands is None:
+        raise CompileError(f"winograd: {conv.name!r} is no dense 3x3 stride-1 blocked "
+                           "convolution")
+    expected = transformed_weight_shape(operands["w"].shape, m)
+    if tuple(weight.shape) != expected:
+        raise CompileError(f"winograd: {conv.name!r} reads a transformed weight of shape "
+                           f"{expected}, not {tuple(weight.shape)}")
+    new = winograd_conv(operands["x"], weight, operands["pads"], conv.shape, m,
+                        conv.op.name)
+    conv.op = new.op
+
+
+def schedule_winograd_conv(schedule: te.Schedule, conv: te.Tensor,
+                           epilogue: te.Tensor | None = None,
+                           chain=(), *, cpu: CPUDescription) -> None:
+    """The CPU schedule of a :func:`winograd_conv` output ``conv`` and its stages.
+
+    The padded input row by row; the input transform per (input block, tile): its
+    ``a x a`` vectors of the block's channels in registers (both passes unrolled, the
+    first computed into a local buffer LLVM keeps in registers), in parallel; the
+    product per domain point as a 1x1 blocked convolution over the tiles
+    (:func:`.blocked_conv.pointwise_conv_tile`'s register tile over tiles and output
+    channel blocks, the input block's channels unrolled), points and channel block
+    groups in parallel; the output per ``m x m`` tile of pixels of one output block,
+    ``Aᵀ M A`` in registers (unrolled), then ``chain`` and ``epilogue`` (the function's
+    elementwise tail, as in :func:`.blocked_conv.schedule_conv2d_nchwc`) from
+    registers; rows of tiles in parallel."""
+    stages = winograd_stages(conv)
+    m = int(conv.op.attrs["winograd_conv"]["m"])
+    schedule_rows(schedule, stages["pad"], cpu, serial_axes=1)
+
+    # the input transform: (input block, tile) in parallel, its point vectors unrolled
+    data, rows = stages["data"], stages["rows"]
+    p, q, c, t, i = schedule[data].op.axis
+    schedule[data].reorder(c, t, p, q, i)
+    schedule[data].parallel(schedule[data].fuse(c, t))
+    schedule[data].unroll(p)
+    schedule[data].unroll(q)
+    schedule[data].vectorize(i)
+    schedule[rows].compute_at(schedule[data], schedule[data].leaf_iter_vars[0])
+    schedule[rows].set_scope("local")
+    rp, rs, _, _, ri = schedule[rows].op.axis
+    schedule[rows].unroll(rp)
+    schedule[rows].unroll(rs)
+    schedule[rows].vectorize(ri)
+
+    # the product: a 1x1 blocked convolution of the tiles per domain point
+    product = stages["product"]
+    _, _, out_blocks, tiles, out_block = product.shape
+    columns, channel_blocks = pointwise_conv_tile(
+        out_blocks, tiles, out_block * np.dtype(product.dtype).itemsize, cpu)
+    local = schedule.cache_write(product, "local")
+    p, q, k, t, o = schedule[product].op.axis
+    k_outer, k_inner = schedule[product].split(k, factor=channel_blocks)
+    t_outer, t_inner = schedule[product].split(t, factor=columns)
+    schedule[product].reorder(p, q, k_outer, t_outer, k_inner, t_inner, o)
+    schedule[product].parallel(schedule[product].fuse(p, q, k_outer))
+    schedule[product].unroll(k_inner)
+    schedule[product].unroll(t_inner)
+    schedule[product].vectorize(o)
+    schedule[local].compute_at(schedule[product], t_outer)
+    schedule[local].set_scope("local")
+    lp, lq, lk, lt, lo = schedule[local].op.axis
+    reduction = _unroll_block_reduction(schedule[local], list(schedule[local].op.reduce_axis),
+                                        None, conv.name)
+    schedule[local].reorder(lp, lq, *reduction, lk, lt, lo)
+    schedule[local].unroll(lk)
+    schedule[local].unroll(lt)
+    schedule[local].vectorize(lo)
+
+    # the output transform per tile of pixels, finishing the epilogue in registers
+    columns_stage = stages["columns"]
+    if epilogue is None:
+        local, outer = schedule.cache_write(conv, "local"), conv
+    else:
+        local, outer = conv, epilogue
+    n, k, y, x, o = schedule[outer].op.axis
+    y_outer, y_inner = schedule[outer].split(y, factor=m)
+    x_outer, x_inner = schedule[outer].split(x, factor=m)
+    schedule[outer].reorder(n, k, y_outer, x_outer, y_inner, x_inner, o)
+    schedule[outer].parallel(schedule[outer].fuse(n, k, y_outer))
+    schedule[outer].unroll(y_inner)
+    schedule[outer].unroll(x_inner)
+    schedule[outer].vectorize(o)
+    tile_stages = [columns_stage, local, *chain]
+    schedule[tile_stages[-1]].compute_at(schedule[outer], x_outer)
+    for producer, reader in zip(tile_stages, tile_stages[1:]):
+        schedule[producer].compute_at(schedule[reader], schedule[reader].op.axis[0])
+    for stage_tensor in tile_stages:
+        schedule[stage_tensor].set_scope("local")
+    for stage_tensor in [local, *chain]:
+        _, _, rows_axis, columns_axis, block = schedule[stage_tensor].op.axis
+        schedule[stage_tensor].unroll(rows_axis)
+        schedule[stage_tensor].unroll(columns_axis)
+        schedule[stage_tensor].vectorize(block)
+    *_, cj, cq, co = schedule[columns_stage].op.axis
+    schedule[columns_stage].unroll(cj)
+    schedule[columns_stage].unroll(cq)
+    schedule[columns_stage].vectorize(co)
