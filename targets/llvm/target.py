@@ -436,7 +436,9 @@ class LLVMTarget(TETarget):
         (``tuning.function_tuned``)."""
         configs = configs or self._configs()
         winograd = None
-        if self.winograd and self.rules == "hand" and configs.choice is None:
+        # (a function whose auto record the log chose is scheduled by it as a whole)
+        auto = configs.choice is not None and configs.choice[0] == "auto"
+        if self.winograd and self.rules == "hand" and not auto:
             def winograd(conv: te.Tensor) -> int:
                 # a convolution the tuning log tuned keeps its tuned direct tiles
                 if configs.blocked_conv_tiles(conv) or configs.conv_auto(conv):

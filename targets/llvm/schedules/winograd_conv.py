@@ -7,11 +7,10 @@ Each output tile of ``m x m`` pixels comes from an input tile of ``a x a`` (``a 
 tile where the direct convolution does ``9 m²`` (F(2,3): 16 for 36, F(4,3): 36 for 144).
 The stages, each a TE compute the CPU schedules (:func:`schedule_winograd_conv`):
 
-* ``winograd_pad``: the input, zero-padded to whole tiles (a ragged last tile reads
-  zeros);
 * ``winograd_rows`` and ``winograd_data``: the input tiles in the Winograd domain,
   ``Bᵀ d B`` as two passes of ``Bᵀ`` (rows, then columns), ``(a, a, C/ib, T, ib)``
-  with ``T`` the tiles of every image, one vector per tile and channel block;
+  with ``T`` the tiles of every image, one vector per tile and channel block (a read
+  outside the input, padding or a ragged tile's, is a zero);
 * ``winograd_product``: per point of the domain, the product over the input channels
   ``M[p, q, k, t, :] = sum_c V[p, q, c, t] U[p, q, k, c, :]``, register-tiled as a 1x1
   convolution of a ``T``-pixel image (vectorized over the output channel block);
@@ -19,13 +18,14 @@ The stages, each a TE compute the CPU schedules (:func:`schedule_winograd_conv`)
   per output tile in registers, the function's epilogue (bias, residual add,
   activation) finished there.
 
-The weight's transform ``U = G g Gᵀ`` is done once, by NumPy in float64, when the
+The weight's transform ``U = G g Gᵀ`` is done once, by NumPy (a float32 product), when the
 kernel is built (:func:`transform_weight_array`): the weight is a constant.
-The transforms' matrices come from the interpolation points (Cook-Toom), each a
-coefficient in the code: ``0, ±1, ±1/2`` for F(2,3)'s ``{0, 1, -1}``, and ``{0, ±1, ±2}``
-for F(4,3), whose sums grow the rounding error by about ten times F(2,3)'s (both well
-inside what the float models' tests and the zoo's ORT comparison accept; see the
-tests)."""
+The transforms' matrices come from the interpolation points (Cook-Toom, exact
+fractions), their nonzero coefficients constants in the code (a ±1 an addition or a
+subtraction): F(2,3)'s points ``{0, 1, -1}`` give the input and output transforms
+coefficients of ±1 only; F(4,3)'s ``{0, ±1, ±2}`` up to 5 and 8, which grow the rounding
+error some ten times F(2,3)'s (both well inside what the float models' tests and the
+zoo's comparison with ONNX Runtime accept: see ``docs/cpu-targets.md``)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from heterocc.tir import expr as tx
 
 from ..cpu import CPUDescription
 from .blocked_conv import _unroll_block_reduction, pointwise_conv_tile
-from .common import schedule_rows
+from .common import even_tiles
 
 #: the kernel size a Winograd convolution here computes
 KERNEL = 3
@@ -53,6 +53,10 @@ WINOGRAD_TILES = tuple(TILE_POINTS)
 WINOGRAD_PRODUCT = "winograd_product"
 #: a kernel's packing of a constant weight transformed by :func:`transform_weight_array`
 WINOGRAD_PACKING = "winograd"
+#: most bytes of one chunk's transformed input or product (:func:`tiles_per_chunk`): the
+#: code generator's largest stack slot (larger buffers are allocated per call, and a
+#: large allocation is paged in afresh each time)
+WINOGRAD_CHUNK_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -125,13 +129,17 @@ def _as_array(rows) -> np.ndarray:
 def transform_weight_array(packed: np.ndarray, m: int) -> np.ndarray:
     """A blocked convolution's packed 3x3 weight ``(O/ob, C/ib, 3, 3, ib, ob)`` in the
     Winograd domain of F(m, 3), ``U = G g Gᵀ``: ``(a, a, O/ob, C/ib, ib, ob)`` float32
-    (transformed in float64, rounded once)."""
+    (each a float32 sum of nine terms: its rounding is a small part of the
+    convolution's, see :func:`winograd_matrices`)."""
     if packed.ndim != 6 or packed.shape[2:4] != (KERNEL, KERNEL):
         raise CompileError(f"winograd: weight of shape {packed.shape} is no packed 3x3 one")
     g = _as_array(winograd_matrices(m).G)
-    transformed = np.einsum("pr,kcrsio,qs->pqkcio", g, packed.astype(np.float64), g,
-                            optimize=True)
-    return np.ascontiguousarray(transformed.astype(np.float32))
+    alpha = g.shape[0]
+    # one product by G ⊗ G (a² x 9) of the taps (each a row of every channel pair), in
+    # the layout the kernel reads: the taps' transpose is 9/a² of the result's size
+    taps = packed.transpose(2, 3, 0, 1, 4, 5).reshape(KERNEL * KERNEL, -1)
+    transformed = np.kron(g, g).astype(np.float32) @ taps
+    return transformed.reshape(alpha, alpha, *packed.shape[:2], *packed.shape[4:])
 
 
 def transformed_weight_shape(weight_shape, m: int) -> tuple[int, ...]:
@@ -206,7 +214,6 @@ def winograd_conv(x: te.Tensor, u: te.Tensor, pads, out_shape, m: int,
     matrices = winograd_matrices(m)
     alpha = shape.alpha
     top, left = pads[0], pads[1]
-    padded_h, padded_w = shape.rows * m + KERNEL - 1, shape.columns * m + KERNEL - 1
 
     def padded(n, c, yy, xx, i):
         inside = tx.logical_and(
@@ -215,37 +222,35 @@ def winograd_conv(x: te.Tensor, u: te.Tensor, pads, out_shape, m: int,
         return te.if_then_else(inside, x[n, c, yy - top, xx - left, i],
                                tx.const(0.0, x.dtype))
 
-    data = te.compute((n_images, in_blocks, padded_h, padded_w, in_block), padded,
+    data = te.compute((n_images, in_blocks, shape.rows * m + KERNEL - 1,
+                       shape.columns * m + KERNEL - 1, in_block), padded,
                       name="winograd_pad", dtype=x.dtype)
-    per_image = shape.rows * shape.columns
-
-    def tile_origin(t):
-        return t // per_image, (t // shape.columns) % shape.rows * m, t % shape.columns * m
-
     bt = matrices.BT
-
-    def rows_body(p, s, c, t, i):
-        n, y0, x0 = tile_origin(t)
-        return _by_index(p, bt, lambda r: data[n, c, y0 + r, x0 + s, i])
-
-    rows = te.compute((alpha, alpha, in_blocks, shape.tiles, in_block), rows_body,
-                      name="winograd_rows", dtype=x.dtype)
+    # tiles by image, row and column (indices affine in the loops, so that a chunk of
+    # tiles needs exactly its own region of every stage)
+    tiled = (n_images, in_blocks, shape.rows, shape.columns, in_block)
+    rows = te.compute(
+        (alpha, alpha, *tiled),
+        lambda p, s, n, c, ty, tx_, i: _by_index(
+            p, bt, lambda r: data[n, c, ty * m + r, tx_ * m + s, i]),
+        name="winograd_rows", dtype=x.dtype)
     transformed = te.compute(
-        (alpha, alpha, in_blocks, shape.tiles, in_block),
-        lambda p, q, c, t, i: _by_index(q, bt, lambda s: rows[p, s, c, t, i]),
+        (alpha, alpha, *tiled),
+        lambda p, q, n, c, ty, tx_, i: _by_index(
+            q, bt, lambda s: rows[p, s, n, c, ty, tx_, i]),
         name="winograd_data", dtype=x.dtype)
     rco = te.reduce_axis(in_blocks, "rco")
     rci = te.reduce_axis(in_block, "rci")
     product = te.compute(
-        (alpha, alpha, out_blocks, shape.tiles, out_block),
-        lambda p, q, k, t, o: te.sum(transformed[p, q, rco, t, rci] * u[p, q, k, rco, rci, o],
-                                     axis=[rco, rci]),
+        (alpha, alpha, n_images, out_blocks, shape.rows, shape.columns, out_block),
+        lambda p, q, n, k, ty, tx_, o: te.sum(
+            transformed[p, q, n, rco, ty, tx_, rci] * u[p, q, k, rco, rci, o],
+            axis=[rco, rci]),
         name="winograd_product", dtype=x.dtype, attrs={WINOGRAD_PRODUCT: True})
     at = matrices.AT
 
     def columns_body(n, k, ty, tx_, j, q, o):
-        t = (n * shape.rows + ty) * shape.columns + tx_
-        return _by_index(j, at, lambda p: product[p, q, k, t, o])
+        return _by_index(j, at, lambda p: product[p, q, n, k, ty, tx_, o])
 
     columns = te.compute((n_images, out_blocks, shape.rows, shape.columns, m, alpha,
                           out_block), columns_body, name="winograd_columns", dtype=x.dtype)
@@ -260,7 +265,7 @@ def winograd_conv(x: te.Tensor, u: te.Tensor, pads, out_shape, m: int,
 
 def winograd_stages(conv: te.Tensor) -> dict[str, te.Tensor]:
     """The stages of a :func:`winograd_conv` output, by name: ``columns``, ``product``,
-    ``data``, ``rows``, ``pad``."""
+    ``data``, ``rows``."""
     found = {}
     stack = [conv]
     names = {"winograd_columns": "columns", "winograd_product": "product",
@@ -283,17 +288,25 @@ def winograd_stages(conv: te.Tensor) -> dict[str, te.Tensor]:
 
 
 
+def winograd_applies(workload: dict, dtype: str) -> bool:
+    """Whether F(m, 3) computes a blocked convolution of ``workload`` (its
+    ``blocked_conv`` attribute: input and packed weight shapes, strides, dilations,
+    group) on ``dtype``: dense (group 1), a 3x3 kernel at stride 1 and dilation 1, a
+    blocked input (5-D), float32."""
+    return (str(dtype) == "float32" and workload["group"] == 1
+            and len(workload["input_shape"]) == 5
+            and tuple(workload["weight_shape"][2:4]) == (KERNEL, KERNEL)
+            and tuple(workload["strides"]) == (1, 1)
+            and tuple(workload["dilations"]) == (1, 1))
+
+
 def winograd_operands(conv: te.Tensor) -> dict | None:
     """``{"x", "w", "pads"}`` of a blocked convolution compute (its ``blocked_conv``
-    workload) that F(m, 3) computes: dense (group 1), a 3x3 kernel at stride 1 and
-    dilation 1, a blocked input (5-D) and float32; else None."""
+    workload) that F(m, 3) computes (:func:`winograd_applies`); else None."""
     op = conv.op
     workload = op.attrs.get("blocked_conv") if isinstance(op, te.ComputeOp) else None
-    if (workload is None or conv.dtype != "float32" or workload["group"] != 1
-            or len(workload["input_shape"]) != 5
-            or tuple(workload["weight_shape"][2:4]) != (KERNEL, KERNEL)
-            or tuple(workload["strides"]) != (1, 1) or tuple(workload["dilations"]) != (1, 1)
-            or len(op.reduce_axis) != 4):
+    if workload is None or not winograd_applies(workload, conv.dtype) or len(
+            op.reduce_axis) != 4:
         return None
     reads = reads_of(op.body)
     if len(reads) != 2:
@@ -308,6 +321,18 @@ def winograd_operands(conv: te.Tensor) -> dict | None:
     if tuple(x.shape) != tuple(workload["input_shape"]):
         return None
     return {"x": x, "w": weight, "pads": tuple(workload["pads"])}
+
+
+def winograd_multiply_accumulates(workload: dict, out_shape) -> int:
+    """The fewest multiply-accumulates of a Winograd product computing a blocked
+    convolution of ``workload`` (one :func:`winograd_applies` accepts) to
+    ``out_shape``: of :data:`WINOGRAD_TILES`, over whole tiles. (A lower bound of the
+    convolution's time counts these: the direct sum's at the vector peak is no bound
+    on a Winograd kernel.)"""
+    n, out_blocks, height, width, out_block = out_shape
+    _, in_blocks, _, _, in_block = workload["input_shape"]
+    return min(WinogradShape(m, n, height, width).tiles * (m + KERNEL - 1) ** 2
+               * in_blocks * in_block * out_blocks * out_block for m in WINOGRAD_TILES)
 
 
 def _nonzeros(rows) -> int:
@@ -382,65 +407,63 @@ def use_winograd_conv(conv: te.Tensor, weight: te.Tensor, m: int) -> None:
     conv.op = new.op
 
 
+def tiles_per_chunk(conv: te.Tensor, in_channels: int, cpu: CPUDescription) -> int:
+    """Tiles of one row of tiles that a Winograd convolution ``conv`` (F(m, 3), output
+    ``(N, O/ob, OH, OW, ob)``) transforms, multiplies and transforms back at once: the
+    most whose transformed input and product, ``a²`` vectors of every channel per tile,
+    fill at most half of ``cpu``'s L2 together and each stay within a stack slot
+    (:data:`WINOGRAD_CHUNK_BYTES`), at least one; evened over the row
+    (:func:`.common.even_tiles`)."""
+    m = int(conv.op.attrs["winograd_conv"]["m"])
+    _, out_blocks, height, width, out_block = conv.shape
+    shape = WinogradShape(m, conv.shape[0], height, width)
+    itemsize = np.dtype(conv.dtype).itemsize
+    per_tile = shape.alpha ** 2 * itemsize
+    fit = min(cpu.l2 // 2 // (per_tile * (in_channels + out_blocks * out_block)),
+              WINOGRAD_CHUNK_BYTES // (per_tile * max(in_channels, out_blocks * out_block)))
+    return even_tiles(shape.columns, max(1, fit))
+
+
+def weights_dominate(conv: te.Tensor, in_channels: int) -> bool:
+    """Whether a Winograd convolution ``conv`` reads more of its transformed weight
+    (``a²`` x input x output channels) than of its transformed input and product
+    (``a²`` x tiles x (input + output channels)): then its stages run over all tiles
+    at once, each weight read once (a deep layer on a small image: chunked by rows of
+    tiles, ResNet-18's 512-channel 7x7 layer read its 38 MB of weights once per row
+    and took 1.5x as long), else chunk by chunk (:func:`tiles_per_chunk`)."""
+    m = int(conv.op.attrs["winograd_conv"]["m"])
+    _, out_blocks, height, width, out_block = conv.shape
+    tiles = WinogradShape(m, conv.shape[0], height, width).tiles
+    out_channels = out_blocks * out_block
+    return in_channels * out_channels > tiles * (in_channels + out_channels)
+
+
 def schedule_winograd_conv(schedule: te.Schedule, conv: te.Tensor,
                            epilogue: te.Tensor | None = None,
                            chain=(), *, cpu: CPUDescription) -> None:
     """The CPU schedule of a :func:`winograd_conv` output ``conv`` and its stages.
 
-    The padded input row by row; the input transform per (input block, tile): its
-    ``a x a`` vectors of the block's channels in registers (both passes unrolled, the
-    first computed into a local buffer LLVM keeps in registers), in parallel; the
-    product per domain point as a 1x1 blocked convolution over the tiles
-    (:func:`.blocked_conv.pointwise_conv_tile`'s register tile over tiles and output
-    channel blocks, the input block's channels unrolled), points and channel block
-    groups in parallel; the output per ``m x m`` tile of pixels of one output block,
-    ``Aᵀ M A`` in registers (unrolled), then ``chain`` and ``epilogue`` (the function's
-    elementwise tail, as in :func:`.blocked_conv.schedule_conv2d_nchwc`) from
-    registers; rows of tiles in parallel."""
+    Where the transformed weight is the larger operand (:func:`weights_dominate`),
+    each step runs over all tiles, in parallel, its result in memory; otherwise chunks
+    of a row of tiles (:func:`tiles_per_chunk`) run in parallel, each through the
+    three steps with its padded input rows, transformed input and product in buffers
+    of its own that stay in the caches. The steps: the input transform per (input
+    block, tile), its ``a x a`` vectors of the block's channels in registers (both
+    passes unrolled by LLVM); the product per domain point as a 1x1 blocked
+    convolution over the tiles (:func:`.blocked_conv.pointwise_conv_tile`'s register
+    tile over tiles and output channel blocks, the input block's channels unrolled);
+    the output per ``m x m`` tile of pixels of one output block, ``Aᵀ M A`` in
+    registers, then ``chain`` and ``epilogue`` (the function's elementwise tail, as in
+    :func:`.blocked_conv.schedule_conv2d_nchwc`) from registers."""
     stages = winograd_stages(conv)
     m = int(conv.op.attrs["winograd_conv"]["m"])
-    schedule_rows(schedule, stages["pad"], cpu, serial_axes=1)
+    data, rows, product, pad = (stages[name] for name in ("data", "rows", "product", "pad"))
+    in_channels = data.shape[3] * data.shape[6]
+    whole = weights_dominate(conv, in_channels)
+    chunk = data.shape[5] if whole else tiles_per_chunk(conv, in_channels, cpu)
 
-    # the input transform: (input block, tile) in parallel, its point vectors unrolled
-    data, rows = stages["data"], stages["rows"]
-    p, q, c, t, i = schedule[data].op.axis
-    schedule[data].reorder(c, t, p, q, i)
-    schedule[data].parallel(schedule[data].fuse(c, t))
-    schedule[data].unroll(p)
-    schedule[data].unroll(q)
-    schedule[data].vectorize(i)
-    schedule[rows].compute_at(schedule[data], schedule[data].leaf_iter_vars[0])
-    schedule[rows].set_scope("local")
-    rp, rs, _, _, ri = schedule[rows].op.axis
-    schedule[rows].unroll(rp)
-    schedule[rows].unroll(rs)
-    schedule[rows].vectorize(ri)
-
-    # the product: a 1x1 blocked convolution of the tiles per domain point
-    product = stages["product"]
-    _, _, out_blocks, tiles, out_block = product.shape
-    columns, channel_blocks = pointwise_conv_tile(
-        out_blocks, tiles, out_block * np.dtype(product.dtype).itemsize, cpu)
-    local = schedule.cache_write(product, "local")
-    p, q, k, t, o = schedule[product].op.axis
-    k_outer, k_inner = schedule[product].split(k, factor=channel_blocks)
-    t_outer, t_inner = schedule[product].split(t, factor=columns)
-    schedule[product].reorder(p, q, k_outer, t_outer, k_inner, t_inner, o)
-    schedule[product].parallel(schedule[product].fuse(p, q, k_outer))
-    schedule[product].unroll(k_inner)
-    schedule[product].unroll(t_inner)
-    schedule[product].vectorize(o)
-    schedule[local].compute_at(schedule[product], t_outer)
-    schedule[local].set_scope("local")
-    lp, lq, lk, lt, lo = schedule[local].op.axis
-    reduction = _unroll_block_reduction(schedule[local], list(schedule[local].op.reduce_axis),
-                                        None, conv.name)
-    schedule[local].reorder(lp, lq, *reduction, lk, lt, lo)
-    schedule[local].unroll(lk)
-    schedule[local].unroll(lt)
-    schedule[local].vectorize(lo)
-
-    # the output transform per tile of pixels, finishing the epilogue in registers
+    # the output: per output block and tile (chunks of a row of tiles in parallel, or
+    # rows of tiles of each block)
     columns_stage = stages["columns"]
     if epilogue is None:
         local, outer = schedule.cache_write(conv, "local"), conv
@@ -449,8 +472,15 @@ def schedule_winograd_conv(schedule: te.Schedule, conv: te.Tensor,
     n, k, y, x, o = schedule[outer].op.axis
     y_outer, y_inner = schedule[outer].split(y, factor=m)
     x_outer, x_inner = schedule[outer].split(x, factor=m)
-    schedule[outer].reorder(n, k, y_outer, x_outer, y_inner, x_inner, o)
-    schedule[outer].parallel(schedule[outer].fuse(n, k, y_outer))
+    if whole:
+        schedule[outer].reorder(n, k, y_outer, x_outer, y_inner, x_inner, o)
+        schedule[outer].parallel(schedule[outer].fuse(n, k, y_outer))
+    else:
+        x_chunk, x_outer = schedule[outer].split(x_outer, factor=chunk)
+        schedule[outer].reorder(n, y_outer, x_chunk, k, x_outer, y_inner, x_inner, o)
+        # rows of tiles in parallel (images in turn: a fused loop's division would
+        # leave the chunk's region of each stage unbounded), the chunks of a row in turn
+        schedule[outer].parallel(y_outer)
     schedule[outer].unroll(y_inner)
     schedule[outer].unroll(x_inner)
     schedule[outer].vectorize(o)
@@ -466,6 +496,56 @@ def schedule_winograd_conv(schedule: te.Schedule, conv: te.Tensor,
         schedule[stage_tensor].unroll(columns_axis)
         schedule[stage_tensor].vectorize(block)
     *_, cj, cq, co = schedule[columns_stage].op.axis
-    schedule[columns_stage].unroll(cj)
-    schedule[columns_stage].unroll(cq)
+    # the transforms' points by LLVM: unrolled in the TIR, every copy would carry the
+    # select over the points until the simplifier folds it (half the lowering time)
+    schedule[columns_stage].unroll(cj, explicit=False)
+    schedule[columns_stage].unroll(cq, explicit=False)
     schedule[columns_stage].vectorize(co)
+
+    # the product: a 1x1 blocked convolution of the tiles per domain point
+    out_blocks, out_block = product.shape[3], product.shape[6]
+    columns, channel_blocks = pointwise_conv_tile(
+        out_blocks, chunk, out_block * np.dtype(product.dtype).itemsize, cpu)
+    accumulators = schedule.cache_write(product, "local")
+    p, q, pn, kk, pty, t, oo = schedule[product].op.axis
+    k_outer, k_inner = schedule[product].split(kk, factor=channel_blocks)
+    t_outer, t_inner = schedule[product].split(t, factor=columns)
+    schedule[product].reorder(pn, pty, p, q, k_outer, t_outer, k_inner, t_inner, oo)
+    if whole:
+        schedule[product].reorder(p, q, k_outer, pn, pty, t_outer, k_inner, t_inner, oo)
+        schedule[product].parallel(schedule[product].fuse(p, q, k_outer))
+    else:
+        schedule[product].compute_at(schedule[outer], x_chunk)
+    schedule[product].unroll(k_inner)
+    schedule[product].unroll(t_inner)
+    schedule[product].vectorize(oo)
+    schedule[accumulators].compute_at(schedule[product], t_outer)
+    schedule[accumulators].set_scope("local")
+    lp, lq, ln, lk, lty, lt, lo = schedule[accumulators].op.axis
+    reduction = _unroll_block_reduction(
+        schedule[accumulators], list(schedule[accumulators].op.reduce_axis), None, conv.name)
+    schedule[accumulators].reorder(lp, lq, ln, lty, *reduction, lk, lt, lo)
+    schedule[accumulators].unroll(lk)
+    schedule[accumulators].unroll(lt)
+    schedule[accumulators].vectorize(lo)
+
+    # the input transform: per (input block, tile), its points in registers, from the
+    # input's rows padded (those of the chunk's row of tiles, or all of them)
+    p, q, dn, c, dty, t, i = schedule[data].op.axis
+    schedule[data].reorder(dn, c, dty, t, p, q, i)
+    if whole:
+        schedule[data].parallel(schedule[data].fuse(dn, c, dty))
+        schedule[pad].compute_at(schedule[data], schedule[data].leaf_iter_vars[0])
+    else:
+        schedule[data].compute_at(schedule[product], pty)
+        schedule[pad].compute_at(schedule[data], dty)
+    schedule[pad].vectorize(schedule[pad].op.axis[-1])
+    schedule[data].unroll(p, explicit=False)
+    schedule[data].unroll(q, explicit=False)
+    schedule[data].vectorize(i)
+    schedule[rows].compute_at(schedule[data], t)
+    schedule[rows].set_scope("local")
+    rp, rs, *_, ri = schedule[rows].op.axis
+    schedule[rows].unroll(rp, explicit=False)
+    schedule[rows].unroll(rs, explicit=False)
+    schedule[rows].vectorize(ri)

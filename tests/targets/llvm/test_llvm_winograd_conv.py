@@ -5,6 +5,7 @@ build, and whole models against ONNX Runtime."""
 
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 
 import numpy as np
@@ -24,7 +25,9 @@ from heterocc.targets.llvm.schedules.winograd_conv import (
     WINOGRAD_TILES,
     direct_vector_operations,
     schedule_winograd_conv,
+    tiles_per_chunk,
     transform_weight_array,
+    weights_dominate,
     winograd_conv,
     winograd_matrices,
     winograd_vector_operations,
@@ -77,25 +80,34 @@ def test_the_weight_transform_is_the_kernels_two_sided_product():
 
 
 @pytest.mark.parametrize("m", WINOGRAD_TILES)
-@pytest.mark.parametrize("height,width,pads", [
-    (9, 11, (1, 1, 1, 1)),    # odd sizes: ragged last tiles both ways
-    (8, 8, (1, 1, 1, 1)),     # whole tiles (F(2,3), F(4,3))
-    (7, 5, (0, 0, 0, 0)),     # no padding: 5x3 outputs
-    (6, 10, (0, 1, 2, 0)),    # asymmetric padding
+@pytest.mark.parametrize("images,channels,filters,height,width,pads,l2", [
+    (1, 32, 32, 9, 11, (1, 1, 1, 1), None),       # odd sizes: ragged last tiles both ways
+    (1, 32, 32, 8, 8, (1, 1, 1, 1), None),         # whole tiles (F(2,3), F(4,3))
+    (1, 32, 32, 7, 5, (0, 0, 0, 0), None),         # no padding: 5x3 outputs
+    (1, 32, 32, 6, 10, (0, 1, 2, 0), None),        # asymmetric padding
+    (2, 16, 32, 12, 13, (1, 1, 1, 1), None),       # two images, chunks of whole rows
+    (2, 64, 32, 5, 6, (1, 1, 1, 1), None),         # two images, all tiles at once
+    (2, 16, 16, 11, 30, (1, 1, 1, 1), 16 * 1024),  # rows cut into chunks, a ragged one
 ])
-def test_the_kernel_matches_the_numpy_convolution(m, height, width, pads):
-    """The TE stages and their schedule alone, built and run on the host."""
-    channels, filters, block = 32, 32, 16
-    x = RNG.standard_normal((1, channels, height, width), dtype=np.float32)
+def test_the_kernel_matches_the_numpy_convolution(m, images, channels, filters, height,
+                                                  width, pads, l2):
+    """The TE stages and their schedule alone, built and run on the host: all tiles at
+    once where the weights dominate, else chunks of a row of tiles (``l2``: a CPU of
+    that L2 size, whose chunks are short)."""
+    block = 16
+    x = RNG.standard_normal((images, channels, height, width), dtype=np.float32)
     w = RNG.standard_normal((filters, channels, 3, 3), dtype=np.float32)
     expected = conv_nd(x, w, None, strides=[1, 1], pads=list(pads), dilations=[1, 1],
                        group=1)
     u = transform_weight_array(pack_conv_weight(w, block, block), m)
-    cpu = host_cpu()
-    X = te.placeholder((1, channels // block, height, width, block), "float32", "x")
+    cpu = host_cpu() if l2 is None else dataclasses.replace(host_cpu(), l2=l2)
+    X = te.placeholder((images, channels // block, height, width, block), "float32", "x")
     U = te.placeholder(u.shape, "float32", "u")
-    out_shape = (1, filters // block, *expected.shape[2:], block)
+    out_shape = (images, filters // block, *expected.shape[2:], block)
     Y = winograd_conv(X, U, pads, out_shape, m)
+    if l2 is not None:
+        assert not weights_dominate(Y, channels)
+        assert tiles_per_chunk(Y, channels, cpu) < -(-expected.shape[3] // m)
     schedule = te.create_schedule([Y])
     with compiling_for(cpu):
         schedule_winograd_conv(schedule, Y, cpu=cpu)
@@ -105,6 +117,19 @@ def test_the_kernel_matches_the_numpy_convolution(m, height, width, pads):
     module["winograd"](to_blocked(x, block), u, y)
     np.testing.assert_allclose(y, to_blocked(expected, block), rtol=1e-4,
                                atol=1e-5 * float(np.abs(expected).max()))
+
+
+def test_both_orders_of_the_steps_are_taken():
+    """All tiles at once for a deep layer on a small image (ResNet-18's 512-channel
+    7x7), chunks of rows of tiles for a wide one (its 64-channel 56x56)."""
+    deep = winograd_conv(te.placeholder((1, 32, 7, 7, 16), "float32", "x"),
+                         te.placeholder((6, 6, 32, 32, 16, 16), "float32", "u"),
+                         (1, 1, 1, 1), (1, 32, 7, 7, 16), 4)
+    wide = winograd_conv(te.placeholder((1, 4, 56, 56, 16), "float32", "x"),
+                         te.placeholder((6, 6, 4, 4, 16, 16), "float32", "u"),
+                         (1, 1, 1, 1), (1, 4, 56, 56, 16), 4)
+    assert weights_dominate(deep, 512) and not weights_dominate(wide, 64)
+    assert tiles_per_chunk(wide, 64, host_cpu()) >= 1
 
 
 @pytest.mark.parametrize("cpu", ISAS, ids=["host", "avx2"])
