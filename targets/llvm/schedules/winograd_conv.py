@@ -53,6 +53,11 @@ WINOGRAD_TILES = tuple(TILE_POINTS)
 WINOGRAD_PRODUCT = "winograd_product"
 #: a kernel's packing of a constant weight transformed by :func:`transform_weight_array`
 WINOGRAD_PACKING = "winograd"
+#: fewest input and output channels of a convolution Winograd takes: a narrower layer
+#: gains microseconds (8 -> 16 channels at 28x28: 21 us direct, 16 us by F(4,3), AVX2)
+#: for rounding that its few terms do not average out (outputs near zero off by 3e-3
+#: of their size on 8-channel layers; exact results matter more there)
+WINOGRAD_MIN_CHANNELS = 16
 #: most bytes of one chunk's transformed input or product (:func:`tiles_per_chunk`): the
 #: code generator's largest stack slot (larger buffers are allocated per call, and a
 #: large allocation is paged in afresh each time)
@@ -372,16 +377,19 @@ def winograd_tile(conv: te.Tensor, cpu: CPUDescription) -> int:
     """The output tile ``m`` of F(m, 3) for the blocked convolution ``conv`` on ``cpu``,
     or 0 (the direct convolution): of :data:`WINOGRAD_TILES`, the one of the fewest
     vector operations (:func:`winograd_vector_operations`) when they are fewer than the
-    direct convolution's multiply-adds. (Counted so, F(4,3) takes every 3x3 layer of
-    the zoo's models: measured 1.4-3.5x faster than the direct tiles on ResNet-18's
-    3x3 layers and 1.4-2.7x on 8-128-channel ones, with AVX-512 and AVX2 alike;
-    ``benchmarks/winograd_conv.py``.)"""
+    direct convolution's multiply-adds, for layers of :data:`WINOGRAD_MIN_CHANNELS`
+    input and output channels or more. (Counted so, F(4,3) takes every 3x3 stride-1
+    layer of the zoo's models: measured 1.2-3.5x faster than the direct tiles on
+    ResNet-18's 3x3 layers and 1.4-2.7x on 16-128-channel ones, with AVX-512 and AVX2
+    alike; ``benchmarks/winograd_conv.py``.)"""
     operands = winograd_operands(conv)
     if operands is None:
         return 0
     _, in_blocks, _, _, in_block = operands["x"].shape
     lanes = cpu.vector_lanes(conv.dtype)
     channels = in_blocks * in_block
+    if min(channels, conv.shape[1] * conv.shape[4]) < WINOGRAD_MIN_CHANNELS:
+        return 0
     best, best_count = 0, direct_vector_operations(conv.shape, channels, lanes)
     for m in WINOGRAD_TILES:
         count = winograd_vector_operations(conv.shape, channels, m, lanes)

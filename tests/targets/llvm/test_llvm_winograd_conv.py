@@ -21,6 +21,7 @@ from heterocc.targets.llvm import LLVMTarget, llvm_target
 from heterocc.targets.llvm.cpu import compiling_for, host_cpu, parse_cpu
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.schedules.winograd_conv import (
+    WINOGRAD_MIN_CHANNELS,
     WINOGRAD_PACKING,
     WINOGRAD_TILES,
     direct_vector_operations,
@@ -179,6 +180,16 @@ def test_other_convolutions_stay_direct(stride, group, dilation):
     model = conv_model(RNG, 32, 14, 32, 3, stride, group, dilation=dilation)
     compiled = heterocc.compile(model, target=[LLVMTarget(winograd=4)])
     assert _winograd_tiles(compiled) == []
+
+
+def test_narrow_layers_stay_direct():
+    """Fewer than WINOGRAD_MIN_CHANNELS input or output channels: the direct sum."""
+    for channels, filters in ((8, 32), (32, 8)):
+        model = conv_model(RNG, channels, 12, filters, 3, 1, 1)
+        assert _winograd_tiles(heterocc.compile(model, target="llvm")) == []
+    assert WINOGRAD_MIN_CHANNELS == 16
+    model = conv_model(RNG, 16, 12, 16, 3, 1, 1)
+    assert _winograd_tiles(heterocc.compile(model, target="llvm")) == [4]
 
 
 def test_the_rule_counts_vector_operations():
