@@ -378,7 +378,9 @@ def winograd_tile(conv: te.Tensor, cpu: CPUDescription) -> int:
     or 0 (the direct convolution): of :data:`WINOGRAD_TILES`, the one of the fewest
     vector operations (:func:`winograd_vector_operations`) when they are fewer than the
     direct convolution's multiply-adds, for layers of :data:`WINOGRAD_MIN_CHANNELS`
-    input and output channels or more. (Counted so, F(4,3) takes every 3x3 stride-1
+    input and output channels or more; but where the transformed weights outweigh the
+    data under every tile (:func:`weights_dominate`) and that tile's overflow the L2,
+    the tile of the fewest weights. (Counted so, F(4,3) takes every 3x3 stride-1
     layer of the zoo's models: measured 1.2-3.5x faster than the direct tiles on
     ResNet-18's 3x3 layers and 1.4-2.7x on 16-128-channel ones, with AVX-512 and AVX2
     alike; ``benchmarks/winograd_conv.py``.)"""
@@ -390,11 +392,19 @@ def winograd_tile(conv: te.Tensor, cpu: CPUDescription) -> int:
     channels = in_blocks * in_block
     if min(channels, conv.shape[1] * conv.shape[4]) < WINOGRAD_MIN_CHANNELS:
         return 0
+    out_channels = conv.shape[1] * conv.shape[4]
     best, best_count = 0, direct_vector_operations(conv.shape, channels, lanes)
     for m in WINOGRAD_TILES:
         count = winograd_vector_operations(conv.shape, channels, m, lanes)
         if count < best_count:
             best, best_count = m, count
+    itemsize = np.dtype(conv.dtype).itemsize
+    if best and all(_weights_dominate(conv.shape, channels, m) for m in WINOGRAD_TILES) and (
+            (best + KERNEL - 1) ** 2 * channels * out_channels * itemsize > cpu.l2):
+        # the kernel streams its transformed weights from beyond the L2 whatever the
+        # tile: the tile of the fewest (ResNet-18's 512-channel 7x7 layer: F(2,3) 0.73
+        # of the direct kernel's time, F(4,3) 0.90 with AVX-512; 0.68 and 0.73 with AVX2)
+        return min(WINOGRAD_TILES)
     return best
 
 
@@ -439,9 +449,13 @@ def weights_dominate(conv: te.Tensor, in_channels: int) -> bool:
     at once, each weight read once (a deep layer on a small image: chunked by rows of
     tiles, ResNet-18's 512-channel 7x7 layer read its 38 MB of weights once per row
     and took 1.5x as long), else chunk by chunk (:func:`tiles_per_chunk`)."""
-    m = int(conv.op.attrs["winograd_conv"]["m"])
-    _, out_blocks, height, width, out_block = conv.shape
-    tiles = WinogradShape(m, conv.shape[0], height, width).tiles
+    return _weights_dominate(conv.shape, in_channels,
+                             int(conv.op.attrs["winograd_conv"]["m"]))
+
+
+def _weights_dominate(conv_shape, in_channels: int, m: int) -> bool:
+    n, out_blocks, height, width, out_block = conv_shape
+    tiles = WinogradShape(m, n, height, width).tiles
     out_channels = out_blocks * out_block
     return in_channels * out_channels > tiles * (in_channels + out_channels)
 

@@ -192,6 +192,16 @@ def test_narrow_layers_stay_direct():
     assert _winograd_tiles(heterocc.compile(model, target="llvm")) == [4]
 
 
+@pytest.mark.parametrize("cpu", ISAS, ids=["host", "avx2"])
+def test_the_rule_takes_the_tile_of_fewest_weights_where_they_stream(cpu):
+    """ResNet-18's 512-channel 7x7 layer (38 MB of F(4,3) weights, beyond any L2 of the
+    descriptions) by F(2,3); its 128-channel 28x28 one by F(4,3)."""
+    deep = conv_model(RNG, 512, 7, 512, 3, 1, 1)
+    wide = conv_model(RNG, 128, 28, 128, 3, 1, 1)
+    assert _winograd_tiles(heterocc.compile(deep, target=cpu)) == [2]
+    assert _winograd_tiles(heterocc.compile(wide, target=cpu)) == [4]
+
+
 def test_the_rule_counts_vector_operations():
     """F(4,3) for ResNet-18's 3x3 layers on either ISA's vectors; the direct
     convolution where the transforms outweigh the product (one input channel)."""
