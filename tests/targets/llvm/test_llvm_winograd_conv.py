@@ -175,6 +175,18 @@ def test_winograd_can_be_turned_off():
     np.testing.assert_allclose(off.run(feeds)[0], expected, rtol=1e-5, atol=1e-5)
 
 
+def test_a_winograd_kernel_survives_export(tmp_path):
+    """The artifact records the weight's transform (its packing) and the loaded kernel
+    transforms the saved weight the same way."""
+    model = conv_model(RNG, 32, 10, 32, 3, 1, 1, epilogue=("relu",))
+    feeds = _feeds(model)
+    compiled = heterocc.compile(model, target="llvm")
+    assert _winograd_tiles(compiled) == [4]
+    compiled.export(str(tmp_path / "artifact"))
+    loaded = heterocc.load(str(tmp_path / "artifact"))
+    np.testing.assert_array_equal(loaded.run(feeds)[0], compiled.run(feeds)[0])
+
+
 @pytest.mark.parametrize("stride,group,dilation", [(2, 1, 1), (1, 32, 1), (1, 1, 2)])
 def test_other_convolutions_stay_direct(stride, group, dilation):
     model = conv_model(RNG, 32, 14, 32, 3, stride, group, dilation=dilation)
