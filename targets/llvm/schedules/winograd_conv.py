@@ -53,11 +53,13 @@ WINOGRAD_TILES = tuple(TILE_POINTS)
 WINOGRAD_PRODUCT = "winograd_product"
 #: a kernel's packing of a constant weight transformed by :func:`transform_weight_array`
 WINOGRAD_PACKING = "winograd"
-#: fewest input and output channels of a convolution Winograd takes: a narrower layer
+#: fewest input and output channels of a convolution each tile takes: a narrower layer
 #: gains microseconds (8 -> 16 channels at 28x28: 21 us direct, 16 us by F(4,3), AVX2)
-#: for rounding that its few terms do not average out (outputs near zero off by 3e-3
-#: of their size on 8-channel layers; exact results matter more there)
-WINOGRAD_MIN_CHANNELS = 16
+#: for rounding that stands out in its small outputs: chains of 16-channel layers (a
+#: dense block) came 2.7e-4 off the reference on outputs of 0.6 by F(4,3), beyond the
+#: 1e-4 the repo's tests of such blocks allow; F(2,3) rounds some seven times less
+TILE_MIN_CHANNELS = {2: 16, 4: 32}
+WINOGRAD_MIN_CHANNELS = min(TILE_MIN_CHANNELS.values())
 #: most bytes of one chunk's transformed input or product (:func:`tiles_per_chunk`): the
 #: code generator's largest stack slot (larger buffers are allocated per call, and a
 #: large allocation is paged in afresh each time)
@@ -375,36 +377,38 @@ def direct_vector_operations(conv_shape, in_channels: int, lanes: int) -> float:
 
 def winograd_tile(conv: te.Tensor, cpu: CPUDescription) -> int:
     """The output tile ``m`` of F(m, 3) for the blocked convolution ``conv`` on ``cpu``,
-    or 0 (the direct convolution): of :data:`WINOGRAD_TILES`, the one of the fewest
-    vector operations (:func:`winograd_vector_operations`) when they are fewer than the
-    direct convolution's multiply-adds, for layers of :data:`WINOGRAD_MIN_CHANNELS`
-    input and output channels or more; but where the transformed weights outweigh the
-    data under every tile (:func:`weights_dominate`) and that tile's overflow the L2,
-    the tile of the fewest weights. (Counted so, F(4,3) takes every 3x3 stride-1
-    layer of the zoo's models: measured 1.2-3.5x faster than the direct tiles on
-    ResNet-18's 3x3 layers and 1.4-2.7x on 16-128-channel ones, with AVX-512 and AVX2
-    alike; ``benchmarks/winograd_conv.py``.)"""
+    or 0 (the direct convolution): of the tiles whose :data:`TILE_MIN_CHANNELS` the
+    layer's input and output channels reach, the one of the fewest vector operations
+    (:func:`winograd_vector_operations`) when they are fewer than the direct
+    convolution's multiply-adds; but where the transformed weights outweigh the data
+    under every such tile (:func:`weights_dominate`) and the chosen tile's overflow the
+    L2, the tile of the fewest weights. (F(4,3) measured 1.2-3.5x faster than the
+    direct tiles on ResNet-18's 56x56 and 28x28 layers, F(2,3) 1.1-2x on its 14x14 and
+    7x7 ones, and 1.4-2.7x on 16-128-channel layers, with AVX-512 and AVX2 alike;
+    ``benchmarks/winograd_conv.py``.)"""
     operands = winograd_operands(conv)
     if operands is None:
         return 0
     _, in_blocks, _, _, in_block = operands["x"].shape
     lanes = cpu.vector_lanes(conv.dtype)
     channels = in_blocks * in_block
-    if min(channels, conv.shape[1] * conv.shape[4]) < WINOGRAD_MIN_CHANNELS:
+    narrowest = min(channels, conv.shape[1] * conv.shape[4])
+    tiles = [m for m in WINOGRAD_TILES if narrowest >= TILE_MIN_CHANNELS[m]]
+    if not tiles:
         return 0
     out_channels = conv.shape[1] * conv.shape[4]
     best, best_count = 0, direct_vector_operations(conv.shape, channels, lanes)
-    for m in WINOGRAD_TILES:
+    for m in tiles:
         count = winograd_vector_operations(conv.shape, channels, m, lanes)
         if count < best_count:
             best, best_count = m, count
     itemsize = np.dtype(conv.dtype).itemsize
-    if best and all(_weights_dominate(conv.shape, channels, m) for m in WINOGRAD_TILES) and (
+    if best and all(_weights_dominate(conv.shape, channels, m) for m in tiles) and (
             (best + KERNEL - 1) ** 2 * channels * out_channels * itemsize > cpu.l2):
         # the kernel streams its transformed weights from beyond the L2 whatever the
         # tile: the tile of the fewest (ResNet-18's 512-channel 7x7 layer: F(2,3) 0.73
         # of the direct kernel's time, F(4,3) 0.90 with AVX-512; 0.68 and 0.73 with AVX2)
-        return min(WINOGRAD_TILES)
+        return min(tiles)
     return best
 
 

@@ -195,12 +195,16 @@ def test_other_convolutions_stay_direct(stride, group, dilation):
 
 
 def test_narrow_layers_stay_direct():
-    """Fewer than WINOGRAD_MIN_CHANNELS input or output channels: the direct sum."""
+    """Fewer than WINOGRAD_MIN_CHANNELS input or output channels: the direct sum;
+    each tile from its TILE_MIN_CHANNELS."""
     for channels, filters in ((8, 32), (32, 8)):
         model = conv_model(RNG, channels, 12, filters, 3, 1, 1)
         assert _winograd_tiles(heterocc.compile(model, target="llvm")) == []
     assert WINOGRAD_MIN_CHANNELS == 16
+    # F(2,3) from 16 channels, F(4,3) from 32 (it rounds more)
     model = conv_model(RNG, 16, 12, 16, 3, 1, 1)
+    assert _winograd_tiles(heterocc.compile(model, target="llvm")) == [2]
+    model = conv_model(RNG, 32, 12, 32, 3, 1, 1)
     assert _winograd_tiles(heterocc.compile(model, target="llvm")) == [4]
 
 
