@@ -39,19 +39,28 @@ from .cpu import describe_cpu  # noqa: E402
 
 def llvm_target(mcpu: str | None = None, mattr: str | None = None, mtriple: str | None = None,
                 num_cores: int | str | None = None, cpu: CPUDescription | str | None = None,
-                blocked_layout: bool = True, schedule_rules: str = "hand") -> LLVMTarget:
+                blocked_layout: bool = True, schedule_rules: str = "hand",
+                winograd: bool | int | str = True) -> LLVMTarget:
     """The ``llvm`` target for the CPU the options of its target string describe
     (``llvm -mcpu=znver3 -mattr=+avx2,-avx512f -mtriple=... -num-cores=N``; what is left
     out is the host's), or for ``cpu`` (a description or a target string).
     ``schedule_rules`` (``-schedule-rules=none``): ``"none"`` turns the hand schedule
-    rules off (see ``LLVMTarget.rules``)."""
+    rules off (see ``LLVMTarget.rules``). ``winograd`` (``-winograd=0``): False keeps
+    every convolution direct, none by Winograd's F(m, 3); 2 or 4 that tile wherever
+    Winograd applies (see ``LLVMTarget.winograd``)."""
+    if isinstance(winograd, str):
+        word = winograd.strip().lower()
+        winograd = (int(word) if word.isdigit() and int(word) > 1
+                    else word not in ("0", "false", "off", "no"))
     if cpu is None and any(v is not None for v in (mcpu, mattr, mtriple, num_cores)):
         cpu = describe_cpu(mcpu, mattr, mtriple, num_cores)
-    return LLVMTarget(cpu=cpu, blocked_layout=blocked_layout, rules=schedule_rules)
+    return LLVMTarget(cpu=cpu, blocked_layout=blocked_layout, rules=schedule_rules,
+                      winograd=winograd)
 
 
 from heterocc.sdk.registry import register_target  # noqa: E402
 
 register_target("llvm", llvm_target, "a CPU through LLVM (llvmlite): llvm -mcpu=NAME "
-                "-mattr=+feat,-feat -mtriple=TRIPLE -num-cores=N -schedule-rules=none; "
+                "-mattr=+feat,-feat -mtriple=TRIPLE -num-cores=N -schedule-rules=none "
+                "-winograd=0; "
                 "default: the host")

@@ -85,6 +85,7 @@ from heterocc.sdk.tuning import current, fastest, records_for
 from .peak import PEAK_ITERATIONS, multiply_accumulate_peak, multiply_add_rate, peak_kernel
 from .reference_kernel import has_parallel_loop, reference_kernel
 from .runtime import num_threads
+from .schedules.winograd_conv import winograd_applies, winograd_multiply_accumulates
 from .tuning import cache_flusher, logged_seconds
 
 #: samples wanted after the warm-up call, and the least time spent taking them
@@ -676,6 +677,21 @@ def source_of(sources: set[str]) -> str:
     return ", ".join(s for s in (LOGGED, MEASURED) if s in sources) or MEASURED
 
 
+def cpu_multiply_accumulates(node: Node, winograd: bool = True) -> int:
+    """The multiply-accumulates the CPU's kernel of ``node`` performs at the least:
+    ``multiply_accumulates``, but for a blocked convolution that Winograd may compute
+    (``winograd``: the target lets it) the product's of its cheapest F(m, 3)."""
+    direct = multiply_accumulates(node)
+    if winograd and node.op == "ConvNCHWc":
+        x, w = node.inputs[0].type, node.inputs[1].type
+        workload = {"input_shape": tuple(x.shape), "weight_shape": tuple(w.shape),
+                    **{name: node.attrs[name] for name in ("strides", "dilations", "group")}}
+        if winograd_applies(workload, x.dtype):
+            return min(direct, winograd_multiply_accumulates(workload,
+                                                             node.outputs[0].type.shape))
+    return direct
+
+
 def mac_element_type(function: Node) -> str | None:
     """The element type of the multiplied operands of ``function``'s first node with
     multiply-accumulates (``int8``, ``float32``, ...), or None when it has none."""
@@ -705,8 +721,15 @@ class CpuCostModel:
     @property
     def key(self) -> str:
         """What a function's cached figure depends on besides the workload: the
-        :attr:`base_key` and the applied tuning log's records (:func:`log_key`)."""
-        return self.base_key + log_key(self.target)
+        :attr:`base_key`, the applied tuning log's records (:func:`log_key`) and
+        whether Winograd convolutions are off (their kernels differ)."""
+        direct = "" if getattr(self.target, "winograd", True) else "/no-winograd"
+        return self.base_key + log_key(self.target) + direct
+
+    def _multiply_accumulates(self, function: Node) -> int:
+        """The multiply-accumulates of ``function``'s kernel (:func:`cpu_multiply_accumulates`)."""
+        winograd = bool(getattr(self.target, "winograd", True))
+        return sum(cpu_multiply_accumulates(n, winograd) for n in function.body.nodes)
 
     def cached(self, function: Node) -> CostEstimate | None:
         """The function's time from the cache, without measuring (None if absent)."""
@@ -726,7 +749,7 @@ class CpuCostModel:
         seconds, samples, source = self.measure(function)
         self.cache.put(self.key, workload_key(function),
                        {"seconds": seconds, "samples": samples, "source": source})
-        macs = sum(multiply_accumulates(n) for n in function.body.nodes)
+        macs = self._multiply_accumulates(function)
         element = mac_element_type(function)
         if macs and element is not None:
             self._raise_ceiling(element, macs / seconds)
@@ -829,7 +852,7 @@ class CpuCostModel:
         its multiply-accumulates at the peak of this CPU's vector units on their element
         type (:meth:`ceiling`); None for a function without multiply-accumulates (only
         a measurement tells) or where the peak cannot be measured here."""
-        macs = sum(multiply_accumulates(n) for n in function.body.nodes)
+        macs = self._multiply_accumulates(function)
         element = mac_element_type(function)
         if not macs or element is None:
             return None

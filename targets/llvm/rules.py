@@ -9,6 +9,9 @@ In the order :func:`cpu_rules` tries them:
   function's elementwise epilogue row by row;
 * :class:`DirectConvRule`: an NCHW convolution (``sum(data * w[k, rc, ry, rx])`` over
   three reduction axes), register-tiled, finishing its epilogue in the tiles;
+* :class:`WinogradConvRule`: a blocked convolution the target computes by Winograd
+  (:mod:`.schedules.winograd_conv`), with its transforms and product, finishing its
+  epilogue in the output transform's tiles;
 * :class:`BlockedConvRule`: a convolution in the blocked NCHW[x]c layout (the compute
   carries its workload, the key of its tuning task), with the tuning log's tiles;
 * :class:`LayoutTransformRule`: a copy between the plain and the blocked channel layout,
@@ -63,6 +66,11 @@ from .schedules.int8_depthwise_quads import (
     attach_copies_in_blocks,
     quad_stages,
     weight_sum_stages,
+)
+from .schedules.winograd_conv import (
+    WINOGRAD_PRODUCT,
+    schedule_winograd_conv,
+    winograd_stages,
 )
 from .tuning import ScheduleConfigs, apply_conv_auto, apply_matmul_config, schedule_blocked_conv
 
@@ -164,6 +172,26 @@ class DirectConvRule(CPURule):
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
         schedule_conv2d_nchw(schedule, tensor, epilogue, list(chain), cpu=self.cpu)
+        return epilogue is not None
+
+
+class WinogradConvRule(CPURule):
+    """A blocked convolution computed by F(m, 3) (``winograd_conv``, made by
+    :func:`.schedules.winograd_conv.use_winograd_conv`): its padded input, transforms
+    and product belong to it."""
+
+    epilogue = True
+    epilogue_chain = True
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        op = _compute(tensor)
+        return op is not None and "winograd_conv" in op.attrs
+
+    def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
+        return list(winograd_stages(tensor).values())
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_winograd_conv(schedule, tensor, epilogue, list(chain), cpu=self.cpu)
         return epilogue is not None
 
 
@@ -313,10 +341,11 @@ class MatmulRule(CPURule):
 
 
 class ReductionRule(CPURule):
-    """Any other reduction: output points in parallel, each reduced by inner loops."""
+    """Any other reduction: output points in parallel, each reduced by inner loops (not
+    a Winograd convolution's product, which :class:`WinogradConvRule` owns)."""
 
     def matches(self, tensor: te.Tensor) -> bool:
-        return bool(tensor.op.reduce_axis)
+        return bool(tensor.op.reduce_axis) and WINOGRAD_PRODUCT not in tensor.op.attrs
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
         schedule_reduction(schedule, tensor, reduction_blocks(schedule, tensor), self.cpu)
@@ -389,9 +418,9 @@ def cpu_rules(cpu: CPUDescription,
     """The CPU's schedule rules for ``cpu`` with the tuning
     log's ``configs`` for the function (None: the defaults), in the order they are
     tried."""
-    rules = (Int8ConvRule, Int8ConvResultRule, DirectConvRule, BlockedConvRule,
-             LayoutTransformRule, BlockedPoolRule, PoolRule, MatmulRule, ReductionRule,
-             ChannelSelectRule, InjectiveRule)
+    rules = (Int8ConvRule, Int8ConvResultRule, DirectConvRule, WinogradConvRule,
+             BlockedConvRule, LayoutTransformRule, BlockedPoolRule, PoolRule, MatmulRule,
+             ReductionRule, ChannelSelectRule, InjectiveRule)
     return [rule(cpu, configs) for rule in rules]
 
 

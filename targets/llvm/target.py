@@ -19,7 +19,7 @@ import functools
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,6 +70,15 @@ from .schedules import (
     use_int8_convs,
     use_prepacked,
 )
+from .schedules.winograd_conv import (
+    WINOGRAD_PACKING,
+    WINOGRAD_TILES,
+    transform_weight_array,
+    transformed_weight_shape,
+    use_winograd_conv,
+    winograd_operands,
+    winograd_tile,
+)
 from .sequence import runner_of
 from .tuning import ScheduleConfigs, function_configs, function_tuned, llvm_tuning
 
@@ -98,7 +107,8 @@ def _transposed_constant(source: te.Tensor, slots: dict[int, int]
 
 
 def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | None,
-                       cpu: CPUDescription, int8: bool = True
+                       cpu: CPUDescription, int8: bool = True,
+                       winograd_tile: Callable[[te.Tensor], int] | None = None
                        ) -> list[tuple[int, int, list | None]]:
     """Products whose B is one of the function's graph constants (or a transpose of one)
     read it packed once, when the kernel is built, instead of packing it on every call:
@@ -108,7 +118,9 @@ def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | Non
     applied first, or None). A constant also read otherwise stays as it is. ``panel_of``
     and ``cpu``: see :func:`.schedules.pack_matmuls`. ``int8``: integer convolutions
     take the CPU's dot product (False: they stay the plain integer computes, as with
-    the hand rules off)."""
+    the hand rules off). ``winograd_tile``: the F(m, 3) tile of each blocked
+    convolution (0: direct; None: none by Winograd), see
+    :func:`_prepack_winograd_weights`."""
     pack_matmuls(expressed.outputs, panel_of, cpu=cpu)
     first = len(expressed.params) - len(expressed.constants)
     slots = {id(p): k for k, p in
@@ -120,6 +132,9 @@ def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | Non
             readers[source] = readers.get(source, 0) + 1
     packings = (_prepack_int8_conv_weights(expressed, stages, slots, readers, first, cpu)
                 if int8 else [])
+    if winograd_tile is not None:
+        packings += _prepack_winograd_weights(expressed, stages, slots, readers, first,
+                                              winograd_tile)
     for product in stages:
         source = packed_source(product)
         found = None if source is None else _transposed_constant(source, slots)
@@ -171,6 +186,33 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
     return packings
 
 
+def _prepack_winograd_weights(expressed: ExpressedFunction, stages, slots: dict[int, int],
+                              readers: dict[int, int], first: int,
+                              winograd_tile: Callable[[te.Tensor], int]
+                              ) -> list[tuple[int, str, int]]:
+    """Blocked 3x3 convolutions that ``winograd_tile`` gives an F(m, 3) tile, reading a
+    constant weight nothing else reads, computed by Winograd (``use_winograd_conv``)
+    on that weight transformed once, when the kernel is built: ``(constant index,
+    WINOGRAD_PACKING, m)`` for each (see :func:`_packed_constants`)."""
+    packings = []
+    for stage in stages:
+        operands = winograd_operands(stage)
+        if operands is None:
+            continue
+        weight = operands["w"]
+        if id(weight) not in slots or readers.get(id(weight)) != 1:
+            continue
+        m = winograd_tile(stage)
+        if not m:
+            continue
+        transformed = te.placeholder(transformed_weight_shape(weight.shape, m), weight.dtype,
+                                     f"{weight.name}.winograd")
+        expressed.params[first + slots[id(weight)]] = transformed
+        use_winograd_conv(stage, transformed, m)
+        packings.append((slots[id(weight)], WINOGRAD_PACKING, m))
+    return packings
+
+
 def _schedule(expressed: ExpressedFunction, cpu: CPUDescription,
               configs: ScheduleConfigs | None = None, rules: str = "hand") -> te.Schedule:
     """The CPU's rules (:func:`.rules.cpu_rules`) applied to a function: injective
@@ -198,6 +240,9 @@ def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]
     (``(constant index, panel width, axes)``, see :func:`_prepack_constants`)."""
     constants = list(constants)
     for index, width, axes in packings:
+        if width == WINOGRAD_PACKING:  # a Winograd convolution's weight, ``axes`` its m
+            constants[index] = transform_weight_array(constants[index], axes)
+            continue
         if width == 0:  # an integer convolution's weight (_prepack_int8_conv_weights)
             constants[index] = pack_int8_weight_array(constants[index], axes)
             continue
@@ -329,13 +374,20 @@ class LLVMTarget(TETarget):
     ``rules``: the schedule rules, ``"hand"`` (the CPU's own, :func:`.rules.cpu_rules`:
     the default) or ``"none"`` (the generic ones, :func:`.rules.generic_rules`: where the
     auto search from scratch starts; a tuning log's auto records of whole functions
-    still apply). The target string's option ``-schedule-rules=none``."""
+    still apply). The target string's option ``-schedule-rules=none``.
+    ``winograd``: dense 3x3 stride-1 float convolutions that the CPU computes faster by
+    Winograd's F(m, 3) take it (:mod:`.schedules.winograd_conv`: fewer multiplies,
+    rounding errors a few times the direct sum's); False keeps every convolution
+    direct (exact sums in the direct order); a tile size (2 or 4) computes every
+    convolution Winograd can take by that F(m, 3), whether faster or not (for
+    measurements). The target string's option ``-winograd=0`` (or ``=2``, ``=4``)."""
 
     name: str = "llvm"
     blocked_layout: bool = True
     integer_qdq: str | None = "realize_qdq_convolutions"
     cpu: CPUDescription | str | None = None
     rules: str = "hand"
+    winograd: bool | int = True
     _libraries: dict[str, object] = field(default_factory=dict, repr=False)
     #: packings of constants chosen while scheduling, by id of the expressed function
     _packings: dict[int, list] = field(default_factory=dict, repr=False)
@@ -345,6 +397,10 @@ class LLVMTarget(TETarget):
     _cost_model: object = field(default=None, repr=False)
 
     def __post_init__(self):
+        if self.winograd not in (True, False, *WINOGRAD_TILES):
+            raise InputError(f"llvm target: winograd={self.winograd!r}; choose true (where "
+                             "faster), false (never) or a tile size of "
+                             f"{', '.join(map(str, WINOGRAD_TILES))}")
         if self.rules not in SCHEDULE_RULES:
             raise InputError(f"llvm target: schedule rules {self.rules!r}; choose "
                              f"{' or '.join(SCHEDULE_RULES)} (none: the generic schedules "
@@ -381,8 +437,20 @@ class LLVMTarget(TETarget):
         (``tuning.function_configs``) is scheduled by it as a whole instead
         (``tuning.function_tuned``)."""
         configs = configs or self._configs()
+        winograd = None
+        # (a function whose auto record the log chose is scheduled by it as a whole)
+        auto = configs.choice is not None and configs.choice[0] == "auto"
+        if self.winograd and self.rules == "hand" and not auto:
+            def winograd(conv: te.Tensor) -> int:
+                # a convolution the tuning log tuned keeps its tuned direct tiles
+                if configs.blocked_conv_tiles(conv) or configs.conv_auto(conv):
+                    return 0
+                if self.winograd is not True:  # a tile size asked for
+                    return int(self.winograd)
+                return winograd_tile(conv, self.cpu)
         self._packings[id(expressed)] = _prepack_constants(
-            expressed, configs.matmul_panel, self.cpu, int8=self.rules == "hand")
+            expressed, configs.matmul_panel, self.cpu, int8=self.rules == "hand",
+            winograd_tile=winograd)
         tuned = function_tuned(expressed, configs, self.cpu)
         return tuned if tuned is not None else _schedule(expressed, self.cpu, configs,
                                                          self.rules)

@@ -426,8 +426,10 @@ def _llvm_target(template: str | None = None):
 def _expressed_function(spec: str):
     """A function task's body expressed and packed as the target compiles it (its
     constant operands prepacked in the default panels: the sketch does not depend on
-    the panel width)."""
+    the panel width), its convolutions direct: an auto record schedules the direct
+    compute (``function_tuned``), never a Winograd convolution's stages."""
     target = _llvm_target()
+    target.winograd = False
     with target.compile_context():
         expressed = express_function(function_body(spec))
         target.schedule(expressed, ScheduleConfigs(choice=("hand", None)))
