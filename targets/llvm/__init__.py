@@ -34,7 +34,25 @@ __all__ = [
     "load_library", "num_threads", "parse_cpu",
 ]
 
+from heterocc.sdk import InputError  # noqa: E402
+
 from .cpu import describe_cpu  # noqa: E402
+
+#: the words of ``-winograd=WORD`` that turn Winograd convolutions on and off
+_SWITCH_WORDS = {"1": True, "true": True, "on": True, "yes": True,
+                 "0": False, "false": False, "off": False, "no": False}
+
+
+def _winograd_option(word: str) -> bool | int:
+    """``-winograd=WORD``: on or off (:data:`_SWITCH_WORDS`), or a tile size (a number
+    above 1, which ``LLVMTarget`` checks); anything else is an input error."""
+    word = word.strip().lower()
+    if word in _SWITCH_WORDS:
+        return _SWITCH_WORDS[word]
+    if word.isdigit():
+        return int(word)
+    raise InputError(f"llvm target: -winograd={word!r}; choose 1/true/on, 0/false/off or "
+                     "a tile size")
 
 
 def llvm_target(mcpu: str | None = None, mattr: str | None = None, mtriple: str | None = None,
@@ -49,9 +67,7 @@ def llvm_target(mcpu: str | None = None, mattr: str | None = None, mtriple: str 
     every convolution direct, none by Winograd's F(m, 3); 2 or 4 that tile wherever
     Winograd applies (see ``LLVMTarget.winograd``)."""
     if isinstance(winograd, str):
-        word = winograd.strip().lower()
-        winograd = (int(word) if word.isdigit() and int(word) > 1
-                    else word not in ("0", "false", "off", "no"))
+        winograd = _winograd_option(winograd)
     if cpu is None and any(v is not None for v in (mcpu, mattr, mtriple, num_cores)):
         cpu = describe_cpu(mcpu, mattr, mtriple, num_cores)
     return LLVMTarget(cpu=cpu, blocked_layout=blocked_layout, rules=schedule_rules,

@@ -171,6 +171,8 @@ def test_winograd_can_be_turned_off():
     assert llvm_target(winograd="2").winograd == 2
     with pytest.raises(InputError, match="winograd"):
         LLVMTarget(winograd=3)
+    with pytest.raises(InputError, match="winograd='maybe'"):  # not silently on
+        llvm_target(winograd="maybe")
     expected = heterocc.compile(model, target="reference").run(feeds)[0]
     np.testing.assert_allclose(off.run(feeds)[0], expected, rtol=1e-5, atol=1e-5)
 
