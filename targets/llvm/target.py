@@ -106,6 +106,50 @@ def _transposed_constant(source: te.Tensor, slots: dict[int, int]
                          for axis in axes]
 
 
+@dataclass
+class _FunctionConstants:
+    """The graph constants among a function's parameters (``expressed.params[first:]``,
+    but its tables), by slot, and how many of its stages read each tensor: where a
+    kernel may take a constant read once in a packing of its own, built with it."""
+
+    expressed: ExpressedFunction
+    stages: list
+    first: int
+    slots: dict[int, int]
+    readers: dict[int, int]
+
+    @classmethod
+    def of(cls, expressed: ExpressedFunction) -> _FunctionConstants:
+        first = len(expressed.params) - len(expressed.constants)
+        slots = {id(p): k for k, p in
+                 enumerate(expressed.params[first:len(expressed.params)
+                                            - len(expressed.tables)])}
+        stages = reachable_computes(expressed.outputs)
+        readers: dict[int, int] = {}
+        for stage in stages:
+            for source in {id(t) for t in reads_of(stage.op.body)}:
+                readers[source] = readers.get(source, 0) + 1
+        return cls(expressed, stages, first, slots, readers)
+
+    def read_once(self, tensor: te.Tensor) -> bool:
+        """Whether one stage alone reads ``tensor``."""
+        return self.readers.get(id(tensor)) == 1
+
+    def packable(self, tensor: te.Tensor) -> bool:
+        """Whether ``tensor`` is a graph constant that one stage alone reads."""
+        return id(tensor) in self.slots and self.read_once(tensor)
+
+    def replace(self, constant: te.Tensor, shape, dtype: str, suffix: str
+                ) -> tuple[te.Tensor, int]:
+        """``(placeholder, constant index)``: the constant's parameter replaced by a
+        placeholder of ``shape`` and ``dtype`` (named ``<constant>.<suffix>``), the
+        packing its kernel reads."""
+        placeholder = te.placeholder(shape, dtype, f"{constant.name}.{suffix}")
+        index = self.slots[id(constant)]
+        self.expressed.params[self.first + index] = placeholder
+        return placeholder, index
+
+
 def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | None,
                        cpu: CPUDescription, int8: bool = True,
                        winograd_tile: Callable[[te.Tensor], int] | None = None
@@ -122,37 +166,26 @@ def _prepack_constants(expressed: ExpressedFunction, panel_of: PanelChoice | Non
     convolution (0: direct; None: none by Winograd), see
     :func:`_prepack_winograd_weights`."""
     pack_matmuls(expressed.outputs, panel_of, cpu=cpu)
-    first = len(expressed.params) - len(expressed.constants)
-    slots = {id(p): k for k, p in
-             enumerate(expressed.params[first:len(expressed.params) - len(expressed.tables)])}
-    stages = reachable_computes(expressed.outputs)
-    readers: dict[int, int] = {}
-    for stage in stages:
-        for source in {id(t) for t in reads_of(stage.op.body)}:
-            readers[source] = readers.get(source, 0) + 1
-    packings = (_prepack_int8_conv_weights(expressed, stages, slots, readers, first, cpu)
-                if int8 else [])
+    constants = _FunctionConstants.of(expressed)
+    packings = _prepack_int8_conv_weights(constants, cpu) if int8 else []
     if winograd_tile is not None:
-        packings += _prepack_winograd_weights(expressed, stages, slots, readers, first,
-                                              winograd_tile)
-    for product in stages:
+        packings += _prepack_winograd_weights(constants, winograd_tile)
+    for product in constants.stages:
         source = packed_source(product)
-        found = None if source is None else _transposed_constant(source, slots)
-        if found is None or readers[id(source)] != 1 or readers[id(found[0])] != 1:
+        found = None if source is None else _transposed_constant(source, constants.slots)
+        if found is None or not (constants.read_once(source)
+                                 and constants.read_once(found[0])):
             continue
         constant, axes = found
         packed = product.op.attrs["packed_B"]
-        prepacked = te.placeholder(packed.shape, packed.dtype, f"{constant.name}.packed")
+        prepacked, index = constants.replace(constant, packed.shape, packed.dtype, "packed")
         use_prepacked(product, prepacked)
-        index = slots[id(constant)]
-        expressed.params[first + index] = prepacked
         packings.append((index, int(packed.shape[-1]), axes))
     return packings
 
 
-def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict[int, int],
-                               readers: dict[int, int], first: int,
-                               cpu: CPUDescription) -> list[tuple[int, int | str, int | None]]:
+def _prepack_int8_conv_weights(constants: _FunctionConstants, cpu: CPUDescription
+                               ) -> list[tuple[int, int | str, int | None]]:
     """Integer convolutions the CPU computes on its dot product (``use_int8_conv``),
     reading a constant weight that nothing else reads packed once, when the kernel is
     built: ``(constant index, 0, lanes)`` for each (width 0: :func:`.schedules.
@@ -162,32 +195,30 @@ def _prepack_int8_conv_weights(expressed: ExpressedFunction, stages, slots: dict
     flat for a whole-image window, its quads, its pairs of taps, or ``-lanes``, its int16
     vectors; ``lanes``: the CPU's int32 lanes, which the flat packing pads to)."""
     packings = []
-    for stage in stages:
+    for stage in constants.stages:
         described = int8_conv_operands(stage)
         if described is None:
             continue
         weight = described["w"]
         prepacked = None
-        if id(weight) in slots and readers.get(id(weight)) == 1:
+        if constants.packable(weight):
             if described["depthwise"]:
                 shape, dtype, packing = depthwise_weight_packing(
                     weight.shape, described["attrs"], cpu, described["x"].shape)
-                prepacked = te.placeholder(shape, dtype, f"{weight.name}.packed")
-                packings.append((slots[id(weight)], packing, cpu.vector_lanes("int32")))
+                prepacked, index = constants.replace(weight, shape, dtype, "packed")
+                packings.append((index, packing, cpu.vector_lanes("int32")))
             else:  # axes: the vectors of output channels of channel lanes (or 0)
                 tiles = channel_lanes_tiles(described["x"].shape, weight.shape,
                                             described["attrs"], cpu)
                 lanes = tiles.lanes if tiles is not None else 0
-                prepacked = te.placeholder(packed_weight_shape(weight.shape, lanes), "int8",
-                                           f"{weight.name}.packed")
-                packings.append((slots[id(weight)], 0, lanes))
-            expressed.params[first + slots[id(weight)]] = prepacked
+                prepacked, index = constants.replace(
+                    weight, packed_weight_shape(weight.shape, lanes), "int8", "packed")
+                packings.append((index, 0, lanes))
         use_int8_conv(stage, cpu, prepacked)
     return packings
 
 
-def _prepack_winograd_weights(expressed: ExpressedFunction, stages, slots: dict[int, int],
-                              readers: dict[int, int], first: int,
+def _prepack_winograd_weights(constants: _FunctionConstants,
                               winograd_tile: Callable[[te.Tensor], int]
                               ) -> list[tuple[int, str, int]]:
     """Blocked 3x3 convolutions that ``winograd_tile`` gives an F(m, 3) tile, reading a
@@ -195,21 +226,18 @@ def _prepack_winograd_weights(expressed: ExpressedFunction, stages, slots: dict[
     on that weight transformed once, when the kernel is built: ``(constant index,
     WINOGRAD_PACKING, m)`` for each (see :func:`_packed_constants`)."""
     packings = []
-    for stage in stages:
+    for stage in constants.stages:
         operands = winograd_operands(stage)
-        if operands is None:
-            continue
-        weight = operands["w"]
-        if id(weight) not in slots or readers.get(id(weight)) != 1:
+        if operands is None or not constants.packable(operands["w"]):
             continue
         m = winograd_tile(stage)
         if not m:
             continue
-        transformed = te.placeholder(transformed_weight_shape(weight.shape, m), weight.dtype,
-                                     f"{weight.name}.winograd")
-        expressed.params[first + slots[id(weight)]] = transformed
+        weight = operands["w"]
+        transformed, index = constants.replace(
+            weight, transformed_weight_shape(weight.shape, m), weight.dtype, "winograd")
         use_winograd_conv(stage, transformed, m)
-        packings.append((slots[id(weight)], WINOGRAD_PACKING, m))
+        packings.append((index, WINOGRAD_PACKING, m))
     return packings
 
 
