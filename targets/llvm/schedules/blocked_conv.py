@@ -21,7 +21,8 @@ from .direct_conv import _compute_tile_stages, _schedule_conv_data
 #: most output columns of one blocked-conv register tile: one accumulator vector each,
 #: leaving registers of the 32 (AVX-512) for the weight vector and the broadcast input.
 #: (These caps were measured with 32 registers and a one-vector block; fewer registers
-#: or a block of several vectors take fewer columns: :func:`blocked_conv_limits`.)
+#: or a block of several vectors take fewer columns: :func:`dense_conv_column_limit`,
+#: :func:`one_block_columns`, :func:`looped_window_columns`.)
 BLOCKED_CONV_MAX_COLUMNS = 28
 #: weight vectors per broadcast input element of a default dense tile, and its most
 #: columns: two measured 7-31% faster than one block of 28 columns on ResNet-18's
@@ -220,23 +221,6 @@ def dense_conv_column_limit(channel_blocks: int, block_bytes: int,
     return max(1, min(BLOCKED_CONV_PAIRED_COLUMNS, accumulators // weights))
 
 
-def blocked_conv_limits(block_bytes: int, cpu: CPUDescription
-                        ) -> tuple[int, int, int]:
-    """``(columns, dense columns, depthwise columns)``: the most output columns of a
-    blocked-conv register tile of one channel block, of a dense tile of the channel
-    blocks that give two weight vectors per input element (two one-vector blocks, one
-    two-vector block: :func:`dense_conv_column_limit`), and of a depthwise one, on
-    ``cpu`` for a channel block of ``block_bytes``: the accumulators (one per column and
-    vector of the block) fit the registers the operands leave, and never exceed the caps
-    measured with 32 registers."""
-    description = cpu
-    budget = _column_budget(block_bytes, description)
-    pair = dense_conv_channel_blocks(block_bytes, description)
-    return (min(BLOCKED_CONV_MAX_COLUMNS, budget),
-            dense_conv_column_limit(pair, block_bytes, description),
-            min(DEPTHWISE_MAX_COLUMNS, budget))
-
-
 def pointwise_conv_tile(blocks: int, width: int, block_bytes: int,
                         cpu: CPUDescription) -> tuple[int, int]:
     """``(columns, channel_blocks)`` of the register tile of a dense blocked convolution
@@ -400,7 +384,7 @@ def _row_chunk(conv: te.Tensor, tiles: BlockedConvTiles, chunk: int) -> int:
     return row_chunk
 
 
-def _unroll_block_reduction(stage: te.Stage, reduction: list, unroll: int | None,
+def unroll_block_reduction(stage: te.Stage, reduction: list, unroll: int | None,
                             name: str) -> list:
     """A dense blocked convolution's reduction axes, ordered, with the channels of an
     input block (the last axis) unrolled by ``unroll`` (None, or the block or more: all
@@ -520,7 +504,7 @@ def schedule_conv2d_nchwc(schedule: te.Schedule, conv: te.Tensor,
     if block_unroll is None:
         block_unroll = default_block_unroll(columns, channel_blocks,
                                             int(reduction[-1].extent), cpu)
-    reduction = _unroll_block_reduction(schedule[local], reduction, block_unroll,
+    reduction = unroll_block_reduction(schedule[local], reduction, block_unroll,
                                         conv.name)
     if chunk:
         chunk_outer, chunk_inner = schedule[local].split(reduction[0], factor=chunk)

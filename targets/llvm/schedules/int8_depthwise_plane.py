@@ -91,8 +91,12 @@ def weight_plane_shape(w_shape, cpu: CPUDescription) -> tuple[int, ...]:
     """The shape of a constant whole-image depthwise weight of ``w_shape`` (``[C, 1, KH,
     KW]``) packed flat (:func:`pack_weight_plane_array`): ``[C, groups + 1, 4]``, the
     taps in whole vectors of groups of four, then one group holding the weight sum."""
+    return _plane_shape(w_shape, cpu.vector_lanes("int32"))
+
+
+def _plane_shape(w_shape, lanes: int) -> tuple[int, ...]:
+    """:func:`weight_plane_shape` for ``lanes`` int32 lanes per vector."""
     channels, _, kh, kw = w_shape
-    lanes = cpu.vector_lanes("int32")
     return (channels, plane_vectors(kh * kw, lanes) * lanes + 1, GROUP)
 
 
@@ -103,7 +107,7 @@ def pack_weight_plane_array(w: np.ndarray, lanes: int) -> np.ndarray:
     :func:`.int8_conv.int32_of_bytes`); ``lanes``: the int32 lanes of the CPU's
     vector (:func:`weight_plane_shape`)."""
     channels, _, kh, kw = w.shape
-    shape = (channels, plane_vectors(kh * kw, lanes) * lanes + 1, GROUP)
+    shape = _plane_shape(w.shape, lanes)
     flat = np.zeros((channels, shape[1] * GROUP), np.int8)
     flat[:, :kh * kw] = w.reshape(channels, -1)
     sums = w.astype(np.int64).reshape(channels, -1).sum(axis=1).astype("<i4")

@@ -40,7 +40,7 @@ from heterocc.te.schedule_reads import reads_of
 from heterocc.tir import expr as tx
 
 from ..cpu import CPUDescription
-from .blocked_conv import _unroll_block_reduction, pointwise_conv_tile
+from .blocked_conv import pointwise_conv_tile, unroll_block_reduction
 from .common import even_tiles
 
 #: the kernel size a Winograd convolution here computes
@@ -272,7 +272,7 @@ def winograd_conv(x: te.Tensor, u: te.Tensor, pads, out_shape, m: int,
 
 def winograd_stages(conv: te.Tensor) -> dict[str, te.Tensor]:
     """The stages of a :func:`winograd_conv` output, by name: ``columns``, ``product``,
-    ``data``, ``rows``."""
+    ``data``, ``rows``, ``pad``."""
     found = {}
     stack = [conv]
     names = {"winograd_columns": "columns", "winograd_product": "product",
@@ -392,11 +392,11 @@ def winograd_tile(conv: te.Tensor, cpu: CPUDescription) -> int:
     _, in_blocks, _, _, in_block = operands["x"].shape
     lanes = cpu.vector_lanes(conv.dtype)
     channels = in_blocks * in_block
-    narrowest = min(channels, conv.shape[1] * conv.shape[4])
+    out_channels = conv.shape[1] * conv.shape[4]
+    narrowest = min(channels, out_channels)
     tiles = [m for m in WINOGRAD_TILES if narrowest >= TILE_MIN_CHANNELS[m]]
     if not tiles:
         return 0
-    out_channels = conv.shape[1] * conv.shape[4]
     best, best_count = 0, direct_vector_operations(conv.shape, channels, lanes)
     for m in tiles:
         count = winograd_vector_operations(conv.shape, channels, m, lanes)
@@ -547,7 +547,7 @@ def schedule_winograd_conv(schedule: te.Schedule, conv: te.Tensor,
     schedule[accumulators].compute_at(schedule[product], t_outer)
     schedule[accumulators].set_scope("local")
     lp, lq, ln, lk, lty, lt, lo = schedule[accumulators].op.axis
-    reduction = _unroll_block_reduction(
+    reduction = unroll_block_reduction(
         schedule[accumulators], list(schedule[accumulators].op.reduce_axis), None, conv.name)
     schedule[accumulators].reorder(lp, lq, ln, lty, *reduction, lk, lt, lo)
     schedule[accumulators].unroll(lk)

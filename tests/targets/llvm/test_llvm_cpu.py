@@ -154,9 +154,13 @@ def test_schedules_tile_for_the_description():
     assert [schedules.conv_tile_channels(c) for c in (avx512, avx2)] == [16, 8]
     # a 16-float channel block is one AVX-512 vector, two AVX2 ones: a default dense tile
     # pairs two AVX-512 blocks (two weight vectors per input element), one AVX2 block
-    assert schedules.blocked_conv_limits(64, avx512) == (28, 8, 14)
+    assert schedules.dense_conv_column_limit(2, 64, avx512) == 8
     # (one AVX2 block of two vectors keeps one broadcast live: 6 columns, 12 accumulators)
-    assert schedules.blocked_conv_limits(64, avx2) == (6, 6, 6)
+    assert schedules.dense_conv_column_limit(1, 64, avx2) == 6
+    assert schedules.one_block_columns(2, avx2) == 6
+    # a looped depthwise window: 14 columns of one AVX-512 vector, 3 of two AVX2 ones
+    assert [schedules.looped_window_columns(v, c) for v, c in ((1, avx512), (2, avx2))] \
+        == [14, 3]
     assert [schedules.dense_conv_channel_blocks(64, c) for c in (avx512, avx2, neon)] == [2, 1, 1]
     assert schedules.default_blocked_conv_tiles((1, 4, 56, 56, 16), 4, cpu=avx512) == (8, 2)
     assert schedules.default_blocked_conv_tiles((1, 4, 56, 56, 16), 4, cpu=avx2) == (6, 1)
