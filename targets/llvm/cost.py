@@ -723,13 +723,17 @@ class CpuCostModel:
         """What a function's cached figure depends on besides the workload: the
         :attr:`base_key`, the applied tuning log's records (:func:`log_key`) and
         whether Winograd convolutions are off (their kernels differ)."""
-        direct = "" if getattr(self.target, "winograd", True) else "/no-winograd"
+        direct = "" if self._winograd else "/no-winograd"
         return self.base_key + log_key(self.target) + direct
+
+    @property
+    def _winograd(self) -> bool:
+        """Whether the target may compute convolutions by Winograd (``LLVMTarget.winograd``)."""
+        return bool(getattr(self.target, "winograd", True))
 
     def _multiply_accumulates(self, function: Node) -> int:
         """The multiply-accumulates of ``function``'s kernel (:func:`cpu_multiply_accumulates`)."""
-        winograd = bool(getattr(self.target, "winograd", True))
-        return sum(cpu_multiply_accumulates(n, winograd) for n in function.body.nodes)
+        return sum(cpu_multiply_accumulates(n, self._winograd) for n in function.body.nodes)
 
     def cached(self, function: Node) -> CostEstimate | None:
         """The function's time from the cache, without measuring (None if absent)."""
