@@ -23,6 +23,8 @@ In the order :func:`cpu_rules` tries them:
   pixels updated tap by tap over a padded copy;
 * :class:`MatmulRule`: a product the CPU packed (``pack_matmul``), register-tiled over B's
   panels, finishing its epilogue in the tiles;
+* :class:`SoftmaxRowsRule`: a softmax over its last axis, every stage of a row computed
+  at the row's loop (:mod:`.schedules.softmax`);
 * :class:`ReductionRule`: any other reduction, output points in parallel;
 * :class:`ChannelSelectRule`: an NCHW[x]c output that reads a stage choosing its source
   by channel block (a blocked concatenation), one channel block per outer iteration;
@@ -67,6 +69,7 @@ from .schedules.int8_depthwise_quads import (
     quad_stages,
     weight_sum_stages,
 )
+from .schedules.softmax import schedule_softmax_rows, softmax_row_stages
 from .schedules.winograd_conv import (
     WINOGRAD_PRODUCT,
     schedule_winograd_conv,
@@ -340,14 +343,49 @@ class MatmulRule(CPURule):
         return epilogue is not None
 
 
+class SoftmaxRowsRule(CPURule):
+    """A softmax over its last axis (:func:`.schedules.softmax.softmax_row_stages`), an
+    anchor at its output: every stage of a row (maximum, shift, exponentials, sum) is
+    computed at the output's row loop, which the rule owns. Its reductions also match
+    :class:`ReductionRule`, which leaves the ones this rule claimed when it matched to
+    it (``claimed``: the rule matches every stage of a function before any rule
+    applies)."""
+
+    def __init__(self, cpu: CPUDescription, configs: ScheduleConfigs | None = None):
+        super().__init__(cpu, configs)
+        self.claimed: set[int] = set()
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        stages = softmax_row_stages(tensor)
+        if stages is None:
+            return False
+        self.claimed.update(id(t) for t in stages.owned)
+        return True
+
+    def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
+        return softmax_row_stages(tensor).owned
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        schedule_softmax_rows(schedule, tensor, softmax_row_stages(tensor), self.cpu)
+        return False
+
+
 class ReductionRule(CPURule):
     """Any other reduction: output points in parallel, each reduced by inner loops (not
-    a Winograd convolution's product, which :class:`WinogradConvRule` owns)."""
+    a Winograd convolution's product, which :class:`WinogradConvRule` owns, nor a
+    softmax's statistics that ``softmax`` claimed)."""
+
+    def __init__(self, cpu: CPUDescription, configs: ScheduleConfigs | None = None,
+                 softmax: SoftmaxRowsRule | None = None):
+        super().__init__(cpu, configs)
+        self.softmax = softmax
 
     def matches(self, tensor: te.Tensor) -> bool:
         return bool(tensor.op.reduce_axis) and WINOGRAD_PRODUCT not in tensor.op.attrs
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        if self.softmax is not None and id(tensor) in self.softmax.claimed:
+            return False  # computed at the softmax's rows
         schedule_reduction(schedule, tensor, reduction_blocks(schedule, tensor), self.cpu)
         return False
 
@@ -418,10 +456,12 @@ def cpu_rules(cpu: CPUDescription,
     """The CPU's schedule rules for ``cpu`` with the tuning
     log's ``configs`` for the function (None: the defaults), in the order they are
     tried."""
+    softmax = SoftmaxRowsRule(cpu, configs)
     rules = (Int8ConvRule, Int8ConvResultRule, DirectConvRule, WinogradConvRule,
-             BlockedConvRule, LayoutTransformRule, BlockedPoolRule, PoolRule, MatmulRule,
-             ReductionRule, ChannelSelectRule, InjectiveRule)
-    return [rule(cpu, configs) for rule in rules]
+             BlockedConvRule, LayoutTransformRule, BlockedPoolRule, PoolRule, MatmulRule)
+    return [*(rule(cpu, configs) for rule in rules), softmax,
+            ReductionRule(cpu, configs, softmax),
+            *(rule(cpu, configs) for rule in (ChannelSelectRule, InjectiveRule))]
 
 
 def generic_rules(cpu: CPUDescription,
