@@ -69,7 +69,7 @@ from .schedules.int8_depthwise_quads import (
     quad_stages,
     weight_sum_stages,
 )
-from .schedules.softmax import schedule_softmax_rows, softmax_row_stages
+from .schedules.softmax import rows_are_private, schedule_softmax_rows, softmax_row_stages
 from .schedules.winograd_conv import (
     WINOGRAD_PRODUCT,
     schedule_winograd_conv,
@@ -366,7 +366,18 @@ class SoftmaxRowsRule(CPURule):
         return softmax_row_stages(tensor).owned
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        schedule_softmax_rows(schedule, tensor, softmax_row_stages(tensor), self.cpu)
+        stages = softmax_row_stages(tensor)
+        if rows_are_private(schedule, tensor, stages):
+            schedule_softmax_rows(schedule, tensor, stages, self.cpu)
+            return False
+        # another stage reads a row stage: each stage in memory, as without the rule
+        for stage_tensor in stages.owned:
+            if stage_tensor.op.reduce_axis:
+                schedule_reduction(schedule, stage_tensor,
+                                   reduction_blocks(schedule, stage_tensor), self.cpu)
+            else:
+                schedule_in_memory(schedule, stage_tensor, self.cpu)
+        schedule_in_memory(schedule, tensor, self.cpu)
         return False
 
 
@@ -443,12 +454,19 @@ class InjectiveRule(CPURule):
         return True
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        inner = injective_rows(schedule, tensor, self.cpu)
-        if inner:
-            schedule_contiguous_rows(schedule, tensor, inner, self.cpu)
-        else:
-            schedule_injective(schedule, tensor, self.cpu)
+        schedule_in_memory(schedule, tensor, self.cpu)
         return False
+
+
+def schedule_in_memory(schedule: te.Schedule, tensor: te.Tensor, cpu: CPUDescription) -> None:
+    """A stage that stays in memory without an anchor: rows of its contiguous innermost
+    axes where a read breaks the flat index (:func:`.schedules.injective_rows`), else one
+    flat vectorized loop."""
+    inner = injective_rows(schedule, tensor, cpu)
+    if inner:
+        schedule_contiguous_rows(schedule, tensor, inner, cpu)
+    else:
+        schedule_injective(schedule, tensor, cpu)
 
 
 def cpu_rules(cpu: CPUDescription,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from heterocc.sdk import te
+from heterocc.te.schedule_reads import reads_of
 from heterocc.te.tensor import Reduce, TensorLoad
 from heterocc.tir import expr as tx
 from heterocc.tir.visitor import collect
@@ -114,6 +115,21 @@ def softmax_row_stages(out: te.Tensor) -> SoftmaxRowStages | None:
     if statistics is None:
         return None
     return SoftmaxRowStages(exps, total, statistics)
+
+
+def rows_are_private(schedule: te.Schedule, out: te.Tensor, stages: SoftmaxRowStages) -> bool:
+    """Whether only the softmax reads its row stages (none of them is read by another
+    stage of the function, inlined or not, nor is one of its outputs): the condition for
+    computing them at the output's rows, whose buffers no other stage could read."""
+    own = {id(t) for t in stages.owned} | {id(out)}
+    if any(id(t) in own - {id(out)} for t in schedule.outputs):
+        return False
+    for stage in schedule.stages:
+        if stage.is_placeholder or id(stage.tensor) in own:
+            continue
+        if any(id(t) in own - {id(out)} for t in reads_of(stage.op.body)):
+            return False
+    return True
 
 
 def schedule_softmax_rows(schedule: te.Schedule, out: te.Tensor, stages: SoftmaxRowStages,

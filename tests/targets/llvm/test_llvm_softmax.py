@@ -119,3 +119,21 @@ def test_neon_code_of_the_rows_calls_nothing():
     assert str(func).count("parallel") == 0 and "softmax_exp[ramp(" in str(func)
     assembly = build([func], name="softmax_neon", cpu=NEON_CPU).assembly()
     assert "bl\texpf" not in assembly and "fmla" in assembly
+
+
+def test_row_stages_read_elsewhere_stay_in_memory():
+    """A function that also returns the exponentials (another reader of a row stage)
+    keeps every stage in memory, as without the rule: the values stay NumPy's."""
+    x = te.placeholder((6, 20), "float32", "x")
+    (out,) = compute_of("Softmax")([x], {"axis": -1}, None)
+    exps = softmax_row_stages(out).exps
+    doubled = te.compute(exps.shape, lambda i, j: exps[i, j] * 2.0, name="doubled")
+    schedule = schedule_by_rules([out, doubled], cpu_rules(parse_cpu("llvm")))
+    func = te.lower(schedule, [x, out, doubled], name="softmax_shared")
+    module = build([func], name="softmax_shared")
+    a = RNG.standard_normal((6, 20)).astype(np.float32)
+    got, twice = np.empty_like(a), np.empty_like(a)
+    module["softmax_shared"](a, got, twice)
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=2e-6)
+    np.testing.assert_allclose(twice, 2 * e, rtol=2e-6)
