@@ -101,12 +101,16 @@ _SCALEF = {16: ("llvm.x86.avx512.mask.scalef.ps.512", "avx512f"),
 def _scale_by_power_of_two(builder: ir.IRBuilder, value: ir.Value, n: ir.Value,
                            features: frozenset[str]) -> ir.Value | None:
     """``value * 2^n`` (``n`` whole numbers as floats) by one ``vscalefps`` per register
-    where the CPU has AVX-512 (a vector wider than a register in register-wide parts),
+    where the CPU has AVX-512 (a vector of a power of two registers in register-wide
+    parts; other widths, such as 12 or 20 lanes, keep the powers of two),
     in place of the two powers of two built from exponent bits and their two
     multiplies (eight instructions); None elsewhere."""
     count = value.type.count
+    # register-wide parts joined pairwise: a power of two of them (12 lanes would be
+    # three parts of 4, which pairs cannot join into one vector)
     width = next((lanes for lanes, (_, needs) in _SCALEF.items()
-                  if needs in features and count % lanes == 0), None)
+                  if needs in features and count % lanes == 0
+                  and (count // lanes) & (count // lanes - 1) == 0), None)
     if width is None or "avx512f" not in features:
         return None
     name, _ = _SCALEF[width]
