@@ -69,7 +69,12 @@ from .schedules.int8_depthwise_quads import (
     quad_stages,
     weight_sum_stages,
 )
-from .schedules.softmax import rows_are_private, schedule_softmax_rows, softmax_row_stages
+from .schedules.softmax import (
+    row_fits_the_l1,
+    rows_are_private,
+    schedule_softmax_rows,
+    softmax_row_stages,
+)
 from .schedules.winograd_conv import (
     WINOGRAD_PRODUCT,
     schedule_winograd_conv,
@@ -344,9 +349,10 @@ class MatmulRule(CPURule):
 
 
 class SoftmaxRowsRule(CPURule):
-    """A softmax over its last axis (:func:`.schedules.softmax.softmax_row_stages`), an
-    anchor at its output: every stage of a row (maximum, shift, exponentials, sum) is
-    computed at the output's row loop, which the rule owns. Its reductions also match
+    """A softmax over its last axis (:func:`.schedules.softmax.softmax_row_stages`) whose
+    rows fit the L1 (:func:`.schedules.softmax.row_fits_the_l1`), an anchor at its
+    output: every stage of a row (maximum, shift, exponentials, sum) is computed at the
+    output's row loop, which the rule owns. Its reductions also match
     :class:`ReductionRule`, which leaves the ones this rule claimed when it matched to
     it (``claimed``: the rule matches every stage of a function before any rule
     applies)."""
@@ -357,7 +363,7 @@ class SoftmaxRowsRule(CPURule):
 
     def matches(self, tensor: te.Tensor) -> bool:
         stages = softmax_row_stages(tensor)
-        if stages is None:
+        if stages is None or not row_fits_the_l1(tensor, self.cpu):
             return False
         self.claimed.update(id(t) for t in stages.owned)
         return True

@@ -117,6 +117,13 @@ def softmax_row_stages(out: te.Tensor) -> SoftmaxRowStages | None:
     return SoftmaxRowStages(exps, total, statistics)
 
 
+def row_fits_the_l1(out: te.Tensor, cpu: CPUDescription) -> bool:
+    """Whether a row of ``out`` (the exponentials' buffer each row keeps) takes at most half
+    of ``cpu``'s L1 data cache: a longer row would not stay cached from its maximum to its
+    quotients, and its buffer (on each thread's stack) would grow with the sequence."""
+    return out.shape[-1] * np.dtype(out.dtype).itemsize <= cpu.l1d // 2
+
+
 def rows_are_private(schedule: te.Schedule, out: te.Tensor, stages: SoftmaxRowStages) -> bool:
     """Whether only the softmax reads its row stages (none of them is read by another
     stage of the function, inlined or not, nor is one of its outputs): the condition for

@@ -137,3 +137,20 @@ def test_row_stages_read_elsewhere_stay_in_memory():
     e = np.exp(a - a.max(axis=1, keepdims=True))
     np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=2e-6)
     np.testing.assert_allclose(twice, 2 * e, rtol=2e-6)
+
+
+def test_rows_longer_than_half_the_l1_keep_the_stage_by_stage_schedule():
+    """A row of more floats than half the L1 data cache holds would not stay cached from
+    its maximum to its quotients: the rule leaves it (the reductions in parallel over
+    rows, the exponentials in memory), and the values stay ORT's."""
+    cpu = parse_cpu("llvm")
+    columns = cpu.l1d // 2 // 4 + 16
+    model = _softmax_model([1, 2, columns])
+    feeds = {"x": (RNG.standard_normal((1, 2, columns)) * 4).astype(np.float32)}
+    compiled = heterocc.compile(model, target="llvm")
+    expected = ort.InferenceSession(model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(compiled.run(feeds)[0], expected, rtol=2e-6, atol=1e-8)
+    allocations = {a.buffer.name: a.buffer.size for a in tir.collect(
+        _lowered_softmax(compiled).body, lambda n: isinstance(n, tir.Allocate))}
+    assert allocations["softmax_exp"] == 2 * columns  # the whole tensor, not a row
