@@ -2,7 +2,7 @@
 
 Each stage becomes a loop nest built from its leaf iteration variables; the root axes
 are recovered from the split/fuse relations. Inlined stages are substituted into their
-readers. A stage attached with ``compute_at`` gets the region its consumer reads inside
+readers. A stage attached with ``compute_at`` gets the region its readers read inside
 the attachment loop, found by symbolic interval analysis (bound inference), and a
 buffer of that region's size allocated there. Non-dividing splits and partial regions
 get guards, which the TIR pipeline removes where the loop ranges prove them true.
@@ -201,8 +201,8 @@ class _Lowerer:
         self.params = self._params(args)
         self.bodies = self._inline_bodies()
         self.attached: dict[tuple[int, int], list[Stage]] = {}
-        #: the only reader of each stage computed at a loop (checked once)
-        self.reader_of: dict[int, Stage] = {}
+        #: the readers of each stage computed at a loop (checked once)
+        self.readers_of: dict[int, list[Stage]] = {}
         self._check_attachments()
 
     def _params(self, args: list[Tensor]) -> list[tx.Buffer]:
@@ -271,14 +271,14 @@ class _Lowerer:
                     f"stage {stage.name!r} is attached at {iv.name!r} of {parent.name!r}, which "
                     "is no longer one of its loops (inlined, split or fused afterwards)")
             readers = self._readers(stage.tensor)
-            if len(readers) != 1 or not self._runs_inside(readers[0], parent, iv):
+            if not readers or not all(self._runs_inside(r, parent, iv) for r in readers):
                 names = ", ".join(r.name for r in readers) or "nobody"
                 raise CompileError(
                     f"stage {stage.name!r} is computed at {parent.name!r} but read by {names}; "
-                    "compute_at needs its only reader to be the attachment stage or a "
+                    "compute_at needs each reader to be the attachment stage or a "
                     "stage computed inside that loop (attached there, or to a stage that is)")
             self.attached.setdefault((id(parent), id(iv)), []).append(stage)
-            self.reader_of[id(stage)] = readers[0]
+            self.readers_of[id(stage)] = readers
 
     @staticmethod
     def _runs_inside(stage: Stage, parent: Stage, iv: IterVar) -> bool:
@@ -462,11 +462,12 @@ class _Lowerer:
         leafs = parent.leaf_iter_vars
         inner_leafs = leafs[leafs.index(iv) + 1:]
         relaxed = {leaf.var: nest.extents[leaf] for leaf in inner_leafs}
-        reader = self.reader_of[id(child)]
-        body = parent_body
-        if reader is not parent:  # a stage computed inside the loop reads it
-            body, relaxed = self._body_inside(reader, parent, parent_body, relaxed)
-        bases, extents = self._read_region(child, body, relaxed)
+        # the union of what its readers read (a reader computed inside the loop: as it
+        # runs there)
+        reads = [(parent_body, relaxed) if reader is parent
+                 else self._body_inside(reader, parent, parent_body, relaxed)
+                 for reader in self.readers_of[id(child)]]
+        bases, extents = self._read_region(child, reads)
         attrs = child.tensor.op.attrs
         multiple = int(attrs.get(REGION_MULTIPLE, 1))
         if extents and multiple > 1:  # whole rows of a flat axis: no partial last row
@@ -481,16 +482,19 @@ class _Lowerer:
         stmt = self._emit_stage(child, list(zip(bases, extents)), attached=True)
         return buffer, stmt
 
-    def _read_region(self, stage: Stage, body: tx.Expr, relaxed: dict[tx.Var, int]
+    def _read_region(self, stage: Stage, reads: list[tuple[tx.Expr, dict[tx.Var, int]]]
                      ) -> tuple[list[tx.Expr], list[int]]:
-        """(bases, extents) of the region of ``stage``'s tensor that ``body`` reads while
-        the ``relaxed`` variables range over ``[0, extent)``."""
-        loads = [load for load in collect(body, lambda n: isinstance(n, TensorLoad))
+        """(bases, extents) of the region of ``stage``'s tensor that the bodies of
+        ``reads`` read together, each while its ``relaxed`` variables range over
+        ``[0, extent)``."""
+        loads = [(load, relaxed) for body, relaxed in reads
+                 for load in collect(body, lambda n: isinstance(n, TensorLoad))
                  if load.tensor is stage.tensor]
         bases, extents = [], []
         for dim, shape in enumerate(stage.tensor.shape):
             base, extent = self._region(
-                [symbolic_bounds(load.indices[dim], relaxed) for load in loads], shape)
+                [symbolic_bounds(load.indices[dim], relaxed) for load, relaxed in loads],
+                shape)
             bases.append(base)
             extents.append(extent)
         return bases, extents
@@ -500,14 +504,16 @@ class _Lowerer:
         """``stage``'s body as it runs inside one iteration of ``parent``'s loop (whose
         inner loop variables ``relaxed`` ranges over; ``parent_body``: the parent's body
         in its loop variables), with what else it ranges over: each axis its region
-        there (the reads of the stage it is attached to, itself found so where that is
-        not ``parent``) as base + a variable over the region's extent, each reduction
-        axis its own range."""
-        holder = stage.attach_stage
-        holder_body, ranges = (parent_body, relaxed) if holder is parent else \
-            self._body_inside(holder, parent, parent_body, relaxed)
-        bases, extents = self._read_region(stage, holder_body, ranges)
-        ranges, mapping = dict(ranges), {}
+        there (the union of its readers' reads, each reader other than ``parent`` itself
+        found so) as base + a variable over the region's extent, each reduction axis its
+        own range."""
+        reads = [(parent_body, relaxed) if reader is parent
+                 else self._body_inside(reader, parent, parent_body, relaxed)
+                 for reader in self.readers_of[id(stage)]]
+        bases, extents = self._read_region(stage, reads)
+        ranges, mapping = {}, {}
+        for _, read_ranges in reads:
+            ranges.update(read_ranges)
         for iv, base, extent in zip(stage.axis, bases, extents):
             offset = tx.Var(f"{iv.var.name}.inside", iv.var.dtype)
             mapping[iv.var], ranges[offset] = base + offset, extent

@@ -556,7 +556,8 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
                                 self.codegen.vector_isas) if lanes > 1 else None
         if node.name == "exp" and lanes > 1 and tx.scalar_dtype(node.dtype) == "float32":
             return emit_vector_exp(self.builder, args[0],
-                                   ("contract",) if self.codegen.float_flags else ())
+                                   ("contract",) if self.codegen.float_flags else (),
+                                   self.codegen.features)
         if variant is not None:
             return self._vector_library_call(*variant, args)
         if node.name in _LLVM_INTRINSICS:

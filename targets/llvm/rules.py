@@ -23,6 +23,8 @@ In the order :func:`cpu_rules` tries them:
   pixels updated tap by tap over a padded copy;
 * :class:`MatmulRule`: a product the CPU packed (``pack_matmul``), register-tiled over B's
   panels, finishing its epilogue in the tiles;
+* :class:`SoftmaxRowsRule`: a softmax over its last axis, every stage of a row computed
+  at the row's loop (:mod:`.schedules.softmax`);
 * :class:`ReductionRule`: any other reduction, output points in parallel;
 * :class:`ChannelSelectRule`: an NCHW[x]c output that reads a stage choosing its source
   by channel block (a blocked concatenation), one channel block per outer iteration;
@@ -66,6 +68,12 @@ from .schedules.int8_depthwise_quads import (
     attach_copies_in_blocks,
     quad_stages,
     weight_sum_stages,
+)
+from .schedules.softmax import (
+    row_fits_the_l1,
+    rows_are_private,
+    schedule_softmax_rows,
+    softmax_row_stages,
 )
 from .schedules.winograd_conv import (
     WINOGRAD_PRODUCT,
@@ -340,14 +348,61 @@ class MatmulRule(CPURule):
         return epilogue is not None
 
 
+class SoftmaxRowsRule(CPURule):
+    """A softmax over its last axis (:func:`.schedules.softmax.softmax_row_stages`) whose
+    rows fit the L1 (:func:`.schedules.softmax.row_fits_the_l1`), an anchor at its
+    output: every stage of a row (maximum, shift, exponentials, sum) is computed at the
+    output's row loop, which the rule owns. Its reductions also match
+    :class:`ReductionRule`, which leaves the ones this rule claimed when it matched to
+    it (``claimed``: the rule matches every stage of a function before any rule
+    applies)."""
+
+    def __init__(self, cpu: CPUDescription, configs: ScheduleConfigs | None = None):
+        super().__init__(cpu, configs)
+        self.claimed: set[int] = set()
+
+    def matches(self, tensor: te.Tensor) -> bool:
+        stages = softmax_row_stages(tensor)
+        if stages is None or not row_fits_the_l1(tensor, self.cpu):
+            return False
+        self.claimed.update(id(t) for t in stages.owned)
+        return True
+
+    def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
+        return softmax_row_stages(tensor).owned
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        stages = softmax_row_stages(tensor)
+        if rows_are_private(schedule, tensor, stages):
+            schedule_softmax_rows(schedule, tensor, stages, self.cpu)
+            return False
+        # another stage reads a row stage: each stage in memory, as without the rule
+        for stage_tensor in stages.owned:
+            if stage_tensor.op.reduce_axis:
+                schedule_reduction(schedule, stage_tensor,
+                                   reduction_blocks(schedule, stage_tensor), self.cpu)
+            else:
+                schedule_in_memory(schedule, stage_tensor, self.cpu)
+        schedule_in_memory(schedule, tensor, self.cpu)
+        return False
+
+
 class ReductionRule(CPURule):
     """Any other reduction: output points in parallel, each reduced by inner loops (not
-    a Winograd convolution's product, which :class:`WinogradConvRule` owns)."""
+    a Winograd convolution's product, which :class:`WinogradConvRule` owns, nor a
+    softmax's statistics that ``softmax`` claimed)."""
+
+    def __init__(self, cpu: CPUDescription, configs: ScheduleConfigs | None = None,
+                 softmax: SoftmaxRowsRule | None = None):
+        super().__init__(cpu, configs)
+        self.softmax = softmax
 
     def matches(self, tensor: te.Tensor) -> bool:
         return bool(tensor.op.reduce_axis) and WINOGRAD_PRODUCT not in tensor.op.attrs
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
+        if self.softmax is not None and id(tensor) in self.softmax.claimed:
+            return False  # computed at the softmax's rows
         schedule_reduction(schedule, tensor, reduction_blocks(schedule, tensor), self.cpu)
         return False
 
@@ -405,12 +460,19 @@ class InjectiveRule(CPURule):
         return True
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        inner = injective_rows(schedule, tensor, self.cpu)
-        if inner:
-            schedule_contiguous_rows(schedule, tensor, inner, self.cpu)
-        else:
-            schedule_injective(schedule, tensor, self.cpu)
+        schedule_in_memory(schedule, tensor, self.cpu)
         return False
+
+
+def schedule_in_memory(schedule: te.Schedule, tensor: te.Tensor, cpu: CPUDescription) -> None:
+    """A stage that stays in memory without an anchor: rows of its contiguous innermost
+    axes where a read breaks the flat index (:func:`.schedules.injective_rows`), else one
+    flat vectorized loop."""
+    inner = injective_rows(schedule, tensor, cpu)
+    if inner:
+        schedule_contiguous_rows(schedule, tensor, inner, cpu)
+    else:
+        schedule_injective(schedule, tensor, cpu)
 
 
 def cpu_rules(cpu: CPUDescription,
@@ -418,10 +480,12 @@ def cpu_rules(cpu: CPUDescription,
     """The CPU's schedule rules for ``cpu`` with the tuning
     log's ``configs`` for the function (None: the defaults), in the order they are
     tried."""
+    softmax = SoftmaxRowsRule(cpu, configs)
     rules = (Int8ConvRule, Int8ConvResultRule, DirectConvRule, WinogradConvRule,
-             BlockedConvRule, LayoutTransformRule, BlockedPoolRule, PoolRule, MatmulRule,
-             ReductionRule, ChannelSelectRule, InjectiveRule)
-    return [rule(cpu, configs) for rule in rules]
+             BlockedConvRule, LayoutTransformRule, BlockedPoolRule, PoolRule, MatmulRule)
+    return [*(rule(cpu, configs) for rule in rules), softmax,
+            ReductionRule(cpu, configs, softmax),
+            *(rule(cpu, configs) for rule in (ChannelSelectRule, InjectiveRule))]
 
 
 def generic_rules(cpu: CPUDescription,

@@ -300,15 +300,42 @@ def test_schedule_errors_name_the_problem():
         s[C].bind(j, "warp.y")
 
 
-def test_compute_at_requires_single_reader():
+def test_compute_at_refuses_a_reader_outside_the_loop():
+    """B computed at C's loop is also read by D, which runs outside it: refused."""
     A = te.placeholder((8,), "float32", "A")
     B = te.compute((8,), lambda i: A[i] + 1.0, name="B")
     C = te.compute((8,), lambda i: B[i] * 2.0, name="C")
     D = te.compute((8,), lambda i: B[i] + C[i], name="D")
     s = te.create_schedule(D)
     s[B].compute_at(s[C], s[C].op.axis[0])
-    with pytest.raises(CompileError, match="only reader"):
+    with pytest.raises(CompileError, match="each reader"):
         te.lower(s, [A, D])
+
+
+def test_compute_at_with_readers_inside_the_loop_computes_the_union_of_their_reads():
+    """A row stage E read by two stages of the row loop (its sum S, attached there, and
+    the loop's own stage Q = E / S, a softmax's shape) and one read through a stage it
+    feeds (P, read by E alone): each is computed once per row, over what all its
+    readers read there (E: the whole row; P, S: one element), and the values stay
+    NumPy's."""
+    A = te.placeholder((6, 10), "float32", "A")
+    P = te.compute((6, 1), lambda i, _: A[i, 0] * 0.5, name="P")
+    E = te.compute((6, 10), lambda i, j: te.exp(A[i, j] - P[i, 0]), name="E")
+    r = te.reduce_axis(10, "r")
+    S = te.compute((6, 1), lambda i, _: te.sum(E[i, r], axis=r), name="S")
+    Q = te.compute((6, 10), lambda i, j: E[i, j] / S[i, 0], name="Q")
+    s = te.create_schedule(Q)
+    row = s[Q].op.axis[0]
+    for stage in (S, E, P):
+        s[stage].compute_at(s[Q], row)
+    func = te.lower(s, [A, Q], name="kernel")
+    sizes = {a.buffer.name: a.buffer.size
+             for a in tir.collect(func.body, lambda n: isinstance(n, tir.Allocate))}
+    assert sizes == {"P": 1, "E": 10, "S": 1}
+    a = rand(6, 10)
+    e = np.exp(a - 0.5 * a[:, :1])
+    np.testing.assert_allclose(run(s, [A, Q], a), e / e.sum(axis=1, keepdims=True),
+                               rtol=1e-5)
 
 
 def test_compute_rejects_nested_reduction_and_bad_indices():
@@ -408,7 +435,7 @@ def test_compute_at_refuses_a_loop_inside_the_readers():
     io, ii = s[D].split(s[D].op.axis[0], factor=4)
     s[C].compute_at(s[D], io)
     s[B].compute_at(s[D], ii)
-    with pytest.raises(CompileError, match="only reader"):
+    with pytest.raises(CompileError, match="each reader"):
         te.lower(s, [A, D])
 
 

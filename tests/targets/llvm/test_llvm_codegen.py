@@ -16,6 +16,7 @@ import pytest
 from heterocc import te, tir
 from heterocc.errors import CompileError, InputError
 from heterocc.targets import llvm as hllvm
+from heterocc.targets.llvm.cpu import parse_cpu
 
 RNG = np.random.default_rng(3)
 
@@ -109,7 +110,7 @@ def test_vector_math_calls_libmvec_when_available():
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
-@pytest.mark.parametrize("vector", [8, 16, 32])
+@pytest.mark.parametrize("vector", [8, 12, 16, 24, 32])
 def test_vector_exp_matches_numpy_over_the_whole_float_range(vector, target):
     """float32 exp of whole vectors, computed in registers (``vector_exp``), over the
     float range: within 2 ulps of NumPy's where the result is normal, denormal results
@@ -132,7 +133,12 @@ def test_vector_exp_matches_numpy_over_the_whole_float_range(vector, target):
     finite = np.isfinite(expected)
     np.testing.assert_allclose(got[finite], expected[finite], rtol=2.5e-7,
                                atol=np.finfo(np.float32).smallest_subnormal)
-    assert "call" not in module.assembly().split("f__hcc0:", 1)[-1].split(".Lfunc_end")[0]
+    code = module.assembly().split("f__hcc0:", 1)[-1].split(".Lfunc_end")[0]
+    assert "call" not in code
+    # AVX-512 applies the power of two with vscalefps (exact for denormal results too)
+    # to vectors of a power of two registers
+    assert ("vscalefps" in code) == ("avx512f" in parse_cpu(target).features
+                                     and vector in (8, 16, 32))
 
 
 def test_vector_exp_builds_for_neon_without_calls():
