@@ -689,7 +689,12 @@ def test_row_blocks_drop_fewest_positions_within_half_the_l1_cache():
         assert blocks.extent >= (blocks.rows - 1) * length + width
     # a dense convolution's blocks may fill the whole L1d: 8 rows of a 56-wide 3x3
     assert row_blocks(56, 58, 56, 16, 16, cpu, budget=cpu.l1d) == RowBlocks(8, 464)
-    assert conv_tiling(64, 56, 56, 58, cpu)[1] == RowBlocks(8, 464)
+    one_core = parse_cpu("llvm -mcpu=sapphirerapids -num-cores=1")
+    assert conv_tiling(64, 56, 56, 58, one_core)[1] == RowBlocks(8, 464)
+    # on two cores, blocks of 7 rows: 32 tasks are the thread pool's 8 chunks of 4,
+    # where 28 were chunks of 3 and 4 (16 tasks on the busiest core, not 14)
+    two_cores = parse_cpu("llvm -mcpu=sapphirerapids -num-cores=2")
+    assert conv_tiling(64, 56, 56, 58, two_cores)[1] == RowBlocks(7, 416)
 
 
 @pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell",
@@ -832,7 +837,7 @@ def test_blocks_are_shared_evenly_by_the_cores(target):
     work); MobileNetV2's 960->160 at 7x7 on channel lanes (five tiles) takes blocks of a
     row on two cores, of the whole image on one; ResNet's layers keep their tiles. The
     12-channel tile is bit-exact."""
-    from heterocc.targets.llvm.schedules.int8_conv import channel_tiling
+    from heterocc.targets.llvm.schedules.int8_conv import channel_tiling, pool_makespan
 
     one, two = (parse_cpu(f"{target} -num-cores={cores}") for cores in (1, 2))
     base = int8_conv_tiles(48, one).channels
@@ -843,7 +848,12 @@ def test_blocks_are_shared_evenly_by_the_cores(target):
         assert (tiles.channels, tiles.vectors, blocks.rows) == (12, 1, 13)
     else:  # AVX2: 6 tiles of 8 already share two cores
         assert tiles.channels == base
-    assert conv_tiling(64, 56, 56, 58, two) == conv_tiling(64, 56, 56, 58, one)
+    # ResNet's 64->64 3x3 at 56x56 keeps its tile, its blocks of rows as many tasks as
+    # the thread pool's chunks share evenly (7 rows a block on AVX-512, not 8: 28 tasks
+    # were chunks of 3 and 4)
+    (tiles, blocks), (one_tiles, _) = (conv_tiling(64, 56, 56, 58, c) for c in (two, one))
+    assert tiles == one_tiles
+    assert pool_makespan(64 // tiles.channels * (56 // blocks.rows), 2) == 1.0
     lanes = channel_tiling(160, 7, 7, two)
     if 160 // lanes.channels % 2:
         assert lanes.rows == 1
