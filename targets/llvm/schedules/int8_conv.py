@@ -430,25 +430,25 @@ def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription
 INT8_FINISH_TILES = "int8_finish_tiles"
 
 
-def register_finish(tiles: Int8ConvTiles, blocks: RowBlocks, out_height: int,
-                    out_width: int, row_length: int) -> RowBlocks | None:
+def register_finish(tiles: Int8ConvTiles, out_width: int, row_length: int
+                    ) -> RowBlocks | None:
     """Blocks of one row for sums finished a register tile at a time (each tile's
     accumulators requantized while in registers: no int32 block stored and read back),
-    or None where ``blocks`` are kept: where a block's rows lie in the sums as in the
-    output (``row_length`` is the width: no padding columns, a 1x1 convolution) and
-    rows of whole tiles (``tiles.lanes * tiles.vectors`` pixels) compute no more
-    positions than ``blocks``. MobileNetV2's 1x1 convolutions at 112x112 (16->96, 4 dot
+    or None where :func:`conv_tiling`'s blocks are kept: where a block's rows lie in the
+    sums as in the output (``row_length`` is the width: no padding columns, a 1x1
+    convolution) and its rows are whole tiles (``tiles.lanes * tiles.vectors`` pixels:
+    a tile's pixels one row's, none computed past the row; a row shorter than a tile, a
+    squeeze-excite's 1x1 image, would shrink the tile's region below the tensorized
+    vector). MobileNetV2's 1x1 convolutions at 112x112 (16->96, 4 dot
     products a vector against 8 instructions of requantization; 32->16) took 0.87-0.89x
     the time finished in registers; its 24->144 at 56x56, one-row blocks of four tiles
     for 3.5 vectors of pixels (the blocks: two rows in seven), 1.20x (AVX-512 VNNI, one
     thread)."""
     width = tiles.lanes * tiles.vectors
-    if row_length != out_width or not isinstance(tiles, Int8ConvTiles):
+    if row_length != out_width or not isinstance(tiles, Int8ConvTiles) \
+            or out_width % width:
         return None
-    extent = -(-out_width // width) * width
-    if out_height * extent > out_height // blocks.rows * blocks.extent:
-        return None
-    return RowBlocks(1, extent)
+    return RowBlocks(1, out_width)
 
 
 def block_of_rows(blocks: RowBlocks, row_length: int, y, column) -> tuple:
@@ -877,7 +877,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     # summed and finished while in cache (:func:`row_blocks`)
     stride_row = -(-(x.shape[3] + pads[1] + pads[3]) // sx)
     tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
-    finish_tiles = register_finish(tiles, blocks, oh, ow, stride_row)
+    finish_tiles = register_finish(tiles, ow, stride_row)
     if finish_tiles:
         blocks = finish_tiles
     span = blocks.rows * stride_row

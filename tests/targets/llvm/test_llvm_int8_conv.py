@@ -617,7 +617,8 @@ def _allocated_in_parallel_loop(func, name: str) -> list[int]:
     ((2, 4, 20, 20), 8, (1, 1), (1, 1), (0, 0, 0, 0)),  # one row a block, batch 2
     ((1, 60, 15, 15), 128, (3, 3), (2, 2), (1, 1, 1, 1)),  # stride 2
     ((1, 16, 32, 32), 48, (1, 1), (1, 1), (0, 0, 0, 0)),  # rows of whole tiles
-], ids=["1x1-rows", "3x3-7x7", "1x1-batch2", "stride2", "1x1-tiles"])
+    ((1, 96, 1, 1), 4, (1, 1), (1, 1), (0, 0, 0, 0)),  # a squeeze-excite's 1x1 image
+], ids=["1x1-rows", "3x3-7x7", "1x1-batch2", "stride2", "1x1-tiles", "1x1-image"])
 def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filters, kernel,
                                                              strides, pads):
     """The finishing stage (here the sums times 3 plus the channel) runs over blocks of
@@ -638,15 +639,17 @@ def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filt
     func = te.lower(schedule, [x, w, zero, out], name="conv")
     block = sums.op.attrs["int8_rows"]
     tiles = sums.op.attrs["int8_conv"]
-    if shape[3] == 32:  # rows of whole tiles on every description: finished in registers
-        assert sums.op.attrs.get(INT8_FINISH_TILES)
+    # rows of whole tiles on every description: finished in registers; never a row
+    # shorter than a tile (its tile's region would shrink below the vector)
+    assert bool(sums.op.attrs.get(INT8_FINISH_TILES)) == (shape[3] == 32 or (
+        shape[3] == 20 and cpu.vector_lanes("int32") == 4))
     if sums.op.attrs.get(INT8_FINISH_TILES):
         # rows of whole register tiles (a 1x1 convolution): each tile's sums finished
         # while in registers, a buffer of one tile (which LLVM keeps in registers)
         width = tiles.lanes * tiles.vectors
         assert block.rows == 1 and shape[3] % width == 0 and kernel == (1, 1)
         assert set(_allocated_in_parallel_loop(func, sums.name)) == {tiles.channels * width}
-    else:
+    elif shape[2:] != (1, 1):  # (a 1x1 image of 4 filters is one task: no parallel loop)
         assert _allocated_in_parallel_loop(func, sums.name) == [tiles.channels * block.extent]
     if isinstance(tiles, Int8ChannelTiles):  # only the output's pixels, rows of them
         assert tuple(sums.shape[2:4]) == tuple(result.shape[2:])
