@@ -430,8 +430,15 @@ def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription
 INT8_FINISH_TILES = "int8_finish_tiles"
 
 
-def register_finish(tiles: Int8ConvTiles, out_width: int, row_length: int
-                    ) -> RowBlocks | None:
+#: the fewest vector registers a CPU needs for :func:`register_finish`: a tile's
+#: accumulators stay live while each is requantized, beside the requantization's
+#: temporaries (AVX2's 16: MobileNetV2's 24->144 at 56x56 ran 1.14x slower finished in
+#: registers, its 16->96 at 112x112 0.99x)
+FINISH_REGISTERS = 32
+
+
+def register_finish(tiles: Int8ConvTiles, out_width: int, row_length: int,
+                    cpu: CPUDescription) -> RowBlocks | None:
     """Blocks of one row for sums finished a register tile at a time (each tile's
     accumulators requantized while in registers: no int32 block stored and read back),
     or None where :func:`conv_tiling`'s blocks are kept: where a block's rows lie in the
@@ -439,14 +446,14 @@ def register_finish(tiles: Int8ConvTiles, out_width: int, row_length: int
     convolution) and its rows are whole tiles (``tiles.lanes * tiles.vectors`` pixels:
     a tile's pixels one row's, none computed past the row; a row shorter than a tile, a
     squeeze-excite's 1x1 image, would shrink the tile's region below the tensorized
-    vector). MobileNetV2's 1x1 convolutions at 112x112 (16->96, 4 dot
-    products a vector against 8 instructions of requantization; 32->16) took 0.87-0.89x
-    the time finished in registers; its 24->144 at 56x56, one-row blocks of four tiles
-    for 3.5 vectors of pixels (the blocks: two rows in seven), 1.20x (AVX-512 VNNI, one
-    thread)."""
+    vector), on a CPU of :data:`FINISH_REGISTERS` vector registers. MobileNetV2's 1x1
+    convolutions at 112x112 (16->96, 4 dot products a vector against 8 instructions of
+    requantization; 32->16) took 0.87-0.91x the time finished in registers; its 24->144
+    at 56x56, one-row blocks of four tiles for 3.5 vectors of pixels (the blocks: two
+    rows in seven), 1.20x (AVX-512 VNNI, one thread)."""
     width = tiles.lanes * tiles.vectors
     if row_length != out_width or not isinstance(tiles, Int8ConvTiles) \
-            or out_width % width:
+            or out_width % width or cpu.vector_registers < FINISH_REGISTERS:
         return None
     return RowBlocks(1, out_width)
 
@@ -877,7 +884,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     # summed and finished while in cache (:func:`row_blocks`)
     stride_row = -(-(x.shape[3] + pads[1] + pads[3]) // sx)
     tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
-    finish_tiles = register_finish(tiles, ow, stride_row)
+    finish_tiles = register_finish(tiles, ow, stride_row, cpu)
     if finish_tiles:
         blocks = finish_tiles
     span = blocks.rows * stride_row
