@@ -1118,13 +1118,18 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
         _finish_register_tiles(schedule, stage, sums, tiles, (n, ko, ki, y, x))
         return
     yo, yi = stage.split(y, blocks.rows)
-    if (sums.op.attrs.get("int8_row_length") == int(x.extent) < lanes
-            and blocks.rows > 1):
+    width = int(x.extent)
+    if (sums.op.attrs.get("int8_row_length") == width and blocks.rows > 1
+            and (width < lanes or (width < 2 * lanes and blocks.rows * width % lanes == 0))):
         # a block's rows lie back to back in the sums as in the output (a 1x1
         # convolution without padding) and each is shorter than a vector: its pixels
         # in whole vectors across rows, one partial vector per block rather than one
         # per row (MobileNetV2's 1x1 convolutions at 14x14 and 7x7: 0.93-0.95x the
-        # time; at 55x55, rows of three vectors and a part, 1.3x: not taken)
+        # time; at 55x55, rows of three vectors and a part, 1.3x: not taken); so too
+        # rows of one vector and a part where the block is whole vectors (its
+        # 32->192 at 28x28, blocks of 4 rows: 0.89-0.92x; 24->144 at 56x56, two rows
+        # in seven vectors, 1.02x, and 192->32 at 28x28, 14 rows in 24.5, 1.6x: not
+        # taken; AVX-512 VNNI, one thread)
         stage.reorder(n, ko, yo, ki, yi, x)
         inner = list(stage.split(stage.fuse(yi, x), lanes))
     else:
