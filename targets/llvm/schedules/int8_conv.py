@@ -49,7 +49,7 @@ from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
 from ..int8_dot import DOT4_CALL, INTERLEAVE_CALL, dot4_instruction
-from .common import vector_lanes
+from .common import TASKS_PER_CORE, vector_lanes
 
 #: input channels one dot-product lane adds (the instruction's group of bytes)
 GROUP = 4
@@ -219,10 +219,27 @@ def row_block_candidates(out_height: int, row_length: int, out_width: int, lanes
     return found
 
 
-def per_core(tasks: int, cores: int) -> int:
+def pool_makespan(tasks: int, threads: int) -> float:
+    """How long ``threads`` threads take over ``tasks`` equal iterations cut into the
+    thread pool's chunks (:data:`.common.TASKS_PER_CORE` a thread, as the runtime cuts
+    them), each chunk taken by the first thread free, relative to an even split: 12
+    tasks on two threads are chunks of 1 and 2 tasks, 1.17x; 24 are chunks of 3, 1.0x."""
+    chunks = TASKS_PER_CORE * threads
+    free = [0] * threads
+    for chunk in range(chunks):
+        size = tasks * (chunk + 1) // chunks - tasks * chunk // chunks
+        free[free.index(min(free))] += size
+    return max(free) * threads / tasks
+
+
+def per_core(tasks: int, cores: int) -> float:
     """The tasks the busiest of ``cores`` runs when ``tasks`` equal iterations of a
-    parallel loop are shared out: the loop's time in tasks."""
-    return -(-tasks // cores)
+    parallel loop are shared out in the thread pool's chunks (:func:`pool_makespan`):
+    the loop's time in tasks. ResNet-18's 64->64 3x3 at 56x56 in blocks of 8 rows (28
+    tasks: chunks of 3 and 4, 16 tasks on the busiest of two threads, not 14) ran 1.74x
+    faster on two threads than on one, while ONNX Runtime's ran 1.90x (AVX-512 VNNI)."""
+    cores = max(cores, 1)
+    return pool_makespan(tasks, cores) * tasks / cores
 
 
 def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int,
@@ -406,6 +423,39 @@ def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription
             or -(-channels // GROUP) * kh * kw < MIN_CHANNEL_REDUCTION):
         return None
     return tiles if computed >= CHANNEL_LANES_GAIN * oh * ow else None
+
+
+#: a dense sums stage's attribute: its register tiles are finished (the function's
+#: epilogue) while in registers, a tile at a time (:func:`register_finish`)
+INT8_FINISH_TILES = "int8_finish_tiles"
+
+
+#: the fewest vector registers a CPU needs for :func:`register_finish`: a tile's
+#: accumulators stay live while each is requantized, beside the requantization's
+#: temporaries (AVX2's 16: MobileNetV2's 24->144 at 56x56 ran 1.14x slower finished in
+#: registers, its 16->96 at 112x112 0.99x)
+FINISH_REGISTERS = 32
+
+
+def register_finish(tiles: Int8ConvTiles, out_width: int, row_length: int,
+                    cpu: CPUDescription) -> RowBlocks | None:
+    """Blocks of one row for sums finished a register tile at a time (each tile's
+    accumulators requantized while in registers: no int32 block stored and read back),
+    or None where :func:`conv_tiling`'s blocks are kept: where a block's rows lie in the
+    sums as in the output (``row_length`` is the width: no padding columns, a 1x1
+    convolution) and its rows are whole tiles (``tiles.lanes * tiles.vectors`` pixels:
+    a tile's pixels one row's, none computed past the row; a row shorter than a tile, a
+    squeeze-excite's 1x1 image, would shrink the tile's region below the tensorized
+    vector), on a CPU of :data:`FINISH_REGISTERS` vector registers. MobileNetV2's 1x1
+    convolutions at 112x112 (16->96, 4 dot products a vector against 8 instructions of
+    requantization; 32->16) took 0.87-0.91x the time finished in registers; its 24->144
+    at 56x56, one-row blocks of four tiles for 3.5 vectors of pixels (the blocks: two
+    rows in seven), 1.20x (AVX-512 VNNI, one thread)."""
+    width = tiles.lanes * tiles.vectors
+    if row_length != out_width or not isinstance(tiles, Int8ConvTiles) \
+            or out_width % width or cpu.vector_registers < FINISH_REGISTERS:
+        return None
+    return RowBlocks(1, out_width)
 
 
 def block_of_rows(blocks: RowBlocks, row_length: int, y, column) -> tuple:
@@ -834,6 +884,9 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     # summed and finished while in cache (:func:`row_blocks`)
     stride_row = -(-(x.shape[3] + pads[1] + pads[3]) // sx)
     tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
+    finish_tiles = register_finish(tiles, ow, stride_row, cpu)
+    if finish_tiles:
+        blocks = finish_tiles
     span = blocks.rows * stride_row
     positions = (oh // blocks.rows - 1) * span + blocks.extent
     reach = (kh - 1) * dy // sy * stride_row + (kw - 1) * dx // sx
@@ -857,12 +910,15 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     shape = (n, filters, oh // blocks.rows, blocks.extent)
     sums = te.compute(shape, body, name=f"{name}_dot", dtype="int32",
                       attrs={"int8_conv": tiles, "int8_rows": blocks,
-                             "int8_row_length": stride_row})
+                             "int8_row_length": stride_row,
+                             INT8_FINISH_TILES: finish_tiles is not None})
     weight_sum = _weight_sums(packed_w, packed_weight is not None, filters, name)
     offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
     def result(b, k, y, column):
-        at = block_of_rows(blocks, stride_row, y, column)
+        # a tile finished in registers reads the sums of its own pixels only (no
+        # ``% extent``, which makes the region the whole block)
+        at = (y, column) if finish_tiles else block_of_rows(blocks, stride_row, y, column)
         # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
         return sums[(b, k, *at)] - offset * weight_sum(k)
 
@@ -1058,14 +1114,22 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
     tiles = sums.op.attrs.get("int8_conv") or sums.op.attrs["int8_depthwise"]
     blocks: RowBlocks = sums.op.attrs["int8_rows"]
     ko, ki = stage.split(k, tiles.channels)
+    if sums.op.attrs.get(INT8_FINISH_TILES):
+        _finish_register_tiles(schedule, stage, sums, tiles, (n, ko, ki, y, x))
+        return
     yo, yi = stage.split(y, blocks.rows)
-    if (sums.op.attrs.get("int8_row_length") == int(x.extent) < lanes
-            and blocks.rows > 1):
+    width = int(x.extent)
+    if (sums.op.attrs.get("int8_row_length") == width and blocks.rows > 1
+            and (width < lanes or (width < 2 * lanes and blocks.rows * width % lanes == 0))):
         # a block's rows lie back to back in the sums as in the output (a 1x1
         # convolution without padding) and each is shorter than a vector: its pixels
         # in whole vectors across rows, one partial vector per block rather than one
         # per row (MobileNetV2's 1x1 convolutions at 14x14 and 7x7: 0.93-0.95x the
-        # time; at 55x55, rows of three vectors and a part, 1.3x: not taken)
+        # time; at 55x55, rows of three vectors and a part, 1.3x: not taken); so too
+        # rows of one vector and a part where the block is whole vectors (its
+        # 32->192 at 28x28, blocks of 4 rows: 0.89-0.92x; 24->144 at 56x56, two rows
+        # in seven vectors, 1.02x, and 192->32 at 28x28, 14 rows in 24.5, 1.6x: not
+        # taken; AVX-512 VNNI, one thread)
         stage.reorder(n, ko, yo, ki, yi, x)
         inner = list(stage.split(stage.fuse(yi, x), lanes))
     else:
@@ -1081,3 +1145,21 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
     task = stage.fuse(n, ko, yo)
     stage.parallel(task)
     schedule[sums].compute_at(stage, block or task)
+
+
+def _finish_register_tiles(schedule: te.Schedule, stage: te.Stage, sums: te.Tensor,
+                           tiles: Int8ConvTiles, axes) -> None:
+    """The finishing stage of sums in one-row blocks (:func:`register_finish`), its
+    channels already split by the tile's: a task per tile of channels and output row,
+    in it one tile of pixels after another, each summed (its accumulators in registers)
+    and finished at once, its channels and vectors unrolled so that no accumulator
+    needs an address."""
+    n, ko, ki, y, x = axes
+    po, pixels = stage.split(x, tiles.lanes * tiles.vectors)
+    vector, lane = stage.split(pixels, tiles.lanes)
+    stage.reorder(n, ko, y, po, ki, vector, lane)
+    stage.unroll(ki)
+    stage.unroll(vector)
+    stage.vectorize(lane)
+    stage.parallel(stage.fuse(n, ko, y))
+    schedule[sums].compute_at(stage, po)

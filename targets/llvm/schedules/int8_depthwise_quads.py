@@ -47,6 +47,7 @@ from .int8_conv import (
     block_of_rows,
     data_dtype,
     int32_of_bytes,
+    pool_makespan,
     row_blocks,
     schedule_phase_rows,
     store_dot4,
@@ -105,25 +106,9 @@ def dot4_window_intrinsic(lanes: int, dtype: str, stride: int,
 #: loop (:func:`blocks_per_task`, :func:`attach_copies_in_blocks`)
 IN_BLOCKS = "int8_copy_in_blocks"
 
-#: how many chunks the runtime's thread pool cuts a parallel loop into per thread (its
-#: ``CHUNKS_PER_THREAD``): contiguous runs of iterations that the threads take in turn
-POOL_CHUNKS_PER_THREAD = 4
 #: how much longer than an even split :func:`blocks_per_task` lets the threads' shares of
 #: whole chunks run (:func:`pool_makespan`)
 TASK_BALANCE = 1.05
-
-
-def pool_makespan(tasks: int, threads: int) -> float:
-    """How long ``threads`` threads take over ``tasks`` equal iterations cut into the
-    thread pool's chunks (:data:`POOL_CHUNKS_PER_THREAD` a thread, as the runtime cuts
-    them), each chunk taken by the first thread free, relative to an even split: 12
-    tasks on two threads are chunks of 1 and 2 tasks, 1.17x; 24 are chunks of 3, 1.0x."""
-    chunks = POOL_CHUNKS_PER_THREAD * threads
-    free = [0] * threads
-    for chunk in range(chunks):
-        size = tasks * (chunk + 1) // chunks - tasks * chunk // chunks
-        free[free.index(min(free))] += size
-    return max(free) * threads / tasks
 
 
 def blocks_per_task(blocks: int, tiles: int, cpu: CPUDescription) -> int:

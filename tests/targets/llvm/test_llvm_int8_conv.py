@@ -18,6 +18,7 @@ from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm.cpu import parse_cpu
 from heterocc.targets.llvm.int8_dot import dot4_instruction
 from heterocc.targets.llvm.schedules.int8_conv import (
+    INT8_FINISH_TILES,
     Int8ChannelTiles,
     channel_lanes_tiles,
     conv_tiling,
@@ -615,7 +616,11 @@ def _allocated_in_parallel_loop(func, name: str) -> list[int]:
     ((1, 60, 7, 7), 64, (3, 3), (1, 1), (1, 1, 1, 1)),  # channel lanes
     ((2, 4, 20, 20), 8, (1, 1), (1, 1), (0, 0, 0, 0)),  # one row a block, batch 2
     ((1, 60, 15, 15), 128, (3, 3), (2, 2), (1, 1, 1, 1)),  # stride 2
-], ids=["1x1-rows", "3x3-7x7", "1x1-batch2", "stride2"])
+    ((1, 16, 32, 32), 48, (1, 1), (1, 1), (0, 0, 0, 0)),  # rows of whole tiles
+    ((1, 96, 1, 1), 4, (1, 1), (1, 1), (0, 0, 0, 0)),  # a squeeze-excite's 1x1 image
+    ((1, 32, 28, 28), 192, (1, 1), (1, 1), (0, 0, 0, 0)),  # rows of a vector and a part
+], ids=["1x1-rows", "3x3-7x7", "1x1-batch2", "stride2", "1x1-tiles", "1x1-image",
+        "1x1-28"])
 def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filters, kernel,
                                                              strides, pads):
     """The finishing stage (here the sums times 3 plus the channel) runs over blocks of
@@ -636,7 +641,20 @@ def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filt
     func = te.lower(schedule, [x, w, zero, out], name="conv")
     block = sums.op.attrs["int8_rows"]
     tiles = sums.op.attrs["int8_conv"]
-    assert _allocated_in_parallel_loop(func, sums.name) == [tiles.channels * block.extent]
+    # rows of whole tiles, on a CPU of 32 vector registers (AVX-512, NEON; not AVX2's
+    # 16): finished in registers; never a row shorter than a tile (its tile's region
+    # would shrink below the vector)
+    assert bool(sums.op.attrs.get(INT8_FINISH_TILES)) == (
+        cpu.vector_registers >= 32 and kernel == (1, 1) and not any(pads)
+        and shape[3] % (tiles.lanes * tiles.vectors) == 0)
+    if sums.op.attrs.get(INT8_FINISH_TILES):
+        # rows of whole register tiles (a 1x1 convolution): each tile's sums finished
+        # while in registers, a buffer of one tile (which LLVM keeps in registers)
+        width = tiles.lanes * tiles.vectors
+        assert block.rows == 1 and shape[3] % width == 0 and kernel == (1, 1)
+        assert set(_allocated_in_parallel_loop(func, sums.name)) == {tiles.channels * width}
+    elif shape[2:] != (1, 1):  # (a 1x1 image of 4 filters is one task: no parallel loop)
+        assert _allocated_in_parallel_loop(func, sums.name) == [tiles.channels * block.extent]
     if isinstance(tiles, Int8ChannelTiles):  # only the output's pixels, rows of them
         assert tuple(sums.shape[2:4]) == tuple(result.shape[2:])
         assert block.extent == block.rows * result.shape[3]
@@ -644,12 +662,14 @@ def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filt
         assert sums.shape[2] * block.rows == result.shape[2]
         assert block.extent % cpu.vector_lanes("int32") == 0
     module = hllvm.build(func, cpu=cpu)
-    if kernel == (1, 1) and not any(pads) and block.rows > 1 \
-            and shape[3] < cpu.vector_lanes("int32"):
+    lanes = cpu.vector_lanes("int32")
+    if kernel == (1, 1) and not any(pads) and block.rows > 1 and (
+            shape[3] < lanes or (shape[3] < 2 * lanes and block.rows * shape[3] % lanes == 0)):
         # a block's rows lie back to back in the sums as in the output, each shorter
-        # than a vector: finished in whole vectors across rows, never a partial
-        # vector per row of 14 pixels
-        assert f"<{shape[3]} x i32>" not in module.ir
+        # than a vector (or a vector and a part, the block whole vectors): finished in
+        # whole vectors across rows, never a partial vector per row of 14 pixels (or of
+        # the 12 past a 28-pixel row's first vector)
+        assert f"<{shape[3] % lanes} x i32>" not in module.ir
     if not _host_runs(cpu):
         return
     rng = np.random.default_rng(12)
@@ -678,7 +698,12 @@ def test_row_blocks_drop_fewest_positions_within_half_the_l1_cache():
         assert blocks.extent >= (blocks.rows - 1) * length + width
     # a dense convolution's blocks may fill the whole L1d: 8 rows of a 56-wide 3x3
     assert row_blocks(56, 58, 56, 16, 16, cpu, budget=cpu.l1d) == RowBlocks(8, 464)
-    assert conv_tiling(64, 56, 56, 58, cpu)[1] == RowBlocks(8, 464)
+    one_core = parse_cpu("llvm -mcpu=sapphirerapids -num-cores=1")
+    assert conv_tiling(64, 56, 56, 58, one_core)[1] == RowBlocks(8, 464)
+    # on two cores, blocks of 7 rows: 32 tasks are the thread pool's 8 chunks of 4,
+    # where 28 were chunks of 3 and 4 (16 tasks on the busiest core, not 14)
+    two_cores = parse_cpu("llvm -mcpu=sapphirerapids -num-cores=2")
+    assert conv_tiling(64, 56, 56, 58, two_cores)[1] == RowBlocks(7, 416)
 
 
 @pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell",
@@ -821,7 +846,7 @@ def test_blocks_are_shared_evenly_by_the_cores(target):
     work); MobileNetV2's 960->160 at 7x7 on channel lanes (five tiles) takes blocks of a
     row on two cores, of the whole image on one; ResNet's layers keep their tiles. The
     12-channel tile is bit-exact."""
-    from heterocc.targets.llvm.schedules.int8_conv import channel_tiling
+    from heterocc.targets.llvm.schedules.int8_conv import channel_tiling, pool_makespan
 
     one, two = (parse_cpu(f"{target} -num-cores={cores}") for cores in (1, 2))
     base = int8_conv_tiles(48, one).channels
@@ -832,7 +857,12 @@ def test_blocks_are_shared_evenly_by_the_cores(target):
         assert (tiles.channels, tiles.vectors, blocks.rows) == (12, 1, 13)
     else:  # AVX2: 6 tiles of 8 already share two cores
         assert tiles.channels == base
-    assert conv_tiling(64, 56, 56, 58, two) == conv_tiling(64, 56, 56, 58, one)
+    # ResNet's 64->64 3x3 at 56x56 keeps its tile, its blocks of rows as many tasks as
+    # the thread pool's chunks share evenly (7 rows a block on AVX-512, not 8: 28 tasks
+    # were chunks of 3 and 4)
+    (tiles, blocks), (one_tiles, _) = (conv_tiling(64, 56, 56, 58, c) for c in (two, one))
+    assert tiles == one_tiles
+    assert pool_makespan(64 // tiles.channels * (56 // blocks.rows), 2) == 1.0
     lanes = channel_tiling(160, 7, 7, two)
     if 160 // lanes.channels % 2:
         assert lanes.rows == 1
