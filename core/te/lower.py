@@ -489,8 +489,12 @@ class _Lowerer:
                  if load.tensor is stage.tensor]
         bases, extents = [], []
         for dim, shape in enumerate(stage.tensor.shape):
+            # each distinct index once: the reads of one tensor mostly share an index in
+            # most dimensions (a Winograd transform's select chain reads its input at
+            # a² points of one tile)
+            indices = {structural_key(load.indices[dim]): load.indices[dim] for load in loads}
             base, extent = self._region(
-                [symbolic_bounds(load.indices[dim], relaxed) for load in loads], shape)
+                [symbolic_bounds(index, relaxed) for index in indices.values()], shape)
             bases.append(base)
             extents.append(extent)
         return bases, extents

@@ -725,10 +725,17 @@ class Simplifier(Mutator):
         return node
 
     def visit_Select(self, node: Select) -> Expr:
-        node = self.generic(node)
-        if isinstance(node.condition, IntImm):
-            return node.true_value if node.condition.value else node.false_value
-        return node
+        condition = self.expr(node.condition)
+        if isinstance(condition, IntImm):
+            # only the side chosen is simplified: an unrolled loop makes the index of a
+            # select chain over its values (a Winograd transform's rows) a constant in
+            # each copy, and the chain's other branches are dropped unseen
+            return self.expr(node.true_value if condition.value else node.false_value)
+        true_value, false_value = self.expr(node.true_value), self.expr(node.false_value)
+        if (condition is node.condition and true_value is node.true_value
+                and false_value is node.false_value):
+            return node
+        return Select(condition, true_value, false_value)
 
     def visit_Cast(self, node: Cast) -> Expr:
         node = self.generic(node)
