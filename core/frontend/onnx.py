@@ -123,6 +123,8 @@ def _upgrade(model: onnx.ModelProto) -> onnx.ModelProto:
     opset = default_opset(model)
     if opset >= BASE_OPSET:
         return model
+    if _unchanged_up_to_base(model, opset):
+        return _with_base_opset(model)
     try:
         converted = version_converter.convert_version(model, BASE_OPSET)
     except Exception:  # the converter lacks adapters for some ops; the registry also
@@ -130,6 +132,47 @@ def _upgrade(model: onnx.ModelProto) -> onnx.ModelProto:
     if opset < 11:
         _keep_asymmetric_resize(model, converted)
     return converted
+
+
+def _graph_nodes(graph: onnx.GraphProto):
+    """Every node of ``graph`` and of the graphs its nodes' attributes hold."""
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graph_nodes(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _graph_nodes(g)
+
+
+def _unchanged_up_to_base(model: onnx.ModelProto, opset: int) -> bool:
+    """Whether no ONNX op of ``model`` (at ``opset``) has another definition at
+    BASE_OPSET, so that converting it would change nothing but its opset: the version
+    converter copies the whole model, weights included, through its serialized form
+    (ResNet-18: 0.27 s of a 3 s compile). Models with functions are left to it."""
+    if model.functions:
+        return False
+    for node in _graph_nodes(model.graph):
+        if node.domain not in _DEFAULT_DOMAINS:
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, BASE_OPSET, node.domain)
+        except onnx.defs.SchemaError:
+            return False
+        if schema.since_version > opset:
+            return False
+    return True
+
+
+def _with_base_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` that imports ONNX's ops at BASE_OPSET."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for imp in copy.opset_import:
+        if imp.domain in _DEFAULT_DOMAINS:
+            imp.version = BASE_OPSET
+    return copy
 
 
 def _keep_asymmetric_resize(original: onnx.ModelProto, converted: onnx.ModelProto) -> None:
