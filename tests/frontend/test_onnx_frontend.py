@@ -92,11 +92,18 @@ def test_a_cycle_in_the_onnx_graph_is_reported():
         heterocc.compile(model, check=False)
 
 
-def test_undefined_input_is_reported_by_the_checker():
+@pytest.mark.parametrize("form", ["proto", "bytes", "path"])
+def test_undefined_input_is_reported_by_the_checker(form, tmp_path):
     model = make_model([helper.make_node("Relu", ["nowhere"], ["y"])],
                        [("x", "float32", [2])], [("y", "float32", None)])
-    with pytest.raises(ModelLoadError):
-        heterocc.compile(model)
+    given = {"proto": model, "bytes": model.SerializeToString(),
+             "path": str(tmp_path / "m.onnx")}[form]
+    if form == "path":
+        (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    with pytest.raises(ModelLoadError, match="fails onnx.checker"):
+        heterocc.compile(given)
+    with pytest.raises(ModelLoadError, match="fails onnx.checker"):
+        from_onnx(given)
 
 
 def test_shape_plumbing_folds_at_import():
