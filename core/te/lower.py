@@ -203,6 +203,8 @@ class _Lowerer:
         self.attached: dict[tuple[int, int], list[Stage]] = {}
         #: the only reader of each stage computed at a loop (checked once)
         self.reader_of: dict[int, Stage] = {}
+        #: each computed stage with the ids of the tensors its body reads (:meth:`_readers`)
+        self._reads: list[tuple[Stage, set[int]]] | None = None
         self._check_attachments()
 
     def _params(self, args: list[Tensor]) -> list[tx.Buffer]:
@@ -257,9 +259,13 @@ class _Lowerer:
         return [s for s in self.schedule.stages if not s.is_placeholder and s.attach != INLINE]
 
     def _readers(self, tensor: Tensor) -> list[Stage]:
-        return [s for s in self._computed_stages()
-                if any(load.tensor is tensor for load in collect(
-                    self.bodies[id(s.tensor)], lambda n: isinstance(n, TensorLoad)))]
+        reads = self._reads
+        if reads is None:  # what each computed stage reads, found once for every tensor
+            reads = self._reads = [
+                (s, {id(load.tensor) for load in collect(
+                    self.bodies[id(s.tensor)], lambda n: isinstance(n, TensorLoad))})
+                for s in self._computed_stages()]
+        return [s for s, read in reads if id(tensor) in read]
 
     def _check_attachments(self) -> None:
         for stage in self._computed_stages():
