@@ -22,7 +22,7 @@ from .frontend.onnx import (
     _unsupported,
     _upgrade,
     from_onnx,
-    load_model,
+    load_model_and_bytes,
 )
 from .ir.graph import Graph
 from .ir.types import dtype_from_onnx
@@ -515,9 +515,9 @@ def compile(model, target: str | Sequence = "llvm",  # noqa: A001
     with collecting(strict, into=found):
         for warning in order.warnings:
             report_fallback(warning)
-    proto = load_model(model)
+    proto, serialized = load_model_and_bytes(model)
     if check:
-        _check(proto)
+        _check(proto, serialized)
     _unsupported(proto)
     proto = _upgrade(proto)
     shapes = {k: tuple(v) for k, v in (shapes or {}).items()}

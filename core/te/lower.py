@@ -203,6 +203,8 @@ class _Lowerer:
         self.attached: dict[tuple[int, int], list[Stage]] = {}
         #: the readers of each stage computed at a loop (checked once)
         self.readers_of: dict[int, list[Stage]] = {}
+        #: each computed stage with the ids of the tensors its body reads (:meth:`_readers`)
+        self._reads: list[tuple[Stage, set[int]]] | None = None
         self._check_attachments()
 
     def _params(self, args: list[Tensor]) -> list[tx.Buffer]:
@@ -257,9 +259,13 @@ class _Lowerer:
         return [s for s in self.schedule.stages if not s.is_placeholder and s.attach != INLINE]
 
     def _readers(self, tensor: Tensor) -> list[Stage]:
-        return [s for s in self._computed_stages()
-                if any(load.tensor is tensor for load in collect(
-                    self.bodies[id(s.tensor)], lambda n: isinstance(n, TensorLoad)))]
+        reads = self._reads
+        if reads is None:  # what each computed stage reads, found once for every tensor
+            reads = self._reads = [
+                (s, {id(load.tensor) for load in collect(
+                    self.bodies[id(s.tensor)], lambda n: isinstance(n, TensorLoad))})
+                for s in self._computed_stages()]
+        return [s for s, read in reads if id(tensor) in read]
 
     def _check_attachments(self) -> None:
         for stage in self._computed_stages():
@@ -492,8 +498,13 @@ class _Lowerer:
                  if load.tensor is stage.tensor]
         bases, extents = [], []
         for dim, shape in enumerate(stage.tensor.shape):
+            # each distinct index once per reader: the reads of one tensor mostly share an
+            # index in most dimensions (a Winograd transform's select chain reads its
+            # input at a² points of one tile)
+            indices = {(structural_key(load.indices[dim]), id(relaxed)): (load.indices[dim], relaxed)
+                       for load, relaxed in loads}
             base, extent = self._region(
-                [symbolic_bounds(load.indices[dim], relaxed) for load, relaxed in loads],
+                [symbolic_bounds(index, relaxed) for index, relaxed in indices.values()],
                 shape)
             bases.append(base)
             extents.append(extent)

@@ -195,9 +195,15 @@ class Binary(Expr):
 
     @property
     def dtype(self) -> str:
-        if self.op in COMPARE_OPS:
-            return with_lanes("bool", lanes_of(self.a.dtype))
-        return self.a.dtype
+        # kept on the node once found (nodes never change): a chain of sums asks its
+        # operands down to the leaves
+        found = self.__dict__.get("_dtype")
+        if found is None:
+            found = self.a.dtype
+            if self.op in COMPARE_OPS:
+                found = with_lanes("bool", lanes_of(found))
+            self.__dict__["_dtype"] = found
+        return found
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -8,6 +8,7 @@ import math
 
 from ..errors import CompileError
 from .expr import (
+    INDEX_DTYPE,
     Binary,
     Broadcast,
     BufferLoad,
@@ -62,7 +63,10 @@ def _row_major_offset(buffer, indices: tuple[Expr, ...]) -> Expr:
             "indices; give one index per dimension")
     offset: Expr = IntImm(0)
     for index, dim in zip(indices, buffer.shape):
-        offset = offset * dim + index
+        if offset.dtype == index.dtype == INDEX_DTYPE:  # what the operators build, directly
+            offset = Binary("add", Binary("mul", offset, IntImm(int(dim))), index)
+        else:  # another dtype or a vector index: promoted or broadcast
+            offset = offset * dim + index
     return offset
 
 
@@ -245,13 +249,16 @@ def _divided_by(atom: Expr, var: Var) -> int | None:
 class _LoopPartitioner(StmtMutator):
     def __init__(self):
         self.ranges: dict[Var, Interval] = {}
+        #: the ranges of the loops around the statement being visited
+        self._around: dict[Var, Interval] = {}
+        self._splitting = 0  # loops being split around the statement being visited
 
-    def _threshold(self, loop: For, ranges: dict[Var, Interval]) -> int | None:
-        """First value of the loop variable from which some likely guard inside may fail
-        (every guard holds for all inner iterations below it)."""
+    def _threshold(self, loop: For, guards: list[IfThenElse],
+                   ranges: dict[Var, Interval]) -> int | None:
+        """First value of the loop variable from which some of the likely ``guards``
+        inside may fail (every guard holds for all inner iterations below it)."""
         threshold = None
-        for guard in collect_statements(loop.body,
-                                        lambda n: isinstance(n, IfThenElse) and n.likely):
+        for guard in guards:
             for difference, strict in _upper_conjuncts(guard.condition):
                 form = linear_form(simplify(difference))
                 # the guard grows with v itself or with v // c (a fused loop's outer index:
@@ -280,17 +287,36 @@ class _LoopPartitioner(StmtMutator):
             return self.generic(node)
         start, end = node.min.value, node.min.value + node.extent.value
         self.ranges[node.var] = Interval(start, end - 1)
-        split = self._threshold(node, {**self.ranges, **loop_ranges(node.body)})
+        guards = collect_statements(node.body,
+                                    lambda n: isinstance(n, IfThenElse) and n.likely)
+        if not guards:  # nothing to split at, here or in the loops inside
+            return node
+        split = self._threshold(node, guards, {**self.ranges, **loop_ranges(node.body)})
         if split is None or not start < split < end:
-            return self.generic(node)
-        if node.kind is ForKind.PARALLEL:
-            return self._partition_inside(node, start, split, end)
-        parts = []
-        for low, high in ((start, split), (split, end)):
-            self.ranges[node.var] = Interval(low, high - 1)
-            parts.append(dataclasses.replace(node, min=IntImm(low), extent=IntImm(high - low),
-                                             body=self.stmt(node.body)))
-        return seq(parts)
+            self._around[node.var] = Interval(start, end - 1)
+            try:
+                return self.generic(node)
+            finally:
+                del self._around[node.var]
+        self._splitting += 1
+        try:
+            if node.kind is ForKind.PARALLEL:
+                result = self._partition_inside(node, start, split, end)
+            else:
+                parts = []
+                for low, high in ((start, split), (split, end)):
+                    self.ranges[node.var] = Interval(low, high - 1)
+                    parts.append(dataclasses.replace(
+                        node, min=IntImm(low), extent=IntImm(high - low),
+                        body=self.stmt(node.body)))
+                result = seq(parts)
+        finally:
+            self._splitting -= 1
+        if self._splitting:
+            return result  # simplified with the split around it
+        # the parts simplified under their narrower ranges (the rest of the function is
+        # as the last simplification left it)
+        return simplify_stmt(result, self._around)
 
     def _partition_inside(self, node: For, start: int, split: int, end: int) -> Stmt:
         """A parallel loop stays one loop, its body split at ``split`` by a branch on
@@ -313,13 +339,13 @@ def partition_loops(func: PrimFunc) -> PrimFunc:
     """Loops whose iterations make a likely guard (a split tail, a region clip) fail only
     from some point on are split there: the main part runs without the guard (removed by
     :func:`remove_true_guards`, so it can be vectorized), the tail keeps it. Where no
-    loop is split the function is returned as it is (the parts of a split loop are
-    simplified under their narrower ranges; the rest is as the last simplification left
-    it, in :func:`lower_pipeline`)."""
+    loop is split the function is returned as it is; the parts of a split loop are
+    simplified under their narrower ranges, the rest is left as the last simplification
+    left it (in :func:`lower_pipeline`)."""
     body = _LoopPartitioner().stmt(func.body)
     if body is func.body:
         return func
-    return dataclasses.replace(func, body=simplify_stmt(body))
+    return dataclasses.replace(func, body=body)
 
 
 class _BufferRenamer(Mutator):

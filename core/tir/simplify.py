@@ -263,12 +263,11 @@ class LinearForm:
                           self.constant * factor)
 
     def plus(self, other: LinearForm) -> LinearForm:
-        terms = {k: list(v) for k, v in self.terms.items()}
-        for key, (coeff, atom) in other.terms.items():
-            if key in terms:
-                terms[key][0] += coeff
-            else:
-                terms[key] = [coeff, atom]
+        # the terms' [coeff, atom] lists are shared between forms, never changed in place
+        terms = dict(self.terms)
+        for key, term in other.terms.items():
+            mine = terms.get(key)
+            terms[key] = term if mine is None else [mine[0] + term[0], mine[1]]
         return LinearForm({k: v for k, v in terms.items() if v[0] != 0},
                           self.constant + other.constant)
 
@@ -329,8 +328,8 @@ def _built_from(node: Binary, terms: dict, constant: int, dtype: str) -> Binary:
     for ``dtype``, with that form kept on it: it is the form :func:`linear_form` finds
     in the node (its terms in the order built), and rebuilding the node from it gives
     the node again (the simplifier keeps such a node as it is)."""
-    object.__setattr__(node, "_linear_form", LinearForm(terms, constant))
-    object.__setattr__(node, "_built_for", dtype)
+    node.__dict__["_linear_form"] = LinearForm(terms, constant)  # frozen: not via setattr
+    node.__dict__["_built_for"] = dtype
     return node
 
 
@@ -345,8 +344,13 @@ def from_linear_form(form: LinearForm, dtype: str) -> Expr:
     product built keeps its form (see :func:`_built_from`), unless a coefficient is
     zero (which linear_form would drop from a sum)."""
     result: Expr | None = None
-    ordered = sorted(form.terms.items(), key=lambda item: item[1][0] < 0)
-    keep = all(coeff for _, (coeff, _) in ordered)
+    ordered = list(form.terms.items())
+    keep = True
+    for _, (coeff, _) in ordered:
+        if coeff <= 0:  # rare: a negative term (after the positive ones) or a zero one
+            ordered.sort(key=lambda item: item[1][0] < 0)
+            keep = all(coeff for _, (coeff, _) in ordered)
+            break
     terms: dict = {}
     for key, (coeff, atom) in ordered:
         factor = coeff if result is None or coeff > 0 else -coeff
@@ -725,10 +729,17 @@ class Simplifier(Mutator):
         return node
 
     def visit_Select(self, node: Select) -> Expr:
-        node = self.generic(node)
-        if isinstance(node.condition, IntImm):
-            return node.true_value if node.condition.value else node.false_value
-        return node
+        condition = self.expr(node.condition)
+        if isinstance(condition, IntImm):
+            # only the side chosen is simplified: an unrolled loop makes the index of a
+            # select chain over its values (a Winograd transform's rows) a constant in
+            # each copy, and the chain's other branches are dropped unseen
+            return self.expr(node.true_value if condition.value else node.false_value)
+        true_value, false_value = self.expr(node.true_value), self.expr(node.false_value)
+        if (condition is node.condition and true_value is node.true_value
+                and false_value is node.false_value):
+            return node
+        return Select(condition, true_value, false_value)
 
     def visit_Cast(self, node: Cast) -> Expr:
         node = self.generic(node)

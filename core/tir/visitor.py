@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from .expr import Expr, Var
+from .expr import Binary, Expr, Var
 from .functor import ExprFunctor, StmtFunctor
 from .stmt import PrimFunc, Stmt
 
@@ -166,6 +166,9 @@ class Mutator(ExprFunctor, StmtFunctor):
         return value
 
     def generic(self, node):
+        if type(node) is Binary:  # most nodes: what the general case does, without its loop
+            a, b = self.expr(node.a), self.expr(node.b)
+            return node if a is node.a and b is node.b else Binary(node.op, a, b)
         names = field_names(node)
         values = []
         changed = False

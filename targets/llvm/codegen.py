@@ -730,6 +730,26 @@ def _constant_key(value) -> object:
     return None
 
 
+#: lane values :class:`_UniformVector` writes once (``ir.Undefined`` is an object)
+_UNIFORM_LANE_TYPES = (int, float, bool, type(ir.Undefined))
+
+
+class _UniformVector(ir.Constant):
+    """A vector constant of one value in every lane, written as LLVM's printer writes it
+    (``undef``, ``zeroinitializer``, ``splat (float 2.0)``), which parses to the same
+    constant as the lanes one by one (``<64 x i1> <i1 undef, i1 undef, ...>``) in a
+    fraction of the text: a 64-lane mask is 1,200 characters lane by lane."""
+
+    def _get_reference(self) -> str:
+        lane = self.constant[0]
+        if lane.constant is ir.Undefined:
+            return "undef"
+        if lane.constant is not None and lane.constant == 0 and not (
+                isinstance(lane.constant, float) and math.copysign(1.0, lane.constant) < 0):
+            return "zeroinitializer"
+        return f"splat ({lane.type} {lane.get_reference()})"
+
+
 #: the text of a loop ID placeholder (see :meth:`CodeGenLLVM.full_unroll_id`)
 _UNROLL_PLACEHOLDER = "heterocc.unroll.full."
 
@@ -759,14 +779,19 @@ class CodeGenLLVM:
     def constant(self, ty: ir.Type, value) -> ir.Constant:
         """``ir.Constant(ty, value)``, made once per module for each type and value (a
         constant has no place in the IR, so one object serves every use; making them
-        anew, vectors lane by lane, was a tenth of the IR emission)."""
+        anew, vectors lane by lane, was a tenth of the IR emission); a vector of one
+        value in every lane written as one (:class:`_UniformVector`)."""
         value_key = _constant_key(value)
         if value_key is None and value is not None:
             return ir.Constant(ty, value)
         key = (ty, value_key)
         found = self._constants.get(key)
         if found is None:
-            found = self._constants[key] = ir.Constant(ty, value)
+            uniform = isinstance(ty, ir.VectorType) and value is not None and (
+                not isinstance(value, list) or all(v == value[0] for v in value))
+            made = _UniformVector if uniform and type(value[0] if isinstance(
+                value, list) else value) in _UNIFORM_LANE_TYPES else ir.Constant
+            found = self._constants[key] = made(ty, value)
         return found
 
     def fresh_name(self, prefix: str) -> str:

@@ -92,11 +92,18 @@ def test_a_cycle_in_the_onnx_graph_is_reported():
         heterocc.compile(model, check=False)
 
 
-def test_undefined_input_is_reported_by_the_checker():
+@pytest.mark.parametrize("form", ["proto", "bytes", "path"])
+def test_undefined_input_is_reported_by_the_checker(form, tmp_path):
     model = make_model([helper.make_node("Relu", ["nowhere"], ["y"])],
                        [("x", "float32", [2])], [("y", "float32", None)])
-    with pytest.raises(ModelLoadError):
-        heterocc.compile(model)
+    given = {"proto": model, "bytes": model.SerializeToString(),
+             "path": str(tmp_path / "m.onnx")}[form]
+    if form == "path":
+        (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    with pytest.raises(ModelLoadError, match="fails onnx.checker"):
+        heterocc.compile(given)
+    with pytest.raises(ModelLoadError, match="fails onnx.checker"):
+        from_onnx(given)
 
 
 def test_shape_plumbing_folds_at_import():
@@ -135,3 +142,37 @@ def test_scalar_inputs_and_outputs_stay_zero_dimensional():
                        [("y", "float32", None)])
     (y,) = heterocc.compile(model).run([np.array(3.0, np.float32)])
     assert y.shape == () and y == -3.0
+
+
+def test_a_model_whose_ops_are_unchanged_at_the_base_opset_skips_the_converter():
+    import onnx
+    from onnx import version_converter
+
+    from heterocc.frontend import onnx as frontend
+
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = make_model(nodes, [("x", "float32", [1, 2, 4, 4])], [("y", "float32", None)],
+                       {"w": np.ones((3, 2, 3, 3), np.float32)}, opset=17)
+    assert frontend._unchanged_up_to_base(model, 17)
+    fast = frontend._upgrade(model)
+    assert fast is not model and frontend.default_opset(fast) == frontend.BASE_OPSET
+    assert frontend.default_opset(model) == 17  # the caller's model is left as it was
+    converted = version_converter.convert_version(model, frontend.BASE_OPSET)
+    assert list(fast.graph.node) == list(converted.graph.node)
+    assert list(fast.graph.initializer) == list(converted.graph.initializer)
+    onnx.checker.check_model(fast)
+
+
+def test_a_model_with_an_op_redefined_by_the_base_opset_is_converted():
+    from heterocc.frontend import onnx as frontend
+
+    # ReduceMean-18 takes its axes as an input, ReduceMean-13 as an attribute
+    node = helper.make_node("ReduceMean", ["x"], ["y"], axes=[1], keepdims=0)
+    model = make_model([node], [("x", "float32", [2, 3])], [("y", "float32", None)],
+                       opset=13)
+    assert not frontend._unchanged_up_to_base(model, 13)
+    upgraded = frontend._upgrade(model)
+    assert len(upgraded.graph.node[-1].input) == 2  # the converter's axes input
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(heterocc.compile(model).run([x])[0], x.mean(axis=1))

@@ -610,3 +610,29 @@ def test_a_module_makes_each_constant_once_and_tells_apart_what_prints_different
     assert str(codegen.constant(lanes, [0, 1, 2, 3])) != str(codegen.constant(lanes, [3, 2, 1, 0]))
     assert codegen.constant(lanes, ir.Undefined) is codegen.constant(lanes, ir.Undefined)
     assert CodeGenLLVM().constant(i32, 3) is not codegen.constant(i32, 3)  # per module
+
+
+def test_uniform_vector_constants_are_written_once_and_parse_as_lane_by_lane():
+    import llvmlite.binding as llvm
+    from llvmlite import ir
+
+    from heterocc.targets.llvm.codegen import CodeGenLLVM
+
+    codegen = CodeGenLLVM()
+    floats, masks = ir.VectorType(ir.FloatType(), 16), ir.VectorType(ir.IntType(1), 64)
+    cases = [(masks, ir.Undefined, "undef"), (floats, 0.0, "zeroinitializer"),
+             (floats, [2.0] * 16, "splat (float 0x4000000000000000)"),
+             (floats, -0.0, "splat (float 0x8000000000000000)"),
+             (masks, [True] * 64, "splat (i1 true)")]
+    for ty, value, text in cases:
+        made = codegen.constant(ty, value)
+        assert made.get_reference() == text
+        lanes = ir.Constant(ty, value)  # llvmlite's lane-by-lane text
+        assert lanes.get_reference() != text
+        # LLVM reads both as one constant: a function returning each prints the same
+        module = llvm.parse_assembly(
+            f"define {ty} @a() {{\n  ret {made}\n}}\ndefine {ty} @b() {{\n  ret {lanes}\n}}\n")
+        assert str(module.get_function("a")).split("{")[1] == \
+            str(module.get_function("b")).split("{")[1]
+    mixed = codegen.constant(floats, [float(k) for k in range(16)])
+    assert mixed.get_reference().startswith("<float") and "splat" not in mixed.get_reference()

@@ -121,10 +121,10 @@ def _build_several(count):
         _check(wait(), f"f{k}")
 
 
-def test_the_first_thread_compiles_here_the_others_through_their_own_worker(llvm_jobs):
+def test_with_several_jobs_each_thread_compiles_through_its_own_worker(llvm_jobs):
     pool = llvm_jobs(2)
     workers = _on_both_threads(pool)
-    assert sorted(w is None for w in workers) == [False, True]
+    assert all(w is not None for w in workers) and workers[0] is not workers[1]
     _build_several(6)
 
 
