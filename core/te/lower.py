@@ -501,8 +501,8 @@ class _Lowerer:
             # each distinct index once per reader: the reads of one tensor mostly share an
             # index in most dimensions (a Winograd transform's select chain reads its
             # input at a² points of one tile)
-            indices = {(structural_key(load.indices[dim]), id(relaxed)): (load.indices[dim], relaxed)
-                       for load, relaxed in loads}
+            indices = {(structural_key(load.indices[dim]), id(relaxed)):
+                       (load.indices[dim], relaxed) for load, relaxed in loads}
             base, extent = self._region(
                 [symbolic_bounds(index, relaxed) for index, relaxed in indices.values()],
                 shape)
