@@ -9,7 +9,7 @@ import re
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 import heterocc
 from heterocc import te, tir
@@ -19,6 +19,7 @@ from heterocc.targets.llvm.cpu import parse_cpu
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.rules import cpu_rules
 from heterocc.targets.llvm.schedules.softmax import softmax_row_stages
+from tests.conftest import make_model
 
 RNG = np.random.default_rng(41)
 AVX2 = "llvm -mattr=-avx512f"
@@ -28,20 +29,15 @@ NEON_CPU = parse_cpu("llvm -mtriple=aarch64-linux-gnu")
 def _softmax_model(shape, axis=-1, mask=False):
     """Softmax over ``axis`` of an input of ``shape``, after a causal -1e4 mask's Add
     over the last two axes (``mask``, as GPT-2's attention)."""
-    nodes, initializers, source = [], [], "x"
+    nodes, initializers, source = [], {}, "x"
     if mask:
         rows, columns = shape[-2:]
-        causal = np.triu(np.full((rows, columns), -1e4, np.float32), 1)
-        initializers.append(numpy_helper.from_array(causal, "mask"))
+        initializers["mask"] = np.triu(np.full((rows, columns), -1e4, np.float32), 1)
         nodes.append(helper.make_node("Add", ["x", "mask"], ["masked"]))
         source = "masked"
     nodes.append(helper.make_node("Softmax", [source], ["y"], axis=axis))
-    graph = helper.make_graph(
-        nodes, "softmax", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
+    return make_model(nodes, [("x", "float32", shape)], [("y", "float32", shape)],
+                      initializers, opset=17)
 
 
 def _lowered_softmax(compiled):
