@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from .int8_dot import concat_vectors
 from .llvm_types import I32
 
 #: where the argument is clamped: exp(-104) rounds to 0 and exp(89) overflows
@@ -131,11 +132,4 @@ def _scale_by_power_of_two(builder: ir.IRBuilder, value: ir.Value, n: ir.Value,
         part_n = builder.shuffle_vector(n, n, lanes)
         parts.append(builder.call(function, [part_value, part_n, part_value, all_lanes,
                                              *rounding]))
-    while len(parts) > 1:  # pairs concatenated, until one vector of all the lanes
-        joined = []
-        for left, right in zip(parts[::2], parts[1::2]):
-            size = left.type.count + right.type.count
-            joined.append(builder.shuffle_vector(
-                left, right, ir.Constant(ir.VectorType(I32, size), list(range(size)))))
-        parts = joined
-    return parts[0]
+    return concat_vectors(builder, parts)
