@@ -468,12 +468,8 @@ class _Lowerer:
         leafs = parent.leaf_iter_vars
         inner_leafs = leafs[leafs.index(iv) + 1:]
         relaxed = {leaf.var: nest.extents[leaf] for leaf in inner_leafs}
-        # the union of what its readers read (a reader computed inside the loop: as it
-        # runs there)
-        reads = [(parent_body, relaxed) if reader is parent
-                 else self._body_inside(reader, parent, parent_body, relaxed)
-                 for reader in self.readers_of[id(child)]]
-        bases, extents = self._read_region(child, reads)
+        bases, extents = self._read_region(
+            child, self._readers_inside(child, parent, parent_body, relaxed))
         attrs = child.tensor.op.attrs
         multiple = int(attrs.get(REGION_MULTIPLE, 1))
         if extents and multiple > 1:  # whole rows of a flat axis: no partial last row
@@ -510,6 +506,16 @@ class _Lowerer:
             extents.append(extent)
         return bases, extents
 
+    def _readers_inside(self, stage: Stage, parent: Stage, parent_body: tx.Expr,
+                        relaxed: dict[tx.Var, int]) -> list[tuple[tx.Expr, dict[tx.Var, int]]]:
+        """The bodies of ``stage``'s readers as they run inside one iteration of
+        ``parent``'s loop, each with the variables it ranges over there: ``parent``'s
+        own body, or a reader computed inside the loop as :meth:`_body_inside` finds it.
+        The region ``stage`` is computed over is the union of what these read."""
+        return [(parent_body, relaxed) if reader is parent
+                else self._body_inside(reader, parent, parent_body, relaxed)
+                for reader in self.readers_of[id(stage)]]
+
     def _body_inside(self, stage: Stage, parent: Stage, parent_body: tx.Expr,
                      relaxed: dict[tx.Var, int]) -> tuple[tx.Expr, dict[tx.Var, int]]:
         """``stage``'s body as it runs inside one iteration of ``parent``'s loop (whose
@@ -518,9 +524,7 @@ class _Lowerer:
         there (the union of its readers' reads, each reader other than ``parent`` itself
         found so) as base + a variable over the region's extent, each reduction axis its
         own range."""
-        reads = [(parent_body, relaxed) if reader is parent
-                 else self._body_inside(reader, parent, parent_body, relaxed)
-                 for reader in self.readers_of[id(stage)]]
+        reads = self._readers_inside(stage, parent, parent_body, relaxed)
         bases, extents = self._read_region(stage, reads)
         ranges, mapping = {}, {}
         for _, read_ranges in reads:
