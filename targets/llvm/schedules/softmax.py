@@ -128,13 +128,13 @@ def rows_are_private(schedule: te.Schedule, out: te.Tensor, stages: SoftmaxRowSt
     """Whether only the softmax reads its row stages (none of them is read by another
     stage of the function, inlined or not, nor is one of its outputs): the condition for
     computing them at the output's rows, whose buffers no other stage could read."""
-    own = {id(t) for t in stages.owned} | {id(out)}
-    if any(id(t) in own - {id(out)} for t in schedule.outputs):
+    row_stages = {id(t) for t in stages.owned}
+    if any(id(t) in row_stages for t in schedule.outputs):
         return False
     for stage in schedule.stages:
-        if stage.is_placeholder or id(stage.tensor) in own:
+        if stage.is_placeholder or stage.tensor is out or id(stage.tensor) in row_stages:
             continue
-        if any(id(t) in own - {id(out)} for t in reads_of(stage.op.body)):
+        if any(id(t) in row_stages for t in reads_of(stage.op.body)):
             return False
     return True
 
