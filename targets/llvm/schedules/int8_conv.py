@@ -452,8 +452,8 @@ def register_finish(tiles: Int8ConvTiles, out_width: int, row_length: int,
     at 56x56, one-row blocks of four tiles for 3.5 vectors of pixels (the blocks: two
     rows in seven), 1.20x (AVX-512 VNNI, one thread)."""
     width = tiles.lanes * tiles.vectors
-    if row_length != out_width or not isinstance(tiles, Int8ConvTiles) \
-            or out_width % width or cpu.vector_registers < FINISH_REGISTERS:
+    if row_length != out_width or out_width % width \
+            or cpu.vector_registers < FINISH_REGISTERS:
         return None
     return RowBlocks(1, out_width)
 
