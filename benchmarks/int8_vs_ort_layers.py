@@ -90,6 +90,11 @@ class LayerRow:
                 f"{self.before_rounding}")
 
 
+def _at_channel(value, channel: int) -> int:
+    """A per-tensor (int) or per-channel (list) Requantize attribute at ``channel``."""
+    return int(value[channel] if isinstance(value, list) else value)
+
+
 def value_before_rounding(body, record: dict, index: tuple) -> str:
     """Of the function's ``Requantize`` steps with an output of the function's shape, the
     exact value nearest a rounding tie at ``index`` (its accumulator times the fixed-point
@@ -104,16 +109,12 @@ def value_before_rounding(body, record: dict, index: tuple) -> str:
                 or not isinstance(attrs["multiplier"], (int, list)):
             continue
         channel = index[int(attrs.get("axis", 1))] if len(index) > 1 else 0
-
-        def per_channel(key, attrs=attrs, channel=channel):
-            value = attrs[key]
-            return int(value[channel] if isinstance(value, list) else value)
-        shift = per_channel("shift") + int(attrs.get("product_shift", 0))
+        multiplier = _at_channel(attrs["multiplier"], channel)
+        shift = _at_channel(attrs["shift"], channel) + int(attrs.get("product_shift", 0))
         accumulator = int(record[node.inputs[0]][index])
-        value = accumulator * per_channel("multiplier") / 2.0 ** shift
+        value = accumulator * multiplier / 2.0 ** shift
         candidates.append((abs(abs(value - np.floor(value)) - 0.5),
-                           f"{accumulator} x {per_channel('multiplier')} / 2^{shift} = "
-                           f"{value:.10f}"))
+                           f"{accumulator} x {multiplier} / 2^{shift} = {value:.10f}"))
     return min(candidates)[1] if candidates else ""
 
 
