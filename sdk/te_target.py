@@ -358,7 +358,8 @@ def schedule_by_rules(outputs: Sequence[te.Tensor], rules: Sequence[ScheduleRule
     """The schedule of a function's ``outputs`` by ``rules`` (see :class:`ScheduleRule`),
     the one place that finds the anchors, gives them their epilogues and inlines the
     rest: one-element constants are folded into the code (``scalars``,
-    :func:`fold_scalars`); every stage that an anchor rule matches is an anchor, every
+    :func:`fold_scalars`); every stage that an anchor rule matches is an anchor unless
+    another anchor's rule owns it (:meth:`ScheduleRule.owned`), every
     other stage is inlined into its readers unless it is an output, kept, or a costly
     stage that a broadcast would recompute (:func:`repeated_costly_stages`); each anchor
     that takes an epilogue is given its elementwise epilogue where it has one
@@ -378,7 +379,11 @@ def schedule_by_rules(outputs: Sequence[te.Tensor], rules: Sequence[ScheduleRule
         rule = next((r for r in rules if r.anchor and r.matches(stage.tensor)), None)
         if rule is not None:
             anchors.append((stage.tensor, rule))
-            owned.update(id(t) for t in rule.owned(stage.tensor))
+            owned.update(id(t) for t in rule.owned(stage.tensor) if t is not stage.tensor)
+    # a stage another anchor's rule owns is scheduled by that rule, never as an anchor of
+    # its own (a softmax's row maximum and sum, reductions that the reduction rule would
+    # otherwise take)
+    anchors = [(t, rule) for t, rule in anchors if id(t) not in owned]
     anchor_ids = {id(t) for t, _ in anchors}
     repeated = {id(t) for t in repeated_costly_stages(
         schedule, lambda t: not (id(t) in anchor_ids or id(t) in owned

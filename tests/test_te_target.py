@@ -187,6 +187,38 @@ def test_an_anchor_read_across_elements_has_no_epilogue():
     assert sdk.elementwise_epilogue(te.create_schedule([same]), rows, [same]) is same
 
 
+@dataclass
+class _Recording(sdk.ScheduleRule):
+    """A rule that matches stages by ``wanted`` and records the stages it schedules."""
+
+    wanted: object
+    owns: tuple = ()
+    applied: list = field(default_factory=list)
+
+    def matches(self, tensor):
+        return self.wanted(tensor)
+
+    def apply(self, schedule, tensor, epilogue=None, chain=()):
+        self.applied.append(tensor.name)
+        return False
+
+    def owned(self, tensor):
+        return self.owns
+
+
+def test_a_stage_another_rule_owns_is_no_anchor_of_its_own():
+    """A rule that owns a reduction (a softmax's row sum) schedules it; the rule for any
+    reduction, which matches it too, does not, whatever their order."""
+    rows, _, out = _sum_then_scale()
+    whole = _Recording(lambda t: t is out, owns=(rows,))
+    reductions = _Recording(lambda t: bool(t.op.reduce_axis))
+    sdk.schedule_by_rules([out], [whole, reductions])
+    assert (whole.applied, reductions.applied) == (["out"], [])
+    alone = _Recording(lambda t: bool(t.op.reduce_axis))
+    sdk.schedule_by_rules([out], [alone])
+    assert alone.applied == ["rows"]
+
+
 def _squeeze_excite(activation):
     """out[c, p] = x[c, p] * activation(s[c] + 1): the activation's stage, one value per
     channel, read by a stage 16 times its size (a squeeze-excite's scale)."""

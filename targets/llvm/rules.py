@@ -352,21 +352,12 @@ class SoftmaxRowsRule(CPURule):
     """A softmax over its last axis (:func:`.schedules.softmax.softmax_row_stages`) whose
     rows fit the L1 (:func:`.schedules.softmax.row_fits_the_l1`), an anchor at its
     output: every stage of a row (maximum, shift, exponentials, sum) is computed at the
-    output's row loop, which the rule owns. Its reductions also match
-    :class:`ReductionRule`, which leaves the ones this rule claimed when it matched to
-    it (``claimed``: the rule matches every stage of a function before any rule
-    applies)."""
-
-    def __init__(self, cpu: CPUDescription, configs: ScheduleConfigs | None = None):
-        super().__init__(cpu, configs)
-        self.claimed: set[int] = set()
+    output's row loop, which the rule owns (its reductions, which :class:`ReductionRule`
+    also matches, are then no anchors of their own: ``sdk.schedule_by_rules``)."""
 
     def matches(self, tensor: te.Tensor) -> bool:
         stages = softmax_row_stages(tensor)
-        if stages is None or not row_fits_the_l1(tensor, self.cpu):
-            return False
-        self.claimed.update(id(t) for t in stages.owned)
-        return True
+        return stages is not None and row_fits_the_l1(tensor, self.cpu)
 
     def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
         return softmax_row_stages(tensor).owned
@@ -389,20 +380,12 @@ class SoftmaxRowsRule(CPURule):
 
 class ReductionRule(CPURule):
     """Any other reduction: output points in parallel, each reduced by inner loops (not
-    a Winograd convolution's product, which :class:`WinogradConvRule` owns, nor a
-    softmax's statistics that ``softmax`` claimed)."""
-
-    def __init__(self, cpu: CPUDescription, configs: ScheduleConfigs | None = None,
-                 softmax: SoftmaxRowsRule | None = None):
-        super().__init__(cpu, configs)
-        self.softmax = softmax
+    a Winograd convolution's product, which :class:`WinogradConvRule` owns)."""
 
     def matches(self, tensor: te.Tensor) -> bool:
         return bool(tensor.op.reduce_axis) and WINOGRAD_PRODUCT not in tensor.op.attrs
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        if self.softmax is not None and id(tensor) in self.softmax.claimed:
-            return False  # computed at the softmax's rows
         schedule_reduction(schedule, tensor, reduction_blocks(schedule, tensor), self.cpu)
         return False
 
@@ -480,12 +463,10 @@ def cpu_rules(cpu: CPUDescription,
     """The CPU's schedule rules for ``cpu`` with the tuning
     log's ``configs`` for the function (None: the defaults), in the order they are
     tried."""
-    softmax = SoftmaxRowsRule(cpu, configs)
     rules = (Int8ConvRule, Int8ConvResultRule, DirectConvRule, WinogradConvRule,
-             BlockedConvRule, LayoutTransformRule, BlockedPoolRule, PoolRule, MatmulRule)
-    return [*(rule(cpu, configs) for rule in rules), softmax,
-            ReductionRule(cpu, configs, softmax),
-            *(rule(cpu, configs) for rule in (ChannelSelectRule, InjectiveRule))]
+             BlockedConvRule, LayoutTransformRule, BlockedPoolRule, PoolRule, MatmulRule,
+             SoftmaxRowsRule, ReductionRule, ChannelSelectRule, InjectiveRule)
+    return [rule(cpu, configs) for rule in rules]
 
 
 def generic_rules(cpu: CPUDescription,
