@@ -9,10 +9,15 @@ import pytest
 from onnx import helper
 
 import heterocc
+from heterocc import te
 from heterocc.sdk.registry import get_target
 from heterocc.targets.llvm import LLVMTarget
 from heterocc.targets.llvm import target as llvm_target_module
+from heterocc.targets.llvm.cpu import compiling_for, parse_cpu
+from heterocc.targets.llvm.module import build
+from heterocc.targets.llvm.schedules.winograd_conv import winograd_conv
 from heterocc.targets.llvm.tuning import record_winograd_tile
+from heterocc.targets.llvm.tuning.common import search_hints
 from heterocc.targets.llvm.tuning.functions import (
     ALGORITHM,
     DIRECT,
@@ -21,9 +26,10 @@ from heterocc.targets.llvm.tuning.functions import (
     _with_algorithm,
 )
 from heterocc.te.schedule_reads import reads_of
+from heterocc.tuning.auto import Sketch
 from heterocc.tuning.auto.sketch import _constant_selects
-from heterocc.tuning.extract import extract_tasks
-from heterocc.tuning.measure import MeasureOptions, measure_in_process
+from heterocc.tuning.extract import extract_tasks, tuning_key
+from heterocc.tuning.measure import MeasureOptions, measure_in_process, tuning_context
 from heterocc.tuning.records import MeasureRecord, RecordLog
 from tests.conftest import make_model
 
@@ -116,22 +122,28 @@ def test_the_transforms_unroll_the_indices_their_matrices_select_by(rng):
     assert _constant_selects(output, sketch.inlined) == {2: 4, 3: 4}
 
 
-def _record_log(tmp_path, task, config):
+def _record_log(tmp_path, task, config, key):
     path = tmp_path / "log.jsonl"
-    with RecordLog(path) as log:  # no baseline timed: the auto record applies
+    with RecordLog(path, target=key) as log:  # no baseline timed: the auto record applies
         log.append(MeasureRecord(task.workload_key, config.to_json(), config.index, (1e-3,)))
     return str(path)
 
 
+@pytest.mark.parametrize("isa", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
 @pytest.mark.parametrize("rules", ["none", "hand"])
 @pytest.mark.parametrize("m", [2, 4])
-def test_a_winograd_record_applies_with_either_rule_set(rules, m, tmp_path, rng,
+def test_a_winograd_record_applies_with_either_rule_set(isa, rules, m, tmp_path, rng,
                                                         monkeypatch):
     model = _conv_model(rng, 32, size=9)
-    task = _task(model, rules)
-    values = _with_algorithm(task.args[1], m,
-                             _auto_function_sketch(task.args[1], m).sample_values(rng))
-    log = _record_log(tmp_path, task, task.space.from_values(values))
+    cpu = parse_cpu(isa)
+    key = tuning_key(LLVMTarget(cpu=cpu))
+    with tuning_context(key):  # the sketch of this CPU's vectors
+        (task,) = extract_tasks(model, target=LLVMTarget(cpu=cpu, rules=rules),
+                                search="auto")
+        values = _with_algorithm(task.args[1], m,
+                                 _auto_function_sketch(task.args[1], m).sample_values(rng))
+        config = task.space.from_values(values)
+    log = _record_log(tmp_path, task, config, key)
     transformed = []
     original = llvm_target_module.transform_weight_array
 
@@ -142,14 +154,19 @@ def test_a_winograd_record_applies_with_either_rule_set(rules, m, tmp_path, rng,
     monkeypatch.setattr(llvm_target_module, "transform_weight_array", spy)
     x = rng.standard_normal((1, 32, 9, 9)).astype(np.float32)
     (expected,) = heterocc.compile(model, target="reference").run([x])
-    compiled = heterocc.compile(model, target=[LLVMTarget(rules=rules)], tuning_log=log)
+    # (the log read where its CPU is the one described: its records are re-read against
+    # the spaces of the CPU active then)
+    with tuning_context(key):
+        compiled = heterocc.compile(model, target=[LLVMTarget(cpu=cpu, rules=rules)],
+                                    tuning_log=log)
     np.testing.assert_allclose(compiled.run([x])[0], expected, rtol=1e-4, atol=1e-4)
     assert transformed == [m]  # the weight transformed once, at build, by the record's tile
     # with Winograd off the record's point is no schedule of the direct compute: the
     # target's own schedule follows
     transformed.clear()
-    direct = heterocc.compile(model, target=[LLVMTarget(rules=rules, winograd=False)],
-                              tuning_log=log)
+    with tuning_context(key):
+        direct = heterocc.compile(
+            model, target=[LLVMTarget(cpu=cpu, rules=rules, winograd=False)], tuning_log=log)
     np.testing.assert_allclose(direct.run([x])[0], expected, rtol=1e-4, atol=1e-4)
     assert transformed == []
 
@@ -161,3 +178,25 @@ def test_a_record_from_before_the_algorithm_knob_is_read_as_direct(rng):
     upgraded = task.definition.upgrade(task.args, dict(old))
     assert upgraded[ALGORITHM] == DIRECT
     assert task.space.from_values(upgraded).index == task.default_config().index
+
+
+def test_a_winograd_sketch_point_builds_for_aarch64():
+    """A NEON cross build of points of an F(4,3) compute's sketch: the product on
+    ``fmla``."""
+    cpu = parse_cpu("llvm -mtriple=aarch64-linux-gnu")
+    m, channels, block = 4, 32, cpu.vector_lanes("float32")
+    u_shape = (6, 6, channels // block, channels // block, block, block)
+    rng = np.random.default_rng(0)
+    for values in ("default", "sampled"):
+        X = te.placeholder((1, channels // block, 14, 14, block), "float32", "x")
+        U = te.placeholder(u_shape, "float32", "u")
+        Y = winograd_conv(X, U, (1, 1, 1, 1), (1, channels // block, 14, 14, block), m)
+        sketch = Sketch([Y], search_hints("float32", cpu))
+        point = (sketch.default_values() if values == "default"
+                 else sketch.sample_values(rng))
+        point.update({f"p{k}.location": "root" for k in range(len(sketch.producers))})
+        schedule = sketch.apply([Y], sketch.space.from_values(point))
+        with compiling_for(cpu):
+            assembly = build([te.lower(schedule, [X, U, Y], name="winograd")],
+                             name="winograd", cpu=cpu).assembly()
+        assert "fmla" in assembly
