@@ -6,7 +6,14 @@ These are the tuning machinery's own classes (``heterocc.tuning``), gathered her
 target imports them from the SDK; see ``docs/tuning.md``."""
 
 from heterocc.tuning.apply import ApplyHistoryBest, current, lookup, records_for
-from heterocc.tuning.auto import AutoWorkload, SearchHints, Sketch, auto_name, auto_template
+from heterocc.tuning.auto import (
+    CONSTANT_SELECTS,
+    AutoWorkload,
+    SearchHints,
+    Sketch,
+    auto_name,
+    auto_template,
+)
 from heterocc.tuning.measure import (
     CandidateError,
     MeasureOptions,
@@ -21,8 +28,8 @@ from heterocc.tuning.templates import SECONDS, TargetTuning, Template
 
 __all__ = [
     "BASELINE", "PAIRED", "SCHEDULE_RULES", "SECONDS", "ApplyHistoryBest", "AutoWorkload",
-    "CandidateError", "Config", "ConfigSpace", "Knob", "MeasureOptions", "MeasureRecord",
-    "SearchHints", "Sketch",
+    "CONSTANT_SELECTS", "CandidateError", "Config", "ConfigSpace", "Knob", "MeasureOptions",
+    "MeasureRecord", "SearchHints", "Sketch",
     "TargetTuning", "Task", "Template", "auto_name", "auto_template", "check_output",
     "current", "divisors", "fastest", "lookup", "matmul_dims", "records_for", "split_options",
     "task_inputs", "time_calls", "workload_key",

@@ -80,7 +80,13 @@ from .schedules.winograd_conv import (
     winograd_tile,
 )
 from .sequence import runner_of
-from .tuning import ScheduleConfigs, function_configs, function_tuned, llvm_tuning
+from .tuning import (
+    ScheduleConfigs,
+    function_configs,
+    function_tuned,
+    llvm_tuning,
+    record_winograd_tile,
+)
 
 #: Python's thread switch interval while a model's kernels compile (see
 #: :meth:`LLVMTarget.compile_all`)
@@ -476,6 +482,11 @@ class LLVMTarget(TETarget):
                 if self.winograd is not True:  # a tile size asked for
                     return int(self.winograd)
                 return winograd_tile(conv, self.cpu)
+        elif self.winograd and auto and record_winograd_tile(configs.choice[1].values):
+            # the auto record's algorithm (with either rule set: the search from
+            # scratch is entitled to the Winograd compute, not to its hand schedule)
+            def winograd(conv: te.Tensor) -> int:
+                return record_winograd_tile(configs.choice[1].values)
         self._packings[id(expressed)] = _prepack_constants(
             expressed, configs.matmul_panel, self.cpu, int8=self.rules == "hand",
             winograd_tile=winograd)

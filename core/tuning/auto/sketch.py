@@ -105,6 +105,11 @@ RFACTOR_VECTORS = 4
 SAMPLE_ATTEMPTS = 32
 #: chunks per core of a ``parallel`` rfactor (uneven progress of the cores evens out)
 RFACTOR_CHUNKS_PER_CORE = 4
+#: a compute attribute ``{axis: period}``: its body selects constants (a transform's
+#: matrix entries) by the index ``axis % period`` (the axis itself where the period is its
+#: extent), so a flat schedule unrolls those indices and the selects fold
+#: (:func:`_schedule_flat`); TVM's ``auto_scheduler_simplify_const_tensor_indices``
+CONSTANT_SELECTS = "constant_selects"
 
 
 @dataclass(frozen=True)
@@ -605,11 +610,13 @@ class Sketch:
                 stage.compute_inline()
             else:
                 stage.compute_root()
-                _schedule_flat(stage, self.hints.vector_lanes)
+                _schedule_flat(stage, self.hints.vector_lanes,
+                               _constant_selects(by_name[name], self.inlined))
         for number, anchor in enumerate(self.anchors):
             self._apply_anchor(s, by_name, anchor, f"a{number}", config)
         for name in self.other_outputs:
-            _schedule_flat(s[by_name[name]], self.hints.vector_lanes)
+            _schedule_flat(s[by_name[name]], self.hints.vector_lanes,
+                           _constant_selects(by_name[name], self.inlined))
 
     def _apply_anchor(self, s: te.Schedule, by_name: dict, anchor: AnchorRule, p: str,
                       config: Config) -> None:
@@ -882,12 +889,51 @@ def _split_levels(stage, tiles: list[tuple[int, ...]], extents: dict[int, int]
     return levels
 
 
-def _schedule_flat(stage, lanes: int) -> None:
+def _constant_selects(tensor: te.Tensor, inlined: Sequence[str]) -> dict[int, int]:
+    """The :data:`CONSTANT_SELECTS` of ``tensor``'s compute, or of a stage of the same
+    shape inlined into it (a convolution's output transform under its epilogue):
+    ``{axis: period}``, empty where none is."""
+    pending, seen = [tensor], set()
+    while pending:
+        current = pending.pop()
+        if current.name in seen or not isinstance(current.op, te.ComputeOp):
+            continue
+        seen.add(current.name)
+        selects = current.op.attrs.get(CONSTANT_SELECTS)
+        if selects:
+            return {int(axis): int(period) for axis, period in dict(selects).items()}
+        pending += [t for t in reads_of(current.op.body)
+                    if t.name in inlined and tuple(t.shape) == tuple(tensor.shape)]
+    return {}
+
+
+def _schedule_flat(stage, lanes: int, selects: dict[int, int] | None = None) -> None:
     """An injective stage at root: outer axes fused in parallel, the last vectorized
-    when it is a whole number of vectors."""
+    when it is a whole number of vectors. ``selects`` (:data:`CONSTANT_SELECTS`): each
+    such axis split by its period, the inner loops unrolled just outside the vectorized
+    one, so that every select of a constant by them folds (a Winograd transform's
+    matrix, as TVM's auto-scheduler unrolls a compute's
+    ``auto_scheduler_simplify_const_tensor_indices``)."""
     axes = list(stage.op.axis)
     if not axes:
         return
+    if selects:
+        *outer, last = axes
+        unrolled = []
+        for axis, period in sorted(selects.items()):
+            if period >= int(outer[axis].extent):
+                unrolled.append(outer[axis])
+                continue
+            outer[axis], inner = stage.split(outer[axis], period)
+            unrolled.append(inner)
+        outer = [iv for iv in outer if all(iv is not u for u in unrolled)]
+        stage.reorder(*outer, *unrolled, last)
+        for iv in unrolled:
+            stage.unroll(iv)
+        axes = [*outer, last]
+        if not outer:
+            stage.vectorize(last)
+            return
     *outer, last = axes
     extent = int(last.extent)
     if extent % lanes == 0 and extent > lanes:

@@ -36,6 +36,7 @@ from fractions import Fraction
 import numpy as np
 
 from heterocc.sdk import CompileError, te
+from heterocc.sdk.tuning import CONSTANT_SELECTS
 from heterocc.te.schedule_reads import reads_of
 from heterocc.tir import expr as tx
 
@@ -245,7 +246,9 @@ def winograd_conv(x: te.Tensor, u: te.Tensor, pads, out_shape, m: int,
         (alpha, alpha, *tiled),
         lambda p, q, n, c, ty, tx_, i: _by_index(
             q, bt, lambda s: rows[p, s, n, c, ty, tx_, i]),
-        name="winograd_data", dtype=x.dtype)
+        name="winograd_data", dtype=x.dtype,
+        # (the rows' select is on p, the columns' on q: a sketch unrolls both)
+        attrs={CONSTANT_SELECTS: {0: alpha, 1: alpha}})
     rco = te.reduce_axis(in_blocks, "rco")
     rci = te.reduce_axis(in_block, "rci")
     product = te.compute(
@@ -267,7 +270,7 @@ def winograd_conv(x: te.Tensor, u: te.Tensor, pads, out_shape, m: int,
                          lambda q: columns[n, k, yy // m, xx // m, yy % m, q, o])
 
     return te.compute(out_shape, output, name=name, dtype=x.dtype,
-                      attrs={"winograd_conv": {"m": m}})
+                      attrs={"winograd_conv": {"m": m}, CONSTANT_SELECTS: {2: m, 3: m}})
 
 
 def winograd_stages(conv: te.Tensor) -> dict[str, te.Tensor]:
@@ -375,6 +378,19 @@ def direct_vector_operations(conv_shape, in_channels: int, lanes: int) -> float:
     return n * height * width * KERNEL * KERNEL * in_channels * out_blocks * out_block / lanes
 
 
+def winograd_tiles_of(conv: te.Tensor) -> tuple[int, ...]:
+    """The tiles ``m`` of F(m, 3) that may compute the blocked convolution ``conv``: of
+    :data:`WINOGRAD_TILES`, those whose :data:`TILE_MIN_CHANNELS` its input and output
+    channels reach, where Winograd applies to it at all (:func:`winograd_operands`;
+    else none)."""
+    operands = winograd_operands(conv)
+    if operands is None:
+        return ()
+    _, in_blocks, _, _, in_block = operands["x"].shape
+    narrowest = min(in_blocks * in_block, conv.shape[1] * conv.shape[4])
+    return tuple(m for m in WINOGRAD_TILES if narrowest >= TILE_MIN_CHANNELS[m])
+
+
 def winograd_tile(conv: te.Tensor, cpu: CPUDescription) -> int:
     """The output tile ``m`` of F(m, 3) for the blocked convolution ``conv`` on ``cpu``,
     or 0 (the direct convolution): of the tiles whose :data:`TILE_MIN_CHANNELS` the
@@ -386,17 +402,14 @@ def winograd_tile(conv: te.Tensor, cpu: CPUDescription) -> int:
     direct tiles on ResNet-18's 56x56 and 28x28 layers, F(2,3) 1.1-2x on its 14x14 and
     7x7 ones, and 1.4-2.7x on 16-128-channel layers, with AVX-512 and AVX2 alike;
     ``benchmarks/winograd_conv.py``.)"""
-    operands = winograd_operands(conv)
-    if operands is None:
+    tiles = winograd_tiles_of(conv)
+    if not tiles:
         return 0
+    operands = winograd_operands(conv)
     _, in_blocks, _, _, in_block = operands["x"].shape
     lanes = cpu.vector_lanes(conv.dtype)
     channels = in_blocks * in_block
     out_channels = conv.shape[1] * conv.shape[4]
-    narrowest = min(channels, out_channels)
-    tiles = [m for m in WINOGRAD_TILES if narrowest >= TILE_MIN_CHANNELS[m]]
-    if not tiles:
-        return 0
     best, best_count = 0, direct_vector_operations(conv.shape, channels, lanes)
     for m in tiles:
         count = winograd_vector_operations(conv.shape, channels, m, lanes)

@@ -63,6 +63,7 @@ from .functions import (
     function_tasks,
     function_tuned,
     logged_seconds,
+    record_winograd_tile,
 )
 from .functions import (
     _auto_function_seeds as _auto_function_seeds,
@@ -133,6 +134,7 @@ __all__ = [
     "function_tasks",
     "function_tuned",
     "logged_seconds",
+    "record_winograd_tile",
     "llvm_tuning",
     "matmul_panel",
     "measure_candidate",

@@ -45,6 +45,7 @@ from ..schedules import (
     reachable_computes,
     schedule_packed_rows,
 )
+from ..schedules.winograd_conv import winograd_tiles_of
 from .apply import ScheduleConfigs
 from .common import search_hints
 from .matmul import _closest, _panel_options
@@ -371,18 +372,25 @@ def _function_sketch(outputs, cpu: CPUDescription) -> Sketch:
 
 def function_tuned(expressed, configs: ScheduleConfigs,
                    cpu: CPUDescription) -> te.Schedule | None:
-    """The schedule of a function (its products packed already) by its auto record when
-    ``configs`` chose it (:func:`function_configs`), else None (the target's own
-    schedule follows)."""
+    """The schedule of a function (its products packed already, its convolution
+    computed by the algorithm of the auto record, :func:`record_winograd_tile`) by its
+    auto record when ``configs`` chose it (:func:`function_configs`), else None (the
+    target's own schedule follows; so too where the record chose Winograd and the
+    target computes the convolution directly: ``LLVMTarget.winograd=False``)."""
     choice = configs.choice
     if choice is None or choice[0] != "auto":
         return None
+    m = record_winograd_tile(choice[1].values)
+    if m and not _is_winograd(expressed.outputs):
+        return None
     pack_matmuls(expressed.outputs, configs.matmul_panel, cpu=cpu)
     sketch = _function_sketch(expressed.outputs, cpu)
-    blocks = _pack_rows(sketch, expressed.outputs, choice[1])
+    config = (choice[1] if not m
+              else sketch.space.from_values(_algorithm_values(choice[1].values, m)))
+    blocks = _pack_rows(sketch, expressed.outputs, config)
     s = te.create_schedule(expressed.outputs)
     fold_scalars(s, expressed.scalars)
-    sketch.schedule_stages(s, expressed.outputs, choice[1])
+    sketch.schedule_stages(s, expressed.outputs, config)
     for packed in blocks:
         schedule_packed_rows(s, packed, cpu)
     return s
@@ -423,13 +431,14 @@ def _llvm_target(template: str | None = None):
     return get_target("llvm", cpu=active_cpu(), schedule_rules=rules)
 
 
-def _expressed_function(spec: str):
+def _expressed_function(spec: str, m: int = 0):
     """A function task's body expressed and packed as the target compiles it (its
     constant operands prepacked in the default panels: the sketch does not depend on
-    the panel width), its convolutions direct: an auto record schedules the direct
-    compute (``function_tuned``), never a Winograd convolution's stages."""
+    the panel width), its convolution direct, or with ``m`` by Winograd's F(m, 3) (the
+    transformed weight a constant of the kernel, as the hand rules have it): the
+    compute whose sketch an auto record of that algorithm is a point of."""
     target = _llvm_target()
-    target.winograd = False
+    target.winograd = m or False
     with target.compile_context():
         expressed = express_function(function_body(spec))
         target.schedule(expressed, ScheduleConfigs(choice=("hand", None)))
@@ -437,16 +446,130 @@ def _expressed_function(spec: str):
     return expressed
 
 
-def _auto_function_sketch(spec: str) -> Sketch:
+def _auto_function_sketch(spec: str, m: int = 0) -> Sketch:
     """The sketch of a function task for the CPU being tuned for (its lanes and
-    registers shape the space)."""
-    return _auto_function_sketch_for(spec, active_cpu())
+    registers shape the space), of its direct compute or of its F(m, 3) one."""
+    return _auto_function_sketch_for(spec, active_cpu(), m)
 
 
 @functools.lru_cache(maxsize=64)
-def _auto_function_sketch_for(spec: str, cpu: CPUDescription) -> Sketch:
+def _auto_function_sketch_for(spec: str, cpu: CPUDescription, m: int = 0) -> Sketch:
     with compiling_for(cpu):
-        return _function_sketch(_expressed_function(spec).outputs, active_cpu())
+        return _function_sketch(_expressed_function(spec, m).outputs, active_cpu())
+
+
+# ------------------------------------------------------------------ the algorithm
+#
+# As TVM's operator strategy offers the auto-scheduler a convolution's Winograd compute
+# beside the direct one, a function whose convolution Winograd may compute (a dense 3x3
+# stride-1 float blocked one of enough channels: ``winograd_tiles_of``) is searched over
+# both: the ``algorithm`` knob picks the direct compute or F(m, 3), and the point's
+# schedule is one of that compute's sketch (its product tiled as any reduction anchor,
+# its transforms flat with their matrices' indices unrolled: ``CONSTANT_SELECTS``). The
+# space holds every algorithm's knobs, those of F(m, 3)'s sketch named
+# ``w<m><knob>``; a point of one algorithm leaves the others' knobs at their defaults
+# (:func:`_auto_function_admissible`), so that each schedule is one point.
+
+#: the knob choosing a convolution's algorithm, and its value for the direct sum
+ALGORITHM = "algorithm"
+DIRECT = "direct"
+
+
+def _winograd_name(m: int, name: str) -> str:
+    return f"w{m}{name}"
+
+
+def record_winograd_tile(values: dict) -> int:
+    """The F(m, 3) tile ``m`` an auto record's knob ``values`` compute its function's
+    convolution by, or 0 (the direct compute: no :data:`ALGORITHM` knob, or ``direct``)."""
+    algorithm = values.get(ALGORITHM, DIRECT)
+    return 0 if algorithm == DIRECT else int(algorithm)
+
+
+def _algorithm_values(values: dict, m: int) -> dict:
+    """The values of F(m, 3)'s own sketch in a point's ``values``."""
+    prefix = _winograd_name(m, "")
+    return {name[len(prefix):]: value for name, value in values.items()
+            if name.startswith(prefix)}
+
+
+def _is_winograd(outputs) -> bool:
+    return any("winograd_conv" in t.op.attrs for t in reachable_computes(outputs))
+
+
+@functools.lru_cache(maxsize=64)
+def _winograd_tiles(spec: str) -> tuple[int, ...]:
+    """The F(m, 3) tiles a function task's convolution may be computed by (none where it
+    has no such convolution, e.g. a product's or a pool's task)."""
+    body = function_body(spec)
+    if [n.op for n in body.nodes].count("ConvNCHWc") != 1:
+        return ()
+    direct = _expressed_function(spec)
+    tiles = {m for t in reachable_computes(direct.outputs) for m in winograd_tiles_of(t)}
+    # (a weight also read otherwise is not transformed: no Winograd compute then)
+    return tuple(m for m in sorted(tiles) if _is_winograd(_expressed_function(spec, m).outputs))
+
+
+def _winograd_knobs(spec: str, m: int) -> list[Knob]:
+    """F(m, 3)'s sketch's knobs, renamed (:func:`_winograd_name`); the transformed input,
+    which every output channel block reads, is computed at root (inlined into the
+    product it would be transformed again for each block and reduction step)."""
+    sketch = _auto_function_sketch(spec, m)
+    knobs = []
+    for knob in sketch.space.knobs:
+        options = knob.options
+        if knob.name.startswith("p") and knob.name.endswith(".location"):
+            options = ("root",)
+        knobs.append(Knob(_winograd_name(m, knob.name), knob.kind, options))
+    return knobs
+
+
+def _winograd_defaults(spec: str, m: int) -> dict:
+    values = {_winograd_name(m, k): v
+              for k, v in _auto_function_sketch(spec, m).default_values().items()}
+    return {**values, **_fixed_locations(spec, m)}
+
+
+def _fixed_locations(spec: str, m: int) -> dict:
+    return {k.name: k.options[0] for k in _winograd_knobs(spec, m) if len(k.options) == 1}
+
+
+def _other_algorithms(spec: str, m: int) -> dict:
+    """The default values of every algorithm's knobs but F(m, 3)'s (``m`` 0: but the
+    direct compute's)."""
+    values = {} if not m else _direct_defaults(spec)
+    for tile in _winograd_tiles(spec):
+        if tile != m:
+            values.update(_winograd_defaults(spec, tile))
+    return values
+
+
+def _direct_defaults(spec: str) -> dict:
+    values = _auto_function_sketch(spec).default_values()
+    if _has_panel(spec):
+        values.update(_product_default(spec))
+    return values
+
+
+def _with_algorithm(spec: str, m: int, values: dict) -> dict:
+    """A point of F(m, 3)'s sketch (``values`` by its own knob names; ``m`` 0: of the
+    direct compute's, knob names as they are), the others' knobs at their defaults."""
+    if not _winograd_tiles(spec):
+        return values
+    if m:
+        values = {**{_winograd_name(m, k): v for k, v in values.items()},
+                  **_fixed_locations(spec, m)}
+    return {**_other_algorithms(spec, m), **values, ALGORITHM: DIRECT if not m else m}
+
+
+def _auto_function_admissible(args: tuple, values: dict) -> bool:
+    """Whether a point leaves the knobs of the algorithms it does not choose at their
+    defaults (a mutation of such a knob changes no schedule)."""
+    if not _winograd_tiles(args[1]):
+        return True
+    m = record_winograd_tile(values)
+    return all(values.get(name) == value
+               for name, value in _other_algorithms(args[1], m).items())
 
 
 def _has_panel(spec: str) -> bool:
@@ -469,35 +592,50 @@ def _panel_knob(spec: str) -> Knob:
 def _auto_function_space(args: tuple) -> ConfigSpace:
     """The sketch of the whole function, and for a product the layouts of its operands,
     choices made before the sketch's stages exist: the panel width its B is packed in,
-    and whether its A is read in place or copied in row blocks (:data:`A_LAYOUTS`)."""
+    and whether its A is read in place or copied in row blocks (:data:`A_LAYOUTS`); for
+    a convolution Winograd may compute, its :data:`ALGORITHM` and each F(m, 3)
+    compute's sketch (see above)."""
     knobs = _auto_function_sketch(args[1]).space.knobs
     if _has_panel(args[1]):
         knobs = (_panel_knob(args[1]), Knob("a_layout", "layout", A_LAYOUTS), *knobs)
+    tiles = _winograd_tiles(args[1])
+    if tiles:
+        knobs = (Knob(ALGORITHM, "layout", (DIRECT, *tiles)), *knobs,
+                 *(k for m in tiles for k in _winograd_knobs(args[1], m)))
     return ConfigSpace(tuple(knobs))
 
 
+def _product_default(spec: str) -> dict:
+    product = _function_product(spec)
+    shape, dtype = product.outputs[0].type.shape, product.outputs[0].type.dtype
+    return {"panel": _closest(_panel_knob(spec).options,
+                              default_panel(shape[1], dtype, cpu=active_cpu())),
+            "a_layout": "in_place"}
+
+
 def _auto_function_default(args: tuple) -> dict:
-    values = _auto_function_sketch(args[1]).default_values()
-    if _has_panel(args[1]):
-        product = _function_product(args[1])
-        shape, dtype = product.outputs[0].type.shape, product.outputs[0].type.dtype
-        values["panel"] = _closest(_panel_knob(args[1]).options,
-                                   default_panel(shape[1], dtype, cpu=active_cpu()))
-        values["a_layout"] = "in_place"
-    return values
+    return _with_algorithm(args[1], 0, _direct_defaults(args[1]))
 
 
 def _auto_function_upgrade(args: tuple, values: dict) -> dict:
-    """A product's record written before the ``a_layout`` knob read A in place."""
+    """A product's record written before the ``a_layout`` knob read A in place; a
+    convolution's written before the :data:`ALGORITHM` knob computed it directly."""
     if _has_panel(args[1]):
         values.setdefault("a_layout", "in_place")
+    if _winograd_tiles(args[1]) and ALGORITHM not in values:
+        values = _with_algorithm(args[1], 0, values)
     return values
 
 
 def _auto_function_seeds(args: tuple) -> list[dict]:
     """The sketch's seeds; a product's at each panel width its register tile fits, and
-    those that chunk its reduction (cache blocking) also with A in row blocks."""
+    those that chunk its reduction (cache blocking) also with A in row blocks; a
+    convolution's also those of each F(m, 3) compute's sketch."""
     seeds = _auto_function_sketch(args[1]).seed_values()
+    if _winograd_tiles(args[1]):
+        return [*(_with_algorithm(args[1], 0, values) for values in seeds),
+                *(_with_algorithm(args[1], m, values) for m in _winograd_tiles(args[1])
+                  for values in _auto_function_sketch(args[1], m).seed_values())]
     if not _has_panel(args[1]):
         return seeds
     default = _auto_function_default(args)
@@ -518,6 +656,10 @@ def _auto_function_sample(args: tuple, rng: np.random.Generator) -> dict:
     B packed in panels of its register tile's width where that is a panel width offered
     (else a random one: a panel narrower or wider than the tile splits or straddles its
     vectors' loads), its A read in place or in row blocks at random."""
+    tiles = _winograd_tiles(args[1])
+    if tiles:  # each algorithm alike, then a point of its sketch
+        m = (0, *tiles)[int(rng.integers(len(tiles) + 1))]
+        return _with_algorithm(args[1], m, _auto_function_sketch(args[1], m).sample_values(rng))
     values = _auto_function_sketch(args[1]).sample_values(rng)
     if _has_panel(args[1]):
         widths = _panel_knob(args[1]).options
@@ -614,7 +756,8 @@ AUTO_FUNCTION_TEMPLATE = Template(
     auto_name(FUNCTION), "llvm", _auto_function_space, _auto_function_default,
     functools.partial(_instantiate_function, template=auto_name(FUNCTION)),
     _function_inputs, _function_reference, _function_flops, seeds=_auto_function_seeds,
-    upgrade=_auto_function_upgrade, sample=_auto_function_sample)
+    upgrade=_auto_function_upgrade, sample=_auto_function_sample,
+    admissible=_auto_function_admissible)
 
 
 def function_tasks(graph: Graph, target) -> list[Task]:
