@@ -446,12 +446,7 @@ def register_finish(tiles: Int8ConvTiles, blocks: RowBlocks, out_width: int,
     would shrink the tile's region below the tensorized vector), on a CPU of
     :data:`FINISH_REGISTERS` vector registers. Blocks of one row where a row is whole
     tiles, else ``blocks`` where its rows are (a tile then runs across rows: 56-wide
-    rows in blocks of two, seven tiles of 16 pixels: MobileNetV2's 24->144 and 144->24
-    at 56x56, 0.92-0.97x the time) and a row is two vectors or more (shorter rows are
-    finished in whole vectors across the block's rows already,
-    :func:`schedule_int8_conv_result`: its 32->192 and 192->32 at 28x28 in blocks of
-    four rows ran as fast finished in registers, and their unrolled tiles added 0.4 s
-    to the model's compile). MobileNetV2's 1x1 convolutions at
+    rows in blocks of two, seven tiles of 16 pixels). MobileNetV2's 1x1 convolutions at
     112x112 (16->96, 4 dot products a vector against 8 instructions of
     requantization; 32->16) took 0.87-0.91x the time finished in registers; its 24->144
     at 56x56 in one-row blocks of four tiles for 3.5 vectors of pixels (the last tile's
@@ -461,8 +456,7 @@ def register_finish(tiles: Int8ConvTiles, blocks: RowBlocks, out_width: int,
         return None
     if out_width % width == 0:
         return RowBlocks(1, out_width)
-    if blocks.extent == blocks.rows * out_width and blocks.extent % width == 0 \
-            and out_width >= 2 * tiles.lanes:
+    if blocks.extent == blocks.rows * out_width and blocks.extent % width == 0:
         return blocks
     return None
 
