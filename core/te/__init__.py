@@ -39,7 +39,7 @@ from ..tir.expr import (
 )
 from ..tir.expr import select as if_then_else
 from .intrin import BufferRegion, TensorIntrin
-from .lower import READ_SLACK, REGION_MULTIPLE, TIGHT_REGION, lower, symbolic_bounds
+from .lower import READ_SLACK, REGION_MULTIPLE, lower, symbolic_bounds
 from .schedule import Fuse, Schedule, Split, Stage, create_schedule
 from .schedule_reads import constant_tensors
 from .tensor import (
@@ -62,7 +62,6 @@ from .tensor import (
 __all__ = [
     "READ_SLACK",
     "REGION_MULTIPLE",
-    "TIGHT_REGION",
     "BufferRegion", "ComputeOp", "ConstantOp", "Fuse", "IterVar", "PlaceholderOp", "Reduce",
     "Schedule", "Split", "Stage", "Tensor", "TensorIntrin", "TensorLoad", "call_intrin", "cast",
     "ceil", "compute", "const", "constant_tensor", "constant_tensors", "cos", "create_schedule",

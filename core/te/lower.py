@@ -34,12 +34,6 @@ READ_SLACK = "read_slack"
 #: computes is rounded up to a multiple of this (a flat axis of rows: whole rows, each
 #: one vector loop, no partial last row)
 REGION_MULTIPLE = "region_multiple"
-#: a compute's attribute: the region that a stage computed at a loop computes is bound
-#: after its readers' indices are simplified over the loops' ranges, so that an index
-#: fused, split and taken apart again (``(f // w) * w + f % w``: a tile of pixels across
-#: the rows of a block) bounds as the tile rather than the whole block; asked for by the
-#: stages that need it, since simplifying every index of every region costs compile time
-TIGHT_REGION = "tight_region"
 
 
 @dataclass
@@ -498,8 +492,6 @@ class _Lowerer:
         loads = [(load, relaxed) for body, relaxed in reads
                  for load in collect(body, lambda n: isinstance(n, TensorLoad))
                  if load.tensor is stage.tensor]
-        if getattr(stage.tensor.op, "attrs", {}).get(TIGHT_REGION):
-            loads = [(self._simplified_load(load, relaxed), relaxed) for load, relaxed in loads]
         bases, extents = [], []
         for dim, shape in enumerate(stage.tensor.shape):
             # each distinct index once per reader: the reads of one tensor mostly share an
@@ -513,13 +505,6 @@ class _Lowerer:
             bases.append(base)
             extents.append(extent)
         return bases, extents
-
-    def _simplified_load(self, load: TensorLoad, relaxed: dict[tx.Var, int]) -> TensorLoad:
-        """``load`` with its indices simplified over the enclosing loops' ranges and the
-        ``relaxed`` variables' (:data:`TIGHT_REGION`)."""
-        ranges = {**self.ranges, **{var: Interval(0, max(extent - 1, 0))
-                                    for var, extent in relaxed.items()}}
-        return TensorLoad(load.tensor, tuple(simplify(index, ranges) for index in load.indices))
 
     def _readers_inside(self, stage: Stage, parent: Stage, parent_body: tx.Expr,
                         relaxed: dict[tx.Var, int]) -> list[tuple[tx.Expr, dict[tx.Var, int]]]:

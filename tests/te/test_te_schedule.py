@@ -455,27 +455,3 @@ def test_a_stage_computed_at_a_loop_rounds_its_region_and_allocates_read_slack()
     assert tuple(b.buffer.shape) == (1, 16 + 5)  # 12 read -> 16 computed, + 5
     a = rand(4, 40)
     np.testing.assert_allclose(run(s, [A, C], a), 3.0 * (a[:, :10] + a[:, 2:12]), rtol=1e-6)
-
-
-@pytest.mark.parametrize("tight", [False, True])
-def test_a_tight_region_bounds_a_fused_and_split_index_as_its_tile(tight):
-    """A stage read in blocks of two of its rows (``B[i // 2, i % 2 * 6 + j]``), its
-    reader's rows fused in pairs and split into tiles of 4: each tile reads 4 of B's
-    elements, ``(f // 6) * 6 + f % 6`` being ``f``; bound inference sees it only after
-    simplifying the index over the loops (``TIGHT_REGION``), else the tile computes the
-    whole block of 12. Both equal NumPy's."""
-    A = te.placeholder((4, 12), "float32", "A")
-    B = te.compute((4, 12), lambda i, j: A[i, j] * 2, name="B",
-                   attrs={te.TIGHT_REGION: tight})
-    C = te.compute((8, 6), lambda i, j: B[i // 2, i % 2 * 6 + j] + 1, name="C")
-    s = te.create_schedule(C)
-    i, j = s[C].op.axis
-    io, ii = s[C].split(i, 2)
-    po, pi = s[C].split(s[C].fuse(ii, j), 4)
-    s[B].compute_at(s[C], po)
-    func = te.lower(s, [A, C], name="kernel")
-    sizes = {a.buffer.size for a in tir.collect(func.body, lambda n: isinstance(n, tir.Allocate))
-             if a.buffer.name == "B"}
-    assert sizes == {4 if tight else 12}
-    a = rand(4, 12)
-    np.testing.assert_allclose(run(s, [A, C], a), (a * 2 + 1).reshape(8, 6), rtol=0)

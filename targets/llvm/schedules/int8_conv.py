@@ -435,30 +435,25 @@ INT8_FINISH_TILES = "int8_finish_tiles"
 FINISH_REGISTERS = 32
 
 
-def register_finish(tiles: Int8ConvTiles, blocks: RowBlocks, out_width: int,
-                    row_length: int, cpu: CPUDescription) -> RowBlocks | None:
-    """Blocks of rows for sums finished a register tile at a time (each tile's
+def register_finish(tiles: Int8ConvTiles, out_width: int, row_length: int,
+                    cpu: CPUDescription) -> RowBlocks | None:
+    """Blocks of one row for sums finished a register tile at a time (each tile's
     accumulators requantized while in registers: no int32 block stored and read back),
-    or None where :func:`conv_tiling`'s ``blocks`` are kept: where a block's rows lie in
-    the sums as in the output (``row_length`` is the width: no padding columns, a 1x1
-    convolution) and are whole tiles (``tiles.lanes * tiles.vectors`` pixels: none
-    computed past the block; a row shorter than a tile, a squeeze-excite's 1x1 image,
-    would shrink the tile's region below the tensorized vector), on a CPU of
-    :data:`FINISH_REGISTERS` vector registers. Blocks of one row where a row is whole
-    tiles, else ``blocks`` where its rows are (a tile then runs across rows: 56-wide
-    rows in blocks of two, seven tiles of 16 pixels). MobileNetV2's 1x1 convolutions at
-    112x112 (16->96, 4 dot products a vector against 8 instructions of
+    or None where :func:`conv_tiling`'s blocks are kept: where a block's rows lie in the
+    sums as in the output (``row_length`` is the width: no padding columns, a 1x1
+    convolution) and its rows are whole tiles (``tiles.lanes * tiles.vectors`` pixels:
+    a tile's pixels one row's, none computed past the row; a row shorter than a tile, a
+    squeeze-excite's 1x1 image, would shrink the tile's region below the tensorized
+    vector), on a CPU of :data:`FINISH_REGISTERS` vector registers. MobileNetV2's 1x1
+    convolutions at 112x112 (16->96, 4 dot products a vector against 8 instructions of
     requantization; 32->16) took 0.87-0.91x the time finished in registers; its 24->144
-    at 56x56 in one-row blocks of four tiles for 3.5 vectors of pixels (the last tile's
-    half computed and dropped) 1.20x (AVX-512 VNNI, one thread)."""
+    at 56x56, one-row blocks of four tiles for 3.5 vectors of pixels (the blocks: two
+    rows in seven), 1.20x (AVX-512 VNNI, one thread)."""
     width = tiles.lanes * tiles.vectors
-    if row_length != out_width or cpu.vector_registers < FINISH_REGISTERS:
+    if row_length != out_width or out_width % width \
+            or cpu.vector_registers < FINISH_REGISTERS:
         return None
-    if out_width % width == 0:
-        return RowBlocks(1, out_width)
-    if blocks.extent == blocks.rows * out_width and blocks.extent % width == 0:
-        return blocks
-    return None
+    return RowBlocks(1, out_width)
 
 
 def block_of_rows(blocks: RowBlocks, row_length: int, y, column) -> tuple:
@@ -887,7 +882,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     # summed and finished while in cache (:func:`row_blocks`)
     stride_row = -(-(x.shape[3] + pads[1] + pads[3]) // sx)
     tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
-    finish_tiles = register_finish(tiles, blocks, ow, stride_row, cpu)
+    finish_tiles = register_finish(tiles, ow, stride_row, cpu)
     if finish_tiles:
         blocks = finish_tiles
     span = blocks.rows * stride_row
@@ -914,16 +909,14 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     sums = te.compute(shape, body, name=f"{name}_dot", dtype="int32",
                       attrs={"int8_conv": tiles, "int8_rows": blocks,
                              "int8_row_length": stride_row,
-                             INT8_FINISH_TILES: finish_tiles is not None,
-                             te.TIGHT_REGION: finish_tiles is not None})
+                             INT8_FINISH_TILES: finish_tiles is not None})
     weight_sum = _weight_sums(packed_w, packed_weight is not None, filters, name)
     offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
     def result(b, k, y, column):
         # a tile finished in registers reads the sums of its own pixels only (no
         # ``% extent``, which makes the region the whole block)
-        at = ((y // blocks.rows, y % blocks.rows * stride_row + column) if finish_tiles
-              else block_of_rows(blocks, stride_row, y, column))
+        at = (y, column) if finish_tiles else block_of_rows(blocks, stride_row, y, column)
         # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
         return sums[(b, k, *at)] - offset * weight_sum(k)
 
@@ -1154,22 +1147,17 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
 
 def _finish_register_tiles(schedule: te.Schedule, stage: te.Stage, sums: te.Tensor,
                            tiles: Int8ConvTiles, axes) -> None:
-    """The finishing stage of sums finished a tile at a time (:func:`register_finish`),
-    its channels already split by the tile's: a task per tile of channels and block of
-    rows, in it one tile of pixels after another (a block's rows fused: a tile may run
-    across rows), each summed (its accumulators in registers) and finished at once, its
-    channels and vectors unrolled so that no accumulator needs an address."""
+    """The finishing stage of sums in one-row blocks (:func:`register_finish`), its
+    channels already split by the tile's: a task per tile of channels and output row,
+    in it one tile of pixels after another, each summed (its accumulators in registers)
+    and finished at once, its channels and vectors unrolled so that no accumulator
+    needs an address."""
     n, ko, ki, y, x = axes
-    rows = sums.op.attrs["int8_rows"].rows
-    yo, pixels = y, x
-    if rows > 1:
-        yo, yi = stage.split(y, rows)
-        pixels = stage.fuse(yi, x)
-    po, pixels = stage.split(pixels, tiles.lanes * tiles.vectors)
+    po, pixels = stage.split(x, tiles.lanes * tiles.vectors)
     vector, lane = stage.split(pixels, tiles.lanes)
-    stage.reorder(n, ko, yo, po, ki, vector, lane)
+    stage.reorder(n, ko, y, po, ki, vector, lane)
     stage.unroll(ki)
     stage.unroll(vector)
     stage.vectorize(lane)
-    stage.parallel(stage.fuse(n, ko, yo))
+    stage.parallel(stage.fuse(n, ko, y))
     schedule[sums].compute_at(stage, po)
