@@ -49,7 +49,7 @@ from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
 from ..int8_dot import DOT4_CALL, INTERLEAVE_CALL, dot4_instruction
-from .common import TASKS_PER_CORE, vector_lanes
+from .common import vector_lanes
 
 #: input channels one dot-product lane adds (the instruction's group of bytes)
 GROUP = 4
@@ -220,26 +220,24 @@ def row_block_candidates(out_height: int, row_length: int, out_width: int, lanes
 
 
 def pool_makespan(tasks: int, threads: int) -> float:
-    """How long ``threads`` threads take over ``tasks`` equal iterations cut into the
-    thread pool's chunks (:data:`.common.TASKS_PER_CORE` a thread, as the runtime cuts
-    them), each chunk taken by the first thread free, relative to an even split: 12
-    tasks on two threads are chunks of 1 and 2 tasks, 1.17x; 24 are chunks of 3, 1.0x."""
-    chunks = TASKS_PER_CORE * threads
-    free = [0] * threads
-    for chunk in range(chunks):
-        size = tasks * (chunk + 1) // chunks - tasks * chunk // chunks
-        free[free.index(min(free))] += size
-    return max(free) * threads / tasks
+    """How long ``threads`` threads take over ``tasks`` equal iterations of a parallel
+    loop, relative to an even split. The runtime cuts the loop into chunks
+    (:data:`.common.TASKS_PER_CORE` a thread, or one an iteration) whose sizes differ
+    by one at most, the longer first, each taken by the first thread free: the threads
+    end within one task of each other, the busiest running ``ceil(tasks / threads)``
+    tasks (25 tasks on two threads: 1.04x; 36: 1.0x, where chunks cut as 4, 5, 4, 5,
+    ... gave one thread 20 and the other 16)."""
+    return per_core(tasks, threads) * threads / tasks
 
 
-def per_core(tasks: int, cores: int) -> float:
+def per_core(tasks: int, cores: int) -> int:
     """The tasks the busiest of ``cores`` runs when ``tasks`` equal iterations of a
     parallel loop are shared out in the thread pool's chunks (:func:`pool_makespan`):
     the loop's time in tasks. ResNet-18's 64->64 3x3 at 56x56 in blocks of 8 rows (28
-    tasks: chunks of 3 and 4, 16 tasks on the busiest of two threads, not 14) ran 1.74x
-    faster on two threads than on one, while ONNX Runtime's ran 1.90x (AVX-512 VNNI)."""
-    cores = max(cores, 1)
-    return pool_makespan(tasks, cores) * tasks / cores
+    tasks) ran 1.74x faster on two threads than on one while the pool's chunks of 3 and
+    4 tasks gave the busiest thread 16 tasks, not 14; ONNX Runtime's ran 1.90x (AVX-512
+    VNNI)."""
+    return -(-tasks // max(cores, 1))
 
 
 def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int,

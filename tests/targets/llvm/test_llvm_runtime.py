@@ -217,3 +217,64 @@ def test_caller_does_not_wait_for_a_worker_that_did_not_join(tmp_path):
                             timeout=120, preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) < 200  # of 2000 loops
+
+
+#: Prints each loop's chunks as the pool ran them: "n: begin-end begin-end ...".
+CHUNKS = r"""
+#include <stdint.h>
+#include <stdio.h>
+
+typedef void (*heterocc_task)(int64_t begin, int64_t end, void *closure);
+int heterocc_parallel_for(heterocc_task task, void *closure, int64_t n);
+
+typedef struct { int count; int64_t begin[1024], end[1024]; } Chunks;
+
+static void record(int64_t begin, int64_t end, void *closure) {
+    Chunks *c = closure;
+    int k = __atomic_fetch_add(&c->count, 1, __ATOMIC_RELAXED);
+    c->begin[k] = begin;
+    c->end[k] = end;
+}
+
+int main(void) {
+    static const int64_t sizes[] = {2, 7, 12, 18, 25, 28, 35, 36, 60, 84, 252, 1000};
+    for (unsigned s = 0; s < sizeof sizes / sizeof *sizes; ++s) {
+        Chunks c = {0};
+        heterocc_parallel_for(record, &c, sizes[s]);
+        printf("%lld:", (long long)sizes[s]);
+        for (int k = 0; k < c.count; ++k)
+            printf(" %lld-%lld", (long long)c.begin[k], (long long)c.end[k]);
+        printf("\n");
+    }
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_chunks_differ_by_one_iteration_the_longer_first(tmp_path, threads):
+    """The pool cuts a loop into ``TASKS_PER_CORE`` chunks a thread (one an iteration in
+    shorter loops) whose lengths differ by one at most, the longer first, so threads
+    taking them in turn end within one iteration of each other: the busiest thread's
+    share that the int8 schedules count (``pool_makespan``), ``ceil(n / threads)``."""
+    from heterocc.targets.llvm.schedules.common import TASKS_PER_CORE
+    from heterocc.targets.llvm.schedules.int8_conv import pool_makespan
+
+    program = _build(tmp_path, "chunks", CHUNKS)
+    env = {**os.environ, "HETEROCC_NUM_THREADS": str(threads)}
+    result = subprocess.run([str(program)], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    for line in result.stdout.splitlines():
+        n, chunks = line.split(":")
+        n = int(n)
+        spans = sorted(tuple(map(int, c.split("-"))) for c in chunks.split())
+        assert [b for b, _ in spans] == [0] + [e for _, e in spans[:-1]] and spans[-1][1] == n
+        lengths = [e - b for b, e in spans]
+        assert len(lengths) == min(n, TASKS_PER_CORE * threads)
+        assert lengths == sorted(lengths, reverse=True) and lengths[0] - lengths[-1] <= 1
+        shares = [0] * threads  # equal iterations, each chunk to the first thread free
+        for length in lengths:
+            shares[shares.index(min(shares))] += length
+        assert max(shares) == -(-n // threads)
+        assert pool_makespan(n, threads) == pytest.approx(max(shares) * threads / n)
