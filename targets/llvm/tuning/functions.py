@@ -527,6 +527,12 @@ def _auto_function_sample(args: tuple, rng: np.random.Generator) -> dict:
     return values
 
 
+def _auto_function_admissible(args: tuple, values: dict) -> bool:
+    """Whether a point of a function's space keeps its sketch's sampling rules (the
+    evolution drops a child that breaks them; the layout knobs have none)."""
+    return _auto_function_sketch(args[1]).admissible(values)
+
+
 def _function_depth(product: Node) -> int:
     """The reduction length of a function's MatMul or Gemm node."""
     a = product.inputs[0].type.shape
@@ -614,7 +620,8 @@ AUTO_FUNCTION_TEMPLATE = Template(
     auto_name(FUNCTION), "llvm", _auto_function_space, _auto_function_default,
     functools.partial(_instantiate_function, template=auto_name(FUNCTION)),
     _function_inputs, _function_reference, _function_flops, seeds=_auto_function_seeds,
-    upgrade=_auto_function_upgrade, sample=_auto_function_sample)
+    upgrade=_auto_function_upgrade, sample=_auto_function_sample,
+    admissible=_auto_function_admissible)
 
 
 def function_tasks(graph: Graph, target) -> list[Task]:
