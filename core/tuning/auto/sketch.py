@@ -74,14 +74,6 @@ SEED_UNROLLED_MULADDS = 96
 #: of several cores): about 0.1 ms of one core's work, so waking the thread pool is a
 #: small part of it. Below it a serial nest is offered too.
 PARALLEL_ONLY_WORK = 1 << 22
-#: parallel iterations per core that a parallel anchor's tile loops give where its
-#: register tile leaves that many (:meth:`Sketch.admissible`): the thread pool hands
-#: iterations out as the threads come for them, so a thread that another process holds
-#: for a while leaves its share to the others, but only where there are shares left; a
-#: loop of one iteration per core waits for the slowest. The picks of a search from
-#: scratch on a shared machine (a serial nest times as fast while the other cores are
-#: busy) ran 2 to 8 iterations where the hand schedules run 14 to 504.
-PARALLEL_JOBS_PER_CORE = 4
 #: vectors of a seeded register tile: along the vectorized axis, or where that is one
 #: vector (a channel block), as many blocks along an outer axis (three where 2 and 4 do
 #: not divide the blocks, e.g. 9 of 144 channels: the blocked-conv hand schedule's too)
@@ -317,11 +309,9 @@ class Sketch:
         (:meth:`_parallel_options`) has at least one parallel iteration per core (a
         parallel loop of one iteration is a serial nest, which times as fast as a
         parallel one while the other cores are busy, so a search on a shared machine
-        would keep it), a parallel anchor :data:`PARALLEL_JOBS_PER_CORE` iterations
-        per core where its register tile leaves that many, and each register tile is
-        unrolled whole (an unroll limit below its rows leaves the accumulators in
-        memory: a MobileNetV2 search from scratch spent 25 trials on a 3 x 7 tile with
-        no unrolling)."""
+        would keep it), and each register tile is unrolled whole (an unroll limit below
+        its rows leaves the accumulators in memory: a MobileNetV2 search from scratch
+        spent 25 trials on a 3 x 7 tile with no unrolling)."""
         cores = self.hints.cores
         for number, anchor in enumerate(self.anchors):
             p = f"a{number}"
@@ -331,16 +321,15 @@ class Sketch:
             rows = math.prod(tile[-1] for tile in tiles[:-1])
             if rows > 1 and values[f"{p}.unroll"] < min(rows, max(UNROLL_LIMITS)):
                 return False
-            if cores > 1 and values[f"{p}.parallel"]:
-                walked = values[f"{p}.order"] == "reversed"
-                needed = min(PARALLEL_JOBS_PER_CORE * cores,
-                             _parallel_jobs(anchor.spatial, [t[-1:] for t in tiles], walked))
-                if self._parallel_options(anchor) == (True,):
-                    needed = max(needed, cores)
-                if _parallel_jobs(anchor.spatial, tiles, walked) < needed:
+            if self._parallel_options(anchor) == (True,):
+                trips = [(-(-extent // math.prod(tile)), bool(extent % math.prod(tile)))
+                         for extent, tile in zip(anchor.spatial, tiles)]
+                if values[f"{p}.order"] == "reversed":
+                    trips.reverse()
+                start, cut = _fused_span(trips)
+                if math.prod(trip for trip, _ in trips[start:cut]) < cores:
                     return False
         return True
-
 
     def default_values(self) -> dict:
         """A reasonable first point: a register tile of up to two vectors by as many
@@ -802,20 +791,6 @@ def _parallel_loops(top: list, outermost: dict[int, tuple[int, bool]]) -> list:
     """The outermost tile loops fused into the parallel loop (see :func:`_fused_span`)."""
     start, cut = _fused_span([outermost[id(loop)] for loop in top])
     return top[start:cut]
-
-
-def _parallel_jobs(extents: Sequence[int], tiles: Sequence[tuple[int, ...]],
-                   reversed_order: bool) -> int:
-    """Iterations of the parallel loop of an anchor of spatial ``extents`` tiled by
-    ``tiles`` (per axis, its inner levels' factors; given only the innermost, each
-    axis's register tile alone: the most iterations a point of that tile can give),
-    its tile loops walked in reverse where ``reversed_order`` (see :func:`_fused_span`)."""
-    trips = [(-(-extent // math.prod(tile)), bool(extent % math.prod(tile)))
-             for extent, tile in zip(extents, tiles)]
-    if reversed_order:
-        trips.reverse()
-    start, cut = _fused_span(trips)
-    return math.prod(trip for trip, _ in trips[start:cut])
 
 
 def _fused_span(trips: Sequence[tuple[int, bool]]) -> tuple[int, int]:
