@@ -204,6 +204,33 @@ def exclusive_timing() -> Iterator[None]:
         os.close(fd)
 
 
+#: per lock file, this process's descriptor for waiting on the timing slot (see
+#: :func:`wait_for_timings`: one open per process, not one per candidate scored)
+_WAITING: dict[str, int] = {}
+
+
+def wait_for_timings() -> None:
+    """Return once no timing holds this machine's timing slot (at once when none does):
+    what the tuning process calls between two pieces of its own work (each candidate
+    a proposal scores), so that its proposals, made while the pool's workers build and
+    time the last batch, never share the cores with a timing. A timed call of a
+    parallel kernel waits for its slowest thread: on a 2-core machine, a proposal
+    running beside it left the kernel one core, so the search ranked its candidates as
+    one core runs them and kept points of one or two parallel iterations (14 of
+    MobileNetV2's 32 functions in a search from scratch), which ran slower in the
+    model. The slot is tested with a shared ``flock`` (a timing holds it exclusively),
+    and released at once: the timing that starts next waits for nobody."""
+    path = timing_lock_path()
+    fd = _WAITING.get(path)
+    if fd is None:
+        fd = _WAITING[path] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:  # a timing is under way: wait for its end
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    fcntl.flock(fd, fcntl.LOCK_UN)
+
+
 def time_calls(call: Callable[[], None], options: MeasureOptions,
                flush: Callable[[], None] | None = None) -> tuple[float, ...]:
     """Seconds per call of ``call``: ``repeat`` samples, each averaging enough calls to

@@ -27,6 +27,7 @@ from .measure import (
     Measurer,
     MeasureResult,
     single_call_timing,
+    wait_for_timings,
 )
 from .records import REMEASURED, MeasureRecord, RecordLog, config_costs
 from .space import Config
@@ -193,6 +194,7 @@ class ModelGuidedTuner(Tuner):
         """Features of configs ``indices`` (cached)."""
         for index in indices:
             if index not in self._features:
+                wait_for_timings()  # a proposal never shares the cores with a timing
                 self._features[index] = candidate_features(self.task, self.space.get(index))
         return np.stack([self._features[i] for i in indices])
 

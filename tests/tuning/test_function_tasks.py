@@ -260,6 +260,21 @@ def test_seeds_fill_the_registers_and_block_a_long_reduction():
     assert blocked and all(v["a0.tile.r0"] < 1024 for v in blocked)
 
 
+def test_a_function_task_keeps_its_sketchs_sampling_rules(rng):
+    """The evolution drops a function task's children that break the sketch's sampling
+    rules (its template has ``admissible``): a register tile of several rows not
+    unrolled whole keeps its accumulators in memory."""
+    (task,) = extract_tasks(_conv_model(rng), search="auto")
+    admissible = task.definition.admissible
+    assert admissible is not None
+    sample = task.definition.sample(task.args, np.random.default_rng(0))
+    assert admissible(task.args, sample)
+    options = {knob.name: knob.options for knob in task.space.knobs}
+    *rows_axes, _ = sorted(name for name in sample if name.startswith("a0.tile.s"))
+    rows = next({name: o} for name in rows_axes for o in options[name] if o[-1] == 2)
+    assert not admissible(task.args, {**sample, **rows, "a0.unroll": 0})
+
+
 def test_function_keys_name_both_searches(rng):
     (task,) = extract_tasks(_matmul_model(rng), search="auto")
     hand_key, auto_key = function_keys(task.args[1], task.args[0])

@@ -162,3 +162,36 @@ def test_a_single_call_timing_times_each_call_alone(monkeypatch, cache):
     # the untimed first call, then one call per sample (where 2.5 s asked for three)
     per_call = ["flush", "call"] if flush else ["call"]
     assert clock.events == per_call * (1 + measure.SINGLE_CALL_SAMPLES)
+
+
+def test_a_proposal_waits_for_the_timing_under_way(monkeypatch, tmp_path):
+    """wait_for_timings returns at once while no timing holds the slot, and waits for
+    the end of one that does (the tuning process's proposals never share the cores
+    with a timing)."""
+    import threading
+
+    monkeypatch.setenv(measure.TIMING_LOCK_ENV, str(tmp_path / "timing.lock"))
+    measure.wait_for_timings()  # nobody times: returns
+    holding, release, waited = threading.Event(), threading.Event(), threading.Event()
+
+    def timing():
+        with measure.exclusive_timing():
+            holding.set()
+            release.wait(30)
+
+    def proposal():
+        measure.wait_for_timings()
+        waited.set()
+
+    timer = threading.Thread(target=timing)
+    timer.start()
+    assert holding.wait(30)
+    proposer = threading.Thread(target=proposal)
+    proposer.start()
+    proposer.join(0.3)
+    assert not waited.is_set()  # the timing still holds the slot
+    release.set()
+    timer.join(30)
+    proposer.join(30)
+    assert waited.is_set()
+    measure.wait_for_timings()  # and again once it is free

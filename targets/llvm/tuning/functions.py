@@ -669,6 +669,12 @@ def _auto_function_sample(args: tuple, rng: np.random.Generator) -> dict:
     return values
 
 
+def _auto_function_admissible(args: tuple, values: dict) -> bool:
+    """Whether a point of a function's space keeps its sketch's sampling rules (the
+    evolution drops a child that breaks them; the layout knobs have none)."""
+    return _auto_function_sketch(args[1]).admissible(values)
+
+
 def _function_depth(product: Node) -> int:
     """The reduction length of a function's MatMul or Gemm node."""
     a = product.inputs[0].type.shape
