@@ -563,13 +563,18 @@ def _with_algorithm(spec: str, m: int, values: dict) -> dict:
 
 
 def _auto_function_admissible(args: tuple, values: dict) -> bool:
-    """Whether a point leaves the knobs of the algorithms it does not choose at their
+    """Whether a point of a function's space keeps the sampling rules of the sketch of
+    the algorithm it chooses (the evolution drops a child that breaks them; the layout
+    knobs have none) and leaves the knobs of the algorithms it does not choose at their
     defaults (a mutation of such a knob changes no schedule)."""
-    if not _winograd_tiles(args[1]):
-        return True
+    spec = args[1]
+    if not _winograd_tiles(spec):
+        return _auto_function_sketch(spec).admissible(values)
     m = record_winograd_tile(values)
-    return all(values.get(name) == value
-               for name, value in _other_algorithms(args[1], m).items())
+    if any(values.get(name) != value for name, value in _other_algorithms(spec, m).items()):
+        return False
+    own = _algorithm_values(values, m) if m else values
+    return _auto_function_sketch(spec, m).admissible(own)
 
 
 def _has_panel(spec: str) -> bool:
@@ -667,12 +672,6 @@ def _auto_function_sample(args: tuple, rng: np.random.Generator) -> dict:
         values["panel"] = tile if tile in widths else widths[int(rng.integers(len(widths)))]
         values["a_layout"] = A_LAYOUTS[int(rng.integers(len(A_LAYOUTS)))]
     return values
-
-
-def _auto_function_admissible(args: tuple, values: dict) -> bool:
-    """Whether a point of a function's space keeps its sketch's sampling rules (the
-    evolution drops a child that breaks them; the layout knobs have none)."""
-    return _auto_function_sketch(args[1]).admissible(values)
 
 
 def _function_depth(product: Node) -> int:
