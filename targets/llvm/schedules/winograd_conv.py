@@ -405,8 +405,8 @@ def winograd_tile(conv: te.Tensor, cpu: CPUDescription) -> int:
     tiles = winograd_tiles_of(conv)
     if not tiles:
         return 0
-    operands = winograd_operands(conv)
-    _, in_blocks, _, _, in_block = operands["x"].shape
+    # (the workload's input shape: winograd_tiles_of found the operands of that shape)
+    _, in_blocks, _, _, in_block = conv.op.attrs["blocked_conv"]["input_shape"]
     lanes = cpu.vector_lanes(conv.dtype)
     channels = in_blocks * in_block
     out_channels = conv.shape[1] * conv.shape[4]
