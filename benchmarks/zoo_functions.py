@@ -4,8 +4,12 @@ Runtime's kernels (its profiler), in the order they run, and their sums: where a
 time goes, and which layer is behind its peer.
 
     python benchmarks/zoo_functions.py mobilenet_v2 [--int8] [--runs 30] [--target llvm]
+                                        [--threads 1] [--json PATH]
 
-Both engines run one thread, their calls alternating. The minimum of each function over
+Both engines run ``--threads`` intra-op threads (default one; heterocc's pool through
+``HETEROCC_NUM_THREADS`` unless it is set), their calls alternating. ``--json`` also
+writes both lists to a file (compare one thread's with two threads' for the scaling of
+each function). The minimum of each function over
 the runs is the figure a loaded machine inflates least (a profiled call is timed on the
 wall clock); a layer's row in each list is found by its position (heterocc's functions
 are fused: a convolution with its epilogue, a residual addition with the convolution
@@ -31,8 +35,10 @@ import zoo  # noqa: E402  (beside this script)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     zoo.model_arguments(parser)
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of each engine")
+    parser.add_argument("--json", help="also write both lists to this file")
     args = parser.parse_args()
-    os.environ.setdefault("HETEROCC_NUM_THREADS", "1")
+    os.environ.setdefault("HETEROCC_NUM_THREADS", str(args.threads))
     import onnxruntime as ort
 
     import heterocc
@@ -48,7 +54,7 @@ def main() -> int:
             zoo.quantize(path, quantized)
             path = quantized
         options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
+        options.intra_op_num_threads = args.threads
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(tmp, "ort_profile")
         session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
@@ -62,8 +68,8 @@ def main() -> int:
             session.run(None, feed)
         with open(session.end_profiling()) as f:
             events = json.load(f)
-    print(f"{args.model} {'int8' if args.int8 else 'float'} on {args.target}: fastest of "
-          f"{args.runs} runs, ms; load average (1 min) {os.getloadavg()[0]:.2f}")
+    print(f"{args.model} {'int8' if args.int8 else 'float'} on {args.target}, "
+          f"{args.threads} thread(s): fastest of {args.runs} runs, ms; load average (1 min) {os.getloadavg()[0]:.2f}")
     theirs: dict[str, float] = collections.defaultdict(lambda: float("inf"))
     kinds = {}
     for e in events:
@@ -81,6 +87,12 @@ def main() -> int:
     print("-- ONNX Runtime's kernels")
     for node, seconds in theirs.items():
         print(f"{seconds:8.3f}  {kinds[node][:24]:24s}  {node[:70]}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"threads": args.threads, "load": os.getloadavg()[0],
+                       "heterocc": [{"ms": t, "node": n, "ops": o} for t, n, o in ours],
+                       "onnxruntime": [{"ms": t, "node": n, "op": kinds[n]}
+                                       for n, t in theirs.items()]}, f, indent=1)
     return 0
 
 
