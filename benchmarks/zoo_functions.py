@@ -69,7 +69,8 @@ def main() -> int:
         with open(session.end_profiling()) as f:
             events = json.load(f)
     print(f"{args.model} {'int8' if args.int8 else 'float'} on {args.target}, "
-          f"{args.threads} thread(s): fastest of {args.runs} runs, ms; load average (1 min) {os.getloadavg()[0]:.2f}")
+          f"{args.threads} thread(s): fastest of {args.runs} runs, ms; "
+          f"load average (1 min) {os.getloadavg()[0]:.2f}")
     theirs: dict[str, float] = collections.defaultdict(lambda: float("inf"))
     kinds = {}
     for e in events:
