@@ -20,6 +20,7 @@ from tests.conftest import make_model
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import int8_bound  # noqa: E402  (benchmarks/, put on the path above)
 import zoo  # noqa: E402
+import zoo_functions  # noqa: E402
 
 
 def test_ops_of_both_engines_compare_by_base_op():
@@ -163,3 +164,20 @@ def test_an_unknown_zoo_name_is_an_error_not_another_model(tmp_path):
     # a mistyped name once benchmarked GPT-2 under it
     with pytest.raises(ValueError, match="'resnet_18'.*resnet18"):
         zoo.export("resnet_18", str(tmp_path / "m.onnx"))
+
+
+def test_the_scaling_report_ranks_functions_by_their_loss_against_a_perfect_speedup(capsys):
+    # one thread's file against two threads' run: a loss is the time here minus half there
+    one = {"threads": 1, "load": 0.5,
+           "heterocc": [{"ms": 0.2, "node": "a", "ops": "Conv"},
+                        {"ms": 0.1, "node": "b", "ops": "Conv"}],
+           "onnxruntime": [{"ms": 0.4, "node": "x", "op": "QLinearConv"}]}
+    zoo_functions.print_scaling(one, 2, [(0.1, "a", "Conv"), (0.08, "b", "Conv")],
+                                [(0.2, "x", "QLinearConv"), (0.01, "new", "Add")])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("heterocc: 0.300 -> 0.180 ms, speedup 1.67, loss 30 us")
+    assert lines[2].split()[:2] == ["30.0", "us"] and " b " in lines[2]  # 0.08 - 0.1 / 2
+    assert lines[3].split()[:2] == ["0.0", "us"] and " a " in lines[3]  # perfect
+    # ONNX Runtime's kernel missing from the other file is left out, and said so
+    assert lines[4].startswith("onnxruntime: 0.400 -> 0.200 ms, speedup 2.00, loss 0 us "
+                               "(1 of 2 functions matched)")
