@@ -78,6 +78,7 @@ from .schedules.softmax import (
 from .schedules.winograd_conv import (
     WINOGRAD_PRODUCT,
     schedule_winograd_conv,
+    winograd_output_tile,
     winograd_stages,
 )
 from .tuning import ScheduleConfigs, apply_conv_auto, apply_matmul_config, schedule_blocked_conv
@@ -192,8 +193,7 @@ class WinogradConvRule(CPURule):
     epilogue_chain = True
 
     def matches(self, tensor: te.Tensor) -> bool:
-        op = _compute(tensor)
-        return op is not None and "winograd_conv" in op.attrs
+        return winograd_output_tile(tensor) > 0
 
     def owned(self, tensor: te.Tensor) -> Sequence[te.Tensor]:
         return list(winograd_stages(tensor).values())

@@ -44,6 +44,8 @@ from ..cpu import CPUDescription
 from .blocked_conv import pointwise_conv_tile, unroll_block_reduction
 from .common import even_tiles
 
+#: the attribute that marks a :func:`winograd_conv` output, with its tile ``m``
+WINOGRAD_ATTR = "winograd_conv"
 #: the kernel size a Winograd convolution here computes
 KERNEL = 3
 #: output tile sizes offered (F(2,3), F(4,3)), with their interpolation points
@@ -270,7 +272,13 @@ def winograd_conv(x: te.Tensor, u: te.Tensor, pads, out_shape, m: int,
                          lambda q: columns[n, k, yy // m, xx // m, yy % m, q, o])
 
     return te.compute(out_shape, output, name=name, dtype=x.dtype,
-                      attrs={"winograd_conv": {"m": m}, CONSTANT_SELECTS: {2: m, 3: m}})
+                      attrs={WINOGRAD_ATTR: {"m": m}, CONSTANT_SELECTS: {2: m, 3: m}})
+
+
+def winograd_output_tile(tensor: te.Tensor) -> int:
+    """The ``m`` of F(m, 3) where ``tensor`` is a :func:`winograd_conv` output, else 0."""
+    attrs = getattr(tensor.op, "attrs", None) or {}
+    return int(attrs[WINOGRAD_ATTR]["m"]) if WINOGRAD_ATTR in attrs else 0
 
 
 def winograd_stages(conv: te.Tensor) -> dict[str, te.Tensor]:
@@ -449,7 +457,7 @@ def tiles_per_chunk(conv: te.Tensor, in_channels: int, cpu: CPUDescription) -> i
     fill at most half of ``cpu``'s L2 together and each stay within a stack slot
     (:data:`WINOGRAD_CHUNK_BYTES`), at least one; evened over the row
     (:func:`.common.even_tiles`)."""
-    m = int(conv.op.attrs["winograd_conv"]["m"])
+    m = winograd_output_tile(conv)
     _, out_blocks, height, width, out_block = conv.shape
     shape = WinogradShape(m, conv.shape[0], height, width)
     itemsize = np.dtype(conv.dtype).itemsize
@@ -467,7 +475,7 @@ def weights_dominate(conv: te.Tensor, in_channels: int) -> bool:
     tiles, ResNet-18's 512-channel 7x7 layer read its 38 MB of weights once per row
     and took 1.5x as long), else chunk by chunk (:func:`tiles_per_chunk`)."""
     return _weights_dominate(conv.shape, in_channels,
-                             int(conv.op.attrs["winograd_conv"]["m"]))
+                             winograd_output_tile(conv))
 
 
 def _weights_dominate(conv_shape, in_channels: int, m: int) -> bool:
@@ -495,7 +503,7 @@ def schedule_winograd_conv(schedule: te.Schedule, conv: te.Tensor,
     then ``chain`` and ``epilogue`` (the function's elementwise tail, as in
     :func:`.blocked_conv.schedule_conv2d_nchwc`) from registers."""
     stages = winograd_stages(conv)
-    m = int(conv.op.attrs["winograd_conv"]["m"])
+    m = winograd_output_tile(conv)
     data, rows, product, pad = (stages[name] for name in ("data", "rows", "product", "pad"))
     in_channels = data.shape[3] * data.shape[6]
     whole = weights_dominate(conv, in_channels)

@@ -45,7 +45,7 @@ from ..schedules import (
     reachable_computes,
     schedule_packed_rows,
 )
-from ..schedules.winograd_conv import winograd_tiles_of
+from ..schedules.winograd_conv import winograd_output_tile, winograd_tiles_of
 from .apply import ScheduleConfigs
 from .common import search_hints
 from .matmul import _closest, _panel_options
@@ -494,7 +494,7 @@ def _algorithm_values(values: dict, m: int) -> dict:
 
 
 def _is_winograd(outputs) -> bool:
-    return any("winograd_conv" in t.op.attrs for t in reachable_computes(outputs))
+    return any(winograd_output_tile(t) for t in reachable_computes(outputs))
 
 
 @functools.lru_cache(maxsize=64)
