@@ -836,3 +836,44 @@ def test_the_search_from_scratch_starts_from_sampled_points_and_explores_uniform
     explored = {tuner.space.get(tuner.random_index()).to_json()["a0.tile.s1"][-1]
                 for _ in range(64)}
     assert any(width % 4 for width in explored)
+
+
+def _blocked_pointwise(blocks=24, width=14, lanes=16):
+    """A blocked 1x1 convolution (NCHWc) of 4 input blocks into ``blocks`` output
+    blocks of ``lanes`` channels over ``width`` x ``width`` pixels."""
+    data = te.placeholder((1, 4, width, width, lanes), name="data")
+    weight = te.placeholder((blocks, 4, 1, 1, lanes, lanes), name="w")
+    rc, rk = te.reduce_axis(4, "rc"), te.reduce_axis(lanes, "rk")
+    return te.compute((1, blocks, width, width, lanes), lambda n, c, y, x, k: te.sum(
+        data[n, rc, y, x, rk] * weight[c, rc, 0, 0, rk, k], axis=[rc, rk]), name="conv")
+
+
+@pytest.mark.parametrize("isa", ["llvm", "llvm -mattr=-avx512f"], ids=["host", "avx2"])
+def test_sampled_register_tiles_keep_broadcasts_in_registers_and_often_fill_them(isa):
+    """A tile of several channel blocks keeps each column's broadcast input live across
+    them, a register each: every sampled tile's accumulators and broadcasts fit the
+    registers the CPU description gives but the operands' (AVX-512: 3 blocks x 7
+    columns, never 3 x 8; AVX2's 16 registers: 2 x 4, never 2 x 5), and about half the
+    samples grow an axis to fill them."""
+    from heterocc.targets.llvm.cpu import parse_cpu
+    cpu = parse_cpu(isa)
+    hints = search_hints("float32", cpu)
+    lanes = hints.vector_lanes
+    conv = _blocked_pointwise(lanes=lanes)
+    sketch = Sketch([conv], hints)
+    anchor = sketch.anchors[0]
+    assert anchor.broadcast_axes == (0, 2, 3)  # the input: by pixel, not by output block
+    free = hints.registers - OPERAND_REGISTERS
+    assert sketch.tile_registers(anchor, 1, {0: 1, 1: 3, 2: 1, 3: 7}) == 28 <= 32 - 4
+    assert sketch.tile_registers(anchor, 1, {0: 1, 1: 3, 2: 1, 3: 8}) == 32
+    assert sketch.tile_registers(anchor, 1, {0: 1, 1: 1, 2: 1, 3: 28}) == 28  # one block
+    rng = np.random.default_rng(0)
+    used = []
+    for _ in range(200):
+        values = sketch.sample_values(rng)
+        vectors = -(-values["a0.tile.s4"][-1] // lanes)
+        rows = {axis: values[f"a0.tile.s{axis}"][-1] for axis in range(4)}
+        used.append(sketch.tile_registers(anchor, vectors, rows))
+    assert max(used) <= free
+    # near the budget (within two rows of the tile's vectors) in a quarter of the draws
+    assert sum(u > free - 2 * max(1, 16 // lanes) for u in used) >= len(used) // 4
