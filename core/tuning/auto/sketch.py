@@ -103,10 +103,6 @@ MAX_UNROLLED_BODY = UNROLL_LIMITS[-1]
 #: vector registers a sampled register tile leaves for operands (the broadcast input,
 #: the weights' vectors): its accumulators take the rest (:meth:`Sketch.sample_values`)
 OPERAND_REGISTERS = 4
-#: share of :meth:`Sketch.sample_values`' points whose register tile is grown along one
-#: axis to the most vector registers it may take (drawn uniformly, a tile's sizes per
-#: axis multiply to a few accumulators far more often than to a full register file)
-FILLED_TILE_SHARE = 0.5
 #: the rfactor rule's options: none (the tiled nest), vector partials, parallel chunks
 RFACTOR_OPTIONS = ("none", "vector", "parallel")
 #: vectors of partials per output point of a ``vector`` rfactor: independent
@@ -189,13 +185,6 @@ class AnchorRule:
     #: but not along every spatial axis (a depthwise convolution's weights: by channel,
     #: not by row or column), the operands a register tile reuses; empty where none is
     held_axes: tuple[int, ...] = ()
-    #: the spatial axes (by position) indexing the operands that ``op`` reads with its
-    #: reduction but not along the vectorized (last) axis: each of their values is
-    #: broadcast to a vector and multiplies the tile's vectors; where the register tile
-    #: spans several vectors along an axis that does not index them (a convolution's
-    #: channel blocks), LLVM keeps every broadcast of a step live across them, a
-    #: register each (see :meth:`Sketch.tile_registers`); empty where none is
-    broadcast_axes: tuple[int, ...] = ()
 
 
 class Sketch:
@@ -227,7 +216,7 @@ class Sketch:
                 tensor.name, outer, outer != tensor.name,
                 tuple(int(iv.extent) for iv in stage.op.axis),
                 tuple(int(iv.extent) for iv in stage.op.reduce_axis),
-                _held_operand_axes(stage.op), _broadcast_operand_axes(stage.op)))
+                _held_operand_axes(stage.op)))
             anchor_reads |= {t.name for t in reads_of(stage.op.body)}
         if not self.anchors:
             raise InputError("auto schedule: the compute has no reduction to tile (only "
@@ -376,33 +365,6 @@ class Sketch:
         return (math.prod(trip for trip, _ in outermost[start:cut])
                 * math.prod(trip for trip, _ in second[:taken]))
 
-    def tile_registers(self, anchor: AnchorRule, vectors: int, rows: dict[int, int]) -> int:
-        """Vector registers a register tile of ``vectors`` along the vectorized axis and
-        ``rows[axis]`` along each other axis keeps live beside its operands
-        (:data:`OPERAND_REGISTERS`): its accumulators; where the reduction is a window
-        (no loop over :data:`WINDOW` taps) and its reused operand fits beside them, that
-        operand (its taps x the tile's vectors along the axes that index it: a
-        depthwise 3x3's nine weight vectors, held across the row once the window is
-        unrolled); and where the tile spans several vectors along an axis that does not
-        index a broadcast operand (:attr:`AnchorRule.broadcast_axes`), that operand's
-        values of one step (the blocked convolution's hand schedule: three channel
-        blocks by seven columns take 21 + 7 registers of AVX-512's 32, three by eight
-        spill)."""
-        accumulators = vectors * math.prod(rows.values())
-        held = 0
-        if anchor.held_axes and max(anchor.reduce) <= WINDOW:
-            last = len(anchor.spatial) - 1
-            held = math.prod(anchor.reduce) * (vectors if last in anchor.held_axes else 1)
-            if held + vectors > self.hints.registers - OPERAND_REGISTERS:
-                held = 0  # no room for them: the accumulators alone
-            held *= math.prod(size for axis, size in rows.items() if axis in anchor.held_axes)
-        broadcasts = 0
-        if anchor.broadcast_axes and any(size > 1 for axis, size in rows.items()
-                                         if axis not in anchor.broadcast_axes):
-            broadcasts = math.prod(size for axis, size in rows.items()
-                                   if axis in anchor.broadcast_axes)
-        return accumulators + held + broadcasts
-
     def default_values(self) -> dict:
         """A reasonable first point: a register tile of up to two vectors by as many
         rows as the accumulators leave registers for (four kept for operands), as the
@@ -449,11 +411,9 @@ class Sketch:
         sketch offers it) and each anchor's register tile one the CPU description
         allows: the innermost tile of the vectorized axis whole vectors (the whole axis
         where it is narrower than one vector), and the innermost tiles of the other
-        axes, drawn in random order, each among the sizes whose registers (the
-        tile's accumulators, and the operands it keeps live: :meth:`tile_registers`)
-        still fit the vector registers but :data:`OPERAND_REGISTERS`, then, in
-        :data:`FILLED_TILE_SHARE` of the draws, one axis grown to the largest size that
-        still fits, with an unroll limit that unrolls the whole tile.
+        axes, drawn in random order, each among the sizes whose accumulators (the
+        tile's vectors times its rows) still fit the vector registers but
+        :data:`OPERAND_REGISTERS`, with an unroll limit that unrolls the whole tile.
         Each tile is drawn by its innermost size first, then its outer levels. Drawn
         uniformly, almost every point's tile is partial vectors (1 in 35 of a 16-lane
         channel block's tiles is one whole vector) or spills its accumulators, and the
@@ -484,30 +444,23 @@ class Sketch:
                      if (o[-1] % lanes == 0 if extent >= lanes else o[-1] == extent)]
             values[name] = _draw_tile(whole or options[name], rng)
             vectors = -(-values[name][-1] // lanes)
+            # a window's reused operand (its taps x the tile's vectors along the axes
+            # that index it) stays in registers beside the accumulators once the
+            # window is unrolled, where it fits (a depthwise 3x3's nine weight vectors)
             free = self.hints.registers - OPERAND_REGISTERS
-            sizes = dict.fromkeys(others, 1)
+            held = (math.prod(anchor.reduce) * (vectors if last in anchor.held_axes else 1)
+                    if anchor.held_axes and max(anchor.reduce) <= WINDOW else 0)
+            if held + vectors > free:
+                held = 0  # no room for them: the accumulators alone
+            accumulators = vectors
             for axis in rng.permutation(others):
                 name = f"{p}.tile.s{axis}"
+                grows = axis in anchor.held_axes
                 fitting = [o for o in options[name]
-                           if self.tile_registers(anchor, vectors, {**sizes, axis: o[-1]})
-                           <= free]
+                           if accumulators * o[-1] + held * (o[-1] if grows else 1) <= free]
                 values[name] = _draw_tile(fitting or options[name], rng)
-                sizes[axis] = values[name][-1]
-            if others and rng.random() < FILLED_TILE_SHARE:
-                # one axis grown to the largest size that still fits the registers
-                grown = {}
-                for axis in others:
-                    name = f"{p}.tile.s{axis}"
-                    larger = [o[-1] for o in options[name] if o[-1] > sizes[axis]
-                              and self.tile_registers(anchor, vectors, {**sizes, axis: o[-1]})
-                              <= free]
-                    if larger:
-                        grown[axis] = max(larger)
-                if grown:
-                    axis = list(grown)[int(rng.integers(len(grown)))]
-                    name = f"{p}.tile.s{axis}"
-                    values[name] = _draw_tile([o for o in options[name]
-                                               if o[-1] == grown[axis]], rng)
+                accumulators *= values[name][-1]
+                held *= values[name][-1] if grows else 1
             # an unroll limit that unrolls the whole register tile, so that its
             # accumulators have constant indices and stay in registers
             rows = math.prod(values[f"{p}.tile.s{axis}"][-1] for axis in others)
@@ -838,21 +791,6 @@ def _held_operand_axes(op: te.ComputeOp) -> tuple[int, ...]:
         if used & reduce and not all(id(v) in used for v in spatial):
             held |= {axis for axis, v in enumerate(spatial) if id(v) in used}
     return tuple(sorted(held))
-
-
-def _broadcast_operand_axes(op: te.ComputeOp) -> tuple[int, ...]:
-    """The spatial axes (by position) indexing the operands that ``op`` reads with its
-    reduction but not along its last spatial axis (see
-    :attr:`AnchorRule.broadcast_axes`)."""
-    spatial = [iv.var for iv in op.axis]
-    reduce = {id(iv.var) for iv in op.reduce_axis}
-    axes: set[int] = set()
-    for load in collect(op.body, lambda n: isinstance(n, te.TensorLoad)):
-        used = {id(v) for index in load.indices
-                for v in collect(index, lambda n: isinstance(n, tx.Var))}
-        if used & reduce and id(spatial[-1]) not in used:
-            axes |= {axis for axis, v in enumerate(spatial) if id(v) in used}
-    return tuple(sorted(axes))
 
 
 def _draw_tile(options: Sequence[tuple[int, ...]], rng: np.random.Generator
