@@ -287,7 +287,10 @@ def test_a_point_gives_every_core_a_parallel_iteration_and_unrolls_its_tile():
     base = {**sketch.default_values(), "a0.tile.s0": (8, 8, 8), "a0.unroll": 64}
     # all 512 rows in one outer tile: the columns' outer tiles are the parallel loop
     assert sketch.admissible({**base, "a0.tile.s1": (1, 8, 32)})  # 2 iterations
-    assert not sketch.admissible({**base, "a0.tile.s1": (4, 4, 32)})  # 1: a serial nest
+    # one outermost tile: the parallel loop takes the second-level loops (8 x 4)
+    assert sketch.admissible({**base, "a0.tile.s1": (4, 4, 32)})
+    # one tile at both levels: a serial nest
+    assert not sketch.admissible({**base, "a0.tile.s0": (1, 8, 64), "a0.tile.s1": (1, 16, 32)})
     for order in ("natural", "reversed"):  # whichever axis the nest walks outermost
         assert sketch.admissible({**base, "a0.order": order, "a0.tile.s0": (4, 8, 8),
                                   "a0.tile.s1": (4, 4, 32)})
@@ -304,6 +307,42 @@ def test_a_point_gives_every_core_a_parallel_iteration_and_unrolls_its_tile():
                    SearchHints(vector_lanes=16, registers=32, cores=2))
     assert small.admissible({**small.default_values(), "a0.tile.s0": (1, 8, 8),
                              "a0.tile.s1": (1, 2, 32), "a0.parallel": False})
+
+
+@pytest.mark.parametrize("location", ["at0", "at1", "direct"])
+def test_a_parallel_loop_of_few_outer_tiles_takes_the_second_level_loops(location):
+    """Outermost tile loops of 2 x 1 iterations (fewer than 16 per core): the parallel
+    loop fuses the second-level tile loops too, in nest order, until it has enough or a
+    ragged axis's loop comes (its guard would reach the fused index through a
+    remainder); the product stays exact and in bounds in every order."""
+    rng = np.random.default_rng(0)
+    hints = SearchHints(vector_lanes=8, registers=16, cores=2)
+    sketch = Sketch(_ragged_matmul(64, 32)[1], hints)
+    cases = {  # rows, columns -> parallel iterations (natural order, reversed order)
+        ((1, 1, 32), (4, 1, 8)): (2 * 4, 4 * 2),      # all second-level loops: 8
+        ((2, 4, 4), (4, 1, 8)): (2 * 2 * 4, 4 * 2 * 2),  # 16 rows', 16 columns' tiles
+        ((16, 1, 2), (4, 1, 8)): (2 * 16, 2 * 4 * 16),  # stops at 32 (16 per core)
+        ((1, 1, 12), (4, 1, 8)): (6, 4 * 6),          # 64 rows by 12: ragged, 6 tiles
+    }
+    for (rows, columns), jobs in cases.items():
+        for order, expected in zip(("natural", "reversed"), jobs):
+            values = {**sketch.default_values(), "a0.tile.s0": rows, "a0.tile.s1": columns,
+                      "a0.location": location, "a0.order": order, "a0.unroll": 64}
+            assert sketch._parallel_jobs(sketch.anchors[0], [rows, columns],
+                                         order == "reversed") == expected
+            inputs, outputs = _ragged_matmul(64, 32)
+            schedule = sketch.apply(outputs, sketch.space.from_values(values))
+            raw = te.lower(schedule, [*inputs, *outputs], name="f", optimize=False)
+            parted = tir.partition_loops(tir.remove_true_guards(raw))
+            assert str(tir.guard_load_bounds(parted)) == str(parted), (rows, columns, order)
+            lowered = te.lower(schedule, [*inputs, *outputs], name="f")
+            loops = [loop for loop in tir.collect(
+                lowered.body, lambda n: isinstance(n, tir.For)
+                and n.kind is tir.ForKind.PARALLEL)
+                if not tir.collect(loop, lambda n: isinstance(n, tir.BufferStore)
+                                   and n.buffer.name == "C.packed_B")]
+            assert loops[0].extent.value == expected, (rows, columns, order, str(lowered))
+            _assert_fenced_product(build(lowered)["f"], 64, 16, 32, rng)
 
 
 def test_the_search_drops_children_that_break_the_sampling_rules():

@@ -78,6 +78,15 @@ PARALLEL_ONLY_WORK = 1 << 22
 #: vector (a channel block), as many blocks along an outer axis (three where 2 and 4 do
 #: not divide the blocks, e.g. 9 of 144 channels: the blocked-conv hand schedule's too)
 TILE_VECTORS = (1, 2, 3, 4)
+#: parallel iterations per core that an anchor's parallel loop is given where its tiles
+#: allow (TVM's auto-scheduler fuses outer loops until ``num_cores * 16``): the thread
+#: pool hands out contiguous chunks of them, and a thread that starts late or is
+#: preempted leaves its chunks to the others only where there are several per core. A
+#: point whose outermost tile loops give fewer also fuses its second-level tile loops
+#: (:func:`_parallel_span`): with two or four iterations, one late thread and the whole
+#: call waits (a MobileNetV2 search from scratch picked such points in half its
+#: functions: fastest calls as fast as the hand schedules', medians up to 1.9x slower)
+PARALLEL_JOBS_PER_CORE = 16
 #: a register tile that does not divide its loop is seeded only where the loop holds at
 #: least this many such tiles (the cut-short last tile is then a small part of it)
 RAGGED_ROWS = 8
@@ -327,14 +336,34 @@ class Sketch:
             if rows > 1 and values[f"{p}.unroll"] < min(rows, max(UNROLL_LIMITS)):
                 return False
             if self._parallel_options(anchor) == (True,):
-                trips = [(-(-extent // math.prod(tile)), bool(extent % math.prod(tile)))
-                         for extent, tile in zip(anchor.spatial, tiles)]
-                if values[f"{p}.order"] == "reversed":
-                    trips.reverse()
-                start, cut = _fused_span(trips)
-                if math.prod(trip for trip, _ in trips[start:cut]) < cores:
+                reversed_order = values[f"{p}.order"] == "reversed"
+                if self._parallel_jobs(anchor, tiles, reversed_order) < cores:
                     return False
         return True
+
+    def _parallel_plan(self, anchor: AnchorRule, tiles: Sequence[tuple[int, ...]],
+                       reversed_order: bool) -> tuple[list[tuple[int, bool]],
+                                                      list[tuple[int, bool]],
+                                                      tuple[int, int, int]]:
+        """The trips (trip count, ragged) of an anchor's outermost and second-level
+        tile loops in nest order, and which of them its parallel loop fuses
+        (:func:`_parallel_span`, aiming for :data:`PARALLEL_JOBS_PER_CORE` per core)."""
+        outermost = [(-(-extent // math.prod(tile)), bool(extent % math.prod(tile)))
+                     for extent, tile in zip(anchor.spatial, tiles)]
+        second = [(tile[0], ragged) for tile, (_, ragged) in zip(tiles, outermost)]
+        if reversed_order:
+            outermost, second = outermost[::-1], second[::-1]
+        cores = self.hints.cores
+        wanted = cores * PARALLEL_JOBS_PER_CORE if cores > 1 else 1
+        return outermost, second, _parallel_span(outermost, second, wanted)
+
+    def _parallel_jobs(self, anchor: AnchorRule, tiles: Sequence[tuple[int, ...]],
+                       reversed_order: bool) -> int:
+        """The iterations of the anchor's parallel loop under ``tiles``."""
+        outermost, second, (start, cut, taken) = self._parallel_plan(anchor, tiles,
+                                                                     reversed_order)
+        return (math.prod(trip for trip, _ in outermost[start:cut])
+                * math.prod(trip for trip, _ in second[:taken]))
 
     def default_values(self) -> dict:
         """A reasonable first point: a register tile of up to two vectors by as many
@@ -627,12 +656,12 @@ class Sketch:
         reduce_tiles = [config[f"{p}.tile.r{axis}"] for axis in range(len(anchor.reduce))]
         location = config[f"{p}.location"]
         reversed_order = config[f"{p}.order"] == "reversed"
+        _, _, span = self._parallel_plan(anchor, tiles, reversed_order)
         tensor = by_name[anchor.name]
         extents: dict[int, int] = {}
         if location == "direct":
             compute_stage, outer_stage = s[tensor], None
             levels = _split_levels(compute_stage, tiles, extents)
-            ragged = _ragged(levels[0], anchor.spatial, tiles)
             if anchor.fusable:  # the epilogue on its own, after the anchor's nest
                 _schedule_flat(s[by_name[anchor.outer]], self.hints.vector_lanes)
         else:
@@ -642,10 +671,12 @@ class Sketch:
             else:
                 compute_stage = s[s.cache_write(tensor, "local")]
                 outer_stage = s[tensor]
-            outer_factors = [(math.prod(t),) if level == 0 else (t[0], math.prod(t[1:]))
+            # a tile computed at level 0 whose parallel loop takes second-level loops
+            # too is computed at the fused loop: the outer stage splits that level off
+            split_second = level == 1 or (config[f"{p}.parallel"] and span[2] > 0)
+            outer_factors = [(t[0], math.prod(t[1:])) if split_second else (math.prod(t),)
                              for t in tiles]
             outer_levels = _split_levels(outer_stage, outer_factors, extents)
-            ragged = _ragged(outer_levels[0], anchor.spatial, tiles)
             if reversed_order:
                 outer_levels[:-1] = [lvl[::-1] for lvl in outer_levels[:-1]]
             tile_loops = [iv for lvl in outer_levels[:-1] for iv in lvl]
@@ -661,10 +692,13 @@ class Sketch:
                               config[f"{p}.unroll"])
             attach = tile_loops[-1]
             if config[f"{p}.parallel"]:  # fused before the compute is attached inside
-                top = _parallel_loops(outer_levels[0], ragged)
+                top = _parallel_loops(outer_levels, span)
                 fused = outer_stage.fuse(*top) if len(top) > 1 else top[0]
                 outer_stage.parallel(fused)
-                attach = fused if level == 0 and top[-1] is attach else attach
+                # at level 0 the tile is computed at the fused loop (with the
+                # second-level loops it did not take, where it took some)
+                if top[-1] is attach or (level == 0 and split_second):
+                    attach = fused
             compute_stage.compute_at(outer_stage, attach)
             levels = _split_levels(compute_stage, [t[level + 1:] for t in tiles], extents)
         reduce = [compute_stage.split(iv, factor)
@@ -707,7 +741,7 @@ class Sketch:
             if extents[id(iv)] > 1:
                 compute_stage.unroll(iv, explicit=False)
         if config[f"{p}.parallel"] and outer_stage is None:
-            top = _parallel_loops(levels[0], ragged)
+            top = _parallel_loops(levels, span)
             compute_stage.parallel(compute_stage.fuse(*top) if len(top) > 1 else top[0])
 
     def _apply_rfactor(self, s: te.Schedule, by_name: dict, anchor: AnchorRule, p: str,
@@ -785,19 +819,34 @@ def _unroll_writeback(stage, loops: list, sizes: list[int], limit: int) -> None:
             stage.unroll(loop)
 
 
-def _ragged(outermost: list, extents: Sequence[int], tiles: list[tuple[int, ...]]
-            ) -> dict[int, tuple[int, bool]]:
-    """Per outermost tile loop (one per axis, in axis order; by id): its trip count, and
-    whether its tiles do not divide the axis (its last tile is then cut short by a
-    guard)."""
-    return {id(loop): (-(-extent // math.prod(factors)), bool(extent % math.prod(factors)))
-            for loop, extent, factors in zip(outermost, extents, tiles)}
+def _parallel_loops(levels: list[list], span: tuple[int, int, int]) -> list:
+    """The tile loops fused into the parallel loop: of ``levels`` (the outermost tile
+    loops, then the second level, each in nest order) those ``span`` names (see
+    :func:`_parallel_span`)."""
+    start, cut, taken = span
+    return [*levels[0][start:cut], *levels[1][:taken]]
 
 
-def _parallel_loops(top: list, outermost: dict[int, tuple[int, bool]]) -> list:
-    """The outermost tile loops fused into the parallel loop (see :func:`_fused_span`)."""
-    start, cut = _fused_span([outermost[id(loop)] for loop in top])
-    return top[start:cut]
+def _parallel_span(outermost: Sequence[tuple[int, bool]], second: Sequence[tuple[int, bool]],
+                   wanted: int) -> tuple[int, int, int]:
+    """Which tile loops the parallel loop fuses, given the outermost and second-level
+    ones in nest order by (trip count, ragged axis): the outermost as
+    :func:`_fused_span` says, then, while they give fewer than ``wanted`` iterations and
+    every outermost loop is fused, the second-level ones in nest order (TVM's
+    auto-scheduler fuses outer loops so), up to the first of a ragged axis (its index
+    would reach a guard through a remainder, which the loop partition cannot peel).
+    Returns ``(start, cut, taken)``: the outermost ``[start:cut]`` and the first
+    ``taken`` of the second level."""
+    start, cut = _fused_span(outermost)
+    jobs = math.prod(trip for trip, _ in outermost[start:cut])
+    taken = 0
+    if cut == len(outermost):
+        for trip, ragged in second:
+            if jobs >= wanted or ragged:
+                break
+            jobs *= trip
+            taken += 1
+    return start, cut, taken
 
 
 def _fused_span(trips: Sequence[tuple[int, bool]]) -> tuple[int, int]:
