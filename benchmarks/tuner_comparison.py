@@ -17,7 +17,7 @@ timing noise moves the 95% line a little): ``matmul`` (fp32 1024^3, the issue's 
     python benchmarks/tuner_comparison.py --rules --model resnet18 [--budget 1000]
         [--workers 1] [--rounds 3] [--search-minutes 18] [--log-dir DIR] [--scratch-only]
         [--remeasure 4] [--timing single|averaged] [--kernel-sums]
-        [--other-log LABEL=PATH ...]
+        [--other-log LABEL=PATH ...] [--seed 0]
 
 With ``--searches`` on a task, both searches tune the same workload (the template's
 ``matmul`` / ``conv2d_nchwc`` and its ``auto.`` twin) for ``--budget`` trials, each
@@ -234,7 +234,7 @@ def _rules_model(name: str, folder: str) -> tuple[str, str]:
 
 def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: int,
                   log_path: str, minutes: float | None = None, remeasure: int = 4,
-                  timing: str = "single") -> dict:
+                  timing: str = "single", seed: int = 0) -> dict:
     """The auto search on the model at ``path`` as ``heterocc tune --search auto
     --schedule-rules RULES`` runs it: ``budget`` trials for the whole model (or as many
     as ``minutes`` allow: the batch under way when they are up is the last), then each
@@ -242,7 +242,9 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
     trials of their own) and its best timed in turn with its baseline (hand or generic
     schedule). ``timing`` ``single``: each candidate timed by single calls, the fastest
     counting (``single_call_timing``: what it costs quiet, on a loaded machine too);
-    ``averaged``: by samples averaging calls (``heterocc tune``'s default)."""
+    ``averaged``: by samples averaging calls (``heterocc tune``'s default). ``seed``:
+    the cost model's and the tuners' (``heterocc tune --seed``), the first random points
+    with them."""
     from heterocc.sdk.registry import get_target
     from heterocc.tuning.cli import first_configs
     from heterocc.tuning.extract import tuning_key
@@ -253,7 +255,7 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
     target = get_target("llvm", schedule_rules=rules)
     key = tuning_key(target)
     tuning = tuning_of(target)
-    options = MeasureOptions(repeat=3, timeout_s=15, target=key)
+    options = MeasureOptions(repeat=3, timeout_s=15, target=key, seed=seed)
     if timing == "single":
         options = single_call_timing(options)
     start = time.perf_counter()
@@ -266,8 +268,8 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
     with tuning_context(key):
         tasks = extract_tasks(path, target=target, search="auto")
         with make_pool(options, workers) as pool, RecordLog(log_path, target=key) as log:
-            model = CostModel(seed=0)
-            tuners = [EvolutionaryTuner(t, seed=0, model=model) for t in tasks]
+            model = CostModel(seed=seed)
+            tuners = [EvolutionaryTuner(t, seed=seed, model=model) for t in tasks]
             scheduler = TaskScheduler(
                 tasks, tuners, pool, budget, log, batch_size=batch_size,
                 first=first_configs(tasks, tuning),
@@ -437,7 +439,7 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
                            log_dir: str | None = None, from_hand: bool = True,
                            remeasure: int = 4, timing: str = "single",
                            kernel_sums: bool = False,
-                           other_logs: dict[str, str] | None = None) -> None:
+                           other_logs: dict[str, str] | None = None, seed: int = 0) -> None:
     """Hand rules vs the search from scratch vs the search from hand on one model.
     ``log_dir``: where the searches' logs are kept (resumed when there already: a
     killed run goes on where it stopped); ``from_hand`` False: the search from scratch
@@ -445,7 +447,9 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
     ``timing``: how the searches time candidates (see ``_search_model``);
     ``kernel_sums``: also the functions' fastest single calls summed (``_kernel_sums``);
     ``other_logs``: more logs from scratch (by label), e.g. earlier searches, compiled
-    and timed in the same rounds (the spread between searches of equal trials)."""
+    and timed in the same rounds (the spread between searches of equal trials); ``seed``:
+    the searches' (two runs of one code with different seeds: the spread of one
+    search)."""
     import onnxruntime as ort
 
     import heterocc
@@ -453,7 +457,7 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
     folder = log_dir or tempfile.mkdtemp()
     os.makedirs(folder, exist_ok=True)
     path, source = _rules_model(name, folder)
-    print(f"{name}: {source}; budget {budget} trials per search, {workers} measuring "
+    print(f"{name}: {source}; budget {budget} trials per search, seed {seed}, {workers} measuring "
           f"worker(s), {timing} timing; logs in {folder}; load average "
           f"{os.getloadavg()[0]:.2f}", flush=True)
     logs = {}
@@ -464,7 +468,7 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
         # of the budget unless --search-minutes stopped it), without a time limit
         found = _search_model(path, rules, budget, batch_size, workers, logs[search],
                               minutes if search == "from scratch" else None, remeasure,
-                              timing)
+                              timing, seed)
         budget = found["trials"]
         ran = found["trials"] - found["resumed"]
         print(f"search {search} (--schedule-rules {rules}): {found['tasks']} tasks, "
@@ -561,6 +565,8 @@ def main() -> None:
                         help="with --rules: also each function's hand schedule and the "
                              "search from scratch's pick timed by single calls, summed (an "
                              "estimate a loaded machine disturbs less than the model's time)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="with --rules: the searches' seed (first points, cost model)")
     parser.add_argument("--other-log", action="append", default=[], metavar="LABEL=PATH",
                         help="with --rules: another log from scratch (e.g. an earlier "
                              "search's) timed in the same rounds; repeatable")
@@ -573,7 +579,8 @@ def main() -> None:
                                args.rounds, args.block, args.search_minutes, args.log_dir,
                                from_hand=not args.scratch_only, remeasure=args.remeasure,
                                timing=args.timing, kernel_sums=args.kernel_sums,
-                               other_logs=dict(item.split("=", 1) for item in args.other_log))
+                               other_logs=dict(item.split("=", 1) for item in args.other_log),
+                               seed=args.seed)
         return
     if args.searches:
         print(describe("llvm"))
