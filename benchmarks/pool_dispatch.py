@@ -1,6 +1,6 @@
 """What the CPU runtime's thread pool costs a parallel loop beyond an even split.
 
-    python benchmarks/pool_dispatch.py [--threads 2] [--batches 300]
+    python benchmarks/pool_dispatch.py [--threads 2] [--batches 1000]
 
 A C driver of the runtime (``targets/llvm/runtime.py``, the pool generated code calls)
 runs batches of 20 parallel loops back to back, as a network's kernels run them, each
@@ -23,6 +23,9 @@ import tempfile
 from pathlib import Path
 
 from heterocc.targets.llvm import runtime
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import describe  # noqa: E402  (beside this script)
 
 #: (iterations, busy-loop steps per iteration): 8 and 24 iterations of about 0.1 and 1.5
 #: us (a 14x14 layer's tasks are a few microseconds, a 112x112 layer's tens)
@@ -86,6 +89,7 @@ def main() -> int:
         runtime.run_compiler(["-O2", "-pthread", str(folder / "driver.c"), str(source), "-o",
                               str(program)], "building the pool driver")
         env = {**os.environ, "HETEROCC_NUM_THREADS": str(args.threads)}
+        print(describe())
         print(f"thread pool, {args.threads} threads: fastest batch of 20 loops of "
               f"{args.batches}; load average (1 min) {os.getloadavg()[0]:.2f}")
         print(f"{'iterations':>10} {'one thread us':>14} {'loop us':>8} {'overhead us':>12}")

@@ -18,11 +18,12 @@ times that thread count over this one), e.g. one thread's file against two threa
 
     python benchmarks/zoo_functions.py mobilenet_v2 --int8 --runs 200 --json one.json
     python benchmarks/zoo_functions.py mobilenet_v2 --int8 --runs 200 --threads 2 \
-        --against one.json The minimum of each function over
-the runs is the figure a loaded machine inflates least (a profiled call is timed on the
-wall clock); a layer's row in each list is found by its position (heterocc's functions
-are fused: a convolution with its epilogue, a residual addition with the convolution
-before it).
+        --against one.json
+
+The minimum of each function over the runs is the figure a loaded machine inflates least
+(a profiled call is timed on the wall clock); a layer's row in each list is found by its
+position (heterocc's functions are fused: a convolution with its epilogue, a residual
+addition with the convolution before it).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import zoo  # noqa: E402  (beside this script)
+from machine import describe  # noqa: E402
 
 #: calls of each engine in a row at more than one thread (see the docstring)
 THREADED_BLOCK = 10
@@ -86,6 +88,7 @@ def main() -> int:
                 session.run(None, feed)
         with open(session.end_profiling()) as f:
             events = json.load(f)
+    print(describe(args.target))
     print(f"{args.model} {'int8' if args.int8 else 'float'} on {args.target}, "
           f"{args.threads} thread(s): fastest of {args.runs} runs, ms; "
           f"load average (1 min) {os.getloadavg()[0]:.2f}")
