@@ -92,6 +92,14 @@ static int64_t job_n;
 static int job_chunks;
 static int next_chunk;
 static __thread int inside_region = 0;
+/* What the pool counts (heterocc_pool_counters): loops handed to the pool, and those in
+   which a worker ran chunks on another CPU than the caller's. A loop that no worker
+   joined, or whose worker shared the caller's CPU, ran at one thread's speed: a worker
+   asleep too long, or a scheduler that put it on the caller's core. */
+static int caller_cpu = -1;
+static int loop_spread = 0;
+static int64_t pooled_loops = 0;
+static int64_t spread_loops = 0;
 
 /* Chunks per thread: enough to even out threads slowed by other processes, few
    enough to keep each chunk's data contiguous. */
@@ -162,11 +170,11 @@ static int count_reaches(const void *count, uint64_t value) {
    more than the others, so that threads taking chunks in turn end within one iteration
    of each other (36 iterations in 8 chunks on two threads: 5, 5, 5, 5, 4, 4, 4, 4,
    18 a thread; cut as 4, 5, 4, 5, ... one thread ran 20 while the other ran 16). */
-static void run_chunks(void) {
+static int run_chunks(void) {
     int64_t size = job_n / job_chunks, longer = job_n % job_chunks;
-    for (;;) {
+    for (int ran = 0;; ++ran) {
         int chunk = __atomic_fetch_add(&next_chunk, 1, __ATOMIC_RELAXED);
-        if (chunk >= job_chunks) return;
+        if (chunk >= job_chunks) return ran;
         int64_t begin = size * chunk + (chunk < longer ? chunk : longer);
         job_task(begin, begin + size + (chunk < longer), job_closure);
     }
@@ -203,7 +211,8 @@ static void *worker_main(void *arg) {
                                          __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
             continue;  /* another worker joined, or the caller closed it: look again */
         seen = GENERATION(state);
-        run_chunks();
+        if (run_chunks() > 0 && sched_getcpu() != __atomic_load_n(&caller_cpu, __ATOMIC_RELAXED))
+            __atomic_store_n(&loop_spread, 1, __ATOMIC_RELAXED);
         __atomic_add_fetch(&finished_workers, 1, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&caller_sleeping, __ATOMIC_SEQ_CST)) {
             pthread_mutex_lock(&sleep_lock);
@@ -247,6 +256,9 @@ static void reset_after_fork(void) {
     sleeping_workers = 0;
     caller_sleeping = 0;
     inside_region = 0;
+    loop_spread = 0;
+    pooled_loops = 0;
+    spread_loops = 0;
 }
 
 /* Called with region_lock held and no loop open. */
@@ -301,6 +313,8 @@ int heterocc_parallel_for(heterocc_task task, void *closure, int64_t n) {
     job_chunks = (int)(n < chunks ? n : chunks);
     __atomic_store_n(&next_chunk, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&finished_workers, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&loop_spread, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&caller_cpu, sched_getcpu(), __ATOMIC_RELAXED);
     uint32_t generation = GENERATION(__atomic_load_n(&loop_state, __ATOMIC_RELAXED)) + 1;
     __atomic_store_n(&loop_state, (uint64_t)generation << 32, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&sleeping_workers, __ATOMIC_SEQ_CST) > 0) {
@@ -321,8 +335,19 @@ int heterocc_parallel_for(heterocc_task task, void *closure, int64_t n) {
         __atomic_store_n(&caller_sleeping, 0, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&sleep_lock);
     }
+    __atomic_store_n(&pooled_loops, pooled_loops + 1, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&loop_spread, __ATOMIC_RELAXED))
+        __atomic_store_n(&spread_loops, spread_loops + 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&region_lock);
     return 0;
+}
+
+/* The pool's counts so far: counts[0] loops handed to the pool, counts[1] those in
+   which a worker ran chunks on another CPU than the caller's (read without the lock:
+   a count may lag a loop). */
+void heterocc_pool_counters(int64_t *counts) {
+    counts[0] = __atomic_load_n(&pooled_loops, __ATOMIC_RELAXED);
+    counts[1] = __atomic_load_n(&spread_loops, __ATOMIC_RELAXED);
 }
 """
 
@@ -471,3 +496,13 @@ def load_runtime() -> ctypes.CDLL:
 def num_threads() -> int:
     """Threads the runtime runs parallel loops on."""
     return int(load_runtime().heterocc_num_threads())
+
+
+def pool_counters() -> tuple[int, int]:
+    """``(loops, spread)``: the parallel loops this process's pool has run so far, and
+    those in which a worker ran iterations on another CPU than the calling thread's.
+    The others ran at one thread's speed (no worker was awake in time, or the scheduler
+    had put it on the caller's core)."""
+    counts = (ctypes.c_int64 * 2)()
+    load_runtime().heterocc_pool_counters(counts)
+    return int(counts[0]), int(counts[1])

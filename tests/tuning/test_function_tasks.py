@@ -449,8 +449,8 @@ def _timed_with(monkeypatch, task, cache):
     """What the target hands :func:`time_calls` for ``task`` in ``cache`` mode."""
     handed = {}
 
-    def fake_time_calls(call, options, flush=None):
-        handed.update(call=call, flush=flush)
+    def fake_time_calls(call, options, flush=None, watch=None):
+        handed.update(call=call, flush=flush, watch=watch)
         return (1.0,)
 
     # a function task is measured through the target's compile path (tuning.functions)
@@ -465,6 +465,8 @@ def test_only_the_flush_mode_flushes_the_caches_of_the_tuned_cpu(monkeypatch, rn
     assert _timed_with(monkeypatch, task, "flush")["flush"] is llvm_tuning.cache_flusher(cpu)
     assert _timed_with(monkeypatch, task, "hot")["flush"] is None
     assert _timed_with(monkeypatch, task, "rotate")["flush"] is None
+    # every mode's samples are watched for loops that ran on one core (then retaken)
+    assert _timed_with(monkeypatch, task, "hot")["watch"] is llvm_tuning.measure.pool_watch
     flusher = llvm_tuning.cache_flusher(cpu)
     buffer, sums = flusher.args
     assert buffer.nbytes >= llvm_tuning.FLUSH_L2_MULTIPLE * cpu.l2 * cpu.num_cores

@@ -115,6 +115,49 @@ def test_a_call_beyond_the_cutoff_is_timed_once_more_only(monkeypatch, cache):
     assert measure._time_calls(clock.call, within, flush) == (1.0, 1.0, 1.0)
 
 
+class _SlowWhileWatched:
+    """A watch that finds the first ``degraded`` samples ran on fewer cores, and a call
+    that lasts 2 s in those samples (one core) and 1 s in the others."""
+
+    def __init__(self, clock, degraded):
+        self.clock, self.left, self.watches = clock, degraded, 0
+
+    def watch(self):
+        self.watches += 1
+        slow = self.left > 0
+        self.left -= 1
+        self.clock.call_s = 2.0 if slow else 1.0
+        return lambda: slow
+
+    def call(self):
+        self.clock.events.append("call")
+        self.clock.now += getattr(self.clock, "call_s", 1.0)
+
+
+@pytest.mark.parametrize("cache", ["hot", "flush"])
+def test_a_sample_its_watch_finds_degraded_is_taken_again(monkeypatch, cache):
+    """A sample that ran on one core (the target's watch says so) is retaken: the figure
+    is the code's, not that of where the scheduler put its threads."""
+    clock = _FakeClock()
+    monkeypatch.setattr(measure, "time", clock)
+    flush = clock.flush if cache == "flush" else None
+    options = MeasureOptions(repeat=3, min_repeat_s=0.0, cache=cache)
+    watched = _SlowWhileWatched(clock, degraded=2)
+    assert measure._time_calls(watched.call, options, flush, watched.watch) == (1.0,) * 3
+    assert watched.watches == 3 + 2  # the first sample was taken three times
+    assert clock.events.count("call") == 1 + 3 + 2
+
+
+def test_a_sample_always_degraded_counts_its_fastest_take(monkeypatch):
+    clock = _FakeClock()
+    monkeypatch.setattr(measure, "time", clock)
+    watched = _SlowWhileWatched(clock, degraded=10 ** 6)
+    samples = measure._time_calls(watched.call, MeasureOptions(repeat=2, min_repeat_s=0.0),
+                                  None, watched.watch)
+    assert samples == (2.0, 2.0)
+    assert watched.watches == 2 * (1 + measure.SAMPLE_RETAKES)  # bounded, then it goes on
+
+
 def test_candidate_limits_follow_the_tasks_best_and_slowest_success():
     options = MeasureOptions(timeout_s=20.0)
     first = measure.candidate_limits(options, math.inf, 0.0)

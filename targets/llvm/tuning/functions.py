@@ -49,7 +49,7 @@ from ..schedules.winograd_conv import winograd_output_tile, winograd_tiles_of
 from .apply import ScheduleConfigs
 from .common import search_hints
 from .matmul import _closest, _panel_options
-from .measure import _flush_of, _rotating
+from .measure import _flush_of, _rotating, pool_watch
 
 # ------------------------------------------------------------------ whole fused functions
 #
@@ -734,7 +734,7 @@ def _measure_function(task: Task, config: Config, options: MeasureOptions
             return lambda: twin(inputs)
         call = _rotating(make, sum(c.nbytes for c in kernel.constants)
                          + sum(o.nbytes for o in outputs))
-    return time_calls(call, options, _flush_of(options))
+    return time_calls(call, options, _flush_of(options), pool_watch)
 
 
 FUNCTION = "function"

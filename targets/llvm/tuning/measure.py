@@ -14,6 +14,7 @@ from heterocc.sdk.tuning import MeasureOptions
 
 from ..cpu import CPUDescription, active_cpu
 from ..module import build
+from ..runtime import num_threads, pool_counters
 
 # ------------------------------------------------------------------ measuring a candidate
 
@@ -49,6 +50,26 @@ def cache_flusher(cpu: CPUDescription) -> Callable[[], None]:
     buffer = np.ones((rows, depth, lanes), np.float32)
     out = np.zeros((rows, lanes), np.float32)
     return functools.partial(function, buffer, out)
+
+
+def pool_watch() -> Callable[[], bool]:
+    """A watch over one timing sample (``time_calls``' ``watch``): the sample ran
+    degraded when, of the parallel loops it handed to the thread pool, fewer than half
+    had a worker running iterations on another CPU than the caller's. Such a sample
+    timed the code at one thread's speed because of where the threads were, not what
+    the code does: a worker woke too late for loops of tens of microseconds, or the
+    operating system put it on the caller's core (a guest kernel packing threads onto
+    few virtual CPUs did so for stretches of milliseconds, one timing in three of a
+    search on a 2-core virtual machine)."""
+    if num_threads() < 2:
+        return lambda: False
+    loops_before, spread_before = pool_counters()
+
+    def degraded() -> bool:
+        loops, spread = pool_counters()
+        return 2 * (spread - spread_before) < loops - loops_before
+
+    return degraded
 
 
 def _flush_of(options: MeasureOptions) -> Callable[[], None] | None:

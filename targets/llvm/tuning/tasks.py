@@ -39,7 +39,7 @@ from .functions import (
     function_tasks,
 )
 from .matmul import BATCH_MATMUL, DENSE, MATMUL
-from .measure import _flush_of, _rotating
+from .measure import _flush_of, _rotating, pool_watch
 
 # ------------------------------------------------------------------ the tasks of a model
 
@@ -81,7 +81,7 @@ def measure_candidate(task: Task, config: Config, options: MeasureOptions
             copies = [a.copy() for a in (*inputs, output)]
             return lambda: function(*copies)
         call = _rotating(make, sum(a.nbytes for a in (*inputs, output)))
-    return time_calls(call, options, _flush_of(options))
+    return time_calls(call, options, _flush_of(options), pool_watch)
 
 
 

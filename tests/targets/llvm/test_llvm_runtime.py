@@ -278,3 +278,69 @@ def test_chunks_differ_by_one_iteration_the_longer_first(tmp_path, threads):
             shares[shares.index(min(shares))] += length
         assert max(shares) == -(-n // threads)
         assert pool_makespan(n, threads) == pytest.approx(max(shares) * threads / n)
+
+
+#: Prints the pool's counts (loops, loops a worker ran on another CPU) after 300 loops
+#: of 64 iterations, 100 nested loops of 8 (run inline, not the pool's) and 50 of one
+#: iteration (run inline as well).
+COUNTERS = r"""
+#include <stdint.h>
+#include <stdio.h>
+
+typedef void (*heterocc_task)(int64_t begin, int64_t end, void *closure);
+int heterocc_parallel_for(heterocc_task task, void *closure, int64_t n);
+void heterocc_pool_counters(int64_t *counts);
+
+static void task(int64_t begin, int64_t end, void *closure) {
+    volatile float *sink = closure;
+    for (int64_t i = begin; i < end; ++i)
+        for (int k = 0; k < 2000; ++k) sink[i] += 1.0f;
+}
+
+static void nested(int64_t begin, int64_t end, void *closure) {
+    for (int64_t i = begin; i < end; ++i) heterocc_parallel_for(task, closure, 8);
+}
+
+int main(void) {
+    static float sink[64];
+    for (int k = 0; k < 300; ++k) heterocc_parallel_for(task, sink, 64);
+    heterocc_parallel_for(nested, sink, 100);
+    for (int k = 0; k < 50; ++k) heterocc_parallel_for(task, sink, 1);
+    int64_t counts[2];
+    heterocc_pool_counters(counts);
+    printf("%lld %lld\n", (long long)counts[0], (long long)counts[1]);
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def counters(tmp_path_factory):
+    return _build(tmp_path_factory.mktemp("counters"), "counters", COUNTERS)
+
+
+def _counts(program, threads, cpus=None):
+    env = {**os.environ, "HETEROCC_NUM_THREADS": str(threads)}
+    result = subprocess.run([str(program)], env=env, capture_output=True, text=True,
+                            timeout=120,
+                            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+    assert result.returncode == 0, result.stderr
+    return tuple(int(word) for word in result.stdout.split())
+
+
+def test_the_pool_counts_its_loops_and_those_a_worker_shared_on_another_cpu(counters):
+    """What a timing's watch reads (``pool_counters``): the loops handed to the pool
+    (nested loops and loops of one iteration run inline: not counted; the outer loop
+    is), and of those, the ones in which a worker ran iterations on another CPU."""
+    loops, spread = _counts(counters, 2)
+    assert loops == 300 + 1
+    assert 0 <= spread <= loops
+    assert _counts(counters, 1) == (0, 0)  # no pool: every loop runs on the caller
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_loops_whose_worker_shares_the_callers_cpu_are_not_counted_as_spread(counters):
+    """Two threads held to one CPU: the worker joins some loops, but on the caller's
+    CPU, where they ran no faster than on one thread."""
+    loops, spread = _counts(counters, 2, {min(os.sched_getaffinity(0))})
+    assert (loops, spread) == (301, 0)
