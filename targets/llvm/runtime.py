@@ -30,6 +30,11 @@ them, so the cost of handing a loop to the workers matters as much as the loop:
   (the machine is loaded: spinning would only burn the process's share and leave the
   thread runnable instead of asleep, so it would get its core back after the others'
   time slices rather than when woken), nobody spins for the next 50 ms.
+- A worker keeps off the CPU the caller ran its last loop on (its affinity: the CPUs
+  it started with but that one), so that no scheduler can hold it where it runs only
+  while the caller does not. The pool counts the loops in which a worker ran chunks on
+  another CPU than the caller's (``heterocc_pool_counters``, :func:`pool_counters`):
+  what a timing reads to tell a sample of the code from one of where its threads ran.
 
 The source is compiled once per machine with the system C compiler into a cache
 folder, loaded into the process for the JIT, and linked into exported libraries.
@@ -194,10 +199,32 @@ static void wait_for_loop(uint32_t seen) {
     pthread_mutex_unlock(&sleep_lock);
 }
 
+/* The CPUs a worker may run on (its creator's, when the pool started), and the one it
+   keeps off: the caller's, as of the last loop the caller opened. */
+static __thread cpu_set_t worker_cpus;
+static __thread int avoided_cpu = -1;
+
+/* Keep this worker off the caller's CPU: a worker there runs only when the caller does
+   not, so it joins no loop, or joins on the caller's core and adds nothing. A scheduler
+   may well put it there: a guest kernel that packs threads onto few busy virtual CPUs
+   (sparing the host an idle one's wake-up) held the worker on the caller's CPU, the
+   other CPU idle, for whole seconds: 29-60% of MobileNetV2's runs at one thread's
+   speed. A system call only when the caller's CPU changed. */
+static void avoid_caller_cpu(void) {
+    int cpu = __atomic_load_n(&caller_cpu, __ATOMIC_RELAXED);
+    if (cpu < 0 || cpu == avoided_cpu) return;
+    avoided_cpu = cpu;
+    cpu_set_t others = worker_cpus;
+    if (CPU_ISSET(cpu, &others) && CPU_COUNT(&others) > 1) CPU_CLR(cpu, &others);
+    sched_setaffinity(0, sizeof others, &others);
+}
+
 static void *worker_main(void *arg) {
     uint32_t seen = (uint32_t)(uintptr_t)arg;
     inside_region = 1;
+    if (sched_getaffinity(0, sizeof worker_cpus, &worker_cpus) != 0) CPU_ZERO(&worker_cpus);
     for (;;) {
+        if (CPU_COUNT(&worker_cpus) > 1) avoid_caller_cpu();
         uint64_t state = __atomic_load_n(&loop_state, __ATOMIC_ACQUIRE);
         if (GENERATION(state) == seen) {
             wait_for_loop(seen);

@@ -344,3 +344,70 @@ def test_loops_whose_worker_shares_the_callers_cpu_are_not_counted_as_spread(cou
     CPU, where they ran no faster than on one thread."""
     loops, spread = _counts(counters, 2, {min(os.sched_getaffinity(0))})
     assert (loops, spread) == (301, 0)
+
+
+#: Starts the pool on every CPU it may use, then holds the caller to the CPU given as
+#: argument and runs loops; prints, per thread of the process, its CPUs allowed.
+AVOIDANCE = r"""
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef void (*heterocc_task)(int64_t begin, int64_t end, void *closure);
+int heterocc_parallel_for(heterocc_task task, void *closure, int64_t n);
+
+static void task(int64_t begin, int64_t end, void *closure) {
+    volatile float *sink = closure;
+    for (int64_t i = begin; i < end; ++i)
+        for (int k = 0; k < 20000; ++k) sink[i] += 1.0f;
+}
+
+int main(int argc, char **argv) {
+    static float sink[64];
+    heterocc_parallel_for(task, sink, 64);  /* the pool starts: workers on every CPU */
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(atoi(argv[1]), &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0) return 2;
+    for (int k = 0; k < 50; ++k) heterocc_parallel_for(task, sink, 64);
+    struct timespec pause = {0, 50000000};
+    nanosleep(&pause, NULL);  /* every worker has looked at the caller's CPU by now */
+    DIR *tasks = opendir("/proc/self/task");
+    struct dirent *entry;
+    while ((entry = readdir(tasks)) != NULL) {
+        if (entry->d_name[0] == '.') continue;
+        cpu_set_t set;
+        if (sched_getaffinity(atoi(entry->d_name), sizeof set, &set) != 0) return 3;
+        printf("%s", atoi(entry->d_name) == getpid() ? "caller" : "worker");
+        for (int c = 0; c < CPU_SETSIZE; ++c) if (CPU_ISSET(c, &set)) printf(" %d", c);
+        printf("\n");
+    }
+    closedir(tasks);
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs to choose from")
+def test_workers_keep_off_the_callers_cpu(tmp_path):
+    """A worker on the caller's CPU runs only while the caller does not: each worker
+    takes the CPUs it started with but the one the caller ran its last loop on (a guest
+    kernel packing threads onto few virtual CPUs held it there for seconds)."""
+    program = _build(tmp_path, "avoidance", AVOIDANCE)
+    allowed = sorted(os.sched_getaffinity(0))
+    caller = allowed[-1]
+    env = {**os.environ, "HETEROCC_NUM_THREADS": "3"}
+    result = subprocess.run([str(program), str(caller)], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = [line.split() for line in result.stdout.splitlines()]
+    assert [cpus for kind, *cpus in lines if kind == "caller"] == [[str(caller)]]
+    workers = [[int(c) for c in cpus] for kind, *cpus in lines if kind == "worker"]
+    assert len(workers) == 2
+    assert all(cpus == [c for c in allowed if c != caller] for cpus in workers)
