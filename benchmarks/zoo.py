@@ -20,8 +20,10 @@ profile exceeds ONNX Runtime's profiler most, in ms per run ("none" where no op'
 exceeds it), with the share of heterocc's time its slowest function takes and where that
 ran (``llvm/numpy``: a NumPy fallback), and how many functions ran on NumPy fallbacks;
 with ``--reference``, whether the output equals heterocc's NumPy reference of the
-compiled graph (for int8: the integer reference, bit for bit). The first lines name the
-CPU and ISA and the load.
+compiled graph (for int8: the integer reference, bit for bit); on ``llvm`` at two threads
+or more, the share of heterocc's parallel loops in the timed runs that a worker ran on
+another CPU than the caller's (the others ran at one thread's speed: a machine whose
+scheduler held the threads together). The first lines name the CPU and ISA and the load.
 
 torch, torchvision and transformers are optional (``pip install heterocc[zoo]``): a model
 whose libraries are missing is listed as skipped, with why, and the script exits 0. It
@@ -44,6 +46,8 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+
+from heterocc.targets.llvm.runtime import pool_counters
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -313,6 +317,9 @@ class Row:
     worst: str = ""
     slowest: str = ""
     reference: str = ""  #: against heterocc's NumPy reference, where ``--reference`` asks
+    #: of heterocc's parallel loops in the timed runs, the share a worker ran on another
+    #: CPU than the caller's (the others ran at one thread's speed); None: not counted
+    spread: float | None = None
 
 
     def line(self) -> str:
@@ -320,7 +327,9 @@ class Row:
         return (f"{self.model:19s} {self.precision:5s} {self.compile_s:7.2f} "
                 f"{self.diff:9.2e} {self.ms[0]:8.2f} {self.ms[1]:8.2f} {self.ort_ms[0]:8.2f} "
                 f"{self.ort_ms[1]:8.2f} {ratio:6.2f}x  {self.worst}  | {self.slowest}"
-                + (f" | reference: {self.reference}" if self.reference else ""))
+                + (f" | reference: {self.reference}" if self.reference else "")
+                + (f" | pool: {100 * self.spread:.0f}% of loops on 2+ CPUs"
+                   if self.spread is not None else ""))
 
 
 HEADER = (f"{'model':19s} {'prec':5s} {'comp_s':>7s} {'max|diff|':>9s} {'med_ms':>8s} "
@@ -345,11 +354,16 @@ def measure(name: str, precision: str, path: str, args, directory: str) -> Row:
     ours = compiled.run(feed)[0]
     theirs = session.run(None, feed)[0]
     row.diff = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
+    counted = args.threads > 1 and args.target.split()[0] == "llvm"
+    before = pool_counters() if counted else (0, 0)
     samples = alternating_samples([lambda: compiled.run(feed),
                                    lambda: session.run(None, feed)],
                                   args.rounds * args.block, args.block, pause_s=0.2,
                                   clock=CLOCKS[args.clock])
     (row.ms, row.ort_ms) = [(statistics.median(s) * 1e3, min(s) * 1e3) for s in samples]
+    if counted:
+        loops, spread = (after - start for after, start in zip(pool_counters(), before))
+        row.spread = spread / loops if loops else None
     ours_by_op, (ops, target, share) = heterocc_profile(compiled, feed, PROFILE_RUNS)
     on_numpy = sum(e.target.endswith("/numpy") for e in compiled._profile.values())
     theirs_by_op = ort_profile(path, args.threads, feed, PROFILE_RUNS, directory)
