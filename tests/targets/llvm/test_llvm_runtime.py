@@ -347,7 +347,8 @@ def test_loops_whose_worker_shares_the_callers_cpu_are_not_counted_as_spread(cou
 
 
 #: Starts the pool on every CPU it may use, then holds the caller to the CPU given as
-#: argument and runs loops; prints, per thread of the process, its CPUs allowed.
+#: argument and runs loops until no worker may run there (5 s at most); prints, per
+#: thread of the process, its CPUs allowed.
 AVOIDANCE = r"""
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -367,6 +368,21 @@ static void task(int64_t begin, int64_t end, void *closure) {
         for (int k = 0; k < 20000; ++k) sink[i] += 1.0f;
 }
 
+/* Threads of this process other than the caller that may still run on `cpu`. */
+static int workers_on(int cpu) {
+    int count = 0;
+    DIR *tasks = opendir("/proc/self/task");
+    struct dirent *entry;
+    while ((entry = readdir(tasks)) != NULL) {
+        cpu_set_t set;
+        if (entry->d_name[0] == '.' || atoi(entry->d_name) == getpid()) continue;
+        if (sched_getaffinity(atoi(entry->d_name), sizeof set, &set) == 0)
+            count += CPU_ISSET(cpu, &set) != 0;
+    }
+    closedir(tasks);
+    return count;
+}
+
 int main(int argc, char **argv) {
     static float sink[64];
     heterocc_parallel_for(task, sink, 64);  /* the pool starts: workers on every CPU */
@@ -374,9 +390,12 @@ int main(int argc, char **argv) {
     CPU_ZERO(&one);
     CPU_SET(atoi(argv[1]), &one);
     if (sched_setaffinity(0, sizeof one, &one) != 0) return 2;
-    for (int k = 0; k < 50; ++k) heterocc_parallel_for(task, sink, 64);
-    struct timespec pause = {0, 50000000};
-    nanosleep(&pause, NULL);  /* every worker has looked at the caller's CPU by now */
+    /* loops until every worker has run since (each loop wakes the sleepers), 5 s at most */
+    for (int k = 0; k < 500 && workers_on(atoi(argv[1])) > 0; ++k) {
+        heterocc_parallel_for(task, sink, 64);
+        struct timespec pause = {0, 10000000};
+        nanosleep(&pause, NULL);
+    }
     DIR *tasks = opendir("/proc/self/task");
     struct dirent *entry;
     while ((entry = readdir(tasks)) != NULL) {
