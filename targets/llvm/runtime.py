@@ -199,8 +199,9 @@ static void wait_for_loop(uint32_t seen) {
     pthread_mutex_unlock(&sleep_lock);
 }
 
-/* The CPUs a worker may run on (its creator's, when the pool started), and the one it
-   keeps off: the caller's, as of the last loop the caller opened. */
+/* The CPUs a worker may run on (its creator's, when the pool started; at least two,
+   or it keeps off none), and the one it keeps off: the caller's, as of the last loop
+   the caller opened. */
 static __thread cpu_set_t worker_cpus;
 static __thread int avoided_cpu = -1;
 
@@ -215,16 +216,17 @@ static void avoid_caller_cpu(void) {
     if (cpu < 0 || cpu == avoided_cpu) return;
     avoided_cpu = cpu;
     cpu_set_t others = worker_cpus;
-    if (CPU_ISSET(cpu, &others) && CPU_COUNT(&others) > 1) CPU_CLR(cpu, &others);
+    CPU_CLR(cpu, &others);
     sched_setaffinity(0, sizeof others, &others);
 }
 
 static void *worker_main(void *arg) {
     uint32_t seen = (uint32_t)(uintptr_t)arg;
     inside_region = 1;
-    if (sched_getaffinity(0, sizeof worker_cpus, &worker_cpus) != 0) CPU_ZERO(&worker_cpus);
+    int keeps_off = sched_getaffinity(0, sizeof worker_cpus, &worker_cpus) == 0
+                    && CPU_COUNT(&worker_cpus) > 1;
     for (;;) {
-        if (CPU_COUNT(&worker_cpus) > 1) avoid_caller_cpu();
+        if (keeps_off) avoid_caller_cpu();
         uint64_t state = __atomic_load_n(&loop_state, __ATOMIC_ACQUIRE);
         if (GENERATION(state) == seen) {
             wait_for_loop(seen);
@@ -283,6 +285,7 @@ static void reset_after_fork(void) {
     sleeping_workers = 0;
     caller_sleeping = 0;
     inside_region = 0;
+    caller_cpu = -1;
     loop_spread = 0;
     pooled_loops = 0;
     spread_loops = 0;
