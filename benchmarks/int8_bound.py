@@ -3,8 +3,10 @@ next to ONNX Runtime: whether a latency target (0.8x ORT's) is within reach of f
 kernels at all, or needs fewer multiplies.
 
 1. The peak of the dot product the llvm target emits for the CPU (``Dot4Emitter``: AVX-512
-   VNNI ``vpdpbusd``, AVX-VNNI, the exact ``vpmaddubsw`` form on plain AVX2, NEON
-   ``udot``/``sdot``): independent accumulator chains on registers, no memory, timed on
+   VNNI ``vpdpbusd``, AVX-VNNI, NEON ``udot``/``sdot``; on x86 without VNNI the split
+   ``vpmaddubsw`` form, which only the channel-lane kernels keep: the convolutions of
+   vectors of pixels multiply by weights widened when packed, two ``vpmaddwd`` a group
+   where this loop times four, so there its time is no lower bound for those kernels): independent accumulator chains on registers, no memory, timed on
    one thread, then on every core at once (the best of several runs).
 2. The model's multiply-accumulates the dot product takes: its dense and grouped
    convolutions and its products (Gemm, MatMul), counted from the exported graph with

@@ -1,6 +1,8 @@
-"""int8 convolutions on CPUs without VNNI: the split-data ``vpmaddubsw`` dot product
-against the widened ``vpmaddwd`` form it replaces (:mod:`heterocc.targets.llvm.int8_dot`),
-in alternating rounds in one process, on the CPU clock.
+"""int8 convolutions on CPUs without VNNI: two ``vpmaddwd`` a group of four bytes by
+weights widened to int16 when packed (the llvm target's form there,
+:func:`heterocc.targets.llvm.schedules.int8_conv.weight_dtype`) against the split-data
+``vpmaddubsw`` form it replaced (four multiplies a group, int8 weights), in alternating
+rounds in one process, on the CPU clock.
 
     python benchmarks/int8_pmaddubsw.py [--rounds 6]
 
@@ -17,46 +19,43 @@ import sys
 
 import numpy as np
 from alternating import same_bits_medians
+from machine import describe
 
-#: CPU descriptions whose dot product is ``vpmaddubsw`` (no VNNI)
-TARGETS = ("llvm -mcpu=haswell", "llvm -mcpu=sapphirerapids -mattr=-avx512vnni")
-#: (input shape, filters, kernel size): ResNet-18 3x3s, MobileNetV2's 16->96 1x1
-LAYERS = (((1, 64, 56, 56), 64, 3), ((1, 256, 14, 14), 256, 3), ((1, 16, 112, 112), 96, 1))
+#: CPU descriptions whose byte dot product is not VNNI's
+TARGETS = ("llvm -mcpu=haswell", "llvm -mcpu=skylake-avx512")
+#: (input shape, filters, kernel size): ResNet-18's 3x3s, MobileNetV2's 16->96 and
+#: 96->24 1x1s
+LAYERS = (((1, 64, 56, 56), 64, 3), ((1, 128, 28, 28), 128, 3), ((1, 256, 14, 14), 256, 3),
+          ((1, 16, 112, 112), 96, 1), ((1, 96, 56, 56), 24, 1))
 
 
-def build(cpu, shape, filters: int, kernel: int, split: bool):
-    """The compiled convolution (stride 1, same padding), its dot product the split-data
-    ``pmaddubsw`` (``split``) or the widened ``pmaddwd``."""
+def build(cpu, shape, filters: int, kernel: int, widened: bool):
+    """The compiled convolution (stride 1, same padding), its weights widened to int16
+    when packed (``widened``) or int8 multiplied by the split-data ``vpmaddubsw``."""
     from heterocc import te
     from heterocc.targets import llvm as hllvm
-    from heterocc.targets.llvm import int8_dot
     from heterocc.targets.llvm.schedules.int8_conv import (
-        int8_conv,
         schedule_int8_conv,
         schedule_int8_conv_result,
     )
 
-    chosen = int8_dot.dot4_instruction
-
-    def widened(*args, **kwargs):
-        kind = chosen(*args, **kwargs)
-        return "pmaddwd" if kind == "pmaddubsw" else kind
-
+    module = sys.modules["heterocc.targets.llvm.schedules.int8_conv"]
+    chosen = module.weight_dtype
     x = te.placeholder(shape, "uint8", "x")
     w = te.placeholder((filters, shape[1], kernel, kernel), "int8", "w")
     zero = te.placeholder((1,), "uint8", "zero")
     attrs = {"strides": (1, 1), "pads": (kernel // 2,) * 4, "dilations": (1, 1), "group": 1}
-    out = int8_conv(x, w, zero, attrs, cpu)
+    if not widened:
+        module.weight_dtype = lambda cpu: "int8"
+    try:
+        out = module.int8_conv(x, w, zero, attrs, cpu)
+    finally:
+        module.weight_dtype = chosen
     schedule = te.create_schedule(out)
     schedule_int8_conv(schedule, out.op.body.a.tensor, cpu)
     schedule_int8_conv_result(schedule, out, cpu=cpu)
-    if not split:
-        int8_dot.dot4_instruction = widened
-    try:
-        module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
-    finally:
-        int8_dot.dot4_instruction = chosen
-    return module["conv"], tuple(out.shape)
+    built = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
+    return built["conv"], tuple(out.shape)
 
 
 def main() -> int:
@@ -69,6 +68,7 @@ def main() -> int:
     from heterocc.targets.llvm.cpu import parse_cpu
 
     host = hllvm.module.host().description
+    print(describe())
     print(f"load average (1 min) {os.getloadavg()[0]:.2f}; {args.rounds} alternating rounds "
           f"of {args.calls} calls; CPU clock, 1 thread")
     rng = np.random.default_rng(0)
@@ -78,7 +78,8 @@ def main() -> int:
             print(f"{target}: skipped, this host cannot run it")
             continue
         for shape, filters, kernel in LAYERS:
-            kernels = [build(cpu, shape, filters, kernel, split) for split in (False, True)]
+            kernels = [build(cpu, shape, filters, kernel, widened)
+                       for widened in (False, True)]
             x = rng.integers(0, 256, shape).astype(np.uint8)
             w = rng.integers(-128, 128, (filters, shape[1], kernel, kernel)).astype(np.int8)
             zero = np.array([7], np.uint8)
@@ -91,8 +92,8 @@ def main() -> int:
             old, new = medians
             macs = int(np.prod(outs[0].shape)) * shape[1] * kernel * kernel
             print(f"{target:46s} {kernel}x{kernel} {shape[1]:3d}->{filters:3d} at "
-                  f"{shape[2]:3d}x{shape[3]:<3d}: vpmaddwd {old * 1e3:.3f} ms "
-                  f"({macs / old / 1e9:.1f} GMAC/s), vpmaddubsw {new * 1e3:.3f} ms "
+                  f"{shape[2]:3d}x{shape[3]:<3d}: split vpmaddubsw {old * 1e3:.3f} ms "
+                  f"({macs / old / 1e9:.1f} GMAC/s), widened weights {new * 1e3:.3f} ms "
                   f"({macs / new / 1e9:.1f} GMAC/s), {new / old:.2f}x")
     print(f"load average (1 min) {os.getloadavg()[0]:.2f} at the end")
     return 0

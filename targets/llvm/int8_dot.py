@@ -32,6 +32,15 @@ otherwise to an exact alternative:
   weight instead costs a byte shift, four instructions, per broadcast weight).
   Kernel against the widened ``pmaddwd`` form (``benchmarks/int8_pmaddubsw.py``):
   AVX2 0.66-0.92x, AVX-512BW 0.80-1.02x over four runs at load 8-15;
+* ``vpmaddwd``/``pmaddwd`` (AVX-512BW, AVX2, SSE2) by int16 weights, where the
+  convolution widened its int8 weights once, when it packed them (``b`` four int16,
+  broadcast: :func:`.schedules.int8_conv.weight_dtype`, on the CPUs whose byte product
+  would be the split ``vpmaddubsw``): each group's first two data bytes, moved into
+  int16 lanes by one byte shuffle, times its first two weights (one broadcast 32-bit
+  load), and its last two by its last two; two adds. Exact (a pair of byte products
+  fits int32), and two multiplies a group where the split form takes four: the data's
+  shuffles are shared by a tile's weights, and the weights need no instruction but
+  their loads (:meth:`Dot4Emitter.emit_widened_weight`);
 * ``vpmaddwd``/``pmaddwd`` (AVX-512BW, AVX2, SSE2) on operands widened to int16, then
   adjacent int32 pairs added: exact, since a byte product and the sum of two fit in int32
   (int8 x int8, or uint8 x uint8);
@@ -46,6 +55,8 @@ The wrap-around of int32 accumulation is the same in every form (two's complemen
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from llvmlite import ir
 
@@ -234,6 +245,48 @@ class Dot4Emitter:
             pieces.append(total)
         return self._concat(pieces)
 
+    def emit_widened_weight(self, acc: ir.Value, a: ir.Value, words: Sequence[ir.Value],
+                            a_unsigned: bool) -> ir.Value:
+        """``acc`` plus the dot products of uint8 ``a`` (``4L`` bytes) by one group of
+        four int8 weights held as int16, ``words`` its two 32-bit words (weights 0, 1
+        and 2, 3), each broadcast: ``pmaddwd`` of each group's data bytes 0, 1 (one byte
+        shuffle into int16 lanes) by the first word and of bytes 2, 3 by the second."""
+        lanes = acc.type.count
+        width = _pmaddwd_width(self.features, lanes) if self.arch == "x86_64" else 0
+        if not width or not a_unsigned or len(words) != 2:
+            raise CompileError(f"{DOT4_CALL}: int16 weights take uint8 data on x86's "
+                               "pmaddwd (a broadcast group: two 32-bit words)")
+        ints, halves = _vector(I32, width), _vector(I16, 2 * width)
+        names = {16: "llvm.x86.avx512.pmaddw.d.512", 8: "llvm.x86.avx2.pmadd.wd",
+                 4: "llvm.x86.sse2.pmadd.wd"}
+        fn = self.function(names[width], ints, [halves, halves])
+        data = [self._data_pairs(a, half, lanes) for half in (0, 1)]
+        weights = []
+        for word in words:
+            splat = self.builder.insert_element(ir.Constant(ints, ir.Undefined), word,
+                                                ir.Constant(I32, 0))
+            splat = self.builder.shuffle_vector(splat, ir.Constant(ints, ir.Undefined),
+                                                _mask([0] * width))
+            weights.append(self.builder.bitcast(splat, halves))
+        pieces = []
+        for start in range(0, 2 * lanes, 2 * width):
+            total = self._slice(acc, start // 2, width)
+            for half in (0, 1):
+                total = self.builder.add(total, self.builder.call(
+                    fn, [self._slice(data[half], start, 2 * width), weights[half]]))
+            pieces.append(total)
+        return self._concat(pieces)
+
+    def _data_pairs(self, value: ir.Value, half: int, lanes: int) -> ir.Value:
+        """Bytes ``2 half`` and ``2 half + 1`` of each group of four of ``value``
+        (``4L`` unsigned bytes), zero-extended: ``2L`` int16, by one byte shuffle."""
+        count = value.type.count
+        mask = [source for lane in range(lanes) for j in (0, 1)
+                for source in (4 * lane + 2 * half + j, count)]  # the byte, then a zero
+        zero = ir.Constant(value.type, [0] * count)
+        return self.builder.bitcast(self.builder.shuffle_vector(value, zero, _mask(mask)),
+                                    _vector(I16, 2 * lanes))
+
     def _pmaddwd_pairs(self, acc, a, b, lanes: int):
         """int16 pairs: ``pmaddwd`` on the operands as they are, one add."""
         width = _pmaddwd_width(self.features, lanes)
@@ -330,15 +383,36 @@ def emit_dot4_call(emitter, node: tx.Call) -> ir.Value:
     if window:
         sizes[1] = window_load_bytes(sizes[1])
     builder = emitter.builder
+    dot = Dot4Emitter(builder, emitter._function, emitter.codegen.features,
+                      emitter.codegen.arch)
+    data_type, weight_type = (o.buffer.dtype for o in operands[1:])
+    if weight_type == "int16" and data_type in ("uint8", "int8"):
+        # bytes by a group of weights widened when packed
+        if window or sizes[2] != 4:
+            raise CompileError(f"{DOT4_CALL}: int16 weights come one group at a time "
+                               "(four, broadcast), with data in vectors of pixels")
+        acc, a = (_load_run(emitter, o, count) for o, count in zip(operands[:2], sizes))
+        return dot.emit_widened_weight(acc, a, _words(emitter, operands[2]),
+                                       tx.is_unsigned(operands[1].buffer.dtype))
     loaded = [_load_run(emitter, operand, count) for operand, count in zip(operands, sizes)]
     if window:
         stride, dilation = window
         loaded[1] = builder.shuffle_vector(
             loaded[1], ir.Constant(loaded[1].type, ir.Undefined),
             _mask([stride * lane + dilation * j for lane in range(lanes) for j in range(4)]))
-    dot = Dot4Emitter(builder, emitter._function, emitter.codegen.features,
-                      emitter.codegen.arch)
     return dot.emit(*loaded, *(tx.is_unsigned(o.buffer.dtype) for o in operands[1:]))
+
+
+def _words(emitter, operand: tx.BufferLoad) -> tuple[ir.Value, ir.Value]:
+    """The two 32-bit words at ``operand``'s address (four int16), loaded one by one:
+    each then broadcast is one broadcast load, where the four loaded as one 64-bit value
+    went through a general register and were split there (five instructions a group)."""
+    (index,) = operand.indices
+    address = emitter._address(operand.buffer, emitter.expr(index))
+    return tuple(emitter.builder.load(emitter.builder.gep(address, [ir.Constant(I32, half)],
+                                                          source_etype=I32),
+                                      typ=I32, align=element_size(operand.buffer.dtype))
+                 for half in (0, 1))
 
 
 #: the TIR call the CPU's codegen lowers to a byte interleave (a transpose of ``G`` runs

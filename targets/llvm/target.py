@@ -54,6 +54,7 @@ from .schedules import (
     WEIGHT_PAIRS,
     WEIGHT_PLANE,
     WEIGHT_QUADS,
+    WIDENED_WEIGHT_PACKING,
     PanelChoice,
     channel_lanes_tiles,
     depthwise_weight_packing,
@@ -69,6 +70,7 @@ from .schedules import (
     use_int8_conv,
     use_int8_convs,
     use_prepacked,
+    weight_dtype,
 )
 from .schedules.winograd_conv import (
     WINOGRAD_PACKING,
@@ -217,9 +219,11 @@ def _prepack_int8_conv_weights(constants: _FunctionConstants, cpu: CPUDescriptio
                 tiles = channel_lanes_tiles(described["x"].shape, weight.shape,
                                             described["attrs"], cpu)
                 lanes = tiles.lanes if tiles is not None else 0
+                dtype = "int8" if lanes else weight_dtype(cpu)
                 prepacked, index = constants.replace(
-                    weight, packed_weight_shape(weight.shape, lanes), "int8", "packed")
-                packings.append((index, 0, lanes))
+                    weight, packed_weight_shape(weight.shape, lanes), dtype, "packed")
+                packings.append((index, 0 if dtype == "int8" else WIDENED_WEIGHT_PACKING,
+                                 lanes))
         use_int8_conv(stage, cpu, prepacked)
     return packings
 
@@ -277,8 +281,10 @@ def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]
         if width == WINOGRAD_PACKING:  # a Winograd convolution's weight, ``axes`` its m
             constants[index] = transform_weight_array(constants[index], axes)
             continue
-        if width == 0:  # an integer convolution's weight (_prepack_int8_conv_weights)
-            constants[index] = pack_int8_weight_array(constants[index], axes)
+        if width in (0, WIDENED_WEIGHT_PACKING):  # an integer convolution's weight
+            # (_prepack_int8_conv_weights): int8, or widened to int16
+            constants[index] = pack_int8_weight_array(
+                constants[index], axes, "int8" if width == 0 else "int16")
             continue
         if width in (WEIGHT_QUADS, WEIGHT_PAIRS, WEIGHT_PLANE) or width < 0:  # depthwise
             constants[index] = pack_depthwise_weight_array(constants[index], width, axes)

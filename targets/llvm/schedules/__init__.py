@@ -86,6 +86,7 @@ from .direct_conv import (
     schedule_conv2d_nchw,
 )
 from .int8_conv import (
+    WIDENED_WEIGHT_PACKING,
     Int8ChannelTiles,
     Int8ConvTiles,
     channel_lanes_tiles,
@@ -97,6 +98,7 @@ from .int8_conv import (
     packed_weight_shape,
     schedule_int8_conv,
     schedule_int8_conv_result,
+    weight_dtype,
 )
 from .int8_depthwise import (
     CENTERED,
@@ -209,6 +211,8 @@ __all__ = [
     "window_shares_inputs",
     "pack_columns",
     "pack_int8_weight_array",
+    "weight_dtype",
+    "WIDENED_WEIGHT_PACKING",
     "channel_lanes_tiles",
     "Int8ChannelTiles",
     "pack_matmul",

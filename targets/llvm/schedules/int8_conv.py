@@ -64,6 +64,26 @@ def data_dtype(cpu: CPUDescription) -> str:
         else "uint8"
 
 
+#: the packing code (``_prepack_int8_conv_weights``, ``_packed_constants`` of the llvm
+#: target) of a constant weight :func:`pack_int8_weight_array` packs as int16
+#: (:func:`weight_dtype`); an int8 one's code is 0
+WIDENED_WEIGHT_PACKING = "int8_conv_int16"
+
+
+def weight_dtype(cpu: CPUDescription) -> str:
+    """The type :func:`pack_int8_weight` stores a convolution's weights in where its
+    data vectors are pixels: int16 on the CPUs whose byte product would be the split
+    ``vpmaddubsw`` (x86 without VNNI), where two ``pmaddwd`` a group of four weights,
+    widened once when packed, replace its four multiplies
+    (:meth:`.int8_dot.Dot4Emitter.emit_widened_weight`; kernels in 0.72-0.86x the
+    split form's time on AVX2, 0.68-0.99x on AVX-512BW, ``benchmarks/int8_pmaddubsw.py``
+    on Zen 4). The kernels whose lanes are output channels keep int8 weights (vectors of
+    them, not broadcast groups) and the split form; so do the other CPUs."""
+    lanes = cpu.vector_lanes("int32")
+    kind = dot4_instruction(cpu.features, cpu.arch, lanes, data_dtype(cpu) == "uint8", False)
+    return "int16" if kind == "pmaddubsw" else "int8"
+
+
 def store_dot4(output: BufferRegion, a, b, counts: tuple[int, ...], lanes: int
                ) -> BufferStore:
     """The body of a dot-product intrinsic: ``output``'s ``lanes`` int32 accumulators
@@ -76,11 +96,12 @@ def store_dot4(output: BufferRegion, a, b, counts: tuple[int, ...], lanes: int
     return BufferStore(output.buffer, total, tuple(bases))
 
 
-def dot4_intrinsic(lanes: int, dtype: str) -> TensorIntrin:
+def dot4_intrinsic(lanes: int, dtype: str, weight_type: str = "int8") -> TensorIntrin:
     """``acc[l] += sum_r data[l, r] * w[r]`` over ``lanes`` pixels and four channels
-    (``dtype`` data, int8 weights): one :data:`DOT4_CALL`."""
+    (``dtype`` data, ``weight_type`` weights: int8, or int8 values widened to int16,
+    :func:`weight_dtype`): one :data:`DOT4_CALL`."""
     data = te.placeholder((lanes, GROUP), dtype, "data")
-    weight = te.placeholder((GROUP,), "int8", "weight")
+    weight = te.placeholder((GROUP,), weight_type, "weight")
     r = te.reduce_axis(GROUP, "r")
     acc = te.compute((lanes,), lambda lane: te.sum(
         te.cast("int32", data[lane, r]) * te.cast("int32", weight[r]), axis=r), name="acc")
@@ -90,7 +111,8 @@ def dot4_intrinsic(lanes: int, dtype: str) -> TensorIntrin:
         return store_dot4(output, data_region.load(0, 0), weight_region.load(0),
                           (GROUP * lanes, GROUP), lanes)
 
-    return TensorIntrin(f"cpu_dot4_{dtype}_{lanes}", acc, implement, {"lanes": lanes})
+    return TensorIntrin(f"cpu_dot4_{dtype}_{weight_type}_{lanes}", acc, implement,
+                        {"lanes": lanes})
 
 
 def dot4_channels_intrinsic(lanes: int, dtype: str) -> TensorIntrin:
@@ -682,19 +704,20 @@ def _tap(r, dilation: int, stride: int) -> tuple:
     return r * dilation % stride, r * dilation // stride
 
 
-def pack_int8_weight(w: te.Tensor) -> te.Tensor:
-    """OIHW int8 weights as ``[O, C/4, KH, KW, 4]`` (input channels past C zero)."""
+def pack_int8_weight(w: te.Tensor, dtype: str = "int8") -> te.Tensor:
+    """OIHW int8 weights as ``[O, C/4, KH, KW, 4]`` (input channels past C zero), held
+    as ``dtype`` (:func:`weight_dtype`)."""
     filters, channels, kh, kw = w.shape
     groups = -(-channels // GROUP)
 
     def element(k, group, ry, rx, inner):
         channel = group * GROUP + inner
-        return te.if_then_else(channel < channels,
-                               w[k, te.minimum(channel, channels - 1), ry, rx],
-                               te.const(0, "int8"))
+        return te.cast(dtype, te.if_then_else(channel < channels,
+                                              w[k, te.minimum(channel, channels - 1), ry, rx],
+                                              te.const(0, "int8")))
 
     return te.compute((filters, groups, kh, kw, GROUP), element, name="int8_weight",
-                      dtype="int8")
+                      dtype=dtype)
 
 
 def pack_int8_weight_lanes(w: te.Tensor, lanes: int) -> te.Tensor:
@@ -723,13 +746,18 @@ def packed_weight_shape(w_shape, lanes: int = 0) -> tuple[int, ...]:
     return (filters, -(-channels // GROUP) + 1, kh, kw, GROUP)
 
 
-def pack_int8_weight_array(w: np.ndarray, lanes: int = 0) -> np.ndarray:
+def pack_int8_weight_array(w: np.ndarray, lanes: int = 0, dtype: str = "int8") -> np.ndarray:
     """NumPy's copy of :func:`pack_int8_weight` (``lanes`` 0) or
     :func:`pack_int8_weight_lanes`, what a constant weight is packed into once, when its
     kernel is built, followed by one channel group holding each output channel's weight
     sum (the zero-point correction's factor), so that no call sums the weights again:
     its first four bytes, the int32 sum's bytes from the lowest (read back by
-    :func:`_packed_weight_sum`)."""
+    :func:`_packed_weight_sum`). ``dtype``: int8, or int16 (``lanes`` 0 only,
+    :func:`weight_dtype`), each byte widened with its sign (the sum's bytes too, which
+    :func:`int32_of_bytes` reads back alike)."""
+    if lanes and dtype != "int8":
+        raise CompileError(f"pack_int8_weight_array: weights in vectors of output "
+                           f"channels are int8, not {dtype}")
     filters, channels, kh, kw = w.shape
     groups = -(-channels // GROUP)
     padded = np.zeros((filters, (groups + 1) * GROUP, kh, kw), np.int8)
@@ -742,7 +770,7 @@ def pack_int8_weight_array(w: np.ndarray, lanes: int = 0) -> np.ndarray:
     if lanes:  # [O/L, L, groups, KH, KW, 4] -> [O/L, groups, KH, KW, L, 4]
         packed = packed.reshape(filters // lanes, lanes, -1, kh, kw, GROUP).transpose(
             0, 2, 3, 4, 1, 5)
-    return np.ascontiguousarray(packed)
+    return np.ascontiguousarray(packed, dtype=np.dtype(dtype))
 
 
 def _packed_weight_sum(packed_w: te.Tensor, k):
@@ -865,13 +893,15 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     dtype = data_dtype(cpu)
     channel_tiles = channel_lanes_tiles(x.shape, w.shape, attrs, cpu)
     lanes = channel_tiles.lanes if channel_tiles is not None else 0
+    packed_dtype = "int8" if lanes else weight_dtype(cpu)
     if packed_weight is not None and (
             tuple(packed_weight.shape) != packed_weight_shape(w.shape, lanes)
-            or packed_weight.dtype != "int8"):
+            or packed_weight.dtype != packed_dtype):
         raise CompileError(f"{name}: the packed weight is {packed_weight.dtype}"
-                           f"{list(packed_weight.shape)}, not int8"
+                           f"{list(packed_weight.shape)}, not {packed_dtype}"
                            f"{list(packed_weight_shape(w.shape, lanes))} "
-                           f"(pack_int8_weight_array with lanes={lanes})")
+                           f"(pack_int8_weight_array with lanes={lanes}, "
+                           f"dtype={packed_dtype})")
     if channel_tiles is not None:
         return _int8_conv_channel_lanes(x, w, x_zero, attrs, cpu, name, packed_weight,
                                         channel_tiles)
@@ -894,7 +924,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     rows = -(-(positions + reach) // stride_row)
     data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, cpu, strides=(sy, sx),
                           phases=phases)
-    packed_w = pack_int8_weight(w) if packed_weight is None else packed_weight
+    packed_w = pack_int8_weight(w, packed_dtype) if packed_weight is None else packed_weight
     groups = data.shape[1]
     rco = te.reduce_axis(groups, "rco")
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
@@ -954,7 +984,7 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     schedule[local].reorder(lb, ly, rco, ry, rx, lk, lv, lcol, rci)
     schedule[local].unroll(lk)
     schedule[local].unroll(lv)
-    schedule[local].tensorize(lcol, dot4_intrinsic(tiles.lanes, data.dtype),
+    schedule[local].tensorize(lcol, dot4_intrinsic(tiles.lanes, data.dtype, packed_w.dtype),
                                vectorize_init=True)
 
 

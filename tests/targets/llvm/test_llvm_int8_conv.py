@@ -19,6 +19,7 @@ from heterocc.targets.llvm.cpu import parse_cpu
 from heterocc.targets.llvm.int8_dot import dot4_instruction
 from heterocc.targets.llvm.schedules.int8_conv import (
     INT8_FINISH_TILES,
+    WIDENED_WEIGHT_PACKING,
     Int8ChannelTiles,
     channel_lanes_tiles,
     conv_tiling,
@@ -34,6 +35,7 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     schedule_int8_conv,
     schedule_int8_conv_result,
     tile_candidates,
+    weight_dtype,
 )
 from heterocc.targets.llvm.schedules.int8_depthwise import (
     int8_depthwise_conv,
@@ -54,6 +56,10 @@ DESCRIPTIONS = [
     ("llvm -mcpu=haswell", "vpmaddubsw"),  # AVX2
     ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "sdot"),  # NEON dotprod
 ]
+#: (target, the instruction its kernels of vectors of pixels multiply bytes with): on x86
+#: without VNNI by weights widened to int16 when packed (``weight_dtype``)
+PIXEL_DESCRIPTIONS = [(target, "vpmaddwd" if instruction == "vpmaddubsw" else instruction)
+                      for target, instruction in DESCRIPTIONS]
 
 
 def _host_runs(cpu) -> bool:
@@ -117,7 +123,7 @@ def test_tiles_come_from_the_description():
     assert (neon.lanes, neon.channels) == (4, 16)
 
 
-@pytest.mark.parametrize("target,instruction", DESCRIPTIONS,
+@pytest.mark.parametrize("target,instruction", PIXEL_DESCRIPTIONS,
                          ids=["avx512vnni", "avxvnni", "avx512bw", "avx2", "neon-sdot"])
 @pytest.mark.parametrize("shape,filters,kernel,strides,pads,dilations", [
     ((1, 8, 9, 11), 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
@@ -130,6 +136,7 @@ def test_integer_convolution_is_exact(target, instruction, shape, filters, kerne
     cpu = parse_cpu(target)
     module, out = _build(shape, filters, kernel, strides, pads, dilations, cpu)
     assert instruction in module.assembly()
+    assert "vpmaddubsw" not in module.assembly()  # no split form where int16 weights are
     if not _host_runs(cpu):
         return  # cross-compiled: its assembly was the check
     rng = np.random.default_rng(sum(shape) + filters)
@@ -323,6 +330,61 @@ def test_channel_lanes_leave_a_block_for_each_core():
     assert channel_tiling(32, 7, 7, parse_cpu("llvm -mcpu=sapphirerapids -num-cores=1")
                           ).rows == 7
     assert channel_tiling(24, 7, 7, two) is None  # 24 channels fill no 16-lane vectors
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=haswell",
+                                    "llvm -mcpu=sapphirerapids -mattr=-avx512vnni",
+                                    "llvm -mcpu=x86-64-v2"], ids=["avx2", "avx512bw", "sse4"])
+def test_without_vnni_the_weights_are_widened_once_when_packed(target):
+    """On x86 without VNNI a convolution of vectors of pixels holds its weights as int16
+    (``weight_dtype``), packed once for a constant (``pack_int8_weight_array``, weight
+    sums included), so that two ``pmaddwd`` a group of four take the place of the split
+    ``vpmaddubsw``'s four multiplies: bit-exact, prepacked or packed per call, extreme
+    bytes and weights too."""
+    cpu = parse_cpu(target)
+    assert weight_dtype(cpu) == "int16"
+    shape, w_shape = (1, 20, 9, 9), (12, 20, 3, 3)  # 12 filters: no vector of channels
+    attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
+    assert channel_lanes_tiles(shape, w_shape, attrs, cpu) is None
+    x, w = te.placeholder(shape, "uint8", "x"), te.placeholder(w_shape, "int8", "w")
+    zero = te.placeholder((1,), "uint8", "zero")
+    packed = te.placeholder(packed_weight_shape(w_shape), "int16", "w.packed")
+    with pytest.raises(CompileError, match="not int16"):
+        int8_conv(x, w, zero, attrs, cpu,
+                  packed_weight=te.placeholder(packed_weight_shape(w_shape), "int8", "p"))
+    modules = {}
+    for prepacked in (False, True):
+        out = int8_conv(x, w, zero, attrs, cpu, packed_weight=packed if prepacked else None)
+        schedule = te.create_schedule(out)
+        schedule_int8_conv(schedule, out.op.body.a.tensor, cpu)
+        module = hllvm.build(te.lower(schedule, [x, packed if prepacked else w, zero, out],
+                                      name="conv"), cpu=cpu)
+        assembly = module.assembly()
+        assert "pmaddwd" in assembly and "pmaddubsw" not in assembly
+        modules[prepacked] = module
+    if not _host_runs(cpu):
+        return
+    rng = np.random.default_rng(3)
+    cases = [(rng.integers(0, 256, shape), rng.integers(-128, 128, w_shape), 9),
+             (np.full(shape, 255), np.full(w_shape, -128), 0),
+             (np.full(shape, 255), np.full(w_shape, 127), 255)]
+    for xs, ws, z in cases:
+        xs, ws = xs.astype(np.uint8), ws.astype(np.int8)
+        expected = _reference(xs, ws, z, (1, 1), (1, 1, 1, 1), (1, 1))
+        packed_ws = pack_int8_weight_array(ws, 0, "int16")
+        assert packed_ws.dtype == np.int16
+        for prepacked, module in modules.items():
+            got = np.zeros(expected.shape, np.int32)
+            module["conv"](xs, packed_ws if prepacked else ws, np.array([z], np.uint8), got)
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_the_weights_stay_bytes_where_the_cpu_multiplies_bytes():
+    for target in ("llvm -mcpu=sapphirerapids", "llvm -mcpu=sapphirerapids -mattr=-avx512f",
+                   "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"):
+        assert weight_dtype(parse_cpu(target)) == "int8", target
+    with pytest.raises(CompileError, match="int8, not int16"):
+        pack_int8_weight_array(np.zeros((16, 4, 1, 1), np.int8), 16, "int16")
 
 
 def test_extreme_bytes_do_not_saturate():
@@ -526,6 +588,32 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
     got = compiled.run([x])[0]
     np.testing.assert_array_equal(got, evaluate(compiled.graph, [x])[0])
     assert steps_apart(got, ort_reference(model, x), output_scale(model)) <= 1
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=haswell", "llvm -mattr=-avx512vnni"],
+                         ids=["avx2", "avx512bw"])
+def test_a_quantized_cnn_without_vnni_gives_the_integer_references_bits(tmp_path, target):
+    """An ORT-quantized QDQ CNN compiled for a CPU without VNNI: its constant weights
+    packed at build time as int16 (the dense convolutions' ``pmaddwd`` form), the
+    depthwise one's as that CPU packs them; the integer reference's bits, as the host's
+    own description gives them."""
+    pytest.importorskip("onnxruntime.quantization")
+    import heterocc
+    from heterocc.runtime.interpreter import evaluate
+
+    source, shape, _ = _inverted_residual()
+    model = _quantized(source, shape, "QUInt8", tmp_path)
+    compiled = heterocc.compile(model, target=target)
+    widened = [kernel.constants[index] for kernel in compiled.kernels.values()
+               for index, packing, _ in kernel.prim.attrs["packed_constants"]
+               if packing == WIDENED_WEIGHT_PACKING]
+    assert widened and all(c.dtype == np.int16 for c in widened)
+    if not _host_runs(parse_cpu(target)):
+        return  # built for it: the packing was the check
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    got = compiled.run([x])[0]
+    np.testing.assert_array_equal(got, evaluate(compiled.graph, [x])[0])
+    np.testing.assert_array_equal(got, heterocc.compile(model, target="llvm").run([x])[0])
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell",
