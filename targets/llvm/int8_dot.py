@@ -68,6 +68,10 @@ from .llvm_types import element_size, storage_type
 #: the TIR call the CPU's codegen lowers to its dot-product instruction
 DOT4_CALL = "cpu.dot4"
 
+#: ``pmaddwd`` by the int32 lanes it gives
+PMADDWD = {16: "llvm.x86.avx512.pmaddw.d.512", 8: "llvm.x86.avx2.pmadd.wd",
+           4: "llvm.x86.sse2.pmadd.wd"}
+
 I8 = ir.IntType(8)
 I16 = ir.IntType(16)
 I32 = ir.IntType(32)
@@ -208,10 +212,7 @@ class Dot4Emitter:
 
     def _pmaddwd(self, acc, a, b, lanes: int, a_unsigned: bool, b_unsigned: bool):
         width = _pmaddwd_width(self.features, 2 * lanes)
-        words = _vector(I16, 2 * width)
-        names = {16: "llvm.x86.avx512.pmaddw.d.512", 8: "llvm.x86.avx2.pmadd.wd",
-                 4: "llvm.x86.sse2.pmadd.wd"}
-        fn = self.function(names[width], _vector(I32, width), [words, words])
+        fn = self._pmaddwd_function(width)
         wide_a = self._extend(a, I16, a_unsigned)
         wide_b = self._extend(b, I16, b_unsigned)
         pairs = [self.builder.call(fn, [self._slice(wide_a, start, 2 * width),
@@ -257,9 +258,7 @@ class Dot4Emitter:
             raise CompileError(f"{DOT4_CALL}: int16 weights take uint8 data on x86's "
                                "pmaddwd (a broadcast group: two 32-bit words)")
         ints, halves = _vector(I32, width), _vector(I16, 2 * width)
-        names = {16: "llvm.x86.avx512.pmaddw.d.512", 8: "llvm.x86.avx2.pmadd.wd",
-                 4: "llvm.x86.sse2.pmadd.wd"}
-        fn = self.function(names[width], ints, [halves, halves])
+        fn = self._pmaddwd_function(width)
         data = [self._data_pairs(a, half, lanes) for half in (0, 1)]
         weights = []
         for word in words:
@@ -290,10 +289,7 @@ class Dot4Emitter:
     def _pmaddwd_pairs(self, acc, a, b, lanes: int):
         """int16 pairs: ``pmaddwd`` on the operands as they are, one add."""
         width = _pmaddwd_width(self.features, lanes)
-        words = _vector(I16, 2 * width)
-        names = {16: "llvm.x86.avx512.pmaddw.d.512", 8: "llvm.x86.avx2.pmadd.wd",
-                 4: "llvm.x86.sse2.pmadd.wd"}
-        fn = self.function(names[width], _vector(I32, width), [words, words])
+        fn = self._pmaddwd_function(width)
         pairs = [self.builder.call(fn, [self._slice(a, start, 2 * width),
                                         self._slice(b, start, 2 * width)])
                  for start in range(0, 2 * lanes, 2 * width)]
@@ -306,6 +302,11 @@ class Dot4Emitter:
         return self._add_groups(acc, products, lanes, group)
 
     # ------------------------------------------------------------------ helpers
+
+    def _pmaddwd_function(self, width: int):
+        """``pmaddwd`` giving ``width`` int32 lanes (16: AVX-512BW, 8: AVX2, 4: SSE2)."""
+        halves, ints = _vector(I16, 2 * width), _vector(I32, width)
+        return self.function(PMADDWD[width], ints, [halves, halves])
 
     def _extend(self, value, element: ir.Type, unsigned: bool) -> ir.Value:
         ty = _vector(element, value.type.count)
