@@ -6,8 +6,9 @@ kernels at all, or needs fewer multiplies.
    VNNI ``vpdpbusd``, AVX-VNNI, NEON ``udot``/``sdot``; on x86 without VNNI the split
    ``vpmaddubsw`` form, which only the channel-lane kernels keep: the convolutions of
    vectors of pixels multiply by weights widened when packed, two ``vpmaddwd`` a group
-   where this loop times four, so there its time is no lower bound for those kernels): independent accumulator chains on registers, no memory, timed on
-   one thread, then on every core at once (the best of several runs).
+   where this loop times four, so there its time is no lower bound for those kernels):
+   independent accumulator chains on registers, no memory, timed on one thread, then on
+   every core at once (the best of several runs).
 2. The model's multiply-accumulates the dot product takes: its dense and grouped
    convolutions and its products (Gemm, MatMul), counted from the exported graph with
    the reduction rounded up to whole groups of four bytes (a 3-channel stem costs four),
