@@ -30,8 +30,9 @@ otherwise to an exact alternative:
   sums into int32, by 1 and by 128: exact, no shuffle, and the split is made once per
   data vector, which a register tile multiplies by several weights (splitting the
   weight instead costs a byte shift, four instructions, per broadcast weight).
-  Kernel against the widened ``pmaddwd`` form (``benchmarks/int8_pmaddubsw.py``):
-  AVX2 0.66-0.92x, AVX-512BW 0.80-1.02x over four runs at load 8-15;
+  Kernel against ``pmaddwd`` on operands widened to int16 (below): AVX2 0.66-0.92x, AVX-512BW
+  0.80-1.02x over four runs at load 8-15. Only the kernels whose lanes are output
+  channels take it now: the others' weights are widened when packed (next);
 * ``vpmaddwd``/``pmaddwd`` (AVX-512BW, AVX2, SSE2) by int16 weights, where the
   convolution widened its int8 weights once, when it packed them (``b`` four int16,
   broadcast: :func:`.schedules.int8_conv.weight_dtype`, on the CPUs whose byte product
