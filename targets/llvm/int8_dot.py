@@ -185,12 +185,15 @@ class Dot4Emitter:
             raise CompileError(f"{DOT4_CALL}: operand {name} has {count} elements; it needs "
                                f"{group * lanes} ({group} per int32 lane) or {group} "
                                "(broadcast)")
-        word = self.builder.bitcast(value, I32)
+        return self.builder.bitcast(self._splat(self.builder.bitcast(value, I32), lanes),
+                                    _vector(value.type.element, group * lanes))
+
+    def _splat(self, word: ir.Value, lanes: int) -> ir.Value:
+        """The int32 ``word`` in every lane of ``<lanes x i32>`` (one broadcast)."""
         vector = self.builder.insert_element(ir.Constant(_vector(I32, lanes), ir.Undefined),
                                              word, ir.Constant(I32, 0))
-        vector = self.builder.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined),
-                                             _mask([0] * lanes))
-        return self.builder.bitcast(vector, _vector(value.type.element, group * lanes))
+        return self.builder.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined),
+                                           _mask([0] * lanes))
 
     # ------------------------------------------------------------------ lowerings
 
@@ -226,13 +229,11 @@ class Dot4Emitter:
         """uint8 ``a`` x int8 ``b``: ``pmaddubsw`` of each half of the split data (see
         the module's docstring) by ``b``, ``pmaddwd`` by 1 and by 128, two adds."""
         width = _pmaddubsw_width(self.features, lanes)
-        bytes_, words, ints = (_vector(I8, 4 * width), _vector(I16, 2 * width),
-                               _vector(I32, width))
-        names = {16: ("llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512"),
-                 8: ("llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd"),
-                 4: ("llvm.x86.ssse3.pmadd.ub.sw.128", "llvm.x86.sse2.pmadd.wd")}
-        bytes_fn = self.function(names[width][0], words, [bytes_, bytes_])
-        words_fn = self.function(names[width][1], ints, [words, words])
+        bytes_, words = _vector(I8, 4 * width), _vector(I16, 2 * width)
+        names = {16: "llvm.x86.avx512.pmaddubs.w.512", 8: "llvm.x86.avx2.pmadd.ub.sw",
+                 4: "llvm.x86.ssse3.pmadd.ub.sw.128"}
+        bytes_fn = self.function(names[width], words, [bytes_, bytes_])
+        words_fn = self._pmaddwd_function(width)
         low = self.builder.and_(a, ir.Constant(a.type, [127] * a.type.count))
         high = self.builder.lshr(a, ir.Constant(a.type, [7] * a.type.count))
         ones, scale_high = (ir.Constant(words, [k] * (2 * width)) for k in (1, 128))
@@ -258,16 +259,10 @@ class Dot4Emitter:
         if not width or not a_unsigned or len(words) != 2:
             raise CompileError(f"{DOT4_CALL}: int16 weights take uint8 data on x86's "
                                "pmaddwd (a broadcast group: two 32-bit words)")
-        ints, halves = _vector(I32, width), _vector(I16, 2 * width)
         fn = self._pmaddwd_function(width)
         data = [self._data_pairs(a, half, lanes) for half in (0, 1)]
-        weights = []
-        for word in words:
-            splat = self.builder.insert_element(ir.Constant(ints, ir.Undefined), word,
-                                                ir.Constant(I32, 0))
-            splat = self.builder.shuffle_vector(splat, ir.Constant(ints, ir.Undefined),
-                                                _mask([0] * width))
-            weights.append(self.builder.bitcast(splat, halves))
+        weights = [self.builder.bitcast(self._splat(word, width), _vector(I16, 2 * width))
+                   for word in words]
         pieces = []
         for start in range(0, 2 * lanes, 2 * width):
             total = self._slice(acc, start // 2, width)

@@ -64,13 +64,13 @@ from .schedules import (
     pack_int8_weight_array,
     pack_matmuls,
     packed_source,
+    packed_weight_dtype,
     packed_weight_shape,
     reachable_computes,
     split_at_channel_selects,
     use_int8_conv,
     use_int8_convs,
     use_prepacked,
-    weight_dtype,
 )
 from .schedules.winograd_conv import (
     WINOGRAD_PACKING,
@@ -219,7 +219,7 @@ def _prepack_int8_conv_weights(constants: _FunctionConstants, cpu: CPUDescriptio
                 tiles = channel_lanes_tiles(described["x"].shape, weight.shape,
                                             described["attrs"], cpu)
                 lanes = tiles.lanes if tiles is not None else 0
-                dtype = "int8" if lanes else weight_dtype(cpu)
+                dtype = packed_weight_dtype(cpu, lanes)
                 prepacked, index = constants.replace(
                     weight, packed_weight_shape(weight.shape, lanes), dtype, "packed")
                 packings.append((index, 0 if dtype == "int8" else WIDENED_WEIGHT_PACKING,

@@ -84,6 +84,13 @@ def weight_dtype(cpu: CPUDescription) -> str:
     return "int16" if kind == "pmaddubsw" else "int8"
 
 
+def packed_weight_dtype(cpu: CPUDescription, lanes: int = 0) -> str:
+    """The type of :func:`pack_int8_weight_array`'s weight for a convolution on ``cpu``
+    whose lanes are ``lanes`` output channels (0: pixels): :func:`weight_dtype` for
+    vectors of pixels, int8 for vectors of channels."""
+    return "int8" if lanes else weight_dtype(cpu)
+
+
 def store_dot4(output: BufferRegion, a, b, counts: tuple[int, ...], lanes: int
                ) -> BufferStore:
     """The body of a dot-product intrinsic: ``output``'s ``lanes`` int32 accumulators
@@ -893,7 +900,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     dtype = data_dtype(cpu)
     channel_tiles = channel_lanes_tiles(x.shape, w.shape, attrs, cpu)
     lanes = channel_tiles.lanes if channel_tiles is not None else 0
-    packed_dtype = "int8" if lanes else weight_dtype(cpu)
+    packed_dtype = packed_weight_dtype(cpu, lanes)
     if packed_weight is not None and (
             tuple(packed_weight.shape) != packed_weight_shape(w.shape, lanes)
             or packed_weight.dtype != packed_dtype):
