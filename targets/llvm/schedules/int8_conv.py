@@ -49,7 +49,7 @@ from heterocc.tir.stmt import BufferStore
 
 from ..cpu import CPUDescription
 from ..int8_dot import DOT4_CALL, INTERLEAVE_CALL, dot4_instruction
-from .common import vector_lanes
+from .common import TASKS_PER_CORE, vector_lanes
 
 #: input channels one dot-product lane adds (the instruction's group of bytes)
 GROUP = 4
@@ -257,6 +257,11 @@ def pool_makespan(tasks: int, threads: int) -> float:
     tasks (25 tasks on two threads: 1.04x; 36: 1.0x, where chunks cut as 4, 5, 4, 5,
     ... gave one thread 20 and the other 16)."""
     return per_core(tasks, threads) * threads / tasks
+
+
+#: how much longer than an even split a schedule lets the threads' shares of whole
+#: chunks of a parallel loop run (:func:`pool_makespan`) when it chooses larger tasks
+TASK_BALANCE = 1.05
 
 
 def per_core(tasks: int, cores: int) -> int:
@@ -1150,7 +1155,7 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
     blocks: RowBlocks = sums.op.attrs["int8_rows"]
     ko, ki = stage.split(k, tiles.channels)
     if sums.op.attrs.get(INT8_FINISH_TILES):
-        _finish_register_tiles(schedule, stage, sums, tiles, (n, ko, ki, y, x))
+        _finish_register_tiles(schedule, stage, sums, tiles, (n, ko, ki, y, x), cpu)
         return
     yo, yi = stage.split(y, blocks.rows)
     width = int(x.extent)
@@ -1183,18 +1188,43 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
 
 
 def _finish_register_tiles(schedule: te.Schedule, stage: te.Stage, sums: te.Tensor,
-                           tiles: Int8ConvTiles, axes) -> None:
+                           tiles: Int8ConvTiles, axes, cpu: CPUDescription) -> None:
     """The finishing stage of sums in one-row blocks (:func:`register_finish`), its
-    channels already split by the tile's: a task per tile of channels and output row,
-    in it one tile of pixels after another, each summed (its accumulators in registers)
-    and finished at once, its channels and vectors unrolled so that no accumulator
-    needs an address."""
+    channels already split by the tile's: a task per tile of channels and block of
+    output rows (:func:`finish_rows_per_task`), in it one tile of pixels after
+    another, each summed (its accumulators in registers) and finished at once, its
+    channels and vectors unrolled so that no accumulator needs an address."""
     n, ko, ki, y, x = axes
     po, pixels = stage.split(x, tiles.lanes * tiles.vectors)
     vector, lane = stage.split(pixels, tiles.lanes)
-    stage.reorder(n, ko, y, po, ki, vector, lane)
+    rows = finish_rows_per_task(int(y.extent),
+                                int(sums.shape[0]) * int(sums.shape[1]) // tiles.channels, cpu)
+    yo, yi = stage.split(y, rows)
+    stage.reorder(n, ko, yo, yi, po, ki, vector, lane)
     stage.unroll(ki)
     stage.unroll(vector)
     stage.vectorize(lane)
-    stage.parallel(stage.fuse(n, ko, y))
+    stage.parallel(stage.fuse(n, ko, yo))
     schedule[sums].compute_at(stage, po)
+
+
+def finish_rows_per_task(height: int, tiles: int, cpu: CPUDescription) -> int:
+    """How many output rows one task of a convolution finished in register tiles
+    (:func:`_finish_register_tiles`; ``tiles`` tiles of channels, batch included, by
+    ``height`` rows) takes: the most rows dividing the height that leave
+    :data:`.common.TASKS_PER_CORE` tasks a core, shared out evenly
+    (:func:`pool_makespan` within :data:`TASK_BALANCE`), else one. A task first
+    broadcasts its tile's weights and reads its weight sums (16 channels by 4 groups of
+    MobileNetV2's 16->96 1x1 at 112x112: 64 broadcasts, spilled, and 16 sums), which
+    rows of one task share: with a row a task, that layer took 1.15x the time of a
+    whole image a task on one thread (AVX-512 VNNI, Zen 5). Fewer tasks than that a
+    core leave the pool nothing to even out a thread that starts late with: the whole
+    image a task, six tasks on two threads, took 0.082 ms where a row a task took
+    0.065-0.077 and 16 rows a task 0.056-0.065."""
+    cores = max(cpu.num_cores, 1)
+    for rows in range(height, 0, -1):
+        tasks = tiles * (height // rows)
+        if height % rows == 0 and tasks >= TASKS_PER_CORE * cores \
+                and pool_makespan(tasks, cores) <= TASK_BALANCE:
+            return rows
+    return 1

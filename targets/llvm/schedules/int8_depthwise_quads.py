@@ -42,6 +42,7 @@ from ..int8_dot import dot4_instruction, window_load_bytes
 from .int8_conv import (
     GROUP,
     INT8_BLOCKS_PER_TASK,
+    TASK_BALANCE,
     _flip,
     _zero,
     block_of_rows,
@@ -106,9 +107,6 @@ def dot4_window_intrinsic(lanes: int, dtype: str, stride: int,
 #: loop (:func:`blocks_per_task`, :func:`attach_copies_in_blocks`)
 IN_BLOCKS = "int8_copy_in_blocks"
 
-#: how much longer than an even split :func:`blocks_per_task` lets the threads' shares of
-#: whole chunks run (:func:`pool_makespan`)
-TASK_BALANCE = 1.05
 
 
 def blocks_per_task(blocks: int, tiles: int, cpu: CPUDescription) -> int:

@@ -24,6 +24,7 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     channel_lanes_tiles,
     conv_tiling,
     data_dtype,
+    finish_rows_per_task,
     int8_conv,
     int8_conv_inputs,
     int8_conv_tiles,
@@ -741,6 +742,11 @@ def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filt
         width = tiles.lanes * tiles.vectors
         assert block.rows == 1 and shape[3] % width == 0 and kernel == (1, 1)
         assert set(_allocated_in_parallel_loop(func, sums.name)) == {tiles.channels * width}
+        # a task finishes several rows of its tile where the pool still has tasks
+        # enough to share (finish_rows_per_task)
+        rows = finish_rows_per_task(shape[2], shape[0] * filters // tiles.channels, cpu)
+        assert _parallel_extents(func, sums.name) == [shape[0] * filters // tiles.channels
+                                           * shape[2] // rows]
     elif shape[2:] != (1, 1):  # (a 1x1 image of 4 filters is one task: no parallel loop)
         assert _allocated_in_parallel_loop(func, sums.name) == [tiles.channels * block.extent]
     if isinstance(tiles, Int8ChannelTiles):  # only the output's pixels, rows of them
@@ -768,6 +774,33 @@ def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filt
     expected = _reference(xs, ws, 131, strides, pads, (1, 1)) * 3 \
         + np.arange(filters)[None, :, None, None]
     np.testing.assert_array_equal(got, expected)
+
+
+def _parallel_extents(func, name: str) -> list[int]:
+    """The extents of ``func``'s parallel loops that allocate buffer ``name``."""
+    from heterocc.tir.stmt import Allocate, For, ForKind
+    from heterocc.tir.visitor import collect
+
+    return [loop.extent.value for loop in collect(
+        func.body, lambda n: isinstance(n, For) and n.kind == ForKind.PARALLEL)
+        if collect(loop.body, lambda n: isinstance(n, Allocate) and n.buffer.name == name)]
+
+
+def test_register_finished_rows_are_shared_in_tasks_of_several_rows():
+    """A convolution finished in register tiles takes the most rows a task that leave
+    four tasks a core, shared evenly: MobileNetV2's 16->96 at 112x112 (six tiles of 16
+    channels) in halves of the image on two cores, in quarters on four; a single tile
+    in 14-row tasks; one row a task where nothing larger divides the height evenly."""
+    two, four = (parse_cpu(f"llvm -mcpu=sapphirerapids -num-cores={n}") for n in (2, 4))
+    assert finish_rows_per_task(112, 6, two) == 56  # 12 tasks
+    assert finish_rows_per_task(112, 6, four) == 28  # 24 tasks
+    assert finish_rows_per_task(112, 1, two) == 14  # 8 tasks
+    assert finish_rows_per_task(7, 1, two) == 1  # 7 tasks: fewer than 8 either way
+    for height, tiles, cpu in ((112, 6, two), (56, 9, four), (28, 3, two), (13, 5, four)):
+        rows = finish_rows_per_task(height, tiles, cpu)
+        tasks = tiles * height // rows
+        assert height % rows == 0
+        assert rows == 1 or (tasks >= 4 * cpu.num_cores and tasks % cpu.num_cores == 0)
 
 
 def test_row_blocks_drop_fewest_positions_within_half_the_l1_cache():
