@@ -636,3 +636,78 @@ def test_uniform_vector_constants_are_written_once_and_parse_as_lane_by_lane():
             str(module.get_function("b")).split("{")[1]
     mixed = codegen.constant(floats, [float(k) for k in range(16)])
     assert mixed.get_reference().startswith("<float") and "splat" not in mixed.get_reference()
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=haswell", "llvm -mtriple=aarch64-linux-gnu"],
+                         ids=["avx2", "neon"])
+def test_padded_byte_rows_load_whole_vectors_where_every_lane_is_inside(target):
+    """A padded copy of byte rows (an int8 depthwise convolution's) on a CPU without a
+    masked load of bytes (AVX2, NEON): each vector is one plain load under one scalar
+    test where all its lanes lie inside the image, lane by lane only at the borders;
+    bit-exact, and nothing read past the input's end."""
+    height, width, pad = 9, 60, 1
+    A = te.placeholder((height, width), "uint8", "A")
+    C = te.compute((height + 2 * pad, width + 2 * pad), lambda i, j: te.if_then_else(
+        te.logical_and(te.logical_and(i >= pad, i < height + pad),
+                       te.logical_and(j >= pad, j < width + pad)),
+        A[i - pad, j - pad], te.const(7, "uint8")), name="C")
+    s = te.create_schedule(C)
+    s[C].vectorize(s[C].split(C.op.axis[1], factor=16)[1])
+    cpu = hllvm.parse_cpu(target)
+    module = hllvm.build(te.lower(s, [A, C], name="f"), cpu=cpu)
+    ir_text = module.unoptimized_ir
+    # each masked load (the borders, lane by lane) is the other branch of a plain load's
+    masked = len(re.findall(r'call <\d+ x i8> @"llvm\.masked\.load', ir_text))
+    assert masked and len(re.findall(r"phi\s+<\d+ x i8>", ir_text)) == masked
+    if cpu.arch != "x86_64":
+        return
+    a = guarded_array(RNG.integers(0, 256, (height, width)).astype(np.uint8))
+    expected = np.pad(a, pad, constant_values=7)
+    np.testing.assert_array_equal(call(module, C, a), expected)
+
+
+def test_every_lane_is_the_extreme_lanes_condition():
+    """``every_lane`` of a padded read's predicate holds exactly where each of its
+    lanes does (checked against the lanes for bases across the bounds), for ramps
+    running either way and comparisons written either way round; None where no scalar
+    condition says it (an equality, a ramp of unknown stride)."""
+    from heterocc.targets.llvm.codegen import every_lane
+
+    base, row, step = (tir.Var(name, "int64") for name in ("base", "row", "step"))
+    lanes = 8
+
+    def ramp(stride):
+        return tir.Ramp(base, tir.IntImm(stride, "int64"), lanes)
+
+    def wide(value):
+        return tir.Broadcast(tir.IntImm(value, "int64"), lanes)
+
+    predicates = [
+        tir.binary("and", tir.Broadcast(row >= 0, lanes),
+                   tir.binary("and", ramp(1) >= wide(0), ramp(1) < wide(20))),
+        tir.binary("and", ramp(-2) > wide(-5), ramp(-2) <= wide(9)),
+        tir.binary("and", wide(3) <= ramp(3), wide(40) > ramp(3)),
+    ]
+    for predicate in predicates:
+        condition = every_lane(predicate)
+        assert condition is not None and tir.lanes_of(condition.dtype) == 1
+        for b in range(-30, 40):
+            for r in (-1, 0):
+                values = {base: tir.IntImm(b, "int64"), row: tir.IntImm(r, "int64")}
+                lane_values = tir.simplify(tir.substitute(predicate, values))
+                every = tir.simplify(tir.substitute(condition, values))
+                assert isinstance(every, tir.IntImm)
+                assert bool(every.value) == all(
+                    bool(tir.simplify(tir.substitute(_lane(predicate, k), values)).value)
+                    for k in range(lanes)), (predicate, b, r, lane_values)
+    assert every_lane(tir.binary("eq", ramp(1), wide(0))) is None
+    assert every_lane(tir.Ramp(base, step, lanes) >= wide(0)) is None
+
+
+def _lane(predicate, k: int):
+    """Lane ``k`` of a predicate of broadcasts and ramps, as a scalar expression."""
+    if isinstance(predicate, tir.Broadcast):
+        return predicate.value
+    if isinstance(predicate, tir.Ramp):
+        return predicate.base + predicate.stride * tir.IntImm(k, "int64")
+    return tir.binary(predicate.op, _lane(predicate.a, k), _lane(predicate.b, k))
