@@ -4,7 +4,7 @@ replaces, in alternating rounds in one process, on the CPU clock:
 * ``phases``: 16-bit products (the data centered as int16; strided: split by column
   phase), what a CPU without a pair product gets;
 * ``pairs``: strided layers' neighbouring column taps on one int16 pair product
-  (``pairs_apply``: AVX-512BW);
+  (``pairs_apply``: AVX-512BW; AVX2 where the copied rows mostly load whole vectors);
 * ``windows``: a kernel row per 8-bit dot product over quads gathered in registers by a
   byte shuffle (``quads_apply``: VNNI with VBMI, NEON ``sdot``).
 
@@ -71,7 +71,8 @@ def build(channels: int, size: int, stride: int, cpu, kernel: str):
         zero = te.placeholder((1,), "uint8", "zero")
         attrs = {"strides": (stride, stride), "pads": (1, 1, 1, 1), "dilations": (1, 1),
                  "group": channels}
-        shape, dtype, packing = dw.depthwise_weight_packing((channels, 1, 3, 3), attrs, cpu)
+        shape, dtype, packing = dw.depthwise_weight_packing((channels, 1, 3, 3), attrs, cpu,
+                                                            (1, channels, size, size))
         w = te.placeholder((channels, 1, 3, 3), "int8", "w")
         packed = te.placeholder(shape, dtype, "w.packed")
         out = dw.int8_depthwise_conv(x, w, zero, attrs, cpu, packed_weight=packed)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from heterocc.sdk import CompileError, te
+from heterocc.sdk.graph import conv_geometry
 from heterocc.te.intrin import BufferRegion, TensorIntrin
 from heterocc.te.schedule_reads import reads_of
 from heterocc.tir import expr as tx
@@ -143,18 +144,36 @@ def pack_centered_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, stride: i
                       name="int8_data", dtype=CENTERED)
 
 
-def pairs_apply(strides, dilations, cpu: CPUDescription) -> bool:
+def pairs_apply(strides, dilations, cpu: CPUDescription, row=None) -> bool:
     """Whether a depthwise convolution of ``strides`` and ``dilations`` takes its taps
     in pairs of columns (the module's docstring): column stride 2, column dilation 1, on
     a CPU whose dot product of int16 pairs is one instruction (elsewhere the widened
-    form would cost more than the 16-bit products it replaces) and whose guarded
-    vector copy of bytes is a masked move (:func:`masked_byte_loads`: AVX-512BW;
-    on AVX2 the row copy loads byte by byte, and the kernel measured 1.0-2.3x slower
-    than the column-phase one, load 10)."""
+    form would cost more than the 16-bit products it replaces), and whose guarded
+    vector copy of bytes is a masked move (:func:`masked_byte_loads`: AVX-512BW) or
+    whose copied rows mostly load whole vectors (:func:`rows_mostly_whole`, ``row``:
+    the image's width and its left and right padding, where known). On AVX2 a vector
+    of the row copy that crosses the image's border loads byte by byte: MobileNetV2's
+    stride-2 layers took 0.64x the column-phase kernel's time at 112x112 and 0.76x at
+    56x56, but 2.05x at 28x28 (rows of two vectors, neither whole) and 1.22x at 14x14
+    (Zen 5, ``benchmarks/int8_depthwise.py``)."""
     lanes = cpu.vector_lanes("int32")
-    return (int(strides[1]), int(dilations[1])) == (2, 1) and masked_byte_loads(cpu) \
+    return (int(strides[1]), int(dilations[1])) == (2, 1) \
         and dot4_instruction(cpu.features, cpu.arch, lanes, False, False, 16) in (
-            "vpdpwssd", "pmaddwd")
+            "vpdpwssd", "pmaddwd") \
+        and (masked_byte_loads(cpu) or (row is not None and rows_mostly_whole(*row, cpu)))
+
+
+def rows_mostly_whole(width: int, left: int, right: int, cpu: CPUDescription) -> bool:
+    """Whether at least half the vectors of a padded row copy (:data:`CENTERED`, ``left``
+    and ``right`` padding around ``width`` columns, whole pairs, one vector of int16 after
+    another from the row's start) lie inside the image: those load whole, the others
+    lane by lane on a CPU without a masked move of their elements."""
+    lanes = cpu.vector_lanes(CENTERED)
+    length = -(-(width + left + right) // 2) * 2
+    vectors = -(-length // lanes)
+    whole = sum(1 for k in range(vectors)
+                if k * lanes >= left and (k + 1) * lanes <= left + width)
+    return 2 * whole >= vectors
 
 
 def dot2_intrinsic(lanes: int) -> TensorIntrin:
@@ -282,10 +301,19 @@ def depthwise_weight_packing(w_shape, attrs, cpu: CPUDescription, x_shape=None
         return weight_plane_shape(w_shape, cpu), "int8", WEIGHT_PLANE
     if quads_apply(strides, dilations, cpu):
         return weight_quads_shape(w_shape), "int8", WEIGHT_QUADS
-    if pairs_apply(strides, dilations, cpu):
+    if pairs_apply(strides, dilations, cpu, _padded_row(x_shape, w_shape, attrs)):
         return weight_pairs_shape(w_shape), CENTERED, WEIGHT_PAIRS
     shape = weight_lanes_shape(w_shape, cpu)
     return shape, CENTERED, -shape[-1]
+
+
+def _padded_row(x_shape, w_shape, attrs) -> tuple[int, int, int] | None:
+    """The image's width and its left and right padding (:func:`pairs_apply`'s ``row``)
+    of a convolution of data ``x_shape`` (None where unknown)."""
+    if x_shape is None:
+        return None
+    pads = conv_geometry(x_shape, w_shape, attrs)[3]
+    return int(x_shape[3]), int(pads[1]), int(pads[3])
 
 
 def pack_depthwise_weight_array(w: np.ndarray, packing: int | str,
@@ -359,7 +387,7 @@ def int8_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, at
     if quads_apply((sy, sx), (dy, dx), cpu):
         return quad_depthwise_conv(x, w, x_zero, ((sy, sx), (dy, dx), pads, (oh, ow)), tiles,
                                    cpu, name, packed_weight)
-    if pairs_apply((sy, sx), (dy, dx), cpu):
+    if pairs_apply((sy, sx), (dy, dx), cpu, (int(x.shape[3]), pads[1], pads[3])):
         sums, blocks, half = _paired_sums(x, w, x_zero, pads, (sy, sx), (dy, dx), (oh, ow),
                                           tiles, cpu, name, packed_weight)
 
