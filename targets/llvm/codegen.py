@@ -27,6 +27,7 @@ from heterocc.tir.simplify import structural_key
 from heterocc.tir.visitor import child_list
 
 from .byte_table import byte_table_index, byte_table_lanes, emit_byte_table_lookup
+from .cpu import masked_vector_loads
 from .int8_dot import DOT4_CALL, INTERLEAVE_CALL, emit_dot4_call, emit_interleave_call
 from .int8_product import emit_shifted_product, even_odd_products, shifted_product_operands
 from .llvm_types import (
@@ -451,13 +452,9 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
 
     def _masked_load_instruction(self, dtype: str) -> bool:
         """Whether the CPU loads a contiguous vector of ``dtype`` under a mask in one
-        instruction: x86's AVX masked moves of 32- and 64-bit elements, AVX-512BW's of
-        bytes and 16-bit words. Elsewhere (AVX2's bytes and words, NEON) LLVM loads a
-        masked vector lane by lane: a test, a branch and a lane insert each."""
-        if self.codegen.arch != "x86_64":
-            return False
-        features = self.codegen.features
-        return "avx512bw" in features or (element_size(dtype) >= 4 and "avx" in features)
+        instruction (:func:`.cpu.masked_vector_loads`)."""
+        return masked_vector_loads(self.codegen.features, self.codegen.arch,
+                                   element_size(dtype))
 
     def _whole_or_masked_load(self, address: ir.Value, vector_type: ir.VectorType,
                               align: int, whole: ir.Value,

@@ -311,6 +311,18 @@ class CPUDescription:
 
 
 @functools.cache
+def masked_vector_loads(features: Iterable[str], arch: str, element_bytes: int) -> bool:
+    """Whether a CPU of ``features`` and ``arch`` loads a contiguous vector of elements
+    of ``element_bytes`` under a mask in one instruction: x86's AVX masked moves of 32-
+    and 64-bit elements, AVX-512BW's of bytes and 16-bit words. Elsewhere (AVX2's bytes
+    and words, NEON) LLVM loads a masked vector lane by lane: a test, a branch and a
+    lane insert each."""
+    if arch != "x86_64":
+        return False
+    features = frozenset(features)
+    return "avx512bw" in features or (element_bytes >= 4 and "avx" in features)
+
+
 def _host_feature_map() -> dict[str, bool]:
     return dict(llvm.get_host_cpu_features())
 

@@ -116,16 +116,17 @@ def schedule_injective(schedule: te.Schedule, tensor: te.Tensor,
 
 
 def schedule_rows(schedule: te.Schedule, tensor: te.Tensor,
-                  cpu: CPUDescription, serial_axes: int = 0) -> None:
+                  cpu: CPUDescription, serial_axes: int = 0, lanes: int | None = None
+                  ) -> None:
     """Run ``tensor``'s stage row by row: every axis but the last fused (in parallel when
-    there are enough elements), the last cut into vectors. For a stage whose flat index
-    would need vector division to recover its coordinates (a phase-split copy).
-    ``serial_axes``: that many axes before the last stay serial loops inside each
-    parallel row instead of being fused into it."""
+    there are enough elements), the last cut into vectors (of ``lanes``; default a
+    register's). For a stage whose flat index would need vector division to recover its
+    coordinates (a phase-split copy). ``serial_axes``: that many axes before the last
+    stay serial loops inside each parallel row instead of being fused into it."""
     stage = schedule[tensor]
     *axes, columns = stage.op.axis
     rows = axes[:len(axes) - serial_axes]
-    outer, lanes = stage.split(columns, factor=min(vector_lanes(tensor.dtype, cpu),
+    outer, lanes = stage.split(columns, factor=min(lanes or vector_lanes(tensor.dtype, cpu),
                                                    tensor.shape[-1]))
     stage.vectorize(lanes)
     if rows and int(np.prod(tensor.shape)) >= PARALLEL_MIN_ELEMENTS:

@@ -41,7 +41,7 @@ from heterocc.te.schedule_reads import reads_of
 from heterocc.tir import expr as tx
 from heterocc.tir.stmt import BufferStore
 
-from ..cpu import CPUDescription
+from ..cpu import CPUDescription, masked_vector_loads
 from ..int8_dot import DOT4_CALL, dot4_instruction
 from .common import schedule_rows
 from .int8_conv import (
@@ -124,7 +124,13 @@ def pack_centered_rows(x: te.Tensor, x_zero: te.Tensor | None, pads,
     n, channels, _, width = x.shape
     element = _centered_element(x, x_zero, pads)
     return te.compute((n, channels, rows, width + pads[1] + pads[3]), element,
-                      name="int8_data", dtype=CENTERED)
+                      name="int8_data", dtype=CENTERED,
+                      attrs={IMAGE_COLUMNS: (int(pads[1]), int(width))})
+
+
+#: a padded row copy's attribute: where its rows hold the image, ``(left padding,
+#: width)`` (:func:`copy_lanes`)
+IMAGE_COLUMNS = "int8_image_columns"
 
 
 def pack_centered_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, stride: int,
@@ -164,16 +170,44 @@ def pairs_apply(strides, dilations, cpu: CPUDescription, row=None) -> bool:
 
 
 def rows_mostly_whole(width: int, left: int, right: int, cpu: CPUDescription) -> bool:
-    """Whether at least half the vectors of a padded row copy (:data:`CENTERED`, ``left``
-    and ``right`` padding around ``width`` columns, whole pairs, one vector of int16 after
-    another from the row's start) lie inside the image: those load whole, the others
-    lane by lane on a CPU without a masked move of their elements."""
-    lanes = cpu.vector_lanes(CENTERED)
+    """Whether at least half the register-wide vectors of the column pairs' row copy
+    (:data:`CENTERED`, ``left`` and ``right`` padding around ``width`` columns, whole
+    pairs) lie inside the image (:func:`mostly_whole`)."""
     length = -(-(width + left + right) // 2) * 2
+    return mostly_whole(length, left, width, cpu.vector_lanes(CENTERED))
+
+
+def mostly_whole(length: int, left: int, width: int, lanes: int) -> bool:
+    """Whether at least half the vectors of a padded row copy (rows of ``length``
+    elements, the image's ``width`` columns from ``left``, moved ``lanes`` at a time
+    from the row's start) lie inside the image: those load whole, the others lane by
+    lane on a CPU without a masked move of their elements."""
     vectors = -(-length // lanes)
     whole = sum(1 for k in range(vectors)
                 if k * lanes >= left and (k + 1) * lanes <= left + width)
     return 2 * whole >= vectors
+
+
+def copy_lanes(length: int, left: int, width: int, dtype: str, cpu: CPUDescription) -> int:
+    """The lanes of the vectors a padded row copy of ``dtype`` moves (rows of ``length``
+    elements, the image's ``width`` columns from ``left``): a register's (at most the
+    row) where the CPU masks a vector load of ``dtype`` in one instruction or where most
+    of a row's vectors load whole (:func:`mostly_whole`); else the widest power of two,
+    down to two lanes, whose vectors mostly do. MobileNetV2's stride-1 depthwise
+    kernels on AVX2 (their int16 copy): 28x28 images (rows of 30) in vectors of 8 took
+    0.107 ms where 16 took 0.156 (4: 0.092), 7x7 (rows of 9) in vectors of 2 0.063
+    where one of 9 took 0.107 (4: 0.064); rows of 114 and 58 keep 16, 14x14 (rows of
+    16) take 4, 0.063 ms against 0.064 (Zen 5, ``benchmarks/int8_depthwise.py``)."""
+    full = min(cpu.vector_lanes(dtype), length)
+    if masked_vector_loads(cpu.features, cpu.arch, np.dtype(dtype).itemsize) \
+            or mostly_whole(length, left, width, full):
+        return full
+    lanes = 1 << (full.bit_length() - 1)  # a power of two below a row shorter than a vector
+    while lanes >= 2:
+        if lanes < full and mostly_whole(length, left, width, lanes):
+            return lanes
+        lanes //= 2
+    return full
 
 
 def dot2_intrinsic(lanes: int) -> TensorIntrin:
@@ -478,7 +512,10 @@ def schedule_int8_depthwise(schedule: te.Schedule, sums: te.Tensor,
     if data.ndim == 6:  # pack_int8_data: a scalar copy
         pack_in_parallel(schedule, data)
     else:  # pack_centered_rows (stride 1) or pack_centered_phases: rows of a channel serial
-        schedule_rows(schedule, data, cpu, serial_axes=data.ndim - 3)
+        image = data.op.attrs.get(IMAGE_COLUMNS)
+        lanes = None if image is None else copy_lanes(int(data.shape[-1]), *image,
+                                                      data.dtype, cpu)
+        schedule_rows(schedule, data, cpu, serial_axes=data.ndim - 3, lanes=lanes)
     local = register_tiles(schedule, sums, tiles.channels, tiles.lanes, parallel=False)
     lb, lc, ly, lx = schedule[local].op.axis
     ry, rx = schedule[local].op.reduce_axis

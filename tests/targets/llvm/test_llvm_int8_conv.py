@@ -39,6 +39,7 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     weight_dtype,
 )
 from heterocc.targets.llvm.schedules.int8_depthwise import (
+    copy_lanes,
     int8_depthwise_conv,
     rows_mostly_whole,
     schedule_int8_depthwise,
@@ -654,6 +655,24 @@ def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dil
     expected = np.concatenate([_reference(xs[:, c:c + 1], ws[c:c + 1], int(z[0]), strides,
                                           pads, dilations) for c in range(channels)], axis=1)
     np.testing.assert_array_equal(got, expected)
+
+
+def test_a_padded_row_copy_moves_vectors_that_mostly_load_whole():
+    """The stride-1 depthwise copy (int16, one column of padding each side) moves a
+    register's lanes where a masked move of int16 is one instruction (AVX-512BW) or
+    where most of a row's vectors lie inside the image; else the widest power of two
+    whose vectors mostly do: MobileNetV2's rows of 30 in vectors of 8 on AVX2 and
+    NEON, of 9 (a 7x7 image) in pairs."""
+    widths = (112, 56, 28, 14, 7)
+
+    def lanes(target):
+        return [copy_lanes(w + 2, 1, w, "int16", parse_cpu(target)) for w in widths]
+
+    assert lanes("llvm -mcpu=haswell") == [16, 16, 8, 4, 2]
+    assert lanes("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1") == [8, 8, 8, 4, 2]
+    assert lanes("llvm -mcpu=skylake-avx512") == [32, 32, 30, 16, 9]  # rows shorter
+    # the copy of the exactness test's 11-wide image: rows of 13 in vectors of 4
+    assert copy_lanes(13, 1, 11, "int16", parse_cpu("llvm -mcpu=haswell")) == 4
 
 
 def _depthwise_sums(out: te.Tensor) -> te.Tensor:
