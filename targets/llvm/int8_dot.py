@@ -69,6 +69,10 @@ from .llvm_types import element_size, storage_type
 #: the TIR call the CPU's codegen lowers to its dot-product instruction
 DOT4_CALL = "cpu.dot4"
 
+#: bytes one dot-product lane adds (the instruction's group: a convolution's input
+#: channels, or a depthwise kernel row's taps)
+GROUP = 4
+
 #: ``pmaddwd`` by the int32 lanes it gives
 PMADDWD = {16: "llvm.x86.avx512.pmaddw.d.512", 8: "llvm.x86.avx2.pmadd.wd",
            4: "llvm.x86.sse2.pmadd.wd"}
@@ -340,9 +344,59 @@ def concat_vectors(builder: ir.IRBuilder, pieces: list[ir.Value]) -> ir.Value:
 
 def window_load_bytes(span: int) -> int:
     """The bytes the window form of :data:`DOT4_CALL` loads for a window of ``span``
-    bytes: one vector, the span rounded up to a power of two (the buffer must hold them
-    all)."""
+    bytes where it gathers its quads by one byte shuffle of the whole vector: the span
+    rounded up to a power of two (the buffer must hold them all)."""
     return 1 << (span - 1).bit_length()
+
+
+#: bytes of one block of a byte shuffle that stays within 128-bit blocks (x86's
+#: ``pshufb``): the window of each block's four lanes is loaded into it
+SHUFFLE_BLOCK = 16
+
+
+def window_blocks(features: frozenset[str], arch: str, lanes: int) -> bool:
+    """Whether the window form of :data:`DOT4_CALL` for ``lanes`` int32 results gathers
+    its quads block by block (x86 without AVX-512 VBMI's whole-vector ``vpermb``: each
+    128-bit block's four lanes from a load of its own, by ``pshufb``) rather than from
+    one load of the whole window by one shuffle (VBMI, NEON's ``tbl``)."""
+    return arch == "x86_64" and "avx512vbmi" not in features and lanes > 4
+
+
+def window_read_bytes(span: int, lanes: int, stride: int, features: frozenset[str],
+                      arch: str) -> int:
+    """The bytes from a window's first that its :data:`DOT4_CALL` reads (the buffer must
+    hold them), for a window of ``span`` bytes over ``lanes`` pixels ``stride`` apart:
+    :func:`window_load_bytes` of the span, or where it loads block by block
+    (:func:`window_blocks`) up to the end of the last block's load."""
+    if window_blocks(features, arch, lanes):
+        return GROUP * stride * (lanes // GROUP - 1) + SHUFFLE_BLOCK
+    return window_load_bytes(span)
+
+
+def _window_quads(builder: ir.IRBuilder, emitter, operand: tx.BufferLoad, span: int,
+                  lanes: int, stride: int, dilation: int) -> ir.Value:
+    """Lane ``l``'s four bytes ``operand[stride * l + dilation * j]`` of a window
+    (``4L`` bytes): one load of the span and one shuffle, or where the CPU shuffles bytes
+    within 128-bit blocks only (:func:`window_blocks`), a 16-byte load per block of four
+    lanes (its window starting at lane ``4 b``'s first byte) and a shuffle within each
+    block, which LLVM emits as one ``pshufb``."""
+    codegen = emitter.codegen
+    quad = [dilation * j for j in range(GROUP)]
+    if not window_blocks(codegen.features, codegen.arch, lanes):
+        loaded = _load_run(emitter, operand, window_load_bytes(span))
+        return builder.shuffle_vector(loaded, ir.Constant(loaded.type, ir.Undefined), _mask(
+            [stride * lane + j for lane in range(lanes) for j in quad]))
+    blocks = []
+    (index,) = operand.indices
+    start = emitter.expr(index)
+    for block in range(lanes // GROUP):
+        offset = ir.Constant(start.type, GROUP * stride * block)
+        address = emitter._address(operand.buffer, emitter.builder.add(start, offset))
+        blocks.append(builder.load(address, typ=_vector(I8, SHUFFLE_BLOCK), align=1))
+    loaded = concat_vectors(builder, blocks)
+    return builder.shuffle_vector(loaded, ir.Constant(loaded.type, ir.Undefined), _mask(
+        [SHUFFLE_BLOCK * (lane // GROUP) + stride * (lane % GROUP) + j
+         for lane in range(lanes) for j in quad]))
 
 
 def _element_bits(value: ir.Value) -> int:
@@ -365,9 +419,10 @@ def emit_dot4_call(emitter, node: tx.Call) -> ir.Value:
     emits: its operands read from the addresses of their first elements (``lanes``
     int32 accumulators, then the two byte operands). The window form (two more
     arguments, ``stride`` and ``dilation``) reads ``a`` as a window: lane ``l``'s four
-    bytes are ``a[stride * l + dilation * j]``, gathered from one load of the span
-    (rounded up to a power of two bytes, which the buffer must hold) by one byte
-    shuffle."""
+    bytes are ``a[stride * l + dilation * j]``, gathered by byte shuffles
+    (:func:`_window_quads`; the buffer must hold :func:`window_read_bytes`). A group of
+    int16 weights (four, broadcast: widened when packed) multiplies either form's bytes
+    by :meth:`Dot4Emitter.emit_widened_weight`."""
     operands, counts = node.args[:3], node.args[3:]
     if len(counts) not in (2, 4) or not all(
             isinstance(o, tx.BufferLoad) and tx.lanes_of(o.dtype) == 1 for o in operands):
@@ -377,27 +432,22 @@ def emit_dot4_call(emitter, node: tx.Call) -> ir.Value:
     lanes = tx.lanes_of(node.dtype)
     window = tuple(c.value for c in counts[2:])
     sizes = [lanes, *(c.value for c in counts[:2])]
-    if window:
-        sizes[1] = window_load_bytes(sizes[1])
     builder = emitter.builder
     dot = Dot4Emitter(builder, emitter._function, emitter.codegen.features,
                       emitter.codegen.arch)
+    acc = _load_run(emitter, operands[0], lanes)
+    a = _window_quads(builder, emitter, operands[1], sizes[1], lanes, *window) if window \
+        else _load_run(emitter, operands[1], sizes[1])
     data_type, weight_type = (o.buffer.dtype for o in operands[1:])
     if weight_type == "int16" and data_type in ("uint8", "int8"):
         # bytes by a group of weights widened when packed
-        if window or sizes[2] != 4:
+        if sizes[2] != 4:
             raise CompileError(f"{DOT4_CALL}: int16 weights come one group at a time "
-                               "(four, broadcast), with data in vectors of pixels")
-        acc, a = (_load_run(emitter, o, count) for o, count in zip(operands[:2], sizes))
+                               "(four, broadcast)")
         return dot.emit_widened_weight(acc, a, _words(emitter, operands[2]),
                                        tx.is_unsigned(operands[1].buffer.dtype))
-    loaded = [_load_run(emitter, operand, count) for operand, count in zip(operands, sizes)]
-    if window:
-        stride, dilation = window
-        loaded[1] = builder.shuffle_vector(
-            loaded[1], ir.Constant(loaded[1].type, ir.Undefined),
-            _mask([stride * lane + dilation * j for lane in range(lanes) for j in range(4)]))
-    return dot.emit(*loaded, *(tx.is_unsigned(o.buffer.dtype) for o in operands[1:]))
+    b = _load_run(emitter, operands[2], sizes[2])
+    return dot.emit(acc, a, b, *(tx.is_unsigned(o.buffer.dtype) for o in operands[1:]))
 
 
 def _words(emitter, operand: tx.BufferLoad) -> tuple[ir.Value, ir.Value]:

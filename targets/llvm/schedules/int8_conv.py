@@ -47,12 +47,9 @@ from heterocc.te.schedule_reads import reads_of
 from heterocc.tir import expr as tx
 from heterocc.tir.stmt import BufferStore
 
-from ..cpu import CPUDescription
-from ..int8_dot import DOT4_CALL, INTERLEAVE_CALL, dot4_instruction
+from ..cpu import CPUDescription, masked_vector_loads
+from ..int8_dot import DOT4_CALL, GROUP, INTERLEAVE_CALL, dot4_instruction
 from .common import TASKS_PER_CORE, vector_lanes
-
-#: input channels one dot-product lane adds (the instruction's group of bytes)
-GROUP = 4
 
 
 def data_dtype(cpu: CPUDescription) -> str:
@@ -612,6 +609,56 @@ def masked_byte_loads(cpu: CPUDescription) -> bool:
     return {"avx512f", "avx512bw"} <= cpu.features
 
 
+#: a padded row copy's attribute: where its rows hold the image, ``(left padding,
+#: width)`` (:func:`copy_lanes`)
+IMAGE_COLUMNS = "int8_image_columns"
+
+
+def lanes_by_lane(length: int, left: int, width: int, lanes: int) -> int:
+    """How many elements of a padded row copy (rows of ``length`` elements, the image's
+    ``width`` columns from ``left``, moved ``lanes`` at a time from the row's start, the
+    last vector the row's tail) lie in vectors that cross the image's border or hold
+    no image: those go lane by lane on a CPU without a masked move of their elements,
+    the others are one load each."""
+    total = 0
+    for start in range(0, length, lanes):
+        end = min(start + lanes, length)
+        if not (start >= left and end <= left + width):
+            total += end - start
+    return total
+
+
+#: what one element of a padded row copy that goes lane by lane costs (a test, a branch,
+#: a lane insert), against one whole vector's load and store (:func:`copy_lanes`)
+LANE_BY_LANE_COST = 0.5
+
+
+def copy_lanes(length: int, left: int, width: int, dtype: str, cpu: CPUDescription) -> int:
+    """The lanes of the vectors a padded row copy of ``dtype`` moves (rows of ``length``
+    elements, the image's ``width`` columns from ``left``): a register's (at most the
+    row) where the CPU masks a vector load of ``dtype`` in one instruction; else the
+    power of two up to a register that costs least, a vector one and each element of
+    the vectors that go lane by lane (:func:`lanes_by_lane`)
+    :data:`LANE_BY_LANE_COST` (the wider on a tie). MobileNetV2's depthwise copies
+    compiled for AVX2 (Zen 5, ``benchmarks/int8_depthwise.py``; the costs of other
+    widths differ by CPU and by row, so this is a model, not a fit): the window
+    kernel's byte rows of 114 (112x112) in vectors of 16 took 0.131 and 0.208 ms
+    (strides 1 and 2) where 32 took 0.259 and 0.553 and 8 0.155 and 0.263; its rows of
+    16 (14x14) in 4 0.041 where 16 took 0.051, of 9 (7x7) in 2 0.028 where 8 took 0.054;
+    the int16 rows of 30 (28x28) in vectors of 8 0.107 where 16 took 0.156 (4: 0.092),
+    of 9 in 4 0.064 where one vector of 9 (which LLVM splits) took 0.107. It takes 8
+    for rows of 58 (56x56), where 16 was faster for bytes (0.157 ms against 0.187)
+    and as fast for int16."""
+    full = min(cpu.vector_lanes(dtype), length)
+    if masked_vector_loads(cpu.features, cpu.arch, np.dtype(dtype).itemsize):
+        return full
+    widest = 1 << (full.bit_length() - 1)
+    candidates = [1 << k for k in range(widest.bit_length() - 1, 0, -1)] or [full]
+    return min(candidates, key=lambda lanes: (
+        -(-length // lanes) + LANE_BY_LANE_COST * lanes_by_lane(length, left, width, lanes),
+        -lanes))
+
+
 def pack_int8_bytes(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
                     dtype: str, strides=(1, 1), phases=(1, 1)) -> te.Tensor:
     """:func:`pack_int8_flat`'s layout (``positions`` as they are) in one pass, each
@@ -1067,14 +1114,18 @@ def pack_in_parallel(schedule: te.Schedule, packed: te.Tensor,
 def schedule_phase_rows(schedule: te.Schedule, data: te.Tensor, cpu: CPUDescription,
                         parallel: bool = True) -> None:
     """A copy split by row phase, ``[n, C, phases, rows * row length]`` (its flat axis
-    carrying ``int8_row``): row by row, each row's columns in vectors, batch and
-    channels in parallel (``parallel``; else serial, for a copy computed inside a
-    parallel loop of its reader's)."""
+    carrying ``int8_row``): row by row, each row's columns in vectors (of
+    :func:`copy_lanes` where it says where its rows hold the image,
+    :data:`IMAGE_COLUMNS`), batch and channels in parallel (``parallel``; else serial,
+    for a copy computed inside a parallel loop of its reader's)."""
     stage = schedule[data]
     b, c, _, position = stage.op.axis
     row = data.op.attrs["int8_row"]
+    image = data.op.attrs.get(IMAGE_COLUMNS)
+    lanes = min(vector_lanes(data.dtype, cpu), row) if image is None \
+        else copy_lanes(row, *image, data.dtype, cpu)
     _, columns = stage.split(position, row)
-    _, inner = stage.split(columns, min(vector_lanes(data.dtype, cpu), row))
+    _, inner = stage.split(columns, lanes)
     stage.vectorize(inner)
     if parallel:
         stage.parallel(stage.fuse(b, c))

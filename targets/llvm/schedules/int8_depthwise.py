@@ -23,9 +23,10 @@ copy of the rows split by row phase only (each phase's rows one after another, s
 vectors run on across rows and a 7x7 output fills whole vectors), which is also cheaper
 to make than a copy split by column phase.
 
-Where the CPU has the 8-bit dot product itself and a whole-vector byte shuffle (AVX-512
-VNNI with VBMI, NEON ``sdot``), a kernel row is one dot product per vector instead, at
-any stride (:mod:`.int8_depthwise_quads`, :func:`.int8_depthwise_quads.quads_apply`).
+Where the CPU has the 8-bit dot product itself and a byte shuffle (AVX-512 VNNI with
+VBMI, NEON ``sdot``; ``pshufb`` block by block on x86 VNNI without VBMI), a kernel row
+is one dot product per vector instead, at any stride (:mod:`.int8_depthwise_quads`,
+:func:`.int8_depthwise_quads.quads_apply`).
 """
 
 from __future__ import annotations
@@ -41,13 +42,15 @@ from heterocc.te.schedule_reads import reads_of
 from heterocc.tir import expr as tx
 from heterocc.tir.stmt import BufferStore
 
-from ..cpu import CPUDescription, masked_vector_loads
+from ..cpu import CPUDescription
 from ..int8_dot import DOT4_CALL, dot4_instruction
 from .common import schedule_rows
 from .int8_conv import (
+    IMAGE_COLUMNS,
     RowBlocks,
     block_of_rows,
     checked_geometry,
+    copy_lanes,
     masked_byte_loads,
     pack_in_parallel,
     pack_int8_data,
@@ -128,10 +131,6 @@ def pack_centered_rows(x: te.Tensor, x_zero: te.Tensor | None, pads,
                       attrs={IMAGE_COLUMNS: (int(pads[1]), int(width))})
 
 
-#: a padded row copy's attribute: where its rows hold the image, ``(left padding,
-#: width)`` (:func:`copy_lanes`)
-IMAGE_COLUMNS = "int8_image_columns"
-
 
 def pack_centered_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, stride: int,
                          columns: int) -> te.Tensor:
@@ -172,42 +171,13 @@ def pairs_apply(strides, dilations, cpu: CPUDescription, row=None) -> bool:
 def rows_mostly_whole(width: int, left: int, right: int, cpu: CPUDescription) -> bool:
     """Whether at least half the register-wide vectors of the column pairs' row copy
     (:data:`CENTERED`, ``left`` and ``right`` padding around ``width`` columns, whole
-    pairs) lie inside the image (:func:`mostly_whole`)."""
+    pairs) lie inside the image (the others go lane by lane on a CPU without a masked
+    move of int16: :func:`.int8_conv.lanes_by_lane`)."""
     length = -(-(width + left + right) // 2) * 2
-    return mostly_whole(length, left, width, cpu.vector_lanes(CENTERED))
-
-
-def mostly_whole(length: int, left: int, width: int, lanes: int) -> bool:
-    """Whether at least half the vectors of a padded row copy (rows of ``length``
-    elements, the image's ``width`` columns from ``left``, moved ``lanes`` at a time
-    from the row's start) lie inside the image: those load whole, the others lane by
-    lane on a CPU without a masked move of their elements."""
-    vectors = -(-length // lanes)
-    whole = sum(1 for k in range(vectors)
-                if k * lanes >= left and (k + 1) * lanes <= left + width)
-    return 2 * whole >= vectors
-
-
-def copy_lanes(length: int, left: int, width: int, dtype: str, cpu: CPUDescription) -> int:
-    """The lanes of the vectors a padded row copy of ``dtype`` moves (rows of ``length``
-    elements, the image's ``width`` columns from ``left``): a register's (at most the
-    row) where the CPU masks a vector load of ``dtype`` in one instruction or where most
-    of a row's vectors load whole (:func:`mostly_whole`); else the widest power of two,
-    down to two lanes, whose vectors mostly do. MobileNetV2's stride-1 depthwise
-    kernels on AVX2 (their int16 copy): 28x28 images (rows of 30) in vectors of 8 took
-    0.107 ms where 16 took 0.156 (4: 0.092), 7x7 (rows of 9) in vectors of 2 0.063
-    where one of 9 took 0.107 (4: 0.064); rows of 114 and 58 keep 16, 14x14 (rows of
-    16) take 4, 0.063 ms against 0.064 (Zen 5, ``benchmarks/int8_depthwise.py``)."""
-    full = min(cpu.vector_lanes(dtype), length)
-    if masked_vector_loads(cpu.features, cpu.arch, np.dtype(dtype).itemsize) \
-            or mostly_whole(length, left, width, full):
-        return full
-    lanes = 1 << (full.bit_length() - 1)  # a power of two below a row shorter than a vector
-    while lanes >= 2:
-        if lanes < full and mostly_whole(length, left, width, lanes):
-            return lanes
-        lanes //= 2
-    return full
+    lanes = cpu.vector_lanes(CENTERED)
+    starts = range(0, length, lanes)
+    whole = sum(1 for start in starts if start >= left and start + lanes <= left + width)
+    return 2 * whole >= len(starts)
 
 
 def dot2_intrinsic(lanes: int) -> TensorIntrin:

@@ -4,8 +4,10 @@ row in groups of four bytes, gathered in registers.
 A depthwise convolution has no four input channels to add per int32 lane, but a kernel
 row has three (or more) taps: output pixel ``x`` reads padded columns ``x * sx + rx *
 dx``. So one load of a padded row's bytes and one byte shuffle (``vpermb``, AArch64's
-``tbl``) make, for each lane of a vector of output pixels, its quad ``(x * sx, + dx,
-+ 2 dx, + 3 dx)`` (a second quad per pixel for taps 4-7, and so on), and one
+``tbl``; on x86 without VBMI a 16-byte load per 128-bit block and ``pshufb``:
+:func:`.int8_dot.window_blocks`) make, for each lane of a vector of output pixels, its
+quad ``(x * sx, + dx, + 2 dx, + 3 dx)`` (a second quad per pixel for taps 4-7, and so
+on), and one
 dot-product instruction (:data:`.int8_dot.DOT4_CALL` in its window form) adds a whole
 kernel row: a 3x3 kernel takes three loads, shuffles and ``vpdpbusd`` (or ``sdot``) per
 vector of output pixels, where the 16-bit products take nine multiplies, widenings and
@@ -38,9 +40,10 @@ from heterocc.te.intrin import BufferRegion, TensorIntrin
 from heterocc.te.schedule_reads import reads_of
 
 from ..cpu import CPUDescription
-from ..int8_dot import dot4_instruction, window_load_bytes
+from ..int8_dot import SHUFFLE_BLOCK, dot4_instruction, window_blocks, window_read_bytes
 from .int8_conv import (
     GROUP,
+    IMAGE_COLUMNS,
     INT8_BLOCKS_PER_TASK,
     TASK_BALANCE,
     _flip,
@@ -69,16 +72,22 @@ def quads_apply(strides, dilations, cpu: CPUDescription) -> bool:
       stand-ins, ``vpmaddubsw`` on split data and widened ``pmaddwd``, cost more per
       data vector than the 16-bit products they would replace, since a depthwise data
       vector multiplies one channel's weights only;
-    * and a byte shuffle across the whole vector (x86: AVX-512 VBMI's ``vpermb``;
-      without it a byte permute across 128-bit lanes takes several shuffles);
-    * where one window of a vector of pixels fits one vector of bytes."""
+    * and a byte shuffle: across the whole vector (AVX-512 VBMI's ``vpermb``, NEON's
+      ``tbl``), where one window of a vector of pixels fits one vector of bytes; or,
+      on x86 without VBMI (:func:`.int8_dot.window_blocks`: Cascade Lake, AVX-VNNI),
+      ``pshufb`` within each 128-bit block, where the window of four pixels fits its
+      16 bytes (a byte permute across blocks would take several shuffles)."""
     lanes = cpu.vector_lanes("int32")
     unsigned = data_dtype(cpu) == "uint8"
     instruction = dot4_instruction(cpu.features, cpu.arch, lanes, unsigned, False)
-    shuffles = cpu.arch == "aarch64" or "avx512vbmi" in cpu.features
-    return instruction in ("vpdpbusd", "sdot") and shuffles \
-        and window_bytes(lanes, int(strides[1]), int(dilations[1])) <= cpu.vector_lanes(
-            "uint8")
+    stride, dilation = int(strides[1]), int(dilations[1])
+    if window_blocks(cpu.features, cpu.arch, lanes):
+        # x86 without VBMI: each 128-bit block's four lanes gathered by pshufb
+        fits = window_bytes(GROUP, stride, dilation) <= SHUFFLE_BLOCK
+    else:
+        fits = (cpu.arch == "aarch64" or "avx512vbmi" in cpu.features) \
+            and window_bytes(lanes, stride, dilation) <= cpu.vector_lanes("uint8")
+    return instruction in ("vpdpbusd", "sdot") and fits
 
 
 def dot4_window_intrinsic(lanes: int, dtype: str, stride: int,
@@ -164,7 +173,8 @@ def pack_padded(x: te.Tensor, x_zero: te.Tensor | None, pads, stride: int, phase
 
     return te.compute((n, channels, phases, rows * row_length), element,
                       name="int8_padded", dtype=dtype,
-                      attrs={"int8_row": row_length, **(attrs or {})})
+                      attrs={"int8_row": row_length, IMAGE_COLUMNS: (int(left), int(width)),
+                             **(attrs or {})})
 
 
 def _tap_weight(w: te.Tensor, packed_weight: te.Tensor | None, c, i, j):
@@ -272,15 +282,15 @@ def quad_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, ge
     # the last byte a window load reads (the last vector's, at the last kernel row and
     # quad, rounded up to a power of two bytes), in whole rows: the bytes past the
     # padded image only feed the positions past the output, which are dropped
-    last = ((oh // blocks.rows - 1) * span + blocks.extent - tiles.lanes) * sx \
-        + (kh - 1) * dy // sy * row_length + GROUP * (quads - 1) * dx \
-        + window_load_bytes(window_bytes(tiles.lanes, sx, dx)) - 1
-    rows = -(-(last + 1) // row_length)
     span_bytes = window_bytes(tiles.lanes, sx, dx)
+    read_bytes = window_read_bytes(span_bytes, tiles.lanes, sx, cpu.features, cpu.arch)
+    last = ((oh // blocks.rows - 1) * span + blocks.extent - tiles.lanes) * sx \
+        + (kh - 1) * dy // sy * row_length + GROUP * (quads - 1) * dx + read_bytes - 1
+    rows = -(-(last + 1) // row_length)
     # made per parallel task (blocks_per_task), a task's copy is whole rows, allocated
     # with the bytes a window load reads past the last window
     blocked = {IN_BLOCKS: True, te.REGION_MULTIPLE: row_length,
-               te.READ_SLACK: window_load_bytes(span_bytes) - span_bytes}
+               te.READ_SLACK: max(read_bytes - span_bytes, 0)}
     data = pack_padded(x, x_zero, pads, sy, phases, row_length, rows, dtype, blocked)
     weight = quad_weight(w, packed_weight)
     weight_sum = quad_weight_sum(weight, kh)

@@ -16,7 +16,7 @@ from heterocc import te
 from heterocc.errors import CompileError
 from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm.cpu import parse_cpu
-from heterocc.targets.llvm.int8_dot import dot4_instruction
+from heterocc.targets.llvm.int8_dot import dot4_instruction, window_blocks
 from heterocc.targets.llvm.schedules.int8_conv import (
     INT8_FINISH_TILES,
     WIDENED_WEIGHT_PACKING,
@@ -657,22 +657,34 @@ def test_integer_depthwise_convolution_is_exact(target, data, strides, pads, dil
     np.testing.assert_array_equal(got, expected)
 
 
-def test_a_padded_row_copy_moves_vectors_that_mostly_load_whole():
-    """The stride-1 depthwise copy (int16, one column of padding each side) moves a
-    register's lanes where a masked move of int16 is one instruction (AVX-512BW) or
-    where most of a row's vectors lie inside the image; else the widest power of two
-    whose vectors mostly do: MobileNetV2's rows of 30 in vectors of 8 on AVX2 and
-    NEON, of 9 (a 7x7 image) in pairs."""
+def test_a_padded_row_copy_moves_the_vectors_that_cost_least():
+    """A depthwise copy (one column of padding each side) moves a register's lanes
+    where a masked move of its elements is one instruction (AVX-512BW; at most the
+    row); else the power of two whose vectors cost least, a vector one and an element
+    of a vector crossing the image's border (moved lane by lane) half of one: AVX2 and
+    NEON copy MobileNetV2's rows of 114 in vectors of 16 (NEON's int16: its register's
+    8), of 58 and 30 in 8, of 16 and 9 in 4."""
+    from heterocc.targets.llvm.schedules.int8_conv import lanes_by_lane
+
     widths = (112, 56, 28, 14, 7)
 
-    def lanes(target):
-        return [copy_lanes(w + 2, 1, w, "int16", parse_cpu(target)) for w in widths]
+    def lanes(target, dtype):
+        return [copy_lanes(w + 2, 1, w, dtype, parse_cpu(target)) for w in widths]
 
-    assert lanes("llvm -mcpu=haswell") == [16, 16, 8, 4, 2]
-    assert lanes("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1") == [8, 8, 8, 4, 2]
-    assert lanes("llvm -mcpu=skylake-avx512") == [32, 32, 30, 16, 9]  # rows shorter
-    # the copy of the exactness test's 11-wide image: rows of 13 in vectors of 4
+    for dtype in ("int16", "uint8"):
+        assert lanes("llvm -mcpu=haswell", dtype) == [16, 8, 8, 4, 4]
+    neon = "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"
+    assert lanes(neon, "int16") == [8, 8, 8, 4, 4]
+    assert lanes(neon, "uint8") == [16, 8, 8, 4, 4]
+    assert lanes("llvm -mcpu=skylake-avx512", "int16") == [32, 32, 30, 16, 9]
+    assert lanes("llvm -mcpu=skylake-avx512", "uint8") == [64, 58, 30, 16, 9]
+    # the exactness test's 11-wide image: rows of 13 in vectors of 4
     assert copy_lanes(13, 1, 11, "int16", parse_cpu("llvm -mcpu=haswell")) == 4
+    # what goes lane by lane: the vectors that cross a border, and the row's tail
+    assert lanes_by_lane(114, 1, 112, 16) == 16 + 2
+    assert lanes_by_lane(114, 1, 112, 32) == 32 + 18
+    assert lanes_by_lane(9, 1, 7, 4) == 4 + 1
+    assert lanes_by_lane(64, 0, 64, 16) == 0
 
 
 def _depthwise_sums(out: te.Tensor) -> te.Tensor:
@@ -1044,11 +1056,11 @@ def test_int16_pairs_take_the_pair_product_instruction():
 
 
 @pytest.mark.parametrize("target,instruction", [
-    ("llvm -mcpu=cascadelake", "vpdpwssd"),  # VBMI's byte shuffle: the window kernel
+    # (VNNI CPUs take the window kernel: a kernel row per vpdpbusd)
     ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", "vpmaddwd"),
     # AVX2: where the copied rows mostly load whole vectors (pairs_apply)
     ("llvm -mcpu=haswell", "vpmaddwd"),
-], ids=["vnni", "avx512bw", "avx2"])
+], ids=["avx512bw", "avx2"])
 @pytest.mark.parametrize("shape,kernel,strides,pads,dilations", [
     ((1, 24, 9, 11), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
     ((1, 16, 14, 14), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # 7x7 out: vectors span rows
@@ -1132,11 +1144,13 @@ def test_a_constant_depthwise_weight_is_packed_when_the_kernel_is_built(tmp_path
 
 @pytest.mark.parametrize("target,instruction", [
     ("llvm -mcpu=sapphirerapids", "vpdpbusd"),
-    ("llvm -mcpu=cascadelake", None),  # VNNI without VBMI's byte shuffle: 16-bit products
+    # VNNI without VBMI's byte shuffle: each 128-bit block's window by pshufb
+    ("llvm -mcpu=cascadelake", "vpdpbusd"),
+    ("llvm -mcpu=alderlake", "{vex}\tvpdpbusd"),  # AVX-VNNI, 256 bits
     ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", None),  # AVX-512BW: 16-bit products
     ("llvm -mcpu=haswell", None),
     ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "sdot"),
-], ids=["vnni", "vnni-no-vbmi", "avx512bw", "avx2", "neon"])
+], ids=["vnni", "vnni-no-vbmi", "avx-vnni", "avx512bw", "avx2", "neon"])
 @pytest.mark.parametrize("shape,kernel,strides,pads,dilations,data", [
     ((1, 24, 9, 11), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "uint8"),
     ((2, 16, 12, 12), (3, 3), (1, 1), (0, 2, 1, 0), (1, 1), "int8"),  # batch 2, uneven pads
@@ -1147,12 +1161,12 @@ def test_a_constant_depthwise_weight_is_packed_when_the_kernel_is_built(tmp_path
 ], ids=["3x3", "batch2-pads", "5x5", "dilated", "stride2", "s3x2-dilated"])
 def test_a_depthwise_convolution_takes_a_kernel_row_per_window_dot_product(
         target, instruction, shape, kernel, strides, pads, dilations, data):
-    """Where the CPU has the 8-bit dot product and a whole-vector byte shuffle, a
-    depthwise convolution's kernel row is one window load, shuffle and dot product per
-    vector of pixels (``quads_apply``): bit-exact against int64 sums for uint8 and int8
-    data, batch 2, uneven padding, two quads a row, dilations and strides (and the
-    extremes: a channel of -128 weights); elsewhere the 16-bit products or the column
-    pairs."""
+    """Where the CPU has the 8-bit dot product and a byte shuffle (of the whole vector,
+    or of its 128-bit blocks: x86 without VBMI), a depthwise convolution's kernel row is
+    one window load, shuffle and dot product per vector of pixels (``quads_apply``):
+    bit-exact against int64 sums for uint8 and int8 data, batch 2, uneven padding, two
+    quads a row, dilations and strides (and the extremes: a channel of -128 weights);
+    elsewhere the 16-bit products or the column pairs."""
     cpu = parse_cpu(target)
     channels = shape[1]
     sums, func = _lowered_depthwise(cpu, shape, kernel, strides, pads, dilations, data)
@@ -1161,7 +1175,11 @@ def test_a_depthwise_convolution_takes_a_kernel_row_per_window_dot_product(
     if instruction is not None:
         assembly = module.assembly()
         assert re.search(rf"\t{instruction}\t", assembly)
-        assert re.search(r"\tvperm[bw]\t|\ttbl\t", assembly)  # the window's shuffle
+        # the window's shuffle: of the whole vector, or of each 128-bit block
+        shuffle = r"\tvpshufb\t" if window_blocks(cpu.features, cpu.arch,
+                                                   cpu.vector_lanes("int32")) \
+            else r"\tvperm[bw]\t|\ttbl\t"
+        assert re.search(shuffle, assembly)
     if not _host_runs(cpu):
         return
     rng = np.random.default_rng(sum(shape))
@@ -1178,8 +1196,9 @@ def test_a_depthwise_convolution_takes_a_kernel_row_per_window_dot_product(
 
 
 def test_the_window_kernel_needs_the_dot_product_and_a_byte_shuffle():
-    """``quads_apply``: the 8-bit dot product and a whole-vector byte shuffle (VBMI on
-    x86), and a window within one vector of bytes; any stride."""
+    """``quads_apply``: the 8-bit dot product and a byte shuffle, and a window within
+    what one shuffle gathers from: one vector of bytes (VBMI, NEON), or each 128-bit
+    block's 16 bytes (x86 without VBMI); any stride."""
     from heterocc.targets.llvm.schedules.int8_depthwise_quads import quads_apply
 
     vnni = parse_cpu("llvm -mcpu=sapphirerapids")  # 16 int32 lanes
@@ -1189,7 +1208,15 @@ def test_the_window_kernel_needs_the_dot_product_and_a_byte_shuffle():
     assert not quads_apply((1, 1), (20, 20), vnni)  # 76 bytes: past one vector
     assert quads_apply((1, 4), (1, 1), vnni)  # 60 + 3 + 1 = 64 bytes
     assert not quads_apply((1, 5), (1, 1), vnni)  # 79 bytes
-    assert not quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=cascadelake"))
+    # VNNI without VBMI: each 128-bit block's four lanes by pshufb, their windows
+    # within 16 bytes
+    cascadelake = parse_cpu("llvm -mcpu=cascadelake")
+    assert quads_apply((1, 1), (1, 1), cascadelake)
+    assert quads_apply((1, 4), (1, 1), cascadelake)  # 12 + 3 + 1 = 16 bytes
+    assert not quads_apply((1, 5), (1, 1), cascadelake)  # 19 bytes
+    assert quads_apply((1, 1), (4, 4), cascadelake)  # 3 + 12 + 1
+    assert not quads_apply((1, 1), (5, 5), cascadelake)
+    assert quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=alderlake"))  # AVX-VNNI
     assert not quads_apply((1, 1), (1, 1), parse_cpu(
         "llvm -mcpu=sapphirerapids -mattr=-avx512vnni"))
     assert not quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=haswell"))
@@ -1197,13 +1224,13 @@ def test_the_window_kernel_needs_the_dot_product_and_a_byte_shuffle():
         "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"))
 
 
-def _window_reads(func) -> list[tuple[str, int, int]]:
+def _window_reads(func, cpu) -> list[tuple[str, int, int]]:
     """``(buffer, its size, the last element a window load reads)`` for every window
     dot product (:data:`.int8_dot.DOT4_CALL` with a stride and a dilation) of ``func``,
     the load's index evaluated at every value of the loops around it."""
     import itertools
 
-    from heterocc.targets.llvm.int8_dot import DOT4_CALL, window_load_bytes
+    from heterocc.targets.llvm.int8_dot import DOT4_CALL, window_read_bytes
     from heterocc.tir import expr as tx
     from heterocc.tir.simplify import simplify
     from heterocc.tir.stmt import BufferStore, For
@@ -1222,8 +1249,10 @@ def _window_reads(func) -> list[tuple[str, int, int]]:
                 names = sorted(free_vars(index), key=lambda v: v.name)
                 last = max(simplify(substitute(index, dict(zip(names, map(tx.IntImm, values)))))
                            .value for values in itertools.product(*(loops[v] for v in names)))
-                found.append((data.buffer.name, data.buffer.size,
-                              last + window_load_bytes(call.args[3].value) - 1))
+                span, stride = call.args[3].value, call.args[5].value
+                lanes = tx.lanes_of(call.dtype)
+                found.append((data.buffer.name, data.buffer.size, last + window_read_bytes(
+                    span, lanes, stride, cpu.features, cpu.arch) - 1))
             return
         for child in children(node):
             if not isinstance(child, tx.Expr):
@@ -1233,9 +1262,10 @@ def _window_reads(func) -> list[tuple[str, int, int]]:
     return found
 
 
-@pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids",
+@pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids", "llvm -mcpu=cascadelake",
+                                    "llvm -mcpu=alderlake",
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
-                         ids=["vnni", "neon"])
+                         ids=["vnni", "vnni-no-vbmi", "avx-vnni", "neon"])
 @pytest.mark.parametrize("shape,kernel,strides,pads,dilations", [
     ((1, 8, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # MobileNetV2's last layers
     ((1, 8, 14, 14), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # its 14x14 stride 2
@@ -1245,13 +1275,13 @@ def _window_reads(func) -> list[tuple[str, int, int]]:
 def test_the_window_loads_stay_in_the_padded_copy_and_it_holds_no_whole_spare_row(
         target, shape, kernel, strides, pads, dilations):
     """The padded copy of the window kernel holds every byte a window load reads (a
-    whole vector of bytes, past the last output position: those lanes are dropped) and
-    less than one row more, so that no spare row of the zero point is written on every
-    call."""
+    whole vector of bytes, or 16 bytes a 128-bit block, past the last output position:
+    those lanes are dropped) and less than one row more, so that no spare row of the
+    zero point is written on every call."""
     cpu = parse_cpu(target)
     sums, func = _lowered_depthwise(cpu, shape, kernel, strides, pads, dilations)
     assert sums.op.attrs.get("int8_quads")
-    reads = _window_reads(func)
+    reads = _window_reads(func, cpu)
     assert reads
     padded = quad_stages(sums)["padded"]
     row, phases = padded.op.attrs["int8_row"], padded.shape[2]
@@ -1265,7 +1295,7 @@ def test_the_window_loads_stay_in_the_padded_copy_and_it_holds_no_whole_spare_ro
 @pytest.mark.parametrize("target,packings", [
     ("llvm -mcpu=sapphirerapids", ("quads", "quads")),
     ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", ("quads", "quads")),
-    ("llvm -mcpu=cascadelake", ("lanes", "pairs")),  # VNNI without VBMI
+    ("llvm -mcpu=cascadelake", ("quads", "quads")),  # VNNI without VBMI: pshufb
     ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", ("lanes", "pairs")),  # AVX-512BW
     ("llvm -mcpu=haswell", ("lanes", "lanes")),
 ], ids=["vnni", "neon", "vnni-no-vbmi", "avx512bw", "avx2"])
@@ -1403,7 +1433,7 @@ def test_the_window_kernel_is_one_parallel_loop_copying_per_task(
     # a task's channels (or rows), not the whole copy (every case has two tasks or more)
     whole_copy = padded.shape[0] * padded.shape[1] * padded.shape[2] * padded.shape[3]
     assert sizes and all(size < whole_copy for size in sizes)
-    for buffer, allocated, last in _window_reads(func):
+    for buffer, allocated, last in _window_reads(func, cpu):
         assert last < allocated, f"{buffer}: a window load reads byte {last} of {allocated}"
     module = hllvm.build(func, cpu=cpu)
     if not _host_runs(cpu):
