@@ -51,9 +51,7 @@ from .module import build_later, load_library
 from .outputs import OutputArrays
 from .rules import ChannelSelectRule, cpu_rules, generic_rules
 from .schedules import (
-    WEIGHT_PAIRS,
-    WEIGHT_PLANE,
-    WEIGHT_QUADS,
+    DEPTHWISE_PACKINGS,
     WIDENED_WEIGHT_PACKING,
     PanelChoice,
     channel_lanes_tiles,
@@ -286,7 +284,7 @@ def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]
             constants[index] = pack_int8_weight_array(
                 constants[index], axes, "int8" if width == 0 else "int16")
             continue
-        if width in (WEIGHT_QUADS, WEIGHT_PAIRS, WEIGHT_PLANE) or width < 0:  # depthwise
+        if width in DEPTHWISE_PACKINGS or (isinstance(width, int) and width < 0):  # depthwise
             constants[index] = pack_depthwise_weight_array(constants[index], width, axes)
             continue
         operand = constants[index] if axes is None else np.transpose(constants[index], axes)

@@ -103,6 +103,7 @@ from .int8_conv import (
 )
 from .int8_depthwise import (
     CENTERED,
+    DEPTHWISE_PACKINGS,
     WEIGHT_PAIRS,
     WEIGHT_PLANE,
     WEIGHT_QUADS,
@@ -192,6 +193,7 @@ __all__ = [
     "pack_depthwise_weight_array",
     "depthwise_weight_packing",
     "WEIGHT_QUADS",
+    "DEPTHWISE_PACKINGS",
     "WEIGHT_PAIRS",
     "WEIGHT_PLANE",
     "weight_lanes_shape",

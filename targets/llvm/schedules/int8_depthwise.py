@@ -58,6 +58,7 @@ from .int8_conv import (
     row_blocks,
     schedule_phase_rows,
     tensorized_channel_tiles,
+    weight_dtype,
 )
 from .int8_depthwise_plane import (
     INT8_PLANE,
@@ -286,6 +287,11 @@ def weight_lanes_shape(w_shape, cpu: CPUDescription) -> tuple[int, ...]:
 WEIGHT_QUADS = "depthwise_quads"
 WEIGHT_PAIRS = "depthwise_pairs"
 WEIGHT_PLANE = "depthwise_plane"
+#: the weight quads widened to int16 (the window kernel on x86 without VNNI)
+WEIGHT_WIDENED_QUADS = "depthwise_quads_int16"
+#: every named packing code of a depthwise weight (the int16 vectors' is ``-lanes``)
+DEPTHWISE_PACKINGS = frozenset({WEIGHT_QUADS, WEIGHT_PAIRS, WEIGHT_PLANE,
+                                WEIGHT_WIDENED_QUADS})
 
 
 def depthwise_weight_packing(w_shape, attrs, cpu: CPUDescription, x_shape=None
@@ -304,7 +310,9 @@ def depthwise_weight_packing(w_shape, attrs, cpu: CPUDescription, x_shape=None
     if plane_applies(x_shape, w_shape, attrs, cpu):
         return weight_plane_shape(w_shape, cpu), "int8", WEIGHT_PLANE
     if quads_apply(strides, dilations, cpu):
-        return weight_quads_shape(w_shape), "int8", WEIGHT_QUADS
+        dtype = weight_dtype(cpu)
+        return weight_quads_shape(w_shape), dtype, \
+            WEIGHT_QUADS if dtype == "int8" else WEIGHT_WIDENED_QUADS
     if pairs_apply(strides, dilations, cpu, _padded_row(x_shape, w_shape, attrs)):
         return weight_pairs_shape(w_shape), CENTERED, WEIGHT_PAIRS
     shape = weight_lanes_shape(w_shape, cpu)
@@ -326,8 +334,8 @@ def pack_depthwise_weight_array(w: np.ndarray, packing: int | str,
     CPU's int32 lanes, for :data:`WEIGHT_PLANE`)."""
     if packing == WEIGHT_PLANE:
         return pack_weight_plane_array(w, lanes)
-    if packing == WEIGHT_QUADS:
-        return pack_weight_quads_array(w)
+    if packing in (WEIGHT_QUADS, WEIGHT_WIDENED_QUADS):
+        return pack_weight_quads_array(w, "int8" if packing == WEIGHT_QUADS else "int16")
     if packing == WEIGHT_PAIRS:
         return pack_weight_pairs_array(w)
     return pack_weight_lanes_array(w, -int(packing))

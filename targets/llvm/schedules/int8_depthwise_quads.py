@@ -56,6 +56,7 @@ from .int8_conv import (
     schedule_phase_rows,
     store_dot4,
     tensorized_channel_tiles,
+    weight_dtype,
 )
 
 
@@ -68,10 +69,13 @@ def quads_apply(strides, dilations, cpu: CPUDescription) -> bool:
     """Whether a depthwise convolution of ``strides`` and ``dilations`` takes a kernel
     row per dot-product instruction on ``cpu``:
 
-    * where it has the 8-bit dot product itself (``vpdpbusd``, ``sdot``): its exact
-      stand-ins, ``vpmaddubsw`` on split data and widened ``pmaddwd``, cost more per
-      data vector than the 16-bit products they would replace, since a depthwise data
-      vector multiplies one channel's weights only;
+    * where it has the 8-bit dot product (``vpdpbusd``, ``sdot``), or on x86 without
+      VNNI (where it would be the split ``vpmaddubsw``) by weight quads widened to
+      int16 when packed: two ``pmaddwd`` a kernel row, each of two taps' bytes moved
+      into int16 lanes by the window's own shuffle
+      (:meth:`.int8_dot.Dot4Emitter.emit_widened_weight`). Against the 16-bit products
+      (Zen 5, ``benchmarks/int8_depthwise.py``): Haswell code 0.51-1.00x (the column
+      pairs, where they applied, 0.63-0.76x), Skylake-AVX512 code 0.48-0.96x;
     * and a byte shuffle: across the whole vector (AVX-512 VBMI's ``vpermb``, NEON's
       ``tbl``), where one window of a vector of pixels fits one vector of bytes; or,
       on x86 without VBMI (:func:`.int8_dot.window_blocks`: Cascade Lake, AVX-VNNI),
@@ -87,17 +91,20 @@ def quads_apply(strides, dilations, cpu: CPUDescription) -> bool:
     else:
         fits = (cpu.arch == "aarch64" or "avx512vbmi" in cpu.features) \
             and window_bytes(lanes, stride, dilation) <= cpu.vector_lanes("uint8")
-    return instruction in ("vpdpbusd", "sdot") and fits
+    # x86 without VNNI: a group's bytes by weights widened when packed, two pmaddwd a
+    # kernel row (Dot4Emitter.emit_widened_weight)
+    return instruction in ("vpdpbusd", "sdot", "pmaddubsw") and fits
 
 
-def dot4_window_intrinsic(lanes: int, dtype: str, stride: int,
-                          dilation: int) -> TensorIntrin:
+def dot4_window_intrinsic(lanes: int, dtype: str, stride: int, dilation: int,
+                          weight_type: str = "int8") -> TensorIntrin:
     """``acc[l] += sum_j data[stride * l + dilation * j] * w[j]`` over ``lanes`` pixels
-    and four taps (``dtype`` data, int8 weights): one :data:`.int8_dot.DOT4_CALL` in its
-    window form (a load of the span, a byte shuffle, the dot product)."""
+    and four taps (``dtype`` data, ``weight_type`` weights: int8, or int16 widened when
+    packed): one :data:`.int8_dot.DOT4_CALL` in its window form (a load of the span, a
+    byte shuffle, the dot product)."""
     span = window_bytes(lanes, stride, dilation)
     data = te.placeholder((span,), dtype, "data")
-    weight = te.placeholder((GROUP,), "int8", "weight")
+    weight = te.placeholder((GROUP,), weight_type, "weight")
     r = te.reduce_axis(GROUP, "r")
     acc = te.compute((lanes,), lambda lane: te.sum(
         te.cast("int32", data[stride * lane + dilation * r]) * te.cast("int32", weight[r]),
@@ -108,8 +115,8 @@ def dot4_window_intrinsic(lanes: int, dtype: str, stride: int,
         return store_dot4(output, data_region.load(0), weight_region.load(0),
                           (span, GROUP, stride, dilation), lanes)
 
-    return TensorIntrin(f"cpu_dot4_window_{dtype}_{lanes}_{stride}_{dilation}", acc,
-                        implement, {"lanes": lanes})
+    return TensorIntrin(f"cpu_dot4_window_{dtype}_{weight_type}_{lanes}_{stride}_{dilation}",
+                        acc, implement, {"lanes": lanes})
 
 
 #: a padded copy's attribute: it is made task by task inside the result's parallel
@@ -193,42 +200,48 @@ def weight_quads_shape(w_shape) -> tuple[int, ...]:
     return (channels, kh + 1, -(-kw // GROUP), GROUP)
 
 
-def pack_weight_quads_array(w: np.ndarray) -> np.ndarray:
+def pack_weight_quads_array(w: np.ndarray, dtype: str = "int8") -> np.ndarray:
     """NumPy's copy of :func:`quad_weight` of a constant depthwise weight ``w``, what it
     is packed into once, when its kernel is built, rather than on every call, followed
     by one kernel row whose first four bytes hold each channel's weight sum (the
     zero-point correction's factor; the int32's bytes from the lowest, read back by
-    :func:`quad_weight_sum`), so that no call sums the weight again."""
+    :func:`quad_weight_sum`), so that no call sums the weight again. ``dtype``: int8,
+    or int16 where the dot product multiplies widened weights
+    (:func:`.int8_conv.weight_dtype`), each byte widened with its sign (the sum's bytes
+    too, which :func:`.int8_conv.int32_of_bytes` reads back alike)."""
     channels, _, kh, kw = w.shape
     shape = weight_quads_shape(w.shape)
     rows = np.zeros((channels, kh + 1, shape[2] * GROUP), np.int8)  # a row's taps, flat
     rows[:, :kh, :kw] = w[:, 0]
     sums = w.astype(np.int64).reshape(channels, -1).sum(axis=1).astype("<i4")
     rows[:, kh, :GROUP] = sums.view(np.int8).reshape(channels, GROUP)
-    return rows.reshape(shape)
+    return rows.reshape(shape).astype(dtype)
 
 
-def is_weight_quads(packed_weight: te.Tensor | None) -> bool:
+def is_weight_quads(packed_weight: te.Tensor | None, w_shape) -> bool:
     """Whether ``packed_weight`` holds the weight quads themselves
-    (:func:`pack_weight_quads_array`), not the weight's int16 vectors."""
-    return packed_weight is not None and packed_weight.dtype == "int8"
+    (:func:`pack_weight_quads_array` of a weight of ``w_shape``), not the weight's int16
+    vectors."""
+    return packed_weight is not None \
+        and tuple(packed_weight.shape) == weight_quads_shape(w_shape)
 
 
-def quad_weight(w: te.Tensor, packed_weight: te.Tensor | None) -> te.Tensor:
-    """``[C, KH, quads, 4]`` int8: the weights of taps ``4 q + j`` of each kernel row
-    (0 past its width); ``packed_weight`` itself where it holds them
-    (:func:`is_weight_quads`, with its row of weight sums after them)."""
-    if is_weight_quads(packed_weight):
+def quad_weight(w: te.Tensor, packed_weight: te.Tensor | None,
+                dtype: str = "int8") -> te.Tensor:
+    """``[C, KH, quads, 4]`` ``dtype`` (int8, or int16 widened): the weights of taps
+    ``4 q + j`` of each kernel row (0 past its width); ``packed_weight`` itself where it
+    holds them (:func:`is_weight_quads`, with its row of weight sums after them)."""
+    if is_weight_quads(packed_weight, w.shape):
         return packed_weight
     channels, _, kh, kw = w.shape
 
     def element(c, i, q, j):
         tap = GROUP * q + j
         value = _tap_weight(w, packed_weight, c, i, te.minimum(tap, kw - 1))
-        return te.cast("int8", te.if_then_else(tap < kw, value, te.const(0, "int32")))
+        return te.cast(dtype, te.if_then_else(tap < kw, value, te.const(0, "int32")))
 
     return te.compute((channels, kh, -(-kw // GROUP), GROUP), element,
-                      name="int8_weight_quads", dtype="int8")
+                      name="int8_weight_quads", dtype=dtype)
 
 
 def quad_weight_sum(weight: te.Tensor, kh: int):
@@ -292,7 +305,7 @@ def quad_depthwise_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, ge
     blocked = {IN_BLOCKS: True, te.REGION_MULTIPLE: row_length,
                te.READ_SLACK: max(read_bytes - span_bytes, 0)}
     data = pack_padded(x, x_zero, pads, sy, phases, row_length, rows, dtype, blocked)
-    weight = quad_weight(w, packed_weight)
+    weight = quad_weight(w, packed_weight, weight_dtype(cpu))
     weight_sum = quad_weight_sum(weight, kh)
     ry, rq = te.reduce_axis(kh, "ry"), te.reduce_axis(quads, "rq")
     rj = te.reduce_axis(GROUP, "rj")
@@ -341,7 +354,7 @@ def schedule_quad_depthwise(schedule: te.Schedule, sums: te.Tensor,
     schedule_phase_rows(schedule, padded, cpu, parallel=False)  # inside the result's loop
     tensorized_channel_tiles(schedule, sums, tiles.channels, tiles.lanes,
                              dot4_window_intrinsic(tiles.lanes, padded.dtype, stride,
-                                                   dilation))
+                                                   dilation, quad_stages(sums)["weight"].dtype))
 
 
 def weight_sum_stages(result: te.Tensor) -> list[te.Tensor]:

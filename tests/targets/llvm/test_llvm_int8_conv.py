@@ -1056,11 +1056,10 @@ def test_int16_pairs_take_the_pair_product_instruction():
 
 
 @pytest.mark.parametrize("target,instruction", [
-    # (VNNI CPUs take the window kernel: a kernel row per vpdpbusd)
-    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", "vpmaddwd"),
-    # AVX2: where the copied rows mostly load whole vectors (pairs_apply)
-    ("llvm -mcpu=haswell", "vpmaddwd"),
-], ids=["avx512bw", "avx2"])
+    # (x86 with AVX2 or later takes the window kernel: quads_apply) SSE, without a
+    # masked move of bytes: where the copied rows mostly load whole vectors
+    ("llvm -mcpu=nehalem", "pmaddwd"),
+], ids=["sse"])
 @pytest.mark.parametrize("shape,kernel,strides,pads,dilations", [
     ((1, 24, 9, 11), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
     ((1, 16, 14, 14), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # 7x7 out: vectors span rows
@@ -1147,10 +1146,12 @@ def test_a_constant_depthwise_weight_is_packed_when_the_kernel_is_built(tmp_path
     # VNNI without VBMI's byte shuffle: each 128-bit block's window by pshufb
     ("llvm -mcpu=cascadelake", "vpdpbusd"),
     ("llvm -mcpu=alderlake", "{vex}\tvpdpbusd"),  # AVX-VNNI, 256 bits
-    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", None),  # AVX-512BW: 16-bit products
-    ("llvm -mcpu=haswell", None),
+    # without VNNI: two pmaddwd a row by the weights widened when packed
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", "vpmaddwd"),
+    ("llvm -mcpu=haswell", "vpmaddwd"),
+    ("llvm -mcpu=nehalem", None),  # SSE: the 16-bit products
     ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "sdot"),
-], ids=["vnni", "vnni-no-vbmi", "avx-vnni", "avx512bw", "avx2", "neon"])
+], ids=["vnni", "vnni-no-vbmi", "avx-vnni", "avx512bw", "avx2", "sse", "neon"])
 @pytest.mark.parametrize("shape,kernel,strides,pads,dilations,data", [
     ((1, 24, 9, 11), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "uint8"),
     ((2, 16, 12, 12), (3, 3), (1, 1), (0, 2, 1, 0), (1, 1), "int8"),  # batch 2, uneven pads
@@ -1178,7 +1179,7 @@ def test_a_depthwise_convolution_takes_a_kernel_row_per_window_dot_product(
         # the window's shuffle: of the whole vector, or of each 128-bit block
         shuffle = r"\tvpshufb\t" if window_blocks(cpu.features, cpu.arch,
                                                    cpu.vector_lanes("int32")) \
-            else r"\tvperm[bw]\t|\ttbl\t"
+            else r"\tvperm(?:[ti]2)?[bw]\t|\ttbl\t"
         assert re.search(shuffle, assembly)
     if not _host_runs(cpu):
         return
@@ -1217,9 +1218,11 @@ def test_the_window_kernel_needs_the_dot_product_and_a_byte_shuffle():
     assert quads_apply((1, 1), (4, 4), cascadelake)  # 3 + 12 + 1
     assert not quads_apply((1, 1), (5, 5), cascadelake)
     assert quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=alderlake"))  # AVX-VNNI
-    assert not quads_apply((1, 1), (1, 1), parse_cpu(
+    # without VNNI, the weights widened (two pmaddwd a row); not on SSE's 4 lanes
+    assert quads_apply((1, 1), (1, 1), parse_cpu(
         "llvm -mcpu=sapphirerapids -mattr=-avx512vnni"))
-    assert not quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=haswell"))
+    assert quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=haswell"))
+    assert not quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=nehalem"))
     assert quads_apply((1, 1), (1, 1), parse_cpu(
         "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"))
 
@@ -1296,9 +1299,11 @@ def test_the_window_loads_stay_in_the_padded_copy_and_it_holds_no_whole_spare_ro
     ("llvm -mcpu=sapphirerapids", ("quads", "quads")),
     ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", ("quads", "quads")),
     ("llvm -mcpu=cascadelake", ("quads", "quads")),  # VNNI without VBMI: pshufb
-    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", ("lanes", "pairs")),  # AVX-512BW
-    ("llvm -mcpu=haswell", ("lanes", "lanes")),
-], ids=["vnni", "neon", "vnni-no-vbmi", "avx512bw", "avx2"])
+    # without VNNI: the quads widened to int16
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", ("widened", "widened")),
+    ("llvm -mcpu=haswell", ("widened", "widened")),
+    ("llvm -mcpu=nehalem", ("lanes", "lanes")),  # SSE: no window shuffle; narrow rows
+], ids=["vnni", "neon", "vnni-no-vbmi", "avx512bw", "avx2", "sse"])
 @pytest.mark.parametrize("kernel,strides", [((3, 3), (1, 1)), ((5, 5), (2, 2)),
                                             ((3, 7), (2, 2))], ids=["3x3", "5x5-s2", "3x7-s2"])
 def test_a_depthwise_kernel_reads_its_constant_weight_as_packed_at_build_time(
@@ -1312,6 +1317,7 @@ def test_a_depthwise_kernel_reads_its_constant_weight_as_packed_at_build_time(
     from heterocc.targets.llvm.schedules.int8_depthwise import (
         WEIGHT_PAIRS,
         WEIGHT_QUADS,
+        WEIGHT_WIDENED_QUADS,
         depthwise_weight_packing,
         pack_depthwise_weight_array,
     )
@@ -1323,7 +1329,9 @@ def test_a_depthwise_kernel_reads_its_constant_weight_as_packed_at_build_time(
              "group": channels}
     packed_shape, dtype, packing = depthwise_weight_packing((channels, 1, *kernel), attrs,
                                                             cpu)
-    kind = {WEIGHT_QUADS: "quads", WEIGHT_PAIRS: "pairs"}.get(packing, "lanes")
+    kind = {WEIGHT_QUADS: "quads", WEIGHT_PAIRS: "pairs",
+            WEIGHT_WIDENED_QUADS: "widened"}.get(packing, "lanes")
+    assert dtype == ("int8" if kind == "quads" else "int16")
     assert kind == packings[strides[1] - 1]
     x = te.placeholder(shape, "uint8", "x")
     w = te.placeholder((channels, 1, *kernel), "int8", "w")
