@@ -597,26 +597,29 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
                          ids=["avx2", "avx512bw"])
 def test_a_quantized_cnn_without_vnni_gives_the_integer_references_bits(tmp_path, target):
     """An ORT-quantized QDQ CNN compiled for a CPU without VNNI: its constant weights
-    packed at build time as int16 (the dense convolutions' ``pmaddwd`` form), the
-    depthwise one's as that CPU packs them; the integer reference's bits, as the host's
-    own description gives them."""
+    packed at build time as int16 (the dense convolutions' ``pmaddwd`` form, the
+    depthwise one's widened quads for its window kernel); the integer reference's bits,
+    as the host's own description gives them, and so does its artifact, loaded."""
     pytest.importorskip("onnxruntime.quantization")
     import heterocc
     from heterocc.runtime.interpreter import evaluate
+    from heterocc.targets.llvm.schedules.int8_depthwise import WEIGHT_WIDENED_QUADS
 
     source, shape, _ = _inverted_residual()
     model = _quantized(source, shape, "QUInt8", tmp_path)
     compiled = heterocc.compile(model, target=target)
-    widened = [kernel.constants[index] for kernel in compiled.kernels.values()
-               for index, packing, _ in kernel.prim.attrs["packed_constants"]
-               if packing == WIDENED_WEIGHT_PACKING]
-    assert widened and all(c.dtype == np.int16 for c in widened)
+    packed = {packing: kernel.constants[index] for kernel in compiled.kernels.values()
+              for index, packing, _ in kernel.prim.attrs["packed_constants"]}
+    assert packed[WIDENED_WEIGHT_PACKING].dtype == np.int16
+    assert packed[WEIGHT_WIDENED_QUADS].dtype == np.int16
     if not _host_runs(parse_cpu(target)):
         return  # built for it: the packing was the check
     x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
     got = compiled.run([x])[0]
     np.testing.assert_array_equal(got, evaluate(compiled.graph, [x])[0])
     np.testing.assert_array_equal(got, heterocc.compile(model, target="llvm").run([x])[0])
+    compiled.export(str(tmp_path / "artifact"))
+    np.testing.assert_array_equal(heterocc.load(str(tmp_path / "artifact")).run([x])[0], got)
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell",
