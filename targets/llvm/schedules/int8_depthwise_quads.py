@@ -124,7 +124,6 @@ def dot4_window_intrinsic(lanes: int, dtype: str, stride: int, dilation: int,
 IN_BLOCKS = "int8_copy_in_blocks"
 
 
-
 def blocks_per_task(blocks: int, tiles: int, cpu: CPUDescription) -> int:
     """How many of a channel tile's ``blocks`` of rows one iteration of the result's
     parallel loop computes (``tiles`` channel tiles in all, batch included), the padded
