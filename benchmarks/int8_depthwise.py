@@ -4,17 +4,22 @@ replaces, in alternating rounds in one process, on the CPU clock:
 * ``phases``: 16-bit products (the data centered as int16; strided: split by column
   phase), what a CPU without a pair product gets;
 * ``pairs``: strided layers' neighbouring column taps on one int16 pair product
-  (``pairs_apply``: AVX-512BW; AVX2 where the copied rows mostly load whole vectors);
+  (``pairs_apply``: AVX-512BW; elsewhere where the copied rows mostly load whole
+  vectors);
 * ``windows``: a kernel row per 8-bit dot product over quads gathered in registers by a
-  byte shuffle (``quads_apply``: VNNI with VBMI, NEON ``sdot``).
+  byte shuffle (``quads_apply``: VNNI, NEON ``sdot``; on x86 without VNNI two ``pmaddwd``
+  by weights widened to int16; without VBMI the shuffle is ``pshufb`` per 128-bit block).
 
-    python benchmarks/int8_depthwise.py [--target "llvm -mattr=-avx512f"] [--rounds 10]
+    python benchmarks/int8_depthwise.py [--target "llvm -mcpu=haswell"] [--rounds 10]
+
+(On a CPU with AVX-VNNI, such as Zen 5, ``-mattr=-avx512f`` still has a 256-bit
+``vpdpbusd``: ``-mcpu=haswell`` is AVX2 without VNNI.)
 
 Prints, per layer (channels, input size, stride), the median ms per call (int32 sums,
 no epilogue) of each kernel the target can build and each one / ``phases``; all give the
 same bits (checked). Each kernel reads its constant weight packed once beforehand, as a
-model's kernel does (``depthwise_weight_packing``: the window kernel's quads, the column
-pairs' pairs of taps, else each tap's int16 vector).
+model's kernel does (``depthwise_weight_packing``: the window kernel's quads, int16
+without VNNI, the column pairs' pairs of taps, else each tap's int16 vector).
 """
 
 from __future__ import annotations
