@@ -31,11 +31,14 @@ otherwise to an exact alternative:
   data vector, which a register tile multiplies by several weights (splitting the
   weight instead costs a byte shift, four instructions, per broadcast weight).
   Kernel against ``pmaddwd`` on operands widened to int16 (below): AVX2 0.66-0.92x, AVX-512BW
-  0.80-1.02x over four runs at load 8-15. Only the kernels whose lanes are output
-  channels take it now: the others' weights are widened when packed (next);
+  0.80-1.02x over four runs at load 8-15. Only the kernels of one-pixel outputs
+  (output channels as lanes, each weight read once) take it now: the others' weights
+  are widened when packed (next);
 * ``vpmaddwd``/``pmaddwd`` (AVX-512BW, AVX2, SSE2) by int16 weights, where the
   convolution widened its int8 weights once, when it packed them (``b`` four int16,
-  broadcast: :func:`.schedules.int8_conv.weight_dtype`, on the CPUs whose byte product
+  broadcast, or ``4L`` for vectors of output channels, each lane's first two weights
+  then each lane's last two: :meth:`Dot4Emitter.emit_widened_lanes`;
+  :func:`.schedules.int8_conv.weight_dtype`, on the CPUs whose byte product
   would be the split ``vpmaddubsw``): each group's first two data bytes, moved into
   int16 lanes by one byte shuffle, times its first two weights (one broadcast 32-bit
   load), and its last two by its last two; two adds. Exact (a pair of byte products
@@ -259,20 +262,46 @@ class Dot4Emitter:
         and 2, 3), each broadcast: ``pmaddwd`` of each group's data bytes 0, 1 (one byte
         shuffle into int16 lanes) by the first word and of bytes 2, 3 by the second."""
         lanes = acc.type.count
+        if len(words) != 2:
+            raise CompileError(f"{DOT4_CALL}: a broadcast group of int16 weights is two "
+                               "32-bit words")
+        halves = [self.builder.bitcast(self._splat(word, lanes), _vector(I16, 2 * lanes))
+                  for word in words]
+        return self._widened_sum(acc, a, halves, a_unsigned)
+
+    def emit_widened_lanes(self, acc: ir.Value, a: ir.Value, b: ir.Value,
+                           a_unsigned: bool) -> ir.Value:
+        """``acc`` plus the dot products of one group of four uint8 ``a`` (broadcast to
+        every lane) by ``L`` output channels' int16 weights ``b`` (``4L``: each lane's
+        weights 0, 1, then each lane's 2, 3, as the channels' vectors are widened when
+        packed): ``pmaddwd`` of the data's bytes 0, 1 (in int16 lanes) by the first half
+        and of bytes 2, 3 by the second, two adds."""
+        lanes = acc.type.count
+        if b.type.count != 4 * lanes:
+            raise CompileError(f"{DOT4_CALL}: {lanes} lanes of int16 weights are "
+                               f"{4 * lanes} of them, not {b.type.count}")
+        halves = [self._slice(b, half * 2 * lanes, 2 * lanes) for half in (0, 1)]
+        return self._widened_sum(acc, self._group(a, lanes, 4, "a"), halves, a_unsigned)
+
+    def _widened_sum(self, acc: ir.Value, a: ir.Value, halves: Sequence[ir.Value],
+                     a_unsigned: bool) -> ir.Value:
+        """``acc`` plus ``pmaddwd`` of each group's data bytes 0, 1 (``a``: ``4L``
+        unsigned bytes, moved into int16 lanes by one byte shuffle) by ``halves[0]``
+        and of bytes 2, 3 by ``halves[1]`` (each ``2L`` int16)."""
+        lanes = acc.type.count
         width = _pmaddwd_width(self.features, lanes) if self.arch == "x86_64" else 0
-        if not width or not a_unsigned or len(words) != 2:
+        if not width or not a_unsigned:
             raise CompileError(f"{DOT4_CALL}: int16 weights take uint8 data on x86's "
-                               "pmaddwd (a broadcast group: two 32-bit words)")
+                               "pmaddwd")
         fn = self._pmaddwd_function(width)
         data = [self._data_pairs(a, half, lanes) for half in (0, 1)]
-        weights = [self.builder.bitcast(self._splat(word, width), _vector(I16, 2 * width))
-                   for word in words]
         pieces = []
         for start in range(0, 2 * lanes, 2 * width):
             total = self._slice(acc, start // 2, width)
             for half in (0, 1):
                 total = self.builder.add(total, self.builder.call(
-                    fn, [self._slice(data[half], start, 2 * width), weights[half]]))
+                    fn, [self._slice(data[half], start, 2 * width),
+                         self._slice(halves[half], start, 2 * width)]))
             pieces.append(total)
         return self._concat(pieces)
 
@@ -440,12 +469,17 @@ def emit_dot4_call(emitter, node: tx.Call) -> ir.Value:
         else _load_run(emitter, operands[1], sizes[1])
     data_type, weight_type = (o.buffer.dtype for o in operands[1:])
     if weight_type == "int16" and data_type in ("uint8", "int8"):
-        # bytes by a group of weights widened when packed
-        if sizes[2] != 4:
-            raise CompileError(f"{DOT4_CALL}: int16 weights come one group at a time "
-                               "(four, broadcast)")
-        return dot.emit_widened_weight(acc, a, _words(emitter, operands[2]),
-                                       tx.is_unsigned(operands[1].buffer.dtype))
+        # bytes by weights widened when packed: a broadcast group, or vectors of
+        # output channels by one group of data bytes
+        unsigned = tx.is_unsigned(operands[1].buffer.dtype)
+        if sizes[2] == GROUP:
+            return dot.emit_widened_weight(acc, a, _words(emitter, operands[2]), unsigned)
+        if sizes[1] == GROUP and sizes[2] == GROUP * lanes:
+            return dot.emit_widened_lanes(acc, a, _load_run(emitter, operands[2], sizes[2]),
+                                          unsigned)
+        raise CompileError(f"{DOT4_CALL}: int16 weights come as one group (four, "
+                           "broadcast) or as a vector of output channels by one group of "
+                           "data bytes")
     b = _load_run(emitter, operands[2], sizes[2])
     return dot.emit(acc, a, b, *(tx.is_unsigned(o.buffer.dtype) for o in operands[1:]))
 

@@ -217,9 +217,9 @@ def _prepack_int8_conv_weights(constants: _FunctionConstants, cpu: CPUDescriptio
                 tiles = channel_lanes_tiles(described["x"].shape, weight.shape,
                                             described["attrs"], cpu)
                 lanes = tiles.lanes if tiles is not None else 0
-                dtype = packed_weight_dtype(cpu, lanes)
+                dtype = packed_weight_dtype(cpu, tiles)
                 prepacked, index = constants.replace(
-                    weight, packed_weight_shape(weight.shape, lanes), dtype, "packed")
+                    weight, packed_weight_shape(weight.shape, lanes, dtype), dtype, "packed")
                 packings.append((index, 0 if dtype == "int8" else WIDENED_WEIGHT_PACKING,
                                  lanes))
         use_int8_conv(stage, cpu, prepacked)

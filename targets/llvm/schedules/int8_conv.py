@@ -74,18 +74,30 @@ def weight_dtype(cpu: CPUDescription) -> str:
     widened once when packed, replace its four multiplies
     (:meth:`.int8_dot.Dot4Emitter.emit_widened_weight`; kernels in 0.72-0.86x the
     split form's time on AVX2, 0.68-0.99x on AVX-512BW, ``benchmarks/int8_pmaddubsw.py``
-    on Zen 4). The kernels whose lanes are output channels keep int8 weights (vectors of
-    them, not broadcast groups) and the split form; so do the other CPUs."""
+    on Zen 4). The kernels whose lanes are output channels decide at their own width
+    (:func:`packed_weight_dtype`); the other CPUs keep int8 weights."""
     lanes = cpu.vector_lanes("int32")
     kind = dot4_instruction(cpu.features, cpu.arch, lanes, data_dtype(cpu) == "uint8", False)
     return "int16" if kind == "pmaddubsw" else "int8"
 
 
-def packed_weight_dtype(cpu: CPUDescription, lanes: int = 0) -> str:
+def packed_weight_dtype(cpu: CPUDescription, tiles: Int8ChannelTiles | None = None) -> str:
     """The type of :func:`pack_int8_weight_array`'s weight for a convolution on ``cpu``
-    whose lanes are ``lanes`` output channels (0: pixels): :func:`weight_dtype` for
-    vectors of pixels, int8 for vectors of channels."""
-    return "int8" if lanes else weight_dtype(cpu)
+    whose lanes are pixels (``tiles`` None) or output channels (``tiles``, its
+    :class:`Int8ChannelTiles`): :func:`weight_dtype`, int16 where the byte product at
+    the register's width would be the split ``vpmaddubsw``; for vectors of channels,
+    where it would be at their width (a narrow vector may have VNNI where a register
+    has not: AVX-VNNI beside AVX-512BW), and only where a tile reuses each weight for
+    :data:`MIN_CHANNEL_PIXELS` pixels or more. Both kernels multiply widened weights by
+    two ``pmaddwd`` a group. A one-pixel output reads each weight once, so doubling its
+    bytes costs more than the multiplies save: MobileNetV2's classifier (1280 -> 1000
+    on a pooled image) took 0.075 ms widened against 0.057 (Haswell code, Zen 5), its
+    7x7 layers 0.86-0.91x their split form's time."""
+    if tiles is None:
+        return weight_dtype(cpu)
+    kind = dot4_instruction(cpu.features, cpu.arch, tiles.lanes, data_dtype(cpu) == "uint8",
+                            False)
+    return "int16" if kind == "pmaddubsw" and tiles.pixels >= MIN_CHANNEL_PIXELS else "int8"
 
 
 def store_dot4(output: BufferRegion, a, b, counts: tuple[int, ...], lanes: int
@@ -119,23 +131,40 @@ def dot4_intrinsic(lanes: int, dtype: str, weight_type: str = "int8") -> TensorI
                         {"lanes": lanes})
 
 
-def dot4_channels_intrinsic(lanes: int, dtype: str) -> TensorIntrin:
+def dot4_channels_intrinsic(lanes: int, dtype: str, weight_type: str = "int8"
+                            ) -> TensorIntrin:
     """``acc[l] += sum_r data[r] * w[l, r]`` over ``lanes`` output channels and four
-    input channels (``dtype`` data, int8 weights): one :data:`DOT4_CALL`, the data's
-    four bytes broadcast to every lane, the weights a vector of ``4 * lanes`` bytes."""
+    input channels (``dtype`` data): one :data:`DOT4_CALL`, the data's four bytes
+    broadcast to every lane, the weights a vector of ``4 * lanes`` int8, or of int16
+    widened when packed, each lane's pairs of input channels in two halves
+    (:func:`lane_weight`)."""
     data = te.placeholder((GROUP,), dtype, "data")
-    weight = te.placeholder((lanes, GROUP), "int8", "weight")
+    shape = (lanes, GROUP) if weight_type == "int8" else (2, lanes, 2)
+    weight = te.placeholder(shape, weight_type, "weight")
     r = te.reduce_axis(GROUP, "r")
     acc = te.compute((lanes,), lambda lane: te.sum(
-        te.cast("int32", data[r]) * te.cast("int32", weight[lane, r]), axis=r), name="acc")
+        te.cast("int32", data[r]) * te.cast("int32", lane_weight(weight, (), lane, r)),
+        axis=r), name="acc")
 
     def implement(inputs: list[BufferRegion], output: BufferRegion):
         data_region, weight_region = inputs
-        return store_dot4(output, data_region.load(0), weight_region.load(0, 0),
+        return store_dot4(output, data_region.load(0), weight_region.load(*([0] * len(shape))),
                           (GROUP, GROUP * lanes), lanes)
 
-    return TensorIntrin(f"cpu_dot4_channels_{dtype}_{lanes}", acc, implement,
+    return TensorIntrin(f"cpu_dot4_channels_{dtype}_{weight_type}_{lanes}", acc, implement,
                         {"lanes": lanes})
+
+
+def lane_weight(packed_w: te.Tensor, outer: tuple, lane, channel) -> te.Expr:
+    """The weight of input ``channel`` (of a group of four) for output channel ``lane``
+    of a vector of channels, in a weight packed by :func:`pack_int8_weight_lanes` whose
+    leading indices are ``outer``: ``[..., lanes, 4]`` int8, or ``[..., 2, lanes, 2]``
+    int16 (widened where the dot product would be the split ``vpmaddubsw``: each lane's
+    input channels 0, 1 in the first half, 2, 3 in the second, so that each half is
+    one ``pmaddwd`` operand, :meth:`.int8_dot.Dot4Emitter.emit_widened_lanes`)."""
+    if packed_w.dtype == "int8":
+        return packed_w[(*outer, lane, channel)]
+    return packed_w[(*outer, channel // 2, lane, channel % 2)]
 
 
 @dataclass(frozen=True)
@@ -779,30 +808,39 @@ def pack_int8_weight(w: te.Tensor, dtype: str = "int8") -> te.Tensor:
                       dtype=dtype)
 
 
-def pack_int8_weight_lanes(w: te.Tensor, lanes: int) -> te.Tensor:
+def pack_int8_weight_lanes(w: te.Tensor, lanes: int, dtype: str = "int8") -> te.Tensor:
     """OIHW int8 weights as ``[O/lanes, C/4, KH, KW, lanes, 4]``: each tap's four input
-    channels of ``lanes`` output channels one vector (input channels past C zero)."""
+    channels of ``lanes`` output channels one vector (input channels past C zero); as
+    int16, ``[O/lanes, C/4, KH, KW, 2, lanes, 2]`` (:func:`lane_weight`)."""
     filters, channels, kh, kw = w.shape
     groups = -(-channels // GROUP)
 
-    def element(ko, group, ry, rx, lane, inner):
+    def weight(ko, group, ry, rx, lane, inner):
         channel = group * GROUP + inner
-        return te.if_then_else(channel < channels,
-                               w[ko * lanes + lane, te.minimum(channel, channels - 1), ry, rx],
-                               te.const(0, "int8"))
+        return te.cast(dtype, te.if_then_else(
+            channel < channels, w[ko * lanes + lane, te.minimum(channel, channels - 1), ry, rx],
+            te.const(0, "int8")))
 
-    return te.compute((filters // lanes, groups, kh, kw, lanes, GROUP), element,
-                      name="int8_weight", dtype="int8")
+    if dtype == "int8":
+        return te.compute((filters // lanes, groups, kh, kw, lanes, GROUP), weight,
+                          name="int8_weight", dtype=dtype)
+    return te.compute((filters // lanes, groups, kh, kw, 2, lanes, 2),
+                      lambda ko, group, ry, rx, half, lane, k: weight(
+                          ko, group, ry, rx, lane, 2 * half + k),
+                      name="int8_weight", dtype=dtype)
 
 
-def packed_weight_shape(w_shape, lanes: int = 0) -> tuple[int, ...]:
-    """The shape :func:`pack_int8_weight_array` gives OIHW weights of ``w_shape``: that
-    of :func:`pack_int8_weight` (``lanes`` 0) or :func:`pack_int8_weight_lanes` with one
-    more channel group, the weight sums'."""
+def packed_weight_shape(w_shape, lanes: int = 0, dtype: str = "int8") -> tuple[int, ...]:
+    """The shape :func:`pack_int8_weight_array` gives OIHW weights of ``w_shape`` as
+    ``dtype``: that of :func:`pack_int8_weight` (``lanes`` 0) or
+    :func:`pack_int8_weight_lanes` with one more channel group, the weight sums'."""
     filters, channels, kh, kw = w_shape
+    groups = -(-channels // GROUP) + 1
+    if lanes and dtype != "int8":
+        return (filters // lanes, groups, kh, kw, 2, lanes, 2)
     if lanes:
-        return (filters // lanes, -(-channels // GROUP) + 1, kh, kw, lanes, GROUP)
-    return (filters, -(-channels // GROUP) + 1, kh, kw, GROUP)
+        return (filters // lanes, groups, kh, kw, lanes, GROUP)
+    return (filters, groups, kh, kw, GROUP)
 
 
 def pack_int8_weight_array(w: np.ndarray, lanes: int = 0, dtype: str = "int8") -> np.ndarray:
@@ -811,12 +849,9 @@ def pack_int8_weight_array(w: np.ndarray, lanes: int = 0, dtype: str = "int8") -
     kernel is built, followed by one channel group holding each output channel's weight
     sum (the zero-point correction's factor), so that no call sums the weights again:
     its first four bytes, the int32 sum's bytes from the lowest (read back by
-    :func:`_packed_weight_sum`). ``dtype``: int8, or int16 (``lanes`` 0 only,
-    :func:`weight_dtype`), each byte widened with its sign (the sum's bytes too, which
-    :func:`int32_of_bytes` reads back alike)."""
-    if lanes and dtype != "int8":
-        raise CompileError(f"pack_int8_weight_array: weights in vectors of output "
-                           f"channels are int8, not {dtype}")
+    :func:`_packed_weight_sum`). ``dtype``: int8, or int16 (:func:`weight_dtype`), each
+    byte widened with its sign (the sum's bytes too, which :func:`int32_of_bytes` reads
+    back alike), vectors of output channels in halves (:func:`lane_weight`)."""
     filters, channels, kh, kw = w.shape
     groups = -(-channels // GROUP)
     padded = np.zeros((filters, (groups + 1) * GROUP, kh, kw), np.int8)
@@ -829,6 +864,8 @@ def pack_int8_weight_array(w: np.ndarray, lanes: int = 0, dtype: str = "int8") -
     if lanes:  # [O/L, L, groups, KH, KW, 4] -> [O/L, groups, KH, KW, L, 4]
         packed = packed.reshape(filters // lanes, lanes, -1, kh, kw, GROUP).transpose(
             0, 2, 3, 4, 1, 5)
+        if dtype != "int8":  # [..., L, 2, 2] -> [..., 2, L, 2]: pairs of channels
+            packed = packed.reshape(*packed.shape[:5], 2, 2).transpose(0, 1, 2, 3, 5, 4, 6)
     return np.ascontiguousarray(packed, dtype=np.dtype(dtype))
 
 
@@ -837,11 +874,11 @@ def _packed_weight_sum(packed_w: te.Tensor, k):
     :func:`pack_int8_weight_array` (of either layout): its four bytes as one int32 (the
     lower three unsigned, the highest signed)."""
     group = packed_w.shape[1] - 1
-    if packed_w.ndim == 6:
-        lanes = packed_w.shape[4]
+    if packed_w.ndim in (6, 7):  # vectors of channels (pack_int8_weight_lanes)
+        lanes = packed_w.shape[-2] if packed_w.ndim == 7 else packed_w.shape[4]
 
         def byte(index):
-            return packed_w[k // lanes, group, 0, 0, k % lanes, index]
+            return lane_weight(packed_w, (k // lanes, group, 0, 0), k % lanes, index)
     else:
         def byte(index):
             return packed_w[k, group, 0, 0, index]
@@ -865,15 +902,18 @@ def _weight_sums(packed_w: te.Tensor, prepacked: bool, filters: int, name: str):
     one layout only."""
     if prepacked:
         return functools.partial(_packed_weight_sum, packed_w)
-    axes = [te.reduce_axis(extent, f"s{i}") for i, extent in enumerate(packed_w.shape[1:])]
-    if packed_w.ndim == 6:  # [O/L, groups, KH, KW, L, 4]
-        lanes = packed_w.shape[4]
-        r1, r2, r3, r4 = axes[0], axes[1], axes[2], axes[4]
-        axes = [r1, r2, r3, r4]
+    axes = [te.reduce_axis(extent, f"s{i}") for i, extent in enumerate(packed_w.shape[1:4])]
+    if packed_w.ndim in (6, 7):  # vectors of channels (pack_int8_weight_lanes)
+        lanes = packed_w.shape[-2] if packed_w.ndim == 7 else packed_w.shape[4]
+        inner = te.reduce_axis(GROUP, "s4")
+        outer = axes
+        axes = [*outer, inner]
 
         def element(k):
-            return packed_w[k // lanes, r1, r2, r3, k % lanes, r4]
+            return lane_weight(packed_w, (k // lanes, *outer), k % lanes, inner)
     else:
+        axes = [te.reduce_axis(extent, f"s{i}")
+                for i, extent in enumerate(packed_w.shape[1:])]
         def element(k):
             return packed_w[(k, *axes)]
     summed = te.compute((filters,), lambda k: te.sum(te.cast("int32", element(k)), axis=axes),
@@ -902,7 +942,8 @@ def _int8_conv_channel_lanes(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | Non
     data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, cpu, strides=(sy, sx),
                           phases=phases)
     lanes = tiles.lanes
-    packed_w = pack_int8_weight_lanes(w, lanes) if packed_weight is None else packed_weight
+    packed_w = pack_int8_weight_lanes(w, lanes, packed_weight_dtype(cpu, tiles)) \
+        if packed_weight is None else packed_weight
     rco = te.reduce_axis(data.shape[1], "rco")
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
     rci = te.reduce_axis(GROUP, "rci")
@@ -911,7 +952,7 @@ def _int8_conv_channel_lanes(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | Non
         (py, oy), (px, ox) = _tap(ry, dy, sy), _tap(rx, dx, sx)
         read = data[b, rco, py, px, (y + oy) * stride_row + column + ox, rci]
         return te.sum(te.cast("int32", read)
-                      * te.cast("int32", packed_w[ko, rco, ry, rx, lane, rci]),
+                      * te.cast("int32", lane_weight(packed_w, (ko, rco, ry, rx), lane, rci)),
                       axis=[rco, ry, rx, rci])
 
     sums = te.compute((n, filters // lanes, oh, ow, lanes), body, name=f"{name}_dot",
@@ -952,13 +993,13 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     dtype = data_dtype(cpu)
     channel_tiles = channel_lanes_tiles(x.shape, w.shape, attrs, cpu)
     lanes = channel_tiles.lanes if channel_tiles is not None else 0
-    packed_dtype = packed_weight_dtype(cpu, lanes)
+    packed_dtype = packed_weight_dtype(cpu, channel_tiles)
     if packed_weight is not None and (
-            tuple(packed_weight.shape) != packed_weight_shape(w.shape, lanes)
+            tuple(packed_weight.shape) != packed_weight_shape(w.shape, lanes, packed_dtype)
             or packed_weight.dtype != packed_dtype):
         raise CompileError(f"{name}: the packed weight is {packed_weight.dtype}"
                            f"{list(packed_weight.shape)}, not {packed_dtype}"
-                           f"{list(packed_weight_shape(w.shape, lanes))} "
+                           f"{list(packed_weight_shape(w.shape, lanes, packed_dtype))} "
                            f"(pack_int8_weight_array with lanes={lanes}, "
                            f"dtype={packed_dtype})")
     if channel_tiles is not None:
@@ -1065,7 +1106,8 @@ def _schedule_channel_lanes(schedule: te.Schedule, sums: te.Tensor,
     schedule[local].reorder(lb, ly, rco, ry, rx, lx, lko, llane, rci)
     schedule[local].unroll(lx)
     schedule[local].unroll(lko)
-    schedule[local].tensorize(llane, dot4_channels_intrinsic(tiles.lanes, dtype),
+    weight = int8_conv_inputs(sums)[1]
+    schedule[local].tensorize(llane, dot4_channels_intrinsic(tiles.lanes, dtype, weight.dtype),
                                vectorize_init=True)
 
 

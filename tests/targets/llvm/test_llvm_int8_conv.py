@@ -31,6 +31,7 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     interleave_intrinsic,
     masked_byte_loads,
     pack_int8_weight_array,
+    packed_weight_dtype,
     packed_weight_shape,
     row_blocks,
     schedule_int8_conv,
@@ -231,7 +232,7 @@ def test_a_padded_image_is_packed_by_a_vector_byte_interleave(target, data, shap
     np.testing.assert_array_equal(got, _reference(xs, ws, z, strides, pads, (1, 1)))
 
 
-@pytest.mark.parametrize("target,instruction", DESCRIPTIONS,
+@pytest.mark.parametrize("target,instruction", PIXEL_DESCRIPTIONS,
                          ids=["avx512vnni", "avxvnni", "avx512bw", "avx2", "neon-sdot"])
 @pytest.mark.parametrize("shape,kernel,strides,pads,dilations", [
     ((1, 60, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # ResNet's last stage
@@ -243,9 +244,9 @@ def test_channel_lanes_are_exact(target, instruction, shape, kernel, strides, pa
                                  dilations):
     """Small outputs take output channels as the lanes (vectors of pixels would
     compute a 7x7 output's 49 pixels in 64 positions), each pixel's bytes broadcast to
-    the weight vectors, on every description's instruction: bit-exact, extreme bytes
-    (every product at -128 x -128 or 127 x -128, the ``vpmaddubsw`` path's split of the
-    broadcast data) too."""
+    the weight vectors, on every description's instruction (without VNNI, two
+    ``vpmaddwd`` a group by the weight vectors widened when packed): bit-exact, extreme
+    bytes (every product at -128 x -128 or 127 x -128) too."""
     cpu = parse_cpu(target)
     filters = 32
     module, out = _build(shape, filters, kernel, strides, pads, dilations, cpu)
@@ -292,8 +293,10 @@ def test_a_one_pixel_output_takes_narrow_channel_lanes(target, instruction, shap
     x = te.placeholder(shape, "int8", "x")
     w = te.placeholder(w_shape, "int8", "w")
     zero = te.placeholder((1,), "int8", "zero")
-    packed = te.placeholder(packed_weight_shape(w_shape, tiles.lanes), "int8", "w.packed") \
-        if prepacked else None
+    dtype = packed_weight_dtype(cpu, tiles)
+    assert dtype == "int8"  # one pixel reads each weight once: bytes, not widened
+    packed = te.placeholder(packed_weight_shape(w_shape, tiles.lanes, dtype), dtype,
+                            "w.packed") if prepacked else None
     out = int8_conv(x, w, zero, attrs, cpu, packed_weight=packed)
     assert out.op.body.a.tensor.op.attrs["int8_conv"] == tiles
     schedule = te.create_schedule(out)
@@ -312,7 +315,7 @@ def test_a_one_pixel_output_takes_narrow_channel_lanes(target, instruction, shap
                       (np.full(shape, -128), np.full(w_shape, -128), 0)]:
         xs, ws = xs.astype(np.int8), ws.astype(np.int8)
         got = np.zeros(out.shape, np.int32)
-        weight = pack_int8_weight_array(ws, tiles.lanes) if prepacked else ws
+        weight = pack_int8_weight_array(ws, tiles.lanes, dtype) if prepacked else ws
         module["conv"](xs, weight, np.array([z], np.int8), got)
         np.testing.assert_array_equal(got, _reference(xs, ws, z, (1, 1), (0, 0, 0, 0),
                                                       (1, 1)))
@@ -383,11 +386,27 @@ def test_without_vnni_the_weights_are_widened_once_when_packed(target):
 
 
 def test_the_weights_stay_bytes_where_the_cpu_multiplies_bytes():
+    """Weights are widened to int16 only where the byte product at the kernel's width
+    would be the split ``vpmaddubsw``: not with VNNI or NEON's dot product, nor for a
+    narrow vector of channels that AVX-VNNI multiplies beside AVX-512BW's registers;
+    a vector of channels widened holds each lane's pairs of input channels in halves."""
     for target in ("llvm -mcpu=sapphirerapids", "llvm -mcpu=sapphirerapids -mattr=-avx512f",
                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"):
         assert weight_dtype(parse_cpu(target)) == "int8", target
-    with pytest.raises(CompileError, match="int8, not int16"):
-        pack_int8_weight_array(np.zeros((16, 4, 1, 1), np.int8), 16, "int16")
+        assert packed_weight_dtype(parse_cpu(target), Int8ChannelTiles(4, 2, 7, 1)) \
+            == "int8", target
+    avx512bw = parse_cpu("llvm -mcpu=sapphirerapids -mattr=-avx512vnni")  # AVX-VNNI too
+    assert packed_weight_dtype(avx512bw, Int8ChannelTiles(16, 2, 7, 1)) == "int16"
+    assert packed_weight_dtype(avx512bw, Int8ChannelTiles(8, 2, 7, 1)) == "int8"
+    haswell = parse_cpu("llvm -mcpu=haswell")
+    assert packed_weight_dtype(haswell, Int8ChannelTiles(8, 2, 7, 1)) == "int16"
+    # a one-pixel tile reads each weight once: bytes
+    assert packed_weight_dtype(haswell, Int8ChannelTiles(8, 5, 1, 1)) == "int8"
+    w = np.arange(-64, 64, dtype=np.int8).reshape(16, 8, 1, 1)
+    packed = pack_int8_weight_array(w, 8, "int16")
+    assert packed.shape == packed_weight_shape(w.shape, 8, "int16") == (2, 3, 1, 1, 2, 8, 2)
+    # output channel 8 * 1 + 3, input channels 4..7 of group 1: (4, 5) then (6, 7)
+    assert list(packed[1, 1, 0, 0, :, 3].ravel()) == list(w[11, 4:8, 0, 0])
 
 
 def test_extreme_bytes_do_not_saturate():
@@ -428,7 +447,8 @@ def test_weight_sums_packed_at_build_time_are_exact(target, data, filters):
     tiles = channel_lanes_tiles(shape, w.shape, attrs, cpu)
     assert (tiles is not None) == (filters % cpu.vector_lanes("int32") == 0)
     lanes = tiles.lanes if tiles is not None else 0
-    packed = te.placeholder(packed_weight_shape(w.shape, lanes), "int8", "w.packed")
+    dtype = packed_weight_dtype(cpu, tiles)
+    packed = te.placeholder(packed_weight_shape(w.shape, lanes, dtype), dtype, "w.packed")
     zero = te.placeholder((1,), data, "zero")
     out = int8_conv(x, w, zero, attrs, cpu, packed_weight=packed)
     schedule = te.create_schedule(out)
@@ -444,7 +464,7 @@ def test_weight_sums_packed_at_build_time_are_exact(target, data, filters):
     ws[0], ws[1], ws[2] = -128, 127, 0  # sums -69120, 68580, 0
     z = np.array([info.min + 5], data)
     got = np.zeros(out.shape, np.int32)
-    module["conv"](xs, pack_int8_weight_array(ws, lanes), z, got)
+    module["conv"](xs, pack_int8_weight_array(ws, lanes, dtype), z, got)
     np.testing.assert_array_equal(got, _reference(xs, ws, int(z[0]), (1, 1), (1, 1, 1, 1),
                                                   (1, 1)))
 
