@@ -84,9 +84,11 @@ def test_shifted_product_is_exact_for_every_shift(target, lanes, even_odd):
     module = _build(cpu, lanes, SHIFTS, n)
     assembly = module.assembly()
     if even_odd:
-        # pmuldq on the operands in place: no 64-bit lane multiply, no widening moves
+        # pmuldq on the operands in place: no 64-bit lane multiply, no widening moves,
+        # and no signed product emulated from unsigned ones (pmuludq and corrections:
+        # the odd lanes' operands shifted by 32 as int64, which AVX2 and SSE cannot)
         assert re.search(r"\tv?pmuldq\t", assembly)
-        assert not re.search(r"\tv?pmullq\t|\tv?pmov[sz]xdq\t", assembly)
+        assert not re.search(r"\tv?pmullq\t|\tv?pmov[sz]xdq\t|\tv?pmuludq\t", assembly)
     else:
         assert re.search(r"\tsmull2?\tv", assembly)
     if not _host_runs(cpu):
@@ -101,15 +103,22 @@ def test_shifted_product_is_exact_for_every_shift(target, lanes, even_odd):
 
 @pytest.mark.parametrize("multiplier", ["broadcast", "immediate"])
 @pytest.mark.parametrize("lanes", [16, 7], ids=["even", "odd"])
-def test_a_channels_multiplier_and_odd_vectors(multiplier, lanes):
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"], ids=["host", "avx2"])
+def test_a_channels_multiplier_and_odd_vectors(multiplier, lanes, target):
     """A multiplier broadcast over the vector (a channel's, read once: the vectorizer
     widens the scalar before broadcasting it) or an immediate, and a vector of 7 lanes
-    (a 7x7 image's row), take the same form on the host, with the same bits."""
-    cpu = parse_cpu("llvm")
+    (a 7x7 image's row), take the same form on the host and on AVX2 (whose odd lanes'
+    products were emulated from unsigned ones before they were moved down by one
+    shuffle), with the same bits."""
+    cpu = parse_cpu(target)
     n, shifts = 5 * lanes, [17, 32, 40]
     module = _build(cpu, lanes, shifts, n, multiplier)
     if even_odd_products(cpu.features, cpu.arch):
         assert re.search(r"\tv?pmuldq\t", module.assembly())
+        if multiplier == "broadcast":  # (a positive immediate may take pmuludq)
+            assert not re.search(r"\tv?pmuludq\t", module.assembly())
+    if not _host_runs(cpu):
+        return
     a, m = _operands(n)
     for shift in shifts:
         got = np.zeros((ROWS, n), np.int32)
