@@ -310,7 +310,6 @@ class CPUDescription:
                    data.get("caches_from", "defaults"))
 
 
-@functools.cache
 def masked_vector_loads(features: Iterable[str], arch: str, element_bytes: int) -> bool:
     """Whether a CPU of ``features`` and ``arch`` loads a contiguous vector of elements
     of ``element_bytes`` under a mask in one instruction: x86's AVX masked moves of 32-
@@ -323,6 +322,7 @@ def masked_vector_loads(features: Iterable[str], arch: str, element_bytes: int) 
     return "avx512bw" in features or (element_bytes >= 4 and "avx" in features)
 
 
+@functools.cache
 def _host_feature_map() -> dict[str, bool]:
     return dict(llvm.get_host_cpu_features())
 

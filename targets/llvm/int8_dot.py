@@ -420,7 +420,7 @@ def _window_quads(builder: ir.IRBuilder, emitter, operand: tx.BufferLoad, span: 
     start = emitter.expr(index)
     for block in range(lanes // GROUP):
         offset = ir.Constant(start.type, GROUP * stride * block)
-        address = emitter._address(operand.buffer, emitter.builder.add(start, offset))
+        address = emitter._address(operand.buffer, builder.add(start, offset))
         blocks.append(builder.load(address, typ=_vector(I8, SHUFFLE_BLOCK), align=1))
     loaded = concat_vectors(builder, blocks)
     return builder.shuffle_vector(loaded, ir.Constant(loaded.type, ir.Undefined), _mask(

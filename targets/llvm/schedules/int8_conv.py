@@ -875,7 +875,7 @@ def _packed_weight_sum(packed_w: te.Tensor, k):
     lower three unsigned, the highest signed)."""
     group = packed_w.shape[1] - 1
     if packed_w.ndim in (6, 7):  # vectors of channels (pack_int8_weight_lanes)
-        lanes = packed_w.shape[-2] if packed_w.ndim == 7 else packed_w.shape[4]
+        lanes = packed_w.shape[-2]  # [..., lanes, 4] or [..., 2, lanes, 2]
 
         def byte(index):
             return lane_weight(packed_w, (k // lanes, group, 0, 0), k % lanes, index)
@@ -902,11 +902,11 @@ def _weight_sums(packed_w: te.Tensor, prepacked: bool, filters: int, name: str):
     one layout only."""
     if prepacked:
         return functools.partial(_packed_weight_sum, packed_w)
-    axes = [te.reduce_axis(extent, f"s{i}") for i, extent in enumerate(packed_w.shape[1:4])]
     if packed_w.ndim in (6, 7):  # vectors of channels (pack_int8_weight_lanes)
-        lanes = packed_w.shape[-2] if packed_w.ndim == 7 else packed_w.shape[4]
+        lanes = packed_w.shape[-2]
+        outer = [te.reduce_axis(extent, f"s{i}")
+                 for i, extent in enumerate(packed_w.shape[1:4])]
         inner = te.reduce_axis(GROUP, "s4")
-        outer = axes
         axes = [*outer, inner]
 
         def element(k):
@@ -914,6 +914,7 @@ def _weight_sums(packed_w: te.Tensor, prepacked: bool, filters: int, name: str):
     else:
         axes = [te.reduce_axis(extent, f"s{i}")
                 for i, extent in enumerate(packed_w.shape[1:])]
+
         def element(k):
             return packed_w[(k, *axes)]
     summed = te.compute((filters,), lambda k: te.sum(te.cast("int32", element(k)), axis=axes),

@@ -132,7 +132,6 @@ def pack_centered_rows(x: te.Tensor, x_zero: te.Tensor | None, pads,
                       attrs={IMAGE_COLUMNS: (int(pads[1]), int(width))})
 
 
-
 def pack_centered_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, stride: int,
                          columns: int) -> te.Tensor:
     """``x`` (8-bit NCHW) centered and padded as :func:`pack_centered_rows`, each padded
