@@ -371,15 +371,21 @@ MAX_TILE_PIXELS = 8
 #: register (an instruction of its own, where a broadcast weight sits in the dot
 #: product's memory operand), and their finishing stage reads the sums strided
 CHANNEL_LANES_GAIN = 1.1
-#: the fewest pixels per tile and dot-product instructions per accumulator (channel
-#: groups times taps) that channel lanes take: a tile's accumulators are zeroed,
-#: stored and read back strided once per reduction, and a tile of one pixel reloads its
-#: weight vectors for each (AVX-512 VNNI, channel lanes / vectors of pixels: SqueezeNet's
-#: 3x3 16->64 at 55x55, 36 instructions, 1.42x; 48->192 at 13x13 (one pixel a tile)
-#: 1.71x; 32->128 at 14x14, 72, 1.09x; 64->256 at 14x14, 144, 1.0x; 128->128 at 7x7,
-#: 288, 0.81x; ResNet's 512->512 at 7x7, 1152, 0.78x)
+#: the fewest pixels per tile that channel lanes take: a tile of one pixel reloads its
+#: weight vectors for each (AVX-512 VNNI, SqueezeNet's 48->192 at 13x13: 1.71x the time
+#: of vectors of pixels)
 MIN_CHANNEL_PIXELS = 4
-MIN_CHANNEL_REDUCTION = 128
+#: where channel lanes break even: the positions vectors of pixels would compute beyond
+#: the output's pixels, as a fraction of them, times the dot-product instructions per
+#: accumulator (channel groups times taps). Channel lanes save the first on every
+#: instruction, and pay per output a tile's accumulators zeroed, stored and read back
+#: strided, which a long reduction amortizes (AVX-512 VNNI, Zen 5, channel lanes /
+#: vectors of pixels: MobileNetV2's 1x1 160->960 at 7x7, 0.31 x 40 = 12, 1.04x;
+#: 320->1280 at 7x7, 0.31 x 80 = 25, 0.90x; a 3x3 32->128 at 14x14, 0.14 x 72 = 10,
+#: 1.07x; 64->256 at 14x14, 0.14 x 144 = 21, 1.0x; earlier, on Zen 4: SqueezeNet's 3x3
+#: 16->64 at 55x55, 36 instructions, 1.42x; 128->128 at 7x7, 288, 0.81x; ResNet's
+#: 512->512 at 7x7, 1152, 0.78x)
+CHANNEL_LANES_BREAK_EVEN = 20
 
 
 def channel_tiling(filters: int, out_height: int, out_width: int,
@@ -463,9 +469,9 @@ def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription
     takes on ``cpu`` (:func:`int8_conv`), or None where it takes vectors of pixels:
     channel lanes where vectors of pixels would compute :data:`CHANNEL_LANES_GAIN`
     times the output's pixels or more (a 7x7 output: 64 positions, or 61 rows of 9
-    with a 3x3 kernel's padding, for 49 pixels), its channels fill whole vectors, and
-    its tile and reduction are long enough (:data:`MIN_CHANNEL_PIXELS`,
-    :data:`MIN_CHANNEL_REDUCTION`); always where they would compute
+    with a 3x3 kernel's padding, for 49 pixels), its channels fill whole vectors, its
+    tile holds :data:`MIN_CHANNEL_PIXELS` and the positions saved outweigh a tile's
+    cost per output (:data:`CHANNEL_LANES_BREAK_EVEN`); always where they would compute
     :data:`TINY_OUTPUT_WASTE` times its pixels (:func:`channel_tiling`'s ``tiny``
     tiles)."""
     _, (sy, sx), _, pads, (oh, ow) = conv_geometry(x_shape, w_shape, attrs)
@@ -477,10 +483,12 @@ def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription
         # whatever the tile: vectors of pixels would compute mostly padding
         return channel_tiling(filters, oh, ow, cpu, tiny=True)
     tiles = channel_tiling(filters, oh, ow, cpu)
-    if (tiles is None or tiles.pixels < MIN_CHANNEL_PIXELS
-            or -(-channels // GROUP) * kh * kw < MIN_CHANNEL_REDUCTION):
+    if tiles is None or tiles.pixels < MIN_CHANNEL_PIXELS:
         return None
-    return tiles if computed >= CHANNEL_LANES_GAIN * oh * ow else None
+    waste = computed / (oh * ow) - 1
+    reduction = -(-channels // GROUP) * kh * kw
+    gains = waste * reduction >= CHANNEL_LANES_BREAK_EVEN
+    return tiles if gains and computed >= CHANNEL_LANES_GAIN * oh * ow else None
 
 
 #: a dense sums stage's attribute: its register tiles are finished (the function's
@@ -608,14 +616,25 @@ def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
     time on MobileNetV2's 1x1 convolutions at 112x112 and 56x56, and, copied row by
     row, each a partial vector, 1.16-1.31x on its 1x1 convolutions at 7x7; AVX-512
     VNNI). A padded image's single pass keeps a guard per byte and stays scalar (3x3
-    at 56x56: 0.93x its time in two passes; rows of 9 at 7x7 0.82x)."""
+    at 56x56: 0.93x its time in two passes; rows of 9 at 7x7 0.82x).
+
+    Except an unpadded image at stride 1 whose rows' four channels fill no more than
+    a vector of ``dtype``: its positions are its pixels in order, so that each channel
+    is copied as one run (``pack_int8_phases``' ``plane``), whole vectors but the last,
+    and interleaved; LLVM's single pass handles such rows a partial vector each. Whole
+    1x1 convolutions on AVX-512 VNNI, Zen 5, two passes / one: MobileNetV2's 576->96 at
+    14x14 0.87-0.88x, 96->576 0.94-0.95x, 160->960 at 7x7 0.94x; at 28x28 (rows of
+    112 bytes), 144->32 took 1.05-1.09x, so longer rows keep the one pass."""
     n, channels, _, width = x.shape
-    if (not any(pads) or -(-(width + pads[1] + pads[3]) // strides[1]) < MIN_COPIED_ROW
-            or not masked_byte_loads(cpu)):
+    plane = (not any(pads) and tuple(strides) == (1, 1)
+             and width * GROUP <= vector_lanes(dtype, cpu))
+    short = -(-(width + pads[1] + pads[3]) // strides[1]) < MIN_COPIED_ROW
+    if not masked_byte_loads(cpu) or (not plane and (not any(pads) or short)):
         return pack_int8_bytes(x, x_zero, pads, positions, dtype, strides, phases)
     run = interleave_run(dtype, cpu)
     positions = -(-positions // run) * run
-    phased = pack_int8_phases(x, x_zero, pads, positions, dtype, strides, phases)
+    phased = pack_int8_phases(x, x_zero, pads, positions, dtype, strides, phases,
+                              plane=plane)
     column_phases = phases[1]
 
     def element(b, channel_group, row_phase, column_phase, position, inner):
@@ -697,7 +716,6 @@ def pack_int8_bytes(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int
     sy, sx = strides
     stride_row = -(-(width + pads[1] + pads[3]) // sx)
     value = _packed_element(x, x_zero, dtype, GROUP, False)
-
     def element(b, channel_group, row_phase, column_phase, position, inner):
         return value(b, channel_group, inner,
                      position // stride_row * sy + row_phase - pads[0],
@@ -708,14 +726,16 @@ def pack_int8_bytes(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int
 
 
 def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
-                     dtype: str, strides=(1, 1), phases=(1, 1)) -> te.Tensor:
+                     dtype: str, strides=(1, 1), phases=(1, 1), plane: bool = False
+                     ) -> te.Tensor:
     """The first pass of :func:`pack_int8_flat`: ``x`` stored as ``dtype`` (the sign bit
     flipped where the byte types differ), padded with the zero point, as ``[n, C
     rounded up to 4, row phases x column phases, rows * row length]``: phase (``py``,
     ``px``)'s pixels row after row, whole rows covering ``positions``. The reads are
     guarded, not clamped, so that a row is one vector copy masked at the borders; the
     flat axis carries ``int8_row`` (the row length), so that its schedule loops over rows
-    and columns (no division per byte)."""
+    and columns (no division per byte). ``plane`` (an unpadded image at stride 1): the
+    positions are the image's pixels in order, all of them one row."""
     n, channels, height, width = x.shape
     sy, sx = strides
     top, left = pads[0], pads[1]
@@ -724,6 +744,18 @@ def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: in
     flip = _flip(x.dtype, dtype)
     zero = _zero(x_zero)
     column_phases = phases[1]
+    if plane:
+        # unpadded at stride 1: the positions are the image's pixels in order, one run
+        def pixel(b, channel, phase, position):
+            inside = position // width < height
+            if channels % GROUP:
+                inside = te.logical_and(inside, channel < channels)
+            read = x[b, te.minimum(channel, channels - 1), position // width,
+                     position % width]
+            return te.cast(dtype, te.if_then_else(inside, te.cast("int32", read), zero) + flip)
+
+        return te.compute((n, -(-channels // GROUP) * GROUP, 1, positions), pixel,
+                          name="int8_phases", dtype=dtype, attrs={"int8_row": positions})
 
     def element(b, channel, phase, position):
         y = position // stride_row * sy + phase // column_phases - top
@@ -959,7 +991,9 @@ def _int8_conv_channel_lanes(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | Non
     sums = te.compute((n, filters // lanes, oh, ow, lanes), body, name=f"{name}_dot",
                       dtype="int32",
                       attrs={"int8_conv": tiles,
-                             "int8_rows": RowBlocks(tiles.rows, tiles.rows * ow)})
+                             "int8_rows": RowBlocks(tiles.rows, tiles.rows * ow),
+                             # only the output's pixels: its rows lie back to back
+                             "int8_row_length": ow})
     weight_sum = _weight_sums(packed_w, packed_weight is not None, filters, name)
     offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
@@ -1263,7 +1297,8 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
         # rows of one vector and a part where the block is whole vectors (its
         # 32->192 at 28x28, blocks of 4 rows: 0.89-0.92x; 24->144 at 56x56, two rows
         # in seven vectors, 1.02x, and 192->32 at 28x28, 14 rows in 24.5, 1.6x: not
-        # taken; AVX-512 VNNI, one thread)
+        # taken; AVX-512 VNNI, one thread); and channel lanes' sums, which hold only
+        # the output's pixels (960->320 at 7x7: 0.95-0.97x, Zen 5)
         stage.reorder(n, ko, yo, ki, yi, x)
         inner = list(stage.split(stage.fuse(yi, x), lanes))
     else:

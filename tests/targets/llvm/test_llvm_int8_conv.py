@@ -194,14 +194,19 @@ def test_the_byte_interleave_intrinsic_is_one_shuffle_and_exact(target, instruct
     ((1, 6, 14, 15), (3, 3), (1, 1), (1, 1, 1, 1)),  # 6 channels: a padded group
     ((1, 3, 23, 23), (7, 7), (2, 2), (3, 3, 3, 3)),  # a stem: four phases
     ((1, 8, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1)),  # rows of 9 (MIN_COPIED_ROW)
-], ids=["3x3", "stem", "7x7"])
+    ((1, 6, 14, 14), (1, 1), (1, 1), (0, 0, 0, 0)),  # unpadded, rows of 56 bytes
+    ((1, 8, 5, 28), (1, 1), (1, 1), (0, 0, 0, 0)),  # unpadded, rows of 112 bytes
+], ids=["3x3", "stem", "7x7", "1x1-14", "1x1-28"])
 def test_a_padded_image_is_packed_by_a_vector_byte_interleave(target, data, shape, kernel,
                                                              strides, pads):
     """Where the CPU loads bytes under a mask (AVX-512BW), a padded image is packed in
     two vector passes: a padded, phase-split copy of each channel, then four channels'
     runs interleaved by one ``cpu.interleave`` a step (unpacks in the assembly) into the
-    dot product's groups of four bytes; elsewhere byte by byte in one pass. Bit-exact
-    either way, extreme bytes and zero point included."""
+    dot product's groups of four bytes; so is an unpadded image at stride 1 whose rows'
+    four channels fill no more than a vector, each channel copied as one run of its
+    pixels (a 14-pixel row's 56 bytes); longer unpadded rows, and any image elsewhere,
+    byte by byte in one pass. Bit-exact either way, extreme bytes and zero point
+    included."""
     cpu = parse_cpu(target)
     x = te.placeholder(shape, data, "x")
     w = te.placeholder((16, shape[1], *kernel), "int8", "w")
@@ -210,9 +215,13 @@ def test_a_padded_image_is_packed_by_a_vector_byte_interleave(target, data, shap
     out = int8_conv(x, w, zero, attrs, cpu)
     sums = out.op.body.a.tensor
     packed, _ = int8_conv_inputs(sums)
-    interleaved = masked_byte_loads(cpu)
+    plane = not any(pads) and shape[3] * 4 <= cpu.vector_lanes(packed.dtype)
+    interleaved = masked_byte_loads(cpu) and (any(pads) or plane)
     assert packed.op.attrs.get("int8_interleaved") == (
         cpu.vector_lanes(packed.dtype) if interleaved else None)
+    if interleaved and plane:  # one run of pixels a channel
+        (copy,) = reads_of(packed.op.body)
+        assert copy.op.attrs["int8_row"] == copy.shape[-1] == packed.shape[-2]
     schedule = te.create_schedule(out)
     schedule_int8_conv(schedule, sums, cpu)
     module = hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu)
@@ -225,7 +234,7 @@ def test_a_padded_image_is_packed_by_a_vector_byte_interleave(target, data, shap
     xs = rng.integers(info.min, info.max + 1, shape).astype(data)
     xs[0, 0, 0, :3] = (info.min, info.max, info.min)
     ws = rng.integers(-128, 128, (16, shape[1], *kernel)).astype(np.int8)
-    ws[0, 0, 0, :3] = (-128, -128, 127)
+    ws.reshape(16, -1)[0, :3] = (-128, -128, 127)  # a view: 1x1 kernels too
     z = info.max if data == "uint8" else info.min
     got = np.zeros(out.shape, np.int32)
     module["conv"](xs, ws, np.array([z], data), got)
@@ -235,8 +244,8 @@ def test_a_padded_image_is_packed_by_a_vector_byte_interleave(target, data, shap
 @pytest.mark.parametrize("target,instruction", PIXEL_DESCRIPTIONS,
                          ids=["avx512vnni", "avxvnni", "avx512bw", "avx2", "neon-sdot"])
 @pytest.mark.parametrize("shape,kernel,strides,pads,dilations", [
-    ((1, 60, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # ResNet's last stage
-    ((1, 512, 5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # 25 pixels
+    ((1, 120, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # ResNet's last stage
+    ((1, 1024, 5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # 25 pixels
     ((2, 64, 14, 14), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # into 7x7, batch 2
     ((1, 62, 5, 5), (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),  # dilated, 5x5 -> 5x5
 ], ids=["3x3", "1x1", "stride2-batch2", "dilated"])
@@ -266,6 +275,27 @@ def test_channel_lanes_are_exact(target, instruction, shape, kernel, strides, pa
         got = np.zeros(out.shape, np.int32)
         module["conv"](x, w, np.array([zero], np.int8), got)
         np.testing.assert_array_equal(got, _reference(x, w, zero, strides, pads, dilations))
+
+
+def test_channel_lanes_where_the_positions_saved_outweigh_a_tiles_cost():
+    """Channel lanes save the positions vectors of pixels would compute past the
+    output's pixels on every instruction of the reduction, and cost a tile's
+    accumulators stored and read back per output: they take a convolution where that
+    waste times the reduction's instructions reaches CHANNEL_LANES_BREAK_EVEN.
+    MobileNetV2's 1x1 layers at 7x7 on AVX-512 (64 positions for 49 pixels): 320->1280
+    (80 instructions an accumulator) takes them, 160->960 (40) does not; a long
+    reduction takes them at a smaller waste (a 3x3 at 14x14, 224 positions for 196:
+    64->256, 144 instructions, not 32->128, 72); AVX2's vectors of 8 pixels waste 7
+    positions at 7x7, and keep 320->1280 in vectors of pixels."""
+    avx512 = parse_cpu("llvm -mcpu=sapphirerapids -num-cores=2")
+    one = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "group": 1}
+    three = dict(one, pads=(1, 1, 1, 1))
+    assert channel_lanes_tiles((1, 320, 7, 7), (1280, 320, 1, 1), one, avx512) is not None
+    assert channel_lanes_tiles((1, 160, 7, 7), (960, 160, 1, 1), one, avx512) is None
+    assert channel_lanes_tiles((1, 64, 14, 14), (256, 64, 3, 3), three, avx512) is not None
+    assert channel_lanes_tiles((1, 32, 14, 14), (128, 32, 3, 3), three, avx512) is None
+    haswell = parse_cpu("llvm -mcpu=haswell -num-cores=2")
+    assert channel_lanes_tiles((1, 320, 7, 7), (1280, 320, 1, 1), one, haswell) is None
 
 
 @pytest.mark.parametrize("target,instruction", DESCRIPTIONS,
@@ -440,9 +470,9 @@ def test_weight_sums_packed_at_build_time_are_exact(target, data, filters):
     weight sum, the zero-point correction's factor, so no call sums it: sums of every
     sign and size (all four bytes) give the reference's bits."""
     cpu = parse_cpu(target)
-    shape = (1, 60, 6, 7)
+    shape = (1, 120, 6, 7)
     x = te.placeholder(shape, data, "x")
-    w = te.placeholder((filters, 60, 3, 3), "int8", "w")
+    w = te.placeholder((filters, 120, 3, 3), "int8", "w")
     attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
     tiles = channel_lanes_tiles(shape, w.shape, attrs, cpu)
     assert (tiles is not None) == (filters % cpu.vector_lanes("int32") == 0)
@@ -460,8 +490,8 @@ def test_weight_sums_packed_at_build_time_are_exact(target, data, filters):
     rng = np.random.default_rng(11)
     info = np.iinfo(data)
     xs = rng.integers(info.min, info.max + 1, shape).astype(data)
-    ws = rng.integers(-128, 128, (filters, 60, 3, 3)).astype(np.int8)
-    ws[0], ws[1], ws[2] = -128, 127, 0  # sums -69120, 68580, 0
+    ws = rng.integers(-128, 128, (filters, 120, 3, 3)).astype(np.int8)
+    ws[0], ws[1], ws[2] = -128, 127, 0  # sums -138240, 137160, 0
     z = np.array([info.min + 5], data)
     got = np.zeros(out.shape, np.int32)
     module["conv"](xs, pack_int8_weight_array(ws, lanes, dtype), z, got)
@@ -763,8 +793,9 @@ def _allocated_in_parallel_loop(func, name: str) -> list[int]:
     ((1, 16, 32, 32), 48, (1, 1), (1, 1), (0, 0, 0, 0)),  # rows of whole tiles
     ((1, 96, 1, 1), 4, (1, 1), (1, 1), (0, 0, 0, 0)),  # a squeeze-excite's 1x1 image
     ((1, 32, 28, 28), 192, (1, 1), (1, 1), (0, 0, 0, 0)),  # rows of a vector and a part
+    ((1, 320, 7, 7), 64, (1, 1), (1, 1), (0, 0, 0, 0)),  # 1x1, channel lanes on AVX-512
 ], ids=["1x1-rows", "3x3-7x7", "1x1-batch2", "stride2", "1x1-tiles", "1x1-image",
-        "1x1-28"])
+        "1x1-28", "1x1-7x7"])
 def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filters, kernel,
                                                              strides, pads):
     """The finishing stage (here the sums times 3 plus the channel) runs over blocks of
@@ -812,12 +843,14 @@ def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filt
         assert block.extent % cpu.vector_lanes("int32") == 0
     module = hllvm.build(func, cpu=cpu)
     lanes = cpu.vector_lanes("int32")
-    if kernel == (1, 1) and not any(pads) and block.rows > 1 and (
+    back_to_back = kernel == (1, 1) and not any(pads) or isinstance(tiles, Int8ChannelTiles)
+    if back_to_back and block.rows > 1 and (
             shape[3] < lanes or (shape[3] < 2 * lanes and block.rows * shape[3] % lanes == 0)):
-        # a block's rows lie back to back in the sums as in the output, each shorter
-        # than a vector (or a vector and a part, the block whole vectors): finished in
-        # whole vectors across rows, never a partial vector per row of 14 pixels (or of
-        # the 12 past a 28-pixel row's first vector)
+        # a block's rows lie back to back in the sums as in the output (channel lanes'
+        # sums hold only the output's pixels), each shorter than a vector (or a vector
+        # and a part, the block whole vectors): finished in whole vectors across rows,
+        # never a partial vector per row of 14 or 7 pixels (or of the 12 past a
+        # 28-pixel row's first vector)
         assert f"<{shape[3] % lanes} x i32>" not in module.ir
     if not _host_runs(cpu):
         return
