@@ -322,6 +322,19 @@ def masked_vector_loads(features: Iterable[str], arch: str, element_bytes: int) 
     return "avx512bw" in features or (element_bytes >= 4 and "avx" in features)
 
 
+def masked_vector_stores(features: Iterable[str], arch: str, element_bytes: int) -> bool:
+    """Whether a CPU of ``features`` and ``arch`` stores part of a contiguous vector of
+    elements of ``element_bytes`` under an AVX-512 mask register in one instruction
+    (AVX-512F's 32- and 64-bit elements, AVX-512BW's bytes and 16-bit words). Elsewhere
+    LLVM stores a vector of a lane count that is no power of two in pieces (7 bytes: 4,
+    2 and 1). AVX2's masked moves of 32-bit elements are left out: a masked store
+    there is microcoded on some CPUs (AMD's Zen)."""
+    if arch != "x86_64":
+        return False
+    features = frozenset(features)
+    return "avx512bw" in features or (element_bytes >= 4 and "avx512f" in features)
+
+
 @functools.cache
 def _host_feature_map() -> dict[str, bool]:
     return dict(llvm.get_host_cpu_features())

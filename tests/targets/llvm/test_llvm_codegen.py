@@ -745,3 +745,31 @@ def test_spilled_vectors_sit_on_a_stack_realigned_to_them():
     out = np.zeros((40, 16), np.float32)
     module["f"](x, y, out)
     np.testing.assert_allclose(out, y.T @ x, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "float32"])
+def test_a_vector_of_no_power_of_two_lanes_is_one_masked_store(dtype):
+    """A row of 7 elements (a 7x7 image's), stored as a vector, is one store under an
+    AVX-512 mask (bytes and words with BW) where LLVM would store 4, 2 and 1 elements;
+    the lanes past the row are not written: the elements past the last row keep their
+    values. Without AVX-512 (AVX2), the pieces. Exact."""
+    def build(target):
+        x = te.placeholder((5, 7), dtype, "x")
+        y = te.compute((5, 7), lambda i, j: x[i, j] + te.const(3, dtype), name="y")
+        s = te.create_schedule(y)
+        s[y].vectorize(y.op.axis[1])
+        return hllvm.build(te.lower(s, [x, y], name="f"), cpu=parse_cpu(target))
+
+    target = "llvm -mcpu=skylake-avx512"
+    masked = build(target)
+    assert "llvm.masked.store" in masked.unoptimized_ir
+    assert re.search(r"vmov\w+\t%[xy]mm\d+, [^\n]*\{%k\d\}", masked.assembly())
+    assert "llvm.masked.store" not in build("llvm -mcpu=haswell").unoptimized_ir
+    if not set(parse_cpu(target).features) <= hllvm.host_cpu().features:
+        return
+    data = (np.arange(35) % 50).reshape(5, 7).astype(dtype)
+    memory = np.full(35 + 16, 99, dtype)  # the output, then elements nobody may write
+    out = memory[:35].reshape(5, 7)
+    masked["f"](data, out)
+    np.testing.assert_array_equal(out, data + 3)
+    assert (memory[35:] == 99).all()
