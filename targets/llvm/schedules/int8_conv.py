@@ -716,6 +716,7 @@ def pack_int8_bytes(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int
     sy, sx = strides
     stride_row = -(-(width + pads[1] + pads[3]) // sx)
     value = _packed_element(x, x_zero, dtype, GROUP, False)
+
     def element(b, channel_group, row_phase, column_phase, position, inner):
         return value(b, channel_group, inner,
                      position // stride_row * sy + row_phase - pads[0],
@@ -744,19 +745,6 @@ def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: in
     flip = _flip(x.dtype, dtype)
     zero = _zero(x_zero)
     column_phases = phases[1]
-    if plane:
-        # unpadded at stride 1: the positions are the image's pixels in order, one run
-        def pixel(b, channel, phase, position):
-            inside = position // width < height
-            if channels % GROUP:
-                inside = te.logical_and(inside, channel < channels)
-            read = x[b, te.minimum(channel, channels - 1), position // width,
-                     position % width]
-            return te.cast(dtype, te.if_then_else(inside, te.cast("int32", read), zero) + flip)
-
-        return te.compute((n, -(-channels // GROUP) * GROUP, 1, positions), pixel,
-                          name="int8_phases", dtype=dtype, attrs={"int8_row": positions})
-
     def element(b, channel, phase, position):
         y = position // stride_row * sy + phase // column_phases - top
         column = position % stride_row * sx + phase % column_phases - left
@@ -767,8 +755,11 @@ def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: in
         return te.cast(dtype, te.if_then_else(inside, te.cast("int32", x[b, channel, y, column]),
                                               zero) + flip)
 
-    return te.compute((n, -(-channels // GROUP) * GROUP, phases[0] * phases[1],
-                       rows * stride_row), element, name="int8_phases", dtype=dtype,
+    shape = (n, -(-channels // GROUP) * GROUP, phases[0] * phases[1])
+    if plane:  # unpadded at stride 1: the image's pixels in order, all of them one row
+        return te.compute((*shape, positions), element, name="int8_phases", dtype=dtype,
+                          attrs={"int8_row": positions})
+    return te.compute((*shape, rows * stride_row), element, name="int8_phases", dtype=dtype,
                       attrs={"int8_row": stride_row, te.REGION_MULTIPLE: stride_row})
 
 
