@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from ..errors import CompileError
 from ..tir import expr as tx
 from ..tir.passes import lower_pipeline
-from ..tir.simplify import Interval, const_bound, linear_form, simplify, structural_key
+from ..tir.simplify import (
+    Interval,
+    const_bound,
+    linear_form,
+    merge_div_mod,
+    simplify,
+    structural_key,
+)
 from ..tir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, PrimFunc, Stmt, seq
 from ..tir.visitor import Mutator, collect, free_vars, substitute
 from .intrin import BufferRegion, TensorIntrin
@@ -125,7 +132,9 @@ def symbolic_bounds(expr: tx.Expr, relaxed: dict[tx.Var, int]):
     variables, when each relaxed variable ranges over ``[0, extent)``; None if unknown."""
     if not (free_vars(expr) & relaxed.keys()):
         return expr, expr
-    form = linear_form(expr)
+    # a fused index split and recombined (``(f // c) * c + f % c``) is ``f`` again: its
+    # bounds are f's, not the box of its quotient's and remainder's
+    form = merge_div_mod(linear_form(expr))
     lo: tx.Expr = tx.IntImm(form.constant)
     hi: tx.Expr = tx.IntImm(form.constant)
     for coeff, atom in form.terms.values():

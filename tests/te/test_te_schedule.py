@@ -157,6 +157,25 @@ def test_compute_at_stencil_partial_region(factor):
     np.testing.assert_allclose(run(s, [A, C], a), expected, rtol=1e-5)
 
 
+def test_a_stage_read_across_fused_rows_is_computed_a_tile_at_a_time():
+    """A consumer whose rows are fused and split into tiles of 8 reads its producer,
+    flat over the rows (``B[(y * 6 + x)]``), through ``(f // 6) * 6 + f % 6``: the
+    producer computed at a tile is one tile of 8, not the two rows the tile's quotient
+    and remainder span on their own; the last tile's 4 past the 36 pixels are computed
+    in the producer's padded length and dropped."""
+    A = te.placeholder((40,), "float32", "A")
+    B = te.compute((40,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((6, 6), lambda y, x: B[y * 6 + x] + 1.0, name="C")
+    s = te.create_schedule(C)
+    tile, lane = s[C].split(s[C].fuse(*C.op.axis), 8)
+    s[B].compute_at(s[C], tile)
+    func = te.lower(s, [A, C])
+    allocations = tir.collect(func.body, lambda n: isinstance(n, tir.Allocate))
+    assert {a.buffer.shape for a in allocations} == {(8,)}
+    a = rand(40)
+    np.testing.assert_allclose(run(s, [A, C], a), (a[:36] * 2 + 1).reshape(6, 6), rtol=1e-6)
+
+
 def test_cache_write_register_tile_matmul_non_dividing():
     A, B, C = matmul(19, 45, 11)
     s = te.create_schedule(C)

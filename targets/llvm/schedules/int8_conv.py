@@ -503,25 +503,41 @@ INT8_FINISH_TILES = "int8_finish_tiles"
 FINISH_REGISTERS = 32
 
 
-def register_finish(tiles: Int8ConvTiles, out_width: int, row_length: int,
+def register_finish(tiles: Int8ConvTiles, out_height: int, out_width: int, row_length: int,
                     cpu: CPUDescription) -> RowBlocks | None:
-    """Blocks of one row for sums finished a register tile at a time (each tile's
-    accumulators requantized while in registers: no int32 block stored and read back),
-    or None where :func:`conv_tiling`'s blocks are kept: where a block's rows lie in the
-    sums as in the output (``row_length`` is the width: no padding columns, a 1x1
-    convolution) and its rows are whole tiles (``tiles.lanes * tiles.vectors`` pixels:
-    a tile's pixels one row's, none computed past the row; a row shorter than a tile, a
-    squeeze-excite's 1x1 image, would shrink the tile's region below the tensorized
-    vector), on a CPU of :data:`FINISH_REGISTERS` vector registers. MobileNetV2's 1x1
-    convolutions at 112x112 (16->96, 4 dot products a vector against 8 instructions of
-    requantization; 32->16) took 0.87-0.91x the time finished in registers; its 24->144
-    at 56x56, one-row blocks of four tiles for 3.5 vectors of pixels (the blocks: two
-    rows in seven), 1.20x (AVX-512 VNNI, one thread)."""
+    """Blocks for sums finished a register tile at a time (each tile's accumulators
+    requantized while in registers: no int32 block stored and read back), or None where
+    :func:`conv_tiling`'s blocks are kept: where the sums' rows lie as the output's
+    (``row_length`` is the width: no padding columns, a 1x1 convolution), on a CPU of
+    :data:`FINISH_REGISTERS` vector registers. A tile covers ``tiles.lanes *
+    tiles.vectors`` pixels: blocks of one row where rows are whole tiles, else one
+    block of every row, its pixels numbered across rows (:func:`flat_finish`), the
+    last tile's positions past the image computed and dropped, finished on narrower
+    vectors; not where the image is less than a tile (a squeeze-excite's 1x1 image: the
+    tile's region would shrink below the tensorized vector).
+
+    MobileNetV2's 1x1 convolutions at 112x112 (16->96, 4 dot products a vector against 8
+    instructions of requantization; 32->16) took 0.87-0.91x the time finished in
+    registers; its 24->144 at 56x56 1.20x in one-row blocks of four tiles for 3.5
+    vectors of pixels, but 0.76x in tiles across rows (196 vectors, none computed past
+    the image: 0.047 -> 0.036 ms), its 32->192 at 28x28 0.89x, its 96->576 at 14x14
+    (12 tiles and a quarter) 0.94x (AVX-512 VNNI, Zen 5, one thread, each kernel's
+    median in whole runs against blocks of rows finished from memory)."""
     width = tiles.lanes * tiles.vectors
-    if row_length != out_width or out_width % width \
-            or cpu.vector_registers < FINISH_REGISTERS:
+    if row_length != out_width or cpu.vector_registers < FINISH_REGISTERS:
         return None
-    return RowBlocks(1, out_width)
+    if out_width % width == 0:
+        return RowBlocks(1, out_width)
+    if out_height * out_width < width:
+        return None
+    return RowBlocks(out_height, -(-(out_height * out_width) // width) * width)
+
+
+def flat_finish(blocks: RowBlocks, out_width: int) -> bool:
+    """Whether register-finished sums (:func:`register_finish`) of an output
+    ``out_width`` pixels wide are one block of every row, pixels numbered across rows
+    (else a block a row, the width)."""
+    return blocks.extent != out_width
 
 
 def block_of_rows(blocks: RowBlocks, row_length: int, y, column) -> tuple:
@@ -1038,7 +1054,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     # summed and finished while in cache (:func:`row_blocks`)
     stride_row = -(-(x.shape[3] + pads[1] + pads[3]) // sx)
     tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
-    finish_tiles = register_finish(tiles, ow, stride_row, cpu)
+    finish_tiles = register_finish(tiles, oh, ow, stride_row, cpu)
     if finish_tiles:
         blocks = finish_tiles
     span = blocks.rows * stride_row
@@ -1072,7 +1088,10 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     def result(b, k, y, column):
         # a tile finished in registers reads the sums of its own pixels only (no
         # ``% extent``, which makes the region the whole block)
-        at = (y, column) if finish_tiles else block_of_rows(blocks, stride_row, y, column)
+        if finish_tiles:
+            at = (0, y * ow + column) if flat_finish(blocks, ow) else (y, column)
+        else:
+            at = block_of_rows(blocks, stride_row, y, column)
         # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
         return sums[(b, k, *at)] - offset * weight_sum(k)
 
@@ -1309,22 +1328,39 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
 
 def _finish_register_tiles(schedule: te.Schedule, stage: te.Stage, sums: te.Tensor,
                            tiles: Int8ConvTiles, axes, cpu: CPUDescription) -> None:
-    """The finishing stage of sums in one-row blocks (:func:`register_finish`), its
-    channels already split by the tile's: a task per tile of channels and block of
-    output rows (:func:`finish_rows_per_task`), in it one tile of pixels after
-    another, each summed (its accumulators in registers) and finished at once, its
-    channels and vectors unrolled so that no accumulator needs an address."""
+    """The finishing stage of sums finished in register tiles (:func:`register_finish`),
+    its channels already split by the tile's: a task per tile of channels and run of
+    output rows (:func:`finish_rows_per_task`; of pixel tiles where the tiles run
+    across rows, :func:`flat_finish`), in it one tile of pixels after another, each
+    summed (its accumulators in registers) and finished at once, its channels and
+    vectors unrolled so that no accumulator needs an address."""
     n, ko, ki, y, x = axes
-    po, pixels = stage.split(x, tiles.lanes * tiles.vectors)
+    width = tiles.lanes * tiles.vectors
+    channel_tiles = int(sums.shape[0]) * int(sums.shape[1]) // tiles.channels
+    flat = flat_finish(sums.op.attrs["int8_rows"], int(x.extent))
+    if flat:
+        pixels_count = int(y.extent) * int(x.extent)
+        units = -(-pixels_count // width)
+        po, pixels = stage.split(stage.fuse(y, x), width)
+    else:
+        po, pixels = stage.split(x, width)
+        units = int(y.extent)
     vector, lane = stage.split(pixels, tiles.lanes)
-    rows = finish_rows_per_task(int(y.extent),
-                                int(sums.shape[0]) * int(sums.shape[1]) // tiles.channels, cpu)
-    yo, yi = stage.split(y, rows)
-    stage.reorder(n, ko, yo, yi, po, ki, vector, lane)
+    per_task = finish_rows_per_task(units, channel_tiles, cpu)
+    if flat:
+        if pixels_count % width:
+            # a partial last tile: tasks of whole images, so that its guard depends on
+            # the tile loop alone (which the loop is partitioned on)
+            per_task = units
+        task, po = stage.split(po, per_task)
+        stage.reorder(n, ko, task, po, ki, vector, lane)
+    else:
+        task, rows = stage.split(y, per_task)
+        stage.reorder(n, ko, task, rows, po, ki, vector, lane)
     stage.unroll(ki)
     stage.unroll(vector)
     stage.vectorize(lane)
-    stage.parallel(stage.fuse(n, ko, yo))
+    stage.parallel(stage.fuse(n, ko, task))
     schedule[sums].compute_at(stage, po)
 
 
