@@ -508,29 +508,30 @@ def register_finish(tiles: Int8ConvTiles, out_height: int, out_width: int, row_l
     """Blocks for sums finished a register tile at a time (each tile's accumulators
     requantized while in registers: no int32 block stored and read back), or None where
     :func:`conv_tiling`'s blocks are kept: where the sums' rows lie as the output's
-    (``row_length`` is the width: no padding columns, a 1x1 convolution), on a CPU of
-    :data:`FINISH_REGISTERS` vector registers. A tile covers ``tiles.lanes *
-    tiles.vectors`` pixels: blocks of one row where rows are whole tiles, else one
-    block of every row, its pixels numbered across rows (:func:`flat_finish`), the
-    last tile's positions past the image computed and dropped, finished on narrower
-    vectors; not where the image is less than a tile (a squeeze-excite's 1x1 image: the
-    tile's region would shrink below the tensorized vector).
+    (``row_length`` is the width: no padding columns, a 1x1 convolution) and are whole
+    tiles of ``tiles.lanes * tiles.vectors`` pixels, each row or the image as a whole
+    (one block of every row, tiles numbered across rows: :func:`flat_finish`), on a CPU
+    of :data:`FINISH_REGISTERS` vector registers. A partial last tile is not taken: a
+    tile's region must not shrink below the tensorized vector, and a tail tile of its
+    own, computed in full and finished on a narrower vector, doubled the code of each
+    finish its channels unroll (MobileNetV2's 14x14 layers: 0.94x their time, but the
+    model's compile 2.6 -> 3.8 s).
 
     MobileNetV2's 1x1 convolutions at 112x112 (16->96, 4 dot products a vector against 8
     instructions of requantization; 32->16) took 0.87-0.91x the time finished in
     registers; its 24->144 at 56x56 1.20x in one-row blocks of four tiles for 3.5
     vectors of pixels, but 0.76x in tiles across rows (196 vectors, none computed past
-    the image: 0.047 -> 0.036 ms), its 32->192 at 28x28 0.89x, its 96->576 at 14x14
-    (12 tiles and a quarter) 0.94x (AVX-512 VNNI, Zen 5, one thread, each kernel's
-    median in whole runs against blocks of rows finished from memory)."""
+    the image: 0.047 -> 0.036 ms), its 32->192 at 28x28 0.89x (AVX-512 VNNI, Zen 5, one
+    thread, each kernel's median in whole runs against blocks of rows finished from
+    memory)."""
     width = tiles.lanes * tiles.vectors
     if row_length != out_width or cpu.vector_registers < FINISH_REGISTERS:
         return None
     if out_width % width == 0:
         return RowBlocks(1, out_width)
-    if out_height * out_width < width:
-        return None
-    return RowBlocks(out_height, -(-(out_height * out_width) // width) * width)
+    if out_height * out_width % width == 0:
+        return RowBlocks(out_height, out_height * out_width)
+    return None
 
 
 def flat_finish(blocks: RowBlocks, out_width: int) -> bool:
@@ -1339,8 +1340,7 @@ def _finish_register_tiles(schedule: te.Schedule, stage: te.Stage, sums: te.Tens
     channel_tiles = int(sums.shape[0]) * int(sums.shape[1]) // tiles.channels
     flat = flat_finish(sums.op.attrs["int8_rows"], int(x.extent))
     if flat:
-        pixels_count = int(y.extent) * int(x.extent)
-        units = -(-pixels_count // width)
+        units = int(y.extent) * int(x.extent) // width
         po, pixels = stage.split(stage.fuse(y, x), width)
     else:
         po, pixels = stage.split(x, width)
@@ -1348,10 +1348,6 @@ def _finish_register_tiles(schedule: te.Schedule, stage: te.Stage, sums: te.Tens
     vector, lane = stage.split(pixels, tiles.lanes)
     per_task = finish_rows_per_task(units, channel_tiles, cpu)
     if flat:
-        if pixels_count % width:
-            # a partial last tile: tasks of whole images, so that its guard depends on
-            # the tile loop alone (which the loop is partitioned on)
-            per_task = units
         task, po = stage.split(po, per_task)
         stage.reorder(n, ko, task, po, ki, vector, lane)
     else:
