@@ -902,13 +902,16 @@ def test_register_finished_rows_are_shared_in_tasks_of_several_rows():
 
 def test_row_blocks_drop_fewest_positions_within_half_the_l1_cache():
     """A 14x14 1x1 convolution sums all 14 rows at once (208 positions for 196 pixels);
-    a 112-wide one a row at a time (whole vectors already); a 56-wide 3x3 one (58
-    positions a row) the rows that waste least; every block within half of L1d."""
+    rows of whole vectors (every row count wastes nothing) in the most rows within half
+    of L1d: a 112-wide one two rows at a time, a 14x14 3x3 one (16 positions a row) all
+    14; a 56-wide 3x3 one (58 positions a row) the rows that waste least; every block
+    within half of L1d."""
     from heterocc.targets.llvm.schedules.int8_conv import RowBlocks
 
     cpu = parse_cpu("llvm -mcpu=sapphirerapids")
     assert row_blocks(14, 14, 14, 16, 16, cpu) == RowBlocks(14, 208)
-    assert row_blocks(112, 112, 112, 16, 16, cpu) == RowBlocks(1, 112)
+    assert row_blocks(112, 112, 112, 16, 16, cpu) == RowBlocks(2, 224)
+    assert row_blocks(14, 16, 14, 16, 8, cpu) == RowBlocks(14, 224)
     for height, length, width in ((56, 58, 56), (28, 30, 28), (7, 9, 7), (56, 56, 56)):
         blocks = row_blocks(height, length, width, 16, 16, cpu)
         assert height % blocks.rows == 0 and blocks.extent % 16 == 0
