@@ -143,6 +143,9 @@ class GraphExecutor:
     native_runs: bool = True
     #: the plan's steps with those runs each one step (:meth:`_with_native_runs`)
     _native_steps: tuple[_Step, ...] = field(default=(), repr=False)
+    #: whether every one of those steps is a native run (machine code alone: a call
+    #: needs no guard against NumPy's warnings and floating-point flags)
+    _machine_code_only: bool = field(default=False, repr=False)
 
     def __post_init__(self):
         check_graph_memory(self.graph)
@@ -230,6 +233,7 @@ class GraphExecutor:
         self._input_slots, self._initial = input_slots, initial
         self._plan_lanes(steps, slots, returned)
         self._native_steps = self._with_native_runs(steps) if self.native_runs else tuple(steps)
+        self._machine_code_only = all(type(step.call) is _RunCall for step in self._native_steps)
         self._steps, self._planned = tuple(steps), (self.graph, self.kernels, self.native_runs)
 
     def _with_native_runs(self, steps: list[_Step]) -> tuple[_Step, ...]:
@@ -283,7 +287,7 @@ class GraphExecutor:
         function and a CPU function neither of which reads the other's result), they run
         at once (:meth:`execute_many`); otherwise the steps run one after another on this
         thread. Either way the outputs are the same bits."""
-        steps = self._plan()
+        self._plan()
         if self.overlap and self._lanes.overlaps:
             return self.execute_many([inputs])[0]
         env = self._initial.copy()
@@ -291,35 +295,43 @@ class GraphExecutor:
         for k, value in zip(input_slots, inputs):
             env[k] = value
         profile = self.profile
-        steps = self._native_steps
-        ndarray = np.ndarray
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore", RuntimeWarning)
-            for node, kernel, call, place, reads, placed, writes, drops in steps:
-                if place is None:
-                    # host arrays as they are; anything else (a device tensor) via on_host
-                    args = [a if type(a) is ndarray else on_host(a)
-                            for a in [env[k] for k in reads]]
-                else:
-                    args = [None if a is None else place(a) for a in [env[k] for k in reads]]
-                    for k, s in placed:  # later readers get the placed value
-                        env[s] = args[k]
-                if profile is None:
-                    results = call(args)
-                elif type(call) is _RunCall:  # it records each of its functions
-                    results = call(args, self._record)
-                else:
-                    t0 = time.perf_counter()
-                    results = call(args)
-                    self._record(node, t0, time.perf_counter() - t0, kernel)
-                for s, r in zip(writes, results):
-                    env[s] = r
-                # nothing dead may be held through the next node (its kernel may want to
-                # write it again): not the arguments, the results, nor the loop's last one
-                args = results = r = None
-                for s in drops:
-                    env[s] = None
+        if self._machine_code_only and profile is None:
+            # native runs alone: no NumPy op to warn or to raise floating-point flags
+            self._run_steps(env, profile)
+        else:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore", RuntimeWarning)
+                self._run_steps(env, profile)
         return [np.asarray(on_host(env[k])) for k in output_slots]
+
+    def _run_steps(self, env: list, profile) -> None:
+        """The plan's steps (:attr:`_native_steps`) one after another on ``env``, each
+        reading its arguments from and writing its results to their slots."""
+        ndarray = np.ndarray
+        for node, kernel, call, place, reads, placed, writes, drops in self._native_steps:
+            if place is None:
+                # host arrays as they are; anything else (a device tensor) via on_host
+                args = [a if type(a) is ndarray else on_host(a)
+                        for a in [env[k] for k in reads]]
+            else:
+                args = [None if a is None else place(a) for a in [env[k] for k in reads]]
+                for k, s in placed:  # later readers get the placed value
+                    env[s] = args[k]
+            if profile is None:
+                results = call(args)
+            elif type(call) is _RunCall:  # it records each of its functions
+                results = call(args, self._record)
+            else:
+                t0 = time.perf_counter()
+                results = call(args)
+                self._record(node, t0, time.perf_counter() - t0, kernel)
+            for s, r in zip(writes, results):
+                env[s] = r
+            # nothing dead may be held through the next node (its kernel may want to
+            # write it again): not the arguments, the results, nor the loop's last one
+            args = results = r = None
+            for s in drops:
+                env[s] = None
 
     def execute_timed(self, inputs: Sequence[np.ndarray],
                       given: Callable[[int], Sequence | None] | None = None,

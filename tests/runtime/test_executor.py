@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import warnings
 import weakref
 
 import numpy as np
@@ -121,6 +122,28 @@ def test_plain_op_nodes_run_on_the_reference():
     executor = GraphExecutor(graph, {})
     values = np.array([-1, 2, -3, 4], np.float32)
     np.testing.assert_array_equal(executor.execute([values])[0], np.maximum(values, 0))
+
+
+def test_numpy_steps_run_without_warnings_and_machine_code_without_their_guard():
+    """A step run in NumPy (a plain op's reference, a Python kernel) may divide by zero or
+    take a log of 0: the run raises no warning and leaves NumPy's error state as it was.
+    A plan of native runs alone skips that guard (machine code raises neither)."""
+    x, y = Value("x", T), Value("y", T)
+    graph = Graph([x], [y], [Node("Log", [x], [y], name="log")])
+    executor = GraphExecutor(graph, {})
+    values = np.array([0, 1, 2, -1], np.float32)
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        (out,) = executor.execute([values])
+        assert np.geterr()["divide"] == "raise"
+    assert out[0] == -np.inf and np.isnan(out[3])
+    assert not executor._machine_code_only
+    model = heterocc.compile(conv_chain(3), target="llvm")
+    feed = {v.name: RNG.standard_normal(v.shape).astype(np.float32) for v in model.inputs}
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        model.run(feed)
+    assert model._executable_for(feed).executor._machine_code_only
 
 
 def test_profiling_times_every_node_while_the_plan_is_kept():
