@@ -767,6 +767,7 @@ def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: in
     flip = _flip(x.dtype, dtype)
     zero = _zero(x_zero)
     column_phases = phases[1]
+
     def element(b, channel, phase, position):
         y = position // stride_row * sy + phase // column_phases - top
         column = position % stride_row * sx + phase % column_phases - left
@@ -1343,21 +1344,18 @@ def _finish_register_tiles(schedule: te.Schedule, stage: te.Stage, sums: te.Tens
     n, ko, ki, y, x = axes
     width = tiles.lanes * tiles.vectors
     channel_tiles = int(sums.shape[0]) * int(sums.shape[1]) // tiles.channels
-    flat = flat_finish(sums.op.attrs["int8_rows"], int(x.extent))
-    if flat:
+    if flat_finish(sums.op.attrs["int8_rows"], int(x.extent)):
+        # tiles across rows: a task is a run of them
+        tile, pixels = stage.split(stage.fuse(y, x), width)
         units = int(y.extent) * int(x.extent) // width
-        po, pixels = stage.split(stage.fuse(y, x), width)
+        task, po = stage.split(tile, finish_rows_per_task(units, channel_tiles, cpu))
+        within_task = (po,)
     else:
         po, pixels = stage.split(x, width)
-        units = int(y.extent)
+        task, rows = stage.split(y, finish_rows_per_task(int(y.extent), channel_tiles, cpu))
+        within_task = (rows, po)
     vector, lane = stage.split(pixels, tiles.lanes)
-    per_task = finish_rows_per_task(units, channel_tiles, cpu)
-    if flat:
-        task, po = stage.split(po, per_task)
-        stage.reorder(n, ko, task, po, ki, vector, lane)
-    else:
-        task, rows = stage.split(y, per_task)
-        stage.reorder(n, ko, task, rows, po, ki, vector, lane)
+    stage.reorder(n, ko, task, *within_task, ki, vector, lane)
     stage.unroll(ki)
     stage.unroll(vector)
     stage.vectorize(lane)
