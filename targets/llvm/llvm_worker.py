@@ -6,6 +6,9 @@ this file as a script (``python -P llvm_worker.py``), so that it starts in a fra
 the time a process importing the compiler would. In-process builds call the same
 functions, so the two give the same bytes.
 
+Run as a script, its one argument is the id of the process it serves: the worker exits
+when that process has died (:func:`exit_with_parent`).
+
 The protocol, one request at a time on stdin/stdout: a request is a header
 (``>II``: length of a JSON machine description, length of the IR) followed by both;
 a reply is ``>BdI`` (status, CPU seconds the request took, payload length) followed by
@@ -17,8 +20,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import struct
 import sys
+import threading
 import time
 
 import llvmlite.binding as llvm
@@ -116,5 +121,30 @@ def serve(requests, replies) -> None:
         replies.flush()
 
 
+#: seconds between a worker's checks that the process it serves is still alive
+PARENT_POLL_S = 0.5
+
+
+def exit_with_parent(parent: int, poll_s: float = PARENT_POLL_S) -> threading.Thread:
+    """A daemon thread that ends this process once process ``parent``, the one that
+    started it, has died (the orphan's parent id changes when it is adopted; the id is
+    passed in, since the parent may die while this process still imports LLVM). A
+    worker reading a request notices its input closing, but one inside LLVM does not: a
+    tuning candidate's measuring process killed at its time-out left the worker
+    compiling that candidate for 11 minutes and more, a core busy under every later
+    measurement. (LLVM runs with the interpreter released, so this thread runs beside
+    it.)"""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread.start()
+    return thread
+
+
 if __name__ == "__main__":
+    # argument: the id of the process served (the parent's own at the start, if absent)
+    exit_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())
     serve(sys.stdin.buffer, sys.stdout.buffer)

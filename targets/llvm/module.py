@@ -541,7 +541,7 @@ class _Worker:
         self._stderr = tempfile.TemporaryFile()
         # -P: the script's folder (this package) does not shadow modules it imports
         self._process = subprocess.Popen(
-            [sys.executable, "-P", str(self.SCRIPT)], stdin=subprocess.PIPE,
+            [sys.executable, "-P", str(self.SCRIPT), str(os.getpid())], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self._stderr)
 
     def compile(self, header: bytes, ir_text: str, name: str) -> tuple[bytes, float]:

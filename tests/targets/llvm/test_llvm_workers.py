@@ -4,7 +4,13 @@ there is, and this process's LLVM where a worker cannot start."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -147,3 +153,48 @@ def test_a_thread_whose_worker_cannot_start_compiles_here(llvm_jobs, monkeypatch
     module = _generated()
     pool.compile(module)  # this thread's slot: a worker, which cannot start
     _check(module)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] not in "ZX"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel whether the id is taken
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def test_a_worker_whose_compiling_process_dies_exits_while_its_input_stays_open():
+    # The compiling process starts a worker, hands the worker's input to a second
+    # process that keeps it open (as a worker deep in LLVM never reads it), and is
+    # killed, as a tuning candidate's measuring process is at its time-out.
+    script = (
+        "import subprocess, sys, time\n"
+        "from heterocc.targets.llvm import module\n"
+        "worker = module._Worker()._process\n"
+        "holder = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
+        " pass_fds=(worker.stdin.fileno(),))\n"
+        "print(worker.pid, holder.pid, flush=True)\n"
+        "time.sleep(120)\n")
+    compiling = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                 text=True)
+    worker, holder = map(int, compiling.stdout.readline().split())
+    try:
+        assert _running(worker)
+        compiling.kill()
+        compiling.wait()
+        deadline = time.monotonic() + 20
+        while _running(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(worker), "the orphaned worker kept running"
+        assert _running(holder)  # its input is still open: the worker did not see it close
+    finally:
+        for pid in (worker, holder):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
