@@ -705,6 +705,37 @@ def test_hinted_window_loops_stay_within_the_unrolled_body_limit():
         np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_an_unvectorized_tiles_scalar_lanes_count_against_its_unroll_limit(vectorize):
+    """A register tile of 4 channel blocks x 7 rows x 2 columns under a 512-way unroll
+    limit: vectorized, the TIR unrolls all 56 of its vector updates; unvectorized, its 16
+    lanes stay a scalar loop in every copy (LLVM unrolls and vectorizes it there), so
+    they count: 14 copies of it, 224 scalar bodies, not 896 (a search's unvectorized
+    tiles so unrolled built for up to 140 s, past the trial's time-out). Either way the
+    point computes the convolution."""
+    hints = SearchHints(vector_lanes=16, registers=32, cores=2)
+    placeholders = _blocked_conv3x3(2, 4, 14)
+    sketch = Sketch([placeholders[-1]], hints)
+    config = sketch.space.from_values({
+        **sketch.default_values(), "a0.tile.s1": (1, 1, 4), "a0.tile.s2": (1, 1, 7),
+        "a0.tile.s3": (1, 1, 2), "a0.vectorize": vectorize, "a0.unroll": 512})
+    lowered = te.lower(sketch.apply([placeholders[-1]], config), list(placeholders),
+                       name="f")
+    updates = [store for store in tir.collect(lowered.body, lambda n: isinstance(
+        n, tir.BufferStore) and n.buffer.name == "conv.local") if tir.collect(
+        store.value, lambda n: isinstance(n, tir.BufferLoad) and n.buffer.name == "data")]
+    assert len(updates) == (56 if vectorize else 14)
+    assert vectorize or len(updates) * 16 <= 512
+    rng = np.random.default_rng(4)
+    data = rng.standard_normal((1, 2, 16, 16, 16)).astype(np.float32)
+    weight = rng.standard_normal((4, 2, 3, 3, 16, 16)).astype(np.float32)
+    windows = np.lib.stride_tricks.sliding_window_view(data, (3, 3), axis=(2, 3))
+    out = np.zeros((1, 4, 14, 14, 16), np.float32)
+    build(lowered)["f"](data, weight, out)
+    np.testing.assert_allclose(out, np.einsum("ncyxbij,kcijbo->nkyxo", windows, weight),
+                               rtol=1e-4, atol=1e-3)
+
+
 def test_seeds_offer_register_tiles_leaving_four_or_a_third_of_the_registers():
     """A 1x1 convolution's reduction (no window): the dividing register tiles whose
     accumulators leave a third of the registers for operands are seeds beside those

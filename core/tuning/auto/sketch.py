@@ -684,12 +684,14 @@ class Sketch:
             # the tile's write-back (or fused epilogue): its last axis one vector at a time
             last_outer, last_inner = outer_stage.split(rest[-1], tiles[-1][-1])
             outer_stage.reorder(*tile_loops, *rest[:-1], last_outer, last_inner)
-            if config[f"{p}.vectorize"] and tiles[-1][-1] > 1:
+            lanes_vectorized = config[f"{p}.vectorize"] and tiles[-1][-1] > 1
+            if lanes_vectorized:
                 outer_stage.vectorize(last_inner)
             _unroll_writeback(outer_stage, [*rest[:-1], last_outer],
                               [extents[id(iv)] for iv in rest[:-1]]
                               + [-(-extents[id(rest[-1])] // tiles[-1][-1])],
-                              config[f"{p}.unroll"])
+                              config[f"{p}.unroll"] // (1 if lanes_vectorized
+                                                        else max(1, tiles[-1][-1])))
             attach = tile_loops[-1]
             if config[f"{p}.parallel"]:  # fused before the compute is attached inside
                 top = _parallel_loops(outer_levels, span)
@@ -711,7 +713,8 @@ class Sketch:
             levels[:-2] = [lvl[::-1] for lvl in levels[:-2]]
         *before, s2, s3 = levels
         compute_stage.reorder(*(iv for lvl in before for iv in lvl), *r0, *s2, *r1, *s3)
-        if config[f"{p}.vectorize"] and extents[id(s3[-1])] > 1:
+        vectorized = config[f"{p}.vectorize"] and extents[id(s3[-1])] > 1
+        if vectorized:
             compute_stage.vectorize(s3[-1])
         limit = config[f"{p}.unroll"]
         reduce_unroll = config[f"{p}.reduce_unroll"]
@@ -725,7 +728,10 @@ class Sketch:
                 _, inner = compute_stage.split(r1[-1], steps)
                 compute_stage.unroll(inner, explicit=False)
             hinted, r1 = True, []
-        unrolled = 1
+        # copies of the body: a scalar innermost loop (not vectorized) counts, since
+        # LLVM unrolls and vectorizes so short a loop itself inside every copy the TIR
+        # makes (unvectorized 512-way tiles of 16 scalar lanes built for 140 s)
+        unrolled = 1 if vectorized else extents[id(s3[-1])]
         for iv in [*reversed(s3[:-1]), *(() if hinted else reversed(r1))] if limit else ():
             if unrolled * extents[id(iv)] > limit:
                 break
