@@ -41,12 +41,14 @@ the hand rules and ORT. The searches time candidates by single calls (``--timing
 single``: the fastest of 15, what a kernel costs quiet, on a shared machine too) and
 measure each task's ``--remeasure`` best again after the search; ``--kernel-sums``
 also sums each function's fastest single calls, hand schedule against the pick from
-scratch (an estimate a loaded machine disturbs less than timing the whole model).
+scratch (an estimate a loaded machine disturbs less than timing the whole model), and
+lists the tasks whose picks lose most to the hand schedules, with the trials each got.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import os
@@ -387,7 +389,7 @@ def _profile_gaps(models: dict, feed: dict, rounds: int, shown: int = 12) -> Non
               f"{(seconds + gap) * 1e3:8.3f} ms, gap {gap * 1e3:+8.3f} ms")
 
 
-def _kernel_sums(path: str, logs: dict[str, str], rounds: int = 3) -> None:
+def _kernel_sums(path: str, logs: dict[str, str], rounds: int = 3, shown: int = 8) -> None:
     """Per function of the model at ``path`` (rules off), its hand schedule and the
     config each log (by label) makes compile apply (the best last timed beside its
     baseline, else the log's best), each built and timed by single calls (the fastest
@@ -395,7 +397,9 @@ def _kernel_sums(path: str, logs: dict[str, str], rounds: int = 3) -> None:
     sums over the functions x how often the model runs them. An estimate of the
     model's kernel time that a loaded machine disturbs far less than timing the model
     (for kernels under a millisecond or so: a longer single call is itself often
-    preempted)."""
+    preempted). Then the ``shown`` tasks whose picks lose most time against the hand
+    schedule (weighted), each with its kind, input shape and the trials the search
+    spent on it: where the search falls short."""
     from heterocc.sdk.registry import get_target
     from heterocc.targets.llvm.tuning import FUNCTION
     from heterocc.tuning.extract import tuning_key
@@ -407,14 +411,17 @@ def _kernel_sums(path: str, logs: dict[str, str], rounds: int = 3) -> None:
     options = single_call_timing(MeasureOptions(target=key, timeout_s=60))
     with tuning_context(key):
         tasks = extract_tasks(path, target=target, search="auto")
-    picks = {}
+    picks, trials = {}, {}
     for label, log in logs.items():
         records = read_records(log)
+        trials[label] = collections.Counter(r.workload_key for r in records
+                                            if r.tuner == EvolutionaryTuner.name)
         picks[label] = {key: record.config_index for key, record in best_records(
             r for r in records if r.tuner != PAIRED).items()}
         picks[label].update({r.workload_key: r.config_index for r in records
                              if r.tuner == PAIRED})
     sums = dict.fromkeys(["hand rules", *logs], 0.0)
+    rows = []
     for task in tasks:
         hand = Task(FUNCTION, task.args)
         candidates = {"hand rules": (hand, hand.default_config())}
@@ -427,11 +434,33 @@ def _kernel_sums(path: str, logs: dict[str, str], rounds: int = 3) -> None:
                                      measure_in_process(timed, config, options).cost)
         for label, seconds in fastest.items():
             sums[label] += task.weight * seconds
+        rows.append((task, fastest))
     hand_sum = sums["hand rules"]
     print(f"  kernels, fastest single calls summed over {len(tasks)} functions x runs "
           f"({rounds} alternating rounds; load average {os.getloadavg()[0]:.2f}): "
           + ", ".join(f"{label} {seconds * 1e3:.2f} ms ({hand_sum / seconds:.2f}x the hand "
                       "rules' speed)" for label, seconds in sums.items()), flush=True)
+    for label in logs:
+        worst = sorted(rows, key=lambda row: row[0].weight * (row[1]["hand rules"]
+                                                               - row[1].get(label, math.inf)))
+        print(f"  {label}: the {shown} largest weighted losses to the hand schedules "
+              "(task, runs per model, trials; hand and pick fastest calls):")
+        for task, fastest in worst[:shown]:
+            spent = trials[label][task.workload_key]
+            hand, pick = fastest["hand rules"], fastest.get(label, math.inf)
+            print(f"    {_task_label(task):<52} x{task.weight} {spent:4d} trials  hand "
+                  f"{hand * 1e6:8.1f} us, pick {pick * 1e6:8.1f} us ({pick / hand:.2f}x)")
+
+
+def _task_label(task: Task) -> str:
+    """A function task by its kind and first input's shape (e.g. ``depthwise_conv2d_nchwc
+    [1, 2, 112, 112, 16]``); another task by its template and arguments."""
+    kind, graph = (task.args + (None, None))[:2]
+    try:
+        shape = json.loads(graph)["inputs"][0][0]
+    except (TypeError, ValueError, KeyError, IndexError):
+        return f"{task.template} {task.args}"[:52]
+    return f"{kind} {shape}"
 
 
 def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int,
@@ -564,7 +593,8 @@ def main() -> None:
     parser.add_argument("--kernel-sums", action="store_true",
                         help="with --rules: also each function's hand schedule and the "
                              "search from scratch's pick timed by single calls, summed (an "
-                             "estimate a loaded machine disturbs less than the model's time)")
+                             "estimate a loaded machine disturbs less than the model's "
+                             "time), and the tasks whose picks lose most")
     parser.add_argument("--seed", type=int, default=0,
                         help="with --rules: the searches' seed (first points, cost model)")
     parser.add_argument("--other-log", action="append", default=[], metavar="LABEL=PATH",
