@@ -654,6 +654,13 @@ class Sketch:
             return
         tiles = [config[f"{p}.tile.s{axis}"] for axis in range(len(anchor.spatial))]
         reduce_tiles = [config[f"{p}.tile.r{axis}"] for axis in range(len(anchor.reduce))]
+        # the innermost tile of the last axis, vectorized in the compute and its
+        # write-back, or else a short scalar loop that LLVM unrolls (and vectorizes)
+        # itself inside every copy the TIR makes: its lanes count as copies of the body
+        # against the unroll limit (unvectorized 512-way tiles of 16 lanes built for 140 s)
+        lanes = tiles[-1][-1]
+        vectorized = config[f"{p}.vectorize"] and lanes > 1
+        scalar_copies = 1 if vectorized else lanes
         location = config[f"{p}.location"]
         reversed_order = config[f"{p}.order"] == "reversed"
         _, _, span = self._parallel_plan(anchor, tiles, reversed_order)
@@ -682,16 +689,14 @@ class Sketch:
             tile_loops = [iv for lvl in outer_levels[:-1] for iv in lvl]
             rest = outer_levels[-1]
             # the tile's write-back (or fused epilogue): its last axis one vector at a time
-            last_outer, last_inner = outer_stage.split(rest[-1], tiles[-1][-1])
+            last_outer, last_inner = outer_stage.split(rest[-1], lanes)
             outer_stage.reorder(*tile_loops, *rest[:-1], last_outer, last_inner)
-            lanes_vectorized = config[f"{p}.vectorize"] and tiles[-1][-1] > 1
-            if lanes_vectorized:
+            if vectorized:
                 outer_stage.vectorize(last_inner)
             _unroll_writeback(outer_stage, [*rest[:-1], last_outer],
                               [extents[id(iv)] for iv in rest[:-1]]
-                              + [-(-extents[id(rest[-1])] // tiles[-1][-1])],
-                              config[f"{p}.unroll"] // (1 if lanes_vectorized
-                                                        else max(1, tiles[-1][-1])))
+                              + [-(-extents[id(rest[-1])] // lanes)],
+                              config[f"{p}.unroll"] // scalar_copies)
             attach = tile_loops[-1]
             if config[f"{p}.parallel"]:  # fused before the compute is attached inside
                 top = _parallel_loops(outer_levels, span)
@@ -713,7 +718,6 @@ class Sketch:
             levels[:-2] = [lvl[::-1] for lvl in levels[:-2]]
         *before, s2, s3 = levels
         compute_stage.reorder(*(iv for lvl in before for iv in lvl), *r0, *s2, *r1, *s3)
-        vectorized = config[f"{p}.vectorize"] and extents[id(s3[-1])] > 1
         if vectorized:
             compute_stage.vectorize(s3[-1])
         limit = config[f"{p}.unroll"]
@@ -728,10 +732,7 @@ class Sketch:
                 _, inner = compute_stage.split(r1[-1], steps)
                 compute_stage.unroll(inner, explicit=False)
             hinted, r1 = True, []
-        # copies of the body: a scalar innermost loop (not vectorized) counts, since
-        # LLVM unrolls and vectorizes so short a loop itself inside every copy the TIR
-        # makes (unvectorized 512-way tiles of 16 scalar lanes built for 140 s)
-        unrolled = 1 if vectorized else extents[id(s3[-1])]
+        unrolled = scalar_copies  # copies of the body (see ``scalar_copies``)
         for iv in [*reversed(s3[:-1]), *(() if hinted else reversed(r1))] if limit else ():
             if unrolled * extents[id(iv)] > limit:
                 break
