@@ -17,7 +17,7 @@ timing noise moves the 95% line a little): ``matmul`` (fp32 1024^3, the issue's 
     python benchmarks/tuner_comparison.py --rules --model resnet18 [--budget 1000]
         [--workers 1] [--rounds 3] [--search-minutes 18] [--log-dir DIR] [--scratch-only]
         [--remeasure 4] [--timing single|averaged] [--kernel-sums]
-        [--other-log LABEL=PATH ...] [--seed 0]
+        [--other-log LABEL=PATH ...] [--seed 0] [--transfer 2]
 
 With ``--searches`` on a task, both searches tune the same workload (the template's
 ``matmul`` / ``conv2d_nchwc`` and its ``auto.`` twin) for ``--budget`` trials, each
@@ -42,7 +42,10 @@ single``: the fastest of 15, what a kernel costs quiet, on a shared machine too)
 measure each task's ``--remeasure`` best again after the search; ``--kernel-sums``
 also sums each function's fastest single calls, hand schedule against the pick from
 scratch (an estimate a loaded machine disturbs less than timing the whole model), and
-lists the tasks whose picks lose most to the hand schedules, with the trials each got.
+lists the tasks whose picks lose most to the hand schedules, with the trials each got
+(and the same for every ``--other-log``). ``--transfer N``: the searches' points of
+similar tasks carried into each batch (``heterocc tune --transfer``; 0: each task
+searched on its own, as before session 30).
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ from heterocc.tuning.cli import measure_hand_schedules
 from heterocc.tuning.measure import single_call_timing
 from heterocc.tuning.pool import LocalPool
 from heterocc.tuning.records import BASELINE, PAIRED, REMEASURED, read_records
-from heterocc.tuning.scheduler import TaskScheduler
+from heterocc.tuning.scheduler import TRANSFERS_PER_BATCH, TaskScheduler
 
 sys.path.insert(0, os.path.dirname(__file__))
 from machine import describe  # noqa: E402
@@ -236,7 +239,8 @@ def _rules_model(name: str, folder: str) -> tuple[str, str]:
 
 def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: int,
                   log_path: str, minutes: float | None = None, remeasure: int = 4,
-                  timing: str = "single", seed: int = 0) -> dict:
+                  timing: str = "single", seed: int = 0,
+                  transfer: int = TRANSFERS_PER_BATCH) -> dict:
     """The auto search on the model at ``path`` as ``heterocc tune --search auto
     --schedule-rules RULES`` runs it: ``budget`` trials for the whole model (or as many
     as ``minutes`` allow: the batch under way when they are up is the last), then each
@@ -246,7 +250,8 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
     counting (``single_call_timing``: what it costs quiet, on a loaded machine too);
     ``averaged``: by samples averaging calls (``heterocc tune``'s default). ``seed``:
     the cost model's and the tuners' (``heterocc tune --seed``), the first random points
-    with them."""
+    with them; ``transfer``: points of similar tasks carried into each batch
+    (``heterocc tune --transfer``)."""
     from heterocc.sdk.registry import get_target
     from heterocc.tuning.cli import first_configs
     from heterocc.tuning.extract import tuning_key
@@ -275,7 +280,7 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
             scheduler = TaskScheduler(
                 tasks, tuners, pool, budget, log, batch_size=batch_size,
                 first=first_configs(tasks, tuning),
-                callback=progress)
+                callback=progress, transfer=transfer)
             resumed = scheduler.spent
             scheduler.run()
             searched_s = time.perf_counter() - start
@@ -468,7 +473,8 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
                            log_dir: str | None = None, from_hand: bool = True,
                            remeasure: int = 4, timing: str = "single",
                            kernel_sums: bool = False,
-                           other_logs: dict[str, str] | None = None, seed: int = 0) -> None:
+                           other_logs: dict[str, str] | None = None, seed: int = 0,
+                           transfer: int = TRANSFERS_PER_BATCH) -> None:
     """Hand rules vs the search from scratch vs the search from hand on one model.
     ``log_dir``: where the searches' logs are kept (resumed when there already: a
     killed run goes on where it stopped); ``from_hand`` False: the search from scratch
@@ -478,7 +484,7 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
     ``other_logs``: more logs from scratch (by label), e.g. earlier searches, compiled
     and timed in the same rounds (the spread between searches of equal trials); ``seed``:
     the searches' (two runs of one code with different seeds: the spread of one
-    search)."""
+    search); ``transfer``: the searches' points of similar tasks per batch."""
     import onnxruntime as ort
 
     import heterocc
@@ -497,7 +503,7 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
         # of the budget unless --search-minutes stopped it), without a time limit
         found = _search_model(path, rules, budget, batch_size, workers, logs[search],
                               minutes if search == "from scratch" else None, remeasure,
-                              timing, seed)
+                              timing, seed, transfer)
         budget = found["trials"]
         ran = found["trials"] - found["resumed"]
         print(f"search {search} (--schedule-rules {rules}): {found['tasks']} tasks, "
@@ -550,7 +556,7 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
     _profile_gaps({"hand": compiled["hand rules"], "scratch": compiled["from scratch, tuned"]},
                   feed, rounds * block)
     if kernel_sums:
-        _kernel_sums(path, {"from scratch": logs["from scratch"]})
+        _kernel_sums(path, {"from scratch": logs["from scratch"], **(other_logs or {})})
 
 
 def main() -> None:
@@ -597,6 +603,9 @@ def main() -> None:
                              "time), and the tasks whose picks lose most")
     parser.add_argument("--seed", type=int, default=0,
                         help="with --rules: the searches' seed (first points, cost model)")
+    parser.add_argument("--transfer", type=int, default=TRANSFERS_PER_BATCH,
+                        help="with --rules: per batch, best points of similar tasks "
+                             "measured on the task (0: each task on its own)")
     parser.add_argument("--other-log", action="append", default=[], metavar="LABEL=PATH",
                         help="with --rules: another log from scratch (e.g. an earlier "
                              "search's) timed in the same rounds; repeatable")
@@ -610,7 +619,7 @@ def main() -> None:
                                from_hand=not args.scratch_only, remeasure=args.remeasure,
                                timing=args.timing, kernel_sums=args.kernel_sums,
                                other_logs=dict(item.split("=", 1) for item in args.other_log),
-                               seed=args.seed)
+                               seed=args.seed, transfer=args.transfer)
         return
     if args.searches:
         print(describe("llvm"))

@@ -26,7 +26,7 @@ from .extract import extract_tasks, tuning_key, tuning_target
 from .measure import CACHE_MODES, MeasureOptions, single_call_timing, tuning_context
 from .pool import make_pool
 from .records import BASELINE, PAIRED, MeasureRecord, RecordLog, config_costs
-from .scheduler import TaskScheduler
+from .scheduler import TRANSFERS_PER_BATCH, TaskScheduler
 from .task import SCHEDULE_RULES, SEARCHES, Task, with_schedule_rules
 from .templates import SECONDS, TargetTuning, tuning_of
 from .tuners import TUNERS, CostModel, TuneProgress, make_tuner, remeasure_best, tune_task
@@ -73,6 +73,10 @@ def add_tune_parser(subparsers) -> argparse.ArgumentParser:
                         "again")
     p.add_argument("--early-stop", type=int, default=None,
                    help="auto: stop a task after this many trials without improvement")
+    p.add_argument("--transfer", type=int, default=TRANSFERS_PER_BATCH, metavar="N",
+                   help="--search auto: per batch, up to N best points of similar tasks "
+                        "(the model's other 1x1 convolutions, say) measured on this one "
+                        "(0: each task searched on its own)")
     p.add_argument("--workers", type=int, default=1,
                    help="local measuring processes (builds in parallel, one timing at a time)")
     p.add_argument("--ray", metavar="ADDRESS",
@@ -198,7 +202,8 @@ def _run_auto(args, tasks, pool, log: RecordLog, model: CostModel, stream,
     tuners = [EvolutionaryTuner(task, seed=args.seed, model=model) for task in tasks]
     scheduler = TaskScheduler(
         tasks, tuners, pool, args.trials, log, batch_size=args.batch_size,
-        early_stop=args.early_stop, first=first_configs(tasks, tuning), callback=table)
+        early_stop=args.early_stop, first=first_configs(tasks, tuning), callback=table,
+        transfer=args.transfer)
     scheduler.run()
     for task in tasks:  # each task's best and its hand schedule timed close together
         if args.remeasure > 0:

@@ -115,6 +115,27 @@ class ConfigSpace:
         digits = [k.position(_from_json(values[k.name])) for k in self.knobs]
         return self.get(self.index_of_digits(digits))
 
+    def adopt(self, values: Mapping[str, object],
+              fallback: Mapping[str, object] | None = None) -> Config | None:
+        """The config of this space nearest to a point of another (e.g. a similar task's
+        best): each knob takes ``values``' choice where it is one of its options, else
+        ``fallback``'s (e.g. this space's own best point); None where a knob has neither.
+
+        >>> space = ConfigSpace((Knob("tile", "split", ((1, 4), (2, 2))),
+        ...                      Knob("unroll", "unroll", (0, 16))))
+        >>> space.adopt({"tile": (1, 8), "unroll": 16}, {"tile": (2, 2)}).values
+        {'tile': (2, 2), 'unroll': 16}
+        """
+        digits = []
+        for knob in self.knobs:
+            chosen = [_from_json(found[knob.name]) for found in (values, fallback or {})
+                      if knob.name in found]
+            options = [value for value in chosen if value in knob.options]
+            if not options:
+                return None
+            digits.append(knob.options.index(options[0]))
+        return self.get(self.index_of_digits(digits))
+
     def random_indices(self, rng: np.random.Generator, count: int,
                        exclude: Iterable[int] = ()) -> list[int]:
         """Up to ``count`` distinct random indices not in ``exclude``."""

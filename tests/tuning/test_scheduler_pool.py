@@ -84,6 +84,80 @@ def test_scheduler_spends_the_budget_where_latency_falls_most(tmp_path):
     assert "share" in lines[0] and lines[-1].startswith("total: 24/24 trials")
 
 
+class AvoidingTuner(GridTuner):
+    """Walks its space in index order but never proposes ``avoided``: a search that
+    would not find that point by itself."""
+
+    def __init__(self, task, avoided):
+        super().__init__(task)
+        self.avoided = avoided
+
+    def _propose(self, size):
+        return [i for i in super()._propose(size + 1) if i != self.avoided][:size]
+
+
+def _fast_point(task):
+    # in either accelerator tiling's space, the one point that runs fast
+    return task.space.from_values({"block_rows": 16, "block_cols": 1, "k_chunk": 2,
+                                   "virtual_threads": 2})
+
+
+@pytest.mark.parametrize("transfer", [2, 0])
+def test_the_best_point_of_a_similar_task_is_measured_on_the_others(transfer, tmp_path):
+    """A point one task of a kind found fast is carried into its similar tasks' batches
+    (their spaces differ: the light tiling has no second column block), where their
+    own search would never propose it; ``transfer=0`` turns that off."""
+    heavy, light = _tasks()
+
+    def cost(task, config):
+        return 1.0 if config.index == _fast_point(task).index else 10.0
+
+    tuners = [GridTuner(heavy), AvoidingTuner(light, _fast_point(light).index)]
+    with RecordLog(tmp_path / "log.jsonl") as log:
+        scheduler = TaskScheduler([heavy, light], tuners, CostPool(cost), trials=16,
+                                  log=log, batch_size=4, transfer=transfer,
+                                  first={heavy.workload_key: [_fast_point(heavy)]})
+        states = scheduler.run()
+    assert states[0].progress.best_cost == 1.0
+    light_indices = [r.config_index for r in read_records(tmp_path / "log.jsonl")
+                     if r.workload_key == light.workload_key]
+    if transfer:  # first in a batch of the light task, ahead of its tuner's proposals
+        # (not its first: that one is proposed while the heavy task's is measured)
+        assert light_indices.index(_fast_point(light).index) % 4 == 0
+        assert states[1].progress.best_cost == 1.0
+        assert scheduler.transfers(states[1]) == []  # measured: carried once only
+    else:
+        assert _fast_point(light).index not in light_indices
+        assert states[1].progress.best_cost == 10.0
+
+
+def test_a_negative_transfer_is_refused_with_what_it_means():
+    heavy, light = _tasks()
+    with pytest.raises(InputError, match="transfer is -1: give how many points"):
+        TaskScheduler([heavy, light], [GridTuner(heavy), GridTuner(light)], CostPool(_cost),
+                      trials=8, transfer=-1)
+
+
+def test_only_similar_tasks_points_are_carried_each_knob_from_the_donor_or_the_own_best():
+    large = Task("auto.matmul", (64, 64, 64, "float32"))
+    small = Task("auto.matmul", (16, 32, 16, "float32"))
+    other = Task("matmul", (16, 32, 16, "float32"))  # another template: not similar
+    tasks = [large, small, other]
+    scheduler = TaskScheduler(tasks, [RandomTuner(t) for t in tasks], CostPool(_cost),
+                              trials=24, batch_size=8, transfer=0)
+    states = scheduler.run()
+    assert scheduler.transfers(states[2]) == []
+    donor, own = states[0].progress.best_config, states[1].progress.best_config
+    carried = scheduler.transfers(states[1])
+    assert len(carried) == 1
+    (config,) = carried
+    assert config.index not in states[1].tuner.visited
+    assert small.definition.admissible(small.args, config.values)
+    for knob in small.space.knobs:
+        expected = donor[knob.name] if donor[knob.name] in knob.options else own[knob.name]
+        assert config[knob.name] == expected
+
+
 def test_a_task_far_below_the_throughput_of_a_similar_one_gets_more_trials():
     # three tasks, each with a flat cost (more trials find nothing better): a large
     # product fast per flop, a small one of the same template 32x slower per flop, and

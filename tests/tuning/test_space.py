@@ -51,3 +51,18 @@ def test_split_options_and_divisors():
     assert divisors(12) == [1, 2, 3, 4, 6, 12]
     assert split_options(10, (4, 8, 16)) == (4, 8)
     assert split_options(3, (4, 8)) == (3,)
+
+
+def test_a_point_of_another_space_is_adopted_knob_by_knob():
+    # the other space's tile 8 is no option here: that knob takes the fallback's choice
+    space = _space()
+    adopted = space.adopt({"a": 8, "b": "y", "c": False}, {"a": 2, "b": "x", "c": True})
+    assert adopted.values == {"a": 2, "b": "y", "c": False}
+    assert space.adopt({"a": 4, "b": "x", "c": True}).index == space.from_values(
+        {"a": 4, "b": "x", "c": True}).index
+    # JSON's lists are tuples again, as in a log
+    tiles = ConfigSpace((Knob("t", "split", ((1, 4), (2, 2))),))
+    assert tiles.adopt({"t": [2, 2]}).values == {"t": (2, 2)}
+    # a knob neither point can give (no fallback, or a knob the other space lacks)
+    assert space.adopt({"a": 8, "b": "y", "c": False}) is None
+    assert space.adopt({"a": 4, "b": "y"}) is None
