@@ -156,8 +156,8 @@ class TaskScheduler:
 
     def transfers(self, state: TaskState) -> list[Config]:
         """The best points of the tasks similar to ``state``'s (:func:`similarity`), each
-        carried into its space (:meth:`~.space.ConfigSpace.adopt`: a knob the other
-        space chose an option of this one keeps; the others take this task's best
+        carried into its space (:meth:`~.space.ConfigSpace.adopt`: each knob keeps the
+        other point's choice where this space offers it, else takes this task's own best
         point's, where it has one), those its tuner has not measured and its sampling
         rules admit, the fastest donors (by throughput) first.
 
@@ -243,7 +243,8 @@ class TaskScheduler:
         tuner, task = state.tuner, state.task
         queued = [c for c in dict.fromkeys(self.first.get(task.workload_key, ()))
                   if c.index not in tuner.visited]
-        queued += self.transfers(state)[:self.transfer]
+        if self.transfer:
+            queued += self.transfers(state)[:self.transfer]
         batch = list(dict.fromkeys(queued))[:size]
         if batch:
             tuner.visited.update(c.index for c in batch)

@@ -337,6 +337,14 @@ def _tune(argv, stream):
     return args.func(args, stream)
 
 
+def test_the_tune_command_passes_its_transfer_to_the_scheduler(tmp_path):
+    path, log = _model_path(tmp_path), tmp_path / "auto.jsonl"
+    with pytest.raises(InputError, match="transfer is -1"):
+        _tune([str(path), "--search", "auto", "--trials", "2", "--log", str(log),
+               "--transfer", "-1", "--quiet"], io.StringIO())
+    assert not os.path.exists(log) or read_records(log) == []  # refused before measuring
+
+
 def test_auto_search_command_shows_the_table_and_logs_every_trial(tmp_path):
     path, log = _model_path(tmp_path), tmp_path / "auto.jsonl"
     out = io.StringIO()
