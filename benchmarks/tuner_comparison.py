@@ -17,7 +17,7 @@ timing noise moves the 95% line a little): ``matmul`` (fp32 1024^3, the issue's 
     python benchmarks/tuner_comparison.py --rules --model resnet18 [--budget 1000]
         [--workers 1] [--rounds 3] [--search-minutes 18] [--log-dir DIR] [--scratch-only]
         [--remeasure 4] [--timing single|averaged] [--kernel-sums]
-        [--other-log LABEL=PATH ...] [--seed 0] [--transfer 2]
+        [--other-log LABEL=PATH ...] [--seed 0] [--transfer 2] [--cache flush]
 
 With ``--searches`` on a task, both searches tune the same workload (the template's
 ``matmul`` / ``conv2d_nchwc`` and its ``auto.`` twin) for ``--budget`` trials, each
@@ -78,7 +78,7 @@ from heterocc.tuning import (
 )
 from heterocc.tuning.auto import EvolutionaryTuner
 from heterocc.tuning.cli import measure_hand_schedules
-from heterocc.tuning.measure import single_call_timing
+from heterocc.tuning.measure import CACHE_MODES, single_call_timing
 from heterocc.tuning.pool import LocalPool
 from heterocc.tuning.records import BASELINE, PAIRED, REMEASURED, read_records
 from heterocc.tuning.scheduler import TRANSFERS_PER_BATCH, TaskScheduler
@@ -240,7 +240,8 @@ def _rules_model(name: str, folder: str) -> tuple[str, str]:
 def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: int,
                   log_path: str, minutes: float | None = None, remeasure: int = 4,
                   timing: str = "single", seed: int = 0,
-                  transfer: int = TRANSFERS_PER_BATCH) -> dict:
+                  transfer: int = TRANSFERS_PER_BATCH, cache: str = MeasureOptions.cache
+                  ) -> dict:
     """The auto search on the model at ``path`` as ``heterocc tune --search auto
     --schedule-rules RULES`` runs it: ``budget`` trials for the whole model (or as many
     as ``minutes`` allow: the batch under way when they are up is the last), then each
@@ -251,7 +252,8 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
     ``averaged``: by samples averaging calls (``heterocc tune``'s default). ``seed``:
     the cost model's and the tuners' (``heterocc tune --seed``), the first random points
     with them; ``transfer``: points of similar tasks carried into each batch
-    (``heterocc tune --transfer``)."""
+    (``heterocc tune --transfer``); ``cache``: what a timed call finds in the caches
+    (``heterocc tune --cache``)."""
     from heterocc.sdk.registry import get_target
     from heterocc.tuning.cli import first_configs
     from heterocc.tuning.extract import tuning_key
@@ -262,7 +264,7 @@ def _search_model(path: str, rules: str, budget: int, batch_size: int, workers: 
     target = get_target("llvm", schedule_rules=rules)
     key = tuning_key(target)
     tuning = tuning_of(target)
-    options = MeasureOptions(repeat=3, timeout_s=15, target=key, seed=seed)
+    options = MeasureOptions(repeat=3, timeout_s=15, target=key, seed=seed, cache=cache)
     if timing == "single":
         options = single_call_timing(options)
     start = time.perf_counter()
@@ -474,7 +476,8 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
                            remeasure: int = 4, timing: str = "single",
                            kernel_sums: bool = False,
                            other_logs: dict[str, str] | None = None, seed: int = 0,
-                           transfer: int = TRANSFERS_PER_BATCH) -> None:
+                           transfer: int = TRANSFERS_PER_BATCH,
+                           cache: str = MeasureOptions.cache) -> None:
     """Hand rules vs the search from scratch vs the search from hand on one model.
     ``log_dir``: where the searches' logs are kept (resumed when there already: a
     killed run goes on where it stopped); ``from_hand`` False: the search from scratch
@@ -484,7 +487,8 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
     ``other_logs``: more logs from scratch (by label), e.g. earlier searches, compiled
     and timed in the same rounds (the spread between searches of equal trials); ``seed``:
     the searches' (two runs of one code with different seeds: the spread of one
-    search); ``transfer``: the searches' points of similar tasks per batch."""
+    search); ``transfer``: the searches' points of similar tasks per batch; ``cache``:
+    their timings' cache mode."""
     import onnxruntime as ort
 
     import heterocc
@@ -503,7 +507,7 @@ def compare_rules_on_model(name: str, budget: int, batch_size: int, workers: int
         # of the budget unless --search-minutes stopped it), without a time limit
         found = _search_model(path, rules, budget, batch_size, workers, logs[search],
                               minutes if search == "from scratch" else None, remeasure,
-                              timing, seed, transfer)
+                              timing, seed, transfer, cache)
         budget = found["trials"]
         ran = found["trials"] - found["resumed"]
         print(f"search {search} (--schedule-rules {rules}): {found['tasks']} tasks, "
@@ -606,6 +610,9 @@ def main() -> None:
     parser.add_argument("--transfer", type=int, default=TRANSFERS_PER_BATCH,
                         help="with --rules: per batch, best points of similar tasks "
                              "measured on the task (0: each task on its own)")
+    parser.add_argument("--cache", choices=CACHE_MODES, default=MeasureOptions.cache,
+                        help="with --rules: what the searches' timed calls find in the "
+                             "caches (heterocc tune --cache)")
     parser.add_argument("--other-log", action="append", default=[], metavar="LABEL=PATH",
                         help="with --rules: another log from scratch (e.g. an earlier "
                              "search's) timed in the same rounds; repeatable")
@@ -619,7 +626,7 @@ def main() -> None:
                                from_hand=not args.scratch_only, remeasure=args.remeasure,
                                timing=args.timing, kernel_sums=args.kernel_sums,
                                other_logs=dict(item.split("=", 1) for item in args.other_log),
-                               seed=args.seed, transfer=args.transfer)
+                               seed=args.seed, transfer=args.transfer, cache=args.cache)
         return
     if args.searches:
         print(describe("llvm"))
