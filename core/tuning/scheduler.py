@@ -150,9 +150,13 @@ class TaskScheduler:
     def peak_throughput(self, state: TaskState) -> float:
         """The best throughput a task similar to ``state``'s (:func:`similarity`; itself
         included) has reached; 0 where none is known (no flops, no result yet)."""
+        return max((other.throughput for other in self.similar(state)), default=0.0)
+
+    def similar(self, state: TaskState) -> list[TaskState]:
+        """The states of the tasks similar to ``state``'s (:func:`similarity`), itself
+        included."""
         kind = similarity(state.task)
-        return max((other.throughput for other in self.states
-                    if similarity(other.task) == kind), default=0.0)
+        return [other for other in self.states if similarity(other.task) == kind]
 
     def transfers(self, state: TaskState) -> list[Config]:
         """The best points of the tasks similar to ``state``'s (:func:`similarity`), each
@@ -170,9 +174,8 @@ class TaskScheduler:
         task, visited = state.task, state.tuner.visited
         own = state.progress.best_config
         rule = task.definition.admissible
-        donors = sorted((other for other in self.states
-                         if other is not state and other.progress.best_config is not None
-                         and similarity(other.task) == similarity(task)),
+        donors = sorted((other for other in self.similar(state)
+                         if other is not state and other.progress.best_config is not None),
                         key=lambda other: other.throughput, reverse=True)
         found: dict[int, Config] = {}
         for donor in donors:
