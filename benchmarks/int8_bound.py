@@ -96,19 +96,29 @@ def dot_peak_ir(description, lanes: int, chains: int) -> str:
     updated = [emitter.emit(acc, a, builder.bitcast(accumulators[(c + 1) % chains],
                                                     data_bytes), unsigned_data, False)
                for c, acc in enumerate(accumulators)]
+    close_loop(builder, (entry, loop, done), index, count, accumulators, updated, broadcast)
+    return str(module)
+
+
+def close_loop(builder, blocks, index, count, accumulators, updated, initial) -> None:
+    """End a counted loop of accumulator chains: ``index`` (a phi) steps to ``count``,
+    each accumulator phi starts at ``initial`` and takes its ``updated`` value, and the
+    ``done`` block returns the first lane of their sum (so that none is dead code).
+    ``blocks``: the function's (entry, loop, done) blocks, the builder in ``loop``."""
+    entry, loop, done = blocks
+    i32, i64 = ir.IntType(32), ir.IntType(64)
     step = builder.add(index, ir.Constant(i64, 1))
     builder.cbranch(builder.icmp_unsigned("<", step, count), loop, done)
     index.add_incoming(ir.Constant(i64, 0), entry)
     index.add_incoming(step, loop)
     for phi, new in zip(accumulators, updated):
-        phi.add_incoming(broadcast, entry)
+        phi.add_incoming(initial, entry)
         phi.add_incoming(new, loop)
     builder.position_at_end(done)
     total = updated[0]
     for value in updated[1:]:
         total = builder.add(total, value)
     builder.ret(builder.extract_element(total, ir.Constant(i32, 0)))
-    return str(module)
 
 
 def dot_peak(description, runs: int, seconds: float) -> tuple[float, float]:

@@ -19,6 +19,7 @@ from tests.conftest import make_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import int8_bound  # noqa: E402  (benchmarks/, put on the path above)
+import int8_tile_loads  # noqa: E402
 import zoo  # noqa: E402
 import zoo_functions  # noqa: E402
 
@@ -158,6 +159,25 @@ def test_the_int8_bound_loop_is_the_targets_dot_product_on_each_cpu():
         assembly = machines(description).export_machine.emit_assembly(module)
         # one per chain and iteration (none hoisted out of the loop or shared)
         assert assembly.count(instruction) >= 8, spec
+
+
+def test_the_tile_loop_loads_each_weight_once_for_its_vectors():
+    """benchmarks/int8_tile_loads.py's loop is a register tile as the kernels emit it:
+    a one-vector tile's broadcast weights sit in its dot products' memory operands, a
+    tile of three vectors broadcasts each weight into a register once for all three;
+    every dot product stays in the loop."""
+    description = parse_cpu("llvm -mcpu=znver5")
+
+    def assembly(vectors, channels):
+        ir_text = int8_tile_loads.tile_ir(description, vectors, channels, "tile")
+        module = llvm.parse_assembly(ir_text)
+        module.verify()
+        return machines(description).export_machine.emit_assembly(module)
+
+    one = assembly(1, 16)
+    assert one.count("vpdpbusd") >= 16 and one.count("{1to16}") >= 16
+    three = assembly(3, 8)
+    assert three.count("vpdpbusd") >= 24 and three.count("vpbroadcastd") == 8
 
 
 def test_an_unknown_zoo_name_is_an_error_not_another_model(tmp_path):

@@ -55,12 +55,34 @@ class _Realization:
 class _LoopNest:
     """A stage's loops: extent of every iteration variable, the value of every variable
     (relative to its root's start) in terms of the leaf loop variables, and the guards
-    (condition, involves-reduction) that non-dividing splits need."""
+    (condition, involves-reduction) that non-dividing splits need, with each guarded
+    value's highest (``limits``: the split parent's value, below its extent)."""
 
     extents: dict[IterVar, int]
     values: dict[IterVar, tx.Expr]
     guards: list[tuple[tx.Expr, bool]]
+    limits: list[tuple[tx.Expr, int]]
     init: Callable[[], Stmt] | None = None  #: the initializing store of a reduction
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A key of a ``relaxed`` mapping (:func:`symbolic_bounds`) beside its variables: the
+    highest value the linear combination ``terms`` of relaxed variables takes, where a
+    guard bounds it more tightly than its variables' extents (a non-dividing split's
+    ``outer * factor + inner`` below the parent's extent)."""
+
+    terms: frozenset
+
+
+def limit_entry(value: tx.Expr, highest: int) -> tuple[Limit, int]:
+    """The ``relaxed`` entry saying that integer ``value`` is at most ``highest``."""
+    form = linear_form(value)
+    return Limit(_terms_key(form)), highest - form.constant
+
+
+def _terms_key(form) -> frozenset:
+    return frozenset((key, coeff) for key, (coeff, _) in form.terms.items())
 
 
 def _split_extents(split: Split, parent_extent: int) -> tuple[int, int]:
@@ -82,7 +104,7 @@ def _loop_nest(stage: Stage, root_extents: dict[IterVar, int]) -> _LoopNest:
         else:
             extents[relation.fused] = extents[relation.outer] * extents[relation.inner]
     values: dict[IterVar, tx.Expr] = {leaf: leaf.var for leaf in stage.leaf_iter_vars}
-    guards = []
+    guards, limits = [], []
     for relation in reversed(stage.relations):
         if isinstance(relation, Split):
             inner_extent = extents[relation.inner]
@@ -90,11 +112,12 @@ def _loop_nest(stage: Stage, root_extents: dict[IterVar, int]) -> _LoopNest:
             values[relation.parent] = value
             if extents[relation.outer] * inner_extent > extents[relation.parent]:
                 guards.append((value < extents[relation.parent], relation.parent.kind == REDUCE))
+                limits.append((value, extents[relation.parent] - 1))
         elif isinstance(relation, Fuse):
             fused, inner_extent = values[relation.fused], extents[relation.inner]
             values[relation.outer] = fused // inner_extent
             values[relation.inner] = fused % inner_extent
-    return _LoopNest(extents, values, guards)
+    return _LoopNest(extents, values, guards, limits)
 
 
 def _bounds_of_atom(atom: tx.Expr, relaxed: dict[tx.Var, int]):
@@ -127,9 +150,21 @@ def _bounds_of_atom(atom: tx.Expr, relaxed: dict[tx.Var, int]):
     return None
 
 
-def symbolic_bounds(expr: tx.Expr, relaxed: dict[tx.Var, int]):
+def symbolic_bounds(expr: tx.Expr, relaxed: dict):
     """(lowest, highest) value of integer ``expr`` as expressions of its non-relaxed
-    variables, when each relaxed variable ranges over ``[0, extent)``; None if unknown."""
+    variables, when each relaxed variable ranges over ``[0, extent)``; None if unknown.
+    A :class:`Limit` key of ``relaxed`` caps the highest value of its combination of
+    variables wherever ``expr`` (or an operand of a division in it) is that combination
+    plus a constant: a split's ``(outer * 16 + inner) // 14`` over a parent of 98
+    iterations reaches 6, not the 7 of ``outer`` and ``inner``'s box.
+
+    >>> o, i = tx.Var("o"), tx.Var("i")
+    >>> simplify(symbolic_bounds((o * 16 + i) // 14, {o: 7, i: 16})[1])
+    7
+    >>> relaxed = dict([(o, 7), (i, 16), limit_entry(o * 16 + i, 97)])
+    >>> simplify(symbolic_bounds((o * 16 + i) // 14, relaxed)[1])
+    6
+    """
     if not (free_vars(expr) & relaxed.keys()):
         return expr, expr
     # a fused index split and recombined (``(f // c) * c + f % c``) is ``f`` again: its
@@ -144,6 +179,9 @@ def symbolic_bounds(expr: tx.Expr, relaxed: dict[tx.Var, int]):
         low, high = (bounds[0] * coeff, bounds[1] * coeff) if coeff >= 0 else (
             bounds[1] * coeff, bounds[0] * coeff)
         lo, hi = lo + low, hi + high
+    limit = relaxed.get(Limit(_terms_key(form)))
+    if limit is not None:
+        hi = tx.minimum(hi, tx.IntImm(limit + form.constant))
     return lo, hi
 
 
@@ -476,7 +514,12 @@ class _Lowerer:
                        iv: IterVar) -> tuple[tx.Buffer, Stmt]:
         leafs = parent.leaf_iter_vars
         inner_leafs = leafs[leafs.index(iv) + 1:]
-        relaxed = {leaf.var: nest.extents[leaf] for leaf in inner_leafs}
+        relaxed: dict = {leaf.var: nest.extents[leaf] for leaf in inner_leafs}
+        # a split wholly inside the region covers its parent's range only (a split
+        # with a loop outside it keeps its last iteration's region whole: a constant
+        # size, the positions past the parent computed and dropped)
+        relaxed.update(limit_entry(value, highest) for value, highest in nest.limits
+                       if free_vars(value) <= relaxed.keys())
         bases, extents = self._read_region(
             child, self._readers_inside(child, parent, parent_body, relaxed))
         attrs = child.tensor.op.attrs

@@ -64,12 +64,20 @@ _ARM = frozenset({"neon", "fp-armv8"})
 @dataclass(frozen=True)
 class CPUFamily:
     """Defaults of a named CPU: its features and cache sizes in bytes (L1d and L2 of one
-    core, the L3 of a typical part). Documented defaults, not a measurement."""
+    core, the L3 of a typical part). Documented defaults, not a measurement.
+
+    ``wide_dot_loads``: where known, the loads per 512-bit multiply-accumulate (an 8-bit
+    dot product) the core sustains beside them, as ``benchmarks/int8_tile_loads.py``
+    measures it: a register tile that loads more per instruction runs at the loads'
+    pace, not the multiplies' (:attr:`CPUDescription.dot_load_budget`). None where the
+    loads were never found to bind (a core that multiplies one 512-bit vector a cycle,
+    as Zen 4 and Intel's cores do, loads two or more in that time)."""
 
     features: frozenset[str]
     l1d: int
     l2: int
     l3: int
+    wide_dot_loads: float | None = None
 
 
 _K, _M = 1 << 10, 1 << 20
@@ -107,9 +115,11 @@ CPU_FAMILIES: dict[str, CPUFamily] = {
     "znver2": CPUFamily(X86_64_V3 | _ZEN | {"clwb", "rdpid"}, 32 * _K, 512 * _K, 16 * _M),
     "znver3": CPUFamily(X86_64_V3 | _ZEN3, 32 * _K, 512 * _K, 32 * _M),
     "znver4": CPUFamily(X86_64_V4 | _ZEN4, 32 * _K, 1 * _M, 32 * _M),
+    # Zen 5 multiplies two 512-bit vectors a cycle: a tile loading one weight per dot
+    # product runs at 0.86-0.90 of its peak (int8_tile_loads.py, EPYC, one thread)
     "znver5": CPUFamily(X86_64_V4 | _ZEN4 | {"avx512vp2intersect", "avxvnni", "movdiri",
                                              "movdir64b", "prefetchi"},
-                        48 * _K, 1 * _M, 32 * _M),
+                        48 * _K, 1 * _M, 32 * _M, wide_dot_loads=0.9),
     "generic": CPUFamily(_ARM, 64 * _K, 1 * _M, 32 * _M),
     "cortex-a53": CPUFamily(_ARM, 32 * _K, 256 * _K, 1 * _M),
     "cortex-a72": CPUFamily(_ARM, 32 * _K, 512 * _K, 2 * _M),
@@ -245,6 +255,16 @@ class CPUDescription:
         if "avx512f" in self.features or self.arch == "aarch64":
             return 32
         return 16
+
+    @property
+    def dot_load_budget(self) -> float | None:
+        """The loads per dot-product instruction this CPU's code sustains at the
+        multiplies' pace (its family's ``wide_dot_loads``, for 512-bit code), or None where
+        that is not known to bind (``schedules.int8_conv.tile_pace``)."""
+        family = CPU_FAMILIES.get(self.cpu)
+        if family is None or self.vector_bytes != 64:
+            return None
+        return family.wide_dot_loads
 
     @property
     def fma(self) -> bool:

@@ -176,6 +176,26 @@ def test_a_stage_read_across_fused_rows_is_computed_a_tile_at_a_time():
     np.testing.assert_allclose(run(s, [A, C], a), (a[:36] * 2 + 1).reshape(6, 6), rtol=1e-6)
 
 
+def test_a_stage_read_through_a_non_dividing_split_covers_only_the_guarded_rows():
+    """A consumer's block of 7 rows of 14, its pixels fused (98) and split into vectors of
+    16 (7 x 16 = 112 with the guard ``f < 98``), reads its producer by row and column
+    (``f // 14``, ``f % 14``): the producer computed at the block is its 7 rows, not the
+    8 that the split's 112 positions would reach without the guard (an int8
+    convolution's sums at 14x14 computed one row of the next block for nothing)."""
+    A = te.placeholder((14, 14), "float32", "A")
+    B = te.compute((14, 14), lambda y, x: A[y, x] * 2.0, name="B")
+    C = te.compute((14, 14), lambda y, x: B[y, x] + 1.0, name="C")
+    s = te.create_schedule(C)
+    block, row = s[C].split(C.op.axis[0], 7)
+    _, lane = s[C].split(s[C].fuse(row, C.op.axis[1]), 16)
+    s[B].compute_at(s[C], block)
+    func = te.lower(s, [A, C])
+    allocations = tir.collect(func.body, lambda n: isinstance(n, tir.Allocate))
+    assert {a.buffer.shape for a in allocations} == {(7, 14)}
+    a = rand(14, 14)
+    np.testing.assert_allclose(run(s, [A, C], a), a * 2 + 1, rtol=1e-6)
+
+
 def test_cache_write_register_tile_matmul_non_dividing():
     A, B, C = matmul(19, 45, 11)
     s = te.create_schedule(C)

@@ -225,10 +225,37 @@ def data_loads(tiles: Int8ConvTiles) -> float:
     starts anywhere in a line). The broadcast weights are not counted: they come from
     the L1 cache and sit in the instruction's memory operand, and kernels whose tiles
     read more of them per instruction run in the time of their positions alone
-    (ResNet-50's 1x1 convolutions at 14x14, AVX-512 VNNI: 16 channels by one vector,
-    8 by two, 8 by three, 4 by four take 1.245, 1.241, 1.242, 1.234 ns per computed
-    position and channel group)."""
+    (ResNet-50's 1x1 convolutions at 14x14, AVX-512 VNNI, Zen 4: 16 channels by one
+    vector, 8 by two, 8 by three, 4 by four take 1.245, 1.241, 1.242, 1.234 ns per
+    computed position and channel group)."""
     return 2 / tiles.channels
+
+
+def tile_loads(tiles: Int8ConvTiles) -> float:
+    """Load instructions per dot-product instruction of a tile: ``vectors`` data vectors
+    and ``channels`` broadcast weights (each loaded once, into a register, where it
+    multiplies more than one vector) per ``channels * vectors`` instructions: 1.06 for
+    16 channels by one vector, 0.46 for 8 by three."""
+    return (tiles.vectors + tiles.channels) / (tiles.vectors * tiles.channels)
+
+
+def tile_pace(tiles: Int8ConvTiles, cpu: CPUDescription, finished_in_registers: bool
+              ) -> float:
+    """A tile's time per computed position and output channel, relative to the dot
+    product's peak: on a CPU whose loads can bind (:attr:`CPUDescription.dot_load_budget`)
+    the loads' pace where the tile loads more per instruction than the budget, else the
+    multiplies' (1); elsewhere, and for sums finished in registers
+    (:func:`register_finish`: a tile of more vectors leaves the requantization too few
+    registers), ``1 + data_loads``, which favours the most channels a tile.
+
+    Zen 5 (budget 0.9, one thread, each layer's median against the one-vector tile of
+    16 channels): ResNet-18's 3x3 64->64 at 56x56 in 8 channels by 3 vectors 0.88x the
+    time, 128->128 at 28x28 0.93x; MobileNetV2's 1x1s finished in registers ran slower
+    in two-vector tiles (the model 1.14x), so they keep the old weighing."""
+    budget = cpu.dot_load_budget
+    if budget is None or finished_in_registers:
+        return 1 + data_loads(tiles)
+    return max(1.0, tile_loads(tiles) / budget)
 
 
 @dataclass(frozen=True)
@@ -309,9 +336,10 @@ def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int,
                 cpu: CPUDescription) -> tuple[Int8ConvTiles, RowBlocks]:
     """The register tile (:func:`tile_candidates`) and the blocks of rows of a dense
     convolution's sums: the pair that computes fewest positions, weighted by the tile's
-    data reads per instruction (``1 + data_loads``): more data vectors per tile round
-    each block up to more whole vectors, and fewer channels per tile read each data
-    vector for fewer instructions. ``row_length``: the flat positions between output
+    pace (:func:`tile_pace`: its loads per instruction where the CPU's loads can bind,
+    else its data reads, ``1 + data_loads``: more data vectors per tile round each
+    block up to more whole vectors, and fewer channels per tile read each data vector
+    for fewer instructions). ``row_length``: the flat positions between output
     rows (:func:`row_blocks`). A block's sums may fill the L1 data cache (written once
     by the tile, read once by the finishing stage): a 3x3 convolution at 56x56 then
     sums blocks of 8 rows, 464 positions for 448 pixels, not 4 rows in 240 positions
@@ -320,7 +348,8 @@ def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int,
     Weighting by the broadcast weights' reads too (a 16-channel tile reads 1.1 lines per
     instruction, 8 channels by 3 vectors 0.6) chose the multi-vector tiles, whose
     rounding computes up to 22% more positions at 14x14: ResNet-50's 1x1 layers ran
-    1.04-1.15x the one-vector tile's time (AVX-512 VNNI), 1.0-1.09x on AVX2.
+    1.04-1.15x the one-vector tile's time (AVX-512 VNNI, Zen 4, whose loads do not
+    bind), 1.0-1.09x on AVX2.
 
     The cost is the busiest core's (:func:`per_core`): the blocks (a tile of channels by
     a block of rows) run in parallel, so where they would not share ``cpu.num_cores``
@@ -330,17 +359,20 @@ def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int,
     :data:`BALANCE_GAIN` (the cost is a model: a choice that computes more for a few
     percent less on paper is not worth it)."""
     choices = []
+    in_registers = row_length == out_width and cpu.vector_registers >= FINISH_REGISTERS
     for tiles in tile_candidates(filters, cpu):
+        pace = tile_pace(tiles, cpu, in_registers)
         for blocks in row_block_candidates(out_height, row_length, out_width,
                                            tiles.lanes * tiles.vectors, tiles.channels,
                                            cpu.l1d):
             tasks = filters // tiles.channels * (out_height // blocks.rows)
-            work = blocks.extent * tiles.channels * (1 + data_loads(tiles))
+            work = blocks.extent * tiles.channels * pace
             choices.append((tasks * work, per_core(tasks, cpu.num_cores) * work,
                             tiles, blocks))
-    # least work; among equal work (a tile's blocks), fewest positions per row
-    fewest = min(choices, key=lambda c: (c[0], c[3].extent / c[3].rows))
-    balanced = min(choices, key=lambda c: (c[1], c[0]))
+    # least work; among equal work, fewest data reads (the most channels a tile), then
+    # (a tile's blocks) fewest positions per row
+    fewest = min(choices, key=lambda c: (c[0], data_loads(c[2]), c[3].extent / c[3].rows))
+    balanced = min(choices, key=lambda c: (c[1], c[0], data_loads(c[2])))
     best = balanced if balanced[1] * BALANCE_GAIN <= fewest[1] else fewest
     return best[2], best[3]
 

@@ -37,6 +37,7 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     schedule_int8_conv,
     schedule_int8_conv_result,
     tile_candidates,
+    tile_loads,
     weight_dtype,
 )
 from heterocc.targets.llvm.schedules.int8_depthwise import (
@@ -975,6 +976,37 @@ def test_register_tiles_fit_the_registers_and_share_each_weight(target, monkeypa
         got = np.zeros(out.shape, np.int32)
         module["conv"](xs, ws, np.array([-3], np.int8), got)
         np.testing.assert_array_equal(got, _reference(xs, ws, -3, (1, 1), pads, (1, 1)))
+
+
+def test_where_the_loads_bind_a_padded_convolution_loads_each_weight_for_several_vectors():
+    """On a CPU whose 512-bit dot products outpace a load each (Zen 5: its family's
+    ``wide_dot_loads``, from ``benchmarks/int8_tile_loads.py``), a padded 3x3
+    convolution takes a tile of several data vectors, which loads each broadcast weight
+    once for all of them (fewer loads per instruction than the CPU sustains), bit-exact;
+    sums finished in registers (a 1x1 without padding), the same CPU's AVX2 code and
+    Zen 4 (whose loads do not bind) keep the one-vector tile of the most channels."""
+    zen5 = parse_cpu("llvm -mcpu=znver5 -num-cores=2")
+    assert zen5.dot_load_budget == 0.9
+    for filters, size in ((64, 56), (128, 28)):
+        tiles, blocks = conv_tiling(filters, size, size, size + 2, zen5)
+        assert tiles.vectors > 1 and tile_loads(tiles) <= zen5.dot_load_budget
+        assert blocks.extent % (tiles.lanes * tiles.vectors) == 0
+    assert conv_tiling(96, 112, 112, 112, zen5)[0].vectors == 1
+    for other in ("llvm -mcpu=znver5 -mattr=-avx512f -num-cores=2",
+                  "llvm -mcpu=znver4 -num-cores=2"):
+        cpu = parse_cpu(other)
+        assert cpu.dot_load_budget is None
+        assert conv_tiling(64, 56, 56, 58, cpu)[0].vectors == 1
+    shape, kernel, pads = (1, 32, 28, 28), (3, 3), (1, 1, 1, 1)
+    module, out = _build(shape, 64, kernel, (1, 1), pads, (1, 1), zen5)
+    assert out.op.body.a.tensor.op.attrs["int8_conv"].vectors > 1
+    if _host_runs(zen5):
+        rng = np.random.default_rng(11)
+        xs = rng.integers(-128, 128, shape).astype(np.int8)
+        ws = rng.integers(-128, 128, (64, 32, *kernel)).astype(np.int8)
+        got = np.zeros(out.shape, np.int32)
+        module["conv"](xs, ws, np.array([5], np.int8), got)
+        np.testing.assert_array_equal(got, _reference(xs, ws, 5, (1, 1), pads, (1, 1)))
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"], ids=["host", "avx2"])
