@@ -511,9 +511,9 @@ def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription
     cost per output (:data:`CHANNEL_LANES_BREAK_EVEN`); always where they would compute
     :data:`TINY_OUTPUT_WASTE` times its pixels (:func:`channel_tiling`'s ``tiny``
     tiles)."""
-    _, (sy, sx), _, pads, (oh, ow) = conv_geometry(x_shape, w_shape, attrs)
+    _, (sy, sx), (_, dx), pads, (oh, ow) = conv_geometry(x_shape, w_shape, attrs)
     filters, channels, kh, kw = w_shape
-    stride_row = -(-(x_shape[3] + pads[1] + pads[3]) // sx)
+    stride_row = flat_row_length(x_shape[3], pads, sx, (kw - 1) * dx)
     pixel_tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
     computed = oh // blocks.rows * blocks.extent
     if computed >= TINY_OUTPUT_WASTE * oh * ow:
@@ -649,13 +649,13 @@ def pack_int8_data(x: te.Tensor, x_zero: te.Tensor | None, strides, pads, out_wi
 
 
 def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
-                   dtype: str, cpu: CPUDescription, strides=(1, 1),
+                   row_length: int, dtype: str, cpu: CPUDescription, strides=(1, 1),
                    phases=(1, 1)) -> te.Tensor:
     """``x`` (int8 or uint8 NCHW) as ``[n, C/4, row phases, column phases, positions',
     4]`` ``dtype`` values: the padded image split by the ``strides``' phases (phase
     (``py``, ``px``) holds padded pixels (``sy * row + py``, ``sx * column + px``);
     ``phases`` of them, from 0, in each direction), each phase's pixels numbered row
-    after row (``row * ceil(padded width / sx) + column``), padded with the zero point,
+    after row (``row * row_length + column``, :func:`flat_row_length`), padded with the zero point,
     also past its last row and in the channels past C. ``positions'``: ``positions``
     rounded up to whole runs of :func:`interleave_run` (the packing's vector step).
 
@@ -682,13 +682,14 @@ def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
     n, channels, _, width = x.shape
     plane = (not any(pads) and tuple(strides) == (1, 1)
              and width * GROUP <= vector_lanes(dtype, cpu))
-    short = -(-(width + pads[1] + pads[3]) // strides[1]) < MIN_COPIED_ROW
+    short = row_length < MIN_COPIED_ROW
     if not masked_byte_loads(cpu) or (not plane and (not any(pads) or short)):
-        return pack_int8_bytes(x, x_zero, pads, positions, dtype, strides, phases)
+        return pack_int8_bytes(x, x_zero, pads, positions, row_length, dtype, strides,
+                               phases)
     run = interleave_run(dtype, cpu)
     positions = -(-positions // run) * run
-    phased = pack_int8_phases(x, x_zero, pads, positions, dtype, strides, phases,
-                              plane=plane)
+    phased = pack_int8_phases(x, x_zero, pads, positions, row_length, dtype, strides,
+                              phases, plane=plane)
     column_phases = phases[1]
 
     def element(b, channel_group, row_phase, column_phase, position, inner):
@@ -761,28 +762,43 @@ def copy_lanes(length: int, left: int, width: int, dtype: str, cpu: CPUDescripti
         -lanes))
 
 
+def flat_row_length(width: int, pads, stride: int, reach: int) -> int:
+    """Positions between two rows of an image ``width`` pixels wide packed flat
+    (:func:`pack_int8_flat`): its padded width shared among the column stride's phases.
+    At stride 1 the rows share their padding columns, one row's right padding being the
+    next row's left (``width + max(left, right)``): a tap past a row's end reads the
+    next row's left padding, the zero point, as the image's own padding would be; where
+    the kernel's column reach ``(kw - 1) * dilation`` covers the smaller padding (else
+    an output row would outgrow it). A 3x3 convolution at 28x28 computes rows of 29
+    positions, not 30."""
+    left, right = pads[1], pads[3]
+    if stride == 1 and reach >= min(left, right):
+        return width + max(left, right)
+    return -(-(width + left + right) // stride)
+
+
 def pack_int8_bytes(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
-                    dtype: str, strides=(1, 1), phases=(1, 1)) -> te.Tensor:
+                    row_length: int, dtype: str, strides=(1, 1), phases=(1, 1)
+                    ) -> te.Tensor:
     """:func:`pack_int8_flat`'s layout (``positions`` as they are) in one pass, each
     byte read from the image where it lies (the zero point outside it): for images
     whose rows are too short to copy in vectors (:data:`MIN_SPLIT_ROW`)."""
     n, channels, height, width = x.shape
     sy, sx = strides
-    stride_row = -(-(width + pads[1] + pads[3]) // sx)
     value = _packed_element(x, x_zero, dtype, GROUP, False)
 
     def element(b, channel_group, row_phase, column_phase, position, inner):
         return value(b, channel_group, inner,
-                     position // stride_row * sy + row_phase - pads[0],
-                     position % stride_row * sx + column_phase - pads[1])
+                     position // row_length * sy + row_phase - pads[0],
+                     position % row_length * sx + column_phase - pads[1])
 
     return te.compute((n, -(-channels // GROUP), *phases, positions, GROUP), element,
-                      name="int8_data", dtype=dtype, attrs={"int8_row": stride_row})
+                      name="int8_data", dtype=dtype, attrs={"int8_row": row_length})
 
 
 def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
-                     dtype: str, strides=(1, 1), phases=(1, 1), plane: bool = False
-                     ) -> te.Tensor:
+                     row_length: int, dtype: str, strides=(1, 1), phases=(1, 1),
+                     plane: bool = False) -> te.Tensor:
     """The first pass of :func:`pack_int8_flat`: ``x`` stored as ``dtype`` (the sign bit
     flipped where the byte types differ), padded with the zero point, as ``[n, C
     rounded up to 4, row phases x column phases, rows * row length]``: phase (``py``,
@@ -794,7 +810,7 @@ def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: in
     n, channels, height, width = x.shape
     sy, sx = strides
     top, left = pads[0], pads[1]
-    stride_row = -(-(width + pads[1] + pads[3]) // sx)
+    stride_row = row_length
     rows = -(-positions // stride_row)
     flip = _flip(x.dtype, dtype)
     zero = _zero(x_zero)
@@ -1013,13 +1029,13 @@ def _int8_conv_channel_lanes(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | Non
     filters, _, kh, kw = w.shape
     _, (sy, sx), (dy, dx), pads, (oh, ow) = checked_geometry(name, x, w, attrs)
     dtype = data_dtype(cpu)
-    stride_row = -(-(x.shape[3] + pads[1] + pads[3]) // sx)
+    stride_row = flat_row_length(x.shape[3], pads, sx, (kw - 1) * dx)
     reach = (kh - 1) * dy // sy * stride_row + (kw - 1) * dx // sx
     phases = (min(sy, (kh - 1) * dy + 1), min(sx, (kw - 1) * dx + 1))
     positions = (oh - 1) * stride_row + ow + reach
     rows = -(-positions // stride_row)
-    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, cpu, strides=(sy, sx),
-                          phases=phases)
+    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, stride_row, dtype, cpu,
+                          strides=(sy, sx), phases=phases)
     lanes = tiles.lanes
     packed_w = pack_int8_weight_lanes(w, lanes, packed_weight_dtype(cpu, tiles)) \
         if packed_weight is None else packed_weight
@@ -1091,7 +1107,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     # image fills whole vectors; the columns past the output's width are computed and
     # dropped) and each tap reads a contiguous run of one phase, in blocks of rows
     # summed and finished while in cache (:func:`row_blocks`)
-    stride_row = -(-(x.shape[3] + pads[1] + pads[3]) // sx)
+    stride_row = flat_row_length(x.shape[3], pads, sx, (kw - 1) * dx)
     tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
     finish_tiles = register_finish(tiles, oh, ow, stride_row, cpu)
     if finish_tiles:
@@ -1103,8 +1119,8 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     # whole rows, so that the packing's loop over positions splits into rows and
     # columns (no division per byte, :func:`pack_in_parallel`)
     rows = -(-(positions + reach) // stride_row)
-    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, dtype, cpu, strides=(sy, sx),
-                          phases=phases)
+    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, stride_row, dtype, cpu,
+                          strides=(sy, sx), phases=phases)
     packed_w = pack_int8_weight(w, packed_dtype) if packed_weight is None else packed_weight
     groups = data.shape[1]
     rco = te.reduce_axis(groups, "rco")

@@ -25,6 +25,7 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     conv_tiling,
     data_dtype,
     finish_rows_per_task,
+    flat_row_length,
     int8_conv,
     int8_conv_inputs,
     int8_conv_tiles,
@@ -151,6 +152,45 @@ def test_integer_convolution_is_exact(target, instruction, shape, filters, kerne
     got = np.zeros(out.shape, np.int32)
     module["conv"](x, w, zero, got)
     np.testing.assert_array_equal(got, _reference(x, w, -7, strides, pads, dilations))
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"], ids=["host", "avx2"])
+@pytest.mark.parametrize("lanes", [False, True], ids=["pixels", "channel-lanes"])
+@pytest.mark.parametrize("shape,kernel,pads,dilations,row", [
+    ((1, 8, 12, 20), (3, 3), (1, 1, 1, 1), (1, 1), 21),  # rows share one padding column
+    ((1, 8, 12, 20), (3, 3), (1, 2, 1, 0), (1, 1), 22),  # left padding only
+    ((1, 8, 12, 20), (3, 3), (0, 0, 2, 2), (1, 1), 22),  # right padding only
+    ((1, 8, 12, 20), (3, 5), (2, 4, 2, 4), (1, 2), 24),  # dilated
+    ((1, 8, 12, 20), (1, 1), (1, 1, 1, 1), (1, 1), 22),  # padding past the kernel's reach
+], ids=["3x3", "left", "right", "dilated", "1x1-padded"])
+def test_stride_one_rows_share_their_padding_columns(target, lanes, shape, kernel, pads,
+                                                      dilations, row, monkeypatch):
+    """At stride 1 the packed rows are ``width + max(left, right)`` positions apart, a
+    tap past a row's end reading the next row's left padding (the zero point); where
+    the padding outreaches the kernel (a padded 1x1) the rows keep both paddings.
+    Bit-exact against the reference with vectors of pixels and with channel lanes."""
+    reach = (kernel[1] - 1) * dilations[1]
+    assert flat_row_length(shape[3], pads, 1, reach) == row
+    cpu = parse_cpu(target)
+    module = importlib.import_module(int8_conv.__module__)
+    if lanes:
+        monkeypatch.setattr(module, "channel_lanes_tiles",
+                            lambda x_shape, w_shape, attrs, cpu: module.channel_tiling(
+                                w_shape[0], *module.conv_geometry(x_shape, w_shape, attrs)[4],
+                                cpu))
+    built, out = _build(shape, 32, kernel, (1, 1), pads, dilations, cpu)
+    data, _ = int8_conv_inputs(out.op.body.a.tensor)
+    # the packing's row: its one pass's, or its first pass's (the padded copy)
+    packed = data if "int8_row" in data.op.attrs else next(
+        t for t in reads_of(data.op.body) if "int8_row" in t.op.attrs)
+    assert packed.op.attrs["int8_row"] == row
+    if _host_runs(cpu):
+        rng = np.random.default_rng(3)
+        xs = rng.integers(-128, 128, shape).astype(np.int8)
+        ws = rng.integers(-128, 128, (32, shape[1], *kernel)).astype(np.int8)
+        got = np.zeros(out.shape, np.int32)
+        built["conv"](xs, ws, np.array([9], np.int8), got)
+        np.testing.assert_array_equal(got, _reference(xs, ws, 9, (1, 1), pads, dilations))
 
 
 #: (target, an instruction of its byte interleave): unpacks of bytes and words on x86
