@@ -333,13 +333,16 @@ def per_core(tasks: int, cores: int) -> int:
 
 
 def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int,
-                cpu: CPUDescription) -> tuple[Int8ConvTiles, RowBlocks]:
+                cpu: CPUDescription, group_filters: int | None = None
+                ) -> tuple[Int8ConvTiles, RowBlocks]:
     """The register tile (:func:`tile_candidates`) and the blocks of rows of a dense
     convolution's sums: the pair that computes fewest positions, weighted by the tile's
     pace (:func:`tile_pace`: its loads per instruction where the CPU's loads can bind,
     else its data reads, ``1 + data_loads``: more data vectors per tile round each
     block up to more whole vectors, and fewer channels per tile read each data vector
-    for fewer instructions). ``row_length``: the flat positions between output
+    for fewer instructions). ``group_filters``: a grouped convolution's output
+    channels per group, which a tile's channels divide (default ``filters``: dense).
+    ``row_length``: the flat positions between output
     rows (:func:`row_blocks`). A block's sums may fill the L1 data cache (written once
     by the tile, read once by the finishing stage): a 3x3 convolution at 56x56 then
     sums blocks of 8 rows, 464 positions for 448 pixels, not 4 rows in 240 positions
@@ -360,7 +363,7 @@ def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int,
     percent less on paper is not worth it)."""
     choices = []
     in_registers = row_length == out_width and cpu.vector_registers >= FINISH_REGISTERS
-    for tiles in tile_candidates(filters, cpu):
+    for tiles in tile_candidates(group_filters or filters, cpu):
         pace = tile_pace(tiles, cpu, in_registers)
         for blocks in row_block_candidates(out_height, row_length, out_width,
                                            tiles.lanes * tiles.vectors, tiles.channels,
@@ -511,6 +514,8 @@ def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription
     cost per output (:data:`CHANNEL_LANES_BREAK_EVEN`); always where they would compute
     :data:`TINY_OUTPUT_WASTE` times its pixels (:func:`channel_tiling`'s ``tiny``
     tiles)."""
+    if int(attrs.get("group", 1)) != 1:
+        return None  # a vector of channels would span groups of different data
     _, (sy, sx), (_, dx), pads, (oh, ow) = conv_geometry(x_shape, w_shape, attrs)
     filters, channels, kh, kw = w_shape
     stride_row = flat_row_length(x_shape[3], pads, sx, (kw - 1) * dx)
@@ -1067,6 +1072,16 @@ def _int8_conv_channel_lanes(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | Non
                       attrs={"int8_conv_result": True})
 
 
+def grouped_on_the_dot_product(w_shape, group: int) -> bool:
+    """Whether a convolution of weights ``w_shape`` (OIHW) in ``group`` groups runs on
+    the dense dot-product kernel (:func:`int8_conv`): dense, or grouped with each group's
+    input channels whole groups of four (RegNet's groups of 8, ResNeXt's of 4), so that
+    a packed channel group never spans two convolution groups; a register tile then
+    takes channels of one group only (:func:`tile_candidates`), which share their data
+    vectors."""
+    return group == 1 or (w_shape[1] % GROUP == 0 and w_shape[0] % group == 0)
+
+
 def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
               cpu: CPUDescription, name: str = "conv_integer",
               packed_weight: te.Tensor | None = None) -> te.Tensor:
@@ -1082,8 +1097,11 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
         raise CompileError(f"{name}: the dot-product convolution takes 8-bit NCHW data and "
                            f"int8 OIHW weights, not {x.dtype}{list(x.shape)} and "
                            f"{w.dtype}{list(w.shape)}")
-    if int(attrs.get("group", 1)) != 1 or w.shape[1] != x.shape[1]:
-        raise CompileError(f"{name}: the dot-product convolution is dense (group 1)")
+    group = int(attrs.get("group", 1))
+    if w.shape[1] * group != x.shape[1] or not grouped_on_the_dot_product(w.shape, group):
+        raise CompileError(f"{name}: the dot-product convolution is dense or grouped by "
+                           f"whole groups of {GROUP} input channels, not {x.shape[1]} "
+                           f"channels in {group} groups")
     n = x.shape[0]
     filters, _, kh, kw = w.shape
     _, (sy, sx), (dy, dx), pads, (oh, ow) = checked_geometry(name, x, w, attrs)
@@ -1108,7 +1126,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     # dropped) and each tap reads a contiguous run of one phase, in blocks of rows
     # summed and finished while in cache (:func:`row_blocks`)
     stride_row = flat_row_length(x.shape[3], pads, sx, (kw - 1) * dx)
-    tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu)
+    tiles, blocks = conv_tiling(filters, oh, ow, stride_row, cpu, filters // group)
     finish_tiles = register_finish(tiles, oh, ow, stride_row, cpu)
     if finish_tiles:
         blocks = finish_tiles
@@ -1122,13 +1140,17 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     data = pack_int8_flat(x, x_zero, pads, rows * stride_row, stride_row, dtype, cpu,
                           strides=(sy, sx), phases=phases)
     packed_w = pack_int8_weight(w, packed_dtype) if packed_weight is None else packed_weight
-    groups = data.shape[1]
+    # a grouped convolution's output channel k reads its group's channel groups only
+    groups = data.shape[1] // group
     rco = te.reduce_axis(groups, "rco")
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
     rci = te.reduce_axis(GROUP, "rci")
+    per_group = filters // group
+
     def body(b, k, y, column):
         (py, oy), (px, ox) = _tap(ry, dy, sy), _tap(rx, dx, sx)
-        read = data[b, rco, py, px, y * span + column + oy * stride_row + ox, rci]
+        channel_group = rco if group == 1 else k // per_group * groups + rco
+        read = data[b, channel_group, py, px, y * span + column + oy * stride_row + ox, rci]
         return te.sum(te.cast("int32", read) * te.cast("int32", packed_w[k, rco, ry, rx, rci]),
                       axis=[rco, ry, rx, rci])
 

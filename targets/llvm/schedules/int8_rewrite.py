@@ -9,7 +9,7 @@ import numpy as np
 from heterocc.sdk import CompileError, te
 
 from ..cpu import CPUDescription
-from .int8_conv import int8_conv
+from .int8_conv import grouped_on_the_dot_product, int8_conv
 from .int8_depthwise import int8_depthwise_conv
 from .matmul import reachable_computes
 
@@ -17,8 +17,9 @@ from .matmul import reachable_computes
 def int8_conv_operands(tensor: te.Tensor) -> dict | None:
     """The operands of a ``ConvInteger`` compute (its ``conv_integer`` attribute) when
     the CPU's integer kernels compute it: 8-bit data with a per-tensor zero point, int8
-    weights with none, 2-D, dense (group 1) or depthwise (group = channels = filters,
-    ``depthwise`` set in the result); else None."""
+    weights with none, 2-D, dense (group 1), grouped by whole groups of four input
+    channels (:func:`.int8_conv.grouped_on_the_dot_product`) or depthwise (group =
+    channels = filters, ``depthwise`` set in the result); else None."""
     op = tensor.op
     described = op.attrs.get("conv_integer") if isinstance(op, te.ComputeOp) else None
     if described is None:
@@ -30,7 +31,7 @@ def int8_conv_operands(tensor: te.Tensor) -> dict | None:
             or (x_zero is not None and int(np.prod(x_zero.shape)) != 1)):
         return None
     depthwise = group == x.shape[1] == w.shape[0] and w.shape[1] == 1 and group > 1
-    if group != 1 and not depthwise:
+    if not depthwise and not grouped_on_the_dot_product(w.shape, group):
         return None
     return {**described, "depthwise": depthwise}
 

@@ -26,6 +26,7 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     data_dtype,
     finish_rows_per_task,
     flat_row_length,
+    grouped_on_the_dot_product,
     int8_conv,
     int8_conv_inputs,
     int8_conv_tiles,
@@ -73,8 +74,15 @@ def _host_runs(cpu) -> bool:
     return cpu.arch == host.arch and cpu.features <= host.features
 
 
-def _reference(x, w, zero, strides, pads, dilations):
-    """int64 sums of (x - zero) * w over a zero-padded (centered) input."""
+def _reference(x, w, zero, strides, pads, dilations, group=1):
+    """int64 sums of (x - zero) * w over a zero-padded (centered) input; in ``group``
+    groups, each group's filters over its own channels."""
+    if group > 1:
+        per_input, per_output = x.shape[1] // group, w.shape[0] // group
+        return np.concatenate([
+            _reference(x[:, g * per_input:(g + 1) * per_input], w[g * per_output:
+                       (g + 1) * per_output], zero, strides, pads, dilations)
+            for g in range(group)], axis=1)
     n, c, h, width = x.shape
     k, _, kh, kw = w.shape
     padded = np.zeros((n, c, h + pads[0] + pads[2], width + pads[1] + pads[3]), np.int64)
@@ -91,11 +99,11 @@ def _reference(x, w, zero, strides, pads, dilations):
     return out
 
 
-def _build(shape, filters, kernel, strides, pads, dilations, cpu):
+def _build(shape, filters, kernel, strides, pads, dilations, cpu, group=1):
     x = te.placeholder(shape, "int8", "x")
-    w = te.placeholder((filters, shape[1], *kernel), "int8", "w")
+    w = te.placeholder((filters, shape[1] // group, *kernel), "int8", "w")
     zero = te.placeholder((1,), "int8", "zero")
-    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": 1}
+    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": group}
     out = int8_conv(x, w, zero, attrs, cpu)
     schedule = te.create_schedule(out)
     schedule_int8_conv(schedule, out.op.body.a.tensor, cpu)
@@ -540,6 +548,50 @@ def test_weight_sums_packed_at_build_time_are_exact(target, data, filters):
                                                   (1, 1)))
 
 
+@pytest.mark.parametrize("target,instruction", PIXEL_DESCRIPTIONS,
+                         ids=["avx512vnni", "avxvnni", "avx512bw", "avx2", "neon-sdot"])
+@pytest.mark.parametrize("shape,filters,group,strides", [
+    ((1, 32, 10, 10), 32, 4, (1, 1)),  # RegNet's groups of 8 channels
+    ((1, 16, 9, 9), 32, 4, (2, 2)),  # ResNeXt's groups of 4, 8 filters each, stride 2
+    ((2, 48, 7, 7), 24, 6, (1, 1)),  # 8 channels to 4 filters a group, batch 2
+], ids=["groups-of-8", "groups-of-4-stride2", "4-filters-batch2"])
+def test_a_grouped_convolution_runs_on_the_dot_product_a_group_a_tile(
+        target, instruction, shape, filters, group, strides):
+    """A convolution grouped by whole groups of four input channels takes the dense
+    kernel, each output channel reading its group's packed channels only and each
+    register tile's channels lying in one group (so they share their data vectors);
+    bit-exact against the grouped reference."""
+    cpu = parse_cpu(target)
+    pads = (1, 1, 1, 1)
+    module, out = _build(shape, filters, (3, 3), strides, pads, (1, 1), cpu, group)
+    tiles = out.op.body.a.tensor.op.attrs["int8_conv"]
+    assert (filters // group) % tiles.channels == 0
+    assert instruction in module.assembly()
+    if not _host_runs(cpu):
+        return
+    rng = np.random.default_rng(sum(shape) + group)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    w = rng.integers(-128, 128, (filters, shape[1] // group, 3, 3)).astype(np.int8)
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](x, w, np.array([-5], np.int8), got)
+    np.testing.assert_array_equal(got, _reference(x, w, -5, strides, pads, (1, 1), group))
+
+
+def test_groups_of_other_than_whole_channel_quads_stay_off_the_dot_product():
+    """Groups of 2 or 6 input channels would put one packed group of four across two
+    convolution groups: the CPU's integer kernels leave such a ConvInteger to its
+    generic compute (and refuse it by name when asked)."""
+    x = te.placeholder((1, 12, 6, 6), "int8", "x")
+    for per_group in (2, 6):
+        w = te.placeholder((12, per_group, 3, 3), "int8", "w")
+        attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1),
+                 "group": 12 // per_group}
+        assert not grouped_on_the_dot_product(w.shape, 12 // per_group)
+        with pytest.raises(CompileError, match="groups of 4"):
+            int8_conv(x, w, None, attrs, parse_cpu("llvm"))
+    assert grouped_on_the_dot_product((12, 4, 3, 3), 3)
+
+
 def test_a_grouped_convolution_is_refused_by_name():
     x = te.placeholder((1, 8, 6, 6), "int8", "x")
     w = te.placeholder((8, 1, 3, 3), "int8", "w")
@@ -548,37 +600,55 @@ def test_a_grouped_convolution_is_refused_by_name():
                                "dilations": (1, 1), "group": 8}, parse_cpu("llvm"))
 
 
-def _inverted_residual(stride: int = 1):
-    """A MobileNetV2 block on a 7x7 image: 1x1 expansion, 3x3 depthwise (of ``stride``),
-    1x1 projection (each with bias; Clip(0, 6) after the first two)."""
+def _conv_chain(seed: int, layers, shape, out_shape, activation):
+    """A float model of a chain of convolutions on an input of ``shape``: ``layers`` of
+    (name, in channels, out channels, kernel, group, stride, activated), each with a
+    bias and, where activated, ``activation`` after it (``"Relu"``, or ``"Clip"`` to
+    [0, 6])."""
     from onnx import TensorProto, helper, numpy_helper
 
-    rng = np.random.default_rng(8)
+    rng = np.random.default_rng(seed)
     inits, nodes, x = [], [], "input"
-    for name, cin, cout, kernel, group, clip in (("expand", 8, 32, 1, 1, True),
-                                                 ("depthwise", 32, 32, 3, 32, True),
-                                                 ("project", 32, 16, 1, 1, False)):
+    for name, cin, cout, kernel, group, stride, activated in layers:
         inits += [numpy_helper.from_array((rng.standard_normal(
             (cout, cin // group, kernel, kernel)) * 0.3).astype(np.float32), f"{name}_w"),
             numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32),
                                     f"{name}_b")]
         nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_y"],
                                       pads=[kernel // 2] * 4, group=group,
-                                      strides=[stride if group > 1 else 1] * 2))
+                                      strides=[stride] * 2))
         x = f"{name}_y"
-        if clip:
-            nodes.append(helper.make_node("Clip", [x, "zero", "six"], [f"{name}_c"]))
-            x = f"{name}_c"
-    inits += [numpy_helper.from_array(np.array(0, np.float32), "zero"),
-              numpy_helper.from_array(np.array(6, np.float32), "six")]
+        if activated:
+            bounds = ["zero", "six"] if activation == "Clip" else []
+            nodes.append(helper.make_node(activation, [x, *bounds], [f"{name}_a"]))
+            x = f"{name}_a"
+    if activation == "Clip":
+        inits += [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+                  numpy_helper.from_array(np.array(6, np.float32), "six")]
     graph = helper.make_graph(
-        nodes, "block", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
-                                                       (1, 8, 7, 7))],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT,
-                                       (1, 16, *[(7 - 1) // stride + 1] * 2))], inits)
+        nodes, "block", [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, out_shape)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
-    return model, (1, 8, 7, 7), 2
+    return model
+
+
+def _inverted_residual(stride: int = 1):
+    """A MobileNetV2 block on a 7x7 image: 1x1 expansion, 3x3 depthwise (of ``stride``),
+    1x1 projection (each with bias; Clip(0, 6) after the first two)."""
+    layers = (("expand", 8, 32, 1, 1, 1, True), ("depthwise", 32, 32, 3, 32, stride, True),
+              ("project", 32, 16, 1, 1, 1, False))
+    out = (1, 16, *[(7 - 1) // stride + 1] * 2)
+    return _conv_chain(8, layers, (1, 8, 7, 7), out, "Clip"), (1, 8, 7, 7), 2
+
+
+def _grouped_block():
+    """A RegNet block on a 10x10 image: a 1x1 convolution to 32 channels, a 3x3 one of
+    stride 2 in 4 groups of 8 channels, a 1x1 projection to 16 (each with bias, ReLU
+    after the first two)."""
+    layers = (("expand", 8, 32, 1, 1, 1, True), ("grouped", 32, 32, 3, 4, 2, True),
+              ("project", 32, 16, 1, 1, 1, False))
+    return _conv_chain(10, layers, (1, 8, 10, 10), (1, 16, 5, 5), "Relu"), (1, 8, 10, 10), 3
 
 
 def _fire_and_pool():
@@ -632,15 +702,16 @@ def _quantized(source, shape, activations: str, tmp_path):
     return onnx.load(str(tmp_path / "qdq.onnx"))
 
 
-@pytest.mark.parametrize("model_of", ["small_cnn", "inverted_residual", "fire_and_pool"])
+@pytest.mark.parametrize("model_of", ["small_cnn", "inverted_residual", "fire_and_pool",
+                                      "grouped_block"])
 @pytest.mark.parametrize("activations", ["QUInt8", "QInt8"])
 def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monkeypatch,
                                                                   activations, model_of):
     """An ORT-quantized QDQ CNN (per-channel weights; uint8 activations, ORT's default,
     or int8) on ``llvm`` alone: its convolutions (and its classifier's Gemm, as a 1x1
     one) become ConvInteger + Requantize, the
-    dense ones computed by the dot-product schedule (the depthwise one by int32
-    multiply-adds over packed rows), bit-exact with the integer reference of the compiled
+    dense and grouped ones computed by the dot-product schedule (the depthwise one by
+    int32 multiply-adds over packed rows), bit-exact with the integer reference of the compiled
     graph and within one step of ONNX Runtime. Concatenations and global average pools
     between them stay in integers."""
     pytest.importorskip("onnxruntime.quantization")
@@ -654,6 +725,8 @@ def test_a_quantized_cnn_runs_its_convolutions_on_the_dot_product(tmp_path, monk
         source, shape, dense = small_cnn(), INPUT, 4
     elif model_of == "fire_and_pool":
         source, shape, dense = _fire_and_pool()
+    elif model_of == "grouped_block":  # its grouped convolution on the dense kernel
+        source, shape, dense = _grouped_block()
     else:
         source, shape, dense = _inverted_residual()
     model = _quantized(source, shape, activations, tmp_path)
@@ -994,7 +1067,7 @@ def test_register_tiles_fit_the_registers_and_share_each_weight(target, monkeypa
     widest = max(tile_candidates(64, cpu), key=lambda t: t.vectors)
     assert widest.vectors > 1
 
-    def forced(filters, out_height, out_width, row_length, cpu):
+    def forced(filters, out_height, out_width, row_length, cpu, group_filters=None):
         return widest, row_blocks(out_height, row_length, out_width,
                                   widest.lanes * widest.vectors, widest.channels, cpu)
 
