@@ -115,8 +115,9 @@ CPU_FAMILIES: dict[str, CPUFamily] = {
     "znver2": CPUFamily(X86_64_V3 | _ZEN | {"clwb", "rdpid"}, 32 * _K, 512 * _K, 16 * _M),
     "znver3": CPUFamily(X86_64_V3 | _ZEN3, 32 * _K, 512 * _K, 32 * _M),
     "znver4": CPUFamily(X86_64_V4 | _ZEN4, 32 * _K, 1 * _M, 32 * _M),
-    # Zen 5 multiplies two 512-bit vectors a cycle: a tile loading one weight per dot
-    # product runs at 0.86-0.90 of its peak (int8_tile_loads.py, EPYC, one thread)
+    # Zen 5 multiplies two 512-bit vectors a cycle: a tile loading a weight per dot
+    # product runs at 0.87-0.92 of its peak, 0.93-0.96 loads an instruction sustained
+    # (int8_tile_loads.py, EPYC, one thread; 0.9 rounds down)
     "znver5": CPUFamily(X86_64_V4 | _ZEN4 | {"avx512vp2intersect", "avxvnni", "movdiri",
                                              "movdir64b", "prefetchi"},
                         48 * _K, 1 * _M, 32 * _M, wide_dot_loads=0.9),

@@ -660,8 +660,8 @@ def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
     4]`` ``dtype`` values: the padded image split by the ``strides``' phases (phase
     (``py``, ``px``) holds padded pixels (``sy * row + py``, ``sx * column + px``);
     ``phases`` of them, from 0, in each direction), each phase's pixels numbered row
-    after row (``row * row_length + column``, :func:`flat_row_length`), padded with the zero point,
-    also past its last row and in the channels past C. ``positions'``: ``positions``
+    after row (``row * row_length + column``, :func:`flat_row_length`), padded with the
+    zero point, also past its last row and in the channels past C. ``positions'``: ``positions``
     rounded up to whole runs of :func:`interleave_run` (the packing's vector step).
 
     Made in two vector passes (:func:`schedule_int8_flat`) rather than byte by byte: a
@@ -815,15 +815,14 @@ def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: in
     n, channels, height, width = x.shape
     sy, sx = strides
     top, left = pads[0], pads[1]
-    stride_row = row_length
-    rows = -(-positions // stride_row)
+    rows = -(-positions // row_length)
     flip = _flip(x.dtype, dtype)
     zero = _zero(x_zero)
     column_phases = phases[1]
 
     def element(b, channel, phase, position):
-        y = position // stride_row * sy + phase // column_phases - top
-        column = position % stride_row * sx + phase % column_phases - left
+        y = position // row_length * sy + phase // column_phases - top
+        column = position % row_length * sx + phase % column_phases - left
         inside = te.logical_and(te.logical_and(y >= 0, y < height),
                                 te.logical_and(column >= 0, column < width))
         if channels % GROUP:  # padding channels past the last group's
@@ -835,8 +834,8 @@ def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: in
     if plane:  # unpadded at stride 1: the image's pixels in order, all of them one row
         return te.compute((*shape, positions), element, name="int8_phases", dtype=dtype,
                           attrs={"int8_row": positions})
-    return te.compute((*shape, rows * stride_row), element, name="int8_phases", dtype=dtype,
-                      attrs={"int8_row": stride_row, te.REGION_MULTIPLE: stride_row})
+    return te.compute((*shape, rows * row_length), element, name="int8_phases", dtype=dtype,
+                      attrs={"int8_row": row_length, te.REGION_MULTIPLE: row_length})
 
 
 def interleave_run(dtype: str, cpu: CPUDescription) -> int:
