@@ -362,7 +362,7 @@ def conv_tiling(filters: int, out_height: int, out_width: int, row_length: int,
     :data:`BALANCE_GAIN` (the cost is a model: a choice that computes more for a few
     percent less on paper is not worth it)."""
     choices = []
-    in_registers = row_length == out_width and cpu.vector_registers >= FINISH_REGISTERS
+    in_registers = may_finish_in_registers(row_length, out_width, cpu)
     for tiles in tile_candidates(group_filters or filters, cpu):
         pace = tile_pace(tiles, cpu, in_registers)
         for blocks in row_block_candidates(out_height, row_length, out_width,
@@ -545,6 +545,14 @@ INT8_FINISH_TILES = "int8_finish_tiles"
 FINISH_REGISTERS = 32
 
 
+def may_finish_in_registers(row_length: int, out_width: int, cpu: CPUDescription) -> bool:
+    """Whether a convolution's sums may be finished a register tile at a time
+    (:func:`register_finish`, given whole tiles): its sums' rows lie as the output's
+    (``row_length`` is the width: no padding columns, a 1x1 convolution) on a CPU of
+    :data:`FINISH_REGISTERS` vector registers."""
+    return row_length == out_width and cpu.vector_registers >= FINISH_REGISTERS
+
+
 def register_finish(tiles: Int8ConvTiles, out_height: int, out_width: int, row_length: int,
                     cpu: CPUDescription) -> RowBlocks | None:
     """Blocks for sums finished a register tile at a time (each tile's accumulators
@@ -567,7 +575,7 @@ def register_finish(tiles: Int8ConvTiles, out_height: int, out_width: int, row_l
     thread, each kernel's median in whole runs against blocks of rows finished from
     memory)."""
     width = tiles.lanes * tiles.vectors
-    if row_length != out_width or cpu.vector_registers < FINISH_REGISTERS:
+    if not may_finish_in_registers(row_length, out_width, cpu):
         return None
     if out_width % width == 0:
         return RowBlocks(1, out_width)
