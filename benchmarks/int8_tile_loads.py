@@ -37,21 +37,20 @@ from machine import cpu_target, describe  # noqa: E402
 
 from heterocc.targets.llvm.int8_dot import Dot4Emitter  # noqa: E402
 from heterocc.targets.llvm.module import machines  # noqa: E402
-from heterocc.targets.llvm.schedules.int8_conv import data_dtype  # noqa: E402
+from heterocc.targets.llvm.schedules.int8_conv import DOT_CHAINS, data_dtype  # noqa: E402
 
 #: (vectors, channels) of the tiles timed: the one-vector tiles and the multi-vector ones
 #: ``tile_candidates`` offers a 64- or 128-filter convolution with 32 vector registers
-#: (the first seven) and with 16 (the last three: AVX2)
-TILES = ((1, 16), (1, 24), (2, 8), (2, 12), (3, 8), (4, 4), (4, 6), (1, 8), (2, 4), (3, 2))
+#: (the first seven); with 16 (AVX2), those it offers where the dot product is widened
+#: and four registers are kept for it (1 x 8, 2 x 4, 3 x 2), those where it is one
+#: instruction (2 x 6, 3 x 4), and 2 x 5 and 3 x 3 beside ``DOT_CHAINS``
+TILES = ((1, 16), (1, 24), (2, 8), (2, 12), (3, 8), (4, 4), (4, 6), (1, 8), (2, 4), (3, 2), (2, 5),
+         (3, 3), (2, 6), (3, 4))
 #: bytes between two output channels' weights (a 3x3 kernel over 132 input channels, as a
 #: packed weight lies): each broadcast reads its own cache line
 CHANNEL_STRIDE = 1188
 #: distinct offsets the loop cycles through (each iteration a new one, all in L1)
 OFFSETS = 32
-#: the fewest accumulators for which a tile's shortfall is put down to its loads: fewer
-#: independent chains leave the dot product's latency uncovered (AVX2's 2 x 4 and 3 x 2
-#: tiles on Zen 5: 0.92 and 0.73 of the peak with 0.75 and 0.83 loads per instruction)
-MIN_CHAINS = 12
 
 
 def tile_ir(description, vectors: int, channels: int, name: str) -> str:
@@ -155,7 +154,7 @@ def main() -> int:
         rate = tile_rate(description, vectors, channels, args.seconds, args.runs)
         loads = (vectors + channels) / (vectors * channels)
         share = rate / peak
-        if vectors * channels < MIN_CHAINS:
+        if vectors * channels < DOT_CHAINS:
             sustained = f"({vectors * channels} chains: latency-bound, not counted)"
         else:
             sustained = f"{loads * share:.2f}" if share < 0.97 else "not bound"

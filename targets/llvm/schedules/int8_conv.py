@@ -195,21 +195,40 @@ def int8_conv_tiles(filters: int, cpu: CPUDescription) -> Int8ConvTiles:
 MAX_TILE_VECTORS = 4
 
 
+#: vector registers a register tile leaves to the widened dot products' temporaries
+#: (:func:`tile_register_reserve`)
+WIDENED_TEMPORARIES = 4
+
+
+def tile_register_reserve(cpu: CPUDescription) -> int:
+    """The vector registers a register tile of :func:`tile_candidates` leaves free
+    beyond its accumulators, data vectors and broadcast weight: none where the CPU's dot
+    product is one instruction on its operands as they are (``vpdpbusd``, ``sdot``,
+    ``udot``), :data:`WIDENED_TEMPORARIES` where it is widened (``pmaddubsw``,
+    ``pmaddwd``: their intermediate products). AVX2 code with AVX-VNNI (Zen 5 under
+    ``-mattr=-avx512f``, one thread) ran ResNet-18's 3x3 64->64 at 56x56 in 0.87x the
+    time of the 8-accumulator tile in 6 channels by 2 vectors (12 accumulators, 15
+    registers) and 128->128 at 28x28 in 0.85x."""
+    lanes = cpu.vector_lanes("int32")
+    kind = dot4_instruction(cpu.features, cpu.arch, lanes, data_dtype(cpu) == "uint8", False)
+    return 0 if DOT4_RANK[kind] == 0 else WIDENED_TEMPORARIES
+
+
 def tile_candidates(filters: int, cpu: CPUDescription) -> list[Int8ConvTiles]:
     """The register tiles a dense convolution of ``filters`` output channels may take
     on ``cpu``: ``vectors`` of 1 to :data:`MAX_TILE_VECTORS` data vectors by the most
     output channels dividing ``filters`` whose accumulators, with those data vectors
-    and one broadcast weight, fit the vector registers less four (the widened paths'
-    temporaries); one vector by :func:`int8_conv_tiles`' channels always, and by each
-    divisor of ``filters`` down to half of those (fewer channels a tile, more tiles:
-    ResNet's and SqueezeNet's 48 filters in four tiles of 12 share two cores evenly,
-    three tiles of 16 do not; :func:`conv_tiling` weighs it)."""
+    and one broadcast weight, fit the vector registers less
+    :func:`tile_register_reserve`; one vector by :func:`int8_conv_tiles`' channels
+    always, and by each divisor of ``filters`` down to half of those (fewer channels a
+    tile, more tiles: ResNet's and SqueezeNet's 48 filters in four tiles of 12 share two
+    cores evenly, three tiles of 16 do not; :func:`conv_tiling` weighs it)."""
     base = int8_conv_tiles(filters, cpu)
     found = [base]
     found += [Int8ConvTiles(base.lanes, channels)
               for channels in range(base.channels - 1, max(base.channels // 2, 1) - 1, -1)
               if filters % channels == 0]
-    budget = cpu.vector_registers - 4
+    budget = cpu.vector_registers - tile_register_reserve(cpu)
     for vectors in range(2, MAX_TILE_VECTORS + 1):
         channels = (budget - vectors - 1) // vectors
         while channels > 1 and filters % channels:
@@ -246,16 +265,31 @@ def tile_pace(tiles: Int8ConvTiles, cpu: CPUDescription, finished_in_registers: 
     the loads' pace where the tile loads more per instruction than the budget, else the
     multiplies' (1); elsewhere, and for sums finished in registers
     (:func:`register_finish`: a tile of more vectors leaves the requantization too few
-    registers), ``1 + data_loads``, which favours the most channels a tile.
+    registers), ``1 + data_loads``, which favours the most channels a tile. Either way
+    a tile of fewer than :data:`DOT_CHAINS` accumulators runs at their share of it.
 
     Zen 5 (budget 0.9, one thread, each layer's median against the one-vector tile of
     16 channels): ResNet-18's 3x3 64->64 at 56x56 in 8 channels by 3 vectors 0.88x the
     time, 128->128 at 28x28 0.93x; MobileNetV2's 1x1s finished in registers ran slower
-    in two-vector tiles (the model 1.14x), so they keep the old weighing."""
+    in two-vector tiles (the model 1.14x), so they keep the old weighing. With AVX-VNNI
+    and 16 registers (Zen 5's AVX2 code), the one-vector tile's 8 accumulators gave way
+    to 4 channels by 3 vectors: ResNet-18 int8 in 0.93x the time on one thread, ResNet-50
+    0.94x, MobileNetV2 0.98x; Alder Lake's code 0.90x (two threads, run on Zen 5)."""
     budget = cpu.dot_load_budget
     if budget is None or finished_in_registers:
-        return 1 + data_loads(tiles)
-    return max(1.0, tile_loads(tiles) / budget)
+        pace = 1 + data_loads(tiles)
+    else:
+        pace = max(1.0, tile_loads(tiles) / budget)
+    return pace * max(1.0, DOT_CHAINS / (tiles.channels * tiles.vectors))
+
+
+#: accumulators a register tile needs for its dot products not to wait on each other:
+#: the instruction's latency (4-5 cycles on the VNNI cores: Intel since Ice Lake, AMD
+#: since Zen 4) times the instructions a core starts a cycle (two); a tile of fewer
+#: runs at that share of the peak (:func:`tile_pace`). ``benchmarks/int8_tile_loads.py``
+#: times them: with AVX-VNNI's 256-bit ``vpdpbusd`` on Zen 5 (one thread), tiles of 6, 8,
+#: 9, 10 and 12 accumulators ran at 0.73, 0.84-0.91, 0.95, 0.98 and 0.99-1.0 of the peak.
+DOT_CHAINS = 10
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm.cpu import parse_cpu
 from heterocc.targets.llvm.int8_dot import dot4_instruction, window_blocks
 from heterocc.targets.llvm.schedules.int8_conv import (
+    DOT_CHAINS,
     INT8_FINISH_TILES,
     WIDENED_WEIGHT_PACKING,
     Int8ChannelTiles,
@@ -40,6 +41,7 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     schedule_int8_conv_result,
     tile_candidates,
     tile_loads,
+    tile_register_reserve,
     weight_dtype,
 )
 from heterocc.targets.llvm.schedules.int8_depthwise import (
@@ -1051,19 +1053,24 @@ def test_row_blocks_drop_fewest_positions_within_half_the_l1_cache():
                          ids=["avx512", "avx2", "avxvnni", "neon"])
 def test_register_tiles_fit_the_registers_and_share_each_weight(target, monkeypatch):
     """Every candidate tile's accumulators, data vectors and broadcast weight fit the
-    description's vector registers (less four); a ResNet-50 1x1 convolution at 14x14
-    takes one vector of the most channels (fewest positions, each data vector read by
-    most instructions); a 7x7 output is not rounded past the vectors one-vector tiles
-    would compute; a tile of several data vectors (forced here) reads each broadcast
-    weight once for all of them, bit-exact."""
+    description's vector registers, less four where the dot product is widened
+    (Haswell's ``pmaddwd``) and less none where it is one instruction (``vpdpbusd``,
+    ``sdot``); a ResNet-50 1x1 convolution at 14x14 takes one vector of the most
+    channels where that tile has :data:`DOT_CHAINS` accumulators (fewest positions,
+    each data vector read by most instructions); a 7x7 output is not rounded past the
+    vectors one-vector tiles would compute; a tile of several data vectors (forced
+    here) reads each broadcast weight once for all of them, bit-exact."""
     cpu = parse_cpu(target)
+    reserve = tile_register_reserve(cpu)
+    assert reserve == (4 if target.endswith("haswell") else 0)
     for filters in (8, 12, 64, 96, 512):
         for tiles in tile_candidates(filters, cpu):
             assert filters % tiles.channels == 0
             assert tiles.vectors == 1 or \
-                tiles.channels * tiles.vectors + tiles.vectors + 1 <= cpu.vector_registers - 4
+                tiles.channels * tiles.vectors + tiles.vectors + 1 <= cpu.vector_registers - reserve
     tiles, blocks = conv_tiling(256, 14, 14, 14, cpu)
-    assert (tiles.channels, tiles.vectors) == (int8_conv_tiles(256, cpu).channels, 1)
+    if int8_conv_tiles(256, cpu).channels >= DOT_CHAINS:
+        assert (tiles.channels, tiles.vectors) == (int8_conv_tiles(256, cpu).channels, 1)
     assert blocks.extent % tiles.lanes == 0
     single = row_blocks(7, 9, 7, tiles.lanes, 16, cpu)
     tiles, blocks = conv_tiling(512, 7, 7, 9, cpu)
@@ -1109,11 +1116,9 @@ def test_where_the_loads_bind_a_padded_convolution_loads_each_weight_for_several
         assert tiles.vectors > 1 and tile_loads(tiles) <= zen5.dot_load_budget
         assert blocks.extent % (tiles.lanes * tiles.vectors) == 0
     assert conv_tiling(96, 112, 112, 112, zen5)[0].vectors == 1
-    for other in ("llvm -mcpu=znver5 -mattr=-avx512f -num-cores=2",
-                  "llvm -mcpu=znver4 -num-cores=2"):
-        cpu = parse_cpu(other)
-        assert cpu.dot_load_budget is None
-        assert conv_tiling(64, 56, 56, 58, cpu)[0].vectors == 1
+    zen4 = parse_cpu("llvm -mcpu=znver4 -num-cores=2")
+    assert zen4.dot_load_budget is None
+    assert conv_tiling(64, 56, 56, 58, zen4)[0].vectors == 1
     shape, kernel, pads = (1, 32, 28, 28), (3, 3), (1, 1, 1, 1)
     module, out = _build(shape, 64, kernel, (1, 1), pads, (1, 1), zen5)
     assert out.op.body.a.tensor.op.attrs["int8_conv"].vectors > 1
@@ -1124,6 +1129,41 @@ def test_where_the_loads_bind_a_padded_convolution_loads_each_weight_for_several
         got = np.zeros(out.shape, np.int32)
         module["conv"](xs, ws, np.array([5], np.int8), got)
         np.testing.assert_array_equal(got, _reference(xs, ws, 5, (1, 1), pads, (1, 1)))
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=alderlake -num-cores=2",
+                                    "llvm -mcpu=znver5 -mattr=-avx512f -num-cores=2"],
+                         ids=["alderlake", "zen5-avx2"])
+def test_sixteen_registers_of_one_instruction_dot_products_keep_enough_sums_in_flight(target):
+    """With 16 vector registers and a dot product that is one instruction (AVX-VNNI's
+    256-bit ``vpdpbusd``), a register tile has no widened temporaries to leave room for:
+    ResNet's 3x3 and 1x1 convolutions take tiles of :data:`DOT_CHAINS` accumulators or
+    more (the one-vector tile's 8 leave the instruction's latency uncovered), within the
+    16 registers with their data vectors and broadcast weight, bit-exact; Haswell, whose
+    dot product is widened, keeps four registers for it and its tiles fit in 12."""
+    cpu = parse_cpu(target)
+    assert cpu.vector_registers == 16 and tile_register_reserve(cpu) == 0
+    for filters, size, row_length in ((64, 56, 57), (128, 28, 29), (256, 28, 28)):
+        tiles, _ = conv_tiling(filters, size, size, row_length, cpu)
+        accumulators = tiles.channels * tiles.vectors
+        assert accumulators >= DOT_CHAINS
+        assert accumulators + tiles.vectors + 1 <= cpu.vector_registers
+    haswell = parse_cpu("llvm -mcpu=haswell")
+    assert tile_register_reserve(haswell) == 4
+    tiles, _ = conv_tiling(64, 56, 56, 57, haswell)
+    assert tiles.vectors == 1 or \
+        tiles.channels * tiles.vectors + tiles.vectors + 1 <= haswell.vector_registers - 4
+    shape, kernel, pads = (1, 32, 28, 28), (3, 3), (1, 1, 1, 1)
+    module, out = _build(shape, 64, kernel, (1, 1), pads, (1, 1), cpu)
+    built = out.op.body.a.tensor.op.attrs["int8_conv"]
+    assert built.channels * built.vectors >= DOT_CHAINS
+    if _host_runs(cpu):
+        rng = np.random.default_rng(13)
+        xs = rng.integers(-128, 128, shape).astype(np.int8)
+        ws = rng.integers(-128, 128, (64, 32, *kernel)).astype(np.int8)
+        got = np.zeros(out.shape, np.int32)
+        module["conv"](xs, ws, np.array([-7], np.int8), got)
+        np.testing.assert_array_equal(got, _reference(xs, ws, -7, (1, 1), pads, (1, 1)))
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"], ids=["host", "avx2"])
