@@ -200,18 +200,32 @@ MAX_TILE_VECTORS = 4
 WIDENED_TEMPORARIES = 4
 
 
-def tile_register_reserve(cpu: CPUDescription) -> int:
-    """The vector registers a register tile of :func:`tile_candidates` leaves free
-    beyond its accumulators, data vectors and broadcast weight: none where the CPU's dot
-    product is one instruction on its operands as they are (``vpdpbusd``, ``sdot``,
-    ``udot``), :data:`WIDENED_TEMPORARIES` where it is widened (``pmaddubsw``,
-    ``pmaddwd``: their intermediate products). AVX2 code with AVX-VNNI (Zen 5 under
-    ``-mattr=-avx512f``, one thread) ran ResNet-18's 3x3 64->64 at 56x56 in 0.87x the
-    time of the 8-accumulator tile in 6 channels by 2 vectors (12 accumulators, 15
-    registers) and 128->128 at 28x28 in 0.85x."""
+def one_instruction_dot(cpu: CPUDescription) -> bool:
+    """Whether a dense convolution's dot product on ``cpu`` is one instruction that
+    adds into its accumulator, on its operands as they are (``vpdpbusd``, ``sdot``,
+    ``udot``), rather than widened (``pmaddubsw``, ``pmaddwd`` and an add)."""
     lanes = cpu.vector_lanes("int32")
     kind = dot4_instruction(cpu.features, cpu.arch, lanes, data_dtype(cpu) == "uint8", False)
-    return 0 if DOT4_RANK[kind] == 0 else WIDENED_TEMPORARIES
+    return DOT4_RANK[kind] == 0
+
+
+def tile_register_reserve(cpu: CPUDescription) -> int:
+    """The vector registers a register tile of :func:`tile_candidates` leaves free
+    beyond its accumulators, data vectors and broadcast weight: none where the dot
+    product is one instruction (:func:`one_instruction_dot`),
+    :data:`WIDENED_TEMPORARIES` where it is widened (its intermediate products). AVX2
+    code with AVX-VNNI (Zen 5 under ``-mattr=-avx512f``, one thread) ran ResNet-18's 3x3
+    64->64 at 56x56 in 0.86x the time of the 8-accumulator tile in 4 channels by 3
+    vectors (12 accumulators, 16 registers) and 128->128 at 28x28 in 0.84x."""
+    return 0 if one_instruction_dot(cpu) else WIDENED_TEMPORARIES
+
+
+def accumulators_in_flight(cpu: CPUDescription) -> int:
+    """How many accumulators a register tile needs on ``cpu`` for its dot products not
+    to wait on each other: :data:`DOT_CHAINS` where the dot product is one instruction
+    (each waits the last one's latency on its accumulator), one where it is widened
+    (the products do not wait on the accumulator; a one-cycle add accumulates them)."""
+    return DOT_CHAINS if one_instruction_dot(cpu) else 1
 
 
 def tile_candidates(filters: int, cpu: CPUDescription) -> list[Int8ConvTiles]:
@@ -266,7 +280,8 @@ def tile_pace(tiles: Int8ConvTiles, cpu: CPUDescription, finished_in_registers: 
     multiplies' (1); elsewhere, and for sums finished in registers
     (:func:`register_finish`: a tile of more vectors leaves the requantization too few
     registers), ``1 + data_loads``, which favours the most channels a tile. Either way
-    a tile of fewer than :data:`DOT_CHAINS` accumulators runs at their share of it.
+    a tile of fewer accumulators than :func:`accumulators_in_flight` runs at their share
+    of it.
 
     Zen 5 (budget 0.9, one thread, each layer's median against the one-vector tile of
     16 channels): ResNet-18's 3x3 64->64 at 56x56 in 8 channels by 3 vectors 0.88x the
@@ -280,7 +295,7 @@ def tile_pace(tiles: Int8ConvTiles, cpu: CPUDescription, finished_in_registers: 
         pace = 1 + data_loads(tiles)
     else:
         pace = max(1.0, tile_loads(tiles) / budget)
-    return pace * max(1.0, DOT_CHAINS / (tiles.channels * tiles.vectors))
+    return pace * max(1.0, accumulators_in_flight(cpu) / (tiles.channels * tiles.vectors))
 
 
 #: accumulators a register tile needs for its dot products not to wait on each other:

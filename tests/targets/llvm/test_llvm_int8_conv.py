@@ -22,6 +22,7 @@ from heterocc.targets.llvm.schedules.int8_conv import (
     INT8_FINISH_TILES,
     WIDENED_WEIGHT_PACKING,
     Int8ChannelTiles,
+    accumulators_in_flight,
     channel_lanes_tiles,
     conv_tiling,
     data_dtype,
@@ -1140,7 +1141,8 @@ def test_sixteen_registers_of_one_instruction_dot_products_keep_enough_sums_in_f
     ResNet's 3x3 and 1x1 convolutions take tiles of :data:`DOT_CHAINS` accumulators or
     more (the one-vector tile's 8 leave the instruction's latency uncovered), within the
     16 registers with their data vectors and broadcast weight, bit-exact; Haswell, whose
-    dot product is widened, keeps four registers for it and its tiles fit in 12."""
+    dot product is widened (its products added by a one-cycle add, not waiting on the
+    accumulator), keeps four registers for it and its tiles fit in 12."""
     cpu = parse_cpu(target)
     assert cpu.vector_registers == 16 and tile_register_reserve(cpu) == 0
     for filters, size, row_length in ((64, 56, 57), (128, 28, 29), (256, 28, 28)):
@@ -1148,8 +1150,9 @@ def test_sixteen_registers_of_one_instruction_dot_products_keep_enough_sums_in_f
         accumulators = tiles.channels * tiles.vectors
         assert accumulators >= DOT_CHAINS
         assert accumulators + tiles.vectors + 1 <= cpu.vector_registers
+    assert accumulators_in_flight(cpu) == DOT_CHAINS
     haswell = parse_cpu("llvm -mcpu=haswell")
-    assert tile_register_reserve(haswell) == 4
+    assert tile_register_reserve(haswell) == 4 and accumulators_in_flight(haswell) == 1
     tiles, _ = conv_tiling(64, 56, 56, 57, haswell)
     assert tiles.vectors == 1 or \
         tiles.channels * tiles.vectors + tiles.vectors + 1 <= haswell.vector_registers - 4
