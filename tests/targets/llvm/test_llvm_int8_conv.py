@@ -113,6 +113,20 @@ def _build(shape, filters, kernel, strides, pads, dilations, cpu, group=1):
     return hllvm.build(te.lower(schedule, [x, w, zero, out], name="conv"), cpu=cpu), out
 
 
+def _matches_reference_on_host(module, out, cpu, shape, filters, kernel, pads, zero: int,
+                               seed: int) -> None:
+    """Where the host runs ``cpu``'s code: the built stride-1 convolution of random int8
+    data and weights equals :func:`_reference`, bit for bit."""
+    if not _host_runs(cpu):
+        return
+    rng = np.random.default_rng(seed)
+    xs = rng.integers(-128, 128, shape).astype(np.int8)
+    ws = rng.integers(-128, 128, (filters, shape[1], *kernel)).astype(np.int8)
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](xs, ws, np.array([zero], np.int8), got)
+    np.testing.assert_array_equal(got, _reference(xs, ws, zero, (1, 1), pads, (1, 1)))
+
+
 def test_the_instruction_follows_the_description():
     vnni = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512vnni", "avx2", "sse2"})
     assert dot4_instruction(vnni, "x86_64", 16, True, False) == "vpdpbusd"
@@ -1094,13 +1108,7 @@ def test_register_tiles_fit_the_registers_and_share_each_weight(target, monkeypa
         # one broadcast per weight, an instruction per data vector for each (and a few
         # broadcasts outside the tile)
         assert assembly.count("vpdpbusd") >= 2 * assembly.count("vpbroadcastd") > 0
-    if _host_runs(cpu):
-        rng = np.random.default_rng(5)
-        xs = rng.integers(-128, 128, shape).astype(np.int8)
-        ws = rng.integers(-128, 128, (64, 64, *kernel)).astype(np.int8)
-        got = np.zeros(out.shape, np.int32)
-        module["conv"](xs, ws, np.array([-3], np.int8), got)
-        np.testing.assert_array_equal(got, _reference(xs, ws, -3, (1, 1), pads, (1, 1)))
+    _matches_reference_on_host(module, out, cpu, shape, 64, kernel, pads, -3, 5)
 
 
 def test_where_the_loads_bind_a_padded_convolution_loads_each_weight_for_several_vectors():
@@ -1123,13 +1131,7 @@ def test_where_the_loads_bind_a_padded_convolution_loads_each_weight_for_several
     shape, kernel, pads = (1, 32, 28, 28), (3, 3), (1, 1, 1, 1)
     module, out = _build(shape, 64, kernel, (1, 1), pads, (1, 1), zen5)
     assert out.op.body.a.tensor.op.attrs["int8_conv"].vectors > 1
-    if _host_runs(zen5):
-        rng = np.random.default_rng(11)
-        xs = rng.integers(-128, 128, shape).astype(np.int8)
-        ws = rng.integers(-128, 128, (64, 32, *kernel)).astype(np.int8)
-        got = np.zeros(out.shape, np.int32)
-        module["conv"](xs, ws, np.array([5], np.int8), got)
-        np.testing.assert_array_equal(got, _reference(xs, ws, 5, (1, 1), pads, (1, 1)))
+    _matches_reference_on_host(module, out, zen5, shape, 64, kernel, pads, 5, 11)
 
 
 @pytest.mark.parametrize("target", ["llvm -mcpu=alderlake -num-cores=2",
@@ -1160,13 +1162,7 @@ def test_sixteen_registers_of_one_instruction_dot_products_keep_enough_sums_in_f
     module, out = _build(shape, 64, kernel, (1, 1), pads, (1, 1), cpu)
     built = out.op.body.a.tensor.op.attrs["int8_conv"]
     assert built.channels * built.vectors >= DOT_CHAINS
-    if _host_runs(cpu):
-        rng = np.random.default_rng(13)
-        xs = rng.integers(-128, 128, shape).astype(np.int8)
-        ws = rng.integers(-128, 128, (64, 32, *kernel)).astype(np.int8)
-        got = np.zeros(out.shape, np.int32)
-        module["conv"](xs, ws, np.array([-7], np.int8), got)
-        np.testing.assert_array_equal(got, _reference(xs, ws, -7, (1, 1), pads, (1, 1)))
+    _matches_reference_on_host(module, out, cpu, shape, 64, kernel, pads, -7, 13)
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"], ids=["host", "avx2"])
