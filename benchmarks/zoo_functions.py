@@ -8,9 +8,10 @@ time goes, and which layer is behind its peer.
 
 Both engines run ``--threads`` intra-op threads (default one; heterocc's pool through
 ``HETEROCC_NUM_THREADS`` unless it is set), their calls alternating; at more than one
-thread in blocks of :data:`THREADED_BLOCK` calls each, since a pool's workers spin for a
-while after a call and would take a core from the other engine's next calls (one engine's
-first functions then ran on one thread, in every run). ``--json`` also
+thread in blocks of :data:`THREADED_BLOCK` calls each, each block after a pause of
+:data:`THREADED_PAUSE_S`, since a pool's workers spin for a while after a call and would
+take a core from the other engine's next calls (one engine's first functions then ran on
+one thread, in every run; ONNX Runtime's spin for tens of milliseconds). ``--json`` also
 writes both lists to a file; ``--against`` reads such a file of the same model at another
 thread count and prints each engine's scaling from it: the sums' speedup and the
 functions that lose most against a perfect one (their time here minus their time there
