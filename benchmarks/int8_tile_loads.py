@@ -37,7 +37,10 @@ from machine import cpu_target, describe  # noqa: E402
 
 from heterocc.targets.llvm.int8_dot import Dot4Emitter  # noqa: E402
 from heterocc.targets.llvm.module import machines  # noqa: E402
-from heterocc.targets.llvm.schedules.int8_conv import DOT_CHAINS, data_dtype  # noqa: E402
+from heterocc.targets.llvm.schedules.int8_conv import (  # noqa: E402
+    accumulators_in_flight,
+    data_dtype,
+)
 
 #: (vectors, channels) of the tiles timed: the one-vector tiles and the multi-vector ones
 #: ``tile_candidates`` offers a 64- or 128-filter convolution with 32 vector registers
@@ -154,7 +157,7 @@ def main() -> int:
         rate = tile_rate(description, vectors, channels, args.seconds, args.runs)
         loads = (vectors + channels) / (vectors * channels)
         share = rate / peak
-        if vectors * channels < DOT_CHAINS:
+        if vectors * channels < accumulators_in_flight(description):
             sustained = f"({vectors * channels} chains: latency-bound, not counted)"
         else:
             sustained = f"{loads * share:.2f}" if share < 0.97 else "not bound"
