@@ -67,6 +67,14 @@ def data_dtype(cpu: CPUDescription) -> str:
 WIDENED_WEIGHT_PACKING = "int8_conv_int16"
 
 
+def pixel_dot_instruction(cpu: CPUDescription) -> str:
+    """The dot-product instruction (:func:`.int8_dot.dot4_instruction`) of a dense
+    convolution whose data vectors are pixels: at the register's width, on the byte type
+    :func:`data_dtype` reads data as, by int8 weights."""
+    lanes = cpu.vector_lanes("int32")
+    return dot4_instruction(cpu.features, cpu.arch, lanes, data_dtype(cpu) == "uint8", False)
+
+
 def weight_dtype(cpu: CPUDescription) -> str:
     """The type :func:`pack_int8_weight` stores a convolution's weights in where its
     data vectors are pixels: int16 on the CPUs whose byte product would be the split
@@ -76,9 +84,7 @@ def weight_dtype(cpu: CPUDescription) -> str:
     split form's time on AVX2, 0.68-0.99x on AVX-512BW, ``benchmarks/int8_pmaddubsw.py``
     on Zen 4). The kernels whose lanes are output channels decide at their own width
     (:func:`packed_weight_dtype`); the other CPUs keep int8 weights."""
-    lanes = cpu.vector_lanes("int32")
-    kind = dot4_instruction(cpu.features, cpu.arch, lanes, data_dtype(cpu) == "uint8", False)
-    return "int16" if kind == "pmaddubsw" else "int8"
+    return "int16" if pixel_dot_instruction(cpu) == "pmaddubsw" else "int8"
 
 
 def packed_weight_dtype(cpu: CPUDescription, tiles: Int8ChannelTiles | None = None) -> str:
@@ -198,15 +204,20 @@ MAX_TILE_VECTORS = 4
 #: vector registers a register tile leaves to the widened dot products' temporaries
 #: (:func:`tile_register_reserve`)
 WIDENED_TEMPORARIES = 4
+#: accumulators a register tile needs for its dot products not to wait on each other:
+#: the instruction's latency (4-5 cycles on the VNNI cores: Intel since Ice Lake, AMD
+#: since Zen 4) times the instructions a core starts a cycle (two); a tile of fewer
+#: runs at that share of the peak (:func:`tile_pace`). ``benchmarks/int8_tile_loads.py``
+#: times them: with AVX-VNNI's 256-bit ``vpdpbusd`` on Zen 5 (one thread), tiles of 6, 8,
+#: 9, 10 and 12 accumulators ran at 0.73, 0.84-0.91, 0.95, 0.98 and 0.99-1.0 of the peak.
+DOT_CHAINS = 10
 
 
 def one_instruction_dot(cpu: CPUDescription) -> bool:
     """Whether a dense convolution's dot product on ``cpu`` is one instruction that
     adds into its accumulator, on its operands as they are (``vpdpbusd``, ``sdot``,
     ``udot``), rather than widened (``pmaddubsw``, ``pmaddwd`` and an add)."""
-    lanes = cpu.vector_lanes("int32")
-    kind = dot4_instruction(cpu.features, cpu.arch, lanes, data_dtype(cpu) == "uint8", False)
-    return DOT4_RANK[kind] == 0
+    return DOT4_RANK[pixel_dot_instruction(cpu)] == 0
 
 
 def tile_register_reserve(cpu: CPUDescription) -> int:
@@ -296,15 +307,6 @@ def tile_pace(tiles: Int8ConvTiles, cpu: CPUDescription, finished_in_registers: 
     else:
         pace = max(1.0, tile_loads(tiles) / budget)
     return pace * max(1.0, accumulators_in_flight(cpu) / (tiles.channels * tiles.vectors))
-
-
-#: accumulators a register tile needs for its dot products not to wait on each other:
-#: the instruction's latency (4-5 cycles on the VNNI cores: Intel since Ice Lake, AMD
-#: since Zen 4) times the instructions a core starts a cycle (two); a tile of fewer
-#: runs at that share of the peak (:func:`tile_pace`). ``benchmarks/int8_tile_loads.py``
-#: times them: with AVX-VNNI's 256-bit ``vpdpbusd`` on Zen 5 (one thread), tiles of 6, 8,
-#: 9, 10 and 12 accumulators ran at 0.73, 0.84-0.91, 0.95, 0.98 and 0.99-1.0 of the peak.
-DOT_CHAINS = 10
 
 
 @dataclass(frozen=True)

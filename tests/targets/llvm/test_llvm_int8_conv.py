@@ -1071,7 +1071,8 @@ def test_register_tiles_fit_the_registers_and_share_each_weight(target, monkeypa
     description's vector registers, less four where the dot product is widened
     (Haswell's ``pmaddwd``) and less none where it is one instruction (``vpdpbusd``,
     ``sdot``); a ResNet-50 1x1 convolution at 14x14 takes one vector of the most
-    channels where that tile has :data:`DOT_CHAINS` accumulators (fewest positions,
+    channels where that tile has the accumulators the dot product needs in flight
+    (:func:`accumulators_in_flight`: all but AVX-VNNI's 16 registers; fewest positions,
     each data vector read by most instructions); a 7x7 output is not rounded past the
     vectors one-vector tiles would compute; a tile of several data vectors (forced
     here) reads each broadcast weight once for all of them, bit-exact."""
@@ -1084,7 +1085,7 @@ def test_register_tiles_fit_the_registers_and_share_each_weight(target, monkeypa
             assert tiles.vectors == 1 or \
                 tiles.channels * tiles.vectors + tiles.vectors + 1 <= cpu.vector_registers - reserve
     tiles, blocks = conv_tiling(256, 14, 14, 14, cpu)
-    if int8_conv_tiles(256, cpu).channels >= DOT_CHAINS:
+    if int8_conv_tiles(256, cpu).channels >= accumulators_in_flight(cpu):
         assert (tiles.channels, tiles.vectors) == (int8_conv_tiles(256, cpu).channels, 1)
     assert blocks.extent % tiles.lanes == 0
     single = row_blocks(7, 9, 7, tiles.lanes, 16, cpu)
