@@ -359,12 +359,12 @@ def row_block_candidates(out_height: int, row_length: int, out_width: int, lanes
 
 def pool_makespan(tasks: int, threads: int) -> float:
     """How long ``threads`` threads take over ``tasks`` equal iterations of a parallel
-    loop, relative to an even split. The runtime cuts the loop into chunks
-    (:data:`.common.TASKS_PER_CORE` a thread, or one an iteration) whose sizes differ
-    by one at most, the longer first, each taken by the first thread free: the threads
-    end within one task of each other, the busiest running ``ceil(tasks / threads)``
-    tasks (25 tasks on two threads: 1.04x; 36: 1.0x, where chunks cut as 4, 5, 4, 5,
-    ... gave one thread 20 and the other 16)."""
+    loop, relative to an even split. The runtime gives each thread a contiguous share
+    of the loop, the shares' sizes differing by one at most, the longer first, and a
+    thread done with its own share's chunks (:data:`.common.TASKS_PER_CORE`) takes those
+    left in the others': the threads end within one task of each other, the busiest
+    running ``ceil(tasks / threads)`` tasks (25 tasks on two threads: 1.04x; 36:
+    1.0x)."""
     return per_core(tasks, threads) * threads / tasks
 
 
