@@ -52,7 +52,7 @@ from heterocc.targets.llvm.runtime import pool_counters
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from alternating import alternating_samples  # noqa: E402  (beside this script)
-from machine import describe  # noqa: E402  (beside this script)
+from machine import core_round_trip_ns, describe  # noqa: E402  (beside this script)
 from ort_quantize import quantize_qdq  # noqa: E402  (beside this script)
 
 #: torchvision classification models: name -> extra constructor arguments
@@ -320,6 +320,9 @@ class Row:
     #: of heterocc's parallel loops in the timed runs, the share a worker ran on another
     #: CPU than the caller's (the others ran at one thread's speed); None: not counted
     spread: float | None = None
+    #: the first two CPUs' cache-line round trip (``core_round_trip_ns``, ns) before and
+    #: after the timed runs, at more than one thread: two-thread figures depend on it
+    apart: tuple[int | None, int | None] | None = None
 
 
     def line(self) -> str:
@@ -329,7 +332,10 @@ class Row:
                 f"{self.ort_ms[1]:8.2f} {ratio:6.2f}x  {self.worst}  | {self.slowest}"
                 + (f" | reference: {self.reference}" if self.reference else "")
                 + (f" | pool: {100 * self.spread:.0f}% of loops on 2+ CPUs"
-                   if self.spread is not None else ""))
+                   if self.spread is not None else "")
+                + (" | cores {} / {} ns apart before / after".format(
+                    *(a if a is not None else "?" for a in self.apart))
+                   if self.apart is not None else ""))
 
 
 HEADER = (f"{'model':19s} {'prec':5s} {'comp_s':>7s} {'max|diff|':>9s} {'med_ms':>8s} "
@@ -356,11 +362,14 @@ def measure(name: str, precision: str, path: str, args, directory: str) -> Row:
     row.diff = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
     counted = args.threads > 1 and args.target.split()[0] == "llvm"
     before = pool_counters() if counted else (0, 0)
+    apart_before = core_round_trip_ns() if args.threads > 1 else None
     samples = alternating_samples([lambda: compiled.run(feed),
                                    lambda: session.run(None, feed)],
                                   args.rounds * args.block, args.block, pause_s=0.2,
                                   clock=CLOCKS[args.clock])
     (row.ms, row.ort_ms) = [(statistics.median(s) * 1e3, min(s) * 1e3) for s in samples]
+    if args.threads > 1:
+        row.apart = (apart_before, core_round_trip_ns())
     if counted:
         loops, spread = (after - start for after, start in zip(pool_counters(), before))
         row.spread = spread / loops if loops else None

@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import zoo  # noqa: E402  (beside this script)
-from machine import describe  # noqa: E402
+from machine import core_round_trip_ns, describe  # noqa: E402
 
 #: calls of each engine in a row at more than one thread (see the docstring)
 THREADED_BLOCK = 10
@@ -96,9 +96,12 @@ def main() -> int:
         with open(session.end_profiling()) as f:
             events = json.load(f)
     print(describe(args.target))
+    apart = core_round_trip_ns() if args.threads > 1 else None
     print(f"{args.model} {'int8' if args.int8 else 'float'} on {args.target}, "
           f"{args.threads} thread(s): fastest of {args.runs} runs, ms; "
-          f"load average (1 min) {os.getloadavg()[0]:.2f}")
+          f"load average (1 min) {os.getloadavg()[0]:.2f}"
+          + (f"; first two CPUs {apart} ns apart (a cache line's round trip)"
+             if apart is not None else ""))
     theirs: dict[str, float] = collections.defaultdict(lambda: float("inf"))
     kinds = {}
     for e in events:

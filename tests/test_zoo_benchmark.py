@@ -201,3 +201,25 @@ def test_the_scaling_report_ranks_functions_by_their_loss_against_a_perfect_spee
     # ONNX Runtime's kernel missing from the other file is left out, and said so
     assert lines[4].startswith("onnxruntime: 0.400 -> 0.200 ms, speedup 2.00, loss 0 us "
                                "(1 of 2 functions matched)")
+
+
+def test_a_zoo_row_says_how_far_apart_the_cpus_were_around_its_timing():
+    row = zoo.Row("resnet18", "int8", ms=(1.0, 0.9), ort_ms=(2.0, 1.8), apart=(100, 410))
+    assert "cores 100 / 410 ns apart before / after" in row.line()
+    assert "ns apart" not in zoo.Row("resnet18", "int8", ms=(1.0, 0.9),
+                                     ort_ms=(2.0, 1.8)).line()
+    assert "cores ? / 410 ns apart" in zoo.Row("m", "int8", ms=(1.0, 1.0), ort_ms=(1.0, 1.0),
+                                               apart=(None, 410)).line()
+
+
+def test_the_core_round_trip_is_a_cache_lines_trip_between_the_first_two_cpus():
+    import os
+
+    from machine import core_round_trip_ns  # benchmarks/, beside zoo
+
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    trip = core_round_trip_ns(2000)
+    if len(cpus) < 2:
+        assert trip is None  # one CPU: no distance to tell
+    else:
+        assert isinstance(trip, int) and 0 < trip < 1_000_000
