@@ -206,9 +206,10 @@ static int count_reaches(const void *count, uint64_t value) {
    each share into CHUNKS_PER_THREAD chunks (one an iteration in a shorter share), the
    longer first (18: 5, 5, 4, 4). Each thread runs the chunks of its own share first:
    equally fast threads end within one iteration of each other, and a thread runs the
-   same part of every loop, so what it wrote in one loop, it mostly reads in the next
-   from its own cache. Then it takes the chunks left in the others' shares, so a thread
-   that is late, asleep or slowed by another process holds up nobody. */
+   same part of every loop, so a loop that reads what the one before it wrote, split
+   the same way, finds it in its own cache. Then it takes the chunks left in the
+   others' shares, so a thread that is late, asleep or slowed by another process holds
+   up nobody. */
 static void cut_shares(int64_t n, int threads) {
     int64_t size = n / threads, longer = n % threads, begin = 0;
     for (int t = 0; t < threads; ++t) {
