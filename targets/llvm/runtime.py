@@ -111,7 +111,6 @@ static int caller_sleeping = 0;   /* the caller waits on work_done */
 static struct {
     heterocc_task task;
     void *closure;
-    int shares;  /* the threads whose shares it is cut into */
 } job __attribute__((aligned(LINE)));
 /* A thread's share of the open loop: `chunks` chunks of its `length` iterations from
    `begin`; `next` the next chunk not yet taken, by the thread or by another done with
@@ -123,8 +122,7 @@ typedef struct {
     int64_t begin;
     int64_t length;
 } __attribute__((aligned(LINE))) Share;
-#define MAX_SHARES 64
-static Share shares[MAX_SHARES];
+static Share *shares;  /* one a pool thread, allocated when the pool starts */
 static __thread int inside_region = 0;
 static __thread int my_share = 0;  /* a worker's share (1, 2, ...); a caller's is 0 */
 /* What the pool counts (heterocc_pool_counters): loops handed to the pool, and those in
@@ -220,13 +218,12 @@ static void cut_shares(int64_t n, int threads) {
         __atomic_store_n(&shares[t].next, 0, __ATOMIC_RELAXED);
         begin += length;
     }
-    job.shares = threads;
 }
 
 /* Run chunks of the open loop until none is left: those of share `mine` first, then
    the others' in turn. Returns the chunks run. */
 static int run_chunks(int mine) {
-    int ran = 0, count = job.shares;
+    int ran = 0, count = pool_threads;
     for (int k = 0; k < count; ++k) {
         Share *share = &shares[(mine + k) % count];
         int64_t size = share->length / (share->chunks ? share->chunks : 1);
@@ -361,8 +358,13 @@ static void start_pool(void) {
         fork_handler_installed = 1;
     }
     int wanted = wanted_threads();
+    free(shares);  /* a forked child's copy of its parent's, if any */
+    shares = aligned_alloc(LINE, (size_t)wanted * sizeof(Share));
+    if (shares == NULL) {  /* no room for the shares: the caller runs every loop alone */
+        pool_threads = 1;
+        return;
+    }
     spin_ns = wanted_spin_ns(wanted);
-    if (wanted > MAX_SHARES) wanted = MAX_SHARES;
     uint64_t state = __atomic_load_n(&loop_state, __ATOMIC_RELAXED);
     int started = 1;
     pthread_attr_t attr;
