@@ -496,11 +496,15 @@ def output_specs(function: Node) -> list[tuple[tuple[int, ...], str]]:
 
 def numpy_kernel(function: Node) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
     """``function`` run on the ops' NumPy references (the fallback of every target),
-    marked ``numpy_fallback`` so that a profile says where it really ran."""
+    marked ``numpy_fallback`` so that a profile says where it really ran. Its outputs
+    are C-contiguous, as a compiled kernel's are and as the compiled kernels that read
+    them require (a reference's Transpose returns a strided view)."""
     body = function.body
 
     def run(args):
-        return evaluate(body, args)
+        # (np.ascontiguousarray would make a 0-d output 1-d)
+        return [out if out.flags.c_contiguous else np.ascontiguousarray(out)
+                for out in evaluate(body, args)]
 
     run.numpy_fallback = True
     return run

@@ -751,6 +751,19 @@ def realize_qdq_convolutions(graph: Graph) -> Graph:
     return _realize(graph, ("Conv",), elementwise_products=False, final_products=True)
 
 
+@register_pass("realize_qdq_linear")
+def realize_qdq_linear(graph: Graph) -> Graph:
+    """:func:`realize_qdq` for the linear layers: convolutions and the matrix products
+    by a constant weight (MatMul, Gemm), with the additions and max pools between
+    them; element-wise products (a squeeze-excite's channel scale) and products of two
+    activations (attention's) keep their float form. Its requantizations are
+    ``round(acc * scale)`` but at near-ties (31-bit multipliers on 64-bit products), as
+    ONNX Runtime's own integer kernels' float ones are: a quantized encoder layer
+    (projections, Softmax, GELU, LayerNorm) comes out no further from ONNX Runtime
+    than its float form (``tests/passes/test_per_channel_axes.py``)."""
+    return _realize(graph, ("Conv", "Gemm", "MatMul"), elementwise_products=False)
+
+
 @register_pass("realize_qdq_before_tables")
 def realize_qdq_before_tables(graph: Graph) -> Graph:
     """:func:`realize_qdq` for a pipeline that runs ``lookup_tables`` after it (an

@@ -1,13 +1,15 @@
 """The CPU's integer matrix products as 1x1 integer convolutions (a graph pass).
 
-A ``MatMulInteger`` of 8-bit rows ``[M, K]`` by a constant int8 weight ``[K, N]``
-(what ``realize_qdq`` makes of a quantized Gemm or MatMul: a classifier's last layer),
-with its bias ``Add`` and per-column ``Requantize``, is the 1x1 ``ConvInteger`` of the
-rows as ``M`` images of ``K`` channels and one pixel by the weight as ``[N, K, 1, 1]``:
-the same int32 sums, so the same bits. The CPU's integer convolution
-(:mod:`.schedules.int8_conv`) computes those on its 8-bit dot product from the int8
-weight, where the float product read a weight dequantized to four times the bytes.
-The requantized ``[M, N, 1, 1]`` result is reshaped back to ``[M, N]``.
+A ``MatMulInteger`` of 8-bit rows ``[..., M, K]`` by a constant int8 weight ``[K, N]``
+(what ``realize_qdq`` makes of a quantized Gemm or MatMul: a classifier's last layer, a
+transformer's projections and feed-forward layers), with its bias ``Add`` and
+per-column ``Requantize``, is the 1x1 ``ConvInteger`` of the rows as ``M`` (times the
+leading dimensions) images of ``K`` channels and one pixel by the weight as
+``[N, K, 1, 1]``: the same int32 sums, so the same bits. The CPU's integer convolution
+computes those on its 8-bit dot product from the int8 weight (one row:
+:mod:`.schedules.int8_conv`'s channel lanes; more: :mod:`.schedules.int8_rows`), where
+the float product read a weight dequantized to four times the bytes. The requantized
+``[M, N, 1, 1]`` result is reshaped back to ``[..., M, N]``.
 """
 
 from __future__ import annotations
@@ -30,14 +32,16 @@ def _reshape(data: Value, shape: tuple[int, ...], out: Value | None, name: str,
 
 def _product_chain(node: Node, users) -> list[Node] | None:
     """``[MatMulInteger, (Add,) Requantize]`` from ``node`` when it is such a chain of
-    ``[M, K]`` rows by a constant ``[K, N]`` int8 weight without zero point, each
-    intermediate read by the next alone; else None."""
+    ``[..., M, K]`` rows by a constant ``[K, N]`` int8 weight without zero point, each
+    intermediate read by the next alone, requantized per column (its last axis); else
+    None."""
     if node.op != "MatMulInteger" or len(node.inputs) > 3:
         return None
     rows, weight = node.inputs[:2]
-    if (rows.type.ndim != 2 or weight.data is None or weight.data.ndim != 2
+    if (rows.type.ndim < 2 or weight.data is None or weight.data.ndim != 2
             or weight.type.dtype != "int8"):
         return None
+    ndim = rows.type.ndim
     chain = [node]
     while True:
         readers = users.get(chain[-1].outputs[0], ())
@@ -46,24 +50,27 @@ def _product_chain(node: Node, users) -> list[Node] | None:
         (reader,) = readers
         chain.append(reader)
         if reader.op == "Requantize":
-            return chain if int(reader.attrs.get("axis", 1)) % 2 == 1 else None
+            return chain if int(reader.attrs.get("axis", 1)) % ndim == ndim - 1 else None
         if reader.op != "Add" or len(chain) > 2 or not _is_column_bias(reader, chain[-2]):
             return None
 
 
 def _is_column_bias(add: Node, product: Node) -> bool:
-    """Whether ``add`` adds a constant of one value per column to ``product``'s result."""
+    """Whether ``add`` adds a constant of one value per column to ``product``'s result
+    (``[N]``, or ones before it: ``[1, N]``, ``[1, 1, N]``)."""
     if add.inputs[0] is not product.outputs[0]:
         return False
     bias = add.inputs[1]
-    n = product.outputs[0].type.shape[1]
-    return bias.data is not None and bias.data.shape in ((n,), (1, n))
+    n = product.outputs[0].type.shape[-1]
+    return (bias.data is not None and bias.data.size == n and bias.data.shape[-1:] == (n,)
+            and bias.data.ndim <= product.outputs[0].type.ndim)
 
 
 def _as_convolution(chain: list[Node], scope: NameScope) -> list[Node]:
     product, *middle, requantize = chain
     rows, weight, *zero = product.inputs
-    m, k = rows.type.shape
+    *leading, k = rows.type.shape
+    m = int(np.prod(leading))
     n = weight.type.shape[1]
     name = product.name
     reshape_in, images = _reshape(rows, (m, k, 1, 1), None, name, scope)
@@ -81,12 +88,12 @@ def _as_convolution(chain: list[Node], scope: NameScope) -> list[Node]:
     wide = Value(scope.fresh(f"{name}_requantized"), TensorType((m, n, 1, 1), out.type.dtype))
     nodes.append(Node("Requantize", [sums], [wide], {**requantize.attrs, "axis": 1},
                       requantize.name))
-    nodes.append(_reshape(wide, (m, n), out, name, scope)[0])
+    nodes.append(_reshape(wide, (*leading, n), out, name, scope)[0])
     return nodes
 
 
 def integer_products_as_convolutions(graph: Graph) -> Graph:
-    """Each ``MatMulInteger -> (Add) -> Requantize`` chain of 2-D rows by a constant
+    """Each ``MatMulInteger -> (Add) -> Requantize`` chain of rows by a constant
     int8 weight (see the module's docstring) as the 1x1 ``ConvInteger`` of the rows as
     one-pixel images, its requantized result reshaped back: the same bits."""
     scope = NameScope.of(graph)

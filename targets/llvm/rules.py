@@ -46,11 +46,13 @@ from heterocc.tir.visitor import collect, free_vars
 from .cpu import CPUDescription
 from .schedules import (
     BlockedConvTiles,
+    Int8RowTiles,
     depthwise_data,
     depthwise_weight,
     injective_rows,
     int8_conv_packings,
     reduction_blocks,
+    row_sums,
     schedule_channel_blocks,
     schedule_contiguous_rows,
     schedule_conv2d_nchw,
@@ -58,6 +60,8 @@ from .schedules import (
     schedule_int8_conv,
     schedule_int8_conv_result,
     schedule_int8_depthwise,
+    schedule_int8_rows,
+    schedule_int8_rows_result,
     schedule_matmul,
     schedule_pool_nchw,
     schedule_pool_nchwc,
@@ -128,6 +132,8 @@ class Int8ConvRule(CPURule):
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
         if "int8_depthwise" in tensor.op.attrs:
             schedule_int8_depthwise(schedule, tensor, self.cpu)
+        elif isinstance(tensor.op.attrs["int8_conv"], Int8RowTiles):
+            schedule_int8_rows(schedule, tensor, self.cpu)
         else:
             schedule_int8_conv(schedule, tensor, self.cpu)
         return False
@@ -148,7 +154,10 @@ class Int8ConvResultRule(CPURule):
         return weight_sum_stages(tensor)  # at root, once per call
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        schedule_int8_conv_result(schedule, tensor, epilogue, cpu=self.cpu)
+        if row_sums(tensor) is not None:
+            schedule_int8_rows_result(schedule, tensor, epilogue, self.cpu)
+        else:
+            schedule_int8_conv_result(schedule, tensor, epilogue, cpu=self.cpu)
         # the parallel loop over blocks of the sums is the stage's first
         stage = schedule[epilogue if epilogue is not None else tensor]
         attach_copies_in_blocks(schedule, tensor, stage, stage.leaf_iter_vars[0])

@@ -65,6 +65,7 @@ from .schedules import (
     packed_weight_dtype,
     packed_weight_shape,
     reachable_computes,
+    row_tiles,
     split_at_channel_selects,
     use_int8_conv,
     use_int8_convs,
@@ -214,8 +215,10 @@ def _prepack_int8_conv_weights(constants: _FunctionConstants, cpu: CPUDescriptio
                 prepacked, index = constants.replace(weight, shape, dtype, "packed")
                 packings.append((index, packing, cpu.vector_lanes("int32")))
             else:  # axes: the vectors of output channels of channel lanes (or 0)
-                tiles = channel_lanes_tiles(described["x"].shape, weight.shape,
-                                            described["attrs"], cpu)
+                tiles = row_tiles(described["x"].shape, weight.shape, described["attrs"],
+                                  cpu) or channel_lanes_tiles(described["x"].shape,
+                                                              weight.shape,
+                                                              described["attrs"], cpu)
                 lanes = tiles.lanes if tiles is not None else 0
                 dtype = packed_weight_dtype(cpu, tiles)
                 prepacked, index = constants.replace(
@@ -405,10 +408,11 @@ class LLVMTarget(TETarget):
     ``integer_qdq``: the pass by which this target, alone, computes an imported QDQ
     model's quantized chains in integers (int8 x int8 -> int32 on the CPU's dot
     product, then ``Requantize``: the accelerator's integer semantics):
-    ``"realize_qdq_convolutions"`` (the default: convolutions, with the additions and
-    max pools between them; products stay float, since a transformer's integer
-    requantizations move it several steps from the float form), ``"realize_qdq"``
-    (products too) or None (every chain dequantized to float as written).
+    ``"realize_qdq_linear"`` (the default: convolutions and products by a constant
+    weight, with the additions and max pools between them; element-wise products and
+    products of two activations stay float), ``"realize_qdq_convolutions"``
+    (convolutions and a classifier's last product only), ``"realize_qdq"`` (every
+    product) or None (every chain dequantized to float as written).
     ``rules``: the schedule rules, ``"hand"`` (the CPU's own, :func:`.rules.cpu_rules`:
     the default) or ``"none"`` (the generic ones, :func:`.rules.generic_rules`: where the
     auto search from scratch starts; a tuning log's auto records of whole functions
@@ -422,7 +426,7 @@ class LLVMTarget(TETarget):
 
     name: str = "llvm"
     blocked_layout: bool = True
-    integer_qdq: str | None = "realize_qdq_convolutions"
+    integer_qdq: str | None = "realize_qdq_linear"
     cpu: CPUDescription | str | None = None
     rules: str = "hand"
     winograd: bool | int = True

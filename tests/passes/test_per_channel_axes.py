@@ -126,8 +126,11 @@ def test_per_channel_linear_layers_match_onnxruntime_and_the_interpreter(
     model = quantize(linear_model(op, shape, trans_b), tmp_path, shape)
     x = np.random.default_rng(99).standard_normal(shape).astype(np.float32)
     compiled = check_against_oracles(model, target, x, REWRITE_STEPS, ORT_STEPS)
-    for node in _requantizations(compiled.graph):  # the integer path: channels last
-        assert node.attrs["axis"] == len(shape) - 1
+    for node in _requantizations(compiled.graph):
+        # the integer path: per output channel, the last axis of the product's result
+        # (or of its rows as one-pixel images on llvm: [M, N, 1, 1])
+        axis, accumulator = node.attrs["axis"], node.inputs[0].type.shape
+        assert accumulator[axis] == N and all(d == 1 for d in accumulator[axis + 1:])
         assert len(node.attrs["multiplier"]) == N
     if target == "vta,llvm":  # every rank's dense layer runs on the accelerator
         placed = {p.op: p.target for p in compiled.placement_report.placements}
@@ -179,8 +182,8 @@ def test_quantized_transformer_encoder_layer(tmp_path, target):
     # realize_qdq's requantizations (31-bit multipliers) differ from the float ones
     # only at near-ties, which Softmax, GELU and LayerNorm can carry to a step or two;
     # a misplaced per-channel requantization is tens of steps off
-    # against ORT: llvm runs the QDQ graph as written (float), as ORT does; vta,llvm's
-    # integer requantizations are round(acc * scale) but at near-ties (measured: 0)
+    # against ORT: the integer requantizations (llvm's products by constant weights,
+    # vta,llvm's products) are round(acc * scale) but at near-ties (measured: 0)
     compiled = check_against_oracles(model, target, x, rewrite_steps=2, ort_steps=1)
     if target == "vta,llvm":
         on_vta = [p for p in compiled.placement_report.placements

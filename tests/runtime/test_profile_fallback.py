@@ -32,3 +32,25 @@ def test_profile_labels_numpy_fallback_functions():
         assert label == ("llvm/numpy" if node in fallbacks else "llvm"), (node, label)
     assert "llvm" in labels.values()
     assert "llvm/numpy" in compiled.profile_report()
+
+
+def test_a_fallbacks_outputs_are_contiguous_for_the_kernels_that_read_them():
+    """A function run on the NumPy references (``numpy_kernel``) hands on C-contiguous
+    arrays, as a compiled kernel does: a reference Transpose's strided view would be
+    refused by the compiled kernel reading it."""
+    from types import SimpleNamespace
+
+    from heterocc.ir.graph import Graph, Node, Value
+    from heterocc.ir.types import TensorType
+    from heterocc.ops import get_op
+    from heterocc.sdk.te_target import numpy_kernel
+
+    x = Value("x", TensorType((3, 5), "float32"))
+    y = Value("y", TensorType((5, 3), "float32"))
+    node = Node("Transpose", [x], [y], get_op("Transpose").normalize_attrs(
+        {"perm": [1, 0]}, "t"), "t")
+    run = numpy_kernel(SimpleNamespace(body=Graph([x], [y], [node], "g")))
+    data = np.arange(15, dtype=np.float32).reshape(3, 5)
+    (out,) = run([data])
+    assert out.flags.c_contiguous
+    np.testing.assert_array_equal(out, data.T)

@@ -119,6 +119,14 @@ from .int8_depthwise import (
     weight_lanes_shape,
 )
 from .int8_rewrite import int8_conv_operands, use_int8_conv, use_int8_convs
+from .int8_rows import (
+    Int8RowTiles,
+    int8_rows_conv,
+    row_sums,
+    row_tiles,
+    schedule_int8_rows,
+    schedule_int8_rows_result,
+)
 from .matmul import (
     MATMUL_UNROLLED_MULADDS,
     default_panel,
@@ -201,6 +209,9 @@ __all__ = [
     "int8_conv",
     "int8_conv_inputs",
     "int8_conv_packings",
+    "int8_rows_conv",
+    "row_sums",
+    "row_tiles",
     "int8_conv_operands",
     "int8_conv_tiles",
     "int8_depthwise_conv",
@@ -219,6 +230,7 @@ __all__ = [
     "WIDENED_WEIGHT_PACKING",
     "channel_lanes_tiles",
     "Int8ChannelTiles",
+    "Int8RowTiles",
     "pack_matmul",
     "pack_matmul_rows",
     "pack_matmuls",
@@ -240,6 +252,8 @@ __all__ = [
     "schedule_injective",
     "schedule_int8_conv",
     "schedule_int8_conv_result",
+    "schedule_int8_rows",
+    "schedule_int8_rows_result",
     "schedule_int8_depthwise",
     "schedule_matmul",
     "schedule_packed_rows",

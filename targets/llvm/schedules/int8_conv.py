@@ -437,22 +437,29 @@ BALANCE_GAIN = 1.1
 
 
 @dataclass(frozen=True)
-class Int8ChannelTiles:
+class ChannelVectorTiles:
+    """Register tiles whose lanes are output channels: ``lanes`` channels per int32
+    vector, ``vectors`` vectors of them a tile."""
+
+    lanes: int
+    vectors: int
+
+    @property
+    def channels(self) -> int:
+        """Output channels per tile (and per block of the finishing stage)."""
+        return self.lanes * self.vectors
+
+
+@dataclass(frozen=True)
+class Int8ChannelTiles(ChannelVectorTiles):
     """Output channels as the lanes (for images whose rows fill no vector of pixels):
     ``lanes`` channels per int32 vector, a register tile of ``vectors`` vectors of
     channels by ``pixels`` output pixels of a row (``pixels * vectors`` accumulators),
     each pixel's four bytes broadcast to every lane; ``rows`` output rows per block
     summed and finished while in cache."""
 
-    lanes: int
-    vectors: int
     pixels: int
     rows: int
-
-    @property
-    def channels(self) -> int:
-        """Output channels per tile (and per block of the finishing stage)."""
-        return self.lanes * self.vectors
 
 
 #: the most pixels of a row one :class:`Int8ChannelTiles` register tile holds
@@ -1406,6 +1413,17 @@ def int8_conv_packings(sums: te.Tensor) -> list[te.Tensor]:
 INT8_BLOCKS_PER_TASK = "int8_blocks_per_task"
 
 
+def finishing_stage(schedule: te.Schedule, result: te.Tensor,
+                    epilogue: te.Tensor | None) -> te.Stage:
+    """The stage that finishes an integer convolution's ``result``: its function's
+    elementwise ``epilogue`` (``result`` inlined into it) where it has one, else
+    ``result``'s own."""
+    if epilogue is None:
+        return schedule[result]
+    schedule[result].compute_inline()
+    return schedule[epilogue]
+
+
 def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
                               epilogue: te.Tensor | None = None,
                               *, cpu: CPUDescription) -> None:
@@ -1416,11 +1434,7 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
     inside that loop (a tile of output channels by a block of rows,
     :class:`RowBlocks`), so that they are finished while in cache rather than written
     to memory whole and read back."""
-    outer = result
-    if epilogue is not None:
-        schedule[result].compute_inline()
-        outer = epilogue
-    stage = schedule[outer]
+    stage = finishing_stage(schedule, result, epilogue)
     n, k, y, x = stage.op.axis
     lanes = cpu.vector_lanes("int32")
     sums = next(t for t in reads_of(result.op.body) if "int8_rows" in t.op.attrs)

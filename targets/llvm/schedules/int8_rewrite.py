@@ -11,6 +11,7 @@ from heterocc.sdk import CompileError, te
 from ..cpu import CPUDescription
 from .int8_conv import grouped_on_the_dot_product, int8_conv
 from .int8_depthwise import int8_depthwise_conv
+from .int8_rows import int8_rows_conv, row_tiles
 from .matmul import reachable_computes
 
 
@@ -39,7 +40,8 @@ def int8_conv_operands(tensor: te.Tensor) -> dict | None:
 def use_int8_conv(tensor: te.Tensor, cpu: CPUDescription,
                   packed_weight: te.Tensor | None = None) -> None:
     """Make ``tensor`` (a ``ConvInteger`` compute :func:`int8_conv_operands` accepts)
-    compute its sums by :func:`.int8_conv.int8_conv` or, depthwise,
+    compute its sums by :func:`.int8_conv.int8_conv`, a product of rows by
+    :func:`.int8_rows.int8_rows_conv` or, depthwise,
     :func:`.int8_depthwise.int8_depthwise_conv` (``packed_weight``: its weight packed at
     build time, by ``pack_int8_weight_array`` or ``pack_weight_lanes_array``)
     on ``cpu``."""
@@ -49,8 +51,13 @@ def use_int8_conv(tensor: te.Tensor, cpu: CPUDescription,
                            "integer kernels compute")
     operands = (described["x"], described["w"], described["x_zero"], described["attrs"],
                 cpu, tensor.op.name)
+    rows = None if described["depthwise"] else row_tiles(
+        described["x"].shape, described["w"].shape, described["attrs"], cpu)
     if described["depthwise"]:
         new = int8_depthwise_conv(*operands, packed_weight)
+    elif rows is not None:  # a product of rows: M one-pixel images
+        new = int8_rows_conv(described["x"], described["w"], described["x_zero"], cpu,
+                             tensor.op.name, packed_weight, rows)
     else:
         new = int8_conv(*operands, packed_weight)
     tensor.op = new.op

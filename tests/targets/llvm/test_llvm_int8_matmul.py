@@ -1,9 +1,11 @@
-"""A quantized model's last matrix product (a classifier's Gemm or MatMul, its result only
-dequantized into the outputs) in integers on ``llvm``: ``realize_qdq_convolutions``
-realizes it as MatMulInteger + Requantize, ``integer_products_as_convolutions``
-(``targets/llvm/int8_matmul.py``) computes it as a 1x1 ConvInteger on the dot product;
-bit-exact against the integer reference, within a step of ONNX Runtime. A product whose
-result other ops read stays float."""
+"""A quantized model's matrix products by constant weights (a classifier's Gemm or MatMul,
+a transformer's projections) in integers on ``llvm``: ``realize_qdq_linear`` realizes
+them as MatMulInteger + Requantize, ``integer_products_as_convolutions``
+(``targets/llvm/int8_matmul.py``) computes each as a 1x1 ConvInteger on the dot product
+(of one row: channel lanes; of more: ``schedules/int8_rows.py``); bit-exact against the
+integer reference, within a step of ONNX Runtime. Under ``realize_qdq_convolutions``
+only the last product (its result only dequantized into the outputs) is realized; a
+product whose result other ops read stays float."""
 
 from __future__ import annotations
 
@@ -38,15 +40,19 @@ def _mlp(rows: int, transposed: bool):
     return model
 
 
-@pytest.mark.parametrize("rows,transposed,target", [
-    (1, True, "llvm"), (3, True, "llvm"), (2, False, "llvm"),
-    (1, True, "llvm -mattr=-avx512f"),
-    (3, True, "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"),
-], ids=["gemm-1row", "gemm-3rows", "matmul-2rows", "gemm-avx2", "gemm-neon"])
-def test_the_last_product_runs_in_integers_as_a_convolution(tmp_path, rows, transposed,
-                                                            target):
-    """On the host, AVX2 (run here) and AArch64 (built: the product's kernel compiled
-    for NEON's ``sdot``, none left to NumPy)."""
+@pytest.mark.parametrize("rows,transposed,target,integer_qdq", [
+    (1, True, "llvm", "realize_qdq_linear"), (3, True, "llvm", "realize_qdq_linear"),
+    (2, False, "llvm", "realize_qdq_linear"), (13, False, "llvm", "realize_qdq_linear"),
+    (1, True, "llvm -mattr=-avx512f", "realize_qdq_linear"),
+    (13, True, "llvm -mattr=-avx512f,-avxvnni", "realize_qdq_linear"),
+    (3, True, "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "realize_qdq_linear"),
+    (3, True, "llvm", "realize_qdq_convolutions"),
+], ids=["gemm-1row", "gemm-3rows", "matmul-2rows", "matmul-13rows", "gemm-avx2",
+        "gemm-13rows-avx2-no-vnni", "gemm-neon", "last-product-only"])
+def test_the_products_run_in_integers_as_convolutions(tmp_path, rows, transposed, target,
+                                                      integer_qdq):
+    """On the host, AVX2 with and without AVX-VNNI (run here) and AArch64 (built: the
+    products' kernels compiled for NEON's ``sdot``, none left to NumPy)."""
     oq = pytest.importorskip("onnxruntime.quantization")
     import onnx
 
@@ -70,11 +76,14 @@ def test_the_last_product_runs_in_integers_as_a_convolution(tmp_path, rows, tran
                        Calibration(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
                        activation_type=oq.QuantType.QUInt8, weight_type=oq.QuantType.QInt8)
     model = onnx.load(str(tmp_path / "qdq.onnx"))
-    llvm = LLVMTarget(cpu=target)
+    llvm = LLVMTarget(cpu=target, integer_qdq=integer_qdq)
     compiled = heterocc.compile(model, target=[llvm])
     ops = [n.op for _, n in compiled.graph.walk()]
-    # the hidden layer's result is read by the next product: it stays float
-    assert ops.count("Gemm") == 1 and ops.count("ConvInteger") == 1
+    if integer_qdq == "realize_qdq_convolutions":
+        # the hidden layer's result is read by the next product: it stays float
+        assert ops.count("Gemm") == 1 and ops.count("ConvInteger") == 1
+    else:
+        assert ops.count("Gemm") == 0 and ops.count("ConvInteger") == 2
     assert "MatMulInteger" not in ops and "MatMul" not in ops
     assert not llvm.fallbacks
     cpu = parse_cpu(target)
