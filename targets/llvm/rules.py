@@ -47,6 +47,7 @@ from .cpu import CPUDescription
 from .schedules import (
     BlockedConvTiles,
     Int8RowTiles,
+    contiguous_reduction_block,
     depthwise_data,
     depthwise_weight,
     injective_rows,
@@ -389,13 +390,18 @@ class SoftmaxRowsRule(CPURule):
 
 class ReductionRule(CPURule):
     """Any other reduction: output points in parallel, each reduced by inner loops (not
-    a Winograd convolution's product, which :class:`WinogradConvRule` owns)."""
+    a Winograd convolution's product, which :class:`WinogradConvRule` owns); a last axis
+    read in blocks (:func:`.schedules.reduction_blocks`) or contiguously
+    (:func:`.schedules.contiguous_reduction_block`) into a partial per vector lane."""
 
     def matches(self, tensor: te.Tensor) -> bool:
         return bool(tensor.op.reduce_axis) and WINOGRAD_PRODUCT not in tensor.op.attrs
 
     def apply(self, schedule, tensor, epilogue=None, chain=()) -> bool:
-        schedule_reduction(schedule, tensor, reduction_blocks(schedule, tensor), self.cpu)
+        blocks = reduction_blocks(schedule, tensor)
+        if blocks and all(block == 1 for block in blocks):
+            blocks[-1] = contiguous_reduction_block(schedule, tensor, self.cpu)
+        schedule_reduction(schedule, tensor, blocks, self.cpu)
         return False
 
 

@@ -73,6 +73,7 @@ from .common import (
     vector_lanes,
 )
 from .contiguous import (
+    contiguous_reduction_block,
     contiguous_suffix,
     injective_rows,
     reduction_blocks,
@@ -181,6 +182,7 @@ __all__ = [
     "PanelChoice",
     "TASKS_PER_CORE",
     "blocked_conv_columns",
+    "contiguous_reduction_block",
     "contiguous_suffix",
     "conv_tile_channels",
     "conv_tile_columns",

@@ -20,7 +20,12 @@ from heterocc.sdk.te_target import schedule_by_rules
 from heterocc.targets.llvm.cpu import parse_cpu
 from heterocc.targets.llvm.module import build
 from heterocc.targets.llvm.rules import cpu_rules
-from heterocc.targets.llvm.schedules import contiguous_suffix, injective_rows, reduction_blocks
+from heterocc.targets.llvm.schedules import (
+    contiguous_reduction_block,
+    contiguous_suffix,
+    injective_rows,
+    reduction_blocks,
+)
 from heterocc.tir.printer import func_to_str
 from tests.compute.test_elementwise import random_array
 from tests.conftest import make_model
@@ -195,6 +200,51 @@ def test_a_reduction_read_unblocked_is_not_split():
                                   [TensorType((4, 1), "float32")])[0]
     schedule = _scheduled(out, AVX512)
     assert reduction_blocks(schedule, out) == [1]
+
+
+def _row_sum(columns: int, *strides: int):
+    """``sum_r (x0[i, r * strides[0]] + x1[i, r * strides[1]] + ...)`` over 4 rows: each
+    input read contiguously along the reduction (stride 1) or a gather per lane."""
+    inputs = [te.placeholder((4, columns * stride), "float32", f"x{k}")
+              for k, stride in enumerate(strides)]
+    r = te.reduce_axis(columns, "r")
+    out = te.compute((4,), lambda i: te.sum(
+        sum((x[i, r * stride] for x, stride in zip(inputs[1:], strides[1:])),
+            inputs[0][i, r * strides[0]]), axis=r), name="row_sum", dtype="float32")
+    return out, inputs
+
+
+@pytest.mark.parametrize("cpu", [AVX512, AVX2, NEON], ids=["avx512", "avx2", "neon"])
+def test_a_reduction_read_contiguously_sums_a_partial_per_lane(cpu):
+    """A last reduction axis that most of its reads follow element by element (here two
+    of three) is summed into a vector partial per lane, in the order the partials fix
+    (no float sum left for LLVM to reassociate or keep scalar): the sums of 48 values
+    a row, as NumPy's to float rounding."""
+    out, inputs = _row_sum(48, 1, 3, 1)
+    lanes = cpu.vector_lanes("float32")
+    assert contiguous_reduction_block(te.create_schedule(out), out, cpu) == lanes
+    func = te.lower(_scheduled(out, cpu), [*inputs, out], name="row_sum")
+    assert f"allocate row_sum.rf: float32[1, {lanes}]" in func_to_str(func)
+    if cpu is not AVX512 or "avx512f" not in parse_cpu("llvm").features:
+        return
+    module = build(func, name="row_sum", cpu=cpu)
+    xs = [np.random.default_rng(k).standard_normal(t.shape).astype(np.float32)
+          for k, t in enumerate(inputs)]
+    got = np.zeros(4, np.float32)
+    module["row_sum"](*xs, got)
+    expected = xs[0].sum(axis=1) + xs[1][:, ::3].sum(axis=1) + xs[2].sum(axis=1)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("columns,strides", [(48, (3, 3, 1)), (24, (1,)), (40, (1,))],
+                         ids=["mostly-gathered", "one-vector-and-a-half", "no-whole-vectors"])
+def test_a_reduction_read_mostly_across_or_short_keeps_its_loop(columns, strides):
+    """Reads that mostly gather along the reduction (two of three), or an axis of fewer
+    than two whole vectors or not whole vectors, keep the reduction's own loop."""
+    out, inputs = _row_sum(columns, *strides)
+    assert contiguous_reduction_block(te.create_schedule(out), out, AVX512) == 1
+    text = func_to_str(te.lower(_scheduled(out, AVX512), [*inputs, out], name="row_sum"))
+    assert ".rf" not in text
 
 
 @pytest.mark.parametrize("cpu", [AVX512, AVX2, NEON], ids=["avx512", "avx2", "neon"])
