@@ -4,9 +4,9 @@
 writes quantized models with one op per quantized operation: ONNX
 ``QLinearConv`` and ``QLinearMatMul`` and the ``com.microsoft`` ops ``QGemm``,
 ``QLinearAdd``, ``QLinearMul``, ``QLinearGlobalAveragePool``,
-``QLinearAveragePool``, ``QLinearConcat``, ``QLinearSigmoid`` and
-``QLinearLeakyRelu``. This pass rewrites each into the form the QDQ quantizer
-would have written for the same float model::
+``QLinearAveragePool``, ``QLinearConcat``, ``QLinearSigmoid``, ``QLinearLeakyRelu``
+and ``QLinearSoftmax`` (a transformer's attention). This pass rewrites each into the
+form the QDQ quantizer would have written for the same float model::
 
     y_q = QuantizeLinear(op(DequantizeLinear(x_q, x_scale, x_zp), ...), y_scale, y_zp)
 
@@ -241,6 +241,17 @@ def _qlinear_concat(e: _Expansion) -> bool:
     return True
 
 
+def _qlinear_softmax(e: _Expansion) -> bool:
+    """DQ -> Softmax -> Q where the Softmax of the node's ``opset`` normalizes one axis
+    (opset 13 on, or the last axis); an older one's softmax over several flattened
+    dimensions stays the node (its NumPy reference)."""
+    node = e.node
+    axis = int(node.attrs["axis"]) % max(node.inputs[0].type.ndim, 1)
+    if int(node.attrs["opset"]) < 13 and axis != node.inputs[0].type.ndim - 1:
+        return False
+    return _unary("Softmax", lambda attrs: {"axis": axis})(e)
+
+
 #: QOperator op (IR name) -> its expansion (False: left as it is)
 EXPANSIONS: dict[str, Callable[[_Expansion], bool]] = {
     "QLinearConv": _qlinear_conv,
@@ -256,6 +267,7 @@ EXPANSIONS: dict[str, Callable[[_Expansion], bool]] = {
     op_key("QLinearSigmoid", MS_DOMAIN): _unary("Sigmoid"),
     op_key("QLinearLeakyRelu", MS_DOMAIN): _unary("LeakyRelu",
                                                   lambda a: {"alpha": a["alpha"]}),
+    op_key("QLinearSoftmax", MS_DOMAIN): _qlinear_softmax,
 }
 
 

@@ -2,9 +2,10 @@
 Runtime's CPU kernels on one-node models, int8 and uint8.
 
 The references reproduce ONNX Runtime's float32 arithmetic, so the integer results are
-compared exactly. Two documented exceptions allow 1 LSB: QLinearAdd, whose reference is
-ONNX Runtime's AVX2+FMA kernel (other builds round near ties differently), and
-QLinearSigmoid, where ONNX Runtime tabulates an approximate logistic function.
+compared exactly. Three documented exceptions allow 1 LSB: QLinearAdd, whose reference is
+ONNX Runtime's AVX2+FMA kernel (other builds round near ties differently),
+QLinearSigmoid, where ONNX Runtime tabulates an approximate logistic function, and
+QLinearSoftmax, where it sums a fixed-point table of exponentials.
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ def zero_point(rng, dtype):
 
 def test_contrib_ops_are_registered_under_their_domain():
     for name in ("QGemm", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool",
-                 "QLinearAveragePool", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu"):
+                 "QLinearAveragePool", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
+                 "QLinearSoftmax"):
         assert has_op(name, MS_DOMAIN) and not has_op(name)
         op = get_op(name, MS_DOMAIN)
         assert op.name == op_key(name, MS_DOMAIN) == f"com.microsoft.{name}"
@@ -238,6 +240,22 @@ def test_qlinear_sigmoid_matches_onnxruntime(dtype):
         inputs = [x, scale(rng, 0.01, 0.1), zero_point(rng, dtype), scale(rng, 0.002, 0.01),
                   zero_point(rng, dtype)]
         check("QLinearSigmoid", inputs, lsb=1)
+
+
+@pytest.mark.parametrize("dtype", BYTE_TYPES)
+@pytest.mark.parametrize("axis,opset", [(-1, 13), (1, 13), (1, 12), (-1, 11)])
+def test_qlinear_softmax_matches_onnxruntime(dtype, axis, opset):
+    """Within 1 LSB (ONNX Runtime sums a fixed-point table of exponentials), exact at
+    the 1/256 output scale the quantizer gives a softmax; before opset 13 the
+    dimensions from ``axis`` on are normalized as one."""
+    rng = np.random.default_rng(13)
+    info = np.iinfo(dtype)
+    attrs = {"axis": axis, "opset": opset}
+    for y_scale in (np.array(1 / 256, np.float32), scale(rng, 0.001, 0.01)):
+        x = integers((2, 5, 24), dtype, rng)
+        y_zero = np.array(info.min, dtype)
+        inputs = [x, scale(rng, 0.01, 0.3), zero_point(rng, dtype), y_scale, y_zero]
+        check("QLinearSoftmax", inputs, attrs, lsb=0 if y_scale == np.float32(1 / 256) else 1)
 
 
 @pytest.mark.parametrize("dtype", BYTE_TYPES)

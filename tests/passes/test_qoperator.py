@@ -113,6 +113,34 @@ def test_pools_concat_and_activations_expand(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("axis,opset,expanded", [(-1, 13, True), (1, 13, True),
+                                                 (-1, 11, True), (1, 11, False)],
+                         ids=["last", "middle", "old-opset-last", "old-opset-flattened"])
+def test_qlinear_softmax_expands_where_it_normalizes_one_axis(dtype, axis, opset, expanded):
+    """Attention's QLinearSoftmax becomes DQ -> Softmax -> Q where its ``opset``'s softmax
+    normalizes one axis; before opset 13 over a middle axis (the dimensions from it on
+    flattened into one) it stays the node, run on its reference; compiled on llvm,
+    within 1 LSB of the reference either way."""
+    rng = np.random.default_rng(4)
+    x = ints(rng, (2, 3, 16), dtype)
+    init = {**params(rng, dtype, "x", 0.02, 0.3), "y_s": F32(1 / 256),
+            "y_z": np.array(np.iinfo(dtype).min, dtype)}
+    node = helper.make_node("QLinearSoftmax", ["x", "x_s", "x_z", "y_s", "y_z"], ["y"],
+                            domain=MS_DOMAIN, axis=axis, opset=opset)
+    model = qop_model([node], [("x", x)], "y", [2, 3, 16], init,
+                      helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+    graph = from_onnx(model)
+    reference = evaluate(graph, [x])[0]
+    if expanded:
+        assert "Softmax" in expand_and_compare(model, [x]).op_counts()
+    else:
+        after = PassManager(["expand_qoperator", "infer_types"], check=True).run(graph)
+        assert [n.op for n in after.nodes] == ["com.microsoft.QLinearSoftmax"]
+    got = heterocc.compile(model, target="llvm").run([x])[0]
+    assert lsb_difference(got, reference).max() <= 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_channels_last_pools_transpose_around_the_float_op(dtype):
     rng = np.random.default_rng(2)
     x = ints(rng, (1, 6, 5, 3), dtype)
@@ -219,7 +247,7 @@ def test_a_node_without_constant_scales_for_its_bias_stays():
 
 
 def test_unknown_domains_and_contrib_ops_are_reported_together():
-    nodes = [helper.make_node("QLinearSoftmax", ["x"], ["a"], domain=MS_DOMAIN, name="sm"),
+    nodes = [helper.make_node("QLinearReduceMean", ["x"], ["a"], domain=MS_DOMAIN, name="sm"),
              helper.make_node("Fancy", ["a"], ["b"], domain="org.example", name="f"),
              helper.make_node("FancyOpA", ["b"], ["y"], name="g")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
@@ -230,7 +258,7 @@ def test_unknown_domains_and_contrib_ops_are_reported_together():
         helper.make_opsetid("org.example", 1)])
     with pytest.raises(UnsupportedOpError) as info:
         heterocc.compile(model, check=False)
-    assert info.value.missing == {"com.microsoft.QLinearSoftmax": ["sm"],
+    assert info.value.missing == {"com.microsoft.QLinearReduceMean": ["sm"],
                                   "org.example.Fancy": ["f"], "FancyOpA": ["g"]}
 
 
