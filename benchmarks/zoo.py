@@ -15,7 +15,8 @@ from ONNX Runtime's, the median and best latency of heterocc and of ONNX Runtime
 (``--threads`` intra-op threads; heterocc's thread pool gets the same through
 ``HETEROCC_NUM_THREADS`` unless it is set) measured in ``--rounds`` alternating blocks of
 ``--block`` runs, their ratio, and the worst op: the op (a function's anchor, e.g. its
-Conv or MaxPool; ONNX Runtime's fused kernels by their base op) where heterocc's per-op
+Conv or MaxPool, a quantized product computed as a 1x1 ConvInteger its MatMul; ONNX
+Runtime's fused kernels by their base op) where heterocc's per-op
 profile exceeds ONNX Runtime's profiler most, in ms per run ("none" where no op's
 exceeds it), with the share of heterocc's time its slowest function takes and where that
 ran (``llvm/numpy``: a NumPy fallback), and how many functions ran on NumPy fallbacks;
@@ -239,15 +240,33 @@ def anchor_op(ops: str) -> str:
     return base_op(max(names, key=rank))  # max keeps the first of equal rank
 
 
+def product_functions(compiled) -> set[str]:
+    """The functions of ``compiled`` whose ``ConvInteger`` is a product of rows: a
+    quantized MatMul or Gemm that ``llvm`` computes as a 1x1 convolution of one-pixel
+    images (``targets/llvm/int8_matmul.py``), timed as the ``MatMul`` it is, as ONNX
+    Runtime's ``QGemm`` and ``MatMulInteger`` are. (One row, a classifier's, is no
+    product of rows: it stays with the convolutions, as a squeeze-excite's 1x1 on a
+    pooled image does.)"""
+    from heterocc.targets.llvm.schedules.int8_rows import row_products
+
+    return {function.name for _, function in compiled.graph.walk()
+            if function.body is not None and any(
+                node.op == "ConvInteger" and row_products(
+                    node.inputs[0].type.shape, node.inputs[1].type.shape, node.attrs)
+                for node in function.body.nodes)}
+
+
 def heterocc_profile(compiled, feed: dict, runs: int):
-    """(ms per run by anchor op, (slowest function's ops, its target, its share))."""
+    """(ms per run by anchor op, (slowest function's ops, its target, its share)); a
+    product computed as a convolution counts as ``MatMul`` (:func:`product_functions`)."""
     compiled.enable_profiling()
     for _ in range(runs):
         compiled.run(feed)
     entries = list(compiled._profile.values())
+    products = product_functions(compiled)
     by_op: dict[str, float] = collections.defaultdict(float)
     for e in entries:
-        by_op[anchor_op(e.op)] += e.seconds * 1e3 / runs
+        by_op["MatMul" if e.node in products else anchor_op(e.op)] += e.seconds * 1e3 / runs
     total = sum(e.seconds for e in entries) or 1.0
     slowest = max(entries, key=lambda e: e.seconds)
     return by_op, (slowest.op, slowest.target, slowest.seconds / total)

@@ -82,6 +82,27 @@ def test_profiles_of_a_small_model(tmp_path):
     assert target == "llvm" and 0 < share <= 1 and ops
 
 
+def test_a_quantized_product_counts_as_a_matmul_not_a_convolution():
+    """A quantized MatMul of 13 rows, which llvm computes as a 1x1 ConvInteger of
+    one-pixel images, is timed under ``MatMul`` (ONNX Runtime's QGemm's op), not
+    ``Conv``."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"]),
+             helper.make_node("DequantizeLinear", ["w", "ws"], ["dw"]),
+             helper.make_node("MatMul", ["dq", "dw"], ["m"]),
+             helper.make_node("QuantizeLinear", ["m", "s2", "z"], ["y"])]
+    model = make_model(nodes, [("x", "float32", [13, 24])], [("y", "uint8", None)],
+                       {"w": rng.integers(-127, 128, (24, 32)).astype(np.int8),
+                        "ws": np.float32(0.02), "s": np.float32(0.05), "z": np.uint8(128),
+                        "s2": np.float32(0.1)})
+    compiled = heterocc.compile(model, target="llvm")
+    assert len(zoo.product_functions(compiled)) == 1
+    ours, _ = zoo.heterocc_profile(compiled, {"x": rng.standard_normal((13, 24)).astype(
+        np.float32)}, runs=2)
+    assert "MatMul" in ours and "Conv" not in ours
+
+
 def test_a_model_whose_libraries_are_missing_is_skipped(monkeypatch, capsys):
     monkeypatch.setattr(zoo, "_missing", lambda *modules: "torch" if "torch" in modules
                         else None)
