@@ -23,8 +23,9 @@ import numpy as np
 
 from ..ir.types import TensorType
 from .activation import sigmoid_of
-from .common import broadcast_shapes, broadcasts_to, require_dtype
+from .common import broadcast_shapes, broadcasts_to, normalize_axis, require_dtype
 from .nn import pool_geometry, pool_windows
+from .reduction import softmax
 from .registry import (
     MS_DOMAIN,
     REQUIRED,
@@ -417,20 +418,15 @@ def qlinear_leaky_relu(x, x_scale, x_zero_point=None, y_scale=None, y_zero_point
 
 def _infer_softmax(ctx: InferContext) -> TensorType:
     x = _check_unary(ctx)
-    axis = int(ctx.attrs["axis"])
-    if not -max(x.ndim, 1) <= axis < max(x.ndim, 1):
-        raise ctx.error(f"axis {axis} is outside X's {x.ndim} dimensions")
+    normalize_axis(ctx, ctx.attrs["axis"], x.ndim)
     return x
 
 
-def softmax_rows(x: np.ndarray, axis: int, opset: int) -> tuple[np.ndarray, int]:
-    """``x`` as the softmax of ONNX ``opset`` normalizes it, and the axis it normalizes:
-    before opset 13 the dimensions from ``axis`` on are flattened into one, after it
-    ``axis`` alone."""
-    axis %= max(x.ndim, 1)
-    if opset >= 13 or axis == x.ndim - 1:
-        return x, axis
-    return x.reshape(*x.shape[:axis], -1), axis
+def softmax_normalizes_one_axis(ndim: int, axis: int, opset: int) -> bool:
+    """Whether the Softmax of ONNX ``opset`` normalizes ``axis`` of an ``ndim``-D input
+    alone: from opset 13 on, or the last axis; before 13 it flattens the dimensions from
+    ``axis`` on into one."""
+    return opset >= 13 or axis % max(ndim, 1) == ndim - 1
 
 
 @register_op("QLinearSoftmax", infer=lambda ctx: [_infer_softmax(ctx)],
@@ -450,9 +446,10 @@ def qlinear_softmax(x, x_scale, x_zero_point=None, y_scale=None, y_zero_point=No
     0.001-0.01, none at 1/256; ``tests/ops/test_qlinear_contrib.py``).
     """
     values = _dequantize(x, _scalar(x_scale, _F32), _zero(x_zero_point)).astype(np.float64)
-    rows, along = softmax_rows(values, axis, opset)
-    exps = np.exp(rows - rows.max(axis=along, keepdims=True))
-    y = (exps / exps.sum(axis=along, keepdims=True)).reshape(x.shape).astype(_F32)
+    axis %= max(x.ndim, 1)
+    if not softmax_normalizes_one_axis(x.ndim, axis, opset):
+        values = values.reshape(*x.shape[:axis], -1)
+    y = softmax(values, axis=axis).reshape(x.shape).astype(_F32)
     return _quantize(y, _scalar(y_scale, _F32), _zero(y_zero_point), x.dtype)
 
 

@@ -34,6 +34,7 @@ import numpy as np
 from ..ir.graph import Graph, NameScope, Node, Value, constant
 from ..ir.types import TensorType
 from ..ops import MS_DOMAIN, get_op, op_key
+from ..ops.qlinear_contrib import softmax_normalizes_one_axis
 from .manager import register_pass
 
 _DQ_ATTRS = {"axis": 1, "block_size": 0, "output_dtype": 0}
@@ -246,10 +247,10 @@ def _qlinear_softmax(e: _Expansion) -> bool:
     (opset 13 on, or the last axis); an older one's softmax over several flattened
     dimensions stays the node (its NumPy reference)."""
     node = e.node
-    axis = int(node.attrs["axis"]) % max(node.inputs[0].type.ndim, 1)
-    if int(node.attrs["opset"]) < 13 and axis != node.inputs[0].type.ndim - 1:
+    ndim, axis = node.inputs[0].type.ndim, int(node.attrs["axis"])
+    if not softmax_normalizes_one_axis(ndim, axis, int(node.attrs["opset"])):
         return False
-    return _unary("Softmax", lambda attrs: {"axis": axis})(e)
+    return _unary("Softmax", lambda attrs: {"axis": axis % max(ndim, 1)})(e)
 
 
 #: QOperator op (IR name) -> its expansion (False: left as it is)

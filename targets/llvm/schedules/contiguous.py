@@ -138,6 +138,23 @@ def contiguous_suffix(schedule: te.Schedule, tensor: te.Tensor) -> int:
     return 0
 
 
+def _expanded_reduction(schedule: te.Schedule, tensor: te.Tensor):
+    """``(body, source, ranges)`` of reduction ``tensor``'s stage: its Reduce, the
+    source through its inlined producers (None where that reads past
+    :data:`MAX_LOADS`'s budget), and the ranges of its output and reduction axes; None
+    where the stage does not reduce."""
+    body = schedule[tensor].body
+    if not isinstance(tensor.op, te.ComputeOp) or not isinstance(body, Reduce):
+        return None
+    try:
+        source = _Expander(schedule, 4 * MAX_LOADS).expr(body.source)
+    except _TooManyLoads:
+        source = None
+    ranges = {**_ranges(tensor),
+              **{iv.var: Interval(0, int(iv.extent) - 1) for iv in body.axis}}
+    return body, source, ranges
+
+
 def reduction_blocks(schedule: te.Schedule, tensor: te.Tensor) -> list[int]:
     """For each reduction axis of ``tensor``'s stage, the block its expanded source reads
     it in (1: none): the largest constant ``b`` dividing the axis's extent that the
@@ -145,16 +162,12 @@ def reduction_blocks(schedule: te.Schedule, tensor: te.Tensor) -> list[int]:
     ``NCHW{b}c`` tensor read through a transpose, ConvNeXt's LayerNorm). Split by ``b``,
     the axis's inner loop reads ``b`` contiguous values, which LLVM vectorizes, where
     the divisions kept every read scalar."""
-    op = tensor.op
-    body = schedule[tensor].body
-    if not isinstance(op, te.ComputeOp) or not isinstance(body, Reduce):
+    expanded = _expanded_reduction(schedule, tensor)
+    if expanded is None:
         return []
-    try:
-        source = _Expander(schedule, 4 * MAX_LOADS).expr(body.source)
-    except _TooManyLoads:
+    body, source, ranges = expanded
+    if source is None:
         return [1] * len(body.axis)
-    ranges = {**_ranges(tensor),
-              **{iv.var: Interval(0, int(iv.extent) - 1) for iv in body.axis}}
     divisions = collect(simplify(source, ranges), lambda n: isinstance(n, tx.Binary)
                         and n.op in ("floordiv", "floormod") and isinstance(n.b, tx.IntImm))
     blocks = []
@@ -179,23 +192,20 @@ def contiguous_reduction_block(schedule: te.Schedule, tensor: te.Tensor,
     over 768 channels, its requantized residual addition inlined, took 0.29-0.45 ms a
     LayerNorm for 128 tokens (Zen 5, two threads); ConvNeXt's over 384 channels, its
     residual read across the channels of an NCHW image, 2.2 ms."""
-    op = tensor.op
     body = schedule[tensor].body
-    if not isinstance(op, te.ComputeOp) or not isinstance(body, Reduce):
+    if not isinstance(body, Reduce):
         return 1
     axis = body.axis[-1]
     extent, lanes = int(axis.extent), vector_lanes(tensor.dtype, cpu)
     if extent % lanes or extent < 2 * lanes:
+        return 1  # before the expansion: most reductions stop here
+    expanded = _expanded_reduction(schedule, tensor)
+    if expanded is None or expanded[1] is None:
         return 1
-    try:
-        source = _Expander(schedule, 4 * MAX_LOADS).expr(body.source)
-    except _TooManyLoads:
-        return 1
+    _, source, ranges = expanded
     loads = collect(source, lambda n: isinstance(n, TensorLoad))
     if len(loads) > MAX_LOADS:
         return 1
-    ranges = {**_ranges(tensor),
-              **{iv.var: Interval(0, int(iv.extent) - 1) for iv in body.axis}}
     contiguous = gathered = 0
     for load in loads:
         indices = [simplify(i, ranges) for i in load.indices]

@@ -1137,6 +1137,19 @@ def _int8_conv_channel_lanes(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | Non
                       attrs={"int8_conv_result": True})
 
 
+def check_packed_weight(name: str, packed_weight: te.Tensor | None, w_shape, lanes: int,
+                        dtype: str) -> None:
+    """A CompileError naming ``name`` unless ``packed_weight`` (None: none given) is what
+    :func:`pack_int8_weight_array` makes of OIHW weights of ``w_shape`` with ``lanes``
+    and ``dtype``."""
+    expected = packed_weight_shape(w_shape, lanes, dtype)
+    if packed_weight is not None and (tuple(packed_weight.shape) != expected
+                                      or packed_weight.dtype != dtype):
+        raise CompileError(f"{name}: the packed weight is {packed_weight.dtype}"
+                           f"{list(packed_weight.shape)}, not {dtype}{list(expected)} "
+                           f"(pack_int8_weight_array with lanes={lanes}, dtype={dtype})")
+
+
 def grouped_on_the_dot_product(w_shape, group: int) -> bool:
     """Whether a convolution of weights ``w_shape`` (OIHW) in ``group`` groups runs on
     the dense dot-product kernel (:func:`int8_conv`): dense, or grouped with each group's
@@ -1174,14 +1187,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     channel_tiles = channel_lanes_tiles(x.shape, w.shape, attrs, cpu)
     lanes = channel_tiles.lanes if channel_tiles is not None else 0
     packed_dtype = packed_weight_dtype(cpu, channel_tiles)
-    if packed_weight is not None and (
-            tuple(packed_weight.shape) != packed_weight_shape(w.shape, lanes, packed_dtype)
-            or packed_weight.dtype != packed_dtype):
-        raise CompileError(f"{name}: the packed weight is {packed_weight.dtype}"
-                           f"{list(packed_weight.shape)}, not {packed_dtype}"
-                           f"{list(packed_weight_shape(w.shape, lanes, packed_dtype))} "
-                           f"(pack_int8_weight_array with lanes={lanes}, "
-                           f"dtype={packed_dtype})")
+    check_packed_weight(name, packed_weight, w.shape, lanes, packed_dtype)
     if channel_tiles is not None:
         return _int8_conv_channel_lanes(x, w, x_zero, attrs, cpu, name, packed_weight,
                                         channel_tiles)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from heterocc.sdk import CompileError, te
+from heterocc.sdk import te
 from heterocc.sdk.graph import conv_geometry
 from heterocc.te.schedule_reads import reads_of
 
@@ -42,6 +42,7 @@ from .int8_conv import (
     _zero,
     accumulators_in_flight,
     channel_lane_widths,
+    check_packed_weight,
     data_dtype,
     dot4_channels_intrinsic,
     finishing_stage,
@@ -50,7 +51,6 @@ from .int8_conv import (
     pack_in_parallel,
     pack_int8_weight_lanes,
     packed_weight_dtype,
-    packed_weight_shape,
     tile_register_reserve,
 )
 
@@ -141,12 +141,7 @@ def int8_rows_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None,
                       name="int8_rows_data", dtype=dtype)
     lanes = tiles.lanes
     packed_dtype = packed_weight_dtype(cpu, tiles)
-    expected = packed_weight_shape(w.shape, lanes, packed_dtype)
-    if packed_weight is not None and (tuple(packed_weight.shape) != expected
-                                      or packed_weight.dtype != packed_dtype):
-        raise CompileError(f"{name}: the packed weight is {packed_weight.dtype}"
-                           f"{list(packed_weight.shape)}, not {packed_dtype}{list(expected)} "
-                           f"(pack_int8_weight_array with lanes={lanes}, dtype={packed_dtype})")
+    check_packed_weight(name, packed_weight, w.shape, lanes, packed_dtype)
     packed_w = pack_int8_weight_lanes(w, lanes, packed_dtype) \
         if packed_weight is None else packed_weight
     rg = te.reduce_axis(groups, "rg")

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from heterocc import te
+from heterocc.errors import CompileError
 from heterocc.targets import llvm as hllvm
 from heterocc.targets.llvm.cpu import parse_cpu
 from heterocc.targets.llvm.int8_dot import dot4_instruction
@@ -111,3 +112,16 @@ def test_one_row_or_a_larger_image_is_no_product_of_rows():
                                     ((8, 64, 1, 1), (64, 32, 1, 1), {**POINTWISE, "group": 2}),
                                     ((8, 64, 1, 1), (34, 64, 1, 1), POINTWISE)]:  # no lanes
         assert int8_rows.row_tiles(x_shape, w_shape, attrs, cpu) is None
+
+
+def test_a_packed_weight_of_another_layout_is_refused_by_name():
+    """A weight packed for other lanes (the convolution's pixel vectors: no lanes) is
+    refused before anything is built, naming the product and the layout it needs."""
+    cpu = parse_cpu("llvm -mcpu=sapphirerapids")
+    x = te.placeholder((13, 64, 1, 1), "uint8", "x")
+    w = te.placeholder((32, 64, 1, 1), "int8", "w")
+    tiles = int8_rows.row_tiles(x.shape, w.shape, POINTWISE, cpu)
+    wrong = te.placeholder(packed_weight_shape(w.shape, 0, "int8"), "int8", "w.packed")
+    with pytest.raises(CompileError, match=r"fc1: the packed weight is int8\[32, 17, 1, 1, 4\]"
+                       r".*lanes=16"):
+        int8_rows.int8_rows_conv(x, w, None, cpu, "fc1", wrong, tiles)
