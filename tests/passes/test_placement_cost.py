@@ -817,13 +817,13 @@ def test_kernels_are_timed_in_graph_order_one_call_each_per_round(monkeypatch):
     assert timed["long"] == (pytest.approx(0.2), cpu_cost.LONG_SAMPLES)
 
 
-def test_chains_time_a_kernel_by_the_cpu_seconds_of_its_threads(model):
+def test_chains_time_a_kernel_by_the_cpu_seconds_of_its_threads(model, monkeypatch):
     """The default clock: a compiled kernel's call counts the CPU seconds of the threads
     it runs on over their number (a kernel with a parallel loop: the runtime's pool; one
     without: the calling thread alone), so a core another process holds does not
     stretch it; what is not a compiled kernel is timed on the wall clock. A sleeping
     call with one thread takes no CPU time; a kernel's figure stays about its wall
-    time, never far above it."""
+    time, never above it: each call's figure is bounded by its wall time."""
     import time
 
     from heterocc.targets.llvm.runtime import num_threads
@@ -859,6 +859,19 @@ def test_chains_time_a_kernel_by_the_cpu_seconds_of_its_threads(model):
     timed = cpu_cost.time_in_chains({"s": (sleeper, ())}, min_rounds=3, max_rounds=3,
                                     clock="wall")
     assert timed["s"][0] >= 2e-3
+
+    # a clock that counts a second of CPU in a call (as a clock read's own cost, or a
+    # spinning thread's, adds to it) leaves the figure at the call's wall time
+    thread_clock = [0.0]
+
+    class Counter(Sleeper):
+        def __call__(self, args):
+            thread_clock[0] += 1.0
+            time.sleep(0.002)
+
+    monkeypatch.setattr(cpu_cost.time, "thread_time", lambda: thread_clock[0])
+    timed = cpu_cost.time_in_chains({"c": (Counter(), ())}, min_rounds=3, max_rounds=3)
+    assert 2e-3 <= timed["c"][0] < 0.5
 
 
 def _slowed_chain(monkeypatch):
