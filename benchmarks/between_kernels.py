@@ -3,6 +3,7 @@ of a whole run, of each kernel inside it and of each kernel alone, medians over 
 runs.
 
     python benchmarks/between_kernels.py googlenet [--int8] [--runs 30] [--target llvm]
+        [--flush [--flush-mb MB]]
 
 - **run**: ``executor.execute``, the whole run as a user's call pays it;
 - **native call**: the native run's call alone (the executor's Python around it, some
@@ -17,7 +18,12 @@ runs.
 - **kernels alone**: the sum of each kernel's machine code called again right after
   itself (through ctypes, about a microsecond a call), on the arguments it had in the run
   (warm caches); in the run minus alone: what following another kernel costs a kernel
-  (its inputs, weights and output buffer out of the caches).
+  (its inputs, weights and output buffer out of the caches);
+- **kernels alone, caches flushed** (``--flush``): each kernel's machine code called
+  after a sweep over a buffer three times the last-level cache (``--flush-mb`` to size
+  it by hand): what it takes with everything it reads coming from memory. A kernel
+  whose time in the run is close to this figure found its data in memory, not in a
+  cache, in the run (ResNet-18 int8's last stage, whose weights are 2.4 MB a layer).
 
 Every figure is the calling thread's CPU time, which does not grow while other processes
 hold the core (wall time on a loaded machine mostly counts their time slices), and the
@@ -30,6 +36,7 @@ above its minimum, and the gap between the two sums grows with the load.
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import statistics
 import sys
@@ -47,6 +54,20 @@ from runtime_overhead import machine_code_calls  # noqa: E402
 
 def _thread_seconds() -> float:
     return time.clock_gettime(time.CLOCK_THREAD_CPUTIME_ID)
+
+
+def flush_bytes(megabytes: int) -> int:
+    """The flushing sweep's size: ``megabytes`` MB, or (0) three times the largest
+    cache Linux describes for CPU 0 (64 MB where it describes none)."""
+    if megabytes:
+        return megabytes << 20
+    sizes = []
+    for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        with open(index) as described:
+            text = described.read().strip()
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+    return 3 * max(sizes) if sizes else 64 << 20
 
 
 def _compile(name: str, int8: bool, target: str):
@@ -76,6 +97,11 @@ def main() -> int:
     zoo.model_arguments(parser)
     parser.add_argument("--top", type=int, default=8,
                         help="kernels listed whose time in the run exceeds alone the most")
+    parser.add_argument("--flush", action="store_true",
+                        help="also time each kernel alone after the caches are flushed")
+    parser.add_argument("--flush-mb", type=int, default=0,
+                        help="the flushing sweep's buffer in MB (default: three times the "
+                             "last-level cache)")
     args = parser.parse_args()
     os.environ["HETEROCC_NUM_THREADS"] = "1"
     executor, inputs = _compile(args.model, args.int8, args.target)
@@ -94,6 +120,9 @@ def main() -> int:
     alone_calls = machine_code_calls(executor, inputs)
     whole, native, between = [], [], []
     inside, alone = [[] for _ in nodes], [[] for _ in nodes]
+    flushed = [[] for _ in nodes]
+    sweep = np.ones(flush_bytes(args.flush_mb), np.uint8).view(np.uint64) if args.flush \
+        else None
     for _ in range(args.runs):
         start = _thread_seconds()
         executor.execute(inputs)
@@ -111,6 +140,12 @@ def main() -> int:
             start = _thread_seconds()
             call(*addresses)
             samples.append(_thread_seconds() - start)
+        if sweep is not None:
+            for samples, (call, addresses, _) in zip(flushed, alone_calls):
+                sweep.sum()
+                start = _thread_seconds()
+                call(*addresses)
+                samples.append(_thread_seconds() - start)
     median = statistics.median
     reads = 1000
     start = _thread_seconds()
@@ -133,11 +168,15 @@ def main() -> int:
           f"{clocks * 1e3:.3f} of clock reads)")
     print(f"  kernels alone, summed       {by_itself * 1e3:9.3f}  (in the run minus alone: "
           f"{(in_run - by_itself) * 1e3:+.3f})")
+    if sweep is not None:
+        print(f"  kernels alone, caches flushed {sum(median(s) for s in flushed) * 1e3:7.3f}  "
+              f"(after a sweep of {sweep.nbytes >> 20} MB)")
     order = sorted(range(len(nodes)), key=lambda k: median(alone[k]) - median(inside[k]))
     print(f"  the {args.top} kernels slower in the run than alone by the most:")
     for k in order[:args.top]:
+        cold = f"  flushed {median(flushed[k]) * 1e3:7.3f}" if sweep is not None else ""
         print(f"    {nodes[k].name[:56]:56s} in the run {median(inside[k]) * 1e3:7.3f}  "
-              f"alone {median(alone[k]) * 1e3:7.3f}")
+              f"alone {median(alone[k]) * 1e3:7.3f}{cold}")
     return 0
 
 

@@ -244,3 +244,21 @@ def test_the_core_round_trip_is_a_cache_lines_trip_between_the_first_two_cpus():
         assert trip is None  # one CPU: no distance to tell
     else:
         assert isinstance(trip, int) and 0 < trip < 1_000_000
+
+
+def test_between_kernels_flushes_three_times_the_largest_cache(tmp_path, monkeypatch):
+    """``between_kernels.py --flush`` sweeps a buffer three times the largest cache Linux
+    describes (sizes as sysfs writes them), 64 MB where none is described, or the size
+    asked for."""
+    import between_kernels  # benchmarks/, beside zoo
+
+    files = []
+    for index, size in enumerate(("48K", "1024K", "32768K", "2M")):
+        path = tmp_path / f"index{index}"
+        path.write_text(size + "\n")
+        files.append(str(path))
+    monkeypatch.setattr(between_kernels.glob, "glob", lambda pattern: files)
+    assert between_kernels.flush_bytes(0) == 3 * 32 << 20
+    assert between_kernels.flush_bytes(5) == 5 << 20
+    monkeypatch.setattr(between_kernels.glob, "glob", lambda pattern: [])
+    assert between_kernels.flush_bytes(0) == 64 << 20
