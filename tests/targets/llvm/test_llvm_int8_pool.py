@@ -166,3 +166,49 @@ def test_a_squeeze_excites_pool_sums_the_int8_values(target):
     if results is not None:
         got, theirs = results
         assert np.abs(got - theirs).max() <= 0.03 * 1.0001
+
+
+def _pool_function(compiled) -> str:
+    (name,) = [n.name for n in compiled.graph.nodes if "maxpool" in n.name]
+    return str(compiled.kernels[name].prim)
+
+
+@pytest.mark.parametrize("cores, channels, planes", [
+    (2, 8, True),  # 8 planes for 2 cores: 4 tasks each
+    (4, 8, False),  # 2 a core: rows in parallel
+    (2, 2, False),
+], ids=["planes", "few-for-4-cores", "few-planes"])
+def test_a_padded_max_pool_of_many_planes_copies_each_plane_in_its_task(cores, channels,
+                                                                         planes):
+    """Where its planes give every core TASKS_PER_CORE tasks, the pool runs a task per
+    plane that makes the plane's padded copy (in the cache) and pools it: one parallel
+    loop, the copy allocated inside it; else the copy is made ahead, rows in parallel.
+    Both have the reference's bits."""
+    model = _qdq_max_pool((1, channels, 40, 40), kernel_shape=[3, 3], strides=[2, 2],
+                          pads=[1, 1, 1, 1])
+    compiled = heterocc.compile(model, target=f"llvm -num-cores={cores}")
+    text = _pool_function(compiled)
+    body = text.splitlines()[1]
+    assert ("parallel" in body) == planes  # the function opens with the plane loop
+    assert ("allocate maxpool_pad" in body) == (not planes)
+    x = np.random.default_rng(3).standard_normal((1, channels, 40, 40)).astype(np.float32) * 3
+    reference = heterocc.compile(model, target="reference").run([x])[0]
+    np.testing.assert_array_equal(compiled.run([x])[0], reference)
+
+
+def test_a_plane_past_the_l2_share_keeps_the_copy_ahead():
+    """A padded plane larger than PLANE_L2_SHARE of the L2 is copied ahead of the rows
+    (a task's copy would not stay in the cache)."""
+    import dataclasses
+
+    from heterocc.sdk import te
+    from heterocc.targets.llvm.cpu import parse_cpu
+    from heterocc.targets.llvm.schedules.pool import PLANE_L2_SHARE, pool_planes
+
+    cpu = dataclasses.replace(parse_cpu("llvm -num-cores=2"), l2=64 * 1024)
+    side = int((PLANE_L2_SHARE * cpu.l2) ** 0.5)  # bytes of a side of the largest plane
+    for extent, fits in ((side, True), (side + 1, False)):
+        padded = te.placeholder((1, 16, extent, extent), "uint8", name="padded")
+        pool = te.placeholder((1, 16, extent // 2, extent // 2), "uint8", name="pool")
+        assert pool_planes(pool, padded, cpu) == fits
+    assert not pool_planes(pool, None, cpu)  # no padding stage: nothing to copy
