@@ -21,9 +21,8 @@ runs.
   (its inputs, weights and output buffer out of the caches);
 - **kernels alone, caches flushed** (``--flush``): each kernel's machine code called
   after a sweep over a buffer three times the last-level cache (``--flush-mb`` to size
-  it by hand): what it takes with everything it reads coming from memory. A kernel
-  whose time in the run is close to this figure found its data in memory, not in a
-  cache, in the run (ResNet-18 int8's last stage, whose weights are 2.4 MB a layer).
+  it by hand): what it takes with everything it reads coming from memory, the other
+  bound of its time in the run (ResNet-18 int8's last stage takes about this in a run).
 
 Every figure is the calling thread's CPU time, which does not grow while other processes
 hold the core (wall time on a loaded machine mostly counts their time slices), and the
