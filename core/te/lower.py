@@ -39,7 +39,8 @@ from .tensorize_check import check_tensorize
 READ_SLACK = "read_slack"
 #: a compute's attribute: the region of its last axis that a stage computed at a loop
 #: computes is rounded up to a multiple of this (a flat axis of rows: whole rows, each
-#: one vector loop, no partial last row)
+#: one vector loop, no partial last row); ``(axis, multiple)``: of that axis instead
+#: (a flat axis before an innermost one that a tensorized step reads in whole runs)
 REGION_MULTIPLE = "region_multiple"
 
 
@@ -523,10 +524,11 @@ class _Lowerer:
         bases, extents = self._read_region(
             child, self._readers_inside(child, parent, parent_body, relaxed))
         attrs = child.tensor.op.attrs
-        multiple = int(attrs.get(REGION_MULTIPLE, 1))
+        multiple = attrs.get(REGION_MULTIPLE, 1)
+        axis, multiple = multiple if isinstance(multiple, tuple) else (-1, int(multiple))
         if extents and multiple > 1:  # whole rows of a flat axis: no partial last row
-            extents[-1] = min(-(-extents[-1] // multiple) * multiple,
-                              int(child.tensor.shape[-1]))
+            extents[axis] = min(-(-extents[axis] // multiple) * multiple,
+                                int(child.tensor.shape[axis]))
         # elements past the region that a vector read may load (its lanes past the
         # region dropped): allocated, never computed
         slack = int(attrs.get(READ_SLACK, 0))

@@ -495,3 +495,21 @@ def test_a_stage_computed_at_a_loop_rounds_its_region_and_allocates_read_slack()
     a = rand(4, 40)
     b = a * np.float32(3.0)  # as B holds it: 3a + 3b may differ from 3(a + b) in an ulp
     np.testing.assert_allclose(run(s, [A, C], a), b[:, :10] + b[:, 2:12], rtol=1e-6)
+
+
+def test_a_region_multiple_may_name_the_axis_it_rounds():
+    """``REGION_MULTIPLE`` as ``(axis, multiple)`` rounds that axis's region (a flat
+    axis of positions before an innermost group of four), capped at the axis's extent."""
+    A = te.placeholder((4, 40, 4), "float32", "A")
+    B = te.compute((4, 40, 4), lambda i, j, g: A[i, j, g] * 3.0, name="B",
+                   attrs={te.REGION_MULTIPLE: (-2, 8)})
+    C = te.compute((4, 10, 4), lambda i, j, g: B[i, j, g] + B[i, j + 2, g], name="C")
+    s = te.create_schedule(C)
+    s[B].compute_at(s[C], s[C].op.axis[0])
+    func = te.lower(s, [A, C], name="kernel")
+    b = next(a for a in tir.collect(func.body, lambda n: isinstance(n, tir.Allocate))
+             if a.buffer.name == "B")
+    assert tuple(b.buffer.shape) == (1, 16, 4)  # 12 positions read -> 16, groups whole
+    a = rand(4, 40, 4)
+    b = a * np.float32(3.0)
+    np.testing.assert_allclose(run(s, [A, C], a), b[:, :10] + b[:, 2:12], rtol=1e-6)

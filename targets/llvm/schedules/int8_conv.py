@@ -594,6 +594,40 @@ def channel_lanes_tiles(x_shape, w_shape, attrs, cpu: CPUDescription
 #: a dense sums stage's attribute: its register tiles are finished (the function's
 #: epilogue) while in registers, a tile at a time (:func:`register_finish`)
 INT8_FINISH_TILES = "int8_finish_tiles"
+#: a dense sums stage's attribute: its finishing stage's parallel tasks are its blocks of
+#: rows, each packing the data its rows read and then summing every tile of channels
+#: over them (:func:`row_tasks`)
+INT8_ROW_TASKS = "int8_row_tasks"
+#: :func:`row_tasks`: the most bytes of packed weights, as a fraction of a core's L2,
+#: that every task of a convolution in row tasks reads (they stay in each core's L2)
+ROW_TASK_WEIGHT_SHARE = 0.25
+#: :func:`row_tasks`: the fewest blocks of rows a core that a convolution in row tasks
+#: gets (a task sums every tile of channels: a few make a core's share)
+ROW_TASKS_PER_CORE = 2
+
+
+def row_tasks(n: int, weight_bytes: int, out_height: int, blocks: RowBlocks,
+              cpu: CPUDescription) -> bool:
+    """Whether a dense convolution's parallel tasks are its blocks of rows (batch
+    included), each packing the data its rows read (two passes in its cache) and summing
+    every tile of output channels over it, rather than a tile of channels by a block of
+    rows each over data packed ahead in a loop of its own: where its packed weights fit
+    :data:`ROW_TASK_WEIGHT_SHARE` of the L2 (``weight_bytes``: every task reads them all)
+    and the blocks of :func:`conv_tiling` give each core :data:`ROW_TASKS_PER_CORE`
+    tasks or more.
+
+    A core then reads the rows it packs, which are mostly the rows it wrote when the
+    convolution before ran so too, rather than every channel, half of which the other
+    core wrote; and a call is one parallel loop, not two. Each task packs the rows
+    above and below its block again (the kernel's reach). ResNet-18 int8, whose stem
+    (3->64 7x7 at 224x224, blocks of 8 rows: 14 tasks) and 3x3 convolutions at 56x56
+    (blocks of 14 rows: 4) take them, two threads, alternating runs in one process
+    (AVX-512 VNNI, Zen 5): 0.994-0.998x the time with the cores 100 ns apart, 0.954x
+    with them 400-800 ns apart. Blocks cut smaller to give more tasks (4 a core: the
+    3x3s in blocks of 7 rows, the stem in 4) cost the rows packed twice and the
+    positions past each block's last vector: 1.005-1.031x near, 0.95-0.96x far."""
+    return (weight_bytes <= ROW_TASK_WEIGHT_SHARE * cpu.l2
+            and n * (out_height // blocks.rows) >= ROW_TASKS_PER_CORE * cpu.num_cores)
 
 
 #: the fewest vector registers a CPU needs for :func:`register_finish`: a tile's
@@ -719,9 +753,19 @@ def pack_int8_data(x: te.Tensor, x_zero: te.Tensor | None, strides, pads, out_wi
                       name="int8_data", dtype=dtype)
 
 
+def packs_in_two_passes(x_shape, pads, strides, row_length: int, dtype: str,
+                        cpu: CPUDescription) -> bool:
+    """Whether :func:`pack_int8_flat` packs an image of ``x_shape`` in its two vector
+    passes (else in one, :func:`pack_int8_bytes`; see there)."""
+    plane = (not any(pads) and tuple(strides) == (1, 1)
+             and x_shape[3] * GROUP <= vector_lanes(dtype, cpu))
+    short = row_length < MIN_COPIED_ROW
+    return masked_byte_loads(cpu) and (plane or (any(pads) and not short))
+
+
 def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
                    row_length: int, dtype: str, cpu: CPUDescription, strides=(1, 1),
-                   phases=(1, 1)) -> te.Tensor:
+                   phases=(1, 1), in_tasks: bool = False) -> te.Tensor:
     """``x`` (int8 or uint8 NCHW) as ``[n, C/4, row phases, column phases, positions',
     4]`` ``dtype`` values: the padded image split by the ``strides``' phases (phase
     (``py``, ``px``) holds padded pixels (``sy * row + py``, ``sx * column + px``);
@@ -749,12 +793,14 @@ def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
     and interleaved; LLVM's single pass handles such rows a partial vector each. Whole
     1x1 convolutions on AVX-512 VNNI, Zen 5, two passes / one: MobileNetV2's 576->96 at
     14x14 0.87-0.88x, 96->576 0.94-0.95x, 160->960 at 7x7 0.94x; at 28x28 (rows of
-    112 bytes), 144->32 took 1.05-1.09x, so longer rows keep the one pass."""
+    112 bytes), 144->32 took 1.05-1.09x, so longer rows keep the one pass.
+
+    ``in_tasks``: packed by each task of its reader for the rows it reads (two passes,
+    :func:`row_tasks`), a task's region whole runs of the interleave's step."""
     n, channels, _, width = x.shape
     plane = (not any(pads) and tuple(strides) == (1, 1)
              and width * GROUP <= vector_lanes(dtype, cpu))
-    short = row_length < MIN_COPIED_ROW
-    if not masked_byte_loads(cpu) or (not plane and (not any(pads) or short)):
+    if not packs_in_two_passes(x.shape, pads, strides, row_length, dtype, cpu):
         return pack_int8_bytes(x, x_zero, pads, positions, row_length, dtype, strides,
                                phases)
     run = interleave_run(dtype, cpu)
@@ -767,8 +813,11 @@ def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
         return phased[b, channel_group * GROUP + inner,
                       row_phase * column_phases + column_phase, position]
 
+    attrs = {"int8_interleaved": run}
+    if in_tasks:  # a task's positions whole runs (the positions axis, not the group's)
+        attrs[te.REGION_MULTIPLE] = (-2, run)
     return te.compute((n, -(-channels // GROUP), *phases, positions, GROUP), element,
-                      name="int8_data", dtype=dtype, attrs={"int8_interleaved": run})
+                      name="int8_data", dtype=dtype, attrs=attrs)
 
 
 def masked_byte_loads(cpu: CPUDescription) -> bool:
@@ -929,7 +978,8 @@ def interleave_intrinsic(run: int, dtype: str, groups: int = GROUP) -> TensorInt
                         {"run": run})
 
 
-def schedule_int8_flat(schedule: te.Schedule, data: te.Tensor, cpu: CPUDescription) -> None:
+def schedule_int8_flat(schedule: te.Schedule, data: te.Tensor, cpu: CPUDescription,
+                       parallel: bool = True) -> None:
     """The two passes of :func:`pack_int8_flat` in one parallel loop over batch,
     channel groups and stride phases (:data:`PACKED_DATA_PARALLEL_AXES`): each group's
     four channels copied padded at one phase, row by row in vectors
@@ -940,7 +990,8 @@ def schedule_int8_flat(schedule: te.Schedule, data: te.Tensor, cpu: CPUDescripti
     stage = schedule[data]
     *outer, position, _ = stage.op.axis
     block = stage.fuse(*outer[:PACKED_DATA_PARALLEL_AXES])
-    stage.parallel(block)
+    if parallel:
+        stage.parallel(block)
     run = data.op.attrs["int8_interleaved"]
     _, inner = stage.split(position, run)
     stage.tensorize(inner, interleave_intrinsic(run, data.dtype))
@@ -1201,6 +1252,11 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     finish_tiles = register_finish(tiles, oh, ow, stride_row, cpu)
     if finish_tiles:
         blocks = finish_tiles
+    weight_bytes = int(np.prod(packed_weight_shape(w.shape, 0, packed_dtype))) \
+        * np.dtype(packed_dtype).itemsize
+    # a padded image packed in two passes (its rows in whole vectors; what was measured)
+    in_tasks = not finish_tiles and any(pads) and row_tasks(n, weight_bytes, oh, blocks, cpu) \
+        and packs_in_two_passes(x.shape, pads, (sy, sx), stride_row, dtype, cpu)
     span = blocks.rows * stride_row
     positions = (oh // blocks.rows - 1) * span + blocks.extent
     reach = (kh - 1) * dy // sy * stride_row + (kw - 1) * dx // sx
@@ -1209,7 +1265,7 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     # columns (no division per byte, :func:`pack_in_parallel`)
     rows = -(-(positions + reach) // stride_row)
     data = pack_int8_flat(x, x_zero, pads, rows * stride_row, stride_row, dtype, cpu,
-                          strides=(sy, sx), phases=phases)
+                          strides=(sy, sx), phases=phases, in_tasks=in_tasks)
     packed_w = pack_int8_weight(w, packed_dtype) if packed_weight is None else packed_weight
     # a grouped convolution's output channel k reads its group's channel groups only
     groups = data.shape[1] // group
@@ -1229,7 +1285,8 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     sums = te.compute(shape, body, name=f"{name}_dot", dtype="int32",
                       attrs={"int8_conv": tiles, "int8_rows": blocks,
                              "int8_row_length": stride_row,
-                             INT8_FINISH_TILES: finish_tiles is not None})
+                             INT8_FINISH_TILES: finish_tiles is not None,
+                             INT8_ROW_TASKS: in_tasks})
     weight_sum = _weight_sums(packed_w, packed_weight is not None, filters, name)
     offset = _zero(x_zero) + _flip(x.dtype, dtype)
 
@@ -1259,7 +1316,9 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     at root, in parallel."""
     tiles = sums.op.attrs["int8_conv"]
     data, packed_w = int8_conv_inputs(sums)
-    if "int8_interleaved" in data.op.attrs:
+    if sums.op.attrs.get(INT8_ROW_TASKS):  # made in each task of the finishing stage
+        schedule_int8_flat(schedule, data, cpu, parallel=False)
+    elif "int8_interleaved" in data.op.attrs:
         schedule_int8_flat(schedule, data, cpu)
     else:  # pack_int8_bytes
         pack_in_parallel(schedule, data, parallel_axes=PACKED_DATA_PARALLEL_AXES)
@@ -1451,6 +1510,16 @@ def schedule_int8_conv_result(schedule: te.Schedule, result: te.Tensor,
         _finish_register_tiles(schedule, stage, sums, tiles, (n, ko, ki, y, x), cpu)
         return
     yo, yi = stage.split(y, blocks.rows)
+    if sums.op.attrs.get(INT8_ROW_TASKS):
+        # a task a block of rows: its data packed first, then every tile of channels
+        inner = list(stage.split(x, lanes)) if int(x.extent) > lanes else [x]
+        stage.reorder(n, yo, ko, ki, yi, *inner)
+        stage.vectorize(inner[-1])
+        task = stage.fuse(n, yo)
+        stage.parallel(task)
+        schedule[sums].compute_at(stage, ko)
+        schedule[int8_conv_inputs(sums)[0]].compute_at(stage, task)
+        return
     width = int(x.extent)
     if (sums.op.attrs.get("int8_row_length") == width and blocks.rows > 1
             and (width < lanes or (width < 2 * lanes and blocks.rows * width % lanes == 0))):
