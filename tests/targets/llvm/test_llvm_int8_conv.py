@@ -966,8 +966,11 @@ def test_blocks_of_rows_are_summed_inside_the_finishing_loop(target, shape, filt
         # each tile's sums finished while in registers, a buffer of one tile (which LLVM
         # keeps in registers); a task finishes several rows of its tile (or several
         # tiles, across rows) where the pool still has tasks enough to share
-        # (finish_rows_per_task)
-        channel_tiles = shape[0] * filters // tiles.channels
+        # (finish_rows_per_task); in row tasks (row_tasks) every tile of channels is in
+        # each task: the tasks share out each image's runs
+        from heterocc.targets.llvm.schedules.int8_conv import INT8_ROW_TASKS
+        channel_tiles = shape[0] * (1 if sums.op.attrs[INT8_ROW_TASKS]
+                                    else filters // tiles.channels)
         if shape[3] % width == 0:
             assert block.rows == 1
             units = shape[2]

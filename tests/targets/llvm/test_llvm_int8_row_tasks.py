@@ -1,6 +1,7 @@
 """Dense int8 convolutions whose parallel tasks are blocks of rows (``row_tasks``): each
 task packs the rows its block reads and sums every tile of output channels over them,
-in one parallel loop; bit-exact against the reference, and where they are not taken."""
+in one parallel loop (a 1x1 convolution finished in registers: a run of rows or of
+tiles across rows); bit-exact against the reference, and where they are not taken."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from heterocc.targets.llvm.cpu import parse_cpu
 from heterocc.targets.llvm.schedules.int8_conv import (
     ROW_TASK_WEIGHT_SHARE,
     ROW_TASKS_PER_CORE,
-    RowBlocks,
     row_tasks,
 )
 
@@ -60,7 +60,12 @@ def _host_runs(target: str) -> bool:
     ((1, 3, 64, 64), 16, 7, 2, True),  # a stem: 3 channels, small weights
     ((2, 16, 24, 24), 32, 3, 1, True),  # a batch of two, 3x3
     ((1, 256, 12, 12), 256, 3, 1, False),  # 600 KB of weights: channels in parallel
-], ids=["stem", "batch2-3x3", "heavy-weights"])
+    ((1, 16, 32, 32), 32, 1, 1, True),  # 1x1 finished in registers, a tile a row
+    ((1, 24, 28, 28), 48, 1, 1, True),  # 1x1 finished in registers, tiles across rows
+    ((1, 32, 32, 32), 64, 1, 2, True),  # a 1x1 downsample (a 16x16 output)
+    ((1, 32, 7, 7), 64, 1, 1, False),  # a plane packed in two passes: one row
+], ids=["stem", "batch2-3x3", "heavy-weights", "1x1-rows", "1x1-across-rows",
+        "1x1-stride2", "1x1-7x7"])
 def test_a_data_heavy_convolution_packs_its_rows_in_each_task(x_shape, filters, kernel,
                                                                stride, tasks):
     model = _conv_integer(x_shape, filters, kernel, stride)
@@ -78,11 +83,10 @@ def test_row_tasks_need_weights_within_the_l2_share_and_two_blocks_a_core():
     cpu = dataclasses.replace(parse_cpu(TARGET), l2=1 << 20, num_cores=2)
     limit = int(ROW_TASK_WEIGHT_SHARE * cpu.l2)
     enough = ROW_TASKS_PER_CORE * cpu.num_cores  # blocks of rows needed
-    blocks = RowBlocks(rows=4, extent=64)
-    assert row_tasks(1, limit, 4 * enough, blocks, cpu)
-    assert not row_tasks(1, limit + 1, 4 * enough, blocks, cpu)  # weights past the share
-    assert not row_tasks(1, limit, 4 * (enough - 1), blocks, cpu)  # too few blocks
-    assert row_tasks(2, limit, 4 * enough // 2, blocks, cpu)  # a batch's blocks count
+    assert row_tasks(1, limit, enough, cpu)
+    assert not row_tasks(1, limit + 1, enough, cpu)  # weights past the share
+    assert not row_tasks(1, limit, enough - 1, cpu)  # too few blocks
+    assert row_tasks(2, limit, enough // 2, cpu)  # a batch's blocks count
 
 
 def test_without_masked_byte_loads_the_data_is_packed_ahead():
