@@ -608,7 +608,7 @@ ROW_TASKS_PER_CORE = 2
 
 def row_tasks(n: int, weight_bytes: int, units: int, cpu: CPUDescription) -> bool:
     """Whether a dense convolution's parallel tasks are its blocks of rows (batch
-    included), each packing the data its rows read (two passes in its cache) and summing
+    included), each packing the data its rows read (in its cache) and summing
     every tile of output channels over it, rather than a tile of channels by a block of
     rows each over data packed ahead in a loop of its own: where its packed weights fit
     :data:`ROW_TASK_WEIGHT_SHARE` of the L2 (``weight_bytes``: every task reads them all)
@@ -759,12 +759,19 @@ def pack_int8_data(x: te.Tensor, x_zero: te.Tensor | None, strides, pads, out_wi
                       name="int8_data", dtype=dtype)
 
 
+def packs_as_plane(x_shape, pads, strides, dtype: str, cpu: CPUDescription) -> bool:
+    """Whether :func:`pack_int8_flat` packs an image of ``x_shape`` as one row of its
+    pixels in order (unpadded, at stride 1, its rows' four channels within a vector of
+    ``dtype``; see there)."""
+    return (not any(pads) and tuple(strides) == (1, 1)
+            and x_shape[3] * GROUP <= vector_lanes(dtype, cpu))
+
+
 def packs_in_two_passes(x_shape, pads, strides, row_length: int, dtype: str,
                         cpu: CPUDescription) -> bool:
     """Whether :func:`pack_int8_flat` packs an image of ``x_shape`` in its two vector
     passes (else in one, :func:`pack_int8_bytes`; see there)."""
-    plane = (not any(pads) and tuple(strides) == (1, 1)
-             and x_shape[3] * GROUP <= vector_lanes(dtype, cpu))
+    plane = packs_as_plane(x_shape, pads, strides, dtype, cpu)
     short = row_length < MIN_COPIED_ROW
     return masked_byte_loads(cpu) and (plane or (any(pads) and not short))
 
@@ -803,16 +810,15 @@ def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
 
     ``in_tasks``: packed by each task of its reader for the rows it reads (two passes,
     :func:`row_tasks`), a task's region whole runs of the interleave's step."""
-    n, channels, _, width = x.shape
-    plane = (not any(pads) and tuple(strides) == (1, 1)
-             and width * GROUP <= vector_lanes(dtype, cpu))
+    n, channels, _, _ = x.shape
     if not packs_in_two_passes(x.shape, pads, strides, row_length, dtype, cpu):
         return pack_int8_bytes(x, x_zero, pads, positions, row_length, dtype, strides,
                                phases)
     run = interleave_run(dtype, cpu)
     positions = -(-positions // run) * run
     phased = pack_int8_phases(x, x_zero, pads, positions, row_length, dtype, strides,
-                              phases, plane=plane)
+                              phases, plane=packs_as_plane(x.shape, pads, strides, dtype,
+                                                           cpu))
     column_phases = phases[1]
 
     def element(b, channel_group, row_phase, column_phase, position, inner):
@@ -1324,7 +1330,7 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
     innermost pixels and four channels one dot-product instruction. The sums of a block
     of rows are computed inside the finishing stage's loop over blocks
     (:func:`schedule_int8_conv_result`), which runs in parallel. The packing stages run
-    at root, in parallel."""
+    at root, in parallel, or in row tasks (:func:`row_tasks`) inside each task, serial."""
     tiles = sums.op.attrs["int8_conv"]
     data, packed_w = int8_conv_inputs(sums)
     if sums.op.attrs.get(INT8_ROW_TASKS):  # made in each task of the finishing stage
@@ -1409,8 +1415,9 @@ PACKED_DATA_PARALLEL_AXES = 4
 def pack_in_parallel(schedule: te.Schedule, packed: te.Tensor,
                      parallel_axes: int = 2) -> None:
     """A packing stage at root, its ``parallel_axes`` outer axes (batch and channel
-    groups) in parallel; the flat positions of :func:`pack_int8_flat` split into its
-    rows and columns where the rows are long (:data:`MIN_SPLIT_ROW`)."""
+    groups) in parallel (none: a stage computed in each task of its reader's); the
+    flat positions of :func:`pack_int8_flat` split into its rows and columns where the
+    rows are long (:data:`MIN_SPLIT_ROW`)."""
     stage = schedule[packed]
     outer = stage.op.axis
     if parallel_axes:  # else (none) computed inside a parallel loop of its reader's
@@ -1575,19 +1582,19 @@ def _finish_register_tiles(schedule: te.Schedule, stage: te.Stage, sums: te.Tens
     vectors unrolled so that no accumulator needs an address."""
     n, ko, ki, y, x = axes
     width = tiles.lanes * tiles.vectors
-    # the tasks share out the runs of rows of each tile of channels, or (row tasks) of
-    # each image
-    channel_tiles = int(sums.shape[0]) * (
+    # the tasks share out the runs of rows of each of these: every tile of channels of
+    # every image, or (row tasks) every image
+    owners = int(sums.shape[0]) * (
         1 if sums.op.attrs.get(INT8_ROW_TASKS) else int(sums.shape[1]) // tiles.channels)
     if flat_finish(sums.op.attrs["int8_rows"], int(x.extent)):
         # tiles across rows: a task is a run of them
         tile, pixels = stage.split(stage.fuse(y, x), width)
         units = int(y.extent) * int(x.extent) // width
-        task, po = stage.split(tile, finish_rows_per_task(units, channel_tiles, cpu))
+        task, po = stage.split(tile, finish_rows_per_task(units, owners, cpu))
         within_task = (po,)
     else:
         po, pixels = stage.split(x, width)
-        task, rows = stage.split(y, finish_rows_per_task(int(y.extent), channel_tiles, cpu))
+        task, rows = stage.split(y, finish_rows_per_task(int(y.extent), owners, cpu))
         within_task = (rows, po)
     vector, lane = stage.split(pixels, tiles.lanes)
     if sums.op.attrs.get(INT8_ROW_TASKS):
