@@ -52,6 +52,7 @@ from .schedules import (
     depthwise_weight,
     injective_rows,
     int8_conv_packings,
+    lanes_of_kept_axes,
     reduction_blocks,
     row_sums,
     schedule_channel_blocks,
@@ -67,6 +68,7 @@ from .schedules import (
     schedule_pool_nchw,
     schedule_pool_nchwc,
     schedule_reduction,
+    schedule_reduction_in_lanes,
     schedule_rows,
 )
 from .schedules.int8_depthwise_quads import (
@@ -401,6 +403,11 @@ class ReductionRule(CPURule):
         blocks = reduction_blocks(schedule, tensor)
         if blocks and all(block == 1 for block in blocks):
             blocks[-1] = contiguous_reduction_block(schedule, tensor, self.cpu)
+            if blocks[-1] == 1:
+                axes = lanes_of_kept_axes(schedule, tensor, self.cpu)
+                if axes:
+                    schedule_reduction_in_lanes(schedule, tensor, axes, self.cpu)
+                    return False
         schedule_reduction(schedule, tensor, blocks, self.cpu)
         return False
 

@@ -165,6 +165,35 @@ def schedule_reduction(schedule: te.Schedule, tensor: te.Tensor,
         schedule[partials].compute_at(stage, flat)
 
 
+#: vectors of output points a step of :func:`schedule_reduction_in_lanes` advances at
+#: most: independent sums, so that one addition's latency does not pace the loop
+LANE_VECTORS = 4
+
+
+def schedule_reduction_in_lanes(schedule: te.Schedule, tensor: te.Tensor, axes: int,
+                                cpu: CPUDescription) -> None:
+    """Reduce ``tensor``'s output points a vector at a time: its last ``axes`` axes fused
+    (:func:`.contiguous.lanes_of_kept_axes`: every read has them as its contiguous last
+    indices) and cut into up to :data:`LANE_VECTORS` vectors of lanes, the reduction
+    loops inside them, each step loading a vector per read. The other axes and the
+    vectors' blocks run in parallel when the work is large."""
+    stage = schedule[tensor]
+    outer_axes, inner_axes = stage.op.axis[:-axes], stage.op.axis[-axes:]
+    points = int(np.prod(tensor.shape[-axes:]))
+    lanes = vector_lanes(tensor.dtype, cpu)
+    vectors = max(1, min(LANE_VECTORS, points // lanes))
+    inner = stage.fuse(*inner_axes) if len(inner_axes) > 1 else inner_axes[0]
+    block, within = stage.split(inner, factor=vectors * lanes)
+    vector, lane = stage.split(within, factor=lanes)
+    outer = stage.fuse(*outer_axes, block) if outer_axes else block
+    stage.reorder(outer, *stage.op.reduce_axis, vector, lane)
+    stage.unroll(vector)
+    stage.vectorize(lane)
+    work = int(np.prod(tensor.shape)) * int(np.prod([iv.extent for iv in stage.op.reduce_axis]))
+    if work >= PARALLEL_MIN_ELEMENTS and int(np.prod(tensor.shape)) > vectors * lanes:
+        stage.parallel(outer)
+
+
 def _vector_partials(schedule: te.Schedule, tensor: te.Tensor, axis: te.IterVar,
                      block: int) -> te.Tensor:
     """``tensor``'s reduction over ``axis`` (read in contiguous blocks of ``block``

@@ -68,14 +68,18 @@ class _Expander(Mutator):
 
 
 def _follows(load: TensorLoad, inner: list[tx.Var], extents: list[int],
-             ranges: dict) -> bool:
+             ranges: dict, squeeze: bool = False) -> bool:
     """Whether ``load`` reads the ``inner`` output axes contiguously (its last indices
     are those axes over equal extents, and its other indices use none of them) or not
-    at all (no index uses them)."""
+    at all (no index uses them). ``squeeze``: the read's axes of one element are left
+    out first (a per-pixel statistic ``[n, h, w, 1]`` read at ``[n, h, w, 0]``)."""
     indices = [simplify(i, ranges) for i in load.indices]
+    shape = [int(d) for d in load.tensor.shape]
+    if squeeze:
+        indices = [i for i, d in zip(indices, shape) if d > 1]
+        shape = [d for d in shape if d > 1]
     inner_set = set(inner)
     k = len(inner)
-    shape = [int(d) for d in load.tensor.shape]
     if not any(free_vars(i) & inner_set for i in indices):
         return True
     if len(indices) < k:
@@ -155,6 +159,17 @@ def _expanded_reduction(schedule: te.Schedule, tensor: te.Tensor):
     return body, source, ranges
 
 
+def _reduction_loads(schedule: te.Schedule, tensor: te.Tensor):
+    """``(loads, ranges)``: the reads of reduction ``tensor``'s expanded source and the
+    ranges of its axes; None where the expansion or the reads pass their budgets."""
+    expanded = _expanded_reduction(schedule, tensor)
+    if expanded is None or expanded[1] is None:
+        return None
+    _, source, ranges = expanded
+    loads = collect(source, lambda n: isinstance(n, TensorLoad))
+    return None if len(loads) > MAX_LOADS else (loads, ranges)
+
+
 def reduction_blocks(schedule: te.Schedule, tensor: te.Tensor) -> list[int]:
     """For each reduction axis of ``tensor``'s stage, the block its expanded source reads
     it in (1: none): the largest constant ``b`` dividing the axis's extent that the
@@ -199,13 +214,10 @@ def contiguous_reduction_block(schedule: te.Schedule, tensor: te.Tensor,
     extent, lanes = int(axis.extent), vector_lanes(tensor.dtype, cpu)
     if extent % lanes or extent < 2 * lanes:
         return 1  # before the expansion: most reductions stop here
-    expanded = _expanded_reduction(schedule, tensor)
-    if expanded is None or expanded[1] is None:
+    found = _reduction_loads(schedule, tensor)
+    if found is None:
         return 1
-    _, source, ranges = expanded
-    loads = collect(source, lambda n: isinstance(n, TensorLoad))
-    if len(loads) > MAX_LOADS:
-        return 1
+    loads, ranges = found
     contiguous = gathered = 0
     for load in loads:
         indices = [simplify(i, ranges) for i in load.indices]
@@ -221,6 +233,46 @@ def contiguous_reduction_block(schedule: te.Schedule, tensor: te.Tensor,
         else:
             gathered += 1
     return lanes if contiguous and contiguous >= gathered else 1
+
+
+def lanes_of_kept_axes(schedule: te.Schedule, tensor: te.Tensor,
+                        cpu: CPUDescription) -> int:
+    """How many innermost output axes of reduction ``tensor``'s stage (axes of one
+    element aside) to run as vector lanes, each lane the reduction of its own output
+    point (:func:`.common.schedule_reduction_in_lanes`), or 0. They must be read
+    contiguously by every read of the expanded source that uses them (its last indices,
+    over equal extents, the reduction axes in none of those), and hold two vectors or
+    more. That is a reduction across the outer axis of its source: ConvNeXt's int8
+    LayerNorm over the channels of an NCHW image, read through a transpose, where each
+    output point's sum was a scalar loop with a stride of a whole image; a softmax or a
+    mean over an NCHW tensor's channels. Each lane sums in the reduction's own order:
+    vectorized without reassociating a float sum."""
+    body = schedule[tensor].body
+    if not isinstance(body, Reduce):
+        return 0
+    lanes = vector_lanes(tensor.dtype, cpu)
+    kept = [(iv.var, int(extent)) for iv, extent in zip(tensor.op.axis, tensor.shape)
+            if int(extent) > 1]
+    if int(np.prod([extent for _, extent in kept])) < 2 * lanes:
+        return 0  # before the expansion: most reductions stop here
+    found = _reduction_loads(schedule, tensor)
+    if found is None:
+        return 0
+    loads, ranges = found
+    positions = [k for k, extent in enumerate(tensor.shape) if int(extent) > 1]
+    for k in range(len(kept), 0, -1):
+        inner = [var for var, _ in kept[len(kept) - k:]]
+        extents = [extent for _, extent in kept[len(kept) - k:]]
+        if int(np.prod(extents)) < 2 * lanes:
+            return 0
+        # a read that follows the axes has them as its last indices (so no reduction
+        # axis there); one read at least must use them, or they are no lanes of a read
+        if all(_follows(load, inner, extents, ranges, squeeze=True)
+               for load in loads) and any(
+                free_vars(simplify(i, ranges)) & set(inner)
+                for load in loads for i in load.indices):
+            return len(tensor.shape) - positions[len(kept) - k]
+    return 0
 
 
 def injective_rows(schedule: te.Schedule, tensor: te.Tensor, cpu: CPUDescription) -> int:

@@ -24,6 +24,7 @@ from heterocc.targets.llvm.schedules import (
     contiguous_reduction_block,
     contiguous_suffix,
     injective_rows,
+    lanes_of_kept_axes,
     reduction_blocks,
 )
 from heterocc.tir.printer import func_to_str
@@ -256,3 +257,120 @@ def test_channels_last_statistics_sum_vectors(cpu):
     asm = build(func, name="norm", cpu=cpu).assembly()
     assert ("fadd\tv" if cpu is NEON else "vaddps") in asm
     assert "gather" not in asm
+
+
+def _channels_first_norm(channels: int, size: int):
+    """ConvNeXt's LayerNorm as its int8 form gives it: an NCHW image moved to channels
+    last by a Transpose, normalized over the channels. ``(output, [inputs])``."""
+    x = te.placeholder((1, channels, size, size), "float32", "x")
+    g, beta = (te.placeholder((channels,), "float32", n) for n in ("g", "beta"))
+
+    def op(name, inputs, shape, **attrs):
+        return compute_of(name)(inputs, attrs, [TensorType(shape, "float32")])[0]
+
+    t = op("Transpose", [x], (1, size, size, channels), perm=[0, 2, 3, 1])
+    y = op("LayerNormalization", [t, g, beta], (1, size, size, channels), axis=-1,
+           epsilon=1e-6, stash_type=1)
+    return y, [x, g, beta]
+
+
+def _channel_sum(channels: int, height: int, width: int, transposed: bool = False):
+    """``ReduceSum`` over the channels of an NCHW tensor, keeping them (``[1, 1, h,
+    w]``); ``transposed``: of the image read with its rows and columns swapped."""
+    x = te.placeholder((1, channels, width if transposed else height,
+                        height if transposed else width), "float32", "x")
+    r = te.reduce_axis(channels, "r")
+    out = te.compute((1, 1, height, width), lambda n, c, h, w: te.sum(
+        x[n, r, w, h] if transposed else x[n, r, h, w], axis=r), name="channel_sum",
+        dtype="float32")
+    return out, x
+
+
+@pytest.mark.parametrize("cpu", [AVX512, AVX2, NEON], ids=["avx512", "avx2", "neon"])
+def test_statistics_across_an_images_channels_run_in_lanes_of_pixels(cpu):
+    """The statistics over the channels of an NCHW image (read through a transpose) sum
+    a vector of pixels per step, one vector load of a channel's row each, where each
+    pixel's sum was a scalar loop striding a whole image per channel."""
+    out, inputs = _channels_first_norm(32, 8)
+    schedule = _scheduled(out, cpu)
+    sums = [s for s in schedule.stages if s.reduce_axis]
+    assert len(sums) == 2  # the mean's and the variance's
+    assert all(lanes_of_kept_axes(schedule, s.tensor, cpu) == 3 for s in sums)  # h, w, 1
+    text = func_to_str(te.lower(schedule, [*inputs, out], name="norm"))
+    lanes = cpu.vector_lanes("float32")
+    for name in ("layernorm_sum", "layernorm_var"):
+        assert re.search(rf"{name}\[ramp\(.*, 1, {lanes}\)\] = \({name}\[ramp", text)
+    assert ".rf" not in text
+    assert re.search(rf"x\[ramp\(\(\(r3 \* 64\) \+ .*, 1, {lanes}\)\]", text)  # a row
+
+
+@pytest.mark.parametrize("cpu", [AVX512, AVX2, NEON], ids=["avx512", "avx2", "neon"])
+def test_a_sum_across_channels_adds_vectors(cpu):
+    """Built, the channel sum adds whole vectors and gathers nothing."""
+    out, x = _channel_sum(24, 12, 12)
+    asm = build(te.lower(_scheduled(out, cpu), [x, out], name="channel_sum"),
+                name="channel_sum", cpu=cpu).assembly()
+    assert ("fadd\tv" if cpu is NEON else "vaddps") in asm
+    assert "gather" not in asm
+
+
+@pytest.mark.parametrize("height,width", [(12, 12), (7, 7), (3, 16)],
+                         ids=["whole-vectors", "a-tail", "rows-of-a-vector"])
+def test_lanes_of_pixels_sum_in_the_reductions_order(height, width, rng):
+    """Each lane adds its pixel's channels in order: the sums of the pixels in whole
+    vectors are NumPy's channel after channel, bit for bit; a tail of pixels (fewer than
+    a vector) is a scalar loop, which LLVM may reassociate, as it may any scalar sum."""
+    out, x = _channel_sum(40, height, width)
+    cpu = parse_cpu("llvm")
+    schedule = _scheduled(out, cpu)
+    assert lanes_of_kept_axes(schedule, out, cpu) == 2
+    module = build(te.lower(schedule, [x, out], name="channel_sum"), name="channel_sum",
+                   cpu=cpu)
+    data = rng.standard_normal(x.shape).astype(np.float32)
+    got = np.zeros(out.shape, np.float32)
+    module["channel_sum"](data, got)
+    expected = np.zeros((1, 1, height, width), np.float32)
+    for channel in range(40):
+        expected[0, 0] += data[0, channel]
+    lanes = cpu.vector_lanes("float32")
+    in_vectors = height * width // lanes * lanes
+    np.testing.assert_array_equal(got.ravel()[:in_vectors], expected.ravel()[:in_vectors])
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("channels,height,width,transposed",
+                         [(40, 12, 12, True), (40, 3, 5, False)],
+                         ids=["pixels-read-across", "under-two-vectors"])
+def test_lanes_of_pixels_need_contiguous_reads_of_two_vectors(channels, height, width,
+                                                              transposed):
+    """An image read with its axes swapped (a gather per lane), or fewer pixels than two
+    vectors, keeps a loop per output point."""
+    out, x = _channel_sum(channels, height, width, transposed)
+    schedule = _scheduled(out, AVX512)
+    assert lanes_of_kept_axes(schedule, out, AVX512) == 0
+    assert "ramp" not in func_to_str(te.lower(schedule, [x, out], name="channel_sum"))
+
+
+def test_a_sum_along_contiguous_rows_keeps_its_partials():
+    """A reduction that reads its own axis contiguously keeps the partial per lane
+    (:func:`contiguous_reduction_block`): its output points are no lanes of a read."""
+    out, inputs = _row_sum(48, 1)
+    schedule = _scheduled(out, AVX512)
+    assert lanes_of_kept_axes(schedule, out, AVX512) == 0
+
+
+@ISAS
+def test_layernorm_across_an_images_channels_matches_onnxruntime(target, rng):
+    """The int8 ConvNeXt's shape of it, compiled from ONNX: Transpose to channels last,
+    LayerNormalization, against ONNX Runtime."""
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("LayerNormalization", ["t", "g", "b"], ["y"], axis=-1,
+                              epsilon=1e-6)]
+    inits = {"g": rng.standard_normal(48).astype(np.float32),
+             "b": rng.standard_normal(48).astype(np.float32)}
+    model = make_model(nodes, [("x", "float32", [1, 48, 7, 9])], [("y", "float32", None)],
+                       inits, opset=17)
+    x = rng.standard_normal((1, 48, 7, 9)).astype(np.float32)
+    got = heterocc.compile(model, target=target).run({"x": x})[0]
+    want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
