@@ -841,9 +841,6 @@ def _dequantized_to_outputs(q: Node, users, returned: set) -> bool:
         and not users.get(r.outputs[0]) for r in readers)
 
 
-_ROUNDTRIP = is_op("QuantizeLinear")(_DQ_X, is_constant(), optional(is_constant()))
-
-
 def _same_quantization(dq: Node, q: Node) -> bool:
     """Whether ``q`` quantizes exactly as ``dq`` dequantized (scale, zero point, dtype)."""
     try:
@@ -855,20 +852,79 @@ def _same_quantization(dq: Node, q: Node) -> bool:
         return False
 
 
+#: ops that only move (or repeat) the elements of their first input, the others saying
+#: where (a reshape, a transpose, a slice, a gather): between a DequantizeLinear and a
+#: QuantizeLinear of the same quantization they move the integers as well as the reals
+_MOVING_OPS = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze",
+                         "Identity", "Slice", "Gather", "Expand", "Tile", "DepthToSpace",
+                         "SpaceToDepth"})
+
+
+def _moved_roundtrip(q: Node, producers) -> tuple[Node, list[Node]] | None:
+    """``(dq, moves)`` where ``q`` quantizes ``moves`` (element-moving ops, innermost
+    first, perhaps none) of DequantizeLinear ``dq`` of the same quantization, else None."""
+    moves: list[Node] = []
+    source = producers.get(q.inputs[0])
+    while source is not None and source.op in _MOVING_OPS and len(source.outputs) == 1:
+        moves.append(source)
+        source = producers.get(source.inputs[0])
+    if source is None or source.op != "DequantizeLinear" or not all(
+            v is None or v.is_const for v in (*source.inputs[1:], *q.inputs[1:])) or \
+            not _same_quantization(source, q) or not _roundtrip_exact(source):
+        return None
+    return source, moves[::-1]
+
+
+def _roundtrip_exact(dq: Node) -> bool:
+    """Whether quantizing ``dq``'s reals again (same scale and zero point) gives back its
+    integers: an integer type of ``b`` bits, a real type of ``p`` significant bits with
+    ``b + 2 < p`` (the product's and the quotient's roundings move ``n`` by at most
+    ``2**b * 2**(1 - p) < 1/2``), and a scale whose products with those integers stay
+    normal and finite."""
+    integer, real = dq.inputs[0].type.dtype, dq.outputs[0].type.dtype
+    if integer not in ("int8", "uint8", "int16", "uint16") or \
+            real not in ("float16", "float32", "float64"):
+        return False
+    bits, info = np.iinfo(integer).bits, np.finfo(real)
+    scale = abs(float(_scalar(dq.inputs[1])))
+    return bits + 2 < info.nmant + 1 and \
+        float(info.tiny) * 2.0 ** bits <= scale <= float(info.max) / 2.0 ** bits
+
+
 def _drop_roundtrips(graph: Graph) -> Graph:
-    """``Q(DQ(x))`` with the same scale, zero point and type is ``x``."""
+    """``Q(DQ(x))`` with the same scale, zero point and type is ``x``: for an integer
+    ``n = x - z`` of at most 16 bits, ``n * s`` rounded to float, divided by ``s`` and
+    rounded again is within ``|n| 2**-23`` of ``n``, which rounds back to ``n``. Ops that
+    only move elements between them (ONNX Runtime's quantizer puts a Q/DQ pair on each
+    side of a Reshape, a Transpose or a Slice) then move the integers:
+    ``Q(Reshape(DQ(x)))`` is ``Reshape(x)``, which moves a byte per element where it
+    moved floats between two conversions."""
+    scope = NameScope.of(graph)
     producers = graph.producers()
     mapping: dict[Value, Value] = {}
+    moved: dict[Node, list[Node]] = {}  # the QuantizeLinear -> the integer moves
     for node in graph.nodes:
         if node.op != "QuantizeLinear":
             continue
-        m = match(_ROUNDTRIP, node.outputs[0], producers)
-        if m is not None and _same_quantization(m.nodes[0], node):
-            mapping[node.outputs[0]] = m.nodes[0].inputs[0]
+        found = _moved_roundtrip(node, producers)
+        if found is None:
+            continue
+        dq, moves = found
+        value, replacements = dq.inputs[0], []
+        for move in moves:
+            out = Value(scope.fresh(f"{move.outputs[0].name}_int"),
+                        TensorType(move.outputs[0].type.shape, value.type.dtype))
+            replacements.append(Node(move.op, [value, *move.inputs[1:]], [out],
+                                     dict(move.attrs), scope.fresh(f"{move.name}_int")))
+            value = out
+        mapping[node.outputs[0]] = value
+        moved[node] = replacements
     if not mapping:
         return graph
-    kept = [n for n in graph.nodes if n.outputs[0] not in mapping]
-    return substitute(graph, mapping, kept)
+    nodes = []
+    for node in graph.nodes:
+        nodes.extend(moved.get(node, [node]))
+    return substitute(graph, mapping, nodes)
 
 
 _QRELU = is_op("QuantizeLinear")(is_op("Relu")(_DQ_X), is_constant(), optional(is_constant()))
