@@ -54,6 +54,10 @@ from heterocc.tir.visitor import Mutator, collect
 REPEAT_TO_KEEP = 2
 #: float operations that make a stage costly without a math call or a division
 COSTLY_OPERATIONS = 3
+#: reductions that must read a costly stage, each in a pass over all of it, before the
+#: stage is computed once in memory rather than inlined into each
+#: (:func:`repeated_costly_stages`: a LayerNorm's mean and variance passes)
+PASSES_TO_KEEP = 2
 
 #: what "this function cannot be compiled" raises; anything else is a bug and propagates
 COMPILE_ERRORS = (CompileError, TypeInferenceError, NotImplementedError)
@@ -280,10 +284,13 @@ def repeated_costly_stages(schedule: te.Schedule,
                            inlinable: Callable[[te.Tensor], bool]) -> list[te.Tensor]:
     """The stages that would be inlined (``inlinable``) into a reduction-free reader
     at least :data:`REPEAT_TO_KEEP` times their size (a broadcast: a squeeze-excite's
-    ``x * Sigmoid(s)`` reads each of ``Sigmoid(s)``'s channels ``H x W`` times) and that
-    compute a math function, a division or several float operations (:func:`_costly`),
-    themselves or through the stages inlined into them. Inlined, such a stage would
-    compute each element once per read, so it is better computed once, in memory."""
+    ``x * Sigmoid(s)`` reads each of ``Sigmoid(s)``'s channels ``H x W`` times) or into
+    :data:`PASSES_TO_KEEP` reductions or more (a LayerNorm's mean and variance passes
+    over a requantized residual addition: ConvNeXt-T int8's downsampling LayerNorms
+    computed it three times, with the output's pass), and that compute a math
+    function, a division or several float operations (:func:`_costly`), themselves or
+    through the stages inlined into them. Inlined, such a stage would compute each
+    element once per read, so it is better computed once, in memory."""
     costly: dict[int, bool] = {}
 
     def costly_through(tensor: te.Tensor) -> bool:
@@ -295,15 +302,23 @@ def repeated_costly_stages(schedule: te.Schedule,
                 if isinstance(t.op, te.ComputeOp) and inlinable(t) and not t.op.reduce_axis)
         return costly[id(tensor)]
 
+    def candidate(source: te.Tensor) -> bool:
+        return (isinstance(source.op, te.ComputeOp) and not source.op.reduce_axis
+                and inlinable(source))
+
     found: dict[int, te.Tensor] = {}
+    passes: dict[int, int] = {}  # a candidate -> the reductions that read it
     for stage in schedule.stages:
         reader = stage.tensor
-        if stage.is_placeholder or reader.op.reduce_axis:
+        if stage.is_placeholder:
             continue
-        for source in reads_of(reader.op.body):
-            if (isinstance(source.op, te.ComputeOp) and not source.op.reduce_axis
-                    and inlinable(source)
-                    and _elements(reader) >= REPEAT_TO_KEEP * _elements(source)
+        sources = {id(t): t for t in reads_of(reader.op.body) if candidate(t)}
+        for source in sources.values():
+            if reader.op.reduce_axis:
+                passes[id(source)] = passes.get(id(source), 0) + 1
+                if passes[id(source)] >= PASSES_TO_KEEP and costly_through(source):
+                    found.setdefault(id(source), source)
+            elif (_elements(reader) >= REPEAT_TO_KEEP * _elements(source)
                     and costly_through(source)):
                 found.setdefault(id(source), source)
     return list(found.values())

@@ -246,6 +246,40 @@ def test_a_costly_stage_that_a_broadcast_repeats_is_computed_once():
     assert repeated_costly_stages(te.create_schedule([reader]), lambda t: True) == []
 
 
+def _two_passes(value):
+    """A LayerNorm's statistics over the rows of ``value(x[i, j])``: a mean pass, a
+    centred sum of squares, and the centred output; ``(staged, out)``."""
+    x = te.placeholder((4, 32), "float32", "x")
+    staged = te.compute((4, 32), lambda i, j: value(x[i, j]), name="staged")
+    r = te.reduce_axis(32, "r")
+    total = te.compute((4,), lambda i: te.sum(staged[i, r], axis=r), name="total")
+    s = te.reduce_axis(32, "s")
+    spread = te.compute((4,), lambda i: te.sum(
+        (staged[i, s] - total[i]) * (staged[i, s] - total[i]), axis=s), name="spread")
+    out = te.compute((4, 32), lambda i, j: (staged[i, j] - total[i]) * spread[i], name="out")
+    return staged, out
+
+
+def test_a_costly_stage_that_two_reductions_read_is_computed_once():
+    """A costly stage that two reductions read, each in a pass over all of it (and the
+    output in a third), stays in memory: inlined, every pass computed it again. A cheap
+    one is inlined."""
+    staged, out = _two_passes(lambda v: te.floor(v / 3.0) * 3.0)
+    inlinable = lambda t: t is not out  # noqa: E731
+    assert repeated_costly_stages(te.create_schedule([out]), inlinable) == [staged]
+    cheap, cheap_out = _two_passes(lambda v: v + 1.0)
+    assert repeated_costly_stages(te.create_schedule([cheap_out]), lambda t: True) == []
+
+
+def test_a_costly_stage_that_one_reduction_reads_is_inlined():
+    x = te.placeholder((4, 32), "float32", "x")
+    staged = te.compute((4, 32), lambda i, j: te.exp(x[i, j]), name="staged")
+    r = te.reduce_axis(32, "r")
+    total = te.compute((4,), lambda i: te.sum(staged[i, r], axis=r), name="total")
+    out = te.compute((4, 32), lambda i, j: staged[i, j] / total[i], name="out")
+    assert repeated_costly_stages(te.create_schedule([out]), lambda t: t is not out) == []
+
+
 def test_requantize_decides_its_forms_and_code_key_once_per_attribute_values(monkeypatch):
     """Requantize's forms and code key (asked by the compute and, for every function, by
     structure_key) are decided once per attribute values, in one memo (qnn._forms)."""
