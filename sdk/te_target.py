@@ -293,18 +293,17 @@ def repeated_costly_stages(schedule: te.Schedule,
     element once per read, so it is better computed once, in memory."""
     costly: dict[int, bool] = {}
 
+    def candidate(source: te.Tensor) -> bool:  # a reduction-free stage to be inlined
+        return (isinstance(source.op, te.ComputeOp) and not source.op.reduce_axis
+                and inlinable(source))
+
     def costly_through(tensor: te.Tensor) -> bool:
         if id(tensor) not in costly:
             costly[id(tensor)] = False  # a cycle cannot occur; this bounds the recursion
             op = tensor.op
             costly[id(tensor)] = _costly(op.body) or any(
-                costly_through(t) for t in reads_of(op.body)
-                if isinstance(t.op, te.ComputeOp) and inlinable(t) and not t.op.reduce_axis)
+                costly_through(t) for t in reads_of(op.body) if candidate(t))
         return costly[id(tensor)]
-
-    def candidate(source: te.Tensor) -> bool:
-        return (isinstance(source.op, te.ComputeOp) and not source.op.reduce_axis
-                and inlinable(source))
 
     found: dict[int, te.Tensor] = {}
     passes: dict[int, int] = {}  # a candidate -> the reductions that read it
