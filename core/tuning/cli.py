@@ -84,9 +84,10 @@ def add_tune_parser(subparsers) -> argparse.ArgumentParser:
                         "`ray start --head` started) or 'local' (needs heterocc[distributed])")
     p.add_argument("--cache", choices=CACHE_MODES, default=MeasureOptions.cache,
                    help="what a timed CPU call finds in the caches: hot (its operands, "
-                        "left by the call before), flush (nothing: every core's L2 is "
-                        "evicted before each call), rotate (its weights and output buffer "
-                        "evicted, its input as the kernel before left it, as in a model)")
+                        "left by the call before), flush (its weights evicted from every "
+                        "cache level and every core's L2 before each call), rotate (its "
+                        "weights and output buffer evicted from the L2, its input as the "
+                        "kernel before left it)")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--preset", help="accelerator hardware preset (vta; default 1x16x16)")

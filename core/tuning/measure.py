@@ -40,8 +40,9 @@ ERROR_KINDS = ("build", "runtime", "wrong", "timeout", "crash")
 
 #: what a timed call finds in the caches (:attr:`MeasureOptions.cache`). ``hot``: the
 #: calls run back to back on the same operands, which the previous call left in cache;
-#: ``flush``: before each call the target evicts everything from the caches of its
-#: cores (the flush itself not timed); ``rotate``: the calls take turns over enough
+#: ``flush``: before each call the target evicts the candidate's weights from every
+#: cache level and everything else from its cores' private caches (the flush itself not
+#: timed); ``rotate``: the calls take turns over enough
 #: copies of the candidate's constants and outputs that each finds its own evicted
 #: from the L2 caches, while its inputs stay where the last call left them, as in a
 #: model, where a kernel's weights and output buffer were last touched a network run

@@ -448,6 +448,35 @@ void heterocc_pool_counters(int64_t *counts) {
     counts[0] = __atomic_load_n(&pooled_loops, __ATOMIC_RELAXED);
     counts[1] = __atomic_load_n(&spread_loops, __ATOMIC_RELAXED);
 }
+
+/* Writes back and evicts the cache lines of [data, data + bytes) from every level of
+   every core's caches (what a timing does to a kernel's weights before a call: in a
+   network the kernel finds them where a whole run of the others left them). 1 where
+   this CPU has such an instruction for user code (x86's clflush, AArch64's dc civac),
+   0 where it evicted nothing. */
+int heterocc_evict(const void *data, int64_t bytes) {
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+    const char *line = (const char *)((uintptr_t)data & ~(uintptr_t)(LINE - 1));
+    const char *end = (const char *)data + bytes;
+    for (; line < end; line += LINE) {
+#if defined(__aarch64__)
+        __asm__ volatile("dc civac, %0" : : "r"(line) : "memory");
+#else
+        __builtin_ia32_clflush(line);
+#endif
+    }
+#if defined(__aarch64__)
+    __asm__ volatile("dsb ish" : : : "memory");
+#else
+    __builtin_ia32_mfence();
+#endif
+    return 1;
+#else
+    (void)data;
+    (void)bytes;
+    return 0;
+#endif
+}
 """
 
 #: the most parameters a kernel may have to be called by :data:`RUN_SEQUENCE` (kernels
@@ -595,6 +624,15 @@ def load_runtime() -> ctypes.CDLL:
 def num_threads() -> int:
     """Threads the runtime runs parallel loops on."""
     return int(load_runtime().heterocc_num_threads())
+
+
+def evict_from_caches(arrays) -> bool:
+    """Evict the memory of each of ``arrays`` (NumPy arrays) from every level of every
+    core's caches; False where this CPU has no instruction for it (nothing evicted)."""
+    evict = load_runtime().heterocc_evict
+    evict.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    evict.restype = ctypes.c_int
+    return all([bool(evict(array.ctypes.data, array.nbytes)) for array in arrays])
 
 
 def pool_counters() -> tuple[int, int]:

@@ -462,7 +462,19 @@ def _timed_with(monkeypatch, task, cache):
 def test_only_the_flush_mode_flushes_the_caches_of_the_tuned_cpu(monkeypatch, rng):
     (task,) = extract_tasks(_conv_model(rng), search="auto")
     cpu = active_cpu()
-    assert _timed_with(monkeypatch, task, "flush")["flush"] is llvm_tuning.cache_flusher(cpu)
+    evicted, flushed = [], []
+    monkeypatch.setattr(llvm_tuning.measure, "evict_from_caches",
+                        lambda arrays: evicted.append([a.nbytes for a in arrays]) or True)
+    monkeypatch.setattr(llvm_tuning.measure, "cache_flusher",
+                        lambda tuned: lambda: flushed.append(tuned))
+    flush = _timed_with(monkeypatch, task, "flush")["flush"]
+    evicted.clear()
+    flush()
+    # the kernel's weights (16x32x3x3, prepacked) and bias leave every cache level, then
+    # the cores' L2 caches are flushed
+    assert len(evicted) == 1 and sum(evicted[0]) >= 4 * (16 * 32 * 9 + 32)
+    assert flushed == [cpu]
+    monkeypatch.undo()
     assert _timed_with(monkeypatch, task, "hot")["flush"] is None
     assert _timed_with(monkeypatch, task, "rotate")["flush"] is None
     # every mode's samples are watched for loops that ran on one core (then retaken)
@@ -472,6 +484,18 @@ def test_only_the_flush_mode_flushes_the_caches_of_the_tuned_cpu(monkeypatch, rn
     assert buffer.nbytes >= llvm_tuning.FLUSH_L2_MULTIPLE * cpu.l2 * cpu.num_cores
     flusher()
     assert np.all(sums == buffer.shape[1])  # every row of the buffer was read
+
+
+def test_the_flush_is_the_l2_flush_alone_without_weights_or_where_nothing_evicts(monkeypatch):
+    cpu = active_cpu()
+    flush = MeasureOptions(cache="flush")
+    assert llvm_tuning.measure._flush_of(flush) is llvm_tuning.cache_flusher(cpu)
+    weights = [np.ones(1024, np.float32)]
+    assert llvm_tuning.measure._flush_of(flush, weights) is not llvm_tuning.cache_flusher(cpu)
+    # a CPU without an eviction instruction for user code: the L2 flush only
+    monkeypatch.setattr(llvm_tuning.measure, "evict_from_caches", lambda arrays: False)
+    assert llvm_tuning.measure._flush_of(flush, weights) is llvm_tuning.cache_flusher(cpu)
+    assert llvm_tuning.measure._flush_of(MeasureOptions(cache="hot"), weights) is None
 
 
 def test_the_rotate_mode_takes_turns_over_copies_of_constants_and_outputs(monkeypatch, rng):

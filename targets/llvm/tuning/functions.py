@@ -734,7 +734,7 @@ def _measure_function(task: Task, config: Config, options: MeasureOptions
             return lambda: twin(inputs)
         call = _rotating(make, sum(c.nbytes for c in kernel.constants)
                          + sum(o.nbytes for o in outputs))
-    return time_calls(call, options, _flush_of(options), pool_watch)
+    return time_calls(call, options, _flush_of(options, kernel.constants), pool_watch)
 
 
 FUNCTION = "function"

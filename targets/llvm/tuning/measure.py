@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -14,14 +14,14 @@ from heterocc.sdk.tuning import MeasureOptions
 
 from ..cpu import CPUDescription, active_cpu
 from ..module import build
-from ..runtime import num_threads, pool_counters
+from ..runtime import evict_from_caches, num_threads, pool_counters
 
 # ------------------------------------------------------------------ measuring a candidate
 
 
 #: how many times the L2 caches of all cores the cache flush reads: enough that what a
-#: candidate touched is evicted from every core's L2 (to the L3, where a model's
-#: kernel finds the weights it last read a network run ago)
+#: candidate touched is evicted from every core's L2 (its weights are evicted from
+#: every level besides, see :func:`evicting`)
 FLUSH_L2_MULTIPLE = 2
 #: rows of the flush's buffer per core: the thread pool hands rows out in chunks, so
 #: each core reads its share even while another is slowed
@@ -72,9 +72,40 @@ def pool_watch() -> Callable[[], bool]:
     return degraded
 
 
-def _flush_of(options: MeasureOptions) -> Callable[[], None] | None:
-    """The cache flush run before each timed call, where ``options`` ask for one."""
-    return cache_flusher(active_cpu()) if options.cache == "flush" else None
+def _flush_of(options: MeasureOptions, constants: Sequence[np.ndarray] = ()
+              ) -> Callable[[], None] | None:
+    """The cache flush run before each timed call, where ``options`` ask for one: the
+    kernel's ``constants`` (its weights) evicted from every cache level
+    (:func:`evicting`), then the cores' L2 caches flushed (:func:`cache_flusher`)."""
+    if options.cache != "flush":
+        return None
+    flush = cache_flusher(active_cpu())
+    evict = evicting(constants)
+    if evict is None:
+        return flush
+
+    def evict_and_flush() -> None:
+        evict()
+        flush()
+    return evict_and_flush
+
+
+def evicting(constants: Sequence[np.ndarray]) -> Callable[[], None] | None:
+    """A call that evicts ``constants`` from every level of the caches (None where there
+    are none, or where this CPU cannot: then only the L2 flush runs). A network's kernel
+    finds its weights where a whole run of the other kernels left them, and a network
+    streams more than a last-level cache holds, or shares it with others: ResNet-18's
+    float weights are 46 MB, and where the flush left them in a 32 MB L3, the search
+    from scratch took a Winograd F(4,3) convolution (four times the weights) for its
+    256-channel 3x3 layers, timed at 0.50 ms against the hand schedule's 0.52; in the
+    model it took 1.20 ms against 0.53 (Zen 4, two cores), as it does timed with this
+    eviction (see ``docs/tuning.md``)."""
+    if not constants:
+        return None
+    kept = list(constants)
+    if not evict_from_caches(kept):
+        return None
+    return lambda: evict_from_caches(kept)
 
 
 #: the most copies of a candidate's constants and outputs the ``rotate`` timing takes
