@@ -148,7 +148,10 @@ class ConfigSpace:
         chosen: list[int] = []
         taken = set(excluded)
         while len(chosen) < count:
-            index = int(rng.integers(self.size))
+            # a uniform option per knob is a uniform point of the space, of any size (a
+            # function's sketch with a Winograd choice has more than 2**63 points, which
+            # one integer draw of NumPy cannot span)
+            index = self.index_of_digits([int(rng.integers(radix)) for radix in self.radices])
             if index not in taken:
                 taken.add(index)
                 chosen.append(index)

@@ -38,6 +38,22 @@ def test_random_indices_are_distinct_and_exclude():
     assert len(picked) == 10 and len(set(picked)) == 10 and not {0, 1} & set(picked)
 
 
+def test_random_indices_span_a_space_larger_than_an_int64():
+    # 40 knobs of 7 options: about 6.4e33 points (a function sketch with a Winograd
+    # choice has more than 2**63), drawn uniformly whatever its size
+    space = ConfigSpace(tuple(Knob(f"k{i}", "split", tuple(range(7))) for i in range(40)))
+    assert space.size > 2 ** 63
+    rng = np.random.default_rng(0)
+    picked = space.random_indices(rng, 200, exclude={0})
+    assert len(set(picked)) == 200 and 0 not in picked
+    assert all(0 <= index < space.size for index in picked)
+    assert max(picked) > 2 ** 63  # the draws reach the whole range, not an int64's
+    # each knob's option is uniform: every option of the last knob is drawn
+    assert {space.digits(index)[-1] for index in picked} == set(range(7))
+    for index in picked[:5]:
+        assert space.from_values(space.get(index).to_json()).index == index
+
+
 def test_neighbor_changes_exactly_one_knob():
     space = _space()
     rng = np.random.default_rng(1)
