@@ -147,12 +147,27 @@ def test_only_similar_tasks_points_are_carried_each_knob_from_the_donor_or_the_o
                               trials=24, batch_size=8, transfer=0)
     states = scheduler.run()
     assert scheduler.transfers(states[2]) == []
-    donor, own = states[0].progress.best_config, states[1].progress.best_config
-    carried = scheduler.transfers(states[1])
-    assert len(carried) == 1
-    (config,) = carried
-    assert config.index not in states[1].tuner.visited
-    assert small.definition.admissible(small.args, config.values)
+    own, visited = states[1].progress.best_config, states[1].tuner.visited
+    # the large product's best as a point the small one's space offers in part (so some
+    # knobs come from it, others from the small product's own best), and that the small
+    # product has not measured: its draws alone need not give one
+    small_knobs = {knob.name: knob.options for knob in small.space.knobs}
+
+    def mixes(donor):
+        offered = [name for name, value in donor.values.items()
+                   if value in small_knobs[name]]
+        adopted = small.space.adopt(donor.values, own.values)
+        return (adopted is not None and adopted.index not in visited
+                and small.definition.admissible(small.args, adopted.values)
+                and len(offered) < len(small_knobs)
+                and any(donor[name] != own[name] for name in offered))
+
+    candidates = (large.space.get(i) for i in large.space.random_indices(
+        np.random.default_rng(0), 4000))
+    donor = next(config for config in candidates if mixes(config))
+    states[0].progress.best_config = donor
+    (config,) = scheduler.transfers(states[1])
+    assert config.index not in visited
     for knob in small.space.knobs:
         expected = donor[knob.name] if donor[knob.name] in knob.options else own[knob.name]
         assert config[knob.name] == expected
