@@ -461,14 +461,14 @@ int heterocc_evict(const void *data, int64_t bytes) {
     for (; line < end; line += LINE) {
 #if defined(__aarch64__)
         __asm__ volatile("dc civac, %0" : : "r"(line) : "memory");
-#else
-        __builtin_ia32_clflush(line);
+#else  /* inline assembly: no compiler flag for the instruction set is needed */
+        __asm__ volatile("clflush (%0)" : : "r"(line) : "memory");
 #endif
     }
 #if defined(__aarch64__)
     __asm__ volatile("dsb ish" : : : "memory");
 #else
-    __builtin_ia32_mfence();
+    __asm__ volatile("mfence" : : : "memory");
 #endif
     return 1;
 #else
