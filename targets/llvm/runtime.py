@@ -58,6 +58,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import llvmlite.binding as llvm
@@ -626,12 +627,25 @@ def num_threads() -> int:
     return int(load_runtime().heterocc_num_threads())
 
 
-def evict_from_caches(arrays) -> bool:
-    """Evict the memory of each of ``arrays`` (NumPy arrays) from every level of every
-    core's caches; False where this CPU has no instruction for it (nothing evicted)."""
+@functools.cache
+def _evict() -> Callable[[int | None, int], int]:
+    """The runtime's ``heterocc_evict``, its argument types declared once."""
     evict = load_runtime().heterocc_evict
     evict.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     evict.restype = ctypes.c_int
+    return evict
+
+
+def evicts_here() -> bool:
+    """Whether :func:`evict_from_caches` evicts anything on this CPU (asked of an empty
+    range, which touches no memory)."""
+    return bool(_evict()(None, 0))
+
+
+def evict_from_caches(arrays) -> bool:
+    """Evict the memory of each of ``arrays`` (NumPy arrays) from every level of every
+    core's caches; False where this CPU has no instruction for it (nothing evicted)."""
+    evict = _evict()
     return all([bool(evict(array.ctypes.data, array.nbytes)) for array in arrays])
 
 

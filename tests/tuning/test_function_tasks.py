@@ -493,7 +493,7 @@ def test_the_flush_is_the_l2_flush_alone_without_weights_or_where_nothing_evicts
     weights = [np.ones(1024, np.float32)]
     assert llvm_tuning.measure._flush_of(flush, weights) is not llvm_tuning.cache_flusher(cpu)
     # a CPU without an eviction instruction for user code: the L2 flush only
-    monkeypatch.setattr(llvm_tuning.measure, "evict_from_caches", lambda arrays: False)
+    monkeypatch.setattr(llvm_tuning.measure, "evicts_here", lambda: False)
     assert llvm_tuning.measure._flush_of(flush, weights) is llvm_tuning.cache_flusher(cpu)
     assert llvm_tuning.measure._flush_of(MeasureOptions(cache="hot"), weights) is None
 

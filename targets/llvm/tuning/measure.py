@@ -14,7 +14,7 @@ from heterocc.sdk.tuning import MeasureOptions
 
 from ..cpu import CPUDescription, active_cpu
 from ..module import build
-from ..runtime import evict_from_caches, num_threads, pool_counters
+from ..runtime import evict_from_caches, evicts_here, num_threads, pool_counters
 
 # ------------------------------------------------------------------ measuring a candidate
 
@@ -100,11 +100,9 @@ def evicting(constants: Sequence[np.ndarray]) -> Callable[[], None] | None:
     256-channel 3x3 layers, timed at 0.50 ms against the hand schedule's 0.52; in the
     model it took 1.20 ms against 0.53 (Zen 4, two cores), as it does timed with this
     eviction (see ``docs/tuning.md``)."""
-    if not constants:
+    if not constants or not evicts_here():
         return None
     kept = list(constants)
-    if not evict_from_caches(kept):
-        return None
     return lambda: evict_from_caches(kept)
 
 

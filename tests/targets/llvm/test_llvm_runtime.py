@@ -517,5 +517,6 @@ def test_evicted_memory_keeps_its_values():
     parts = [data, data[5:1000], data[:0], data.view(np.uint8)[3:70]]
     evicted = runtime.evict_from_caches(parts)
     assert evicted == (platform.machine().lower() in ("x86_64", "amd64", "aarch64", "arm64"))
+    assert runtime.evicts_here() == evicted
     np.testing.assert_array_equal(data, kept)
     assert runtime.evict_from_caches([])  # nothing to evict is no failure
