@@ -16,11 +16,14 @@ kernels at all, or needs fewer multiplies.
    are counted apart and left out of the bound, like everything else a model runs
    besides (requantization, pooling, residual adds, packing): they only add time.
 3. Their time at one core's peak times the threads: a lower bound of any kernel that
-   multiplies them on that instruction. Then ONNX Runtime's median latency on the same
-   int8 model (as
-   ``benchmarks/zoo.py`` makes it: ``quantize_static`` QDQ, per channel) at the same
-   thread count, and bound / ORT: above 0.8, "0.8x ORT" is out of reach of any kernel
-   of the direct convolution's arithmetic on this CPU.
+   multiplies them on that instruction. Where the CPU has matrix tiles (x86 AMX-INT8),
+   the convolutions the llvm target computes on them (``matrix_conv``: their input
+   channels counted rounded up to whole blocks of 64, as the tiles multiply them) are
+   timed at the tiles' peak instead (four accumulator tiles advanced by ``tdpbsud`` on
+   operand tiles loaded once), the rest at the dot product's. Then ONNX Runtime's median
+   latency on the same int8 model (as ``benchmarks/zoo.py`` makes it: ``quantize_static``
+   QDQ, per channel) at the same thread count, and bound / ORT: above 0.8, "0.8x ORT"
+   is out of reach of any kernel of the direct convolution's arithmetic on this CPU.
 
     python benchmarks/int8_bound.py [--models resnet18 resnet50] [--threads 2]
                                     [--target "llvm -mattr=-avx512f"] [--runs 50]
@@ -48,8 +51,15 @@ from machine import cpu_target, describe  # noqa: E402  (beside this script)
 from zoo import TEXT, VISION, export, quantize, random_feed  # noqa: E402  (beside this script)
 
 from heterocc.targets.llvm.int8_dot import Dot4Emitter  # noqa: E402
+from heterocc.targets.llvm.int8_tiles import (  # noqa: E402
+    TILE_BYTES,
+    TILE_ROWS,
+    has_tiles,
+    tile_configuration,
+)
 from heterocc.targets.llvm.module import machines  # noqa: E402
 from heterocc.targets.llvm.schedules.int8_conv import data_dtype  # noqa: E402
+from heterocc.targets.llvm.schedules.int8_matrix import CHANNEL_BLOCK, matrix_conv  # noqa: E402
 
 #: bytes per int32 lane of the dot product: the reduction is multiplied in groups of four
 GROUP = 4
@@ -57,18 +67,77 @@ GROUP = 4
 OPERAND_REGISTERS = 4
 #: the peak loop's symbol in the target's engine (beside its kernels)
 PEAK_FUNCTION = "heterocc_bench_dot_peak"
+#: the tiles' peak loop's symbol
+TILE_PEAK_FUNCTION = "heterocc_bench_tile_peak"
+#: multiply-accumulates of one tile product (16 x 16 x 64)
+TILE_MACS = TILE_ROWS * TILE_ROWS * TILE_BYTES
+
+
+def tile_peak_ir() -> str:
+    """LLVM IR of ``i32 TILE_PEAK_FUNCTION(i64 count, i32 seed, ptr scratch)``: the tiles
+    configured, two weight and two data tiles loaded from ``scratch`` (4 KB), then
+    ``count`` iterations of the four products of a 2 x 2 register tile into four
+    accumulator tiles (each waiting on its own last product, as in a convolution's
+    reduction), stored back, the tiles released."""
+    config = tile_configuration()
+    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    ptr = ir.PointerType()
+    module = ir.Module(name="tile_peak")
+    table = ir.GlobalVariable(module, ir.ArrayType(i8, len(config)), "tile_config")
+    table.global_constant, table.align = True, 64
+    table.initializer = ir.Constant(ir.ArrayType(i8, len(config)), bytearray(config))
+    function = ir.Function(module, ir.FunctionType(i32, [i64, i32, ptr]),
+                           name=TILE_PEAK_FUNCTION)
+    count, _, scratch = function.args
+    entry, loop, done = (function.append_basic_block(n) for n in ("entry", "loop", "done"))
+
+    def call(name, args, types):
+        callee = module.globals.get(name) or ir.Function(
+            module, ir.FunctionType(ir.VoidType(), types), name=name)
+        builder.call(callee, args)
+
+    def tile(number):
+        return ir.Constant(i8, number)
+
+    builder = ir.IRBuilder(entry)
+    call("llvm.x86.ldtilecfg", [table], [ptr])
+    for number in range(4, 8):  # operands: rows of 64 bytes, 1 KB a tile
+        address = builder.gep(scratch, [ir.Constant(i64, 1024 * (number - 4))],
+                              source_etype=i8)
+        call("llvm.x86.tileloadd64", [tile(number), address, ir.Constant(i64, TILE_BYTES)],
+             [i8, ptr, i64])
+    for number in range(4):
+        call("llvm.x86.tilezero", [tile(number)], [i8])
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    index = builder.phi(i64)
+    for c, (a, b) in enumerate(((4, 6), (4, 7), (5, 6), (5, 7))):
+        call("llvm.x86.tdpbsud", [tile(c), tile(a), tile(b)], [i8, i8, i8])
+    step = builder.add(index, ir.Constant(i64, 1))
+    builder.cbranch(builder.icmp_unsigned("<", step, count), loop, done)
+    index.add_incoming(ir.Constant(i64, 0), entry)
+    index.add_incoming(step, loop)
+    builder.position_at_end(done)
+    for number in range(4):
+        address = builder.gep(scratch, [ir.Constant(i64, 1024 * number)], source_etype=i8)
+        call("llvm.x86.tilestored64", [tile(number), address, ir.Constant(i64, TILE_BYTES)],
+             [i8, ptr, i64])
+    call("llvm.x86.tilerelease", [], [])
+    builder.ret(ir.Constant(i32, 0))
+    return str(module)
 
 
 def dot_peak_ir(description, lanes: int, chains: int) -> str:
-    """LLVM IR of ``i32 PEAK_FUNCTION(i64 count, i32 seed)``: ``count`` iterations, each
+    """LLVM IR of ``i32 PEAK_FUNCTION(i64 count, i32 seed, ptr)``: ``count`` iterations, each
     advancing ``chains`` independent ``<lanes x i32>`` accumulators by one dot product of
     data bytes (as the CPU's convolutions store them: :func:`data_dtype`) by int8 weights
     as the target emits it for ``description``."""
     module = ir.Module(name="dot_peak")
     i32, i64 = ir.IntType(32), ir.IntType(64)
     words = ir.VectorType(i32, lanes)
-    function = ir.Function(module, ir.FunctionType(i32, [i64, i32]), name=PEAK_FUNCTION)
-    count, seed = function.args
+    function = ir.Function(module, ir.FunctionType(i32, [i64, i32, ir.PointerType()]),
+                           name=PEAK_FUNCTION)
+    count, seed, _ = function.args  # the third: the tiles' loop's scratch, unused here
     entry, loop, done = (function.append_basic_block(n) for n in ("entry", "loop", "done"))
     builder = ir.IRBuilder(entry)
     broadcast = builder.insert_element(ir.Constant(words, ir.Undefined), seed,
@@ -124,30 +193,47 @@ def close_loop(builder, blocks, index, count, accumulators, updated, initial) ->
 def dot_peak(description, runs: int, seconds: float) -> tuple[float, float]:
     """Byte multiply-accumulates per second of the dot-product peak loop: one thread,
     and every core at once (the best of ``runs`` runs of about ``seconds`` each)."""
+    lanes = description.vector_bytes // 4
+    chains = max(8, description.vector_registers - OPERAND_REGISTERS)
+    return _peak(description, dot_peak_ir(description, lanes, chains), PEAK_FUNCTION,
+                 chains * lanes * GROUP, runs, seconds)
+
+
+def tile_peak(description, runs: int, seconds: float) -> tuple[float, float]:
+    """:func:`dot_peak` of the tiles' loop (:func:`tile_peak_ir`)."""
+    return _peak(description, tile_peak_ir(), TILE_PEAK_FUNCTION, 4 * TILE_MACS, runs,
+                 seconds)
+
+
+def _peak(description, source: str, symbol: str, per_iteration: int, runs: int,
+          seconds: float) -> tuple[float, float]:
+    """Multiply-accumulates per second of the loop ``symbol`` of ``source`` (LLVM IR;
+    ``per_iteration`` of them an iteration), one thread and every core at once."""
     state = machines(description)
     if state.engine is None:
         raise SystemExit(f"code for {description.triple} does not run on this machine")
-    lanes = description.vector_bytes // 4
-    chains = max(8, description.vector_registers - OPERAND_REGISTERS)
-    module = llvm.parse_assembly(dot_peak_ir(description, lanes, chains))
+    module = llvm.parse_assembly(source)
     module.verify()
     with state.engine_lock:  # the engine the target's kernels are loaded into
         state.engine.add_module(module)
         state.engine.finalize_object()
-        address = state.engine.get_function_address(PEAK_FUNCTION)
+        address = state.engine.get_function_address(symbol)
     # ctypes releases the GIL during the call: the threads run the loop side by side
-    loop = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_int32)(address)
+    loop = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_int32,
+                            ctypes.c_void_p)(address)
+    scratch = [np.zeros(4096, np.uint8) for _ in range(os.cpu_count() or 1)]
     start = time.perf_counter()
-    loop(100_000, 3)
+    loop(100_000, 3, scratch[0].ctypes.data)
     count = max(1, int(100_000 * seconds / (time.perf_counter() - start)))
-    per_call = count * chains * lanes * GROUP
+    per_call = count * per_iteration
     rates = []
     for threads in (1, os.cpu_count() or 1):
         best = 0.0
         with ThreadPoolExecutor(threads) as pool:
             for _ in range(runs):
                 start = time.perf_counter()
-                list(pool.map(lambda _: loop(count, 3), range(threads)))
+                list(pool.map(lambda t: loop(count, 3, scratch[t].ctypes.data),
+                              range(threads)))
                 best = max(best, threads * per_call / (time.perf_counter() - start))
         rates.append(best)
     return rates[0], rates[1]
@@ -157,17 +243,19 @@ def _ceil_group(value: int) -> int:
     return -(-value // GROUP) * GROUP
 
 
-def model_macs(path: str) -> tuple[int, int]:
+def model_macs(path: str, description=None) -> tuple[int, int, int]:
     """(multiply-accumulates of the dense and grouped convolutions and products, with each
-    reduction rounded up to whole groups of four; those of the depthwise convolutions)
-    of the float model at ``path``, from its inferred shapes."""
+    reduction rounded up to whole groups of four; those of the depthwise convolutions;
+    those of the convolutions ``description``'s tiles take, each reduction rounded up to
+    whole blocks of 64 channels) of the float model at ``path``, from its inferred
+    shapes. The tiles' are not in the first count."""
     model = onnx.shape_inference.infer_shapes(onnx.load(path))
     graph = model.graph
     shapes = {init.name: tuple(init.dims) for init in graph.initializer}
     for info in [*graph.value_info, *graph.input, *graph.output]:
         dims = info.type.tensor_type.shape.dim
         shapes[info.name] = tuple(d.dim_value or 1 for d in dims)
-    dense = depthwise = 0
+    dense = depthwise = tiles = 0
     for node in graph.node:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         if node.op_type == "Conv":
@@ -176,6 +264,9 @@ def model_macs(path: str) -> tuple[int, int]:
             points = n * k * int(np.prod(spatial)) * int(np.prod(window))
             if attrs.get("group", 1) > 1 and per_group == 1:
                 depthwise += points
+            elif description is not None and matrix_conv(
+                    shapes[node.input[0]], shapes[node.input[1]], attrs, description):
+                tiles += points * -(-per_group // CHANNEL_BLOCK) * CHANNEL_BLOCK
             else:
                 dense += points * _ceil_group(per_group)
         elif node.op_type == "Gemm":
@@ -188,7 +279,7 @@ def model_macs(path: str) -> tuple[int, int]:
             a, b = shapes[node.input[0]], shapes[node.input[1]]
             batch = int(np.prod(shapes[node.output[0]][:-2]))
             dense += batch * a[-2] * b[-1] * _ceil_group(a[-1])
-    return dense, depthwise
+    return dense, depthwise, tiles
 
 
 def ort_latency(path: str, threads: int, runs: int) -> float:
@@ -225,7 +316,8 @@ def main() -> int:
     args = parser.parse_args()
     print(describe(args.target))
     print(f"load: {os.getloadavg()[0]:.1f}")
-    one, every = dot_peak(cpu_target(args.target), args.peak_runs, args.peak_seconds)
+    description = cpu_target(args.target)
+    one, every = dot_peak(description, args.peak_runs, args.peak_seconds)
     cores = os.cpu_count() or 1
     # the bound at --threads threads: one core's peak times the threads (cores running
     # at once never beat it: their clocks only drop; a busy machine preempts the
@@ -234,8 +326,15 @@ def main() -> int:
     print(f"8-bit dot product peak: {one / 1e9:.1f} G byte-MAC/s on one core, "
           f"{every / 1e9:.1f} on {cores} cores at once; the bound at {args.threads} "
           f"threads takes {peak / 1e9:.1f}")
-    print(f"{'model':<20}{'dense GMAC':>11}{'depthwise':>11}{'bound ms':>10}{'ORT ms':>9}"
-          f"{'bound/ORT':>11}")
+    tile_rate = None
+    if has_tiles(description.features, description.arch):
+        tile_one, tile_every = tile_peak(description, args.peak_runs, args.peak_seconds)
+        tile_rate = tile_one * min(args.threads, cores)
+        print(f"matrix tiles' peak: {tile_one / 1e9:.1f} G byte-MAC/s on one core, "
+              f"{tile_every / 1e9:.1f} on {cores} cores at once; the bound at "
+              f"{args.threads} threads takes {tile_rate / 1e9:.1f}")
+    print(f"{'model':<20}{'dense GMAC':>11}{'tiles GMAC':>11}{'depthwise':>11}{'bound ms':>10}"
+          f"{'ORT ms':>9}{'bound/ORT':>11}")
     with tempfile.TemporaryDirectory() as directory:
         for name in args.models:
             float_path = os.path.join(directory, f"{name}.onnx")
@@ -245,10 +344,11 @@ def main() -> int:
                 continue
             int8_path = os.path.join(directory, f"{name}.int8.onnx")
             quantize(float_path, int8_path)
-            dense, depthwise = model_macs(float_path)
-            bound = dense / peak
+            dense, depthwise, tiles = model_macs(
+                float_path, description if tile_rate is not None else None)
+            bound = dense / peak + (tiles / tile_rate if tiles else 0.0)
             ort_seconds = ort_latency(int8_path, args.threads, args.runs)
-            print(f"{name:<20}{dense / 1e9:>11.3f}{depthwise / 1e9:>11.3f}"
+            print(f"{name:<20}{dense / 1e9:>11.3f}{tiles / 1e9:>11.3f}{depthwise / 1e9:>11.3f}"
                   f"{bound * 1e3:>10.2f}{ort_seconds * 1e3:>9.2f}{bound / ort_seconds:>11.2f}")
     return 0
 

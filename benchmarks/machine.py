@@ -7,7 +7,8 @@ import os
 import platform
 
 #: vector ISA extensions worth naming, widest first
-_ISA_FLAGS = ("avx512f", "avx2", "fma", "avx", "sse4_2", "asimd", "sve")
+_ISA_FLAGS = ("avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "avx2", "fma", "avx", "sse4_2",
+              "asimd", "asimddp", "sve")
 #: set by avx2_host.py in the processes it runs: the ISA prefix CPUID hides there
 HIDDEN_ISA_ENV = "HETEROCC_BENCH_HIDDEN_ISA"
 
@@ -63,9 +64,14 @@ def describe(target=None) -> str:
         return line
     if description is None:
         return f"{line}; code for: {target} (no CPU code)"
+    # the int8 kernels' instructions: matrix tiles, or the vector dot product's form
+    int8 = "int8 on AMX tiles" if {"amx-tile", "amx-int8"} <= description.features \
+        else "int8 on VNNI" if description.features & {"avx512vnni", "avxvnni"} \
+        else None
     return (f"{line}; code for: {description.cpu} {description.isa} "
             f"({description.vector_bytes * 8}-bit x {description.vector_registers} registers, "
-            f"{'FMA' if description.fma else 'no FMA'}, {description.triple})")
+            f"{'FMA' if description.fma else 'no FMA'}"
+            f"{', ' + int8 if int8 else ''}, {description.triple})")
 
 
 #: A cache line bounced between two threads pinned to two CPUs: prints the round trip.

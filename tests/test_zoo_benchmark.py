@@ -160,13 +160,52 @@ def test_the_int8_bound_counts_the_dot_products_multiply_accumulates():
     path = Path(__file__).resolve().parent / ".int8_bound_model.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     try:
-        dense, depthwise = int8_bound.model_macs(str(path))
+        dense, depthwise, tiles = int8_bound.model_macs(str(path))
+        # a CPU with tiles: none of these convolutions fills them
+        assert int8_bound.model_macs(str(path), parse_cpu("llvm -mcpu=sapphirerapids")) \
+            == (dense, depthwise, 0)
     finally:
         path.unlink()
     # the stem's 3 channels cost a group of 4; the grouped 1x1 its 4 per group; the
     # product's 6 inputs two groups of 4
     assert dense == 8 * 25 * 9 * 4 + 6 * 25 * 4 + 10 * 8
     assert depthwise == 8 * 25 * 9
+    assert tiles == 0
+
+
+def test_the_int8_bound_counts_the_tiles_multiply_accumulates_apart():
+    """On a CPU with matrix tiles, a convolution they take (96 -> 32 3x3) counts its
+    channels rounded up to a block of 64 at the tiles' peak; the product stays on the
+    dot product's."""
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Flatten", ["c1"], ["flat"]),
+             helper.make_node("Gemm", ["flat", "w2"], ["y"], transB=1)]
+    weights = [onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32),
+                                            name)
+               for name, shape in (("w1", (32, 96, 3, 3)), ("w2", (10, 32 * 16)))]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT,
+                                                   [1, 96, 4, 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 10])], weights)
+    path = Path(__file__).resolve().parent / ".int8_bound_tiles.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    try:
+        on_tiles = int8_bound.model_macs(str(path), parse_cpu("llvm -mcpu=sapphirerapids"))
+        on_vnni = int8_bound.model_macs(str(path), parse_cpu("llvm -mcpu=znver4"))
+    finally:
+        path.unlink()
+    assert on_tiles == (10 * 512, 0, 32 * 16 * 9 * 128)
+    assert on_vnni == (32 * 16 * 9 * 96 + 10 * 512, 0, 0)
+
+
+def test_the_int8_bound_tile_loop_is_four_tile_products_an_iteration():
+    module = llvm.parse_assembly(int8_bound.tile_peak_ir())
+    module.verify()
+    description = parse_cpu("llvm -mcpu=sapphirerapids")
+    assembly = machines(description).export_machine.emit_assembly(module)
+    assert assembly.count("tdpbsud") == 4 and "ldtilecfg" in assembly
+    assert "tilerelease" in assembly
 
 
 def test_the_int8_bound_loop_is_the_targets_dot_product_on_each_cpu():

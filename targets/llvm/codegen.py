@@ -30,6 +30,7 @@ from .byte_table import byte_table_index, byte_table_lanes, emit_byte_table_look
 from .cpu import masked_vector_loads, masked_vector_stores
 from .int8_dot import DOT4_CALL, INTERLEAVE_CALL, emit_dot4_call, emit_interleave_call
 from .int8_product import emit_shifted_product, even_odd_products, shifted_product_operands
+from .int8_tiles import TILE_CALLS, configure_tiles, emit_tile_call
 from .llvm_types import (
     I1,
     I8,
@@ -103,8 +104,13 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
         self._region: ChainMap = ChainMap()
         self._branches = 0  # selects being emitted as branches around the current point
         self._reads: dict[int, tuple[tx.Expr, bool]] = {}  # whether a node loads, by id
+        #: whether the function has emitted a tile instruction (:mod:`.int8_tiles`): its
+        #: entry then configures the tiles and its return releases them
+        self.uses_tiles = False
 
     def finish(self) -> None:
+        if self.uses_tiles:
+            configure_tiles(self)
         self.builder.ret_void()
         self.entry_builder.branch(self.function.blocks[1])
 
@@ -156,6 +162,10 @@ class FunctionEmitter(ExprFunctor, StmtEmitter):
     # ------------------------------------------------------------------ statements
 
     def visit_Evaluate(self, node: ts.Evaluate) -> None:
+        if isinstance(node.value, tx.Call) and node.value.name in TILE_CALLS:
+            # an instruction on tile registers: emitted where it stands, never shared
+            emit_tile_call(self, node.value)
+            return
         self.expr(node.value)
 
     def visit_BufferStore(self, node: ts.BufferStore) -> None:

@@ -36,6 +36,8 @@ import numpy as np
 from heterocc.sdk import TargetError
 from heterocc.sdk.registry import parse_target_spec
 
+from .int8_tiles import request_tile_permission
+
 # --- feature sets ---------------------------------------------------------------
 
 #: x86-64 micro-architecture levels (the psABI's, as LLVM names their features).
@@ -444,6 +446,9 @@ def describe_cpu(mcpu: str | None = None, mattr: str | Iterable[str] | None = No
     if native and mcpu in (None, host_cpu):
         cpu = host_cpu
         features = frozenset(f for f, on in _host_feature_map().items() if on)
+        if "amx-tile" in features and not request_tile_permission():
+            # the CPU has tiles but the system does not let this process use them
+            features = without_dependents(features, {"amx-tile"})
         caches = read_host_caches()
         caches_from = "sysfs" if caches else "defaults"
         if caches is None:

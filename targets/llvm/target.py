@@ -52,15 +52,19 @@ from .outputs import OutputArrays
 from .rules import ChannelSelectRule, cpu_rules, generic_rules
 from .schedules import (
     DEPTHWISE_PACKINGS,
+    MATRIX_WEIGHT_PACKING,
     WIDENED_WEIGHT_PACKING,
     PanelChoice,
     channel_lanes_tiles,
     depthwise_weight_packing,
     int8_conv_operands,
+    matrix_conv,
+    matrix_weight_shape,
     pack_columns,
     pack_depthwise_weight_array,
     pack_int8_weight_array,
     pack_matmuls,
+    pack_matrix_weight_array,
     packed_source,
     packed_weight_dtype,
     packed_weight_shape,
@@ -214,6 +218,12 @@ def _prepack_int8_conv_weights(constants: _FunctionConstants, cpu: CPUDescriptio
                     weight.shape, described["attrs"], cpu, described["x"].shape)
                 prepacked, index = constants.replace(weight, shape, dtype, "packed")
                 packings.append((index, packing, cpu.vector_lanes("int32")))
+            elif row_tiles(described["x"].shape, weight.shape, described["attrs"],
+                           cpu) is None and matrix_conv(described["x"].shape, weight.shape,
+                                                        described["attrs"], cpu):
+                prepacked, index = constants.replace(
+                    weight, matrix_weight_shape(weight.shape), "int8", "packed")
+                packings.append((index, MATRIX_WEIGHT_PACKING, 0))
             else:  # axes: the vectors of output channels of channel lanes (or 0)
                 tiles = row_tiles(described["x"].shape, weight.shape, described["attrs"],
                                   cpu) or channel_lanes_tiles(described["x"].shape,
@@ -281,6 +291,9 @@ def _packed_constants(constants: list[np.ndarray], packings) -> list[np.ndarray]
     for index, width, axes in packings:
         if width == WINOGRAD_PACKING:  # a Winograd convolution's weight, ``axes`` its m
             constants[index] = transform_weight_array(constants[index], axes)
+            continue
+        if width == MATRIX_WEIGHT_PACKING:  # an integer convolution's on the tiles
+            constants[index] = pack_matrix_weight_array(constants[index])
             continue
         if width in (0, WIDENED_WEIGHT_PACKING):  # an integer convolution's weight
             # (_prepack_int8_conv_weights): int8, or widened to int16

@@ -121,6 +121,13 @@ from .int8_depthwise import (
     schedule_int8_depthwise,
     weight_lanes_shape,
 )
+from .int8_matrix import (
+    MATRIX_WEIGHT_PACKING,
+    Int8MatrixTiles,
+    matrix_conv,
+    matrix_weight_shape,
+    pack_matrix_weight_array,
+)
 from .int8_rewrite import int8_conv_operands, use_int8_conv, use_int8_convs
 from .int8_rows import (
     Int8RowTiles,
@@ -233,6 +240,11 @@ __all__ = [
     "weight_dtype",
     "packed_weight_dtype",
     "WIDENED_WEIGHT_PACKING",
+    "MATRIX_WEIGHT_PACKING",
+    "Int8MatrixTiles",
+    "matrix_conv",
+    "matrix_weight_shape",
+    "pack_matrix_weight_array",
     "channel_lanes_tiles",
     "Int8ChannelTiles",
     "Int8RowTiles",

@@ -50,6 +50,17 @@ from heterocc.tir.stmt import BufferStore
 from ..cpu import CPUDescription, masked_vector_loads
 from ..int8_dot import DOT4_CALL, GROUP, INTERLEAVE_CALL, dot4_instruction
 from .common import TASKS_PER_CORE, vector_lanes
+from .int8_matrix import (
+    CHANNEL_BLOCK,
+    GROUPS_PER_BLOCK,
+    Int8MatrixTiles,
+    matrix_conv,
+    matrix_tiles,
+    matrix_weight_shape,
+    pack_int8_weight_blocks,
+    schedule_int8_matrix,
+    tile_product_intrinsic,
+)
 
 
 def data_dtype(cpu: CPUDescription) -> str:
@@ -778,7 +789,8 @@ def packs_in_two_passes(x_shape, pads, strides, row_length: int, dtype: str,
 
 def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
                    row_length: int, dtype: str, cpu: CPUDescription, strides=(1, 1),
-                   phases=(1, 1), in_tasks: bool = False) -> te.Tensor:
+                   phases=(1, 1), in_tasks: bool = False,
+                   channel_groups: int | None = None) -> te.Tensor:
     """``x`` (int8 or uint8 NCHW) as ``[n, C/4, row phases, column phases, positions',
     4]`` ``dtype`` values: the padded image split by the ``strides``' phases (phase
     (``py``, ``px``) holds padded pixels (``sy * row + py``, ``sx * column + px``);
@@ -809,16 +821,19 @@ def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
     112 bytes), 144->32 took 1.05-1.09x, so longer rows keep the one pass.
 
     ``in_tasks``: packed by each task of its reader for the rows it reads (two passes,
-    :func:`row_tasks`), a task's region whole runs of the interleave's step."""
+    :func:`row_tasks`), a task's region whole runs of the interleave's step.
+    ``channel_groups``: groups of four channels (default C/4 rounded up; more: the
+    channels past C hold the zero point, as the last group's do)."""
     n, channels, _, _ = x.shape
+    groups = channel_groups or -(-channels // GROUP)
     if not packs_in_two_passes(x.shape, pads, strides, row_length, dtype, cpu):
         return pack_int8_bytes(x, x_zero, pads, positions, row_length, dtype, strides,
-                               phases)
+                               phases, groups)
     run = interleave_run(dtype, cpu)
     positions = -(-positions // run) * run
     phased = pack_int8_phases(x, x_zero, pads, positions, row_length, dtype, strides,
                               phases, plane=packs_as_plane(x.shape, pads, strides, dtype,
-                                                           cpu))
+                                                           cpu), channel_groups=groups)
     column_phases = phases[1]
 
     def element(b, channel_group, row_phase, column_phase, position, inner):
@@ -828,7 +843,7 @@ def pack_int8_flat(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
     attrs = {"int8_interleaved": run}
     if in_tasks:  # a task's positions whole runs (the positions axis, not the group's)
         attrs[te.REGION_MULTIPLE] = (-2, run)
-    return te.compute((n, -(-channels // GROUP), *phases, positions, GROUP), element,
+    return te.compute((n, groups, *phases, positions, GROUP), element,
                       name="int8_data", dtype=dtype, attrs=attrs)
 
 
@@ -910,8 +925,8 @@ def flat_row_length(width: int, pads, stride: int, reach: int) -> int:
 
 
 def pack_int8_bytes(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
-                    row_length: int, dtype: str, strides=(1, 1), phases=(1, 1)
-                    ) -> te.Tensor:
+                    row_length: int, dtype: str, strides=(1, 1), phases=(1, 1),
+                    channel_groups: int | None = None) -> te.Tensor:
     """:func:`pack_int8_flat`'s layout (``positions`` as they are) in one pass, each
     byte read from the image where it lies (the zero point outside it): for images
     whose rows are too short to copy in vectors (:data:`MIN_SPLIT_ROW`)."""
@@ -924,13 +939,13 @@ def pack_int8_bytes(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int
                      position // row_length * sy + row_phase - pads[0],
                      position % row_length * sx + column_phase - pads[1])
 
-    return te.compute((n, -(-channels // GROUP), *phases, positions, GROUP), element,
-                      name="int8_data", dtype=dtype, attrs={"int8_row": row_length})
+    return te.compute((n, channel_groups or -(-channels // GROUP), *phases, positions, GROUP),
+                      element, name="int8_data", dtype=dtype, attrs={"int8_row": row_length})
 
 
 def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: int,
                      row_length: int, dtype: str, strides=(1, 1), phases=(1, 1),
-                     plane: bool = False) -> te.Tensor:
+                     plane: bool = False, channel_groups: int | None = None) -> te.Tensor:
     """The first pass of :func:`pack_int8_flat`: ``x`` stored as ``dtype`` (the sign bit
     flipped where the byte types differ), padded with the zero point, as ``[n, C
     rounded up to 4, row phases x column phases, rows * row length]``: phase (``py``,
@@ -938,8 +953,10 @@ def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: in
     guarded, not clamped, so that a row is one vector copy masked at the borders; the
     flat axis carries ``int8_row`` (the row length), so that its schedule loops over rows
     and columns (no division per byte). ``plane`` (an unpadded image at stride 1): the
-    positions are the image's pixels in order, all of them one row."""
+    positions are the image's pixels in order, all of them one row. ``channel_groups``:
+    as :func:`pack_int8_flat`'s."""
     n, channels, height, width = x.shape
+    padded_channels = (channel_groups or -(-channels // GROUP)) * GROUP
     sy, sx = strides
     top, left = pads[0], pads[1]
     rows = -(-positions // row_length)
@@ -952,12 +969,12 @@ def pack_int8_phases(x: te.Tensor, x_zero: te.Tensor | None, pads, positions: in
         column = position % row_length * sx + phase % column_phases - left
         inside = te.logical_and(te.logical_and(y >= 0, y < height),
                                 te.logical_and(column >= 0, column < width))
-        if channels % GROUP:  # padding channels past the last group's
+        if padded_channels > channels:  # padding channels past the last group's
             inside = te.logical_and(inside, channel < channels)
         return te.cast(dtype, te.if_then_else(inside, te.cast("int32", x[b, channel, y, column]),
                                               zero) + flip)
 
-    shape = (n, -(-channels // GROUP) * GROUP, phases[0] * phases[1])
+    shape = (n, padded_channels, phases[0] * phases[1])
     if plane:  # unpadded at stride 1: the image's pixels in order, all of them one row
         return te.compute((*shape, positions), element, name="int8_phases", dtype=dtype,
                           attrs={"int8_row": positions})
@@ -1096,12 +1113,16 @@ def pack_int8_weight_array(w: np.ndarray, lanes: int = 0, dtype: str = "int8") -
     return np.ascontiguousarray(packed, dtype=np.dtype(dtype))
 
 
-def _packed_weight_sum(packed_w: te.Tensor, k):
+def _packed_weight_sum(packed_w: te.Tensor, k, matrix: bool = False):
     """Output channel ``k``'s weight sum from the trailing group of
-    :func:`pack_int8_weight_array` (of either layout): its four bytes as one int32 (the
-    lower three unsigned, the highest signed)."""
+    :func:`pack_int8_weight_array` (of either layout), or the trailing block of
+    :func:`.int8_matrix.pack_matrix_weight_array` (``matrix``): its four bytes as one
+    int32 (the lower three unsigned, the highest signed)."""
     group = packed_w.shape[1] - 1
-    if packed_w.ndim in (6, 7):  # vectors of channels (pack_int8_weight_lanes)
+    if matrix:
+        def byte(index):
+            return packed_w[k, group, 0, 0, 0, index]
+    elif packed_w.ndim in (6, 7):  # vectors of channels (pack_int8_weight_lanes)
         lanes = packed_w.shape[-2]  # [..., lanes, 4] or [..., 2, lanes, 2]
 
         def byte(index):
@@ -1122,14 +1143,15 @@ def int32_of_bytes(byte) -> te.Expr:
     return total
 
 
-def _weight_sums(packed_w: te.Tensor, prepacked: bool, filters: int, name: str):
+def _weight_sums(packed_w: te.Tensor, prepacked: bool, filters: int, name: str,
+                 matrix: bool = False):
     """``weight_sum(k)``: output channel ``k``'s weight sum, read from a weight packed
     with its sums (``prepacked``) or, for a weight known only at run time, summed on
     every call from its packing (its padding channels are zero), so that it is read in
     one layout only."""
     if prepacked:
-        return functools.partial(_packed_weight_sum, packed_w)
-    if packed_w.ndim in (6, 7):  # vectors of channels (pack_int8_weight_lanes)
+        return functools.partial(_packed_weight_sum, packed_w, matrix=matrix)
+    if packed_w.ndim in (6, 7) and not matrix:  # vectors of channels (pack_int8_weight_lanes)
         lanes = packed_w.shape[-2]
         outer = [te.reduce_axis(extent, f"s{i}")
                  for i, extent in enumerate(packed_w.shape[1:4])]
@@ -1247,6 +1269,8 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     filters, _, kh, kw = w.shape
     _, (sy, sx), (dy, dx), pads, (oh, ow) = checked_geometry(name, x, w, attrs)
     dtype = data_dtype(cpu)
+    if matrix_conv(x.shape, w.shape, attrs, cpu):
+        return _int8_conv_matrix(x, w, x_zero, attrs, cpu, name, packed_weight)
     channel_tiles = channel_lanes_tiles(x.shape, w.shape, attrs, cpu)
     lanes = channel_tiles.lanes if channel_tiles is not None else 0
     packed_dtype = packed_weight_dtype(cpu, channel_tiles)
@@ -1305,15 +1329,26 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
                              INT8_FINISH_TILES: finish_tiles is not None,
                              INT8_ROW_TASKS: in_tasks})
     weight_sum = _weight_sums(packed_w, packed_weight is not None, filters, name)
-    offset = _zero(x_zero) + _flip(x.dtype, dtype)
+    return _corrected_sums(sums, weight_sum, _zero(x_zero) + _flip(x.dtype, dtype), (oh, ow),
+                           blocks, stride_row, bool(finish_tiles), name)
+
+
+def _corrected_sums(sums: te.Tensor, weight_sum, offset, out_size: tuple[int, int],
+                    blocks: RowBlocks, row_length: int, finished_in_registers: bool,
+                    name: str) -> te.Tensor:
+    """The ``out_size`` output of a dense convolution from its blocked ``sums``
+    (``[n, filters, blocks, extent]``, rows ``row_length`` positions apart): cropped to
+    the output's width and corrected by the zero point (``offset * weight_sum(k)``)."""
+    n, filters = sums.shape[:2]
+    oh, ow = out_size
 
     def result(b, k, y, column):
         # a tile finished in registers reads the sums of its own pixels only (no
         # ``% extent``, which makes the region the whole block)
-        if finish_tiles:
+        if finished_in_registers:
             at = (0, y * ow + column) if flat_finish(blocks, ow) else (y, column)
         else:
-            at = block_of_rows(blocks, stride_row, y, column)
+            at = block_of_rows(blocks, row_length, y, column)
         # sum((x - z) * w) = sum(stored * w) - (z + flip) * sum(w): zero_point_bias
         return sums[(b, k, *at)] - offset * weight_sum(k)
 
@@ -1321,6 +1356,90 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     # function's elementwise epilogue; its blocks of rows compute their sums first
     return te.compute((n, filters, oh, ow), result, name=name, dtype="int32",
                       attrs={"int8_conv_result": True})
+
+
+def matrix_blocks(tiles: Int8MatrixTiles, filters: int, out_height: int, out_width: int,
+                  row_length: int, cpu: CPUDescription) -> RowBlocks:
+    """The blocks of rows of a convolution on the tiles (:func:`_int8_conv_matrix`):
+    of :func:`row_block_candidates` (whole runs of the register tile's positions, a
+    block's sums within the L1 data cache), those whose busiest core computes fewest
+    positions (:func:`per_core`), then fewest in all."""
+    best = None
+    for blocks in row_block_candidates(out_height, row_length, out_width,
+                                       tiles.lanes * tiles.vectors, tiles.channels, cpu.l1d):
+        tasks = filters // tiles.channels * (out_height // blocks.rows)
+        cost = (per_core(tasks, cpu.num_cores) * blocks.extent, tasks * blocks.extent,
+                -blocks.rows)
+        if best is None or cost < best[0]:
+            best = (cost, blocks)
+    return best[1]
+
+
+def _int8_conv_matrix(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
+                      cpu: CPUDescription, name: str, packed_weight: te.Tensor | None
+                      ) -> te.Tensor:
+    """:func:`int8_conv` on the CPU's matrix tiles (:mod:`.int8_matrix`, where
+    :func:`.int8_matrix.matrix_conv`): the same packed data and blocks of rows, the
+    weight packed in blocks of 64 input channels, the sums of a block computed by
+    :func:`.int8_matrix.tile_product_intrinsic` (the weight read first: the intrinsic's
+    binding of the loops is found in that order)."""
+    n = x.shape[0]
+    filters, channels, kh, kw = w.shape
+    _, (sy, sx), (dy, dx), pads, (oh, ow) = checked_geometry(name, x, w, attrs)
+    dtype = data_dtype(cpu)
+    expected = matrix_weight_shape(w.shape)
+    if packed_weight is not None and (tuple(packed_weight.shape) != expected
+                                      or packed_weight.dtype != "int8"):
+        raise CompileError(f"{name}: the packed weight is {packed_weight.dtype}"
+                           f"{list(packed_weight.shape)}, not int8{list(expected)} "
+                           "(pack_matrix_weight_array)")
+    stride_row = flat_row_length(x.shape[3], pads, sx, (kw - 1) * dx)
+    tiles = matrix_tiles(filters)
+    blocks = matrix_blocks(tiles, filters, oh, ow, stride_row, cpu)
+    two_passes = packs_in_two_passes(x.shape, pads, (sy, sx), stride_row, dtype, cpu)
+    in_tasks = any(pads) and two_passes \
+        and row_tasks(n, filters * channels * kh * kw, oh // blocks.rows, cpu)
+    span = blocks.rows * stride_row
+    positions = (oh // blocks.rows - 1) * span + blocks.extent
+    reach = (kh - 1) * dy // sy * stride_row + (kw - 1) * dx // sx
+    phases = (min(sy, (kh - 1) * dy + 1), min(sx, (kw - 1) * dx + 1))
+    rows = -(-(positions + reach) // stride_row)
+    block_count = -(-channels // CHANNEL_BLOCK)
+    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, stride_row, dtype, cpu,
+                          strides=(sy, sx), phases=phases, in_tasks=in_tasks,
+                          channel_groups=block_count * GROUPS_PER_BLOCK)
+    packed_w = pack_int8_weight_blocks(w) if packed_weight is None else packed_weight
+
+    def data_at(block, ry, rx, column):
+        """Where tap ``ry``, ``rx`` of channel block ``block`` reads for ``column``."""
+        (py, oy), (px, ox) = _tap(ry, dy, sy), _tap(rx, dx, sx)
+        return (0, block * GROUPS_PER_BLOCK, py, px, column + oy * stride_row + ox, 0)
+
+    rb = te.reduce_axis(block_count, "rb")
+    ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+    rg, ri = te.reduce_axis(GROUPS_PER_BLOCK, "rg"), te.reduce_axis(GROUP, "ri")
+
+    def body(b, k, y, column):
+        # a kernel of one tap reads phase 0 (its axis of one iteration, no phase)
+        at = data_at(rb, ry if kh > 1 else 0, rx if kw > 1 else 0, y * span + column)
+        read = data[b, at[1] + rg, at[2], at[3], at[4], ri]
+        return te.sum(te.cast("int32", packed_w[k, rb, ry, rx, rg, ri])
+                      * te.cast("int32", read), axis=[rb, ry, rx, rg, ri])
+
+    sums = te.compute((n, filters, oh // blocks.rows, blocks.extent), body,
+                      name=f"{name}_dot", dtype="int32",
+                      attrs={"int8_conv": tiles, "int8_rows": blocks,
+                             "int8_row_length": stride_row, INT8_FINISH_TILES: False,
+                             INT8_ROW_TASKS: in_tasks,
+                             MATRIX_DATA_AT: (data_at, (kh, kw), block_count, reach)})
+    weight_sum = _weight_sums(packed_w, packed_weight is not None, filters, name, matrix=True)
+    return _corrected_sums(sums, weight_sum, _zero(x_zero) + _flip(x.dtype, dtype), (oh, ow),
+                           blocks, stride_row, False, name)
+
+
+#: a matrix convolution's sums' attribute: ``(data_at, taps, channel blocks, reach)``, what
+#: :func:`.int8_matrix.tile_product_intrinsic` needs of its geometry
+MATRIX_DATA_AT = "int8_matrix_data_at"
 
 
 def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
@@ -1346,6 +1465,14 @@ def schedule_int8_conv(schedule: te.Schedule, sums: te.Tensor,
         pack_in_parallel(schedule, packed_w)
     if isinstance(tiles, Int8ChannelTiles):
         _schedule_channel_lanes(schedule, sums, tiles, data.dtype)
+        return
+    if isinstance(tiles, Int8MatrixTiles):
+        data_at, taps, block_count, reach = sums.op.attrs[MATRIX_DATA_AT]
+        phases = tuple(int(p) for p in data.shape[2:4])
+        window = (1, block_count * GROUPS_PER_BLOCK, *phases,
+                  tiles.lanes * tiles.vectors + reach, GROUP)
+        schedule_int8_matrix(schedule, sums, tile_product_intrinsic(
+            tiles, block_count, taps, window, data_at))
         return
     local = register_tiles(schedule, sums, tiles.channels, tiles.lanes * tiles.vectors,
                            parallel=False)
@@ -1483,7 +1610,10 @@ def register_tiles(schedule: te.Schedule, sums: te.Tensor, channels: int,
 def int8_conv_inputs(sums: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
     """The packed data and packed weight that the sums of :func:`int8_conv` read."""
     product = sums.op.body.source
-    return product.a.value.tensor, product.b.value.tensor
+    first, second = product.a.value.tensor, product.b.value.tensor
+    # the tiles' sums read the weight first (_int8_conv_matrix)
+    return (second, first) if isinstance(sums.op.attrs["int8_conv"], Int8MatrixTiles) \
+        else (first, second)
 
 
 def int8_conv_packings(sums: te.Tensor) -> list[te.Tensor]:

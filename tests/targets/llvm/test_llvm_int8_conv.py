@@ -59,10 +59,16 @@ from heterocc.targets.llvm.schedules.int8_depthwise_quads import (
 from heterocc.te.schedule_reads import reads_of
 
 #: (target, the instruction its kernels multiply bytes with)
+#: Sapphire Rapids' vector kernels: its matrix tiles (AMX) taken away, which would take
+#: the dense convolutions of whole blocks of channels (tests/targets/llvm/
+#: test_llvm_int8_matrix.py)
+SPR = "llvm -mcpu=sapphirerapids -mattr=-amx-tile"
+#: the host's vector kernels (its tiles, where it has them, taken away likewise)
+HOST = "llvm -mattr=-amx-tile"
 DESCRIPTIONS = [
-    ("llvm -mcpu=sapphirerapids", "vpdpbusd"),  # AVX-512 VNNI, 512-bit
-    ("llvm -mcpu=sapphirerapids -mattr=-avx512f", "vpdpbusd"),  # AVX-VNNI (VEX), 256-bit
-    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", "vpmaddubsw"),  # AVX-512BW, no VNNI
+    (SPR, "vpdpbusd"),  # AVX-512 VNNI, 512-bit
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512f,-amx-tile", "vpdpbusd"),  # AVX-VNNI (VEX), 256-bit
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni,-amx-tile", "vpmaddubsw"),  # AVX-512BW, no VNNI
     ("llvm -mcpu=haswell", "vpmaddubsw"),  # AVX2
     ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "sdot"),  # NEON dotprod
 ]
@@ -146,10 +152,10 @@ def test_the_instruction_follows_the_description():
 
 
 def test_tiles_come_from_the_description():
-    assert int8_conv_tiles(64, parse_cpu("llvm -mcpu=sapphirerapids")).lanes == 16
+    assert int8_conv_tiles(64, parse_cpu(SPR)).lanes == 16
     assert int8_conv_tiles(64, parse_cpu("llvm -mcpu=haswell")) .lanes == 8
     assert int8_conv_tiles(64, parse_cpu("llvm -mcpu=haswell")).channels == 8
-    assert int8_conv_tiles(24, parse_cpu("llvm -mcpu=sapphirerapids")).channels == 12
+    assert int8_conv_tiles(24, parse_cpu(SPR)).channels == 12
     neon = int8_conv_tiles(64, parse_cpu("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"))
     assert (neon.lanes, neon.channels) == (4, 16)
 
@@ -179,7 +185,7 @@ def test_integer_convolution_is_exact(target, instruction, shape, filters, kerne
     np.testing.assert_array_equal(got, _reference(x, w, -7, strides, pads, dilations))
 
 
-@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell",
+@pytest.mark.parametrize("target", [HOST, "llvm -mcpu=haswell",
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
                          ids=["host", "avx2", "neon"])
 @pytest.mark.parametrize("lanes", [False, True], ids=["pixels", "channel-lanes"])
@@ -225,8 +231,8 @@ def test_stride_one_rows_share_their_padding_columns(target, lanes, shape, kerne
 #: (target, an instruction of its byte interleave): unpacks of bytes and words on x86
 #: (LLVM's interleaved-store lowering), one four-register store on AArch64
 INTERLEAVES = [
-    ("llvm -mcpu=sapphirerapids", "vpunpcklbw"),
-    ("llvm -mcpu=sapphirerapids -mattr=-avx512f", "vpunpcklbw"),
+    (SPR, "vpunpcklbw"),
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512f,-amx-tile", "vpunpcklbw"),
     ("llvm -mcpu=haswell", "vpunpcklbw"),
     ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "st4"),
 ]
@@ -257,7 +263,7 @@ def test_the_byte_interleave_intrinsic_is_one_shuffle_and_exact(target, instruct
 
 
 @pytest.mark.parametrize("target", [
-    "llvm", "llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell",
+    "llvm", SPR, "llvm -mcpu=haswell",
     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"], ids=["host", "avx512", "avx2", "neon"])
 @pytest.mark.parametrize("data", ["uint8", "int8"])
 @pytest.mark.parametrize("shape,kernel,strides,pads", [
@@ -357,7 +363,7 @@ def test_channel_lanes_where_the_positions_saved_outweigh_a_tiles_cost():
     reduction takes them at a smaller waste (a 3x3 at 14x14, 224 positions for 196:
     64->256, 144 instructions, not 32->128, 72); AVX2's vectors of 8 pixels waste 7
     positions at 7x7, and keep 320->1280 in vectors of pixels."""
-    avx512 = parse_cpu("llvm -mcpu=sapphirerapids -num-cores=2")
+    avx512 = parse_cpu(SPR + " -num-cores=2")
     one = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "group": 1}
     three = dict(one, pads=(1, 1, 1, 1))
     assert channel_lanes_tiles((1, 320, 7, 7), (1280, 320, 1, 1), one, avx512) is not None
@@ -428,18 +434,18 @@ def test_channel_lanes_leave_a_block_for_each_core():
     whole on one."""
     from heterocc.targets.llvm.schedules.int8_conv import channel_tiling
 
-    two = parse_cpu("llvm -mcpu=sapphirerapids -num-cores=2")
+    two = parse_cpu(SPR + " -num-cores=2")
     tiles = channel_tiling(512, 7, 7, two)
     assert tiles.rows == 7 and 512 // tiles.channels >= 2
     tiles = channel_tiling(32, 7, 7, two)
     assert tiles.channels == 32 and tiles.rows == 1
-    assert channel_tiling(32, 7, 7, parse_cpu("llvm -mcpu=sapphirerapids -num-cores=1")
+    assert channel_tiling(32, 7, 7, parse_cpu(SPR + " -num-cores=1")
                           ).rows == 7
     assert channel_tiling(24, 7, 7, two) is None  # 24 channels fill no 16-lane vectors
 
 
 @pytest.mark.parametrize("target", ["llvm -mcpu=haswell",
-                                    "llvm -mcpu=sapphirerapids -mattr=-avx512vnni",
+                                    "llvm -mcpu=sapphirerapids -mattr=-avx512vnni,-amx-tile",
                                     "llvm -mcpu=x86-64-v2"], ids=["avx2", "avx512bw", "sse4"])
 def test_without_vnni_the_weights_are_widened_once_when_packed(target):
     """On x86 without VNNI a convolution of vectors of pixels holds its weights as int16
@@ -490,12 +496,12 @@ def test_the_weights_stay_bytes_where_the_cpu_multiplies_bytes():
     would be the split ``vpmaddubsw``: not with VNNI or NEON's dot product, nor for a
     narrow vector of channels that AVX-VNNI multiplies beside AVX-512BW's registers;
     a vector of channels widened holds each lane's pairs of input channels in halves."""
-    for target in ("llvm -mcpu=sapphirerapids", "llvm -mcpu=sapphirerapids -mattr=-avx512f",
+    for target in (SPR, "llvm -mcpu=sapphirerapids -mattr=-avx512f,-amx-tile",
                    "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"):
         assert weight_dtype(parse_cpu(target)) == "int8", target
         assert packed_weight_dtype(parse_cpu(target), Int8ChannelTiles(4, 2, 7, 1)) \
             == "int8", target
-    avx512bw = parse_cpu("llvm -mcpu=sapphirerapids -mattr=-avx512vnni")  # AVX-VNNI too
+    avx512bw = parse_cpu("llvm -mcpu=sapphirerapids -mattr=-avx512vnni,-amx-tile")  # AVX-VNNI too
     assert packed_weight_dtype(avx512bw, Int8ChannelTiles(16, 2, 7, 1)) == "int16"
     assert packed_weight_dtype(avx512bw, Int8ChannelTiles(8, 2, 7, 1)) == "int8"
     haswell = parse_cpu("llvm -mcpu=haswell")
@@ -528,7 +534,7 @@ def test_extreme_bytes_do_not_saturate():
                     got, _reference(x, w, 0, (1, 1), (1, 1, 1, 1), (1, 1)))
 
 
-@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell",
+@pytest.mark.parametrize("target", [HOST, "llvm -mcpu=haswell",
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
                          ids=["host", "avx2", "neon"])
 @pytest.mark.parametrize("data", ["uint8", "int8"])
@@ -807,7 +813,7 @@ def test_a_quantized_cnn_without_vnni_gives_the_integer_references_bits(tmp_path
     np.testing.assert_array_equal(heterocc.load(str(tmp_path / "artifact")).run([x])[0], got)
 
 
-@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell",
+@pytest.mark.parametrize("target", [HOST, "llvm -mcpu=haswell",
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
                          ids=["host", "avx2", "neon"])
 @pytest.mark.parametrize("data,strides,pads,dilations", [
@@ -917,7 +923,7 @@ def _allocated_in_parallel_loop(func, name: str) -> list[int]:
             if a.buffer.name == name]
 
 
-@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell",
+@pytest.mark.parametrize("target", [HOST, "llvm -mcpu=haswell",
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
                          ids=["host", "avx2", "neon"])
 @pytest.mark.parametrize("shape,filters,kernel,strides,pads", [
@@ -1026,7 +1032,7 @@ def test_register_finished_rows_are_shared_in_tasks_of_several_rows():
     four tasks a core, shared evenly: MobileNetV2's 16->96 at 112x112 (six tiles of 16
     channels) in halves of the image on two cores, in quarters on four; a single tile
     in 14-row tasks; one row a task where nothing larger divides the height evenly."""
-    two, four = (parse_cpu(f"llvm -mcpu=sapphirerapids -num-cores={n}") for n in (2, 4))
+    two, four = (parse_cpu(f"{SPR} -num-cores={n}") for n in (2, 4))
     assert finish_rows_per_task(112, 6, two) == 56  # 12 tasks
     assert finish_rows_per_task(112, 6, four) == 28  # 24 tasks
     assert finish_rows_per_task(112, 1, two) == 14  # 8 tasks
@@ -1046,7 +1052,7 @@ def test_row_blocks_drop_fewest_positions_within_half_the_l1_cache():
     within half of L1d."""
     from heterocc.targets.llvm.schedules.int8_conv import RowBlocks
 
-    cpu = parse_cpu("llvm -mcpu=sapphirerapids")
+    cpu = parse_cpu(SPR)
     assert row_blocks(14, 14, 14, 16, 16, cpu) == RowBlocks(14, 208)
     assert row_blocks(112, 112, 112, 16, 16, cpu) == RowBlocks(2, 224)
     assert row_blocks(14, 16, 14, 16, 8, cpu) == RowBlocks(14, 224)
@@ -1057,16 +1063,16 @@ def test_row_blocks_drop_fewest_positions_within_half_the_l1_cache():
         assert blocks.extent >= (blocks.rows - 1) * length + width
     # a dense convolution's blocks may fill the whole L1d: 8 rows of a 56-wide 3x3
     assert row_blocks(56, 58, 56, 16, 16, cpu, budget=cpu.l1d) == RowBlocks(8, 464)
-    one_core = parse_cpu("llvm -mcpu=sapphirerapids -num-cores=1")
+    one_core = parse_cpu(SPR + " -num-cores=1")
     assert conv_tiling(64, 56, 56, 58, one_core)[1] == RowBlocks(8, 464)
     # on two cores too: the thread pool's chunks of 28 tasks (4, 4, 4, 4, 3, 3, 3, 3)
     # leave each core 14
-    two_cores = parse_cpu("llvm -mcpu=sapphirerapids -num-cores=2")
+    two_cores = parse_cpu(SPR + " -num-cores=2")
     assert conv_tiling(64, 56, 56, 58, two_cores)[1] == RowBlocks(8, 464)
 
 
-@pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell",
-                                    "llvm -mcpu=sapphirerapids -mattr=-avx512f",
+@pytest.mark.parametrize("target", [SPR, "llvm -mcpu=haswell",
+                                    "llvm -mcpu=sapphirerapids -mattr=-avx512f,-amx-tile",
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
                          ids=["avx512", "avx2", "avxvnni", "neon"])
 def test_register_tiles_fit_the_registers_and_share_each_weight(target, monkeypatch):
@@ -1169,7 +1175,7 @@ def test_sixteen_registers_of_one_instruction_dot_products_keep_enough_sums_in_f
     _matches_reference_on_host(module, out, cpu, shape, 64, kernel, pads, -7, 13)
 
 
-@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"], ids=["host", "avx2"])
+@pytest.mark.parametrize("target", [HOST, "llvm -mcpu=haswell"], ids=["host", "avx2"])
 @pytest.mark.parametrize("shape,filters,kernel,strides,pads,dilations,phases", [
     ((1, 8, 14, 14), 16, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), (1, 1)),  # downsample
     ((1, 3, 17, 17), 8, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), (2, 2)),  # a stem
@@ -1204,7 +1210,7 @@ def test_strided_convolutions_read_the_stride_phases_flat(target, shape, filters
     np.testing.assert_array_equal(got, _reference(x, w, 5, strides, pads, dilations))
 
 
-@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell",
+@pytest.mark.parametrize("target", [HOST, "llvm -mcpu=haswell",
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
                          ids=["host", "avx2", "neon"])
 @pytest.mark.parametrize("shape,kernel,strides,pads,phases", [
@@ -1257,7 +1263,7 @@ def test_the_packing_runs_each_stride_phase_in_parallel(target, shape, kernel, s
     np.testing.assert_array_equal(got, _reference(xs, ws, 200, strides, pads, (1, 1)))
 
 
-@pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids", "llvm -mcpu=haswell",
+@pytest.mark.parametrize("target", [SPR, "llvm -mcpu=haswell",
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
                          ids=["avx512", "avx2", "neon"])
 def test_blocks_are_shared_evenly_by_the_cores(target):
@@ -1274,6 +1280,7 @@ def test_blocks_are_shared_evenly_by_the_cores(target):
     tiles, blocks = conv_tiling(48, 13, 13, 13, one)
     assert (tiles.channels, blocks.rows) == (base, 13)
     tiles, blocks = conv_tiling(48, 13, 13, 13, two)
+    squeeze_tiles = tiles
     if base == 16:  # AVX-512, NEON: 3 tiles of 16 -> 4 of 12
         assert (tiles.channels, tiles.vectors, blocks.rows) == (12, 1, 13)
     else:  # AVX2: 6 tiles of 8 already share two cores
@@ -1296,7 +1303,7 @@ def test_blocks_are_shared_evenly_by_the_cores(target):
     attrs = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "group": 1}
     out = int8_conv(x, w, zero, attrs, two)
     sums = out.op.body.a.tensor
-    assert sums.op.attrs["int8_conv"].channels == tiles.channels
+    assert sums.op.attrs["int8_conv"].channels == squeeze_tiles.channels
     schedule = te.create_schedule(out)
     schedule_int8_conv(schedule, sums, two)
     schedule_int8_conv_result(schedule, out, cpu=two)
@@ -1410,12 +1417,12 @@ def test_a_constant_depthwise_weight_is_packed_when_the_kernel_is_built(tmp_path
 
 
 @pytest.mark.parametrize("target,instruction", [
-    ("llvm -mcpu=sapphirerapids", "vpdpbusd"),
+    (SPR, "vpdpbusd"),
     # VNNI without VBMI's byte shuffle: each 128-bit block's window by pshufb
     ("llvm -mcpu=cascadelake", "vpdpbusd"),
     ("llvm -mcpu=alderlake", "{vex}\tvpdpbusd"),  # AVX-VNNI, 256 bits
     # without VNNI: two pmaddwd a row by the weights widened when packed
-    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", "vpmaddwd"),
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni,-amx-tile", "vpmaddwd"),
     ("llvm -mcpu=haswell", "vpmaddwd"),
     ("llvm -mcpu=nehalem", None),  # SSE: the 16-bit products
     ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", "sdot"),
@@ -1470,7 +1477,7 @@ def test_the_window_kernel_needs_the_dot_product_and_a_byte_shuffle():
     block's 16 bytes (x86 without VBMI); any stride."""
     from heterocc.targets.llvm.schedules.int8_depthwise_quads import quads_apply
 
-    vnni = parse_cpu("llvm -mcpu=sapphirerapids")  # 16 int32 lanes
+    vnni = parse_cpu(SPR)  # 16 int32 lanes
     assert quads_apply((1, 1), (1, 1), vnni)
     assert quads_apply((2, 2), (1, 1), vnni)
     assert quads_apply((1, 1), (8, 8), vnni)  # 15 + 24 + 1 = 40 bytes
@@ -1488,7 +1495,7 @@ def test_the_window_kernel_needs_the_dot_product_and_a_byte_shuffle():
     assert quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=alderlake"))  # AVX-VNNI
     # without VNNI, the weights widened (two pmaddwd a row); not on SSE's 4 lanes
     assert quads_apply((1, 1), (1, 1), parse_cpu(
-        "llvm -mcpu=sapphirerapids -mattr=-avx512vnni"))
+        "llvm -mcpu=sapphirerapids -mattr=-avx512vnni,-amx-tile"))
     assert quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=haswell"))
     assert not quads_apply((1, 1), (1, 1), parse_cpu("llvm -mcpu=nehalem"))
     assert quads_apply((1, 1), (1, 1), parse_cpu(
@@ -1533,7 +1540,7 @@ def _window_reads(func, cpu) -> list[tuple[str, int, int]]:
     return found
 
 
-@pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids", "llvm -mcpu=cascadelake",
+@pytest.mark.parametrize("target", [SPR, "llvm -mcpu=cascadelake",
                                     "llvm -mcpu=alderlake",
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
                          ids=["vnni", "vnni-no-vbmi", "avx-vnni", "neon"])
@@ -1564,11 +1571,11 @@ def test_the_window_loads_stay_in_the_padded_copy_and_it_holds_no_whole_spare_ro
 
 
 @pytest.mark.parametrize("target,packings", [
-    ("llvm -mcpu=sapphirerapids", ("quads", "quads")),
+    (SPR, ("quads", "quads")),
     ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", ("quads", "quads")),
     ("llvm -mcpu=cascadelake", ("quads", "quads")),  # VNNI without VBMI: pshufb
     # without VNNI: the quads widened to int16
-    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni", ("widened", "widened")),
+    ("llvm -mcpu=sapphirerapids -mattr=-avx512vnni,-amx-tile", ("widened", "widened")),
     ("llvm -mcpu=haswell", ("widened", "widened")),
     ("llvm -mcpu=nehalem", ("lanes", "lanes")),  # SSE: no window shuffle; narrow rows
 ], ids=["vnni", "neon", "vnni-no-vbmi", "avx512bw", "avx2", "sse"])
@@ -1640,7 +1647,7 @@ def test_the_pool_makespan_follows_the_runtimes_chunks():
     assert pool_makespan(7, 1) == 1.0
 
 
-@pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids",
+@pytest.mark.parametrize("target", [SPR,
                                     "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"],
                          ids=["vnni", "neon"])
 @pytest.mark.parametrize("shape,kernel,strides,pads,dilations,cores,whole", [

@@ -33,8 +33,8 @@ from heterocc.tir.stmt import For, ForKind
 from heterocc.tir.visitor import collect
 
 HOST = "llvm"  # runs the code where the host has the dot product (AVX-512 VNNI here)
-VNNI = "llvm -mcpu=sapphirerapids"  # AVX-512 VNNI: 16 int32 lanes
-AVX_VNNI = "llvm -mcpu=sapphirerapids -mattr=-avx512f"  # AVX-VNNI: 8 lanes
+VNNI = "llvm -mcpu=sapphirerapids -mattr=-amx-tile"  # AVX-512 VNNI: 16 int32 lanes
+AVX_VNNI = "llvm -mcpu=sapphirerapids -mattr=-avx512f,-amx-tile"  # AVX-VNNI: 8 lanes
 NEON = "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"  # sdot
 
 

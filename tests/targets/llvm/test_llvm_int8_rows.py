@@ -104,7 +104,7 @@ def test_row_tiles_fill_the_registers_and_round_the_rows_least(target):
 def test_one_row_or_a_larger_image_is_no_product_of_rows():
     """A classifier's one row takes channel lanes of one pixel (``int8_conv``), a
     batch of 2x2 images, a 3x3 kernel or padding the convolution's own kernels."""
-    cpu = parse_cpu("llvm -mcpu=sapphirerapids")
+    cpu = parse_cpu("llvm -mcpu=sapphirerapids -mattr=-amx-tile")
     padded = {**POINTWISE, "pads": (1, 1, 1, 1)}
     for x_shape, w_shape, attrs in [((1, 768, 1, 1), (1000, 768, 1, 1), POINTWISE),
                                     ((8, 64, 2, 2), (64, 64, 1, 1), POINTWISE),
@@ -117,7 +117,7 @@ def test_one_row_or_a_larger_image_is_no_product_of_rows():
 def test_a_packed_weight_of_another_layout_is_refused_by_name():
     """A weight packed for other lanes (the convolution's pixel vectors: no lanes) is
     refused before anything is built, naming the product and the layout it needs."""
-    cpu = parse_cpu("llvm -mcpu=sapphirerapids")
+    cpu = parse_cpu("llvm -mcpu=sapphirerapids -mattr=-amx-tile")
     x = te.placeholder((13, 64, 1, 1), "uint8", "x")
     w = te.placeholder((32, 64, 1, 1), "int8", "w")
     tiles = int8_rows.row_tiles(x.shape, w.shape, POINTWISE, cpu)
