@@ -61,12 +61,20 @@ class TensorIntrin:
     placeholders of fixed shapes); ``implement(inputs, output)`` returns the TIR
     statement doing it, given the regions bound to those placeholders (in the order
     ``compute`` reads them) and to the output. On a reduction stage the statement must
-    accumulate into the output region, which the lowering has already initialized."""
+    accumulate into the output region, which the lowering has already initialized.
+
+    ``implement_reset`` (optional, reductions only): the statement computing the whole
+    reduction from its identity itself, which the lowering uses instead of
+    initializing the region and calling ``implement`` where the tensorized loops cover
+    every reduction axis (no reduction loop outside them): hardware whose accumulators
+    clear themselves (a matrix unit's zeroed tiles) then skips the stores of zeros and
+    the loads of them back."""
 
     name: str
     compute: Tensor
     implement: Callable[[list[BufferRegion], BufferRegion], Stmt]
     attrs: dict = field(default_factory=dict)
+    implement_reset: Callable[[list[BufferRegion], BufferRegion], Stmt] | None = None
 
     @property
     def inputs(self) -> list[Tensor]:

@@ -483,10 +483,12 @@ class _Lowerer:
             first = next(load for load in loads if load.tensor is tensor)
             inputs.append(self._intrin_region(realization.buffer, realization.bases,
                                               list(first.indices), relaxed, placeholder, where))
-        computed = intrin.implement(inputs, output)
         position = leafs.index(iv)
         if nest.init is None or any(leaf.kind == REDUCE for leaf in leafs[:position]):
-            return computed
+            return intrin.implement(inputs, output)
+        if intrin.implement_reset is not None:  # it starts from the identity itself
+            return intrin.implement_reset(inputs, output)
+        computed = intrin.implement(inputs, output)
         # The intrinsic covers whole reductions: initialize its output region first.
         inner_spatial = [leaf for leaf in leafs[position:] if leaf.kind != REDUCE]
         return seq([self._loops(stage, nest, body, inner_spatial, 0, nest.init, False),

@@ -21,7 +21,8 @@ immediate; addresses are scalar loads of the first element; strides in bytes):
 * :data:`TILE_LOAD_CALL` ``(tile, buffer[first], stride)``: 16 rows of 64 bytes,
   ``stride`` bytes apart;
 * :data:`TILE_STORE_CALL` ``(tile, buffer[first], stride)``: the reverse;
-* :data:`TILE_DOT_CALL` ``(c, a, b)``: ``C += A x B`` as above.
+* :data:`TILE_DOT_CALL` ``(c, a, b)``: ``C += A x B`` as above;
+* :data:`TILE_ZERO_CALL` ``(tile)``: every byte of the tile 0.
 
 Every tile has one shape (:data:`TILE_ROWS` rows of :data:`TILE_BYTES` bytes), so one
 configuration serves every kernel: the code generator loads it (``ldtilecfg``) once at
@@ -48,7 +49,8 @@ from .llvm_types import I8, I64, PTR
 TILE_LOAD_CALL = "cpu.tile_load"
 TILE_STORE_CALL = "cpu.tile_store"
 TILE_DOT_CALL = "cpu.tile_dot"
-TILE_CALLS = frozenset({TILE_LOAD_CALL, TILE_STORE_CALL, TILE_DOT_CALL})
+TILE_ZERO_CALL = "cpu.tile_zero"
+TILE_CALLS = frozenset({TILE_LOAD_CALL, TILE_STORE_CALL, TILE_DOT_CALL, TILE_ZERO_CALL})
 
 #: rows of every tile, and bytes of each row
 TILE_ROWS = 16
@@ -122,6 +124,11 @@ def emit_tile_call(emitter, node: tx.Call) -> None:
             raise CompileError(f"{TILE_DOT_CALL} takes (c, a, b) tile numbers")
         c, a, b = (_tile_number(arg, TILE_DOT_CALL) for arg in node.args)
         emitter.builder.call(_void(emitter, "llvm.x86.tdpbsud", [I8, I8, I8]), [c, a, b])
+    elif node.name == TILE_ZERO_CALL:
+        if len(node.args) != 1:
+            raise CompileError(f"{TILE_ZERO_CALL} takes (tile)")
+        emitter.builder.call(_void(emitter, "llvm.x86.tilezero", [I8]),
+                             [_tile_number(node.args[0], TILE_ZERO_CALL)])
     else:
         if len(node.args) != 3 or not isinstance(node.args[2], tx.IntImm):
             raise CompileError(f"{node.name} takes (tile, buffer[first], stride in bytes)")

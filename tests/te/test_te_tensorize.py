@@ -60,6 +60,57 @@ def test_tensorize_elementwise_inner_loop():
     np.testing.assert_allclose(c, a + b, rtol=1e-6)
 
 
+def row_product_intrin(width: int, length: int) -> te.TensorIntrin:
+    """out[v] (+)= sum(a[k] * b[k, v]) over ``length`` k for ``width`` columns:
+    ``implement`` accumulates, ``implement_reset`` starts each column at its first
+    product (a unit whose accumulators clear themselves)."""
+    a = te.placeholder((length,), "float32", "a")
+    b = te.placeholder((length, width), "float32", "b")
+    k = te.reduce_axis(length, "k")
+    out = te.compute((width,), lambda v: te.sum(a[k] * b[k, v], axis=k), name="out")
+
+    def implement(inputs, output, reset=False):
+        column, step = tir.Var("column"), tir.Var("step")
+        ra, rb = inputs
+        first = ra.load(0) * rb.load(0, column)
+        start = output.store(first if reset else output.load(column) + first, column)
+        rest = tir.For(step, 1, length - 1, tir.ForKind.SERIAL, output.store(
+            output.load(column) + ra.load(step) * rb.load(step, column), column))
+        return tir.For(column, 0, width, tir.ForKind.SERIAL, tir.seq([start, rest]))
+
+    return te.TensorIntrin("row_product", out, implement,
+                           implement_reset=lambda i, o: implement(i, o, reset=True))
+
+
+@pytest.mark.parametrize("whole_reduction", [True, False])
+def test_an_intrinsic_that_resets_computes_whole_sums_without_the_init(whole_reduction):
+    """An intrinsic with ``implement_reset``: where it covers output columns and the
+    whole reduction the lowering calls it in place of the init's stores and
+    ``implement``; where a reduction loop lies outside it, the init and the
+    accumulating ``implement`` as before. The sums are right either way."""
+    A = te.placeholder((5, 12), "float32", "A")
+    B = te.placeholder((12, 7), "float32", "B")
+    r = te.reduce_axis(12, "r")
+    C = te.compute((5, 7), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    s = te.create_schedule(C)
+    i, j = C.op.axis
+    if whole_reduction:
+        s[C].tensorize(j, row_product_intrin(7, 12))
+    else:
+        ro, ri = s[C].split(r, factor=4)
+        s[C].reorder(i, ro, j, ri)
+        s[C].tensorize(j, row_product_intrin(7, 4))
+    func = te.lower(s, [A, B, C], name="f")
+    zeros = [n for n in tir.collect(func.body, lambda n: isinstance(n, tir.BufferStore))
+             if isinstance(n.value, tir.FloatImm) and n.value.value == 0]
+    assert bool(zeros) != whole_reduction  # the init only where a sum is split
+    a = RNG.standard_normal((5, 12)).astype(np.float32)
+    b = RNG.standard_normal((12, 7)).astype(np.float32)
+    c = np.full((5, 7), 9.0, np.float32)
+    hllvm.build(func)["f"](a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("inner_reduction_only", [True, False])
 def test_tensorize_reduction_accumulates(inner_reduction_only):
     A = te.placeholder((5, 12), "float32", "A")

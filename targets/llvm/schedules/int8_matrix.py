@@ -18,7 +18,7 @@ Taken where the description has the tiles and the shapes fill them
 (:func:`matrix_conv`): a dense convolution whose output channels are whole tiles of 16
 and whose input channels, rounded up to whole blocks of 64 (the channels past C hold the
 zero point in the data and zeros in the weight), are at most :data:`MAX_CHANNEL_PADDING`
-times as many.
+times as many, and whose reduction is two tile products or more.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from ..int8_tiles import (
     TILE_REGISTERS,
     TILE_ROWS,
     TILE_STORE_CALL,
+    TILE_ZERO_CALL,
     has_tiles,
 )
 
@@ -59,6 +60,15 @@ MATRIX_WEIGHT_PACKING = "int8_conv_blocks"
 #: times ``vpdpbusd``'s, but a convolution's packing, finishing and tile loads, the
 #: same for padded channels, leave the whole convolution 1.3-2x faster.)
 MAX_CHANNEL_PADDING = 1.5
+#: the fewest tile products (channel blocks times taps) a convolution on the tiles adds
+#: into each accumulator: with one, a block loads, multiplies once and stores its
+#: accumulators, and the packing and finishing cost as much as on the vector dot
+#: product, which then multiplies in less time. Emerald Rapids (2 threads, fastest of
+#: 100 alternating calls, the tiles' time over ``vpdpbusd``'s): 1x1 convolutions of
+#: one block, ResNet-50's 64->256 at 56x56 1.06, of 32 channels padded to 64 (192 out at
+#: 28x28) 1.63; of two blocks, 96->576 at 14x14 0.88, of three 160->960 at 7x7 0.61;
+#: 3x3 (nine taps) 48->64 at 28x28 0.59.
+MIN_TILE_STEPS = 2
 
 
 @dataclass(frozen=True)
@@ -79,14 +89,16 @@ class Int8MatrixTiles:
 def matrix_conv(x_shape, w_shape, attrs, cpu: CPUDescription) -> bool:
     """Whether a convolution of ``x_shape`` data by ``w_shape`` OIHW weights runs on the
     tiles: ``cpu`` has them (AMX-INT8), the convolution is dense (group 1), its output
-    channels are whole tiles of :data:`TILE_ROWS` and its input channels, rounded up to
+    channels are whole tiles of :data:`TILE_ROWS`, its input channels, rounded up to
     whole blocks of :data:`CHANNEL_BLOCK`, at most :data:`MAX_CHANNEL_PADDING` times as
-    many."""
-    filters, channels = int(w_shape[0]), int(w_shape[1])
-    padded = -(-channels // CHANNEL_BLOCK) * CHANNEL_BLOCK
+    many, and its reduction at least :data:`MIN_TILE_STEPS` tile products (channel
+    blocks times taps)."""
+    filters, channels, kh, kw = (int(d) for d in w_shape)
+    blocks = -(-channels // CHANNEL_BLOCK)
     return (has_tiles(cpu.features, cpu.arch) and int(attrs.get("group", 1)) == 1
-            and channels == int(x_shape[1]) and padded <= MAX_CHANNEL_PADDING * channels
-            and filters % TILE_ROWS == 0)
+            and channels == int(x_shape[1])
+            and blocks * CHANNEL_BLOCK <= MAX_CHANNEL_PADDING * channels
+            and blocks * kh * kw >= MIN_TILE_STEPS and filters % TILE_ROWS == 0)
 
 
 def matrix_tiles(filters: int) -> Int8MatrixTiles:
@@ -174,9 +186,10 @@ def tile_product_intrinsic(tiles: Int8MatrixTiles, blocks: int, taps: tuple[int,
     the sums, on the tiles. ``data_shape``: the data region (6-D as the packed data,
     its channel groups all ``16 * blocks``), ``data_at`` where a tap reads it.
 
-    The accumulators are loaded once, then each block and tap loads ``channels / 16``
-    tiles of weights and ``vectors`` of data and multiplies each pair, and the
-    accumulators are stored once."""
+    The accumulators are loaded once (zeroed in the registers instead where the
+    intrinsic computes whole sums: ``implement_reset``), then each block and tap loads
+    ``channels / 16`` tiles of weights and ``vectors`` of data and multiplies each pair,
+    and the accumulators are stored once."""
     kh, kw = taps
     rows, columns = tiles.channel_tiles, tiles.vectors
     width = tiles.lanes * tiles.vectors
@@ -205,7 +218,7 @@ def tile_product_intrinsic(tiles: Int8MatrixTiles, blocks: int, taps: tuple[int,
     inputs = [rows * columns + rows + j for j in range(columns)]
     assert inputs[-1] < TILE_REGISTERS
 
-    def implement(regions: list[BufferRegion], output: BufferRegion):
+    def implement(regions: list[BufferRegion], output: BufferRegion, reset: bool = False):
         weight_region, data_region = regions
         out_strides = _strides(output.buffer)
         # the output region [.., channels, .., positions]: its channel and position dims
@@ -235,8 +248,9 @@ def tile_product_intrinsic(tiles: Int8MatrixTiles, blocks: int, taps: tuple[int,
                     for j in range(columns):
                         body.append(_call(TILE_DOT_CALL, accumulators[i * columns + j],
                                           weights[i], inputs[j]))
-        loads = [_call(TILE_LOAD_CALL, accumulators[i * columns + j], out_at(i, j), row_bytes)
-                 for i in range(rows) for j in range(columns)]
+        loads = [_call(TILE_ZERO_CALL, accumulators[i * columns + j]) if reset
+                 else _call(TILE_LOAD_CALL, accumulators[i * columns + j], out_at(i, j),
+                            row_bytes) for i in range(rows) for j in range(columns)]
         stores = [_call(TILE_STORE_CALL, accumulators[i * columns + j], out_at(i, j),
                         row_bytes) for i in range(rows) for j in range(columns)]
         loop = ts.For(block, tx.IntImm(0), tx.IntImm(blocks), ts.ForKind.SERIAL,
@@ -244,7 +258,9 @@ def tile_product_intrinsic(tiles: Int8MatrixTiles, blocks: int, taps: tuple[int,
         return ts.seq([*loads, loop, *stores])
 
     return TensorIntrin(f"cpu_tile_product_{tiles.channels}x{width}", acc, implement,
-                        {"tiles": tiles})
+                        {"tiles": tiles},
+                        implement_reset=lambda regions, output: implement(regions, output,
+                                                                          reset=True))
 
 
 def schedule_int8_matrix(schedule: te.Schedule, sums: te.Tensor, intrinsic: TensorIntrin

@@ -47,6 +47,7 @@ ATTRS = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 
     (TILES, (1, 96, 8, 8), (32, 96, 3, 3), ATTRS, True),  # 128 channels for 96
     (TILES, (1, 160, 8, 8), (32, 160, 1, 1), ATTRS, True),  # 192 for 160
     (TILES, (1, 32, 8, 8), (32, 32, 3, 3), ATTRS, False),  # 64 for 32: too many
+    (TILES, (1, 64, 8, 8), (32, 64, 1, 1), ATTRS, False),  # one tile product a sum
     (TILES, (1, 64, 8, 8), (24, 64, 3, 3), ATTRS, False),  # not whole tiles of 16
     (TILES, (1, 128, 8, 8), (32, 64, 3, 3), {**ATTRS, "group": 2}, False),  # grouped
 ])
@@ -93,8 +94,8 @@ def _built(shape, filters, kernel, strides, pads, dilations, target, prepacked):
 @pytest.mark.parametrize("shape,filters,kernel,strides,pads,dilations", [
     ((1, 64, 14, 14), 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     ((2, 128, 13, 13), 32, (3, 3), (2, 2), (1, 0, 1, 2), (1, 1)),  # batch 2, asymmetric
-    ((1, 64, 14, 14), 48, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # one tile by three
-    ((1, 64, 14, 14), 32, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),  # 1x1 of stride 2
+    ((1, 128, 14, 14), 48, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # one tile by three
+    ((1, 128, 14, 14), 32, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),  # 1x1 of stride 2
     ((1, 64, 10, 10), 32, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),  # dilated
     ((1, 192, 7, 7), 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # three channel blocks
     ((1, 96, 9, 9), 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # 96 channels of 128
@@ -112,6 +113,7 @@ def test_a_convolution_on_the_tiles_gives_the_reference_bits(shape, filters, ker
                               prepacked)
     assembly = module.assembly()
     assert "tdpbsud" in assembly and "tileloadd" in assembly and "tilestored" in assembly
+    assert "tilezero" in assembly  # whole sums: accumulators zeroed in the registers
     assert assembly.count("ldtilecfg") == assembly.count("tilerelease") >= 1
     if not _host_runs(cpu):
         return  # built for a CPU with tiles: the assembly was the check
