@@ -1298,15 +1298,8 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     else:  # a padded image packed in two passes (its rows whole vectors: as measured)
         in_tasks = any(pads) and two_passes \
             and row_tasks(n, weight_bytes, oh // blocks.rows, cpu)
-    span = blocks.rows * stride_row
-    positions = (oh // blocks.rows - 1) * span + blocks.extent
-    reach = (kh - 1) * dy // sy * stride_row + (kw - 1) * dx // sx
-    phases = (min(sy, (kh - 1) * dy + 1), min(sx, (kw - 1) * dx + 1))
-    # whole rows, so that the packing's loop over positions splits into rows and
-    # columns (no division per byte, :func:`pack_in_parallel`)
-    rows = -(-(positions + reach) // stride_row)
-    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, stride_row, dtype, cpu,
-                          strides=(sy, sx), phases=phases, in_tasks=in_tasks)
+    data, span, _ = _blocked_flat_data(x, x_zero, pads, (kh, kw), (sy, sx), (dy, dx), oh,
+                                       blocks, stride_row, dtype, cpu, in_tasks)
     packed_w = pack_int8_weight(w, packed_dtype) if packed_weight is None else packed_weight
     # a grouped convolution's output channel k reads its group's channel groups only
     groups = data.shape[1] // group
@@ -1331,6 +1324,29 @@ def int8_conv(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attrs,
     weight_sum = _weight_sums(packed_w, packed_weight is not None, filters, name)
     return _corrected_sums(sums, weight_sum, _zero(x_zero) + _flip(x.dtype, dtype), (oh, ow),
                            blocks, stride_row, bool(finish_tiles), name)
+
+
+def _blocked_flat_data(x: te.Tensor, x_zero: te.Tensor | None, pads, kernel, strides,
+                       dilations, out_height: int, blocks: RowBlocks, row_length: int,
+                       dtype: str, cpu: CPUDescription, in_tasks: bool,
+                       channel_groups: int | None = None) -> tuple[te.Tensor, int, int]:
+    """``(data, span, reach)``: ``x`` packed by :func:`pack_int8_flat` for the sums of
+    a ``kernel`` (of ``strides`` and ``dilations``) over ``out_height`` output rows in
+    ``blocks`` of rows ``row_length`` positions apart (``span`` positions a block): its
+    stride phases, whole rows of positions covering every block and the kernel's
+    ``reach`` (the positions its last tap reads past its first)."""
+    (kh, kw), (sy, sx), (dy, dx) = kernel, strides, dilations
+    span = blocks.rows * row_length
+    positions = (out_height // blocks.rows - 1) * span + blocks.extent
+    reach = (kh - 1) * dy // sy * row_length + (kw - 1) * dx // sx
+    phases = (min(sy, (kh - 1) * dy + 1), min(sx, (kw - 1) * dx + 1))
+    # whole rows, so that the packing's loop over positions splits into rows and
+    # columns (no division per byte, :func:`pack_in_parallel`)
+    rows = -(-(positions + reach) // row_length)
+    data = pack_int8_flat(x, x_zero, pads, rows * row_length, row_length, dtype, cpu,
+                          strides=(sy, sx), phases=phases, in_tasks=in_tasks,
+                          channel_groups=channel_groups)
+    return data, span, reach
 
 
 def _corrected_sums(sums: te.Tensor, weight_sum, offset, out_size: tuple[int, int],
@@ -1399,15 +1415,10 @@ def _int8_conv_matrix(x: te.Tensor, w: te.Tensor, x_zero: te.Tensor | None, attr
     two_passes = packs_in_two_passes(x.shape, pads, (sy, sx), stride_row, dtype, cpu)
     in_tasks = any(pads) and two_passes \
         and row_tasks(n, filters * channels * kh * kw, oh // blocks.rows, cpu)
-    span = blocks.rows * stride_row
-    positions = (oh // blocks.rows - 1) * span + blocks.extent
-    reach = (kh - 1) * dy // sy * stride_row + (kw - 1) * dx // sx
-    phases = (min(sy, (kh - 1) * dy + 1), min(sx, (kw - 1) * dx + 1))
-    rows = -(-(positions + reach) // stride_row)
     block_count = -(-channels // CHANNEL_BLOCK)
-    data = pack_int8_flat(x, x_zero, pads, rows * stride_row, stride_row, dtype, cpu,
-                          strides=(sy, sx), phases=phases, in_tasks=in_tasks,
-                          channel_groups=block_count * GROUPS_PER_BLOCK)
+    data, span, reach = _blocked_flat_data(
+        x, x_zero, pads, (kh, kw), (sy, sx), (dy, dx), oh, blocks, stride_row, dtype, cpu,
+        in_tasks, channel_groups=block_count * GROUPS_PER_BLOCK)
     packed_w = pack_int8_weight_blocks(w) if packed_weight is None else packed_weight
 
     def data_at(block, ry, rx, column):

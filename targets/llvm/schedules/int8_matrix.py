@@ -56,9 +56,11 @@ MATRIX_WEIGHT_PACKING = "int8_conv_blocks"
 #: how many more input channels than it has a convolution on the tiles may multiply
 #: (its channels rounded up to whole blocks of 64): MobileNetV2's 96 and 160 (1.33 and
 #: 1.2), not its 32 and 24 (2 and 2.7), which the vector dot product computes in less
-#: time than the tiles compute the padded channels. (The tile's peak is some eight
-#: times ``vpdpbusd``'s, but a convolution's packing, finishing and tile loads, the
-#: same for padded channels, leave the whole convolution 1.3-2x faster.)
+#: time than the tiles compute the padded channels: the tiles' peak is some seven
+#: times ``vpdpbusd``'s here (``int8_bound.py``: 2600 against 368 G a core), but with
+#: the packing, finishing and tile loads a whole convolution took 0.55-0.88x the time
+#: (Emerald Rapids; the layers of :data:`MIN_TILE_STEPS`), and 32->32 3x3 at 56x56,
+#: its channels doubled, 0.86x: near even.
 MAX_CHANNEL_PADDING = 1.5
 #: the fewest tile products (channel blocks times taps) a convolution on the tiles adds
 #: into each accumulator: with one, a block loads, multiplies once and stores its
@@ -162,9 +164,8 @@ def _strides(buffer: tx.Buffer) -> list[int]:
 def _at(region: BufferRegion, local) -> tx.BufferLoad:
     """The element of ``region``'s buffer at ``local`` (one index per dimension, from the
     region's start): its address, as a tile instruction takes it."""
-    return tx.BufferLoad(region.buffer, tuple(
-        tx.IntImm(base + offset) if isinstance(base, int) and isinstance(offset, int)
-        else base + offset for base, offset in zip(region.bases, local)))
+    return tx.BufferLoad(region.buffer, tuple(base + offset
+                                              for base, offset in zip(region.bases, local)))
 
 
 def _call(name: str, *args) -> ts.Evaluate:

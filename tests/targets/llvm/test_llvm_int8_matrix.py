@@ -127,6 +127,27 @@ def test_a_convolution_on_the_tiles_gives_the_reference_bits(shape, filters, ker
     np.testing.assert_array_equal(got, _reference(x, w, -7, strides, pads, dilations))
 
 
+@pytest.mark.parametrize("prepacked", [False, True], ids=["packed-per-call", "prepacked"])
+def test_the_tiles_beside_avx2_code_give_the_reference_bits(prepacked):
+    """The tiles do not need AVX-512: a CPU with AMX described without it (``-mattr=
+    -avx512f``) takes the tiles for the products and 256-bit vectors for the packing
+    and finishing (no zmm register), with the reference's bits where the host runs it."""
+    shape, filters, kernel, strides, pads = (2, 96, 13, 13), 32, (3, 3), (2, 2), (1, 0, 1, 2)
+    module, out, cpu = _built(shape, filters, kernel, strides, pads, (1, 1),
+                              TILES + " -mattr=-avx512f", prepacked)
+    assembly = module.assembly()
+    assert "tdpbsud" in assembly and "zmm" not in assembly
+    if not _host_runs(cpu):
+        return
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    w = rng.integers(-128, 128, (filters, shape[1], *kernel)).astype(np.int8)
+    got = np.zeros(out.shape, np.int32)
+    module["conv"](x, pack_matrix_weight_array(w) if prepacked else w,
+                   np.array([-7], np.int8), got)
+    np.testing.assert_array_equal(got, _reference(x, w, -7, strides, pads, (1, 1)))
+
+
 def test_a_tile_instruction_names_its_registers_by_number():
     """A tile instruction whose register is not a constant 0-7 is refused by name when
     the code is generated."""
